@@ -1,0 +1,13 @@
+"""pyg_orch: fast sample-based GNN training for PyTorch Geometric."""
+from pyg_orch.loader import HybridNeighborLoader, StageTimer
+from pyg_orch.sampling import GraphTopology, HybridNeighborSampler
+
+__version__ = '0.1.0'
+
+__all__ = [
+    'GraphTopology',
+    'HybridNeighborLoader',
+    'HybridNeighborSampler',
+    'StageTimer',
+    '__version__',
+]

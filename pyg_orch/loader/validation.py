@@ -1,0 +1,138 @@
+"""Argument checks for :class:`pyg_orch.HybridNeighborLoader`: bad input
+fails early, with the argument named and the expected form given."""
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+
+# Attributes that PyG always slices per node:
+_NODE_KEYS = ('x', 'y', 'pos', 'node_type', 'batch')
+
+
+def check_data(data: Any) -> None:
+    r"""Checks the type of :obj:`data` and that node attributes have one row
+    per node."""
+    if isinstance(data, Data):
+        _check_node_rows(data, data.num_nodes, 'data')
+    elif isinstance(data, HeteroData):
+        for node_type in data.node_types:
+            _check_node_rows(data[node_type], data[node_type].num_nodes,
+                             f'data[{node_type!r}]')
+    elif isinstance(data, (tuple, list)) and len(data) == 2:
+        from torch_geometric.data import FeatureStore, GraphStore
+        if not (isinstance(data[0], FeatureStore)
+                and isinstance(data[1], GraphStore)):
+            raise TypeError("'data' given as a pair must be "
+                            "(FeatureStore, GraphStore)")
+    else:
+        raise TypeError(f"'data' must be a Data, HeteroData or a "
+                        f"(FeatureStore, GraphStore) tuple "
+                        f"(got {type(data).__name__})")
+
+
+def _check_node_rows(store, num_nodes: Optional[int], where: str) -> None:
+    if num_nodes is None:
+        raise ValueError(f"Could not infer the number of nodes of {where}; "
+                         f"set {where}.num_nodes")
+    for key, value in store.items():
+        if not isinstance(value, Tensor) or value.dim() == 0:
+            continue
+        if key in _NODE_KEYS or store.is_node_attr(key):
+            if key == 'y' and value.size(0) == 1 and num_nodes != 1:
+                continue  # A graph-level label.
+            if value.size(0) != num_nodes:
+                raise ValueError(
+                    f"Node attribute {where}.{key} has {value.size(0)} rows, "
+                    f"but the graph has {num_nodes} nodes; node features "
+                    f"need one row per node")
+
+
+def check_loader_kwargs(kwargs: dict, device: torch.device) -> None:
+    batch_size = kwargs.get('batch_size', 1)
+    if kwargs.get('batch_sampler') is None:
+        if (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                or batch_size < 1):
+            raise ValueError(f"'batch_size' must be a positive integer "
+                             f"(got {batch_size!r})")
+    num_workers = kwargs.get('num_workers', 0)
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"'num_workers' must be a non-negative integer "
+                         f"(got {num_workers!r})")
+    if device.type == 'cuda' and num_workers > 0:
+        raise ValueError(
+            "'num_workers' > 0 is not supported with a CUDA 'device': "
+            "sampling then runs on the GPU in the main process; use "
+            "num_workers=0, or device='cpu' to sample in worker processes")
+
+
+def check_input_nodes(data: Any, input_nodes: Any) -> Any:
+    r"""Validates :obj:`input_nodes` and returns it in a form that PyG's
+    :func:`~torch_geometric.loader.utils.get_input_nodes` accepts."""
+    node_type: Optional[str] = None
+    nodes = input_nodes
+    if isinstance(data, HeteroData):
+        if input_nodes is None:
+            raise ValueError("'input_nodes' must name the node type of the "
+                             "seeds for heterogeneous graphs, as a node type "
+                             "string or a (node_type, index) tuple")
+        if isinstance(input_nodes, str):
+            node_type, nodes = input_nodes, None
+        elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2:
+            node_type, nodes = input_nodes
+        else:
+            raise ValueError("'input_nodes' must be a node type or a "
+                             "(node_type, index) tuple for heterogeneous "
+                             "graphs")
+        if node_type not in data.node_types:
+            raise ValueError(f"'input_nodes' names the node type "
+                             f"{node_type!r}, which is not in the graph "
+                             f"(node types: {data.node_types})")
+        num_nodes = data[node_type].num_nodes
+    elif isinstance(data, Data):
+        if isinstance(input_nodes, (tuple, str)):
+            raise ValueError("'input_nodes' must be None, an index tensor or "
+                             "a boolean mask for homogeneous graphs")
+        num_nodes = data.num_nodes
+    else:
+        return input_nodes  # Remote backends: PyG resolves it.
+
+    if nodes is None:
+        return input_nodes
+    if isinstance(nodes, (list, range)):
+        nodes = torch.as_tensor(list(nodes), dtype=torch.long)
+    if not isinstance(nodes, Tensor):
+        raise ValueError(f"'input_nodes' must be an index tensor or a boolean "
+                         f"mask (got {type(nodes).__name__})")
+    if nodes.dtype == torch.bool:
+        if nodes.dim() != 1 or nodes.numel() != num_nodes:
+            raise ValueError(f"'input_nodes' as a boolean mask must have "
+                             f"shape [{num_nodes}] (got {list(nodes.shape)})")
+    elif nodes.dtype in (torch.int64, torch.int32, torch.int16, torch.uint8,
+                         torch.int8):
+        if nodes.dim() != 1:
+            raise ValueError(f"'input_nodes' must be one-dimensional (got "
+                             f"shape {list(nodes.shape)})")
+        if nodes.numel() > 0:
+            lo, hi = int(nodes.min()), int(nodes.max())
+            if lo < 0 or hi >= num_nodes:
+                raise ValueError(f"'input_nodes' must lie in [0, {num_nodes})"
+                                 f" (got values in [{lo}, {hi}])")
+        nodes = nodes.to(torch.long)
+    else:
+        raise ValueError(f"'input_nodes' must hold integer indices or be a "
+                         f"boolean mask (got dtype {nodes.dtype})")
+    return (node_type, nodes) if node_type is not None else nodes
+
+
+def check_temporal_args(input_time, time_attr, temporal_strategy,
+                        weight_attr) -> None:
+    if input_time is not None and time_attr is None:
+        raise ValueError("Received conflicting 'input_time' and 'time_attr' "
+                         "arguments: 'input_time' is set while 'time_attr' "
+                         "is not set.")
+    if temporal_strategy not in ('uniform', 'last'):
+        raise ValueError(f"'temporal_strategy' must be 'uniform' or 'last' "
+                         f"(got {temporal_strategy!r})")
+
+

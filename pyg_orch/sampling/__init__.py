@@ -1,0 +1,13 @@
+from pyg_orch.sampling.multi_hop import MultiHopOutput, sample_multi_hop
+from pyg_orch.sampling.neighbors import sample_neighbors
+from pyg_orch.sampling.sampler import HybridNeighborSampler
+from pyg_orch.sampling.topology import CSCTopology, GraphTopology
+
+__all__ = [
+    'CSCTopology',
+    'GraphTopology',
+    'HybridNeighborSampler',
+    'MultiHopOutput',
+    'sample_multi_hop',
+    'sample_neighbors',
+]

@@ -1,0 +1,195 @@
+"""Multi-hop neighbor sampling for homogeneous and heterogeneous graphs: the
+one sampling core behind :class:`pyg_orch.HybridNeighborSampler`, on CPU and
+GPU alike."""
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_orch.sampling.neighbors import sample_neighbors
+from pyg_orch.sampling.relabel import (
+    DenseBufferPool,
+    DenseRelabeler,
+    Relabeler,
+    SortRelabeler,
+)
+from pyg_orch.sampling.topology import GraphTopology
+
+
+@dataclass
+class MultiHopOutput:
+    r"""Sampled subgraph, keyed by node type and edge type (:obj:`None` for
+    homogeneous graphs). Nodes are in hop order; :obj:`row` and :obj:`col`
+    hold local source and destination ids; :obj:`edge` original edge ids."""
+    node: Dict
+    row: Dict
+    col: Dict
+    edge: Dict
+    batch: Optional[Dict]
+    num_sampled_nodes: Dict
+    num_sampled_edges: Optional[Dict]
+
+
+def sample_multi_hop(
+    topology: GraphTopology,
+    num_neighbors: Dict,
+    seeds: Dict,
+    replace: bool = False,
+    disjoint: bool = False,
+    induced: bool = False,
+    generator: Optional[torch.Generator] = None,
+    buffers: Optional[DenseBufferPool] = None,
+) -> MultiHopOutput:
+    r"""Samples :obj:`len(num_neighbors[edge_type])` hops from :obj:`seeds`.
+
+    Args:
+        topology (GraphTopology): The graph.
+        num_neighbors (dict): Fan-out per hop for every edge type.
+        seeds (dict): Seed node ids per node type (duplicates are kept, as in
+            PyG).
+        replace (bool): Sample with replacement.
+        disjoint (bool): Give every seed its own subgraph.
+        induced (bool): Return all edges between sampled nodes instead of the
+            sampled edges.
+        generator (torch.Generator, optional): Random number generator.
+        buffers (DenseBufferPool, optional): Dense relabel arrays; without,
+            relabeling sorts.
+    """
+    device = topology.device
+    edge_types = topology.edge_types
+    node_types = topology.node_types
+    num_hops = max((len(v) for v in num_neighbors.values()), default=0)
+
+    relabel: Dict[object, Relabeler] = {}
+    nodes: Dict[object, List[Tensor]] = {t: [] for t in node_types}
+    batches: Dict[object, List[Tensor]] = {t: [] for t in node_types}
+    num_sampled_nodes = {t: [0] * (num_hops + 1) for t in node_types}
+    # Frontier per node type: (local ids, global ids, batch ids or None).
+    frontier: Dict[object, tuple] = {}
+
+    for t in node_types:
+        if buffers is not None and not disjoint:
+            relabel[t] = DenseRelabeler(
+                buffers.get(t, topology.num_nodes[t], device))
+        else:
+            relabel[t] = SortRelabeler(device)
+
+    try:
+        for t, seed in seeds.items():
+            seed = seed.to(device, torch.int64)
+            batch = None
+            if disjoint:
+                batch = torch.arange(seed.numel(), device=device)
+                relabel[t].init(batch * topology.num_nodes[t] + seed)
+            else:
+                relabel[t].init(seed)
+            nodes[t].append(seed)
+            if batch is not None:
+                batches[t].append(batch)
+            num_sampled_nodes[t][0] = seed.numel()
+            frontier[t] = (torch.arange(seed.numel(), device=device), seed,
+                           batch)
+
+        rows = {et: [] for et in edge_types}
+        cols = {et: [] for et in edge_types}
+        edges = {et: [] for et in edge_types}
+        num_sampled_edges = {et: [0] * num_hops for et in edge_types}
+
+        for hop in range(num_hops):
+            # Candidates per source node type, in edge type order:
+            cand: Dict[object, list] = {}
+            for et in edge_types:
+                fanout = num_neighbors[et][hop]
+                src_t, dst_t = (None, None) if et is None else (et[0], et[-1])
+                if fanout == 0 or dst_t not in frontier:
+                    continue
+                f_local, f_global, f_batch = frontier[dst_t]
+                if f_global.numel() == 0:
+                    continue
+                topo = topology.csc[et]
+                pos, dst_index = sample_neighbors(topo.colptr, f_global,
+                                                  fanout, replace, generator)
+                src = topo.row[pos].to(torch.int64)
+                eid = pos if topo.edge_id is None else topo.edge_id[pos].to(
+                    torch.int64)
+                batch = None if f_batch is None else f_batch[dst_index]
+                cand.setdefault(src_t, []).append(
+                    (et, src, batch, f_local[dst_index], eid))
+
+            next_frontier = {}
+            for src_t, parts in cand.items():
+                src = torch.cat([p[1] for p in parts])
+                batch = None
+                if disjoint:
+                    batch = torch.cat([p[2] for p in parts])
+                    keys = batch * topology.num_nodes[src_t] + src
+                else:
+                    keys = src
+                before = relabel[src_t].num_nodes
+                local, new_keys = relabel[src_t].add(keys)
+                offset = 0
+                for et, s, _, col_local, eid in parts:
+                    n = s.numel()
+                    rows[et].append(local[offset:offset + n])
+                    cols[et].append(col_local)
+                    edges[et].append(eid)
+                    num_sampled_edges[et][hop] = n
+                    offset += n
+                new_batch = None
+                if disjoint:
+                    n_src = topology.num_nodes[src_t]
+                    new_batch = new_keys // n_src
+                    new_global = new_keys % n_src
+                    batches[src_t].append(new_batch)
+                else:
+                    new_global = new_keys
+                nodes[src_t].append(new_global)
+                num_sampled_nodes[src_t][hop + 1] = new_global.numel()
+                next_frontier[src_t] = (
+                    torch.arange(before, before + new_global.numel(),
+                                 device=device), new_global, new_batch)
+            frontier = next_frontier
+
+        def _cat(parts: List[Tensor]) -> Tensor:
+            if len(parts) == 0:
+                return torch.empty(0, dtype=torch.int64, device=device)
+            return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+        out_node = {t: _cat(nodes[t]) for t in node_types}
+        out_batch = {t: _cat(batches[t])
+                     for t in node_types} if disjoint else None
+
+        if induced:
+            rows, cols, edges = _induced_edges(topology, out_node, relabel)
+            out_row, out_col, out_edge = rows, cols, edges
+            num_sampled_edges = None
+        else:
+            out_row = {et: _cat(rows[et]) for et in edge_types}
+            out_col = {et: _cat(cols[et]) for et in edge_types}
+            out_edge = {et: _cat(edges[et]) for et in edge_types}
+    finally:
+        for r in relabel.values():
+            r.close()
+
+    return MultiHopOutput(out_node, out_row, out_col, out_edge, out_batch,
+                          num_sampled_nodes, num_sampled_edges)
+
+
+def _induced_edges(topology: GraphTopology, node: Dict,
+                   relabel: Dict[object, Relabeler]):
+    # All edges whose both endpoints were sampled, grouped by destination in
+    # local order, then in CSC order (as PyG's induced sampling).
+    rows, cols, edges = {}, {}, {}
+    for et, topo in topology.csc.items():
+        src_t, dst_t = (None, None) if et is None else (et[0], et[-1])
+        dst = node[dst_t]
+        pos, dst_index = sample_neighbors(topo.colptr, dst, -1)
+        src_local = relabel[src_t].lookup(topo.row[pos].to(torch.int64))
+        keep = src_local >= 0
+        pos = pos[keep]
+        rows[et] = src_local[keep]
+        cols[et] = dst_index[keep]
+        edges[et] = pos if topo.edge_id is None else topo.edge_id[pos].to(
+            torch.int64)
+    return rows, cols, edges

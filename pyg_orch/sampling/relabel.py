@@ -1,0 +1,151 @@
+"""Maps global node ids to local (per-batch) ids in order of first
+appearance, which gives PyG's hop order: seeds first, then each hop's new
+nodes in the order they were first sampled."""
+import threading
+from typing import Dict, List, Tuple
+
+import torch
+from torch import Tensor
+
+
+class Relabeler:
+    r"""Base class. A relabeler is used for one batch: :meth:`init` with the
+    seeds, :meth:`add` once per hop, :meth:`lookup` for induced subgraphs and
+    :meth:`close` at the end."""
+    num_nodes: int = 0
+
+    def init(self, seeds: Tensor) -> None:
+        raise NotImplementedError
+
+    def add(self, keys: Tensor) -> Tuple[Tensor, Tensor]:
+        r"""Returns the local id of every key, and the keys seen for the
+        first time, in order of first appearance (they get the local ids
+        :obj:`num_nodes, num_nodes + 1, ...` of before the call)."""
+        raise NotImplementedError
+
+    def lookup(self, keys: Tensor) -> Tensor:
+        r"""Local id of every key, :obj:`-1` for keys never added."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _first_occurrence(seeds: Tensor) -> Tuple[Tensor, Tensor]:
+    r"""Sorted unique keys, and the first position of each in :obj:`seeds`."""
+    uniq, inv = torch.unique(seeds, return_inverse=True)
+    first = torch.full((uniq.numel(), ), seeds.numel(), dtype=torch.int64,
+                       device=seeds.device)
+    first.scatter_reduce_(0, inv, torch.arange(seeds.numel(),
+                                               device=seeds.device), 'amin')
+    return uniq, first
+
+
+class SortRelabeler(Relabeler):
+    r"""Relabeling by sorting and binary search; works for any int64 keys,
+    e.g. the (batch, node) pairs of disjoint sampling."""
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.keys = torch.empty(0, dtype=torch.int64, device=device)
+        self.vals = torch.empty(0, dtype=torch.int64, device=device)
+        self.num_nodes = 0
+
+    def init(self, seeds: Tensor) -> None:
+        self.keys, self.vals = _first_occurrence(seeds)
+        self.num_nodes = seeds.numel()
+
+    def lookup(self, keys: Tensor) -> Tensor:
+        out = torch.full_like(keys, -1)
+        if self.keys.numel() == 0 or keys.numel() == 0:
+            return out
+        idx = torch.searchsorted(self.keys, keys).clamp_(max=self.keys.numel()
+                                                         - 1)
+        found = self.keys[idx] == keys
+        out[found] = self.vals[idx[found]]
+        return out
+
+    def add(self, keys: Tensor) -> Tuple[Tensor, Tensor]:
+        local = self.lookup(keys)
+        is_new = local < 0
+        new = keys[is_new]
+        uniq, first = _first_occurrence(new)
+        order = torch.argsort(first)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel(), device=order.device)
+        new_local = self.num_nodes + rank
+        inv = torch.searchsorted(uniq, new)
+        local[is_new] = new_local[inv]
+        keys_all = torch.cat([self.keys, uniq])
+        vals_all = torch.cat([self.vals, new_local])
+        perm = torch.argsort(keys_all)
+        self.keys, self.vals = keys_all[perm], vals_all[perm]
+        self.num_nodes += uniq.numel()
+        return local, uniq[order]
+
+
+class DenseRelabeler(Relabeler):
+    r"""Relabeling through a dense array of size :obj:`num_nodes` holding the
+    local id of every global node (:obj:`-1` if not sampled): no sorting, a
+    few gathers and one scatter per hop. The array is reused across batches
+    and reset at :meth:`close`."""
+    def __init__(self, buffer: Tensor):
+        self.buf = buffer
+        self.touched: List[Tensor] = []
+        self.num_nodes = 0
+
+    def init(self, seeds: Tensor) -> None:
+        pos = torch.arange(seeds.numel(), device=seeds.device,
+                           dtype=self.buf.dtype)
+        self.buf.scatter_reduce_(0, seeds, pos, 'amin', include_self=False)
+        self.touched.append(seeds)
+        self.num_nodes = seeds.numel()
+
+    def lookup(self, keys: Tensor) -> Tensor:
+        return self.buf[keys].to(torch.int64)
+
+    def add(self, keys: Tensor) -> Tuple[Tensor, Tensor]:
+        local = self.buf[keys]
+        new = keys[local < 0]
+        if new.numel() == 0:
+            return local.to(torch.int64), new
+        # Temporarily store `-2 - position` so that `amax` keeps the first
+        # position of every new node, distinct from the `-1` of unseen nodes:
+        tag = -2 - torch.arange(new.numel(), device=keys.device,
+                                dtype=self.buf.dtype)
+        self.buf.scatter_reduce_(0, new, tag, 'amax', include_self=False)
+        uniq = new[self.buf[new] == tag]
+        self.buf[uniq] = torch.arange(self.num_nodes,
+                                      self.num_nodes + uniq.numel(),
+                                      device=keys.device, dtype=self.buf.dtype)
+        self.touched.append(uniq)
+        self.num_nodes += uniq.numel()
+        return self.buf[keys].to(torch.int64), uniq
+
+    def close(self) -> None:
+        for t in self.touched:
+            self.buf[t] = -1
+        self.touched = []
+
+
+class DenseBufferPool:
+    r"""One dense relabel array per (thread, node type), so that several
+    threads can sample concurrently."""
+    def __init__(self):
+        self._local = threading.local()
+
+    def __getstate__(self):  # Buffers are never pickled to workers.
+        return {}
+
+    def __setstate__(self, state):
+        self._local = threading.local()
+
+    def get(self, key, num_nodes: int, device: torch.device) -> Tensor:
+        bufs: Dict = getattr(self._local, 'bufs', None)
+        if bufs is None:
+            bufs = self._local.bufs = {}
+        buf = bufs.get(key)
+        if buf is None or buf.numel() != num_nodes or buf.device != device:
+            dtype = torch.int32 if num_nodes < 2**31 - 1 else torch.int64
+            buf = torch.full((num_nodes, ), -1, dtype=dtype, device=device)
+            bufs[key] = buf
+        return buf

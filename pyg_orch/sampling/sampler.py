@@ -1,0 +1,304 @@
+"""A PyG :class:`~torch_geometric.sampler.BaseSampler` over the vectorized
+sampling core, usable wherever PyG takes a sampler."""
+import os
+import warnings
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import (
+    BaseSampler,
+    EdgeSamplerInput,
+    HeteroSamplerOutput,
+    NegativeSampling,
+    NodeSamplerInput,
+    SamplerOutput,
+)
+from torch_geometric.sampler.base import SubgraphType
+from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
+
+from pyg_orch.sampling.multi_hop import sample_multi_hop
+from pyg_orch.sampling.relabel import DenseBufferPool
+from pyg_orch.sampling.topology import GraphTopology, topology_cache
+
+SeedLike = Union[None, int, torch.Generator]
+
+
+def resolve_device(device: Union[None, str, torch.device]) -> torch.device:
+    r"""Returns :obj:`device`, defaulting to CUDA when available."""
+    if device is None:
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"'device' must be a torch.device or a string such "
+                         f"as 'cpu' or 'cuda:0' (got {device!r})") from e
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f"'device' is {str(device)!r}, but CUDA is not "
+                         f"available on this machine; use device='cpu'")
+    if device.type not in ('cpu', 'cuda'):
+        raise ValueError(f"'device' must be a CPU or CUDA device "
+                         f"(got {str(device)!r})")
+    return device
+
+
+def parse_num_neighbors(num_neighbors, edge_types: List) -> Dict:
+    r"""Validates :obj:`num_neighbors` (a list, or a dict per edge type) and
+    returns the fan-out list of every edge type."""
+    def check_list(values, where: str) -> List[int]:
+        if not isinstance(values, (list, tuple)):
+            raise ValueError(f"'num_neighbors'{where} must be a list of "
+                             f"integers (got {type(values).__name__})")
+        out = []
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"'num_neighbors'{where} must hold integers "
+                                 f"(got {v!r})")
+            if v < -1:
+                raise ValueError(f"'num_neighbors'{where} must hold integers "
+                                 f">= -1, where -1 takes all neighbors "
+                                 f"(got {v})")
+            out.append(int(v))
+        return out
+
+    from torch_geometric.sampler.base import NumNeighbors
+    if isinstance(num_neighbors, NumNeighbors):
+        if num_neighbors.default is not None:
+            raise NotImplementedError(
+                "'num_neighbors' with a 'default' is not supported yet; pass "
+                "a dict with every edge type")
+        num_neighbors = num_neighbors.values
+    if isinstance(num_neighbors, dict):
+        if edge_types == [None]:
+            raise ValueError("'num_neighbors' must be a list for homogeneous "
+                             "graphs (got a dict)")
+        given = {}
+        for key, values in num_neighbors.items():
+            et = tuple(key.split('__')) if isinstance(key, str) else tuple(key)
+            if et not in edge_types:
+                raise ValueError(f"'num_neighbors' names the edge type {key!r}"
+                                 f", which is not in the graph (edge types: "
+                                 f"{edge_types})")
+            given[et] = check_list(values, f"[{key!r}]")
+        missing = [et for et in edge_types if et not in given]
+        if missing:
+            raise ValueError(f"'num_neighbors' misses the edge types "
+                             f"{missing}; give a fan-out list for every edge "
+                             f"type (0 to skip one)")
+        hops = {len(v) for v in given.values()}
+        if len(hops) > 1:
+            raise ValueError(f"'num_neighbors' must give the same number of "
+                             f"hops for every edge type (got {sorted(hops)})")
+        return given
+    values = check_list(num_neighbors, '')
+    return {et: values for et in edge_types}
+
+
+class HybridNeighborSampler(BaseSampler):
+    r"""Neighbor sampler with the semantics of PyG's
+    :class:`~torch_geometric.sampler.NeighborSampler`, running vectorized
+    PyTorch ops on the CPU or the GPU, without :obj:`pyg-lib` or
+    :obj:`torch-sparse`.
+
+    Args:
+        data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
+            graph.
+        num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
+            The fan-out per hop (:obj:`-1` for all neighbors), or per edge
+            type.
+        subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'` or
+            :obj:`'induced'`. (default: :obj:`'directional'`)
+        replace (bool): Sample with replacement. (default: :obj:`False`)
+        disjoint (bool): Give every seed its own subgraph.
+            (default: :obj:`False`)
+        is_sorted (bool): :obj:`edge_index` is sorted by destination.
+            (default: :obj:`False`)
+        share_memory (bool): Move the topology into shared memory (for
+            :obj:`num_workers > 0`). (default: :obj:`False`)
+        device (torch.device or str, optional): Where sampling runs; defaults
+            to CUDA when available.
+        seed (int or torch.Generator, optional): Makes sampling reproducible.
+        topology (GraphTopology, optional): A topology built before, to share
+            it between loaders.
+    """
+    def __init__(
+        self,
+        data,
+        num_neighbors,
+        subgraph_type: Union[SubgraphType, str] = 'directional',
+        replace: bool = False,
+        disjoint: bool = False,
+        temporal_strategy: str = 'uniform',
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        is_sorted: bool = False,
+        share_memory: bool = False,
+        directed: bool = True,
+        device: Union[None, str, torch.device] = None,
+        seed: SeedLike = None,
+        topology: Optional[GraphTopology] = None,
+        relabel: str = 'auto',
+    ):
+        for name, value, default in (('time_attr', time_attr, None),
+                                     ('weight_attr', weight_attr, None),
+                                     ('temporal_strategy', temporal_strategy,
+                                      'uniform')):
+            if value != default:
+                raise NotImplementedError(
+                    f"'{name}' is not supported by {type(self).__name__} "
+                    f"yet (temporal and weighted sampling are planned); "
+                    f"use torch_geometric.loader.NeighborLoader with "
+                    f"pyg-lib for now")
+        if not directed:
+            warnings.warn(
+                "The usage of the 'directed' argument is deprecated. Use "
+                "`subgraph_type='induced'` instead.", stacklevel=2)
+            subgraph_type = SubgraphType.induced
+        try:
+            self.subgraph_type = SubgraphType(subgraph_type)
+        except ValueError:
+            raise ValueError(f"'subgraph_type' must be one of 'directional', "
+                             f"'bidirectional' or 'induced' (got "
+                             f"{subgraph_type!r})") from None
+        if disjoint and self.subgraph_type == SubgraphType.induced:
+            raise ValueError("'disjoint' sampling is not supported with "
+                             "subgraph_type='induced'")
+        if relabel not in ('auto', 'dense', 'sort'):
+            raise ValueError(f"'relabel' must be 'auto', 'dense' or 'sort' "
+                             f"(got {relabel!r})")
+
+        self.device = resolve_device(device)
+        if topology is None:
+            topology = topology_cache.get_or_build(data, is_sorted,
+                                                   self.device)
+        elif not isinstance(topology, GraphTopology):
+            raise TypeError(f"'topology' must be a GraphTopology (got "
+                            f"{type(topology).__name__})")
+        topology = topology.to(self.device)
+        if share_memory:
+            topology.share_memory_()
+        self.topology = topology
+        self.is_hetero = topology.is_hetero
+        self.num_neighbors = parse_num_neighbors(num_neighbors,
+                                                 topology.edge_types)
+        self.replace = bool(replace)
+        self.disjoint = bool(disjoint)
+        self.relabel = relabel
+        self._buffers = DenseBufferPool() if relabel != 'sort' else None
+        self._set_seed(seed)
+
+    # Randomness ##############################################################
+
+    def _set_seed(self, seed: SeedLike):
+        self._generator: Optional[torch.Generator] = None
+        self._seed: Optional[int] = None
+        if isinstance(seed, torch.Generator):
+            if seed.device.type != self.device.type:
+                raise ValueError(f"'seed' is a generator on "
+                                 f"{seed.device.type!r}, but sampling runs on "
+                                 f"{self.device.type!r}")
+            self._generator = seed
+            self._seed = seed.initial_seed()
+        elif seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise ValueError(f"'seed' must be an int or a torch.Generator "
+                                 f"(got {type(seed).__name__})")
+            self._seed = seed
+            self._generator = torch.Generator(device=self.device)
+            self._generator.manual_seed(seed)
+        self._worker_generator: Optional[Tuple[int, torch.Generator]] = None
+
+    @property
+    def generator(self) -> Optional[torch.Generator]:
+        r"""The generator for the calling process. Inside a
+        :class:`~torch.utils.data.DataLoader` worker, a generator seeded from
+        the worker's seed, so workers draw different neighbors."""
+        info = torch.utils.data.get_worker_info()
+        if info is None or self._seed is None:
+            return self._generator
+        key = (os.getpid(), info.seed)
+        if self._worker_generator is None or self._worker_generator[0] != key:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed((self._seed * 1_000_003 + info.seed) % 2**63)
+            self._worker_generator = (key, gen)
+        return self._worker_generator[1]
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        # Generators do not pickle; workers reseed (see `generator`).
+        state['_generator'] = None
+        state['_worker_generator'] = None
+        return state
+
+    # Sampling ################################################################
+
+    @property
+    def num_nodes(self):
+        n = self.topology.num_nodes
+        return n[None] if not self.is_hetero else n
+
+    @property
+    def edge_permutation(self):
+        return None  # `edge` already holds original edge ids.
+
+    def sample_from_nodes(
+        self,
+        inputs: NodeSamplerInput,
+    ) -> Union[SamplerOutput, HeteroSamplerOutput]:
+        out = node_sample(inputs, self._sample)
+        if self.subgraph_type == SubgraphType.bidirectional:
+            out = out.to_bidirectional()
+        return out
+
+    def sample_from_edges(
+        self,
+        inputs: EdgeSamplerInput,
+        neg_sampling: Optional[NegativeSampling] = None,
+    ) -> Union[SamplerOutput, HeteroSamplerOutput]:
+        out = edge_sample(inputs, self._sample, self.num_nodes, self.disjoint,
+                          None, neg_sampling)
+        if self.subgraph_type == SubgraphType.bidirectional:
+            out = out.to_bidirectional()
+        return out
+
+    def _sample(
+        self,
+        seed: Union[Tensor, Dict[str, Tensor]],
+        seed_time=None,
+        **kwargs,
+    ) -> Union[SamplerOutput, HeteroSamplerOutput]:
+        if seed_time is not None:
+            raise NotImplementedError(
+                "Temporal sampling ('input_time' / 'time_attr') is not "
+                "supported yet")
+        seeds = seed if isinstance(seed, dict) else {None: seed}
+        out = sample_multi_hop(
+            self.topology,
+            self.num_neighbors,
+            seeds,
+            replace=self.replace,
+            disjoint=self.disjoint,
+            induced=self.subgraph_type == SubgraphType.induced,
+            generator=self.generator,
+            buffers=self._buffers,
+        )
+        if not self.is_hetero:
+            return SamplerOutput(
+                node=out.node[None],
+                row=out.row[None],
+                col=out.col[None],
+                edge=out.edge[None],
+                batch=None if out.batch is None else out.batch[None],
+                num_sampled_nodes=out.num_sampled_nodes[None],
+                num_sampled_edges=None if out.num_sampled_edges is None else
+                out.num_sampled_edges[None],
+            )
+        return HeteroSamplerOutput(
+            node=out.node,
+            row=out.row,
+            col=out.col,
+            edge=out.edge,
+            batch=out.batch,
+            num_sampled_nodes=out.num_sampled_nodes,
+            num_sampled_edges=out.num_sampled_edges,
+        )

@@ -1,0 +1,355 @@
+"""Graph topology in the CSC layout that every sampler in :mod:`pyg_orch`
+reads: for each destination node, the contiguous list of its in-neighbors."""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Dict, Iterable, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from pyg_orch.typing import EdgeType, NodeType
+
+_INT32_MAX = 2**31 - 1
+
+
+def smallest_index_dtype(*bounds: int) -> torch.dtype:
+    r"""Returns :obj:`torch.int32` if every bound fits into it, else
+    :obj:`torch.int64`."""
+    return torch.int32 if max(bounds, default=0) <= _INT32_MAX else torch.int64
+
+
+@dataclass
+class CSCTopology:
+    r"""The edges of one edge type in compressed sparse column (CSC) layout.
+
+    Args:
+        colptr (torch.Tensor): Offsets of shape :obj:`[num_dst_nodes + 1]`;
+            the in-neighbors of destination :obj:`v` are
+            :obj:`row[colptr[v]:colptr[v + 1]]`.
+        row (torch.Tensor): Source node of every edge, grouped by destination.
+        edge_id (torch.Tensor, optional): The original edge id of every CSC
+            position, or :obj:`None` if positions are the original ids.
+        num_src_nodes (int): The number of source nodes.
+    """
+    colptr: Tensor
+    row: Tensor
+    edge_id: Optional[Tensor]
+    num_src_nodes: int
+
+    @property
+    def num_dst_nodes(self) -> int:
+        return self.colptr.numel() - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.row.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.colptr.device
+
+    @classmethod
+    def from_edge_index(
+        cls,
+        edge_index: Tensor,
+        num_src_nodes: int,
+        num_dst_nodes: int,
+        is_sorted: bool = False,
+        index_dtype: Optional[torch.dtype] = None,
+        device: Optional[Union[str, torch.device]] = None,
+        name: str = 'edge_index',
+    ) -> 'CSCTopology':
+        r"""Builds the CSC layout from a COO :obj:`edge_index` of shape
+        :obj:`[2, num_edges]` holding (source, destination) pairs.
+
+        The input is validated: a node index outside
+        :obj:`[0, num_nodes)` raises a :class:`ValueError`, and so does
+        :obj:`is_sorted=True` for edges that are not sorted by destination.
+        """
+        if not isinstance(edge_index, Tensor):
+            raise TypeError(f"'{name}' must be a torch.Tensor of shape "
+                            f"[2, num_edges] (got {type(edge_index)})")
+        if edge_index.dim() != 2 or edge_index.size(0) != 2:
+            raise ValueError(f"'{name}' must have shape [2, num_edges] "
+                             f"(got {list(edge_index.shape)})")
+        if edge_index.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"'{name}' must hold int32 or int64 indices "
+                             f"(got {edge_index.dtype})")
+        device = torch.device(device) if device is not None else \
+            edge_index.device
+        edge_index = edge_index.to(device)
+        row, col = edge_index[0], edge_index[1]
+        num_edges = row.numel()
+        if num_edges > 0:
+            rmin, rmax = int(row.min()), int(row.max())
+            cmin, cmax = int(col.min()), int(col.max())
+            if rmin < 0 or cmin < 0:
+                raise ValueError(f"'{name}' holds negative node indices")
+            if rmax >= num_src_nodes:
+                raise ValueError(
+                    f"'{name}' refers to source node {rmax}, but the graph "
+                    f"has only {num_src_nodes} (source) nodes; set "
+                    f"'num_nodes' or fix '{name}'")
+            if cmax >= num_dst_nodes:
+                raise ValueError(
+                    f"'{name}' refers to destination node {cmax}, but the "
+                    f"graph has only {num_dst_nodes} (destination) nodes; "
+                    f"set 'num_nodes' or fix '{name}'")
+
+        if index_dtype is None:
+            index_dtype = smallest_index_dtype(num_src_nodes, num_dst_nodes,
+                                               num_edges)
+        edge_id: Optional[Tensor] = None
+        if is_sorted:
+            if num_edges > 1 and bool((col[1:] < col[:-1]).any()):
+                raise ValueError(
+                    f"'is_sorted=True' but '{name}' is not sorted by "
+                    f"destination (its second row); pass 'is_sorted=False'")
+        else:
+            col, perm = torch.sort(col, stable=True)
+            row = row[perm]
+            edge_id = perm.to(index_dtype)
+        count = torch.bincount(col, minlength=num_dst_nodes)
+        colptr = torch.zeros(num_dst_nodes + 1, dtype=torch.int64,
+                             device=device)
+        torch.cumsum(count, 0, out=colptr[1:])
+        return cls(colptr.to(index_dtype), row.to(index_dtype), edge_id,
+                   num_src_nodes)
+
+    @classmethod
+    def from_csc(cls, colptr: Tensor, row: Tensor, edge_id: Optional[Tensor],
+                 num_src_nodes: int) -> 'CSCTopology':
+        r"""Wraps an existing CSC layout, e.g. from
+        :meth:`torch_geometric.data.GraphStore.csc`."""
+        if colptr.dim() != 1 or row.dim() != 1:
+            raise ValueError("'colptr' and 'row' must be one-dimensional")
+        if colptr.numel() == 0 or int(colptr[-1]) != row.numel():
+            raise ValueError("'colptr[-1]' must equal the number of edges")
+        return cls(colptr, row, edge_id, num_src_nodes)
+
+    def degree(self, nodes: Tensor) -> Tensor:
+        r"""In-degree of the destination nodes :obj:`nodes` (int64)."""
+        nodes = nodes.to(torch.int64)
+        return (self.colptr[nodes + 1] - self.colptr[nodes]).to(torch.int64)
+
+    def to(self, device: Union[str, torch.device],
+           non_blocking: bool = False) -> 'CSCTopology':
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        edge_id = None if self.edge_id is None else self.edge_id.to(
+            device, non_blocking=non_blocking)
+        return CSCTopology(self.colptr.to(device, non_blocking=non_blocking),
+                           self.row.to(device, non_blocking=non_blocking),
+                           edge_id, self.num_src_nodes)
+
+    def share_memory_(self) -> 'CSCTopology':
+        if not self.colptr.is_cuda:
+            self.colptr.share_memory_()
+            self.row.share_memory_()
+            if self.edge_id is not None:
+                self.edge_id.share_memory_()
+        return self
+
+
+class GraphTopology:
+    r"""The CSC topology of every edge type of a graph, built once and
+    shareable by several loaders (for example train, validation and test):
+
+    .. code-block:: python
+
+        topology = GraphTopology.from_data(data)
+        train_loader = HybridNeighborLoader(data, [10, 5], topology=topology)
+        val_loader = HybridNeighborLoader(data, [10, 5], topology=topology,
+                                          input_nodes=data.val_mask)
+
+    Homogeneous graphs use the node type :obj:`None` and the edge type
+    :obj:`None`.
+
+    Args:
+        csc (Dict[EdgeType, CSCTopology]): The topology per edge type.
+        num_nodes (Dict[NodeType, int]): The number of nodes per node type.
+    """
+    def __init__(self, csc: Dict[Optional[EdgeType], CSCTopology],
+                 num_nodes: Dict[Optional[NodeType], int]):
+        self.csc = csc
+        self.num_nodes = num_nodes
+
+    @property
+    def is_hetero(self) -> bool:
+        return None not in self.num_nodes
+
+    @property
+    def edge_types(self) -> list:
+        return list(self.csc.keys())
+
+    @property
+    def node_types(self) -> list:
+        return list(self.num_nodes.keys())
+
+    @property
+    def device(self) -> torch.device:
+        for topo in self.csc.values():
+            return topo.device
+        return torch.device('cpu')
+
+    @property
+    def num_edges(self) -> int:
+        return sum(t.num_edges for t in self.csc.values())
+
+    def nbytes(self) -> int:
+        r"""Bytes held by the topology tensors."""
+        total = 0
+        for t in self.csc.values():
+            for x in (t.colptr, t.row, t.edge_id):
+                if x is not None:
+                    total += x.numel() * x.element_size()
+        return total
+
+    def to(self, device: Union[str, torch.device]) -> 'GraphTopology':
+        return GraphTopology({k: v.to(device)
+                              for k, v in self.csc.items()}, self.num_nodes)
+
+    def share_memory_(self) -> 'GraphTopology':
+        for topo in self.csc.values():
+            topo.share_memory_()
+        return self
+
+    @classmethod
+    def from_data(
+        cls,
+        data,
+        is_sorted: bool = False,
+        device: Optional[Union[str, torch.device]] = None,
+    ) -> 'GraphTopology':
+        r"""Builds the topology of a :class:`~torch_geometric.data.Data`, a
+        :class:`~torch_geometric.data.HeteroData` or a
+        (:class:`~torch_geometric.data.FeatureStore`,
+        :class:`~torch_geometric.data.GraphStore`) pair."""
+        from torch_geometric.data import Data, HeteroData
+
+        if isinstance(data, Data):
+            num_nodes = data.num_nodes
+            if num_nodes is None:
+                raise ValueError("Could not infer the number of nodes of "
+                                 "'data'; set 'data.num_nodes'")
+            if data.edge_index is None:
+                edge_index = torch.empty(2, 0, dtype=torch.long)
+            else:
+                edge_index = data.edge_index
+            csc = CSCTopology.from_edge_index(edge_index, num_nodes,
+                                              num_nodes, is_sorted,
+                                              device=device)
+            return cls({None: csc}, {None: num_nodes})
+
+        if isinstance(data, HeteroData):
+            num_nodes = {}
+            for node_type in data.node_types:
+                n = data[node_type].num_nodes
+                if n is None:
+                    raise ValueError(f"Could not infer the number of nodes of "
+                                     f"node type '{node_type}'; set "
+                                     f"'data[{node_type!r}].num_nodes'")
+                num_nodes[node_type] = n
+            csc = {}
+            for edge_type in data.edge_types:
+                src, _, dst = edge_type
+                store = data[edge_type]
+                if 'edge_index' not in store:
+                    raise ValueError(f"Edge type {edge_type} has no "
+                                     f"'edge_index'")
+                csc[edge_type] = CSCTopology.from_edge_index(
+                    store.edge_index, num_nodes[src], num_nodes[dst],
+                    is_sorted, device=device,
+                    name=f"data[{edge_type!r}].edge_index")
+            return cls(csc, num_nodes)
+
+        if isinstance(data, (tuple, list)) and len(data) == 2:
+            return cls._from_stores(*data, device=device)
+
+        raise TypeError(f"'data' must be a Data, HeteroData or a "
+                        f"(FeatureStore, GraphStore) tuple (got {type(data)})")
+
+    @classmethod
+    def _from_stores(cls, feature_store, graph_store,
+                     device=None) -> 'GraphTopology':
+        from torch_geometric.data import remote_backend_utils
+
+        edge_attrs = graph_store.get_all_edge_attrs()
+        if len(edge_attrs) == 0:
+            raise ValueError("The graph store holds no edges")
+        is_hetero = all(attr.edge_type is not None for attr in edge_attrs)
+        row, colptr, perm = graph_store.csc()
+        if not is_hetero:
+            num_nodes = max(edge_attrs[0].size) if edge_attrs[0].size \
+                else remote_backend_utils.size(feature_store, graph_store,
+                                               None)
+            csc = CSCTopology.from_csc(colptr, row, perm, num_nodes)
+            return cls({None: csc.to(device or colptr.device)},
+                       {None: num_nodes})
+        node_types = set()
+        for attr in edge_attrs:
+            node_types.add(attr.edge_type[0])
+            node_types.add(attr.edge_type[-1])
+        for attr in feature_store.get_all_tensor_attrs():
+            if isinstance(attr.group_name, str):
+                node_types.add(attr.group_name)
+        num_nodes = {
+            t: remote_backend_utils.size(feature_store, graph_store, t)
+            for t in sorted(node_types)
+        }
+        csc = {
+            et: CSCTopology.from_csc(colptr[et], row[et], perm.get(et),
+                                     num_nodes[et[0]])
+            for et in colptr
+        }
+        if device is not None:
+            csc = {k: v.to(device) for k, v in csc.items()}
+        return cls(csc, num_nodes)
+
+
+class _TopologyCache:
+    r"""Reuses the topology of the same :obj:`edge_index` tensors across
+    loaders, invalidated when a tensor is modified in place."""
+    def __init__(self):
+        self._entries: Dict[tuple, Tuple[list, int, GraphTopology]] = {}
+
+    @staticmethod
+    def _tensors(data) -> Iterable[Tensor]:
+        from torch_geometric.data import Data, HeteroData
+        if isinstance(data, Data):
+            return [data.edge_index] if data.edge_index is not None else []
+        if isinstance(data, HeteroData):
+            return [s.edge_index for s in data.edge_stores
+                    if 'edge_index' in s]
+        return []
+
+    def get_or_build(self, data, is_sorted: bool,
+                     device: torch.device) -> GraphTopology:
+        tensors = list(self._tensors(data))
+        if not tensors:
+            return GraphTopology.from_data(data, is_sorted, device)
+        key = (tuple(id(t) for t in tensors), str(device), bool(is_sorted),
+               repr(data.num_nodes) if hasattr(data, 'num_nodes') else '')
+        version = sum(t._version for t in tensors)
+        entry = self._entries.get(key)
+        if entry is not None:
+            refs, ver, topo = entry
+            if ver == version and all(r() is t
+                                      for r, t in zip(refs, tensors)):
+                return topo
+        topo = GraphTopology.from_data(data, is_sorted, device)
+        # Drop entries whose tensors are gone:
+        self._entries = {
+            k: v
+            for k, v in self._entries.items()
+            if all(r() is not None for r in v[0])
+        }
+        self._entries[key] = ([weakref.ref(t) for t in tensors], version,
+                              topo)
+        return topo
+
+
+topology_cache = _TopologyCache()
