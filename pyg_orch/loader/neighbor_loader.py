@@ -13,6 +13,7 @@ from pyg_orch.loader.validation import (
     check_data,
     check_input_nodes,
     check_loader_kwargs,
+    check_input_time,
     check_temporal_args,
 )
 from pyg_orch.sampling.sampler import (
@@ -74,15 +75,20 @@ class HybridNeighborLoader(NodeLoader):
         input_nodes (torch.Tensor or str or Tuple[str, torch.Tensor]): Seed
             nodes as indices or a boolean mask; :obj:`None` for all nodes; for
             heterogeneous graphs a node type or a (node type, indices) tuple.
-        input_time (torch.Tensor, optional): Not supported yet.
+        input_time (torch.Tensor, optional): Time of every seed for temporal
+            sampling; defaults to the seeds' own node times.
         replace (bool): Sample with replacement. (default: :obj:`False`)
         subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'` or
             :obj:`'induced'`. (default: :obj:`'directional'`)
         disjoint (bool): Give every seed its own subgraph.
             (default: :obj:`False`)
-        temporal_strategy (str): Not supported yet (only :obj:`'uniform'`).
-        time_attr (str, optional): Not supported yet.
-        weight_attr (str, optional): Not supported yet.
+        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'` (the most
+            recent neighbors). (default: :obj:`'uniform'`)
+        time_attr (str, optional): A node-level or edge-level time attribute:
+            neighbors are never later than their seed (temporal sampling,
+            which implies :obj:`disjoint=True`, as in PyG).
+        weight_attr (str, optional): An edge attribute of non-negative
+            sampling weights.
         transform (callable, optional): Applied to every mini-batch after it
             was moved to :obj:`device`.
         transform_sampler_output (callable, optional): Applied to the
@@ -134,6 +140,7 @@ class HybridNeighborLoader(NodeLoader):
         self.device = resolve_device(device)
         check_loader_kwargs(kwargs, self.device)
         input_nodes = check_input_nodes(data, input_nodes)
+        input_time = check_input_time(input_time, input_nodes)
 
         if neighbor_sampler is None:
             neighbor_sampler = HybridNeighborSampler(

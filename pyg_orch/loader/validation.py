@@ -136,3 +136,22 @@ def check_temporal_args(input_time, time_attr, temporal_strategy,
                          f"(got {temporal_strategy!r})")
 
 
+
+
+def check_input_time(input_time, input_nodes) -> Optional[Tensor]:
+    r"""Checks that :obj:`input_time` gives one time per seed."""
+    if input_time is None:
+        return None
+    if not isinstance(input_time, Tensor) or input_time.dim() != 1:
+        raise ValueError("'input_time' must be a one-dimensional tensor with "
+                         "one time per seed")
+    if input_time.dtype == torch.bool or input_time.is_complex():
+        raise ValueError(f"'input_time' must be integer or floating point "
+                         f"(got {input_time.dtype})")
+    nodes = input_nodes[1] if isinstance(input_nodes, tuple) else input_nodes
+    if isinstance(nodes, Tensor):
+        num = int(nodes.sum()) if nodes.dtype == torch.bool else nodes.numel()
+        if input_time.numel() != num:
+            raise ValueError(f"'input_time' has {input_time.numel()} entries, "
+                             f"but there are {num} seeds in 'input_nodes'")
+    return input_time

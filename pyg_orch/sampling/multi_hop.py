@@ -40,6 +40,8 @@ def sample_multi_hop(
     induced: bool = False,
     generator: Optional[torch.Generator] = None,
     buffers: Optional[DenseBufferPool] = None,
+    seed_time: Optional[Dict] = None,
+    temporal_strategy: str = 'uniform',
 ) -> MultiHopOutput:
     r"""Samples :obj:`len(num_neighbors[edge_type])` hops from :obj:`seeds`.
 
@@ -55,6 +57,11 @@ def sample_multi_hop(
         generator (torch.Generator, optional): Random number generator.
         buffers (DenseBufferPool, optional): Dense relabel arrays; without,
             relabeling sorts.
+        seed_time (dict, optional): Time of every seed per node type, for
+            temporal sampling (requires :obj:`disjoint=True`): nodes of the
+            subgraph of seed :obj:`i` only get neighbors not later than
+            :obj:`seed_time[i]`.
+        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
     """
     device = topology.device
     edge_types = topology.edge_types
@@ -74,6 +81,18 @@ def sample_multi_hop(
                 buffers.get(t, topology.num_nodes[t], device))
         else:
             relabel[t] = SortRelabeler(device)
+
+    # Time bound per subgraph (batch id), for temporal sampling:
+    batch_time: Optional[Tensor] = None
+    if topology.is_temporal:
+        if not disjoint or seed_time is None:
+            raise ValueError("Temporal sampling needs 'disjoint=True' and "
+                             "a time per seed")
+        size = max(s.numel() for s in seeds.values())
+        for t, time in seed_time.items():
+            if batch_time is None:
+                batch_time = time.new_zeros(size).to(device)
+            batch_time[:time.numel()] = time.to(device)
 
     try:
         for t, seed in seeds.items():
@@ -108,14 +127,22 @@ def sample_multi_hop(
                 if f_global.numel() == 0:
                     continue
                 topo = topology.csc[et]
-                pos, dst_index = sample_neighbors(topo.colptr, f_global,
-                                                  fanout, replace, generator)
-                src = topo.row[pos].to(torch.int64)
-                eid = pos if topo.edge_id is None else topo.edge_id[pos].to(
-                    torch.int64)
-                batch = None if f_batch is None else f_batch[dst_index]
+                bound = None
+                if topo.time is not None:
+                    bound = batch_time.index_select(0, f_batch)
+                pos, dst_index = sample_neighbors(
+                    topo.colptr, f_global, fanout, replace, generator,
+                    time=topo.time, time_bound=bound,
+                    temporal_strategy=temporal_strategy, weight=topo.weight,
+                    weight_cumsum=topo.weight_cumsum
+                    if topo.weight is not None and replace else None)
+                src = topo.row.index_select(0, pos).to(torch.int64)
+                eid = pos if topo.edge_id is None else \
+                    topo.edge_id.index_select(0, pos).to(torch.int64)
+                batch = None if f_batch is None else f_batch.index_select(
+                    0, dst_index)
                 cand.setdefault(src_t, []).append(
-                    (et, src, batch, f_local[dst_index], eid))
+                    (et, src, batch, f_local.index_select(0, dst_index), eid))
 
             next_frontier = {}
             for src_t, parts in cand.items():

@@ -69,12 +69,36 @@ def uniform_subsets_sort(deg: Tensor, k: int,
     return offset[keep].view(-1, k)
 
 
+def segment_upper_bound(values: Tensor, start: Tensor, end: Tensor,
+                        bound: Tensor) -> Tensor:
+    r"""For every segment :obj:`values[start[i]:end[i]]` (sorted ascending),
+    the first position whose value exceeds :obj:`bound[i]` (or :obj:`end[i]`),
+    by a bisection vectorized over segments."""
+    lo, hi = start.clone(), end.clone()
+    if lo.numel() == 0:
+        return lo
+    steps = int((end - start).max()).bit_length()
+    last = max(values.numel() - 1, 0)
+    for _ in range(steps):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        right = active & (values[mid.clamp(max=last)] <= bound)
+        lo = torch.where(right, mid + 1, lo)
+        hi = torch.where(active & ~right, mid, hi)
+    return lo
+
+
 def sample_neighbors(
     colptr: Tensor,
     nodes: Tensor,
     num_neighbors: int,
     replace: bool = False,
     generator: Optional[torch.Generator] = None,
+    time: Optional[Tensor] = None,
+    time_bound: Optional[Tensor] = None,
+    temporal_strategy: str = 'uniform',
+    weight: Optional[Tensor] = None,
+    weight_cumsum: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     r"""Samples in-neighbors of :obj:`nodes` in a CSC layout.
 
@@ -83,6 +107,14 @@ def sample_neighbors(
     independent uniform draws (none for :obj:`d = 0`). :obj:`k = -1` takes all
     neighbors.
 
+    Temporal sampling (:obj:`time`, :obj:`time_bound`) only considers the
+    neighbors whose time is at most the node's bound; with
+    :obj:`temporal_strategy='last'`, only the :obj:`k` most recent of those.
+    Weighted sampling (:obj:`weight`) draws neighbors with probability
+    proportional to their weight: successive sampling without replacement
+    (an exponential race), inverse-CDF draws with replacement; zero-weight
+    neighbors are never returned.
+
     Args:
         colptr (torch.Tensor): CSC offsets (int32 or int64).
         nodes (torch.Tensor): Destination node ids.
@@ -90,6 +122,13 @@ def sample_neighbors(
         replace (bool): Sample with replacement.
         generator (torch.Generator, optional): Random number generator on the
             device of :obj:`colptr`.
+        time (torch.Tensor, optional): Time of every CSC position, sorted
+            within each neighborhood.
+        time_bound (torch.Tensor, optional): Latest admissible time per node.
+        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
+        weight (torch.Tensor, optional): Weight of every CSC position.
+        weight_cumsum (torch.Tensor, optional): Inclusive float64 prefix sum of
+            :obj:`weight` (needed with :obj:`replace=True`).
 
     Returns:
         (positions, dst_index): CSC positions of the sampled edges, grouped by
@@ -98,8 +137,19 @@ def sample_neighbors(
     """
     k = num_neighbors
     nodes = nodes.to(torch.int64)
-    start = colptr[nodes].to(torch.int64)
-    deg = colptr[nodes + 1].to(torch.int64) - start
+    start = colptr.index_select(0, nodes).to(torch.int64)
+    end = colptr.index_select(0, nodes + 1).to(torch.int64)
+    if time is not None:
+        end = segment_upper_bound(time, start, end, time_bound)
+        if temporal_strategy == 'last' and k >= 0:
+            start = torch.maximum(start, end - k)
+    if weight is not None:
+        if replace and k >= 0:
+            return _weighted_with_replacement(start, end, k, weight_cumsum,
+                                              generator)
+        return _weighted_without_replacement(start, end, k, weight,
+                                             generator)
+    deg = end - start
     if k < 0:
         count = deg
     elif replace:
@@ -114,22 +164,75 @@ def sample_neighbors(
     if total == 0:
         return dst_index.new_empty(0), dst_index
 
+    start_e = start.index_select(0, dst_index)
     if replace and k >= 0:
-        pos = start[dst_index] + _randint_below(deg[dst_index], generator)
-        return pos, dst_index
+        deg_e = deg.index_select(0, dst_index)
+        return start_e + _randint_below(deg_e, generator), dst_index
 
-    pos = start[dst_index] + segment_arange(count, total)
+    pos = start_e + segment_arange(count, total)
     if k < 0:
         return pos, dst_index
 
     big = deg > k  # Nodes that need a random k-subset.
     big_nodes = big.nonzero().view(-1)
     if big_nodes.numel() > 0:
-        big_deg = deg[big_nodes]
+        big_deg = deg.index_select(0, big_nodes)
         if k <= FLOYD_MAX_FANOUT:
             picks = uniform_subsets_floyd(big_deg, k, generator)
         else:
             picks = uniform_subsets_sort(big_deg, k, generator)
         # Each big node owns exactly `k` consecutive output slots:
-        pos[big[dst_index]] = (start[big_nodes].unsqueeze(1) + picks).view(-1)
+        pos[big.index_select(0, dst_index)] = (
+            start.index_select(0, big_nodes).unsqueeze(1) + picks).view(-1)
     return pos, dst_index
+
+
+def _weighted_with_replacement(start: Tensor, end: Tensor, k: int,
+                               cumsum: Tensor,
+                               generator: Optional[torch.Generator]):
+    zero = cumsum.new_zeros(())
+    base = torch.where(start > 0, cumsum[(start - 1).clamp(min=0)], zero)
+    top = torch.where(end > 0, cumsum[(end - 1).clamp(min=0)], zero)
+    top = torch.where(end > start, top, base)
+    count = torch.where(top > base, k, 0)
+    total = int(count.sum())
+    dst_index = torch.repeat_interleave(
+        torch.arange(start.numel(), device=start.device), count,
+        output_size=total)
+    u = torch.rand(total, dtype=torch.float64, device=start.device,
+                   generator=generator)
+    lo, hi = base.index_select(0, dst_index), top.index_select(0, dst_index)
+    pos = torch.searchsorted(cumsum, lo + u * (hi - lo), right=True)
+    # Rounding may push a draw past the neighborhood: take its last
+    # positive-weight neighbor then.
+    bad = pos >= end.index_select(0, dst_index)
+    if bool(bad.any()):
+        pos[bad] = torch.searchsorted(cumsum, hi[bad], right=False)
+    return pos, dst_index
+
+
+def _weighted_without_replacement(start: Tensor, end: Tensor, k: int,
+                                  weight: Tensor,
+                                  generator: Optional[torch.Generator]):
+    deg = end - start
+    total = int(deg.sum())
+    seg = torch.repeat_interleave(
+        torch.arange(start.numel(), device=start.device), deg,
+        output_size=total)
+    pos = start.index_select(0, seg) + segment_arange(deg, total)
+    w = weight.index_select(0, pos).to(torch.float64)
+    positive = w > 0
+    if k < 0:
+        return pos[positive], seg[positive]
+    num_positive = torch.zeros_like(deg).index_add_(0, seg,
+                                                    positive.to(deg.dtype))
+    count = num_positive.clamp(max=k)
+    # Exponential race: sorting Exp(1) / w and keeping the first `count` is
+    # successive sampling proportional to `w`; zero weights race at +inf.
+    key = torch.empty(total, dtype=torch.float64, device=start.device)
+    key.exponential_(generator=generator).div_(w)
+    order = torch.argsort(key)
+    order = order[torch.argsort(seg.index_select(0, order), stable=True)]
+    rank = segment_arange(deg, total)  # Rank within node, in race order.
+    keep = order[rank < count.index_select(0, seg)]
+    return pos.index_select(0, keep), seg.index_select(0, keep)

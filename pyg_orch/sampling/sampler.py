@@ -111,7 +111,18 @@ class HybridNeighborSampler(BaseSampler):
         replace (bool): Sample with replacement. (default: :obj:`False`)
         disjoint (bool): Give every seed its own subgraph.
             (default: :obj:`False`)
-        is_sorted (bool): :obj:`edge_index` is sorted by destination.
+        temporal_strategy (str): :obj:`'uniform'` samples uniformly among
+            the neighbors not later than the seed; :obj:`'last'` takes the
+            most recent ones. (default: :obj:`'uniform'`)
+        time_attr (str, optional): A node-level or edge-level time attribute;
+            sampled neighbors (or edges) are never later than their seed's
+            time (:obj:`input_time`, or the seed node's own time). Implies
+            :obj:`disjoint=True`, as in PyG.
+        weight_attr (str, optional): An edge attribute of non-negative
+            weights; neighbors are drawn with probability proportional to
+            them, zero-weight edges never.
+        is_sorted (bool): :obj:`edge_index` is sorted by destination (and by
+            time within neighborhoods for temporal sampling); checked.
             (default: :obj:`False`)
         share_memory (bool): Move the topology into shared memory (for
             :obj:`num_workers > 0`). (default: :obj:`False`)
@@ -139,16 +150,14 @@ class HybridNeighborSampler(BaseSampler):
         topology: Optional[GraphTopology] = None,
         relabel: str = 'auto',
     ):
-        for name, value, default in (('time_attr', time_attr, None),
-                                     ('weight_attr', weight_attr, None),
-                                     ('temporal_strategy', temporal_strategy,
-                                      'uniform')):
-            if value != default:
-                raise NotImplementedError(
-                    f"'{name}' is not supported by {type(self).__name__} "
-                    f"yet (temporal and weighted sampling are planned); "
-                    f"use torch_geometric.loader.NeighborLoader with "
-                    f"pyg-lib for now")
+        if temporal_strategy not in ('uniform', 'last'):
+            raise ValueError(f"'temporal_strategy' must be 'uniform' or "
+                             f"'last' (got {temporal_strategy!r})")
+        for name, value in (('time_attr', time_attr),
+                            ('weight_attr', weight_attr)):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"'{name}' must be the name of an attribute "
+                                 f"(got {type(value).__name__})")
         if not directed:
             warnings.warn(
                 "The usage of the 'directed' argument is deprecated. Use "
@@ -170,10 +179,18 @@ class HybridNeighborSampler(BaseSampler):
         self.device = resolve_device(device)
         if topology is None:
             topology = topology_cache.get_or_build(data, is_sorted,
-                                                   self.device)
+                                                   self.device, time_attr,
+                                                   weight_attr)
         elif not isinstance(topology, GraphTopology):
             raise TypeError(f"'topology' must be a GraphTopology (got "
                             f"{type(topology).__name__})")
+        elif (topology.time_attr != time_attr
+              or topology.weight_attr != weight_attr):
+            raise ValueError(
+                f"'topology' was built with time_attr="
+                f"{topology.time_attr!r} and weight_attr="
+                f"{topology.weight_attr!r}, but the sampler asks for "
+                f"{time_attr!r} and {weight_attr!r}")
         topology = topology.to(self.device)
         if share_memory:
             topology.share_memory_()
@@ -183,6 +200,7 @@ class HybridNeighborSampler(BaseSampler):
                                                  topology.edge_types)
         self.replace = bool(replace)
         self.disjoint = bool(disjoint)
+        self.temporal_strategy = temporal_strategy
         self.relabel = relabel
         self._buffers = DenseBufferPool() if relabel != 'sort' else None
         self._set_seed(seed)
@@ -233,6 +251,19 @@ class HybridNeighborSampler(BaseSampler):
     # Sampling ################################################################
 
     @property
+    def is_temporal(self) -> bool:
+        return self.topology.is_temporal
+
+    @property
+    def disjoint(self) -> bool:
+        # As in PyG, temporal sampling always samples disjoint subgraphs.
+        return self._disjoint or self.is_temporal
+
+    @disjoint.setter
+    def disjoint(self, disjoint: bool):
+        self._disjoint = disjoint
+
+    @property
     def num_nodes(self):
         n = self.topology.num_nodes
         return n[None] if not self.is_hetero else n
@@ -255,8 +286,11 @@ class HybridNeighborSampler(BaseSampler):
         inputs: EdgeSamplerInput,
         neg_sampling: Optional[NegativeSampling] = None,
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
+        node_time = self.topology.node_time
+        if node_time is not None and not self.is_hetero:
+            node_time = node_time[None]
         out = edge_sample(inputs, self._sample, self.num_nodes, self.disjoint,
-                          None, neg_sampling)
+                          node_time, neg_sampling)
         if self.subgraph_type == SubgraphType.bidirectional:
             out = out.to_bidirectional()
         return out
@@ -267,11 +301,22 @@ class HybridNeighborSampler(BaseSampler):
         seed_time=None,
         **kwargs,
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
-        if seed_time is not None:
-            raise NotImplementedError(
-                "Temporal sampling ('input_time' / 'time_attr') is not "
-                "supported yet")
         seeds = seed if isinstance(seed, dict) else {None: seed}
+        times = None
+        if self.is_temporal:
+            if seed_time is not None:
+                times = seed_time if isinstance(seed_time, dict) else \
+                    {None: seed_time}
+            elif self.topology.node_time is not None:
+                times = {
+                    t: self.topology.node_time[t].index_select(
+                        0, s.to(self.device, torch.int64))
+                    for t, s in seeds.items()
+                }
+            else:
+                raise ValueError(
+                    "Edge-level temporal sampling needs a time per seed: "
+                    "pass 'input_time'")
         out = sample_multi_hop(
             self.topology,
             self.num_neighbors,
@@ -281,6 +326,8 @@ class HybridNeighborSampler(BaseSampler):
             induced=self.subgraph_type == SubgraphType.induced,
             generator=self.generator,
             buffers=self._buffers,
+            seed_time=times,
+            temporal_strategy=self.temporal_strategy,
         )
         if not self.is_hetero:
             return SamplerOutput(
