@@ -42,6 +42,7 @@ def sample_multi_hop(
     buffers: Optional[DenseBufferPool] = None,
     seed_time: Optional[Dict] = None,
     temporal_strategy: str = 'uniform',
+    prune_last_hop: Optional[Dict] = None,
 ) -> MultiHopOutput:
     r"""Samples :obj:`len(num_neighbors[edge_type])` hops from :obj:`seeds`.
 
@@ -62,6 +63,10 @@ def sample_multi_hop(
             subgraph of seed :obj:`i` only get neighbors not later than
             :obj:`seed_time[i]`.
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
+        prune_last_hop (dict, optional): A boolean mask over the nodes of
+            each node type: masked nodes in the last frontier are not
+            expanded (their bottom-layer output comes from elsewhere, see
+            :class:`pyg_orch.offload.BottomLayerOffload`).
     """
     device = topology.device
     edge_types = topology.edge_types
@@ -124,6 +129,11 @@ def sample_multi_hop(
                 if fanout == 0 or dst_t not in frontier:
                     continue
                 f_local, f_global, f_batch = frontier[dst_t]
+                if (prune_last_hop is not None and hop == num_hops - 1
+                        and prune_last_hop.get(dst_t) is not None):
+                    keep = ~prune_last_hop[dst_t].index_select(0, f_global)
+                    f_local, f_global = f_local[keep], f_global[keep]
+                    f_batch = None if f_batch is None else f_batch[keep]
                 if f_global.numel() == 0:
                     continue
                 topo = topology.csc[et]

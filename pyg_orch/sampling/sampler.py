@@ -204,6 +204,31 @@ class HybridNeighborSampler(BaseSampler):
         self.relabel = relabel
         self._buffers = DenseBufferPool() if relabel != 'sort' else None
         self._set_seed(seed)
+        self.hot_nodes: Optional[Dict] = None
+
+    def set_hot_nodes(self, hot_nodes) -> None:
+        r"""Marks hot nodes (a boolean mask over the nodes, or a dict of masks
+        per node type; :obj:`None` to clear): in the last hop, hot nodes are
+        not expanded, since their bottom-layer output is computed elsewhere.
+        """
+        if hot_nodes is None:
+            self.hot_nodes = None
+            return
+        masks = hot_nodes if isinstance(hot_nodes, dict) else {
+            None: hot_nodes
+        }
+        out = {}
+        for t, mask in masks.items():
+            n = self.topology.num_nodes.get(t)
+            if n is None:
+                raise ValueError(f"'hot_nodes' names the node type {t!r}, "
+                                 f"which is not in the graph")
+            if (not isinstance(mask, Tensor) or mask.dtype != torch.bool
+                    or mask.shape != (n, )):
+                raise ValueError(f"'hot_nodes' must be a boolean mask of "
+                                 f"shape [{n}] for node type {t!r}")
+            out[t] = mask.to(self.device)
+        self.hot_nodes = out
 
     # Randomness ##############################################################
 
@@ -328,6 +353,7 @@ class HybridNeighborSampler(BaseSampler):
             buffers=self._buffers,
             seed_time=times,
             temporal_strategy=self.temporal_strategy,
+            prune_last_hop=self.hot_nodes,
         )
         if not self.is_hetero:
             return SamplerOutput(
