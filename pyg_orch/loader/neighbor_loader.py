@@ -29,14 +29,19 @@ _IN_PROCESS_STAGES = ('sample', 'gather', 'transfer')
 class _TimedIterator(DataLoaderIterator):
     r"""Charges the time the training loop blocks on the next batch, less
     what the loader itself spent in this process, to :obj:`'wait'`."""
-    def __init__(self, iterator, transform_fn: Callable, timer: StageTimer):
+    def __init__(self, iterator, transform_fn: Callable, timer: StageTimer,
+                 hooks: Dict[int, Callable]):
         super().__init__(iterator, transform_fn)
         self.timer = timer
+        self.hooks = hooks
 
     def __next__(self) -> Any:
         before = sum(self.timer.total.get(s, 0.0) for s in _IN_PROCESS_STAGES)
         start = time.perf_counter()
         out = super().__next__()
+        if torch.utils.data.get_worker_info() is None and self._from_worker:
+            for hook in list(self.hooks.values()):
+                hook(out)
         spent = time.perf_counter() - start
         inside = sum(self.timer.total.get(s, 0.0)
                      for s in _IN_PROCESS_STAGES) - before
@@ -179,6 +184,19 @@ class HybridNeighborLoader(NodeLoader):
             **kwargs,
         )
         self.batch_transform = transform
+        self._batch_hooks: Dict[int, Callable] = {}
+
+    def register_batch_hook(self, hook: Callable) -> Callable[[], None]:
+        r"""Calls :obj:`hook(batch)` on every mini-batch, in the main process,
+        after it was moved to :obj:`device` and transformed. Returns a
+        function that removes the hook."""
+        key = id(hook)
+        self._batch_hooks[key] = hook
+
+        def remove() -> None:
+            self._batch_hooks.pop(key, None)
+
+        return remove
 
     @property
     def topology(self) -> Optional[GraphTopology]:
@@ -218,6 +236,9 @@ class HybridNeighborLoader(NodeLoader):
             data = self._gather(out)
         if self.batch_transform is not None:
             data = self.batch_transform(data)
+        if timed:
+            for hook in list(self._batch_hooks.values()):
+                hook(data)
         return data
 
     def _gather(self, out) -> Any:
@@ -240,13 +261,20 @@ class HybridNeighborLoader(NodeLoader):
         return self._data_device_cache
 
     def _get_iterator(self):
-        it = super()._get_iterator()
-        if isinstance(it, DataLoaderIterator):
-            return _TimedIterator(it.iterator, it.transform_fn, self.timer)
-        return _TimedIterator(it, lambda x: x, self.timer)
+        # Wrap (never unwrap) PyG's iterator: its `__del__` shuts the
+        # workers down.
+        out = _TimedIterator(super()._get_iterator(), _identity, self.timer,
+                             self._batch_hooks)
+        # Batches filtered inside workers never pass `filter_fn` here:
+        out._from_worker = self.filter_per_worker and self.num_workers > 0
+        return out
 
     def __repr__(self) -> str:
         return f'{self.__class__.__name__}(device={self.device})'
+
+
+def _identity(x: Any) -> Any:
+    return x
 
 
 def _to_cpu(out):
