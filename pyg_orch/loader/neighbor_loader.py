@@ -67,9 +67,12 @@ class HybridNeighborLoader(NodeLoader):
             out = model(batch.x, batch.edge_index)[:batch.batch_size]
 
     Every batch carries :obj:`n_id`, :obj:`e_id`, :obj:`input_id`,
-    :obj:`batch_size`, :obj:`num_sampled_nodes`, :obj:`num_sampled_edges`
+    :obj:`batch_size`, :obj:`num_sampled_nodes` and :obj:`num_sampled_edges`
     (and :obj:`batch` if :obj:`disjoint=True`), with nodes in PyG's hop order,
-    so :func:`~torch_geometric.utils.trim_to_layer` works.
+    so :func:`~torch_geometric.utils.trim_to_layer` works. As in PyG,
+    :obj:`subgraph_type='bidirectional'` drops both counts and
+    :obj:`'induced'` drops :obj:`num_sampled_edges`, since edges are then no
+    longer grouped by hop.
 
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
@@ -112,6 +115,10 @@ class HybridNeighborLoader(NodeLoader):
             shuffling reproducible.
         topology (GraphTopology, optional): A topology to share with other
             loaders (see :attr:`topology`); built from :obj:`data` if not set.
+        backend (str): Sampling kernels: :obj:`'triton'`, :obj:`'torch'` or
+            :obj:`'auto'` (see :class:`~pyg_orch.HybridNeighborSampler`).
+        topology_placement (str): On CUDA, :obj:`'device'`, :obj:`'host'`
+            (pinned, read zero-copy) or :obj:`'auto'`.
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
             :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`.
@@ -137,6 +144,8 @@ class HybridNeighborLoader(NodeLoader):
         device: Union[None, str, torch.device] = None,
         seed: SeedLike = None,
         topology: Optional[GraphTopology] = None,
+        backend: str = 'auto',
+        topology_placement: str = 'auto',
         **kwargs,
     ):
         check_temporal_args(input_time, time_attr, temporal_strategy,
@@ -163,6 +172,8 @@ class HybridNeighborLoader(NodeLoader):
                 device=self.device,
                 seed=seed,
                 topology=topology,
+                backend=backend,
+                topology_placement=topology_placement,
             )
         if (seed is not None and 'generator' not in kwargs
                 and kwargs.get('shuffle', False)

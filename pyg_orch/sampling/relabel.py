@@ -139,13 +139,16 @@ class DenseBufferPool:
     def __setstate__(self, state):
         self._local = threading.local()
 
-    def get(self, key, num_nodes: int, device: torch.device) -> Tensor:
+    def get(self, key, num_nodes: int, device: torch.device,
+            fill: int = -1) -> Tensor:
+        r"""The array for :obj:`key` in this thread; users must leave it as
+        they found it (all :obj:`fill`)."""
         bufs: Dict = getattr(self._local, 'bufs', None)
         if bufs is None:
             bufs = self._local.bufs = {}
-        buf = bufs.get(key)
+        buf = bufs.get((key, fill))
         if buf is None or buf.numel() != num_nodes or buf.device != device:
             dtype = torch.int32 if num_nodes < 2**31 - 1 else torch.int64
-            buf = torch.full((num_nodes, ), -1, dtype=dtype, device=device)
-            bufs[key] = buf
+            buf = torch.full((num_nodes, ), fill, dtype=dtype, device=device)
+            bufs[(key, fill)] = buf
         return buf

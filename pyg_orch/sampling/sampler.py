@@ -131,6 +131,15 @@ class HybridNeighborSampler(BaseSampler):
         seed (int or torch.Generator, optional): Makes sampling reproducible.
         topology (GraphTopology, optional): A topology built before, to share
             it between loaders.
+        backend (str): :obj:`'triton'` for the fused GPU kernels,
+            :obj:`'torch'` for the vectorized PyTorch path, :obj:`'auto'`
+            for Triton where it is installed and handles the configuration
+            (CUDA, homogeneous, uniform, fan-outs in :obj:`[0, 64]`).
+            (default: :obj:`'auto'`)
+        topology_placement (str): On CUDA, :obj:`'device'` keeps the topology
+            in GPU memory, :obj:`'host'` in pinned host memory read zero-copy
+            by the Triton kernels, :obj:`'auto'` on the device if it takes
+            under half of the free GPU memory. (default: :obj:`'auto'`)
     """
     def __init__(
         self,
@@ -149,6 +158,8 @@ class HybridNeighborSampler(BaseSampler):
         seed: SeedLike = None,
         topology: Optional[GraphTopology] = None,
         relabel: str = 'auto',
+        backend: str = 'auto',
+        topology_placement: str = 'auto',
     ):
         if temporal_strategy not in ('uniform', 'last'):
             raise ValueError(f"'temporal_strategy' must be 'uniform' or "
@@ -176,6 +187,12 @@ class HybridNeighborSampler(BaseSampler):
             raise ValueError(f"'relabel' must be 'auto', 'dense' or 'sort' "
                              f"(got {relabel!r})")
 
+        if backend not in ('auto', 'torch', 'triton'):
+            raise ValueError(f"'backend' must be 'auto', 'torch' or 'triton' "
+                             f"(got {backend!r})")
+        if topology_placement not in ('auto', 'device', 'host'):
+            raise ValueError(f"'topology_placement' must be 'auto', 'device' "
+                             f"or 'host' (got {topology_placement!r})")
         self.device = resolve_device(device)
         if topology is None:
             topology = topology_cache.get_or_build(data, is_sorted,
@@ -191,10 +208,10 @@ class HybridNeighborSampler(BaseSampler):
                 f"{topology.time_attr!r} and weight_attr="
                 f"{topology.weight_attr!r}, but the sampler asks for "
                 f"{time_attr!r} and {weight_attr!r}")
-        topology = topology.to(self.device)
+        self.topology = self._place(topology, topology_placement)
         if share_memory:
-            topology.share_memory_()
-        self.topology = topology
+            self.topology.share_memory_()
+        topology = self.topology
         self.is_hetero = topology.is_hetero
         self.num_neighbors = parse_num_neighbors(num_neighbors,
                                                  topology.edge_types)
@@ -204,6 +221,7 @@ class HybridNeighborSampler(BaseSampler):
         self.relabel = relabel
         self._buffers = DenseBufferPool() if relabel != 'sort' else None
         self._set_seed(seed)
+        self.backend = self._choose_backend(backend)
         self.hot_nodes: Optional[Dict] = None
 
     def set_hot_nodes(self, hot_nodes) -> None:
@@ -230,6 +248,41 @@ class HybridNeighborSampler(BaseSampler):
             out[t] = mask.to(self.device)
         self.hot_nodes = out
 
+    def _place(self, topology: GraphTopology,
+               placement: str) -> GraphTopology:
+        if self.device.type != 'cuda':
+            return topology.to(self.device)
+        if placement == 'auto':
+            if topology.device.type == 'cuda':
+                placement = 'device'
+            else:
+                free, _ = torch.cuda.mem_get_info(self.device)
+                placement = 'device' if topology.nbytes() < free // 2 \
+                    else 'host'
+        if placement == 'device':
+            return topology.to(self.device)
+        return topology if topology.is_pinned else topology.pin_memory()
+
+    @property
+    def sample_device(self) -> torch.device:
+        r"""Where the PyTorch sampling path runs: the topology's device."""
+        return self.topology.device
+
+    def _choose_backend(self, backend: str) -> str:
+        from pyg_orch.gpu.fused_sampler import supports, triton_available
+        fused_ok = (self.device.type == 'cuda' and triton_available()
+                    and self.relabel != 'sort' and supports(
+                        self.topology, self.num_neighbors, self.disjoint,
+                        self.subgraph_type == SubgraphType.induced))
+        if backend == 'triton' and not fused_ok:
+            raise ValueError(
+                "backend='triton' needs a CUDA device, Triton, and a "
+                "homogeneous graph with uniform, non-disjoint, non-induced "
+                "sampling and fan-outs in [0, 64]; use backend='auto'")
+        if backend == 'auto':
+            return 'triton' if fused_ok else 'torch'
+        return backend
+
     # Randomness ##############################################################
 
     def _set_seed(self, seed: SeedLike):
@@ -250,6 +303,10 @@ class HybridNeighborSampler(BaseSampler):
             self._generator = torch.Generator(device=self.device)
             self._generator.manual_seed(seed)
         self._worker_generator: Optional[Tuple[int, torch.Generator]] = None
+        self._host_generator: Optional[torch.Generator] = None
+        if self._seed is not None and self.sample_device != self.device:
+            self._host_generator = torch.Generator(device=self.sample_device)
+            self._host_generator.manual_seed(self._seed)
 
     @property
     def generator(self) -> Optional[torch.Generator]:
@@ -271,6 +328,7 @@ class HybridNeighborSampler(BaseSampler):
         # Generators do not pickle; workers reseed (see `generator`).
         state['_generator'] = None
         state['_worker_generator'] = None
+        state['_host_generator'] = None
         return state
 
     # Sampling ################################################################
@@ -335,26 +393,40 @@ class HybridNeighborSampler(BaseSampler):
             elif self.topology.node_time is not None:
                 times = {
                     t: self.topology.node_time[t].index_select(
-                        0, s.to(self.device, torch.int64))
+                        0, s.to(self.sample_device, torch.int64))
                     for t, s in seeds.items()
                 }
             else:
                 raise ValueError(
                     "Edge-level temporal sampling needs a time per seed: "
                     "pass 'input_time'")
-        out = sample_multi_hop(
-            self.topology,
-            self.num_neighbors,
-            seeds,
-            replace=self.replace,
-            disjoint=self.disjoint,
-            induced=self.subgraph_type == SubgraphType.induced,
-            generator=self.generator,
-            buffers=self._buffers,
-            seed_time=times,
-            temporal_strategy=self.temporal_strategy,
-            prune_last_hop=self.hot_nodes,
-        )
+        if self.backend == 'triton':
+            from pyg_orch.gpu.fused_sampler import fused_sample_multi_hop
+            out = fused_sample_multi_hop(
+                self.topology.csc[None], self.topology.num_nodes[None],
+                self.num_neighbors[None], seeds[None], self.replace,
+                self.generator, self._buffers, self.device,
+                None if self.hot_nodes is None else self.hot_nodes[None])
+        else:
+            on_host = self.sample_device != self.device
+            out = sample_multi_hop(
+                self.topology,
+                self.num_neighbors,
+                seeds,
+                replace=self.replace,
+                disjoint=self.disjoint,
+                induced=self.subgraph_type == SubgraphType.induced,
+                generator=self._host_generator if on_host else self.generator,
+                buffers=self._buffers,
+                seed_time=times,
+                temporal_strategy=self.temporal_strategy,
+                prune_last_hop=None if self.hot_nodes is None else {
+                    k: v.to(self.sample_device)
+                    for k, v in self.hot_nodes.items()
+                },
+            )
+            if on_host:
+                out = _move(out, self.device)
         if not self.is_hetero:
             return SamplerOutput(
                 node=out.node[None],
@@ -375,3 +447,16 @@ class HybridNeighborSampler(BaseSampler):
             num_sampled_nodes=out.num_sampled_nodes,
             num_sampled_edges=out.num_sampled_edges,
         )
+
+
+def _move(out, device: torch.device):
+    def mv(d):
+        return None if d is None else {
+            k: v.to(device) if isinstance(v, Tensor) else v
+            for k, v in d.items()
+        }
+
+    out.node, out.row, out.col, out.edge = (mv(out.node), mv(out.row),
+                                            mv(out.col), mv(out.edge))
+    out.batch = mv(out.batch)
+    return out

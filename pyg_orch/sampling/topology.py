@@ -194,6 +194,15 @@ class CSCTopology:
                            move(self.edge_id), self.num_src_nodes,
                            move(self.time), move(self.weight))
 
+    def pin_memory(self) -> 'CSCTopology':
+        r"""A copy in pinned host memory, which GPU kernels read zero-copy."""
+        def pin(x: Optional[Tensor]) -> Optional[Tensor]:
+            return None if x is None else x.cpu().pin_memory()
+
+        return CSCTopology(pin(self.colptr), pin(self.row), pin(self.edge_id),
+                           self.num_src_nodes, pin(self.time),
+                           pin(self.weight))
+
     def share_memory_(self) -> 'CSCTopology':
         if not self.colptr.is_cuda:
             self.colptr.share_memory_()
@@ -281,6 +290,21 @@ class GraphTopology:
         return GraphTopology({k: v.to(device)
                               for k, v in self.csc.items()}, self.num_nodes,
                              node_time, self.time_attr, self.weight_attr)
+
+    def pin_memory(self) -> 'GraphTopology':
+        r"""A copy in pinned host memory (see :meth:`CSCTopology.pin_memory`).
+        """
+        node_time = None if self.node_time is None else {
+            k: v.cpu()
+            for k, v in self.node_time.items()
+        }
+        return GraphTopology({k: v.pin_memory()
+                              for k, v in self.csc.items()}, self.num_nodes,
+                             node_time, self.time_attr, self.weight_attr)
+
+    @property
+    def is_pinned(self) -> bool:
+        return all(t.colptr.is_pinned() for t in self.csc.values())
 
     def share_memory_(self) -> 'GraphTopology':
         for topo in self.csc.values():

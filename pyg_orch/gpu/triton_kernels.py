@@ -1,0 +1,152 @@
+"""Triton kernels of the fused GPU sampling path. Importing this module
+imports Triton; :mod:`pyg_orch.gpu.fused_sampler` does so lazily, only on the
+GPU path."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _random_below(seed, offset, bound):
+    # 64 random bits from Philox, reduced modulo `bound` (bias < bound/2^64).
+    r0, r1, _, _ = tl.randint4x(seed, offset)
+    r = (r0.to(tl.uint64) << 32) | r1.to(tl.uint64)
+    return (r % tl.maximum(bound, 1).to(tl.uint64)).to(tl.int64)
+
+
+@triton.jit
+def sample_hop_kernel(
+    colptr_ptr,
+    row_ptr,
+    eid_ptr,
+    node_ptr,
+    state_ptr,  # int64 [3]: num_nodes, frontier start, frontier count.
+    seed_ptr,
+    out_src_ptr,
+    out_eid_ptr,
+    out_dst_ptr,
+    hot_ptr,
+    capacity,
+    K: tl.constexpr,
+    KPAD: tl.constexpr,
+    REPLACE: tl.constexpr,
+    HAS_EID: tl.constexpr,
+    PRUNE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    r"""Samples up to :obj:`K` in-neighbors of every frontier node and writes
+    them into slots :obj:`[i * K, (i + 1) * K)` (source id, edge id, local
+    destination); empty slots get source :obj:`-1`. With :obj:`PRUNE`, nodes
+    flagged in :obj:`hot_ptr` are not expanded."""
+    pid = tl.program_id(0)
+    i = pid * BLOCK + tl.arange(0, BLOCK)
+    fstart = tl.load(state_ptr + 1)
+    fcount = tl.load(state_ptr + 2)
+    seed = tl.load(seed_ptr)
+    in_cap = i < capacity
+    valid = i < fcount
+    v = tl.load(node_ptr + fstart + i, mask=valid, other=0)
+    start = tl.load(colptr_ptr + v, mask=valid, other=0).to(tl.int64)
+    end = tl.load(colptr_ptr + v + 1, mask=valid, other=0).to(tl.int64)
+    if PRUNE:
+        hot = tl.load(hot_ptr + v, mask=valid, other=0) != 0
+        end = tl.where(hot, start, end)
+    deg = end - start
+    col = tl.arange(0, KPAD)
+    offs = i.to(tl.int64)[:, None] * KPAD + col[None, :]
+
+    if REPLACE:
+        cnt = tl.where(deg > 0, K, 0)
+        picks = _random_below(seed, offs, deg[:, None])
+    else:
+        cnt = tl.minimum(deg, K)
+        # Floyd's algorithm, vectorized over the nodes of the block: draw
+        # t in [0, j]; if t was picked before, take j (never picked yet).
+        floyd = tl.full((BLOCK, KPAD), -1, tl.int64)
+        for t in tl.static_range(K):
+            j = deg - K + t
+            r = _random_below(seed, i.to(tl.int64) * KPAD + t, j + 1)
+            prev = tl.where(col[None, :] < t, floyd, -1)
+            dup = tl.sum((prev == r[:, None]).to(tl.int32), axis=1) > 0
+            r = tl.where(dup, j, r)
+            floyd = tl.where(col[None, :] == t, r[:, None], floyd)
+        identity = tl.zeros((BLOCK, KPAD), tl.int64) + col[None, :]
+        picks = tl.where((deg > K)[:, None], floyd, identity)
+
+    ok = valid[:, None] & (col[None, :] < cnt[:, None])
+    pos = start[:, None] + picks
+    src = tl.load(row_ptr + pos, mask=ok, other=-1).to(tl.int64)
+    src = tl.where(ok, src, -1)
+    if HAS_EID:
+        eid = tl.load(eid_ptr + pos, mask=ok, other=-1).to(tl.int64)
+    else:
+        eid = pos
+    dst = tl.zeros((BLOCK, KPAD), tl.int64) + (fstart + i)[:, None]
+    out = i.to(tl.int64)[:, None] * K + col[None, :]
+    store = in_cap[:, None] & (col[None, :] < K)
+    tl.store(out_src_ptr + out, src, mask=store)
+    tl.store(out_eid_ptr + out, eid, mask=store)
+    tl.store(out_dst_ptr + out, dst, mask=store)
+
+
+@triton.jit
+def claim_kernel(src_ptr, map_ptr, claim_ptr, size, BLOCK: tl.constexpr):
+    r"""Every unseen node records the first slot it appears in."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < size
+    v = tl.load(src_ptr + p, mask=m, other=-1)
+    ok = m & (v >= 0)
+    seen = tl.load(map_ptr + v, mask=ok, other=0)
+    tl.atomic_min(claim_ptr + v, p.to(tl.int32), mask=ok & (seen < 0))
+
+
+@triton.jit
+def mark_kernel(src_ptr, map_ptr, claim_ptr, is_new_ptr, size,
+                BLOCK: tl.constexpr):
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < size
+    v = tl.load(src_ptr + p, mask=m, other=-1)
+    ok = m & (v >= 0)
+    seen = tl.load(map_ptr + v, mask=ok, other=0)
+    first = tl.load(claim_ptr + v, mask=ok, other=-1)
+    new = ok & (seen < 0) & (first == p)
+    tl.store(is_new_ptr + p, new.to(tl.int32), mask=m)
+
+
+@triton.jit
+def assign_kernel(src_ptr, is_new_ptr, rank_ptr, map_ptr, claim_ptr,
+                  node_ptr, state_ptr, size, BLOCK: tl.constexpr):
+    r"""New nodes get local ids in order of first appearance, are appended
+    to the node list, and release their claim."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < size
+    new = tl.load(is_new_ptr + p, mask=m, other=0) != 0
+    v = tl.load(src_ptr + p, mask=new, other=0)
+    rank = tl.load(rank_ptr + p, mask=new, other=1)
+    local = tl.load(state_ptr) + rank - 1
+    tl.store(map_ptr + v, local.to(tl.int32), mask=new)
+    tl.store(node_ptr + local, v, mask=new)
+    tl.store(claim_ptr + v, tl.full((BLOCK, ), 2147483647, tl.int32),
+             mask=new)
+
+
+@triton.jit
+def resolve_kernel(src_ptr, map_ptr, out_ptr, size, BLOCK: tl.constexpr):
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < size
+    v = tl.load(src_ptr + p, mask=m, other=-1)
+    ok = m & (v >= 0)
+    local = tl.load(map_ptr + v, mask=ok, other=-1).to(tl.int64)
+    tl.store(out_ptr + p, tl.where(ok, local, -1), mask=m)
+
+
+@triton.jit
+def reset_kernel(node_ptr, map_ptr, state_ptr, capacity,
+                 BLOCK: tl.constexpr):
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = (p < capacity) & (p < tl.load(state_ptr))
+    v = tl.load(node_ptr + p, mask=m, other=0)
+    tl.store(map_ptr + v, tl.full((BLOCK, ), -1, tl.int32), mask=m)
+
+
+def next_power_of_2(x: int) -> int:
+    return triton.next_power_of_2(x)

@@ -1,0 +1,163 @@
+"""The fused Triton sampling path against the vectorized PyTorch path. Runs on
+a GPU, or on the CPU under Triton's interpreter (``TRITON_INTERPRET=1``)."""
+import math
+import os
+from itertools import combinations
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from pyg_orch.gpu.fused_sampler import fused_sample_multi_hop
+from pyg_orch.gpu.fused_sampler import triton_available
+from pyg_orch.sampling.multi_hop import sample_multi_hop
+from pyg_orch.sampling.relabel import DenseBufferPool
+from pyg_orch.sampling.topology import GraphTopology
+
+if not triton_available():
+    pytest.skip('needs Triton', allow_module_level=True)
+if torch.cuda.is_available():
+    DEVICE = torch.device('cuda')
+elif os.environ.get('TRITON_INTERPRET') == '1':
+    DEVICE = torch.device('cpu')
+else:
+    pytest.skip('needs a CUDA device (or TRITON_INTERPRET=1)',
+                allow_module_level=True)
+
+FIELDS = ('node', 'row', 'col', 'edge')
+
+
+def random_graph(num_nodes=400, num_edges=4000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=g)
+    return Data(edge_index=edge_index, num_nodes=num_nodes)
+
+
+def run_fused(topo, fanouts, seeds, replace=False, seed=0, hot=None):
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    return fused_sample_multi_hop(topo.csc[None], topo.num_nodes[None],
+                                  fanouts, seeds.to(DEVICE), replace, gen,
+                                  DenseBufferPool(), DEVICE, hot)
+
+
+def check_edges(data, out):
+    node, row, col, e = (getattr(out, f)[None].cpu() for f in FIELDS)
+    src, dst = data.edge_index
+    assert torch.equal(src[e], node[row])
+    assert torch.equal(dst[e], node[col])
+
+
+@pytest.mark.parametrize('index_dtype', [torch.int32, torch.int64])
+def test_matches_torch_path_for_full_fanout(index_dtype):
+    data = random_graph()
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    for t in topo.csc.values():
+        t.row, t.colptr = t.row.to(index_dtype), t.colptr.to(index_dtype)
+    seeds = torch.tensor([5, 7, 5, 100, 3, 399])
+    max_deg = int(torch.bincount(data.edge_index[1]).max())
+    fanouts = [max_deg + 1, max_deg + 1]  # No randomness left.
+    fused = run_fused(topo, fanouts, seeds)
+    ref = sample_multi_hop(topo, {None: fanouts}, {None: seeds.to(DEVICE)},
+                           buffers=DenseBufferPool())
+    for f in FIELDS:
+        assert torch.equal(getattr(fused, f)[None], getattr(ref, f)[None])
+    assert fused.num_sampled_nodes == ref.num_sampled_nodes
+    assert fused.num_sampled_edges == ref.num_sampled_edges
+
+
+@pytest.mark.parametrize('replace', [False, True])
+@pytest.mark.parametrize('fanouts', [[3, 2], [5, 0, 2], [0, 4], [1, 1]])
+def test_invariants(replace, fanouts):
+    data = random_graph()
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    seeds = torch.randperm(400)[:32]
+    out = run_fused(topo, fanouts, seeds, replace)
+    check_edges(data, out)
+    node = out.node[None].cpu()
+    assert torch.equal(node[:32], seeds)
+    assert node.unique().numel() == node.numel()
+    assert sum(out.num_sampled_nodes[None]) == node.numel()
+    assert sum(out.num_sampled_edges[None]) == out.row[None].numel()
+    deg = torch.bincount(data.edge_index[1], minlength=400)
+    col, e = out.col[None].cpu(), out.edge[None].cpu()
+    count = torch.bincount(col, minlength=node.numel())
+    ptr = [0]
+    for n in out.num_sampled_nodes[None]:
+        ptr.append(ptr[-1] + n)
+    for h, k in enumerate(fanouts):
+        frontier = torch.arange(ptr[h], ptr[h + 1])
+        d = deg[node[frontier]]
+        expected = torch.where(d > 0, k, 0) if replace else d.clamp(max=k)
+        assert torch.equal(count[frontier], expected)
+    if not replace and e.numel() > 0:  # No neighbor twice per node:
+        pairs = col * (e.max() + 1) + e
+        assert pairs.unique().numel() == pairs.numel()
+
+
+def test_uniform_subsets():
+    # Star: node 0 has 6 in-neighbors; every 3-subset equally likely.
+    n = 2000
+    src = torch.arange(1, 7).repeat(n)
+    dst = torch.arange(n).repeat_interleave(6)
+    data = Data(edge_index=torch.stack([src + n, dst]), num_nodes=n + 7)
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    counts = {}
+    for rep in range(10):
+        out = run_fused(topo, [3], torch.arange(n), seed=rep)
+        e = out.edge[None].cpu().view(n, 3) % 6
+        for row in e.sort(dim=1)[0].tolist():
+            counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+    subsets = list(combinations(range(6), 3))
+    assert set(counts) == set(subsets)
+    expected = 10 * n / len(subsets)
+    chi2 = sum((counts[s] - expected)**2 / expected for s in subsets)
+    assert chi2 < 43.82  # 0.999 quantile of chi2(19).
+
+
+def test_pruned_last_hop_matches_torch_path():
+    data = random_graph()
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    hot = torch.zeros(400, dtype=torch.bool)
+    hot[::3] = True
+    seeds = torch.tensor([1, 2, 4, 5])
+    fanouts = [40, 40]
+    fused = run_fused(topo, fanouts, seeds, hot=hot.to(DEVICE))
+    ref = sample_multi_hop(topo, {None: fanouts}, {None: seeds.to(DEVICE)},
+                           buffers=DenseBufferPool(),
+                           prune_last_hop={None: hot.to(DEVICE)})
+    for f in FIELDS:
+        assert torch.equal(getattr(fused, f)[None], getattr(ref, f)[None])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_pinned_host_topology_reads_zero_copy():
+    data = random_graph()
+    on_device = GraphTopology.from_data(data, device=DEVICE)
+    on_host = GraphTopology.from_data(data).pin_memory()
+    assert on_host.is_pinned
+    seeds = torch.randperm(400)[:50]
+    a = run_fused(on_device, [5, 3], seeds, seed=3)
+    b = run_fused(on_host, [5, 3], seeds, seed=3)
+    for f in FIELDS:  # Same Philox draws, same graph: same batch.
+        assert torch.equal(getattr(a, f)[None], getattr(b, f)[None])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_loader_uses_fused_backend():
+    from pyg_orch import HybridNeighborLoader
+    data = random_graph()
+    data.x = torch.randn(400, 8)
+    for placement in ('device', 'host'):
+        loader = HybridNeighborLoader(data, [4, 3], batch_size=64,
+                                      device='cuda', seed=0,
+                                      topology_placement=placement)
+        assert loader.node_sampler.backend == 'triton'
+        batches = list(loader)
+        assert sum(b.batch_size for b in batches) == 400
+        for b in batches:
+            assert b.x.is_cuda
+            assert torch.equal(b.x.cpu(), data.x[b.n_id.cpu()])
+            src, dst = data.edge_index[:, b.e_id.cpu()]
+            assert torch.equal(src, b.n_id.cpu()[b.edge_index[0].cpu()])
+            assert torch.equal(dst, b.n_id.cpu()[b.edge_index[1].cpu()])
+    assert not math.isnan(loader.stats()['sample']['total_s'])
