@@ -7,6 +7,8 @@ synchronization per batch reads the node and edge counts at the end. The
 output equals :func:`pyg_orch.sampling.sample_multi_hop` (same hop order,
 same edge order); only the random draws differ.
 """
+import threading
+from collections import OrderedDict
 from typing import List, Optional
 
 import torch
@@ -44,6 +46,182 @@ def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
     return n < _INT32_MAX and topology.num_edges < 2**40
 
 
+class FusedPlan:
+    r"""The buffers and kernel launches of one batch shape (batch size,
+    fan-outs): every size is an upper bound known up front, so a batch runs
+    without host synchronization and can be captured once as a CUDA graph
+    and replayed."""
+    def __init__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
+                 batch_size: int, replace: bool, hot_nodes: Optional[Tensor],
+                 map_buf: Tensor, claim_buf: Tensor, device: torch.device):
+        if map_buf.dtype != torch.int32 or claim_buf.dtype != torch.int32:
+            raise RuntimeError('the fused sampler needs int32 relabel buffers')
+        self.topo, self.num_nodes = topo, num_nodes
+        self.fanouts, self.replace = list(fanouts), bool(replace)
+        self.hot_nodes, self.map_buf, self.claim_buf = (hot_nodes, map_buf,
+                                                        claim_buf)
+        self.device = device
+        B = self.batch_size = batch_size
+        self.caps = [B]
+        for k in fanouts:
+            self.caps.append(min(self.caps[-1] * max(k, 0), num_nodes))
+        kw = dict(dtype=torch.int64, device=device)
+        self.seeds = torch.zeros(B, **kw)
+        self.positions = torch.arange(B, dtype=torch.int32, device=device)
+        self.hop_seeds = torch.zeros(max(len(fanouts), 1), **kw)
+        self.node_buf = torch.zeros(B + sum(self.caps[1:]), **kw)
+        # [num_nodes so far, frontier start, frontier count]:
+        self.state = torch.zeros(3, **kw)
+        self.init_state = torch.tensor([B, 0, B], **kw)
+        self.out = []
+        for h, k in enumerate(fanouts):
+            M = self.caps[h] * max(k, 0)
+            self.out.append({
+                name: torch.zeros(M, **kw)
+                for name in ('src', 'eid', 'dst', 'row', 'rank')
+            } | {'is_new': torch.zeros(M, dtype=torch.int32, device=device)})
+        self.counts = torch.zeros(1 + 2 * len(fanouts), **kw)
+        self.graph = None
+
+    def enqueue(self) -> None:
+        r"""Launches the whole batch on the current stream."""
+        from pyg_orch.gpu import triton_kernels as tk
+
+        topo, state, B = self.topo, self.state, self.batch_size
+        colptr, row = _kernel_view(topo.colptr), _kernel_view(topo.row)
+        eid = _kernel_view(topo.edge_id) if topo.edge_id is not None else row
+        self.node_buf[:B].copy_(self.seeds)
+        self.map_buf.scatter_reduce_(0, self.seeds, self.positions, 'amin',
+                                     include_self=False)
+        state.copy_(self.init_state)
+        news, edges = [], []
+        for h, k in enumerate(self.fanouts):
+            F, buf = self.caps[h], self.out[h]
+            if k == 0 or F == 0:
+                state[1:2].copy_(state[0:1])
+                state[2:3].zero_()
+                news.append(state.new_zeros(1))
+                edges.append(state.new_zeros(1))
+                continue
+            M = F * k
+            kpad = max(tk.next_power_of_2(k), 2)
+            block = max(2048 // kpad, 16)
+            prune = self.hot_nodes is not None and h == len(self.fanouts) - 1
+            tk.sample_hop_kernel[(triton_cdiv(F, block), )](
+                colptr, row, eid, self.node_buf, state,
+                self.hop_seeds[h:h + 1], buf['src'], buf['eid'], buf['dst'],
+                self.hot_nodes if prune else buf['src'], F, K=k, KPAD=kpad,
+                REPLACE=self.replace, HAS_EID=topo.edge_id is not None,
+                PRUNE=prune, BLOCK=block)
+            grid = (triton_cdiv(M, _FLAT_BLOCK), )
+            tk.claim_kernel[grid](buf['src'], self.map_buf, self.claim_buf, M,
+                                  BLOCK=_FLAT_BLOCK)
+            tk.mark_kernel[grid](buf['src'], self.map_buf, self.claim_buf,
+                                 buf['is_new'], M, BLOCK=_FLAT_BLOCK)
+            torch.cumsum(buf['is_new'], 0, out=buf['rank'])
+            tk.assign_kernel[grid](buf['src'], buf['is_new'], buf['rank'],
+                                   self.map_buf, self.claim_buf,
+                                   self.node_buf, state, M, BLOCK=_FLAT_BLOCK)
+            tk.resolve_kernel[grid](buf['src'], self.map_buf, buf['row'], M,
+                                    BLOCK=_FLAT_BLOCK)
+            total = buf['rank'][-1:]
+            state[1:2].copy_(state[0:1])
+            state[2:3].copy_(total)
+            state[0:1].add_(total)
+            news.append(total)
+            edges.append((buf['src'] >= 0).sum().view(1))
+        self.counts.copy_(torch.cat([state[0:1]] + news + edges))
+        cap = self.node_buf.numel()
+        tk.reset_kernel[(triton_cdiv(cap, _FLAT_BLOCK), )](
+            self.node_buf, self.map_buf, state, cap, BLOCK=_FLAT_BLOCK)
+
+    def run(self, seeds: Tensor, generator: Optional[torch.Generator],
+            use_graph: bool) -> MultiHopOutput:
+        self.seeds.copy_(seeds)
+        self.hop_seeds.copy_(
+            torch.randint(_INT32_MAX, self.hop_seeds.shape, dtype=torch.int64,
+                          device=self.device, generator=generator))
+        if use_graph:
+            if self.graph is None:
+                self._capture()
+            self.graph.replay()
+        else:
+            self.enqueue()
+        return self._collect(self.counts.tolist())  # The one sync.
+
+    def _capture(self) -> None:
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            self.enqueue()  # Compiles the kernels; leaves buffers clean.
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.enqueue()
+        self.graph = graph
+
+    def _collect(self, counts: List[int]) -> MultiHopOutput:
+        H = len(self.fanouts)
+        node = self.node_buf[:counts[0]].clone()
+        parts = [o for o, k in zip(self.out, self.fanouts) if k > 0]
+        if parts and sum(counts[1 + H:]) > 0:
+            src = torch.cat([o['src'] for o in parts])
+            keep = (src >= 0).nonzero().view(-1)
+            row, col, edge = (torch.cat([o[name] for o in parts]).index_select(
+                0, keep) for name in ('row', 'dst', 'eid'))
+        else:
+            row = col = edge = node.new_empty(0)
+        return MultiHopOutput({None: node}, {None: row}, {None: col},
+                              {None: edge}, None,
+                              {None: [self.batch_size] + counts[1:1 + H]},
+                              {None: counts[1 + H:]})
+
+
+class FusedSampler:
+    r"""Runs :class:`FusedPlan` objects, one per batch shape and thread,
+    replayed as CUDA graphs on GPUs (eagerly elsewhere, e.g. under Triton's
+    interpreter)."""
+    def __init__(self, use_graphs: Optional[bool] = None,
+                 max_plans: int = 4):
+        self.use_graphs = use_graphs
+        self.max_plans = max_plans
+        self._local = threading.local()
+
+    def __getstate__(self):
+        return {'use_graphs': self.use_graphs, 'max_plans': self.max_plans}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __call__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
+                 seeds: Tensor, replace: bool,
+                 generator: Optional[torch.Generator],
+                 buffers: DenseBufferPool, device: torch.device,
+                 hot_nodes: Optional[Tensor] = None) -> MultiHopOutput:
+        seeds = seeds.to(device, torch.int64)
+        plans = getattr(self._local, 'plans', None)
+        if plans is None:
+            plans = self._local.plans = OrderedDict()
+        key = (id(topo), topo.colptr.data_ptr(), num_nodes, tuple(fanouts),
+               seeds.numel(), bool(replace),
+               None if hot_nodes is None else hot_nodes.data_ptr())
+        plan = plans.get(key)
+        if plan is None:
+            plan = FusedPlan(topo, num_nodes, fanouts, seeds.numel(), replace,
+                             hot_nodes,
+                             buffers.get(None, num_nodes, device, fill=-1),
+                             buffers.get(None, num_nodes, device,
+                                         fill=_INT32_MAX), device)
+            plans[key] = plan
+            while len(plans) > self.max_plans:
+                plans.popitem(last=False)
+        plans.move_to_end(key)
+        use_graphs = self.use_graphs
+        if use_graphs is None:
+            use_graphs = device.type == 'cuda'
+        return plan.run(seeds, generator, use_graphs)
+
+
 def fused_sample_multi_hop(
     topo: CSCTopology,
     num_nodes: int,
@@ -56,100 +234,16 @@ def fused_sample_multi_hop(
     hot_nodes: Optional[Tensor] = None,
 ) -> MultiHopOutput:
     r"""Samples :obj:`len(fanouts)` hops from :obj:`seeds` of a homogeneous
-    graph with the Triton kernels. The topology may live on the GPU or in
-    pinned host memory (read zero-copy). Nodes flagged in the boolean mask
+    graph with the Triton kernels, eagerly (see :class:`FusedSampler` for the
+    CUDA-graph version). The topology may live on the GPU or in pinned host
+    memory (read zero-copy). Nodes flagged in the boolean mask
     :obj:`hot_nodes` are not expanded in the last hop."""
-    from pyg_orch.gpu import triton_kernels as tk
-
     seeds = seeds.to(device, torch.int64)
-    B = seeds.numel()
-    caps = [B]
-    for k in fanouts:
-        caps.append(min(caps[-1] * max(k, 0), num_nodes))
-    node_buf = torch.empty(B + sum(caps[1:]), dtype=torch.int64,
-                           device=device)
-    node_buf[:B] = seeds
-    map_buf = buffers.get(None, num_nodes, device, fill=-1)
-    claim_buf = buffers.get(None, num_nodes, device, fill=_INT32_MAX)
-    if map_buf.dtype != torch.int32:
-        raise RuntimeError('the fused sampler needs int32 relabel buffers')
-    map_buf.scatter_reduce_(
-        0, seeds, torch.arange(B, dtype=torch.int32, device=device), 'amin',
-        include_self=False)
-    # Device-side state: [num_nodes so far, frontier start, frontier count].
-    state = torch.tensor([B, 0, B], dtype=torch.int64, device=device)
-    hop_seeds = torch.randint(_INT32_MAX, (max(len(fanouts), 1), ),
-                              dtype=torch.int64, device=device,
-                              generator=generator)
-    colptr, row = _kernel_view(topo.colptr), _kernel_view(topo.row)
-    eid = _kernel_view(topo.edge_id) if topo.edge_id is not None else row
-
-    outs, new_counts, edge_counts = [], [], []
-    try:
-        for h, k in enumerate(fanouts):
-            F = caps[h]
-            if k == 0 or F == 0:
-                state[1:2].copy_(state[0:1])
-                state[2:3].zero_()
-                new_counts.append(state.new_zeros(1))
-                edge_counts.append(state.new_zeros(1))
-                continue
-            M = F * k
-            out_src = torch.empty(M, dtype=torch.int64, device=device)
-            out_eid = torch.empty_like(out_src)
-            out_dst = torch.empty_like(out_src)
-            kpad = max(tk.next_power_of_2(k), 2)
-            block = max(2048 // kpad, 16)
-            prune = hot_nodes is not None and h == len(fanouts) - 1
-            tk.sample_hop_kernel[(triton_cdiv(F, block), )](
-                colptr, row, eid, node_buf, state, hop_seeds[h:h + 1],
-                out_src, out_eid, out_dst,
-                hot_nodes if prune else out_src, F, K=k, KPAD=kpad,
-                REPLACE=bool(replace), HAS_EID=topo.edge_id is not None,
-                PRUNE=prune, BLOCK=block)
-            grid = (triton_cdiv(M, _FLAT_BLOCK), )
-            is_new = torch.empty(M, dtype=torch.int32, device=device)
-            tk.claim_kernel[grid](out_src, map_buf, claim_buf, M,
-                                  BLOCK=_FLAT_BLOCK)
-            tk.mark_kernel[grid](out_src, map_buf, claim_buf, is_new, M,
-                                 BLOCK=_FLAT_BLOCK)
-            rank = torch.cumsum(is_new, 0)
-            tk.assign_kernel[grid](out_src, is_new, rank, map_buf, claim_buf,
-                                   node_buf, state, M, BLOCK=_FLAT_BLOCK)
-            out_row = torch.empty_like(out_src)
-            tk.resolve_kernel[grid](out_src, map_buf, out_row, M,
-                                    BLOCK=_FLAT_BLOCK)
-            total = rank[-1:]
-            state[1:2].copy_(state[0:1])
-            state[2:3].copy_(total)
-            state[0:1].add_(total)
-            new_counts.append(total)
-            edge_counts.append((out_src >= 0).sum().view(1))
-            outs.append((out_src, out_row, out_dst, out_eid))
-
-        # The one synchronization of the batch:
-        counts = torch.cat([state[0:1]] + new_counts + edge_counts).tolist()
-    finally:
-        cap = node_buf.numel()
-        tk.reset_kernel[(triton_cdiv(cap, _FLAT_BLOCK), )](
-            node_buf, map_buf, state, cap, BLOCK=_FLAT_BLOCK)
-
-    n_total = counts[0]
-    num_hops = len(fanouts)
-    num_sampled_nodes = [B] + counts[1:1 + num_hops]
-    num_sampled_edges = counts[1 + num_hops:]
-    node = node_buf[:n_total]
-    if outs:
-        src = torch.cat([o[0] for o in outs])
-        keep = (src >= 0).nonzero().view(-1)
-        row_local = torch.cat([o[1] for o in outs]).index_select(0, keep)
-        col_local = torch.cat([o[2] for o in outs]).index_select(0, keep)
-        edge = torch.cat([o[3] for o in outs]).index_select(0, keep)
-    else:
-        row_local = col_local = edge = node.new_empty(0)
-    return MultiHopOutput({None: node}, {None: row_local}, {None: col_local},
-                          {None: edge}, None, {None: num_sampled_nodes},
-                          {None: num_sampled_edges})
+    plan = FusedPlan(topo, num_nodes, fanouts, seeds.numel(), replace,
+                     hot_nodes, buffers.get(None, num_nodes, device, fill=-1),
+                     buffers.get(None, num_nodes, device, fill=_INT32_MAX),
+                     device)
+    return plan.run(seeds, generator, use_graph=False)
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -222,6 +222,9 @@ class HybridNeighborSampler(BaseSampler):
         self._buffers = DenseBufferPool() if relabel != 'sort' else None
         self._set_seed(seed)
         self.backend = self._choose_backend(backend)
+        if self.backend == 'triton':
+            from pyg_orch.gpu.fused_sampler import FusedSampler
+            self._fused = FusedSampler()
         self.hot_nodes: Optional[Dict] = None
 
     def set_hot_nodes(self, hot_nodes) -> None:
@@ -401,8 +404,7 @@ class HybridNeighborSampler(BaseSampler):
                     "Edge-level temporal sampling needs a time per seed: "
                     "pass 'input_time'")
         if self.backend == 'triton':
-            from pyg_orch.gpu.fused_sampler import fused_sample_multi_hop
-            out = fused_sample_multi_hop(
+            out = self._fused(
                 self.topology.csc[None], self.topology.num_nodes[None],
                 self.num_neighbors[None], seeds[None], self.replace,
                 self.generator, self._buffers, self.device,
