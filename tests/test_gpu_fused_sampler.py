@@ -160,7 +160,7 @@ def test_loader_uses_fused_backend():
             src, dst = data.edge_index[:, b.e_id.cpu()]
             assert torch.equal(src, b.n_id.cpu()[b.edge_index[0].cpu()])
             assert torch.equal(dst, b.n_id.cpu()[b.edge_index[1].cpu()])
-    assert not math.isnan(loader.stats()['sample']['total_s'])
+    assert not math.isnan(loader.stats()['stages']['sample']['total_s'])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')

@@ -1,6 +1,8 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.NeighborLoader`."""
+import copy
 import time
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, Optional, Union
 
 import torch
@@ -8,6 +10,8 @@ from torch_geometric.loader.base import DataLoaderIterator
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
 
+from pyg_orch.gpu.feature_store import TieredFeatureStore
+from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.stats import StageTimer
 from pyg_orch.loader.validation import (
     check_data,
@@ -21,32 +25,38 @@ from pyg_orch.sampling.sampler import (
     SeedLike,
     resolve_device,
 )
+from pyg_orch.sampling.presample import count_node_access
 from pyg_orch.sampling.topology import GraphTopology
 
 _IN_PROCESS_STAGES = ('sample', 'gather', 'transfer')
 
 
 class _TimedIterator(DataLoaderIterator):
-    r"""Charges the time the training loop blocks on the next batch, less
-    what the loader itself spent in this process, to :obj:`'wait'`."""
-    def __init__(self, iterator, transform_fn: Callable, timer: StageTimer,
-                 hooks: Dict[int, Callable]):
-        super().__init__(iterator, transform_fn)
+    r"""Hands batches to the training loop: runs the batch hooks and charges
+    the time the loop blocks on the next batch to :obj:`'wait'` (less what
+    the loader itself spent in this thread, when it works in this thread).
+    """
+    def __init__(self, iterator, timer: StageTimer,
+                 hooks: Dict[int, Callable], in_thread: bool):
+        super().__init__(iterator, _identity)
         self.timer = timer
         self.hooks = hooks
+        self.in_thread = in_thread
 
     def __next__(self) -> Any:
         before = sum(self.timer.total.get(s, 0.0) for s in _IN_PROCESS_STAGES)
         start = time.perf_counter()
         out = super().__next__()
-        if torch.utils.data.get_worker_info() is None and self._from_worker:
-            for hook in list(self.hooks.values()):
-                hook(out)
         spent = time.perf_counter() - start
-        inside = sum(self.timer.total.get(s, 0.0)
-                     for s in _IN_PROCESS_STAGES) - before
-        self.timer.add('wait', max(spent - inside, 0.0))
+        if self.in_thread:
+            inside = sum(self.timer.total.get(s, 0.0)
+                         for s in _IN_PROCESS_STAGES) - before
+            self.timer.add('wait', max(spent - inside, 0.0))
+        else:
+            self.timer.add('wait', spent)
         self.timer.num_batches += 1
+        for hook in list(self.hooks.values()):
+            hook(out)
         return out
 
 
@@ -119,6 +129,22 @@ class HybridNeighborLoader(NodeLoader):
             :obj:`'auto'` (see :class:`~pyg_orch.HybridNeighborSampler`).
         topology_placement (str): On CUDA, :obj:`'device'`, :obj:`'host'`
             (pinned, read zero-copy) or :obj:`'auto'`.
+        feature_store (str or TieredFeatureStore, optional): On CUDA with
+            node features :obj:`x` in host memory, :obj:`'auto'` serves them
+            from a :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached
+            on the GPU, the rest read from pinned memory, rows of the previous
+            batch reused); pass one to share it between loaders, or
+            :obj:`None` to gather on the CPU and copy, as PyG does.
+        gpu_memory_budget (int or float or str): GPU memory for the feature
+            cache: bytes, a fraction of free memory, or :obj:`'auto'` (a
+            quarter of free memory). Features that fit are cached whole.
+        gpu_cache_ratio (float, optional): Cache at most this fraction of the
+            rows.
+        cache_policy (str): Rank rows to cache by :obj:`'frequency'` (node
+            appearances in pre-sampled batches) or :obj:`'degree'`.
+        prefetch (int or str): Batches sampled and gathered ahead by a
+            background thread on its own CUDA stream; :obj:`'auto'` is 2 on
+            CUDA with :obj:`num_workers=0`, else 0.
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
             :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`.
@@ -146,6 +172,11 @@ class HybridNeighborLoader(NodeLoader):
         topology: Optional[GraphTopology] = None,
         backend: str = 'auto',
         topology_placement: str = 'auto',
+        feature_store: Union[None, str, TieredFeatureStore] = 'auto',
+        gpu_memory_budget: Union[None, int, float, str] = 'auto',
+        gpu_cache_ratio: Optional[float] = None,
+        cache_policy: str = 'frequency',
+        prefetch: Union[int, str] = 'auto',
         **kwargs,
     ):
         check_temporal_args(input_time, time_attr, temporal_strategy,
@@ -184,6 +215,17 @@ class HybridNeighborLoader(NodeLoader):
             kwargs['generator'] = gen
 
         self.timer = StageTimer(self.device)
+        if prefetch == 'auto':
+            prefetch = 2 if (self.device.type == 'cuda'
+                             and kwargs.get('num_workers', 0) == 0) else 0
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or \
+                prefetch < 0:
+            raise ValueError(f"'prefetch' must be a non-negative integer or "
+                             f"'auto' (got {prefetch!r})")
+        if prefetch > 0 and kwargs.get('num_workers', 0) > 0:
+            raise ValueError("'prefetch' > 0 needs num_workers=0 (worker "
+                             "processes already prepare batches ahead)")
+        self.prefetch = prefetch
         super().__init__(
             data=data,
             node_sampler=neighbor_sampler,
@@ -196,11 +238,14 @@ class HybridNeighborLoader(NodeLoader):
         )
         self.batch_transform = transform
         self._batch_hooks: Dict[int, Callable] = {}
+        self.feature_store = self._build_feature_store(
+            feature_store, gpu_memory_budget, gpu_cache_ratio, cache_policy)
+        self._mirror = None
 
     def register_batch_hook(self, hook: Callable) -> Callable[[], None]:
-        r"""Calls :obj:`hook(batch)` on every mini-batch, in the main process,
-        after it was moved to :obj:`device` and transformed. Returns a
-        function that removes the hook."""
+        r"""Calls :obj:`hook(batch)` on every mini-batch when the training
+        loop receives it (after it was moved to :obj:`device` and
+        transformed). Returns a function that removes the hook."""
         key = id(hook)
         self._batch_hooks[key] = hook
 
@@ -215,13 +260,37 @@ class HybridNeighborLoader(NodeLoader):
         :obj:`topology` to other loaders over the same graph."""
         return getattr(self.node_sampler, 'topology', None)
 
-    def stats(self) -> Dict[str, Dict[str, float]]:
-        r"""Time per stage (:obj:`'sample'`, :obj:`'gather'`,
-        :obj:`'transfer'`, :obj:`'wait'`, and any stage timed by the caller
-        through :obj:`loader.timer.stage(name)`) since the last
-        :obj:`loader.timer.reset()`. With :obj:`num_workers > 0`, sampling
-        and gathering happen in the workers and show up as :obj:`'wait'`."""
-        return self.timer.summary()
+    def stats(self) -> Dict[str, Any]:
+        r"""What the loader did since the last :meth:`reset_stats`:
+
+        * :obj:`'stages'`: time per stage (:obj:`'sample'`, :obj:`'gather'`,
+          :obj:`'transfer'`, :obj:`'wait'`, and any stage timed by the
+          caller through :obj:`loader.timer.stage(name)`). With
+          :obj:`num_workers > 0` or :obj:`prefetch > 0`, sampling and
+          gathering overlap training; :obj:`'wait'` is what the training
+          loop still waited.
+        * :obj:`'features'`: rows served per tier, cache hit rate and bytes
+          moved from host to device per batch (with a feature store).
+        * :obj:`'memory'`: GPU bytes held by the topology and the cache.
+        """
+        out: Dict[str, Any] = {'stages': self.timer.summary()}
+        fs = self.feature_store
+        out['features'] = None if fs is None else fs.stats.as_dict()
+        topo = self.topology
+        out['memory'] = {
+            'topology_bytes': topo.nbytes() if topo is not None else 0,
+            'topology_on_gpu': topo is not None
+            and topo.device.type == 'cuda',
+            'feature_cache_bytes': fs.gpu_bytes() if fs is not None else 0,
+            'feature_cache_rows': fs.num_cached if fs is not None else 0,
+        }
+        return out
+
+    def reset_stats(self) -> None:
+        r"""Clears the stage times and the feature store counters."""
+        self.timer.reset()
+        if self.feature_store is not None:
+            self.feature_store.reset_stats()
 
     def _in_main_process(self) -> bool:
         return torch.utils.data.get_worker_info() is None
@@ -247,16 +316,68 @@ class HybridNeighborLoader(NodeLoader):
             data = self._gather(out)
         if self.batch_transform is not None:
             data = self.batch_transform(data)
-        if timed:
-            for hook in list(self._batch_hooks.values()):
-                hook(data)
         return data
 
     def _gather(self, out) -> Any:
+        if self.feature_store is not None:
+            return self._gather_tiered(out)
         # PyG slices features where they live; indices follow them there.
         if not self._data_on_device():
             out = _to_cpu(out)
         return super().filter_fn(out)
+
+    def _gather_tiered(self, out) -> Any:
+        # PyG's `filter_fn` runs on a mirror of `data` on the device whose
+        # `x` and `edge_index` take no memory (PyG still classifies the
+        # attributes as usual); `x` then comes from the tiers, `edge_index`
+        # from `out`.
+        if self._mirror is None:
+            self._mirror = _device_mirror(self.data, self.device)
+        view = SimpleNamespace(data=self._mirror,
+                               node_sampler=self.node_sampler,
+                               transform=None, custom_cls=self.custom_cls,
+                               input_data=self.input_data,
+                               transform_sampler_output=self.
+                               transform_sampler_output)
+        data = NodeLoader.filter_fn(view, out)
+        data.x = self.feature_store.gather(out.node)
+        data.edge_index = torch.stack([out.row, out.col], dim=0)
+        return data
+
+    def _build_feature_store(self, feature_store, budget, ratio, policy):
+        from torch_geometric.data import Data
+
+        from pyg_orch.gpu.feature_store import TieredFeatureStore
+        if isinstance(feature_store, TieredFeatureStore):
+            return feature_store
+        if feature_store is None:
+            return None
+        if feature_store != 'auto':
+            raise ValueError(f"'feature_store' must be 'auto', None or a "
+                             f"TieredFeatureStore (got {feature_store!r})")
+        if policy not in ('frequency', 'degree'):
+            raise ValueError(f"'cache_policy' must be 'frequency' or "
+                             f"'degree' (got {policy!r})")
+        x = getattr(self.data, 'x', None) if isinstance(self.data,
+                                                        Data) else None
+        if (self.device.type != 'cuda' or not isinstance(x, torch.Tensor)
+                or x.is_cuda or x.dim() != 2
+                or not isinstance(self.node_sampler, HybridNeighborSampler)):
+            return None
+        hotness = None
+        if policy == 'degree':
+            topo = self.node_sampler.topology.csc[None]
+            hotness = (topo.colptr[1:] - topo.colptr[:-1]).cpu()
+        else:
+            with self.timer.stage('presample'):
+                hotness = count_node_access(
+                    self.node_sampler, self.input_data.node,
+                    batch_size=self.batch_size or 1,
+                    num_batches=presample_batches(self.input_data.node,
+                                                  self.batch_size or 1))
+        return TieredFeatureStore(x, self.device, hotness=hotness,
+                                  gpu_memory_budget=budget,
+                                  cache_ratio=ratio)
 
     def _data_on_device(self) -> bool:
         if not hasattr(self, '_data_device_cache'):
@@ -274,11 +395,11 @@ class HybridNeighborLoader(NodeLoader):
     def _get_iterator(self):
         # Wrap (never unwrap) PyG's iterator: its `__del__` shuts the
         # workers down.
-        out = _TimedIterator(super()._get_iterator(), _identity, self.timer,
-                             self._batch_hooks)
-        # Batches filtered inside workers never pass `filter_fn` here:
-        out._from_worker = self.filter_per_worker and self.num_workers > 0
-        return out
+        it = super()._get_iterator()
+        if self.prefetch > 0:
+            it = PrefetchIterator(it, self.prefetch, self.device)
+        return _TimedIterator(it, self.timer, self._batch_hooks,
+                              in_thread=self.prefetch == 0)
 
     def __repr__(self) -> str:
         return f'{self.__class__.__name__}(device={self.device})'
@@ -288,9 +409,28 @@ def _identity(x: Any) -> Any:
     return x
 
 
-def _to_cpu(out):
-    import copy
+def presample_batches(input_nodes: torch.Tensor, batch_size: int) -> int:
+    r"""Batches pre-sampled to rank rows for the cache: an epoch, capped."""
+    return min(-(-input_nodes.numel() // batch_size), 256)
 
+
+def _device_mirror(data, device: torch.device):
+    out = copy.copy(data)
+    for key, value in data._store.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if key == 'x':  # Zero columns: PyG slices it for free.
+            out._store[key] = value.new_empty((value.size(0), 0),
+                                              device=device)
+        elif key == 'edge_index':  # Shape only (stride 0), for PyG's checks.
+            out._store[key] = torch.zeros((), dtype=value.dtype,
+                                          device=device).expand(value.shape)
+        else:
+            out._store[key] = value.to(device)
+    return out
+
+
+def _to_cpu(out):
     out = copy.copy(out)
     for name in ('node', 'row', 'col', 'edge', 'batch', 'orig_row',
                  'orig_col'):

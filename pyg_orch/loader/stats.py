@@ -11,8 +11,9 @@ class StageTimer:
     r"""Accumulates the time spent in named stages (e.g. :obj:`'sample'`,
     :obj:`'gather'`, :obj:`'transfer'`, :obj:`'train'`).
 
-    On CUDA devices, the device is synchronized around each stage so that
-    asynchronous kernels are charged to the stage that launched them.
+    On CUDA devices, the calling thread's stream is synchronized around each
+    stage so that asynchronous kernels are charged to the stage that
+    launched them (other streams, e.g. a prefetch thread's, run on).
 
     .. code-block:: python
 
@@ -33,7 +34,7 @@ class StageTimer:
 
     def _sync(self) -> None:
         if self.device.type == 'cuda':
-            torch.cuda.synchronize(self.device)
+            torch.cuda.current_stream(self.device).synchronize()
 
     def add(self, name: str, seconds: float) -> None:
         self.total[name] = self.total.get(name, 0.0) + seconds

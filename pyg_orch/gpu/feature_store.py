@@ -1,0 +1,322 @@
+"""A feature store in tiers: the hottest rows in GPU memory, all rows in
+pinned host memory, and the rows of the previous batch kept for reuse."""
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import FeatureStore, TensorAttr
+
+from pyg_orch.gpu.fused_sampler import _kernel_view, triton_available
+
+
+@dataclass
+class FeatureStoreStats:
+    r"""Counters since the last :meth:`TieredFeatureStore.reset_stats`."""
+    rows: int = 0
+    cache_rows: int = 0
+    reused_rows: int = 0
+    host_rows: int = 0
+    host_bytes: int = 0
+    batches: int = 0
+    gather_s: List[float] = field(default_factory=list)
+
+    @property
+    def hit_rate(self) -> float:
+        r"""Share of rows served from GPU memory (cache or reuse)."""
+        return (self.cache_rows + self.reused_rows) / max(self.rows, 1)
+
+    def as_dict(self) -> Dict[str, float]:
+        return {
+            'rows': self.rows,
+            'cache_rows': self.cache_rows,
+            'reused_rows': self.reused_rows,
+            'host_rows': self.host_rows,
+            'hit_rate': self.hit_rate,
+            'cache_hit_rate': self.cache_rows / max(self.rows, 1),
+            'h2d_bytes_per_batch': self.host_bytes / max(self.batches, 1),
+        }
+
+
+def parse_budget(budget: Union[None, int, float, str],
+                 device: torch.device) -> int:
+    r"""Bytes of GPU memory for the cache: an int (bytes), a float in
+    :obj:`(0, 1]` (a fraction of the free memory), or :obj:`None` /
+    :obj:`'auto'` (a quarter of the free memory)."""
+    if budget is None or budget == 'auto':
+        budget = 0.25
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)):
+        raise ValueError(f"'gpu_memory_budget' must be a number of bytes, a "
+                         f"fraction of free GPU memory in (0, 1], or 'auto' "
+                         f"(got {budget!r})")
+    if isinstance(budget, float):
+        if not 0.0 < budget <= 1.0:
+            raise ValueError(f"'gpu_memory_budget' as a fraction must lie in "
+                             f"(0, 1] (got {budget})")
+        if device.type != 'cuda':
+            return 0
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * budget)
+    if budget < 0:
+        raise ValueError(f"'gpu_memory_budget' must be >= 0 (got {budget})")
+    return int(budget)
+
+
+class TieredFeatureStore(FeatureStore):
+    r"""A :class:`~torch_geometric.data.FeatureStore` for node features that
+    do not fit on the GPU: the rows ranked hottest (by :obj:`hotness`, e.g.
+    access counts from pre-sampling, see
+    :func:`pyg_orch.gpu.access_frequency`) live in GPU memory; every row
+    lives in pinned host memory. :meth:`gather` serves a batch's rows from
+    the cache, from the previous batch (cross-batch reuse), or from host
+    memory: zero-copy by a Triton kernel (:obj:`method='uva'`) or by CPU
+    threads into a pinned buffer plus an asynchronous copy
+    (:obj:`method='cpu'`).
+
+    Args:
+        x (torch.Tensor): The features, :obj:`[num_nodes, width]`, on the CPU.
+        device (torch.device): The GPU.
+        hotness (torch.Tensor, optional): A score per node; the highest are
+            cached. Without, rows are cached in index order.
+        gpu_memory_budget (int or float or str, optional): Bytes for the
+            cache, a fraction of free GPU memory, or :obj:`'auto'`.
+        cache_ratio (float, optional): Cache this fraction of the rows
+            instead (capped by the budget).
+        method (str): :obj:`'uva'`, :obj:`'cpu'` or :obj:`'auto'` (UVA when
+            Triton is available).
+        reuse (bool): Serve rows of the previous batch from GPU memory.
+        num_threads (int, optional): Threads of the CPU gather.
+        attr_name (str): The attribute name served. (default: :obj:`'x'`)
+    """
+    def __init__(
+        self,
+        x: Tensor,
+        device: Union[str, torch.device],
+        hotness: Optional[Tensor] = None,
+        gpu_memory_budget: Union[None, int, float, str] = 'auto',
+        cache_ratio: Optional[float] = None,
+        method: str = 'auto',
+        reuse: bool = True,
+        num_threads: Optional[int] = None,
+        attr_name: str = 'x',
+    ):
+        super().__init__()
+        if not isinstance(x, Tensor) or x.dim() != 2:
+            raise ValueError("'x' must be a 2-dimensional feature tensor")
+        self.device = torch.device(device)
+        if method not in ('auto', 'uva', 'cpu'):
+            raise ValueError(f"'method' must be 'auto', 'uva' or 'cpu' (got "
+                             f"{method!r})")
+        if method == 'auto':
+            method = 'uva' if (self.device.type == 'cuda'
+                               and triton_available()) else 'cpu'
+        if method == 'uva' and not triton_available():
+            raise ValueError("method='uva' needs Triton")
+        self.method = method
+        self.attr_name = attr_name
+        self.num_nodes, self.width = x.shape
+        self.dtype = x.dtype
+        if self.device.type == 'cuda':
+            self.host = x if x.is_pinned() else x.cpu().pin_memory()
+        else:
+            self.host = x.cpu()
+
+        row_bytes = self.width * x.element_size()
+        budget = parse_budget(gpu_memory_budget, self.device)
+        num_cached = min(self.num_nodes, budget // max(row_bytes, 1))
+        if cache_ratio is not None:
+            if not 0.0 <= cache_ratio <= 1.0:
+                raise ValueError(f"'cache_ratio' must lie in [0, 1] (got "
+                                 f"{cache_ratio})")
+            num_cached = min(num_cached,
+                             int(math.ceil(cache_ratio * self.num_nodes)))
+        if hotness is not None:
+            if hotness.numel() != self.num_nodes:
+                raise ValueError(f"'hotness' must have {self.num_nodes} "
+                                 f"entries (got {hotness.numel()})")
+            order = torch.argsort(hotness.cpu().to(torch.float64),
+                                  descending=True, stable=True)
+        else:
+            order = torch.arange(self.num_nodes)
+        self.cached_nodes = order[:num_cached]
+        slot = torch.full((self.num_nodes, ), -1, dtype=torch.int32)
+        slot[self.cached_nodes] = torch.arange(num_cached, dtype=torch.int32)
+        self.slot = slot.to(self.device)
+        self.cache = self.host.index_select(0, self.cached_nodes).to(
+            self.device)
+        self.reuse = reuse
+        self._prev: Optional[Tuple[Tensor, Tensor, int]] = None
+        self._prev_pos = torch.full((self.num_nodes, ), -1, dtype=torch.int32,
+                                    device=self.device) if reuse else None
+        self._lock = threading.Lock()
+        self._pool = None
+        self.num_threads = num_threads or max(torch.get_num_threads(), 1)
+        self.stats = FeatureStoreStats()
+
+    @property
+    def num_cached(self) -> int:
+        return self.cached_nodes.numel()
+
+    def gpu_bytes(self) -> int:
+        r"""GPU memory held: the cache and the slot map."""
+        total = self.cache.numel() * self.cache.element_size()
+        total += self.slot.numel() * self.slot.element_size()
+        if self._prev_pos is not None:
+            total += self._prev_pos.numel() * self._prev_pos.element_size()
+        return total
+
+    def reset_stats(self) -> None:
+        self.stats = FeatureStoreStats()
+
+    def describe(self) -> str:
+        return (f'{type(self).__name__}(rows={self.num_nodes}, '
+                f'width={self.width}, cached={self.num_cached} '
+                f'({100 * self.num_cached / max(self.num_nodes, 1):.1f}%), '
+                f'gpu={self.gpu_bytes() / 2**20:.1f} MiB, '
+                f'method={self.method}, reuse={self.reuse})')
+
+    # Gathering ###############################################################
+
+    def gather(self, index: Tensor) -> Tensor:
+        r"""The rows :obj:`index` (global node ids) on :obj:`device`."""
+        with self._lock:  # One gather at a time: it updates the reuse state.
+            index = index.to(self.device, torch.int64)
+            if self.method == 'uva':
+                out, source = self._gather_uva(index)
+            else:
+                out, source = self._gather_cpu(index)
+            self._count(index, source)
+            if self.reuse:
+                self._remember(index, out)
+            return out
+
+    def _prev_state(self) -> Optional[Tuple[Tensor, Tensor]]:
+        if self._prev is None:
+            return None
+        prev_index, prev_out, version = self._prev
+        if prev_out._version != version:  # Modified in place: stale.
+            return None
+        return prev_index, prev_out
+
+    def _gather_uva(self, index: Tensor) -> Tuple[Tensor, Tensor]:
+        from pyg_orch.gpu import triton_kernels as tk
+
+        n = index.numel()
+        out = torch.empty(n, self.width, dtype=self.dtype, device=self.device)
+        source = torch.empty(n, dtype=torch.int8, device=self.device)
+        prev = self._prev_state() if self.reuse else None
+        cache = self.cache if self.cache.numel() > 0 else out
+        block_c = min(triton_next_pow2(self.width), 128)
+        block_r = max(1024 // block_c, 1)
+        if n > 0:
+            tk.gather_rows_kernel[(max((n + block_r - 1) // block_r, 1), )](
+                index, self.slot, cache,
+                self._prev_pos if prev is not None else self.slot,
+                prev[1] if prev is not None else out, _kernel_view(self.host),
+                out, source, n, WIDTH=self.width, USE_PREV=prev is not None,
+                BLOCK_R=block_r, BLOCK_C=block_c)
+        return out, source
+
+    def _gather_cpu(self, index: Tensor) -> Tuple[Tensor, Tensor]:
+        n = index.numel()
+        out = torch.empty(n, self.width, dtype=self.dtype, device=self.device)
+        slot = self.slot.index_select(0, index)
+        source = torch.full((n, ), 2, dtype=torch.int8, device=self.device)
+        in_cache = slot >= 0
+        source[in_cache] = 0
+        prev = self._prev_state() if self.reuse else None
+        if prev is not None:
+            pos = self._prev_pos.index_select(0, index)
+            in_prev = ~in_cache & (pos >= 0)
+            source[in_prev] = 1
+        on_host = (source == 2).nonzero().view(-1)
+        rows = torch.nonzero(in_cache).view(-1)
+        out[rows] = self.cache.index_select(0, slot[rows].to(torch.int64))
+        if prev is not None:
+            rows = in_prev.nonzero().view(-1)
+            out[rows] = prev[1].index_select(0, pos[rows].to(torch.int64))
+        if on_host.numel() > 0:
+            host_index = index.index_select(0, on_host).cpu()
+            staged = self._cpu_index_select(host_index)
+            out[on_host.to(self.device)] = staged.to(self.device,
+                                                     non_blocking=True)
+        return out, source
+
+    def _cpu_index_select(self, index: Tensor) -> Tensor:
+        pin = self.device.type == 'cuda'
+        staged = torch.empty(index.numel(), self.width, dtype=self.dtype,
+                             pin_memory=pin)
+        chunks = max(min(self.num_threads, index.numel() // 4096), 1)
+        if chunks == 1:
+            torch.index_select(self.host, 0, index, out=staged)
+            return staged
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.num_threads,
+                                            thread_name_prefix='pyg_orch-'
+                                            'gather')
+        bounds = torch.linspace(0, index.numel(), chunks + 1).long().tolist()
+
+        def work(i: int) -> None:
+            a, b = bounds[i], bounds[i + 1]
+            torch.index_select(self.host, 0, index[a:b], out=staged[a:b])
+
+        list(self._pool.map(work, range(chunks)))
+        return staged
+
+    def _count(self, index: Tensor, source: Tensor) -> None:
+        counts = torch.bincount(source.to(torch.int64), minlength=3).tolist()
+        s = self.stats
+        s.rows += index.numel()
+        s.cache_rows += counts[0]
+        s.reused_rows += counts[1]
+        s.host_rows += counts[2]
+        s.host_bytes += counts[2] * self.width * self.host.element_size()
+        s.batches += 1
+
+    def _remember(self, index: Tensor, out: Tensor) -> None:
+        if self._prev is not None:
+            self._prev_pos.index_fill_(0, self._prev[0], -1)
+        self._prev_pos[index] = torch.arange(index.numel(), dtype=torch.int32,
+                                             device=self.device)
+        self._prev = (index, out, out._version)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # PyG's FeatureStore interface ############################################
+
+    def _check(self, attr: TensorAttr) -> None:
+        if attr.attr_name != self.attr_name:
+            raise KeyError(f"{type(self).__name__} serves "
+                           f"'{self.attr_name}', not '{attr.attr_name}'")
+
+    def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
+        self._check(attr)
+        index = attr.index
+        if index is None or isinstance(index, slice):
+            index = torch.arange(self.num_nodes)[index or slice(None)]
+        return self.gather(torch.as_tensor(index))
+
+    def _get_tensor_size(self, attr: TensorAttr) -> Tuple[int, int]:
+        self._check(attr)
+        return (self.num_nodes, self.width)
+
+    def get_all_tensor_attrs(self) -> List[TensorAttr]:
+        return [TensorAttr(group_name=None, attr_name=self.attr_name)]
+
+    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
+        raise NotImplementedError(
+            f"{type(self).__name__} is read-only; build a new one to change "
+            f"the features")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise NotImplementedError(f"{type(self).__name__} is read-only")
+
+
+def triton_next_pow2(x: int) -> int:
+    return 1 << max(int(x) - 1, 0).bit_length()

@@ -1,0 +1,148 @@
+"""Pipelined prefetch: upcoming batches are sampled and gathered by a
+background thread on its own CUDA stream while the current batch trains."""
+import queue
+import threading
+from typing import Any, Iterator
+
+import torch
+
+_DONE = object()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _record_stream(obj: Any, stream) -> None:
+    # Tensors made on the prefetch stream are used on the consumer's stream;
+    # the allocator must not recycle them before that stream is done.
+    if isinstance(obj, torch.Tensor):
+        if obj.is_cuda:
+            obj.record_stream(stream)
+    elif hasattr(obj, 'stores'):
+        for store in obj.stores:
+            for value in store.values():
+                _record_stream(value, stream)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _record_stream(value, stream)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _record_stream(value, stream)
+
+
+def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
+             device: torch.device, stream) -> None:
+    try:
+        if stream is not None:
+            torch.cuda.set_device(device)
+        while not stop.is_set():
+            if stream is not None:
+                with torch.cuda.stream(stream):
+                    try:
+                        batch = next(iterator)
+                    except StopIteration:
+                        break
+                    event = torch.cuda.Event()
+                    event.record(stream)
+            else:
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    break
+                event = None
+            if not _put(q, stop, (batch, event)):
+                return
+    except BaseException as e:  # Re-raised in the consumer.
+        _put(q, stop, _Failure(e))
+        return
+    _put(q, stop, _DONE)
+
+
+class PrefetchIterator:
+    r"""Runs :obj:`iterator` in a background thread, :obj:`depth` batches
+    ahead. On CUDA, the thread works on a side stream and every batch
+    carries an event that the consumer's stream waits for, so no batch is
+    used before its data is written. An exception in the thread is raised in
+    the consumer at the next :func:`next`; :meth:`close` (also called when
+    the iterator is garbage collected or exhausted) stops the thread.
+
+    Args:
+        iterator (Iterator): Produces batches.
+        depth (int): Batches prepared ahead.
+        device (torch.device): Where the batches live.
+    """
+    def __init__(self, iterator: Iterator, depth: int, device: torch.device):
+        if depth < 1:
+            raise ValueError(f"'prefetch' must be >= 1 (got {depth})")
+        self.iterator = iterator
+        self.device = device
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.cuda = device.type == 'cuda'
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        # The thread must not reference `self`, so that dropping the iterator
+        # (e.g. breaking out of the loop) collects it and stops the thread.
+        self.thread = threading.Thread(
+            target=_produce, daemon=True, name='pyg_orch-prefetch',
+            args=(iterator, self.queue, self.stop, device, self.stream))
+        self.thread.start()
+        self._finished = False
+
+    def __iter__(self) -> 'PrefetchIterator':
+        return self
+
+    def __next__(self) -> Any:
+        if self._finished:
+            raise StopIteration
+        while True:
+            try:
+                item = self.queue.get(timeout=0.1)
+                break
+            except queue.Empty:
+                if not self.thread.is_alive() and self.queue.empty():
+                    self._finished = True
+                    raise RuntimeError('the prefetch thread died')
+        if item is _DONE:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.close()
+            raise item.exc
+        batch, event = item
+        if event is not None:
+            consumer = torch.cuda.current_stream(self.device)
+            consumer.wait_event(event)
+            _record_stream(batch, consumer)
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.iterator)
+
+    def _reset(self, loader: Any, first_iter: bool = False):
+        raise RuntimeError('persistent workers are not supported with '
+                           'prefetch; set prefetch=0')
+
+    def close(self) -> None:
+        self._finished = True
+        self.stop.set()
+        if self.thread.is_alive() and \
+                self.thread is not threading.current_thread():
+            self.thread.join(timeout=10)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,174 @@
+"""The bottom (first) message-passing layer of a model: finding it, keeping a
+CPU copy of it, and computing its output for a set of vertices on the CPU from
+host-resident features."""
+import copy
+import threading
+from typing import Dict, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.nn.conv import MessagePassing
+
+from pyg_orch.sampling.neighbors import sample_neighbors
+from pyg_orch.sampling.topology import CSCTopology
+
+
+def find_first_layer(
+    model: torch.nn.Module,
+    layer: Union[None, str, torch.nn.Module] = None,
+) -> Tuple[str, MessagePassing]:
+    r"""Returns the name and the module of the first
+    :class:`~torch_geometric.nn.conv.MessagePassing` layer of :obj:`model`
+    (in registration order, e.g. :obj:`convs.0` of
+    :class:`~torch_geometric.nn.models.GraphSAGE`), or of :obj:`layer` if it
+    is given (a module of :obj:`model` or its name).
+
+    Raises:
+        ValueError: If :obj:`model` has no message-passing layer or
+            :obj:`layer` is not one of its modules.
+    """
+    named = list(model.named_modules())
+    if layer is not None:
+        for name, module in named:
+            if module is layer or (isinstance(layer, str) and name == layer):
+                if not isinstance(module, MessagePassing):
+                    raise ValueError(
+                        f"'layer' must be a MessagePassing module (got "
+                        f"{type(module).__name__} {name!r})")
+                return name, module
+        what = layer if isinstance(layer, str) else type(layer).__name__
+        raise ValueError(f"'layer' ({what!r}) is not a module of the model")
+    for name, module in named:
+        if isinstance(module, MessagePassing):
+            return name, module
+    raise ValueError(
+        f"{type(model).__name__} has no MessagePassing layer: bottom-layer "
+        f"offload computes the first message-passing layer on the CPU")
+
+
+def message_passing_layers(model: torch.nn.Module) -> Dict[str, MessagePassing]:
+    r"""All :class:`~torch_geometric.nn.conv.MessagePassing` modules of
+    :obj:`model` by name (outermost only: a message-passing layer nested in
+    another one is part of it)."""
+    out: Dict[str, MessagePassing] = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, MessagePassing):
+            continue
+        if any(name.startswith(prefix + '.') for prefix in out):
+            continue
+        out[name] = module
+    return out
+
+
+def check_materialized(layer: torch.nn.Module, name: str) -> None:
+    r"""Raises a :class:`ValueError` if :obj:`layer` holds lazily initialized
+    parameters (:obj:`in_channels=-1`)."""
+    from torch.nn.parameter import UninitializedParameter
+    for pname, p in layer.named_parameters():
+        if isinstance(p, UninitializedParameter):
+            raise ValueError(
+                f"The first message-passing layer {name!r} has lazily "
+                f"initialized parameters ({pname!r}); run one forward pass "
+                f"(or set 'in_channels') before wrapping the model")
+
+
+def snapshot_state(layer: torch.nn.Module) -> Dict[str, Tensor]:
+    r"""Clones the state of :obj:`layer` where it lives (asynchronously on
+    CUDA: the caller records an event after it)."""
+    return {
+        k: v.detach().clone()
+        for k, v in layer.state_dict(keep_vars=False).items()
+    }
+
+
+class BottomLayerComputer:
+    r"""Computes the output of the first message-passing layer for given
+    vertices on the CPU: samples their in-neighbors in a CPU copy of the
+    topology (:obj:`num_neighbors` of them, or all with :obj:`-1`), builds the
+    small subgraph (the vertices first, then their new neighbors) and calls a
+    CPU copy of the layer on it, in evaluation mode and without gradients.
+
+    Every calling thread gets its own copy of the layer (loaded from weight
+    snapshots on demand), so that threads never share module state.
+
+    Args:
+        layer (torch.nn.Module): The layer to copy (not modified).
+        x (torch.Tensor): Host-resident node features of the whole graph.
+        csc (CSCTopology): The topology on the CPU.
+        num_neighbors (int): Fan-out, :obj:`-1` for all neighbors.
+        replace (bool): Sample with replacement. (default: :obj:`False`)
+        seed (int, optional): Seeds the per-thread random generators.
+    """
+    def __init__(self, layer: torch.nn.Module, x: Tensor, csc: CSCTopology,
+                 num_neighbors: int, replace: bool = False,
+                 seed: Optional[int] = None):
+        # Copied before any hook of ours is registered on `layer`:
+        self.template = copy.deepcopy(layer).to('cpu').eval()
+        for p in self.template.parameters():
+            p.requires_grad_(False)
+        self.x = x
+        self.csc = csc
+        self.num_neighbors = int(num_neighbors)
+        self.replace = bool(replace)
+        self.seed = seed
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._num_threads_seen = 0
+
+    def _thread_state(self):
+        local = self._local
+        if not hasattr(local, 'layer'):
+            with self._lock:
+                index = self._num_threads_seen
+                self._num_threads_seen += 1
+                local.layer = copy.deepcopy(self.template)
+            local.key = None
+            local.generator = torch.Generator()
+            if self.seed is None:
+                local.generator.seed()
+            else:
+                local.generator.manual_seed(self.seed * 1_000_003 + index)
+        return local
+
+    def layer_for(self, key, state: Dict[str, Tensor]) -> torch.nn.Module:
+        r"""The calling thread's copy of the layer, loaded with :obj:`state`
+        (CPU tensors) unless it already holds the state named :obj:`key`."""
+        local = self._thread_state()
+        if local.key != key:
+            local.layer.load_state_dict(state, strict=True)
+            local.key = key
+        return local.layer
+
+    def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
+                 ) -> Tuple[Tensor, Tensor]:
+        r"""Samples the in-neighbors of :obj:`nodes` (distinct global ids)
+        and returns the global ids of the subgraph's vertices
+        (:obj:`nodes` first) and its local :obj:`edge_index`."""
+        csc = self.csc
+        n = nodes.numel()
+        pos, dst = sample_neighbors(
+            csc.colptr, nodes, self.num_neighbors, self.replace, generator,
+            weight=csc.weight, weight_cumsum=csc.weight_cumsum
+            if csc.weight is not None and self.replace else None)
+        src = csc.row.index_select(0, pos).to(torch.int64)
+        ids, inv = torch.unique(torch.cat([nodes, src]), return_inverse=True)
+        # Renumber so that `nodes` come first, in their order:
+        is_target = torch.zeros(ids.numel(), dtype=torch.bool)
+        is_target[inv[:n]] = True
+        order = torch.cat([inv[:n], (~is_target).nonzero().view(-1)])
+        new_id = torch.empty_like(order)
+        new_id[order] = torch.arange(order.numel())
+        edge_index = torch.stack([new_id[inv[n:]], dst.to(torch.int64)])
+        return ids[order], edge_index
+
+    def compute(self, layer: torch.nn.Module, nodes: Tensor) -> Tensor:
+        r"""The output of :obj:`layer` for :obj:`nodes`, shape
+        :obj:`[len(nodes), out_channels]`."""
+        local = self._thread_state()
+        with torch.no_grad():
+            ids, edge_index = self.subgraph(nodes, local.generator)
+            x = self.x.index_select(0, ids)
+            out = layer(x, edge_index)
+            if isinstance(out, (tuple, list)):
+                out = out[0]
+            return out[:nodes.numel()]

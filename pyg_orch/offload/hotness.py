@@ -1,0 +1,165 @@
+"""Hot vertices by pre-sampled access frequency: how often a vertex shows up in
+the part of a mini-batch whose bottom-layer output the model needs."""
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class HotSet:
+    r"""The vertices chosen by :func:`select_hot_nodes`.
+
+    Args:
+        hot_nodes (torch.Tensor): Global ids of the hot vertices, most
+            frequently accessed first (CPU, :obj:`int64`).
+        cache_nodes (torch.Tensor): Global ids of the next most frequently
+            accessed vertices, the GPU-cache candidates (CPU, :obj:`int64`).
+        counts (torch.Tensor): How often every vertex was accessed during
+            pre-sampling (CPU, :obj:`int64`).
+        num_batches (int): The number of pre-sampled mini-batches.
+    """
+    hot_nodes: Tensor
+    cache_nodes: Tensor
+    counts: Tensor
+    num_batches: int
+
+    @property
+    def num_nodes(self) -> int:
+        return self.counts.numel()
+
+    def hot_mask(self) -> Tensor:
+        r"""A boolean mask over all vertices, :obj:`True` for hot ones."""
+        mask = torch.zeros(self.num_nodes, dtype=torch.bool)
+        mask[self.hot_nodes] = True
+        return mask
+
+    def coverage(self) -> float:
+        r"""The share of all pre-sampled accesses that hit a hot vertex."""
+        total = int(self.counts.sum())
+        if total == 0:
+            return 0.0
+        return float(self.counts[self.hot_nodes].sum()) / total
+
+
+def count_bottom_accesses(
+    sampler,
+    seeds: Tensor,
+    batch_size: int,
+    num_batches: Optional[int] = None,
+    seed: Optional[int] = 0,
+) -> Tuple[Tensor, int]:
+    r"""Counts how often every vertex lands in hops :obj:`0, ..., L - 1` of
+    the mini-batches that :obj:`sampler` draws from :obj:`seeds`
+    (:obj:`L` hops): these are the vertices whose bottom-layer output the
+    model needs.
+
+    Hot-node pruning is switched off while counting, and the sampler's random
+    generator is restored afterwards, so the training batches drawn later are
+    the same as without counting.
+
+    Args:
+        sampler (HybridNeighborSampler): The sampler of the training loader.
+        seeds (torch.Tensor): The training seed vertices (global ids).
+        batch_size (int): Seeds per mini-batch.
+        num_batches (int, optional): How many mini-batches to draw; an
+            epoch's worth (all seeds) if not set.
+        seed (int, optional): Seeds the order in which the seeds are drawn.
+            (default: :obj:`0`)
+
+    Returns:
+        (counts, num_batches): the access count of every vertex (CPU,
+        :obj:`int64`) and the number of mini-batches drawn.
+    """
+    from torch_geometric.sampler import NodeSamplerInput
+
+    num_nodes = sampler.topology.num_nodes[None]
+    num_hops = max(len(v) for v in sampler.num_neighbors.values())
+    seeds = seeds.view(-1).to(torch.int64).cpu()
+    gen = torch.Generator()
+    if seed is not None:
+        gen.manual_seed(seed)
+    else:
+        gen.seed()
+    seeds = seeds[torch.randperm(seeds.numel(), generator=gen)]
+    batches = list(seeds.split(max(int(batch_size), 1)))
+    if num_batches is not None:
+        batches = batches[:max(int(num_batches), 1)]
+
+    device = sampler.topology.device
+    counts = torch.zeros(num_nodes, dtype=torch.int64, device=device)
+    saved_hot = getattr(sampler, 'hot_nodes', None)
+    generators = []
+    for name in ('generator', '_host_generator'):
+        gen = getattr(sampler, name, None)
+        if isinstance(gen, torch.Generator) and all(
+                gen is not g for g, _ in generators):
+            generators.append((gen, gen.get_state()))
+    sampler.hot_nodes = None
+    try:
+        for chunk in batches:
+            out = sampler.sample_from_nodes(
+                NodeSamplerInput(input_id=None, node=chunk))
+            num = out.num_sampled_nodes
+            if num is None:  # pragma: no cover (our sampler always sets it)
+                n = out.node.numel()
+            else:
+                n = int(sum(int(v) for v in list(num)[:num_hops]))
+            nodes = out.node[:n].to(device, torch.int64)
+            counts.index_add_(0, nodes, torch.ones_like(nodes))
+    finally:
+        sampler.hot_nodes = saved_hot
+        for gen, state in generators:
+            gen.set_state(state)
+    return counts.cpu(), len(batches)
+
+
+def split_by_frequency(counts: Tensor, hot_ratio: float,
+                       cache_ratio: float) -> Tuple[Tensor, Tensor]:
+    r"""Returns the :obj:`round(hot_ratio * N)` most frequently accessed
+    vertices and the next :obj:`round(cache_ratio * N)` (vertices never
+    accessed are never chosen). Ties are broken by vertex id."""
+    num_nodes = counts.numel()
+    num_hot = int(round(hot_ratio * num_nodes))
+    num_cache = int(round(cache_ratio * num_nodes))
+    accessed = int((counts > 0).sum())
+    order = torch.sort(counts, descending=True, stable=True)[1]
+    num_hot = min(num_hot, accessed)
+    num_cache = min(num_cache, accessed - num_hot)
+    hot = order[:num_hot].clone()
+    cache = order[num_hot:num_hot + num_cache].clone()
+    return hot, cache
+
+
+def select_hot_nodes(
+    sampler,
+    seeds: Tensor,
+    batch_size: int,
+    hot_ratio: float = 0.05,
+    cache_ratio: float = 0.15,
+    num_batches: Optional[int] = None,
+    seed: Optional[int] = 0,
+) -> HotSet:
+    r"""Chooses hot vertices by pre-sampling mini-batches with the training
+    sampler (see :func:`count_bottom_accesses`): the top :obj:`hot_ratio`
+    fraction of all vertices by access count are hot, the next
+    :obj:`cache_ratio` fraction are GPU-cache candidates.
+
+    Args:
+        sampler (HybridNeighborSampler): The sampler of the training loader.
+        seeds (torch.Tensor): The training seed vertices.
+        batch_size (int): Seeds per mini-batch.
+        hot_ratio (float): Fraction of all vertices that are hot.
+            (default: :obj:`0.05`)
+        cache_ratio (float): Fraction of all vertices that are GPU-cache
+            candidates. (default: :obj:`0.15`)
+        num_batches (int, optional): Mini-batches to pre-sample; an epoch's
+            worth if not set.
+        seed (int, optional): Seeds the order of the seeds.
+            (default: :obj:`0`)
+    """
+    counts, n = count_bottom_accesses(sampler, seeds, batch_size,
+                                      num_batches, seed)
+    hot, cache = split_by_frequency(counts, hot_ratio, cache_ratio)
+    return HotSet(hot, cache, counts, n)

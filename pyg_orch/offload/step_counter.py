@@ -1,0 +1,77 @@
+"""Counting weight versions: optimizer steps that update given parameters,
+or training forward passes when no such optimizer step is ever seen."""
+import weakref
+from typing import Callable, Iterable, Optional
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+
+class StepCounter:
+    r"""Counts the versions of a set of parameters.
+
+    A global optimizer step post-hook
+    (:func:`torch.optim.optimizer.register_optimizer_step_post_hook`) counts
+    the steps of every :class:`torch.optim.Optimizer` whose
+    :obj:`param_groups` hold one of the parameters. Until such a step is seen,
+    every training forward pass after the first counts as one version
+    (:meth:`on_forward`), i.e. each forward pass is assumed to be followed by
+    an update; this over-counts with gradient accumulation, which only makes
+    the staleness bound stricter. Weights updated without an optimizer more
+    often than once per forward pass are not seen.
+
+    Args:
+        params (callable): Returns the parameters to watch (called again
+            whenever an optimizer's parameter groups change).
+    """
+    def __init__(self, params: Callable[[], Iterable[torch.Tensor]]):
+        self._params = params
+        self.version = 0
+        self.num_forwards = 0
+        self.seen_optimizer = False
+        self._cache: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+        self._handle = register_optimizer_step_post_hook(
+            self._on_step)
+
+    @property
+    def source(self) -> str:
+        r""":obj:`'optimizer'` or :obj:`'forward'`: what versions count."""
+        return 'optimizer' if self.seen_optimizer else 'forward'
+
+    def _watches(self, optimizer) -> bool:
+        groups = getattr(optimizer, 'param_groups', None) or []
+        key = tuple(id(p) for g in groups for p in g.get('params', []))
+        try:
+            cached = self._cache.get(optimizer)
+        except TypeError:  # pragma: no cover (not weak-referenceable)
+            cached = None
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        mine = {id(p) for p in self._params()}
+        result = any(i in mine for i in key)
+        try:
+            self._cache[optimizer] = (key, result)
+        except TypeError:  # pragma: no cover
+            pass
+        return result
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        if self._handle is None:
+            return
+        if self._watches(optimizer):
+            self.seen_optimizer = True
+            self.version += 1
+
+    def on_forward(self) -> int:
+        r"""Records a training forward pass; returns the current version."""
+        if self.num_forwards > 0 and not self.seen_optimizer:
+            self.version += 1
+        self.num_forwards += 1
+        return self.version
+
+    def close(self) -> None:
+        r"""Removes the optimizer hook."""
+        handle: Optional[object] = self._handle
+        self._handle = None
+        if handle is not None:
+            handle.remove()

@@ -1,0 +1,129 @@
+"""A small pool of named worker threads that exit when idle or closed."""
+import atexit
+import collections
+import itertools
+import threading
+import time
+import weakref
+from concurrent.futures import Future
+from typing import Callable, Optional
+
+THREAD_NAME_PREFIX = 'pyg_orch-offload'
+
+_pool_ids = itertools.count()
+_live_pools: 'weakref.WeakSet[WorkerPool]' = weakref.WeakSet()
+
+
+class WorkerPool:
+    r"""Runs submitted functions on up to :obj:`num_threads` threads named
+    :obj:`'pyg_orch-offload-<pool>-<n>'`. Threads are started on demand and
+    exit after :obj:`idle_timeout` seconds without work, or when the pool is
+    closed; so an abandoned training loop leaves no thread behind for long.
+    Threads are daemons and are joined at interpreter exit.
+
+    Unlike :class:`concurrent.futures.ThreadPoolExecutor`, threads never
+    outlive the pool's use, and :meth:`close` cancels queued work.
+
+    Args:
+        num_threads (int): The most threads to run at once.
+        idle_timeout (float): Seconds a thread waits for work before it
+            exits. (default: :obj:`2.0`)
+    """
+    def __init__(self, num_threads: int, idle_timeout: float = 2.0):
+        if num_threads < 1:
+            raise ValueError(f"'num_threads' must be >= 1 (got "
+                             f"{num_threads})")
+        self.num_threads = int(num_threads)
+        self.idle_timeout = float(idle_timeout)
+        self.name = f'{THREAD_NAME_PREFIX}-{next(_pool_ids)}'
+        self._queue: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+        self._threads: set = set()
+        self._idle = 0
+        self._num_started = 0
+        self._closed = False
+        _live_pools.add(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def threads(self) -> list:
+        r"""The threads alive now."""
+        with self._cond:
+            return list(self._threads)
+
+    def submit(self, fn: Callable, *args) -> Future:
+        r"""Queues :obj:`fn(*args)`; returns its future."""
+        future: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError('The offload worker pool is closed')
+            self._queue.append((future, fn, args))
+            if (self._idle < len(self._queue)
+                    and len(self._threads) < self.num_threads):
+                thread = threading.Thread(
+                    target=self._work,
+                    name=f'{self.name}-{self._num_started}', daemon=True)
+                self._num_started += 1
+                self._threads.add(thread)
+                thread.start()
+            self._cond.notify()
+        return future
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        try:
+            while True:
+                with self._cond:
+                    deadline = time.monotonic() + self.idle_timeout
+                    while not self._queue and not self._closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._idle += 1
+                        try:
+                            self._cond.wait(remaining)
+                        finally:
+                            self._idle -= 1
+                    if not self._queue:  # Idle for too long, or closed.
+                        self._threads.discard(me)
+                        return
+                    future, fn, args = self._queue.popleft()
+                if not future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    result = fn(*args)
+                except BaseException as e:  # Handed to the waiting thread.
+                    future.set_exception(e)
+                else:
+                    future.set_result(result)
+                del future, fn, args
+        finally:
+            with self._cond:
+                self._threads.discard(me)
+
+    def close(self, wait: bool = True,
+              timeout: Optional[float] = None) -> None:
+        r"""Cancels queued work and stops the threads; with :obj:`wait`,
+        joins them (a function already running finishes first)."""
+        with self._cond:
+            self._closed = True
+            queued = list(self._queue)
+            self._queue.clear()
+            threads = list(self._threads)
+            self._cond.notify_all()
+        for future, _, _ in queued:
+            future.cancel()
+        if wait:
+            me = threading.current_thread()
+            for thread in threads:
+                if thread is not me:
+                    thread.join(timeout)
+
+
+@atexit.register
+def _close_all_pools() -> None:  # pragma: no cover (runs at exit)
+    for pool in list(_live_pools):
+        pool.close(wait=True, timeout=10.0)

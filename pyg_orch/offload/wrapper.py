@@ -1,0 +1,771 @@
+"""Bottom-layer offload in one call: :class:`BottomLayerOffload` wraps a
+model and a :class:`~pyg_orch.HybridNeighborLoader`."""
+import collections
+import os
+import warnings
+import weakref
+from typing import Any, Dict, Optional, Union
+
+import torch
+from torch import Tensor
+
+from pyg_orch.offload.bottom_layer import (
+    BottomLayerComputer,
+    check_materialized,
+    find_first_layer,
+    message_passing_layers,
+)
+from pyg_orch.offload.embedding_pipeline import EmbeddingPipeline
+from pyg_orch.offload.hotness import HotSet, select_hot_nodes
+from pyg_orch.offload.step_counter import StepCounter
+
+_MAX_BATCHES = 8
+_DEFAULT_PRESAMPLE_BATCHES = 200
+
+
+def default_num_threads() -> int:
+    r"""Worker threads by default: one per eight CPU cores, from one to four
+    (each thread's tensor operations use PyTorch's intra-op threads too)."""
+    return min(4, max(1, (os.cpu_count() or 1) // 8))
+
+
+class _BatchInfo:
+    __slots__ = ('x_ref', 'rows', 'pos', 'num_nodes', 'pruned')
+
+    def __init__(self, x: Tensor, rows: Tensor, pos: Tensor, pruned: bool):
+        self.x_ref = weakref.ref(x)
+        self.rows = rows  # Local rows in hops 0..L-1 of hot vertices.
+        self.pos = pos  # Their rows in the embedding tables.
+        self.num_nodes = x.size(0)
+        self.pruned = pruned
+
+
+class _ForwardContext:
+    __slots__ = ('x', 'info', 'version', 'called', 'in_call')
+
+    def __init__(self, x, info: Optional[_BatchInfo], version: int):
+        self.x = x
+        self.info = info
+        self.version = version
+        self.called = False
+        self.in_call = False
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    return (isinstance(a, Tensor) and isinstance(b, Tensor)
+            and a.device == b.device and a.dtype == b.dtype
+            and a.shape == b.shape and a.stride() == b.stride()
+            and a.data_ptr() == b.data_ptr())
+
+
+class OffloadRuntime:
+    r"""The state behind a :class:`BottomLayerOffload`: hooks, hot set,
+    embedding pipeline and counters. It holds no reference to the wrapper,
+    so the wrapper can be garbage-collected (which closes the runtime)."""
+    def __init__(self, model: torch.nn.Module, loader, layer_name: str,
+                 layer: torch.nn.Module, hot_set: HotSet,
+                 pipeline: EmbeddingPipeline, num_hops: int,
+                 features: Tensor):
+        self.model = model
+        self.loader = loader
+        self.sampler = loader.node_sampler
+        self.timer = getattr(loader, 'timer', None)
+        self.layer_name = layer_name
+        self.layer = layer
+        self.hot_set = hot_set
+        self.pipeline = pipeline
+        self.num_hops = num_hops
+        self.features = features
+        self.hot_mask = hot_set.hot_mask()
+        hot_pos = torch.full((hot_set.num_nodes, ), -1, dtype=torch.int32)
+        hot_pos[hot_set.hot_nodes] = torch.arange(hot_set.hot_nodes.numel(),
+                                                  dtype=torch.int32)
+        self._hot_pos = {torch.device('cpu'): hot_pos}
+        self.batches: 'collections.OrderedDict[int, _BatchInfo]' = \
+            collections.OrderedDict()
+        self.ctx: Optional[_ForwardContext] = None
+        self.training = False
+        self.closed = False
+        self.order_checked = False
+        self.features_checked = False
+        self.warned_size_match = False
+        self.warned_eval_pruned = False
+        self.counter = StepCounter(layer.parameters)
+        self.handles = [
+            layer.register_forward_pre_hook(self._pre_hook, with_kwargs=True),
+            layer.register_forward_hook(self._post_hook),
+        ]
+        self.remove_batch_hook = loader.register_batch_hook(self._on_batch)
+        self.reset_stats()
+
+    # Modes ###################################################################
+
+    @property
+    def active(self) -> bool:
+        return not self.closed and self.hot_set.hot_nodes.numel() > 0
+
+    def set_training(self, mode: bool) -> None:
+        self.training = bool(mode)
+        if not self.active:
+            return
+        if self.training:
+            self.sampler.set_hot_nodes(self.hot_mask)
+        else:
+            self.sampler.set_hot_nodes(None)
+            self.pipeline.pause()
+
+    def pause(self) -> None:
+        r"""Stops the worker threads; they restart at the next training
+        step."""
+        self.pipeline.pause()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+        self.remove_batch_hook()
+        self.counter.close()
+        try:
+            self.sampler.set_hot_nodes(None)
+        finally:
+            self.pipeline.close()
+            self.batches.clear()
+            self.ctx = None
+
+    # Statistics ##############################################################
+
+    def reset_stats(self) -> None:
+        self.pipeline.reset_stats()
+        self.num_offloaded = 0
+        self.num_exact = 0
+        self.rows_replaced = 0
+
+    def stats(self) -> Dict[str, Any]:
+        hot = self.hot_set
+        out = {
+            'num_hot': int(hot.hot_nodes.numel()),
+            'num_gpu_cache': int(hot.cache_nodes.numel()),
+            'hot_coverage': hot.coverage(),
+            'presample_batches': hot.num_batches,
+            'steps': self.counter.version,
+            'step_source': self.counter.source,
+            'training_forwards': self.counter.num_forwards,
+            'offloaded_forwards': self.num_offloaded,
+            'exact_forwards': self.num_exact,
+            'hot_rows_replaced': self.rows_replaced,
+            'hot_rows_per_batch': self.rows_replaced / max(
+                self.num_offloaded, 1),
+        }
+        out.update(self.pipeline.stats())
+        out['threads_alive'] = len(self.pipeline.threads)
+        return out
+
+    # Batches #################################################################
+
+    def _hot_pos_on(self, device: torch.device) -> Tensor:
+        out = self._hot_pos.get(device)
+        if out is None:
+            out = self._hot_pos[torch.device('cpu')].to(device)
+            self._hot_pos[device] = out
+        return out
+
+    def _on_batch(self, batch) -> None:
+        if not self.training or not self.active:
+            return
+        n_id = getattr(batch, 'n_id', None)
+        num = getattr(batch, 'num_sampled_nodes', None)
+        x = getattr(batch, 'x', None)
+        if not isinstance(n_id, Tensor) or num is None or \
+                not isinstance(x, Tensor):
+            return
+        if not self.features_checked:
+            self._check_features(batch)
+        n_bottom = int(sum(int(v) for v in list(num)[:self.num_hops]))
+        pos = self._hot_pos_on(n_id.device).index_select(0, n_id[:n_bottom])
+        rows = (pos >= 0).nonzero().view(-1)
+        info = _BatchInfo(x, rows, pos.index_select(0, rows).to(torch.int64),
+                          getattr(self.sampler, 'hot_nodes', None) is not None)
+        self.batches[id(x)] = info
+        self.batches.move_to_end(id(x))
+        while len(self.batches) > _MAX_BATCHES:
+            self.batches.popitem(last=False)
+
+    def _check_features(self, batch) -> None:
+        self.features_checked = True
+        k = min(8, batch.x.size(0))
+        ids = batch.n_id[:k].to('cpu')
+        expected = self.features.index_select(0, ids)
+        got = batch.x[:k].detach().to('cpu')
+        if got.shape != expected.shape or not torch.allclose(
+                got.to(expected.dtype), expected, rtol=1e-4, atol=1e-5):
+            raise ValueError(
+                "BottomLayerOffload: 'batch.x' differs from "
+                "'loader.data.x[batch.n_id]' (does a transform change the "
+                "features?). Hot-vertex embeddings are computed on the CPU "
+                "from 'loader.data.x', so the batch's features must be "
+                "those rows unchanged; transform 'data.x' before building "
+                "the loader instead")
+
+    def _match(self, x: Any) -> Optional[_BatchInfo]:
+        if not isinstance(x, Tensor) or not self.batches:
+            return None
+        info = self.batches.get(id(x))
+        if info is not None and info.x_ref() is x:
+            return info
+        newest = next(reversed(self.batches.values()))
+        if newest.num_nodes == x.size(0) and x.dim() == 2:
+            if not self.warned_size_match:
+                self.warned_size_match = True
+                warnings.warn(
+                    "BottomLayerOffload: the model's input 'x' is not the "
+                    "'batch.x' tensor of a mini-batch of the loader; assuming "
+                    "it holds the features of the newest mini-batch (same "
+                    "number of rows). Pass 'batch.x' itself to avoid the "
+                    "guess", stacklevel=4)
+            return newest
+        return None
+
+    # Forward #################################################################
+
+    def begin(self, x: Any) -> _ForwardContext:
+        version = self.counter.on_forward()
+        self.pipeline.maybe_submit(version)
+        info = self._match(x)
+        if info is not None and info.rows.device != getattr(
+                x, 'device', info.rows.device):
+            info.rows = info.rows.to(x.device)
+        if info is None:
+            self.num_exact += 1
+        else:
+            self.num_offloaded += 1
+        ctx = _ForwardContext(x, info, version)
+        self.ctx = ctx
+        return ctx
+
+    def end(self, ctx: _ForwardContext, failed: bool) -> None:
+        self.ctx = None
+        if failed:
+            return
+        if not ctx.called:
+            raise RuntimeError(
+                f"BottomLayerOffload: the first message-passing layer "
+                f"{self.layer_name!r} was not called during the forward pass; "
+                f"pass the layer the model calls first as 'layer='")
+
+    def check_eval_batch(self, x: Any) -> None:
+        if self.warned_eval_pruned or not isinstance(x, Tensor):
+            return
+        info = self.batches.get(id(x))
+        if info is not None and info.x_ref() is x and info.pruned:
+            self.warned_eval_pruned = True
+            warnings.warn(
+                "BottomLayerOffload: evaluating a mini-batch that was sampled "
+                "in training mode, with the bottom-hop neighbors of hot "
+                "vertices pruned; call eval() before drawing evaluation "
+                "batches", stacklevel=4)
+
+    def install_order_check(self):
+        r"""Until the first offloaded forward pass completes, raises if
+        another message-passing layer runs before the chosen one."""
+        handles = []
+        ctx_ref = self
+
+        def make_hook(name):
+            def hook(module, args):
+                ctx = ctx_ref.ctx
+                if ctx is not None and not ctx.called:
+                    raise ValueError(
+                        f"BottomLayerOffload: the message-passing layer "
+                        f"{name!r} runs before {ctx_ref.layer_name!r}, the "
+                        f"layer chosen as the first one; pass "
+                        f"layer={name!r}")
+            return hook
+
+        for name, module in message_passing_layers(self.model).items():
+            if module is not self.layer:
+                handles.append(module.register_forward_pre_hook(
+                    make_hook(name)))
+        return handles
+
+    def _pre_hook(self, module, args, kwargs):
+        ctx = self.ctx
+        if ctx is None or ctx.called:
+            return None
+        ctx.called = True
+        x = args[0] if len(args) > 0 else kwargs.get('x')
+        if isinstance(x, (tuple, list)) and len(x) > 0:
+            x = x[0]
+        if not _same_tensor(x, ctx.x):
+            raise ValueError(
+                f"BottomLayerOffload: the first message-passing layer "
+                f"{self.layer_name!r} does not consume the model's input 'x' "
+                f"directly (it gets a {type(x).__name__}"
+                f"{list(x.shape) if isinstance(x, Tensor) else ''} computed "
+                f"from it, e.g. by a Linear layer, an input dropout or a "
+                f"normalization before the first convolution). Bottom-layer "
+                f"offload computes that layer on the CPU from the raw "
+                f"features 'loader.data.x', so the model's first operation on "
+                f"'x' must be this layer; move such preprocessing into the "
+                f"data, or call model.eval() to run without offload")
+        extra = [
+            name for name, v in list(enumerate(args[2:], 2)) +
+            [(k, v) for k, v in kwargs.items() if k not in ('x', 'edge_index')]
+            if isinstance(v, Tensor)
+        ]
+        if extra:
+            raise NotImplementedError(
+                f"BottomLayerOffload: the first message-passing layer "
+                f"{self.layer_name!r} receives edge-level tensors besides 'x' "
+                f"and 'edge_index' (arguments {extra}, e.g. edge weights or "
+                f"edge features), which the CPU side can not reproduce yet")
+        ctx.in_call = True
+        return None
+
+    def _post_hook(self, module, args, output):
+        ctx = self.ctx
+        if ctx is None or not ctx.in_call:
+            return None
+        ctx.in_call = False
+        info = ctx.info
+        if info is None or info.rows.numel() == 0:
+            return None
+        table = self.pipeline.acquire(ctx.version, self.timer)
+        out = output[0] if isinstance(output, (tuple, list)) else output
+        emb = table.emb.index_select(0, info.pos.to(table.emb.device))
+        emb = emb.to(device=out.device, dtype=out.dtype)
+        rows = info.rows
+        if out.size(0) < info.num_nodes:  # Bipartite call (x_src, x_dst).
+            keep = rows < out.size(0)
+            rows, emb = rows[keep], emb[keep]
+        # Out of place, not accumulating: no gradient reaches replaced rows.
+        new = out.index_put((rows, ), emb)
+        self.rows_replaced += int(info.rows.numel())
+        if isinstance(output, tuple):
+            return (new, ) + tuple(output[1:])
+        if isinstance(output, list):
+            return [new] + list(output[1:])
+        return new
+
+
+class BottomLayerOffload(torch.nn.Module):
+    r"""Computes the bottom (first) message-passing layer of *hot* vertices on
+    CPU threads, as in NeutronOrch (Ai et al., VLDB 2024), so that the
+    sampler skips their bottom-hop neighbors and the device receives their
+    finished embeddings.
+
+    .. code-block:: python
+
+        from pyg_orch import HybridNeighborLoader
+        from pyg_orch.offload import BottomLayerOffload
+
+        loader = HybridNeighborLoader(data, num_neighbors=[15, 10, 5],
+                                      batch_size=1024, shuffle=True,
+                                      input_nodes=data.train_mask)
+        model = BottomLayerOffload(GraphSAGE(...).to(device), loader)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+
+        model.train()
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            optimizer.step()
+        print(model.stats())
+        model.close()  # Or `del model`, or `with BottomLayerOffload(...)`.
+
+    **How it works.** Hot vertices are those most often needed by the bottom
+    layer: pre-sampling mini-batches with the loader's sampler from its input
+    nodes, a vertex counts each time it lands in hops :obj:`0, ..., L - 1`
+    (:obj:`L` hops); the top :obj:`hot_ratio` fraction of all vertices are
+    hot. In training mode, the loader's sampler does not expand hot vertices
+    in the last hop (:meth:`~pyg_orch.HybridNeighborSampler.set_hot_nodes`),
+    and after the first message-passing layer has run on the device, the
+    rows of the batch's hot vertices in hops :obj:`0, ..., L - 1` are
+    replaced by their CPU-computed embeddings (a forward hook; the model's
+    code is not modified).
+
+    CPU worker threads compute those embeddings with a CPU copy of the layer
+    (same class, weights loaded from snapshots, evaluation mode) from
+    :obj:`loader.data.x`, sampling the hot vertices' in-neighbors with the
+    bottom-hop fan-out (the last entry of :obj:`num_neighbors`), or all of
+    them with :obj:`full_neighbors=True`. On CUDA, results land in pinned
+    memory and are copied to the device on a side stream.
+
+    **Bounded staleness.** Weight versions count the optimizer steps that
+    update the first layer (a global optimizer step hook; without any, every
+    training forward pass counts as a step). Training runs in super-batches
+    of :math:`S = \max(1, \lfloor (s + 1) / 2 \rfloor)` steps for
+    :obj:`max_staleness` :math:`s`: at the start of super-batch :math:`i`,
+    a weight snapshot is taken and the CPU computes the embeddings that
+    super-batch :math:`i + 1` uses, while the device trains super-batch
+    :math:`i`. Every table carries the version it was computed with, and at
+    version :math:`t` only tables with :math:`t - v \le s` are used; if none
+    is ready, the forward pass waits (timed; see :meth:`stats`).
+    :obj:`max_staleness=0` is synchronous: each step waits for the
+    embeddings of its own weights.
+
+    **Gradients.** Replaced rows are new values, so no gradient flows through
+    them: the first layer's weights receive gradient only from the rows of
+    non-hot vertices (and everything above the first layer trains as
+    usual).
+
+    **Exactness.** :meth:`eval` switches everything off: no pruning, no
+    replacement, no stale embeddings. With :obj:`max_staleness=0`,
+    :obj:`full_neighbors=True` and all-neighbor fan-outs (:obj:`-1`), the
+    wrapped model's outputs equal the plain model's on the unpruned batch.
+
+    **Module behaviour.** The wrapper is used exactly like the model:
+    :obj:`model(batch.x, batch.edge_index, ...)` with any further arguments
+    (such as :obj:`num_sampled_nodes_per_hop` for
+    :func:`~torch_geometric.utils.trim_to_layer`); :meth:`parameters`,
+    :meth:`state_dict` and :meth:`load_state_dict` are those of the model
+    with identical keys (the wrapper shares the model's parameters, buffers
+    and submodules), and other attributes are looked up on the model.
+
+    **GPU cache.** The next :obj:`gpu_cache_ratio` fraction of vertices by
+    access count are exposed as :attr:`gpu_cache_nodes`; if the loader has
+    a :obj:`set_gpu_cache_nodes(nodes)` method, it is called with them.
+
+    **Lifetime.** Worker threads (named :obj:`'pyg_orch-offload-*'`) start
+    on demand and exit when idle for :obj:`idle_timeout` seconds, on
+    :meth:`eval`, on :meth:`close`, on :obj:`KeyboardInterrupt` during a
+    forward pass, and when the wrapper is garbage-collected. An exception
+    in a worker is raised (as
+    :class:`~pyg_orch.offload.OffloadWorkerError`, chained to the
+    original) at the next training forward pass.
+
+    Limitations: homogeneous graphs (:class:`~torch_geometric.data.Data`)
+    without temporal sampling; the first message-passing layer must consume
+    :obj:`x` directly and get no edge weights or features; with
+    :obj:`num_workers > 0`, call :meth:`train` / :meth:`eval` before
+    iterating (the workers copy the sampler when the iterator is created).
+
+    Args:
+        model (torch.nn.Module): The GNN, with at least one
+            :class:`~torch_geometric.nn.conv.MessagePassing` layer.
+        loader (HybridNeighborLoader): The training loader.
+        hot_ratio (float): Fraction of all vertices whose bottom layer runs
+            on the CPU. (default: :obj:`0.05`)
+        gpu_cache_ratio (float): Fraction of all vertices that are GPU-cache
+            candidates. (default: :obj:`0.15`)
+        max_staleness (int): The most optimizer steps between the weights
+            used for an embedding and the weights of the step using it.
+            (default: :obj:`1`)
+        num_threads (int, optional): CPU worker threads; see
+            :func:`~pyg_orch.offload.wrapper.default_num_threads`.
+        full_neighbors (bool): Aggregate over all in-neighbors of hot
+            vertices instead of the bottom-hop fan-out.
+            (default: :obj:`False`)
+        layer (torch.nn.Module or str, optional): The first message-passing
+            layer (a module of :obj:`model` or its name); by default the first
+            one registered.
+        num_presample_batches (int, optional): Mini-batches to pre-sample for
+            the access counts; an epoch's worth, at most 200, by default.
+        super_batch_size (int, optional): Steps per super-batch, overriding
+            the default derived from :obj:`max_staleness` (the bound is
+            enforced either way).
+        chunk_size (int, optional): Hot vertices per CPU work item.
+        seed (int, optional): Seeds pre-sampling and the CPU-side neighbor
+            sampling. (default: :obj:`0`)
+        idle_timeout (float): Seconds an idle worker thread waits before it
+            exits. (default: :obj:`2.0`)
+    """
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        loader,
+        hot_ratio: Union[float, str] = 0.05,
+        gpu_cache_ratio: float = 0.15,
+        max_staleness: int = 1,
+        num_threads: Optional[int] = None,
+        full_neighbors: bool = False,
+        layer: Union[None, str, torch.nn.Module] = None,
+        num_presample_batches: Optional[int] = None,
+        super_batch_size: Optional[int] = None,
+        chunk_size: Optional[int] = None,
+        seed: Optional[int] = 0,
+        idle_timeout: float = 2.0,
+    ):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"'model' must be a torch.nn.Module (got "
+                            f"{type(model).__name__})")
+        if isinstance(model, BottomLayerOffload):
+            raise ValueError("'model' is already wrapped in "
+                             "BottomLayerOffload")
+        sampler, data, num_hops, fanout = _check_loader(loader)
+        hot_ratio, gpu_cache_ratio = _check_ratios(hot_ratio,
+                                                   gpu_cache_ratio)
+        if isinstance(max_staleness, bool) or not isinstance(
+                max_staleness, int) or max_staleness < 0:
+            raise ValueError(f"'max_staleness' must be an integer >= 0 "
+                             f"(got {max_staleness!r})")
+        if num_threads is None:
+            num_threads = default_num_threads()
+        if isinstance(num_threads, bool) or not isinstance(
+                num_threads, int) or num_threads < 1:
+            raise ValueError(f"'num_threads' must be an integer >= 1 (got "
+                             f"{num_threads!r})")
+
+        super().__init__()
+        # Share the model's state, so that parameters(), state_dict() etc.
+        # are the model's own, with identical keys:
+        object.__setattr__(self, '_parameters', model._parameters)
+        object.__setattr__(self, '_buffers', model._buffers)
+        object.__setattr__(self, '_modules', model._modules)
+        object.__setattr__(self, '_non_persistent_buffers_set',
+                           model._non_persistent_buffers_set)
+        object.__setattr__(self, '_offload_model', model)
+        object.__setattr__(self, 'training', model.training)
+
+        layer_name, first = find_first_layer(model, layer)
+        check_materialized(first, layer_name)
+        x = data.x
+        if x.device.type != 'cpu':
+            warnings.warn(
+                "BottomLayerOffload: 'loader.data.x' is not in host memory; "
+                "the CPU side works on a host copy of it", stacklevel=2)
+            x = x.cpu()
+        csc = sampler.topology.to('cpu').csc[None]
+        computer = BottomLayerComputer(first, x, csc,
+                                       -1 if full_neighbors else fanout,
+                                       replace=sampler.replace, seed=seed)
+
+        batch_size = getattr(loader, 'batch_size', None) or 1
+        if num_presample_batches is None:
+            num_presample_batches = _DEFAULT_PRESAMPLE_BATCHES
+        seeds = loader.input_data.node
+        if seeds is None:  # All nodes:
+            seeds = torch.arange(sampler.topology.num_nodes[None])
+        hot_set = select_hot_nodes(sampler, seeds, batch_size, hot_ratio,
+                                   gpu_cache_ratio, num_presample_batches,
+                                   seed)
+        pipeline = EmbeddingPipeline(
+            computer, first, hot_set.hot_nodes, loader.device, max_staleness,
+            num_threads, super_batch_size=super_batch_size,
+            chunk_size=chunk_size, idle_timeout=idle_timeout)
+        runtime = OffloadRuntime(model, loader, layer_name, first, hot_set,
+                                 pipeline, num_hops, x)
+        object.__setattr__(self, '_offload', runtime)
+        object.__setattr__(self, 'full_neighbors', bool(full_neighbors))
+        object.__setattr__(self, '_finalizer',
+                           weakref.finalize(self, runtime.close))
+        set_cache = getattr(loader, 'set_gpu_cache_nodes', None)
+        if callable(set_cache):
+            set_cache(hot_set.cache_nodes)
+        runtime.set_training(self.training)
+
+    # Module behaviour ########################################################
+
+    @property
+    def module(self) -> torch.nn.Module:
+        r"""The wrapped model."""
+        return self.__dict__['_offload_model']
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            model = self.__dict__.get('_offload_model')
+            if model is None:
+                raise
+            return getattr(model, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, torch.nn.Module) and name not in self._modules:
+            raise AttributeError(
+                f"BottomLayerOffload shares the submodules of the wrapped "
+                f"model; assign {name!r} on the model ('.module') instead")
+        super().__setattr__(name, value)
+
+    def train(self, mode: bool = True) -> 'BottomLayerOffload':
+        r"""Sets training mode (offload on: pruning and replacement) or
+        evaluation mode (exact computation, worker threads stopped)."""
+        if not isinstance(mode, bool):
+            raise ValueError('training mode is expected to be boolean')
+        super().train(mode)
+        self.module.training = mode
+        self._offload.set_training(mode)
+        return self
+
+    def forward(self, *args, **kwargs) -> Any:
+        r"""Calls the wrapped model with the same arguments."""
+        model = self.module
+        runtime = self._offload
+        x = args[0] if len(args) > 0 else kwargs.get('x')
+        if not self.training or not runtime.active:
+            if runtime.active:
+                runtime.check_eval_batch(x)
+            return model(*args, **kwargs)
+        ctx = runtime.begin(x)
+        order_hooks = []
+        if ctx.info is not None and not runtime.order_checked:
+            order_hooks = runtime.install_order_check()
+        failed = True
+        try:
+            out = model(*args, **kwargs)
+            failed = False
+        except KeyboardInterrupt:
+            runtime.pause()
+            raise
+        finally:
+            for handle in order_hooks:
+                handle.remove()
+            runtime.end(ctx, failed)
+        if ctx.info is not None:
+            runtime.order_checked = True
+        return out
+
+    # Offload API #############################################################
+
+    @property
+    def hot_nodes(self) -> Tensor:
+        r"""Global ids of the hot vertices, most frequently accessed first."""
+        return self._offload.hot_set.hot_nodes
+
+    @property
+    def hot_mask(self) -> Tensor:
+        r"""Boolean mask over all vertices, :obj:`True` for hot ones."""
+        return self._offload.hot_mask
+
+    @property
+    def gpu_cache_nodes(self) -> Tensor:
+        r"""The GPU-cache candidates: the vertices ranked after the hot ones
+        by access count (:obj:`gpu_cache_ratio` of all vertices)."""
+        return self._offload.hot_set.cache_nodes
+
+    @property
+    def access_counts(self) -> Tensor:
+        r"""How often every vertex was needed by the bottom layer during
+        pre-sampling."""
+        return self._offload.hot_set.counts
+
+    @property
+    def max_staleness(self) -> int:
+        return self._offload.pipeline.max_staleness
+
+    @property
+    def super_batch_size(self) -> int:
+        return self._offload.pipeline.super_batch_size
+
+    @property
+    def steps(self) -> int:
+        r"""The weight version: optimizer steps (or training forward passes)
+        counted so far."""
+        return self._offload.counter.version
+
+    @property
+    def _cpu_delay(self) -> float:
+        return self._offload.pipeline.cpu_delay
+
+    @_cpu_delay.setter
+    def _cpu_delay(self, seconds: float) -> None:
+        # Test knob: every CPU work item sleeps this long first.
+        self._offload.pipeline.cpu_delay = float(seconds)
+
+    def stats(self) -> Dict[str, Any]:
+        r"""Counters since construction (or :meth:`reset_stats`):
+
+        * :obj:`num_hot`, :obj:`num_gpu_cache`: sizes of the hot set and of
+          the GPU-cache candidates; :obj:`hot_coverage`: the share of
+          pre-sampled bottom-layer accesses that hit a hot vertex;
+        * :obj:`steps` and :obj:`step_source` (:obj:`'optimizer'` or
+          :obj:`'forward'`): the weight version and what it counts;
+        * :obj:`offloaded_forwards`, :obj:`exact_forwards`: training forward
+          passes with and without replacement (the latter for inputs that
+          are no batch of the loader); :obj:`hot_rows_replaced`,
+          :obj:`hot_rows_per_batch`;
+        * :obj:`staleness_hist` (staleness in steps to number of uses),
+          :obj:`max_staleness_seen`, :obj:`max_staleness`,
+          :obj:`super_batch_size`;
+        * :obj:`wait_s`, :obj:`num_waits`: time the training loop waited for
+          embeddings; :obj:`cpu_compute_s`: CPU time of the workers;
+          :obj:`tables_submitted`, :obj:`tables_computed`,
+          :obj:`tables_discarded`; :obj:`threads_alive`.
+        """
+        return self._offload.stats()
+
+    def reset_stats(self) -> None:
+        r"""Resets the counters of :meth:`stats` (not the step count)."""
+        self._offload.reset_stats()
+
+    def close(self) -> None:
+        r"""Stops offloading for good: removes all hooks, stops the worker
+        threads and clears the sampler's hot nodes. The wrapper then behaves
+        like the plain model."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._offload.closed
+
+    def __enter__(self) -> 'BottomLayerOffload':
+        return self
+
+    def __exit__(self, *args) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        rt = self._offload
+        return (f'{self.__class__.__name__}({self.module!r}, '
+                f'layer={rt.layer_name!r}, '
+                f'num_hot={rt.hot_set.hot_nodes.numel()}, '
+                f'max_staleness={self.max_staleness})')
+
+
+def _check_loader(loader):
+    sampler = getattr(loader, 'node_sampler', None)
+    topology = getattr(sampler, 'topology', None)
+    if sampler is None or topology is None or not hasattr(
+            sampler, 'set_hot_nodes'):
+        raise TypeError(
+            f"'loader' must be a pyg_orch.HybridNeighborLoader (or a loader "
+            f"whose 'node_sampler' has 'topology' and 'set_hot_nodes'); got "
+            f"{type(loader).__name__}")
+    from torch_geometric.data import Data
+    data = getattr(loader, 'data', None)
+    if getattr(sampler, 'is_hetero', False) or not isinstance(data, Data):
+        raise NotImplementedError(
+            "BottomLayerOffload supports homogeneous graphs (a Data object) "
+            "only for now; heterogeneous graphs and to_hetero() models, as "
+            "well as (FeatureStore, GraphStore) inputs, are not supported")
+    if topology.is_temporal:
+        raise NotImplementedError(
+            "BottomLayerOffload does not support temporal sampling: hot "
+            "embeddings are shared by all seeds, whatever their time")
+    if not isinstance(getattr(data, 'x', None), Tensor):
+        raise ValueError("BottomLayerOffload needs node features 'data.x'")
+    fanouts = sampler.num_neighbors[None]
+    if len(fanouts) == 0:
+        raise ValueError("BottomLayerOffload needs at least one hop")
+    if not hasattr(loader, 'register_batch_hook'):
+        raise TypeError("'loader' must have 'register_batch_hook' (a "
+                        "pyg_orch.HybridNeighborLoader)")
+    return sampler, data, len(fanouts), int(fanouts[-1])
+
+
+def _check_ratios(hot_ratio, cache_ratio):
+    if isinstance(hot_ratio, str):
+        if hot_ratio == 'auto':
+            raise NotImplementedError(
+                "hot_ratio='auto' is not implemented yet: pass a fraction "
+                "such as 0.05 (a larger one moves more bottom-layer work to "
+                "the CPU; watch stats()['wait_s'] to see whether the CPU "
+                "keeps up)")
+        raise ValueError(f"'hot_ratio' must be a float in [0, 1] or 'auto' "
+                         f"(got {hot_ratio!r})")
+    for name, v in (('hot_ratio', hot_ratio),
+                    ('gpu_cache_ratio', cache_ratio)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                not 0.0 <= float(v) <= 1.0:
+            raise ValueError(f"'{name}' must be a float in [0, 1] (got "
+                             f"{v!r})")
+    if float(hot_ratio) + float(cache_ratio) > 1.0 + 1e-9:
+        raise ValueError(f"'hot_ratio' + 'gpu_cache_ratio' must not exceed "
+                         f"1 (got {hot_ratio} + {cache_ratio})")
+    return float(hot_ratio), float(cache_ratio)

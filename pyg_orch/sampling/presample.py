@@ -1,0 +1,55 @@
+"""Access statistics from pre-sampling: which nodes batches touch most."""
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import NodeSamplerInput
+
+
+def count_node_access(
+    sampler,
+    input_nodes: Tensor,
+    batch_size: int,
+    num_batches: Optional[int] = None,
+    hops: Optional[int] = None,
+    generator: Optional[torch.Generator] = None,
+) -> Tensor:
+    r"""Counts how often every node appears in sampled batches of a
+    homogeneous graph.
+
+    Args:
+        sampler (HybridNeighborSampler): The sampler of the loader.
+        input_nodes (torch.Tensor): The seed nodes (indices).
+        batch_size (int): Seeds per batch.
+        num_batches (int, optional): Batches to sample (from a shuffled order
+            of the seeds, repeated as needed); one epoch if not set.
+        hops (int, optional): Only count nodes of hops :obj:`0..hops-1`
+            (e.g. the nodes whose bottom-layer output is needed); all hops if
+            not set.
+        generator (torch.Generator, optional): For the seed order.
+
+    Returns:
+        An int64 tensor of counts per node, on the CPU.
+    """
+    num_nodes = sampler.topology.num_nodes[None]
+    counts = torch.zeros(num_nodes, dtype=torch.int64)
+    input_nodes = input_nodes.cpu()
+    if input_nodes.numel() == 0:
+        return counts
+    if num_batches is None:
+        num_batches = -(-input_nodes.numel() // batch_size)
+    done = 0
+    while done < num_batches:
+        perm = torch.randperm(input_nodes.numel(), generator=generator)
+        for start in range(0, perm.numel(), batch_size):
+            if done == num_batches:
+                break
+            seeds = input_nodes[perm[start:start + batch_size]]
+            out = sampler.sample_from_nodes(
+                NodeSamplerInput(input_id=None, node=seeds))
+            node = out.node
+            if hops is not None and out.num_sampled_nodes is not None:
+                node = node[:sum(out.num_sampled_nodes[:hops])]
+            counts += torch.bincount(node.cpu(), minlength=num_nodes)
+            done += 1
+    return counts

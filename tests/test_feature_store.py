@@ -1,0 +1,145 @@
+import os
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from pyg_orch import HybridNeighborLoader
+from pyg_orch.gpu.feature_store import TieredFeatureStore, parse_budget
+from pyg_orch.gpu.fused_sampler import triton_available
+from pyg_orch.sampling.presample import count_node_access
+
+METHODS = ['cpu']
+if triton_available() and (torch.cuda.is_available()
+                           or os.environ.get('TRITON_INTERPRET') == '1'):
+    METHODS.append('uva')
+DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
+@pytest.fixture
+def graph():
+    g = torch.Generator().manual_seed(0)
+    n = 500
+    data = Data(edge_index=torch.randint(0, n, (2, 5000), generator=g),
+                x=torch.randn(n, 24, generator=g),
+                y=torch.randint(0, 5, (n, ), generator=g), num_nodes=n)
+    data.edge_attr = torch.randn(5000, 3, generator=g)
+    return data
+
+
+@pytest.mark.parametrize('method', METHODS)
+@pytest.mark.parametrize('reuse', [False, True])
+@pytest.mark.parametrize('width', [1, 24, 130])
+def test_gather_is_exact(method, reuse, width):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(700, width, generator=g)
+    store = TieredFeatureStore(x, DEVICE, hotness=torch.rand(700,
+                                                             generator=g),
+                               gpu_memory_budget=70 * width * 4,
+                               method=method, reuse=reuse)
+    assert store.num_cached == 70
+    for _ in range(4):
+        index = torch.randint(0, 700, (256, ), generator=g)
+        assert torch.equal(store.gather(index).cpu(), x[index])
+    stats = store.stats.as_dict()
+    assert stats['rows'] == 4 * 256
+    assert stats['cache_rows'] + stats['reused_rows'] + stats[
+        'host_rows'] == stats['rows']
+    if reuse:
+        assert stats['reused_rows'] > 0
+    else:
+        assert stats['reused_rows'] == 0
+    assert stats['h2d_bytes_per_batch'] == pytest.approx(
+        stats['host_rows'] * width * 4 / 4)
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_hottest_rows_are_cached(method):
+    x = torch.randn(100, 4)
+    hotness = torch.zeros(100)
+    hotness[[7, 42, 99]] = torch.tensor([3.0, 2.0, 1.0])
+    store = TieredFeatureStore(x, DEVICE, hotness=hotness, cache_ratio=0.02,
+                               gpu_memory_budget=10**9,
+                               method=method, reuse=False)
+    assert store.cached_nodes.tolist() == [7, 42]
+    store.gather(torch.tensor([7, 42, 99, 7]))
+    assert store.stats.cache_rows == 3 and store.stats.host_rows == 1
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_reuse_skips_rows_modified_in_place(method):
+    x = torch.randn(50, 8)
+    store = TieredFeatureStore(x, DEVICE, gpu_memory_budget=0, method=method)
+    first = store.gather(torch.arange(10))
+    first.mul_(0)  # The user changed the batch in place: no reuse now.
+    again = store.gather(torch.arange(10))
+    assert torch.equal(again.cpu(), x[:10])
+    assert store.stats.reused_rows == 0
+
+
+def test_feature_store_interface():
+    from torch_geometric.data import TensorAttr
+    x = torch.randn(30, 5)
+    store = TieredFeatureStore(x, DEVICE, gpu_memory_budget=0, method='cpu')
+    attr = TensorAttr(group_name=None, attr_name='x',
+                      index=torch.tensor([3, 1]))
+    assert torch.equal(store.get_tensor(attr).cpu(), x[[3, 1]])
+    assert store.get_tensor_size(attr) == (30, 5)
+    with pytest.raises(KeyError, match="'y'"):
+        store.get_tensor(
+            TensorAttr(group_name=None, attr_name='y',
+                       index=torch.tensor([0])))
+    with pytest.raises(NotImplementedError):
+        store.put_tensor(x, group_name=None, attr_name='x', index=None)
+
+
+def test_bad_arguments():
+    x = torch.randn(10, 3)
+    with pytest.raises(ValueError, match='gpu_memory_budget'):
+        parse_budget(1.5, torch.device('cpu'))
+    with pytest.raises(ValueError, match='gpu_memory_budget'):
+        parse_budget('lots', torch.device('cpu'))
+    with pytest.raises(ValueError, match='method'):
+        TieredFeatureStore(x, 'cpu', method='fast')
+    with pytest.raises(ValueError, match='hotness'):
+        TieredFeatureStore(x, 'cpu', hotness=torch.ones(3))
+    with pytest.raises(ValueError, match="'x'"):
+        TieredFeatureStore(torch.ones(10), 'cpu')
+    with pytest.raises(ValueError, match='cache_ratio'):
+        TieredFeatureStore(x, 'cpu', cache_ratio=2.0)
+
+
+def test_loader_with_feature_store_matches_plain_loader(graph):
+    store = TieredFeatureStore(graph.x, DEVICE, gpu_memory_budget=10**9,
+                               cache_ratio=0.1, method='cpu')
+    kwargs = dict(batch_size=64, seed=3, device=DEVICE, prefetch=0)
+    tiered = HybridNeighborLoader(graph, [5, 3], feature_store=store,
+                                  **kwargs)
+    plain = HybridNeighborLoader(graph, [5, 3], feature_store=None, **kwargs)
+    assert tiered.feature_store is store
+    for a, b in zip(tiered, plain):
+        assert set(a.keys()) == set(b.keys())
+        for key in a.keys():
+            va, vb = a[key], b[key]
+            if isinstance(va, torch.Tensor):
+                assert va.device == vb.device, key
+                assert torch.equal(va, vb), key
+            else:
+                assert va == vb, key
+    stats = tiered.stats()
+    assert stats['features']['rows'] > 0
+    assert stats['memory']['feature_cache_rows'] == 50
+
+
+def test_count_node_access(graph):
+    loader = HybridNeighborLoader(graph, [5, 3], batch_size=50, seed=0,
+                                  device='cpu')
+    seeds = torch.arange(200)
+    counts = count_node_access(loader.node_sampler, seeds, 50)
+    assert counts.sum() > 0
+    assert (counts[seeds] >= 1).all()  # Every seed is its own batch's node.
+    frontier = count_node_access(loader.node_sampler, seeds, 50, hops=1)
+    assert torch.equal(frontier[:200], torch.ones(200, dtype=torch.long))
+    assert frontier[200:].sum() == 0
+    assert count_node_access(loader.node_sampler, seeds, 50,
+                             num_batches=8).sum() > counts.sum()
