@@ -73,13 +73,25 @@ class FusedPlan:
         # [num_nodes so far, frontier start, frontier count]:
         self.state = torch.zeros(3, **kw)
         self.init_state = torch.tensor([B, 0, B], **kw)
-        self.out = []
-        for h, k in enumerate(fanouts):
-            M = self.caps[h] * max(k, 0)
-            self.out.append({
-                name: torch.zeros(M, **kw)
-                for name in ('src', 'eid', 'dst', 'row', 'rank')
-            } | {'is_new': torch.zeros(M, dtype=torch.int32, device=device)})
+        # The slots of all hops lie back to back in one buffer per field, so
+        # the edges of the batch are compacted by one scan and one kernel.
+        sizes = [self.caps[h] * max(k, 0) for h, k in enumerate(fanouts)]
+        total = sum(sizes)
+        flat = {
+            name: torch.zeros(total, **kw)
+            for name in ('src', 'eid', 'dst', 'row', 'rank')
+        }
+        flat['is_new'] = torch.zeros(total, dtype=torch.int32, device=device)
+        self.flat = flat
+        self.out, offset = [], 0
+        for M in sizes:
+            self.out.append({k: v[offset:offset + M] for k, v in flat.items()})
+            offset += M
+        self.edge_rank = torch.zeros(total, **kw)
+        self.edges = {
+            name: torch.zeros(total, **kw)
+            for name in ('row', 'col', 'eid')
+        }
         self.counts = torch.zeros(1 + 2 * len(fanouts), **kw)
         self.graph = None
 
@@ -131,6 +143,14 @@ class FusedPlan:
             news.append(total)
             edges.append((buf['src'] >= 0).sum().view(1))
         self.counts.copy_(torch.cat([state[0:1]] + news + edges))
+        total = self.flat['src'].numel()
+        if total > 0:
+            torch.cumsum(self.flat['src'] >= 0, 0, out=self.edge_rank)
+            tk.compact_kernel[(triton_cdiv(total, _FLAT_BLOCK), )](
+                self.flat['src'], self.edge_rank, self.flat['row'],
+                self.flat['dst'], self.flat['eid'], self.edges['row'],
+                self.edges['col'], self.edges['eid'], total,
+                BLOCK=_FLAT_BLOCK)
         cap = self.node_buf.numel()
         tk.reset_kernel[(triton_cdiv(cap, _FLAT_BLOCK), )](
             self.node_buf, self.map_buf, state, cap, BLOCK=_FLAT_BLOCK)
@@ -161,16 +181,12 @@ class FusedPlan:
         self.graph = graph
 
     def _collect(self, counts: List[int]) -> MultiHopOutput:
+        # Copies out of the plan's buffers, which the next batch reuses.
         H = len(self.fanouts)
         node = self.node_buf[:counts[0]].clone()
-        parts = [o for o, k in zip(self.out, self.fanouts) if k > 0]
-        if parts and sum(counts[1 + H:]) > 0:
-            src = torch.cat([o['src'] for o in parts])
-            keep = (src >= 0).nonzero().view(-1)
-            row, col, edge = (torch.cat([o[name] for o in parts]).index_select(
-                0, keep) for name in ('row', 'dst', 'eid'))
-        else:
-            row = col = edge = node.new_empty(0)
+        num_edges = sum(counts[1 + H:])
+        row, col, edge = (self.edges[name][:num_edges].clone()
+                          for name in ('row', 'col', 'eid'))
         return MultiHopOutput({None: node}, {None: row}, {None: col},
                               {None: edge}, None,
                               {None: [self.batch_size] + counts[1:1 + H]},

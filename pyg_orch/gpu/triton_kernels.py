@@ -200,3 +200,17 @@ def gather_rows_kernel(
         val = tl.where(in_cache[:, None], a, tl.where(in_prev[:, None], b, h))
         tl.store(out_ptr + r.to(tl.int64)[:, None] * WIDTH + c[None, :], val,
                  mask=rmask[:, None] & m2)
+
+
+@triton.jit
+def compact_kernel(src_ptr, rank_ptr, row_ptr, dst_ptr, eid_ptr,
+                   out_row_ptr, out_col_ptr, out_eid_ptr, size,
+                   BLOCK: tl.constexpr):
+    r"""Moves the filled slots (:obj:`src >= 0`) to the front, in order."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < size
+    ok = m & (tl.load(src_ptr + p, mask=m, other=-1) >= 0)
+    q = tl.load(rank_ptr + p, mask=ok, other=1) - 1
+    tl.store(out_row_ptr + q, tl.load(row_ptr + p, mask=ok), mask=ok)
+    tl.store(out_col_ptr + q, tl.load(dst_ptr + p, mask=ok), mask=ok)
+    tl.store(out_eid_ptr + q, tl.load(eid_ptr + p, mask=ok), mask=ok)

@@ -46,7 +46,7 @@ def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
              device: torch.device, stream) -> None:
     try:
         if stream is not None:
-            torch.cuda.set_device(device)
+            torch.cuda.set_device(device.index or 0)
         while not stop.is_set():
             if stream is not None:
                 with torch.cuda.stream(stream):

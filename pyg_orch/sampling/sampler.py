@@ -27,7 +27,7 @@ SeedLike = Union[None, int, torch.Generator]
 def resolve_device(device: Union[None, str, torch.device]) -> torch.device:
     r"""Returns :obj:`device`, defaulting to CUDA when available."""
     if device is None:
-        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+        device = 'cuda' if torch.cuda.is_available() else 'cpu'
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as e:
@@ -39,6 +39,8 @@ def resolve_device(device: Union[None, str, torch.device]) -> torch.device:
     if device.type not in ('cpu', 'cuda'):
         raise ValueError(f"'device' must be a CPU or CUDA device "
                          f"(got {str(device)!r})")
+    if device.type == 'cuda' and device.index is None:
+        device = torch.device('cuda', torch.cuda.current_device())
     return device
 
 

@@ -1,0 +1,470 @@
+"""GPU data path benchmark (one run, one JSON): sampling rate of the fused
+Triton kernels (topology on the GPU or in pinned host memory) and of the
+PyTorch path; end-to-end GraphSAGE training with features on the GPU, with
+features in host memory and a GPU cache, and with PyG's NeighborLoader; and
+the compute-only bound (the same kind of batches materialized on the GPU
+beforehand, only forward and backward timed).
+
+GPU box (H100):
+
+    python benchmarks/bench_gpu_data_path.py                 # 2.4M / 120M
+    python benchmarks/bench_gpu_data_path.py --scale         # 100M / 1B
+
+PyG's loader is included when ``torch_sparse`` imports (carry the wheels of
+``../shared/wheels/device-*`` and put them on ``PYTHONPATH``).
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from torch_geometric.nn import GraphSAGE  # noqa: E402
+from torch_geometric.sampler import NodeSamplerInput  # noqa: E402
+
+from pyg_orch import HybridNeighborLoader, HybridNeighborSampler  # noqa
+from pyg_orch.datasets import power_law_graph  # noqa: E402
+from pyg_orch.gpu.feature_store import TieredFeatureStore  # noqa: E402
+from pyg_orch.sampling.presample import count_node_access  # noqa: E402
+from pyg_orch.sampling.topology import GraphTopology  # noqa: E402
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def sync():
+    torch.cuda.synchronize()
+
+
+def time_sampling(sampler, seeds, warmup):
+    for s in seeds[:warmup]:
+        sampler.sample_from_nodes(NodeSamplerInput(None, s))
+    sync()
+    start, edges = time.perf_counter(), 0
+    for s in seeds[warmup:]:
+        out = sampler.sample_from_nodes(NodeSamplerInput(None, s))
+        edges += out.row.numel()
+    sync()
+    sec = time.perf_counter() - start
+    n = len(seeds) - warmup
+    return {'ms_per_batch': 1e3 * sec / n, 'edges_per_s': edges / sec,
+            'edges_per_batch': edges / n}
+
+
+TRIM = True
+
+
+def batch_args(b):
+    nodes = getattr(b, 'num_sampled_nodes', None) if TRIM else None
+    edges = getattr(b, 'num_sampled_edges', None) if TRIM else None
+    return (b.x, b.edge_index, b.y, b.batch_size, nodes, edges)
+
+
+def train_step(model, opt, x, edge_index, y, batch_size, nodes=None,
+               edges=None):
+    opt.zero_grad(set_to_none=True)
+    if nodes is not None and edges is not None:  # trim_to_layer
+        out = model(x, edge_index, num_sampled_nodes_per_hop=nodes,
+                    num_sampled_edges_per_hop=edges)[:batch_size]
+    else:
+        out = model(x, edge_index)[:batch_size]
+    loss = F.cross_entropy(out, y[:batch_size])
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def time_training(loader, model, opt, batches, warmup):
+    it = iter(loader)
+    for _ in range(warmup):
+        b = next(it)
+        train_step(model, opt, *batch_args(b))
+    sync()
+    if hasattr(loader, 'reset_stats'):
+        loader.reset_stats()
+    start = time.perf_counter()
+    n = 0
+    for b in it:
+        if hasattr(loader, 'timer'):
+            with loader.timer.stage('train'):
+                train_step(model, opt, *batch_args(b))
+        else:
+            train_step(model, opt, *batch_args(b))
+        n += 1
+        if n == batches:
+            break
+    sync()
+    sec = time.perf_counter() - start
+    res = {'ms_per_batch': 1e3 * sec / n, 'batches': n}
+    if hasattr(loader, 'stats'):
+        st = loader.stats()
+        res['stages_ms_per_batch'] = {
+            k: v['ms_per_batch']
+            for k, v in st['stages'].items()
+        }
+        res['features'] = st['features']
+        res['memory'] = st['memory']
+    del it
+    return res
+
+
+def compute_only(loader, model, opt, num, reps):
+    batches = []
+    for b in loader:
+        batches.append(batch_args(b))
+        if len(batches) == num:
+            break
+    for b in batches[:3]:
+        train_step(model, opt, *b)
+    sync()
+    start = time.perf_counter()
+    for _ in range(reps):
+        for b in batches:
+            train_step(model, opt, *b)
+    sync()
+    return {'ms_per_batch': 1e3 * (time.perf_counter() - start) /
+            (reps * len(batches))}
+
+
+def gather_microbench(x_cpu, hotness, index_batches, ratio, method):
+    store = TieredFeatureStore(x_cpu, 'cuda', hotness=hotness,
+                               cache_ratio=ratio, method=method,
+                               gpu_memory_budget=0.5)
+    for idx in index_batches[:3]:
+        store.gather(idx)
+    sync()
+    store.reset_stats()
+    start = time.perf_counter()
+    for idx in index_batches[3:]:
+        store.gather(idx)
+    sync()
+    sec = time.perf_counter() - start
+    res = store.stats.as_dict()
+    res['ms_per_batch'] = 1e3 * sec / (len(index_batches) - 3)
+    res['host_GBps'] = res['h2d_bytes_per_batch'] * (
+        len(index_batches) - 3) / sec / 1e9
+    store.close()
+    return res
+
+
+def main():
+    global TRIM
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--num-nodes', type=int, default=2_400_000)
+    p.add_argument('--num-edges', type=int, default=120_000_000)
+    p.add_argument('--num-features', type=int, default=100)
+    p.add_argument('--num-classes', type=int, default=47)
+    p.add_argument('--fanout', default='15,10,5')
+    p.add_argument('--batch-size', type=int, default=1024)
+    p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--batches', type=int, default=40)
+    p.add_argument('--warmup', type=int, default=5)
+    p.add_argument('--cache-ratio', type=float, default=0.1)
+    p.add_argument('--pyg-workers', default='8,15')
+    p.add_argument('--no-pyg', action='store_true')
+    p.add_argument('--scale', action='store_true',
+                   help='100M nodes, 1B edges, 128 features in host memory')
+    p.add_argument('--no-trim', action='store_true',
+                   help='do not use trim_to_layer (it needs num_sampled_*, '
+                   'which PyG with torch-sparse does not provide)')
+    p.add_argument('--no-tf32', action='store_true')
+    p.add_argument('--out', default=None)
+    args = p.parse_args()
+    TRIM = not args.no_trim
+    torch.backends.cuda.matmul.allow_tf32 = not args.no_tf32
+    torch.backends.cudnn.allow_tf32 = not args.no_tf32
+    if not torch.cuda.is_available():
+        sys.exit('this benchmark needs a CUDA device')
+    if args.scale:
+        return scale(args)
+    fanout = [int(k) for k in args.fanout.split(',')]
+    dev = torch.device('cuda')
+    res = {'machine': machine(), 'config': vars(args)}
+
+    t = time.perf_counter()
+    data = power_law_graph(args.num_nodes, args.num_edges, args.num_features,
+                           args.num_classes, device=dev, seed=0)
+    sync()
+    res['generate_s'] = time.perf_counter() - t
+    t = time.perf_counter()
+    topo = GraphTopology.from_data(data, device=dev)
+    sync()
+    res['topology_build_s'] = time.perf_counter() - t
+    res['topology_bytes'] = topo.nbytes()
+    host_topo = topo.pin_memory()
+    train_nodes = data.train_mask.nonzero().view(-1)
+    g = torch.Generator(device=dev).manual_seed(1)
+    n_seed_batches = args.batches + args.warmup
+    seeds = [
+        train_nodes[torch.randint(0, train_nodes.numel(),
+                                  (args.batch_size, ), device=dev,
+                                  generator=g)]
+        for _ in range(n_seed_batches)
+    ]
+    log(f'graph: {args.num_nodes} nodes, {args.num_edges} edges, '
+        f'generated in {res["generate_s"]:.2f}s, topology '
+        f'{res["topology_bytes"] / 1e9:.2f} GB in '
+        f'{res["topology_build_s"]:.2f}s')
+
+    # Sampling alone ##########################################################
+    res['sampling'] = {}
+    for name, backend, t_ in [('triton/device', 'triton', topo),
+                              ('triton/host', 'triton', host_topo),
+                              ('torch/device', 'torch', topo)]:
+        s = HybridNeighborSampler(data, fanout, device=dev, seed=0,
+                                  backend=backend, topology=t_)
+        res['sampling'][name] = time_sampling(s, seeds, args.warmup)
+        log(f'sampling {name}: {res["sampling"][name]}')
+        del s
+    sd = res['sampling']
+    res['sampling']['host_over_device'] = (
+        sd['triton/host']['ms_per_batch'] /
+        sd['triton/device']['ms_per_batch'])
+
+    # Data in host memory #####################################################
+    data_cpu = data.cpu()
+    data_gpu = data
+    x_cpu = data_cpu.x.pin_memory()
+    data_cpu.x = x_cpu
+    model = GraphSAGE(args.num_features, args.hidden, 3,
+                      args.num_classes).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    common = dict(input_nodes=data_cpu.train_mask, batch_size=args.batch_size,
+                  shuffle=True, device=dev, seed=0)
+
+    # Compute-only bound and features on the GPU ##############################
+    gpu_loader = HybridNeighborLoader(data_gpu, fanout, topology=topo,
+                                      **common)
+    res['compute_only'] = compute_only(gpu_loader, model, opt, 20, 3)
+    log(f'compute only: {res["compute_only"]}')
+    res['e2e_features_on_gpu'] = time_training(gpu_loader, model, opt,
+                                               args.batches, args.warmup)
+    res['e2e_features_on_gpu']['over_compute_only'] = (
+        res['e2e_features_on_gpu']['ms_per_batch'] /
+        res['compute_only']['ms_per_batch'])
+    log(f'features on GPU: {res["e2e_features_on_gpu"]}')
+    if TRIM:  # The same without trim_to_layer, as PyG's batches must run.
+        TRIM = False
+        res['compute_only_no_trim'] = compute_only(gpu_loader, model, opt, 20,
+                                                   2)
+        res['e2e_features_on_gpu_no_trim'] = time_training(
+            gpu_loader, model, opt, args.batches // 2, args.warmup)
+        TRIM = True
+        log(f'no trim: {res["compute_only_no_trim"]} '
+            f'{res["e2e_features_on_gpu_no_trim"]}')
+
+    # Features in host memory, GPU cache ######################################
+    t = time.perf_counter()
+    freq = count_node_access(
+        HybridNeighborSampler(data_cpu, fanout, device=dev, seed=5,
+                              topology=topo), train_nodes.cpu(),
+        args.batch_size, num_batches=128)
+    res['presample_s'] = time.perf_counter() - t
+    deg = (topo.csc[None].colptr[1:] - topo.csc[None].colptr[:-1]).cpu()
+    sampler = HybridNeighborSampler(data_cpu, fanout, device=dev, seed=9,
+                                    topology=topo)
+    index_batches = [
+        sampler.sample_from_nodes(NodeSamplerInput(None, s)).node
+        for s in seeds[:25]
+    ]
+    res['gather'] = {}
+    for policy, hot in (('frequency', freq), ('degree', deg)):
+        for method in ('uva', 'cpu'):
+            key = f'{policy}/{method}'
+            res['gather'][key] = gather_microbench(x_cpu, hot, index_batches,
+                                                   args.cache_ratio, method)
+            log(f'gather {key}: {res["gather"][key]}')
+    best_method = min(('uva', 'cpu'),
+                      key=lambda m: res['gather'][f'frequency/{m}']
+                      ['ms_per_batch'])
+    res['gather']['best_method'] = best_method
+    store = TieredFeatureStore(x_cpu, dev, hotness=freq,
+                               cache_ratio=args.cache_ratio,
+                               method=best_method, gpu_memory_budget=0.5)
+    host_loader = HybridNeighborLoader(data_cpu, fanout, topology=topo,
+                                       feature_store=store, **common)
+    res['e2e_host_features_cache'] = time_training(host_loader, model, opt,
+                                                   args.batches, args.warmup)
+    log(f'host features + cache: {res["e2e_host_features_cache"]}')
+    no_prefetch = HybridNeighborLoader(data_cpu, fanout, topology=topo,
+                                       feature_store=store, prefetch=0,
+                                       **common)
+    res['e2e_host_features_cache_no_prefetch'] = time_training(
+        no_prefetch, model, opt, args.batches, args.warmup)
+    log('host features + cache, no prefetch: '
+        f'{res["e2e_host_features_cache_no_prefetch"]}')
+    del host_loader, no_prefetch, gpu_loader
+
+    # PyG ####################################################################
+    res['pyg'] = {}
+    try:
+        import torch_sparse  # noqa: F401
+        have_pyg = not args.no_pyg
+    except Exception as e:
+        have_pyg = False
+        res['pyg']['skipped'] = f'torch_sparse not importable: {e}'
+    if have_pyg:
+        from torch_geometric.loader import NeighborLoader
+        from torch_geometric.sampler import NeighborSampler
+        data_pyg = data_cpu.clone()
+        data_pyg.x = data_cpu.x.clone()  # Pageable, as users have it.
+        t = time.perf_counter()
+        pyg_sampler = NeighborSampler(data_pyg, fanout, share_memory=True)
+        res['pyg']['sampler_build_s'] = time.perf_counter() - t
+        for w in [int(w) for w in args.pyg_workers.split(',')]:
+            loader = NeighborLoader(data_pyg, fanout, batch_size=args.batch_size,
+                                    input_nodes=data_pyg.train_mask,
+                                    shuffle=True, num_workers=w,
+                                    persistent_workers=w > 0,
+                                    pin_memory=True,
+                                    neighbor_sampler=pyg_sampler)
+            r = time_training(_ToDevice(loader, dev), model, opt,
+                              min(args.batches, 20), 3)
+            res['pyg'][f'workers={w}'] = r
+            log(f'PyG workers={w}: {r}')
+            del loader
+        best = min(v['ms_per_batch'] for k, v in res['pyg'].items()
+                   if k.startswith('workers='))
+        res['pyg']['best_ms_per_batch'] = best
+        res['speedup_vs_pyg'] = {
+            'features_on_gpu': best / res['e2e_features_on_gpu']
+            ['ms_per_batch'],
+            'features_on_gpu_no_trim': best / res.get(
+                'e2e_features_on_gpu_no_trim',
+                res['e2e_features_on_gpu'])['ms_per_batch'],
+            'host_features_cache': best / res['e2e_host_features_cache']
+            ['ms_per_batch'],
+        }
+    summarize(res)
+    write(res, args.out or 'benchmarks/results/gpu_data_path.json')
+
+
+class _ToDevice:
+    def __init__(self, loader, device):
+        self.loader, self.device = loader, device
+
+    def __iter__(self):
+        for b in self.loader:
+            yield b.to(self.device, non_blocking=True)
+
+
+def scale(args):
+    dev = torch.device('cuda')
+    N, E, Fdim = 100_000_000, 1_000_000_000, 128
+    res = {'machine': machine(), 'config': vars(args),
+           'graph': {'num_nodes': N, 'num_edges': E, 'num_features': Fdim}}
+    t = time.perf_counter()
+    data = power_law_graph(N, E, num_features=0, num_classes=47, device=dev,
+                           seed=0, index_dtype=torch.int32)
+    sync()
+    log(f'edges generated in {time.perf_counter() - t:.1f}s')
+    topo = GraphTopology.from_data(data, device=dev)
+    edge_index = data.edge_index
+    del data.edge_index
+    host_topo = topo.pin_memory()
+    del topo, edge_index
+    torch.cuda.empty_cache()
+    res['topology_host_bytes'] = host_topo.nbytes()
+    log(f'topology in pinned host memory: {host_topo.nbytes() / 1e9:.1f} GB '
+        f'after {time.perf_counter() - t:.1f}s')
+    x = torch.empty((N, Fdim), dtype=torch.float32, pin_memory=True)
+    chunk = 4_000_000
+    for a in range(0, N, chunk):
+        b = min(a + chunk, N)
+        x[a:b].copy_(torch.randn(b - a, Fdim, device=dev))
+    sync()
+    log(f'features in pinned host memory: {x.numel() * 4 / 1e9:.1f} GB '
+        f'after {time.perf_counter() - t:.1f}s')
+    data.x = x
+    data.y = data.y.cpu()
+    for k in ('train_mask', 'val_mask', 'test_mask'):
+        data[k] = data[k].cpu()
+    deg = (host_topo.csc[None].colptr[1:] -
+           host_topo.csc[None].colptr[:-1]).to(torch.int64)
+    store = TieredFeatureStore(x, dev, hotness=deg, cache_ratio=0.1,
+                               gpu_memory_budget=0.6)
+    log(store.describe())
+    data.edge_index = torch.empty(2, 0, dtype=torch.long)  # Topology given.
+    fanout = [int(k) for k in args.fanout.split(',')]
+    loader = HybridNeighborLoader(data, fanout, input_nodes=data.train_mask,
+                                  batch_size=args.batch_size, shuffle=True,
+                                  device=dev, topology=host_topo,
+                                  feature_store=store, seed=0)
+    model = GraphSAGE(Fdim, args.hidden, 3, 47).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    res['e2e'] = time_training(loader, model, opt, args.batches, args.warmup)
+    res['memory_tiers_bytes'] = {
+        'gpu_feature_cache': store.gpu_bytes(),
+        'host_features': x.numel() * 4,
+        'host_topology': host_topo.nbytes(),
+        'gpu_max_allocated': torch.cuda.max_memory_allocated(),
+    }
+    log(json.dumps(res, indent=1, default=str))
+    write(res, args.out or 'benchmarks/results/gpu_data_path_scale.json')
+
+
+def summarize(res):
+    sd = res['sampling']
+    rows = [
+        ('sampling triton, topology on GPU', sd['triton/device']),
+        ('sampling triton, topology in host memory', sd['triton/host']),
+        ('sampling torch, topology on GPU', sd['torch/device']),
+        ('compute only (batches on GPU)', res['compute_only']),
+        ('end-to-end, features on GPU', res['e2e_features_on_gpu']),
+        ('compute only, no trim', res.get('compute_only_no_trim',
+                                          res['compute_only'])),
+        ('end-to-end, features on GPU, no trim',
+         res.get('e2e_features_on_gpu_no_trim', res['e2e_features_on_gpu'])),
+        ('end-to-end, host features + cache',
+         res['e2e_host_features_cache']),
+        ('  same, no prefetch', res['e2e_host_features_cache_no_prefetch']),
+    ]
+    for k, v in res.get('pyg', {}).items():
+        if k.startswith('workers='):
+            rows.append((f'PyG NeighborLoader {k}', v))
+    log('\n' + f"{'configuration':<45} {'ms/batch':>9} {'Medges/s':>9}")
+    for name, v in rows:
+        eps = v.get('edges_per_s')
+        log(f"{name:<45} {v['ms_per_batch']:>9.2f} "
+            f"{'' if eps is None else f'{eps / 1e6:>9.0f}'}")
+    log(f"host/device sampling time: {sd['host_over_device']:.2f}x")
+    log('features on GPU over compute-only: '
+        f"{res['e2e_features_on_gpu']['over_compute_only']:.3f}x")
+    for k, v in res.get('speedup_vs_pyg', {}).items():
+        log(f'speed-up over PyG (best workers), {k}: {v:.1f}x')
+    for k, v in res['gather'].items():
+        if isinstance(v, dict):
+            log(f"gather {k}: {v['ms_per_batch']:.2f} ms, hit rate "
+                f"{v['hit_rate']:.3f} (cache {v['cache_hit_rate']:.3f})")
+
+
+def machine():
+    return {
+        'gpu': torch.cuda.get_device_name(),
+        'torch': torch.__version__,
+        'cpus': os.cpu_count(),
+        'python': platform.python_version(),
+    }
+
+
+def write(res, path):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(res, indent=1, default=str))
+    out = os.environ.get('OUT')
+    if out:
+        Path(out, Path(path).name).write_text(
+            json.dumps(res, indent=1, default=str))
+    log(f'wrote {path}')
+
+
+if __name__ == '__main__':
+    main()
