@@ -1,0 +1,43 @@
+"""Every tutorial notebook runs from top to bottom without an error."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TUTORIALS = REPO / 'tutorials'
+NOTEBOOKS = sorted(TUTORIALS.glob('*.ipynb'))
+
+
+def _execute(path: Path) -> None:
+    for module in ('nbclient', 'nbformat', 'ipykernel'):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f'{module} is not installed')
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name='python3',
+                            resources={'metadata': {
+                                'path': str(TUTORIALS)
+                            }})
+    # Raises `CellExecutionError` (with the cell's traceback) on any error:
+    client.execute()
+
+
+def test_notebooks_found():
+    assert NOTEBOOKS, f'no notebooks in {TUTORIALS}'
+
+
+@pytest.mark.parametrize('path', NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path):
+    _execute(path)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize('path', NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_with_pyg_baseline(path):
+    # Only in the parity run (torch-sparse importable, and inherited by the
+    # kernel through PYTHONPATH): the notebooks' PyG NeighborLoader parts run.
+    import torch_sparse  # noqa: F401
+    _execute(path)
