@@ -185,7 +185,7 @@ class HybridNeighborLoader(NodeLoader):
         self.device = resolve_device(device)
         check_loader_kwargs(kwargs, self.device)
         input_nodes = check_input_nodes(data, input_nodes)
-        input_time = check_input_time(input_time, input_nodes)
+        input_time = check_input_time(input_time, input_nodes, data)
 
         if neighbor_sampler is None:
             neighbor_sampler = HybridNeighborSampler(
@@ -372,6 +372,7 @@ class HybridNeighborLoader(NodeLoader):
             with self.timer.stage('presample'):
                 hotness = count_node_access(
                     self.node_sampler, self.input_data.node,
+                    input_time=self.input_data.time,
                     batch_size=self.batch_size or 1,
                     num_batches=presample_batches(self.input_data.node,
                                                   self.batch_size or 1))

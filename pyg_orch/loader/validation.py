@@ -138,7 +138,7 @@ def check_temporal_args(input_time, time_attr, temporal_strategy,
 
 
 
-def check_input_time(input_time, input_nodes) -> Optional[Tensor]:
+def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:
     r"""Checks that :obj:`input_time` gives one time per seed."""
     if input_time is None:
         return None
@@ -148,9 +148,19 @@ def check_input_time(input_time, input_nodes) -> Optional[Tensor]:
     if input_time.dtype == torch.bool or input_time.is_complex():
         raise ValueError(f"'input_time' must be integer or floating point "
                          f"(got {input_time.dtype})")
-    nodes = input_nodes[1] if isinstance(input_nodes, tuple) else input_nodes
+    node_type, nodes = None, input_nodes
+    if isinstance(input_nodes, tuple):
+        node_type, nodes = input_nodes
+    elif isinstance(input_nodes, str):
+        node_type, nodes = input_nodes, None
+    num = None
     if isinstance(nodes, Tensor):
         num = int(nodes.sum()) if nodes.dtype == torch.bool else nodes.numel()
+    elif nodes is None and isinstance(data, HeteroData) and node_type:
+        num = data[node_type].num_nodes
+    elif nodes is None and isinstance(data, Data):
+        num = data.num_nodes
+    if num is not None:
         if input_time.numel() != num:
             raise ValueError(f"'input_time' has {input_time.numel()} entries, "
                              f"but there are {num} seeds in 'input_nodes'")

@@ -143,7 +143,10 @@ class BottomLayerComputer:
                  ) -> Tuple[Tensor, Tensor]:
         r"""Samples the in-neighbors of :obj:`nodes` (distinct global ids)
         and returns the global ids of the subgraph's vertices
-        (:obj:`nodes` first) and its local :obj:`edge_index`."""
+        (:obj:`nodes` first, then the other sampled neighbors) and its local
+        :obj:`edge_index`. A neighbor that is one of :obj:`nodes` keeps its
+        own sampled in-edges, as a hot vertex usually has in a mini-batch
+        (degree-normalized layers see these in-degrees)."""
         csc = self.csc
         n = nodes.numel()
         pos, dst = sample_neighbors(
@@ -151,7 +154,8 @@ class BottomLayerComputer:
             weight=csc.weight, weight_cumsum=csc.weight_cumsum
             if csc.weight is not None and self.replace else None)
         src = csc.row.index_select(0, pos).to(torch.int64)
-        ids, inv = torch.unique(torch.cat([nodes, src]), return_inverse=True)
+        ids, inv = torch.unique(torch.cat([nodes.to(torch.int64), src]),
+                                return_inverse=True)
         # Renumber so that `nodes` come first, in their order:
         is_target = torch.zeros(ids.numel(), dtype=torch.bool)
         is_target[inv[:n]] = True

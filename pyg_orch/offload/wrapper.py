@@ -30,21 +30,26 @@ def default_num_threads() -> int:
 
 
 class _BatchInfo:
-    __slots__ = ('x_ref', 'rows', 'pos', 'num_nodes', 'pruned')
+    __slots__ = ('x_ref', 'rows', 'pos', 'num_nodes', 'pruned', 'extra_edges')
 
-    def __init__(self, x: Tensor, rows: Tensor, pos: Tensor, pruned: bool):
+    def __init__(self, x: Tensor, rows: Tensor, pos: Tensor, pruned: bool,
+                 extra_edges: Optional[Tensor]):
         self.x_ref = weakref.ref(x)
-        self.rows = rows  # Local rows in hops 0..L-1 of hot vertices.
+        self.rows = rows  # Local rows of hot vertices to replace.
         self.pos = pos  # Their rows in the embedding tables.
         self.num_nodes = x.size(0)
         self.pruned = pruned
+        # Placeholder in-edges of pruned hot vertices (degree compensation):
+        self.extra_edges = extra_edges
 
 
 class _ForwardContext:
-    __slots__ = ('x', 'info', 'version', 'called', 'in_call')
+    __slots__ = ('x', 'edge_index', 'info', 'version', 'called', 'in_call')
 
-    def __init__(self, x, info: Optional[_BatchInfo], version: int):
+    def __init__(self, x, edge_index, info: Optional[_BatchInfo],
+                 version: int):
         self.x = x
+        self.edge_index = edge_index
         self.info = info
         self.version = version
         self.called = False
@@ -67,7 +72,8 @@ class OffloadRuntime:
     def __init__(self, model: torch.nn.Module, loader, layer_name: str,
                  layer: torch.nn.Module, hot_set: HotSet,
                  pipeline: EmbeddingPipeline, num_hops: int,
-                 features: Tensor):
+                 features: Tensor, replace_rows: str = 'pruned',
+                 compensate_degrees: bool = True):
         self.model = model
         self.loader = loader
         self.sampler = loader.node_sampler
@@ -78,6 +84,10 @@ class OffloadRuntime:
         self.pipeline = pipeline
         self.num_hops = num_hops
         self.features = features
+        self.replace_rows = replace_rows
+        self.compensate_degrees = compensate_degrees
+        self.fanout = int(self.sampler.num_neighbors[None][-1])
+        self._colptr: Dict[torch.device, Tensor] = {}
         self.hot_mask = hot_set.hot_mask()
         hot_pos = torch.full((hot_set.num_nodes, ), -1, dtype=torch.int32)
         hot_pos[hot_set.hot_nodes] = torch.arange(hot_set.hot_nodes.numel(),
@@ -97,6 +107,10 @@ class OffloadRuntime:
             layer.register_forward_pre_hook(self._pre_hook, with_kwargs=True),
             layer.register_forward_hook(self._post_hook),
         ]
+        if compensate_degrees:
+            for module in message_passing_layers(model).values():
+                self.handles.append(module.register_forward_pre_hook(
+                    self._edge_hook, with_kwargs=True))
         self.remove_batch_hook = loader.register_batch_hook(self._on_batch)
         self.reset_stats()
 
@@ -174,6 +188,14 @@ class OffloadRuntime:
             self._hot_pos[device] = out
         return out
 
+    def _colptr_on(self, device: torch.device) -> Tensor:
+        out = self._colptr.get(device)
+        if out is None:
+            out = self.sampler.topology.csc[None].colptr.to(device,
+                                                            torch.int64)
+            self._colptr[device] = out
+        return out
+
     def _on_batch(self, batch) -> None:
         if not self.training or not self.active:
             return
@@ -185,15 +207,45 @@ class OffloadRuntime:
             return
         if not self.features_checked:
             self._check_features(batch)
-        n_bottom = int(sum(int(v) for v in list(num)[:self.num_hops]))
-        pos = self._hot_pos_on(n_id.device).index_select(0, n_id[:n_bottom])
+        num = [int(v) for v in list(num)]
+        n_last = sum(num[:self.num_hops - 1])  # First row of hop L - 1.
+        n_bottom = sum(num[:self.num_hops])
+        lo = n_last if self.replace_rows == 'pruned' else 0
+        pos = self._hot_pos_on(n_id.device).index_select(0, n_id[lo:n_bottom])
         rows = (pos >= 0).nonzero().view(-1)
-        info = _BatchInfo(x, rows, pos.index_select(0, rows).to(torch.int64),
-                          getattr(self.sampler, 'hot_nodes', None) is not None)
+        pos = pos.index_select(0, rows).to(torch.int64)
+        rows = rows + lo
+        pruned = getattr(self.sampler, 'hot_nodes', None) is not None
+        extra = None
+        if pruned and self.compensate_degrees:
+            extra = self._placeholder_edges(
+                n_id, rows if lo == n_last else rows[rows >= n_last])
+        info = _BatchInfo(x, rows, pos, pruned, extra)
         self.batches[id(x)] = info
         self.batches.move_to_end(id(x))
         while len(self.batches) > _MAX_BATCHES:
             self.batches.popitem(last=False)
+
+    def _placeholder_edges(self, n_id: Tensor, rows: Tensor) -> Tensor:
+        # A pruned hot vertex lost the in-edges that the last hop would have
+        # sampled for it. Degree-normalized layers (GCNConv) see in-degrees
+        # in the batch, so it gets as many placeholder in-edges (from row 0):
+        # they change only its own outputs, which no seed needs (the first
+        # layer's output of it is replaced, and the layers above use nothing
+        # of a last-frontier vertex but that output).
+        colptr = self._colptr_on(n_id.device)
+        nodes = n_id.index_select(0, rows)
+        deg = colptr.index_select(0, nodes + 1) - colptr.index_select(
+            0, nodes)
+        k = self.fanout
+        if k < 0:
+            count = deg
+        elif getattr(self.sampler, 'replace', False):
+            count = torch.where(deg > 0, k, 0)
+        else:
+            count = deg.clamp(max=k)
+        dst = torch.repeat_interleave(rows, count)
+        return torch.stack([torch.zeros_like(dst), dst])
 
     def _check_features(self, batch) -> None:
         self.features_checked = True
@@ -232,7 +284,7 @@ class OffloadRuntime:
 
     # Forward #################################################################
 
-    def begin(self, x: Any) -> _ForwardContext:
+    def begin(self, x: Any, edge_index: Any) -> _ForwardContext:
         version = self.counter.on_forward()
         self.pipeline.maybe_submit(version)
         info = self._match(x)
@@ -243,7 +295,7 @@ class OffloadRuntime:
             self.num_exact += 1
         else:
             self.num_offloaded += 1
-        ctx = _ForwardContext(x, info, version)
+        ctx = _ForwardContext(x, edge_index, info, version)
         self.ctx = ctx
         return ctx
 
@@ -326,6 +378,28 @@ class OffloadRuntime:
         ctx.in_call = True
         return None
 
+    def _edge_hook(self, module, args, kwargs):
+        ctx = self.ctx
+        if ctx is None or ctx.info is None or ctx.info.extra_edges is None \
+                or ctx.info.extra_edges.numel() == 0:
+            return None
+        in_args = len(args) > 1
+        edge_index = args[1] if in_args else kwargs.get('edge_index')
+        if not isinstance(edge_index, Tensor) or not _same_tensor(
+                edge_index, ctx.edge_index):
+            return None  # E.g. trimmed by trim_to_layer: nothing to do.
+        if any(isinstance(v, Tensor) for v in args[2:]) or any(
+                isinstance(v, Tensor) for k, v in kwargs.items()
+                if k not in ('x', 'edge_index')):
+            return None  # Edge-level tensors would need placeholders too.
+        extra = ctx.info.extra_edges.to(edge_index.device, edge_index.dtype)
+        edge_index = torch.cat([edge_index, extra], dim=1)
+        if in_args:
+            args = (args[0], edge_index) + tuple(args[2:])
+        else:
+            kwargs = dict(kwargs, edge_index=edge_index)
+        return args, kwargs
+
     def _post_hook(self, module, args, output):
         ctx = self.ctx
         if ctx is None or not ctx.in_call:
@@ -384,11 +458,30 @@ class BottomLayerOffload(torch.nn.Module):
     nodes, a vertex counts each time it lands in hops :obj:`0, ..., L - 1`
     (:obj:`L` hops); the top :obj:`hot_ratio` fraction of all vertices are
     hot. In training mode, the loader's sampler does not expand hot vertices
-    in the last hop (:meth:`~pyg_orch.HybridNeighborSampler.set_hot_nodes`),
-    and after the first message-passing layer has run on the device, the
-    rows of the batch's hot vertices in hops :obj:`0, ..., L - 1` are
-    replaced by their CPU-computed embeddings (a forward hook; the model's
-    code is not modified).
+    in the last frontier (hop :obj:`L - 1`, see
+    :meth:`~pyg_orch.HybridNeighborSampler.set_hot_nodes`), which saves
+    sampling, gathering and moving their bottom-hop neighbors. After the
+    first message-passing layer has run on the device, the rows of those
+    hot vertices are replaced by their CPU-computed embeddings (a forward
+    hook; the model's code is not modified). With
+    :obj:`replace_rows='all'`, the rows of hot vertices in all hops
+    :obj:`0, ..., L - 1` are replaced; by default (:obj:`'pruned'`) only
+    those in hop :obj:`L - 1`, the ones whose neighbors were pruned: in the
+    other hops the device has the neighbors anyway (the layers above need
+    them), so replacing them saves nothing and costs their gradient (on
+    CiteSeer with GraphSAGE, 6 to 7 points of test accuracy).
+
+    **Degrees.** A pruned hot vertex has no in-edges in the batch, which
+    would change the normalization of degree-normalized layers such as
+    :class:`~torch_geometric.nn.conv.GCNConv` for the messages it sends.
+    With :obj:`compensate_degrees=True`, every message-passing layer that
+    gets the model's :obj:`edge_index` (and no edge-level tensors) sees as
+    many placeholder in-edges of it (from row :obj:`0`) as the last hop
+    would have sampled. They change only that vertex's own outputs, which
+    no seed needs beyond the first layer's, and that one is replaced. Under
+    :func:`~torch_geometric.utils.trim_to_layer`, the layers above the first
+    get a trimmed :obj:`edge_index` in which no last-frontier vertex has
+    in-edges anyway.
 
     CPU worker threads compute those embeddings with a CPU copy of the layer
     (same class, weights loaded from snapshots, evaluation mode) from
@@ -410,15 +503,22 @@ class BottomLayerOffload(torch.nn.Module):
     :obj:`max_staleness=0` is synchronous: each step waits for the
     embeddings of its own weights.
 
-    **Gradients.** Replaced rows are new values, so no gradient flows through
-    them: the first layer's weights receive gradient only from the rows of
-    non-hot vertices (and everything above the first layer trains as
-    usual).
+    **Gradients.** Replaced rows are new values (an out-of-place
+    :meth:`~torch.Tensor.index_put`), so no gradient flows through them:
+    the first layer's weights receive gradient only from the rows that were
+    not replaced (everything above the first layer trains as usual). The
+    CPU copy of the layer runs in evaluation mode (no dropout inside it).
 
     **Exactness.** :meth:`eval` switches everything off: no pruning, no
     replacement, no stale embeddings. With :obj:`max_staleness=0`,
     :obj:`full_neighbors=True` and all-neighbor fan-outs (:obj:`-1`), the
-    wrapped model's outputs equal the plain model's on the unpruned batch.
+    wrapped model's outputs for the seeds equal the plain model's on the
+    unpruned batch for layers whose output depends only on the
+    neighborhood (e.g. :class:`~torch_geometric.nn.conv.SAGEConv`,
+    :class:`~torch_geometric.nn.conv.GINConv`,
+    :class:`~torch_geometric.nn.conv.GATConv`); for
+    :class:`~torch_geometric.nn.conv.GCNConv`, whose normalization also
+    depends on the neighbors' in-degrees within the batch, they are close.
 
     **Module behaviour.** The wrapper is used exactly like the model:
     :obj:`model(batch.x, batch.edge_index, ...)` with any further arguments
@@ -475,6 +575,12 @@ class BottomLayerOffload(torch.nn.Module):
             sampling. (default: :obj:`0`)
         idle_timeout (float): Seconds an idle worker thread waits before it
             exits. (default: :obj:`2.0`)
+        replace_rows (str): :obj:`'pruned'` replaces the first layer's output
+            of hot vertices in the last frontier only, :obj:`'all'` in all
+            hops :obj:`0, ..., L - 1`. (default: :obj:`'pruned'`)
+        compensate_degrees (bool): Give pruned hot vertices placeholder
+            in-edges in the layers' :obj:`edge_index` (see above).
+            (default: :obj:`True`)
     """
     def __init__(
         self,
@@ -491,6 +597,8 @@ class BottomLayerOffload(torch.nn.Module):
         chunk_size: Optional[int] = None,
         seed: Optional[int] = 0,
         idle_timeout: float = 2.0,
+        replace_rows: str = 'pruned',
+        compensate_degrees: bool = True,
     ):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"'model' must be a torch.nn.Module (got "
@@ -505,6 +613,9 @@ class BottomLayerOffload(torch.nn.Module):
                 max_staleness, int) or max_staleness < 0:
             raise ValueError(f"'max_staleness' must be an integer >= 0 "
                              f"(got {max_staleness!r})")
+        if replace_rows not in ('pruned', 'all'):
+            raise ValueError(f"'replace_rows' must be 'pruned' or 'all' (got "
+                             f"{replace_rows!r})")
         if num_threads is None:
             num_threads = default_num_threads()
         if isinstance(num_threads, bool) or not isinstance(
@@ -550,7 +661,8 @@ class BottomLayerOffload(torch.nn.Module):
             num_threads, super_batch_size=super_batch_size,
             chunk_size=chunk_size, idle_timeout=idle_timeout)
         runtime = OffloadRuntime(model, loader, layer_name, first, hot_set,
-                                 pipeline, num_hops, x)
+                                 pipeline, num_hops, x, replace_rows,
+                                 bool(compensate_degrees))
         object.__setattr__(self, '_offload', runtime)
         object.__setattr__(self, 'full_neighbors', bool(full_neighbors))
         object.__setattr__(self, '_finalizer',
@@ -602,7 +714,8 @@ class BottomLayerOffload(torch.nn.Module):
             if runtime.active:
                 runtime.check_eval_batch(x)
             return model(*args, **kwargs)
-        ctx = runtime.begin(x)
+        ctx = runtime.begin(
+            x, args[1] if len(args) > 1 else kwargs.get('edge_index'))
         order_hooks = []
         if ctx.info is not None and not runtime.order_checked:
             order_hooks = runtime.install_order_check()

@@ -128,7 +128,8 @@ def sample_neighbors(
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
         weight (torch.Tensor, optional): Weight of every CSC position.
         weight_cumsum (torch.Tensor, optional): Inclusive float64 prefix sum of
-            :obj:`weight` (needed with :obj:`replace=True`).
+            the weights (needed with :obj:`replace=True`); best normalized
+            per neighborhood, see :attr:`CSCTopology.weight_cumsum`.
 
     Returns:
         (positions, dst_index): CSC positions of the sampled edges, grouped by

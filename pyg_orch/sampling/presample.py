@@ -13,6 +13,7 @@ def count_node_access(
     num_batches: Optional[int] = None,
     hops: Optional[int] = None,
     generator: Optional[torch.Generator] = None,
+    input_time: Optional[Tensor] = None,
 ) -> Tensor:
     r"""Counts how often every node appears in sampled batches of a
     homogeneous graph.
@@ -27,6 +28,8 @@ def count_node_access(
             (e.g. the nodes whose bottom-layer output is needed); all hops if
             not set.
         generator (torch.Generator, optional): For the seed order.
+        input_time (torch.Tensor, optional): The seeds' times, for temporal
+            sampling.
 
     Returns:
         An int64 tensor of counts per node, on the CPU.
@@ -44,9 +47,11 @@ def count_node_access(
         for start in range(0, perm.numel(), batch_size):
             if done == num_batches:
                 break
-            seeds = input_nodes[perm[start:start + batch_size]]
+            index = perm[start:start + batch_size]
             out = sampler.sample_from_nodes(
-                NodeSamplerInput(input_id=None, node=seeds))
+                NodeSamplerInput(
+                    input_id=None, node=input_nodes[index],
+                    time=None if input_time is None else input_time[index]))
             node = out.node
             if hops is not None and out.num_sampled_nodes is not None:
                 node = node[:sum(out.num_sampled_nodes[:hops])]

@@ -220,6 +220,10 @@ class HybridNeighborSampler(BaseSampler):
         self.replace = bool(replace)
         self.disjoint = bool(disjoint)
         self.temporal_strategy = temporal_strategy
+        if self.is_temporal and self.subgraph_type == SubgraphType.induced:
+            raise ValueError("subgraph_type='induced' is not supported with "
+                             "temporal sampling ('time_attr'), which always "
+                             "samples disjoint subgraphs, as in PyG")
         self.relabel = relabel
         self._buffers = DenseBufferPool() if relabel != 'sort' else None
         self._set_seed(seed)

@@ -48,11 +48,22 @@ class CSCTopology:
 
     @property
     def weight_cumsum(self) -> Tensor:
-        r"""Inclusive prefix sum of :obj:`weight` in float64, for inverse-CDF
-        draws within any neighborhood."""
+        r"""Inclusive float64 prefix sum of the weights, each normalized by
+        its neighborhood's total, for inverse-CDF draws within any
+        neighborhood. Normalizing first keeps every neighborhood's share of
+        the sum at 1 however heavy the others are, so small weights do not
+        vanish in rounding."""
         if self._weight_cumsum is None:
-            self._weight_cumsum = torch.cumsum(self.weight.to(torch.float64),
-                                               0)
+            w = self.weight.to(torch.float64)
+            deg = (self.colptr[1:] - self.colptr[:-1]).to(torch.int64)
+            seg = torch.repeat_interleave(
+                torch.arange(deg.numel(), device=w.device), deg,
+                output_size=w.numel())
+            total = torch.zeros(deg.numel(), dtype=torch.float64,
+                                device=w.device).index_add_(0, seg, w)
+            total = total.index_select(0, seg)
+            w = torch.where(total > 0, w / total.clamp(min=1e-300), 0.0)
+            self._weight_cumsum = torch.cumsum(w, 0)
         return self._weight_cumsum
 
     @property
