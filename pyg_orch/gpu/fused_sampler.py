@@ -176,7 +176,9 @@ class FusedPlan:
             self.enqueue()  # Compiles the kernels; leaves buffers clean.
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # 'thread_local': other threads (the training loop, when a prefetch
+        # thread samples) may synchronize while this thread captures.
+        with torch.cuda.graph(graph, capture_error_mode='thread_local'):
             self.enqueue()
         self.graph = graph
 

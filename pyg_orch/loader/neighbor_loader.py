@@ -2,15 +2,16 @@
 :class:`~torch_geometric.loader.NeighborLoader`."""
 import copy
 import time
-from types import SimpleNamespace
 from typing import Any, Callable, Dict, Optional, Union
 
 import torch
+from torch_geometric.data import Data
 from torch_geometric.loader.base import DataLoaderIterator
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
 
 from pyg_orch.gpu.feature_store import TieredFeatureStore
+from pyg_orch.loader.assemble import DataAssembler
 from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.stats import StageTimer
 from pyg_orch.loader.validation import (
@@ -141,7 +142,8 @@ class HybridNeighborLoader(NodeLoader):
         gpu_cache_ratio (float, optional): Cache at most this fraction of the
             rows.
         cache_policy (str): Rank rows to cache by :obj:`'frequency'` (node
-            appearances in pre-sampled batches) or :obj:`'degree'`.
+            appearances in pre-sampled batches) or :obj:`'degree'` (the
+            out-degree: how often a node can be drawn as a neighbor).
         prefetch (int or str): Batches sampled and gathered ahead by a
             background thread on its own CUDA stream; :obj:`'auto'` is 2 on
             CUDA with :obj:`num_workers=0`, else 0.
@@ -240,7 +242,7 @@ class HybridNeighborLoader(NodeLoader):
         self._batch_hooks: Dict[int, Callable] = {}
         self.feature_store = self._build_feature_store(
             feature_store, gpu_memory_budget, gpu_cache_ratio, cache_policy)
-        self._mirror = None
+        self._assembler: Optional[DataAssembler] = None
 
     def register_batch_hook(self, hook: Callable) -> Callable[[], None]:
         r"""Calls :obj:`hook(batch)` on every mini-batch when the training
@@ -319,30 +321,19 @@ class HybridNeighborLoader(NodeLoader):
         return data
 
     def _gather(self, out) -> Any:
-        if self.feature_store is not None:
-            return self._gather_tiered(out)
+        if self._in_main_process() and isinstance(self.data, Data) and (
+                self.feature_store is not None or self._data_on_device()):
+            if self._assembler is None:
+                self._assembler = DataAssembler(
+                    self.data, self.device, None if self.feature_store is None
+                    else self.feature_store.gather)
+            if self.transform_sampler_output is not None:
+                out = self.transform_sampler_output(out)
+            return self._assembler(out)
         # PyG slices features where they live; indices follow them there.
         if not self._data_on_device():
             out = _to_cpu(out)
         return super().filter_fn(out)
-
-    def _gather_tiered(self, out) -> Any:
-        # PyG's `filter_fn` runs on a mirror of `data` on the device whose
-        # `x` and `edge_index` take no memory (PyG still classifies the
-        # attributes as usual); `x` then comes from the tiers, `edge_index`
-        # from `out`.
-        if self._mirror is None:
-            self._mirror = _device_mirror(self.data, self.device)
-        view = SimpleNamespace(data=self._mirror,
-                               node_sampler=self.node_sampler,
-                               transform=None, custom_cls=self.custom_cls,
-                               input_data=self.input_data,
-                               transform_sampler_output=self.
-                               transform_sampler_output)
-        data = NodeLoader.filter_fn(view, out)
-        data.x = self.feature_store.gather(out.node)
-        data.edge_index = torch.stack([out.row, out.col], dim=0)
-        return data
 
     def _build_feature_store(self, feature_store, budget, ratio, policy):
         from torch_geometric.data import Data
@@ -366,8 +357,11 @@ class HybridNeighborLoader(NodeLoader):
             return None
         hotness = None
         if policy == 'degree':
+            # Rows are fetched when their node is sampled as someone's
+            # in-neighbor: that follows the out-degree.
             topo = self.node_sampler.topology.csc[None]
-            hotness = (topo.colptr[1:] - topo.colptr[:-1]).cpu()
+            hotness = torch.bincount(topo.row.to(torch.int64),
+                                     minlength=topo.num_src_nodes).cpu()
         else:
             with self.timer.stage('presample'):
                 hotness = count_node_access(
@@ -413,22 +407,6 @@ def _identity(x: Any) -> Any:
 def presample_batches(input_nodes: torch.Tensor, batch_size: int) -> int:
     r"""Batches pre-sampled to rank rows for the cache: an epoch, capped."""
     return min(-(-input_nodes.numel() // batch_size), 256)
-
-
-def _device_mirror(data, device: torch.device):
-    out = copy.copy(data)
-    for key, value in data._store.items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        if key == 'x':  # Zero columns: PyG slices it for free.
-            out._store[key] = value.new_empty((value.size(0), 0),
-                                              device=device)
-        elif key == 'edge_index':  # Shape only (stride 0), for PyG's checks.
-            out._store[key] = torch.zeros((), dtype=value.dtype,
-                                          device=device).expand(value.shape)
-        else:
-            out._store[key] = value.to(device)
-    return out
 
 
 def _to_cpu(out):

@@ -114,6 +114,31 @@ class BottomLayerComputer:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._num_threads_seen = 0
+        # Call the layer bipartitely, (x_src, x_dst), so that per-target
+        # work (e.g. root weights) runs on the targets only; decided by
+        # `calibrate`:
+        self.bipartite = False
+
+    def calibrate(self, nodes: Tensor) -> bool:
+        r"""Checks on a few vertices whether the layer gives the same output
+        when called on :obj:`(x, x[:len(nodes)])` (bipartite, cheaper) as on
+        :obj:`x`, and uses the bipartite call from then on if so. Also checks
+        that the layer runs on the CPU at all."""
+        layer = self.template
+        gen = torch.Generator().manual_seed(0)
+        nodes = nodes[:64].to(torch.int64)
+        with torch.no_grad():
+            ids, edge_index = self.subgraph(nodes, gen)
+            x = self.x.index_select(0, ids)
+            full = _first(layer(x, edge_index))[:nodes.numel()]
+            try:
+                part = _first(layer((x, x[:nodes.numel()]), edge_index))
+                ok = part.shape == full.shape and torch.allclose(
+                    part, full, rtol=1e-4, atol=1e-5)
+            except Exception:
+                ok = False
+        self.bipartite = bool(ok)
+        return self.bipartite
 
     def _thread_state(self):
         local = self._local
@@ -169,10 +194,14 @@ class BottomLayerComputer:
         r"""The output of :obj:`layer` for :obj:`nodes`, shape
         :obj:`[len(nodes), out_channels]`."""
         local = self._thread_state()
+        n = nodes.numel()
         with torch.no_grad():
             ids, edge_index = self.subgraph(nodes, local.generator)
             x = self.x.index_select(0, ids)
-            out = layer(x, edge_index)
-            if isinstance(out, (tuple, list)):
-                out = out[0]
-            return out[:nodes.numel()]
+            if self.bipartite:
+                return _first(layer((x, x[:n]), edge_index))
+            return _first(layer(x, edge_index))[:n]
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out

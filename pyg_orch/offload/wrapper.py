@@ -278,7 +278,7 @@ class OffloadRuntime:
                     "'batch.x' tensor of a mini-batch of the loader; assuming "
                     "it holds the features of the newest mini-batch (same "
                     "number of rows). Pass 'batch.x' itself to avoid the "
-                    "guess", stacklevel=4)
+                    "guess", stacklevel=6)
             return newest
         return None
 
@@ -319,7 +319,7 @@ class OffloadRuntime:
                 "BottomLayerOffload: evaluating a mini-batch that was sampled "
                 "in training mode, with the bottom-hop neighbors of hot "
                 "vertices pruned; call eval() before drawing evaluation "
-                "batches", stacklevel=4)
+                "batches", stacklevel=5)
 
     def install_order_check(self):
         r"""Until the first offloaded forward pass completes, raises if
@@ -656,6 +656,8 @@ class BottomLayerOffload(torch.nn.Module):
         hot_set = select_hot_nodes(sampler, seeds, batch_size, hot_ratio,
                                    gpu_cache_ratio, num_presample_batches,
                                    seed)
+        if hot_set.hot_nodes.numel() > 0:
+            computer.calibrate(hot_set.hot_nodes)
         pipeline = EmbeddingPipeline(
             computer, first, hot_set.hot_nodes, loader.device, max_staleness,
             num_threads, super_batch_size=super_batch_size,

@@ -1,5 +1,6 @@
 """A PyG :class:`~torch_geometric.sampler.BaseSampler` over the vectorized
 sampling core, usable wherever PyG takes a sampler."""
+import numbers
 import os
 import warnings
 from typing import Dict, List, Optional, Tuple, Union
@@ -53,7 +54,7 @@ def parse_num_neighbors(num_neighbors, edge_types: List) -> Dict:
                              f"integers (got {type(values).__name__})")
         out = []
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise ValueError(f"'num_neighbors'{where} must hold integers "
                                  f"(got {v!r})")
             if v < -1:
