@@ -1,0 +1,69 @@
+"""The batch assembler against PyG's own NodeLoader.filter_fn."""
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.loader.node_loader import NodeLoader
+from torch_geometric.sampler import NodeSamplerInput
+
+from pyg_orch import HybridNeighborSampler
+from pyg_orch.loader.assemble import DataAssembler
+
+
+def make_data(explicit_num_nodes: bool):
+    g = torch.Generator().manual_seed(0)
+    n, m = 120, 900
+    data = Data(x=torch.randn(n, 6, generator=g),
+                y=torch.randint(0, 3, (n, ), generator=g),
+                edge_index=torch.randint(0, n, (2, m), generator=g),
+                edge_attr=torch.randn(m, 2, generator=g),
+                edge_weight=torch.rand(m, generator=g))
+    data.train_mask = torch.rand(n, generator=g) < 0.5
+    data.graph_attr = torch.tensor([1.0, 2.0, 3.0])  # Neither node nor edge.
+    data.name = 'toy'
+    if explicit_num_nodes:
+        data.num_nodes = n
+    return data
+
+
+def assert_same(a: Data, b: Data):
+    assert set(a.keys()) == set(b.keys())
+    for key in a.keys():
+        va, vb = a[key], b[key]
+        if isinstance(va, torch.Tensor):
+            assert va.dtype == vb.dtype and torch.equal(va, vb), key
+        else:
+            assert va == vb, key
+
+
+@pytest.mark.parametrize('explicit_num_nodes', [False, True])
+@pytest.mark.parametrize('options', [
+    {}, {'disjoint': True}, {'subgraph_type': 'bidirectional'},
+    {'subgraph_type': 'induced'}
+])
+def test_matches_pyg_filter_fn(explicit_num_nodes, options):
+    data = make_data(explicit_num_nodes)
+    sampler = HybridNeighborSampler(data, [4, 3], device='cpu', seed=0,
+                                    **options)
+    loader = NodeLoader(data, sampler, batch_size=16)
+    assembler = DataAssembler(data, torch.device('cpu'))
+    for start in (0, 40, 104):
+        index = torch.arange(start, start + 16)
+        out = sampler.sample_from_nodes(loader.input_data[index])
+        assert_same(assembler(out), loader.filter_fn(out))
+
+
+def test_features_come_from_the_callback():
+    data = make_data(False)
+    sampler = HybridNeighborSampler(data, [3], device='cpu', seed=0)
+    calls = []
+
+    def features(node):
+        calls.append(node)
+        return data.x[node] * 2
+
+    batch = DataAssembler(data, torch.device('cpu'), features)(
+        sampler.sample_from_nodes(
+            NodeSamplerInput(input_id=torch.arange(8), node=torch.arange(8))))
+    assert len(calls) == 1
+    assert torch.equal(batch.x, 2 * data.x[batch.n_id])
+    assert torch.equal(batch.y, data.y[batch.n_id])
