@@ -1,4 +1,4 @@
 from pyg_orch.loader.neighbor_loader import HybridNeighborLoader
-from pyg_orch.loader.stats import StageTimer
+from pyg_orch.loader.stats import StageTimer, plot_stage_times
 
-__all__ = ['HybridNeighborLoader', 'StageTimer']
+__all__ = ['HybridNeighborLoader', 'StageTimer', 'plot_stage_times']

@@ -80,3 +80,44 @@ class StageTimer:
                      f"{1e3 * total / max(self.num_batches, 1):>10.2f} "
                      f"{total:>10.3f} {100.0:>6.1f}%")
         return '\n'.join(lines)
+
+
+def plot_stage_times(runs, ax=None, stages: Optional[list] = None):
+    r"""Draws milliseconds per batch per stage as stacked bars, one bar per
+    run (needs :obj:`matplotlib`).
+
+    Args:
+        runs (dict): Label to a stage summary: :meth:`StageTimer.summary`,
+            :obj:`loader.stats()['stages']`, or a :class:`StageTimer`.
+        ax (matplotlib.axes.Axes, optional): Where to draw; a new figure if
+            not set.
+        stages (list, optional): Stage order (bottom first); by default the
+            stages in order of first appearance.
+
+    Returns:
+        The :class:`matplotlib.axes.Axes`.
+    """
+    import matplotlib.pyplot as plt
+
+    summaries = {
+        label: run.summary() if isinstance(run, StageTimer) else run
+        for label, run in runs.items()
+    }
+    if stages is None:
+        stages = []
+        for summary in summaries.values():
+            stages += [s for s in summary if s not in stages]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.6 + 1.1 * len(summaries), 3.5))
+    labels = list(summaries)
+    bottom = [0.0] * len(labels)
+    for stage in stages:
+        heights = [
+            summaries[label].get(stage, {}).get('ms_per_batch', 0.0)
+            for label in labels
+        ]
+        ax.bar(labels, heights, bottom=bottom, label=stage)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_ylabel('ms per batch')
+    ax.legend(fontsize='small')
+    return ax
