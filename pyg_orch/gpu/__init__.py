@@ -1,9 +1,17 @@
 r"""The GPU data path: fused Triton sampling kernels (imported lazily, only on
-GPUs) and zero-copy access to pinned host memory."""
+GPUs), a tiered feature store, and zero-copy access to pinned host memory."""
+from pyg_orch.gpu.feature_store import TieredFeatureStore
 from pyg_orch.gpu.fused_sampler import (
+    FusedSampler,
     fused_sample_multi_hop,
     supports,
     triton_available,
 )
 
-__all__ = ['fused_sample_multi_hop', 'supports', 'triton_available']
+__all__ = [
+    'FusedSampler',
+    'TieredFeatureStore',
+    'fused_sample_multi_hop',
+    'supports',
+    'triton_available',
+]
