@@ -100,12 +100,14 @@ class DenseRelabeler(Relabeler):
         self.touched.append(seeds)
         self.num_nodes = seeds.numel()
 
+    # `index_select` / `index_copy_` / `index_fill_` rather than advanced
+    # indexing: several times faster on the CPU for these 1-D gathers.
     def lookup(self, keys: Tensor) -> Tensor:
-        return self.buf[keys].to(torch.int64)
+        return self.buf.index_select(0, keys).to(torch.int64)
 
     def add(self, keys: Tensor) -> Tuple[Tensor, Tensor]:
-        local = self.buf[keys]
-        new = keys[local < 0]
+        local = self.buf.index_select(0, keys)
+        new = keys.masked_select(local < 0)
         if new.numel() == 0:
             return local.to(torch.int64), new
         # Temporarily store `-2 - position` so that `amax` keeps the first
@@ -113,17 +115,18 @@ class DenseRelabeler(Relabeler):
         tag = -2 - torch.arange(new.numel(), device=keys.device,
                                 dtype=self.buf.dtype)
         self.buf.scatter_reduce_(0, new, tag, 'amax', include_self=False)
-        uniq = new[self.buf[new] == tag]
-        self.buf[uniq] = torch.arange(self.num_nodes,
-                                      self.num_nodes + uniq.numel(),
-                                      device=keys.device, dtype=self.buf.dtype)
+        uniq = new.masked_select(self.buf.index_select(0, new) == tag)
+        self.buf.index_copy_(
+            0, uniq,
+            torch.arange(self.num_nodes, self.num_nodes + uniq.numel(),
+                         device=keys.device, dtype=self.buf.dtype))
         self.touched.append(uniq)
         self.num_nodes += uniq.numel()
-        return self.buf[keys].to(torch.int64), uniq
+        return self.buf.index_select(0, keys).to(torch.int64), uniq
 
     def close(self) -> None:
         for t in self.touched:
-            self.buf[t] = -1
+            self.buf.index_fill_(0, t, -1)
         self.touched = []
 
 

@@ -1,0 +1,549 @@
+#!/usr/bin/env python
+"""Benchmark bottom-layer offload (:class:`pyg_orch.offload.BottomLayerOffload`)
+on a synthetic power-law graph, and (``--accuracy``) compare its test
+accuracy with plain training on Cora and CiteSeer.
+
+Throughput (default): one run builds the graph once (features in host
+memory), then trains GraphSAGE with :class:`pyg_orch.HybridNeighborLoader`
+twice over the same number of batches, without and with offload, and reports
+per mode:
+
+* ms per batch (after warm-up) and the speed-up ``plain / offload``, plus
+  the extrapolated time of an epoch (``--epoch`` times a whole epoch
+  instead);
+* the loader's stage breakdown (sample / gather / transfer / train / wait,
+  and the offload wait), nodes and edges per batch;
+* for offload: setup time (pre-sampling), hot-set size and coverage, hot rows
+  replaced per batch, staleness histogram and maximum, the training loop's
+  wait for CPU embeddings, CPU compute seconds of the workers;
+* CPU utilisation (``psutil``, if installed: system-wide percent and cores
+  used by this process) and GPU utilisation (``torch.cuda.utilization``,
+  where NVML is available), peak GPU memory.
+
+Accuracy (``--accuracy``): GraphSAGE and GCN (2 layers, 64 hidden, fan-out
+[10, 5], batch 32, 30 epochs, Adam) on Cora and CiteSeer, with and without
+offload (default settings), test accuracy averaged over 5 seeds.
+
+Examples::
+
+    python benchmarks/bench_offload.py --tiny            # smoke test, CPU
+    python benchmarks/bench_offload.py --small
+    python benchmarks/bench_offload.py                   # 2.4M nodes, GPU
+    python benchmarks/bench_offload.py --wide            # 600-dim features
+    python benchmarks/bench_offload.py --accuracy
+"""
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+warnings.filterwarnings('ignore', message=".*'pyg-lib'.*")
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # Run from a checkout without installing.
+    sys.path.insert(0, str(REPO))
+
+SCHEMA_VERSION = 1
+
+PRESETS = {
+    'default': dict(num_nodes=2_400_000, num_edges=120_000_000, batches=200,
+                    warmup=10),
+    'small': dict(num_nodes=1_000_000, num_edges=20_000_000, batches=60,
+                  warmup=5),
+    'tiny': dict(num_nodes=20_000, num_edges=200_000, batches=30, warmup=3),
+}
+
+
+def _int_list(text: str) -> List[int]:
+    try:
+        values = [int(v) for v in text.replace(' ', '').split(',') if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'expected comma-separated integers (got {text!r})') from None
+    if not values:
+        raise argparse.ArgumentTypeError('expected at least one integer')
+    return values
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog='bench_offload.py',
+        description='Benchmark BottomLayerOffload (GraphSAGE training with '
+        'and without it on a power-law graph), or compare its accuracy on '
+        'Cora and CiteSeer (--accuracy).',
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    preset = p.add_mutually_exclusive_group()
+    preset.add_argument('--small', action='store_const', dest='preset',
+                        const='small', help='preset: 1M nodes, 20M edges')
+    preset.add_argument('--tiny', action='store_const', dest='preset',
+                        const='tiny', help='preset: 20k nodes, 200k edges')
+    p.set_defaults(preset='default')
+    p.add_argument('--accuracy', action='store_true',
+                   help='compare test accuracy on Cora and CiteSeer instead')
+    p.add_argument('--num-nodes', type=int, default=None)
+    p.add_argument('--num-edges', type=int, default=None)
+    p.add_argument('--num-features', type=int, default=100)
+    p.add_argument('--wide', action='store_true',
+                   help='600-dimensional features (overrides '
+                   '--num-features)')
+    p.add_argument('--num-classes', type=int, default=47)
+    p.add_argument('--undirected', action='store_true',
+                   help='add the reverse of every edge (num_edges / 2 are '
+                   'drawn, so the graph has num_edges edges): hubs are then '
+                   'also frequent neighbors, as in most real graphs')
+    p.add_argument('--fanout', type=_int_list, default=[15, 10, 5])
+    p.add_argument('--batch-size', type=int, default=1024)
+    p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--num-layers', type=int, default=3)
+    p.add_argument('--lr', type=float, default=3e-3)
+    p.add_argument('--device', choices=('auto', 'cpu', 'cuda'),
+                   default='auto')
+    p.add_argument('--batches', type=int, default=None,
+                   help='timed batches per mode (default: by preset)')
+    p.add_argument('--warmup', type=int, default=None,
+                   help='untimed batches per mode (default: by preset)')
+    p.add_argument('--epoch', action='store_true',
+                   help='time a whole epoch per mode instead of --batches')
+    p.add_argument('--hot-ratio', type=float, default=0.05)
+    p.add_argument('--gpu-cache-ratio', type=float, default=0.15)
+    p.add_argument('--max-staleness', type=int, default=1)
+    p.add_argument('--num-threads', type=int, default=None,
+                   help='offload worker threads (default: automatic)')
+    p.add_argument('--full-neighbors', action='store_true')
+    p.add_argument('--presample-batches', type=int, default=None)
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seeds', type=int, default=5,
+                   help='--accuracy: seeds per configuration')
+    p.add_argument('--epochs', type=int, default=30,
+                   help='--accuracy: training epochs')
+    p.add_argument('--datasets', default=str(REPO.parent / 'shared' /
+                                             'datasets'),
+                   help='--accuracy: folder with Cora/raw and CiteSeer/raw')
+    p.add_argument('--out', default=None,
+                   help='JSON output (default: benchmarks/results/...)')
+    args = p.parse_args(argv)
+    preset = PRESETS[args.preset]
+    for name in ('num_nodes', 'num_edges', 'batches', 'warmup'):
+        if getattr(args, name) is None:
+            setattr(args, name, preset[name])
+    if args.wide:
+        args.num_features = 600
+    if args.device == 'auto':
+        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        p.error('--device cuda, but CUDA is not available')
+    if args.out is None:
+        name = 'offload_accuracy' if args.accuracy else (
+            f"offload_{args.preset}{'_wide' if args.wide else ''}"
+            f"{'_undirected' if args.undirected else ''}_"
+            f"{args.device}")
+        args.out = str(REPO / 'benchmarks' / 'results' / f'{name}.json')
+    return args
+
+
+# Helpers #####################################################################
+
+def log(*a) -> None:
+    print(*a, flush=True)
+
+
+def sync(device) -> None:
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def machine_info() -> Dict[str, Any]:
+    import torch_geometric
+    info = {
+        'platform': platform.platform(),
+        'python': platform.python_version(),
+        'cpu_count': os.cpu_count(),
+        'torch': torch.__version__,
+        'torch_geometric': torch_geometric.__version__,
+        'torch_num_threads': torch.get_num_threads(),
+        'cuda': torch.version.cuda,
+        'gpu': torch.cuda.get_device_name(0)
+        if torch.cuda.is_available() else None,
+    }
+    try:
+        info['load_average_start'] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        pass
+    return info
+
+
+class UtilisationMonitor:
+    r"""CPU utilisation over a phase (system-wide percent and cores used by
+    this process, via :mod:`psutil` if installed) and GPU utilisation
+    sampled every 50 ms in a thread (:func:`torch.cuda.utilization`, where
+    NVML works)."""
+    def __init__(self, device):
+        self.device = torch.device(device)
+        try:
+            import psutil
+            self.psutil = psutil
+            self.proc = psutil.Process()
+        except ImportError:
+            self.psutil = None
+        self.gpu_ok = False
+        if self.device.type == 'cuda':
+            try:
+                torch.cuda.utilization(self.device)
+                self.gpu_ok = True
+            except Exception:
+                pass
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+        if self.psutil is not None:
+            self.psutil.cpu_percent(interval=None)
+            times = self.proc.cpu_times()
+            self.cpu0 = times.user + times.system
+        self.gpu_samples: List[float] = []
+        self._stop = threading.Event()
+        self._thread = None
+        if self.gpu_ok:
+            self._thread = threading.Thread(target=self._sample_gpu,
+                                            name='bench-gpu-monitor',
+                                            daemon=True)
+            self._thread.start()
+
+    def _sample_gpu(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                self.gpu_samples.append(
+                    float(torch.cuda.utilization(self.device)))
+            except Exception:
+                return
+
+    def stop(self) -> Dict[str, Optional[float]]:
+        wall = time.perf_counter() - self.t0
+        out: Dict[str, Optional[float]] = {
+            'cpu_percent_system': None,
+            'cpu_cores_process': None,
+            'gpu_percent': None,
+        }
+        if self.psutil is not None:
+            out['cpu_percent_system'] = self.psutil.cpu_percent(interval=None)
+            times = self.proc.cpu_times()
+            out['cpu_cores_process'] = (times.user + times.system -
+                                        self.cpu0) / max(wall, 1e-9)
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            if self.gpu_samples:
+                out['gpu_percent'] = statistics.mean(self.gpu_samples)
+        return out
+
+
+# Throughput ##################################################################
+
+def build_graph(args):
+    from pyg_orch.datasets import power_law_graph
+    gen_device = args.device
+    log(f'[graph] power_law_graph({args.num_nodes:,} nodes, '
+        f'{args.num_edges:,} edges, {args.num_features} features) on '
+        f'{gen_device}')
+    t0 = time.perf_counter()
+    num_edges = args.num_edges // 2 if args.undirected else args.num_edges
+    data = power_law_graph(args.num_nodes, num_edges,
+                           num_features=args.num_features,
+                           num_classes=args.num_classes, device=gen_device,
+                           seed=args.seed)
+    if args.undirected:
+        data.edge_index = torch.cat(
+            [data.edge_index, data.edge_index.flip(0)], dim=1)
+    data = data.to('cpu')  # Features (and all else) in host memory.
+    log(f'[graph] built in {time.perf_counter() - t0:.1f} s')
+    return data
+
+
+def train_mode(args, data, topology, offload: bool) -> Dict[str, Any]:
+    from torch_geometric.nn import GraphSAGE
+
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.offload import BottomLayerOffload
+
+    device = torch.device(args.device)
+    loader = HybridNeighborLoader(data, args.fanout,
+                                  batch_size=args.batch_size, shuffle=True,
+                                  input_nodes=data.train_mask, device=device,
+                                  seed=args.seed, topology=topology)
+    torch.manual_seed(args.seed)
+    model = GraphSAGE(data.num_features, args.hidden, args.num_layers,
+                      args.num_classes).to(device)
+    setup_s = 0.0
+    if offload:
+        t0 = time.perf_counter()
+        model = BottomLayerOffload(
+            model, loader, hot_ratio=args.hot_ratio,
+            gpu_cache_ratio=args.gpu_cache_ratio,
+            max_staleness=args.max_staleness, num_threads=args.num_threads,
+            full_neighbors=args.full_neighbors,
+            num_presample_batches=args.presample_batches, seed=args.seed)
+        setup_s = time.perf_counter() - t0
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    model.train()
+    per_epoch = len(loader)
+    num = per_epoch if args.epoch else args.batches
+    warmup = args.warmup
+    monitor = UtilisationMonitor(device)
+    it = iter(loader)
+    nodes = edges = 0
+    losses = []
+    if device.type == 'cuda':
+        torch.cuda.reset_peak_memory_stats(device)
+    for i in range(warmup + num):
+        if i == warmup:
+            sync(device)
+            loader.timer.reset()
+            if offload:
+                model.reset_stats()
+            nodes = edges = 0
+            monitor.start()
+            t0 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            it = iter(loader)
+            batch = next(it)
+        nodes += batch.num_nodes
+        edges += batch.edge_index.size(1)
+        with loader.timer.stage('train'):
+            optimizer.zero_grad(set_to_none=True)
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+            loss.backward()
+            optimizer.step()
+        losses.append(float(loss.detach()))
+    sync(device)
+    seconds = time.perf_counter() - t0
+    util = monitor.stop()
+    stages = {
+        name: round(v['ms_per_batch'], 3)
+        for name, v in loader.timer.summary().items()
+    }
+    res: Dict[str, Any] = {
+        'batches': num,
+        'warmup': warmup,
+        'seconds': seconds,
+        'ms_per_batch': 1e3 * seconds / num,
+        'epoch_s': seconds / num * per_epoch,
+        'batches_per_epoch': per_epoch,
+        'nodes_per_batch': nodes / num,
+        'edges_per_batch': edges / num,
+        'stages_ms': stages,
+        'first_loss': losses[0],
+        'last_loss': losses[-1],
+        'setup_s': setup_s,
+        **util,
+    }
+    if device.type == 'cuda':
+        res['peak_gpu_memory_gb'] = torch.cuda.max_memory_allocated(
+            device) / 2**30
+    if offload:
+        stats = model.stats()
+        stats['staleness_hist'] = {
+            str(k): v
+            for k, v in stats['staleness_hist'].items()
+        }
+        stats['cpu_busy_share'] = stats['cpu_compute_s'] / max(seconds, 1e-9)
+        res['offload'] = stats
+        model.close()
+    del it, batch, out, loss, model, optimizer, loader
+    gc.collect()
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
+    return res
+
+
+def run_throughput(args) -> Dict[str, Any]:
+    from pyg_orch import GraphTopology
+
+    data = build_graph(args)
+    t0 = time.perf_counter()
+    topology = GraphTopology.from_data(data, device=args.device)
+    log(f'[graph] topology on {args.device} in '
+        f'{time.perf_counter() - t0:.1f} s')
+    results = {}
+    for name, offload in (('plain', False), ('offload', True)):
+        log(f'[train] {name}: {args.warmup} warm-up + '
+            f"{'an epoch' if args.epoch else args.batches} batches")
+        results[name] = train_mode(args, data, topology, offload)
+        r = results[name]
+        log(f"[train] {name}: {r['ms_per_batch']:.2f} ms/batch, "
+            f"{r['nodes_per_batch']:,.0f} nodes/batch, stages (ms): "
+            f"{r['stages_ms']}")
+    plain, off = results['plain'], results['offload']
+    results['speedup'] = plain['ms_per_batch'] / off['ms_per_batch']
+    results['node_reduction'] = 1 - off['nodes_per_batch'] / \
+        plain['nodes_per_batch']
+    return results
+
+
+def print_throughput(args, res) -> None:
+    plain, off = res['plain'], res['offload']
+    st = off['offload']
+    rows = [
+        ('ms per batch', plain['ms_per_batch'], off['ms_per_batch']),
+        ('epoch (s, extrapolated)', plain['epoch_s'], off['epoch_s']),
+        ('nodes per batch', plain['nodes_per_batch'],
+         off['nodes_per_batch']),
+        ('edges per batch', plain['edges_per_batch'],
+         off['edges_per_batch']),
+    ]
+    for stage in sorted(set(plain['stages_ms']) | set(off['stages_ms'])):
+        rows.append((f'  {stage} (ms)', plain['stages_ms'].get(stage, 0.0),
+                     off['stages_ms'].get(stage, 0.0)))
+    for key in ('cpu_percent_system', 'cpu_cores_process', 'gpu_percent',
+                'peak_gpu_memory_gb'):
+        rows.append((key, plain.get(key), off.get(key)))
+    log('')
+    log(f"{'':<26} {'plain':>12} {'offload':>12}")
+    for name, a, b in rows:
+        fa = '-' if a is None else f'{a:12.2f}'
+        fb = '-' if b is None else f'{b:12.2f}'
+        log(f'{name:<26} {fa:>12} {fb:>12}')
+    log(f"\nspeed-up (plain / offload): {res['speedup']:.3f}x; nodes per "
+        f"batch -{100 * res['node_reduction']:.1f}%")
+    log(f"offload: {st['num_hot']:,} hot vertices (coverage "
+        f"{100 * st['hot_coverage']:.1f}% of bottom-layer accesses), "
+        f"{st['hot_rows_per_batch']:.0f} rows replaced per batch, setup "
+        f"{off['setup_s']:.1f} s; staleness {st['staleness_hist']} (max "
+        f"{st['max_staleness_seen']}, bound {st['max_staleness']}, "
+        f"super-batch {st['super_batch_size']}); wait "
+        f"{st['wait_s']:.3f} s in {st['num_waits']} waits; CPU compute "
+        f"{st['cpu_compute_s']:.2f} s ({100 * st['cpu_busy_share']:.0f}% of "
+        f"the wall time) with {st['num_threads']} threads")
+
+
+# Accuracy ####################################################################
+
+def train_and_test(data, arch: str, seed: int, offload: bool,
+                   epochs: int) -> Dict[str, Any]:
+    from torch_geometric.nn import GCN, GraphSAGE
+
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.offload import BottomLayerOffload
+
+    torch.manual_seed(seed)
+    loader = HybridNeighborLoader(data, [10, 5], batch_size=32, shuffle=True,
+                                  input_nodes=data.train_mask, device='cpu',
+                                  seed=seed)
+    Model = GraphSAGE if arch == 'sage' else GCN
+    model = Model(data.num_features, 64, 2, int(data.y.max()) + 1,
+                  dropout=0.5)
+    if offload:
+        model = BottomLayerOffload(model, loader, seed=seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01,
+                                 weight_decay=5e-4)
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        pred = model(data.x, data.edge_index).argmax(dim=-1)
+    mask = data.test_mask
+    out = {'acc': float((pred[mask] == data.y[mask]).float().mean())}
+    if offload:
+        stats = model.stats()
+        out.update(num_hot=stats['num_hot'],
+                   max_staleness_seen=stats['max_staleness_seen'],
+                   hot_rows_per_batch=stats['hot_rows_per_batch'])
+        model.close()
+    return out
+
+
+def run_accuracy(args) -> Dict[str, Any]:
+    from torch_geometric.datasets import Planetoid
+
+    results: Dict[str, Any] = {}
+    tmp = Path(tempfile.mkdtemp(prefix='bench_offload_'))
+    try:
+        for name in ('Cora', 'CiteSeer'):
+            raw = Path(args.datasets) / name / 'raw'
+            if not raw.exists():
+                log(f'[accuracy] {raw} not found: {name} skipped')
+                continue
+            shutil.copytree(raw, tmp / name / 'raw')
+            data = Planetoid(str(tmp), name)[0]
+            for arch in ('sage', 'gcn'):
+                t0 = time.perf_counter()
+                runs = {
+                    mode: [
+                        train_and_test(data, arch, s, mode == 'offload',
+                                       args.epochs)
+                        for s in range(args.seeds)
+                    ]
+                    for mode in ('plain', 'offload')
+                }
+                accs = {m: [r['acc'] for r in v] for m, v in runs.items()}
+                entry = {
+                    m: {
+                        'accs': a,
+                        'mean': statistics.mean(a),
+                        'stderr': statistics.stdev(a) / len(a)**0.5
+                        if len(a) > 1 else 0.0,
+                    }
+                    for m, a in accs.items()
+                }
+                entry['diff_points'] = 100 * (entry['offload']['mean'] -
+                                              entry['plain']['mean'])
+                entry['offload']['num_hot'] = runs['offload'][0]['num_hot']
+                entry['offload']['max_staleness_seen'] = max(
+                    r['max_staleness_seen'] for r in runs['offload'])
+                entry['seconds'] = time.perf_counter() - t0
+                results[f'{name}/{arch}'] = entry
+                log(f"[accuracy] {name:<8} {arch:<4} plain "
+                    f"{100 * entry['plain']['mean']:.2f} +- "
+                    f"{100 * entry['plain']['stderr']:.2f}, offload "
+                    f"{100 * entry['offload']['mean']:.2f} +- "
+                    f"{100 * entry['offload']['stderr']:.2f} "
+                    f"({entry['diff_points']:+.2f} points, "
+                    f"{entry['seconds']:.0f} s)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+def main(argv=None) -> Dict[str, Any]:
+    args = parse_args(argv)
+    report: Dict[str, Any] = {
+        'schema_version': SCHEMA_VERSION,
+        'benchmark': 'offload_accuracy' if args.accuracy else 'offload',
+        'args': {k: v for k, v in vars(args).items()},
+        'machine': machine_info(),
+    }
+    t0 = time.perf_counter()
+    if args.accuracy:
+        report['results'] = run_accuracy(args)
+    else:
+        report['results'] = run_throughput(args)
+        print_throughput(args, report['results'])
+    report['total_s'] = time.perf_counter() - t0
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    log(f'\n[out] {out}')
+    return report
+
+
+if __name__ == '__main__':
+    main()
