@@ -242,7 +242,7 @@ def main():
 
     # Compute-only bound and features on the GPU ##############################
     gpu_loader = HybridNeighborLoader(data_gpu, fanout, topology=topo,
-                                      **common)
+                                      prefetch=2, **common)
     res['compute_only'] = compute_only(gpu_loader, model, opt, 20, 3)
     log(f'compute only: {res["compute_only"]}')
     res['e2e_features_on_gpu'] = time_training(gpu_loader, model, opt,
@@ -299,7 +299,8 @@ def main():
                                cache_ratio=args.cache_ratio,
                                method=best_method, gpu_memory_budget=0.5)
     host_loader = HybridNeighborLoader(data_cpu, fanout, topology=topo,
-                                       feature_store=store, **common)
+                                       feature_store=store, prefetch=2,
+                                       **common)
     res['e2e_host_features_cache'] = time_training(host_loader, model, opt,
                                                    args.batches, args.warmup)
     log(f'host features + cache: {res["e2e_host_features_cache"]}')
@@ -406,7 +407,7 @@ def scale(args):
     loader = HybridNeighborLoader(data, fanout, input_nodes=data.train_mask,
                                   batch_size=args.batch_size, shuffle=True,
                                   device=dev, topology=host_topo,
-                                  feature_store=store, seed=0)
+                                  feature_store=store, seed=0, prefetch=0)
     model = GraphSAGE(Fdim, args.hidden, 3, 47).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     torch.backends.cuda.matmul.allow_tf32 = True

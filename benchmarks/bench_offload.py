@@ -123,6 +123,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--num-threads', type=int, default=None,
                    help='offload worker threads (default: automatic)')
     p.add_argument('--full-neighbors', action='store_true')
+    p.add_argument('--modes', default='plain,super_batch,batch',
+                   help="comma-separated: 'plain' (no offload), "
+                   "'super_batch' and 'batch' (offload with "
+                   "refresh='super_batch' / 'batch')")
     p.add_argument('--presample-batches', type=int, default=None)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--seeds', type=int, default=5,
@@ -135,6 +139,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--out', default=None,
                    help='JSON output (default: benchmarks/results/...)')
     args = p.parse_args(argv)
+    args.modes = [m for m in args.modes.replace(' ', '').split(',') if m]
+    bad = [m for m in args.modes if m not in ('plain', 'super_batch', 'batch')]
+    if bad or 'plain' not in args.modes or len(args.modes) < 2:
+        p.error("--modes takes 'plain' and at least one of 'super_batch', "
+                "'batch'")
     preset = PRESETS[args.preset]
     for name in ('num_nodes', 'num_edges', 'batches', 'warmup'):
         if getattr(args, name) is None:
@@ -271,7 +280,8 @@ def build_graph(args):
     return data
 
 
-def train_mode(args, data, topology, offload: bool) -> Dict[str, Any]:
+def train_mode(args, data, topology,
+               refresh: Optional[str]) -> Dict[str, Any]:
     from torch_geometric.nn import GraphSAGE
 
     from pyg_orch import HybridNeighborLoader
@@ -286,6 +296,7 @@ def train_mode(args, data, topology, offload: bool) -> Dict[str, Any]:
     model = GraphSAGE(data.num_features, args.hidden, args.num_layers,
                       args.num_classes).to(device)
     setup_s = 0.0
+    offload = refresh is not None
     if offload:
         t0 = time.perf_counter()
         model = BottomLayerOffload(
@@ -293,7 +304,8 @@ def train_mode(args, data, topology, offload: bool) -> Dict[str, Any]:
             gpu_cache_ratio=args.gpu_cache_ratio,
             max_staleness=args.max_staleness, num_threads=args.num_threads,
             full_neighbors=args.full_neighbors,
-            num_presample_batches=args.presample_batches, seed=args.seed)
+            num_presample_batches=args.presample_batches, seed=args.seed,
+            refresh=refresh)
         setup_s = time.perf_counter() - t0
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     model.train()
@@ -378,56 +390,68 @@ def run_throughput(args) -> Dict[str, Any]:
     topology = GraphTopology.from_data(data, device=args.device)
     log(f'[graph] topology on {args.device} in '
         f'{time.perf_counter() - t0:.1f} s')
-    results = {}
-    for name, offload in (('plain', False), ('offload', True)):
+    results: Dict[str, Any] = {}
+    for name in args.modes:
         log(f'[train] {name}: {args.warmup} warm-up + '
             f"{'an epoch' if args.epoch else args.batches} batches")
-        results[name] = train_mode(args, data, topology, offload)
+        results[name] = train_mode(args, data, topology,
+                                   None if name == 'plain' else name)
         r = results[name]
         log(f"[train] {name}: {r['ms_per_batch']:.2f} ms/batch, "
             f"{r['nodes_per_batch']:,.0f} nodes/batch, stages (ms): "
             f"{r['stages_ms']}")
-    plain, off = results['plain'], results['offload']
-    results['speedup'] = plain['ms_per_batch'] / off['ms_per_batch']
-    results['node_reduction'] = 1 - off['nodes_per_batch'] / \
-        plain['nodes_per_batch']
+    plain = results['plain']
+    results['speedup'] = {
+        name: plain['ms_per_batch'] / results[name]['ms_per_batch']
+        for name in args.modes if name != 'plain'
+    }
+    results['node_reduction'] = {
+        name: 1 - results[name]['nodes_per_batch'] / plain['nodes_per_batch']
+        for name in args.modes if name != 'plain'
+    }
     return results
 
 
 def print_throughput(args, res) -> None:
-    plain, off = res['plain'], res['offload']
-    st = off['offload']
+    modes = args.modes
     rows = [
-        ('ms per batch', plain['ms_per_batch'], off['ms_per_batch']),
-        ('epoch (s, extrapolated)', plain['epoch_s'], off['epoch_s']),
-        ('nodes per batch', plain['nodes_per_batch'],
-         off['nodes_per_batch']),
-        ('edges per batch', plain['edges_per_batch'],
-         off['edges_per_batch']),
+        ('ms per batch', 'ms_per_batch'),
+        ('epoch (s, extrapolated)', 'epoch_s'),
+        ('nodes per batch', 'nodes_per_batch'),
+        ('edges per batch', 'edges_per_batch'),
     ]
-    for stage in sorted(set(plain['stages_ms']) | set(off['stages_ms'])):
-        rows.append((f'  {stage} (ms)', plain['stages_ms'].get(stage, 0.0),
-                     off['stages_ms'].get(stage, 0.0)))
+    stages = sorted(set().union(*(res[m]['stages_ms'] for m in modes)))
+    log('')
+    log(f"{'':<26}" + ''.join(f'{m:>13}' for m in modes))
+
+    def fmt(v):
+        return f'{v:13.2f}' if isinstance(v, (int, float)) else f"{'-':>13}"
+
+    for title, key in rows:
+        log(f'{title:<26}' + ''.join(fmt(res[m][key]) for m in modes))
+    for stage in stages:
+        log(f"{'  ' + stage + ' (ms)':<26}" +
+            ''.join(fmt(res[m]['stages_ms'].get(stage, 0.0)) for m in modes))
     for key in ('cpu_percent_system', 'cpu_cores_process', 'gpu_percent',
                 'peak_gpu_memory_gb'):
-        rows.append((key, plain.get(key), off.get(key)))
-    log('')
-    log(f"{'':<26} {'plain':>12} {'offload':>12}")
-    for name, a, b in rows:
-        fa = '-' if a is None else f'{a:12.2f}'
-        fb = '-' if b is None else f'{b:12.2f}'
-        log(f'{name:<26} {fa:>12} {fb:>12}')
-    log(f"\nspeed-up (plain / offload): {res['speedup']:.3f}x; nodes per "
-        f"batch -{100 * res['node_reduction']:.1f}%")
-    log(f"offload: {st['num_hot']:,} hot vertices (coverage "
-        f"{100 * st['hot_coverage']:.1f}% of bottom-layer accesses), "
-        f"{st['hot_rows_per_batch']:.0f} rows replaced per batch, setup "
-        f"{off['setup_s']:.1f} s; staleness {st['staleness_hist']} (max "
-        f"{st['max_staleness_seen']}, bound {st['max_staleness']}, "
-        f"super-batch {st['super_batch_size']}); wait "
-        f"{st['wait_s']:.3f} s in {st['num_waits']} waits; CPU compute "
-        f"{st['cpu_compute_s']:.2f} s ({100 * st['cpu_busy_share']:.0f}% of "
-        f"the wall time) with {st['num_threads']} threads")
+        log(f'{key:<26}' + ''.join(fmt(res[m].get(key)) for m in modes))
+    for m in modes:
+        if m == 'plain':
+            continue
+        off = res[m]
+        st = off['offload']
+        log(f"\n{m}: speed-up (plain / offload) {res['speedup'][m]:.3f}x; "
+            f"nodes per batch -{100 * res['node_reduction'][m]:.1f}%")
+        log(f"  {st['num_hot']:,} hot vertices (coverage "
+            f"{100 * st['hot_coverage']:.1f}% of bottom-layer accesses), "
+            f"{st['hot_rows_per_batch']:.0f} rows replaced per batch, setup "
+            f"{off['setup_s']:.1f} s; staleness {st['staleness_hist']} (max "
+            f"{st['max_staleness_seen']}, bound {st['max_staleness']}, "
+            f"super-batch {st['super_batch_size']}); wait "
+            f"{st['wait_s']:.3f} s in {st['num_waits']} waits; CPU compute "
+            f"{st['cpu_compute_s']:.2f} s ({100 * st['cpu_busy_share']:.0f}% "
+            f"of the wall time), {st['rows_computed']:,} rows, with "
+            f"{st['num_threads']} threads")
 
 
 # Accuracy ####################################################################

@@ -157,9 +157,10 @@ class BottomLayerComputer:
 
     def layer_for(self, key, state: Dict[str, Tensor]) -> torch.nn.Module:
         r"""The calling thread's copy of the layer, loaded with :obj:`state`
-        (CPU tensors) unless it already holds the state named :obj:`key`."""
+        (CPU tensors) unless it already holds the state of :obj:`key` (an
+        object identifying a snapshot)."""
         local = self._thread_state()
-        if local.key != key:
+        if local.key is not key:
             local.layer.load_state_dict(state, strict=True)
             local.key = key
         return local.layer

@@ -1,17 +1,21 @@
-"""Hot-vertex embedding tables computed by CPU threads from weight snapshots,
-pipelined by super-batch under a strict staleness bound."""
+"""Hot-vertex embeddings computed by CPU threads from weight snapshots, handed
+to the training loop under a strict staleness bound: whole tables pipelined
+by super-batch (:class:`EmbeddingPipeline`), or the rows each mini-batch needs
+(:class:`BatchEmbeddingCache`)."""
 import collections
 import threading
 import time
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 from torch import Tensor
 
 from pyg_orch.offload.bottom_layer import BottomLayerComputer, snapshot_state
 from pyg_orch.offload.workers import WorkerPool
+
+_NEVER = -(2**62)  # Version of rows never computed.
 
 
 class OffloadWorkerError(RuntimeError):
@@ -20,36 +24,97 @@ class OffloadWorkerError(RuntimeError):
     exception (with its traceback) is chained as :obj:`__cause__`."""
 
 
+def default_super_batch_size(max_staleness: int) -> int:
+    r"""The super-batch size :math:`S = \max(1, \lfloor (s + 1) / 2
+    \rfloor)` for a staleness bound :math:`s`: a table computed from the
+    snapshot taken at the start of super-batch :math:`i` serves super-batch
+    :math:`i + 1`, that is up to :math:`2S - 1 \le s` steps later."""
+    return max(1, (int(max_staleness) + 1) // 2)
+
+
 @dataclass
 class EmbeddingTable:
-    r"""Bottom-layer outputs of all hot vertices (rows in the order of the
-    hot set), computed with the weights of version :obj:`version` (the
-    number of optimizer steps taken before the snapshot).
+    r"""Bottom-layer outputs of hot vertices, computed with the weights of
+    version :obj:`version` (the number of optimizer steps taken before the
+    snapshot).
 
     Args:
         version (int): The weight version used.
         seq (int): The sequence number of the table.
-        emb (torch.Tensor): The outputs, on the training device.
+        emb (torch.Tensor): The outputs, on the training device (rows in the
+            order of the hot set, or of :obj:`rows`).
         event (torch.cuda.Event, optional): Marks the end of the copy to the
             device.
+        rows (torch.Tensor, optional): For partial tables, the positions in
+            the hot set of the rows of :obj:`emb` (on the device).
     """
     version: int
     seq: int
     emb: Tensor
     event: Optional[Any] = None
+    rows: Optional[Tensor] = None
     ready_on_main: bool = False
+
+    def wait_on_main(self, device: torch.device) -> None:
+        r"""Makes the current stream wait for the copy to the device."""
+        if self.event is not None and not self.ready_on_main:
+            stream = torch.cuda.current_stream(device)
+            stream.wait_event(self.event)
+            self.emb.record_stream(stream)
+            if self.rows is not None:
+                self.rows.record_stream(stream)
+            self.ready_on_main = True
+
+
+class _Snapshot:
+    r"""The state of a layer at one version, cloned where it lives; copied to
+    the CPU once, by the first worker that needs it."""
+    def __init__(self, version: int, layer: torch.nn.Module):
+        self.version = version
+        self.state: Optional[Dict[str, Tensor]] = snapshot_state(layer)
+        self.event = None
+        cuda = [v.device for v in self.state.values() if v.is_cuda]
+        if cuda:
+            self.event = torch.cuda.Event()
+            self.event.record(torch.cuda.current_stream(cuda[0]))
+            self.device = cuda[0]
+        self.cpu_state: Optional[Dict[str, Tensor]] = None
+        self.lock = threading.Lock()
+
+    def cpu(self, get_stream: Callable) -> Dict[str, Tensor]:
+        with self.lock:
+            if self.cpu_state is None:
+                if self.event is not None:
+                    stream = get_stream(self.device)
+                    out = {}
+                    with torch.cuda.stream(stream):
+                        stream.wait_event(self.event)
+                        for k, v in self.state.items():
+                            cpu = torch.empty(v.shape, dtype=v.dtype,
+                                              pin_memory=v.is_cuda)
+                            cpu.copy_(v, non_blocking=v.is_cuda)
+                            out[k] = cpu
+                    stream.synchronize()
+                else:
+                    out = self.state
+                self.cpu_state = out
+                self.state = None
+            return self.cpu_state
 
 
 class _Job:
-    def __init__(self, seq: int, version: int, snapshot: Dict[str, Tensor],
-                 event: Optional[Any], num_chunks: int):
+    r"""The embeddings of :obj:`nodes` from one snapshot, computed in chunks
+    by the worker threads; :obj:`future` gets an :class:`EmbeddingTable`."""
+    def __init__(self, seq: int, snapshot: _Snapshot, nodes: Tensor,
+                 chunks: List[tuple], rows: Optional[Tensor] = None):
         self.seq = seq
-        self.version = version
-        self.snapshot: Optional[Dict[str, Tensor]] = snapshot
-        self.event = event
-        self.cpu_state: Optional[Dict[str, Tensor]] = None
+        self.snapshot = snapshot
+        self.version = snapshot.version
+        self.nodes = nodes
+        self.rows = rows
+        self.chunks = chunks
         self.buffer: Optional[Tensor] = None
-        self.remaining = num_chunks
+        self.remaining = len(chunks)
         self.lock = threading.Lock()
         self.cancelled = threading.Event()
         self.future: Future = Future()
@@ -67,18 +132,237 @@ class _Job:
             f.cancel()
         self.future.cancel()
 
+    def failed(self) -> bool:
+        f = self.future
+        return f.done() and not f.cancelled() and f.exception() is not None
 
-def default_super_batch_size(max_staleness: int) -> int:
-    r"""The super-batch size :math:`S = \max(1, \lfloor (s + 1) / 2
-    \rfloor)` for a staleness bound :math:`s`: a table computed from the
-    snapshot taken at the start of super-batch :math:`i` serves super-batch
-    :math:`i + 1`, that is up to :math:`2S - 1 \le s` steps later."""
-    return max(1, (int(max_staleness) + 1) // 2)
+    def succeeded(self) -> bool:
+        f = self.future
+        return f.done() and not f.cancelled() and f.exception() is None
 
 
-class EmbeddingPipeline:
-    r"""Computes tables of hot-vertex embeddings on CPU threads and hands
-    them to the training loop with a strictly bounded staleness.
+def _split(n: int, num_threads: int, chunk_size: Optional[int],
+           min_chunk: int = 1) -> List[tuple]:
+    if n == 0:
+        return []
+    if chunk_size is None:
+        chunk_size = min(max(-(-n // num_threads), min_chunk), 65536)
+    bounds = list(range(0, n, max(int(chunk_size), 1))) + [n]
+    return [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+class _PipelineBase:
+    def __init__(self, computer: BottomLayerComputer, layer: torch.nn.Module,
+                 hot_nodes: Tensor, device: torch.device, max_staleness: int,
+                 num_threads: int, chunk_size: Optional[int],
+                 idle_timeout: float):
+        self.computer = computer
+        self.layer = layer
+        self.hot_nodes = hot_nodes.to('cpu', torch.int64)
+        self.device = torch.device(device)
+        if isinstance(max_staleness, bool) or int(max_staleness) < 0:
+            raise ValueError(f"'max_staleness' must be >= 0 (got "
+                             f"{max_staleness})")
+        self.max_staleness = int(max_staleness)
+        self.num_threads = int(num_threads)
+        self.chunk_size = chunk_size
+        self.idle_timeout = idle_timeout
+        self.cuda = self.device.type == 'cuda'
+        self.pin = self.cuda and torch.cuda.is_available()
+        self._streams: Dict[Any, Any] = {}
+        self._streams_lock = threading.Lock()
+        self.cpu_delay = 0.0  # Test knob: seconds each work item sleeps.
+        self._pool: Optional[WorkerPool] = None
+        self._jobs: collections.deque = collections.deque()
+        self._seq = 0
+        self._stats_lock = threading.Lock()
+        self.reset_stats()
+
+    # Statistics ##############################################################
+
+    def reset_stats(self) -> None:
+        r"""Forgets the statistics gathered so far."""
+        with self._stats_lock:
+            self.cpu_seconds = 0.0
+            self.tables_computed = 0
+            self.rows_computed = 0
+        self.tables_submitted = 0
+        self.tables_discarded = 0
+        self.wait_seconds = 0.0
+        self.num_waits = 0
+        self.staleness_hist: Dict[int, int] = {}
+
+    def _record_staleness(self, staleness: int) -> None:
+        if not 0 <= staleness <= self.max_staleness:  # pragma: no cover
+            raise AssertionError(f'staleness {staleness} outside '
+                                 f'[0, {self.max_staleness}]')
+        self.staleness_hist[staleness] = \
+            self.staleness_hist.get(staleness, 0) + 1
+
+    def stats(self) -> Dict[str, Any]:
+        r"""Counters of the pipeline (see
+        :meth:`pyg_orch.offload.BottomLayerOffload.stats`)."""
+        hist = dict(sorted(self.staleness_hist.items()))
+        return {
+            'max_staleness': self.max_staleness,
+            'num_threads': self.num_threads,
+            'staleness_hist': hist,
+            'max_staleness_seen': max(hist) if hist else None,
+            'wait_s': self.wait_seconds,
+            'num_waits': self.num_waits,
+            'cpu_compute_s': self.cpu_seconds,
+            'tables_submitted': self.tables_submitted,
+            'tables_computed': self.tables_computed,
+            'tables_discarded': self.tables_discarded,
+            'rows_computed': self.rows_computed,
+        }
+
+    @property
+    def threads(self) -> list:
+        r"""The worker threads alive now."""
+        return [] if self._pool is None else self._pool.threads
+
+    # Main thread #############################################################
+
+    def _get_pool(self) -> WorkerPool:
+        if self._pool is None or self._pool.closed:
+            self._pool = WorkerPool(self.num_threads, self.idle_timeout)
+        return self._pool
+
+    def _stream(self, key, device) -> Any:
+        with self._streams_lock:
+            stream = self._streams.get(key)
+            if stream is None:
+                stream = self._streams[key] = torch.cuda.Stream(device)
+            return stream
+
+    def _launch(self, snapshot: _Snapshot, nodes: Tensor, chunks: List,
+                rows: Optional[Tensor] = None) -> _Job:
+        job = _Job(self._seq, snapshot, nodes, chunks, rows)
+        self._seq += 1
+        pool = self._get_pool()
+        for lo, hi in chunks:
+            job.chunk_futures.append(pool.submit(self._run_chunk, job, lo,
+                                                 hi))
+        self._jobs.append(job)
+        self.tables_submitted += 1
+        return job
+
+    def _raise_failures(self) -> None:
+        for job in list(self._jobs):
+            if job.failed():
+                self._jobs.remove(job)
+                self._on_dropped(job)
+                job.cancel()
+                exc = job.future.exception()
+                raise OffloadWorkerError(
+                    f'BottomLayerOffload: a CPU worker failed while '
+                    f'computing hot-vertex embeddings (table {job.seq}, '
+                    f'weights of step {job.version}): '
+                    f'{type(exc).__name__}: {exc}') from exc
+
+    def _on_dropped(self, job: _Job) -> None:
+        pass
+
+    def _discard(self, job: _Job) -> None:
+        job.cancel()
+        self._on_dropped(job)
+        self.tables_discarded += 1
+
+    def _wait(self, job: _Job, timer=None) -> EmbeddingTable:
+        start = time.perf_counter()
+        try:
+            return job.future.result()
+        except CancelledError:  # pragma: no cover (closed meanwhile)
+            raise RuntimeError('BottomLayerOffload was closed while the '
+                               'training loop waited for it') from None
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            self._raise_failures()
+            raise  # pragma: no cover
+        finally:
+            waited = time.perf_counter() - start
+            self.wait_seconds += waited
+            self.num_waits += 1
+            if timer is not None:
+                timer.add('offload_wait', waited)
+
+    def pause(self) -> None:
+        r"""Cancels queued work and stops the worker threads."""
+        for job in self._jobs:
+            self._discard(job)
+        self._jobs.clear()
+        if self._pool is not None:
+            self._pool.close(wait=True)
+            self._pool = None
+
+    def close(self) -> None:
+        r"""Like :meth:`pause`."""
+        self.pause()
+
+    # Worker threads ##########################################################
+
+    def _run_chunk(self, job: _Job, lo: int, hi: int) -> None:
+        if job.cancelled.is_set():
+            return
+        start = time.perf_counter()
+        try:
+            delay = self.cpu_delay
+            if delay:
+                job.cancelled.wait(delay)
+                if job.cancelled.is_set():
+                    return
+            state = job.snapshot.cpu(
+                lambda device: self._stream('d2h', device))
+            layer = self.computer.layer_for(job.snapshot, state)
+            out = self.computer.compute(layer, job.nodes[lo:hi])
+            with job.lock:
+                if job.buffer is None:
+                    job.buffer = torch.empty(
+                        (job.nodes.numel(), ) + tuple(out.shape[1:]),
+                        dtype=out.dtype, pin_memory=self.pin)
+                buffer = job.buffer
+            buffer[lo:hi].copy_(out)
+            with job.lock:
+                job.remaining -= 1
+                last = job.remaining == 0
+            if last:
+                self._finish(job)
+        except BaseException as exc:
+            job.fail(exc)
+        finally:
+            with self._stats_lock:
+                self.cpu_seconds += time.perf_counter() - start
+
+    def _finish(self, job: _Job) -> None:
+        if job.cancelled.is_set():
+            return
+        event, rows = None, job.rows
+        if self.cuda:
+            stream = self._stream('h2d', self.device)
+            with torch.cuda.stream(stream):
+                emb = job.buffer.to(self.device, non_blocking=True)
+                if rows is not None:
+                    rows = rows.to(self.device)
+                event = torch.cuda.Event()
+                event.record(stream)
+        else:
+            emb = job.buffer
+        job.buffer = None
+        table = EmbeddingTable(job.version, job.seq, emb, event, rows)
+        with self._stats_lock:
+            self.tables_computed += 1
+            self.rows_computed += job.nodes.numel()
+        with job.lock:
+            if not job.future.done():
+                job.future.set_result(table)
+
+
+class EmbeddingPipeline(_PipelineBase):
+    r"""Computes tables of the embeddings of *all* hot vertices on CPU
+    threads, pipelined by super-batch, and hands them to the training loop
+    with a strictly bounded staleness.
 
     Weight versions count optimizer steps. At a training step of version
     :math:`t` the caller first calls :meth:`maybe_submit`: every
@@ -119,87 +403,27 @@ class EmbeddingPipeline:
         chunk_size: Optional[int] = None,
         idle_timeout: float = 2.0,
     ):
-        self.computer = computer
-        self.layer = layer
-        self.hot_nodes = hot_nodes.to('cpu', torch.int64)
-        self.device = torch.device(device)
-        self.max_staleness = int(max_staleness)
-        if self.max_staleness < 0:
-            raise ValueError(f"'max_staleness' must be >= 0 (got "
-                             f"{max_staleness})")
+        super().__init__(computer, layer, hot_nodes, device, max_staleness,
+                         num_threads, chunk_size, idle_timeout)
         self.super_batch_size = int(
             super_batch_size or default_super_batch_size(max_staleness))
         if self.super_batch_size < 1:
             raise ValueError(f"'super_batch_size' must be >= 1 (got "
                              f"{super_batch_size})")
-        self.num_threads = int(num_threads)
-        self.idle_timeout = idle_timeout
-        n = self.hot_nodes.numel()
-        if chunk_size is None:
-            chunk_size = min(max(-(-n // self.num_threads), 1), 65536)
-        bounds = list(range(0, n, max(int(chunk_size), 1))) + [n]
-        self.chunks = [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
-        self.cuda = self.device.type == 'cuda'
-        self.pin = self.cuda and torch.cuda.is_available()
-        self._d2h_stream = None  # Created when a snapshot is on CUDA.
-        self._h2d_stream = torch.cuda.Stream(self.device) if self.cuda \
-            else None
-
-        self.cpu_delay = 0.0  # Test knob: seconds each work item sleeps.
-        self._pool: Optional[WorkerPool] = None
-        self._jobs: collections.deque = collections.deque()
+        self.chunks = _split(self.hot_nodes.numel(), self.num_threads,
+                             chunk_size)
         self._current: Optional[EmbeddingTable] = None
         self._last_submit: Optional[int] = None
-        self._seq = 0
-        self._stats_lock = threading.Lock()
-        self.reset_stats()
-
-    # Statistics ##############################################################
-
-    def reset_stats(self) -> None:
-        r"""Forgets the statistics gathered so far."""
-        with self._stats_lock:
-            self.cpu_seconds = 0.0
-            self.tables_computed = 0
-        self.tables_submitted = 0
-        self.tables_discarded = 0
-        self.wait_seconds = 0.0
-        self.num_waits = 0
-        self.staleness_hist: Dict[int, int] = {}
 
     def stats(self) -> Dict[str, Any]:
-        r"""Counters of the pipeline (see
-        :meth:`pyg_orch.offload.BottomLayerOffload.stats`)."""
-        hist = dict(sorted(self.staleness_hist.items()))
-        return {
-            'max_staleness': self.max_staleness,
-            'super_batch_size': self.super_batch_size,
-            'num_threads': self.num_threads,
-            'staleness_hist': hist,
-            'max_staleness_seen': max(hist) if hist else None,
-            'wait_s': self.wait_seconds,
-            'num_waits': self.num_waits,
-            'cpu_compute_s': self.cpu_seconds,
-            'tables_submitted': self.tables_submitted,
-            'tables_computed': self.tables_computed,
-            'tables_discarded': self.tables_discarded,
-        }
-
-    @property
-    def threads(self) -> list:
-        r"""The worker threads alive now."""
-        return [] if self._pool is None else self._pool.threads
-
-    # Main thread #############################################################
-
-    def _get_pool(self) -> WorkerPool:
-        if self._pool is None or self._pool.closed:
-            self._pool = WorkerPool(self.num_threads, self.idle_timeout)
-        return self._pool
+        out = super().stats()
+        out['refresh'] = 'super_batch'
+        out['super_batch_size'] = self.super_batch_size
+        return out
 
     def maybe_submit(self, version: int) -> None:
         r"""Takes a snapshot and queues its table at the start of every
-        super-batch (or when nothing usable is queued)."""
+        super-batch."""
         if not self.chunks:
             return
         last = self._last_submit
@@ -209,38 +433,9 @@ class EmbeddingPipeline:
     def submit(self, version: int) -> None:
         r"""Snapshots the layer's weights (of version :obj:`version`) and
         queues the computation of their table."""
-        snapshot = snapshot_state(self.layer)
-        event = None
-        cuda = [v.device for v in snapshot.values() if v.is_cuda]
-        if cuda:
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(cuda[0]))
-        job = _Job(self._seq, version, snapshot, event, len(self.chunks))
-        self._seq += 1
-        pool = self._get_pool()
-        for lo, hi in self.chunks:
-            job.chunk_futures.append(pool.submit(self._run_chunk, job, lo,
-                                                 hi))
-        self._jobs.append(job)
+        self._launch(_Snapshot(version, self.layer), self.hot_nodes,
+                     self.chunks)
         self._last_submit = version
-        self.tables_submitted += 1
-
-    def _raise_failures(self) -> None:
-        for job in list(self._jobs):
-            f = job.future
-            if f.done() and not f.cancelled() and f.exception() is not None:
-                self._jobs.remove(job)
-                job.cancel()
-                exc = f.exception()
-                raise OffloadWorkerError(
-                    f'BottomLayerOffload: a CPU worker failed while '
-                    f'computing hot-vertex embeddings (table {job.seq}, '
-                    f'weights of step {job.version}): '
-                    f'{type(exc).__name__}: {exc}') from exc
-
-    def _discard(self, job: _Job) -> None:
-        job.cancel()
-        self.tables_discarded += 1
 
     def acquire(self, version: int, timer=None) -> EmbeddingTable:
         r"""Returns a table usable at weight version :obj:`version`, waiting
@@ -254,7 +449,7 @@ class EmbeddingPipeline:
         # The newest finished table supersedes everything before it:
         newest = None
         for i, job in enumerate(self._jobs):
-            if job.future.done() and job.future.exception() is None:
+            if job.succeeded():
                 newest = i
         if newest is not None:
             for _ in range(newest):
@@ -264,133 +459,166 @@ class EmbeddingPipeline:
         if current is None or version - current.version > bound:
             if not self._jobs:
                 self.submit(version)
-            job = self._jobs[0]
-            start = time.perf_counter()
-            try:
-                table = job.future.result()
-            except CancelledError:  # pragma: no cover (closed meanwhile)
-                raise RuntimeError('BottomLayerOffload was closed while the '
-                                   'training loop waited for it') from None
-            except BaseException as exc:
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                    raise
-                self._raise_failures()
-                raise  # pragma: no cover
-            finally:
-                waited = time.perf_counter() - start
-                self.wait_seconds += waited
-                self.num_waits += 1
-                if timer is not None:
-                    timer.add('offload_wait', waited)
+            table = self._wait(self._jobs[0], timer)
             self._jobs.popleft()
             self._current = current = table
-        staleness = version - current.version
-        if not 0 <= staleness <= bound:  # pragma: no cover (invariant)
-            raise AssertionError(f'staleness {staleness} outside '
-                                 f'[0, {bound}]')
-        self.staleness_hist[staleness] = \
-            self.staleness_hist.get(staleness, 0) + 1
-        if current.event is not None and not current.ready_on_main:
-            stream = torch.cuda.current_stream(self.device)
-            stream.wait_event(current.event)
-            current.emb.record_stream(stream)
-            current.ready_on_main = True
+        self._record_staleness(version - current.version)
+        current.wait_on_main(self.device)
         return current
+
+    def rows(self, table: EmbeddingTable, pos: Tensor) -> Tensor:
+        r"""The rows :obj:`pos` (positions in the hot set) of a table."""
+        return table.emb.index_select(0, pos.to(table.emb.device))
 
     def pause(self) -> None:
         r"""Cancels queued tables and stops the worker threads (the newest
         finished table is kept; the staleness bound still applies to it)."""
         for job in self._jobs:
-            if job.future.done() and not job.future.cancelled() and \
-                    job.future.exception() is None:
+            if job.succeeded():
                 self._current = job.future.result()
-            else:
-                self._discard(job)
-        self._jobs.clear()
+        super().pause()
         self._last_submit = None
-        if self._pool is not None:
-            self._pool.close(wait=True)
-            self._pool = None
 
     def close(self) -> None:
         r"""Like :meth:`pause`, and drops every table."""
         self.pause()
         self._current = None
 
-    # Worker threads ##########################################################
 
-    def _cpu_state(self, job: _Job) -> Dict[str, Tensor]:
-        with job.lock:
-            if job.cpu_state is None:
-                snapshot = job.snapshot
-                if job.event is not None:
-                    stream = self._d2h_stream
-                    if stream is None:
-                        stream = self._d2h_stream = torch.cuda.Stream(
-                            next(v.device for v in snapshot.values()
-                                 if v.is_cuda))
-                    with torch.cuda.stream(stream):
-                        stream.wait_event(job.event)
-                        state = {}
-                        for k, v in snapshot.items():
-                            out = torch.empty(v.shape, dtype=v.dtype,
-                                              pin_memory=v.is_cuda)
-                            out.copy_(v, non_blocking=v.is_cuda)
-                            state[k] = out
-                    stream.synchronize()
-                else:
-                    state = snapshot
-                job.cpu_state = state
-                job.snapshot = None
-            return job.cpu_state
+class BatchEmbeddingCache(_PipelineBase):
+    r"""Keeps the embeddings of hot vertices on the device, row by row, each
+    with the weight version it was computed with, and computes on CPU
+    threads only the rows that mini-batches need.
 
-    def _run_chunk(self, job: _Job, lo: int, hi: int) -> None:
-        if job.cancelled.is_set():
+    When a mini-batch is drawn, :meth:`request` queues the computation of
+    its hot rows that are neither fresh enough nor already queued, with a
+    snapshot of the current weights; the workers compute them while the
+    batch goes through the training loop's forward pass until the first
+    layer. :meth:`gather` then waits for the queued rows (timed), writes them
+    into the cache and returns the batch's rows; a row of version :math:`v`
+    is used at version :math:`t` only if :math:`t - v \le`
+    :obj:`max_staleness` (else it is recomputed synchronously). With a
+    bound :math:`s`, a hot vertex needed by several batches within
+    :math:`s` steps is computed once.
+
+    Args:
+        computer (BottomLayerComputer): Computes the layer on the CPU.
+        layer (torch.nn.Module): The layer on the training device (read for
+            snapshots only).
+        hot_nodes (torch.Tensor): Global ids of the hot vertices.
+        device (torch.device): Where embeddings are used.
+        max_staleness (int): The staleness bound, in optimizer steps.
+        num_threads (int): Worker threads.
+        chunk_size (int, optional): Rows per work item; by default a request
+            is split into :obj:`num_threads` pieces of at least 1,024 rows.
+        idle_timeout (float): Seconds before an idle worker thread exits.
+            (default: :obj:`2.0`)
+    """
+    def __init__(
+        self,
+        computer: BottomLayerComputer,
+        layer: torch.nn.Module,
+        hot_nodes: Tensor,
+        device: torch.device,
+        max_staleness: int,
+        num_threads: int,
+        chunk_size: Optional[int] = None,
+        idle_timeout: float = 2.0,
+    ):
+        super().__init__(computer, layer, hot_nodes, device, max_staleness,
+                         num_threads, chunk_size, idle_timeout)
+        n = self.hot_nodes.numel()
+        self.row_version = torch.full((n, ), _NEVER, dtype=torch.int64)
+        self.queued_version = self.row_version.clone()
+        self.emb: Optional[Tensor] = None
+        self._snapshot: Optional[_Snapshot] = None
+
+    def stats(self) -> Dict[str, Any]:
+        out = super().stats()
+        out['refresh'] = 'batch'
+        out['super_batch_size'] = 1
+        return out
+
+    def _snapshot_at(self, version: int) -> _Snapshot:
+        snap = self._snapshot
+        if snap is None or snap.version != version:
+            snap = self._snapshot = _Snapshot(version, self.layer)
+        return snap
+
+    def request(self, pos: Tensor, version: int) -> None:
+        r"""Queues the rows :obj:`pos` (positions in the hot set, CPU) that
+        will not be fresh enough at version :obj:`version`."""
+        if pos.numel() == 0:
             return
-        start = time.perf_counter()
-        try:
-            delay = self.cpu_delay
-            if delay:
-                job.cancelled.wait(delay)
-                if job.cancelled.is_set():
-                    return
-            state = self._cpu_state(job)
-            layer = self.computer.layer_for(job.seq, state)
-            out = self.computer.compute(layer, self.hot_nodes[lo:hi])
-            with job.lock:
-                if job.buffer is None:
-                    job.buffer = torch.empty(
-                        (self.hot_nodes.numel(), ) + tuple(out.shape[1:]),
-                        dtype=out.dtype, pin_memory=self.pin)
-                buffer = job.buffer
-            buffer[lo:hi].copy_(out)
-            with job.lock:
-                job.remaining -= 1
-                last = job.remaining == 0
-            if last:
-                self._finish(job)
-        except BaseException as exc:
-            job.fail(exc)
-        finally:
-            with self._stats_lock:
-                self.cpu_seconds += time.perf_counter() - start
-
-    def _finish(self, job: _Job) -> None:
-        if job.cancelled.is_set():
+        needed = torch.unique(pos)
+        covered = torch.maximum(self.row_version[needed],
+                                self.queued_version[needed])
+        stale = needed[covered < version - self.max_staleness]
+        if stale.numel() == 0:
             return
-        event = None
-        if self.cuda:
-            stream = self._h2d_stream
-            with torch.cuda.stream(stream):
-                emb = job.buffer.to(self.device, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record(stream)
-        else:
-            emb = job.buffer
-        job.buffer = None
-        table = EmbeddingTable(job.version, job.seq, emb, event)
-        with self._stats_lock:
-            self.tables_computed += 1
-        with job.lock:
-            if not job.future.done():
-                job.future.set_result(table)
+        self.queued_version[stale] = version
+        chunks = _split(stale.numel(), self.num_threads, self.chunk_size,
+                        min_chunk=1024)
+        self._launch(self._snapshot_at(version), self.hot_nodes[stale],
+                     chunks, rows=stale)
+
+    def _on_dropped(self, job: _Job) -> None:
+        rows = job.rows
+        self.queued_version[rows] = self.row_version[rows]
+
+    def _apply(self, table: EmbeddingTable, rows_cpu: Tensor) -> None:
+        table.wait_on_main(self.device)
+        if self.emb is None:
+            self.emb = torch.zeros((self.hot_nodes.numel(), ) +
+                                   tuple(table.emb.shape[1:]),
+                                   dtype=table.emb.dtype, device=self.device)
+        rows = table.rows if table.rows is not None else rows_cpu.to(
+            self.device)
+        self.emb.index_copy_(0, rows, table.emb.to(self.device))
+        newer = torch.maximum(self.row_version[rows_cpu],
+                              torch.full_like(rows_cpu, table.version))
+        self.row_version[rows_cpu] = newer
+
+    def gather(self, pos: Tensor, pos_cpu: Tensor, version: int,
+               timer=None) -> Tensor:
+        r"""The embeddings of the rows :obj:`pos` (on the device; the same
+        positions on the CPU as :obj:`pos_cpu`) usable at version
+        :obj:`version`."""
+        bound = self.max_staleness
+        self._raise_failures()
+        # Queued rows, oldest first (a request covers this batch's rows or
+        # an earlier one's):
+        while self._jobs:
+            job = self._jobs.popleft()
+            if job.succeeded():
+                table = job.future.result()
+            else:
+                self._jobs.appendleft(job)
+                table = self._wait(job, timer)
+                self._jobs.popleft()
+            self._apply(table, job.rows)
+        if pos_cpu.numel() == 0:
+            return self.emb.new_empty((0, ) + tuple(self.emb.shape[1:])) \
+                if self.emb is not None else torch.empty(0)
+        versions = self.row_version[pos_cpu]
+        if int(versions.min()) < version - bound:  # Not fresh enough.
+            self.request(pos_cpu, version)
+            while self._jobs:
+                job = self._jobs.popleft()
+                self._apply(self._wait(job, timer), job.rows)
+            versions = self.row_version[pos_cpu]
+        self._record_staleness(version - int(versions.min()))
+        return self.emb.index_select(0, pos)
+
+    def pause(self) -> None:
+        r"""Cancels queued rows and stops the worker threads (the cached
+        rows are kept, with their versions)."""
+        super().pause()
+        self.queued_version = self.row_version.clone()
+
+    def close(self) -> None:
+        r"""Like :meth:`pause`, and drops every row."""
+        self.pause()
+        self.emb = None
+        self.row_version.fill_(_NEVER)
+        self.queued_version.fill_(_NEVER)

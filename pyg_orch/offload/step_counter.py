@@ -62,6 +62,12 @@ class StepCounter:
             self.seen_optimizer = True
             self.version += 1
 
+    def next_forward_version(self) -> int:
+        r"""The version the next training forward pass will have."""
+        if self.num_forwards > 0 and not self.seen_optimizer:
+            return self.version + 1
+        return self.version
+
     def on_forward(self) -> int:
         r"""Records a training forward pass; returns the current version."""
         if self.num_forwards > 0 and not self.seen_optimizer:

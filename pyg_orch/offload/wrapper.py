@@ -1,6 +1,7 @@
 """Bottom-layer offload in one call: :class:`BottomLayerOffload` wraps a
 model and a :class:`~pyg_orch.HybridNeighborLoader`."""
 import collections
+import copy
 import os
 import warnings
 import weakref
@@ -15,7 +16,10 @@ from pyg_orch.offload.bottom_layer import (
     find_first_layer,
     message_passing_layers,
 )
-from pyg_orch.offload.embedding_pipeline import EmbeddingPipeline
+from pyg_orch.offload.embedding_pipeline import (
+    BatchEmbeddingCache,
+    EmbeddingPipeline,
+)
 from pyg_orch.offload.hotness import HotSet, select_hot_nodes
 from pyg_orch.offload.step_counter import StepCounter
 
@@ -30,13 +34,16 @@ def default_num_threads() -> int:
 
 
 class _BatchInfo:
-    __slots__ = ('x_ref', 'rows', 'pos', 'num_nodes', 'pruned', 'extra_edges')
+    __slots__ = ('x_ref', 'rows', 'pos', 'pos_cpu', 'num_nodes', 'pruned',
+                 'extra_edges')
 
     def __init__(self, x: Tensor, rows: Tensor, pos: Tensor, pruned: bool,
-                 extra_edges: Optional[Tensor]):
+                 extra_edges: Optional[Tensor],
+                 pos_cpu: Optional[Tensor] = None):
         self.x_ref = weakref.ref(x)
         self.rows = rows  # Local rows of hot vertices to replace.
         self.pos = pos  # Their rows in the embedding tables.
+        self.pos_cpu = pos_cpu  # The same on the CPU (refresh='batch').
         self.num_nodes = x.size(0)
         self.pruned = pruned
         # Placeholder in-edges of pruned hot vertices (degree compensation):
@@ -56,6 +63,28 @@ class _ForwardContext:
         self.in_call = False
 
 
+class _RuntimeHook:
+    r"""A hook that calls a method of an :class:`OffloadRuntime` through a
+    weak reference. Copies (:func:`copy.deepcopy`, pickling) of a module
+    holding it get a disabled hook, so that copies of the model are plain
+    models."""
+    def __init__(self, runtime: Optional['OffloadRuntime'], name: str):
+        self.ref = None if runtime is None else weakref.ref(runtime)
+        self.name = name
+
+    def __call__(self, *args):
+        runtime = None if self.ref is None else self.ref()
+        if runtime is None:
+            return None
+        return getattr(runtime, self.name)(*args)
+
+    def __deepcopy__(self, memo) -> '_RuntimeHook':
+        return _RuntimeHook(None, self.name)
+
+    def __reduce__(self):
+        return (_RuntimeHook, (None, self.name))
+
+
 def _same_tensor(a: Any, b: Any) -> bool:
     if a is b:
         return True
@@ -71,7 +100,8 @@ class OffloadRuntime:
     so the wrapper can be garbage-collected (which closes the runtime)."""
     def __init__(self, model: torch.nn.Module, loader, layer_name: str,
                  layer: torch.nn.Module, hot_set: HotSet,
-                 pipeline: EmbeddingPipeline, num_hops: int,
+                 pipeline: Union[EmbeddingPipeline, BatchEmbeddingCache],
+                 num_hops: int,
                  features: Tensor, replace_rows: str = 'pruned',
                  compensate_degrees: bool = True):
         self.model = model
@@ -104,14 +134,16 @@ class OffloadRuntime:
         self.warned_eval_pruned = False
         self.counter = StepCounter(layer.parameters)
         self.handles = [
-            layer.register_forward_pre_hook(self._pre_hook, with_kwargs=True),
-            layer.register_forward_hook(self._post_hook),
+            layer.register_forward_pre_hook(_RuntimeHook(self, '_pre_hook'),
+                                            with_kwargs=True),
+            layer.register_forward_hook(_RuntimeHook(self, '_post_hook')),
         ]
         if compensate_degrees:
             for module in message_passing_layers(model).values():
                 self.handles.append(module.register_forward_pre_hook(
-                    self._edge_hook, with_kwargs=True))
-        self.remove_batch_hook = loader.register_batch_hook(self._on_batch)
+                    _RuntimeHook(self, '_edge_hook'), with_kwargs=True))
+        self.remove_batch_hook = loader.register_batch_hook(
+            _RuntimeHook(self, '_on_batch'))
         self.reset_stats()
 
     # Modes ###################################################################
@@ -221,6 +253,12 @@ class OffloadRuntime:
             extra = self._placeholder_edges(
                 n_id, rows if lo == n_last else rows[rows >= n_last])
         info = _BatchInfo(x, rows, pos, pruned, extra)
+        if isinstance(self.pipeline, BatchEmbeddingCache):
+            # Start computing this batch's hot rows right away, with the
+            # weights its forward pass will have:
+            info.pos_cpu = pos.cpu()
+            self.pipeline.request(info.pos_cpu,
+                                  self.counter.next_forward_version())
         self.batches[id(x)] = info
         self.batches.move_to_end(id(x))
         while len(self.batches) > _MAX_BATCHES:
@@ -286,7 +324,8 @@ class OffloadRuntime:
 
     def begin(self, x: Any, edge_index: Any) -> _ForwardContext:
         version = self.counter.on_forward()
-        self.pipeline.maybe_submit(version)
+        if isinstance(self.pipeline, EmbeddingPipeline):
+            self.pipeline.maybe_submit(version)
         info = self._match(x)
         if info is not None and info.rows.device != getattr(
                 x, 'device', info.rows.device):
@@ -408,9 +447,17 @@ class OffloadRuntime:
         info = ctx.info
         if info is None or info.rows.numel() == 0:
             return None
-        table = self.pipeline.acquire(ctx.version, self.timer)
+        pipeline = self.pipeline
+        if isinstance(pipeline, EmbeddingPipeline):
+            table = pipeline.acquire(ctx.version, self.timer)
+            emb = pipeline.rows(table, info.pos)
+        else:
+            pos_cpu = info.pos_cpu
+            if pos_cpu is None:  # Drawn before training mode.
+                pos_cpu = info.pos_cpu = info.pos.cpu()
+            emb = pipeline.gather(info.pos, pos_cpu, ctx.version,
+                                  self.timer)
         out = output[0] if isinstance(output, (tuple, list)) else output
-        emb = table.emb.index_select(0, info.pos.to(table.emb.device))
         emb = emb.to(device=out.device, dtype=out.dtype)
         rows = info.rows
         if out.size(0) < info.num_nodes:  # Bipartite call (x_src, x_dst).
@@ -532,6 +579,10 @@ class BottomLayerOffload(torch.nn.Module):
     access count are exposed as :attr:`gpu_cache_nodes`; if the loader has
     a :obj:`set_gpu_cache_nodes(nodes)` method, it is called with them.
 
+    **Copies.** :func:`copy.deepcopy` and pickling (e.g.
+    :func:`torch.save`) of the wrapper give the plain model (offload hooks
+    disabled), e.g. to keep the best model during training.
+
     **Lifetime.** Worker threads (named :obj:`'pyg_orch-offload-*'`) start
     on demand and exit when idle for :obj:`idle_timeout` seconds, on
     :meth:`eval`, on :meth:`close`, on :obj:`KeyboardInterrupt` during a
@@ -599,6 +650,7 @@ class BottomLayerOffload(torch.nn.Module):
         idle_timeout: float = 2.0,
         replace_rows: str = 'pruned',
         compensate_degrees: bool = True,
+        refresh: str = 'super_batch',
     ):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"'model' must be a torch.nn.Module (got "
@@ -613,6 +665,9 @@ class BottomLayerOffload(torch.nn.Module):
                 max_staleness, int) or max_staleness < 0:
             raise ValueError(f"'max_staleness' must be an integer >= 0 "
                              f"(got {max_staleness!r})")
+        if refresh not in ('super_batch', 'batch'):
+            raise ValueError(f"'refresh' must be 'super_batch' or 'batch' "
+                             f"(got {refresh!r})")
         if replace_rows not in ('pruned', 'all'):
             raise ValueError(f"'replace_rows' must be 'pruned' or 'all' (got "
                              f"{replace_rows!r})")
@@ -658,10 +713,16 @@ class BottomLayerOffload(torch.nn.Module):
                                    seed)
         if hot_set.hot_nodes.numel() > 0:
             computer.calibrate(hot_set.hot_nodes)
-        pipeline = EmbeddingPipeline(
-            computer, first, hot_set.hot_nodes, loader.device, max_staleness,
-            num_threads, super_batch_size=super_batch_size,
-            chunk_size=chunk_size, idle_timeout=idle_timeout)
+        if refresh == 'super_batch':
+            pipeline = EmbeddingPipeline(
+                computer, first, hot_set.hot_nodes, loader.device,
+                max_staleness, num_threads, super_batch_size=super_batch_size,
+                chunk_size=chunk_size, idle_timeout=idle_timeout)
+        else:
+            pipeline = BatchEmbeddingCache(
+                computer, first, hot_set.hot_nodes, loader.device,
+                max_staleness, num_threads, chunk_size=chunk_size,
+                idle_timeout=idle_timeout)
         runtime = OffloadRuntime(model, loader, layer_name, first, hot_set,
                                  pipeline, num_hops, x, replace_rows,
                                  bool(compensate_degrees))
@@ -766,7 +827,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def super_batch_size(self) -> int:
-        return self._offload.pipeline.super_batch_size
+        return self._offload.pipeline.stats()['super_batch_size']
 
     @property
     def steps(self) -> int:
@@ -819,6 +880,14 @@ class BottomLayerOffload(torch.nn.Module):
     def closed(self) -> bool:
         return self._offload.closed
 
+    def __deepcopy__(self, memo) -> torch.nn.Module:
+        # A copy is a copy of the plain model (offload hooks disabled):
+        return copy.deepcopy(self.module, memo)
+
+    def __reduce_ex__(self, protocol):
+        # Pickling (e.g. `torch.save(model)`) stores the plain model:
+        return (_identity, (self.module, ))
+
     def __enter__(self) -> 'BottomLayerOffload':
         return self
 
@@ -831,6 +900,10 @@ class BottomLayerOffload(torch.nn.Module):
                 f'layer={rt.layer_name!r}, '
                 f'num_hot={rt.hot_set.hot_nodes.numel()}, '
                 f'max_staleness={self.max_staleness})')
+
+
+def _identity(obj: Any) -> Any:
+    return obj
 
 
 def _check_loader(loader):

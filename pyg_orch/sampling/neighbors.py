@@ -112,8 +112,8 @@ def sample_neighbors(
     :obj:`temporal_strategy='last'`, only the :obj:`k` most recent of those.
     Weighted sampling (:obj:`weight`) draws neighbors with probability
     proportional to their weight: successive sampling without replacement
-    (an exponential race), inverse-CDF draws with replacement; zero-weight
-    neighbors are never returned.
+    (an exponential race), integer inverse-CDF draws with replacement;
+    zero-weight neighbors are never returned.
 
     Args:
         colptr (torch.Tensor): CSC offsets (int32 or int64).
@@ -127,9 +127,9 @@ def sample_neighbors(
         time_bound (torch.Tensor, optional): Latest admissible time per node.
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
         weight (torch.Tensor, optional): Weight of every CSC position.
-        weight_cumsum (torch.Tensor, optional): Inclusive float64 prefix sum of
-            the weights (needed with :obj:`replace=True`); best normalized
-            per neighborhood, see :attr:`CSCTopology.weight_cumsum`.
+        weight_cumsum (torch.Tensor, optional): Inclusive int64 fixed-point
+            prefix sum of the weights (needed with :obj:`replace=True`), see
+            :attr:`CSCTopology.weight_cumsum`.
 
     Returns:
         (positions, dst_index): CSC positions of the sampled edges, grouped by
@@ -191,25 +191,19 @@ def sample_neighbors(
 def _weighted_with_replacement(start: Tensor, end: Tensor, k: int,
                                cumsum: Tensor,
                                generator: Optional[torch.Generator]):
+    # Integer inverse-CDF draws on the fixed-point prefix sum: exact, so a
+    # zero-weight neighbor is never drawn.
     zero = cumsum.new_zeros(())
     base = torch.where(start > 0, cumsum[(start - 1).clamp(min=0)], zero)
-    top = torch.where(end > 0, cumsum[(end - 1).clamp(min=0)], zero)
-    top = torch.where(end > start, top, base)
+    top = torch.where(end > start, cumsum[(end - 1).clamp(min=0)], base)
     count = torch.where(top > base, k, 0)
     total = int(count.sum())
     dst_index = torch.repeat_interleave(
         torch.arange(start.numel(), device=start.device), count,
         output_size=total)
-    u = torch.rand(total, dtype=torch.float64, device=start.device,
-                   generator=generator)
     lo, hi = base.index_select(0, dst_index), top.index_select(0, dst_index)
-    pos = torch.searchsorted(cumsum, lo + u * (hi - lo), right=True)
-    # Rounding may push a draw past the neighborhood: take its last
-    # positive-weight neighbor then.
-    bad = pos >= end.index_select(0, dst_index)
-    if bool(bad.any()):
-        pos[bad] = torch.searchsorted(cumsum, hi[bad], right=False)
-    return pos, dst_index
+    draw = lo + _randint_below(hi - lo, generator)
+    return torch.searchsorted(cumsum, draw, right=True), dst_index
 
 
 def _weighted_without_replacement(start: Tensor, end: Tensor, k: int,

@@ -48,11 +48,12 @@ class CSCTopology:
 
     @property
     def weight_cumsum(self) -> Tensor:
-        r"""Inclusive float64 prefix sum of the weights, each normalized by
-        its neighborhood's total, for inverse-CDF draws within any
-        neighborhood. Normalizing first keeps every neighborhood's share of
-        the sum at 1 however heavy the others are, so small weights do not
-        vanish in rounding."""
+        r"""Inclusive prefix sum of the weights in fixed point (int64), for
+        inverse-CDF draws within any neighborhood: each neighborhood's
+        weights are scaled to :obj:`2^32` units in total (every positive
+        weight to at least one unit), so no neighborhood vanishes next to
+        heavy ones, and zero weights add exactly nothing on any device (a
+        floating-point scan on a GPU does not guarantee that)."""
         if self._weight_cumsum is None:
             w = self.weight.to(torch.float64)
             deg = (self.colptr[1:] - self.colptr[:-1]).to(torch.int64)
@@ -61,9 +62,10 @@ class CSCTopology:
                 output_size=w.numel())
             total = torch.zeros(deg.numel(), dtype=torch.float64,
                                 device=w.device).index_add_(0, seg, w)
-            total = total.index_select(0, seg)
-            w = torch.where(total > 0, w / total.clamp(min=1e-300), 0.0)
-            self._weight_cumsum = torch.cumsum(w, 0)
+            total = total.index_select(0, seg).clamp(min=1e-300)
+            units = torch.round(w / total * 2.0**32).to(torch.int64)
+            units = torch.where(w > 0, units.clamp(min=1), 0)
+            self._weight_cumsum = torch.cumsum(units, 0)
         return self._weight_cumsum
 
     @property
