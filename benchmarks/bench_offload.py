@@ -1,14 +1,17 @@
 #!/usr/bin/env python
-"""Benchmark bottom-layer offload (:class:`pyg_orch.offload.BottomLayerOffload`)
-on a synthetic power-law graph, and (``--accuracy``) compare its test
-accuracy with plain training on Cora and CiteSeer.
+"""Benchmark bottom-layer offload
+(:class:`pyg_orch.offload.BottomLayerOffload`) on a synthetic power-law
+graph, and (``--accuracy``) compare its test accuracy with plain training on
+Cora and CiteSeer.
 
 Throughput (default): one run builds the graph once (features in host
 memory), then trains GraphSAGE with :class:`pyg_orch.HybridNeighborLoader`
-twice over the same number of batches, without and with offload, and reports
-per mode:
+over the same number of batches per mode (``--modes``): without offload
+(``plain``), and with offload in each refresh mode (``super_batch``: tables of
+all hot vertices, pipelined a super-batch ahead; ``batch``: only the hot rows
+each batch needs), and reports per mode:
 
-* ms per batch (after warm-up) and the speed-up ``plain / offload``, plus
+* ms per batch (after warm-up) and the speed-up ``plain / mode``, plus
   the extrapolated time of an epoch (``--epoch`` times a whole epoch
   instead);
 * the loader's stage breakdown (sample / gather / transfer / train / wait,

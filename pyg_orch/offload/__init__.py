@@ -14,6 +14,7 @@ from pyg_orch.offload.bottom_layer import (
     find_first_layer,
 )
 from pyg_orch.offload.embedding_pipeline import (
+    BatchEmbeddingCache,
     EmbeddingPipeline,
     EmbeddingTable,
     OffloadWorkerError,
@@ -29,6 +30,7 @@ from pyg_orch.offload.workers import THREAD_NAME_PREFIX, WorkerPool
 from pyg_orch.offload.wrapper import BottomLayerOffload, default_num_threads
 
 __all__ = [
+    'BatchEmbeddingCache',
     'BottomLayerOffload',
     'BottomLayerComputer',
     'EmbeddingPipeline',

@@ -46,7 +46,8 @@ def find_first_layer(
         f"offload computes the first message-passing layer on the CPU")
 
 
-def message_passing_layers(model: torch.nn.Module) -> Dict[str, MessagePassing]:
+def message_passing_layers(
+        model: torch.nn.Module) -> Dict[str, MessagePassing]:
     r"""All :class:`~torch_geometric.nn.conv.MessagePassing` modules of
     :obj:`model` by name (outermost only: a message-passing layer nested in
     another one is part of it)."""

@@ -6,6 +6,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from pyg_orch.sampling.presample import count_node_access
+
 
 @dataclass
 class HotSet:
@@ -72,9 +74,6 @@ def count_bottom_accesses(
         (counts, num_batches): the access count of every vertex (CPU,
         :obj:`int64`) and the number of mini-batches drawn.
     """
-    from torch_geometric.sampler import NodeSamplerInput
-
-    num_nodes = sampler.topology.num_nodes[None]
     num_hops = max(len(v) for v in sampler.num_neighbors.values())
     seeds = seeds.view(-1).to(torch.int64).cpu()
     gen = torch.Generator()
@@ -82,37 +81,12 @@ def count_bottom_accesses(
         gen.manual_seed(seed)
     else:
         gen.seed()
-    seeds = seeds[torch.randperm(seeds.numel(), generator=gen)]
-    batches = list(seeds.split(max(int(batch_size), 1)))
-    if num_batches is not None:
-        batches = batches[:max(int(num_batches), 1)]
-
-    device = sampler.topology.device
-    counts = torch.zeros(num_nodes, dtype=torch.int64, device=device)
-    saved_hot = getattr(sampler, 'hot_nodes', None)
-    generators = []
-    for name in ('generator', '_host_generator'):
-        gen = getattr(sampler, name, None)
-        if isinstance(gen, torch.Generator) and all(
-                gen is not g for g, _ in generators):
-            generators.append((gen, gen.get_state()))
-    sampler.hot_nodes = None
-    try:
-        for chunk in batches:
-            out = sampler.sample_from_nodes(
-                NodeSamplerInput(input_id=None, node=chunk))
-            num = out.num_sampled_nodes
-            if num is None:  # pragma: no cover (our sampler always sets it)
-                n = out.node.numel()
-            else:
-                n = int(sum(int(v) for v in list(num)[:num_hops]))
-            nodes = out.node[:n].to(device, torch.int64)
-            counts.index_add_(0, nodes, torch.ones_like(nodes))
-    finally:
-        sampler.hot_nodes = saved_hot
-        for gen, state in generators:
-            gen.set_state(state)
-    return counts.cpu(), len(batches)
+    epoch = -(-seeds.numel() // max(int(batch_size), 1))
+    num = epoch if num_batches is None else min(max(int(num_batches), 1),
+                                                epoch)
+    counts = count_node_access(sampler, seeds, max(int(batch_size), 1),
+                               num_batches=num, hops=num_hops, generator=gen)
+    return counts, num
 
 
 def split_by_frequency(counts: Tensor, hot_ratio: float,

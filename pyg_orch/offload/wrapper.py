@@ -550,6 +550,21 @@ class BottomLayerOffload(torch.nn.Module):
     :obj:`max_staleness=0` is synchronous: each step waits for the
     embeddings of its own weights.
 
+    **Refresh modes.** With :obj:`refresh='super_batch'` (the default, as
+    described above), every table holds *all* hot vertices: the CPU cost
+    per super-batch grows with the hot set, whatever the batches need.
+    With :obj:`refresh='batch'`, the device keeps one embedding per hot
+    vertex with its own version, and when a mini-batch is drawn the CPU
+    computes only its hot rows that will not be fresh enough (version
+    older than :math:`t - s`), with the current weights, while the batch
+    goes through the forward pass up to the first layer; a hot vertex
+    needed again within :math:`s` steps is not recomputed. The same bound
+    holds row by row. On large graphs this is much cheaper (see
+    :obj:`benchmarks/bench_offload.py`), but the CPU work is not pipelined a
+    super-batch ahead: the loader hands batches over only when the training
+    loop asks for them. Either way, weights must change only through
+    optimizer steps (or, without an optimizer, between forward passes).
+
     **Gradients.** Replaced rows are new values (an out-of-place
     :meth:`~torch.Tensor.index_put`), so no gradient flows through them:
     the first layer's weights receive gradient only from the rows that were
@@ -632,6 +647,9 @@ class BottomLayerOffload(torch.nn.Module):
         compensate_degrees (bool): Give pruned hot vertices placeholder
             in-edges in the layers' :obj:`edge_index` (see above).
             (default: :obj:`True`)
+        refresh (str): :obj:`'super_batch'` computes tables of all hot
+            vertices a super-batch ahead, :obj:`'batch'` the rows each
+            mini-batch needs (see above). (default: :obj:`'super_batch'`)
     """
     def __init__(
         self,

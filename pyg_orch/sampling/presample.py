@@ -33,6 +33,10 @@ def count_node_access(
 
     Returns:
         An int64 tensor of counts per node, on the CPU.
+
+    Hot-node pruning is off while counting, and the sampler's random
+    generators are restored afterwards, so later batches are the same as
+    without counting.
     """
     num_nodes = sampler.topology.num_nodes[None]
     counts = torch.zeros(num_nodes, dtype=torch.int64)
@@ -41,6 +45,26 @@ def count_node_access(
         return counts
     if num_batches is None:
         num_batches = -(-input_nodes.numel() // batch_size)
+    saved_hot = getattr(sampler, 'hot_nodes', None)
+    states = []
+    for name in ('_generator', '_host_generator'):
+        gen = getattr(sampler, name, None)
+        if isinstance(gen, torch.Generator):
+            states.append((gen, gen.get_state()))
+    sampler.hot_nodes = None
+    try:
+        _count(sampler, input_nodes, batch_size, num_batches, hops,
+               generator, input_time, counts)
+    finally:
+        sampler.hot_nodes = saved_hot
+        for gen, state in states:
+            gen.set_state(state)
+    return counts
+
+
+def _count(sampler, input_nodes, batch_size, num_batches, hops, generator,
+           input_time, counts) -> None:
+    num_nodes = counts.numel()
     done = 0
     while done < num_batches:
         perm = torch.randperm(input_nodes.numel(), generator=generator)
@@ -57,4 +81,3 @@ def count_node_access(
                 node = node[:sum(out.num_sampled_nodes[:hops])]
             counts += torch.bincount(node.cpu(), minlength=num_nodes)
             done += 1
-    return counts

@@ -1,0 +1,633 @@
+"""Bottom-layer offload (:class:`pyg_orch.offload.BottomLayerOffload`):
+exactness, module behaviour, hot-set selection, errors and thread lifetime.
+Staleness and accuracy have their own files (test_offload_staleness.py,
+test_offload_accuracy.py)."""
+import gc
+import threading
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE, SAGEConv
+
+from pyg_orch import HybridNeighborLoader
+from pyg_orch.offload import (
+    BottomLayerOffload,
+    OffloadWorkerError,
+    THREAD_NAME_PREFIX,
+    find_first_layer,
+)
+
+MODELS = {'sage': GraphSAGE, 'gcn': GCN, 'gin': GIN, 'gat': GAT}
+
+
+def offload_threads():
+    return [
+        t for t in threading.enumerate()
+        if t.name.startswith(THREAD_NAME_PREFIX) and t.is_alive()
+    ]
+
+
+def wait_no_threads(timeout: float = 5.0) -> list:
+    deadline = time.monotonic() + timeout
+    while offload_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return offload_threads()
+
+
+def tiny_graph(num_nodes=200, num_edges=2000, num_features=8, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    # Skewed destinations, so that some vertices are clearly hot:
+    dst = (torch.rand(num_edges, generator=gen)**3 * num_nodes).long()
+    src = torch.randint(0, num_nodes, (num_edges, ), generator=gen)
+    return Data(x=torch.randn(num_nodes, num_features, generator=gen),
+                edge_index=torch.stack([src, dst]),
+                y=torch.randint(0, 3, (num_nodes, ), generator=gen))
+
+
+def tiny_loader(data, num_neighbors=(4, 3), batch_size=8, **kwargs):
+    kwargs.setdefault('shuffle', True)
+    return HybridNeighborLoader(data, list(num_neighbors),
+                                batch_size=batch_size, device='cpu', seed=1,
+                                **kwargs)
+
+
+def train_steps(model, loader, num_steps, trim=False, optimizer=None):
+    optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.01)
+    model.train()
+    done = 0
+    while done < num_steps:
+        for batch in loader:
+            optimizer.zero_grad()
+            kwargs = {}
+            if trim:
+                kwargs = dict(
+                    num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                    num_sampled_edges_per_hop=batch.num_sampled_edges)
+            out = model(batch.x, batch.edge_index, **kwargs)
+            loss = F.cross_entropy(out[:batch.batch_size],
+                                   batch.y[:batch.batch_size])
+            loss.backward()
+            optimizer.step()
+            done += 1
+            if done == num_steps:
+                break
+    return optimizer
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leaks():
+    yield
+    gc.collect()
+    assert wait_no_threads() == []
+
+
+@pytest.fixture(autouse=True)
+def one_intra_op_thread():
+    # The graphs here are tiny: one thread per operation is fastest, and
+    # leaves the other cores to the offload threads (with oversubscribed
+    # cores, OpenMP's spinning slows everything down several times).
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# Exactness ###################################################################
+
+
+def _cora_loaders(cora):
+    def make():
+        return HybridNeighborLoader(cora, [-1, -1], batch_size=64,
+                                    input_nodes=cora.train_mask,
+                                    device='cpu')
+
+    return make(), make()
+
+
+@pytest.mark.parametrize('trim', [False, True], ids=['plain', 'trim'])
+@pytest.mark.parametrize('replace_rows,refresh', [
+    ('pruned', 'super_batch'),
+    ('all', 'super_batch'),
+    ('pruned', 'batch'),
+])
+@pytest.mark.parametrize('name', ['sage', 'gin', 'gat'])
+def test_synchronous_full_neighbors_is_exact(cora, name, replace_rows,
+                                             refresh, trim):
+    # max_staleness=0 and full neighbors: the pruned batch plus the CPU's
+    # embeddings give the seeds exactly the outputs of the unpruned batch,
+    # also after optimizer steps (the CPU uses the current weights).
+    loader, ref_loader = _cora_loaders(cora)
+    torch.manual_seed(0)
+    model = MODELS[name](cora.num_features, 16, 2, 7)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
+                             full_neighbors=True, replace_rows=replace_rows,
+                             refresh=refresh)
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+
+    def kwargs(b):
+        if not trim:
+            return {}
+        return dict(num_sampled_nodes_per_hop=b.num_sampled_nodes,
+                    num_sampled_edges_per_hop=b.num_sampled_edges)
+
+    pruned_any = False
+    for batch, ref in zip(loader, ref_loader):
+        assert torch.equal(batch.n_id[:batch.batch_size],
+                           ref.n_id[:ref.batch_size])
+        pruned_any |= batch.num_nodes < ref.num_nodes
+        out = off(batch.x, batch.edge_index, **kwargs(batch))
+        expected = model(ref.x, ref.edge_index, **kwargs(ref))
+        out, expected = out[:batch.batch_size], expected[:ref.batch_size]
+        assert torch.allclose(out, expected, atol=1e-5), \
+            (out - expected).abs().max()
+        optimizer.zero_grad()
+        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+        optimizer.step()
+    stats = off.stats()
+    assert pruned_any
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['steps'] == 3 and stats['step_source'] == 'optimizer'
+    assert stats['staleness_hist'] == {0: 3}
+    off.close()
+
+
+@pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
+@pytest.mark.parametrize('max_staleness', [0, 2])
+def test_exact_and_bounded_on_device(device, max_staleness, refresh):
+    # The tiny graph on `device` (CUDA on GPU machines: pinned buffers, side
+    # streams): exact with max_staleness=0, bounded with 2.
+    data = tiny_graph()
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 16, 2, 3).to(device)
+
+    def make():
+        return HybridNeighborLoader(data, [-1, -1], batch_size=16,
+                                    device=device)
+
+    loader, ref_loader = make(), make()
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1,
+                             max_staleness=max_staleness,
+                             full_neighbors=True, refresh=refresh)
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    for _ in range(2):
+        for batch, ref in zip(loader, ref_loader):
+            out = off(batch.x, batch.edge_index)[:batch.batch_size]
+            if max_staleness == 0:
+                expected = model(ref.x, ref.edge_index)[:ref.batch_size]
+                assert torch.allclose(out, expected, atol=1e-5)
+            optimizer.zero_grad()
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+    stats = off.stats()
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['max_staleness_seen'] <= max_staleness
+    off.close()
+
+
+def test_exactness_check_is_sensitive(cora):
+    # With a truncated CPU-side fan-out, the replaced rows differ:
+    loader, ref_loader = _cora_loaders(cora)
+    torch.manual_seed(0)
+    model = GraphSAGE(cora.num_features, 16, 2, 7)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
+                             full_neighbors=True)
+    off._offload.pipeline.computer.num_neighbors = 1
+    batch, ref = next(iter(loader)), next(iter(ref_loader))
+    with torch.no_grad():
+        out = off(batch.x, batch.edge_index)[:batch.batch_size]
+        expected = model(ref.x, ref.edge_index)[:ref.batch_size]
+    assert not torch.allclose(out, expected, atol=1e-5)
+    off.close()
+
+
+def test_custom_module_is_exact(cora):
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = SAGEConv(cora.num_features, 16)
+            self.conv2 = SAGEConv(16, 7)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    loader, ref_loader = _cora_loaders(cora)
+    torch.manual_seed(0)
+    model = Net()
+    with BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
+                            full_neighbors=True) as off:
+        assert off._offload.layer_name == 'conv1'
+        for batch, ref in zip(loader, ref_loader):
+            with torch.no_grad():
+                out = off(batch.x, batch.edge_index)[:batch.batch_size]
+                expected = model(ref.x, ref.edge_index)[:ref.batch_size]
+            assert torch.allclose(out, expected, atol=1e-5)
+        assert off.stats()['hot_rows_replaced'] > 0
+    assert off.closed
+
+
+def test_eval_is_exact_path(cora):
+    loader = HybridNeighborLoader(cora, [5, 5], batch_size=64,
+                                  input_nodes=cora.train_mask, device='cpu',
+                                  seed=0)
+    model = GraphSAGE(cora.num_features, 16, 2, 7)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    sampler = loader.node_sampler
+    assert off.training and sampler.hot_nodes is not None
+    off.eval()
+    assert not off.training and not model.training
+    assert sampler.hot_nodes is None
+    with torch.no_grad():
+        for batch in loader:
+            out = off(batch.x, batch.edge_index)
+            assert torch.equal(out, model(batch.x, batch.edge_index))
+    assert off.stats()['training_forwards'] == 0
+    assert offload_threads() == []
+    off.train()
+    assert sampler.hot_nodes is not None
+    assert torch.equal(sampler.hot_nodes[None].cpu(), off.hot_mask)
+    off.close()
+    assert sampler.hot_nodes is None
+
+
+# Models and module behaviour #################################################
+
+
+@pytest.mark.parametrize('trim', [False, True], ids=['plain', 'trim'])
+@pytest.mark.parametrize('name', list(MODELS))
+def test_basic_gnn_models_train(name, trim):
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    torch.manual_seed(0)
+    model = MODELS[name](8, 8, 2, 3)
+    before = [p.detach().clone() for p in model.parameters()]
+    refresh = 'batch' if trim else 'super_batch'
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=1,
+                             refresh=refresh)
+    train_steps(off, loader, 12, trim=trim)
+    stats = off.stats()
+    assert stats['steps'] == 12
+    assert stats['offloaded_forwards'] == 12
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['max_staleness_seen'] <= 1
+    assert all(not torch.equal(a, b)
+               for a, b in zip(before, model.parameters()))
+    off.close()
+
+
+def test_module_behaviour():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    model = GraphSAGE(8, 8, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    # Same parameters, same order, no duplicates:
+    assert [id(p) for p in off.parameters()] == \
+        [id(p) for p in model.parameters()]
+    assert list(dict(off.named_parameters())) == \
+        list(dict(model.named_parameters()))
+    # state_dict keys and values identical; loadable both ways:
+    sd = off.state_dict()
+    assert list(sd) == list(model.state_dict())
+    plain = GraphSAGE(8, 8, 2, 3)
+    plain.load_state_dict(sd)
+    for a, b in zip(plain.parameters(), model.parameters()):
+        assert torch.equal(a, b)
+    other = GraphSAGE(8, 8, 2, 3)
+    off.load_state_dict(other.state_dict())
+    for a, b in zip(other.parameters(), model.parameters()):
+        assert torch.equal(a, b)
+
+    # Nested in another module, keys are those of the plain model:
+    class Holder(torch.nn.Module):
+        def __init__(self, gnn):
+            super().__init__()
+            self.gnn = gnn
+            self.head = torch.nn.Linear(3, 2)
+
+    held, held_plain = Holder(off), Holder(plain)
+    assert list(held.state_dict()) == list(held_plain.state_dict())
+    held.load_state_dict(held_plain.state_dict())
+    assert torch.equal(model.convs[0].lin_l.weight,
+                       plain.convs[0].lin_l.weight)
+    # Attributes of the model:
+    assert off.convs is model.convs and off.num_layers == 2
+    assert off.module is model
+    assert 'BottomLayerOffload' in repr(off) and "convs.0" in repr(off)
+    # to() moves the model's own tensors:
+    off.to(torch.float64)
+    assert model.convs[0].lin_l.weight.dtype == torch.float64
+    off.to(torch.float32)
+    # An optimizer over the wrapper's parameters trains the model:
+    optimizer = train_steps(off, loader, 3)
+    assert optimizer.param_groups[0]['params'][0] is \
+        next(model.parameters())
+    # Copies and pickles are plain models (offload hooks disabled):
+    import copy
+    import io
+    best = copy.deepcopy(off)
+    assert type(best) is GraphSAGE and best is not model
+    inner = copy.deepcopy(model)
+    buffer = io.BytesIO()
+    torch.save(off, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert type(loaded) is GraphSAGE
+    batch = next(iter(loader))
+    for copied in (best, inner, loaded):
+        assert torch.equal(copied.convs[0].lin_l.weight,
+                           model.convs[0].lin_l.weight)
+        copied.train()
+        with torch.no_grad():
+            copied(batch.x, batch.edge_index)  # No offload, no error.
+    with pytest.raises(AttributeError, match='shares the submodules'):
+        off.extra = torch.nn.Linear(2, 2)
+    off.close()
+
+
+def test_first_layer_detection():
+    model = GraphSAGE(8, 8, 2, 3)
+    assert find_first_layer(model) == ('convs.0', model.convs[0])
+    assert find_first_layer(model, 'convs.1')[1] is model.convs[1]
+    assert find_first_layer(model, model.convs[1])[0] == 'convs.1'
+    with pytest.raises(ValueError, match='not a module'):
+        find_first_layer(model, 'nope')
+    with pytest.raises(ValueError, match='no MessagePassing'):
+        find_first_layer(torch.nn.Linear(2, 2))
+
+
+def test_first_layer_must_consume_x():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.conv = SAGEConv(8, 3)
+
+        def forward(self, x, edge_index):
+            return self.conv(self.lin(x), edge_index)
+
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    off = BottomLayerOffload(Net(), loader, hot_ratio=0.1)
+    batch = next(iter(loader))
+    with pytest.raises(ValueError, match='does not consume'):
+        off(batch.x, batch.edge_index)
+    off.eval()  # The exact path still works (on a pruned batch, it warns):
+    with pytest.warns(UserWarning, match='sampled in training mode'):
+        off(batch.x, batch.edge_index)
+    batch = next(iter(loader))  # Not pruned.
+    off(batch.x, batch.edge_index)
+    off.close()
+
+
+def test_call_order_is_checked():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.top = SAGEConv(8, 3)  # Registered first, called second.
+            self.bottom = SAGEConv(8, 8)
+
+        def forward(self, x, edge_index):
+            return self.top(self.bottom(x, edge_index).relu(), edge_index)
+
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    off = BottomLayerOffload(Net(), loader, hot_ratio=0.1)
+    batch = next(iter(loader))
+    with pytest.raises(ValueError, match="layer='bottom'"):
+        off(batch.x, batch.edge_index)
+    off.close()
+    off = BottomLayerOffload(Net(), loader, hot_ratio=0.1, layer='bottom')
+    train_steps(off, loader, 3)
+    assert off.stats()['hot_rows_replaced'] > 0
+    off.close()
+
+
+def test_edge_weights_in_first_layer_not_implemented():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    off = BottomLayerOffload(GCN(8, 8, 2, 3), loader, hot_ratio=0.1)
+    batch = next(iter(loader))
+    weight = torch.rand(batch.edge_index.size(1))
+    with pytest.raises(NotImplementedError, match='edge-level tensors'):
+        off(batch.x, batch.edge_index, edge_weight=weight)
+    off.close()
+
+
+def test_unsupported_inputs():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    model = GraphSAGE(8, 8, 2, 3)
+    with pytest.raises(NotImplementedError, match="'auto'"):
+        BottomLayerOffload(model, loader, hot_ratio='auto')
+    with pytest.raises(ValueError, match='hot_ratio'):
+        BottomLayerOffload(model, loader, hot_ratio=1.5)
+    with pytest.raises(ValueError, match='must not exceed'):
+        BottomLayerOffload(model, loader, hot_ratio=0.5, gpu_cache_ratio=0.6)
+    with pytest.raises(ValueError, match='max_staleness'):
+        BottomLayerOffload(model, loader, max_staleness=-1)
+    with pytest.raises(ValueError, match='refresh'):
+        BottomLayerOffload(model, loader, refresh='never')
+    with pytest.raises(ValueError, match='replace_rows'):
+        BottomLayerOffload(model, loader, replace_rows='some')
+    with pytest.raises(TypeError, match='HybridNeighborLoader'):
+        BottomLayerOffload(model, [data])
+
+    hetero = HeteroData()
+    hetero['a'].x = torch.randn(10, 4)
+    hetero['a', 'to', 'a'].edge_index = torch.randint(0, 10, (2, 30))
+    hetero_loader = HybridNeighborLoader(hetero, [2], input_nodes='a',
+                                         batch_size=4, device='cpu')
+    with pytest.raises(NotImplementedError, match='homogeneous'):
+        BottomLayerOffload(model, hetero_loader)
+    assert loader.node_sampler.hot_nodes is None
+
+
+# Hot set #####################################################################
+
+
+def test_hot_set_selection():
+    data = tiny_graph(num_nodes=300)
+    loader = tiny_loader(data, batch_size=16)
+    seen = []
+    loader.set_gpu_cache_nodes = seen.append  # As a GPU feature store would.
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.05,
+                             gpu_cache_ratio=0.1)
+    counts, hot, cache = off.access_counts, off.hot_nodes, off.gpu_cache_nodes
+    assert hot.numel() == 15 and cache.numel() == 30
+    assert len(set(hot.tolist()) | set(cache.tolist())) == 45
+    rest = torch.ones(300, dtype=torch.bool)
+    rest[hot] = rest[cache] = False
+    assert counts[hot].min() >= counts[cache].max() >= counts[rest].max()
+    assert torch.equal(off.hot_mask.nonzero().view(-1), hot.sort()[0])
+    assert len(seen) == 1 and torch.equal(seen[0], cache)
+    # One epoch of seeds was pre-sampled; every seed counts at least once:
+    stats = off.stats()
+    assert stats['presample_batches'] == 300 // 16 + 1
+    assert bool((counts > 0).all())
+    assert 0 < stats['hot_coverage'] < 1
+    off.close()
+
+
+def test_presampling_keeps_training_batches():
+    # Pre-sampling restores the sampler's generator: the first training
+    # batch is the one drawn without offload (up to pruning).
+    data = tiny_graph()
+    plain = next(iter(tiny_loader(data)))
+    loader = tiny_loader(data)
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1)
+    off.eval()
+    batch = next(iter(loader))
+    assert torch.equal(batch.n_id, plain.n_id)
+    off.close()
+
+
+def test_pruning_and_hot_rows():
+    data = tiny_graph()
+    loader = tiny_loader(data, num_neighbors=(4, 3))
+    for replace_rows in ('pruned', 'all'):
+        off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
+                                 replace_rows=replace_rows)
+        hot = off.hot_mask
+        for batch in loader:
+            num = batch.num_sampled_nodes
+            n_last, n_bottom = num[0], num[0] + num[1]
+            # Hot vertices of the last frontier have no in-edges:
+            last_edges = batch.edge_index[:, -batch.num_sampled_edges[-1]:]
+            dst = batch.n_id[last_edges[1]]
+            assert not bool(hot[dst].any())
+            info = off._offload.batches[id(batch.x)]
+            lo = n_last if replace_rows == 'pruned' else 0
+            expected = lo + hot[batch.n_id[lo:n_bottom]].nonzero().view(-1)
+            assert torch.equal(info.rows, expected)
+            assert torch.equal(off.hot_nodes[info.pos],
+                               batch.n_id[info.rows])
+            # Degree compensation: one placeholder per lost in-edge.
+            rows = info.rows[info.rows >= n_last]
+            deg = torch.bincount(data.edge_index[1], minlength=200)
+            expected = deg[batch.n_id[rows]].clamp(max=3).sum()
+            assert info.extra_edges.size(1) == int(expected)
+        off.close()
+
+
+# Failures and thread lifetime ################################################
+
+
+def test_worker_exception_is_raised_in_training_loop():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
+                             max_staleness=1)
+    computer = off._offload.pipeline.computer
+    original = computer.compute
+    calls = []
+
+    def flaky(layer, nodes):
+        calls.append(1)
+        if len(calls) == 4:
+            raise ValueError('boom in a worker')
+        return original(layer, nodes)
+
+    computer.compute = flaky
+    with pytest.raises(OffloadWorkerError, match='boom') as info:
+        train_steps(off, loader, 20)
+    cause = info.value.__cause__
+    assert isinstance(cause, ValueError)
+    frames = []
+    tb = cause.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    assert 'flaky' in frames and '_run_chunk' in frames
+    # Training goes on after the error:
+    train_steps(off, loader, 3)
+    off.close()
+
+
+def test_threads_stop_on_close_eval_and_idle():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
+                             num_threads=2, idle_timeout=1.0)
+    off._offload.pipeline.chunks = [(0, 5), (5, 10), (10, 20)]
+    train_steps(off, loader, 5)
+    assert 1 <= len(offload_threads()) <= 2
+    assert all(t.daemon for t in offload_threads())
+    assert wait_no_threads(10.0) == []  # Idle threads exit...
+    train_steps(off, loader, 2)  # ... and come back on demand.
+    assert offload_threads()
+    off.eval()
+    assert offload_threads() == []
+    train_steps(off, loader, 2)
+    assert offload_threads()
+    off.close()
+    assert offload_threads() == []
+    assert loader.node_sampler.hot_nodes is None
+    # After close, the wrapper is the plain model:
+    batch = next(iter(loader))
+    assert torch.equal(off(batch.x, batch.edge_index),
+                       off.module(batch.x, batch.edge_index))
+
+
+def test_threads_stop_when_wrapper_is_deleted():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    model = GraphSAGE(8, 8, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    train_steps(off, loader, 3)
+    assert offload_threads()
+    del off
+    gc.collect()
+    assert offload_threads() == []
+    assert loader.node_sampler.hot_nodes is None
+    assert loader._batch_hooks == {}
+    assert not model.convs[0]._forward_hooks
+    assert not model.convs[0]._forward_pre_hooks
+
+
+def test_threads_stop_on_keyboard_interrupt():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    model = GraphSAGE(8, 8, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    train_steps(off, loader, 2)
+
+    def interrupt(module, args):
+        raise KeyboardInterrupt
+
+    handle = model.convs[1].register_forward_pre_hook(interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        train_steps(off, loader, 1)
+    assert offload_threads() == []
+    handle.remove()
+    train_steps(off, loader, 2)  # Usable again.
+    off.close()
+
+
+def test_unmatched_input_runs_exact_path():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    model = GraphSAGE(8, 8, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    x = torch.randn(7, 8)
+    edge_index = torch.tensor([[1, 2, 3], [0, 0, 1]])
+    assert torch.equal(off(x, edge_index), model(x, edge_index))
+    assert off.stats()['exact_forwards'] == 1
+    # A copy of batch.x with the batch's shape is matched (with a warning):
+    batch = next(iter(loader))
+    with pytest.warns(UserWarning, match='newest mini-batch'):
+        off(batch.x.clone(), batch.edge_index)
+    assert off.stats()['offloaded_forwards'] == 1
+    off.close()
+
+
+def test_changed_features_are_detected():
+    data = tiny_graph()
+    loader = HybridNeighborLoader(data, [3, 3], batch_size=8, device='cpu',
+                                  transform=lambda b: b.update(
+                                      {'x': b.x * 2}))
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1)
+    with pytest.raises(ValueError, match='differs from'):
+        next(iter(loader))
+    off.close()

@@ -1,0 +1,261 @@
+"""Bounded staleness of :class:`pyg_orch.offload.BottomLayerOffload`: every
+embedding table is used at most ``max_staleness`` optimizer steps after the
+weights it was computed with, over thousands of steps, also when the CPU side
+is slow (then the training loop waits, and the wait is reported)."""
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GraphSAGE, SAGEConv
+from torch_geometric.nn.conv import MessagePassing
+
+from pyg_orch.offload import (
+    BottomLayerComputer,
+    BottomLayerOffload,
+    EmbeddingPipeline,
+    default_super_batch_size,
+)
+from pyg_orch.sampling.topology import CSCTopology
+
+from test_offload import (  # noqa: F401 (autouse fixtures)
+    no_thread_leaks,
+    one_intra_op_thread,
+    tiny_graph,
+    tiny_loader,
+    wait_no_threads,
+)
+
+
+class Stamp(MessagePassing):
+    r"""Outputs its parameter :obj:`stamp` for every vertex: a table then
+    shows which weights it was computed with."""
+    def __init__(self):
+        super().__init__(aggr='sum')
+        self.stamp = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x, edge_index):
+        out = self.propagate(edge_index, x=x[:, :1])
+        return out * 0 + self.stamp
+
+
+def make_pipeline(max_staleness, num_threads=1, **kwargs):
+    data = tiny_graph(num_nodes=100, num_edges=600)
+    csc = CSCTopology.from_edge_index(data.edge_index, 100, 100)
+    layer = Stamp()
+    computer = BottomLayerComputer(layer, data.x, csc, num_neighbors=3,
+                                   seed=0)
+    pipeline = EmbeddingPipeline(computer, layer, torch.arange(0, 100, 3),
+                                 torch.device('cpu'), max_staleness,
+                                 num_threads, **kwargs)
+    return layer, pipeline
+
+
+def run_versions(layer, pipeline, num_forwards, seed=0):
+    r"""Simulates training: before every forward pass the weights move on by
+    0 (gradient accumulation), 1 (usually) or 2 (two optimizer steps)
+    versions; returns the staleness seen at every forward pass."""
+    rng = random.Random(seed)
+    version, seen = 0, []
+    for i in range(num_forwards):
+        if i > 0:
+            version += rng.choices([0, 1, 2], weights=[1, 8, 1])[0]
+        with torch.no_grad():
+            layer.stamp.fill_(version)
+        pipeline.maybe_submit(version)
+        table = pipeline.acquire(version)
+        # The table holds exactly the weights of the version it claims:
+        assert bool((table.emb == table.version).all())
+        seen.append(version - table.version)
+    return seen
+
+
+@pytest.mark.parametrize('max_staleness,num_forwards', [
+    (0, 1000),
+    (1, 3000),
+    (2, 1000),
+    (3, 1000),
+    (6, 1000),
+])
+def test_staleness_bound_holds(max_staleness, num_forwards):
+    layer, pipeline = make_pipeline(max_staleness, num_threads=2)
+    try:
+        seen = run_versions(layer, pipeline, num_forwards)
+    finally:
+        pipeline.close()
+    assert 0 <= min(seen) and max(seen) <= max_staleness
+    stats = pipeline.stats()
+    assert stats['max_staleness_seen'] == max(seen)
+    assert sum(stats['staleness_hist'].values()) == num_forwards
+    assert stats['super_batch_size'] == default_super_batch_size(
+        max_staleness)
+    if max_staleness >= 3:
+        # Tables are reused across steps (super-batches), as allowed:
+        assert stats['tables_computed'] < 0.8 * num_forwards
+    assert wait_no_threads() == []
+
+
+@pytest.mark.parametrize('max_staleness', [0, 1, 3])
+def test_staleness_bound_holds_with_slow_cpu(max_staleness):
+    layer, pipeline = make_pipeline(max_staleness)
+    pipeline.cpu_delay = 0.004  # Every table takes at least 4 ms.
+    try:
+        seen = run_versions(layer, pipeline, 150, seed=1)
+    finally:
+        pipeline.close()
+    assert max(seen) <= max_staleness
+    stats = pipeline.stats()
+    assert stats['wait_s'] > 0.0 and stats['num_waits'] > 0
+    assert stats['cpu_compute_s'] >= 0.004 * stats['tables_computed']
+
+
+def test_super_batch_size():
+    assert [default_super_batch_size(s) for s in range(6)] == \
+        [1, 1, 1, 2, 2, 3]
+    # A super-batch size that exceeds the bound still holds it (by waiting):
+    layer, pipeline = make_pipeline(1, super_batch_size=3)
+    try:
+        seen = run_versions(layer, pipeline, 200)
+    finally:
+        pipeline.close()
+    assert max(seen) <= 1
+
+
+def _train(off, loader, num_steps, delay=None):
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    if delay is not None:
+        off._cpu_delay = delay
+    steps, start = 0, off.steps
+    while steps < num_steps:
+        for batch in loader:
+            optimizer.zero_grad()
+            out = off(batch.x, batch.edge_index)[:batch.batch_size]
+            # Versions count exactly the optimizer steps so far:
+            assert off.steps == start + steps
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            steps += 1
+            if steps == num_steps:
+                break
+    return off.stats()
+
+
+@pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
+@pytest.mark.parametrize('max_staleness', [0, 1, 2])
+def test_wrapper_staleness_bound(max_staleness, refresh):
+    data = tiny_graph()
+    loader = tiny_loader(data, batch_size=4)
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
+                             max_staleness=max_staleness, refresh=refresh)
+    stats = _train(off, loader, 300)
+    assert stats['steps'] == 300 and stats['step_source'] == 'optimizer'
+    assert stats['max_staleness_seen'] <= max_staleness
+    assert 0 < sum(stats['staleness_hist'].values()) <= 300
+    # A deliberately slow CPU side: the bound still holds, the loop waits.
+    off.reset_stats()
+    stats = _train(off, loader, 20, delay=0.02)
+    assert stats['max_staleness_seen'] <= max_staleness
+    assert stats['wait_s'] > 0.0
+    assert stats['cpu_compute_s'] >= 0.02 * stats['tables_computed']
+    off.close()
+
+
+def test_versions_without_optimizer_count_forwards():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    model = GraphSAGE(8, 8, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=1)
+    # An optimizer over other parameters is not counted:
+    other = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    for i, batch in enumerate(loader):
+        if i == 5:
+            break
+        out = off(batch.x, batch.edge_index)[:batch.batch_size]
+        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+        with torch.no_grad():  # A hand-written update.
+            for p in model.parameters():
+                p -= 0.01 * p.grad
+                p.grad = None
+        other.step()
+    stats = off.stats()
+    assert stats['step_source'] == 'forward'
+    assert stats['steps'] == 4  # Forward passes after the first.
+    assert stats['max_staleness_seen'] <= 1
+    off.close()
+
+
+def test_gradient_accumulation_counts_steps():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
+                             max_staleness=0)
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.01)
+    for i, batch in enumerate(loader):
+        if i == 8:
+            break
+        out = off(batch.x, batch.edge_index)[:batch.batch_size]
+        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+        if i % 2 == 1:
+            optimizer.step()
+            optimizer.zero_grad()
+    stats = off.stats()
+    # Before the first optimizer step is seen, the second forward pass counts
+    # as a version (the counter can not know yet that an optimizer will
+    # come); only stricter. Then versions count the 4 steps:
+    assert stats['steps'] == 1 + 4 and stats['training_forwards'] == 8
+    assert stats['step_source'] == 'optimizer'
+    # Two forward passes per version: the second reuses the table.
+    assert stats['tables_submitted'] == 5
+    off.close()
+
+
+
+class StampNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stamp = Stamp()
+        self.conv = SAGEConv(1, 3)
+
+    def forward(self, x, edge_index):
+        return self.conv(self.stamp(x, edge_index), edge_index)
+
+
+@pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
+@pytest.mark.parametrize('max_staleness', [0, 1, 3])
+def test_replaced_rows_hold_bounded_versions(max_staleness, refresh):
+    # End to end: the first layer outputs its weight version (set to the
+    # step count before every forward pass, as training would move it); the
+    # replaced rows must show versions within the bound.
+    data = tiny_graph()
+    loader = tiny_loader(data, batch_size=4)
+    model = StampNet()
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2,
+                             max_staleness=max_staleness, refresh=refresh)
+    seen = []
+
+    def check(module, args, out):
+        info = off._offload.ctx.info
+        if info is None or info.rows.numel() == 0:
+            return
+        versions = out[info.rows].view(-1)
+        seen.extend((off.steps - versions).tolist())
+
+    model.stamp.register_forward_hook(check)  # Runs after the offload's.
+    optimizer = torch.optim.SGD(model.conv.parameters(), lr=0.01)
+    # The stamp counts as trained by the optimizer (it is in its groups):
+    optimizer.add_param_group({'params': [model.stamp.stamp], 'lr': 0.0})
+    steps = 0
+    while steps < 200:
+        for batch in loader:
+            optimizer.zero_grad()
+            out = off(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            with torch.no_grad():  # Weights change with the step only.
+                model.stamp.stamp.fill_(off.steps)
+            steps += 1
+    off.close()
+    assert len(seen) > 100
+    assert min(seen) >= 0 and max(seen) <= max_staleness
+    if max_staleness > 0:
+        assert max(seen) > 0  # Rows are reused across steps.
