@@ -16,7 +16,6 @@ PyG's loader is included when ``torch_sparse`` imports (carry the wheels of
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -34,10 +33,7 @@ from pyg_orch.datasets import power_law_graph  # noqa: E402
 from pyg_orch.gpu.feature_store import TieredFeatureStore  # noqa: E402
 from pyg_orch.sampling.presample import count_node_access  # noqa: E402
 from pyg_orch.sampling.topology import GraphTopology  # noqa: E402
-
-
-def log(*args):
-    print(*args, flush=True)
+from _bench_common import log, machine_info  # noqa: E402
 
 
 def sync():
@@ -187,7 +183,7 @@ def main():
         return scale(args)
     fanout = [int(k) for k in args.fanout.split(',')]
     dev = torch.device('cuda')
-    res = {'machine': machine(), 'config': vars(args)}
+    res = {'machine': machine_info(), 'config': vars(args)}
 
     t = time.perf_counter()
     data = power_law_graph(args.num_nodes, args.num_edges, args.num_features,
@@ -369,7 +365,7 @@ class _ToDevice:
 def scale(args):
     dev = torch.device('cuda')
     N, E, Fdim = 100_000_000, 1_000_000_000, 128
-    res = {'machine': machine(), 'config': vars(args),
+    res = {'machine': machine_info(), 'config': vars(args),
            'graph': {'num_nodes': N, 'num_edges': E, 'num_features': Fdim}}
     t = time.perf_counter()
     data = power_law_graph(N, E, num_features=0, num_classes=47, device=dev,
@@ -456,15 +452,6 @@ def summarize(res):
         if isinstance(v, dict):
             log(f"gather {k}: {v['ms_per_batch']:.2f} ms, hit rate "
                 f"{v['hit_rate']:.3f} (cache {v['cache_hit_rate']:.3f})")
-
-
-def machine():
-    return {
-        'gpu': torch.cuda.get_device_name(),
-        'torch': torch.__version__,
-        'cpus': os.cpu_count(),
-        'python': platform.python_version(),
-    }
 
 
 def write(res, path):

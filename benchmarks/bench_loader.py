@@ -40,17 +40,23 @@ import argparse
 import gc
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 import torch.nn.functional as F
+from _bench_common import (  # noqa: E402
+    fmt_table,
+    int_list,
+    log,
+    machine_info,
+    seed_batches,
+    sync,
+)
 
 warnings.filterwarnings('ignore', message=".*'pyg-lib'.*")
 
@@ -68,17 +74,6 @@ PRESETS = {
 
 
 # Arguments ###################################################################
-
-def _int_list(text: str) -> List[int]:
-    try:
-        values = [int(v) for v in text.replace(' ', '').split(',') if v]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f'expected comma-separated integers (got {text!r})') from None
-    if not values:
-        raise argparse.ArgumentTypeError('expected at least one integer')
-    return values
-
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     r"""Shows defaults, except for flags and options without one."""
@@ -134,7 +129,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    'the CPU afterwards')
 
     g = p.add_argument_group('model and sampling')
-    g.add_argument('--fanout', type=_int_list, default=[15, 10, 5],
+    g.add_argument('--fanout', type=int_list, default=[15, 10, 5],
                    help='neighbors per hop, comma-separated')
     g.add_argument('--batch-size', type=int, default=1024,
                    help='seed nodes per batch')
@@ -159,7 +154,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument('--train-batches', type=int, default=None,
                    help='timed batches per end-to-end training run '
                    '(default: --batches)')
-    g.add_argument('--pyg-workers', type=_int_list, default=[0, 2, 4, 8, 15],
+    g.add_argument('--pyg-workers', type=int_list, default=[0, 2, 4, 8, 15],
                    help='num_workers sweep (PyG and HybridNeighborLoader on '
                    'the CPU), capped by os.cpu_count()')
     g.add_argument('--threads', type=int, default=None,
@@ -219,15 +214,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # Helpers #####################################################################
 
-def log(*a) -> None:
-    print(*a, flush=True)
-
-
-def sync(device) -> None:
-    if torch.device(device).type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
 @contextmanager
 def timed(timer, name: str, device):
     r"""Times a block into :obj:`timer` (a :class:`StageTimer`),
@@ -269,81 +255,6 @@ def try_torch_sparse():
     except Exception as e:  # ImportError, or OSError on an ABI mismatch
         return None, f'{type(e).__name__}: {e}'
     return torch_sparse, None
-
-
-def machine_info(args, torch_sparse) -> Dict[str, Any]:
-    import torch_geometric
-
-    info = {
-        'hostname': platform.node(),
-        'platform': platform.platform(),
-        'python': platform.python_version(),
-        'cpu_count': os.cpu_count(),
-        'cpu_model': None,
-        'torch_num_threads': torch.get_num_threads(),
-        'memory_gb': None,
-        'torch': torch.__version__,
-        'torch_geometric': torch_geometric.__version__,
-        'torch_sparse': getattr(torch_sparse, '__version__', None),
-        'pyg_lib': None,
-        'cuda_available': torch.cuda.is_available(),
-        'cuda': torch.version.cuda,
-        'gpu': None,
-        'gpu_memory_gb': None,
-        'git_commit': None,
-        'load_average_start': None,
-        'env': {k: os.environ.get(k) for k in (
-            'OMP_NUM_THREADS', 'OMP_WAIT_POLICY', 'MKL_NUM_THREADS',
-            'CUDA_VISIBLE_DEVICES', 'PYTHONPATH')},
-    }
-    try:
-        info['load_average_start'] = [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        pass
-    try:
-        import pyg_lib
-        info['pyg_lib'] = pyg_lib.__version__
-    except Exception:
-        pass
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    info['cpu_model'] = line.split(':', 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        pages = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
-        info['memory_gb'] = round(pages / 2**30, 1)
-    except (ValueError, OSError, AttributeError):
-        pass
-    if torch.cuda.is_available():
-        prop = torch.cuda.get_device_properties(0)
-        info['gpu'] = prop.name
-        info['gpu_memory_gb'] = round(prop.total_memory / 2**30, 1)
-    try:
-        info['git_commit'] = subprocess.run(
-            ['git', 'rev-parse', 'HEAD'], cwd=REPO, capture_output=True,
-            text=True, timeout=10).stdout.strip() or None
-    except Exception:
-        pass
-    return info
-
-
-def seed_batches(num_inputs: int, batch_size: int, count: int,
-                 seed: int) -> List[torch.Tensor]:
-    r""":obj:`count` batches of indices into the loader's inputs, drawn
-    without replacement within an epoch (as with :obj:`shuffle=True`)."""
-    gen = torch.Generator().manual_seed(seed)
-    out: List[torch.Tensor] = []
-    while len(out) < count:
-        perm = torch.randperm(num_inputs, generator=gen)
-        chunks = list(perm.split(batch_size))
-        if len(chunks) > 1 and chunks[-1].numel() < batch_size:
-            chunks = chunks[:-1]
-        out.extend(chunks)
-    return out[:count]
 
 
 def batches_per_epoch(num_inputs: int, batch_size: int) -> int:
@@ -543,28 +454,6 @@ def profile_sampler(sampler, input_data, batches, top: int = 15):
 
 # Tables ######################################################################
 
-def fmt_table(headers: List[str], rows: List[List[Any]]) -> str:
-    def cell(v):
-        if v is None:
-            return '-'
-        if isinstance(v, float):
-            if abs(v) >= 1e5:
-                return f'{v:.3g}'
-            return f'{v:.2f}'
-        return str(v)
-
-    cells = [[cell(v) for v in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells])
-              for i, h in enumerate(headers)]
-    line = '  '.join(h.ljust(w) if i == 0 else h.rjust(w)
-                     for i, (h, w) in enumerate(zip(headers, widths)))
-    out = [line, '-' * len(line)]
-    for r in cells:
-        out.append('  '.join(c.ljust(w) if i == 0 else c.rjust(w)
-                             for i, (c, w) in enumerate(zip(r, widths))))
-    return '\n'.join(out)
-
-
 # Main ########################################################################
 
 def main(argv=None) -> Dict[str, Any]:
@@ -600,7 +489,7 @@ def main(argv=None) -> Dict[str, Any]:
     use_cuda = args.device == 'cuda'
     train_device = torch.device('cuda', torch.cuda.current_device()) \
         if use_cuda else torch.device('cpu')
-    machine = machine_info(args, torch_sparse)
+    machine = machine_info()
     log(f"machine: {machine['cpu_count']} CPUs ({machine['cpu_model']}), "
         f"{machine['memory_gb']} GB, torch {machine['torch']}, "
         f"PyG {machine['torch_geometric']}, torch-sparse "

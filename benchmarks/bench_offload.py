@@ -38,8 +38,6 @@ Examples::
 import argparse
 import gc
 import json
-import os
-import platform
 import shutil
 import statistics
 import sys
@@ -52,6 +50,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
+from _bench_common import int_list, log, machine_info, sync  # noqa: E402
 
 warnings.filterwarnings('ignore', message=".*'pyg-lib'.*")
 
@@ -68,17 +67,6 @@ PRESETS = {
                   warmup=5),
     'tiny': dict(num_nodes=20_000, num_edges=200_000, batches=30, warmup=3),
 }
-
-
-def _int_list(text: str) -> List[int]:
-    try:
-        values = [int(v) for v in text.replace(' ', '').split(',') if v]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f'expected comma-separated integers (got {text!r})') from None
-    if not values:
-        raise argparse.ArgumentTypeError('expected at least one integer')
-    return values
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -107,7 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='add the reverse of every edge (num_edges / 2 are '
                    'drawn, so the graph has num_edges edges): hubs are then '
                    'also frequent neighbors, as in most real graphs')
-    p.add_argument('--fanout', type=_int_list, default=[15, 10, 5])
+    p.add_argument('--fanout', type=int_list, default=[15, 10, 5])
     p.add_argument('--batch-size', type=int, default=1024)
     p.add_argument('--hidden', type=int, default=256)
     p.add_argument('--num-layers', type=int, default=3)
@@ -167,35 +155,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # Helpers #####################################################################
-
-def log(*a) -> None:
-    print(*a, flush=True)
-
-
-def sync(device) -> None:
-    if torch.device(device).type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
-def machine_info() -> Dict[str, Any]:
-    import torch_geometric
-    info = {
-        'platform': platform.platform(),
-        'python': platform.python_version(),
-        'cpu_count': os.cpu_count(),
-        'torch': torch.__version__,
-        'torch_geometric': torch_geometric.__version__,
-        'torch_num_threads': torch.get_num_threads(),
-        'cuda': torch.version.cuda,
-        'gpu': torch.cuda.get_device_name(0)
-        if torch.cuda.is_available() else None,
-    }
-    try:
-        info['load_average_start'] = [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        pass
-    return info
-
 
 class UtilisationMonitor:
     r"""CPU utilisation over a phase (system-wide percent and cores used by

@@ -44,16 +44,21 @@ Examples::
 import argparse
 import gc
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
+from _bench_common import (  # noqa: E402
+    fmt_table,
+    int_list,
+    log,
+    machine_info,
+    seed_batches,
+    sync,
+)
 
 warnings.filterwarnings('ignore', message=".*'pyg-lib'.*")
 
@@ -93,17 +98,6 @@ TOPOLOGY_ATTRS = {
 
 
 # Arguments ###################################################################
-
-def _int_list(text: str) -> List[int]:
-    try:
-        values = [int(v) for v in text.replace(' ', '').split(',') if v]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f'expected comma-separated integers (got {text!r})') from None
-    if not values:
-        raise argparse.ArgumentTypeError('expected at least one integer')
-    return values
-
 
 def _mode_list(text: str) -> List[str]:
     names = [v.strip() for v in text.split(',') if v.strip()]
@@ -148,7 +142,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='untimed warm-up batches per mode')
     p.add_argument('--batch-size', type=int, default=1024,
                    help='seed nodes per batch')
-    p.add_argument('--fanout', type=_int_list, default=[15, 10, 5],
+    p.add_argument('--fanout', type=int_list, default=[15, 10, 5],
                    help='neighbors per hop, comma-separated')
     p.add_argument('--modes', type=_mode_list, default=list(MODES),
                    help='comma-separated subset of: ' + ', '.join(MODES))
@@ -190,67 +184,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # Helpers #####################################################################
-
-def log(*a) -> None:
-    print(*a, flush=True)
-
-
-def sync(device) -> None:
-    if torch.device(device).type == 'cuda':
-        torch.cuda.synchronize(device)
-
-
-def machine_info() -> Dict[str, Any]:
-    import torch_geometric
-
-    info: Dict[str, Any] = {
-        'hostname': platform.node(),
-        'platform': platform.platform(),
-        'python': platform.python_version(),
-        'cpu_count': os.cpu_count(),
-        'cpu_affinity': len(os.sched_getaffinity(0))
-        if hasattr(os, 'sched_getaffinity') else None,
-        'cpu_model': None,
-        'torch_num_threads': torch.get_num_threads(),
-        'memory_gb': None,
-        'torch': torch.__version__,
-        'torch_geometric': torch_geometric.__version__,
-        'cuda_available': torch.cuda.is_available(),
-        'cuda': torch.version.cuda,
-        'gpu': None,
-        'gpu_memory_gb': None,
-        'git_commit': None,
-        'load_average': None,
-    }
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    info['cpu_model'] = line.split(':', 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        pages = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
-        info['memory_gb'] = round(pages / 2**30, 1)
-    except (ValueError, OSError, AttributeError):
-        pass
-    try:
-        info['load_average'] = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        pass
-    if torch.cuda.is_available():
-        prop = torch.cuda.get_device_properties(0)
-        info['gpu'] = prop.name
-        info['gpu_memory_gb'] = round(prop.total_memory / 2**30, 1)
-    try:
-        info['git_commit'] = subprocess.run(
-            ['git', 'rev-parse', 'HEAD'], cwd=REPO, capture_output=True,
-            text=True, timeout=10).stdout.strip() or None
-    except Exception:
-        pass
-    return info
-
 
 def import_power_law_graph(wait_s: float):
     r"""Imports :func:`pyg_orch.datasets.power_law_graph`, polling while the
@@ -301,21 +234,6 @@ def make_graph(args):
     return data, seconds
 
 
-def seed_batches(num_inputs: int, batch_size: int, count: int,
-                 seed: int) -> List[torch.Tensor]:
-    r""":obj:`count` batches of indices into the loader's inputs, drawn
-    without replacement within an epoch (as with :obj:`shuffle=True`)."""
-    gen = torch.Generator().manual_seed(seed)
-    out: List[torch.Tensor] = []
-    while len(out) < count:
-        perm = torch.randperm(num_inputs, generator=gen)
-        chunks = list(perm.split(batch_size))
-        if len(chunks) > 1 and chunks[-1].numel() < batch_size:
-            chunks = chunks[:-1]
-        out.extend(chunks)
-    return out[:count]
-
-
 def time_batch(sampler, input_data, idx, device):
     r"""Samples one batch; returns (seconds, sampled edges, sampled nodes)."""
     sync(device)
@@ -338,24 +256,6 @@ def summarize(samples: List[tuple]) -> Dict[str, Any]:
                 nodes_per_batch=nodes / n)
 
 
-def fmt_table(headers: List[str], rows: List[List[Any]]) -> str:
-    def cell(v):
-        if v is None:
-            return '-'
-        if isinstance(v, float):
-            return f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.2f}'
-        return str(v)
-
-    cells = [[cell(v) for v in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells])
-              for i, h in enumerate(headers)]
-    def line(values):
-        return '  '.join(v.ljust(w) if i == 0 else v.rjust(w)
-                         for i, (v, w) in enumerate(zip(values, widths)))
-    head = line(headers)
-    return '\n'.join([head, '-' * len(head)] + [line(r) for r in cells])
-
-
 # Main ########################################################################
 
 def main(argv=None) -> Dict[str, Any]:
@@ -371,7 +271,7 @@ def main(argv=None) -> Dict[str, Any]:
         f"{machine['torch_num_threads']} torch threads, "
         f"{machine['memory_gb']} GB, torch {machine['torch']}, "
         f"PyG {machine['torch_geometric']}, GPU {machine['gpu']}, "
-        f"load {machine['load_average']}")
+        f"load {machine['load_average_start']}")
     log(f'graph: preset {args.preset}, {args.num_nodes:,} nodes, '
         f'{args.num_edges:,} edges, exponent {args.exponent}; sampling on '
         f'{device}, fan-out {args.fanout}, batch size {args.batch_size}, '

@@ -1,0 +1,131 @@
+"""Helpers shared by the benchmark scripts: logging, device sync, argument
+parsing, tables and the machine description saved with every result."""
+import argparse
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def log(*a) -> None:
+    print(*a, flush=True)
+
+
+def sync(device) -> None:
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def int_list(text: str) -> List[int]:
+    r"""Parses comma-separated integers (an :mod:`argparse` type)."""
+    try:
+        values = [int(v) for v in text.replace(' ', '').split(',') if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'expected comma-separated integers (got {text!r})') from None
+    if not values:
+        raise argparse.ArgumentTypeError('expected at least one integer')
+    return values
+
+
+def fmt_table(headers: List[str], rows: List[List[Any]]) -> str:
+    r"""A fixed-width text table; floats with two decimals (or three
+    significant digits when large)."""
+    def cell(v):
+        if v is None:
+            return '-'
+        if isinstance(v, float):
+            return f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.2f}'
+        return str(v)
+
+    cells = [[cell(v) for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells])
+              for i, h in enumerate(headers)]
+
+    def line(values):
+        return '  '.join(v.ljust(w) if i == 0 else v.rjust(w)
+                         for i, (v, w) in enumerate(zip(values, widths)))
+
+    head = line(headers)
+    return '\n'.join([head, '-' * len(head)] + [line(r) for r in cells])
+
+
+def seed_batches(num_inputs: int, batch_size: int, count: int,
+                 seed: int) -> List[torch.Tensor]:
+    r""":obj:`count` batches of indices into the loader's inputs, drawn
+    without replacement within an epoch (as with :obj:`shuffle=True`)."""
+    gen = torch.Generator().manual_seed(seed)
+    out: List[torch.Tensor] = []
+    while len(out) < count:
+        perm = torch.randperm(num_inputs, generator=gen)
+        chunks = list(perm.split(batch_size))
+        if len(chunks) > 1 and chunks[-1].numel() < batch_size:
+            chunks = chunks[:-1]
+        out.extend(chunks)
+    return out[:count]
+
+
+def machine_info() -> Dict[str, Any]:
+    r"""The machine and software a result was measured with."""
+    import torch_geometric
+
+    info: Dict[str, Any] = {
+        'hostname': platform.node(),
+        'platform': platform.platform(),
+        'python': platform.python_version(),
+        'cpu_count': os.cpu_count(),
+        'cpu_model': None,
+        'torch_num_threads': torch.get_num_threads(),
+        'memory_gb': None,
+        'torch': torch.__version__,
+        'torch_geometric': torch_geometric.__version__,
+        'torch_sparse': None,
+        'pyg_lib': None,
+        'cuda_available': torch.cuda.is_available(),
+        'cuda': torch.version.cuda,
+        'gpu': None,
+        'gpu_memory_gb': None,
+        'git_commit': None,
+        'load_average_start': None,
+        'env': {k: os.environ.get(k) for k in (
+            'OMP_NUM_THREADS', 'OMP_WAIT_POLICY', 'MKL_NUM_THREADS',
+            'CUDA_VISIBLE_DEVICES', 'PYTHONPATH')},
+    }
+    for name in ('torch_sparse', 'pyg_lib'):
+        try:
+            info[name] = __import__(name).__version__
+        except Exception:
+            pass
+    try:
+        info['load_average_start'] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    info['cpu_model'] = line.split(':', 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        pages = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+        info['memory_gb'] = round(pages / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    if torch.cuda.is_available():
+        prop = torch.cuda.get_device_properties(0)
+        info['gpu'] = prop.name
+        info['gpu_memory_gb'] = round(prop.total_memory / 2**30, 1)
+    try:
+        info['git_commit'] = subprocess.run(
+            ['git', 'rev-parse', 'HEAD'], cwd=REPO, capture_output=True,
+            text=True, timeout=10).stdout.strip() or None
+    except Exception:
+        pass
+    return info
