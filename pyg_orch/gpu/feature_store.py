@@ -3,7 +3,7 @@ pinned host memory, and the rows of the previous batch kept for reuse."""
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
 import torch
@@ -22,7 +22,6 @@ class FeatureStoreStats:
     host_rows: int = 0
     host_bytes: int = 0
     batches: int = 0
-    gather_s: List[float] = field(default_factory=list)
 
     @property
     def hit_rate(self) -> float:
@@ -154,7 +153,7 @@ class TieredFeatureStore(FeatureStore):
         self._lock = threading.Lock()
         self._pool = None
         self.num_threads = num_threads or max(torch.get_num_threads(), 1)
-        self.stats = FeatureStoreStats()
+        self.reset_stats()
 
     @property
     def num_cached(self) -> int:
@@ -169,7 +168,21 @@ class TieredFeatureStore(FeatureStore):
         return total
 
     def reset_stats(self) -> None:
-        self.stats = FeatureStoreStats()
+        # Rows per source (cache, previous batch, host), counted on the
+        # device so that a gather never waits for the host.
+        self._source_counts = torch.zeros(3, dtype=torch.int64,
+                                          device=self.device)
+        self._batches = 0
+
+    @property
+    def stats(self) -> FeatureStoreStats:
+        r"""The counters (reading them synchronizes with the device)."""
+        cache, reused, host = self._source_counts.tolist()
+        return FeatureStoreStats(
+            rows=cache + reused + host, cache_rows=cache, reused_rows=reused,
+            host_rows=host,
+            host_bytes=host * self.width * self.host.element_size(),
+            batches=self._batches)
 
     def describe(self) -> str:
         return (f'{type(self).__name__}(rows={self.num_nodes}, '
@@ -267,14 +280,9 @@ class TieredFeatureStore(FeatureStore):
         return staged
 
     def _count(self, index: Tensor, source: Tensor) -> None:
-        counts = torch.bincount(source.to(torch.int64), minlength=3).tolist()
-        s = self.stats
-        s.rows += index.numel()
-        s.cache_rows += counts[0]
-        s.reused_rows += counts[1]
-        s.host_rows += counts[2]
-        s.host_bytes += counts[2] * self.width * self.host.element_size()
-        s.batches += 1
+        self._source_counts += torch.bincount(source.to(torch.int64),
+                                              minlength=3)
+        self._batches += 1
 
     def _remember(self, index: Tensor, out: Tensor) -> None:
         if self._prev is not None:
