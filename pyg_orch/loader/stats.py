@@ -68,15 +68,16 @@ class StageTimer:
         r"""The summary as a fixed-width text table."""
         rows = self.summary()
         total = sum(r['total_s'] for r in rows.values()) or 1.0
+        w = max([10] + [len(name) for name in rows])
         lines = [
             f'{title} ({self.num_batches} batches)',
-            f"{'stage':<10} {'ms/batch':>10} {'total s':>10} {'share':>7}",
+            f"{'stage':<{w}} {'ms/batch':>10} {'total s':>10} {'share':>7}",
         ]
         for name, r in rows.items():
-            lines.append(f"{name:<10} {r['ms_per_batch']:>10.2f} "
+            lines.append(f"{name:<{w}} {r['ms_per_batch']:>10.2f} "
                          f"{r['total_s']:>10.3f} "
                          f"{100 * r['total_s'] / total:>6.1f}%")
-        lines.append(f"{'total':<10} "
+        lines.append(f"{'total':<{w}} "
                      f"{1e3 * total / max(self.num_batches, 1):>10.2f} "
                      f"{total:>10.3f} {100.0:>6.1f}%")
         return '\n'.join(lines)
