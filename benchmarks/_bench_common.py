@@ -4,12 +4,25 @@ import argparse
 import os
 import platform
 import subprocess
+import sys
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List
 
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # Run from a checkout without installing.
+    sys.path.insert(0, str(REPO))
+
+warnings.filterwarnings('ignore', message=".*'pyg-lib'.*")
+
+# Graph sizes (power-law, 100 features, 47 classes unless overridden):
+PRESETS = {
+    'default': dict(num_nodes=2_400_000, num_edges=120_000_000),
+    'small': dict(num_nodes=1_000_000, num_edges=20_000_000),
+    'tiny': dict(num_nodes=20_000, num_edges=200_000),
+}
 
 
 def log(*a) -> None:

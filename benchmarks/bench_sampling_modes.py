@@ -46,12 +46,13 @@ import gc
 import json
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Dict, List
 
 import torch
 from _bench_common import (  # noqa: E402
+    PRESETS,
+    REPO,
     fmt_table,
     int_list,
     log,
@@ -60,19 +61,7 @@ from _bench_common import (  # noqa: E402
     sync,
 )
 
-warnings.filterwarnings('ignore', message=".*'pyg-lib'.*")
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # Run from a checkout without installing.
-    sys.path.insert(0, str(REPO))
-
 SCHEMA_VERSION = 1
-
-PRESETS = {
-    'default': dict(num_nodes=2_400_000, num_edges=120_000_000),
-    'small': dict(num_nodes=1_000_000, num_edges=20_000_000),
-    'tiny': dict(num_nodes=20_000, num_edges=200_000),
-}
 
 # name -> (topology key, loader keyword arguments)
 MODES = {
