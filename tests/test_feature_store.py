@@ -143,3 +143,38 @@ def test_count_node_access(graph):
     assert frontier[200:].sum() == 0
     assert count_node_access(loader.node_sampler, seeds, 50,
                              num_batches=8).sum() > counts.sum()
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_set_cached_nodes(method):
+    x = torch.randn(60, 5)
+    store = TieredFeatureStore(x, DEVICE, cache_ratio=0.05,
+                               gpu_memory_budget=10**9, method=method,
+                               reuse=False)
+    assert store.capacity == 3
+    store.set_cached_nodes(torch.tensor([50, 7, 50, 9, 1, 2]))
+    assert store.cached_nodes.tolist() == [50, 7, 9]  # Deduplicated, capped.
+    index = torch.tensor([50, 7, 9, 1, 2, 50])
+    assert torch.equal(store.gather(index).cpu(), x[index])
+    assert store.stats.cache_rows == 4 and store.stats.host_rows == 2
+    with pytest.raises(ValueError, match='nodes'):
+        store.set_cached_nodes(torch.tensor([60]))
+
+
+def test_offload_fills_the_loaders_gpu_cache(graph):
+    from pyg_orch import BottomLayerOffload
+    from torch_geometric.nn import GraphSAGE
+    store = TieredFeatureStore(graph.x, 'cpu', cache_ratio=0.2,
+                               gpu_memory_budget=10**9, method='cpu')
+    loader = HybridNeighborLoader(graph, [4, 3], batch_size=50, seed=0,
+                                  device='cpu', feature_store=store)
+    model = GraphSAGE(24, 16, 2, 5)
+    with BottomLayerOffload(model, loader, hot_ratio=0.05,
+                            gpu_cache_ratio=0.1) as offloaded:
+        expected = offloaded.gpu_cache_nodes[:store.capacity]
+        assert torch.equal(store.cached_nodes, expected.cpu())
+        batch = next(iter(loader))
+        assert torch.equal(batch.x, graph.x[batch.n_id])
+    plain = HybridNeighborLoader(graph, [4, 3], batch_size=50, device='cpu',
+                                 feature_store=None)
+    assert plain.set_gpu_cache_nodes(torch.tensor([1, 2])) is False

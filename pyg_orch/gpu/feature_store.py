@@ -132,6 +132,7 @@ class TieredFeatureStore(FeatureStore):
                                  f"{cache_ratio})")
             num_cached = min(num_cached,
                              int(math.ceil(cache_ratio * self.num_nodes)))
+        self.capacity = num_cached
         if hotness is not None:
             if hotness.numel() != self.num_nodes:
                 raise ValueError(f"'hotness' must have {self.num_nodes} "
@@ -140,17 +141,12 @@ class TieredFeatureStore(FeatureStore):
                                   descending=True, stable=True)
         else:
             order = torch.arange(self.num_nodes)
-        self.cached_nodes = order[:num_cached]
-        slot = torch.full((self.num_nodes, ), -1, dtype=torch.int32)
-        slot[self.cached_nodes] = torch.arange(num_cached, dtype=torch.int32)
-        self.slot = slot.to(self.device)
-        self.cache = self.host.index_select(0, self.cached_nodes).to(
-            self.device)
+        self._lock = threading.Lock()
+        self._fill_cache(order[:num_cached])
         self.reuse = reuse
         self._prev: Optional[Tuple[Tensor, Tensor, int]] = None
         self._prev_pos = torch.full((self.num_nodes, ), -1, dtype=torch.int32,
                                     device=self.device) if reuse else None
-        self._lock = threading.Lock()
         self._pool = None
         self.num_threads = num_threads or max(torch.get_num_threads(), 1)
         self.reset_stats()
@@ -158,6 +154,28 @@ class TieredFeatureStore(FeatureStore):
     @property
     def num_cached(self) -> int:
         return self.cached_nodes.numel()
+
+    def _fill_cache(self, nodes: Tensor) -> None:
+        slot = torch.full((self.num_nodes, ), -1, dtype=torch.int32)
+        slot[nodes] = torch.arange(nodes.numel(), dtype=torch.int32)
+        self.cached_nodes = nodes
+        self.slot = slot.to(self.device)
+        self.cache = self.host.index_select(0, nodes).to(self.device)
+
+    def set_cached_nodes(self, nodes: Tensor) -> None:
+        r"""Caches the rows :obj:`nodes` (most important first; duplicates
+        dropped), as many as the budget chosen at construction allows, e.g.
+        the candidates chosen by :class:`pyg_orch.BottomLayerOffload`."""
+        nodes = torch.as_tensor(nodes).view(-1).cpu().to(torch.int64)
+        if nodes.numel() > 0 and (int(nodes.min()) < 0
+                                  or int(nodes.max()) >= self.num_nodes):
+            raise ValueError(f"'nodes' must lie in [0, {self.num_nodes})")
+        uniq, inv = torch.unique(nodes, return_inverse=True)
+        first = torch.full((uniq.numel(), ), nodes.numel(), dtype=torch.int64)
+        first.scatter_reduce_(0, inv, torch.arange(nodes.numel()), 'amin')
+        nodes = uniq[torch.argsort(first)][:self.capacity]
+        with self._lock:
+            self._fill_cache(nodes)
 
     def gpu_bytes(self) -> int:
         r"""GPU memory held: the cache and the slot map."""

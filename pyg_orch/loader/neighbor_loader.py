@@ -288,6 +288,17 @@ class HybridNeighborLoader(NodeLoader):
         }
         return out
 
+    def set_gpu_cache_nodes(self, nodes: torch.Tensor) -> bool:
+        r"""Caches the features of :obj:`nodes` on the GPU (within the feature
+        store's budget), e.g. the candidates chosen by
+        :class:`pyg_orch.BottomLayerOffload`. Returns :obj:`False` when the
+        loader uses no feature store (features already on the device, or a
+        CPU device)."""
+        if self.feature_store is None:
+            return False
+        self.feature_store.set_cached_nodes(nodes)
+        return True
+
     def reset_stats(self) -> None:
         r"""Clears the stage times and the feature store counters."""
         self.timer.reset()
