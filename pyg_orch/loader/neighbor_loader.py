@@ -347,9 +347,6 @@ class HybridNeighborLoader(NodeLoader):
         return super().filter_fn(out)
 
     def _build_feature_store(self, feature_store, budget, ratio, policy):
-        from torch_geometric.data import Data
-
-        from pyg_orch.gpu.feature_store import TieredFeatureStore
         if isinstance(feature_store, TieredFeatureStore):
             return feature_store
         if feature_store is None:
