@@ -14,6 +14,7 @@ PyG's loader is included when ``torch_sparse`` imports (carry the wheels of
 ``../shared/wheels/device-*`` and put them on ``PYTHONPATH``).
 """
 import argparse
+import gc
 import json
 import os
 import sys
@@ -164,7 +165,12 @@ def main():
     p.add_argument('--batches', type=int, default=40)
     p.add_argument('--warmup', type=int, default=5)
     p.add_argument('--cache-ratio', type=float, default=0.1)
+    p.add_argument('--gather-blocks', default='none,32,132',
+                   help="caps of the UVA gather grid to try besides the "
+                   "default ('auto'); 'none' for no cap")
     p.add_argument('--pyg-workers', default='8,15')
+    p.add_argument('--scale-gather-blocks', type=int, default=None,
+                   help='cap of the UVA gather grid in the --scale run')
     p.add_argument('--no-pyg', action='store_true')
     p.add_argument('--scale', action='store_true',
                    help='100M nodes, 1B edges, 128 features in host memory')
@@ -238,28 +244,31 @@ def main():
 
     # Compute-only bound and features on the GPU ##############################
     gpu_loader = HybridNeighborLoader(data_gpu, fanout, topology=topo,
-                                      prefetch=2, **common)
+                                      **common)
+    res['lookahead_default'] = gpu_loader.lookahead
     res['compute_only'] = compute_only(gpu_loader, model, opt, 20, 3)
     log(f'compute only: {res["compute_only"]}')
-    res['e2e_features_on_gpu'] = time_training(gpu_loader, model, opt,
-                                               args.batches, args.warmup)
-    res['e2e_features_on_gpu']['over_compute_only'] = (
-        res['e2e_features_on_gpu']['ms_per_batch'] /
-        res['compute_only']['ms_per_batch'])
-    log(f'features on GPU: {res["e2e_features_on_gpu"]}')
-    gpu_no_prefetch = HybridNeighborLoader(data_gpu, fanout, topology=topo,
-                                           prefetch=0, **common)
-    res['e2e_features_on_gpu_no_prefetch'] = time_training(
-        gpu_no_prefetch, model, opt, args.batches, args.warmup)
-    log(f'features on GPU, no prefetch: '
-        f'{res["e2e_features_on_gpu_no_prefetch"]}')
-    del gpu_no_prefetch
+    variants = [('e2e_features_on_gpu', {}),
+                ('e2e_features_on_gpu_no_lookahead', dict(lookahead=False)),
+                ('e2e_features_on_gpu_prefetch_thread', dict(prefetch=2))]
+    for key, kw in variants:
+        loader = gpu_loader if not kw else HybridNeighborLoader(
+            data_gpu, fanout, topology=topo, **common, **kw)
+        res[key] = time_training(loader, model, opt, args.batches,
+                                 args.warmup)
+        res[key]['over_compute_only'] = (res[key]['ms_per_batch'] /
+                                         res['compute_only']['ms_per_batch'])
+        log(f'{key}: {res[key]}')
+        del loader
     if TRIM:  # The same without trim_to_layer, as PyG's batches must run.
         TRIM = False
         res['compute_only_no_trim'] = compute_only(gpu_loader, model, opt, 20,
                                                    2)
         res['e2e_features_on_gpu_no_trim'] = time_training(
             gpu_loader, model, opt, args.batches // 2, args.warmup)
+        res['e2e_features_on_gpu_no_trim']['over_compute_only'] = (
+            res['e2e_features_on_gpu_no_trim']['ms_per_batch'] /
+            res['compute_only_no_trim']['ms_per_batch'])
         TRIM = True
         log(f'no trim: {res["compute_only_no_trim"]} '
             f'{res["e2e_features_on_gpu_no_trim"]}')
@@ -291,25 +300,44 @@ def main():
                       key=lambda m: res['gather'][f'frequency/{m}']
                       ['ms_per_batch'])
     res['gather']['best_method'] = best_method
-    store = TieredFeatureStore(x_cpu, dev, hotness=freq,
-                               cache_ratio=args.cache_ratio,
-                               method=best_method, gpu_memory_budget=0.5)
-    host_loader = HybridNeighborLoader(data_cpu, fanout, topology=topo,
-                                       feature_store=store, prefetch=2,
-                                       **common)
-    res['e2e_host_features_cache'] = time_training(host_loader, model, opt,
-                                                   args.batches, args.warmup)
-    log(f'host features + cache: {res["e2e_host_features_cache"]}')
-    no_prefetch = HybridNeighborLoader(data_cpu, fanout, topology=topo,
-                                       feature_store=store, prefetch=0,
-                                       **common)
-    res['e2e_host_features_cache_no_prefetch'] = time_training(
-        no_prefetch, model, opt, args.batches, args.warmup)
-    log('host features + cache, no prefetch: '
-        f'{res["e2e_host_features_cache_no_prefetch"]}')
-    del host_loader, no_prefetch, gpu_loader
+    # End to end, loader defaults (lookahead on, gather grid 'auto'), then
+    # other caps of the UVA gather's grid (a small grid leaves SMs to the
+    # training step it overlaps with).
+    res['host_gather_blocks'] = {}
+    caps = ['auto'] + [None if b == 'none' else int(b)
+                       for b in args.gather_blocks.split(',') if b]
+    for blocks in caps:
+        store = TieredFeatureStore(x_cpu, dev, hotness=freq,
+                                   cache_ratio=args.cache_ratio,
+                                   method=best_method, gpu_memory_budget=0.5,
+                                   gather_blocks=blocks)
+        loader = HybridNeighborLoader(data_cpu, fanout, topology=topo,
+                                      feature_store=store, **common)
+        r = time_training(loader, model, opt, args.batches, args.warmup)
+        r['gather_blocks'] = store.gather_blocks
+        res['host_gather_blocks'][str(blocks)] = r
+        log(f'host features + cache, gather_blocks={blocks}: {r}')
+        if blocks == 'auto':
+            res['e2e_host_features_cache'] = r
+            default_store = store
+        del loader
+    store = default_store
+    for key, kw in (('e2e_host_features_cache_no_lookahead',
+                     dict(lookahead=False)),
+                    ('e2e_host_features_cache_prefetch_thread',
+                     dict(prefetch=2))):
+        loader = HybridNeighborLoader(data_cpu, fanout, topology=topo,
+                                      feature_store=store, **common, **kw)
+        res[key] = time_training(loader, model, opt, args.batches,
+                                 args.warmup)
+        log(f'{key}: {res[key]}')
+        del loader
+    del gpu_loader
 
     # PyG ####################################################################
+    # Forked workers must not inherit garbage that holds CUDA objects.
+    gc.collect()
+    sync()
     res['pyg'] = {}
     try:
         import torch_sparse  # noqa: F401
@@ -396,14 +424,17 @@ def scale(args):
     deg = torch.bincount(host_topo.csc[None].row.to(torch.int64),
                          minlength=N)
     store = TieredFeatureStore(x, dev, hotness=deg, cache_ratio=0.1,
-                               gpu_memory_budget=0.6)
+                               gpu_memory_budget=0.6,
+                               gather_blocks=args.scale_gather_blocks)
     log(store.describe())
     data.edge_index = torch.empty(2, 0, dtype=torch.long)  # Topology given.
     fanout = [int(k) for k in args.fanout.split(',')]
     loader = HybridNeighborLoader(data, fanout, input_nodes=data.train_mask,
                                   batch_size=args.batch_size, shuffle=True,
                                   device=dev, topology=host_topo,
-                                  feature_store=store, seed=0, prefetch=0)
+                                  topology_placement='host',
+                                  feature_store=store, seed=0,
+                                  lookahead=True)
     model = GraphSAGE(Fdim, args.hidden, 3, 47).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -426,14 +457,17 @@ def summarize(res):
         ('sampling torch, topology on GPU', sd['torch/device']),
         ('compute only (batches on GPU)', res['compute_only']),
         ('end-to-end, features on GPU', res['e2e_features_on_gpu']),
-        ('  same, no prefetch', res['e2e_features_on_gpu_no_prefetch']),
+        ('  same, no lookahead', res['e2e_features_on_gpu_no_lookahead']),
+        ('  same, prefetch thread', res['e2e_features_on_gpu_prefetch_thread']),
         ('compute only, no trim', res.get('compute_only_no_trim',
                                           res['compute_only'])),
         ('end-to-end, features on GPU, no trim',
          res.get('e2e_features_on_gpu_no_trim', res['e2e_features_on_gpu'])),
         ('end-to-end, host features + cache',
          res['e2e_host_features_cache']),
-        ('  same, no prefetch', res['e2e_host_features_cache_no_prefetch']),
+        ('  same, no lookahead', res['e2e_host_features_cache_no_lookahead']),
+        ('  same, prefetch thread',
+         res['e2e_host_features_cache_prefetch_thread']),
     ]
     for k, v in res.get('pyg', {}).items():
         if k.startswith('workers='):
@@ -444,8 +478,13 @@ def summarize(res):
         log(f"{name:<45} {v['ms_per_batch']:>9.2f} "
             f"{'' if eps is None else f'{eps / 1e6:>9.0f}'}")
     log(f"host/device sampling time: {sd['host_over_device']:.2f}x")
+    no_trim = res.get('e2e_features_on_gpu_no_trim', {})
     log('features on GPU over compute-only: '
-        f"{res['e2e_features_on_gpu']['over_compute_only']:.3f}x")
+        f"{res['e2e_features_on_gpu']['over_compute_only']:.3f}x (no trim: "
+        f"{no_trim.get('over_compute_only', float('nan')):.3f}x)")
+    for k, v in res['host_gather_blocks'].items():
+        log(f"host features + cache, gather_blocks={k} "
+            f"({v['gather_blocks']}): {v['ms_per_batch']:.2f} ms")
     for k, v in res.get('speedup_vs_pyg', {}).items():
         log(f'speed-up over PyG (best workers), {k}: {v:.1f}x')
     for k, v in res['gather'].items():

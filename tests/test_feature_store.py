@@ -53,6 +53,43 @@ def test_gather_is_exact(method, reuse, width):
         stats['host_rows'] * width * 4 / 4)
 
 
+@pytest.mark.skipif('uva' not in METHODS, reason='needs Triton')
+@pytest.mark.parametrize('blocks', [1, 3])
+def test_capped_gather_grid_is_exact(blocks):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(900, 20, generator=g)
+    hot = torch.rand(900, generator=g)
+    stores = [
+        TieredFeatureStore(x, DEVICE, hotness=hot, cache_ratio=0.1,
+                           gpu_memory_budget=10**9, method='uva',
+                           gather_blocks=b) for b in (None, blocks)
+    ]
+    for _ in range(3):
+        index = torch.randperm(900, generator=g)[:500]
+        for store in stores:
+            assert torch.equal(store.gather(index).cpu(), x[index])
+    assert stores[0].stats == stores[1].stats
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_full_cache_gathers_by_index_select(method):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(300, 7, generator=g)
+    store = TieredFeatureStore(x, DEVICE, hotness=torch.rand(300, generator=g),
+                               gpu_memory_budget=10**9, method=method)
+    assert store.full and store.num_cached == 300
+    for _ in range(2):
+        index = torch.randint(0, 300, (128, ), generator=g)
+        assert torch.equal(store.gather(index).cpu(), x[index])
+    stats = store.stats
+    assert (stats.rows, stats.cache_rows, stats.host_rows) == (256, 256, 0)
+    store.set_cached_nodes(torch.arange(10, 40))  # No longer full.
+    assert not store.full
+    index = torch.randint(0, 300, (128, ), generator=g)
+    assert torch.equal(store.gather(index).cpu(), x[index])
+    assert store.stats.host_rows > 0
+
+
 @pytest.mark.parametrize('method', METHODS)
 def test_hottest_rows_are_cached(method):
     x = torch.randn(100, 4)
@@ -91,6 +128,12 @@ def test_feature_store_interface():
                        index=torch.tensor([0])))
     with pytest.raises(NotImplementedError):
         store.put_tensor(x, group_name=None, attr_name='x', index=None)
+
+
+def test_bad_gather_blocks():
+    for bad in (0, -2, 1.5, True, '4', 'max'):
+        with pytest.raises(ValueError, match='gather_blocks'):
+            TieredFeatureStore(torch.randn(4, 2), DEVICE, gather_blocks=bad)
 
 
 def test_bad_arguments():

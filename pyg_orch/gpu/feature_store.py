@@ -88,6 +88,14 @@ class TieredFeatureStore(FeatureStore):
             Triton is available).
         reuse (bool): Serve rows of the previous batch from GPU memory.
         num_threads (int, optional): Threads of the CPU gather.
+        gather_blocks (int or str, optional): Programs (thread blocks) of
+            the UVA gather kernel; each loops over rows. Fewer leave
+            streaming multiprocessors to a training step that runs next to
+            the gather (see :obj:`lookahead` of
+            :class:`~pyg_orch.HybridNeighborLoader`). :obj:`'auto'`: half the
+            GPU's multiprocessors (fastest end to end on an H100, see
+            :obj:`benchmarks/bench_gpu_data_path.py`); :obj:`None`: one per
+            block of rows (no cap).
         attr_name (str): The attribute name served. (default: :obj:`'x'`)
     """
     def __init__(
@@ -100,6 +108,7 @@ class TieredFeatureStore(FeatureStore):
         method: str = 'auto',
         reuse: bool = True,
         num_threads: Optional[int] = None,
+        gather_blocks: Union[None, int, str] = 'auto',
         attr_name: str = 'x',
     ):
         super().__init__()
@@ -115,6 +124,17 @@ class TieredFeatureStore(FeatureStore):
         if method == 'uva' and not triton_available():
             raise ValueError("method='uva' needs Triton")
         self.method = method
+        if gather_blocks == 'auto':
+            gather_blocks = None
+            if self.device.type == 'cuda':
+                props = torch.cuda.get_device_properties(self.device)
+                gather_blocks = max(props.multi_processor_count // 2, 1)
+        elif gather_blocks is not None and (
+                isinstance(gather_blocks, bool)
+                or not isinstance(gather_blocks, int) or gather_blocks < 1):
+            raise ValueError(f"'gather_blocks' must be a positive integer, "
+                             f"'auto' or None (got {gather_blocks!r})")
+        self.gather_blocks = gather_blocks
         self.attr_name = attr_name
         self.num_nodes, self.width = x.shape
         self.dtype = x.dtype
@@ -122,6 +142,9 @@ class TieredFeatureStore(FeatureStore):
             self.host = x if x.is_pinned() else x.cpu().pin_memory()
         else:
             self.host = x.cpu()
+        # Made once: a fresh pointer object per launch made every launch of
+        # the UVA gather wait for the device on an H100 (about 3.7 ms).
+        self._host_view = _kernel_view(self.host)
 
         row_bytes = self.width * x.element_size()
         budget = parse_budget(gpu_memory_budget, self.device)
@@ -156,6 +179,11 @@ class TieredFeatureStore(FeatureStore):
         return self.cached_nodes.numel()
 
     def _fill_cache(self, nodes: Tensor) -> None:
+        # With every row cached, rows keep their order: a gather is then one
+        # `index_select`, with nothing to classify or reuse.
+        self.full = nodes.numel() == self.num_nodes
+        if self.full:
+            nodes = torch.arange(self.num_nodes)
         slot = torch.full((self.num_nodes, ), -1, dtype=torch.int32)
         slot[nodes] = torch.arange(nodes.numel(), dtype=torch.int32)
         self.cached_nodes = nodes
@@ -190,12 +218,14 @@ class TieredFeatureStore(FeatureStore):
         # device so that a gather never waits for the host.
         self._source_counts = torch.zeros(3, dtype=torch.int64,
                                           device=self.device)
+        self._full_rows = 0
         self._batches = 0
 
     @property
     def stats(self) -> FeatureStoreStats:
         r"""The counters (reading them synchronizes with the device)."""
         cache, reused, host = self._source_counts.tolist()
+        cache += self._full_rows
         return FeatureStoreStats(
             rows=cache + reused + host, cache_rows=cache, reused_rows=reused,
             host_rows=host,
@@ -215,6 +245,10 @@ class TieredFeatureStore(FeatureStore):
         r"""The rows :obj:`index` (global node ids) on :obj:`device`."""
         with self._lock:  # One gather at a time: it updates the reuse state.
             index = index.to(self.device, torch.int64)
+            if self.full:
+                self._full_rows += index.numel()
+                self._batches += 1
+                return self.cache.index_select(0, index)
             if self.method == 'uva':
                 out, source = self._gather_uva(index)
             else:
@@ -242,12 +276,16 @@ class TieredFeatureStore(FeatureStore):
         cache = self.cache if self.cache.numel() > 0 else out
         block_c = min(triton_next_pow2(self.width), 128)
         block_r = max(1024 // block_c, 1)
+        blocks = max((n + block_r - 1) // block_r, 1)
+        grid = blocks if self.gather_blocks is None else min(
+            blocks, self.gather_blocks)
         if n > 0:
-            tk.gather_rows_kernel[(max((n + block_r - 1) // block_r, 1), )](
+            tk.gather_rows_kernel[(grid, )](
                 index, self.slot, cache,
                 self._prev_pos if prev is not None else self.slot,
-                prev[1] if prev is not None else out, _kernel_view(self.host),
-                out, source, n, WIDTH=self.width, USE_PREV=prev is not None,
+                prev[1] if prev is not None else out, self._host_view,
+                out, source, n, (blocks + grid - 1) // grid,
+                WIDTH=self.width, USE_PREV=prev is not None,
                 BLOCK_R=block_r, BLOCK_C=block_c)
         return out, source
 
@@ -298,15 +336,17 @@ class TieredFeatureStore(FeatureStore):
         return staged
 
     def _count(self, index: Tensor, source: Tensor) -> None:
-        self._source_counts += torch.bincount(source.to(torch.int64),
-                                              minlength=3)
+        # Not `bincount`: on CUDA it waits for the device to size its output.
+        tiers = torch.arange(3, dtype=source.dtype, device=source.device)
+        self._source_counts += (source.view(-1, 1) == tiers).sum(0)
         self._batches += 1
 
     def _remember(self, index: Tensor, out: Tensor) -> None:
         if self._prev is not None:
             self._prev_pos.index_fill_(0, self._prev[0], -1)
-        self._prev_pos[index] = torch.arange(index.numel(), dtype=torch.int32,
-                                             device=self.device)
+        self._prev_pos.index_copy_(
+            0, index, torch.arange(index.numel(), dtype=torch.int32,
+                                   device=self.device))
         self._prev = (index, out, out._version)
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ output equals :func:`pyg_orch.sampling.sample_multi_hop` (same hop order,
 same edge order); only the random draws differ.
 """
 import threading
+import weakref
 from collections import OrderedDict
 from typing import List, Optional
 
@@ -93,7 +94,11 @@ class FusedPlan:
             for name in ('row', 'col', 'eid')
         }
         self.counts = torch.zeros(1 + 2 * len(fanouts), **kw)
+        self.counts_host = torch.zeros(self.counts.shape, dtype=torch.int64,
+                                       pin_memory=device.type == 'cuda')
         self.graph = None
+        self._inflight: Optional[weakref.ref] = None
+        self._stream = None
 
     def enqueue(self) -> None:
         r"""Launches the whole batch on the current stream."""
@@ -157,7 +162,36 @@ class FusedPlan:
 
     def run(self, seeds: Tensor, generator: Optional[torch.Generator],
             use_graph: bool) -> MultiHopOutput:
-        self.seeds.copy_(seeds)
+        r"""Samples a batch and waits for it (one synchronization)."""
+        inflight = self._inflight() if self._inflight is not None else None
+        if inflight is not None:
+            inflight.result()
+        self._queue(seeds, generator, use_graph)
+        out = self._collect(self.counts.tolist())
+        self._stream = _current_stream(self.device)
+        return out
+
+    def launch(self, seeds: Tensor, generator: Optional[torch.Generator],
+               use_graph: bool) -> 'PendingFused':
+        r"""Queues a batch on the current stream without waiting for the
+        device; :meth:`PendingFused.result` waits for its counts only."""
+        inflight = self._inflight() if self._inflight is not None else None
+        if inflight is not None:  # Its outputs live in our buffers.
+            inflight.result()
+        self._queue(seeds, generator, use_graph)
+        pending = PendingFused(self)
+        # A weak reference: no cycle, so the event is freed with the batch
+        # (not by a garbage collection, e.g. in a forked worker process).
+        self._inflight = weakref.ref(pending)
+        return pending
+
+    def _queue(self, seeds: Tensor, generator: Optional[torch.Generator],
+               use_graph: bool) -> None:
+        stream = _current_stream(self.device)
+        if self._stream is not None and stream != self._stream:
+            stream.wait_stream(self._stream)
+        self._stream = stream
+        self.seeds.copy_(seeds, non_blocking=True)
         self.hop_seeds.copy_(
             torch.randint(_INT32_MAX, self.hop_seeds.shape, dtype=torch.int64,
                           device=self.device, generator=generator))
@@ -167,7 +201,6 @@ class FusedPlan:
             self.graph.replay()
         else:
             self.enqueue()
-        return self._collect(self.counts.tolist())  # The one sync.
 
     def _capture(self) -> None:
         stream = torch.cuda.Stream(self.device)
@@ -195,6 +228,32 @@ class FusedPlan:
                               {None: counts[1 + H:]})
 
 
+class PendingFused:
+    r"""A batch queued by :meth:`FusedPlan.launch`: its counts are copied to
+    pinned host memory behind the kernels, so :meth:`result` waits for this
+    batch only, not for work queued after it (e.g. a training step)."""
+    def __init__(self, plan: FusedPlan):
+        self.plan = plan
+        self._out: Optional[MultiHopOutput] = None
+        plan.counts_host.copy_(plan.counts, non_blocking=True)
+        self.event = None
+        if plan.device.type == 'cuda':
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def result(self) -> MultiHopOutput:
+        if self._out is None:
+            plan = self.plan
+            if self.event is not None:
+                self.event.synchronize()
+            self._out = plan._collect(plan.counts_host.tolist())
+            plan._inflight = None
+            # The next batch overwrites the buffers copied from just now.
+            plan._stream = _current_stream(plan.device)
+            self.plan = None
+        return self._out
+
+
 class FusedSampler:
     r"""Runs :class:`FusedPlan` objects, one per batch shape and thread,
     replayed as CUDA graphs on GPUs (eagerly elsewhere, e.g. under Triton's
@@ -216,7 +275,24 @@ class FusedSampler:
                  generator: Optional[torch.Generator],
                  buffers: DenseBufferPool, device: torch.device,
                  hot_nodes: Optional[Tensor] = None) -> MultiHopOutput:
-        seeds = seeds.to(device, torch.int64)
+        plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
+                                      replace, buffers, device, hot_nodes)
+        return plan.run(_to_device_async(seeds, device), generator,
+                        use_graphs)
+
+    def launch(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
+               seeds: Tensor, replace: bool,
+               generator: Optional[torch.Generator],
+               buffers: DenseBufferPool, device: torch.device,
+               hot_nodes: Optional[Tensor] = None) -> PendingFused:
+        r"""Like :meth:`__call__`, but returns once the batch is queued."""
+        plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
+                                      replace, buffers, device, hot_nodes)
+        return plan.launch(_to_device_async(seeds, device), generator,
+                           use_graphs)
+
+    def _plan(self, topo, num_nodes, fanouts, seeds, replace, buffers, device,
+              hot_nodes):
         plans = getattr(self._local, 'plans', None)
         if plans is None:
             plans = self._local.plans = OrderedDict()
@@ -237,7 +313,7 @@ class FusedSampler:
         use_graphs = self.use_graphs
         if use_graphs is None:
             use_graphs = device.type == 'cuda'
-        return plan.run(seeds, generator, use_graphs)
+        return plan, use_graphs
 
 
 def fused_sample_multi_hop(
@@ -262,6 +338,20 @@ def fused_sample_multi_hop(
                      buffers.get(None, num_nodes, device, fill=_INT32_MAX),
                      device)
     return plan.run(seeds, generator, use_graph=False)
+
+
+def _current_stream(device: torch.device):
+    return torch.cuda.current_stream(device) if device.type == 'cuda' \
+        else None
+
+
+def _to_device_async(seeds: Tensor, device: torch.device) -> Tensor:
+    # A plain copy from pageable memory waits for the whole stream (e.g. the
+    # previous training step); from pinned memory it does not.
+    seeds = seeds.to(torch.int64)
+    if device.type == 'cuda' and not seeds.is_cuda:
+        seeds = seeds.pin_memory()
+    return seeds.to(device, non_blocking=True)
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -163,6 +163,7 @@ def gather_rows_kernel(
     out_ptr,
     source_ptr,
     num_rows,
+    num_iters,
     WIDTH: tl.constexpr,
     USE_PREV: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -171,35 +172,41 @@ def gather_rows_kernel(
     r"""Gathers rows :obj:`index` of a feature matrix split in tiers: the GPU
     cache (:obj:`slot[v] >= 0`), the previous batch's rows on the GPU
     (:obj:`prev_pos[v] >= 0`), else pinned host memory read zero-copy.
-    Records each row's source (0 cache, 1 previous batch, 2 host)."""
-    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = r < num_rows
-    v = tl.load(index_ptr + r, mask=rmask, other=0).to(tl.int64)
-    slot = tl.load(slot_ptr + v, mask=rmask, other=-1).to(tl.int64)
-    in_cache = rmask & (slot >= 0)
-    if USE_PREV:
-        prev = tl.load(prev_pos_ptr + v, mask=rmask & ~in_cache,
-                       other=-1).to(tl.int64)
-        in_prev = rmask & ~in_cache & (prev >= 0)
-    else:
-        prev = tl.full((BLOCK_R, ), -1, tl.int64)
-        in_prev = rmask & (prev >= 0)
-    on_host = rmask & ~in_cache & ~in_prev
-    source = tl.where(in_cache, 0, tl.where(in_prev, 1, 2))
-    tl.store(source_ptr + r, source.to(tl.int8), mask=rmask)
-    for c0 in tl.static_range(0, WIDTH, BLOCK_C):
-        c = c0 + tl.arange(0, BLOCK_C)
-        cmask = c < WIDTH
-        m2 = cmask[None, :]
-        a = tl.load(cache_ptr + slot[:, None] * WIDTH + c[None, :],
-                    mask=in_cache[:, None] & m2, other=0.0)
-        b = tl.load(prev_ptr + prev[:, None] * WIDTH + c[None, :],
-                    mask=in_prev[:, None] & m2, other=0.0)
-        h = tl.load(host_ptr + v[:, None] * WIDTH + c[None, :],
-                    mask=on_host[:, None] & m2, other=0.0)
-        val = tl.where(in_cache[:, None], a, tl.where(in_prev[:, None], b, h))
-        tl.store(out_ptr + r.to(tl.int64)[:, None] * WIDTH + c[None, :], val,
-                 mask=rmask[:, None] & m2)
+    Records each row's source (0 cache, 1 previous batch, 2 host). Every
+    program loops over blocks of rows, so a small grid leaves streaming
+    multiprocessors free for kernels running next to it."""
+    it = 0
+    while it < num_iters:  # Not `range`: the interpreter cannot run it.
+        blk = it * tl.num_programs(0) + tl.program_id(0)
+        r = blk * BLOCK_R + tl.arange(0, BLOCK_R)
+        rmask = r < num_rows
+        v = tl.load(index_ptr + r, mask=rmask, other=0).to(tl.int64)
+        slot = tl.load(slot_ptr + v, mask=rmask, other=-1).to(tl.int64)
+        in_cache = rmask & (slot >= 0)
+        if USE_PREV:
+            prev = tl.load(prev_pos_ptr + v, mask=rmask & ~in_cache,
+                           other=-1).to(tl.int64)
+            in_prev = rmask & ~in_cache & (prev >= 0)
+        else:
+            prev = tl.full((BLOCK_R, ), -1, tl.int64)
+            in_prev = rmask & (prev >= 0)
+        on_host = rmask & ~in_cache & ~in_prev
+        source = tl.where(in_cache, 0, tl.where(in_prev, 1, 2))
+        tl.store(source_ptr + r, source.to(tl.int8), mask=rmask)
+        for c0 in tl.static_range(0, WIDTH, BLOCK_C):
+            c = c0 + tl.arange(0, BLOCK_C)
+            m2 = (c < WIDTH)[None, :]
+            a = tl.load(cache_ptr + slot[:, None] * WIDTH + c[None, :],
+                        mask=in_cache[:, None] & m2, other=0.0)
+            b = tl.load(prev_ptr + prev[:, None] * WIDTH + c[None, :],
+                        mask=in_prev[:, None] & m2, other=0.0)
+            h = tl.load(host_ptr + v[:, None] * WIDTH + c[None, :],
+                        mask=on_host[:, None] & m2, other=0.0)
+            val = tl.where(in_cache[:, None], a,
+                           tl.where(in_prev[:, None], b, h))
+            tl.store(out_ptr + r.to(tl.int64)[:, None] * WIDTH + c[None, :],
+                     val, mask=rmask[:, None] & m2)
+        it += 1
 
 
 @triton.jit

@@ -1,4 +1,10 @@
+from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.neighbor_loader import HybridNeighborLoader
 from pyg_orch.loader.stats import StageTimer, plot_stage_times
 
-__all__ = ['HybridNeighborLoader', 'StageTimer', 'plot_stage_times']
+__all__ = [
+    'HybridNeighborLoader',
+    'LookaheadIterator',
+    'StageTimer',
+    'plot_stage_times',
+]

@@ -2,7 +2,7 @@
 :class:`~torch_geometric.loader.NeighborLoader`."""
 import copy
 import time
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import torch
 from torch_geometric.data import Data
@@ -12,6 +12,7 @@ from torch_geometric.sampler import BaseSampler
 
 from pyg_orch.gpu.feature_store import TieredFeatureStore
 from pyg_orch.loader.assemble import DataAssembler
+from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.stats import StageTimer
 from pyg_orch.loader.validation import (
@@ -26,6 +27,7 @@ from pyg_orch.sampling.sampler import (
     SeedLike,
     resolve_device,
 )
+from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.presample import count_node_access
 from pyg_orch.sampling.topology import GraphTopology
 
@@ -144,12 +146,21 @@ class HybridNeighborLoader(NodeLoader):
         cache_policy (str): Rank rows to cache by :obj:`'frequency'` (node
             appearances in pre-sampled batches) or :obj:`'degree'` (the
             out-degree: how often a node can be drawn as a neighbor).
+        lookahead (bool, optional): Keep the next batch in flight on a side
+            CUDA stream, in the training loop's thread: the host queues the
+            next training step without waiting for sampling, and feature
+            gathering overlaps the running step (see
+            :class:`~pyg_orch.loader.LookaheadIterator`). Batches are the
+            same; one extra batch is sampled when the loop stops early.
+            :obj:`None` turns it on where it pays: CUDA, the fused Triton
+            sampler, :obj:`num_workers=0` and :obj:`prefetch=0`.
+            (default: :obj:`None`)
         prefetch (int): Batches sampled and gathered ahead by a background
-            thread on its own CUDA stream. Off by default: on an H100 with
-            GraphSAGE it cost time (8.8 vs 8.3 ms per batch), as both threads
-            share Python's interpreter lock; it pays when sampling and
-            gathering take long next to a training step that leaves the
-            interpreter free. (default: :obj:`0`)
+            thread on its own CUDA stream. Off by default: both threads share
+            Python's interpreter lock: on an H100 with GraphSAGE it took 8.4
+            ms per batch against 7.1 ms with :obj:`lookahead`; it pays when
+            sampling and gathering take long next to a training step that
+            leaves the interpreter free. (default: :obj:`0`)
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
             :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`.
@@ -181,6 +192,7 @@ class HybridNeighborLoader(NodeLoader):
         gpu_memory_budget: Union[None, int, float, str] = 'auto',
         gpu_cache_ratio: Optional[float] = None,
         cache_policy: str = 'frequency',
+        lookahead: Optional[bool] = None,
         prefetch: int = 0,
         **kwargs,
     ):
@@ -228,6 +240,13 @@ class HybridNeighborLoader(NodeLoader):
             raise ValueError("'prefetch' > 0 needs num_workers=0 (worker "
                              "processes already prepare batches ahead)")
         self.prefetch = prefetch
+        if lookahead not in (None, True, False):
+            raise ValueError(f"'lookahead' must be None, True or False (got "
+                             f"{lookahead!r})")
+        if lookahead and (prefetch > 0 or kwargs.get('num_workers', 0) > 0):
+            raise ValueError("'lookahead=True' needs num_workers=0 and "
+                             "prefetch=0 (it keeps one batch ahead in the "
+                             "loop's own thread)")
         super().__init__(
             data=data,
             node_sampler=neighbor_sampler,
@@ -243,6 +262,18 @@ class HybridNeighborLoader(NodeLoader):
         self.feature_store = self._build_feature_store(
             feature_store, gpu_memory_budget, gpu_cache_ratio, cache_policy)
         self._assembler: Optional[DataAssembler] = None
+        if lookahead is None:
+            lookahead = (self.device.type == 'cuda' and prefetch == 0
+                         and self.num_workers == 0
+                         and getattr(self.node_sampler, 'backend',
+                                     None) == 'triton'
+                         and hasattr(self.node_sampler, 'launch_from_nodes'))
+        elif lookahead and not hasattr(self.node_sampler,
+                                       'launch_from_nodes'):
+            raise ValueError("'lookahead=True' needs a HybridNeighborSampler")
+        self.lookahead = bool(lookahead)
+        # Synchronizing around every stage would undo the look-ahead.
+        self.timer.sync = not self.lookahead
 
     def register_batch_hook(self, hook: Callable) -> Callable[[], None]:
         r"""Calls :obj:`hook(batch)` on every mini-batch when the training
@@ -270,7 +301,11 @@ class HybridNeighborLoader(NodeLoader):
           caller through :obj:`loader.timer.stage(name)`). With
           :obj:`num_workers > 0` or :obj:`prefetch > 0`, sampling and
           gathering overlap training; :obj:`'wait'` is what the training
-          loop still waited.
+          loop still waited. With :obj:`lookahead`, the timer does not
+          synchronize the device (see :class:`~pyg_orch.StageTimer`): each
+          stage is charged the host time spent in it, while device work
+          overlaps; set :obj:`loader.timer.sync = True` to charge device
+          time instead, at the cost of the overlap.
         * :obj:`'features'`: rows served per tier, cache hit rate and bytes
           moved from host to device per batch (with a feature store).
         * :obj:`'memory'`: GPU bytes held by the topology and the cache.
@@ -324,7 +359,9 @@ class HybridNeighborLoader(NodeLoader):
             with self.timer.stage('gather'):
                 data = self._gather(out)
             with self.timer.stage('transfer'):
-                data = data.to(self.device)
+                # Non-blocking: a plain copy of e.g. `input_id` would wait
+                # for everything queued on the stream.
+                data = data.to(self.device, non_blocking=True)
         else:
             data = self._gather(out)
         if self.batch_transform is not None:
@@ -395,7 +432,33 @@ class HybridNeighborLoader(NodeLoader):
             self._data_device_cache = devices == {self.device}
         return self._data_device_cache
 
+    def _launch_batches(self) -> Iterator[PendingSample]:
+        indices = iter(self._index_sampler)
+        # Draw what DataLoader's own iterator draws, so that shuffling gives
+        # the same batches with and without look-ahead:
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        dataset = self.dataset
+        plain = isinstance(dataset, range) and dataset.start == 0 and \
+            dataset.step == 1
+        for index in indices:
+            if not plain:
+                index = [dataset[i] for i in index]
+            input_data = self.input_data[torch.tensor(index)]
+            with self.timer.stage('sample'):
+                pending = self.node_sampler.launch_from_nodes(input_data)
+            yield pending
+
+    def _finish_batch(self, pending: PendingSample) -> Any:
+        with self.timer.stage('sample'):
+            out = pending.result()
+        return self.filter_fn(out)
+
     def _get_iterator(self):
+        if self.lookahead and self._auto_collation:
+            it = LookaheadIterator(self._launch_batches(), self._finish_batch,
+                                   self.device)
+            return _TimedIterator(it, self.timer, self._batch_hooks,
+                                  in_thread=True)
         # Wrap (never unwrap) PyG's iterator: its `__del__` shuts the
         # workers down.
         it = super()._get_iterator()

@@ -14,7 +14,7 @@ class _Failure:
         self.exc = exc
 
 
-def _record_stream(obj: Any, stream) -> None:
+def record_stream(obj: Any, stream) -> None:
     # Tensors made on the prefetch stream are used on the consumer's stream;
     # the allocator must not recycle them before that stream is done.
     if isinstance(obj, torch.Tensor):
@@ -23,13 +23,13 @@ def _record_stream(obj: Any, stream) -> None:
     elif hasattr(obj, 'stores'):
         for store in obj.stores:
             for value in store.values():
-                _record_stream(value, stream)
+                record_stream(value, stream)
     elif isinstance(obj, (list, tuple)):
         for value in obj:
-            _record_stream(value, stream)
+            record_stream(value, stream)
     elif isinstance(obj, dict):
         for value in obj.values():
-            _record_stream(value, stream)
+            record_stream(value, stream)
 
 
 def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
@@ -124,7 +124,7 @@ class PrefetchIterator:
         if event is not None:
             consumer = torch.cuda.current_stream(self.device)
             consumer.wait_event(event)
-            _record_stream(batch, consumer)
+            record_stream(batch, consumer)
         return batch
 
     def __len__(self) -> int:

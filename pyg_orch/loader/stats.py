@@ -11,9 +11,11 @@ class StageTimer:
     r"""Accumulates the time spent in named stages (e.g. :obj:`'sample'`,
     :obj:`'gather'`, :obj:`'transfer'`, :obj:`'train'`).
 
-    On CUDA devices, the calling thread's stream is synchronized around each
-    stage so that asynchronous kernels are charged to the stage that
-    launched them (other streams, e.g. a prefetch thread's, run on).
+    With :obj:`sync=True` on CUDA devices, the calling thread's stream is
+    synchronized around each stage, so that asynchronous kernels are charged
+    to the stage that launched them (other streams, e.g. a prefetch thread's,
+    run on). That serializes host and device; with :obj:`sync=False` a stage
+    is charged the host time spent in it, and device work overlaps.
 
     .. code-block:: python
 
@@ -22,8 +24,10 @@ class StageTimer:
                 ...
         print(loader.timer.table())
     """
-    def __init__(self, device: Optional[torch.device] = None):
+    def __init__(self, device: Optional[torch.device] = None,
+                 sync: bool = True):
         self.device = torch.device(device or 'cpu')
+        self.sync = sync
         self.reset()
 
     def reset(self) -> None:
@@ -33,7 +37,7 @@ class StageTimer:
         self.num_batches = 0
 
     def _sync(self) -> None:
-        if self.device.type == 'cuda':
+        if self.sync and self.device.type == 'cuda':
             torch.cuda.current_stream(self.device).synchronize()
 
     def add(self, name: str, seconds: float) -> None:

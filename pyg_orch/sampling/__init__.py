@@ -1,5 +1,6 @@
 from pyg_orch.sampling.multi_hop import MultiHopOutput, sample_multi_hop
 from pyg_orch.sampling.neighbors import sample_neighbors
+from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.sampler import HybridNeighborSampler
 from pyg_orch.sampling.topology import CSCTopology, GraphTopology
 
@@ -8,6 +9,7 @@ __all__ = [
     'GraphTopology',
     'HybridNeighborSampler',
     'MultiHopOutput',
+    'PendingSample',
     'sample_multi_hop',
     'sample_neighbors',
 ]

@@ -19,6 +19,7 @@ from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
 from pyg_orch.sampling.multi_hop import sample_multi_hop
+from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.relabel import DenseBufferPool
 from pyg_orch.sampling.topology import GraphTopology, topology_cache
 
@@ -374,6 +375,31 @@ class HybridNeighborSampler(BaseSampler):
             out = out.to_bidirectional()
         return out
 
+    def launch_from_nodes(self, inputs: NodeSamplerInput) -> PendingSample:
+        r"""Starts :meth:`sample_from_nodes`. On the fused GPU path the
+        kernels are queued on the current stream and this returns at once,
+        so the host can queue more work (e.g. a training step) before the
+        batch is read; elsewhere the batch is sampled now.
+        :meth:`PendingSample.result` returns the
+        :class:`~torch_geometric.sampler.SamplerOutput`."""
+        if (self.backend != 'triton' or self.is_hetero
+                or inputs.input_type is not None or self.is_temporal):
+            return PendingSample.ready(self.sample_from_nodes(inputs))
+        pending = self._fused.launch(
+            self.topology.csc[None], self.topology.num_nodes[None],
+            self.num_neighbors[None], inputs.node, self.replace,
+            self.generator, self._buffers, self.device,
+            None if self.hot_nodes is None else self.hot_nodes[None])
+
+        def finish() -> SamplerOutput:
+            out = self._wrap(pending.result())
+            out.metadata = (inputs.input_id, inputs.time)
+            if self.subgraph_type == SubgraphType.bidirectional:
+                out = out.to_bidirectional()
+            return out
+
+        return PendingSample(finish)
+
     def sample_from_edges(
         self,
         inputs: EdgeSamplerInput,
@@ -436,6 +462,9 @@ class HybridNeighborSampler(BaseSampler):
             )
             if on_host:
                 out = _move(out, self.device)
+        return self._wrap(out)
+
+    def _wrap(self, out) -> Union[SamplerOutput, HeteroSamplerOutput]:
         if not self.is_hetero:
             return SamplerOutput(
                 node=out.node[None],

@@ -1,0 +1,123 @@
+"""Keeps the next batch in flight while the current one trains, in the
+training loop's own thread (no interpreter lock to share)."""
+from contextlib import nullcontext
+from typing import Any, Callable, Iterator, Optional, Tuple
+
+import torch
+
+from pyg_orch.loader.prefetch import record_stream
+from pyg_orch.sampling.pending import PendingSample
+
+
+class LookaheadIterator:
+    r"""Runs a loader ahead of the training loop on a side CUDA stream, in
+    the loop's own thread.
+
+    :obj:`iterator` yields :class:`~pyg_orch.sampling.PendingSample`
+    objects whose kernels were queued when they were drawn. When the loop
+    takes batch :obj:`t` (assembled during the previous call), this iterator
+    first finishes batch :obj:`t + 1` (waits for its sampled counts, which
+    are long ready, and queues its feature gathering and assembly) and queues
+    the sampling of batch :obj:`t + 2`, all on the side stream, then returns.
+    The device gathers batch :obj:`t + 1` while it trains on batch :obj:`t`,
+    and the host is never held up by either. The consumer's stream waits for
+    an event before it touches a batch.
+
+    Batches are the same, in the same order, as without look-ahead; up to
+    two more batches are sampled than the loop consumes when it stops early.
+    An error while preparing a batch is raised when the loop asks for that
+    batch.
+
+    Args:
+        iterator (Iterator): Yields pending samples.
+        finish (callable): Turns a pending sample into a mini-batch.
+        device (torch.device): Where batches live.
+    """
+    def __init__(self, iterator: Iterator, finish: Callable[[PendingSample],
+                                                            Any],
+                 device: torch.device):
+        self.iterator = iterator
+        self.finish = finish
+        self.device = device
+        self.stream = (torch.cuda.Stream(device)
+                       if device.type == 'cuda' else None)
+        self._pending: Optional[PendingSample] = None
+        self._ready: Optional[Tuple[Any, Any]] = None
+        self._exhausted = False
+        self._started = False
+
+    def __iter__(self) -> 'LookaheadIterator':
+        return self
+
+    def _on_side_stream(self):
+        if self.stream is None:
+            return nullcontext()
+        return torch.cuda.stream(self.stream)
+
+    def _launch(self) -> None:
+        if self._exhausted:
+            return
+        try:
+            with self._on_side_stream():
+                self._pending = next(self.iterator)
+        except StopIteration:
+            self._exhausted = True
+        except Exception as e:  # Raised when that batch is asked for.
+            self._pending = PendingSample(finish=_raiser(e))
+
+    def _prepare(self) -> None:
+        # Finishes the pending batch into `_ready` and launches the next.
+        if self._pending is None:
+            return
+        pending, self._pending = self._pending, None
+        with self._on_side_stream():
+            try:
+                batch = self.finish(pending)
+            except Exception as e:
+                self._ready = (_Failure(e), None)
+            else:
+                event = None
+                if self.stream is not None:
+                    event = torch.cuda.Event()
+                    event.record(self.stream)
+                self._ready = (batch, event)
+        self._launch()
+
+    def __next__(self) -> Any:
+        if not self._started:
+            self._started = True
+            if self.stream is not None:  # Inputs made on the consumer's side.
+                self.stream.wait_stream(torch.cuda.current_stream(
+                    self.device))
+            self._launch()
+            self._prepare()
+        if self._ready is None:
+            raise StopIteration
+        (batch, event), self._ready = self._ready, None
+        self._prepare()
+        if isinstance(batch, _Failure):
+            raise batch.exc
+        if event is not None:
+            consumer = torch.cuda.current_stream(self.device)
+            consumer.wait_event(event)
+            record_stream(batch, consumer)
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.iterator)
+
+    def _reset(self, loader: Any, first_iter: bool = False):
+        raise RuntimeError('persistent workers are not supported with '
+                           'look-ahead; set lookahead=False')
+
+
+class _Failure:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _raiser(exc: BaseException) -> Callable[[], Any]:
+    def fail() -> Any:
+        raise exc
+
+    return fail
