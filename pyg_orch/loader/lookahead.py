@@ -5,7 +5,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
 
-from pyg_orch.loader.prefetch import record_stream
+from pyg_orch.loader.prefetch import Failure, hand_over
 from pyg_orch.sampling.pending import PendingSample
 
 
@@ -74,7 +74,7 @@ class LookaheadIterator:
             try:
                 batch = self.finish(pending)
             except Exception as e:
-                self._ready = (_Failure(e), None)
+                self._ready = (Failure(e), None)
             else:
                 event = None
                 if self.stream is not None:
@@ -95,13 +95,9 @@ class LookaheadIterator:
             raise StopIteration
         (batch, event), self._ready = self._ready, None
         self._prepare()
-        if isinstance(batch, _Failure):
+        if isinstance(batch, Failure):
             raise batch.exc
-        if event is not None:
-            consumer = torch.cuda.current_stream(self.device)
-            consumer.wait_event(event)
-            record_stream(batch, consumer)
-        return batch
+        return hand_over(batch, event, self.device)
 
     def __len__(self) -> int:
         return len(self.iterator)
@@ -109,11 +105,6 @@ class LookaheadIterator:
     def _reset(self, loader: Any, first_iter: bool = False):
         raise RuntimeError('persistent workers are not supported with '
                            'look-ahead; set lookahead=False')
-
-
-class _Failure:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
 
 
 def _raiser(exc: BaseException) -> Callable[[], Any]:

@@ -9,9 +9,22 @@ import torch
 _DONE = object()
 
 
-class _Failure:
+class Failure:
+    r"""An exception raised while preparing a batch, kept to be raised when
+    the training loop asks for that batch."""
     def __init__(self, exc: BaseException):
         self.exc = exc
+
+
+def hand_over(batch: Any, event, device: torch.device) -> Any:
+    r"""Makes the consumer's stream wait for :obj:`event` (recorded where
+    :obj:`batch` was made) and tells the allocator that the consumer's stream
+    uses the batch's tensors."""
+    if event is not None:
+        consumer = torch.cuda.current_stream(device)
+        consumer.wait_event(event)
+        record_stream(batch, consumer)
+    return batch
 
 
 def record_stream(obj: Any, stream) -> None:
@@ -65,7 +78,7 @@ def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
             if not _put(q, stop, (batch, event)):
                 return
     except BaseException as e:  # Re-raised in the consumer.
-        _put(q, stop, _Failure(e))
+        _put(q, stop, Failure(e))
         return
     _put(q, stop, _DONE)
 
@@ -117,15 +130,10 @@ class PrefetchIterator:
         if item is _DONE:
             self.close()
             raise StopIteration
-        if isinstance(item, _Failure):
+        if isinstance(item, Failure):
             self.close()
             raise item.exc
-        batch, event = item
-        if event is not None:
-            consumer = torch.cuda.current_stream(self.device)
-            consumer.wait_event(event)
-            record_stream(batch, consumer)
-        return batch
+        return hand_over(*item, self.device)
 
     def __len__(self) -> int:
         return len(self.iterator)
