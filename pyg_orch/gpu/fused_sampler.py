@@ -163,9 +163,6 @@ class FusedPlan:
     def run(self, seeds: Tensor, generator: Optional[torch.Generator],
             use_graph: bool) -> MultiHopOutput:
         r"""Samples a batch and waits for it (one synchronization)."""
-        inflight = self._inflight() if self._inflight is not None else None
-        if inflight is not None:
-            inflight.result()
         self._queue(seeds, generator, use_graph)
         out = self._collect(self.counts.tolist())
         self._stream = _current_stream(self.device)
@@ -175,9 +172,6 @@ class FusedPlan:
                use_graph: bool) -> 'PendingFused':
         r"""Queues a batch on the current stream without waiting for the
         device; :meth:`PendingFused.result` waits for its counts only."""
-        inflight = self._inflight() if self._inflight is not None else None
-        if inflight is not None:  # Its outputs live in our buffers.
-            inflight.result()
         self._queue(seeds, generator, use_graph)
         pending = PendingFused(self)
         # A weak reference: no cycle, so the event is freed with the batch
@@ -187,6 +181,9 @@ class FusedPlan:
 
     def _queue(self, seeds: Tensor, generator: Optional[torch.Generator],
                use_graph: bool) -> None:
+        inflight = self._inflight() if self._inflight is not None else None
+        if inflight is not None:  # Its outputs live in our buffers.
+            inflight.result()
         stream = _current_stream(self.device)
         if self._stream is not None and stream != self._stream:
             stream.wait_stream(self._stream)
