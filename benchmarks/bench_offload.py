@@ -109,15 +109,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--epoch', action='store_true',
                    help='time a whole epoch per mode instead of --batches')
     p.add_argument('--hot-ratio', type=float, default=0.05)
-    p.add_argument('--gpu-cache-ratio', type=float, default=0.15)
-    p.add_argument('--max-staleness', type=int, default=1)
+    p.add_argument('--gpu-cache-ratio', type=float, default=0.1,
+                   help='GPU feature cache, as a fraction of the rows, of '
+                   'every mode (plain included); features stay in host '
+                   'memory')
+    p.add_argument('--max-staleness', type=int, default=8)
+    p.add_argument('--trim', action='store_true',
+                   help='call the model with trim_to_layer')
     p.add_argument('--num-threads', type=int, default=None,
                    help='offload worker threads (default: automatic)')
     p.add_argument('--full-neighbors', action='store_true')
     p.add_argument('--modes', default='plain,super_batch,batch',
                    help="comma-separated: 'plain' (no offload), "
                    "'super_batch' and 'batch' (offload with "
-                   "refresh='super_batch' / 'batch')")
+                   "refresh='super_batch' / 'batch'), optionally with "
+                   "overrides, e.g. 'super_batch:s=16:h=0.1:t=8' "
+                   "(max_staleness, hot_ratio, num_threads)")
     p.add_argument('--presample-batches', type=int, default=None)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--seeds', type=int, default=5,
@@ -131,8 +138,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='JSON output (default: benchmarks/results/...)')
     args = p.parse_args(argv)
     args.modes = [m for m in args.modes.replace(' ', '').split(',') if m]
-    bad = [m for m in args.modes if m not in ('plain', 'super_batch', 'batch')]
-    if bad or 'plain' not in args.modes or len(args.modes) < 2:
+    try:
+        for m in args.modes:
+            mode_options(args, m)
+    except ValueError as e:
+        p.error(str(e))
+    if 'plain' not in args.modes or len(args.modes) < 2:
         p.error("--modes takes 'plain' and at least one of 'super_batch', "
                 "'batch'")
     preset = PRESETS[args.preset]
@@ -155,6 +166,30 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # Helpers #####################################################################
+
+_OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', float),
+              't': ('num_threads', int)}
+
+
+def mode_options(args, mode: str) -> Dict[str, Any]:
+    r"""The refresh mode (:obj:`None` for plain) and the offload options of
+    a mode spec such as :obj:`'super_batch:s=16:h=0.1'`."""
+    name, *parts = mode.split(':')
+    if name not in ('plain', 'super_batch', 'batch') or (name == 'plain'
+                                                          and parts):
+        raise ValueError(f"unknown mode {mode!r}")
+    opts = dict(refresh=None if name == 'plain' else name,
+                max_staleness=args.max_staleness, hot_ratio=args.hot_ratio,
+                num_threads=args.num_threads)
+    for part in parts:
+        key, _, value = part.partition('=')
+        if key not in _OVERRIDES or not value:
+            raise ValueError(f"bad override {part!r} in mode {mode!r} "
+                             f"(expected s=, h= or t=)")
+        field, kind = _OVERRIDES[key]
+        opts[field] = kind(value)
+    return opts
+
 
 class UtilisationMonitor:
     r"""CPU utilisation over a phase (system-wide percent and cores used by
@@ -242,8 +277,7 @@ def build_graph(args):
     return data
 
 
-def train_mode(args, data, topology,
-               refresh: Optional[str]) -> Dict[str, Any]:
+def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     from torch_geometric.nn import GraphSAGE
 
     from pyg_orch import HybridNeighborLoader
@@ -253,21 +287,21 @@ def train_mode(args, data, topology,
     loader = HybridNeighborLoader(data, args.fanout,
                                   batch_size=args.batch_size, shuffle=True,
                                   input_nodes=data.train_mask, device=device,
-                                  seed=args.seed, topology=topology)
+                                  seed=args.seed, topology=topology,
+                                  gpu_cache_ratio=args.gpu_cache_ratio)
     torch.manual_seed(args.seed)
     model = GraphSAGE(data.num_features, args.hidden, args.num_layers,
                       args.num_classes).to(device)
     setup_s = 0.0
-    offload = refresh is not None
+    opts = mode_options(args, mode)
+    offload = opts['refresh'] is not None
     if offload:
         t0 = time.perf_counter()
         model = BottomLayerOffload(
-            model, loader, hot_ratio=args.hot_ratio,
-            gpu_cache_ratio=args.gpu_cache_ratio,
-            max_staleness=args.max_staleness, num_threads=args.num_threads,
+            model, loader, gpu_cache_ratio=args.gpu_cache_ratio,
             full_neighbors=args.full_neighbors,
             num_presample_batches=args.presample_batches, seed=args.seed,
-            refresh=refresh)
+            **opts)
         setup_s = time.perf_counter() - t0
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     model.train()
@@ -298,11 +332,17 @@ def train_mode(args, data, topology,
         edges += batch.edge_index.size(1)
         with loader.timer.stage('train'):
             optimizer.zero_grad(set_to_none=True)
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            if args.trim:
+                out = model(batch.x, batch.edge_index,
+                            num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                            num_sampled_edges_per_hop=batch.num_sampled_edges)
+            else:
+                out = model(batch.x, batch.edge_index)
+            out = out[:batch.batch_size]
             loss = F.cross_entropy(out, batch.y[:batch.batch_size])
             loss.backward()
             optimizer.step()
-        losses.append(float(loss.detach()))
+        losses.append(loss.detach())  # Read at the end: no sync per step.
     sync(device)
     seconds = time.perf_counter() - t0
     util = monitor.stop()
@@ -320,8 +360,8 @@ def train_mode(args, data, topology,
         'nodes_per_batch': nodes / num,
         'edges_per_batch': edges / num,
         'stages_ms': stages,
-        'first_loss': losses[0],
-        'last_loss': losses[-1],
+        'first_loss': float(losses[0]),
+        'last_loss': float(losses[-1]),
         'setup_s': setup_s,
         **util,
     }
@@ -356,8 +396,7 @@ def run_throughput(args) -> Dict[str, Any]:
     for name in args.modes:
         log(f'[train] {name}: {args.warmup} warm-up + '
             f"{'an epoch' if args.epoch else args.batches} batches")
-        results[name] = train_mode(args, data, topology,
-                                   None if name == 'plain' else name)
+        results[name] = train_mode(args, data, topology, name)
         r = results[name]
         log(f"[train] {name}: {r['ms_per_batch']:.2f} ms/batch, "
             f"{r['nodes_per_batch']:,.0f} nodes/batch, stages (ms): "

@@ -61,6 +61,26 @@ def message_passing_layers(
     return out
 
 
+def _degree_free_types() -> tuple:
+    from torch_geometric.nn import conv
+    names = ('SAGEConv', 'GINConv', 'GATConv', 'GATv2Conv', 'GraphConv',
+             'TransformerConv', 'ResGatedGraphConv', 'EdgeConv')
+    return tuple(getattr(conv, n) for n in names if hasattr(conv, n))
+
+
+def needs_degree_compensation(model: torch.nn.Module) -> bool:
+    r"""Whether a message-passing layer of :obj:`model` may weigh the
+    messages a vertex *sends* by its in-degree in the batch, as
+    :class:`~torch_geometric.nn.conv.GCNConv`'s symmetric normalization
+    does: :obj:`False` only if every layer is of a class known not to
+    (e.g. :class:`~torch_geometric.nn.conv.SAGEConv`,
+    :class:`~torch_geometric.nn.conv.GINConv`,
+    :class:`~torch_geometric.nn.conv.GATConv`)."""
+    free = _degree_free_types()
+    return any(
+        type(m) not in free for m in message_passing_layers(model).values())
+
+
 def check_materialized(layer: torch.nn.Module, name: str) -> None:
     r"""Raises a :class:`ValueError` if :obj:`layer` holds lazily initialized
     parameters (:obj:`in_channels=-1`)."""

@@ -75,17 +75,25 @@ def count_bottom_accesses(
         :obj:`int64`) and the number of mini-batches drawn.
     """
     num_hops = max(len(v) for v in sampler.num_neighbors.values())
+    return _presample(sampler, seeds, batch_size, num_batches, seed,
+                      hops=num_hops, prune_hot=False)
+
+
+def _presample(sampler, seeds: Tensor, batch_size: int,
+               num_batches: Optional[int], seed: Optional[int],
+               hops: Optional[int], prune_hot: bool) -> Tuple[Tensor, int]:
     seeds = seeds.view(-1).to(torch.int64).cpu()
     gen = torch.Generator()
     if seed is not None:
         gen.manual_seed(seed)
     else:
         gen.seed()
-    epoch = -(-seeds.numel() // max(int(batch_size), 1))
+    batch_size = max(int(batch_size), 1)
+    epoch = -(-seeds.numel() // batch_size)
     num = epoch if num_batches is None else min(max(int(num_batches), 1),
                                                 epoch)
-    counts = count_node_access(sampler, seeds, max(int(batch_size), 1),
-                               num_batches=num, hops=num_hops, generator=gen)
+    counts = count_node_access(sampler, seeds, batch_size, num_batches=num,
+                               hops=hops, generator=gen, prune_hot=prune_hot)
     return counts, num
 
 
@@ -137,3 +145,45 @@ def select_hot_nodes(
                                       num_batches, seed)
     hot, cache = split_by_frequency(counts, hot_ratio, cache_ratio)
     return HotSet(hot, cache, counts, n)
+
+
+def select_cache_nodes(
+    sampler,
+    hot_mask: Tensor,
+    seeds: Tensor,
+    batch_size: int,
+    cache_ratio: float,
+    num_batches: Optional[int] = None,
+    seed: Optional[int] = 0,
+) -> Tensor:
+    r"""The GPU-cache candidates under bottom-layer offload: the top
+    :obj:`cache_ratio` fraction of all vertices by how often their features
+    are fetched (all hops) in mini-batches drawn with hot-vertex pruning on.
+    Hot vertices are candidates too: their bottom-hop neighbors are pruned,
+    but the first layer still reads their features wherever they are
+    another vertex's sampled neighbor.
+
+    Args:
+        sampler (HybridNeighborSampler): The sampler of the training loader.
+        hot_mask (torch.Tensor): Boolean mask of the hot vertices.
+        seeds (torch.Tensor): The training seed vertices.
+        batch_size (int): Seeds per mini-batch.
+        cache_ratio (float): Fraction of all vertices to choose.
+        num_batches (int, optional): Mini-batches to pre-sample; an epoch's
+            worth if not set.
+        seed (int, optional): Seeds the order of the seeds.
+            (default: :obj:`0`)
+    """
+    num_cache = int(round(cache_ratio * hot_mask.numel()))
+    if num_cache == 0:
+        return torch.empty(0, dtype=torch.int64)
+    saved = getattr(sampler, 'hot_nodes', None)
+    sampler.set_hot_nodes(hot_mask)
+    try:
+        counts, _ = _presample(sampler, seeds, batch_size, num_batches, seed,
+                               hops=None, prune_hot=True)
+    finally:
+        sampler.hot_nodes = saved
+    num_cache = min(num_cache, int((counts > 0).sum()))
+    order = torch.sort(counts, descending=True, stable=True)[1]
+    return order[:num_cache].clone()

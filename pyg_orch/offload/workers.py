@@ -8,6 +8,8 @@ import weakref
 from concurrent.futures import Future
 from typing import Callable, Optional
 
+import torch
+
 THREAD_NAME_PREFIX = 'pyg_orch-offload'
 
 _pool_ids = itertools.count()
@@ -28,13 +30,21 @@ class WorkerPool:
         num_threads (int): The most threads to run at once.
         idle_timeout (float): Seconds a thread waits for work before it
             exits. (default: :obj:`2.0`)
+        intra_op_threads (int, optional): PyTorch intra-op threads of each
+            worker thread (:func:`torch.set_num_threads` is per thread); the
+            process's setting if :obj:`None`. One by default: with
+            :obj:`num_threads` workers each running PyTorch's full
+            thread pool, the cores are oversubscribed many times over.
+            (default: :obj:`1`)
     """
-    def __init__(self, num_threads: int, idle_timeout: float = 2.0):
+    def __init__(self, num_threads: int, idle_timeout: float = 2.0,
+                 intra_op_threads: Optional[int] = 1):
         if num_threads < 1:
             raise ValueError(f"'num_threads' must be >= 1 (got "
                              f"{num_threads})")
         self.num_threads = int(num_threads)
         self.idle_timeout = float(idle_timeout)
+        self.intra_op_threads = intra_op_threads
         self.name = f'{THREAD_NAME_PREFIX}-{next(_pool_ids)}'
         self._queue: collections.deque = collections.deque()
         self._cond = threading.Condition()
@@ -74,6 +84,8 @@ class WorkerPool:
 
     def _work(self) -> None:
         me = threading.current_thread()
+        if self.intra_op_threads is not None:
+            torch.set_num_threads(int(self.intra_op_threads))
         try:
             while True:
                 with self._cond:

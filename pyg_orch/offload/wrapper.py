@@ -15,12 +15,17 @@ from pyg_orch.offload.bottom_layer import (
     check_materialized,
     find_first_layer,
     message_passing_layers,
+    needs_degree_compensation,
 )
 from pyg_orch.offload.embedding_pipeline import (
     BatchEmbeddingCache,
     EmbeddingPipeline,
 )
-from pyg_orch.offload.hotness import HotSet, select_hot_nodes
+from pyg_orch.offload.hotness import (
+    HotSet,
+    select_cache_nodes,
+    select_hot_nodes,
+)
 from pyg_orch.offload.step_counter import StepCounter
 
 _MAX_BATCHES = 8
@@ -28,26 +33,37 @@ _DEFAULT_PRESAMPLE_BATCHES = 200
 
 
 def default_num_threads() -> int:
-    r"""Worker threads by default: one per eight CPU cores, from one to four
-    (each thread's tensor operations use PyTorch's intra-op threads too)."""
-    return min(4, max(1, (os.cpu_count() or 1) // 8))
+    r"""Worker threads by default: half the CPU cores (at least one), each
+    running its tensor operations on one intra-op thread; the other half is
+    left to the training loop, the loader and the operating system."""
+    return max(1, (os.cpu_count() or 1) // 2)
 
 
 class _BatchInfo:
-    __slots__ = ('x_ref', 'rows', 'pos', 'pos_cpu', 'num_nodes', 'pruned',
-                 'extra_edges')
+    __slots__ = ('x_ref', 'lo', 'hi', 'slot', 'rows', 'pos', 'pos_cpu',
+                 'num_nodes', 'pruned', 'extra_edges')
 
-    def __init__(self, x: Tensor, rows: Tensor, pos: Tensor, pruned: bool,
-                 extra_edges: Optional[Tensor],
-                 pos_cpu: Optional[Tensor] = None):
+    def __init__(self, x: Tensor, lo: int, hi: int, slot: Tensor,
+                 pruned: bool):
         self.x_ref = weakref.ref(x)
-        self.rows = rows  # Local rows of hot vertices to replace.
-        self.pos = pos  # Their rows in the embedding tables.
-        self.pos_cpu = pos_cpu  # The same on the CPU (refresh='batch').
+        # Rows `lo:hi` may hold hot vertices; `slot[i]` is the row of local
+        # row `lo + i` in the embedding tables, `-1` if it is not hot:
+        self.lo, self.hi, self.slot = lo, hi, slot
+        # The hot rows alone (local rows, table rows, the latter on the CPU),
+        # made on demand: finding them synchronizes with the device.
+        self.rows: Optional[Tensor] = None
+        self.pos: Optional[Tensor] = None
+        self.pos_cpu: Optional[Tensor] = None
         self.num_nodes = x.size(0)
         self.pruned = pruned
         # Placeholder in-edges of pruned hot vertices (degree compensation):
-        self.extra_edges = extra_edges
+        self.extra_edges: Optional[Tensor] = None
+
+    def hot_rows(self) -> None:
+        if self.rows is None:
+            rows = (self.slot >= 0).nonzero().view(-1)
+            self.pos = self.slot.index_select(0, rows).to(torch.int64)
+            self.rows = rows + self.lo
 
 
 class _ForwardContext:
@@ -189,7 +205,7 @@ class OffloadRuntime:
         self.pipeline.reset_stats()
         self.num_offloaded = 0
         self.num_exact = 0
-        self.rows_replaced = 0
+        self._rows_replaced: Union[int, Tensor] = 0
 
     def stats(self) -> Dict[str, Any]:
         hot = self.hot_set
@@ -243,20 +259,23 @@ class OffloadRuntime:
         n_last = sum(num[:self.num_hops - 1])  # First row of hop L - 1.
         n_bottom = sum(num[:self.num_hops])
         lo = n_last if self.replace_rows == 'pruned' else 0
-        pos = self._hot_pos_on(n_id.device).index_select(0, n_id[lo:n_bottom])
-        rows = (pos >= 0).nonzero().view(-1)
-        pos = pos.index_select(0, rows).to(torch.int64)
-        rows = rows + lo
+        # No synchronization with the device from here on, unless degrees
+        # are compensated or rows are computed per batch (which need the hot
+        # rows on the host):
+        slot = self._hot_pos_on(n_id.device).index_select(
+            0, n_id[lo:n_bottom])
         pruned = getattr(self.sampler, 'hot_nodes', None) is not None
-        extra = None
+        info = _BatchInfo(x, lo, n_bottom, slot, pruned)
         if pruned and self.compensate_degrees:
-            extra = self._placeholder_edges(
+            info.hot_rows()
+            rows = info.rows
+            info.extra_edges = self._placeholder_edges(
                 n_id, rows if lo == n_last else rows[rows >= n_last])
-        info = _BatchInfo(x, rows, pos, pruned, extra)
         if isinstance(self.pipeline, BatchEmbeddingCache):
             # Start computing this batch's hot rows right away, with the
             # weights its forward pass will have:
-            info.pos_cpu = pos.cpu()
+            info.hot_rows()
+            info.pos_cpu = info.pos.cpu()
             self.pipeline.request(info.pos_cpu,
                                   self.counter.next_forward_version())
         self.batches[id(x)] = info
@@ -327,9 +346,10 @@ class OffloadRuntime:
         if isinstance(self.pipeline, EmbeddingPipeline):
             self.pipeline.maybe_submit(version)
         info = self._match(x)
-        if info is not None and info.rows.device != getattr(
-                x, 'device', info.rows.device):
-            info.rows = info.rows.to(x.device)
+        if info is not None and info.slot.device != getattr(
+                x, 'device', info.slot.device):
+            info.slot = info.slot.to(x.device)
+            info.rows = info.pos = None
         if info is None:
             self.num_exact += 1
         else:
@@ -445,32 +465,69 @@ class OffloadRuntime:
             return None
         ctx.in_call = False
         info = ctx.info
-        if info is None or info.rows.numel() == 0:
+        if info is None or info.slot.numel() == 0:
             return None
+        out = output[0] if isinstance(output, (tuple, list)) else output
         pipeline = self.pipeline
         if isinstance(pipeline, EmbeddingPipeline):
-            table = pipeline.acquire(ctx.version, self.timer)
-            emb = pipeline.rows(table, info.pos)
+            new = self._replace_from_table(
+                out, info, pipeline.acquire(ctx.version, self.timer))
         else:
+            info.hot_rows()
             pos_cpu = info.pos_cpu
             if pos_cpu is None:  # Drawn before training mode.
                 pos_cpu = info.pos_cpu = info.pos.cpu()
             emb = pipeline.gather(info.pos, pos_cpu, ctx.version,
                                   self.timer)
-        out = output[0] if isinstance(output, (tuple, list)) else output
-        emb = emb.to(device=out.device, dtype=out.dtype)
-        rows = info.rows
-        if out.size(0) < info.num_nodes:  # Bipartite call (x_src, x_dst).
-            keep = rows < out.size(0)
-            rows, emb = rows[keep], emb[keep]
-        # Out of place, not accumulating: no gradient reaches replaced rows.
-        new = out.index_put((rows, ), emb)
-        self.rows_replaced += int(info.rows.numel())
+            new = self._replace_rows(out, info, emb)
         if isinstance(output, tuple):
             return (new, ) + tuple(output[1:])
         if isinstance(output, list):
             return [new] + list(output[1:])
         return new
+
+    def _replace_from_table(self, out: Tensor, info: _BatchInfo,
+                            table) -> Tensor:
+        # Rows `lo:hi` are rebuilt with `where`, so that no hot row needs to
+        # be found on the host (no synchronization with the device).
+        lo, hi = info.lo, min(info.hi, out.size(0))  # Bipartite: fewer.
+        if hi <= lo:
+            return out
+        slot = info.slot[:hi - lo]
+        hot = slot >= 0
+        emb = table.emb.index_select(0, slot.clamp(min=0).to(torch.int64))
+        emb = emb.to(device=out.device, dtype=out.dtype)
+        mid = torch.where(hot.view(-1, *([1] * (out.dim() - 1))), emb,
+                          out[lo:hi])
+        self._add_replaced(hot.sum())
+        # Out of place, not accumulating: no gradient reaches replaced rows.
+        return torch.cat([out[:lo], mid, out[hi:]], dim=0)
+
+    def _replace_rows(self, out: Tensor, info: _BatchInfo,
+                      emb: Tensor) -> Tensor:
+        emb = emb.to(device=out.device, dtype=out.dtype)
+        rows = info.rows
+        if out.size(0) < info.num_nodes:  # Bipartite call (x_src, x_dst).
+            keep = rows < out.size(0)
+            rows, emb = rows[keep], emb[keep]
+        self._add_replaced(rows.numel())
+        # Out of place, not accumulating: no gradient reaches replaced rows.
+        return out.index_put((rows, ), emb)
+
+    def _add_replaced(self, count: Union[int, Tensor]) -> None:
+        # A device-side counter, read only by `stats()`:
+        if isinstance(count, Tensor):
+            if isinstance(self._rows_replaced, Tensor) and \
+                    self._rows_replaced.device == count.device:
+                self._rows_replaced += count
+            else:
+                self._rows_replaced = count + self._rows_replaced
+        else:
+            self._rows_replaced = self._rows_replaced + count
+
+    @property
+    def rows_replaced(self) -> int:
+        return int(self._rows_replaced)
 
 
 class BottomLayerOffload(torch.nn.Module):
@@ -619,7 +676,7 @@ class BottomLayerOffload(torch.nn.Module):
         hot_ratio (float): Fraction of all vertices whose bottom layer runs
             on the CPU. (default: :obj:`0.05`)
         gpu_cache_ratio (float): Fraction of all vertices that are GPU-cache
-            candidates. (default: :obj:`0.15`)
+            candidates. (default: :obj:`0.1`)
         max_staleness (int): The most optimizer steps between the weights
             used for an embedding and the weights of the step using it.
             (default: :obj:`1`)
@@ -656,7 +713,7 @@ class BottomLayerOffload(torch.nn.Module):
         model: torch.nn.Module,
         loader,
         hot_ratio: Union[float, str] = 0.05,
-        gpu_cache_ratio: float = 0.15,
+        gpu_cache_ratio: float = 0.1,
         max_staleness: int = 1,
         num_threads: Optional[int] = None,
         full_neighbors: bool = False,
@@ -667,7 +724,7 @@ class BottomLayerOffload(torch.nn.Module):
         seed: Optional[int] = 0,
         idle_timeout: float = 2.0,
         replace_rows: str = 'pruned',
-        compensate_degrees: bool = True,
+        compensate_degrees: Union[bool, str] = 'auto',
         refresh: str = 'super_batch',
     ):
         if not isinstance(model, torch.nn.Module):
@@ -689,6 +746,11 @@ class BottomLayerOffload(torch.nn.Module):
         if replace_rows not in ('pruned', 'all'):
             raise ValueError(f"'replace_rows' must be 'pruned' or 'all' (got "
                              f"{replace_rows!r})")
+        if compensate_degrees == 'auto':
+            compensate_degrees = needs_degree_compensation(model)
+        elif not isinstance(compensate_degrees, bool):
+            raise ValueError(f"'compensate_degrees' must be True, False or "
+                             f"'auto' (got {compensate_degrees!r})")
         if num_threads is None:
             num_threads = default_num_threads()
         if isinstance(num_threads, bool) or not isinstance(
@@ -749,6 +811,12 @@ class BottomLayerOffload(torch.nn.Module):
         object.__setattr__(self, '_finalizer',
                            weakref.finalize(self, runtime.close))
         set_cache = getattr(loader, 'set_gpu_cache_nodes', None)
+        if hot_set.hot_nodes.numel() > 0 and gpu_cache_ratio > 0:
+            # Rank by the feature fetches of pruned batches, hot vertices
+            # included: they are still other vertices' sampled neighbors.
+            hot_set.cache_nodes = select_cache_nodes(
+                sampler, hot_set.hot_mask(), seeds, batch_size,
+                gpu_cache_ratio, num_presample_batches, seed)
         if callable(set_cache):
             set_cache(hot_set.cache_nodes)
         runtime.set_training(self.training)
@@ -829,8 +897,10 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def gpu_cache_nodes(self) -> Tensor:
-        r"""The GPU-cache candidates: the vertices ranked after the hot ones
-        by access count (:obj:`gpu_cache_ratio` of all vertices)."""
+        r"""The GPU-cache candidates (:obj:`gpu_cache_ratio` of all
+        vertices): those whose features pre-sampled batches fetch most often
+        with hot-vertex pruning on (see
+        :func:`~pyg_orch.offload.hotness.select_cache_nodes`)."""
         return self._offload.hot_set.cache_nodes
 
     @property

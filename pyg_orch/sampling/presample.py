@@ -14,6 +14,7 @@ def count_node_access(
     hops: Optional[int] = None,
     generator: Optional[torch.Generator] = None,
     input_time: Optional[Tensor] = None,
+    prune_hot: bool = False,
 ) -> Tensor:
     r"""Counts how often every node appears in sampled batches of a
     homogeneous graph.
@@ -30,11 +31,16 @@ def count_node_access(
         generator (torch.Generator, optional): For the seed order.
         input_time (torch.Tensor, optional): The seeds' times, for temporal
             sampling.
+        prune_hot (bool): Keep the sampler's hot-node pruning on (see
+            :meth:`~pyg_orch.HybridNeighborSampler.set_hot_nodes`), to count
+            the accesses of batches as training draws them with
+            bottom-layer offload. (default: :obj:`False`)
 
     Returns:
         An int64 tensor of counts per node, on the CPU.
 
-    Hot-node pruning is off while counting, and the sampler's random
+    Unless :obj:`prune_hot`, hot-node pruning is off while counting; the
+    sampler's random
     generators are restored afterwards, so later batches are the same as
     without counting.
     """
@@ -51,7 +57,8 @@ def count_node_access(
         gen = getattr(sampler, name, None)
         if isinstance(gen, torch.Generator):
             states.append((gen, gen.get_state()))
-    sampler.hot_nodes = None
+    if not prune_hot:
+        sampler.hot_nodes = None
     try:
         _count(sampler, input_nodes, batch_size, num_batches, hops,
                generator, input_time, counts)
