@@ -526,6 +526,57 @@ def test_pruning_and_hot_rows():
         off.close()
 
 
+def test_loader_sampled_hooks_run_before_received():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    events = []
+    remove_s = loader.register_batch_hook(
+        lambda out: events.append(('sampled', out.node)), when='sampled')
+    remove_r = loader.register_batch_hook(
+        lambda batch: events.append(('received', batch.n_id)))
+    for batch in loader:
+        kind, node = events[-2]
+        assert kind == 'sampled' and torch.equal(node, batch.n_id)
+        assert events[-1][0] == 'received'
+    remove_s()
+    remove_r()
+    n = len(events)
+    next(iter(loader))
+    assert len(events) == n
+    with pytest.raises(ValueError, match="'when'"):
+        loader.register_batch_hook(print, when='later')
+
+
+def test_batch_rows_requested_when_sampled():
+    # refresh='batch' queues a batch's hot rows from the sampled hook (a
+    # step ahead with look-ahead), not when the loop receives the batch.
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
+                             max_staleness=2, refresh='batch')
+    runtime = off._offload
+    calls = []
+    original = runtime.pipeline.request
+
+    def request(pos, version, weights_version=None):
+        calls.append(weights_version)
+        return original(pos, version, weights_version)
+
+    runtime.pipeline.request = request
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.01)
+    for batch in loader:
+        assert len(runtime.sampled) == 0  # Taken by the received hook.
+        info = runtime.batches[id(batch.x)]
+        assert torch.equal(off.hot_nodes[info.pos], batch.n_id[info.rows])
+        out = off(batch.x, batch.edge_index)[:batch.batch_size]
+        optimizer.zero_grad()
+        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+        optimizer.step()
+    assert calls and all(v is not None for v in calls)
+    assert off.stats()['max_staleness_seen'] <= 2
+    off.close()
+
+
 def test_degree_compensation_only_where_needed():
     from torch_geometric.nn import GCN
     data = tiny_graph()

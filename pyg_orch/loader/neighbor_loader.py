@@ -259,6 +259,7 @@ class HybridNeighborLoader(NodeLoader):
         )
         self.batch_transform = transform
         self._batch_hooks: Dict[int, Callable] = {}
+        self._sampled_hooks: Dict[int, Callable] = {}
         self.feature_store = self._build_feature_store(
             feature_store, gpu_memory_budget, gpu_cache_ratio, cache_policy)
         self._assembler: Optional[DataAssembler] = None
@@ -275,17 +276,34 @@ class HybridNeighborLoader(NodeLoader):
         # Synchronizing around every stage would undo the look-ahead.
         self.timer.sync = not self.lookahead
 
-    def register_batch_hook(self, hook: Callable) -> Callable[[], None]:
+    def register_batch_hook(self, hook: Callable,
+                            when: str = 'received') -> Callable[[], None]:
         r"""Calls :obj:`hook(batch)` on every mini-batch when the training
         loop receives it (after it was moved to :obj:`device` and
-        transformed). Returns a function that removes the hook."""
+        transformed), or, with :obj:`when='sampled'`, calls
+        :obj:`hook(sampler_output)` as soon as a batch's
+        :class:`~torch_geometric.sampler.SamplerOutput` is known, before its
+        features are gathered: with look-ahead that is one batch before the
+        loop receives it. Sampled hooks run in the thread that samples
+        (the loop's own, unless :obj:`prefetch > 0`), in the main process
+        only, with the sampling stream current. Returns a function that
+        removes the hook."""
+        if when not in ('received', 'sampled'):
+            raise ValueError(f"'when' must be 'received' or 'sampled' (got "
+                             f"{when!r})")
+        hooks = self._batch_hooks if when == 'received' else \
+            self._sampled_hooks
         key = id(hook)
-        self._batch_hooks[key] = hook
+        hooks[key] = hook
 
         def remove() -> None:
-            self._batch_hooks.pop(key, None)
+            hooks.pop(key, None)
 
         return remove
+
+    def _run_sampled_hooks(self, out: Any) -> None:
+        for hook in list(self._sampled_hooks.values()):
+            hook(out)
 
     @property
     def topology(self) -> Optional[GraphTopology]:
@@ -349,6 +367,7 @@ class HybridNeighborLoader(NodeLoader):
         input_data = self.input_data[index]
         with self.timer.stage('sample'):
             out = self.node_sampler.sample_from_nodes(input_data)
+        self._run_sampled_hooks(out)
         if self.filter_per_worker:
             out = self.filter_fn(out)
         return out
@@ -451,6 +470,7 @@ class HybridNeighborLoader(NodeLoader):
     def _finish_batch(self, pending: PendingSample) -> Any:
         with self.timer.stage('sample'):
             out = pending.result()
+        self._run_sampled_hooks(out)
         return self.filter_fn(out)
 
     def _get_iterator(self):

@@ -545,22 +545,28 @@ class BatchEmbeddingCache(_PipelineBase):
             snap = self._snapshot = _Snapshot(version, self.layer)
         return snap
 
-    def request(self, pos: Tensor, version: int) -> None:
+    def request(self, pos: Tensor, version: int,
+                weights_version: Optional[int] = None) -> None:
         r"""Queues the rows :obj:`pos` (positions in the hot set, CPU) that
-        will not be fresh enough at version :obj:`version`."""
+        will not be fresh enough at version :obj:`version`, to be computed
+        with the current weights, of version :obj:`weights_version`
+        (:obj:`version` if not given; a batch requested ahead of its use
+        has an older one)."""
         if pos.numel() == 0:
             return
+        if weights_version is None:
+            weights_version = version
         needed = torch.unique(pos)
         covered = torch.maximum(self.row_version[needed],
                                 self.queued_version[needed])
         stale = needed[covered < version - self.max_staleness]
         if stale.numel() == 0:
             return
-        self.queued_version[stale] = version
+        self.queued_version[stale] = weights_version
         chunks = _split(stale.numel(), self.num_threads, self.chunk_size,
                         min_chunk=1024)
-        self._launch(self._snapshot_at(version), self.hot_nodes[stale],
-                     chunks, rows=stale)
+        self._launch(self._snapshot_at(weights_version),
+                     self.hot_nodes[stale], chunks, rows=stale)
 
     def _on_dropped(self, job: _Job) -> None:
         rows = job.rows

@@ -158,8 +158,22 @@ class OffloadRuntime:
             for module in message_passing_layers(model).values():
                 self.handles.append(module.register_forward_pre_hook(
                     _RuntimeHook(self, '_edge_hook'), with_kwargs=True))
-        self.remove_batch_hook = loader.register_batch_hook(
-            _RuntimeHook(self, '_on_batch'))
+        removers = [loader.register_batch_hook(_RuntimeHook(self,
+                                                            '_on_batch'))]
+        # Per-batch rows are requested as soon as a batch is sampled (with
+        # look-ahead, a step before it trains), where sampling runs in the
+        # training loop's thread:
+        self.sampled: 'collections.deque' = collections.deque(
+            maxlen=_MAX_BATCHES)
+        self.lead = 1 if getattr(loader, 'lookahead', False) else 0
+        if isinstance(pipeline, BatchEmbeddingCache) and getattr(
+                loader, 'prefetch', 0) == 0:
+            try:
+                removers.append(loader.register_batch_hook(
+                    _RuntimeHook(self, '_on_sampled'), when='sampled'))
+            except TypeError:  # A loader without sampled hooks.
+                pass
+        self.remove_batch_hook = lambda: [r() for r in removers]
         self.reset_stats()
 
     # Modes ###################################################################
@@ -197,6 +211,7 @@ class OffloadRuntime:
         finally:
             self.pipeline.close()
             self.batches.clear()
+            self.sampled.clear()
             self.ctx = None
 
     # Statistics ##############################################################
@@ -244,6 +259,49 @@ class OffloadRuntime:
             self._colptr[device] = out
         return out
 
+    def _bottom_rows(self, num) -> tuple:
+        num = [int(v) for v in list(num)]
+        n_last = sum(num[:self.num_hops - 1])  # First row of hop L - 1.
+        n_bottom = sum(num[:self.num_hops])
+        lo = n_last if self.replace_rows == 'pruned' else 0
+        return lo, n_last, n_bottom
+
+    def _on_sampled(self, out) -> None:
+        # Finds the hot rows of a batch just sampled and queues their CPU
+        # computation. The sampling stream is idle here (its counts came
+        # back), so reading the rows back costs no wait.
+        if not self.training or not self.active or getattr(
+                self.sampler, 'hot_nodes', None) is None:
+            return
+        node, num = getattr(out, 'node', None), getattr(
+            out, 'num_sampled_nodes', None)
+        if not isinstance(node, Tensor) or num is None:
+            return
+        lo, _, hi = self._bottom_rows(num)
+        slot = self._hot_pos_on(node.device).index_select(0, node[lo:hi])
+        rows = (slot >= 0).nonzero().view(-1)
+        pos = slot.index_select(0, rows).to(torch.int64)
+        pos_cpu = pos.cpu()
+        version = self.counter.next_forward_version()
+        self.pipeline.request(pos_cpu, version + self.lead, version)
+        self.sampled.append((node, slot, rows + lo, pos, pos_cpu))
+
+    def _take_sampled(self, n_id: Tensor, info: '_BatchInfo') -> bool:
+        match = next((i for i, entry in enumerate(self.sampled)
+                      if _same_tensor(entry[0], n_id)), None)
+        if match is None:
+            return False
+        for _ in range(match):  # Sampled, never received.
+            self.sampled.popleft()
+        _, slot, rows, pos, pos_cpu = self.sampled.popleft()
+        if n_id.is_cuda:  # Made on the sampling stream.
+            stream = torch.cuda.current_stream(n_id.device)
+            for t in (slot, rows, pos):
+                t.record_stream(stream)
+        info.slot, info.rows, info.pos = slot, rows, pos
+        info.pos_cpu = pos_cpu
+        return True
+
     def _on_batch(self, batch) -> None:
         if not self.training or not self.active:
             return
@@ -255,10 +313,7 @@ class OffloadRuntime:
             return
         if not self.features_checked:
             self._check_features(batch)
-        num = [int(v) for v in list(num)]
-        n_last = sum(num[:self.num_hops - 1])  # First row of hop L - 1.
-        n_bottom = sum(num[:self.num_hops])
-        lo = n_last if self.replace_rows == 'pruned' else 0
+        lo, n_last, n_bottom = self._bottom_rows(num)
         # No synchronization with the device from here on, unless degrees
         # are compensated or rows are computed per batch (which need the hot
         # rows on the host):
@@ -266,12 +321,14 @@ class OffloadRuntime:
             0, n_id[lo:n_bottom])
         pruned = getattr(self.sampler, 'hot_nodes', None) is not None
         info = _BatchInfo(x, lo, n_bottom, slot, pruned)
+        requested = isinstance(self.pipeline, BatchEmbeddingCache) and \
+            self._take_sampled(n_id, info)
         if pruned and self.compensate_degrees:
             info.hot_rows()
             rows = info.rows
             info.extra_edges = self._placeholder_edges(
                 n_id, rows if lo == n_last else rows[rows >= n_last])
-        if isinstance(self.pipeline, BatchEmbeddingCache):
+        if isinstance(self.pipeline, BatchEmbeddingCache) and not requested:
             # Start computing this batch's hot rows right away, with the
             # weights its forward pass will have:
             info.hot_rows()
