@@ -159,7 +159,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.out is None:
         name = 'offload_accuracy' if args.accuracy else (
             f"offload_{args.preset}{'_wide' if args.wide else ''}"
-            f"{'_undirected' if args.undirected else ''}_"
+            f"{'_undirected' if args.undirected else ''}"
+            f"{'_trim' if args.trim else ''}_"
             f"{args.device}")
         args.out = str(REPO / 'benchmarks' / 'results' / f'{name}.json')
     return args
@@ -458,7 +459,7 @@ def print_throughput(args, res) -> None:
 # Accuracy ####################################################################
 
 def train_and_test(data, arch: str, seed: int, offload: bool,
-                   epochs: int) -> Dict[str, Any]:
+                   epochs: int, max_staleness: int = 1) -> Dict[str, Any]:
     from torch_geometric.nn import GCN, GraphSAGE
 
     from pyg_orch import HybridNeighborLoader
@@ -472,7 +473,8 @@ def train_and_test(data, arch: str, seed: int, offload: bool,
     model = Model(data.num_features, 64, 2, int(data.y.max()) + 1,
                   dropout=0.5)
     if offload:
-        model = BottomLayerOffload(model, loader, seed=seed)
+        model = BottomLayerOffload(model, loader, seed=seed,
+                                   max_staleness=max_staleness)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01,
                                  weight_decay=5e-4)
     for _ in range(epochs):
@@ -514,7 +516,7 @@ def run_accuracy(args) -> Dict[str, Any]:
                 runs = {
                     mode: [
                         train_and_test(data, arch, s, mode == 'offload',
-                                       args.epochs)
+                                       args.epochs, args.max_staleness)
                         for s in range(args.seeds)
                     ]
                     for mode in ('plain', 'offload')
