@@ -592,18 +592,18 @@ class BatchEmbeddingCache(_PipelineBase):
         :obj:`version`."""
         bound = self.max_staleness
         self._raise_failures()
-        # Queued rows are applied oldest first (a newer request may cover
-        # the same rows). Finished ones are applied at once; the others are
-        # waited for only while this batch's rows are not fresh enough, so
-        # rows requested for later batches go on computing.
-        while self._jobs and self._jobs[0].succeeded():
+        # Queued rows, oldest first. All of them, also those requested for
+        # later batches: letting them run on while the loop trains was 2.6x
+        # slower on an H100 (worker threads contend with the loop for the
+        # interpreter lock; see benchmarks/bench_offload.py).
+        while self._jobs:
             job = self._jobs.popleft()
-            self._apply(job.future.result(), job.rows)
-        while self._jobs and pos_cpu.numel() > 0 and int(
-                self.row_version[pos_cpu].min()) < version - bound:
-            job = self._jobs[0]
-            table = self._wait(job, timer)
-            self._jobs.popleft()
+            if job.succeeded():
+                table = job.future.result()
+            else:
+                self._jobs.appendleft(job)
+                table = self._wait(job, timer)
+                self._jobs.popleft()
             self._apply(table, job.rows)
         if pos_cpu.numel() == 0:
             return self.emb.new_empty((0, ) + tuple(self.emb.shape[1:])) \

@@ -635,11 +635,16 @@ class BottomLayerOffload(torch.nn.Module):
     **Degrees.** A pruned hot vertex has no in-edges in the batch, which
     would change the normalization of degree-normalized layers such as
     :class:`~torch_geometric.nn.conv.GCNConv` for the messages it sends.
-    With :obj:`compensate_degrees=True`, every message-passing layer that
+    With :obj:`compensate_degrees=True` (by default, :obj:`'auto'`: unless
+    every layer is of a class known not to weigh messages by the sender's
+    in-degree, see
+    :func:`~pyg_orch.offload.bottom_layer.needs_degree_compensation`), every message-passing layer that
     gets the model's :obj:`edge_index` (and no edge-level tensors) sees as
     many placeholder in-edges of it (from row :obj:`0`) as the last hop
     would have sampled. They change only that vertex's own outputs, which
-    no seed needs beyond the first layer's, and that one is replaced. Under
+    no seed needs beyond the first layer's, and that one is replaced.
+    Finding the hot rows for them reads the batch back to the host (one
+    synchronization with the device per batch). Under
     :func:`~torch_geometric.utils.trim_to_layer`, the layers above the first
     get a trimmed :obj:`edge_index` in which no last-frontier vertex has
     in-edges anyway.
@@ -662,7 +667,12 @@ class BottomLayerOffload(torch.nn.Module):
     version :math:`t` only tables with :math:`t - v \le s` are used; if none
     is ready, the forward pass waits (timed; see :meth:`stats`).
     :obj:`max_staleness=0` is synchronous: each step waits for the
-    embeddings of its own weights.
+    embeddings of its own weights. The default bound (1) recomputes every
+    hot vertex at every step, which is exact enough for accuracy but slow on
+    large graphs: a table must take less CPU time than :math:`S` training
+    steps, or the loop waits. On an H100 with 120,000 hot vertices, only
+    :obj:`max_staleness=32` removed the waits (see
+    :obj:`benchmarks/bench_offload.py`).
 
     **Refresh modes.** With :obj:`refresh='super_batch'` (the default, as
     described above), every table holds *all* hot vertices: the CPU cost
@@ -673,10 +683,14 @@ class BottomLayerOffload(torch.nn.Module):
     older than :math:`t - s`), with the current weights, while the batch
     goes through the forward pass up to the first layer; a hot vertex
     needed again within :math:`s` steps is not recomputed. The same bound
-    holds row by row. On large graphs this is much cheaper (see
-    :obj:`benchmarks/bench_offload.py`), but the CPU work is not pipelined a
-    super-batch ahead: the loader hands batches over only when the training
-    loop asks for them. Either way, weights must change only through
+    holds row by row. The rows are requested as soon as the loader has
+    sampled the batch (its :obj:`'sampled'` batch hook: with look-ahead, one
+    step before the batch trains). It computes far fewer rows, but on an
+    H100 it was slower than :obj:`'super_batch'`: finding a batch's hot rows
+    on the host synchronizes with the sampling stream, and the worker
+    threads, busy at every step, contend with the training loop for
+    Python's interpreter lock (see :obj:`benchmarks/bench_offload.py`).
+    With :obj:`'super_batch'`, replacing rows needs no synchronization. Either way, weights must change only through
     optimizer steps (or, without an optimizer, between forward passes).
 
     **Gradients.** Replaced rows are new values (an out-of-place
@@ -704,9 +718,12 @@ class BottomLayerOffload(torch.nn.Module):
     with identical keys (the wrapper shares the model's parameters, buffers
     and submodules), and other attributes are looked up on the model.
 
-    **GPU cache.** The next :obj:`gpu_cache_ratio` fraction of vertices by
-    access count are exposed as :attr:`gpu_cache_nodes`; if the loader has
-    a :obj:`set_gpu_cache_nodes(nodes)` method, it is called with them.
+    **GPU cache.** The :obj:`gpu_cache_ratio` fraction of vertices whose
+    features pre-sampled batches fetch most often with pruning on (all
+    hops; hot vertices included, since the first layer still reads their
+    features where they are another vertex's neighbor) are exposed as
+    :attr:`gpu_cache_nodes`; if the loader has a
+    :obj:`set_gpu_cache_nodes(nodes)` method, it is called with them.
 
     **Copies.** :func:`copy.deepcopy` and pickling (e.g.
     :func:`torch.save`) of the wrapper give the plain model (offload hooks
@@ -758,9 +775,10 @@ class BottomLayerOffload(torch.nn.Module):
         replace_rows (str): :obj:`'pruned'` replaces the first layer's output
             of hot vertices in the last frontier only, :obj:`'all'` in all
             hops :obj:`0, ..., L - 1`. (default: :obj:`'pruned'`)
-        compensate_degrees (bool): Give pruned hot vertices placeholder
-            in-edges in the layers' :obj:`edge_index` (see above).
-            (default: :obj:`True`)
+        compensate_degrees (bool or str): Give pruned hot vertices
+            placeholder in-edges in the layers' :obj:`edge_index` (see
+            above); :obj:`'auto'` where a layer needs it.
+            (default: :obj:`'auto'`)
         refresh (str): :obj:`'super_batch'` computes tables of all hot
             vertices a super-batch ahead, :obj:`'batch'` the rows each
             mini-batch needs (see above). (default: :obj:`'super_batch'`)
