@@ -23,6 +23,7 @@ from pyg_orch.offload.embedding_pipeline import (
 from pyg_orch.offload.hotness import (
     HotSet,
     count_bottom_accesses,
+    select_cache_nodes,
     select_hot_nodes,
 )
 from pyg_orch.offload.step_counter import StepCounter
@@ -44,5 +45,6 @@ __all__ = [
     'default_num_threads',
     'default_super_batch_size',
     'find_first_layer',
+    'select_cache_nodes',
     'select_hot_nodes',
 ]
