@@ -466,10 +466,6 @@ class EmbeddingPipeline(_PipelineBase):
         current.wait_on_main(self.device)
         return current
 
-    def rows(self, table: EmbeddingTable, pos: Tensor) -> Tensor:
-        r"""The rows :obj:`pos` (positions in the hot set) of a table."""
-        return table.emb.index_select(0, pos.to(table.emb.device))
-
     def pause(self) -> None:
         r"""Cancels queued tables and stops the worker threads (the newest
         finished table is kept; the staleness bound still applies to it)."""

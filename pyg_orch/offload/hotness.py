@@ -184,6 +184,4 @@ def select_cache_nodes(
                                hops=None, prune_hot=True)
     finally:
         sampler.hot_nodes = saved
-    num_cache = min(num_cache, int((counts > 0).sum()))
-    order = torch.sort(counts, descending=True, stable=True)[1]
-    return order[:num_cache].clone()
+    return split_by_frequency(counts, 0.0, cache_ratio)[1]

