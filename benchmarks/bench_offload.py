@@ -69,6 +69,10 @@ PRESETS = {
 }
 
 
+def _ratio(value: str):
+    return value if value == 'auto' else float(value)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog='bench_offload.py',
@@ -108,7 +112,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='untimed batches per mode (default: by preset)')
     p.add_argument('--epoch', action='store_true',
                    help='time a whole epoch per mode instead of --batches')
-    p.add_argument('--hot-ratio', type=float, default=0.05)
+    p.add_argument('--hot-ratio', type=_ratio, default=0.05,
+                   help="a fraction of the vertices, or 'auto'")
     p.add_argument('--gpu-cache-ratio', type=float, default=0.1,
                    help='GPU feature cache, as a fraction of the rows, of '
                    'every mode (plain included); features stay in host '
@@ -123,8 +128,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma-separated: 'plain' (no offload), "
                    "'super_batch' and 'batch' (offload with "
                    "refresh='super_batch' / 'batch'), optionally with "
-                   "overrides, e.g. 'super_batch:s=16:h=0.1:t=8' "
-                   "(max_staleness, hot_ratio, num_threads)")
+                   "overrides, e.g. 'super_batch:s=16:h=0.1:t=2:i=4' "
+                   "(max_staleness, hot_ratio (a fraction or 'auto'), "
+                   "num_threads, intra_op_threads, c= chunk_size)")
     p.add_argument('--presample-batches', type=int, default=None)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--seeds', type=int, default=5,
@@ -168,8 +174,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # Helpers #####################################################################
 
-_OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', float),
-              't': ('num_threads', int)}
+_OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', _ratio),
+              't': ('num_threads', int), 'i': ('intra_op_threads', int),
+              'c': ('chunk_size', int)}
 
 
 def mode_options(args, mode: str) -> Dict[str, Any]:
@@ -186,7 +193,7 @@ def mode_options(args, mode: str) -> Dict[str, Any]:
         key, _, value = part.partition('=')
         if key not in _OVERRIDES or not value:
             raise ValueError(f"bad override {part!r} in mode {mode!r} "
-                             f"(expected s=, h= or t=)")
+                             f"(expected s=, h=, t=, i= or c=)")
         field, kind = _OVERRIDES[key]
         opts[field] = kind(value)
     return opts
@@ -453,7 +460,9 @@ def print_throughput(args, res) -> None:
             f"{st['wait_s']:.3f} s in {st['num_waits']} waits; CPU compute "
             f"{st['cpu_compute_s']:.2f} s ({100 * st['cpu_busy_share']:.0f}% "
             f"of the wall time), {st['rows_computed']:,} rows, with "
-            f"{st['num_threads']} threads")
+            f"{st['num_threads']} threads x {st['intra_op_threads']} intra-op, "
+            f"items of {st['chunk_size']} rows; hot-set sizes "
+            f"{st.get('hot_sizes')}")
 
 
 # Accuracy ####################################################################

@@ -154,6 +154,46 @@ def test_synchronous_full_neighbors_is_exact(cora, name, replace_rows,
     off.close()
 
 
+@pytest.mark.parametrize('name', ['sage', 'gat'])
+def test_auto_hot_set_grows_and_stays_exact(cora, name):
+    # hot_ratio='auto' with frozen weights (SGD, lr=0: versions advance, the
+    # weights do not, so every table is exact): while the hot set grows,
+    # every pruned vertex must still find its embedding, so the seeds get
+    # exactly the outputs of the unpruned batch. Tables take longer than a
+    # step (but less than a super-batch of 4): the sampler must not prune
+    # the larger set before its table is in use.
+    loader, ref_loader = _cora_loaders(cora)
+    torch.manual_seed(0)
+    model = MODELS[name](cora.num_features, 16, 2, 7)
+    off = BottomLayerOffload(model, loader, hot_ratio='auto',
+                             max_staleness=7, full_neighbors=True,
+                             num_threads=1, chunk_size=10**6)
+    off._cpu_delay = 0.03
+    start = off.stats()['num_hot']
+    assert start == round(0.01 * cora.num_nodes)
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.0)
+    for _ in range(12):
+        for batch, ref in zip(loader, ref_loader):
+            out = off(batch.x, batch.edge_index)[:batch.batch_size]
+            expected = model(ref.x, ref.edge_index)[:ref.batch_size]
+            assert torch.allclose(out, expected, atol=1e-5), \
+                (out - expected).abs().max()
+            optimizer.zero_grad()
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            time.sleep(0.02)  # Steps far slower than the CPU tables.
+    stats = off.stats()
+    sizes = stats['hot_sizes']
+    assert sizes[0] == start and len(sizes) > 2 and sizes == sorted(sizes)
+    assert stats['num_hot'] == sizes[-1] == off.hot_nodes.numel()
+    assert int(loader.node_sampler.hot_nodes[None].sum()) == sizes[-1]
+    assert torch.equal(off.hot_mask.nonzero().view(-1),
+                       off.hot_nodes.sort().values)
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['max_staleness_seen'] <= 7
+    off.close()
+
+
 @pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
 @pytest.mark.parametrize('max_staleness', [0, 2])
 def test_exact_and_bounded_on_device(device, max_staleness, refresh):
@@ -419,8 +459,12 @@ def test_unsupported_inputs():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
-    with pytest.raises(NotImplementedError, match="'auto'"):
-        BottomLayerOffload(model, loader, hot_ratio='auto')
+    with pytest.raises(NotImplementedError, match="gpu_cache_ratio='auto'"):
+        BottomLayerOffload(model, loader, gpu_cache_ratio='auto')
+    with pytest.raises(NotImplementedError, match="refresh='super_batch'"):
+        BottomLayerOffload(model, loader, hot_ratio='auto', refresh='batch')
+    with pytest.raises(ValueError, match='hot_ratio'):
+        BottomLayerOffload(model, loader, hot_ratio='most')
     with pytest.raises(ValueError, match='hot_ratio'):
         BottomLayerOffload(model, loader, hot_ratio=1.5)
     with pytest.raises(ValueError, match='must not exceed'):

@@ -3,6 +3,7 @@ embedding table is used at most ``max_staleness`` optimizer steps after the
 weights it was computed with, over thousands of steps, also when the CPU side
 is slow (then the training loop waits, and the wait is reported)."""
 import random
+import time
 
 import pytest
 import torch
@@ -259,3 +260,75 @@ def test_replaced_rows_hold_bounded_versions(max_staleness, refresh):
     assert min(seen) >= 0 and max(seen) <= max_staleness
     if max_staleness > 0:
         assert max(seen) > 0  # Rows are reused across steps.
+
+
+# hot_ratio='auto' ############################################################
+
+
+def _auto_pipeline(max_staleness, candidates, start, **kwargs):
+    data = tiny_graph(num_nodes=100, num_edges=600)
+    csc = CSCTopology.from_edge_index(data.edge_index, 100, 100)
+    layer = Stamp()
+    computer = BottomLayerComputer(layer, data.x, csc, num_neighbors=3,
+                                   seed=0)
+    grown = []
+    pipeline = EmbeddingPipeline(computer, layer, candidates[:start],
+                                 torch.device('cpu'), max_staleness, 1,
+                                 candidates=candidates, **kwargs)
+
+    def on_grow(n):
+        # Only once a table of that many rows is in use:
+        assert pipeline._current.emb.size(0) == n
+        grown.append(n)
+
+    pipeline.on_grow = on_grow
+    return layer, pipeline, grown
+
+
+def test_auto_hot_set_grows_while_cpu_keeps_up():
+    candidates = torch.randperm(100)[:64]
+    layer, pipeline, grown = _auto_pipeline(3, candidates, 2)
+    seen = []
+    for version in range(40):
+        with torch.no_grad():
+            layer.stamp.fill_(version)
+        pipeline.maybe_submit(version)
+        table = pipeline.acquire(version)
+        assert bool((table.emb == table.version).all())
+        seen.append(version - table.version)
+        # Every row the sampler may prune has an embedding:
+        assert table.emb.size(0) >= pipeline.rows_in_use
+        time.sleep(0.01)  # Training steps far slower than the tiny tables.
+    sizes = pipeline.stats()['hot_sizes']
+    # From 2 rows up to all 64 candidates, at most doubling at once:
+    assert sizes[0] == 2 and sizes[-1] == 64
+    assert all(a < b <= 2 * a for a, b in zip(sizes[:-1], sizes[1:]))
+    assert grown == sizes[1:]
+    assert torch.equal(pipeline.hot_nodes, candidates)
+    assert max(seen) <= 3
+    pipeline.close()
+
+
+def test_auto_hot_set_stays_when_cpu_is_slow():
+    candidates = torch.randperm(100)[:64]
+    layer, pipeline, grown = _auto_pipeline(3, candidates, 8)
+    pipeline.cpu_delay = 0.05  # Each table takes longer than 2 steps.
+    for version in range(12):
+        pipeline.maybe_submit(version)
+        pipeline.acquire(version)
+        time.sleep(0.005)
+    assert pipeline.num_waits > 1
+    assert pipeline.stats()['hot_sizes'] == [8] and grown == []
+    assert pipeline.hot_nodes.numel() == 8
+    pipeline.close()
+
+
+def test_auto_candidates_must_start_with_hot_nodes():
+    candidates = torch.arange(10)
+    with pytest.raises(ValueError, match='first rows'):
+        data = tiny_graph(num_nodes=100, num_edges=600)
+        csc = CSCTopology.from_edge_index(data.edge_index, 100, 100)
+        layer = Stamp()
+        EmbeddingPipeline(BottomLayerComputer(layer, data.x, csc, 3), layer,
+                          torch.tensor([3, 4]), torch.device('cpu'), 1, 1,
+                          candidates=candidates)

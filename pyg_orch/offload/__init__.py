@@ -18,6 +18,7 @@ from pyg_orch.offload.embedding_pipeline import (
     EmbeddingPipeline,
     EmbeddingTable,
     OffloadWorkerError,
+    default_chunk_size,
     default_super_batch_size,
 )
 from pyg_orch.offload.hotness import (
@@ -28,7 +29,11 @@ from pyg_orch.offload.hotness import (
 )
 from pyg_orch.offload.step_counter import StepCounter
 from pyg_orch.offload.workers import THREAD_NAME_PREFIX, WorkerPool
-from pyg_orch.offload.wrapper import BottomLayerOffload, default_num_threads
+from pyg_orch.offload.wrapper import (
+    BottomLayerOffload,
+    default_intra_op_threads,
+    default_num_threads,
+)
 
 __all__ = [
     'BatchEmbeddingCache',
@@ -42,6 +47,8 @@ __all__ = [
     'THREAD_NAME_PREFIX',
     'WorkerPool',
     'count_bottom_accesses',
+    'default_chunk_size',
+    'default_intra_op_threads',
     'default_num_threads',
     'default_super_batch_size',
     'find_first_layer',

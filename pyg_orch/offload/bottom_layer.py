@@ -119,10 +119,18 @@ class BottomLayerComputer:
         num_neighbors (int): Fan-out, :obj:`-1` for all neighbors.
         replace (bool): Sample with replacement. (default: :obj:`False`)
         seed (int, optional): Seeds the per-thread random generators.
+        dedup (bool, optional): Give a neighbor sampled several times (or
+            also a target) one row of the subgraph, with all its sampled
+            in-edges, as in a mini-batch. Only layers that weigh messages by
+            the sender's in-degree (such as
+            :class:`~torch_geometric.nn.conv.GCNConv`) see a difference;
+            by default (:obj:`None`), only those deduplicate, see
+            :func:`needs_degree_compensation`. Without it, every sampled
+            edge gets its own source row, which saves a sort per work item.
     """
     def __init__(self, layer: torch.nn.Module, x: Tensor, csc: CSCTopology,
                  num_neighbors: int, replace: bool = False,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, dedup: Optional[bool] = None):
         # Copied before any hook of ours is registered on `layer`:
         self.template = copy.deepcopy(layer).to('cpu').eval()
         for p in self.template.parameters():
@@ -132,6 +140,8 @@ class BottomLayerComputer:
         self.num_neighbors = int(num_neighbors)
         self.replace = bool(replace)
         self.seed = seed
+        self.dedup = needs_degree_compensation(layer) if dedup is None \
+            else bool(dedup)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._num_threads_seen = 0
@@ -186,14 +196,21 @@ class BottomLayerComputer:
             local.key = key
         return local.layer
 
+    @property
+    def row_bytes(self) -> int:
+        r"""Bytes of one feature row."""
+        return self.x[0].numel() * self.x.element_size()
+
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
         r"""Samples the in-neighbors of :obj:`nodes` (distinct global ids)
         and returns the global ids of the subgraph's vertices
-        (:obj:`nodes` first, then the other sampled neighbors) and its local
-        :obj:`edge_index`. A neighbor that is one of :obj:`nodes` keeps its
-        own sampled in-edges, as a hot vertex usually has in a mini-batch
-        (degree-normalized layers see these in-degrees)."""
+        (:obj:`nodes` first, then the sampled neighbors) and its local
+        :obj:`edge_index`. With :obj:`dedup`, every vertex has one row, and
+        a neighbor that is one of :obj:`nodes` keeps its own sampled
+        in-edges, as a hot vertex usually has in a mini-batch
+        (degree-normalized layers see these in-degrees); without it, every
+        sampled edge has a source row of its own."""
         csc = self.csc
         n = nodes.numel()
         pos, dst = sample_neighbors(
@@ -201,7 +218,12 @@ class BottomLayerComputer:
             weight=csc.weight, weight_cumsum=csc.weight_cumsum
             if csc.weight is not None and self.replace else None)
         src = csc.row.index_select(0, pos).to(torch.int64)
-        ids, inv = torch.unique(torch.cat([nodes.to(torch.int64), src]),
+        nodes = nodes.to(torch.int64)
+        if not self.dedup:
+            src_row = torch.arange(n, n + src.numel())
+            return torch.cat([nodes, src]), torch.stack(
+                [src_row, dst.to(torch.int64)])
+        ids, inv = torch.unique(torch.cat([nodes, src]),
                                 return_inverse=True)
         # Renumber so that `nodes` come first, in their order:
         is_target = torch.zeros(ids.numel(), dtype=torch.bool)

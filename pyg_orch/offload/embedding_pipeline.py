@@ -47,6 +47,8 @@ class EmbeddingTable:
             device.
         rows (torch.Tensor, optional): For partial tables, the positions in
             the hot set of the rows of :obj:`emb` (on the device).
+        compute_s (float, optional): Seconds from queueing the table to its
+            last row.
     """
     version: int
     seq: int
@@ -54,6 +56,7 @@ class EmbeddingTable:
     event: Optional[Any] = None
     rows: Optional[Tensor] = None
     ready_on_main: bool = False
+    compute_s: Optional[float] = None
 
     def wait_on_main(self, device: torch.device) -> None:
         r"""Makes the current stream wait for the copy to the device."""
@@ -119,6 +122,7 @@ class _Job:
         self.cancelled = threading.Event()
         self.future: Future = Future()
         self.chunk_futures: List[Future] = []
+        self.launched = time.perf_counter()
 
     def fail(self, exc: BaseException) -> None:
         with self.lock:
@@ -141,13 +145,31 @@ class _Job:
         return f.done() and not f.cancelled() and f.exception() is None
 
 
-def _split(n: int, num_threads: int, chunk_size: Optional[int],
-           min_chunk: int = 1) -> List[tuple]:
+# Feature bytes a work item gathers, by default. Measured on 2 and 16 cores:
+# a few MB per item was 1.5 to 2x faster than one item of tens of MB per
+# thread, whose fresh allocations each page-fault (and free returns them to
+# the operating system); far smaller items pay Python overhead per item,
+# under the interpreter lock that the training loop needs too.
+_ITEM_BYTES = 8 * 2**20
+
+
+def default_chunk_size(computer: BottomLayerComputer) -> int:
+    r"""Hot vertices per work item by default: about 8 MB of gathered
+    features (the vertices' and their sampled neighbors' rows), between
+    256 and 16,384 vertices."""
+    k = computer.num_neighbors
+    rows_per_vertex = 1 + (k if k >= 0 else 32)
+    size = _ITEM_BYTES // max(rows_per_vertex * computer.row_bytes, 1)
+    return int(min(max(size, 256), 16384))
+
+
+def _split(n: int, num_threads: int, chunk_size: int) -> List[tuple]:
+    # At most `chunk_size` rows per item, and at least one item per thread
+    # where there are enough rows (256 at least per item).
     if n == 0:
         return []
-    if chunk_size is None:
-        chunk_size = min(max(-(-n // num_threads), min_chunk), 65536)
-    bounds = list(range(0, n, max(int(chunk_size), 1))) + [n]
+    size = min(chunk_size, max(-(-n // num_threads), 256))
+    bounds = list(range(0, n, max(int(size), 1))) + [n]
     return [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
@@ -155,7 +177,7 @@ class _PipelineBase:
     def __init__(self, computer: BottomLayerComputer, layer: torch.nn.Module,
                  hot_nodes: Tensor, device: torch.device, max_staleness: int,
                  num_threads: int, chunk_size: Optional[int],
-                 idle_timeout: float):
+                 idle_timeout: float, intra_op_threads: int = 1):
         self.computer = computer
         self.layer = layer
         self.hot_nodes = hot_nodes.to('cpu', torch.int64)
@@ -165,7 +187,12 @@ class _PipelineBase:
                              f"{max_staleness})")
         self.max_staleness = int(max_staleness)
         self.num_threads = int(num_threads)
-        self.chunk_size = chunk_size
+        self.intra_op_threads = int(intra_op_threads)
+        if chunk_size is None:
+            chunk_size = default_chunk_size(computer)
+        elif int(chunk_size) < 1:
+            raise ValueError(f"'chunk_size' must be >= 1 (got {chunk_size})")
+        self.chunk_size = int(chunk_size)
         self.idle_timeout = idle_timeout
         self.cuda = self.device.type == 'cuda'
         self.pin = self.cuda and torch.cuda.is_available()
@@ -206,6 +233,8 @@ class _PipelineBase:
         return {
             'max_staleness': self.max_staleness,
             'num_threads': self.num_threads,
+            'intra_op_threads': self.intra_op_threads,
+            'chunk_size': self.chunk_size,
             'staleness_hist': hist,
             'max_staleness_seen': max(hist) if hist else None,
             'wait_s': self.wait_seconds,
@@ -226,7 +255,8 @@ class _PipelineBase:
 
     def _get_pool(self) -> WorkerPool:
         if self._pool is None or self._pool.closed:
-            self._pool = WorkerPool(self.num_threads, self.idle_timeout)
+            self._pool = WorkerPool(self.num_threads, self.idle_timeout,
+                                    self.intra_op_threads)
         return self._pool
 
     def _stream(self, key, device) -> Any:
@@ -350,7 +380,8 @@ class _PipelineBase:
         else:
             emb = job.buffer
         job.buffer = None
-        table = EmbeddingTable(job.version, job.seq, emb, event, rows)
+        table = EmbeddingTable(job.version, job.seq, emb, event, rows,
+                               compute_s=time.perf_counter() - job.launched)
         with self._stats_lock:
             self.tables_computed += 1
             self.rows_computed += job.nodes.numel()
@@ -385,12 +416,28 @@ class EmbeddingPipeline(_PipelineBase):
         num_threads (int): Worker threads.
         super_batch_size (int, optional): Versions per super-batch; see
             :func:`default_super_batch_size`.
-        chunk_size (int, optional): Hot vertices per work item; by default
-            the hot set is split into :obj:`num_threads` pieces of at most
-            65,536 vertices.
+        chunk_size (int, optional): Hot vertices per work item; see
+            :func:`default_chunk_size`.
         idle_timeout (float): Seconds before an idle worker thread exits.
             (default: :obj:`2.0`)
+        intra_op_threads (int): PyTorch threads of each worker thread.
+            (default: :obj:`1`)
+        candidates (torch.Tensor, optional): Sizes the hot set by measured
+            throughput (:obj:`hot_ratio='auto'`): :obj:`hot_nodes` must be
+            the first rows of :obj:`candidates` (vertices by decreasing
+            access count), and the hot set grows along them while the CPU
+            keeps up with room to spare; see :meth:`maybe_grow`.
+        on_grow (callable, optional): Called with the new number of rows
+            when a larger table becomes the one in use (before it is
+            returned by :meth:`acquire`).
     """
+    # hot_ratio='auto': grow when a table took at most 1 / _GROW_ROOM of the
+    # time until it is needed, aiming at _GROW_TARGET of that time, by at
+    # most _GROW_MAX at once.
+    _GROW_ROOM = 1.6
+    _GROW_TARGET = 0.7
+    _GROW_MAX = 2.0
+
     def __init__(
         self,
         computer: BottomLayerComputer,
@@ -402,37 +449,95 @@ class EmbeddingPipeline(_PipelineBase):
         super_batch_size: Optional[int] = None,
         chunk_size: Optional[int] = None,
         idle_timeout: float = 2.0,
+        intra_op_threads: int = 1,
+        candidates: Optional[Tensor] = None,
+        on_grow: Optional[Callable[[int], None]] = None,
     ):
         super().__init__(computer, layer, hot_nodes, device, max_staleness,
-                         num_threads, chunk_size, idle_timeout)
+                         num_threads, chunk_size, idle_timeout,
+                         intra_op_threads)
         self.super_batch_size = int(
             super_batch_size or default_super_batch_size(max_staleness))
         if self.super_batch_size < 1:
             raise ValueError(f"'super_batch_size' must be >= 1 (got "
                              f"{super_batch_size})")
         self.chunks = _split(self.hot_nodes.numel(), self.num_threads,
-                             chunk_size)
+                             self.chunk_size)
         self._current: Optional[EmbeddingTable] = None
         self._last_submit: Optional[int] = None
+        self.candidates = None
+        if candidates is not None:
+            self.candidates = candidates.to('cpu', torch.int64)
+            n = self.hot_nodes.numel()
+            if n > self.candidates.numel() or not torch.equal(
+                    self.candidates[:n], self.hot_nodes):
+                raise ValueError("'hot_nodes' must be the first rows of "
+                                 "'candidates'")
+        self.on_grow = on_grow
+        self.rows_in_use = self.hot_nodes.numel()
+        self._submitted_at: Optional[tuple] = None  # (version, time)
+        self.step_seconds: Optional[float] = None
+        self._waits_seen = 0
+        self.hot_sizes: List[int] = [self.hot_nodes.numel()]
 
     def stats(self) -> Dict[str, Any]:
         out = super().stats()
         out['refresh'] = 'super_batch'
         out['super_batch_size'] = self.super_batch_size
+        out['hot_sizes'] = list(self.hot_sizes)
         return out
 
     def maybe_submit(self, version: int) -> None:
         r"""Takes a snapshot and queues its table at the start of every
-        super-batch."""
+        super-batch (first growing the hot set, see :meth:`maybe_grow`)."""
         if not self.chunks:
             return
         last = self._last_submit
         if last is None or version - last >= self.super_batch_size:
+            if last is not None:
+                self.maybe_grow()
             self.submit(version)
+
+    def maybe_grow(self) -> bool:
+        r"""With :obj:`candidates`: if the newest table in use has as many
+        rows as the hot set, took at most :math:`1 / 1.6` of the time
+        until the next table is needed (:math:`S` training steps, timed
+        between snapshots) and the loop has not waited for a table since
+        the last check, grows the hot set so that a table would take about
+        70% of that time (at most twice as many rows at once). Tables are
+        queued with the new size from now on; the sampler is told only once
+        such a table is in use (:obj:`on_grow`), so that every batch pruned
+        with the larger set finds its rows. The hot set never shrinks.
+        Returns whether it grew."""
+        waited = self.num_waits > self._waits_seen
+        self._waits_seen = self.num_waits
+        table, n = self._current, self.hot_nodes.numel()
+        if (self.candidates is None or waited or table is None
+                or table.compute_s is None or self.step_seconds is None
+                or table.emb.size(0) < n or n >= self.candidates.numel()):
+            return False
+        budget = self.super_batch_size * self.step_seconds
+        room = budget / max(table.compute_s, 1e-9)
+        if room < self._GROW_ROOM:
+            return False
+        factor = min(self._GROW_MAX, self._GROW_TARGET * room)
+        size = min(int(n * factor), self.candidates.numel())
+        if size <= n:
+            return False
+        self.hot_nodes = self.candidates[:size]
+        self.chunks = _split(size, self.num_threads, self.chunk_size)
+        self.hot_sizes.append(size)
+        return True
 
     def submit(self, version: int) -> None:
         r"""Snapshots the layer's weights (of version :obj:`version`) and
         queues the computation of their table."""
+        now = time.perf_counter()
+        if self._submitted_at is not None and version > \
+                self._submitted_at[0]:
+            self.step_seconds = (now - self._submitted_at[1]) / (
+                version - self._submitted_at[0])
+        self._submitted_at = (version, now)
         self._launch(_Snapshot(version, self.layer), self.hot_nodes,
                      self.chunks)
         self._last_submit = version
@@ -464,6 +569,11 @@ class EmbeddingPipeline(_PipelineBase):
             self._current = current = table
         self._record_staleness(version - current.version)
         current.wait_on_main(self.device)
+        rows = current.emb.size(0)
+        if rows > self.rows_in_use:
+            self.rows_in_use = rows
+            if self.on_grow is not None:
+                self.on_grow(rows)
         return current
 
     def pause(self) -> None:
@@ -474,6 +584,7 @@ class EmbeddingPipeline(_PipelineBase):
                 self._current = job.future.result()
         super().pause()
         self._last_submit = None
+        self._submitted_at = None
 
     def close(self) -> None:
         r"""Like :meth:`pause`, and drops every table."""
@@ -505,10 +616,13 @@ class BatchEmbeddingCache(_PipelineBase):
         device (torch.device): Where embeddings are used.
         max_staleness (int): The staleness bound, in optimizer steps.
         num_threads (int): Worker threads.
-        chunk_size (int, optional): Rows per work item; by default a request
-            is split into :obj:`num_threads` pieces of at least 1,024 rows.
+        chunk_size (int, optional): The most rows per work item; see
+            :func:`default_chunk_size`. A request is split into at least
+            :obj:`num_threads` items where it has enough rows.
         idle_timeout (float): Seconds before an idle worker thread exits.
             (default: :obj:`2.0`)
+        intra_op_threads (int): PyTorch threads of each worker thread.
+            (default: :obj:`1`)
     """
     def __init__(
         self,
@@ -520,9 +634,11 @@ class BatchEmbeddingCache(_PipelineBase):
         num_threads: int,
         chunk_size: Optional[int] = None,
         idle_timeout: float = 2.0,
+        intra_op_threads: int = 1,
     ):
         super().__init__(computer, layer, hot_nodes, device, max_staleness,
-                         num_threads, chunk_size, idle_timeout)
+                         num_threads, chunk_size, idle_timeout,
+                         intra_op_threads)
         n = self.hot_nodes.numel()
         self.row_version = torch.full((n, ), _NEVER, dtype=torch.int64)
         self.queued_version = self.row_version.clone()
@@ -559,8 +675,7 @@ class BatchEmbeddingCache(_PipelineBase):
         if stale.numel() == 0:
             return
         self.queued_version[stale] = weights_version
-        chunks = _split(stale.numel(), self.num_threads, self.chunk_size,
-                        min_chunk=1024)
+        chunks = _split(stale.numel(), self.num_threads, self.chunk_size)
         self._launch(self._snapshot_at(weights_version),
                      self.hot_nodes[stale], chunks, rows=stale)
 

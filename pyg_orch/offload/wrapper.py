@@ -30,13 +30,36 @@ from pyg_orch.offload.step_counter import StepCounter
 
 _MAX_BATCHES = 8
 _DEFAULT_PRESAMPLE_BATCHES = 200
+# hot_ratio='auto': the hot set starts at 1% of the vertices and may grow up
+# to half of them.
+_AUTO_START_HOT_RATIO = 0.01
+_AUTO_MAX_HOT_RATIO = 0.5
+
+
+def _offload_cores() -> int:
+    # Half the cores; the other half is left to the training loop, the
+    # loader and the operating system.
+    return max(1, (os.cpu_count() or 1) // 2)
 
 
 def default_num_threads() -> int:
-    r"""Worker threads by default: half the CPU cores (at least one), each
-    running its tensor operations on one intra-op thread; the other half is
-    left to the training loop, the loader and the operating system."""
-    return max(1, (os.cpu_count() or 1) // 2)
+    r"""Worker threads by default: two (one on a machine with fewer than
+    four cores). Each runs its tensor operations on
+    :func:`default_intra_op_threads` threads. Few Python threads with
+    multi-threaded operations rather than one Python thread per core: the
+    workers then hold Python's interpreter lock less often, which the
+    training loop needs to launch its kernels (measured on an H100 with 16
+    cores and :func:`~torch_geometric.utils.trim_to_layer`: training steps
+    took 2.2x longer next to 8 single-threaded workers, 1.1x next to 2
+    workers of 4 threads, at about the same CPU throughput)."""
+    return min(2, _offload_cores())
+
+
+def default_intra_op_threads(num_threads: int) -> int:
+    r"""PyTorch intra-op threads per worker thread by default: half the
+    CPU cores shared among the :obj:`num_threads` workers (at least
+    one each)."""
+    return max(1, _offload_cores() // max(int(num_threads), 1))
 
 
 class _BatchInfo:
@@ -124,7 +147,8 @@ class OffloadRuntime:
                  pipeline: Union[EmbeddingPipeline, BatchEmbeddingCache],
                  num_hops: int,
                  features: Tensor, replace_rows: str = 'pruned',
-                 compensate_degrees: bool = True):
+                 compensate_degrees: bool = True,
+                 candidates: Optional[Tensor] = None):
         self.model = model
         self.loader = loader
         self.sampler = loader.node_sampler
@@ -139,11 +163,14 @@ class OffloadRuntime:
         self.compensate_degrees = compensate_degrees
         self.fanout = int(self.sampler.num_neighbors[None][-1])
         self._colptr: Dict[torch.device, Tensor] = {}
-        self.hot_mask = hot_set.hot_mask()
-        hot_pos = torch.full((hot_set.num_nodes, ), -1, dtype=torch.int32)
-        hot_pos[hot_set.hot_nodes] = torch.arange(hot_set.hot_nodes.numel(),
-                                                  dtype=torch.int32)
-        self._hot_pos = {torch.device('cpu'): hot_pos}
+        # Ranks of the vertices that are or may become hot (-1 for others):
+        # the hot set is always a prefix of `candidates` (see `_grow`).
+        self.candidates = hot_set.hot_nodes if candidates is None \
+            else candidates
+        self._rank = torch.full((hot_set.num_nodes, ), -1, dtype=torch.int32)
+        self._rank[self.candidates] = torch.arange(self.candidates.numel(),
+                                                   dtype=torch.int32)
+        self._set_num_hot(hot_set.hot_nodes.numel())
         self.batches: 'collections.OrderedDict[int, _BatchInfo]' = \
             collections.OrderedDict()
         self.ctx: Optional[_ForwardContext] = None
@@ -180,6 +207,21 @@ class OffloadRuntime:
                 pass
         self.remove_batch_hook = lambda: [r() for r in removers]
         self.reset_stats()
+
+    def _set_num_hot(self, n: int) -> None:
+        self.hot_set.hot_nodes = self.candidates[:n]
+        self.hot_mask = (self._rank >= 0) & (self._rank < n)
+        # Row of every vertex in the embedding tables, -1 if not hot:
+        self._hot_pos = {
+            torch.device('cpu'): torch.where(self.hot_mask, self._rank, -1)
+        }
+
+    def _grow(self, n: int) -> None:
+        # A table of `n` rows is in use: from now on, batches may be pruned
+        # with (and find replacements for) the first `n` candidates.
+        self._set_num_hot(n)
+        if self.training and self.active:
+            self.sampler.set_hot_nodes(self.hot_mask)
 
     # Modes ###################################################################
 
@@ -674,6 +716,24 @@ class BottomLayerOffload(torch.nn.Module):
     :obj:`max_staleness=32` removed the waits (see
     :obj:`benchmarks/bench_offload.py`).
 
+    **Sizing the hot set.** The more vertices are hot, the less the device
+    samples, fetches and aggregates, but a table must be computed within
+    :math:`S` training steps, or the loop waits. With
+    :obj:`hot_ratio='auto'` (:obj:`refresh='super_batch'` only), the hot
+    set starts with the 1% most accessed vertices and, at the start of a
+    super-batch, grows along the access ranking (up to half the vertices)
+    while the newest table took less than :math:`1 / 1.6` of the time
+    of :math:`S` steps and the loop did not wait, aiming at 70% of it
+    (see :meth:`EmbeddingPipeline.maybe_grow
+    <pyg_orch.offload.EmbeddingPipeline.maybe_grow>`). It never shrinks.
+    The sampler prunes the larger set only once a table that holds it is
+    in use, so every pruned vertex finds its embedding; a batch sampled
+    before may then get CPU embeddings for hot rows it did not prune (as
+    with :obj:`replace_rows='all'`). :meth:`stats` lists the sizes taken
+    (:obj:`'hot_sizes'`). On an H100 the sustainable hot set, and so the
+    speed-up, grew with :obj:`max_staleness` (see
+    :obj:`benchmarks/bench_offload.py`).
+
     **Refresh modes.** With :obj:`refresh='super_batch'` (the default, as
     described above), every table holds *all* hot vertices: the CPU cost
     per super-batch grows with the hot set, whatever the batches need.
@@ -748,8 +808,9 @@ class BottomLayerOffload(torch.nn.Module):
         model (torch.nn.Module): The GNN, with at least one
             :class:`~torch_geometric.nn.conv.MessagePassing` layer.
         loader (HybridNeighborLoader): The training loader.
-        hot_ratio (float): Fraction of all vertices whose bottom layer runs
-            on the CPU. (default: :obj:`0.05`)
+        hot_ratio (float or str): Fraction of all vertices whose bottom
+            layer runs on the CPU, or :obj:`'auto'` to size the hot set by
+            measured throughput (see above). (default: :obj:`0.05`)
         gpu_cache_ratio (float): Fraction of all vertices that are GPU-cache
             candidates. (default: :obj:`0.1`)
         max_staleness (int): The most optimizer steps between the weights
@@ -757,6 +818,9 @@ class BottomLayerOffload(torch.nn.Module):
             (default: :obj:`1`)
         num_threads (int, optional): CPU worker threads; see
             :func:`~pyg_orch.offload.wrapper.default_num_threads`.
+        intra_op_threads (int, optional): PyTorch intra-op threads of each
+            worker thread; see
+            :func:`~pyg_orch.offload.wrapper.default_intra_op_threads`.
         full_neighbors (bool): Aggregate over all in-neighbors of hot
             vertices instead of the bottom-hop fan-out.
             (default: :obj:`False`)
@@ -768,7 +832,9 @@ class BottomLayerOffload(torch.nn.Module):
         super_batch_size (int, optional): Steps per super-batch, overriding
             the default derived from :obj:`max_staleness` (the bound is
             enforced either way).
-        chunk_size (int, optional): Hot vertices per CPU work item.
+        chunk_size (int, optional): The most hot vertices per CPU work
+            item; see
+            :func:`~pyg_orch.offload.embedding_pipeline.default_chunk_size`.
         seed (int, optional): Seeds pre-sampling and the CPU-side neighbor
             sampling. (default: :obj:`0`)
         idle_timeout (float): Seconds an idle worker thread waits before it
@@ -797,6 +863,7 @@ class BottomLayerOffload(torch.nn.Module):
         num_presample_batches: Optional[int] = None,
         super_batch_size: Optional[int] = None,
         chunk_size: Optional[int] = None,
+        intra_op_threads: Optional[int] = None,
         seed: Optional[int] = 0,
         idle_timeout: float = 2.0,
         replace_rows: str = 'pruned',
@@ -812,6 +879,11 @@ class BottomLayerOffload(torch.nn.Module):
         sampler, data, num_hops, fanout = _check_loader(loader)
         hot_ratio, gpu_cache_ratio = _check_ratios(hot_ratio,
                                                    gpu_cache_ratio)
+        auto = hot_ratio == 'auto'
+        if auto and refresh != 'super_batch':
+            raise NotImplementedError(
+                "hot_ratio='auto' sizes the hot set by the time tables of "
+                "all hot vertices take, so it needs refresh='super_batch'")
         if isinstance(max_staleness, bool) or not isinstance(
                 max_staleness, int) or max_staleness < 0:
             raise ValueError(f"'max_staleness' must be an integer >= 0 "
@@ -833,6 +905,17 @@ class BottomLayerOffload(torch.nn.Module):
                 num_threads, int) or num_threads < 1:
             raise ValueError(f"'num_threads' must be an integer >= 1 (got "
                              f"{num_threads!r})")
+        if intra_op_threads is None:
+            intra_op_threads = default_intra_op_threads(num_threads)
+        if isinstance(intra_op_threads, bool) or not isinstance(
+                intra_op_threads, int) or intra_op_threads < 1:
+            raise ValueError(f"'intra_op_threads' must be an integer >= 1 "
+                             f"(got {intra_op_threads!r})")
+        if chunk_size is not None and (isinstance(chunk_size, bool) or
+                                       not isinstance(chunk_size, int)
+                                       or chunk_size < 1):
+            raise ValueError(f"'chunk_size' must be an integer >= 1 (got "
+                             f"{chunk_size!r})")
 
         super().__init__()
         # Share the model's state, so that parameters(), state_dict() etc.
@@ -864,24 +947,41 @@ class BottomLayerOffload(torch.nn.Module):
         seeds = loader.input_data.node
         if seeds is None:  # All nodes:
             seeds = torch.arange(sampler.topology.num_nodes[None])
-        hot_set = select_hot_nodes(sampler, seeds, batch_size, hot_ratio,
-                                   gpu_cache_ratio, num_presample_batches,
-                                   seed)
+        candidates = None
+        if auto:
+            # Candidates: the most accessed vertices, up to the cap; the
+            # hot set starts with the first of them and grows while the
+            # CPU keeps up.
+            cap = min(_AUTO_MAX_HOT_RATIO, 1.0 - gpu_cache_ratio)
+            hot_set = select_hot_nodes(sampler, seeds, batch_size, cap,
+                                       gpu_cache_ratio,
+                                       num_presample_batches, seed)
+            candidates = hot_set.hot_nodes
+            start = max(1, int(round(_AUTO_START_HOT_RATIO *
+                                     hot_set.num_nodes)))
+            hot_set.hot_nodes = candidates[:start]
+        else:
+            hot_set = select_hot_nodes(sampler, seeds, batch_size,
+                                       hot_ratio, gpu_cache_ratio,
+                                       num_presample_batches, seed)
         if hot_set.hot_nodes.numel() > 0:
             computer.calibrate(hot_set.hot_nodes)
         if refresh == 'super_batch':
             pipeline = EmbeddingPipeline(
                 computer, first, hot_set.hot_nodes, loader.device,
                 max_staleness, num_threads, super_batch_size=super_batch_size,
-                chunk_size=chunk_size, idle_timeout=idle_timeout)
+                chunk_size=chunk_size, idle_timeout=idle_timeout,
+                intra_op_threads=intra_op_threads, candidates=candidates)
         else:
             pipeline = BatchEmbeddingCache(
                 computer, first, hot_set.hot_nodes, loader.device,
                 max_staleness, num_threads, chunk_size=chunk_size,
-                idle_timeout=idle_timeout)
+                idle_timeout=idle_timeout, intra_op_threads=intra_op_threads)
         runtime = OffloadRuntime(model, loader, layer_name, first, hot_set,
                                  pipeline, num_hops, x, replace_rows,
-                                 bool(compensate_degrees))
+                                 bool(compensate_degrees), candidates)
+        if auto:
+            pipeline.on_grow = _RuntimeHook(runtime, '_grow')
         object.__setattr__(self, '_offload', runtime)
         object.__setattr__(self, 'full_neighbors', bool(full_neighbors))
         object.__setattr__(self, '_finalizer',
@@ -1102,21 +1202,26 @@ def _check_loader(loader):
 
 
 def _check_ratios(hot_ratio, cache_ratio):
-    if isinstance(hot_ratio, str):
-        if hot_ratio == 'auto':
+    if isinstance(cache_ratio, str):
+        if cache_ratio == 'auto':
             raise NotImplementedError(
-                "hot_ratio='auto' is not implemented yet: pass a fraction "
-                "such as 0.05 (a larger one moves more bottom-layer work to "
-                "the CPU; watch stats()['wait_s'] to see whether the CPU "
-                "keeps up)")
+                "gpu_cache_ratio='auto' is not implemented yet: pass a "
+                "fraction of the vertices, such as 0.1")
+        raise ValueError(f"'gpu_cache_ratio' must be a float in [0, 1] (got "
+                         f"{cache_ratio!r})")
+    if isinstance(hot_ratio, str) and hot_ratio != 'auto':
         raise ValueError(f"'hot_ratio' must be a float in [0, 1] or 'auto' "
                          f"(got {hot_ratio!r})")
-    for name, v in (('hot_ratio', hot_ratio),
-                    ('gpu_cache_ratio', cache_ratio)):
+    checks = [('gpu_cache_ratio', cache_ratio)]
+    if hot_ratio != 'auto':
+        checks.append(('hot_ratio', hot_ratio))
+    for name, v in checks:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or \
                 not 0.0 <= float(v) <= 1.0:
             raise ValueError(f"'{name}' must be a float in [0, 1] (got "
                              f"{v!r})")
+    if hot_ratio == 'auto':
+        return hot_ratio, float(cache_ratio)
     if float(hot_ratio) + float(cache_ratio) > 1.0 + 1e-9:
         raise ValueError(f"'hot_ratio' + 'gpu_cache_ratio' must not exceed "
                          f"1 (got {hot_ratio} + {cache_ratio})")

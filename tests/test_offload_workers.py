@@ -1,0 +1,147 @@
+"""The CPU side of :class:`pyg_orch.offload.BottomLayerOffload`: the
+subgraphs the workers build, how work is split into items, and the worker
+threads' settings."""
+import pytest
+import torch
+from torch_geometric.nn import GATConv, GCNConv, GraphSAGE, SAGEConv
+
+from pyg_orch.offload import (
+    BottomLayerComputer,
+    BottomLayerOffload,
+    EmbeddingPipeline,
+    WorkerPool,
+    default_chunk_size,
+    default_intra_op_threads,
+    default_num_threads,
+)
+from pyg_orch.offload.embedding_pipeline import _split
+from pyg_orch.sampling.topology import CSCTopology
+
+from test_offload import (  # noqa: F401 (autouse fixtures)
+    no_thread_leaks,
+    one_intra_op_thread,
+    tiny_graph,
+    tiny_loader,
+)
+
+
+def _computer(layer, data, num_neighbors=3, **kwargs):
+    n = data.num_nodes
+    csc = CSCTopology.from_edge_index(data.edge_index, n, n)
+    return BottomLayerComputer(layer, data.x, csc, num_neighbors, seed=0,
+                               **kwargs)
+
+
+@pytest.mark.parametrize('conv', [
+    lambda: SAGEConv(8, 6),
+    lambda: GATConv(8, 6, heads=2),
+    lambda: GCNConv(8, 6),
+])
+def test_subgraph_without_dedup_gives_same_outputs(conv):
+    # Degree-free layers skip deduplication (one source row per sampled
+    # edge); the targets' outputs must not change. Degree-normalized ones
+    # (GCNConv) deduplicate by default.
+    data = tiny_graph()
+    torch.manual_seed(0)
+    layer = conv()
+    nodes = torch.tensor([0, 1, 2, 5, 9, 20, 33])
+    fast = _computer(layer, data, dedup=False)
+    exact = _computer(layer, data, dedup=True)
+    assert _computer(layer, data).dedup == isinstance(layer, GCNConv)
+
+    gen = torch.Generator().manual_seed(3)
+    ids, edge_index = fast.subgraph(nodes, gen)
+    # Targets first, then one row per sampled edge:
+    assert torch.equal(ids[:nodes.numel()], nodes)
+    assert ids.numel() == nodes.numel() + edge_index.size(1)
+    assert torch.equal(edge_index[0], torch.arange(nodes.numel(),
+                                                   ids.numel()))
+    gen = torch.Generator().manual_seed(3)
+    ids2, edge_index2 = exact.subgraph(nodes, gen)
+    assert ids2.unique().numel() == ids2.numel()  # One row per vertex.
+    # The same sampled edges, as global (source, target) pairs:
+    pairs = set(zip(ids[edge_index[0]].tolist(),
+                    ids[edge_index[1]].tolist()))
+    pairs2 = set(zip(ids2[edge_index2[0]].tolist(),
+                     ids2[edge_index2[1]].tolist()))
+    assert pairs == pairs2
+
+    if isinstance(layer, GCNConv):
+        return  # Sources' in-degrees differ: the point of deduplicating.
+    for computer in (fast, exact):
+        computer.calibrate(nodes)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        a = fast.compute(fast.template, nodes)
+        b = exact.compute(exact.template, nodes)
+    # Both computers' generators are seeded alike per thread:
+    assert a.shape == (nodes.numel(), b.size(1))
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_default_chunk_size_by_bytes():
+    data = tiny_graph(num_features=100)
+    layer = SAGEConv(100, 4)
+    # 8 MB of gathered rows: (1 + 5) rows of 400 bytes per vertex.
+    assert default_chunk_size(_computer(layer, data, 5)) == \
+        8 * 2**20 // (6 * 400)
+    wide = tiny_graph(num_features=600)
+    assert default_chunk_size(_computer(SAGEConv(600, 4), wide, 5)) == \
+        8 * 2**20 // (6 * 2400)
+    # Bounded on both sides:
+    assert default_chunk_size(_computer(layer, tiny_graph(num_features=2),
+                                        5)) == 16384
+    huge = tiny_graph(num_features=20000, num_nodes=20, num_edges=40)
+    assert default_chunk_size(_computer(SAGEConv(20000, 4), huge, 5)) == 256
+
+
+@pytest.mark.parametrize('n,threads,size', [
+    (10_000, 2, 3000),
+    (1_000, 2, 3000),
+    (1_000, 8, 3000),
+    (100, 4, 3000),
+    (7, 1, 2),
+])
+def test_split_covers_rows(n, threads, size):
+    items = _split(n, threads, size)
+    assert items[0][0] == 0 and items[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(items[:-1], items[1:]))
+    assert all(0 < hi - lo <= size for lo, hi in items)
+    # Enough items for every thread, unless they would get under 256 rows:
+    assert len(items) >= min(threads, max(n // 256, 1))
+    assert _split(0, threads, size) == []
+
+
+def test_worker_intra_op_threads():
+    pool = WorkerPool(2, idle_timeout=1.0, intra_op_threads=3)
+    futures = [pool.submit(torch.get_num_threads) for _ in range(4)]
+    assert [f.result(timeout=10) for f in futures] == [3] * 4
+    pool.close()
+
+
+def test_thread_defaults_and_validation(monkeypatch):
+    for cores, workers, intra in [(1, 1, 1), (2, 1, 1), (4, 2, 1),
+                                  (16, 2, 4), (64, 2, 16)]:
+        monkeypatch.setattr('os.cpu_count', lambda: cores)
+        assert default_num_threads() == workers
+        assert default_intra_op_threads(workers) == intra
+        assert default_intra_op_threads(8) == max(1, cores // 2 // 8)
+    monkeypatch.undo()
+
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    model = GraphSAGE(8, 8, 2, 3)
+    for name, bad in [('intra_op_threads', 0), ('intra_op_threads', 1.5),
+                      ('chunk_size', 0), ('chunk_size', True),
+                      ('num_threads', 0)]:
+        with pytest.raises(ValueError, match=name):
+            BottomLayerOffload(model, loader, **{name: bad})
+    off = BottomLayerOffload(model, loader, num_threads=2,
+                             intra_op_threads=2, chunk_size=5)
+    stats = off.stats()
+    assert stats['num_threads'] == 2 and stats['intra_op_threads'] == 2
+    assert stats['chunk_size'] == 5
+    pipeline = off._offload.pipeline
+    assert isinstance(pipeline, EmbeddingPipeline)
+    assert all(hi - lo <= 5 for lo, hi in pipeline.chunks)
+    off.close()
