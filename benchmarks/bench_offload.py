@@ -130,7 +130,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "refresh='super_batch' / 'batch'), optionally with "
                    "overrides, e.g. 'super_batch:s=16:h=0.1:t=2:i=4' "
                    "(max_staleness, hot_ratio (a fraction or 'auto'), "
-                   "num_threads, intra_op_threads, c= chunk_size)")
+                   "num_threads, intra_op_threads, c= chunk_size, d=bf16 "
+                   "cpu_autocast)")
     p.add_argument('--presample-batches', type=int, default=None)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--seeds', type=int, default=5,
@@ -176,7 +177,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 _OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', _ratio),
               't': ('num_threads', int), 'i': ('intra_op_threads', int),
-              'c': ('chunk_size', int)}
+              'c': ('chunk_size', int),
+              'd': ('cpu_autocast', lambda v: {'bf16': torch.bfloat16}[v])}
 
 
 def mode_options(args, mode: str) -> Dict[str, Any]:
@@ -193,9 +195,13 @@ def mode_options(args, mode: str) -> Dict[str, Any]:
         key, _, value = part.partition('=')
         if key not in _OVERRIDES or not value:
             raise ValueError(f"bad override {part!r} in mode {mode!r} "
-                             f"(expected s=, h=, t=, i= or c=)")
+                             f"(expected s=, h=, t=, i=, c= or d=bf16)")
         field, kind = _OVERRIDES[key]
-        opts[field] = kind(value)
+        try:
+            opts[field] = kind(value)
+        except (KeyError, ValueError):
+            raise ValueError(f"bad value in {part!r} of mode {mode!r}"
+                             ) from None
     return opts
 
 

@@ -145,3 +145,29 @@ def test_thread_defaults_and_validation(monkeypatch):
     assert isinstance(pipeline, EmbeddingPipeline)
     assert all(hi - lo <= 5 for lo, hi in pipeline.chunks)
     off.close()
+
+
+def test_cpu_autocast_bfloat16():
+    data = tiny_graph(num_features=64)
+    torch.manual_seed(0)
+    layer = SAGEConv(64, 32)
+    nodes = torch.arange(0, 200, 7)
+    exact = _computer(layer, data)
+    fast = _computer(layer, data, autocast_dtype=torch.bfloat16)
+    with torch.no_grad():
+        a = exact.compute(exact.template, nodes)
+        b = fast.compute(fast.template, nodes)
+    assert b.dtype == torch.float32 and b.shape == a.shape
+    assert not torch.equal(a, b)  # Rounded: autocast is in effect.
+    # bfloat16 keeps 8 bits of mantissa:
+    assert torch.allclose(a, b, rtol=0.05, atol=0.05 * a.abs().max())
+    with pytest.raises(ValueError, match='autocast_dtype'):
+        _computer(layer, data, autocast_dtype=torch.float16)
+    loader = tiny_loader(tiny_graph())
+    with pytest.raises(ValueError, match='cpu_autocast'):
+        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader,
+                           cpu_autocast=torch.float16)
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader,
+                             cpu_autocast=torch.bfloat16)
+    assert off.stats()['cpu_autocast'] == 'bfloat16'
+    off.close()

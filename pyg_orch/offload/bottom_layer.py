@@ -127,10 +127,19 @@ class BottomLayerComputer:
             by default (:obj:`None`), only those deduplicate, see
             :func:`needs_degree_compensation`. Without it, every sampled
             edge gets its own source row, which saves a sort per work item.
+        autocast_dtype (torch.dtype, optional): Run the layer under CPU
+            autocast in this dtype (:obj:`torch.bfloat16`): its matrix
+            products then take bfloat16 inputs (faster on CPUs with AMX or
+            AVX512-BF16), at about three significant digits; the output is
+            returned in the features' dtype. (default: :obj:`None`)
     """
     def __init__(self, layer: torch.nn.Module, x: Tensor, csc: CSCTopology,
                  num_neighbors: int, replace: bool = False,
-                 seed: Optional[int] = None, dedup: Optional[bool] = None):
+                 seed: Optional[int] = None, dedup: Optional[bool] = None,
+                 autocast_dtype: Optional[torch.dtype] = None):
+        if autocast_dtype not in (None, torch.bfloat16):
+            raise ValueError(f"'autocast_dtype' must be None or "
+                             f"torch.bfloat16 (got {autocast_dtype!r})")
         # Copied before any hook of ours is registered on `layer`:
         self.template = copy.deepcopy(layer).to('cpu').eval()
         for p in self.template.parameters():
@@ -142,6 +151,7 @@ class BottomLayerComputer:
         self.seed = seed
         self.dedup = needs_degree_compensation(layer) if dedup is None \
             else bool(dedup)
+        self.autocast_dtype = autocast_dtype
         self._local = threading.local()
         self._lock = threading.Lock()
         self._num_threads_seen = 0
@@ -239,12 +249,19 @@ class BottomLayerComputer:
         :obj:`[len(nodes), out_channels]`."""
         local = self._thread_state()
         n = nodes.numel()
+        dtype = self.autocast_dtype
         with torch.no_grad():
             ids, edge_index = self.subgraph(nodes, local.generator)
             x = self.x.index_select(0, ids)
-            if self.bipartite:
-                return _first(layer((x, x[:n]), edge_index))
-            return _first(layer(x, edge_index))[:n]
+            with torch.autocast('cpu', dtype=dtype or torch.bfloat16,
+                                enabled=dtype is not None):
+                if self.bipartite:
+                    out = _first(layer((x, x[:n]), edge_index))
+                else:
+                    out = _first(layer(x, edge_index))[:n]
+            if dtype is not None and out.is_floating_point():
+                out = out.to(x.dtype)
+            return out
 
 
 def _first(out):

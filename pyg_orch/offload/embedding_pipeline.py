@@ -234,6 +234,8 @@ class _PipelineBase:
             'max_staleness': self.max_staleness,
             'num_threads': self.num_threads,
             'intra_op_threads': self.intra_op_threads,
+            'cpu_autocast': None if self.computer.autocast_dtype is None else
+            str(self.computer.autocast_dtype).replace('torch.', ''),
             'chunk_size': self.chunk_size,
             'staleness_hist': hist,
             'max_staleness_seen': max(hist) if hist else None,

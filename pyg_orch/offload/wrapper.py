@@ -835,6 +835,11 @@ class BottomLayerOffload(torch.nn.Module):
         chunk_size (int, optional): The most hot vertices per CPU work
             item; see
             :func:`~pyg_orch.offload.embedding_pipeline.default_chunk_size`.
+        cpu_autocast (torch.dtype, optional): :obj:`torch.bfloat16` runs the
+            CPU copy of the layer under CPU autocast: its matrix products
+            take bfloat16 inputs (faster on CPUs with AMX or AVX512-BF16),
+            so hot embeddings carry about three significant digits, on top
+            of their staleness. (default: :obj:`None`, full precision)
         seed (int, optional): Seeds pre-sampling and the CPU-side neighbor
             sampling. (default: :obj:`0`)
         idle_timeout (float): Seconds an idle worker thread waits before it
@@ -864,6 +869,7 @@ class BottomLayerOffload(torch.nn.Module):
         super_batch_size: Optional[int] = None,
         chunk_size: Optional[int] = None,
         intra_op_threads: Optional[int] = None,
+        cpu_autocast: Optional[torch.dtype] = None,
         seed: Optional[int] = 0,
         idle_timeout: float = 2.0,
         replace_rows: str = 'pruned',
@@ -911,6 +917,9 @@ class BottomLayerOffload(torch.nn.Module):
                 intra_op_threads, int) or intra_op_threads < 1:
             raise ValueError(f"'intra_op_threads' must be an integer >= 1 "
                              f"(got {intra_op_threads!r})")
+        if cpu_autocast not in (None, torch.bfloat16):
+            raise ValueError(f"'cpu_autocast' must be None or torch.bfloat16 "
+                             f"(got {cpu_autocast!r})")
         if chunk_size is not None and (isinstance(chunk_size, bool) or
                                        not isinstance(chunk_size, int)
                                        or chunk_size < 1):
@@ -939,7 +948,8 @@ class BottomLayerOffload(torch.nn.Module):
         csc = sampler.topology.to('cpu').csc[None]
         computer = BottomLayerComputer(first, x, csc,
                                        -1 if full_neighbors else fanout,
-                                       replace=sampler.replace, seed=seed)
+                                       replace=sampler.replace, seed=seed,
+                                       autocast_dtype=cpu_autocast)
 
         batch_size = getattr(loader, 'batch_size', None) or 1
         if num_presample_batches is None:
