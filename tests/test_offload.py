@@ -459,8 +459,8 @@ def test_unsupported_inputs():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
-    with pytest.raises(NotImplementedError, match="gpu_cache_ratio='auto'"):
-        BottomLayerOffload(model, loader, gpu_cache_ratio='auto')
+    with pytest.raises(ValueError, match='gpu_cache_ratio'):
+        BottomLayerOffload(model, loader, gpu_cache_ratio='all')
     with pytest.raises(NotImplementedError, match="refresh='super_batch'"):
         BottomLayerOffload(model, loader, hot_ratio='auto', refresh='batch')
     with pytest.raises(ValueError, match='hot_ratio'):
@@ -489,6 +489,35 @@ def test_unsupported_inputs():
 
 
 # Hot set #####################################################################
+
+
+def test_gpu_cache_ratio_auto_fills_the_feature_store():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    model = GraphSAGE(8, 8, 2, 3)
+    # A CPU loader has no feature store: no candidates.
+    assert loader.feature_store is None
+    off = BottomLayerOffload(model, loader, gpu_cache_ratio='auto')
+    assert off.gpu_cache_nodes.numel() == 0
+    off.close()
+
+    class Store:
+        capacity = 30
+        cached = None
+
+        def set_cached_nodes(self, nodes):
+            self.cached = nodes
+
+    loader.feature_store = store = Store()
+    off = BottomLayerOffload(model, loader, hot_ratio=0.05,
+                             gpu_cache_ratio='auto')
+    assert off.gpu_cache_nodes.numel() == 30
+    assert torch.equal(store.cached, off.gpu_cache_nodes)
+    ref = BottomLayerOffload(model, tiny_loader(data), hot_ratio=0.05,
+                             gpu_cache_ratio=30 / data.num_nodes)
+    assert torch.equal(ref.gpu_cache_nodes, off.gpu_cache_nodes)
+    off.close()
+    ref.close()
 
 
 def test_hot_set_selection():

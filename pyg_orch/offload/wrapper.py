@@ -811,8 +811,10 @@ class BottomLayerOffload(torch.nn.Module):
         hot_ratio (float or str): Fraction of all vertices whose bottom
             layer runs on the CPU, or :obj:`'auto'` to size the hot set by
             measured throughput (see above). (default: :obj:`0.05`)
-        gpu_cache_ratio (float): Fraction of all vertices that are GPU-cache
-            candidates. (default: :obj:`0.1`)
+        gpu_cache_ratio (float or str): Fraction of all vertices that are
+            GPU-cache candidates, or :obj:`'auto'` for as many as the
+            loader's GPU feature store holds (its :obj:`gpu_memory_budget`;
+            none without a feature store). (default: :obj:`0.1`)
         max_staleness (int): The most optimizer steps between the weights
             used for an embedding and the weights of the step using it.
             (default: :obj:`1`)
@@ -886,6 +888,12 @@ class BottomLayerOffload(torch.nn.Module):
         hot_ratio, gpu_cache_ratio = _check_ratios(hot_ratio,
                                                    gpu_cache_ratio)
         auto = hot_ratio == 'auto'
+        num_nodes = sampler.topology.num_nodes[None]
+        if gpu_cache_ratio == 'auto':
+            # As many candidates as the loader's feature store can hold:
+            store = getattr(loader, 'feature_store', None)
+            capacity = int(getattr(store, 'capacity', 0) or 0)
+            gpu_cache_ratio = min(capacity / max(num_nodes, 1), 1.0)
         if auto and refresh != 'super_batch':
             raise NotImplementedError(
                 "hot_ratio='auto' sizes the hot set by the time tables of "
@@ -962,7 +970,7 @@ class BottomLayerOffload(torch.nn.Module):
             # Candidates: the most accessed vertices, up to the cap; the
             # hot set starts with the first of them and grows while the
             # CPU keeps up.
-            cap = min(_AUTO_MAX_HOT_RATIO, 1.0 - gpu_cache_ratio)
+            cap = _AUTO_MAX_HOT_RATIO
             hot_set = select_hot_nodes(sampler, seeds, batch_size, cap,
                                        gpu_cache_ratio,
                                        num_presample_batches, seed)
@@ -1212,26 +1220,23 @@ def _check_loader(loader):
 
 
 def _check_ratios(hot_ratio, cache_ratio):
-    if isinstance(cache_ratio, str):
-        if cache_ratio == 'auto':
-            raise NotImplementedError(
-                "gpu_cache_ratio='auto' is not implemented yet: pass a "
-                "fraction of the vertices, such as 0.1")
-        raise ValueError(f"'gpu_cache_ratio' must be a float in [0, 1] (got "
-                         f"{cache_ratio!r})")
+    if isinstance(cache_ratio, str) and cache_ratio != 'auto':
+        raise ValueError(f"'gpu_cache_ratio' must be a float in [0, 1] or "
+                         f"'auto' (got {cache_ratio!r})")
     if isinstance(hot_ratio, str) and hot_ratio != 'auto':
         raise ValueError(f"'hot_ratio' must be a float in [0, 1] or 'auto' "
                          f"(got {hot_ratio!r})")
-    checks = [('gpu_cache_ratio', cache_ratio)]
-    if hot_ratio != 'auto':
-        checks.append(('hot_ratio', hot_ratio))
+    checks = [(name, v) for name, v in (('hot_ratio', hot_ratio),
+                                        ('gpu_cache_ratio', cache_ratio))
+              if v != 'auto']
     for name, v in checks:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or \
                 not 0.0 <= float(v) <= 1.0:
             raise ValueError(f"'{name}' must be a float in [0, 1] (got "
                              f"{v!r})")
-    if hot_ratio == 'auto':
-        return hot_ratio, float(cache_ratio)
+    if 'auto' in (hot_ratio, cache_ratio):
+        return tuple(v if v == 'auto' else float(v)
+                     for v in (hot_ratio, cache_ratio))
     if float(hot_ratio) + float(cache_ratio) > 1.0 + 1e-9:
         raise ValueError(f"'hot_ratio' + 'gpu_cache_ratio' must not exceed "
                          f"1 (got {hot_ratio} + {cache_ratio})")
