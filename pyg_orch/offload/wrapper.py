@@ -44,14 +44,16 @@ def _offload_cores() -> int:
 
 def default_num_threads() -> int:
     r"""Worker threads by default: two (one on a machine with fewer than
-    four cores). Each runs its tensor operations on
+    four cores), each running its tensor operations on
     :func:`default_intra_op_threads` threads. Few Python threads with
     multi-threaded operations rather than one Python thread per core: the
-    workers then hold Python's interpreter lock less often, which the
-    training loop needs to launch its kernels (measured on an H100 with 16
-    cores and :func:`~torch_geometric.utils.trim_to_layer`: training steps
-    took 2.2x longer next to 8 single-threaded workers, 1.1x next to 2
-    workers of 4 threads, at about the same CPU throughput)."""
+    workers then take Python's interpreter lock less often, which the
+    training loop needs to launch its kernels. Measured on an H100 machine
+    with 16 cores (:obj:`benchmarks/bench_offload_workers.py`, work items
+    of about 8 MB, see :func:`default_chunk_size`): next to training with
+    :func:`~torch_geometric.utils.trim_to_layer`, 8 single-threaded
+    workers made its steps 2.7x longer, 2 workers of 4 threads 1.04x, at
+    about 1.0M hot rows per second alone for both."""
     return min(2, _offload_cores())
 
 
