@@ -96,6 +96,35 @@ def _hot_rows(slot: Tensor, lo: int) -> Tuple[Tensor, Tensor]:
     return rows + lo, slot.index_select(0, rows).to(torch.int64)
 
 
+class _ReplaceRows(torch.autograd.Function):
+    r"""Replaces the rows :obj:`lo + i` of :obj:`out` where :obj:`hot[i]`
+    by :obj:`emb[i]`, out of place; their gradient is zero. Selected with
+    :obj:`where`, so that no hot row needs to be found on the host.
+    Cheaper than rebuilding the output from slices, whose backward pass
+    fills, copies and adds a full-size gradient per slice (measured on an
+    H100 under :func:`~torch_geometric.utils.trim_to_layer`: 1.3 ms per
+    step, more than offload saved)."""
+    @staticmethod
+    def forward(ctx, out: Tensor, lo: int, hot: Tensor,
+                emb: Tensor) -> Tensor:
+        new = out.clone()
+        part = new[lo:lo + hot.numel()]
+        mask = hot.view(-1, *([1] * (out.dim() - 1)))
+        part.copy_(torch.where(mask, emb, part))
+        ctx.lo = lo
+        ctx.save_for_backward(hot)
+        return new
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        hot, = ctx.saved_tensors
+        lo = ctx.lo
+        grad = grad.clone()
+        part = grad[lo:lo + hot.numel()]
+        part.masked_fill_(hot.view(-1, *([1] * (grad.dim() - 1))), 0)
+        return grad, None, None, None
+
+
 class _ForwardContext:
     __slots__ = ('x', 'edge_index', 'info', 'version', 'called', 'in_call')
 
@@ -603,11 +632,8 @@ class OffloadRuntime:
         hot = slot >= 0
         emb = table.emb.index_select(0, slot.clamp(min=0).to(torch.int64))
         emb = emb.to(device=out.device, dtype=out.dtype)
-        mid = torch.where(hot.view(-1, *([1] * (out.dim() - 1))), emb,
-                          out[lo:hi])
         self._add_replaced(hot.sum())
-        # Out of place, not accumulating: no gradient reaches replaced rows.
-        return torch.cat([out[:lo], mid, out[hi:]], dim=0)
+        return _ReplaceRows.apply(out, lo, hot, emb)
 
     def _replace_rows(self, out: Tensor, info: _BatchInfo,
                       emb: Tensor) -> Tensor:
