@@ -102,7 +102,7 @@ class _ReplaceRows(torch.autograd.Function):
     :obj:`where`, so that no hot row needs to be found on the host.
     Cheaper than rebuilding the output from slices, whose backward pass
     fills, copies and adds a full-size gradient per slice (measured on an
-    H100 under :func:`~torch_geometric.utils.trim_to_layer`: 1.3 ms per
+    H100 under :func:`~torch_geometric.utils.trim_to_layer`: about 1.3 ms per
     step, more than offload saved)."""
     @staticmethod
     def forward(ctx, out: Tensor, lo: int, hot: Tensor,
@@ -782,8 +782,9 @@ class BottomLayerOffload(torch.nn.Module):
     Either way, weights must change only through optimizer steps (or,
     without an optimizer, between forward passes).
 
-    **Gradients.** Replaced rows are new values (an out-of-place
-    :meth:`~torch.Tensor.index_put`), so no gradient flows through them:
+    **Gradients.** Replaced rows are new values (written into a copy of the
+    layer's output, whose backward pass zeroes their gradient), so no
+    gradient flows through them:
     the first layer's weights receive gradient only from the rows that were
     not replaced (everything above the first layer trains as usual). The
     CPU copy of the layer runs in evaluation mode (no dropout inside it).
