@@ -474,7 +474,8 @@ def print_throughput(args, res) -> None:
 # Accuracy ####################################################################
 
 def train_and_test(data, arch: str, seed: int, offload: bool,
-                   epochs: int, max_staleness: int = 1) -> Dict[str, Any]:
+                   epochs: int, max_staleness: int = 1,
+                   full_neighbors: bool = False) -> Dict[str, Any]:
     from torch_geometric.nn import GCN, GraphSAGE
 
     from pyg_orch import HybridNeighborLoader
@@ -489,7 +490,8 @@ def train_and_test(data, arch: str, seed: int, offload: bool,
                   dropout=0.5)
     if offload:
         model = BottomLayerOffload(model, loader, seed=seed,
-                                   max_staleness=max_staleness)
+                                   max_staleness=max_staleness,
+                                   full_neighbors=full_neighbors)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01,
                                  weight_decay=5e-4)
     for _ in range(epochs):
@@ -531,7 +533,8 @@ def run_accuracy(args) -> Dict[str, Any]:
                 runs = {
                     mode: [
                         train_and_test(data, arch, s, mode == 'offload',
-                                       args.epochs, args.max_staleness)
+                                       args.epochs, args.max_staleness,
+                                       args.full_neighbors)
                         for s in range(args.seeds)
                     ]
                     for mode in ('plain', 'offload')
