@@ -40,16 +40,30 @@ class Stamp(MessagePassing):
         return out * 0 + self.stamp
 
 
-def make_pipeline(max_staleness, num_threads=1, **kwargs):
+def make_pipeline(max_staleness, num_threads=1, hot_nodes=None, **kwargs):
     data = tiny_graph(num_nodes=100, num_edges=600)
     csc = CSCTopology.from_edge_index(data.edge_index, 100, 100)
     layer = Stamp()
     computer = BottomLayerComputer(layer, data.x, csc, num_neighbors=3,
                                    seed=0)
-    pipeline = EmbeddingPipeline(computer, layer, torch.arange(0, 100, 3),
+    if hot_nodes is None:
+        hot_nodes = torch.arange(0, 100, 3)
+    pipeline = EmbeddingPipeline(computer, layer, hot_nodes,
                                  torch.device('cpu'), max_staleness,
                                  num_threads, **kwargs)
     return layer, pipeline
+
+
+def step(layer, pipeline, version) -> int:
+    r"""One forward pass at weight version :obj:`version`; returns the
+    staleness of the table used."""
+    with torch.no_grad():
+        layer.stamp.fill_(version)
+    pipeline.maybe_submit(version)
+    table = pipeline.acquire(version)
+    # The table holds exactly the weights of the version it claims:
+    assert bool((table.emb == table.version).all())
+    return version - table.version
 
 
 def run_versions(layer, pipeline, num_forwards, seed=0):
@@ -61,13 +75,7 @@ def run_versions(layer, pipeline, num_forwards, seed=0):
     for i in range(num_forwards):
         if i > 0:
             version += rng.choices([0, 1, 2], weights=[1, 8, 1])[0]
-        with torch.no_grad():
-            layer.stamp.fill_(version)
-        pipeline.maybe_submit(version)
-        table = pipeline.acquire(version)
-        # The table holds exactly the weights of the version it claims:
-        assert bool((table.emb == table.version).all())
-        seen.append(version - table.version)
+        seen.append(step(layer, pipeline, version))
     return seen
 
 
@@ -265,16 +273,10 @@ def test_replaced_rows_hold_bounded_versions(max_staleness, refresh):
 # hot_ratio='auto' ############################################################
 
 
-def _auto_pipeline(max_staleness, candidates, start, **kwargs):
-    data = tiny_graph(num_nodes=100, num_edges=600)
-    csc = CSCTopology.from_edge_index(data.edge_index, 100, 100)
-    layer = Stamp()
-    computer = BottomLayerComputer(layer, data.x, csc, num_neighbors=3,
-                                   seed=0)
+def _auto_pipeline(max_staleness, candidates, start):
+    layer, pipeline = make_pipeline(
+        max_staleness, hot_nodes=candidates[:start], candidates=candidates)
     grown = []
-    pipeline = EmbeddingPipeline(computer, layer, candidates[:start],
-                                 torch.device('cpu'), max_staleness, 1,
-                                 candidates=candidates, **kwargs)
 
     def on_grow(n):
         # Only once a table of that many rows is in use:
@@ -290,14 +292,9 @@ def test_auto_hot_set_grows_while_cpu_keeps_up():
     layer, pipeline, grown = _auto_pipeline(3, candidates, 2)
     seen = []
     for version in range(40):
-        with torch.no_grad():
-            layer.stamp.fill_(version)
-        pipeline.maybe_submit(version)
-        table = pipeline.acquire(version)
-        assert bool((table.emb == table.version).all())
-        seen.append(version - table.version)
+        seen.append(step(layer, pipeline, version))
         # Every row the sampler may prune has an embedding:
-        assert table.emb.size(0) >= pipeline.rows_in_use
+        assert pipeline._current.emb.size(0) >= pipeline.rows_in_use
         time.sleep(0.01)  # Training steps far slower than the tiny tables.
     sizes = pipeline.stats()['hot_sizes']
     # From 2 rows up to all 64 candidates, at most doubling at once:
@@ -324,11 +321,6 @@ def test_auto_hot_set_stays_when_cpu_is_slow():
 
 
 def test_auto_candidates_must_start_with_hot_nodes():
-    candidates = torch.arange(10)
     with pytest.raises(ValueError, match='first rows'):
-        data = tiny_graph(num_nodes=100, num_edges=600)
-        csc = CSCTopology.from_edge_index(data.edge_index, 100, 100)
-        layer = Stamp()
-        EmbeddingPipeline(BottomLayerComputer(layer, data.x, csc, 3), layer,
-                          torch.tensor([3, 4]), torch.device('cpu'), 1, 1,
-                          candidates=candidates)
+        make_pipeline(1, hot_nodes=torch.tensor([3, 4]),
+                      candidates=torch.arange(10))

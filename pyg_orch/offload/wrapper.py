@@ -927,10 +927,7 @@ class BottomLayerOffload(torch.nn.Module):
             raise NotImplementedError(
                 "hot_ratio='auto' sizes the hot set by the time tables of "
                 "all hot vertices take, so it needs refresh='super_batch'")
-        if isinstance(max_staleness, bool) or not isinstance(
-                max_staleness, int) or max_staleness < 0:
-            raise ValueError(f"'max_staleness' must be an integer >= 0 "
-                             f"(got {max_staleness!r})")
+        _check_int('max_staleness', max_staleness, 0)
         if refresh not in ('super_batch', 'batch'):
             raise ValueError(f"'refresh' must be 'super_batch' or 'batch' "
                              f"(got {refresh!r})")
@@ -944,24 +941,15 @@ class BottomLayerOffload(torch.nn.Module):
                              f"'auto' (got {compensate_degrees!r})")
         if num_threads is None:
             num_threads = default_num_threads()
-        if isinstance(num_threads, bool) or not isinstance(
-                num_threads, int) or num_threads < 1:
-            raise ValueError(f"'num_threads' must be an integer >= 1 (got "
-                             f"{num_threads!r})")
+        _check_int('num_threads', num_threads, 1)
         if intra_op_threads is None:
             intra_op_threads = default_intra_op_threads(num_threads)
-        if isinstance(intra_op_threads, bool) or not isinstance(
-                intra_op_threads, int) or intra_op_threads < 1:
-            raise ValueError(f"'intra_op_threads' must be an integer >= 1 "
-                             f"(got {intra_op_threads!r})")
+        _check_int('intra_op_threads', intra_op_threads, 1)
         if cpu_autocast not in (None, torch.bfloat16):
             raise ValueError(f"'cpu_autocast' must be None or torch.bfloat16 "
                              f"(got {cpu_autocast!r})")
-        if chunk_size is not None and (isinstance(chunk_size, bool) or
-                                       not isinstance(chunk_size, int)
-                                       or chunk_size < 1):
-            raise ValueError(f"'chunk_size' must be an integer >= 1 (got "
-                             f"{chunk_size!r})")
+        if chunk_size is not None:
+            _check_int('chunk_size', chunk_size, 1)
 
         super().__init__()
         # Share the model's state, so that parameters(), state_dict() etc.
@@ -1246,6 +1234,13 @@ def _check_loader(loader):
         raise TypeError("'loader' must have 'register_batch_hook' (a "
                         "pyg_orch.HybridNeighborLoader)")
     return sampler, data, len(fanouts), int(fanouts[-1])
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            value < minimum:
+        raise ValueError(f"'{name}' must be an integer >= {minimum} (got "
+                         f"{value!r})")
 
 
 def _check_ratios(hot_ratio, cache_ratio):
