@@ -124,6 +124,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--num-threads', type=int, default=None,
                    help='offload worker threads (default: automatic)')
     p.add_argument('--full-neighbors', action='store_true')
+    p.add_argument('--split', choices=('auto', 'aggregate', 'output'),
+                   default='auto',
+                   help="what the CPU computes for hot vertices: the first "
+                   "layer's weight-free aggregation or its output")
     p.add_argument('--modes', default='plain,super_batch,batch',
                    help="comma-separated: 'plain' (no offload), "
                    "'super_batch' and 'batch' (offload with "
@@ -131,7 +135,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "overrides, e.g. 'super_batch:s=16:h=0.1:t=2:i=4' "
                    "(max_staleness, hot_ratio (a fraction or 'auto'), "
                    "num_threads, intra_op_threads, c= chunk_size, d=bf16 "
-                   "cpu_autocast)")
+                   "cpu_autocast, split=output|aggregate|auto)")
     p.add_argument('--presample-batches', type=int, default=None)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--seeds', type=int, default=5,
@@ -178,7 +182,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 _OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', _ratio),
               't': ('num_threads', int), 'i': ('intra_op_threads', int),
               'c': ('chunk_size', int),
-              'd': ('cpu_autocast', lambda v: {'bf16': torch.bfloat16}[v])}
+              'd': ('cpu_autocast', lambda v: {'bf16': torch.bfloat16}[v]),
+              'split': ('split', lambda v: {
+                  k: k for k in ('auto', 'aggregate', 'output')}[v])}
 
 
 def mode_options(args, mode: str) -> Dict[str, Any]:
@@ -190,12 +196,13 @@ def mode_options(args, mode: str) -> Dict[str, Any]:
         raise ValueError(f"unknown mode {mode!r}")
     opts = dict(refresh=None if name == 'plain' else name,
                 max_staleness=args.max_staleness, hot_ratio=args.hot_ratio,
-                num_threads=args.num_threads)
+                num_threads=args.num_threads, split=args.split)
     for part in parts:
         key, _, value = part.partition('=')
         if key not in _OVERRIDES or not value:
             raise ValueError(f"bad override {part!r} in mode {mode!r} "
-                             f"(expected s=, h=, t=, i=, c= or d=bf16)")
+                             f"(expected s=, h=, t=, i=, c=, d=bf16 or "
+                             f"split=)")
         field, kind = _OVERRIDES[key]
         try:
             opts[field] = kind(value)
@@ -457,7 +464,7 @@ def print_throughput(args, res) -> None:
         st = off['offload']
         log(f"\n{m}: speed-up (plain / offload) {res['speedup'][m]:.3f}x; "
             f"nodes per batch -{100 * res['node_reduction'][m]:.1f}%")
-        log(f"  {st['num_hot']:,} hot vertices (coverage "
+        log(f"  split {st['split']}; {st['num_hot']:,} hot vertices (coverage "
             f"{100 * st['hot_coverage']:.1f}% of bottom-layer accesses), "
             f"{st['hot_rows_per_batch']:.0f} rows replaced per batch, setup "
             f"{off['setup_s']:.1f} s; staleness {st['staleness_hist']} (max "
@@ -475,7 +482,9 @@ def print_throughput(args, res) -> None:
 
 def train_and_test(data, arch: str, seed: int, offload: bool,
                    epochs: int, max_staleness: int = 1,
-                   full_neighbors: bool = False) -> Dict[str, Any]:
+                   full_neighbors: bool = False,
+                   split: str = 'auto',
+                   hot_ratio: float = 0.05) -> Dict[str, Any]:
     from torch_geometric.nn import GCN, GraphSAGE
 
     from pyg_orch import HybridNeighborLoader
@@ -491,7 +500,8 @@ def train_and_test(data, arch: str, seed: int, offload: bool,
     if offload:
         model = BottomLayerOffload(model, loader, seed=seed,
                                    max_staleness=max_staleness,
-                                   full_neighbors=full_neighbors)
+                                   full_neighbors=full_neighbors,
+                                   split=split, hot_ratio=hot_ratio)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01,
                                  weight_decay=5e-4)
     for _ in range(epochs):
@@ -508,8 +518,9 @@ def train_and_test(data, arch: str, seed: int, offload: bool,
     out = {'acc': float((pred[mask] == data.y[mask]).float().mean())}
     if offload:
         stats = model.stats()
-        out.update(num_hot=stats['num_hot'],
+        out.update(num_hot=stats['num_hot'], split=stats['split'],
                    max_staleness_seen=stats['max_staleness_seen'],
+                   max_table_age=stats['max_table_age'],
                    hot_rows_per_batch=stats['hot_rows_per_batch'])
         model.close()
     return out
@@ -534,7 +545,8 @@ def run_accuracy(args) -> Dict[str, Any]:
                     mode: [
                         train_and_test(data, arch, s, mode == 'offload',
                                        args.epochs, args.max_staleness,
-                                       args.full_neighbors)
+                                       args.full_neighbors, args.split,
+                                       args.hot_ratio)
                         for s in range(args.seeds)
                     ]
                     for mode in ('plain', 'offload')
@@ -552,8 +564,11 @@ def run_accuracy(args) -> Dict[str, Any]:
                 entry['diff_points'] = 100 * (entry['offload']['mean'] -
                                               entry['plain']['mean'])
                 entry['offload']['num_hot'] = runs['offload'][0]['num_hot']
+                entry['offload']['split'] = runs['offload'][0]['split']
                 entry['offload']['max_staleness_seen'] = max(
                     r['max_staleness_seen'] for r in runs['offload'])
+                entry['offload']['max_table_age'] = max(
+                    r['max_table_age'] for r in runs['offload'])
                 entry['seconds'] = time.perf_counter() - t0
                 results[f'{name}/{arch}'] = entry
                 log(f"[accuracy] {name:<8} {arch:<4} plain "

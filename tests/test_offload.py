@@ -164,7 +164,8 @@ def test_no_gradient_through_replaced_rows(cora, replace_rows):
     model = GraphSAGE(cora.num_features, 16, 2, 7)
     ref_model = copy.deepcopy(model)
     off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
-                             full_neighbors=True, replace_rows=replace_rows)
+                             full_neighbors=True, replace_rows=replace_rows,
+                             split='output')
     hot = off.hot_mask
     state = {}
 
@@ -202,6 +203,131 @@ def test_no_gradient_through_replaced_rows(cora, replace_rows):
     F.cross_entropy(out, ref.y[:ref.batch_size]).backward()
     assert not torch.allclose(plain.convs[0].lin_l.weight.grad,
                               model.convs[0].lin_l.weight.grad, atol=1e-6)
+    off.close()
+
+
+@pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
+@pytest.mark.parametrize('name', ['sage', 'gin'])
+def test_aggregate_split_exact_at_any_staleness(cora, name, refresh):
+    # split='aggregate': the CPU aggregates raw features (no weights) and
+    # the device applies the current weights, so with full neighbors the
+    # seeds' outputs *and all gradients* equal those of the plain model on
+    # the unpruned batch, after optimizer steps, whatever 'max_staleness'
+    # (here tables are reused for up to 9 steps: all 9 of the test).
+    import copy
+    loader, ref_loader = _cora_loaders(cora)
+    torch.manual_seed(0)
+    model = MODELS[name](cora.num_features, 16, 2, 7)
+    ref_model = copy.deepcopy(model)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=9,
+                             full_neighbors=True, refresh=refresh,
+                             split='aggregate')
+    assert off.stats()['split'] == 'aggregate'
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    atol = 1e-5
+    for epoch in range(3):
+        for batch, ref in zip(loader, ref_loader):
+            ref_model.load_state_dict(model.state_dict())
+            ref_model.zero_grad()
+            optimizer.zero_grad()
+            out = off(batch.x, batch.edge_index)[:batch.batch_size]
+            expected = ref_model(ref.x, ref.edge_index)[:ref.batch_size]
+            assert torch.allclose(out, expected, atol=atol), \
+                (out - expected).abs().max()
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            F.cross_entropy(expected, ref.y[:ref.batch_size]).backward()
+            for (pname, p), q in zip(model.named_parameters(),
+                                     ref_model.parameters()):
+                assert torch.allclose(p.grad, q.grad, atol=atol / 10), pname
+            optimizer.step()
+    stats = off.stats()
+    assert stats['hot_rows_replaced'] > 0 and stats['steps'] == 9
+    # Tables were reused across steps, with current weights every time:
+    assert stats['max_table_age'] > 0 and stats['max_staleness_seen'] == 0
+    off.close()
+
+
+def test_pre_linear_split_matches_synchronous_output_split(cora):
+    # GCNConv applies its linear map before aggregating: the CPU aggregates
+    # raw features and the device applies the current 'lin'. With tables
+    # reused for up to 9 steps, the seeds get the outputs of the
+    # synchronous output split (the CPU computing the whole layer with the
+    # current weights), and the first layer gets gradient from the hot rows.
+    import copy
+    torch.manual_seed(0)
+    model = GCN(cora.num_features, 16, 2, 7)
+    sync_model = copy.deepcopy(model)
+    loaders = _cora_loaders(cora)
+    off = BottomLayerOffload(model, loaders[0], hot_ratio=0.1,
+                             max_staleness=9, full_neighbors=True)
+    sync = BottomLayerOffload(sync_model, loaders[1], hot_ratio=0.1,
+                              max_staleness=0, full_neighbors=True,
+                              split='output')
+    assert off.stats()['split'] == 'pre_linear'
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    grads_differ = False
+    for epoch in range(3):
+        for batch, ref in zip(*loaders):
+            sync_model.load_state_dict(model.state_dict())
+            optimizer.zero_grad()
+            sync_model.zero_grad()
+            out = off(batch.x, batch.edge_index)[:batch.batch_size]
+            expected = sync(ref.x, ref.edge_index)[:ref.batch_size]
+            assert torch.allclose(out, expected, atol=1e-5), \
+                (out - expected).abs().max()
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            F.cross_entropy(expected, ref.y[:ref.batch_size]).backward()
+            w, w_sync = (m.convs[0].lin.weight.grad
+                         for m in (model, sync_model))
+            grads_differ |= not torch.allclose(w, w_sync, atol=1e-7)
+            assert torch.allclose(model.convs[1].lin.weight.grad,
+                                  sync_model.convs[1].lin.weight.grad,
+                                  atol=1e-6)
+            optimizer.step()
+    assert grads_differ  # The output split gives hot rows no gradient.
+    assert off.stats()['max_table_age'] > 0
+    off.close()
+    sync.close()
+
+
+def test_split_choice_and_errors(cora):
+    loader = HybridNeighborLoader(cora, [5, 5], batch_size=64,
+                                  input_nodes=cora.train_mask, device='cpu')
+    torch.manual_seed(0)
+    # Attention weighs messages with parameters: no split.
+    gat = GAT(cora.num_features, 16, 2, 7)
+    with BottomLayerOffload(gat, loader) as off:
+        assert off.stats()['split'] == 'output'
+    with pytest.raises(ValueError, match="split='aggregate'.*GATConv"):
+        BottomLayerOffload(gat, loader, split='aggregate')
+    with pytest.raises(ValueError, match="'split' must be"):
+        BottomLayerOffload(gat, loader, split='aggregation')
+    # A projection before aggregating (SAGEConv(project=True)): no split.
+    sage = GraphSAGE(cora.num_features, 16, 2, 7, project=True)
+    with BottomLayerOffload(sage, loader) as off:
+        assert off.stats()['split'] == 'output'
+    with BottomLayerOffload(GraphSAGE(cora.num_features, 16, 2, 7),
+                            loader, split='output') as off:
+        assert off.stats()['split'] == 'output'
+
+
+def test_aggregate_split_without_hooks_is_an_error():
+    # PyG skips aggregation hooks under torch.compile and TorchScript
+    # (simulated by removing them): a clear error, not silently unreplaced
+    # rows.
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    model = GraphSAGE(8, 8, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.3, max_staleness=0)
+    assert off.stats()['split'] == 'aggregate'
+    conv = model.convs[0]
+    conv._aggregate_forward_hooks.clear()
+    conv._message_and_aggregate_forward_hooks.clear()
+    for batch in loader:
+        if bool(off.hot_mask[batch.n_id].any()):
+            break
+    with pytest.raises(RuntimeError, match="split='output'"):
+        off(batch.x, batch.edge_index)
     off.close()
 
 

@@ -149,23 +149,30 @@ def _train(off, loader, num_steps, delay=None):
     return off.stats()
 
 
+@pytest.mark.parametrize('split', ['output', 'aggregate'])
 @pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
 @pytest.mark.parametrize('max_staleness', [0, 1, 2])
-def test_wrapper_staleness_bound(max_staleness, refresh):
+def test_wrapper_staleness_bound(max_staleness, refresh, split):
     data = tiny_graph()
     loader = tiny_loader(data, batch_size=4)
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             max_staleness=max_staleness, refresh=refresh)
+                             max_staleness=max_staleness, refresh=refresh,
+                             split=split)
     stats = _train(off, loader, 300)
     assert stats['steps'] == 300 and stats['step_source'] == 'optimizer'
     assert stats['max_staleness_seen'] <= max_staleness
     assert 0 < sum(stats['staleness_hist'].values()) <= 300
-    # A deliberately slow CPU side: the bound still holds, the loop waits.
+    # A deliberately slow CPU side: the bound still holds.
     off.reset_stats()
     stats = _train(off, loader, 20, delay=0.02)
     assert stats['max_staleness_seen'] <= max_staleness
-    assert stats['wait_s'] > 0.0
     assert stats['cpu_compute_s'] >= 0.02 * stats['tables_computed']
+    if split == 'aggregate' and refresh == 'super_batch':
+        # Weight-free tables serve any step: no waiting for a newer one.
+        assert stats['max_staleness_seen'] == 0 and stats['wait_s'] == 0.0
+        assert stats['max_table_age'] > max_staleness
+    else:  # The loop waits.
+        assert stats['wait_s'] > 0.0
     off.close()
 
 
@@ -219,6 +226,38 @@ def test_gradient_accumulation_counts_steps():
 
 
 
+def test_weight_free_tables_never_make_the_loop_wait():
+    # split='aggregate': tables hold weight-free aggregations, so any table
+    # serves any step. With a CPU side slower than the bound allows, the
+    # loop waits only for the first table; one table is computed at a time,
+    # back to back, and the weights' staleness stays 0.
+    data = tiny_graph(num_nodes=100, num_edges=600)
+    csc = CSCTopology.from_edge_index(data.edge_index, 100, 100)
+    layer = Stamp()
+    computer = BottomLayerComputer(layer, data.x, csc, num_neighbors=3,
+                                   seed=0)
+    hot = torch.arange(0, 100, 3)
+    assert computer.choose_split(hot, 'aggregate') == 'aggregate'
+    pipeline = EmbeddingPipeline(computer, layer, hot, torch.device('cpu'),
+                                 max_staleness=1, num_threads=1)
+    pipeline.cpu_delay = 0.02
+    try:
+        for version in range(60):
+            pipeline.maybe_submit(version)
+            assert sum(not j.future.done() for j in pipeline._jobs) <= 1
+            table = pipeline.acquire(version)
+            # Aggregations of the stamp's input column, not the stamp:
+            assert table.emb.shape == (hot.numel(), 1)
+            time.sleep(0.002)
+    finally:
+        pipeline.close()
+    stats = pipeline.stats()
+    assert stats['num_waits'] == 1
+    assert stats['staleness_hist'] == {0: 60}
+    assert stats['max_table_age'] > 1  # Older than the bound: still served.
+    assert 1 < stats['tables_computed'] < 30
+
+
 class StampNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -229,17 +268,22 @@ class StampNet(torch.nn.Module):
         return self.conv(self.stamp(x, edge_index), edge_index)
 
 
+@pytest.mark.parametrize('split', ['output', 'aggregate'])
 @pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
 @pytest.mark.parametrize('max_staleness', [0, 1, 3])
-def test_replaced_rows_hold_bounded_versions(max_staleness, refresh):
+def test_replaced_rows_hold_bounded_versions(max_staleness, refresh, split):
     # End to end: the first layer outputs its weight version (set to the
     # step count before every forward pass, as training would move it); the
-    # replaced rows must show versions within the bound.
+    # replaced rows must show versions within the bound. With
+    # split='aggregate' the CPU side only sums neighbors (no weights) and
+    # the device applies the current stamp: no staleness at all.
     data = tiny_graph()
     loader = tiny_loader(data, batch_size=4)
     model = StampNet()
     off = BottomLayerOffload(model, loader, hot_ratio=0.2,
-                             max_staleness=max_staleness, refresh=refresh)
+                             max_staleness=max_staleness, refresh=refresh,
+                             split=split)
+    assert off.stats()['split'] == split
     seen = []
 
     def check(module, args, out):
@@ -266,7 +310,9 @@ def test_replaced_rows_hold_bounded_versions(max_staleness, refresh):
     off.close()
     assert len(seen) > 100
     assert min(seen) >= 0 and max(seen) <= max_staleness
-    if max_staleness > 0:
+    if split == 'aggregate':
+        assert max(seen) == 0
+    elif max_staleness > 0:
         assert max(seen) > 0  # Rows are reused across steps.
 
 

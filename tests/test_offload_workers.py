@@ -79,6 +79,36 @@ def test_subgraph_without_dedup_gives_same_outputs(conv):
     assert torch.allclose(a, b, atol=1e-5)
 
 
+def test_hot_neighbors_get_placeholder_in_edges():
+    # With dedup and an in-edge mask, a sampled neighbor in the mask that is
+    # not a target gets min(degree, fan-out) in-edges from row 0, as a hot
+    # vertex has in a mini-batch; targets and other neighbors do not change.
+    data = tiny_graph()
+    torch.manual_seed(0)
+    computer = _computer(GCNConv(8, 6), data, num_neighbors=3)
+    assert computer.dedup
+    nodes = torch.tensor([0, 1, 2, 5, 9, 20, 33])
+    gen = torch.Generator().manual_seed(3)
+    ids, plain = computer.subgraph(nodes, gen)
+    mask = torch.zeros(data.num_nodes, dtype=torch.bool)
+    mask[ids[nodes.numel()::2]] = True  # Every other neighbor row.
+    mask[nodes] = True
+    computer.in_edge_mask = mask
+    gen = torch.Generator().manual_seed(3)
+    ids2, edge_index = computer.subgraph(nodes, gen)
+    assert torch.equal(ids, ids2)
+    assert torch.equal(edge_index[:, :plain.size(1)], plain)
+    extra = edge_index[:, plain.size(1):]
+    assert bool((extra[0] == 0).all())
+    csc = computer.csc
+    deg = (csc.colptr[1:] - csc.colptr[:-1]).clamp(max=3)
+    count = torch.bincount(extra[1], minlength=ids.numel())
+    n = nodes.numel()
+    assert bool((count[:n] == 0).all())
+    expected = torch.where(mask[ids[n:]], deg[ids[n:]], 0)
+    assert torch.equal(count[n:], expected) and int(expected.sum()) > 0
+
+
 def test_default_chunk_size_by_bytes():
     data = tiny_graph(num_features=100)
     layer = SAGEConv(100, 4)

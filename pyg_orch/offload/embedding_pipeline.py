@@ -187,6 +187,9 @@ class _PipelineBase:
             raise ValueError(f"'max_staleness' must be >= 0 (got "
                              f"{max_staleness})")
         self.max_staleness = int(max_staleness)
+        # split='aggregate': tables hold weight-free aggregations, finished
+        # with the current weights on the device, so any table is usable.
+        self.weight_free = getattr(computer, 'split', 'output') != 'output'
         self.num_threads = int(num_threads)
         self.intra_op_threads = int(intra_op_threads)
         if chunk_size is None:
@@ -219,8 +222,14 @@ class _PipelineBase:
         self.wait_seconds = 0.0
         self.num_waits = 0
         self.staleness_hist: Dict[int, int] = {}
+        self.max_table_age: Optional[int] = None
 
-    def _record_staleness(self, staleness: int) -> None:
+    def _record_staleness(self, age: int) -> None:
+        # `age`: steps since the table's snapshot. Its weights' staleness
+        # is that, or 0 for weight-free tables.
+        self.max_table_age = age if self.max_table_age is None else max(
+            self.max_table_age, age)
+        staleness = 0 if self.weight_free else age
         if not 0 <= staleness <= self.max_staleness:  # pragma: no cover
             raise AssertionError(f'staleness {staleness} outside '
                                  f'[0, {self.max_staleness}]')
@@ -240,6 +249,7 @@ class _PipelineBase:
             'chunk_size': self.chunk_size,
             'staleness_hist': hist,
             'max_staleness_seen': max(hist) if hist else None,
+            'max_table_age': self.max_table_age,
             'wait_s': self.wait_seconds,
             'num_waits': self.num_waits,
             'cpu_compute_s': self.cpu_seconds,
@@ -495,6 +505,8 @@ class EmbeddingPipeline(_PipelineBase):
         super-batch (first growing the hot set, see :meth:`maybe_grow`)."""
         if not self.chunks:
             return
+        if self.weight_free and any(not j.future.done() for j in self._jobs):
+            return  # Any table serves: one at a time, as fast as it comes.
         last = self._last_submit
         if last is None or version - last >= self.super_batch_size:
             if last is not None:
@@ -550,6 +562,8 @@ class EmbeddingPipeline(_PipelineBase):
         for one if needed; raises :class:`OffloadWorkerError` if a worker
         failed."""
         bound = self.max_staleness
+        if self.weight_free:
+            bound = 2**62  # Any table: weights are applied on the device.
         self._raise_failures()
         # Tables that could never be used again:
         while self._jobs and version - self._jobs[0].version > bound:

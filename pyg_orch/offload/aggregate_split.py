@@ -1,0 +1,130 @@
+"""Splitting the first message-passing layer at its aggregation: the CPU
+computes the weight-free neighbor aggregation of hot vertices, the device
+applies the layer's current weights to it. The hot rows then carry no stale
+weights, and gradients flow through them."""
+import copy
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.nn.conv import MessagePassing
+
+#: The CPU side computes the layer's output with a weight snapshot.
+OUTPUT = 'output'
+#: The CPU side computes the aggregation, which uses no parameter.
+AGGREGATE = 'aggregate'
+#: The layer applies a bias-free :obj:`lin` to :obj:`x` before propagating
+#: (as :class:`~torch_geometric.nn.conv.GCNConv`); the CPU side aggregates
+#: the raw features and the device applies :obj:`lin` to them.
+PRE_LINEAR = 'pre_linear'
+
+
+class Aggregated(Exception):
+    r"""Raised by the aggregation hook of a CPU copy to return the
+    aggregation and skip the rest of the layer."""
+    def __init__(self, out: Tensor):
+        super().__init__()
+        self.out = out
+
+
+def _stop_after_aggregate(module, inputs, out):
+    raise Aggregated(out)
+
+
+def call_layer(layer: torch.nn.Module, x, edge_index: Tensor) -> Tensor:
+    r"""Calls :obj:`layer` and returns its (first) output, or the
+    aggregation if :obj:`layer` is an aggregation copy (see
+    :func:`aggregation_copy`)."""
+    try:
+        out = layer(x, edge_index)
+    except Aggregated as stop:
+        out = stop.out
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def aggregation_copy(layer: MessagePassing,
+                     kind: str) -> MessagePassing:
+    r"""A copy of :obj:`layer` that returns its aggregation (for
+    :obj:`kind='pre_linear'`, of the raw features: :obj:`lin` becomes the
+    identity) instead of its output."""
+    out = copy.deepcopy(layer)
+    if kind == PRE_LINEAR:
+        out.lin = torch.nn.Identity()
+    out.register_aggregate_forward_hook(_stop_after_aggregate)
+    out.register_message_and_aggregate_forward_hook(_stop_after_aggregate)
+    return out
+
+
+def _splittable(layer: torch.nn.Module) -> Optional[str]:
+    # Why a layer can not be split, or None.
+    if not isinstance(layer, MessagePassing):
+        return f'{type(layer).__name__} is not a MessagePassing layer'
+    if getattr(layer, 'decomposed_layers', 1) != 1:
+        return 'it aggregates in several parts (decomposed_layers > 1)'
+    if getattr(layer, 'explain', False):
+        return 'it is in explain mode'
+    return None
+
+
+def _perturbed(layer: torch.nn.Module) -> torch.nn.Module:
+    out = copy.deepcopy(layer)
+    gen = torch.Generator().manual_seed(12345)
+    with torch.no_grad():
+        for p in out.parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            p.add_(noise.to(p.dtype) + 1.0)
+    return out
+
+
+def _close(a: Tensor, b: Tensor) -> bool:
+    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4,
+                                                 atol=1e-5)
+
+
+def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
+                 num_targets: int) -> Tuple[str, str]:
+    r"""How :obj:`layer` (a CPU copy, evaluation mode) can be split, checked
+    on a small subgraph (features :obj:`x`, whose first :obj:`num_targets`
+    rows are the vertices of interest): :obj:`'aggregate'` if the
+    aggregation of those vertices does not change when all parameters
+    change; :obj:`'pre_linear'` if the layer has a bias-free linear
+    :obj:`lin`, the aggregation with :obj:`lin` replaced by the identity
+    uses no parameter, and applying :obj:`lin` to it gives the layer's
+    aggregation; else :obj:`'output'`. Returns the kind and, for
+    :obj:`'output'`, the reason."""
+    reason = _splittable(layer)
+    if reason is not None:
+        return OUTPUT, reason
+    def aggregate(module, kind):
+        return call_layer(aggregation_copy(module, kind), x,
+                          edge_index)[:num_targets]
+
+    with torch.no_grad():
+        try:
+            agg = aggregate(layer, AGGREGATE)
+            other = aggregate(_perturbed(layer), AGGREGATE)
+        except Exception as exc:  # E.g. a fused path without hooks.
+            return OUTPUT, f'its aggregation can not be hooked ({exc})'
+        if _close(agg, other):
+            return AGGREGATE, ''
+        lin = getattr(layer, 'lin', None)
+        if isinstance(lin, torch.nn.Module) and getattr(
+                lin, 'bias', None) is None and hasattr(lin, 'weight'):
+            try:
+                raw = aggregate(layer, PRE_LINEAR)
+                ok = _close(raw, aggregate(_perturbed(layer), PRE_LINEAR)) \
+                    and _close(lin(raw), agg)
+            except Exception:
+                ok = False
+            if ok:
+                return PRE_LINEAR, ''
+    return OUTPUT, ('its aggregation depends on its parameters (e.g. '
+                    'attention, or a projection before aggregating)')
+
+
+def finish(layer: torch.nn.Module, kind: str, rows: Tensor) -> Tensor:
+    r"""The device-side part for aggregated rows: the layer's current
+    :obj:`lin` for :obj:`'pre_linear'`, nothing for :obj:`'aggregate'`."""
+    if kind == PRE_LINEAR:
+        return layer.lin(rows)
+    return rows
