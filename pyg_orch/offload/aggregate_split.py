@@ -19,6 +19,14 @@ AGGREGATE = 'aggregate'
 PRE_LINEAR = 'pre_linear'
 
 
+def check_split(split: str) -> None:
+    r"""Raises a :class:`ValueError` unless :obj:`split` is :obj:`'auto'`,
+    :obj:`'aggregate'` or :obj:`'output'`."""
+    if split not in ('auto', AGGREGATE, OUTPUT):
+        raise ValueError(f"'split' must be 'auto', 'aggregate' or 'output' "
+                         f"(got {split!r})")
+
+
 class Aggregated(Exception):
     r"""Raised by the aggregation hook of a CPU copy to return the
     aggregation and skip the rest of the layer."""

@@ -13,9 +13,10 @@ from pyg_orch.offload.aggregate_split import (
     OUTPUT,
     aggregation_copy,
     call_layer,
+    check_split,
     choose_split,
 )
-from pyg_orch.sampling.neighbors import sample_neighbors
+from pyg_orch.sampling.neighbors import sample_neighbors, sampled_counts
 from pyg_orch.sampling.topology import CSCTopology
 
 
@@ -97,6 +98,19 @@ def check_materialized(layer: torch.nn.Module, name: str) -> None:
                 f"The first message-passing layer {name!r} has lazily "
                 f"initialized parameters ({pname!r}); run one forward pass "
                 f"(or set 'in_channels') before wrapping the model")
+
+
+def placeholder_in_edges(colptr: Tensor, nodes: Tensor, rows: Tensor,
+                         num_neighbors: int, replace: bool) -> Tensor:
+    r"""Placeholder in-edges (from row :obj:`0`) of the local rows
+    :obj:`rows` (global ids :obj:`nodes`), as many per row as a hop with
+    fan-out :obj:`num_neighbors` (:obj:`-1`: all) samples for that vertex:
+    degree-normalized layers then see its in-degree in a mini-batch, and
+    only its own output changes."""
+    deg = colptr.index_select(0, nodes + 1) - colptr.index_select(0, nodes)
+    count = sampled_counts(deg, num_neighbors, replace)
+    dst = torch.repeat_interleave(rows, count.to(torch.int64))
+    return torch.stack([torch.zeros_like(dst), dst])
 
 
 def snapshot_state(layer: torch.nn.Module) -> Dict[str, Tensor]:
@@ -184,10 +198,8 @@ class BottomLayerComputer:
         else a :class:`ValueError` explains why; :obj:`'auto'`: where it
         allows it). Call before any worker thread runs. Returns the kind:
         :obj:`'output'`, :obj:`'aggregate'` or :obj:`'pre_linear'`."""
-        if split not in ('auto', 'aggregate', 'output'):
-            raise ValueError(f"'split' must be 'auto', 'aggregate' or "
-                             f"'output' (got {split!r})")
-        kind, reason = OUTPUT, 'split=\'output\' was asked for'
+        check_split(split)
+        kind, reason = OUTPUT, 'there are no vertices to check it on'
         if split != OUTPUT and nodes.numel() > 0:
             gen = torch.Generator().manual_seed(0)
             nodes = nodes[:64].to(torch.int64)
@@ -301,14 +313,9 @@ class BottomLayerComputer:
         if mask is not None and ids.numel() > n:
             rows = torch.arange(n, ids.numel())
             rows = rows[mask.index_select(0, ids[n:])]
-            colptr = csc.colptr
-            deg = colptr.index_select(0, ids[rows] + 1) - colptr.index_select(
-                0, ids[rows])
-            if self.num_neighbors >= 0:
-                deg = deg.clamp(max=self.num_neighbors)
-            dst = torch.repeat_interleave(rows, deg.to(torch.int64))
-            edge_index = torch.cat(
-                [edge_index, torch.stack([torch.zeros_like(dst), dst])], 1)
+            extra = placeholder_in_edges(csc.colptr, ids[rows], rows,
+                                         self.num_neighbors, self.replace)
+            edge_index = torch.cat([edge_index, extra], 1)
         return ids, edge_index
 
     def compute(self, layer: torch.nn.Module, nodes: Tensor) -> Tensor:

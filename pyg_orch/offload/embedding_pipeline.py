@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 from torch import Tensor
 
+from pyg_orch.offload.aggregate_split import OUTPUT
 from pyg_orch.offload.bottom_layer import BottomLayerComputer, snapshot_state
 from pyg_orch.offload.workers import WorkerPool
 
@@ -189,7 +190,7 @@ class _PipelineBase:
         self.max_staleness = int(max_staleness)
         # split='aggregate': tables hold weight-free aggregations, finished
         # with the current weights on the device, so any table is usable.
-        self.weight_free = getattr(computer, 'split', 'output') != 'output'
+        self.weight_free = computer.split != OUTPUT
         self.num_threads = int(num_threads)
         self.intra_op_threads = int(intra_op_threads)
         if chunk_size is None:

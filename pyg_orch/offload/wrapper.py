@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_orch.offload.aggregate_split import OUTPUT
+from pyg_orch.offload.aggregate_split import OUTPUT, check_split
 from pyg_orch.offload.aggregate_split import finish as finish_aggregated
 from pyg_orch.offload.bottom_layer import (
     BottomLayerComputer,
@@ -18,6 +18,7 @@ from pyg_orch.offload.bottom_layer import (
     find_first_layer,
     message_passing_layers,
     needs_degree_compensation,
+    placeholder_in_edges,
 )
 from pyg_orch.offload.embedding_pipeline import (
     BatchEmbeddingCache,
@@ -444,19 +445,9 @@ class OffloadRuntime:
         # they change only its own outputs, which no seed needs (the first
         # layer's output of it is replaced, and the layers above use nothing
         # of a last-frontier vertex but that output).
-        colptr = self._colptr_on(n_id.device)
-        nodes = n_id.index_select(0, rows)
-        deg = colptr.index_select(0, nodes + 1) - colptr.index_select(
-            0, nodes)
-        k = self.fanout
-        if k < 0:
-            count = deg
-        elif getattr(self.sampler, 'replace', False):
-            count = torch.where(deg > 0, k, 0)
-        else:
-            count = deg.clamp(max=k)
-        dst = torch.repeat_interleave(rows, count)
-        return torch.stack([torch.zeros_like(dst), dst])
+        return placeholder_in_edges(
+            self._colptr_on(n_id.device), n_id.index_select(0, rows), rows,
+            self.fanout, bool(getattr(self.sampler, 'replace', False)))
 
     def _check_features(self, batch) -> None:
         self.features_checked = True
@@ -1045,9 +1036,7 @@ class BottomLayerOffload(torch.nn.Module):
                              f"(got {cpu_autocast!r})")
         if chunk_size is not None:
             _check_int('chunk_size', chunk_size, 1)
-        if split not in ('auto', 'aggregate', 'output'):
-            raise ValueError(f"'split' must be 'auto', 'aggregate' or "
-                             f"'output' (got {split!r})")
+        check_split(split)
 
         super().__init__()
         # Share the model's state, so that parameters(), state_dict() etc.
@@ -1105,7 +1094,7 @@ class BottomLayerOffload(torch.nn.Module):
         if hot_set.hot_nodes.numel() > 0:
             computer.choose_split(hot_set.hot_nodes, split)
             computer.calibrate(hot_set.hot_nodes)
-        elif split == 'aggregate':
+        elif split == 'aggregate':  # Still check that the layer allows it.
             computer.choose_split(torch.arange(min(64, num_nodes)), split)
         if refresh == 'super_batch':
             pipeline = EmbeddingPipeline(

@@ -88,6 +88,16 @@ def segment_upper_bound(values: Tensor, start: Tensor, end: Tensor,
     return lo
 
 
+def sampled_counts(deg: Tensor, k: int, replace: bool) -> Tensor:
+    r"""How many neighbors uniform sampling with fan-out :obj:`k`
+    (:obj:`-1`: all) draws for vertices of in-degree :obj:`deg`."""
+    if k < 0:
+        return deg
+    if replace:
+        return torch.where(deg > 0, k, 0)
+    return deg.clamp(max=k)
+
+
 def sample_neighbors(
     colptr: Tensor,
     nodes: Tensor,
@@ -151,12 +161,7 @@ def sample_neighbors(
         return _weighted_without_replacement(start, end, k, weight,
                                              generator)
     deg = end - start
-    if k < 0:
-        count = deg
-    elif replace:
-        count = torch.where(deg > 0, k, 0)
-    else:
-        count = deg.clamp(max=k)
+    count = sampled_counts(deg, k, replace)
 
     total = int(count.sum())
     dst_index = torch.repeat_interleave(
