@@ -119,6 +119,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    'every mode (plain included); features stay in host '
                    'memory')
     p.add_argument('--max-staleness', type=int, default=8)
+    p.add_argument('--hetero', action='store_true',
+                   help="two node types (every 4th vertex 'a', the rest "
+                   "'b', labelled) and four edge types; GraphSAGE through "
+                   "to_hetero()")
     p.add_argument('--trim', action='store_true',
                    help='call the model with trim_to_layer')
     p.add_argument('--num-threads', type=int, default=None,
@@ -157,6 +161,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if 'plain' not in args.modes or len(args.modes) < 2:
         p.error("--modes takes 'plain' and at least one of 'super_batch', "
                 "'batch'")
+    if args.hetero and (args.trim or args.accuracy):
+        p.error('--hetero goes with neither --trim (to_hetero() models do '
+                'not trim bipartite edge types) nor --accuracy')
     preset = PRESETS[args.preset]
     for name in ('num_nodes', 'num_edges', 'batches', 'warmup'):
         if getattr(args, name) is None:
@@ -171,6 +178,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         name = 'offload_accuracy' if args.accuracy else (
             f"offload_{args.preset}{'_wide' if args.wide else ''}"
             f"{'_undirected' if args.undirected else ''}"
+            f"{'_hetero' if args.hetero else ''}"
             f"{'_trim' if args.trim else ''}_"
             f"{args.device}")
         args.out = str(REPO / 'benchmarks' / 'results' / f'{name}.json')
@@ -294,8 +302,33 @@ def build_graph(args):
         data.edge_index = torch.cat(
             [data.edge_index, data.edge_index.flip(0)], dim=1)
     data = data.to('cpu')  # Features (and all else) in host memory.
+    if args.hetero:
+        data = split_node_types(data)
     log(f'[graph] built in {time.perf_counter() - t0:.1f} s')
     return data
+
+
+def split_node_types(data):
+    r"""A heterogeneous version of :obj:`data`: every 4th vertex becomes
+    of type :obj:`'a'`, the others of type :obj:`'b'` (with the labels and
+    training seeds); edges by their end types."""
+    from torch_geometric.data import HeteroData
+    is_a = torch.arange(data.num_nodes) % 4 == 0
+    local = torch.empty(data.num_nodes, dtype=torch.int64)
+    out = HeteroData()
+    for t, mask in (('a', is_a), ('b', ~is_a)):
+        ids = mask.nonzero().view(-1)
+        local[ids] = torch.arange(ids.numel())
+        out[t].x = data.x[ids]
+    out['b'].y = data.y[~is_a]
+    out['b'].train_mask = data.train_mask[~is_a]
+    src, dst = data.edge_index
+    for s in ('a', 'b'):
+        for d in ('a', 'b'):
+            keep = (is_a[src] == (s == 'a')) & (is_a[dst] == (d == 'a'))
+            out[s, 'to', d].edge_index = torch.stack(
+                [local[src[keep]], local[dst[keep]]])
+    return out
 
 
 def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
@@ -305,14 +338,19 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     from pyg_orch.offload import BottomLayerOffload
 
     device = torch.device(args.device)
-    loader = HybridNeighborLoader(data, args.fanout,
-                                  batch_size=args.batch_size, shuffle=True,
-                                  input_nodes=data.train_mask, device=device,
-                                  seed=args.seed, topology=topology,
-                                  gpu_cache_ratio=args.gpu_cache_ratio)
+    hetero = args.hetero
+    loader = HybridNeighborLoader(
+        data, args.fanout, batch_size=args.batch_size, shuffle=True,
+        input_nodes=('b', data['b'].train_mask) if hetero else
+        data.train_mask, device=device, seed=args.seed, topology=topology,
+        gpu_cache_ratio=args.gpu_cache_ratio)
     torch.manual_seed(args.seed)
-    model = GraphSAGE(data.num_features, args.hidden, args.num_layers,
-                      args.num_classes).to(device)
+    model = GraphSAGE(args.num_features, args.hidden, args.num_layers,
+                      args.num_classes)
+    if hetero:
+        from torch_geometric.nn import to_hetero
+        model = to_hetero(model, data.metadata())
+    model = model.to(device)
     setup_s = 0.0
     opts = mode_options(args, mode)
     offload = opts['refresh'] is not None
@@ -350,10 +388,13 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
             it = iter(loader)
             batch = next(it)
         nodes += batch.num_nodes
-        edges += batch.edge_index.size(1)
+        edges += batch.num_edges
         with loader.timer.stage('train'):
             optimizer.zero_grad(set_to_none=True)
-            if args.trim:
+            if hetero:
+                out = model(batch.x_dict, batch.edge_index_dict)['b']
+                batch = batch['b']
+            elif args.trim:
                 out = model(batch.x, batch.edge_index,
                             num_sampled_nodes_per_hop=batch.num_sampled_nodes,
                             num_sampled_edges_per_hop=batch.num_sampled_edges)

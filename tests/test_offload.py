@@ -660,7 +660,9 @@ def test_unsupported_inputs():
     hetero['a', 'to', 'a'].edge_index = torch.randint(0, 10, (2, 30))
     hetero_loader = HybridNeighborLoader(hetero, [2], input_nodes='a',
                                          batch_size=4, device='cpu')
-    with pytest.raises(NotImplementedError, match='homogeneous'):
+    # A homogeneous model for a heterogeneous graph (see
+    # test_offload_hetero.py for heterogeneous models):
+    with pytest.raises(ValueError, match='to_hetero'):
         BottomLayerOffload(model, hetero_loader)
     assert loader.node_sampler.hot_nodes is None
 

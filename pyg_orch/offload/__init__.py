@@ -10,6 +10,7 @@ sampling and gathering their bottom-hop neighbors.
                                max_staleness=1)
 """
 from pyg_orch.offload.bottom_layer import (
+    BipartiteLayerComputer,
     BottomLayerComputer,
     find_first_layer,
 )
@@ -21,10 +22,15 @@ from pyg_orch.offload.embedding_pipeline import (
     default_chunk_size,
     default_super_batch_size,
 )
+from pyg_orch.offload.hetero_layer import (
+    HeteroBottomLayerComputer,
+    find_hetero_first_layer,
+)
 from pyg_orch.offload.hotness import (
     HotSet,
     count_bottom_accesses,
     select_cache_nodes,
+    select_hetero_hot_nodes,
     select_hot_nodes,
 )
 from pyg_orch.offload.step_counter import StepCounter
@@ -37,10 +43,12 @@ from pyg_orch.offload.wrapper import (
 
 __all__ = [
     'BatchEmbeddingCache',
+    'BipartiteLayerComputer',
     'BottomLayerOffload',
     'BottomLayerComputer',
     'EmbeddingPipeline',
     'EmbeddingTable',
+    'HeteroBottomLayerComputer',
     'HotSet',
     'OffloadWorkerError',
     'StepCounter',
@@ -52,6 +60,8 @@ __all__ = [
     'default_num_threads',
     'default_super_batch_size',
     'find_first_layer',
+    'find_hetero_first_layer',
     'select_cache_nodes',
+    'select_hetero_hot_nodes',
     'select_hot_nodes',
 ]

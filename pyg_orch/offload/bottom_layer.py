@@ -3,7 +3,7 @@ CPU copy of it, and computing its output for a set of vertices on the CPU from
 host-resident features."""
 import copy
 import threading
-from typing import Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -203,10 +203,9 @@ class BottomLayerComputer:
         if split != OUTPUT and nodes.numel() > 0:
             gen = torch.Generator().manual_seed(0)
             nodes = nodes[:64].to(torch.int64)
-            ids, edge_index = self.subgraph(nodes, gen)
-            kind, reason = choose_split(self._layer,
-                                        self.x.index_select(0, ids),
-                                        edge_index, nodes.numel())
+            x, edge_index = self.inputs(nodes, gen)
+            kind, reason = choose_split(self._layer, x, edge_index,
+                                        nodes.numel())
         if split == 'aggregate' and kind == OUTPUT:
             raise ValueError(
                 f"split='aggregate' needs a first layer whose neighbor "
@@ -270,6 +269,19 @@ class BottomLayerComputer:
         r"""Bytes of one feature row."""
         return self.x[0].numel() * self.x.element_size()
 
+    def sample(self, nodes: Tensor, generator: Optional[torch.Generator]
+               ) -> Tuple[Tensor, Tensor]:
+        r"""Samples in-neighbors of :obj:`nodes`: returns the neighbors'
+        global ids and, per sampled edge, the position of its target in
+        :obj:`nodes` (both :obj:`int64`)."""
+        csc = self.csc
+        pos, dst = sample_neighbors(
+            csc.colptr, nodes, self.num_neighbors, self.replace, generator,
+            weight=csc.weight, weight_cumsum=csc.weight_cumsum
+            if csc.weight is not None and self.replace else None)
+        return (csc.row.index_select(0, pos).to(torch.int64),
+                dst.to(torch.int64))
+
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
         r"""Samples the in-neighbors of :obj:`nodes` (distinct global ids)
@@ -289,16 +301,12 @@ class BottomLayerComputer:
         points."""
         csc = self.csc
         n = nodes.numel()
-        pos, dst = sample_neighbors(
-            csc.colptr, nodes, self.num_neighbors, self.replace, generator,
-            weight=csc.weight, weight_cumsum=csc.weight_cumsum
-            if csc.weight is not None and self.replace else None)
-        src = csc.row.index_select(0, pos).to(torch.int64)
+        src, dst = self.sample(nodes, generator)
         nodes = nodes.to(torch.int64)
         if not self.dedup:
             src_row = torch.arange(n, n + src.numel())
             return torch.cat([nodes, src]), torch.stack(
-                [src_row, dst.to(torch.int64)])
+                [src_row, dst])
         ids, inv = torch.unique(torch.cat([nodes, src]),
                                 return_inverse=True)
         # Renumber so that `nodes` come first, in their order:
@@ -307,7 +315,7 @@ class BottomLayerComputer:
         order = torch.cat([inv[:n], (~is_target).nonzero().view(-1)])
         new_id = torch.empty_like(order)
         new_id[order] = torch.arange(order.numel())
-        edge_index = torch.stack([new_id[inv[n:]], dst.to(torch.int64)])
+        edge_index = torch.stack([new_id[inv[n:]], dst])
         ids = ids[order]
         mask = self.in_edge_mask
         if mask is not None and ids.numel() > n:
@@ -322,18 +330,80 @@ class BottomLayerComputer:
         r"""The output of :obj:`layer` for :obj:`nodes`, shape
         :obj:`[len(nodes), out_channels]`."""
         local = self._thread_state()
-        n = nodes.numel()
         dtype = self.autocast_dtype
         with torch.no_grad():
-            ids, edge_index = self.subgraph(nodes, local.generator)
-            x = self.x.index_select(0, ids)
+            x, edge_index = self.inputs(nodes, local.generator)
             with torch.autocast('cpu', dtype=dtype or torch.bfloat16,
                                 enabled=dtype is not None):
-                if self.bipartite:
-                    out = call_layer(layer, (x, x[:n]), edge_index)
-                else:
-                    out = call_layer(layer, x, edge_index)[:n]
+                out = call_layer(layer, x, edge_index)[:nodes.numel()]
             if dtype is not None and out.is_floating_point():
-                out = out.to(x.dtype)
+                out = out.to(self.x.dtype)
             return out
 
+    def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
+               ) -> Tuple[Any, Tensor]:
+        r"""The layer's inputs for :obj:`nodes`: features (a tuple
+        :obj:`(x_src, x_dst)` for a bipartite call) and :obj:`edge_index`
+        of their sampled subgraph (see :meth:`subgraph`); the first
+        :obj:`len(nodes)` outputs are theirs."""
+        ids, edge_index = self.subgraph(nodes, generator)
+        x = self.x.index_select(0, ids)
+        if self.bipartite:
+            return (x, x[:nodes.numel()]), edge_index
+        return x, edge_index
+
+
+
+class BipartiteLayerComputer(BottomLayerComputer):
+    r"""A :class:`BottomLayerComputer` for one edge type of a heterogeneous
+    graph whose source node type differs from its destination type: the
+    layer is called on :obj:`(x_src[neighbors], x_dst[nodes])`, with one
+    source row per sampled edge.
+
+    Args:
+        layer (torch.nn.Module): The layer of this edge type.
+        x_src (torch.Tensor): Features of the source node type.
+        x_dst (torch.Tensor): Features of the destination node type.
+        csc (CSCTopology): The edge type's topology (columns: destination
+            nodes, rows: source nodes).
+        num_neighbors (int): Fan-out, :obj:`-1` for all neighbors.
+        replace (bool): Sample with replacement. (default: :obj:`False`)
+        seed (int, optional): Seeds the per-thread random generators.
+        autocast_dtype (torch.dtype, optional): See
+            :class:`BottomLayerComputer`.
+    """
+    def __init__(self, layer: torch.nn.Module, x_src: Tensor, x_dst: Tensor,
+                 csc: CSCTopology, num_neighbors: int, replace: bool = False,
+                 seed: Optional[int] = None,
+                 autocast_dtype: Optional[torch.dtype] = None):
+        super().__init__(layer, x_dst, csc, num_neighbors, replace=replace,
+                         seed=seed, dedup=False,
+                         autocast_dtype=autocast_dtype)
+        self.x_src = x_src
+        self.bipartite = True
+
+    def calibrate(self, nodes: Tensor) -> bool:
+        r"""Checks that the layer runs on the CPU (always bipartite)."""
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            x, edge_index = self.inputs(nodes[:64].to(torch.int64), gen)
+            call_layer(self.template, x, edge_index)
+        return True
+
+    @property
+    def row_bytes(self) -> int:
+        return self.x_src[0].numel() * self.x_src.element_size()
+
+    def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
+                 ) -> Tuple[Tensor, Tensor]:
+        r"""Samples the in-neighbors of :obj:`nodes` and returns their ids
+        (of the source type, one per sampled edge) and the bipartite
+        :obj:`edge_index` (source rows to positions in :obj:`nodes`)."""
+        src, dst = self.sample(nodes, generator)
+        return src, torch.stack([torch.arange(src.numel()), dst])
+
+    def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
+               ) -> Tuple[Any, Tensor]:
+        src, edge_index = self.subgraph(nodes, generator)
+        return (self.x_src.index_select(0, src),
+                self.x.index_select(0, nodes.to(torch.int64))), edge_index

@@ -1,7 +1,7 @@
 """Hot vertices by pre-sampled access frequency: how often a vertex shows up in
 the part of a mini-batch whose bottom-layer output the model needs."""
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -81,7 +81,8 @@ def count_bottom_accesses(
 
 def _presample(sampler, seeds: Tensor, batch_size: int,
                num_batches: Optional[int], seed: Optional[int],
-               hops: Optional[int], prune_hot: bool) -> Tuple[Tensor, int]:
+               hops: Optional[int], prune_hot: bool,
+               input_type: Optional[str] = None) -> Tuple[Any, int]:
     seeds = seeds.view(-1).to(torch.int64).cpu()
     gen = torch.Generator()
     if seed is not None:
@@ -93,7 +94,8 @@ def _presample(sampler, seeds: Tensor, batch_size: int,
     num = epoch if num_batches is None else min(max(int(num_batches), 1),
                                                 epoch)
     counts = count_node_access(sampler, seeds, batch_size, num_batches=num,
-                               hops=hops, generator=gen, prune_hot=prune_hot)
+                               hops=hops, generator=gen, prune_hot=prune_hot,
+                               input_type=input_type)
     return counts, num
 
 
@@ -185,3 +187,29 @@ def select_cache_nodes(
     finally:
         sampler.hot_nodes = saved
     return split_by_frequency(counts, 0.0, cache_ratio)[1]
+
+
+def select_hetero_hot_nodes(
+    sampler,
+    seeds: Tensor,
+    input_type: str,
+    node_types: List[str],
+    batch_size: int,
+    hot_ratio: float = 0.05,
+    num_batches: Optional[int] = None,
+    seed: Optional[int] = 0,
+) -> HotSet:
+    r"""The heterogeneous counterpart of :func:`select_hot_nodes`: counts
+    the bottom-layer accesses of the vertices of :obj:`node_types` (the
+    destination types of the first layer) in mini-batches drawn from
+    :obj:`seeds` of type :obj:`input_type`, and picks the top
+    :obj:`hot_ratio` fraction of them all by count. Ids are combined: the
+    vertices of :obj:`node_types[k]` come after those of the types before
+    it. No GPU-cache candidates are chosen."""
+    num_hops = max(len(v) for v in sampler.num_neighbors.values())
+    counts, n = _presample(sampler, seeds, batch_size, num_batches, seed,
+                           hops=num_hops, prune_hot=False,
+                           input_type=input_type)
+    counts = torch.cat([counts[t] for t in node_types])
+    hot, cache = split_by_frequency(counts, hot_ratio, 0.0)
+    return HotSet(hot, cache, counts, n)

@@ -5,7 +5,7 @@ import copy
 import os
 import warnings
 import weakref
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import Tensor
@@ -28,6 +28,17 @@ from pyg_orch.offload.hotness import (
     HotSet,
     select_cache_nodes,
     select_hot_nodes,
+)
+from pyg_orch.offload.replacement import (
+    BatchInfo,
+    ForwardContext,
+    RuntimeHook,
+    check_aggregated,
+    check_no_edge_tensors,
+    hot_rows,
+    replace_from_table,
+    replace_output,
+    same_tensor,
 )
 from pyg_orch.offload.step_counter import StepCounter
 
@@ -67,122 +78,12 @@ def default_intra_op_threads(num_threads: int) -> int:
     return max(1, _offload_cores() // max(int(num_threads), 1))
 
 
-class _BatchInfo:
-    __slots__ = ('x_ref', 'lo', 'hi', 'slot', 'rows', 'pos', 'pos_cpu',
-                 'num_nodes', 'pruned', 'extra_edges')
-
-    def __init__(self, x: Tensor, lo: int, hi: int, slot: Tensor,
-                 pruned: bool):
-        self.x_ref = weakref.ref(x)
-        # Rows `lo:hi` may hold hot vertices; `slot[i]` is the row of local
-        # row `lo + i` in the embedding tables, `-1` if it is not hot:
-        self.lo, self.hi, self.slot = lo, hi, slot
-        # The hot rows alone (local rows, table rows, the latter on the CPU),
-        # made on demand: finding them synchronizes with the device.
-        self.rows: Optional[Tensor] = None
-        self.pos: Optional[Tensor] = None
-        self.pos_cpu: Optional[Tensor] = None
-        self.num_nodes = x.size(0)
-        self.pruned = pruned
-        # Placeholder in-edges of pruned hot vertices (degree compensation):
-        self.extra_edges: Optional[Tensor] = None
-
-    def hot_rows(self) -> None:
-        if self.rows is None:
-            self.rows, self.pos = _hot_rows(self.slot, self.lo)
-
-
-def _hot_rows(slot: Tensor, lo: int) -> Tuple[Tensor, Tensor]:
-    # The local rows of the hot vertices among rows `lo:` and their rows in
-    # the embedding tables (synchronizes with the device: `nonzero`).
-    rows = (slot >= 0).nonzero().view(-1)
-    return rows + lo, slot.index_select(0, rows).to(torch.int64)
-
-
-class _ReplaceRows(torch.autograd.Function):
-    r"""Replaces the rows :obj:`lo + i` of :obj:`out` where :obj:`hot[i]`
-    by :obj:`emb[i]`, out of place; their gradient goes to :obj:`emb` (if it
-    requires one), not to :obj:`out`. Selected with
-    :obj:`where`, so that no hot row needs to be found on the host.
-    Cheaper than rebuilding the output from slices, whose backward pass
-    fills, copies and adds a full-size gradient per slice (measured on an
-    H100 under :func:`~torch_geometric.utils.trim_to_layer`: about 1.3 ms per
-    step, more than offload saved)."""
-    @staticmethod
-    def forward(ctx, out: Tensor, lo: int, hot: Tensor,
-                emb: Tensor) -> Tensor:
-        new = out.clone()
-        part = new[lo:lo + hot.numel()]
-        mask = hot.view(-1, *([1] * (out.dim() - 1)))
-        part.copy_(torch.where(mask, emb, part))
-        ctx.lo = lo
-        ctx.save_for_backward(hot)
-        return new
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        hot, = ctx.saved_tensors
-        lo = ctx.lo
-        mask = hot.view(-1, *([1] * (grad.dim() - 1)))
-        grad_emb = None
-        if ctx.needs_input_grad[3]:  # Rows computed from current weights.
-            part = grad[lo:lo + hot.numel()]
-            grad_emb = torch.where(mask, part, part.new_zeros(()))
-        grad = grad.clone()
-        grad[lo:lo + hot.numel()].masked_fill_(mask, 0)
-        return grad, None, None, grad_emb
-
-
-class _ForwardContext:
-    __slots__ = ('x', 'edge_index', 'info', 'version', 'called', 'in_call',
-                 'aggregated')
-
-    def __init__(self, x, edge_index, info: Optional[_BatchInfo],
-                 version: int):
-        self.x = x
-        self.edge_index = edge_index
-        self.info = info
-        self.version = version
-        self.called = False
-        self.in_call = False
-        self.aggregated = False
-
-
-class _RuntimeHook:
-    r"""A hook that calls a method of an :class:`OffloadRuntime` through a
-    weak reference. Copies (:func:`copy.deepcopy`, pickling) of a module
-    holding it get a disabled hook, so that copies of the model are plain
-    models."""
-    def __init__(self, runtime: Optional['OffloadRuntime'], name: str):
-        self.ref = None if runtime is None else weakref.ref(runtime)
-        self.name = name
-
-    def __call__(self, *args):
-        runtime = None if self.ref is None else self.ref()
-        if runtime is None:
-            return None
-        return getattr(runtime, self.name)(*args)
-
-    def __deepcopy__(self, memo) -> '_RuntimeHook':
-        return _RuntimeHook(None, self.name)
-
-    def __reduce__(self):
-        return (_RuntimeHook, (None, self.name))
-
-
-def _same_tensor(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    return (isinstance(a, Tensor) and isinstance(b, Tensor)
-            and a.device == b.device and a.dtype == b.dtype
-            and a.shape == b.shape and a.stride() == b.stride()
-            and a.data_ptr() == b.data_ptr())
-
-
 class OffloadRuntime:
     r"""The state behind a :class:`BottomLayerOffload`: hooks, hot set,
     embedding pipeline and counters. It holds no reference to the wrapper,
     so the wrapper can be garbage-collected (which closes the runtime)."""
+    context_type = ForwardContext
+
     def __init__(self, model: torch.nn.Module, loader, layer_name: str,
                  layer: torch.nn.Module, hot_set: HotSet,
                  pipeline: Union[EmbeddingPipeline, BatchEmbeddingCache],
@@ -191,6 +92,36 @@ class OffloadRuntime:
                  compensate_degrees: bool = True,
                  candidates: Optional[Tensor] = None,
                  split: str = OUTPUT):
+        self._init_state(model, loader, layer_name, layer, hot_set, pipeline,
+                         num_hops, features, replace_rows, split)
+        self.compensate_degrees = compensate_degrees
+        self.fanout = int(self.sampler.num_neighbors[None][-1])
+        self._colptr: Dict[torch.device, Tensor] = {}
+        self._init_hot(candidates)
+        self.handles = self._hook_layers([layer])
+        if compensate_degrees:
+            for module in message_passing_layers(model).values():
+                self.handles.append(module.register_forward_pre_hook(
+                    RuntimeHook(self, '_edge_hook'), with_kwargs=True))
+        removers = [loader.register_batch_hook(RuntimeHook(self,
+                                                            '_on_batch'))]
+        # Per-batch rows are requested as soon as a batch is sampled (with
+        # look-ahead, a step before it trains), where sampling runs in the
+        # training loop's thread (`self.sampled`):
+        self.lead = 1 if getattr(loader, 'lookahead', False) else 0
+        if isinstance(pipeline, BatchEmbeddingCache) and getattr(
+                loader, 'prefetch', 0) == 0:
+            try:
+                removers.append(loader.register_batch_hook(
+                    RuntimeHook(self, '_on_sampled'), when='sampled'))
+            except TypeError:  # A loader without sampled hooks.
+                pass
+        self.remove_batch_hook = lambda: [r() for r in removers]
+        self.reset_stats()
+
+    def _init_state(self, model, loader, layer_name: str, layer, hot_set,
+                    pipeline, num_hops: int, features, replace_rows: str,
+                    split: str) -> None:
         self.model = model
         self.loader = loader
         self.sampler = loader.node_sampler
@@ -202,10 +133,23 @@ class OffloadRuntime:
         self.num_hops = num_hops
         self.features = features
         self.replace_rows = replace_rows
-        self.compensate_degrees = compensate_degrees
         self.split = split
-        self.fanout = int(self.sampler.num_neighbors[None][-1])
-        self._colptr: Dict[torch.device, Tensor] = {}
+        self.batches: 'collections.OrderedDict[int, BatchInfo]' = \
+            collections.OrderedDict()
+        self.sampled: 'collections.deque' = collections.deque(
+            maxlen=_MAX_BATCHES)
+        self.ctx: Optional[ForwardContext] = None
+        self.training = False
+        self.closed = False
+        self.order_checked = False
+        self.features_checked = False
+        self.warned_size_match = False
+        self.warned_eval_pruned = False
+        # Weight versions count the steps that update the layer(s):
+        self.counter = StepCounter(layer.parameters)
+
+    def _init_hot(self, candidates: Optional[Tensor]) -> None:
+        hot_set = self.hot_set
         # Ranks of the vertices that are or may become hot (-1 for others):
         # the hot set is always a prefix of `candidates` (see `_grow`).
         self.candidates = hot_set.hot_nodes if candidates is None \
@@ -214,49 +158,26 @@ class OffloadRuntime:
         self._rank[self.candidates] = torch.arange(self.candidates.numel(),
                                                    dtype=torch.int32)
         self._set_num_hot(hot_set.hot_nodes.numel())
-        self.batches: 'collections.OrderedDict[int, _BatchInfo]' = \
-            collections.OrderedDict()
-        self.ctx: Optional[_ForwardContext] = None
-        self.training = False
-        self.closed = False
-        self.order_checked = False
-        self.features_checked = False
-        self.warned_size_match = False
-        self.warned_eval_pruned = False
-        self.counter = StepCounter(layer.parameters)
-        self.handles = [
-            layer.register_forward_pre_hook(_RuntimeHook(self, '_pre_hook'),
-                                            with_kwargs=True),
-            layer.register_forward_hook(_RuntimeHook(self, '_post_hook')),
-        ]
-        if split != OUTPUT:
-            self.handles += [
-                layer.register_aggregate_forward_hook(
-                    _RuntimeHook(self, '_aggregate_hook')),
-                layer.register_message_and_aggregate_forward_hook(
-                    _RuntimeHook(self, '_aggregate_hook')),
+
+    def _hook_layers(self, layers) -> list:
+        # Hooks on the first layer (one module per edge type for
+        # heterogeneous models); with a weight-free split, on its
+        # aggregation as well.
+        handles = []
+        for layer in layers:
+            handles += [
+                layer.register_forward_pre_hook(
+                    RuntimeHook(self, '_pre_hook'), with_kwargs=True),
+                layer.register_forward_hook(RuntimeHook(self, '_post_hook')),
             ]
-        if compensate_degrees:
-            for module in message_passing_layers(model).values():
-                self.handles.append(module.register_forward_pre_hook(
-                    _RuntimeHook(self, '_edge_hook'), with_kwargs=True))
-        removers = [loader.register_batch_hook(_RuntimeHook(self,
-                                                            '_on_batch'))]
-        # Per-batch rows are requested as soon as a batch is sampled (with
-        # look-ahead, a step before it trains), where sampling runs in the
-        # training loop's thread:
-        self.sampled: 'collections.deque' = collections.deque(
-            maxlen=_MAX_BATCHES)
-        self.lead = 1 if getattr(loader, 'lookahead', False) else 0
-        if isinstance(pipeline, BatchEmbeddingCache) and getattr(
-                loader, 'prefetch', 0) == 0:
-            try:
-                removers.append(loader.register_batch_hook(
-                    _RuntimeHook(self, '_on_sampled'), when='sampled'))
-            except TypeError:  # A loader without sampled hooks.
-                pass
-        self.remove_batch_hook = lambda: [r() for r in removers]
-        self.reset_stats()
+            if self.split != OUTPUT:
+                handles += [
+                    layer.register_aggregate_forward_hook(
+                        RuntimeHook(self, '_aggregate_hook')),
+                    layer.register_message_and_aggregate_forward_hook(
+                        RuntimeHook(self, '_aggregate_hook')),
+                ]
+        return handles
 
     def _set_num_hot(self, n: int) -> None:
         self.hot_set.hot_nodes = self.candidates[:n]
@@ -271,7 +192,12 @@ class OffloadRuntime:
         # with (and find replacements for) the first `n` candidates.
         self._set_num_hot(n)
         if self.training and self.active:
-            self.sampler.set_hot_nodes(self.hot_mask)
+            self.sampler.set_hot_nodes(self.prune_masks())
+
+    def prune_masks(self) -> Any:
+        r"""What the sampler prunes in training mode (see
+        :meth:`~pyg_orch.HybridNeighborSampler.set_hot_nodes`)."""
+        return self.hot_mask
 
     # Modes ###################################################################
 
@@ -284,7 +210,7 @@ class OffloadRuntime:
         if not self.active:
             return
         if self.training:
-            self.sampler.set_hot_nodes(self.hot_mask)
+            self.sampler.set_hot_nodes(self.prune_masks())
         else:
             self.sampler.set_hot_nodes(None)
             self.pipeline.pause()
@@ -378,15 +304,15 @@ class OffloadRuntime:
             return
         lo, _, hi = self._bottom_rows(num)
         slot = self._hot_pos_on(node.device).index_select(0, node[lo:hi])
-        rows, pos = _hot_rows(slot, lo)
+        rows, pos = hot_rows(slot, lo)
         pos_cpu = pos.cpu()
         version = self.counter.next_forward_version()
         self.pipeline.request(pos_cpu, version + self.lead, version)
         self.sampled.append((node, slot, rows, pos, pos_cpu))
 
-    def _take_sampled(self, n_id: Tensor, info: '_BatchInfo') -> bool:
+    def _take_sampled(self, n_id: Tensor, info: 'BatchInfo') -> bool:
         match = next((i for i, entry in enumerate(self.sampled)
-                      if _same_tensor(entry[0], n_id)), None)
+                      if same_tensor(entry[0], n_id)), None)
         if match is None:
             return False
         for _ in range(match):  # Sampled, never received.
@@ -418,7 +344,7 @@ class OffloadRuntime:
         slot = self._hot_pos_on(n_id.device).index_select(
             0, n_id[lo:n_bottom])
         pruned = getattr(self.sampler, 'hot_nodes', None) is not None
-        info = _BatchInfo(x, lo, n_bottom, slot, pruned)
+        info = BatchInfo(x, lo, n_bottom, slot, pruned)
         requested = isinstance(self.pipeline, BatchEmbeddingCache) and \
             self._take_sampled(n_id, info)
         if pruned and self.compensate_degrees:
@@ -465,7 +391,7 @@ class OffloadRuntime:
                 "those rows unchanged; transform 'data.x' before building "
                 "the loader instead")
 
-    def _match(self, x: Any) -> Optional[_BatchInfo]:
+    def _match(self, x: Any) -> Optional[BatchInfo]:
         if not isinstance(x, Tensor) or not self.batches:
             return None
         info = self.batches.get(id(x))
@@ -486,12 +412,12 @@ class OffloadRuntime:
 
     # Forward #################################################################
 
-    def begin(self, x: Any, edge_index: Any) -> _ForwardContext:
+    def begin(self, x: Any, edge_index: Any) -> ForwardContext:
         version = self.counter.on_forward()
         if isinstance(self.pipeline, EmbeddingPipeline):
             self.pipeline.maybe_submit(version)
         info = self._match(x)
-        if info is not None and info.slot.device != getattr(
+        if isinstance(info, BatchInfo) and info.slot.device != getattr(
                 x, 'device', info.slot.device):
             info.slot = info.slot.to(x.device)
             info.rows = info.pos = None
@@ -499,11 +425,11 @@ class OffloadRuntime:
             self.num_exact += 1
         else:
             self.num_offloaded += 1
-        ctx = _ForwardContext(x, edge_index, info, version)
+        ctx = self.context_type(x, edge_index, info, version)
         self.ctx = ctx
         return ctx
 
-    def end(self, ctx: _ForwardContext, failed: bool) -> None:
+    def end(self, ctx: ForwardContext, failed: bool) -> None:
         self.ctx = None
         if failed:
             return
@@ -556,7 +482,7 @@ class OffloadRuntime:
         x = args[0] if len(args) > 0 else kwargs.get('x')
         if isinstance(x, (tuple, list)) and len(x) > 0:
             x = x[0]
-        if not _same_tensor(x, ctx.x):
+        if not same_tensor(x, ctx.x):
             raise ValueError(
                 f"BottomLayerOffload: the first message-passing layer "
                 f"{self.layer_name!r} does not consume the model's input 'x' "
@@ -568,17 +494,9 @@ class OffloadRuntime:
                 f"features 'loader.data.x', so the model's first operation on "
                 f"'x' must be this layer; move such preprocessing into the "
                 f"data, or call model.eval() to run without offload")
-        extra = [
-            name for name, v in list(enumerate(args[2:], 2)) +
-            [(k, v) for k, v in kwargs.items() if k not in ('x', 'edge_index')]
-            if isinstance(v, Tensor)
-        ]
-        if extra:
-            raise NotImplementedError(
-                f"BottomLayerOffload: the first message-passing layer "
-                f"{self.layer_name!r} receives edge-level tensors besides 'x' "
-                f"and 'edge_index' (arguments {extra}, e.g. edge weights or "
-                f"edge features), which the CPU side can not reproduce yet")
+        check_no_edge_tensors(
+            f'the first message-passing layer {self.layer_name!r}', args,
+            kwargs)
         ctx.in_call = True
         return None
 
@@ -589,7 +507,7 @@ class OffloadRuntime:
             return None
         in_args = len(args) > 1
         edge_index = args[1] if in_args else kwargs.get('edge_index')
-        if not isinstance(edge_index, Tensor) or not _same_tensor(
+        if not isinstance(edge_index, Tensor) or not same_tensor(
                 edge_index, ctx.edge_index):
             return None  # E.g. trimmed by trim_to_layer: nothing to do.
         if any(isinstance(v, Tensor) for v in args[2:]) or any(
@@ -613,20 +531,10 @@ class OffloadRuntime:
         if info is None or info.slot.numel() == 0:
             return None
         if self.split != OUTPUT:
-            if not ctx.aggregated:
-                raise RuntimeError(
-                    f"BottomLayerOffload: the aggregation of "
-                    f"{self.layer_name!r} ran without PyG's aggregation "
-                    f"hooks (under torch.compile or TorchScript), so its hot "
-                    f"rows could not be replaced; pass split='output'")
+            check_aggregated(ctx, repr(self.layer_name))
             return None
-        out = output[0] if isinstance(output, (tuple, list)) else output
-        new = self._replace_hot(out, info, ctx.version)
-        if isinstance(output, tuple):
-            return (new, ) + tuple(output[1:])
-        if isinstance(output, list):
-            return [new] + list(output[1:])
-        return new
+        return replace_output(
+            output, lambda out: self._replace_hot(out, info, ctx.version))
 
     def _aggregate_hook(self, module, inputs, out):
         # split='aggregate': the hot rows of the layer's aggregation become
@@ -641,7 +549,7 @@ class OffloadRuntime:
             return None
         return self._replace_hot(out, info, ctx.version)
 
-    def _replace_hot(self, out: Tensor, info: _BatchInfo,
+    def _replace_hot(self, out: Tensor, info: BatchInfo,
                      version: int) -> Tensor:
         pipeline = self.pipeline
         if isinstance(pipeline, EmbeddingPipeline):
@@ -662,21 +570,14 @@ class OffloadRuntime:
             emb = finish_aggregated(self.layer, self.split, emb)
         return emb.to(out.dtype)
 
-    def _replace_from_table(self, out: Tensor, info: _BatchInfo,
+    def _replace_from_table(self, out: Tensor, info: BatchInfo,
                             table) -> Tensor:
-        # Rows `lo:hi` are rebuilt with `where`, so that no hot row needs to
-        # be found on the host (no synchronization with the device).
-        lo, hi = info.lo, min(info.hi, out.size(0))  # Bipartite: fewer.
-        if hi <= lo:
-            return out
-        slot = info.slot[:hi - lo]
-        hot = slot >= 0
-        emb = table.emb.index_select(0, slot.clamp(min=0).to(torch.int64))
-        emb = self._finish(emb, out)
-        self._add_replaced(hot.sum())
-        return _ReplaceRows.apply(out, lo, hot, emb)
+        out, count = replace_from_table(
+            out, info, table.emb, lambda emb: self._finish(emb, out))
+        self._add_replaced(count)
+        return out
 
-    def _replace_rows(self, out: Tensor, info: _BatchInfo,
+    def _replace_rows(self, out: Tensor, info: BatchInfo,
                       emb: Tensor) -> Tensor:
         emb = self._finish(emb, out)
         rows = info.rows
@@ -906,9 +807,40 @@ class BottomLayerOffload(torch.nn.Module):
     :class:`~pyg_orch.offload.OffloadWorkerError`, chained to the
     original) at the next training forward pass.
 
-    Limitations: homogeneous graphs (:class:`~torch_geometric.data.Data`)
-    without temporal sampling; the first message-passing layer must consume
-    :obj:`x` directly and get no edge weights or features; with
+    **Heterogeneous graphs.** For a loader over a
+    :class:`~torch_geometric.data.HeteroData`, the model must be made by
+    :func:`~torch_geometric.nn.to_hetero` or built from
+    :class:`~torch_geometric.nn.conv.HeteroConv`: its first layer is one
+    message-passing module per edge type (e.g. :obj:`conv1.a__to__b`, found
+    by :func:`~pyg_orch.offload.hetero_layer.find_hetero_first_layer`; pass
+    :obj:`layer='conv1'` to choose another). It is called as
+    :obj:`model(batch.x_dict, batch.edge_index_dict)`. Hot vertices are
+    the top :obj:`hot_ratio` fraction of the vertices of all destination
+    node types together, by pre-sampled access count; the sampler prunes the
+    bottom hop of each type's hot vertices for every edge type into it. The
+    CPU computes, for every edge type, its module's output (or, with the
+    aggregate split, its aggregation) for the hot vertices of its
+    destination type (see
+    :class:`~pyg_orch.offload.hetero_layer.HeteroBottomLayerComputer`), and
+    the hot rows of each module's output (or aggregation) are replaced
+    before the model groups the edge types, so any grouping (:obj:`aggr` of
+    :func:`~torch_geometric.nn.to_hetero`) works. :attr:`hot_nodes`,
+    :attr:`hot_mask` and :attr:`access_counts` are then dictionaries per
+    node type, and :meth:`stats` adds :obj:`num_hot_per_type`
+    (:obj:`hot_rows_replaced` counts a row once per edge type). Not
+    supported there (:class:`NotImplementedError`): :obj:`hot_ratio='auto'`,
+    :obj:`refresh='batch'`, and layers that need degree compensation (such
+    as :class:`~torch_geometric.nn.conv.GCNConv`); no GPU-cache candidates
+    are chosen (the loader has no GPU feature store for heterogeneous
+    graphs). On an H100, with a heterogeneous version of the 2.4M-node graph
+    (:obj:`--hetero` of :obj:`benchmarks/bench_offload.py`), offload was
+    1.49x faster than plain training at :obj:`max_staleness=256` (30% hot)
+    but only 1.08x at :obj:`max_staleness=64`: the loader samples
+    heterogeneous graphs with many small kernels launched from Python, which
+    CPU workers that recompute tables more often slow down.
+
+    Limitations: no temporal sampling; the first message-passing layer must
+    consume :obj:`x` directly and get no edge weights or features; with
     :obj:`num_workers > 0`, call :meth:`train` / :meth:`eval` before
     iterating (the workers copy the sampler when the iterator is created).
 
@@ -936,7 +868,8 @@ class BottomLayerOffload(torch.nn.Module):
             (default: :obj:`False`)
         layer (torch.nn.Module or str, optional): The first message-passing
             layer (a module of :obj:`model` or its name); by default the first
-            one registered.
+            one registered. For heterogeneous models, the name of the module
+            holding the first layer's per-edge-type modules.
         num_presample_batches (int, optional): Mini-batches to pre-sample for
             the access counts; an epoch's worth, at most 200, by default.
         super_batch_size (int, optional): Steps per super-batch, overriding
@@ -1003,12 +936,6 @@ class BottomLayerOffload(torch.nn.Module):
         hot_ratio, gpu_cache_ratio = _check_ratios(hot_ratio,
                                                    gpu_cache_ratio)
         auto = hot_ratio == 'auto'
-        num_nodes = sampler.topology.num_nodes[None]
-        if gpu_cache_ratio == 'auto':
-            # As many candidates as the loader's feature store can hold:
-            store = getattr(loader, 'feature_store', None)
-            capacity = int(getattr(store, 'capacity', 0) or 0)
-            gpu_cache_ratio = min(capacity / max(num_nodes, 1), 1.0)
         if auto and refresh != 'super_batch':
             raise NotImplementedError(
                 "hot_ratio='auto' sizes the hot set by the time tables of "
@@ -1048,7 +975,31 @@ class BottomLayerOffload(torch.nn.Module):
                            model._non_persistent_buffers_set)
         object.__setattr__(self, '_offload_model', model)
         object.__setattr__(self, 'training', model.training)
+        object.__setattr__(self, 'full_neighbors', bool(full_neighbors))
 
+        if sampler.is_hetero:
+            from pyg_orch.offload.hetero_runtime import build_hetero_runtime
+            if auto or refresh != 'super_batch' or compensate_degrees:
+                raise NotImplementedError(
+                    "BottomLayerOffload on heterogeneous graphs supports "
+                    "hot_ratio as a number and refresh='super_batch' only, "
+                    "with models that need no degree compensation (no "
+                    "GCNConv-like layer that weighs messages by the "
+                    "sender's in-degree)")
+            runtime = build_hetero_runtime(
+                model, loader, layer, hot_ratio, max_staleness, num_threads,
+                full_neighbors, num_presample_batches, super_batch_size,
+                chunk_size, intra_op_threads, cpu_autocast, seed,
+                idle_timeout, replace_rows, split)
+            self._start(runtime)
+            return
+
+        num_nodes = sampler.topology.num_nodes[None]
+        if gpu_cache_ratio == 'auto':
+            # As many candidates as the loader's feature store can hold:
+            store = getattr(loader, 'feature_store', None)
+            capacity = int(getattr(store, 'capacity', 0) or 0)
+            gpu_cache_ratio = min(capacity / max(num_nodes, 1), 1.0)
         layer_name, first = find_first_layer(model, layer)
         check_materialized(first, layer_name)
         x = data.x
@@ -1112,11 +1063,8 @@ class BottomLayerOffload(torch.nn.Module):
                                  bool(compensate_degrees), candidates,
                                  computer.split)
         if auto:
-            pipeline.on_grow = _RuntimeHook(runtime, '_grow')
-        object.__setattr__(self, '_offload', runtime)
-        object.__setattr__(self, 'full_neighbors', bool(full_neighbors))
-        object.__setattr__(self, '_finalizer',
-                           weakref.finalize(self, runtime.close))
+            pipeline.on_grow = RuntimeHook(runtime, '_grow')
+        self._start(runtime)
         set_cache = getattr(loader, 'set_gpu_cache_nodes', None)
         if hot_set.hot_nodes.numel() > 0 and gpu_cache_ratio > 0:
             # Rank by the feature fetches of pruned batches, hot vertices
@@ -1126,6 +1074,11 @@ class BottomLayerOffload(torch.nn.Module):
                 gpu_cache_ratio, num_presample_batches, seed)
         if callable(set_cache):
             set_cache(hot_set.cache_nodes)
+
+    def _start(self, runtime: OffloadRuntime) -> None:
+        object.__setattr__(self, '_offload', runtime)
+        object.__setattr__(self, '_finalizer',
+                           weakref.finalize(self, runtime.close))
         runtime.set_training(self.training)
 
     # Module behaviour ########################################################
@@ -1193,28 +1146,41 @@ class BottomLayerOffload(torch.nn.Module):
     # Offload API #############################################################
 
     @property
-    def hot_nodes(self) -> Tensor:
-        r"""Global ids of the hot vertices, most frequently accessed first."""
-        return self._offload.hot_set.hot_nodes
+    def hot_nodes(self) -> Union[Tensor, Dict[str, Tensor]]:
+        r"""Global ids of the hot vertices, most frequently accessed first
+        (for heterogeneous graphs, a dictionary of ids within each node
+        type)."""
+        runtime = self._offload
+        if hasattr(runtime, 'hot_nodes_dict'):
+            return runtime.hot_nodes_dict()
+        return runtime.hot_set.hot_nodes
 
     @property
-    def hot_mask(self) -> Tensor:
-        r"""Boolean mask over all vertices, :obj:`True` for hot ones."""
-        return self._offload.hot_mask
+    def hot_mask(self) -> Union[Tensor, Dict[str, Tensor]]:
+        r"""Boolean mask over all vertices, :obj:`True` for hot ones (per
+        node type for heterogeneous graphs)."""
+        return self._per_type(self._offload.hot_mask)
 
     @property
     def gpu_cache_nodes(self) -> Tensor:
         r"""The GPU-cache candidates (:obj:`gpu_cache_ratio` of all
         vertices): those whose features pre-sampled batches fetch most often
         with hot-vertex pruning on (see
-        :func:`~pyg_orch.offload.hotness.select_cache_nodes`)."""
+        :func:`~pyg_orch.offload.hotness.select_cache_nodes`); none for
+        heterogeneous graphs."""
         return self._offload.hot_set.cache_nodes
 
     @property
-    def access_counts(self) -> Tensor:
+    def access_counts(self) -> Union[Tensor, Dict[str, Tensor]]:
         r"""How often every vertex was needed by the bottom layer during
-        pre-sampling."""
-        return self._offload.hot_set.counts
+        pre-sampling (per node type for heterogeneous graphs)."""
+        return self._per_type(self._offload.hot_set.counts)
+
+    def _per_type(self, values: Tensor) -> Union[Tensor, Dict[str, Tensor]]:
+        runtime = self._offload
+        if hasattr(runtime, 'per_type'):
+            return runtime.per_type(values)
+        return values
 
     @property
     def max_staleness(self) -> int:
@@ -1314,26 +1280,27 @@ def _check_loader(loader):
             f"'loader' must be a pyg_orch.HybridNeighborLoader (or a loader "
             f"whose 'node_sampler' has 'topology' and 'set_hot_nodes'); got "
             f"{type(loader).__name__}")
-    from torch_geometric.data import Data
+    from torch_geometric.data import Data, HeteroData
     data = getattr(loader, 'data', None)
-    if getattr(sampler, 'is_hetero', False) or not isinstance(data, Data):
+    hetero = bool(getattr(sampler, 'is_hetero', False))
+    if not isinstance(data, HeteroData if hetero else Data):
         raise NotImplementedError(
-            "BottomLayerOffload supports homogeneous graphs (a Data object) "
-            "only for now; heterogeneous graphs and to_hetero() models, as "
-            "well as (FeatureStore, GraphStore) inputs, are not supported")
+            "BottomLayerOffload supports Data and HeteroData objects; "
+            "(FeatureStore, GraphStore) inputs are not supported")
     if topology.is_temporal:
         raise NotImplementedError(
             "BottomLayerOffload does not support temporal sampling: hot "
             "embeddings are shared by all seeds, whatever their time")
-    if not isinstance(getattr(data, 'x', None), Tensor):
+    if not hetero and not isinstance(getattr(data, 'x', None), Tensor):
         raise ValueError("BottomLayerOffload needs node features 'data.x'")
-    fanouts = sampler.num_neighbors[None]
-    if len(fanouts) == 0:
+    hops = max(len(v) for v in sampler.num_neighbors.values())
+    if hops == 0:
         raise ValueError("BottomLayerOffload needs at least one hop")
     if not hasattr(loader, 'register_batch_hook'):
         raise TypeError("'loader' must have 'register_batch_hook' (a "
                         "pyg_orch.HybridNeighborLoader)")
-    return sampler, data, len(fanouts), int(fanouts[-1])
+    fanout = -1 if hetero else int(sampler.num_neighbors[None][-1])
+    return sampler, data, hops, fanout
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

@@ -1,5 +1,5 @@
 """Access statistics from pre-sampling: which nodes batches touch most."""
-from typing import Optional
+from typing import Dict, Optional, Union
 
 import torch
 from torch import Tensor
@@ -15,9 +15,9 @@ def count_node_access(
     generator: Optional[torch.Generator] = None,
     input_time: Optional[Tensor] = None,
     prune_hot: bool = False,
-) -> Tensor:
-    r"""Counts how often every node appears in sampled batches of a
-    homogeneous graph.
+    input_type: Optional[str] = None,
+) -> Union[Tensor, Dict[str, Tensor]]:
+    r"""Counts how often every node appears in sampled batches.
 
     Args:
         sampler (HybridNeighborSampler): The sampler of the loader.
@@ -35,20 +35,29 @@ def count_node_access(
             :meth:`~pyg_orch.HybridNeighborSampler.set_hot_nodes`), to count
             the accesses of batches as training draws them with
             bottom-layer offload. (default: :obj:`False`)
+        input_type (str, optional): The node type of the seeds, for
+            heterogeneous graphs.
 
     Returns:
-        An int64 tensor of counts per node, on the CPU.
+        An int64 tensor of counts per node, on the CPU; for heterogeneous
+        graphs a dictionary of them per node type.
 
     Unless :obj:`prune_hot`, hot-node pruning is off while counting; the
     sampler's random
     generators are restored afterwards, so later batches are the same as
     without counting.
     """
-    num_nodes = sampler.topology.num_nodes[None]
-    counts = torch.zeros(num_nodes, dtype=torch.int64)
+    hetero = bool(getattr(sampler, 'is_hetero', False))
+    if hetero and input_type is None:
+        raise ValueError("'input_type' (the seeds' node type) is needed for "
+                         "heterogeneous graphs")
+    counts = {
+        t: torch.zeros(n, dtype=torch.int64)
+        for t, n in sampler.topology.num_nodes.items()
+    }
     input_nodes = input_nodes.cpu()
     if input_nodes.numel() == 0:
-        return counts
+        return counts if hetero else counts[None]
     if num_batches is None:
         num_batches = -(-input_nodes.numel() // batch_size)
     saved_hot = getattr(sampler, 'hot_nodes', None)
@@ -61,17 +70,16 @@ def count_node_access(
         sampler.hot_nodes = None
     try:
         _count(sampler, input_nodes, batch_size, num_batches, hops,
-               generator, input_time, counts)
+               generator, input_time, counts, input_type)
     finally:
         sampler.hot_nodes = saved_hot
         for gen, state in states:
             gen.set_state(state)
-    return counts
+    return counts if hetero else counts[None]
 
 
 def _count(sampler, input_nodes, batch_size, num_batches, hops, generator,
-           input_time, counts) -> None:
-    num_nodes = counts.numel()
+           input_time, counts, input_type) -> None:
     done = 0
     while done < num_batches:
         perm = torch.randperm(input_nodes.numel(), generator=generator)
@@ -82,9 +90,15 @@ def _count(sampler, input_nodes, batch_size, num_batches, hops, generator,
             out = sampler.sample_from_nodes(
                 NodeSamplerInput(
                     input_id=None, node=input_nodes[index],
-                    time=None if input_time is None else input_time[index]))
-            node = out.node
-            if hops is not None and out.num_sampled_nodes is not None:
-                node = node[:sum(out.num_sampled_nodes[:hops])]
-            counts += torch.bincount(node.cpu(), minlength=num_nodes)
+                    time=None if input_time is None else input_time[index],
+                    input_type=input_type))
+            nodes, num = out.node, out.num_sampled_nodes
+            if not isinstance(nodes, dict):
+                nodes, num = {None: nodes}, {None: num}
+            for t, node in nodes.items():
+                if hops is not None and num is not None and \
+                        num.get(t) is not None:
+                    node = node[:sum(num[t][:hops])]
+                counts[t] += torch.bincount(node.cpu(),
+                                            minlength=counts[t].numel())
             done += 1

@@ -1,0 +1,258 @@
+"""The first layer of a heterogeneous model (one message-passing module per
+edge type, as :func:`~torch_geometric.nn.to_hetero` and
+:class:`~torch_geometric.nn.conv.HeteroConv` build it), and computing it for
+hot vertices of several node types on the CPU."""
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.typing import EdgeType, NodeType
+
+from pyg_orch.offload.aggregate_split import OUTPUT, call_layer, check_split
+from pyg_orch.offload.bottom_layer import (
+    BipartiteLayerComputer,
+    BottomLayerComputer,
+    message_passing_layers,
+)
+
+
+def _edge_type_keys(edge_types: List[EdgeType]) -> Dict[str, EdgeType]:
+    # Module names of per-edge-type layers: 'src__rel__dst' (to_hetero) or
+    # '<src___rel___dst>' (HeteroConv's ModuleDict).
+    out = {}
+    for et in edge_types:
+        out['__'.join(et)] = et
+        out['<' + '___'.join(et) + '>'] = et
+    return out
+
+
+def find_hetero_first_layer(
+    model: torch.nn.Module,
+    edge_types: List[EdgeType],
+    layer: Optional[str] = None,
+) -> Tuple[str, Dict[EdgeType, MessagePassing]]:
+    r"""Returns the name of the first layer of a heterogeneous model and its
+    message-passing module per edge type: the modules named
+    :obj:`'{prefix}.{src}__{rel}__{dst}'` (as built by
+    :func:`~torch_geometric.nn.to_hetero`) or
+    :obj:`'{prefix}.<{src}___{rel}___{dst}>'` (as in
+    :class:`~torch_geometric.nn.conv.HeteroConv`) for the first such
+    :obj:`prefix` in registration order, or for :obj:`layer` if given
+    (e.g. :obj:`'conv1'` or :obj:`'convs.0.convs'`).
+
+    Raises:
+        ValueError: If no message-passing module of :obj:`model` is named
+            after an edge type of the graph.
+    """
+    keys = _edge_type_keys(edge_types)
+    groups: Dict[str, Dict[EdgeType, MessagePassing]] = {}
+    for name, module in message_passing_layers(model).items():
+        prefix, _, key = name.rpartition('.')
+        if key in keys:
+            groups.setdefault(prefix, {})[keys[key]] = module
+    if layer is not None:
+        if not isinstance(layer, str) or layer not in groups:
+            raise ValueError(
+                f"'layer' must name the module holding the first layer's "
+                f"per-edge-type message-passing modules (one of "
+                f"{sorted(groups)}); got {layer!r}")
+        return layer, groups[layer]
+    if not groups:
+        raise ValueError(
+            f"{type(model).__name__} has no message-passing module named "
+            f"after an edge type of the graph ({list(edge_types)}): "
+            f"bottom-layer offload on heterogeneous graphs needs a model "
+            f"made by torch_geometric.nn.to_hetero() or built from HeteroConv")
+    name = next(iter(groups))
+    return name, groups[name]
+
+
+class HeteroBottomLayerComputer:
+    r"""Computes the first layer of a heterogeneous model for hot vertices on
+    the CPU, with one :class:`BottomLayerComputer` per edge type (a
+    :class:`BipartiteLayerComputer` where source and destination types
+    differ).
+
+    Vertices of the destination types share one id space: the vertices of
+    :obj:`node_types[k]` come after those of the types before it
+    (:attr:`offsets`). For a vertex of type :obj:`t`, :meth:`compute`
+    returns, side by side, the output (or aggregation) of every edge type
+    into :obj:`t`, at the columns :attr:`columns` gives; the row is
+    zero-padded to :attr:`width`. Summing the edge types' outputs is left
+    to the model, so that any grouping (:obj:`aggr` of
+    :func:`~torch_geometric.nn.to_hetero`) works.
+
+    Args:
+        convs (Dict[EdgeType, torch.nn.Module]): The first layer per edge
+            type.
+        x_dict (Dict[str, torch.Tensor]): Host features per node type.
+        csc_dict (Dict[EdgeType, CSCTopology]): CPU topology per edge type.
+        num_neighbors (Dict[EdgeType, int]): Bottom-hop fan-out per edge
+            type (:obj:`-1` for all neighbors).
+        num_nodes (Dict[str, int]): Number of vertices per node type.
+        replace (bool): Sample with replacement. (default: :obj:`False`)
+        seed (int, optional): Seeds the per-thread random generators.
+        autocast_dtype (torch.dtype, optional): See
+            :class:`BottomLayerComputer`.
+    """
+    def __init__(self, convs: Dict[EdgeType, torch.nn.Module],
+                 x_dict: Dict[NodeType, Tensor], csc_dict: Dict[EdgeType, Any],
+                 num_neighbors: Dict[EdgeType, int],
+                 num_nodes: Dict[NodeType, int], replace: bool = False,
+                 seed: Optional[int] = None,
+                 autocast_dtype: Optional[torch.dtype] = None):
+        self.edge_types = list(convs)
+        self.node_types: List[NodeType] = []
+        for et in self.edge_types:
+            if et[-1] not in self.node_types:
+                self.node_types.append(et[-1])
+        self.offsets: Dict[NodeType, int] = {}
+        total = 0
+        for t in self.node_types:
+            self.offsets[t] = total
+            total += int(num_nodes[t])
+        self.num_nodes = total
+        self.parts: List[BottomLayerComputer] = []
+        for i, et in enumerate(self.edge_types):
+            src, _, dst = et
+            k = int(num_neighbors[et])
+            gen_seed = None if seed is None else seed + 7919 * (i + 1)
+            if src == dst:
+                part = BottomLayerComputer(convs[et], x_dict[dst],
+                                           csc_dict[et], k, replace=replace,
+                                           seed=gen_seed, dedup=False,
+                                           autocast_dtype=autocast_dtype)
+            else:
+                part = BipartiteLayerComputer(convs[et], x_dict[src],
+                                              x_dict[dst], csc_dict[et], k,
+                                              replace=replace, seed=gen_seed,
+                                              autocast_dtype=autocast_dtype)
+            self.parts.append(part)
+        self.autocast_dtype = autocast_dtype
+        self.split = OUTPUT
+        self.kinds: Dict[EdgeType, str] = {}
+        # Columns of every edge type in its destination type's rows, and
+        # the row width (set by `choose_split`):
+        self.columns: Dict[EdgeType, Tuple[int, int]] = {}
+        self.width = 0
+        self._local = threading.local()
+
+    # What the pipeline needs #################################################
+
+    @property
+    def num_neighbors(self) -> int:
+        r"""Sampled neighbors per vertex at most, over all edge types into
+        its type (:obj:`-1` if some edge type takes all)."""
+        if any(p.num_neighbors < 0 for p in self.parts):
+            return -1
+        per_type = {t: 0 for t in self.node_types}
+        for et, p in zip(self.edge_types, self.parts):
+            per_type[et[-1]] += p.num_neighbors
+        return max(per_type.values(), default=0)
+
+    @property
+    def row_bytes(self) -> int:
+        return max(p.row_bytes for p in self.parts)
+
+    def node_type_of(self, nodes: Tensor) -> Dict[NodeType, Tuple[Tensor,
+                                                                 Tensor]]:
+        r"""Splits combined ids by node type: for every type present, the
+        positions in :obj:`nodes` and the ids within the type."""
+        out = {}
+        for t in self.node_types:
+            lo = self.offsets[t]
+            hi = lo + self.parts[self._first_part(t)].x.size(0)
+            pos = ((nodes >= lo) & (nodes < hi)).nonzero().view(-1)
+            if pos.numel() > 0:
+                out[t] = (pos, nodes.index_select(0, pos) - lo)
+        return out
+
+    def _first_part(self, node_type: NodeType) -> int:
+        return next(i for i, et in enumerate(self.edge_types)
+                    if et[-1] == node_type)
+
+    def choose_split(self, nodes: Dict[NodeType, Tensor],
+                     split: str = 'auto') -> str:
+        r"""Decides the split (see :meth:`BottomLayerComputer.choose_split`)
+        for all edge types together, checked on :obj:`nodes` of each
+        destination type: :obj:`'aggregate'` only if every edge type's layer
+        allows it (else :obj:`'auto'` falls back to :obj:`'output'` and
+        :obj:`'aggregate'` raises). Also checks that every layer runs on the
+        CPU, and sets :attr:`kinds` (the split of every edge type's layer),
+        :attr:`columns` and :attr:`width`. Returns :obj:`'output'` or a
+        weight-free kind."""
+        check_split(split)
+        kinds = [
+            part.choose_split(nodes[et[-1]], split)
+            for et, part in zip(self.edge_types, self.parts)
+        ]
+        if OUTPUT in kinds:  # One table: weight-free for all or for none.
+            none = torch.empty(0, dtype=torch.int64)
+            kinds = [part.choose_split(none, OUTPUT) for part in self.parts]
+        self.kinds = dict(zip(self.edge_types, kinds))
+        kind = kinds[0] if len(set(kinds)) == 1 else 'aggregate'
+        self.split = kind
+        # Widths of every edge type's rows:
+        gen = torch.Generator().manual_seed(0)
+        starts: Dict[NodeType, int] = {t: 0 for t in self.node_types}
+        for et, part in zip(self.edge_types, self.parts):
+            probe = nodes[et[-1]][:4].to(torch.int64)
+            part.calibrate(probe)
+            with torch.no_grad():
+                x, edge_index = part.inputs(probe, gen)
+                out = call_layer(part.template, x, edge_index)
+            if out.dim() != 2:
+                raise NotImplementedError(
+                    f"The first layer's module for {et} returns a "
+                    f"{out.dim()}-dimensional output; only [num_nodes, "
+                    f"channels] outputs are supported")
+            lo = starts[et[-1]]
+            self.columns[et] = (lo, lo + out.size(1))
+            starts[et[-1]] = lo + out.size(1)
+        self.width = max(starts.values())
+        return kind
+
+    def layer_for(self, key, state: Dict[str, Tensor]) -> List:
+        r"""The calling thread's copies of the per-edge-type layers, loaded
+        with :obj:`state` (of :meth:`layer_group`) unless they hold that of
+        :obj:`key` already."""
+        local = self._local
+        if getattr(local, 'key', None) is not key:
+            states: List[Dict[str, Tensor]] = [{} for _ in self.parts]
+            for name, value in state.items():
+                index, _, rest = name.partition('.')
+                states[int(index)][rest] = value
+            local.layers = [
+                part.layer_for(key, s) for part, s in zip(self.parts, states)
+            ]
+            local.key = key
+        return local.layers
+
+    def layer_group(self, convs: Dict[EdgeType, torch.nn.Module]
+                    ) -> torch.nn.Module:
+        r"""The device-side layers as one module (sharing their
+        parameters), whose state :meth:`layer_for` takes."""
+        return torch.nn.ModuleDict(
+            {str(i): convs[et]
+             for i, et in enumerate(self.edge_types)})
+
+    def compute(self, layers: List, nodes: Tensor) -> Tensor:
+        r"""Rows of :obj:`nodes` (combined ids): every edge type's output
+        into the vertex's type at its :attr:`columns`, zeros elsewhere."""
+        nodes = nodes.to(torch.int64)
+        out: Optional[Tensor] = None
+        for t, (pos, local) in self.node_type_of(nodes).items():
+            for i, et in enumerate(self.edge_types):
+                if et[-1] != t:
+                    continue
+                rows = self.parts[i].compute(layers[i], local)
+                if out is None:
+                    out = rows.new_zeros(nodes.numel(), self.width)
+                lo, hi = self.columns[et]
+                out[pos, lo:hi] = rows
+        if out is None:
+            dtype = self.parts[0].x.dtype
+            out = torch.zeros(nodes.numel(), self.width, dtype=dtype)
+        return out

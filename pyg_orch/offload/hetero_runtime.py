@@ -1,0 +1,317 @@
+"""Bottom-layer offload for heterogeneous graphs: hooks on the first layer's
+per-edge-type modules of a :func:`~torch_geometric.nn.to_hetero` (or
+:class:`~torch_geometric.nn.conv.HeteroConv`) model."""
+from typing import Any, Dict, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.typing import EdgeType, NodeType
+
+from pyg_orch.offload.aggregate_split import OUTPUT
+from pyg_orch.offload.aggregate_split import finish as finish_aggregated
+from pyg_orch.offload.embedding_pipeline import EmbeddingPipeline
+from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
+from pyg_orch.offload.hotness import HotSet
+from pyg_orch.offload.replacement import (
+    BatchInfo,
+    ForwardContext,
+    RuntimeHook,
+    check_aggregated,
+    check_no_edge_tensors,
+    replace_from_table,
+    replace_output,
+    same_tensor,
+)
+from pyg_orch.offload.wrapper import _MAX_BATCHES, OffloadRuntime
+
+
+class HeteroForwardContext(ForwardContext):
+    __slots__ = ('edge_type', 'done', 'table')
+
+    def __init__(self, x, edge_index, info, version: int):
+        super().__init__(x, edge_index, info, version)
+        self.edge_type: Optional[EdgeType] = None  # In this layer's call.
+        self.done: set = set()  # Edge types whose layer ran.
+        self.table = None
+
+
+class HeteroOffloadRuntime(OffloadRuntime):
+    r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
+    heterogeneous model. Hot vertices of all destination node types share
+    one table (ids combined as in :class:`HeteroBottomLayerComputer`); every
+    edge type's layer gets its columns of it for the hot rows of its
+    destination type."""
+    context_type = HeteroForwardContext
+
+    def __init__(self, model: torch.nn.Module, loader, layer_name: str,
+                 convs: Dict[EdgeType, torch.nn.Module],
+                 computer: HeteroBottomLayerComputer, hot_set: HotSet,
+                 pipeline: EmbeddingPipeline, num_hops: int,
+                 x_dict: Dict[NodeType, Tensor],
+                 replace_rows: str = 'pruned'):
+        self._init_state(model, loader, layer_name, pipeline.layer, hot_set,
+                         pipeline, num_hops, x_dict, replace_rows,
+                         computer.split)
+        self.convs = convs
+        self.computer = computer
+        self.compensate_degrees = False
+        self._edge_type = {id(conv): et for et, conv in convs.items()}
+        self._init_hot(None)
+        # A per-edge-type layer checks its own inputs (`_pre_hook`):
+        self.order_checked = True
+        self.handles = self._hook_layers(convs.values())
+        remover = loader.register_batch_hook(RuntimeHook(self, '_on_batch'))
+        self.remove_batch_hook = remover
+        self.reset_stats()
+
+    def prune_masks(self) -> Dict[NodeType, Tensor]:
+        c = self.computer
+        return {
+            t: self.hot_mask[c.offsets[t]:c.offsets[t] + n]
+            for t, n in self._type_sizes().items()
+        }
+
+    def _type_sizes(self) -> Dict[NodeType, int]:
+        return {t: self.features[t].size(0) for t in self.computer.node_types}
+
+    def hot_nodes_dict(self) -> Dict[NodeType, Tensor]:
+        r"""Hot vertices per node type (ids within the type), most
+        accessed first."""
+        hot = self.hot_set.hot_nodes
+        types = self.computer.node_type_of(hot)
+        return {
+            t: types[t][1] if t in types else hot.new_empty(0)
+            for t in self.computer.node_types
+        }
+
+    def per_type(self, values: Tensor) -> Dict[NodeType, Tensor]:
+        r"""Splits a tensor over combined ids by node type."""
+        c = self.computer
+        return {
+            t: values[c.offsets[t]:c.offsets[t] + n]
+            for t, n in self._type_sizes().items()
+        }
+
+    def stats(self) -> Dict[str, Any]:
+        out = super().stats()
+        out['num_hot_per_type'] = {
+            t: int(v.numel()) for t, v in self.hot_nodes_dict().items()
+        }
+        return out
+
+    def install_order_check(self):
+        return []
+
+    def check_eval_batch(self, x: Any) -> None:
+        for value in (x.values() if isinstance(x, dict) else [x]):
+            super().check_eval_batch(value)
+
+    # Batches #################################################################
+
+    def _on_batch(self, batch) -> None:
+        if not self.training or not self.active:
+            return
+        if not hasattr(batch, 'node_types'):
+            return
+        if not self.features_checked:
+            self._check_hetero_features(batch)
+        pruned = getattr(self.sampler, 'hot_nodes', None) is not None
+        for t in self.computer.node_types:
+            if t not in batch.node_types:
+                continue
+            store = batch[t]
+            n_id = getattr(store, 'n_id', None)
+            num = getattr(store, 'num_sampled_nodes', None)
+            x = getattr(store, 'x', None)
+            if not isinstance(n_id, Tensor) or num is None or \
+                    not isinstance(x, Tensor):
+                continue
+            lo, _, hi = self._bottom_rows(num)
+            ids = n_id[lo:hi] + self.computer.offsets[t]
+            slot = self._hot_pos_on(n_id.device).index_select(0, ids)
+            self.batches[id(x)] = BatchInfo(x, lo, hi, slot, pruned)
+            self.batches.move_to_end(id(x))
+        while len(self.batches) > _MAX_BATCHES * len(self.computer.node_types):
+            self.batches.popitem(last=False)
+
+    def _check_hetero_features(self, batch) -> None:
+        self.features_checked = True
+        for t, x in self.features.items():
+            store = batch[t] if t in batch.node_types else None
+            if store is None or not isinstance(getattr(store, 'x', None),
+                                               Tensor):
+                continue
+            k = min(8, store.x.size(0))
+            expected = x.index_select(0, store.n_id[:k].to('cpu'))
+            got = store.x[:k].detach().to('cpu')
+            if got.shape != expected.shape or not torch.allclose(
+                    got.to(expected.dtype), expected, rtol=1e-4, atol=1e-5):
+                raise ValueError(
+                    f"BottomLayerOffload: 'batch[{t!r}].x' differs from "
+                    f"'loader.data[{t!r}].x[batch[{t!r}].n_id]' (does a "
+                    f"transform change the features?). Hot-vertex "
+                    f"embeddings are computed on the CPU from the loader's "
+                    f"data, so the batch's features must be those rows "
+                    f"unchanged")
+
+    def _match(self, x: Any) -> Optional[Dict[NodeType, BatchInfo]]:
+        if not isinstance(x, dict):
+            return None
+        out = {}
+        for t in self.computer.node_types:
+            xt = x.get(t)
+            info = self.batches.get(id(xt)) if isinstance(xt, Tensor) \
+                else None
+            if info is not None and info.x_ref() is xt:
+                out[t] = info
+        return out or None
+
+    # Forward #################################################################
+
+    def _pre_hook(self, module, args, kwargs):
+        ctx = self.ctx
+        et = self._edge_type.get(id(module))
+        if ctx is None or et is None or et in ctx.done:
+            return None
+        ctx.done.add(et)
+        ctx.called = True
+        x = args[0] if len(args) > 0 else kwargs.get('x')
+        pair = x if isinstance(x, (tuple, list)) else (x, x)
+        x_dict = ctx.x if isinstance(ctx.x, dict) else {}
+        for t, value in ((et[0], pair[0]), (et[-1], pair[-1])):
+            if not same_tensor(value, x_dict.get(t)):
+                raise ValueError(
+                    f"BottomLayerOffload: the first layer's module for "
+                    f"{et} does not consume the model's input x[{t!r}] "
+                    f"directly (e.g. a Linear layer or a dropout runs "
+                    f"before it). Bottom-layer offload computes that layer "
+                    f"on the CPU from the raw features of the loader's "
+                    f"data, so the model's first operation on 'x' must be "
+                    f"this layer; call model.eval() to run without offload")
+        check_no_edge_tensors(f"the first layer's module for {et}", args,
+                              kwargs)
+        ctx.edge_type = et
+        ctx.aggregated = False
+        return None
+
+    def _post_hook(self, module, args, output):
+        ctx = self.ctx
+        et = self._edge_type.get(id(module))
+        if ctx is None or et is None or ctx.edge_type != et:
+            return None
+        ctx.edge_type = None
+        info = (ctx.info or {}).get(et[-1])
+        if info is None or info.slot.numel() == 0:
+            return None
+        if self.split != OUTPUT:
+            check_aggregated(ctx, f"the first layer's module for {et}")
+            return None
+        return replace_output(
+            output, lambda out: self._replace(module, et, out, info, ctx))
+
+    def _aggregate_hook(self, module, inputs, out):
+        ctx = self.ctx
+        et = self._edge_type.get(id(module))
+        if ctx is None or et is None or ctx.edge_type != et or \
+                ctx.aggregated:
+            return None
+        ctx.aggregated = True
+        info = (ctx.info or {}).get(et[-1])
+        if info is None or info.slot.numel() == 0 or not isinstance(
+                out, Tensor):
+            return None
+        return self._replace(module, et, out, info, ctx)
+
+    def _replace(self, module, et: EdgeType, out: Tensor, info: BatchInfo,
+                 ctx: HeteroForwardContext) -> Tensor:
+        if ctx.table is None:
+            ctx.table = self.pipeline.acquire(ctx.version, self.timer)
+        lo, hi = self.computer.columns[et]
+        kind = self.computer.kinds[et]
+
+        def finish(emb: Tensor) -> Tensor:
+            emb = emb.to(out.device)
+            if kind != OUTPUT:
+                emb = finish_aggregated(module, kind, emb)
+            return emb.to(out.dtype)
+
+        new, count = replace_from_table(out, info, ctx.table.emb[:, lo:hi],
+                                        finish)
+        self._add_replaced(count)
+        return new
+
+
+def build_hetero_runtime(
+    model: torch.nn.Module,
+    loader,
+    layer: Optional[str],
+    hot_ratio: float,
+    max_staleness: int,
+    num_threads: int,
+    full_neighbors: bool,
+    num_presample_batches: Optional[int],
+    super_batch_size: Optional[int],
+    chunk_size: Optional[int],
+    intra_op_threads: int,
+    cpu_autocast: Optional[torch.dtype],
+    seed: Optional[int],
+    idle_timeout: float,
+    replace_rows: str,
+    split: str,
+) -> HeteroOffloadRuntime:
+    r"""Chooses the hot vertices, builds the CPU side and hooks the first
+    layer of a heterogeneous model (see
+    :class:`~pyg_orch.offload.BottomLayerOffload`)."""
+    from pyg_orch.offload.bottom_layer import check_materialized
+    from pyg_orch.offload.hetero_layer import find_hetero_first_layer
+    from pyg_orch.offload.hotness import select_hetero_hot_nodes
+    from pyg_orch.offload.wrapper import _DEFAULT_PRESAMPLE_BATCHES
+    sampler, data = loader.node_sampler, loader.data
+    topology = sampler.topology.to('cpu')
+    layer_name, convs = find_hetero_first_layer(model, data.edge_types,
+                                                layer)
+    x_dict = {}
+    for et in convs:
+        for t in (et[0], et[-1]):
+            x = getattr(data[t], 'x', None)
+            if not isinstance(x, Tensor):
+                raise ValueError(
+                    f"BottomLayerOffload needs node features "
+                    f"'data[{t!r}].x' (the first layer reads them for {et})")
+            x_dict[t] = x.cpu()
+    names = {id(m): name for name, m in model.named_modules()}
+    for conv in convs.values():
+        check_materialized(conv, names[id(conv)])
+    num_hops = max(len(v) for v in sampler.num_neighbors.values())
+    fanouts = {
+        et: -1 if full_neighbors else int(sampler.num_neighbors[et][-1])
+        for et in convs
+    }
+    computer = HeteroBottomLayerComputer(
+        convs, x_dict, {et: topology.csc[et] for et in convs}, fanouts,
+        {t: x.size(0) for t, x in x_dict.items()}, replace=sampler.replace,
+        seed=seed, autocast_dtype=cpu_autocast)
+    input_type = loader.input_data.input_type
+    seeds = loader.input_data.node
+    if seeds is None:
+        seeds = torch.arange(topology.num_nodes[input_type])
+    hot_set = select_hetero_hot_nodes(
+        sampler, seeds, input_type, computer.node_types,
+        getattr(loader, 'batch_size', None) or 1, hot_ratio,
+        num_presample_batches or _DEFAULT_PRESAMPLE_BATCHES, seed)
+    # Check the split on hot vertices where there are, on any otherwise:
+    by_type = computer.node_type_of(hot_set.hot_nodes)
+    probe = {
+        t: by_type[t][1] if t in by_type else
+        torch.arange(min(64, x_dict[t].size(0)))
+        for t in computer.node_types
+    }
+    computer.choose_split(probe, split)
+    group = computer.layer_group(convs)
+    pipeline = EmbeddingPipeline(
+        computer, group, hot_set.hot_nodes, loader.device, max_staleness,
+        num_threads, super_batch_size=super_batch_size, chunk_size=chunk_size,
+        idle_timeout=idle_timeout, intra_op_threads=intra_op_threads)
+    return HeteroOffloadRuntime(model, loader, layer_name, convs, computer,
+                                hot_set, pipeline, num_hops, x_dict,
+                                replace_rows)

@@ -1,0 +1,170 @@
+"""Replacing hot rows of a layer's output on the device, and the pieces an
+offload runtime shares: what it knows of a mini-batch, of a forward pass, and
+hooks that hold it weakly."""
+import weakref
+from typing import Any, Callable, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+
+class BatchInfo:
+    __slots__ = ('x_ref', 'lo', 'hi', 'slot', 'rows', 'pos', 'pos_cpu',
+                 'num_nodes', 'pruned', 'extra_edges')
+
+    def __init__(self, x: Tensor, lo: int, hi: int, slot: Tensor,
+                 pruned: bool):
+        self.x_ref = weakref.ref(x)
+        # Rows `lo:hi` may hold hot vertices; `slot[i]` is the row of local
+        # row `lo + i` in the embedding tables, `-1` if it is not hot:
+        self.lo, self.hi, self.slot = lo, hi, slot
+        # The hot rows alone (local rows, table rows, the latter on the CPU),
+        # made on demand: finding them synchronizes with the device.
+        self.rows: Optional[Tensor] = None
+        self.pos: Optional[Tensor] = None
+        self.pos_cpu: Optional[Tensor] = None
+        self.num_nodes = x.size(0)
+        self.pruned = pruned
+        # Placeholder in-edges of pruned hot vertices (degree compensation):
+        self.extra_edges: Optional[Tensor] = None
+
+    def hot_rows(self) -> None:
+        if self.rows is None:
+            self.rows, self.pos = hot_rows(self.slot, self.lo)
+
+
+def hot_rows(slot: Tensor, lo: int) -> Tuple[Tensor, Tensor]:
+    # The local rows of the hot vertices among rows `lo:` and their rows in
+    # the embedding tables (synchronizes with the device: `nonzero`).
+    rows = (slot >= 0).nonzero().view(-1)
+    return rows + lo, slot.index_select(0, rows).to(torch.int64)
+
+
+class ReplaceRows(torch.autograd.Function):
+    r"""Replaces the rows :obj:`lo + i` of :obj:`out` where :obj:`hot[i]`
+    by :obj:`emb[i]`, out of place; their gradient goes to :obj:`emb` (if it
+    requires one), not to :obj:`out`. Selected with
+    :obj:`where`, so that no hot row needs to be found on the host.
+    Cheaper than rebuilding the output from slices, whose backward pass
+    fills, copies and adds a full-size gradient per slice (measured on an
+    H100 under :func:`~torch_geometric.utils.trim_to_layer`: about 1.3 ms per
+    step, more than offload saved)."""
+    @staticmethod
+    def forward(ctx, out: Tensor, lo: int, hot: Tensor,
+                emb: Tensor) -> Tensor:
+        new = out.clone()
+        part = new[lo:lo + hot.numel()]
+        mask = hot.view(-1, *([1] * (out.dim() - 1)))
+        part.copy_(torch.where(mask, emb, part))
+        ctx.lo = lo
+        ctx.save_for_backward(hot)
+        return new
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        hot, = ctx.saved_tensors
+        lo = ctx.lo
+        mask = hot.view(-1, *([1] * (grad.dim() - 1)))
+        grad_emb = None
+        if ctx.needs_input_grad[3]:  # Rows computed from current weights.
+            part = grad[lo:lo + hot.numel()]
+            grad_emb = torch.where(mask, part, part.new_zeros(()))
+        grad = grad.clone()
+        grad[lo:lo + hot.numel()].masked_fill_(mask, 0)
+        return grad, None, None, grad_emb
+
+
+def replace_from_table(out: Tensor, info: BatchInfo, table: Tensor,
+                       finish: Callable[[Tensor], Tensor]
+                       ) -> Tuple[Tensor, Any]:
+    r"""Replaces the hot rows among rows :obj:`info.lo:info.hi` of
+    :obj:`out` by their rows of :obj:`table` (passed through
+    :obj:`finish`), rebuilt with :obj:`where` so that no hot row needs to
+    be found on the host (no synchronization with the device). Returns the
+    new output and the number of rows replaced (a tensor)."""
+    lo, hi = info.lo, min(info.hi, out.size(0))  # Bipartite: fewer.
+    if hi <= lo:
+        return out, 0
+    slot = info.slot[:hi - lo]
+    hot = slot >= 0
+    emb = table.index_select(0, slot.clamp(min=0).to(torch.int64))
+    return ReplaceRows.apply(out, lo, hot, finish(emb)), hot.sum()
+
+
+def replace_output(output: Any, replace: Callable[[Tensor], Tensor]) -> Any:
+    r"""A layer's output with its (first) tensor passed through
+    :obj:`replace`."""
+    if isinstance(output, (tuple, list)):
+        return type(output)([replace(output[0])] + list(output[1:]))
+    return replace(output)
+
+
+def check_no_edge_tensors(what: str, args: tuple, kwargs: dict) -> None:
+    r"""Raises :class:`NotImplementedError` if the first layer (described
+    by :obj:`what`) gets tensors besides :obj:`x` and :obj:`edge_index`."""
+    extra = [
+        name for name, v in list(enumerate(args[2:], 2)) +
+        [(k, v) for k, v in kwargs.items() if k not in ('x', 'edge_index')]
+        if isinstance(v, Tensor)
+    ]
+    if extra:
+        raise NotImplementedError(
+            f"BottomLayerOffload: {what} receives edge-level tensors besides "
+            f"'x' and 'edge_index' (arguments {extra}, e.g. edge weights or "
+            f"edge features), which the CPU side can not reproduce yet")
+
+
+def check_aggregated(ctx: 'ForwardContext', what: str) -> None:
+    r"""With the aggregate split, raises a :class:`RuntimeError` if the
+    layer (described by :obj:`what`) ran without PyG's aggregation hooks."""
+    if not ctx.aggregated:
+        raise RuntimeError(
+            f"BottomLayerOffload: the aggregation of {what} ran without "
+            f"PyG's aggregation hooks (under torch.compile or TorchScript), "
+            f"so its hot rows could not be replaced; pass split='output'")
+
+
+class ForwardContext:
+    __slots__ = ('x', 'edge_index', 'info', 'version', 'called', 'in_call',
+                 'aggregated')
+
+    def __init__(self, x, edge_index, info: Optional[BatchInfo],
+                 version: int):
+        self.x = x
+        self.edge_index = edge_index
+        self.info = info
+        self.version = version
+        self.called = False
+        self.in_call = False
+        self.aggregated = False
+
+
+class RuntimeHook:
+    r"""A hook that calls a method of an offload runtime through a weak
+    reference. Copies (:func:`copy.deepcopy`, pickling) of a module
+    holding it get a disabled hook, so that copies of the model are plain
+    models."""
+    def __init__(self, runtime: Any, name: str):
+        self.ref = None if runtime is None else weakref.ref(runtime)
+        self.name = name
+
+    def __call__(self, *args):
+        runtime = None if self.ref is None else self.ref()
+        if runtime is None:
+            return None
+        return getattr(runtime, self.name)(*args)
+
+    def __deepcopy__(self, memo) -> 'RuntimeHook':
+        return RuntimeHook(None, self.name)
+
+    def __reduce__(self):
+        return (RuntimeHook, (None, self.name))
+
+
+def same_tensor(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    return (isinstance(a, Tensor) and isinstance(b, Tensor)
+            and a.device == b.device and a.dtype == b.dtype
+            and a.shape == b.shape and a.stride() == b.stride()
+            and a.data_ptr() == b.data_ptr())

@@ -1,0 +1,323 @@
+"""Bottom-layer offload of heterogeneous graphs: to_hetero() and HeteroConv
+models, exactness against the plain model, pruning per node type, errors."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import HeteroData
+from torch_geometric.nn import (
+    GATConv,
+    GraphSAGE,
+    HeteroConv,
+    SAGEConv,
+    to_hetero,
+)
+
+from pyg_orch import HybridNeighborLoader
+from pyg_orch.offload import BottomLayerOffload
+# Autouse fixtures: no offload thread outlives a test; one intra-op thread.
+from test_offload import no_thread_leaks, one_intra_op_thread  # noqa: F401
+
+
+def hetero_graph(seed=0):
+    # Papers ('b', labelled) cited by papers and written by authors ('a');
+    # skewed targets, so that some vertices are clearly hot.
+    gen = torch.Generator().manual_seed(seed)
+    data = HeteroData()
+    data['a'].x = torch.randn(150, 6, generator=gen)
+    data['b'].x = torch.randn(120, 8, generator=gen)
+    data['b'].y = torch.randint(0, 3, (120, ), generator=gen)
+    writes = torch.stack([
+        torch.randint(0, 150, (600, ), generator=gen),
+        (torch.rand(600, generator=gen)**2 * 120).long()
+    ])
+    data['a', 'writes', 'b'].edge_index = writes
+    data['b', 'rev_writes', 'a'].edge_index = writes.flip(0)
+    data['b', 'cites', 'b'].edge_index = torch.stack([
+        torch.randint(0, 120, (500, ), generator=gen),
+        (torch.rand(500, generator=gen)**3 * 120).long()
+    ])
+    return data
+
+
+def make_loader(data, num_neighbors=(-1, -1), device='cpu', **kwargs):
+    kwargs.setdefault('shuffle', True)
+    return HybridNeighborLoader(data, list(num_neighbors), batch_size=16,
+                                input_nodes='b', device=device, seed=1,
+                                **kwargs)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, conv=SAGEConv, **kwargs):
+        super().__init__()
+        self.conv1 = conv((-1, -1), 16, **kwargs)
+        self.conv2 = conv((-1, -1), 3, **kwargs)
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+class HeteroConvNet(torch.nn.Module):
+    def __init__(self, edge_types):
+        super().__init__()
+        self.conv1 = HeteroConv(
+            {et: SAGEConv((-1, -1), 16)
+             for et in edge_types}, aggr='sum')
+        self.conv2 = HeteroConv(
+            {et: SAGEConv((-1, -1), 3)
+             for et in edge_types}, aggr='mean')
+
+    def forward(self, x_dict, edge_index_dict):
+        h = self.conv1(x_dict, edge_index_dict)
+        h = {k: v.relu() for k, v in h.items()}
+        return self.conv2(h, edge_index_dict)
+
+
+def make_model(kind, data, device='cpu'):
+    torch.manual_seed(0)
+    if kind == 'to_hetero':
+        model = to_hetero(Net(), data.metadata(), aggr='sum')
+    elif kind == 'graphsage':
+        model = to_hetero(GraphSAGE((-1, -1), 16, 2, 3), data.metadata())
+    elif kind == 'gat':
+        model = to_hetero(Net(GATConv, add_self_loops=False),
+                          data.metadata())
+    else:
+        model = HeteroConvNet(data.edge_types)
+    with torch.no_grad():  # Materializes the lazy parameters.
+        model(data.x_dict, data.edge_index_dict)
+    return model.to(device)
+
+
+def forward(model, batch):
+    out = model(batch.x_dict, batch.edge_index_dict)
+    return out['b'][:batch['b'].batch_size]
+
+
+@pytest.mark.parametrize('kind', ['to_hetero', 'graphsage', 'hetero_conv'])
+def test_aggregate_split_is_exact(kind, device):
+    # Full neighbors: the seeds' outputs and all gradients equal those of
+    # the plain model on the unpruned batch, after optimizer steps, with
+    # tables reused for several steps (on CUDA: pinned buffers, side
+    # streams).
+    data = hetero_graph()
+    loader = make_loader(data, device=device)
+    ref_loader = make_loader(data, device=device)
+    model = make_model(kind, data, device)
+    ref_model = copy.deepcopy(model)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=6,
+                             full_neighbors=True, split='aggregate')
+    hot = off.hot_nodes
+    assert set(hot) == {'a', 'b'} and all(v.numel() > 0
+                                          for v in hot.values())
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    for _ in range(2):
+        for batch, ref in zip(loader, ref_loader):
+            ref_model.load_state_dict(model.state_dict())
+            ref_model.zero_grad()
+            optimizer.zero_grad()
+            out = forward(off, batch)
+            expected = forward(ref_model, ref)
+            assert torch.allclose(out, expected, atol=1e-5), \
+                (out - expected).abs().max()
+            y = batch['b'].y[:batch['b'].batch_size]
+            F.cross_entropy(out, y).backward()
+            F.cross_entropy(expected, y).backward()
+            for (name, p), q in zip(model.named_parameters(),
+                                    ref_model.parameters()):
+                if q.grad is None:
+                    assert p.grad is None or not p.grad.any(), name
+                else:
+                    assert torch.allclose(p.grad, q.grad, atol=1e-6), name
+            optimizer.step()
+    stats = off.stats()
+    assert stats['split'] == 'aggregate'
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['max_staleness_seen'] == 0 and stats['max_table_age'] > 0
+    assert stats['offloaded_forwards'] == stats['training_forwards'] > 0
+    off.close()
+
+
+def test_output_split_synchronous_is_exact(device):
+    # GATConv's aggregation depends on its weights: 'auto' picks the output
+    # split, and with max_staleness=0 and full neighbors it is exact.
+    data = hetero_graph()
+    loader = make_loader(data, device=device)
+    ref_loader = make_loader(data, device=device)
+    model = make_model('gat', data, device)
+    ref_model = copy.deepcopy(model)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
+                             full_neighbors=True)
+    assert off.stats()['split'] == 'output'
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.1)
+    for batch, ref in zip(loader, ref_loader):
+        ref_model.load_state_dict(model.state_dict())
+        optimizer.zero_grad()
+        out = forward(off, batch)
+        expected = forward(ref_model, ref)
+        assert torch.allclose(out, expected, atol=1e-5), \
+            (out - expected).abs().max()
+        F.cross_entropy(out, batch['b'].y[:batch['b'].batch_size]).backward()
+        optimizer.step()
+    stats = off.stats()
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['max_staleness_seen'] == 0
+    off.close()
+
+
+def test_output_split_bounded_staleness_with_slow_cpu():
+    data = hetero_graph()
+    loader = make_loader(data, num_neighbors=(4, 3))
+    off = BottomLayerOffload(make_model('to_hetero', data), loader,
+                             hot_ratio=0.3, max_staleness=3, split='output')
+    off._cpu_delay = 0.01
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.01)
+    for _ in range(4):
+        for batch in loader:
+            optimizer.zero_grad()
+            out = forward(off, batch)
+            F.cross_entropy(out, batch['b'].y[:batch['b'].batch_size]
+                            ).backward()
+            optimizer.step()
+    stats = off.stats()
+    assert stats['steps'] == 4 * len(loader)
+    assert 0 < stats['max_staleness_seen'] <= 3
+    assert max(stats['staleness_hist']) <= 3
+    off.close()
+
+
+def test_pruning_per_node_type():
+    data = hetero_graph()
+    loader = make_loader(data, num_neighbors=(3, 2))
+    off = BottomLayerOffload(make_model('to_hetero', data), loader,
+                             hot_ratio=0.3)
+    masks = {t: torch.zeros(data[t].num_nodes, dtype=torch.bool)
+             for t in ('a', 'b')}
+    for t, nodes in off.hot_nodes.items():
+        masks[t][nodes] = True
+        assert torch.equal(off.hot_mask[t], masks[t])
+    assert off.stats()['num_hot_per_type'] == {
+        t: int(m.sum()) for t, m in masks.items()
+    }
+    assert sum(int(m.sum()) for m in masks.values()) == round(
+        0.3 * (data['a'].num_nodes + data['b'].num_nodes))
+    # Most accessed first, and no less accessed than any cold vertex:
+    counts = off.access_counts
+    for t in ('a', 'b'):
+        hot_counts = counts[t][off.hot_nodes[t]]
+        assert torch.all(hot_counts[:-1] >= hot_counts[1:])
+    cold_max = max(int(counts[t][~masks[t]].max()) for t in ('a', 'b'))
+    hot_min = min(int(counts[t][masks[t]].min()) for t in ('a', 'b'))
+    assert hot_min >= cold_max
+
+    def last_hop_in_edges(batch):
+        # Vertices of the last frontier that got sampled in-edges:
+        out = {}
+        for et in batch.edge_types:
+            dst = et[-1]
+            num = batch[dst].num_sampled_nodes
+            lo = sum(num[:1])
+            col = batch[et].edge_index[1]
+            n = batch[et].num_sampled_edges
+            col = col[n[0]:]  # Edges of the last hop.
+            got = batch[dst].n_id[col[col >= lo]]
+            out.setdefault(dst, []).append(got)
+        return {t: torch.cat(v) for t, v in out.items()}
+
+    def frontier(batch, t):
+        num = batch[t].num_sampled_nodes
+        return batch[t].n_id[num[0]:num[0] + num[1]]
+
+    off.train()
+    pruned_seen = 0
+    for batch in loader:
+        for t, got in last_hop_in_edges(batch).items():
+            assert not masks[t][got].any()
+            pruned_seen += int(masks[t][frontier(batch, t)].sum())
+    assert pruned_seen > 0
+    off.eval()
+    expanded = 0
+    for batch in loader:
+        for t, got in last_hop_in_edges(batch).items():
+            expanded += int(masks[t][got].sum())
+    assert expanded > 0
+    off.close()
+    assert loader.node_sampler.hot_nodes is None
+
+
+def test_state_dict_and_eval():
+    data = hetero_graph()
+    loader = make_loader(data, num_neighbors=(3, 2))
+    model = make_model('to_hetero', data)
+    plain = copy.deepcopy(model)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2)
+    assert list(off.state_dict()) == list(plain.state_dict())
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    off.train()
+    for batch in loader:
+        optimizer.zero_grad()
+        F.cross_entropy(forward(off, batch),
+                        batch['b'].y[:batch['b'].batch_size]).backward()
+        optimizer.step()
+    plain.load_state_dict(off.state_dict())
+    off.eval()
+    with torch.no_grad():
+        assert torch.allclose(
+            off(data.x_dict, data.edge_index_dict)['b'],
+            plain(data.x_dict, data.edge_index_dict)['b'])
+    off.close()
+
+
+def test_errors():
+    data = hetero_graph()
+    loader = make_loader(data, num_neighbors=(3, 2))
+    model = make_model('to_hetero', data)
+    with pytest.raises(ValueError, match='no message-passing module named'):
+        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader)
+    with pytest.raises(ValueError, match="'layer' must name"):
+        BottomLayerOffload(model, loader, layer='conv3')
+    with pytest.raises(NotImplementedError, match='heterogeneous'):
+        BottomLayerOffload(model, loader, hot_ratio='auto')
+    with pytest.raises(NotImplementedError, match='heterogeneous'):
+        BottomLayerOffload(model, loader, refresh='batch')
+    with pytest.raises(ValueError, match="split='aggregate'"):
+        BottomLayerOffload(make_model('gat', data), loader,
+                           split='aggregate')
+    assert loader.node_sampler.hot_nodes is None
+
+    # The second layer chosen as the first: its input is no raw feature.
+    off = BottomLayerOffload(model, loader, layer='conv2')
+    batch = next(iter(loader))
+    with pytest.raises(ValueError, match='does not consume'):
+        forward(off, batch)
+    off.close()
+
+
+def test_missing_features_are_an_error():
+    data = hetero_graph()
+    del data['a'].x
+    data['a'].num_nodes = 150
+    loader = make_loader(data, num_neighbors=(3, 2))
+    torch.manual_seed(0)
+    model = HeteroConvNet([('b', 'cites', 'b'), ('b', 'rev_writes', 'a')])
+    with pytest.raises(ValueError, match=r"data\['a'\].x"):
+        BottomLayerOffload(model, loader)
+
+
+def test_count_node_access_per_node_type():
+    from pyg_orch.sampling.presample import count_node_access
+    data = hetero_graph()
+    sampler = make_loader(data, num_neighbors=(3, 2)).node_sampler
+    seeds = torch.arange(data['b'].num_nodes)
+    with pytest.raises(ValueError, match='input_type'):
+        count_node_access(sampler, seeds, 16)
+    # One epoch, hop 0 only: every seed once, no other vertex.
+    counts = count_node_access(sampler, seeds, 16, hops=1, input_type='b')
+    assert set(counts) == {'a', 'b'}
+    assert torch.equal(counts['b'], torch.ones_like(counts['b']))
+    assert not counts['a'].any()
+    # Hops 0 and 1: 'a' vertices appear as first-hop neighbors of seeds.
+    counts = count_node_access(sampler, seeds, 16, hops=2, input_type='b')
+    assert counts['a'].sum() > 0
+    assert torch.all(counts['b'] >= 1)
