@@ -814,7 +814,20 @@ class BottomLayerOffload(torch.nn.Module):
     message-passing module per edge type (e.g. :obj:`conv1.a__to__b`, found
     by :func:`~pyg_orch.offload.hetero_layer.find_hetero_first_layer`; pass
     :obj:`layer='conv1'` to choose another). It is called as
-    :obj:`model(batch.x_dict, batch.edge_index_dict)`. Hot vertices are
+    :obj:`model(batch.x_dict, batch.edge_index_dict)`:
+
+    .. code-block:: python
+
+        loader = HybridNeighborLoader(data, [10, 5], batch_size=512,
+                                      input_nodes=('paper', train_mask))
+        model = to_hetero(GraphSAGE((-1, -1), 64, 2, 8), data.metadata())
+        with torch.no_grad():  # Materializes lazy parameters.
+            model(data.x_dict, data.edge_index_dict)
+        model = BottomLayerOffload(model, loader, hot_ratio=0.3)
+        ...
+        out = model(batch.x_dict, batch.edge_index_dict)['paper']
+
+    Hot vertices are
     the top :obj:`hot_ratio` fraction of the vertices of all destination
     node types together, by pre-sampled access count; the sampler prunes the
     bottom hop of each type's hot vertices for every edge type into it. The
