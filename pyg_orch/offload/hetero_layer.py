@@ -10,7 +10,12 @@ from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.typing import EdgeType, NodeType
 
-from pyg_orch.offload.aggregate_split import OUTPUT, call_layer, check_split
+from pyg_orch.offload.aggregate_split import (
+    AGGREGATE,
+    OUTPUT,
+    call_layer,
+    check_split,
+)
 from pyg_orch.offload.bottom_layer import (
     BipartiteLayerComputer,
     BottomLayerComputer,
@@ -108,12 +113,13 @@ class HeteroBottomLayerComputer:
         for et in self.edge_types:
             if et[-1] not in self.node_types:
                 self.node_types.append(et[-1])
+        # Vertices per destination type, and where its ids start:
+        self.sizes = {t: int(num_nodes[t]) for t in self.node_types}
         self.offsets: Dict[NodeType, int] = {}
         total = 0
         for t in self.node_types:
             self.offsets[t] = total
-            total += int(num_nodes[t])
-        self.num_nodes = total
+            total += self.sizes[t]
         self.parts: List[BottomLayerComputer] = []
         for i, et in enumerate(self.edge_types):
             src, _, dst = et
@@ -163,15 +169,18 @@ class HeteroBottomLayerComputer:
         out = {}
         for t in self.node_types:
             lo = self.offsets[t]
-            hi = lo + self.parts[self._first_part(t)].x.size(0)
+            hi = lo + self.sizes[t]
             pos = ((nodes >= lo) & (nodes < hi)).nonzero().view(-1)
             if pos.numel() > 0:
                 out[t] = (pos, nodes.index_select(0, pos) - lo)
         return out
 
-    def _first_part(self, node_type: NodeType) -> int:
-        return next(i for i, et in enumerate(self.edge_types)
-                    if et[-1] == node_type)
+    def per_type(self, values: Tensor) -> Dict[NodeType, Tensor]:
+        r"""Splits a tensor over combined ids by node type."""
+        return {
+            t: values[self.offsets[t]:self.offsets[t] + n]
+            for t, n in self.sizes.items()
+        }
 
     def choose_split(self, nodes: Dict[NodeType, Tensor],
                      split: str = 'auto') -> str:
@@ -192,7 +201,7 @@ class HeteroBottomLayerComputer:
             none = torch.empty(0, dtype=torch.int64)
             kinds = [part.choose_split(none, OUTPUT) for part in self.parts]
         self.kinds = dict(zip(self.edge_types, kinds))
-        kind = kinds[0] if len(set(kinds)) == 1 else 'aggregate'
+        kind = kinds[0] if len(set(kinds)) == 1 else AGGREGATE
         self.split = kind
         # Widths of every edge type's rows:
         gen = torch.Generator().manual_seed(0)

@@ -8,21 +8,29 @@ from torch import Tensor
 from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_orch.offload.aggregate_split import OUTPUT
-from pyg_orch.offload.aggregate_split import finish as finish_aggregated
+from pyg_orch.offload.bottom_layer import check_materialized
 from pyg_orch.offload.embedding_pipeline import EmbeddingPipeline
-from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
-from pyg_orch.offload.hotness import HotSet
+from pyg_orch.offload.hetero_layer import (
+    HeteroBottomLayerComputer,
+    find_hetero_first_layer,
+)
+from pyg_orch.offload.hotness import HotSet, select_hetero_hot_nodes
 from pyg_orch.offload.replacement import (
     BatchInfo,
     ForwardContext,
     RuntimeHook,
     check_aggregated,
+    check_batch_features,
     check_no_edge_tensors,
     replace_from_table,
     replace_output,
     same_tensor,
 )
-from pyg_orch.offload.wrapper import _MAX_BATCHES, OffloadRuntime
+from pyg_orch.offload.wrapper import (
+    _DEFAULT_PRESAMPLE_BATCHES,
+    _MAX_BATCHES,
+    OffloadRuntime,
+)
 
 
 class HeteroForwardContext(ForwardContext):
@@ -65,14 +73,7 @@ class HeteroOffloadRuntime(OffloadRuntime):
         self.reset_stats()
 
     def prune_masks(self) -> Dict[NodeType, Tensor]:
-        c = self.computer
-        return {
-            t: self.hot_mask[c.offsets[t]:c.offsets[t] + n]
-            for t, n in self._type_sizes().items()
-        }
-
-    def _type_sizes(self) -> Dict[NodeType, int]:
-        return {t: self.features[t].size(0) for t in self.computer.node_types}
+        return self.per_type(self.hot_mask)
 
     def hot_nodes_dict(self) -> Dict[NodeType, Tensor]:
         r"""Hot vertices per node type (ids within the type), most
@@ -86,11 +87,7 @@ class HeteroOffloadRuntime(OffloadRuntime):
 
     def per_type(self, values: Tensor) -> Dict[NodeType, Tensor]:
         r"""Splits a tensor over combined ids by node type."""
-        c = self.computer
-        return {
-            t: values[c.offsets[t]:c.offsets[t] + n]
-            for t, n in self._type_sizes().items()
-        }
+        return self.computer.per_type(values)
 
     def stats(self) -> Dict[str, Any]:
         out = super().stats()
@@ -114,7 +111,13 @@ class HeteroOffloadRuntime(OffloadRuntime):
         if not hasattr(batch, 'node_types'):
             return
         if not self.features_checked:
-            self._check_hetero_features(batch)
+            self.features_checked = True
+            for t, x in self.features.items():
+                if t in batch.node_types and isinstance(
+                        getattr(batch[t], 'x', None), Tensor):
+                    check_batch_features(batch[t].x, batch[t].n_id, x,
+                                         f'batch[{t!r}]',
+                                         f'loader.data[{t!r}]')
         pruned = getattr(self.sampler, 'hot_nodes', None) is not None
         for t in self.computer.node_types:
             if t not in batch.node_types:
@@ -133,26 +136,6 @@ class HeteroOffloadRuntime(OffloadRuntime):
             self.batches.move_to_end(id(x))
         while len(self.batches) > _MAX_BATCHES * len(self.computer.node_types):
             self.batches.popitem(last=False)
-
-    def _check_hetero_features(self, batch) -> None:
-        self.features_checked = True
-        for t, x in self.features.items():
-            store = batch[t] if t in batch.node_types else None
-            if store is None or not isinstance(getattr(store, 'x', None),
-                                               Tensor):
-                continue
-            k = min(8, store.x.size(0))
-            expected = x.index_select(0, store.n_id[:k].to('cpu'))
-            got = store.x[:k].detach().to('cpu')
-            if got.shape != expected.shape or not torch.allclose(
-                    got.to(expected.dtype), expected, rtol=1e-4, atol=1e-5):
-                raise ValueError(
-                    f"BottomLayerOffload: 'batch[{t!r}].x' differs from "
-                    f"'loader.data[{t!r}].x[batch[{t!r}].n_id]' (does a "
-                    f"transform change the features?). Hot-vertex "
-                    f"embeddings are computed on the CPU from the loader's "
-                    f"data, so the batch's features must be those rows "
-                    f"unchanged")
 
     def _match(self, x: Any) -> Optional[Dict[NodeType, BatchInfo]]:
         if not isinstance(x, dict):
@@ -228,15 +211,9 @@ class HeteroOffloadRuntime(OffloadRuntime):
             ctx.table = self.pipeline.acquire(ctx.version, self.timer)
         lo, hi = self.computer.columns[et]
         kind = self.computer.kinds[et]
-
-        def finish(emb: Tensor) -> Tensor:
-            emb = emb.to(out.device)
-            if kind != OUTPUT:
-                emb = finish_aggregated(module, kind, emb)
-            return emb.to(out.dtype)
-
-        new, count = replace_from_table(out, info, ctx.table.emb[:, lo:hi],
-                                        finish)
+        new, count = replace_from_table(
+            out, info, ctx.table.emb[:, lo:hi],
+            lambda emb: self._finish(emb, out, module, kind))
         self._add_replaced(count)
         return new
 
@@ -262,10 +239,6 @@ def build_hetero_runtime(
     r"""Chooses the hot vertices, builds the CPU side and hooks the first
     layer of a heterogeneous model (see
     :class:`~pyg_orch.offload.BottomLayerOffload`)."""
-    from pyg_orch.offload.bottom_layer import check_materialized
-    from pyg_orch.offload.hetero_layer import find_hetero_first_layer
-    from pyg_orch.offload.hotness import select_hetero_hot_nodes
-    from pyg_orch.offload.wrapper import _DEFAULT_PRESAMPLE_BATCHES
     sampler, data = loader.node_sampler, loader.data
     topology = sampler.topology.to('cpu')
     layer_name, convs = find_hetero_first_layer(model, data.edge_types,

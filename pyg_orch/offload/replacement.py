@@ -91,6 +91,26 @@ def replace_from_table(out: Tensor, info: BatchInfo, table: Tensor,
     return ReplaceRows.apply(out, lo, hot, finish(emb)), hot.sum()
 
 
+def check_batch_features(x: Tensor, n_id: Tensor, features: Tensor,
+                         batch_name: str, data_name: str) -> None:
+    r"""Raises a :class:`ValueError` unless the first rows of a batch's
+    features :obj:`x` are :obj:`features[n_id]`: hot-vertex embeddings are
+    computed from :obj:`features`, so a transform that changes the batch's
+    features would make them disagree."""
+    k = min(8, x.size(0))
+    expected = features.index_select(0, n_id[:k].to('cpu'))
+    got = x[:k].detach().to('cpu')
+    if got.shape != expected.shape or not torch.allclose(
+            got.to(expected.dtype), expected, rtol=1e-4, atol=1e-5):
+        raise ValueError(
+            f"BottomLayerOffload: '{batch_name}.x' differs from "
+            f"'{data_name}.x[{batch_name}.n_id]' (does a transform change "
+            f"the features?). Hot-vertex embeddings are computed on the CPU "
+            f"from '{data_name}.x', so the batch's features must be those "
+            f"rows unchanged; transform the data before building the loader "
+            f"instead")
+
+
 def replace_output(output: Any, replace: Callable[[Tensor], Tensor]) -> Any:
     r"""A layer's output with its (first) tensor passed through
     :obj:`replace`."""

@@ -34,6 +34,7 @@ from pyg_orch.offload.replacement import (
     ForwardContext,
     RuntimeHook,
     check_aggregated,
+    check_batch_features,
     check_no_edge_tensors,
     hot_rows,
     replace_from_table,
@@ -336,7 +337,9 @@ class OffloadRuntime:
                 not isinstance(x, Tensor):
             return
         if not self.features_checked:
-            self._check_features(batch)
+            self.features_checked = True
+            check_batch_features(x, n_id, self.features, 'batch',
+                                 'loader.data')
         lo, n_last, n_bottom = self._bottom_rows(num)
         # No synchronization with the device from here on, unless degrees
         # are compensated or rows are computed per batch (which need the hot
@@ -374,22 +377,6 @@ class OffloadRuntime:
         return placeholder_in_edges(
             self._colptr_on(n_id.device), n_id.index_select(0, rows), rows,
             self.fanout, bool(getattr(self.sampler, 'replace', False)))
-
-    def _check_features(self, batch) -> None:
-        self.features_checked = True
-        k = min(8, batch.x.size(0))
-        ids = batch.n_id[:k].to('cpu')
-        expected = self.features.index_select(0, ids)
-        got = batch.x[:k].detach().to('cpu')
-        if got.shape != expected.shape or not torch.allclose(
-                got.to(expected.dtype), expected, rtol=1e-4, atol=1e-5):
-            raise ValueError(
-                "BottomLayerOffload: 'batch.x' differs from "
-                "'loader.data.x[batch.n_id]' (does a transform change the "
-                "features?). Hot-vertex embeddings are computed on the CPU "
-                "from 'loader.data.x', so the batch's features must be "
-                "those rows unchanged; transform 'data.x' before building "
-                "the loader instead")
 
     def _match(self, x: Any) -> Optional[BatchInfo]:
         if not isinstance(x, Tensor) or not self.batches:
@@ -562,12 +549,16 @@ class OffloadRuntime:
         emb = pipeline.gather(info.pos, pos_cpu, version, self.timer)
         return self._replace_rows(out, info, emb)
 
-    def _finish(self, emb: Tensor, out: Tensor) -> Tensor:
+    def _finish(self, emb: Tensor, out: Tensor,
+                layer: Optional[torch.nn.Module] = None,
+                kind: Optional[str] = None) -> Tensor:
         # Table rows as rows of `out`: on its device, in its dtype, and for
         # split='aggregate' finished with the layer's current weights.
+        layer = self.layer if layer is None else layer
+        kind = self.split if kind is None else kind
         emb = emb.to(out.device)
-        if self.split != OUTPUT:
-            emb = finish_aggregated(self.layer, self.split, emb)
+        if kind != OUTPUT:
+            emb = finish_aggregated(layer, kind, emb)
         return emb.to(out.dtype)
 
     def _replace_from_table(self, out: Tensor, info: BatchInfo,
