@@ -28,6 +28,7 @@ from pyg_orch.sampling.sampler import (
     resolve_device,
 )
 from pyg_orch.sampling.pending import PendingSample
+from pyg_orch.sampling.contract import presample_batches
 from pyg_orch.sampling.presample import count_node_access
 from pyg_orch.sampling.topology import GraphTopology
 
@@ -432,8 +433,8 @@ class HybridNeighborLoader(NodeLoader):
                     self.node_sampler, self.input_data.node,
                     input_time=self.input_data.time,
                     batch_size=self.batch_size or 1,
-                    num_batches=presample_batches(self.input_data.node,
-                                                  self.batch_size or 1))
+                    num_batches=presample_batches(
+                        self.input_data.node.numel(), self.batch_size or 1))
         return TieredFeatureStore(x, self.device, hotness=hotness,
                                   gpu_memory_budget=budget,
                                   cache_ratio=ratio)
@@ -493,11 +494,6 @@ class HybridNeighborLoader(NodeLoader):
 
 def _identity(x: Any) -> Any:
     return x
-
-
-def presample_batches(input_nodes: torch.Tensor, batch_size: int) -> int:
-    r"""Batches pre-sampled to rank rows for the cache: an epoch, capped."""
-    return min(-(-input_nodes.numel() // batch_size), 256)
 
 
 def _to_cpu(out):

@@ -74,7 +74,7 @@ def count_bottom_accesses(
         (counts, num_batches): the access count of every vertex (CPU,
         :obj:`int64`) and the number of mini-batches drawn.
     """
-    num_hops = max(len(v) for v in sampler.num_neighbors.values())
+    num_hops = sampler.num_hops
     return _presample(sampler, seeds, batch_size, num_batches, seed,
                       hops=num_hops, prune_hot=False)
 
@@ -179,13 +179,10 @@ def select_cache_nodes(
     num_cache = int(round(cache_ratio * hot_mask.numel()))
     if num_cache == 0:
         return torch.empty(0, dtype=torch.int64)
-    saved = getattr(sampler, 'hot_nodes', None)
-    sampler.set_hot_nodes(hot_mask)
-    try:
+    with sampler.presampling(prune_hot=True):
+        sampler.set_hot_nodes(hot_mask)
         counts, _ = _presample(sampler, seeds, batch_size, num_batches, seed,
                                hops=None, prune_hot=True)
-    finally:
-        sampler.hot_nodes = saved
     return split_by_frequency(counts, 0.0, cache_ratio)[1]
 
 
@@ -206,7 +203,7 @@ def select_hetero_hot_nodes(
     :obj:`hot_ratio` fraction of them all by count. Ids are combined: the
     vertices of :obj:`node_types[k]` come after those of the types before
     it. No GPU-cache candidates are chosen."""
-    num_hops = max(len(v) for v in sampler.num_neighbors.values())
+    num_hops = sampler.num_hops
     counts, n = _presample(sampler, seeds, batch_size, num_batches, seed,
                            hops=num_hops, prune_hot=False,
                            input_type=input_type)

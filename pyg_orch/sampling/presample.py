@@ -20,7 +20,8 @@ def count_node_access(
     r"""Counts how often every node appears in sampled batches.
 
     Args:
-        sampler (HybridNeighborSampler): The sampler of the loader.
+        sampler (HotNodeSampler): The sampler of the loader (see
+            :class:`~pyg_orch.sampling.contract.HotNodeSampler`).
         input_nodes (torch.Tensor): The seed nodes (indices).
         batch_size (int): Seeds per batch.
         num_batches (int, optional): Batches to sample (from a shuffled order
@@ -47,7 +48,7 @@ def count_node_access(
     generators are restored afterwards, so later batches are the same as
     without counting.
     """
-    hetero = bool(getattr(sampler, 'is_hetero', False))
+    hetero = sampler.is_hetero
     if hetero and input_type is None:
         raise ValueError("'input_type' (the seeds' node type) is needed for "
                          "heterogeneous graphs")
@@ -60,21 +61,9 @@ def count_node_access(
         return counts if hetero else counts[None]
     if num_batches is None:
         num_batches = -(-input_nodes.numel() // batch_size)
-    saved_hot = getattr(sampler, 'hot_nodes', None)
-    states = []
-    for name in ('_generator', '_host_generator'):
-        gen = getattr(sampler, name, None)
-        if isinstance(gen, torch.Generator):
-            states.append((gen, gen.get_state()))
-    if not prune_hot:
-        sampler.hot_nodes = None
-    try:
+    with sampler.presampling(prune_hot=prune_hot):
         _count(sampler, input_nodes, batch_size, num_batches, hops,
                generator, input_time, counts, input_type)
-    finally:
-        sampler.hot_nodes = saved_hot
-        for gen, state in states:
-            gen.set_state(state)
     return counts if hetero else counts[None]
 
 

@@ -3,7 +3,8 @@ sampling core, usable wherever PyG takes a sampler."""
 import numbers
 import os
 import warnings
-from typing import Dict, List, Optional, Tuple, Union
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -18,6 +19,7 @@ from torch_geometric.sampler import (
 from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
+from pyg_orch.sampling.contract import preserved_generators
 from pyg_orch.sampling.multi_hop import sample_multi_hop
 from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.relabel import DenseBufferPool
@@ -233,7 +235,46 @@ class HybridNeighborSampler(BaseSampler):
         if self.backend == 'triton':
             from pyg_orch.gpu.fused_sampler import FusedSampler
             self._fused = FusedSampler()
-        self.hot_nodes: Optional[Dict] = None
+        self._hot_nodes: Optional[Dict] = None
+
+    # The contract of `pyg_orch.sampling.contract.HotNodeSampler` #############
+
+    @property
+    def num_hops(self) -> int:
+        r"""The number of hops (layers) sampled."""
+        return max((len(v) for v in self.num_neighbors.values()), default=0)
+
+    def bottom_fanout(self, edge_type=None) -> int:
+        r"""The fan-out of the last hop for :obj:`edge_type` (:obj:`None`
+        for homogeneous graphs; :obj:`-1` for all neighbors)."""
+        if edge_type not in self.num_neighbors:
+            raise ValueError(f"'edge_type' {edge_type!r} is not an edge type "
+                             f"of the graph ({list(self.num_neighbors)})")
+        fanouts = self.num_neighbors[edge_type]
+        if not fanouts:
+            raise ValueError("the sampler samples no hop")
+        return int(fanouts[-1])
+
+    @property
+    def hot_nodes(self) -> Optional[Dict]:
+        r"""The masks of hot nodes per node type (:obj:`None` for
+        homogeneous graphs) that the last hop does not expand, or
+        :obj:`None` if pruning is off; see :meth:`set_hot_nodes`."""
+        return self._hot_nodes
+
+    @contextmanager
+    def presampling(self, prune_hot: bool = False) -> Iterator[None]:
+        r"""A context for drawing batches that do not change later ones:
+        the random generators and the hot nodes are restored on exit, and
+        hot-node pruning is off inside unless :obj:`prune_hot`."""
+        saved = self._hot_nodes
+        if not prune_hot:
+            self._hot_nodes = None
+        try:
+            with preserved_generators(self._generator, self._host_generator):
+                yield
+        finally:
+            self._hot_nodes = saved
 
     def set_hot_nodes(self, hot_nodes) -> None:
         r"""Marks hot nodes (a boolean mask over the nodes, or a dict of masks
@@ -241,7 +282,7 @@ class HybridNeighborSampler(BaseSampler):
         not expanded, since their bottom-layer output is computed elsewhere.
         """
         if hot_nodes is None:
-            self.hot_nodes = None
+            self._hot_nodes = None
             return
         masks = hot_nodes if isinstance(hot_nodes, dict) else {
             None: hot_nodes
@@ -257,7 +298,7 @@ class HybridNeighborSampler(BaseSampler):
                 raise ValueError(f"'hot_nodes' must be a boolean mask of "
                                  f"shape [{n}] for node type {t!r}")
             out[t] = mask.to(self.device)
-        self.hot_nodes = out
+        self._hot_nodes = out
 
     def _place(self, topology: GraphTopology,
                placement: str) -> GraphTopology:
