@@ -152,7 +152,11 @@ def next_power_of_2(x: int) -> int:
     return triton.next_power_of_2(x)
 
 
-@triton.jit
+# Sizes that change from batch to batch are not specialized on: Triton
+# compiles a kernel per "divisible by 16" / "equal to 1" class of every
+# integer argument, and a compile in the middle of training (a cold cache on
+# a fresh machine) stalls the batch that meets a new class.
+@triton.jit(do_not_specialize=['num_rows', 'num_iters'])
 def gather_rows_kernel(
     index_ptr,
     slot_ptr,
