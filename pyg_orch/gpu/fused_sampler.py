@@ -163,10 +163,7 @@ class FusedPlan:
     def run(self, seeds: Tensor, generator: Optional[torch.Generator],
             use_graph: bool) -> MultiHopOutput:
         r"""Samples a batch and waits for it (one synchronization)."""
-        self._queue(seeds, generator, use_graph)
-        out = self._collect(self.counts.tolist())
-        self._stream = _current_stream(self.device)
-        return out
+        return self.launch(seeds, generator, use_graph).result()
 
     def launch(self, seeds: Tensor, generator: Optional[torch.Generator],
                use_graph: bool) -> 'PendingFused':
@@ -189,9 +186,9 @@ class FusedPlan:
             stream.wait_stream(self._stream)
         self._stream = stream
         self.seeds.copy_(seeds, non_blocking=True)
-        self.hop_seeds.copy_(
-            torch.randint(_INT32_MAX, self.hop_seeds.shape, dtype=torch.int64,
-                          device=self.device, generator=generator))
+        # Drawn in place: one kernel, no temporary and no copy.
+        torch.randint(_INT32_MAX, self.hop_seeds.shape, generator=generator,
+                      out=self.hop_seeds)
         if use_graph:
             if self.graph is None:
                 self._capture()
