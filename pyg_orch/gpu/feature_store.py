@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
-from pyg_orch.gpu.fused_sampler import _kernel_view, triton_available
+from pyg_orch.core.triton_util import kernel_view, triton_available
 
 
 @dataclass
@@ -68,7 +68,7 @@ class TieredFeatureStore(FeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` for node features that
     do not fit on the GPU: the rows ranked hottest (by :obj:`hotness`, e.g.
     access counts from pre-sampling, see
-    :func:`pyg_orch.gpu.access_frequency`) live in GPU memory; every row
+    :func:`pyg_orch.sampling.presample.count_node_access`) live in GPU memory; every row
     lives in pinned host memory. :meth:`gather` serves a batch's rows from
     the cache, from the previous batch (cross-batch reuse), or from host
     memory: zero-copy by a Triton kernel (:obj:`method='uva'`) or by CPU
@@ -93,9 +93,9 @@ class TieredFeatureStore(FeatureStore):
             streaming multiprocessors to a training step that runs next to
             the gather (see :obj:`lookahead` of
             :class:`~pyg_orch.HybridNeighborLoader`). :obj:`'auto'`: half the
-            GPU's multiprocessors (fastest end to end on an H100, see
-            :obj:`benchmarks/bench_gpu_data_path.py`); :obj:`None`: one per
-            block of rows (no cap).
+            GPU's multiprocessors (the fastest setting end to end in the GPU
+            data path benchmark, see :obj:`benchmarks/README.md`);
+            :obj:`None`: one per block of rows (no cap).
         attr_name (str): The attribute name served. (default: :obj:`'x'`)
     """
     def __init__(
@@ -144,7 +144,7 @@ class TieredFeatureStore(FeatureStore):
             self.host = x.cpu()
         # Made once: a fresh pointer object per launch made every launch of
         # the UVA gather wait for the device on an H100 (about 3.7 ms).
-        self._host_view = _kernel_view(self.host)
+        self._host_view = kernel_view(self.host)
 
         row_bytes = self.width * x.element_size()
         budget = parse_budget(gpu_memory_budget, self.device)

@@ -5,7 +5,9 @@ Every hop writes into buffers sized by an upper bound (frontier size times
 fan-out), so no kernel waits for the host to learn a size; the one
 synchronization per batch reads the node and edge counts at the end. The
 output equals :func:`pyg_orch.sampling.sample_multi_hop` (same hop order,
-same edge order); only the random draws differ.
+same edge order); only the random draws differ. The sampler reaches this
+module through the :obj:`'triton'` backend
+(:mod:`pyg_orch.gpu.triton_backend`).
 """
 import threading
 import weakref
@@ -15,21 +17,15 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from pyg_orch.sampling.multi_hop import MultiHopOutput
-from pyg_orch.sampling.relabel import DenseBufferPool
-from pyg_orch.sampling.topology import CSCTopology
+from pyg_orch.core.buffers import DenseBufferPool
+from pyg_orch.core.csc import CSCTopology
+from pyg_orch.core.output import MultiHopOutput
+from pyg_orch.core.triton_util import kernel_view
+# Re-exported: tests and notebooks ask this module whether Triton is there.
+from pyg_orch.core.triton_util import triton_available  # noqa: F401
 
 _INT32_MAX = 2**31 - 1
 _FLAT_BLOCK = 1024
-
-
-def triton_available() -> bool:
-    r"""Whether Triton can be imported (it is only needed on GPUs)."""
-    try:
-        import triton  # noqa: F401
-    except Exception:
-        return False
-    return True
 
 
 def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
@@ -105,8 +101,8 @@ class FusedPlan:
         from pyg_orch.gpu import triton_kernels as tk
 
         topo, state, B = self.topo, self.state, self.batch_size
-        colptr, row = _kernel_view(topo.colptr), _kernel_view(topo.row)
-        eid = _kernel_view(topo.edge_id) if topo.edge_id is not None else row
+        colptr, row = kernel_view(topo.colptr), kernel_view(topo.row)
+        eid = kernel_view(topo.edge_id) if topo.edge_id is not None else row
         self.node_buf[:B].copy_(self.seeds)
         self.map_buf.scatter_reduce_(0, self.seeds, self.positions, 'amin',
                                      include_self=False)
@@ -350,20 +346,3 @@ def _to_device_async(seeds: Tensor, device: torch.device) -> Tensor:
 
 def triton_cdiv(a: int, b: int) -> int:
     return max((a + b - 1) // b, 1)
-
-
-class _PinnedPointer:
-    r"""Presents a pinned host tensor to Triton as a device pointer: under
-    unified virtual addressing its host address is valid on the GPU."""
-    def __init__(self, tensor: Tensor):
-        self.tensor = tensor
-        self.dtype = tensor.dtype
-
-    def data_ptr(self) -> int:
-        return self.tensor.data_ptr()
-
-
-def _kernel_view(t: Tensor):
-    if t.is_cuda or not t.is_pinned():
-        return t
-    return _PinnedPointer(t)

@@ -1,67 +1,41 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.NeighborLoader`."""
 import copy
-import time
 from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import torch
 from torch_geometric.data import Data
-from torch_geometric.loader.base import DataLoaderIterator
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
+from torch_geometric.sampler.base import SubgraphType
 
+from pyg_orch.core.topology import GraphTopology
 from pyg_orch.gpu.feature_store import TieredFeatureStore
 from pyg_orch.loader.assemble import DataAssembler
+from pyg_orch.loader.features import build_feature_store
 from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.loader.stats import StageTimer
+from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.loader.validation import (
     check_data,
     check_input_nodes,
-    check_loader_kwargs,
     check_input_time,
+    check_loader_kwargs,
+    check_pipeline_args,
     check_temporal_args,
 )
-from pyg_orch.sampling.sampler import (
-    HybridNeighborSampler,
-    SeedLike,
-    resolve_device,
-)
+from pyg_orch.sampling.arguments import check_choice, resolve_device
+from pyg_orch.sampling.contract import LaunchingSampler
 from pyg_orch.sampling.pending import PendingSample
-from pyg_orch.sampling.contract import presample_batches
-from pyg_orch.sampling.presample import count_node_access
-from pyg_orch.sampling.topology import GraphTopology
-
-_IN_PROCESS_STAGES = ('sample', 'gather', 'transfer')
-
-
-class _TimedIterator(DataLoaderIterator):
-    r"""Hands batches to the training loop: runs the batch hooks and charges
-    the time the loop blocks on the next batch to :obj:`'wait'` (less what
-    the loader itself spent in this thread, when it works in this thread).
-    """
-    def __init__(self, iterator, timer: StageTimer,
-                 hooks: Dict[int, Callable], in_thread: bool):
-        super().__init__(iterator, _identity)
-        self.timer = timer
-        self.hooks = hooks
-        self.in_thread = in_thread
-
-    def __next__(self) -> Any:
-        before = sum(self.timer.total.get(s, 0.0) for s in _IN_PROCESS_STAGES)
-        start = time.perf_counter()
-        out = super().__next__()
-        spent = time.perf_counter() - start
-        if self.in_thread:
-            inside = sum(self.timer.total.get(s, 0.0)
-                         for s in _IN_PROCESS_STAGES) - before
-            self.timer.add('wait', max(spent - inside, 0.0))
-        else:
-            self.timer.add('wait', spent)
-        self.timer.num_batches += 1
-        for hook in list(self.hooks.values()):
-            hook(out)
-        return out
+from pyg_orch.sampling.sampler import HybridNeighborSampler
+from pyg_orch.typing import (
+    DeviceLike,
+    GraphData,
+    InputNodes,
+    NumNeighborsType,
+    OptTensor,
+    SeedLike,
+)
 
 
 class HybridNeighborLoader(NodeLoader):
@@ -158,22 +132,22 @@ class HybridNeighborLoader(NodeLoader):
             (default: :obj:`None`)
         prefetch (int): Batches sampled and gathered ahead by a background
             thread on its own CUDA stream. Off by default: both threads share
-            Python's interpreter lock: on an H100 with GraphSAGE it took 8.4
-            ms per batch against 7.1 ms with :obj:`lookahead`; it pays when
-            sampling and gathering take long next to a training step that
-            leaves the interpreter free. (default: :obj:`0`)
+            Python's interpreter lock, so with a typical GNN training step it
+            is slower than :obj:`lookahead` (see :obj:`benchmarks/README.md`);
+            it pays when sampling and gathering take long next to a training
+            step that leaves the interpreter free. (default: :obj:`0`)
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
             :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`.
     """
     def __init__(
         self,
-        data,
-        num_neighbors,
-        input_nodes=None,
-        input_time: Optional[torch.Tensor] = None,
+        data: GraphData,
+        num_neighbors: NumNeighborsType,
+        input_nodes: InputNodes = None,
+        input_time: OptTensor = None,
         replace: bool = False,
-        subgraph_type: str = 'directional',
+        subgraph_type: Union[SubgraphType, str] = 'directional',
         disjoint: bool = False,
         temporal_strategy: str = 'uniform',
         time_attr: Optional[str] = None,
@@ -184,7 +158,7 @@ class HybridNeighborLoader(NodeLoader):
         filter_per_worker: Optional[bool] = None,
         neighbor_sampler: Optional[BaseSampler] = None,
         directed: bool = True,
-        device: Union[None, str, torch.device] = None,
+        device: DeviceLike = None,
         seed: SeedLike = None,
         topology: Optional[GraphTopology] = None,
         backend: str = 'auto',
@@ -202,6 +176,7 @@ class HybridNeighborLoader(NodeLoader):
         check_data(data)
         self.device = resolve_device(device)
         check_loader_kwargs(kwargs, self.device)
+        check_pipeline_args(prefetch, lookahead, kwargs.get('num_workers', 0))
         input_nodes = check_input_nodes(data, input_nodes)
         input_time = check_input_time(input_time, input_nodes, data)
 
@@ -233,21 +208,7 @@ class HybridNeighborLoader(NodeLoader):
             kwargs['generator'] = gen
 
         self.timer = StageTimer(self.device)
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or \
-                prefetch < 0:
-            raise ValueError(f"'prefetch' must be a non-negative integer "
-                             f"(got {prefetch!r})")
-        if prefetch > 0 and kwargs.get('num_workers', 0) > 0:
-            raise ValueError("'prefetch' > 0 needs num_workers=0 (worker "
-                             "processes already prepare batches ahead)")
         self.prefetch = prefetch
-        if lookahead not in (None, True, False):
-            raise ValueError(f"'lookahead' must be None, True or False (got "
-                             f"{lookahead!r})")
-        if lookahead and (prefetch > 0 or kwargs.get('num_workers', 0) > 0):
-            raise ValueError("'lookahead=True' needs num_workers=0 and "
-                             "prefetch=0 (it keeps one batch ahead in the "
-                             "loop's own thread)")
         super().__init__(
             data=data,
             node_sampler=neighbor_sampler,
@@ -261,18 +222,21 @@ class HybridNeighborLoader(NodeLoader):
         self.batch_transform = transform
         self._batch_hooks: Dict[int, Callable] = {}
         self._sampled_hooks: Dict[int, Callable] = {}
-        self.feature_store = self._build_feature_store(
-            feature_store, gpu_memory_budget, gpu_cache_ratio, cache_policy)
+        self.feature_store = build_feature_store(
+            feature_store, self.data, self.node_sampler, self.device,
+            self.input_data, self.batch_size, self.timer, gpu_memory_budget,
+            gpu_cache_ratio, cache_policy)
         self._assembler: Optional[DataAssembler] = None
+        launching = isinstance(self.node_sampler, LaunchingSampler)
         if lookahead is None:
             lookahead = (self.device.type == 'cuda' and prefetch == 0
-                         and self.num_workers == 0
-                         and getattr(self.node_sampler, 'backend',
-                                     None) == 'triton'
-                         and hasattr(self.node_sampler, 'launch_from_nodes'))
-        elif lookahead and not hasattr(self.node_sampler,
-                                       'launch_from_nodes'):
-            raise ValueError("'lookahead=True' needs a HybridNeighborSampler")
+                         and self.num_workers == 0 and launching
+                         and self.node_sampler.launches_async)
+        elif lookahead and not launching:
+            raise ValueError("'lookahead=True' needs a sampler with "
+                             "'launch_from_nodes', such as a "
+                             "HybridNeighborSampler (see "
+                             "pyg_orch.sampling.LaunchingSampler)")
         self.lookahead = bool(lookahead)
         # Synchronizing around every stage would undo the look-ahead.
         self.timer.sync = not self.lookahead
@@ -289,9 +253,7 @@ class HybridNeighborLoader(NodeLoader):
         (the loop's own, unless :obj:`prefetch > 0`), in the main process
         only, with the sampling stream current. Returns a function that
         removes the hook."""
-        if when not in ('received', 'sampled'):
-            raise ValueError(f"'when' must be 'received' or 'sampled' (got "
-                             f"{when!r})")
+        check_choice('when', when, ('received', 'sampled'))
         hooks = self._batch_hooks if when == 'received' else \
             self._sampled_hooks
         key = id(hook)
@@ -310,7 +272,9 @@ class HybridNeighborLoader(NodeLoader):
     def topology(self) -> Optional[GraphTopology]:
         r"""The graph topology used for sampling; pass it as
         :obj:`topology` to other loaders over the same graph."""
-        return getattr(self.node_sampler, 'topology', None)
+        if isinstance(self.node_sampler, LaunchingSampler):
+            return self.node_sampler.topology
+        return None
 
     def stats(self) -> Dict[str, Any]:
         r"""What the loader did since the last :meth:`reset_stats`:
@@ -403,42 +367,6 @@ class HybridNeighborLoader(NodeLoader):
             out = _to_cpu(out)
         return super().filter_fn(out)
 
-    def _build_feature_store(self, feature_store, budget, ratio, policy):
-        if isinstance(feature_store, TieredFeatureStore):
-            return feature_store
-        if feature_store is None:
-            return None
-        if feature_store != 'auto':
-            raise ValueError(f"'feature_store' must be 'auto', None or a "
-                             f"TieredFeatureStore (got {feature_store!r})")
-        if policy not in ('frequency', 'degree'):
-            raise ValueError(f"'cache_policy' must be 'frequency' or "
-                             f"'degree' (got {policy!r})")
-        x = getattr(self.data, 'x', None) if isinstance(self.data,
-                                                        Data) else None
-        if (self.device.type != 'cuda' or not isinstance(x, torch.Tensor)
-                or x.is_cuda or x.dim() != 2
-                or not isinstance(self.node_sampler, HybridNeighborSampler)):
-            return None
-        hotness = None
-        if policy == 'degree':
-            # Rows are fetched when their node is sampled as someone's
-            # in-neighbor: that follows the out-degree.
-            topo = self.node_sampler.topology.csc[None]
-            hotness = torch.bincount(topo.row.to(torch.int64),
-                                     minlength=topo.num_src_nodes).cpu()
-        else:
-            with self.timer.stage('presample'):
-                hotness = count_node_access(
-                    self.node_sampler, self.input_data.node,
-                    input_time=self.input_data.time,
-                    batch_size=self.batch_size or 1,
-                    num_batches=presample_batches(
-                        self.input_data.node.numel(), self.batch_size or 1))
-        return TieredFeatureStore(x, self.device, hotness=hotness,
-                                  gpu_memory_budget=budget,
-                                  cache_ratio=ratio)
-
     def _data_on_device(self) -> bool:
         if not hasattr(self, '_data_device_cache'):
             devices = set()
@@ -478,22 +406,18 @@ class HybridNeighborLoader(NodeLoader):
         if self.lookahead and self._auto_collation:
             it = LookaheadIterator(self._launch_batches(), self._finish_batch,
                                    self.device)
-            return _TimedIterator(it, self.timer, self._batch_hooks,
+            return TimedIterator(it, self.timer, self._batch_hooks,
                                   in_thread=True)
         # Wrap (never unwrap) PyG's iterator: its `__del__` shuts the
         # workers down.
         it = super()._get_iterator()
         if self.prefetch > 0:
             it = PrefetchIterator(it, self.prefetch, self.device)
-        return _TimedIterator(it, self.timer, self._batch_hooks,
+        return TimedIterator(it, self.timer, self._batch_hooks,
                               in_thread=self.prefetch == 0)
 
     def __repr__(self) -> str:
         return f'{self.__class__.__name__}(device={self.device})'
-
-
-def _identity(x: Any) -> Any:
-    return x
 
 
 def _to_cpu(out):

@@ -2,9 +2,13 @@
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import torch
+from torch_geometric.loader.base import DataLoaderIterator
+
+#: The stages a loader times in the training loop's own thread.
+IN_PROCESS_STAGES = ('sample', 'gather', 'transfer')
 
 
 class StageTimer:
@@ -85,6 +89,41 @@ class StageTimer:
                      f"{1e3 * total / max(self.num_batches, 1):>10.2f} "
                      f"{total:>10.3f} {100.0:>6.1f}%")
         return '\n'.join(lines)
+
+
+class TimedIterator(DataLoaderIterator):
+    r"""Hands a loader's batches to the training loop: runs the batch hooks
+    and charges the time the loop blocks on the next batch to
+    :obj:`'wait'` (less what the loader itself spent in this thread, when it
+    works in this thread, :obj:`in_thread`)."""
+    def __init__(self, iterator, timer: StageTimer,
+                 hooks: Dict[int, Callable], in_thread: bool):
+        super().__init__(iterator, _identity)
+        self.timer = timer
+        self.hooks = hooks
+        self.in_thread = in_thread
+
+    def __next__(self) -> Any:
+        before = self._in_process()
+        start = time.perf_counter()
+        out = super().__next__()
+        spent = time.perf_counter() - start
+        if self.in_thread:
+            inside = self._in_process() - before
+            self.timer.add('wait', max(spent - inside, 0.0))
+        else:
+            self.timer.add('wait', spent)
+        self.timer.num_batches += 1
+        for hook in list(self.hooks.values()):
+            hook(out)
+        return out
+
+    def _in_process(self) -> float:
+        return sum(self.timer.total.get(s, 0.0) for s in IN_PROCESS_STAGES)
+
+
+def _identity(x: Any) -> Any:
+    return x
 
 
 def plot_stage_times(runs, ax=None, stages: Optional[list] = None):

@@ -6,6 +6,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from pyg_orch.sampling.arguments import check_choice
+
 # Attributes that PyG always slices per node:
 _NODE_KEYS = ('x', 'y', 'pos', 'node_type', 'batch')
 
@@ -131,11 +133,27 @@ def check_temporal_args(input_time, time_attr, temporal_strategy,
         raise ValueError("Received conflicting 'input_time' and 'time_attr' "
                          "arguments: 'input_time' is set while 'time_attr' "
                          "is not set.")
-    if temporal_strategy not in ('uniform', 'last'):
-        raise ValueError(f"'temporal_strategy' must be 'uniform' or 'last' "
-                         f"(got {temporal_strategy!r})")
+    check_choice('temporal_strategy', temporal_strategy, ('uniform', 'last'))
 
 
+def check_pipeline_args(prefetch: Any, lookahead: Any,
+                        num_workers: int) -> None:
+    r"""Checks :obj:`prefetch` and :obj:`lookahead`, which both keep batches
+    in flight in the main process."""
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or \
+            prefetch < 0:
+        raise ValueError(f"'prefetch' must be a non-negative integer "
+                         f"(got {prefetch!r})")
+    if prefetch > 0 and num_workers > 0:
+        raise ValueError("'prefetch' > 0 needs num_workers=0 (worker "
+                         "processes already prepare batches ahead)")
+    if lookahead not in (None, True, False):
+        raise ValueError(f"'lookahead' must be None, True or False (got "
+                         f"{lookahead!r})")
+    if lookahead and (prefetch > 0 or num_workers > 0):
+        raise ValueError("'lookahead=True' needs num_workers=0 and "
+                         "prefetch=0 (it keeps one batch ahead in the "
+                         "loop's own thread)")
 
 
 def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:

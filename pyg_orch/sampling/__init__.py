@@ -1,15 +1,28 @@
-from pyg_orch.sampling.multi_hop import MultiHopOutput, sample_multi_hop
+r"""Neighbor sampling with vectorized PyTorch ops: the sampler, the sampling
+core, the contract other parts rely on, and the registry of backends."""
+from pyg_orch.core.csc import CSCTopology
+from pyg_orch.core.output import MultiHopOutput
+from pyg_orch.core.topology import GraphTopology
+from pyg_orch.sampling.backends import (
+    choose_backend,
+    register_backend,
+)
+from pyg_orch.sampling.contract import HotNodeSampler, LaunchingSampler
+from pyg_orch.sampling.multi_hop import sample_multi_hop
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.sampler import HybridNeighborSampler
-from pyg_orch.sampling.topology import CSCTopology, GraphTopology
 
 __all__ = [
     'CSCTopology',
     'GraphTopology',
+    'HotNodeSampler',
     'HybridNeighborSampler',
+    'LaunchingSampler',
     'MultiHopOutput',
     'PendingSample',
+    'choose_backend',
+    'register_backend',
     'sample_multi_hop',
     'sample_neighbors',
 ]

@@ -1,5 +1,8 @@
 """What the loader, pre-sampling and bottom-layer offload need from a
-sampler, declared once: :class:`HotNodeSampler`."""
+sampler, declared once: :class:`HotNodeSampler` (pre-sampling, hot nodes)
+and :class:`LaunchingSampler` (what
+:class:`~pyg_orch.HybridNeighborLoader` uses beyond PyG's
+:class:`~torch_geometric.sampler.BaseSampler`)."""
 from contextlib import contextmanager
 from typing import (
     Any,
@@ -14,6 +17,7 @@ from typing import (
 import torch
 from torch import Tensor
 
+from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.typing import EdgeType, NodeType
 
 #: Mini-batches pre-sampled by default to rank vertices (GPU cache, hot set):
@@ -66,6 +70,34 @@ class HotNodeSampler(Protocol):
         r"""A context in which batches can be drawn without changing later
         ones: the random state and the hot nodes are restored on exit, and
         pruning is off inside unless :obj:`prune_hot`."""
+
+    def sample_from_nodes(self, inputs: Any) -> Any:
+        r"""PyG's :meth:`~torch_geometric.sampler.BaseSampler.sample_from_nodes`."""
+
+
+@runtime_checkable
+class LaunchingSampler(Protocol):
+    r"""What :class:`~pyg_orch.HybridNeighborLoader` needs from its sampler
+    beyond PyG's :class:`~torch_geometric.sampler.BaseSampler`, for its
+    look-ahead pipeline, its feature cache and its :attr:`topology`.
+    :class:`~pyg_orch.HybridNeighborSampler` implements it; with a sampler
+    that does not, the loader runs as PyG's does (no look-ahead, no feature
+    store)."""
+    device: torch.device
+
+    @property
+    def topology(self) -> Any:
+        r"""The :class:`~pyg_orch.GraphTopology` sampled from."""
+
+    @property
+    def launches_async(self) -> bool:
+        r"""Whether :meth:`launch_from_nodes` returns before the batch is
+        sampled (work queued on the current CUDA stream)."""
+
+    def launch_from_nodes(self, inputs: Any) -> PendingSample:
+        r"""Starts :meth:`sample_from_nodes`;
+        :meth:`~pyg_orch.sampling.PendingSample.result` returns its
+        output."""
 
     def sample_from_nodes(self, inputs: Any) -> Any:
         r"""PyG's :meth:`~torch_geometric.sampler.BaseSampler.sample_from_nodes`."""

@@ -1,34 +1,21 @@
-"""Multi-hop neighbor sampling for homogeneous and heterogeneous graphs: the
-one sampling core behind :class:`pyg_orch.HybridNeighborSampler`, on CPU and
-GPU alike."""
-from dataclasses import dataclass
+"""Multi-hop neighbor sampling for homogeneous and heterogeneous graphs with
+vectorized PyTorch ops: the reference sampling backend of
+:class:`pyg_orch.HybridNeighborSampler` (and its fallback), on CPU and GPU
+alike."""
 from typing import Dict, List, Optional
 
 import torch
 from torch import Tensor
 
+from pyg_orch.core.buffers import DenseBufferPool
+from pyg_orch.core.output import MultiHopOutput
+from pyg_orch.core.topology import GraphTopology
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.relabel import (
-    DenseBufferPool,
     DenseRelabeler,
     Relabeler,
     SortRelabeler,
 )
-from pyg_orch.sampling.topology import GraphTopology
-
-
-@dataclass
-class MultiHopOutput:
-    r"""Sampled subgraph, keyed by node type and edge type (:obj:`None` for
-    homogeneous graphs). Nodes are in hop order; :obj:`row` and :obj:`col`
-    hold local source and destination ids; :obj:`edge` original edge ids."""
-    node: Dict
-    row: Dict
-    col: Dict
-    edge: Dict
-    batch: Optional[Dict]
-    num_sampled_nodes: Dict
-    num_sampled_edges: Optional[Dict]
 
 
 def sample_multi_hop(

@@ -1,11 +1,13 @@
 """Maps global node ids to local (per-batch) ids in order of first
 appearance, which gives PyG's hop order: seeds first, then each hop's new
 nodes in the order they were first sampled."""
-import threading
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import torch
 from torch import Tensor
+
+# Re-exported: the pool moved to `pyg_orch.core` (tests import it from here).
+from pyg_orch.core.buffers import DenseBufferPool  # noqa: F401
 
 
 class Relabeler:
@@ -128,30 +130,3 @@ class DenseRelabeler(Relabeler):
         for t in self.touched:
             self.buf.index_fill_(0, t, -1)
         self.touched = []
-
-
-class DenseBufferPool:
-    r"""One dense relabel array per (thread, node type), so that several
-    threads can sample concurrently."""
-    def __init__(self):
-        self._local = threading.local()
-
-    def __getstate__(self):  # Buffers are never pickled to workers.
-        return {}
-
-    def __setstate__(self, state):
-        self._local = threading.local()
-
-    def get(self, key, num_nodes: int, device: torch.device,
-            fill: int = -1) -> Tensor:
-        r"""The array for :obj:`key` in this thread; users must leave it as
-        they found it (all :obj:`fill`)."""
-        bufs: Dict = getattr(self._local, 'bufs', None)
-        if bufs is None:
-            bufs = self._local.bufs = {}
-        buf = bufs.get((key, fill))
-        if buf is None or buf.numel() != num_nodes or buf.device != device:
-            dtype = torch.int32 if num_nodes < 2**31 - 1 else torch.int64
-            buf = torch.full((num_nodes, ), fill, dtype=dtype, device=device)
-            bufs[(key, fill)] = buf
-        return buf

@@ -1,10 +1,9 @@
 """A PyG :class:`~torch_geometric.sampler.BaseSampler` over the vectorized
-sampling core, usable wherever PyG takes a sampler."""
-import numbers
+sampling core, usable wherever PyG takes a sampler. Sampling itself runs in
+a backend chosen through :mod:`pyg_orch.sampling.backends`."""
 import os
-import warnings
 from contextlib import contextmanager
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import Dict, Iterator, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -19,85 +18,27 @@ from torch_geometric.sampler import (
 from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
+from pyg_orch.core.backend import BackendConfig, SampleRequest
+from pyg_orch.core.output import MultiHopOutput
+from pyg_orch.core.topology import GraphTopology
+from pyg_orch.sampling.arguments import (
+    check_attr_names,
+    check_choice,
+    parse_num_neighbors,
+    parse_subgraph_type,
+    resolve_device,
+)
+from pyg_orch.sampling.backends import (
+    backend_names,
+    choose_backend,
+    create_backend,
+)
 from pyg_orch.sampling.contract import preserved_generators
-from pyg_orch.sampling.multi_hop import sample_multi_hop
 from pyg_orch.sampling.pending import PendingSample
-from pyg_orch.sampling.relabel import DenseBufferPool
-from pyg_orch.sampling.topology import GraphTopology, topology_cache
+from pyg_orch.sampling.topology_cache import topology_cache
+from pyg_orch.typing import DeviceLike, GraphData, NumNeighborsType, SeedLike
 
-SeedLike = Union[None, int, torch.Generator]
-
-
-def resolve_device(device: Union[None, str, torch.device]) -> torch.device:
-    r"""Returns :obj:`device`, defaulting to CUDA when available."""
-    if device is None:
-        device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"'device' must be a torch.device or a string such "
-                         f"as 'cpu' or 'cuda:0' (got {device!r})") from e
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f"'device' is {str(device)!r}, but CUDA is not "
-                         f"available on this machine; use device='cpu'")
-    if device.type not in ('cpu', 'cuda'):
-        raise ValueError(f"'device' must be a CPU or CUDA device "
-                         f"(got {str(device)!r})")
-    if device.type == 'cuda' and device.index is None:
-        device = torch.device('cuda', torch.cuda.current_device())
-    return device
-
-
-def parse_num_neighbors(num_neighbors, edge_types: List) -> Dict:
-    r"""Validates :obj:`num_neighbors` (a list, or a dict per edge type) and
-    returns the fan-out list of every edge type."""
-    def check_list(values, where: str) -> List[int]:
-        if not isinstance(values, (list, tuple)):
-            raise ValueError(f"'num_neighbors'{where} must be a list of "
-                             f"integers (got {type(values).__name__})")
-        out = []
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise ValueError(f"'num_neighbors'{where} must hold integers "
-                                 f"(got {v!r})")
-            if v < -1:
-                raise ValueError(f"'num_neighbors'{where} must hold integers "
-                                 f">= -1, where -1 takes all neighbors "
-                                 f"(got {v})")
-            out.append(int(v))
-        return out
-
-    from torch_geometric.sampler.base import NumNeighbors
-    if isinstance(num_neighbors, NumNeighbors):
-        if num_neighbors.default is not None:
-            raise NotImplementedError(
-                "'num_neighbors' with a 'default' is not supported yet; pass "
-                "a dict with every edge type")
-        num_neighbors = num_neighbors.values
-    if isinstance(num_neighbors, dict):
-        if edge_types == [None]:
-            raise ValueError("'num_neighbors' must be a list for homogeneous "
-                             "graphs (got a dict)")
-        given = {}
-        for key, values in num_neighbors.items():
-            et = tuple(key.split('__')) if isinstance(key, str) else tuple(key)
-            if et not in edge_types:
-                raise ValueError(f"'num_neighbors' names the edge type {key!r}"
-                                 f", which is not in the graph (edge types: "
-                                 f"{edge_types})")
-            given[et] = check_list(values, f"[{key!r}]")
-        missing = [et for et in edge_types if et not in given]
-        if missing:
-            raise ValueError(f"'num_neighbors' misses the edge types "
-                             f"{missing}; give a fan-out list for every edge "
-                             f"type (0 to skip one)")
-        hops = {len(v) for v in given.values()}
-        if len(hops) > 1:
-            raise ValueError(f"'num_neighbors' must give the same number of "
-                             f"hops for every edge type (got {sorted(hops)})")
-        return given
-    values = check_list(num_neighbors, '')
-    return {et: values for et in edge_types}
+__all__ = ['HybridNeighborSampler', 'SeedLike', 'resolve_device']
 
 
 class HybridNeighborSampler(BaseSampler):
@@ -137,10 +78,16 @@ class HybridNeighborSampler(BaseSampler):
         seed (int or torch.Generator, optional): Makes sampling reproducible.
         topology (GraphTopology, optional): A topology built before, to share
             it between loaders.
+        relabel (str): How global node ids become local ones:
+            :obj:`'sort'` by sorting, :obj:`'dense'` or :obj:`'auto'` through
+            a dense array per node type, reused across batches (sorting for
+            disjoint subgraphs). (default: :obj:`'auto'`)
         backend (str): :obj:`'triton'` for the fused GPU kernels,
             :obj:`'torch'` for the vectorized PyTorch path, :obj:`'auto'`
             for Triton where it is installed and handles the configuration
-            (CUDA, homogeneous, uniform, fan-outs in :obj:`[0, 64]`).
+            (CUDA, homogeneous, uniform, fan-outs in :obj:`[0, 64]`), or the
+            name of a backend registered with
+            :func:`~pyg_orch.sampling.backends.register_backend`.
             (default: :obj:`'auto'`)
         topology_placement (str): On CUDA, :obj:`'device'` keeps the topology
             in GPU memory, :obj:`'host'` in pinned host memory read zero-copy
@@ -149,8 +96,8 @@ class HybridNeighborSampler(BaseSampler):
     """
     def __init__(
         self,
-        data,
-        num_neighbors,
+        data: GraphData,
+        num_neighbors: NumNeighborsType,
         subgraph_type: Union[SubgraphType, str] = 'directional',
         replace: bool = False,
         disjoint: bool = False,
@@ -160,45 +107,22 @@ class HybridNeighborSampler(BaseSampler):
         is_sorted: bool = False,
         share_memory: bool = False,
         directed: bool = True,
-        device: Union[None, str, torch.device] = None,
+        device: DeviceLike = None,
         seed: SeedLike = None,
         topology: Optional[GraphTopology] = None,
         relabel: str = 'auto',
         backend: str = 'auto',
         topology_placement: str = 'auto',
     ):
-        if temporal_strategy not in ('uniform', 'last'):
-            raise ValueError(f"'temporal_strategy' must be 'uniform' or "
-                             f"'last' (got {temporal_strategy!r})")
-        for name, value in (('time_attr', time_attr),
-                            ('weight_attr', weight_attr)):
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"'{name}' must be the name of an attribute "
-                                 f"(got {type(value).__name__})")
-        if not directed:
-            warnings.warn(
-                "The usage of the 'directed' argument is deprecated. Use "
-                "`subgraph_type='induced'` instead.", stacklevel=2)
-            subgraph_type = SubgraphType.induced
-        try:
-            self.subgraph_type = SubgraphType(subgraph_type)
-        except ValueError:
-            raise ValueError(f"'subgraph_type' must be one of 'directional', "
-                             f"'bidirectional' or 'induced' (got "
-                             f"{subgraph_type!r})") from None
-        if disjoint and self.subgraph_type == SubgraphType.induced:
-            raise ValueError("'disjoint' sampling is not supported with "
-                             "subgraph_type='induced'")
-        if relabel not in ('auto', 'dense', 'sort'):
-            raise ValueError(f"'relabel' must be 'auto', 'dense' or 'sort' "
-                             f"(got {relabel!r})")
-
-        if backend not in ('auto', 'torch', 'triton'):
-            raise ValueError(f"'backend' must be 'auto', 'torch' or 'triton' "
-                             f"(got {backend!r})")
-        if topology_placement not in ('auto', 'device', 'host'):
-            raise ValueError(f"'topology_placement' must be 'auto', 'device' "
-                             f"or 'host' (got {topology_placement!r})")
+        check_choice('temporal_strategy', temporal_strategy,
+                     ('uniform', 'last'))
+        check_attr_names(time_attr=time_attr, weight_attr=weight_attr)
+        self.subgraph_type = parse_subgraph_type(subgraph_type, directed,
+                                                 disjoint)
+        check_choice('relabel', relabel, ('auto', 'dense', 'sort'))
+        check_choice('backend', backend, ['auto'] + backend_names())
+        check_choice('topology_placement', topology_placement,
+                     ('auto', 'device', 'host'))
         self.device = resolve_device(device)
         if topology is None:
             topology = topology_cache.get_or_build(data, is_sorted,
@@ -229,12 +153,17 @@ class HybridNeighborSampler(BaseSampler):
                              "temporal sampling ('time_attr'), which always "
                              "samples disjoint subgraphs, as in PyG")
         self.relabel = relabel
-        self._buffers = DenseBufferPool() if relabel != 'sort' else None
         self._set_seed(seed)
-        self.backend = self._choose_backend(backend)
-        if self.backend == 'triton':
-            from pyg_orch.gpu.fused_sampler import FusedSampler
-            self._fused = FusedSampler()
+        config = BackendConfig(
+            topology=topology, num_neighbors=self.num_neighbors,
+            device=self.device, replace=self.replace,
+            disjoint=self.disjoint,
+            induced=self.subgraph_type == SubgraphType.induced,
+            temporal_strategy=temporal_strategy, relabel=relabel)
+        #: The name of the sampling backend (see
+        #: :mod:`pyg_orch.sampling.backends`).
+        self.backend: str = choose_backend(backend, config)
+        self._backend = create_backend(self.backend, config)
         self._hot_nodes: Optional[Dict] = None
 
     # The contract of `pyg_orch.sampling.contract.HotNodeSampler` #############
@@ -320,21 +249,6 @@ class HybridNeighborSampler(BaseSampler):
         r"""Where the PyTorch sampling path runs: the topology's device."""
         return self.topology.device
 
-    def _choose_backend(self, backend: str) -> str:
-        from pyg_orch.gpu.fused_sampler import supports, triton_available
-        fused_ok = (self.device.type == 'cuda' and triton_available()
-                    and self.relabel != 'sort' and supports(
-                        self.topology, self.num_neighbors, self.disjoint,
-                        self.subgraph_type == SubgraphType.induced))
-        if backend == 'triton' and not fused_ok:
-            raise ValueError(
-                "backend='triton' needs a CUDA device, Triton, and a "
-                "homogeneous graph with uniform, non-disjoint, non-induced "
-                "sampling and fan-outs in [0, 64]; use backend='auto'")
-        if backend == 'auto':
-            return 'triton' if fused_ok else 'torch'
-        return backend
-
     # Randomness ##############################################################
 
     def _set_seed(self, seed: SeedLike):
@@ -416,6 +330,12 @@ class HybridNeighborSampler(BaseSampler):
             out = out.to_bidirectional()
         return out
 
+    @property
+    def launches_async(self) -> bool:
+        r"""Whether :meth:`launch_from_nodes` returns before the batch is
+        sampled: on the fused GPU path (:obj:`backend='triton'`)."""
+        return self._backend.asynchronous
+
     def launch_from_nodes(self, inputs: NodeSamplerInput) -> PendingSample:
         r"""Starts :meth:`sample_from_nodes`. On the fused GPU path the
         kernels are queued on the current stream and this returns at once,
@@ -423,14 +343,10 @@ class HybridNeighborSampler(BaseSampler):
         batch is read; elsewhere the batch is sampled now.
         :meth:`PendingSample.result` returns the
         :class:`~torch_geometric.sampler.SamplerOutput`."""
-        if (self.backend != 'triton' or self.is_hetero
+        if (not self.launches_async or self.is_hetero
                 or inputs.input_type is not None or self.is_temporal):
             return PendingSample.ready(self.sample_from_nodes(inputs))
-        pending = self._fused.launch(
-            self.topology.csc[None], self.topology.num_nodes[None],
-            self.num_neighbors[None], inputs.node, self.replace,
-            self.generator, self._buffers, self.device,
-            None if self.hot_nodes is None else self.hot_nodes[None])
+        pending = self._backend.launch(self._request({None: inputs.node}))
 
         def finish() -> SamplerOutput:
             out = self._wrap(pending.result())
@@ -477,35 +393,16 @@ class HybridNeighborSampler(BaseSampler):
                 raise ValueError(
                     "Edge-level temporal sampling needs a time per seed: "
                     "pass 'input_time'")
-        if self.backend == 'triton':
-            out = self._fused(
-                self.topology.csc[None], self.topology.num_nodes[None],
-                self.num_neighbors[None], seeds[None], self.replace,
-                self.generator, self._buffers, self.device,
-                None if self.hot_nodes is None else self.hot_nodes[None])
-        else:
-            on_host = self.sample_device != self.device
-            out = sample_multi_hop(
-                self.topology,
-                self.num_neighbors,
-                seeds,
-                replace=self.replace,
-                disjoint=self.disjoint,
-                induced=self.subgraph_type == SubgraphType.induced,
-                generator=self._host_generator if on_host else self.generator,
-                buffers=self._buffers,
-                seed_time=times,
-                temporal_strategy=self.temporal_strategy,
-                prune_last_hop=None if self.hot_nodes is None else {
-                    k: v.to(self.sample_device)
-                    for k, v in self.hot_nodes.items()
-                },
-            )
-            if on_host:
-                out = _move(out, self.device)
-        return self._wrap(out)
+        return self._wrap(self._backend.sample(self._request(seeds, times)))
 
-    def _wrap(self, out) -> Union[SamplerOutput, HeteroSamplerOutput]:
+    def _request(self, seeds: Dict, seed_time: Optional[Dict] = None
+                 ) -> SampleRequest:
+        return SampleRequest(seeds=seeds, generator=self.generator,
+                             host_generator=self._host_generator,
+                             seed_time=seed_time, hot_nodes=self.hot_nodes)
+
+    def _wrap(self, out: MultiHopOutput
+              ) -> Union[SamplerOutput, HeteroSamplerOutput]:
         if not self.is_hetero:
             return SamplerOutput(
                 node=out.node[None],
@@ -527,15 +424,3 @@ class HybridNeighborSampler(BaseSampler):
             num_sampled_edges=out.num_sampled_edges,
         )
 
-
-def _move(out, device: torch.device):
-    def mv(d):
-        return None if d is None else {
-            k: v.to(device) if isinstance(v, Tensor) else v
-            for k, v in d.items()
-        }
-
-    out.node, out.row, out.col, out.edge = (mv(out.node), mv(out.row),
-                                            mv(out.col), mv(out.edge))
-    out.batch = mv(out.batch)
-    return out

@@ -1,0 +1,46 @@
+"""The fused Triton kernels (:class:`~pyg_orch.gpu.fused_sampler.FusedSampler`)
+as the :obj:`'triton'` sampling backend. The registry
+(:mod:`pyg_orch.sampling.backends`) knows this module by name and imports it,
+registering :class:`TritonBackend`, only for a CUDA device with Triton
+installed."""
+from typing import Optional, Tuple
+
+from pyg_orch.core.backend import BackendConfig, SampleRequest
+from pyg_orch.core.buffers import DenseBufferPool
+from pyg_orch.core.output import MultiHopOutput
+from pyg_orch.core.triton_util import triton_available
+from pyg_orch.gpu.fused_sampler import FusedSampler, PendingFused, supports
+
+
+class TritonBackend:
+    r"""Samples homogeneous graphs with the fused kernels, replayed as CUDA
+    graphs; :meth:`launch` queues a batch on the current stream and returns
+    at once."""
+    name = 'triton'
+    asynchronous = True
+
+    def __init__(self, config: BackendConfig):
+        self.config = config
+        self.buffers = DenseBufferPool()
+        self.fused = FusedSampler()
+
+    @staticmethod
+    def supports(config: BackendConfig) -> bool:
+        return (config.device.type == 'cuda' and triton_available()
+                and config.relabel != 'sort'
+                and supports(config.topology, config.num_neighbors,
+                             config.disjoint, config.induced))
+
+    def _args(self, request: SampleRequest) -> Tuple:
+        config, topology = self.config, self.config.topology
+        hot: Optional[dict] = request.hot_nodes
+        return (topology.csc[None], topology.num_nodes[None],
+                config.num_neighbors[None], request.seeds[None],
+                config.replace, request.generator, self.buffers,
+                config.device, None if hot is None else hot[None])
+
+    def sample(self, request: SampleRequest) -> MultiHopOutput:
+        return self.fused(*self._args(request))
+
+    def launch(self, request: SampleRequest) -> PendingFused:
+        return self.fused.launch(*self._args(request))

@@ -1,0 +1,131 @@
+r"""The registry of sampling backends of
+:class:`~pyg_orch.HybridNeighborSampler`.
+
+A backend is registered under a name with a :obj:`supports_fn` (does it
+handle a :class:`~pyg_orch.core.BackendConfig`?) and a :obj:`factory`
+(builds a :class:`~pyg_orch.core.SamplingBackend` for one). The vectorized
+PyTorch path, :obj:`'torch'`, is the reference: it handles every
+configuration and is what :obj:`'auto'` falls back to. The fused Triton
+kernels, :obj:`'triton'`, are declared here by module path only
+(:class:`pyg_orch.gpu.triton_backend.TritonBackend`): that module is
+imported, and the backend registered, when a configuration on a CUDA device
+asks for a backend and Triton is installed, so importing :mod:`pyg_orch` on
+a CPU never imports Triton, and :mod:`pyg_orch.gpu` never imports
+:mod:`pyg_orch.sampling`.
+
+.. code-block:: python
+
+    from pyg_orch.sampling.backends import register_backend
+
+    register_backend('mine', lambda config: not config.topology.is_hetero,
+                     MyBackend)
+    sampler = HybridNeighborSampler(data, [10, 5], backend='mine')
+"""
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+from pyg_orch.core.backend import BackendConfig, SamplingBackend
+from pyg_orch.core.triton_util import triton_available
+from pyg_orch.sampling.arguments import check_choice
+from pyg_orch.sampling.torch_backend import TorchBackend
+
+#: The backend that handles every configuration; :obj:`'auto'` falls back to
+#: it.
+REFERENCE_BACKEND = 'torch'
+
+SupportsFn = Callable[[BackendConfig], bool]
+Factory = Callable[[BackendConfig], SamplingBackend]
+
+
+@dataclass(frozen=True)
+class _Registered:
+    supports: SupportsFn
+    factory: Factory
+
+
+@dataclass(frozen=True)
+class _Lazy:
+    target: str  # 'module:Class'; the class is the factory, with `supports`.
+    precondition: SupportsFn  # Checked before importing the module.
+    requirement: str  # For the error message when it does not apply.
+
+
+_registered: Dict[str, _Registered] = {}
+_lazy: Dict[str, _Lazy] = {}
+
+
+def register_backend(name: str, supports_fn: SupportsFn,
+                     factory: Factory) -> None:
+    r"""Registers (or replaces) the backend :obj:`name`:
+    :obj:`supports_fn(config)` tells whether it handles a
+    :class:`~pyg_orch.core.BackendConfig`, :obj:`factory(config)` builds
+    it."""
+    if not isinstance(name, str) or not name or name == 'auto':
+        raise ValueError(f"a backend's name must be a non-empty string other "
+                         f"than 'auto' (got {name!r})")
+    _registered[name] = _Registered(supports_fn, factory)
+
+
+def backend_names() -> List[str]:
+    r"""The names :obj:`backend` accepts besides :obj:`'auto'`: the
+    reference first, then the others in the order they were registered (or
+    declared, for lazily registered ones)."""
+    names = list(_registered) + [n for n in _lazy if n not in _registered]
+    return [REFERENCE_BACKEND] + [n for n in names if n != REFERENCE_BACKEND]
+
+
+def _lookup(name: str, config: BackendConfig) -> Optional[_Registered]:
+    # Registers a lazily declared backend if its precondition holds.
+    lazy = _lazy.get(name)
+    if name not in _registered and lazy is not None and \
+            lazy.precondition(config):
+        module, attr = lazy.target.split(':')
+        factory = getattr(importlib.import_module(module), attr)
+        register_backend(name, factory.supports, factory)
+    return _registered.get(name)
+
+
+def _supports(name: str, config: BackendConfig) -> bool:
+    entry = _lookup(name, config)
+    return entry is not None and bool(entry.supports(config))
+
+
+def choose_backend(requested: str, config: BackendConfig) -> str:
+    r"""The backend to use for :obj:`config`: :obj:`requested` if it handles
+    it (else a :class:`ValueError`); for :obj:`'auto'`, the first backend
+    other than the reference, in the order of :func:`backend_names`, that
+    handles it, else the reference."""
+    names = backend_names()
+    check_choice('backend', requested, ['auto'] + names)
+    if requested == 'auto':
+        return next((n for n in names[1:] if _supports(n, config)),
+                    REFERENCE_BACKEND)
+    if not _supports(requested, config):
+        lazy = _lazy.get(requested)
+        needs = lazy.requirement if lazy is not None else \
+            'a configuration it supports'
+        raise ValueError(f"backend={requested!r} needs {needs}; use "
+                         f"backend='auto'")
+    return requested
+
+
+def create_backend(name: str, config: BackendConfig) -> SamplingBackend:
+    r"""Builds the backend :obj:`name` (as chosen by
+    :func:`choose_backend`) for :obj:`config`."""
+    entry = _lookup(name, config)
+    if entry is None:
+        raise ValueError(f"no sampling backend {name!r} is registered")
+    return entry.factory(config)
+
+
+def _cuda_with_triton(config: BackendConfig) -> bool:
+    return config.device.type == 'cuda' and triton_available()
+
+
+register_backend(REFERENCE_BACKEND, TorchBackend.supports, TorchBackend)
+_lazy['triton'] = _Lazy(
+    target='pyg_orch.gpu.triton_backend:TritonBackend',
+    precondition=_cuda_with_triton,
+    requirement='a CUDA device, Triton, and a homogeneous graph with '
+    'uniform, non-disjoint, non-induced sampling and fan-outs in [0, 64]')

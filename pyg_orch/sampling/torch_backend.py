@@ -1,0 +1,50 @@
+"""The reference sampling backend: :func:`~pyg_orch.sampling.sample_multi_hop`
+(vectorized PyTorch ops), for every configuration, on the CPU or the GPU. It
+is the fallback of :func:`~pyg_orch.sampling.backends.choose_backend`."""
+from pyg_orch.core.backend import BackendConfig, SampleRequest
+from pyg_orch.core.buffers import DenseBufferPool
+from pyg_orch.core.output import MultiHopOutput
+from pyg_orch.sampling.multi_hop import sample_multi_hop
+from pyg_orch.sampling.pending import PendingSample
+
+
+class TorchBackend:
+    r"""Samples with :func:`~pyg_orch.sampling.sample_multi_hop` where the
+    topology lives; a topology in (pinned) host memory is sampled on the CPU
+    and the batch moved to the sampler's device."""
+    name = 'torch'
+    asynchronous = False
+
+    def __init__(self, config: BackendConfig):
+        self.config = config
+        self.buffers = DenseBufferPool() if config.relabel != 'sort' else None
+
+    @staticmethod
+    def supports(config: BackendConfig) -> bool:
+        return True
+
+    def sample(self, request: SampleRequest) -> MultiHopOutput:
+        config = self.config
+        topology = config.topology
+        on_host = topology.device != config.device
+        out = sample_multi_hop(
+            topology,
+            config.num_neighbors,
+            request.seeds,
+            replace=config.replace,
+            disjoint=config.disjoint,
+            induced=config.induced,
+            generator=request.host_generator if on_host else
+            request.generator,
+            buffers=self.buffers,
+            seed_time=request.seed_time,
+            temporal_strategy=config.temporal_strategy,
+            prune_last_hop=None if request.hot_nodes is None else {
+                k: v.to(topology.device)
+                for k, v in request.hot_nodes.items()
+            },
+        )
+        return out.to(config.device) if on_host else out
+
+    def launch(self, request: SampleRequest) -> PendingSample:
+        return PendingSample.ready(self.sample(request))
