@@ -158,9 +158,13 @@ class OffloadRuntime:
 
     @property
     def active(self) -> bool:
+        r"""Whether it offloads in training mode: not closed, and some
+        vertices are hot."""
         return not self.closed and self.hot.size > 0
 
     def set_training(self, mode: bool) -> None:
+        r"""Training mode (the sampler prunes the hot set) or evaluation
+        mode (no pruning, worker threads stopped)."""
         self.training = bool(mode)
         if not self.active:
             return
@@ -174,6 +178,8 @@ class OffloadRuntime:
         self.strategy.pause()
 
     def close(self) -> None:
+        r"""Removes every hook, stops the worker threads and clears the
+        sampler's hot nodes, for good."""
         if self.closed:
             return
         self.closed = True
@@ -193,12 +199,15 @@ class OffloadRuntime:
     # Statistics ##############################################################
 
     def reset_stats(self) -> None:
+        r"""Resets the counters of :meth:`stats`."""
         self.strategy.reset_stats()
         self.num_offloaded = 0
         self.num_exact = 0
         self._rows_replaced: Union[int, Tensor] = 0
 
     def stats(self) -> Dict[str, Any]:
+        r"""The counters of
+        :meth:`pyg_orch.offload.BottomLayerOffload.stats`."""
         selection = self.selection
         out = {
             'num_hot': self.hot.size,
@@ -329,6 +338,8 @@ class OffloadRuntime:
     # Forward #################################################################
 
     def begin(self, x: Any, edge_index: Any) -> ForwardContext:
+        r"""A training forward pass on :obj:`x` starts: counts it, lets the
+        strategy queue work and finds the batch of :obj:`x`."""
         version = self.counter.on_forward()
         self.strategy.on_forward(version)
         info = self._match(x)
@@ -345,6 +356,8 @@ class OffloadRuntime:
         return ctx
 
     def end(self, ctx: ForwardContext, failed: bool) -> None:
+        r"""The forward pass :obj:`ctx` ended (:obj:`failed`: with an
+        exception); raises if the first layer was not called."""
         self.ctx = None
         if failed:
             return
@@ -355,6 +368,8 @@ class OffloadRuntime:
                 f"pass the layer the model calls first as 'layer='")
 
     def check_eval_batch(self, x: Any) -> None:
+        r"""Warns (once) if :obj:`x` is the input of a batch pruned in
+        training mode, evaluated now."""
         if self.warned_eval_pruned or not isinstance(x, Tensor):
             return
         info = self.batches.get(id(x))
@@ -478,4 +493,6 @@ class OffloadRuntime:
 
     @property
     def rows_replaced(self) -> int:
+        r"""Hot rows replaced since :meth:`reset_stats` (synchronizes with
+        the device)."""
         return int(self._rows_replaced)
