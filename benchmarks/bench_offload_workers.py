@@ -7,7 +7,7 @@ lock).
 
 Every configuration ``TxI[:cN][:dedup][:bf16]`` runs ``T`` worker threads
 with ``I`` PyTorch intra-op threads each, work items of ``N`` hot vertices
-(default: :func:`pyg_orch.offload.default_chunk_size`), optionally
+(default: :func:`pyg_orch.offload.tables.default_chunk_size`), optionally
 deduplicating sampled neighbors or under bfloat16 autocast. The hot set is
 the ``--num-hot`` vertices of highest in-degree. The training loop is
 GraphSAGE on :class:`pyg_orch.HybridNeighborLoader` as in
@@ -105,7 +105,8 @@ def main(argv=None) -> Dict[str, Any]:
     from torch_geometric.nn import GraphSAGE
 
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.offload import BottomLayerComputer, EmbeddingPipeline
+    from pyg_orch.offload.bottom_layer import BottomLayerComputer
+    from pyg_orch.offload.super_batch import EmbeddingPipeline
 
     args = parse_args(argv)
     g = args.graph

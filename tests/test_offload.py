@@ -13,12 +13,9 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE, SAGEConv
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.offload import (
-    BottomLayerOffload,
-    OffloadWorkerError,
-    THREAD_NAME_PREFIX,
-    find_first_layer,
-)
+from pyg_orch.offload import BottomLayerOffload, OffloadWorkerError
+from pyg_orch.offload.bottom_layer import find_first_layer
+from pyg_orch.offload.workers import THREAD_NAME_PREFIX
 
 MODELS = {'sage': GraphSAGE, 'gcn': GCN, 'gin': GIN, 'gat': GAT}
 
@@ -35,6 +32,18 @@ def wait_no_threads(timeout: float = 5.0) -> list:
     while offload_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
     return offload_threads()
+
+
+class SlowCPU:
+    r"""A :obj:`work_hook` of :class:`BottomLayerOffload` that makes every
+    CPU work item take :obj:`seconds` longer (less if the item is dropped
+    meanwhile); the delay may change during training."""
+    def __init__(self, seconds: float = 0.0):
+        self.seconds = seconds
+
+    def __call__(self, cancelled: threading.Event) -> None:
+        if self.seconds:
+            cancelled.wait(self.seconds)
 
 
 def tiny_graph(num_nodes=200, num_edges=2000, num_features=8, seed=0):
@@ -344,8 +353,8 @@ def test_auto_hot_set_grows_and_stays_exact(cora, name):
     model = MODELS[name](cora.num_features, 16, 2, 7)
     off = BottomLayerOffload(model, loader, hot_ratio='auto',
                              max_staleness=7, full_neighbors=True,
-                             num_threads=1, chunk_size=10**6)
-    off._cpu_delay = 0.03
+                             num_threads=1, chunk_size=10**6,
+                             work_hook=SlowCPU(0.03))
     start = off.stats()['num_hot']
     assert start == round(0.01 * cora.num_nodes)
     optimizer = torch.optim.SGD(off.parameters(), lr=0.0)
@@ -411,7 +420,7 @@ def test_exactness_check_is_sensitive(cora):
     model = GraphSAGE(cora.num_features, 16, 2, 7)
     off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
                              full_neighbors=True)
-    off._offload.pipeline.computer.num_neighbors = 1
+    off.runtime.strategy.computer.num_neighbors = 1
     batch, ref = next(iter(loader)), next(iter(ref_loader))
     with torch.no_grad():
         out = off(batch.x, batch.edge_index)[:batch.batch_size]
@@ -435,7 +444,7 @@ def test_custom_module_is_exact(cora):
     model = Net()
     with BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
                             full_neighbors=True) as off:
-        assert off._offload.layer_name == 'conv1'
+        assert off.runtime.layer_name == 'conv1'
         for batch, ref in zip(loader, ref_loader):
             with torch.no_grad():
                 out = off(batch.x, batch.edge_index)[:batch.batch_size]
@@ -760,7 +769,7 @@ def test_pruning_and_hot_rows():
             last_edges = batch.edge_index[:, -batch.num_sampled_edges[-1]:]
             dst = batch.n_id[last_edges[1]]
             assert not bool(hot[dst].any())
-            info = off._offload.batches[id(batch.x)]
+            info = off.runtime.batch_info(batch.x)
             lo = n_last if replace_rows == 'pruned' else 0
             expected = lo + hot[batch.n_id[lo:n_bottom]].nonzero().view(-1)
             # Table rows of all candidate rows, -1 where not hot:
@@ -806,19 +815,19 @@ def test_batch_rows_requested_when_sampled():
     loader = tiny_loader(data)
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
                              max_staleness=2, refresh='batch')
-    runtime = off._offload
+    runtime = off.runtime
     calls = []
-    original = runtime.pipeline.request
+    original = runtime.strategy.request
 
     def request(pos, version, weights_version=None):
         calls.append(weights_version)
         return original(pos, version, weights_version)
 
-    runtime.pipeline.request = request
+    runtime.strategy.request = request
     optimizer = torch.optim.SGD(off.parameters(), lr=0.01)
     for batch in loader:
         assert len(runtime.sampled) == 0  # Taken by the received hook.
-        info = runtime.batches[id(batch.x)]
+        info = runtime.batch_info(batch.x)
         assert torch.equal(off.hot_nodes[info.pos], batch.n_id[info.rows])
         out = off(batch.x, batch.edge_index)[:batch.batch_size]
         optimizer.zero_grad()
@@ -836,9 +845,9 @@ def test_degree_compensation_only_where_needed():
     for model, needed in ((GraphSAGE(8, 8, 2, 3), False),
                           (GCN(8, 8, 2, 3), True)):
         off = BottomLayerOffload(model, loader, hot_ratio=0.1)
-        assert off._offload.compensate_degrees is needed
+        assert off.runtime.compensate_degrees is needed
         batch = next(iter(loader))
-        info = off._offload.batches[id(batch.x)]
+        info = off.runtime.batch_info(batch.x)
         assert (info.extra_edges is not None) is needed
         off.close()
     with pytest.raises(ValueError, match='compensate_degrees'):
@@ -852,19 +861,15 @@ def test_degree_compensation_only_where_needed():
 def test_worker_exception_is_raised_in_training_loop():
     data = tiny_graph()
     loader = tiny_loader(data)
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             max_staleness=1)
-    computer = off._offload.pipeline.computer
-    original = computer.compute
     calls = []
 
-    def flaky(layer, nodes):
+    def flaky(cancelled):  # Before every CPU work item.
         calls.append(1)
         if len(calls) == 4:
             raise ValueError('boom in a worker')
-        return original(layer, nodes)
 
-    computer.compute = flaky
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
+                             max_staleness=1, work_hook=flaky)
     with pytest.raises(OffloadWorkerError, match='boom') as info:
         train_steps(off, loader, 20)
     cause = info.value.__cause__
@@ -874,7 +879,7 @@ def test_worker_exception_is_raised_in_training_loop():
     while tb is not None:
         frames.append(tb.tb_frame.f_code.co_name)
         tb = tb.tb_next
-    assert 'flaky' in frames and '_run_chunk' in frames
+    assert 'flaky' in frames and 'run_item' in frames
     # Training goes on after the error:
     train_steps(off, loader, 3)
     off.close()
@@ -884,8 +889,8 @@ def test_threads_stop_on_close_eval_and_idle():
     data = tiny_graph()
     loader = tiny_loader(data)
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             num_threads=2, idle_timeout=1.0)
-    off._offload.pipeline.chunks = [(0, 5), (5, 10), (10, 20)]
+                             num_threads=2, idle_timeout=1.0,
+                             chunk_size=5)  # Several work items per table.
     train_steps(off, loader, 5)
     assert 1 <= len(offload_threads()) <= 2
     assert all(t.daemon for t in offload_threads())

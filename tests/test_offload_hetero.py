@@ -17,7 +17,11 @@ from torch_geometric.nn import (
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.offload import BottomLayerOffload
 # Autouse fixtures: no offload thread outlives a test; one intra-op thread.
-from test_offload import no_thread_leaks, one_intra_op_thread  # noqa: F401
+from test_offload import (  # noqa: F401 (autouse fixtures)
+    SlowCPU,
+    no_thread_leaks,
+    one_intra_op_thread,
+)
 
 
 def hetero_graph(seed=0):
@@ -170,8 +174,8 @@ def test_output_split_bounded_staleness_with_slow_cpu():
     data = hetero_graph()
     loader = make_loader(data, num_neighbors=(4, 3))
     off = BottomLayerOffload(make_model('to_hetero', data), loader,
-                             hot_ratio=0.3, max_staleness=3, split='output')
-    off._cpu_delay = 0.01
+                             hot_ratio=0.3, max_staleness=3, split='output',
+                             work_hook=SlowCPU(0.01))
     optimizer = torch.optim.SGD(off.parameters(), lr=0.01)
     for _ in range(4):
         for batch in loader:

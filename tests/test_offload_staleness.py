@@ -11,15 +11,15 @@ import torch.nn.functional as F
 from torch_geometric.nn import GraphSAGE, SAGEConv
 from torch_geometric.nn.conv import MessagePassing
 
-from pyg_orch.offload import (
-    BottomLayerComputer,
-    BottomLayerOffload,
-    EmbeddingPipeline,
-    default_super_batch_size,
-)
+from pyg_orch.offload import BottomLayerOffload
+from pyg_orch.offload.bottom_layer import BottomLayerComputer
+from pyg_orch.offload.hot_set import HotSetSizer
+from pyg_orch.offload.super_batch import EmbeddingPipeline
+from pyg_orch.offload.tables import default_super_batch_size
 from pyg_orch.sampling.topology import CSCTopology
 
 from test_offload import (  # noqa: F401 (autouse fixtures)
+    SlowCPU,
     no_thread_leaks,
     one_intra_op_thread,
     tiny_graph,
@@ -54,15 +54,24 @@ def make_pipeline(max_staleness, num_threads=1, hot_nodes=None, **kwargs):
     return layer, pipeline
 
 
-def step(layer, pipeline, version) -> int:
+def step(layer, pipeline, version, grown=None) -> int:
     r"""One forward pass at weight version :obj:`version`; returns the
-    staleness of the table used."""
+    staleness of the table used. With a list :obj:`grown`, appends the new
+    size of the hot set in use whenever it grows."""
+    before = pipeline.hot.size
     with torch.no_grad():
         layer.stamp.fill_(version)
     pipeline.maybe_submit(version)
     table = pipeline.acquire(version)
     # The table holds exactly the weights of the version it claims:
     assert bool((table.emb == table.version).all())
+    if grown is not None:
+        # Every row the sampler may prune has an embedding:
+        assert table.emb.size(0) >= pipeline.hot.size
+        if pipeline.hot.size != before:
+            # Only once a table of that many rows is in use:
+            assert table.emb.size(0) == pipeline.hot.size
+            grown.append(pipeline.hot.size)
     return version - table.version
 
 
@@ -106,8 +115,8 @@ def test_staleness_bound_holds(max_staleness, num_forwards):
 
 @pytest.mark.parametrize('max_staleness', [0, 1, 3])
 def test_staleness_bound_holds_with_slow_cpu(max_staleness):
-    layer, pipeline = make_pipeline(max_staleness)
-    pipeline.cpu_delay = 0.004  # Every table takes at least 4 ms.
+    # Every table takes at least 4 ms:
+    layer, pipeline = make_pipeline(max_staleness, work_hook=SlowCPU(0.004))
     try:
         seen = run_versions(layer, pipeline, 150, seed=1)
     finally:
@@ -130,10 +139,10 @@ def test_super_batch_size():
     assert max(seen) <= 1
 
 
-def _train(off, loader, num_steps, delay=None):
+def _train(off, loader, num_steps, slow=None, delay=None):
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     if delay is not None:
-        off._cpu_delay = delay
+        slow.seconds = delay
     steps, start = 0, off.steps
     while steps < num_steps:
         for batch in loader:
@@ -155,16 +164,17 @@ def _train(off, loader, num_steps, delay=None):
 def test_wrapper_staleness_bound(max_staleness, refresh, split):
     data = tiny_graph()
     loader = tiny_loader(data, batch_size=4)
+    slow = SlowCPU()
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
                              max_staleness=max_staleness, refresh=refresh,
-                             split=split)
+                             split=split, work_hook=slow)
     stats = _train(off, loader, 300)
     assert stats['steps'] == 300 and stats['step_source'] == 'optimizer'
     assert stats['max_staleness_seen'] <= max_staleness
     assert 0 < sum(stats['staleness_hist'].values()) <= 300
     # A deliberately slow CPU side: the bound still holds.
     off.reset_stats()
-    stats = _train(off, loader, 20, delay=0.02)
+    stats = _train(off, loader, 20, slow, delay=0.02)
     assert stats['max_staleness_seen'] <= max_staleness
     assert stats['cpu_compute_s'] >= 0.02 * stats['tables_computed']
     if split == 'aggregate' and refresh == 'super_batch':
@@ -239,12 +249,12 @@ def test_weight_free_tables_never_make_the_loop_wait():
     hot = torch.arange(0, 100, 3)
     assert computer.choose_split(hot, 'aggregate') == 'aggregate'
     pipeline = EmbeddingPipeline(computer, layer, hot, torch.device('cpu'),
-                                 max_staleness=1, num_threads=1)
-    pipeline.cpu_delay = 0.02
+                                 max_staleness=1, num_threads=1,
+                                 work_hook=SlowCPU(0.02))
     try:
         for version in range(60):
             pipeline.maybe_submit(version)
-            assert sum(not j.future.done() for j in pipeline._jobs) <= 1
+            assert pipeline.pending <= 1
             table = pipeline.acquire(version)
             # Aggregations of the stamp's input column, not the stamp:
             assert table.emb.shape == (hot.numel(), 1)
@@ -287,7 +297,7 @@ def test_replaced_rows_hold_bounded_versions(max_staleness, refresh, split):
     seen = []
 
     def check(module, args, out):
-        info = off._offload.ctx.info
+        info = off.runtime.ctx.info
         if info is None or info.rows.numel() == 0:
             return
         versions = out[info.rows].view(-1)
@@ -319,54 +329,44 @@ def test_replaced_rows_hold_bounded_versions(max_staleness, refresh, split):
 # hot_ratio='auto' ############################################################
 
 
-def _auto_pipeline(max_staleness, candidates, start):
-    layer, pipeline = make_pipeline(
-        max_staleness, hot_nodes=candidates[:start], candidates=candidates)
-    grown = []
-
-    def on_grow(n):
-        # Only once a table of that many rows is in use:
-        assert pipeline._current.emb.size(0) == n
-        grown.append(n)
-
-    pipeline.on_grow = on_grow
-    return layer, pipeline, grown
+def _auto_pipeline(max_staleness, candidates, start, **kwargs):
+    hot = HotSetSizer(candidates, 100, size=start, auto=True)
+    layer, pipeline = make_pipeline(max_staleness, hot_nodes=hot, **kwargs)
+    return layer, pipeline
 
 
 def test_auto_hot_set_grows_while_cpu_keeps_up():
     candidates = torch.randperm(100)[:64]
-    layer, pipeline, grown = _auto_pipeline(3, candidates, 2)
-    seen = []
+    layer, pipeline = _auto_pipeline(3, candidates, 2)
+    seen, grown = [], []
     for version in range(40):
-        seen.append(step(layer, pipeline, version))
-        # Every row the sampler may prune has an embedding:
-        assert pipeline._current.emb.size(0) >= pipeline.rows_in_use
+        seen.append(step(layer, pipeline, version, grown))
         time.sleep(0.01)  # Training steps far slower than the tiny tables.
     sizes = pipeline.stats()['hot_sizes']
     # From 2 rows up to all 64 candidates, at most doubling at once:
     assert sizes[0] == 2 and sizes[-1] == 64
     assert all(a < b <= 2 * a for a, b in zip(sizes[:-1], sizes[1:]))
     assert grown == sizes[1:]
-    assert torch.equal(pipeline.hot_nodes, candidates)
+    assert torch.equal(pipeline.hot.planned_nodes, candidates)
     assert max(seen) <= 3
     pipeline.close()
 
 
 def test_auto_hot_set_stays_when_cpu_is_slow():
     candidates = torch.randperm(100)[:64]
-    layer, pipeline, grown = _auto_pipeline(3, candidates, 8)
-    pipeline.cpu_delay = 0.05  # Each table takes longer than 2 steps.
+    # Each table takes longer than 2 steps:
+    layer, pipeline = _auto_pipeline(3, candidates, 8,
+                                     work_hook=SlowCPU(0.05))
     for version in range(12):
         pipeline.maybe_submit(version)
         pipeline.acquire(version)
         time.sleep(0.005)
     assert pipeline.num_waits > 1
-    assert pipeline.stats()['hot_sizes'] == [8] and grown == []
-    assert pipeline.hot_nodes.numel() == 8
+    assert pipeline.stats()['hot_sizes'] == [8] and pipeline.hot.size == 8
+    assert pipeline.hot.planned_nodes.numel() == 8
     pipeline.close()
 
 
-def test_auto_candidates_must_start_with_hot_nodes():
-    with pytest.raises(ValueError, match='first rows'):
-        make_pipeline(1, hot_nodes=torch.tensor([3, 4]),
-                      candidates=torch.arange(10))
+def test_auto_size_within_candidates():
+    with pytest.raises(ValueError, match='number of candidates'):
+        HotSetSizer(torch.arange(10), size=11, auto=True)

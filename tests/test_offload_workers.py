@@ -6,15 +6,14 @@ import torch
 from torch_geometric.nn import GATConv, GCNConv, GraphSAGE, SAGEConv
 
 from pyg_orch.offload import (
-    BottomLayerComputer,
     BottomLayerOffload,
-    EmbeddingPipeline,
-    WorkerPool,
-    default_chunk_size,
     default_intra_op_threads,
     default_num_threads,
 )
-from pyg_orch.offload.embedding_pipeline import _split
+from pyg_orch.offload.bottom_layer import BottomLayerComputer
+from pyg_orch.offload.super_batch import EmbeddingPipeline
+from pyg_orch.offload.tables import default_chunk_size, split_chunks
+from pyg_orch.offload.workers import WorkerPool
 from pyg_orch.sampling.topology import CSCTopology
 
 from test_offload import (  # noqa: F401 (autouse fixtures)
@@ -133,13 +132,13 @@ def test_default_chunk_size_by_bytes():
     (7, 1, 2),
 ])
 def test_split_covers_rows(n, threads, size):
-    items = _split(n, threads, size)
+    items = split_chunks(n, threads, size)
     assert items[0][0] == 0 and items[-1][1] == n
     assert all(a[1] == b[0] for a, b in zip(items[:-1], items[1:]))
     assert all(0 < hi - lo <= size for lo, hi in items)
     # Enough items for every thread, unless they would get under 256 rows:
     assert len(items) >= min(threads, max(n // 256, 1))
-    assert _split(0, threads, size) == []
+    assert split_chunks(0, threads, size) == []
 
 
 def test_worker_intra_op_threads():
@@ -171,7 +170,7 @@ def test_thread_defaults_and_validation(monkeypatch):
     stats = off.stats()
     assert stats['num_threads'] == 2 and stats['intra_op_threads'] == 2
     assert stats['chunk_size'] == 5
-    pipeline = off._offload.pipeline
+    pipeline = off.runtime.strategy
     assert isinstance(pipeline, EmbeddingPipeline)
     assert all(hi - lo <= 5 for lo, hi in pipeline.chunks)
     off.close()

@@ -1,6 +1,6 @@
 """Bottom-layer offload (NeutronOrch): the first GNN layer of hot vertices is
 computed on CPU threads with bounded staleness, so that the device skips
-sampling and gathering their bottom-hop neighbors.
+sampling and gathering their bottom-hop neighbors (see :doc:`/offload`).
 
 .. code-block:: python
 
@@ -8,24 +8,14 @@ sampling and gathering their bottom-hop neighbors.
 
     model = BottomLayerOffload(model, loader, hot_ratio=0.05,
                                max_staleness=1)
+
+The internals stay importable from their modules: :mod:`.options`
+(:class:`OffloadOptions`), :mod:`.build`, :mod:`.runtime`,
+:mod:`.hetero_runtime`, :mod:`.hot_set`, :mod:`.strategy`,
+:mod:`.super_batch`, :mod:`.batch_cache`, :mod:`.tables`, :mod:`.workers`,
+:mod:`.bottom_layer`, :mod:`.hetero_layer`, :mod:`.aggregate_split`,
+:mod:`.replacement` and :mod:`.step_counter`.
 """
-from pyg_orch.offload.bottom_layer import (
-    BipartiteLayerComputer,
-    BottomLayerComputer,
-    find_first_layer,
-)
-from pyg_orch.offload.embedding_pipeline import (
-    BatchEmbeddingCache,
-    EmbeddingPipeline,
-    EmbeddingTable,
-    OffloadWorkerError,
-    default_chunk_size,
-    default_super_batch_size,
-)
-from pyg_orch.offload.hetero_layer import (
-    HeteroBottomLayerComputer,
-    find_hetero_first_layer,
-)
 from pyg_orch.offload.hotness import (
     HotSet,
     count_bottom_accesses,
@@ -33,34 +23,20 @@ from pyg_orch.offload.hotness import (
     select_hetero_hot_nodes,
     select_hot_nodes,
 )
-from pyg_orch.offload.step_counter import StepCounter
-from pyg_orch.offload.workers import THREAD_NAME_PREFIX, WorkerPool
-from pyg_orch.offload.wrapper import (
-    BottomLayerOffload,
+from pyg_orch.offload.tables import OffloadWorkerError
+from pyg_orch.offload.workers import (
     default_intra_op_threads,
     default_num_threads,
 )
+from pyg_orch.offload.wrapper import BottomLayerOffload
 
 __all__ = [
-    'BatchEmbeddingCache',
-    'BipartiteLayerComputer',
     'BottomLayerOffload',
-    'BottomLayerComputer',
-    'EmbeddingPipeline',
-    'EmbeddingTable',
-    'HeteroBottomLayerComputer',
     'HotSet',
     'OffloadWorkerError',
-    'StepCounter',
-    'THREAD_NAME_PREFIX',
-    'WorkerPool',
     'count_bottom_accesses',
-    'default_chunk_size',
     'default_intra_op_threads',
     'default_num_threads',
-    'default_super_batch_size',
-    'find_first_layer',
-    'find_hetero_first_layer',
     'select_cache_nodes',
     'select_hetero_hot_nodes',
     'select_hot_nodes',

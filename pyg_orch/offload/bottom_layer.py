@@ -113,6 +113,14 @@ def placeholder_in_edges(colptr: Tensor, nodes: Tensor, rows: Tensor,
     return torch.stack([torch.zeros_like(dst), dst])
 
 
+def check_autocast_dtype(name: str, dtype: Optional[torch.dtype]) -> None:
+    r"""Raises a :class:`ValueError` naming :obj:`name` unless :obj:`dtype`
+    is :obj:`None` or :obj:`torch.bfloat16` (CPU autocast of the layer)."""
+    if dtype not in (None, torch.bfloat16):
+        raise ValueError(f"'{name}' must be None or torch.bfloat16 (got "
+                         f"{dtype!r})")
+
+
 def snapshot_state(layer: torch.nn.Module) -> Dict[str, Tensor]:
     r"""Clones the state of :obj:`layer` where it lives (asynchronously on
     CUDA: the caller records an event after it)."""
@@ -162,9 +170,7 @@ class BottomLayerComputer:
                  num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None, dedup: Optional[bool] = None,
                  autocast_dtype: Optional[torch.dtype] = None):
-        if autocast_dtype not in (None, torch.bfloat16):
-            raise ValueError(f"'autocast_dtype' must be None or "
-                             f"torch.bfloat16 (got {autocast_dtype!r})")
+        check_autocast_dtype('autocast_dtype', autocast_dtype)
         # Copied before any hook of ours is registered on `layer`:
         self.template = copy.deepcopy(layer).to('cpu').eval()
         for p in self.template.parameters():

@@ -8,13 +8,9 @@ from torch import Tensor
 from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_orch.offload.aggregate_split import OUTPUT
-from pyg_orch.offload.bottom_layer import check_materialized
-from pyg_orch.offload.embedding_pipeline import EmbeddingPipeline
-from pyg_orch.offload.hetero_layer import (
-    HeteroBottomLayerComputer,
-    find_hetero_first_layer,
-)
-from pyg_orch.offload.hotness import HotSet, select_hetero_hot_nodes
+from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
+from pyg_orch.offload.hot_set import HotSetSizer
+from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.replacement import (
     BatchInfo,
     ForwardContext,
@@ -22,15 +18,11 @@ from pyg_orch.offload.replacement import (
     check_aggregated,
     check_batch_features,
     check_no_edge_tensors,
-    replace_from_table,
     replace_output,
     same_tensor,
 )
-from pyg_orch.offload.wrapper import (
-    _DEFAULT_PRESAMPLE_BATCHES,
-    _MAX_BATCHES,
-    OffloadRuntime,
-)
+from pyg_orch.offload.runtime import OffloadRuntime
+from pyg_orch.offload.super_batch import EmbeddingPipeline
 
 
 class HeteroForwardContext(ForwardContext):
@@ -51,20 +43,17 @@ class HeteroOffloadRuntime(OffloadRuntime):
     destination type."""
     context_type = HeteroForwardContext
 
-    def __init__(self, model: torch.nn.Module, loader, layer_name: str,
-                 convs: Dict[EdgeType, torch.nn.Module],
-                 computer: HeteroBottomLayerComputer, hot_set: HotSet,
-                 pipeline: EmbeddingPipeline, num_hops: int,
+    def __init__(self, model: torch.nn.Module, loader: Any, layer_name: str,
+                 convs: Dict[EdgeType, torch.nn.Module], selection: HotSet,
+                 hot: HotSetSizer, strategy: EmbeddingPipeline,
                  x_dict: Dict[NodeType, Tensor],
                  replace_rows: str = 'pruned'):
-        self._init_state(model, loader, layer_name, pipeline.layer, hot_set,
-                         pipeline, num_hops, x_dict, replace_rows,
-                         computer.split)
+        self._init_state(model, loader, layer_name, strategy.layer,
+                         selection, hot, strategy, x_dict, replace_rows)
         self.convs = convs
-        self.computer = computer
+        self.computer: HeteroBottomLayerComputer = strategy.computer
         self.compensate_degrees = False
         self._edge_type = {id(conv): et for et, conv in convs.items()}
-        self._init_hot(None)
         # A per-edge-type layer checks its own inputs (`_pre_hook`):
         self.order_checked = True
         self.handles = self._hook_layers(convs.values())
@@ -72,13 +61,11 @@ class HeteroOffloadRuntime(OffloadRuntime):
         self.remove_batch_hook = remover
         self.reset_stats()
 
-    def prune_masks(self) -> Dict[NodeType, Tensor]:
-        return self.per_type(self.hot_mask)
-
-    def hot_nodes_dict(self) -> Dict[NodeType, Tensor]:
+    @property
+    def hot_nodes(self) -> Dict[NodeType, Tensor]:
         r"""Hot vertices per node type (ids within the type), most
         accessed first."""
-        hot = self.hot_set.hot_nodes
+        hot = self.hot.hot_nodes
         types = self.computer.node_type_of(hot)
         return {
             t: types[t][1] if t in types else hot.new_empty(0)
@@ -92,7 +79,7 @@ class HeteroOffloadRuntime(OffloadRuntime):
     def stats(self) -> Dict[str, Any]:
         out = super().stats()
         out['num_hot_per_type'] = {
-            t: int(v.numel()) for t, v in self.hot_nodes_dict().items()
+            t: int(v.numel()) for t, v in self.hot_nodes.items()
         }
         return out
 
@@ -118,7 +105,7 @@ class HeteroOffloadRuntime(OffloadRuntime):
                     check_batch_features(batch[t].x, batch[t].n_id, x,
                                          f'batch[{t!r}]',
                                          f'loader.data[{t!r}]')
-        pruned = getattr(self.sampler, 'hot_nodes', None) is not None
+        pruned = self.sampler.hot_nodes is not None
         for t in self.computer.node_types:
             if t not in batch.node_types:
                 continue
@@ -131,11 +118,9 @@ class HeteroOffloadRuntime(OffloadRuntime):
                 continue
             lo, _, hi = self._bottom_rows(num)
             ids = n_id[lo:hi] + self.computer.offsets[t]
-            slot = self._hot_pos_on(n_id.device).index_select(0, ids)
-            self.batches[id(x)] = BatchInfo(x, lo, hi, slot, pruned)
-            self.batches.move_to_end(id(x))
-        while len(self.batches) > _MAX_BATCHES * len(self.computer.node_types):
-            self.batches.popitem(last=False)
+            slot = self.hot.positions(n_id.device).index_select(0, ids)
+            self._remember(x, BatchInfo(x, lo, hi, slot, pruned),
+                           len(self.computer.node_types))
 
     def _match(self, x: Any) -> Optional[Dict[NodeType, BatchInfo]]:
         if not isinstance(x, dict):
@@ -190,7 +175,8 @@ class HeteroOffloadRuntime(OffloadRuntime):
             check_aggregated(ctx, f"the first layer's module for {et}")
             return None
         return replace_output(
-            output, lambda out: self._replace(module, et, out, info, ctx))
+            output, lambda out: self._replace_type(module, et, out, info,
+                                                   ctx))
 
     def _aggregate_hook(self, module, inputs, out):
         ctx = self.ctx
@@ -203,88 +189,13 @@ class HeteroOffloadRuntime(OffloadRuntime):
         if info is None or info.slot.numel() == 0 or not isinstance(
                 out, Tensor):
             return None
-        return self._replace(module, et, out, info, ctx)
+        return self._replace_type(module, et, out, info, ctx)
 
-    def _replace(self, module, et: EdgeType, out: Tensor, info: BatchInfo,
-                 ctx: HeteroForwardContext) -> Tensor:
+    def _replace_type(self, module, et: EdgeType, out: Tensor,
+                      info: BatchInfo, ctx: HeteroForwardContext) -> Tensor:
+        # One table per forward pass, whose columns `lo:hi` are `et`'s:
         if ctx.table is None:
-            ctx.table = self.pipeline.acquire(ctx.version, self.timer)
+            ctx.table = self.strategy.rows_for(info, ctx.version, self.timer)
         lo, hi = self.computer.columns[et]
-        kind = self.computer.kinds[et]
-        new, count = replace_from_table(
-            out, info, ctx.table.emb[:, lo:hi],
-            lambda emb: self._finish(emb, out, module, kind))
-        self._add_replaced(count)
-        return new
-
-
-def build_hetero_runtime(
-    model: torch.nn.Module,
-    loader,
-    layer: Optional[str],
-    hot_ratio: float,
-    max_staleness: int,
-    num_threads: int,
-    full_neighbors: bool,
-    num_presample_batches: Optional[int],
-    super_batch_size: Optional[int],
-    chunk_size: Optional[int],
-    intra_op_threads: int,
-    cpu_autocast: Optional[torch.dtype],
-    seed: Optional[int],
-    idle_timeout: float,
-    replace_rows: str,
-    split: str,
-) -> HeteroOffloadRuntime:
-    r"""Chooses the hot vertices, builds the CPU side and hooks the first
-    layer of a heterogeneous model (see
-    :class:`~pyg_orch.offload.BottomLayerOffload`)."""
-    sampler, data = loader.node_sampler, loader.data
-    topology = sampler.topology.to('cpu')
-    layer_name, convs = find_hetero_first_layer(model, data.edge_types,
-                                                layer)
-    x_dict = {}
-    for et in convs:
-        for t in (et[0], et[-1]):
-            x = getattr(data[t], 'x', None)
-            if not isinstance(x, Tensor):
-                raise ValueError(
-                    f"BottomLayerOffload needs node features "
-                    f"'data[{t!r}].x' (the first layer reads them for {et})")
-            x_dict[t] = x.cpu()
-    names = {id(m): name for name, m in model.named_modules()}
-    for conv in convs.values():
-        check_materialized(conv, names[id(conv)])
-    num_hops = max(len(v) for v in sampler.num_neighbors.values())
-    fanouts = {
-        et: -1 if full_neighbors else int(sampler.num_neighbors[et][-1])
-        for et in convs
-    }
-    computer = HeteroBottomLayerComputer(
-        convs, x_dict, {et: topology.csc[et] for et in convs}, fanouts,
-        {t: x.size(0) for t, x in x_dict.items()}, replace=sampler.replace,
-        seed=seed, autocast_dtype=cpu_autocast)
-    input_type = loader.input_data.input_type
-    seeds = loader.input_data.node
-    if seeds is None:
-        seeds = torch.arange(topology.num_nodes[input_type])
-    hot_set = select_hetero_hot_nodes(
-        sampler, seeds, input_type, computer.node_types,
-        getattr(loader, 'batch_size', None) or 1, hot_ratio,
-        num_presample_batches or _DEFAULT_PRESAMPLE_BATCHES, seed)
-    # Check the split on hot vertices where there are, on any otherwise:
-    by_type = computer.node_type_of(hot_set.hot_nodes)
-    probe = {
-        t: by_type[t][1] if t in by_type else
-        torch.arange(min(64, x_dict[t].size(0)))
-        for t in computer.node_types
-    }
-    computer.choose_split(probe, split)
-    group = computer.layer_group(convs)
-    pipeline = EmbeddingPipeline(
-        computer, group, hot_set.hot_nodes, loader.device, max_staleness,
-        num_threads, super_batch_size=super_batch_size, chunk_size=chunk_size,
-        idle_timeout=idle_timeout, intra_op_threads=intra_op_threads)
-    return HeteroOffloadRuntime(model, loader, layer_name, convs, computer,
-                                hot_set, pipeline, num_hops, x_dict,
-                                replace_rows)
+        return self._replace(out, info, ctx.version, ctx.table[:, lo:hi],
+                             module, self.computer.kinds[et])

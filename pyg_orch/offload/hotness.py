@@ -37,12 +37,14 @@ class HotSet:
         mask[self.hot_nodes] = True
         return mask
 
-    def coverage(self) -> float:
-        r"""The share of all pre-sampled accesses that hit a hot vertex."""
+    def coverage(self, nodes: Optional[Tensor] = None) -> float:
+        r"""The share of all pre-sampled accesses that hit a hot vertex (or
+        one of :obj:`nodes`)."""
         total = int(self.counts.sum())
         if total == 0:
             return 0.0
-        return float(self.counts[self.hot_nodes].sum()) / total
+        nodes = self.hot_nodes if nodes is None else nodes
+        return float(self.counts[nodes].sum()) / total
 
 
 def count_bottom_accesses(

@@ -46,9 +46,8 @@ class ReplaceRows(torch.autograd.Function):
     requires one), not to :obj:`out`. Selected with
     :obj:`where`, so that no hot row needs to be found on the host.
     Cheaper than rebuilding the output from slices, whose backward pass
-    fills, copies and adds a full-size gradient per slice (measured on an
-    H100 under :func:`~torch_geometric.utils.trim_to_layer`: about 1.3 ms per
-    step, more than offload saved)."""
+    fills, copies and adds a full-size gradient per slice (see
+    :doc:`/offload` for the measurement)."""
     @staticmethod
     def forward(ctx, out: Tensor, lo: int, hot: Tensor,
                 emb: Tensor) -> Tensor:

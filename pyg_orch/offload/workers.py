@@ -1,7 +1,9 @@
-"""A small pool of named worker threads that exit when idle or closed."""
+"""A small pool of named worker threads that exit when idle or closed, and
+the default numbers of threads."""
 import atexit
 import collections
 import itertools
+import os
 import threading
 import time
 import weakref
@@ -14,6 +16,30 @@ THREAD_NAME_PREFIX = 'pyg_orch-offload'
 
 _pool_ids = itertools.count()
 _live_pools: 'weakref.WeakSet[WorkerPool]' = weakref.WeakSet()
+
+
+def _offload_cores() -> int:
+    # Half the cores; the other half is left to the training loop, the
+    # loader and the operating system.
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+def default_num_threads() -> int:
+    r"""Worker threads by default: two (one on a machine with fewer than
+    four cores), each running its tensor operations on
+    :func:`default_intra_op_threads` threads. Few Python threads with
+    multi-threaded operations rather than one Python thread per core: the
+    workers then take Python's interpreter lock less often, which the
+    training loop needs to launch its kernels (see :doc:`/offload` for
+    measurements)."""
+    return min(2, _offload_cores())
+
+
+def default_intra_op_threads(num_threads: int) -> int:
+    r"""PyTorch intra-op threads per worker thread by default: half the
+    CPU cores shared among the :obj:`num_threads` workers (at least
+    one each)."""
+    return max(1, _offload_cores() // max(int(num_threads), 1))
 
 
 class WorkerPool:

@@ -1,0 +1,160 @@
+""":obj:`refresh='batch'`: the embeddings of hot vertices kept on the device
+row by row, the CPU computing only the rows that mini-batches need
+(:class:`BatchEmbeddingCache`)."""
+from typing import Any, Dict, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_orch.offload.replacement import BatchInfo
+from pyg_orch.offload.strategy import EmbeddingStrategy
+from pyg_orch.offload.tables import (
+    EmbeddingTable,
+    Job,
+    Snapshot,
+    split_chunks,
+)
+
+_NEVER = -(2**62)  # Version of rows never computed.
+
+
+class BatchEmbeddingCache(EmbeddingStrategy):
+    r"""Keeps the embeddings of hot vertices on the device, row by row, each
+    with the weight version it was computed with, and computes on CPU
+    threads only the rows that mini-batches need.
+
+    When a mini-batch is drawn, :meth:`request` queues the computation of
+    its hot rows that are neither fresh enough nor already queued, with a
+    snapshot of the current weights; the workers compute them while the
+    batch goes through the training loop's forward pass until the first
+    layer. :meth:`rows_for` then waits for the queued rows (timed), writes
+    them into the cache and returns it; a row of version :math:`v` is used
+    at version :math:`t` only if :math:`t - v \le` :obj:`max_staleness`
+    (else it is recomputed synchronously). With a bound :math:`s`, a hot
+    vertex needed by several batches within :math:`s` steps is computed
+    once.
+
+    Takes the arguments of
+    :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`, with a fixed hot
+    set; a request is split into at least :obj:`num_threads` work items
+    where it has enough rows.
+    """
+    per_batch = True
+    refresh = 'batch'
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if self.hot.auto:
+            raise ValueError("BatchEmbeddingCache needs a fixed hot set")
+        n = self.hot.size
+        self.row_version = torch.full((n, ), _NEVER, dtype=torch.int64)
+        self.queued_version = self.row_version.clone()
+        self.emb: Optional[Tensor] = None
+        self._snapshot: Optional[Snapshot] = None
+
+    def stats(self) -> Dict[str, Any]:
+        out = super().stats()
+        out['super_batch_size'] = 1
+        return out
+
+    def _snapshot_at(self, version: int) -> Snapshot:
+        snap = self._snapshot
+        if snap is None or snap.version != version:
+            snap = self._snapshot = Snapshot(version, self.layer)
+        return snap
+
+    def on_batch_sampled(self, pos: Tensor, version: int,
+                         weights_version: Optional[int] = None) -> None:
+        self.request(pos, version, weights_version)
+
+    def request(self, pos: Tensor, version: int,
+                weights_version: Optional[int] = None) -> None:
+        r"""Queues the rows :obj:`pos` (positions in the hot set, CPU) that
+        will not be fresh enough at version :obj:`version`, to be computed
+        with the current weights, of version :obj:`weights_version`
+        (:obj:`version` if not given; a batch requested ahead of its use
+        has an older one)."""
+        if pos.numel() == 0:
+            return
+        if weights_version is None:
+            weights_version = version
+        needed = torch.unique(pos)
+        covered = torch.maximum(self.row_version[needed],
+                                self.queued_version[needed])
+        stale = needed[covered < version - self.max_staleness]
+        if stale.numel() == 0:
+            return
+        self.queued_version[stale] = weights_version
+        chunks = split_chunks(stale.numel(), self.num_threads,
+                              self.chunk_size)
+        self._launch(self._snapshot_at(weights_version),
+                     self.hot.hot_nodes[stale], chunks, rows=stale)
+
+    def _on_dropped(self, job: Job) -> None:
+        rows = job.rows
+        self.queued_version[rows] = self.row_version[rows]
+
+    def _apply(self, table: EmbeddingTable, rows_cpu: Tensor) -> None:
+        table.wait_on_main(self.device)
+        if self.emb is None:
+            self.emb = torch.zeros((self.hot.size, ) +
+                                   tuple(table.emb.shape[1:]),
+                                   dtype=table.emb.dtype, device=self.device)
+        rows = table.rows if table.rows is not None else rows_cpu.to(
+            self.device)
+        self.emb.index_copy_(0, rows, table.emb.to(self.device))
+        newer = torch.maximum(self.row_version[rows_cpu],
+                              torch.full_like(rows_cpu, table.version))
+        self.row_version[rows_cpu] = newer
+
+    def rows_for(self, info: BatchInfo, version: int,
+                 timer: Any = None) -> Optional[Tensor]:
+        info.hot_rows()
+        if info.pos_cpu is None:  # Drawn before training mode.
+            info.pos_cpu = info.pos.cpu()
+        return self.refresh_rows(info.pos_cpu, version, timer)
+
+    def refresh_rows(self, pos_cpu: Tensor, version: int,
+                     timer: Any = None) -> Optional[Tensor]:
+        r"""Makes the rows :obj:`pos_cpu` (positions in the hot set, CPU)
+        usable at version :obj:`version` and returns the cache (rows in the
+        order of the hot set), or :obj:`None` if :obj:`pos_cpu` is empty."""
+        bound = self.max_staleness
+        self._raise_failures()
+        # Queued rows, oldest first. All of them, also those requested for
+        # later batches: letting them run on while the loop trains was
+        # slower (worker threads contend with the loop for the interpreter
+        # lock; see the offload documentation).
+        while self._jobs:
+            job = self._jobs.popleft()
+            if job.succeeded():
+                table = job.future.result()
+            else:
+                self._jobs.appendleft(job)
+                table = self._wait(job, timer)
+                self._jobs.popleft()
+            self._apply(table, job.rows)
+        if pos_cpu.numel() == 0:
+            return None
+        versions = self.row_version[pos_cpu]
+        if int(versions.min()) < version - bound:  # Not fresh enough.
+            self.request(pos_cpu, version)
+            while self._jobs:
+                job = self._jobs.popleft()
+                self._apply(self._wait(job, timer), job.rows)
+            versions = self.row_version[pos_cpu]
+        self._record_staleness(version - int(versions.min()))
+        return self.emb
+
+    def pause(self) -> None:
+        r"""Cancels queued rows and stops the worker threads (the cached
+        rows are kept, with their versions)."""
+        super().pause()
+        self.queued_version = self.row_version.clone()
+
+    def close(self) -> None:
+        r"""Like :meth:`pause`, and drops every row."""
+        self.pause()
+        self.emb = None
+        self.row_version.fill_(_NEVER)
+        self.queued_version.fill_(_NEVER)

@@ -1,0 +1,230 @@
+"""Building the runtime of a :class:`~pyg_orch.offload.BottomLayerOffload`:
+:func:`build_runtime` checks the loader and dispatches on the graph kind
+(:func:`build_homo_runtime`, :func:`build_hetero_runtime`); both choose the
+hot vertices, build the CPU side and hook the first layer."""
+import warnings
+from typing import Any, Dict, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+
+from pyg_orch.offload.batch_cache import BatchEmbeddingCache
+from pyg_orch.offload.bottom_layer import (
+    BottomLayerComputer,
+    check_materialized,
+    find_first_layer,
+    needs_degree_compensation,
+)
+from pyg_orch.offload.hetero_layer import (
+    HeteroBottomLayerComputer,
+    find_hetero_first_layer,
+)
+from pyg_orch.offload.hetero_runtime import HeteroOffloadRuntime
+from pyg_orch.offload.hot_set import HotSetSizer
+from pyg_orch.offload.hotness import (
+    select_cache_nodes,
+    select_hetero_hot_nodes,
+    select_hot_nodes,
+)
+from pyg_orch.offload.options import OffloadOptions
+from pyg_orch.offload.runtime import OffloadRuntime
+from pyg_orch.offload.strategy import EmbeddingStrategy
+from pyg_orch.offload.super_batch import EmbeddingPipeline
+from pyg_orch.sampling.contract import HotNodeSampler, presample_batches
+
+
+def check_loader(loader: Any) -> HotNodeSampler:
+    r"""Returns the loader's sampler; raises if offload can not work with
+    the loader (a :class:`TypeError` unless it is a
+    :class:`~pyg_orch.HybridNeighborLoader`-like loader whose sampler
+    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`)."""
+    sampler = getattr(loader, 'node_sampler', None)
+    if not isinstance(sampler, HotNodeSampler):
+        raise TypeError(
+            f"'loader' must be a pyg_orch.HybridNeighborLoader (or a loader "
+            f"whose 'node_sampler' implements "
+            f"pyg_orch.sampling.contract.HotNodeSampler); got "
+            f"{type(loader).__name__}")
+    if not callable(getattr(loader, 'register_batch_hook', None)):
+        raise TypeError("'loader' must have 'register_batch_hook' (a "
+                        "pyg_orch.HybridNeighborLoader)")
+    data = getattr(loader, 'data', None)
+    if not isinstance(data, HeteroData if sampler.is_hetero else Data):
+        raise NotImplementedError(
+            "BottomLayerOffload supports Data and HeteroData objects; "
+            "(FeatureStore, GraphStore) inputs are not supported")
+    if sampler.topology.is_temporal:
+        raise NotImplementedError(
+            "BottomLayerOffload does not support temporal sampling: hot "
+            "embeddings are shared by all seeds, whatever their time")
+    if not sampler.is_hetero and not isinstance(getattr(data, 'x', None),
+                                                Tensor):
+        raise ValueError("BottomLayerOffload needs node features 'data.x'")
+    if sampler.num_hops == 0:
+        raise ValueError("BottomLayerOffload needs at least one hop")
+    return sampler
+
+
+def build_runtime(model: torch.nn.Module, loader: Any,
+                  options: OffloadOptions) -> OffloadRuntime:
+    r"""Builds the runtime of :obj:`model` offloaded with :obj:`loader`
+    (homogeneous or heterogeneous, by the loader's sampler)."""
+    sampler = check_loader(loader)
+    compensate = options.compensate_degrees
+    if compensate == 'auto':
+        compensate = needs_degree_compensation(model)
+    if sampler.is_hetero:
+        if options.auto_hot or options.refresh != 'super_batch' or \
+                compensate:
+            raise NotImplementedError(
+                "BottomLayerOffload on heterogeneous graphs supports "
+                "hot_ratio as a number and refresh='super_batch' only, "
+                "with models that need no degree compensation (no "
+                "GCNConv-like layer that weighs messages by the "
+                "sender's in-degree)")
+        return build_hetero_runtime(model, loader, options)
+    return build_homo_runtime(model, loader, options, compensate)
+
+
+def _seeds(loader: Any, num_nodes: int) -> Tuple[Tensor, int, int]:
+    # The training seeds, the batch size and the batches to pre-sample.
+    seeds = loader.input_data.node
+    if seeds is None:  # All nodes:
+        seeds = torch.arange(num_nodes)
+    batch_size = getattr(loader, 'batch_size', None) or 1
+    return seeds, batch_size, presample_batches(seeds.numel(), batch_size)
+
+
+def make_strategy(computer: Union[BottomLayerComputer,
+                                  HeteroBottomLayerComputer],
+                  layer: Any, hot: HotSetSizer, device: torch.device,
+                  options: OffloadOptions) -> EmbeddingStrategy:
+    r"""The embedding strategy of :obj:`options.refresh`."""
+    kwargs = dict(chunk_size=options.chunk_size,
+                  idle_timeout=options.idle_timeout,
+                  intra_op_threads=options.intra_op_threads,
+                  work_hook=options.work_hook)
+    if options.refresh == 'super_batch':
+        return EmbeddingPipeline(computer, layer, hot, device,
+                                 options.max_staleness, options.num_threads,
+                                 super_batch_size=options.super_batch_size,
+                                 **kwargs)
+    return BatchEmbeddingCache(computer, layer, hot, device,
+                               options.max_staleness, options.num_threads,
+                               **kwargs)
+
+
+def build_homo_runtime(model: torch.nn.Module, loader: Any,
+                       options: OffloadOptions,
+                       compensate_degrees: bool) -> OffloadRuntime:
+    r"""The runtime for a homogeneous graph (see :func:`build_runtime`)."""
+    sampler, data = loader.node_sampler, loader.data
+    num_nodes = sampler.topology.num_nodes[None]
+    cache_ratio = options.gpu_cache_ratio
+    if cache_ratio == 'auto':
+        # As many candidates as the loader's feature store can hold:
+        store = getattr(loader, 'feature_store', None)
+        capacity = int(getattr(store, 'capacity', 0) or 0)
+        cache_ratio = min(capacity / max(num_nodes, 1), 1.0)
+    layer_name, first = find_first_layer(model, options.layer)
+    check_materialized(first, layer_name)
+    x = data.x
+    if x.device.type != 'cpu':
+        warnings.warn(
+            "BottomLayerOffload: 'loader.data.x' is not in host memory; "
+            "the CPU side works on a host copy of it", stacklevel=4)
+        x = x.cpu()
+    computer = BottomLayerComputer(
+        first, x, sampler.topology.to('cpu').csc[None],
+        -1 if options.full_neighbors else sampler.bottom_fanout(),
+        replace=sampler.replace, seed=options.seed,
+        autocast_dtype=options.cpu_autocast)
+    seeds, batch_size, num_batches = _seeds(loader, num_nodes)
+    num_batches = options.num_presample_batches or num_batches
+    # With hot_ratio='auto', the candidates are the most accessed vertices up
+    # to the cap; the hot set starts with the first of them and grows while
+    # the CPU keeps up.
+    ratio = HotSetSizer.AUTO_MAX_RATIO if options.auto_hot else \
+        options.hot_ratio
+    selection = select_hot_nodes(sampler, seeds, batch_size, ratio,
+                                 cache_ratio, num_batches, options.seed)
+    candidates = selection.hot_nodes
+    if options.auto_hot:
+        hot = HotSetSizer.auto_start(candidates, num_nodes)
+    else:
+        hot = HotSetSizer(candidates, num_nodes)
+    if computer.dedup:
+        computer.in_edge_mask = hot.rank >= 0  # All candidates.
+    if hot.size > 0:
+        computer.choose_split(hot.hot_nodes, options.split)
+        computer.calibrate(hot.hot_nodes)
+    elif options.split == 'aggregate':  # Still check that the layer can.
+        computer.choose_split(torch.arange(min(64, num_nodes)), 'aggregate')
+    strategy = make_strategy(computer, first, hot, loader.device, options)
+    runtime = OffloadRuntime(model, loader, layer_name, first, selection,
+                             hot, strategy, x, options.replace_rows,
+                             bool(compensate_degrees))
+    try:
+        if hot.size > 0 and cache_ratio > 0:
+            # Rank by the feature fetches of pruned batches, hot vertices
+            # included: they are still other vertices' sampled neighbors.
+            selection.cache_nodes = select_cache_nodes(
+                sampler, hot.mask, seeds, batch_size, cache_ratio,
+                num_batches, options.seed)
+        set_cache = getattr(loader, 'set_gpu_cache_nodes', None)
+        if callable(set_cache):
+            set_cache(selection.cache_nodes)
+    except BaseException:
+        runtime.close()
+        raise
+    return runtime
+
+
+def build_hetero_runtime(model: torch.nn.Module, loader: Any,
+                         options: OffloadOptions) -> HeteroOffloadRuntime:
+    r"""The runtime for a heterogeneous graph (see :func:`build_runtime`)."""
+    sampler, data = loader.node_sampler, loader.data
+    topology = sampler.topology.to('cpu')
+    layer_name, convs = find_hetero_first_layer(model, data.edge_types,
+                                                options.layer)
+    x_dict: Dict[str, Tensor] = {}
+    for et in convs:
+        for t in (et[0], et[-1]):
+            x = getattr(data[t], 'x', None)
+            if not isinstance(x, Tensor):
+                raise ValueError(
+                    f"BottomLayerOffload needs node features "
+                    f"'data[{t!r}].x' (the first layer reads them for {et})")
+            x_dict[t] = x.cpu()
+    names = {id(m): name for name, m in model.named_modules()}
+    for conv in convs.values():
+        check_materialized(conv, names[id(conv)])
+    fanouts = {
+        et: -1 if options.full_neighbors else sampler.bottom_fanout(et)
+        for et in convs
+    }
+    computer = HeteroBottomLayerComputer(
+        convs, x_dict, {et: topology.csc[et] for et in convs}, fanouts,
+        {t: x.size(0) for t, x in x_dict.items()}, replace=sampler.replace,
+        seed=options.seed, autocast_dtype=options.cpu_autocast)
+    input_type = loader.input_data.input_type
+    seeds, batch_size, num_batches = _seeds(loader,
+                                            topology.num_nodes[input_type])
+    selection = select_hetero_hot_nodes(
+        sampler, seeds, input_type, computer.node_types, batch_size,
+        options.hot_ratio, options.num_presample_batches or num_batches,
+        options.seed)
+    hot = HotSetSizer(selection.hot_nodes, selection.num_nodes)
+    # Check the split on hot vertices where there are, on any otherwise:
+    by_type = computer.node_type_of(hot.hot_nodes)
+    probe = {
+        t: by_type[t][1] if t in by_type else
+        torch.arange(min(64, x_dict[t].size(0)))
+        for t in computer.node_types
+    }
+    computer.choose_split(probe, options.split)
+    strategy = make_strategy(computer, computer.layer_group(convs), hot,
+                             loader.device, options)
+    return HeteroOffloadRuntime(model, loader, layer_name, convs, selection,
+                                hot, strategy, x_dict, options.replace_rows)

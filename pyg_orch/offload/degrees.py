@@ -1,0 +1,70 @@
+"""Degree compensation: placeholder in-edges for pruned hot vertices, so that
+degree-normalized layers (such as :class:`~torch_geometric.nn.conv.GCNConv`)
+see their in-degrees in a mini-batch (:class:`DegreeCompensation`)."""
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from pyg_orch.offload.bottom_layer import placeholder_in_edges
+from pyg_orch.offload.replacement import same_tensor
+
+
+class DegreeCompensation:
+    r"""A pruned hot vertex lost the in-edges that the last hop would have
+    sampled for it. Degree-normalized layers see in-degrees in the batch,
+    so it gets as many placeholder in-edges (from row :obj:`0`): they change
+    only its own outputs, which no seed needs (the first layer's output of
+    it is replaced, and the layers above use nothing of a last-frontier
+    vertex but that output).
+
+    Args:
+        sampler (HotNodeSampler): The loader's sampler (homogeneous), for
+            its topology, bottom-hop fan-out and :obj:`replace`.
+    """
+    def __init__(self, sampler: Any):
+        self.sampler = sampler
+        self.fanout = sampler.bottom_fanout()
+        self._colptr: Dict[torch.device, Tensor] = {}
+
+    def _colptr_on(self, device: torch.device) -> Tensor:
+        out = self._colptr.get(device)
+        if out is None:
+            out = self.sampler.topology.csc[None].colptr.to(device,
+                                                            torch.int64)
+            self._colptr[device] = out
+        return out
+
+    def placeholder_edges(self, n_id: Tensor, rows: Tensor) -> Tensor:
+        r"""The placeholder in-edges of the pruned hot rows :obj:`rows` of a
+        batch of nodes :obj:`n_id`."""
+        return placeholder_in_edges(
+            self._colptr_on(n_id.device), n_id.index_select(0, rows), rows,
+            self.fanout, self.sampler.replace)
+
+    @staticmethod
+    def add_placeholders(extra: Optional[Tensor], batch_edge_index: Any,
+                         args: tuple, kwargs: dict
+                         ) -> Optional[Tuple[tuple, dict]]:
+        r"""A layer's inputs (:obj:`args`, :obj:`kwargs`) with the
+        placeholder edges :obj:`extra` appended to its :obj:`edge_index` if
+        that is the batch's (:obj:`batch_edge_index`) and no edge-level
+        tensor comes with it; :obj:`None` to leave them."""
+        if extra is None or extra.numel() == 0:
+            return None
+        in_args = len(args) > 1
+        edge_index = args[1] if in_args else kwargs.get('edge_index')
+        if not isinstance(edge_index, Tensor) or not same_tensor(
+                edge_index, batch_edge_index):
+            return None  # E.g. trimmed by trim_to_layer: nothing to do.
+        if any(isinstance(v, Tensor) for v in args[2:]) or any(
+                isinstance(v, Tensor) for k, v in kwargs.items()
+                if k not in ('x', 'edge_index')):
+            return None  # Edge-level tensors would need placeholders too.
+        extra = extra.to(edge_index.device, edge_index.dtype)
+        edge_index = torch.cat([edge_index, extra], dim=1)
+        if in_args:
+            args = (args[0], edge_index) + tuple(args[2:])
+        else:
+            kwargs = dict(kwargs, edge_index=edge_index)
+        return args, kwargs

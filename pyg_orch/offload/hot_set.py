@@ -1,0 +1,165 @@
+"""The hot set in use, held once: :class:`HotSetSizer` (its vertices, mask and
+table rows, what the sampler prunes, and its growth with
+:obj:`hot_ratio='auto'`)."""
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+
+class HotSetSizer:
+    r"""The hot set of a :class:`~pyg_orch.offload.BottomLayerOffload`: a
+    prefix of :obj:`candidates` (vertices by decreasing access count).
+
+    Two sizes are kept: :attr:`planned`, the rows of the embedding tables
+    queued from now on, and :attr:`size`, the rows in use: the vertices the
+    sampler prunes and whose rows are replaced. The embedding strategy asks
+    for :attr:`planned_nodes`, calls :meth:`maybe_grow` at the start of a
+    super-batch and :meth:`use` when it hands out a table; the set in use
+    grows only then, so that every pruned vertex finds its row, and the
+    sampler is told (:meth:`bind`, :meth:`prune`).
+
+    With :obj:`auto=True` (:obj:`hot_ratio='auto'`), :meth:`maybe_grow`
+    grows :attr:`planned` along :obj:`candidates` while the CPU keeps up;
+    otherwise the hot set is fixed. It never shrinks.
+
+    Args:
+        candidates (torch.Tensor): Ids of the vertices that are or may become
+            hot, most accessed first.
+        num_nodes (int, optional): The number of ids (for :attr:`mask`); one
+            more than the largest candidate if not set.
+        size (int, optional): The initial size; all candidates if not set.
+        auto (bool): Grow by measured throughput (see :meth:`maybe_grow`).
+            (default: :obj:`False`)
+    """
+    #: :obj:`hot_ratio='auto'`: the hot set starts with this fraction of the
+    #: vertices (at least one) ...
+    AUTO_START_RATIO = 0.01
+    #: ... and may grow up to this fraction of them (the candidates).
+    AUTO_MAX_RATIO = 0.5
+    #: Grow when a table took at most :obj:`1 / GROW_ROOM` of the time until
+    #: it is needed, aiming at :obj:`GROW_TARGET` of that time, by a factor
+    #: of at most :obj:`GROW_MAX` at once.
+    GROW_ROOM = 1.6
+    GROW_TARGET = 0.7
+    GROW_MAX = 2.0
+
+    def __init__(self, candidates: Tensor, num_nodes: Optional[int] = None,
+                 size: Optional[int] = None, auto: bool = False):
+        self.candidates = candidates.view(-1).to('cpu', torch.int64)
+        total = self.candidates.numel()
+        if num_nodes is None:
+            num_nodes = int(self.candidates.max()) + 1 if total else 0
+        self.num_nodes = int(num_nodes)
+        size = total if size is None else int(size)
+        if not 0 <= size <= total:
+            raise ValueError(f"'size' must be between 0 and the number of "
+                             f"candidates ({total}); got {size}")
+        self.auto = bool(auto)
+        self.planned = size
+        #: The sizes planned so far, the first one included.
+        self.sizes: List[int] = [size]
+        # Ranks of the candidates, -1 for other vertices:
+        self.rank = torch.full((self.num_nodes, ), -1, dtype=torch.int32)
+        self.rank[self.candidates] = torch.arange(total, dtype=torch.int32)
+        self._sampler: Any = None
+        self._to_masks: Callable[[Tensor], Any] = lambda mask: mask
+        self._pruning = False
+        self._set_size(size)
+
+    @classmethod
+    def auto_start(cls, candidates: Tensor, num_nodes: int) -> 'HotSetSizer':
+        r"""A growing hot set (:obj:`hot_ratio='auto'`) over
+        :obj:`candidates`, starting with :attr:`AUTO_START_RATIO` of the
+        :obj:`num_nodes` vertices."""
+        start = max(1, int(round(cls.AUTO_START_RATIO * num_nodes)))
+        return cls(candidates, num_nodes, min(start, candidates.numel()),
+                   auto=True)
+
+    def _set_size(self, size: int) -> None:
+        self.size = size
+        self.mask = (self.rank >= 0) & (self.rank < size)
+        # Row of every vertex in the embedding tables, -1 if not hot:
+        self._positions: Dict[torch.device, Tensor] = {
+            torch.device('cpu'): torch.where(self.mask, self.rank, -1)
+        }
+
+    @property
+    def hot_nodes(self) -> Tensor:
+        r"""The vertices in use, most accessed first."""
+        return self.candidates[:self.size]
+
+    @property
+    def planned_nodes(self) -> Tensor:
+        r"""The vertices of the tables queued from now on."""
+        return self.candidates[:self.planned]
+
+    def positions(self, device: torch.device) -> Tensor:
+        r"""The row of every vertex in the embedding tables (:obj:`-1` if it
+        is not in use), on :obj:`device` (cached)."""
+        out = self._positions.get(device)
+        if out is None:
+            out = self._positions[torch.device('cpu')].to(device)
+            self._positions[device] = out
+        return out
+
+    # The sampler #############################################################
+
+    def bind(self, sampler: Any,
+             to_masks: Optional[Callable[[Tensor], Any]] = None) -> None:
+        r"""The sampler to tell what to prune (see
+        :meth:`~pyg_orch.sampling.contract.HotNodeSampler.set_hot_nodes`);
+        :obj:`to_masks` turns :attr:`mask` into what it takes (e.g. masks
+        per node type)."""
+        self._sampler = sampler
+        if to_masks is not None:
+            self._to_masks = to_masks
+
+    def prune_masks(self) -> Any:
+        r"""What the sampler prunes while :meth:`prune` is on."""
+        return self._to_masks(self.mask)
+
+    def prune(self, on: bool) -> None:
+        r"""Turns the sampler's pruning of the hot set in use on or off."""
+        self._pruning = bool(on) and self.size > 0
+        if self._sampler is not None:
+            self._sampler.set_hot_nodes(
+                self.prune_masks() if self._pruning else None)
+
+    # Growth ##################################################################
+
+    def use(self, rows: int) -> bool:
+        r"""A table of :obj:`rows` rows is in use: from now on, batches may be
+        pruned with (and find rows for) the first :obj:`rows` candidates.
+        Returns whether the set in use grew."""
+        if rows <= self.size:
+            return False
+        self._set_size(min(int(rows), self.candidates.numel()))
+        if self._pruning and self._sampler is not None:
+            self._sampler.set_hot_nodes(self.prune_masks())
+        return True
+
+    def maybe_grow(self, table_rows: int, compute_s: Optional[float],
+                   budget_s: Optional[float], waited: bool) -> bool:
+        r"""With :obj:`auto`: if the newest table in use (:obj:`table_rows`
+        rows, computed in :obj:`compute_s` seconds) holds all planned rows,
+        took at most :math:`1 / 1.6` of :obj:`budget_s` (the time until the
+        next table is needed: a super-batch of training steps) and the loop
+        has not waited for a table since the last check (:obj:`waited`),
+        plans a larger hot set, so that a table would take about 70% of that
+        time (at most twice as many rows at once). Returns whether
+        :attr:`planned` grew."""
+        n = self.planned
+        if (not self.auto or waited or compute_s is None or budget_s is None
+                or table_rows < n or n >= self.candidates.numel()):
+            return False
+        room = budget_s / max(compute_s, 1e-9)
+        if room < self.GROW_ROOM:
+            return False
+        factor = min(self.GROW_MAX, self.GROW_TARGET * room)
+        size = min(int(n * factor), self.candidates.numel())
+        if size <= n:
+            return False
+        self.planned = size
+        self.sizes.append(size)
+        return True

@@ -1,0 +1,141 @@
+"""The options of :class:`~pyg_orch.offload.BottomLayerOffload`, validated
+in one place: :class:`OffloadOptions`."""
+import threading
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Optional, Union
+
+import torch
+
+from pyg_orch.offload.aggregate_split import check_split
+from pyg_orch.offload.bottom_layer import check_autocast_dtype
+from pyg_orch.offload.workers import (
+    default_intra_op_threads,
+    default_num_threads,
+)
+
+#: A hook a worker thread calls before every CPU work item, with the item's
+#: cancellation event (set once the item is dropped, e.g. to wait on it).
+WorkHook = Callable[[threading.Event], None]
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    r"""Returns :obj:`value` if it is an integer (not a :obj:`bool`) of at
+    least :obj:`minimum`, else raises a :class:`ValueError` naming
+    :obj:`name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            value < minimum:
+        raise ValueError(f"'{name}' must be an integer >= {minimum} (got "
+                         f"{value!r})")
+    return value
+
+
+def _check_ratio(name: str, value: Any) -> Union[float, str]:
+    if isinstance(value, str):
+        if value != 'auto':
+            raise ValueError(f"'{name}' must be a float in [0, 1] or 'auto' "
+                             f"(got {value!r})")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"'{name}' must be a float in [0, 1] (got "
+                         f"{value!r})")
+    return float(value)
+
+
+def _check_choice(name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        names = ' or '.join(repr(c) for c in choices)
+        raise ValueError(f"'{name}' must be {names} (got {value!r})")
+
+
+@dataclass(frozen=True)
+class OffloadOptions:
+    r"""The options of :class:`~pyg_orch.offload.BottomLayerOffload` (see
+    its arguments), checked on construction: a :class:`ValueError` (or a
+    :class:`NotImplementedError` for combinations not supported) names the
+    first bad one. :obj:`num_threads` and :obj:`intra_op_threads` are
+    resolved to their defaults
+    (:func:`~pyg_orch.offload.default_num_threads`,
+    :func:`~pyg_orch.offload.default_intra_op_threads`) if not set; the
+    options that depend on the model or the loader
+    (:obj:`compensate_degrees='auto'`, :obj:`gpu_cache_ratio='auto'`,
+    :obj:`chunk_size=None`, :obj:`split='auto'`) are resolved when the
+    runtime is built.
+
+    :obj:`work_hook` (optional) is called by a worker thread before every CPU
+    work item with the item's cancellation event (a
+    :class:`threading.Event`): an instrumentation seam, e.g. to time or to
+    slow down the CPU side.
+    """
+    hot_ratio: Union[float, str] = 0.05
+    gpu_cache_ratio: Union[float, str] = 0.1
+    max_staleness: int = 1
+    num_threads: Optional[int] = None
+    full_neighbors: bool = False
+    layer: Union[None, str, torch.nn.Module] = None
+    num_presample_batches: Optional[int] = None
+    super_batch_size: Optional[int] = None
+    chunk_size: Optional[int] = None
+    intra_op_threads: Optional[int] = None
+    cpu_autocast: Optional[torch.dtype] = None
+    seed: Optional[int] = 0
+    idle_timeout: float = 2.0
+    replace_rows: str = 'pruned'
+    compensate_degrees: Union[bool, str] = 'auto'
+    refresh: str = 'super_batch'
+    split: str = 'auto'
+    work_hook: Optional[WorkHook] = None
+
+    def __post_init__(self) -> None:
+        hot = _check_ratio('hot_ratio', self.hot_ratio)
+        cache = _check_ratio('gpu_cache_ratio', self.gpu_cache_ratio)
+        if 'auto' not in (hot, cache) and hot + cache > 1.0 + 1e-9:
+            raise ValueError(f"'hot_ratio' + 'gpu_cache_ratio' must not "
+                             f"exceed 1 (got {hot} + {cache})")
+        check_int('max_staleness', self.max_staleness, 0)
+        _check_choice('refresh', self.refresh, ('super_batch', 'batch'))
+        if hot == 'auto' and self.refresh != 'super_batch':
+            raise NotImplementedError(
+                "hot_ratio='auto' sizes the hot set by the time tables of "
+                "all hot vertices take, so it needs refresh='super_batch'")
+        _check_choice('replace_rows', self.replace_rows, ('pruned', 'all'))
+        if self.compensate_degrees != 'auto' and not isinstance(
+                self.compensate_degrees, bool):
+            raise ValueError(f"'compensate_degrees' must be True, False or "
+                             f"'auto' (got {self.compensate_degrees!r})")
+        num_threads = check_int(
+            'num_threads', default_num_threads()
+            if self.num_threads is None else self.num_threads, 1)
+        intra = check_int(
+            'intra_op_threads', default_intra_op_threads(num_threads)
+            if self.intra_op_threads is None else self.intra_op_threads, 1)
+        check_autocast_dtype('cpu_autocast', self.cpu_autocast)
+        for name in ('chunk_size', 'super_batch_size',
+                     'num_presample_batches'):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
+        if isinstance(self.idle_timeout, bool) or not isinstance(
+                self.idle_timeout, (int, float)) or self.idle_timeout < 0:
+            raise ValueError(f"'idle_timeout' must be a number of seconds "
+                             f">= 0 (got {self.idle_timeout!r})")
+        check_split(self.split)
+        if self.work_hook is not None and not callable(self.work_hook):
+            raise ValueError("'work_hook' must be callable")
+        for name, value in (('hot_ratio', hot), ('gpu_cache_ratio', cache),
+                            ('num_threads', num_threads),
+                            ('intra_op_threads', intra),
+                            ('full_neighbors', bool(self.full_neighbors))):
+            object.__setattr__(self, name, value)
+
+    @property
+    def auto_hot(self) -> bool:
+        r"""Whether the hot set is sized by measured throughput
+        (:obj:`hot_ratio='auto'`)."""
+        return self.hot_ratio == 'auto'
+
+    def __repr__(self) -> str:
+        changed = [
+            f'{f.name}={getattr(self, f.name)!r}' for f in fields(self)
+            if f.name != 'work_hook' and getattr(self, f.name) != f.default
+        ]
+        return f"{self.__class__.__name__}({', '.join(changed)})"

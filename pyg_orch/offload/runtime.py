@@ -1,0 +1,498 @@
+"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload`:
+:class:`OffloadRuntime` (hooks on the model and the loader, the hot set, the
+embedding strategy and counters)."""
+import collections
+import warnings
+from typing import Any, Dict, List, Optional, Union
+
+import torch
+from torch import Tensor
+
+from pyg_orch.offload.aggregate_split import OUTPUT
+from pyg_orch.offload.aggregate_split import finish as finish_aggregated
+from pyg_orch.offload.bottom_layer import message_passing_layers
+from pyg_orch.offload.degrees import DegreeCompensation
+from pyg_orch.offload.hot_set import HotSetSizer
+from pyg_orch.offload.hotness import HotSet
+from pyg_orch.offload.replacement import (
+    BatchInfo,
+    ForwardContext,
+    RuntimeHook,
+    check_aggregated,
+    check_batch_features,
+    check_no_edge_tensors,
+    hot_rows,
+    replace_from_table,
+    replace_output,
+    same_tensor,
+)
+from pyg_orch.offload.step_counter import StepCounter
+from pyg_orch.offload.strategy import EmbeddingStrategy
+
+#: Batches (per node type) whose hot rows are remembered until they train.
+MAX_BATCHES = 8
+
+
+class OffloadRuntime:
+    r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
+    homogeneous model. It holds no reference to the wrapper, so the wrapper
+    can be garbage-collected (which closes the runtime).
+
+    Args:
+        model (torch.nn.Module): The wrapped model.
+        loader (HybridNeighborLoader): The training loader; its sampler
+            implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`.
+        layer_name (str): The name of the first layer.
+        layer (torch.nn.Module): The first layer.
+        selection (HotSet): The result of pre-sampling (counts, GPU-cache
+            candidates).
+        hot (HotSetSizer): The hot set in use.
+        strategy (EmbeddingStrategy): Computes the hot rows on the CPU.
+        features (torch.Tensor): The features the CPU side reads.
+        replace_rows (str): :obj:`'pruned'` or :obj:`'all'`.
+        compensate_degrees (bool): Give pruned hot vertices placeholder
+            in-edges.
+    """
+    context_type = ForwardContext
+
+    def __init__(self, model: torch.nn.Module, loader: Any, layer_name: str,
+                 layer: torch.nn.Module, selection: HotSet,
+                 hot: HotSetSizer, strategy: EmbeddingStrategy,
+                 features: Tensor, replace_rows: str = 'pruned',
+                 compensate_degrees: bool = True):
+        self._init_state(model, loader, layer_name, layer, selection, hot,
+                         strategy, features, replace_rows)
+        self.compensate_degrees = compensate_degrees
+        self.handles = self._hook_layers([layer])
+        self.degrees: Optional[DegreeCompensation] = None
+        if compensate_degrees:
+            self.degrees = DegreeCompensation(self.sampler)
+            for module in message_passing_layers(model).values():
+                self.handles.append(module.register_forward_pre_hook(
+                    RuntimeHook(self, '_edge_hook'), with_kwargs=True))
+        removers = [loader.register_batch_hook(RuntimeHook(self,
+                                                            '_on_batch'))]
+        # Per-batch rows are requested as soon as a batch is sampled (with
+        # look-ahead, a step before it trains), where sampling runs in the
+        # training loop's thread (`self.sampled`):
+        self.lead = 1 if getattr(loader, 'lookahead', False) else 0
+        if strategy.per_batch and getattr(loader, 'prefetch', 0) == 0:
+            try:
+                removers.append(loader.register_batch_hook(
+                    RuntimeHook(self, '_on_sampled'), when='sampled'))
+            except TypeError:  # A loader without sampled hooks.
+                pass
+        self.remove_batch_hook = lambda: [r() for r in removers]
+        self.reset_stats()
+
+    def _init_state(self, model, loader, layer_name: str, layer, selection,
+                    hot, strategy, features, replace_rows: str) -> None:
+        self.model = model
+        self.loader = loader
+        self.sampler = loader.node_sampler
+        self.timer = getattr(loader, 'timer', None)
+        self.layer_name = layer_name
+        self.layer = layer
+        self.selection = selection
+        self.hot = hot
+        hot.bind(self.sampler, self.per_type)
+        self.strategy = strategy
+        self.num_hops = self.sampler.num_hops
+        self.features = features
+        self.replace_rows = replace_rows
+        self.split = strategy.computer.split
+        self.batches: 'collections.OrderedDict[int, BatchInfo]' = \
+            collections.OrderedDict()
+        #: Batches sampled, not received yet (refresh='batch').
+        self.sampled: 'collections.deque' = collections.deque(
+            maxlen=MAX_BATCHES)
+        #: The forward pass in progress.
+        self.ctx: Optional[ForwardContext] = None
+        self.training = False
+        self.closed = False
+        self.order_checked = False
+        self.features_checked = False
+        self.warned_size_match = False
+        self.warned_eval_pruned = False
+        # Weight versions count the steps that update the layer(s):
+        self.counter = StepCounter(layer.parameters)
+
+    def _hook_layers(self, layers) -> list:
+        # Hooks on the first layer (one module per edge type for
+        # heterogeneous models); with a weight-free split, on its
+        # aggregation as well.
+        handles = []
+        for layer in layers:
+            handles += [
+                layer.register_forward_pre_hook(
+                    RuntimeHook(self, '_pre_hook'), with_kwargs=True),
+                layer.register_forward_hook(RuntimeHook(self, '_post_hook')),
+            ]
+            if self.split != OUTPUT:
+                handles += [
+                    layer.register_aggregate_forward_hook(
+                        RuntimeHook(self, '_aggregate_hook')),
+                    layer.register_message_and_aggregate_forward_hook(
+                        RuntimeHook(self, '_aggregate_hook')),
+                ]
+        return handles
+
+    # What the wrapper shows ##################################################
+
+    @property
+    def hot_nodes(self) -> Union[Tensor, Dict[str, Tensor]]:
+        r"""The hot vertices in use, most accessed first."""
+        return self.hot.hot_nodes
+
+    def per_type(self, values: Tensor) -> Union[Tensor, Dict[str, Tensor]]:
+        r""":obj:`values` over all vertices (per node type for heterogeneous
+        graphs)."""
+        return values
+
+    def batch_info(self, x: Tensor) -> Optional[BatchInfo]:
+        r"""What the runtime knows of the batch whose features are
+        :obj:`x` (drawn in training mode, not too long ago)."""
+        return self.batches.get(id(x))
+
+    # Modes ###################################################################
+
+    @property
+    def active(self) -> bool:
+        r"""Whether it offloads in training mode: not closed, and some
+        vertices are hot."""
+        return not self.closed and self.hot.size > 0
+
+    def set_training(self, mode: bool) -> None:
+        r"""Training mode (the sampler prunes the hot set) or evaluation
+        mode (no pruning, worker threads stopped)."""
+        self.training = bool(mode)
+        if not self.active:
+            return
+        self.hot.prune(self.training)
+        if not self.training:
+            self.strategy.pause()
+
+    def pause(self) -> None:
+        r"""Stops the worker threads; they restart at the next training
+        step."""
+        self.strategy.pause()
+
+    def close(self) -> None:
+        r"""Removes every hook, stops the worker threads and clears the
+        sampler's hot nodes, for good."""
+        if self.closed:
+            return
+        self.closed = True
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+        self.remove_batch_hook()
+        self.counter.close()
+        try:
+            self.hot.prune(False)
+        finally:
+            self.strategy.close()
+            self.batches.clear()
+            self.sampled.clear()
+            self.ctx = None
+
+    # Statistics ##############################################################
+
+    def reset_stats(self) -> None:
+        r"""Resets the counters of :meth:`stats`."""
+        self.strategy.reset_stats()
+        self.num_offloaded = 0
+        self.num_exact = 0
+        self._rows_replaced: Union[int, Tensor] = 0
+
+    def stats(self) -> Dict[str, Any]:
+        r"""The counters of
+        :meth:`pyg_orch.offload.BottomLayerOffload.stats`."""
+        selection = self.selection
+        out = {
+            'num_hot': self.hot.size,
+            'num_gpu_cache': int(selection.cache_nodes.numel()),
+            'hot_coverage': selection.coverage(self.hot.hot_nodes),
+            'presample_batches': selection.num_batches,
+            'steps': self.counter.version,
+            'step_source': self.counter.source,
+            'training_forwards': self.counter.num_forwards,
+            'offloaded_forwards': self.num_offloaded,
+            'exact_forwards': self.num_exact,
+            'hot_rows_replaced': self.rows_replaced,
+            'hot_rows_per_batch': self.rows_replaced / max(
+                self.num_offloaded, 1),
+            'split': self.split,
+        }
+        out.update(self.strategy.stats())
+        out['threads_alive'] = len(self.strategy.threads)
+        return out
+
+    # Batches #################################################################
+
+    def _bottom_rows(self, num) -> tuple:
+        num = [int(v) for v in list(num)]
+        n_last = sum(num[:self.num_hops - 1])  # First row of hop L - 1.
+        n_bottom = sum(num[:self.num_hops])
+        lo = n_last if self.replace_rows == 'pruned' else 0
+        return lo, n_last, n_bottom
+
+    def _on_sampled(self, out) -> None:
+        # Finds the hot rows of a batch just sampled and queues their CPU
+        # computation. Reading them back waits for the sampling stream,
+        # which a running training step can hold up.
+        if not self.training or not self.active or \
+                self.sampler.hot_nodes is None:
+            return
+        node, num = getattr(out, 'node', None), getattr(
+            out, 'num_sampled_nodes', None)
+        if not isinstance(node, Tensor) or num is None:
+            return
+        lo, _, hi = self._bottom_rows(num)
+        slot = self.hot.positions(node.device).index_select(0, node[lo:hi])
+        rows, pos = hot_rows(slot, lo)
+        pos_cpu = pos.cpu()
+        version = self.counter.next_forward_version()
+        self.strategy.on_batch_sampled(pos_cpu, version + self.lead, version)
+        self.sampled.append((node, slot, rows, pos, pos_cpu))
+
+    def _take_sampled(self, n_id: Tensor, info: BatchInfo) -> bool:
+        match = next((i for i, entry in enumerate(self.sampled)
+                      if same_tensor(entry[0], n_id)), None)
+        if match is None:
+            return False
+        for _ in range(match):  # Sampled, never received.
+            self.sampled.popleft()
+        _, slot, rows, pos, pos_cpu = self.sampled.popleft()
+        if n_id.is_cuda:  # Made on the sampling stream.
+            stream = torch.cuda.current_stream(n_id.device)
+            for t in (slot, rows, pos):
+                t.record_stream(stream)
+        info.slot, info.rows, info.pos = slot, rows, pos
+        info.pos_cpu = pos_cpu
+        return True
+
+    def _on_batch(self, batch) -> None:
+        if not self.training or not self.active:
+            return
+        n_id = getattr(batch, 'n_id', None)
+        num = getattr(batch, 'num_sampled_nodes', None)
+        x = getattr(batch, 'x', None)
+        if not isinstance(n_id, Tensor) or num is None or \
+                not isinstance(x, Tensor):
+            return
+        if not self.features_checked:
+            self.features_checked = True
+            check_batch_features(x, n_id, self.features, 'batch',
+                                 'loader.data')
+        lo, n_last, n_bottom = self._bottom_rows(num)
+        # No synchronization with the device from here on, unless degrees
+        # are compensated or rows are computed per batch (which need the hot
+        # rows on the host):
+        slot = self.hot.positions(n_id.device).index_select(
+            0, n_id[lo:n_bottom])
+        pruned = self.sampler.hot_nodes is not None
+        info = BatchInfo(x, lo, n_bottom, slot, pruned)
+        per_batch = self.strategy.per_batch
+        requested = per_batch and self._take_sampled(n_id, info)
+        if pruned and self.degrees is not None:
+            info.hot_rows()
+            rows = info.rows
+            info.extra_edges = self.degrees.placeholder_edges(
+                n_id, rows if lo == n_last else rows[rows >= n_last])
+        if per_batch and not requested:
+            # Start computing this batch's hot rows right away, with the
+            # weights its forward pass will have:
+            info.hot_rows()
+            info.pos_cpu = info.pos.cpu()
+            self.strategy.on_batch_sampled(
+                info.pos_cpu, self.counter.next_forward_version())
+        self._remember(x, info)
+
+    def _remember(self, x: Tensor, info: BatchInfo, per_batch: int = 1
+                  ) -> None:
+        self.batches[id(x)] = info
+        self.batches.move_to_end(id(x))
+        while len(self.batches) > MAX_BATCHES * per_batch:
+            self.batches.popitem(last=False)
+
+    def _match(self, x: Any) -> Optional[BatchInfo]:
+        if not isinstance(x, Tensor) or not self.batches:
+            return None
+        info = self.batches.get(id(x))
+        if info is not None and info.x_ref() is x:
+            return info
+        newest = next(reversed(self.batches.values()))
+        if newest.num_nodes == x.size(0) and x.dim() == 2:
+            if not self.warned_size_match:
+                self.warned_size_match = True
+                warnings.warn(
+                    "BottomLayerOffload: the model's input 'x' is not the "
+                    "'batch.x' tensor of a mini-batch of the loader; assuming "
+                    "it holds the features of the newest mini-batch (same "
+                    "number of rows). Pass 'batch.x' itself to avoid the "
+                    "guess", stacklevel=6)
+            return newest
+        return None
+
+    # Forward #################################################################
+
+    def begin(self, x: Any, edge_index: Any) -> ForwardContext:
+        r"""A training forward pass on :obj:`x` starts: counts it, lets the
+        strategy queue work and finds the batch of :obj:`x`."""
+        version = self.counter.on_forward()
+        self.strategy.on_forward(version)
+        info = self._match(x)
+        if isinstance(info, BatchInfo) and info.slot.device != getattr(
+                x, 'device', info.slot.device):
+            info.slot = info.slot.to(x.device)
+            info.rows = info.pos = None
+        if info is None:
+            self.num_exact += 1
+        else:
+            self.num_offloaded += 1
+        ctx = self.context_type(x, edge_index, info, version)
+        self.ctx = ctx
+        return ctx
+
+    def end(self, ctx: ForwardContext, failed: bool) -> None:
+        r"""The forward pass :obj:`ctx` ended (:obj:`failed`: with an
+        exception); raises if the first layer was not called."""
+        self.ctx = None
+        if failed:
+            return
+        if not ctx.called:
+            raise RuntimeError(
+                f"BottomLayerOffload: the first message-passing layer "
+                f"{self.layer_name!r} was not called during the forward pass; "
+                f"pass the layer the model calls first as 'layer='")
+
+    def check_eval_batch(self, x: Any) -> None:
+        r"""Warns (once) if :obj:`x` is the input of a batch pruned in
+        training mode, evaluated now."""
+        if self.warned_eval_pruned or not isinstance(x, Tensor):
+            return
+        info = self.batches.get(id(x))
+        if info is not None and info.x_ref() is x and info.pruned:
+            self.warned_eval_pruned = True
+            warnings.warn(
+                "BottomLayerOffload: evaluating a mini-batch that was sampled "
+                "in training mode, with the bottom-hop neighbors of hot "
+                "vertices pruned; call eval() before drawing evaluation "
+                "batches", stacklevel=5)
+
+    def install_order_check(self) -> List[Any]:
+        r"""Until the first offloaded forward pass completes, raises if
+        another message-passing layer runs before the chosen one."""
+        handles = []
+        ctx_ref = self
+
+        def make_hook(name):
+            def hook(module, args):
+                ctx = ctx_ref.ctx
+                if ctx is not None and not ctx.called:
+                    raise ValueError(
+                        f"BottomLayerOffload: the message-passing layer "
+                        f"{name!r} runs before {ctx_ref.layer_name!r}, the "
+                        f"layer chosen as the first one; pass "
+                        f"layer={name!r}")
+            return hook
+
+        for name, module in message_passing_layers(self.model).items():
+            if module is not self.layer:
+                handles.append(module.register_forward_pre_hook(
+                    make_hook(name)))
+        return handles
+
+    def _pre_hook(self, module, args, kwargs):
+        ctx = self.ctx
+        if ctx is None or ctx.called:
+            return None
+        ctx.called = True
+        x = args[0] if len(args) > 0 else kwargs.get('x')
+        if isinstance(x, (tuple, list)) and len(x) > 0:
+            x = x[0]
+        if not same_tensor(x, ctx.x):
+            raise ValueError(
+                f"BottomLayerOffload: the first message-passing layer "
+                f"{self.layer_name!r} does not consume the model's input 'x' "
+                f"directly (it gets a {type(x).__name__}"
+                f"{list(x.shape) if isinstance(x, Tensor) else ''} computed "
+                f"from it, e.g. by a Linear layer, an input dropout or a "
+                f"normalization before the first convolution). Bottom-layer "
+                f"offload computes that layer on the CPU from the raw "
+                f"features 'loader.data.x', so the model's first operation on "
+                f"'x' must be this layer; move such preprocessing into the "
+                f"data, or call model.eval() to run without offload")
+        check_no_edge_tensors(
+            f'the first message-passing layer {self.layer_name!r}', args,
+            kwargs)
+        ctx.in_call = True
+        return None
+
+    def _edge_hook(self, module, args, kwargs):
+        ctx = self.ctx
+        if ctx is None or ctx.info is None:
+            return None
+        return self.degrees.add_placeholders(ctx.info.extra_edges,
+                                             ctx.edge_index, args, kwargs)
+
+    def _post_hook(self, module, args, output):
+        ctx = self.ctx
+        if ctx is None or not ctx.in_call:
+            return None
+        ctx.in_call = False
+        info = ctx.info
+        if info is None or info.slot.numel() == 0:
+            return None
+        if self.split != OUTPUT:
+            check_aggregated(ctx, repr(self.layer_name))
+            return None
+        return replace_output(
+            output, lambda out: self._replace(out, info, ctx.version))
+
+    def _aggregate_hook(self, module, inputs, out):
+        # split='aggregate': the hot rows of the layer's aggregation become
+        # the CPU-computed ones, finished with the current weights.
+        ctx = self.ctx
+        if ctx is None or not ctx.in_call or ctx.aggregated:
+            return None
+        ctx.aggregated = True
+        info = ctx.info
+        if info is None or info.slot.numel() == 0 or not isinstance(
+                out, Tensor):
+            return None
+        return self._replace(out, info, ctx.version)
+
+    def _replace(self, out: Tensor, info: BatchInfo, version: int,
+                 table: Optional[Tensor] = None,
+                 layer: Optional[torch.nn.Module] = None,
+                 kind: Optional[str] = None) -> Tensor:
+        # The hot rows of `out` (rows `info.lo:info.hi`) replaced by their
+        # rows of `table` (the strategy's, if not given), on `out`'s device,
+        # in its dtype, and for split='aggregate' finished with the layer's
+        # current weights.
+        if table is None:
+            table = self.strategy.rows_for(info, version, self.timer)
+            if table is None:
+                return out
+        layer = self.layer if layer is None else layer
+        kind = self.split if kind is None else kind
+
+        def finish(emb: Tensor) -> Tensor:
+            emb = emb.to(out.device)
+            if kind != OUTPUT:
+                emb = finish_aggregated(layer, kind, emb)
+            return emb.to(out.dtype)
+
+        new, count = replace_from_table(out, info, table, finish)
+        # A device-side counter (a tensor), read only by `stats()`: no
+        # synchronization per batch.
+        self._rows_replaced = self._rows_replaced + count
+        return new
+
+    @property
+    def rows_replaced(self) -> int:
+        r"""Hot rows replaced since :meth:`reset_stats` (synchronizes with
+        the device)."""
+        return int(self._rows_replaced)

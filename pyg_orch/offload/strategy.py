@@ -1,0 +1,315 @@
+"""One interface for the ways hot-vertex embeddings are computed on CPU
+threads and handed to the training loop under a strict staleness bound:
+:class:`EmbeddingStrategy`, implemented by
+:class:`~pyg_orch.offload.super_batch.EmbeddingPipeline`
+(:obj:`refresh='super_batch'`) and
+:class:`~pyg_orch.offload.batch_cache.BatchEmbeddingCache`
+(:obj:`refresh='batch'`). The runtime talks to them through it only."""
+import collections
+import threading
+import time
+from concurrent.futures import CancelledError
+from typing import Any, Dict, List, Optional, Union
+
+import torch
+from torch import Tensor
+
+from pyg_orch.offload.aggregate_split import OUTPUT
+from pyg_orch.offload.bottom_layer import BottomLayerComputer
+from pyg_orch.offload.hot_set import HotSetSizer
+from pyg_orch.offload.options import WorkHook
+from pyg_orch.offload.replacement import BatchInfo
+from pyg_orch.offload.tables import (
+    EmbeddingTable,
+    Job,
+    OffloadWorkerError,
+    Snapshot,
+    default_chunk_size,
+)
+from pyg_orch.offload.workers import WorkerPool
+
+
+class EmbeddingStrategy:
+    r"""Computes the first layer's output (or aggregation) of hot vertices
+    on CPU worker threads from weight snapshots. The runtime calls
+    :meth:`on_forward` at every training forward pass,
+    :meth:`on_batch_sampled` for the hot rows of a batch just sampled (only
+    if :attr:`per_batch`), and :meth:`rows_for` for the rows that replace a
+    batch's hot rows.
+
+    Args:
+        computer (BottomLayerComputer): Computes the layer on the CPU.
+        layer (torch.nn.Module): The layer on the training device (read for
+            snapshots only).
+        hot (HotSetSizer or torch.Tensor): The hot set (a tensor: a fixed
+            one of these vertices).
+        device (torch.device): Where embeddings are used.
+        max_staleness (int): The staleness bound, in optimizer steps.
+        num_threads (int): Worker threads.
+        chunk_size (int, optional): The most hot vertices per work item; see
+            :func:`~pyg_orch.offload.tables.default_chunk_size`.
+        idle_timeout (float): Seconds before an idle worker thread exits.
+            (default: :obj:`2.0`)
+        intra_op_threads (int): PyTorch threads of each worker thread.
+            (default: :obj:`1`)
+        work_hook (callable, optional): Called by a worker before every work
+            item, with the item's cancellation event (see
+            :class:`~pyg_orch.offload.options.OffloadOptions`).
+    """
+    #: Whether it computes the rows each batch needs: then the runtime calls
+    #: :meth:`on_batch_sampled` for every batch drawn in training mode.
+    per_batch = False
+    #: The :obj:`refresh` option it implements.
+    refresh = ''
+
+    def __init__(self, computer: BottomLayerComputer, layer: torch.nn.Module,
+                 hot: Union[HotSetSizer, Tensor], device: torch.device,
+                 max_staleness: int, num_threads: int,
+                 chunk_size: Optional[int] = None, idle_timeout: float = 2.0,
+                 intra_op_threads: int = 1,
+                 work_hook: Optional[WorkHook] = None):
+        self.computer = computer
+        self.layer = layer
+        self.hot = hot if isinstance(hot, HotSetSizer) else HotSetSizer(hot)
+        self.device = torch.device(device)
+        self.max_staleness = int(max_staleness)
+        # split='aggregate': tables hold weight-free aggregations, finished
+        # with the current weights on the device, so any table is usable.
+        self.weight_free = computer.split != OUTPUT
+        self.num_threads = int(num_threads)
+        self.intra_op_threads = int(intra_op_threads)
+        self.chunk_size = int(default_chunk_size(computer)
+                              if chunk_size is None else chunk_size)
+        self.idle_timeout = idle_timeout
+        self.work_hook = work_hook
+        self.cuda = self.device.type == 'cuda'
+        self.pin = self.cuda and torch.cuda.is_available()
+        self._streams: Dict[Any, Any] = {}
+        self._streams_lock = threading.Lock()
+        self._pool: Optional[WorkerPool] = None
+        self._jobs: collections.deque = collections.deque()
+        self._seq = 0
+        self._stats_lock = threading.Lock()
+        self.reset_stats()
+
+    # The interface ###########################################################
+
+    def on_forward(self, version: int) -> None:
+        r"""A training forward pass of weight version :obj:`version`
+        starts."""
+
+    def on_batch_sampled(self, pos: Tensor, version: int,
+                         weights_version: Optional[int] = None) -> None:
+        r"""A batch that will train at version :obj:`version` was drawn; it
+        holds the hot rows :obj:`pos` (positions in the hot set, CPU).
+        :obj:`weights_version` is the version of the current weights
+        (:obj:`version` if not given)."""
+
+    def rows_for(self, info: BatchInfo, version: int,
+                 timer: Any = None) -> Optional[Tensor]:
+        r"""A tensor on the device whose row :obj:`info.slot[i]` replaces
+        the hot row :obj:`info.lo + i` of a batch at version
+        :obj:`version`, or :obj:`None` if the batch has no hot row; waits
+        (timed, also by :obj:`timer`) for rows not fresh enough and raises
+        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker
+        failed."""
+        raise NotImplementedError
+
+    @property
+    def pending(self) -> int:
+        r"""The work queued and not finished yet (tables or row sets)."""
+        return sum(not job.future.done() for job in self._jobs)
+
+    @property
+    def threads(self) -> list:
+        r"""The worker threads alive now."""
+        return [] if self._pool is None else self._pool.threads
+
+    # Statistics ##############################################################
+
+    def reset_stats(self) -> None:
+        r"""Forgets the statistics gathered so far."""
+        with self._stats_lock:
+            self.cpu_seconds = 0.0
+            self.tables_computed = 0
+            self.rows_computed = 0
+        self.tables_submitted = 0
+        self.tables_discarded = 0
+        self.wait_seconds = 0.0
+        self.num_waits = 0
+        self.staleness_hist: Dict[int, int] = {}
+        self.max_table_age: Optional[int] = None
+
+    def _record_staleness(self, age: int) -> None:
+        # `age`: steps since the table's snapshot. Its weights' staleness
+        # is that, or 0 for weight-free tables.
+        self.max_table_age = age if self.max_table_age is None else max(
+            self.max_table_age, age)
+        staleness = 0 if self.weight_free else age
+        if not 0 <= staleness <= self.max_staleness:  # pragma: no cover
+            raise AssertionError(f'staleness {staleness} outside '
+                                 f'[0, {self.max_staleness}]')
+        self.staleness_hist[staleness] = \
+            self.staleness_hist.get(staleness, 0) + 1
+
+    def stats(self) -> Dict[str, Any]:
+        r"""Counters (see :meth:`pyg_orch.offload.BottomLayerOffload.stats`).
+        """
+        hist = dict(sorted(self.staleness_hist.items()))
+        return {
+            'max_staleness': self.max_staleness,
+            'num_threads': self.num_threads,
+            'intra_op_threads': self.intra_op_threads,
+            'cpu_autocast': None if self.computer.autocast_dtype is None else
+            str(self.computer.autocast_dtype).replace('torch.', ''),
+            'chunk_size': self.chunk_size,
+            'staleness_hist': hist,
+            'max_staleness_seen': max(hist) if hist else None,
+            'max_table_age': self.max_table_age,
+            'wait_s': self.wait_seconds,
+            'num_waits': self.num_waits,
+            'cpu_compute_s': self.cpu_seconds,
+            'tables_submitted': self.tables_submitted,
+            'tables_computed': self.tables_computed,
+            'tables_discarded': self.tables_discarded,
+            'rows_computed': self.rows_computed,
+            'refresh': self.refresh,
+        }
+
+    # Main thread #############################################################
+
+    def _get_pool(self) -> WorkerPool:
+        if self._pool is None or self._pool.closed:
+            self._pool = WorkerPool(self.num_threads, self.idle_timeout,
+                                    self.intra_op_threads)
+        return self._pool
+
+    def _stream(self, key, device) -> Any:
+        with self._streams_lock:
+            stream = self._streams.get(key)
+            if stream is None:
+                stream = self._streams[key] = torch.cuda.Stream(device)
+            return stream
+
+    def _launch(self, snapshot: Snapshot, nodes: Tensor, chunks: List,
+                rows: Optional[Tensor] = None) -> Job:
+        job = Job(self._seq, snapshot, nodes, chunks, rows)
+        self._seq += 1
+        pool = self._get_pool()
+        for lo, hi in chunks:
+            job.chunk_futures.append(pool.submit(self.run_item, job, lo, hi))
+        self._jobs.append(job)
+        self.tables_submitted += 1
+        return job
+
+    def _raise_failures(self) -> None:
+        for job in list(self._jobs):
+            if job.failed():
+                self._jobs.remove(job)
+                self._on_dropped(job)
+                job.cancel()
+                exc = job.future.exception()
+                raise OffloadWorkerError(
+                    f'BottomLayerOffload: a CPU worker failed while '
+                    f'computing hot-vertex embeddings (table {job.seq}, '
+                    f'weights of step {job.version}): '
+                    f'{type(exc).__name__}: {exc}') from exc
+
+    def _on_dropped(self, job: Job) -> None:
+        pass
+
+    def _discard(self, job: Job) -> None:
+        job.cancel()
+        self._on_dropped(job)
+        self.tables_discarded += 1
+
+    def _wait(self, job: Job, timer=None) -> EmbeddingTable:
+        start = time.perf_counter()
+        try:
+            return job.future.result()
+        except CancelledError:  # pragma: no cover (closed meanwhile)
+            raise RuntimeError('BottomLayerOffload was closed while the '
+                               'training loop waited for it') from None
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            self._raise_failures()
+            raise  # pragma: no cover
+        finally:
+            waited = time.perf_counter() - start
+            self.wait_seconds += waited
+            self.num_waits += 1
+            if timer is not None:
+                timer.add('offload_wait', waited)
+
+    def pause(self) -> None:
+        r"""Cancels queued work and stops the worker threads."""
+        for job in self._jobs:
+            self._discard(job)
+        self._jobs.clear()
+        if self._pool is not None:
+            self._pool.close(wait=True)
+            self._pool = None
+
+    def close(self) -> None:
+        r"""Like :meth:`pause`."""
+        self.pause()
+
+    # Worker threads ##########################################################
+
+    def run_item(self, job: Job, lo: int, hi: int) -> None:
+        r"""Computes the rows :obj:`lo:hi` of :obj:`job` (one work item, on
+        a worker thread); the last item of a job finishes its table."""
+        if job.cancelled.is_set():
+            return
+        start = time.perf_counter()
+        try:
+            if self.work_hook is not None:
+                self.work_hook(job.cancelled)
+                if job.cancelled.is_set():
+                    return
+            state = job.snapshot.cpu(
+                lambda device: self._stream('d2h', device))
+            layer = self.computer.layer_for(job.snapshot, state)
+            out = self.computer.compute(layer, job.nodes[lo:hi])
+            with job.lock:
+                if job.buffer is None:
+                    job.buffer = torch.empty(
+                        (job.nodes.numel(), ) + tuple(out.shape[1:]),
+                        dtype=out.dtype, pin_memory=self.pin)
+                buffer = job.buffer
+            buffer[lo:hi].copy_(out)
+            with job.lock:
+                job.remaining -= 1
+                last = job.remaining == 0
+            if last:
+                self._finish(job)
+        except BaseException as exc:
+            job.fail(exc)
+        finally:
+            with self._stats_lock:
+                self.cpu_seconds += time.perf_counter() - start
+
+    def _finish(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            return
+        event, rows = None, job.rows
+        if self.cuda:
+            stream = self._stream('h2d', self.device)
+            with torch.cuda.stream(stream):
+                emb = job.buffer.to(self.device, non_blocking=True)
+                if rows is not None:
+                    rows = rows.to(self.device)
+                event = torch.cuda.Event()
+                event.record(stream)
+        else:
+            emb = job.buffer
+        job.buffer = None
+        table = EmbeddingTable(job.version, job.seq, emb, event, rows,
+                               compute_s=time.perf_counter() - job.launched)
+        with self._stats_lock:
+            self.tables_computed += 1
+            self.rows_computed += job.nodes.numel()
+        with job.lock:
+            if not job.future.done():
+                job.future.set_result(table)

@@ -1,0 +1,160 @@
+""":obj:`refresh='super_batch'`: tables of the embeddings of *all* hot
+vertices, pipelined by super-batch (:class:`EmbeddingPipeline`)."""
+import time
+from typing import Any, Dict, Optional
+
+from torch import Tensor
+
+from pyg_orch.offload.replacement import BatchInfo
+from pyg_orch.offload.strategy import EmbeddingStrategy
+from pyg_orch.offload.tables import (
+    EmbeddingTable,
+    Snapshot,
+    default_super_batch_size,
+    split_chunks,
+)
+
+
+class EmbeddingPipeline(EmbeddingStrategy):
+    r"""Computes tables of the embeddings of *all* hot vertices on CPU
+    threads, pipelined by super-batch, and hands them to the training loop
+    with a strictly bounded staleness.
+
+    Weight versions count optimizer steps. At a training step of version
+    :math:`t` the caller first calls :meth:`maybe_submit`: every
+    :obj:`super_batch_size` versions (the start of a super-batch), a
+    snapshot of the layer's weights is taken (an asynchronous device-side
+    copy) and the table for it is queued on the worker threads. Then
+    :meth:`acquire` returns the newest finished table whose version
+    :math:`v` satisfies :math:`t - v \le` :obj:`max_staleness`, and waits
+    for one (the oldest queued one that qualifies) if none has finished;
+    the wait is timed. With :obj:`max_staleness=0`, each step waits for the
+    table computed from its own weights.
+
+    A growing hot set (a :class:`~pyg_orch.offload.hot_set.HotSetSizer`
+    with :obj:`auto=True`) is asked to grow at the start of every
+    super-batch and told when a larger table is in use.
+
+    Args:
+        super_batch_size (int, optional): Versions per super-batch; see
+            :func:`~pyg_orch.offload.tables.default_super_batch_size`.
+        **kwargs: The arguments of
+            :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`
+            (:obj:`computer`, :obj:`layer`, :obj:`hot`, :obj:`device`,
+            :obj:`max_staleness`, :obj:`num_threads`, ...).
+    """
+    refresh = 'super_batch'
+
+    def __init__(self, *args: Any, super_batch_size: Optional[int] = None,
+                 **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.super_batch_size = int(
+            super_batch_size or default_super_batch_size(self.max_staleness))
+        self.chunks = split_chunks(self.hot.planned, self.num_threads,
+                                   self.chunk_size)
+        self._current: Optional[EmbeddingTable] = None
+        self._last_submit: Optional[int] = None
+        self._submitted_at: Optional[tuple] = None  # (version, time)
+        self.step_seconds: Optional[float] = None
+        self._waits_seen = 0
+
+    def stats(self) -> Dict[str, Any]:
+        out = super().stats()
+        out['super_batch_size'] = self.super_batch_size
+        out['hot_sizes'] = list(self.hot.sizes)
+        return out
+
+    def on_forward(self, version: int) -> None:
+        self.maybe_submit(version)
+
+    def rows_for(self, info: Optional[BatchInfo], version: int,
+                 timer: Any = None) -> Tensor:
+        return self.acquire(version, timer).emb
+
+    def maybe_submit(self, version: int) -> None:
+        r"""Takes a snapshot and queues its table at the start of every
+        super-batch (first letting the hot set grow, see
+        :meth:`HotSetSizer.maybe_grow
+        <pyg_orch.offload.hot_set.HotSetSizer.maybe_grow>`)."""
+        if not self.chunks:
+            return
+        if self.weight_free and self.pending > 0:
+            return  # Any table serves: one at a time, as fast as it comes.
+        last = self._last_submit
+        if last is None or version - last >= self.super_batch_size:
+            if last is not None:
+                self._maybe_grow()
+            self.submit(version)
+
+    def _maybe_grow(self) -> None:
+        waited = self.num_waits > self._waits_seen
+        self._waits_seen = self.num_waits
+        table = self._current
+        if table is None or self.step_seconds is None:
+            return
+        if self.hot.maybe_grow(table.emb.size(0), table.compute_s,
+                               self.super_batch_size * self.step_seconds,
+                               waited):
+            self.chunks = split_chunks(self.hot.planned, self.num_threads,
+                                       self.chunk_size)
+
+    def submit(self, version: int) -> None:
+        r"""Snapshots the layer's weights (of version :obj:`version`) and
+        queues the computation of their table."""
+        now = time.perf_counter()
+        if self._submitted_at is not None and version > \
+                self._submitted_at[0]:
+            self.step_seconds = (now - self._submitted_at[1]) / (
+                version - self._submitted_at[0])
+        self._submitted_at = (version, now)
+        self._launch(Snapshot(version, self.layer), self.hot.planned_nodes,
+                     self.chunks)
+        self._last_submit = version
+
+    def acquire(self, version: int, timer=None) -> EmbeddingTable:
+        r"""Returns a table usable at weight version :obj:`version`, waiting
+        for one if needed; raises
+        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker failed."""
+        bound = self.max_staleness
+        if self.weight_free:
+            bound = 2**62  # Any table: weights are applied on the device.
+        self._raise_failures()
+        # Tables that could never be used again:
+        while self._jobs and version - self._jobs[0].version > bound:
+            self._discard(self._jobs.popleft())
+        # The newest finished table supersedes everything before it:
+        newest = None
+        for i, job in enumerate(self._jobs):
+            if job.succeeded():
+                newest = i
+        if newest is not None:
+            for _ in range(newest):
+                self._discard(self._jobs.popleft())
+            self._current = self._jobs.popleft().future.result()
+        current = self._current
+        if current is None or version - current.version > bound:
+            if not self._jobs:
+                self.submit(version)
+            table = self._wait(self._jobs[0], timer)
+            self._jobs.popleft()
+            self._current = current = table
+        self._record_staleness(version - current.version)
+        current.wait_on_main(self.device)
+        # Batches may be pruned with all rows of this table from now on:
+        self.hot.use(current.emb.size(0))
+        return current
+
+    def pause(self) -> None:
+        r"""Cancels queued tables and stops the worker threads (the newest
+        finished table is kept; the staleness bound still applies to it)."""
+        for job in self._jobs:
+            if job.succeeded():
+                self._current = job.future.result()
+        super().pause()
+        self._last_submit = None
+        self._submitted_at = None
+
+    def close(self) -> None:
+        r"""Like :meth:`pause`, and drops every table."""
+        self.pause()
+        self._current = None

@@ -1,0 +1,172 @@
+"""The pieces the embedding strategies share: tables of hot-vertex
+embeddings, weight snapshots, work items split into chunks, and the error a
+failed worker raises in the training loop."""
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_orch.offload.bottom_layer import BottomLayerComputer, snapshot_state
+
+
+class OffloadWorkerError(RuntimeError):
+    r"""Raised in the training loop when a CPU worker of
+    :class:`~pyg_orch.offload.BottomLayerOffload` failed; the worker's
+    exception (with its traceback) is chained as :obj:`__cause__`."""
+
+
+def default_super_batch_size(max_staleness: int) -> int:
+    r"""The super-batch size :math:`S = \max(1, \lfloor (s + 1) / 2
+    \rfloor)` for a staleness bound :math:`s`: a table computed from the
+    snapshot taken at the start of super-batch :math:`i` serves super-batch
+    :math:`i + 1`, that is up to :math:`2S - 1 \le s` steps later."""
+    return max(1, (int(max_staleness) + 1) // 2)
+
+
+@dataclass
+class EmbeddingTable:
+    r"""Bottom-layer outputs of hot vertices, computed with the weights of
+    version :obj:`version` (the number of optimizer steps taken before the
+    snapshot).
+
+    Args:
+        version (int): The weight version used.
+        seq (int): The sequence number of the table.
+        emb (torch.Tensor): The outputs, on the training device (rows in the
+            order of the hot set, or of :obj:`rows`).
+        event (torch.cuda.Event, optional): Marks the end of the copy to the
+            device.
+        rows (torch.Tensor, optional): For partial tables, the positions in
+            the hot set of the rows of :obj:`emb` (on the device).
+        compute_s (float, optional): Seconds from queueing the table to its
+            last row.
+    """
+    version: int
+    seq: int
+    emb: Tensor
+    event: Optional[Any] = None
+    rows: Optional[Tensor] = None
+    ready_on_main: bool = False
+    compute_s: Optional[float] = None
+
+    def wait_on_main(self, device: torch.device) -> None:
+        r"""Makes the current stream wait for the copy to the device."""
+        if self.event is not None and not self.ready_on_main:
+            stream = torch.cuda.current_stream(device)
+            stream.wait_event(self.event)
+            self.emb.record_stream(stream)
+            if self.rows is not None:
+                self.rows.record_stream(stream)
+            self.ready_on_main = True
+
+
+class Snapshot:
+    r"""The state of a layer at one version, cloned where it lives; copied to
+    the CPU once, by the first worker that needs it."""
+    def __init__(self, version: int, layer: torch.nn.Module):
+        self.version = version
+        self.state: Optional[Dict[str, Tensor]] = snapshot_state(layer)
+        self.event = None
+        cuda = [v.device for v in self.state.values() if v.is_cuda]
+        if cuda:
+            self.event = torch.cuda.Event()
+            self.event.record(torch.cuda.current_stream(cuda[0]))
+            self.device = cuda[0]
+        self.cpu_state: Optional[Dict[str, Tensor]] = None
+        self.lock = threading.Lock()
+
+    def cpu(self, get_stream: Callable) -> Dict[str, Tensor]:
+        r"""The state on the CPU (copied on the stream
+        :obj:`get_stream(device)` from a CUDA device)."""
+        with self.lock:
+            if self.cpu_state is None:
+                if self.event is not None:
+                    stream = get_stream(self.device)
+                    out = {}
+                    with torch.cuda.stream(stream):
+                        stream.wait_event(self.event)
+                        for k, v in self.state.items():
+                            cpu = torch.empty(v.shape, dtype=v.dtype,
+                                              pin_memory=v.is_cuda)
+                            cpu.copy_(v, non_blocking=v.is_cuda)
+                            out[k] = cpu
+                    stream.synchronize()
+                else:
+                    out = self.state
+                self.cpu_state = out
+                self.state = None
+            return self.cpu_state
+
+
+class Job:
+    r"""The embeddings of :obj:`nodes` from one snapshot, computed in chunks
+    by the worker threads; :obj:`future` gets an :class:`EmbeddingTable`."""
+    def __init__(self, seq: int, snapshot: Snapshot, nodes: Tensor,
+                 chunks: List[tuple], rows: Optional[Tensor] = None):
+        self.seq = seq
+        self.snapshot = snapshot
+        self.version = snapshot.version
+        self.nodes = nodes
+        self.rows = rows
+        self.chunks = chunks
+        self.buffer: Optional[Tensor] = None
+        self.remaining = len(chunks)
+        self.lock = threading.Lock()
+        self.cancelled = threading.Event()
+        self.future: Future = Future()
+        self.chunk_futures: List[Future] = []
+        self.launched = time.perf_counter()
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            if not self.future.done():
+                self.future.set_exception(exc)
+        self.cancel()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        for f in self.chunk_futures:
+            f.cancel()
+        self.future.cancel()
+
+    def failed(self) -> bool:
+        f = self.future
+        return f.done() and not f.cancelled() and f.exception() is not None
+
+    def succeeded(self) -> bool:
+        f = self.future
+        return f.done() and not f.cancelled() and f.exception() is None
+
+
+# Feature bytes a work item gathers, by default. On 2 cores, a few MB per
+# item was 1.5 to 2x faster (600-dim features) than one item of tens of MB
+# per thread, whose fresh allocations each page-fault (free returns them to
+# the operating system); on 16 cores it made no difference. Far smaller
+# items pay Python overhead per item, under the interpreter lock that the
+# training loop needs too.
+_ITEM_BYTES = 8 * 2**20
+
+
+def default_chunk_size(computer: BottomLayerComputer) -> int:
+    r"""Hot vertices per work item by default: about 8 MB of gathered
+    features (the vertices' and their sampled neighbors' rows), between
+    256 and 16,384 vertices."""
+    k = computer.num_neighbors
+    rows_per_vertex = 1 + (k if k >= 0 else 32)
+    size = _ITEM_BYTES // max(rows_per_vertex * computer.row_bytes, 1)
+    return int(min(max(size, 256), 16384))
+
+
+def split_chunks(n: int, num_threads: int, chunk_size: int) -> List[tuple]:
+    r"""Splits :obj:`n` rows into work items :obj:`(lo, hi)`: at most
+    :obj:`chunk_size` rows each, and at least one item per thread where
+    there are enough rows (256 at least per item)."""
+    if n == 0:
+        return []
+    size = min(chunk_size, max(-(-n // num_threads), 256))
+    bounds = list(range(0, n, max(int(size), 1))) + [n]
+    return [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
