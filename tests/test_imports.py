@@ -27,15 +27,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = 'pyg_orch'
 
-# Import edges (importer, imported) left out of the cycle check: the cycle
-# pyg_orch.offload.wrapper <-> pyg_orch.offload.hetero_runtime (wrapper
-# imports hetero_runtime inside a function), which the offload restructure
-# removes in parallel. Removed when the offload restructure lands: this must
-# then be empty. Only edges from pyg_orch.offload may stand here.
-OFFLOAD_CYCLE_EDGES_PENDING = frozenset({
-    ('pyg_orch.offload.wrapper', 'pyg_orch.offload.hetero_runtime'),
-})
-
 # Modules that need Triton to import (and so fail to where it is missing).
 NEEDS_TRITON = {'pyg_orch.gpu.triton_kernels'}
 
@@ -190,16 +181,11 @@ def format_cycles(cycles: List[List[str]]) -> str:
 
 
 def test_import_graph_has_no_cycles():
-    graph = without(import_graph(find_modules()), OFFLOAD_CYCLE_EDGES_PENDING)
+    graph = import_graph(find_modules())
     cycles = find_cycles(graph)
     assert not cycles, ('import cycles (a module imports, maybe lazily, a '
                         'module that imports it back):\n' +
                         format_cycles(cycles))
-
-
-def test_allow_list_only_covers_offload():
-    for src, _ in OFFLOAD_CYCLE_EDGES_PENDING:
-        assert src.startswith('pyg_orch.offload'), src
 
 
 def _reach(graph: Dict[str, Set[str]], start: str) -> Set[str]:
