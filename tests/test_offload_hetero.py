@@ -16,8 +16,9 @@ from torch_geometric.nn import (
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.offload import BottomLayerOffload
-# Autouse fixtures: no offload thread outlives a test; one intra-op thread.
-from test_offload import no_thread_leaks, one_intra_op_thread  # noqa: F401
+
+# No offload thread outlives a test; one intra-op thread (conftest):
+pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
 
 
 def hetero_graph(seed=0):

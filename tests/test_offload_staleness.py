@@ -19,13 +19,10 @@ from pyg_orch.offload import (
 )
 from pyg_orch.sampling.topology import CSCTopology
 
-from test_offload import (  # noqa: F401 (autouse fixtures)
-    no_thread_leaks,
-    one_intra_op_thread,
-    tiny_graph,
-    tiny_loader,
-    wait_no_threads,
-)
+from conftest import tiny_graph, tiny_loader, wait_no_threads
+
+# No offload thread outlives a test; one intra-op thread (conftest):
+pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
 
 
 class Stamp(MessagePassing):
