@@ -49,12 +49,14 @@ from typing import Any, Dict, List
 import torch
 import torch.nn.functional as F
 from _bench_common import (  # noqa: E402
-    PRESETS,
     REPO,
+    add_preset_args,
+    apply_preset,
     fmt_table,
     int_list,
     log,
     machine_info,
+    presets_help,
     seed_batches,
     sync,
 )
@@ -83,27 +85,18 @@ def parse_args(argv=None) -> argparse.Namespace:
             'over PyG at its best num_workers. Results are printed and saved '
             'as JSON.'),
         epilog=(
-            'Presets: default = 2.4M nodes / 120M edges (GPU box, ~128 GB '
-            'RAM); --small = 1M nodes / 20M edges; --tiny = 20k nodes / 200k '
-            'edges (smoke test). PyG rows need torch-sparse: run with '
+            presets_help() + ' (default: the GPU box, ~128 GB RAM; tiny: a '
+            'smoke test). PyG rows need torch-sparse: run with '
             'PYTHONPATH=.cache/baseline-site. See benchmarks/README.md.'),
         formatter_class=_HelpFormatter)
 
     g = p.add_argument_group('graph')
-    preset = g.add_mutually_exclusive_group()
-    preset.add_argument('--small', action='store_const', dest='preset',
-                        const='small',
-                        help='preset: 1M nodes, 20M directed edges')
-    preset.add_argument('--tiny', action='store_const', dest='preset',
-                        const='tiny',
-                        help='preset for smoke tests: 20k nodes, 200k edges')
-    p.set_defaults(preset='default')
+    add_preset_args(g)
     g.add_argument('--num-nodes', type=int, default=None,
-                   help='override the number of nodes of the preset '
-                   '(default preset: 2.4M)')
+                   help='override the number of nodes of the preset')
     g.add_argument('--num-edges', type=int, default=None,
                    help='override the number of directed edges of the '
-                   'preset (default preset: 120M)')
+                   'preset')
     g.add_argument('--num-features', type=int, default=100,
                    help='node feature dimension')
     g.add_argument('--num-classes', type=int, default=47,
@@ -175,11 +168,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error('--pyg-workers must be >= 0')
     if args.train_batches is None:
         args.train_batches = args.batches
-    preset = PRESETS[args.preset]
-    if args.num_nodes is None:
-        args.num_nodes = preset['num_nodes']
-    if args.num_edges is None:
-        args.num_edges = preset['num_edges']
+    apply_preset(args, 'num_nodes', 'num_edges')
 
     if args.device == 'cuda' and not torch.cuda.is_available():
         p.error("--device cuda, but CUDA is not available")
