@@ -79,6 +79,15 @@ def apply_preset(args, *names: str, **renamed: str) -> None:
             setattr(args, name, preset[key])
 
 
+def resolve_device(parser, args) -> None:
+    r"""Resolves :obj:`--device auto` to :obj:`'cuda'` where available, else
+    :obj:`'cpu'`; :obj:`--device cuda` without CUDA is a parser error."""
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        parser.error('--device cuda, but CUDA is not available')
+    if args.device == 'auto':
+        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
 def log(*a) -> None:
     print(*a, flush=True)
 

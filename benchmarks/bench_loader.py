@@ -57,6 +57,7 @@ from _bench_common import (  # noqa: E402
     log,
     machine_info,
     presets_help,
+    resolve_device,
     seed_batches,
     sync,
 )
@@ -170,10 +171,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.train_batches = args.batches
     apply_preset(args, 'num_nodes', 'num_edges')
 
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        p.error("--device cuda, but CUDA is not available")
-    if args.device == 'auto':
-        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    resolve_device(p, args)
     if args.gen_device == 'auto':
         args.gen_device = args.device
 
@@ -235,6 +233,16 @@ def try_torch_sparse():
     return torch_sparse, None
 
 
+def fit_batches(loader, warmup: int, num: int):
+    r"""Warm-up and timed batches, fewer where the loader has fewer than
+    :obj:`warmup + num` batches (at least one timed)."""
+    available = len(loader)
+    if warmup + num > available:
+        num = max(available - warmup, 1)
+        warmup = available - num
+    return warmup, num
+
+
 def batches_per_epoch(num_inputs: int, batch_size: int) -> int:
     return max(num_inputs // batch_size, 1)  # drop_last=True
 
@@ -267,10 +275,7 @@ def measure_iteration(loader, warmup: int, num: int, device,
                       hybrid: bool) -> Dict[str, Any]:
     r"""Iterates :obj:`loader` without training (sampling + feature
     slicing, plus any transfer the loader does)."""
-    available = len(loader)
-    if warmup + num > available:
-        num = max(available - warmup, 1)
-        warmup = available - num
+    warmup, num = fit_batches(loader, warmup, num)
     it = iter(loader)
     for _ in range(warmup):
         next(it)
@@ -353,12 +358,7 @@ def measure_training(args, loader, train_device, hybrid: bool
 
     model, opt = make_model(args, train_device)
     model.train()
-    warmup = args.warmup
-    num = args.train_batches
-    available = len(loader)
-    if warmup + num > available:
-        num = max(available - warmup, 1)
-        warmup = available - num
+    warmup, num = fit_batches(loader, args.warmup, args.train_batches)
     timer = loader.timer if hybrid else StageTimer(train_device)
     it = iter(loader)
     edges = 0

@@ -55,6 +55,7 @@ from _bench_common import (  # noqa: E402
     int_list,
     log,
     machine_info,
+    resolve_device,
     sync,
 )
 
@@ -155,10 +156,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                  warmup='offload_warmup')
     if args.wide:
         args.num_features = 600
-    if args.device == 'auto':
-        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        p.error('--device cuda, but CUDA is not available')
+    resolve_device(p, args)
     if args.out is None:
         name = 'offload_accuracy' if args.accuracy else (
             f"offload_{args.preset}{'_wide' if args.wide else ''}"

@@ -59,6 +59,7 @@ from _bench_common import (  # noqa: E402
     log,
     machine_info,
     presets_help,
+    resolve_device,
     seed_batches,
     sync,
 )
@@ -152,10 +153,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f'--{name.replace("_", "-")} must be >= 1')
     if args.warmup < 0:
         p.error('--warmup must be >= 0')
-    if args.device == 'auto':
-        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        p.error('--device cuda, but CUDA is not available')
+    resolve_device(p, args)
     apply_preset(args, 'num_nodes', 'num_edges')
     if args.out is None:
         args.out = str(REPO / 'benchmarks' / 'results' /

@@ -27,19 +27,16 @@ TORCH_PATH = ({
 GRAPH = dict(num_nodes=300, num_edges=2400, hub=1)
 
 
-HETERO_SIZES = {'paper': 150, 'author': 90, 'inst': 8}
-HETERO_EDGES = {
-    ('author', 'writes', 'paper'): 500,
-    ('paper', 'cites', 'paper'): 700,
-    ('inst', 'employs', 'author'): 80,
-    ('paper', 'written_by', 'author'): 500,
-}
 HETERO_FANOUTS = {
     ('author', 'writes', 'paper'): [4, 3, 2],
     ('paper', 'cites', 'paper'): [-1, 2, 0],
     ('inst', 'employs', 'author'): [2, 0, 1],
     ('paper', 'written_by', 'author'): [3, 40, 2],
 }
+# The node and edge counts of random_hetero_graph (edges per edge type, in
+# the order of HETERO_FANOUTS):
+HETERO_SIZES = {'paper': 150, 'author': 90, 'inst': 8}
+HETERO_EDGES = dict(zip(HETERO_FANOUTS, (500, 700, 80, 500)))
 
 
 # Instrumented relabelers #####################################################
