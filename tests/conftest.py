@@ -1,3 +1,4 @@
+import functools
 import gc
 import shutil
 import threading
@@ -45,6 +46,25 @@ def _planetoid(name: str, tmp_path_factory):
     root = tmp_path_factory.mktemp(name.lower())
     shutil.copytree(raw, root / name / 'raw')
     return Planetoid(str(root), name)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def musae_graph(name: str, dtype: torch.dtype = torch.int64) -> Data:
+    r"""The MUSAE graph :obj:`name` (:obj:`'facebook'` or :obj:`'github'`,
+    skips when ../shared is absent) with :obj:`x` (the node id) and random
+    :obj:`edge_attr` (2 columns). Cached per (name, dtype), so that loaders
+    of several tests share one topology through the topology cache."""
+    from pyg_orch.datasets import read_musae
+    folder = DATASETS / 'musae' / name
+    if not (folder / 'edges.csv').exists():
+        pytest.skip(f'{folder} not found')
+    data = read_musae(folder)
+    data.edge_index = data.edge_index.to(dtype)
+    if 'x' not in data:  # Some node features to check the slicing on.
+        data.x = torch.arange(data.num_nodes, dtype=torch.float).view(-1, 1)
+    g = torch.Generator().manual_seed(0)
+    data.edge_attr = torch.randn(data.edge_index.size(1), 2, generator=g)
+    return data
 
 
 @pytest.fixture(scope='session')

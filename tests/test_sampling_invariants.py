@@ -4,7 +4,6 @@ checked on seeded random graphs, on the skewed MUSAE graphs (when
 leaves."""
 import functools
 import inspect
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +13,7 @@ from torch_geometric.data import Data
 from pyg_orch import HybridNeighborLoader, HybridNeighborSampler
 from pyg_orch.sampling.neighbors import FLOYD_MAX_FANOUT
 
-from conftest import hub_graph, random_hetero_graph
-
-DATASETS = Path(__file__).resolve().parents[1].parent / 'shared' / 'datasets'
+from conftest import hub_graph, musae_graph, random_hetero_graph
 
 # Fan-outs: plain, all neighbors, an empty hop, and one above
 # FLOYD_MAX_FANOUT (the sort path) on graphs whose hubs have more neighbors.
@@ -32,43 +29,6 @@ TORCH_PATH = ({
 
 
 # Graphs ######################################################################
-
-
-def _read_csv_ints(path: Path) -> np.ndarray:
-    return np.loadtxt(path, delimiter=',', skiprows=1, dtype=np.int64,
-                      ndmin=2)
-
-
-def _tiny_musae_reader(folder: Path) -> Data:
-    edges = torch.from_numpy(_read_csv_ints(folder / 'edges.csv')).t()
-    target = _read_csv_ints(folder / 'target.csv')
-    num_nodes = int(target[:, 0].max()) + 1
-    y = torch.zeros(num_nodes, dtype=torch.long)
-    y[torch.from_numpy(target[:, 0])] = torch.from_numpy(target[:, 1])
-    # The MUSAE graphs are undirected, stored once per edge:
-    edge_index = torch.cat([edges, edges.flip(0)], dim=1)
-    return Data(edge_index=edge_index, y=y, num_nodes=num_nodes)
-
-
-@functools.lru_cache(maxsize=None)
-def musae_graph(name: str, dtype: torch.dtype = torch.int64) -> Data:
-    r"""Cached per (name, dtype), so that loaders of several tests share one
-    topology through the topology cache."""
-    folder = DATASETS / 'musae' / name
-    if not (folder / 'edges.csv').exists():
-        pytest.skip(f'{folder} not found')
-    try:  # Written in parallel; fall back to the tiny reader above.
-        from pyg_orch.datasets import read_musae
-    except ImportError:
-        read_musae = None
-    data = read_musae(folder) if read_musae is not None else \
-        _tiny_musae_reader(folder)
-    data.edge_index = data.edge_index.to(dtype)
-    if 'x' not in data:  # Some node features to check the slicing on.
-        data.x = torch.arange(data.num_nodes, dtype=torch.float).view(-1, 1)
-    g = torch.Generator().manual_seed(0)
-    data.edge_attr = torch.randn(data.edge_index.size(1), 2, generator=g)
-    return data
 
 
 def star_graph(num_leaves: int) -> Data:
