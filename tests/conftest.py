@@ -123,8 +123,8 @@ def random_graph(num_nodes: int = 400, num_edges: int = 4000, seed: int = 0,
 def hub_graph(seed: int, num_nodes: int = 200, num_edges: int = 1500,
               dtype: torch.dtype = torch.int64, hub: int = 0) -> Data:
     r"""A directed multigraph with self-loops, a hub (node :obj:`hub`) of
-    in-degree :obj:`num_edges // 8` (above :obj:`FLOYD_MAX_FANOUT + 8` with
-    the defaults), nodes without in-edges (the last quarter) and fully
+    in-degree above :obj:`num_edges // 8` (so above
+    :obj:`FLOYD_MAX_FANOUT + 8` with the defaults), nodes without in-edges (the last quarter) and fully
     isolated nodes (the last two), edges in random order; with :obj:`x` (4
     columns), :obj:`y` (5 classes) and :obj:`edge_attr` (3 columns)."""
     g = torch.Generator().manual_seed(seed)
