@@ -17,12 +17,75 @@ if str(REPO) not in sys.path:  # Run from a checkout without installing.
 
 warnings.filterwarnings('ignore', message=".*'pyg-lib'.*")
 
-# Graph sizes (power-law, 100 features, 47 classes unless overridden):
+# Graph sizes (power-law, 100 features, 47 classes unless overridden), and
+# what scales with them: bench_offload.py's timed and warm-up batches per
+# mode. 'scale' is bench_gpu_data_path.py --scale (features in pinned host
+# memory), not a choice of --preset.
 PRESETS = {
-    'default': dict(num_nodes=2_400_000, num_edges=120_000_000),
-    'small': dict(num_nodes=1_000_000, num_edges=20_000_000),
-    'tiny': dict(num_nodes=20_000, num_edges=200_000),
+    'default': dict(num_nodes=2_400_000, num_edges=120_000_000,
+                    offload_batches=200, offload_warmup=10),
+    'small': dict(num_nodes=1_000_000, num_edges=20_000_000,
+                  offload_batches=60, offload_warmup=5),
+    'tiny': dict(num_nodes=20_000, num_edges=200_000, offload_batches=30,
+                 offload_warmup=3),
+    'scale': dict(num_nodes=100_000_000, num_edges=1_000_000_000,
+                  num_features=128),
 }
+PRESET_CHOICES = ('default', 'small', 'tiny')
+
+
+def _count(n: int) -> str:
+    for div, unit in ((10**9, 'B'), (10**6, 'M'), (10**3, 'k')):
+        if n >= div:
+            return f'{n / div:g}{unit}'
+    return str(n)
+
+
+def describe_preset(name: str) -> str:
+    r"""E.g. :obj:`'20k nodes, 200k edges'`."""
+    p = PRESETS[name]
+    text = f"{_count(p['num_nodes'])} nodes, {_count(p['num_edges'])} edges"
+    if 'num_features' in p:
+        text += f", {p['num_features']} features"
+    return text
+
+
+def presets_help() -> str:
+    r"""One line on every preset, for a parser's description or epilog."""
+    return 'Presets: ' + '; '.join(f'{name} = {describe_preset(name)}'
+                                   for name in PRESET_CHOICES)
+
+
+def add_preset_args(parser) -> None:
+    r"""Adds :obj:`--preset {default,small,tiny}` and its shortcuts
+    :obj:`--small` and :obj:`--tiny` (to a parser or an argument group)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument('--preset', choices=PRESET_CHOICES, default='default',
+                       help='graph size: ' + '; '.join(
+                           f'{name} = {describe_preset(name)}'
+                           for name in PRESET_CHOICES))
+    for name in PRESET_CHOICES[1:]:
+        group.add_argument(f'--{name}', action='store_const', dest='preset',
+                           const=name, help=f'--preset {name}')
+
+
+def apply_preset(args, *names: str, **renamed: str) -> None:
+    r"""Sets the arguments :obj:`names` (and those of :obj:`renamed`, to
+    the preset's values of other keys) that are still :obj:`None` from
+    :obj:`PRESETS[args.preset]`."""
+    preset = PRESETS[args.preset]
+    for name, key in [(n, n) for n in names] + list(renamed.items()):
+        if getattr(args, name) is None:
+            setattr(args, name, preset[key])
+
+
+def resolve_device(parser, args) -> None:
+    r"""Resolves :obj:`--device auto` to :obj:`'cuda'` where available, else
+    :obj:`'cpu'`; :obj:`--device cuda` without CUDA is a parser error."""
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        parser.error('--device cuda, but CUDA is not available')
+    if args.device == 'auto':
+        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
 
 
 def log(*a) -> None:

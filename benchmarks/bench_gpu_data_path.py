@@ -34,7 +34,12 @@ from pyg_orch.datasets import power_law_graph  # noqa: E402
 from pyg_orch.gpu.feature_store import TieredFeatureStore  # noqa: E402
 from pyg_orch.sampling.presample import count_node_access  # noqa: E402
 from pyg_orch.sampling.topology import GraphTopology  # noqa: E402
-from _bench_common import log, machine_info  # noqa: E402
+from _bench_common import (  # noqa: E402
+    PRESETS,
+    describe_preset,
+    log,
+    machine_info,
+)
 
 
 def sync():
@@ -162,8 +167,10 @@ def gather_microbench(x_cpu, hotness, index_batches, ratio, method):
 def main():
     global TRIM
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--num-nodes', type=int, default=2_400_000)
-    p.add_argument('--num-edges', type=int, default=120_000_000)
+    p.add_argument('--num-nodes', type=int,
+                   default=PRESETS['default']['num_nodes'])
+    p.add_argument('--num-edges', type=int,
+                   default=PRESETS['default']['num_edges'])
     p.add_argument('--num-features', type=int, default=100)
     p.add_argument('--num-classes', type=int, default=47)
     p.add_argument('--fanout', default='15,10,5')
@@ -184,7 +191,7 @@ def main():
                    help='cap of the UVA gather grid in the --scale run')
     p.add_argument('--no-pyg', action='store_true')
     p.add_argument('--scale', action='store_true',
-                   help='100M nodes, 1B edges, 128 features in host memory')
+                   help=describe_preset('scale') + ' in host memory')
     p.add_argument('--no-trim', action='store_true',
                    help='do not use trim_to_layer (it needs num_sampled_*, '
                    'which PyG with torch-sparse does not provide)')
@@ -406,7 +413,8 @@ class _ToDevice:
 
 def scale(args):
     dev = torch.device('cuda')
-    N, E, Fdim = 100_000_000, 1_000_000_000, 128
+    N, E, Fdim = (PRESETS['scale'][k]
+                  for k in ('num_nodes', 'num_edges', 'num_features'))
     res = {'machine': machine_info(), 'config': vars(args),
            'graph': {'num_nodes': N, 'num_edges': E, 'num_features': Fdim}}
     t = time.perf_counter()

@@ -49,12 +49,15 @@ from typing import Any, Dict, List
 import torch
 import torch.nn.functional as F
 from _bench_common import (  # noqa: E402
-    PRESETS,
     REPO,
+    add_preset_args,
+    apply_preset,
     fmt_table,
     int_list,
     log,
     machine_info,
+    presets_help,
+    resolve_device,
     seed_batches,
     sync,
 )
@@ -83,27 +86,18 @@ def parse_args(argv=None) -> argparse.Namespace:
             'over PyG at its best num_workers. Results are printed and saved '
             'as JSON.'),
         epilog=(
-            'Presets: default = 2.4M nodes / 120M edges (GPU box, ~128 GB '
-            'RAM); --small = 1M nodes / 20M edges; --tiny = 20k nodes / 200k '
-            'edges (smoke test). PyG rows need torch-sparse: run with '
+            presets_help() + ' (default: the GPU box, ~128 GB RAM; tiny: a '
+            'smoke test). PyG rows need torch-sparse: run with '
             'PYTHONPATH=.cache/baseline-site. See benchmarks/README.md.'),
         formatter_class=_HelpFormatter)
 
     g = p.add_argument_group('graph')
-    preset = g.add_mutually_exclusive_group()
-    preset.add_argument('--small', action='store_const', dest='preset',
-                        const='small',
-                        help='preset: 1M nodes, 20M directed edges')
-    preset.add_argument('--tiny', action='store_const', dest='preset',
-                        const='tiny',
-                        help='preset for smoke tests: 20k nodes, 200k edges')
-    p.set_defaults(preset='default')
+    add_preset_args(g)
     g.add_argument('--num-nodes', type=int, default=None,
-                   help='override the number of nodes of the preset '
-                   '(default preset: 2.4M)')
+                   help='override the number of nodes of the preset')
     g.add_argument('--num-edges', type=int, default=None,
                    help='override the number of directed edges of the '
-                   'preset (default preset: 120M)')
+                   'preset')
     g.add_argument('--num-features', type=int, default=100,
                    help='node feature dimension')
     g.add_argument('--num-classes', type=int, default=47,
@@ -175,16 +169,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error('--pyg-workers must be >= 0')
     if args.train_batches is None:
         args.train_batches = args.batches
-    preset = PRESETS[args.preset]
-    if args.num_nodes is None:
-        args.num_nodes = preset['num_nodes']
-    if args.num_edges is None:
-        args.num_edges = preset['num_edges']
+    apply_preset(args, 'num_nodes', 'num_edges')
 
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        p.error("--device cuda, but CUDA is not available")
-    if args.device == 'auto':
-        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    resolve_device(p, args)
     if args.gen_device == 'auto':
         args.gen_device = args.device
 
@@ -246,6 +233,16 @@ def try_torch_sparse():
     return torch_sparse, None
 
 
+def fit_batches(loader, warmup: int, num: int):
+    r"""Warm-up and timed batches, fewer where the loader has fewer than
+    :obj:`warmup + num` batches (at least one timed)."""
+    available = len(loader)
+    if warmup + num > available:
+        num = max(available - warmup, 1)
+        warmup = available - num
+    return warmup, num
+
+
 def batches_per_epoch(num_inputs: int, batch_size: int) -> int:
     return max(num_inputs // batch_size, 1)  # drop_last=True
 
@@ -278,10 +275,7 @@ def measure_iteration(loader, warmup: int, num: int, device,
                       hybrid: bool) -> Dict[str, Any]:
     r"""Iterates :obj:`loader` without training (sampling + feature
     slicing, plus any transfer the loader does)."""
-    available = len(loader)
-    if warmup + num > available:
-        num = max(available - warmup, 1)
-        warmup = available - num
+    warmup, num = fit_batches(loader, warmup, num)
     it = iter(loader)
     for _ in range(warmup):
         next(it)
@@ -364,12 +358,7 @@ def measure_training(args, loader, train_device, hybrid: bool
 
     model, opt = make_model(args, train_device)
     model.train()
-    warmup = args.warmup
-    num = args.train_batches
-    available = len(loader)
-    if warmup + num > available:
-        num = max(available - warmup, 1)
-        warmup = available - num
+    warmup, num = fit_batches(loader, args.warmup, args.train_batches)
     timer = loader.timer if hybrid else StageTimer(train_device)
     it = iter(loader)
     edges = 0

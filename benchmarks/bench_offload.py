@@ -40,33 +40,26 @@ import gc
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
-from _bench_common import int_list, log, machine_info, sync  # noqa: E402
-
-warnings.filterwarnings('ignore', message=".*'pyg-lib'.*")
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # Run from a checkout without installing.
-    sys.path.insert(0, str(REPO))
+from _bench_common import (  # noqa: E402
+    REPO,
+    add_preset_args,
+    apply_preset,
+    int_list,
+    log,
+    machine_info,
+    resolve_device,
+    sync,
+)
 
 SCHEMA_VERSION = 1
-
-PRESETS = {
-    'default': dict(num_nodes=2_400_000, num_edges=120_000_000, batches=200,
-                    warmup=10),
-    'small': dict(num_nodes=1_000_000, num_edges=20_000_000, batches=60,
-                  warmup=5),
-    'tiny': dict(num_nodes=20_000, num_edges=200_000, batches=30, warmup=3),
-}
 
 
 def _ratio(value: str):
@@ -80,12 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         'and without it on a power-law graph), or compare its accuracy on '
         'Cora and CiteSeer (--accuracy).',
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    preset = p.add_mutually_exclusive_group()
-    preset.add_argument('--small', action='store_const', dest='preset',
-                        const='small', help='preset: 1M nodes, 20M edges')
-    preset.add_argument('--tiny', action='store_const', dest='preset',
-                        const='tiny', help='preset: 20k nodes, 200k edges')
-    p.set_defaults(preset='default')
+    add_preset_args(p)
     p.add_argument('--accuracy', action='store_true',
                    help='compare test accuracy on Cora and CiteSeer instead')
     p.add_argument('--num-nodes', type=int, default=None)
@@ -164,16 +152,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.hetero and (args.trim or args.accuracy):
         p.error('--hetero goes with neither --trim (to_hetero() models do '
                 'not trim bipartite edge types) nor --accuracy')
-    preset = PRESETS[args.preset]
-    for name in ('num_nodes', 'num_edges', 'batches', 'warmup'):
-        if getattr(args, name) is None:
-            setattr(args, name, preset[name])
+    apply_preset(args, 'num_nodes', 'num_edges', batches='offload_batches',
+                 warmup='offload_warmup')
     if args.wide:
         args.num_features = 600
-    if args.device == 'auto':
-        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        p.error('--device cuda, but CUDA is not available')
+    resolve_device(p, args)
     if args.out is None:
         name = 'offload_accuracy' if args.accuracy else (
             f"offload_{args.preset}{'_wide' if args.wide else ''}"
@@ -521,54 +504,10 @@ def print_throughput(args, res) -> None:
 
 # Accuracy ####################################################################
 
-def train_and_test(data, arch: str, seed: int, offload: bool,
-                   epochs: int, max_staleness: int = 1,
-                   full_neighbors: bool = False,
-                   split: str = 'auto',
-                   hot_ratio: float = 0.05) -> Dict[str, Any]:
-    from torch_geometric.nn import GCN, GraphSAGE
-
-    from pyg_orch import HybridNeighborLoader
-    from pyg_orch.offload import BottomLayerOffload
-
-    torch.manual_seed(seed)
-    loader = HybridNeighborLoader(data, [10, 5], batch_size=32, shuffle=True,
-                                  input_nodes=data.train_mask, device='cpu',
-                                  seed=seed)
-    Model = GraphSAGE if arch == 'sage' else GCN
-    model = Model(data.num_features, 64, 2, int(data.y.max()) + 1,
-                  dropout=0.5)
-    if offload:
-        model = BottomLayerOffload(model, loader, seed=seed,
-                                   max_staleness=max_staleness,
-                                   full_neighbors=full_neighbors,
-                                   split=split, hot_ratio=hot_ratio)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01,
-                                 weight_decay=5e-4)
-    for _ in range(epochs):
-        model.train()
-        for batch in loader:
-            optimizer.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
-            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-            optimizer.step()
-    model.eval()
-    with torch.no_grad():
-        pred = model(data.x, data.edge_index).argmax(dim=-1)
-    mask = data.test_mask
-    out = {'acc': float((pred[mask] == data.y[mask]).float().mean())}
-    if offload:
-        stats = model.stats()
-        out.update(num_hot=stats['num_hot'], split=stats['split'],
-                   max_staleness_seen=stats['max_staleness_seen'],
-                   max_table_age=stats['max_table_age'],
-                   hot_rows_per_batch=stats['hot_rows_per_batch'])
-        model.close()
-    return out
-
-
 def run_accuracy(args) -> Dict[str, Any]:
     from torch_geometric.datasets import Planetoid
+
+    from pyg_orch.evaluation import train_and_test
 
     results: Dict[str, Any] = {}
     tmp = Path(tempfile.mkdtemp(prefix='bench_offload_'))

@@ -23,7 +23,6 @@ Examples::
 """
 import argparse
 import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -31,12 +30,7 @@ from typing import Any, Dict
 
 import torch
 import torch.nn.functional as F
-from _bench_common import log, machine_info, sync  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
+from _bench_common import REPO, log, machine_info, sync  # noqa: E402
 from bench_offload import build_graph  # noqa: E402
 from bench_offload import parse_args as offload_args  # noqa: E402
 

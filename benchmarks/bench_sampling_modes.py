@@ -51,12 +51,15 @@ from typing import Any, Dict, List
 
 import torch
 from _bench_common import (  # noqa: E402
-    PRESETS,
     REPO,
+    add_preset_args,
+    apply_preset,
     fmt_table,
     int_list,
     log,
     machine_info,
+    presets_help,
+    resolve_device,
     seed_batches,
     sync,
 )
@@ -105,15 +108,9 @@ def parse_args(argv=None) -> argparse.Namespace:
             'uniform, temporal (node-/edge-level, uniform/last) and weighted '
             'sampling on a synthetic power-law graph; print ms/batch, '
             'sampled edges/s and ratios to uniform; save JSON.'),
-        epilog=('Presets: default = 2.4M nodes / 120M edges; --small = 1M '
-                'nodes / 20M edges; --tiny = 20k nodes / 200k edges.'),
+        epilog=presets_help() + '.',
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    preset = p.add_mutually_exclusive_group()
-    preset.add_argument('--small', action='store_const', dest='preset',
-                        const='small', help='preset: 1M nodes, 20M edges')
-    preset.add_argument('--tiny', action='store_const', dest='preset',
-                        const='tiny', help='preset: 20k nodes, 200k edges')
-    p.set_defaults(preset='default')
+    add_preset_args(p)
     p.add_argument('--num-nodes', type=int, default=None,
                    help='override the number of nodes of the preset')
     p.add_argument('--num-edges', type=int, default=None,
@@ -156,16 +153,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f'--{name.replace("_", "-")} must be >= 1')
     if args.warmup < 0:
         p.error('--warmup must be >= 0')
-    if args.device == 'auto':
-        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        p.error('--device cuda, but CUDA is not available')
-    size = dict(PRESETS[args.preset])
-    if args.num_nodes is not None:
-        size['num_nodes'] = args.num_nodes
-    if args.num_edges is not None:
-        size['num_edges'] = args.num_edges
-    args.num_nodes, args.num_edges = size['num_nodes'], size['num_edges']
+    resolve_device(p, args)
+    apply_preset(args, 'num_nodes', 'num_edges')
     if args.out is None:
         args.out = str(REPO / 'benchmarks' / 'results' /
                        f'sampling_modes_{args.preset}_{args.device}.json')

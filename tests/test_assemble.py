@@ -8,20 +8,17 @@ from torch_geometric.sampler import NodeSamplerInput
 from pyg_orch import HybridNeighborSampler
 from pyg_orch.loader.assemble import DataAssembler
 
+from conftest import random_graph
+
 
 def make_data(explicit_num_nodes: bool):
-    g = torch.Generator().manual_seed(0)
-    n, m = 120, 900
-    data = Data(x=torch.randn(n, 6, generator=g),
-                y=torch.randint(0, 3, (n, ), generator=g),
-                edge_index=torch.randint(0, n, (2, m), generator=g),
-                edge_attr=torch.randn(m, 2, generator=g),
-                edge_weight=torch.rand(m, generator=g))
-    data.train_mask = torch.rand(n, generator=g) < 0.5
+    data = random_graph(120, 900, num_features=6, num_classes=3,
+                        train_ratio=0.5, edge_dim=2,
+                        explicit_num_nodes=explicit_num_nodes)
+    data.edge_weight = torch.rand(
+        900, generator=torch.Generator().manual_seed(1))
     data.graph_attr = torch.tensor([1.0, 2.0, 3.0])  # Neither node nor edge.
     data.name = 'toy'
-    if explicit_num_nodes:
-        data.num_nodes = n
     return data
 
 

@@ -3,14 +3,20 @@ import pytest
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch import HybridNeighborLoader, HybridNeighborSampler
+from pyg_orch import GraphTopology, HybridNeighborLoader, HybridNeighborSampler
+
+from conftest import (
+    C_TO_A,
+    C_TO_B,
+    TEMPORAL_SIZES,
+    random_graph,
+    temporal_graph,
+    temporal_hetero_graph,
+)
 
 
-def small_graph(num_nodes: int = 10) -> Data:
-    g = torch.Generator().manual_seed(0)
-    edge_index = torch.randint(0, num_nodes, (2, 30), generator=g)
-    return Data(edge_index=edge_index, x=torch.randn(num_nodes, 2),
-                y=torch.arange(num_nodes), num_nodes=num_nodes)
+def small_graph() -> Data:
+    return random_graph(10, 30, num_features=2, num_classes=10)
 
 
 def small_hetero_graph() -> HeteroData:
@@ -229,9 +235,12 @@ def test_negative_num_workers():
 # Sampling options ############################################################
 
 
-def test_disjoint_with_induced():
-    with pytest.raises(ValueError, match='disjoint'):
-        loader(disjoint=True, subgraph_type='induced')
+@pytest.mark.parametrize('make_graph', [small_graph, temporal_graph],
+                         ids=['plain', 'temporal'])
+def test_disjoint_with_induced(make_graph):
+    with pytest.raises(ValueError, match='disjoint') as info:
+        loader(make_graph(), disjoint=True, subgraph_type='induced')
+    assert 'induced' in str(info.value)
 
 
 def test_invalid_subgraph_type():
@@ -250,26 +259,188 @@ def test_invalid_seed():
         loader(seed='42')
 
 
-def test_invalid_temporal_strategy():
+# Temporal and weighted sampling ##############################################
+
+
+@pytest.mark.parametrize('strategy', ['first', 'recent', 'Last'])
+def test_bad_temporal_strategy(strategy):
     with pytest.raises(ValueError, match='temporal_strategy'):
-        loader(temporal_strategy='first')
+        loader(temporal_strategy=strategy)  # Also without time_attr.
+    data = temporal_graph()
+    with pytest.raises(ValueError, match='temporal_strategy'):
+        loader(data, time_attr='time', temporal_strategy=strategy)
+    with pytest.raises(ValueError, match='temporal_strategy'):
+        HybridNeighborSampler(data, [2], time_attr='time',
+                              temporal_strategy=strategy, device='cpu')
 
 
-def test_input_time_without_time_attr():
-    with pytest.raises(ValueError, match='input_time'):
-        loader(input_nodes=torch.tensor([0, 1]),
-               input_time=torch.tensor([3, 4]))
-
-
+@pytest.mark.parametrize('make_graph', [small_graph, temporal_graph],
+                         ids=['plain', 'temporal'])
 @pytest.mark.parametrize('name,value', [('time_attr', 'missing'),
                                         ('time_attr', 3),
                                         ('weight_attr', 'missing'),
-                                        ('weight_attr', 1.0)])
-def test_bad_time_or_weight_attr(name, value):
+                                        ('weight_attr', 1.0),
+                                        ('weight_attr', 1.5)])
+def test_bad_time_or_weight_attr(name, value, make_graph):
     # (Temporal and weighted sampling are implemented: these used to raise
     # NotImplementedError, now a bad attribute name is a ValueError.)
     with pytest.raises(ValueError, match=name):
-        loader(**{name: value})
+        loader(make_graph(), **{name: value})
     with pytest.raises(ValueError, match=name):
-        HybridNeighborSampler(small_graph(), [2], device='cpu',
+        HybridNeighborSampler(make_graph(), [2], device='cpu',
                               **{name: value})
+
+
+def _with(data, **attrs):
+    for key, value in attrs.items():
+        setattr(data, key, value)
+    return data
+
+
+def _without(data, key, attr):
+    del data[key][attr]
+    return data
+
+
+def _hetero_with_bool_time():
+    data = temporal_hetero_graph()
+    data['b'].time = torch.zeros(TEMPORAL_SIZES['b'], dtype=torch.bool)
+    return data
+
+
+@pytest.mark.parametrize('make', [
+    lambda: (_with(temporal_graph(), time2=torch.zeros(80, 2)),
+             dict(time_attr='time2')),
+    # Neither node- nor edge-level:
+    lambda: (_with(temporal_graph(), time3=torch.zeros(81)),
+             dict(time_attr='time3')),
+    lambda: (_with(temporal_graph(), time4=torch.zeros(80, dtype=torch.bool)),
+             dict(time_attr='time4')),
+    lambda: (_with(temporal_graph(),
+                   edge_time2=torch.zeros(600, dtype=torch.bool)),
+             dict(time_attr='edge_time2', input_time=torch.zeros(80))),
+    lambda: (_without(temporal_hetero_graph(), 'c', 'time'),
+             dict(time_attr='time', input_nodes='a')),
+    lambda: (_hetero_with_bool_time(), dict(time_attr='time',
+                                            input_nodes='a')),
+    lambda: (_without(temporal_hetero_graph(), C_TO_B, 'edge_time'),
+             dict(time_attr='edge_time', input_nodes='a',
+                  input_time=torch.zeros(TEMPORAL_SIZES['a']))),
+], ids=['2d', 'length', 'bool', 'edge-bool', 'hetero-missing-node-type',
+        'hetero-bool', 'hetero-missing-edge-type'])
+def test_bad_time_attr(make):
+    data, kwargs = make()
+    with pytest.raises(ValueError, match='time_attr'):
+        loader(data, **kwargs)
+
+
+def _hetero_with_negative_weight():
+    data = temporal_hetero_graph()
+    data[C_TO_A].edge_weight[3] = -0.5
+    return data
+
+
+def _with_weight(value):
+    w = torch.rand(600)
+    w[17] = value
+    return _with(temporal_graph(), w=w)
+
+
+@pytest.mark.parametrize('make', [
+    lambda: (_with(temporal_graph(), w=torch.rand(600, 2)), {}),
+    lambda: (_with(temporal_graph(), w=torch.rand(601)), {}),
+    lambda: (_with(temporal_graph(), w=torch.rand(599)), {}),
+    lambda: (_with(temporal_graph(), w=torch.zeros(600, dtype=torch.bool)),
+             {}),
+    lambda: (_with_weight(-1.0), {}),
+    lambda: (_with_weight(float('nan')), {}),
+    lambda: (_with_weight(float('inf')), {}),
+    lambda: (_with_weight(-float('inf')), {}),
+    lambda: (_hetero_with_negative_weight(),
+             dict(weight_attr='edge_weight', input_nodes='a')),
+], ids=['2d', 'long', 'short', 'bool', 'negative', 'nan', 'inf', '-inf',
+        'hetero-negative'])
+def test_bad_weight_attr(make):
+    data, kwargs = make()
+    kwargs.setdefault('weight_attr', 'w')
+    with pytest.raises(ValueError, match='weight_attr'):
+        loader(data, **kwargs)
+
+
+@pytest.mark.parametrize('make', [
+    lambda: (temporal_graph(),
+             dict(time_attr='time', input_nodes=torch.arange(10),
+                  input_time=torch.zeros(9))),
+    lambda: (temporal_graph(),
+             dict(time_attr='time', input_nodes=torch.arange(80) < 10,
+                  input_time=torch.zeros(11))),
+    lambda: (temporal_graph(),
+             dict(time_attr='time', input_nodes=torch.arange(10),
+                  input_time=torch.zeros(10, 1))),
+    lambda: (temporal_graph(),
+             dict(time_attr='time', input_nodes=torch.arange(10),
+                  input_time=torch.zeros(10, dtype=torch.bool))),
+    # Without time_attr:
+    lambda: (small_graph(), dict(input_nodes=torch.tensor([0, 1]),
+                                 input_time=torch.tensor([3, 4]))),
+    lambda: (temporal_graph(), dict(input_nodes=torch.arange(10),
+                                    input_time=torch.zeros(10))),
+    lambda: (temporal_hetero_graph(),
+             dict(time_attr='time', input_nodes=('a', torch.arange(5)),
+                  input_time=torch.zeros(6))),
+    # All nodes as inputs (input_nodes None, or a node type):
+    lambda: (temporal_graph(), dict(time_attr='time',
+                                    input_time=torch.zeros(79))),
+    lambda: (temporal_graph(), dict(time_attr='time',
+                                    input_time=torch.zeros(81))),
+    lambda: (temporal_hetero_graph(),
+             dict(time_attr='time', input_nodes='a',
+                  input_time=torch.zeros(TEMPORAL_SIZES['a'] + 1))),
+], ids=['short', 'mask-long', '2d', 'bool', 'no-time-attr',
+        'no-time-attr-temporal', 'hetero-long', 'homo_none_short',
+        'homo_none_long', 'hetero_str'])
+def test_bad_input_time(make):
+    data, kwargs = make()
+    with pytest.raises(ValueError, match='input_time'):
+        loader(data, **kwargs)
+
+
+def test_edge_temporal_needs_input_time(device):
+    data = temporal_graph()
+    with pytest.raises(ValueError, match='input_time'):
+        loader = HybridNeighborLoader(data, [2], time_attr='edge_time',
+                                      batch_size=4, device=device)
+        next(iter(loader))
+    hetero = temporal_hetero_graph()
+    with pytest.raises(ValueError, match='input_time'):
+        loader = HybridNeighborLoader(hetero, [2], time_attr='edge_time',
+                                      input_nodes='a', batch_size=4,
+                                      device=device)
+        next(iter(loader))
+
+
+def test_is_sorted_not_sorted_by_time():
+    data = temporal_graph(seed=1, num_nodes=20, num_edges=200)
+    # Sorted by destination, time descending within neighborhoods:
+    key = data.edge_index[1] * 100 - data.time[data.edge_index[0]]
+    data.edge_index = data.edge_index[:, key.argsort()]
+    # Without time, this is a valid sorted input:
+    loader(data, is_sorted=True)
+    with pytest.raises(ValueError, match='is_sorted'):
+        loader(data, time_attr='time', is_sorted=True)
+    data.edge_time = torch.arange(200).flip(0)
+    with pytest.raises(ValueError, match='is_sorted'):
+        loader(data, time_attr='edge_time', is_sorted=True,
+               input_time=torch.zeros(20))
+    with pytest.raises(ValueError, match='is_sorted'):
+        GraphTopology.from_data(data, is_sorted=True, time_attr='time')
+
+
+def test_topology_attr_mismatch():
+    data = temporal_graph()
+    topo = GraphTopology.from_data(data, time_attr='time')
+    with pytest.raises(ValueError, match='time_attr'):
+        loader(data, topology=topo)
+    with pytest.raises(ValueError, match='weight_attr'):
+        loader(data, time_attr='time', weight_attr='edge_weight',
+               topology=topo)

@@ -1,12 +1,11 @@
-from pathlib import Path
-
 import pytest
 import torch
 
 from pyg_orch.datasets import power_law_graph, read_musae
 
-MUSAE_ROOT = Path(__file__).resolve().parents[1].parent / 'shared' / \
-    'datasets' / 'musae'
+from conftest import DATASETS
+
+MUSAE_ROOT = DATASETS / 'musae'
 
 
 def _in_degree(data):

@@ -2,12 +2,13 @@ import os
 
 import pytest
 import torch
-from torch_geometric.data import Data
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.gpu.feature_store import TieredFeatureStore, parse_budget
 from pyg_orch.gpu.fused_sampler import triton_available
 from pyg_orch.sampling.presample import count_node_access
+
+from conftest import random_graph
 
 METHODS = ['cpu']
 if triton_available() and (torch.cuda.is_available()
@@ -18,13 +19,8 @@ DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
 
 @pytest.fixture
 def graph():
-    g = torch.Generator().manual_seed(0)
-    n = 500
-    data = Data(edge_index=torch.randint(0, n, (2, 5000), generator=g),
-                x=torch.randn(n, 24, generator=g),
-                y=torch.randint(0, 5, (n, ), generator=g), num_nodes=n)
-    data.edge_attr = torch.randn(5000, 3, generator=g)
-    return data
+    return random_graph(500, 5000, num_features=24, num_classes=5,
+                        edge_dim=3)
 
 
 @pytest.mark.parametrize('method', METHODS)

@@ -14,6 +14,8 @@ from pyg_orch.sampling.multi_hop import sample_multi_hop
 from pyg_orch.sampling.relabel import DenseBufferPool
 from pyg_orch.sampling.topology import GraphTopology
 
+from conftest import random_graph
+
 if not triton_available():
     pytest.skip('needs Triton', allow_module_level=True)
 if torch.cuda.is_available():
@@ -25,12 +27,6 @@ else:
                 allow_module_level=True)
 
 FIELDS = ('node', 'row', 'col', 'edge')
-
-
-def random_graph(num_nodes=400, num_edges=4000, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=g)
-    return Data(edge_index=edge_index, num_nodes=num_nodes)
 
 
 def run_fused(topo, fanouts, seeds, replace=False, seed=0, hot=None):

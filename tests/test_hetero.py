@@ -2,57 +2,27 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_geometric.data import Data, HeteroData
+from torch_geometric.data import HeteroData
 from torch_geometric.nn import SAGEConv, to_hetero
 from torch_geometric.testing import MyFeatureStore, MyGraphStore
 from torch_geometric.utils import degree
 
 from pyg_orch import HybridNeighborLoader
 
-NUM_PAPERS, NUM_AUTHORS, NUM_INSTITUTIONS = 300, 200, 20
-NUM_FEATURES, NUM_CLASSES = 16, 3
-
-WRITES = ('author', 'writes', 'paper')
-REV_WRITES = ('paper', 'rev_writes', 'author')
-CITES = ('paper', 'cites', 'paper')
-EMPLOYS = ('institution', 'employs', 'author')
-AFFILIATED = ('author', 'affiliated_with', 'institution')
-
-
-def make_hetero(seed: int = 0) -> HeteroData:
-    r"""3 node types, 5 edge types (every node type is both a source and a
-    destination, so that :func:`to_hetero` models update all of them)."""
-    gen = torch.Generator().manual_seed(seed)
-    data = HeteroData()
-    for node_type, n in (('paper', NUM_PAPERS), ('author', NUM_AUTHORS),
-                         ('institution', NUM_INSTITUTIONS)):
-        data[node_type].x = torch.randn(n, NUM_FEATURES, generator=gen)
-    # Labels that a model can learn from the paper features:
-    w = torch.randn(NUM_FEATURES, NUM_CLASSES, generator=gen)
-    data['paper'].y = (data['paper'].x @ w).argmax(dim=-1)
-    data['paper'].train_mask = torch.rand(NUM_PAPERS, generator=gen) < 0.6
-
-    writes = torch.stack([
-        torch.randint(0, NUM_AUTHORS, (900, ), generator=gen),
-        torch.randint(0, NUM_PAPERS, (900, ), generator=gen),
-    ])
-    data[WRITES].edge_index = writes
-    data[REV_WRITES].edge_index = writes.flip(0)
-    data[CITES].edge_index = torch.randint(0, NUM_PAPERS, (2, 1200),
-                                           generator=gen)
-    employs = torch.stack([
-        torch.randint(0, NUM_INSTITUTIONS, (NUM_AUTHORS, ), generator=gen),
-        torch.arange(NUM_AUTHORS),
-    ])
-    data[EMPLOYS].edge_index = employs
-    data[AFFILIATED].edge_index = employs.flip(0)
-    data[CITES].edge_attr = torch.randn(1200, 2, generator=gen)
-    return data
+from conftest import (
+    AFFILIATED,
+    CITES,
+    EMPLOYS,
+    REV_WRITES,
+    WRITES,
+    paper_hetero_graph,
+    random_graph,
+)
 
 
 @pytest.fixture(scope='module')
 def hetero():
-    return make_hetero()
+    return paper_hetero_graph()
 
 
 def check_hetero_batch(data: HeteroData, batch: HeteroData, seeds, fanout,
@@ -141,7 +111,7 @@ def test_hetero_batch_structure(hetero, as_tuple):
         seeds = mask.nonzero().view(-1)
     else:
         input_nodes = 'paper'
-        seeds = torch.arange(NUM_PAPERS)
+        seeds = torch.arange(hetero['paper'].num_nodes)
     fanout = [4, 3]
     loader = HybridNeighborLoader(hetero, num_neighbors=fanout,
                                   input_nodes=input_nodes, batch_size=64,
@@ -189,7 +159,8 @@ def test_hetero_per_edge_type_num_neighbors(hetero):
         assert list(batch[CITES].num_sampled_edges)[1] == 0
         # Nothing leads to institutions any more:
         assert batch['institution'].num_nodes == 0
-        assert batch['institution'].x.shape == (0, NUM_FEATURES)
+        assert batch['institution'].x.shape == (
+            0, hetero['institution'].num_features)
         assert batch[WRITES].num_sampled_edges[0] > 0
 
     # Edge types given as 'src__rel__dst' strings are accepted too (fresh
@@ -220,7 +191,8 @@ class _SAGE(torch.nn.Module):
 
 def test_hetero_training_loss_decreases(hetero):
     torch.manual_seed(0)
-    model = to_hetero(_SAGE(32, NUM_CLASSES), hetero.metadata(), aggr='sum')
+    num_classes = int(hetero['paper'].y.max()) + 1
+    model = to_hetero(_SAGE(32, num_classes), hetero.metadata(), aggr='sum')
     train_loader = HybridNeighborLoader(
         hetero, num_neighbors=[5, 5],
         input_nodes=('paper', hetero['paper'].train_mask), batch_size=32,
@@ -277,18 +249,11 @@ class _FeatureStore(MyFeatureStore):
         return tensor[attr.index]
 
 
-def _homo_graph(seed: int = 0) -> Data:
-    gen = torch.Generator().manual_seed(seed)
-    n = 400
-    return Data(x=torch.randn(n, 8, generator=gen),
-                y=torch.randint(0, 4, (n, ), generator=gen),
-                edge_index=torch.randint(0, n, (2, 3000), generator=gen))
-
-
 @pytest.mark.parametrize('store_cls', [MyFeatureStore, _FeatureStore],
                          ids=['pyg', 'fast'])
 def test_remote_homogeneous(store_cls):
-    data = _homo_graph()
+    data = random_graph(400, 3000, num_features=8, num_classes=4,
+                        explicit_num_nodes=False)
     n = data.num_nodes
     feature_store, graph_store = store_cls(), MyGraphStore()
     feature_store.put_tensor(data.x, group_name=None, attr_name='x',

@@ -12,21 +12,16 @@ from torch_geometric.utils import degree
 
 from pyg_orch import GraphTopology, HybridNeighborLoader, HybridNeighborSampler
 
+from conftest import random_graph
+
 N, E = 600, 4000
-
-
-def make_graph(seed: int = 0) -> Data:
-    gen = torch.Generator().manual_seed(seed)
-    return Data(x=torch.randn(N, 8, generator=gen),
-                y=torch.randint(0, 5, (N, ), generator=gen),
-                edge_index=torch.randint(0, N, (2, E), generator=gen),
-                edge_attr=torch.randn(E, 3, generator=gen))
 
 
 @pytest.fixture
 def graph():
     # Function scope: some tests modify the graph in place.
-    return make_graph()
+    return random_graph(N, E, num_features=8, num_classes=5, edge_dim=3,
+                        explicit_num_nodes=False)
 
 
 def check_batch(data: Data, batch: Data):

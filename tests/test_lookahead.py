@@ -6,21 +6,18 @@ import time
 
 import pytest
 import torch
-from torch_geometric.data import Data
 
 from pyg_orch import HybridNeighborLoader, HybridNeighborSampler
 from pyg_orch.sampling.pending import PendingSample
+
+from conftest import random_graph
 
 DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
 
 
 @pytest.fixture
 def graph():
-    g = torch.Generator().manual_seed(0)
-    n = 700
-    return Data(edge_index=torch.randint(0, n, (2, 7000), generator=g),
-                x=torch.randn(n, 12, generator=g),
-                y=torch.randint(0, 4, (n, ), generator=g), num_nodes=n)
+    return random_graph(700, 7000, num_features=12, num_classes=4)
 
 
 def batches(loader, stop=None):

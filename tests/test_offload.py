@@ -3,64 +3,30 @@ exactness, module behaviour, hot-set selection, errors and thread lifetime.
 Staleness and accuracy have their own files (test_offload_staleness.py,
 test_offload_accuracy.py)."""
 import gc
-import threading
 import time
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_geometric.data import Data, HeteroData
+from torch_geometric.data import HeteroData
 from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE, SAGEConv
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.offload import BottomLayerOffload, OffloadWorkerError
 from pyg_orch.offload.bottom_layer import find_first_layer
-from pyg_orch.offload.workers import THREAD_NAME_PREFIX
+
+from conftest import (
+    SlowCPU,
+    offload_threads,
+    tiny_graph,
+    tiny_loader,
+    wait_no_threads,
+)
+
+# No offload thread outlives a test; one intra-op thread (conftest):
+pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
 
 MODELS = {'sage': GraphSAGE, 'gcn': GCN, 'gin': GIN, 'gat': GAT}
-
-
-def offload_threads():
-    return [
-        t for t in threading.enumerate()
-        if t.name.startswith(THREAD_NAME_PREFIX) and t.is_alive()
-    ]
-
-
-def wait_no_threads(timeout: float = 5.0) -> list:
-    deadline = time.monotonic() + timeout
-    while offload_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return offload_threads()
-
-
-class SlowCPU:
-    r"""A :obj:`work_hook` of :class:`BottomLayerOffload` that makes every
-    CPU work item take :obj:`seconds` longer (less if the item is dropped
-    meanwhile); the delay may change during training."""
-    def __init__(self, seconds: float = 0.0):
-        self.seconds = seconds
-
-    def __call__(self, cancelled: threading.Event) -> None:
-        if self.seconds:
-            cancelled.wait(self.seconds)
-
-
-def tiny_graph(num_nodes=200, num_edges=2000, num_features=8, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    # Skewed destinations, so that some vertices are clearly hot:
-    dst = (torch.rand(num_edges, generator=gen)**3 * num_nodes).long()
-    src = torch.randint(0, num_nodes, (num_edges, ), generator=gen)
-    return Data(x=torch.randn(num_nodes, num_features, generator=gen),
-                edge_index=torch.stack([src, dst]),
-                y=torch.randint(0, 3, (num_nodes, ), generator=gen))
-
-
-def tiny_loader(data, num_neighbors=(4, 3), batch_size=8, **kwargs):
-    kwargs.setdefault('shuffle', True)
-    return HybridNeighborLoader(data, list(num_neighbors),
-                                batch_size=batch_size, device='cpu', seed=1,
-                                **kwargs)
 
 
 def train_steps(model, loader, num_steps, trim=False, optimizer=None):
@@ -84,24 +50,6 @@ def train_steps(model, loader, num_steps, trim=False, optimizer=None):
             if done == num_steps:
                 break
     return optimizer
-
-
-@pytest.fixture(autouse=True)
-def no_thread_leaks():
-    yield
-    gc.collect()
-    assert wait_no_threads() == []
-
-
-@pytest.fixture(autouse=True)
-def one_intra_op_thread():
-    # The graphs here are tiny: one thread per operation is fastest, and
-    # leaves the other cores to the offload threads (with oversubscribed
-    # cores, OpenMP's spinning slows everything down several times).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # Exactness ###################################################################

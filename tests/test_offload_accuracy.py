@@ -1,19 +1,14 @@
 """Training with bottom-layer offload reaches the test accuracy of training
 without it (a fast, loose version of ``benchmarks/bench_offload.py
 --accuracy``, which compares means over 5 seeds within 1 point)."""
-import sys
-from pathlib import Path
-
 import pytest
 
-from test_offload import (  # noqa: F401 (autouse fixtures)
-    no_thread_leaks,
-    one_intra_op_thread,
-    wait_no_threads,
-)
+from pyg_orch.evaluation import train_and_test
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'benchmarks'))
-from bench_offload import train_and_test  # noqa: E402
+from conftest import wait_no_threads
+
+# No offload thread outlives a test; one intra-op thread (conftest):
+pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
 
 SEEDS = (0, 1)
 TOLERANCE = 0.03  # Mean test accuracy over SEEDS, offload vs. plain.

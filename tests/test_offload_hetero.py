@@ -16,12 +16,10 @@ from torch_geometric.nn import (
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.offload import BottomLayerOffload
-# Autouse fixtures: no offload thread outlives a test; one intra-op thread.
-from test_offload import (  # noqa: F401 (autouse fixtures)
-    SlowCPU,
-    no_thread_leaks,
-    one_intra_op_thread,
-)
+from conftest import SlowCPU
+
+# No offload thread outlives a test; one intra-op thread (conftest):
+pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
 
 
 def hetero_graph(seed=0):

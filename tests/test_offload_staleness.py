@@ -18,14 +18,10 @@ from pyg_orch.offload.super_batch import EmbeddingPipeline
 from pyg_orch.offload.tables import default_super_batch_size
 from pyg_orch.sampling.topology import CSCTopology
 
-from test_offload import (  # noqa: F401 (autouse fixtures)
-    SlowCPU,
-    no_thread_leaks,
-    one_intra_op_thread,
-    tiny_graph,
-    tiny_loader,
-    wait_no_threads,
-)
+from conftest import SlowCPU, tiny_graph, tiny_loader, wait_no_threads
+
+# No offload thread outlives a test; one intra-op thread (conftest):
+pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
 
 
 class Stamp(MessagePassing):

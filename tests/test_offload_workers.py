@@ -16,12 +16,10 @@ from pyg_orch.offload.tables import default_chunk_size, split_chunks
 from pyg_orch.offload.workers import WorkerPool
 from pyg_orch.sampling.topology import CSCTopology
 
-from test_offload import (  # noqa: F401 (autouse fixtures)
-    no_thread_leaks,
-    one_intra_op_thread,
-    tiny_graph,
-    tiny_loader,
-)
+from conftest import tiny_graph, tiny_loader
+
+# No offload thread outlives a test; one intra-op thread (conftest):
+pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
 
 
 def _computer(layer, data, num_neighbors=3, **kwargs):

@@ -14,9 +14,10 @@ import warnings
 
 import pytest
 import torch
-from torch_geometric.data import Data, HeteroData
 
 from pyg_orch import HybridNeighborLoader
+
+from conftest import paper_hetero_graph, random_graph
 
 pytestmark = [
     pytest.mark.parity,
@@ -39,48 +40,16 @@ def _ours(data, num_neighbors, **kwargs):
     return HybridNeighborLoader(data, num_neighbors, device='cpu', **kwargs)
 
 
-def make_graph(n=500, e=4000, seed=0, sort=False) -> Data:
-    gen = torch.Generator().manual_seed(seed)
-    edge_index = torch.randint(0, n, (2, e), generator=gen)
-    if sort:
-        perm = torch.sort(edge_index[1], stable=True)[1]
-        edge_index = edge_index[:, perm]
-    return Data(x=torch.randn(n, 6, generator=gen),
-                y=torch.randint(0, 4, (n, ), generator=gen),
-                train_mask=torch.rand(n, generator=gen) < 0.3,
-                edge_index=edge_index,
-                edge_attr=torch.randn(e, 2, generator=gen))
+def make_graph(n=500, e=4000, seed=0, sort=False):
+    return random_graph(n, e, seed, num_features=6, num_classes=4,
+                        train_ratio=0.3, edge_dim=2, sort=sort,
+                        explicit_num_nodes=False)
 
 
-def make_hetero(seed=0, sort=False) -> HeteroData:
-    gen = torch.Generator().manual_seed(seed)
-    sizes = {'paper': 200, 'author': 150, 'institution': 60}
-    data = HeteroData()
-    for node_type, n in sizes.items():
-        data[node_type].x = torch.randn(n, 4, generator=gen)
-    data['paper'].y = torch.randint(0, 3, (sizes['paper'], ), generator=gen)
-
-    def edges(src, dst, m):
-        ei = torch.stack([
-            torch.randint(0, sizes[src], (m, ), generator=gen),
-            torch.randint(0, sizes[dst], (m, ), generator=gen),
-        ])
-        if sort:
-            ei = ei[:, torch.sort(ei[1], stable=True)[1]]
-        return ei
-
-    data['author', 'writes', 'paper'].edge_index = edges('author', 'paper',
-                                                         500)
-    data['paper', 'rev_writes', 'author'].edge_index = edges(
-        'paper', 'author', 500)
-    data['paper', 'cites', 'paper'].edge_index = edges('paper', 'paper', 600)
-    data['paper', 'cites', 'paper'].edge_attr = torch.randn(600, 3,
-                                                            generator=gen)
-    data['institution', 'employs', 'author'].edge_index = edges(
-        'institution', 'author', 300)
-    data['author', 'affiliated_with', 'institution'].edge_index = edges(
-        'author', 'institution', 300)
-    return data
+def make_hetero(seed=0, sort=False):
+    return paper_hetero_graph(seed, num_papers=200, num_authors=150,
+                              num_institutions=60, num_features=4,
+                              sort=sort)
 
 
 def _keys(store):

@@ -3,10 +3,11 @@ import time
 
 import pytest
 import torch
-from torch_geometric.data import Data
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.loader.prefetch import PrefetchIterator
+
+from conftest import random_graph
 
 DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
 
@@ -18,10 +19,7 @@ def prefetch_threads():
 
 @pytest.fixture
 def graph():
-    g = torch.Generator().manual_seed(0)
-    n = 600
-    return Data(edge_index=torch.randint(0, n, (2, 6000), generator=g),
-                x=torch.randn(n, 16, generator=g), num_nodes=n)
+    return random_graph(600, 6000, num_features=16)
 
 
 def test_same_batches_as_without_prefetch(graph):

@@ -4,12 +4,13 @@ import inspect
 
 import pytest
 import torch
-from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import NodeSamplerInput
 
 import pyg_orch.sampling.multi_hop as multi_hop
 from pyg_orch import HybridNeighborSampler
 from pyg_orch.sampling.relabel import DenseRelabeler, SortRelabeler
+
+from conftest import hub_graph, random_hetero_graph
 
 # The relabelers under test belong to the PyTorch sampling path; on CUDA the
 # sampler may otherwise pick a fused kernel that relabels by itself.
@@ -21,29 +22,9 @@ TORCH_PATH = ({
 # Graphs ######################################################################
 
 
-def random_graph(seed: int, num_nodes: int = 300,
-                 num_edges: int = 2400) -> Data:
-    g = torch.Generator().manual_seed(seed)
-    dst = torch.randint(0, num_nodes * 3 // 4, (num_edges, ), generator=g)
-    dst[:num_edges // 10] = 1  # A hub, above FLOYD_MAX_FANOUT.
-    src = torch.randint(0, num_nodes, (num_edges, ), generator=g)
-    return Data(edge_index=torch.stack([src, dst]), num_nodes=num_nodes)
-
-
-def random_hetero_graph(seed: int) -> HeteroData:
-    g = torch.Generator().manual_seed(seed)
-    num = {'paper': 150, 'author': 90, 'inst': 8}
-    data = HeteroData()
-    for t, n in num.items():
-        data[t].num_nodes = n
-    for (src, rel, dst), e in [(('author', 'writes', 'paper'), 500),
-                               (('paper', 'cites', 'paper'), 700),
-                               (('inst', 'employs', 'author'), 80),
-                               (('paper', 'written_by', 'author'), 500)]:
-        d = torch.randint(0, num[dst] * 3 // 4, (e, ), generator=g)
-        s = torch.randint(0, num[src], (e, ), generator=g)
-        data[src, rel, dst].edge_index = torch.stack([s, d])
-    return data
+# 300 nodes; a hub (node 1) above FLOYD_MAX_FANOUT; no in-edges into the
+# last quarter (nodes 225 to 299):
+GRAPH = dict(num_nodes=300, num_edges=2400, hub=1)
 
 
 HETERO_FANOUTS = {
@@ -52,6 +33,10 @@ HETERO_FANOUTS = {
     ('inst', 'employs', 'author'): [2, 0, 1],
     ('paper', 'written_by', 'author'): [3, 40, 2],
 }
+# The node and edge counts of random_hetero_graph (edges per edge type, in
+# the order of HETERO_FANOUTS):
+HETERO_SIZES = {'paper': 150, 'author': 90, 'inst': 8}
+HETERO_EDGES = dict(zip(HETERO_FANOUTS, (500, 700, 80, 500)))
 
 
 # Instrumented relabelers #####################################################
@@ -117,7 +102,7 @@ def _assert_same(x, y, where):
 def test_dense_and_sort_identical_homogeneous(device, monkeypatch, replace,
                                               subgraph_type):
     record = _Record().install(monkeypatch)
-    data = random_graph(0)
+    data = hub_graph(0, **GRAPH)
     kw = dict(num_neighbors=[5, -1, 40, 2], replace=replace,
               subgraph_type=subgraph_type, device=device, seed=1,
               **TORCH_PATH)
@@ -149,7 +134,7 @@ def test_dense_and_sort_identical_homogeneous(device, monkeypatch, replace,
 def test_dense_and_sort_identical_heterogeneous(device, monkeypatch,
                                                 replace):
     record = _Record().install(monkeypatch)
-    data = random_hetero_graph(3)
+    data = random_hetero_graph(3, HETERO_SIZES, HETERO_EDGES)
     kw = dict(num_neighbors=HETERO_FANOUTS, replace=replace, device=device,
               seed=4, **TORCH_PATH)
     dense = HybridNeighborSampler(data, relabel='dense', **kw)
@@ -177,7 +162,7 @@ def test_dense_and_sort_identical_heterogeneous(device, monkeypatch,
 def test_dense_and_sort_identical_through_loader(device):
     # 'auto' (the loader's default) matches 'sort', batch after batch.
     from pyg_orch import HybridNeighborLoader
-    data = random_graph(6)
+    data = hub_graph(6, **GRAPH)
     outs = []
     for relabel in ('auto', 'sort'):
         sampler = HybridNeighborSampler(data, [6, 4], relabel=relabel,
@@ -195,7 +180,7 @@ def test_dense_and_sort_identical_through_loader(device):
 
 def test_dense_sampler_same_batch_twice(device):
     # A buffer left dirty by the first batch would change the second.
-    data = random_graph(8)
+    data = hub_graph(8, **GRAPH)
     gen = torch.Generator(device=device).manual_seed(9)
     sampler = HybridNeighborSampler(data, [4, 4, 4], relabel='dense',
                                     device=device, seed=gen, **TORCH_PATH)
@@ -211,7 +196,7 @@ def test_dense_sampler_same_batch_twice(device):
 def test_dense_buffer_reset_after_error(device, monkeypatch):
     # An error in the middle of a batch must not leave a dirty buffer.
     record = _Record().install(monkeypatch)
-    data = random_graph(10)
+    data = hub_graph(10, **GRAPH)
     gen = torch.Generator(device=device).manual_seed(11)
     sampler = HybridNeighborSampler(data, [4, 4], relabel='dense',
                                     device=device, seed=gen, **TORCH_PATH)

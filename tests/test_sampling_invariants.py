@@ -4,17 +4,16 @@ checked on seeded random graphs, on the skewed MUSAE graphs (when
 leaves."""
 import functools
 import inspect
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from torch_geometric.data import Data, HeteroData
+from torch_geometric.data import Data
 
 from pyg_orch import HybridNeighborLoader, HybridNeighborSampler
 from pyg_orch.sampling.neighbors import FLOYD_MAX_FANOUT
 
-DATASETS = Path(__file__).resolve().parents[1].parent / 'shared' / 'datasets'
+from conftest import hub_graph, musae_graph, random_hetero_graph
 
 # Fan-outs: plain, all neighbors, an empty hop, and one above
 # FLOYD_MAX_FANOUT (the sort path) on graphs whose hubs have more neighbors.
@@ -30,64 +29,6 @@ TORCH_PATH = ({
 
 
 # Graphs ######################################################################
-
-
-def random_graph(seed: int, num_nodes: int = 200, num_edges: int = 1500,
-                 dtype: torch.dtype = torch.int64) -> Data:
-    r"""A directed multigraph with self-loops, a hub (node 0) of in-degree
-    above :obj:`FLOYD_MAX_FANOUT + 8`, nodes without in-edges (the last
-    quarter) and fully isolated nodes (the last two), edges in random
-    order."""
-    g = torch.Generator().manual_seed(seed)
-    dst = torch.randint(0, num_nodes * 3 // 4, (num_edges, ), generator=g)
-    dst[:num_edges // 8] = 0
-    src = torch.randint(0, num_nodes - 2, (num_edges, ), generator=g)
-    perm = torch.randperm(num_edges, generator=g)
-    edge_index = torch.stack([src, dst])[:, perm].to(dtype)
-    return Data(
-        edge_index=edge_index,
-        num_nodes=num_nodes,
-        x=torch.randn(num_nodes, 4, generator=g),
-        y=torch.randint(0, 5, (num_nodes, ), generator=g),
-        edge_attr=torch.randn(num_edges, 3, generator=g),
-    )
-
-
-def _read_csv_ints(path: Path) -> np.ndarray:
-    return np.loadtxt(path, delimiter=',', skiprows=1, dtype=np.int64,
-                      ndmin=2)
-
-
-def _tiny_musae_reader(folder: Path) -> Data:
-    edges = torch.from_numpy(_read_csv_ints(folder / 'edges.csv')).t()
-    target = _read_csv_ints(folder / 'target.csv')
-    num_nodes = int(target[:, 0].max()) + 1
-    y = torch.zeros(num_nodes, dtype=torch.long)
-    y[torch.from_numpy(target[:, 0])] = torch.from_numpy(target[:, 1])
-    # The MUSAE graphs are undirected, stored once per edge:
-    edge_index = torch.cat([edges, edges.flip(0)], dim=1)
-    return Data(edge_index=edge_index, y=y, num_nodes=num_nodes)
-
-
-@functools.lru_cache(maxsize=None)
-def musae_graph(name: str, dtype: torch.dtype = torch.int64) -> Data:
-    r"""Cached per (name, dtype), so that loaders of several tests share one
-    topology through the topology cache."""
-    folder = DATASETS / 'musae' / name
-    if not (folder / 'edges.csv').exists():
-        pytest.skip(f'{folder} not found')
-    try:  # Written in parallel; fall back to the tiny reader above.
-        from pyg_orch.datasets import read_musae
-    except ImportError:
-        read_musae = None
-    data = read_musae(folder) if read_musae is not None else \
-        _tiny_musae_reader(folder)
-    data.edge_index = data.edge_index.to(dtype)
-    if 'x' not in data:  # Some node features to check the slicing on.
-        data.x = torch.arange(data.num_nodes, dtype=torch.float).view(-1, 1)
-    g = torch.Generator().manual_seed(0)
-    data.edge_attr = torch.randn(data.edge_index.size(1), 2, generator=g)
-    return data
 
 
 def star_graph(num_leaves: int) -> Data:
@@ -277,7 +218,7 @@ def make_seeds(data: Data, seed: int, num: int, unique: bool) -> torch.Tensor:
 @pytest.mark.parametrize('replace', [False, True], ids=['norep', 'rep'])
 @pytest.mark.parametrize('num_neighbors', FANOUTS, ids=FANOUT_IDS)
 def test_random_graph_invariants(device, dtype, replace, num_neighbors):
-    data = random_graph(1, dtype=dtype)
+    data = hub_graph(1, dtype=dtype)
     for unique in (True, False):
         seeds = make_seeds(data, 2, 50, unique=unique)
         loader = HybridNeighborLoader(data, num_neighbors, input_nodes=seeds,
@@ -292,7 +233,7 @@ def test_random_graph_invariants(device, dtype, replace, num_neighbors):
 
 @pytest.mark.parametrize('replace', [False, True], ids=['norep', 'rep'])
 def test_random_graph_shuffled_mask_input(device, replace):
-    data = random_graph(4)
+    data = hub_graph(4)
     mask = torch.zeros(data.num_nodes, dtype=torch.bool)
     mask[::3] = True
     seeds = mask.nonzero().view(-1)
@@ -312,7 +253,7 @@ def test_random_graph_shuffled_mask_input(device, replace):
 @pytest.mark.parametrize('replace', [False, True], ids=['norep', 'rep'])
 @pytest.mark.parametrize('num_neighbors', FANOUTS, ids=FANOUT_IDS)
 def test_random_graph_disjoint(device, replace, num_neighbors):
-    data = random_graph(6)
+    data = hub_graph(6)
     seeds = make_seeds(data, 7, 40, unique=False)
     loader = HybridNeighborLoader(data, num_neighbors, input_nodes=seeds,
                                   replace=replace, disjoint=True,
@@ -325,7 +266,7 @@ def test_random_graph_disjoint(device, replace, num_neighbors):
 def test_disjoint_subgraphs_match_single_seed_sampling(device):
     # With all neighbors, sampling is deterministic: the subgraph of seed
     # `b` in a disjoint batch is the batch of seed `b` alone.
-    data = random_graph(9, num_nodes=80, num_edges=240)
+    data = hub_graph(9, num_nodes=80, num_edges=240)
     seeds = torch.tensor([3, 0, 3, 79, 17])
     kw = dict(num_neighbors=[-1, -1], device=device)
     batch = next(iter(HybridNeighborLoader(data, input_nodes=seeds,
@@ -343,7 +284,7 @@ def test_disjoint_subgraphs_match_single_seed_sampling(device):
 
 
 def test_random_graph_induced(device):
-    data = random_graph(10)
+    data = hub_graph(10)
     seeds = make_seeds(data, 11, 40, unique=True)
     loader = HybridNeighborLoader(data, [3, 2], input_nodes=seeds,
                                   subgraph_type='induced', batch_size=16,
@@ -368,7 +309,7 @@ def test_random_graph_induced(device):
 
 
 def test_induced_keeps_nodes_of_directional(device):
-    data = random_graph(13)
+    data = hub_graph(13)
     seeds = make_seeds(data, 14, 30, unique=True)
     # Same backend for both (the fused GPU kernels do no induced sampling):
     kw = dict(num_neighbors=[4, 3], input_nodes=seeds, batch_size=30,
@@ -383,7 +324,7 @@ def test_induced_keeps_nodes_of_directional(device):
 
 @pytest.mark.parametrize('replace', [False, True], ids=['norep', 'rep'])
 def test_random_graph_bidirectional(device, replace):
-    data = random_graph(16)
+    data = hub_graph(16)
     seeds = make_seeds(data, 17, 40, unique=True)
     kw = dict(num_neighbors=[5, 3], input_nodes=seeds, batch_size=16,
               replace=replace, device=device, seed=18)
@@ -413,7 +354,7 @@ def test_random_graph_bidirectional(device, replace):
 
 
 def test_is_sorted_input(device):
-    data = random_graph(19)
+    data = hub_graph(19)
     perm = torch.argsort(data.edge_index[1], stable=True)
     data.edge_index = data.edge_index[:, perm]
     data.edge_attr = data.edge_attr[perm]
@@ -426,26 +367,6 @@ def test_is_sorted_input(device):
 
 
 # Heterogeneous graphs ########################################################
-
-
-def random_hetero_graph(seed: int) -> HeteroData:
-    g = torch.Generator().manual_seed(seed)
-    num = {'paper': 120, 'author': 70, 'inst': 6}
-    data = HeteroData()
-    for t, n in num.items():
-        data[t].num_nodes = n
-        data[t].x = torch.randn(n, 2, generator=g)
-    for (src, rel, dst), e in [(('author', 'writes', 'paper'), 400),
-                               (('paper', 'cites', 'paper'), 600),
-                               (('inst', 'employs', 'author'), 60),
-                               (('paper', 'written_by', 'author'), 300)]:
-        # Destinations only in the first two thirds: the rest has no
-        # in-edges of this type.
-        d = torch.randint(0, num[dst] * 2 // 3 + 1, (e, ), generator=g)
-        s = torch.randint(0, num[src], (e, ), generator=g)
-        data[src, rel, dst].edge_index = torch.stack([s, d])
-        data[src, rel, dst].edge_attr = torch.randn(e, 2, generator=g)
-    return data
 
 
 @pytest.mark.parametrize('replace', [False, True], ids=['norep', 'rep'])
@@ -575,7 +496,7 @@ def _same(a, b) -> bool:
 
 @pytest.mark.parametrize('replace', [False, True], ids=['norep', 'rep'])
 def test_seed_reproducible(device, replace):
-    data = random_graph(29)
+    data = hub_graph(29)
     kw = dict(num_neighbors=[FLOYD_MAX_FANOUT + 1, 3], batch_size=64,
               shuffle=True, replace=replace, device=device)
     a = _epoch(HybridNeighborLoader(data, seed=7, **kw))
@@ -592,7 +513,7 @@ def test_seed_reproducible(device, replace):
 
 
 def test_seed_generator_reproducible(device):
-    data = random_graph(30)
+    data = hub_graph(30)
     seeds = torch.arange(data.num_nodes)
     outs = []
     for s in (1, 1, 2):

@@ -2,18 +2,23 @@
 the time constraint per subgraph, the 'uniform' and 'last' strategies,
 exact parity of the time filter with hand-computed eligible sets,
 chi-square tests of weighted draws against the (successive) sampling
-probabilities, and argument validation."""
+probabilities. (Argument validation: test_bad_input.py.)"""
 import itertools
 from collections import Counter, defaultdict
 
 import pytest
 import torch
-from torch_geometric.data import Data, HeteroData
+from torch_geometric.data import Data
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.sampling.neighbors import sample_neighbors, segment_upper_bound
-from pyg_orch.sampling.sampler import HybridNeighborSampler
-from pyg_orch.sampling.topology import CSCTopology, GraphTopology
+from pyg_orch.sampling.topology import CSCTopology
+
+from conftest import (
+    TEMPORAL_SIZES,
+    temporal_graph,
+    temporal_hetero_graph,
+)
 
 # 0.999 quantiles of the chi-square distribution (scipy is not installed),
 # indexed by the degrees of freedom:
@@ -23,59 +28,6 @@ CHI2_999 = {
 }
 
 NUM_DRAWS = 20_000
-
-# Heterogeneous test graph: 3 node types with a time each, 5 edge types.
-HETERO_SIZES = {'a': 60, 'b': 50, 'c': 40}
-B_TO_A = ('b', 'to', 'a')
-A_TO_B = ('a', 'rev_to', 'b')
-C_TO_A = ('c', 'in', 'a')
-A_TO_C = ('a', 'has', 'c')
-C_TO_B = ('c', 'near', 'b')
-HETERO_EDGE_TYPES = [B_TO_A, A_TO_B, C_TO_A, A_TO_C, C_TO_B]
-
-
-# Graphs ######################################################################
-
-def random_weights(num: int, gen: torch.Generator,
-                   zero_frac: float = 0.3) -> torch.Tensor:
-    w = torch.rand(num, generator=gen) + 0.05
-    w[torch.rand(num, generator=gen) < zero_frac] = 0.0
-    return w
-
-
-def make_homo(seed: int = 0, num_nodes: int = 80, num_edges: int = 600,
-              time_dtype=torch.int64) -> Data:
-    r"""Random directed graph with node times (:obj:`time`), edge times
-    (:obj:`edge_time`) and edge weights (:obj:`edge_weight`, 30% zeros)."""
-    gen = torch.Generator().manual_seed(seed)
-    data = Data(num_nodes=num_nodes)
-    data.edge_index = torch.randint(0, num_nodes, (2, num_edges),
-                                    generator=gen)
-    data.x = torch.randn(num_nodes, 4, generator=gen)
-    data.time = torch.randint(0, 30, (num_nodes, ),
-                              generator=gen).to(time_dtype)
-    data.edge_time = torch.randint(0, 30, (num_edges, ),
-                                   generator=gen).to(time_dtype)
-    data.edge_weight = random_weights(num_edges, gen)
-    return data
-
-
-def make_hetero(seed: int = 0, num_edges: int = 300) -> HeteroData:
-    gen = torch.Generator().manual_seed(seed)
-    data = HeteroData()
-    for t, n in HETERO_SIZES.items():
-        data[t].x = torch.randn(n, 4, generator=gen)
-        data[t].time = torch.randint(0, 30, (n, ), generator=gen)
-    for et in HETERO_EDGE_TYPES:
-        src, dst = et[0], et[-1]
-        data[et].edge_index = torch.stack([
-            torch.randint(0, HETERO_SIZES[src], (num_edges, ), generator=gen),
-            torch.randint(0, HETERO_SIZES[dst], (num_edges, ), generator=gen),
-        ])
-        data[et].edge_time = torch.randint(0, 30, (num_edges, ),
-                                           generator=gen)
-        data[et].edge_weight = random_weights(num_edges, gen)
-    return data
 
 
 def cpu(x):
@@ -169,7 +121,7 @@ def test_segment_upper_bound_matches_bisect(device):
 @pytest.mark.parametrize('strategy', ['uniform', 'last'])
 @pytest.mark.parametrize('time_dtype', [torch.int64, torch.float32])
 def test_node_temporal_homo(device, strategy, time_dtype):
-    data = make_homo(time_dtype=time_dtype)
+    data = temporal_graph(time_dtype=time_dtype)
     loader = HybridNeighborLoader(data, [4, 3], time_attr='time',
                                   temporal_strategy=strategy, batch_size=16,
                                   shuffle=True, device=device, seed=1)
@@ -186,7 +138,7 @@ def test_node_temporal_homo(device, strategy, time_dtype):
 
 @pytest.mark.parametrize('strategy', ['uniform', 'last'])
 def test_node_temporal_homo_input_time(device, strategy):
-    data = make_homo()
+    data = temporal_graph()
     seeds = torch.arange(0, 80, 2)
     # Bounds smaller than the seeds' own times (and 5 duplicate seeds with
     # a late bound):
@@ -216,7 +168,7 @@ def test_node_temporal_homo_input_time(device, strategy):
 def test_node_temporal_homo_input_time_is_used(device):
     r"""The same seeds with their own times, and with input_time = own
     time - 10: the second run never reaches the nodes the first one may."""
-    data = make_homo(num_edges=1500)
+    data = temporal_graph(num_edges=1500)
     seeds = torch.arange(80)
     input_time = data.time[seeds] - 10
     kw = dict(time_attr='time', input_nodes=seeds, batch_size=80,
@@ -236,8 +188,8 @@ def test_node_temporal_homo_input_time_is_used(device):
 @pytest.mark.parametrize('strategy', ['uniform', 'last'])
 @pytest.mark.parametrize('explicit', [False, True])
 def test_node_temporal_hetero(device, strategy, explicit):
-    data = make_hetero()
-    seeds = torch.arange(HETERO_SIZES['a'])
+    data = temporal_hetero_graph()
+    seeds = torch.arange(TEMPORAL_SIZES['a'])
     input_time = data['a'].time[seeds] - 3 if explicit else None
     loader = HybridNeighborLoader(data, [4, 3], time_attr='time',
                                   input_nodes=('a', seeds),
@@ -264,7 +216,7 @@ def test_node_temporal_hetero(device, strategy, explicit):
 
 @pytest.mark.parametrize('strategy', ['uniform', 'last'])
 def test_edge_temporal_homo(device, strategy):
-    data = make_homo()
+    data = temporal_graph()
     gen = torch.Generator().manual_seed(3)
     seeds = torch.randperm(80, generator=gen)[:50]
     input_time = torch.randint(0, 30, (50, ), generator=gen)
@@ -286,9 +238,9 @@ def test_edge_temporal_homo(device, strategy):
 
 @pytest.mark.parametrize('strategy', ['uniform', 'last'])
 def test_edge_temporal_hetero(device, strategy):
-    data = make_hetero()
+    data = temporal_hetero_graph()
     gen = torch.Generator().manual_seed(4)
-    seeds = torch.arange(HETERO_SIZES['a'])
+    seeds = torch.arange(TEMPORAL_SIZES['a'])
     input_time = torch.randint(0, 30, (seeds.numel(), ), generator=gen)
     loader = HybridNeighborLoader(data, [4, 3], time_attr='edge_time',
                                   input_nodes=('a', seeds),
@@ -306,20 +258,6 @@ def test_edge_temporal_hetero(device, strategy):
             assert torch.all(data[et].edge_time[e_id] <= bound[sub])
             num_edges[et] += e_id.numel()
     assert all(num_edges[et] > 0 for et in data.edge_types)
-
-
-def test_edge_temporal_needs_input_time(device):
-    data = make_homo()
-    with pytest.raises(ValueError, match='input_time'):
-        loader = HybridNeighborLoader(data, [2], time_attr='edge_time',
-                                      batch_size=4, device=device)
-        next(iter(loader))
-    hetero = make_hetero()
-    with pytest.raises(ValueError, match='input_time'):
-        loader = HybridNeighborLoader(hetero, [2], time_attr='edge_time',
-                                      input_nodes='a', batch_size=4,
-                                      device=device)
-        next(iter(loader))
 
 
 # 'last' and 'uniform' on a hand-made graph ###################################
@@ -481,7 +419,7 @@ def actual_subgraphs(batch, hetero):
 @pytest.mark.parametrize('hops', [1, 2])
 @pytest.mark.parametrize('float_input_time', [False, True])
 def test_full_fanout_parity_homo(device, level, hops, float_input_time):
-    data = make_homo(seed=5, num_nodes=40, num_edges=240)
+    data = temporal_graph(seed=5, num_nodes=40, num_edges=240)
     gen = torch.Generator().manual_seed(6)
     seeds = torch.cat([torch.arange(40), torch.tensor([3, 3, 7])])
     if float_input_time:
@@ -519,9 +457,9 @@ def test_full_fanout_parity_homo(device, level, hops, float_input_time):
 
 @pytest.mark.parametrize('level', ['node', 'edge'])
 def test_full_fanout_parity_hetero(device, level):
-    data = make_hetero(seed=8, num_edges=120)
+    data = temporal_hetero_graph(seed=8, num_edges=120)
     gen = torch.Generator().manual_seed(9)
-    seeds = torch.arange(HETERO_SIZES['a'])
+    seeds = torch.arange(TEMPORAL_SIZES['a'])
     input_time = None if level == 'node' else torch.randint(
         0, 30, (seeds.numel(), ), generator=gen)
     attr = 'time' if level == 'node' else 'edge_time'
@@ -551,7 +489,7 @@ def test_full_fanout_parity_hetero(device, level):
 def test_is_sorted_temporal_same_result(device):
     r""":obj:`is_sorted=True` on edges sorted by (destination, time) gives the
     same full-fan-out subgraphs as :obj:`is_sorted=False`."""
-    data = make_homo(seed=11, num_nodes=40, num_edges=240)
+    data = temporal_graph(seed=11, num_nodes=40, num_edges=240)
     key = data.edge_index[1] * 100 + data.time[data.edge_index[0]]
     perm = key.argsort()
     sorted_data = Data(num_nodes=40, edge_index=data.edge_index[:, perm],
@@ -733,7 +671,7 @@ def test_weighted_zero_weights_never(device, replace, k):
 
 def test_weighted_with_time(device):
     r"""Temporal and weighted together: eligible and positive-weight."""
-    data = make_homo(seed=2, num_nodes=30, num_edges=300)
+    data = temporal_graph(seed=2, num_nodes=30, num_edges=300)
     topo = CSCTopology.from_edge_index(
         data.edge_index, 30, 30, src_node_time=data.time,
         edge_weight=data.edge_weight, device=device)
@@ -787,7 +725,7 @@ def test_weighted_loader_star_frequencies(device):
 
 @pytest.mark.parametrize('replace', [False, True])
 def test_weighted_loader_homo(device, replace):
-    data = make_homo(seed=4, num_nodes=300, num_edges=3000)
+    data = temporal_graph(seed=4, num_nodes=300, num_edges=3000)
     loader = HybridNeighborLoader(data, [5, 3], weight_attr='edge_weight',
                                   replace=replace, batch_size=64,
                                   shuffle=True, device=device, seed=0)
@@ -816,7 +754,7 @@ def test_weighted_loader_homo(device, replace):
 
 @pytest.mark.parametrize('replace', [False, True])
 def test_weighted_loader_hetero(device, replace):
-    data = make_hetero(seed=5)
+    data = temporal_hetero_graph(seed=5)
     loader = HybridNeighborLoader(data, [4, 3], weight_attr='edge_weight',
                                   input_nodes='a', replace=replace,
                                   batch_size=16, device=device, seed=0)
@@ -830,7 +768,7 @@ def test_weighted_loader_hetero(device, replace):
 
 
 def test_weighted_temporal_loader(device):
-    data = make_homo(seed=6)
+    data = temporal_graph(seed=6)
     loader = HybridNeighborLoader(data, [4, 3], weight_attr='edge_weight',
                                   time_attr='time', batch_size=16,
                                   device=device)
@@ -841,124 +779,19 @@ def test_weighted_temporal_loader(device):
                          bound[cpu(batch.batch)])
 
 
-# Bad input ###################################################################
-
-def loader(data, **kwargs):
-    kwargs.setdefault('batch_size', 4)
-    kwargs.setdefault('device', 'cpu')
-    return HybridNeighborLoader(data, [2, 2], **kwargs)
-
-
-def test_bad_time_attr():
-    data = make_homo()
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, time_attr='nope')
-    data.time2 = torch.zeros(80, 2)  # Wrong shape.
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, time_attr='time2')
-    data.time3 = torch.zeros(81)  # Neither node- nor edge-level.
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, time_attr='time3')
-    data.time4 = torch.zeros(80, dtype=torch.bool)
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, time_attr='time4')
-    data.edge_time2 = torch.zeros(600, dtype=torch.bool)
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, time_attr='edge_time2', input_time=torch.zeros(80))
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, time_attr=3)
-
-
-def test_bad_time_attr_hetero():
-    data = make_hetero()
-    del data['c'].time
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, time_attr='time', input_nodes='a')
-    data = make_hetero()
-    data['b'].time = torch.zeros(HETERO_SIZES['b'], dtype=torch.bool)
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, time_attr='time', input_nodes='a')
-    data = make_hetero()
-    del data[C_TO_B].edge_time
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, time_attr='edge_time', input_nodes='a',
-               input_time=torch.zeros(HETERO_SIZES['a']))
-
-
-def test_bad_weight_attr():
-    data = make_homo()
-    with pytest.raises(ValueError, match='weight_attr'):
-        loader(data, weight_attr='nope')
-    for bad in (torch.rand(600, 2), torch.rand(601), torch.rand(599)):
-        data.w = bad
-        with pytest.raises(ValueError, match='weight_attr'):
-            loader(data, weight_attr='w')
-    data.w = torch.zeros(600, dtype=torch.bool)
-    with pytest.raises(ValueError, match='weight_attr'):
-        loader(data, weight_attr='w')
-    for value in (-1.0, float('nan'), float('inf'), -float('inf')):
-        data.w = torch.rand(600)
-        data.w[17] = value
-        with pytest.raises(ValueError, match='weight_attr'):
-            loader(data, weight_attr='w')
-    with pytest.raises(ValueError, match='weight_attr'):
-        loader(data, weight_attr=1.5)
-    hetero = make_hetero()
-    hetero[C_TO_A].edge_weight[3] = -0.5
-    with pytest.raises(ValueError, match='weight_attr'):
-        loader(hetero, weight_attr='edge_weight', input_nodes='a')
-
-
-def test_bad_input_time():
-    data = make_homo()
-    with pytest.raises(ValueError, match='input_time'):
-        loader(data, time_attr='time', input_nodes=torch.arange(10),
-               input_time=torch.zeros(9))
-    with pytest.raises(ValueError, match='input_time'):
-        loader(data, time_attr='time', input_nodes=torch.arange(80) < 10,
-               input_time=torch.zeros(11))
-    with pytest.raises(ValueError, match='input_time'):
-        loader(data, time_attr='time', input_nodes=torch.arange(10),
-               input_time=torch.zeros(10, 1))
-    with pytest.raises(ValueError, match='input_time'):
-        loader(data, time_attr='time', input_nodes=torch.arange(10),
-               input_time=torch.zeros(10, dtype=torch.bool))
-    # input_time without time_attr:
-    with pytest.raises(ValueError, match='input_time'):
-        loader(data, input_nodes=torch.arange(10), input_time=torch.zeros(10))
-    hetero = make_hetero()
-    with pytest.raises(ValueError, match='input_time'):
-        loader(hetero, time_attr='time', input_nodes=('a', torch.arange(5)),
-               input_time=torch.zeros(6))
-
-
-@pytest.mark.parametrize('case', ['homo_none_short', 'homo_none_long',
-                                  'hetero_str'])
-def test_input_time_length_all_nodes(case):
-    if case == 'hetero_str':
-        data, kw = make_hetero(), dict(input_nodes='a')
-        n = HETERO_SIZES['a'] + 1
-    else:
-        data, kw = make_homo(), {}
-        n = 79 if case == 'homo_none_short' else 81
-    with pytest.raises(ValueError, match='input_time'):
-        loader(data, time_attr='time', input_time=torch.zeros(n), **kw)
-
+# Edge cases ##################################################################
 
 def test_temporal_induced_is_rejected_or_disjoint():
-    data = make_homo()
+    data = temporal_graph()
     try:
-        batch = next(iter(loader(data, time_attr='time',
-                                 subgraph_type='induced', batch_size=8)))
+        loader = HybridNeighborLoader(data, [2, 2], time_attr='time',
+                                      subgraph_type='induced', batch_size=8,
+                                      device='cpu')
+        batch = next(iter(loader))
     except ValueError as e:
         assert 'induced' in str(e)
         return
     check_disjoint_homo(batch)  # Every edge within one subgraph.
-
-
-def test_disjoint_induced_is_rejected():
-    with pytest.raises(ValueError, match='induced'):
-        loader(make_homo(), disjoint=True, subgraph_type='induced')
 
 
 def test_weighted_replace_tiny_after_huge():
@@ -976,52 +809,16 @@ def test_weighted_replace_tiny_after_huge():
 
 @pytest.mark.gpu
 def test_cuda_loader_default_prefetch():
-    loader = HybridNeighborLoader(make_homo(), [2], time_attr='time',
+    loader = HybridNeighborLoader(temporal_graph(), [2], time_attr='time',
                                   batch_size=8, device='cuda')
     next(iter(loader))
 
 
 @pytest.mark.gpu
 def test_cuda_edge_temporal_with_feature_store():
-    data = make_homo()
+    data = temporal_graph()
     loader = HybridNeighborLoader(data, [2], time_attr='edge_time',
                                   input_time=torch.full((80, ), 10),
                                   batch_size=8, device='cuda', prefetch=0)
     batch = next(iter(loader))
     assert torch.all(data.edge_time[cpu(batch.e_id)] <= 10)
-
-
-def test_bad_temporal_strategy():
-    data = make_homo()
-    with pytest.raises(ValueError, match='temporal_strategy'):
-        loader(data, time_attr='time', temporal_strategy='recent')
-    with pytest.raises(ValueError, match='temporal_strategy'):
-        HybridNeighborSampler(data, [2], time_attr='time',
-                              temporal_strategy='Last', device='cpu')
-
-
-def test_is_sorted_not_sorted_by_time():
-    data = make_homo(seed=1, num_nodes=20, num_edges=200)
-    # Sorted by destination, time descending within neighborhoods:
-    key = data.edge_index[1] * 100 - data.time[data.edge_index[0]]
-    data.edge_index = data.edge_index[:, key.argsort()]
-    # Without time, this is a valid sorted input:
-    loader(data, is_sorted=True)
-    with pytest.raises(ValueError, match='is_sorted'):
-        loader(data, time_attr='time', is_sorted=True)
-    data.edge_time = torch.arange(200).flip(0)
-    with pytest.raises(ValueError, match='is_sorted'):
-        loader(data, time_attr='edge_time', is_sorted=True,
-               input_time=torch.zeros(20))
-    with pytest.raises(ValueError, match='is_sorted'):
-        GraphTopology.from_data(data, is_sorted=True, time_attr='time')
-
-
-def test_topology_attr_mismatch():
-    data = make_homo()
-    topo = GraphTopology.from_data(data, time_attr='time')
-    with pytest.raises(ValueError, match='time_attr'):
-        loader(data, topology=topo)
-    with pytest.raises(ValueError, match='weight_attr'):
-        loader(data, time_attr='time', weight_attr='edge_weight',
-               topology=topo)

@@ -122,38 +122,49 @@ def gen(seed: int, device=torch.device('cpu')) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
+def one_node_draws(deg: int, k: int, n: int, device, seed: int,
+                   replace: bool = False, colptr_dtype=torch.int64):
+    r""":func:`sample_neighbors` of :obj:`k` neighbors for :obj:`n` copies of
+    the node of :func:`one_node_csc`: the picks as an :obj:`[n, k]` tensor
+    of neighbor indices :obj:`0, ..., deg - 1`, and :obj:`dst_index` (both
+    on the CPU)."""
+    colptr = one_node_csc(deg).to(device, colptr_dtype)
+    nodes = torch.ones(n, dtype=torch.long, device=device)
+    pos, dst_index = sample_neighbors(colptr, nodes, k, replace=replace,
+                                      generator=gen(seed, device))
+    return pos.cpu().view(n, k) - 3, dst_index.cpu()
+
+
 # Without replacement: every subset equally likely ############################
 
 
 @pytest.mark.parametrize('colptr_dtype', [torch.int64, torch.int32])
 def test_sample_neighbors_subsets_uniform(device, colptr_dtype):
     deg, k, n = 8, 3, 20_000
-    colptr = one_node_csc(deg).to(device, colptr_dtype)
-    nodes = torch.ones(n, dtype=torch.long, device=device)
-    pos, dst_index = sample_neighbors(colptr, nodes, k, generator=gen(0,
-                                                                      device))
-    pos, dst_index = pos.cpu(), dst_index.cpu()
+    picks, dst_index = one_node_draws(deg, k, n, device, 0,
+                                      colptr_dtype=colptr_dtype)
     assert torch.equal(dst_index, torch.arange(n).repeat_interleave(k))
-    counts = subset_counts(pos.view(n, k) - 3, deg, k)
+    counts = subset_counts(picks, deg, k)
     assert (counts > 0).all(), 'a subset never drawn'
     assert chi2_uniform_pvalue(counts) > P_MIN
 
 
-@pytest.mark.parametrize('deg,k', [(8, 3), (8, 6), (8, 7), (12, 5)])
-def test_floyd_subsets_uniform(device, deg, k):
-    n = max(20_000, 30 * math.comb(deg, k))
-    degs = torch.full((n, ), deg, dtype=torch.long, device=device)
-    picks = uniform_subsets_floyd(degs, k, gen(1, device)).cpu()
-    counts = subset_counts(picks, deg, k)
-    assert (counts > 0).all()
-    assert chi2_uniform_pvalue(counts) > P_MIN
+# Subset samplers and the seeds of their generators:
+SUBSET_SAMPLERS = {
+    'floyd': (uniform_subsets_floyd, 1),
+    'sort': (uniform_subsets_sort, 2),
+}
 
 
-@pytest.mark.parametrize('deg,k', [(8, 3), (8, 7), (12, 5)])
-def test_sort_subsets_uniform(device, deg, k):
+@pytest.mark.parametrize('method,deg,k', [
+    ('floyd', 8, 3), ('floyd', 8, 6), ('floyd', 8, 7), ('floyd', 12, 5),
+    ('sort', 8, 3), ('sort', 8, 7), ('sort', 12, 5),
+])
+def test_subsets_uniform(device, method, deg, k):
+    sample, seed = SUBSET_SAMPLERS[method]
     n = max(20_000, 30 * math.comb(deg, k))
     degs = torch.full((n, ), deg, dtype=torch.long, device=device)
-    picks = uniform_subsets_sort(degs, k, gen(2, device)).cpu()
+    picks = sample(degs, k, gen(seed, device)).cpu()
     counts = subset_counts(picks, deg, k)
     assert (counts > 0).all()
     assert chi2_uniform_pvalue(counts) > P_MIN
@@ -163,10 +174,7 @@ def test_sample_neighbors_large_fanout_subsets_uniform(device):
     # k above FLOYD_MAX_FANOUT takes the sort path inside sample_neighbors.
     k = FLOYD_MAX_FANOUT + 2
     deg, n = k + 2, 25_000
-    colptr = one_node_csc(deg).to(device)
-    nodes = torch.ones(n, dtype=torch.long, device=device)
-    pos, _ = sample_neighbors(colptr, nodes, k, generator=gen(3, device))
-    picks = pos.cpu().view(n, k) - 3
+    picks, _ = one_node_draws(deg, k, n, device, 3)
     rows = picks.sort(dim=1).values
     assert (rows[:, 1:] > rows[:, :-1]).all()
     assert ((rows >= 0) & (rows < deg)).all()
@@ -186,12 +194,8 @@ def test_sample_neighbors_large_fanout_subsets_uniform(device):
 
 def test_with_replacement_uniform_and_independent(device):
     deg, k, n = 8, 3, 20_000
-    colptr = one_node_csc(deg).to(device)
-    nodes = torch.ones(n, dtype=torch.long, device=device)
-    pos, dst_index = sample_neighbors(colptr, nodes, k, replace=True,
-                                      generator=gen(4, device))
-    assert torch.equal(dst_index.cpu(), torch.arange(n).repeat_interleave(k))
-    draws = pos.cpu().view(n, k) - 3
+    draws, dst_index = one_node_draws(deg, k, n, device, 4, replace=True)
+    assert torch.equal(dst_index, torch.arange(n).repeat_interleave(k))
     assert ((draws >= 0) & (draws < deg)).all()
     for j in range(k):  # Every output position uniform over the neighbors:
         counts = torch.bincount(draws[:, j], minlength=deg)
@@ -212,11 +216,7 @@ def test_with_replacement_uniform_and_independent(device):
 def test_with_replacement_fanout_above_degree(device):
     # k > deg: still k draws, every neighbor equally likely.
     deg, k, n = 3, 10, 6_000
-    colptr = one_node_csc(deg).to(device)
-    nodes = torch.ones(n, dtype=torch.long, device=device)
-    pos, _ = sample_neighbors(colptr, nodes, k, replace=True,
-                              generator=gen(5, device))
-    draws = pos.cpu().view(n, k) - 3
+    draws, _ = one_node_draws(deg, k, n, device, 5, replace=True)
     for j in range(k):
         counts = torch.bincount(draws[:, j], minlength=deg)
         assert counts.numel() == deg

@@ -1,0 +1,73 @@
+r"""Accuracy protocol for node classification with and without bottom-layer
+offload: the one that ``benchmarks/bench_offload.py --accuracy`` reports and
+that the test suite checks in a shorter form."""
+from typing import Any, Dict
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GCN, GraphSAGE
+
+from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+
+
+def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
+                   max_staleness: int = 1, full_neighbors: bool = False,
+                   split: str = 'auto',
+                   hot_ratio: float = 0.05) -> Dict[str, Any]:
+    r"""Trains a 2-layer model (64 hidden channels, dropout 0.5) on the
+    :obj:`train_mask` nodes of :obj:`data` with
+    :class:`pyg_orch.HybridNeighborLoader` (fan-out :obj:`[10, 5]`, batch
+    size 32, shuffled, on the CPU) and Adam (learning rate 0.01, weight decay
+    5e-4) for :obj:`epochs` epochs, then evaluates it on the full graph.
+
+    Args:
+        data (torch_geometric.data.Data): A graph with :obj:`x`, :obj:`y`,
+            :obj:`train_mask` and :obj:`test_mask` (a Planetoid data set).
+        arch (str): :obj:`'sage'` (:class:`~torch_geometric.nn.GraphSAGE`)
+            or :obj:`'gcn'` (:class:`~torch_geometric.nn.GCN`).
+        seed (int): Seeds the model's initialization and the loader.
+        offload (bool): Whether to wrap the model in
+            :class:`pyg_orch.BottomLayerOffload` (with
+            :obj:`max_staleness`, :obj:`full_neighbors`, :obj:`split` and
+            :obj:`hot_ratio`).
+        epochs (int): Training epochs.
+
+    Returns:
+        :obj:`{'acc': test accuracy}`; with :obj:`offload`, also the
+        offload's :obj:`num_hot`, :obj:`split`, :obj:`max_staleness_seen`,
+        :obj:`max_table_age` and :obj:`hot_rows_per_batch` statistics.
+    """
+    torch.manual_seed(seed)
+    loader = HybridNeighborLoader(data, [10, 5], batch_size=32, shuffle=True,
+                                  input_nodes=data.train_mask, device='cpu',
+                                  seed=seed)
+    Model = GraphSAGE if arch == 'sage' else GCN
+    model = Model(data.num_features, 64, 2, int(data.y.max()) + 1,
+                  dropout=0.5)
+    if offload:
+        model = BottomLayerOffload(model, loader, seed=seed,
+                                   max_staleness=max_staleness,
+                                   full_neighbors=full_neighbors,
+                                   split=split, hot_ratio=hot_ratio)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01,
+                                 weight_decay=5e-4)
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        pred = model(data.x, data.edge_index).argmax(dim=-1)
+    mask = data.test_mask
+    out = {'acc': float((pred[mask] == data.y[mask]).float().mean())}
+    if offload:
+        stats = model.stats()
+        out.update(num_hot=stats['num_hot'], split=stats['split'],
+                   max_staleness_seen=stats['max_staleness_seen'],
+                   max_table_age=stats['max_table_age'],
+                   hot_rows_per_batch=stats['hot_rows_per_batch'])
+        model.close()
+    return out
