@@ -32,7 +32,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench_common import PRESETS, log, machine_info  # noqa: E402
+from _bench_common import (  # noqa: E402
+    PRESETS,
+    add_preset_args,
+    log,
+    machine_info,
+)
 from torch_geometric import EdgeIndex  # noqa: E402
 from torch_geometric.nn import GAT, GCN, GraphSAGE  # noqa: E402
 
@@ -65,7 +70,7 @@ def step(model, opt, batch, ei, trim: bool):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--preset', default='default', choices=list(PRESETS))
+    add_preset_args(p)
     p.add_argument('--num-features', type=int, default=100)
     p.add_argument('--hidden', type=int, default=256)
     p.add_argument('--fanout', default='15,10,5')
@@ -78,7 +83,8 @@ def main() -> None:
     dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     torch.backends.cuda.matmul.allow_tf32 = True
     fanout = [int(k) for k in args.fanout.split(',')]
-    data = power_law_graph(**PRESETS[args.preset],
+    size = PRESETS[args.preset]
+    data = power_law_graph(size['num_nodes'], size['num_edges'],
                            num_features=args.num_features, num_classes=47,
                            device=dev, seed=0)
     loader = HybridNeighborLoader(data, fanout, batch_size=args.batch_size,
