@@ -217,3 +217,27 @@ def test_offload_fills_the_loaders_gpu_cache(graph):
     plain = HybridNeighborLoader(graph, [4, 3], batch_size=50, device='cpu',
                                  feature_store=None)
     assert plain.set_gpu_cache_nodes(torch.tensor([1, 2])) is False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not triton_available(), reason='needs Triton')
+def test_uva_gather_compiles_once_whatever_the_batch_size():
+    # Batch sizes in every "divisible by 16" class: a kernel specialized on
+    # them would compile (and stall the batch) once per class.
+    from pyg_orch.gpu import triton_kernels as tk
+    x = torch.randn(5000, 24)
+    store = TieredFeatureStore(x, 'cuda', gpu_memory_budget=0, method='uva',
+                               cache_ratio=0.1)
+    gen = torch.Generator().manual_seed(0)
+
+    def compiled() -> int:
+        caches = tk.gather_rows_kernel.device_caches
+        return sum(len(c[0]) for c in caches.values())
+
+    store.gather(torch.randint(0, 5000, (1000, ), generator=gen))
+    store.gather(torch.randint(0, 5000, (1000, ), generator=gen))
+    before = compiled()  # Without and with the previous batch's rows.
+    for n in (1, 16, 17, 1024, 1031, 4096):
+        index = torch.randint(0, 5000, (n, ), generator=gen)
+        assert torch.equal(store.gather(index).cpu(), x[index])
+    assert compiled() == before
