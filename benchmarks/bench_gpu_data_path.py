@@ -182,7 +182,7 @@ def main():
     p.add_argument('--gather-blocks', default='none,32,132',
                    help="caps of the UVA gather grid to try besides the "
                    "default ('auto'); 'none' for no cap")
-    p.add_argument('--pyg-workers', default='8,10,12,14',
+    p.add_argument('--pyg-workers', default='8,12,14,16',
                    help='num_workers values of PyG\'s loader to try (the '
                    'best is the baseline)')
     p.add_argument('--pyg-batches', type=int, default=100,
