@@ -12,7 +12,11 @@ Prints the loss and validation accuracy of every epoch, then the time spent
 per stage (:obj:`sample`, :obj:`gather`, :obj:`transfer`, :obj:`train`,
 :obj:`wait`) of the training loop, as recorded by
 :attr:`HybridNeighborLoader.timer`, leaving out the first epoch (warm-up)
-when there are several.
+when there are several. Ends with the test accuracy of an MLP trained on the
+features alone (same epochs, batch size and optimizer), of GraphSAGE, and of
+GraphSAGE after the epochs with offload: the graph's features are only partly
+informative (:obj:`feature_snr` of
+:func:`~pyg_orch.datasets.power_law_graph`), so the neighbors matter.
 """
 import argparse
 import time
@@ -26,7 +30,9 @@ def _parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog='python -m pyg_orch.demo',
         description='Train GraphSAGE on a synthetic power-law graph with '
-        'pyg_orch.HybridNeighborLoader and print per-stage times.',
+        'pyg_orch.HybridNeighborLoader, then with BottomLayerOffload; print '
+        'per-stage times and the test accuracy of an MLP on the features '
+        'alone, of GraphSAGE and of GraphSAGE with offload.',
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument('--nodes', type=int, default=100_000,
                         help='number of nodes')
@@ -44,9 +50,13 @@ def _parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         default=[15, 10, 5], help='fan-out per hop')
     parser.add_argument('--hidden', type=int, default=128,
                         help='hidden channels of GraphSAGE')
-    parser.add_argument('--device', default=None,
-                        help="'cpu', 'cuda', 'cuda:1', ... "
-                        "(default: CUDA when available, else CPU)")
+    parser.add_argument('--feature-snr', type=float, default=3.0,
+                        help='distance between class centroids in units of '
+                        'the feature noise (power_law_graph\'s feature_snr): '
+                        'how informative the features alone are')
+    parser.add_argument('--device', default='auto',
+                        help="'auto' (CUDA when available, else CPU), "
+                        "'cpu', 'cuda', 'cuda:1', ...")
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--lr', type=float, default=3e-3,
                         help='learning rate (Adam)')
@@ -62,6 +72,8 @@ def _parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error('--edges must be >= 0')
     if args.offload_epochs < 0:
         parser.error('--offload-epochs must be >= 0')
+    if not 0 <= args.feature_snr < float('inf'):
+        parser.error('--feature-snr must be finite and >= 0')
     return args
 
 
@@ -98,7 +110,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     from pyg_orch.datasets import power_law_graph
     from pyg_orch.sampling.sampler import resolve_device
 
-    device = resolve_device(args.device)
+    device = resolve_device(None if args.device == 'auto' else args.device)
     torch.manual_seed(args.seed)
     print(f'pyg_orch demo on {device} '
           f'(torch {torch.__version__}, {torch.get_num_threads()} threads)')
@@ -106,7 +118,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     t = time.perf_counter()
     data = power_law_graph(args.nodes, args.edges,
                            num_features=args.features,
-                           num_classes=args.classes, seed=args.seed)
+                           num_classes=args.classes,
+                           feature_snr=args.feature_snr, seed=args.seed)
     data = data.to(device)  # Features gathered where sampling runs.
     print(f'graph: {data.num_nodes:,} nodes, {data.num_edges:,} edges, '
           f'{args.features} features, {args.classes} classes '
@@ -122,6 +135,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         data, num_neighbors=args.num_neighbors,
         batch_size=4 * args.batch_size, input_nodes=data.val_mask,
         device=device, seed=args.seed + 1, topology=train_loader.topology)
+    test_loader = HybridNeighborLoader(
+        data, num_neighbors=args.num_neighbors,
+        batch_size=4 * args.batch_size, input_nodes=data.test_mask,
+        device=device, seed=args.seed + 3, topology=train_loader.topology)
     print(f'loaders: {len(train_loader)} training batches, '
           f'{len(val_loader)} validation batches per epoch '
           f'({time.perf_counter() - t:.1f} s to build the topology)')
@@ -137,13 +154,34 @@ def main(argv: Optional[List[str]] = None) -> None:
     epochs = 'all epochs' if args.epochs == 1 else (
         'epoch 2' if args.epochs == 2 else f'epochs 2-{args.epochs}')
     print(timer.table(title=f'training stage times on {device}, {epochs}'))
+    accuracy = {
+        f'MLP on the features alone, {args.epochs} epochs':
+        train_mlp(data, args),
+        f'GraphSAGE, {args.epochs} epochs': evaluate(model, test_loader),
+    }
 
-    if args.offload_epochs == 0:
-        return
+    if args.offload_epochs > 0:
+        accuracy[f'GraphSAGE, then {args.offload_epochs} epoch(s) with '
+                 f'BottomLayerOffload'] = offload_phase(
+                     model, optimizer, data, train_loader, val_loader,
+                     test_loader, args, device)
+
+    num_test = int(data.test_mask.sum())
+    print(f'\ntest accuracy ({num_test:,} test nodes, '
+          f'{args.classes} classes):')
+    width = max(len(name) for name in accuracy)
+    for name, acc in accuracy.items():
+        print(f'  {name:<{width}}  {acc:.4f}')
+
+
+def offload_phase(model, optimizer, data, train_loader, val_loader,
+                  test_loader, args, device) -> float:
+    r"""Trains :obj:`model` for :obj:`args.offload_epochs` more epochs with
+    :class:`~pyg_orch.BottomLayerOffload` and returns its test accuracy."""
     # Phase 2: the same model, wrapped in one call. Offload reads features
     # from host memory, so this loader works on a CPU copy of the graph (on
     # a GPU, `x` is then served by the loader's tiered feature store).
-    from pyg_orch import BottomLayerOffload
+    from pyg_orch import BottomLayerOffload, HybridNeighborLoader
     host_loader = HybridNeighborLoader(
         data.cpu(), num_neighbors=args.num_neighbors,
         batch_size=args.batch_size, shuffle=True,
@@ -163,6 +201,38 @@ def main(argv: Optional[List[str]] = None) -> None:
           f"max staleness seen {stats['max_staleness_seen']} "
           f"(bound {stats['max_staleness']}), waited "
           f"{stats['wait_s']:.3f} s")
+    # The wrapper is closed: `model` is the plain model with the weights
+    # trained under offload, evaluated exactly.
+    return evaluate(model, test_loader)
+
+
+def train_mlp(data, args) -> float:
+    r"""Trains an MLP as deep and wide as the GraphSAGE model on the
+    features of the training nodes alone (no edges), with the same epochs,
+    batch size and optimizer, and returns its test accuracy."""
+    from torch_geometric.nn import MLP
+    torch.manual_seed(args.seed)
+    device = data.x.device
+    mlp = MLP(in_channels=args.features, hidden_channels=args.hidden,
+              out_channels=args.classes, num_layers=3).to(device)
+    optimizer = torch.optim.Adam(mlp.parameters(), lr=args.lr)
+    train_nodes = data.train_mask.nonzero().view(-1)
+    t = time.perf_counter()
+    for _ in range(args.epochs):
+        mlp.train()
+        perm = torch.randperm(train_nodes.numel(), device=device)
+        for nodes in train_nodes[perm].split(args.batch_size):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(mlp(data.x[nodes]), data.y[nodes])
+            loss.backward()
+            optimizer.step()
+    mlp.eval()
+    with torch.no_grad():
+        pred = mlp(data.x[data.test_mask]).argmax(dim=-1)
+    acc = float((pred == data.y[data.test_mask]).float().mean())
+    print(f'MLP on the features alone: {args.epochs} epochs in '
+          f'{time.perf_counter() - t:.1f} s')
+    return acc
 
 
 def train(model, optimizer, loader, val_loader, first: int, last: int,
