@@ -7,7 +7,6 @@ from pyg_orch import GraphTopology, HybridNeighborLoader, HybridNeighborSampler
 
 from conftest import (
     C_TO_A,
-    C_TO_B,
     TEMPORAL_SIZES,
     random_graph,
     temporal_graph,
@@ -319,19 +318,30 @@ def _hetero_with_bool_time():
     lambda: (_with(temporal_graph(),
                    edge_time2=torch.zeros(600, dtype=torch.bool)),
              dict(time_attr='edge_time2', input_time=torch.zeros(80))),
-    lambda: (_without(temporal_hetero_graph(), 'c', 'time'),
-             dict(time_attr='time', input_nodes='a')),
     lambda: (_hetero_with_bool_time(), dict(time_attr='time',
                                             input_nodes='a')),
-    lambda: (_without(temporal_hetero_graph(), C_TO_B, 'edge_time'),
-             dict(time_attr='edge_time', input_nodes='a',
-                  input_time=torch.zeros(TEMPORAL_SIZES['a']))),
-], ids=['2d', 'length', 'bool', 'edge-bool', 'hetero-missing-node-type',
-        'hetero-bool', 'hetero-missing-edge-type'])
+], ids=['2d', 'length', 'bool', 'edge-bool', 'hetero-bool'])
 def test_bad_time_attr(make):
+    # (`time_attr` on only some node or edge types of a HeteroData is
+    # accepted, as in PyG: see test_temporal_weighted.py.)
     data, kwargs = make()
     with pytest.raises(ValueError, match='time_attr'):
         loader(data, **kwargs)
+
+
+def test_seed_type_without_time_needs_input_time():
+    data = _without(temporal_hetero_graph(), 'a', 'time')
+    batches = HybridNeighborLoader(data, [2], time_attr='time',
+                                   input_nodes='a', batch_size=4,
+                                   device='cpu')
+    with pytest.raises(ValueError, match='input_time'):
+        next(iter(batches))
+    # With a time per seed, it samples:
+    batches = HybridNeighborLoader(data, [2], time_attr='time',
+                                   input_nodes='a', batch_size=4,
+                                   input_time=torch.zeros(TEMPORAL_SIZES['a']),
+                                   device='cpu')
+    assert next(iter(batches))['a'].batch_size == 4
 
 
 def _hetero_with_negative_weight():
