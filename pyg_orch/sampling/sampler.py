@@ -51,9 +51,10 @@ class HybridNeighborSampler(BaseSampler):
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
             graph.
-        num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
-            The fan-out per hop (:obj:`-1` for all neighbors), or per edge
-            type.
+        num_neighbors (List[int] or Dict or NumNeighbors): The fan-out per
+            hop (:obj:`-1` for all neighbors), or per edge type; a PyG
+            :class:`~torch_geometric.sampler.NumNeighbors` gives the edge
+            types its dict leaves out its :obj:`default`.
         subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'` or
             :obj:`'induced'`. (default: :obj:`'directional'`)
         replace (bool): Sample with replacement. (default: :obj:`False`)
@@ -65,10 +66,19 @@ class HybridNeighborSampler(BaseSampler):
         time_attr (str, optional): A node-level or edge-level time attribute;
             sampled neighbors (or edges) are never later than their seed's
             time (:obj:`input_time`, or the seed node's own time). Implies
-            :obj:`disjoint=True`, as in PyG.
+            :obj:`disjoint=True`, as in PyG. As in PyG, in a
+            :class:`~torch_geometric.data.HeteroData` node or edge types
+            without it are sampled without time filter, and for
+            (:class:`~torch_geometric.data.FeatureStore`,
+            :class:`~torch_geometric.data.GraphStore`) inputs the times are
+            the feature store's tensors of that name: node-level for node
+            types (in homogeneous graphs: when named :obj:`'time'`),
+            edge-level for edge types (edges in the graph store's order).
         weight_attr (str, optional): An edge attribute of non-negative
             weights; neighbors are drawn with probability proportional to
-            them, zero-weight edges never.
+            them, zero-weight edges never. Not for
+            (:class:`~torch_geometric.data.FeatureStore`,
+            :class:`~torch_geometric.data.GraphStore`) inputs (as in PyG).
         is_sorted (bool): :obj:`edge_index` is sorted by destination (and by
             time within neighborhoods for temporal sampling); checked.
             (default: :obj:`False`)
