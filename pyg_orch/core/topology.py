@@ -135,9 +135,16 @@ class GraphTopology:
                 within neighborhoods if :obj:`time_attr` is set); checked.
             device (torch.device, optional): Where the topology lives.
             time_attr (str, optional): A node-level or edge-level time
-                attribute for temporal sampling.
+                attribute for temporal sampling (in a
+                :class:`~torch_geometric.data.HeteroData`, node or edge types
+                without it are not filtered by time; for a
+                (:class:`~torch_geometric.data.FeatureStore`,
+                :class:`~torch_geometric.data.GraphStore`) pair, the feature
+                store's tensors of that name, as in PyG).
             weight_attr (str, optional): An edge-level attribute of
-                non-negative sampling weights.
+                non-negative sampling weights (not for
+                (:class:`~torch_geometric.data.FeatureStore`,
+                :class:`~torch_geometric.data.GraphStore`) pairs).
         """
         from torch_geometric.data import Data, HeteroData
 
