@@ -7,7 +7,6 @@ from pyg_orch import GraphTopology, HybridNeighborLoader, HybridNeighborSampler
 
 from conftest import (
     C_TO_A,
-    C_TO_B,
     TEMPORAL_SIZES,
     random_graph,
     temporal_graph,
@@ -319,19 +318,30 @@ def _hetero_with_bool_time():
     lambda: (_with(temporal_graph(),
                    edge_time2=torch.zeros(600, dtype=torch.bool)),
              dict(time_attr='edge_time2', input_time=torch.zeros(80))),
-    lambda: (_without(temporal_hetero_graph(), 'c', 'time'),
-             dict(time_attr='time', input_nodes='a')),
     lambda: (_hetero_with_bool_time(), dict(time_attr='time',
                                             input_nodes='a')),
-    lambda: (_without(temporal_hetero_graph(), C_TO_B, 'edge_time'),
-             dict(time_attr='edge_time', input_nodes='a',
-                  input_time=torch.zeros(TEMPORAL_SIZES['a']))),
-], ids=['2d', 'length', 'bool', 'edge-bool', 'hetero-missing-node-type',
-        'hetero-bool', 'hetero-missing-edge-type'])
+], ids=['2d', 'length', 'bool', 'edge-bool', 'hetero-bool'])
 def test_bad_time_attr(make):
+    # (`time_attr` on only some node or edge types of a HeteroData is
+    # accepted, as in PyG: see test_temporal_weighted.py.)
     data, kwargs = make()
     with pytest.raises(ValueError, match='time_attr'):
         loader(data, **kwargs)
+
+
+def test_seed_type_without_time_needs_input_time():
+    data = _without(temporal_hetero_graph(), 'a', 'time')
+    batches = HybridNeighborLoader(data, [2], time_attr='time',
+                                   input_nodes='a', batch_size=4,
+                                   device='cpu')
+    with pytest.raises(ValueError, match='input_time'):
+        next(iter(batches))
+    # With a time per seed, it samples:
+    batches = HybridNeighborLoader(data, [2], time_attr='time',
+                                   input_nodes='a', batch_size=4,
+                                   input_time=torch.zeros(TEMPORAL_SIZES['a']),
+                                   device='cpu')
+    assert next(iter(batches))['a'].batch_size == 4
 
 
 def _hetero_with_negative_weight():
@@ -444,3 +454,222 @@ def test_topology_attr_mismatch():
     with pytest.raises(ValueError, match='weight_attr'):
         loader(data, time_attr='time', weight_attr='edge_weight',
                topology=topo)
+
+
+# PyG's wording ###############################################################
+#
+# Code written against PyG matches on its error messages (its own tests do:
+# `pytest.raises(ValueError, match="hops must be the same across all")`).
+# Wherever PyG rejects the same input for the same cause, our error has the
+# same type and contains PyG's key phrase. The PyG side is checked too, so
+# that the table catches drift: directly where PyG raises without sampling,
+# with the parity marker (torch-sparse) where it raises when sampling.
+
+WRITES_P = ('author', 'writes', 'paper')
+CITES_P = ('paper', 'cites', 'paper')
+
+
+def _pyg_loader(data, num_neighbors, sample=False, **kwargs):
+    import warnings
+
+    from torch_geometric.loader import NeighborLoader
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # "... without 'pyg-lib' ..."
+        pyg = NeighborLoader(data, num_neighbors, **kwargs)
+        if sample:
+            next(iter(pyg))
+
+
+def _pyg_num_neighbors(num_neighbors, default=None):
+    # What PyG's `NeighborSampler` calls when sampling a heterogeneous graph:
+    from torch_geometric.sampler import NumNeighbors
+    NumNeighbors(num_neighbors, default).get_values(
+        small_hetero_graph().edge_types)
+
+
+def _ours_hetero(num_neighbors, **kwargs):
+    kwargs.setdefault('input_nodes', 'paper')
+    HybridNeighborLoader(small_hetero_graph(), num_neighbors, device='cpu',
+                         **kwargs)
+
+
+def _num_neighbors_default(values, default):
+    from torch_geometric.sampler import NumNeighbors
+    return NumNeighbors(values, default)
+
+
+def _stores(hetero=False, sort=True, node_time=False, edge_time=False):
+    r"""A (MyFeatureStore, MyGraphStore) pair of :func:`small_graph` (or
+    :func:`small_hetero_graph`), edges sorted by destination
+    (:obj:`is_sorted=True`, as PyG requires for temporal sampling)."""
+    from torch_geometric.testing import MyFeatureStore, MyGraphStore
+    fs, gs = MyFeatureStore(), MyGraphStore()
+    data = small_hetero_graph() if hetero else small_graph()
+    nodes = {t: data[t] for t in data.node_types} if hetero else {None: data}
+    edges = {t: data[t] for t in data.edge_types} if hetero else {None: data}
+    for t, store in nodes.items():
+        fs.put_tensor(store.x, group_name=t, attr_name='x', index=None)
+        if node_time:
+            fs.put_tensor(torch.zeros(store.num_nodes, dtype=torch.long),
+                          group_name=t, attr_name='time', index=None)
+    for et, store in edges.items():
+        ei = store.edge_index
+        ei = ei[:, torch.sort(ei[1], stable=True)[1]] if sort else ei
+        size = (nodes[None if et is None else et[0]].num_nodes,
+                nodes[None if et is None else et[-1]].num_nodes)
+        gs.put_edge_index((ei[0], ei[1]), edge_type=et, layout='coo',
+                          size=size, is_sorted=sort)
+        if edge_time:
+            fs.put_tensor(torch.zeros(ei.size(1), dtype=torch.long),
+                          group_name=et, attr_name='time', index=None)
+    return fs, gs
+
+
+def _time_both_levels():
+    data = small_hetero_graph()
+    data['paper'].t = torch.zeros(6)
+    data[CITES_P].t = torch.zeros(2)
+    return data
+
+
+def _with_time(data, name, value):
+    data[name] = value
+    return data
+
+
+# (id, exception type, PyG's phrase, ours, PyG's, PyG raises when sampling)
+PYG_PHRASES = [
+    ('hops', ValueError, 'hops must be the same across all',
+     lambda: _ours_hetero({WRITES_P: [2, 2], CITES_P: [2]}),
+     lambda: _pyg_num_neighbors({WRITES_P: [2, 2], CITES_P: [2]}), False),
+    ('hops-loader', ValueError, 'hops must be the same across all',
+     lambda: _ours_hetero({WRITES_P: [2, 2], CITES_P: [2]}),
+     lambda: _pyg_loader(small_hetero_graph(), {WRITES_P: [2, 2],
+                                                CITES_P: [2]}, sample=True,
+                         input_nodes='paper'), True),
+    ('hops-default', ValueError, 'hops must be the same across all',
+     lambda: _ours_hetero(_num_neighbors_default({WRITES_P: [2, 2]}, [1])),
+     lambda: _pyg_num_neighbors({WRITES_P: [2, 2]}, [1]), False),
+    ('unknown-edge-type', ValueError,
+     "Not all edge types specified in 'num_neighbors' exist in the graph",
+     lambda: _ours_hetero({WRITES_P: [2], CITES_P: [2],
+                           ('paper', 'likes', 'author'): [2]}),
+     lambda: _pyg_num_neighbors({WRITES_P: [2], CITES_P: [2],
+                                 ('paper', 'likes', 'author'): [2]}), False),
+    ('unknown-edge-type-default', ValueError,
+     "Not all edge types specified in 'num_neighbors' exist in the graph",
+     lambda: _ours_hetero(_num_neighbors_default(
+         {('paper', 'likes', 'author'): [2]}, [1])),
+     lambda: _pyg_num_neighbors({('paper', 'likes', 'author'): [2]}, [1]),
+     False),
+    ('missing-edge-type', ValueError,
+     'Missing number of neighbors for edge type',
+     lambda: _ours_hetero({WRITES_P: [2]}),
+     lambda: _pyg_num_neighbors({WRITES_P: [2]}), False),
+    ('missing-edge-type-loader', ValueError,
+     'Missing number of neighbors for edge type',
+     lambda: _ours_hetero({WRITES_P: [2]}),
+     lambda: _pyg_loader(small_hetero_graph(), {WRITES_P: [2]}, sample=True,
+                         input_nodes='paper'), True),
+    ('input-time-without-time-attr', ValueError,
+     "Received conflicting 'input_time' and 'time_attr' arguments",
+     lambda: loader(input_time=torch.zeros(10)),
+     lambda: _pyg_loader(small_graph(), [2], input_time=torch.zeros(10)),
+     False),
+    ('time-attr-neither', ValueError,
+     'is neither a node-level or edge-level attribute',
+     lambda: loader(_with_time(small_graph(), 't', torch.zeros(11)),
+                    time_attr='t'),
+     lambda: _pyg_loader(_with_time(small_graph(), 't', torch.zeros(11)),
+                         [2], time_attr='t'), False),
+    ('time-attr-neither-hetero', ValueError,
+     'is neither a node-level or edge-level attribute',
+     lambda: _ours_hetero([2], time_attr='t'),
+     lambda: _pyg_loader(small_hetero_graph(), [2], time_attr='t',
+                         input_nodes='paper'), False),
+    ('time-attr-both', ValueError,
+     'holds both node-level and edge-level information',
+     lambda: HybridNeighborLoader(_time_both_levels(), [2], time_attr='t',
+                                  input_nodes='paper', device='cpu'),
+     lambda: _pyg_loader(_time_both_levels(), [2], time_attr='t',
+                         input_nodes='paper'), False),
+    ('subgraph-type', ValueError, 'is not a valid SubgraphType',
+     lambda: loader(subgraph_type='undirected'),
+     lambda: _pyg_loader(small_graph(), [2], subgraph_type='undirected'),
+     False),
+    ('data-type', ValueError,
+     "Expected a 'Data', 'HeteroData', or a tuple of 'FeatureStore' and "
+     "'GraphStore'",
+     lambda: HybridNeighborLoader({'edge_index': torch.zeros(2, 0)}, [2],
+                                  device='cpu'),
+     lambda: _pyg_loader({'edge_index': torch.zeros(2, 0)}, [2]), False),
+    ('data-pair', ValueError,
+     "Expected a 'Data', 'HeteroData', or a tuple of 'FeatureStore' and "
+     "'GraphStore'",
+     lambda: HybridNeighborLoader((1, 2), [2], device='cpu'),
+     lambda: _pyg_loader((1, 2), [2]), False),
+    ('sampler-data-type', ValueError,
+     "Expected a 'Data', 'HeteroData', or a tuple of 'FeatureStore' and "
+     "'GraphStore'",
+     lambda: HybridNeighborSampler([1, 2, 3], [2], device='cpu'),
+     lambda: _pyg_loader([1, 2, 3], [2]), False),
+    ('disjoint-induced', ValueError,
+     "'disjoint' sampling not supported for neighbor sampling",
+     lambda: loader(disjoint=True, subgraph_type='induced'),
+     lambda: _pyg_loader(small_graph(), [2], disjoint=True,
+                         subgraph_type='induced', sample=True), True),
+    ('disjoint-induced-hetero', ValueError,
+     "'disjoint' sampling not supported for neighbor sampling",
+     lambda: _ours_hetero([2], disjoint=True, subgraph_type='induced'),
+     lambda: _pyg_loader(small_hetero_graph(), [2], disjoint=True,
+                         subgraph_type='induced', input_nodes='paper',
+                         sample=True), True),
+    ('temporal-induced', ValueError,
+     "'disjoint' sampling not supported for neighbor sampling",
+     lambda: loader(temporal_graph(), time_attr='time',
+                    subgraph_type='induced'),
+     lambda: _pyg_loader(temporal_graph(), [2], time_attr='time',
+                         subgraph_type='induced', sample=True), True),
+    ('remote-weight-attr', NotImplementedError,
+     "'weight_attr' argument not yet supported",
+     lambda: HybridNeighborLoader(_stores(), [2], weight_attr='w',
+                                  input_nodes=torch.arange(4), device='cpu'),
+     lambda: _pyg_loader(_stores(), [2], weight_attr='w',
+                         input_nodes=torch.arange(4)), False),
+    ('remote-no-temporal-data', ValueError,
+     'Temporal sampling specified but did not find any temporal data',
+     lambda: HybridNeighborLoader(_stores(), [2], time_attr='time',
+                                  input_nodes=torch.arange(4), device='cpu'),
+     lambda: _pyg_loader(_stores(), [2], time_attr='time',
+                         input_nodes=torch.arange(4)), False),
+    ('remote-time-both-levels', ValueError,
+     'for both node-level and edge-level types',
+     lambda: HybridNeighborLoader(
+         _stores(True, node_time=True, edge_time=True), [2],
+         time_attr='time', input_nodes='paper', device='cpu'),
+     lambda: _pyg_loader(_stores(True, node_time=True, edge_time=True), [2],
+                         time_attr='time', input_nodes='paper'), False),
+]
+
+
+@pytest.mark.parametrize('exc,phrase,ours', [
+    pytest.param(exc, phrase, ours, id=name)
+    for name, exc, phrase, ours, _, _ in PYG_PHRASES
+])
+def test_error_contains_pyg_phrase(exc, phrase, ours):
+    with pytest.raises(exc) as info:
+        ours()
+    assert phrase in str(info.value)
+
+
+@pytest.mark.filterwarnings('ignore::UserWarning')
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+@pytest.mark.parametrize('exc,phrase,pyg', [
+    pytest.param(exc, phrase, pyg, id=name,
+                 marks=[pytest.mark.parity] if sampling else [])
+    for name, exc, phrase, _, pyg, sampling in PYG_PHRASES
+])
+def test_pyg_raises_the_phrase(exc, phrase, pyg):
+    with pytest.raises(exc) as info:
+        pyg()
+    assert phrase in str(info.value)

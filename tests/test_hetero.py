@@ -327,3 +327,78 @@ def test_remote_heterogeneous(hetero):
         check_hetero_batch(ref, batch, seeds, fanout)
         count += batch['paper'].batch_size
     assert count == seeds.numel()
+
+
+# num_neighbors as a NumNeighbors with a default ##############################
+
+NUM_NEIGHBORS_CASES = [
+    ({WRITES: [3, 2]}, [1, 1]),
+    ({WRITES: [3, 2], CITES: [0, -1]}, [-1, 0]),
+    ({'paper__cites__paper': [2, 2]}, [1, 1]),  # PyG's string form.
+    ({}, [2, 1]),
+    ([2, 1], None),
+    ({et: [2] for et in (WRITES, REV_WRITES, CITES, EMPLOYS, AFFILIATED)},
+     [5, 5]),  # The default unused: its hop count does not matter.
+]
+
+
+@pytest.mark.parametrize('values,default', NUM_NEIGHBORS_CASES)
+def test_num_neighbors_default_as_pyg(hetero, values, default):
+    from torch_geometric.sampler import NumNeighbors
+
+    from pyg_orch.sampling.arguments import parse_num_neighbors
+    ours = parse_num_neighbors(NumNeighbors(values, default),
+                               hetero.edge_types)
+    expected = NumNeighbors(values, default).get_values(hetero.edge_types)
+    assert ours == expected
+    assert list(ours) == hetero.edge_types
+
+
+def test_num_neighbors_default_same_batches(hetero):
+    from torch_geometric.sampler import NumNeighbors
+    values, default = {WRITES: [3, 2], CITES: [0, 4]}, [2, 1]
+    explicit = {et: values.get(et, default) for et in hetero.edge_types}
+    kwargs = dict(input_nodes='paper', batch_size=50, device='cpu', seed=4)
+    with_default = HybridNeighborLoader(hetero,
+                                        NumNeighbors(values, default),
+                                        **kwargs)
+    assert with_default.node_sampler.num_neighbors == explicit
+    batches = list(HybridNeighborLoader(hetero, explicit, **kwargs))
+    for a, b in zip(with_default, batches):
+        for t in hetero.node_types:
+            assert torch.equal(a[t].n_id, b[t].n_id)
+        for et in hetero.edge_types:
+            assert torch.equal(a[et].edge_index, b[et].edge_index)
+            assert torch.equal(a[et].e_id, b[et].e_id)
+        check_hetero_batch(hetero, a, torch.arange(hetero['paper'].num_nodes),
+                           explicit)
+
+
+@pytest.mark.parity
+@pytest.mark.filterwarnings('ignore::UserWarning')
+def test_num_neighbors_default_parity(hetero):
+    r"""PyG's own loader with the same :obj:`NumNeighbors`: full or no
+    fan-outs, so the node and edge sets are deterministic."""
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.sampler import NumNeighbors
+
+    def make():  # `NumNeighbors` caches its values: one per loader.
+        return NumNeighbors({WRITES: [-1, 0], CITES: [0, -1]}, [-1, -1])
+
+    kwargs = dict(input_nodes=('paper', torch.arange(0, 300, 7)),
+                  batch_size=15)
+    ref = list(NeighborLoader(hetero, make(), **kwargs))
+    ours = list(HybridNeighborLoader(hetero, make(), device='cpu', **kwargs))
+    assert len(ref) == len(ours) == 3
+    for a, b in zip(ref, ours):
+        for t in hetero.node_types:
+            assert torch.equal(a[t].n_id.sort()[0], b[t].n_id.sort()[0]), t
+        for et in hetero.edge_types:
+            src_a = a[et[0]].n_id[a[et].edge_index[0]]
+            dst_a = a[et[-1]].n_id[a[et].edge_index[1]]
+            src_b = b[et[0]].n_id[b[et].edge_index[0]]
+            dst_b = b[et[-1]].n_id[b[et].edge_index[1]]
+            assert sorted(zip(src_a.tolist(), dst_a.tolist(),
+                              a[et].e_id.tolist())) == \
+                sorted(zip(src_b.tolist(), dst_b.tolist(),
+                           b[et].e_id.tolist())), et

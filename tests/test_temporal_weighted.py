@@ -8,13 +8,15 @@ from collections import Counter, defaultdict
 
 import pytest
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.sampling.neighbors import sample_neighbors, segment_upper_bound
 from pyg_orch.sampling.topology import CSCTopology
 
 from conftest import (
+    B_TO_A,
+    C_TO_B,
     TEMPORAL_SIZES,
     temporal_graph,
     temporal_hetero_graph,
@@ -822,3 +824,346 @@ def test_cuda_edge_temporal_with_feature_store():
                                   batch_size=8, device='cuda', prefetch=0)
     batch = next(iter(loader))
     assert torch.all(data.edge_time[cpu(batch.e_id)] <= 10)
+
+
+# time_attr on some node or edge types of a HeteroData (as PyG) ##############
+#
+# PyG (pyg-lib) filters an edge type by time when its source node type has a
+# time (node-level) or the edge type itself has one (edge-level); the other
+# edge types are sampled without a time filter, still in disjoint subgraphs.
+
+def _drop(data, key, attr):
+    del data[key][attr]
+    return data
+
+
+PARTIAL_CASES = {
+    # Node-level time missing on 'c' (a source of C_TO_A and C_TO_B):
+    'node-c': ('time', lambda d: _drop(d, 'c', 'time')),
+    # ... on 'b' and 'c': only A_TO_B and A_TO_C are filtered:
+    'node-bc': ('time', lambda d: _drop(_drop(d, 'b', 'time'), 'c', 'time')),
+    # ... only on 'b', not on the seed type (which then needs input_time):
+    'node-b-only': ('time', lambda d: _drop(_drop(d, 'a', 'time'), 'c',
+                                            'time')),
+    # Edge-level time missing on two edge types:
+    'edge': ('edge_time', lambda d: _drop(_drop(d, B_TO_A, 'edge_time'),
+                                          C_TO_B, 'edge_time')),
+}
+
+
+def partial_time_graph(case, seed=8, num_edges=120):
+    attr, drop = PARTIAL_CASES[case]
+    return attr, drop(temporal_hetero_graph(seed=seed, num_edges=num_edges))
+
+
+def partial_eligible(data, attr):
+    r"""The brute-force rule: is edge :obj:`e` of :obj:`et` allowed under
+    the time bound of its subgraph?"""
+    elist = {et: data[et].edge_index.tolist() for et in data.edge_types}
+
+    def eligible(et, e, bound):
+        if attr == 'time':
+            if 'time' not in data[et[0]]:
+                return True
+            return int(data[et[0]].time[elist[et][0][e]]) <= int(bound)
+        if 'edge_time' not in data[et]:
+            return True
+        return int(data[et].edge_time[e]) <= int(bound)
+
+    return elist, eligible
+
+
+@pytest.mark.parametrize('case', list(PARTIAL_CASES))
+def test_partial_time_full_fanout_parity(device, case):
+    attr, data = partial_time_graph(case)
+    seeds = torch.arange(TEMPORAL_SIZES['a'])
+    gen = torch.Generator().manual_seed(9)
+    own = attr == 'time' and 'time' in data['a']
+    input_time = None if own else torch.randint(
+        0, 30, (seeds.numel(), ), generator=gen)
+    loader = HybridNeighborLoader(data, [-1, -1], time_attr=attr,
+                                  input_nodes=('a', seeds),
+                                  input_time=input_time, batch_size=60,
+                                  device=device)
+    batch = next(iter(loader))
+    check_disjoint_hetero(batch, 'a')
+    nodes, edges = actual_subgraphs(batch, hetero=True)
+    elist, eligible = partial_eligible(data, attr)
+    bounds = input_time if input_time is not None else data['a'].time[seeds]
+    unfiltered = 0
+    for i, s in enumerate(seeds.tolist()):
+        exp_nodes, exp_edges = expected_subgraph(elist, 'a', s, bounds[i], 2,
+                                                 eligible)
+        for t in data.node_types:
+            assert nodes[i][t] == exp_nodes[t], (i, t)
+        for et in data.edge_types:
+            assert edges[i][et] == exp_edges[et], (i, et)
+        unfiltered += sum(len(edges[i][et]) for et in data.edge_types
+                          if (attr == 'time' and 'time' not in data[et[0]])
+                          or (attr == 'edge_time'
+                              and 'edge_time' not in data[et]))
+    assert unfiltered > 0  # Edge types without time were sampled.
+
+
+@pytest.mark.parametrize('strategy', ['uniform', 'last'])
+@pytest.mark.parametrize('case', list(PARTIAL_CASES))
+def test_partial_time_sampled_edges_allowed(device, case, strategy):
+    r"""With a small fan-out, every sampled edge is allowed, and every
+    destination gets min(fan-out, #allowed in-edges) of them per hop (the
+    most recent ones for 'last')."""
+    attr, data = partial_time_graph(case, seed=3, num_edges=300)
+    seeds = torch.arange(TEMPORAL_SIZES['a'])
+    gen = torch.Generator().manual_seed(2)
+    own = attr == 'time' and 'time' in data['a']
+    input_time = None if own else torch.randint(
+        0, 30, (seeds.numel(), ), generator=gen)
+    loader = HybridNeighborLoader(data, [3, 2], time_attr=attr,
+                                  input_nodes=('a', seeds),
+                                  input_time=input_time, batch_size=12,
+                                  temporal_strategy=strategy, device=device,
+                                  seed=0)
+    elist, eligible = partial_eligible(data, attr)
+    all_bounds = input_time if input_time is not None else \
+        data['a'].time[seeds]
+    for batch in loader:
+        check_disjoint_hetero(batch, 'a')
+        bounds = all_bounds[cpu(batch['a'].input_id)]
+        for et in data.edge_types:
+            store = batch[et]
+            e_id = cpu(store.e_id).tolist()
+            col = cpu(store.edge_index[1])
+            sub = cpu(batch[et[-1]].batch)[col].tolist()
+            assert all(eligible(et, e, bounds[b])
+                       for e, b in zip(e_id, sub)), et
+            # Per destination (local node), min(fan-out of its hop, number
+            # of allowed in-edges) sampled in-edges:
+            got = Counter(col.tolist())
+            dst_store = batch[et[-1]]
+            hop_sizes = list(dst_store.num_sampled_nodes)
+            local = 0
+            for hop, size in enumerate(hop_sizes):
+                fanout = [3, 2, 0][hop]
+                for _ in range(size):
+                    v = int(cpu(dst_store.n_id)[local])
+                    b = int(cpu(dst_store.batch)[local])
+                    allowed = [e for e, d in enumerate(elist[et][1])
+                               if d == v and eligible(et, e, bounds[b])]
+                    assert got.get(local, 0) == min(len(allowed), fanout)
+                    local += 1
+
+
+def test_node_time_on_seed_type_only_is_temporal():
+    r"""Node-level time only on a node type that is no source: no edge is
+    filtered, but sampling is still temporal (disjoint subgraphs, seed
+    times), as in PyG."""
+    data = temporal_hetero_graph(seed=1, num_edges=100)
+    for t in ('a', 'b', 'c'):
+        del data[t].time
+    data['d'].x = torch.randn(5, 4)
+    data['d'].time = torch.arange(5)
+    data['d', 'sees', 'a'].edge_index = torch.tensor([[0, 1], [0, 1]])
+    data['a', 'seen_by', 'd'].edge_index = torch.tensor([[0, 1, 2, 3],
+                                                         [0, 1, 0, 4]])
+    loader = HybridNeighborLoader(data, [-1, -1], time_attr='time',
+                                  input_nodes='d', batch_size=5,
+                                  device='cpu')
+    assert loader.node_sampler.is_temporal and loader.node_sampler.disjoint
+    batch = next(iter(loader))
+    check_disjoint_hetero(batch, 'd')
+    # Nothing filtered: seed 0 reaches 'a' nodes 0 and 2 (whatever their
+    # or its time), and their in-neighbors of every type:
+    a_of_seed0 = batch['a'].n_id[batch['a'].batch == 0]
+    assert set(a_of_seed0.tolist()) == {0, 2}
+    assert batch['b'].n_id.numel() > 0
+
+
+# Temporal sampling with (FeatureStore, GraphStore) inputs ####################
+#
+# PyG reads the times of remote backends from the feature store: tensors named
+# `time_attr`, node-level for node types (in homogeneous graphs: when named
+# 'time'), edge-level for edge types (group names that are edge type tuples).
+
+def to_stores(data, attrs=('x', ), time_attr=None, edge_level=False,
+              sort=False):
+    r"""A (MyFeatureStore, MyGraphStore) pair holding :obj:`data`: its node
+    attributes :obj:`attrs`, the times :obj:`time_attr` (of nodes, or of
+    edges with :obj:`edge_level`) and its edges as COO, in the same order
+    (:obj:`sort`: sorted by destination and time, :obj:`is_sorted=True`, as
+    PyG requires for temporal sampling; the edge times follow)."""
+    from torch_geometric.testing import MyFeatureStore, MyGraphStore
+    fs, gs = MyFeatureStore(), MyGraphStore()
+    hetero = isinstance(data, HeteroData)
+    node_stores = {t: data[t] for t in data.node_types} if hetero else \
+        {None: data}
+    edge_stores = {t: data[t] for t in data.edge_types} if hetero else \
+        {None: data}
+    for t, store in node_stores.items():
+        for a in attrs:
+            fs.put_tensor(store[a], group_name=t, attr_name=a, index=None)
+        if time_attr is not None and not edge_level and time_attr in store:
+            fs.put_tensor(store[time_attr], group_name=t,
+                          attr_name=time_attr, index=None)
+    for et, store in edge_stores.items():
+        src_t, dst_t = (None, None) if et is None else (et[0], et[-1])
+        n_src, n_dst = node_stores[src_t].num_nodes, \
+            node_stores[dst_t].num_nodes
+        edge_index = store.edge_index
+        perm = torch.arange(edge_index.size(1))
+        if sort:
+            if edge_level:
+                key = store[time_attr]
+            else:
+                key = node_stores[src_t][time_attr][edge_index[0]]
+            perm = torch.sort(key, stable=True)[1]
+            perm = perm[torch.sort(edge_index[1, perm], stable=True)[1]]
+            store.edge_index = edge_index = edge_index[:, perm]
+        if edge_level and time_attr in store:
+            store[time_attr] = store[time_attr][perm]
+            fs.put_tensor(store[time_attr], group_name=et,
+                          attr_name=time_attr, index=None)
+        gs.put_edge_index((edge_index[0], edge_index[1]), edge_type=et,
+                          layout='coo', size=(n_src, n_dst), is_sorted=sort)
+    return fs, gs
+
+
+def same_batches(a, b, hetero):
+    stores = [(t, a[t], b[t]) for t in a.node_types] if hetero else \
+        [(None, a, b)]
+    for t, x, y in stores:
+        assert torch.equal(x.n_id, y.n_id), t
+        assert torch.equal(x.batch, y.batch), t
+        assert torch.equal(x.x, y.x), t
+    estores = [(t, a[t], b[t]) for t in a.edge_types] if hetero else \
+        [(None, a, b)]
+    for t, x, y in estores:
+        assert torch.equal(x.edge_index, y.edge_index), t
+        assert torch.equal(x.e_id, y.e_id), t
+
+
+@pytest.mark.parametrize('sort', [False, True])
+@pytest.mark.parametrize('strategy', ['uniform', 'last'])
+@pytest.mark.parametrize('level', ['node', 'edge'])
+def test_remote_temporal_homo_same_batches(level, strategy, sort):
+    data = temporal_graph(num_nodes=60, num_edges=400)
+    attr = 'time' if level == 'node' else 'edge_time'
+    stores = to_stores(data, time_attr=attr, edge_level=level == 'edge',
+                       sort=sort)
+    gen = torch.Generator().manual_seed(0)
+    seeds = torch.randperm(60, generator=gen)[:30]
+    input_time = None if level == 'node' else torch.randint(
+        0, 30, (30, ), generator=gen)
+    kwargs = dict(num_neighbors=[3, 2], time_attr=attr, input_nodes=seeds,
+                  input_time=input_time, temporal_strategy=strategy,
+                  batch_size=10, device='cpu', seed=7)
+    remote = list(HybridNeighborLoader(stores, **kwargs))
+    local = list(HybridNeighborLoader(data, **kwargs))
+    assert len(remote) == len(local) == 3
+    for r, d in zip(remote, local):
+        same_batches(r, d, hetero=False)
+        bound = d.seed_time if level == 'edge' else \
+            data.time[d.n_id[:d.batch_size]]
+        if level == 'node':
+            assert torch.all(data.time[r.n_id] <= bound[r.batch])
+        else:
+            sub = r.batch[r.edge_index[1]]
+            assert torch.all(data.edge_time[r.e_id] <= bound[sub])
+
+
+@pytest.mark.parametrize('case', ['node', 'node-c', 'edge', 'edge-partial'])
+def test_remote_temporal_hetero_same_batches(case):
+    data = temporal_hetero_graph(seed=2, num_edges=200)
+    attr = 'time' if case.startswith('node') else 'edge_time'
+    if case == 'node-c':
+        del data['c'].time
+    if case == 'edge-partial':
+        del data[B_TO_A].edge_time
+    stores = to_stores(data, time_attr=attr, edge_level=attr == 'edge_time',
+                       sort=case == 'node')
+    seeds = torch.arange(TEMPORAL_SIZES['a'])
+    gen = torch.Generator().manual_seed(1)
+    input_time = None if attr == 'time' else torch.randint(
+        0, 30, (seeds.numel(), ), generator=gen)
+    kwargs = dict(num_neighbors=[3, 2], time_attr=attr,
+                  input_nodes=('a', seeds), input_time=input_time,
+                  batch_size=16, device='cpu', seed=3)
+    remote = list(HybridNeighborLoader(stores, **kwargs))
+    local = list(HybridNeighborLoader(data, **kwargs))
+    assert len(remote) == len(local) == 4
+    for r, d in zip(remote, local):
+        same_batches(r, d, hetero=True)
+
+
+def test_remote_temporal_karate_like():
+    r"""PyG's `test_temporal_custom_neighbor_loader_on_karate`: node times
+    in the feature store, edges sorted by (destination, source time), full
+    fan-out: neighbors are never later than the seed."""
+    data = temporal_graph(seed=4, num_nodes=34, num_edges=156)
+    data.time = torch.arange(34, 0, -1)
+    hetero = HeteroData()
+    hetero['v'].x = data.x
+    hetero['v'].time = data.time
+    hetero['v', 'to', 'v'].edge_index = data.edge_index
+    stores = to_stores(hetero, time_attr='time', sort=True)
+    kwargs = dict(num_neighbors=[-1, -1], input_nodes='v', time_attr='time',
+                  batch_size=34, device='cpu')
+    ref = next(iter(HybridNeighborLoader(hetero, **kwargs)))
+    out = next(iter(HybridNeighborLoader(stores, **kwargs)))
+    assert torch.equal(ref['v'].n_id, out['v'].n_id)
+    assert torch.equal(ref['v'].batch, out['v'].batch)
+    bound = data.time[out['v'].n_id[:34]]
+    assert torch.all(data.time[out['v'].n_id] <= bound[out['v'].batch])
+
+
+def test_remote_edge_temporal_sample_from_edges():
+    r"""Link-level sampling on a remote backend with node times uses the
+    node times of both endpoints (PyG's `edge_sample`)."""
+    from torch_geometric.sampler import EdgeSamplerInput
+
+    from pyg_orch import HybridNeighborSampler
+    data = temporal_graph(num_nodes=40, num_edges=300)
+    stores = to_stores(data, time_attr='time')
+    inputs = EdgeSamplerInput(input_id=torch.arange(6),
+                              row=data.edge_index[0, :6],
+                              col=data.edge_index[1, :6])
+    outs = [
+        HybridNeighborSampler(d, [2], time_attr='time', device='cpu',
+                              seed=5).sample_from_edges(inputs)
+        for d in (stores, data)
+    ]
+    assert torch.equal(outs[0].node, outs[1].node)
+    assert torch.equal(outs[0].edge, outs[1].edge)
+
+
+def test_remote_temporal_errors():
+    data = temporal_graph(num_nodes=30, num_edges=100)
+    stores = to_stores(data)  # No times in the feature store.
+    with pytest.raises(ValueError, match='did not find any temporal data'):
+        HybridNeighborLoader(stores, [2], time_attr='time', device='cpu')
+    hetero = temporal_hetero_graph(num_edges=50)
+    fs, gs = to_stores(hetero, time_attr='time')
+    fs.put_tensor(hetero[B_TO_A].edge_time, group_name=B_TO_A,
+                  attr_name='time', index=None)
+    with pytest.raises(ValueError, match='for both node-level and '
+                       'edge-level types'):
+        HybridNeighborLoader((fs, gs), [2], time_attr='time',
+                             input_nodes='a', device='cpu')
+    fs, gs = to_stores(hetero, time_attr='time')
+    fs.put_tensor(torch.zeros(3), group_name='a', attr_name='time',
+                  index=None)  # Of the wrong length.
+    with pytest.raises(ValueError, match='time_attr'):
+        HybridNeighborLoader((fs, gs), [2], time_attr='time',
+                             input_nodes='a', device='cpu')
+    # A node time of the wrong length:
+    fs, gs = to_stores(data)
+    fs.put_tensor(torch.zeros(7), group_name=None, attr_name='time',
+                  index=None)
+    with pytest.raises(ValueError, match='time_attr'):
+        HybridNeighborLoader((fs, gs), [2], time_attr='time', device='cpu')
+
+
+def test_remote_weighted_not_implemented():
+    stores = to_stores(temporal_graph(num_nodes=30, num_edges=100))
+    with pytest.raises(NotImplementedError, match="'weight_attr' argument "
+                       "not yet supported"):
+        HybridNeighborLoader(stores, [2], weight_attr='edge_weight',
+                             device='cpu')

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.csc import CSCTopology
+from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.typing import EdgeType, NodeType
 
 
@@ -43,7 +44,10 @@ class GraphTopology:
 
     @property
     def is_temporal(self) -> bool:
-        return any(t.time is not None for t in self.csc.values())
+        # Node-level time on node types that are never a source still makes
+        # sampling temporal (disjoint, bounded by the seeds' times), as in PyG.
+        return self.node_time is not None or any(
+            t.time is not None for t in self.csc.values())
 
     @property
     def is_weighted(self) -> bool:
@@ -131,9 +135,16 @@ class GraphTopology:
                 within neighborhoods if :obj:`time_attr` is set); checked.
             device (torch.device, optional): Where the topology lives.
             time_attr (str, optional): A node-level or edge-level time
-                attribute for temporal sampling.
+                attribute for temporal sampling (in a
+                :class:`~torch_geometric.data.HeteroData`, node or edge types
+                without it are not filtered by time; for a
+                (:class:`~torch_geometric.data.FeatureStore`,
+                :class:`~torch_geometric.data.GraphStore`) pair, the feature
+                store's tensors of that name, as in PyG).
             weight_attr (str, optional): An edge-level attribute of
-                non-negative sampling weights.
+                non-negative sampling weights (not for
+                (:class:`~torch_geometric.data.FeatureStore`,
+                :class:`~torch_geometric.data.GraphStore`) pairs).
         """
         from torch_geometric.data import Data, HeteroData
 
@@ -144,15 +155,15 @@ class GraphTopology:
             stores = {t: data[t] for t in data.node_types}
             edge_stores = {t: data[t] for t in data.edge_types}
         elif isinstance(data, (tuple, list)) and len(data) == 2:
-            if time_attr is not None or weight_attr is not None:
+            if weight_attr is not None:
                 raise NotImplementedError(
-                    "'time_attr' and 'weight_attr' are not supported for "
-                    "(FeatureStore, GraphStore) inputs yet")
-            return cls._from_stores(*data, device=device)
+                    "'weight_attr' argument not yet supported for "
+                    "'(FeatureStore, GraphStore)' inputs (as in PyG): "
+                    "weighted sampling needs a Data or HeteroData")
+            return cls._from_stores(*data, device=device,
+                                    time_attr=time_attr)
         else:
-            raise TypeError(f"'data' must be a Data, HeteroData or a "
-                            f"(FeatureStore, GraphStore) tuple "
-                            f"(got {type(data)})")
+            raise GraphTypeError(graph_type_message(data))
 
         num_nodes = {}
         for node_type, store in stores.items():
@@ -191,8 +202,8 @@ class GraphTopology:
         return cls(csc, num_nodes, node_time, time_attr, weight_attr)
 
     @classmethod
-    def _from_stores(cls, feature_store, graph_store,
-                     device=None) -> 'GraphTopology':
+    def _from_stores(cls, feature_store, graph_store, device=None,
+                     time_attr: Optional[str] = None) -> 'GraphTopology':
         from torch_geometric.data import remote_backend_utils
 
         edge_attrs = graph_store.get_all_edge_attrs()
@@ -204,28 +215,137 @@ class GraphTopology:
             num_nodes = max(edge_attrs[0].size) if edge_attrs[0].size \
                 else remote_backend_utils.size(feature_store, graph_store,
                                                None)
-            csc = CSCTopology.from_csc(colptr, row, perm, num_nodes)
-            return cls({None: csc.to(device or colptr.device)},
-                       {None: num_nodes})
-        node_types = set()
-        for attr in edge_attrs:
-            node_types.add(attr.edge_type[0])
-            node_types.add(attr.edge_type[-1])
-        for attr in feature_store.get_all_tensor_attrs():
-            if isinstance(attr.group_name, str):
-                node_types.add(attr.group_name)
-        num_nodes = {
-            t: remote_backend_utils.size(feature_store, graph_store, t)
-            for t in sorted(node_types)
-        }
-        csc = {
-            et: CSCTopology.from_csc(colptr[et], row[et], perm.get(et),
-                                     num_nodes[et[0]])
-            for et in colptr
-        }
-        if device is not None:
-            csc = {k: v.to(device) for k, v in csc.items()}
-        return cls(csc, num_nodes)
+            row, colptr, perm = {None: row}, {None: colptr}, {None: perm}
+            num_nodes = {None: num_nodes}
+        else:
+            node_types = set()
+            for attr in edge_attrs:
+                node_types.add(attr.edge_type[0])
+                node_types.add(attr.edge_type[-1])
+            for attr in feature_store.get_all_tensor_attrs():
+                if isinstance(attr.group_name, str):
+                    node_types.add(attr.group_name)
+            num_nodes = {
+                t: remote_backend_utils.size(feature_store, graph_store, t)
+                for t in sorted(node_types)
+            }
+        if time_attr is None:
+            csc = {
+                et: CSCTopology.from_csc(
+                    colptr[et], row[et], perm.get(et),
+                    num_nodes[None if et is None else et[0]])
+                for et in colptr
+            }
+            if device is not None:
+                csc = {k: v.to(device) for k, v in csc.items()}
+            return cls(csc, num_nodes)
+
+        node_time, edge_time = _store_time(feature_store, time_attr,
+                                           num_nodes, colptr, row)
+        csc = {}
+        for et in colptr:
+            # Back to the stored edge order (the edge ids), then sorted by
+            # destination and time within neighborhoods as for a `Data`, so
+            # that the same graph samples the same batches either way.
+            src, dst = (None, None) if et is None else (et[0], et[-1])
+            edge_index = _stored_edge_index(colptr[et], row[et], perm.get(et))
+            name = 'the edges' if et is None else f'the edges of {et}'
+            csc[et] = CSCTopology.from_edge_index(
+                edge_index, num_nodes[src],
+                max(num_nodes[dst], colptr[et].numel() - 1),
+                device=device, name=f'{name} in the graph store',
+                src_node_time=None if node_time is None else node_time.get(
+                    src), edge_time=edge_time.get(et))
+        if node_time is not None and device is not None:
+            node_time = {k: v.to(device) for k, v in node_time.items()}
+        return cls(csc, num_nodes, node_time, time_attr)
+
+
+def _stored_edge_index(colptr: Tensor, row: Tensor,
+                       perm: Optional[Tensor]) -> Tensor:
+    # The COO edge index, in the graph store's edge order, of a CSC layout
+    # whose position `i` holds the edge `perm[i]` (`i` itself without perm).
+    deg = (colptr[1:] - colptr[:-1]).to(torch.int64)
+    col = torch.repeat_interleave(
+        torch.arange(deg.numel(), device=colptr.device), deg,
+        output_size=row.numel())
+    edge_index = torch.stack([row.to(torch.int64), col])
+    if perm is None:
+        return edge_index
+    out = torch.empty_like(edge_index)
+    out[:, perm.to(torch.int64)] = edge_index
+    return out
+
+
+def _store_time(feature_store, time_attr: str, num_nodes: Dict,
+                colptr: Dict, row: Dict):
+    r"""Node-level or edge-level times of a remote backend, read from the
+    feature store as PyG does: the tensors named :obj:`time_attr`; in
+    heterogeneous graphs, those of node types (group names) are node-level,
+    those of edge types (tuples) edge-level; in homogeneous graphs, one tensor
+    (group :obj:`None`), node-level if it is called :obj:`'time'` and
+    edge-level otherwise (the other level where only its length fits it).
+    Node and edge types without one are sampled without time filter."""
+    import copy
+
+    is_hetero = None not in num_nodes
+    attrs = [
+        copy.copy(attr) for attr in feature_store.get_all_tensor_attrs()
+        if attr.attr_name == time_attr and (
+            attr.group_name is not None) == is_hetero
+    ]
+    if not attrs:
+        raise ValueError(
+            f"Temporal sampling specified but did not find any temporal data: "
+            f"the feature store holds no tensor named "
+            f"'time_attr'={time_attr!r}")
+    for attr in attrs:
+        attr.index = None  # The whole tensor.
+    tensors = feature_store.multi_get_tensor(attrs)
+    num_edges = {et: int(r.numel()) for et, r in row.items()}
+
+    if not is_hetero:
+        if len(attrs) != 1:
+            raise ValueError(
+                f"Temporal sampling specified but did not find any temporal "
+                f"data: the feature store holds {len(attrs)} tensors named "
+                f"'time_attr'={time_attr!r}, but needs exactly one")
+        time = tensors[0]
+        n, e = num_nodes[None], num_edges[None]
+        size = time.numel() if isinstance(time, Tensor) else -1
+        node_level = time_attr == 'time'
+        if size != (n if node_level else e) and size == (e if node_level
+                                                         else n):
+            node_level = not node_level
+        if node_level:
+            return {None: _check_vector(time, n, f'the feature store\'s '
+                                        f'{time_attr!r}', 'time_attr')}, {}
+        return None, {None: _check_vector(time, e, f'the feature store\'s '
+                                          f'{time_attr!r}', 'time_attr')}
+
+    node_time, edge_time = {}, {}
+    for attr, time in zip(attrs, tensors):
+        group = attr.group_name
+        where = f'the feature store\'s {time_attr!r} of {group!r}'
+        if isinstance(group, str):
+            if group not in num_nodes:
+                raise ValueError(f"'time_attr': {where} names no node type of "
+                                 f"the graph store")
+            node_time[group] = _check_vector(time, num_nodes[group], where,
+                                             'time_attr')
+        else:
+            et = tuple(group)
+            if et not in num_edges:
+                raise ValueError(f"'time_attr': {where} names no edge type of "
+                                 f"the graph store")
+            edge_time[et] = _check_vector(time, num_edges[et], where,
+                                          'time_attr')
+    if node_time and edge_time:
+        raise ValueError(
+            f"Found time attribute 'time_attr'={time_attr!r} for both "
+            f"node-level and edge-level types in the feature store; it must "
+            f"be one or the other")
+    return (node_time, {}) if node_time else (None, edge_time)
 
 
 def _check_vector(value, length: int, what: str, arg: str) -> Tensor:
@@ -242,17 +362,22 @@ def _check_vector(value, length: int, what: str, arg: str) -> Tensor:
 
 
 def _collect_time(stores, edge_stores, num_nodes, time_attr):
+    # As PyG: in a `Data`, `time_attr` is node-level or edge-level by its
+    # shape; in a `HeteroData`, node-level if a node type has it, edge-level
+    # if an edge type has it (not both). Node and edge types without it are
+    # sampled without time filter (the seeds still need a time).
     if time_attr is None:
         return None, {}
+    hetero = None not in stores
     node_level = {
         t: s
         for t, s in stores.items()
-        if time_attr in s and s.is_node_attr(time_attr)
+        if time_attr in s and (hetero or s.is_node_attr(time_attr))
     }
     edge_level = {
         t: s
         for t, s in edge_stores.items()
-        if time_attr in s and s.is_edge_attr(time_attr)
+        if time_attr in s and (hetero or s.is_edge_attr(time_attr))
         and not (t is None and node_level)
     }
     if node_level and edge_level:
@@ -260,25 +385,21 @@ def _collect_time(stores, edge_stores, num_nodes, time_attr):
                          f"both node-level and edge-level information")
     if not node_level and not edge_level:
         raise ValueError(f"The time attribute 'time_attr'={time_attr!r} is "
-                         f"neither a node-level nor an edge-level attribute")
+                         f"neither a node-level or edge-level attribute of "
+                         f"the graph")
     if node_level:
-        return _time_per_type(node_level, stores, 'node', time_attr,
+        return _time_per_type(node_level, 'time_attr', time_attr,
                               lambda t, store: num_nodes[t]), {}
-    return None, _time_per_type(edge_level, edge_stores, 'edge', time_attr,
+    return None, _time_per_type(edge_level, 'time_attr', time_attr,
                                 lambda t, store: store.edge_index.size(1))
 
 
-def _time_per_type(level, stores, kind: str, time_attr: str,
-                   length) -> Dict:
-    missing = [t for t in stores if t not in level]
-    if missing:
-        raise ValueError(f"The time attribute 'time_attr'={time_attr!r} is "
-                         f"missing on {kind} types {missing}")
+def _time_per_type(level, arg: str, time_attr: str, length) -> Dict:
     out = {}
     for t, store in level.items():
         where = 'data' if t is None else f'data[{t!r}]'
         out[t] = _check_vector(store[time_attr], length(t, store),
-                               f'{where}.{time_attr}', 'time_attr')
+                               f'{where}.{time_attr}', arg)
     return out
 
 

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.sampling.arguments import check_choice
 
 # Attributes that PyG always slices per node:
@@ -25,12 +26,11 @@ def check_data(data: Any) -> None:
         from torch_geometric.data import FeatureStore, GraphStore
         if not (isinstance(data[0], FeatureStore)
                 and isinstance(data[1], GraphStore)):
-            raise TypeError("'data' given as a pair must be "
-                            "(FeatureStore, GraphStore)")
+            raise GraphTypeError(graph_type_message(data) + " ('data' "
+                                 "given as a pair must be (FeatureStore, "
+                                 "GraphStore))")
     else:
-        raise TypeError(f"'data' must be a Data, HeteroData or a "
-                        f"(FeatureStore, GraphStore) tuple "
-                        f"(got {type(data).__name__})")
+        raise GraphTypeError(graph_type_message(data))
 
 
 def _check_node_rows(store, num_nodes: Optional[int], where: str) -> None:

@@ -54,12 +54,17 @@ def parse_subgraph_type(subgraph_type: Union[SubgraphType, str],
         subgraph_type = SubgraphType(subgraph_type)
     except ValueError:
         raise ValueError(f"'subgraph_type' must be one of 'directional', "
-                         f"'bidirectional' or 'induced' (got "
-                         f"{subgraph_type!r})") from None
+                         f"'bidirectional' or 'induced': {subgraph_type!r} "
+                         f"is not a valid SubgraphType") from None
     if disjoint and subgraph_type == SubgraphType.induced:
-        raise ValueError("'disjoint' sampling is not supported with "
-                         "subgraph_type='induced'")
+        raise ValueError(DISJOINT_INDUCED)
     return subgraph_type
+
+
+#: PyG's wording (from its sampling step) when disjoint subgraphs meet
+#: :obj:`subgraph_type='induced'`, which we raise at construction.
+DISJOINT_INDUCED = ("'disjoint' sampling not supported for neighbor sampling "
+                    "with `subgraph_type='induced'`")
 
 
 def check_attr_names(**names: Optional[str]) -> None:
@@ -88,38 +93,62 @@ def _check_fanouts(values, where: str) -> List[int]:
     return out
 
 
+def _edge_type_of(key) -> tuple:
+    # PyG's `EdgeTypeStr`: an edge type tuple or its '__'-joined string.
+    return tuple(key.split('__')) if isinstance(key, str) else tuple(key)
+
+
 def parse_num_neighbors(num_neighbors: NumNeighborsType,
                         edge_types: List[Optional[EdgeType]]
                         ) -> Dict[Optional[EdgeType], List[int]]:
-    r"""Validates :obj:`num_neighbors` (a list, or a dict per edge type) and
-    returns the fan-out list of every edge type."""
+    r"""Validates :obj:`num_neighbors` (a list, a dict per edge type, or a
+    PyG :class:`~torch_geometric.sampler.NumNeighbors`) and returns the
+    fan-out list of every edge type, as
+    :meth:`NumNeighbors.get_values(edge_types)
+    <torch_geometric.sampler.NumNeighbors.get_values>` does: edge types a dict
+    leaves out get the :obj:`default` of a :class:`NumNeighbors` (an error
+    without one), and every edge type must have the same number of hops.
+    Errors carry PyG's wording too, for code that matches on it."""
+    default = None
     if isinstance(num_neighbors, NumNeighbors):
-        if num_neighbors.default is not None:
-            raise NotImplementedError(
-                "'num_neighbors' with a 'default' is not supported yet; pass "
-                "a dict with every edge type")
+        default = num_neighbors.default
         num_neighbors = num_neighbors.values
+        if default is not None and not isinstance(num_neighbors, dict):
+            # `NumNeighbors.__init__` rejects this; its fields may be set
+            # after construction.
+            raise ValueError(f"'default' must be set to 'None' in case a "
+                             f"single list is given as the number of "
+                             f"neighbors (got {default!r})")
     if isinstance(num_neighbors, dict):
         if edge_types == [None]:
             raise ValueError("'num_neighbors' must be a list for homogeneous "
                              "graphs (got a dict)")
         given = {}
         for key, values in num_neighbors.items():
-            et = tuple(key.split('__')) if isinstance(key, str) else tuple(key)
+            et = _edge_type_of(key)
             if et not in edge_types:
-                raise ValueError(f"'num_neighbors' names the edge type {key!r}"
-                                 f", which is not in the graph (edge types: "
-                                 f"{edge_types})")
+                raise ValueError(
+                    f"'num_neighbors' names the edge type {key!r}, which is "
+                    f"not in the graph (edge types: {edge_types}). Not all "
+                    f"edge types specified in 'num_neighbors' exist in the "
+                    f"graph")
             given[et] = _check_fanouts(values, f"[{key!r}]")
+        if default is not None:
+            default = _check_fanouts(default, '.default')
         missing = [et for et in edge_types if et not in given]
-        if missing:
-            raise ValueError(f"'num_neighbors' misses the edge types "
-                             f"{missing}; give a fan-out list for every edge "
-                             f"type (0 to skip one)")
-        hops = {len(v) for v in given.values()}
+        if missing and default is None:
+            raise ValueError(
+                f"Missing number of neighbors for edge type "
+                f"'{missing[0]}': 'num_neighbors' misses the edge types "
+                f"{missing}; give a fan-out list for every edge type (0 to "
+                f"skip one), or pass a NumNeighbors with a 'default'")
+        out = {et: given.get(et, default) for et in edge_types}
+        hops = {len(v) for v in out.values()}
         if len(hops) > 1:
-            raise ValueError(f"'num_neighbors' must give the same number of "
-                             f"hops for every edge type (got {sorted(hops)})")
-        return given
+            raise ValueError(
+                f"Number of hops must be the same across all edge types: "
+                f"'num_neighbors' gives {sorted(hops)} hops"
+                f"{' (with its default)' if missing else ''}")
+        return out
     values = _check_fanouts(num_neighbors, '')
     return {et: values for et in edge_types}

@@ -22,6 +22,7 @@ from pyg_orch.core.backend import BackendConfig, SampleRequest
 from pyg_orch.core.output import MultiHopOutput
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.sampling.arguments import (
+    DISJOINT_INDUCED,
     check_attr_names,
     check_choice,
     parse_num_neighbors,
@@ -50,9 +51,10 @@ class HybridNeighborSampler(BaseSampler):
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
             graph.
-        num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
-            The fan-out per hop (:obj:`-1` for all neighbors), or per edge
-            type.
+        num_neighbors (List[int] or Dict or NumNeighbors): The fan-out per
+            hop (:obj:`-1` for all neighbors), or per edge type; a PyG
+            :class:`~torch_geometric.sampler.NumNeighbors` gives the edge
+            types its dict leaves out its :obj:`default`.
         subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'` or
             :obj:`'induced'`. (default: :obj:`'directional'`)
         replace (bool): Sample with replacement. (default: :obj:`False`)
@@ -64,10 +66,19 @@ class HybridNeighborSampler(BaseSampler):
         time_attr (str, optional): A node-level or edge-level time attribute;
             sampled neighbors (or edges) are never later than their seed's
             time (:obj:`input_time`, or the seed node's own time). Implies
-            :obj:`disjoint=True`, as in PyG.
+            :obj:`disjoint=True`, as in PyG. As in PyG, in a
+            :class:`~torch_geometric.data.HeteroData` node or edge types
+            without it are sampled without time filter, and for
+            (:class:`~torch_geometric.data.FeatureStore`,
+            :class:`~torch_geometric.data.GraphStore`) inputs the times are
+            the feature store's tensors of that name: node-level for node
+            types (in homogeneous graphs: when named :obj:`'time'`),
+            edge-level for edge types (edges in the graph store's order).
         weight_attr (str, optional): An edge attribute of non-negative
             weights; neighbors are drawn with probability proportional to
-            them, zero-weight edges never.
+            them, zero-weight edges never. Not for
+            (:class:`~torch_geometric.data.FeatureStore`,
+            :class:`~torch_geometric.data.GraphStore`) inputs (as in PyG).
         is_sorted (bool): :obj:`edge_index` is sorted by destination (and by
             time within neighborhoods for temporal sampling); checked.
             (default: :obj:`False`)
@@ -149,9 +160,10 @@ class HybridNeighborSampler(BaseSampler):
         self.disjoint = bool(disjoint)
         self.temporal_strategy = temporal_strategy
         if self.is_temporal and self.subgraph_type == SubgraphType.induced:
-            raise ValueError("subgraph_type='induced' is not supported with "
-                             "temporal sampling ('time_attr'), which always "
-                             "samples disjoint subgraphs, as in PyG")
+            raise ValueError(f"subgraph_type='induced' is not supported with "
+                             f"temporal sampling ('time_attr'), which always "
+                             f"samples disjoint subgraphs, as in PyG: "
+                             f"{DISJOINT_INDUCED}")
         self.relabel = relabel
         self._set_seed(seed)
         config = BackendConfig(
@@ -383,17 +395,28 @@ class HybridNeighborSampler(BaseSampler):
             if seed_time is not None:
                 times = seed_time if isinstance(seed_time, dict) else \
                     {None: seed_time}
-            elif self.topology.node_time is not None:
-                times = {
-                    t: self.topology.node_time[t].index_select(
-                        0, s.to(self.sample_device, torch.int64))
-                    for t, s in seeds.items()
-                }
             else:
-                raise ValueError(
-                    "Edge-level temporal sampling needs a time per seed: "
-                    "pass 'input_time'")
+                times = self._own_seed_times(seeds)
         return self._wrap(self._backend.sample(self._request(seeds, times)))
+
+    def _own_seed_times(self, seeds: Dict) -> Dict:
+        # Without 'input_time', a seed's time bound is its node's own time.
+        node_time = self.topology.node_time
+        if node_time is None:
+            raise ValueError(
+                "Edge-level temporal sampling needs a time per seed: pass "
+                "'input_time' (Seed time needs to be specified)")
+        missing = [t for t in seeds if t not in node_time]
+        if missing:
+            raise ValueError(
+                f"Temporal sampling needs a time per seed, but the seed node "
+                f"type {missing[0]!r} has no "
+                f"{self.topology.time_attr!r} attribute: pass 'input_time'")
+        return {
+            t: node_time[t].index_select(
+                0, s.to(node_time[t].device, torch.int64))
+            for t, s in seeds.items()
+        }
 
     def _request(self, seeds: Dict, seed_time: Optional[Dict] = None
                  ) -> SampleRequest:
