@@ -99,7 +99,8 @@ def _check_homo_batch(data, batch, label_index, mode, amount=2,
         assert 'edge_label_index' not in batch
         assert torch.equal(n_id[batch.src_index], pos[0])
         assert torch.equal(n_id[batch.dst_pos_index], pos[1])
-        assert batch.dst_neg_index.shape == (num_pos, amount)
+        shape = (num_pos, ) if amount == 1 else (num_pos, amount)
+        assert batch.dst_neg_index.shape == shape
         return
     global_label = n_id[batch.edge_label_index]
     assert torch.equal(global_label[:, :num_pos], pos)
@@ -207,7 +208,8 @@ def _check_hetero_batch(data, batch, edge_type, label_index, mode,
         assert torch.equal(src_n_id[batch[src_t].src_index], pos[0])
         assert torch.equal(dst_n_id[batch[dst_t].dst_pos_index], pos[1])
         neg = batch[dst_t].dst_neg_index
-        assert neg.shape == (num_pos, amount)
+        assert neg.shape == ((num_pos, ) if amount == 1 else
+                             (num_pos, amount))
         assert int(neg.max()) < dst_n_id.numel()
         return
     eli = store.edge_label_index
