@@ -625,3 +625,59 @@ def test_batches_on_device(device, mode):
         _check_homo_batch(data.to(device), batch,
                           data.edge_index[:, :64].to(device), mode,
                           amount=1)
+
+
+# BottomLayerOffload with a link loader #######################################
+
+
+@pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
+@pytest.mark.parametrize('neg_sampling', [None, 'binary'])
+def test_bottom_layer_offload_exact(neg_sampling):
+    # As for node loaders: max_staleness=0 and full neighbors give the
+    # label edges' endpoints exactly the embeddings of the unpruned batch.
+    import torch.nn.functional as F
+    from torch_geometric.nn import GraphSAGE
+
+    from conftest import tiny_graph
+    from pyg_orch import BottomLayerOffload
+    data = tiny_graph(num_nodes=1000, num_edges=3000)
+    label_index = data.edge_index[:, :48]
+
+    def make():
+        return _ours(data, [-1, -1], edge_label_index=label_index,
+                     batch_size=16, neg_sampling=neg_sampling, seed=0)
+
+    loader, ref_loader = make(), make()
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 16, 2, 8)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
+                             full_neighbors=True)
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    pruned_any = False
+    for batch, ref in zip(loader, ref_loader):
+        num_seeds = batch.num_sampled_nodes[0]
+        assert torch.equal(batch.n_id[:num_seeds], ref.n_id[:num_seeds])
+        assert torch.equal(batch.edge_label_index, ref.edge_label_index)
+        pruned_any |= batch.num_nodes < ref.num_nodes
+        z = off(batch.x, batch.edge_index)[:num_seeds]
+        expected = model(ref.x, ref.edge_index)[:num_seeds]
+        assert torch.allclose(z, expected, atol=1e-5)
+        src, dst = batch.edge_label_index
+        pred = (z[src] * z[dst]).sum(-1)
+        label = batch.edge_label if neg_sampling else torch.ones_like(pred)
+        optimizer.zero_grad()
+        F.binary_cross_entropy_with_logits(pred, label).backward()
+        optimizer.step()
+    assert pruned_any
+    assert off.stats()['hot_rows_replaced'] > 0
+    off.close()
+
+
+def test_bottom_layer_offload_hetero_link_loader_not_implemented():
+    from torch_geometric.nn import SAGEConv
+
+    from pyg_orch import BottomLayerOffload
+    data = make_hetero()
+    loader = _ours(data, [2], edge_label_index=(WRITES, None), batch_size=8)
+    with pytest.raises(NotImplementedError, match='homogeneous'):
+        BottomLayerOffload(SAGEConv(4, 4), loader)
