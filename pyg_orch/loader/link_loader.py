@@ -89,8 +89,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
-        edge_label_index (torch.Tensor or EdgeType or Tuple[EdgeType,
-            torch.Tensor]): The label edges, :obj:`[2, num_edges]`;
+        edge_label_index (torch.Tensor or EdgeType or tuple): The label
+            edges, :obj:`[2, num_edges]`;
             :obj:`None` for all edges of a homogeneous graph; for
             heterogeneous graphs an edge type or an (edge type, edges)
             tuple.
