@@ -681,3 +681,17 @@ def test_bottom_layer_offload_hetero_link_loader_not_implemented():
     loader = _ours(data, [2], edge_label_index=(WRITES, None), batch_size=8)
     with pytest.raises(NotImplementedError, match='homogeneous'):
         BottomLayerOffload(SAGEConv(4, 4), loader)
+
+
+@pytest.mark.parametrize('filter_per_worker', [True, False])
+def test_worker_processes(filter_per_worker):
+    data = make_graph()
+    loader = _ours(data, [3, 2], edge_label_index=data.edge_index[:, :200],
+                   batch_size=100, neg_sampling='triplet', seed=0,
+                   num_workers=1, filter_per_worker=filter_per_worker)
+    seen = []
+    for batch in loader:
+        _check_homo_batch(data, batch, data.edge_index[:, :200], 'triplet',
+                          amount=1)
+        seen.append(batch.input_id)
+    assert torch.equal(torch.cat(seen), torch.arange(200))

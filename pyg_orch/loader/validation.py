@@ -1,4 +1,5 @@
-"""Argument checks for :class:`pyg_orch.HybridNeighborLoader`: bad input
+"""Argument checks for :class:`pyg_orch.HybridNeighborLoader` and
+:class:`pyg_orch.HybridLinkNeighborLoader`: bad input
 fails early, with the argument named and the expected form given."""
 import math
 from typing import Any, Optional
