@@ -195,8 +195,8 @@ _INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8,
 
 def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
     r"""Validates :obj:`edge_label_index` of a link loader and returns it in
-    a form that PyG's :func:`~torch_geometric.loader.utils.get_edge_label_index`
-    accepts: a :obj:`[2, num_edges]` int64 tensor for :class:`Data`, an
+    a form that PyG's
+    :func:`~torch_geometric.loader.utils.get_edge_label_index` accepts: a :obj:`[2, num_edges]` int64 tensor for :class:`Data`, an
     (edge type, tensor) tuple for :class:`HeteroData` (:obj:`None` or an
     edge type alone take all edges of the graph, or of that type)."""
     if isinstance(data, Data):
