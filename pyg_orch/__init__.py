@@ -1,5 +1,9 @@
 """pyg_orch: fast sample-based GNN training for PyTorch Geometric."""
-from pyg_orch.loader import HybridNeighborLoader, StageTimer
+from pyg_orch.loader import (
+    HybridLinkNeighborLoader,
+    HybridNeighborLoader,
+    StageTimer,
+)
 from pyg_orch.offload import BottomLayerOffload
 from pyg_orch.sampling import GraphTopology, HybridNeighborSampler
 
@@ -8,6 +12,7 @@ __version__ = '0.1.0'
 __all__ = [
     'BottomLayerOffload',
     'GraphTopology',
+    'HybridLinkNeighborLoader',
     'HybridNeighborLoader',
     'HybridNeighborSampler',
     'StageTimer',

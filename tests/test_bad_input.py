@@ -3,7 +3,14 @@ import pytest
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch import GraphTopology, HybridNeighborLoader, HybridNeighborSampler
+from torch_geometric.sampler import NegativeSampling
+
+from pyg_orch import (
+    GraphTopology,
+    HybridLinkNeighborLoader,
+    HybridNeighborLoader,
+    HybridNeighborSampler,
+)
 
 from conftest import (
     C_TO_A,
@@ -673,3 +680,135 @@ def test_pyg_raises_the_phrase(exc, phrase, pyg):
     with pytest.raises(exc) as info:
         pyg()
     assert phrase in str(info.value)
+
+
+# HybridLinkNeighborLoader ####################################################
+
+
+def link_loader(data=None, num_neighbors=(2, 2), **kwargs):
+    kwargs.setdefault('device', 'cpu')
+    return HybridLinkNeighborLoader(small_graph() if data is None else data,
+                                    list(num_neighbors), **kwargs)
+
+
+@pytest.mark.parametrize('edge_label_index', [
+    torch.zeros(3, 4, dtype=torch.long),
+    torch.zeros(8, dtype=torch.long),
+    torch.zeros(2, 4),
+    torch.tensor([[0, 1], [2, 10]]),
+    torch.tensor([[-1, 1], [2, 3]]),
+    [[0, 1], [2, 3]],
+    ('paper', 'cites', 'paper'),
+], ids=['3-rows', '1d', 'float', 'beyond-num-nodes', 'negative', 'list',
+        'edge-type-for-homo'])
+def test_link_bad_edge_label_index(edge_label_index):
+    with pytest.raises(ValueError, match='edge_label_index'):
+        link_loader(edge_label_index=edge_label_index)
+
+
+@pytest.mark.parametrize('edge_label_index', [
+    None,
+    torch.zeros(2, 3, dtype=torch.long),
+    ('paper', 'unknown', 'author'),
+    (('author', 'writes', 'paper'), torch.tensor([[0, 4], [0, 1]])),
+    (('author', 'writes', 'paper'), torch.tensor([[0, 1], [0, 6]])),
+    (('author', 'writes', 'paper'), torch.zeros(3, 2, dtype=torch.long)),
+], ids=['none', 'tensor', 'unknown-type', 'src-beyond', 'dst-beyond',
+        'bad-shape'])
+def test_link_bad_hetero_edge_label_index(edge_label_index):
+    with pytest.raises(ValueError, match='edge_label_index'):
+        link_loader(small_hetero_graph(), edge_label_index=edge_label_index)
+
+
+def test_link_edge_label_wrong_length():
+    with pytest.raises(ValueError, match='edge_label'):
+        link_loader(edge_label_index=torch.tensor([[0, 1], [2, 3]]),
+                    edge_label=torch.zeros(3))
+
+
+@pytest.mark.parametrize('neg_sampling', [
+    'unary', dict(mode='pairs'), ('binary', 0), dict(mode='triplet',
+                                                      amount=-1)
+], ids=['bad-mode-str', 'bad-mode-dict', 'zero-amount', 'negative-amount'])
+def test_link_bad_neg_sampling(neg_sampling):
+    with pytest.raises(ValueError, match='neg_sampling'):
+        link_loader(neg_sampling=neg_sampling)
+
+
+def test_link_bad_neg_sampling_amount_phrases():
+    # PyG's key phrases for the same causes:
+    with pytest.raises(ValueError, match="'amount' needs to be positive"):
+        link_loader(neg_sampling=('binary', -2))
+    with pytest.raises(ValueError, match="'amount' needs to be positive"):
+        link_loader(neg_sampling_ratio=-1.0)
+    neg = NegativeSampling('binary', 1)
+    neg.mode = NegativeSampling('triplet').mode
+    neg.amount = 1.5
+    with pytest.raises(ValueError, match='needs to be an integer'):
+        link_loader(neg_sampling=neg)
+
+
+def test_link_bad_neg_sampling_ratio():
+    with pytest.raises(ValueError, match='neg_sampling_ratio'):
+        link_loader(neg_sampling_ratio='1')
+
+
+def test_link_triplet_with_edge_label():
+    with pytest.raises(ValueError, match="'edge_label' needs to be "
+                       "undefined for 'triplet'"):
+        link_loader(neg_sampling='triplet', edge_label=torch.zeros(30))
+
+
+@pytest.mark.parametrize('weight', [
+    torch.ones(9), torch.ones(10, 1), -torch.ones(10), torch.zeros(10),
+    torch.ones(10, dtype=torch.bool)
+], ids=['short', '2d', 'negative', 'all-zero', 'bool'])
+@pytest.mark.parametrize('name', ['src_weight', 'dst_weight'])
+def test_link_bad_neg_sampling_weight(weight, name):
+    neg = NegativeSampling('binary', **{name: weight})
+    with pytest.raises(ValueError, match=f'neg_sampling.{name}'):
+        link_loader(neg_sampling=neg)
+
+
+def test_link_bad_neg_sampling_weight_matches_pyg_phrase():
+    neg = NegativeSampling('binary', dst_weight=torch.ones(11))
+    with pytest.raises(ValueError, match='needs to match the number of '
+                       'nodes 10'):
+        link_loader(neg_sampling=neg)
+
+
+def test_link_edge_label_time_needs_time_attr():
+    # PyG's message: both or neither.
+    data = temporal_graph()
+    with pytest.raises(ValueError, match="conflicting 'edge_label_time' "
+                       "and 'time_attr'"):
+        link_loader(data, edge_label_time=torch.zeros(data.num_edges))
+    with pytest.raises(ValueError, match="conflicting 'edge_label_time' "
+                       "and 'time_attr'"):
+        link_loader(data, time_attr='time')
+
+
+@pytest.mark.parametrize('edge_label_time', [
+    torch.zeros(5), torch.zeros(600, 1), torch.zeros(600, dtype=torch.bool)
+], ids=['short', '2d', 'bool'])
+def test_link_bad_edge_label_time(edge_label_time):
+    with pytest.raises(ValueError, match='edge_label_time'):
+        link_loader(temporal_graph(), time_attr='time',
+                    edge_label_time=edge_label_time)
+
+
+def test_link_lookahead_not_implemented():
+    with pytest.raises(NotImplementedError, match='lookahead'):
+        link_loader(lookahead=True)
+
+
+def test_link_shared_checks():
+    # The checks shared with HybridNeighborLoader apply too:
+    with pytest.raises(ValueError, match='batch_size'):
+        link_loader(batch_size=0)
+    with pytest.raises(ValueError, match='num_neighbors'):
+        link_loader(num_neighbors=[2, -3])
+    with pytest.raises(ValueError, match='prefetch'):
+        link_loader(prefetch=-1)
+    with pytest.raises(TypeError, match='data'):
+        HybridLinkNeighborLoader(object(), [2], device='cpu')

@@ -53,6 +53,21 @@ class DataAssembler:
             del self.template['edge_index']
 
     def __call__(self, out: SamplerOutput) -> Data:
+        r"""The mini-batch of a node-level loader: :meth:`subgraph` with
+        :obj:`input_id`, :obj:`seed_time` and :obj:`batch_size` from
+        :obj:`out.metadata`, as in PyG's
+        :meth:`~torch_geometric.loader.NodeLoader.filter_fn`."""
+        data = self.subgraph(out)
+        data.input_id = out.metadata[0]
+        data.seed_time = out.metadata[1]
+        data.batch_size = out.metadata[0].size(0)
+        return data
+
+    def subgraph(self, out: SamplerOutput) -> Data:
+        r"""The sampled subgraph with its node and edge attributes and the
+        bookkeeping every PyG loader adds (:obj:`n_id`, :obj:`e_id`,
+        :obj:`batch`, :obj:`num_sampled_nodes`, :obj:`num_sampled_edges`),
+        without the loader-specific :obj:`metadata`."""
         data = copy.copy(self.template)
         node = out.node
         for key, value, dim in self.node_attrs:
@@ -69,7 +84,8 @@ class DataAssembler:
         for key, value, dim in self.edge_attrs:
             data[key] = None if edge is None else value.index_select(
                 dim, edge.to(value.device))
-        # The same bookkeeping as PyG's `NodeLoader.filter_fn`:
+        # The same bookkeeping as PyG's `NodeLoader.filter_fn` and
+        # `LinkLoader.filter_fn`:
         data.n_id = node
         if edge is not None:
             data.e_id = edge
@@ -78,7 +94,4 @@ class DataAssembler:
         data.num_sampled_edges = out.num_sampled_edges
         if out.orig_row is not None and out.orig_col is not None:
             data._orig_edge_index = torch.stack([out.orig_row, out.orig_col])
-        data.input_id = out.metadata[0]
-        data.seed_time = out.metadata[1]
-        data.batch_size = out.metadata[0].size(0)
         return data

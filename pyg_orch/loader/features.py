@@ -6,7 +6,6 @@ from typing import Optional, Union
 
 import torch
 from torch_geometric.data import Data
-from torch_geometric.sampler import NodeSamplerInput
 
 from pyg_orch.gpu.feature_store import TieredFeatureStore
 from pyg_orch.loader.stats import StageTimer
@@ -20,7 +19,8 @@ def build_feature_store(
     data,
     sampler,
     device: torch.device,
-    input_data: NodeSamplerInput,
+    seeds: torch.Tensor,
+    seed_time: Optional[torch.Tensor],
     batch_size: Optional[int],
     timer: StageTimer,
     budget: Union[None, int, float, str],
@@ -30,7 +30,9 @@ def build_feature_store(
     r"""Returns :obj:`feature_store` if one was given; for :obj:`'auto'`, a
     new store where it pays (CUDA, features :obj:`data.x` in host memory, a
     sampler with the :class:`~pyg_orch.sampling.HotNodeSampler` contract),
-    with rows ranked by :obj:`policy`; else :obj:`None`."""
+    with rows ranked by :obj:`policy` (for :obj:`'frequency'`, by
+    pre-sampling batches of :obj:`batch_size` nodes of :obj:`seeds`, at
+    :obj:`seed_time`); else :obj:`None`."""
     if isinstance(feature_store, TieredFeatureStore):
         return feature_store
     if feature_store is None:
@@ -53,9 +55,7 @@ def build_feature_store(
         batch_size = batch_size or 1
         with timer.stage('presample'):
             hotness = count_node_access(
-                sampler, input_data.node, input_time=input_data.time,
-                batch_size=batch_size,
-                num_batches=presample_batches(input_data.node.numel(),
-                                              batch_size))
+                sampler, seeds, input_time=seed_time, batch_size=batch_size,
+                num_batches=presample_batches(seeds.numel(), batch_size))
     return TieredFeatureStore(x, device, hotness=hotness,
                               gpu_memory_budget=budget, cache_ratio=ratio)

@@ -1,9 +1,9 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.NeighborLoader`."""
-import copy
-from typing import Any, Callable, Dict, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import torch
+from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
@@ -11,23 +11,17 @@ from torch_geometric.sampler.base import SubgraphType
 
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.gpu.feature_store import TieredFeatureStore
-from pyg_orch.loader.assemble import DataAssembler
-from pyg_orch.loader.features import build_feature_store
-from pyg_orch.loader.lookahead import LookaheadIterator
-from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.loader.stats import StageTimer, TimedIterator
-from pyg_orch.loader.validation import (
-    check_data,
-    check_input_nodes,
-    check_input_time,
-    check_loader_kwargs,
-    check_pipeline_args,
-    check_temporal_args,
+from pyg_orch.loader.hybrid import (
+    HybridLoaderMixin,
+    build_sampler,
+    check_common_args,
+    seed_shuffling,
 )
-from pyg_orch.sampling.arguments import check_choice, resolve_device
+from pyg_orch.loader.lookahead import LookaheadIterator
+from pyg_orch.loader.stats import TimedIterator
+from pyg_orch.loader.validation import check_input_nodes, check_input_time
 from pyg_orch.sampling.contract import LaunchingSampler
 from pyg_orch.sampling.pending import PendingSample
-from pyg_orch.sampling.sampler import HybridNeighborSampler
 from pyg_orch.typing import (
     DeviceLike,
     GraphData,
@@ -38,7 +32,7 @@ from pyg_orch.typing import (
 )
 
 
-class HybridNeighborLoader(NodeLoader):
+class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
     r"""A drop-in replacement for PyG's
     :class:`~torch_geometric.loader.NeighborLoader`: same arguments, same
     mini-batches, with neighbor sampling by vectorized PyTorch ops on the CPU
@@ -171,18 +165,15 @@ class HybridNeighborLoader(NodeLoader):
         prefetch: int = 0,
         **kwargs,
     ):
-        check_temporal_args(input_time, time_attr, temporal_strategy,
-                            weight_attr)
-        check_data(data)
-        self.device = resolve_device(device)
-        check_loader_kwargs(kwargs, self.device)
-        check_pipeline_args(prefetch, lookahead, kwargs.get('num_workers', 0))
+        device = check_common_args(data, device, kwargs, prefetch,
+                                   lookahead, input_time, time_attr,
+                                   temporal_strategy, weight_attr)
         input_nodes = check_input_nodes(data, input_nodes)
         input_time = check_input_time(input_time, input_nodes, data)
 
         if neighbor_sampler is None:
-            neighbor_sampler = HybridNeighborSampler(
-                data,
+            neighbor_sampler = build_sampler(
+                data, kwargs, device, seed,
                 num_neighbors=num_neighbors,
                 subgraph_type=subgraph_type,
                 replace=replace,
@@ -191,24 +182,14 @@ class HybridNeighborLoader(NodeLoader):
                 time_attr=time_attr,
                 weight_attr=weight_attr,
                 is_sorted=is_sorted,
-                share_memory=kwargs.get('num_workers', 0) > 0,
                 directed=directed,
-                device=self.device,
-                seed=seed,
                 topology=topology,
                 backend=backend,
                 topology_placement=topology_placement,
             )
-        if (seed is not None and 'generator' not in kwargs
-                and kwargs.get('shuffle', False)
-                and kwargs.get('sampler') is None):
-            gen = torch.Generator()
-            gen.manual_seed(seed if isinstance(seed, int) else
-                            seed.initial_seed())
-            kwargs['generator'] = gen
+        seed_shuffling(seed, kwargs)
 
-        self.timer = StageTimer(self.device)
-        self.prefetch = prefetch
+        self._init_pipeline(device, prefetch)
         super().__init__(
             data=data,
             node_sampler=neighbor_sampler,
@@ -219,14 +200,8 @@ class HybridNeighborLoader(NodeLoader):
             filter_per_worker=filter_per_worker,
             **kwargs,
         )
-        self.batch_transform = transform
-        self._batch_hooks: Dict[int, Callable] = {}
-        self._sampled_hooks: Dict[int, Callable] = {}
-        self.feature_store = build_feature_store(
-            feature_store, self.data, self.node_sampler, self.device,
-            self.input_data, self.batch_size, self.timer, gpu_memory_budget,
-            gpu_cache_ratio, cache_policy)
-        self._assembler: Optional[DataAssembler] = None
+        self._init_batches(transform, feature_store, gpu_memory_budget,
+                           gpu_cache_ratio, cache_policy)
         launching = isinstance(self.node_sampler, LaunchingSampler)
         if lookahead is None:
             lookahead = (self.device.type == 'cuda' and prefetch == 0
@@ -241,144 +216,26 @@ class HybridNeighborLoader(NodeLoader):
         # Synchronizing around every stage would undo the look-ahead.
         self.timer.sync = not self.lookahead
 
-    def register_batch_hook(self, hook: Callable,
-                            when: str = 'received') -> Callable[[], None]:
-        r"""Calls :obj:`hook(batch)` on every mini-batch when the training
-        loop receives it (after it was moved to :obj:`device` and
-        transformed), or, with :obj:`when='sampled'`, calls
-        :obj:`hook(sampler_output)` as soon as a batch's
-        :class:`~torch_geometric.sampler.SamplerOutput` is known, before its
-        features are gathered: with look-ahead that is one batch before the
-        loop receives it. Sampled hooks run in the thread that samples
-        (the loop's own, unless :obj:`prefetch > 0`), in the main process
-        only, with the sampling stream current. Returns a function that
-        removes the hook."""
-        check_choice('when', when, ('received', 'sampled'))
-        hooks = self._batch_hooks if when == 'received' else \
-            self._sampled_hooks
-        key = id(hook)
-        hooks[key] = hook
-
-        def remove() -> None:
-            hooks.pop(key, None)
-
-        return remove
-
-    def _run_sampled_hooks(self, out: Any) -> None:
-        for hook in list(self._sampled_hooks.values()):
-            hook(out)
+    # `HybridLoaderMixin` #####################################################
 
     @property
-    def topology(self) -> Optional[GraphTopology]:
-        r"""The graph topology used for sampling; pass it as
-        :obj:`topology` to other loaders over the same graph."""
-        if isinstance(self.node_sampler, LaunchingSampler):
-            return self.node_sampler.topology
-        return None
+    def _sampler(self) -> Any:
+        return self.node_sampler
 
-    def stats(self) -> Dict[str, Any]:
-        r"""What the loader did since the last :meth:`reset_stats`:
+    def _sample_batch(self, input_data: Any) -> Any:
+        return self.node_sampler.sample_from_nodes(input_data)
 
-        * :obj:`'stages'`: time per stage (:obj:`'sample'`, :obj:`'gather'`,
-          :obj:`'transfer'`, :obj:`'wait'`, and any stage timed by the
-          caller through :obj:`loader.timer.stage(name)`). With
-          :obj:`num_workers > 0` or :obj:`prefetch > 0`, sampling and
-          gathering overlap training; :obj:`'wait'` is what the training
-          loop still waited. With :obj:`lookahead`, the timer does not
-          synchronize the device (see :class:`~pyg_orch.StageTimer`): each
-          stage is charged the host time spent in it, while device work
-          overlaps; set :obj:`loader.timer.sync = True` to charge device
-          time instead, at the cost of the overlap.
-        * :obj:`'features'`: rows served per tier, cache hit rate and bytes
-          moved from host to device per batch (with a feature store).
-        * :obj:`'memory'`: GPU bytes held by the topology and the cache.
-        """
-        out: Dict[str, Any] = {'stages': self.timer.summary()}
-        fs = self.feature_store
-        out['features'] = None if fs is None else fs.stats.as_dict()
-        topo = self.topology
-        out['memory'] = {
-            'topology_bytes': topo.nbytes() if topo is not None else 0,
-            'topology_on_gpu': topo is not None
-            and topo.device.type == 'cuda',
-            'feature_cache_bytes': fs.gpu_bytes() if fs is not None else 0,
-            'feature_cache_rows': fs.num_cached if fs is not None else 0,
-        }
-        return out
+    def _presample_seeds(self) -> Tuple[Tensor, OptTensor, int]:
+        return self.input_data.node, self.input_data.time, self.batch_size
 
-    def set_gpu_cache_nodes(self, nodes: torch.Tensor) -> bool:
-        r"""Caches the features of :obj:`nodes` on the GPU (within the feature
-        store's budget), e.g. the candidates chosen by
-        :class:`pyg_orch.BottomLayerOffload`. Returns :obj:`False` when the
-        loader uses no feature store (features already on the device, or a
-        CPU device)."""
-        if self.feature_store is None:
-            return False
-        self.feature_store.set_cached_nodes(nodes)
-        return True
-
-    def reset_stats(self) -> None:
-        r"""Clears the stage times and the feature store counters."""
-        self.timer.reset()
-        if self.feature_store is not None:
-            self.feature_store.reset_stats()
-
-    def _in_main_process(self) -> bool:
-        return torch.utils.data.get_worker_info() is None
-
-    def collate_fn(self, index) -> Any:
-        if not self._in_main_process():
-            return super().collate_fn(index)
-        input_data = self.input_data[index]
-        with self.timer.stage('sample'):
-            out = self.node_sampler.sample_from_nodes(input_data)
-        self._run_sampled_hooks(out)
-        if self.filter_per_worker:
-            out = self.filter_fn(out)
-        return out
-
-    def filter_fn(self, out) -> Any:
-        timed = self._in_main_process()
-        if timed:
-            with self.timer.stage('gather'):
-                data = self._gather(out)
-            with self.timer.stage('transfer'):
-                # Non-blocking: a plain copy of e.g. `input_id` would wait
-                # for everything queued on the stream.
-                data = data.to(self.device, non_blocking=True)
-        else:
-            data = self._gather(out)
-        if self.batch_transform is not None:
-            data = self.batch_transform(data)
+    def _add_metadata(self, data: Data, out: Any) -> Data:
+        # As PyG's `NodeLoader.filter_fn`:
+        data.input_id = out.metadata[0]
+        data.seed_time = out.metadata[1]
+        data.batch_size = out.metadata[0].size(0)
         return data
 
-    def _gather(self, out) -> Any:
-        if self._in_main_process() and isinstance(self.data, Data) and (
-                self.feature_store is not None or self._data_on_device()):
-            if self._assembler is None:
-                self._assembler = DataAssembler(
-                    self.data, self.device, None if self.feature_store is None
-                    else self.feature_store.gather)
-            if self.transform_sampler_output is not None:
-                out = self.transform_sampler_output(out)
-            return self._assembler(out)
-        # PyG slices features where they live; indices follow them there.
-        if not self._data_on_device():
-            out = _to_cpu(out)
-        return super().filter_fn(out)
-
-    def _data_on_device(self) -> bool:
-        if not hasattr(self, '_data_device_cache'):
-            devices = set()
-            if isinstance(self.data, (tuple, list)):
-                devices.add(torch.device('cpu'))
-            else:
-                for store in self.data.stores:
-                    for value in store.values():
-                        if isinstance(value, torch.Tensor):
-                            devices.add(value.device)
-            self._data_device_cache = devices == {self.device}
-        return self._data_device_cache
+    # Look-ahead ##############################################################
 
     def _launch_batches(self) -> Iterator[PendingSample]:
         indices = iter(self._index_sampler)
@@ -408,28 +265,4 @@ class HybridNeighborLoader(NodeLoader):
                                    self.device)
             return TimedIterator(it, self.timer, self._batch_hooks,
                                   in_thread=True)
-        # Wrap (never unwrap) PyG's iterator: its `__del__` shuts the
-        # workers down.
-        it = super()._get_iterator()
-        if self.prefetch > 0:
-            it = PrefetchIterator(it, self.prefetch, self.device)
-        return TimedIterator(it, self.timer, self._batch_hooks,
-                              in_thread=self.prefetch == 0)
-
-    def __repr__(self) -> str:
-        return f'{self.__class__.__name__}(device={self.device})'
-
-
-def _to_cpu(out):
-    out = copy.copy(out)
-    for name in ('node', 'row', 'col', 'edge', 'batch', 'orig_row',
-                 'orig_col'):
-        value = getattr(out, name, None)
-        if isinstance(value, torch.Tensor):
-            setattr(out, name, value.cpu())
-        elif isinstance(value, dict):
-            setattr(out, name, {
-                k: v.cpu() if isinstance(v, torch.Tensor) else v
-                for k, v in value.items()
-            })
-    return out
+        return super()._get_iterator()

@@ -1,5 +1,7 @@
-"""Argument checks for :class:`pyg_orch.HybridNeighborLoader`: bad input
+"""Argument checks for :class:`pyg_orch.HybridNeighborLoader` and
+:class:`pyg_orch.HybridLinkNeighborLoader`: bad input
 fails early, with the argument named and the expected form given."""
+import math
 from typing import Any, Optional
 
 import torch
@@ -183,3 +185,230 @@ def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:
             raise ValueError(f"'input_time' has {input_time.numel()} entries, "
                              f"but there are {num} seeds in 'input_nodes'")
     return input_time
+
+
+# Link-level loading ##########################################################
+
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8,
+                 torch.int8)
+
+
+def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
+    r"""Validates :obj:`edge_label_index` of a link loader and returns it in
+    a form that PyG's
+    :func:`~torch_geometric.loader.utils.get_edge_label_index` accepts: a :obj:`[2, num_edges]` int64 tensor for :class:`Data`, an
+    (edge type, tensor) tuple for :class:`HeteroData` (:obj:`None` or an
+    edge type alone take all edges of the graph, or of that type)."""
+    if isinstance(data, Data):
+        if edge_label_index is None:
+            return None
+        if isinstance(edge_label_index, (tuple, str)):
+            raise ValueError("'edge_label_index' must be None or a tensor of "
+                             "shape [2, num_edges] for homogeneous graphs")
+        return _check_label_edges(edge_label_index, data.num_nodes,
+                                  data.num_nodes)
+    if not isinstance(data, HeteroData):
+        return edge_label_index  # Remote backends: PyG resolves it.
+    if edge_label_index is None:
+        raise ValueError("'edge_label_index' must name the edge type of the "
+                         "label edges for heterogeneous graphs, as an edge "
+                         "type or an (edge_type, edge_label_index) tuple")
+    if not isinstance(edge_label_index, (tuple, list)):
+        raise ValueError("'edge_label_index' must be an edge type or an "
+                         "(edge_type, edge_label_index) tuple for "
+                         "heterogeneous graphs")
+    if len(edge_label_index) > 0 and isinstance(edge_label_index[0], str):
+        edge_type, index = tuple(edge_label_index), None
+    elif len(edge_label_index) == 2:
+        edge_type, index = edge_label_index
+    else:
+        raise ValueError("'edge_label_index' must be an edge type or an "
+                         "(edge_type, edge_label_index) tuple for "
+                         "heterogeneous graphs")
+    if isinstance(edge_type, (tuple, list)) and all(
+            isinstance(t, str) for t in edge_type) and \
+            len(edge_type) in (2, 3):
+        try:
+            edge_type = data._to_canonical(*edge_type)
+        except (TypeError, ValueError, KeyError, AssertionError):
+            pass
+    if edge_type not in data.edge_types:
+        raise ValueError(f"'edge_label_index' names the edge type "
+                         f"{edge_type!r}, which is not in the graph (edge "
+                         f"types: {data.edge_types})")
+    if index is None:
+        return (edge_type, data[edge_type].edge_index)
+    index = _check_label_edges(index, data[edge_type[0]].num_nodes,
+                               data[edge_type[-1]].num_nodes)
+    return (edge_type, index)
+
+
+def _check_label_edges(index: Any, num_src: Optional[int],
+                       num_dst: Optional[int]) -> Tensor:
+    if not isinstance(index, Tensor):
+        raise ValueError(f"'edge_label_index' must be a tensor of shape "
+                         f"[2, num_edges] (got {type(index).__name__})")
+    if index.dtype not in _INDEX_DTYPES:
+        raise ValueError(f"'edge_label_index' must hold integer node "
+                         f"indices (got dtype {index.dtype})")
+    if index.dim() != 2 or index.size(0) != 2:
+        raise ValueError(f"'edge_label_index' must have shape [2, num_edges]"
+                         f" (got {list(index.shape)})")
+    if index.numel() > 0:
+        for row, n, end in ((index[0], num_src, 'source'),
+                            (index[1], num_dst, 'destination')):
+            lo, hi = int(row.min()), int(row.max())
+            if lo < 0 or (n is not None and hi >= n):
+                raise ValueError(f"'edge_label_index' has {end} nodes in "
+                                 f"[{lo}, {hi}], outside [0, {n})")
+    return index.to(torch.int64)
+
+
+def num_label_edges(edge_label_index: Any, data: Any) -> Optional[int]:
+    r"""The number of label edges (:obj:`None` if not known here)."""
+    if edge_label_index is None and isinstance(data, Data):
+        return data.num_edges
+    if isinstance(edge_label_index, tuple):
+        edge_label_index = edge_label_index[1]
+    if isinstance(edge_label_index, Tensor):
+        return edge_label_index.size(-1)
+    return None
+
+
+def check_edge_label(edge_label: Any, num: Optional[int]) -> None:
+    r"""Checks that :obj:`edge_label` has one row per label edge."""
+    if edge_label is None:
+        return
+    if not isinstance(edge_label, Tensor) or edge_label.dim() == 0:
+        raise ValueError("'edge_label' must be a tensor with one label per "
+                         "edge of 'edge_label_index'")
+    if num is not None and edge_label.size(0) != num:
+        raise ValueError(f"'edge_label' has {edge_label.size(0)} entries, "
+                         f"but 'edge_label_index' holds {num} edges")
+
+
+def check_edge_label_time(edge_label_time: Any, time_attr: Optional[str],
+                          num: Optional[int]) -> None:
+    r"""Checks :obj:`edge_label_time` (with PyG's message when it is given
+    without :obj:`time_attr` or the other way around)."""
+    if (edge_label_time is not None) != (time_attr is not None):
+        raise ValueError(
+            f"Received conflicting 'edge_label_time' and 'time_attr' "
+            f"arguments: 'edge_label_time' is "
+            f"{'set' if edge_label_time is not None else 'not set'} "
+            f"while 'time_attr' is "
+            f"{'set' if time_attr is not None else 'not set'}. "
+            f"Both arguments must be provided for temporal sampling.")
+    if edge_label_time is None:
+        return
+    if not isinstance(edge_label_time, Tensor) or edge_label_time.dim() != 1:
+        raise ValueError("'edge_label_time' must be a one-dimensional tensor "
+                         "with one time per edge of 'edge_label_index'")
+    if edge_label_time.dtype == torch.bool or edge_label_time.is_complex():
+        raise ValueError(f"'edge_label_time' must be integer or floating "
+                         f"point (got {edge_label_time.dtype})")
+    if num is not None and edge_label_time.numel() != num:
+        raise ValueError(f"'edge_label_time' has {edge_label_time.numel()} "
+                         f"entries, but 'edge_label_index' holds {num} "
+                         f"edges")
+
+
+def check_neg_sampling(neg_sampling: Any, neg_sampling_ratio: Any,
+                       edge_label: Any, data: Any,
+                       edge_label_index: Any) -> Any:
+    r"""Validates :obj:`neg_sampling` (a
+    :class:`~torch_geometric.sampler.NegativeSampling`, a mode string, or
+    the arguments of one as a dict or tuple) and the deprecated
+    :obj:`neg_sampling_ratio` (which, as in PyG, means binary negative
+    sampling with that amount), and returns the
+    :class:`~torch_geometric.sampler.NegativeSampling` or :obj:`None`."""
+    from torch_geometric.sampler import NegativeSampling
+    if neg_sampling_ratio is not None:
+        if isinstance(neg_sampling_ratio, bool) or not isinstance(
+                neg_sampling_ratio, (int, float)):
+            raise ValueError(f"'neg_sampling_ratio' must be a number "
+                             f"(got {neg_sampling_ratio!r})")
+        if neg_sampling_ratio < 0:
+            raise ValueError(f"'neg_sampling_ratio' must not be negative: "
+                             f"the attribute 'amount' needs to be positive "
+                             f"(got {neg_sampling_ratio})")
+        if neg_sampling_ratio != 0.0:
+            neg_sampling = NegativeSampling('binary', neg_sampling_ratio)
+    if neg_sampling is None:
+        return None
+    if not isinstance(neg_sampling, NegativeSampling):
+        mode = neg_sampling
+        if isinstance(mode, dict):
+            mode = mode.get('mode')
+        elif isinstance(mode, (tuple, list)) and len(mode) > 0:
+            mode = mode[0]
+        if not isinstance(mode, str) or mode not in ('binary', 'triplet'):
+            raise ValueError(f"'neg_sampling' mode must be 'binary' or "
+                             f"'triplet' (got {mode!r})")
+        amount = neg_sampling.get('amount', 1) if isinstance(
+            neg_sampling, dict) else (neg_sampling[1] if isinstance(
+                neg_sampling, (tuple, list)) and len(neg_sampling) > 1 else
+                                      1)
+        _check_amount(amount)
+        try:
+            neg_sampling = NegativeSampling.cast(neg_sampling)
+        except TypeError as e:
+            raise ValueError(f"'neg_sampling' must be a NegativeSampling, a "
+                             f"mode string or its arguments as a dict or "
+                             f"tuple ({e})") from None
+    else:
+        if neg_sampling.mode.value not in ('binary', 'triplet'):
+            raise ValueError(f"'neg_sampling' mode must be 'binary' or "
+                             f"'triplet' (got {neg_sampling.mode!r})")
+        _check_amount(neg_sampling.amount)
+    if neg_sampling.is_triplet():
+        if neg_sampling.amount != math.ceil(neg_sampling.amount):
+            raise ValueError(f"'neg_sampling': the attribute 'amount' needs "
+                             f"to be an integer with 'triplet' negative "
+                             f"sampling (got {neg_sampling.amount})")
+        if edge_label is not None:
+            raise ValueError("'edge_label' needs to be undefined for "
+                             "'triplet'-based negative sampling: use "
+                             "'src_index', 'dst_pos_index' and "
+                             "'dst_neg_index' of the returned mini-batch "
+                             "instead")
+    src_nodes = dst_nodes = None
+    if isinstance(data, Data):
+        src_nodes = dst_nodes = data.num_nodes
+    elif isinstance(data, HeteroData) and isinstance(edge_label_index, tuple):
+        edge_type = edge_label_index[0]
+        src_nodes = data[edge_type[0]].num_nodes
+        dst_nodes = data[edge_type[-1]].num_nodes
+    for name, n in (('src_weight', src_nodes), ('dst_weight', dst_nodes)):
+        _check_weight(getattr(neg_sampling, name), name, n)
+    return neg_sampling
+
+
+def _check_amount(amount: Any) -> None:
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)) \
+            or not math.isfinite(amount):
+        raise ValueError(f"'neg_sampling': the attribute 'amount' must be a "
+                         f"positive number (got {amount!r})")
+    if amount <= 0:
+        raise ValueError(f"'neg_sampling': the attribute 'amount' needs to "
+                         f"be positive (got {amount})")
+
+
+def _check_weight(weight: Any, name: str, num_nodes: Optional[int]) -> None:
+    if weight is None:
+        return
+    where = f"'neg_sampling.{name}'"
+    if not isinstance(weight, Tensor) or weight.dim() != 1:
+        raise ValueError(f"{where} must be a one-dimensional tensor with one "
+                         f"weight per node")
+    if weight.dtype == torch.bool or weight.is_complex():
+        raise ValueError(f"{where} must be integer or floating point (got "
+                         f"{weight.dtype})")
+    if num_nodes is not None and weight.numel() != num_nodes:
+        raise ValueError(f"{where} needs to match the number of nodes "
+                         f"{num_nodes} (got {weight.numel()})")
+    w = weight.detach().to('cpu', torch.float64)
+    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or \
+            not float(w.sum()) > 0:
+        raise ValueError(f"{where} must be finite and non-negative, with a "
+                         f"positive sum")

@@ -8,6 +8,7 @@ from typing import Any, Dict, Tuple, Union
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
+from torch_geometric.sampler import EdgeSamplerInput
 
 from pyg_orch.offload.batch_cache import BatchEmbeddingCache
 from pyg_orch.offload.bottom_layer import (
@@ -28,7 +29,7 @@ from pyg_orch.offload.hotness import (
     select_hot_nodes,
 )
 from pyg_orch.offload.options import OffloadOptions
-from pyg_orch.offload.runtime import OffloadRuntime
+from pyg_orch.offload.runtime import OffloadRuntime, loader_sampler
 from pyg_orch.offload.strategy import EmbeddingStrategy
 from pyg_orch.offload.super_batch import EmbeddingPipeline
 from pyg_orch.sampling.contract import HotNodeSampler, presample_batches
@@ -39,13 +40,18 @@ def check_loader(loader: Any) -> HotNodeSampler:
     the loader (a :class:`TypeError` unless it is a
     :class:`~pyg_orch.HybridNeighborLoader`-like loader whose sampler
     implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`)."""
-    sampler = getattr(loader, 'node_sampler', None)
+    sampler = loader_sampler(loader)
     if not isinstance(sampler, HotNodeSampler):
         raise TypeError(
-            f"'loader' must be a pyg_orch.HybridNeighborLoader (or a loader "
-            f"whose 'node_sampler' implements "
+            f"'loader' must be a pyg_orch.HybridNeighborLoader or "
+            f"HybridLinkNeighborLoader (or a loader whose 'node_sampler' or "
+            f"'link_sampler' implements "
             f"pyg_orch.sampling.contract.HotNodeSampler); got "
             f"{type(loader).__name__}")
+    if _is_link_loader(loader) and sampler.is_hetero:
+        raise NotImplementedError(
+            "BottomLayerOffload supports link-level loaders "
+            "(HybridLinkNeighborLoader) on homogeneous graphs only")
     if not callable(getattr(loader, 'register_batch_hook', None)):
         raise TypeError("'loader' must have 'register_batch_hook' (a "
                         "pyg_orch.HybridNeighborLoader)")
@@ -64,6 +70,10 @@ def check_loader(loader: Any) -> HotNodeSampler:
     if sampler.num_hops == 0:
         raise ValueError("BottomLayerOffload needs at least one hop")
     return sampler
+
+
+def _is_link_loader(loader: Any) -> bool:
+    return isinstance(getattr(loader, 'input_data', None), EdgeSamplerInput)
 
 
 def build_runtime(model: torch.nn.Module, loader: Any,
@@ -89,6 +99,13 @@ def build_runtime(model: torch.nn.Module, loader: Any,
 
 def _seeds(loader: Any, num_nodes: int) -> Tuple[Tensor, int, int]:
     # The training seeds, the batch size and the batches to pre-sample.
+    if _is_link_loader(loader):
+        # The label edges' endpoints, two seeds per label edge:
+        inputs = loader.input_data
+        seeds = torch.cat([inputs.row, inputs.col])
+        batch_size = 2 * (getattr(loader, 'batch_size', None) or 1)
+        return seeds, batch_size, presample_batches(seeds.numel(),
+                                                    batch_size)
     seeds = loader.input_data.node
     if seeds is None:  # All nodes:
         seeds = torch.arange(num_nodes)
@@ -119,7 +136,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                        options: OffloadOptions,
                        compensate_degrees: bool) -> OffloadRuntime:
     r"""The runtime for a homogeneous graph (see :func:`build_runtime`)."""
-    sampler, data = loader.node_sampler, loader.data
+    sampler, data = loader_sampler(loader), loader.data
     num_nodes = sampler.topology.num_nodes[None]
     cache_ratio = options.gpu_cache_ratio
     if cache_ratio == 'auto':
@@ -184,7 +201,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
 def build_hetero_runtime(model: torch.nn.Module, loader: Any,
                          options: OffloadOptions) -> HeteroOffloadRuntime:
     r"""The runtime for a heterogeneous graph (see :func:`build_runtime`)."""
-    sampler, data = loader.node_sampler, loader.data
+    sampler, data = loader_sampler(loader), loader.data
     topology = sampler.topology.to('cpu')
     layer_name, convs = find_hetero_first_layer(model, data.edge_types,
                                                 options.layer)

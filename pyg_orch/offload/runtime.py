@@ -33,6 +33,15 @@ from pyg_orch.offload.strategy import EmbeddingStrategy
 MAX_BATCHES = 8
 
 
+def loader_sampler(loader: Any) -> Any:
+    r"""The sampler of a node-level (:obj:`node_sampler`) or link-level
+    (:obj:`link_sampler`) loader; :obj:`None` if it has neither."""
+    sampler = getattr(loader, 'node_sampler', None)
+    if sampler is None:
+        sampler = getattr(loader, 'link_sampler', None)
+    return sampler
+
+
 class OffloadRuntime:
     r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
     homogeneous model. It holds no reference to the wrapper, so the wrapper
@@ -89,7 +98,7 @@ class OffloadRuntime:
                     hot, strategy, features, replace_rows: str) -> None:
         self.model = model
         self.loader = loader
-        self.sampler = loader.node_sampler
+        self.sampler = loader_sampler(loader)
         self.timer = getattr(loader, 'timer', None)
         self.layer_name = layer_name
         self.layer = layer

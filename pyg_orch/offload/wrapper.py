@@ -76,7 +76,9 @@ class BottomLayerOffload(torch.nn.Module):
     Args:
         model (torch.nn.Module): The GNN, with at least one
             :class:`~torch_geometric.nn.conv.MessagePassing` layer.
-        loader (HybridNeighborLoader): The training loader.
+        loader (HybridNeighborLoader or HybridLinkNeighborLoader): The
+            training loader (link-level loaders: homogeneous graphs only;
+            the label edges' endpoints seed the hot-set pre-sampling).
         hot_ratio (float or str): Fraction of all vertices whose bottom
             layer runs on the CPU, or :obj:`'auto'` to size the hot set by
             measured throughput (see :doc:`/offload`).

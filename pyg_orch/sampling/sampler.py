@@ -16,7 +16,7 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 from torch_geometric.sampler.base import SubgraphType
-from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
+from torch_geometric.sampler.neighbor_sampler import node_sample
 
 from pyg_orch.core.backend import BackendConfig, SampleRequest
 from pyg_orch.core.output import MultiHopOutput
@@ -35,6 +35,7 @@ from pyg_orch.sampling.backends import (
     create_backend,
 )
 from pyg_orch.sampling.contract import preserved_generators
+from pyg_orch.sampling.edges import sample_from_edges
 from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.topology_cache import topology_cache
 from pyg_orch.typing import DeviceLike, GraphData, NumNeighborsType, SeedLike
@@ -374,11 +375,8 @@ class HybridNeighborSampler(BaseSampler):
         inputs: EdgeSamplerInput,
         neg_sampling: Optional[NegativeSampling] = None,
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
-        node_time = self.topology.node_time
-        if node_time is not None and not self.is_hetero:
-            node_time = node_time[None]
-        out = edge_sample(inputs, self._sample, self.num_nodes, self.disjoint,
-                          node_time, neg_sampling)
+        # PyG's `edge_sample`, with negatives drawn on `device`:
+        out = sample_from_edges(self, inputs, neg_sampling)
         if self.subgraph_type == SubgraphType.bidirectional:
             out = out.to_bidirectional()
         return out

@@ -1,0 +1,304 @@
+"""What :class:`~pyg_orch.HybridNeighborLoader` and
+:class:`~pyg_orch.HybridLinkNeighborLoader` share: the checks of the common
+arguments, the :class:`~pyg_orch.HybridNeighborSampler` they build, seeded
+shuffling, the feature store, stage timing, batch hooks, statistics,
+feature gathering and the prefetch pipeline. Each loader mixes
+:class:`HybridLoaderMixin` in front of its PyG base class
+(:class:`~torch_geometric.loader.NodeLoader` or
+:class:`~torch_geometric.loader.LinkLoader`) and says how a batch is sampled
+(:meth:`HybridLoaderMixin._sample_batch`) and what it adds to an assembled
+batch (:meth:`HybridLoaderMixin._add_metadata`)."""
+import copy
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from pyg_orch.loader.assemble import DataAssembler
+from pyg_orch.loader.features import build_feature_store
+from pyg_orch.loader.prefetch import PrefetchIterator
+from pyg_orch.loader.stats import StageTimer, TimedIterator
+from pyg_orch.loader.validation import (
+    check_data,
+    check_loader_kwargs,
+    check_pipeline_args,
+    check_temporal_args,
+)
+from pyg_orch.sampling.arguments import check_choice, resolve_device
+from pyg_orch.sampling.contract import LaunchingSampler
+from pyg_orch.sampling.sampler import HybridNeighborSampler
+from pyg_orch.typing import DeviceLike, GraphData, SeedLike
+
+
+def check_common_args(
+    data: GraphData,
+    device: DeviceLike,
+    kwargs: dict,
+    prefetch: Any,
+    lookahead: Any,
+    input_time: Any = None,
+    time_attr: Optional[str] = None,
+    temporal_strategy: str = 'uniform',
+    weight_attr: Optional[str] = None,
+) -> torch.device:
+    r"""Checks the arguments both loaders take (:obj:`data`, temporal and
+    weighted sampling, :obj:`device`, :class:`~torch.utils.data.DataLoader`
+    arguments, :obj:`prefetch` and :obj:`lookahead`) and returns the
+    resolved device."""
+    check_temporal_args(input_time, time_attr, temporal_strategy,
+                        weight_attr)
+    check_data(data)
+    device = resolve_device(device)
+    check_loader_kwargs(kwargs, device)
+    check_pipeline_args(prefetch, lookahead, kwargs.get('num_workers', 0))
+    return device
+
+
+def build_sampler(data: GraphData, kwargs: dict, device: torch.device,
+                  seed: SeedLike, **options) -> HybridNeighborSampler:
+    r"""The :class:`~pyg_orch.HybridNeighborSampler` of a loader: the
+    sampling :obj:`options`, with the topology in shared memory for worker
+    processes (:obj:`num_workers` in :obj:`kwargs`)."""
+    return HybridNeighborSampler(
+        data, share_memory=kwargs.get('num_workers', 0) > 0, device=device,
+        seed=seed, **options)
+
+
+def seed_shuffling(seed: SeedLike, kwargs: dict) -> None:
+    r"""With a :obj:`seed` and :obj:`shuffle=True`, gives the
+    :class:`~torch.utils.data.DataLoader` a generator seeded from it (unless
+    :obj:`kwargs` has a generator or a sampler of its own)."""
+    if (seed is not None and 'generator' not in kwargs
+            and kwargs.get('shuffle', False)
+            and kwargs.get('sampler') is None):
+        gen = torch.Generator()
+        gen.manual_seed(seed if isinstance(seed, int) else
+                        seed.initial_seed())
+        kwargs['generator'] = gen
+
+
+class HybridLoaderMixin:
+    r"""The behavior both hybrid loaders share; mixed in before PyG's
+    :class:`~torch_geometric.loader.NodeLoader` or
+    :class:`~torch_geometric.loader.LinkLoader`. A subclass calls
+    :meth:`_init_pipeline` before the base class's :obj:`__init__` and
+    :meth:`_init_batches` after it, and implements :meth:`_sampler`,
+    :meth:`_sample_batch`, :meth:`_presample_seeds` and
+    :meth:`_add_metadata`."""
+    device: torch.device
+    timer: StageTimer
+
+    # To implement ############################################################
+
+    @property
+    def _sampler(self) -> Any:
+        r"""The loader's sampler."""
+        raise NotImplementedError
+
+    def _sample_batch(self, input_data: Any) -> Any:
+        r"""Samples the batch of :obj:`input_data` (a slice of
+        :obj:`self.input_data`)."""
+        raise NotImplementedError
+
+    def _presample_seeds(self) -> Tuple[Tensor, Optional[Tensor], int]:
+        r"""Seed nodes, their times and the number of seed nodes per batch,
+        for pre-sampling (feature cache ranking)."""
+        raise NotImplementedError
+
+    def _add_metadata(self, data: Data, out: Any) -> Data:
+        r"""Adds the loader's bookkeeping from :obj:`out.metadata` to a batch
+        assembled by :meth:`DataAssembler.subgraph`."""
+        raise NotImplementedError
+
+    # Set-up ##################################################################
+
+    def _init_pipeline(self, device: torch.device, prefetch: int) -> None:
+        self.device = device
+        self.timer = StageTimer(device)
+        self.prefetch = prefetch
+
+    def _init_batches(self, transform: Optional[Callable],
+                      feature_store: Any, gpu_memory_budget: Any,
+                      gpu_cache_ratio: Optional[float],
+                      cache_policy: str) -> None:
+        self.batch_transform = transform
+        self._batch_hooks: Dict[int, Callable] = {}
+        self._sampled_hooks: Dict[int, Callable] = {}
+        seeds, seed_time, batch_size = self._presample_seeds()
+        self.feature_store = build_feature_store(
+            feature_store, self.data, self._sampler, self.device, seeds,
+            seed_time, batch_size, self.timer, gpu_memory_budget,
+            gpu_cache_ratio, cache_policy)
+        self._assembler: Optional[DataAssembler] = None
+
+    # Public API ##############################################################
+
+    def register_batch_hook(self, hook: Callable,
+                            when: str = 'received') -> Callable[[], None]:
+        r"""Calls :obj:`hook(batch)` on every mini-batch when the training
+        loop receives it (after it was moved to :obj:`device` and
+        transformed), or, with :obj:`when='sampled'`, calls
+        :obj:`hook(sampler_output)` as soon as a batch's
+        :class:`~torch_geometric.sampler.SamplerOutput` is known, before its
+        features are gathered: with look-ahead that is one batch before the
+        loop receives it. Sampled hooks run in the thread that samples
+        (the loop's own, unless :obj:`prefetch > 0`), in the main process
+        only, with the sampling stream current. Returns a function that
+        removes the hook."""
+        check_choice('when', when, ('received', 'sampled'))
+        hooks = self._batch_hooks if when == 'received' else \
+            self._sampled_hooks
+        key = id(hook)
+        hooks[key] = hook
+
+        def remove() -> None:
+            hooks.pop(key, None)
+
+        return remove
+
+    def _run_sampled_hooks(self, out: Any) -> None:
+        for hook in list(self._sampled_hooks.values()):
+            hook(out)
+
+    @property
+    def topology(self) -> Any:
+        r"""The graph topology used for sampling
+        (:class:`~pyg_orch.GraphTopology`); pass it as :obj:`topology` to
+        other loaders over the same graph."""
+        if isinstance(self._sampler, LaunchingSampler):
+            return self._sampler.topology
+        return None
+
+    def stats(self) -> Dict[str, Any]:
+        r"""What the loader did since the last :meth:`reset_stats`:
+
+        * :obj:`'stages'`: time per stage (:obj:`'sample'`, :obj:`'gather'`,
+          :obj:`'transfer'`, :obj:`'wait'`, and any stage timed by the
+          caller through :obj:`loader.timer.stage(name)`). With
+          :obj:`num_workers > 0` or :obj:`prefetch > 0`, sampling and
+          gathering overlap training; :obj:`'wait'` is what the training
+          loop still waited. With :obj:`lookahead`, the timer does not
+          synchronize the device (see :class:`~pyg_orch.StageTimer`): each
+          stage is charged the host time spent in it, while device work
+          overlaps; set :obj:`loader.timer.sync = True` to charge device
+          time instead, at the cost of the overlap.
+        * :obj:`'features'`: rows served per tier, cache hit rate and bytes
+          moved from host to device per batch (with a feature store).
+        * :obj:`'memory'`: GPU bytes held by the topology and the cache.
+        """
+        out: Dict[str, Any] = {'stages': self.timer.summary()}
+        fs = self.feature_store
+        out['features'] = None if fs is None else fs.stats.as_dict()
+        topo = self.topology
+        out['memory'] = {
+            'topology_bytes': topo.nbytes() if topo is not None else 0,
+            'topology_on_gpu': topo is not None
+            and topo.device.type == 'cuda',
+            'feature_cache_bytes': fs.gpu_bytes() if fs is not None else 0,
+            'feature_cache_rows': fs.num_cached if fs is not None else 0,
+        }
+        return out
+
+    def set_gpu_cache_nodes(self, nodes: Tensor) -> bool:
+        r"""Caches the features of :obj:`nodes` on the GPU (within the feature
+        store's budget), e.g. the candidates chosen by
+        :class:`pyg_orch.BottomLayerOffload`. Returns :obj:`False` when the
+        loader uses no feature store (features already on the device, or a
+        CPU device)."""
+        if self.feature_store is None:
+            return False
+        self.feature_store.set_cached_nodes(nodes)
+        return True
+
+    def reset_stats(self) -> None:
+        r"""Clears the stage times and the feature store counters."""
+        self.timer.reset()
+        if self.feature_store is not None:
+            self.feature_store.reset_stats()
+
+    # Batches #################################################################
+
+    def _in_main_process(self) -> bool:
+        return torch.utils.data.get_worker_info() is None
+
+    def collate_fn(self, index) -> Any:
+        if not self._in_main_process():
+            return super().collate_fn(index)
+        input_data = self.input_data[index]
+        with self.timer.stage('sample'):
+            out = self._sample_batch(input_data)
+        self._run_sampled_hooks(out)
+        if self.filter_per_worker:
+            out = self.filter_fn(out)
+        return out
+
+    def filter_fn(self, out) -> Any:
+        timed = self._in_main_process()
+        if timed:
+            with self.timer.stage('gather'):
+                data = self._gather(out)
+            with self.timer.stage('transfer'):
+                # Non-blocking: a plain copy of e.g. `input_id` would wait
+                # for everything queued on the stream.
+                data = data.to(self.device, non_blocking=True)
+        else:
+            data = self._gather(out)
+        if self.batch_transform is not None:
+            data = self.batch_transform(data)
+        return data
+
+    def _gather(self, out) -> Any:
+        if self._in_main_process() and isinstance(self.data, Data) and (
+                self.feature_store is not None or self._data_on_device()):
+            if self._assembler is None:
+                self._assembler = DataAssembler(
+                    self.data, self.device, None if self.feature_store is None
+                    else self.feature_store.gather)
+            if self.transform_sampler_output is not None:
+                out = self.transform_sampler_output(out)
+            return self._add_metadata(self._assembler.subgraph(out), out)
+        # PyG slices features where they live; indices follow them there.
+        if not self._data_on_device():
+            out = _to_cpu(out)
+        return super().filter_fn(out)
+
+    def _data_on_device(self) -> bool:
+        if not hasattr(self, '_data_device_cache'):
+            devices = set()
+            if isinstance(self.data, (tuple, list)):
+                devices.add(torch.device('cpu'))
+            else:
+                for store in self.data.stores:
+                    for value in store.values():
+                        if isinstance(value, torch.Tensor):
+                            devices.add(value.device)
+            self._data_device_cache = devices == {self.device}
+        return self._data_device_cache
+
+    def _get_iterator(self):
+        # Wrap (never unwrap) PyG's iterator: its `__del__` shuts the
+        # workers down.
+        it = super()._get_iterator()
+        if self.prefetch > 0:
+            it = PrefetchIterator(it, self.prefetch, self.device)
+        return TimedIterator(it, self.timer, self._batch_hooks,
+                              in_thread=self.prefetch == 0)
+
+    def __repr__(self) -> str:
+        return f'{self.__class__.__name__}(device={self.device})'
+
+
+def _to_cpu(out):
+    out = copy.copy(out)
+    for name in ('node', 'row', 'col', 'edge', 'batch', 'orig_row',
+                 'orig_col'):
+        value = getattr(out, name, None)
+        if isinstance(value, torch.Tensor):
+            setattr(out, name, value.cpu())
+        elif isinstance(value, dict):
+            setattr(out, name, {
+                k: v.cpu() if isinstance(v, torch.Tensor) else v
+                for k, v in value.items()
+            })
+    return out

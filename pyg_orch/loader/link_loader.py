@@ -1,0 +1,279 @@
+"""A drop-in replacement for PyG's
+:class:`~torch_geometric.loader.LinkNeighborLoader`."""
+from typing import Any, Callable, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.loader.link_loader import LinkLoader
+from torch_geometric.sampler import BaseSampler, NegativeSampling
+from torch_geometric.sampler.base import SubgraphType
+from torch_geometric.typing import InputEdges
+
+from pyg_orch.core.topology import GraphTopology
+from pyg_orch.gpu.feature_store import TieredFeatureStore
+from pyg_orch.loader.hybrid import (
+    HybridLoaderMixin,
+    build_sampler,
+    check_common_args,
+    seed_shuffling,
+)
+from pyg_orch.loader.validation import (
+    check_edge_label,
+    check_edge_label_index,
+    check_edge_label_time,
+    check_neg_sampling,
+    num_label_edges,
+)
+from pyg_orch.typing import (
+    DeviceLike,
+    GraphData,
+    NumNeighborsType,
+    OptTensor,
+    SeedLike,
+)
+
+
+class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
+    r"""A drop-in replacement for PyG's
+    :class:`~torch_geometric.loader.LinkNeighborLoader`: same arguments,
+    same mini-batches, with neighbor sampling by vectorized PyTorch ops on
+    the CPU or the GPU (no :obj:`pyg-lib` or :obj:`torch-sparse` needed),
+    and negative sampling on that device too, reproducible with
+    :obj:`seed`.
+
+    .. code-block:: python
+
+        from torch_geometric.sampler import NegativeSampling
+        from pyg_orch import HybridLinkNeighborLoader
+
+        loader = HybridLinkNeighborLoader(
+            data, num_neighbors=[10, 5], edge_label_index=train_edges,
+            neg_sampling=NegativeSampling('binary', amount=1),
+            batch_size=512, shuffle=True)
+        for batch in loader:
+            z = model(batch.x, batch.edge_index)
+            src, dst = batch.edge_label_index
+            pred = (z[src] * z[dst]).sum(-1)
+            loss = F.binary_cross_entropy_with_logits(pred, batch.edge_label)
+
+    The endpoints of a batch's label edges (and of its negatives) are the
+    seeds of one neighbor-sampling call; every batch carries :obj:`n_id`,
+    :obj:`e_id`, :obj:`input_id` (the positions of its label edges in
+    :obj:`edge_label_index`), :obj:`num_sampled_nodes` and
+    :obj:`num_sampled_edges`, and, as in PyG:
+
+    * without negative sampling or with :obj:`'binary'`,
+      :obj:`edge_label_index` (the label edges, positives first then
+      negatives, as indices into the batch's nodes), :obj:`edge_label`
+      (:obj:`1` for positives, :obj:`0` for negatives, as floats; given
+      labels are shifted by one if they start at :obj:`0`) and
+      :obj:`edge_label_time`;
+    * with :obj:`'triplet'`, :obj:`src_index`, :obj:`dst_pos_index` and
+      :obj:`dst_neg_index` (:obj:`[batch_size, amount]`, or
+      :obj:`[batch_size]` for :obj:`amount=1`) in the source and
+      destination node stores, and :obj:`seed_time`;
+    * :obj:`batch` with :obj:`disjoint=True`: the label edge each node was
+      sampled for (negatives of label edge :obj:`i` count as :obj:`i`).
+
+    Negatives are drawn uniformly, or with the node weights
+    :obj:`src_weight` / :obj:`dst_weight` of the
+    :class:`~torch_geometric.sampler.NegativeSampling`, on the sampler's
+    device with its generator. As in PyG they may be false negatives
+    (edges of the graph); with temporal sampling and node-level times,
+    negative nodes are never later than their label edge.
+
+    Args:
+        data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
+            graph.
+        num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
+            The number of neighbors to sample per hop (:obj:`-1` for all), or
+            per edge type.
+        edge_label_index (torch.Tensor or EdgeType or tuple): The label
+            edges, :obj:`[2, num_edges]`;
+            :obj:`None` for all edges of a homogeneous graph; for
+            heterogeneous graphs an edge type or an (edge type, edges)
+            tuple.
+        edge_label (torch.Tensor, optional): A label per label edge.
+        edge_label_time (torch.Tensor, optional): A time per label edge for
+            temporal sampling (needs :obj:`time_attr`): sampled nodes and
+            edges are never later than it.
+        replace (bool): Sample with replacement. (default: :obj:`False`)
+        subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'` or
+            :obj:`'induced'`. (default: :obj:`'directional'`)
+        disjoint (bool): Give every label edge its own subgraph.
+            (default: :obj:`False`)
+        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
+            (default: :obj:`'uniform'`)
+        neg_sampling (NegativeSampling, optional): :obj:`'binary'` (random
+            node pairs, :obj:`amount` per positive, labeled :obj:`0`) or
+            :obj:`'triplet'` (:obj:`amount` random destinations per
+            positive); a mode string or a dict of the arguments works too.
+        neg_sampling_ratio (int or float, optional): Deprecated in PyG;
+            binary negative sampling with this :obj:`amount`.
+        time_attr (str, optional): A node-level or edge-level time attribute
+            (temporal sampling, which implies :obj:`disjoint=True`).
+        weight_attr (str, optional): An edge attribute of non-negative
+            sampling weights.
+        transform (callable, optional): Applied to every mini-batch after it
+            was moved to :obj:`device`.
+        transform_sampler_output (callable, optional): Applied to the
+            :class:`~torch_geometric.sampler.SamplerOutput`.
+        is_sorted (bool): :obj:`edge_index` is already sorted by destination
+            (checked). (default: :obj:`False`)
+        filter_per_worker (bool, optional): Assemble batches in the worker
+            processes, as in PyG.
+        neighbor_sampler (BaseSampler, optional): A sampler to use instead of
+            building a :class:`~pyg_orch.HybridNeighborSampler`.
+        directed (bool): Deprecated; :obj:`False` means
+            :obj:`subgraph_type='induced'`.
+        device (torch.device or str, optional): Where sampling (negatives
+            included) runs and batches land; CUDA when available, else CPU.
+        seed (int or torch.Generator, optional): Makes sampling, negatives
+            and shuffling reproducible.
+        topology (GraphTopology, optional): A topology to share with other
+            loaders (e.g. :obj:`node_loader.topology`).
+        backend (str): Sampling kernels (see
+            :class:`~pyg_orch.HybridNeighborSampler`); link batches use the
+            batch-synchronous path of the chosen backend.
+        topology_placement (str): On CUDA, :obj:`'device'`, :obj:`'host'` or
+            :obj:`'auto'`.
+        feature_store (str or TieredFeatureStore, optional): As in
+            :class:`~pyg_orch.HybridNeighborLoader` (homogeneous :obj:`x`
+            on CUDA); with :obj:`'frequency'` ranking, the endpoints of the
+            label edges are the pre-sampling seeds.
+        gpu_memory_budget (int or float or str): GPU memory for the feature
+            cache.
+        gpu_cache_ratio (float, optional): Cache at most this fraction of the
+            rows.
+        cache_policy (str): :obj:`'frequency'` or :obj:`'degree'`.
+        lookahead (bool, optional): Not supported for link-level loading:
+            :obj:`True` raises :class:`NotImplementedError`; :obj:`None`
+            (default) and :obj:`False` sample batch by batch.
+        prefetch (int): Batches sampled and gathered ahead by a background
+            thread. (default: :obj:`0`)
+        **kwargs (optional): Arguments of
+            :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
+            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`.
+    """
+    def __init__(
+        self,
+        data: GraphData,
+        num_neighbors: NumNeighborsType,
+        edge_label_index: InputEdges = None,
+        edge_label: OptTensor = None,
+        edge_label_time: OptTensor = None,
+        replace: bool = False,
+        subgraph_type: Union[SubgraphType, str] = 'directional',
+        disjoint: bool = False,
+        temporal_strategy: str = 'uniform',
+        neg_sampling: Optional[NegativeSampling] = None,
+        neg_sampling_ratio: Optional[Union[int, float]] = None,
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Optional[Callable] = None,
+        transform_sampler_output: Optional[Callable] = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[BaseSampler] = None,
+        directed: bool = True,
+        device: DeviceLike = None,
+        seed: SeedLike = None,
+        topology: Optional[GraphTopology] = None,
+        backend: str = 'auto',
+        topology_placement: str = 'auto',
+        feature_store: Union[None, str, TieredFeatureStore] = 'auto',
+        gpu_memory_budget: Union[None, int, float, str] = 'auto',
+        gpu_cache_ratio: Optional[float] = None,
+        cache_policy: str = 'frequency',
+        lookahead: Optional[bool] = None,
+        prefetch: int = 0,
+        **kwargs,
+    ):
+        if lookahead:
+            raise NotImplementedError(
+                "'lookahead=True' is not supported by "
+                "HybridLinkNeighborLoader yet (link batches are sampled "
+                "batch by batch); use lookahead=None or False, or "
+                "prefetch > 0 to prepare batches in a background thread")
+        check_edge_label_time(edge_label_time, time_attr, None)
+        device = check_common_args(data, device, kwargs, prefetch, False,
+                                   None, time_attr, temporal_strategy,
+                                   weight_attr)
+        edge_label_index = check_edge_label_index(data, edge_label_index)
+        num = num_label_edges(edge_label_index, data)
+        check_edge_label(edge_label, num)
+        check_edge_label_time(edge_label_time, time_attr, num)
+        neg_sampling = check_neg_sampling(neg_sampling, neg_sampling_ratio,
+                                          edge_label, data, edge_label_index)
+
+        if neighbor_sampler is None:
+            neighbor_sampler = build_sampler(
+                data, kwargs, device, seed,
+                num_neighbors=num_neighbors,
+                subgraph_type=subgraph_type,
+                replace=replace,
+                disjoint=disjoint,
+                temporal_strategy=temporal_strategy,
+                time_attr=time_attr,
+                weight_attr=weight_attr,
+                is_sorted=is_sorted,
+                directed=directed,
+                topology=topology,
+                backend=backend,
+                topology_placement=topology_placement,
+            )
+        seed_shuffling(seed, kwargs)
+
+        self._init_pipeline(device, prefetch)
+        super().__init__(
+            data=data,
+            link_sampler=neighbor_sampler,
+            edge_label_index=edge_label_index,
+            edge_label=edge_label,
+            edge_label_time=edge_label_time,
+            neg_sampling=neg_sampling,
+            transform=None,  # Applied after the move to `device`.
+            transform_sampler_output=transform_sampler_output,
+            filter_per_worker=filter_per_worker,
+            **kwargs,
+        )
+        self._init_batches(transform, feature_store, gpu_memory_budget,
+                           gpu_cache_ratio, cache_policy)
+        self.lookahead = False
+        self.timer.sync = True
+
+    # `HybridLoaderMixin` #####################################################
+
+    @property
+    def _sampler(self) -> Any:
+        return self.link_sampler
+
+    def _sample_batch(self, input_data: Any) -> Any:
+        return self.link_sampler.sample_from_edges(
+            input_data, neg_sampling=self.neg_sampling)
+
+    def _presample_seeds(self) -> Tuple[Tensor, OptTensor, int]:
+        # The label edges' endpoints seed pre-sampling (for the feature
+        # cache of homogeneous graphs), two per label edge:
+        inputs = self.input_data
+        seeds = torch.cat([inputs.row, inputs.col])
+        time = None if inputs.time is None else \
+            torch.cat([inputs.time, inputs.time])
+        return seeds, time, 2 * (self.batch_size or 1)
+
+    def _add_metadata(self, data: Data, out: Any) -> Data:
+        # As PyG's `LinkLoader.filter_fn` for homogeneous graphs:
+        data.input_id = out.metadata[0]
+        if self.neg_sampling is None or self.neg_sampling.is_binary():
+            data.edge_label_index = out.metadata[1]
+            data.edge_label = out.metadata[2]
+            data.edge_label_time = out.metadata[3]
+        else:
+            data.src_index = out.metadata[1]
+            data.dst_pos_index = out.metadata[2]
+            data.dst_neg_index = out.metadata[3]
+            data.seed_time = out.metadata[4]
+            del data.edge_label_index
+            del data.edge_label_time
+        return data

@@ -1,0 +1,204 @@
+"""Link-level sampling (PyG's
+:func:`~torch_geometric.sampler.neighbor_sampler.edge_sample`) on the
+sampler's device: the label edges' endpoints, with negatives from
+:mod:`pyg_orch.sampling.negative` appended, become the seeds of one
+neighbor-sampling call, and the label bookkeeping (:obj:`edge_label_index`,
+:obj:`edge_label`, or :obj:`src_index` / :obj:`dst_pos_index` /
+:obj:`dst_neg_index` for triplets) is kept in the output's
+:obj:`metadata`, in PyG's layout."""
+import math
+from typing import Dict, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import (
+    EdgeSamplerInput,
+    HeteroSamplerOutput,
+    NegativeSampling,
+    SamplerOutput,
+)
+
+from pyg_orch.sampling.negative import sample_negatives
+
+
+class _DeviceCache:
+    r"""Per-sampler copies on the sampler's device of what negative sampling
+    reads every batch (weights, node times), made once."""
+    def __init__(self):
+        self.tensors: Dict[Tuple, Tuple[Tensor, Tensor]] = {}
+
+    def get(self, key: Tuple, value: Optional[Tensor],
+            device: torch.device) -> Optional[Tensor]:
+        if value is None:
+            return None
+        hit = self.tensors.get(key)
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        moved = value.to(device)
+        if key[0] == 'weight' and not moved.is_floating_point():
+            moved = moved.to(torch.float)  # For `torch.multinomial`.
+        self.tensors[key] = (value, moved)
+        return moved
+
+
+def _cache(sampler) -> _DeviceCache:
+    cache = sampler.__dict__.get('_link_device_cache')
+    if cache is None:
+        cache = _DeviceCache()
+        sampler.__dict__['_link_device_cache'] = cache
+    return cache
+
+
+def sample_from_edges(
+    sampler,
+    inputs: EdgeSamplerInput,
+    neg_sampling: Optional[NegativeSampling] = None,
+) -> Union[SamplerOutput, HeteroSamplerOutput]:
+    r"""Samples the subgraph around a batch of label edges with
+    :obj:`sampler` (a :class:`~pyg_orch.HybridNeighborSampler`), with PyG's
+    :func:`~torch_geometric.sampler.neighbor_sampler.edge_sample` semantics,
+    everything on :obj:`sampler.device`."""
+    device = sampler.device
+    generator = sampler.generator
+    cache = _cache(sampler)
+    disjoint = sampler.disjoint
+    input_id = inputs.input_id
+    input_type = inputs.input_type
+    src = inputs.row.to(device, torch.int64, non_blocking=True)
+    dst = inputs.col.to(device, torch.int64, non_blocking=True)
+    edge_label = inputs.label
+    if edge_label is not None:
+        edge_label = edge_label.to(device, non_blocking=True)
+    edge_label_time = inputs.time
+    if edge_label_time is not None:
+        edge_label_time = edge_label_time.to(device, non_blocking=True)
+        if not disjoint:
+            raise ValueError("'edge_label_time' needs temporal sampling "
+                             "('time_attr'), which samples disjoint "
+                             "subgraphs")
+    src_time = dst_time = edge_label_time
+
+    num_nodes = sampler.topology.num_nodes
+    node_time = sampler.topology.node_time
+    if input_type is None:
+        src_type = dst_type = None
+    else:
+        src_type, dst_type = input_type[0], input_type[-1]
+
+    def endpoint_node_time(node_type):
+        if node_time is None or edge_label_time is None:
+            return None
+        return cache.get(('time', node_type), node_time.get(node_type),
+                         device)
+
+    num_pos = src.numel()
+    num_neg = 0
+
+    if neg_sampling is not None:
+        num_neg = math.ceil(num_pos * neg_sampling.amount)
+        dst_weight = cache.get(('weight', 'dst'), neg_sampling.dst_weight,
+                               device)
+        if neg_sampling.is_binary():
+            src_weight = cache.get(('weight', 'src'),
+                                   neg_sampling.src_weight, device)
+            src_neg = sample_negatives(src, neg_sampling, num_nodes[src_type],
+                                       src_weight, src_time,
+                                       endpoint_node_time(src_type),
+                                       generator)
+            dst_neg = sample_negatives(dst, neg_sampling, num_nodes[dst_type],
+                                       dst_weight, dst_time,
+                                       endpoint_node_time(dst_type),
+                                       generator)
+            src = torch.cat([src, src_neg], dim=0)
+            dst = torch.cat([dst, dst_neg], dim=0)
+            if edge_label is None:
+                edge_label = torch.ones(num_pos, device=device)
+            size = (num_neg, ) + edge_label.size()[1:]
+            edge_label = torch.cat([edge_label, edge_label.new_zeros(size)])
+            if edge_label_time is not None:
+                src_time = dst_time = edge_label_time.repeat(
+                    1 + math.ceil(neg_sampling.amount))[:num_pos + num_neg]
+        else:  # Triplet: negative destinations per positive.
+            dst_neg = sample_negatives(dst, neg_sampling, num_nodes[dst_type],
+                                       dst_weight, dst_time,
+                                       endpoint_node_time(dst_type),
+                                       generator)
+            dst = torch.cat([dst, dst_neg], dim=0)
+            if edge_label_time is not None:
+                dst_time = edge_label_time.repeat(1 + neg_sampling.amount)
+
+    triplet = neg_sampling is not None and neg_sampling.is_triplet()
+
+    if input_type is not None and src_type != dst_type:
+        # Two node types: seeds of each type.
+        if not disjoint:
+            src, inverse_src = src.unique(return_inverse=True)
+            dst, inverse_dst = dst.unique(return_inverse=True)
+        seed_dict = {src_type: src, dst_type: dst}
+        seed_time = None
+        if edge_label_time is not None:
+            seed_time = {src_type: src_time, dst_type: dst_time}
+        out = sampler._sample(seed_dict, seed_time)
+        if disjoint:
+            out.batch = {k: v % num_pos for k, v in out.batch.items()}
+        if not triplet:
+            if disjoint:
+                edge_label_index = torch.arange(
+                    num_pos + num_neg, device=device).repeat(2).view(2, -1)
+            else:
+                edge_label_index = torch.stack([inverse_src, inverse_dst])
+        else:
+            if disjoint:
+                src_index = torch.arange(num_pos, device=device)
+                dst_pos_index = torch.arange(num_pos, device=device)
+                dst_neg_index = torch.arange(num_pos, dst.numel(),
+                                             device=device)
+                dst_neg_index = dst_neg_index.view(-1, num_pos).t()
+            else:
+                src_index = inverse_src
+                dst_pos_index = inverse_dst[:num_pos]
+                dst_neg_index = inverse_dst[num_pos:]
+    else:
+        # One node type: source and destination seeds merged.
+        seed = torch.cat([src, dst], dim=0)
+        if not disjoint:
+            seed, inverse_seed = seed.unique(return_inverse=True)
+        seed_time = None
+        if edge_label_time is not None:
+            seed_time = torch.cat([src_time, dst_time])
+        if input_type is not None:
+            out = sampler._sample({src_type: seed},
+                                  None if seed_time is None else
+                                  {src_type: seed_time})
+            if disjoint:
+                out.batch = {k: v % num_pos for k, v in out.batch.items()}
+        else:
+            out = sampler._sample(seed, seed_time)
+            if disjoint:
+                out.batch = out.batch % num_pos
+        if not triplet:
+            if disjoint:
+                edge_label_index = torch.arange(seed.numel(),
+                                                device=device).view(2, -1)
+            else:
+                edge_label_index = inverse_seed.view(2, -1)
+        else:
+            if disjoint:
+                src_index = torch.arange(num_pos, device=device)
+                dst_pos_index = torch.arange(num_pos, 2 * num_pos,
+                                             device=device)
+                dst_neg_index = torch.arange(2 * num_pos, seed.numel(),
+                                             device=device)
+                dst_neg_index = dst_neg_index.view(-1, num_pos).t()
+            else:
+                src_index = inverse_seed[:num_pos]
+                dst_pos_index = inverse_seed[num_pos:2 * num_pos]
+                dst_neg_index = inverse_seed[2 * num_pos:]
+
+    if not triplet:
+        out.metadata = (input_id, edge_label_index, edge_label, src_time)
+    else:
+        dst_neg_index = dst_neg_index.reshape(num_pos, -1).squeeze(-1)
+        out.metadata = (input_id, src_index, dst_pos_index, dst_neg_index,
+                        src_time)
+    return out

@@ -1,0 +1,97 @@
+"""Negative sampling for link-level loading, with the semantics of PyG's
+:class:`~torch_geometric.sampler.NegativeSampling` (uniform nodes, or nodes
+drawn with probabilities :obj:`src_weight` / :obj:`dst_weight` through
+:func:`torch.multinomial`), but drawn on the sampler's device with its
+generator: vectorized, with no host synchronization, reproducible with a
+seeded generator.
+
+As in PyG, negatives are approximate: a random pair may be an edge of the
+graph (a false negative)."""
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import NegativeSampling
+
+#: Candidates drawn per temporal negative: PyG draws once and redraws the
+#: invalid ones up to five times, then falls back to the earliest node.
+TEMPORAL_TRIES = 6
+
+
+def num_negatives(num_pos: int, neg_sampling: NegativeSampling) -> int:
+    r"""The number of negatives for :obj:`num_pos` positives
+    (:obj:`ceil(num_pos * amount)`, as in PyG)."""
+    return math.ceil(num_pos * neg_sampling.amount)
+
+
+def draw_nodes(
+    num: int,
+    num_nodes: int,
+    weight: Optional[Tensor],
+    device: torch.device,
+    generator: Optional[torch.Generator] = None,
+) -> Tensor:
+    r"""Draws :obj:`num` node indices in :obj:`[0, num_nodes)` on
+    :obj:`device`: uniformly, or, with :obj:`weight` (one non-negative value
+    per node, on :obj:`device`), with probabilities proportional to it
+    (with replacement)."""
+    if weight is None:
+        return torch.randint(num_nodes, (num, ), device=device,
+                             generator=generator)
+    if num == 0:
+        return torch.empty(0, dtype=torch.int64, device=device)
+    return torch.multinomial(weight, num, replacement=True,
+                             generator=generator)
+
+
+def sample_negatives(
+    seed: Tensor,
+    neg_sampling: NegativeSampling,
+    num_nodes: int,
+    weight: Optional[Tensor] = None,
+    seed_time: Optional[Tensor] = None,
+    node_time: Optional[Tensor] = None,
+    generator: Optional[torch.Generator] = None,
+) -> Tensor:
+    r"""The negative endpoints for the positive endpoints :obj:`seed`:
+    :obj:`ceil(seed.numel() * amount)` node indices, on :obj:`seed`'s device
+    (PyG's :func:`~torch_geometric.sampler.neighbor_sampler.neg_sample`).
+
+    With :obj:`node_time` (the node times of the endpoint's node type) and
+    :obj:`seed_time` (one per positive), negatives are never later than the
+    time of the positive they are drawn for: :obj:`ceil(amount)` negatives
+    per positive (the first :obj:`num_neg` kept), each the first of
+    :obj:`TEMPORAL_TRIES` candidates with :obj:`node_time <= seed_time`, or
+    the earliest node if none is, as in PyG, but all candidates are drawn at
+    once.
+
+    Args:
+        seed (torch.Tensor): The positive endpoints (their number and device
+            matter).
+        neg_sampling (NegativeSampling): The configuration (:obj:`amount`).
+        num_nodes (int): The number of nodes of the endpoint's node type.
+        weight (torch.Tensor, optional): Node sampling weights, on
+            :obj:`seed`'s device.
+        seed_time (torch.Tensor, optional): The time of every positive.
+        node_time (torch.Tensor, optional): The time of every node.
+        generator (torch.Generator, optional): On :obj:`seed`'s device.
+    """
+    device = seed.device
+    num_pos = seed.numel()
+    num_neg = num_negatives(num_pos, neg_sampling)
+    if node_time is None:
+        return draw_nodes(num_neg, num_nodes, weight, device, generator)
+    if seed_time is None:
+        raise ValueError("Temporal negative sampling needs the time of every "
+                         "positive ('edge_label_time')")
+    per_seed = math.ceil(neg_sampling.amount)
+    cand = draw_nodes(TEMPORAL_TRIES * per_seed * num_pos, num_nodes, weight,
+                      device, generator)
+    cand = cand.view(TEMPORAL_TRIES, per_seed, num_pos)
+    valid = node_time[cand] <= seed_time.view(1, 1, -1)
+    first = valid.to(torch.uint8).argmax(dim=0, keepdim=True)
+    out = cand.gather(0, first).squeeze(0)
+    fallback = node_time.argmin().to(out.dtype)
+    out = torch.where(valid.any(dim=0), out, fallback)
+    return out.view(-1)[:num_neg]
