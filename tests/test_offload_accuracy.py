@@ -10,7 +10,8 @@ from conftest import wait_no_threads
 # No offload thread outlives a test; one intra-op thread (conftest):
 pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
 
-SEEDS = (0, 1)
+SEEDS = (0, 1, 2, 3)  # Two were too few: CiteSeer/GCN offload runs ~2 points
+# above plain on seeds 0 and 1, close to the tolerance.
 TOLERANCE = 0.03  # Mean test accuracy over SEEDS, offload vs. plain.
 
 
