@@ -350,3 +350,32 @@ def one_intra_op_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# Comparing batches with PyG's ###############################################
+
+#: Batch attributes that PyG's loader leaves out without pyg-lib.
+PYG_MISSING_KEYS = {'num_sampled_nodes', 'num_sampled_edges'}
+
+
+def batch_keys(store) -> set:
+    r"""The attribute names of a batch (or one of its stores) that PyG's
+    loader also sets."""
+    return set(store.keys()) - PYG_MISSING_KEYS
+
+
+def edge_triples(batch, edge_type=None, with_eid: bool = True) -> list:
+    r"""The sampled edges of :obj:`batch` (of :obj:`edge_type`), sorted, as
+    (global src, global dst[, e_id])."""
+    if edge_type is None:
+        src_n_id = dst_n_id = batch.n_id
+        store = batch
+    else:
+        src_n_id = batch[edge_type[0]].n_id
+        dst_n_id = batch[edge_type[-1]].n_id
+        store = batch[edge_type]
+    src = src_n_id[store.edge_index[0]].tolist()
+    dst = dst_n_id[store.edge_index[1]].tolist()
+    if not with_eid:
+        return sorted(zip(src, dst))
+    return sorted(zip(src, dst, store.e_id.tolist()))

@@ -20,6 +20,8 @@ from pyg_orch.sampling.negative import sample_negatives
 from conftest import (
     CITES,
     WRITES,
+    batch_keys,
+    edge_triples,
     paper_hetero_graph,
     random_graph,
     temporal_graph,
@@ -32,7 +34,6 @@ pytestmark = [
     pytest.mark.filterwarnings('ignore::DeprecationWarning'),
 ]
 
-IGNORED_KEYS = {'num_sampled_nodes', 'num_sampled_edges'}
 NEG_MODES = [None, 'binary', 'binary_labels', 'triplet']
 
 
@@ -68,21 +69,7 @@ def _neg_kwargs(mode, num_labels, amount=2):
     return dict(neg_sampling=NegativeSampling(mode, amount))
 
 
-def _keys(store):
-    return set(store.keys()) - IGNORED_KEYS
 
-
-def _edge_triples(batch, edge_type=None):
-    if edge_type is None:
-        src_n_id = dst_n_id = batch.n_id
-        store = batch
-    else:
-        src_n_id = batch[edge_type[0]].n_id
-        dst_n_id = batch[edge_type[-1]].n_id
-        store = batch[edge_type]
-    src = src_n_id[store.edge_index[0]].tolist()
-    dst = dst_n_id[store.edge_index[1]].tolist()
-    return sorted(zip(src, dst, store.e_id.tolist()))
 
 
 def _check_homo_batch(data, batch, label_index, mode, amount=2,
@@ -136,7 +123,7 @@ def test_parity_homo_batches(mode):
     assert len(ref) == len(ours) == 5
     labels = kwargs.get('edge_label')
     for a, b in zip(ref, ours):
-        assert _keys(a) == _keys(b)
+        assert batch_keys(a) == batch_keys(b)
         assert torch.equal(a.input_id, b.input_id)
         for batch in (a, b):
             _check_homo_batch(data, batch, label_index, mode, labels=labels)
@@ -170,7 +157,7 @@ def test_parity_homo_full_fanout_same_sets(subgraph_type):
         if subgraph_type == 'bidirectional':
             assert a.num_edges == b.num_edges
         else:
-            assert _edge_triples(a) == _edge_triples(b)
+            assert edge_triples(a) == edge_triples(b)
 
 
 @pytest.mark.parity
@@ -238,7 +225,7 @@ def test_parity_hetero_batches(edge_type, mode):
         assert set(a.node_types) == set(b.node_types)
         assert set(a.edge_types) == set(b.edge_types)
         for key in a.node_types + a.edge_types:
-            assert _keys(a[key]) == _keys(b[key]), key
+            assert batch_keys(a[key]) == batch_keys(b[key]), key
         assert torch.equal(a[edge_type].input_id, b[edge_type].input_id)
         for batch in (a, b):
             _check_hetero_batch(data, batch, edge_type, label_index, mode)
@@ -260,7 +247,7 @@ def test_parity_hetero_full_fanout_same_sets(edge_type):
         for t in data.node_types:
             assert torch.equal(a[t].n_id.sort()[0], b[t].n_id.sort()[0]), t
         for et in data.edge_types:
-            assert _edge_triples(a, et) == _edge_triples(b, et), et
+            assert edge_triples(a, et) == edge_triples(b, et), et
 
 
 def _subgraph_sets(batch, i, edge_type=None):
@@ -302,10 +289,9 @@ def test_parity_disjoint_homo_per_label_edge():
                            label_index[:, b.input_id])
         for i, k in enumerate(b.input_id.tolist()):
             a = ref[k]
-            assert set(a.n_id.tolist()), _edge_triples(a)
             nodes, edges = _subgraph_sets(b, i)
             assert nodes == set(a.n_id.tolist())
-            assert edges == set(_edge_triples(a))
+            assert edges == set(edge_triples(a))
 
 
 @pytest.mark.parity
@@ -327,7 +313,7 @@ def test_parity_disjoint_hetero_per_label_edge(edge_type):
                 want = set(a[t].n_id.tolist()) if t in a.node_types else set()
                 assert nodes.get(t, set()) == want, t
             for et in data.edge_types:
-                want = set(_edge_triples(a, et)) if et in a.edge_types \
+                want = set(edge_triples(a, et)) if et in a.edge_types \
                     else set()
                 assert edges.get(et, set()) == want, et
 

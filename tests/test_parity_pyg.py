@@ -17,7 +17,13 @@ import torch
 
 from pyg_orch import HybridNeighborLoader
 
-from conftest import paper_hetero_graph, random_graph
+from conftest import (
+    PYG_MISSING_KEYS,
+    batch_keys,
+    edge_triples,
+    paper_hetero_graph,
+    random_graph,
+)
 
 pytestmark = [
     pytest.mark.parity,
@@ -25,7 +31,6 @@ pytestmark = [
     pytest.mark.filterwarnings('ignore::DeprecationWarning'),
 ]
 
-IGNORED_KEYS = {'num_sampled_nodes', 'num_sampled_edges'}
 SUBGRAPH_TYPES = ['directional', 'bidirectional', 'induced']
 
 
@@ -52,24 +57,7 @@ def make_hetero(seed=0, sort=False):
                               sort=sort)
 
 
-def _keys(store):
-    return set(store.keys()) - IGNORED_KEYS
 
-
-def _edge_triples(data, batch, edge_type=None, with_eid=True):
-    r"""The sampled edges as a set of (global src, global dst[, e_id])."""
-    if edge_type is None:
-        src_n_id = dst_n_id = batch.n_id
-        store = batch
-    else:
-        src_n_id = batch[edge_type[0]].n_id
-        dst_n_id = batch[edge_type[-1]].n_id
-        store = batch[edge_type]
-    src = src_n_id[store.edge_index[0]].tolist()
-    dst = dst_n_id[store.edge_index[1]].tolist()
-    if not with_eid:
-        return sorted(zip(src, dst))
-    return sorted(zip(src, dst, store.e_id.tolist()))
 
 
 # Homogeneous #################################################################
@@ -89,8 +77,8 @@ def test_homo_keys_and_semantics(input_nodes):
     ours = list(_ours(data, [5, 3], seed=0, **kwargs))
     assert len(ours) == len(ref)
     for a, b in zip(ref, ours):
-        assert _keys(a) == _keys(b)
-        assert IGNORED_KEYS <= set(b.keys())
+        assert batch_keys(a) == batch_keys(b)
+        assert PYG_MISSING_KEYS <= set(b.keys())
         assert a.batch_size == b.batch_size
         assert torch.equal(a.input_id, b.input_id)
         bs = b.batch_size
@@ -119,7 +107,7 @@ def test_homo_full_fanout_same_sets(subgraph_type):
     ours = list(_ours(data, [-1, -1], **kwargs))
     assert len(ref) == len(ours) == 3
     for a, b in zip(ref, ours):
-        assert _keys(a) == _keys(b)
+        assert batch_keys(a) == batch_keys(b)
         bs = a.batch_size
         assert b.batch_size == bs
         assert torch.equal(a.n_id[:bs], b.n_id[:bs])
@@ -128,8 +116,8 @@ def test_homo_full_fanout_same_sets(subgraph_type):
         # Bidirectional batches merge each edge with its reverse and keep one
         # of the duplicates' ids, which depends on the CSC order:
         with_eid = subgraph_type != 'bidirectional'
-        assert _edge_triples(data, a, with_eid=with_eid) == \
-            _edge_triples(data, b, with_eid=with_eid)
+        assert edge_triples(a, with_eid=with_eid) == \
+            edge_triples(b, with_eid=with_eid)
 
 
 @pytest.mark.parametrize('subgraph_type', SUBGRAPH_TYPES)
@@ -158,7 +146,7 @@ def test_homo_full_fanout_identical_on_cora(cora):
     ours = list(_ours(data, [-1, -1], **kwargs))
     assert len(ref) == len(ours) == 4
     for a, b in zip(ref, ours):
-        assert _keys(a) == _keys(b)
+        assert batch_keys(a) == batch_keys(b)
         assert torch.equal(a.n_id, b.n_id)
         assert torch.equal(a.edge_index, b.edge_index)
         assert torch.equal(a.e_id, b.e_id)
@@ -211,7 +199,7 @@ def test_hetero_keys_and_semantics():
         assert set(a.node_types) == set(b.node_types)
         assert set(a.edge_types) == set(b.edge_types)
         for key in a.node_types + a.edge_types:
-            assert _keys(a[key]) == _keys(b[key]), key
+            assert batch_keys(a[key]) == batch_keys(b[key]), key
         assert a['paper'].batch_size == b['paper'].batch_size
         assert torch.equal(a['paper'].input_id, b['paper'].input_id)
         bs = a['paper'].batch_size
@@ -240,15 +228,15 @@ def test_hetero_full_fanout_same_sets(subgraph_type, sort):
         bs = a['paper'].batch_size
         assert torch.equal(a['paper'].n_id[:bs], b['paper'].n_id[:bs])
         for node_type in data.node_types:
-            assert _keys(a[node_type]) == _keys(b[node_type])
+            assert batch_keys(a[node_type]) == batch_keys(b[node_type])
             assert torch.equal(a[node_type].n_id.sort()[0],
                                b[node_type].n_id.sort()[0]), node_type
         for edge_type in data.edge_types:
-            assert _keys(a[edge_type]) == _keys(b[edge_type])
+            assert batch_keys(a[edge_type]) == batch_keys(b[edge_type])
             # PyG drops `e_id` for heterogeneous bidirectional batches:
             with_eid = 'e_id' in a[edge_type]
-            assert _edge_triples(data, a, edge_type, with_eid) == \
-                _edge_triples(data, b, edge_type, with_eid), edge_type
+            assert edge_triples(a, edge_type, with_eid) == \
+                edge_triples(b, edge_type, with_eid), edge_type
 
 
 def test_hetero_finite_fanout_distribution():
