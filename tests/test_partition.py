@@ -221,8 +221,9 @@ def test_bad_arguments(tmp_path):
         partition_graph(data, 2, tmp_path / 'a', 'random', seed=1.5)
     with pytest.raises(ValueError, match="'data'"):
         partition_graph(data.edge_index, 2, tmp_path / 'a')
-    with pytest.raises(NotImplementedError, match='HeteroData'):
-        partition_graph(paper_hetero_graph(), 2, tmp_path / 'a')
+    hetero = paper_hetero_graph()
+    with pytest.raises(ValueError, match=r"'num_parts'.*\[1, 520\]"):
+        partition_graph(hetero, 521, tmp_path / 'a')
     assert not (tmp_path / 'a').exists()
 
     # A non-empty folder needs overwrite=True, and only a partition's:
@@ -315,3 +316,102 @@ def test_command_line(tmp_path):
         capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert load_partition(tmp_path / 'syn', 1).num_nodes == 100
+
+
+# HeteroData #################################################################
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_hetero_parts_cover_graph(tmp_path, method):
+    data = paper_hetero_graph()
+    info = write(data, tmp_path, 3, method)
+    assert info.num_nodes == 520 and info.method == method
+    parts = load_all(info.out_dir, 3)
+    assert all(p.is_hetero for p in parts)
+    for nt in data.node_types:
+        ids = torch.cat([p.node_ids[nt] for p in parts])
+        assert sorted(ids.tolist()) == list(range(data[nt].num_nodes))
+        for p in parts:
+            assert (p.owner(p.node_ids[nt], nt) == p.part).all()
+            assert p.to_local(p.node_ids[nt], nt).tolist() == list(
+                range(p.node_ids[nt].numel()))
+            assert torch.equal(p.x[nt], data[nt].x[p.node_ids[nt]])
+    for p in parts:
+        assert torch.equal(p.y['paper'], data['paper'].y[p.node_ids['paper']])
+        assert set(p.y) == {'paper'}
+    for et in data.edge_types:
+        triples = []
+        for p in parts:
+            csc = p.csc[et]
+            assert csc.num_src_nodes == data[et[0]].num_nodes
+            deg = csc.colptr[1:] - csc.colptr[:-1]
+            dst = p.node_ids[et[-1]].repeat_interleave(deg)
+            triples += zip(csc.row.tolist(), dst.tolist(),
+                           csc.edge_id.tolist())
+        ei = data[et].edge_index
+        assert sorted(triples) == sorted(
+            zip(*ei.tolist(), range(ei.size(1))))
+    cites = ('paper', 'cites', 'paper')
+    for p in parts:
+        assert torch.equal(p.edge_attrs[cites]['edge_attr'],
+                           data[cites].edge_attr[p.csc[cites].edge_id])
+    assert sum(p.num_nodes for p in parts) == 520
+    assert sum(p.num_edges for p in parts) == info.num_edges == 3400
+
+    # Edge cut over all edge types, balance over all vertices:
+    cut = sum(
+        int((parts[0].node_part[et[0]][data[et].edge_index[0]] !=
+             parts[0].node_part[et[-1]][data[et].edge_index[1]]).sum())
+        for et in data.edge_types)
+    assert info.edge_cut == pytest.approx(cut / 3400)
+    assert info.balance == pytest.approx(max(info.part_sizes) * 3 / 520)
+    with pytest.raises(ValueError, match="'node_type'"):
+        parts[0].owner(torch.tensor([0]), 'venue')
+    with pytest.raises(ValueError, match="'node_type'"):
+        load_partition(write(graph(), tmp_path, 2, name='homo').out_dir,
+                       0).owner(torch.tensor([0]), 'paper')
+
+
+def test_hetero_load_and_reject(tmp_path, monkeypatch):
+    data = paper_hetero_graph()
+    info = write(data, tmp_path, 3, 'random', seed=3)
+    assert info.fingerprint == graph_fingerprint(data)
+    other = paper_hetero_graph(seed=1)
+    with pytest.raises(ValueError, match='another graph'):
+        load_partition(info.out_dir, 0,
+                       expected_fingerprint=graph_fingerprint(other))
+    opened = []
+    real_load = torch.load
+
+    def spy(path, *args, **kwargs):
+        opened.append(Path(path).relative_to(info.out_dir).parts[0])
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, 'load', spy)
+    load_partition(info.out_dir, 1)
+    monkeypatch.undo()
+    assert set(opened) == {'part_1', 'node_part', 'local_id'}
+    shutil.rmtree(info.out_dir / 'part_0')
+    shutil.rmtree(info.out_dir / 'part_2')
+    p = load_partition(info.out_dir, 1, expected_num_parts=3)
+    assert torch.equal(p.x['author'], data['author'].x[p.node_ids['author']])
+    f = info.out_dir / 'part_1' / 'edge_types' / 'paper__cites__paper'
+    (f / 'row.pt').write_bytes((f / 'row.pt').read_bytes()[:-1])
+    with pytest.raises(ValueError, match='paper__cites__paper/row.pt'):
+        load_partition(info.out_dir, 1)
+
+
+def test_hetero_metis_cuts_fewer_edges_than_random(tmp_path):
+    pytest.importorskip('pymetis')
+    data = paper_hetero_graph()
+    # Papers cite within 4 blocks; authors write for papers of their block.
+    gen = torch.Generator().manual_seed(0)
+    blk_p = torch.arange(300) % 4
+    cites_dst = torch.randint(0, 300, (1200, ), generator=gen)
+    cites_src = (torch.randint(0, 75, (1200, ), generator=gen) * 4 +
+                 blk_p[cites_dst])
+    data['paper', 'cites', 'paper'].edge_index = torch.stack(
+        [cites_src, cites_dst])
+    metis = write(data, tmp_path, 4, 'metis', name='m')
+    rand = write(data, tmp_path, 4, 'random', name='r')
+    assert metis.edge_cut < rand.edge_cut

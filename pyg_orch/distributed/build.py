@@ -29,7 +29,13 @@ from pyg_orch.distributed.storage import (
     META_FILE,
     NODE_PART_FILE,
     PathLike,
+    edge_attr_path,
+    edge_path,
+    edge_type_name,
+    global_map_path,
     graph_fingerprint,
+    node_attr_path,
+    node_ids_path,
     part_dir_name,
 )
 
@@ -113,36 +119,76 @@ def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
             if (out_dir / name).exists():
                 (out_dir / name).unlink()
         for child in out_dir.iterdir():
-            if child.is_dir() and re.fullmatch(r'part_\d+', child.name):
+            if child.is_dir() and (re.fullmatch(r'part_\d+', child.name)
+                                   or child.name in ('node_part',
+                                                     'local_id')):
                 shutil.rmtree(child)
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _save(t: Tensor, path: Path, base: Path, files: Dict[str, int]) -> None:
     # A copy, so that a slice never saves the storage it views.
+    path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(t.detach().cpu().clone().contiguous(), path)
     files[path.relative_to(base).as_posix()] = path.stat().st_size
 
 
-def _attr_keys(data, edge_index: Tensor):
-    node_keys, edge_keys = [], []
-    for key in data.node_attrs():
-        if key in ('num_nodes', 'edge_index'):
-            continue
-        if isinstance(data[key], Tensor):
-            node_keys.append(key)
-    for key in data.edge_attrs():
-        if key in ('edge_index', 'adj_t', 'num_nodes'):
-            continue
-        if isinstance(data[key], Tensor) and (
-                data[key].size(0) == edge_index.size(1)):
-            edge_keys.append(key)
-    node_keys, edge_keys = sorted(node_keys), sorted(edge_keys)
-    for key in node_keys + edge_keys:
-        if not _SAFE_NAME.fullmatch(key):
-            raise ValueError(f"attribute {key!r} cannot name a file; rename "
-                             f"it (letters, digits, '_', '.', '-')")
+def _check_name(name: str, what: str) -> None:
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
+        raise ValueError(f"{what} {name!r} cannot name a file; rename it "
+                         f"(letters, digits, '_', '.', '-')")
+
+
+def _attr_keys(node_stores, edge_stores):
+    r"""The tensor node attributes per node type and edge attributes per
+    edge type that are written."""
+    node_keys, edge_keys = {}, {}
+    for nt, store in node_stores.items():
+        keys = [
+            key for key in store.node_attrs()
+            if key not in ('num_nodes', 'edge_index')
+            and isinstance(store[key], Tensor)
+        ]
+        node_keys[nt] = sorted(keys)
+    for et, store in edge_stores.items():
+        num_edges = store.edge_index.size(1)
+        keys = [
+            key for key in store.edge_attrs()
+            if key not in ('edge_index', 'adj_t', 'num_nodes')
+            and isinstance(store[key], Tensor)
+            and store[key].size(0) == num_edges
+        ]
+        edge_keys[et] = sorted(keys)
+    for keys in list(node_keys.values()) + list(edge_keys.values()):
+        for key in keys:
+            _check_name(key, 'attribute')
     return node_keys, edge_keys
+
+
+def _order(node_part: Tensor, num_parts: int):
+    r"""Vertices ordered by part, ascending global id within a part: the
+    permutation, the part offsets, and every vertex's position and local
+    id."""
+    num_nodes = node_part.numel()
+    perm = torch.sort(node_part, stable=True).indices
+    sizes = torch.bincount(node_part, minlength=num_parts)
+    offsets = torch.zeros(num_parts + 1, dtype=torch.int64)
+    offsets[1:] = sizes.cumsum(0)
+    position = torch.empty(num_nodes, dtype=torch.int64)
+    position[perm] = torch.arange(num_nodes)
+    return perm, offsets, position, position - offsets[node_part]
+
+
+def _edge_order(edge_index: Tensor, dst_position: Tensor):
+    r"""Edges ordered by their destination's position (stable: edge ids
+    ascending within a neighborhood), so each part's in-edges are a slice:
+    the order, the CSC pointer over positions, and the sources."""
+    dst_pos = dst_position[edge_index[1]]
+    order = torch.sort(dst_pos, stable=True).indices
+    degree = torch.bincount(dst_pos, minlength=dst_position.numel())
+    ptr = torch.zeros(dst_position.numel() + 1, dtype=torch.int64)
+    ptr[1:] = degree.cumsum(0)
+    return order, ptr, edge_index[0, order]
 
 
 def partition_graph(data, num_parts: int, out_dir: PathLike,
@@ -161,18 +207,24 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
     vertex -> local id maps and :obj:`meta.json` (format version, method,
     counts, graph fingerprint, edge cut, balance, file sizes), written last.
 
+    For a :class:`~torch_geometric.data.HeteroData`, all of this is kept
+    per node type and per edge type (global ids are per node type; a part
+    holds, for each edge type, the in-edges of its vertices of the
+    destination type). :obj:`'metis'` partitions all vertices together
+    (edges of all types, balance over all vertices), :obj:`'contiguous'`
+    and :obj:`'random'` each node type on its own.
+
     Args:
-        data (torch_geometric.data.Data): The graph (on any device; it is
-            copied to the CPU part by part).
-            :class:`~torch_geometric.data.HeteroData` is not supported yet.
+        data (torch_geometric.data.Data or torch_geometric.data.HeteroData):
+            The graph (with :obj:`edge_index` for every edge type).
         num_parts (int): The number of parts, in :obj:`[1, num_nodes]`.
         out_dir (str or os.PathLike): The folder to write (created; must be
             empty unless :obj:`overwrite`).
         method (str): :obj:`'metis'` (METIS through the optional package
-            :obj:`pymetis`: few edges cut), :obj:`'random'` (seeded, balanced),
-            :obj:`'contiguous'` (ranges of vertex ids) or :obj:`'auto'`
-            (:obj:`'metis'` where :obj:`pymetis` is importable, else
-            :obj:`'contiguous'`). (default: :obj:`'auto'`)
+            :obj:`pymetis`: few edges cut), :obj:`'random'` (seeded,
+            balanced), :obj:`'contiguous'` (ranges of vertex ids) or
+            :obj:`'auto'` (:obj:`'metis'` where :obj:`pymetis` is importable,
+            else :obj:`'contiguous'`). (default: :obj:`'auto'`)
         seed (int): The seed of :obj:`'random'` and :obj:`'metis'`.
             (default: :obj:`0`)
         overwrite (bool): Replace a partition already in :obj:`out_dir`.
@@ -182,18 +234,30 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
         PartitionInfo: edge cut, balance, sizes and where it was written.
     """
     from torch_geometric.data import Data, HeteroData
-    if isinstance(data, HeteroData):
-        raise NotImplementedError(
-            "partition_graph does not support HeteroData yet: partition a "
-            "homogeneous Data (e.g. data.to_homogeneous()) for now")
-    if not isinstance(data, Data):
-        raise ValueError(f"'data' must be a torch_geometric Data "
-                         f"(got {type(data).__name__})")
-    edge_index = data.edge_index if 'edge_index' in data else None
-    if edge_index is None:
-        raise ValueError("'data' must have an 'edge_index' (sparse "
-                         "adjacencies such as 'adj_t' are not supported)")
-    num_nodes = int(data.num_nodes or 0)
+    is_hetero = isinstance(data, HeteroData)
+    if not is_hetero and not isinstance(data, Data):
+        raise ValueError(f"'data' must be a torch_geometric Data or "
+                         f"HeteroData (got {type(data).__name__})")
+    if is_hetero:
+        node_types, edge_types = list(data.node_types), list(data.edge_types)
+        node_stores = {nt: data[nt] for nt in node_types}
+        edge_stores = {et: data[et] for et in edge_types}
+        for nt in node_types:
+            _check_name(nt, 'node type')
+        for et in edge_types:
+            _check_name(et[1], 'relation')
+    else:
+        node_types, edge_types = [None], [None]
+        node_stores, edge_stores = {None: data}, {None: data}
+    for et, store in edge_stores.items():
+        if 'edge_index' not in store:
+            raise ValueError(f"'data' must have an 'edge_index'"
+                             f"{'' if et is None else ' for ' + str(et)} "
+                             f"(sparse adjacencies such as 'adj_t' are not "
+                             f"supported)")
+    num_nodes_by_type = {nt: int(node_stores[nt].num_nodes or 0)
+                         for nt in node_types}
+    num_nodes = sum(num_nodes_by_type.values())
     num_parts = _check_num_parts(num_parts, num_nodes)
     resolved = resolve_method(method)
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -201,85 +265,149 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
     out_dir = Path(out_dir)
     start = time.perf_counter()
 
-    edge_index = edge_index.detach().cpu().to(torch.int64)
-    num_edges = int(edge_index.size(1))
-    node_keys, edge_keys = _attr_keys(data, edge_index)
-    fingerprint = graph_fingerprint(edge_index, num_nodes)
+    edge_index = {
+        et: store.edge_index.detach().cpu().to(torch.int64)
+        for et, store in edge_stores.items()
+    }
+    num_edges = sum(int(e.size(1)) for e in edge_index.values())
+    node_keys, edge_keys = _attr_keys(node_stores, edge_stores)
+    fingerprint = graph_fingerprint(data)
 
-    node_part = assign_parts(edge_index, num_nodes, num_parts, resolved, seed)
-    if node_part.numel() != num_nodes or (num_nodes and (
-            int(node_part.min()) < 0 or int(node_part.max()) >= num_parts)):
-        raise RuntimeError(f'{resolved} returned an invalid assignment')
+    # Assignment #############################################################
+    if not is_hetero:
+        node_part = {None: assign_parts(edge_index[None], num_nodes,
+                                        num_parts, resolved, seed)}
+    elif resolved == 'metis' and num_parts > 1:
+        # All vertices in one id space, as in to_homogeneous():
+        offset, total = {}, 0
+        for nt in node_types:
+            offset[nt], total = total, total + num_nodes_by_type[nt]
+        homo = torch.cat([
+            torch.stack([e[0] + offset[et[0]], e[1] + offset[et[-1]]])
+            for et, e in edge_index.items()
+        ], dim=1) if edge_index else torch.empty(2, 0, dtype=torch.int64)
+        flat = assign_parts(homo, total, num_parts, resolved, seed)
+        node_part = {
+            nt: flat[offset[nt]:offset[nt] + num_nodes_by_type[nt]]
+            for nt in node_types
+        }
+    else:
+        empty = torch.empty(2, 0, dtype=torch.int64)
+        node_part = {
+            nt: assign_parts(empty, num_nodes_by_type[nt], num_parts,
+                             resolved, seed + i)
+            if num_nodes_by_type[nt] else torch.empty(0, dtype=torch.int64)
+            for i, nt in enumerate(node_types)
+        }
+    for nt, np_ in node_part.items():
+        if np_.numel() != num_nodes_by_type[nt] or (np_.numel() and (
+                int(np_.min()) < 0 or int(np_.max()) >= num_parts)):
+            raise RuntimeError(f'{resolved} returned an invalid assignment')
 
-    # Vertices ordered by part, ascending global id within a part:
-    perm = torch.sort(node_part, stable=True).indices
-    sizes = torch.bincount(node_part, minlength=num_parts)
-    offsets = torch.zeros(num_parts + 1, dtype=torch.int64)
-    offsets[1:] = sizes.cumsum(0)
-    position = torch.empty(num_nodes, dtype=torch.int64)
-    position[perm] = torch.arange(num_nodes)
-    local_id = position - offsets[node_part]
+    order = {nt: _order(node_part[nt], num_parts) for nt in node_types}
+    edges = {
+        et: _edge_order(edge_index[et],
+                        order[None if et is None else et[-1]][2])
+        for et in edge_types
+    }
 
-    # Edges ordered by their destination's position (stable: edge ids
-    # ascending within a neighborhood), so each part's in-edges are a slice:
-    dst_pos = position[edge_index[1]]
-    edge_order = torch.sort(dst_pos, stable=True).indices
-    degree = torch.bincount(dst_pos, minlength=num_nodes)
-    edge_ptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
-    edge_ptr[1:] = degree.cumsum(0)
-    row_all = edge_index[0, edge_order]
-
+    # Writing ################################################################
     _prepare_out_dir(out_dir, overwrite)
     files: Dict[str, Dict[str, int]] = {'global': {}}
-    _save(node_part, out_dir / NODE_PART_FILE, out_dir, files['global'])
-    _save(local_id, out_dir / LOCAL_ID_FILE, out_dir, files['global'])
+    for nt in node_types:
+        _save(node_part[nt], global_map_path(out_dir, 'node_part', nt),
+              out_dir, files['global'])
+        _save(order[nt][3], global_map_path(out_dir, 'local_id', nt),
+              out_dir, files['global'])
 
     from tqdm.auto import tqdm
-    part_num_edges = []
+    part_sizes = {nt: [] for nt in node_types}
+    part_num_edges = {et: [] for et in edge_types}
     for part in tqdm(range(num_parts), desc='writing parts', unit='part',
                      disable=not progress):
         name = part_dir_name(part)
         part_dir = out_dir / name
-        (part_dir / 'nodes').mkdir(parents=True)
-        if edge_keys:
-            (part_dir / 'edges').mkdir()
+        part_dir.mkdir(parents=True)
         pf: Dict[str, int] = {}
-        lo, hi = int(offsets[part]), int(offsets[part + 1])
-        node_ids = perm[lo:hi]
-        e_lo, e_hi = int(edge_ptr[lo]), int(edge_ptr[hi])
-        colptr = edge_ptr[lo:hi + 1] - e_lo
-        eids = edge_order[e_lo:e_hi]
-        _save(node_ids, part_dir / 'node_ids.pt', out_dir, pf)
-        _save(colptr, part_dir / 'colptr.pt', out_dir, pf)
-        _save(row_all[e_lo:e_hi], part_dir / 'row.pt', out_dir, pf)
-        _save(eids, part_dir / 'edge_id.pt', out_dir, pf)
-        for key in node_keys:
-            value = data[key]
-            _save(value[node_ids.to(value.device)],
-                  part_dir / 'nodes' / f'{key}.pt', out_dir, pf)
-        for key in edge_keys:
-            value = data[key]
-            _save(value[eids.to(value.device)],
-                  part_dir / 'edges' / f'{key}.pt', out_dir, pf)
+        node_ids = {}
+        for nt in node_types:
+            perm, offsets = order[nt][0], order[nt][1]
+            lo, hi = int(offsets[part]), int(offsets[part + 1])
+            node_ids[nt] = perm[lo:hi]
+            part_sizes[nt].append(hi - lo)
+            _save(node_ids[nt], node_ids_path(part_dir, nt), out_dir, pf)
+            for key in node_keys[nt]:
+                value = node_stores[nt][key]
+                _save(value[node_ids[nt].to(value.device)],
+                      node_attr_path(part_dir, nt, key), out_dir, pf)
+        for et in edge_types:
+            offsets = order[None if et is None else et[-1]][1]
+            lo, hi = int(offsets[part]), int(offsets[part + 1])
+            e_order, ptr, row_all = edges[et]
+            e_lo, e_hi = int(ptr[lo]), int(ptr[hi])
+            eids = e_order[e_lo:e_hi]
+            _save(ptr[lo:hi + 1] - e_lo, edge_path(part_dir, et, 'colptr'),
+                  out_dir, pf)
+            _save(row_all[e_lo:e_hi], edge_path(part_dir, et, 'row'),
+                  out_dir, pf)
+            _save(eids, edge_path(part_dir, et, 'edge_id'), out_dir, pf)
+            for key in edge_keys[et]:
+                value = edge_stores[et][key]
+                _save(value[eids.to(value.device)],
+                      edge_attr_path(part_dir, et, key), out_dir, pf)
+            part_num_edges[et].append(e_hi - e_lo)
         files[name] = pf
-        part_num_edges.append(e_hi - e_lo)
 
+    # Quality: edges across parts, vertices per part over all types.
+    cut = sum(
+        edge_cut(edge_index[et], node_part[None if et is None else et[-1]],
+                 node_part[None if et is None else et[0]]) *
+        edge_index[et].size(1) for et in edge_types)
+    totals = [sum(part_sizes[nt][k] for nt in node_types)
+              for k in range(num_parts)]
     info = PartitionInfo(
         out_dir=out_dir, num_parts=num_parts, method=resolved,
         seed=int(seed), num_nodes=num_nodes, num_edges=num_edges,
-        fingerprint=fingerprint, edge_cut=edge_cut(edge_index, node_part),
-        balance=balance(node_part, num_parts),
-        part_sizes=[int(s) for s in sizes], part_num_edges=part_num_edges,
+        fingerprint=fingerprint,
+        edge_cut=cut / num_edges if num_edges else 0.0,
+        balance=max(totals) * num_parts / num_nodes,
+        part_sizes=totals,
+        part_num_edges=[sum(part_num_edges[et][k] for et in edge_types)
+                        for k in range(num_parts)],
         seconds=time.perf_counter() - start)
     meta = {
         'format': FORMAT_NAME,
         'version': FORMAT_VERSION,
+        'is_hetero': is_hetero,
         'requested_method': method,
         **{k: v for k, v in asdict(info).items() if k != 'out_dir'},
-        'node_attrs': node_keys,
-        'edge_attrs': edge_keys,
-        'files': files,
     }
+    if is_hetero:
+        meta.update({
+            'node_types': node_types,
+            'edge_types': [list(et) for et in edge_types],
+            'num_nodes_by_type': num_nodes_by_type,
+            'num_edges_by_type': {
+                edge_type_name(et): int(edge_index[et].size(1))
+                for et in edge_types
+            },
+            'part_sizes_by_type': part_sizes,
+            'part_num_edges_by_type': {
+                edge_type_name(et): part_num_edges[et]
+                for et in edge_types
+            },
+            'balance_by_type': {
+                nt: (max(part_sizes[nt]) * num_parts /
+                     num_nodes_by_type[nt] if num_nodes_by_type[nt] else 1.0)
+                for nt in node_types
+            },
+            'node_attrs': node_keys,
+            'edge_attrs': [[list(et), edge_keys[et]] for et in edge_types],
+        })
+    else:
+        meta.update({'node_attrs': node_keys[None],
+                     'edge_attrs': edge_keys[None]})
+    meta['files'] = files
     tmp = out_dir / (META_FILE + '.tmp')
     with open(tmp, 'w') as f:
         json.dump(meta, f, indent=1)

@@ -3,7 +3,7 @@
 cut and balance)."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -49,12 +49,17 @@ def resolve_method(method: str) -> str:
     return method
 
 
-def edge_cut(edge_index: Tensor, node_part: Tensor) -> float:
+def edge_cut(edge_index: Tensor, node_part: Tensor,
+             src_node_part: Optional[Tensor] = None) -> float:
     r"""The fraction of edges whose two endpoints lie in different parts
-    (:obj:`0.0` for a graph without edges)."""
+    (:obj:`0.0` for a graph without edges). :obj:`src_node_part` is the
+    sources' part map where it differs from the destinations'
+    (:obj:`node_part`), as for an edge type between two node types."""
     if edge_index.size(1) == 0:
         return 0.0
-    src_part = node_part[edge_index[0]]
+    if src_node_part is None:
+        src_node_part = node_part
+    src_part = src_node_part[edge_index[0]]
     dst_part = node_part[edge_index[1]]
     return float((src_part != dst_part).sum()) / edge_index.size(1)
 

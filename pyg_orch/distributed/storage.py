@@ -47,7 +47,6 @@ FORMAT_VERSION = 1
 META_FILE = 'meta.json'
 NODE_PART_FILE = 'node_part.pt'
 LOCAL_ID_FILE = 'local_id.pt'
-TOPOLOGY_FILES = ('node_ids.pt', 'colptr.pt', 'row.pt', 'edge_id.pt')
 
 PathLike = Union[str, os.PathLike]
 
@@ -59,20 +58,88 @@ def part_dir_name(part: int) -> str:
     return f'part_{part}'
 
 
-def graph_fingerprint(edge_index: Tensor, num_nodes: int) -> str:
-    r"""A short hash of a graph: its number of vertices and edges and up to
-    4,096 evenly spaced columns of :obj:`edge_index`. Two folders
-    partitioned from the same graph have the same fingerprint;
-    :func:`load_partition` compares it with :obj:`expected_fingerprint`.
-    """
+def edge_type_name(edge_type) -> str:
+    r"""The folder name of an edge type: :obj:`'src__rel__dst'`."""
+    return '__'.join(edge_type)
+
+
+def node_ids_path(part_dir: Path, node_type: Optional[str]) -> Path:
+    if node_type is None:
+        return part_dir / 'node_ids.pt'
+    return part_dir / 'node_types' / node_type / 'node_ids.pt'
+
+
+def node_attr_path(part_dir: Path, node_type: Optional[str],
+                   key: str) -> Path:
+    if node_type is None:
+        return part_dir / 'nodes' / f'{key}.pt'
+    return part_dir / 'node_types' / node_type / 'attrs' / f'{key}.pt'
+
+
+def edge_path(part_dir: Path, edge_type, name: str) -> Path:
+    r"""The file of :obj:`colptr`, :obj:`row` or :obj:`edge_id`."""
+    if edge_type is None:
+        return part_dir / f'{name}.pt'
+    return part_dir / 'edge_types' / edge_type_name(edge_type) / f'{name}.pt'
+
+
+def edge_attr_path(part_dir: Path, edge_type, key: str) -> Path:
+    if edge_type is None:
+        return part_dir / 'edges' / f'{key}.pt'
+    return (part_dir / 'edge_types' / edge_type_name(edge_type) / 'attrs' /
+            f'{key}.pt')
+
+
+def global_map_path(out_dir: Path, name: str,
+                    node_type: Optional[str]) -> Path:
+    r"""The vertex -> part (:obj:`name='node_part'`) or vertex -> local id
+    (:obj:`'local_id'`) map of a node type."""
+    if node_type is None:
+        return out_dir / f'{name}.pt'
+    return out_dir / name / f'{node_type}.pt'
+
+
+def _edge_index_fingerprint(h, edge_index: Tensor, num_nodes) -> None:
     num_edges = int(edge_index.size(1))
-    h = hashlib.sha256()
-    h.update(f'{int(num_nodes)}:{num_edges}:'.encode())
+    h.update(f'{num_nodes}:{num_edges}:'.encode())
     if num_edges:
         count = min(num_edges, _FINGERPRINT_SAMPLE)
         cols = torch.linspace(0, num_edges - 1, count).round().long()
-        sample = edge_index[:, cols].to(torch.int64).cpu().contiguous()
-        h.update(sample.numpy().tobytes())
+        sample = edge_index[:, cols.to(edge_index.device)]
+        h.update(sample.to(torch.int64).cpu().contiguous().numpy().tobytes())
+
+
+def graph_fingerprint(data, num_nodes: Optional[int] = None) -> str:
+    r"""A short hash of a graph: its numbers of vertices and edges and up to
+    4,096 evenly spaced columns of :obj:`edge_index` (per node and edge type
+    for a :class:`~torch_geometric.data.HeteroData`). Two folders
+    partitioned from the same graph have the same fingerprint;
+    :func:`load_partition` compares it with :obj:`expected_fingerprint`.
+
+    Args:
+        data: A :class:`~torch_geometric.data.Data`, a
+            :class:`~torch_geometric.data.HeteroData`, or an
+            :obj:`edge_index` tensor (then with :obj:`num_nodes`).
+        num_nodes (int, optional): The number of vertices, for an
+            :obj:`edge_index`.
+    """
+    h = hashlib.sha256()
+    if isinstance(data, Tensor):
+        if num_nodes is None:
+            raise ValueError("'num_nodes' is needed with an edge_index")
+        _edge_index_fingerprint(h, data, int(num_nodes))
+        return h.hexdigest()[:16]
+    from torch_geometric.data import HeteroData
+    if isinstance(data, HeteroData):
+        h.update(b'hetero:')
+        for node_type in data.node_types:
+            h.update(f'{node_type}={int(data[node_type].num_nodes or 0)};'
+                     .encode())
+        for edge_type in data.edge_types:
+            h.update(f'{edge_type_name(edge_type)}:'.encode())
+            _edge_index_fingerprint(h, data[edge_type].edge_index, '')
+        return h.hexdigest()[:16]
+    _edge_index_fingerprint(h, data.edge_index, int(data.num_nodes))
     return h.hexdigest()[:16]
 
 
@@ -112,6 +179,12 @@ class GraphPartition:
     r"""One part of a partitioned graph, as :func:`load_partition` returns
     it; every tensor is memory-mapped from its file.
 
+    For a graph partitioned from a :class:`~torch_geometric.data.HeteroData`
+    (:obj:`is_hetero`), :obj:`node_ids`, :obj:`node_attrs`,
+    :obj:`node_part` and :obj:`local_id` are dictionaries keyed by node
+    type, and :obj:`csc` and :obj:`edge_attrs` by edge type (the in-edges
+    of the part's vertices of the edge type's destination type).
+
     Attributes:
         part (int): This part's number.
         num_parts (int): The number of parts.
@@ -121,7 +194,7 @@ class GraphPartition:
             :obj:`i` holds the in-edges of :obj:`node_ids[i]`;
             :obj:`csc.row` holds global source ids, :obj:`csc.edge_id` global
             edge ids (:obj:`csc.num_src_nodes` is the global number of
-            vertices).
+            source vertices).
         node_attrs (Dict[str, torch.Tensor]): Node attributes (:obj:`x`,
             :obj:`y`, masks, ...) of the owned vertices, row :obj:`i` for
             :obj:`node_ids[i]`.
@@ -135,55 +208,83 @@ class GraphPartition:
     """
     part: int
     num_parts: int
-    node_ids: Tensor
-    csc: CSCTopology
-    node_attrs: Dict[str, Tensor]
-    edge_attrs: Dict[str, Tensor]
-    node_part: Tensor
-    local_id: Tensor
+    node_ids: Any
+    csc: Any
+    node_attrs: Dict[Any, Any]
+    edge_attrs: Dict[Any, Any]
+    node_part: Any
+    local_id: Any
     meta: Dict[str, Any] = field(repr=False)
     out_dir: Path = field(repr=False)
 
     @property
-    def x(self) -> Optional[Tensor]:
-        r"""The node features of the owned vertices (or :obj:`None`)."""
-        return self.node_attrs.get('x')
+    def is_hetero(self) -> bool:
+        return bool(self.meta.get('is_hetero'))
+
+    def _node_attr(self, key: str):
+        if self.is_hetero:
+            return {nt: attrs[key] for nt, attrs in self.node_attrs.items()
+                    if key in attrs} or None
+        return self.node_attrs.get(key)
 
     @property
-    def y(self) -> Optional[Tensor]:
-        r"""The labels of the owned vertices (or :obj:`None`)."""
-        return self.node_attrs.get('y')
+    def x(self):
+        r"""The node features of the owned vertices (:obj:`None` if
+        absent; per node type for a heterogeneous graph)."""
+        return self._node_attr('x')
+
+    @property
+    def y(self):
+        r"""The labels of the owned vertices (:obj:`None` if absent; per
+        node type for a heterogeneous graph)."""
+        return self._node_attr('y')
 
     @property
     def num_nodes(self) -> int:
-        r"""The number of vertices this part owns."""
+        r"""The number of vertices this part owns (of all types)."""
+        if self.is_hetero:
+            return sum(int(t.numel()) for t in self.node_ids.values())
         return int(self.node_ids.numel())
 
     @property
     def num_edges(self) -> int:
-        r"""The number of in-edges of the owned vertices."""
+        r"""The number of in-edges of the owned vertices (of all types)."""
+        if self.is_hetero:
+            return sum(int(t.row.numel()) for t in self.csc.values())
         return int(self.csc.row.numel())
 
-    @property
-    def global_num_nodes(self) -> int:
-        return int(self.meta['num_nodes'])
+    def _map(self, maps, node_type: Optional[str]) -> Tensor:
+        if not self.is_hetero:
+            if node_type is not None:
+                raise ValueError("'node_type' is only for heterogeneous "
+                                 "graphs")
+            return maps
+        if node_type not in maps:
+            raise ValueError(f"'node_type' must be one of {list(maps)} "
+                             f"(got {node_type!r})")
+        return maps[node_type]
 
-    def owner(self, global_ids: Tensor) -> Tensor:
-        r"""The part owning each of :obj:`global_ids`."""
-        return self.node_part[torch.as_tensor(global_ids, dtype=torch.int64)]
+    def owner(self, global_ids: Tensor,
+              node_type: Optional[str] = None) -> Tensor:
+        r"""The part owning each of :obj:`global_ids` (of
+        :obj:`node_type` for a heterogeneous graph)."""
+        node_part = self._map(self.node_part, node_type)
+        return node_part[torch.as_tensor(global_ids, dtype=torch.int64)]
 
-    def is_local(self, global_ids: Tensor) -> Tensor:
+    def is_local(self, global_ids: Tensor,
+                 node_type: Optional[str] = None) -> Tensor:
         r"""Whether this part owns each of :obj:`global_ids`."""
-        return self.owner(global_ids) == self.part
+        return self.owner(global_ids, node_type) == self.part
 
-    def to_local(self, global_ids: Tensor) -> Tensor:
+    def to_local(self, global_ids: Tensor,
+                 node_type: Optional[str] = None) -> Tensor:
         r"""The local ids of :obj:`global_ids`, which this part must own
         (:class:`ValueError` otherwise)."""
         global_ids = torch.as_tensor(global_ids, dtype=torch.int64)
-        if not bool(self.is_local(global_ids).all()):
+        if not bool(self.is_local(global_ids, node_type).all()):
             raise ValueError(f"some vertices are not owned by part "
                              f"{self.part}; use owner() to find their part")
-        return self.local_id[global_ids]
+        return self._map(self.local_id, node_type)[global_ids]
 
 
 def _load(path: Path) -> Tensor:
@@ -253,27 +354,59 @@ def load_partition(out_dir: PathLike, part: int, *,
     _check_files(out_dir, files[name], f'part {part}')
 
     part_dir = out_dir / name
-    node_ids = _load(part_dir / 'node_ids.pt')
-    colptr = _load(part_dir / 'colptr.pt')
-    row = _load(part_dir / 'row.pt')
-    edge_id = _load(part_dir / 'edge_id.pt')
-    size = int(meta['part_sizes'][part])
-    num_edges = int(meta['part_num_edges'][part])
-    if (node_ids.numel() != size or colptr.numel() != size + 1
-            or row.numel() != num_edges or edge_id.numel() != num_edges):
-        raise ValueError(f"'{part_dir}': the tensors' lengths do not match "
-                         f"{META_FILE} ({size} vertices, {num_edges} "
-                         f"in-edges)")
-    node_attrs = {
-        key: _load(part_dir / 'nodes' / f'{key}.pt')
-        for key in meta.get('node_attrs', [])
-    }
-    edge_attrs = {
-        key: _load(part_dir / 'edges' / f'{key}.pt')
-        for key in meta.get('edge_attrs', [])
-    }
-    node_part = _load(out_dir / NODE_PART_FILE)
-    local_id = _load(out_dir / LOCAL_ID_FILE)
-    csc = CSCTopology(colptr, row, edge_id, int(meta['num_nodes']))
+    if meta.get('is_hetero'):
+        node_types = list(meta['node_types'])
+        edge_types = [tuple(et) for et in meta['edge_types']]
+        node_attr_keys = meta['node_attrs']
+        edge_attr_keys = {tuple(et): keys
+                          for et, keys in meta['edge_attrs']}
+        sizes = {nt: meta['part_sizes_by_type'][nt][part]
+                 for nt in node_types}
+        num_edges = {et: meta['part_num_edges_by_type'][edge_type_name(
+            et)][part] for et in edge_types}
+        num_src = {et: meta['num_nodes_by_type'][et[0]]
+                   for et in edge_types}
+    else:
+        node_types, edge_types = [None], [None]
+        node_attr_keys = {None: meta.get('node_attrs', [])}
+        edge_attr_keys = {None: meta.get('edge_attrs', [])}
+        sizes = {None: meta['part_sizes'][part]}
+        num_edges = {None: meta['part_num_edges'][part]}
+        num_src = {None: meta['num_nodes']}
+
+    node_ids, node_attrs, node_part, local_id = {}, {}, {}, {}
+    for nt in node_types:
+        node_ids[nt] = _load(node_ids_path(part_dir, nt))
+        if node_ids[nt].numel() != int(sizes[nt]):
+            raise ValueError(f"'{part_dir}': {nt or 'the part'} holds "
+                             f"{node_ids[nt].numel()} vertices, but "
+                             f"{META_FILE} says {sizes[nt]}")
+        node_attrs[nt] = {
+            key: _load(node_attr_path(part_dir, nt, key))
+            for key in node_attr_keys.get(nt, [])
+        }
+        node_part[nt] = _load(global_map_path(out_dir, 'node_part', nt))
+        local_id[nt] = _load(global_map_path(out_dir, 'local_id', nt))
+    csc, edge_attrs = {}, {}
+    for et in edge_types:
+        colptr = _load(edge_path(part_dir, et, 'colptr'))
+        row = _load(edge_path(part_dir, et, 'row'))
+        edge_id = _load(edge_path(part_dir, et, 'edge_id'))
+        size = node_ids[None if et is None else et[-1]].numel()
+        if (colptr.numel() != size + 1 or row.numel() != num_edges[et]
+                or edge_id.numel() != num_edges[et]):
+            raise ValueError(f"'{part_dir}': the in-edges"
+                             f"{'' if et is None else ' of ' + str(et)} do "
+                             f"not match {META_FILE} ({size} vertices, "
+                             f"{num_edges[et]} in-edges)")
+        csc[et] = CSCTopology(colptr, row, edge_id, int(num_src[et]))
+        edge_attrs[et] = {
+            key: _load(edge_attr_path(part_dir, et, key))
+            for key in edge_attr_keys.get(et, [])
+        }
+    if not meta.get('is_hetero'):
+        return GraphPartition(part, num_parts, node_ids[None], csc[None],
+                              node_attrs[None], edge_attrs[None],
+                              node_part[None], local_id[None], meta, out_dir)
     return GraphPartition(part, num_parts, node_ids, csc, node_attrs,
                           edge_attrs, node_part, local_id, meta, out_dir)
