@@ -18,7 +18,6 @@ from torch import Tensor
 
 from pyg_orch.distributed.methods import (
     assign_parts,
-    balance,
     edge_cut,
     resolve_method,
 )
