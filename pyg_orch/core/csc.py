@@ -19,6 +19,31 @@ def smallest_index_dtype(*bounds: int) -> torch.dtype:
 
 
 @dataclass
+class ShardLayout:
+    r"""What the sampling kernels need to read neighbor lists split across
+    GPUs (see :class:`pyg_orch.multigpu.ShardedCSC`).
+
+    Attributes:
+        table (torch.Tensor): :obj:`int64` on the device: this rank, the
+            :obj:`num_shards + 1` CSC positions where shards start, then the
+            address of every shard's :obj:`row`, then of its edge ids.
+        num_shards (int): The number of shards.
+        rep_start (torch.Tensor, optional): Per destination, where its
+            replicated list starts, or :obj:`-1`.
+        rep_row (torch.Tensor, optional): The replicated lists.
+        rep_eid (torch.Tensor, optional): Their edge ids.
+        reads (torch.Tensor, optional): Counters of reads per tier (own
+            shard, replicated, peer shard).
+    """
+    table: Tensor
+    num_shards: int
+    rep_start: Optional[Tensor] = None
+    rep_row: Optional[Tensor] = None
+    rep_eid: Optional[Tensor] = None
+    reads: Optional[Tensor] = None
+
+
+@dataclass
 class CSCTopology:
     r"""The edges of one edge type in compressed sparse column (CSC) layout.
 
@@ -191,6 +216,31 @@ class CSCTopology:
         r"""In-degree of the destination nodes :obj:`nodes` (int64)."""
         nodes = nodes.to(torch.int64)
         return (self.colptr[nodes + 1] - self.colptr[nodes]).to(torch.int64)
+
+    #: Whether :meth:`neighbors` needs the destinations (sharded topologies
+    #: with replicated lists do).
+    needs_dst = False
+    #: Whether the lists are split across processes (see
+    #: :class:`pyg_orch.multigpu.ShardedCSC`).
+    is_sharded = False
+    #: Reads per tier of a sharded topology (own shard, copies, peers).
+    reads: Optional[Tensor] = None
+
+    def neighbors(self, pos: Tensor, dst: Optional[Tensor] = None) -> Tensor:
+        r"""The source nodes at CSC positions :obj:`pos` (in the dtype of
+        :obj:`row`); :obj:`dst`, each position's destination, lets sharded
+        topologies find replicated lists."""
+        return self.row.index_select(0, pos)
+
+    def kernel_shards(self) -> Optional['ShardLayout']:
+        r"""How the Triton kernels find neighbor lists split across GPUs, or
+        :obj:`None` if this topology is not split."""
+        return None
+
+    def edge_ids(self, pos: Tensor, dst: Optional[Tensor] = None) -> Tensor:
+        r"""The edge ids at CSC positions :obj:`pos`."""
+        return pos if self.edge_id is None else self.edge_id.index_select(
+            0, pos)
 
     def to(self, device: Union[str, torch.device],
            non_blocking: bool = False) -> 'CSCTopology':

@@ -54,6 +54,28 @@ class GraphTopology:
         return any(t.weight is not None for t in self.csc.values())
 
     @property
+    def is_sharded(self) -> bool:
+        r"""Whether the neighbor lists are split across the machine's
+        processes (:obj:`topology_placement='sharded'`)."""
+        return any(t.is_sharded for t in self.csc.values())
+
+    def read_counts(self) -> Dict[str, int]:
+        r"""For a sharded topology: neighbors read from this rank's shard
+        (:obj:`'local'`), from copies (:obj:`'replicated'`) and from other
+        ranks' shards (:obj:`'peer'`), over all edge types."""
+        total = {'local': 0, 'replicated': 0, 'peer': 0}
+        for t in self.csc.values():
+            if t.reads is not None:
+                for key, value in zip(total, t.reads.tolist()):
+                    total[key] += value
+        return total
+
+    def reset_read_counts(self) -> None:
+        for t in self.csc.values():
+            if t.reads is not None:
+                t.reads.zero_()
+
+    @property
     def is_hetero(self) -> bool:
         return None not in self.num_nodes
 

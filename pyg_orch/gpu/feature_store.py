@@ -22,11 +22,15 @@ class FeatureStoreStats:
     host_rows: int = 0
     host_bytes: int = 0
     batches: int = 0
+    peer_rows: int = 0
+    peer_bytes: int = 0
 
     @property
     def hit_rate(self) -> float:
-        r"""Share of rows served from GPU memory (cache or reuse)."""
-        return (self.cache_rows + self.reused_rows) / max(self.rows, 1)
+        r"""Share of rows served from GPU memory (own or a peer GPU's cache,
+        or reuse)."""
+        return (self.cache_rows + self.reused_rows + self.peer_rows) / max(
+            self.rows, 1)
 
     def as_dict(self) -> Dict[str, float]:
         return {
@@ -37,6 +41,8 @@ class FeatureStoreStats:
             'hit_rate': self.hit_rate,
             'cache_hit_rate': self.cache_rows / max(self.rows, 1),
             'h2d_bytes_per_batch': self.host_bytes / max(self.batches, 1),
+            'peer_rows': self.peer_rows,
+            'peer_bytes_per_batch': self.peer_bytes / max(self.batches, 1),
         }
 
 
@@ -138,10 +144,7 @@ class TieredFeatureStore(FeatureStore):
         self.attr_name = attr_name
         self.num_nodes, self.width = x.shape
         self.dtype = x.dtype
-        if self.device.type == 'cuda':
-            self.host = x if x.is_pinned() else x.cpu().pin_memory()
-        else:
-            self.host = x.cpu()
+        self.host = self._host_rows(x)
         # Made once: a fresh pointer object per launch made every launch of
         # the UVA gather wait for the device on an H100 (about 3.7 ms).
         self._host_view = kernel_view(self.host)
@@ -165,7 +168,7 @@ class TieredFeatureStore(FeatureStore):
         else:
             order = torch.arange(self.num_nodes)
         self._lock = threading.Lock()
-        self._fill_cache(order[:num_cached])
+        self._fill_cache(self._cached_order(order, num_cached))
         self.reuse = reuse
         self._prev: Optional[Tuple[Tensor, Tensor, int]] = None
         self._prev_pos = torch.full((self.num_nodes, ), -1, dtype=torch.int32,
@@ -174,9 +177,33 @@ class TieredFeatureStore(FeatureStore):
         self.num_threads = num_threads or max(torch.get_num_threads(), 1)
         self.reset_stats()
 
+    #: Shards of the cache (0: one GPU's cache only).
+    _num_shards = 0
+    #: Whether :meth:`set_cached_nodes` may change the cached rows.
+    can_set_cached_nodes = True
+
     @property
     def num_cached(self) -> int:
         return self.cached_nodes.numel()
+
+    def _host_rows(self, x: Tensor) -> Tensor:
+        # Every row, where the gather reads it zero-copy.
+        if self.device.type == 'cuda':
+            return x if x.is_pinned() else x.cpu().pin_memory()
+        return x.cpu()
+
+    def _cached_order(self, order: Tensor, num_cached: int) -> Tensor:
+        # The rows to cache, from every node ranked by hotness.
+        return order[:num_cached]
+
+    def _cache_table(self) -> Tuple:
+        # The gather kernel's arguments for a cache split across GPUs.
+        return self.slot, 0, 0
+
+    def _read_cache(self, slot: Tensor, out: Tensor, rows: Tensor,
+                    source: Tensor) -> None:
+        # Rows `rows` of `out` from cache slots `slot` (torch path).
+        out[rows] = self.cache.index_select(0, slot.to(torch.int64))
 
     def _fill_cache(self, nodes: Tensor) -> None:
         # With every row cached, rows keep their order: a gather is then one
@@ -216,7 +243,7 @@ class TieredFeatureStore(FeatureStore):
     def reset_stats(self) -> None:
         # Rows per source (cache, previous batch, host), counted on the
         # device so that a gather never waits for the host.
-        self._source_counts = torch.zeros(3, dtype=torch.int64,
+        self._source_counts = torch.zeros(4, dtype=torch.int64,
                                           device=self.device)
         self._full_rows = 0
         self._batches = 0
@@ -224,13 +251,14 @@ class TieredFeatureStore(FeatureStore):
     @property
     def stats(self) -> FeatureStoreStats:
         r"""The counters (reading them synchronizes with the device)."""
-        cache, reused, host = self._source_counts.tolist()
+        cache, reused, host, peer = self._source_counts.tolist()
         cache += self._full_rows
+        row_bytes = self.width * self.host.element_size()
         return FeatureStoreStats(
-            rows=cache + reused + host, cache_rows=cache, reused_rows=reused,
-            host_rows=host,
-            host_bytes=host * self.width * self.host.element_size(),
-            batches=self._batches)
+            rows=cache + reused + host + peer, cache_rows=cache,
+            reused_rows=reused, host_rows=host, host_bytes=host * row_bytes,
+            batches=self._batches, peer_rows=peer,
+            peer_bytes=peer * row_bytes)
 
     def describe(self) -> str:
         return (f'{type(self).__name__}(rows={self.num_nodes}, '
@@ -285,8 +313,9 @@ class TieredFeatureStore(FeatureStore):
                 self._prev_pos if prev is not None else self.slot,
                 prev[1] if prev is not None else out, self._host_view,
                 out, source, n, (blocks + grid - 1) // grid,
-                WIDTH=self.width, USE_PREV=prev is not None,
-                BLOCK_R=block_r, BLOCK_C=block_c)
+                *self._cache_table(), WIDTH=self.width,
+                USE_PREV=prev is not None, BLOCK_R=block_r, BLOCK_C=block_c,
+                SHARDS=self._num_shards)
         return out, source
 
     def _gather_cpu(self, index: Tensor) -> Tuple[Tensor, Tensor]:
@@ -303,7 +332,7 @@ class TieredFeatureStore(FeatureStore):
             source[in_prev] = 1
         on_host = (source == 2).nonzero().view(-1)
         rows = torch.nonzero(in_cache).view(-1)
-        out[rows] = self.cache.index_select(0, slot[rows].to(torch.int64))
+        self._read_cache(slot[rows], out, rows, source)
         if prev is not None:
             rows = in_prev.nonzero().view(-1)
             out[rows] = prev[1].index_select(0, pos[rows].to(torch.int64))
@@ -337,7 +366,7 @@ class TieredFeatureStore(FeatureStore):
 
     def _count(self, index: Tensor, source: Tensor) -> None:
         # Not `bincount`: on CUDA it waits for the device to size its output.
-        tiers = torch.arange(3, dtype=source.dtype, device=source.device)
+        tiers = torch.arange(4, dtype=source.dtype, device=source.device)
         self._source_counts += (source.view(-1, 1) == tiers).sum(0)
         self._batches += 1
 

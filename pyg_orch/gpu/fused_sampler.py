@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.buffers import DenseBufferPool
-from pyg_orch.core.csc import CSCTopology
+from pyg_orch.core.csc import CSCTopology, ShardLayout
 from pyg_orch.core.output import MultiHopOutput
 from pyg_orch.core.triton_util import kernel_view
 # Re-exported: tests and notebooks ask this module whether Triton is there.
@@ -103,6 +103,8 @@ class FusedPlan:
         topo, state, B = self.topo, self.state, self.batch_size
         colptr, row = kernel_view(topo.colptr), kernel_view(topo.row)
         eid = kernel_view(topo.edge_id) if topo.edge_id is not None else row
+        shard_args, shard_flags = _shard_arguments(topo.kernel_shards(),
+                                                   state)
         self.node_buf[:B].copy_(self.seeds)
         self.map_buf.scatter_reduce_(0, self.seeds, self.positions, 'amin',
                                      include_self=False)
@@ -123,9 +125,10 @@ class FusedPlan:
             tk.sample_hop_kernel[(triton_cdiv(F, block), )](
                 colptr, row, eid, self.node_buf, state,
                 self.hop_seeds[h:h + 1], buf['src'], buf['eid'], buf['dst'],
-                self.hot_nodes if prune else buf['src'], F, K=k, KPAD=kpad,
-                REPLACE=self.replace, HAS_EID=topo.edge_id is not None,
-                PRUNE=prune, BLOCK=block)
+                self.hot_nodes if prune else buf['src'], *shard_args, F,
+                K=k, KPAD=kpad, REPLACE=self.replace,
+                HAS_EID=topo.edge_id is not None, PRUNE=prune, BLOCK=block,
+                **shard_flags)
             grid = (triton_cdiv(M, _FLAT_BLOCK), )
             tk.claim_kernel[grid](buf['src'], self.map_buf, self.claim_buf, M,
                                   BLOCK=_FLAT_BLOCK)
@@ -328,6 +331,20 @@ def fused_sample_multi_hop(
                      buffers.get(None, num_nodes, device, fill=_INT32_MAX),
                      device)
     return plan.run(seeds, generator, use_graph=False)
+
+
+def _shard_arguments(layout: Optional[ShardLayout], dummy: Tensor):
+    # The sampling kernel's arguments for lists split across GPUs (unused,
+    # but typed, for a topology in one piece).
+    if layout is None:
+        return (dummy, ) * 5, {}
+    return ((layout.table, ) + tuple(
+        x if x is not None else dummy
+        for x in (layout.rep_start, layout.rep_row, layout.rep_eid,
+                  layout.reads)), dict(
+                      SHARDS=layout.num_shards,
+                      REPLICA=layout.rep_start is not None,
+                      COUNT=layout.reads is not None))
 
 
 def _current_stream(device: torch.device):

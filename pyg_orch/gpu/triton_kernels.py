@@ -14,6 +14,52 @@ def _random_below(seed, offset, bound):
 
 
 @triton.jit
+def _sharded_read(row_ptr, eid_ptr, shard_ptr, rep_start_ptr, rep_row_ptr,
+                  rep_eid_ptr, reads_ptr, v, valid, picks, pos, ok,
+                  SHARDS: tl.constexpr, HAS_EID: tl.constexpr,
+                  REPLICA: tl.constexpr, COUNT: tl.constexpr):
+    # `shard_ptr`: [rank, 0..SHARDS edge bounds, row pointers, eid pointers].
+    # The pointer types come from `row_ptr` / `eid_ptr` (the own shard).
+    sid = tl.zeros(pos.shape, tl.int32)
+    for s in tl.static_range(1, SHARDS):
+        sid += (pos >= tl.load(shard_ptr + 1 + s)).to(tl.int32)
+    base = tl.load(shard_ptr + 1 + sid, mask=ok, other=0)
+    local = pos - base
+    remote = ok
+    if REPLICA:
+        rs = tl.load(rep_start_ptr + v, mask=valid, other=-1).to(tl.int64)
+        is_rep = ok & (rs >= 0)[:, None]
+        remote = ok & ~is_rep
+        rpos = rs[:, None] + picks
+    table = shard_ptr + 2 + SHARDS
+    addr = tl.load(table + sid, mask=remote, other=0)
+    rptr = addr.to(tl.pointer_type(row_ptr.dtype.element_ty))
+    src = tl.load(rptr + local, mask=remote, other=-1).to(tl.int64)
+    if REPLICA:
+        rsrc = tl.load(rep_row_ptr + rpos, mask=is_rep, other=-1)
+        src = tl.where(is_rep, rsrc.to(tl.int64), src)
+    if HAS_EID:
+        addr = tl.load(table + SHARDS + sid, mask=remote, other=0)
+        eptr = addr.to(tl.pointer_type(eid_ptr.dtype.element_ty))
+        eid = tl.load(eptr + local, mask=remote, other=-1).to(tl.int64)
+        if REPLICA:
+            reid = tl.load(rep_eid_ptr + rpos, mask=is_rep, other=-1)
+            eid = tl.where(is_rep, reid.to(tl.int64), eid)
+    else:
+        eid = pos
+    if COUNT:
+        rank = tl.load(shard_ptr)
+        own = remote & (sid == rank)
+        tl.atomic_add(reads_ptr, tl.sum(tl.sum(own.to(tl.int64), 1), 0))
+        if REPLICA:
+            tl.atomic_add(reads_ptr + 1,
+                          tl.sum(tl.sum(is_rep.to(tl.int64), 1), 0))
+        peer = remote & (sid != rank)
+        tl.atomic_add(reads_ptr + 2, tl.sum(tl.sum(peer.to(tl.int64), 1), 0))
+    return src, eid
+
+
+@triton.jit
 def sample_hop_kernel(
     colptr_ptr,
     row_ptr,
@@ -25,6 +71,11 @@ def sample_hop_kernel(
     out_eid_ptr,
     out_dst_ptr,
     hot_ptr,
+    shard_ptr,  # int64 [2 + 3 * SHARDS]: `pyg_orch.core.ShardLayout.table`.
+    rep_start_ptr,
+    rep_row_ptr,
+    rep_eid_ptr,
+    reads_ptr,
     capacity,
     K: tl.constexpr,
     KPAD: tl.constexpr,
@@ -32,11 +83,16 @@ def sample_hop_kernel(
     HAS_EID: tl.constexpr,
     PRUNE: tl.constexpr,
     BLOCK: tl.constexpr,
+    SHARDS: tl.constexpr = 0,
+    REPLICA: tl.constexpr = False,
+    COUNT: tl.constexpr = False,
 ):
     r"""Samples up to :obj:`K` in-neighbors of every frontier node and writes
     them into slots :obj:`[i * K, (i + 1) * K)` (source id, edge id, local
     destination); empty slots get source :obj:`-1`. With :obj:`PRUNE`, nodes
-    flagged in :obj:`hot_ptr` are not expanded."""
+    flagged in :obj:`hot_ptr` are not expanded. With :obj:`SHARDS > 0`, the
+    neighbor lists are split across GPUs (read through the pointer table in
+    :obj:`shard_ptr`) and, with :obj:`REPLICA`, some are copied locally."""
     pid = tl.program_id(0)
     i = pid * BLOCK + tl.arange(0, BLOCK)
     fstart = tl.load(state_ptr + 1)
@@ -74,12 +130,18 @@ def sample_hop_kernel(
 
     ok = valid[:, None] & (col[None, :] < cnt[:, None])
     pos = start[:, None] + picks
-    src = tl.load(row_ptr + pos, mask=ok, other=-1).to(tl.int64)
-    src = tl.where(ok, src, -1)
-    if HAS_EID:
-        eid = tl.load(eid_ptr + pos, mask=ok, other=-1).to(tl.int64)
+    if SHARDS > 0:
+        src, eid = _sharded_read(row_ptr, eid_ptr, shard_ptr, rep_start_ptr,
+                                 rep_row_ptr, rep_eid_ptr, reads_ptr, v,
+                                 valid, picks, pos, ok, SHARDS, HAS_EID,
+                                 REPLICA, COUNT)
     else:
-        eid = pos
+        src = tl.load(row_ptr + pos, mask=ok, other=-1).to(tl.int64)
+        if HAS_EID:
+            eid = tl.load(eid_ptr + pos, mask=ok, other=-1).to(tl.int64)
+        else:
+            eid = pos
+    src = tl.where(ok, src, -1)
     dst = tl.zeros((BLOCK, KPAD), tl.int64) + (fstart + i)[:, None]
     out = i.to(tl.int64)[:, None] * K + col[None, :]
     store = in_cap[:, None] & (col[None, :] < K)
@@ -168,17 +230,24 @@ def gather_rows_kernel(
     source_ptr,
     num_rows,
     num_iters,
+    cache_table_ptr,
+    capacity,
+    rank,
     WIDTH: tl.constexpr,
     USE_PREV: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    SHARDS: tl.constexpr = 0,
 ):
     r"""Gathers rows :obj:`index` of a feature matrix split in tiers: the GPU
     cache (:obj:`slot[v] >= 0`), the previous batch's rows on the GPU
     (:obj:`prev_pos[v] >= 0`), else pinned host memory read zero-copy.
-    Records each row's source (0 cache, 1 previous batch, 2 host). Every
-    program loops over blocks of rows, so a small grid leaves streaming
-    multiprocessors free for kernels running next to it."""
+    Records each row's source (0 cache, 1 previous batch, 2 host, 3 a peer
+    GPU's cache). With :obj:`SHARDS > 0` the cache is split across GPUs:
+    slot :obj:`s` is row :obj:`s % capacity` of the cache of rank
+    :obj:`s // capacity`, found through :obj:`cache_table_ptr` (addresses).
+    Every program loops over blocks of rows, so a small grid leaves
+    streaming multiprocessors free for kernels running next to it."""
     it = 0
     while it < num_iters:  # Not `range`: the interpreter cannot run it.
         blk = it * tl.num_programs(0) + tl.program_id(0)
@@ -196,11 +265,19 @@ def gather_rows_kernel(
             in_prev = rmask & (prev >= 0)
         on_host = rmask & ~in_cache & ~in_prev
         source = tl.where(in_cache, 0, tl.where(in_prev, 1, 2))
+        if SHARDS > 0:
+            owner = tl.where(in_cache, slot // capacity, rank)
+            slot = slot - owner * capacity
+            source = tl.where(owner != rank, 3, source)
+            addr = tl.load(cache_table_ptr + owner, mask=in_cache, other=0)
+            base = addr.to(tl.pointer_type(cache_ptr.dtype.element_ty))
+        else:
+            base = cache_ptr + tl.zeros((BLOCK_R, ), tl.int64)
         tl.store(source_ptr + r, source.to(tl.int8), mask=rmask)
         for c0 in tl.static_range(0, WIDTH, BLOCK_C):
             c = c0 + tl.arange(0, BLOCK_C)
             m2 = (c < WIDTH)[None, :]
-            a = tl.load(cache_ptr + slot[:, None] * WIDTH + c[None, :],
+            a = tl.load(base[:, None] + slot[:, None] * WIDTH + c[None, :],
                         mask=in_cache[:, None] & m2, other=0.0)
             b = tl.load(prev_ptr + prev[:, None] * WIDTH + c[None, :],
                         mask=in_prev[:, None] & m2, other=0.0)

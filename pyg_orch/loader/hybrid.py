@@ -186,6 +186,8 @@ class HybridLoaderMixin:
         * :obj:`'features'`: rows served per tier, cache hit rate and bytes
           moved from host to device per batch (with a feature store).
         * :obj:`'memory'`: GPU bytes held by the topology and the cache.
+        * :obj:`'topology_reads'` (sharded topology only): neighbors read
+          from this rank's shard, from copies, and from peers' shards.
         """
         out: Dict[str, Any] = {'stages': self.timer.summary()}
         fs = self.feature_store
@@ -198,6 +200,8 @@ class HybridLoaderMixin:
             'feature_cache_bytes': fs.gpu_bytes() if fs is not None else 0,
             'feature_cache_rows': fs.num_cached if fs is not None else 0,
         }
+        if topo is not None and topo.is_sharded:
+            out['topology_reads'] = topo.read_counts()
         return out
 
     def set_gpu_cache_nodes(self, nodes: Tensor) -> bool:
@@ -205,8 +209,10 @@ class HybridLoaderMixin:
         store's budget), e.g. the candidates chosen by
         :class:`pyg_orch.BottomLayerOffload`. Returns :obj:`False` when the
         loader uses no feature store (features already on the device, or a
-        CPU device)."""
-        if self.feature_store is None:
+        CPU device) or one whose rows are fixed (a
+        :class:`~pyg_orch.multigpu.ShardedFeatureStore`)."""
+        if self.feature_store is None or not \
+                self.feature_store.can_set_cached_nodes:
             return False
         self.feature_store.set_cached_nodes(nodes)
         return True
@@ -216,6 +222,9 @@ class HybridLoaderMixin:
         self.timer.reset()
         if self.feature_store is not None:
             self.feature_store.reset_stats()
+        topo = self.topology
+        if topo is not None and topo.is_sharded:
+            topo.reset_read_counts()
 
     # Batches #################################################################
 

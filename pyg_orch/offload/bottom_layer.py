@@ -285,7 +285,8 @@ class BottomLayerComputer:
             csc.colptr, nodes, self.num_neighbors, self.replace, generator,
             weight=csc.weight, weight_cumsum=csc.weight_cumsum
             if csc.weight is not None and self.replace else None)
-        return (csc.row.index_select(0, pos).to(torch.int64),
+        return (csc.neighbors(pos, nodes.index_select(0, dst)).to(
+            torch.int64),
                 dst.to(torch.int64))
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]

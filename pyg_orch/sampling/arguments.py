@@ -21,6 +21,19 @@ def check_choice(name: str, value, choices: Sequence[str]) -> None:
         raise ValueError(f"'{name}' must be {options} (got {value!r})")
 
 
+def check_placement(placement):
+    r"""Returns :obj:`topology_placement` checked: :obj:`'auto'`,
+    :obj:`'device'`, :obj:`'host'`, or a
+    :class:`~pyg_orch.multigpu.TopologySharding` (for :obj:`'sharded'`)."""
+    from pyg_orch.multigpu.sharded_topology import TopologySharding
+
+    if isinstance(placement, TopologySharding):
+        return placement
+    check_choice('topology_placement', placement,
+                 ('auto', 'device', 'host', 'sharded'))
+    return TopologySharding() if placement == 'sharded' else placement
+
+
 def resolve_device(device: DeviceLike) -> torch.device:
     r"""Returns :obj:`device`, defaulting to CUDA when available."""
     if device is None:

@@ -133,9 +133,10 @@ def sample_multi_hop(
                     temporal_strategy=temporal_strategy, weight=topo.weight,
                     weight_cumsum=topo.weight_cumsum
                     if topo.weight is not None and replace else None)
-                src = topo.row.index_select(0, pos).to(torch.int64)
-                eid = pos if topo.edge_id is None else \
-                    topo.edge_id.index_select(0, pos).to(torch.int64)
+                dst = f_global.index_select(0, dst_index) \
+                    if topo.needs_dst else None
+                src = topo.neighbors(pos, dst).to(torch.int64)
+                eid = topo.edge_ids(pos, dst).to(torch.int64)
                 batch = None if f_batch is None else f_batch.index_select(
                     0, dst_index)
                 cand.setdefault(src_t, []).append(
@@ -209,11 +210,13 @@ def _induced_edges(topology: GraphTopology, node: Dict,
         src_t, dst_t = (None, None) if et is None else (et[0], et[-1])
         dst = node[dst_t]
         pos, dst_index = sample_neighbors(topo.colptr, dst, -1)
-        src_local = relabel[src_t].lookup(topo.row[pos].to(torch.int64))
+        src_local = relabel[src_t].lookup(
+            topo.neighbors(pos, dst.index_select(0, dst_index)).to(
+                torch.int64))
         keep = src_local >= 0
         pos = pos[keep]
         rows[et] = src_local[keep]
         cols[et] = dst_index[keep]
-        edges[et] = pos if topo.edge_id is None else topo.edge_id[pos].to(
-            torch.int64)
+        edges[et] = topo.edge_ids(pos, dst.index_select(
+            0, dst_index[keep])).to(torch.int64)
     return rows, cols, edges

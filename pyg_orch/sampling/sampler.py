@@ -25,6 +25,7 @@ from pyg_orch.sampling.arguments import (
     DISJOINT_INDUCED,
     check_attr_names,
     check_choice,
+    check_placement,
     parse_num_neighbors,
     parse_subgraph_type,
     resolve_device,
@@ -101,10 +102,17 @@ class HybridNeighborSampler(BaseSampler):
             name of a backend registered with
             :func:`~pyg_orch.sampling.backends.register_backend`.
             (default: :obj:`'auto'`)
-        topology_placement (str): On CUDA, :obj:`'device'` keeps the topology
-            in GPU memory, :obj:`'host'` in pinned host memory read zero-copy
-            by the Triton kernels, :obj:`'auto'` on the device if it takes
-            under half of the free GPU memory. (default: :obj:`'auto'`)
+        topology_placement (str or TopologySharding): On CUDA,
+            :obj:`'device'` keeps the topology in GPU memory, :obj:`'host'`
+            in pinned host memory read zero-copy by the Triton kernels,
+            :obj:`'auto'` on the device if it takes under half of the free
+            GPU memory. :obj:`'sharded'` splits the neighbor lists across
+            the processes of the machine (one per GPU, in a
+            :obj:`torch.distributed` process group), each reading the
+            others' shards over peer access, with the lists of
+            high-degree nodes copied to every GPU; a
+            :class:`~pyg_orch.multigpu.TopologySharding` sets the copies'
+            budget. (default: :obj:`'auto'`)
     """
     def __init__(
         self,
@@ -133,8 +141,7 @@ class HybridNeighborSampler(BaseSampler):
                                                  disjoint)
         check_choice('relabel', relabel, ('auto', 'dense', 'sort'))
         check_choice('backend', backend, ['auto'] + backend_names())
-        check_choice('topology_placement', topology_placement,
-                     ('auto', 'device', 'host'))
+        topology_placement = check_placement(topology_placement)
         self.device = resolve_device(device)
         if topology is None:
             topology = topology_cache.get_or_build(data, is_sorted,
@@ -242,8 +249,13 @@ class HybridNeighborSampler(BaseSampler):
             out[t] = mask.to(self.device)
         self._hot_nodes = out
 
-    def _place(self, topology: GraphTopology,
-               placement: str) -> GraphTopology:
+    def _place(self, topology: GraphTopology, placement) -> GraphTopology:
+        if topology.is_sharded:
+            return topology
+        if not isinstance(placement, str):  # A `TopologySharding`.
+            from pyg_orch.multigpu.sharded_topology import \
+                shard_graph_topology
+            return shard_graph_topology(topology, self.device, placement)
         if self.device.type != 'cuda':
             return topology.to(self.device)
         if placement == 'auto':

@@ -1,0 +1,331 @@
+"""Training on one vs several GPUs of one machine, with replicated or
+sharded topology and feature cache (``topology_placement='sharded'``).
+
+One process per GPU (``torch.multiprocessing``, NCCL, DDP), the same batch
+size per GPU. Every configuration trains GraphSAGE for ``--warmup`` steps,
+then ``--repeats`` times ``--batches`` steps; seeds per second are the
+machine's (all ranks) and the figure is the median of the repeats. Sampling
+alone is timed per batch with replicated and sharded topology. Reported per
+configuration: NVLink (peer), host-link and local bytes per batch, GPU
+memory per tier, and each process's resident host memory.
+
+    python benchmarks/bench_multi_gpu.py --gpus 2 --out results.json
+    python benchmarks/bench_multi_gpu.py --gpus 2 --scale  # 100M nodes, 1B edges
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_common import (  # noqa: E402
+    PRESETS,
+    add_preset_args,
+    apply_preset,
+    log,
+    machine_info,
+)
+
+ENV = {
+    'NCCL_NVLS_ENABLE': '0',
+    'TORCH_SYMM_MEM_DISABLE_MULTICAST': '1',
+    'NVSHMEM_DISABLE_NVLS': '1',
+}
+
+
+def _rss() -> dict:
+    out = {}
+    with open('/proc/self/status') as f:
+        for line in f:
+            key = line.split(':')[0]
+            if key in ('VmRSS', 'RssAnon', 'RssFile', 'RssShmem'):
+                out[key + '_mb'] = int(line.split()[1]) / 1024
+    return out
+
+
+def _configs(world: int, scale: bool):
+    # name, topology placement, features ('gpu', 'host', 'sharded', 'all')
+    out = []
+    if not scale:
+        out.append(('features_on_gpu', 'device', 'gpu'))
+    out.append(('host_features_cache', 'device', 'host'))
+    if world > 1:
+        if not scale:
+            out.append(('sharded_topology_features_on_gpu', 'sharded',
+                        'gpu'))
+        out.append(('sharded_topology_sharded_cache', 'sharded', 'host'))
+        if scale:
+            out.append(('sharded_all_in_gpu_memory', 'sharded', 'all'))
+    return out
+
+
+def _worker(rank, world, port, data, args, out_dir):
+    os.environ.update(ENV)
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                      LOCAL_WORLD_SIZE=str(world))
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch_geometric.nn import GraphSAGE
+    from torch_geometric.sampler import NodeSamplerInput
+
+    from pyg_orch import HybridNeighborLoader, HybridNeighborSampler
+
+    torch.cuda.set_device(rank)
+    dev = torch.device('cuda', rank)
+    dist.init_process_group('nccl', rank=rank, world_size=world,
+                            device_id=dev)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    fanout = [int(k) for k in args.fanout.split(',')]
+    N, F = data.x.shape
+    row_bytes = F * data.x.element_size()
+    steps = args.warmup + args.repeats * args.batches
+    gen = torch.Generator().manual_seed(1)
+    seeds = torch.randperm(N, generator=gen)[:world * steps *
+                                             args.batch_size]
+    mine = seeds.view(world, -1)[rank]  # Equal counts on every rank.
+    res = {'rank': rank, 'world': world, 'configs': {}}
+    x_gpu = None
+
+    for name, placement, feats in _configs(world, args.scale):
+        torch.cuda.reset_peak_memory_stats(dev)
+        if feats == 'gpu':
+            if x_gpu is None:
+                x_gpu = data.x.to(dev)
+            d = type(data)(x=x_gpu, y=data.y, edge_index=data.edge_index,
+                           num_nodes=N)
+            store_kw = {}
+        else:
+            d = data
+            budget = int(args.cache_ratio * N) * row_bytes
+            if feats == 'all':
+                budget = (N + world - 1) // world * row_bytes
+            store_kw = dict(gpu_memory_budget=budget, cache_ratio=None)
+        t = time.perf_counter()
+        loader = HybridNeighborLoader(
+            d, fanout, input_nodes=mine, batch_size=args.batch_size,
+            shuffle=False, device=dev, topology_placement=placement,
+            seed=rank, lookahead=True, **store_kw)
+        build_s = time.perf_counter() - t
+        model = GraphSAGE(F, args.hidden, len(fanout),
+                          int(data.y.max()) + 1).to(dev)
+        ddp = DistributedDataParallel(model, device_ids=[rank])
+        opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+        it = iter(loader)
+        times = []
+
+        def step():
+            batch = next(it)
+            opt.zero_grad()
+            out = ddp(batch.x, batch.edge_index)[:batch.batch_size]
+            loss = torch.nn.functional.cross_entropy(
+                out, batch.y[:batch.batch_size].to(dev))
+            loss.backward()
+            opt.step()
+
+        for _ in range(args.warmup):
+            step()
+        loader.reset_stats()
+        for _ in range(args.repeats):
+            torch.cuda.synchronize(dev)
+            dist.barrier()
+            t = time.perf_counter()
+            for _ in range(args.batches):
+                step()
+            torch.cuda.synchronize(dev)
+            dist.barrier()
+            times.append(time.perf_counter() - t)
+        stats = loader.stats()
+        nb = args.repeats * args.batches
+        feat = stats['features'] or {}
+        reads = stats.get('topology_reads') or {}
+        topo = loader.topology.csc[None]
+        edge_bytes = topo.row.element_size() + (
+            0 if topo.edge_id is None else topo.edge_id.element_size())
+        mem = {'feature_cache': stats['memory']['feature_cache_bytes']}
+        if topo.is_sharded:
+            mem.update({f'topology_{k}': v for k, v in topo.memory().items()})
+        else:
+            mem['topology'] = stats['memory']['topology_bytes']
+        if feats == 'gpu':
+            mem['features_on_gpu'] = x_gpu.numel() * x_gpu.element_size()
+        mem['max_allocated'] = torch.cuda.max_memory_allocated(dev)
+        res['configs'][name] = {
+            'seconds': times,
+            'seeds_per_s': [world * args.batch_size * args.batches / s
+                            for s in times],
+            'build_s': build_s,
+            'bytes_per_batch': {
+                'host_features': feat.get('h2d_bytes_per_batch', 0.0),
+                'peer_features': feat.get('peer_bytes_per_batch', 0.0),
+                'local_cache_features': feat.get('cache_rows', 0) *
+                row_bytes / nb,
+                'peer_topology': reads.get('peer', 0) * edge_bytes / nb,
+                'local_topology': (reads.get('local', 0) +
+                                   reads.get('replicated', 0)) *
+                edge_bytes / nb,
+            },
+            'stages_ms_per_batch': {
+                k: v['ms_per_batch'] for k, v in stats['stages'].items()
+            },
+            'gpu_memory_bytes': mem,
+            'host_rss': _rss(),
+        }
+        del it, loader, ddp, model, opt
+        torch.cuda.empty_cache()
+
+    # Sampling alone, replicated vs sharded topology:
+    if not args.scale or world > 1:
+        for placement in (['device', 'sharded'] if world > 1 else
+                          ['device']):
+            sampler = HybridNeighborSampler(data, fanout, device=dev,
+                                            topology_placement=placement,
+                                            seed=rank)
+            batches = mine[:(args.warmup + args.batches) *
+                           args.batch_size].view(-1, args.batch_size)
+            ms = []
+            for r in range(args.repeats):
+                for i, b in enumerate(batches):
+                    if i == args.warmup:
+                        torch.cuda.synchronize(dev)
+                        t = time.perf_counter()
+                    sampler.sample_from_nodes(NodeSamplerInput(None, b))
+                torch.cuda.synchronize(dev)
+                ms.append((time.perf_counter() - t) * 1e3 / args.batches)
+            res.setdefault('sampling_ms_per_batch', {})[placement] = ms
+            del sampler
+    with open(os.path.join(out_dir, f'{world}_{rank}.json'), 'w') as f:
+        json.dump(res, f)
+    dist.destroy_process_group()
+
+
+def _graph(args):
+    from pyg_orch.datasets import power_law_graph
+
+    dev = torch.device('cuda', 0)
+    t = time.perf_counter()
+    data = power_law_graph(args.num_nodes, args.num_edges,
+                           num_features=0 if args.scale else
+                           args.num_features, num_classes=47, device=dev,
+                           seed=0, index_dtype=torch.int32 if args.scale
+                           else torch.int64)
+    data.edge_index = data.edge_index.cpu()
+    data.y = data.y.cpu()
+    N = args.num_nodes
+    if args.scale:
+        x = torch.empty((N, args.num_features), dtype=torch.float32)
+        chunk = 4_000_000
+        for a in range(0, N, chunk):
+            b = min(a + chunk, N)
+            x[a:b].copy_(torch.randn(b - a, args.num_features, device=dev))
+        data.x = x
+    else:
+        data.x = data.x.cpu()
+    for k in ('train_mask', 'val_mask', 'test_mask'):
+        if k in data:
+            del data[k]
+    torch.cuda.synchronize()
+    log(f'graph generated in {time.perf_counter() - t:.1f}s')
+    for k in ('x', 'y', 'edge_index'):
+        data[k].share_memory_()
+    torch.cuda.empty_cache()
+    return data, time.perf_counter() - t
+
+
+def _median(values):
+    return {'median': statistics.median(values), 'min': min(values),
+            'max': max(values)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    add_preset_args(p)
+    p.add_argument('--scale', action='store_true',
+                   help='100M nodes, 1B edges, 128 features')
+    p.add_argument('--gpus', type=int, default=2)
+    p.add_argument('--fanout', default='15,10,5')
+    p.add_argument('--batch-size', type=int, default=1024)
+    p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--batches', type=int, default=30)
+    p.add_argument('--warmup', type=int, default=5)
+    p.add_argument('--repeats', type=int, default=3)
+    p.add_argument('--cache-ratio', type=float, default=0.1)
+    p.add_argument('--out', default=None)
+    args = p.parse_args()
+    args.num_nodes = args.num_edges = None
+    apply_preset(args, 'num_nodes', 'num_edges')
+    args.num_features = 100
+    if args.scale:
+        for k, v in PRESETS['scale'].items():
+            setattr(args, k, v)
+    os.environ.update(ENV)
+    import torch.multiprocessing as mp
+
+    res = {'machine': machine_info(), 'config': vars(args)}
+    data, res['generate_s'] = _graph(args)
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for world in sorted({1, args.gpus}):
+            log(f'{world} GPU(s) ...')
+            t = time.perf_counter()
+            mp.spawn(_worker, args=(world, 29600 + world, data, args, tmp),
+                     nprocs=world, join=True)
+            log(f'{world} GPU(s) done in {time.perf_counter() - t:.1f}s')
+            runs[world] = [
+                json.load(open(os.path.join(tmp, f'{world}_{r}.json')))
+                for r in range(world)
+            ]
+    res['runs'] = runs
+    summary = {}
+    for world, ranks in runs.items():
+        for name, c in ranks[0]['configs'].items():
+            summary[f'{world}gpu/{name}'] = {
+                'seeds_per_s': _median(c['seeds_per_s']),
+                'bytes_per_batch': c['bytes_per_batch'],
+                'gpu_memory_bytes': c['gpu_memory_bytes'],
+                'host_rss_mb_per_rank': [r['configs'][name]['host_rss']
+                                         for r in ranks],
+            }
+        for placement, ms in ranks[0].get('sampling_ms_per_batch',
+                                          {}).items():
+            summary[f'{world}gpu/sampling_{placement}_ms'] = _median(ms)
+    one, many = summary, args.gpus
+    ratios = {}
+    for name in ('features_on_gpu', 'host_features_cache'):
+        a, b = one.get(f'1gpu/{name}'), one.get(f'{many}gpu/{name}')
+        if a and b:
+            ratios[f'{many}v1/{name}'] = (b['seeds_per_s']['median'] /
+                                          a['seeds_per_s']['median'])
+    for name in ('sharded_topology_features_on_gpu',
+                 'sharded_topology_sharded_cache',
+                 'sharded_all_in_gpu_memory'):
+        b = one.get(f'{many}gpu/{name}')
+        if not b:
+            continue
+        for base in ('features_on_gpu', 'host_features_cache'):
+            a = one.get(f'{many}gpu/{base}')
+            if a:
+                ratios[f'{many}gpu/{name}_vs_{base}'] = (
+                    b['seeds_per_s']['median'] / a['seeds_per_s']['median'])
+        a = one.get('1gpu/host_features_cache')
+        if a:
+            ratios[f'{many}gpu/{name}_vs_1gpu_host'] = (
+                b['seeds_per_s']['median'] / a['seeds_per_s']['median'])
+    s = one.get(f'{many}gpu/sampling_sharded_ms')
+    d = one.get(f'{many}gpu/sampling_device_ms')
+    if s and d:
+        ratios['sampling_sharded_over_replicated'] = (s['median'] /
+                                                      d['median'])
+    res['summary'], res['ratios'] = summary, ratios
+    log(json.dumps({'summary': summary, 'ratios': ratios}, indent=1))
+    if args.out:
+        with open(args.out, 'w') as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()

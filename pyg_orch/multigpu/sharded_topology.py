@@ -1,0 +1,333 @@
+"""A CSC topology whose neighbor lists are split across the GPUs of one
+machine (HyDRA's hybrid placement): offsets replicated, the lists of
+destination-vertex ranges one shard per rank, and the lists of the
+highest-scored vertices (degree, or pre-sampled access counts) copied to
+every GPU within a memory budget. Sampling reads a list wherever it lives,
+so a batch equals the one-GPU loader's for the same seed."""
+import weakref
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Union
+
+import torch
+from torch import Tensor
+
+from pyg_orch.core.csc import (
+    CSCTopology,
+    ShardLayout,
+    smallest_index_dtype,
+)
+from pyg_orch.core.topology import GraphTopology
+from pyg_orch.multigpu.peer_memory import PeerBuffers, PeerGroup
+
+#: Where a neighbor read was served: own shard, replicated copy, peer shard.
+READ_TIERS = ('local', 'replicated', 'peer')
+
+
+@dataclass(eq=False)
+class ShardedCSC(CSCTopology):
+    r"""A :class:`~pyg_orch.core.CSCTopology` sharded over a
+    :class:`~pyg_orch.multigpu.PeerGroup` (build it with
+    :func:`shard_topology`). :obj:`row` and :obj:`edge_id` hold this rank's
+    shard only; :meth:`neighbors` and :meth:`edge_ids` read any position.
+
+    Attributes:
+        node_bounds (List[int]): Rank :obj:`r` holds the lists of
+            destinations :obj:`[node_bounds[r], node_bounds[r + 1])`.
+        edge_bounds (torch.Tensor): The CSC positions where the shards
+            start (:obj:`colptr[node_bounds]`), on the topology's device.
+        rank (int): This process's shard.
+        row_shards (PeerBuffers): Every rank's :obj:`row` shard.
+        eid_shards (PeerBuffers, optional): The same for edge ids.
+        rep_start (torch.Tensor, optional): Per destination, where its
+            replicated list starts in :obj:`rep_row`, or :obj:`-1`.
+        rep_row (torch.Tensor, optional): The replicated lists.
+        rep_eid (torch.Tensor, optional): Their edge ids.
+        reads (torch.Tensor): Neighbors read per tier (:obj:`READ_TIERS`),
+            counted on the device.
+    """
+    node_bounds: List[int] = field(default_factory=list)
+    edge_bounds: Optional[Tensor] = None
+    rank: int = 0
+    row_shards: Optional[PeerBuffers] = None
+    eid_shards: Optional[PeerBuffers] = None
+    rep_start: Optional[Tensor] = None
+    rep_row: Optional[Tensor] = None
+    rep_eid: Optional[Tensor] = None
+    total_edges: int = 0
+    reads: Optional[Tensor] = None
+    _layout: Optional[ShardLayout] = None
+
+    is_sharded = True
+
+    @property
+    def needs_dst(self) -> bool:
+        return self.rep_start is not None
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.node_bounds) - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.total_edges
+
+    @property
+    def num_replicated(self) -> int:
+        r"""Destinations whose lists are copied to this rank."""
+        if self.rep_start is None:
+            return 0
+        return int((self.rep_start >= 0).sum())
+
+    def memory(self) -> Dict[str, int]:
+        r"""Bytes this rank holds: replicated offsets, own shard, copies."""
+        def nbytes(x):
+            return 0 if x is None else x.numel() * x.element_size()
+        return {
+            'offsets': nbytes(self.colptr) + nbytes(self.rep_start),
+            'shard': nbytes(self.row) + nbytes(self.edge_id),
+            'replicated': nbytes(self.rep_row) + nbytes(self.rep_eid),
+        }
+
+    def _locate(self, pos: Tensor, dst: Optional[Tensor], count: bool):
+        shard = torch.bucketize(pos, self.edge_bounds[1:-1], right=True)
+        rep = None
+        if self.rep_start is not None:
+            if dst is None:
+                raise ValueError("a ShardedCSC with replicated lists needs "
+                                 "'dst', the destination of every position")
+            start = self.rep_start.index_select(0, dst)
+            rep = start >= 0
+            rep_pos = start + (pos - self.colptr.index_select(0, dst))
+            rep = (rep, rep_pos)
+        if count and self.reads is not None:
+            is_rep = rep[0] if rep is not None else torch.zeros_like(
+                pos, dtype=torch.bool)
+            local = ~is_rep & (shard == self.rank)
+            peer = ~is_rep & (shard != self.rank)
+            self.reads += torch.stack(
+                [local.sum(), is_rep.sum(), peer.sum()])
+        return shard, rep
+
+    def _read(self, pos: Tensor, dst: Optional[Tensor], shards: PeerBuffers,
+              replica: Optional[Tensor], count: bool = False) -> Tensor:
+        shard, rep = self._locate(pos, dst, count)
+        out = torch.empty(pos.shape, dtype=shards.own.dtype,
+                          device=pos.device)
+        todo = torch.ones_like(pos, dtype=torch.bool)
+        if rep is not None:
+            is_rep, rep_pos = rep
+            idx = is_rep.nonzero().view(-1)
+            out[idx] = replica.index_select(0, rep_pos[idx])
+            todo = ~is_rep
+        bounds = self.edge_bounds.tolist()
+        for r, buf in enumerate(shards.buffers):
+            idx = (todo & (shard == r)).nonzero().view(-1)
+            if idx.numel() > 0:
+                local = pos.index_select(0, idx) - bounds[r]
+                out[idx] = buf.index_select(0, local.to(buf.device)).to(
+                    out.device)
+        return out
+
+    def kernel_shards(self) -> ShardLayout:
+        if self._layout is None:
+            ptrs = [b.data_ptr() for b in self.row_shards.buffers]
+            if self.eid_shards is not None:
+                ptrs += [b.data_ptr() for b in self.eid_shards.buffers]
+            else:
+                ptrs += [0] * self.num_shards
+            table = torch.tensor([self.rank] + self.edge_bounds.tolist() +
+                                 ptrs, dtype=torch.int64)
+            self._layout = ShardLayout(table.to(self.device), self.num_shards,
+                                       self.rep_start, self.rep_row,
+                                       self.rep_eid, self.reads)
+        return self._layout
+
+    def neighbors(self, pos: Tensor, dst: Optional[Tensor] = None) -> Tensor:
+        return self._read(pos, dst, self.row_shards, self.rep_row, True)
+
+    def edge_ids(self, pos: Tensor, dst: Optional[Tensor] = None) -> Tensor:
+        if self.eid_shards is None:
+            return pos
+        return self._read(pos, dst, self.eid_shards, self.rep_eid)
+
+    def to(self, device, non_blocking: bool = False) -> 'ShardedCSC':
+        if torch.device(device) != self.device:
+            raise NotImplementedError(
+                "a ShardedCSC lives where it was sharded; shard the "
+                "topology again for another device")
+        return self
+
+    def pin_memory(self) -> 'ShardedCSC':
+        return self
+
+    def share_memory_(self) -> 'ShardedCSC':
+        return self  # Already in memory every local process reads.
+
+
+def shard_bounds(colptr: Tensor, num_shards: int) -> List[int]:
+    r"""Destination ranges with about the same number of edges each: rank
+    :obj:`r` gets destinations :obj:`[b[r], b[r + 1])`."""
+    n = colptr.numel() - 1
+    total = int(colptr[-1])
+    targets = torch.tensor([total * r // num_shards
+                            for r in range(1, num_shards)],
+                           dtype=colptr.dtype)
+    inner = torch.searchsorted(colptr.cpu(), targets).clamp(0, n).tolist()
+    bounds = [0] + inner + [n]
+    for r in range(1, len(bounds)):  # Monotone even for empty graphs.
+        bounds[r] = max(bounds[r], bounds[r - 1])
+    return bounds
+
+
+def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
+                      score: Optional[Tensor] = None,
+                      exclude: Optional[range] = None) -> Tensor:
+    r"""The destinations whose lists to copy to a GPU: highest
+    :obj:`score` first (default: in-degree), as many as fit into
+    :obj:`budget_bytes`; destinations in :obj:`exclude` (the rank's own
+    shard) are skipped."""
+    deg = (colptr[1:] - colptr[:-1]).cpu().to(torch.int64)
+    if budget_bytes <= 0 or deg.numel() == 0:
+        return torch.empty(0, dtype=torch.int64)
+    score = deg.to(torch.float64) if score is None else \
+        score.cpu().to(torch.float64)
+    if score.numel() != deg.numel():
+        raise ValueError(f"'replicate_score' must have one entry per node "
+                         f"({deg.numel()}), got {score.numel()}")
+    score = torch.where(deg > 0, score, float('-inf'))
+    if exclude is not None and len(exclude) > 0:
+        score[exclude.start:exclude.stop] = float('-inf')
+    order = torch.argsort(score, descending=True, stable=True)
+    order = order[torch.isfinite(score[order]) & (score[order] > 0)]
+    cost = torch.cumsum(deg[order] * bytes_per_edge, 0)
+    return order[cost <= budget_bytes]
+
+
+def shard_topology(csc: CSCTopology, peers: PeerGroup,
+                   replicate_bytes: int = 0,
+                   replicate_score: Optional[Tensor] = None,
+                   count_reads: bool = True) -> ShardedCSC:
+    r"""Splits :obj:`csc` (the whole topology, as every rank has it) across
+    the ranks of :obj:`peers` (a collective call).
+
+    Args:
+        csc (CSCTopology): The whole topology (in host or GPU memory).
+        peers (PeerGroup): The machine's processes.
+        replicate_bytes (int): Bytes per rank for copies of other ranks'
+            lists. (default: :obj:`0`)
+        replicate_score (torch.Tensor, optional): Which lists to copy first
+            (e.g. pre-sampled expansion counts, identical on every rank);
+            in-degree by default.
+        count_reads (bool): Count reads per tier (see :meth:`stats`).
+    """
+    if csc.time is not None or csc.weight is not None:
+        raise NotImplementedError(
+            "sharded topology does not support temporal or weighted "
+            "sampling yet; use topology_placement='device' or 'host'")
+    device = peers.device
+    colptr = csc.colptr.cpu()
+    src_device = csc.row.device  # Sliced where it lies (e.g. built on GPU).
+    bounds = shard_bounds(colptr, peers.world_size)
+    edge_bounds = colptr.index_select(0, torch.tensor(bounds)).to(torch.int64)
+    sizes = (edge_bounds[1:] - edge_bounds[:-1]).tolist()
+    r = peers.rank
+    a, b = int(edge_bounds[r]), int(edge_bounds[r + 1])
+
+    def split(values: Tensor) -> PeerBuffers:
+        buffers = peers.allocate((max(max(sizes), 1), ), values.dtype)
+        buffers.own[:b - a].copy_(values[a:b])
+        return buffers
+
+    row_shards = split(csc.row)
+    eid_shards = split(csc.edge_id) if csc.edge_id is not None else None
+    peers.barrier()  # Every shard is written before anyone reads it.
+
+    rep_start = rep_row = rep_eid = None
+    bytes_per_edge = csc.row.element_size() + (
+        csc.edge_id.element_size() if csc.edge_id is not None else 0)
+    chosen = choose_replicated(colptr, replicate_bytes, bytes_per_edge,
+                               replicate_score,
+                               exclude=range(bounds[r], bounds[r + 1]))
+    if chosen.numel() > 0:
+        chosen = chosen.sort().values
+        deg = (colptr[chosen + 1] - colptr[chosen]).to(torch.int64)
+        starts = torch.cumsum(deg, 0) - deg
+        dtype = smallest_index_dtype(int(deg.sum()))
+        rep_start = torch.full((colptr.numel() - 1, ), -1, dtype=dtype)
+        rep_start[chosen] = starts.to(dtype)
+        pos = torch.repeat_interleave(colptr[chosen].to(torch.int64) - starts,
+                                      deg) + torch.arange(int(deg.sum()))
+        pos = pos.to(src_device)
+        rep_row = csc.row.index_select(0, pos).to(device)
+        if csc.edge_id is not None:
+            rep_eid = csc.edge_id.index_select(0, pos).to(device)
+        rep_start = rep_start.to(device)
+
+    own_row = row_shards.own[:b - a]
+    own_eid = eid_shards.own[:b - a] if eid_shards is not None else None
+    return ShardedCSC(
+        colptr=colptr.to(device), row=own_row, edge_id=own_eid,
+        num_src_nodes=csc.num_src_nodes, node_bounds=bounds,
+        edge_bounds=edge_bounds.to(device), rank=r, row_shards=row_shards,
+        eid_shards=eid_shards, rep_start=rep_start, rep_row=rep_row,
+        rep_eid=rep_eid, total_edges=csc.num_edges,
+        reads=torch.zeros(3, dtype=torch.int64, device=device)
+        if count_reads else None)
+
+
+@dataclass
+class TopologySharding:
+    r"""How :obj:`topology_placement='sharded'` splits the topology; pass
+    an instance as :obj:`topology_placement` to change the defaults.
+
+    Args:
+        replicate_bytes (int or float): Bytes per rank for copies of other
+            ranks' neighbor lists (highest degree first), or a fraction of
+            the whole topology's neighbor lists. (default: :obj:`0.1`)
+    """
+    replicate_bytes: Union[int, float] = 0.1
+
+    def __post_init__(self):
+        value = self.replicate_bytes
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                value < 0 or (isinstance(value, float) and value > 1.0):
+            raise ValueError(f"'replicate_bytes' must be a number of bytes "
+                             f"(int >= 0) or a fraction in [0, 1] (got "
+                             f"{value!r})")
+
+    def budget(self, csc: CSCTopology) -> int:
+        if isinstance(self.replicate_bytes, float):
+            per_edge = csc.row.element_size() + (
+                0 if csc.edge_id is None else csc.edge_id.element_size())
+            return int(self.replicate_bytes * csc.num_edges * per_edge)
+        return int(self.replicate_bytes)
+
+
+_SHARDED: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+
+
+def shard_graph_topology(topology: GraphTopology, device: torch.device,
+                         sharding: Optional[TopologySharding] = None
+                         ) -> GraphTopology:
+    r"""Every edge type of :obj:`topology` sharded across
+    this machine's processes (see :func:`shard_topology`; a collective
+    call), with offsets and copies on :obj:`device`. The result is cached
+    per topology, so loaders sharing a topology share its shards."""
+    sharding = sharding or TopologySharding()
+    key = (str(device), sharding.replicate_bytes)
+    cached = _SHARDED.get(topology, {}).get(key)
+    if cached is not None:
+        return cached
+    if topology.is_temporal or topology.is_weighted:
+        raise NotImplementedError(
+            "topology_placement='sharded' does not support temporal or "
+            "weighted sampling yet; use 'device' or 'host'")
+    peers = PeerGroup(device=device)
+    csc = {
+        et: shard_topology(t, peers, sharding.budget(t))
+        for et, t in topology.csc.items()
+    }
+    out = GraphTopology(csc, topology.num_nodes, None, topology.time_attr,
+                        topology.weight_attr)
+    _SHARDED.setdefault(topology, {})[key] = out
+    return out

@@ -1,0 +1,61 @@
+"""Sharding across two GPUs of one machine (symmetric memory, NCCL, the
+fused Triton kernels reading peers' shards): batches and rows must equal
+the one-GPU results. Runs where two CUDA devices and Triton are available
+(``nvidia-h200-x2``); ``tests/test_sharding.py`` checks the same logic on CPU
+processes."""
+import pytest
+import torch
+
+from conftest import random_graph
+from multiproc import run_workers
+from pyg_orch.core.triton_util import triton_available
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.device_count() < 2
+        or not triton_available(), reason='needs 2 CUDA devices and Triton'),
+]
+
+ENV = {
+    'NCCL_NVLS_ENABLE': '0',
+    'TORCH_SYMM_MEM_DISABLE_MULTICAST': '1',
+    'NVSHMEM_DISABLE_NVLS': '1',
+}
+
+
+def _loaders(rank, world_size, features):
+    from pyg_orch import HybridNeighborLoader
+
+    torch.cuda.set_device(rank)
+    device = torch.device('cuda', rank)
+    data = random_graph(20000, 300000, 4, num_features=32)
+    kw = dict(num_neighbors=[10, 5], batch_size=256, shuffle=True, seed=3,
+              device=device, cache_ratio=0.2)
+    if features == 'gpu':
+        data.x = data.x.to(device)
+    plain = HybridNeighborLoader(data, topology_placement='device', **kw)
+    sharded = HybridNeighborLoader(data, topology_placement='sharded', **kw)
+    assert sharded.topology.is_sharded
+    assert plain._sampler.backend == sharded._sampler.backend == 'triton'
+    n = 0
+    for a, b in zip(plain, sharded):
+        assert torch.equal(a.n_id, b.n_id)
+        assert torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.e_id, b.e_id)
+        assert torch.equal(b.x, data.x[b.n_id.to(data.x.device)].to(device))
+        n += 1
+    stats = sharded.stats()
+    return n, stats['topology_reads'], stats['features']
+
+
+@pytest.mark.parametrize('features', ['gpu', 'host'])
+def test_two_gpu_sharded_loader_equals_one_gpu_loader(features):
+    out = run_workers(_loaders, 2, args=(features, ), backend='nccl',
+                      env=ENV, timeout=300)
+    for n, reads, feats in out:
+        assert n > 0
+        assert reads['local'] > 0 and reads['peer'] > 0
+        assert reads['replicated'] > 0
+        if features == 'host':
+            assert feats['peer_rows'] > 0 and feats['cache_rows'] > 0

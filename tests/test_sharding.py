@@ -1,0 +1,236 @@
+"""Topology and feature cache sharded across the processes of one machine
+(``topology_placement='sharded'``, :class:`ShardedFeatureStore`), checked
+on CPU processes joined by gloo, with shards in shared memory: every read
+and every batch must equal the one-process result. Under Triton's
+interpreter (``TRITON_INTERPRET=1``) the fused kernels are checked too; on
+two GPUs, ``tests/test_multi_gpu.py``."""
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from conftest import random_graph, random_hetero_graph
+from multiproc import run_workers
+from pyg_orch import HybridNeighborLoader
+from pyg_orch.core.buffers import DenseBufferPool
+from pyg_orch.core.csc import CSCTopology
+from pyg_orch.core.triton_util import triton_available
+from pyg_orch.multigpu import (
+    PeerGroup,
+    ShardedFeatureStore,
+    TopologySharding,
+    shard_bounds,
+    shard_topology,
+)
+
+INTERPRET = os.environ.get('TRITON_INTERPRET') == '1' and triton_available()
+
+
+def _csc(num_nodes=300, num_edges=3000, seed=0, sort=False):
+    data = random_graph(num_nodes, num_edges, seed, sort=sort)
+    return CSCTopology.from_edge_index(data.edge_index, num_nodes, num_nodes,
+                                       is_sorted=sort)
+
+
+def _every_position(rank, world_size, replicate, sort):
+    csc = _csc(sort=sort)
+    sharded = shard_topology(csc, PeerGroup(), replicate_bytes=replicate)
+    n = csc.num_dst_nodes
+    pos = torch.arange(csc.num_edges)
+    dst = torch.repeat_interleave(torch.arange(n),
+                                  csc.colptr[1:] - csc.colptr[:-1])
+    perm = torch.randperm(pos.numel(), generator=torch.Generator().manual_seed(
+        rank))  # Any order, any mix of shards.
+    return dict(
+        rows=torch.equal(sharded.neighbors(pos[perm], dst[perm]),
+                         csc.row[perm]),
+        eids=torch.equal(sharded.edge_ids(pos[perm], dst[perm]),
+                         csc.edge_ids(pos[perm])),
+        bounds=sharded.node_bounds, own_edges=sharded.row.numel(),
+        replicated=sharded.num_replicated,
+        replicated_bytes=sharded.memory()['replicated'],
+        reads=sharded.reads.tolist(), total=csc.num_edges)
+
+
+@pytest.mark.parametrize('world_size,replicate,sort', [
+    (2, 0, False),
+    (2, 4000, False),
+    (3, 2000, True),
+])
+def test_sharded_csc_reads_every_position(world_size, replicate, sort):
+    out = run_workers(_every_position, world_size, args=(replicate, sort),
+                      timeout=120)
+    total = out[0]['total']
+    for rank, o in enumerate(out):
+        assert o['rows'] and o['eids']
+        assert o['bounds'] == out[0]['bounds']
+        assert o['replicated_bytes'] <= replicate
+        assert (o['replicated'] > 0) == (replicate > 0)
+        local, rep, peer = o['reads']
+        assert local + rep + peer == total
+        # Shards split the edges evenly (up to one list), copies are read
+        # locally instead of from peers:
+        assert abs(o['own_edges'] - total / world_size) < 60
+        assert local == o['own_edges']
+    assert sum(o['own_edges'] for o in out) == total
+
+
+def test_shard_bounds_balance_edges_and_cover_nodes():
+    colptr = torch.tensor([0, 10, 10, 11, 12, 30, 31, 40])
+    b = shard_bounds(colptr, 3)
+    assert b[0] == 0 and b[-1] == 7 and b == sorted(b)
+    assert shard_bounds(torch.zeros(1, dtype=torch.int64), 2) == [0, 0, 0]
+
+
+def _loader_batches(rank, world_size, hetero, sharding):
+    if hetero:
+        data = random_hetero_graph(0)
+        kw = dict(input_nodes=('paper', None))
+        nn = [4, 3]
+    else:
+        data = random_graph(500, 6000, 1, num_features=6)
+        kw = {}
+        nn = [5, 3]
+    kw.update(num_neighbors=nn, batch_size=32, shuffle=True, seed=7,
+              device='cpu')
+    plain = HybridNeighborLoader(data, **kw)
+    sharded = HybridNeighborLoader(data, topology_placement=sharding, **kw)
+    assert sharded.topology.is_sharded and not plain.topology.is_sharded
+    n = 0
+    for a, b in zip(plain, sharded):
+        stores = a.node_types if hetero else [None]
+        for t in stores:
+            sa, sb = (a, b) if t is None else (a[t], b[t])
+            assert torch.equal(sa.n_id, sb.n_id)
+            assert torch.equal(sa.x, sb.x)
+        etypes = a.edge_types if hetero else [None]
+        for et in etypes:
+            sa, sb = (a, b) if et is None else (a[et], b[et])
+            assert torch.equal(sa.edge_index, sb.edge_index)
+            assert torch.equal(sa.e_id, sb.e_id)
+        n += 1
+    # A second loader over the same graph shares the shards:
+    again = HybridNeighborLoader(data, topology_placement=sharding, **kw)
+    same = all(x is y for x, y in zip(again.topology.csc.values(),
+                                      sharded.topology.csc.values()))
+    return n, same
+
+
+@pytest.mark.parametrize('hetero', [False, True])
+def test_sharded_loader_equals_one_process_loader(hetero):
+    out = run_workers(_loader_batches, 2,
+                      args=(hetero, TopologySharding(replicate_bytes=0.2)),
+                      timeout=180)
+    assert all(n > 0 and same for n, same in out)
+
+
+def _fused(rank, world_size, replicate):
+    from pyg_orch.gpu.fused_sampler import fused_sample_multi_hop
+
+    csc = _csc(600, 8000, 3)
+    sharded = shard_topology(csc, PeerGroup(), replicate_bytes=replicate)
+    seeds = torch.arange(rank, 600, 5)
+    cpu = torch.device('cpu')
+    outs = [
+        fused_sample_multi_hop(t, 600, [6, 3], seeds, False,
+                               torch.Generator().manual_seed(5),
+                               DenseBufferPool(), cpu) for t in (csc, sharded)
+    ]
+    a, b = outs
+    same = all(
+        torch.equal(x[None], y[None]) for x, y in ((a.node, b.node),
+                                                   (a.row, b.row),
+                                                   (a.col, b.col),
+                                                   (a.edge, b.edge)))
+    return same, sharded.reads.tolist()
+
+
+@pytest.mark.skipif(not INTERPRET, reason='needs TRITON_INTERPRET=1')
+@pytest.mark.parametrize('replicate', [0, 6000])
+def test_fused_kernel_reads_shards_like_one_topology(replicate):
+    out = run_workers(_fused, 2, args=(replicate, ), timeout=300,
+                      env={'TRITON_INTERPRET': '1'})
+    for same, (local, rep, peer) in out:
+        assert same
+        assert local > 0 and peer > 0 and (rep > 0) == (replicate > 0)
+
+
+def _features(rank, world_size, method, budget_rows):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, 12, generator=gen)
+    # Each rank sees other nodes as hot: the machine adds them up.
+    hot = torch.zeros(1000)
+    hot[rank * 100:(rank + 1) * 100] = 1.0
+    store = ShardedFeatureStore(x if rank == 0 else torch.zeros_like(x),
+                                PeerGroup(), hotness=hot,
+                                gpu_memory_budget=budget_rows * 12 * 4,
+                                method=method)
+    ok = True
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(4):
+        index = torch.randint(0, 1000, (300, ), generator=gen)
+        index[:50] = torch.arange(50) + 100 * (1 - rank)  # Peer's rows.
+        ok &= torch.equal(store.gather(index), x[index])
+    stats = store.stats
+    return dict(ok=ok, cached=sorted(store.cached_nodes.tolist()),
+                capacity=store.capacity, peer=stats.peer_rows,
+                own=stats.cache_rows, host=stats.host_rows,
+                rows=stats.rows, host_shared=store.host.is_shared()
+                or store.host.data_ptr() != x.data_ptr())
+
+
+@pytest.mark.parametrize('method', [
+    'cpu',
+    pytest.param('uva', marks=pytest.mark.skipif(
+        not INTERPRET, reason='needs TRITON_INTERPRET=1')),
+])
+def test_sharded_feature_store_gathers_from_own_peer_and_host(method):
+    env = {'TRITON_INTERPRET': '1'} if method == 'uva' else None
+    out = run_workers(_features, 2, args=(method, 100), timeout=300, env=env)
+    for o in out:
+        assert o['ok']
+        # The machine caches both ranks' hot rows, 100 per rank:
+        assert o['capacity'] == 100
+        assert o['cached'] == list(range(200))
+        assert o['peer'] > 0 and o['own'] > 0 and o['host'] > 0
+        assert o['rows'] == 1200
+    assert out[0]['cached'] == out[1]['cached']
+
+
+def _bad_placement(rank, world_size):
+    from torch_geometric.data import Data
+    data = random_graph(50, 200, 0)
+    data.time = torch.arange(50)
+    try:
+        HybridNeighborLoader(data, [2], time_attr='time', device='cpu',
+                             topology_placement='sharded',
+                             input_time=torch.full((50, ), 49))
+    except NotImplementedError as e:
+        return str(e)
+    return 'no error'
+
+
+def test_sharded_placement_bad_input():
+    with pytest.raises(ValueError, match="'replicate_bytes' must be"):
+        TopologySharding(replicate_bytes=-1)
+    with pytest.raises(ValueError, match="'replicate_bytes' must be"):
+        TopologySharding(replicate_bytes=1.5)
+    with pytest.raises(ValueError, match="'topology_placement' must be "
+                       ".*'sharded'"):
+        HybridNeighborLoader(random_graph(20, 50), [2], device='cpu',
+                             topology_placement='shard')
+    msg = run_workers(_bad_placement, 2, timeout=120)
+    assert all('temporal' in m for m in msg)
+
+
+def test_sharded_placement_without_process_group_is_one_shard():
+    assert not dist.is_initialized()
+    data = random_graph(100, 800, 2, num_features=3)
+    kw = dict(num_neighbors=[3, 2], batch_size=16, seed=3, device='cpu')
+    a = HybridNeighborLoader(data, **kw)
+    b = HybridNeighborLoader(data, topology_placement='sharded', **kw)
+    assert b.topology.csc[None].num_shards == 1
+    for x, y in zip(a, b):
+        assert torch.equal(x.n_id, y.n_id)
+        assert torch.equal(x.edge_index, y.edge_index)
