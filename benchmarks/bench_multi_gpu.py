@@ -104,7 +104,7 @@ def _worker(rank, world, port, data, args, out_dir):
             budget = int(args.cache_ratio * N) * row_bytes
             if feats == 'all':
                 budget = (N + world - 1) // world * row_bytes
-            store_kw = dict(gpu_memory_budget=budget, cache_ratio=None)
+            store_kw = dict(gpu_memory_budget=budget)
         t = time.perf_counter()
         loader = HybridNeighborLoader(
             d, fanout, input_nodes=mine, batch_size=args.batch_size,

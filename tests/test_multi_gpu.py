@@ -31,7 +31,7 @@ def _loaders(rank, world_size, features):
     device = torch.device('cuda', rank)
     data = random_graph(20000, 300000, 4, num_features=32)
     kw = dict(num_neighbors=[10, 5], batch_size=256, shuffle=True, seed=3,
-              device=device, cache_ratio=0.2)
+              device=device, gpu_cache_ratio=0.2)
     if features == 'gpu':
         data.x = data.x.to(device)
     plain = HybridNeighborLoader(data, topology_placement='device', **kw)
@@ -51,7 +51,7 @@ def _loaders(rank, world_size, features):
 
 @pytest.mark.parametrize('features', ['gpu', 'host'])
 def test_two_gpu_sharded_loader_equals_one_gpu_loader(features):
-    out = run_workers(_loaders, 2, args=(features, ), backend='nccl',
+    out = run_workers(_loaders, 2, args=(features, ), backend='nccl', start_method='spawn',
                       env=ENV, timeout=300)
     for n, reads, feats in out:
         assert n > 0
