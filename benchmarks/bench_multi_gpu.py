@@ -89,14 +89,16 @@ def _worker(rank, world, port, data, args, out_dir):
                                              args.batch_size]
     mine = seeds.view(world, -1)[rank]  # Equal counts on every rank.
     res = {'rank': rank, 'world': world, 'configs': {}}
-    x_gpu = None
+    x_gpu = y_gpu = None
 
     for name, placement, feats in _configs(world, args.scale):
         torch.cuda.reset_peak_memory_stats(dev)
         if feats == 'gpu':
             if x_gpu is None:
                 x_gpu = data.x.to(dev)
-            d = type(data)(x=x_gpu, y=data.y, edge_index=data.edge_index,
+            if y_gpu is None:
+                y_gpu = data.y.to(dev)
+            d = type(data)(x=x_gpu, y=y_gpu, edge_index=data.edge_index,
                            num_nodes=N)
             store_kw = {}
         else:
@@ -176,7 +178,12 @@ def _worker(rank, world, port, data, args, out_dir):
             'host_rss': _rss(),
         }
         del it, loader, ddp, model, opt
+        import gc
+        gc.collect()
         torch.cuda.empty_cache()
+        empty_host = getattr(torch._C, '_host_emptyCache', None)
+        if empty_host is not None:  # Pinned copies go back to the OS.
+            empty_host()
 
     # Sampling alone, replicated vs sharded topology:
     if not args.scale or world > 1:
