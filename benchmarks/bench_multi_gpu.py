@@ -89,17 +89,17 @@ def _worker(rank, world, port, data, args, out_dir):
                                              args.batch_size]
     mine = seeds.view(world, -1)[rank]  # Equal counts on every rank.
     res = {'rank': rank, 'world': world, 'configs': {}}
-    x_gpu = y_gpu = None
+    x_gpu = y_gpu = ei_gpu = None
 
     for name, placement, feats in _configs(world, args.scale):
         torch.cuda.reset_peak_memory_stats(dev)
         if feats == 'gpu':
             if x_gpu is None:
                 x_gpu = data.x.to(dev)
-            if y_gpu is None:
+            if y_gpu is None:  # The whole graph on the GPU.
                 y_gpu = data.y.to(dev)
-            d = type(data)(x=x_gpu, y=y_gpu, edge_index=data.edge_index,
-                           num_nodes=N)
+                ei_gpu = data.edge_index.to(dev)
+            d = type(data)(x=x_gpu, y=y_gpu, edge_index=ei_gpu, num_nodes=N)
             store_kw = {}
         else:
             d = data
