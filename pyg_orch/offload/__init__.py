@@ -11,7 +11,7 @@ sampling and gathering their bottom-hop neighbors (see :doc:`/offload`).
 
 The internals stay importable from their modules: :mod:`.options`
 (:class:`OffloadOptions`), :mod:`.build`, :mod:`.runtime`,
-:mod:`.hetero_runtime`, :mod:`.hot_set`, :mod:`.strategy`,
+:mod:`.hetero_runtime`, :mod:`.hot_set`, :mod:`.autotune`, :mod:`.strategy`,
 :mod:`.super_batch`, :mod:`.batch_cache`, :mod:`.tables`, :mod:`.workers`,
 :mod:`.bottom_layer`, :mod:`.hetero_layer`, :mod:`.aggregate_split`,
 :mod:`.replacement` and :mod:`.step_counter`.

@@ -30,7 +30,8 @@ class BatchEmbeddingCache(EmbeddingStrategy):
     layer. :meth:`rows_for` then waits for the queued rows (timed), writes
     them into the cache and returns it; a row of version :math:`v` is used
     at version :math:`t` only if :math:`t - v \le` :obj:`max_staleness`
-    (else it is recomputed synchronously). With a bound :math:`s`, a hot
+    and :math:`t - v \le` :obj:`max_sample_age` (else it is recomputed
+    synchronously). With a bound :math:`s`, a hot
     vertex needed by several batches within :math:`s` steps is computed
     once.
 
@@ -46,7 +47,8 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         super().__init__(*args, **kwargs)
         if self.hot.auto:
             raise ValueError("BatchEmbeddingCache needs a fixed hot set")
-        n = self.hot.size
+        # Rows for all candidates, so that the set in use may change size:
+        n = self.hot.candidates.numel()
         self.row_version = torch.full((n, ), _NEVER, dtype=torch.int64)
         self.queued_version = self.row_version.clone()
         self.emb: Optional[Tensor] = None
@@ -56,6 +58,23 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         out = super().stats()
         out['super_batch_size'] = 1
         return out
+
+    @property
+    def bound(self) -> int:
+        r"""The most versions a row may be old: :obj:`max_staleness` (for
+        weight-free rows too), and at most :obj:`max_sample_age`."""
+        if self.max_sample_age is None:
+            return self.max_staleness
+        return min(self.max_staleness, self.max_sample_age)
+
+    @property
+    def age_bound(self) -> int:
+        return self.bound
+
+    def replan(self) -> None:
+        r"""The planned hot set changed: rows are computed per batch, so a
+        larger one is in use at once."""
+        self.hot.use(self.hot.planned)
 
     def _snapshot_at(self, version: int) -> Snapshot:
         snap = self._snapshot
@@ -81,7 +100,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         needed = torch.unique(pos)
         covered = torch.maximum(self.row_version[needed],
                                 self.queued_version[needed])
-        stale = needed[covered < version - self.max_staleness]
+        stale = needed[covered < version - self.bound]
         if stale.numel() == 0:
             return
         self.queued_version[stale] = weights_version
@@ -97,7 +116,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
     def _apply(self, table: EmbeddingTable, rows_cpu: Tensor) -> None:
         table.wait_on_main(self.device)
         if self.emb is None:
-            self.emb = torch.zeros((self.hot.size, ) +
+            self.emb = torch.zeros((self.row_version.numel(), ) +
                                    tuple(table.emb.shape[1:]),
                                    dtype=table.emb.dtype, device=self.device)
         rows = table.rows if table.rows is not None else rows_cpu.to(
@@ -119,7 +138,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         r"""Makes the rows :obj:`pos_cpu` (positions in the hot set, CPU)
         usable at version :obj:`version` and returns the cache (rows in the
         order of the hot set), or :obj:`None` if :obj:`pos_cpu` is empty."""
-        bound = self.max_staleness
+        bound = self.bound
         self._raise_failures()
         # Queued rows, oldest first. All of them, also those requested for
         # later batches: letting them run on while the loop trains was
@@ -143,7 +162,8 @@ class BatchEmbeddingCache(EmbeddingStrategy):
                 job = self._jobs.popleft()
                 self._apply(self._wait(job, timer), job.rows)
             versions = self.row_version[pos_cpu]
-        self._record_staleness(version - int(versions.min()))
+        ages = version - versions
+        self._record_staleness(int(ages.max()), float(ages.double().mean()))
         return self.emb
 
     def pause(self) -> None:

@@ -2,14 +2,21 @@
 :func:`build_runtime` checks the loader and dispatches on the graph kind
 (:func:`build_homo_runtime`, :func:`build_hetero_runtime`); both choose the
 hot vertices, build the CPU side and hook the first layer."""
+import functools
+import time
 import warnings
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import EdgeSamplerInput
 
+from pyg_orch.offload.autotune import (
+    HotSetTuner,
+    StepTimeChooser,
+    candidate_ratios,
+)
 from pyg_orch.offload.batch_cache import BatchEmbeddingCache
 from pyg_orch.offload.bottom_layer import (
     BottomLayerComputer,
@@ -84,6 +91,17 @@ def build_runtime(model: torch.nn.Module, loader: Any,
     compensate = options.compensate_degrees
     if compensate == 'auto':
         compensate = needs_degree_compensation(model)
+    why_not = None
+    if options.measure:
+        if sampler.is_hetero:
+            why_not = 'heterogeneous graph'
+        elif (getattr(loader, 'num_workers', 0) or 0) > 0:
+            why_not = ('loader worker processes (they copy the sampler when '
+                       'an epoch starts)')
+        if why_not is not None and options.autotune != 'auto':
+            raise NotImplementedError(
+                f"'autotune' (the decision by measurement) is not supported "
+                f"with a {why_not}; pass a number 'hot_ratio' instead")
     if sampler.is_hetero:
         if options.auto_hot or options.refresh != 'super_batch' or \
                 compensate:
@@ -93,8 +111,13 @@ def build_runtime(model: torch.nn.Module, loader: Any,
                 "with models that need no degree compensation (no "
                 "GCNConv-like layer that weighs messages by the "
                 "sender's in-degree)")
-        return build_hetero_runtime(model, loader, options)
-    return build_homo_runtime(model, loader, options, compensate)
+        runtime = build_hetero_runtime(model, loader, options)
+    else:
+        runtime = build_homo_runtime(model, loader, options, compensate,
+                                     measure=why_not is None)
+    if why_not is not None:
+        runtime.fixed_reason = f'not measured: {why_not}'
+    return runtime
 
 
 def _seeds(loader: Any, num_nodes: int) -> Tuple[Tensor, int, int]:
@@ -121,7 +144,8 @@ def make_strategy(computer: Union[BottomLayerComputer,
     kwargs = dict(chunk_size=options.chunk_size,
                   idle_timeout=options.idle_timeout,
                   intra_op_threads=options.intra_op_threads,
-                  work_hook=options.work_hook)
+                  work_hook=options.work_hook,
+                  max_sample_age=options.max_sample_age)
     if options.refresh == 'super_batch':
         return EmbeddingPipeline(computer, layer, hot, device,
                                  options.max_staleness, options.num_threads,
@@ -132,10 +156,47 @@ def make_strategy(computer: Union[BottomLayerComputer,
                                **kwargs)
 
 
+def _trial_sizes(ratios: Tuple[float, ...], num_nodes: int,
+                 num_candidates: int) -> Tuple[List[int], List[float]]:
+    # The hot-set size of every ratio (distinct sizes, the first ratio of
+    # each kept).
+    sizes: List[int] = []
+    kept: List[float] = []
+    for r in ratios:
+        n = min(int(round(r * num_nodes)), num_candidates)
+        if n not in sizes:
+            sizes.append(n)
+            kept.append(round(r, 6))
+    return sizes, kept
+
+
+def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
+               sizes: List[int], ratios: List[float], loader: Any,
+               options: OffloadOptions, lead: int) -> HotSetTuner:
+    r"""The decision by measurement over the hot-set :obj:`sizes` (see
+    :mod:`pyg_orch.offload.autotune`)."""
+    device = torch.device(getattr(loader, 'device', None) or 'cpu')
+    sync = None
+    if device.type == 'cuda' and torch.cuda.is_available():
+        sync = functools.partial(torch.cuda.synchronize, device)
+    # Batches sampled before a change of the hot set may reach the model
+    # this many steps later:
+    drain = 2 + lead + int(getattr(loader, 'prefetch', 0) or 0)
+    chooser = StepTimeChooser(
+        sizes, warmup=max(StepTimeChooser.WARMUP, drain),
+        steps=StepTimeChooser.STEPS, margin=StepTimeChooser.MARGIN,
+        clock=options.autotune_clock or time.perf_counter, sync=sync)
+    return HotSetTuner(hot, chooser, ratios, on_resize, on_done,
+                       drain=drain)
+
+
 def build_homo_runtime(model: torch.nn.Module, loader: Any,
-                       options: OffloadOptions,
-                       compensate_degrees: bool) -> OffloadRuntime:
-    r"""The runtime for a homogeneous graph (see :func:`build_runtime`)."""
+                       options: OffloadOptions, compensate_degrees: bool,
+                       measure: bool = True) -> OffloadRuntime:
+    r"""The runtime for a homogeneous graph (see :func:`build_runtime`);
+    with :obj:`options.measure` (and :obj:`measure`), the hot-set size is
+    decided by measurement."""
+    measure = measure and options.measure
     sampler, data = loader_sampler(loader), loader.data
     num_nodes = sampler.topology.num_nodes[None]
     cache_ratio = options.gpu_cache_ratio
@@ -164,11 +225,23 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     # the CPU keeps up.
     ratio = HotSetSizer.AUTO_MAX_RATIO if options.auto_hot else \
         options.hot_ratio
+    if measure:
+        given = options.autotune
+        ratios = candidate_ratios(options.hot_ratio, given if isinstance(
+            given, tuple) else None)
+        ratio = max(ratios)
     selection = select_hot_nodes(sampler, seeds, batch_size, ratio,
                                  cache_ratio, num_batches, options.seed)
     candidates = selection.hot_nodes
     if options.auto_hot:
         hot = HotSetSizer.auto_start(candidates, num_nodes)
+    elif measure:
+        # Built with the hot set of `hot_ratio` (the split, the GPU cache);
+        # the tuner starts from its first candidate.
+        sizes, kept = _trial_sizes(ratios, num_nodes, candidates.numel())
+        hot = HotSetSizer(candidates, num_nodes, min(
+            int(round(options.hot_ratio * num_nodes)), candidates.numel()))
+        measure = len(sizes) > 1
     else:
         hot = HotSetSizer(candidates, num_nodes)
     if computer.dedup:
@@ -192,6 +265,10 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         set_cache = getattr(loader, 'set_gpu_cache_nodes', None)
         if callable(set_cache):
             set_cache(selection.cache_nodes)
+        if measure:
+            runtime.start_tuner(functools.partial(
+                make_tuner, sizes=sizes, ratios=kept, loader=loader,
+                options=options, lead=runtime.lead))
     except BaseException:
         runtime.close()
         raise

@@ -1,6 +1,6 @@
 """The hot set in use, held once: :class:`HotSetSizer` (its vertices, mask and
-table rows, what the sampler prunes, and its growth with
-:obj:`hot_ratio='auto'`)."""
+table rows, what the sampler prunes, its growth with :obj:`hot_ratio='auto'`
+and the sizes tried by the decision by measurement)."""
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -20,8 +20,12 @@ class HotSetSizer:
     sampler is told (:meth:`bind`, :meth:`prune`).
 
     With :obj:`auto=True` (:obj:`hot_ratio='auto'`), :meth:`maybe_grow`
-    grows :attr:`planned` along :obj:`candidates` while the CPU keeps up;
-    otherwise the hot set is fixed. It never shrinks.
+    grows :attr:`planned` along :obj:`candidates` while the CPU keeps up.
+    :meth:`resize` sets another size (the decision by measurement, see
+    :mod:`pyg_orch.offload.autotune`): a larger one grows as above, a
+    smaller one is pruned at once and replaced until :meth:`settle`, so that
+    batches sampled before still find their rows. It is the only code that
+    tells the sampler what to prune.
 
     Args:
         candidates (torch.Tensor): Ids of the vertices that are or may become
@@ -65,6 +69,9 @@ class HotSetSizer:
         self._sampler: Any = None
         self._to_masks: Callable[[Tensor], Any] = lambda mask: mask
         self._pruning = False
+        self._train = False  # Pruning wanted (training mode).
+        self._prune_size = size  # Vertices pruned, at most `size`.
+        self._shrink_to: Optional[int] = None  # See `resize()`.
         self._set_size(size)
 
     @classmethod
@@ -115,16 +122,66 @@ class HotSetSizer:
         if to_masks is not None:
             self._to_masks = to_masks
 
+    @property
+    def prune_size(self) -> int:
+        r"""The vertices the sampler prunes (the first ones of the set in
+        use; fewer than :attr:`size` while a shrink settles)."""
+        return self._prune_size
+
     def prune_masks(self) -> Any:
         r"""What the sampler prunes while :meth:`prune` is on."""
-        return self._to_masks(self.mask)
+        if self._prune_size == self.size:
+            return self._to_masks(self.mask)
+        return self._to_masks((self.rank >= 0)
+                              & (self.rank < self._prune_size))
 
     def prune(self, on: bool) -> None:
         r"""Turns the sampler's pruning of the hot set in use on or off."""
-        self._pruning = bool(on) and self.size > 0
+        self._train = bool(on)
+        self._tell_sampler()
+
+    def _tell_sampler(self) -> None:
+        self._pruning = self._train and self._prune_size > 0
         if self._sampler is not None:
             self._sampler.set_hot_nodes(
                 self.prune_masks() if self._pruning else None)
+
+    # Sizes tried by measurement ##############################################
+
+    def resize(self, size: int, settle: bool = False) -> None:
+        r"""Plans a hot set of the first :obj:`size` candidates. A larger
+        set is used once a table holds it (see :meth:`use`; for per-batch
+        rows, at once). A smaller one is pruned from now on, but the rows of
+        the larger set stay replaced (batches sampled before were pruned
+        with it) until :meth:`settle` (at once with :obj:`settle=True`,
+        where no batch was sampled yet)."""
+        size = max(0, min(int(size), self.candidates.numel()))
+        if size < self.size:
+            self._shrink_to = size
+            self._prune_size = min(self._prune_size, size)
+            self._tell_sampler()
+            if settle:
+                self.settle()
+        else:
+            self._shrink_to = None
+            self.planned = size
+        if self.sizes[-1] != size:
+            self.sizes.append(size)
+
+    @property
+    def settling(self) -> bool:
+        r"""Whether a shrink waits for :meth:`settle`."""
+        return self._shrink_to is not None
+
+    def settle(self) -> None:
+        r"""Ends a shrink (see :meth:`resize`): rows beyond the new size are
+        no longer replaced, and tables are planned with the new size."""
+        if self._shrink_to is None:
+            return
+        size, self._shrink_to = self._shrink_to, None
+        self.planned = size
+        self._prune_size = size
+        self._set_size(size)
 
     # Growth ##################################################################
 
@@ -132,12 +189,18 @@ class HotSetSizer:
         r"""A table of :obj:`rows` rows is in use: from now on, batches may be
         pruned with (and find rows for) the first :obj:`rows` candidates.
         Returns whether the set in use grew."""
-        if rows <= self.size:
+        if rows <= self._prune_size or self._shrink_to is not None:
             return False
-        self._set_size(min(int(rows), self.candidates.numel()))
-        if self._pruning and self._sampler is not None:
-            self._sampler.set_hot_nodes(self.prune_masks())
-        return True
+        rows = min(int(rows), self.planned, self.candidates.numel())
+        if rows <= self._prune_size:
+            return False
+        grew = rows > self.size
+        if grew:
+            self._set_size(rows)
+        self._prune_size = rows
+        if self._train:
+            self._tell_sampler()
+        return grew
 
     def maybe_grow(self, table_rows: int, compute_s: Optional[float],
                    budget_s: Optional[float], waited: bool) -> bool:

@@ -1,12 +1,13 @@
 """The options of :class:`~pyg_orch.offload.BottomLayerOffload`, validated
 in one place: :class:`OffloadOptions`."""
 import threading
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Optional, Union
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
 from pyg_orch.offload.aggregate_split import check_split
+from pyg_orch.offload.autotune import DEFAULT_HOT_RATIO
 from pyg_orch.offload.bottom_layer import check_autocast_dtype
 from pyg_orch.offload.workers import (
     default_intra_op_threads,
@@ -16,6 +17,9 @@ from pyg_orch.offload.workers import (
 #: A hook a worker thread calls before every CPU work item, with the item's
 #: cancellation event (set once the item is dropped, e.g. to wait on it).
 WorkHook = Callable[[threading.Event], None]
+
+#: :obj:`max_sample_age` by default: :obj:`max(max_staleness, 8)` steps.
+DEFAULT_MAX_SAMPLE_AGE = 8
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
@@ -42,6 +46,22 @@ def _check_ratio(name: str, value: Any) -> Union[float, str]:
     return float(value)
 
 
+def _check_autotune(value: Any) -> Union[bool, str, tuple]:
+    if value == 'auto' or isinstance(value, bool):
+        return value
+    bad = isinstance(value, (str, bytes)) or not isinstance(value, Sequence)
+    if not bad:
+        value = tuple(value)
+        bad = len(value) == 0 or any(
+            isinstance(r, bool) or not isinstance(r, (int, float))
+            or not 0.0 <= float(r) <= 1.0 for r in value)
+    if bad:
+        raise ValueError(f"'autotune' must be True, False, 'auto' or a "
+                         f"non-empty sequence of hot ratios in [0, 1] (got "
+                         f"{value!r})")
+    return tuple(float(r) for r in value)
+
+
 def _check_choice(name: str, value: Any, choices: tuple) -> None:
     if value not in choices:
         names = ' or '.join(repr(c) for c in choices)
@@ -62,12 +82,18 @@ class OffloadOptions:
     :obj:`chunk_size=None`, :obj:`split='auto'`) are resolved when the
     runtime is built.
 
+    :obj:`hot_ratio=None` is :obj:`0.05` and, with :obj:`autotune='auto'`,
+    turns on the decision by measurement (:attr:`measure`);
+    :obj:`max_sample_age=None` is :obj:`max(max_staleness, 8)`.
+
     :obj:`work_hook` (optional) is called by a worker thread before every CPU
     work item with the item's cancellation event (a
     :class:`threading.Event`): an instrumentation seam, e.g. to time or to
-    slow down the CPU side.
+    slow down the CPU side. :obj:`autotune_clock` (optional) replaces
+    :func:`time.perf_counter` for the decision by measurement (e.g. a fake
+    clock in tests).
     """
-    hot_ratio: Union[float, str] = 0.05
+    hot_ratio: Union[None, float, str] = None
     gpu_cache_ratio: Union[float, str] = 0.1
     max_staleness: int = 1
     num_threads: Optional[int] = None
@@ -85,14 +111,36 @@ class OffloadOptions:
     refresh: str = 'super_batch'
     split: str = 'auto'
     work_hook: Optional[WorkHook] = None
+    autotune: Union[bool, str, Sequence[float]] = 'auto'
+    max_sample_age: Optional[int] = None
+    autotune_clock: Optional[Callable[[], float]] = None
+    #: Whether the hot-set size is decided by measurement (resolved from
+    #: :obj:`autotune` and :obj:`hot_ratio`).
+    measure: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        hot = _check_ratio('hot_ratio', self.hot_ratio)
+        autotune = _check_autotune(self.autotune)
+        given = self.hot_ratio is not None
+        hot = _check_ratio('hot_ratio', self.hot_ratio if given else
+                           DEFAULT_HOT_RATIO)
+        measure = autotune is not False and (autotune != 'auto' or
+                                             not given)
+        if measure and hot == 'auto':
+            raise ValueError("'autotune' measures hot-set sizes around a "
+                             "number 'hot_ratio'; hot_ratio='auto' grows "
+                             "the hot set instead (pass autotune=False)")
         cache = _check_ratio('gpu_cache_ratio', self.gpu_cache_ratio)
         if 'auto' not in (hot, cache) and hot + cache > 1.0 + 1e-9:
             raise ValueError(f"'hot_ratio' + 'gpu_cache_ratio' must not "
                              f"exceed 1 (got {hot} + {cache})")
         check_int('max_staleness', self.max_staleness, 0)
+        age = self.max_sample_age
+        if age is None:
+            age = max(self.max_staleness, DEFAULT_MAX_SAMPLE_AGE)
+        check_int('max_sample_age', age, 0)
+        if self.autotune_clock is not None and not callable(
+                self.autotune_clock):
+            raise ValueError("'autotune_clock' must be callable")
         _check_choice('refresh', self.refresh, ('super_batch', 'batch'))
         if hot == 'auto' and self.refresh != 'super_batch':
             raise NotImplementedError(
@@ -124,7 +172,9 @@ class OffloadOptions:
         for name, value in (('hot_ratio', hot), ('gpu_cache_ratio', cache),
                             ('num_threads', num_threads),
                             ('intra_op_threads', intra),
-                            ('full_neighbors', bool(self.full_neighbors))):
+                            ('full_neighbors', bool(self.full_neighbors)),
+                            ('autotune', autotune), ('measure', measure),
+                            ('max_sample_age', age)):
             object.__setattr__(self, name, value)
 
     @property
@@ -136,6 +186,7 @@ class OffloadOptions:
     def __repr__(self) -> str:
         changed = [
             f'{f.name}={getattr(self, f.name)!r}' for f in fields(self)
-            if f.name != 'work_hook' and getattr(self, f.name) != f.default
+            if f.init and f.name not in ('work_hook', 'autotune_clock')
+            and getattr(self, f.name) != f.default
         ]
         return f"{self.__class__.__name__}({', '.join(changed)})"

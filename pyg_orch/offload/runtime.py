@@ -119,6 +119,14 @@ class OffloadRuntime:
         self.ctx: Optional[ForwardContext] = None
         self.training = False
         self.closed = False
+        #: The decision by measurement while it runs (see
+        #: :mod:`pyg_orch.offload.autotune`), else :obj:`None`.
+        self.tuner: Any = None
+        #: What :meth:`stats` reports as :obj:`'decision'` once a decision
+        #: by measurement is made.
+        self.decision: Optional[Dict[str, Any]] = None
+        #: Why no decision is measured (:obj:`'decision'` in :meth:`stats`).
+        self.fixed_reason = 'hot-set size given (autotune off)'
         self.order_checked = False
         self.features_checked = False
         self.warned_size_match = False
@@ -168,18 +176,41 @@ class OffloadRuntime:
     @property
     def active(self) -> bool:
         r"""Whether it offloads in training mode: not closed, and some
-        vertices are hot."""
-        return not self.closed and self.hot.size > 0
+        vertices are hot (or planned to be)."""
+        return not self.closed and (self.hot.size > 0
+                                    or self.hot.planned > 0)
 
     def set_training(self, mode: bool) -> None:
         r"""Training mode (the sampler prunes the hot set) or evaluation
         mode (no pruning, worker threads stopped)."""
         self.training = bool(mode)
-        if not self.active:
+        if self.closed:
             return
+        if self.tuner is not None and not self.training:
+            self.tuner.pause()
         self.hot.prune(self.training)
         if not self.training:
             self.strategy.pause()
+
+    def start_tuner(self, tuner_factory: Any) -> None:
+        r"""Starts the decision by measurement: :obj:`tuner_factory(hot,
+        on_resize, on_done)` makes a
+        :class:`~pyg_orch.offload.autotune.HotSetTuner`."""
+        self.tuner = tuner_factory(self.hot, self.strategy.replan,
+                                   self._tuned)
+
+    def _tuned(self, size: int) -> None:
+        # The decision is final. Offload off: no worker, no hook on the
+        # layers, only the check of `active` per step.
+        tuner, self.tuner = self.tuner, None
+        self.decision = tuner.summary()
+        if size == 0:
+            self.strategy.pause()
+            for handle in self.handles:
+                handle.remove()
+            self.handles = []
+            self.batches.clear()
+            self.sampled.clear()
 
     def pause(self) -> None:
         r"""Stops the worker threads; they restart at the next training
@@ -232,10 +263,19 @@ class OffloadRuntime:
             'hot_rows_per_batch': self.rows_replaced / max(
                 self.num_offloaded, 1),
             'split': self.split,
+            'decision': self._decision_stats(),
         }
         out.update(self.strategy.stats())
         out['threads_alive'] = len(self.strategy.threads)
         return out
+
+    def _decision_stats(self) -> Dict[str, Any]:
+        if self.tuner is not None:
+            return self.tuner.summary()
+        if self.decision is not None:
+            return dict(self.decision)
+        return {'mode': 'fixed', 'chosen_num_hot': self.hot.size,
+                'reason': self.fixed_reason}
 
     # Batches #################################################################
 

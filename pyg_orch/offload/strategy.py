@@ -46,6 +46,10 @@ class EmbeddingStrategy:
         device (torch.device): Where embeddings are used.
         max_staleness (int): The staleness bound, in optimizer steps.
         num_threads (int): Worker threads.
+        max_sample_age (int, optional): The most steps a row's neighbor
+            sample (its table's queueing) may be reused; unbounded for
+            weight-free rows if not set (rows with weights are bounded by
+            :obj:`max_staleness` anyway).
         chunk_size (int, optional): The most hot vertices per work item; see
             :func:`~pyg_orch.offload.tables.default_chunk_size`.
         idle_timeout (float): Seconds before an idle worker thread exits.
@@ -67,14 +71,18 @@ class EmbeddingStrategy:
                  max_staleness: int, num_threads: int,
                  chunk_size: Optional[int] = None, idle_timeout: float = 2.0,
                  intra_op_threads: int = 1,
-                 work_hook: Optional[WorkHook] = None):
+                 work_hook: Optional[WorkHook] = None,
+                 max_sample_age: Optional[int] = None):
         self.computer = computer
         self.layer = layer
         self.hot = hot if isinstance(hot, HotSetSizer) else HotSetSizer(hot)
         self.device = torch.device(device)
         self.max_staleness = int(max_staleness)
+        self.max_sample_age = None if max_sample_age is None else int(
+            max_sample_age)
         # split='aggregate': tables hold weight-free aggregations, finished
-        # with the current weights on the device, so any table is usable.
+        # with the current weights on the device, so any table is usable
+        # within the sample-age bound.
         self.weight_free = computer.split != OUTPUT
         self.num_threads = int(num_threads)
         self.intra_op_threads = int(intra_op_threads)
@@ -115,6 +123,20 @@ class EmbeddingStrategy:
         failed."""
         raise NotImplementedError
 
+    def replan(self) -> None:
+        r"""The planned hot set changed (see :meth:`HotSetSizer.resize
+        <pyg_orch.offload.hot_set.HotSetSizer.resize>`)."""
+
+    @property
+    def age_bound(self) -> int:
+        r"""The most steps between a row's version (its snapshot and
+        neighbor sample) and its use: :obj:`max_staleness` for rows with
+        weights, :obj:`max_sample_age` for all (a huge number if none)."""
+        bound = 2**62 if self.weight_free else self.max_staleness
+        if self.max_sample_age is not None:
+            bound = min(bound, self.max_sample_age)
+        return bound
+
     @property
     def pending(self) -> int:
         r"""The work queued and not finished yet (tables or row sets)."""
@@ -139,12 +161,21 @@ class EmbeddingStrategy:
         self.num_waits = 0
         self.staleness_hist: Dict[int, int] = {}
         self.max_table_age: Optional[int] = None
+        self.sample_age_sum = 0.0
+        self.sample_age_uses = 0
 
-    def _record_staleness(self, age: int) -> None:
-        # `age`: steps since the table's snapshot. Its weights' staleness
-        # is that, or 0 for weight-free tables.
+    def _record_staleness(self, age: int,
+                          mean_age: Optional[float] = None) -> None:
+        # `age`: steps since the (oldest) row's snapshot and neighbor
+        # sample; `mean_age`: the mean over the rows used (`age` if not
+        # given). Its weights' staleness is that, or 0 for weight-free rows.
         self.max_table_age = age if self.max_table_age is None else max(
             self.max_table_age, age)
+        if not 0 <= age <= self.age_bound:  # pragma: no cover
+            raise AssertionError(f'sample age {age} outside '
+                                 f'[0, {self.age_bound}]')
+        self.sample_age_sum += age if mean_age is None else mean_age
+        self.sample_age_uses += 1
         staleness = 0 if self.weight_free else age
         if not 0 <= staleness <= self.max_staleness:  # pragma: no cover
             raise AssertionError(f'staleness {staleness} outside '
@@ -166,6 +197,10 @@ class EmbeddingStrategy:
             'staleness_hist': hist,
             'max_staleness_seen': max(hist) if hist else None,
             'max_table_age': self.max_table_age,
+            'max_sample_age': self.max_sample_age,
+            'sample_age_max': self.max_table_age,
+            'sample_age_mean': self.sample_age_sum / self.sample_age_uses
+            if self.sample_age_uses else None,
             'wait_s': self.wait_seconds,
             'num_waits': self.num_waits,
             'cpu_compute_s': self.cpu_seconds,

@@ -48,8 +48,11 @@ class EmbeddingPipeline(EmbeddingStrategy):
     def __init__(self, *args: Any, super_batch_size: Optional[int] = None,
                  **kwargs: Any):
         super().__init__(*args, **kwargs)
+        bound = self.max_staleness
+        if self.max_sample_age is not None:
+            bound = min(bound, self.max_sample_age)
         self.super_batch_size = int(
-            super_batch_size or default_super_batch_size(self.max_staleness))
+            super_batch_size or default_super_batch_size(bound))
         self.chunks = split_chunks(self.hot.planned, self.num_threads,
                                    self.chunk_size)
         self._current: Optional[EmbeddingTable] = None
@@ -68,8 +71,16 @@ class EmbeddingPipeline(EmbeddingStrategy):
         self.maybe_submit(version)
 
     def rows_for(self, info: Optional[BatchInfo], version: int,
-                 timer: Any = None) -> Tensor:
-        return self.acquire(version, timer).emb
+                 timer: Any = None) -> Optional[Tensor]:
+        table = self.acquire(version, timer)
+        return None if table is None else table.emb
+
+    def replan(self) -> None:
+        r"""The planned hot set changed: tables of its size are queued from
+        the next step on."""
+        self.chunks = split_chunks(self.hot.planned, self.num_threads,
+                                   self.chunk_size)
+        self._last_submit = None
 
     def maybe_submit(self, version: int) -> None:
         r"""Takes a snapshot and queues its table at the start of every
@@ -111,13 +122,14 @@ class EmbeddingPipeline(EmbeddingStrategy):
                      self.chunks)
         self._last_submit = version
 
-    def acquire(self, version: int, timer=None) -> EmbeddingTable:
-        r"""Returns a table usable at weight version :obj:`version`, waiting
-        for one if needed; raises
+    def acquire(self, version: int,
+                timer=None) -> Optional[EmbeddingTable]:
+        r"""Returns a table usable at weight version :obj:`version` (at most
+        :attr:`age_bound` versions old), waiting for one if needed;
+        :obj:`None` (without waiting) while no vertex is hot yet (a hot set
+        growing from none). Raises
         :class:`~pyg_orch.offload.OffloadWorkerError` if a worker failed."""
-        bound = self.max_staleness
-        if self.weight_free:
-            bound = 2**62  # Any table: weights are applied on the device.
+        bound = self.age_bound
         self._raise_failures()
         # Tables that could never be used again:
         while self._jobs and version - self._jobs[0].version > bound:
@@ -133,6 +145,8 @@ class EmbeddingPipeline(EmbeddingStrategy):
             self._current = self._jobs.popleft().future.result()
         current = self._current
         if current is None or version - current.version > bound:
+            if self.hot.size == 0:  # Nothing to replace yet: no waiting.
+                return None
             if not self._jobs:
                 self.submit(version)
             table = self._wait(self._jobs[0], timer)

@@ -4,7 +4,7 @@
 (:mod:`pyg_orch.offload.runtime`, built by :mod:`pyg_orch.offload.build`)."""
 import copy
 import weakref
-from typing import Any, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -79,10 +79,11 @@ class BottomLayerOffload(torch.nn.Module):
         loader (HybridNeighborLoader or HybridLinkNeighborLoader): The
             training loader (link-level loaders: homogeneous graphs only;
             the label edges' endpoints seed the hot-set pre-sampling).
-        hot_ratio (float or str): Fraction of all vertices whose bottom
-            layer runs on the CPU, or :obj:`'auto'` to size the hot set by
-            measured throughput (see :doc:`/offload`).
-            (default: :obj:`0.05`)
+        hot_ratio (float or str, optional): Fraction of all vertices whose
+            bottom layer runs on the CPU, or :obj:`'auto'` to grow the hot
+            set by measured throughput (see :doc:`/offload`). If not set,
+            :obj:`0.05`, and the size is decided by measurement (see
+            :obj:`autotune`). (default: :obj:`None`)
         gpu_cache_ratio (float or str): Fraction of all vertices that are
             GPU-cache candidates, or :obj:`'auto'` for as many as the
             loader's GPU feature store holds (its :obj:`gpu_memory_budget`;
@@ -90,6 +91,18 @@ class BottomLayerOffload(torch.nn.Module):
         max_staleness (int): The most optimizer steps between the weights
             used for an embedding and the weights of the step using it.
             (default: :obj:`1`)
+        max_sample_age (int, optional): The most optimizer steps a hot
+            vertex's CPU-computed aggregation or embedding (its neighbor
+            sample) is reused; older ones are recomputed, waiting if
+            needed. (default: :obj:`max(max_staleness, 8)`)
+        autotune (bool or str or Sequence[float]): Decide the hot-set size by
+            measurement: during the first training steps, time steps with
+            no hot vertex (plain training), :obj:`hot_ratio` and
+            :obj:`3 * hot_ratio` (or the hot ratios given), and keep the
+            fastest, offload only if more than 2% faster than plain training
+            (see :doc:`/offload` and :obj:`stats()['decision']`).
+            :obj:`'auto'` measures unless :obj:`hot_ratio` is given.
+            (default: :obj:`'auto'`)
         num_threads (int, optional): CPU worker threads; see
             :func:`~pyg_orch.offload.default_num_threads`.
         intra_op_threads (int, optional): PyTorch intra-op threads of each
@@ -147,7 +160,7 @@ class BottomLayerOffload(torch.nn.Module):
         self,
         model: torch.nn.Module,
         loader: Any,
-        hot_ratio: Union[float, str] = 0.05,
+        hot_ratio: Union[None, float, str] = None,
         gpu_cache_ratio: Union[float, str] = 0.1,
         max_staleness: int = 1,
         num_threads: Optional[int] = None,
@@ -164,8 +177,11 @@ class BottomLayerOffload(torch.nn.Module):
         compensate_degrees: Union[bool, str] = 'auto',
         refresh: str = 'super_batch',
         split: str = 'auto',
+        autotune: Union[bool, str, Sequence[float]] = 'auto',
+        max_sample_age: Optional[int] = None,
         *,
         work_hook: Optional[WorkHook] = None,
+        autotune_clock: Optional[Callable[[], float]] = None,
     ):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"'model' must be a torch.nn.Module (got "
@@ -182,7 +198,8 @@ class BottomLayerOffload(torch.nn.Module):
             intra_op_threads=intra_op_threads, cpu_autocast=cpu_autocast,
             seed=seed, idle_timeout=idle_timeout, replace_rows=replace_rows,
             compensate_degrees=compensate_degrees, refresh=refresh,
-            split=split, work_hook=work_hook)
+            split=split, work_hook=work_hook, autotune=autotune,
+            max_sample_age=max_sample_age, autotune_clock=autotune_clock)
         runtime = build_runtime(model, loader, options)
         super().__init__()
         # Share the model's state, so that parameters(), state_dict() etc.
@@ -236,6 +253,8 @@ class BottomLayerOffload(torch.nn.Module):
         r"""Calls the wrapped model with the same arguments."""
         model = self.module
         runtime = self._offload
+        if runtime.tuner is not None and self.training:
+            runtime.tuner.step()  # The decision by measurement.
         x = args[0] if len(args) > 0 else kwargs.get('x')
         if not self.training or not runtime.active:
             if runtime.active:
@@ -344,6 +363,18 @@ class BottomLayerOffload(torch.nn.Module):
           the most steps since a table used was queued (its neighbor
           samples drawn); :obj:`hot_sizes` (:obj:`refresh='super_batch'`):
           the sizes the hot set took;
+        * :obj:`max_sample_age` (the bound), :obj:`sample_age_max`,
+          :obj:`sample_age_mean`: steps since the neighbor samples (and
+          snapshots) of the rows used were drawn, at most and on average
+          over uses;
+        * :obj:`decision`: how the hot-set size was chosen:
+          :obj:`mode` (:obj:`'measure'` or :obj:`'fixed'`),
+          :obj:`chosen_num_hot`, :obj:`reason`, and when measured
+          :obj:`state` (:obj:`'trial'`, :obj:`'settling'`,
+          :obj:`'decided'`), :obj:`candidates` (:obj:`num_hot`,
+          :obj:`hot_ratio`, :obj:`median_step_s`, :obj:`measured_steps`
+          each), :obj:`chosen_hot_ratio`, :obj:`speedup` over plain
+          training and :obj:`margin`;
         * :obj:`wait_s`, :obj:`num_waits`: time the training loop waited for
           embeddings; :obj:`cpu_compute_s`: CPU time of the workers;
           :obj:`tables_submitted`, :obj:`tables_computed`,

@@ -1,0 +1,265 @@
+"""The decision by measurement: with default options,
+:class:`~pyg_orch.offload.BottomLayerOffload` times training steps with a few
+hot-set sizes (none, that is plain training, included) during the first
+steps and keeps the fastest (:class:`StepTimeChooser`, the logic, and
+:class:`HotSetTuner`, which applies it to a runtime through its
+:class:`~pyg_orch.offload.hot_set.HotSetSizer`)."""
+import logging
+import statistics
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from pyg_orch.offload.hot_set import HotSetSizer
+
+logger = logging.getLogger('pyg_orch.offload')
+
+#: The hot ratio of the default candidate between none and the largest.
+DEFAULT_HOT_RATIO = 0.05
+#: The largest default candidate is this many times :obj:`hot_ratio` ...
+LARGE_FACTOR = 3.0
+#: ... and at most this fraction of the vertices.
+MAX_RATIO = 0.5
+
+
+def candidate_ratios(hot_ratio: float,
+                     ratios: Optional[Sequence[float]] = None
+                     ) -> Tuple[float, ...]:
+    r"""The hot ratios to try, ascending, :obj:`0` (plain training) first:
+    :obj:`ratios` if given, else :obj:`0`, :obj:`hot_ratio` and
+    :obj:`3 * hot_ratio` (at most :obj:`0.5`)."""
+    if ratios is None:
+        ratios = (hot_ratio, min(LARGE_FACTOR * hot_ratio, MAX_RATIO))
+    return tuple(sorted({0.0, *(float(r) for r in ratios)}))
+
+
+def decide(times: Dict[int, List[float]], margin: float
+           ) -> Tuple[int, str]:
+    r"""Chooses a hot-set size from measured step times (seconds, per size;
+    size :obj:`0` is plain training and must be there): the size of the
+    lowest median step time, if it is below :obj:`(1 - margin)` times the
+    median of plain training, else :obj:`0`. Ties go to the smaller size.
+    Returns the size and the reason, in words."""
+    medians = {n: statistics.median(t) for n, t in times.items() if t}
+    plain = medians[0]
+    best = min((n for n in medians if n > 0),
+               key=lambda n: (medians[n], n), default=None)
+    if best is None:
+        return 0, 'no hot-set size other than none was measured'
+    speedup = plain / max(medians[best], 1e-12)
+    if medians[best] < (1.0 - margin) * plain:
+        return best, (f'{best} hot vertices: median step '
+                      f'{medians[best]  * 1e3:.4g} ms vs. '
+                      f'{plain  * 1e3:.4g} ms without offload '
+                      f'({speedup:.3g}x, more than the {margin:.0%} margin)')
+    return 0, (f'no hot-set size was more than {margin:.0%} faster than '
+               f'plain training (best: {best} hot vertices, median step '
+               f'{medians[best]  * 1e3:.4g} ms vs. {plain  * 1e3:.4g} ms, '
+               f'{speedup:.3g}x); offload off')
+
+
+class StepTimeChooser:
+    r"""Times training steps with every candidate in turn and chooses one
+    (see :func:`decide`). :meth:`tick` is called at the start of every
+    training step: the time since the previous call is that step's. Each
+    candidate gets :obj:`warmup` steps, whose times are dropped (the hot set
+    changes, the pipeline refills), then :obj:`steps` measured ones.
+
+    Args:
+        candidates (Sequence[int]): Hot-set sizes, :obj:`0` (plain training)
+            included; tried in this order.
+        warmup (int): Steps dropped per candidate. (default: :obj:`3`)
+        steps (int): Steps measured per candidate. (default: :obj:`10`)
+        margin (float): How much faster (a fraction) than plain training a
+            size must be. (default: :obj:`0.02`)
+        clock (callable): Returns the time in seconds.
+            (default: :func:`time.perf_counter`)
+        sync (callable, optional): Called before reading the clock, e.g.
+            :func:`torch.cuda.synchronize` where a CUDA device trains.
+    """
+    #: The defaults of :class:`~pyg_orch.offload.BottomLayerOffload`.
+    WARMUP = 3
+    STEPS = 10
+    MARGIN = 0.02
+
+    def __init__(self, candidates: Sequence[int], warmup: int = 3,
+                 steps: int = 10, margin: float = 0.02,
+                 clock: Callable[[], float] = time.perf_counter,
+                 sync: Optional[Callable[[], None]] = None):
+        self.candidates = [int(n) for n in candidates]
+        if 0 not in self.candidates:
+            raise ValueError("'candidates' must hold 0 (plain training)")
+        if len(set(self.candidates)) != len(self.candidates):
+            raise ValueError(f"'candidates' must differ (got "
+                             f"{self.candidates})")
+        if warmup < 0 or steps < 1:
+            raise ValueError(f"'warmup' must be >= 0 and 'steps' >= 1 (got "
+                             f"{warmup}, {steps})")
+        if not 0.0 <= margin < 1.0:
+            raise ValueError(f"'margin' must be in [0, 1) (got {margin})")
+        self.warmup, self.steps, self.margin = int(warmup), int(steps), margin
+        self.clock, self.sync = clock, sync
+        self.index = 0
+        self.times: Dict[int, List[float]] = {n: [] for n in self.candidates}
+        self._seen = 0  # Steps timed with the current candidate.
+        self._last: Optional[float] = None
+        self.choice: Optional[int] = None
+        self.reason: Optional[str] = None
+
+    @property
+    def current(self) -> int:
+        r"""The candidate in effect (the choice once :attr:`done`)."""
+        return self.choice if self.done else self.candidates[self.index]
+
+    @property
+    def done(self) -> bool:
+        r"""Whether the choice is made."""
+        return self.choice is not None
+
+    def pause(self) -> None:
+        r"""The next interval is no training step (e.g. evaluation ran
+        since the last :meth:`tick`): it is not timed."""
+        self._last = None
+
+    def tick(self, count: bool = True) -> Optional[int]:
+        r"""A training step starts. Times the previous one (unless
+        :obj:`count` is :obj:`False`: the candidate is not in effect yet).
+        Returns the candidate to switch to now, or the choice once made;
+        :obj:`None` if nothing changes."""
+        if self.done:
+            return None
+        if self.sync is not None:
+            self.sync()
+        now = self.clock()
+        last, self._last = self._last, now
+        if last is None or not count:
+            return None
+        self._seen += 1
+        if self._seen > self.warmup:
+            self.times[self.current].append(now - last)
+        if self._seen < self.warmup + self.steps:
+            return None
+        self._seen = 0
+        self.index += 1
+        if self.index < len(self.candidates):
+            return self.candidates[self.index]
+        self.choice, self.reason = decide(self.times, self.margin)
+        return self.choice
+
+    def summary(self) -> Dict[str, Any]:
+        r"""The candidates, their measured median step times (seconds) and
+        the choice with its reason (:obj:`None` until made)."""
+        medians = {
+            n: statistics.median(t) if t else None
+            for n, t in self.times.items()
+        }
+        plain = medians[0]
+        chosen = None if self.choice is None else medians[self.choice]
+        return {
+            'candidates': [{
+                'num_hot': n,
+                'median_step_s': medians[n],
+                'measured_steps': len(self.times[n]),
+            } for n in self.candidates],
+            'chosen_num_hot': self.choice,
+            'speedup': plain / chosen if plain and chosen else None,
+            'margin': self.margin,
+            'reason': self.reason,
+        }
+
+
+class HotSetTuner:
+    r"""Applies a :class:`StepTimeChooser` to a runtime: at every training
+    step (:meth:`step`) it times the step and resizes the hot set through
+    :obj:`hot` (:meth:`HotSetSizer.resize
+    <pyg_orch.offload.hot_set.HotSetSizer.resize>`; tables follow through
+    :obj:`on_resize`). A candidate's steps are timed only once its hot set is
+    in use (at most :obj:`max_hold` steps later). The choice is final: after
+    a shrink has settled (:obj:`drain` steps, so that batches sampled before
+    keep their rows), :obj:`on_done` is called with the size (:obj:`0`:
+    offload off).
+
+    Args:
+        hot (HotSetSizer): The hot set.
+        chooser (StepTimeChooser): Times steps, sizes ascending.
+        ratios (Sequence[float]): The hot ratio of every candidate (for
+            :meth:`summary`).
+        on_resize (callable): Called after every resize (e.g. the embedding
+            strategy's :meth:`replan`).
+        on_done (callable): Called with the final size once it settled.
+        drain (int): Steps before a smaller hot set settles.
+            (default: :obj:`2`)
+        max_hold (int): The most steps to wait for a larger hot set to be in
+            use before timing it anyway. (default: :obj:`50`)
+    """
+    def __init__(self, hot: HotSetSizer, chooser: StepTimeChooser,
+                 ratios: Sequence[float], on_resize: Callable[[], None],
+                 on_done: Callable[[int], None], drain: int = 2,
+                 max_hold: int = 50):
+        self.hot = hot
+        self.chooser = chooser
+        self.ratios = dict(zip(chooser.candidates, ratios))
+        self.on_resize, self.on_done = on_resize, on_done
+        self.drain, self.max_hold = int(drain), int(max_hold)
+        self._held = 0
+        self._drain_left: Optional[int] = None
+        self.state = 'trial'
+        # No batch was sampled yet: the first candidate at once.
+        hot.resize(chooser.current, settle=True)
+        on_resize()
+
+    def pause(self) -> None:
+        r"""Training paused (evaluation mode): the next step is not
+        timed."""
+        self.chooser.pause()
+
+    def step(self) -> None:
+        r"""A training step starts."""
+        if self._drain_left is not None:
+            self._drain_left -= 1
+            if self._drain_left <= 0:
+                self._finish()
+            return
+        ready = self.hot.size >= self.hot.planned or \
+            self._held >= self.max_hold
+        self._held = 0 if ready else self._held + 1
+        size = self.chooser.tick(count=ready)
+        if size is None:
+            return
+        if self.chooser.done:
+            self._decided(size)
+        else:
+            self.hot.resize(size)
+            self.on_resize()
+
+    def _decided(self, size: int) -> None:
+        summary = self.summary()
+        logger.info('BottomLayerOffload: %s; median step times (s) by '
+                    'number of hot vertices: %s', summary['reason'], {
+                        c['num_hot']: c['median_step_s']
+                        for c in summary['candidates']
+                    })
+        self.hot.resize(size)
+        if self.hot.settling:
+            self.state = 'settling'
+            self._drain_left = self.drain
+        else:
+            self._finish()
+
+    def _finish(self) -> None:
+        self._drain_left = None
+        self.hot.settle()
+        self.on_resize()
+        self.state = 'decided'
+        self.on_done(self.chooser.choice)
+
+    def summary(self) -> Dict[str, Any]:
+        r"""What :meth:`pyg_orch.offload.BottomLayerOffload.stats` reports
+        as :obj:`'decision'`."""
+        out = self.chooser.summary()
+        for c in out['candidates']:
+            c['hot_ratio'] = self.ratios.get(c['num_hot'])
+        chosen = out['chosen_num_hot']
+        out.update(mode='measure', state=self.state,
+                   chosen_hot_ratio=None if chosen is None else
+                   self.ratios.get(chosen))
+        return out

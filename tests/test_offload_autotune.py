@@ -1,0 +1,413 @@
+"""The decision by measurement of :class:`pyg_orch.offload.BottomLayerOffload`
+(:mod:`pyg_orch.offload.autotune`, with fake clocks) and the bound on the
+sample age (:obj:`max_sample_age`)."""
+import logging
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GraphSAGE
+
+from pyg_orch.offload import BottomLayerOffload
+from pyg_orch.offload.autotune import (
+    StepTimeChooser,
+    candidate_ratios,
+    decide,
+)
+from pyg_orch.offload.options import OffloadOptions
+
+from conftest import SlowCPU, tiny_graph, tiny_loader, wait_no_threads
+
+# No offload thread outlives a test; one intra-op thread (conftest):
+pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
+
+
+class StepClock:
+    r"""A fake clock: every call moves on by :obj:`cost()` seconds, the
+    time of the step that just ended."""
+    def __init__(self, cost):
+        self.cost, self.t = cost, 0.0
+
+    def __call__(self) -> float:
+        self.t += self.cost()
+        return self.t
+
+
+def run_chooser(chooser, costs, max_ticks=1000):
+    r"""Ticks :obj:`chooser` until it chooses, every step taking
+    :obj:`costs(candidate, i)` seconds (the :obj:`i`-th step of it); returns
+    the switches it asked for."""
+    state = {'n': chooser.current, 'i': 0}
+
+    def cost():
+        c = costs(state['n'], state['i'])
+        state['i'] += 1
+        return c
+
+    chooser.clock = StepClock(cost)
+    switches = []
+    for _ in range(max_ticks):
+        size = chooser.tick()
+        if size is not None:
+            switches.append(size)
+            state['n'], state['i'] = size, 0
+        if chooser.done:
+            return switches
+    raise AssertionError('no choice made')
+
+
+def table(times):
+    return lambda n, i: times[n]
+
+
+# The logic ###################################################################
+
+
+def test_faster_offload_is_chosen():
+    chooser = StepTimeChooser([0, 10, 30], warmup=2, steps=5)
+    switches = run_chooser(chooser, table({0: 1.0, 10: 0.9, 30: 0.8}))
+    assert switches == [10, 30, 30]
+    assert chooser.choice == 30 and chooser.current == 30
+    summary = chooser.summary()
+    assert [c['num_hot'] for c in summary['candidates']] == [0, 10, 30]
+    assert [c['median_step_s'] for c in summary['candidates']] == \
+        pytest.approx([1.0, 0.9, 0.8])
+    assert all(c['measured_steps'] == 5 for c in summary['candidates'])
+    assert summary['speedup'] == pytest.approx(1.25)
+    assert '30 hot vertices' in summary['reason']
+
+
+@pytest.mark.parametrize('times', [
+    {0: 1.0, 10: 1.1, 30: 1.5},  # Slower.
+    {0: 1.0, 10: 0.99, 30: 0.985},  # Faster, within the 2% margin.
+    {0: 1.0, 10: 1.0, 30: 1.0},  # A tie with plain training.
+])
+def test_slower_or_within_margin_is_off(times):
+    chooser = StepTimeChooser([0, 10, 30], warmup=1, steps=4)
+    switches = run_chooser(chooser, table(times))
+    assert switches[-1] == 0 and chooser.choice == 0
+    assert 'offload off' in chooser.reason
+
+
+def test_ties_go_to_the_smaller_hot_set():
+    size, reason = decide({0: [1.0] * 3, 10: [0.5] * 3, 30: [0.5] * 3}, 0.02)
+    assert size == 10 and '10 hot vertices' in reason
+    # The margin is relative: 2.5% faster is enough, 1.5% is not.
+    assert decide({0: [1.0], 10: [0.975]}, 0.02)[0] == 10
+    assert decide({0: [1.0], 10: [0.985]}, 0.02)[0] == 0
+    assert decide({0: [1.0], 10: []}, 0.02)[0] == 0
+
+
+def test_noisy_timings_use_the_median():
+    # Offload is faster on most steps, with a few very slow ones (a table
+    # wait, the garbage collector): the median sees through them, a mean
+    # would not.
+    def costs(n, i):
+        if n == 0:
+            return 1.0 + 0.01 * (i % 3)
+        return 10.0 if i % 4 == 0 else 0.9 + 0.01 * (i % 2)
+
+    chooser = StepTimeChooser([0, 30], warmup=0, steps=9)
+    run_chooser(chooser, costs)
+    assert chooser.choice == 30
+    assert chooser.summary()['candidates'][1]['median_step_s'] == \
+        pytest.approx(0.91)
+
+
+def test_warmup_pause_and_uncounted_steps_are_not_timed():
+    def costs(n, i):
+        return 100.0 if n > 0 and i < 2 else (1.0 if n == 0 else 0.5)
+
+    chooser = StepTimeChooser([0, 30], warmup=2, steps=3)
+    run_chooser(chooser, costs)
+    assert chooser.times[30] == [0.5] * 3  # The warm-up steps dropped.
+
+    clock = StepClock(lambda: 1.0)
+    chooser = StepTimeChooser([0, 30], warmup=0, steps=10, clock=clock)
+    chooser.tick()
+    clock.cost = lambda: 50.0  # Evaluation, say.
+    chooser.pause()
+    chooser.tick()
+    assert chooser.tick(count=False) is None
+    chooser.tick()
+    assert chooser.times[0] == [50.0]
+
+
+def test_chooser_syncs_before_reading_the_clock():
+    calls = []
+    chooser = StepTimeChooser([0, 1], clock=lambda: calls.append('clock'),
+                              sync=lambda: calls.append('sync'))
+    chooser.tick()
+    assert calls == ['sync', 'clock']
+
+
+def test_candidate_ratios():
+    assert candidate_ratios(0.05) == pytest.approx((0.0, 0.05, 0.15))
+    assert candidate_ratios(0.3) == pytest.approx((0.0, 0.3, 0.5))
+    assert candidate_ratios(0.05, (0.2, 0.1, 0.0)) == (0.0, 0.1, 0.2)
+
+
+# Options #####################################################################
+
+
+def test_options_resolve_autotune_and_sample_age():
+    opts = OffloadOptions()
+    assert opts.measure and opts.hot_ratio == 0.05
+    assert opts.max_sample_age == 8
+    fixed = OffloadOptions(hot_ratio=0.3)
+    assert not fixed.measure and fixed.hot_ratio == 0.3
+    assert OffloadOptions(hot_ratio=0.3, autotune=True).measure
+    assert not OffloadOptions(autotune=False).measure
+    assert not OffloadOptions(hot_ratio='auto').measure
+    assert OffloadOptions(autotune=[0.1, 0.2]).autotune == (0.1, 0.2)
+    assert OffloadOptions(max_staleness=32).max_sample_age == 32
+    assert OffloadOptions(max_sample_age=0).max_sample_age == 0
+
+
+@pytest.mark.parametrize('kwargs,name', [
+    (dict(autotune='yes'), 'autotune'),
+    (dict(autotune=[]), 'autotune'),
+    (dict(autotune=[0.1, 1.5]), 'autotune'),
+    (dict(autotune=0.1), 'autotune'),
+    (dict(autotune=True, hot_ratio='auto'), 'autotune'),
+    (dict(max_sample_age=-1), 'max_sample_age'),
+    (dict(max_sample_age=2.5), 'max_sample_age'),
+    (dict(autotune_clock=3.0), 'autotune_clock'),
+])
+def test_bad_options(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        OffloadOptions(**kwargs)
+    loader = tiny_loader(tiny_graph())
+    with pytest.raises(ValueError, match=name):
+        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, **kwargs)
+
+
+def test_autotune_not_supported_with_worker_processes():
+    loader = tiny_loader(tiny_graph(), num_workers=1)
+    with pytest.raises(NotImplementedError, match='autotune'):
+        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, autotune=True)
+    # By default, a fixed hot set there, and the reason why:
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader)
+    decision = off.stats()['decision']
+    assert decision['mode'] == 'fixed' and 'worker' in decision['reason']
+    off.close()
+
+
+# End to end ##################################################################
+
+
+def pruned(loader) -> int:
+    hot = loader.node_sampler.hot_nodes
+    return 0 if hot is None else int(hot[None].sum())
+
+
+def train(off, loader, num_steps, check=None):
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    off.train()
+    steps = 0
+    while steps < num_steps:
+        for batch in loader:
+            optimizer.zero_grad()
+            out = off(batch.x, batch.edge_index)
+            if check is not None:
+                check(batch, out)
+            F.cross_entropy(out[:batch.batch_size],
+                            batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            steps += 1
+            if steps == num_steps:
+                break
+
+
+@pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
+def test_end_to_end_offload_wins(refresh, caplog):
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    # Steps are faster the more vertices the sampler prunes:
+    clock = StepClock(lambda: 1.0 - 0.005 * pruned(loader))
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 16, 2, 3)
+    off = BottomLayerOffload(model, loader, refresh=refresh,
+                             autotune_clock=clock)
+    decision = off.stats()['decision']
+    assert decision['mode'] == 'measure' and decision['state'] == 'trial'
+    assert [c['hot_ratio'] for c in decision['candidates']] == \
+        pytest.approx([0.0, 0.05, 0.15])
+    sizes = [c['num_hot'] for c in decision['candidates']]
+    assert sizes == [0, 10, 30]
+    assert off.stats()['num_hot'] == 0  # Plain training first.
+
+    def plain_first(batch, out):
+        # While plain training is timed, the output is the model's own.
+        if off.stats()['decision']['state'] == 'trial' and \
+                off.runtime.hot.size == 0:
+            with torch.no_grad():
+                assert torch.equal(out, model(batch.x, batch.edge_index))
+
+    with caplog.at_level(logging.INFO, logger='pyg_orch.offload'):
+        train(off, loader, 60, plain_first)
+    stats = off.stats()
+    decision = stats['decision']
+    assert decision['state'] == 'decided'
+    assert decision['chosen_num_hot'] == 30
+    assert decision['chosen_hot_ratio'] == pytest.approx(0.15)
+    assert decision['speedup'] > 1.02
+    assert all(c['measured_steps'] == 10 for c in decision['candidates'])
+    # It really ends in that configuration:
+    assert stats['num_hot'] == 30 and pruned(loader) == 30
+    before = stats['hot_rows_replaced']
+    train(off, loader, 5)
+    assert off.stats()['hot_rows_replaced'] > before
+    records = [r for r in caplog.records if r.name == 'pyg_orch.offload']
+    assert len(records) == 1
+    assert '30 hot vertices' in records[0].getMessage()
+    off.close()
+
+
+def test_end_to_end_offload_off():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    # Offload slows steps down:
+    clock = StepClock(lambda: 1.0 + 0.01 * pruned(loader))
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 16, 2, 3)
+    off = BottomLayerOffload(model, loader, autotune_clock=clock)
+    train(off, loader, 60)
+    stats = off.stats()
+    decision = stats['decision']
+    assert decision['state'] == 'decided' and decision['chosen_num_hot'] == 0
+    assert 'offload off' in decision['reason']
+    assert stats['num_hot'] == 0 and pruned(loader) == 0
+    assert not off.runtime.active and off.runtime.handles == []
+    assert wait_no_threads() == []
+    # Plain training from now on: no CPU work, outputs of the model.
+    submitted = stats['tables_submitted']
+
+    def exact(batch, out):
+        with torch.no_grad():
+            assert torch.equal(out, model(batch.x, batch.edge_index))
+
+    train(off, loader, 10, exact)
+    off.eval()
+    train(off, loader, 5)
+    stats = off.stats()
+    assert stats['tables_submitted'] == submitted
+    assert stats['num_hot'] == 0 and stats['threads_alive'] == 0
+    off.close()
+
+
+def test_explicit_hot_ratio_is_not_measured():
+    loader = tiny_loader(tiny_graph())
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1)
+    assert off.runtime.tuner is None
+    decision = off.stats()['decision']
+    assert decision == {'mode': 'fixed', 'chosen_num_hot': 20,
+                        'reason': 'hot-set size given (autotune off)'}
+    off.close()
+
+
+def test_evaluation_during_the_trial():
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    clock = StepClock(lambda: 1.0 - 0.005 * pruned(loader))
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader,
+                             autotune_clock=clock)
+    train(off, loader, 20)
+    off.eval()
+    clock.cost = lambda: 1000.0  # Evaluation takes long: not timed.
+    with torch.no_grad():
+        off(data.x, data.edge_index)
+    clock.cost = lambda: 1.0 - 0.005 * pruned(loader)
+    train(off, loader, 40)
+    decision = off.stats()['decision']
+    assert decision['chosen_num_hot'] == 30
+    assert max(c['median_step_s'] for c in decision['candidates']) <= 1.0
+    off.close()
+
+
+# The sample-age bound ########################################################
+
+
+def with_self_loops(data):
+    n = data.num_nodes
+    loops = torch.arange(n).repeat(2, 1)
+    data.edge_index = torch.cat([data.edge_index, loops], dim=1)
+    return data
+
+
+@pytest.mark.parametrize('refresh,max_staleness,max_sample_age', [
+    ('super_batch', 1, 3),
+    ('super_batch', 1, 0),
+    ('batch', 8, 2),
+])
+def test_sample_age_bound_holds(refresh, max_staleness, max_sample_age):
+    # Every vertex's features hold the step number at which they were read,
+    # so that the mean aggregation the CPU computes for a hot vertex tells
+    # when its sample was drawn. Every step checks the age of every hot row
+    # used, also once the CPU side is slow.
+    data = with_self_loops(tiny_graph())
+    data.x.zero_()
+    loader = tiny_loader(data, batch_size=4)
+    slow = SlowCPU()
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 8, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1,
+                             split='aggregate', refresh=refresh,
+                             max_staleness=max_staleness,
+                             max_sample_age=max_sample_age, work_hook=slow)
+    ages = []
+
+    def check(module, inputs, out):
+        ctx = off.runtime.ctx
+        if ctx is None or ctx.info is None:
+            return None
+        info = ctx.info
+        hot = (info.slot >= 0).nonzero().view(-1)
+        if hot.numel() > 0:
+            drawn = out[info.lo + hot].min(dim=-1).values
+            ages.extend((ctx.version - drawn).tolist())
+        return None
+
+    model.convs[0].register_aggregate_forward_hook(check)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    start = time.monotonic()
+    steps = 0
+    while steps < 150:
+        for batch in loader:
+            if steps == 75:
+                slow.seconds = 0.01
+            optimizer.zero_grad()
+            out = off(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            data.x.fill_(float(off.steps))  # The version from now on.
+            steps += 1
+            if steps == 150:
+                break
+    assert time.monotonic() - start < 60  # No hang.
+    bound = min(max_staleness, max_sample_age) if refresh == 'batch' else \
+        max_sample_age
+    assert len(ages) > 100
+    assert max(ages) <= bound + 1e-6
+    stats = off.stats()
+    assert stats['max_sample_age'] == max_sample_age
+    assert stats['sample_age_max'] <= bound
+    assert 0 <= stats['sample_age_mean'] <= stats['sample_age_max']
+    assert stats['max_staleness_seen'] == 0  # Weights are current.
+    off.close()
+
+
+def test_sample_age_bounds_the_output_split():
+    # With split='output', a row's sample age is its weights' staleness:
+    # the stricter of both bounds holds, with super-batches to match.
+    loader = tiny_loader(tiny_graph(), batch_size=4)
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
+                             split='output', max_staleness=6,
+                             max_sample_age=2, work_hook=SlowCPU(0.002))
+    assert off.super_batch_size == 1
+    train(off, loader, 60)
+    stats = off.stats()
+    assert stats['max_staleness_seen'] <= 2
+    assert stats['sample_age_max'] <= 2
+    off.close()
