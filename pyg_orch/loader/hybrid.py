@@ -211,8 +211,8 @@ class HybridLoaderMixin:
         loader uses no feature store (features already on the device, or a
         CPU device) or one whose rows are fixed (a
         :class:`~pyg_orch.multigpu.ShardedFeatureStore`)."""
-        if self.feature_store is None or not \
-                self.feature_store.can_set_cached_nodes:
+        if self.feature_store is None or not getattr(
+                self.feature_store, 'can_set_cached_nodes', True):
             return False
         self.feature_store.set_cached_nodes(nodes)
         return True
