@@ -122,6 +122,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "layer's weight-free aggregation or its output")
     p.add_argument('--modes', default='plain,super_batch,batch',
                    help="comma-separated: 'plain' (no offload), "
+                   "'default' (BottomLayerOffload with its defaults: the "
+                   "hot-set size decided by measurement), "
                    "'super_batch' and 'batch' (offload with "
                    "refresh='super_batch' / 'batch'), optionally with "
                    "overrides, e.g. 'super_batch:s=16:h=0.1:t=2:i=4' "
@@ -182,9 +184,11 @@ def mode_options(args, mode: str) -> Dict[str, Any]:
     r"""The refresh mode (:obj:`None` for plain) and the offload options of
     a mode spec such as :obj:`'super_batch:s=16:h=0.1'`."""
     name, *parts = mode.split(':')
-    if name not in ('plain', 'super_batch', 'batch') or (name == 'plain'
-                                                          and parts):
+    if name not in ('plain', 'super_batch', 'batch', 'default') or (
+            name in ('plain', 'default') and parts):
         raise ValueError(f"unknown mode {mode!r}")
+    if name == 'default':  # BottomLayerOffload(model, loader), as it is.
+        return dict(refresh='default')
     opts = dict(refresh=None if name == 'plain' else name,
                 max_staleness=args.max_staleness, hot_ratio=args.hot_ratio,
                 num_threads=args.num_threads, split=args.split)
@@ -339,11 +343,14 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     offload = opts['refresh'] is not None
     if offload:
         t0 = time.perf_counter()
-        model = BottomLayerOffload(
-            model, loader, gpu_cache_ratio=args.gpu_cache_ratio,
-            full_neighbors=args.full_neighbors,
-            num_presample_batches=args.presample_batches, seed=args.seed,
-            **opts)
+        if opts['refresh'] == 'default':
+            model = BottomLayerOffload(model, loader, seed=args.seed)
+        else:
+            model = BottomLayerOffload(
+                model, loader, gpu_cache_ratio=args.gpu_cache_ratio,
+                full_neighbors=args.full_neighbors,
+                num_presample_batches=args.presample_batches,
+                seed=args.seed, **opts)
         setup_s = time.perf_counter() - t0
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     model.train()
