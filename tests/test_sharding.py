@@ -18,11 +18,11 @@ from pyg_orch.core.csc import CSCTopology
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.multigpu import (
     PeerGroup,
-    ShardedFeatureStore,
     TopologySharding,
     shard_bounds,
     shard_topology,
 )
+from pyg_orch.multigpu.sharded_features import ShardedFeatureStore
 
 INTERPRET = os.environ.get('TRITON_INTERPRET') == '1' and triton_available()
 

@@ -32,9 +32,9 @@ def build_feature_store(
     sampler with the :class:`~pyg_orch.sampling.HotNodeSampler` contract),
     with rows ranked by :obj:`policy` (for :obj:`'frequency'`, by
     pre-sampling batches of :obj:`batch_size` nodes of :obj:`seeds`, at
-    :obj:`seed_time`); a :class:`~pyg_orch.multigpu.ShardedFeatureStore`
-    over the machine's GPUs if the topology is sharded; else
-    :obj:`None`."""
+    :obj:`seed_time`); a
+    :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore` over
+    the machine's GPUs if the topology is sharded; else :obj:`None`."""
     if isinstance(feature_store, TieredFeatureStore):
         return feature_store
     if feature_store is None:
@@ -62,7 +62,8 @@ def build_feature_store(
     if sampler.topology.is_sharded:
         # The machine's GPUs share one cache; host rows live once per
         # machine (a collective: every rank builds its loader in turn).
-        from pyg_orch.multigpu import PeerGroup, ShardedFeatureStore
+        from pyg_orch.multigpu import PeerGroup
+        from pyg_orch.multigpu.sharded_features import ShardedFeatureStore
         return ShardedFeatureStore(x, PeerGroup(device=device),
                                    hotness=hotness, gpu_memory_budget=budget,
                                    cache_ratio=ratio)

@@ -210,7 +210,7 @@ class HybridLoaderMixin:
         :class:`pyg_orch.BottomLayerOffload`. Returns :obj:`False` when the
         loader uses no feature store (features already on the device, or a
         CPU device) or one whose rows are fixed (a
-        :class:`~pyg_orch.multigpu.ShardedFeatureStore`)."""
+        :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore`)."""
         if self.feature_store is None or not getattr(
                 self.feature_store, 'can_set_cached_nodes', True):
             return False

@@ -1,8 +1,11 @@
 """Training on the GPUs of one machine (HyDRA's half of the mission):
 topology and hot feature rows sharded across the GPUs and read over peer
-access, with DistributedDataParallel and unchanged PyG models."""
+access, with DistributedDataParallel and unchanged PyG models.
+
+:class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore` lives in
+its own module, not imported here: the sampler imports this package, and
+must not import the GPU feature store."""
 from pyg_orch.multigpu.peer_memory import PeerBuffers, PeerGroup
-from pyg_orch.multigpu.sharded_features import ShardedFeatureStore
 from pyg_orch.multigpu.sharded_topology import (
     ShardedCSC,
     TopologySharding,
@@ -15,7 +18,6 @@ __all__ = [
     'PeerBuffers',
     'PeerGroup',
     'ShardedCSC',
-    'ShardedFeatureStore',
     'TopologySharding',
     'shard_bounds',
     'shard_graph_topology',
