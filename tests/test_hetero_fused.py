@@ -246,3 +246,35 @@ def test_cuda_graph_replay_matches_eager(replace):
             outs.append(sampler(topo, num_neighbors, seeds, replace, gen,
                                 DenseBufferPool(), torch.device('cuda')))
         assert_equal(*outs)
+
+
+@needs_kernels
+def test_uniform_subsets_with_fanouts_below_the_hops_largest():
+    # Every 'u' node has 6 in-neighbors of each edge type; fan-outs 3 and 1
+    # in one launch (the kernel loops to the hop's largest fan-out).
+    from itertools import combinations
+    n = 500
+    data = HeteroData()
+    data['u'].num_nodes, data['v'].num_nodes, data['w'].num_nodes = n, 6, 6
+    src, dst = torch.arange(6).repeat(n), torch.arange(n).repeat_interleave(6)
+    data['v', 'a', 'u'].edge_index = torch.stack([src, dst])
+    data['w', 'b', 'u'].edge_index = torch.stack([src, dst])
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    num_neighbors = {('v', 'a', 'u'): [3], ('w', 'b', 'u'): [1]}
+    subsets, singles, reps = {}, torch.zeros(6), 6
+    for rep in range(reps):
+        out = run_fused(topo, num_neighbors, {'u': torch.arange(n)},
+                        seed=rep)
+        e = out.edge[('v', 'a', 'u')].cpu().view(n, 3) % 6
+        for row in e.sort(dim=1)[0].tolist():
+            subsets[tuple(row)] = subsets.get(tuple(row), 0) + 1
+        e = out.edge[('w', 'b', 'u')].cpu() % 6
+        singles += torch.bincount(e, minlength=6)
+    all_subsets = list(combinations(range(6), 3))
+    assert set(subsets) == set(all_subsets)
+    expected = reps * n / len(all_subsets)
+    chi2 = sum((subsets[s] - expected)**2 / expected for s in all_subsets)
+    assert chi2 < 43.82  # 0.999 quantile of chi2(19).
+    expected = reps * n / 6
+    chi2 = float(((singles - expected)**2 / expected).sum())
+    assert chi2 < 20.52  # 0.999 quantile of chi2(5).
