@@ -10,30 +10,38 @@ from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.core.output import MultiHopOutput
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.gpu.fused_sampler import FusedSampler, PendingFused, supports
+from pyg_orch.gpu.hetero_fused import HeteroFusedSampler, hetero_supports
 
 
 class TritonBackend:
-    r"""Samples homogeneous graphs with the fused kernels, replayed as CUDA
-    graphs; :meth:`launch` queues a batch on the current stream and returns
-    at once."""
+    r"""Samples homogeneous and heterogeneous graphs with the fused kernels,
+    replayed as CUDA graphs; :meth:`launch` queues a batch on the current
+    stream and returns at once."""
     name = 'triton'
     asynchronous = True
 
     def __init__(self, config: BackendConfig):
         self.config = config
         self.buffers = DenseBufferPool()
-        self.fused = FusedSampler()
+        self.hetero = config.topology.is_hetero
+        self.fused = HeteroFusedSampler() if self.hetero else FusedSampler()
 
     @staticmethod
     def supports(config: BackendConfig) -> bool:
-        return (config.device.type == 'cuda' and triton_available()
-                and config.relabel != 'sort'
-                and supports(config.topology, config.num_neighbors,
-                             config.disjoint, config.induced))
+        if config.device.type != 'cuda' or not triton_available() or \
+                config.relabel == 'sort':
+            return False
+        check = hetero_supports if config.topology.is_hetero else supports
+        return check(config.topology, config.num_neighbors, config.disjoint,
+                     config.induced)
 
     def _args(self, request: SampleRequest) -> Tuple:
         config, topology = self.config, self.config.topology
         hot: Optional[dict] = request.hot_nodes
+        if self.hetero:
+            return (topology, config.num_neighbors, request.seeds,
+                    config.replace, request.generator, self.buffers,
+                    config.device, hot)
         return (topology.csc[None], topology.num_nodes[None],
                 config.num_neighbors[None], request.seeds[None],
                 config.replace, request.generator, self.buffers,

@@ -127,5 +127,6 @@ register_backend(REFERENCE_BACKEND, TorchBackend.supports, TorchBackend)
 _lazy['triton'] = _Lazy(
     target='pyg_orch.gpu.triton_backend:TritonBackend',
     precondition=_cuda_with_triton,
-    requirement='a CUDA device, Triton, and a homogeneous graph with '
-    'uniform, non-disjoint, non-induced sampling and fan-outs in [0, 64]')
+    requirement='a CUDA device, Triton, and uniform, non-disjoint, '
+    'non-induced sampling with fan-outs in [0, 64] (of a homogeneous graph, '
+    'or of a heterogeneous one whose topology is not sharded)')

@@ -98,7 +98,8 @@ class HybridNeighborSampler(BaseSampler):
         backend (str): :obj:`'triton'` for the fused GPU kernels,
             :obj:`'torch'` for the vectorized PyTorch path, :obj:`'auto'`
             for Triton where it is installed and handles the configuration
-            (CUDA, homogeneous, uniform, fan-outs in :obj:`[0, 64]`), or the
+            (CUDA, uniform, fan-outs in :obj:`[0, 64]`; heterogeneous graphs
+            with all edge types of a hop in one launch), or the
             name of a backend registered with
             :func:`~pyg_orch.sampling.backends.register_backend`.
             (default: :obj:`'auto'`)
