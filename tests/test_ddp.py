@@ -400,3 +400,18 @@ def test_example_runs_under_torchrun():
                           text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'all ranks' in proc.stdout
+
+
+def _store_host_leaves_first(rank, world_size):
+    # Rank 0 (which serves the store) finishes and exits while rank 1 is
+    # still inside its guard: not a failure.
+    with rank_guard(timeout=5):
+        dist.all_reduce(torch.ones(1))
+        if rank == 1:
+            time.sleep(1.5)
+    return 'ok'
+
+
+def test_store_host_exit_is_not_a_failure():
+    assert run_workers(_store_host_leaves_first, 2, timeout=60) == ['ok',
+                                                                    'ok']

@@ -212,7 +212,8 @@ def _resolve_seeds(input_nodes: Any) -> Tuple[Optional[str], Tensor]:
 
 def _describe(value: Any) -> str:
     if isinstance(value, Tensor):
-        return f'a tensor of shape {tuple(value.shape)} and dtype {value.dtype}'
+        return (f'a tensor of shape {tuple(value.shape)} and dtype '
+                f'{value.dtype}')
     return type(value).__name__
 
 

@@ -12,24 +12,32 @@ other ranks hanging in a collective (e.g. DDP's gradient all-reduce).
             optimizer.step()
 
 When the block raises in one rank, the guard writes the error to the
-process group's store (the ``TCPStore`` of ``torchrun``'s rendezvous) and
-aborts that rank's process group, which closes its connections: peers
-waiting for it in a gloo collective fail at once. In every other rank a
-watchdog thread polls the store; once it sees the failure it aborts its own
-process group too (unblocking NCCL collectives and peers waiting for this
-rank), and interrupts the guarded thread at its next Python instruction.
-Every other rank then raises :class:`RankFailedError` naming the failed rank
-and its error. Measured with gloo on CPU: within about half a second.
+process group's store (the ``TCPStore`` of the rendezvous), aborts that
+rank's process group and raises the error again; the process then normally
+exits, which closes its connections, and peers waiting for it in a gloo
+collective fail at once. In every other rank a watchdog thread polls the
+store; once it sees the failure it aborts its own process group too
+(which unblocks NCCL collectives) and interrupts the guarded thread at its
+next Python instruction. Every other rank then raises
+:class:`RankFailedError` naming the failed rank and its error. Measured with
+gloo on CPU (``tests/test_ddp.py``), 2 processes: a rank waiting in DDP's
+gradient all-reduce raises about 0.5 s after the other rank's error, a rank
+computing without collectives within 0.1 s.
 
-If the guarded thread is still blocked :obj:`timeout` seconds after the
-failure was seen (a gloo collective waiting for a rank that neither finished
-nor closed its connections only ends at the process group's timeout), the
-watchdog prints the error and ends the process with exit code
-:obj:`exit_code` (:obj:`hard_exit=True`, the default), which ``torchrun``
-and :func:`torch.multiprocessing.spawn` report as a failure of that rank.
-A process with the store's server (rank 0 under ``torchrun``) that failed
-waits up to :obj:`timeout` seconds for the other ranks to read its error
-before raising.
+Aborting a gloo process group does not wake a thread already waiting in one
+of its collectives, and DDP holds on to the group, so its connections stay
+open as long as a failed process lives on. If the guarded thread is still
+blocked :obj:`timeout` seconds after the failure was seen, the watchdog
+prints the error and ends the process with :obj:`exit_code`
+(:obj:`hard_exit=True`, the default), which ``torchrun`` and
+:func:`torch.multiprocessing.spawn` report as a failure of that rank.
+
+The store lives in one process (rank 0, or ``torchrun``'s agent). A failed
+rank that recorded the first failure waits up to :obj:`timeout` seconds
+until every other rank has seen it before raising, so the store outlives
+the news. Losing the store counts as a failure only when a collective
+fails afterwards, or when the rank is still inside the guard
+:obj:`timeout` seconds later (its host may just have finished first).
 """
 import ctypes
 import json
@@ -64,6 +72,10 @@ class RankFailedError(RuntimeError):
             msg += f'\n\nTraceback of rank {failed_rank}:\n' + \
                 remote_traceback.rstrip()
         super().__init__(msg)
+
+    def __reduce__(self):
+        return (type(self), (self.failed_rank, self.error,
+                             self.remote_traceback, self.rank))
 
 
 class _Interrupt(BaseException):
@@ -171,16 +183,25 @@ class RankGuard:
 
     def _watch(self) -> None:
         detected_at: Optional[float] = None
+        lost_at: Optional[float] = None
         while not self._stop.wait(self.poll_interval):
             if detected_at is None:
                 try:
                     failure = self._read_failure()
                 except Exception as exc:  # The store's server is gone.
+                    # Its host may have left its guard and exited normally:
+                    # a failure only if this rank is still inside after
+                    # `timeout` (a collective error here says so sooner).
+                    if lost_at is None:
+                        lost_at = time.monotonic()
+                    if time.monotonic() - lost_at <= self.timeout:
+                        continue
                     failure = {
                         'rank': None,
                         'error': f'lost the store of the process group '
-                        f'({type(exc).__name__}: {exc}); the rank that '
-                        f'holds it (rank 0 under torchrun) probably exited',
+                        f'{self.timeout} s ago ({type(exc).__name__}: '
+                        f'{exc}); the process that holds it (rank 0 unless '
+                        f'under torchrun) probably exited',
                         'traceback': '',
                     }
                 if failure is None or failure.get('rank') == self.rank:
@@ -234,10 +255,11 @@ class RankGuard:
         if self._thread is not None and \
                 self._thread is not threading.current_thread():
             self._thread.join()
-        if exc is None:
-            return False
-        if isinstance(exc, _Interrupt) or (isinstance(exc, RuntimeError)
-                                           and self._peer_failed()):
+        if isinstance(exc, _Interrupt) or (
+                (exc is None or isinstance(exc, RuntimeError))
+                and self._peer_failed(lost_store=exc is not None)):
+            # Another rank failed: the failure a collective error here was
+            # a consequence of, or one seen while finishing the block.
             failure = self.failure or {}
             if not self._acknowledged:
                 self._acknowledge()
@@ -251,7 +273,7 @@ class RankGuard:
             self._report(exc, tb)
         return False
 
-    def _peer_failed(self) -> bool:
+    def _peer_failed(self, lost_store: bool) -> bool:
         # A collective error: did another rank record a failure? It records
         # before it closes its connections, so the record is there already,
         # unless that rank died without reaching its guard.
@@ -260,7 +282,10 @@ class RankGuard:
         try:
             failure = self._read_failure()
         except Exception as exc:
-            failure = {'rank': None, 'error': f'lost the store ({exc})',
+            if not lost_store:
+                return False
+            failure = {'rank': None, 'error': f'lost the store of the '
+                       f'process group ({type(exc).__name__}: {exc})',
                        'traceback': ''}
         if failure is None or failure.get('rank') == self.rank:
             return False
