@@ -117,6 +117,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         if features is not None:
             print(f"  feature rows: {features['cache_rows']:.0f} from the "
                   f"GPU cache, {features['host_rows']:.0f} from the host")
+    # A last collective on C++ tensors: gloo's thread has freed the Python
+    # tensors of the earlier ones before the group is destroyed (else
+    # destroying it may deadlock on the interpreter lock).
+    dist.barrier()
     dist.destroy_process_group()
 
 

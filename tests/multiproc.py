@@ -35,6 +35,7 @@ import os
 import pickle
 import queue
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -124,18 +125,16 @@ def _worker(rank: int, world_size: int, fn: Callable, args: Sequence,
             payload = pickle.dumps(RuntimeError(f'{type(exc).__name__}: '
                                                 f'{exc}'))
         results.put((rank, False, payload, tb))
-    finally:
-        # Leave the process group without waiting for the others (a rank
-        # that failed must not block in a collective on exit).
-        try:
-            import torch.distributed as dist
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        except Exception:
-            pass
-    # Let the queue's feeder thread flush, then exit.
+    # Let the queue's feeder thread flush, then exit without tearing down
+    # (exiting closes the process group's connections): a failed rank must
+    # not block in a collective, and destroying a gloo group while its
+    # thread still frees a Python tensor deadlocks (it waits for the
+    # interpreter lock held by the thread that joins it).
     results.close()
     results.join_thread()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_workers(

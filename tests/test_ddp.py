@@ -4,6 +4,7 @@ ranks; multi-process parts run as 2 CPU processes with gloo
 (tests/multiproc.py)."""
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -390,16 +391,43 @@ def test_harness_reports_errors_and_timeouts():
 # The example #################################################################
 
 
+def _kill_tree(proc: subprocess.Popen) -> None:
+    # torchrun stops its workers on SIGTERM; those still alive after that
+    # (they run in sessions of their own) are killed by process id.
+    try:
+        with open(f'/proc/{proc.pid}/task/{proc.pid}/children') as f:
+            children = [int(pid) for pid in f.read().split()]
+    except OSError:
+        children = []
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def test_example_runs_under_torchrun():
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS='1')
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc-per-node',
            '2', '--standalone', str(REPO / 'examples' /
                                           'multi_gpu_ddp.py'),
            '--device', 'cpu', '--epochs', '1', '--max-steps', '3']
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert 'all ranks' in proc.stdout
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        stdout, stderr = proc.communicate(timeout=10)
+        pytest.fail('the example did not finish within 120 s:\n' +
+                    stdout[-3000:] + stderr[-3000:])
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert 'all ranks' in stdout
 
 
 def _store_host_leaves_first(rank, world_size):

@@ -176,13 +176,20 @@ def init_distributed(
                              f"rank={rank}, world_size={world_size}; set "
                              f"'rank' and 'world_size' or RANK and "
                              f"WORLD_SIZE)")
-        addr = master_addr or os.environ.get('MASTER_ADDR', '127.0.0.1')
-        port = master_port if master_port is not None else \
-            _env_int('MASTER_PORT', 29500)
+        if master_addr is None and master_port is None \
+                and 'MASTER_ADDR' in os.environ \
+                and 'MASTER_PORT' in os.environ:
+            # torchrun's rendezvous (its agent may serve the store).
+            init_method = 'env://'
+        else:
+            addr = master_addr or os.environ.get('MASTER_ADDR', '127.0.0.1')
+            port = master_port if master_port is not None else \
+                _env_int('MASTER_PORT', 29500)
+            init_method = f'tcp://{addr}:{port}'
         kwargs: Dict[str, Any] = {}
         if device.type == 'cuda' and backend == 'nccl':
             kwargs['device_id'] = device  # Eager NCCL init, bound to it.
-        dist.init_process_group(backend, init_method=f'tcp://{addr}:{port}',
+        dist.init_process_group(backend, init_method=init_method,
                                 rank=rank, world_size=world_size,
                                 timeout=timeout, **kwargs)
     return device
