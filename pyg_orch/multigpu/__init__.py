@@ -5,7 +5,22 @@ access, with DistributedDataParallel and unchanged PyG models.
 :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore` lives in
 its own module, not imported here: the sampler imports this package, and
 must not import the GPU feature store."""
-from pyg_orch.multigpu.peer_memory import PeerBuffers, PeerGroup
+from pyg_orch.multigpu.ddp import (
+    DistributedSeedSplit,
+    RankInfo,
+    all_ranks_stats,
+    equal_batch_count,
+    init_distributed,
+    rank_info,
+    rank_input_nodes,
+    split_positions,
+)
+from pyg_orch.multigpu.peer_memory import (
+    MULTICAST_OFF_ENV,
+    PeerBuffers,
+    PeerGroup,
+    disable_multicast_env,
+)
 from pyg_orch.multigpu.sharded_topology import (
     ShardedCSC,
     TopologySharding,
@@ -13,8 +28,22 @@ from pyg_orch.multigpu.sharded_topology import (
     shard_graph_topology,
     shard_topology,
 )
+from pyg_orch.multigpu.watchdog import RankFailedError, RankGuard, rank_guard
 
 __all__ = [
+    'DistributedSeedSplit',
+    'MULTICAST_OFF_ENV',
+    'RankFailedError',
+    'RankGuard',
+    'RankInfo',
+    'all_ranks_stats',
+    'disable_multicast_env',
+    'equal_batch_count',
+    'init_distributed',
+    'rank_guard',
+    'rank_info',
+    'rank_input_nodes',
+    'split_positions',
     'PeerBuffers',
     'PeerGroup',
     'ShardedCSC',

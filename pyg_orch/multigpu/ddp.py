@@ -42,13 +42,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import Sampler
 
-#: Environment variables set (unless set already) before any NCCL or
-#: symmetric-memory use: NVLink multicast (NVLS) stays off.
-MULTICAST_OFF_ENV = {
-    'NCCL_NVLS_ENABLE': '0',
-    'TORCH_SYMM_MEM_DISABLE_MULTICAST': '1',
-    'NVSHMEM_DISABLE_NVLS': '1',
-}
+from pyg_orch.multigpu.peer_memory import disable_multicast_env
+
 
 #: Default timeout of collectives in :func:`init_distributed`.
 DEFAULT_TIMEOUT = timedelta(minutes=10)
@@ -63,13 +58,6 @@ class RankInfo(NamedTuple):
     world_size: int
     local_rank: int
     local_world_size: int
-
-
-def disable_multicast_env() -> None:
-    r"""Sets :obj:`MULTICAST_OFF_ENV` in :obj:`os.environ` where not set
-    (NCCL and symmetric memory read them when they start)."""
-    for key, value in MULTICAST_OFF_ENV.items():
-        os.environ.setdefault(key, value)
 
 
 def _env_int(name: str, default: int) -> int:

@@ -18,17 +18,17 @@ from torch import Tensor
 #: Set in every process that uses peer memory: NVLink multicast stays off
 #: (plain peer access does not need it, and the machines we run on must not
 #: create multicast objects).
-NO_MULTICAST_ENV = {
+MULTICAST_OFF_ENV = {
     'NCCL_NVLS_ENABLE': '0',
     'TORCH_SYMM_MEM_DISABLE_MULTICAST': '1',
     'NVSHMEM_DISABLE_NVLS': '1',
 }
 
 
-def disable_multicast() -> None:
-    r"""Sets :obj:`NO_MULTICAST_ENV` where the environment does not say
-    otherwise."""
-    for key, value in NO_MULTICAST_ENV.items():
+def disable_multicast_env() -> None:
+    r"""Sets :obj:`MULTICAST_OFF_ENV` in :obj:`os.environ` where not set
+    (NCCL and symmetric memory read them when they start)."""
+    for key, value in MULTICAST_OFF_ENV.items():
         os.environ.setdefault(key, value)
 
 
@@ -81,7 +81,7 @@ class PeerGroup:
         self._name = None
         self._count = 0
         if self.device.type == 'cuda':
-            disable_multicast()
+            disable_multicast_env()
 
     @property
     def kind(self) -> str:
