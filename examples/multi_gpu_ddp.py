@@ -57,6 +57,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--max-steps', type=int, default=None,
                         help='stop every epoch after this many steps')
     parser.add_argument('--lr', type=float, default=0.01)
+    parser.add_argument('--topology-placement', default='auto',
+                        choices=['auto', 'device', 'host', 'sharded'],
+                        help="'sharded': neighbor lists split across the "
+                        "ranks (and, on CUDA with host features, one feature "
+                        "cache over all GPUs)")
     parser.add_argument('--timeout', type=float, default=60.0,
                         help='seconds until a rank failure ends all ranks')
     return parser.parse_args(argv)
@@ -77,7 +82,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     loader = HybridNeighborLoader(data, args.fanout,
                                   batch_size=args.batch_size,
                                   input_nodes=data.train_mask, sampler=split,
-                                  device=device, seed=rank)
+                                  device=device, seed=rank,
+                                  topology_placement=args.topology_placement)
 
     torch.manual_seed(0)  # DDP broadcasts rank 0's parameters anyway.
     model = GraphSAGE(args.features, args.hidden, len(args.fanout),
@@ -118,7 +124,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         features = summary['total']['features']
         if features is not None:
             print(f"  feature rows: {features['cache_rows']:.0f} from the "
-                  f"GPU cache, {features['host_rows']:.0f} from the host")
+                  f"own GPU's cache, {features['peer_rows']:.0f} from peers' "
+                  f"caches, {features['host_rows']:.0f} from the host")
+        reads = summary['total'].get('topology_reads')
+        if reads is not None:
+            print(f"  neighbors read: {reads['local']:.0f} from the own "
+                  f"shard, {reads['replicated']:.0f} from copies, "
+                  f"{reads['peer']:.0f} from peers' shards")
     dist.barrier()
     dist.destroy_process_group()
     if device.type == 'cpu':
