@@ -234,3 +234,22 @@ def test_sharded_placement_without_process_group_is_one_shard():
     for x, y in zip(a, b):
         assert torch.equal(x.n_id, y.n_id)
         assert torch.equal(x.edge_index, y.edge_index)
+
+
+def test_choose_replicated_ranks_reads_saved_per_byte():
+    from pyg_orch.multigpu.sharded_topology import choose_replicated
+
+    # Degrees 1, 4, 40, 2; a fan-out of 2 reads at most 2 per expansion.
+    colptr = torch.tensor([0, 1, 5, 45, 47])
+    weight = torch.tensor([1.0, 1.0, 30.0, 0.0])
+    # Per byte: v0 1, v1 0.5, v2 30 * 2 / 40 = 1.5, v3 never expanded.
+    got = choose_replicated(colptr, 41 * 4, 4, weight, max_fanout=2)
+    assert got.tolist() == [2, 0]
+    # In-degree first (HyDRA's rule), and the budget is a hard cap:
+    assert choose_replicated(colptr, 47 * 4, 4).tolist() == [2, 1, 3, 0]
+    assert choose_replicated(colptr, 3, 4).tolist() == []
+    # The rank's own shard is never copied:
+    assert 2 not in choose_replicated(colptr, 1000, 4, weight,
+                                      exclude=range(2, 4)).tolist()
+    with pytest.raises(ValueError, match="'replicate_by' must be"):
+        TopologySharding(replicate_by='random')

@@ -181,24 +181,32 @@ def shard_bounds(colptr: Tensor, num_shards: int) -> List[int]:
 
 def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
                       score: Optional[Tensor] = None,
-                      exclude: Optional[range] = None) -> Tensor:
-    r"""The destinations whose lists to copy to a GPU: highest
-    :obj:`score` first (default: in-degree), as many as fit into
-    :obj:`budget_bytes`; destinations in :obj:`exclude` (the rank's own
-    shard) are skipped."""
+                      exclude: Optional[range] = None,
+                      max_fanout: Optional[int] = None) -> Tensor:
+    r"""The destinations whose lists to copy to a GPU, as many as fit into
+    :obj:`budget_bytes`, greedily by reads saved per byte: a destination
+    expanded with weight :obj:`score[v]` (how often it is expected in a
+    frontier; the in-degree if not given, HyDRA's choice) reads
+    :obj:`min(deg, max_fanout)` entries of its :obj:`deg`-long list
+    (all of it without :obj:`max_fanout`). Destinations in :obj:`exclude`
+    (the rank's own shard) are skipped."""
     deg = (colptr[1:] - colptr[:-1]).cpu().to(torch.int64)
     if budget_bytes <= 0 or deg.numel() == 0:
         return torch.empty(0, dtype=torch.int64)
-    score = deg.to(torch.float64) if score is None else \
+    weight = deg.to(torch.float64) if score is None else \
         score.cpu().to(torch.float64)
-    if score.numel() != deg.numel():
+    if weight.numel() != deg.numel():
         raise ValueError(f"'replicate_score' must have one entry per node "
-                         f"({deg.numel()}), got {score.numel()}")
-    score = torch.where(deg > 0, score, float('-inf'))
+                         f"({deg.numel()}), got {weight.numel()}")
+    degf = deg.to(torch.float64)
+    reads = degf if max_fanout is None or max_fanout < 0 else \
+        degf.clamp(max=max_fanout)
+    value = torch.where(deg > 0, weight * reads / degf.clamp(min=1),
+                        float('-inf'))
     if exclude is not None and len(exclude) > 0:
-        score[exclude.start:exclude.stop] = float('-inf')
-    order = torch.argsort(score, descending=True, stable=True)
-    order = order[torch.isfinite(score[order]) & (score[order] > 0)]
+        value[exclude.start:exclude.stop] = float('-inf')
+    order = torch.argsort(value, descending=True, stable=True)
+    order = order[torch.isfinite(value[order]) & (value[order] > 0)]
     cost = torch.cumsum(deg[order] * bytes_per_edge, 0)
     return order[cost <= budget_bytes]
 
@@ -206,7 +214,8 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
 def shard_topology(csc: CSCTopology, peers: PeerGroup,
                    replicate_bytes: int = 0,
                    replicate_score: Optional[Tensor] = None,
-                   count_reads: bool = True) -> ShardedCSC:
+                   count_reads: bool = True,
+                   max_fanout: Optional[int] = None) -> ShardedCSC:
     r"""Splits :obj:`csc` (the whole topology, as every rank has it) across
     the ranks of :obj:`peers` (a collective call).
 
@@ -215,9 +224,11 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
         peers (PeerGroup): The machine's processes.
         replicate_bytes (int): Bytes per rank for copies of other ranks'
             lists. (default: :obj:`0`)
-        replicate_score (torch.Tensor, optional): Which lists to copy first
-            (e.g. pre-sampled expansion counts, identical on every rank);
-            in-degree by default.
+        replicate_score (torch.Tensor, optional): How often each
+            destination is expected to be expanded (e.g. pre-sampled counts,
+            identical on every rank); see :func:`choose_replicated`.
+        max_fanout (int, optional): The largest fan-out sampled (reads per
+            expansion).
         count_reads (bool): Count reads per tier (see :meth:`stats`).
     """
     if csc.time is not None or csc.weight is not None:
@@ -247,7 +258,8 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
         csc.edge_id.element_size() if csc.edge_id is not None else 0)
     chosen = choose_replicated(colptr, replicate_bytes, bytes_per_edge,
                                replicate_score,
-                               exclude=range(bounds[r], bounds[r + 1]))
+                               exclude=range(bounds[r], bounds[r + 1]),
+                               max_fanout=max_fanout)
     if chosen.numel() > 0:
         chosen = chosen.sort().values
         deg = (colptr[chosen + 1] - colptr[chosen]).to(torch.int64)
@@ -282,12 +294,20 @@ class TopologySharding:
 
     Args:
         replicate_bytes (int or float): Bytes per rank for copies of other
-            ranks' neighbor lists (highest degree first), or a fraction of
-            the whole topology's neighbor lists. (default: :obj:`0.1`)
+            ranks' neighbor lists, or a fraction of the whole topology's
+            neighbor lists. (default: :obj:`0.1`)
+        replicate_by (str): Which lists to copy: :obj:`'reads'` (most
+            neighbor reads saved per byte, a node's expected expansions
+            taken from its out-degree) or :obj:`'degree'` (highest
+            in-degree first). (default: :obj:`'reads'`)
     """
     replicate_bytes: Union[int, float] = 0.1
+    replicate_by: str = 'reads'
 
     def __post_init__(self):
+        if self.replicate_by not in ('reads', 'degree'):
+            raise ValueError(f"'replicate_by' must be 'reads' or 'degree' "
+                             f"(got {self.replicate_by!r})")
         value = self.replicate_bytes
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 value < 0 or (isinstance(value, float) and value > 1.0):
@@ -306,15 +326,30 @@ class TopologySharding:
 _SHARDED: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
 
 
+def _expansion_weight(topology: GraphTopology, et) -> Optional[Tensor]:
+    # How often each destination of `et` lands in a frontier: once per
+    # time it is sampled as a neighbor, about its out-degree (+1: seeds).
+    dst_t = None if et is None else et[-1]
+    n = topology.num_nodes[dst_t]
+    weight = torch.ones(n, dtype=torch.float64)
+    for other, csc in topology.csc.items():
+        src_t = None if other is None else other[0]
+        if src_t == dst_t:
+            weight += torch.bincount(csc.row.to(torch.int64),
+                                     minlength=n).cpu().to(torch.float64)
+    return weight
+
+
 def shard_graph_topology(topology: GraphTopology, device: torch.device,
-                         sharding: Optional[TopologySharding] = None
-                         ) -> GraphTopology:
+                         sharding: Optional[TopologySharding] = None,
+                         max_fanout: Optional[int] = None) -> GraphTopology:
     r"""Every edge type of :obj:`topology` sharded across
     this machine's processes (see :func:`shard_topology`; a collective
     call), with offsets and copies on :obj:`device`. The result is cached
     per topology, so loaders sharing a topology share its shards."""
     sharding = sharding or TopologySharding()
-    key = (str(device), sharding.replicate_bytes)
+    key = (str(device), sharding.replicate_bytes, sharding.replicate_by,
+           max_fanout)
     cached = _SHARDED.get(topology, {}).get(key)
     if cached is not None:
         return cached
@@ -324,7 +359,12 @@ def shard_graph_topology(topology: GraphTopology, device: torch.device,
             "weighted sampling yet; use 'device' or 'host'")
     peers = PeerGroup(device=device)
     csc = {
-        et: shard_topology(t, peers, sharding.budget(t))
+        et: shard_topology(
+            t, peers, sharding.budget(t),
+            _expansion_weight(topology, et)
+            if sharding.replicate_by == 'reads' else None,
+            max_fanout=max_fanout if sharding.replicate_by == 'reads'
+            else None)
         for et, t in topology.csc.items()
     }
     out = GraphTopology(csc, topology.num_nodes, None, topology.time_attr,

@@ -158,7 +158,10 @@ class HybridNeighborSampler(BaseSampler):
                 f"{topology.time_attr!r} and weight_attr="
                 f"{topology.weight_attr!r}, but the sampler asks for "
                 f"{time_attr!r} and {weight_attr!r}")
-        self.topology = self._place(topology, topology_placement)
+        fanouts = parse_num_neighbors(num_neighbors, topology.edge_types)
+        self.topology = self._place(
+            topology, topology_placement,
+            _largest_fanout(fanouts))
         if share_memory:
             self.topology.share_memory_()
         topology = self.topology
@@ -250,13 +253,15 @@ class HybridNeighborSampler(BaseSampler):
             out[t] = mask.to(self.device)
         self._hot_nodes = out
 
-    def _place(self, topology: GraphTopology, placement) -> GraphTopology:
+    def _place(self, topology: GraphTopology, placement,
+               max_fanout: Optional[int]) -> GraphTopology:
         if topology.is_sharded:
             return topology
         if not isinstance(placement, str):  # A `TopologySharding`.
             from pyg_orch.multigpu.sharded_topology import \
                 shard_graph_topology
-            return shard_graph_topology(topology, self.device, placement)
+            return shard_graph_topology(topology, self.device, placement,
+                                        max_fanout)
         if self.device.type != 'cuda':
             return topology.to(self.device)
         if placement == 'auto':
@@ -458,3 +463,10 @@ class HybridNeighborSampler(BaseSampler):
             num_sampled_edges=out.num_sampled_edges,
         )
 
+
+def _largest_fanout(num_neighbors: Dict) -> Optional[int]:
+    # The most neighbors one expansion reads (None: all of them).
+    fanouts = [k for v in num_neighbors.values() for k in v]
+    if any(k < 0 for k in fanouts):
+        return None
+    return max(fanouts, default=0)
