@@ -411,3 +411,105 @@ def test_sample_age_bounds_the_output_split():
     assert stats['max_staleness_seen'] <= 2
     assert stats['sample_age_max'] <= 2
     off.close()
+
+
+# A shrinking decision ########################################################
+
+
+def wait_for_queued_work(off):
+    r"""A forward pre-hook for the first layer: lets the CPU workers finish
+    every table or row set queued so far before the layer runs, so that the
+    newest table is always the one just queued (the race that makes it a
+    smaller one, right after a shrink settles, then always happens)."""
+    def hook(module, args):
+        for job in list(off.runtime.strategy._jobs):
+            try:
+                job.future.result(timeout=5.0)
+            except BaseException:
+                pass
+        return None
+    return hook
+
+
+@pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
+@pytest.mark.parametrize('split', ['aggregate', 'output'])
+@pytest.mark.parametrize('timing,prefetch', [
+    ('wait', 0), ('slow', 0), ('free', 0), ('wait', 1)])
+def test_grow_then_shrink_replaces_from_covering_tables(
+        refresh, split, timing, prefetch, monkeypatch):
+    # The trial grows the hot set (0, 10, then 30 vertices) and the decision
+    # shrinks it back to 10. Every replacement must come from a table that
+    # holds every row the batch's slot map marks as hot, and every vertex
+    # whose bottom hop the sampler pruned for the batch must be marked (its
+    # row replaced). With a prefetching loader, a batch's slot map is made
+    # from the whole set in use when it arrives: right after the shrink
+    # settles, it refers to more rows than the newest tables hold.
+    import pyg_orch.offload.runtime as runtime_module
+
+    data = tiny_graph()
+    loader = tiny_loader(data, prefetch=prefetch)
+    # Plain training 1.0 s a step, 10 hot vertices 0.9 s, 30 hot 0.95 s:
+    clock = StepClock(lambda: {0: 1.0, 10: 0.9}.get(pruned(loader), 0.95))
+    slow = SlowCPU(0.002 if timing == 'slow' else 0.0)
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 16, 2, 3)
+    off = BottomLayerOffload(model, loader, refresh=refresh, split=split,
+                             autotune_clock=clock, work_hook=slow)
+    runtime = off.runtime
+    # What the sampler pruned for every batch (without prefetching,
+    # sampling runs in the loop's thread: the mask when the batch arrives is
+    # the one it used).
+    masks = {}
+
+    def record(batch):
+        hot = loader.node_sampler.hot_nodes
+        if not prefetch:
+            masks[id(batch.x)] = None if hot is None else hot[None].clone()
+
+    remove = loader.register_batch_hook(record)
+    if timing == 'wait':
+        model.convs[0].register_forward_pre_hook(wait_for_queued_work(off))
+    checked = []
+    original = runtime_module.replace_from_table
+
+    def checking(out, info, table, finish):
+        hi = min(info.hi, out.size(0))
+        slot = info.slot[:hi - info.lo]
+        if slot.numel() > 0:
+            assert int(slot.max()) < table.size(0), (
+                f'slot map refers to row {int(slot.max())}, the table has '
+                f'{table.size(0)}')
+        ctx = runtime.ctx
+        mask = masks.get(id(ctx.x))
+        if mask is not None:
+            n_id = batch_n_id[id(ctx.x)]
+            ids = n_id[info.lo:hi]
+            assert bool((slot[mask[ids]] >= 0).all()), \
+                'a pruned vertex is not replaced'
+        checked.append(ctx.version)
+        return original(out, info, table, finish)
+
+    monkeypatch.setattr(runtime_module, 'replace_from_table', checking)
+    batch_n_id = {}
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    off.train()
+    steps = 0
+    while steps < 70:
+        for batch in loader:
+            batch_n_id[id(batch.x)] = batch.n_id
+            optimizer.zero_grad()
+            out = off(batch.x, batch.edge_index)
+            F.cross_entropy(out[:batch.batch_size],
+                            batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            steps += 1
+            if steps == 70:
+                break
+    decision = off.stats()['decision']
+    assert decision['state'] == 'decided'
+    assert decision['chosen_num_hot'] == 10
+    assert off.runtime.hot.sizes[-4:] == [0, 10, 30, 10]
+    assert off.stats()['num_hot'] == 10 and pruned(loader) == 10
+    assert len(checked) > 30
+    remove()
+    off.close()

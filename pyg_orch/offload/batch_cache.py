@@ -107,7 +107,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         chunks = split_chunks(stale.numel(), self.num_threads,
                               self.chunk_size)
         self._launch(self._snapshot_at(weights_version),
-                     self.hot.hot_nodes[stale], chunks, rows=stale)
+                     self.hot.candidates[stale], chunks, rows=stale)
 
     def _on_dropped(self, job: Job) -> None:
         rows = job.rows

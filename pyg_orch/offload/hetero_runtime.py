@@ -119,7 +119,8 @@ class HeteroOffloadRuntime(OffloadRuntime):
             lo, _, hi = self._bottom_rows(num)
             ids = n_id[lo:hi] + self.computer.offsets[t]
             slot = self.hot.positions(n_id.device).index_select(0, ids)
-            self._remember(x, BatchInfo(x, lo, hi, slot, pruned),
+            self._remember(x, BatchInfo(x, lo, hi, slot, pruned,
+                                        self.hot.size),
                            len(self.computer.node_types))
 
     def _match(self, x: Any) -> Optional[Dict[NodeType, BatchInfo]]:

@@ -101,13 +101,21 @@ class HotSetSizer:
         r"""The vertices of the tables queued from now on."""
         return self.candidates[:self.planned]
 
-    def positions(self, device: torch.device) -> Tensor:
+    def positions(self, device: torch.device,
+                  rows: Optional[int] = None) -> Tensor:
         r"""The row of every vertex in the embedding tables (:obj:`-1` if it
-        is not in use), on :obj:`device` (cached)."""
-        out = self._positions.get(device)
+        is not in use), on :obj:`device` (cached). With :obj:`rows`, only
+        the first :obj:`rows` vertices of the set in use count as hot (e.g.
+        :attr:`prune_size`: those the sampler prunes)."""
+        rows = self.size if rows is None else max(0, min(int(rows),
+                                                          self.size))
+        key = device if rows == self.size else (device, rows)
+        out = self._positions.get(key)
         if out is None:
-            out = self._positions[torch.device('cpu')].to(device)
-            self._positions[device] = out
+            cpu = self._positions[torch.device('cpu')]
+            if rows != self.size:
+                cpu = torch.where(cpu < rows, cpu, -1)
+            out = self._positions[key] = cpu.to(device)
         return out
 
     # The sampler #############################################################
@@ -151,10 +159,14 @@ class HotSetSizer:
     def resize(self, size: int, settle: bool = False) -> None:
         r"""Plans a hot set of the first :obj:`size` candidates. A larger
         set is used once a table holds it (see :meth:`use`; for per-batch
-        rows, at once). A smaller one is pruned from now on, but the rows of
-        the larger set stay replaced (batches sampled before were pruned
-        with it) until :meth:`settle` (at once with :obj:`settle=True`,
-        where no batch was sampled yet)."""
+        rows, at once). A smaller one is pruned from now on, but the set in
+        use (:attr:`size`) stays the larger one, whose rows the tables keep
+        holding (batches sampled before were pruned with it) until
+        :meth:`settle` (at once with :obj:`settle=True`, where no batch was
+        sampled yet). A batch whose slot map was made before the settle
+        still needs a table of the larger size (see
+        :meth:`EmbeddingPipeline.acquire
+        <pyg_orch.offload.super_batch.EmbeddingPipeline.acquire>`)."""
         size = max(0, min(int(size), self.candidates.numel()))
         if size < self.size:
             self._shrink_to = size

@@ -9,15 +9,19 @@ from torch import Tensor
 
 
 class BatchInfo:
-    __slots__ = ('x_ref', 'lo', 'hi', 'slot', 'rows', 'pos', 'pos_cpu',
-                 'num_nodes', 'pruned', 'extra_edges')
+    __slots__ = ('x_ref', 'lo', 'hi', 'slot', 'num_rows', 'rows', 'pos',
+                 'pos_cpu', 'num_nodes', 'pruned', 'extra_edges')
 
     def __init__(self, x: Tensor, lo: int, hi: int, slot: Tensor,
-                 pruned: bool):
+                 pruned: bool, num_rows: Optional[int] = None):
         self.x_ref = weakref.ref(x)
         # Rows `lo:hi` may hold hot vertices; `slot[i]` is the row of local
         # row `lo + i` in the embedding tables, `-1` if it is not hot:
         self.lo, self.hi, self.slot = lo, hi, slot
+        # The slot map refers to table rows below `num_rows` only (the size
+        # of the hot set it was made from; unknown if `None`): a table that
+        # replaces the batch's hot rows must hold that many rows.
+        self.num_rows = num_rows
         # The hot rows alone (local rows, table rows, the latter on the CPU),
         # made on demand: finding them synchronizes with the device.
         self.rows: Optional[Tensor] = None

@@ -85,6 +85,12 @@ class OffloadRuntime:
         # look-ahead, a step before it trains), where sampling runs in the
         # training loop's thread (`self.sampled`):
         self.lead = 1 if getattr(loader, 'lookahead', False) else 0
+        # Whether a batch is sampled in the loop's thread right before the
+        # loader's hooks see it (no look-ahead, prefetching or worker
+        # processes): then the hot set the sampler prunes when a hook runs
+        # is the one the batch was pruned with.
+        self.sampled_in_hook = self.lead == 0 and not getattr(
+            loader, 'prefetch', 0) and not getattr(loader, 'num_workers', 0)
         if strategy.per_batch and getattr(loader, 'prefetch', 0) == 0:
             try:
                 removers.append(loader.register_batch_hook(
@@ -286,6 +292,19 @@ class OffloadRuntime:
         lo = n_last if self.replace_rows == 'pruned' else 0
         return lo, n_last, n_bottom
 
+    def _slot_rows(self) -> int:
+        # The vertices of the hot set (its first ones) that a batch drawn
+        # now may have been pruned with: its slot map marks those hot, and
+        # its rows must be replaced from a table holding them all. Where the
+        # batch was sampled just now, exactly what the sampler prunes; else
+        # the whole set in use (it holds every vertex pruned for a batch
+        # still in flight, see `HotSetSizer.resize`).
+        if self.sampled_in_hook:
+            if self.sampler.hot_nodes is None:
+                return 0
+            return self.hot.prune_size
+        return self.hot.size
+
     def _on_sampled(self, out) -> None:
         # Finds the hot rows of a batch just sampled and queues their CPU
         # computation. Reading them back waits for the sampling stream,
@@ -298,12 +317,14 @@ class OffloadRuntime:
         if not isinstance(node, Tensor) or num is None:
             return
         lo, _, hi = self._bottom_rows(num)
-        slot = self.hot.positions(node.device).index_select(0, node[lo:hi])
+        num_rows = self._slot_rows()
+        slot = self.hot.positions(node.device, num_rows).index_select(
+            0, node[lo:hi])
         rows, pos = hot_rows(slot, lo)
         pos_cpu = pos.cpu()
         version = self.counter.next_forward_version()
         self.strategy.on_batch_sampled(pos_cpu, version + self.lead, version)
-        self.sampled.append((node, slot, rows, pos, pos_cpu))
+        self.sampled.append((node, slot, num_rows, rows, pos, pos_cpu))
 
     def _take_sampled(self, n_id: Tensor, info: BatchInfo) -> bool:
         match = next((i for i, entry in enumerate(self.sampled)
@@ -312,12 +333,13 @@ class OffloadRuntime:
             return False
         for _ in range(match):  # Sampled, never received.
             self.sampled.popleft()
-        _, slot, rows, pos, pos_cpu = self.sampled.popleft()
+        _, slot, num_rows, rows, pos, pos_cpu = self.sampled.popleft()
         if n_id.is_cuda:  # Made on the sampling stream.
             stream = torch.cuda.current_stream(n_id.device)
             for t in (slot, rows, pos):
                 t.record_stream(stream)
-        info.slot, info.rows, info.pos = slot, rows, pos
+        info.slot, info.num_rows, info.rows, info.pos = \
+            slot, num_rows, rows, pos
         info.pos_cpu = pos_cpu
         return True
 
@@ -338,10 +360,13 @@ class OffloadRuntime:
         # No synchronization with the device from here on, unless degrees
         # are compensated or rows are computed per batch (which need the hot
         # rows on the host):
-        slot = self.hot.positions(n_id.device).index_select(
+        # The slot map of the hot set the batch was pruned with (the table
+        # that replaces its rows must hold them all, see `_replace`):
+        num_rows = self._slot_rows()
+        slot = self.hot.positions(n_id.device, num_rows).index_select(
             0, n_id[lo:n_bottom])
         pruned = self.sampler.hot_nodes is not None
-        info = BatchInfo(x, lo, n_bottom, slot, pruned)
+        info = BatchInfo(x, lo, n_bottom, slot, pruned, num_rows)
         per_batch = self.strategy.per_batch
         requested = per_batch and self._take_sampled(n_id, info)
         if pruned and self.degrees is not None:

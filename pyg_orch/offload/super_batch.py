@@ -72,7 +72,9 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     def rows_for(self, info: Optional[BatchInfo], version: int,
                  timer: Any = None) -> Optional[Tensor]:
-        table = self.acquire(version, timer)
+        min_rows = 0 if info is None or info.num_rows is None else \
+            info.num_rows
+        table = self.acquire(version, timer, min_rows)
         return None if table is None else table.emb
 
     def replan(self) -> None:
@@ -122,18 +124,26 @@ class EmbeddingPipeline(EmbeddingStrategy):
                      self.chunks)
         self._last_submit = version
 
-    def acquire(self, version: int,
-                timer=None) -> Optional[EmbeddingTable]:
+    def acquire(self, version: int, timer=None,
+                min_rows: int = 0) -> Optional[EmbeddingTable]:
         r"""Returns a table usable at weight version :obj:`version` (at most
-        :attr:`age_bound` versions old), waiting for one if needed;
-        :obj:`None` (without waiting) while no vertex is hot yet (a hot set
-        growing from none). Raises
-        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker failed."""
+        :attr:`age_bound` versions old) that holds at least :obj:`min_rows`
+        rows (those a batch's slot map refers to), waiting for one if
+        needed; :obj:`None` (without waiting) while no vertex is hot yet (a
+        hot set growing from none). Raises
+        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker failed.
+
+        A batch's slot map is made from the hot set when it is drawn; if
+        the set shrank since (:meth:`HotSetSizer.settle
+        <pyg_orch.offload.hot_set.HotSetSizer.settle>`), newer tables are
+        smaller: the table in use before serves it if it is recent enough,
+        else one that holds its rows is waited for (queued if needed)."""
         bound = self.age_bound
         self._raise_failures()
         # Tables that could never be used again:
         while self._jobs and version - self._jobs[0].version > bound:
             self._discard(self._jobs.popleft())
+        previous = self._current
         # The newest finished table supersedes everything before it:
         newest = None
         for i, job in enumerate(self._jobs):
@@ -143,20 +153,52 @@ class EmbeddingPipeline(EmbeddingStrategy):
             for _ in range(newest):
                 self._discard(self._jobs.popleft())
             self._current = self._jobs.popleft().future.result()
-        current = self._current
-        if current is None or version - current.version > bound:
-            if self.hot.size == 0:  # Nothing to replace yet: no waiting.
-                return None
-            if not self._jobs:
+        table = self._current
+        if not self._usable(table, version, min_rows):
+            if self._usable(previous, version, min_rows):
+                table = previous  # For this batch only.
+            elif self.hot.size == 0 and min_rows == 0:
+                return None  # Nothing to replace yet: no waiting.
+            else:
+                table = self._current = self._wait_for(version, min_rows,
+                                                       timer)
+        if table.emb.size(0) < min_rows:  # pragma: no cover
+            raise AssertionError(f'a table of {table.emb.size(0)} rows for '
+                                 f'a slot map of {min_rows}')
+        self._record_staleness(version - table.version)
+        table.wait_on_main(self.device)
+        if table is self._current:
+            # Batches may be pruned with all rows of this table from now on:
+            self.hot.use(table.emb.size(0))
+        return table
+
+    def _usable(self, table: Optional[EmbeddingTable], version: int,
+                min_rows: int) -> bool:
+        return table is not None and version - table.version <= \
+            self.age_bound and table.emb.size(0) >= min_rows
+
+    def _wait_for(self, version: int, min_rows: int,
+                  timer=None) -> EmbeddingTable:
+        # Waits for the oldest queued table of at least `min_rows` rows
+        # (dropping those queued before it); queues one first if there is
+        # none: of the planned hot set, or of its first `min_rows`
+        # candidates if that is smaller.
+        index = next((i for i, job in enumerate(self._jobs)
+                      if job.nodes.numel() >= min_rows), None)
+        if index is None:
+            if self.hot.planned >= min_rows:
                 self.submit(version)
-            table = self._wait(self._jobs[0], timer)
-            self._jobs.popleft()
-            self._current = current = table
-        self._record_staleness(version - current.version)
-        current.wait_on_main(self.device)
-        # Batches may be pruned with all rows of this table from now on:
-        self.hot.use(current.emb.size(0))
-        return current
+            else:
+                self._launch(Snapshot(version, self.layer),
+                             self.hot.candidates[:min_rows],
+                             split_chunks(min_rows, self.num_threads,
+                                          self.chunk_size))
+            index = len(self._jobs) - 1
+        for _ in range(index):
+            self._discard(self._jobs.popleft())
+        table = self._wait(self._jobs[0], timer)
+        self._jobs.popleft()
+        return table
 
     def pause(self) -> None:
         r"""Cancels queued tables and stops the worker threads (the newest
