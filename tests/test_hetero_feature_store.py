@@ -15,7 +15,11 @@ from pyg_orch.gpu.hetero_feature_store import split_budget
 from pyg_orch.loader.features import build_hetero_store
 from pyg_orch.loader.stats import StageTimer
 
-from conftest import CITES, WRITES, paper_hetero_graph, random_hetero_graph
+from conftest import (
+    paper_hetero_graph,
+    random_hetero_graph,
+    temporal_hetero_graph,
+)
 
 METHODS = ['cpu']
 if triton_available() and (torch.cuda.is_available()
@@ -313,6 +317,18 @@ def test_loader_store_of_some_types_and_explicit_num_nodes():
         batches += 1
     assert batches == len(plain) > 1
     assert set(tiered.stats()['features']['per_type']) == set(types[:2])
+
+
+def test_temporal_loader_with_store_matches_plain_loader():
+    data = temporal_hetero_graph()
+    store = HeteroTieredFeatureStore({t: data[t].x for t in data.node_types},
+                                     DEVICE, gpu_memory_budget=100,
+                                     method='cpu')
+    tiered, plain = loaders(data, store, input_nodes='a', batch_size=16,
+                            time_attr='time', weight_attr='edge_weight')
+    for a, b in zip(tiered, plain):
+        assert_same_batch(a, b)
+        assert 'batch' in a['a']  # Temporal sampling is disjoint.
 
 
 def test_loader_with_store_and_transforms():
