@@ -203,8 +203,12 @@ class HybridLoaderMixin:
           overlaps; set :obj:`loader.timer.sync = True` to charge device
           time instead, at the cost of the overlap.
         * :obj:`'features'`: rows served per tier, cache hit rate and bytes
-          moved from host to device per batch (with a feature store).
-        * :obj:`'memory'`: GPU bytes held by the topology and the cache.
+          moved from host to device per batch (with a feature store; for
+          heterogeneous graphs summed over node types, and per type under
+          :obj:`'per_type'`).
+        * :obj:`'memory'`: GPU bytes held by the topology and the cache
+          (and, for heterogeneous graphs, the cached rows per node type,
+          :obj:`'feature_cache_rows_per_type'`).
         * :obj:`'topology_reads'` (sharded topology only): neighbors read
           from this rank's shard, from copies, and from peers' shards.
         """
