@@ -4,6 +4,7 @@ The :obj:`'triton'` sampling backend (:mod:`pyg_orch.gpu.triton_backend`) is
 imported by the backend registry (:mod:`pyg_orch.sampling.backends`) on
 demand; this package imports only :mod:`pyg_orch.core` of the rest."""
 from pyg_orch.gpu.feature_store import TieredFeatureStore
+from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
 from pyg_orch.gpu.fused_sampler import (
     FusedSampler,
     fused_sample_multi_hop,
@@ -13,6 +14,7 @@ from pyg_orch.gpu.fused_sampler import (
 
 __all__ = [
     'FusedSampler',
+    'HeteroTieredFeatureStore',
     'TieredFeatureStore',
     'fused_sample_multi_hop',
     'supports',

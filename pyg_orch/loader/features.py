@@ -1,21 +1,26 @@
 """The feature store a :class:`~pyg_orch.HybridNeighborLoader` builds for
 itself (:obj:`feature_store='auto'`): node features in host memory served to
 a CUDA device from a :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache
-holds the rows batches touch most."""
-from typing import Optional, Union
+holds the rows batches touch most, or, for heterogeneous graphs, from a
+:class:`~pyg_orch.gpu.HeteroTieredFeatureStore` (one tier per node type, one
+ranking and one budget across types)."""
+from typing import Dict, Optional, Union
 
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.gpu.feature_store import TieredFeatureStore
+from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
 from pyg_orch.loader.stats import StageTimer
 from pyg_orch.sampling.arguments import check_choice
 from pyg_orch.sampling.contract import HotNodeSampler, presample_batches
 from pyg_orch.sampling.presample import count_node_access
 
+AnyStore = Union[TieredFeatureStore, HeteroTieredFeatureStore]
+
 
 def build_feature_store(
-    feature_store: Union[None, str, TieredFeatureStore],
+    feature_store: Union[None, str, AnyStore],
     data,
     sampler,
     device: torch.device,
@@ -26,23 +31,45 @@ def build_feature_store(
     budget: Union[None, int, float, str],
     ratio: Optional[float],
     policy: str,
-) -> Optional[TieredFeatureStore]:
-    r"""Returns :obj:`feature_store` if one was given; for :obj:`'auto'`, a
-    new store where it pays (CUDA, features :obj:`data.x` in host memory, a
-    sampler with the :class:`~pyg_orch.sampling.HotNodeSampler` contract),
-    with rows ranked by :obj:`policy` (for :obj:`'frequency'`, by
-    pre-sampling batches of :obj:`batch_size` nodes of :obj:`seeds`, at
-    :obj:`seed_time`); a
-    :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore` over
-    the machine's GPUs if the topology is sharded; else :obj:`None`."""
-    if isinstance(feature_store, TieredFeatureStore):
+    input_type: Optional[str] = None,
+    hetero: bool = False,
+) -> Optional[AnyStore]:
+    r"""Returns :obj:`feature_store` if one was given (checked against
+    :obj:`data`); for :obj:`'auto'`, a new store where it pays (CUDA,
+    features in host memory, a sampler with the
+    :class:`~pyg_orch.sampling.HotNodeSampler` contract), with rows ranked
+    by :obj:`policy` (for :obj:`'frequency'`, by pre-sampling batches of
+    :obj:`batch_size` nodes of :obj:`seeds`, at :obj:`seed_time`):
+
+    * for :class:`~torch_geometric.data.Data` with :obj:`x`, a
+      :class:`~pyg_orch.gpu.TieredFeatureStore`, or a
+      :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore`
+      over the machine's GPUs if the topology is sharded;
+    * for :class:`~torch_geometric.data.HeteroData`, when the loader
+      assembles heterogeneous batches itself (:obj:`hetero`, seeds of node
+      type :obj:`input_type`), a
+      :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every node type
+      whose :obj:`x` is a 2-dimensional tensor in host memory (other types
+      are sliced as before);
+
+    else :obj:`None`."""
+    if isinstance(feature_store, (TieredFeatureStore,
+                                  HeteroTieredFeatureStore)):
+        check_given_store(feature_store, data, hetero)
         return feature_store
     if feature_store is None:
         return None
     if feature_store != 'auto':
-        raise ValueError(f"'feature_store' must be 'auto', None or a "
-                         f"TieredFeatureStore (got {feature_store!r})")
+        raise ValueError(f"'feature_store' must be 'auto', None, a "
+                         f"TieredFeatureStore or a HeteroTieredFeatureStore "
+                         f"(got {feature_store!r})")
     check_choice('cache_policy', policy, ('frequency', 'degree'))
+    if isinstance(data, HeteroData):
+        if not hetero or input_type is None or device.type != 'cuda':
+            return None
+        return build_hetero_store(data, sampler, device, seeds, seed_time,
+                             batch_size, timer, budget, ratio, policy,
+                             input_type)
     x = getattr(data, 'x', None) if isinstance(data, Data) else None
     if (device.type != 'cuda' or not isinstance(x, torch.Tensor) or x.is_cuda
             or x.dim() != 2 or not isinstance(sampler, HotNodeSampler)):
@@ -69,3 +96,101 @@ def build_feature_store(
                                    cache_ratio=ratio)
     return TieredFeatureStore(x, device, hotness=hotness,
                               gpu_memory_budget=budget, cache_ratio=ratio)
+
+
+def check_given_store(store: AnyStore, data, hetero: bool) -> None:
+    r"""Raises a :class:`ValueError` naming :obj:`'feature_store'` where
+    :obj:`store` cannot serve :obj:`data`: a homogeneous store for a
+    heterogeneous graph or the reverse, node types the graph lacks, shapes
+    that differ from the graph's :obj:`x`, or a loader that does not
+    assemble heterogeneous batches (:obj:`hetero`)."""
+    if isinstance(store, HeteroTieredFeatureStore):
+        if not isinstance(data, HeteroData):
+            raise ValueError("'feature_store' is a HeteroTieredFeatureStore, "
+                             "but the graph is not a HeteroData")
+        if not hetero:
+            raise ValueError("'feature_store': a HeteroTieredFeatureStore "
+                             "serves HybridNeighborLoader's batches only")
+        for t, tier in store.stores.items():
+            if t not in data.node_types:
+                raise ValueError(f"'feature_store' holds node type '{t}', "
+                                 f"which the graph lacks "
+                                 f"({data.node_types})")
+            x = getattr(data[t], store.attr_name, None)
+            shape = (tier.num_nodes, tier.width)
+            if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape:
+                raise ValueError(
+                    f"'feature_store' holds {shape} rows for node type "
+                    f"'{t}', but the graph's '{store.attr_name}' is "
+                    f"{None if x is None else tuple(x.shape)}")
+        for edge_type in data.edge_types:
+            if 'adj_t' in data[edge_type]:
+                raise ValueError(f"'feature_store': edge type {edge_type} "
+                                 f"holds 'adj_t' (SparseTensor), which "
+                                 f"only PyG's own assembly handles")
+    elif isinstance(data, HeteroData):
+        raise ValueError("'feature_store' must be a HeteroTieredFeatureStore "
+                         "for a HeteroData (got a TieredFeatureStore)")
+
+
+def host_features(data: HeteroData) -> Dict[str, torch.Tensor]:
+    r"""The node types whose :obj:`x` a
+    :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` should serve: a
+    2-dimensional tensor in host memory. Types whose :obj:`x` is on the
+    device already, or missing, are sliced as before."""
+    out = {}
+    for t in data.node_types:
+        x = data[t].get('x')
+        if isinstance(x, torch.Tensor) and not x.is_cuda and x.dim() == 2:
+            out[t] = x
+    return out
+
+
+def build_hetero_store(
+    data: HeteroData,
+    sampler,
+    device: torch.device,
+    seeds: torch.Tensor,
+    seed_time: Optional[torch.Tensor],
+    batch_size: Optional[int],
+    timer: StageTimer,
+    budget: Union[None, int, float, str],
+    ratio: Optional[float],
+    policy: str,
+    input_type: str,
+) -> Optional[HeteroTieredFeatureStore]:
+    r"""The :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` of
+    :obj:`feature_store='auto'` on :obj:`device` (any device: the CUDA
+    check is :func:`build_feature_store`'s): the node types of
+    :func:`host_features`, ranked by :obj:`policy`: access counts of
+    pre-sampled batches of seeds of type :obj:`input_type`
+    (:obj:`'frequency'`), or out-degrees summed over the edge types a node
+    type is the source of (:obj:`'degree'`). :obj:`None` without such
+    features, without a :class:`~pyg_orch.sampling.HotNodeSampler`, or with
+    an :obj:`adj_t` edge type."""
+    x_dict = host_features(data)
+    if (not x_dict or not isinstance(sampler, HotNodeSampler)
+            or any('adj_t' in data[et] for et in data.edge_types)):
+        return None
+    topo = sampler.topology
+    if policy == 'degree':
+        # Per type, the out-degree over every edge type it is a source of.
+        hotness = {t: torch.zeros(x.size(0), dtype=torch.int64)
+                   for t, x in x_dict.items()}
+        for edge_type, csc in topo.csc.items():
+            src = edge_type[0]
+            if src in hotness:
+                hotness[src] += torch.bincount(
+                    csc.row.to(torch.int64),
+                    minlength=csc.num_src_nodes).cpu()[:hotness[src].numel()]
+    else:
+        batch_size = batch_size or 1
+        with timer.stage('presample'):
+            counts = count_node_access(
+                sampler, seeds, input_time=seed_time, batch_size=batch_size,
+                num_batches=presample_batches(seeds.numel(), batch_size),
+                input_type=input_type)
+        hotness = {t: counts[t] for t in x_dict}
+    return HeteroTieredFeatureStore(x_dict, device, hotness=hotness,
+                                    gpu_memory_budget=budget,
+                                    cache_ratio=ratio)

@@ -9,13 +9,15 @@ feature gathering and the prefetch pipeline. Each loader mixes
 (:meth:`HybridLoaderMixin._sample_batch`) and what it adds to an assembled
 batch (:meth:`HybridLoaderMixin._add_metadata`)."""
 import copy
+import functools
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
-from pyg_orch.loader.assemble import DataAssembler
+from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
+from pyg_orch.loader.assemble import DataAssembler, HeteroDataAssembler
 from pyg_orch.loader.features import build_feature_store
 from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.stats import StageTimer, TimedIterator
@@ -88,6 +90,10 @@ class HybridLoaderMixin:
     :meth:`_add_metadata`."""
     device: torch.device
     timer: StageTimer
+    #: Whether the loader assembles heterogeneous batches itself (with
+    #: :meth:`_add_hetero_metadata`), so that a
+    #: :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` can serve them.
+    _assembles_hetero = False
 
     # To implement ############################################################
 
@@ -111,6 +117,17 @@ class HybridLoaderMixin:
         assembled by :meth:`DataAssembler.subgraph`."""
         raise NotImplementedError
 
+    def _add_hetero_metadata(self, data: HeteroData, out: Any) -> HeteroData:
+        r"""The same for a heterogeneous batch assembled by
+        :meth:`HeteroDataAssembler.subgraph` (with
+        :attr:`_assembles_hetero`)."""
+        raise NotImplementedError
+
+    def _presample_input_type(self) -> Optional[str]:
+        r"""The node type of the pre-sampling seeds (heterogeneous graphs
+        with :attr:`_assembles_hetero`)."""
+        return None
+
     # Set-up ##################################################################
 
     def _init_pipeline(self, device: torch.device, prefetch: int) -> None:
@@ -129,7 +146,9 @@ class HybridLoaderMixin:
         self.feature_store = build_feature_store(
             feature_store, self.data, self._sampler, self.device, seeds,
             seed_time, batch_size, self.timer, gpu_memory_budget,
-            gpu_cache_ratio, cache_policy)
+            gpu_cache_ratio, cache_policy,
+            input_type=self._presample_input_type(),
+            hetero=self._assembles_hetero)
         self._assembler: Optional[DataAssembler] = None
 
     # Public API ##############################################################
@@ -184,8 +203,12 @@ class HybridLoaderMixin:
           overlaps; set :obj:`loader.timer.sync = True` to charge device
           time instead, at the cost of the overlap.
         * :obj:`'features'`: rows served per tier, cache hit rate and bytes
-          moved from host to device per batch (with a feature store).
-        * :obj:`'memory'`: GPU bytes held by the topology and the cache.
+          moved from host to device per batch (with a feature store; for
+          heterogeneous graphs summed over node types, and per type under
+          :obj:`'per_type'`).
+        * :obj:`'memory'`: GPU bytes held by the topology and the cache
+          (and, for heterogeneous graphs, the cached rows per node type,
+          :obj:`'feature_cache_rows_per_type'`).
         * :obj:`'topology_reads'` (sharded topology only): neighbors read
           from this rank's shard, from copies, and from peers' shards.
         """
@@ -200,6 +223,9 @@ class HybridLoaderMixin:
             'feature_cache_bytes': fs.gpu_bytes() if fs is not None else 0,
             'feature_cache_rows': fs.num_cached if fs is not None else 0,
         }
+        if isinstance(fs, HeteroTieredFeatureStore):
+            out['memory']['feature_cache_rows_per_type'] = \
+                fs.num_cached_per_type
         if topo is not None and topo.is_sharded:
             out['topology_reads'] = topo.read_counts()
         return out
@@ -207,7 +233,10 @@ class HybridLoaderMixin:
     def set_gpu_cache_nodes(self, nodes: Tensor) -> bool:
         r"""Caches the features of :obj:`nodes` on the GPU (within the feature
         store's budget), e.g. the candidates chosen by
-        :class:`pyg_orch.BottomLayerOffload`. Returns :obj:`False` when the
+        :class:`pyg_orch.BottomLayerOffload`; for a heterogeneous graph
+        (a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`), a dictionary of
+        node ids per node type, each type within its share of the budget.
+        Returns :obj:`False` when the
         loader uses no feature store (features already on the device, or a
         CPU device) or one whose rows are fixed (a
         :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore`)."""
@@ -267,6 +296,19 @@ class HybridLoaderMixin:
             if self.transform_sampler_output is not None:
                 out = self.transform_sampler_output(out)
             return self._add_metadata(self._assembler.subgraph(out), out)
+        if self._in_main_process() and isinstance(
+                self.feature_store, HeteroTieredFeatureStore):
+            if self._assembler is None:
+                fs = self.feature_store
+                self._assembler = HeteroDataAssembler(
+                    self.data, self.device, {
+                        t: functools.partial(fs.gather, t)
+                        for t in fs.node_types
+                    }, self._sampler.edge_permutation)
+            if self.transform_sampler_output is not None:
+                out = self.transform_sampler_output(out)
+            return self._add_hetero_metadata(self._assembler.subgraph(out),
+                                             out)
         # PyG slices features where they live; indices follow them there.
         if not self._data_on_device():
             out = _to_cpu(out)

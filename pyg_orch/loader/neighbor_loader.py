@@ -4,13 +4,14 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.gpu.feature_store import TieredFeatureStore
+from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
     build_sampler,
@@ -101,12 +102,16 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             :obj:`'auto'` (see :class:`~pyg_orch.HybridNeighborSampler`).
         topology_placement (str): On CUDA, :obj:`'device'`, :obj:`'host'`
             (pinned, read zero-copy) or :obj:`'auto'`.
-        feature_store (str or TieredFeatureStore, optional): On CUDA with
-            node features :obj:`x` in host memory, :obj:`'auto'` serves them
-            from a :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached
-            on the GPU, the rest read from pinned memory, rows of the previous
-            batch reused); pass one to share it between loaders, or
-            :obj:`None` to gather on the CPU and copy, as PyG does.
+        feature_store (str or TieredFeatureStore or HeteroTieredFeatureStore,
+            optional): On CUDA with node features :obj:`x` in host memory,
+            :obj:`'auto'` serves them from a
+            :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on the
+            GPU, the rest read from pinned memory, rows of the previous batch
+            reused), or for :class:`~torch_geometric.data.HeteroData` from a
+            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every node
+            type whose :obj:`x` is in host memory (one ranking of the rows
+            of all types, one budget); pass one to share it between loaders,
+            or :obj:`None` to gather on the CPU and copy, as PyG does.
         gpu_memory_budget (int or float or str): GPU memory for the feature
             cache: bytes, a fraction of free memory, or :obj:`'auto'` (a
             quarter of free memory). Features that fit are cached whole.
@@ -157,7 +162,8 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         topology: Optional[GraphTopology] = None,
         backend: str = 'auto',
         topology_placement: str = 'auto',
-        feature_store: Union[None, str, TieredFeatureStore] = 'auto',
+        feature_store: Union[None, str, TieredFeatureStore,
+                             HeteroTieredFeatureStore] = 'auto',
         gpu_memory_budget: Union[None, int, float, str] = 'auto',
         gpu_cache_ratio: Optional[float] = None,
         cache_policy: str = 'frequency',
@@ -234,6 +240,19 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         data.seed_time = out.metadata[1]
         data.batch_size = out.metadata[0].size(0)
         return data
+
+    _assembles_hetero = True
+
+    def _add_hetero_metadata(self, data: HeteroData, out: Any) -> HeteroData:
+        # As PyG's `NodeLoader.filter_fn`, on the seeds' node type:
+        store = data[self.input_data.input_type]
+        store.input_id = out.metadata[0]
+        store.seed_time = out.metadata[1]
+        store.batch_size = out.metadata[0].size(0)
+        return data
+
+    def _presample_input_type(self) -> Optional[str]:
+        return self.input_data.input_type
 
     # Look-ahead ##############################################################
 
