@@ -513,3 +513,38 @@ def test_grow_then_shrink_replaces_from_covering_tables(
     assert len(checked) > 30
     remove()
     off.close()
+
+
+def test_tuner_times_a_candidate_whose_hot_set_never_fills():
+    # CPU tables that never catch up (the hot set in use stays below the
+    # planned size, e.g. wide features on a slow host): the candidate is
+    # timed from `max_hold` steps on, every step, so the trial ends.
+    from pyg_orch.offload.autotune import HotSetTuner
+
+    class Hot:
+        size, planned = 0, 0
+
+        def resize(self, size, settle=False):
+            self.planned = size  # `size` (in use) never follows.
+
+        settling = False
+
+        def settle(self):
+            pass
+
+    times = {0: 1.0, 10: 0.5, 30: 0.6}
+    state = {'n': 0}
+    chooser = StepTimeChooser([0, 10, 30], warmup=1, steps=3)
+    chooser.clock = StepClock(lambda: times[state['n']])
+    hot, done = Hot(), []
+    tuner = HotSetTuner(hot, chooser, [0.0, 0.05, 0.15], lambda: None,
+                        done.append, max_hold=5)
+    steps = 0
+    while not done and steps < 100:
+        tuner.step()
+        state['n'] = hot.planned
+        steps += 1
+    assert done == [10]
+    # Plain: 1 + 3 steps (+1 first tick); each larger candidate: 5 held,
+    # then 1 + 3 timed.
+    assert steps <= 5 + 2 * (5 + 4) + 2

@@ -201,6 +201,7 @@ class HotSetTuner:
         self.on_resize, self.on_done = on_resize, on_done
         self.drain, self.max_hold = int(drain), int(max_hold)
         self._held = 0
+        self._timing = False
         self._drain_left: Optional[int] = None
         self.state = 'trial'
         # No batch was sampled yet: the first candidate at once.
@@ -219,12 +220,16 @@ class HotSetTuner:
             if self._drain_left <= 0:
                 self._finish()
             return
-        ready = self.hot.size >= self.hot.planned or \
-            self._held >= self.max_hold
-        self._held = 0 if ready else self._held + 1
-        size = self.chooser.tick(count=ready)
+        # Once a candidate is timed (its hot set in use, or held too
+        # long), every later step of it is timed too.
+        if not self._timing:
+            self._timing = self.hot.size >= self.hot.planned or \
+                self._held >= self.max_hold
+            self._held += 1
+        size = self.chooser.tick(count=self._timing)
         if size is None:
             return
+        self._timing, self._held = False, 0
         if self.chooser.done:
             self._decided(size)
         else:
