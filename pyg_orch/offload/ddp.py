@@ -97,6 +97,10 @@ class AgreedStepTimeChooser(StepTimeChooser):
         self.ranks = ranks
 
     def tick(self, count: bool = True) -> Optional[int]:
+        r"""As :meth:`StepTimeChooser.tick
+        <pyg_orch.offload.autotune.StepTimeChooser.tick>`, a collective
+        until the choice is made: the step is timed only if
+        :obj:`count` holds on every rank."""
         if self.done:
             return None
         # A step counts only where every rank times it (a rank after a

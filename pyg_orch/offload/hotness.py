@@ -10,7 +10,7 @@ from pyg_orch.sampling.presample import count_node_access
 
 #: Turns this process's access counts into those the choice is made from
 #: (e.g. their sum over the ranks of a machine, see
-#: :func:`pyg_orch.offload.ddp.machine_sum`).
+#: :meth:`pyg_orch.offload.ddp.MachineRanks.sum`).
 ReduceCounts = Callable[[Tensor], Tensor]
 
 
