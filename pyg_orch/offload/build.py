@@ -147,7 +147,9 @@ def _seeds(loader: Any, num_nodes: int) -> Tuple[Tensor, int, int]:
     if isinstance(split, (DistributedSeedSplit, DistributedSampler)):
         # This rank's share of the seeds (this epoch's): the ranks'
         # counts are added up (see `pyg_orch.offload.ddp`).
-        seeds = seeds[torch.as_tensor(list(split), dtype=torch.long)]
+        positions = torch.as_tensor(list(split), dtype=torch.long)
+        if positions.numel() > 0:
+            seeds = seeds[positions]
     batch_size = getattr(loader, 'batch_size', None) or 1
     return seeds, batch_size, presample_batches(seeds.numel(), batch_size)
 
