@@ -5,10 +5,11 @@ hot vertices, build the CPU side and hook the first layer."""
 import functools
 import time
 import warnings
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
+from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import EdgeSamplerInput
 
@@ -17,12 +18,18 @@ from pyg_orch.offload.autotune import (
     StepTimeChooser,
     candidate_ratios,
 )
+from pyg_orch.multigpu.ddp import DistributedSeedSplit
 from pyg_orch.offload.batch_cache import BatchEmbeddingCache
 from pyg_orch.offload.bottom_layer import (
     BottomLayerComputer,
     check_materialized,
     find_first_layer,
     needs_degree_compensation,
+)
+from pyg_orch.offload.ddp import (
+    AgreedStepTimeChooser,
+    MachineRanks,
+    machine_ranks,
 )
 from pyg_orch.offload.hetero_layer import (
     HeteroBottomLayerComputer,
@@ -86,8 +93,12 @@ def _is_link_loader(loader: Any) -> bool:
 def build_runtime(model: torch.nn.Module, loader: Any,
                   options: OffloadOptions) -> OffloadRuntime:
     r"""Builds the runtime of :obj:`model` offloaded with :obj:`loader`
-    (homogeneous or heterogeneous, by the loader's sampler)."""
+    (homogeneous or heterogeneous, by the loader's sampler). Under an
+    initialized process group it is a collective over the machine's ranks
+    (see :mod:`pyg_orch.offload.ddp`): every rank builds its offload, in
+    the same order, with the same options."""
     sampler = check_loader(loader)
+    ranks = machine_ranks()
     compensate = options.compensate_degrees
     if compensate == 'auto':
         compensate = needs_degree_compensation(model)
@@ -111,10 +122,10 @@ def build_runtime(model: torch.nn.Module, loader: Any,
                 "with models that need no degree compensation (no "
                 "GCNConv-like layer that weighs messages by the "
                 "sender's in-degree)")
-        runtime = build_hetero_runtime(model, loader, options)
+        runtime = build_hetero_runtime(model, loader, options, ranks=ranks)
     else:
         runtime = build_homo_runtime(model, loader, options, compensate,
-                                     measure=why_not is None)
+                                     measure=why_not is None, ranks=ranks)
     if why_not is not None:
         runtime.fixed_reason = f'not measured: {why_not}'
     return runtime
@@ -132,6 +143,13 @@ def _seeds(loader: Any, num_nodes: int) -> Tuple[Tensor, int, int]:
     seeds = loader.input_data.node
     if seeds is None:  # All nodes:
         seeds = torch.arange(num_nodes)
+    split = getattr(loader, 'sampler', None)
+    if isinstance(split, (DistributedSeedSplit, DistributedSampler)):
+        # This rank's share of the seeds (this epoch's): the ranks'
+        # counts are added up (see `pyg_orch.offload.ddp`).
+        positions = torch.as_tensor(list(split), dtype=torch.long)
+        if positions.numel() > 0:
+            seeds = seeds[positions]
     batch_size = getattr(loader, 'batch_size', None) or 1
     return seeds, batch_size, presample_batches(seeds.numel(), batch_size)
 
@@ -172,9 +190,11 @@ def _trial_sizes(ratios: Tuple[float, ...], num_nodes: int,
 
 def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
                sizes: List[int], ratios: List[float], loader: Any,
-               options: OffloadOptions, lead: int) -> HotSetTuner:
+               options: OffloadOptions, lead: int,
+               ranks: Optional[MachineRanks] = None) -> HotSetTuner:
     r"""The decision by measurement over the hot-set :obj:`sizes` (see
-    :mod:`pyg_orch.offload.autotune`)."""
+    :mod:`pyg_orch.offload.autotune`); with :obj:`ranks`, the same on all
+    of them (see :class:`~pyg_orch.offload.ddp.AgreedStepTimeChooser`)."""
     device = torch.device(getattr(loader, 'device', None) or 'cpu')
     sync = None
     if device.type == 'cuda' and torch.cuda.is_available():
@@ -182,20 +202,28 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
     # Batches sampled before a change of the hot set may reach the model
     # this many steps later:
     drain = 2 + lead + int(getattr(loader, 'prefetch', 0) or 0)
-    chooser = StepTimeChooser(
+    kwargs: Dict[str, Any] = {}
+    chooser_type = StepTimeChooser
+    if ranks is not None:
+        chooser_type, kwargs['ranks'] = AgreedStepTimeChooser, ranks
+    chooser = chooser_type(
         sizes, warmup=max(StepTimeChooser.WARMUP, drain),
         steps=StepTimeChooser.STEPS, margin=StepTimeChooser.MARGIN,
-        clock=options.autotune_clock or time.perf_counter, sync=sync)
+        clock=options.autotune_clock or time.perf_counter, sync=sync,
+        **kwargs)
     return HotSetTuner(hot, chooser, ratios, on_resize, on_done,
                        drain=drain)
 
 
 def build_homo_runtime(model: torch.nn.Module, loader: Any,
                        options: OffloadOptions, compensate_degrees: bool,
-                       measure: bool = True) -> OffloadRuntime:
+                       measure: bool = True,
+                       ranks: Optional[MachineRanks] = None
+                       ) -> OffloadRuntime:
     r"""The runtime for a homogeneous graph (see :func:`build_runtime`);
     with :obj:`options.measure` (and :obj:`measure`), the hot-set size is
-    decided by measurement."""
+    decided by measurement. With :obj:`ranks`, the hot set is chosen from
+    the access counts of all of them, and they decide alike."""
     measure = measure and options.measure
     sampler, data = loader_sampler(loader), loader.data
     num_nodes = sampler.topology.num_nodes[None]
@@ -230,8 +258,12 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         ratios = candidate_ratios(options.hot_ratio, given if isinstance(
             given, tuple) else None)
         ratio = max(ratios)
+    reduce = None if ranks is None else ranks.sum
     selection = select_hot_nodes(sampler, seeds, batch_size, ratio,
-                                 cache_ratio, num_batches, options.seed)
+                                 cache_ratio, num_batches, options.seed,
+                                 reduce_counts=reduce,
+                                 num_ranks=1 if ranks is None else
+                                 ranks.size)
     candidates = selection.hot_nodes
     if options.auto_hot:
         hot = HotSetSizer.auto_start(candidates, num_nodes)
@@ -261,14 +293,14 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
             # included: they are still other vertices' sampled neighbors.
             selection.cache_nodes = select_cache_nodes(
                 sampler, hot.mask, seeds, batch_size, cache_ratio,
-                num_batches, options.seed)
+                num_batches, options.seed, reduce_counts=reduce)
         set_cache = getattr(loader, 'set_gpu_cache_nodes', None)
         if callable(set_cache):
             set_cache(selection.cache_nodes)
         if measure:
             runtime.start_tuner(functools.partial(
                 make_tuner, sizes=sizes, ratios=kept, loader=loader,
-                options=options, lead=runtime.lead))
+                options=options, lead=runtime.lead, ranks=ranks))
     except BaseException:
         runtime.close()
         raise
@@ -276,8 +308,11 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
 
 
 def build_hetero_runtime(model: torch.nn.Module, loader: Any,
-                         options: OffloadOptions) -> HeteroOffloadRuntime:
-    r"""The runtime for a heterogeneous graph (see :func:`build_runtime`)."""
+                         options: OffloadOptions,
+                         ranks: Optional[MachineRanks] = None
+                         ) -> HeteroOffloadRuntime:
+    r"""The runtime for a heterogeneous graph (see :func:`build_runtime`;
+    with :obj:`ranks`, the hot set is chosen from their summed counts)."""
     sampler, data = loader_sampler(loader), loader.data
     topology = sampler.topology.to('cpu')
     layer_name, convs = find_hetero_first_layer(model, data.edge_types,
@@ -308,7 +343,8 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
     selection = select_hetero_hot_nodes(
         sampler, seeds, input_type, computer.node_types, batch_size,
         options.hot_ratio, options.num_presample_batches or num_batches,
-        options.seed)
+        options.seed, reduce_counts=None if ranks is None else ranks.sum,
+        num_ranks=1 if ranks is None else ranks.size)
     hot = HotSetSizer(selection.hot_nodes, selection.num_nodes)
     # Check the split on hot vertices where there are, on any otherwise:
     by_type = computer.node_type_of(hot.hot_nodes)

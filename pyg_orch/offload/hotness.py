@@ -1,12 +1,17 @@
 """Hot vertices by pre-sampled access frequency: how often a vertex shows up in
 the part of a mini-batch whose bottom-layer output the model needs."""
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from pyg_orch.sampling.presample import count_node_access
+
+#: Turns this process's access counts into those the choice is made from
+#: (e.g. their sum over the ranks of a machine, see
+#: :meth:`pyg_orch.offload.ddp.MachineRanks.sum`).
+ReduceCounts = Callable[[Tensor], Tensor]
 
 
 @dataclass
@@ -20,12 +25,16 @@ class HotSet:
             accessed vertices, the GPU-cache candidates (CPU, :obj:`int64`).
         counts (torch.Tensor): How often every vertex was accessed during
             pre-sampling (CPU, :obj:`int64`).
-        num_batches (int): The number of pre-sampled mini-batches.
+        num_batches (int): The number of pre-sampled mini-batches (this
+            process's).
+        num_ranks (int): The processes whose counts were added up in
+            :obj:`counts` (:obj:`1` unless chosen for a machine under DDP).
     """
     hot_nodes: Tensor
     cache_nodes: Tensor
     counts: Tensor
     num_batches: int
+    num_ranks: int = 1
 
     @property
     def num_nodes(self) -> int:
@@ -126,6 +135,8 @@ def select_hot_nodes(
     cache_ratio: float = 0.15,
     num_batches: Optional[int] = None,
     seed: Optional[int] = 0,
+    reduce_counts: Optional[ReduceCounts] = None,
+    num_ranks: int = 1,
 ) -> HotSet:
     r"""Chooses hot vertices by pre-sampling mini-batches with the training
     sampler (see :func:`count_bottom_accesses`): the top :obj:`hot_ratio`
@@ -144,11 +155,19 @@ def select_hot_nodes(
             worth if not set.
         seed (int, optional): Seeds the order of the seeds.
             (default: :obj:`0`)
+        reduce_counts (callable, optional): Applied to the access counts
+            before choosing, e.g. their sum over the ranks of a machine
+            (a collective: every rank calls it), so that all ranks choose
+            the same vertices.
+        num_ranks (int): The ranks :obj:`reduce_counts` adds up
+            (:attr:`HotSet.num_ranks`). (default: :obj:`1`)
     """
     counts, n = count_bottom_accesses(sampler, seeds, batch_size,
                                       num_batches, seed)
+    if reduce_counts is not None:
+        counts = reduce_counts(counts)
     hot, cache = split_by_frequency(counts, hot_ratio, cache_ratio)
-    return HotSet(hot, cache, counts, n)
+    return HotSet(hot, cache, counts, n, num_ranks)
 
 
 def select_cache_nodes(
@@ -159,6 +178,7 @@ def select_cache_nodes(
     cache_ratio: float,
     num_batches: Optional[int] = None,
     seed: Optional[int] = 0,
+    reduce_counts: Optional[ReduceCounts] = None,
 ) -> Tensor:
     r"""The GPU-cache candidates under bottom-layer offload: the top
     :obj:`cache_ratio` fraction of all vertices by how often their features
@@ -177,6 +197,8 @@ def select_cache_nodes(
             worth if not set.
         seed (int, optional): Seeds the order of the seeds.
             (default: :obj:`0`)
+        reduce_counts (callable, optional): Applied to the counts before
+            choosing (see :func:`select_hot_nodes`).
     """
     num_cache = int(round(cache_ratio * hot_mask.numel()))
     if num_cache == 0:
@@ -185,6 +207,8 @@ def select_cache_nodes(
         sampler.set_hot_nodes(hot_mask)
         counts, _ = _presample(sampler, seeds, batch_size, num_batches, seed,
                                hops=None, prune_hot=True)
+    if reduce_counts is not None:
+        counts = reduce_counts(counts)
     return split_by_frequency(counts, 0.0, cache_ratio)[1]
 
 
@@ -197,6 +221,8 @@ def select_hetero_hot_nodes(
     hot_ratio: float = 0.05,
     num_batches: Optional[int] = None,
     seed: Optional[int] = 0,
+    reduce_counts: Optional[ReduceCounts] = None,
+    num_ranks: int = 1,
 ) -> HotSet:
     r"""The heterogeneous counterpart of :func:`select_hot_nodes`: counts
     the bottom-layer accesses of the vertices of :obj:`node_types` (the
@@ -204,11 +230,14 @@ def select_hetero_hot_nodes(
     :obj:`seeds` of type :obj:`input_type`, and picks the top
     :obj:`hot_ratio` fraction of them all by count. Ids are combined: the
     vertices of :obj:`node_types[k]` come after those of the types before
-    it. No GPU-cache candidates are chosen."""
+    it (:obj:`reduce_counts` applies to these combined counts). No GPU-cache
+    candidates are chosen."""
     num_hops = sampler.num_hops
     counts, n = _presample(sampler, seeds, batch_size, num_batches, seed,
                            hops=num_hops, prune_hot=False,
                            input_type=input_type)
     counts = torch.cat([counts[t] for t in node_types])
+    if reduce_counts is not None:
+        counts = reduce_counts(counts)
     hot, cache = split_by_frequency(counts, hot_ratio, 0.0)
-    return HotSet(hot, cache, counts, n)
+    return HotSet(hot, cache, counts, n, num_ranks)

@@ -10,8 +10,10 @@ from pyg_orch.offload.aggregate_split import check_split
 from pyg_orch.offload.autotune import DEFAULT_HOT_RATIO
 from pyg_orch.offload.bottom_layer import check_autocast_dtype
 from pyg_orch.offload.workers import (
+    cpu_cores_per_rank,
     default_intra_op_threads,
     default_num_threads,
+    local_ranks,
 )
 
 #: A hook a worker thread calls before every CPU work item, with the item's
@@ -76,7 +78,10 @@ class OffloadOptions:
     first bad one. :obj:`num_threads` and :obj:`intra_op_threads` are
     resolved to their defaults
     (:func:`~pyg_orch.offload.default_num_threads`,
-    :func:`~pyg_orch.offload.default_intra_op_threads`) if not set; the
+    :func:`~pyg_orch.offload.default_intra_op_threads`) if not set, within
+    this process's share of the CPU cores (:attr:`cpu_cores`: under an
+    initialized :mod:`torch.distributed` process group, the machine's cores
+    divided by :attr:`local_world_size`); the
     options that depend on the model or the loader
     (:obj:`compensate_degrees='auto'`, :obj:`gpu_cache_ratio='auto'`,
     :obj:`chunk_size=None`, :obj:`split='auto'`) are resolved when the
@@ -117,6 +122,14 @@ class OffloadOptions:
     #: Whether the hot-set size is decided by measurement (resolved from
     #: :obj:`autotune` and :obj:`hot_ratio`).
     measure: bool = field(init=False, default=False)
+    #: The training processes sharing this machine's cores (:obj:`1`
+    #: without an initialized process group, see
+    #: :func:`~pyg_orch.offload.workers.local_ranks`).
+    local_world_size: int = field(init=False, default=1)
+    #: This process's share of the CPU cores, within which the default
+    #: thread numbers are chosen (see
+    #: :func:`~pyg_orch.offload.workers.cpu_cores_per_rank`).
+    cpu_cores: int = field(init=False, default=1)
 
     def __post_init__(self) -> None:
         autotune = _check_autotune(self.autotune)
@@ -151,11 +164,12 @@ class OffloadOptions:
                 self.compensate_degrees, bool):
             raise ValueError(f"'compensate_degrees' must be True, False or "
                              f"'auto' (got {self.compensate_degrees!r})")
+        ranks = local_ranks()
         num_threads = check_int(
-            'num_threads', default_num_threads()
+            'num_threads', default_num_threads(ranks)
             if self.num_threads is None else self.num_threads, 1)
         intra = check_int(
-            'intra_op_threads', default_intra_op_threads(num_threads)
+            'intra_op_threads', default_intra_op_threads(num_threads, ranks)
             if self.intra_op_threads is None else self.intra_op_threads, 1)
         check_autocast_dtype('cpu_autocast', self.cpu_autocast)
         for name in ('chunk_size', 'super_batch_size',
@@ -174,7 +188,9 @@ class OffloadOptions:
                             ('intra_op_threads', intra),
                             ('full_neighbors', bool(self.full_neighbors)),
                             ('autotune', autotune), ('measure', measure),
-                            ('max_sample_age', age)):
+                            ('max_sample_age', age),
+                            ('local_world_size', ranks),
+                            ('cpu_cores', cpu_cores_per_rank(ranks))):
             object.__setattr__(self, name, value)
 
     @property

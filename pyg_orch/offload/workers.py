@@ -11,6 +11,9 @@ from concurrent.futures import Future
 from typing import Callable, Optional
 
 import torch
+import torch.distributed as dist
+
+from pyg_orch.multigpu.ddp import rank_info
 
 THREAD_NAME_PREFIX = 'pyg_orch-offload'
 
@@ -18,28 +21,54 @@ _pool_ids = itertools.count()
 _live_pools: 'weakref.WeakSet[WorkerPool]' = weakref.WeakSet()
 
 
-def _offload_cores() -> int:
-    # Half the cores; the other half is left to the training loop, the
-    # loader and the operating system.
-    return max(1, (os.cpu_count() or 1) // 2)
+def local_ranks() -> int:
+    r"""The training processes of this machine that share its CPU cores:
+    under an initialized :mod:`torch.distributed` process group, the local
+    world size of :func:`~pyg_orch.multigpu.ddp.rank_info`
+    (:obj:`LOCAL_WORLD_SIZE`, else the world size), else :obj:`1`."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return max(1, rank_info().local_world_size)
 
 
-def default_num_threads() -> int:
-    r"""Worker threads by default: two (one on a machine with fewer than
-    four cores), each running its tensor operations on
-    :func:`default_intra_op_threads` threads. Few Python threads with
-    multi-threaded operations rather than one Python thread per core: the
-    workers then take Python's interpreter lock less often, which the
-    training loop needs to launch its kernels (see :doc:`/offload` for
-    measurements)."""
-    return min(2, _offload_cores())
+def cpu_cores_per_rank(local_world_size: Optional[int] = None) -> int:
+    r"""The CPU cores of one training process: the machine's
+    (:func:`os.cpu_count`) divided by :obj:`local_world_size` (by default
+    :func:`local_ranks`: the ranks of this machine under
+    :class:`~torch.nn.parallel.DistributedDataParallel`, else :obj:`1`),
+    at least one."""
+    if local_world_size is None:
+        local_world_size = local_ranks()
+    return max(1, (os.cpu_count() or 1) // max(int(local_world_size), 1))
 
 
-def default_intra_op_threads(num_threads: int) -> int:
+def _offload_cores(local_world_size: Optional[int] = None) -> int:
+    # Half the process's cores; the other half is left to the training
+    # loop, the loader and the operating system.
+    return max(1, cpu_cores_per_rank(local_world_size) // 2)
+
+
+def default_num_threads(local_world_size: Optional[int] = None) -> int:
+    r"""Worker threads by default: two (one where the process has fewer
+    than four cores, see :func:`cpu_cores_per_rank`), each running its
+    tensor operations on :func:`default_intra_op_threads` threads. Few
+    Python threads with multi-threaded operations rather than one Python
+    thread per core: the workers then take Python's interpreter lock less
+    often, which the training loop needs to launch its kernels (see
+    :doc:`/offload` for measurements). Under DDP, every rank of a machine
+    gets its share of the cores (:obj:`local_world_size`, see
+    :func:`cpu_cores_per_rank`)."""
+    return min(2, _offload_cores(local_world_size))
+
+
+def default_intra_op_threads(num_threads: int,
+                             local_world_size: Optional[int] = None) -> int:
     r"""PyTorch intra-op threads per worker thread by default: half the
-    CPU cores shared among the :obj:`num_threads` workers (at least
-    one each)."""
-    return max(1, _offload_cores() // max(int(num_threads), 1))
+    process's CPU cores (:func:`cpu_cores_per_rank`: the machine's, or under
+    DDP this rank's share) shared among the :obj:`num_threads` workers (at
+    least one each)."""
+    return max(1, _offload_cores(local_world_size) // max(int(num_threads),
+                                                          1))
 
 
 class WorkerPool:

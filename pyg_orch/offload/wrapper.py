@@ -3,13 +3,16 @@
 :class:`~pyg_orch.HybridNeighborLoader`; the work is done by its runtime
 (:mod:`pyg_orch.offload.runtime`, built by :mod:`pyg_orch.offload.build`)."""
 import copy
+import warnings
 import weakref
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from pyg_orch.offload.build import build_runtime
+from pyg_orch.offload.ddp import process_group_active
 from pyg_orch.offload.options import OffloadOptions, WorkHook
 from pyg_orch.offload.runtime import OffloadRuntime
 
@@ -67,6 +70,15 @@ class BottomLayerOffload(torch.nn.Module):
         model = BottomLayerOffload(model, loader, hot_ratio=0.3)
         ...
         out = model(batch.x_dict, batch.edge_index_dict)['paper']
+
+    Under :class:`~torch.nn.parallel.DistributedDataParallel`, build one
+    wrapper per rank after the process group is initialized, then wrap it:
+    :obj:`DistributedDataParallel(BottomLayerOffload(model, loader))`
+    (wrapping a DDP model works too). Building is a collective: the ranks of
+    a machine choose one hot set from the sum of their pre-sampled access
+    counts, agree on the decision by measurement, and share the machine's
+    CPU cores (:obj:`stats()['cpu_cores_per_rank']`); see
+    :doc:`/multi_gpu`.
 
     :doc:`/offload` explains how it works: pruning and degrees, bounded
     staleness and super-batches, sizing the hot set, the refresh modes and
@@ -186,9 +198,18 @@ class BottomLayerOffload(torch.nn.Module):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"'model' must be a torch.nn.Module (got "
                             f"{type(model).__name__})")
-        if isinstance(model, BottomLayerOffload):
+        inner = getattr(model, 'module', None) if isinstance(
+            model, _PARALLEL) else None
+        if isinstance(model, BottomLayerOffload) or isinstance(
+                inner, BottomLayerOffload):
             raise ValueError("'model' is already wrapped in "
                              "BottomLayerOffload")
+        if isinstance(model, torch.nn.DataParallel):
+            raise ValueError(
+                "'model' must not be a torch.nn.DataParallel: its replicas "
+                "run in threads that bottom-layer offload can not follow; "
+                "use DistributedDataParallel (one process per device) over "
+                "BottomLayerOffload instead")
         options = OffloadOptions(
             hot_ratio=hot_ratio, gpu_cache_ratio=gpu_cache_ratio,
             max_staleness=max_staleness, num_threads=num_threads,
@@ -214,6 +235,8 @@ class BottomLayerOffload(torch.nn.Module):
         object.__setattr__(self, '_offload', runtime)
         object.__setattr__(self, '_finalizer',
                            weakref.finalize(self, runtime.close))
+        # Whether to check (once) that no process group came up later:
+        object.__setattr__(self, '_check_group', not process_group_active())
         runtime.set_training(self.training)
 
     # Module behaviour ########################################################
@@ -251,6 +274,14 @@ class BottomLayerOffload(torch.nn.Module):
 
     def forward(self, *args, **kwargs) -> Any:
         r"""Calls the wrapped model with the same arguments."""
+        if self.__dict__.get('_is_replica', False):
+            raise RuntimeError(
+                "BottomLayerOffload does not work under "
+                "torch.nn.DataParallel (its replicas run in threads that "
+                "offload can not follow); use DistributedDataParallel, one "
+                "process per device, over BottomLayerOffload")
+        if self.__dict__['_check_group'] and self.training:
+            self._warn_late_group()
         model = self.module
         runtime = self._offload
         if runtime.tuner is not None and self.training:
@@ -279,6 +310,17 @@ class BottomLayerOffload(torch.nn.Module):
         if ctx.info is not None:
             runtime.order_checked = True
         return out
+
+    def _warn_late_group(self) -> None:
+        object.__setattr__(self, '_check_group', False)
+        if process_group_active() and dist.get_world_size() > 1:
+            warnings.warn(
+                "BottomLayerOffload was built before the torch.distributed "
+                "process group was initialized: its hot set is this rank's "
+                "own (not the machine's) and its default threads use all "
+                "CPU cores of the machine. Build it after "
+                "init_process_group() (e.g. pyg_orch.multigpu.ddp."
+                "init_distributed()) on every rank", stacklevel=3)
 
     # Offload API #############################################################
 
@@ -381,9 +423,20 @@ class BottomLayerOffload(torch.nn.Module):
           :obj:`tables_discarded`, :obj:`rows_computed`;
           :obj:`threads_alive`, :obj:`num_threads`,
           :obj:`intra_op_threads`, :obj:`chunk_size`, :obj:`cpu_autocast`;
+        * :obj:`local_world_size`: the training processes sharing this
+          machine's cores (:obj:`1` without an initialized process group),
+          :obj:`cpu_cores_per_rank`: this process's share of them, within
+          which the default :obj:`num_threads` and :obj:`intra_op_threads`
+          are chosen; :obj:`hot_set_ranks`: the ranks whose pre-sampled
+          counts chose the hot set (the machine's under DDP);
         * :obj:`num_hot_per_type` for heterogeneous graphs.
         """
-        return self._offload.stats()
+        out = self._offload.stats()
+        options = self.options
+        out['local_world_size'] = options.local_world_size
+        out['cpu_cores_per_rank'] = options.cpu_cores
+        out['hot_set_ranks'] = self._offload.selection.num_ranks
+        return out
 
     def reset_stats(self) -> None:
         r"""Resets the counters of :meth:`stats` (not the step count)."""
@@ -424,3 +477,7 @@ class BottomLayerOffload(torch.nn.Module):
 
 def _identity(obj: Any) -> Any:
     return obj
+
+
+_PARALLEL = (torch.nn.DataParallel,
+             torch.nn.parallel.DistributedDataParallel)

@@ -1,0 +1,114 @@
+r"""Bottom-layer offload under
+:class:`~torch.nn.parallel.DistributedDataParallel`: the ranks of a machine
+choose one hot set from the sum of their pre-sampled access counts
+(:meth:`MachineRanks.sum`) and agree on the decision by measurement
+(:class:`AgreedStepTimeChooser`). Each rank's CPU share is set by
+:func:`~pyg_orch.offload.workers.cpu_cores_per_rank`.
+
+Every function here is a collective over the machine's ranks where a process
+group is initialized: every rank calls it, in the same order."""
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from pyg_orch.multigpu.peer_memory import machine_group
+from pyg_orch.offload.autotune import StepTimeChooser, decide
+
+
+def process_group_active() -> bool:
+    r"""Whether a :mod:`torch.distributed` process group is initialized."""
+    return dist.is_available() and dist.is_initialized()
+
+
+class MachineRanks:
+    r"""The ranks of this machine
+    (:func:`~pyg_orch.multigpu.peer_memory.machine_group`: the default
+    group on one machine), for the collectives of offload: small tensors on
+    the CPU with :obj:`gloo`, on this rank's CUDA device with :obj:`nccl`.
+
+    Args:
+        group (ProcessGroup, optional): The group; the machine's if not set.
+    """
+    def __init__(self, group: Optional[Any] = None):
+        self.group = machine_group() if group is None else group
+        self.size = dist.get_world_size(self.group)
+        self.rank = dist.get_rank(self.group)
+        backend = str(dist.get_backend(self.group)).lower()
+        self.device = torch.device('cpu')
+        if 'nccl' in backend and 'gloo' not in backend \
+                and torch.cuda.is_available():
+            self.device = torch.device('cuda', torch.cuda.current_device())
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        r"""The element-wise sum of :obj:`tensor` over the ranks (a new
+        tensor on :obj:`tensor`'s device and of its dtype)."""
+        work = tensor.to(self.device).clone()
+        dist.all_reduce(work, group=self.group)
+        return work.to(tensor.device)
+
+    def all_true(self, flag: bool) -> bool:
+        r"""Whether :obj:`flag` holds on every rank."""
+        t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+        return int(self.sum(t).item()) == self.size
+
+    def mean_times(self, times: Dict[int, List[float]]
+                   ) -> Dict[int, List[float]]:
+        r"""Step times measured per hot-set size (the same sizes and numbers
+        of steps on every rank), averaged over the ranks step by step."""
+        keys = list(times)
+        flat = torch.tensor([t for k in keys for t in times[k]],
+                            dtype=torch.float64)
+        flat = (self.sum(flat) / self.size).tolist()
+        out, start = {}, 0
+        for k in keys:
+            out[k] = flat[start:start + len(times[k])]
+            start += len(times[k])
+        return out
+
+
+def machine_ranks() -> Optional[MachineRanks]:
+    r"""This machine's :class:`MachineRanks` under an initialized process
+    group with more than one rank on it, else :obj:`None`."""
+    if not process_group_active():
+        return None
+    ranks = MachineRanks()
+    return ranks if ranks.size > 1 else None
+
+
+class AgreedStepTimeChooser(StepTimeChooser):
+    r"""A :class:`~pyg_orch.offload.autotune.StepTimeChooser` whose ranks
+    decide alike: at every step, a step is timed only if every rank times
+    it (its candidate in use on every rank, no pause), so that all ranks
+    switch candidates at the same steps; the choice is made from the step
+    times averaged over the ranks. Every rank must call :meth:`tick` at
+    every training step until the choice is made (as DDP's training steps
+    do); evaluation in :meth:`~torch.nn.Module.eval` mode is fine on any
+    subset of ranks.
+
+    Args:
+        *args: See :class:`~pyg_orch.offload.autotune.StepTimeChooser`.
+        ranks (MachineRanks): The ranks that agree.
+        **kwargs: See :class:`~pyg_orch.offload.autotune.StepTimeChooser`.
+    """
+    def __init__(self, *args, ranks: MachineRanks, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ranks = ranks
+
+    def tick(self, count: bool = True) -> Optional[int]:
+        r"""As :meth:`StepTimeChooser.tick
+        <pyg_orch.offload.autotune.StepTimeChooser.tick>`, a collective
+        until the choice is made: the step is timed only if
+        :obj:`count` holds on every rank."""
+        if self.done:
+            return None
+        # A step counts only where every rank times it (a rank after a
+        # pause reads the clock but does not time this step):
+        count = self.ranks.all_true(bool(count) and self._last is not None)
+        size = super().tick(count)
+        if self.done:  # Decided just now: again, from the ranks' times.
+            self.times = self.ranks.mean_times(self.times)
+            self.choice, self.reason = decide(self.times, self.margin)
+            size = self.choice
+        return size
