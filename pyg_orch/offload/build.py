@@ -296,7 +296,13 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                 num_batches, options.seed, reduce_counts=reduce)
         set_cache = getattr(loader, 'set_gpu_cache_nodes', None)
         if callable(set_cache):
-            set_cache(selection.cache_nodes)
+            if measure:
+                # The loader keeps its own cache (the best for plain
+                # training) unless measurement keeps the offload.
+                runtime.offload_cache = functools.partial(
+                    set_cache, selection.cache_nodes)
+            else:
+                set_cache(selection.cache_nodes)
         if measure:
             runtime.start_tuner(functools.partial(
                 make_tuner, sizes=sizes, ratios=kept, loader=loader,

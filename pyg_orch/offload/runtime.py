@@ -3,7 +3,7 @@
 embedding strategy and counters)."""
 import collections
 import warnings
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 from torch import Tensor
@@ -131,6 +131,9 @@ class OffloadRuntime:
         #: What :meth:`stats` reports as :obj:`'decision'` once a decision
         #: by measurement is made.
         self.decision: Optional[Dict[str, Any]] = None
+        #: Gives the loader's GPU cache the offload's candidates, once
+        #: measurement keeps the offload (set by the builder).
+        self.offload_cache: Optional[Callable[[], Any]] = None
         #: Why no decision is measured (:obj:`'decision'` in :meth:`stats`).
         self.fixed_reason = 'hot-set size given (autotune off)'
         self.order_checked = False
@@ -217,6 +220,9 @@ class OffloadRuntime:
             self.handles = []
             self.batches.clear()
             self.sampled.clear()
+        elif self.offload_cache is not None:
+            self.offload_cache()
+        self.offload_cache = None
 
     def pause(self) -> None:
         r"""Stops the worker threads; they restart at the next training
