@@ -100,10 +100,13 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             loaders (see :attr:`topology`); built from :obj:`data` if not set.
         backend (str): Sampling kernels: :obj:`'triton'`, :obj:`'torch'` or
             :obj:`'auto'` (see :class:`~pyg_orch.HybridNeighborSampler`).
-        topology_placement (str): On CUDA, :obj:`'device'`, :obj:`'host'`
-            (pinned, read zero-copy) or :obj:`'auto'`.
-        feature_store (str or TieredFeatureStore or HeteroTieredFeatureStore,
-            optional): On CUDA with node features :obj:`x` in host memory,
+        topology_placement (str or TopologySharding): On CUDA,
+            :obj:`'device'`, :obj:`'host'` (pinned, read zero-copy) or
+            :obj:`'auto'`; :obj:`'sharded'` splits the neighbor lists across
+            the machine's processes (see :doc:`/multi_gpu` and
+            :class:`~pyg_orch.HybridNeighborSampler`).
+        feature_store (str or TieredFeatureStore, optional): On CUDA with
+            node features :obj:`x` in host memory,
             :obj:`'auto'` serves them from a
             :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on the
             GPU, the rest read from pinned memory, rows of the previous batch
