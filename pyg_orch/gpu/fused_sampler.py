@@ -286,20 +286,24 @@ class FusedSampler:
 
     def _plan(self, topo, num_nodes, fanouts, seeds, replace, buffers, device,
               hot_nodes):
-        plans = getattr(self._local, 'plans', None)
-        if plans is None:
-            plans = self._local.plans = OrderedDict()
         key = (id(topo), topo.colptr.data_ptr(), num_nodes, tuple(fanouts),
                seeds.numel(), bool(replace),
                None if hot_nodes is None else hot_nodes.data_ptr())
+        return self._cached_plan(key, device, lambda: FusedPlan(
+            topo, num_nodes, fanouts, seeds.numel(), replace, hot_nodes,
+            buffers.get(None, num_nodes, device, fill=-1),
+            buffers.get(None, num_nodes, device, fill=_INT32_MAX), device))
+
+    def _cached_plan(self, key, device: torch.device, make):
+        # This thread's plan for `key` (made by `make()` if new; the least
+        # recently used ones beyond `max_plans` dropped), and whether to
+        # replay it as a CUDA graph.
+        plans = getattr(self._local, 'plans', None)
+        if plans is None:
+            plans = self._local.plans = OrderedDict()
         plan = plans.get(key)
         if plan is None:
-            plan = FusedPlan(topo, num_nodes, fanouts, seeds.numel(), replace,
-                             hot_nodes,
-                             buffers.get(None, num_nodes, device, fill=-1),
-                             buffers.get(None, num_nodes, device,
-                                         fill=_INT32_MAX), device)
-            plans[key] = plan
+            plan = plans[key] = make()
             while len(plans) > self.max_plans:
                 plans.popitem(last=False)
         plans.move_to_end(key)

@@ -14,7 +14,6 @@ graphs (:class:`~pyg_orch.gpu.fused_sampler.FusedPlan`), every buffer is
 sized up front, the batch runs without host synchronization and is replayed
 as a CUDA graph.
 """
-from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -391,26 +390,16 @@ class HeteroFusedSampler(FusedSampler):
         seed = torch.cat(flat) if flat else torch.zeros(0, dtype=torch.int64)
         counts = {t: seeds[t].numel() for t in seeds}
         hot = self._hot_mask(csc, hot_nodes, device)
-        plans = getattr(self._local, 'plans', None)
-        if plans is None:
-            plans = self._local.plans = OrderedDict()
         key = (id(csc), tuple(counts.get(t, 0) for t in csc.node_types),
                tuple((et, tuple(v)) for et, v in num_neighbors.items()),
                bool(replace), None if hot is None else hot.data_ptr())
-        plan = plans.get(key)
-        if plan is None:
-            n = csc.total_nodes
-            plan = HeteroFusedPlan(
+        n = csc.total_nodes
+        plan, use_graphs = self._cached_plan(key, device, lambda: (
+            HeteroFusedPlan(
                 csc, num_neighbors, counts, replace, hot,
                 buffers.get(_BUFFER_KEY, n, device, fill=-1),
-                buffers.get(_BUFFER_KEY, n, device, fill=_INT32_MAX), device)
-            plans[key] = plan
-            while len(plans) > self.max_plans:
-                plans.popitem(last=False)
-        plans.move_to_end(key)
-        use_graphs = self.use_graphs
-        if use_graphs is None:
-            use_graphs = device.type == 'cuda'
+                buffers.get(_BUFFER_KEY, n, device, fill=_INT32_MAX),
+                device)))
         return plan.launch(_to_device_async(seed, device), generator,
                            use_graphs)
 

@@ -6,7 +6,7 @@ unchanged. Importing this module imports Triton."""
 import triton
 import triton.language as tl
 
-from pyg_orch.gpu.triton_kernels import _random_below
+from pyg_orch.gpu.triton_kernels import _random_below, floyd_picks
 
 #: Columns of the per-hop edge type table of :func:`hetero_sample_kernel`.
 TABLE_COLUMNS = 6
@@ -69,16 +69,7 @@ def hetero_sample_kernel(
                               deg[:, None])
     else:
         cnt = tl.minimum(deg, K)
-        floyd = tl.full((BLOCK, KPAD), -1, tl.int64)
-        for t in tl.static_range(KMAX):  # Floyd's algorithm, as homogeneous.
-            j = deg - K + t
-            r = _random_below(seed, base + t, j + 1)
-            prev = tl.where(col[None, :] < t, floyd, -1)
-            dup = tl.sum((prev == r[:, None]).to(tl.int32), axis=1) > 0
-            r = tl.where(dup, j, r)
-            floyd = tl.where(col[None, :] == t, r[:, None], floyd)
-        identity = tl.zeros((BLOCK, KPAD), tl.int64) + col[None, :]
-        picks = tl.where((deg > K)[:, None], floyd, identity)
+        picks = floyd_picks(seed, base, deg, K, col, KMAX, BLOCK, KPAD)
 
     ok = valid[:, None] & (col[None, :] < cnt[:, None])
     pos = start[:, None] + picks

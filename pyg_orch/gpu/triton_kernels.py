@@ -14,6 +14,26 @@ def _random_below(seed, offset, bound):
 
 
 @triton.jit
+def floyd_picks(seed, base, deg, K, col, KLOOP: tl.constexpr,
+                BLOCK: tl.constexpr, KPAD: tl.constexpr):
+    r"""Positions of :obj:`K` distinct neighbors among :obj:`deg` per row
+    (all of them where :obj:`deg <= K`): Floyd's algorithm, vectorized over
+    the rows of a block (draw t in [0, j]; if t was picked before, take j,
+    never picked yet). Draw :obj:`t` of a row uses Philox offset
+    :obj:`base + t`; :obj:`KLOOP` (a constant) bounds :obj:`K`."""
+    floyd = tl.full((BLOCK, KPAD), -1, tl.int64)
+    for t in tl.static_range(KLOOP):
+        j = deg - K + t
+        r = _random_below(seed, base + t, j + 1)
+        prev = tl.where(col[None, :] < t, floyd, -1)
+        dup = tl.sum((prev == r[:, None]).to(tl.int32), axis=1) > 0
+        r = tl.where(dup, j, r)
+        floyd = tl.where(col[None, :] == t, r[:, None], floyd)
+    identity = tl.zeros((BLOCK, KPAD), tl.int64) + col[None, :]
+    return tl.where((deg > K)[:, None], floyd, identity)
+
+
+@triton.jit
 def _sharded_read(row_ptr, eid_ptr, shard_ptr, rep_start_ptr, rep_row_ptr,
                   rep_eid_ptr, reads_ptr, v, valid, picks, pos, ok,
                   SHARDS: tl.constexpr, HAS_EID: tl.constexpr,
@@ -115,18 +135,8 @@ def sample_hop_kernel(
         picks = _random_below(seed, offs, deg[:, None])
     else:
         cnt = tl.minimum(deg, K)
-        # Floyd's algorithm, vectorized over the nodes of the block: draw
-        # t in [0, j]; if t was picked before, take j (never picked yet).
-        floyd = tl.full((BLOCK, KPAD), -1, tl.int64)
-        for t in tl.static_range(K):
-            j = deg - K + t
-            r = _random_below(seed, i.to(tl.int64) * KPAD + t, j + 1)
-            prev = tl.where(col[None, :] < t, floyd, -1)
-            dup = tl.sum((prev == r[:, None]).to(tl.int32), axis=1) > 0
-            r = tl.where(dup, j, r)
-            floyd = tl.where(col[None, :] == t, r[:, None], floyd)
-        identity = tl.zeros((BLOCK, KPAD), tl.int64) + col[None, :]
-        picks = tl.where((deg > K)[:, None], floyd, identity)
+        picks = floyd_picks(seed, i.to(tl.int64) * KPAD, deg, K, col, K,
+                            BLOCK, KPAD)
 
     ok = valid[:, None] & (col[None, :] < cnt[:, None])
     pos = start[:, None] + picks
