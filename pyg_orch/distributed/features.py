@@ -1,0 +1,199 @@
+r"""Rows of node attributes (features, labels) of vertices owned by other
+parts, fetched with the same collective exchange as the sampler, with a
+per-machine static cache of the remote rows read most often (counted by
+pre-sampling), so that repeated remote reads are served locally."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_orch.distributed.collective import exchange, group_rank, group_size
+
+__all__ = ['DistributedFeatureGather', 'GatherStats']
+
+
+@dataclass
+class GatherStats:
+    r"""Where the rows of the last :meth:`DistributedFeatureGather.gather`
+    call came from, on this rank.
+
+    Attributes:
+        local_rows (int): Rows of vertices this part owns.
+        cached_rows (int): Rows of remote vertices served by the cache.
+        remote_rows (int): Rows fetched from other parts.
+        remote_bytes (int): Bytes of the rows fetched from other parts.
+        cached_bytes (int): Bytes of the rows served by the cache.
+        served_rows (int): Rows this part sent to other parts.
+    """
+    local_rows: int = 0
+    cached_rows: int = 0
+    remote_rows: int = 0
+    remote_bytes: int = 0
+    cached_bytes: int = 0
+    served_rows: int = 0
+
+    def as_dict(self) -> Dict[str, int]:
+        return dict(vars(self))
+
+
+class DistributedFeatureGather:
+    r"""Gathers rows of the node attributes :obj:`keys` (default
+    :obj:`'x'` and, where present, :obj:`'y'`) for any global vertex ids:
+    rows of owned vertices from this part, rows of cached remote vertices
+    from the cache, the others from their owners by
+    :func:`~pyg_orch.distributed.collective.exchange`.
+
+    :meth:`gather` and :meth:`build_cache` are **collectives**: every rank
+    calls them, in the same order (with its own ids, possibly none).
+
+    The cache is static: :meth:`build_cache` takes access counts of the
+    global vertices (e.g. :meth:`count_accesses` over pre-sampled batches)
+    and keeps the rows of the :obj:`cache_size` remote vertices counted
+    most often.
+
+    Args:
+        partition (GraphPartition): This rank's part (homogeneous).
+        keys (Iterable[str], optional): The node attributes to gather.
+        group (ProcessGroup, optional): The process group (rank :obj:`k`
+            holds part :obj:`k`).
+    """
+    def __init__(self, partition, keys: Optional[Iterable[str]] = None,
+                 group: Optional[Any] = None):
+        if getattr(partition, 'is_hetero', False):
+            raise NotImplementedError(
+                'DistributedFeatureGather: heterogeneous partitions are not '
+                'supported yet (homogeneous graphs only)')
+        attrs = partition.node_attrs
+        if keys is None:
+            keys = [k for k in ('x', 'y') if k in attrs]
+        keys = list(keys)
+        for k in keys:
+            if k not in attrs:
+                raise ValueError(f'the partition has no node attribute '
+                                 f'{k!r} (has {sorted(attrs)})')
+        if group_size(group) != partition.num_parts \
+                or group_rank(group) != partition.part:
+            raise ValueError('rank k of the process group must hold part k '
+                             'of a graph with one part per rank')
+        self.partition = partition
+        self.keys = keys
+        self.group = group
+        self.rank = partition.part
+        self.world_size = partition.num_parts
+        self.num_nodes = int(partition.node_part.numel())
+        # Global id -> cache slot (-1: not cached).
+        self.cache_slot = torch.full((self.num_nodes, ), -1,
+                                     dtype=torch.int64)
+        self.cache: Dict[str, Tensor] = {
+            k: attrs[k][:0].clone() for k in keys}
+        self.stats = GatherStats()
+
+    # Helpers ################################################################
+    def _rows(self, key: str, local: Tensor) -> Tensor:
+        return self.partition.node_attrs[key].index_select(0, local)
+
+    def _row_bytes(self) -> int:
+        total = 0
+        for k in self.keys:
+            t = self.partition.node_attrs[k]
+            total += t[:1].numel() * t.element_size() if t.dim() > 1 \
+                else t.element_size()
+        return total
+
+    def _fetch(self, ids: Tensor) -> Dict[str, Tensor]:
+        r"""Rows of :obj:`ids` (none owned by this part) from their owners:
+        a collective."""
+        owner = self.partition.node_part[ids].to(torch.int64)
+        order = torch.sort(owner, stable=True).indices
+        per_rank = torch.bincount(owner, minlength=self.world_size).tolist()
+        index = list(torch.split(order, per_rank))
+        requests = exchange([ids[i] for i in index], self.group)
+        self.stats.served_rows += sum(int(r.numel()) for i, r in
+                                      enumerate(requests) if i != self.rank)
+        out = {}
+        for key in self.keys:
+            replies = [self._rows(key, self.partition.local_id[r])
+                       for r in requests]
+            answers = exchange(replies, self.group)
+            ref = self.partition.node_attrs[key]
+            rows = ref.new_empty((ids.numel(), ) + tuple(ref.shape[1:]))
+            for i, a in zip(index, answers):
+                rows[i] = a
+            out[key] = rows
+        return out
+
+    # API ####################################################################
+    def gather(self, n_id) -> Dict[str, Tensor]:
+        r"""The rows of :obj:`n_id` (global ids) of every key, in the order
+        of :obj:`n_id`; a collective. :attr:`stats` then says where they
+        came from."""
+        n_id = torch.as_tensor(n_id, dtype=torch.int64)
+        self.stats = GatherStats()
+        owner = self.partition.node_part[n_id].to(torch.int64)
+        is_local = owner == self.rank
+        slot = self.cache_slot[n_id]
+        is_cached = ~is_local & (slot >= 0)
+        is_remote = ~is_local & ~is_cached
+        local_pos = is_local.nonzero().view(-1)
+        cached_pos = is_cached.nonzero().view(-1)
+        remote_pos = is_remote.nonzero().view(-1)
+        fetched = self._fetch(n_id[remote_pos])
+        out = {}
+        for key in self.keys:
+            ref = self.partition.node_attrs[key]
+            rows = ref.new_empty((n_id.numel(), ) + tuple(ref.shape[1:]))
+            rows[local_pos] = self._rows(
+                key, self.partition.local_id[n_id[local_pos]])
+            rows[cached_pos] = self.cache[key][slot[cached_pos]]
+            rows[remote_pos] = fetched[key]
+            out[key] = rows
+        row_bytes = self._row_bytes()
+        self.stats.local_rows = int(local_pos.numel())
+        self.stats.cached_rows = int(cached_pos.numel())
+        self.stats.remote_rows = int(remote_pos.numel())
+        self.stats.remote_bytes = self.stats.remote_rows * row_bytes
+        self.stats.cached_bytes = self.stats.cached_rows * row_bytes
+        return out
+
+    @staticmethod
+    def count_accesses(n_ids: Iterable[Tensor], num_nodes: int) -> Tensor:
+        r"""How often every global vertex appears in :obj:`n_ids` (e.g. the
+        :obj:`node` of pre-sampled batches)."""
+        counts = torch.zeros(num_nodes, dtype=torch.int64)
+        for n_id in n_ids:
+            counts += torch.bincount(torch.as_tensor(n_id, dtype=torch.int64),
+                                     minlength=num_nodes)
+        return counts
+
+    def build_cache(self, counts: Tensor, cache_size: int) -> int:
+        r"""Caches the rows of the :obj:`cache_size` remote vertices with
+        the highest :obj:`counts` (vertices never counted are not cached),
+        fetched from their owners: a collective. Returns the number of
+        cached rows."""
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) \
+                or cache_size < 0:
+            raise ValueError(f"'cache_size' must be a non-negative integer "
+                             f"(got {cache_size!r})")
+        counts = torch.as_tensor(counts, dtype=torch.int64).clone()
+        if counts.numel() != self.num_nodes:
+            raise ValueError(f"'counts' must have one entry per global "
+                             f"vertex ({self.num_nodes})")
+        counts[self.partition.node_part == self.rank] = 0
+        k = min(cache_size, int((counts > 0).sum()))
+        ids = torch.topk(counts, k).indices if k else \
+            torch.empty(0, dtype=torch.int64)
+        ids = torch.sort(ids).values
+        saved = self.stats
+        fetched = self._fetch(ids)
+        self.stats = saved
+        self.cache_slot.fill_(-1)
+        self.cache_slot[ids] = torch.arange(ids.numel())
+        self.cache = fetched
+        return int(ids.numel())
+
+    @property
+    def cache_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.cache.values())
