@@ -192,3 +192,45 @@ def test_bad_arguments(tmp_path):
         DistributedNeighborSampler(part, [2], replace=True)
     with pytest.raises(ValueError, match='no node attribute'):
         DistributedFeatureGather(part, keys=['nope'])
+
+
+def _loader_worker(rank, world_size, out_dir, even, cache_size):
+    from pyg_orch.distributed import DistributedNeighborLoader
+    # Rank 0 has more seeds than rank 1: equal batch counts all the same.
+    part = load_partition(out_dir, rank)
+    seeds = part.node_ids[:20 if rank == 0 else 7]
+    loader = DistributedNeighborLoader(out_dir, FANOUTS, batch_size=5,
+                                       input_nodes=seeds, even=even,
+                                       cache_size=cache_size)
+    out = []
+    for epoch in range(2):
+        out.append([(b.n_id, b.e_id, b.edge_index, b.x, b.y, b.batch_size)
+                    for b in loader])
+    return len(loader), out, loader.batch_stats
+
+
+@pytest.mark.parametrize('even,num_batches', [('min', 2), ('pad', 4)])
+def test_loader_batches(tmp_path, even, num_batches):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_loader_worker, 2,
+                          args=(str(info.out_dir), even, 30), timeout=60)
+    for rank, (length, epochs, stats) in enumerate(results):
+        assert length == num_batches
+        cached = 0
+        for epoch, batches in enumerate(epochs):
+            assert len(batches) == num_batches
+            for n_id, e_id, edge_index, x, y, batch_size in batches:
+                ref = _reference(data, FANOUTS, n_id[:batch_size])
+                assert torch.equal(n_id, ref[0])
+                assert torch.equal(edge_index[0], ref[1])
+                assert torch.equal(edge_index[1], ref[2])
+                assert torch.equal(e_id, ref[3])
+                assert torch.equal(x, data.x[n_id])
+                assert torch.equal(y, data.y[n_id])
+        sizes = [b[5] for b in epochs[0]]
+        if even == 'pad' and rank == 1:
+            assert sizes == [5, 2, 0, 0]  # Padded with empty batches.
+        cached = sum(s['cached_rows'] for s in stats)
+        assert cached > 0

@@ -7,11 +7,13 @@ per rank of a process group."""
 
 from .build import PartitionInfo, partition_graph
 from .features import DistributedFeatureGather, GatherStats
+from .loader import DistributedNeighborLoader
 from .sampler import DistributedNeighborSampler, SamplingStats
 from .storage import GraphPartition, graph_fingerprint, load_partition
 
 __all__ = [
     'DistributedFeatureGather',
+    'DistributedNeighborLoader',
     'DistributedNeighborSampler',
     'GatherStats',
     'GraphPartition',
