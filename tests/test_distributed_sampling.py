@@ -234,3 +234,29 @@ def test_loader_batches(tmp_path, even, num_batches):
             assert sizes == [5, 2, 0, 0]  # Padded with empty batches.
         cached = sum(s['cached_rows'] for s in stats)
         assert cached > 0
+
+
+def _stalled_worker(rank, world_size, out_dir):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(part, [2, 2])
+    if rank == 1:  # Alive but never joins the collective.
+        time.sleep(8.0)
+        return ('slept', None, 0.0)
+    start = time.monotonic()
+    try:
+        sampler.sample_from_nodes(seeds_of(rank, 0))
+    except Exception as exc:
+        return ('raised', type(exc).__name__, time.monotonic() - start)
+    return ('returned', None, time.monotonic() - start)
+
+
+def test_stalled_rank_times_out(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_stalled_worker, 2, args=(str(info.out_dir), ),
+                          timeout=60, pg_timeout=2.0,
+                          return_exceptions=True)
+    status, _, seconds = results[0]
+    assert status == 'raised'  # After the process group's timeout.
+    assert 1.0 < seconds < 7.0
