@@ -10,6 +10,7 @@ from multiproc import run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
 from pyg_orch.distributed.features import DistributedFeatureGather
+from pyg_orch.distributed.methods import metis_available
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
 from pyg_orch.sampling.multi_hop import sample_multi_hop
 from pyg_orch.sampling.topology import GraphTopology
@@ -52,8 +53,10 @@ def _reference(data, fanouts, seeds):
             out.num_sampled_nodes[None], out.num_sampled_edges[None])
 
 
-@pytest.mark.parametrize('world_size,method', [(2, 'random'),
-                                               (3, 'contiguous')])
+@pytest.mark.parametrize('world_size,method', [
+    (2, 'random'), (3, 'contiguous'),
+    pytest.param(2, 'metis', marks=pytest.mark.skipif(
+        not metis_available(), reason='needs pymetis'))])
 def test_full_fanout_equals_single_machine(tmp_path, world_size, method):
     data = graph()
     info = partition_graph(data, world_size, tmp_path / 'p', method,
@@ -192,16 +195,22 @@ def test_bad_arguments(tmp_path):
         DistributedNeighborSampler(part, [2], replace=True)
     with pytest.raises(ValueError, match='no node attribute'):
         DistributedFeatureGather(part, keys=['nope'])
+    with pytest.raises(ValueError, match='policy'):
+        DistributedFeatureGather(part, policy='fifo')
+    with pytest.raises(ValueError, match='cache_size'):
+        DistributedFeatureGather(part, policy='lru', cache_size=-1)
 
 
-def _loader_worker(rank, world_size, out_dir, even, cache_size):
+def _loader_worker(rank, world_size, out_dir, even, cache_size,
+                   policy='static'):
     from pyg_orch.distributed import DistributedNeighborLoader
     # Rank 0 has more seeds than rank 1: equal batch counts all the same.
     part = load_partition(out_dir, rank)
     seeds = part.node_ids[:20 if rank == 0 else 7]
     loader = DistributedNeighborLoader(out_dir, FANOUTS, batch_size=5,
                                        input_nodes=seeds, even=even,
-                                       cache_size=cache_size)
+                                       cache_size=cache_size,
+                                       cache_policy=policy)
     out = []
     for epoch in range(2):
         out.append([(b.n_id, b.e_id, b.edge_index, b.x, b.y, b.batch_size)
@@ -209,13 +218,15 @@ def _loader_worker(rank, world_size, out_dir, even, cache_size):
     return len(loader), out, loader.batch_stats
 
 
-@pytest.mark.parametrize('even,num_batches', [('min', 2), ('pad', 4)])
-def test_loader_batches(tmp_path, even, num_batches):
+@pytest.mark.parametrize('even,num_batches,policy', [
+    ('min', 2, 'static'), ('pad', 4, 'static'), ('min', 2, 'lru')])
+def test_loader_batches(tmp_path, even, num_batches, policy):
     data = graph()
     info = partition_graph(data, 2, tmp_path / 'p', 'random',
                            progress=False)
     results = run_workers(_loader_worker, 2,
-                          args=(str(info.out_dir), even, 30), timeout=60)
+                          args=(str(info.out_dir), even, 30, policy),
+                          timeout=60)
     for rank, (length, epochs, stats) in enumerate(results):
         assert length == num_batches
         cached = 0
@@ -260,3 +271,42 @@ def test_stalled_rank_times_out(tmp_path):
     status, _, seconds = results[0]
     assert status == 'raised'  # After the process group's timeout.
     assert 1.0 < seconds < 7.0
+
+
+def _lru_worker(rank, world_size, out_dir, capacity):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(
+        part, [3, 3], generator=torch.Generator().manual_seed(rank))
+    gather = DistributedFeatureGather(part, policy='lru',
+                                      cache_size=capacity)
+    out = []
+    for step in range(4):
+        node = sampler.sample_from_nodes(seeds_of(rank, step % 2)).node
+        for _ in range(2):  # The same rows twice in a row.
+            feats = gather.gather(node)
+            out.append((node, feats['x'], feats['y'],
+                        gather.stats.as_dict(),
+                        int((gather.cache_slot >= 0).sum())))
+    return out
+
+
+@pytest.mark.parametrize('capacity', [1000, 5])
+def test_lru_cache(tmp_path, capacity):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_lru_worker, 2,
+                          args=(str(info.out_dir), capacity), timeout=60)
+    for steps in results:
+        for i, (node, x, y, stats, num_cached) in enumerate(steps):
+            assert torch.equal(x, data.x[node])
+            assert torch.equal(y, data.y[node])
+            assert num_cached <= capacity
+            assert stats['local_rows'] + stats['cached_rows'] \
+                + stats['remote_rows'] == node.numel()
+            if capacity == 1000 and i % 2 == 1:
+                # Everything remote was kept by the first read:
+                assert stats['remote_rows'] == 0
+                assert stats['cached_rows'] == steps[i - 1][3][
+                    'remote_rows'] + steps[i - 1][3]['cached_rows']
+        assert sum(s[3]['cached_rows'] for s in steps) > 0

@@ -49,19 +49,32 @@ class DistributedFeatureGather:
     :meth:`gather` and :meth:`build_cache` are **collectives**: every rank
     calls them, in the same order (with its own ids, possibly none).
 
-    The cache is static: :meth:`build_cache` takes access counts of the
-    global vertices (e.g. :meth:`count_accesses` over pre-sampled batches)
-    and keeps the rows of the :obj:`cache_size` remote vertices counted
-    most often.
+    With :obj:`policy='static'` (default), the cache is filled once:
+    :meth:`build_cache` takes access counts of the global vertices (e.g.
+    :meth:`count_accesses` over pre-sampled batches) and keeps the rows of
+    the :obj:`cache_size` remote vertices counted most often. With
+    :obj:`policy='lru'`, every row fetched from another part is kept, the
+    least recently read rows evicted beyond :obj:`cache_size` rows
+    (:meth:`build_cache` may still warm it).
 
     Args:
         partition (GraphPartition): This rank's part (homogeneous).
         keys (Iterable[str], optional): The node attributes to gather.
         group (ProcessGroup, optional): The process group (rank :obj:`k`
             holds part :obj:`k`).
+        policy (str): :obj:`'static'` or :obj:`'lru'`.
+        cache_size (int): The capacity of the :obj:`'lru'` cache in rows.
     """
     def __init__(self, partition, keys: Optional[Iterable[str]] = None,
-                 group: Optional[Any] = None):
+                 group: Optional[Any] = None, policy: str = 'static',
+                 cache_size: int = 0):
+        if policy not in ('static', 'lru'):
+            raise ValueError(f"'policy' must be 'static' or 'lru' "
+                             f"(got {policy!r})")
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) \
+                or cache_size < 0:
+            raise ValueError(f"'cache_size' must be a non-negative integer "
+                             f"(got {cache_size!r})")
         if getattr(partition, 'is_hetero', False):
             raise NotImplementedError(
                 'DistributedFeatureGather: heterogeneous partitions are not '
@@ -87,8 +100,17 @@ class DistributedFeatureGather:
         # Global id -> cache slot (-1: not cached).
         self.cache_slot = torch.full((self.num_nodes, ), -1,
                                      dtype=torch.int64)
+        self.policy = policy
+        self.capacity = cache_size if policy == 'lru' else 0
         self.cache: Dict[str, Tensor] = {
-            k: attrs[k][:0].clone() for k in keys}
+            k: attrs[k].new_empty((self.capacity, ) + tuple(
+                attrs[k].shape[1:])) for k in keys}
+        # LRU bookkeeping: the global id in every slot (-1: free) and the
+        # step it was last read.
+        self.slot_id = torch.full((self.capacity, ), -1, dtype=torch.int64)
+        self.last_used = torch.full((self.capacity, ), -1,
+                                    dtype=torch.int64)
+        self._step = 0
         self.stats = GatherStats()
 
     # Helpers ################################################################
@@ -156,7 +178,30 @@ class DistributedFeatureGather:
         self.stats.remote_rows = int(remote_pos.numel())
         self.stats.remote_bytes = self.stats.remote_rows * row_bytes
         self.stats.cached_bytes = self.stats.cached_rows * row_bytes
+        if self.policy == 'lru' and self.capacity:
+            self._step += 1
+            self.last_used[slot[cached_pos]] = self._step
+            self._admit(n_id[remote_pos], fetched)
         return out
+
+    def _admit(self, ids: Tensor, rows: Dict[str, Tensor]) -> None:
+        r"""LRU: keeps the rows of :obj:`ids` just fetched, evicting the
+        least recently read (free slots first)."""
+        if ids.numel() == 0:
+            return
+        uniq, inverse = torch.unique(ids, return_inverse=True)
+        first = torch.full((uniq.numel(), ), ids.numel(), dtype=torch.int64)
+        first.scatter_reduce_(0, inverse, torch.arange(ids.numel()), 'amin')
+        m = min(uniq.numel(), self.capacity)
+        uniq, first = uniq[:m], first[:m]
+        victims = torch.sort(self.last_used, stable=True).indices[:m]
+        old = self.slot_id[victims]
+        self.cache_slot[old[old >= 0]] = -1
+        self.slot_id[victims] = uniq
+        self.cache_slot[uniq] = victims
+        self.last_used[victims] = self._step
+        for key in self.keys:
+            self.cache[key][victims] = rows[key][first]
 
     @staticmethod
     def count_accesses(n_ids: Iterable[Tensor], num_nodes: int) -> Tensor:
@@ -182,6 +227,8 @@ class DistributedFeatureGather:
             raise ValueError(f"'counts' must have one entry per global "
                              f"vertex ({self.num_nodes})")
         counts[self.partition.node_part == self.rank] = 0
+        if self.policy == 'lru':
+            cache_size = min(cache_size, self.capacity)
         k = min(cache_size, int((counts > 0).sum()))
         ids = torch.topk(counts, k).indices if k else \
             torch.empty(0, dtype=torch.int64)
@@ -189,6 +236,9 @@ class DistributedFeatureGather:
         saved = self.stats
         fetched = self._fetch(ids)
         self.stats = saved
+        if self.policy == 'lru':
+            self._admit(ids, fetched)
+            return int((self.cache_slot >= 0).sum())
         self.cache_slot.fill_(-1)
         self.cache_slot[ids] = torch.arange(ids.numel())
         self.cache = fetched

@@ -55,6 +55,10 @@ class DistributedNeighborLoader:
         cache_size (int): Remote rows to cache per rank (:obj:`0`: none);
             the cache is filled on the first epoch from
             :obj:`presample_batches` pre-sampled batches.
+        cache_policy (str): :obj:`'static'` (the pre-sampled hot rows
+            only) or :obj:`'lru'` (pre-sampled, then every fetched row,
+            least recently read evicted); see
+            :class:`~pyg_orch.distributed.DistributedFeatureGather`.
         presample_batches (int): Batches pre-sampled to count accesses.
         seed (int): Seed of the shuffling and of this rank's sampling
             (offset by the rank).
@@ -64,7 +68,8 @@ class DistributedNeighborLoader:
                  num_neighbors: Sequence[int], batch_size: int,
                  input_nodes: Optional[Union[Tensor, str]] = None,
                  shuffle: bool = False, even: str = 'min',
-                 cache_size: int = 0, presample_batches: int = 8,
+                 cache_size: int = 0, cache_policy: str = 'static',
+                 presample_batches: int = 8,
                  seed: int = 0, group: Optional[Any] = None):
         if not isinstance(partition, GraphPartition):
             partition = load_partition(partition, group_rank(group),
@@ -86,7 +91,9 @@ class DistributedNeighborLoader:
         self.sampler = DistributedNeighborSampler(
             partition, num_neighbors, group=group,
             generator=torch.Generator().manual_seed(seed * 1000 + self.rank))
-        self.gather = DistributedFeatureGather(partition, group=group)
+        self.gather = DistributedFeatureGather(
+            partition, group=group, policy=cache_policy,
+            cache_size=cache_size if cache_policy == 'lru' else 0)
         self.input_nodes = self._resolve(input_nodes)
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
                                                           + self.rank)
