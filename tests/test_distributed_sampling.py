@@ -5,7 +5,7 @@ import time
 
 import pytest
 import torch
-from conftest import random_graph
+from conftest import paper_hetero_graph, random_graph
 from multiproc import run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
@@ -88,6 +88,7 @@ def test_fanout_invariants(tmp_path):
     results = run_workers(_sample_worker, 2,
                           args=(str(info.out_dir), fanouts, 3), timeout=60)
     src, dst = data.edge_index
+    indeg = torch.bincount(dst, minlength=data.num_nodes)
     for rank, steps in enumerate(results):
         for step, res in enumerate(steps):
             node, row, col, edge, nsn, nse, x, y = res[:8]
@@ -108,8 +109,10 @@ def test_fanout_invariants(tmp_path):
                 c = col[offset:offset + nse[hop]]
                 lo = sum(nsn[:hop])
                 assert bool(((c >= lo) & (c < lo + nsn[hop])).all())
-                if c.numel():
-                    assert int(torch.bincount(c).max()) <= k
+                # Exactly min(k, in-degree) in-edges per frontier vertex:
+                frontier = node[lo:lo + nsn[hop]]
+                got = torch.bincount(c - lo, minlength=nsn[hop])
+                assert torch.equal(got, indeg[frontier].clamp(max=k))
                 offset += nse[hop]
             assert torch.equal(x, data.x[node])
 
@@ -195,6 +198,13 @@ def test_bad_arguments(tmp_path):
         DistributedNeighborSampler(part, [2], replace=True)
     with pytest.raises(ValueError, match='no node attribute'):
         DistributedFeatureGather(part, keys=['nope'])
+    hetero = partition_graph(paper_hetero_graph(), 1, tmp_path / 'h',
+                             'contiguous', progress=False)
+    hpart = load_partition(hetero.out_dir, 0)
+    with pytest.raises(NotImplementedError, match='heterogeneous'):
+        DistributedNeighborSampler(hpart, [2])
+    with pytest.raises(NotImplementedError, match='heterogeneous'):
+        DistributedFeatureGather(hpart)
     with pytest.raises(ValueError, match='policy'):
         DistributedFeatureGather(part, policy='fifo')
     with pytest.raises(ValueError, match='cache_size'):
@@ -211,6 +221,13 @@ def _loader_worker(rank, world_size, out_dir, even, cache_size,
                                        input_nodes=seeds, even=even,
                                        cache_size=cache_size,
                                        cache_policy=policy)
+    # By default, the part's training vertices:
+    default = DistributedNeighborLoader(out_dir, [2], batch_size=4)
+    assert torch.equal(default.input_nodes,
+                       part.node_ids[part.node_attrs['train_mask']])
+    assert len(default) == min(
+        (int(load_partition(out_dir, r).node_attrs['train_mask'].sum())
+         + 3) // 4 for r in range(world_size))
     out = []
     for epoch in range(2):
         out.append([(b.n_id, b.e_id, b.edge_index, b.x, b.y, b.batch_size)

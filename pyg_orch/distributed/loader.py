@@ -1,5 +1,6 @@
-r"""A thin loader over :class:`~pyg_orch.distributed.DistributedNeighborSampler`
-and :class:`~pyg_orch.distributed.DistributedFeatureGather`: one part per
+r"""A thin loader over
+:class:`~pyg_orch.distributed.DistributedNeighborSampler` and
+:class:`~pyg_orch.distributed.DistributedFeatureGather`: one part per
 rank, mini-batches of this part's seeds as PyG :class:`Data`, the same
 number of batches on every rank so that the collectives never wait for a
 rank that has run out of seeds."""
