@@ -20,7 +20,7 @@ FANOUTS = [-1, -1]
 
 def graph():
     return random_graph(120, 500, seed=3, num_features=4, num_classes=3,
-                        train_ratio=0.5)
+                        train_ratio=0.5, edge_dim=2)
 
 
 def seeds_of(rank, step):
@@ -39,10 +39,11 @@ def _sample_worker(rank, world_size, out_dir, fanouts, num_steps):
     for step in range(num_steps):
         out = sampler.sample_from_nodes(seeds_of(rank, step))
         feats = gather.gather(out.node)
+        edge_feats = gather.gather_edges(out.edge, out.node[out.col])
         results.append((out.node, out.row, out.col, out.edge,
                         out.num_sampled_nodes, out.num_sampled_edges,
                         feats['x'], feats['y'], vars(sampler.stats).copy(),
-                        gather.stats.as_dict()))
+                        gather.stats.as_dict(), edge_feats['edge_attr']))
     return results
 
 
@@ -66,7 +67,8 @@ def test_full_fanout_equals_single_machine(tmp_path, world_size, method):
     remote = 0
     for rank, steps in enumerate(results):
         for step, res in enumerate(steps):
-            node, row, col, edge, nsn, nse, x, y, sstats, gstats = res
+            node, row, col, edge, nsn, nse, x, y, sstats, gstats = res[:10]
+            assert torch.equal(res[10], data.edge_attr[edge])
             ref = _reference(data, FANOUTS, seeds_of(rank, step))
             # Exactly the same batch, order included:
             for a, b in zip((node, row, col, edge), ref[:4]):
@@ -205,6 +207,11 @@ def test_bad_arguments(tmp_path):
         DistributedNeighborSampler(hpart, [2])
     with pytest.raises(NotImplementedError, match='heterogeneous'):
         DistributedFeatureGather(hpart)
+    with pytest.raises(ValueError, match='no edge attribute'):
+        DistributedFeatureGather(part, edge_keys=['nope'])
+    gather = DistributedFeatureGather(part)
+    with pytest.raises(ValueError, match='same'):
+        gather.gather_edges(torch.tensor([0, 1]), torch.tensor([0]))
     with pytest.raises(ValueError, match='policy'):
         DistributedFeatureGather(part, policy='fifo')
     with pytest.raises(ValueError, match='cache_size'):
@@ -230,8 +237,8 @@ def _loader_worker(rank, world_size, out_dir, even, cache_size,
          + 3) // 4 for r in range(world_size))
     out = []
     for epoch in range(2):
-        out.append([(b.n_id, b.e_id, b.edge_index, b.x, b.y, b.batch_size)
-                    for b in loader])
+        out.append([(b.n_id, b.e_id, b.edge_index, b.x, b.y, b.batch_size,
+                     b.edge_attr) for b in loader])
     return len(loader), out, loader.batch_stats
 
 
@@ -249,7 +256,8 @@ def test_loader_batches(tmp_path, even, num_batches, policy):
         cached = 0
         for epoch, batches in enumerate(epochs):
             assert len(batches) == num_batches
-            for n_id, e_id, edge_index, x, y, batch_size in batches:
+            for n_id, e_id, edge_index, x, y, batch_size, ea in batches:
+                assert torch.equal(ea, data.edge_attr[e_id])
                 ref = _reference(data, FANOUTS, n_id[:batch_size])
                 assert torch.equal(n_id, ref[0])
                 assert torch.equal(edge_index[0], ref[1])

@@ -27,6 +27,10 @@ class GatherStats:
         remote_bytes (int): Bytes of the rows fetched from other parts.
         cached_bytes (int): Bytes of the rows served by the cache.
         served_rows (int): Rows this part sent to other parts.
+        local_edge_rows (int): Edge attribute rows of in-edges of this
+            part's vertices (:meth:`DistributedFeatureGather.gather_edges`).
+        remote_edge_rows (int): Edge attribute rows fetched from other
+            parts.
     """
     local_rows: int = 0
     cached_rows: int = 0
@@ -34,6 +38,8 @@ class GatherStats:
     remote_bytes: int = 0
     cached_bytes: int = 0
     served_rows: int = 0
+    local_edge_rows: int = 0
+    remote_edge_rows: int = 0
 
     def as_dict(self) -> Dict[str, int]:
         return dict(vars(self))
@@ -63,11 +69,14 @@ class DistributedFeatureGather:
         group (ProcessGroup, optional): The process group (rank :obj:`k`
             holds part :obj:`k`).
         policy (str): :obj:`'static'` or :obj:`'lru'`.
+        edge_keys (Iterable[str], optional): The edge attributes that
+            :meth:`gather_edges` gathers (default: all of the part's).
         cache_size (int): The capacity of the :obj:`'lru'` cache in rows.
     """
     def __init__(self, partition, keys: Optional[Iterable[str]] = None,
                  group: Optional[Any] = None, policy: str = 'static',
-                 cache_size: int = 0):
+                 cache_size: int = 0,
+                 edge_keys: Optional[Iterable[str]] = None):
         if policy not in ('static', 'lru'):
             raise ValueError(f"'policy' must be 'static' or 'lru' "
                              f"(got {policy!r})")
@@ -91,6 +100,14 @@ class DistributedFeatureGather:
                 or group_rank(group) != partition.part:
             raise ValueError('rank k of the process group must hold part k '
                              'of a graph with one part per rank')
+        edge_keys = list(partition.edge_attrs if edge_keys is None
+                         else edge_keys)
+        for k in edge_keys:
+            if k not in partition.edge_attrs:
+                raise ValueError(f'the partition has no edge attribute '
+                                 f'{k!r} (has {sorted(partition.edge_attrs)})')
+        self.edge_keys = edge_keys
+        self._eid_sorted: Optional[Tensor] = None
         self.partition = partition
         self.keys = keys
         self.group = group
@@ -202,6 +219,50 @@ class DistributedFeatureGather:
         self.last_used[victims] = self._step
         for key in self.keys:
             self.cache[key][victims] = rows[key][first]
+
+    def gather_edges(self, e_id, dst) -> Dict[str, Tensor]:
+        r"""The rows of the edge attributes :obj:`edge_keys` of the edges
+        :obj:`e_id` (global edge ids) whose destinations are :obj:`dst`
+        (global vertex ids; an edge is stored with the part owning its
+        destination), in the order of :obj:`e_id`; a collective. Not
+        cached."""
+        e_id = torch.as_tensor(e_id, dtype=torch.int64)
+        dst = torch.as_tensor(dst, dtype=torch.int64)
+        if e_id.shape != dst.shape or e_id.dim() != 1:
+            raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
+                             "length")
+        if not self.edge_keys:
+            return {}
+        if self._eid_sorted is None:
+            self._eid_sorted, self._eid_pos = torch.sort(
+                self.partition.csc.edge_id.to(torch.int64))
+        owner = self.partition.node_part[dst].to(torch.int64)
+        order = torch.sort(owner, stable=True).indices
+        per_rank = torch.bincount(owner, minlength=self.world_size).tolist()
+        index = list(torch.split(order, per_rank))
+        requests = exchange([e_id[i] for i in index], self.group)
+        positions = []
+        for r in requests:
+            idx = torch.searchsorted(self._eid_sorted, r)
+            if r.numel() and not bool(
+                    (self._eid_sorted[idx.clamp(
+                        max=max(self._eid_sorted.numel() - 1, 0))]
+                     == r).all()):
+                raise RuntimeError('gather_edges: an edge id is not an '
+                                   'in-edge of its destination\'s part')
+            positions.append(self._eid_pos[idx] if r.numel() else idx)
+        out = {}
+        for key in self.edge_keys:
+            ref = self.partition.edge_attrs[key]
+            answers = exchange([ref.index_select(0, p) for p in positions],
+                               self.group)
+            rows = ref.new_empty((e_id.numel(), ) + tuple(ref.shape[1:]))
+            for i, a in zip(index, answers):
+                rows[i] = a
+            out[key] = rows
+        self.stats.local_edge_rows = per_rank[self.rank]
+        self.stats.remote_edge_rows = e_id.numel() - per_rank[self.rank]
+        return out
 
     @staticmethod
     def count_accesses(n_ids: Iterable[Tensor], num_nodes: int) -> Tensor:

@@ -33,6 +33,12 @@ class DistributedNeighborLoader:
     r"""Mini-batches of this rank's seeds, sampled collectively over a
     partitioned graph (rank :obj:`k` loads part :obj:`k`).
 
+    Every batch holds :obj:`x`, :obj:`y` and the part's other gathered node
+    attributes, the edge attributes of the sampled edges (e.g.
+    :obj:`edge_attr`), :obj:`edge_index`, :obj:`n_id`, :obj:`e_id`,
+    :obj:`batch_size`, :obj:`num_sampled_nodes` and
+    :obj:`num_sampled_edges`, as PyG's loaders.
+
     Every rank must iterate the loader in step (each batch is a collective).
     The number of batches is the same on every rank: with
     :obj:`even='min'` (default), the smallest count over the ranks (the
@@ -163,6 +169,9 @@ class DistributedNeighborLoader:
             data = Data(edge_index=torch.stack([out.row, out.col]),
                         num_nodes=out.node.numel(), **attrs)
             data.n_id, data.e_id = out.node, out.edge
+            for key, value in self.gather.gather_edges(
+                    out.edge, out.node[out.col]).items():
+                data[key] = value
             data.batch_size = seeds.numel()
             data.num_sampled_nodes = out.num_sampled_nodes
             data.num_sampled_edges = out.num_sampled_edges
