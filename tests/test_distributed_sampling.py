@@ -335,3 +335,27 @@ def test_lru_cache(tmp_path, capacity):
                 assert stats['cached_rows'] == steps[i - 1][3][
                     'remote_rows'] + steps[i - 1][3]['cached_rows']
         assert sum(s[3]['cached_rows'] for s in steps) > 0
+
+
+def test_loader_equals_hybrid_neighbor_loader(tmp_path):
+    from pyg_orch import HybridNeighborLoader
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_loader_worker, 2,
+                          args=(str(info.out_dir), 'pad', 0), timeout=60)
+    for rank, (_, epochs, _) in enumerate(results):
+        seeds = load_partition(info.out_dir, rank).node_ids[
+            :20 if rank == 0 else 7]
+        ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=5,
+                                        input_nodes=seeds, shuffle=False,
+                                        device='cpu'))
+        ours = [b for b in epochs[0] if b[5] > 0]
+        assert len(ours) == len(ref)
+        for (n_id, e_id, edge_index, x, y, bs, ea), b in zip(ours, ref):
+            assert bs == b.batch_size
+            assert torch.equal(n_id, b.n_id)
+            assert torch.equal(e_id, b.e_id)
+            assert torch.equal(edge_index, b.edge_index)
+            assert torch.equal(x, b.x) and torch.equal(y, b.y)
+            assert torch.equal(ea, b.edge_attr)
