@@ -1,13 +1,24 @@
 """Multi-machine training, first piece: offline partitioning of a graph into
 parts that machines load one each (:func:`partition_graph`,
-:func:`load_partition`). Sampling across machines is not built yet."""
+:func:`load_partition`); collective sampling across the parts
+(:class:`DistributedNeighborSampler`) and gathering of remote node features
+with a cache of hot remote rows (:class:`DistributedFeatureGather`), one part
+per rank of a process group."""
 
 from .build import PartitionInfo, partition_graph
+from .features import DistributedFeatureGather, GatherStats
+from .loader import DistributedNeighborLoader
+from .sampler import DistributedNeighborSampler, SamplingStats
 from .storage import GraphPartition, graph_fingerprint, load_partition
 
 __all__ = [
+    'DistributedFeatureGather',
+    'DistributedNeighborLoader',
+    'DistributedNeighborSampler',
+    'GatherStats',
     'GraphPartition',
     'PartitionInfo',
+    'SamplingStats',
     'graph_fingerprint',
     'load_partition',
     'partition_graph',

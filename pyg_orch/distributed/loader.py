@@ -1,0 +1,181 @@
+r"""A thin loader over
+:class:`~pyg_orch.distributed.DistributedNeighborSampler` and
+:class:`~pyg_orch.distributed.DistributedFeatureGather`: one part per
+rank, mini-batches of this part's seeds as PyG :class:`Data`, the same
+number of batches on every rank so that the collectives never wait for a
+rank that has run out of seeds."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Sequence, Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from pyg_orch.distributed.collective import group_rank, group_size
+from pyg_orch.distributed.features import DistributedFeatureGather
+from pyg_orch.distributed.sampler import DistributedNeighborSampler
+from pyg_orch.distributed.storage import GraphPartition, load_partition
+
+__all__ = ['DistributedNeighborLoader']
+
+
+def _reduce(value: int, op, group) -> int:
+    if group_size(group) == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t, op=op, group=group)
+    return int(t.item())
+
+
+class DistributedNeighborLoader:
+    r"""Mini-batches of this rank's seeds, sampled collectively over a
+    partitioned graph (rank :obj:`k` loads part :obj:`k`).
+
+    Every batch holds :obj:`x`, :obj:`y` and the part's other gathered node
+    attributes, the edge attributes of the sampled edges (e.g.
+    :obj:`edge_attr`), :obj:`edge_index`, :obj:`n_id`, :obj:`e_id`,
+    :obj:`batch_size`, :obj:`num_sampled_nodes` and
+    :obj:`num_sampled_edges`, as PyG's loaders.
+
+    Every rank must iterate the loader in step (each batch is a collective).
+    The number of batches is the same on every rank: with
+    :obj:`even='min'` (default), the smallest count over the ranks (the
+    seeds of a rank's extra batches are skipped this epoch, as
+    :func:`~pyg_orch.multigpu.equal_batch_count`); with :obj:`even='pad'`,
+    the largest, ranks with fewer seeds yielding empty batches
+    (:obj:`batch_size == 0`) at the end.
+
+    Args:
+        partition (str or GraphPartition): The folder written by
+            :func:`~pyg_orch.distributed.partition_graph` (this rank's
+            part is loaded) or this rank's loaded part.
+        num_neighbors (List[int]): The fan-out per hop (:obj:`-1`: all).
+        batch_size (int): Seeds per batch.
+        input_nodes (Tensor or str, optional): This rank's seeds (global
+            ids, owned by any part) or the name of a boolean node attribute
+            of the part (its set vertices). Default: :obj:`'train_mask'`
+            where the part has it, else all vertices of the part.
+        shuffle (bool): Shuffle the seeds every epoch.
+        even (str): :obj:`'min'` or :obj:`'pad'` (see above).
+        cache_size (int): Remote rows to cache per rank (:obj:`0`: none);
+            the cache is filled on the first epoch from
+            :obj:`presample_batches` pre-sampled batches.
+        cache_policy (str): :obj:`'static'` (the pre-sampled hot rows
+            only) or :obj:`'lru'` (pre-sampled, then every fetched row,
+            least recently read evicted); see
+            :class:`~pyg_orch.distributed.DistributedFeatureGather`.
+        presample_batches (int): Batches pre-sampled to count accesses.
+        seed (int): Seed of the shuffling and of this rank's sampling
+            (offset by the rank).
+        group (ProcessGroup, optional): The process group.
+    """
+    def __init__(self, partition: Union[str, Path, GraphPartition],
+                 num_neighbors: Sequence[int], batch_size: int,
+                 input_nodes: Optional[Union[Tensor, str]] = None,
+                 shuffle: bool = False, even: str = 'min',
+                 cache_size: int = 0, cache_policy: str = 'static',
+                 presample_batches: int = 8,
+                 seed: int = 0, group: Optional[Any] = None):
+        if not isinstance(partition, GraphPartition):
+            partition = load_partition(partition, group_rank(group),
+                                       expected_num_parts=group_size(group))
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
+                or batch_size < 1:
+            raise ValueError(f"'batch_size' must be a positive integer "
+                             f"(got {batch_size!r})")
+        if even not in ('min', 'pad'):
+            raise ValueError(f"'even' must be 'min' or 'pad' (got {even!r})")
+        self.partition = partition
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.even = even
+        self.group = group
+        self.rank = group_rank(group)
+        self.cache_size = cache_size
+        self.presample_batches = presample_batches
+        self.sampler = DistributedNeighborSampler(
+            partition, num_neighbors, group=group,
+            generator=torch.Generator().manual_seed(seed * 1000 + self.rank))
+        self.gather = DistributedFeatureGather(
+            partition, group=group, policy=cache_policy,
+            cache_size=cache_size if cache_policy == 'lru' else 0)
+        self.input_nodes = self._resolve(input_nodes)
+        self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
+                                                          + self.rank)
+        self._cache_built = cache_size == 0
+        self.batch_stats: List[dict] = []
+        op = dist.ReduceOp.MIN if even == 'min' else dist.ReduceOp.MAX
+        # A collective, once here (every rank constructs the loader):
+        self._num_batches = _reduce(self._local_batches(), op, group)
+
+    def _resolve(self, input_nodes) -> Tensor:
+        part = self.partition
+        if input_nodes is None:
+            input_nodes = 'train_mask' if 'train_mask' in part.node_attrs \
+                else None
+            if input_nodes is None:
+                return part.node_ids.clone().to(torch.int64)
+        if isinstance(input_nodes, str):
+            if input_nodes not in part.node_attrs:
+                raise ValueError(f'the partition has no node attribute '
+                                 f'{input_nodes!r}')
+            mask = part.node_attrs[input_nodes]
+            if mask.dtype != torch.bool:
+                raise ValueError(f'{input_nodes!r} must be a boolean mask')
+            return part.node_ids[mask].to(torch.int64)
+        return torch.as_tensor(input_nodes, dtype=torch.int64).view(-1)
+
+    def _local_batches(self) -> int:
+        n = self.input_nodes.numel()
+        return (n + self.batch_size - 1) // self.batch_size
+
+    def __len__(self) -> int:
+        r"""The number of batches of an epoch, the same on every rank."""
+        return self._num_batches
+
+    def _seed_batches(self) -> List[Tensor]:
+        nodes = self.input_nodes
+        if self.shuffle:
+            nodes = nodes[torch.randperm(nodes.numel(),
+                                         generator=self._shuffle_gen)]
+        batches = list(torch.split(nodes, self.batch_size))
+        steps = len(self)
+        batches = batches[:steps]
+        batches += [nodes[:0]] * (steps - len(batches))
+        return batches
+
+    def _build_cache(self, batches: List[Tensor]) -> None:
+        steps = min(self.presample_batches, len(batches))
+        num_nodes = int(self.partition.node_part.numel())
+        counts = torch.zeros(num_nodes, dtype=torch.int64)
+        for seeds in batches[:steps]:
+            node = self.sampler.sample_from_nodes(seeds).node
+            counts += torch.bincount(node, minlength=num_nodes)
+        self.gather.build_cache(counts, self.cache_size)
+        self.cached_rows = int((self.gather.cache_slot >= 0).sum())
+        self._cache_built = True
+
+    def __iter__(self) -> Iterator:
+        from torch_geometric.data import Data
+        batches = self._seed_batches()
+        if not self._cache_built:
+            self._build_cache(batches)
+        self.batch_stats = []
+        for seeds in batches:
+            out = self.sampler.sample_from_nodes(seeds)
+            attrs = self.gather.gather(out.node)
+            data = Data(edge_index=torch.stack([out.row, out.col]),
+                        num_nodes=out.node.numel(), **attrs)
+            data.n_id, data.e_id = out.node, out.edge
+            for key, value in self.gather.gather_edges(
+                    out.edge, out.node[out.col]).items():
+                data[key] = value
+            data.batch_size = seeds.numel()
+            data.num_sampled_nodes = out.num_sampled_nodes
+            data.num_sampled_edges = out.num_sampled_edges
+            self.batch_stats.append({**self.gather.stats.as_dict(),
+                                     'remote_requests':
+                                     self.sampler.stats.remote_requests})
+            yield data

@@ -1,0 +1,361 @@
+"""Collective sampling and feature gathering across ranks
+(pyg_orch.distributed.sampler / features): each rank holds one part; with
+full fan-out the batches equal the single-machine sampler's exactly."""
+import time
+
+import pytest
+import torch
+from conftest import paper_hetero_graph, random_graph
+from multiproc import run_workers
+
+from pyg_orch.distributed import load_partition, partition_graph
+from pyg_orch.distributed.features import DistributedFeatureGather
+from pyg_orch.distributed.methods import metis_available
+from pyg_orch.distributed.sampler import DistributedNeighborSampler
+from pyg_orch.sampling.multi_hop import sample_multi_hop
+from pyg_orch.sampling.topology import GraphTopology
+
+FANOUTS = [-1, -1]
+
+
+def graph():
+    return random_graph(120, 500, seed=3, num_features=4, num_classes=3,
+                        train_ratio=0.5, edge_dim=2)
+
+
+def seeds_of(rank, step):
+    if rank == 1 and step == 1:
+        return torch.empty(0, dtype=torch.int64)  # An empty seed set.
+    gen = torch.Generator().manual_seed(100 * rank + step)
+    return torch.randint(0, 120, (6, ), generator=gen)
+
+
+def _sample_worker(rank, world_size, out_dir, fanouts, num_steps):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(
+        part, fanouts, generator=torch.Generator().manual_seed(rank))
+    gather = DistributedFeatureGather(part)
+    results = []
+    for step in range(num_steps):
+        out = sampler.sample_from_nodes(seeds_of(rank, step))
+        feats = gather.gather(out.node)
+        edge_feats = gather.gather_edges(out.edge, out.node[out.col])
+        results.append((out.node, out.row, out.col, out.edge,
+                        out.num_sampled_nodes, out.num_sampled_edges,
+                        feats['x'], feats['y'], vars(sampler.stats).copy(),
+                        gather.stats.as_dict(), edge_feats['edge_attr']))
+    return results
+
+
+def _reference(data, fanouts, seeds):
+    topo = GraphTopology.from_data(data)
+    out = sample_multi_hop(topo, {None: fanouts}, {None: seeds})
+    return (out.node[None], out.row[None], out.col[None], out.edge[None],
+            out.num_sampled_nodes[None], out.num_sampled_edges[None])
+
+
+@pytest.mark.parametrize('world_size,method', [
+    (2, 'random'), (3, 'contiguous'),
+    pytest.param(2, 'metis', marks=pytest.mark.skipif(
+        not metis_available(), reason='needs pymetis'))])
+def test_full_fanout_equals_single_machine(tmp_path, world_size, method):
+    data = graph()
+    info = partition_graph(data, world_size, tmp_path / 'p', method,
+                           progress=False)
+    results = run_workers(_sample_worker, world_size,
+                          args=(str(info.out_dir), FANOUTS, 3), timeout=60)
+    remote = 0
+    for rank, steps in enumerate(results):
+        for step, res in enumerate(steps):
+            node, row, col, edge, nsn, nse, x, y, sstats, gstats = res[:10]
+            assert torch.equal(res[10], data.edge_attr[edge])
+            ref = _reference(data, FANOUTS, seeds_of(rank, step))
+            # Exactly the same batch, order included:
+            for a, b in zip((node, row, col, edge), ref[:4]):
+                assert torch.equal(a, b)
+            assert nsn == ref[4] and nse == ref[5]
+            assert torch.equal(x, data.x[node])
+            assert torch.equal(y, data.y[node])
+            assert gstats['local_rows'] + gstats['remote_rows'] \
+                == node.numel()
+            remote += sstats['remote_requests']
+    assert remote > 0  # Some vertices really were sampled elsewhere.
+
+
+def test_fanout_invariants(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    fanouts = [3, 2]
+    results = run_workers(_sample_worker, 2,
+                          args=(str(info.out_dir), fanouts, 3), timeout=60)
+    src, dst = data.edge_index
+    indeg = torch.bincount(dst, minlength=data.num_nodes)
+    for rank, steps in enumerate(results):
+        for step, res in enumerate(steps):
+            node, row, col, edge, nsn, nse, x, y = res[:8]
+            seeds = seeds_of(rank, step)
+            # Seeds first (duplicates kept), then no duplicate node:
+            assert torch.equal(node[:seeds.numel()], seeds)
+            rest = node[seeds.numel():]
+            assert rest.unique().numel() == rest.numel()
+            assert not bool(torch.isin(rest, seeds).any())
+            # Every edge exists with its edge id:
+            assert torch.equal(src[edge], node[row])
+            assert torch.equal(dst[edge], node[col])
+            assert edge.unique().numel() == edge.numel()
+            # Per-hop fan-out bound, and in-neighbors of the right hop:
+            assert sum(nsn) == node.numel() and sum(nse) == edge.numel()
+            offset = 0
+            for hop, k in enumerate(fanouts):
+                c = col[offset:offset + nse[hop]]
+                lo = sum(nsn[:hop])
+                assert bool(((c >= lo) & (c < lo + nsn[hop])).all())
+                # Exactly min(k, in-degree) in-edges per frontier vertex:
+                frontier = node[lo:lo + nsn[hop]]
+                got = torch.bincount(c - lo, minlength=nsn[hop])
+                assert torch.equal(got, indeg[frontier].clamp(max=k))
+                offset += nse[hop]
+            assert torch.equal(x, data.x[node])
+
+
+def _cache_worker(rank, world_size, out_dir):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(
+        part, [4, 4], generator=torch.Generator().manual_seed(rank))
+    gather = DistributedFeatureGather(part)
+    seeds = seeds_of(rank, 0)
+    # Pre-sample to count accesses, then cache the hottest remote rows:
+    nodes = [sampler.sample_from_nodes(seeds).node for _ in range(3)]
+    counts = gather.count_accesses(nodes, part.node_part.numel())
+    cached = gather.build_cache(counts, 40)
+    out = sampler.sample_from_nodes(seeds)
+    feats = gather.gather(out.node)
+    return (cached, out.node, feats['x'], gather.stats.as_dict(),
+            gather.cache_bytes)
+
+
+def test_cache_serves_repeated_remote_rows(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_cache_worker, 2, args=(str(info.out_dir), ),
+                          timeout=60)
+    for cached, node, x, stats, cache_bytes in results:
+        assert 0 < cached <= 40
+        assert cache_bytes > 0
+        assert stats['cached_rows'] > 0
+        assert stats['local_rows'] + stats['cached_rows'] \
+            + stats['remote_rows'] == node.numel()
+        assert torch.equal(x, data.x[node])
+
+
+def _dying_worker(rank, world_size, out_dir):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(part, [2, 2])
+    sampler.sample_from_nodes(seeds_of(rank, 0))
+    if rank == 1:
+        raise RuntimeError('rank 1 fails on purpose')
+    start = time.monotonic()
+    try:
+        sampler.sample_from_nodes(seeds_of(rank, 1))
+    except Exception as exc:  # The lost rank is noticed, no hang.
+        return ('raised', type(exc).__name__, time.monotonic() - start)
+    return ('returned', None, time.monotonic() - start)
+
+
+def test_lost_rank_raises_not_hangs(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    start = time.monotonic()
+    results = run_workers(_dying_worker, 2, args=(str(info.out_dir), ),
+                          timeout=60, pg_timeout=5.0,
+                          return_exceptions=True)
+    assert isinstance(results[1], RuntimeError)
+    status, _, seconds = results[0]
+    assert status == 'raised'
+    assert seconds < 15.0
+    assert time.monotonic() - start < 40.0
+
+
+def test_bad_arguments(tmp_path):
+    data = graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    part = load_partition(info.out_dir, 0)
+    # One part, no process group: the sampler works alone and equals the
+    # single-machine sampler.
+    sampler = DistributedNeighborSampler(part, [-1, -1])
+    seeds = torch.tensor([3, 5, 3])
+    out = sampler.sample_from_nodes(seeds)
+    ref = _reference(data, [-1, -1], seeds)
+    for a, b in zip((out.node, out.row, out.col, out.edge), ref[:4]):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match='num_neighbors'):
+        DistributedNeighborSampler(part, [2, -3])
+    with pytest.raises(ValueError, match='seeds'):
+        sampler.sample_from_nodes(torch.tensor([500]))
+    with pytest.raises(NotImplementedError, match='replacement'):
+        DistributedNeighborSampler(part, [2], replace=True)
+    with pytest.raises(ValueError, match='no node attribute'):
+        DistributedFeatureGather(part, keys=['nope'])
+    hetero = partition_graph(paper_hetero_graph(), 1, tmp_path / 'h',
+                             'contiguous', progress=False)
+    hpart = load_partition(hetero.out_dir, 0)
+    with pytest.raises(NotImplementedError, match='heterogeneous'):
+        DistributedNeighborSampler(hpart, [2])
+    with pytest.raises(NotImplementedError, match='heterogeneous'):
+        DistributedFeatureGather(hpart)
+    with pytest.raises(ValueError, match='no edge attribute'):
+        DistributedFeatureGather(part, edge_keys=['nope'])
+    gather = DistributedFeatureGather(part)
+    with pytest.raises(ValueError, match='same'):
+        gather.gather_edges(torch.tensor([0, 1]), torch.tensor([0]))
+    with pytest.raises(ValueError, match='policy'):
+        DistributedFeatureGather(part, policy='fifo')
+    with pytest.raises(ValueError, match='cache_size'):
+        DistributedFeatureGather(part, policy='lru', cache_size=-1)
+
+
+def _loader_worker(rank, world_size, out_dir, even, cache_size,
+                   policy='static'):
+    from pyg_orch.distributed import DistributedNeighborLoader
+    # Rank 0 has more seeds than rank 1: equal batch counts all the same.
+    part = load_partition(out_dir, rank)
+    seeds = part.node_ids[:20 if rank == 0 else 7]
+    loader = DistributedNeighborLoader(out_dir, FANOUTS, batch_size=5,
+                                       input_nodes=seeds, even=even,
+                                       cache_size=cache_size,
+                                       cache_policy=policy)
+    # By default, the part's training vertices:
+    default = DistributedNeighborLoader(out_dir, [2], batch_size=4)
+    assert torch.equal(default.input_nodes,
+                       part.node_ids[part.node_attrs['train_mask']])
+    assert len(default) == min(
+        (int(load_partition(out_dir, r).node_attrs['train_mask'].sum())
+         + 3) // 4 for r in range(world_size))
+    out = []
+    for epoch in range(2):
+        out.append([(b.n_id, b.e_id, b.edge_index, b.x, b.y, b.batch_size,
+                     b.edge_attr) for b in loader])
+    return len(loader), out, loader.batch_stats
+
+
+@pytest.mark.parametrize('even,num_batches,policy', [
+    ('min', 2, 'static'), ('pad', 4, 'static'), ('min', 2, 'lru')])
+def test_loader_batches(tmp_path, even, num_batches, policy):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_loader_worker, 2,
+                          args=(str(info.out_dir), even, 30, policy),
+                          timeout=60)
+    for rank, (length, epochs, stats) in enumerate(results):
+        assert length == num_batches
+        cached = 0
+        for epoch, batches in enumerate(epochs):
+            assert len(batches) == num_batches
+            for n_id, e_id, edge_index, x, y, batch_size, ea in batches:
+                assert torch.equal(ea, data.edge_attr[e_id])
+                ref = _reference(data, FANOUTS, n_id[:batch_size])
+                assert torch.equal(n_id, ref[0])
+                assert torch.equal(edge_index[0], ref[1])
+                assert torch.equal(edge_index[1], ref[2])
+                assert torch.equal(e_id, ref[3])
+                assert torch.equal(x, data.x[n_id])
+                assert torch.equal(y, data.y[n_id])
+        sizes = [b[5] for b in epochs[0]]
+        if even == 'pad' and rank == 1:
+            assert sizes == [5, 2, 0, 0]  # Padded with empty batches.
+        cached = sum(s['cached_rows'] for s in stats)
+        assert cached > 0
+
+
+def _stalled_worker(rank, world_size, out_dir):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(part, [2, 2])
+    if rank == 1:  # Alive but never joins the collective.
+        time.sleep(8.0)
+        return ('slept', None, 0.0)
+    start = time.monotonic()
+    try:
+        sampler.sample_from_nodes(seeds_of(rank, 0))
+    except Exception as exc:
+        return ('raised', type(exc).__name__, time.monotonic() - start)
+    return ('returned', None, time.monotonic() - start)
+
+
+def test_stalled_rank_times_out(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_stalled_worker, 2, args=(str(info.out_dir), ),
+                          timeout=60, pg_timeout=2.0,
+                          return_exceptions=True)
+    status, _, seconds = results[0]
+    assert status == 'raised'  # After the process group's timeout.
+    assert 1.0 < seconds < 7.0
+
+
+def _lru_worker(rank, world_size, out_dir, capacity):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(
+        part, [3, 3], generator=torch.Generator().manual_seed(rank))
+    gather = DistributedFeatureGather(part, policy='lru',
+                                      cache_size=capacity)
+    out = []
+    for step in range(4):
+        node = sampler.sample_from_nodes(seeds_of(rank, step % 2)).node
+        for _ in range(2):  # The same rows twice in a row.
+            feats = gather.gather(node)
+            out.append((node, feats['x'], feats['y'],
+                        gather.stats.as_dict(),
+                        int((gather.cache_slot >= 0).sum())))
+    return out
+
+
+@pytest.mark.parametrize('capacity', [1000, 5])
+def test_lru_cache(tmp_path, capacity):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_lru_worker, 2,
+                          args=(str(info.out_dir), capacity), timeout=60)
+    for steps in results:
+        for i, (node, x, y, stats, num_cached) in enumerate(steps):
+            assert torch.equal(x, data.x[node])
+            assert torch.equal(y, data.y[node])
+            assert num_cached <= capacity
+            assert stats['local_rows'] + stats['cached_rows'] \
+                + stats['remote_rows'] == node.numel()
+            if capacity == 1000 and i % 2 == 1:
+                # Everything remote was kept by the first read:
+                assert stats['remote_rows'] == 0
+                assert stats['cached_rows'] == steps[i - 1][3][
+                    'remote_rows'] + steps[i - 1][3]['cached_rows']
+        assert sum(s[3]['cached_rows'] for s in steps) > 0
+
+
+def test_loader_equals_hybrid_neighbor_loader(tmp_path):
+    from pyg_orch import HybridNeighborLoader
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_loader_worker, 2,
+                          args=(str(info.out_dir), 'pad', 0), timeout=60)
+    for rank, (_, epochs, _) in enumerate(results):
+        seeds = load_partition(info.out_dir, rank).node_ids[
+            :20 if rank == 0 else 7]
+        ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=5,
+                                        input_nodes=seeds, shuffle=False,
+                                        device='cpu'))
+        ours = [b for b in epochs[0] if b[5] > 0]
+        assert len(ours) == len(ref)
+        for (n_id, e_id, edge_index, x, y, bs, ea), b in zip(ours, ref):
+            assert bs == b.batch_size
+            assert torch.equal(n_id, b.n_id)
+            assert torch.equal(e_id, b.e_id)
+            assert torch.equal(edge_index, b.edge_index)
+            assert torch.equal(x, b.x) and torch.equal(y, b.y)
+            assert torch.equal(ea, b.edge_attr)
