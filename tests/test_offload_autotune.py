@@ -515,10 +515,11 @@ def test_grow_then_shrink_replaces_from_covering_tables(
                 break
     decision = off.stats()['decision']
     assert decision['state'] == 'decided'
-    if timing == 'slow' and decision['chosen_num_hot'] == 0:
-        # CPU tables too slow for a candidate to be in use when timed (a
-        # loaded machine): it ran as plain training, and plain was kept.
-        assert pruned(loader) == 0
+    if timing == 'slow':
+        # Slow CPU tables (more so on a loaded machine) decide how much of
+        # a candidate's hot set is in use while it is timed, so any size may
+        # win; the replacements checked above are what this case is about.
+        assert pruned(loader) == decision['chosen_num_hot']
     else:
         assert decision['chosen_num_hot'] == 10
         assert off.runtime.hot.sizes[-4:] == [0, 10, 30, 10]
