@@ -31,12 +31,7 @@ from _bench_common import (  # noqa: E402
     machine_info,
 )
 
-ENV = {
-    'NCCL_NVLS_ENABLE': '0',
-    'TORCH_SYMM_MEM_DISABLE_MULTICAST': '1',
-    'NVSHMEM_DISABLE_NVLS': '1',
-}
-
+from pyg_orch.multigpu import MULTICAST_OFF_ENV  # noqa: E402
 
 def _rss() -> dict:
     out = {}
@@ -65,7 +60,7 @@ def _configs(world: int, scale: bool):
 
 
 def _worker(rank, world, port, data, args, out_dir):
-    os.environ.update(ENV)
+    os.environ.update(MULTICAST_OFF_ENV)
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
                       LOCAL_WORLD_SIZE=str(world))
     import torch.distributed as dist
@@ -269,7 +264,7 @@ def main():
     if args.scale:
         for k, v in PRESETS['scale'].items():
             setattr(args, k, v)
-    os.environ.update(ENV)
+    os.environ.update(MULTICAST_OFF_ENV)
     import torch.multiprocessing as mp
 
     res = {'machine': machine_info(), 'config': vars(args)}

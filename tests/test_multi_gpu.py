@@ -9,6 +9,7 @@ import torch
 from conftest import random_graph
 from multiproc import run_workers
 from pyg_orch.core.triton_util import triton_available
+from pyg_orch.multigpu import MULTICAST_OFF_ENV
 
 pytestmark = [
     pytest.mark.gpu,
@@ -16,13 +17,6 @@ pytestmark = [
         not torch.cuda.is_available() or torch.cuda.device_count() < 2
         or not triton_available(), reason='needs 2 CUDA devices and Triton'),
 ]
-
-ENV = {
-    'NCCL_NVLS_ENABLE': '0',
-    'TORCH_SYMM_MEM_DISABLE_MULTICAST': '1',
-    'NVSHMEM_DISABLE_NVLS': '1',
-}
-
 
 def _loaders(rank, world_size, features):
     from pyg_orch import HybridNeighborLoader
@@ -52,7 +46,7 @@ def _loaders(rank, world_size, features):
 @pytest.mark.parametrize('features', ['gpu', 'host'])
 def test_two_gpu_sharded_loader_equals_one_gpu_loader(features):
     out = run_workers(_loaders, 2, args=(features, ), backend='nccl', start_method='spawn',
-                      env=ENV, timeout=300)
+                      env=MULTICAST_OFF_ENV, timeout=300)
     for n, reads, feats in out:
         assert n > 0
         assert reads['local'] > 0 and reads['peer'] > 0

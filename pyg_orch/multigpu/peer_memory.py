@@ -6,6 +6,7 @@ On CUDA the buffers come from PyTorch's symmetric memory
 peer GPU's buffer over NVLink. On the CPU (and in tests without a GPU) they
 are files in shared memory (:obj:`/dev/shm`) mapped by every process, so the
 same sharding logic runs with :obj:`gloo` processes."""
+import math
 import os
 import uuid
 from dataclasses import dataclass
@@ -51,6 +52,20 @@ class PeerBuffers:
     own: Tensor
     pointers: Tensor
     handle: Any = None  # Keeps the symmetric-memory handle alive.
+
+    def gather(self, owner: Tensor, local: Tensor) -> Tensor:
+        r"""Element (or row) :obj:`local[i]` of rank :obj:`owner[i]`'s
+        buffer, for every :obj:`i`, on :obj:`local`'s device (the PyTorch
+        path of the kernels that read through :obj:`pointers`)."""
+        own = self.own
+        out = torch.empty((local.numel(), ) + tuple(own.shape[1:]),
+                          dtype=own.dtype, device=local.device)
+        for r, buf in enumerate(self.buffers):
+            idx = (owner == r).nonzero().view(-1)
+            if idx.numel() > 0:
+                at = local.index_select(0, idx).to(buf.device)
+                out[idx] = buf.index_select(0, at).to(out.device)
+        return out
 
 
 class PeerGroup:
@@ -134,9 +149,7 @@ class PeerGroup:
         r"""Allocates a buffer of :obj:`shape` on every rank (a collective
         call) and returns every rank's buffer as this process sees it."""
         shape = tuple(int(s) for s in shape)
-        numel = 1
-        for s in shape:
-            numel *= s
+        numel = math.prod(shape)
         if self.device.type == 'cuda':
             return self._allocate_symmetric(shape, numel, dtype)
         return self._allocate_shm(shape, numel, dtype)
@@ -190,9 +203,7 @@ class PeerGroup:
         other ranks may pass :obj:`None`). On CUDA the mapping is registered
         as pinned memory, so kernels read it zero-copy."""
         shape = tuple(int(s) for s in shape)
-        numel = 1
-        for s in shape:
-            numel *= s
+        numel = math.prod(shape)
         if self.group is None:
             out = tensor.contiguous().view(shape) if tensor is not None else \
                 torch.empty(shape, dtype=dtype)

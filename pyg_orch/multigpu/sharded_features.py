@@ -102,15 +102,8 @@ class ShardedFeatureStore(TieredFeatureStore):
         slot = slot.to(torch.int64)
         owner = torch.div(slot, max(self.capacity, 1), rounding_mode='floor')
         local = slot - owner * self.capacity
-        for r, buf in enumerate(self.shards.buffers):
-            idx = (owner == r).nonzero().view(-1)
-            if idx.numel() == 0:
-                continue
-            at = rows.index_select(0, idx)
-            out[at] = buf.index_select(0, local.index_select(0, idx).to(
-                buf.device)).to(out.device)
-            if r != self.peers.rank:
-                source[at] = 3
+        out[rows] = self.shards.gather(owner, local)
+        source[rows[owner != self.peers.rank]] = 3
 
     def describe(self) -> str:
         return (super().describe()[:-1] +

@@ -119,13 +119,11 @@ class ShardedCSC(CSCTopology):
             idx = is_rep.nonzero().view(-1)
             out[idx] = replica.index_select(0, rep_pos[idx])
             todo = ~is_rep
-        bounds = self.edge_bounds.tolist()
-        for r, buf in enumerate(shards.buffers):
-            idx = (todo & (shard == r)).nonzero().view(-1)
-            if idx.numel() > 0:
-                local = pos.index_select(0, idx) - bounds[r]
-                out[idx] = buf.index_select(0, local.to(buf.device)).to(
-                    out.device)
+        idx = todo.nonzero().view(-1)
+        owner = shard.index_select(0, idx)
+        local = pos.index_select(0, idx) - self.edge_bounds.index_select(
+            0, owner)
+        out[idx] = shards.gather(owner, local)
         return out
 
     def kernel_shards(self) -> ShardLayout:
