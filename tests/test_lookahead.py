@@ -175,3 +175,33 @@ def test_timer_does_not_synchronize_with_lookahead(graph):
     plain = HybridNeighborLoader(graph, [3], batch_size=10, lookahead=False,
                                  device=DEVICE)
     assert not ahead.timer.sync and plain.timer.sync
+
+
+def test_next_batch_is_launched_before_this_one_is_gathered():
+    # The sampling of batch t + 2 is queued between resolving batch t + 1
+    # and gathering its features, so that the counts waited for next time
+    # never queue behind a long gather.
+    from pyg_orch.loader.lookahead import LookaheadIterator
+    calls = []
+
+    def launches():
+        for i in range(4):
+            calls.append(('launch', i))
+            yield PendingSample.ready(i)
+
+    def resolve(pending):
+        calls.append(('resolve', pending.result()))
+        return pending
+
+    def finish(pending):
+        calls.append(('finish', pending.result()))
+        return pending.result()
+
+    it = LookaheadIterator(launches(), finish, torch.device('cpu'),
+                           resolve=resolve)
+    assert list(it) == [0, 1, 2, 3]
+    order = list(calls)
+    for i in range(3):
+        assert order.index(('resolve', i)) < order.index(('launch', i + 1)) \
+            < order.index(('finish', i))
+    assert order.index(('resolve', 3)) < order.index(('finish', 3))

@@ -64,6 +64,10 @@ class FusedPlan:
             self.caps.append(min(self.caps[-1] * max(k, 0), num_nodes))
         kw = dict(dtype=torch.int64, device=device)
         self.seeds = torch.zeros(B, **kw)
+        # Seeds in host memory are staged here, then copied without a wait.
+        self.seeds_host = torch.zeros(B, dtype=torch.int64,
+                                      pin_memory=device.type == 'cuda')
+        self._staged = None
         self.positions = torch.arange(B, dtype=torch.int32, device=device)
         self.hop_seeds = torch.zeros(max(len(fanouts), 1), **kw)
         self.node_buf = torch.zeros(B + sum(self.caps[1:]), **kw)
@@ -80,15 +84,18 @@ class FusedPlan:
         }
         flat['is_new'] = torch.zeros(total, dtype=torch.int32, device=device)
         self.flat = flat
-        self.out, offset = [], 0
+        self.out, offset, offsets = [], 0, [0]
         for M in sizes:
             self.out.append({k: v[offset:offset + M] for k, v in flat.items()})
             offset += M
-        self.edge_rank = torch.zeros(total, **kw)
-        self.edges = {
-            name: torch.zeros(total, **kw)
-            for name in ('row', 'col', 'eid')
-        }
+            offsets.append(offset)
+        # An exclusive scan of the sampled slots (0 in front), so that the
+        # edge count of hop h is a difference at the hops' offsets.
+        self.edge_rank = torch.zeros(total + 1, **kw)
+        self.hop_offsets = torch.tensor(offsets, **kw)
+        # row, col and edge ids in one tensor: one copy per batch.
+        self.edge_buf = torch.zeros(3, total, **kw)
+        self.edges = dict(zip(('row', 'col', 'eid'), self.edge_buf))
         self.counts = torch.zeros(1 + 2 * len(fanouts), **kw)
         self.counts_host = torch.zeros(self.counts.shape, dtype=torch.int64,
                                        pin_memory=device.type == 'cuda')
@@ -109,14 +116,13 @@ class FusedPlan:
         self.map_buf.scatter_reduce_(0, self.seeds, self.positions, 'amin',
                                      include_self=False)
         state.copy_(self.init_state)
-        news, edges = [], []
+        news = []
         for h, k in enumerate(self.fanouts):
             F, buf = self.caps[h], self.out[h]
             if k == 0 or F == 0:
                 state[1:2].copy_(state[0:1])
                 state[2:3].zero_()
                 news.append(state.new_zeros(1))
-                edges.append(state.new_zeros(1))
                 continue
             M = F * k
             kpad = max(tk.next_power_of_2(k), 2)
@@ -145,13 +151,17 @@ class FusedPlan:
             state[2:3].copy_(total)
             state[0:1].add_(total)
             news.append(total)
-            edges.append((buf['src'] >= 0).sum().view(1))
-        self.counts.copy_(torch.cat([state[0:1]] + news + edges))
         total = self.flat['src'].numel()
         if total > 0:
-            torch.cumsum(self.flat['src'] >= 0, 0, out=self.edge_rank)
+            torch.cumsum(self.flat['src'] >= 0, 0, out=self.edge_rank[1:])
+            ends = self.edge_rank.index_select(0, self.hop_offsets)
+            edges = [ends[1:] - ends[:-1]]
+        else:
+            edges = [state.new_zeros(len(self.fanouts))]
+        self.counts.copy_(torch.cat([state[0:1]] + news + edges))
+        if total > 0:
             tk.compact_kernel[(triton_cdiv(total, _FLAT_BLOCK), )](
-                self.flat['src'], self.edge_rank, self.flat['row'],
+                self.flat['src'], self.edge_rank[1:], self.flat['row'],
                 self.flat['dst'], self.flat['eid'], self.edges['row'],
                 self.edges['col'], self.edges['eid'], total,
                 BLOCK=_FLAT_BLOCK)
@@ -184,7 +194,7 @@ class FusedPlan:
         if self._stream is not None and stream != self._stream:
             stream.wait_stream(self._stream)
         self._stream = stream
-        self.seeds.copy_(seeds, non_blocking=True)
+        self._copy_seeds(seeds)
         # Drawn in place: one kernel, no temporary and no copy.
         torch.randint(_INT32_MAX, self.hop_seeds.shape, generator=generator,
                       out=self.hop_seeds)
@@ -194,6 +204,20 @@ class FusedPlan:
             self.graph.replay()
         else:
             self.enqueue()
+
+    def _copy_seeds(self, seeds: Tensor) -> None:
+        # From host memory through the plan's pinned buffer (a copy from
+        # pageable memory would wait for the whole stream; pinning a new
+        # tensor per batch costs more than this).
+        if self.device.type != 'cuda' or seeds.is_cuda:
+            self.seeds.copy_(seeds, non_blocking=True)
+            return
+        if self._staged is not None:  # The previous copy has left it.
+            self._staged.synchronize()
+        self.seeds_host.copy_(seeds)
+        self.seeds.copy_(self.seeds_host, non_blocking=True)
+        self._staged = torch.cuda.Event()
+        self._staged.record()
 
     def _capture(self) -> None:
         stream = torch.cuda.Stream(self.device)
@@ -213,8 +237,7 @@ class FusedPlan:
         H = len(self.fanouts)
         node = self.node_buf[:counts[0]].clone()
         num_edges = sum(counts[1 + H:])
-        row, col, edge = (self.edges[name][:num_edges].clone()
-                          for name in ('row', 'col', 'eid'))
+        row, col, edge = self.edge_buf[:, :num_edges].clone()
         return MultiHopOutput({None: node}, {None: row}, {None: col},
                               {None: edge}, None,
                               {None: [self.batch_size] + counts[1:1 + H]},
@@ -270,7 +293,7 @@ class FusedSampler:
                  hot_nodes: Optional[Tensor] = None) -> MultiHopOutput:
         plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
                                       replace, buffers, device, hot_nodes)
-        return plan.run(_to_device_async(seeds, device), generator,
+        return plan.run(_on_device_or_host(seeds, device), generator,
                         use_graphs)
 
     def launch(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
@@ -281,7 +304,7 @@ class FusedSampler:
         r"""Like :meth:`__call__`, but returns once the batch is queued."""
         plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
                                       replace, buffers, device, hot_nodes)
-        return plan.launch(_to_device_async(seeds, device), generator,
+        return plan.launch(_on_device_or_host(seeds, device), generator,
                            use_graphs)
 
     def _plan(self, topo, num_nodes, fanouts, seeds, replace, buffers, device,
@@ -363,6 +386,13 @@ def _to_device_async(seeds: Tensor, device: torch.device) -> Tensor:
     if device.type == 'cuda' and not seeds.is_cuda:
         seeds = seeds.pin_memory()
     return seeds.to(device, non_blocking=True)
+
+
+def _on_device_or_host(seeds: Tensor, device: torch.device) -> Tensor:
+    # Seeds on `device`, or in host memory for a plan to stage and copy.
+    if seeds.device == device or (device.type == 'cuda' and not seeds.is_cuda):
+        return seeds
+    return seeds.to(device)
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -9,6 +9,10 @@ from pyg_orch.loader.prefetch import Failure, hand_over
 from pyg_orch.sampling.pending import PendingSample
 
 
+#: The priority of the side stream (lower is higher; PyTorch's default is 0).
+SIDE_PRIORITY = -1
+
+
 class LookaheadIterator:
     r"""Runs a loader ahead of the training loop on a side CUDA stream, in
     the loop's own thread.
@@ -16,9 +20,11 @@ class LookaheadIterator:
     :obj:`iterator` yields :class:`~pyg_orch.sampling.PendingSample`
     objects whose kernels were queued when they were drawn. When the loop
     takes batch :obj:`t` (assembled during the previous call), this iterator
-    first finishes batch :obj:`t + 1` (waits for its sampled counts, which
-    are long ready, and queues its feature gathering and assembly) and queues
-    the sampling of batch :obj:`t + 2`, all on the side stream, then returns.
+    first resolves batch :obj:`t + 1` (waits for its sampled counts, which
+    are long ready), queues the sampling of batch :obj:`t + 2`, then queues
+    the feature gathering and assembly of batch :obj:`t + 1`, all on the
+    side stream, and returns. (Sampling first: the counts waited for next
+    time are then never behind a long gather from host memory.)
     The device gathers batch :obj:`t + 1` while it trains on batch :obj:`t`,
     and the host is never held up by either. The consumer's stream waits for
     an event before it touches a batch.
@@ -32,14 +38,24 @@ class LookaheadIterator:
         iterator (Iterator): Yields pending samples.
         finish (callable): Turns a pending sample into a mini-batch.
         device (torch.device): Where batches live.
+        resolve (callable, optional): Waits for a pending sample before the
+            next one is launched and returns what :obj:`finish` takes
+            (default: waits for it and returns it).
     """
     def __init__(self, iterator: Iterator, finish: Callable[[PendingSample],
                                                             Any],
-                 device: torch.device):
+                 device: torch.device,
+                 resolve: Optional[Callable[[PendingSample],
+                                            PendingSample]] = None):
         self.iterator = iterator
         self.finish = finish
+        self.resolve = resolve if resolve is not None else _wait
         self.device = device
-        self.stream = (torch.cuda.Stream(device)
+        # A high-priority stream: its kernels (sampling, and gathers from
+        # host memory, which wait on the host link and need few resources)
+        # are scheduled as soon as multiprocessors free up, not behind the
+        # training step's kernels.
+        self.stream = (torch.cuda.Stream(device, priority=SIDE_PRIORITY)
                        if device.type == 'cuda' else None)
         self._pending: Optional[PendingSample] = None
         self._ready: Optional[Tuple[Any, Any]] = None
@@ -67,9 +83,19 @@ class LookaheadIterator:
 
     def _prepare(self) -> None:
         # Finishes the pending batch into `_ready` and launches the next.
+        # The next batch's sampling is queued as soon as this one's sample is
+        # known and before its features are gathered: a long gather (rows
+        # from host memory) then never stands between the loop and the
+        # sampled counts it waits for next time.
         if self._pending is None:
             return
         pending, self._pending = self._pending, None
+        with self._on_side_stream():
+            try:
+                pending = self.resolve(pending)
+            except Exception as e:
+                pending = PendingSample(finish=_raiser(e))
+        self._launch()
         with self._on_side_stream():
             try:
                 batch = self.finish(pending)
@@ -81,7 +107,6 @@ class LookaheadIterator:
                     event = torch.cuda.Event()
                     event.record(self.stream)
                 self._ready = (batch, event)
-        self._launch()
 
     def __next__(self) -> Any:
         if not self._started:
@@ -105,6 +130,11 @@ class LookaheadIterator:
     def _reset(self, loader: Any, first_iter: bool = False):
         raise RuntimeError('persistent workers are not supported with '
                            'look-ahead; set lookahead=False')
+
+
+def _wait(pending: PendingSample) -> PendingSample:
+    pending.result()  # Raised again by `finish`, if it fails.
+    return pending
 
 
 def _raiser(exc: BaseException) -> Callable[[], Any]:

@@ -275,16 +275,21 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
                 pending = self.node_sampler.launch_from_nodes(input_data)
             yield pending
 
-    def _finish_batch(self, pending: PendingSample) -> Any:
+    def _resolve_batch(self, pending: PendingSample) -> PendingSample:
+        # The sampled counts and the 'sampled' hooks, before the next batch
+        # is launched (see LookaheadIterator).
         with self.timer.stage('sample'):
             out = pending.result()
         self._run_sampled_hooks(out)
-        return self.filter_fn(out)
+        return PendingSample.ready(out)
+
+    def _finish_batch(self, pending: PendingSample) -> Any:
+        return self.filter_fn(pending.result())
 
     def _get_iterator(self):
         if self.lookahead and self._auto_collation:
             it = LookaheadIterator(self._launch_batches(), self._finish_batch,
-                                   self.device)
+                                   self.device, resolve=self._resolve_batch)
             return TimedIterator(it, self.timer, self._batch_hooks,
                                   in_thread=True)
         return super()._get_iterator()
