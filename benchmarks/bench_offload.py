@@ -273,6 +273,15 @@ class UtilisationMonitor:
 
 # Throughput ##################################################################
 
+def _by_hundred(t0: float, marks: List[float]) -> List[float]:
+    r"""Mean host time per step (ms) of every run of 100 steps."""
+    out, last = [], t0
+    for i in range(99, len(marks), 100):
+        out.append(round(1e3 * (marks[i] - last) / 100, 3))
+        last = marks[i]
+    return out
+
+
 def build_graph(args):
     from pyg_orch.datasets import power_law_graph
     gen_device = args.device
@@ -361,6 +370,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     it = iter(loader)
     nodes = edges = 0
     losses = []
+    marks: List[float] = []  # Host time at the end of every timed step.
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
     for i in range(warmup + num):
@@ -395,6 +405,8 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
             loss.backward()
             optimizer.step()
         losses.append(loss.detach())  # Read at the end: no sync per step.
+        if i >= warmup:
+            marks.append(time.perf_counter())
     sync(device)
     seconds = time.perf_counter() - t0
     util = monitor.stop()
@@ -415,6 +427,9 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         'first_loss': float(losses[0]),
         'last_loss': float(losses[-1]),
         'setup_s': setup_s,
+        # Where the time goes: host time of steps 1-100, 101-200, ... (the
+        # decision by measurement runs in the first ones).
+        'step_ms_by_hundred': _by_hundred(t0, marks),
         **util,
     }
     if device.type == 'cuda':

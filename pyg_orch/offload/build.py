@@ -14,6 +14,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import EdgeSamplerInput
 
 from pyg_orch.offload.autotune import (
+    CudaEventClock,
     HotSetTuner,
     StepTimeChooser,
     candidate_ratios,
@@ -196,9 +197,10 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
     :mod:`pyg_orch.offload.autotune`); with :obj:`ranks`, the same on all
     of them (see :class:`~pyg_orch.offload.ddp.AgreedStepTimeChooser`)."""
     device = torch.device(getattr(loader, 'device', None) or 'cpu')
-    sync = None
-    if device.type == 'cuda' and torch.cuda.is_available():
-        sync = functools.partial(torch.cuda.synchronize, device)
+    step_clock = None
+    if options.autotune_clock is None and device.type == 'cuda' and \
+            torch.cuda.is_available():
+        step_clock = CudaEventClock(device)
     # Batches sampled before a change of the hot set may reach the model
     # this many steps later:
     drain = 2 + lead + int(getattr(loader, 'prefetch', 0) or 0)
@@ -209,8 +211,8 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
     chooser = chooser_type(
         sizes, warmup=max(StepTimeChooser.WARMUP, drain),
         steps=StepTimeChooser.STEPS, margin=StepTimeChooser.MARGIN,
-        clock=options.autotune_clock or time.perf_counter, sync=sync,
-        **kwargs)
+        clock=options.autotune_clock or time.perf_counter,
+        step_clock=step_clock, **kwargs)
     return HotSetTuner(hot, chooser, ratios, on_resize, on_done,
                        drain=drain)
 
