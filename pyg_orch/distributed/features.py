@@ -5,7 +5,7 @@ pre-sampling), so that repeated remote reads are served locally."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, Union
 
 import torch
 from torch import Tensor
@@ -72,11 +72,17 @@ class DistributedFeatureGather:
         edge_keys (Iterable[str], optional): The edge attributes that
             :meth:`gather_edges` gathers (default: all of the part's).
         cache_size (int): The capacity of the :obj:`'lru'` cache in rows.
+        device (torch.device or str, optional): Where the gathered rows
+            and the cache live (default: the CPU). Rows fetched from other
+            parts come straight there from the exchange (under NCCL, without
+            a trip through host memory); the part's own rows are read from
+            its (memory-mapped) files and copied.
     """
     def __init__(self, partition, keys: Optional[Iterable[str]] = None,
                  group: Optional[Any] = None, policy: str = 'static',
                  cache_size: int = 0,
-                 edge_keys: Optional[Iterable[str]] = None):
+                 edge_keys: Optional[Iterable[str]] = None,
+                 device: Optional[Union[str, torch.device]] = None):
         if policy not in ('static', 'lru'):
             raise ValueError(f"'policy' must be 'static' or 'lru' "
                              f"(got {policy!r})")
@@ -118,10 +124,12 @@ class DistributedFeatureGather:
         self.cache_slot = torch.full((self.num_nodes, ), -1,
                                      dtype=torch.int64)
         self.policy = policy
+        self.device = torch.device('cpu') if device is None else \
+            torch.device(device)
         self.capacity = cache_size if policy == 'lru' else 0
         self.cache: Dict[str, Tensor] = {
             k: attrs[k].new_empty((self.capacity, ) + tuple(
-                attrs[k].shape[1:])) for k in keys}
+                attrs[k].shape[1:]), device=self.device) for k in keys}
         # LRU bookkeeping: the global id in every slot (-1: free) and the
         # step it was last read.
         self.slot_id = torch.full((self.capacity, ), -1, dtype=torch.int64)
@@ -133,6 +141,9 @@ class DistributedFeatureGather:
     # Helpers ################################################################
     def _rows(self, key: str, local: Tensor) -> Tensor:
         return self.partition.node_attrs[key].index_select(0, local)
+
+    def _dev(self, t: Tensor) -> Tensor:
+        return t.to(self.device, non_blocking=True)
 
     def _row_bytes(self) -> int:
         total = 0
@@ -153,14 +164,15 @@ class DistributedFeatureGather:
         self.stats.served_rows += sum(int(r.numel()) for i, r in
                                       enumerate(requests) if i != self.rank)
         out = {}
+        dest = self._dev(order)
         for key in self.keys:
             replies = [self._rows(key, self.partition.local_id[r])
                        for r in requests]
-            answers = exchange(replies, self.group)
+            answers = exchange(replies, self.group, out_device=self.device)
             ref = self.partition.node_attrs[key]
-            rows = ref.new_empty((ids.numel(), ) + tuple(ref.shape[1:]))
-            for i, a in zip(index, answers):
-                rows[i] = a
+            rows = ref.new_empty((ids.numel(), ) + tuple(ref.shape[1:]),
+                                 device=self.device)
+            rows[dest] = torch.cat(answers)  # Answers in `order`.
             out[key] = rows
         return out
 
@@ -181,13 +193,17 @@ class DistributedFeatureGather:
         remote_pos = is_remote.nonzero().view(-1)
         fetched = self._fetch(n_id[remote_pos])
         out = {}
+        local_dst, cached_dst, remote_dst = (self._dev(p) for p in (
+            local_pos, cached_pos, remote_pos))
+        cached_slot = self._dev(slot[cached_pos])
         for key in self.keys:
             ref = self.partition.node_attrs[key]
-            rows = ref.new_empty((n_id.numel(), ) + tuple(ref.shape[1:]))
-            rows[local_pos] = self._rows(
-                key, self.partition.local_id[n_id[local_pos]])
-            rows[cached_pos] = self.cache[key][slot[cached_pos]]
-            rows[remote_pos] = fetched[key]
+            rows = ref.new_empty((n_id.numel(), ) + tuple(ref.shape[1:]),
+                                 device=self.device)
+            rows[local_dst] = self._dev(self._rows(
+                key, self.partition.local_id[n_id[local_pos]]))
+            rows[cached_dst] = self.cache[key][cached_slot]
+            rows[remote_dst] = fetched[key]
             out[key] = rows
         row_bytes = self._row_bytes()
         self.stats.local_rows = int(local_pos.numel())
@@ -217,6 +233,7 @@ class DistributedFeatureGather:
         self.slot_id[victims] = uniq
         self.cache_slot[uniq] = victims
         self.last_used[victims] = self._step
+        victims, first = self._dev(victims), self._dev(first)
         for key in self.keys:
             self.cache[key][victims] = rows[key][first]
 
@@ -252,13 +269,14 @@ class DistributedFeatureGather:
                                    'in-edge of its destination\'s part')
             positions.append(self._eid_pos[idx] if r.numel() else idx)
         out = {}
+        dest = self._dev(order)
         for key in self.edge_keys:
             ref = self.partition.edge_attrs[key]
             answers = exchange([ref.index_select(0, p) for p in positions],
-                               self.group)
-            rows = ref.new_empty((e_id.numel(), ) + tuple(ref.shape[1:]))
-            for i, a in zip(index, answers):
-                rows[i] = a
+                               self.group, out_device=self.device)
+            rows = ref.new_empty((e_id.numel(), ) + tuple(ref.shape[1:]),
+                                 device=self.device)
+            rows[dest] = torch.cat(answers)  # Answers in `order`.
             out[key] = rows
         self.stats.local_edge_rows = per_rank[self.rank]
         self.stats.remote_edge_rows = e_id.numel() - per_rank[self.rank]

@@ -7,26 +7,102 @@ rank that has run out of seeds."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.distributed.collective import group_rank, group_size
+from pyg_orch.distributed.collective import (
+    comm_device,
+    group_rank,
+    group_size,
+)
 from pyg_orch.distributed.features import DistributedFeatureGather
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
 from pyg_orch.distributed.storage import GraphPartition, load_partition
 
-__all__ = ['DistributedNeighborLoader']
+__all__ = ['DistributedNeighborLoader', 'open_partition']
 
 
 def _reduce(value: int, op, group) -> int:
     if group_size(group) == 1:
         return value
-    t = torch.tensor([value], dtype=torch.int64)
+    t = torch.tensor([value], dtype=torch.int64).to(comm_device(group))
     dist.all_reduce(t, op=op, group=group)
     return int(t.item())
+
+
+def _describe(error: BaseException) -> str:
+    return f'{type(error).__name__}: {error}'
+
+
+def open_partition(partition: Union[str, Path, GraphPartition],
+                   group: Optional[Any] = None,
+                   expected_fingerprint: Optional[str] = None
+                   ) -> GraphPartition:
+    r"""Loads this rank's part of :obj:`partition` (a folder; or takes a
+    loaded :class:`~pyg_orch.distributed.GraphPartition`) and checks with
+    every other rank of :obj:`group` that they all hold their own part of
+    one partitioning: a collective (one
+    :func:`torch.distributed.all_gather_object`).
+
+    Where one rank cannot load its part (a missing or truncated folder,
+    another number of parts than ranks, another graph than
+    :obj:`expected_fingerprint`), every rank raises a :class:`ValueError`
+    saying which rank and why, instead of the others waiting for it in the
+    first collective. Every rank also raises where the ranks' parts were
+    cut from different graphs (their :func:`graph_fingerprint`) or by
+    different partitionings of one graph (another method, seed or number
+    of parts: :attr:`GraphPartition.partitioning_id`).
+    """
+    world_size, rank = group_size(group), group_rank(group)
+    error: Optional[BaseException] = None
+    if not isinstance(partition, GraphPartition):
+        try:
+            partition = load_partition(
+                partition, rank, expected_num_parts=world_size,
+                expected_fingerprint=expected_fingerprint)
+        except (ValueError, OSError) as exc:
+            error = exc
+    elif (expected_fingerprint is not None
+          and partition.fingerprint != expected_fingerprint):
+        error = ValueError(
+            f"'{partition.out_dir}' was partitioned from another graph: its "
+            f"graph fingerprint is {partition.fingerprint!r}, expected "
+            f"{expected_fingerprint!r}")
+    mine = (_describe(error), None) if error is not None else (None, (
+        partition.part, partition.num_parts, partition.fingerprint,
+        partition.partitioning_id, str(partition.out_dir)))
+    everything = [mine]
+    if world_size > 1:
+        everything = [None] * world_size
+        dist.all_gather_object(everything, mine, group=group)
+    if error is not None:
+        raise error
+    for r, (err, _) in enumerate(everything):
+        if err is not None:
+            raise ValueError(f'rank {r} could not load its part of the '
+                             f'partition, so no rank can sample: {err}')
+    _, num_parts0, fp0, id0, dir0 = everything[0][1]
+    for r, (_, (part, num_parts, fp, pid, out_dir)) in enumerate(everything):
+        if fp != fp0:
+            raise ValueError(
+                f"rank {r}'s partition folder '{out_dir}' was cut from "
+                f"another graph (fingerprint {fp!r}) than rank 0's "
+                f"'{dir0}' (fingerprint {fp0!r}): copy the parts of one "
+                f"partitioning to every machine")
+        if num_parts != num_parts0 or pid != id0:
+            raise ValueError(
+                f"rank {r}'s partition folder '{out_dir}' holds another "
+                f"partitioning of the graph ({num_parts} parts, id "
+                f"{pid!r}) than rank 0's '{dir0}' ({num_parts0} parts, id "
+                f"{id0!r}): another method, seed or number of parts; copy "
+                f"the parts of one partitioning to every machine")
+        if part != r:
+            raise ValueError(f'rank {r} holds part {part}: rank k must '
+                             f'hold part k')
+    return partition
 
 
 class DistributedNeighborLoader:
@@ -69,7 +145,18 @@ class DistributedNeighborLoader:
         presample_batches (int): Batches pre-sampled to count accesses.
         seed (int): Seed of the shuffling and of this rank's sampling
             (offset by the rank).
-        group (ProcessGroup, optional): The process group.
+        transform (callable, optional): Applied to every batch (after it
+            was moved to :obj:`device`).
+        expected_fingerprint (str, optional): Reject a partition of
+            another graph (see :func:`open_partition`, which checks that
+            all ranks hold parts of one partitioning).
+        group (ProcessGroup, optional): The process group (gloo, or NCCL
+            with this process's CUDA device set by
+            :func:`torch.cuda.set_device`).
+        device (torch.device or str, optional): Where batches are
+            delivered (default: the CPU). Sampling runs on the CPU over the
+            part's memory-mapped files; gathered rows (and the cache of
+            remote rows) live on :obj:`device`.
     """
     def __init__(self, partition: Union[str, Path, GraphPartition],
                  num_neighbors: Sequence[int], batch_size: int,
@@ -77,16 +164,24 @@ class DistributedNeighborLoader:
                  shuffle: bool = False, even: str = 'min',
                  cache_size: int = 0, cache_policy: str = 'static',
                  presample_batches: int = 8,
-                 seed: int = 0, group: Optional[Any] = None):
-        if not isinstance(partition, GraphPartition):
-            partition = load_partition(partition, group_rank(group),
-                                       expected_num_parts=group_size(group))
+                 seed: int = 0, group: Optional[Any] = None,
+                 device: Optional[Union[str, torch.device]] = None,
+                 transform: Optional[Callable] = None,
+                 expected_fingerprint: Optional[str] = None):
+        # A collective: every rank learns if one cannot load its part.
+        partition = open_partition(partition, group, expected_fingerprint)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
                 or batch_size < 1:
             raise ValueError(f"'batch_size' must be a positive integer "
                              f"(got {batch_size!r})")
         if even not in ('min', 'pad'):
             raise ValueError(f"'even' must be 'min' or 'pad' (got {even!r})")
+        if transform is not None and not callable(transform):
+            raise ValueError(f"'transform' must be callable (got "
+                             f"{transform!r})")
+        self.transform = transform
+        self.device = torch.device('cpu') if device is None else \
+            torch.device(device)
         self.partition = partition
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -100,7 +195,8 @@ class DistributedNeighborLoader:
             generator=torch.Generator().manual_seed(seed * 1000 + self.rank))
         self.gather = DistributedFeatureGather(
             partition, group=group, policy=cache_policy,
-            cache_size=cache_size if cache_policy == 'lru' else 0)
+            cache_size=cache_size if cache_policy == 'lru' else 0,
+            device=self.device)
         self.input_nodes = self._resolve(input_nodes)
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
                                                           + self.rank)
@@ -175,6 +271,10 @@ class DistributedNeighborLoader:
             data.batch_size = seeds.numel()
             data.num_sampled_nodes = out.num_sampled_nodes
             data.num_sampled_edges = out.num_sampled_edges
+            if self.device.type != 'cpu':
+                data = data.to(self.device, non_blocking=True)
+            if self.transform is not None:
+                data = self.transform(data)
             self.batch_stats.append({**self.gather.stats.as_dict(),
                                      'remote_requests':
                                      self.sampler.stats.remote_requests})

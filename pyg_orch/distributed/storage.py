@@ -221,6 +221,25 @@ class GraphPartition:
     def is_hetero(self) -> bool:
         return bool(self.meta.get('is_hetero'))
 
+    @property
+    def fingerprint(self) -> str:
+        r"""The :func:`graph_fingerprint` of the graph this part was cut
+        from."""
+        return str(self.meta['fingerprint'])
+
+    @property
+    def partitioning_id(self) -> str:
+        r"""A short hash of how the graph was cut (graph fingerprint,
+        number of parts, method, seed, part sizes and edge counts): equal
+        for every part of one partitioning (and for folders written again
+        by the same call), different for another graph or another cut."""
+        keys = ('version', 'fingerprint', 'num_parts', 'method', 'seed',
+                'part_sizes', 'part_num_edges', 'part_sizes_by_type',
+                'part_num_edges_by_type')
+        text = json.dumps({k: self.meta.get(k) for k in keys},
+                          sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def _node_attr(self, key: str):
         if self.is_hetero:
             return {nt: attrs[key] for nt, attrs in self.node_attrs.items()
