@@ -170,10 +170,10 @@ def test_one_part_without_process_group(tmp_path):
     (dict(subgraph_type='induced'), NotImplementedError, 'subgraph_type'),
     (dict(cache_policy='degree'), NotImplementedError, 'degree'),
     (dict(cache_policy='often'), ValueError, 'cache_policy'),
-    (dict(num_neighbors={('a', 'b', 'c'): [2]}), NotImplementedError,
+    (dict(num_neighbors={('a', 'b', 'c'): [2]}), ValueError,
      'per edge type'),
-    (dict(input_nodes=('paper', torch.tensor([0]))), NotImplementedError,
-     'node type'),
+    (dict(input_nodes=('paper', torch.tensor([0]))), ValueError,
+     'heterogeneous'),
     (dict(input_nodes=torch.zeros(5, dtype=torch.bool)), ValueError,
      'one entry per vertex'),
     (dict(input_nodes=torch.tensor([500])), ValueError, 'global vertex'),
@@ -294,3 +294,45 @@ def test_comm_device(monkeypatch):
         monkeypatch.setattr(dist, 'get_backend',
                             lambda group=None, b=backend: b)
         assert collective.comm_device() == torch.device(device), backend
+
+
+def _hetero_hybrid_worker(rank, world_size, out_dir):
+    from conftest import paper_hetero_graph
+    data = paper_hetero_graph(num_papers=150, num_authors=100,
+                              num_features=4)
+    seeds = torch.arange(0, 150, 4)  # The paper seeds of all ranks.
+    part = load_partition(out_dir, rank)
+    mine = seeds[part.owner(seeds, 'paper') == rank]
+    loader = HybridNeighborLoader(out_dir, FANOUTS, batch_size=6,
+                                  input_nodes=('paper', seeds), even='pad',
+                                  device='cpu')
+    assert torch.equal(loader.input_nodes, mine)
+    ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=6,
+                                    input_nodes=('paper', mine),
+                                    device='cpu'))
+    ours = [b for b in loader if b['paper'].batch_size > 0]
+    assert len(ours) == len(ref) > 0
+    for a, b in zip(ours, ref):
+        assert a['paper'].batch_size == b['paper'].batch_size
+        for t in data.node_types:
+            assert torch.equal(a[t].n_id, b[t].n_id), t
+            assert torch.equal(a[t].x, b[t].x), t
+        for et in data.edge_types:
+            assert torch.equal(a[et].edge_index, b[et].edge_index), et
+            assert torch.equal(a[et].e_id, b[et].e_id), et
+    # A node type: all of the part's vertices of it.
+    by_type = HybridNeighborLoader(out_dir, [2], batch_size=50,
+                                   input_nodes='author', device='cpu')
+    assert torch.equal(by_type.input_nodes, part.node_ids['author'])
+    return len(ours)
+
+
+def test_hybrid_loader_on_hetero_partition_folder(tmp_path):
+    from conftest import paper_hetero_graph
+    data = paper_hetero_graph(num_papers=150, num_authors=100,
+                              num_features=4)
+    info = partition_graph(data, 2, tmp_path / 'h', 'random',
+                           progress=False)
+    out = run_workers(_hetero_hybrid_worker, 2, args=(str(info.out_dir), ),
+                      timeout=60)
+    assert all(n > 0 for n in out)

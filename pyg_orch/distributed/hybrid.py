@@ -92,17 +92,36 @@ def _is_default(value: Any, default: Any) -> bool:
 def _input_nodes(input_nodes: Any, partition) -> Optional[Any]:
     r"""This rank's seeds: the part's vertices among :obj:`input_nodes`
     (the seeds of all ranks: global ids or a mask over all vertices), or a
-    node attribute name, or :obj:`None`."""
-    if input_nodes is None or isinstance(input_nodes, str):
-        return input_nodes
-    if isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 \
-            and isinstance(input_nodes[0], str):
-        raise NotImplementedError(
-            "HybridNeighborLoader on a partition folder: 'input_nodes' as a "
-            "(node type, seeds) tuple needs heterogeneous partitions, which "
-            "this loader does not support yet")
+    node attribute name, or :obj:`None`; for a heterogeneous partition, a
+    node type or a (node type, seeds) tuple."""
+    typed = isinstance(input_nodes, (tuple, list)) and \
+        len(input_nodes) == 2 and isinstance(input_nodes[0], str)
+    if not partition.is_hetero:
+        if typed:
+            raise ValueError("'input_nodes' as a (node type, seeds) tuple "
+                             "is for heterogeneous partitions")
+        if input_nodes is None or isinstance(input_nodes, str):
+            return input_nodes
+        return _owned(input_nodes, partition.node_part, partition.part)
+    if isinstance(input_nodes, str):
+        return input_nodes  # All of the part's vertices of that type.
+    if not typed:
+        raise ValueError("'input_nodes' must be a node type or a (node "
+                         "type, seeds) tuple for a heterogeneous partition "
+                         f"(got {input_nodes!r})")
+    node_type, nodes = input_nodes
+    if node_type not in partition.node_part:
+        raise ValueError(f"'input_nodes' names the node type {node_type!r}, "
+                         f"not one of {list(partition.node_part)}")
+    if nodes is None or isinstance(nodes, str):
+        return (node_type, nodes)
+    return (node_type, _owned(nodes, partition.node_part[node_type],
+                              partition.part))
+
+
+def _owned(input_nodes: Any, node_part: Tensor, part: int) -> Tensor:
     nodes = torch.as_tensor(input_nodes)
-    num_nodes = int(partition.node_part.numel())
+    num_nodes = int(node_part.numel())
     if nodes.dtype == torch.bool:
         if nodes.dim() != 1 or nodes.numel() != num_nodes:
             raise ValueError(f"'input_nodes' as a mask must have one entry "
@@ -120,7 +139,7 @@ def _input_nodes(input_nodes: Any, partition) -> Optional[Any]:
                           or int(nodes.max()) >= num_nodes):
         raise ValueError(f"'input_nodes' must be global vertex ids in "
                          f"[0, {num_nodes})")
-    return nodes[partition.node_part[nodes] == partition.part]
+    return nodes[node_part[nodes] == part]
 
 
 def partition_loader(path: os.PathLike,
@@ -133,13 +152,16 @@ def partition_loader(path: os.PathLike,
     :class:`~pyg_orch.HybridNeighborLoader` (by name, :obj:`kwargs`
     merged in). Supported:
 
-    * :obj:`num_neighbors`: a list of fan-outs (:obj:`-1`: all).
+    * :obj:`num_neighbors`: a list of fan-outs (:obj:`-1`: all); for a
+      heterogeneous partition also a dictionary per edge type.
     * :obj:`input_nodes`: the seeds of **all** ranks, each rank keeping
       those its part owns (global ids, or a boolean mask over all
       vertices), or the name of a boolean node attribute of the parts
       (e.g. :obj:`'train_mask'`); :obj:`None`: the part's
       :obj:`train_mask` vertices where it has one, else all of its
-      vertices.
+      vertices. For a heterogeneous partition: a node type (all of the
+      part's vertices of that type), or a (node type, seeds) tuple, the
+      seeds as above (or the name of a boolean attribute of that type).
     * :obj:`batch_size`, :obj:`shuffle`, :obj:`transform`.
     * :obj:`device`: where batches land (default: this process's CUDA
       device where CUDA is available, else the CPU).
@@ -177,11 +199,6 @@ def partition_loader(path: os.PathLike,
     if 'num_neighbors' not in args:
         raise ValueError("HybridNeighborLoader needs 'num_neighbors'")
     num_neighbors = args.pop('num_neighbors')
-    if isinstance(num_neighbors, dict):
-        raise NotImplementedError(
-            "HybridNeighborLoader on a partition folder: 'num_neighbors' "
-            "per edge type needs heterogeneous partitions, which this "
-            "loader does not support yet")
     seed = args.pop('seed', None)
     if isinstance(seed, torch.Generator):
         seed = seed.initial_seed()
@@ -212,10 +229,6 @@ def partition_loader(path: os.PathLike,
     group = options.get('group')
     partition = open_partition(path, group,
                                options.pop('expected_fingerprint', None))
-    if partition.is_hetero:
-        raise NotImplementedError(
-            "HybridNeighborLoader on a partition folder: heterogeneous "
-            "partitions are not supported by this loader yet")
     return DistributedNeighborLoader(
         partition, num_neighbors, batch_size,
         input_nodes=_input_nodes(input_nodes, partition),

@@ -132,7 +132,12 @@ class DistributedNeighborLoader:
         input_nodes (Tensor or str, optional): This rank's seeds (global
             ids, owned by any part) or the name of a boolean node attribute
             of the part (its set vertices). Default: :obj:`'train_mask'`
-            where the part has it, else all vertices of the part.
+            where the part has it, else all vertices of the part. For a
+            heterogeneous partition, a node type (all of the part's
+            vertices of that type) or a (node type, seeds or attribute
+            name) tuple; batches are then
+            :class:`~torch_geometric.data.HeteroData` (:obj:`batch_size`
+            on the seeds' node type).
         shuffle (bool): Shuffle the seeds every epoch.
         even (str): :obj:`'min'` or :obj:`'pad'` (see above).
         cache_size (int): Remote rows to cache per rank (:obj:`0`: none);
@@ -183,6 +188,7 @@ class DistributedNeighborLoader:
         self.device = torch.device('cpu') if device is None else \
             torch.device(device)
         self.partition = partition
+        self.input_type: Optional[str] = None
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.even = even
@@ -208,20 +214,50 @@ class DistributedNeighborLoader:
 
     def _resolve(self, input_nodes) -> Tensor:
         part = self.partition
+        if part.is_hetero:
+            return self._resolve_hetero(input_nodes)
         if input_nodes is None:
             input_nodes = 'train_mask' if 'train_mask' in part.node_attrs \
                 else None
             if input_nodes is None:
                 return part.node_ids.clone().to(torch.int64)
+        return self._owned_or_given(part.node_ids, part.node_attrs,
+                                    input_nodes)
+
+    @staticmethod
+    def _owned_or_given(node_ids, attrs, input_nodes) -> Tensor:
         if isinstance(input_nodes, str):
-            if input_nodes not in part.node_attrs:
+            if input_nodes not in attrs:
                 raise ValueError(f'the partition has no node attribute '
                                  f'{input_nodes!r}')
-            mask = part.node_attrs[input_nodes]
+            mask = attrs[input_nodes]
             if mask.dtype != torch.bool:
                 raise ValueError(f'{input_nodes!r} must be a boolean mask')
-            return part.node_ids[mask].to(torch.int64)
+            return node_ids[mask].to(torch.int64)
         return torch.as_tensor(input_nodes, dtype=torch.int64).view(-1)
+
+    def _resolve_hetero(self, input_nodes) -> Tensor:
+        part = self.partition
+        types = list(part.node_ids)
+        if isinstance(input_nodes, str):
+            input_nodes = (input_nodes, None)
+        if not (isinstance(input_nodes, (tuple, list))
+                and len(input_nodes) == 2
+                and isinstance(input_nodes[0], str)):
+            raise ValueError(
+                f"'input_nodes' must name the seeds' node type for a "
+                f"heterogeneous partition: a node type (all of this part's "
+                f"vertices of it), or a (node type, ids or boolean "
+                f"attribute name) tuple (got {input_nodes!r})")
+        node_type, nodes = input_nodes
+        if node_type not in types:
+            raise ValueError(f"'input_nodes' names the node type "
+                             f"{node_type!r}, not one of {types}")
+        self.input_type = node_type
+        if nodes is None:
+            return part.node_ids[node_type].clone().to(torch.int64)
+        return self._owned_or_given(part.node_ids[node_type],
+                                    part.node_attrs[node_type], nodes)
 
     def _local_batches(self) -> int:
         n = self.input_nodes.numel()
@@ -242,16 +278,49 @@ class DistributedNeighborLoader:
         batches += [nodes[:0]] * (steps - len(batches))
         return batches
 
+    def _seeds(self, seeds: Tensor):
+        if self.partition.is_hetero:
+            return {self.input_type: seeds}
+        return seeds
+
     def _build_cache(self, batches: List[Tensor]) -> None:
         steps = min(self.presample_batches, len(batches))
-        num_nodes = int(self.partition.node_part.numel())
-        counts = torch.zeros(num_nodes, dtype=torch.int64)
+        num_nodes = self.sampler.num_nodes  # Per node type.
+        counts = {t: torch.zeros(n, dtype=torch.int64)
+                  for t, n in num_nodes.items()}
         for seeds in batches[:steps]:
-            node = self.sampler.sample_from_nodes(seeds).node
-            counts += torch.bincount(node, minlength=num_nodes)
-        self.gather.build_cache(counts, self.cache_size)
-        self.cached_rows = int((self.gather.cache_slot >= 0).sum())
+            node = self.sampler.sample_from_nodes(self._seeds(seeds)).node
+            if not isinstance(node, dict):
+                node = {None: node}
+            for t, ids in node.items():
+                counts[t] += torch.bincount(ids, minlength=num_nodes[t])
+        self.gather.build_cache(counts if self.partition.is_hetero else
+                                counts[None], self.cache_size)
+        self.cached_rows = self.gather.num_cached_rows
         self._cache_built = True
+
+    def _hetero_batch(self, out, seeds: Tensor):
+        from torch_geometric.data import HeteroData
+        data = HeteroData()
+        attrs = self.gather.gather(out.node)
+        for t, n_id in out.node.items():
+            store = data[t]
+            store.num_nodes = n_id.numel()
+            for key, value in attrs[t].items():
+                store[key] = value
+            store.n_id = n_id
+            store.num_sampled_nodes = out.num_sampled_nodes[t]
+        dst = {et: out.node[et[-1]][out.col[et]] for et in out.edge}
+        edge_attrs = self.gather.gather_edges(out.edge, dst)
+        for et, e_id in out.edge.items():
+            store = data[et]
+            store.edge_index = torch.stack([out.row[et], out.col[et]])
+            store.e_id = e_id
+            for key, value in edge_attrs.get(et, {}).items():
+                store[key] = value
+            store.num_sampled_edges = out.num_sampled_edges[et]
+        data[self.input_type].batch_size = seeds.numel()
+        return data
 
     def __iter__(self) -> Iterator:
         from torch_geometric.data import Data
@@ -260,7 +329,10 @@ class DistributedNeighborLoader:
             self._build_cache(batches)
         self.batch_stats = []
         for seeds in batches:
-            out = self.sampler.sample_from_nodes(seeds)
+            out = self.sampler.sample_from_nodes(self._seeds(seeds))
+            if self.partition.is_hetero:
+                yield self._finish(self._hetero_batch(out, seeds))
+                continue
             attrs = self.gather.gather(out.node)
             data = Data(edge_index=torch.stack([out.row, out.col]),
                         num_nodes=out.node.numel(), **attrs)
@@ -271,11 +343,14 @@ class DistributedNeighborLoader:
             data.batch_size = seeds.numel()
             data.num_sampled_nodes = out.num_sampled_nodes
             data.num_sampled_edges = out.num_sampled_edges
-            if self.device.type != 'cpu':
-                data = data.to(self.device, non_blocking=True)
-            if self.transform is not None:
-                data = self.transform(data)
-            self.batch_stats.append({**self.gather.stats.as_dict(),
-                                     'remote_requests':
-                                     self.sampler.stats.remote_requests})
-            yield data
+            yield self._finish(data)
+
+    def _finish(self, data):
+        if self.device.type != 'cpu':
+            data = data.to(self.device, non_blocking=True)
+        if self.transform is not None:
+            data = self.transform(data)
+        self.batch_stats.append({**self.gather.stats.as_dict(),
+                                 'remote_requests':
+                                 self.sampler.stats.remote_requests})
+        return data
