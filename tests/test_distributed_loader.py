@@ -195,7 +195,7 @@ def test_partition_folder_arguments(tmp_path, kwargs, error, match):
                          cache_policy='frequency')
 
 
-# Faults #######################################################################
+# Faults ######################################################################
 
 def _mismatch_worker(rank, world_size, good, others):
     messages = []
