@@ -203,10 +203,20 @@ def test_bad_arguments(tmp_path):
     hetero = partition_graph(paper_hetero_graph(), 1, tmp_path / 'h',
                              'contiguous', progress=False)
     hpart = load_partition(hetero.out_dir, 0)
-    with pytest.raises(NotImplementedError, match='heterogeneous'):
-        DistributedNeighborSampler(hpart, [2])
-    with pytest.raises(NotImplementedError, match='heterogeneous'):
-        DistributedFeatureGather(hpart)
+    with pytest.raises(ValueError, match='edge types'):
+        DistributedNeighborSampler(hpart, {('a', 'to', 'b'): [2]})
+    with pytest.raises(ValueError, match='per edge type'):
+        DistributedNeighborSampler(part, {('a', 'to', 'b'): [2]})
+    with pytest.raises(ValueError, match='node type'):
+        DistributedNeighborSampler(hpart, [2]).sample_from_nodes(
+            torch.tensor([0]))
+    with pytest.raises(ValueError, match='node type'):
+        DistributedNeighborSampler(hpart, [2]).sample_from_nodes(
+            {'venue': torch.tensor([0])})
+    with pytest.raises(ValueError, match='no node type'):
+        DistributedFeatureGather(hpart, keys=['nope'])
+    with pytest.raises(ValueError, match='dictionary'):
+        DistributedFeatureGather(hpart).gather(torch.tensor([0]))
     with pytest.raises(ValueError, match='no edge attribute'):
         DistributedFeatureGather(part, edge_keys=['nope'])
     gather = DistributedFeatureGather(part)
@@ -359,3 +369,125 @@ def test_loader_equals_hybrid_neighbor_loader(tmp_path):
             assert torch.equal(edge_index, b.edge_index)
             assert torch.equal(x, b.x) and torch.equal(y, b.y)
             assert torch.equal(ea, b.edge_attr)
+
+
+# Heterogeneous partitions ####################################################
+
+HETERO_SEEDS = {0: torch.arange(0, 40, 3), 1: torch.arange(100, 130, 2)}
+
+
+def _hetero_worker(rank, world_size, out_dir, fanouts):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(part, fanouts)
+    gather = DistributedFeatureGather(part)
+    out = sampler.sample_from_nodes(('paper', HETERO_SEEDS[rank]))
+    feats = gather.gather(out.node)
+    dst = {et: out.node[et[-1]][out.col[et]] for et in out.edge}
+    edge_feats = gather.gather_edges(out.edge, dst)
+    return (out.node, out.row, out.col, out.edge, out.num_sampled_nodes,
+            out.num_sampled_edges, feats, edge_feats,
+            vars(sampler.stats).copy())
+
+
+def _hetero_reference(data, fanouts, seeds):
+    from pyg_orch import HybridNeighborLoader
+    loader = HybridNeighborLoader(data, fanouts, batch_size=seeds.numel(),
+                                  input_nodes=('paper', seeds),
+                                  device='cpu')
+    (batch, ) = list(loader)
+    return batch
+
+
+def _edge_triples(n_id_src, n_id_dst, row, col, e_id):
+    return sorted(zip(n_id_src[row].tolist(), n_id_dst[col].tolist(),
+                      e_id.tolist()))
+
+
+@pytest.mark.parametrize('method', ['random', 'contiguous'])
+def test_hetero_full_fanout_equals_single_machine(tmp_path, method):
+    data = paper_hetero_graph(num_papers=150, num_authors=100,
+                              num_features=4)
+    info = partition_graph(data, 2, tmp_path / 'h', method, progress=False)
+    results = run_workers(_hetero_worker, 2,
+                          args=(str(info.out_dir), FANOUTS), timeout=60)
+    remote = 0
+    for rank, res in enumerate(results):
+        node, row, col, edge, nsn, nse, feats, edge_feats, stats = res
+        ref = _hetero_reference(data, FANOUTS, HETERO_SEEDS[rank])
+        for t in data.node_types:
+            # The same vertices per type, in the same (hop) order:
+            assert torch.equal(node[t], ref[t].n_id), t
+            assert nsn[t] == ref[t].num_sampled_nodes, t
+            assert torch.equal(feats[t]['x'], data[t].x[node[t]])
+        assert torch.equal(feats['paper']['y'], data['paper'].y[
+            node['paper']])
+        for et in data.edge_types:
+            src, _, dst = et
+            ours = _edge_triples(node[src], node[dst], row[et], col[et],
+                                 edge[et])
+            theirs = _edge_triples(ref[src].n_id, ref[dst].n_id,
+                                   ref[et].edge_index[0],
+                                   ref[et].edge_index[1], ref[et].e_id)
+            assert ours == theirs, et  # The same edge set per type.
+            assert torch.equal(torch.stack([row[et], col[et]]),
+                               ref[et].edge_index), et
+            assert torch.equal(edge[et], ref[et].e_id), et
+            assert nse[et] == ref[et].num_sampled_edges, et
+        cites = ('paper', 'cites', 'paper')
+        assert torch.equal(edge_feats[cites]['edge_attr'],
+                           data[cites].edge_attr[edge[cites]])
+        assert set(edge_feats) == {cites}
+        remote += stats['remote_requests']
+    assert remote > 0
+
+
+def _hetero_loader_worker(rank, world_size, out_dir, cache_size):
+    from pyg_orch.distributed import DistributedNeighborLoader
+    loader = DistributedNeighborLoader(
+        out_dir, {('author', 'writes', 'paper'): [3, 2],
+                  ('paper', 'cites', 'paper'): [2, 2],
+                  ('paper', 'rev_writes', 'author'): [0, 2]},
+        batch_size=8, input_nodes=('paper', 'train_mask'),
+        cache_size=cache_size, shuffle=True)
+    out = []
+    for epoch in range(2):
+        for b in loader:
+            out.append({t: (b[t].n_id, b[t].x) for t in b.node_types}
+                       | {'bs': b['paper'].batch_size,
+                          'edges': {et: (b[et].edge_index, b[et].e_id)
+                                    for et in b.edge_types},
+                          'cites_attr': b['paper', 'cites',
+                                          'paper'].edge_attr})
+    return len(loader), out, loader.batch_stats
+
+
+def test_hetero_loader(tmp_path):
+    data = paper_hetero_graph(num_papers=150, num_authors=100,
+                              num_features=4)
+    info = partition_graph(data, 2, tmp_path / 'h', 'random',
+                           progress=False)
+    results = run_workers(_hetero_loader_worker, 2,
+                          args=(str(info.out_dir), 40), timeout=60)
+    cached = 0
+    for rank, (length, batches, stats) in enumerate(results):
+        assert len(batches) == 2 * length > 0
+        for b in batches:
+            assert 0 < b['bs'] <= 8
+            for t in data.node_types:
+                n_id, x = b[t]
+                assert torch.equal(x, data[t].x[n_id])
+            for et, (edge_index, e_id) in b['edges'].items():
+                src, _, dst = et
+                # Every edge exists, with its edge id:
+                assert torch.equal(data[et].edge_index[0, e_id],
+                                   b[src][0][edge_index[0]])
+                assert torch.equal(data[et].edge_index[1, e_id],
+                                   b[dst][0][edge_index[1]])
+            cites = ('paper', 'cites', 'paper')
+            assert torch.equal(b['cites_attr'], data[cites].edge_attr[
+                b['edges'][cites][1]])
+            # Unsampled edge types stay empty:
+            employs = [et for et in b['edges'] if et[1] == 'employs']
+            assert all(b['edges'][et][1].numel() == 0 for et in employs)
+        cached += sum(s['cached_rows'] for s in stats)
+    assert cached > 0

@@ -5,7 +5,7 @@ pre-sampling), so that repeated remote reads are served locally."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, Union
 
 import torch
 from torch import Tensor
@@ -55,6 +55,14 @@ class DistributedFeatureGather:
     :meth:`gather` and :meth:`build_cache` are **collectives**: every rank
     calls them, in the same order (with its own ids, possibly none).
 
+    For a heterogeneous partition, :obj:`keys` and :obj:`edge_keys` apply
+    to every node and edge type that has them (default: :obj:`'x'` and
+    :obj:`'y'` where present, all edge attributes); :meth:`gather` and
+    :meth:`gather_edges` take and return dictionaries per node and edge
+    type; an :obj:`'lru'` cache holds :obj:`cache_size` rows per node type,
+    and :meth:`build_cache` takes counts per node type and caches the
+    :obj:`cache_size` remote rows counted most often over all types.
+
     With :obj:`policy='static'` (default), the cache is filled once:
     :meth:`build_cache` takes access counts of the global vertices (e.g.
     :meth:`count_accesses` over pre-sampled batches) and keeps the rows of
@@ -64,7 +72,7 @@ class DistributedFeatureGather:
     (:meth:`build_cache` may still warm it).
 
     Args:
-        partition (GraphPartition): This rank's part (homogeneous).
+        partition (GraphPartition): This rank's part.
         keys (Iterable[str], optional): The node attributes to gather.
         group (ProcessGroup, optional): The process group (rank :obj:`k`
             holds part :obj:`k`).
@@ -72,11 +80,17 @@ class DistributedFeatureGather:
         edge_keys (Iterable[str], optional): The edge attributes that
             :meth:`gather_edges` gathers (default: all of the part's).
         cache_size (int): The capacity of the :obj:`'lru'` cache in rows.
+        device (torch.device or str, optional): Where the gathered rows
+            and the cache live (default: the CPU). Rows fetched from other
+            parts come straight there from the exchange (under NCCL, without
+            a trip through host memory); the part's own rows are read from
+            its (memory-mapped) files and copied.
     """
     def __init__(self, partition, keys: Optional[Iterable[str]] = None,
                  group: Optional[Any] = None, policy: str = 'static',
                  cache_size: int = 0,
-                 edge_keys: Optional[Iterable[str]] = None):
+                 edge_keys: Optional[Iterable[str]] = None,
+                 device: Optional[Union[str, torch.device]] = None):
         if policy not in ('static', 'lru'):
             raise ValueError(f"'policy' must be 'static' or 'lru' "
                              f"(got {policy!r})")
@@ -84,10 +98,11 @@ class DistributedFeatureGather:
                 or cache_size < 0:
             raise ValueError(f"'cache_size' must be a non-negative integer "
                              f"(got {cache_size!r})")
-        if getattr(partition, 'is_hetero', False):
-            raise NotImplementedError(
-                'DistributedFeatureGather: heterogeneous partitions are not '
-                'supported yet (homogeneous graphs only)')
+        self.is_hetero = bool(getattr(partition, 'is_hetero', False))
+        if self.is_hetero:
+            self._init_hetero(partition, keys, group, policy, cache_size,
+                              edge_keys, device)
+            return
         attrs = partition.node_attrs
         if keys is None:
             keys = [k for k in ('x', 'y') if k in attrs]
@@ -118,10 +133,12 @@ class DistributedFeatureGather:
         self.cache_slot = torch.full((self.num_nodes, ), -1,
                                      dtype=torch.int64)
         self.policy = policy
+        self.device = torch.device('cpu') if device is None else \
+            torch.device(device)
         self.capacity = cache_size if policy == 'lru' else 0
         self.cache: Dict[str, Tensor] = {
             k: attrs[k].new_empty((self.capacity, ) + tuple(
-                attrs[k].shape[1:])) for k in keys}
+                attrs[k].shape[1:]), device=self.device) for k in keys}
         # LRU bookkeeping: the global id in every slot (-1: free) and the
         # step it was last read.
         self.slot_id = torch.full((self.capacity, ), -1, dtype=torch.int64)
@@ -130,9 +147,126 @@ class DistributedFeatureGather:
         self._step = 0
         self.stats = GatherStats()
 
+    def _init_hetero(self, partition, keys, group, policy, cache_size,
+                     edge_keys, device) -> None:
+        # One gather per node type (its rows) and per edge type with edge
+        # attributes, each over a homogeneous view of the part.
+        self.partition = partition
+        self.group = group
+        self.policy = policy
+        self.rank, self.world_size = partition.part, partition.num_parts
+        self.device = torch.device('cpu') if device is None else \
+            torch.device(device)
+        if keys is not None:
+            keys = list(keys)
+            missing = [k for k in keys if not any(
+                k in a for a in partition.node_attrs.values())]
+            if missing:
+                raise ValueError(f'no node type of the partition has the '
+                                 f'node attribute(s) {missing}')
+        if edge_keys is not None:
+            edge_keys = list(edge_keys)
+            missing = [k for k in edge_keys if not any(
+                k in a for a in partition.edge_attrs.values())]
+            if missing:
+                raise ValueError(f'no edge type of the partition has the '
+                                 f'edge attribute(s) {missing}')
+        self.node_types = list(partition.node_ids)
+        self.edge_types = list(partition.csc)
+        self.by_node_type: Dict[str, DistributedFeatureGather] = {}
+        for nt in self.node_types:
+            attrs = partition.node_attrs[nt]
+            self.by_node_type[nt] = DistributedFeatureGather(
+                partition.type_view(nt),
+                keys=[k for k in (keys or ('x', 'y')) if k in attrs],
+                group=group, policy=policy, cache_size=cache_size,
+                edge_keys=[], device=device)
+        self.by_edge_type: Dict[tuple, DistributedFeatureGather] = {}
+        for et in self.edge_types:
+            attrs = partition.edge_attrs[et]
+            names = [k for k in attrs if edge_keys is None or k in edge_keys]
+            if names:
+                self.by_edge_type[et] = DistributedFeatureGather(
+                    partition.type_view(edge_type=et), keys=[], group=group,
+                    edge_keys=names, device=device)
+        self.keys = {nt: g.keys for nt, g in self.by_node_type.items()}
+        self.edge_keys = {et: g.edge_keys
+                          for et, g in self.by_edge_type.items()}
+        self.num_nodes = {nt: g.num_nodes
+                          for nt, g in self.by_node_type.items()}
+        self.stats = GatherStats()
+
+    def _sum_stats(self, gathers) -> GatherStats:
+        total = GatherStats()
+        for g in gathers:
+            for k, v in vars(g.stats).items():
+                setattr(total, k, getattr(total, k) + v)
+        return total
+
+    def _gather_hetero(self, n_id) -> Dict[str, Dict[str, Tensor]]:
+        if not isinstance(n_id, dict):
+            raise ValueError("'n_id' must be a dictionary of global ids per "
+                             "node type for a heterogeneous partition")
+        empty = torch.empty(0, dtype=torch.int64)
+        out = {nt: g.gather(n_id.get(nt, empty))  # Every type, every rank.
+               for nt, g in self.by_node_type.items()}
+        self.stats = self._sum_stats(self.by_node_type.values())
+        return out
+
+    def _gather_edges_hetero(self, e_id, dst) -> Dict[tuple, Dict]:
+        if not isinstance(e_id, dict) or not isinstance(dst, dict):
+            raise ValueError("'e_id' and 'dst' must be dictionaries per "
+                             "edge type for a heterogeneous partition")
+        empty = torch.empty(0, dtype=torch.int64)
+        out = {et: g.gather_edges(e_id.get(et, empty), dst.get(et, empty))
+               for et, g in self.by_edge_type.items()}
+        edge_stats = self._sum_stats(self.by_edge_type.values())
+        self.stats.local_edge_rows = edge_stats.local_edge_rows
+        self.stats.remote_edge_rows = edge_stats.remote_edge_rows
+        return out
+
+    def _build_cache_hetero(self, counts, cache_size: int) -> int:
+        if not isinstance(counts, dict):
+            raise ValueError("'counts' must be a dictionary of counts per "
+                             "node type for a heterogeneous partition")
+        # One ranking over the remote rows of all types:
+        flat = []
+        for nt in self.node_types:
+            c = torch.as_tensor(counts.get(nt, torch.zeros(
+                self.num_nodes[nt], dtype=torch.int64)),
+                dtype=torch.int64).clone()
+            if c.numel() != self.num_nodes[nt]:
+                raise ValueError(f"'counts[{nt!r}]' must have one entry per "
+                                 f"vertex of that type ({self.num_nodes[nt]})")
+            c[self.partition.node_part[nt] == self.rank] = 0
+            flat.append(c)
+        allc = torch.cat(flat)
+        k = min(cache_size, int((allc > 0).sum()))
+        chosen = torch.zeros_like(allc, dtype=torch.bool)
+        if k:
+            chosen[torch.topk(allc, k).indices] = True
+        total, offset = 0, 0
+        for nt, c in zip(self.node_types, flat):
+            n = c.numel()
+            mine = chosen[offset:offset + n]
+            offset += n
+            total += self.by_node_type[nt].build_cache(
+                torch.where(mine, c, torch.zeros_like(c)), int(mine.sum()))
+        return total
+
+    @property
+    def num_cached_rows(self) -> int:
+        r"""The number of remote rows in the cache (of all node types)."""
+        if self.is_hetero:
+            return sum(g.num_cached_rows for g in self.by_node_type.values())
+        return int((self.cache_slot >= 0).sum())
+
     # Helpers ################################################################
     def _rows(self, key: str, local: Tensor) -> Tensor:
         return self.partition.node_attrs[key].index_select(0, local)
+
+    def _dev(self, t: Tensor) -> Tensor:
+        return t.to(self.device, non_blocking=True)
 
     def _row_bytes(self) -> int:
         total = 0
@@ -145,6 +279,8 @@ class DistributedFeatureGather:
     def _fetch(self, ids: Tensor) -> Dict[str, Tensor]:
         r"""Rows of :obj:`ids` (none owned by this part) from their owners:
         a collective."""
+        if not self.keys:  # The same on every rank: no exchange at all.
+            return {}
         owner = self.partition.node_part[ids].to(torch.int64)
         order = torch.sort(owner, stable=True).indices
         per_rank = torch.bincount(owner, minlength=self.world_size).tolist()
@@ -153,14 +289,15 @@ class DistributedFeatureGather:
         self.stats.served_rows += sum(int(r.numel()) for i, r in
                                       enumerate(requests) if i != self.rank)
         out = {}
+        dest = self._dev(order)
         for key in self.keys:
             replies = [self._rows(key, self.partition.local_id[r])
                        for r in requests]
-            answers = exchange(replies, self.group)
+            answers = exchange(replies, self.group, out_device=self.device)
             ref = self.partition.node_attrs[key]
-            rows = ref.new_empty((ids.numel(), ) + tuple(ref.shape[1:]))
-            for i, a in zip(index, answers):
-                rows[i] = a
+            rows = ref.new_empty((ids.numel(), ) + tuple(ref.shape[1:]),
+                                 device=self.device)
+            rows[dest] = torch.cat(answers)  # Answers in `order`.
             out[key] = rows
         return out
 
@@ -168,7 +305,10 @@ class DistributedFeatureGather:
     def gather(self, n_id) -> Dict[str, Tensor]:
         r"""The rows of :obj:`n_id` (global ids) of every key, in the order
         of :obj:`n_id`; a collective. :attr:`stats` then says where they
-        came from."""
+        came from. For a heterogeneous partition, :obj:`n_id` and the
+        result are dictionaries per node type."""
+        if self.is_hetero:
+            return self._gather_hetero(n_id)
         n_id = torch.as_tensor(n_id, dtype=torch.int64)
         self.stats = GatherStats()
         owner = self.partition.node_part[n_id].to(torch.int64)
@@ -181,13 +321,17 @@ class DistributedFeatureGather:
         remote_pos = is_remote.nonzero().view(-1)
         fetched = self._fetch(n_id[remote_pos])
         out = {}
+        local_dst, cached_dst, remote_dst = (self._dev(p) for p in (
+            local_pos, cached_pos, remote_pos))
+        cached_slot = self._dev(slot[cached_pos])
         for key in self.keys:
             ref = self.partition.node_attrs[key]
-            rows = ref.new_empty((n_id.numel(), ) + tuple(ref.shape[1:]))
-            rows[local_pos] = self._rows(
-                key, self.partition.local_id[n_id[local_pos]])
-            rows[cached_pos] = self.cache[key][slot[cached_pos]]
-            rows[remote_pos] = fetched[key]
+            rows = ref.new_empty((n_id.numel(), ) + tuple(ref.shape[1:]),
+                                 device=self.device)
+            rows[local_dst] = self._dev(self._rows(
+                key, self.partition.local_id[n_id[local_pos]]))
+            rows[cached_dst] = self.cache[key][cached_slot]
+            rows[remote_dst] = fetched[key]
             out[key] = rows
         row_bytes = self._row_bytes()
         self.stats.local_rows = int(local_pos.numel())
@@ -217,6 +361,7 @@ class DistributedFeatureGather:
         self.slot_id[victims] = uniq
         self.cache_slot[uniq] = victims
         self.last_used[victims] = self._step
+        victims, first = self._dev(victims), self._dev(first)
         for key in self.keys:
             self.cache[key][victims] = rows[key][first]
 
@@ -225,7 +370,10 @@ class DistributedFeatureGather:
         :obj:`e_id` (global edge ids) whose destinations are :obj:`dst`
         (global vertex ids; an edge is stored with the part owning its
         destination), in the order of :obj:`e_id`; a collective. Not
-        cached."""
+        cached. For a heterogeneous partition, :obj:`e_id`, :obj:`dst` and
+        the result are dictionaries per edge type."""
+        if self.is_hetero:
+            return self._gather_edges_hetero(e_id, dst)
         e_id = torch.as_tensor(e_id, dtype=torch.int64)
         dst = torch.as_tensor(dst, dtype=torch.int64)
         if e_id.shape != dst.shape or e_id.dim() != 1:
@@ -252,13 +400,14 @@ class DistributedFeatureGather:
                                    'in-edge of its destination\'s part')
             positions.append(self._eid_pos[idx] if r.numel() else idx)
         out = {}
+        dest = self._dev(order)
         for key in self.edge_keys:
             ref = self.partition.edge_attrs[key]
             answers = exchange([ref.index_select(0, p) for p in positions],
-                               self.group)
-            rows = ref.new_empty((e_id.numel(), ) + tuple(ref.shape[1:]))
-            for i, a in zip(index, answers):
-                rows[i] = a
+                               self.group, out_device=self.device)
+            rows = ref.new_empty((e_id.numel(), ) + tuple(ref.shape[1:]),
+                                 device=self.device)
+            rows[dest] = torch.cat(answers)  # Answers in `order`.
             out[key] = rows
         self.stats.local_edge_rows = per_rank[self.rank]
         self.stats.remote_edge_rows = e_id.numel() - per_rank[self.rank]
@@ -278,11 +427,14 @@ class DistributedFeatureGather:
         r"""Caches the rows of the :obj:`cache_size` remote vertices with
         the highest :obj:`counts` (vertices never counted are not cached),
         fetched from their owners: a collective. Returns the number of
-        cached rows."""
+        cached rows. For a heterogeneous partition, :obj:`counts` is a
+        dictionary per node type."""
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) \
                 or cache_size < 0:
             raise ValueError(f"'cache_size' must be a non-negative integer "
                              f"(got {cache_size!r})")
+        if self.is_hetero:
+            return self._build_cache_hetero(counts, cache_size)
         counts = torch.as_tensor(counts, dtype=torch.int64).clone()
         if counts.numel() != self.num_nodes:
             raise ValueError(f"'counts' must have one entry per global "
@@ -307,4 +459,6 @@ class DistributedFeatureGather:
 
     @property
     def cache_bytes(self) -> int:
+        if self.is_hetero:
+            return sum(g.cache_bytes for g in self.by_node_type.values())
         return sum(t.numel() * t.element_size() for t in self.cache.values())

@@ -7,26 +7,102 @@ rank that has run out of seeds."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.distributed.collective import group_rank, group_size
+from pyg_orch.distributed.collective import (
+    comm_device,
+    group_rank,
+    group_size,
+)
 from pyg_orch.distributed.features import DistributedFeatureGather
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
 from pyg_orch.distributed.storage import GraphPartition, load_partition
 
-__all__ = ['DistributedNeighborLoader']
+__all__ = ['DistributedNeighborLoader', 'open_partition']
 
 
 def _reduce(value: int, op, group) -> int:
     if group_size(group) == 1:
         return value
-    t = torch.tensor([value], dtype=torch.int64)
+    t = torch.tensor([value], dtype=torch.int64).to(comm_device(group))
     dist.all_reduce(t, op=op, group=group)
     return int(t.item())
+
+
+def _describe(error: BaseException) -> str:
+    return f'{type(error).__name__}: {error}'
+
+
+def open_partition(partition: Union[str, Path, GraphPartition],
+                   group: Optional[Any] = None,
+                   expected_fingerprint: Optional[str] = None
+                   ) -> GraphPartition:
+    r"""Loads this rank's part of :obj:`partition` (a folder; or takes a
+    loaded :class:`~pyg_orch.distributed.GraphPartition`) and checks with
+    every other rank of :obj:`group` that they all hold their own part of
+    one partitioning: a collective (one
+    :func:`torch.distributed.all_gather_object`).
+
+    Where one rank cannot load its part (a missing or truncated folder,
+    another number of parts than ranks, another graph than
+    :obj:`expected_fingerprint`), every rank raises a :class:`ValueError`
+    saying which rank and why, instead of the others waiting for it in the
+    first collective. Every rank also raises where the ranks' parts were
+    cut from different graphs (their :func:`graph_fingerprint`) or by
+    different partitionings of one graph (another method, seed or number
+    of parts: :attr:`GraphPartition.partitioning_id`).
+    """
+    world_size, rank = group_size(group), group_rank(group)
+    error: Optional[BaseException] = None
+    if not isinstance(partition, GraphPartition):
+        try:
+            partition = load_partition(
+                partition, rank, expected_num_parts=world_size,
+                expected_fingerprint=expected_fingerprint)
+        except (ValueError, OSError) as exc:
+            error = exc
+    elif (expected_fingerprint is not None
+          and partition.fingerprint != expected_fingerprint):
+        error = ValueError(
+            f"'{partition.out_dir}' was partitioned from another graph: its "
+            f"graph fingerprint is {partition.fingerprint!r}, expected "
+            f"{expected_fingerprint!r}")
+    mine = (_describe(error), None) if error is not None else (None, (
+        partition.part, partition.num_parts, partition.fingerprint,
+        partition.partitioning_id, str(partition.out_dir)))
+    everything = [mine]
+    if world_size > 1:
+        everything = [None] * world_size
+        dist.all_gather_object(everything, mine, group=group)
+    if error is not None:
+        raise error
+    for r, (err, _) in enumerate(everything):
+        if err is not None:
+            raise ValueError(f'rank {r} could not load its part of the '
+                             f'partition, so no rank can sample: {err}')
+    _, num_parts0, fp0, id0, dir0 = everything[0][1]
+    for r, (_, (part, num_parts, fp, pid, out_dir)) in enumerate(everything):
+        if fp != fp0:
+            raise ValueError(
+                f"rank {r}'s partition folder '{out_dir}' was cut from "
+                f"another graph (fingerprint {fp!r}) than rank 0's "
+                f"'{dir0}' (fingerprint {fp0!r}): copy the parts of one "
+                f"partitioning to every machine")
+        if num_parts != num_parts0 or pid != id0:
+            raise ValueError(
+                f"rank {r}'s partition folder '{out_dir}' holds another "
+                f"partitioning of the graph ({num_parts} parts, id "
+                f"{pid!r}) than rank 0's '{dir0}' ({num_parts0} parts, id "
+                f"{id0!r}): another method, seed or number of parts; copy "
+                f"the parts of one partitioning to every machine")
+        if part != r:
+            raise ValueError(f'rank {r} holds part {part}: rank k must '
+                             f'hold part k')
+    return partition
 
 
 class DistributedNeighborLoader:
@@ -56,7 +132,12 @@ class DistributedNeighborLoader:
         input_nodes (Tensor or str, optional): This rank's seeds (global
             ids, owned by any part) or the name of a boolean node attribute
             of the part (its set vertices). Default: :obj:`'train_mask'`
-            where the part has it, else all vertices of the part.
+            where the part has it, else all vertices of the part. For a
+            heterogeneous partition, a node type (all of the part's
+            vertices of that type) or a (node type, seeds or attribute
+            name) tuple; batches are then
+            :class:`~torch_geometric.data.HeteroData` (:obj:`batch_size`
+            on the seeds' node type).
         shuffle (bool): Shuffle the seeds every epoch.
         even (str): :obj:`'min'` or :obj:`'pad'` (see above).
         cache_size (int): Remote rows to cache per rank (:obj:`0`: none);
@@ -69,7 +150,18 @@ class DistributedNeighborLoader:
         presample_batches (int): Batches pre-sampled to count accesses.
         seed (int): Seed of the shuffling and of this rank's sampling
             (offset by the rank).
-        group (ProcessGroup, optional): The process group.
+        transform (callable, optional): Applied to every batch (after it
+            was moved to :obj:`device`).
+        expected_fingerprint (str, optional): Reject a partition of
+            another graph (see :func:`open_partition`, which checks that
+            all ranks hold parts of one partitioning).
+        group (ProcessGroup, optional): The process group (gloo, or NCCL
+            with this process's CUDA device set by
+            :func:`torch.cuda.set_device`).
+        device (torch.device or str, optional): Where batches are
+            delivered (default: the CPU). Sampling runs on the CPU over the
+            part's memory-mapped files; gathered rows (and the cache of
+            remote rows) live on :obj:`device`.
     """
     def __init__(self, partition: Union[str, Path, GraphPartition],
                  num_neighbors: Sequence[int], batch_size: int,
@@ -77,17 +169,26 @@ class DistributedNeighborLoader:
                  shuffle: bool = False, even: str = 'min',
                  cache_size: int = 0, cache_policy: str = 'static',
                  presample_batches: int = 8,
-                 seed: int = 0, group: Optional[Any] = None):
-        if not isinstance(partition, GraphPartition):
-            partition = load_partition(partition, group_rank(group),
-                                       expected_num_parts=group_size(group))
+                 seed: int = 0, group: Optional[Any] = None,
+                 device: Optional[Union[str, torch.device]] = None,
+                 transform: Optional[Callable] = None,
+                 expected_fingerprint: Optional[str] = None):
+        # A collective: every rank learns if one cannot load its part.
+        partition = open_partition(partition, group, expected_fingerprint)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
                 or batch_size < 1:
             raise ValueError(f"'batch_size' must be a positive integer "
                              f"(got {batch_size!r})")
         if even not in ('min', 'pad'):
             raise ValueError(f"'even' must be 'min' or 'pad' (got {even!r})")
+        if transform is not None and not callable(transform):
+            raise ValueError(f"'transform' must be callable (got "
+                             f"{transform!r})")
+        self.transform = transform
+        self.device = torch.device('cpu') if device is None else \
+            torch.device(device)
         self.partition = partition
+        self.input_type: Optional[str] = None
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.even = even
@@ -100,7 +201,8 @@ class DistributedNeighborLoader:
             generator=torch.Generator().manual_seed(seed * 1000 + self.rank))
         self.gather = DistributedFeatureGather(
             partition, group=group, policy=cache_policy,
-            cache_size=cache_size if cache_policy == 'lru' else 0)
+            cache_size=cache_size if cache_policy == 'lru' else 0,
+            device=self.device)
         self.input_nodes = self._resolve(input_nodes)
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
                                                           + self.rank)
@@ -112,20 +214,50 @@ class DistributedNeighborLoader:
 
     def _resolve(self, input_nodes) -> Tensor:
         part = self.partition
+        if part.is_hetero:
+            return self._resolve_hetero(input_nodes)
         if input_nodes is None:
             input_nodes = 'train_mask' if 'train_mask' in part.node_attrs \
                 else None
             if input_nodes is None:
                 return part.node_ids.clone().to(torch.int64)
+        return self._owned_or_given(part.node_ids, part.node_attrs,
+                                    input_nodes)
+
+    @staticmethod
+    def _owned_or_given(node_ids, attrs, input_nodes) -> Tensor:
         if isinstance(input_nodes, str):
-            if input_nodes not in part.node_attrs:
+            if input_nodes not in attrs:
                 raise ValueError(f'the partition has no node attribute '
                                  f'{input_nodes!r}')
-            mask = part.node_attrs[input_nodes]
+            mask = attrs[input_nodes]
             if mask.dtype != torch.bool:
                 raise ValueError(f'{input_nodes!r} must be a boolean mask')
-            return part.node_ids[mask].to(torch.int64)
+            return node_ids[mask].to(torch.int64)
         return torch.as_tensor(input_nodes, dtype=torch.int64).view(-1)
+
+    def _resolve_hetero(self, input_nodes) -> Tensor:
+        part = self.partition
+        types = list(part.node_ids)
+        if isinstance(input_nodes, str):
+            input_nodes = (input_nodes, None)
+        if not (isinstance(input_nodes, (tuple, list))
+                and len(input_nodes) == 2
+                and isinstance(input_nodes[0], str)):
+            raise ValueError(
+                f"'input_nodes' must name the seeds' node type for a "
+                f"heterogeneous partition: a node type (all of this part's "
+                f"vertices of it), or a (node type, ids or boolean "
+                f"attribute name) tuple (got {input_nodes!r})")
+        node_type, nodes = input_nodes
+        if node_type not in types:
+            raise ValueError(f"'input_nodes' names the node type "
+                             f"{node_type!r}, not one of {types}")
+        self.input_type = node_type
+        if nodes is None:
+            return part.node_ids[node_type].clone().to(torch.int64)
+        return self._owned_or_given(part.node_ids[node_type],
+                                    part.node_attrs[node_type], nodes)
 
     def _local_batches(self) -> int:
         n = self.input_nodes.numel()
@@ -146,16 +278,49 @@ class DistributedNeighborLoader:
         batches += [nodes[:0]] * (steps - len(batches))
         return batches
 
+    def _seeds(self, seeds: Tensor):
+        if self.partition.is_hetero:
+            return {self.input_type: seeds}
+        return seeds
+
     def _build_cache(self, batches: List[Tensor]) -> None:
         steps = min(self.presample_batches, len(batches))
-        num_nodes = int(self.partition.node_part.numel())
-        counts = torch.zeros(num_nodes, dtype=torch.int64)
+        num_nodes = self.sampler.num_nodes  # Per node type.
+        counts = {t: torch.zeros(n, dtype=torch.int64)
+                  for t, n in num_nodes.items()}
         for seeds in batches[:steps]:
-            node = self.sampler.sample_from_nodes(seeds).node
-            counts += torch.bincount(node, minlength=num_nodes)
-        self.gather.build_cache(counts, self.cache_size)
-        self.cached_rows = int((self.gather.cache_slot >= 0).sum())
+            node = self.sampler.sample_from_nodes(self._seeds(seeds)).node
+            if not isinstance(node, dict):
+                node = {None: node}
+            for t, ids in node.items():
+                counts[t] += torch.bincount(ids, minlength=num_nodes[t])
+        self.gather.build_cache(counts if self.partition.is_hetero else
+                                counts[None], self.cache_size)
+        self.cached_rows = self.gather.num_cached_rows
         self._cache_built = True
+
+    def _hetero_batch(self, out, seeds: Tensor):
+        from torch_geometric.data import HeteroData
+        data = HeteroData()
+        attrs = self.gather.gather(out.node)
+        for t, n_id in out.node.items():
+            store = data[t]
+            store.num_nodes = n_id.numel()
+            for key, value in attrs[t].items():
+                store[key] = value
+            store.n_id = n_id
+            store.num_sampled_nodes = out.num_sampled_nodes[t]
+        dst = {et: out.node[et[-1]][out.col[et]] for et in out.edge}
+        edge_attrs = self.gather.gather_edges(out.edge, dst)
+        for et, e_id in out.edge.items():
+            store = data[et]
+            store.edge_index = torch.stack([out.row[et], out.col[et]])
+            store.e_id = e_id
+            for key, value in edge_attrs.get(et, {}).items():
+                store[key] = value
+            store.num_sampled_edges = out.num_sampled_edges[et]
+        data[self.input_type].batch_size = seeds.numel()
+        return data
 
     def __iter__(self) -> Iterator:
         from torch_geometric.data import Data
@@ -164,7 +329,10 @@ class DistributedNeighborLoader:
             self._build_cache(batches)
         self.batch_stats = []
         for seeds in batches:
-            out = self.sampler.sample_from_nodes(seeds)
+            out = self.sampler.sample_from_nodes(self._seeds(seeds))
+            if self.partition.is_hetero:
+                yield self._finish(self._hetero_batch(out, seeds))
+                continue
             attrs = self.gather.gather(out.node)
             data = Data(edge_index=torch.stack([out.row, out.col]),
                         num_nodes=out.node.numel(), **attrs)
@@ -175,7 +343,14 @@ class DistributedNeighborLoader:
             data.batch_size = seeds.numel()
             data.num_sampled_nodes = out.num_sampled_nodes
             data.num_sampled_edges = out.num_sampled_edges
-            self.batch_stats.append({**self.gather.stats.as_dict(),
-                                     'remote_requests':
-                                     self.sampler.stats.remote_requests})
-            yield data
+            yield self._finish(data)
+
+    def _finish(self, data):
+        if self.device.type != 'cpu':
+            data = data.to(self.device, non_blocking=True)
+        if self.transform is not None:
+            data = self.transform(data)
+        self.batch_stats.append({**self.gather.stats.as_dict(),
+                                 'remote_requests':
+                                 self.sampler.stats.remote_requests})
+        return data

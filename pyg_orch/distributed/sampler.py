@@ -6,11 +6,15 @@ their in-edges, and the sampled neighbors and edge ids are sent back (a
 second exchange), then relabeled locally as
 :func:`pyg_orch.sampling.multi_hop.sample_multi_hop` does, so that the hop
 order, the edge order and the relabeling are those of the single-machine
-sampler (with full fan-out, the very same output)."""
+sampler (with full fan-out, the very same output).
+
+Heterogeneous partitions are sampled the same way, all edge types of a hop
+in the same two exchanges: the frontier of every edge type's destination
+type goes to its owners, which sample that edge type's in-edges."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -56,37 +60,44 @@ class DistributedNeighborSampler:
     :meth:`sample_from_nodes` is a **collective**: every rank calls it once
     per step, with its own seeds (possibly none). Sampling is uniform,
     without replacement, each part drawing from its own :obj:`generator`
-    for the vertices it owns.
+    for the vertices it owns. Every hop takes two
+    :func:`~pyg_orch.distributed.collective.exchange` calls, for all edge
+    types together.
 
     Args:
         partition (GraphPartition): This rank's part
-            (:func:`~pyg_orch.distributed.load_partition`); homogeneous
-            graphs only.
-        num_neighbors (List[int]): The fan-out of every hop (:obj:`-1`: all
-            in-neighbors).
+            (:func:`~pyg_orch.distributed.load_partition`), homogeneous or
+            heterogeneous.
+        num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
+            The fan-out of every hop (:obj:`-1`: all in-neighbors); for a
+            heterogeneous graph also per edge type (a list applies to all
+            edge types; missing edge types are not sampled).
         group (ProcessGroup, optional): The process group (default: the
             default group); its size must be the number of parts and rank
             :obj:`k` must hold part :obj:`k`.
         generator (torch.Generator, optional): The random number generator
             of this part's draws.
     """
-    def __init__(self, partition, num_neighbors: Sequence[int],
-                 group: Optional[Any] = None,
+    def __init__(self, partition, num_neighbors, group: Optional[Any] = None,
                  generator: Optional[torch.Generator] = None,
                  replace: bool = False):
-        if getattr(partition, 'is_hetero', False):
-            raise NotImplementedError(
-                'DistributedNeighborSampler: heterogeneous partitions are '
-                'not supported yet (homogeneous graphs only)')
         if replace:
             raise NotImplementedError(
                 'DistributedNeighborSampler: sampling with replacement is '
                 'not supported yet')
-        num_neighbors = list(num_neighbors)
-        for k in num_neighbors:
-            if isinstance(k, bool) or not isinstance(k, int) or k < -1:
-                raise ValueError(f"'num_neighbors' must be integers >= -1 "
-                                 f"(got {num_neighbors!r})")
+        self.is_hetero = bool(getattr(partition, 'is_hetero', False))
+        if self.is_hetero:
+            self.node_types = list(partition.node_ids)
+            self.edge_types = list(partition.csc)
+            self._node_part = partition.node_part
+            self._local_id = partition.local_id
+            self._csc = partition.csc
+        else:
+            self.node_types, self.edge_types = [None], [None]
+            self._node_part = {None: partition.node_part}
+            self._local_id = {None: partition.local_id}
+            self._csc = {None: partition.csc}
+        self.fanouts = self._check_fanouts(num_neighbors)
         world_size, rank = group_size(group), group_rank(group)
         if world_size != partition.num_parts:
             raise ValueError(f'the process group has {world_size} ranks but '
@@ -96,141 +107,264 @@ class DistributedNeighborSampler:
             raise ValueError(f'rank {rank} must hold part {rank} (got part '
                              f'{partition.part})')
         self.partition = partition
-        self.num_neighbors = num_neighbors
+        self.num_neighbors = num_neighbors if isinstance(
+            num_neighbors, dict) else list(num_neighbors)
         self.group = group
         self.generator = generator
         self.rank, self.world_size = rank, world_size
-        self.num_nodes = int(partition.node_part.numel())
+        self.num_nodes = {t: int(self._node_part[t].numel())
+                          for t in self.node_types}
         self.stats = SamplingStats()
+
+    def _check_fanouts(self, num_neighbors) -> Dict[Any, List[int]]:
+        def check(values) -> List[int]:
+            values = list(values)
+            for k in values:
+                if isinstance(k, bool) or not isinstance(k, int) or k < -1:
+                    raise ValueError(f"'num_neighbors' must be integers >= "
+                                     f"-1 (got {num_neighbors!r})")
+            return values
+
+        if isinstance(num_neighbors, dict):
+            if not self.is_hetero:
+                raise ValueError("'num_neighbors' per edge type is only for "
+                                 "heterogeneous partitions")
+            unknown = [et for et in num_neighbors
+                       if tuple(et) not in self.edge_types]
+            if unknown:
+                raise ValueError(f"'num_neighbors' names edge types the "
+                                 f"partition does not have: {unknown} (it "
+                                 f"has {self.edge_types})")
+            fanouts = {tuple(et): check(v) for et, v in num_neighbors.items()}
+            hops = max((len(v) for v in fanouts.values()), default=0)
+            for et in self.edge_types:
+                # As PyG: an edge type not named is not sampled.
+                v = fanouts.get(et, [])
+                fanouts[et] = v + [0] * (hops - len(v))
+            return {et: fanouts[et] for et in self.edge_types}
+        values = check(num_neighbors)
+        return {et: values for et in self.edge_types}
 
     @property
     def num_hops(self) -> int:
-        return len(self.num_neighbors)
+        return max((len(v) for v in self.fanouts.values()), default=0)
 
-    def _check_seeds(self, seeds) -> Tensor:
-        seeds = torch.as_tensor(seeds)
-        if seeds.dim() != 1 or (seeds.numel() and (
-                seeds.is_floating_point() or seeds.dtype == torch.bool)):
-            raise ValueError(f"'seeds' must be a 1-D tensor of node ids "
-                             f"(got shape {tuple(seeds.shape)}, "
-                             f"{seeds.dtype})")
-        seeds = seeds.to(torch.int64)
-        if seeds.numel() and (int(seeds.min()) < 0
-                              or int(seeds.max()) >= self.num_nodes):
-            raise ValueError(f"'seeds' must be in [0, {self.num_nodes})")
-        return seeds
+    @staticmethod
+    def _src(et):
+        return None if et is None else et[0]
 
-    def _serve(self, requests: List[Tensor], fanout: int) -> List[Tensor]:
-        r"""Samples the in-neighbors of the vertices other ranks asked for:
-        for each rank, its counts per vertex, then the sources, then the
-        edge ids."""
-        part = self.partition
-        sizes = [int(r.numel()) for r in requests]
-        req = torch.cat(requests) if requests else torch.empty(
-            0, dtype=torch.int64)
-        local = part.local_id[req] if req.numel() else req
-        pos, dst_index = sample_neighbors(part.csc.colptr, local, fanout,
-                                          False, self.generator)
-        src = part.csc.row[pos].to(torch.int64)
-        eid = part.csc.edge_id[pos].to(torch.int64)
-        counts = torch.bincount(dst_index, minlength=req.numel()) \
-            if req.numel() else torch.empty(0, dtype=torch.int64)
-        out, start, edge_start = [], 0, 0
-        for n in sizes:
-            c = counts[start:start + n]
-            e = int(c.sum())
-            out.append(torch.cat([c, src[edge_start:edge_start + e],
-                                  eid[edge_start:edge_start + e]]))
-            start += n
-            edge_start += e
-        self.stats.served_requests += sum(
-            n for r, n in enumerate(sizes) if r != self.rank)
+    @staticmethod
+    def _dst(et):
+        return None if et is None else et[-1]
+
+    def _check_seeds(self, seeds) -> Dict[Any, Tensor]:
+        if self.is_hetero:
+            if isinstance(seeds, (tuple, list)) and len(seeds) == 2 \
+                    and isinstance(seeds[0], str):
+                seeds = {seeds[0]: seeds[1]}
+            if not isinstance(seeds, dict):
+                raise ValueError("'seeds' must be a dictionary of node ids "
+                                 "per node type, or a (node type, ids) "
+                                 "tuple, for a heterogeneous partition")
+        else:
+            seeds = {None: seeds}
+        out = {}
+        for t, ids in seeds.items():
+            if t not in self.num_nodes:
+                raise ValueError(f"'seeds' has the node type {t!r}, not one "
+                                 f"of {self.node_types}")
+            ids = torch.as_tensor(ids)
+            if ids.dim() != 1 or (ids.numel() and (
+                    ids.is_floating_point() or ids.dtype == torch.bool)):
+                raise ValueError(f"'seeds' must be a 1-D tensor of node ids "
+                                 f"(got shape {tuple(ids.shape)}, "
+                                 f"{ids.dtype})")
+            ids = ids.to(torch.int64).cpu()
+            n = self.num_nodes[t]
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
+                raise ValueError(f"'seeds' must be in [0, {n})")
+            out[t] = ids
         return out
 
-    def _hop(self, frontier: Tensor, fanout: int):
-        r"""One collective hop: the sampled (source, edge id, frontier
-        index) of every in-edge drawn for :obj:`frontier`, grouped by
-        destination in frontier order."""
-        owner = self.partition.node_part[frontier].to(torch.int64)
-        order = torch.sort(owner, stable=True).indices
-        per_rank = torch.bincount(owner, minlength=self.world_size).tolist()
-        index = list(torch.split(order, per_rank))
-        send = [frontier[i] for i in index]
-        self.stats.local_requests += per_rank[self.rank]
-        self.stats.remote_requests += frontier.numel() - per_rank[self.rank]
+    def _serve(self, requests: List[Tensor], hop: int) -> List[Tensor]:
+        r"""Samples the in-edges of the vertices other ranks asked for,
+        edge type after edge type: for each rank and each edge type it
+        asked about, its counts per vertex, then the sources, then the edge
+        ids."""
+        num_types = len(self.edge_types)
+        headers = [r[:num_types].tolist() for r in requests]
+        pieces: List[Dict[int, Tensor]] = [{} for _ in requests]
+        offsets = [num_types] * len(requests)
+        for e, et in enumerate(self.edge_types):
+            sizes = [h[e] for h in headers]
+            if sum(sizes) == 0:
+                continue
+            ids = []
+            for r, n in enumerate(sizes):
+                ids.append(requests[r][offsets[r]:offsets[r] + n])
+                offsets[r] += n
+            req = torch.cat(ids)
+            csc = self._csc[et]
+            local = self._local_id[self._dst(et)][req]
+            pos, dst_index = sample_neighbors(csc.colptr, local,
+                                              self.fanouts[et][hop], False,
+                                              self.generator)
+            src = csc.row[pos].to(torch.int64)
+            eid = csc.edge_id[pos].to(torch.int64)
+            counts = torch.bincount(dst_index, minlength=req.numel())
+            start, edge_start = 0, 0
+            for r, n in enumerate(sizes):
+                c = counts[start:start + n]
+                m = int(c.sum())
+                pieces[r][e] = torch.cat([c, src[edge_start:edge_start + m],
+                                          eid[edge_start:edge_start + m]])
+                start += n
+                edge_start += m
+            self.stats.served_requests += sum(
+                n for r, n in enumerate(sizes) if r != self.rank)
+        return [torch.cat([p[e] for e in sorted(p)]) if p else
+                torch.empty(0, dtype=torch.int64) for p in pieces]
+
+    def _hop(self, frontier: Dict[Any, Tuple[Tensor, Tensor]], hop: int):
+        r"""One collective hop: for every edge type sampled, the sampled
+        (source, edge id, index into the destination type's frontier) of
+        every in-edge drawn, grouped by destination in frontier order."""
+        num_types = len(self.edge_types)
+        counts = [[0] * num_types for _ in range(self.world_size)]
+        ids: List[List[Tensor]] = [[] for _ in range(self.world_size)]
+        index: Dict[Any, List[Tensor]] = {}
+        for e, et in enumerate(self.edge_types):
+            dst_t = self._dst(et)
+            if self.fanouts[et][hop] == 0 or dst_t not in frontier:
+                continue
+            f_global = frontier[dst_t][1]
+            if f_global.numel() == 0:
+                continue
+            owner = self._node_part[dst_t][f_global].to(torch.int64)
+            order = torch.sort(owner, stable=True).indices
+            per_rank = torch.bincount(owner,
+                                      minlength=self.world_size).tolist()
+            index[et] = list(torch.split(order, per_rank))
+            for r, idx in enumerate(index[et]):
+                counts[r][e] = per_rank[r]
+                ids[r].append(f_global[idx])
+            self.stats.local_requests += per_rank[self.rank]
+            self.stats.remote_requests += f_global.numel() - \
+                per_rank[self.rank]
+        send = [torch.cat([torch.tensor(counts[r], dtype=torch.int64)] +
+                          ids[r]) for r in range(self.world_size)]
         self.stats.bytes_sent += _nbytes(send, self.rank)
         requests = exchange(send, self.group)
         self.stats.bytes_received += _nbytes(requests, self.rank)
-        replies = self._serve(requests, fanout)
+        replies = self._serve(requests, hop)
         self.stats.bytes_sent += _nbytes(replies, self.rank)
         answers = exchange(replies, self.group)
         self.stats.bytes_received += _nbytes(answers, self.rank)
 
-        srcs, eids, dsts = [], [], []
-        for idx, ans in zip(index, answers):
-            n = idx.numel()
-            counts = ans[:n]
-            e = int(counts.sum())
-            srcs.append(ans[n:n + e])
-            eids.append(ans[n + e:n + 2 * e])
-            dsts.append(idx.repeat_interleave(counts))
-        src, eid, dst = torch.cat(srcs), torch.cat(eids), torch.cat(dsts)
-        # Grouped by destination in frontier order, as sample_neighbors:
-        perm = torch.sort(dst, stable=True).indices
-        return src[perm], eid[perm], dst[perm]
+        parts: Dict[Any, Tuple[list, list, list]] = {
+            et: ([], [], []) for et in index}
+        for r, ans in enumerate(answers):
+            offset = 0
+            for et, idx in index.items():  # In edge type order.
+                n = idx[r].numel()
+                if n == 0:
+                    continue
+                c = ans[offset:offset + n]
+                m = int(c.sum())
+                srcs, eids, dsts = parts[et]
+                srcs.append(ans[offset + n:offset + n + m])
+                eids.append(ans[offset + n + m:offset + n + 2 * m])
+                dsts.append(idx[r].repeat_interleave(c))
+                offset += n + 2 * m
+        out = {}
+        for et, (srcs, eids, dsts) in parts.items():
+            src, eid, dst = torch.cat(srcs), torch.cat(eids), torch.cat(dsts)
+            # Grouped by destination in frontier order, as sample_neighbors:
+            perm = torch.sort(dst, stable=True).indices
+            out[et] = (src[perm], eid[perm], dst[perm])
+        return out
 
     def sample_from_nodes(self, seeds):
         r"""Samples the neighborhoods of :obj:`seeds` (global ids; may be
-        empty) with the help of every other rank: a collective, every rank
-        calls it once per step.
+        empty; for a heterogeneous partition a dictionary of ids per node
+        type or a (node type, ids) tuple) with the help of every other
+        rank: a collective, every rank calls it once per step.
 
         Returns:
             torch_geometric.sampler.SamplerOutput: :obj:`node` (global ids,
             seeds first, duplicates kept as in PyG), :obj:`row`,
             :obj:`col` (indices into :obj:`node`), :obj:`edge` (global edge
             ids), :obj:`num_sampled_nodes` and :obj:`num_sampled_edges`
-            per hop.
+            per hop; for a heterogeneous partition a
+            :class:`~torch_geometric.sampler.HeteroSamplerOutput`, with
+            dictionaries per node and edge type, as the single-machine
+            sampler's.
         """
-        from torch_geometric.sampler import SamplerOutput
+        from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
         seeds = self._check_seeds(seeds)
         self.stats = SamplingStats()
-        relabel = SortRelabeler(torch.device('cpu'))
-        relabel.init(seeds)
-        nodes, rows, cols, edges = [seeds], [], [], []
-        num_sampled_nodes = [seeds.numel()] + [0] * self.num_hops
-        num_sampled_edges = [0] * self.num_hops
-        f_local, f_global = torch.arange(seeds.numel()), seeds
+        num_hops = self.num_hops
+        relabel = {t: SortRelabeler(torch.device('cpu'))
+                   for t in self.node_types}
+        nodes = {t: [] for t in self.node_types}
+        rows = {et: [] for et in self.edge_types}
+        cols = {et: [] for et in self.edge_types}
+        edges = {et: [] for et in self.edge_types}
+        num_sampled_nodes = {t: [0] * (num_hops + 1) for t in self.node_types}
+        num_sampled_edges = {et: [0] * num_hops for et in self.edge_types}
+        frontier: Dict[Any, Tuple[Tensor, Tensor]] = {}
         try:
-            for hop, fanout in enumerate(self.num_neighbors):
-                if fanout == 0:  # As sample_multi_hop: nothing more.
-                    f_local = f_global = torch.empty(0, dtype=torch.int64)
-                    continue
+            for t, ids in seeds.items():
+                relabel[t].init(ids)
+                nodes[t].append(ids)
+                num_sampled_nodes[t][0] = ids.numel()
+                frontier[t] = (torch.arange(ids.numel()), ids)
+            for hop in range(num_hops):
                 before = dict(vars(self.stats))
-                src, eid, dst = self._hop(f_global, fanout)
+                sampled = self._hop(frontier, hop)  # Every rank, every hop.
                 self.stats.per_hop.append({
                     k: getattr(self.stats, k) - before[k]
                     for k in before if k != 'per_hop'})
-                if f_global.numel() == 0:
-                    f_local = f_global = torch.empty(0, dtype=torch.int64)
-                    continue
-                start = relabel.num_nodes
-                local, new = relabel.add(src)
-                rows.append(local)
-                cols.append(f_local.index_select(0, dst))
-                edges.append(eid)
-                num_sampled_edges[hop] = src.numel()
-                nodes.append(new)
-                num_sampled_nodes[hop + 1] = new.numel()
-                f_local = torch.arange(start, start + new.numel())
-                f_global = new
+                cand: Dict[Any, list] = {}
+                for et, (src, eid, dst) in sampled.items():
+                    f_local = frontier[self._dst(et)][0]
+                    cand.setdefault(self._src(et), []).append(
+                        (et, src, f_local.index_select(0, dst), eid))
+                next_frontier = {}
+                for t, parts in cand.items():
+                    src = torch.cat([p[1] for p in parts])
+                    start = relabel[t].num_nodes
+                    local, new = relabel[t].add(src)
+                    offset = 0
+                    for et, s, col, eid in parts:
+                        n = s.numel()
+                        rows[et].append(local[offset:offset + n])
+                        cols[et].append(col)
+                        edges[et].append(eid)
+                        num_sampled_edges[et][hop] = n
+                        offset += n
+                    nodes[t].append(new)
+                    num_sampled_nodes[t][hop + 1] = new.numel()
+                    next_frontier[t] = (
+                        torch.arange(start, start + new.numel()), new)
+                frontier = next_frontier
         finally:
-            relabel.close()
+            for r in relabel.values():
+                r.close()
 
         def _cat(parts):
             return torch.cat(parts) if parts else torch.empty(
                 0, dtype=torch.int64)
 
-        return SamplerOutput(node=_cat(nodes), row=_cat(rows),
-                             col=_cat(cols), edge=_cat(edges),
-                             num_sampled_nodes=num_sampled_nodes,
-                             num_sampled_edges=num_sampled_edges)
+        node = {t: _cat(v) for t, v in nodes.items()}
+        row = {et: _cat(v) for et, v in rows.items()}
+        col = {et: _cat(v) for et, v in cols.items()}
+        edge = {et: _cat(v) for et, v in edges.items()}
+        if not self.is_hetero:
+            return SamplerOutput(node=node[None], row=row[None],
+                                 col=col[None], edge=edge[None],
+                                 num_sampled_nodes=num_sampled_nodes[None],
+                                 num_sampled_edges=num_sampled_edges[None])
+        return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge,
+                                   num_sampled_nodes=num_sampled_nodes,
+                                   num_sampled_edges=num_sampled_edges)

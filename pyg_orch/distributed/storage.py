@@ -221,6 +221,53 @@ class GraphPartition:
     def is_hetero(self) -> bool:
         return bool(self.meta.get('is_hetero'))
 
+    @property
+    def fingerprint(self) -> str:
+        r"""The :func:`graph_fingerprint` of the graph this part was cut
+        from."""
+        return str(self.meta['fingerprint'])
+
+    @property
+    def partitioning_id(self) -> str:
+        r"""A short hash of how the graph was cut (graph fingerprint,
+        number of parts, method, seed, part sizes and edge counts): equal
+        for every part of one partitioning (and for folders written again
+        by the same call), different for another graph or another cut."""
+        keys = ('version', 'fingerprint', 'num_parts', 'method', 'seed',
+                'part_sizes', 'part_num_edges', 'part_sizes_by_type',
+                'part_num_edges_by_type')
+        text = json.dumps({k: self.meta.get(k) for k in keys},
+                          sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def type_view(self, node_type: Optional[str] = None,
+                  edge_type: Optional[tuple] = None) -> 'GraphPartition':
+        r"""A heterogeneous part seen as a homogeneous one: the vertices,
+        node attributes and maps of :obj:`node_type`, and, where
+        :obj:`edge_type` is given (then :obj:`node_type` is its
+        destination type), that edge type's in-edges and edge attributes
+        (else no edges: :obj:`csc` is :obj:`None`)."""
+        if not self.is_hetero:
+            raise ValueError('type_view() is for heterogeneous partitions')
+        if edge_type is not None:
+            edge_type = tuple(edge_type)
+            if edge_type not in self.csc:
+                raise ValueError(f"'edge_type' must be one of "
+                                 f"{list(self.csc)} (got {edge_type!r})")
+            node_type = edge_type[-1]
+        if node_type not in self.node_ids:
+            raise ValueError(f"'node_type' must be one of "
+                             f"{list(self.node_ids)} (got {node_type!r})")
+        return GraphPartition(
+            self.part, self.num_parts, self.node_ids[node_type],
+            None if edge_type is None else self.csc[edge_type],
+            self.node_attrs[node_type],
+            {} if edge_type is None else self.edge_attrs[edge_type],
+            self.node_part[node_type], self.local_id[node_type],
+            {**self.meta, 'is_hetero': False, 'view_of':
+             [node_type, None if edge_type is None else list(edge_type)]},
+            self.out_dir)
+
     def _node_attr(self, key: str):
         if self.is_hetero:
             return {nt: attrs[key] for nt, attrs in self.node_attrs.items()
@@ -251,7 +298,7 @@ class GraphPartition:
         r"""The number of in-edges of the owned vertices (of all types)."""
         if self.is_hetero:
             return sum(int(t.row.numel()) for t in self.csc.values())
-        return int(self.csc.row.numel())
+        return 0 if self.csc is None else int(self.csc.row.numel())
 
     def _map(self, maps, node_type: Optional[str]) -> Tensor:
         if not self.is_hetero:

@@ -1,5 +1,7 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.NeighborLoader`."""
+import inspect
+import os
 from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import torch
@@ -141,7 +143,26 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
             :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`.
+
+    Given a folder written by :func:`~pyg_orch.distributed.partition_graph`
+    as :obj:`data` (a :obj:`str` or :class:`os.PathLike`), every rank of
+    the default process group loads its own part and gets a
+    :class:`~pyg_orch.distributed.DistributedNeighborLoader` (the same
+    training script on one machine or several; the arguments it takes
+    there are listed in
+    :func:`~pyg_orch.distributed.hybrid.partition_loader`).
     """
+    def __new__(cls, data: Any = None, *args, **kwargs):
+        if isinstance(data, (str, os.PathLike)):
+            from pyg_orch.distributed.hybrid import partition_loader
+            bound = inspect.signature(cls.__init__).bind(
+                None, data, *args, **kwargs)
+            arguments = dict(bound.arguments)
+            arguments.update(arguments.pop('kwargs', {}))
+            del arguments['self'], arguments['data']
+            return partition_loader(data, arguments)
+        return super().__new__(cls)
+
     def __init__(
         self,
         data: GraphData,

@@ -1,0 +1,238 @@
+r"""The same training script on one machine or several:
+:class:`~pyg_orch.HybridNeighborLoader` given a partition folder instead of
+a graph (:obj:`HybridNeighborLoader('parts/', num_neighbors=[10, 5],
+batch_size=512)`) returns a
+:class:`~pyg_orch.distributed.DistributedNeighborLoader` over this rank's
+part (the rank in the default process group, or in :obj:`group`).
+
+:func:`partition_loader` maps the loader's arguments: those that describe a
+graph held in memory (its topology, sampler, feature store, look-ahead,
+...) are rejected with a :class:`ValueError` when set to anything but their
+defaults, and those of sampling modes that are not built across machines
+yet raise :class:`NotImplementedError`. This module imports nothing from
+:mod:`pyg_orch.loader` (which imports it lazily)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_orch.distributed.loader import (
+    DistributedNeighborLoader,
+    open_partition,
+)
+from pyg_orch.sampling.arguments import resolve_device
+
+__all__ = ['partition_loader']
+
+# Arguments that make sense only for a graph held in memory, with their
+# defaults (accepted when passed with these values).
+_IN_MEMORY = {
+    'is_sorted': False,
+    'filter_per_worker': None,
+    'neighbor_sampler': None,
+    'topology': None,
+    'backend': 'auto',
+    'topology_placement': 'auto',
+    'feature_store': 'auto',
+    'gpu_memory_budget': 'auto',
+    'gpu_cache_ratio': None,
+    'lookahead': None,
+    'prefetch': 0,
+}
+
+# Sampling modes not built across machines yet, with their defaults.
+_NOT_YET = {
+    'input_time': None,
+    'replace': False,
+    'subgraph_type': 'directional',
+    'disjoint': False,
+    'temporal_strategy': 'uniform',
+    'time_attr': None,
+    'weight_attr': None,
+    'transform_sampler_output': None,
+    'directed': True,
+    'drop_last': False,
+    'num_workers': 0,
+}
+
+# DataLoader arguments with no meaning here (no worker processes, no
+# DataLoader), with their defaults.
+_DATALOADER = {
+    'pin_memory': False,
+    'persistent_workers': False,
+    'prefetch_factor': None,
+    'worker_init_fn': None,
+    'timeout': 0,
+    'collate_fn': None,
+    'sampler': None,
+    'batch_sampler': None,
+    'generator': None,
+    'multiprocessing_context': None,
+    'pin_memory_device': '',
+    'in_order': True,
+}
+
+# Arguments of DistributedNeighborLoader that pass through.
+_DISTRIBUTED = ('even', 'cache_size', 'presample_batches', 'group',
+                'expected_fingerprint')
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    if default is None or isinstance(value, (Tensor, torch.Generator)):
+        return value is default
+    try:
+        return bool(value == default) and type(value) is type(default)
+    except Exception:  # e.g. a feature store object.
+        return False
+
+
+def _input_nodes(input_nodes: Any, partition) -> Optional[Any]:
+    r"""This rank's seeds: the part's vertices among :obj:`input_nodes`
+    (the seeds of all ranks: global ids or a mask over all vertices), or a
+    node attribute name, or :obj:`None`; for a heterogeneous partition, a
+    node type or a (node type, seeds) tuple."""
+    typed = isinstance(input_nodes, (tuple, list)) and \
+        len(input_nodes) == 2 and isinstance(input_nodes[0], str)
+    if not partition.is_hetero:
+        if typed:
+            raise ValueError("'input_nodes' as a (node type, seeds) tuple "
+                             "is for heterogeneous partitions")
+        if input_nodes is None or isinstance(input_nodes, str):
+            return input_nodes
+        return _owned(input_nodes, partition.node_part, partition.part)
+    if isinstance(input_nodes, str):
+        return input_nodes  # All of the part's vertices of that type.
+    if not typed:
+        raise ValueError("'input_nodes' must be a node type or a (node "
+                         "type, seeds) tuple for a heterogeneous partition "
+                         f"(got {input_nodes!r})")
+    node_type, nodes = input_nodes
+    if node_type not in partition.node_part:
+        raise ValueError(f"'input_nodes' names the node type {node_type!r}, "
+                         f"not one of {list(partition.node_part)}")
+    if nodes is None or isinstance(nodes, str):
+        return (node_type, nodes)
+    return (node_type, _owned(nodes, partition.node_part[node_type],
+                              partition.part))
+
+
+def _owned(input_nodes: Any, node_part: Tensor, part: int) -> Tensor:
+    nodes = torch.as_tensor(input_nodes)
+    num_nodes = int(node_part.numel())
+    if nodes.dtype == torch.bool:
+        if nodes.dim() != 1 or nodes.numel() != num_nodes:
+            raise ValueError(f"'input_nodes' as a mask must have one entry "
+                             f"per vertex of the partitioned graph "
+                             f"({num_nodes}), got shape "
+                             f"{tuple(nodes.shape)}")
+        nodes = nodes.nonzero().view(-1)
+    elif nodes.is_floating_point() or nodes.dim() != 1:
+        raise ValueError(f"'input_nodes' must be a 1-D tensor of global "
+                         f"vertex ids, a boolean mask over all vertices, or "
+                         f"the name of a boolean node attribute (got shape "
+                         f"{tuple(nodes.shape)}, {nodes.dtype})")
+    nodes = nodes.to(torch.int64).cpu()
+    if nodes.numel() and (int(nodes.min()) < 0
+                          or int(nodes.max()) >= num_nodes):
+        raise ValueError(f"'input_nodes' must be global vertex ids in "
+                         f"[0, {num_nodes})")
+    return nodes[node_part[nodes] == part]
+
+
+def partition_loader(path: os.PathLike,
+                     arguments: Dict[str, Any]) -> DistributedNeighborLoader:
+    r"""The :class:`~pyg_orch.distributed.DistributedNeighborLoader` that
+    :obj:`HybridNeighborLoader(path, ...)` stands for: a collective, every
+    rank of the process group calls it (see :doc:`/distributed`).
+
+    :obj:`arguments` are those passed to
+    :class:`~pyg_orch.HybridNeighborLoader` (by name, :obj:`kwargs`
+    merged in). Supported:
+
+    * :obj:`num_neighbors`: a list of fan-outs (:obj:`-1`: all); for a
+      heterogeneous partition also a dictionary per edge type.
+    * :obj:`input_nodes`: the seeds of **all** ranks, each rank keeping
+      those its part owns (global ids, or a boolean mask over all
+      vertices), or the name of a boolean node attribute of the parts
+      (e.g. :obj:`'train_mask'`); :obj:`None`: the part's
+      :obj:`train_mask` vertices where it has one, else all of its
+      vertices. For a heterogeneous partition: a node type (all of the
+      part's vertices of that type), or a (node type, seeds) tuple, the
+      seeds as above (or the name of a boolean attribute of that type).
+    * :obj:`batch_size`, :obj:`shuffle`, :obj:`transform`.
+    * :obj:`device`: where batches land (default: this process's CUDA
+      device where CUDA is available, else the CPU).
+    * :obj:`seed` (an integer or a generator, whose initial seed is used;
+      default :obj:`0`): shuffling and sampling, offset by the rank.
+    * :obj:`cache_policy`: :obj:`'frequency'` (the default, the same as
+      :obj:`'static'`: a static cache of the remote rows read most often in
+      pre-sampled batches) or :obj:`'lru'`.
+    * The arguments of
+      :class:`~pyg_orch.distributed.DistributedNeighborLoader`:
+      :obj:`cache_size`, :obj:`even`, :obj:`presample_batches`,
+      :obj:`group` and :obj:`expected_fingerprint`.
+    """
+    args = dict(arguments)
+    for key, default in _IN_MEMORY.items():
+        if key in args and not _is_default(args.pop(key), default):
+            raise ValueError(
+                f"HybridNeighborLoader on a partition folder: {key!r} "
+                f"applies to a graph held in memory; leave it unset (each "
+                f"rank samples its part of '{os.fspath(path)}')")
+    for key, default in _NOT_YET.items():
+        if key in args and not _is_default(args.pop(key), default):
+            raise NotImplementedError(
+                f"HybridNeighborLoader on a partition folder: {key!r} is "
+                f"not supported across machines yet (uniform sampling "
+                f"without replacement, directional subgraphs, in the main "
+                f"process)")
+    for key, default in _DATALOADER.items():
+        if key in args and not _is_default(args.pop(key), default):
+            raise ValueError(
+                f"HybridNeighborLoader on a partition folder: the "
+                f"DataLoader argument {key!r} does not apply (batches are "
+                f"assembled by DistributedNeighborLoader, without a "
+                f"DataLoader)")
+    if 'num_neighbors' not in args:
+        raise ValueError("HybridNeighborLoader needs 'num_neighbors'")
+    num_neighbors = args.pop('num_neighbors')
+    seed = args.pop('seed', None)
+    if isinstance(seed, torch.Generator):
+        seed = seed.initial_seed()
+    elif seed is None:
+        seed = 0
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"'seed' must be an integer or a torch.Generator "
+                         f"(got {seed!r})")
+    cache_policy = args.pop('cache_policy', 'frequency')
+    if cache_policy == 'degree':
+        raise NotImplementedError(
+            "HybridNeighborLoader on a partition folder: "
+            "cache_policy='degree' is not supported across machines; use "
+            "'frequency' (or 'static') or 'lru'")
+    if cache_policy not in ('frequency', 'static', 'lru'):
+        raise ValueError(f"'cache_policy' must be 'frequency', 'static' or "
+                         f"'lru' on a partition folder (got "
+                         f"{cache_policy!r})")
+    device = resolve_device(args.pop('device', None))
+    options = {key: args.pop(key) for key in _DISTRIBUTED if key in args}
+    batch_size = args.pop('batch_size', 1)
+    shuffle = args.pop('shuffle', False)
+    transform = args.pop('transform', None)
+    input_nodes = args.pop('input_nodes', None)
+    if args:
+        raise ValueError(f"HybridNeighborLoader on a partition folder does "
+                         f"not take {sorted(args)}")
+    group = options.get('group')
+    partition = open_partition(path, group,
+                               options.pop('expected_fingerprint', None))
+    return DistributedNeighborLoader(
+        partition, num_neighbors, batch_size,
+        input_nodes=_input_nodes(input_nodes, partition),
+        shuffle=bool(shuffle),
+        cache_policy='static' if cache_policy == 'frequency' else
+        cache_policy, seed=seed, device=device, transform=transform,
+        **options)

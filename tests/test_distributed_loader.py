@@ -1,0 +1,352 @@
+"""The same training script on one machine or several:
+HybridNeighborLoader('parts/', ...) loads this rank's part and gives the
+batches of DistributedNeighborLoader (and, with full fan-out, of the
+single-process loader); folders that do not belong together are rejected on
+every rank; a rank failing mid-epoch raises in the others, no hang."""
+import time
+
+import pytest
+import torch
+from conftest import random_graph
+from multiproc import run_workers
+
+from pyg_orch import HybridNeighborLoader
+from pyg_orch.distributed import (
+    DistributedNeighborLoader,
+    load_partition,
+    partition_graph,
+)
+
+FANOUTS = [-1, -1]
+KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
+
+
+def graph(seed=3):
+    return random_graph(120, 500, seed=seed, num_features=4, num_classes=3,
+                        train_ratio=0.5, edge_dim=2)
+
+
+def global_seeds():
+    return torch.arange(0, 120, 3)  # The seeds of all ranks together.
+
+
+def _batches(loader):
+    return [{k: b[k] for k in KEYS} | {'batch_size': b.batch_size}
+            for b in loader]
+
+
+def _hybrid_worker(rank, world_size, out_dir):
+    part = load_partition(out_dir, rank)
+    seeds = global_seeds()
+    mine = seeds[part.owner(seeds) == rank]
+    loader = HybridNeighborLoader(out_dir, FANOUTS, input_nodes=seeds,
+                                  batch_size=5, even='pad', device='cpu')
+    assert isinstance(loader, DistributedNeighborLoader)
+    assert torch.equal(loader.input_nodes, mine)
+    ours = _batches(loader)
+    dist = _batches(DistributedNeighborLoader(out_dir, FANOUTS, batch_size=5,
+                                              input_nodes=mine, even='pad'))
+    # The same seeds as a mask over all vertices, and by attribute name:
+    mask = torch.zeros(120, dtype=torch.bool)
+    mask[seeds] = True
+    as_mask = HybridNeighborLoader(out_dir, FANOUTS, input_nodes=mask,
+                                   batch_size=5, device='cpu')
+    by_name = HybridNeighborLoader(out_dir, [2], batch_size=4,
+                                   input_nodes='train_mask', device='cpu')
+    default = HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu')
+    return (ours, dist, torch.equal(as_mask.input_nodes, mine),
+            by_name.input_nodes, default.input_nodes)
+
+
+def test_hybrid_loader_on_partition_folder(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_hybrid_worker, 2, args=(str(info.out_dir), ),
+                      timeout=60)
+    train = data.train_mask.nonzero().view(-1)
+    seen = []
+    for rank, (ours, dist, mask_ok, by_name, default) in enumerate(out):
+        assert mask_ok
+        part = load_partition(info.out_dir, rank)
+        assert torch.equal(by_name, train[part.owner(train) == rank])
+        assert torch.equal(default, by_name)
+        assert len(ours) == len(dist) > 1
+        for a, b in zip(ours, dist):  # Equal to DistributedNeighborLoader.
+            assert a['batch_size'] == b['batch_size']
+            for key in KEYS:
+                assert torch.equal(a[key], b[key]), key
+        # Full fan-out: equal to the single-process loader on the graph.
+        seeds = global_seeds()
+        mine = seeds[part.owner(seeds) == rank]
+        ref = list(HybridNeighborLoader(data, FANOUTS, input_nodes=mine,
+                                        batch_size=5, device='cpu'))
+        real = [b for b in ours if b['batch_size'] > 0]
+        assert len(real) == len(ref)
+        for a, b in zip(real, ref):
+            for key in KEYS:
+                assert torch.equal(a[key], b[key]), key
+        seen.append(mine)
+    # Every seed went to exactly one rank:
+    assert torch.equal(torch.sort(torch.cat(seen)).values, global_seeds())
+
+
+def _train_worker(rank, world_size, out_dir):
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+    from torch_geometric.nn import GraphSAGE
+
+    from pyg_orch.multigpu.watchdog import rank_guard
+    torch.manual_seed(0)
+    model = DistributedDataParallel(GraphSAGE(4, 16, num_layers=2,
+                                              out_channels=3))
+    before = torch.cat([p.detach().clone().view(-1)
+                        for p in model.parameters()])
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = HybridNeighborLoader(out_dir, num_neighbors=[5, 5],
+                                  batch_size=16, shuffle=True, seed=1,
+                                  device='cpu')
+    losses = []
+    with rank_guard(timeout=20):
+        for epoch in range(2):
+            for batch in loader:
+                opt.zero_grad()
+                out = model(batch.x, batch.edge_index)[:batch.batch_size]
+                loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+    after = torch.cat([p.detach().view(-1) for p in model.parameters()])
+    return len(loader), losses, before, after
+
+
+def test_ddp_graphsage_step(tmp_path):
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_train_worker, 2, args=(str(info.out_dir), ),
+                      timeout=90)
+    (n0, losses0, before0, after0), (n1, losses1, before1, after1) = out
+    assert n0 == n1 > 0
+    assert len(losses0) == len(losses1) == 2 * n0
+    assert all(torch.isfinite(torch.tensor(losses0)))
+    assert torch.equal(before0, before1)
+    assert torch.equal(after0, after1)  # DDP kept the ranks in step.
+    assert not torch.equal(before0, after0)  # It trained.
+
+
+def test_one_part_without_process_group(tmp_path):
+    data = graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    seeds = torch.tensor([4, 9, 9, 30, 77, 100, 5])
+    loader = HybridNeighborLoader(str(info.out_dir), FANOUTS, batch_size=3,
+                                  input_nodes=seeds, device='cpu',
+                                  seed=torch.Generator().manual_seed(7),
+                                  transform=lambda b: b.update(
+                                      {'tagged': True}))
+    ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=3,
+                                    input_nodes=seeds, device='cpu'))
+    ours = list(loader)
+    assert len(ours) == len(ref) == 3
+    for a, b in zip(ours, ref):
+        assert a.tagged
+        for key in KEYS:
+            assert torch.equal(a[key], b[key]), key
+    # A pathlib.Path works too, and keyword 'data':
+    assert len(HybridNeighborLoader(data=info.out_dir, num_neighbors=[1],
+                                    batch_size=50, device='cpu')) == 2
+
+
+@pytest.mark.parametrize('kwargs,error,match', [
+    (dict(topology_placement='device'), ValueError, 'topology_placement'),
+    (dict(feature_store=None), ValueError, 'feature_store'),
+    (dict(prefetch=2), ValueError, 'prefetch'),
+    (dict(pin_memory=True), ValueError, 'pin_memory'),
+    (dict(replace=True), NotImplementedError, 'replace'),
+    (dict(disjoint=True), NotImplementedError, 'disjoint'),
+    (dict(time_attr='time'), NotImplementedError, 'time_attr'),
+    (dict(num_workers=2), NotImplementedError, 'num_workers'),
+    (dict(drop_last=True), NotImplementedError, 'drop_last'),
+    (dict(subgraph_type='induced'), NotImplementedError, 'subgraph_type'),
+    (dict(cache_policy='degree'), NotImplementedError, 'degree'),
+    (dict(cache_policy='often'), ValueError, 'cache_policy'),
+    (dict(num_neighbors={('a', 'b', 'c'): [2]}), ValueError,
+     'per edge type'),
+    (dict(input_nodes=('paper', torch.tensor([0]))), ValueError,
+     'heterogeneous'),
+    (dict(input_nodes=torch.zeros(5, dtype=torch.bool)), ValueError,
+     'one entry per vertex'),
+    (dict(input_nodes=torch.tensor([500])), ValueError, 'global vertex'),
+    (dict(frobnicate=1), ValueError, 'frobnicate'),
+    (dict(seed='x'), ValueError, 'seed'),
+    (dict(expected_fingerprint='0' * 16), ValueError, 'another graph'),
+])
+def test_partition_folder_arguments(tmp_path, kwargs, error, match):
+    info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    kwargs = {'num_neighbors': [2], 'batch_size': 4, 'device': 'cpu',
+              **kwargs}
+    with pytest.raises(error, match=match):
+        HybridNeighborLoader(str(info.out_dir), **kwargs)
+    # Defaults passed explicitly are fine:
+    HybridNeighborLoader(str(info.out_dir), [2], batch_size=4, device='cpu',
+                         topology_placement='auto', prefetch=0,
+                         replace=False, num_workers=0,
+                         cache_policy='frequency')
+
+
+# Faults ######################################################################
+
+def _mismatch_worker(rank, world_size, good, others):
+    messages = []
+    for other in others:
+        try:
+            DistributedNeighborLoader(good if rank == 0 else other, [2],
+                                      batch_size=4)
+        except ValueError as exc:
+            messages.append(str(exc))
+        else:
+            messages.append(None)
+    # The group still works: a folder that matches loads on both ranks.
+    loader = HybridNeighborLoader(good, [2], batch_size=4, device='cpu')
+    return messages, len(list(loader))
+
+
+def test_mismatched_folders_rejected_on_every_rank(tmp_path):
+    data = graph()
+    good = partition_graph(data, 2, tmp_path / 'good', 'random',
+                           progress=False).out_dir
+    other_graph = partition_graph(graph(seed=4), 2, tmp_path / 'graph',
+                                  'random', progress=False).out_dir
+    three = partition_graph(data, 3, tmp_path / 'three', 'random',
+                            progress=False).out_dir
+    reseeded = partition_graph(data, 2, tmp_path / 'seed', 'random', seed=9,
+                               progress=False).out_dir
+    again = partition_graph(data, 2, tmp_path / 'again', 'random',
+                            progress=False).out_dir
+    start = time.monotonic()
+    out = run_workers(_mismatch_worker, 2,
+                      args=(str(good), [str(other_graph), str(three),
+                                        str(reseeded), str(again)]),
+                      timeout=60, pg_timeout=20)
+    assert time.monotonic() - start < 15.0  # No collective waited.
+    for rank, (messages, num_batches) in enumerate(out):
+        assert num_batches > 0
+        graph_msg, three_msg, seed_msg, again_msg = messages
+        assert 'another graph' in graph_msg and 'fingerprint' in graph_msg
+        assert 'another partitioning' in seed_msg
+        if rank == 1:
+            assert '3 parts' in three_msg and '2 parts were expected' \
+                in three_msg
+        else:
+            assert 'rank 1 could not load its part' in three_msg
+            assert '3 parts' in three_msg
+        # The same partitioning written twice belongs together:
+        assert again_msg is None
+
+
+FAIL_AT = 2
+
+
+def _dying_worker(rank, world_size, out_dir):
+    from pyg_orch.multigpu.watchdog import RankFailedError, rank_guard
+    loader = HybridNeighborLoader(out_dir, [3, 3], batch_size=4,
+                                  device='cpu')
+    assert len(loader) > FAIL_AT + 1
+    waiting = None
+    try:
+        with rank_guard(timeout=10):
+            for step, batch in enumerate(loader):
+                if rank == 1 and step == FAIL_AT:
+                    raise ValueError(f'rank 1 fails at step {step}')
+                waiting = time.monotonic()  # Rank 0 next waits in sampling.
+    except ValueError:
+        time.sleep(4.0)  # Alive, its process group aborted by the guard.
+        raise
+    except RankFailedError as exc:
+        return exc.failed_rank, str(exc), time.monotonic() - waiting
+    return 'finished'
+
+
+def test_rank_lost_mid_epoch_raises_in_the_others(tmp_path):
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    start = time.monotonic()
+    out = run_workers(_dying_worker, 2, args=(str(info.out_dir), ),
+                      timeout=60, pg_timeout=30, return_exceptions=True)
+    assert isinstance(out[1], ValueError) and 'step 2' in str(out[1])
+    failed_rank, msg, waited = out[0]
+    assert failed_rank == 1 and 'rank 1 fails at step 2' in msg
+    assert waited < 3.0  # Not the process group's 30 s timeout.
+    assert time.monotonic() - start < 20.0
+
+
+def test_comm_device(monkeypatch):
+    import torch.distributed as dist
+
+    from pyg_orch.distributed import collective
+    assert collective.comm_device() == torch.device('cpu')  # No group.
+    monkeypatch.setattr(dist, 'is_initialized', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 1)
+    for backend, device in [('gloo', 'cpu'), ('nccl', 'cuda:1'),
+                            ('cpu:gloo,cuda:nccl', 'cpu'),
+                            ('cuda:nccl', 'cuda:1')]:
+        monkeypatch.setattr(dist, 'get_backend',
+                            lambda group=None, b=backend: b)
+        assert collective.comm_device() == torch.device(device), backend
+
+
+def _hetero_hybrid_worker(rank, world_size, out_dir):
+    from conftest import paper_hetero_graph
+    data = paper_hetero_graph(num_papers=150, num_authors=100,
+                              num_features=4)
+    seeds = torch.arange(0, 150, 4)  # The paper seeds of all ranks.
+    part = load_partition(out_dir, rank)
+    mine = seeds[part.owner(seeds, 'paper') == rank]
+    loader = HybridNeighborLoader(out_dir, FANOUTS, batch_size=6,
+                                  input_nodes=('paper', seeds), even='pad',
+                                  device='cpu')
+    assert torch.equal(loader.input_nodes, mine)
+    ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=6,
+                                    input_nodes=('paper', mine),
+                                    device='cpu'))
+    ours = [b for b in loader if b['paper'].batch_size > 0]
+    assert len(ours) == len(ref) > 0
+    for a, b in zip(ours, ref):
+        assert a['paper'].batch_size == b['paper'].batch_size
+        for t in data.node_types:
+            assert torch.equal(a[t].n_id, b[t].n_id), t
+            assert torch.equal(a[t].x, b[t].x), t
+        for et in data.edge_types:
+            assert torch.equal(a[et].edge_index, b[et].edge_index), et
+            assert torch.equal(a[et].e_id, b[et].e_id), et
+    # A node type: all of the part's vertices of it.
+    by_type = HybridNeighborLoader(out_dir, [2], batch_size=50,
+                                   input_nodes='author', device='cpu')
+    assert torch.equal(by_type.input_nodes, part.node_ids['author'])
+    return len(ours)
+
+
+def test_hybrid_loader_on_hetero_partition_folder(tmp_path):
+    from conftest import paper_hetero_graph
+    data = paper_hetero_graph(num_papers=150, num_authors=100,
+                              num_features=4)
+    info = partition_graph(data, 2, tmp_path / 'h', 'random',
+                           progress=False)
+    out = run_workers(_hetero_hybrid_worker, 2, args=(str(info.out_dir), ),
+                      timeout=60)
+    assert all(n > 0 for n in out)
+
+
+def test_bottom_layer_offload_rejects_partitioned_loader(tmp_path):
+    from torch_geometric.nn import GraphSAGE
+
+    from pyg_orch import BottomLayerOffload
+    info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    loader = HybridNeighborLoader(str(info.out_dir), [3, 2], batch_size=8,
+                                  device='cpu')
+    with pytest.raises(NotImplementedError,
+                       match='not support DistributedNeighborLoader'):
+        BottomLayerOffload(GraphSAGE(4, 8, num_layers=2, out_channels=3),
+                           loader)
