@@ -595,29 +595,3 @@ def test_loader_cache_changes_only_if_offload_is_kept(offload_wins):
     else:
         assert store.cached is None
     off.close()
-
-
-def test_step_clock_marks_are_read_only_when_times_are_needed():
-    # As with CUDA events: no wait for the device per step, one reading of
-    # the marks when the choice is made.
-    class MarkClock:
-        def __init__(self):
-            self.now, self.reads = 0.0, 0
-
-        def mark(self):
-            self.now += 1.0 if chooser.current == 0 else 0.5
-            return self.now
-
-        def seconds(self, start, end):
-            self.reads += 1
-            return end - start
-
-    clock = MarkClock()
-    chooser = StepTimeChooser([0, 30], warmup=1, steps=3, step_clock=clock)
-    for _ in range(9):  # The first starts the clock; 4 per candidate.
-        assert clock.reads == 0
-        chooser.tick()
-    assert chooser.done and chooser.choice == 30
-    assert clock.reads == 6
-    assert chooser.times[0] == [1.0] * 3 and chooser.times[30] == [0.5] * 3
-    assert clock.reads == 6  # Read once.

@@ -9,8 +9,6 @@ import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import torch
-
 from pyg_orch.offload.hot_set import HotSetSizer
 
 logger = logging.getLogger('pyg_orch.offload')
@@ -59,25 +57,6 @@ def decide(times: Dict[int, List[float]], margin: float
                f'{speedup:.3g}x); offload off')
 
 
-class CudaEventClock:
-    r"""Marks the start of training steps (for :class:`StepTimeChooser`)
-    with CUDA events on the current stream, without waiting for the device: the time between two marks is
-    the device's time from one step's start to the next (its work, and any
-    time it waited for the host or the loader). The events are read (one
-    wait) when the times are needed, i.e. once the choice is made."""
-    def __init__(self, device: torch.device):
-        self.device = torch.device(device)
-
-    def mark(self) -> Any:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(torch.cuda.current_stream(self.device))
-        return event
-
-    def seconds(self, start: Any, end: Any) -> float:
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-
-
 class StepTimeChooser:
     r"""Times training steps with every candidate in turn and chooses one
     (see :func:`decide`). :meth:`tick` is called at the start of every
@@ -95,12 +74,7 @@ class StepTimeChooser:
         clock (callable): Returns the time in seconds.
             (default: :func:`time.perf_counter`)
         sync (callable, optional): Called before reading the clock, e.g.
-            :func:`torch.cuda.synchronize`.
-        step_clock (CudaEventClock, optional): Marks the steps instead of
-            :obj:`clock` and :obj:`sync` (e.g. a
-            :class:`CudaEventClock` where a CUDA device trains: no wait for
-            the device per step, so that the steps timed overlap as the
-            others do).
+            :func:`torch.cuda.synchronize` where a CUDA device trains.
     """
     #: The defaults of :class:`~pyg_orch.offload.BottomLayerOffload`.
     WARMUP = 3
@@ -110,8 +84,7 @@ class StepTimeChooser:
     def __init__(self, candidates: Sequence[int], warmup: int = 3,
                  steps: int = 10, margin: float = 0.02,
                  clock: Callable[[], float] = time.perf_counter,
-                 sync: Optional[Callable[[], None]] = None,
-                 step_clock: Optional[Any] = None):
+                 sync: Optional[Callable[[], None]] = None):
         self.candidates = [int(n) for n in candidates]
         if 0 not in self.candidates:
             raise ValueError("'candidates' must hold 0 (plain training)")
@@ -125,34 +98,12 @@ class StepTimeChooser:
             raise ValueError(f"'margin' must be in [0, 1) (got {margin})")
         self.warmup, self.steps, self.margin = int(warmup), int(steps), margin
         self.clock, self.sync = clock, sync
-        self.step_clock = step_clock
         self.index = 0
-        # The (start, end) marks of the timed steps, read into seconds when
-        # `times` is asked for:
-        self._marks: Dict[int, List[Tuple[Any, Any]]] = {
-            n: [] for n in self.candidates
-        }
-        self._times: Dict[int, List[float]] = {n: [] for n in self.candidates}
+        self.times: Dict[int, List[float]] = {n: [] for n in self.candidates}
         self._seen = 0  # Steps timed with the current candidate.
-        self._last: Any = None
+        self._last: Optional[float] = None
         self.choice: Optional[int] = None
         self.reason: Optional[str] = None
-
-    @property
-    def times(self) -> Dict[int, List[float]]:
-        r"""The measured step times (seconds) per candidate."""
-        for n, marks in self._marks.items():
-            if marks:
-                read = self.step_clock.seconds if self.step_clock else \
-                    (lambda a, b: b - a)
-                self._times[n] += [read(a, b) for a, b in marks]
-                marks.clear()
-        return self._times
-
-    @times.setter
-    def times(self, value: Dict[int, List[float]]) -> None:
-        self._times = {n: list(t) for n, t in value.items()}
-        self._marks = {n: [] for n in value}
 
     @property
     def current(self) -> int:
@@ -176,18 +127,15 @@ class StepTimeChooser:
         :obj:`None` if nothing changes."""
         if self.done:
             return None
-        if self.step_clock is not None:
-            now = self.step_clock.mark()
-        else:
-            if self.sync is not None:
-                self.sync()
-            now = self.clock()
+        if self.sync is not None:
+            self.sync()
+        now = self.clock()
         last, self._last = self._last, now
         if last is None or not count:
             return None
         self._seen += 1
         if self._seen > self.warmup:
-            self._marks[self.current].append((last, now))
+            self.times[self.current].append(now - last)
         if self._seen < self.warmup + self.steps:
             return None
         self._seen = 0

@@ -14,7 +14,6 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import EdgeSamplerInput
 
 from pyg_orch.offload.autotune import (
-    CudaEventClock,
     HotSetTuner,
     StepTimeChooser,
     candidate_ratios,
@@ -54,17 +53,7 @@ def check_loader(loader: Any) -> HotNodeSampler:
     r"""Returns the loader's sampler; raises if offload can not work with
     the loader (a :class:`TypeError` unless it is a
     :class:`~pyg_orch.HybridNeighborLoader`-like loader whose sampler
-    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`;
-    a :class:`NotImplementedError` for a
-    :class:`~pyg_orch.distributed.DistributedNeighborLoader`)."""
-    from pyg_orch.distributed.loader import DistributedNeighborLoader
-    if isinstance(loader, DistributedNeighborLoader):
-        raise NotImplementedError(
-            "BottomLayerOffload does not support DistributedNeighborLoader "
-            "(a partitioned graph, e.g. HybridNeighborLoader('parts/', ...)) "
-            "yet: it needs the whole graph's topology and features on this "
-            "machine to choose and compute hot vertices; pass a "
-            "HybridNeighborLoader over a Data or HeteroData")
+    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`)."""
     sampler = loader_sampler(loader)
     if not isinstance(sampler, HotNodeSampler):
         raise TypeError(
@@ -207,10 +196,9 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
     :mod:`pyg_orch.offload.autotune`); with :obj:`ranks`, the same on all
     of them (see :class:`~pyg_orch.offload.ddp.AgreedStepTimeChooser`)."""
     device = torch.device(getattr(loader, 'device', None) or 'cpu')
-    step_clock = None
-    if options.autotune_clock is None and device.type == 'cuda' and \
-            torch.cuda.is_available():
-        step_clock = CudaEventClock(device)
+    sync = None
+    if device.type == 'cuda' and torch.cuda.is_available():
+        sync = functools.partial(torch.cuda.synchronize, device)
     # Batches sampled before a change of the hot set may reach the model
     # this many steps later:
     drain = 2 + lead + int(getattr(loader, 'prefetch', 0) or 0)
@@ -221,8 +209,8 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
     chooser = chooser_type(
         sizes, warmup=max(StepTimeChooser.WARMUP, drain),
         steps=StepTimeChooser.STEPS, margin=StepTimeChooser.MARGIN,
-        clock=options.autotune_clock or time.perf_counter,
-        step_clock=step_clock, **kwargs)
+        clock=options.autotune_clock or time.perf_counter, sync=sync,
+        **kwargs)
     return HotSetTuner(hot, chooser, ratios, on_resize, on_done,
                        drain=drain)
 
