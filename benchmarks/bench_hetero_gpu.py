@@ -225,7 +225,8 @@ def main(argv: List[str] = None) -> Dict:
     device = torch.device(args.device)
     cpu = device.type == 'cpu'
     for name, gpu_value, cpu_value in (
-            ('batch_size', 1024, 128), ('batches', 20, 3), ('rounds', 3, 1), ('train_batches', 30, 2),
+            ('batch_size', 1024, 128), ('batches', 20, 3), ('rounds', 3, 1),
+            ('train_batches', 30, 2),
             ('train_warmup', 10, 1), ('repeats', 3, 2),
             ('pyg_workers', [0, 4, 8, 12, 16], [0, 2]),
             ('pyg_batches', 10, 2)):

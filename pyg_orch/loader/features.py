@@ -158,8 +158,8 @@ def build_hetero_store(
     :func:`host_features`, ranked by :obj:`policy`: the access counts per
     node type :obj:`count_access()` returns (:obj:`'frequency'`; the
     loader's pre-sampled batches: of seed nodes, or of label edges whose
-    endpoints are seeds of two types), or out-degrees summed over the edge types a node
-    type is the source of (:obj:`'degree'`). :obj:`None` without such
+    endpoints are seeds of two types), or out-degrees summed over the edge
+    types a node type is the source of (:obj:`'degree'`). :obj:`None` without such
     features, without a :class:`~pyg_orch.sampling.HotNodeSampler`, or with
     an :obj:`adj_t` edge type."""
     x_dict = host_features(data)
