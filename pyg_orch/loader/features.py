@@ -159,9 +159,10 @@ def build_hetero_store(
     node type :obj:`count_access()` returns (:obj:`'frequency'`; the
     loader's pre-sampled batches: of seed nodes, or of label edges whose
     endpoints are seeds of two types), or out-degrees summed over the edge
-    types a node type is the source of (:obj:`'degree'`). :obj:`None` without such
-    features, without a :class:`~pyg_orch.sampling.HotNodeSampler`, or with
-    an :obj:`adj_t` edge type."""
+    types a node type is the source of (:obj:`'degree'`). :obj:`None`
+    without such features, without a
+    :class:`~pyg_orch.sampling.HotNodeSampler`, or with an :obj:`adj_t`
+    edge type."""
     x_dict = host_features(data)
     if (not x_dict or not isinstance(sampler, HotNodeSampler)
             or any('adj_t' in data[et] for et in data.edge_types)):
