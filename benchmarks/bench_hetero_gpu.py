@@ -10,10 +10,23 @@ and without a store (CPU gather and copy); every loader row says which
 feature path ran (``feature_path``) and, with a store, its cached rows per
 type and hit rates.
 
-GPU box (H100), under 4 minutes:
+``--train`` (on by default) times heterogeneous end-to-end training per
+batch (``_hetero_train.py``): a ``to_hetero`` GraphSAGE (``--layers``,
+``--hidden``) on our loader's batches (fused sampling, feature store,
+features in host memory), on the same batches kept on the device (the
+compute-only bound), and on PyG's ``NeighborLoader`` at each
+``--pyg-workers`` (``persistent_workers``, ``pin_memory``), each timing
+repeated ``--repeats`` times (median, min, max), with the ratios.
+
+GPU box (H100), about 2 minutes (PyG's rows need ``torch_sparse`` or
+``pyg_lib``, e.g. from ``.device_wheels``):
 
     python benchmarks/bench_hetero_gpu.py --small --out hetero_small.json
     python benchmarks/bench_hetero_gpu.py --out hetero.json   # ~2M / ~30M
+
+CPU smoke test (about a minute; few batches, two worker counts):
+
+    python benchmarks/bench_hetero_gpu.py --device cpu --small
 
 Every section is timed on its own; a section that fails records its error in
 the JSON instead of ending the run.
@@ -34,7 +47,7 @@ from torch_geometric.data import HeteroData  # noqa: E402
 from torch_geometric.sampler import NodeSamplerInput  # noqa: E402
 
 from pyg_orch import HybridNeighborLoader, HybridNeighborSampler  # noqa
-from _bench_common import log, machine_info, sync  # noqa: E402
+from _bench_common import int_list, log, machine_info, sync  # noqa: E402
 
 WRITES = ('author', 'writes', 'paper')
 REV_WRITES = ('paper', 'rev_writes', 'author')
@@ -168,10 +181,36 @@ def main(argv: List[str] = None) -> Dict:
     parser.add_argument('--num-features', type=int, default=128)
     parser.add_argument('--fanout', type=str, default='15,10',
                         help='fan-out per hop for every edge type')
-    parser.add_argument('--batch-size', type=int, default=1024)
-    parser.add_argument('--batches', type=int, default=20)
+    parser.add_argument('--batch-size', type=int, default=None,
+                        help='seed papers per batch (default: 1024; 128 on '
+                        'the CPU)')
+    parser.add_argument('--batches', type=int, default=None,
+                        help='timed batches per round (default: 20; 3 on '
+                        'the CPU)')
     parser.add_argument('--warmup', type=int, default=3)
-    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--rounds', type=int, default=None,
+                        help='sampling and loader rounds, the median kept '
+                        '(default: 3; 1 on the CPU)')
+    train = parser.add_argument_group('end-to-end training (--train)')
+    train.add_argument('--train', action=argparse.BooleanOptionalAction,
+                       default=True, help='time training per batch: ours, '
+                       "compute-only, PyG's NeighborLoader (default: on)")
+    train.add_argument('--hidden', type=int, default=256)
+    train.add_argument('--layers', type=int, default=2)
+    train.add_argument('--train-batches', type=int, default=None,
+                       help='timed batches per repeat (default: 30; 2 on '
+                       'the CPU)')
+    train.add_argument('--train-warmup', type=int, default=None,
+                       help='warm-up batches (default: 10; 1 on the CPU)')
+    train.add_argument('--repeats', type=int, default=None,
+                       help='repeats of every training timing (default: '
+                       '3; 2 on the CPU)')
+    train.add_argument('--pyg-workers', type=int_list, default=None,
+                       help="PyG NeighborLoader's num_workers to try "
+                       '(default: 0,4,8,12,16; 0,2 on the CPU)')
+    train.add_argument('--pyg-batches', type=int, default=None,
+                       help='timed PyG batches per repeat and num_workers '
+                       '(default: 10; 2 on the CPU)')
     parser.add_argument('--device', default='cuda')
     parser.add_argument('--gpu-memory-budget', type=_budget, default='auto',
                         help="feature cache budget of the loaders: bytes, a "
@@ -184,6 +223,15 @@ def main(argv: List[str] = None) -> Dict:
     if args.device == 'cuda' and not torch.cuda.is_available():
         parser.error('--device cuda, but CUDA is not available')
     device = torch.device(args.device)
+    cpu = device.type == 'cpu'
+    for name, gpu_value, cpu_value in (
+            ('batch_size', 1024, 128), ('batches', 20, 3), ('rounds', 3, 1),
+            ('train_batches', 30, 2),
+            ('train_warmup', 10, 1), ('repeats', 3, 2),
+            ('pyg_workers', [0, 4, 8, 12, 16], [0, 2]),
+            ('pyg_batches', 10, 2)):
+        if getattr(args, name) is None:
+            setattr(args, name, cpu_value if cpu else gpu_value)
     fanout = [int(k) for k in args.fanout.split(',') if k]
     num_papers = args.num_papers or (100_000 if args.small else 1_000_000)
 
@@ -291,10 +339,37 @@ def main(argv: List[str] = None) -> Dict:
 
     section(results, 'loader/hetero/pyg NeighborLoader', pyg_loader)
 
+    if args.train:
+        from _hetero_train import run_train
+
+        def train():
+            return run_train(
+                data, fanout, args.batch_size, device, hidden=args.hidden,
+                num_layers=args.layers, warmup=args.train_warmup,
+                batches=args.train_batches, repeats=args.repeats,
+                pyg_workers=args.pyg_workers, pyg_batches=args.pyg_batches,
+                loader_kwargs=budget)
+
+        section(results, 'train/hetero', train)
+
     summary = {}
     for name, res in results.items():
         if isinstance(res, dict) and 'ms_per_batch' in res:
             summary[name] = round(res['ms_per_batch'], 3)
+    train_res = results.get('train/hetero', {})
+    for key, name in (('ours', 'train/hetero/ours (loader + step)'),
+                      ('compute_only', 'train/hetero/compute-only')):
+        if key in train_res:
+            summary[name] = round(train_res[key]['ms_per_batch'], 3)
+    if 'pyg_best_ms_per_batch' in train_res:
+        summary[f"train/hetero/pyg NeighborLoader (num_workers="
+                f"{train_res['pyg_best_num_workers']}) + step"] = round(
+                    train_res['pyg_best_ms_per_batch'], 3)
+        summary['train/hetero speedup ours vs pyg best'] = round(
+            train_res['speedup_ours_vs_pyg_best'], 2)
+    if 'ratio_ours_vs_compute_only' in train_res:
+        summary['train/hetero ours / compute-only'] = round(
+            train_res['ratio_ours_vs_compute_only'], 2)
     results['summary_ms_per_batch'] = summary
     log(json.dumps(summary, indent=1))
     if args.out:

@@ -14,6 +14,8 @@ from pyg_orch.gpu.fused_sampler import triton_available
 from pyg_orch.gpu.hetero_feature_store import split_budget
 from pyg_orch.loader.features import build_hetero_store
 from pyg_orch.loader.stats import StageTimer
+from pyg_orch.sampling.contract import presample_batches
+from pyg_orch.sampling.presample import count_node_access
 
 from conftest import (
     paper_hetero_graph,
@@ -400,21 +402,22 @@ def test_built_store_ranks_by_presampled_accesses(policy):
     loader = HybridNeighborLoader(data, [3, 2], batch_size=16, device='cpu',
                                   input_nodes='paper', seed=0)
     budget = 50 * 16 * 4
+    n = loader.input_data.node.numel()
+
+    def count():
+        return count_node_access(loader.node_sampler, loader.input_data.node,
+                                 16, num_batches=presample_batches(n, 16),
+                                 input_type='paper')
+
     torch.manual_seed(0)  # The pre-sampled seed order.
     store = build_hetero_store(
-        data, loader.node_sampler, torch.device('cpu'),
-        loader.input_data.node, None, 16, StageTimer(torch.device('cpu')),
-        budget, None, policy, 'paper')
+        data, loader.node_sampler, torch.device('cpu'), count,
+        StageTimer(torch.device('cpu')), budget, None, policy)
     assert isinstance(store, HeteroTieredFeatureStore)
     assert set(store.node_types) == set(data.node_types)
     if policy == 'frequency':
-        from pyg_orch.sampling.presample import count_node_access
-        from pyg_orch.sampling.contract import presample_batches
-        n = loader.input_data.node.numel()
         torch.manual_seed(0)
-        hot = count_node_access(loader.node_sampler, loader.input_data.node,
-                                16, num_batches=presample_batches(n, 16),
-                                input_type='paper')
+        hot = count()
     else:
         hot = {t: torch.zeros(data[t].num_nodes, dtype=torch.long)
                for t in data.node_types}
@@ -461,3 +464,175 @@ def test_device_features_are_served_as_before():
         for t in data.node_types:
             assert torch.equal(batch[t].x.cpu(),
                                data[t].x.cpu()[batch[t].n_id.cpu()])
+
+
+# The link loader #############################################################
+
+
+def link_loaders(data, store, edge_type, mode, **kwargs):
+    from torch_geometric.sampler import NegativeSampling
+
+    from pyg_orch import HybridLinkNeighborLoader
+    kwargs = dict(dict(batch_size=32, seed=3, device=DEVICE), **kwargs)
+    label_index = kwargs.pop('label_index', data[edge_type].edge_index[:,
+                                                                       :100])
+    if mode is not None:
+        kwargs['neg_sampling'] = NegativeSampling(mode, 2)
+    fanout = kwargs.pop('fanout', [4, 3])
+    return tuple(
+        HybridLinkNeighborLoader(data, fanout, feature_store=fs,
+                                 edge_label_index=(edge_type, label_index),
+                                 **kwargs) for fs in (store, None))
+
+
+@pytest.mark.parametrize('method', METHODS)
+@pytest.mark.parametrize('mode', ['binary', 'triplet', None])
+@pytest.mark.parametrize('edge_type', [('author', 'writes', 'paper'),
+                                       ('paper', 'cites', 'paper')],
+                         ids=['two_types', 'one_type'])
+def test_link_loader_with_store_matches_plain_loader(method, mode,
+                                                     edge_type):
+    data = paper_hetero_graph()
+    xs = {t: data[t].x for t in data.node_types}
+    store = HeteroTieredFeatureStore(xs, DEVICE, hotness=hotness_dict(xs),
+                                     gpu_memory_budget=60 * 16 * 4,
+                                     method=method)
+    tiered, plain = link_loaders(data, store, edge_type, mode)
+    assert tiered.feature_store is store
+    assert plain.feature_store is None
+    count = 0
+    for a, b in zip(tiered, plain):
+        assert_same_batch(a, b)
+        for t in data.node_types:
+            assert torch.equal(a[t].x.cpu(), data[t].x[a[t].n_id.cpu()])
+        if mode == 'triplet':
+            assert 'dst_neg_index' in a[edge_type[-1]]
+        else:
+            assert 'edge_label_index' in a[edge_type]
+        count += 1
+    assert count == len(plain) == 4
+    stats = tiered.stats()['features']
+    assert stats['rows'] == sum(s['rows'] for s in
+                                stats['per_type'].values()) > 0
+    assert stats['cache_rows'] > 0 and stats['host_rows'] > 0
+
+
+def test_link_loader_with_store_disjoint_and_temporal():
+    data = paper_hetero_graph()
+    store = HeteroTieredFeatureStore({t: data[t].x for t in data.node_types},
+                                     DEVICE, gpu_memory_budget=500,
+                                     method='cpu')
+    tiered, plain = link_loaders(data, store, ('author', 'writes', 'paper'),
+                                 'binary', disjoint=True)
+    for a, b in zip(tiered, plain):
+        assert_same_batch(a, b)
+        assert 'batch' in a['paper']
+    data = temporal_hetero_graph()
+    edge_type = ('b', 'to', 'a')
+    assert edge_type in data.edge_types
+    store = HeteroTieredFeatureStore({t: data[t].x for t in data.node_types},
+                                     DEVICE, gpu_memory_budget=100,
+                                     method='cpu')
+    label_time = torch.randint(5, 30, (60, ),
+                               generator=torch.Generator().manual_seed(1))
+    tiered, plain = link_loaders(
+        data, store, edge_type, 'triplet', time_attr='time', batch_size=20,
+        label_index=data[edge_type].edge_index[:, :60],
+        edge_label_time=label_time, fanout=[2, 2])
+    batches = 0
+    for a, b in zip(tiered, plain):
+        assert_same_batch(a, b)
+        batches += 1
+    assert batches == 3
+
+
+def test_link_store_ranks_by_presampled_link_batches():
+    from torch_geometric.sampler import NegativeSampling
+
+    from pyg_orch import HybridLinkNeighborLoader
+    from pyg_orch.sampling.presample import count_link_access
+    data = paper_hetero_graph()
+    edge_type = ('author', 'writes', 'paper')
+    def make():
+        return HybridLinkNeighborLoader(
+            data, [3, 2], edge_label_index=(edge_type, None), batch_size=64,
+            neg_sampling=NegativeSampling('binary', 1), device='cpu', seed=0,
+            shuffle=True)
+
+    loader, untouched = make(), make()
+
+    def count():
+        torch.manual_seed(0)  # The pre-sampled label edge order.
+        return count_link_access(loader.link_sampler, loader.input_data, 64,
+                                 num_batches=5,
+                                 neg_sampling=loader.neg_sampling)
+
+    budget = 50 * 16 * 4
+    store = build_hetero_store(data, loader.link_sampler,
+                               torch.device('cpu'), count,
+                               StageTimer(torch.device('cpu')), budget, None,
+                               'frequency')
+    hot = count()  # The same: counting restores the sampler's state.
+    assert set(hot) == set(data.node_types)
+    # Both endpoint types are seeds; every type is reached in two hops.
+    assert all(int(h.sum()) > 0 for h in hot.values())
+    # Nor does it change the loader's batches:
+    for a, b in zip(loader, untouched):
+        assert_same_batch(a, b)
+    expected = split_budget({t: data[t].num_nodes for t in data.node_types},
+                            {t: 64 for t in data.node_types}, hot, budget)
+    for t in data.node_types:
+        assert store.cached_nodes[t].tolist() == expected[t].tolist(), t
+
+
+@pytest.mark.parametrize('mode', ['binary', 'triplet'])
+def test_count_link_access_counts_endpoints_and_negatives(mode):
+    from torch_geometric.sampler import NegativeSampling
+
+    from pyg_orch import HybridLinkNeighborLoader
+    from pyg_orch.sampling.presample import count_link_access
+    data = paper_hetero_graph()
+    edge_type = ('author', 'writes', 'paper')
+    label_index = data[edge_type].edge_index[:, :40]
+    loader = HybridLinkNeighborLoader(
+        data, [3], edge_label_index=(edge_type, label_index), batch_size=40,
+        device='cpu', seed=0)
+    # One batch of every label edge, seed hop only: each endpoint once.
+    hot = count_link_access(loader.link_sampler, loader.input_data, 40,
+                            hops=1)
+    assert torch.equal(hot['author'].nonzero().view(-1),
+                       label_index[0].unique())
+    assert torch.equal(hot['paper'].nonzero().view(-1),
+                       label_index[1].unique())
+    assert int(hot['author'].max()) == int(hot['paper'].max()) == 1
+    assert int(hot['institution'].sum()) == 0
+    # Negatives are seeds too: more seed nodes, on the types they belong to.
+    neg = count_link_access(loader.link_sampler, loader.input_data, 40,
+                            hops=1, neg_sampling=NegativeSampling(mode, 3))
+    assert (neg['paper'] >= hot['paper']).all()
+    assert int(neg['paper'].sum()) > int(hot['paper'].sum())
+    if mode == 'binary':  # Negative sources are authors.
+        assert int(neg['author'].sum()) > int(hot['author'].sum())
+    else:  # Triplet negatives are destinations only.
+        assert torch.equal(neg['author'], hot['author'])
+    # Two epochs: twice the seed counts.
+    two = count_link_access(loader.link_sampler, loader.input_data, 40,
+                            num_batches=2, hops=1)
+    assert torch.equal(two['paper'], 2 * hot['paper'])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('mode', ['binary', 'triplet'])
+@pytest.mark.parametrize('policy', ['frequency', 'degree'])
+def test_auto_store_on_cuda_link_loader(mode, policy):
+    data = paper_hetero_graph()
+    auto, plain = link_loaders(data, 'auto', ('author', 'writes', 'paper'),
+                               mode, device='cuda', cache_policy=policy,
+                               gpu_memory_budget=40 * 16 * 4)
+    assert isinstance(auto.feature_store, HeteroTieredFeatureStore)
+    assert plain.feature_store is None
+    for a, b in zip(auto, plain):
+        assert_same_batch(a, b)
+    stats = auto.stats()
+    assert stats['features']['rows'] > 0
+    assert sum(stats['memory']['feature_cache_rows_per_type'].values()) > 0

@@ -88,6 +88,38 @@ def test_full_fanout_matches_torch_path(seeds):
 
 
 @needs_kernels
+@pytest.mark.parametrize('seeds', SEEDS)
+def test_all_neighbors_match_torch_path(seeds):
+    # -1: the edge type's largest in-degree without replacement, which
+    # takes every neighbor in list order, as the PyTorch path does (no
+    # randomness left: -1 or 0 everywhere).
+    data = small_graph(3)
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    num_neighbors = {A_B: [-1, 0, -1], B_A: [-1, -1, 0], C_A: [0, -1, -1],
+                     A_C: [-1, 0, -1], B_B: [-1, -1, -1]}
+    out = run_fused(topo, num_neighbors, seeds)
+    assert_equal(out, run_torch(topo, num_neighbors, seeds))
+    first = run_torch(topo, {et: v[:1] for et, v in num_neighbors.items()},
+                      seeds)
+    for et in (A_B, B_A, A_C):  # Hop 0 in full: every in-edge of a seed.
+        dst = seeds.get(et[-1], torch.zeros(0, dtype=torch.long))
+        deg = torch.bincount(data[et].edge_index[1],
+                             minlength=SIZES[et[-1]])
+        want = deg[dst].sum()  # Seeds given twice are expanded twice.
+        assert out.num_sampled_edges[et][0] == int(want) == \
+            first.num_sampled_edges[et][0]
+
+
+@needs_kernels
+def test_all_neighbors_with_replacement_is_refused():
+    data = small_graph()
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    with pytest.raises(ValueError, match="'num_neighbors'.*-1"):
+        run_fused(topo, {et: [-1] for et in topo.edge_types},
+                  {'a': torch.tensor([1])}, replace=True)
+
+
+@needs_kernels
 def test_per_type_fanouts_match_torch_path():
     data = small_graph(1)
     topo = GraphTopology.from_data(data, device=DEVICE)
@@ -197,9 +229,22 @@ def test_auto_backend_choice_for_hetero():
                                           induced=True)) == 'torch'
     assert choose_backend('auto', _config(data, 'cuda',
                                           relabel='sort')) == 'torch'
+    # All neighbors (-1): fused without replacement where in-degrees are
+    # small, else the PyTorch path.
     full = {et: [-1, 2] for et in data.edge_types}
     assert choose_backend('auto', _config(data, 'cuda',
+                                          num_neighbors=full)) == 'triton'
+    assert choose_backend('auto', _config(data, 'cuda', num_neighbors=full,
+                                          replace=True)) == 'torch'
+    hub = small_graph()
+    hub[A_B].edge_index = torch.stack([torch.arange(40).repeat(2),
+                                       torch.zeros(80, dtype=torch.long)])
+    assert choose_backend('auto', _config(hub, 'cuda',
                                           num_neighbors=full)) == 'torch'
+    # In-degree 80 is fine where that edge type is not sampled in full:
+    part = {**full, A_B: [2, 2]}
+    assert choose_backend('auto', _config(hub, 'cuda',
+                                          num_neighbors=part)) == 'triton'
     with pytest.raises(ValueError, match="backend='triton' needs"):
         choose_backend('triton', _config(data, 'cuda', disjoint=True))
 

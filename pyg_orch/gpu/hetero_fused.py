@@ -39,20 +39,56 @@ _BUFFER_KEY = '__hetero_fused__'
 
 def hetero_supports(topology: GraphTopology, num_neighbors: dict,
                     disjoint: bool, induced: bool,
-                    max_fanout: int = 64) -> bool:
+                    max_fanout: int = 64, replace: bool = False) -> bool:
     r"""Whether the fused path handles this heterogeneous configuration
     (uniform, non-disjoint, non-induced sampling of a topology in one piece,
-    fan-outs in :obj:`[0, max_fanout]`); others use the PyTorch path."""
+    fan-outs in :obj:`[0, max_fanout]`); others use the PyTorch path.
+    A fan-out of :obj:`-1` (all neighbors) is handled without replacement
+    where the edge type's largest in-degree is at most :obj:`max_fanout`:
+    it is then that in-degree (see :func:`resolve_full_fanouts`)."""
     if not topology.is_hetero or topology.is_temporal or \
             topology.is_weighted or topology.is_sharded:
         return False
     if disjoint or induced or len(topology.edge_types) == 0:
         return False
-    for fanouts in num_neighbors.values():
+    if any(k < -1 for v in num_neighbors.values() for k in v):
+        return False
+    if replace and any(k < 0 for v in num_neighbors.values() for k in v):
+        return False
+    resolved = resolve_full_fanouts(
+        num_neighbors, lambda et: max_in_degree(topology.csc[et]))
+    if resolved is None:
+        return False
+    for fanouts in resolved.values():
         if any(k < 0 or k > max_fanout for k in fanouts):
             return False
     return (sum(topology.num_nodes.values()) < _INT32_MAX
             and topology.num_edges < 2**40)
+
+
+def max_in_degree(csc) -> int:
+    r"""The largest in-degree of a :class:`~pyg_orch.core.csc.CSCTopology`
+    (:obj:`0` without destination nodes)."""
+    colptr = csc.colptr
+    if colptr.numel() < 2:
+        return 0
+    return int((colptr[1:] - colptr[:-1]).max())
+
+
+def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
+    r""":obj:`num_neighbors` with every fan-out of :obj:`-1` (all neighbors)
+    replaced by :obj:`degree(edge_type)`, the edge type's largest in-degree:
+    without replacement, drawing that many neighbors takes all of them, in
+    the order of the neighbor list, as the PyTorch path does for
+    :obj:`-1`. :obj:`degree` is only called for edge types with a
+    :obj:`-1`."""
+    out = {}
+    for et, fanouts in num_neighbors.items():
+        if any(k < 0 for k in fanouts):
+            d = int(degree(et))
+            fanouts = [d if k < 0 else k for k in fanouts]
+        out[et] = list(fanouts)
+    return out
 
 
 class HeteroCSC:
@@ -77,6 +113,8 @@ class HeteroCSC:
         device = topology.device
         colptrs, rows, eids = [], [], []
         self.colbase: Dict = {}
+        self._num_dst: Dict = {}
+        self._max_degree: Dict = {}
         cbase = ebase = 0
         for et in self.edge_types:
             csc = topology.csc[et]
@@ -88,6 +126,7 @@ class HeteroCSC:
             else:
                 eids.append(torch.arange(csc.num_edges, device=device))
             self.colbase[et] = cbase
+            self._num_dst[et] = colptr.numel() - 1
             cbase += colptr.numel()
             ebase += csc.num_edges
         num_edges = ebase
@@ -101,6 +140,16 @@ class HeteroCSC:
             self.colptr, self.row, self.edge_id = (
                 x.pin_memory() for x in (self.colptr, self.row,
                                          self.edge_id))
+
+    def max_in_degree(self, edge_type) -> int:
+        r"""The largest in-degree of :obj:`edge_type` (computed once)."""
+        if edge_type not in self._max_degree:
+            start = self.colbase[edge_type]
+            colptr = self.colptr[start:start + self._num_dst[edge_type] + 1]
+            self._max_degree[edge_type] = 0 if colptr.numel() < 2 else int(
+                (colptr[1:].to(torch.int64) - colptr[:-1].to(torch.int64))
+                .max())
+        return self._max_degree[edge_type]
 
     def shift(self, edge_type) -> int:
         r"""Where the :obj:`colptr` entry of a global destination id lies,
@@ -125,6 +174,14 @@ class HeteroFusedPlan(FusedPlan):
         ntypes, etypes = csc.node_types, csc.edge_types
         T = self.num_types = len(ntypes)
         tid = {t: i for i, t in enumerate(ntypes)}
+        # All neighbors (-1): the edge type's largest in-degree, without
+        # replacement (see `hetero_supports`).
+        if replace and any(k < 0 for v in num_neighbors.values()
+                           for k in v):
+            raise ValueError("'num_neighbors': the fused path samples all "
+                             "neighbors (-1) only without replacement")
+        num_neighbors = resolve_full_fanouts(num_neighbors,
+                                             csc.max_in_degree)
         H = self.num_hops = max((len(v) for v in num_neighbors.values()),
                                 default=0)
         self.fanouts = {

@@ -31,9 +31,12 @@ class TritonBackend:
         if config.device.type != 'cuda' or not triton_available() or \
                 config.relabel == 'sort':
             return False
-        check = hetero_supports if config.topology.is_hetero else supports
-        return check(config.topology, config.num_neighbors, config.disjoint,
-                     config.induced)
+        if config.topology.is_hetero:
+            return hetero_supports(config.topology, config.num_neighbors,
+                                   config.disjoint, config.induced,
+                                   replace=config.replace)
+        return supports(config.topology, config.num_neighbors,
+                        config.disjoint, config.induced)
 
     def _args(self, request: SampleRequest) -> Tuple:
         config, topology = self.config, self.config.topology

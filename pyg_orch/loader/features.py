@@ -4,7 +4,7 @@ a CUDA device from a :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache
 holds the rows batches touch most, or, for heterogeneous graphs, from a
 :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` (one tier per node type, one
 ranking and one budget across types)."""
-from typing import Dict, Optional, Union
+from typing import Callable, Dict, Optional, Union
 
 import torch
 from torch_geometric.data import Data, HeteroData
@@ -13,10 +13,13 @@ from pyg_orch.gpu.feature_store import TieredFeatureStore
 from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
 from pyg_orch.loader.stats import StageTimer
 from pyg_orch.sampling.arguments import check_choice
-from pyg_orch.sampling.contract import HotNodeSampler, presample_batches
-from pyg_orch.sampling.presample import count_node_access
+from pyg_orch.sampling.contract import HotNodeSampler
 
 AnyStore = Union[TieredFeatureStore, HeteroTieredFeatureStore]
+#: Access counts from pre-sampled batches: an int64 tensor per node, or a
+#: dictionary of them per node type (see
+#: :func:`pyg_orch.sampling.presample.count_node_access`).
+Counts = Union[torch.Tensor, Dict[str, torch.Tensor]]
 
 
 def build_feature_store(
@@ -24,30 +27,26 @@ def build_feature_store(
     data,
     sampler,
     device: torch.device,
-    seeds: torch.Tensor,
-    seed_time: Optional[torch.Tensor],
-    batch_size: Optional[int],
+    count_access: Callable[[], Counts],
     timer: StageTimer,
     budget: Union[None, int, float, str],
     ratio: Optional[float],
     policy: str,
-    input_type: Optional[str] = None,
     hetero: bool = False,
 ) -> Optional[AnyStore]:
     r"""Returns :obj:`feature_store` if one was given (checked against
     :obj:`data`); for :obj:`'auto'`, a new store where it pays (CUDA,
     features in host memory, a sampler with the
     :class:`~pyg_orch.sampling.HotNodeSampler` contract), with rows ranked
-    by :obj:`policy` (for :obj:`'frequency'`, by pre-sampling batches of
-    :obj:`batch_size` nodes of :obj:`seeds`, at :obj:`seed_time`):
+    by :obj:`policy` (for :obj:`'frequency'`, by the access counts
+    :obj:`count_access()` returns: the loader's pre-sampled batches):
 
     * for :class:`~torch_geometric.data.Data` with :obj:`x`, a
       :class:`~pyg_orch.gpu.TieredFeatureStore`, or a
       :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore`
       over the machine's GPUs if the topology is sharded;
     * for :class:`~torch_geometric.data.HeteroData`, when the loader
-      assembles heterogeneous batches itself (:obj:`hetero`, seeds of node
-      type :obj:`input_type`), a
+      assembles heterogeneous batches itself (:obj:`hetero`), a
       :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every node type
       whose :obj:`x` is a 2-dimensional tensor in host memory (other types
       are sliced as before);
@@ -65,11 +64,10 @@ def build_feature_store(
                          f"(got {feature_store!r})")
     check_choice('cache_policy', policy, ('frequency', 'degree'))
     if isinstance(data, HeteroData):
-        if not hetero or input_type is None or device.type != 'cuda':
+        if not hetero or device.type != 'cuda':
             return None
-        return build_hetero_store(data, sampler, device, seeds, seed_time,
-                             batch_size, timer, budget, ratio, policy,
-                             input_type)
+        return build_hetero_store(data, sampler, device, count_access,
+                                  timer, budget, ratio, policy)
     x = getattr(data, 'x', None) if isinstance(data, Data) else None
     if (device.type != 'cuda' or not isinstance(x, torch.Tensor) or x.is_cuda
             or x.dim() != 2 or not isinstance(sampler, HotNodeSampler)):
@@ -81,11 +79,8 @@ def build_feature_store(
         hotness = torch.bincount(topo.row.to(torch.int64),
                                  minlength=topo.num_src_nodes).cpu()
     else:
-        batch_size = batch_size or 1
         with timer.stage('presample'):
-            hotness = count_node_access(
-                sampler, seeds, input_time=seed_time, batch_size=batch_size,
-                num_batches=presample_batches(seeds.numel(), batch_size))
+            hotness = count_access()
     if sampler.topology.is_sharded:
         # The machine's GPUs share one cache; host rows live once per
         # machine (a collective: every rank builds its loader in turn).
@@ -110,7 +105,8 @@ def check_given_store(store: AnyStore, data, hetero: bool) -> None:
                              "but the graph is not a HeteroData")
         if not hetero:
             raise ValueError("'feature_store': a HeteroTieredFeatureStore "
-                             "serves HybridNeighborLoader's batches only")
+                             "serves the batches of HybridNeighborLoader "
+                             "and HybridLinkNeighborLoader only")
         for t, tier in store.stores.items():
             if t not in data.node_types:
                 raise ValueError(f"'feature_store' holds node type '{t}', "
@@ -150,24 +146,23 @@ def build_hetero_store(
     data: HeteroData,
     sampler,
     device: torch.device,
-    seeds: torch.Tensor,
-    seed_time: Optional[torch.Tensor],
-    batch_size: Optional[int],
+    count_access: Callable[[], Counts],
     timer: StageTimer,
     budget: Union[None, int, float, str],
     ratio: Optional[float],
     policy: str,
-    input_type: str,
 ) -> Optional[HeteroTieredFeatureStore]:
     r"""The :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` of
     :obj:`feature_store='auto'` on :obj:`device` (any device: the CUDA
     check is :func:`build_feature_store`'s): the node types of
-    :func:`host_features`, ranked by :obj:`policy`: access counts of
-    pre-sampled batches of seeds of type :obj:`input_type`
-    (:obj:`'frequency'`), or out-degrees summed over the edge types a node
-    type is the source of (:obj:`'degree'`). :obj:`None` without such
-    features, without a :class:`~pyg_orch.sampling.HotNodeSampler`, or with
-    an :obj:`adj_t` edge type."""
+    :func:`host_features`, ranked by :obj:`policy`: the access counts per
+    node type :obj:`count_access()` returns (:obj:`'frequency'`; the
+    loader's pre-sampled batches: of seed nodes, or of label edges whose
+    endpoints are seeds of two types), or out-degrees summed over the edge
+    types a node type is the source of (:obj:`'degree'`). :obj:`None`
+    without such features, without a
+    :class:`~pyg_orch.sampling.HotNodeSampler`, or with an :obj:`adj_t`
+    edge type."""
     x_dict = host_features(data)
     if (not x_dict or not isinstance(sampler, HotNodeSampler)
             or any('adj_t' in data[et] for et in data.edge_types)):
@@ -184,12 +179,8 @@ def build_hetero_store(
                     csc.row.to(torch.int64),
                     minlength=csc.num_src_nodes).cpu()[:hotness[src].numel()]
     else:
-        batch_size = batch_size or 1
         with timer.stage('presample'):
-            counts = count_node_access(
-                sampler, seeds, input_time=seed_time, batch_size=batch_size,
-                num_batches=presample_batches(seeds.numel(), batch_size),
-                input_type=input_type)
+            counts = count_access()
         hotness = {t: counts[t] for t in x_dict}
     return HeteroTieredFeatureStore(x_dict, device, hotness=hotness,
                                     gpu_memory_budget=budget,

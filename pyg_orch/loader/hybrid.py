@@ -10,7 +10,7 @@ feature gathering and the prefetch pipeline. Each loader mixes
 batch (:meth:`HybridLoaderMixin._add_metadata`)."""
 import copy
 import functools
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from torch import Tensor
@@ -18,7 +18,7 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
 from pyg_orch.loader.assemble import DataAssembler, HeteroDataAssembler
-from pyg_orch.loader.features import build_feature_store
+from pyg_orch.loader.features import Counts, build_feature_store
 from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.loader.validation import (
@@ -86,8 +86,9 @@ class HybridLoaderMixin:
     :class:`~torch_geometric.loader.LinkLoader`. A subclass calls
     :meth:`_init_pipeline` before the base class's :obj:`__init__` and
     :meth:`_init_batches` after it, and implements :meth:`_sampler`,
-    :meth:`_sample_batch`, :meth:`_presample_seeds` and
-    :meth:`_add_metadata`."""
+    :meth:`_sample_batch`, :meth:`_count_access` and
+    :meth:`_add_metadata` (and, with :attr:`_assembles_hetero`,
+    :meth:`_add_hetero_metadata`)."""
     device: torch.device
     timer: StageTimer
     #: Whether the loader assembles heterogeneous batches itself (with
@@ -107,9 +108,11 @@ class HybridLoaderMixin:
         :obj:`self.input_data`)."""
         raise NotImplementedError
 
-    def _presample_seeds(self) -> Tuple[Tensor, Optional[Tensor], int]:
-        r"""Seed nodes, their times and the number of seed nodes per batch,
-        for pre-sampling (feature cache ranking)."""
+    def _count_access(self) -> Counts:
+        r"""Access counts per node (per node type for heterogeneous graphs)
+        in pre-sampled batches like the loader's, to rank the rows of the
+        feature cache (:obj:`cache_policy='frequency'`); the sampler's
+        random state is left as it was."""
         raise NotImplementedError
 
     def _add_metadata(self, data: Data, out: Any) -> Data:
@@ -122,11 +125,6 @@ class HybridLoaderMixin:
         :meth:`HeteroDataAssembler.subgraph` (with
         :attr:`_assembles_hetero`)."""
         raise NotImplementedError
-
-    def _presample_input_type(self) -> Optional[str]:
-        r"""The node type of the pre-sampling seeds (heterogeneous graphs
-        with :attr:`_assembles_hetero`)."""
-        return None
 
     # Set-up ##################################################################
 
@@ -142,13 +140,10 @@ class HybridLoaderMixin:
         self.batch_transform = transform
         self._batch_hooks: Dict[int, Callable] = {}
         self._sampled_hooks: Dict[int, Callable] = {}
-        seeds, seed_time, batch_size = self._presample_seeds()
         self.feature_store = build_feature_store(
-            feature_store, self.data, self._sampler, self.device, seeds,
-            seed_time, batch_size, self.timer, gpu_memory_budget,
-            gpu_cache_ratio, cache_policy,
-            input_type=self._presample_input_type(),
-            hetero=self._assembles_hetero)
+            feature_store, self.data, self._sampler, self.device,
+            self._count_access, self.timer, gpu_memory_budget,
+            gpu_cache_ratio, cache_policy, hetero=self._assembles_hetero)
         self._assembler: Optional[DataAssembler] = None
 
     # Public API ##############################################################

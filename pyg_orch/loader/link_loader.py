@@ -1,10 +1,8 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.LinkNeighborLoader`."""
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Union
 
-import torch
-from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.link_loader import LinkLoader
 from torch_geometric.sampler import BaseSampler, NegativeSampling
 from torch_geometric.sampler.base import SubgraphType
@@ -12,6 +10,8 @@ from torch_geometric.typing import InputEdges
 
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.gpu.feature_store import TieredFeatureStore
+from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
+from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
     build_sampler,
@@ -25,6 +25,8 @@ from pyg_orch.loader.validation import (
     check_neg_sampling,
     num_label_edges,
 )
+from pyg_orch.sampling.contract import presample_batches
+from pyg_orch.sampling.presample import count_link_access
 from pyg_orch.typing import (
     DeviceLike,
     GraphData,
@@ -138,10 +140,18 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             batch-synchronous path of the chosen backend.
         topology_placement (str): On CUDA, :obj:`'device'`, :obj:`'host'` or
             :obj:`'auto'`.
-        feature_store (str or TieredFeatureStore, optional): As in
-            :class:`~pyg_orch.HybridNeighborLoader` (homogeneous :obj:`x`
-            on CUDA); with :obj:`'frequency'` ranking, the endpoints of the
-            label edges are the pre-sampling seeds.
+        feature_store (str or TieredFeatureStore or
+            HeteroTieredFeatureStore, optional): As in
+            :class:`~pyg_orch.HybridNeighborLoader`: on CUDA with :obj:`x`
+            in host memory, :obj:`'auto'` serves it from a
+            :class:`~pyg_orch.gpu.TieredFeatureStore`, or for
+            :class:`~torch_geometric.data.HeteroData` from a
+            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every node
+            type whose :obj:`x` is in host memory; :obj:`None` gathers on
+            the CPU and copies, as PyG does. With :obj:`'frequency'`
+            ranking, rows are ranked by their accesses in pre-sampled link
+            batches (the endpoints of the label edges, and their
+            negatives, as seeds).
         gpu_memory_budget (int or float or str): GPU memory for the feature
             cache.
         gpu_cache_ratio (float, optional): Cache at most this fraction of the
@@ -182,7 +192,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         topology: Optional[GraphTopology] = None,
         backend: str = 'auto',
         topology_placement: str = 'auto',
-        feature_store: Union[None, str, TieredFeatureStore] = 'auto',
+        feature_store: Union[None, str, TieredFeatureStore,
+                             HeteroTieredFeatureStore] = 'auto',
         gpu_memory_budget: Union[None, int, float, str] = 'auto',
         gpu_cache_ratio: Optional[float] = None,
         cache_policy: str = 'frequency',
@@ -253,14 +264,16 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         return self.link_sampler.sample_from_edges(
             input_data, neg_sampling=self.neg_sampling)
 
-    def _presample_seeds(self) -> Tuple[Tensor, OptTensor, int]:
-        # The label edges' endpoints seed pre-sampling (for the feature
-        # cache of homogeneous graphs), two per label edge:
-        inputs = self.input_data
-        seeds = torch.cat([inputs.row, inputs.col])
-        time = None if inputs.time is None else \
-            torch.cat([inputs.time, inputs.time])
-        return seeds, time, 2 * (self.batch_size or 1)
+    def _count_access(self) -> Counts:
+        # Link batches as the loader draws them: both endpoints of every
+        # label edge (of two node types for heterogeneous graphs) and the
+        # negatives are seeds.
+        batch_size = self.batch_size or 1
+        num = self.input_data.row.numel()
+        return count_link_access(
+            self.link_sampler, self.input_data, batch_size,
+            num_batches=presample_batches(num, batch_size),
+            neg_sampling=self.neg_sampling)
 
     def _add_metadata(self, data: Data, out: Any) -> Data:
         # As PyG's `LinkLoader.filter_fn` for homogeneous graphs:
@@ -276,4 +289,26 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             data.seed_time = out.metadata[4]
             del data.edge_label_index
             del data.edge_label_time
+        return data
+
+    _assembles_hetero = True
+
+    def _add_hetero_metadata(self, data: HeteroData, out: Any) -> HeteroData:
+        # As PyG's `LinkLoader.filter_fn` for heterogeneous graphs:
+        input_type = self.input_data.input_type
+        data[input_type].input_id = out.metadata[0]
+        if self.neg_sampling is None or self.neg_sampling.is_binary():
+            data[input_type].edge_label_index = out.metadata[1]
+            data[input_type].edge_label = out.metadata[2]
+            data[input_type].edge_label_time = out.metadata[3]
+        else:
+            src, dst = input_type[0], input_type[-1]
+            data[src].src_index = out.metadata[1]
+            data[dst].dst_pos_index = out.metadata[2]
+            data[dst].dst_neg_index = out.metadata[3]
+            data[src].seed_time = out.metadata[4]
+            data[dst].seed_time = out.metadata[4]
+            if input_type in data.edge_types:
+                del data[input_type].edge_label_index
+                del data[input_type].edge_label_time
         return data

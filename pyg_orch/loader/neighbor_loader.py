@@ -2,10 +2,9 @@
 :class:`~torch_geometric.loader.NeighborLoader`."""
 import inspect
 import os
-from typing import Any, Callable, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
-from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
@@ -14,6 +13,7 @@ from torch_geometric.sampler.base import SubgraphType
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.gpu.feature_store import TieredFeatureStore
 from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
+from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
     build_sampler,
@@ -23,8 +23,9 @@ from pyg_orch.loader.hybrid import (
 from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.stats import TimedIterator
 from pyg_orch.loader.validation import check_input_nodes, check_input_time
-from pyg_orch.sampling.contract import LaunchingSampler
+from pyg_orch.sampling.contract import LaunchingSampler, presample_batches
 from pyg_orch.sampling.pending import PendingSample
+from pyg_orch.sampling.presample import count_node_access
 from pyg_orch.typing import (
     DeviceLike,
     GraphData,
@@ -255,8 +256,14 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
     def _sample_batch(self, input_data: Any) -> Any:
         return self.node_sampler.sample_from_nodes(input_data)
 
-    def _presample_seeds(self) -> Tuple[Tensor, OptTensor, int]:
-        return self.input_data.node, self.input_data.time, self.batch_size
+    def _count_access(self) -> Counts:
+        # Batches of `batch_size` seeds, as the loader draws them:
+        inputs = self.input_data
+        batch_size = self.batch_size or 1
+        return count_node_access(
+            self.node_sampler, inputs.node, batch_size,
+            num_batches=presample_batches(inputs.node.numel(), batch_size),
+            input_time=inputs.time, input_type=inputs.input_type)
 
     def _add_metadata(self, data: Data, out: Any) -> Data:
         # As PyG's `NodeLoader.filter_fn`:
@@ -274,9 +281,6 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         store.seed_time = out.metadata[1]
         store.batch_size = out.metadata[0].size(0)
         return data
-
-    def _presample_input_type(self) -> Optional[str]:
-        return self.input_data.input_type
 
     # Look-ahead ##############################################################
 

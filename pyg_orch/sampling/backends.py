@@ -129,4 +129,5 @@ _lazy['triton'] = _Lazy(
     precondition=_cuda_with_triton,
     requirement='a CUDA device, Triton, and uniform, non-disjoint, '
     'non-induced sampling with fan-outs in [0, 64] (of a homogeneous graph, '
-    'or of a heterogeneous one whose topology is not sharded)')
+    'or of a heterogeneous one whose topology is not sharded, where -1 '
+    'works without replacement for edge types of in-degrees up to 64)')

@@ -1,9 +1,13 @@
 """Access statistics from pre-sampling: which nodes batches touch most."""
-from typing import Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.sampler import NodeSamplerInput
+from torch_geometric.sampler import (
+    EdgeSamplerInput,
+    NegativeSampling,
+    NodeSamplerInput,
+)
 
 
 def count_node_access(
@@ -61,26 +65,89 @@ def count_node_access(
         return counts if hetero else counts[None]
     if num_batches is None:
         num_batches = -(-input_nodes.numel() // batch_size)
+    def draw(index: Tensor) -> Any:
+        return sampler.sample_from_nodes(
+            NodeSamplerInput(
+                input_id=None, node=input_nodes[index],
+                time=None if input_time is None else input_time[index],
+                input_type=input_type))
+
     with sampler.presampling(prune_hot=prune_hot):
-        _count(sampler, input_nodes, batch_size, num_batches, hops,
-               generator, input_time, counts, input_type)
+        _count(draw, input_nodes.numel(), batch_size, num_batches, hops,
+               generator, counts)
     return counts if hetero else counts[None]
 
 
-def _count(sampler, input_nodes, batch_size, num_batches, hops, generator,
-           input_time, counts, input_type) -> None:
+def count_link_access(
+    sampler,
+    inputs: EdgeSamplerInput,
+    batch_size: int,
+    num_batches: Optional[int] = None,
+    neg_sampling: Optional[NegativeSampling] = None,
+    hops: Optional[int] = None,
+    generator: Optional[torch.Generator] = None,
+) -> Union[Tensor, Dict[str, Tensor]]:
+    r"""Counts how often every node appears in sampled link-level batches:
+    the subgraphs around batches of :obj:`batch_size` label edges of
+    :obj:`inputs` (both endpoints are seeds, of the source and the
+    destination node type), with their negatives if :obj:`neg_sampling` is
+    set, as :class:`~pyg_orch.HybridLinkNeighborLoader` draws them.
+
+    Args:
+        sampler (HotNodeSampler): The sampler of the loader, with PyG's
+            :meth:`~torch_geometric.sampler.BaseSampler.sample_from_edges`.
+        inputs (EdgeSamplerInput): The label edges (e.g. the loader's
+            :obj:`input_data`).
+        batch_size (int): Label edges per batch.
+        num_batches (int, optional): Batches to sample (from a shuffled order
+            of the label edges, repeated as needed); one epoch if not set.
+        neg_sampling (NegativeSampling, optional): The loader's negative
+            sampling.
+        hops (int, optional): Only count nodes of hops :obj:`0..hops-1`.
+        generator (torch.Generator, optional): For the label edge order.
+
+    Returns:
+        An int64 tensor of counts per node, on the CPU; for heterogeneous
+        graphs a dictionary of them per node type.
+
+    As for :func:`count_node_access`, the sampler's random generators are
+    restored afterwards (hot-node pruning is off while counting).
+    """
+    if not callable(getattr(sampler, 'sample_from_edges', None)):
+        raise ValueError("'sampler' must implement 'sample_from_edges' to "
+                         "pre-sample link-level batches")
+    hetero = sampler.is_hetero
+    counts = {
+        t: torch.zeros(n, dtype=torch.int64)
+        for t, n in sampler.topology.num_nodes.items()
+    }
+    num = inputs.row.numel()
+    if num > 0:
+        if num_batches is None:
+            num_batches = -(-num // batch_size)
+
+        def draw(index: Tensor) -> Any:
+            return sampler.sample_from_edges(inputs[index],
+                                             neg_sampling=neg_sampling)
+
+        with sampler.presampling():
+            _count(draw, num, batch_size, num_batches, hops, generator,
+                   counts)
+    return counts if hetero else counts[None]
+
+
+def _count(draw: Callable[[Tensor], Any], num_inputs: int, batch_size: int,
+           num_batches: int, hops: Optional[int],
+           generator: Optional[torch.Generator], counts: Dict) -> None:
+    # Adds the node counts of `num_batches` batches `draw(index)` over a
+    # shuffled order of the inputs (repeated as needed) to `counts`.
     done = 0
     while done < num_batches:
-        perm = torch.randperm(input_nodes.numel(), generator=generator)
+        perm = torch.randperm(num_inputs, generator=generator)
         for start in range(0, perm.numel(), batch_size):
             if done == num_batches:
                 break
-            index = perm[start:start + batch_size]
-            out = sampler.sample_from_nodes(
-                NodeSamplerInput(
-                    input_id=None, node=input_nodes[index],
-                    time=None if input_time is None else input_time[index],
-                    input_type=input_type))
+            out = draw(perm[start:start + batch_size])
             nodes, num = out.node, out.num_sampled_nodes
             if not isinstance(nodes, dict):
                 nodes, num = {None: nodes}, {None: num}

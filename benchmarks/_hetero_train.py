@@ -1,0 +1,246 @@
+"""End-to-end heterogeneous training per batch for ``bench_hetero_gpu.py
+--train``: a plain PyG model (``to_hetero`` of a GraphSAGE-like model,
+``aggr='sum'``) trained on the batches of
+
+* our ``HybridNeighborLoader`` (fused sampling, automatic feature store,
+  features in host memory), the model step included;
+* the same batches, sampled beforehand and kept on the device, only the
+  model step timed (the compute-only bound);
+* PyG's ``NeighborLoader`` (``pyg_lib`` or ``torch_sparse``) at each
+  ``num_workers`` of a sweep, with ``persistent_workers`` and
+  ``pin_memory``, batches moved to the device, the same model step.
+
+Every timing is repeated (``repeats``): the JSON has the median, min and
+max of the repeats' ms per batch, and the ratios of the medians.
+"""
+import gc
+import itertools
+import statistics
+import time
+import warnings
+from typing import Callable, Dict, Iterator, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.data import HeteroData
+
+from _bench_common import log, sync
+
+
+class SAGE(torch.nn.Module):
+    r"""GraphSAGE layers (lazy input sizes) and a linear head, to be made
+    heterogeneous by :func:`~torch_geometric.nn.to_hetero`."""
+    def __init__(self, hidden: int, out: int, num_layers: int):
+        super().__init__()
+        from torch_geometric.nn import Linear, SAGEConv
+        self.convs = torch.nn.ModuleList(
+            [SAGEConv((-1, -1), hidden) for _ in range(num_layers)])
+        self.lin = Linear(-1, out)
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        for conv in self.convs:
+            x = conv(x, edge_index).relu()
+        return self.lin(x)
+
+
+def hetero_model(data: HeteroData, hidden: int, out: int, num_layers: int,
+                 device: torch.device) -> torch.nn.Module:
+    r"""The heterogeneous model (lazy sizes: :func:`init_model` runs a
+    batch through it before the optimizer is made)."""
+    from torch_geometric.nn import to_hetero
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        model = to_hetero(SAGE(hidden, out, num_layers), data.metadata(),
+                          aggr='sum')
+    return model.to(device)
+
+
+def make_step(model: torch.nn.Module, target: str = 'paper'
+              ) -> Callable[[HeteroData], None]:
+    r"""One training step on a batch (no host synchronization): the loss of
+    the :obj:`target` seeds, backward, Adam."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step(batch: HeteroData) -> None:
+        n = batch[target].batch_size
+        opt.zero_grad(set_to_none=True)
+        out = model(batch.x_dict, batch.edge_index_dict)[target][:n]
+        F.cross_entropy(out, batch[target].y[:n]).backward()
+        opt.step()
+
+    return step
+
+
+def init_model(model: torch.nn.Module, batch: HeteroData) -> None:
+    r"""Materializes the lazy parameters."""
+    with torch.no_grad():
+        model(batch.x_dict, batch.edge_index_dict)
+
+
+def endless(loader) -> Iterator:
+    r"""The loader's batches, epoch after epoch (one iterator per epoch:
+    persistent workers stay)."""
+    while True:
+        yield from loader
+
+
+def time_steps(next_batch: Callable[[], HeteroData],
+               step: Callable[[HeteroData], None], warmup: int,
+               batches: int, repeats: int, device: torch.device) -> Dict:
+    r"""Ms per batch of :obj:`step(next_batch())` over :obj:`batches`
+    batches, :obj:`repeats` times after :obj:`warmup` batches; the device
+    is waited for at the end of every repeat."""
+    for _ in range(warmup):
+        step(next_batch())
+    sync(device)
+    runs: List[float] = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(batches):
+            step(next_batch())
+        sync(device)
+        runs.append(1e3 * (time.perf_counter() - start) / batches)
+    return {'ms_per_batch': statistics.median(runs),
+            'ms_per_batch_min': min(runs),
+            'ms_per_batch_max': max(runs),
+            'ms_per_batch_runs': runs,
+            'timed_batches': batches, 'warmup_batches': warmup,
+            'repeats': repeats}
+
+
+def batch_size_info(batch: HeteroData) -> Dict:
+    return {'nodes_per_type': {t: int(batch[t].num_nodes)
+                               for t in batch.node_types},
+            'edges': sum(int(s.edge_index.size(1))
+                         for s in batch.edge_stores)}
+
+
+def run_train(data: HeteroData, fanout: List[int], batch_size: int,
+              device: torch.device, hidden: int, num_layers: int,
+              warmup: int, batches: int, repeats: int,
+              pyg_workers: List[int], pyg_batches: int,
+              loader_kwargs: Optional[Dict] = None) -> Dict:
+    r"""The three timings and their ratios (see the module's docstring)."""
+    from pyg_orch import HybridNeighborLoader
+    num_classes = int(data['paper'].y.max()) + 1
+    torch.manual_seed(0)
+    model = hetero_model(data, hidden, num_classes, num_layers, device)
+    res: Dict = {'model': f'to_hetero(SAGE x{num_layers}, hidden {hidden}, '
+                          f"aggr='sum'), Adam",
+                 'num_parameters': None}
+
+    # (a) Ours: sampling, features and the step, batch after batch.
+    log('train: ours (HybridNeighborLoader + step)')
+    loader = HybridNeighborLoader(
+        data, fanout, batch_size=batch_size, shuffle=True,
+        input_nodes='paper', device=device, seed=0, **(loader_kwargs or {}))
+    batches_a = endless(loader)
+    first = next(batches_a)
+    init_model(model, first)
+    res['num_parameters'] = sum(p.numel() for p in model.parameters())
+    res['batch'] = batch_size_info(first)
+    step = make_step(model)
+    loader.reset_stats()
+    ours = time_steps(lambda: next(batches_a), step, warmup, batches,
+                      repeats, device)
+    fs = loader.feature_store
+    ours.update(backend=loader.node_sampler.backend,
+                lookahead=loader.lookahead,
+                feature_path='cpu gather + copy (no feature store)'
+                if fs is None else type(fs).__name__,
+                feature_store=None if fs is None else fs.describe(),
+                loader_stages=loader.stats()['stages'])
+    res['ours'] = ours
+    log(f"  ours: {ours['ms_per_batch']:.2f} ms/batch "
+        f"({ours['backend']}, {ours['feature_path']})")
+
+    # (b) Compute-only: the same loader's batches, on the device already.
+    log('train: compute-only bound (pre-sampled batches on the device)')
+    loader = HybridNeighborLoader(
+        data, fanout, batch_size=batch_size, shuffle=True,
+        input_nodes='paper', device=device, seed=0, **(loader_kwargs or {}))
+    batches_b = endless(loader)
+    kept = [next(batches_b) for _ in range(warmup + batches)]
+    batches_b.close()
+    loader = None
+    cycle = itertools.cycle(kept)
+    res['compute_only'] = time_steps(lambda: next(cycle), step, warmup,
+                                     batches, repeats, device)
+    kept.clear()
+    log(f"  compute-only: {res['compute_only']['ms_per_batch']:.2f} "
+        f"ms/batch")
+
+    # (c) PyG's NeighborLoader at each num_workers.
+    res['pyg'] = run_pyg(data, fanout, batch_size, device, step,
+                         pyg_workers, pyg_batches, repeats)
+
+    ours_ms = ours['ms_per_batch']
+    res['ratio_ours_vs_compute_only'] = \
+        ours_ms / res['compute_only']['ms_per_batch']
+    best = res['pyg'].get('best')
+    if best is not None:
+        res['pyg_best_ms_per_batch'] = best['ms_per_batch']
+        res['pyg_best_num_workers'] = best['num_workers']
+        res['speedup_ours_vs_pyg_best'] = best['ms_per_batch'] / ours_ms
+    return res
+
+
+def run_pyg(data: HeteroData, fanout: List[int], batch_size: int,
+            device: torch.device, step: Callable[[HeteroData], None],
+            workers: List[int], batches: int, repeats: int) -> Dict:
+    r"""PyG's :class:`~torch_geometric.loader.NeighborLoader` at each
+    :obj:`num_workers`: :obj:`2 * num_workers + 3` warm-up batches (the
+    workers' first batches and the prefetch queue, so that the timed
+    batches are produced in the steady state), then :obj:`batches` timed
+    batches, :obj:`repeats` times."""
+    from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
+    if not (WITH_PYG_LIB or WITH_TORCH_SPARSE):
+        return {'skipped': 'neither pyg_lib nor torch_sparse imports'}
+    from torch_geometric.loader import NeighborLoader
+    out: Dict = {'per_num_workers': {}, 'with': 'pyg_lib' if WITH_PYG_LIB
+                 else 'torch_sparse'}
+    pin = device.type == 'cuda'
+    for w in workers:
+        log(f'train: PyG NeighborLoader, num_workers={w}')
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            loader = NeighborLoader(
+                data, fanout, batch_size=batch_size, shuffle=True,
+                input_nodes='paper', num_workers=w,
+                persistent_workers=w > 0, pin_memory=pin)
+            res = _time_pyg(loader, device, step, 2 * w + 3, batches,
+                            repeats)
+        # The persistent workers end with their iterator: dropped first,
+        # they stop at once (deleting the loader with its iterator waited
+        # about 5 s per worker).
+        loader._iterator = None
+        loader = None
+        gc.collect()
+        res['wall_s'] = time.perf_counter() - start
+        out['per_num_workers'][w] = res
+        if 'ms_per_batch' in res:
+            log(f"  num_workers={w}: {res['ms_per_batch']:.2f} ms/batch")
+    timed = [(r['ms_per_batch'], w) for w, r in
+             out['per_num_workers'].items() if 'ms_per_batch' in r]
+    if timed:
+        ms, w = min(timed)
+        out['best'] = {'num_workers': w, 'ms_per_batch': ms}
+    return out
+
+
+def _time_pyg(loader, device: torch.device,
+              step: Callable[[HeteroData], None], warmup: int, batches: int,
+              repeats: int) -> Dict:
+    it = endless(loader)
+
+    def next_batch() -> HeteroData:
+        return next(it).to(device, non_blocking=True)
+
+    try:
+        return time_steps(next_batch, step, warmup, batches, repeats, device)
+    except Exception as e:  # E.g. too few shared-memory handles.
+        return {'error': f'{type(e).__name__}: {e}'}
+    finally:
+        it.close()
