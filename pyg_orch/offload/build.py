@@ -53,7 +53,17 @@ def check_loader(loader: Any) -> HotNodeSampler:
     r"""Returns the loader's sampler; raises if offload can not work with
     the loader (a :class:`TypeError` unless it is a
     :class:`~pyg_orch.HybridNeighborLoader`-like loader whose sampler
-    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`)."""
+    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`;
+    a :class:`NotImplementedError` for a
+    :class:`~pyg_orch.distributed.DistributedNeighborLoader`)."""
+    from pyg_orch.distributed.loader import DistributedNeighborLoader
+    if isinstance(loader, DistributedNeighborLoader):
+        raise NotImplementedError(
+            "BottomLayerOffload does not support DistributedNeighborLoader "
+            "(a partitioned graph, e.g. HybridNeighborLoader('parts/', ...)) "
+            "yet: it needs the whole graph's topology and features on this "
+            "machine to choose and compute hot vertices; pass a "
+            "HybridNeighborLoader over a Data or HeteroData")
     sampler = loader_sampler(loader)
     if not isinstance(sampler, HotNodeSampler):
         raise TypeError(
