@@ -569,7 +569,32 @@ def run(args) -> Dict[str, Any]:
     return res
 
 
-def print_run(res: Dict[str, Any]) -> None:
+def _table(headers: List[str], rows: List[List[Any]],
+           fmt: str = 'text') -> None:
+    r"""A fixed-width text table, or a reST simple table."""
+    if fmt != 'rst':
+        log(fmt_table(headers, rows))
+        return
+
+    def cell(v):
+        if v is None:
+            return '-'
+        if isinstance(v, float):
+            return f'{v:.3f}' if abs(v) < 10 else f'{v:.1f}'
+        return str(v)
+    rows = [[cell(v) for v in r] for r in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in rows))
+              for i, h in enumerate(headers)]
+    sep = '  '.join('=' * w for w in widths)
+    log(sep)
+    log('  '.join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip())
+    log(sep)
+    for r in rows:
+        log('  '.join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    log(sep)
+
+
+def print_run(res: Dict[str, Any], fmt: str = 'text') -> None:
     rows = []
     for method, m in res['methods'].items():
         p = m['partition']
@@ -582,10 +607,9 @@ def print_run(res: Dict[str, Any]) -> None:
                      m['features']['remote_rows'],
                      m['features']['cache_hit_rate'],
                      m['all_to_all_calls_per_batch']])
-    log(fmt_table(['method', 'edge cut', 'balance', 'partition s',
-                   'ms/batch', 'min', 'max', 'a2a ms', 'sampling MB',
-                   'features MB', 'remote rows', 'cache hit', 'a2a calls'],
-                  rows))
+    _table(['method', 'edge cut', 'balance', 'partition s', 'ms/batch',
+            'min', 'max', 'a2a ms', 'sampling MB', 'features MB',
+            'remote rows', 'cache hit', 'a2a calls'], rows, fmt)
     rows = []
     for method, m in res['methods'].items():
         for h, hop in enumerate(m['hops']):
@@ -594,8 +618,8 @@ def print_run(res: Dict[str, Any]) -> None:
                          hop['request_bytes_out'] / 1e3,
                          hop['response_bytes_in'] / 1e3,
                          hop['sampled_edges']])
-    log(fmt_table(['hop', 'frontier', 'remote frac', 'req out kB',
-                   'resp in kB', 'sampled edges'], rows))
+    _table(['hop', 'frontier', 'remote frac', 'req out kB', 'resp in kB',
+            'sampled edges'], rows, fmt)
     for method, e in res['errors'].items():
         log(f'[{method}] FAILED: {e}')
 
@@ -760,7 +784,7 @@ def _sweep_entry(acc, row_bytes: int, peer_requests, k: int):
             'batches': len(acc['nodes'])}
 
 
-def print_sweep(res: Dict[str, Any]) -> None:
+def print_sweep(res: Dict[str, Any], fmt: str = 'text') -> None:
     rows = []
     for method, by_k in res['results'].items():
         for k, e in by_k.items():
@@ -773,10 +797,10 @@ def print_sweep(res: Dict[str, Any]) -> None:
                          e['serve_imbalance'], e['partition_s']])
     num_hops = len(next(iter(next(iter(res['results'].values())).values()))[
         'hops'])
-    log(fmt_table(['method', 'parts', 'edge cut', 'balance'] +
-                  [f'remote hop {h}' for h in range(num_hops)] +
-                  ['remote rows', 'cache hit', 'sampling MB', 'features MB',
-                   'serve imbal.', 'partition s'], rows))
+    _table(['method', 'parts', 'edge cut', 'balance'] +
+           [f'remote hop {h}' for h in range(num_hops)] +
+           ['remote rows', 'cache hit', 'sampling MB', 'features MB',
+            'serve imbal.', 'partition s'], rows, fmt)
 
 
 # The scaling model ##########################################################
@@ -958,18 +982,7 @@ def print_projection(rows: List[Dict[str, Any]], fmt: str = 'text') -> None:
             rng(lo['time_per_batch_ms'], hi['time_per_batch_ms']),
             rng(hi['efficiency'], lo['efficiency'], '{:.2f}'),
         ])
-    if fmt == 'rst':
-        widths = [max(len(str(h)), *(len(str(r[i])) for r in table))
-                  for i, h in enumerate(headers)]
-        sep = '  '.join('=' * w for w in widths)
-        log(sep)
-        log('  '.join(str(h).ljust(w) for h, w in zip(headers, widths)))
-        log(sep)
-        for r in table:
-            log('  '.join(str(c).ljust(w) for c, w in zip(r, widths)))
-        log(sep)
-    else:
-        log(fmt_table(headers, table))
+    _table(headers, table, fmt)
 
 
 # Entry point ################################################################
@@ -1037,7 +1050,11 @@ def _parser() -> argparse.ArgumentParser:
                    help='measured batches per simulated part')
     m = p.add_argument_group('projection')
     m.add_argument('--project', nargs='+', default=None, metavar='JSON',
-                   help='a run result and / or a sweep result')
+                   help='run results (their methods merged) and / or a '
+                   'sweep result')
+    m.add_argument('--show', nargs='+', default=None, metavar='JSON',
+                   help='print the tables of run or sweep results (with '
+                   '--format rst: for the docs)')
     m.add_argument('--project-gpus', type=int_list, default=[8, 16, 64])
     m.add_argument('--gpus-per-machine', type=int_list, default=[1, 8])
     m.add_argument('--net-gbps', type=float,
@@ -1065,6 +1082,14 @@ def main(argv=None) -> None:
     for m in args.methods:
         if m not in ('metis', 'random', 'contiguous'):
             p.error(f'--methods: unknown method {m!r}')
+    if args.show:
+        for path in args.show:
+            with open(path) as f:
+                res = json.load(f)
+            log(f'{path}:')
+            (print_sweep if res.get('kind') == 'sweep' else print_run)(
+                res, args.format)
+        return
     if args.project:
         run_res = sweep_res = None
         for path in args.project:
@@ -1072,8 +1097,11 @@ def main(argv=None) -> None:
                 res = json.load(f)
             if res.get('kind') == 'sweep':
                 sweep_res = res
-            else:
+            elif run_res is None:
                 run_res = res
+            else:  # Runs of other methods (e.g. one per command).
+                for key in ('methods', 'partitions'):
+                    run_res[key].update(res[key])
         rows = project(run_res, sweep_res, args.project_gpus,
                        args.gpus_per_machine, args.net_gbps,
                        args.net_efficiency, args.nvlink_gbs,
