@@ -323,11 +323,43 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
         dist.destroy_process_group()
 
 
+def _probe(world: int, device: torch.device, rounds: int) -> Dict:
+    r"""Median time of one :func:`all_to_all_single` with 8 bytes and with
+    1 MiB per peer on :obj:`device`'s transport (gloo for CPU tensors,
+    NCCL for CUDA ones): the latency and bandwidth terms of the model, as
+    this machine has them."""
+    import torch.distributed as dist
+    out = {}
+    for name, per_peer in (('latency_us', 8), ('mib_per_peer_us', 2**20)):
+        x = torch.zeros(world * (per_peer // 8), dtype=torch.int64,
+                        device=device)
+        y = torch.empty_like(x)
+        times = []
+        for i in range(rounds + 5):
+            if device.type == 'cuda':
+                torch.cuda.synchronize(device)
+            t = time.perf_counter()
+            dist.all_to_all_single(y, x)
+            if device.type == 'cuda':
+                torch.cuda.synchronize(device)
+            if i >= 5:
+                times.append((time.perf_counter() - t) * 1e6)
+        out[name] = statistics.median(times)
+    # Bytes to the other ranks over the time of the 1 MiB exchange:
+    out['gbytes_per_s'] = (world - 1) * 2**20 / out['mib_per_peer_us'] / 1e3
+    return out
+
+
 def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     import torch.distributed as dist
 
     from pyg_orch.distributed import DistributedNeighborLoader
 
+    probe = {}
+    if args.probe_rounds:
+        for dev in [torch.device('cpu')] + ([device] if device.type == 'cuda'
+                                             else []):
+            probe[dev.type] = _probe(world, dev, args.probe_rounds)
     meter = _CommMeter(rank, world)
     meter.install()
     t = time.perf_counter()
@@ -423,6 +455,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         'cache_rows': int(getattr(loader, 'cached_rows', 0)),
         'cache_bytes': int(loader.gather.cache_bytes),
         'loss_first_last': [losses[0], losses[-1]] if losses else None,
+        'all_to_all_probe': probe,
         'summary': _summarize_rank(records, args.repeats),
     }
     if args.keep_batches:
@@ -485,6 +518,7 @@ def _combine(method: str, ranks: List[dict]) -> Dict[str, Any]:
     out['all_to_all_calls_per_batch'] = _mean(
         s['all_to_all_calls_per_batch'] for s in sums)
     out['first_batch_s'] = max(r['first_batch_s'] for r in ranks)
+    out['all_to_all_probe'] = ranks[0].get('all_to_all_probe')
     out['cache_rows_per_rank'] = [r['cache_rows'] for r in ranks]
     out['transport_devices'] = sorted({d for r in ranks
                                        for d in r['transport_devices']})
@@ -620,6 +654,11 @@ def print_run(res: Dict[str, Any], fmt: str = 'text') -> None:
                          hop['sampled_edges']])
     _table(['hop', 'frontier', 'remote frac', 'req out kB', 'resp in kB',
             'sampled edges'], rows, fmt)
+    for method, m in res['methods'].items():
+        for dev, pr in (m.get('all_to_all_probe') or {}).items():
+            log(f'[{method}] all_to_all on {dev}: {pr["latency_us"]:.0f} us '
+                f'(8 B per peer), {pr["mib_per_peer_us"]:.0f} us (1 MiB per '
+                f'peer, {pr["gbytes_per_s"]:.2f} GB/s)')
     for method, e in res['errors'].items():
         log(f'[{method}] FAILED: {e}')
 
@@ -1037,6 +1076,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument('--work-dir', default=None,
                    help='where partitions are written (kept); default: a '
                    'temporary folder, removed')
+    r.add_argument('--probe-rounds', type=int, default=50,
+                   help='timed all_to_all calls of 8 B and 1 MiB per peer, '
+                   'per transport, before the loader (0: none)')
     r.add_argument('--fail-rank', type=int, default=-1,
                    help='testing: this rank exits abruptly after the warm-up '
                    '(the run must record an error, not hang)')
