@@ -2,7 +2,7 @@
 exchanged and time per batch for METIS vs random partitions, one part per
 process, and a scaling model that projects the time per batch to more GPUs.
 
-Three modes:
+Four modes:
 
 * **run** (default): partitions a synthetic power-law graph into
   ``--world-size`` parts for every method of ``--methods``, then spawns one
@@ -22,6 +22,8 @@ Three modes:
 * ``--project RESULT.json [SWEEP.json]``: prints the projected time per
   batch at ``--project-gpus`` (default 8, 16, 64) GPUs, one GPU per machine
   and ``--gpus-per-machine`` GPUs per machine (``docs/scaling.rst``).
+* ``--show RESULT.json ...``: prints the tables of run or sweep results
+  (``--format rst`` for the docs).
 
     python benchmarks/bench_distributed.py                       # CPU, gloo
     python benchmarks/bench_distributed.py --backend nccl --nodes 2400000 \\
