@@ -310,9 +310,10 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
     if use_cuda:
         torch.cuda.set_device(rank)
         device = torch.device('cuda', rank)
-        # The library exchanges CPU tensors: gloo carries those, NCCL the
-        # CUDA tensors (DDP's gradients).
-        backend = 'cpu:gloo,cuda:nccl'
+        # Sampling requests, feature rows and DDP's gradients all go over
+        # NCCL (the library exchanges on the group's device, see
+        # pyg_orch.distributed.collective.comm_device).
+        backend = 'nccl'
     else:
         device = torch.device('cpu')
         backend = 'gloo'
@@ -359,8 +360,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
 
     probe = {}
     if args.probe_rounds:
-        for dev in [torch.device('cpu')] + ([device] if device.type == 'cuda'
-                                             else []):
+        for dev in [device]:
             probe[dev.type] = _probe(world, dev, args.probe_rounds)
     meter = _CommMeter(rank, world)
     meter.install()
@@ -368,7 +368,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     loader = DistributedNeighborLoader(
         part_dir, args.fanout, batch_size=args.batch_size, shuffle=True,
         cache_size=args.cache_rows, presample_batches=args.presample,
-        seed=args.seed)
+        seed=args.seed, device=device)
     build_s = time.perf_counter() - t
     timer: Dict[str, float] = {}
     loader.sampler.sample_from_nodes = meter.wrap(
@@ -436,8 +436,8 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         bar = tqdm(total=args.repeats * args.batches, desc=f'{method} batches',
                    file=sys.stdout, mininterval=2)
     for _ in range(args.repeats):
-        # A barrier over the CPU transport (the group may mix gloo, NCCL).
-        dist.all_reduce(torch.zeros(1))
+        # A barrier on the group's transport.
+        dist.all_reduce(torch.zeros(1, device=device))
         for _ in range(args.batches):
             batch, total_s, loader_s, train_s = step()
             records.append(_batch_record(loader, batch, meter, timer,
@@ -596,9 +596,8 @@ def run(args) -> Dict[str, Any]:
             'cpu' in m.get('transport_devices', [])
             for m in res['methods'].values()):
         res['notes'].append(
-            'The library exchanges CPU tensors, so sampling and feature '
-            'exchanges ran over gloo (the process group is '
-            "'cpu:gloo,cuda:nccl'); only DDP's gradients went over NCCL.")
+            'Some exchanges ran on CPU tensors although the backend is '
+            'NCCL: check transport_devices.')
     if not args.work_dir:
         import shutil
         shutil.rmtree(work, ignore_errors=True)
