@@ -104,7 +104,9 @@ def _edge_index_fingerprint(h, edge_index: Tensor, num_nodes) -> None:
     h.update(f'{num_nodes}:{num_edges}:'.encode())
     if num_edges:
         count = min(num_edges, _FINGERPRINT_SAMPLE)
-        cols = torch.linspace(0, num_edges - 1, count).round().long()
+        # float64: float32 rounds the last index past the end from 2**24 on.
+        cols = torch.linspace(0, num_edges - 1, count,
+                              dtype=torch.float64).round().long()
         sample = edge_index[:, cols.to(edge_index.device)]
         h.update(sample.to(torch.int64).cpu().contiguous().numpy().tobytes())
 
