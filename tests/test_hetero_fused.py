@@ -323,3 +323,46 @@ def test_uniform_subsets_with_fanouts_below_the_hops_largest():
     expected = reps * n / 6
     chi2 = float(((singles - expected)**2 / expected).sum())
     assert chi2 < 20.52  # 0.999 quantile of chi2(5).
+
+
+def test_hetero_batches_are_launched_without_waiting():
+    # On an asynchronous backend (the fused path on a GPU) a heterogeneous
+    # batch is queued by `launch_from_nodes` and read on `result()`, as a
+    # homogeneous one; the output equals `sample_from_nodes`. A stub
+    # backend stands in for the GPU here.
+    from torch_geometric.sampler import NodeSamplerInput
+
+    from pyg_orch import HybridNeighborSampler
+    from pyg_orch.sampling.pending import PendingSample
+
+    data = small_graph(3)
+    fanouts = {et: [3, 2] for et in data.edge_types}
+
+    class Deferred:
+        def __init__(self, backend):
+            self.backend, self.launched = backend, 0
+            self.asynchronous = True
+
+        def sample(self, request):
+            return self.backend.sample(request)
+
+        def launch(self, request):
+            self.launched += 1
+            return PendingSample(lambda: self.backend.sample(request))
+
+    def sampler():
+        s = HybridNeighborSampler(data, fanouts, seed=7)
+        s._backend = Deferred(s._backend)
+        return s
+
+    a, b = sampler(), sampler()
+    inputs = NodeSamplerInput(torch.arange(5), torch.tensor([0, 3, 5, 7, 9]),
+                              input_type='a')
+    pending = a.launch_from_nodes(inputs)
+    assert not pending.done and a._backend.launched == 1
+    got, want = pending.result(), b.sample_from_nodes(inputs)
+    for field in FIELDS:
+        assert getattr(got, field).keys() == getattr(want, field).keys()
+        for key, value in getattr(want, field).items():
+            assert torch.equal(getattr(got, field)[key], value), (field, key)
+    assert got.metadata[0].tolist() == list(range(5))

@@ -374,10 +374,11 @@ class HybridNeighborSampler(BaseSampler):
         batch is read; elsewhere the batch is sampled now.
         :meth:`PendingSample.result` returns the
         :class:`~torch_geometric.sampler.SamplerOutput`."""
-        if (not self.launches_async or self.is_hetero
-                or inputs.input_type is not None or self.is_temporal):
+        if (not self.launches_async or self.is_temporal
+                or self.is_hetero != (inputs.input_type is not None)):
             return PendingSample.ready(self.sample_from_nodes(inputs))
-        pending = self._backend.launch(self._request({None: inputs.node}))
+        pending = self._backend.launch(
+            self._request({inputs.input_type: inputs.node}))
 
         def finish() -> SamplerOutput:
             out = self._wrap(pending.result())
