@@ -290,3 +290,43 @@ def _stop(procs: list, grace: float) -> None:
         if p.is_alive():
             p.kill()
             p.join(1.0)
+
+
+def check_hetero_folder_loader(out_dir: str, rank: int, device, fanouts,
+                               **kwargs):
+    r"""In a rank's process: :class:`pyg_orch.HybridNeighborLoader` on the
+    partition folder of :func:`conftest.paper_hetero_graph` (150 papers, 100
+    authors, 4 features) yields, on :obj:`device`, the batches of the
+    single-process loader over the whole graph for this rank's paper seeds
+    (full fan-out: the same nodes, features and edges per type). Returns
+    the loader and the number of batches compared."""
+    import torch
+
+    from conftest import paper_hetero_graph
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.distributed import load_partition
+
+    data = paper_hetero_graph(num_papers=150, num_authors=100,
+                              num_features=4)
+    seeds = torch.arange(0, 150, 4)  # The paper seeds of all ranks.
+    part = load_partition(out_dir, rank)
+    mine = seeds[part.owner(seeds, 'paper') == rank]
+    loader = HybridNeighborLoader(out_dir, fanouts, batch_size=6,
+                                  input_nodes=('paper', seeds), even='pad',
+                                  device=device, **kwargs)
+    assert torch.equal(loader.input_nodes.cpu(), mine)
+    ref = list(HybridNeighborLoader(data, fanouts, batch_size=6,
+                                    input_nodes=('paper', mine),
+                                    device='cpu'))
+    ours = [b for b in loader if b['paper'].batch_size > 0]
+    assert len(ours) == len(ref) > 0
+    for a, b in zip(ours, ref):
+        assert a['paper'].batch_size == b['paper'].batch_size
+        for t in data.node_types:
+            assert a[t].x.device == torch.device(device)
+            assert torch.equal(a[t].n_id.cpu(), b[t].n_id), t
+            assert torch.equal(a[t].x.cpu(), b[t].x), t
+        for et in data.edge_types:
+            assert torch.equal(a[et].edge_index.cpu(), b[et].edge_index), et
+            assert torch.equal(a[et].e_id.cpu(), b[et].e_id), et
+    return loader, len(ours)

@@ -7,7 +7,7 @@ same logic with gloo on CPU processes."""
 import pytest
 import torch
 from conftest import random_graph
-from multiproc import run_workers
+from multiproc import check_hetero_folder_loader, run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
 from pyg_orch.multigpu import MULTICAST_OFF_ENV
@@ -85,34 +85,11 @@ def test_nccl_loader_equals_single_process(tmp_path, policy, via_hybrid):
 
 
 def _nccl_hetero(rank, world_size, out_dir):
-    from conftest import paper_hetero_graph
-
-    from pyg_orch import HybridNeighborLoader
     torch.cuda.set_device(rank)
-    device = torch.device('cuda', rank)
-    data = paper_hetero_graph(num_papers=150, num_authors=100,
-                              num_features=4)
-    seeds = torch.arange(0, 150, 4)  # The paper seeds of all ranks.
-    part = load_partition(out_dir, rank)
-    mine = seeds[part.owner(seeds, 'paper') == rank]
-    loader = HybridNeighborLoader(out_dir, FANOUTS, batch_size=6,
-                                  input_nodes=('paper', seeds), even='pad',
-                                  device=device, cache_size=30)
-    ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=6,
-                                    input_nodes=('paper', mine),
-                                    device='cpu'))
-    ours = [b for b in loader if b['paper'].batch_size > 0]
-    assert len(ours) == len(ref) > 0
-    for a, b in zip(ours, ref):
-        for t in data.node_types:
-            assert a[t].x.device == device
-            assert torch.equal(a[t].n_id.cpu(), b[t].n_id), t
-            assert torch.equal(a[t].x.cpu(), b[t].x), t
-        for et in data.edge_types:
-            assert torch.equal(a[et].edge_index.cpu(), b[et].edge_index)
-            assert torch.equal(a[et].e_id.cpu(), b[et].e_id), et
+    _, count = check_hetero_folder_loader(
+        out_dir, rank, torch.device('cuda', rank), FANOUTS, cache_size=30)
     torch.cuda.synchronize()
-    return len(ours)
+    return count
 
 
 def test_nccl_hetero_loader_equals_single_process(tmp_path):

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 from conftest import random_graph
-from multiproc import run_workers
+from multiproc import check_hetero_folder_loader, run_workers
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.distributed import (
@@ -297,34 +297,13 @@ def test_comm_device(monkeypatch):
 
 
 def _hetero_hybrid_worker(rank, world_size, out_dir):
-    from conftest import paper_hetero_graph
-    data = paper_hetero_graph(num_papers=150, num_authors=100,
-                              num_features=4)
-    seeds = torch.arange(0, 150, 4)  # The paper seeds of all ranks.
-    part = load_partition(out_dir, rank)
-    mine = seeds[part.owner(seeds, 'paper') == rank]
-    loader = HybridNeighborLoader(out_dir, FANOUTS, batch_size=6,
-                                  input_nodes=('paper', seeds), even='pad',
-                                  device='cpu')
-    assert torch.equal(loader.input_nodes, mine)
-    ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=6,
-                                    input_nodes=('paper', mine),
-                                    device='cpu'))
-    ours = [b for b in loader if b['paper'].batch_size > 0]
-    assert len(ours) == len(ref) > 0
-    for a, b in zip(ours, ref):
-        assert a['paper'].batch_size == b['paper'].batch_size
-        for t in data.node_types:
-            assert torch.equal(a[t].n_id, b[t].n_id), t
-            assert torch.equal(a[t].x, b[t].x), t
-        for et in data.edge_types:
-            assert torch.equal(a[et].edge_index, b[et].edge_index), et
-            assert torch.equal(a[et].e_id, b[et].e_id), et
+    _, count = check_hetero_folder_loader(out_dir, rank, 'cpu', FANOUTS)
     # A node type: all of the part's vertices of it.
     by_type = HybridNeighborLoader(out_dir, [2], batch_size=50,
                                    input_nodes='author', device='cpu')
+    part = load_partition(out_dir, rank)
     assert torch.equal(by_type.input_nodes, part.node_ids['author'])
-    return len(ours)
+    return count
 
 
 def test_hybrid_loader_on_hetero_partition_folder(tmp_path):

@@ -5,7 +5,7 @@ pre-sampling), so that repeated remote reads are served locally."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -43,6 +43,19 @@ class GatherStats:
 
     def as_dict(self) -> Dict[str, int]:
         return dict(vars(self))
+
+
+def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
+                kind: str) -> Optional[List[str]]:
+    # `keys` as a list; each must be an attribute of some node / edge type.
+    if keys is None:
+        return None
+    keys = list(keys)
+    missing = [k for k in keys if not any(k in a for a in attrs.values())]
+    if missing:
+        raise ValueError(f'no {kind} type of the partition has the {kind} '
+                         f'attribute(s) {missing}')
+    return keys
 
 
 class DistributedFeatureGather:
@@ -157,20 +170,8 @@ class DistributedFeatureGather:
         self.rank, self.world_size = partition.part, partition.num_parts
         self.device = torch.device('cpu') if device is None else \
             torch.device(device)
-        if keys is not None:
-            keys = list(keys)
-            missing = [k for k in keys if not any(
-                k in a for a in partition.node_attrs.values())]
-            if missing:
-                raise ValueError(f'no node type of the partition has the '
-                                 f'node attribute(s) {missing}')
-        if edge_keys is not None:
-            edge_keys = list(edge_keys)
-            missing = [k for k in edge_keys if not any(
-                k in a for a in partition.edge_attrs.values())]
-            if missing:
-                raise ValueError(f'no edge type of the partition has the '
-                                 f'edge attribute(s) {missing}')
+        keys = _check_keys(keys, partition.node_attrs, 'node')
+        edge_keys = _check_keys(edge_keys, partition.edge_attrs, 'edge')
         self.node_types = list(partition.node_ids)
         self.edge_types = list(partition.csc)
         self.by_node_type: Dict[str, DistributedFeatureGather] = {}

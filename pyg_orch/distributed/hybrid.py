@@ -176,26 +176,22 @@ def partition_loader(path: os.PathLike,
       :obj:`group` and :obj:`expected_fingerprint`.
     """
     args = dict(arguments)
-    for key, default in _IN_MEMORY.items():
-        if key in args and not _is_default(args.pop(key), default):
-            raise ValueError(
-                f"HybridNeighborLoader on a partition folder: {key!r} "
-                f"applies to a graph held in memory; leave it unset (each "
-                f"rank samples its part of '{os.fspath(path)}')")
-    for key, default in _NOT_YET.items():
-        if key in args and not _is_default(args.pop(key), default):
-            raise NotImplementedError(
-                f"HybridNeighborLoader on a partition folder: {key!r} is "
-                f"not supported across machines yet (uniform sampling "
-                f"without replacement, directional subgraphs, in the main "
-                f"process)")
-    for key, default in _DATALOADER.items():
-        if key in args and not _is_default(args.pop(key), default):
-            raise ValueError(
-                f"HybridNeighborLoader on a partition folder: the "
-                f"DataLoader argument {key!r} does not apply (batches are "
-                f"assembled by DistributedNeighborLoader, without a "
-                f"DataLoader)")
+    refusals = (
+        (_IN_MEMORY, ValueError, "{key!r} applies to a graph held in "
+         "memory; leave it unset (each rank samples its part of "
+         f"'{os.fspath(path)}')"),
+        (_NOT_YET, NotImplementedError, "{key!r} is not supported across "
+         "machines yet (uniform sampling without replacement, directional "
+         "subgraphs, in the main process)"),
+        (_DATALOADER, ValueError, "the DataLoader argument {key!r} does not "
+         "apply (batches are assembled by DistributedNeighborLoader, "
+         "without a DataLoader)"),
+    )
+    for defaults, error, reason in refusals:
+        for key, default in defaults.items():
+            if key in args and not _is_default(args.pop(key), default):
+                raise error("HybridNeighborLoader on a partition folder: "
+                            + reason.format(key=key))
     if 'num_neighbors' not in args:
         raise ValueError("HybridNeighborLoader needs 'num_neighbors'")
     num_neighbors = args.pop('num_neighbors')
