@@ -253,3 +253,51 @@ def test_choose_replicated_ranks_reads_saved_per_byte():
                                       exclude=range(2, 4)).tolist()
     with pytest.raises(ValueError, match="'replicate_by' must be"):
         TopologySharding(replicate_by='random')
+
+
+def _refill(rank, world_size, method):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, 12, generator=gen)
+    hot = torch.zeros(1000)
+    hot[:200] = 1.0
+    store = ShardedFeatureStore(x if rank == 0 else torch.zeros_like(x),
+                                PeerGroup(), hotness=hot,
+                                gpu_memory_budget=100 * 12 * 4,
+                                method=method)
+    before = sorted(store.cached_nodes.tolist())
+    # E.g. BottomLayerOffload's cache candidates: the same on every rank.
+    new = torch.arange(999, 599, -1)  # 400 candidates, 200 fit.
+    store.set_cached_nodes(new)
+    after = store.cached_nodes.tolist()
+    store.reset_stats()
+    ok = True
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        index = torch.randint(0, 1000, (300, ), generator=gen)
+        index[:40] = torch.arange(960, 1000)  # Now cached on both ranks.
+        ok &= torch.equal(store.gather(index), x[index])
+    stats = store.stats
+    mismatch = None
+    try:  # Different candidates per rank: refused on every rank.
+        store.set_cached_nodes(torch.arange(10) + rank)
+    except ValueError as e:
+        mismatch = str(e)
+    return dict(ok=ok, before=before, after=after, own=stats.cache_rows,
+                peer=stats.peer_rows, mismatch=mismatch)
+
+
+@pytest.mark.parametrize('method', [
+    'cpu',
+    pytest.param('uva', marks=pytest.mark.skipif(
+        not INTERPRET, reason='needs TRITON_INTERPRET=1')),
+])
+def test_sharded_feature_store_takes_new_cached_nodes(method):
+    env = {'TRITON_INTERPRET': '1'} if method == 'uva' else None
+    out = run_workers(_refill, 2, args=(method, ), timeout=300, env=env)
+    for o in out:
+        assert o['ok']
+        assert o['before'] == list(range(200))
+        # The 200 most important candidates, in order, over both GPUs:
+        assert o['after'] == list(range(999, 799, -1))
+        assert o['own'] > 0 and o['peer'] > 0
+        assert 'same' in o['mismatch']

@@ -228,9 +228,13 @@ class TieredFeatureStore(FeatureStore):
         uniq, inv = torch.unique(nodes, return_inverse=True)
         first = torch.full((uniq.numel(), ), nodes.numel(), dtype=torch.int64)
         first.scatter_reduce_(0, inv, torch.arange(nodes.numel()), 'amin')
-        nodes = uniq[torch.argsort(first)][:self.capacity]
+        nodes = uniq[torch.argsort(first)][:self._max_cached_rows()]
         with self._lock:
             self._fill_cache(nodes)
+
+    def _max_cached_rows(self) -> int:
+        # The most rows the cache holds (`capacity` per device).
+        return self.capacity
 
     def gpu_bytes(self) -> int:
         r"""GPU memory held: the cache and the slot map."""

@@ -231,10 +231,12 @@ class HybridLoaderMixin:
         :class:`pyg_orch.BottomLayerOffload`; for a heterogeneous graph
         (a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`), a dictionary of
         node ids per node type, each type within its share of the budget.
-        Returns :obj:`False` when the
-        loader uses no feature store (features already on the device, or a
-        CPU device) or one whose rows are fixed (a
-        :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore`)."""
+        With a
+        :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore`
+        this is a collective: every rank of the machine passes the same
+        :obj:`nodes`. Returns :obj:`False` when the loader uses no feature
+        store (features already on the device, or a CPU device) or one whose
+        rows are fixed."""
         if self.feature_store is None or not getattr(
                 self.feature_store, 'can_set_cached_nodes', True):
             return False

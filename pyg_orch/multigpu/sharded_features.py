@@ -3,6 +3,7 @@ by the machine's pre-sampled access counts, dealt round-robin to the ranks,
 so the machine caches as many rows as all its GPUs hold; the other rows live
 once per machine in shared (pinned) host memory. A gather reads the own
 GPU's cache, then peers' caches, then host memory, in one kernel."""
+import hashlib
 from typing import Optional, Tuple, Union
 
 import torch
@@ -48,7 +49,7 @@ class ShardedFeatureStore(TieredFeatureStore):
                          gpu_memory_budget=gpu_memory_budget,
                          cache_ratio=cache_ratio, **kwargs)
 
-    can_set_cached_nodes = False
+    can_set_cached_nodes = True
 
     @property
     def _num_shards(self) -> int:
@@ -80,19 +81,45 @@ class ShardedFeatureStore(TieredFeatureStore):
         self.cached_nodes = nodes
         self.slot = slot.to(self.device)
         mine = nodes[i % S == peers.rank]
-        self.shards = peers.allocate((max(C, 1), self.width), self.dtype)
+        refill = getattr(self, 'shards', None) is not None
+        if refill:
+            # Peers may still read this rank's rows for gathers queued
+            # with the old map: all of them finish first.
+            self._quiesce()
+        else:
+            self.shards = peers.allocate((max(C, 1), self.width),
+                                         self.dtype)
         self.shards.own[:mine.numel()].copy_(
             self.host.index_select(0, mine))
         self.cache = self.shards.own
-        peers.barrier()  # Every rank's rows are in place.
+        self._quiesce()  # Every rank's rows are in place.
+
+    def _quiesce(self) -> None:
         if self.device.type == 'cuda':
             torch.cuda.synchronize(self.device)
+        self.peers.barrier()
+
+    def _max_cached_rows(self) -> int:
+        return self.capacity * self.peers.world_size
 
     def set_cached_nodes(self, nodes: Tensor) -> None:
-        raise NotImplementedError(
-            "ShardedFeatureStore chooses its rows once, for the whole "
-            "machine; changing them (e.g. for BottomLayerOffload's GPU "
-            "cache candidates) is not supported yet")
+        r"""Caches the rows :obj:`nodes` on the machine's GPUs (most
+        important first, dealt round-robin as at construction; as many as
+        all GPUs hold), e.g. the candidates chosen by
+        :class:`pyg_orch.BottomLayerOffload`. A collective: every rank calls
+        it with the same :obj:`nodes`, between gathers (each waits for the
+        gathers every rank has queued before it refills)."""
+        nodes = torch.as_tensor(nodes).view(-1).cpu().to(torch.int64)
+        mine = (nodes.numel(),
+                hashlib.sha1(nodes.numpy().tobytes()).hexdigest())
+        seen = self.peers.all_gather_object(mine)
+        if any(other != mine for other in seen):
+            raise ValueError(
+                f"ShardedFeatureStore.set_cached_nodes: every rank must "
+                f"pass the same 'nodes' (rank {self.peers.rank} of "
+                f"{self.peers.world_size} got {nodes.numel()} nodes; the "
+                f"ranks' counts are {[n for n, _ in seen]})")
+        super().set_cached_nodes(nodes)
 
     def _cache_table(self) -> Tuple:
         return self.shards.pointers, self.capacity, self.peers.rank
