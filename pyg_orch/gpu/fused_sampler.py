@@ -64,10 +64,6 @@ class FusedPlan:
             self.caps.append(min(self.caps[-1] * max(k, 0), num_nodes))
         kw = dict(dtype=torch.int64, device=device)
         self.seeds = torch.zeros(B, **kw)
-        # Seeds in host memory are staged here, then copied without a wait.
-        self.seeds_host = torch.zeros(B, dtype=torch.int64,
-                                      pin_memory=device.type == 'cuda')
-        self._staged = None
         self.positions = torch.arange(B, dtype=torch.int32, device=device)
         self.hop_seeds = torch.zeros(max(len(fanouts), 1), **kw)
         self.node_buf = torch.zeros(B + sum(self.caps[1:]), **kw)
@@ -212,8 +208,12 @@ class FusedPlan:
         if self.device.type != 'cuda' or seeds.is_cuda:
             self.seeds.copy_(seeds, non_blocking=True)
             return
-        if self._staged is not None:  # The previous copy has left it.
-            self._staged.synchronize()
+        staged = getattr(self, '_staged', None)
+        if staged is None:  # The first time (made here for subclasses too).
+            self.seeds_host = torch.zeros(self.seeds.shape, dtype=torch.int64,
+                                          pin_memory=True)
+        else:  # The previous copy has left the buffer.
+            staged.synchronize()
         self.seeds_host.copy_(seeds)
         self.seeds.copy_(self.seeds_host, non_blocking=True)
         self._staged = torch.cuda.Event()
