@@ -2,7 +2,7 @@
 """Benchmark bottom-layer offload
 (:class:`pyg_orch.offload.BottomLayerOffload`) on a synthetic power-law
 graph, and (``--accuracy``) compare its test accuracy with plain training on
-Cora and CiteSeer.
+Cora, CiteSeer and the MUSAE Facebook and GitHub graphs.
 
 Throughput (default): one run builds the graph once (features in host
 memory), then trains GraphSAGE with :class:`pyg_orch.HybridNeighborLoader`
@@ -24,8 +24,27 @@ each batch needs), and reports per mode:
   where NVML is available), peak GPU memory.
 
 Accuracy (``--accuracy``): GraphSAGE and GCN (2 layers, 64 hidden, fan-out
-[10, 5], batch 32, 30 epochs, Adam) on Cora and CiteSeer, with and without
-offload (default settings), test accuracy averaged over 5 seeds.
+[10, 5], Adam; :func:`pyg_orch.evaluation.train_and_test`), with and without
+offload (``--hot-ratio``, ``--max-staleness``, ``--split``), test accuracy
+averaged over ``--seeds`` seeds (seed ``s`` seeds the model and the loader
+of both modes), on every data set found under ``--datasets``
+(``--accuracy-datasets`` picks among them; the missing are skipped):
+
+* Cora and CiteSeer (``Cora/raw``, ``CiteSeer/raw``: Planetoid raw files):
+  public split, batch 32, ``--epochs`` epochs (30);
+* MUSAE Facebook page-page (4 classes) and GitHub (2 classes)
+  (``musae/facebook``, ``musae/github``: ``edges.csv``, ``target.csv``,
+  :func:`pyg_orch.datasets.read_musae`): real, skewed social graphs without
+  node features. They get the deterministic structural features of
+  :func:`pyg_orch.datasets.structural_features` (a one-hot of the log2
+  in-degree bucket, 16 buckets, the normalized log-degree and the mean
+  normalized log-degree of the neighbors: 18 columns), and a random split
+  (:func:`pyg_orch.evaluation.random_split`: ``--train-ratio`` (10 %) of
+  the nodes for training, ``--val-ratio`` (10 %) for validation (unused),
+  the rest for testing), drawn once with ``--split-seed`` (0), so it is the
+  same for both modes and every model seed. Batch ``--musae-batch-size``
+  (64), ``--musae-epochs`` epochs (30), as the graphs are 8-14 times larger
+  than Cora and the whole run fits in ~30 minutes on 2 CPU cores.
 
 Examples::
 
@@ -33,9 +52,11 @@ Examples::
     python benchmarks/bench_offload.py --small
     python benchmarks/bench_offload.py                   # 2.4M nodes, GPU
     python benchmarks/bench_offload.py --wide            # 600-dim features
-    python benchmarks/bench_offload.py --accuracy
+    python benchmarks/bench_offload.py --accuracy --seeds 5
+    python benchmarks/bench_offload.py --accuracy --accuracy-datasets github
 """
 import argparse
+import datetime
 import gc
 import json
 import shutil
@@ -60,6 +81,7 @@ from _bench_common import (  # noqa: E402
 )
 
 SCHEMA_VERSION = 1
+ACCURACY_DATASETS = ('Cora', 'CiteSeer', 'facebook', 'github')
 
 
 def _ratio(value: str):
@@ -71,11 +93,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog='bench_offload.py',
         description='Benchmark BottomLayerOffload (GraphSAGE training with '
         'and without it on a power-law graph), or compare its accuracy on '
-        'Cora and CiteSeer (--accuracy).',
+        'Cora, CiteSeer and MUSAE Facebook / GitHub (--accuracy).',
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_preset_args(p)
     p.add_argument('--accuracy', action='store_true',
-                   help='compare test accuracy on Cora and CiteSeer instead')
+                   help='compare test accuracy on Cora, CiteSeer and MUSAE '
+                   'Facebook / GitHub instead')
     p.add_argument('--num-nodes', type=int, default=None)
     p.add_argument('--num-edges', type=int, default=None)
     p.add_argument('--num-features', type=int, default=100)
@@ -135,14 +158,43 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--seeds', type=int, default=5,
                    help='--accuracy: seeds per configuration')
     p.add_argument('--epochs', type=int, default=30,
-                   help='--accuracy: training epochs')
+                   help='--accuracy: training epochs on Cora and CiteSeer')
+    p.add_argument('--musae-epochs', type=int, default=30,
+                   help='--accuracy: training epochs on the MUSAE graphs')
+    p.add_argument('--musae-batch-size', type=int, default=64,
+                   help='--accuracy: batch size on the MUSAE graphs '
+                   '(Cora and CiteSeer: 32)')
+    p.add_argument('--train-ratio', type=float, default=0.1,
+                   help='--accuracy: MUSAE training nodes (random split)')
+    p.add_argument('--val-ratio', type=float, default=0.1,
+                   help='--accuracy: MUSAE validation nodes (unused; the '
+                   'rest are test nodes)')
+    p.add_argument('--split-seed', type=int, default=0,
+                   help='--accuracy: seed of the MUSAE split (fixed over '
+                   'the model seeds)')
+    p.add_argument('--accuracy-datasets', default=','.join(ACCURACY_DATASETS),
+                   help='--accuracy: comma-separated, among '
+                   f'{",".join(ACCURACY_DATASETS)}')
     p.add_argument('--datasets', default=str(REPO.parent / 'shared' /
                                              'datasets'),
-                   help='--accuracy: folder with Cora/raw and CiteSeer/raw')
+                   help='--accuracy: folder with Cora/raw, CiteSeer/raw, '
+                   'musae/facebook and musae/github (the missing are '
+                   'skipped)')
     p.add_argument('--out', default=None,
                    help='JSON output (default: benchmarks/results/...)')
     args = p.parse_args(argv)
     args.modes = [m for m in args.modes.replace(' ', '').split(',') if m]
+    args.accuracy_datasets = [
+        d for d in args.accuracy_datasets.replace(' ', '').split(',') if d]
+    unknown = set(args.accuracy_datasets) - set(ACCURACY_DATASETS)
+    if unknown or not args.accuracy_datasets:
+        p.error(f"--accuracy-datasets takes a comma-separated list of "
+                f"{', '.join(ACCURACY_DATASETS)} (got "
+                f"{', '.join(sorted(unknown)) or 'none'})")
+    if args.seeds < 1 or args.epochs < 1 or args.musae_epochs < 1 or \
+            args.musae_batch_size < 1:
+        p.error('--seeds, --epochs, --musae-epochs and --musae-batch-size '
+                'take positive integers')
     try:
         for m in args.modes:
             mode_options(args, m)
@@ -526,35 +578,68 @@ def print_throughput(args, res) -> None:
 
 # Accuracy ####################################################################
 
-def run_accuracy(args) -> Dict[str, Any]:
+def accuracy_datasets(args, tmp: Path):
+    r"""Yields :obj:`(name, data, settings)` for every data set of
+    ``--accuracy-datasets`` found under ``--datasets`` (see the module
+    docstring), logging the missing ones."""
     from torch_geometric.datasets import Planetoid
 
-    from pyg_orch.evaluation import train_and_test
+    from pyg_orch.datasets import read_musae, structural_features
+    from pyg_orch.evaluation import random_split
 
-    results: Dict[str, Any] = {}
-    tmp = Path(tempfile.mkdtemp(prefix='bench_offload_'))
-    try:
-        for name in ('Cora', 'CiteSeer'):
+    for name in args.accuracy_datasets:
+        if name in ('Cora', 'CiteSeer'):
             raw = Path(args.datasets) / name / 'raw'
             if not raw.exists():
                 log(f'[accuracy] {raw} not found: {name} skipped')
                 continue
             shutil.copytree(raw, tmp / name / 'raw')
             data = Planetoid(str(tmp), name)[0]
+            yield name, data, dict(epochs=args.epochs, batch_size=32,
+                                   split='public')
+        else:
+            folder = Path(args.datasets) / 'musae' / name
+            if not folder.is_dir():
+                log(f'[accuracy] {folder} not found: {name} skipped')
+                continue
+            data = read_musae(str(folder))
+            data.x = structural_features(data.edge_index, data.num_nodes)
+            data.train_mask, data.val_mask, data.test_mask = random_split(
+                data.num_nodes, args.train_ratio, args.val_ratio,
+                seed=args.split_seed)
+            yield name, data, dict(
+                epochs=args.musae_epochs, batch_size=args.musae_batch_size,
+                split=dict(kind='random', train_ratio=args.train_ratio,
+                           val_ratio=args.val_ratio, seed=args.split_seed),
+                features='structural_features (18 columns)')
+
+
+def run_accuracy(args) -> Dict[str, Any]:
+    from tqdm import tqdm
+
+    from pyg_orch.evaluation import train_and_test
+
+    results: Dict[str, Any] = {}
+    tmp = Path(tempfile.mkdtemp(prefix='bench_offload_'))
+    bar = tqdm(total=len(args.accuracy_datasets) * 2 * 2 * args.seeds,
+               desc='accuracy runs', unit='run', dynamic_ncols=True)
+    try:
+        for name, data, settings in accuracy_datasets(args, tmp):
             for arch in ('sage', 'gcn'):
                 t0 = time.perf_counter()
-                runs = {
-                    mode: [
-                        train_and_test(data, arch, s, mode == 'offload',
-                                       args.epochs, args.max_staleness,
-                                       args.full_neighbors, args.split,
-                                       args.hot_ratio)
-                        for s in range(args.seeds)
-                    ]
-                    for mode in ('plain', 'offload')
-                }
+                runs: Dict[str, List[Dict[str, Any]]] = {}
+                for mode in ('plain', 'offload'):
+                    runs[mode] = []
+                    for s in range(args.seeds):
+                        bar.set_postfix_str(f'{name} {arch} {mode} seed {s}')
+                        runs[mode].append(train_and_test(
+                            data, arch, s, mode == 'offload',
+                            settings['epochs'], args.max_staleness,
+                            args.full_neighbors, args.split, args.hot_ratio,
+                            batch_size=settings['batch_size']))
+                        bar.update()
                 accs = {m: [r['acc'] for r in v] for m, v in runs.items()}
-                entry = {
+                entry: Dict[str, Any] = {
                     m: {
                         'accs': a,
                         'mean': statistics.mean(a),
@@ -571,16 +656,27 @@ def run_accuracy(args) -> Dict[str, Any]:
                     r['max_staleness_seen'] for r in runs['offload'])
                 entry['offload']['max_table_age'] = max(
                     r['max_table_age'] for r in runs['offload'])
+                entry['dataset'] = dict(
+                    settings, num_nodes=data.num_nodes,
+                    num_edges=data.edge_index.size(1),
+                    num_features=data.num_features,
+                    num_classes=int(data.y.max()) + 1,
+                    num_train=int(data.train_mask.sum()),
+                    num_test=int(data.test_mask.sum()))
                 entry['seconds'] = time.perf_counter() - t0
                 results[f'{name}/{arch}'] = entry
-                log(f"[accuracy] {name:<8} {arch:<4} plain "
+                bar.write(
+                    f"[accuracy] {name:<8} {arch:<4} plain "
                     f"{100 * entry['plain']['mean']:.2f} +- "
                     f"{100 * entry['plain']['stderr']:.2f}, offload "
                     f"{100 * entry['offload']['mean']:.2f} +- "
                     f"{100 * entry['offload']['stderr']:.2f} "
-                    f"({entry['diff_points']:+.2f} points, "
+                    f"({entry['diff_points']:+.2f} points, num_hot "
+                    f"{entry['offload']['num_hot']}, max staleness "
+                    f"{entry['offload']['max_staleness_seen']}, "
                     f"{entry['seconds']:.0f} s)")
     finally:
+        bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return results
 
@@ -592,6 +688,8 @@ def main(argv=None) -> Dict[str, Any]:
         'benchmark': 'offload_accuracy' if args.accuracy else 'offload',
         'args': {k: v for k, v in vars(args).items()},
         'machine': machine_info(),
+        'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec='seconds'),
     }
     t0 = time.perf_counter()
     if args.accuracy:

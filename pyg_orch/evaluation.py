@@ -1,10 +1,11 @@
 r"""Accuracy protocol for node classification with and without bottom-layer
 offload: the one that ``benchmarks/bench_offload.py --accuracy`` reports and
 that the test suite checks in a shorter form."""
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from torch_geometric.nn import GCN, GraphSAGE
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
@@ -13,12 +14,14 @@ from pyg_orch import BottomLayerOffload, HybridNeighborLoader
 def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
                    max_staleness: int = 1, full_neighbors: bool = False,
                    split: str = 'auto',
-                   hot_ratio: float = 0.05) -> Dict[str, Any]:
+                   hot_ratio: float = 0.05,
+                   batch_size: int = 32) -> Dict[str, Any]:
     r"""Trains a 2-layer model (64 hidden channels, dropout 0.5) on the
     :obj:`train_mask` nodes of :obj:`data` with
-    :class:`pyg_orch.HybridNeighborLoader` (fan-out :obj:`[10, 5]`, batch
-    size 32, shuffled, on the CPU) and Adam (learning rate 0.01, weight decay
-    5e-4) for :obj:`epochs` epochs, then evaluates it on the full graph.
+    :class:`pyg_orch.HybridNeighborLoader` (fan-out :obj:`[10, 5]`,
+    :obj:`batch_size` seeds a batch, shuffled, on the CPU) and Adam
+    (learning rate 0.01, weight decay 5e-4) for :obj:`epochs` epochs, then
+    evaluates it on the full graph.
 
     Args:
         data (torch_geometric.data.Data): A graph with :obj:`x`, :obj:`y`,
@@ -31,6 +34,8 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
             :obj:`max_staleness`, :obj:`full_neighbors`, :obj:`split` and
             :obj:`hot_ratio`).
         epochs (int): Training epochs.
+        batch_size (int, optional): Seed nodes per batch.
+            (default: :obj:`32`)
 
     Returns:
         :obj:`{'acc': test accuracy}`; with :obj:`offload`, also the
@@ -38,9 +43,9 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
         :obj:`max_table_age` and :obj:`hot_rows_per_batch` statistics.
     """
     torch.manual_seed(seed)
-    loader = HybridNeighborLoader(data, [10, 5], batch_size=32, shuffle=True,
-                                  input_nodes=data.train_mask, device='cpu',
-                                  seed=seed)
+    loader = HybridNeighborLoader(data, [10, 5], batch_size=batch_size,
+                                  shuffle=True, input_nodes=data.train_mask,
+                                  device='cpu', seed=seed)
     Model = GraphSAGE if arch == 'sage' else GCN
     model = Model(data.num_features, 64, 2, int(data.y.max()) + 1,
                   dropout=0.5)
@@ -71,3 +76,49 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
                    hot_rows_per_batch=stats['hot_rows_per_batch'])
         model.close()
     return out
+
+
+def random_split(num_nodes: int, train_ratio: float = 0.1,
+                 val_ratio: float = 0.1,
+                 seed: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    r"""Seeded random node split for graphs without a public one: a random
+    permutation of the nodes (:class:`torch.Generator` seeded with
+    :obj:`seed`, independent of the global RNG), whose first
+    :obj:`round(train_ratio * num_nodes)` nodes are for training, the next
+    :obj:`round(val_ratio * num_nodes)` for validation and the rest for
+    testing.
+
+    Args:
+        num_nodes (int): The number of nodes.
+        train_ratio (float, optional): The fraction of training nodes.
+            (default: :obj:`0.1`)
+        val_ratio (float, optional): The fraction of validation nodes.
+            (default: :obj:`0.1`)
+        seed (int, optional): Seeds the permutation. (default: :obj:`0`)
+
+    Returns:
+        :obj:`(train_mask, val_mask, test_mask)`, disjoint boolean tensors
+        of :obj:`num_nodes` entries that cover all nodes.
+    """
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or \
+            num_nodes < 1:
+        raise ValueError(f"'num_nodes' must be a positive integer "
+                         f"(got {num_nodes!r})")
+    for name, ratio in (('train_ratio', train_ratio),
+                        ('val_ratio', val_ratio)):
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"'{name}' must lie in [0, 1] (got {ratio!r})")
+    if train_ratio + val_ratio > 1.0:
+        raise ValueError(f"'train_ratio' + 'val_ratio' must be at most 1 "
+                         f"(got {train_ratio!r} + {val_ratio!r})")
+    perm = torch.randperm(num_nodes,
+                          generator=torch.Generator().manual_seed(seed))
+    num_train = round(train_ratio * num_nodes)
+    num_val = min(round(val_ratio * num_nodes), num_nodes - num_train)
+    masks = []
+    for lo, hi in ((0, num_train), (num_train, num_train + num_val),
+                   (num_train + num_val, num_nodes)):
+        mask = torch.zeros(num_nodes, dtype=torch.bool)
+        mask[perm[lo:hi]] = True
+        masks.append(mask)
+    return masks[0], masks[1], masks[2]

@@ -1,7 +1,10 @@
+import math
+
 import pytest
 import torch
 
-from pyg_orch.datasets import power_law_graph, read_musae
+from pyg_orch.datasets import power_law_graph, read_musae, structural_features
+from pyg_orch.evaluation import random_split
 
 from conftest import DATASETS
 
@@ -342,3 +345,44 @@ def test_read_musae_shared(name, num_nodes, num_edges, num_classes):
     row, col = data.edge_index
     assert torch.equal(row[:num_edges], col[num_edges:])
     assert torch.equal(col[:num_edges], row[num_edges:])
+
+
+# structural_features, random_split ##########################################
+
+
+def test_structural_features():
+    # A star (hub 0, leaves 1-4, undirected) and an isolated node 5:
+    row = torch.tensor([0, 0, 0, 0, 1, 2, 3, 4])
+    col = torch.tensor([1, 2, 3, 4, 0, 0, 0, 0])
+    x = structural_features(torch.stack([row, col]), 6, num_buckets=3)
+    assert x.shape == (6, 5) and x.dtype == torch.float32
+    # Buckets floor(log2(1 + deg)): deg 4 -> 2, deg 1 -> 1, deg 0 -> 0.
+    assert x[:, :3].argmax(dim=1).tolist() == [2, 1, 1, 1, 1, 0]
+    assert x[:, :3].sum(dim=1).tolist() == [1.0] * 6
+    log_deg = torch.log1p(torch.tensor([4., 1, 1, 1, 1, 0])) / math.log(5)
+    assert torch.allclose(x[:, 3], log_deg)
+    # The hub's neighbors all have log-degree log(2) / log(5), the leaves'
+    # only neighbor is the hub (1.0), the isolated node has none:
+    assert torch.allclose(x[:, 4], torch.tensor(
+        [math.log(2) / math.log(5), 1, 1, 1, 1, 0]))
+    # Degrees past the last bucket share it; bad input is refused:
+    x = structural_features(torch.stack([row, col]), 6, num_buckets=2)
+    assert x[:, :2].argmax(dim=1).tolist() == [1, 1, 1, 1, 1, 0]
+    with pytest.raises(ValueError, match=r'node ids in \[0, 4\)'):
+        structural_features(torch.stack([row, col]), 4)
+    with pytest.raises(ValueError, match='edge_index'):
+        structural_features(torch.stack([row, col]).float(), 6)
+
+
+def test_random_split():
+    train, val, test = random_split(1000, 0.1, 0.2, seed=3)
+    assert train.sum() == 100 and val.sum() == 200 and test.sum() == 700
+    assert torch.equal(train.int() + val.int() + test.int(),
+                       torch.ones(1000, dtype=torch.int))
+    torch.manual_seed(0)  # The global RNG does not matter, the seed does:
+    again = random_split(1000, 0.1, 0.2, seed=3)
+    assert all(torch.equal(a, b) for a, b in zip((train, val, test), again))
+    other = random_split(1000, 0.1, 0.2, seed=4)
+    assert not torch.equal(train, other[0])
+    with pytest.raises(ValueError, match='train_ratio'):
+        random_split(1000, 0.9, 0.2)
