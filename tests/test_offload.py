@@ -919,3 +919,49 @@ def test_changed_features_are_detected():
     with pytest.raises(ValueError, match='differs from'):
         next(iter(loader))
     off.close()
+
+
+def test_layers_normalized_by_neighbor_degrees_are_detected():
+    from torch_geometric.nn import GCNConv, GINConv
+
+    from pyg_orch.offload.aggregate_split import depends_on_source_degrees
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 4, generator=gen)
+    # Targets 0 and 1; sources 2-5 (5 also feeds source 2).
+    edge_index = torch.tensor([[2, 3, 4, 2, 5], [0, 0, 1, 1, 2]])
+    cases = [(GCNConv(4, 3), True), (GCNConv(4, 3, normalize=False), False),
+             (SAGEConv(4, 3), False),
+             (GINConv(torch.nn.Linear(4, 3)), False)]
+    for layer, expected in cases:
+        assert depends_on_source_degrees(layer, x, edge_index, 2) is \
+            expected, layer
+    # No source outside the targets: nothing to probe.
+    assert not depends_on_source_degrees(GCNConv(4, 3), x,
+                                         torch.tensor([[1], [0]]), 2)
+
+
+def test_gcn_normalization_turns_the_default_offload_off():
+    # GCN's symmetric normalization uses the neighbors' degrees in each
+    # mini-batch: by default offload stays off (it cost about 3 points on
+    # MUSAE GitHub); with a hot_ratio it runs, with a warning.
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    torch.manual_seed(0)
+    off = BottomLayerOffload(GCN(8, 8, 2, 3), loader)
+    decision = off.stats()['decision']
+    assert decision['mode'] == 'fixed' and decision['chosen_num_hot'] == 0
+    assert 'degrees' in decision['reason'] and 'off' in decision['reason']
+    assert off.stats()['num_hot'] == 0
+    off.close()
+    with pytest.warns(UserWarning, match="neighbors' degrees"):
+        forced = BottomLayerOffload(GCN(8, 8, 2, 3), loader, hot_ratio=0.1)
+    assert forced.stats()['num_hot'] > 0
+    forced.close()
+    # Not for layers that do not normalize so (no warning either):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        sage = BottomLayerOffload(GCN(8, 8, 2, 3, normalize=False), loader,
+                                  hot_ratio=0.1)
+    assert sage.stats()['num_hot'] > 0
+    sage.close()

@@ -130,6 +130,31 @@ def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
                     'attention, or a projection before aggregating)')
 
 
+def depends_on_source_degrees(layer: torch.nn.Module, x: Tensor,
+                              edge_index: Tensor, num_targets: int) -> bool:
+    r"""Whether the first :obj:`num_targets` rows of :obj:`layer`'s output
+    on :obj:`(x, edge_index)` change when a source vertex of theirs gains an
+    in-edge, i.e. the layer normalizes by its neighbors' degrees (as
+    :class:`~torch_geometric.nn.conv.GCNConv` with :obj:`normalize=True`).
+    In a mini-batch those degrees depend on the whole sampled subgraph, which
+    rows computed ahead on the CPU cannot know. :obj:`False` if the subgraph
+    has no source vertex outside the targets."""
+    row, col = edge_index
+    sources = row[(col < num_targets) & (row >= num_targets)]
+    if sources.numel() == 0 or x.size(0) < 2:
+        return False
+    src = int(sources[0])
+    other = 0 if src != 0 else 1  # Any other vertex.
+    extra = torch.tensor([[other] * 3, [src] * 3], dtype=edge_index.dtype)
+    with torch.no_grad():
+        try:
+            before = call_layer(layer, x, edge_index)[:num_targets]
+            after = call_layer(layer, x, torch.cat([edge_index, extra], 1))
+        except Exception:  # A layer that can not take the probe.
+            return False
+    return not _close(before, after[:num_targets])
+
+
 def finish(layer: torch.nn.Module, kind: str, rows: Tensor) -> Tensor:
     r"""The device-side part for aggregated rows: the layer's current
     :obj:`lin` for :obj:`'pre_linear'`, nothing for :obj:`'aggregate'`."""

@@ -15,6 +15,7 @@ from pyg_orch.offload.aggregate_split import (
     call_layer,
     check_split,
     choose_split,
+    depends_on_source_degrees,
 )
 from pyg_orch.sampling.neighbors import sample_neighbors, sampled_counts
 from pyg_orch.sampling.topology import CSCTopology
@@ -187,6 +188,9 @@ class BottomLayerComputer:
         # in-edges (see `subgraph`):
         self.in_edge_mask: Optional[Tensor] = None
         self.split = OUTPUT
+        #: Whether the layer normalizes by its neighbors' degrees (see
+        #: `depends_on_source_degrees`; set by `choose_split`).
+        self.degree_dependent = False
         self._layer = self.template
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -206,12 +210,16 @@ class BottomLayerComputer:
         :obj:`'output'`, :obj:`'aggregate'` or :obj:`'pre_linear'`."""
         check_split(split)
         kind, reason = OUTPUT, 'there are no vertices to check it on'
-        if split != OUTPUT and nodes.numel() > 0:
+        self.degree_dependent = False
+        if nodes.numel() > 0:
             gen = torch.Generator().manual_seed(0)
             nodes = nodes[:64].to(torch.int64)
             x, edge_index = self.inputs(nodes, gen)
-            kind, reason = choose_split(self._layer, x, edge_index,
-                                        nodes.numel())
+            self.degree_dependent = depends_on_source_degrees(
+                self._layer, x, edge_index, nodes.numel())
+            if split != OUTPUT:
+                kind, reason = choose_split(self._layer, x, edge_index,
+                                            nodes.numel())
         if split == 'aggregate' and kind == OUTPUT:
             raise ValueError(
                 f"split='aggregate' needs a first layer whose neighbor "

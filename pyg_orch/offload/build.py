@@ -3,6 +3,7 @@
 (:func:`build_homo_runtime`, :func:`build_hetero_runtime`); both choose the
 hot vertices, build the CPU side and hook the first layer."""
 import functools
+import logging
 import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -47,6 +48,8 @@ from pyg_orch.offload.runtime import OffloadRuntime, loader_sampler
 from pyg_orch.offload.strategy import EmbeddingStrategy
 from pyg_orch.offload.super_batch import EmbeddingPipeline
 from pyg_orch.sampling.contract import HotNodeSampler, presample_batches
+
+logger = logging.getLogger('pyg_orch.offload')
 
 
 def check_loader(loader: Any) -> HotNodeSampler:
@@ -293,10 +296,28 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         computer.calibrate(hot.hot_nodes)
     elif options.split == 'aggregate':  # Still check that the layer can.
         computer.choose_split(torch.arange(min(64, num_nodes)), 'aggregate')
+    fixed_reason = None
+    if computer.degree_dependent:
+        why = (f"the first layer ({type(first).__name__}) normalizes by its "
+               f"neighbors' degrees in each mini-batch (as GCNConv does "
+               f"with normalize=True), which rows computed ahead on the CPU "
+               f"cannot know; on a graph with hubs (MUSAE GitHub) this cost "
+               f"about 3 points of accuracy")
+        if measure:  # The default: offload off, no trial.
+            hot = HotSetSizer(candidates, num_nodes, 0)
+            measure = False
+            fixed_reason = why + '; offload off (pass hot_ratio to force it)'
+            logger.info('BottomLayerOffload: %s', fixed_reason)
+        else:
+            warnings.warn(f"BottomLayerOffload: {why}; offloading anyway "
+                          f"because hot_ratio was given", UserWarning,
+                          stacklevel=4)
     strategy = make_strategy(computer, first, hot, loader.device, options)
     runtime = OffloadRuntime(model, loader, layer_name, first, selection,
                              hot, strategy, x, options.replace_rows,
                              bool(compensate_degrees))
+    if fixed_reason is not None:
+        runtime.fixed_reason = fixed_reason
     try:
         if hot.size > 0 and cache_ratio > 0:
             # Rank by the feature fetches of pruned batches, hot vertices
@@ -305,7 +326,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                 sampler, hot.mask, seeds, batch_size, cache_ratio,
                 num_batches, options.seed, reduce_counts=reduce)
         set_cache = getattr(loader, 'set_gpu_cache_nodes', None)
-        if callable(set_cache):
+        if callable(set_cache) and fixed_reason is None:
             if measure:
                 # The loader keeps its own cache (the best for plain
                 # training) unless measurement keeps the offload.
