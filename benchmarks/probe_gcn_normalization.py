@@ -1,0 +1,91 @@
+"""Does GCN's normalization cost BottomLayerOffload accuracy? On the MUSAE
+GitHub graph (hubs of ~9,500 neighbors), GCN (2 x 64, fan-out [10, 5], batch
+64, 30 epochs, CPU) trained plainly and with a forced offload (5% hot,
+``max_staleness=8``), with ``normalize=True`` (PyG's default) and
+``normalize=False``, over ``--seeds`` seeds; test accuracy per seed to JSON.
+
+    python benchmarks/probe_gcn_normalization.py --seeds 5 \\
+        --out benchmarks/results/offload_gcn_normalize_github.json
+
+Structural features and the seeded 10 / 10 / 80 split as
+``bench_offload.py --accuracy`` (about 3 minutes per 5 seeds and setting on
+2 cores).
+"""
+import argparse
+import json
+import statistics
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GCN
+
+from _bench_common import REPO, log, machine_info  # noqa: F401
+
+from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.datasets import read_musae, structural_features
+from pyg_orch.evaluation import random_split
+
+
+def run(data, seed: int, offload: bool, normalize: bool,
+        epochs: int) -> float:
+    torch.manual_seed(seed)
+    loader = HybridNeighborLoader(data, [10, 5], batch_size=64, shuffle=True,
+                                  input_nodes=data.train_mask, device='cpu',
+                                  seed=seed)
+    model = GCN(data.num_features, 64, 2, int(data.y.max()) + 1,
+                dropout=0.5, normalize=normalize)
+    if offload:
+        with warnings.catch_warnings():  # Forced on purpose.
+            warnings.simplefilter('ignore', UserWarning)
+            model = BottomLayerOffload(model, loader, seed=seed,
+                                       max_staleness=8, hot_ratio=0.05)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    for _ in range(epochs):
+        model.train()
+        for b in loader:
+            opt.zero_grad()
+            out = model(b.x, b.edge_index)[:b.batch_size]
+            F.cross_entropy(out, b.y[:b.batch_size]).backward()
+            opt.step()
+    model.eval()
+    with torch.no_grad():
+        pred = model(data.x, data.edge_index).argmax(-1)
+    if offload:
+        model.close()
+    mask = data.test_mask
+    return float((pred[mask] == data.y[mask]).float().mean())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--datasets', default=str(REPO.parent / 'shared' /
+                                             'datasets'))
+    p.add_argument('--seeds', type=int, default=5)
+    p.add_argument('--epochs', type=int, default=30)
+    p.add_argument('--out', default=None)
+    args = p.parse_args()
+    root = Path(args.datasets) / 'musae'
+    if not (root / 'github').exists():
+        raise SystemExit(f'{root / "github"} not found')
+    data = read_musae(str(root), 'github')
+    data.x = structural_features(data.edge_index, data.num_nodes)
+    data.train_mask, data.val_mask, data.test_mask = random_split(
+        data.num_nodes, 0.1, 0.1, 0)
+    res = {'machine': machine_info(), 'args': vars(args), 'runs': {}}
+    for normalize in (True, False):
+        for offload in (False, True):
+            accs = [run(data, s, offload, normalize, args.epochs)
+                    for s in range(args.seeds)]
+            key = f'normalize={normalize}/offload={offload}'
+            res['runs'][key] = {'accs': accs, 'mean': statistics.mean(accs)}
+            log(f'{key}: {100 * statistics.mean(accs):.2f} '
+                f'{[round(100 * a, 1) for a in accs]}')
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+        log(f'wrote {args.out}')
+
+
+if __name__ == '__main__':
+    main()
