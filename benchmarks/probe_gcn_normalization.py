@@ -17,45 +17,19 @@ import statistics
 import warnings
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from torch_geometric.nn import GCN
+from _bench_common import REPO, log, machine_info
 
-from _bench_common import REPO, log, machine_info  # noqa: F401
-
-from pyg_orch import BottomLayerOffload, HybridNeighborLoader
 from pyg_orch.datasets import read_musae, structural_features
-from pyg_orch.evaluation import random_split
+from pyg_orch.evaluation import random_split, train_and_test
 
 
 def run(data, seed: int, offload: bool, normalize: bool,
         epochs: int) -> float:
-    torch.manual_seed(seed)
-    loader = HybridNeighborLoader(data, [10, 5], batch_size=64, shuffle=True,
-                                  input_nodes=data.train_mask, device='cpu',
-                                  seed=seed)
-    model = GCN(data.num_features, 64, 2, int(data.y.max()) + 1,
-                dropout=0.5, normalize=normalize)
-    if offload:
-        with warnings.catch_warnings():  # Forced on purpose.
-            warnings.simplefilter('ignore', UserWarning)
-            model = BottomLayerOffload(model, loader, seed=seed,
-                                       max_staleness=8, hot_ratio=0.05)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    for _ in range(epochs):
-        model.train()
-        for b in loader:
-            opt.zero_grad()
-            out = model(b.x, b.edge_index)[:b.batch_size]
-            F.cross_entropy(out, b.y[:b.batch_size]).backward()
-            opt.step()
-    model.eval()
-    with torch.no_grad():
-        pred = model(data.x, data.edge_index).argmax(-1)
-    if offload:
-        model.close()
-    mask = data.test_mask
-    return float((pred[mask] == data.y[mask]).float().mean())
+    with warnings.catch_warnings():  # The offload is forced on purpose.
+        warnings.simplefilter('ignore', UserWarning)
+        return train_and_test(data, 'gcn', seed, offload, epochs,
+                              max_staleness=8, hot_ratio=0.05, batch_size=64,
+                              model_kwargs={'normalize': normalize})['acc']
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 r"""Accuracy protocol for node classification with and without bottom-layer
 offload: the one that ``benchmarks/bench_offload.py --accuracy`` reports and
 that the test suite checks in a shorter form."""
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +15,9 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
                    max_staleness: int = 1, full_neighbors: bool = False,
                    split: str = 'auto',
                    hot_ratio: float = 0.05,
-                   batch_size: int = 32) -> Dict[str, Any]:
+                   batch_size: int = 32,
+                   model_kwargs: Optional[Dict[str, Any]] = None
+                   ) -> Dict[str, Any]:
     r"""Trains a 2-layer model (64 hidden channels, dropout 0.5) on the
     :obj:`train_mask` nodes of :obj:`data` with
     :class:`pyg_orch.HybridNeighborLoader` (fan-out :obj:`[10, 5]`,
@@ -36,6 +38,8 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
         epochs (int): Training epochs.
         batch_size (int, optional): Seed nodes per batch.
             (default: :obj:`32`)
+        model_kwargs (dict, optional): More arguments of the model, e.g.
+            :obj:`{'normalize': False}` for GCN.
 
     Returns:
         :obj:`{'acc': test accuracy}`; with :obj:`offload`, also the
@@ -48,7 +52,7 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
                                   device='cpu', seed=seed)
     Model = GraphSAGE if arch == 'sage' else GCN
     model = Model(data.num_features, 64, 2, int(data.y.max()) + 1,
-                  dropout=0.5)
+                  dropout=0.5, **(model_kwargs or {}))
     if offload:
         model = BottomLayerOffload(model, loader, seed=seed,
                                    max_staleness=max_staleness,
