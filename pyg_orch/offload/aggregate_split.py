@@ -138,7 +138,10 @@ def depends_on_source_degrees(layer: torch.nn.Module, x: Tensor,
     :class:`~torch_geometric.nn.conv.GCNConv` with :obj:`normalize=True`).
     In a mini-batch those degrees depend on the whole sampled subgraph, which
     rows computed ahead on the CPU cannot know. :obj:`False` if the subgraph
-    has no source vertex outside the targets."""
+    has no source vertex outside the targets, or for bipartite inputs
+    (:obj:`x` a tuple)."""
+    if not isinstance(x, Tensor):  # Bipartite inputs: not probed.
+        return False
     row, col = edge_index
     sources = row[(col < num_targets) & (row >= num_targets)]
     if sources.numel() == 0 or x.size(0) < 2:
