@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.distributed.collective import exchange, group_rank, group_size
+from pyg_orch.sampling.multi_hop import append_hop_edges
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.relabel import SortRelabeler
 
@@ -335,14 +336,9 @@ class DistributedNeighborSampler:
                     src = torch.cat([p[1] for p in parts])
                     start = relabel[t].num_nodes
                     local, new = relabel[t].add(src)
-                    offset = 0
-                    for et, s, col, eid in parts:
-                        n = s.numel()
-                        rows[et].append(local[offset:offset + n])
-                        cols[et].append(col)
-                        edges[et].append(eid)
-                        num_sampled_edges[et][hop] = n
-                        offset += n
+                    append_hop_edges(
+                        ((et, col, eid) for et, _, col, eid in parts), local,
+                        hop, rows, cols, edges, num_sampled_edges)
                     nodes[t].append(new)
                     num_sampled_nodes[t][hop + 1] = new.numel()
                     next_frontier[t] = (

@@ -293,7 +293,7 @@ class FusedSampler:
                  hot_nodes: Optional[Tensor] = None) -> MultiHopOutput:
         plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
                                       replace, buffers, device, hot_nodes)
-        return plan.run(_on_device_or_host(seeds, device), generator,
+        return plan.run(on_device_or_host(seeds, device), generator,
                         use_graphs)
 
     def launch(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
@@ -304,7 +304,7 @@ class FusedSampler:
         r"""Like :meth:`__call__`, but returns once the batch is queued."""
         plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
                                       replace, buffers, device, hot_nodes)
-        return plan.launch(_on_device_or_host(seeds, device), generator,
+        return plan.launch(on_device_or_host(seeds, device), generator,
                            use_graphs)
 
     def _plan(self, topo, num_nodes, fanouts, seeds, replace, buffers, device,
@@ -379,17 +379,9 @@ def _current_stream(device: torch.device):
         else None
 
 
-def _to_device_async(seeds: Tensor, device: torch.device) -> Tensor:
-    # A plain copy from pageable memory waits for the whole stream (e.g. the
-    # previous training step); from pinned memory it does not.
-    seeds = seeds.to(torch.int64)
-    if device.type == 'cuda' and not seeds.is_cuda:
-        seeds = seeds.pin_memory()
-    return seeds.to(device, non_blocking=True)
-
-
-def _on_device_or_host(seeds: Tensor, device: torch.device) -> Tensor:
-    # Seeds on `device`, or in host memory for a plan to stage and copy.
+def on_device_or_host(seeds: Tensor, device: torch.device) -> Tensor:
+    # Seeds on `device`, or in host memory for a plan to stage and copy
+    # (see `FusedPlan._copy_seeds`).
     if seeds.device == device or (device.type == 'cuda' and not seeds.is_cuda):
         return seeds
     return seeds.to(device)

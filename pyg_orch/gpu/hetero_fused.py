@@ -28,7 +28,7 @@ from pyg_orch.gpu.fused_sampler import (
     FusedPlan,
     FusedSampler,
     PendingFused,
-    _to_device_async,
+    on_device_or_host,
     triton_cdiv,
 )
 
@@ -457,7 +457,7 @@ class HeteroFusedSampler(FusedSampler):
                 buffers.get(_BUFFER_KEY, n, device, fill=-1),
                 buffers.get(_BUFFER_KEY, n, device, fill=_INT32_MAX),
                 device)))
-        return plan.launch(_to_device_async(seed, device), generator,
+        return plan.launch(on_device_or_host(seed, device), generator,
                            use_graphs)
 
     def hetero_csc(self, topology: GraphTopology) -> HeteroCSC:

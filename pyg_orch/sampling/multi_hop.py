@@ -153,14 +153,10 @@ def sample_multi_hop(
                     keys = src
                 before = relabel[src_t].num_nodes
                 local, new_keys = relabel[src_t].add(keys)
-                offset = 0
-                for et, s, _, col_local, eid in parts:
-                    n = s.numel()
-                    rows[et].append(local[offset:offset + n])
-                    cols[et].append(col_local)
-                    edges[et].append(eid)
-                    num_sampled_edges[et][hop] = n
-                    offset += n
+                append_hop_edges(
+                    ((et, col_local, eid) for et, _, _, col_local, eid
+                     in parts), local, hop, rows, cols, edges,
+                    num_sampled_edges)
                 new_batch = None
                 if disjoint:
                     n_src = topology.num_nodes[src_t]
@@ -199,6 +195,23 @@ def sample_multi_hop(
 
     return MultiHopOutput(out_node, out_row, out_col, out_edge, out_batch,
                           num_sampled_nodes, num_sampled_edges)
+
+
+def append_hop_edges(parts, local: Tensor, hop: int, rows: Dict,
+                     cols: Dict, edges: Dict,
+                     num_sampled_edges: Dict) -> None:
+    r"""Appends one hop's sampled edges to the batch's lists, edge type by
+    edge type: :obj:`parts` yields :obj:`(edge_type, col, edge_id)` in the
+    order their sources were concatenated, and :obj:`local` holds those
+    sources' batch-local ids."""
+    offset = 0
+    for et, col, eid in parts:
+        n = col.numel()
+        rows[et].append(local[offset:offset + n])
+        cols[et].append(col)
+        edges[et].append(eid)
+        num_sampled_edges[et][hop] = n
+        offset += n
 
 
 def _induced_edges(topology: GraphTopology, node: Dict,
