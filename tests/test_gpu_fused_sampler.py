@@ -208,3 +208,31 @@ def test_launch_then_collect_matches_call(use_graphs):
         for f in FIELDS:
             assert torch.equal(getattr(a, f)[None], getattr(b, f)[None])
         check_edges(data, b)
+
+
+@pytest.mark.parametrize('use_graphs', [False, True])
+def test_new_pruning_mask_reuses_the_plan(use_graphs):
+    # The hot set changes (offload's trial, growth): one plan (one CUDA
+    # graph) for every mask, each batch pruned with the mask it was given.
+    if use_graphs and DEVICE.type != 'cuda':
+        pytest.skip('CUDA graphs need CUDA')
+    from pyg_orch.gpu.fused_sampler import FusedSampler
+    data = random_graph()
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    sampler = FusedSampler(use_graphs)
+    buffers = DenseBufferPool()
+    seeds = torch.tensor([1, 2, 4, 5])
+    fanouts = [40, 40]
+    for step, every in enumerate([3, 2, 5, 2]):
+        hot = torch.zeros(400, dtype=torch.bool)
+        hot[::every] = True
+        gen = torch.Generator(device=DEVICE).manual_seed(step)
+        out = sampler(topo.csc[None], 400, fanouts, seeds, False, gen,
+                      buffers, DEVICE, hot.to(DEVICE))
+        ref = sample_multi_hop(topo, {None: fanouts},
+                               {None: seeds.to(DEVICE)},
+                               buffers=DenseBufferPool(),
+                               prune_last_hop={None: hot.to(DEVICE)})
+        for f in FIELDS:
+            assert torch.equal(getattr(out, f)[None], getattr(ref, f)[None])
+    assert len(sampler._local.plans) == 1

@@ -136,10 +136,39 @@ def test_warmup_pause_and_uncounted_steps_are_not_timed():
 
 def test_chooser_syncs_before_reading_the_clock():
     calls = []
-    chooser = StepTimeChooser([0, 1], clock=lambda: calls.append('clock'),
+    chooser = StepTimeChooser([0, 1], warmup=0,
+                              clock=lambda: calls.append('clock'),
                               sync=lambda: calls.append('sync'))
     chooser.tick()
     assert calls == ['sync', 'clock']
+
+
+def test_chooser_syncs_only_around_timed_steps():
+    # Steps: 2 warm-up + 2 timed per candidate; a held (uncounted) step
+    # after the switch. Syncs only where a timed step starts or ends.
+    log = []
+    t = [0.0]
+
+    def clock():
+        t[0] += 1.0
+        log.append('clock')
+        return t[0]
+
+    chooser = StepTimeChooser([0, 5], warmup=2, steps=2, clock=clock,
+                              sync=lambda: log.append('sync'))
+    synced = []
+    for count in [True] * 5 + [False] + [True] * 4:
+        before = len(log)
+        chooser.tick(count=count)
+        synced.append(log[before:] == ['sync', 'clock'])
+    # Ticks 0-1 start warm-up steps 1-2; tick 2 starts timed step 3,
+    # tick 3 ends it and starts timed step 4, tick 4 ends it (switch to 5);
+    # tick 5 ends a held step; ticks 6-7 end warm-up steps, tick 7 starts
+    # a timed one, tick 8 ends it and starts the last, which tick 9 ends.
+    assert synced == [False, False, True, True, True, False, False, True,
+                      True, True]
+    assert chooser.done
+    assert len(chooser.times[0]) == 2 and len(chooser.times[5]) == 2
 
 
 def test_candidate_ratios():

@@ -55,9 +55,13 @@ class FusedPlan:
             raise RuntimeError('the fused sampler needs int32 relabel buffers')
         self.topo, self.num_nodes = topo, num_nodes
         self.fanouts, self.replace = list(fanouts), bool(replace)
-        self.hot_nodes, self.map_buf, self.claim_buf = (hot_nodes, map_buf,
-                                                        claim_buf)
+        self.map_buf, self.claim_buf = map_buf, claim_buf
         self.device = device
+        # The plan's own copy of the pruning mask, refreshed before every
+        # batch: a new mask (the hot set changed) reuses the plan and its
+        # CUDA graph instead of making new ones.
+        self.hot_nodes = None if hot_nodes is None else torch.zeros(
+            num_nodes, dtype=torch.bool, device=device)
         B = self.batch_size = batch_size
         self.caps = [B]
         for k in fanouts:
@@ -166,15 +170,24 @@ class FusedPlan:
             self.node_buf, self.map_buf, state, cap, BLOCK=_FLAT_BLOCK)
 
     def run(self, seeds: Tensor, generator: Optional[torch.Generator],
-            use_graph: bool) -> MultiHopOutput:
+            use_graph: bool, hot_nodes: Optional[Tensor] = None
+            ) -> MultiHopOutput:
         r"""Samples a batch and waits for it (one synchronization)."""
-        return self.launch(seeds, generator, use_graph).result()
+        return self.launch(seeds, generator, use_graph, hot_nodes).result()
 
     def launch(self, seeds: Tensor, generator: Optional[torch.Generator],
-               use_graph: bool) -> 'PendingFused':
+               use_graph: bool, hot_nodes: Optional[Tensor] = None
+               ) -> 'PendingFused':
         r"""Queues a batch on the current stream without waiting for the
-        device; :meth:`PendingFused.result` waits for its counts only."""
-        self._queue(seeds, generator, use_graph)
+        device; :meth:`PendingFused.result` waits for its counts only. A
+        plan made with a pruning mask needs :obj:`hot_nodes` (the boolean
+        mask of this batch, on the device)."""
+        if (self.hot_nodes is None) != (hot_nodes is None):
+            raise ValueError(
+                "'hot_nodes' must be given exactly when the plan prunes "
+                "(it was made with a pruning mask)" if hot_nodes is None else
+                "'hot_nodes' given to a plan made without a pruning mask")
+        self._queue(seeds, generator, use_graph, hot_nodes)
         pending = PendingFused(self)
         # A weak reference: no cycle, so the event is freed with the batch
         # (not by a garbage collection, e.g. in a forked worker process).
@@ -182,7 +195,7 @@ class FusedPlan:
         return pending
 
     def _queue(self, seeds: Tensor, generator: Optional[torch.Generator],
-               use_graph: bool) -> None:
+               use_graph: bool, hot_nodes: Optional[Tensor] = None) -> None:
         inflight = self._inflight() if self._inflight is not None else None
         if inflight is not None:  # Its outputs live in our buffers.
             inflight.result()
@@ -191,6 +204,8 @@ class FusedPlan:
             stream.wait_stream(self._stream)
         self._stream = stream
         self._copy_seeds(seeds)
+        if hot_nodes is not None:  # Stream-ordered: after earlier batches.
+            self.hot_nodes.copy_(hot_nodes, non_blocking=True)
         # Drawn in place: one kernel, no temporary and no copy.
         torch.randint(_INT32_MAX, self.hop_seeds.shape, generator=generator,
                       out=self.hop_seeds)
@@ -294,7 +309,7 @@ class FusedSampler:
         plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
                                       replace, buffers, device, hot_nodes)
         return plan.run(on_device_or_host(seeds, device), generator,
-                        use_graphs)
+                        use_graphs, hot_nodes)
 
     def launch(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
                seeds: Tensor, replace: bool,
@@ -305,13 +320,13 @@ class FusedSampler:
         plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
                                       replace, buffers, device, hot_nodes)
         return plan.launch(on_device_or_host(seeds, device), generator,
-                           use_graphs)
+                           use_graphs, hot_nodes)
 
     def _plan(self, topo, num_nodes, fanouts, seeds, replace, buffers, device,
               hot_nodes):
+        # Whether it prunes, not which mask: the plan copies the mask in.
         key = (id(topo), topo.colptr.data_ptr(), num_nodes, tuple(fanouts),
-               seeds.numel(), bool(replace),
-               None if hot_nodes is None else hot_nodes.data_ptr())
+               seeds.numel(), bool(replace), hot_nodes is not None)
         return self._cached_plan(key, device, lambda: FusedPlan(
             topo, num_nodes, fanouts, seeds.numel(), replace, hot_nodes,
             buffers.get(None, num_nodes, device, fill=-1),
@@ -357,7 +372,7 @@ def fused_sample_multi_hop(
                      hot_nodes, buffers.get(None, num_nodes, device, fill=-1),
                      buffers.get(None, num_nodes, device, fill=_INT32_MAX),
                      device)
-    return plan.run(seeds, generator, use_graph=False)
+    return plan.run(seeds, generator, False, hot_nodes)
 
 
 def _shard_arguments(layout: Optional[ShardLayout], dummy: Tensor):

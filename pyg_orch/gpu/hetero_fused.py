@@ -168,9 +168,11 @@ class HeteroFusedPlan(FusedPlan):
         if map_buf.dtype != torch.int32 or claim_buf.dtype != torch.int32:
             raise RuntimeError('the fused sampler needs int32 relabel buffers')
         self.csc, self.replace = csc, bool(replace)
-        self.hot_nodes, self.map_buf, self.claim_buf = (hot_nodes, map_buf,
-                                                        claim_buf)
+        self.map_buf, self.claim_buf = map_buf, claim_buf
         self.device = device
+        # The plan's own mask, refreshed before every batch (see FusedPlan).
+        self.hot_nodes = None if hot_nodes is None else torch.zeros_like(
+            hot_nodes)
         ntypes, etypes = csc.node_types, csc.edge_types
         T = self.num_types = len(ntypes)
         tid = {t: i for i, t in enumerate(ntypes)}
@@ -449,7 +451,7 @@ class HeteroFusedSampler(FusedSampler):
         hot = self._hot_mask(csc, hot_nodes, device)
         key = (id(csc), tuple(counts.get(t, 0) for t in csc.node_types),
                tuple((et, tuple(v)) for et, v in num_neighbors.items()),
-               bool(replace), None if hot is None else hot.data_ptr())
+               bool(replace), hot is not None)  # The plan copies the mask.
         n = csc.total_nodes
         plan, use_graphs = self._cached_plan(key, device, lambda: (
             HeteroFusedPlan(
@@ -458,7 +460,7 @@ class HeteroFusedSampler(FusedSampler):
                 buffers.get(_BUFFER_KEY, n, device, fill=_INT32_MAX),
                 device)))
         return plan.launch(on_device_or_host(seed, device), generator,
-                           use_graphs)
+                           use_graphs, hot)
 
     def hetero_csc(self, topology: GraphTopology) -> HeteroCSC:
         r"""The global CSC layout of :obj:`topology`, built once."""

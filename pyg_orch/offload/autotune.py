@@ -73,8 +73,10 @@ class StepTimeChooser:
             size must be. (default: :obj:`0.02`)
         clock (callable): Returns the time in seconds.
             (default: :func:`time.perf_counter`)
-        sync (callable, optional): Called before reading the clock, e.g.
-            :func:`torch.cuda.synchronize` where a CUDA device trains.
+        sync (callable, optional): Called before reading the clock at the
+            start and end of every timed step (not during warm-up steps or
+            uncounted ones), e.g. :func:`torch.cuda.synchronize` where a
+            CUDA device trains.
     """
     #: The defaults of :class:`~pyg_orch.offload.BottomLayerOffload`.
     WARMUP = 3
@@ -127,7 +129,16 @@ class StepTimeChooser:
         :obj:`None` if nothing changes."""
         if self.done:
             return None
-        if self.sync is not None:
+        counted = count and self._last is not None
+        seen = self._seen + 1 if counted else self._seen
+        if seen >= self.warmup + self.steps:
+            seen = 0  # The next candidate starts.
+        if self.sync is not None and (
+                (counted and self._seen + 1 > self.warmup)
+                or seen + 1 > self.warmup):
+            # Only at the ends of timed steps (the one ending now, or the
+            # next one if it is counted): the device may run ahead of the
+            # loop during warm-up steps and while a hot set is prepared.
             self.sync()
         now = self.clock()
         last, self._last = self._last, now
