@@ -1,7 +1,9 @@
 """Sampling across machines over NCCL: two processes, one GPU each, each
 acting as a machine holding one part; the exchanges move CUDA tensors and
 batches land on the GPU. With full fan-out the batches must equal the
-single-process loader's. Runs where two CUDA devices are available
+single-process loader's, also where each rank samples on its GPU
+(``sampling_device``; there, with a finite fan-out, valid batches, and with
+gloo too). Runs where two CUDA devices are available
 (``nvidia-h200-x2``); ``tests/test_distributed_sampling.py`` checks the
 same logic with gloo on CPU processes."""
 import pytest
@@ -188,8 +190,9 @@ def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
     return len(ours), remote
 
 
+# HybridNeighborLoader's forwarding of sampling_device is checked on the GPU
+# by the heterogeneous case below.
 @pytest.mark.parametrize('backend,via_hybrid', [('nccl', False),
-                                                ('nccl', True),
                                                 ('gloo', False)])
 def test_gpu_sampling(tmp_path, backend, via_hybrid):
     data = graph()
