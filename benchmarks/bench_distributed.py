@@ -14,6 +14,9 @@ Four modes:
   repeats), bytes per hop of the sampling exchange (requests, responses),
   of the feature exchange, remote rows, cache hit rate, time inside
   ``all_to_all``, edge cut and balance of the partition, partitioning time.
+  ``--sampling-device cuda`` samples on each rank's GPU
+  (``DistributedNeighborLoader(sampling_device=...)``; the default ``cpu``
+  samples on the CPU over the memory-mapped part).
 * ``--sweep-parts 2,4,...``: no process group; partitions the graph into
   every number of parts and replays the collective sampler's owner lookup
   on batches sampled by the single-machine sampler (the same distribution):
@@ -28,6 +31,8 @@ Four modes:
     python benchmarks/bench_distributed.py                       # CPU, gloo
     python benchmarks/bench_distributed.py --backend nccl --nodes 2400000 \\
         --edges 60000000 --train
+    python benchmarks/bench_distributed.py --backend nccl \\
+        --sampling-device cuda --nodes 1000000 --edges 20000000 --train
     python benchmarks/bench_distributed.py --sweep-parts 2,4,8,16,32,64
     python benchmarks/bench_distributed.py --project run.json sweep.json
 """
@@ -90,7 +95,9 @@ def _out_path(args, kind: str) -> str:
     if args.out:
         return args.out
     date = datetime.date.today().isoformat()
-    name = (f'distributed_{args.backend}_{date}.json' if kind == 'run' else
+    backend = args.backend + ('_gpusampling' if args.sampling_device == 'cuda'
+                              else '')
+    name = (f'distributed_{backend}_{date}.json' if kind == 'run' else
             f'distributed_sweep_{_count(args.nodes)}_{date}.json')
     return os.path.join(REPO, 'benchmarks', 'results', name)
 
@@ -196,13 +203,18 @@ class _CommMeter:
 
         dist.all_to_all_single = all_to_all_single
 
-    def wrap(self, fn, phase: str, timer: Dict[str, float]):
+    def wrap(self, fn, phase: str, timer: Dict[str, float],
+             sync: Optional[torch.device] = None):
+        r"""Times :obj:`fn` as :obj:`phase`; with :obj:`sync` (a CUDA
+        device), the phase ends when the work it queued there is done."""
         def wrapped(*a, **kw):
             previous, self.phase = self.phase, phase
             t = time.perf_counter()
             try:
                 return fn(*a, **kw)
             finally:
+                if sync is not None:
+                    torch.cuda.synchronize(sync)
                 timer[phase] = timer.get(phase, 0.0) + (time.perf_counter()
                                                         - t)
                 self.phase = previous
@@ -307,8 +319,9 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
     import torch.distributed as dist
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     use_cuda = args.backend == 'nccl'
-    if use_cuda:
+    if use_cuda or args.sampling_device == 'cuda':
         torch.cuda.set_device(rank)
+    if use_cuda:
         device = torch.device('cuda', rank)
         # Sampling requests, feature rows and DDP's gradients all go over
         # NCCL (the library exchanges on the group's device, see
@@ -365,18 +378,23 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     meter = _CommMeter(rank, world)
     meter.install()
     t = time.perf_counter()
+    sampling_device = torch.device('cuda', rank) \
+        if args.sampling_device == 'cuda' else torch.device('cpu')
     loader = DistributedNeighborLoader(
         part_dir, args.fanout, batch_size=args.batch_size, shuffle=True,
         cache_size=args.cache_rows, presample_batches=args.presample,
-        seed=args.seed, device=device)
+        seed=args.seed, device=device, sampling_device=sampling_device)
     build_s = time.perf_counter() - t
     timer: Dict[str, float] = {}
+    # Where a phase queues GPU work, it ends when that work is done:
+    sync = next((d for d in (sampling_device, device) if d.type == 'cuda'),
+                None)
     loader.sampler.sample_from_nodes = meter.wrap(
-        loader.sampler.sample_from_nodes, 'sampling', timer)
+        loader.sampler.sample_from_nodes, 'sampling', timer, sync)
     loader.gather.gather = meter.wrap(loader.gather.gather, 'features',
-                                      timer)
+                                      timer, sync)
     loader.gather.gather_edges = meter.wrap(loader.gather.gather_edges,
-                                            'edges', timer)
+                                            'edges', timer, sync)
     part = loader.partition
     row_bytes = _row_bytes(args.dim)
 
@@ -449,6 +467,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         bar.close()
     res = {
         'rank': rank, 'method': method, 'device': str(device),
+        'sampling_device': str(sampling_device),
         'transport_devices': sorted(meter.devices),
         'build_s': build_s, 'first_batch_s': first_s,
         'num_batches_per_epoch': len(loader),
@@ -524,16 +543,21 @@ def _combine(method: str, ranks: List[dict]) -> Dict[str, Any]:
     out['cache_rows_per_rank'] = [r['cache_rows'] for r in ranks]
     out['transport_devices'] = sorted({d for r in ranks
                                        for d in r['transport_devices']})
+    out['sampling_device'] = sorted({r['sampling_device'].split(':')[0]
+                                     for r in ranks})
     return out
 
 
 def run(args) -> Dict[str, Any]:
     from pyg_orch.distributed import partition_graph
     from pyg_orch.multigpu.peer_memory import disable_multicast_env
-    if args.backend == 'nccl':
+    if args.backend == 'nccl' or args.sampling_device == 'cuda':
         if torch.cuda.device_count() < args.world_size:
-            raise SystemExit(f'--backend nccl needs {args.world_size} GPUs '
+            what = ('--backend nccl' if args.backend == 'nccl' else
+                    '--sampling-device cuda')
+            raise SystemExit(f'{what} needs {args.world_size} GPUs '
                              f'(found {torch.cuda.device_count()})')
+    if args.backend == 'nccl':
         disable_multicast_env()  # Before any process starts NCCL.
     res: Dict[str, Any] = {
         'schema_version': SCHEMA_VERSION, 'kind': 'run',
@@ -635,14 +659,16 @@ def print_run(res: Dict[str, Any], fmt: str = 'text') -> None:
         p = m['partition']
         b = m['bytes_per_batch']
         t = m['time_per_batch_ms']
-        rows.append([method, p['edge_cut'], p['balance'], p['seconds'],
+        rows.append([method, '/'.join(m.get('sampling_device', ['cpu'])),
+                     p['edge_cut'], p['balance'], p['seconds'],
                      t['median'], t['min'], t['max'], m['comm_ms']['median'],
                      (b['sampling_out'] + b['sampling_in']) / 1e6,
                      (b['features_out'] + b['features_in']) / 1e6,
                      m['features']['remote_rows'],
                      m['features']['cache_hit_rate'],
                      m['all_to_all_calls_per_batch']])
-    _table(['method', 'edge cut', 'balance', 'partition s', 'ms/batch',
+    _table(['method', 'sampling on', 'edge cut', 'balance', 'partition s',
+            'ms/batch',
             'min', 'max', 'a2a ms', 'sampling MB', 'features MB',
             'remote rows', 'cache hit', 'a2a calls'], rows, fmt)
     rows = []
@@ -656,6 +682,13 @@ def print_run(res: Dict[str, Any], fmt: str = 'text') -> None:
     _table(['hop', 'frontier', 'remote frac', 'req out kB', 'resp in kB',
             'sampled edges'], rows, fmt)
     for method, m in res['methods'].items():
+        phases = {k: v for k, v in (m.get('phase_ms') or {}).items() if v}
+        if phases:
+            log(f'[{method}] per batch (slowest rank, median ms): ' +
+                ', '.join(f'{k} {v["median"]:.2f}'
+                          for k, v in sorted(phases.items())) +
+                f'; loader {m["loader_ms"]["median"]:.2f}, train '
+                f'{m["train_ms"]["median"]:.2f}')
         for dev, pr in (m.get('all_to_all_probe') or {}).items():
             log(f'[{method}] all_to_all on {dev}: {pr["latency_us"]:.0f} us '
                 f'(8 B per peer), {pr["mib_per_peer_us"]:.0f} us (1 MiB per '
@@ -1062,6 +1095,11 @@ def _parser() -> argparse.ArgumentParser:
     r = p.add_argument_group('run')
     r.add_argument('--world-size', type=int, default=2)
     r.add_argument('--backend', choices=('gloo', 'nccl'), default='gloo')
+    r.add_argument('--sampling-device', choices=('cpu', 'cuda'),
+                   default='cpu',
+                   help="where each rank samples: 'cpu' over the "
+                   "memory-mapped part, or 'cuda' (rank r on cuda:r) over a "
+                   "copy of its topology (default: %(default)s)")
     r.add_argument('--batches', type=int, default=10)
     r.add_argument('--warmup', type=int, default=3)
     r.add_argument('--repeats', type=int, default=3)

@@ -1,7 +1,9 @@
 """Sampling across machines over NCCL: two processes, one GPU each, each
 acting as a machine holding one part; the exchanges move CUDA tensors and
 batches land on the GPU. With full fan-out the batches must equal the
-single-process loader's. Runs where two CUDA devices are available
+single-process loader's, also where each rank samples on its GPU
+(``sampling_device``; there, with a finite fan-out, valid batches, and with
+gloo too). Runs where two CUDA devices are available
 (``nvidia-h200-x2``); ``tests/test_distributed_sampling.py`` checks the
 same logic with gloo on CPU processes."""
 import pytest
@@ -99,6 +101,132 @@ def test_nccl_hetero_loader_equals_single_process(tmp_path):
     info = partition_graph(data, 2, tmp_path / 'h', 'random',
                            progress=False)
     out = run_workers(_nccl_hetero, 2, args=(str(info.out_dir), ),
+                      backend='nccl', start_method='spawn',
+                      env=MULTICAST_OFF_ENV, timeout=300)
+    assert all(n > 0 for n in out)
+
+
+# Sampling on the GPU (sampling_device) #######################################
+
+KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
+
+
+def check_sampled_batch(data, batch, seeds, fanouts):
+    r"""A batch sampled with a finite fan-out is a valid one: seeds first,
+    every edge an edge of the graph with its id, and exactly
+    :obj:`min(k, in-degree)` in-edges per vertex of every hop's frontier."""
+    n_id, e_id = batch.n_id.cpu(), batch.e_id.cpu()
+    row, col = batch.edge_index.cpu()
+    nsn, nse = batch.num_sampled_nodes, batch.num_sampled_edges
+    src, dst = data.edge_index
+    indeg = torch.bincount(dst, minlength=data.num_nodes)
+    assert torch.equal(n_id[:batch.batch_size], seeds)
+    assert sum(nsn) == n_id.numel() and sum(nse) == e_id.numel()
+    rest = n_id[seeds.numel():]
+    assert rest.unique().numel() == rest.numel()
+    assert not bool(torch.isin(rest, seeds).any())
+    assert torch.equal(src[e_id], n_id[row])
+    assert torch.equal(dst[e_id], n_id[col])
+    assert e_id.unique().numel() == e_id.numel()
+    offset = 0
+    for hop, k in enumerate(fanouts):
+        c = col[offset:offset + nse[hop]]
+        lo = sum(nsn[:hop])
+        assert bool(((c >= lo) & (c < lo + nsn[hop])).all())
+        got = torch.bincount(c - lo, minlength=nsn[hop])
+        assert torch.equal(got, indeg[n_id[lo:lo + nsn[hop]]].clamp(max=k))
+        offset += nse[hop]
+    assert torch.equal(batch.x.cpu(), data.x[n_id])
+    assert torch.equal(batch.edge_attr.cpu(), data.edge_attr[e_id])
+
+
+def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch.distributed.collective import comm_device
+    torch.cuda.set_device(rank)
+    device = torch.device('cuda', rank)
+    assert comm_device() == (device if nccl else torch.device('cpu'))
+    data = graph()
+    part = load_partition(out_dir, rank)
+    seeds = part.node_ids[:40 if rank == 0 else 25]
+    cls = HybridNeighborLoader if via_hybrid else DistributedNeighborLoader
+
+    def make(fanouts, **kw):
+        return cls(out_dir, fanouts, batch_size=8, input_nodes=seeds,
+                   device=device, even='pad', sampling_device=device, **kw)
+
+    # Full fan-out: the single-process loader's batches.
+    loader = make(FANOUTS, cache_size=60)
+    assert loader.sampler.device == device
+    assert loader.sampler.generator.device == device
+    assert part.csc.row.device.type == 'cpu'  # The part is left as it is.
+    ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=8,
+                                    input_nodes=seeds, device='cpu'))
+    ours = [b for b in loader if b.batch_size > 0]
+    assert len(ours) == len(ref) > 0
+    for batch, b in zip(ours, ref):
+        assert batch.batch_size == b.batch_size
+        for key in KEYS:
+            assert batch[key].device == device, key
+            assert torch.equal(batch[key].cpu(), b[key]), key
+        assert batch.num_sampled_nodes == b.num_sampled_nodes
+        assert batch.num_sampled_edges == b.num_sampled_edges
+    remote = sum(s['remote_requests'] for s in loader.batch_stats)
+
+    # A finite fan-out: valid batches, the same for the same seed.
+    fanouts = [5, 3]
+    runs = []
+    for _ in range(2):
+        runs.append([b for b in make(fanouts, seed=11)
+                     if b.batch_size > 0])
+    assert len(runs[0]) == len(runs[1]) == len(ref)
+    for i, (a, b) in enumerate(zip(*runs)):
+        check_sampled_batch(data, a, seeds[8 * i:8 * (i + 1)], fanouts)
+        for key in KEYS:
+            assert a[key].device == device, key
+            assert torch.equal(a[key], b[key]), key
+    torch.cuda.synchronize()
+    return len(ours), remote
+
+
+# HybridNeighborLoader's forwarding of sampling_device is checked on the GPU
+# by the heterogeneous case below.
+@pytest.mark.parametrize('backend,via_hybrid', [('nccl', False),
+                                                ('gloo', False)])
+def test_gpu_sampling(tmp_path, backend, via_hybrid):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_gpu_sampling, 2,
+                      args=(str(info.out_dir), backend == 'nccl',
+                            via_hybrid),
+                      backend=backend, start_method='spawn',
+                      env=MULTICAST_OFF_ENV, timeout=300)
+    for rank, (checked, remote) in enumerate(out):
+        assert checked == (5 if rank == 0 else 4)
+        assert remote > 0  # Vertices really were sampled by the other rank.
+
+
+def _nccl_hetero_gpu_sampling(rank, world_size, out_dir):
+    torch.cuda.set_device(rank)
+    device = torch.device('cuda', rank)
+    loader, count = check_hetero_folder_loader(
+        out_dir, rank, device, FANOUTS, cache_size=30,
+        sampling_device=device)
+    assert loader.sampler.device == device
+    torch.cuda.synchronize()
+    return count
+
+
+def test_nccl_hetero_gpu_sampling(tmp_path):
+    from conftest import paper_hetero_graph
+    data = paper_hetero_graph(num_papers=150, num_authors=100,
+                              num_features=4)
+    info = partition_graph(data, 2, tmp_path / 'h', 'random',
+                           progress=False)
+    out = run_workers(_nccl_hetero_gpu_sampling, 2,
+                      args=(str(info.out_dir), ),
                       backend='nccl', start_method='spawn',
                       env=MULTICAST_OFF_ENV, timeout=300)
     assert all(n > 0 for n in out)

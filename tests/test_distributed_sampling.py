@@ -228,6 +228,98 @@ def test_bad_arguments(tmp_path):
         DistributedFeatureGather(part, policy='lru', cache_size=-1)
 
 
+def test_bad_sampling_device(tmp_path):
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.distributed import DistributedNeighborLoader
+    info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    part = load_partition(info.out_dir, 0)
+    with pytest.raises(ValueError, match="'device' must be a torch.device"):
+        DistributedNeighborSampler(part, [2], device='tpu:0')
+    with pytest.raises(ValueError, match="'device' must be a CPU or CUDA"):
+        DistributedNeighborSampler(part, [2], device='meta')
+    with pytest.raises(ValueError, match="'generator' must be a torch"):
+        DistributedNeighborSampler(part, [2], generator=7)
+    for loader in (DistributedNeighborLoader, HybridNeighborLoader):
+        with pytest.raises(ValueError, match="'sampling_device' must be"):
+            loader(str(info.out_dir), [2], batch_size=4, device='cpu',
+                   sampling_device='tpu:0')
+        if not torch.cuda.is_available():
+            with pytest.raises(ValueError,
+                               match="'sampling_device'.*not available"):
+                loader(str(info.out_dir), [2], batch_size=4, device='cpu',
+                       sampling_device='cuda')
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_sampling_one_part(tmp_path):
+    # One part, no process group: the sampler alone, on the GPU.
+    from pyg_orch.distributed import DistributedNeighborLoader
+    data = graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    part = load_partition(info.out_dir, 0)
+    cuda = torch.device('cuda', torch.cuda.current_device())
+    with pytest.raises(ValueError, match="'generator'"):
+        DistributedNeighborSampler(part, [2], device='cuda',
+                                   generator=torch.Generator())
+    with pytest.raises(ValueError, match="'generator'"):
+        DistributedNeighborSampler(part, [2], device='cpu',
+                                   generator=torch.Generator(device=cuda))
+    sampler = DistributedNeighborSampler(
+        part, FANOUTS, device='cuda',
+        generator=torch.Generator(device=cuda).manual_seed(0))
+    assert sampler.device == cuda
+    assert part.csc.row.device.type == 'cpu'  # Copied, not moved.
+    for step in range(2):
+        seeds = seeds_of(0, step)
+        out = sampler.sample_from_nodes(seeds)
+        ref = _reference(data, FANOUTS, seeds)
+        for a, b in zip((out.node, out.row, out.col, out.edge), ref[:4]):
+            assert a.device == cuda
+            assert torch.equal(a.cpu(), b)
+        assert out.num_sampled_nodes == ref[4]
+        assert out.num_sampled_edges == ref[5]
+    # Sampled on the GPU, delivered on the CPU:
+    seeds = torch.arange(0, 120, 7)
+    kw = dict(batch_size=5, input_nodes=seeds, device='cpu')
+    ours = list(DistributedNeighborLoader(info.out_dir, FANOUTS,
+                                          sampling_device='cuda', **kw))
+    ref = list(DistributedNeighborLoader(info.out_dir, FANOUTS, **kw))
+    assert len(ours) == len(ref) > 0
+    for a, b in zip(ours, ref):
+        for key in ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr'):
+            assert a[key].device.type == 'cpu', key
+            assert torch.equal(a[key], b[key]), key
+
+
+def _sampling_device_worker(rank, world_size, out_dir):
+    from pyg_orch.distributed import DistributedNeighborLoader
+    out = []
+    for device in (None, 'cpu', torch.device('cpu')):
+        loader = DistributedNeighborLoader(out_dir, [3, 2], batch_size=5,
+                                           shuffle=True, seed=5,
+                                           sampling_device=device)
+        assert loader.sampler.device == torch.device('cpu')
+        out.append([(b.n_id, b.e_id, b.edge_index, b.x) for b in loader])
+    return out
+
+
+def test_sampling_device_cpu_is_the_default(tmp_path):
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_sampling_device_worker, 2,
+                          args=(str(info.out_dir), ), timeout=60)
+    for default, *explicit in results:
+        assert len(default) > 0
+        for batches in explicit:
+            assert len(batches) == len(default)
+            for a, b in zip(batches, default):
+                for x, y in zip(a, b):
+                    assert torch.equal(x, y)
+
+
 def _loader_worker(rank, world_size, out_dir, even, cache_size,
                    policy='static'):
     from pyg_orch.distributed import DistributedNeighborLoader

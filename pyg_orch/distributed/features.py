@@ -66,7 +66,9 @@ class DistributedFeatureGather:
     :func:`~pyg_orch.distributed.collective.exchange`.
 
     :meth:`gather` and :meth:`build_cache` are **collectives**: every rank
-    calls them, in the same order (with its own ids, possibly none).
+    calls them, in the same order (with its own ids, possibly none). The
+    ids may be on any device (e.g. sampled on a GPU): they are read on the
+    CPU, where the part's index maps are.
 
     For a heterogeneous partition, :obj:`keys` and :obj:`edge_keys` apply
     to every node and edge type that has them (default: :obj:`'x'` and
@@ -310,7 +312,8 @@ class DistributedFeatureGather:
         result are dictionaries per node type."""
         if self.is_hetero:
             return self._gather_hetero(n_id)
-        n_id = torch.as_tensor(n_id, dtype=torch.int64)
+        # The index maps are host tensors: ids sampled on a GPU come over.
+        n_id = torch.as_tensor(n_id, dtype=torch.int64).cpu()
         self.stats = GatherStats()
         owner = self.partition.node_part[n_id].to(torch.int64)
         is_local = owner == self.rank
@@ -375,8 +378,8 @@ class DistributedFeatureGather:
         the result are dictionaries per edge type."""
         if self.is_hetero:
             return self._gather_edges_hetero(e_id, dst)
-        e_id = torch.as_tensor(e_id, dtype=torch.int64)
-        dst = torch.as_tensor(dst, dtype=torch.int64)
+        e_id = torch.as_tensor(e_id, dtype=torch.int64).cpu()
+        dst = torch.as_tensor(dst, dtype=torch.int64).cpu()
         if e_id.shape != dst.shape or e_id.dim() != 1:
             raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
                              "length")
@@ -420,8 +423,9 @@ class DistributedFeatureGather:
         :obj:`node` of pre-sampled batches)."""
         counts = torch.zeros(num_nodes, dtype=torch.int64)
         for n_id in n_ids:
-            counts += torch.bincount(torch.as_tensor(n_id, dtype=torch.int64),
-                                     minlength=num_nodes)
+            counts += torch.bincount(
+                torch.as_tensor(n_id, dtype=torch.int64).cpu(),
+                minlength=num_nodes)
         return counts
 
     def build_cache(self, counts: Tensor, cache_size: int) -> int:

@@ -77,7 +77,7 @@ _DATALOADER = {
 
 # Arguments of DistributedNeighborLoader that pass through.
 _DISTRIBUTED = ('even', 'cache_size', 'presample_batches', 'group',
-                'expected_fingerprint')
+                'expected_fingerprint', 'sampling_device')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -165,6 +165,9 @@ def partition_loader(path: os.PathLike,
     * :obj:`batch_size`, :obj:`shuffle`, :obj:`transform`.
     * :obj:`device`: where batches land (default: this process's CUDA
       device where CUDA is available, else the CPU).
+    * :obj:`sampling_device`: where sampling runs (default: the CPU; e.g.
+      :obj:`device` to sample on the GPU, over a copy of the part's
+      topology made there once).
     * :obj:`seed` (an integer or a generator, whose initial seed is used;
       default :obj:`0`): shuffling and sampling, offset by the rank.
     * :obj:`cache_policy`: :obj:`'frequency'` (the default, the same as
@@ -173,7 +176,8 @@ def partition_loader(path: os.PathLike,
     * The arguments of
       :class:`~pyg_orch.distributed.DistributedNeighborLoader`:
       :obj:`cache_size`, :obj:`even`, :obj:`presample_batches`,
-      :obj:`group` and :obj:`expected_fingerprint`.
+      :obj:`group`, :obj:`expected_fingerprint` and
+      :obj:`sampling_device`.
     """
     args = dict(arguments)
     refusals = (

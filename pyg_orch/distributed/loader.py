@@ -19,7 +19,10 @@ from pyg_orch.distributed.collective import (
     group_size,
 )
 from pyg_orch.distributed.features import DistributedFeatureGather
-from pyg_orch.distributed.sampler import DistributedNeighborSampler
+from pyg_orch.distributed.sampler import (
+    DistributedNeighborSampler,
+    resolve_sampling_device,
+)
 from pyg_orch.distributed.storage import GraphPartition, load_partition
 
 __all__ = ['DistributedNeighborLoader', 'open_partition']
@@ -159,9 +162,16 @@ class DistributedNeighborLoader:
             with this process's CUDA device set by
             :func:`torch.cuda.set_device`).
         device (torch.device or str, optional): Where batches are
-            delivered (default: the CPU). Sampling runs on the CPU over the
-            part's memory-mapped files; gathered rows (and the cache of
+            delivered (default: the CPU). Gathered rows (and the cache of
             remote rows) live on :obj:`device`.
+        sampling_device (torch.device or str, optional): Where sampling
+            runs (default: the CPU, over the part's memory-mapped files).
+            On a CUDA device (e.g. :obj:`device`), the part's topology is
+            copied there once, when the loader is built, and must fit in
+            its memory beside the cache and the model; the sampler's
+            exchanges then move CUDA tensors, and the sampled ids are
+            copied to the host once per batch to index the part's
+            features.
     """
     def __init__(self, partition: Union[str, Path, GraphPartition],
                  num_neighbors: Sequence[int], batch_size: int,
@@ -172,7 +182,11 @@ class DistributedNeighborLoader:
                  seed: int = 0, group: Optional[Any] = None,
                  device: Optional[Union[str, torch.device]] = None,
                  transform: Optional[Callable] = None,
-                 expected_fingerprint: Optional[str] = None):
+                 expected_fingerprint: Optional[str] = None,
+                 sampling_device: Optional[Union[str, torch.device]] = None):
+        # Checked before the collective below, the same on every rank:
+        sampling_device = resolve_sampling_device(sampling_device,
+                                                  'sampling_device')
         # A collective: every rank learns if one cannot load its part.
         partition = open_partition(partition, group, expected_fingerprint)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
@@ -196,9 +210,11 @@ class DistributedNeighborLoader:
         self.rank = group_rank(group)
         self.cache_size = cache_size
         self.presample_batches = presample_batches
+        self.sampling_device = sampling_device
         self.sampler = DistributedNeighborSampler(
             partition, num_neighbors, group=group,
-            generator=torch.Generator().manual_seed(seed * 1000 + self.rank))
+            generator=torch.Generator(device=sampling_device).manual_seed(
+                seed * 1000 + self.rank), device=sampling_device)
         self.gather = DistributedFeatureGather(
             partition, group=group, policy=cache_policy,
             cache_size=cache_size if cache_policy == 'lru' else 0,
@@ -293,7 +309,8 @@ class DistributedNeighborLoader:
             if not isinstance(node, dict):
                 node = {None: node}
             for t, ids in node.items():
-                counts[t] += torch.bincount(ids, minlength=num_nodes[t])
+                counts[t] += torch.bincount(ids.cpu(),
+                                            minlength=num_nodes[t])
         self.gather.build_cache(counts if self.partition.is_hetero else
                                 counts[None], self.cache_size)
         self.cached_rows = self.gather.num_cached_rows
@@ -348,6 +365,8 @@ class DistributedNeighborLoader:
     def _finish(self, data):
         if self.device.type != 'cpu':
             data = data.to(self.device, non_blocking=True)
+        elif self.sampling_device.type != 'cpu':  # Sampled ids to the host.
+            data = data.to(self.device)
         if self.transform is not None:
             data = self.transform(data)
         self.batch_stats.append({**self.gather.stats.as_dict(),

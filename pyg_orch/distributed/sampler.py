@@ -10,21 +10,28 @@ sampler (with full fan-out, the very same output).
 
 Heterogeneous partitions are sampled the same way, all edge types of a hop
 in the same two exchanges: the frontier of every edge type's destination
-type goes to its owners, which sample that edge type's in-edges."""
+type goes to its owners, which sample that edge type's in-edges.
+
+Sampling runs on the CPU over the part's memory-mapped files, or on a CUDA
+device (:obj:`device`), over copies of the part's topology made there once;
+the exchanges then move CUDA tensors (under NCCL without a trip through host
+memory)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
+from pyg_orch.core.csc import CSCTopology
 from pyg_orch.distributed.collective import exchange, group_rank, group_size
 from pyg_orch.sampling.multi_hop import append_hop_edges
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.relabel import SortRelabeler
 
-__all__ = ['DistributedNeighborSampler', 'SamplingStats']
+__all__ = ['DistributedNeighborSampler', 'SamplingStats',
+           'resolve_sampling_device']
 
 
 @dataclass
@@ -46,6 +53,51 @@ class SamplingStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     per_hop: List[Dict[str, int]] = field(default_factory=list)
+
+
+def resolve_sampling_device(device: Optional[Union[str, torch.device]],
+                            name: str = 'device') -> torch.device:
+    r"""The device sampling runs on: :obj:`None` is the CPU; a CUDA device
+    without an index is this process's current one. Raises a
+    :class:`ValueError` naming the argument :obj:`name` for anything but a
+    CPU or an available CUDA device."""
+    if device is None:
+        return torch.device('cpu')
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"'{name}' must be a torch.device or a string such "
+                         f"as 'cpu' or 'cuda:0' (got {device!r})") from e
+    if device.type not in ('cpu', 'cuda'):
+        raise ValueError(f"'{name}' must be a CPU or CUDA device (got "
+                         f"{str(device)!r})")
+    if device.type == 'cuda':
+        if not torch.cuda.is_available():
+            raise ValueError(f"'{name}' is {str(device)!r}, but CUDA is not "
+                             f"available on this machine; use 'cpu'")
+        if device.index is None:
+            device = torch.device('cuda', torch.cuda.current_device())
+        elif device.index >= torch.cuda.device_count():
+            raise ValueError(f"'{name}' is {str(device)!r}, but this machine "
+                             f"has {torch.cuda.device_count()} CUDA "
+                             f"device(s)")
+    return device
+
+
+def _check_generator(generator: Optional[torch.Generator],
+                     device: torch.device) -> None:
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"'generator' must be a torch.Generator (got "
+                         f"{type(generator).__name__})")
+    gen = generator.device
+    if gen.type != device.type or (
+            device.type == 'cuda' and gen.index is not None
+            and gen.index != device.index):
+        raise ValueError(f"'generator' is a generator on {str(gen)!r} but "
+                         f"sampling runs on {str(device)!r}: pass "
+                         f"torch.Generator(device={str(device)!r})")
 
 
 def _nbytes(parts: Sequence[Tensor], skip: int) -> int:
@@ -77,27 +129,38 @@ class DistributedNeighborSampler:
             default group); its size must be the number of parts and rank
             :obj:`k` must hold part :obj:`k`.
         generator (torch.Generator, optional): The random number generator
-            of this part's draws.
+            of this part's draws, on :obj:`device` (e.g.
+            :obj:`torch.Generator(device='cuda')` for a CUDA device).
+        device (torch.device or str, optional): Where sampling runs
+            (default: the CPU, over the part's memory-mapped files). On a
+            CUDA device, the part's topology that sampling reads (per edge
+            type :obj:`csc.colptr`, :obj:`csc.row`, :obj:`csc.edge_id`, per
+            node type :obj:`node_part` and :obj:`local_id`) is copied there
+            once, at construction, and must fit in its memory; the
+            exchanges move CUDA tensors, and the output is on
+            :obj:`device`.
     """
     def __init__(self, partition, num_neighbors, group: Optional[Any] = None,
                  generator: Optional[torch.Generator] = None,
-                 replace: bool = False):
+                 replace: bool = False,
+                 device: Optional[Union[str, torch.device]] = None):
         if replace:
             raise NotImplementedError(
                 'DistributedNeighborSampler: sampling with replacement is '
                 'not supported yet')
+        self.device = resolve_sampling_device(device, 'device')
+        _check_generator(generator, self.device)
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
         if self.is_hetero:
             self.node_types = list(partition.node_ids)
             self.edge_types = list(partition.csc)
-            self._node_part = partition.node_part
-            self._local_id = partition.local_id
-            self._csc = partition.csc
+            node_part, local_id = partition.node_part, partition.local_id
+            csc = partition.csc
         else:
             self.node_types, self.edge_types = [None], [None]
-            self._node_part = {None: partition.node_part}
-            self._local_id = {None: partition.local_id}
-            self._csc = {None: partition.csc}
+            node_part = {None: partition.node_part}
+            local_id = {None: partition.local_id}
+            csc = {None: partition.csc}
         self.fanouts = self._check_fanouts(num_neighbors)
         world_size, rank = group_size(group), group_rank(group)
         if world_size != partition.num_parts:
@@ -107,6 +170,11 @@ class DistributedNeighborSampler:
         if rank != partition.part:
             raise ValueError(f'rank {rank} must hold part {rank} (got part '
                              f'{partition.part})')
+        # On the CPU, the part's own (memory-mapped) tensors; on a GPU,
+        # copies made once (the partition object is left as it is).
+        self._node_part = {t: self._on_device(v) for t, v in node_part.items()}
+        self._local_id = {t: self._on_device(v) for t, v in local_id.items()}
+        self._csc = {et: self._topology_on_device(c) for et, c in csc.items()}
         self.partition = partition
         self.num_neighbors = num_neighbors if isinstance(
             num_neighbors, dict) else list(num_neighbors)
@@ -116,6 +184,17 @@ class DistributedNeighborSampler:
         self.num_nodes = {t: int(self._node_part[t].numel())
                           for t in self.node_types}
         self.stats = SamplingStats()
+
+    def _on_device(self, t: Tensor) -> Tensor:
+        return t if t.device == self.device else t.to(self.device)
+
+    def _topology_on_device(self, csc: CSCTopology) -> CSCTopology:
+        if self.device.type == 'cpu' and csc.colptr.device == self.device:
+            return csc
+        return CSCTopology(self._on_device(csc.colptr),
+                           self._on_device(csc.row),
+                           None if csc.edge_id is None else
+                           self._on_device(csc.edge_id), csc.num_src_nodes)
 
     def _check_fanouts(self, num_neighbors) -> Dict[Any, List[int]]:
         def check(values) -> List[int]:
@@ -180,21 +259,26 @@ class DistributedNeighborSampler:
                 raise ValueError(f"'seeds' must be a 1-D tensor of node ids "
                                  f"(got shape {tuple(ids.shape)}, "
                                  f"{ids.dtype})")
-            ids = ids.to(torch.int64).cpu()
+            ids = ids.to(self.device, torch.int64)
             n = self.num_nodes[t]
-            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
-                raise ValueError(f"'seeds' must be in [0, {n})")
+            if ids.numel():
+                lo, hi = torch.stack([ids.min(), ids.max()]).tolist()
+                if lo < 0 or hi >= n:
+                    raise ValueError(f"'seeds' must be in [0, {n})")
             out[t] = ids
         return out
 
     def _serve(self, requests: List[Tensor], hop: int) -> List[Tensor]:
         r"""Samples the in-edges of the vertices other ranks asked for,
-        edge type after edge type: for each rank and each edge type it
-        asked about, its counts per vertex, then the sources, then the edge
-        ids."""
+        edge type after edge type. The reply to every rank starts with the
+        number of edges drawn per edge type, then, for each edge type it
+        asked about, its counts per vertex, the sources and the edge ids."""
         num_types = len(self.edge_types)
-        headers = [r[:num_types].tolist() for r in requests]
+        # The requests' headers (vertices asked per edge type), read from
+        # the device at once:
+        headers = torch.stack([r[:num_types] for r in requests]).tolist()
         pieces: List[Dict[int, Tensor]] = [{} for _ in requests]
+        totals = [[0] * num_types for _ in requests]
         offsets = [num_types] * len(requests)
         for e, et in enumerate(self.edge_types):
             sizes = [h[e] for h in headers]
@@ -213,18 +297,23 @@ class DistributedNeighborSampler:
             src = csc.row[pos].to(torch.int64)
             eid = csc.edge_id[pos].to(torch.int64)
             counts = torch.bincount(dst_index, minlength=req.numel())
-            start, edge_start = 0, 0
-            for r, n in enumerate(sizes):
-                c = counts[start:start + n]
-                m = int(c.sum())
+            chunks, start = [], 0
+            for n in sizes:
+                chunks.append(counts[start:start + n])
+                start += n
+            # Edges drawn for every rank, read from the device at once:
+            drawn = torch.stack([c.sum() for c in chunks]).tolist()
+            edge_start = 0
+            for r, (c, m) in enumerate(zip(chunks, drawn)):
                 pieces[r][e] = torch.cat([c, src[edge_start:edge_start + m],
                                           eid[edge_start:edge_start + m]])
-                start += n
+                totals[r][e] = m
                 edge_start += m
             self.stats.served_requests += sum(
                 n for r, n in enumerate(sizes) if r != self.rank)
-        return [torch.cat([p[e] for e in sorted(p)]) if p else
-                torch.empty(0, dtype=torch.int64) for p in pieces]
+        header = torch.tensor(totals, dtype=torch.int64, device=self.device)
+        return [torch.cat([header[r]] + [p[e] for e in sorted(p)])
+                for r, p in enumerate(pieces)]
 
     def _hop(self, frontier: Dict[Any, Tuple[Tensor, Tensor]], hop: int):
         r"""One collective hop: for every edge type sampled, the sampled
@@ -252,8 +341,9 @@ class DistributedNeighborSampler:
             self.stats.local_requests += per_rank[self.rank]
             self.stats.remote_requests += f_global.numel() - \
                 per_rank[self.rank]
-        send = [torch.cat([torch.tensor(counts[r], dtype=torch.int64)] +
-                          ids[r]) for r in range(self.world_size)]
+        header = torch.tensor(counts, dtype=torch.int64, device=self.device)
+        send = [torch.cat([header[r]] + ids[r])
+                for r in range(self.world_size)]
         self.stats.bytes_sent += _nbytes(send, self.rank)
         requests = exchange(send, self.group)
         self.stats.bytes_received += _nbytes(requests, self.rank)
@@ -262,20 +352,24 @@ class DistributedNeighborSampler:
         answers = exchange(replies, self.group)
         self.stats.bytes_received += _nbytes(answers, self.rank)
 
+        # The edges drawn per rank and edge type, read from the device at
+        # once:
+        drawn = torch.stack([a[:num_types] for a in answers]).tolist()
+        type_index = {et: e for e, et in enumerate(self.edge_types)}
         parts: Dict[Any, Tuple[list, list, list]] = {
             et: ([], [], []) for et in index}
         for r, ans in enumerate(answers):
-            offset = 0
+            offset = num_types
             for et, idx in index.items():  # In edge type order.
                 n = idx[r].numel()
                 if n == 0:
                     continue
                 c = ans[offset:offset + n]
-                m = int(c.sum())
+                m = drawn[r][type_index[et]]
                 srcs, eids, dsts = parts[et]
                 srcs.append(ans[offset + n:offset + n + m])
                 eids.append(ans[offset + n + m:offset + n + 2 * m])
-                dsts.append(idx[r].repeat_interleave(c))
+                dsts.append(idx[r].repeat_interleave(c, output_size=m))
                 offset += n + 2 * m
         out = {}
         for et, (srcs, eids, dsts) in parts.items():
@@ -305,8 +399,8 @@ class DistributedNeighborSampler:
         seeds = self._check_seeds(seeds)
         self.stats = SamplingStats()
         num_hops = self.num_hops
-        relabel = {t: SortRelabeler(torch.device('cpu'))
-                   for t in self.node_types}
+        device = self.device
+        relabel = {t: SortRelabeler(device) for t in self.node_types}
         nodes = {t: [] for t in self.node_types}
         rows = {et: [] for et in self.edge_types}
         cols = {et: [] for et in self.edge_types}
@@ -319,7 +413,7 @@ class DistributedNeighborSampler:
                 relabel[t].init(ids)
                 nodes[t].append(ids)
                 num_sampled_nodes[t][0] = ids.numel()
-                frontier[t] = (torch.arange(ids.numel()), ids)
+                frontier[t] = (torch.arange(ids.numel(), device=device), ids)
             for hop in range(num_hops):
                 before = dict(vars(self.stats))
                 sampled = self._hop(frontier, hop)  # Every rank, every hop.
@@ -341,8 +435,8 @@ class DistributedNeighborSampler:
                         hop, rows, cols, edges, num_sampled_edges)
                     nodes[t].append(new)
                     num_sampled_nodes[t][hop + 1] = new.numel()
-                    next_frontier[t] = (
-                        torch.arange(start, start + new.numel()), new)
+                    next_frontier[t] = (torch.arange(
+                        start, start + new.numel(), device=device), new)
                 frontier = next_frontier
         finally:
             for r in relabel.values():
@@ -350,7 +444,7 @@ class DistributedNeighborSampler:
 
         def _cat(parts):
             return torch.cat(parts) if parts else torch.empty(
-                0, dtype=torch.int64)
+                0, dtype=torch.int64, device=device)
 
         node = {t: _cat(v) for t, v in nodes.items()}
         row = {et: _cat(v) for et, v in rows.items()}
