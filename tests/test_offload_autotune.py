@@ -624,3 +624,33 @@ def test_loader_cache_changes_only_if_offload_is_kept(offload_wins):
     else:
         assert store.cached is None
     off.close()
+
+
+def test_chooser_gives_up_on_larger_sizes_after_a_slow_one():
+    # 100 hot vertices 10% slower than plain: 300 is not tried.
+    chooser = StepTimeChooser([0, 100, 300], warmup=1, steps=3)
+    switches = run_chooser(chooser, lambda n, i: {0: 1.0, 100: 1.1,
+                                                  300: 0.5}[n])
+    assert switches == [100, 0]
+    assert chooser.choice == 0 and chooser.skipped == [300]
+    assert 'not tried: [300]' in chooser.reason
+    summary = chooser.summary()
+    assert [c['num_hot'] for c in summary['candidates']] == [0, 100, 300]
+    assert summary['candidates'][2]['measured_steps'] == 0
+
+
+@pytest.mark.parametrize('give_up,slow', [(0.05, 1.04), (None, 1.5)])
+def test_chooser_tries_larger_sizes_within_give_up(give_up, slow):
+    # Within the give-up margin (or with none), larger sizes are tried and
+    # the fastest wins.
+    chooser = StepTimeChooser([0, 100, 300], warmup=1, steps=3,
+                              give_up=give_up)
+    switches = run_chooser(chooser, lambda n, i: {0: 1.0, 100: slow,
+                                                  300: 0.5}[n])
+    assert switches == [100, 300, 300]
+    assert chooser.choice == 300 and chooser.skipped == []
+
+
+def test_chooser_rejects_a_bad_give_up():
+    with pytest.raises(ValueError, match='give_up'):
+        StepTimeChooser([0, 1], give_up=-0.1)

@@ -71,6 +71,10 @@ class StepTimeChooser:
         steps (int): Steps measured per candidate. (default: :obj:`10`)
         margin (float): How much faster (a fraction) than plain training a
             size must be. (default: :obj:`0.02`)
+        give_up (float, optional): Larger sizes are not tried once a size
+            was this much slower (a fraction) than plain training: the
+            trial's steps cost time where offload does not pay.
+            :obj:`None` tries every candidate. (default: :obj:`0.05`)
         clock (callable): Returns the time in seconds.
             (default: :func:`time.perf_counter`)
         sync (callable, optional): Called before reading the clock at the
@@ -82,11 +86,13 @@ class StepTimeChooser:
     WARMUP = 3
     STEPS = 10
     MARGIN = 0.02
+    GIVE_UP = 0.05
 
     def __init__(self, candidates: Sequence[int], warmup: int = 3,
                  steps: int = 10, margin: float = 0.02,
                  clock: Callable[[], float] = time.perf_counter,
-                 sync: Optional[Callable[[], None]] = None):
+                 sync: Optional[Callable[[], None]] = None,
+                 give_up: Optional[float] = 0.05):
         self.candidates = [int(n) for n in candidates]
         if 0 not in self.candidates:
             raise ValueError("'candidates' must hold 0 (plain training)")
@@ -98,6 +104,12 @@ class StepTimeChooser:
                              f"{warmup}, {steps})")
         if not 0.0 <= margin < 1.0:
             raise ValueError(f"'margin' must be in [0, 1) (got {margin})")
+        if give_up is not None and not give_up >= 0.0:
+            raise ValueError(f"'give_up' must be None or >= 0 (got "
+                             f"{give_up})")
+        self.give_up = give_up
+        #: Candidates not tried (see :obj:`give_up`).
+        self.skipped: List[int] = []
         self.warmup, self.steps, self.margin = int(warmup), int(steps), margin
         self.clock, self.sync = clock, sync
         self.index = 0
@@ -151,10 +163,39 @@ class StepTimeChooser:
             return None
         self._seen = 0
         self.index += 1
+        self._maybe_give_up()
         if self.index < len(self.candidates):
             return self.candidates[self.index]
+        self.times = self._agreed_times()
         self.choice, self.reason = decide(self.times, self.margin)
+        if self.skipped:
+            self.reason += (f'; not tried: {self.skipped} hot vertices '
+                            f'(a smaller hot set was more than '
+                            f'{self.give_up:.0%} slower than plain '
+                            f'training)')
         return self.choice
+
+    def _maybe_give_up(self) -> None:
+        # After a candidate's steps: drop the larger ones still to try if it
+        # was more than `give_up` slower than plain training.
+        last = self.candidates[self.index - 1]
+        rest = self.candidates[self.index:]
+        if self.give_up is None or last == 0 or not any(n > last
+                                                        for n in rest):
+            return
+        times = self._agreed_times()
+        if not times[0] or not times[last] or statistics.median(
+                times[last]) <= (1.0 + self.give_up) * statistics.median(
+                    times[0]):
+            return
+        self.skipped += [n for n in rest if n > last]
+        self.candidates = self.candidates[:self.index] + [
+            n for n in rest if n <= last]
+
+    def _agreed_times(self) -> Dict[int, List[float]]:
+        r"""The step times that decide (this process's; every rank's mean
+        under DDP)."""
+        return self.times
 
     def summary(self) -> Dict[str, Any]:
         r"""The candidates, their measured median step times (seconds) and
@@ -170,7 +211,7 @@ class StepTimeChooser:
                 'num_hot': n,
                 'median_step_s': medians[n],
                 'measured_steps': len(self.times[n]),
-            } for n in self.candidates],
+            } for n in self.candidates + self.skipped],
             'chosen_num_hot': self.choice,
             'speedup': plain / chosen if plain and chosen else None,
             'margin': self.margin,

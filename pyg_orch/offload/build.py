@@ -223,7 +223,7 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
         sizes, warmup=max(StepTimeChooser.WARMUP, drain),
         steps=StepTimeChooser.STEPS, margin=StepTimeChooser.MARGIN,
         clock=options.autotune_clock or time.perf_counter, sync=sync,
-        **kwargs)
+        give_up=StepTimeChooser.GIVE_UP, **kwargs)
     return HotSetTuner(hot, chooser, ratios, on_resize, on_done,
                        drain=drain)
 

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from pyg_orch.multigpu.peer_memory import machine_group
-from pyg_orch.offload.autotune import StepTimeChooser, decide
+from pyg_orch.offload.autotune import StepTimeChooser
 
 
 def process_group_active() -> bool:
@@ -96,6 +96,11 @@ class AgreedStepTimeChooser(StepTimeChooser):
         super().__init__(*args, **kwargs)
         self.ranks = ranks
 
+    def _agreed_times(self) -> Dict[int, List[float]]:
+        # Every rank gives up on larger sizes alike (a collective: all
+        # ranks end a candidate at the same step).
+        return self.ranks.mean_times(self.times)
+
     def tick(self, count: bool = True) -> Optional[int]:
         r"""As :meth:`StepTimeChooser.tick
         <pyg_orch.offload.autotune.StepTimeChooser.tick>`, a collective
@@ -106,9 +111,5 @@ class AgreedStepTimeChooser(StepTimeChooser):
         # A step counts only where every rank times it (a rank after a
         # pause reads the clock but does not time this step):
         count = self.ranks.all_true(bool(count) and self._last is not None)
-        size = super().tick(count)
-        if self.done:  # Decided just now: again, from the ranks' times.
-            self.times = self.ranks.mean_times(self.times)
-            self.choice, self.reason = decide(self.times, self.margin)
-            size = self.choice
-        return size
+        # Decides (and gives up on sizes) from the ranks' mean step times:
+        return super().tick(count)
