@@ -46,13 +46,19 @@ def sync():
     torch.cuda.synchronize()
 
 
-def time_sampling(sampler, seeds, warmup, rounds=3):
+def time_sampling(sampler, seeds, warmup, rounds=5, warmup_s=1.0):
     # Each batch is waited for (no overlap between batches). The median of
-    # `rounds` passes over the timed batches, after `warmup` batches: one
-    # pass is only ~30 ms, short enough for clock ramp-up to show.
-    for s in seeds[:warmup]:
-        sampler.sample_from_nodes(NodeSamplerInput(None, s))
+    # `rounds` passes over the timed batches, after `warmup` batches and at
+    # least `warmup_s` seconds of sampling: an idle GPU runs at a low clock
+    # and takes a few hundred milliseconds of load to reach its steady one
+    # (an H100 went from 0.69 to 0.49 ms per batch over its first three
+    # ~30 ms passes), which training, sampling all the time, does not see.
+    start, i = time.perf_counter(), 0
+    while i < warmup or time.perf_counter() - start < warmup_s:
+        sampler.sample_from_nodes(NodeSamplerInput(None, seeds[i % warmup]))
+        i += 1
     sync()
+    warmup_batches = i
     passes = []
     for _ in range(rounds):
         start, edges = time.perf_counter(), 0
@@ -65,7 +71,8 @@ def time_sampling(sampler, seeds, warmup, rounds=3):
     n = len(seeds) - warmup
     return {'ms_per_batch': 1e3 * sec / n, 'edges_per_s': edges / sec,
             'edges_per_batch': edges / n,
-            'edges_per_s_passes': [e / t for t, e in passes]}
+            'edges_per_s_passes': [e / t for t, e in passes],
+            'warmup_batches': warmup_batches, 'warmup_s': warmup_s}
 
 
 TRIM = True
@@ -190,6 +197,11 @@ def main():
     p.add_argument('--scale-gather-blocks', type=int, default=None,
                    help='cap of the UVA gather grid in the --scale run')
     p.add_argument('--no-pyg', action='store_true')
+    p.add_argument('--sampling-only', action='store_true',
+                   help='time sampling alone, then stop')
+    p.add_argument('--sampling-warmup-s', type=float, default=1.0,
+                   help='seconds of sampling before it is timed (the GPU '
+                   'clock ramps up under load)')
     p.add_argument('--scale', action='store_true',
                    help=describe_preset('scale') + ' in host memory')
     p.add_argument('--no-trim', action='store_true',
@@ -241,13 +253,17 @@ def main():
                               ('torch/device', 'torch', topo)]:
         s = HybridNeighborSampler(data, fanout, device=dev, seed=0,
                                   backend=backend, topology=t_)
-        res['sampling'][name] = time_sampling(s, seeds, 10)
+        res['sampling'][name] = time_sampling(s, seeds, 10,
+                                              warmup_s=args.sampling_warmup_s)
         log(f'sampling {name}: {res["sampling"][name]}')
         del s
     sd = res['sampling']
     res['sampling']['host_over_device'] = (
         sd['triton/host']['ms_per_batch'] /
         sd['triton/device']['ms_per_batch'])
+    if args.sampling_only:
+        write(res, args.out or 'benchmarks/results/gpu_data_path.json')
+        return res
 
     # Data in host memory #####################################################
     data_cpu = data.cpu()
