@@ -48,17 +48,20 @@ def sync():
 
 def time_sampling(sampler, seeds, warmup, rounds=5, warmup_s=1.0):
     # Each batch is waited for (no overlap between batches). The median of
-    # `rounds` passes over the timed batches, after `warmup` batches and at
-    # least `warmup_s` seconds of sampling: an idle GPU runs at a low clock
+    # `rounds` passes over the timed batches, after `warmup` batches and
+    # then `warmup_s` seconds of sampling: an idle GPU runs at a low clock
     # and takes a few hundred milliseconds of load to reach its steady one
     # (an H100 went from 0.69 to 0.49 ms per batch over its first three
     # ~30 ms passes), which training, sampling all the time, does not see.
+    for s in seeds[:warmup]:  # Compiles the kernels, captures the graphs.
+        sampler.sample_from_nodes(NodeSamplerInput(None, s))
+    sync()
     start, i = time.perf_counter(), 0
-    while i < warmup or time.perf_counter() - start < warmup_s:
+    while time.perf_counter() - start < warmup_s:
         sampler.sample_from_nodes(NodeSamplerInput(None, seeds[i % warmup]))
         i += 1
     sync()
-    warmup_batches = i
+    warmup_batches = warmup + i
     passes = []
     for _ in range(rounds):
         start, edges = time.perf_counter(), 0
