@@ -301,10 +301,9 @@ class HeteroFusedPlan(FusedPlan):
         self.edge_rank = torch.zeros(max(total, 1) + 1, **kw)
         self.seg_shift = torch.zeros(max(S, 1), **kw)
         self.seg_count = torch.zeros(max(S, 1), **kw)
-        self.edges = {
-            name: torch.zeros(max(total, 1), **kw)
-            for name in ('row', 'col', 'eid')
-        }
+        # row, col and edge ids in one tensor: one copy per batch.
+        self.edge_buf = torch.zeros(3, max(total, 1), **kw)
+        self.edges = dict(zip(('row', 'col', 'eid'), self.edge_buf))
         self.counts = torch.zeros(T + H * T + S, **kw)
         self.counts_host = torch.zeros(self.counts.shape, dtype=torch.int64,
                                        pin_memory=device.type == 'cuda')
@@ -406,12 +405,13 @@ class HeteroFusedPlan(FusedPlan):
         for (h, et, _, _), n in zip(self.segments, seg_counts):
             num_edges[et][h] = n
         row, col, edge = {}, {}, {}
+        sizes = [sum(num_edges[et]) for et in csc.edge_types]
+        # One copy of the batch's edges; outputs lie edge type by edge type.
+        rows, cols, eids = self.edge_buf[:, :sum(sizes)].clone()
         start = 0
-        for et in csc.edge_types:  # Outputs lie edge type by edge type.
-            n = sum(num_edges[et])
-            row[et], col[et], edge[et] = (
-                self.edges[name][start:start + n].clone()
-                for name in ('row', 'col', 'eid'))
+        for et, n in zip(csc.edge_types, sizes):
+            row[et], col[et], edge[et] = (t[start:start + n]
+                                          for t in (rows, cols, eids))
             start += n
         return MultiHopOutput(node, row, col, edge, None, num_nodes,
                               num_edges)
