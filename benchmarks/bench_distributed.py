@@ -16,7 +16,11 @@ Four modes:
   ``all_to_all``, edge cut and balance of the partition, partitioning time.
   ``--sampling-device cuda`` samples on each rank's GPU
   (``DistributedNeighborLoader(sampling_device=...)``; the default ``cpu``
-  samples on the CPU over the memory-mapped part).
+  samples on the CPU over the memory-mapped part); ``--feature-device cuda``
+  gathers the feature rows there too
+  (``DistributedNeighborLoader(feature_device=...)``, over a copy of the
+  part's features on the GPU; the default ``cpu`` reads the memory-mapped
+  part).
 * ``--sweep-parts 2,4,...``: no process group; partitions the graph into
   every number of parts and replays the collective sampler's owner lookup
   on batches sampled by the single-machine sampler (the same distribution):
@@ -33,6 +37,9 @@ Four modes:
         --edges 60000000 --train
     python benchmarks/bench_distributed.py --backend nccl \\
         --sampling-device cuda --nodes 1000000 --edges 20000000 --train
+    python benchmarks/bench_distributed.py --backend nccl \\
+        --sampling-device cuda --feature-device cuda --nodes 1000000 \\
+        --edges 20000000 --train
     python benchmarks/bench_distributed.py --sweep-parts 2,4,8,16,32,64
     python benchmarks/bench_distributed.py --project run.json sweep.json
 """
@@ -96,7 +103,8 @@ def _out_path(args, kind: str) -> str:
         return args.out
     date = datetime.date.today().isoformat()
     backend = args.backend + ('_gpusampling' if args.sampling_device == 'cuda'
-                              else '')
+                              else '') + (
+        '_gpufeatures' if args.feature_device == 'cuda' else '')
     name = (f'distributed_{backend}_{date}.json' if kind == 'run' else
             f'distributed_sweep_{_count(args.nodes)}_{date}.json')
     return os.path.join(REPO, 'benchmarks', 'results', name)
@@ -319,7 +327,7 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
     import torch.distributed as dist
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     use_cuda = args.backend == 'nccl'
-    if use_cuda or args.sampling_device == 'cuda':
+    if use_cuda or 'cuda' in (args.sampling_device, args.feature_device):
         torch.cuda.set_device(rank)
     if use_cuda:
         device = torch.device('cuda', rank)
@@ -378,17 +386,20 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     meter = _CommMeter(rank, world)
     meter.install()
     t = time.perf_counter()
-    sampling_device = torch.device('cuda', rank) \
-        if args.sampling_device == 'cuda' else torch.device('cpu')
+    sampling_device, feature_device = (
+        torch.device('cuda', rank) if choice == 'cuda' else
+        torch.device('cpu') for choice in (args.sampling_device,
+                                           args.feature_device))
     loader = DistributedNeighborLoader(
         part_dir, args.fanout, batch_size=args.batch_size, shuffle=True,
         cache_size=args.cache_rows, presample_batches=args.presample,
-        seed=args.seed, device=device, sampling_device=sampling_device)
+        seed=args.seed, device=device, sampling_device=sampling_device,
+        feature_device=feature_device)
     build_s = time.perf_counter() - t
     timer: Dict[str, float] = {}
     # Where a phase queues GPU work, it ends when that work is done:
-    sync = next((d for d in (sampling_device, device) if d.type == 'cuda'),
-                None)
+    sync = next((d for d in (sampling_device, feature_device, device)
+                 if d.type == 'cuda'), None)
     loader.sampler.sample_from_nodes = meter.wrap(
         loader.sampler.sample_from_nodes, 'sampling', timer, sync)
     loader.gather.gather = meter.wrap(loader.gather.gather, 'features',
@@ -468,6 +479,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     res = {
         'rank': rank, 'method': method, 'device': str(device),
         'sampling_device': str(sampling_device),
+        'feature_device': str(feature_device),
         'transport_devices': sorted(meter.devices),
         'build_s': build_s, 'first_batch_s': first_s,
         'num_batches_per_epoch': len(loader),
@@ -545,16 +557,20 @@ def _combine(method: str, ranks: List[dict]) -> Dict[str, Any]:
                                        for d in r['transport_devices']})
     out['sampling_device'] = sorted({r['sampling_device'].split(':')[0]
                                      for r in ranks})
+    out['feature_device'] = sorted({r.get('feature_device', 'cpu').split(
+        ':')[0] for r in ranks})
     return out
 
 
 def run(args) -> Dict[str, Any]:
     from pyg_orch.distributed import partition_graph
     from pyg_orch.multigpu.peer_memory import disable_multicast_env
-    if args.backend == 'nccl' or args.sampling_device == 'cuda':
+    if args.backend == 'nccl' or 'cuda' in (args.sampling_device,
+                                            args.feature_device):
         if torch.cuda.device_count() < args.world_size:
             what = ('--backend nccl' if args.backend == 'nccl' else
-                    '--sampling-device cuda')
+                    '--sampling-device cuda' if args.sampling_device ==
+                    'cuda' else '--feature-device cuda')
             raise SystemExit(f'{what} needs {args.world_size} GPUs '
                              f'(found {torch.cuda.device_count()})')
     if args.backend == 'nccl':
@@ -660,6 +676,7 @@ def print_run(res: Dict[str, Any], fmt: str = 'text') -> None:
         b = m['bytes_per_batch']
         t = m['time_per_batch_ms']
         rows.append([method, '/'.join(m.get('sampling_device', ['cpu'])),
+                     '/'.join(m.get('feature_device', ['cpu'])),
                      p['edge_cut'], p['balance'], p['seconds'],
                      t['median'], t['min'], t['max'], m['comm_ms']['median'],
                      (b['sampling_out'] + b['sampling_in']) / 1e6,
@@ -667,7 +684,7 @@ def print_run(res: Dict[str, Any], fmt: str = 'text') -> None:
                      m['features']['remote_rows'],
                      m['features']['cache_hit_rate'],
                      m['all_to_all_calls_per_batch']])
-    _table(['method', 'sampling on', 'edge cut', 'balance', 'partition s',
+    _table(['method', 'sampling on', 'features on', 'edge cut', 'balance', 'partition s',
             'ms/batch',
             'min', 'max', 'a2a ms', 'sampling MB', 'features MB',
             'remote rows', 'cache hit', 'a2a calls'], rows, fmt)
@@ -1100,6 +1117,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="where each rank samples: 'cpu' over the "
                    "memory-mapped part, or 'cuda' (rank r on cuda:r) over a "
                    "copy of its topology (default: %(default)s)")
+    r.add_argument('--feature-device', choices=('cpu', 'cuda'),
+                   default='cpu',
+                   help="where each rank reads and serves its feature rows: "
+                   "'cpu' from the memory-mapped part, or 'cuda' (rank r on "
+                   "cuda:r) from a copy of its features (default: "
+                   "%(default)s)")
     r.add_argument('--batches', type=int, default=10)
     r.add_argument('--warmup', type=int, default=3)
     r.add_argument('--repeats', type=int, default=3)

@@ -3,7 +3,9 @@ acting as a machine holding one part; the exchanges move CUDA tensors and
 batches land on the GPU. With full fan-out the batches must equal the
 single-process loader's, also where each rank samples on its GPU
 (``sampling_device``; there, with a finite fan-out, valid batches, and with
-gloo too). Runs where two CUDA devices are available
+gloo too), and where it also gathers features on its GPU
+(``feature_device``, both cache policies, and a heterogeneous graph). Runs
+where two CUDA devices are available
 (``nvidia-h200-x2``); ``tests/test_distributed_sampling.py`` checks the
 same logic with gloo on CPU processes."""
 import pytest
@@ -230,3 +232,89 @@ def test_nccl_hetero_gpu_sampling(tmp_path):
                       backend='nccl', start_method='spawn',
                       env=MULTICAST_OFF_ENV, timeout=300)
     assert all(n > 0 for n in out)
+
+
+# Gathering features on the GPU (feature_device) ##############################
+
+def _gpu_features(rank, world_size, out_dir, hetero_dir):
+    from conftest import paper_hetero_graph
+
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.distributed import DistributedNeighborLoader
+    torch.cuda.set_device(rank)
+    device = torch.device('cuda', rank)
+    data = graph()
+    part = load_partition(out_dir, rank)
+    seeds = part.node_ids[:40 if rank == 0 else 25]
+    ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=8,
+                                    input_nodes=seeds, device='cpu'))
+    counts = []
+    # HybridNeighborLoader forwards feature_device (the 'lru' case):
+    for policy, cls in (('static', DistributedNeighborLoader),
+                        ('lru', HybridNeighborLoader)):
+        loader = cls(out_dir, FANOUTS, batch_size=8, input_nodes=seeds,
+                     device=device, even='pad', cache_size=60,
+                     cache_policy=policy, sampling_device=device,
+                     feature_device=device)
+        gather = loader.gather
+        assert loader.feature_device == gather.feature_device == device
+        assert gather.cache_slot.device == device
+        assert gather.last_used.device == device
+        assert part.x.device.type == 'cpu'  # The part is left as it is.
+        remote, cached = 0, 0
+        for epoch in range(2):  # The second one reads the filled cache.
+            ours = [b for b in loader if b.batch_size > 0]
+            assert len(ours) == len(ref) > 0
+            for batch, b in zip(ours, ref):
+                assert batch.batch_size == b.batch_size
+                for key in KEYS:
+                    assert batch[key].device == device, key
+                    assert torch.equal(batch[key].cpu(), b[key]), key
+            remote += sum(s['remote_rows'] for s in loader.batch_stats)
+            cached += sum(s['cached_rows'] for s in loader.batch_stats)
+        counts.append((len(ours), remote, cached))
+
+    # Heterogeneous, through HybridNeighborLoader:
+    hloader, num = check_hetero_folder_loader(
+        hetero_dir, rank, device, FANOUTS, cache_size=30,
+        sampling_device=device, feature_device=device)
+    assert hloader.gather.feature_device == device
+    assert all(g.cache_slot.device == device
+               for g in hloader.gather.by_node_type.values())
+    hdata = paper_hetero_graph(num_papers=150, num_authors=100,
+                               num_features=4)
+    cites = ('paper', 'cites', 'paper')
+    hetero_cached = 0
+    for b in hloader:  # Again, the cache filled: y and edge_attr too.
+        if b['paper'].batch_size == 0:
+            continue
+        for t in hdata.node_types:
+            assert b[t].x.device == device
+            assert torch.equal(b[t].x.cpu(), hdata[t].x[b[t].n_id.cpu()])
+        assert torch.equal(b['paper'].y.cpu(),
+                           hdata['paper'].y[b['paper'].n_id.cpu()])
+        assert b[cites].edge_attr.device == device
+        assert torch.equal(b[cites].edge_attr.cpu(),
+                           hdata[cites].edge_attr[b[cites].e_id.cpu()])
+        hetero_cached += hloader.batch_stats[-1]['cached_rows']
+    torch.cuda.synchronize()
+    return counts, num, hetero_cached
+
+
+def test_gpu_features(tmp_path):
+    from conftest import paper_hetero_graph
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    hetero = partition_graph(paper_hetero_graph(num_papers=150,
+                                                num_authors=100,
+                                                num_features=4),
+                             2, tmp_path / 'h', 'random', progress=False)
+    out = run_workers(_gpu_features, 2,
+                      args=(str(info.out_dir), str(hetero.out_dir)),
+                      backend='nccl', start_method='spawn',
+                      env=MULTICAST_OFF_ENV, timeout=300)
+    for rank, (counts, num, hetero_cached) in enumerate(out):
+        for checked, remote, cached in counts:
+            assert checked == (5 if rank == 0 else 4)
+            assert remote > 0 and cached > 0  # Both paths were read.
+        assert num > 0 and hetero_cached > 0

@@ -181,6 +181,7 @@ def test_one_part_without_process_group(tmp_path):
     (dict(seed='x'), ValueError, 'seed'),
     (dict(expected_fingerprint='0' * 16), ValueError, 'another graph'),
     (dict(sampling_device='tpu:0'), ValueError, 'sampling_device'),
+    (dict(feature_device='tpu:0'), ValueError, 'feature_device'),
 ])
 def test_partition_folder_arguments(tmp_path, kwargs, error, match):
     info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
@@ -193,7 +194,8 @@ def test_partition_folder_arguments(tmp_path, kwargs, error, match):
     HybridNeighborLoader(str(info.out_dir), [2], batch_size=4, device='cpu',
                          topology_placement='auto', prefetch=0,
                          replace=False, num_workers=0,
-                         cache_policy='frequency', sampling_device='cpu')
+                         cache_policy='frequency', sampling_device='cpu',
+                         feature_device='cpu')
 
 
 # Faults ######################################################################

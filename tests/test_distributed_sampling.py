@@ -320,6 +320,120 @@ def test_sampling_device_cpu_is_the_default(tmp_path):
                     assert torch.equal(x, y)
 
 
+def test_bad_feature_device(tmp_path):
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.distributed import DistributedNeighborLoader
+    info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    part = load_partition(info.out_dir, 0)
+    hetero = partition_graph(paper_hetero_graph(num_papers=30,
+                                                num_authors=20),
+                             1, tmp_path / 'h', 'contiguous', progress=False)
+    hpart = load_partition(hetero.out_dir, 0)
+    for p in (part, hpart):
+        with pytest.raises(ValueError,
+                           match="'feature_device' must be a torch.device"):
+            DistributedFeatureGather(p, feature_device='tpu:0')
+        with pytest.raises(ValueError,
+                           match="'feature_device' must be a CPU or CUDA"):
+            DistributedFeatureGather(p, feature_device='meta')
+    for loader in (DistributedNeighborLoader, HybridNeighborLoader):
+        with pytest.raises(ValueError, match="'feature_device' must be"):
+            loader(str(info.out_dir), [2], batch_size=4, device='cpu',
+                   feature_device='tpu:0')
+        if not torch.cuda.is_available():
+            with pytest.raises(ValueError,
+                               match="'feature_device'.*not available"):
+                loader(str(info.out_dir), [2], batch_size=4, device='cpu',
+                       feature_device='cuda')
+
+
+def _feature_device_worker(rank, world_size, out_dir, hetero_dir):
+    from multiproc import check_hetero_folder_loader
+
+    from pyg_orch.distributed import DistributedNeighborLoader
+    out = []
+    for policy in ('static', 'lru'):
+        runs = []
+        for device in (None, torch.device('cpu')):
+            loader = DistributedNeighborLoader(
+                out_dir, [3, 2], batch_size=5, shuffle=True, seed=5,
+                cache_size=15, cache_policy=policy, feature_device=device)
+            assert loader.gather.feature_device == torch.device('cpu')
+            batches, stats = [], []
+            for _ in range(2):  # The second epoch reads the cache.
+                batches += [(b.n_id, b.e_id, b.edge_index, b.x, b.y,
+                             b.edge_attr) for b in loader]
+                stats += loader.batch_stats
+            runs.append((batches, stats))
+        out.append(runs)
+    loader, count = check_hetero_folder_loader(
+        hetero_dir, rank, 'cpu', [-1, -1], cache_size=20,
+        feature_device='cpu')
+    assert loader.gather.feature_device == torch.device('cpu')
+    return out, count
+
+
+def test_feature_device_cpu_is_the_default(tmp_path):
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    hetero = partition_graph(paper_hetero_graph(num_papers=150,
+                                                num_authors=100,
+                                                num_features=4),
+                             2, tmp_path / 'h', 'random', progress=False)
+    results = run_workers(_feature_device_worker, 2,
+                          args=(str(info.out_dir), str(hetero.out_dir)),
+                          timeout=90)
+    for runs_per_policy, hetero_batches in results:
+        assert hetero_batches > 0
+        for (default, default_stats), *explicit in runs_per_policy:
+            assert len(default) > 0
+            assert sum(s['cached_rows'] for s in default_stats) > 0
+            for batches, stats in explicit:
+                assert stats == default_stats  # Rows from the same places.
+                assert len(batches) == len(default)
+                for a, b in zip(batches, default):
+                    for x, y in zip(a, b):
+                        assert torch.equal(x, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_features_one_part(tmp_path):
+    # One part, no process group: the gather alone, on the GPU.
+    data = graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    part = load_partition(info.out_dir, 0)
+    cuda = torch.device('cuda', torch.cuda.current_device())
+    ids = torch.tensor([5, 0, 119, 5, 42])
+    e_id = torch.tensor([3, 499, 0, 17])
+    dst = data.edge_index[1, e_id]
+    for policy in ('static', 'lru'):
+        for device in (cuda, torch.device('cpu')):
+            gather = DistributedFeatureGather(part, policy=policy,
+                                              cache_size=10, device=device,
+                                              feature_device='cuda')
+            assert gather.feature_device == cuda
+            assert gather.cache_slot.device == cuda
+            assert gather.last_used.device == cuda
+            assert part.x.device.type == 'cpu'  # Copied, not moved.
+            assert gather.build_cache(torch.ones(120, dtype=torch.int64),
+                                      10) == 0  # Nothing is remote.
+            for n_id in (ids, ids.to(cuda)):  # Ids from anywhere.
+                feats = gather.gather(n_id)
+                assert feats['x'].device == device
+                assert torch.equal(feats['x'].cpu(), data.x[ids])
+                assert torch.equal(feats['y'].cpu(), data.y[ids])
+                assert gather.stats.local_rows == ids.numel()
+            edges = gather.gather_edges(e_id.to(cuda), dst.to(cuda))
+            assert edges['edge_attr'].device == device
+            assert torch.equal(edges['edge_attr'].cpu(),
+                               data.edge_attr[e_id])
+            with pytest.raises(RuntimeError, match='in-edge'):
+                gather.gather_edges(torch.tensor([500]), torch.tensor([0]))
+
+
 def _loader_worker(rank, world_size, out_dir, even, cache_size,
                    policy='static'):
     from pyg_orch.distributed import DistributedNeighborLoader

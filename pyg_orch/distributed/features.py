@@ -1,9 +1,14 @@
 r"""Rows of node attributes (features, labels) of vertices owned by other
 parts, fetched with the same collective exchange as the sampler, with a
 per-machine static cache of the remote rows read most often (counted by
-pre-sampling), so that repeated remote reads are served locally."""
+pre-sampling), so that repeated remote reads are served locally.
+
+The part's rows and index maps are read on the CPU (the part's memory-mapped
+files) or on a CUDA device (:obj:`feature_device`, over copies made there
+once)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
@@ -11,6 +16,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.distributed.collective import exchange, group_rank, group_size
+from pyg_orch.distributed.sampler import resolve_sampling_device
 
 __all__ = ['DistributedFeatureGather', 'GatherStats']
 
@@ -58,6 +64,17 @@ def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
     return keys
 
 
+def _positions(category: Tensor, num: int) -> List[Tensor]:
+    # The positions of every value 0, ..., num - 1 of `category`, ascending:
+    # on the CPU one nonzero() per value; on a GPU one stable sort, the host
+    # waiting once (for the counts) instead of once per value.
+    if category.device.type == 'cpu':
+        return [(category == c).nonzero().view(-1) for c in range(num)]
+    order = torch.sort(category, stable=True).indices
+    counts = torch.bincount(category, minlength=num).tolist()
+    return list(torch.split(order, counts))
+
+
 class DistributedFeatureGather:
     r"""Gathers rows of the node attributes :obj:`keys` (default
     :obj:`'x'` and, where present, :obj:`'y'`) for any global vertex ids:
@@ -67,8 +84,9 @@ class DistributedFeatureGather:
 
     :meth:`gather` and :meth:`build_cache` are **collectives**: every rank
     calls them, in the same order (with its own ids, possibly none). The
-    ids may be on any device (e.g. sampled on a GPU): they are read on the
-    CPU, where the part's index maps are.
+    ids may be on any device (e.g. sampled on a GPU): they are moved to
+    :obj:`feature_device`, where the part's rows and index maps are read
+    (by default the CPU).
 
     For a heterogeneous partition, :obj:`keys` and :obj:`edge_keys` apply
     to every node and edge type that has them (default: :obj:`'x'` and
@@ -84,7 +102,10 @@ class DistributedFeatureGather:
     the :obj:`cache_size` remote vertices counted most often. With
     :obj:`policy='lru'`, every row fetched from another part is kept, the
     least recently read rows evicted beyond :obj:`cache_size` rows
-    (:meth:`build_cache` may still warm it).
+    (:meth:`build_cache` may still warm it). The cache's bookkeeping (the
+    slot of every global vertex, and for :obj:`'lru'` the vertex in every
+    slot and the step it was last read) lives on :obj:`feature_device`,
+    the cached rows on :obj:`device`.
 
     Args:
         partition (GraphPartition): This rank's part.
@@ -100,12 +121,27 @@ class DistributedFeatureGather:
             parts come straight there from the exchange (under NCCL, without
             a trip through host memory); the part's own rows are read from
             its (memory-mapped) files and copied.
+        feature_device (torch.device or str, optional): Where the part's
+            rows are read and other ranks' requests served (default: the
+            CPU, over the part's memory-mapped files; :obj:`'cpu'` is the
+            same). On a CUDA device (normally :obj:`device`), what the
+            gather reads is copied there once, at construction, and must
+            fit in its memory beside the cache and the model: the rows of
+            :obj:`keys` of the part's vertices, the rows of
+            :obj:`edge_keys` of its in-edges (with their edge ids sorted:
+            16 bytes per in-edge), and three :obj:`int64` maps over all
+            global vertices (owner, local id, cache slot: 24 bytes per
+            vertex; per node type for a heterogeneous partition). Every
+            lookup then runs there, ids never copied to the host; under
+            NCCL, requests and rows never leave the GPU. The partition
+            object is left as it is.
     """
     def __init__(self, partition, keys: Optional[Iterable[str]] = None,
                  group: Optional[Any] = None, policy: str = 'static',
                  cache_size: int = 0,
                  edge_keys: Optional[Iterable[str]] = None,
-                 device: Optional[Union[str, torch.device]] = None):
+                 device: Optional[Union[str, torch.device]] = None,
+                 feature_device: Optional[Union[str, torch.device]] = None):
         if policy not in ('static', 'lru'):
             raise ValueError(f"'policy' must be 'static' or 'lru' "
                              f"(got {policy!r})")
@@ -113,6 +149,8 @@ class DistributedFeatureGather:
                 or cache_size < 0:
             raise ValueError(f"'cache_size' must be a non-negative integer "
                              f"(got {cache_size!r})")
+        self.feature_device = resolve_sampling_device(feature_device,
+                                                      'feature_device')
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
         if self.is_hetero:
             self._init_hetero(partition, keys, group, policy, cache_size,
@@ -144,9 +182,20 @@ class DistributedFeatureGather:
         self.rank = partition.part
         self.world_size = partition.num_parts
         self.num_nodes = int(partition.node_part.numel())
+        # What is read, on the feature device: on the CPU the part's own
+        # (memory-mapped) tensors; on a GPU copies made once (the partition
+        # object is left as it is).
+        self._node_part = self._on_feature(partition.node_part)
+        self._local_id = self._on_feature(partition.local_id)
+        self._attrs = {k: self._on_feature(attrs[k]) for k in keys}
+        self._edge_attrs = {k: self._on_feature(partition.edge_attrs[k])
+                            for k in edge_keys}
+        if edge_keys and self.feature_device.type != 'cpu':
+            self._sort_edge_ids()  # Now, not at the first batch.
         # Global id -> cache slot (-1: not cached).
         self.cache_slot = torch.full((self.num_nodes, ), -1,
-                                     dtype=torch.int64)
+                                     dtype=torch.int64,
+                                     device=self.feature_device)
         self.policy = policy
         self.device = torch.device('cpu') if device is None else \
             torch.device(device)
@@ -155,10 +204,12 @@ class DistributedFeatureGather:
             k: attrs[k].new_empty((self.capacity, ) + tuple(
                 attrs[k].shape[1:]), device=self.device) for k in keys}
         # LRU bookkeeping: the global id in every slot (-1: free) and the
-        # step it was last read.
-        self.slot_id = torch.full((self.capacity, ), -1, dtype=torch.int64)
+        # step it was last read, on the feature device (with the ids).
+        self.slot_id = torch.full((self.capacity, ), -1, dtype=torch.int64,
+                                  device=self.feature_device)
         self.last_used = torch.full((self.capacity, ), -1,
-                                    dtype=torch.int64)
+                                    dtype=torch.int64,
+                                    device=self.feature_device)
         self._step = 0
         self.stats = GatherStats()
 
@@ -176,22 +227,38 @@ class DistributedFeatureGather:
         edge_keys = _check_keys(edge_keys, partition.edge_attrs, 'edge')
         self.node_types = list(partition.node_ids)
         self.edge_types = list(partition.csc)
+        fdev = self.feature_device
+        # The maps of every node type on the feature device, once: shared
+        # by the gathers of the node type and of the edge types ending
+        # there.
+        maps = {nt: (self._on_feature(partition.node_part[nt]),
+                     self._on_feature(partition.local_id[nt]))
+                for nt in self.node_types}
+
+        def view(node_type, edge_type=None):
+            v = partition.type_view(node_type, edge_type)
+            if fdev.type == 'cpu':
+                return v
+            nt = node_type if edge_type is None else edge_type[-1]
+            return dataclasses.replace(v, node_part=maps[nt][0],
+                                       local_id=maps[nt][1])
+
         self.by_node_type: Dict[str, DistributedFeatureGather] = {}
         for nt in self.node_types:
             attrs = partition.node_attrs[nt]
             self.by_node_type[nt] = DistributedFeatureGather(
-                partition.type_view(nt),
+                view(nt),
                 keys=[k for k in (keys or ('x', 'y')) if k in attrs],
                 group=group, policy=policy, cache_size=cache_size,
-                edge_keys=[], device=device)
+                edge_keys=[], device=device, feature_device=fdev)
         self.by_edge_type: Dict[tuple, DistributedFeatureGather] = {}
         for et in self.edge_types:
             attrs = partition.edge_attrs[et]
             names = [k for k in attrs if edge_keys is None or k in edge_keys]
             if names:
                 self.by_edge_type[et] = DistributedFeatureGather(
-                    partition.type_view(edge_type=et), keys=[], group=group,
-                    edge_keys=names, device=device)
+                    view(None, et), keys=[], group=group,
+                    edge_keys=names, device=device, feature_device=fdev)
         self.keys = {nt: g.keys for nt, g in self.by_node_type.items()}
         self.edge_keys = {et: g.edge_keys
                           for et, g in self.by_edge_type.items()}
@@ -210,7 +277,7 @@ class DistributedFeatureGather:
         if not isinstance(n_id, dict):
             raise ValueError("'n_id' must be a dictionary of global ids per "
                              "node type for a heterogeneous partition")
-        empty = torch.empty(0, dtype=torch.int64)
+        empty = torch.empty(0, dtype=torch.int64, device=self.feature_device)
         out = {nt: g.gather(n_id.get(nt, empty))  # Every type, every rank.
                for nt, g in self.by_node_type.items()}
         self.stats = self._sum_stats(self.by_node_type.values())
@@ -220,7 +287,7 @@ class DistributedFeatureGather:
         if not isinstance(e_id, dict) or not isinstance(dst, dict):
             raise ValueError("'e_id' and 'dst' must be dictionaries per "
                              "edge type for a heterogeneous partition")
-        empty = torch.empty(0, dtype=torch.int64)
+        empty = torch.empty(0, dtype=torch.int64, device=self.feature_device)
         out = {et: g.gather_edges(e_id.get(et, empty), dst.get(et, empty))
                for et, g in self.by_edge_type.items()}
         edge_stats = self._sum_stats(self.by_edge_type.values())
@@ -234,14 +301,16 @@ class DistributedFeatureGather:
                              "node type for a heterogeneous partition")
         # One ranking over the remote rows of all types:
         flat = []
+        fdev = self.feature_device
         for nt in self.node_types:
-            c = torch.as_tensor(counts.get(nt, torch.zeros(
-                self.num_nodes[nt], dtype=torch.int64)),
-                dtype=torch.int64).clone()
+            c = counts.get(nt)
+            c = torch.zeros(self.num_nodes[nt], dtype=torch.int64,
+                            device=fdev) if c is None else torch.as_tensor(
+                c, dtype=torch.int64).to(fdev, copy=True)
             if c.numel() != self.num_nodes[nt]:
                 raise ValueError(f"'counts[{nt!r}]' must have one entry per "
                                  f"vertex of that type ({self.num_nodes[nt]})")
-            c[self.partition.node_part[nt] == self.rank] = 0
+            c[self.by_node_type[nt]._node_part == self.rank] = 0
             flat.append(c)
         allc = torch.cat(flat)
         k = min(cache_size, int((allc > 0).sum()))
@@ -265,11 +334,20 @@ class DistributedFeatureGather:
         return int((self.cache_slot >= 0).sum())
 
     # Helpers ################################################################
-    def _rows(self, key: str, local: Tensor) -> Tensor:
-        return self.partition.node_attrs[key].index_select(0, local)
+    def _on_feature(self, t: Tensor) -> Tensor:
+        return t if t.device == self.feature_device else \
+            t.to(self.feature_device)
 
     def _dev(self, t: Tensor) -> Tensor:
-        return t.to(self.device, non_blocking=True)
+        # To where the rows are delivered; a copy to the host is waited for
+        # (the host reads what it gets).
+        return t.to(self.device, non_blocking=self.device.type != 'cpu')
+
+    def _sort_edge_ids(self) -> None:
+        # The part's in-edges by global edge id: where gather_edges finds
+        # the requested edges.
+        self._eid_sorted, self._eid_pos = torch.sort(self._on_feature(
+            self.partition.csc.edge_id).to(torch.int64))
 
     def _row_bytes(self) -> int:
         total = 0
@@ -284,20 +362,21 @@ class DistributedFeatureGather:
         a collective."""
         if not self.keys:  # The same on every rank: no exchange at all.
             return {}
-        owner = self.partition.node_part[ids].to(torch.int64)
+        owner = self._node_part[ids].to(torch.int64)
         order = torch.sort(owner, stable=True).indices
         per_rank = torch.bincount(owner, minlength=self.world_size).tolist()
         index = list(torch.split(order, per_rank))
+        # The requests arrive on the feature device (that of the ids):
         requests = exchange([ids[i] for i in index], self.group)
         self.stats.served_rows += sum(int(r.numel()) for i, r in
                                       enumerate(requests) if i != self.rank)
+        local = [self._local_id[r] for r in requests]
         out = {}
         dest = self._dev(order)
         for key in self.keys:
-            replies = [self._rows(key, self.partition.local_id[r])
-                       for r in requests]
+            ref = self._attrs[key]
+            replies = [ref.index_select(0, i) for i in local]
             answers = exchange(replies, self.group, out_device=self.device)
-            ref = self.partition.node_attrs[key]
             rows = ref.new_empty((ids.numel(), ) + tuple(ref.shape[1:]),
                                  device=self.device)
             rows[dest] = torch.cat(answers)  # Answers in `order`.
@@ -312,28 +391,27 @@ class DistributedFeatureGather:
         result are dictionaries per node type."""
         if self.is_hetero:
             return self._gather_hetero(n_id)
-        # The index maps are host tensors: ids sampled on a GPU come over.
-        n_id = torch.as_tensor(n_id, dtype=torch.int64).cpu()
+        # Read where the index maps are (ids sampled elsewhere come over):
+        n_id = torch.as_tensor(n_id, dtype=torch.int64).to(
+            self.feature_device)
         self.stats = GatherStats()
-        owner = self.partition.node_part[n_id].to(torch.int64)
+        owner = self._node_part[n_id].to(torch.int64)
         is_local = owner == self.rank
         slot = self.cache_slot[n_id]
-        is_cached = ~is_local & (slot >= 0)
-        is_remote = ~is_local & ~is_cached
-        local_pos = is_local.nonzero().view(-1)
-        cached_pos = is_cached.nonzero().view(-1)
-        remote_pos = is_remote.nonzero().view(-1)
+        # 0: owned, 1: cached, 2: fetched from its owner.
+        category = torch.where(is_local, 0, torch.where(slot >= 0, 1, 2))
+        local_pos, cached_pos, remote_pos = _positions(category, 3)
         fetched = self._fetch(n_id[remote_pos])
         out = {}
         local_dst, cached_dst, remote_dst = (self._dev(p) for p in (
             local_pos, cached_pos, remote_pos))
         cached_slot = self._dev(slot[cached_pos])
+        local = self._local_id[n_id[local_pos]]
         for key in self.keys:
-            ref = self.partition.node_attrs[key]
+            ref = self._attrs[key]
             rows = ref.new_empty((n_id.numel(), ) + tuple(ref.shape[1:]),
                                  device=self.device)
-            rows[local_dst] = self._dev(self._rows(
-                key, self.partition.local_id[n_id[local_pos]]))
+            rows[local_dst] = self._dev(ref.index_select(0, local))
             rows[cached_dst] = self.cache[key][cached_slot]
             rows[remote_dst] = fetched[key]
             out[key] = rows
@@ -355,8 +433,10 @@ class DistributedFeatureGather:
         if ids.numel() == 0:
             return
         uniq, inverse = torch.unique(ids, return_inverse=True)
-        first = torch.full((uniq.numel(), ), ids.numel(), dtype=torch.int64)
-        first.scatter_reduce_(0, inverse, torch.arange(ids.numel()), 'amin')
+        first = torch.full((uniq.numel(), ), ids.numel(), dtype=torch.int64,
+                           device=ids.device)
+        first.scatter_reduce_(0, inverse, torch.arange(
+            ids.numel(), device=ids.device), 'amin')
         m = min(uniq.numel(), self.capacity)
         uniq, first = uniq[:m], first[:m]
         victims = torch.sort(self.last_used, stable=True).indices[:m]
@@ -378,35 +458,37 @@ class DistributedFeatureGather:
         the result are dictionaries per edge type."""
         if self.is_hetero:
             return self._gather_edges_hetero(e_id, dst)
-        e_id = torch.as_tensor(e_id, dtype=torch.int64).cpu()
-        dst = torch.as_tensor(dst, dtype=torch.int64).cpu()
+        e_id = torch.as_tensor(e_id, dtype=torch.int64).to(
+            self.feature_device)
+        dst = torch.as_tensor(dst, dtype=torch.int64).to(self.feature_device)
         if e_id.shape != dst.shape or e_id.dim() != 1:
             raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
                              "length")
         if not self.edge_keys:
             return {}
         if self._eid_sorted is None:
-            self._eid_sorted, self._eid_pos = torch.sort(
-                self.partition.csc.edge_id.to(torch.int64))
-        owner = self.partition.node_part[dst].to(torch.int64)
+            self._sort_edge_ids()
+        owner = self._node_part[dst].to(torch.int64)
         order = torch.sort(owner, stable=True).indices
         per_rank = torch.bincount(owner, minlength=self.world_size).tolist()
         index = list(torch.split(order, per_rank))
+        # The requests arrive on the feature device (that of the ids), and
+        # are looked up all at once:
         requests = exchange([e_id[i] for i in index], self.group)
-        positions = []
-        for r in requests:
-            idx = torch.searchsorted(self._eid_sorted, r)
-            if r.numel() and not bool(
-                    (self._eid_sorted[idx.clamp(
-                        max=max(self._eid_sorted.numel() - 1, 0))]
-                     == r).all()):
-                raise RuntimeError('gather_edges: an edge id is not an '
-                                   'in-edge of its destination\'s part')
-            positions.append(self._eid_pos[idx] if r.numel() else idx)
+        wanted = torch.cat(requests)
+        idx = torch.searchsorted(self._eid_sorted, wanted)
+        num_edges = self._eid_sorted.numel()
+        if wanted.numel() and (num_edges == 0 or not bool(
+                (self._eid_sorted[idx.clamp(max=num_edges - 1)]
+                 == wanted).all())):
+            raise RuntimeError('gather_edges: an edge id is not an '
+                               'in-edge of its destination\'s part')
+        positions = torch.split(self._eid_pos[idx] if wanted.numel() else
+                                idx, [int(r.numel()) for r in requests])
         out = {}
         dest = self._dev(order)
         for key in self.edge_keys:
-            ref = self.partition.edge_attrs[key]
+            ref = self._edge_attrs[key]
             answers = exchange([ref.index_select(0, p) for p in positions],
                                self.group, out_device=self.device)
             rows = ref.new_empty((e_id.numel(), ) + tuple(ref.shape[1:]),
@@ -440,16 +522,18 @@ class DistributedFeatureGather:
                              f"(got {cache_size!r})")
         if self.is_hetero:
             return self._build_cache_hetero(counts, cache_size)
-        counts = torch.as_tensor(counts, dtype=torch.int64).clone()
+        # Ranked where the index maps are:
+        counts = torch.as_tensor(counts, dtype=torch.int64).to(
+            self.feature_device, copy=True)
         if counts.numel() != self.num_nodes:
             raise ValueError(f"'counts' must have one entry per global "
                              f"vertex ({self.num_nodes})")
-        counts[self.partition.node_part == self.rank] = 0
+        counts[self._node_part == self.rank] = 0
         if self.policy == 'lru':
             cache_size = min(cache_size, self.capacity)
         k = min(cache_size, int((counts > 0).sum()))
         ids = torch.topk(counts, k).indices if k else \
-            torch.empty(0, dtype=torch.int64)
+            torch.empty(0, dtype=torch.int64, device=self.feature_device)
         ids = torch.sort(ids).values
         saved = self.stats
         fetched = self._fetch(ids)
@@ -458,7 +542,8 @@ class DistributedFeatureGather:
             self._admit(ids, fetched)
             return int((self.cache_slot >= 0).sum())
         self.cache_slot.fill_(-1)
-        self.cache_slot[ids] = torch.arange(ids.numel())
+        self.cache_slot[ids] = torch.arange(ids.numel(),
+                                            device=self.feature_device)
         self.cache = fetched
         return int(ids.numel())
 

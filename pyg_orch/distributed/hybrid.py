@@ -77,7 +77,7 @@ _DATALOADER = {
 
 # Arguments of DistributedNeighborLoader that pass through.
 _DISTRIBUTED = ('even', 'cache_size', 'presample_batches', 'group',
-                'expected_fingerprint', 'sampling_device')
+                'expected_fingerprint', 'sampling_device', 'feature_device')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -168,6 +168,9 @@ def partition_loader(path: os.PathLike,
     * :obj:`sampling_device`: where sampling runs (default: the CPU; e.g.
       :obj:`device` to sample on the GPU, over a copy of the part's
       topology made there once).
+    * :obj:`feature_device`: where the part's feature rows are read and
+      served (default: the CPU; e.g. :obj:`device` to gather on the GPU,
+      over a copy of the part's gathered attributes made there once).
     * :obj:`seed` (an integer or a generator, whose initial seed is used;
       default :obj:`0`): shuffling and sampling, offset by the rank.
     * :obj:`cache_policy`: :obj:`'frequency'` (the default, the same as
@@ -176,8 +179,8 @@ def partition_loader(path: os.PathLike,
     * The arguments of
       :class:`~pyg_orch.distributed.DistributedNeighborLoader`:
       :obj:`cache_size`, :obj:`even`, :obj:`presample_batches`,
-      :obj:`group`, :obj:`expected_fingerprint` and
-      :obj:`sampling_device`.
+      :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`
+      and :obj:`feature_device`.
     """
     args = dict(arguments)
     refusals = (

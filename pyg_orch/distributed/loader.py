@@ -171,7 +171,19 @@ class DistributedNeighborLoader:
             its memory beside the cache and the model; the sampler's
             exchanges then move CUDA tensors, and the sampled ids are
             copied to the host once per batch to index the part's
-            features.
+            features (unless :obj:`feature_device` is a GPU).
+        feature_device (torch.device or str, optional): Where the part's
+            feature rows are read and other ranks' requests for them
+            served (default: the CPU, over the part's memory-mapped
+            files). On a CUDA device (e.g. :obj:`device`), the gathered
+            node attributes (:obj:`x`, :obj:`y`) and edge attributes of
+            the part, and the maps over all vertices that index them, are
+            copied there once, when the loader is built, and must fit in
+            its memory beside the topology, the cache and the model (see
+            :class:`~pyg_orch.distributed.DistributedFeatureGather`); ids
+            then stay on the GPU. For a batch that never leaves the GPU,
+            pass the same device as :obj:`device`,
+            :obj:`sampling_device` and :obj:`feature_device`.
     """
     def __init__(self, partition: Union[str, Path, GraphPartition],
                  num_neighbors: Sequence[int], batch_size: int,
@@ -183,10 +195,13 @@ class DistributedNeighborLoader:
                  device: Optional[Union[str, torch.device]] = None,
                  transform: Optional[Callable] = None,
                  expected_fingerprint: Optional[str] = None,
-                 sampling_device: Optional[Union[str, torch.device]] = None):
+                 sampling_device: Optional[Union[str, torch.device]] = None,
+                 feature_device: Optional[Union[str, torch.device]] = None):
         # Checked before the collective below, the same on every rank:
         sampling_device = resolve_sampling_device(sampling_device,
                                                   'sampling_device')
+        feature_device = resolve_sampling_device(feature_device,
+                                                 'feature_device')
         # A collective: every rank learns if one cannot load its part.
         partition = open_partition(partition, group, expected_fingerprint)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
@@ -211,6 +226,7 @@ class DistributedNeighborLoader:
         self.cache_size = cache_size
         self.presample_batches = presample_batches
         self.sampling_device = sampling_device
+        self.feature_device = feature_device
         self.sampler = DistributedNeighborSampler(
             partition, num_neighbors, group=group,
             generator=torch.Generator(device=sampling_device).manual_seed(
@@ -218,7 +234,7 @@ class DistributedNeighborLoader:
         self.gather = DistributedFeatureGather(
             partition, group=group, policy=cache_policy,
             cache_size=cache_size if cache_policy == 'lru' else 0,
-            device=self.device)
+            device=self.device, feature_device=feature_device)
         self.input_nodes = self._resolve(input_nodes)
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
                                                           + self.rank)
@@ -302,14 +318,16 @@ class DistributedNeighborLoader:
     def _build_cache(self, batches: List[Tensor]) -> None:
         steps = min(self.presample_batches, len(batches))
         num_nodes = self.sampler.num_nodes  # Per node type.
-        counts = {t: torch.zeros(n, dtype=torch.int64)
+        # Counted where the gather ranks them:
+        counts = {t: torch.zeros(n, dtype=torch.int64,
+                                 device=self.feature_device)
                   for t, n in num_nodes.items()}
         for seeds in batches[:steps]:
             node = self.sampler.sample_from_nodes(self._seeds(seeds)).node
             if not isinstance(node, dict):
                 node = {None: node}
             for t, ids in node.items():
-                counts[t] += torch.bincount(ids.cpu(),
+                counts[t] += torch.bincount(ids.to(self.feature_device),
                                             minlength=num_nodes[t])
         self.gather.build_cache(counts if self.partition.is_hetero else
                                 counts[None], self.cache_size)
