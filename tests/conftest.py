@@ -226,6 +226,20 @@ def paper_hetero_graph(seed: int = 0, num_papers: int = 300,
     return data
 
 
+def small_paper_graph() -> HeteroData:
+    r"""The small :func:`paper_hetero_graph` that the partition tests split
+    (150 papers, 100 authors, 4 features)."""
+    return paper_hetero_graph(num_papers=150, num_authors=100,
+                              num_features=4)
+
+
+def small_paper_partition(out_dir, method: str = 'random'):
+    r""":func:`small_paper_graph` split into 2 parts in :obj:`out_dir`."""
+    from pyg_orch.distributed import partition_graph
+    return partition_graph(small_paper_graph(), 2, out_dir, method,
+                           progress=False)
+
+
 # Temporal and weighted graphs: 3 node types with a time each, 5 edge types.
 TEMPORAL_SIZES = {'a': 60, 'b': 50, 'c': 40}
 B_TO_A = ('b', 'to', 'a')

@@ -302,12 +302,11 @@ def check_hetero_folder_loader(out_dir: str, rank: int, device, fanouts,
     the loader and the number of batches compared."""
     import torch
 
-    from conftest import paper_hetero_graph
+    from conftest import small_paper_graph
     from pyg_orch import HybridNeighborLoader
     from pyg_orch.distributed import load_partition
 
-    data = paper_hetero_graph(num_papers=150, num_authors=100,
-                              num_features=4)
+    data = small_paper_graph()
     seeds = torch.arange(0, 150, 4)  # The paper seeds of all ranks.
     part = load_partition(out_dir, rank)
     mine = seeds[part.owner(seeds, 'paper') == rank]

@@ -31,6 +31,22 @@ def graph():
                         train_ratio=0.5, edge_dim=2)
 
 
+KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
+
+
+def assert_batches_equal(loader, ref, device):
+    r"""The loader's non-empty batches (one epoch) are :obj:`ref`'s, on
+    :obj:`device`; returns them."""
+    ours = [b for b in loader if b.batch_size > 0]
+    assert len(ours) == len(ref) > 0
+    for batch, b in zip(ours, ref):
+        assert batch.batch_size == b.batch_size
+        for key in KEYS:
+            assert batch[key].device == device, key
+            assert torch.equal(batch[key].cpu(), b[key]), key
+    return ours
+
+
 def _nccl_loader(rank, world_size, out_dir, policy, via_hybrid):
     from pyg_orch import HybridNeighborLoader
     from pyg_orch.distributed import DistributedNeighborLoader
@@ -47,28 +63,17 @@ def _nccl_loader(rank, world_size, out_dir, policy, via_hybrid):
         loader = HybridNeighborLoader(out_dir, FANOUTS, **kw)
     else:
         loader = DistributedNeighborLoader(out_dir, FANOUTS, **kw)
-    ref = iter(HybridNeighborLoader(data, FANOUTS, batch_size=8,
+    ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=8,
                                     input_nodes=seeds, device='cpu'))
-    checked, remote, cached = 0, 0, 0
-    for epoch in range(2):
-        for batch in loader:
-            if batch.batch_size == 0:
-                continue
-            for key in ('x', 'y', 'edge_index', 'n_id', 'e_id',
-                        'edge_attr'):
-                assert batch[key].device == device, key
-            if epoch == 0:
-                b = next(ref)
-                assert batch.batch_size == b.batch_size
-                for key in ('n_id', 'e_id', 'edge_index', 'x', 'y',
-                            'edge_attr'):
-                    assert torch.equal(batch[key].cpu(), b[key]), key
-                checked += 1
-            else:  # Rows served by the cache on the GPU are right too.
-                assert torch.equal(batch.x.cpu(), data.x[batch.n_id.cpu()])
-        stats = loader.batch_stats
-        remote += sum(s['remote_rows'] for s in stats)
-        cached += sum(s['cached_rows'] for s in stats)
+    checked = len(assert_batches_equal(loader, ref, device))
+    remote = sum(s['remote_rows'] for s in loader.batch_stats)
+    cached = sum(s['cached_rows'] for s in loader.batch_stats)
+    for batch in loader:  # Rows served by the cache on the GPU are right.
+        if batch.batch_size > 0:
+            assert batch.x.device == device
+            assert torch.equal(batch.x.cpu(), data.x[batch.n_id.cpu()])
+    remote += sum(s['remote_rows'] for s in loader.batch_stats)
+    cached += sum(s['cached_rows'] for s in loader.batch_stats)
     torch.cuda.synchronize()
     return checked, remote, cached
 
@@ -88,21 +93,25 @@ def test_nccl_loader_equals_single_process(tmp_path, policy, via_hybrid):
         assert remote > 0 and cached > 0
 
 
-def _nccl_hetero(rank, world_size, out_dir):
+def _nccl_hetero(rank, world_size, out_dir, gpu_sampling):
     torch.cuda.set_device(rank)
-    _, count = check_hetero_folder_loader(
-        out_dir, rank, torch.device('cuda', rank), FANOUTS, cache_size=30)
+    device = torch.device('cuda', rank)
+    kwargs = dict(sampling_device=device) if gpu_sampling else {}
+    loader, count = check_hetero_folder_loader(
+        out_dir, rank, device, FANOUTS, cache_size=30, **kwargs)
+    assert loader.sampler.device == (device if gpu_sampling else
+                                     torch.device('cpu'))
     torch.cuda.synchronize()
     return count
 
 
-def test_nccl_hetero_loader_equals_single_process(tmp_path):
-    from conftest import paper_hetero_graph
-    data = paper_hetero_graph(num_papers=150, num_authors=100,
-                              num_features=4)
-    info = partition_graph(data, 2, tmp_path / 'h', 'random',
-                           progress=False)
-    out = run_workers(_nccl_hetero, 2, args=(str(info.out_dir), ),
+@pytest.mark.parametrize('gpu_sampling', [False, True])
+def test_nccl_hetero_loader_equals_single_process(tmp_path, gpu_sampling):
+    # Through HybridNeighborLoader, which forwards sampling_device.
+    from conftest import small_paper_partition
+    info = small_paper_partition(tmp_path / 'h')
+    out = run_workers(_nccl_hetero, 2, args=(str(info.out_dir),
+                                             gpu_sampling),
                       backend='nccl', start_method='spawn',
                       env=MULTICAST_OFF_ENV, timeout=300)
     assert all(n > 0 for n in out)
@@ -110,7 +119,6 @@ def test_nccl_hetero_loader_equals_single_process(tmp_path):
 
 # Sampling on the GPU (sampling_device) #######################################
 
-KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
 
 
 def check_sampled_batch(data, batch, seeds, fanouts):
@@ -165,13 +173,8 @@ def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
     assert part.csc.row.device.type == 'cpu'  # The part is left as it is.
     ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=8,
                                     input_nodes=seeds, device='cpu'))
-    ours = [b for b in loader if b.batch_size > 0]
-    assert len(ours) == len(ref) > 0
+    ours = assert_batches_equal(loader, ref, device)
     for batch, b in zip(ours, ref):
-        assert batch.batch_size == b.batch_size
-        for key in KEYS:
-            assert batch[key].device == device, key
-            assert torch.equal(batch[key].cpu(), b[key]), key
         assert batch.num_sampled_nodes == b.num_sampled_nodes
         assert batch.num_sampled_edges == b.num_sampled_edges
     remote = sum(s['remote_requests'] for s in loader.batch_stats)
@@ -210,34 +213,10 @@ def test_gpu_sampling(tmp_path, backend, via_hybrid):
         assert remote > 0  # Vertices really were sampled by the other rank.
 
 
-def _nccl_hetero_gpu_sampling(rank, world_size, out_dir):
-    torch.cuda.set_device(rank)
-    device = torch.device('cuda', rank)
-    loader, count = check_hetero_folder_loader(
-        out_dir, rank, device, FANOUTS, cache_size=30,
-        sampling_device=device)
-    assert loader.sampler.device == device
-    torch.cuda.synchronize()
-    return count
-
-
-def test_nccl_hetero_gpu_sampling(tmp_path):
-    from conftest import paper_hetero_graph
-    data = paper_hetero_graph(num_papers=150, num_authors=100,
-                              num_features=4)
-    info = partition_graph(data, 2, tmp_path / 'h', 'random',
-                           progress=False)
-    out = run_workers(_nccl_hetero_gpu_sampling, 2,
-                      args=(str(info.out_dir), ),
-                      backend='nccl', start_method='spawn',
-                      env=MULTICAST_OFF_ENV, timeout=300)
-    assert all(n > 0 for n in out)
-
-
 # Gathering features on the GPU (feature_device) ##############################
 
 def _gpu_features(rank, world_size, out_dir, hetero_dir):
-    from conftest import paper_hetero_graph
+    from conftest import small_paper_graph
 
     from pyg_orch import HybridNeighborLoader
     from pyg_orch.distributed import DistributedNeighborLoader
@@ -263,13 +242,7 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
         assert part.x.device.type == 'cpu'  # The part is left as it is.
         remote, cached = 0, 0
         for epoch in range(2):  # The second one reads the filled cache.
-            ours = [b for b in loader if b.batch_size > 0]
-            assert len(ours) == len(ref) > 0
-            for batch, b in zip(ours, ref):
-                assert batch.batch_size == b.batch_size
-                for key in KEYS:
-                    assert batch[key].device == device, key
-                    assert torch.equal(batch[key].cpu(), b[key]), key
+            ours = assert_batches_equal(loader, ref, device)
             remote += sum(s['remote_rows'] for s in loader.batch_stats)
             cached += sum(s['cached_rows'] for s in loader.batch_stats)
         counts.append((len(ours), remote, cached))
@@ -281,8 +254,7 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
     assert hloader.gather.feature_device == device
     assert all(g.cache_slot.device == device
                for g in hloader.gather.by_node_type.values())
-    hdata = paper_hetero_graph(num_papers=150, num_authors=100,
-                               num_features=4)
+    hdata = small_paper_graph()
     cites = ('paper', 'cites', 'paper')
     hetero_cached = 0
     for b in hloader:  # Again, the cache filled: y and edge_attr too.
@@ -302,13 +274,10 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
 
 
 def test_gpu_features(tmp_path):
-    from conftest import paper_hetero_graph
+    from conftest import small_paper_partition
     info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
                            progress=False)
-    hetero = partition_graph(paper_hetero_graph(num_papers=150,
-                                                num_authors=100,
-                                                num_features=4),
-                             2, tmp_path / 'h', 'random', progress=False)
+    hetero = small_paper_partition(tmp_path / 'h')
     out = run_workers(_gpu_features, 2,
                       args=(str(info.out_dir), str(hetero.out_dir)),
                       backend='nccl', start_method='spawn',

@@ -310,11 +310,8 @@ def _hetero_hybrid_worker(rank, world_size, out_dir):
 
 
 def test_hybrid_loader_on_hetero_partition_folder(tmp_path):
-    from conftest import paper_hetero_graph
-    data = paper_hetero_graph(num_papers=150, num_authors=100,
-                              num_features=4)
-    info = partition_graph(data, 2, tmp_path / 'h', 'random',
-                           progress=False)
+    from conftest import small_paper_partition
+    info = small_paper_partition(tmp_path / 'h')
     out = run_workers(_hetero_hybrid_worker, 2, args=(str(info.out_dir), ),
                       timeout=60)
     assert all(n > 0 for n in out)

@@ -5,7 +5,12 @@ import time
 
 import pytest
 import torch
-from conftest import paper_hetero_graph, random_graph
+from conftest import (
+    paper_hetero_graph,
+    random_graph,
+    small_paper_graph,
+    small_paper_partition,
+)
 from multiproc import run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
@@ -377,10 +382,7 @@ def _feature_device_worker(rank, world_size, out_dir, hetero_dir):
 def test_feature_device_cpu_is_the_default(tmp_path):
     info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
                            progress=False)
-    hetero = partition_graph(paper_hetero_graph(num_papers=150,
-                                                num_authors=100,
-                                                num_features=4),
-                             2, tmp_path / 'h', 'random', progress=False)
+    hetero = small_paper_partition(tmp_path / 'h')
     results = run_workers(_feature_device_worker, 2,
                           args=(str(info.out_dir), str(hetero.out_dir)),
                           timeout=90)
@@ -611,9 +613,8 @@ def _edge_triples(n_id_src, n_id_dst, row, col, e_id):
 
 @pytest.mark.parametrize('method', ['random', 'contiguous'])
 def test_hetero_full_fanout_equals_single_machine(tmp_path, method):
-    data = paper_hetero_graph(num_papers=150, num_authors=100,
-                              num_features=4)
-    info = partition_graph(data, 2, tmp_path / 'h', method, progress=False)
+    data = small_paper_graph()
+    info = small_paper_partition(tmp_path / 'h', method)
     results = run_workers(_hetero_worker, 2,
                           args=(str(info.out_dir), FANOUTS), timeout=60)
     remote = 0
@@ -668,10 +669,8 @@ def _hetero_loader_worker(rank, world_size, out_dir, cache_size):
 
 
 def test_hetero_loader(tmp_path):
-    data = paper_hetero_graph(num_papers=150, num_authors=100,
-                              num_features=4)
-    info = partition_graph(data, 2, tmp_path / 'h', 'random',
-                           progress=False)
+    data = small_paper_graph()
+    info = small_paper_partition(tmp_path / 'h')
     results = run_workers(_hetero_loader_worker, 2,
                           args=(str(info.out_dir), 40), timeout=60)
     cached = 0
