@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.distributed.collective import exchange, group_rank, group_size
-from pyg_orch.distributed.sampler import resolve_sampling_device
+from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = ['DistributedFeatureGather', 'GatherStats']
 
@@ -149,8 +149,8 @@ class DistributedFeatureGather:
                 or cache_size < 0:
             raise ValueError(f"'cache_size' must be a non-negative integer "
                              f"(got {cache_size!r})")
-        self.feature_device = resolve_sampling_device(feature_device,
-                                                      'feature_device')
+        self.feature_device = resolve_device(feature_device,
+                                             'feature_device', default='cpu')
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
         if self.is_hetero:
             self._init_hetero(partition, keys, group, policy, cache_size,

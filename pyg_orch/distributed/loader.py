@@ -19,11 +19,9 @@ from pyg_orch.distributed.collective import (
     group_size,
 )
 from pyg_orch.distributed.features import DistributedFeatureGather
-from pyg_orch.distributed.sampler import (
-    DistributedNeighborSampler,
-    resolve_sampling_device,
-)
+from pyg_orch.distributed.sampler import DistributedNeighborSampler
 from pyg_orch.distributed.storage import GraphPartition, load_partition
+from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = ['DistributedNeighborLoader', 'open_partition']
 
@@ -198,10 +196,10 @@ class DistributedNeighborLoader:
                  sampling_device: Optional[Union[str, torch.device]] = None,
                  feature_device: Optional[Union[str, torch.device]] = None):
         # Checked before the collective below, the same on every rank:
-        sampling_device = resolve_sampling_device(sampling_device,
-                                                  'sampling_device')
-        feature_device = resolve_sampling_device(feature_device,
-                                                 'feature_device')
+        sampling_device = resolve_device(sampling_device, 'sampling_device',
+                                         default='cpu')
+        feature_device = resolve_device(feature_device, 'feature_device',
+                                        default='cpu')
         # A collective: every rank learns if one cannot load its part.
         partition = open_partition(partition, group, expected_fingerprint)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) \

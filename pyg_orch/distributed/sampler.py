@@ -26,12 +26,12 @@ from torch import Tensor
 
 from pyg_orch.core.csc import CSCTopology
 from pyg_orch.distributed.collective import exchange, group_rank, group_size
+from pyg_orch.sampling.arguments import resolve_device
 from pyg_orch.sampling.multi_hop import append_hop_edges
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.relabel import SortRelabeler
 
-__all__ = ['DistributedNeighborSampler', 'SamplingStats',
-           'resolve_sampling_device']
+__all__ = ['DistributedNeighborSampler', 'SamplingStats']
 
 
 @dataclass
@@ -53,35 +53,6 @@ class SamplingStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     per_hop: List[Dict[str, int]] = field(default_factory=list)
-
-
-def resolve_sampling_device(device: Optional[Union[str, torch.device]],
-                            name: str = 'device') -> torch.device:
-    r"""The device sampling runs on: :obj:`None` is the CPU; a CUDA device
-    without an index is this process's current one. Raises a
-    :class:`ValueError` naming the argument :obj:`name` for anything but a
-    CPU or an available CUDA device."""
-    if device is None:
-        return torch.device('cpu')
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"'{name}' must be a torch.device or a string such "
-                         f"as 'cpu' or 'cuda:0' (got {device!r})") from e
-    if device.type not in ('cpu', 'cuda'):
-        raise ValueError(f"'{name}' must be a CPU or CUDA device (got "
-                         f"{str(device)!r})")
-    if device.type == 'cuda':
-        if not torch.cuda.is_available():
-            raise ValueError(f"'{name}' is {str(device)!r}, but CUDA is not "
-                             f"available on this machine; use 'cpu'")
-        if device.index is None:
-            device = torch.device('cuda', torch.cuda.current_device())
-        elif device.index >= torch.cuda.device_count():
-            raise ValueError(f"'{name}' is {str(device)!r}, but this machine "
-                             f"has {torch.cuda.device_count()} CUDA "
-                             f"device(s)")
-    return device
 
 
 def _check_generator(generator: Optional[torch.Generator],
@@ -148,7 +119,7 @@ class DistributedNeighborSampler:
             raise NotImplementedError(
                 'DistributedNeighborSampler: sampling with replacement is '
                 'not supported yet')
-        self.device = resolve_sampling_device(device, 'device')
+        self.device = resolve_device(device, 'device', default='cpu')
         _check_generator(generator, self.device)
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
         if self.is_hetero:

@@ -34,23 +34,32 @@ def check_placement(placement):
     return TopologySharding() if placement == 'sharded' else placement
 
 
-def resolve_device(device: DeviceLike) -> torch.device:
-    r"""Returns :obj:`device`, defaulting to CUDA when available."""
+def resolve_device(device: DeviceLike, name: str = 'device',
+                   default: Optional[str] = None) -> torch.device:
+    r"""Returns :obj:`device` checked: a CPU or an available CUDA device (one
+    without an index is this process's current one). :obj:`None` is
+    :obj:`default`, or CUDA where available if :obj:`default` is
+    :obj:`None`. Errors name the argument :obj:`name`."""
     if device is None:
-        device = 'cuda' if torch.cuda.is_available() else 'cpu'
+        device = default or ('cuda' if torch.cuda.is_available() else 'cpu')
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise ValueError(f"'device' must be a torch.device or a string such "
+        raise ValueError(f"'{name}' must be a torch.device or a string such "
                          f"as 'cpu' or 'cuda:0' (got {device!r})") from e
     if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f"'device' is {str(device)!r}, but CUDA is not "
-                         f"available on this machine; use device='cpu'")
+        raise ValueError(f"'{name}' is {str(device)!r}, but CUDA is not "
+                         f"available on this machine; use {name}='cpu'")
     if device.type not in ('cpu', 'cuda'):
-        raise ValueError(f"'device' must be a CPU or CUDA device "
+        raise ValueError(f"'{name}' must be a CPU or CUDA device "
                          f"(got {str(device)!r})")
-    if device.type == 'cuda' and device.index is None:
-        device = torch.device('cuda', torch.cuda.current_device())
+    if device.type == 'cuda':
+        if device.index is None:
+            device = torch.device('cuda', torch.cuda.current_device())
+        elif device.index >= torch.cuda.device_count():
+            raise ValueError(f"'{name}' is {str(device)!r}, but this "
+                             f"machine has {torch.cuda.device_count()} CUDA "
+                             f"device(s)")
     return device
 
 
