@@ -205,3 +205,42 @@ def test_next_batch_is_launched_before_this_one_is_gathered():
         assert order.index(('resolve', i)) < order.index(('launch', i + 1)) \
             < order.index(('finish', i))
     assert order.index(('resolve', 3)) < order.index(('finish', 3))
+
+
+@pytest.mark.parametrize('shuffle', [False, True])
+@pytest.mark.parametrize('drop_last', [False, True])
+@pytest.mark.parametrize('n', [640, 700])
+def test_tensor_index_batches_draw_as_the_batch_sampler(shuffle, drop_last,
+                                                        n):
+    # The look-ahead's index batches: those of DataLoader's batch sampler,
+    # as tensors, and the generator left in the same state.
+    from torch.utils.data import BatchSampler, RandomSampler
+    from torch.utils.data import SequentialSampler
+
+    from pyg_orch.loader.neighbor_loader import tensor_index_batches
+
+    def make(seed):
+        gen = torch.Generator().manual_seed(seed)
+        inner = RandomSampler(range(n), generator=gen) if shuffle else \
+            SequentialSampler(range(n))
+        return BatchSampler(inner, 64, drop_last), gen
+
+    ref, ref_gen = make(3)
+    ours, our_gen = make(3)
+    for _ in range(2):  # Two epochs.
+        expected = [torch.tensor(b) for b in ref]
+        got = list(tensor_index_batches(ours))
+        assert len(got) == len(expected) == (
+            n // 64 if drop_last else -(-n // 64))
+        for a, b in zip(got, expected):
+            assert torch.equal(a, b)
+    assert torch.equal(ref_gen.get_state(), our_gen.get_state())
+
+
+def test_tensor_index_batches_leave_other_samplers():
+    from torch.utils.data import BatchSampler, RandomSampler
+
+    from pyg_orch.loader.neighbor_loader import tensor_index_batches
+    with_replacement = BatchSampler(RandomSampler(range(10), True), 4, False)
+    assert tensor_index_batches(with_replacement) is None
+    assert tensor_index_batches([[0, 1], [2]]) is None

@@ -5,6 +5,7 @@ import os
 from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
+from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
@@ -285,17 +286,21 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
     # Look-ahead ##############################################################
 
     def _launch_batches(self) -> Iterator[PendingSample]:
-        indices = iter(self._index_sampler)
         # Draw what DataLoader's own iterator draws, so that shuffling gives
         # the same batches with and without look-ahead:
         torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         dataset = self.dataset
         plain = isinstance(dataset, range) and dataset.start == 0 and \
             dataset.step == 1
+        indices = tensor_index_batches(self._index_sampler) if plain else None
+        if indices is None:
+            indices = iter(self._index_sampler)
         for index in indices:
             if not plain:
                 index = [dataset[i] for i in index]
-            input_data = self.input_data[torch.tensor(index)]
+            if not isinstance(index, torch.Tensor):
+                index = torch.tensor(index)
+            input_data = self.input_data[index]
             with self.timer.stage('sample'):
                 pending = self.node_sampler.launch_from_nodes(input_data)
             yield pending
@@ -318,3 +323,39 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             return TimedIterator(it, self.timer, self._batch_hooks,
                                   in_thread=True)
         return super()._get_iterator()
+
+
+def tensor_index_batches(batch_sampler: Any) -> Optional[Iterator[Tensor]]:
+    r"""The index batches of :obj:`batch_sampler` as tensors, drawn as it
+    draws them, without a Python integer per index: for a
+    :class:`~torch.utils.data.BatchSampler` over a
+    :class:`~torch.utils.data.SequentialSampler` or over a
+    :class:`~torch.utils.data.RandomSampler` (without replacement, one
+    permutation per epoch, with a generator). The generator ends in the
+    state the sampler leaves it in (which draws a second, empty permutation
+    when it runs out). :obj:`None` for any other sampler."""
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+    if type(batch_sampler) is not BatchSampler:
+        return None
+    sampler = batch_sampler.sampler
+    if type(sampler) is SequentialSampler:
+        n, generator = len(sampler.data_source), None
+    elif (type(sampler) is RandomSampler and not sampler.replacement
+          and sampler.generator is not None
+          and sampler.num_samples == len(sampler.data_source)):
+        n, generator = sampler.num_samples, sampler.generator
+    else:
+        return None
+    return _index_batches(n, generator, batch_sampler.batch_size,
+                          batch_sampler.drop_last)
+
+
+def _index_batches(n: int, generator: Optional[torch.Generator],
+                   batch_size: int, drop_last: bool) -> Iterator[Tensor]:
+    order = torch.arange(n) if generator is None else torch.randperm(
+        n, generator=generator)
+    end = n - n % batch_size if drop_last else n
+    for start in range(0, end, batch_size):
+        yield order[start:start + batch_size]
+    if generator is not None:  # As RandomSampler once it runs out.
+        torch.randperm(n, generator=generator)
