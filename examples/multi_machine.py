@@ -55,6 +55,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--batch-size', type=int, default=256)
     parser.add_argument('--cache-size', type=int, default=1000,
                         help='remote rows cached per rank')
+    parser.add_argument('--part-on-host', action='store_true',
+                        help='with CUDA, sample and read features on the CPU '
+                        "over the part's files instead of over copies on "
+                        'the GPU (for parts that do not fit in its memory)')
     parser.add_argument('--epochs', type=int, default=2)
     parser.add_argument('--lr', type=float, default=0.01)
     return parser.parse_args(argv)
@@ -78,9 +82,14 @@ def train(args: argparse.Namespace) -> None:
 
     device = init_distributed(device=args.device, timeout=60)
     rank, world = dist.get_rank(), dist.get_world_size()
+    # With CUDA, the part's topology and features are copied to the GPU
+    # once, so that sampling and gathering run there:
+    on_gpu = device.type == 'cuda' and not args.part_on_host
     loader = HybridNeighborLoader(args.parts_dir, num_neighbors=args.fanout,
                                   batch_size=args.batch_size, shuffle=True,
-                                  device=device, cache_size=args.cache_size)
+                                  device=device, cache_size=args.cache_size,
+                                  sampling_device=device if on_gpu else None,
+                                  feature_device=device if on_gpu else None)
     part = loader.partition  # This rank's part.
     num_features = part.node_attrs['x'].size(-1)
     num_classes = part.node_attrs['y'].max().view(1).to(device)
