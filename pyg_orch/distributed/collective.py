@@ -16,13 +16,14 @@ CUDA device) and come back on the device of what was sent, or on
 :obj:`out_device`; with gloo they stay on the CPU."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ['comm_device', 'exchange', 'group_rank', 'group_size']
+__all__ = ['comm_device', 'exchange', 'group_rank', 'group_size',
+           'split_by_value']
 
 
 def group_size(group: Optional[Any] = None) -> int:
@@ -42,6 +43,18 @@ def group_rank(group: Optional[Any] = None) -> int:
 
 
 _CPU = torch.device('cpu')
+
+
+def split_by_value(values: Tensor, num: int
+                   ) -> Tuple[List[Tensor], List[int], Tensor]:
+    r"""The positions of the entries of :obj:`values` equal to each of
+    :obj:`0, ..., num - 1` (e.g. the owner rank of every id), ascending
+    (one stable sort); how many there are of each (read on the host: the
+    sizes of an :func:`exchange`); and all positions in that order (their
+    concatenation)."""
+    order = torch.sort(values, stable=True).indices
+    counts = torch.bincount(values, minlength=num).tolist()
+    return list(torch.split(order, counts)), counts, order
 
 
 def comm_device(group: Optional[Any] = None) -> torch.device:

@@ -15,7 +15,12 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from pyg_orch.distributed.collective import exchange, group_rank, group_size
+from pyg_orch.distributed.collective import (
+    exchange,
+    group_rank,
+    group_size,
+    split_by_value,
+)
 from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = ['DistributedFeatureGather', 'GatherStats']
@@ -70,9 +75,7 @@ def _positions(category: Tensor, num: int) -> List[Tensor]:
     # waiting once (for the counts) instead of once per value.
     if category.device.type == 'cpu':
         return [(category == c).nonzero().view(-1) for c in range(num)]
-    order = torch.sort(category, stable=True).indices
-    counts = torch.bincount(category, minlength=num).tolist()
-    return list(torch.split(order, counts))
+    return split_by_value(category, num)[0]
 
 
 class DistributedFeatureGather:
@@ -363,9 +366,7 @@ class DistributedFeatureGather:
         if not self.keys:  # The same on every rank: no exchange at all.
             return {}
         owner = self._node_part[ids].to(torch.int64)
-        order = torch.sort(owner, stable=True).indices
-        per_rank = torch.bincount(owner, minlength=self.world_size).tolist()
-        index = list(torch.split(order, per_rank))
+        index, per_rank, order = split_by_value(owner, self.world_size)
         # The requests arrive on the feature device (that of the ids):
         requests = exchange([ids[i] for i in index], self.group)
         self.stats.served_rows += sum(int(r.numel()) for i, r in
@@ -469,9 +470,7 @@ class DistributedFeatureGather:
         if self._eid_sorted is None:
             self._sort_edge_ids()
         owner = self._node_part[dst].to(torch.int64)
-        order = torch.sort(owner, stable=True).indices
-        per_rank = torch.bincount(owner, minlength=self.world_size).tolist()
-        index = list(torch.split(order, per_rank))
+        index, per_rank, order = split_by_value(owner, self.world_size)
         # The requests arrive on the feature device (that of the ids), and
         # are looked up all at once:
         requests = exchange([e_id[i] for i in index], self.group)

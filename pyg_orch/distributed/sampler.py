@@ -25,7 +25,12 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.csc import CSCTopology
-from pyg_orch.distributed.collective import exchange, group_rank, group_size
+from pyg_orch.distributed.collective import (
+    exchange,
+    group_rank,
+    group_size,
+    split_by_value,
+)
 from pyg_orch.sampling.arguments import resolve_device
 from pyg_orch.sampling.multi_hop import append_hop_edges
 from pyg_orch.sampling.neighbors import sample_neighbors
@@ -302,10 +307,7 @@ class DistributedNeighborSampler:
             if f_global.numel() == 0:
                 continue
             owner = self._node_part[dst_t][f_global].to(torch.int64)
-            order = torch.sort(owner, stable=True).indices
-            per_rank = torch.bincount(owner,
-                                      minlength=self.world_size).tolist()
-            index[et] = list(torch.split(order, per_rank))
+            index[et], per_rank, _ = split_by_value(owner, self.world_size)
             for r, idx in enumerate(index[et]):
                 counts[r][e] = per_rank[r]
                 ids[r].append(f_global[idx])
@@ -326,17 +328,17 @@ class DistributedNeighborSampler:
         # The edges drawn per rank and edge type, read from the device at
         # once:
         drawn = torch.stack([a[:num_types] for a in answers]).tolist()
-        type_index = {et: e for e, et in enumerate(self.edge_types)}
         parts: Dict[Any, Tuple[list, list, list]] = {
             et: ([], [], []) for et in index}
         for r, ans in enumerate(answers):
             offset = num_types
-            for et, idx in index.items():  # In edge type order.
-                n = idx[r].numel()
+            for e, et in enumerate(self.edge_types):
+                idx = index.get(et)
+                n = 0 if idx is None else idx[r].numel()
                 if n == 0:
                     continue
                 c = ans[offset:offset + n]
-                m = drawn[r][type_index[et]]
+                m = drawn[r][e]
                 srcs, eids, dsts = parts[et]
                 srcs.append(ans[offset + n:offset + n + m])
                 eids.append(ans[offset + n + m:offset + n + 2 * m])

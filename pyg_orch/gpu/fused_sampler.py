@@ -254,7 +254,6 @@ class FusedPlan:
                 self.enqueue()
             finally:
                 graph.capture_end()
-        torch.cuda.current_stream(self.device).wait_stream(stream)
         self.graph = graph
 
     def _collect(self, counts: List[int]) -> MultiHopOutput:
