@@ -236,12 +236,15 @@ def main():
     res['topology_bytes'] = topo.nbytes()
     host_topo = topo.pin_memory()
     train_nodes = data.train_mask.nonzero().view(-1)
-    g = torch.Generator(device=dev).manual_seed(1)
+    # Seed batches in host memory, as the loader passes them to the sampler
+    # (PyG's `NodeSamplerInput` copies seeds on the GPU back to the host:
+    # one synchronization per batch that the loader does not pay).
+    g = torch.Generator().manual_seed(1)
     n_seed_batches = args.batches + args.warmup
+    train_host = train_nodes.cpu()
     seeds = [
-        train_nodes[torch.randint(0, train_nodes.numel(),
-                                  (args.batch_size, ), device=dev,
-                                  generator=g)]
+        train_host[torch.randint(0, train_host.numel(), (args.batch_size, ),
+                                 generator=g)]
         for _ in range(n_seed_batches)
     ]
     log(f'graph: {args.num_nodes} nodes, {args.num_edges} edges, '
