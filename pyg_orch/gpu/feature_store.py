@@ -11,7 +11,6 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
 from pyg_orch.core.triton_util import kernel_view, triton_available
-from pyg_orch.gpu.row_gather import gather_rows
 
 
 @dataclass
@@ -281,7 +280,7 @@ class TieredFeatureStore(FeatureStore):
             if self.full:
                 self._full_rows += index.numel()
                 self._batches += 1
-                return gather_rows(self.cache, index)
+                return self.cache.index_select(0, index)
             if self.method == 'uva':
                 out, source = self._gather_uva(index)
             else:

@@ -312,20 +312,3 @@ def compact_kernel(src_ptr, rank_ptr, row_ptr, dst_ptr, eid_ptr,
     tl.store(out_row_ptr + q, tl.load(row_ptr + p, mask=ok), mask=ok)
     tl.store(out_col_ptr + q, tl.load(dst_ptr + p, mask=ok), mask=ok)
     tl.store(out_eid_ptr + q, tl.load(eid_ptr + p, mask=ok), mask=ok)
-
-
-@triton.jit(do_not_specialize=['num_rows'])
-def index_rows_kernel(x_ptr, index_ptr, out_ptr, num_rows,
-                      WIDTH: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_C: tl.constexpr):
-    r"""Rows :obj:`index` of a contiguous matrix with :obj:`WIDTH` columns
-    into :obj:`out` (:obj:`x.index_select(0, index)`)."""
-    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = r < num_rows
-    v = tl.load(index_ptr + r, mask=rmask, other=0).to(tl.int64)
-    for c0 in tl.static_range(0, WIDTH, BLOCK_C):
-        c = c0 + tl.arange(0, BLOCK_C)
-        m = rmask[:, None] & (c < WIDTH)[None, :]
-        val = tl.load(x_ptr + v[:, None] * WIDTH + c[None, :], mask=m)
-        tl.store(out_ptr + r.to(tl.int64)[:, None] * WIDTH + c[None, :],
-                 val, mask=m)

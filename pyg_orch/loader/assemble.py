@@ -13,8 +13,6 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.utils import index_select
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
-from pyg_orch.gpu.row_gather import can_gather_rows, gather_rows
-
 
 class DataAssembler:
     r"""Slices :obj:`data` by a :class:`~torch_geometric.sampler.SamplerOutput`.
@@ -78,7 +76,9 @@ class DataAssembler:
             if value is None:
                 data[key] = self.features(node)
             else:
-                data[key] = _select(value, node, dim)
+                data[key] = value.index_select(dim,
+                                               node.to(value.device,
+                                                       torch.int64))
         if self.set_num_nodes:
             data.num_nodes = node.numel()
         data.edge_index = torch.stack([out.row, out.col], dim=0)
@@ -231,8 +231,5 @@ def _to(value, device: torch.device):
 
 def _select(value, index: Tensor, dim: int):
     if isinstance(value, Tensor):
-        index = index.to(value.device, torch.int64)
-        if dim == 0 and can_gather_rows(value, index):  # Node features.
-            return gather_rows(value, index, use_triton=True)
-        return value.index_select(dim, index)
+        return value.index_select(dim, index.to(value.device, torch.int64))
     return index_select(value, index.cpu(), dim=dim)  # NumPy, TensorFrame.
