@@ -5,7 +5,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
 
-from pyg_orch.loader.prefetch import Failure, hand_over
+from pyg_orch.loader.prefetch import Failure, hand_over, record_stream
 from pyg_orch.sampling.pending import PendingSample
 
 
@@ -22,12 +22,13 @@ class LookaheadIterator:
     takes batch :obj:`t` (assembled during the previous call), this iterator
     first resolves batch :obj:`t + 1` (waits for its sampled counts, which
     are long ready), queues the sampling of batch :obj:`t + 2`, then queues
-    the feature gathering and assembly of batch :obj:`t + 1`, all on the
-    side stream, and returns. (Sampling first: the counts waited for next
-    time are then never behind a long gather from host memory.)
-    The device gathers batch :obj:`t + 1` while it trains on batch :obj:`t`,
-    and the host is never held up by either. The consumer's stream waits for
-    an event before it touches a batch.
+    the feature gathering and assembly of batch :obj:`t + 1`, and returns.
+    Sampling and gathering run on two side streams: the counts waited for
+    are then never queued behind a gather (one from host memory can take
+    longer than a training step), and a gather waits only for its own
+    batch's sampling. The device gathers batch :obj:`t + 1` while it trains
+    on batch :obj:`t`, and the host is never held up by either. The
+    consumer's stream waits for an event before it touches a batch.
 
     Batches are the same, in the same order, as without look-ahead; up to
     two more batches are sampled than the loop consumes when it stops early.
@@ -55,8 +56,11 @@ class LookaheadIterator:
         # host memory, which wait on the host link and need few resources)
         # are scheduled as soon as multiprocessors free up, not behind the
         # training step's kernels.
+        cuda = device.type == 'cuda'
         self.stream = (torch.cuda.Stream(device, priority=SIDE_PRIORITY)
-                       if device.type == 'cuda' else None)
+                       if cuda else None)
+        self.gather_stream = (torch.cuda.Stream(
+            device, priority=SIDE_PRIORITY) if cuda else None)
         self._pending: Optional[PendingSample] = None
         self._ready: Optional[Tuple[Any, Any]] = None
         self._exhausted = False
@@ -65,10 +69,11 @@ class LookaheadIterator:
     def __iter__(self) -> 'LookaheadIterator':
         return self
 
-    def _on_side_stream(self):
-        if self.stream is None:
+    def _on_side_stream(self, stream=None):
+        stream = stream if stream is not None else self.stream
+        if stream is None:
             return nullcontext()
-        return torch.cuda.stream(self.stream)
+        return torch.cuda.stream(stream)
 
     def _launch(self) -> None:
         if self._exhausted:
@@ -90,30 +95,42 @@ class LookaheadIterator:
         if self._pending is None:
             return
         pending, self._pending = self._pending, None
+        sampled = None
         with self._on_side_stream():
             try:
                 pending = self.resolve(pending)
             except Exception as e:
                 pending = PendingSample(finish=_raiser(e))
+            if self.stream is not None:
+                sampled = torch.cuda.Event()
+                sampled.record(self.stream)
         self._launch()
-        with self._on_side_stream():
+        gather = self.gather_stream
+        with self._on_side_stream(gather):
             try:
+                if sampled is not None:
+                    gather.wait_event(sampled)
+                    # The sample's tensors, made on the sampling stream, are
+                    # read (and some kept in the batch) on the gather stream.
+                    if pending.done:
+                        record_stream(pending.result(), gather)
                 batch = self.finish(pending)
             except Exception as e:
                 self._ready = (Failure(e), None)
             else:
                 event = None
-                if self.stream is not None:
+                if gather is not None:
                     event = torch.cuda.Event()
-                    event.record(self.stream)
+                    event.record(gather)
                 self._ready = (batch, event)
 
     def __next__(self) -> Any:
         if not self._started:
             self._started = True
             if self.stream is not None:  # Inputs made on the consumer's side.
-                self.stream.wait_stream(torch.cuda.current_stream(
-                    self.device))
+                consumer = torch.cuda.current_stream(self.device)
+                self.stream.wait_stream(consumer)
+                self.gather_stream.wait_stream(consumer)
             self._launch()
             self._prepare()
         if self._ready is None:

@@ -1,5 +1,6 @@
 """Pipelined prefetch: upcoming batches are sampled and gathered by a
 background thread on its own CUDA stream while the current batch trains."""
+import dataclasses
 import queue
 import threading
 from typing import Any, Iterator
@@ -33,6 +34,9 @@ def record_stream(obj: Any, stream) -> None:
     if isinstance(obj, torch.Tensor):
         if obj.is_cuda:
             obj.record_stream(stream)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for field in dataclasses.fields(obj):  # E.g. a `SamplerOutput`.
+            record_stream(getattr(obj, field.name), stream)
     elif hasattr(obj, 'stores'):
         for store in obj.stores:
             for value in store.values():
