@@ -210,7 +210,10 @@ def main():
                    help='num_workers values of PyG\'s loader to try (the '
                    'best is the baseline)')
     p.add_argument('--pyg-batches', type=int, default=100,
-                   help='batches timed per PyG configuration')
+                   help='batches timed per pass of each PyG configuration')
+    p.add_argument('--pyg-rounds', type=int, default=3,
+                   help="passes of --pyg-batches batches per num_workers "
+                   "value of PyG's loader (the median is reported)")
     p.add_argument('--scale-gather-blocks', type=int, default=None,
                    help='cap of the UVA gather grid in the --scale run')
     p.add_argument('--no-pyg', action='store_true')
@@ -420,7 +423,7 @@ def main():
             # ahead (2 per worker), and many batches are timed, so that
             # batches made during the warm-up do not flatter the rate.
             r = time_training(_ToDevice(loader, dev), model, opt,
-                              args.pyg_batches, 4 * w)
+                              args.pyg_batches, 4 * w, args.pyg_rounds)
             res['pyg'][f'workers={w}'] = r
             log(f'PyG workers={w}: {r}')
             del loader
