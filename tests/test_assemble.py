@@ -64,3 +64,36 @@ def test_features_come_from_the_callback():
     assert len(calls) == 1
     assert torch.equal(batch.x, 2 * data.x[batch.n_id])
     assert torch.equal(batch.y, data.y[batch.n_id])
+
+
+def test_move_to_device_is_pygs_to():
+    from torch_geometric.data import HeteroData
+
+    from pyg_orch.loader.assemble import move_to_device
+    meta = torch.device('meta')
+    data = Data(x=torch.randn(4, 3), edge_index=torch.tensor([[0, 1], [1,
+                                                                       2]]),
+                pair=[torch.ones(2), 5], batch_size=4, name='b', empty=None)
+    data.num_sampled_nodes = [4, 2]
+    data.y = torch.zeros(4, device=meta)  # Already there: kept as is.
+    y = data.y
+    ref = data.clone().to(meta, non_blocking=True)
+    out = move_to_device(data, meta)
+    assert out is data
+    assert out.keys() == ref.keys()
+    for key in ref.keys():
+        a, b = out[key], ref[key]
+        if isinstance(b, torch.Tensor):
+            assert a.device == b.device == meta and a.shape == b.shape
+        elif key == 'pair':
+            assert a[0].device == meta and a[1] == 5
+        else:
+            assert a == b
+    assert out.y is y
+    hetero = HeteroData()
+    hetero['a'].x = torch.randn(3, 2)
+    hetero['a', 'to', 'a'].edge_index = torch.tensor([[0], [1]])
+    hetero.input_id = torch.arange(3)
+    out = move_to_device(hetero, meta)
+    assert out['a'].x.device == meta and out.input_id.device == meta
+    assert out['a', 'to', 'a'].edge_index.device == meta

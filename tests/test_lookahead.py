@@ -244,3 +244,25 @@ def test_tensor_index_batches_leave_other_samplers():
     with_replacement = BatchSampler(RandomSampler(range(10), True), 4, False)
     assert tensor_index_batches(with_replacement) is None
     assert tensor_index_batches([[0, 1], [2]]) is None
+
+
+@pytest.mark.parametrize('with_time', [False, True])
+@pytest.mark.parametrize('with_input_id', [False, True])
+def test_slice_node_input_is_pygs_getitem(with_time, with_input_id):
+    from torch_geometric.sampler import NodeSamplerInput
+
+    from pyg_orch.loader.neighbor_loader import slice_node_input
+    g = torch.Generator().manual_seed(0)
+    n = 50
+    inputs = NodeSamplerInput(
+        torch.randperm(n, generator=g) if with_input_id else None,
+        torch.randint(0, 1000, (n, ), generator=g),
+        torch.rand(n, generator=g) if with_time else None, 'paper')
+    index = torch.tensor([7, 0, 49, 7, 3])
+    ours, pyg = slice_node_input(inputs, index), inputs[index]
+    for field in ('input_id', 'node', 'time'):
+        a, b = getattr(ours, field), getattr(pyg, field)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.equal(a, b)
+    assert ours.input_type == pyg.input_type == 'paper'

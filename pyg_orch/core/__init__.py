@@ -6,6 +6,7 @@ tensors to Triton kernels. This package imports neither of them, nor Triton.
 from pyg_orch.core.backend import BackendConfig, SampleRequest, SamplingBackend
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.core.csc import CSCTopology, smallest_index_dtype
+from pyg_orch.core.devices import with_index
 from pyg_orch.core.output import MultiHopOutput
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.core.triton_util import kernel_view, triton_available
@@ -21,4 +22,5 @@ __all__ = [
     'kernel_view',
     'smallest_index_dtype',
     'triton_available',
+    'with_index',
 ]

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.core.csc import CSCTopology, ShardLayout
+from pyg_orch.core.devices import with_index
 from pyg_orch.core.output import MultiHopOutput
 from pyg_orch.core.triton_util import kernel_view
 # Re-exported: tests and notebooks ask this module whether Triton is there.
@@ -56,7 +57,7 @@ class FusedPlan:
         self.topo, self.num_nodes = topo, num_nodes
         self.fanouts, self.replace = list(fanouts), bool(replace)
         self.map_buf, self.claim_buf = map_buf, claim_buf
-        self.device = device
+        self.device = with_index(device)  # Fast stream lookups.
         # The plan's own copy of the pruning mask, refreshed before every
         # batch: a new mask (the hot set changed) reuses the plan and its
         # CUDA graph instead of making new ones.

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.core.csc import smallest_index_dtype
+from pyg_orch.core.devices import with_index
 from pyg_orch.core.output import MultiHopOutput
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.core.triton_util import kernel_view
@@ -169,7 +170,7 @@ class HeteroFusedPlan(FusedPlan):
             raise RuntimeError('the fused sampler needs int32 relabel buffers')
         self.csc, self.replace = csc, bool(replace)
         self.map_buf, self.claim_buf = map_buf, claim_buf
-        self.device = device
+        self.device = with_index(device)  # Fast stream lookups.
         # The plan's own mask, refreshed before every batch (see FusedPlan).
         self.hot_nodes = None if hot_nodes is None else torch.zeros_like(
             hot_nodes)

@@ -17,7 +17,11 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
-from pyg_orch.loader.assemble import DataAssembler, HeteroDataAssembler
+from pyg_orch.loader.assemble import (
+    DataAssembler,
+    HeteroDataAssembler,
+    move_to_device,
+)
 from pyg_orch.loader.features import Counts, build_feature_store
 from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.stats import StageTimer, TimedIterator
@@ -276,7 +280,7 @@ class HybridLoaderMixin:
             with self.timer.stage('transfer'):
                 # Non-blocking: a plain copy of e.g. `input_id` would wait
                 # for everything queued on the stream.
-                data = data.to(self.device, non_blocking=True)
+                data = move_to_device(data, self.device)
         else:
             data = self._gather(out)
         if self.batch_transform is not None:

@@ -5,6 +5,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
 
+from pyg_orch.core.devices import with_index
 from pyg_orch.loader.prefetch import Failure, hand_over, record_stream
 from pyg_orch.sampling.pending import PendingSample
 
@@ -51,7 +52,7 @@ class LookaheadIterator:
         self.iterator = iterator
         self.finish = finish
         self.resolve = resolve if resolve is not None else _wait
-        self.device = device
+        self.device = device = with_index(device)
         # A high-priority stream: its kernels (sampling, and gathers from
         # host memory, which wait on the host link and need few resources)
         # are scheduled as soon as multiprocessors free up, not behind the
@@ -76,11 +77,11 @@ class LookaheadIterator:
         return torch.cuda.stream(stream)
 
     def _launch(self) -> None:
+        # Draws the next pending sample on the current (sampling) stream.
         if self._exhausted:
             return
         try:
-            with self._on_side_stream():
-                self._pending = next(self.iterator)
+            self._pending = next(self.iterator)
         except StopIteration:
             self._exhausted = True
         except Exception as e:  # Raised when that batch is asked for.
@@ -104,7 +105,7 @@ class LookaheadIterator:
             if self.stream is not None:
                 sampled = torch.cuda.Event()
                 sampled.record(self.stream)
-        self._launch()
+            self._launch()
         gather = self.gather_stream
         with self._on_side_stream(gather):
             try:
@@ -131,7 +132,8 @@ class LookaheadIterator:
                 consumer = torch.cuda.current_stream(self.device)
                 self.stream.wait_stream(consumer)
                 self.gather_stream.wait_stream(consumer)
-            self._launch()
+            with self._on_side_stream():
+                self._launch()
             self._prepare()
         if self._ready is None:
             raise StopIteration

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
-from torch_geometric.sampler.base import SubgraphType
+from torch_geometric.sampler.base import NodeSamplerInput, SubgraphType
 
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.gpu.feature_store import TieredFeatureStore
@@ -300,7 +300,7 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
                 index = [dataset[i] for i in index]
             if not isinstance(index, torch.Tensor):
                 index = torch.tensor(index)
-            input_data = self.input_data[index]
+            input_data = slice_node_input(self.input_data, index)
             with self.timer.stage('sample'):
                 pending = self.node_sampler.launch_from_nodes(input_data)
             yield pending
@@ -323,6 +323,22 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             return TimedIterator(it, self.timer, self._batch_hooks,
                                   in_thread=True)
         return super()._get_iterator()
+
+
+def slice_node_input(inputs: NodeSamplerInput,
+                     index: Tensor) -> NodeSamplerInput:
+    r"""Returns :obj:`inputs[index]` (PyG's
+    :meth:`~torch_geometric.sampler.NodeSamplerInput.__getitem__`) for an
+    integer tensor :obj:`index`, through :meth:`~torch.Tensor.index_select`
+    instead of advanced indexing."""
+    index = index.to(torch.int64)
+
+    def take(t: Optional[Tensor]) -> Optional[Tensor]:
+        return None if t is None else t.index_select(0, index.to(t.device))
+
+    input_id = take(inputs.input_id) if inputs.input_id is not None else index
+    return NodeSamplerInput(input_id, take(inputs.node), take(inputs.time),
+                            inputs.input_type)
 
 
 def tensor_index_batches(batch_sampler: Any) -> Optional[Iterator[Tensor]]:

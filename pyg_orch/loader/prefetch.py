@@ -34,19 +34,24 @@ def record_stream(obj: Any, stream) -> None:
     if isinstance(obj, torch.Tensor):
         if obj.is_cuda:
             obj.record_stream(stream)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for field in dataclasses.fields(obj):  # E.g. a `SamplerOutput`.
-            record_stream(getattr(obj, field.name), stream)
-    elif hasattr(obj, 'stores'):
-        for store in obj.stores:
-            for value in store.values():
-                record_stream(value, stream)
+    elif obj is None or isinstance(obj, _SCALARS):
+        return
     elif isinstance(obj, (list, tuple)):
         for value in obj:
             record_stream(value, stream)
     elif isinstance(obj, dict):
         for value in obj.values():
             record_stream(value, stream)
+    elif hasattr(obj, 'stores'):
+        for store in obj.stores:
+            for value in store.values():
+                record_stream(value, stream)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for field in dataclasses.fields(obj):  # E.g. a `SamplerOutput`.
+            record_stream(getattr(obj, field.name), stream)
+
+
+_SCALARS = (int, float, bool, str)
 
 
 def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
