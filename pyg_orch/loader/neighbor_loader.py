@@ -127,8 +127,9 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         cache_policy (str): Rank rows to cache by :obj:`'frequency'` (node
             appearances in pre-sampled batches) or :obj:`'degree'` (the
             out-degree: how often a node can be drawn as a neighbor).
-        lookahead (bool, optional): Keep the next batch in flight on a side
-            CUDA stream, in the training loop's thread: the host queues the
+        lookahead (bool, optional): Keep the next batch in flight on two
+            side CUDA streams (one samples, one gathers features), in the
+            training loop's thread: the host queues the
             next training step without waiting for sampling, and feature
             gathering overlaps the running step (see
             :class:`~pyg_orch.loader.LookaheadIterator`). Batches are the
