@@ -797,9 +797,11 @@ def test_link_bad_edge_label_time(edge_label_time):
                     edge_label_time=edge_label_time)
 
 
-def test_link_lookahead_not_implemented():
-    with pytest.raises(NotImplementedError, match='lookahead'):
-        link_loader(lookahead=True)
+def test_link_bad_lookahead_arguments():
+    with pytest.raises(ValueError, match="'lookahead' must be None, True or"):
+        link_loader(lookahead='yes')
+    with pytest.raises(ValueError, match="'lookahead=True' needs"):
+        link_loader(lookahead=True, prefetch=1)
 
 
 def test_link_shared_checks():

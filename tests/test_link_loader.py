@@ -613,12 +613,100 @@ def test_batches_on_device(device, mode):
                           amount=1)
 
 
+# Look-ahead ##################################################################
+
+
+def _tensors(batch) -> dict:
+    # Every tensor of a (heterogeneous) batch, keyed by store and name.
+    return {(getattr(store, '_key', None), key): value.cpu()
+            for store in batch.stores for key, value in store.items()
+            if isinstance(value, torch.Tensor)}
+
+
+def _assert_same_batches(a, b):
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        tx, ty = _tensors(x), _tensors(y)
+        assert tx.keys() == ty.keys()
+        for key in tx:
+            assert torch.equal(tx[key], ty[key]), key
+
+
+@pytest.mark.parametrize('mode', ['binary', 'triplet', None])
+def test_lookahead_same_batches(device, mode):
+    data = make_graph()
+    kw = dict(edge_label_index=data.edge_index[:, :300], batch_size=64,
+              shuffle=True, neg_sampling=mode, seed=3, device=device)
+    plain = _ours(data, [3, 2], lookahead=False, **kw)
+    ahead = _ours(data, [3, 2], lookahead=True, **kw)
+    assert ahead.lookahead and not plain.lookahead
+    for _ in range(2):  # Two epochs: shuffling draws stay in step.
+        _assert_same_batches(list(plain), list(ahead))
+    stages = ahead.stats()['stages']
+    assert stages['wait']['calls'] == 10
+    assert stages['gather']['calls'] == 10
+
+
+@pytest.mark.parametrize('edge_type', [WRITES, CITES],
+                         ids=['two_types', 'one_type'])
+def test_lookahead_same_batches_hetero(device, edge_type):
+    data = make_hetero()
+    kw = dict(edge_label_index=(edge_type, data[edge_type].edge_index[:, :90]),
+              batch_size=32, shuffle=True, neg_sampling='binary', seed=4,
+              device=device)
+    plain = list(_ours(data, [3, 2], **kw))
+    _assert_same_batches(plain, list(_ours(data, [3, 2], lookahead=True,
+                                           **kw)))
+
+
+def test_lookahead_with_feature_store_and_break():
+    from pyg_orch.gpu.feature_store import TieredFeatureStore
+
+    data = make_graph()
+    store = TieredFeatureStore(data.x, 'cpu', gpu_memory_budget=40 * 4 * 4,
+                               hotness=torch.rand(data.num_nodes),
+                               method='cpu')
+    kw = dict(edge_label_index=data.edge_index[:, :200], batch_size=50,
+              neg_sampling='binary', seed=2, feature_store=store)
+    loader = _ours(data, [3], lookahead=True, **kw)
+    first = []
+    for batch in loader:
+        first.append(batch)
+        if len(first) == 2:
+            break
+    again = list(loader)  # The batch left in flight is dropped.
+    assert len(again) == 4
+    ids = torch.cat([b.input_id for b in again])
+    assert torch.equal(ids, torch.arange(200))  # Not shuffled.
+    for b in first + again:
+        assert torch.equal(b.x, data.x[b.n_id])
+    assert loader.stats()['features']['rows'] > 0
+
+
+def test_lookahead_error_reaches_the_loop_at_its_batch():
+    data = make_graph()
+
+    def transform(batch):
+        if int(batch.input_id[0]) >= 100:
+            raise ValueError('bad link batch')
+        return batch
+
+    loader = _ours(data, [3], edge_label_index=data.edge_index[:, :200],
+                   batch_size=50, lookahead=True, transform=transform)
+    it = iter(loader)
+    next(it), next(it)
+    with pytest.raises(ValueError, match='bad link batch'):
+        next(it)
+
+
 # BottomLayerOffload with a link loader #######################################
 
 
 @pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
-@pytest.mark.parametrize('neg_sampling', [None, 'binary'])
-def test_bottom_layer_offload_exact(neg_sampling):
+@pytest.mark.parametrize('neg_sampling,lookahead', [(None, False),
+                                                     ('binary', False),
+                                                     ('binary', True)])
+def test_bottom_layer_offload_exact(neg_sampling, lookahead):
     # As for node loaders: max_staleness=0 and full neighbors give the
     # label edges' endpoints exactly the embeddings of the unpruned batch.
     import torch.nn.functional as F
@@ -629,11 +717,12 @@ def test_bottom_layer_offload_exact(neg_sampling):
     data = tiny_graph(num_nodes=1000, num_edges=3000)
     label_index = data.edge_index[:, :48]
 
-    def make():
+    def make(lookahead):
         return _ours(data, [-1, -1], edge_label_index=label_index,
-                     batch_size=16, neg_sampling=neg_sampling, seed=0)
+                     batch_size=16, neg_sampling=neg_sampling, seed=0,
+                     lookahead=lookahead)
 
-    loader, ref_loader = make(), make()
+    loader, ref_loader = make(lookahead), make(False)
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 8)
     off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,

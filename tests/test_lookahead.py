@@ -217,7 +217,7 @@ def test_tensor_index_batches_draw_as_the_batch_sampler(shuffle, drop_last,
     from torch.utils.data import BatchSampler, RandomSampler
     from torch.utils.data import SequentialSampler
 
-    from pyg_orch.loader.neighbor_loader import tensor_index_batches
+    from pyg_orch.loader.seed_batches import tensor_index_batches
 
     def make(seed):
         gen = torch.Generator().manual_seed(seed)
@@ -240,7 +240,7 @@ def test_tensor_index_batches_draw_as_the_batch_sampler(shuffle, drop_last,
 def test_tensor_index_batches_leave_other_samplers():
     from torch.utils.data import BatchSampler, RandomSampler
 
-    from pyg_orch.loader.neighbor_loader import tensor_index_batches
+    from pyg_orch.loader.seed_batches import tensor_index_batches
     with_replacement = BatchSampler(RandomSampler(range(10), True), 4, False)
     assert tensor_index_batches(with_replacement) is None
     assert tensor_index_batches([[0, 1], [2]]) is None
@@ -251,7 +251,7 @@ def test_tensor_index_batches_leave_other_samplers():
 def test_slice_node_input_is_pygs_getitem(with_time, with_input_id):
     from torch_geometric.sampler import NodeSamplerInput
 
-    from pyg_orch.loader.neighbor_loader import slice_node_input
+    from pyg_orch.loader.seed_batches import slice_node_input
     g = torch.Generator().manual_seed(0)
     n = 50
     inputs = NodeSamplerInput(

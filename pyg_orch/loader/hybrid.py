@@ -10,7 +10,7 @@ feature gathering and the prefetch pipeline. Each loader mixes
 batch (:meth:`HybridLoaderMixin._add_metadata`)."""
 import copy
 import functools
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -23,7 +23,9 @@ from pyg_orch.loader.assemble import (
     move_to_device,
 )
 from pyg_orch.loader.features import Counts, build_feature_store
+from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.prefetch import PrefetchIterator
+from pyg_orch.loader.seed_batches import tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.loader.validation import (
     check_data,
@@ -33,6 +35,7 @@ from pyg_orch.loader.validation import (
 )
 from pyg_orch.sampling.arguments import check_choice, resolve_device
 from pyg_orch.sampling.contract import LaunchingSampler
+from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.sampler import HybridNeighborSampler
 from pyg_orch.typing import DeviceLike, GraphData, SeedLike
 
@@ -328,7 +331,55 @@ class HybridLoaderMixin:
             self._data_device_cache = devices == {self.device}
         return self._data_device_cache
 
+    # Look-ahead ##############################################################
+
+    def _slice_input(self, index: Tensor) -> Any:
+        r"""The sampler input of the seeds at :obj:`index` (a slice of
+        :obj:`self.input_data`)."""
+        return self.input_data[index]
+
+    def _launch_sample(self, input_data: Any) -> PendingSample:
+        r"""Starts sampling the batch of :obj:`input_data` on the current
+        stream (by default: samples it now)."""
+        return PendingSample.ready(self._sample_batch(input_data))
+
+    def _launch_batches(self) -> Iterator[PendingSample]:
+        # Draw what DataLoader's own iterator draws, so that shuffling gives
+        # the same batches with and without look-ahead:
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        dataset = self.dataset
+        plain = isinstance(dataset, range) and dataset.start == 0 and \
+            dataset.step == 1
+        indices = tensor_index_batches(self._index_sampler) if plain else None
+        if indices is None:
+            indices = iter(self._index_sampler)
+        for index in indices:
+            if not plain:
+                index = [dataset[i] for i in index]
+            if not isinstance(index, torch.Tensor):
+                index = torch.tensor(index)
+            input_data = self._slice_input(index)
+            with self.timer.stage('sample'):
+                pending = self._launch_sample(input_data)
+            yield pending
+
+    def _resolve_batch(self, pending: PendingSample) -> PendingSample:
+        # The sampled counts and the 'sampled' hooks, before the next batch
+        # is launched (see LookaheadIterator).
+        with self.timer.stage('sample'):
+            out = pending.result()
+        self._run_sampled_hooks(out)
+        return PendingSample.ready(out)
+
+    def _finish_batch(self, pending: PendingSample) -> Any:
+        return self.filter_fn(pending.result())
+
     def _get_iterator(self):
+        if getattr(self, 'lookahead', False) and self._auto_collation:
+            it = LookaheadIterator(self._launch_batches(), self._finish_batch,
+                                   self.device, resolve=self._resolve_batch)
+            return TimedIterator(it, self.timer, self._batch_hooks,
+                                  in_thread=True)
         # Wrap (never unwrap) PyG's iterator: its `__del__` shuts the
         # workers down.
         it = super()._get_iterator()

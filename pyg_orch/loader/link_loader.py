@@ -157,9 +157,15 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         gpu_cache_ratio (float, optional): Cache at most this fraction of the
             rows.
         cache_policy (str): :obj:`'frequency'` or :obj:`'degree'`.
-        lookahead (bool, optional): Not supported for link-level loading:
-            :obj:`True` raises :class:`NotImplementedError`; :obj:`None`
-            (default) and :obj:`False` sample batch by batch.
+        lookahead (bool, optional): With :obj:`True`, keep the next batch
+            in flight, in the training loop's thread (see
+            :class:`~pyg_orch.loader.LookaheadIterator`): a link batch is
+            sampled when it is drawn, on a side CUDA stream, and its
+            features are gathered on another while the current batch
+            trains. Batches are the same; one extra batch is sampled when
+            the loop stops early. Needs :obj:`num_workers=0` and
+            :obj:`prefetch=0`. :obj:`None` (default) and :obj:`False`
+            prepare batches one by one.
         prefetch (int): Batches sampled and gathered ahead by a background
             thread. (default: :obj:`0`)
         **kwargs (optional): Arguments of
@@ -201,14 +207,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         prefetch: int = 0,
         **kwargs,
     ):
-        if lookahead:
-            raise NotImplementedError(
-                "'lookahead=True' is not supported by "
-                "HybridLinkNeighborLoader yet (link batches are sampled "
-                "batch by batch); use lookahead=None or False, or "
-                "prefetch > 0 to prepare batches in a background thread")
         check_edge_label_time(edge_label_time, time_attr, None)
-        device = check_common_args(data, device, kwargs, prefetch, False,
+        device = check_common_args(data, device, kwargs, prefetch, lookahead,
                                    None, time_attr, temporal_strategy,
                                    weight_attr)
         edge_label_index = check_edge_label_index(data, edge_label_index)
@@ -251,8 +251,12 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         )
         self._init_batches(transform, feature_store, gpu_memory_budget,
                            gpu_cache_ratio, cache_policy)
-        self.lookahead = False
-        self.timer.sync = True
+        # Off unless asked for: a link batch is sampled synchronously (the
+        # negatives and the seeds' deduplication need their sizes), so only
+        # the gathering of the next batch overlaps the training step.
+        self.lookahead = bool(lookahead)
+        # Synchronizing around every stage would undo the look-ahead.
+        self.timer.sync = not self.lookahead
 
     # `HybridLoaderMixin` #####################################################
 

@@ -2,14 +2,13 @@
 :class:`~torch_geometric.loader.NeighborLoader`."""
 import inspect
 import os
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Optional, Union
 
-import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
-from torch_geometric.sampler.base import NodeSamplerInput, SubgraphType
+from torch_geometric.sampler.base import SubgraphType
 
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.gpu.feature_store import TieredFeatureStore
@@ -21,8 +20,7 @@ from pyg_orch.loader.hybrid import (
     check_common_args,
     seed_shuffling,
 )
-from pyg_orch.loader.lookahead import LookaheadIterator
-from pyg_orch.loader.stats import TimedIterator
+from pyg_orch.loader.seed_batches import slice_node_input
 from pyg_orch.loader.validation import check_input_nodes, check_input_time
 from pyg_orch.sampling.contract import LaunchingSampler, presample_batches
 from pyg_orch.sampling.pending import PendingSample
@@ -284,95 +282,10 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         store.batch_size = out.metadata[0].size(0)
         return data
 
-    # Look-ahead ##############################################################
+    # Look-ahead ############################################################
 
-    def _launch_batches(self) -> Iterator[PendingSample]:
-        # Draw what DataLoader's own iterator draws, so that shuffling gives
-        # the same batches with and without look-ahead:
-        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-        dataset = self.dataset
-        plain = isinstance(dataset, range) and dataset.start == 0 and \
-            dataset.step == 1
-        indices = tensor_index_batches(self._index_sampler) if plain else None
-        if indices is None:
-            indices = iter(self._index_sampler)
-        for index in indices:
-            if not plain:
-                index = [dataset[i] for i in index]
-            if not isinstance(index, torch.Tensor):
-                index = torch.tensor(index)
-            input_data = slice_node_input(self.input_data, index)
-            with self.timer.stage('sample'):
-                pending = self.node_sampler.launch_from_nodes(input_data)
-            yield pending
+    def _slice_input(self, index: Tensor) -> Any:
+        return slice_node_input(self.input_data, index)
 
-    def _resolve_batch(self, pending: PendingSample) -> PendingSample:
-        # The sampled counts and the 'sampled' hooks, before the next batch
-        # is launched (see LookaheadIterator).
-        with self.timer.stage('sample'):
-            out = pending.result()
-        self._run_sampled_hooks(out)
-        return PendingSample.ready(out)
-
-    def _finish_batch(self, pending: PendingSample) -> Any:
-        return self.filter_fn(pending.result())
-
-    def _get_iterator(self):
-        if self.lookahead and self._auto_collation:
-            it = LookaheadIterator(self._launch_batches(), self._finish_batch,
-                                   self.device, resolve=self._resolve_batch)
-            return TimedIterator(it, self.timer, self._batch_hooks,
-                                  in_thread=True)
-        return super()._get_iterator()
-
-
-def slice_node_input(inputs: NodeSamplerInput,
-                     index: Tensor) -> NodeSamplerInput:
-    r"""Returns :obj:`inputs[index]` (PyG's
-    :meth:`~torch_geometric.sampler.NodeSamplerInput.__getitem__`) for an
-    integer tensor :obj:`index`, through :meth:`~torch.Tensor.index_select`
-    instead of advanced indexing."""
-    index = index.to(torch.int64)
-
-    def take(t: Optional[Tensor]) -> Optional[Tensor]:
-        return None if t is None else t.index_select(0, index.to(t.device))
-
-    input_id = take(inputs.input_id) if inputs.input_id is not None else index
-    return NodeSamplerInput(input_id, take(inputs.node), take(inputs.time),
-                            inputs.input_type)
-
-
-def tensor_index_batches(batch_sampler: Any) -> Optional[Iterator[Tensor]]:
-    r"""The index batches of :obj:`batch_sampler` as tensors, drawn as it
-    draws them, without a Python integer per index: for a
-    :class:`~torch.utils.data.BatchSampler` over a
-    :class:`~torch.utils.data.SequentialSampler` or over a
-    :class:`~torch.utils.data.RandomSampler` (without replacement, one
-    permutation per epoch, with a generator). The generator ends in the
-    state the sampler leaves it in (which draws a second, empty permutation
-    when it runs out). :obj:`None` for any other sampler."""
-    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
-    if type(batch_sampler) is not BatchSampler:
-        return None
-    sampler = batch_sampler.sampler
-    if type(sampler) is SequentialSampler:
-        n, generator = len(sampler.data_source), None
-    elif (type(sampler) is RandomSampler and not sampler.replacement
-          and sampler.generator is not None
-          and sampler.num_samples == len(sampler.data_source)):
-        n, generator = sampler.num_samples, sampler.generator
-    else:
-        return None
-    return _index_batches(n, generator, batch_sampler.batch_size,
-                          batch_sampler.drop_last)
-
-
-def _index_batches(n: int, generator: Optional[torch.Generator],
-                   batch_size: int, drop_last: bool) -> Iterator[Tensor]:
-    order = torch.arange(n) if generator is None else torch.randperm(
-        n, generator=generator)
-    end = n - n % batch_size if drop_last else n
-    for start in range(0, end, batch_size):
-        yield order[start:start + batch_size]
-    if generator is not None:  # As RandomSampler once it runs out.
-        torch.randperm(n, generator=generator)
+    def _launch_sample(self, input_data: Any) -> PendingSample:
+        return self.node_sampler.launch_from_nodes(input_data)

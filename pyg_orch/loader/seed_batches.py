@@ -1,0 +1,60 @@
+"""The seed batches of a loader as tensors: index batches drawn as PyTorch's
+:class:`~torch.utils.data.BatchSampler` draws them, and slices of PyG's
+sampler inputs by such an index."""
+from typing import Any, Iterator, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.sampler import NodeSamplerInput
+
+
+def slice_node_input(inputs: NodeSamplerInput,
+                     index: Tensor) -> NodeSamplerInput:
+    r"""Returns :obj:`inputs[index]` (PyG's
+    :meth:`~torch_geometric.sampler.NodeSamplerInput.__getitem__`) for an
+    integer tensor :obj:`index`, through :meth:`~torch.Tensor.index_select`
+    instead of advanced indexing."""
+    index = index.to(torch.int64)
+
+    def take(t: Optional[Tensor]) -> Optional[Tensor]:
+        return None if t is None else t.index_select(0, index.to(t.device))
+
+    input_id = take(inputs.input_id) if inputs.input_id is not None else index
+    return NodeSamplerInput(input_id, take(inputs.node), take(inputs.time),
+                            inputs.input_type)
+
+
+def tensor_index_batches(batch_sampler: Any) -> Optional[Iterator[Tensor]]:
+    r"""The index batches of :obj:`batch_sampler` as tensors, drawn as it
+    draws them, without a Python integer per index: for a
+    :class:`~torch.utils.data.BatchSampler` over a
+    :class:`~torch.utils.data.SequentialSampler` or over a
+    :class:`~torch.utils.data.RandomSampler` (without replacement, one
+    permutation per epoch, with a generator). The generator ends in the
+    state the sampler leaves it in (which draws a second, empty permutation
+    when it runs out). :obj:`None` for any other sampler."""
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+    if type(batch_sampler) is not BatchSampler:
+        return None
+    sampler = batch_sampler.sampler
+    if type(sampler) is SequentialSampler:
+        n, generator = len(sampler.data_source), None
+    elif (type(sampler) is RandomSampler and not sampler.replacement
+          and sampler.generator is not None
+          and sampler.num_samples == len(sampler.data_source)):
+        n, generator = sampler.num_samples, sampler.generator
+    else:
+        return None
+    return _index_batches(n, generator, batch_sampler.batch_size,
+                          batch_sampler.drop_last)
+
+
+def _index_batches(n: int, generator: Optional[torch.Generator],
+                   batch_size: int, drop_last: bool) -> Iterator[Tensor]:
+    order = torch.arange(n) if generator is None else torch.randperm(
+        n, generator=generator)
+    end = n - n % batch_size if drop_last else n
+    for start in range(0, end, batch_size):
+        yield order[start:start + batch_size]
+    if generator is not None:  # As RandomSampler once it runs out.
+        torch.randperm(n, generator=generator)
