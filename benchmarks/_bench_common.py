@@ -7,7 +7,9 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List
+import statistics
+import time
+from typing import Any, Callable, Dict, Iterator, List
 
 import torch
 
@@ -205,3 +207,34 @@ def machine_info() -> Dict[str, Any]:
     except Exception:
         pass
     return info
+
+
+def endless(loader) -> Iterator:
+    r"""The loader's batches, epoch after epoch (one iterator per epoch:
+    persistent workers stay)."""
+    while True:
+        yield from loader
+
+
+def time_steps(next_batch: Callable[[], Any],
+               step: Callable[[Any], None], warmup: int,
+               batches: int, repeats: int, device: torch.device) -> Dict:
+    r"""Ms per batch of :obj:`step(next_batch())` over :obj:`batches`
+    batches, :obj:`repeats` times after :obj:`warmup` batches; the device
+    is waited for at the end of every repeat."""
+    for _ in range(warmup):
+        step(next_batch())
+    sync(device)
+    runs: List[float] = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(batches):
+            step(next_batch())
+        sync(device)
+        runs.append(1e3 * (time.perf_counter() - start) / batches)
+    return {'ms_per_batch': statistics.median(runs),
+            'ms_per_batch_min': min(runs),
+            'ms_per_batch_max': max(runs),
+            'ms_per_batch_runs': runs,
+            'timed_batches': batches, 'warmup_batches': warmup,
+            'repeats': repeats}

@@ -15,17 +15,16 @@ max of the repeats' ms per batch, and the ratios of the medians.
 """
 import gc
 import itertools
-import statistics
 import time
 import warnings
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
-from _bench_common import log, sync
+from _bench_common import endless, log, time_steps
 
 
 class SAGE(torch.nn.Module):
@@ -76,37 +75,6 @@ def init_model(model: torch.nn.Module, batch: HeteroData) -> None:
     r"""Materializes the lazy parameters."""
     with torch.no_grad():
         model(batch.x_dict, batch.edge_index_dict)
-
-
-def endless(loader) -> Iterator:
-    r"""The loader's batches, epoch after epoch (one iterator per epoch:
-    persistent workers stay)."""
-    while True:
-        yield from loader
-
-
-def time_steps(next_batch: Callable[[], HeteroData],
-               step: Callable[[HeteroData], None], warmup: int,
-               batches: int, repeats: int, device: torch.device) -> Dict:
-    r"""Ms per batch of :obj:`step(next_batch())` over :obj:`batches`
-    batches, :obj:`repeats` times after :obj:`warmup` batches; the device
-    is waited for at the end of every repeat."""
-    for _ in range(warmup):
-        step(next_batch())
-    sync(device)
-    runs: List[float] = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(batches):
-            step(next_batch())
-        sync(device)
-        runs.append(1e3 * (time.perf_counter() - start) / batches)
-    return {'ms_per_batch': statistics.median(runs),
-            'ms_per_batch_min': min(runs),
-            'ms_per_batch_max': max(runs),
-            'ms_per_batch_runs': runs,
-            'timed_batches': batches, 'warmup_batches': warmup,
-            'repeats': repeats}
 
 
 def batch_size_info(batch: HeteroData) -> Dict:
