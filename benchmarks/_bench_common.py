@@ -1,14 +1,15 @@
 """Helpers shared by the benchmark scripts: logging, device sync, argument
 parsing, tables and the machine description saved with every result."""
 import argparse
+import gc
 import os
 import platform
+import statistics
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
-import statistics
-import time
 from typing import Any, Callable, Dict, Iterator, List
 
 import torch
@@ -238,3 +239,52 @@ def time_steps(next_batch: Callable[[], Any],
             'ms_per_batch_runs': runs,
             'timed_batches': batches, 'warmup_batches': warmup,
             'repeats': repeats}
+
+
+def time_pyg_workers(make_loader: Callable[[int], Any], name: str,
+                     device: torch.device, step: Callable[[Any], None],
+                     workers: List[int], batches: int,
+                     repeats: int) -> Dict:
+    r"""A PyG loader (:obj:`make_loader(num_workers)`, e.g. PyG's
+    :class:`~torch_geometric.loader.NeighborLoader`) at each
+    :obj:`num_workers`: :obj:`2 * num_workers + 3` warm-up batches (the
+    workers' first batches and the prefetch queue, so that the timed
+    batches are produced in the steady state), then :obj:`batches` timed
+    batches moved to :obj:`device`, :obj:`repeats` times (see
+    :func:`time_steps`); and the best."""
+    from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
+    if not (WITH_PYG_LIB or WITH_TORCH_SPARSE):
+        return {'skipped': 'neither pyg_lib nor torch_sparse imports'}
+    out: Dict = {'per_num_workers': {}, 'with': 'pyg_lib' if WITH_PYG_LIB
+                 else 'torch_sparse'}
+    for w in workers:
+        log(f'{name}, num_workers={w}')
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            loader = make_loader(w)
+            it = endless(loader)
+            try:
+                res = time_steps(
+                    lambda: next(it).to(device, non_blocking=True), step,
+                    2 * w + 3, batches, repeats, device)
+            except Exception as e:  # E.g. too few shared-memory handles.
+                res = {'error': f'{type(e).__name__}: {e}'}
+            finally:
+                it.close()
+        # The persistent workers end with their iterator: dropped first,
+        # they stop at once (deleting the loader with its iterator waited
+        # about 5 s per worker).
+        loader._iterator = None
+        loader = None
+        gc.collect()
+        res['wall_s'] = time.perf_counter() - start
+        out['per_num_workers'][w] = res
+        if 'ms_per_batch' in res:
+            log(f"  num_workers={w}: {res['ms_per_batch']:.2f} ms/batch")
+    timed = [(r['ms_per_batch'], w) for w, r in
+             out['per_num_workers'].items() if 'ms_per_batch' in r]
+    if timed:
+        ms, w = min(timed)
+        out['best'] = {'num_workers': w, 'ms_per_batch': ms}
+    return out

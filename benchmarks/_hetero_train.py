@@ -13,9 +13,7 @@
 Every timing is repeated (``repeats``): the JSON has the median, min and
 max of the repeats' ms per batch, and the ratios of the medians.
 """
-import gc
 import itertools
-import time
 import warnings
 from typing import Callable, Dict, List, Optional
 
@@ -24,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
-from _bench_common import endless, log, time_steps
+from _bench_common import endless, log, time_pyg_workers, time_steps
 
 
 class SAGE(torch.nn.Module):
@@ -158,57 +156,14 @@ def run_pyg(data: HeteroData, fanout: List[int], batch_size: int,
             device: torch.device, step: Callable[[HeteroData], None],
             workers: List[int], batches: int, repeats: int) -> Dict:
     r"""PyG's :class:`~torch_geometric.loader.NeighborLoader` at each
-    :obj:`num_workers`: :obj:`2 * num_workers + 3` warm-up batches (the
-    workers' first batches and the prefetch queue, so that the timed
-    batches are produced in the steady state), then :obj:`batches` timed
-    batches, :obj:`repeats` times."""
-    from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
-    if not (WITH_PYG_LIB or WITH_TORCH_SPARSE):
-        return {'skipped': 'neither pyg_lib nor torch_sparse imports'}
+    :obj:`num_workers` (see :func:`_bench_common.time_pyg_workers`)."""
     from torch_geometric.loader import NeighborLoader
-    out: Dict = {'per_num_workers': {}, 'with': 'pyg_lib' if WITH_PYG_LIB
-                 else 'torch_sparse'}
-    pin = device.type == 'cuda'
-    for w in workers:
-        log(f'train: PyG NeighborLoader, num_workers={w}')
-        start = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter('ignore')
-            loader = NeighborLoader(
-                data, fanout, batch_size=batch_size, shuffle=True,
-                input_nodes='paper', num_workers=w,
-                persistent_workers=w > 0, pin_memory=pin)
-            res = _time_pyg(loader, device, step, 2 * w + 3, batches,
-                            repeats)
-        # The persistent workers end with their iterator: dropped first,
-        # they stop at once (deleting the loader with its iterator waited
-        # about 5 s per worker).
-        loader._iterator = None
-        loader = None
-        gc.collect()
-        res['wall_s'] = time.perf_counter() - start
-        out['per_num_workers'][w] = res
-        if 'ms_per_batch' in res:
-            log(f"  num_workers={w}: {res['ms_per_batch']:.2f} ms/batch")
-    timed = [(r['ms_per_batch'], w) for w, r in
-             out['per_num_workers'].items() if 'ms_per_batch' in r]
-    if timed:
-        ms, w = min(timed)
-        out['best'] = {'num_workers': w, 'ms_per_batch': ms}
-    return out
 
+    def make_loader(w: int) -> NeighborLoader:
+        return NeighborLoader(data, fanout, batch_size=batch_size,
+                              shuffle=True, input_nodes='paper',
+                              num_workers=w, persistent_workers=w > 0,
+                              pin_memory=device.type == 'cuda')
 
-def _time_pyg(loader, device: torch.device,
-              step: Callable[[HeteroData], None], warmup: int, batches: int,
-              repeats: int) -> Dict:
-    it = endless(loader)
-
-    def next_batch() -> HeteroData:
-        return next(it).to(device, non_blocking=True)
-
-    try:
-        return time_steps(next_batch, step, warmup, batches, repeats, device)
-    except Exception as e:  # E.g. too few shared-memory handles.
-        return {'error': f'{type(e).__name__}: {e}'}
-    finally:
-        it.close()
+    return time_pyg_workers(make_loader, 'train: PyG NeighborLoader', device,
+                            step, workers, batches, repeats)

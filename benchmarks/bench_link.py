@@ -17,11 +17,9 @@ batches). Ratios are of medians measured in the same run.
     python benchmarks/bench_link.py --tiny --device cpu --pyg-workers 0,1
 """
 import argparse
-import gc
 import itertools
 import json
 import time
-import warnings
 from typing import Callable, Dict, List
 
 import torch
@@ -38,6 +36,7 @@ from _bench_common import (
     log,
     machine_info,
     resolve_device,
+    time_pyg_workers,
     time_steps,
 )
 from pyg_orch import HybridLinkNeighborLoader
@@ -60,40 +59,15 @@ def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer
 def run_pyg(data: Data, fanout: List[int], kwargs: Dict,
             device: torch.device, step: Callable[[Data], None],
             workers: List[int], args) -> Dict:
-    from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
-    if not (WITH_PYG_LIB or WITH_TORCH_SPARSE):
-        return {'skipped': 'neither pyg_lib nor torch_sparse imports'}
     from torch_geometric.loader import LinkNeighborLoader
-    out: Dict = {'per_num_workers': {},
-                 'with': 'pyg_lib' if WITH_PYG_LIB else 'torch_sparse'}
-    for w in workers:
-        log(f'PyG LinkNeighborLoader, num_workers={w}')
-        with warnings.catch_warnings():
-            warnings.simplefilter('ignore')
-            loader = LinkNeighborLoader(
-                data, fanout, num_workers=w, persistent_workers=w > 0,
-                pin_memory=device.type == 'cuda', **kwargs)
-            it = endless(loader)
-            try:
-                res = time_steps(
-                    lambda: next(it).to(device, non_blocking=True), step,
-                    2 * w + 3, args.pyg_batches, args.repeats, device)
-            except Exception as e:  # E.g. too few shared-memory handles.
-                res = {'error': f'{type(e).__name__}: {e}'}
-            finally:
-                it.close()
-        loader._iterator = None  # Persistent workers stop at once.
-        loader = None
-        gc.collect()
-        out['per_num_workers'][w] = res
-        if 'ms_per_batch' in res:
-            log(f"  {res['ms_per_batch']:.2f} ms/batch")
-    timed = [(r['ms_per_batch'], w) for w, r in
-             out['per_num_workers'].items() if 'ms_per_batch' in r]
-    if timed:
-        ms, w = min(timed)
-        out['best'] = {'num_workers': w, 'ms_per_batch': ms}
-    return out
+
+    def make_loader(w: int) -> LinkNeighborLoader:
+        return LinkNeighborLoader(data, fanout, num_workers=w,
+                                  persistent_workers=w > 0,
+                                  pin_memory=device.type == 'cuda', **kwargs)
+
+    return time_pyg_workers(make_loader, 'PyG LinkNeighborLoader', device,
+                            step, workers, args.pyg_batches, args.repeats)
 
 
 def main() -> Dict:
