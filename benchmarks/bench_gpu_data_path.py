@@ -46,13 +46,16 @@ def sync():
     torch.cuda.synchronize()
 
 
-def time_sampling(sampler, seeds, warmup, rounds=5, warmup_s=1.0):
+def time_sampling(sampler, seeds, warmup, rounds=5, warmup_s=1.0,
+                  pass_repeats=3):
     # Each batch is waited for (no overlap between batches). The median of
-    # `rounds` passes over the timed batches, after `warmup` batches and
-    # then `warmup_s` seconds of sampling: an idle GPU runs at a low clock
-    # and takes a few hundred milliseconds of load to reach its steady one
-    # (an H100 went from 0.69 to 0.49 ms per batch over its first three
-    # ~30 ms passes), which training, sampling all the time, does not see.
+    # `rounds` passes, each `pass_repeats` times over the timed batches,
+    # after `warmup` batches and then `warmup_s` seconds of sampling: an
+    # idle GPU runs at a low clock and takes a few hundred milliseconds of
+    # load to reach its steady one (an H100 went from 0.69 to 0.49 ms per
+    # batch over its first three ~30 ms passes), which training, sampling
+    # all the time, does not see. Passes of ~60 ms rather than ~20 ms: a
+    # slow spell of ~100 ms once spanned four of five short passes.
     for s in seeds[:warmup]:  # Compiles the kernels, captures the graphs.
         sampler.sample_from_nodes(NodeSamplerInput(None, s))
     sync()
@@ -62,18 +65,19 @@ def time_sampling(sampler, seeds, warmup, rounds=5, warmup_s=1.0):
         i += 1
     sync()
     warmup_batches = warmup + i
+    timed = seeds[warmup:] * pass_repeats
     passes = []
     for _ in range(rounds):
         start, edges = time.perf_counter(), 0
-        for s in seeds[warmup:]:
+        for s in timed:
             out = sampler.sample_from_nodes(NodeSamplerInput(None, s))
             edges += out.row.numel()
         sync()
         passes.append((time.perf_counter() - start, edges))
     sec, edges = sorted(passes)[len(passes) // 2]
-    n = len(seeds) - warmup
+    n = len(timed)
     return {'ms_per_batch': 1e3 * sec / n, 'edges_per_s': edges / sec,
-            'edges_per_batch': edges / n,
+            'edges_per_batch': edges / n, 'batches_per_pass': n,
             'edges_per_s_passes': [e / t for t, e in passes],
             'warmup_batches': warmup_batches, 'warmup_s': warmup_s}
 
