@@ -15,6 +15,7 @@ from torch_geometric.loader.utils import index_select
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from pyg_orch.core.devices import with_index
+from pyg_orch.loader.prefetch import SCALAR_TYPES
 
 
 class DataAssembler:
@@ -243,12 +244,10 @@ def move_to_device(data: Union[Data, HeteroData],
             if isinstance(value, Tensor):
                 if value.device != device:
                     store[key] = move(value)
-            elif value is not None and not isinstance(value, _SCALARS):
+            elif value is not None and not isinstance(value, SCALAR_TYPES):
                 store[key] = recursive_apply(value, move)  # As PyG does.
     return data
 
-
-_SCALARS = (int, float, bool, str)
 
 
 def _to(value, device: torch.device):

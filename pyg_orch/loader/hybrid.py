@@ -98,6 +98,8 @@ class HybridLoaderMixin:
     :meth:`_add_hetero_metadata`)."""
     device: torch.device
     timer: StageTimer
+    #: Whether batches are prepared by a :class:`LookaheadIterator`.
+    lookahead = False
     #: Whether the loader assembles heterogeneous batches itself (with
     #: :meth:`_add_hetero_metadata`), so that a
     #: :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` can serve them.
@@ -375,7 +377,7 @@ class HybridLoaderMixin:
         return self.filter_fn(pending.result())
 
     def _get_iterator(self):
-        if getattr(self, 'lookahead', False) and self._auto_collation:
+        if self.lookahead and self._auto_collation:
             it = LookaheadIterator(self._launch_batches(), self._finish_batch,
                                    self.device, resolve=self._resolve_batch)
             return TimedIterator(it, self.timer, self._batch_hooks,

@@ -34,7 +34,7 @@ def record_stream(obj: Any, stream) -> None:
     if isinstance(obj, torch.Tensor):
         if obj.is_cuda:
             obj.record_stream(stream)
-    elif obj is None or isinstance(obj, _SCALARS):
+    elif obj is None or isinstance(obj, SCALAR_TYPES):
         return
     elif isinstance(obj, (list, tuple)):
         for value in obj:
@@ -51,7 +51,8 @@ def record_stream(obj: Any, stream) -> None:
             record_stream(getattr(obj, field.name), stream)
 
 
-_SCALARS = (int, float, bool, str)
+#: Batch values that hold no tensor (skipped by walks over a batch).
+SCALAR_TYPES = (int, float, bool, str)
 
 
 def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
