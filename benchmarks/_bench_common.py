@@ -259,6 +259,10 @@ def time_pyg_workers(make_loader: Callable[[int], Any], name: str,
                  else 'torch_sparse'}
     for w in workers:
         log(f'{name}, num_workers={w}')
+        # Garbage left by earlier loaders may hold CUDA streams and events;
+        # collected in a forked worker, their destructors call CUDA there,
+        # and the worker dies ("CUDA error: initialization error").
+        gc.collect()
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
