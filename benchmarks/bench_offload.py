@@ -509,8 +509,8 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
 def mean_of_orders(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     r"""One mode run twice (first in :obj:`--modes` order, then in reverse
     order): the first run's figures, with the times averaged over both, so
-    that what drifts within a process (the second mode of a process ran 2-3%
-    slower than the first, whichever it was) weighs on every mode alike.
+    that what drifts within a process (on an H100 the order of two modes
+    moved their ratio by about 2%) weighs on every mode alike.
     Each run is kept under :obj:`'orders'`."""
     out = dict(runs[0])
     for key in ('seconds', 'ms_per_batch', 'epoch_s'):

@@ -654,9 +654,19 @@ def test_lookahead_same_batches_hetero(device, edge_type):
     kw = dict(edge_label_index=(edge_type, data[edge_type].edge_index[:, :90]),
               batch_size=32, shuffle=True, neg_sampling='binary', seed=4,
               device=device)
-    plain = list(_ours(data, [3, 2], **kw))
+    plain = list(_ours(data, [3, 2], lookahead=False, **kw))
     _assert_same_batches(plain, list(_ours(data, [3, 2], lookahead=True,
                                            **kw)))
+
+
+def test_lookahead_default_on_cuda_only(device):
+    data = make_graph()
+    kw = dict(edge_label_index=data.edge_index[:, :64], batch_size=32,
+              device=device)
+    assert _ours(data, [3], **kw).lookahead == (device.type == 'cuda')
+    # Not with worker processes or a prefetch thread, which it excludes.
+    assert not _ours(data, [3], num_workers=1, **kw).lookahead
+    assert not _ours(data, [3], prefetch=1, **kw).lookahead
 
 
 def test_lookahead_with_feature_store_and_break():

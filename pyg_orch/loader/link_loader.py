@@ -164,8 +164,9 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             features are gathered on another while the current batch
             trains. Batches are the same; one extra batch is sampled when
             the loop stops early. Needs :obj:`num_workers=0` and
-            :obj:`prefetch=0`. :obj:`None` (default) and :obj:`False`
-            prepare batches one by one.
+            :obj:`prefetch=0`. :obj:`None` turns it on where it pays: CUDA,
+            :obj:`num_workers=0` and :obj:`prefetch=0`.
+            (default: :obj:`None`)
         prefetch (int): Batches sampled and gathered ahead by a background
             thread. (default: :obj:`0`)
         **kwargs (optional): Arguments of
@@ -251,9 +252,12 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         )
         self._init_batches(transform, feature_store, gpu_memory_budget,
                            gpu_cache_ratio, cache_policy)
-        # Off unless asked for: a link batch is sampled synchronously (the
-        # negatives and the seeds' deduplication need their sizes), so only
-        # the gathering of the next batch overlaps the training step.
+        # A link batch is sampled synchronously (the negatives and the
+        # seeds' deduplication need their sizes), so the look-ahead overlaps
+        # the gathering of the next batch with the training step.
+        if lookahead is None:
+            lookahead = (self.device.type == 'cuda' and prefetch == 0
+                         and self.num_workers == 0)
         self.lookahead = bool(lookahead)
         # Synchronizing around every stage would undo the look-ahead.
         self.timer.sync = not self.lookahead
