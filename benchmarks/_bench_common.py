@@ -257,12 +257,13 @@ def time_pyg_workers(make_loader: Callable[[int], Any], name: str,
         return {'skipped': 'neither pyg_lib nor torch_sparse imports'}
     out: Dict = {'per_num_workers': {}, 'with': 'pyg_lib' if WITH_PYG_LIB
                  else 'torch_sparse'}
+    # Garbage left by earlier loaders may hold CUDA streams and events;
+    # collected in a forked worker, their destructors call CUDA there, and
+    # the worker dies ("CUDA error: initialization error"). Collected here
+    # and after each setting below.
+    gc.collect()
     for w in workers:
         log(f'{name}, num_workers={w}')
-        # Garbage left by earlier loaders may hold CUDA streams and events;
-        # collected in a forked worker, their destructors call CUDA there,
-        # and the worker dies ("CUDA error: initialization error").
-        gc.collect()
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')

@@ -249,7 +249,6 @@ def move_to_device(data: Union[Data, HeteroData],
     return data
 
 
-
 def _to(value, device: torch.device):
     return value.to(device) if isinstance(value, Tensor) else value
 

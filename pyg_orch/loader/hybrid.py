@@ -142,6 +142,17 @@ class HybridLoaderMixin:
         self.timer = StageTimer(device)
         self.prefetch = prefetch
 
+    def _init_lookahead(self, lookahead: Optional[bool],
+                        pays: bool = True) -> None:
+        # `lookahead=None` turns it on where it pays: CUDA, no worker
+        # processes, no prefetch thread, and whatever the loader adds
+        # (`pays`). Synchronizing around every stage would undo it.
+        if lookahead is None:
+            lookahead = (self.device.type == 'cuda' and self.prefetch == 0
+                         and self.num_workers == 0 and pays)
+        self.lookahead = bool(lookahead)
+        self.timer.sync = not self.lookahead
+
     def _init_batches(self, transform: Optional[Callable],
                       feature_store: Any, gpu_memory_budget: Any,
                       gpu_cache_ratio: Optional[float],

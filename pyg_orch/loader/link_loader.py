@@ -255,12 +255,7 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         # A link batch is sampled synchronously (the negatives and the
         # seeds' deduplication need their sizes), so the look-ahead overlaps
         # the gathering of the next batch with the training step.
-        if lookahead is None:
-            lookahead = (self.device.type == 'cuda' and prefetch == 0
-                         and self.num_workers == 0)
-        self.lookahead = bool(lookahead)
-        # Synchronizing around every stage would undo the look-ahead.
-        self.timer.sync = not self.lookahead
+        self._init_lookahead(lookahead)
 
     # `HybridLoaderMixin` #####################################################
 

@@ -234,18 +234,13 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         self._init_batches(transform, feature_store, gpu_memory_budget,
                            gpu_cache_ratio, cache_policy)
         launching = isinstance(self.node_sampler, LaunchingSampler)
-        if lookahead is None:
-            lookahead = (self.device.type == 'cuda' and prefetch == 0
-                         and self.num_workers == 0 and launching
-                         and self.node_sampler.launches_async)
-        elif lookahead and not launching:
+        if lookahead and not launching:
             raise ValueError("'lookahead=True' needs a sampler with "
                              "'launch_from_nodes', such as a "
                              "HybridNeighborSampler (see "
                              "pyg_orch.sampling.LaunchingSampler)")
-        self.lookahead = bool(lookahead)
-        # Synchronizing around every stage would undo the look-ahead.
-        self.timer.sync = not self.lookahead
+        self._init_lookahead(lookahead, pays=launching and
+                             self.node_sampler.launches_async)
 
     # `HybridLoaderMixin` #####################################################
 
