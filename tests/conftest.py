@@ -333,6 +333,18 @@ class SlowCPU:
             cancelled.wait(self.seconds)
 
 
+class StepClock:
+    r"""A fake clock for the decision by measurement
+    (:obj:`autotune_clock`): every call moves on by :obj:`cost()` seconds,
+    the time of the step that just ended."""
+    def __init__(self, cost):
+        self.cost, self.t = cost, 0.0
+
+    def __call__(self) -> float:
+        self.t += self.cost()
+        return self.t
+
+
 def offload_threads():
     from pyg_orch.offload.workers import THREAD_NAME_PREFIX
     return [

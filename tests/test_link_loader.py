@@ -664,9 +664,13 @@ def test_lookahead_default_on_cuda_only(device):
     kw = dict(edge_label_index=data.edge_index[:, :64], batch_size=32,
               device=device)
     assert _ours(data, [3], **kw).lookahead == (device.type == 'cuda')
-    # Not with worker processes or a prefetch thread, which it excludes.
-    assert not _ours(data, [3], num_workers=1, **kw).lookahead
+    # Not with a prefetch thread, which it excludes:
     assert not _ours(data, [3], prefetch=1, **kw).lookahead
+    if device.type == 'cuda':  # Worker processes sample on the CPU only.
+        with pytest.raises(ValueError, match='num_workers'):
+            _ours(data, [3], num_workers=1, **kw)
+    else:
+        assert not _ours(data, [3], num_workers=1, **kw).lookahead
 
 
 def test_lookahead_with_feature_store_and_break():

@@ -17,21 +17,16 @@ from pyg_orch.offload.autotune import (
 )
 from pyg_orch.offload.options import OffloadOptions
 
-from conftest import SlowCPU, tiny_graph, tiny_loader, wait_no_threads
+from conftest import (
+    SlowCPU,
+    StepClock,
+    tiny_graph,
+    tiny_loader,
+    wait_no_threads,
+)
 
 # No offload thread outlives a test; one intra-op thread (conftest):
 pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
-
-
-class StepClock:
-    r"""A fake clock: every call moves on by :obj:`cost()` seconds, the
-    time of the step that just ended."""
-    def __init__(self, cost):
-        self.cost, self.t = cost, 0.0
-
-    def __call__(self) -> float:
-        self.t += self.cost()
-        return self.t
 
 
 def run_chooser(chooser, costs, max_ticks=1000):

@@ -16,7 +16,7 @@ from torch_geometric.nn import (
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.offload import BottomLayerOffload
-from conftest import SlowCPU
+from conftest import SlowCPU, StepClock, wait_no_threads
 
 # No offload thread outlives a test; one intra-op thread (conftest):
 pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
@@ -283,13 +283,17 @@ def test_errors():
         BottomLayerOffload(model, loader, hot_ratio='auto')
     with pytest.raises(NotImplementedError, match='heterogeneous'):
         BottomLayerOffload(model, loader, refresh='batch')
+    with pytest.raises(NotImplementedError, match='autotune'):
+        BottomLayerOffload(model, make_loader(data, num_neighbors=(3, 2),
+                                              num_workers=1), autotune=True)
     with pytest.raises(ValueError, match="split='aggregate'"):
         BottomLayerOffload(make_model('gat', data), loader,
                            split='aggregate')
     assert loader.node_sampler.hot_nodes is None
 
     # The second layer chosen as the first: its input is no raw feature.
-    off = BottomLayerOffload(model, loader, layer='conv2')
+    off = BottomLayerOffload(model, loader, layer='conv2', hot_ratio=0.1)
+    off.train()
     batch = next(iter(loader))
     with pytest.raises(ValueError, match='does not consume'):
         forward(off, batch)
@@ -323,3 +327,102 @@ def test_count_node_access_per_node_type():
     counts = count_node_access(sampler, seeds, 16, hops=2, input_type='b')
     assert counts['a'].sum() > 0
     assert torch.all(counts['b'] >= 1)
+
+
+# The decision by measurement (fake clocks) ##################################
+
+
+def num_pruned(loader) -> int:
+    hot = loader.node_sampler.hot_nodes
+    return 0 if hot is None else sum(int(m.sum()) for m in hot.values())
+
+
+def train_steps(off, loader, num_steps, check=None):
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    off.train()
+    steps = 0
+    while steps < num_steps:
+        for batch in loader:
+            optimizer.zero_grad()
+            out = forward(off, batch)
+            if check is not None:
+                check(batch, out)
+            F.cross_entropy(out,
+                            batch['b'].y[:batch['b'].batch_size]).backward()
+            optimizer.step()
+            steps += 1
+            if steps == num_steps:
+                break
+
+
+@pytest.mark.parametrize('offload_wins', [True, False])
+def test_default_decides_by_measurement(offload_wins, caplog):
+    # By default the hot-set size over all node types is measured as on
+    # homogeneous graphs: plain training, then larger hot sets, the fastest
+    # kept (offload off unless more than 2% faster).
+    import logging
+    data = hetero_graph()
+    loader = make_loader(data, num_neighbors=(3, 2))
+    sign = -1.0 if offload_wins else 1.0
+    clock = StepClock(lambda: 1.0 + sign * 0.005 * num_pruned(loader))
+    model = make_model('to_hetero', data)
+    plain = copy.deepcopy(model)
+    off = BottomLayerOffload(model, loader, autotune_clock=clock)
+    decision = off.stats()['decision']
+    assert decision['mode'] == 'measure' and decision['state'] == 'trial'
+    total = data['a'].num_nodes + data['b'].num_nodes  # Both are targets.
+    assert [c['hot_ratio'] for c in decision['candidates']] == \
+        pytest.approx([0.0, 0.05, 0.15])
+    sizes = [c['num_hot'] for c in decision['candidates']]
+    assert sizes[0] == 0 and sizes[1] < sizes[2]
+    assert sizes == pytest.approx([0.0, 0.05 * total, 0.15 * total], abs=1)
+    assert off.stats()['num_hot'] == 0  # Plain training first.
+
+    def plain_while_off(batch, out):
+        # Whenever no vertex is hot, the output is the model's own.
+        if off.runtime.hot.size == 0:
+            plain.load_state_dict(model.state_dict())
+            with torch.no_grad():
+                assert torch.equal(out, forward(plain, batch))
+
+    with caplog.at_level(logging.INFO, logger='pyg_orch.offload'):
+        train_steps(off, loader, 70, plain_while_off)
+    stats = off.stats()
+    decision = stats['decision']
+    assert decision['state'] == 'decided'
+    measured = [c['measured_steps'] for c in decision['candidates']]
+    # A hot set 7% slower than plain training: larger ones are not tried.
+    assert measured == ([10, 10, 10] if offload_wins else [10, 10, 0])
+    chosen = sizes[-1] if offload_wins else 0
+    assert decision['chosen_num_hot'] == chosen
+    assert stats['num_hot'] == chosen == num_pruned(loader)
+    assert sum(stats['num_hot_per_type'].values()) == chosen
+    records = [r.getMessage() for r in caplog.records
+               if r.name == 'pyg_orch.offload']
+    assert len(records) == 1
+    before = stats['hot_rows_replaced']
+    if offload_wins:
+        assert decision['speedup'] > 1.02
+        train_steps(off, loader, 5)
+        assert off.stats()['hot_rows_replaced'] > before
+    else:
+        assert 'offload off' in decision['reason']
+        assert not off.runtime.active and off.runtime.handles == []
+        assert wait_no_threads() == []
+        submitted = stats['tables_submitted']
+        train_steps(off, loader, 10, plain_while_off)
+        stats = off.stats()
+        assert stats['tables_submitted'] == submitted
+        assert stats['hot_rows_replaced'] == before
+    off.close()
+
+
+def test_explicit_hot_ratio_is_not_measured():
+    data = hetero_graph()
+    loader = make_loader(data, num_neighbors=(3, 2))
+    off = BottomLayerOffload(make_model('to_hetero', data), loader,
+                             hot_ratio=0.1)
+    assert off.runtime.tuner is None
+    assert off.stats()['decision']['mode'] == 'fixed'
+    assert off.stats()['num_hot'] == 27
+    off.close()

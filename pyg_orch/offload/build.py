@@ -117,9 +117,7 @@ def build_runtime(model: torch.nn.Module, loader: Any,
         compensate = needs_degree_compensation(model)
     why_not = None
     if options.measure:
-        if sampler.is_hetero:
-            why_not = 'heterogeneous graph'
-        elif (getattr(loader, 'num_workers', 0) or 0) > 0:
+        if (getattr(loader, 'num_workers', 0) or 0) > 0:
             why_not = ('loader worker processes (they copy the sampler when '
                        'an epoch starts)')
         if why_not is not None and options.autotune != 'auto':
@@ -135,7 +133,8 @@ def build_runtime(model: torch.nn.Module, loader: Any,
                 "with models that need no degree compensation (no "
                 "GCNConv-like layer that weighs messages by the "
                 "sender's in-degree)")
-        runtime = build_hetero_runtime(model, loader, options, ranks=ranks)
+        runtime = build_hetero_runtime(model, loader, options,
+                                       measure=why_not is None, ranks=ranks)
     else:
         runtime = build_homo_runtime(model, loader, options, compensate,
                                      measure=why_not is None, ranks=ranks)
@@ -187,18 +186,29 @@ def make_strategy(computer: Union[BottomLayerComputer,
                                **kwargs)
 
 
-def _trial_sizes(ratios: Tuple[float, ...], num_nodes: int,
-                 num_candidates: int) -> Tuple[List[int], List[float]]:
-    # The hot-set size of every ratio (distinct sizes, the first ratio of
-    # each kept).
+def _trial_ratios(options: OffloadOptions) -> Tuple[float, ...]:
+    # The hot ratios the decision by measurement tries.
+    given = options.autotune
+    return candidate_ratios(options.hot_ratio, given if isinstance(
+        given, tuple) else None)
+
+
+def _trial_hot_set(candidates: Tensor, num_nodes: int,
+                   ratios: Tuple[float, ...], options: OffloadOptions
+                   ) -> Tuple[HotSetSizer, List[int], List[float]]:
+    # The hot set to build with (that of `hot_ratio`: the split, the GPU
+    # cache; the tuner starts from its first candidate), and the hot-set
+    # size of every ratio (distinct sizes, the first ratio of each kept).
     sizes: List[int] = []
     kept: List[float] = []
     for r in ratios:
-        n = min(int(round(r * num_nodes)), num_candidates)
+        n = min(int(round(r * num_nodes)), candidates.numel())
         if n not in sizes:
             sizes.append(n)
             kept.append(round(r, 6))
-    return sizes, kept
+    hot = HotSetSizer(candidates, num_nodes, min(
+        int(round(options.hot_ratio * num_nodes)), candidates.numel()))
+    return hot, sizes, kept
 
 
 def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
@@ -267,9 +277,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     ratio = HotSetSizer.AUTO_MAX_RATIO if options.auto_hot else \
         options.hot_ratio
     if measure:
-        given = options.autotune
-        ratios = candidate_ratios(options.hot_ratio, given if isinstance(
-            given, tuple) else None)
+        ratios = _trial_ratios(options)
         ratio = max(ratios)
     reduce = None if ranks is None else ranks.sum
     selection = select_hot_nodes(sampler, seeds, batch_size, ratio,
@@ -281,11 +289,8 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     if options.auto_hot:
         hot = HotSetSizer.auto_start(candidates, num_nodes)
     elif measure:
-        # Built with the hot set of `hot_ratio` (the split, the GPU cache);
-        # the tuner starts from its first candidate.
-        sizes, kept = _trial_sizes(ratios, num_nodes, candidates.numel())
-        hot = HotSetSizer(candidates, num_nodes, min(
-            int(round(options.hot_ratio * num_nodes)), candidates.numel()))
+        hot, sizes, kept = _trial_hot_set(candidates, num_nodes, ratios,
+                                          options)
         measure = len(sizes) > 1
     else:
         hot = HotSetSizer(candidates, num_nodes)
@@ -345,11 +350,15 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
 
 
 def build_hetero_runtime(model: torch.nn.Module, loader: Any,
-                         options: OffloadOptions,
+                         options: OffloadOptions, measure: bool = True,
                          ranks: Optional[MachineRanks] = None
                          ) -> HeteroOffloadRuntime:
-    r"""The runtime for a heterogeneous graph (see :func:`build_runtime`;
-    with :obj:`ranks`, the hot set is chosen from their summed counts)."""
+    r"""The runtime for a heterogeneous graph (see :func:`build_runtime`);
+    with :obj:`options.measure` (and :obj:`measure`), the size of the hot
+    set (over all node types) is decided by measurement. With
+    :obj:`ranks`, the hot set is chosen from their summed counts, and they
+    decide alike."""
+    measure = measure and options.measure
     sampler, data = loader_sampler(loader), loader.data
     topology = sampler.topology.to('cpu')
     layer_name, convs = find_hetero_first_layer(model, data.edge_types,
@@ -377,12 +386,19 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
     input_type = loader.input_data.input_type
     seeds, batch_size, num_batches = _seeds(loader,
                                             topology.num_nodes[input_type])
+    ratios = _trial_ratios(options) if measure else (options.hot_ratio, )
     selection = select_hetero_hot_nodes(
         sampler, seeds, input_type, computer.node_types, batch_size,
-        options.hot_ratio, options.num_presample_batches or num_batches,
+        max(ratios), options.num_presample_batches or num_batches,
         options.seed, reduce_counts=None if ranks is None else ranks.sum,
         num_ranks=1 if ranks is None else ranks.size)
-    hot = HotSetSizer(selection.hot_nodes, selection.num_nodes)
+    if measure:
+        hot, sizes, kept = _trial_hot_set(selection.hot_nodes,
+                                          selection.num_nodes, ratios,
+                                          options)
+        measure = len(sizes) > 1
+    else:
+        hot = HotSetSizer(selection.hot_nodes, selection.num_nodes)
     # Check the split on hot vertices where there are, on any otherwise:
     by_type = computer.node_type_of(hot.hot_nodes)
     probe = {
@@ -393,5 +409,15 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
     computer.choose_split(probe, options.split)
     strategy = make_strategy(computer, computer.layer_group(convs), hot,
                              loader.device, options)
-    return HeteroOffloadRuntime(model, loader, layer_name, convs, selection,
-                                hot, strategy, x_dict, options.replace_rows)
+    runtime = HeteroOffloadRuntime(model, loader, layer_name, convs,
+                                   selection, hot, strategy, x_dict,
+                                   options.replace_rows)
+    if measure:
+        try:
+            runtime.start_tuner(functools.partial(
+                make_tuner, sizes=sizes, ratios=kept, loader=loader,
+                options=options, lead=runtime.lead, ranks=ranks))
+        except BaseException:
+            runtime.close()
+            raise
+    return runtime

@@ -81,10 +81,6 @@ class OffloadRuntime:
                     RuntimeHook(self, '_edge_hook'), with_kwargs=True))
         removers = [loader.register_batch_hook(RuntimeHook(self,
                                                             '_on_batch'))]
-        # Per-batch rows are requested as soon as a batch is sampled (with
-        # look-ahead, a step before it trains), where sampling runs in the
-        # training loop's thread (`self.sampled`):
-        self.lead = 1 if getattr(loader, 'lookahead', False) else 0
         # Whether a batch is sampled in the loop's thread right before the
         # loader's hooks see it (no look-ahead, prefetching or worker
         # processes): then the hot set the sampler prunes when a hook runs
@@ -106,6 +102,11 @@ class OffloadRuntime:
         self.loader = loader
         self.sampler = loader_sampler(loader)
         self.timer = getattr(loader, 'timer', None)
+        # Per-batch rows are requested as soon as a batch is sampled (with
+        # look-ahead, a step before it trains), where sampling runs in the
+        # training loop's thread (`self.sampled`); batches reach the model
+        # this many steps after they are sampled:
+        self.lead = 1 if getattr(loader, 'lookahead', False) else 0
         self.layer_name = layer_name
         self.layer = layer
         self.selection = selection
