@@ -355,14 +355,17 @@ def train_steps(off, loader, num_steps, check=None):
                 break
 
 
+@pytest.mark.parametrize('lookahead', [False, True])
 @pytest.mark.parametrize('offload_wins', [True, False])
-def test_default_decides_by_measurement(offload_wins, caplog):
+def test_default_decides_by_measurement(offload_wins, lookahead, caplog):
     # By default the hot-set size over all node types is measured as on
     # homogeneous graphs: plain training, then larger hot sets, the fastest
     # kept (offload off unless more than 2% faster).
     import logging
     data = hetero_graph()
-    loader = make_loader(data, num_neighbors=(3, 2))
+    # With look-ahead, a batch drawn before the hot set changes trains
+    # after it does.
+    loader = make_loader(data, num_neighbors=(3, 2), lookahead=lookahead)
     sign = -1.0 if offload_wins else 1.0
     clock = StepClock(lambda: 1.0 + sign * 0.005 * num_pruned(loader))
     model = make_model('to_hetero', data)

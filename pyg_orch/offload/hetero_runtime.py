@@ -194,9 +194,12 @@ class HeteroOffloadRuntime(OffloadRuntime):
 
     def _replace_type(self, module, et: EdgeType, out: Tensor,
                       info: BatchInfo, ctx: HeteroForwardContext) -> Tensor:
-        # One table per forward pass, whose columns `lo:hi` are `et`'s:
+        # One table per forward pass, whose columns `lo:hi` are `et`'s
+        # (none while no vertex is hot yet: a hot set growing from none):
         if ctx.table is None:
             ctx.table = self.strategy.rows_for(info, ctx.version, self.timer)
+            if ctx.table is None:
+                return out
         lo, hi = self.computer.columns[et]
         return self._replace(out, info, ctx.version, ctx.table[:, lo:hi],
                              module, self.computer.kinds[et])
