@@ -345,6 +345,28 @@ class StepClock:
         return self.t
 
 
+def train_steps(model, loader, num_steps: int, step, check=None) -> None:
+    r"""Trains :obj:`model` (e.g. a :class:`~pyg_orch.BottomLayerOffload`)
+    for :obj:`num_steps` optimizer steps over :obj:`loader` (Adam, learning
+    rate 0.01), going through epochs as needed; :obj:`step(model, batch)`
+    returns the output and the loss, :obj:`check(batch, out)` (optional)
+    sees every output."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model.train()
+    steps = 0
+    while steps < num_steps:
+        for batch in loader:
+            optimizer.zero_grad()
+            out, loss = step(model, batch)
+            if check is not None:
+                check(batch, out)
+            loss.backward()
+            optimizer.step()
+            steps += 1
+            if steps == num_steps:
+                break
+
+
 def offload_threads():
     from pyg_orch.offload.workers import THREAD_NAME_PREFIX
     return [

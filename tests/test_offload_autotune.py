@@ -22,6 +22,7 @@ from conftest import (
     StepClock,
     tiny_graph,
     tiny_loader,
+    train_steps,
     wait_no_threads,
 )
 
@@ -226,22 +227,14 @@ def pruned(loader) -> int:
     return 0 if hot is None else int(hot[None].sum())
 
 
+def node_step(off, batch):
+    out = off(batch.x, batch.edge_index)
+    return out, F.cross_entropy(out[:batch.batch_size],
+                                batch.y[:batch.batch_size])
+
+
 def train(off, loader, num_steps, check=None):
-    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
-    off.train()
-    steps = 0
-    while steps < num_steps:
-        for batch in loader:
-            optimizer.zero_grad()
-            out = off(batch.x, batch.edge_index)
-            if check is not None:
-                check(batch, out)
-            F.cross_entropy(out[:batch.batch_size],
-                            batch.y[:batch.batch_size]).backward()
-            optimizer.step()
-            steps += 1
-            if steps == num_steps:
-                break
+    train_steps(off, loader, num_steps, node_step, check)
 
 
 @pytest.mark.parametrize('refresh', ['super_batch', 'batch'])

@@ -16,7 +16,7 @@ from torch_geometric.nn import (
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.offload import BottomLayerOffload
-from conftest import SlowCPU, StepClock, wait_no_threads
+from conftest import SlowCPU, StepClock, train_steps, wait_no_threads
 
 # No offload thread outlives a test; one intra-op thread (conftest):
 pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
@@ -337,22 +337,9 @@ def num_pruned(loader) -> int:
     return 0 if hot is None else sum(int(m.sum()) for m in hot.values())
 
 
-def train_steps(off, loader, num_steps, check=None):
-    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
-    off.train()
-    steps = 0
-    while steps < num_steps:
-        for batch in loader:
-            optimizer.zero_grad()
-            out = forward(off, batch)
-            if check is not None:
-                check(batch, out)
-            F.cross_entropy(out,
-                            batch['b'].y[:batch['b'].batch_size]).backward()
-            optimizer.step()
-            steps += 1
-            if steps == num_steps:
-                break
+def hetero_step(off, batch):
+    out = forward(off, batch)
+    return out, F.cross_entropy(out, batch['b'].y[:batch['b'].batch_size])
 
 
 @pytest.mark.parametrize('lookahead', [False, True])
@@ -389,7 +376,7 @@ def test_default_decides_by_measurement(offload_wins, lookahead, caplog):
                 assert torch.equal(out, forward(plain, batch))
 
     with caplog.at_level(logging.INFO, logger='pyg_orch.offload'):
-        train_steps(off, loader, 70, plain_while_off)
+        train_steps(off, loader, 70, hetero_step, plain_while_off)
     stats = off.stats()
     decision = stats['decision']
     assert decision['state'] == 'decided'
@@ -406,14 +393,14 @@ def test_default_decides_by_measurement(offload_wins, lookahead, caplog):
     before = stats['hot_rows_replaced']
     if offload_wins:
         assert decision['speedup'] > 1.02
-        train_steps(off, loader, 5)
+        train_steps(off, loader, 5, hetero_step)
         assert off.stats()['hot_rows_replaced'] > before
     else:
         assert 'offload off' in decision['reason']
         assert not off.runtime.active and off.runtime.handles == []
         assert wait_no_threads() == []
         submitted = stats['tables_submitted']
-        train_steps(off, loader, 10, plain_while_off)
+        train_steps(off, loader, 10, hetero_step, plain_while_off)
         stats = off.stats()
         assert stats['tables_submitted'] == submitted
         assert stats['hot_rows_replaced'] == before

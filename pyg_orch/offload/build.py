@@ -238,6 +238,16 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
                        drain=drain)
 
 
+def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
+                     ratios: List[float], loader: Any,
+                     options: OffloadOptions,
+                     ranks: Optional[MachineRanks]) -> None:
+    # Starts the decision by measurement over the hot-set `sizes`.
+    runtime.start_tuner(functools.partial(
+        make_tuner, sizes=sizes, ratios=ratios, loader=loader,
+        options=options, lead=runtime.lead, ranks=ranks))
+
+
 def build_homo_runtime(model: torch.nn.Module, loader: Any,
                        options: OffloadOptions, compensate_degrees: bool,
                        measure: bool = True,
@@ -340,9 +350,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
             else:
                 set_cache(selection.cache_nodes)
         if measure:
-            runtime.start_tuner(functools.partial(
-                make_tuner, sizes=sizes, ratios=kept, loader=loader,
-                options=options, lead=runtime.lead, ranks=ranks))
+            _start_measuring(runtime, sizes, kept, loader, options, ranks)
     except BaseException:
         runtime.close()
         raise
@@ -414,9 +422,7 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
                                    options.replace_rows)
     if measure:
         try:
-            runtime.start_tuner(functools.partial(
-                make_tuner, sizes=sizes, ratios=kept, loader=loader,
-                options=options, lead=runtime.lead, ranks=ranks))
+            _start_measuring(runtime, sizes, kept, loader, options, ranks)
         except BaseException:
             runtime.close()
             raise
