@@ -315,17 +315,3 @@ def test_hybrid_loader_on_hetero_partition_folder(tmp_path):
     out = run_workers(_hetero_hybrid_worker, 2, args=(str(info.out_dir), ),
                       timeout=60)
     assert all(n > 0 for n in out)
-
-
-def test_bottom_layer_offload_rejects_partitioned_loader(tmp_path):
-    from torch_geometric.nn import GraphSAGE
-
-    from pyg_orch import BottomLayerOffload
-    info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
-                           progress=False)
-    loader = HybridNeighborLoader(str(info.out_dir), [3, 2], batch_size=8,
-                                  device='cpu')
-    with pytest.raises(NotImplementedError,
-                       match='not support DistributedNeighborLoader'):
-        BottomLayerOffload(GraphSAGE(4, 8, num_layers=2, out_channels=3),
-                           loader)

@@ -7,7 +7,16 @@ rank that has run out of seeds."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Union,
+)
 
 import torch
 import torch.distributed as dist
@@ -238,6 +247,8 @@ class DistributedNeighborLoader:
                                                           + self.rank)
         self._cache_built = cache_size == 0
         self.batch_stats: List[dict] = []
+        self._batch_hooks: Dict[int, Callable] = {}
+        self._sampled_hooks: Dict[int, Callable] = {}
         op = dist.ReduceOp.MIN if even == 'min' else dist.ReduceOp.MAX
         # A collective, once here (every rank constructs the loader):
         self._num_batches = _reduce(self._local_batches(), op, group)
@@ -288,6 +299,30 @@ class DistributedNeighborLoader:
             return part.node_ids[node_type].clone().to(torch.int64)
         return self._owned_or_given(part.node_ids[node_type],
                                     part.node_attrs[node_type], nodes)
+
+    @property
+    def node_sampler(self) -> DistributedNeighborSampler:
+        r"""The sampler (the name PyG's
+        :class:`~torch_geometric.loader.NodeLoader` gives it)."""
+        return self.sampler
+
+    def register_batch_hook(self, hook: Callable,
+                            when: str = 'received') -> Callable[[], None]:
+        r"""Calls :obj:`hook(batch)` on every mini-batch when the training
+        loop receives it (after it was moved to :obj:`device` and
+        transformed), or, with :obj:`when='sampled'`, calls
+        :obj:`hook(sampler_output)` right after a batch was sampled, before
+        its features are gathered, as
+        :meth:`pyg_orch.HybridNeighborLoader.register_batch_hook` does.
+        Returns a function that removes the hook."""
+        if when not in ('received', 'sampled'):
+            raise ValueError(f"'when' must be 'received' or 'sampled' (got "
+                             f"{when!r})")
+        hooks = self._batch_hooks if when == 'received' else \
+            self._sampled_hooks
+        key = id(hook)
+        hooks[key] = hook
+        return lambda: hooks.pop(key, None)
 
     def _local_batches(self) -> int:
         n = self.input_nodes.numel()
@@ -363,6 +398,8 @@ class DistributedNeighborLoader:
         self.batch_stats = []
         for seeds in batches:
             out = self.sampler.sample_from_nodes(self._seeds(seeds))
+            for hook in list(self._sampled_hooks.values()):
+                hook(out)
             if self.partition.is_hetero:
                 yield self._finish(self._hetero_batch(out, seeds))
                 continue
@@ -385,6 +422,8 @@ class DistributedNeighborLoader:
             data = data.to(self.device)
         if self.transform is not None:
             data = self.transform(data)
+        for hook in list(self._batch_hooks.values()):
+            hook(data)
         self.batch_stats.append({**self.gather.stats.as_dict(),
                                  'remote_requests':
                                  self.sampler.stats.remote_requests})

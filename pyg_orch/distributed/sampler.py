@@ -18,8 +18,9 @@ the exchanges then move CUDA tensors (under NCCL without a trip through host
 memory)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -34,6 +35,7 @@ from pyg_orch.distributed.collective import (
 from pyg_orch.sampling.arguments import resolve_device
 from pyg_orch.sampling.multi_hop import append_hop_edges
 from pyg_orch.sampling.neighbors import sample_neighbors
+from pyg_orch.sampling.contract import preserved_generators
 from pyg_orch.sampling.relabel import SortRelabeler
 
 __all__ = ['DistributedNeighborSampler', 'SamplingStats']
@@ -91,7 +93,10 @@ class DistributedNeighborSampler:
     without replacement, each part drawing from its own :obj:`generator`
     for the vertices it owns. Every hop takes two
     :func:`~pyg_orch.distributed.collective.exchange` calls, for all edge
-    types together.
+    types together. On a homogeneous partition, :meth:`set_hot_nodes`
+    makes the last hop skip given vertices, as
+    :class:`~pyg_orch.HybridNeighborSampler` prunes hot vertices for
+    :class:`~pyg_orch.offload.BottomLayerOffload`.
 
     Args:
         partition (GraphPartition): This rank's part
@@ -160,6 +165,60 @@ class DistributedNeighborSampler:
         self.num_nodes = {t: int(self._node_part[t].numel())
                           for t in self.node_types}
         self.stats = SamplingStats()
+        #: Sampling is without replacement (as
+        #: :class:`~pyg_orch.sampling.contract.HotNodeSampler` asks).
+        self.replace = False
+        self._hot_nodes: Optional[Tensor] = None
+
+    # Hot-node pruning (see `pyg_orch.sampling.contract.HotNodeSampler`) ######
+
+    @property
+    def hot_nodes(self) -> Optional[Dict[Optional[str], Tensor]]:
+        r"""The mask of the vertices whose in-edges the last hop does not
+        sample, as :obj:`{None: mask}`; :obj:`None` if pruning is off."""
+        return None if self._hot_nodes is None else {None: self._hot_nodes}
+
+    def set_hot_nodes(self, hot_nodes: Any) -> None:
+        r"""Sets the vertices whose in-edges the last hop does not sample
+        (a boolean mask over all global vertex ids, or :obj:`{None:
+        mask}`); :obj:`None` clears it. Homogeneous partitions only."""
+        if hot_nodes is None:
+            self._hot_nodes = None
+            return
+        if self.is_hetero:
+            raise NotImplementedError(
+                'DistributedNeighborSampler: hot-node pruning is supported '
+                'on homogeneous partitions only')
+        if isinstance(hot_nodes, dict) and set(hot_nodes) == {None}:
+            hot_nodes = hot_nodes[None]
+        n = self.num_nodes[None]
+        if not isinstance(hot_nodes, Tensor) or hot_nodes.dtype != \
+                torch.bool or tuple(hot_nodes.shape) != (n, ):
+            raise ValueError(f"'hot_nodes' must be a boolean mask over the "
+                             f"graph's {n} vertices (got "
+                             f"{type(hot_nodes).__name__})")
+        self._hot_nodes = hot_nodes.to(self.device)
+
+    def bottom_fanout(self, edge_type: Any = None) -> int:
+        r"""The fan-out of the last hop (of :obj:`edge_type` on a
+        heterogeneous partition)."""
+        fanout = self.fanouts[tuple(edge_type) if self.is_hetero else None]
+        return int(fanout[-1]) if fanout else 0
+
+    @contextmanager
+    def presampling(self, prune_hot: bool = False) -> Iterator[None]:
+        r"""A context for drawing batches that do not change later ones:
+        this rank's generator and hot nodes are restored on exit, and
+        pruning is off inside unless :obj:`prune_hot`. Sampling is still a
+        collective: every rank draws as many batches inside."""
+        saved = self._hot_nodes
+        if not prune_hot:
+            self._hot_nodes = None
+        try:
+            with preserved_generators(self.generator):
+                yield
+        finally:
+            self._hot_nodes = saved
 
     def _on_device(self, t: Tensor) -> Tensor:
         return t if t.device == self.device else t.to(self.device)
@@ -304,13 +363,21 @@ class DistributedNeighborSampler:
             if self.fanouts[et][hop] == 0 or dst_t not in frontier:
                 continue
             f_global = frontier[dst_t][1]
+            keep = None
+            if self._hot_nodes is not None and hop == self.num_hops - 1:
+                # Hot vertices are not expanded by the last hop:
+                keep = (~self._hot_nodes[f_global]).nonzero().view(-1)
+                f_global = f_global[keep]
             if f_global.numel() == 0:
                 continue
             owner = self._node_part[dst_t][f_global].to(torch.int64)
-            index[et], per_rank, _ = split_by_value(owner, self.world_size)
-            for r, idx in enumerate(index[et]):
+            positions, per_rank, _ = split_by_value(owner, self.world_size)
+            for r, idx in enumerate(positions):
                 counts[r][e] = per_rank[r]
                 ids[r].append(f_global[idx])
+            # Positions in the whole frontier:
+            index[et] = positions if keep is None else [
+                keep[idx] for idx in positions]
             self.stats.local_requests += per_rank[self.rank]
             self.stats.remote_requests += f_global.numel() - \
                 per_rank[self.rank]

@@ -44,6 +44,12 @@ from pyg_orch.offload.hotness import (
     select_hot_nodes,
 )
 from pyg_orch.offload.options import OffloadOptions
+from pyg_orch.offload.partition import (
+    check_partition_loader,
+    is_partition_loader,
+    part_runtime_inputs,
+    partition_ranks,
+)
 from pyg_orch.offload.runtime import OffloadRuntime, loader_sampler
 from pyg_orch.offload.strategy import EmbeddingStrategy
 from pyg_orch.offload.super_batch import EmbeddingPipeline
@@ -57,16 +63,10 @@ def check_loader(loader: Any) -> HotNodeSampler:
     the loader (a :class:`TypeError` unless it is a
     :class:`~pyg_orch.HybridNeighborLoader`-like loader whose sampler
     implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`;
-    a :class:`NotImplementedError` for a
-    :class:`~pyg_orch.distributed.DistributedNeighborLoader`)."""
-    from pyg_orch.distributed.loader import DistributedNeighborLoader
-    if isinstance(loader, DistributedNeighborLoader):
-        raise NotImplementedError(
-            "BottomLayerOffload does not support DistributedNeighborLoader "
-            "(a partitioned graph, e.g. HybridNeighborLoader('parts/', ...)) "
-            "yet: it needs the whole graph's topology and features on this "
-            "machine to choose and compute hot vertices; pass a "
-            "HybridNeighborLoader over a Data or HeteroData")
+    for a :class:`~pyg_orch.distributed.DistributedNeighborLoader`, see
+    :func:`~pyg_orch.offload.partition.check_partition_loader`)."""
+    if is_partition_loader(loader):
+        return check_partition_loader(loader)
     sampler = loader_sampler(loader)
     if not isinstance(sampler, HotNodeSampler):
         raise TypeError(
@@ -111,10 +111,18 @@ def build_runtime(model: torch.nn.Module, loader: Any,
     (see :mod:`pyg_orch.offload.ddp`): every rank builds its offload, in
     the same order, with the same options."""
     sampler = check_loader(loader)
-    ranks = machine_ranks()
+    partitioned = is_partition_loader(loader)
+    ranks = partition_ranks(loader) if partitioned else machine_ranks()
     compensate = options.compensate_degrees
     if compensate == 'auto':
         compensate = needs_degree_compensation(model)
+    if partitioned and compensate:
+        raise NotImplementedError(
+            "BottomLayerOffload on a partitioned graph does not compensate "
+            "degrees (placeholder in-edges of pruned hot vertices, for "
+            "layers that weigh messages by the sender's in-degree, such as "
+            "GCNConv; unknown layers are assumed to); pass "
+            "compensate_degrees=False if the first layer does not need it")
     why_not = None
     if options.measure:
         if (getattr(loader, 'num_workers', 0) or 0) > 0:
@@ -194,20 +202,23 @@ def _trial_ratios(options: OffloadOptions) -> Tuple[float, ...]:
 
 
 def _trial_hot_set(candidates: Tensor, num_nodes: int,
-                   ratios: Tuple[float, ...], options: OffloadOptions
+                   ratios: Tuple[float, ...], options: OffloadOptions,
+                   of: Optional[int] = None
                    ) -> Tuple[HotSetSizer, List[int], List[float]]:
     # The hot set to build with (that of `hot_ratio`: the split, the GPU
     # cache; the tuner starts from its first candidate), and the hot-set
     # size of every ratio (distinct sizes, the first ratio of each kept).
+    # Ratios are of `of` vertices (this part's), all `num_nodes` if unset.
+    of = num_nodes if of is None else of
     sizes: List[int] = []
     kept: List[float] = []
     for r in ratios:
-        n = min(int(round(r * num_nodes)), candidates.numel())
+        n = min(int(round(r * of)), candidates.numel())
         if n not in sizes:
             sizes.append(n)
             kept.append(round(r, 6))
     hot = HotSetSizer(candidates, num_nodes, min(
-        int(round(options.hot_ratio * num_nodes)), candidates.numel()))
+        int(round(options.hot_ratio * of)), candidates.numel()))
     return hot, sizes, kept
 
 
@@ -248,6 +259,26 @@ def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
         options=options, lead=runtime.lead, ranks=ranks))
 
 
+def _whole_graph_computer(loader: Any, first: torch.nn.Module,
+                          options: OffloadOptions
+                          ) -> Tuple[Tensor, BottomLayerComputer]:
+    # The features the CPU side reads and its computer, over the whole
+    # graph of the loader.
+    sampler = loader_sampler(loader)
+    x = loader.data.x
+    if x.device.type != 'cpu':
+        warnings.warn(
+            "BottomLayerOffload: 'loader.data.x' is not in host memory; "
+            "the CPU side works on a host copy of it", stacklevel=5)
+        x = x.cpu()
+    computer = BottomLayerComputer(
+        first, x, sampler.topology.to('cpu').csc[None],
+        -1 if options.full_neighbors else sampler.bottom_fanout(),
+        replace=sampler.replace, seed=options.seed,
+        autocast_dtype=options.cpu_autocast)
+    return x, computer
+
+
 def build_homo_runtime(model: torch.nn.Module, loader: Any,
                        options: OffloadOptions, compensate_degrees: bool,
                        measure: bool = True,
@@ -258,9 +289,13 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     decided by measurement. With :obj:`ranks`, the hot set is chosen from
     the access counts of all of them, and they decide alike."""
     measure = measure and options.measure
-    sampler, data = loader_sampler(loader), loader.data
-    num_nodes = sampler.topology.num_nodes[None]
+    partitioned = is_partition_loader(loader)
+    sampler = loader_sampler(loader)
     cache_ratio = options.gpu_cache_ratio
+    if partitioned:  # No GPU feature store (remote rows: its own cache).
+        num_nodes, cache_ratio = sampler.num_nodes[None], 0.0
+    else:
+        num_nodes = sampler.topology.num_nodes[None]
     if cache_ratio == 'auto':
         # As many candidates as the loader's feature store can hold:
         store = getattr(loader, 'feature_store', None)
@@ -268,19 +303,6 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         cache_ratio = min(capacity / max(num_nodes, 1), 1.0)
     layer_name, first = find_first_layer(model, options.layer)
     check_materialized(first, layer_name)
-    x = data.x
-    if x.device.type != 'cpu':
-        warnings.warn(
-            "BottomLayerOffload: 'loader.data.x' is not in host memory; "
-            "the CPU side works on a host copy of it", stacklevel=4)
-        x = x.cpu()
-    computer = BottomLayerComputer(
-        first, x, sampler.topology.to('cpu').csc[None],
-        -1 if options.full_neighbors else sampler.bottom_fanout(),
-        replace=sampler.replace, seed=options.seed,
-        autocast_dtype=options.cpu_autocast)
-    seeds, batch_size, num_batches = _seeds(loader, num_nodes)
-    num_batches = options.num_presample_batches or num_batches
     # With hot_ratio='auto', the candidates are the most accessed vertices up
     # to the cap; the hot set starts with the first of them and grows while
     # the CPU keeps up.
@@ -289,18 +311,34 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     if measure:
         ratios = _trial_ratios(options)
         ratio = max(ratios)
-    reduce = None if ranks is None else ranks.sum
-    selection = select_hot_nodes(sampler, seeds, batch_size, ratio,
-                                 cache_ratio, num_batches, options.seed,
-                                 reduce_counts=reduce,
-                                 num_ranks=1 if ranks is None else
-                                 ranks.size)
+    reduce = None if ranks is None or partitioned else ranks.sum
+    if partitioned:
+        # This part's vertices are the candidates (ratios of them):
+        selection, computer, x = part_runtime_inputs(loader, first, ratio,
+                                                     options)
+    else:
+        x, computer = _whole_graph_computer(loader, first, options)
+        seeds, batch_size, num_batches = _seeds(loader, num_nodes)
+        num_batches = options.num_presample_batches or num_batches
+        selection = select_hot_nodes(
+            sampler, seeds, batch_size, ratio, cache_ratio, num_batches,
+            options.seed,            reduce_counts=reduce,
+            num_ranks=1 if ranks is None else ranks.size)
     candidates = selection.hot_nodes
+    of = None  # The vertices the ratios are of: all of them.
+    if partitioned:
+        of = loader.partition.num_nodes
+        if measure and ranks is not None:
+            # Hot sets of the same sizes on all ranks, so that they try
+            # the same candidates:
+            of = ranks.min(of)
+            candidates = selection.hot_nodes = candidates[:ranks.min(
+                candidates.numel())]
     if options.auto_hot:
         hot = HotSetSizer.auto_start(candidates, num_nodes)
     elif measure:
         hot, sizes, kept = _trial_hot_set(candidates, num_nodes, ratios,
-                                          options)
+                                          options, of)
         measure = len(sizes) > 1
     else:
         hot = HotSetSizer(candidates, num_nodes)
@@ -310,7 +348,8 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         computer.choose_split(hot.hot_nodes, options.split)
         computer.calibrate(hot.hot_nodes)
     elif options.split == 'aggregate':  # Still check that the layer can.
-        computer.choose_split(torch.arange(min(64, num_nodes)), 'aggregate')
+        probe = candidates if partitioned else torch.arange(num_nodes)
+        computer.choose_split(probe[:64], 'aggregate')
     fixed_reason = None
     if computer.degree_dependent:
         why = (f"the first layer ({type(first).__name__}) normalizes by its "

@@ -48,6 +48,13 @@ class MachineRanks:
         dist.all_reduce(work, group=self.group)
         return work.to(tensor.device)
 
+    def min(self, value: int) -> int:
+        r"""The smallest of the ranks' :obj:`value`."""
+        work = torch.tensor([int(value)], dtype=torch.int64,
+                            device=self.device)
+        dist.all_reduce(work, op=dist.ReduceOp.MIN, group=self.group)
+        return int(work.item())
+
     def all_true(self, flag: bool) -> bool:
         r"""Whether :obj:`flag` holds on every rank."""
         t = torch.tensor([1 if flag else 0], dtype=torch.int64)

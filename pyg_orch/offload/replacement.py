@@ -99,10 +99,17 @@ def check_batch_features(x: Tensor, n_id: Tensor, features: Tensor,
     r"""Raises a :class:`ValueError` unless the first rows of a batch's
     features :obj:`x` are :obj:`features[n_id]`: hot-vertex embeddings are
     computed from :obj:`features`, so a transform that changes the batch's
-    features would make them disagree."""
+    features would make them disagree. Where :obj:`features` has a
+    :obj:`known(ids)` method (a table of some vertices' rows, see
+    :class:`~pyg_orch.offload.partition.HaloTable`), only the rows it has
+    are compared."""
     k = min(8, x.size(0))
-    expected = features.index_select(0, n_id[:k].to('cpu'))
-    got = x[:k].detach().to('cpu')
+    ids, got = n_id[:k].to('cpu'), x[:k].detach().to('cpu')
+    known = getattr(features, 'known', None)
+    if callable(known):  # A table of some vertices' rows (partitions).
+        have = known(ids)
+        ids, got = ids[have], got[have]
+    expected = features.index_select(0, ids)
     if got.shape != expected.shape or not torch.allclose(
             got.to(expected.dtype), expected, rtol=1e-4, atol=1e-5):
         raise ValueError(

@@ -90,7 +90,10 @@ class BottomLayerOffload(torch.nn.Module):
             :class:`~torch_geometric.nn.conv.MessagePassing` layer.
         loader (HybridNeighborLoader or HybridLinkNeighborLoader): The
             training loader (link-level loaders: homogeneous graphs only;
-            the label edges' endpoints seed the hot-set pre-sampling).
+            the label edges' endpoints seed the hot-set pre-sampling). On a
+            partition folder (homogeneous), each rank offloads vertices of
+            its own part; ratios are of the part's vertices (see
+            :mod:`pyg_orch.offload.partition`).
         hot_ratio (float or str, optional): Fraction of all vertices whose
             bottom layer runs on the CPU, or :obj:`'auto'` to grow the hot
             set by measured throughput (see :doc:`/offload`). If not set,

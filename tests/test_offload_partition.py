@@ -1,0 +1,263 @@
+"""Bottom-layer offload over a partitioned graph (HybridNeighborLoader on a
+partition folder), per rank: every rank's hot vertices are its own part's,
+their in-neighbors' rows owned elsewhere are fetched once (the halo), the
+sampler skips their last hop, and with full neighbors and max_staleness=0
+training under DDP is that of plain partitioned training; the decision by
+measurement is the same on every rank. 2 CPU processes with gloo
+(tests/multiproc.py)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_graph
+from multiproc import run_workers
+from torch.nn.parallel import DistributedDataParallel
+from torch_geometric.nn import GCN, GraphSAGE
+
+from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.distributed import load_partition, partition_graph
+
+STEPS = 8
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return GraphSAGE(8, 16, 2, 3)
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _loader(out_dir, fanout=(-1, -1)):
+    return HybridNeighborLoader(out_dir, list(fanout), batch_size=16,
+                                shuffle=True, seed=1, device='cpu')
+
+
+def _train(model, loader, steps=STEPS, batches=None):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model.train()
+    done = 0
+    while done < steps:
+        for batch in loader:
+            if batches is not None:
+                batches.append(batch.num_nodes)
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            done += 1
+            if done == steps:
+                break
+    return _flat(model)
+
+
+@pytest.fixture
+def parts(tmp_path):
+    info = partition_graph(tiny_graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    return str(info.out_dir)
+
+
+def _pruned_vs_unpruned(make_loader, device='cpu'):
+    # The same batches, pruned and not: the offloaded model's seed rows
+    # are those of the plain model on the unpruned batch, step after step.
+    loader, ref_loader = make_loader(), make_loader()
+    model = _model().to(device)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
+                             full_neighbors=True)
+    worst, pruned = 0.0, 0
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.5)
+    for batch, ref in zip(loader, ref_loader):
+        assert torch.equal(batch.n_id[:batch.batch_size],
+                           ref.n_id[:ref.batch_size])
+        pruned += ref.num_nodes - batch.num_nodes
+        got = off(batch.x, batch.edge_index)[:batch.batch_size]
+        expected = model(ref.x, ref.edge_index)[:ref.batch_size]
+        worst = max(worst, float((got - expected).detach().abs().max()))
+        optimizer.zero_grad()
+        F.cross_entropy(got, batch.y[:batch.batch_size]).backward()
+        optimizer.step()
+    out = {'worst': worst, 'pruned': pruned, 'stats': off.stats(),
+           'hot': off.hot_nodes.clone()}
+    off.close()
+    return out
+
+
+def _exact(rank, world_size, out_dir):
+    out = _pruned_vs_unpruned(lambda: _loader(out_dir))
+    # Under DDP, plain and offloaded training end with the same weights:
+    out['plain'] = _train(DistributedDataParallel(_model()),
+                          _loader(out_dir))
+    loader = _loader(out_dir)
+    off = BottomLayerOffload(_model(), loader, hot_ratio=0.2,
+                             max_staleness=0, full_neighbors=True,
+                             split='aggregate')
+    out['offload'] = _train(DistributedDataParallel(off), loader)
+    out['offload_stats'] = off.stats()
+    off.close()
+    return out
+
+
+def test_full_neighbors_is_exact_and_ddp_equals_plain(parts):
+    out = run_workers(_exact, 2, args=(parts, ), timeout=120)
+    for rank, o in enumerate(out):
+        part = load_partition(parts, rank)
+        hot = o['hot']
+        assert hot.numel() > 0
+        # Its own part's vertices only, at most 20% of them:
+        assert bool((part.owner(hot) == rank).all())
+        assert hot.numel() <= round(0.2 * part.num_nodes)
+        assert o['pruned'] > 0
+        assert o['stats']['hot_rows_replaced'] > 0
+        assert o['worst'] < 1e-5
+        assert o['offload_stats']['hot_rows_replaced'] > 0
+        assert o['offload_stats']['split'] == 'aggregate'
+        assert torch.allclose(o['offload'], o['plain'], atol=1e-5)
+    assert torch.equal(out[0]['plain'], out[1]['plain'])
+    assert torch.equal(out[0]['offload'], out[1]['offload'])
+    assert not torch.allclose(out[0]['plain'], _flat(_model()))
+
+
+@pytest.mark.parametrize('device,sampling_device', [
+    ('cpu', 'cpu'),
+    pytest.param('cuda', 'cpu', marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason='needs CUDA')),
+    pytest.param('cuda', 'cuda', marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason='needs CUDA')),
+])
+def test_one_part_without_process_group_is_exact(tmp_path, device,
+                                                 sampling_device):
+    info = partition_graph(tiny_graph(), 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+
+    def make():
+        return HybridNeighborLoader(
+            str(info.out_dir), [-1, -1], batch_size=16, shuffle=True,
+            seed=1, device=device, sampling_device=sampling_device)
+
+    out = _pruned_vs_unpruned(make, device)
+    assert out['hot'].numel() == round(0.2 * 200)
+    assert out['pruned'] > 0 and out['stats']['hot_rows_replaced'] > 0
+    assert out['worst'] < 1e-5
+
+
+def _sampled_fanout(rank, world_size, out_dir):
+    # A fan-out below the degrees: the CPU samples the hot vertices' in-edges
+    # in the halo table, and training runs (its losses stay finite).
+    loader = _loader(out_dir, (3, 2))
+    off = BottomLayerOffload(_model(), loader, hot_ratio=0.1,
+                             super_batch_size=2)
+    flat = _train(off, loader, steps=12)
+    stats = off.stats()
+    off.close()
+    return flat, stats
+
+
+def test_sampled_fanout_trains(parts):
+    out = run_workers(_sampled_fanout, 2, args=(parts, ), timeout=120)
+    for flat, stats in out:
+        assert torch.isfinite(flat).all()
+        assert stats['hot_rows_replaced'] > 0
+        assert stats['num_hot'] > 0
+
+
+class _Clock:
+    # A fake clock: each call moves on by the time of the step that ended,
+    # which depends on the vertices pruned now on this rank.
+    def __init__(self, loader, per_pruned):
+        self.loader, self.per_pruned, self.t = loader, per_pruned, 0.0
+
+    def __call__(self) -> float:
+        hot = self.loader.node_sampler.hot_nodes
+        pruned = 0 if hot is None else int(hot[None].sum())
+        self.t += 1.0 + self.per_pruned * pruned
+        return self.t
+
+
+def _autotune(rank, world_size, out_dir, per_pruned):
+    loader = _loader(out_dir, (3, 2))
+    clock = _Clock(loader, per_pruned[rank])
+    off = BottomLayerOffload(_model(), loader, autotune_clock=clock)
+    ddp = DistributedDataParallel(off)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    steps = 0
+    while off.stats()['decision']['state'] != 'decided' and steps < 300:
+        for batch in loader:
+            optimizer.zero_grad()
+            out = ddp(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            steps += 1
+    stats = off.stats()
+    off.close()
+    return stats, steps
+
+
+@pytest.mark.parametrize('per_pruned,wins', [
+    ((-0.01, 0.002), True),  # Faster on average.
+    ((0.01, 0.01), False),
+])
+def test_default_decides_alike_on_every_rank(parts, per_pruned, wins):
+    out = run_workers(_autotune, 2, args=(parts, per_pruned), timeout=180)
+    (s0, steps0), (s1, steps1) = out
+    assert steps0 == steps1 < 300
+    d0, d1 = s0['decision'], s1['decision']
+    assert d0['mode'] == 'measure' and d0['state'] == 'decided'
+    assert d0['candidates'] == d1['candidates']  # The ranks' mean times.
+    assert (s0['num_hot'] > 0) == (s1['num_hot'] > 0) == wins
+    assert (d0['chosen_num_hot'] > 0) == wins
+
+
+def _halo(rank, world_size, out_dir):
+    from pyg_orch.offload.partition import build_halo
+    loader = _loader(out_dir)
+    part = loader.partition
+    cand = part.node_ids[:10].to(torch.int64)
+    table, kept = build_halo(loader, cand, 15)
+    full, all_kept = build_halo(loader, cand, 10**6)
+    return cand, table.ids, table.x, kept, full.ids, full.x, all_kept, \
+        full.csc.colptr, full.csc.row
+
+
+def test_halo_holds_the_in_neighbors_rows_within_the_budget(parts):
+    data = tiny_graph()
+    out = run_workers(_halo, 2, args=(parts, ), timeout=60)
+    for cand, ids, x, kept, full_ids, full_x, all_kept, colptr, row in out:
+        assert ids.numel() <= 15 and kept.numel() < cand.numel()
+        assert torch.equal(kept, cand[:kept.numel()])
+        assert torch.equal(all_kept, cand)
+        assert torch.equal(x, data.x[ids])
+        assert torch.equal(full_x, data.x[full_ids])
+        for v in cand.tolist():  # Every in-edge, over the table's rows.
+            col = int(torch.searchsorted(full_ids, torch.tensor(v)))
+            got = full_ids[row[colptr[col]:colptr[col + 1]]]
+            expected = data.edge_index[0, data.edge_index[1] == v]
+            assert torch.equal(torch.sort(got).values,
+                               torch.sort(expected).values)
+
+
+def _refused(rank, world_size, out_dir):
+    loader = _loader(out_dir)
+    try:
+        BottomLayerOffload(GCN(8, 16, 2, 3), loader, hot_ratio=0.1)
+    except NotImplementedError as e:
+        return str(e)
+    return None
+
+
+def test_degree_compensation_is_refused(parts):
+    out = run_workers(_refused, 2, args=(parts, ), timeout=60)
+    assert all('compensate_degrees=False' in (m or '') for m in out)
+
+
+def test_heterogeneous_partition_is_refused(tmp_path):
+    from torch_geometric.data import HeteroData
+    data = HeteroData()
+    data['a'].x = torch.randn(20, 4)
+    data['a', 'to', 'a'].edge_index = torch.randint(0, 20, (2, 60))
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    loader = HybridNeighborLoader(str(info.out_dir), [3], batch_size=4,
+                                  input_nodes='a', device='cpu')
+    with pytest.raises(NotImplementedError, match='homogeneous partitions'):
+        BottomLayerOffload(GraphSAGE(4, 8, 1, 2), loader, hot_ratio=0.1)
