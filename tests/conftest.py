@@ -345,6 +345,57 @@ class StepClock:
         return self.t
 
 
+class PrunedClock(StepClock):
+    r"""A fake clock whose steps take 1 s plus :obj:`per_pruned` seconds per
+    vertex that :obj:`loader`'s sampler prunes now (the hot set in use)."""
+    def __init__(self, loader, per_pruned: float):
+        def cost() -> float:
+            hot = loader.node_sampler.hot_nodes
+            pruned = 0 if hot is None else int(hot[None].sum())
+            return 1.0 + per_pruned * pruned
+
+        super().__init__(cost)
+
+
+def tiny_model() -> torch.nn.Module:
+    r"""GraphSAGE 2 x 16 over :func:`tiny_graph`'s 8 features, 3 classes,
+    with the same initial weights on every call."""
+    from torch_geometric.nn import GraphSAGE
+    torch.manual_seed(0)
+    return GraphSAGE(8, 16, 2, 3)
+
+
+def flat_params(model: torch.nn.Module) -> torch.Tensor:
+    r"""All parameters of :obj:`model`, detached, in one flat tensor."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def train_sgd(model, loader, steps: int, set_epoch=None, lr: float = 0.5,
+              until=None) -> torch.Tensor:
+    r"""Trains :obj:`model` for :obj:`steps` steps over :obj:`loader` (SGD,
+    learning rate :obj:`lr`, cross entropy on the seeds), going through
+    epochs as needed (:obj:`set_epoch(epoch)` before each, if given), or
+    fewer once :obj:`until()` holds after a step; returns
+    :func:`flat_params`."""
+    import torch.nn.functional as F
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    model.train()
+    done, epoch = 0, 0
+    while done < steps:
+        if set_epoch is not None:
+            set_epoch(epoch)
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+            done += 1
+            if done == steps or (until is not None and until()):
+                return flat_params(model)
+        epoch += 1
+    return flat_params(model)
+
+
 def train_steps(model, loader, num_steps: int, step, check=None) -> None:
     r"""Trains :obj:`model` (e.g. a :class:`~pyg_orch.BottomLayerOffload`)
     for :obj:`num_steps` optimizer steps over :obj:`loader` (Adam, learning

@@ -12,7 +12,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from multiproc import run_workers
 from torch.nn.parallel import DistributedDataParallel
-from torch_geometric.nn import GraphSAGE
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.multigpu.ddp import DistributedSeedSplit, rank_input_nodes
@@ -26,18 +25,15 @@ from pyg_orch.offload.hotness import select_hot_nodes, split_by_frequency
 from pyg_orch.offload.options import OffloadOptions
 from pyg_orch.offload.workers import cpu_cores_per_rank, local_ranks
 
-from conftest import tiny_graph
+from conftest import (
+    PrunedClock,
+    flat_params,
+    tiny_graph,
+    tiny_model,
+    train_sgd,
+)
 
 STEPS = 6
-
-
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return GraphSAGE(8, 16, 2, 3)
-
-
-def _flat(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
 def _split_loader(data, seed: int = 0):
@@ -50,24 +46,6 @@ def _split_loader(data, seed: int = 0):
     return split, loader
 
 
-def _train(model, loader, split, steps, offload=None):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    model.train()
-    done, epoch = 0, 0
-    while done < steps:
-        split.set_epoch(epoch)
-        for batch in loader:
-            optimizer.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
-            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-            optimizer.step()
-            done += 1
-            if done == steps:
-                break
-        epoch += 1
-    return _flat(model)
-
-
 # Exact gradients ############################################################
 
 
@@ -76,14 +54,14 @@ def _exact(rank, world_size):
     out = {}
     # Plain DDP training:
     split, loader = _split_loader(data)
-    out['plain'] = _train(DistributedDataParallel(_model()), loader, split,
-                          STEPS)
+    out['plain'] = train_sgd(DistributedDataParallel(tiny_model()), loader,
+                             STEPS, split.set_epoch)
     # The same batches with offload (exact: max_staleness=0, full
     # neighbors, a weight-free CPU aggregation finished with the current
     # weights), in both wrapping orders:
     for order in ('ddp_outside', 'ddp_inside'):
         split, loader = _split_loader(data)
-        model = _model()
+        model = tiny_model()
         kwargs = dict(hot_ratio=0.1, max_staleness=0, full_neighbors=True,
                       split='aggregate')
         if order == 'ddp_outside':
@@ -93,7 +71,7 @@ def _exact(rank, world_size):
             off = BottomLayerOffload(DistributedDataParallel(model), loader,
                                      **kwargs)
             wrapped = off
-        out[order] = _train(wrapped, loader, split, STEPS)
+        out[order] = train_sgd(wrapped, loader, STEPS, split.set_epoch)
         out[order + '_stats'] = off.stats()
         out[order + '_hot'] = off.hot_nodes.clone()
         off.close()
@@ -102,7 +80,7 @@ def _exact(rank, world_size):
 
 def test_offload_ddp_equals_plain_ddp():
     out = run_workers(_exact, 2, timeout=90)
-    init = _flat(_model())
+    init = flat_params(tiny_model())
     for order in ('ddp_outside', 'ddp_inside'):
         flat = [o[order] for o in out]
         assert torch.equal(flat[0], flat[1])  # Identical on both ranks.
@@ -138,24 +116,17 @@ def _machine(rank, world_size):
     # What this rank alone would choose:
     local = select_hot_nodes(loader.node_sampler, seeds, 8, 0.1, 0.0,
                              seed=0)
-    model = _model()
+    model = tiny_model()
     off = BottomLayerOffload(model, loader, hot_ratio=0.1,
                              max_staleness=BOUND)
+    steps = 2 * len(loader)
     ddp = DistributedDataParallel(off)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    steps = 0
-    for _ in range(2):
-        for batch in loader:
-            optimizer.zero_grad()
-            out = ddp(batch.x, batch.edge_index)[:batch.batch_size]
-            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-            optimizer.step()
-            steps += 1
+    train_sgd(ddp, loader, steps, lr=0.1)
     stats = off.stats()
     # Explicit thread numbers win over the share:
     loader2 = HybridNeighborLoader(data, [4, 3], batch_size=8,
                                    input_nodes=seeds, device='cpu')
-    explicit = BottomLayerOffload(_model(), loader2, hot_ratio=0.1,
+    explicit = BottomLayerOffload(tiny_model(), loader2, hot_ratio=0.1,
                                   num_threads=3, intra_op_threads=5)
     explicit_stats = explicit.stats()
     explicit.close()
@@ -227,19 +198,6 @@ def test_thread_share_without_process_group(monkeypatch):
 # The decision by measurement, agreed ########################################
 
 
-class _Clock:
-    # A fake clock: each call moves on by the time of the step that ended,
-    # which depends on the vertices pruned now.
-    def __init__(self, loader, per_pruned):
-        self.loader, self.per_pruned, self.t = loader, per_pruned, 0.0
-
-    def __call__(self) -> float:
-        hot = self.loader.node_sampler.hot_nodes
-        pruned = 0 if hot is None else int(hot[None].sum())
-        self.t += 1.0 + self.per_pruned * pruned
-        return self.t
-
-
 def _autotune(rank, world_size):
     data = tiny_graph()
     seeds = torch.arange(data.num_nodes)
@@ -249,8 +207,8 @@ def _autotune(rank, world_size):
                                   device='cpu', seed=rank)
     # Offload makes rank 0's steps faster and rank 1's slower; on average
     # faster (alone, rank 1 would switch it off):
-    clock = _Clock(loader, -0.01 if rank == 0 else 0.002)
-    off = BottomLayerOffload(_model(), loader, autotune_clock=clock)
+    clock = PrunedClock(loader, -0.01 if rank == 0 else 0.002)
+    off = BottomLayerOffload(tiny_model(), loader, autotune_clock=clock)
     ddp = DistributedDataParallel(off)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     steps, epoch = 0, 0
@@ -301,9 +259,9 @@ def test_data_parallel_is_refused():
                                   device='cpu')
     with pytest.raises(ValueError, match="'model' must not be a "
                        "torch.nn.DataParallel"):
-        BottomLayerOffload(torch.nn.DataParallel(_model()), loader,
+        BottomLayerOffload(torch.nn.DataParallel(tiny_model()), loader,
                            hot_ratio=0.1)
-    off = BottomLayerOffload(_model(), loader, hot_ratio=0.1)
+    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.1)
     assert off.stats()['hot_set_ranks'] == 1
     replica = off._replicate_for_data_parallel()  # What DataParallel does.
     batch = next(iter(loader))
@@ -316,7 +274,7 @@ def _late_group(rank, world_size):
     data = tiny_graph()
     loader = HybridNeighborLoader(data, [4, 3], batch_size=8, device='cpu',
                                   input_nodes=torch.arange(data.num_nodes))
-    off = BottomLayerOffload(_model(), loader, hot_ratio=0.1)
+    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.1)
     dist.init_process_group('gloo', rank=rank, world_size=world_size)
     batch = next(iter(loader))
     with warnings.catch_warnings(record=True) as caught:

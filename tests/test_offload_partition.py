@@ -8,7 +8,13 @@ measurement is the same on every rank. 2 CPU processes with gloo
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_graph
+from conftest import (
+    PrunedClock,
+    flat_params,
+    tiny_graph,
+    tiny_model,
+    train_sgd,
+)
 from multiproc import run_workers
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import GCN, GraphSAGE
@@ -19,36 +25,9 @@ from pyg_orch.distributed import load_partition, partition_graph
 STEPS = 8
 
 
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return GraphSAGE(8, 16, 2, 3)
-
-
-def _flat(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-
-
 def _loader(out_dir, fanout=(-1, -1)):
     return HybridNeighborLoader(out_dir, list(fanout), batch_size=16,
                                 shuffle=True, seed=1, device='cpu')
-
-
-def _train(model, loader, steps=STEPS, batches=None):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    model.train()
-    done = 0
-    while done < steps:
-        for batch in loader:
-            if batches is not None:
-                batches.append(batch.num_nodes)
-            optimizer.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
-            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-            optimizer.step()
-            done += 1
-            if done == steps:
-                break
-    return _flat(model)
 
 
 @pytest.fixture
@@ -62,7 +41,7 @@ def _pruned_vs_unpruned(make_loader, device='cpu'):
     # The same batches, pruned and not: the offloaded model's seed rows
     # are those of the plain model on the unpruned batch, step after step.
     loader, ref_loader = make_loader(), make_loader()
-    model = _model().to(device)
+    model = tiny_model().to(device)
     off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
                              full_neighbors=True)
     worst, pruned = 0.0, 0
@@ -86,13 +65,13 @@ def _pruned_vs_unpruned(make_loader, device='cpu'):
 def _exact(rank, world_size, out_dir):
     out = _pruned_vs_unpruned(lambda: _loader(out_dir))
     # Under DDP, plain and offloaded training end with the same weights:
-    out['plain'] = _train(DistributedDataParallel(_model()),
-                          _loader(out_dir))
+    out['plain'] = train_sgd(DistributedDataParallel(tiny_model()),
+                             _loader(out_dir), STEPS)
     loader = _loader(out_dir)
-    off = BottomLayerOffload(_model(), loader, hot_ratio=0.2,
+    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2,
                              max_staleness=0, full_neighbors=True,
                              split='aggregate')
-    out['offload'] = _train(DistributedDataParallel(off), loader)
+    out['offload'] = train_sgd(DistributedDataParallel(off), loader, STEPS)
     out['offload_stats'] = off.stats()
     off.close()
     return out
@@ -115,7 +94,7 @@ def test_full_neighbors_is_exact_and_ddp_equals_plain(parts):
         assert torch.allclose(o['offload'], o['plain'], atol=1e-5)
     assert torch.equal(out[0]['plain'], out[1]['plain'])
     assert torch.equal(out[0]['offload'], out[1]['offload'])
-    assert not torch.allclose(out[0]['plain'], _flat(_model()))
+    assert not torch.allclose(out[0]['plain'], flat_params(tiny_model()))
 
 
 @pytest.mark.parametrize('device,sampling_device', [
@@ -145,9 +124,9 @@ def _sampled_fanout(rank, world_size, out_dir):
     # A fan-out below the degrees: the CPU samples the hot vertices' in-edges
     # in the halo table, and training runs (its losses stay finite).
     loader = _loader(out_dir, (3, 2))
-    off = BottomLayerOffload(_model(), loader, hot_ratio=0.1,
+    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.1,
                              super_batch_size=2)
-    flat = _train(off, loader, steps=12)
+    flat = train_sgd(off, loader, 12)
     stats = off.stats()
     off.close()
     return flat, stats
@@ -161,36 +140,15 @@ def test_sampled_fanout_trains(parts):
         assert stats['num_hot'] > 0
 
 
-class _Clock:
-    # A fake clock: each call moves on by the time of the step that ended,
-    # which depends on the vertices pruned now on this rank.
-    def __init__(self, loader, per_pruned):
-        self.loader, self.per_pruned, self.t = loader, per_pruned, 0.0
-
-    def __call__(self) -> float:
-        hot = self.loader.node_sampler.hot_nodes
-        pruned = 0 if hot is None else int(hot[None].sum())
-        self.t += 1.0 + self.per_pruned * pruned
-        return self.t
-
-
 def _autotune(rank, world_size, out_dir, per_pruned):
     loader = _loader(out_dir, (3, 2))
-    clock = _Clock(loader, per_pruned[rank])
-    off = BottomLayerOffload(_model(), loader, autotune_clock=clock)
-    ddp = DistributedDataParallel(off)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    steps = 0
-    while off.stats()['decision']['state'] != 'decided' and steps < 300:
-        for batch in loader:
-            optimizer.zero_grad()
-            out = ddp(batch.x, batch.edge_index)[:batch.batch_size]
-            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-            optimizer.step()
-            steps += 1
+    clock = PrunedClock(loader, per_pruned[rank])
+    off = BottomLayerOffload(tiny_model(), loader, autotune_clock=clock)
+    train_sgd(DistributedDataParallel(off), loader, 300, lr=0.01,
+              until=lambda: off.stats()['decision']['state'] == 'decided')
     stats = off.stats()
     off.close()
-    return stats, steps
+    return stats, stats['steps']
 
 
 @pytest.mark.parametrize('per_pruned,wins', [
