@@ -298,6 +298,10 @@ def test_end_to_end_offload_off():
     assert stats['num_hot'] == 0 and pruned(loader) == 0
     assert not off.runtime.active and off.runtime.handles == []
     assert wait_no_threads() == []
+    # The runtime closed: none of its hooks runs any more (not even the
+    # optimizer step counter), and it keeps the trial's counts.
+    assert off.runtime.closed
+    steps = stats['steps']
     # Plain training from now on: no CPU work, outputs of the model.
     submitted = stats['tables_submitted']
 
@@ -311,6 +315,7 @@ def test_end_to_end_offload_off():
     stats = off.stats()
     assert stats['tables_submitted'] == submitted
     assert stats['num_hot'] == 0 and stats['threads_alive'] == 0
+    assert stats['steps'] == steps and stats['decision'] == decision
     off.close()
 
 

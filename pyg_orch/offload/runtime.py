@@ -210,17 +210,15 @@ class OffloadRuntime:
                                    self._tuned)
 
     def _tuned(self, size: int) -> None:
-        # The decision is final. Offload off: no worker, no hook on the
-        # layers, only the check of `active` per step.
+        # The decision is final. Offload off: the runtime closes (no worker,
+        # no table, no hook on the layers, the loader or the optimizers),
+        # so that training runs as without it; only the check of `active`
+        # per step is left, and `stats()` keeps the counts of the trial.
         tuner, self.tuner = self.tuner, None
         self.decision = tuner.summary()
         if size == 0:
-            self.strategy.pause()
-            for handle in self.handles:
-                handle.remove()
-            self.handles = []
-            self.batches.clear()
-            self.sampled.clear()
+            self.offload_cache = None
+            self.close()
         elif self.offload_cache is not None:
             self.offload_cache()
         self.offload_cache = None
