@@ -203,6 +203,35 @@ def _refused(rank, world_size, out_dir):
     return None
 
 
+def _mismatch(rank, world_size, out_dir, case):
+    loader = _loader(out_dir)
+    if case == 'options':
+        model, kwargs = tiny_model(), dict(hot_ratio=0.1 * (rank + 1))
+    else:  # Rank 0's model cannot be offloaded (degree compensation).
+        model = GCN(8, 16, 2, 3) if rank == 0 else tiny_model()
+        kwargs = dict(hot_ratio=0.1)
+    try:
+        BottomLayerOffload(model, loader, **kwargs)
+    except (ValueError, NotImplementedError) as e:
+        return type(e).__name__, str(e)
+    return None
+
+
+@pytest.mark.parametrize('case', ['options', 'one_rank_fails'])
+def test_a_rank_that_cannot_build_fails_every_rank(parts, case):
+    # Building is a collective: a rank that fails before it, or passes other
+    # options, makes every rank raise at once, none waits for it.
+    (t0, m0), (t1, m1) = run_workers(_mismatch, 2, args=(parts, case),
+                                     timeout=60, pg_timeout=20)
+    if case == 'options':
+        assert t0 == t1 == 'ValueError'
+        assert 'other options' in m0 and 'other options' in m1
+    else:
+        assert t0 == 'NotImplementedError' and 'compensate' in m0
+        assert t1 == 'ValueError' and 'rank 0 could not build' in m1
+        assert 'compensate' in m1
+
+
 def test_degree_compensation_is_refused(parts):
     out = run_workers(_refused, 2, args=(parts, ), timeout=60)
     assert all('compensate_degrees=False' in (m or '') for m in out)

@@ -45,6 +45,8 @@ from pyg_orch.offload.hotness import (
 )
 from pyg_orch.offload.options import OffloadOptions
 from pyg_orch.offload.partition import (
+    agree_on_build,
+    build_key,
     check_partition_loader,
     is_partition_loader,
     part_runtime_inputs,
@@ -99,6 +101,34 @@ def check_loader(loader: Any) -> HotNodeSampler:
     return sampler
 
 
+def _build_on_partition(model: torch.nn.Module, loader: Any,
+                        options: OffloadOptions) -> OffloadRuntime:
+    # See `pyg_orch.offload.partition`. The checks that can fail on one rank
+    # only are made before the first collective, and every rank learns of
+    # a failure (or of other options) on another one.
+    ranks = partition_ranks(loader)
+    error = None
+    try:
+        check_partition_loader(loader)
+        compensate = options.compensate_degrees
+        if compensate == 'auto':
+            compensate = needs_degree_compensation(model)
+        if compensate:
+            raise NotImplementedError(
+                "BottomLayerOffload on a partitioned graph does not "
+                "compensate degrees (placeholder in-edges of pruned hot "
+                "vertices, for layers that weigh messages by the sender's "
+                "in-degree, such as GCNConv; unknown layers are assumed "
+                "to); pass compensate_degrees=False if the first layer "
+                "does not need it")
+        layer_name, first = find_first_layer(model, options.layer)
+        check_materialized(first, layer_name)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        error = exc
+    agree_on_build(ranks, error, build_key(options))
+    return build_homo_runtime(model, loader, options, False, ranks=ranks)
+
+
 def _is_link_loader(loader: Any) -> bool:
     return isinstance(getattr(loader, 'input_data', None), EdgeSamplerInput)
 
@@ -110,19 +140,13 @@ def build_runtime(model: torch.nn.Module, loader: Any,
     initialized process group it is a collective over the machine's ranks
     (see :mod:`pyg_orch.offload.ddp`): every rank builds its offload, in
     the same order, with the same options."""
+    if is_partition_loader(loader):
+        return _build_on_partition(model, loader, options)
     sampler = check_loader(loader)
-    partitioned = is_partition_loader(loader)
-    ranks = partition_ranks(loader) if partitioned else machine_ranks()
+    ranks = machine_ranks()
     compensate = options.compensate_degrees
     if compensate == 'auto':
         compensate = needs_degree_compensation(model)
-    if partitioned and compensate:
-        raise NotImplementedError(
-            "BottomLayerOffload on a partitioned graph does not compensate "
-            "degrees (placeholder in-edges of pruned hot vertices, for "
-            "layers that weigh messages by the sender's in-degree, such as "
-            "GCNConv; unknown layers are assumed to); pass "
-            "compensate_degrees=False if the first layer does not need it")
     why_not = None
     if options.measure:
         if (getattr(loader, 'num_workers', 0) or 0) > 0:

@@ -216,3 +216,43 @@ def partition_ranks(loader: Any) -> Optional[MachineRanks]:
     group = loader.group if loader.group is not None else dist.group.WORLD
     ranks = MachineRanks(group)
     return ranks if ranks.size > 1 else None
+
+
+def build_key(options: OffloadOptions) -> Tuple[Any, ...]:
+    r"""The options whose values decide the collectives of building and
+    measuring an offload on a partition: every rank must pass the same."""
+    return (options.hot_ratio, options.measure,
+            repr(options.autotune), options.num_presample_batches)
+
+
+def agree_on_build(ranks: Optional[MachineRanks],
+                   error: Optional[BaseException], key: Any) -> None:
+    r"""Before the first collective of building an offload on a partition:
+    every rank learns whether another one could not build its own (then
+    raises a :class:`ValueError` naming the rank and why; the failing rank
+    raises its own error), or passed other options (:func:`build_key`),
+    instead of waiting for it in a collective; one
+    :func:`torch.distributed.all_gather_object`."""
+    if ranks is None:
+        if error is not None:
+            raise error
+        return
+    mine = (None if error is None else
+            f'{type(error).__name__}: {error}', key)
+    everything: list = [None] * ranks.size
+    dist.all_gather_object(everything, mine, group=ranks.group)
+    if error is not None:
+        raise error
+    for r, (err, _) in enumerate(everything):
+        if err is not None:
+            raise ValueError(
+                f"BottomLayerOffload: rank {r} could not build its offload, "
+                f"so no rank can (building it is a collective over the "
+                f"ranks of the partitioned loader): {err}")
+    for r, (_, other) in enumerate(everything):
+        if other != key:
+            raise ValueError(
+                f"BottomLayerOffload: rank {r} passed other options than "
+                f"this rank (hot_ratio, measurement, autotune, "
+                f"num_presample_batches: {other} against {key}); every rank "
+                f"must build the offload with the same options")
