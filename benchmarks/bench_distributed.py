@@ -409,12 +409,17 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     part = loader.partition
     row_bytes = _row_bytes(args.dim)
 
-    model = opt = None
+    model = opt = offload = None
     if args.train:
         from torch.nn.parallel import DistributedDataParallel
         from torch_geometric.nn import GraphSAGE
         net = GraphSAGE(args.dim, args.hidden, len(args.fanout),
                         args.classes).to(device)
+        if args.offload is not None:
+            from pyg_orch import BottomLayerOffload
+            net = offload = BottomLayerOffload(
+                net, loader, hot_ratio=None if args.offload == 'default'
+                else float(args.offload))
         model = DistributedDataParallel(
             net, device_ids=[device.index] if device.type == 'cuda'
             else None)
@@ -446,7 +451,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
             opt.step()
             if device.type == 'cuda':
                 torch.cuda.synchronize(device)
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         t2 = time.perf_counter()
         return batch, t2 - t0, t1 - t0, t2 - t1
 
@@ -491,6 +496,11 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         'all_to_all_probe': probe,
         'summary': _summarize_rank(records, args.repeats),
     }
+    if offload is not None:
+        res['offload'] = {k: v for k, v in offload.stats().items()
+                          if isinstance(v, (int, float, str, dict, list,
+                                            type(None)))}
+        offload.close()
     if args.keep_batches:
         res['batches'] = records
     with open(os.path.join(out_dir, f'{method}_{rank}.json'), 'w') as f:
@@ -1129,6 +1139,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument('--train', action='store_true',
                    help='train GraphSAGE with DDP on every batch')
     r.add_argument('--hidden', type=int, default=256)
+    r.add_argument('--offload', default=None,
+                   help="with --train: wrap the model in BottomLayerOffload "
+                   "per rank, 'default' (decided by measurement: give "
+                   "enough --warmup steps) or a hot ratio of the rank's "
+                   "part (default: no offload)")
     r.add_argument('--threads', type=int, default=None,
                    help='torch threads per rank (default: cores / ranks)')
     r.add_argument('--timeout', type=float, default=120.0,
