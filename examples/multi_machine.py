@@ -19,7 +19,9 @@ the parts; see ``docs/distributed.rst``).
         examples/multi_machine.py --parts-dir /data/parts/
 
 The training loop is PyG's: only the loader's first argument, a partition
-folder instead of a graph, differs from a single-machine script.
+folder instead of a graph, differs from a single-machine script. With
+``--offload 0.1`` (or ``default``), each rank wraps the model in
+:class:`~pyg_orch.BottomLayerOffload` over its own part.
 """
 import argparse
 import time
@@ -31,7 +33,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import GraphSAGE
 
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import BottomLayerOffload, HybridNeighborLoader
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -59,6 +61,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help='with CUDA, sample and read features on the CPU '
                         "over the part's files instead of over copies on "
                         'the GPU (for parts that do not fit in its memory)')
+    parser.add_argument('--offload', default=None,
+                        help="wrap the model in BottomLayerOffload on each "
+                        "rank: 'default' (the hot-set size decided by "
+                        "measurement) or a hot ratio of the rank's part "
+                        "(default: no offload)")
     parser.add_argument('--epochs', type=int, default=2)
     parser.add_argument('--lr', type=float, default=0.01)
     return parser.parse_args(argv)
@@ -98,6 +105,13 @@ def train(args: argparse.Namespace) -> None:
     torch.manual_seed(0)  # The same initial weights on every rank.
     model = GraphSAGE(num_features, args.hidden, len(args.fanout),
                       num_classes).to(device)
+    offload = None
+    if args.offload is not None:
+        # The bottom layer of this rank's hottest vertices on its CPU (a
+        # collective: every rank builds it with the same options):
+        model = offload = BottomLayerOffload(
+            model, loader, hot_ratio=None if args.offload == 'default'
+            else float(args.offload))
     model = DistributedDataParallel(
         model, device_ids=[device.index] if device.type == 'cuda' else None)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -118,6 +132,13 @@ def train(args: argparse.Namespace) -> None:
                   f'{stats.get("remote_rows", 0)} remote rows, '
                   f'{stats.get("cached_rows", 0)} from the cache',
                   flush=True)
+    if offload is not None:
+        stats = offload.stats()
+        print(f"rank {rank}/{world} offload: {stats['num_hot']} hot "
+              f"vertices of its part, {stats['hot_rows_replaced']} rows "
+              f"replaced, decision: {stats['decision']['reason']}",
+              flush=True)
+        offload.close()
     dist.destroy_process_group()
 
 
