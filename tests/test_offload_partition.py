@@ -237,14 +237,69 @@ def test_degree_compensation_is_refused(parts):
     assert all('compensate_degrees=False' in (m or '') for m in out)
 
 
-def test_heterogeneous_partition_is_refused(tmp_path):
-    from torch_geometric.data import HeteroData
-    data = HeteroData()
-    data['a'].x = torch.randn(20, 4)
-    data['a', 'to', 'a'].edge_index = torch.randint(0, 20, (2, 60))
-    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+# Heterogeneous partitions ###################################################
+
+
+def _hetero_exact(rank, world_size, out_dir, kind, fanout):
+    # Pruned and unpruned batches of the same seeds: with all neighbors and
+    # max_staleness=0, the seeds' outputs are the plain model's.
+    from test_offload_hetero import forward, hetero_graph, make_model
+
+    def make():
+        return HybridNeighborLoader(out_dir, list(fanout), batch_size=16,
+                                    input_nodes='b', shuffle=True, seed=1,
+                                    device='cpu')
+
+    loader, ref_loader = make(), make()
+    model = make_model(kind, hetero_graph())
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
+                             full_neighbors=fanout[-1] == -1,
+                             split='aggregate' if kind != 'gat' else 'auto')
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.5)
+    worst, pruned = 0.0, 0
+    for batch, ref in zip(loader, ref_loader):
+        pruned += sum(ref[t].num_nodes - batch[t].num_nodes
+                      for t in ref.node_types)
+        got = forward(off, batch)
+        expected = forward(model, ref)
+        worst = max(worst, float((got - expected).detach().abs().max()))
+        optimizer.zero_grad()
+        y = batch['b'].y[:batch['b'].batch_size]
+        F.cross_entropy(got, y).backward()
+        optimizer.step()
+    out = {'worst': worst, 'pruned': pruned, 'stats': off.stats(),
+           'hot': {t: v.clone() for t, v in off.hot_nodes.items()}}
+    off.close()
+    return out
+
+
+@pytest.mark.parametrize('kind', ['to_hetero', 'hetero_conv'])
+def test_heterogeneous_partition_full_neighbors_is_exact(tmp_path, kind):
+    from test_offload_hetero import hetero_graph
+    info = partition_graph(hetero_graph(), 2, tmp_path / 'p', 'random',
                            progress=False)
-    loader = HybridNeighborLoader(str(info.out_dir), [3], batch_size=4,
-                                  input_nodes='a', device='cpu')
-    with pytest.raises(NotImplementedError, match='homogeneous partitions'):
-        BottomLayerOffload(GraphSAGE(4, 8, 1, 2), loader, hot_ratio=0.1)
+    out = run_workers(_hetero_exact, 2,
+                      args=(str(info.out_dir), kind, (-1, -1)), timeout=120)
+    for rank, o in enumerate(out):
+        part = load_partition(info.out_dir, rank)
+        assert set(o['hot']) == {'a', 'b'}
+        assert sum(v.numel() for v in o['hot'].values()) > 0
+        for t, ids in o['hot'].items():  # Its own part's vertices only.
+            assert bool((part.owner(ids, t) == rank).all())
+        assert o['worst'] < 1e-5
+    # On this small graph the hot vertices' in-neighbors fill the halo
+    # budget (the part's size) after a few of them on one rank:
+    assert sum(o['pruned'] for o in out) > 0
+    assert sum(o['stats']['hot_rows_replaced'] for o in out) > 0
+
+
+def test_heterogeneous_partition_with_sampled_fanout_trains(tmp_path):
+    from test_offload_hetero import hetero_graph
+    info = partition_graph(hetero_graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_hetero_exact, 2,
+                      args=(str(info.out_dir), 'graphsage', (3, 2)),
+                      timeout=120)
+    # Sampled neighbors: not exact, but offloaded and finite.
+    assert sum(o['stats']['hot_rows_replaced'] for o in out) > 0
+    assert all(o['worst'] < float('inf') for o in out)

@@ -93,8 +93,8 @@ class DistributedNeighborSampler:
     without replacement, each part drawing from its own :obj:`generator`
     for the vertices it owns. Every hop takes two
     :func:`~pyg_orch.distributed.collective.exchange` calls, for all edge
-    types together. On a homogeneous partition, :meth:`set_hot_nodes`
-    makes the last hop skip given vertices, as
+    types together. :meth:`set_hot_nodes` makes the last hop skip given
+    vertices, as
     :class:`~pyg_orch.HybridNeighborSampler` prunes hot vertices for
     :class:`~pyg_orch.offload.BottomLayerOffload`.
 
@@ -168,36 +168,44 @@ class DistributedNeighborSampler:
         #: Sampling is without replacement (as
         #: :class:`~pyg_orch.sampling.contract.HotNodeSampler` asks).
         self.replace = False
-        self._hot_nodes: Optional[Tensor] = None
+        self._hot_nodes: Optional[Dict[Any, Tensor]] = None
 
     # Hot-node pruning (see `pyg_orch.sampling.contract.HotNodeSampler`) ######
 
     @property
-    def hot_nodes(self) -> Optional[Dict[Optional[str], Tensor]]:
-        r"""The mask of the vertices whose in-edges the last hop does not
-        sample, as :obj:`{None: mask}`; :obj:`None` if pruning is off."""
-        return None if self._hot_nodes is None else {None: self._hot_nodes}
+    def hot_nodes(self) -> Optional[Dict[Any, Tensor]]:
+        r"""The masks (per node type, :obj:`None` on a homogeneous
+        partition) of the vertices whose in-edges the last hop does not
+        sample; :obj:`None` if pruning is off."""
+        return self._hot_nodes
 
     def set_hot_nodes(self, hot_nodes: Any) -> None:
-        r"""Sets the vertices whose in-edges the last hop does not sample
-        (a boolean mask over all global vertex ids, or :obj:`{None:
-        mask}`); :obj:`None` clears it. Homogeneous partitions only."""
+        r"""Sets the vertices whose in-edges the last hop does not sample:
+        a boolean mask over all global vertex ids, or a dictionary of such
+        masks per node type (node types left out are not pruned);
+        :obj:`None` clears it."""
         if hot_nodes is None:
             self._hot_nodes = None
             return
-        if self.is_hetero:
-            raise NotImplementedError(
-                'DistributedNeighborSampler: hot-node pruning is supported '
-                'on homogeneous partitions only')
-        if isinstance(hot_nodes, dict) and set(hot_nodes) == {None}:
-            hot_nodes = hot_nodes[None]
-        n = self.num_nodes[None]
-        if not isinstance(hot_nodes, Tensor) or hot_nodes.dtype != \
-                torch.bool or tuple(hot_nodes.shape) != (n, ):
-            raise ValueError(f"'hot_nodes' must be a boolean mask over the "
-                             f"graph's {n} vertices (got "
-                             f"{type(hot_nodes).__name__})")
-        self._hot_nodes = hot_nodes.to(self.device)
+        if not isinstance(hot_nodes, dict):
+            if self.is_hetero:
+                raise ValueError("'hot_nodes' must be a dictionary of masks "
+                                 "per node type on a heterogeneous "
+                                 "partition")
+            hot_nodes = {None: hot_nodes}
+        masks = {}
+        for t, mask in hot_nodes.items():
+            if t not in self.num_nodes:
+                raise ValueError(f"'hot_nodes' names the node type {t!r}, "
+                                 f"not one of {self.node_types}")
+            n = self.num_nodes[t]
+            if not isinstance(mask, Tensor) or mask.dtype != torch.bool \
+                    or tuple(mask.shape) != (n, ):
+                raise ValueError(f"'hot_nodes' must be boolean masks over "
+                                 f"the graph's vertices ({n} of node type "
+                                 f"{t!r}; got {type(mask).__name__})")
+            masks[t] = mask.to(self.device)
+        self._hot_nodes = masks
 
     def bottom_fanout(self, edge_type: Any = None) -> int:
         r"""The fan-out of the last hop (of :obj:`edge_type` on a
@@ -364,9 +372,11 @@ class DistributedNeighborSampler:
                 continue
             f_global = frontier[dst_t][1]
             keep = None
-            if self._hot_nodes is not None and hop == self.num_hops - 1:
+            hot = None if self._hot_nodes is None else \
+                self._hot_nodes.get(dst_t)
+            if hot is not None and hop == self.num_hops - 1:
                 # Hot vertices are not expanded by the last hop:
-                keep = (~self._hot_nodes[f_global]).nonzero().view(-1)
+                keep = (~hot[f_global]).nonzero().view(-1)
                 f_global = f_global[keep]
             if f_global.numel() == 0:
                 continue

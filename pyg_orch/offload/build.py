@@ -49,6 +49,7 @@ from pyg_orch.offload.partition import (
     build_key,
     check_partition_loader,
     is_partition_loader,
+    part_hetero_runtime_inputs,
     part_runtime_inputs,
     partition_ranks,
 )
@@ -121,12 +122,29 @@ def _build_on_partition(model: torch.nn.Module, loader: Any,
                 "in-degree, such as GCNConv; unknown layers are assumed "
                 "to); pass compensate_degrees=False if the first layer "
                 "does not need it")
-        layer_name, first = find_first_layer(model, options.layer)
-        check_materialized(first, layer_name)
+        if loader.partition.is_hetero:
+            _check_hetero_options(options)
+            _hetero_first_layer(model, loader, options)
+        else:
+            layer_name, first = find_first_layer(model, options.layer)
+            check_materialized(first, layer_name)
     except (ValueError, TypeError, NotImplementedError) as exc:
         error = exc
     agree_on_build(ranks, error, build_key(options))
+    if loader.partition.is_hetero:
+        return build_hetero_runtime(model, loader, options, ranks=ranks)
     return build_homo_runtime(model, loader, options, False, ranks=ranks)
+
+
+def _check_hetero_options(options: OffloadOptions,
+                          compensate: bool = False) -> None:
+    if options.auto_hot or options.refresh != 'super_batch' or compensate:
+        raise NotImplementedError(
+            "BottomLayerOffload on heterogeneous graphs supports "
+            "hot_ratio as a number and refresh='super_batch' only, "
+            "with models that need no degree compensation (no "
+            "GCNConv-like layer that weighs messages by the "
+            "sender's in-degree)")
 
 
 def _is_link_loader(loader: Any) -> bool:
@@ -157,14 +175,7 @@ def build_runtime(model: torch.nn.Module, loader: Any,
                 f"'autotune' (the decision by measurement) is not supported "
                 f"with a {why_not}; pass a number 'hot_ratio' instead")
     if sampler.is_hetero:
-        if options.auto_hot or options.refresh != 'super_batch' or \
-                compensate:
-            raise NotImplementedError(
-                "BottomLayerOffload on heterogeneous graphs supports "
-                "hot_ratio as a number and refresh='super_batch' only, "
-                "with models that need no degree compensation (no "
-                "GCNConv-like layer that weighs messages by the "
-                "sender's in-degree)")
+        _check_hetero_options(options, compensate)
         runtime = build_hetero_runtime(model, loader, options,
                                        measure=why_not is None, ranks=ranks)
     else:
@@ -420,6 +431,37 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     return runtime
 
 
+def _hetero_first_layer(model: torch.nn.Module, loader: Any,
+                        options: OffloadOptions
+                        ) -> Tuple[str, Dict[Any, torch.nn.Module]]:
+    # The first layer of a heterogeneous model over the loader's graph (or
+    # partition), after checking that the node features it reads exist.
+    if is_partition_loader(loader):
+        part = loader.partition
+        edge_types = list(part.csc)
+        has_x = {t: 'x' in attrs for t, attrs in part.node_attrs.items()}
+        where = "the partition's node attribute 'x' of {t!r}"
+    else:
+        data = loader.data
+        edge_types = data.edge_types
+        has_x = {t: isinstance(getattr(data[t], 'x', None), Tensor)
+                 for t in data.node_types}
+        where = "'data[{t!r}].x'"
+    layer_name, convs = find_hetero_first_layer(model, edge_types,
+                                                options.layer)
+    for et in convs:
+        for t in (et[0], et[-1]):
+            if not has_x.get(t, False):
+                raise ValueError(
+                    f"BottomLayerOffload needs node features "
+                    f"{where.format(t=t)} (the first layer reads them for "
+                    f"{et})")
+    names = {id(m): name for name, m in model.named_modules()}
+    for conv in convs.values():
+        check_materialized(conv, names[id(conv)])
+    return layer_name, convs
+
+
 def build_hetero_runtime(model: torch.nn.Module, loader: Any,
                          options: OffloadOptions, measure: bool = True,
                          ranks: Optional[MachineRanks] = None
@@ -428,55 +470,64 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
     with :obj:`options.measure` (and :obj:`measure`), the size of the hot
     set (over all node types) is decided by measurement. With
     :obj:`ranks`, the hot set is chosen from their summed counts, and they
-    decide alike."""
+    decide alike (on a partition, each rank chooses among its own
+    vertices, and they try hot sets of the same sizes)."""
     measure = measure and options.measure
-    sampler, data = loader_sampler(loader), loader.data
-    topology = sampler.topology.to('cpu')
-    layer_name, convs = find_hetero_first_layer(model, data.edge_types,
-                                                options.layer)
-    x_dict: Dict[str, Tensor] = {}
-    for et in convs:
-        for t in (et[0], et[-1]):
-            x = getattr(data[t], 'x', None)
-            if not isinstance(x, Tensor):
-                raise ValueError(
-                    f"BottomLayerOffload needs node features "
-                    f"'data[{t!r}].x' (the first layer reads them for {et})")
-            x_dict[t] = x.cpu()
-    names = {id(m): name for name, m in model.named_modules()}
-    for conv in convs.values():
-        check_materialized(conv, names[id(conv)])
-    fanouts = {
-        et: -1 if options.full_neighbors else sampler.bottom_fanout(et)
-        for et in convs
-    }
-    computer = HeteroBottomLayerComputer(
-        convs, x_dict, {et: topology.csc[et] for et in convs}, fanouts,
-        {t: x.size(0) for t, x in x_dict.items()}, replace=sampler.replace,
-        seed=options.seed, autocast_dtype=options.cpu_autocast)
-    input_type = loader.input_data.input_type
-    seeds, batch_size, num_batches = _seeds(loader,
-                                            topology.num_nodes[input_type])
+    partitioned = is_partition_loader(loader)
+    sampler = loader_sampler(loader)
+    layer_name, convs = _hetero_first_layer(model, loader, options)
     ratios = _trial_ratios(options) if measure else (options.hot_ratio, )
-    selection = select_hetero_hot_nodes(
-        sampler, seeds, input_type, computer.node_types, batch_size,
-        max(ratios), options.num_presample_batches or num_batches,
-        options.seed, reduce_counts=None if ranks is None else ranks.sum,
-        num_ranks=1 if ranks is None else ranks.size)
+    of = None  # The vertices the ratios are of: all of them.
+    if partitioned:
+        selection, computer, x_dict = part_hetero_runtime_inputs(
+            loader, convs, max(ratios), options)
+        part = loader.partition
+        of = sum(int(part.node_ids[t].numel()) for t in computer.node_types)
+        if measure and ranks is not None:
+            # Hot sets of the same sizes on all ranks:
+            of = ranks.min(of)
+            selection.hot_nodes = selection.hot_nodes[:ranks.min(
+                selection.hot_nodes.numel())]
+    else:
+        data = loader.data
+        topology = sampler.topology.to('cpu')
+        x_dict = {t: data[t].x.cpu() for et in convs
+                  for t in (et[0], et[-1])}
+        fanouts = {
+            et: -1 if options.full_neighbors else sampler.bottom_fanout(et)
+            for et in convs
+        }
+        computer = HeteroBottomLayerComputer(
+            convs, x_dict, {et: topology.csc[et] for et in convs}, fanouts,
+            {t: x.size(0) for t, x in x_dict.items()},
+            replace=sampler.replace, seed=options.seed,
+            autocast_dtype=options.cpu_autocast)
+        input_type = loader.input_data.input_type
+        seeds, batch_size, num_batches = _seeds(
+            loader, topology.num_nodes[input_type])
+        selection = select_hetero_hot_nodes(
+            sampler, seeds, input_type, computer.node_types, batch_size,
+            max(ratios), options.num_presample_batches or num_batches,
+            options.seed, reduce_counts=None if ranks is None else ranks.sum,
+            num_ranks=1 if ranks is None else ranks.size)
     if measure:
         hot, sizes, kept = _trial_hot_set(selection.hot_nodes,
                                           selection.num_nodes, ratios,
-                                          options)
+                                          options, of)
         measure = len(sizes) > 1
     else:
         hot = HotSetSizer(selection.hot_nodes, selection.num_nodes)
     # Check the split on hot vertices where there are, on any otherwise:
     by_type = computer.node_type_of(hot.hot_nodes)
-    probe = {
-        t: by_type[t][1] if t in by_type else
-        torch.arange(min(64, x_dict[t].size(0)))
-        for t in computer.node_types
-    }
+    probe = {}
+    for t in computer.node_types:
+        if t in by_type:
+            probe[t] = by_type[t][1]
+        elif partitioned:  # Vertices with rows in the tables.
+            probe[t] = x_dict[t].ids[:64] if t in x_dict else \
+                torch.empty(0, dtype=torch.int64)
+        else:
+            probe[t] = torch.arange(min(64, x_dict[t].size(0)))
     computer.choose_split(probe, options.split)
     strategy = make_strategy(computer, computer.layer_group(convs), hot,
                              loader.device, options)

@@ -3,7 +3,7 @@ edge type, as :func:`~torch_geometric.nn.to_hetero` and
 :class:`~torch_geometric.nn.conv.HeteroConv` build it), and computing it for
 hot vertices of several node types on the CPU."""
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -101,13 +101,20 @@ class HeteroBottomLayerComputer:
         seed (int, optional): Seeds the per-thread random generators.
         autocast_dtype (torch.dtype, optional): See
             :class:`BottomLayerComputer`.
+        make_part (callable, optional): :obj:`make_part(edge_type, conv,
+            num_neighbors, seed)` returns the computer of an edge type
+            instead of one over :obj:`x_dict` and :obj:`csc_dict` (e.g.
+            over a partition's tables, see
+            :mod:`pyg_orch.offload.partition`).
     """
     def __init__(self, convs: Dict[EdgeType, torch.nn.Module],
                  x_dict: Dict[NodeType, Tensor], csc_dict: Dict[EdgeType, Any],
                  num_neighbors: Dict[EdgeType, int],
                  num_nodes: Dict[NodeType, int], replace: bool = False,
                  seed: Optional[int] = None,
-                 autocast_dtype: Optional[torch.dtype] = None):
+                 autocast_dtype: Optional[torch.dtype] = None,
+                 make_part: Optional[Callable[..., BottomLayerComputer]]
+                 = None):
         self.edge_types = list(convs)
         self.node_types: List[NodeType] = []
         for et in self.edge_types:
@@ -125,7 +132,9 @@ class HeteroBottomLayerComputer:
             src, _, dst = et
             k = int(num_neighbors[et])
             gen_seed = None if seed is None else seed + 7919 * (i + 1)
-            if src == dst:
+            if make_part is not None:
+                part = make_part(et, convs[et], k, gen_seed)
+            elif src == dst:
                 part = BottomLayerComputer(convs[et], x_dict[dst],
                                            csc_dict[et], k, replace=replace,
                                            seed=gen_seed, dedup=False,

@@ -7,15 +7,23 @@ in the part; the features of their in-neighbors owned by other parts are
 fetched once, when the offload is built (one
 :meth:`~pyg_orch.distributed.DistributedFeatureGather.gather`), into a
 table of at most as many rows as the part owns vertices (:class:`HaloTable`).
-The sampler then skips the hot vertices' last hop, as on one machine."""
-from typing import Any, Optional, Tuple
+The sampler then skips the hot vertices' last hop, as on one machine.
+On a heterogeneous partition, the same per node type: the candidates are
+the part's vertices of the first layer's destination types, and the tables
+hold, per node type, the candidates' and their in-neighbors' rows over the
+first layer's edge types."""
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from pyg_orch.core.csc import CSCTopology
-from pyg_orch.offload.bottom_layer import BottomLayerComputer
+from pyg_orch.offload.bottom_layer import (
+    BipartiteLayerComputer,
+    BottomLayerComputer,
+)
+from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 from pyg_orch.offload.ddp import MachineRanks, process_group_active
 from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.options import OffloadOptions
@@ -32,11 +40,7 @@ def check_partition_loader(loader: Any) -> Any:
     r"""Returns the sampler of a partitioned :obj:`loader`; raises if
     offload cannot work with it."""
     part = loader.partition
-    if part.is_hetero:
-        raise NotImplementedError(
-            "BottomLayerOffload on a partitioned graph supports homogeneous "
-            "partitions only (this one was cut from a HeteroData)")
-    if not isinstance(part.x, Tensor):
+    if not part.is_hetero and not isinstance(part.x, Tensor):
         raise ValueError("BottomLayerOffload needs node features: the "
                          "partition has no node attribute 'x'")
     sampler = loader.node_sampler
@@ -101,85 +105,196 @@ class PartBottomLayerComputer(BottomLayerComputer):
         return super().subgraph(self.table.rows(nodes), generator)
 
 
+class PartBipartiteLayerComputer(BipartiteLayerComputer):
+    r"""A :class:`~pyg_orch.offload.bottom_layer.BipartiteLayerComputer`
+    over a :class:`HaloTable` of the destination type (its in-edges) and
+    the source type's rows: destination vertices are named by their global
+    ids."""
+    def __init__(self, layer: torch.nn.Module, x_src: Tensor,
+                 table: HaloTable, num_neighbors: int,
+                 seed: Optional[int] = None,
+                 autocast_dtype: Optional[torch.dtype] = None):
+        super().__init__(layer, x_src, table.x, table.csc, num_neighbors,
+                         replace=False, seed=seed,
+                         autocast_dtype=autocast_dtype)
+        self.table = table
+
+    def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
+               ) -> Tuple[Any, Tensor]:
+        return super().inputs(self.table.rows(nodes), generator)
+
+
+def _of_type(value: Any, node_type: Any) -> Any:
+    # A partition's per-node-type value (the value itself when homogeneous).
+    return value if node_type is None else value[node_type]
+
+
 def count_part_accesses(loader: Any, num_batches: int, seed: Optional[int]
-                        ) -> Tuple[Tensor, int]:
-    r"""How often every vertex (global ids) lands in hops :obj:`0, ...,
-    L - 1` of :obj:`num_batches` batches of this rank's seeds (at most an
-    epoch), drawn without pruning, the sampler's state restored after; a
-    collective (every rank draws the same number of batches)."""
+                        ) -> Tuple[Dict[Any, Tensor], int]:
+    r"""How often every vertex (global ids, per node type; :obj:`None` on a
+    homogeneous partition) lands in hops :obj:`0, ..., L - 1` of
+    :obj:`num_batches` batches of this rank's seeds (at most an epoch),
+    drawn without pruning, the sampler's state restored after; a collective
+    (every rank draws the same number of batches)."""
     sampler = loader.node_sampler
-    num_nodes = sampler.num_nodes[None]
     num = max(1, min(int(num_batches), len(loader)))
     seeds = loader.input_nodes
     gen = torch.Generator().manual_seed(0 if seed is None else int(seed))
     seeds = seeds[torch.randperm(seeds.numel(), generator=gen)]
     batches = list(torch.split(seeds, loader.batch_size))[:num]
     batches += [seeds[:0]] * (num - len(batches))
-    counts = torch.zeros(num_nodes, dtype=torch.int64)
+    counts = {t: torch.zeros(n, dtype=torch.int64)
+              for t, n in sampler.num_nodes.items()}
     hops = sampler.num_hops
+    hetero = loader.partition.is_hetero
     with sampler.presampling():
         for batch in batches:
-            out = sampler.sample_from_nodes(batch)
-            upper = out.node[:sum(out.num_sampled_nodes[:hops])].cpu()
-            counts += torch.bincount(upper, minlength=num_nodes)
+            out = sampler.sample_from_nodes(
+                {loader.input_type: batch} if hetero else batch)
+            node, nums = out.node, out.num_sampled_nodes
+            if not hetero:
+                node, nums = {None: node}, {None: nums}
+            for t, ids in node.items():
+                upper = ids[:sum(nums[t][:hops])].cpu()
+                counts[t] += torch.bincount(upper, minlength=counts[t].numel())
     return counts, num
 
 
-def select_part_hot_nodes(loader: Any, hot_ratio: float, num_batches: int,
+def select_part_hot_nodes(loader: Any, node_types: List[Any],
+                          hot_ratio: float, num_batches: int,
                           seed: Optional[int]) -> HotSet:
     r"""The hot candidates of this rank: the :obj:`hot_ratio` fraction of
-    its part's vertices accessed most often in pre-sampled batches
-    (:func:`count_part_accesses`); a collective."""
+    its part's vertices of :obj:`node_types` (:obj:`[None]` on a
+    homogeneous partition) accessed most often in pre-sampled batches
+    (:func:`count_part_accesses`); a collective. Ids of several node types
+    are combined, those of :obj:`node_types[k]` after those of the types
+    before it (as in
+    :class:`~pyg_orch.offload.hetero_layer.HeteroBottomLayerComputer`)."""
     part = loader.partition
     counts, num = count_part_accesses(loader, num_batches, seed)
-    owned = counts.new_zeros(counts.numel(), dtype=torch.bool)
-    owned[part.node_ids.to(torch.int64)] = True
-    mine = torch.where(owned, counts, 0)
+    mine, total = [], 0
+    for t in node_types:
+        owned = torch.zeros(counts[t].numel(), dtype=torch.bool)
+        ids = _of_type(part.node_ids, t).to(torch.int64)
+        owned[ids] = True
+        mine.append(torch.where(owned, counts[t], 0))
+        total += ids.numel()
+    mine = torch.cat(mine)
     order = torch.sort(mine, descending=True, stable=True).indices
-    num_hot = min(int(round(hot_ratio * part.num_nodes)),
-                  int((mine > 0).sum()))
+    num_hot = min(int(round(hot_ratio * total)), int((mine > 0).sum()))
     return HotSet(order[:num_hot].clone(), torch.empty(0, dtype=torch.int64),
-                  counts, num)
+                  torch.cat([counts[t] for t in node_types]), num)
+
+
+def _in_edges(part: Any, edge_type: Any, nodes: Tensor
+              ) -> Tuple[Tensor, Tensor]:
+    # The in-edges of `nodes` (owned, of the destination type) in the part:
+    # their sources and, per edge, the position of its destination.
+    csc = _of_type(part.csc, edge_type)
+    dst_type = None if edge_type is None else edge_type[-1]
+    local = part.to_local(nodes, dst_type) if nodes.numel() else nodes
+    start = csc.colptr[local].to(torch.int64)
+    deg = csc.colptr[local + 1].to(torch.int64) - start
+    owner = torch.repeat_interleave(torch.arange(nodes.numel()), deg)
+    offset = torch.arange(owner.numel()) - torch.repeat_interleave(
+        torch.cumsum(deg, 0) - deg, deg)
+    src = csc.row.index_select(0, start[owner] + offset).to(torch.int64)
+    return src, owner
+
+
+def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
+                      offsets: Dict[Any, int], edge_types: List[Any],
+                      max_rows: int
+                      ) -> Tuple[Dict[Any, HaloTable], Dict[Any, HaloTable],
+                                 Tensor]:
+    r"""The tables the CPU side reads on a partition, for the longest
+    prefix of :obj:`candidates` (combined ids of :obj:`node_types`, starting
+    at :obj:`offsets`, owned by this rank's part) whose vertices and
+    in-neighbors over :obj:`edge_types` (the first layer's; :obj:`[None]`
+    on a homogeneous partition) take at most :obj:`max_rows` rows in all.
+    Returns a :class:`HaloTable` per node type (its rows, no edges), one
+    per edge type (the destination type's rows and the edge type's
+    in-edges of the kept candidates, whose sources are rows of the source
+    type's table) and the kept prefix; a collective (the rows of other
+    parts come with one gather of the loader's)."""
+    part = loader.partition
+    k = candidates.numel()
+    starts = torch.tensor([offsets[t] for t in node_types])
+    kind = torch.bucketize(candidates, starts, right=True) - 1
+    mine = {t: (kind == i).nonzero().view(-1)
+            for i, t in enumerate(node_types)}  # Positions per type.
+    local_ids = {t: candidates[pos] - offsets[t] for t, pos in mine.items()}
+
+    def src_of(et):
+        return None if et is None else et[0]
+
+    def dst_of(et):
+        return None if et is None else et[-1]
+
+    # Every row a candidate needs, with the candidate's position: its own
+    # (destination type) and its in-neighbors' (source types).
+    edges, need = {}, {}
+    for t, pos in mine.items():
+        need.setdefault(t, []).append((local_ids[t], pos))
+    for et in edge_types:
+        d = dst_of(et)
+        src, owner = _in_edges(part, et, local_ids[d])
+        edges[et] = (src, owner)
+        need.setdefault(src_of(et), []).append((src, mine[d][owner]))
+    added = torch.zeros(k + 1, dtype=torch.int64)
+    found = {}
+    for t, pieces in need.items():
+        ids, inv = torch.unique(torch.cat([p[0] for p in pieces]),
+                                return_inverse=True)
+        first = torch.full((ids.numel(), ), k,
+                           dtype=torch.int64).scatter_reduce(
+            0, inv, torch.cat([p[1] for p in pieces]), 'amin')
+        added += torch.bincount(first, minlength=k + 1)
+        found[t] = (ids, first)
+    keep = int((torch.cumsum(added[:k], 0) <= max_rows).sum())
+    ids = {t: ids[first < keep] for t, (ids, first) in found.items()}
+    # Every rank gathers once (rows of other parts come over):
+    if part.is_hetero:
+        got = loader.gather.gather(ids)
+        rows = {t: got[t]['x'].cpu() for t in ids}
+    else:
+        rows = {None: loader.gather.gather(ids[None])['x'].cpu()}
+    tables = {t: HaloTable(ids[t], rows[t], None) for t in ids}
+    by_edge = {}
+    for et in edge_types:
+        d, s = dst_of(et), src_of(et)
+        src, owner = edges[et]
+        kept = mine[d] < keep
+        num_kept = int(kept.sum())
+        # The kept candidates' in-edges over the tables' rows, by column:
+        col = torch.searchsorted(ids[d], local_ids[d][:num_kept])
+        on = kept[owner]
+        row = torch.searchsorted(ids[s], src[on])
+        order = torch.sort(col[owner[on]], stable=True).indices
+        degree = torch.bincount(owner[on], minlength=num_kept)
+        counts = torch.zeros(ids[d].numel(), dtype=torch.int64)
+        counts[col] = degree[:num_kept]
+        colptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+        by_edge[et] = HaloTable(ids[d], rows[d], CSCTopology(
+            colptr, row[order], None, ids[s].numel()))
+    return tables, by_edge, candidates[:keep]
 
 
 def build_halo(loader: Any, candidates: Tensor, max_rows: int
                ) -> Tuple[HaloTable, Tensor]:
-    r"""The :class:`HaloTable` of the longest prefix of :obj:`candidates`
-    (owned by this rank's part) whose vertices and in-neighbors take at
-    most :obj:`max_rows` rows, and that prefix; a collective (the rows owned
-    by other parts are fetched with the loader's feature gather)."""
-    part = loader.partition
-    csc = part.csc
-    k = candidates.numel()
-    local = part.to_local(candidates) if k else candidates
-    start, end = csc.colptr[local].to(torch.int64), \
-        csc.colptr[local + 1].to(torch.int64)
-    deg = end - start
-    owner = torch.repeat_interleave(torch.arange(k), deg)
-    offset = torch.arange(owner.numel()) - torch.repeat_interleave(
-        torch.cumsum(deg, 0) - deg, deg)
-    nbr = csc.row.index_select(0, start[owner] + offset).to(torch.int64)
-    ids, inv = torch.unique(torch.cat([candidates, nbr]),
-                            return_inverse=True)
-    # The candidate that first needs each row, and the rows each one adds:
-    first = torch.full((ids.numel(), ), k, dtype=torch.int64).scatter_reduce(
-        0, inv, torch.cat([torch.arange(k), owner]), 'amin')
-    added = torch.cumsum(torch.bincount(first, minlength=k)[:k], 0)
-    keep = int((added <= max_rows).sum())
-    ids = ids[first < keep]
-    # Every rank gathers once (rows of other parts come over):
-    x = loader.gather.gather(ids)['x'].cpu()
-    # The kept candidates' in-edges over the table's rows, column by row:
-    col = torch.searchsorted(ids, candidates[:keep])
-    kept = owner < keep
-    row = torch.searchsorted(ids, nbr[kept])
-    order = torch.sort(col[owner[kept]], stable=True).indices
-    counts = torch.zeros(ids.numel(), dtype=torch.int64)
-    counts[col] = deg[:keep]
-    colptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-    table = HaloTable(ids, x, CSCTopology(colptr, row[order], None,
-                                          ids.numel()))
-    return table, candidates[:keep]
+    r"""On a homogeneous partition: the :class:`HaloTable` of the longest
+    prefix of :obj:`candidates` whose vertices and in-neighbors take at
+    most :obj:`max_rows` rows, and that prefix (see
+    :func:`build_halo_tables`); a collective."""
+    _, by_edge, kept = build_halo_tables(loader, candidates, [None],
+                                         {None: 0}, [None], max_rows)
+    return by_edge[None], kept
+
+
+def _presample_batches(loader: Any, options: OffloadOptions) -> int:
+    # The same number on every rank (an epoch has as many batches on all):
+    return options.num_presample_batches or min(len(loader),
+                                                DEFAULT_PRESAMPLE_BATCHES)
 
 
 def part_runtime_inputs(loader: Any, first: torch.nn.Module, ratio: float,
@@ -187,13 +302,12 @@ def part_runtime_inputs(loader: Any, first: torch.nn.Module, ratio: float,
                         ) -> Tuple[HotSet, PartBottomLayerComputer,
                                    HaloTable]:
     r"""What :func:`~pyg_orch.offload.build.build_homo_runtime` needs on a
-    partition: the hot candidates (at most the :obj:`ratio` fraction of
-    the part's vertices, fewer where their halo would exceed the part's own
-    number of vertices), the computer and its table; a collective."""
-    # The same number on every rank (an epoch has as many batches on all):
-    num_batches = options.num_presample_batches or min(
-        len(loader), DEFAULT_PRESAMPLE_BATCHES)
-    selection = select_part_hot_nodes(loader, ratio, num_batches,
+    homogeneous partition: the hot candidates (at most the :obj:`ratio`
+    fraction of the part's vertices, fewer where their halo would exceed
+    the part's own number of vertices), the computer and its table; a
+    collective."""
+    selection = select_part_hot_nodes(loader, [None], ratio,
+                                      _presample_batches(loader, options),
                                       options.seed)
     table, candidates = build_halo(loader, selection.hot_nodes,
                                    max(loader.partition.num_nodes, 1))
@@ -204,6 +318,51 @@ def part_runtime_inputs(loader: Any, first: torch.nn.Module, ratio: float,
                                        seed=options.seed,
                                        autocast_dtype=options.cpu_autocast)
     return selection, computer, table
+
+
+def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
+                               ratio: float, options: OffloadOptions
+                               ) -> Tuple[HotSet, HeteroBottomLayerComputer,
+                                          Dict[Any, HaloTable]]:
+    r"""The same as :func:`part_runtime_inputs` on a heterogeneous
+    partition: the hot candidates among the part's vertices of the first
+    layer's destination types (combined ids), the computer over the
+    tables, and the table of every node type (its rows); a collective."""
+    sampler, part = loader.node_sampler, loader.partition
+    edge_types = list(convs)
+    node_types: List[Any] = []
+    for et in edge_types:
+        if et[-1] not in node_types:
+            node_types.append(et[-1])
+    offsets, total = {}, 0
+    for t in node_types:
+        offsets[t] = total
+        total += sampler.num_nodes[t]
+    selection = select_part_hot_nodes(loader, node_types, ratio,
+                                      _presample_batches(loader, options),
+                                      options.seed)
+    budget = max(sum(int(part.node_ids[t].numel()) for t in node_types), 1)
+    tables, by_edge, candidates = build_halo_tables(
+        loader, selection.hot_nodes, node_types, offsets, edge_types, budget)
+    selection.hot_nodes = candidates
+
+    def make_part(et, conv, k, seed):
+        if et[0] == et[-1]:
+            return PartBottomLayerComputer(
+                conv, by_edge[et], k, seed=seed,
+                autocast_dtype=options.cpu_autocast)
+        return PartBipartiteLayerComputer(
+            conv, tables[et[0]].x, by_edge[et], k, seed=seed,
+            autocast_dtype=options.cpu_autocast)
+
+    fanouts = {et: -1 if options.full_neighbors else
+               sampler.bottom_fanout(et) for et in edge_types}
+    computer = HeteroBottomLayerComputer(
+        convs, {}, {}, fanouts, {t: sampler.num_nodes[t]
+                                 for t in node_types},
+        seed=options.seed, autocast_dtype=options.cpu_autocast,
+        make_part=make_part)
+    return selection, computer, tables
 
 
 def partition_ranks(loader: Any) -> Optional[MachineRanks]:
