@@ -187,17 +187,9 @@ class DistributedNeighborSampler:
         if hot_nodes is None:
             self._hot_nodes = None
             return
-        if not isinstance(hot_nodes, dict):
-            if self.is_hetero:
-                raise ValueError("'hot_nodes' must be a dictionary of masks "
-                                 "per node type on a heterogeneous "
-                                 "partition")
-            hot_nodes = {None: hot_nodes}
         masks = {}
-        for t, mask in hot_nodes.items():
-            if t not in self.num_nodes:
-                raise ValueError(f"'hot_nodes' names the node type {t!r}, "
-                                 f"not one of {self.node_types}")
+        for t, mask in self._by_node_type(hot_nodes, 'hot_nodes',
+                                          'masks').items():
             n = self.num_nodes[t]
             if not isinstance(mask, Tensor) or mask.dtype != torch.bool \
                     or tuple(mask.shape) != (n, ):
@@ -206,6 +198,22 @@ class DistributedNeighborSampler:
                                  f"{t!r}; got {type(mask).__name__})")
             masks[t] = mask.to(self.device)
         self._hot_nodes = masks
+
+    def _by_node_type(self, value: Any, name: str, what: str
+                      ) -> Dict[Any, Any]:
+        # `value` per node type ({None: value} on a homogeneous partition),
+        # every key a node type of the partition.
+        if not isinstance(value, dict):
+            if self.is_hetero:
+                raise ValueError(f"'{name}' must be a dictionary of {what} "
+                                 f"per node type on a heterogeneous "
+                                 f"partition")
+            value = {None: value}
+        for t in value:
+            if t not in self.num_nodes:
+                raise ValueError(f"'{name}' names the node type {t!r}, not "
+                                 f"one of {self.node_types}")
+        return value
 
     def bottom_fanout(self, edge_type: Any = None) -> int:
         r"""The fan-out of the last hop (of :obj:`edge_type` on a
@@ -285,17 +293,12 @@ class DistributedNeighborSampler:
             if isinstance(seeds, (tuple, list)) and len(seeds) == 2 \
                     and isinstance(seeds[0], str):
                 seeds = {seeds[0]: seeds[1]}
-            if not isinstance(seeds, dict):
-                raise ValueError("'seeds' must be a dictionary of node ids "
-                                 "per node type, or a (node type, ids) "
-                                 "tuple, for a heterogeneous partition")
         else:
             seeds = {None: seeds}
         out = {}
-        for t, ids in seeds.items():
-            if t not in self.num_nodes:
-                raise ValueError(f"'seeds' has the node type {t!r}, not one "
-                                 f"of {self.node_types}")
+        for t, ids in self._by_node_type(
+                seeds, 'seeds', 'node ids (or a (node type, ids) tuple)'
+        ).items():
             ids = torch.as_tensor(ids)
             if ids.dim() != 1 or (ids.numel() and (
                     ids.is_floating_point() or ids.dtype == torch.bool)):
