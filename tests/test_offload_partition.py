@@ -293,6 +293,36 @@ def test_heterogeneous_partition_full_neighbors_is_exact(tmp_path, kind):
     assert sum(o['stats']['hot_rows_replaced'] for o in out) > 0
 
 
+@pytest.mark.parametrize('device', [
+    'cpu',
+    pytest.param('cuda', marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason='needs CUDA')),
+])
+def test_heterogeneous_one_part_without_process_group(tmp_path, device):
+    from test_offload_hetero import forward, hetero_graph, make_model
+    info = partition_graph(hetero_graph(), 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+
+    def make():
+        return HybridNeighborLoader(
+            str(info.out_dir), [-1, -1], batch_size=16, input_nodes='b',
+            shuffle=True, seed=1, device=device, sampling_device=device,
+            feature_device=device)
+
+    loader, ref_loader = make(), make()
+    model = make_model('to_hetero', hetero_graph(), device)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
+                             full_neighbors=True, split='aggregate')
+    assert all(v.numel() > 0 for v in off.hot_nodes.values())
+    pruned = 0
+    for batch, ref in zip(loader, ref_loader):
+        pruned += ref['a'].num_nodes - batch['a'].num_nodes
+        got, expected = forward(off, batch), forward(model, ref)
+        assert torch.allclose(got, expected, atol=1e-5)
+    assert pruned > 0 and off.stats()['hot_rows_replaced'] > 0
+    off.close()
+
+
 def test_heterogeneous_partition_with_sampled_fanout_trains(tmp_path):
     from test_offload_hetero import hetero_graph
     info = partition_graph(hetero_graph(), 2, tmp_path / 'p', 'random',
