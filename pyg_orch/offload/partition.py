@@ -23,8 +23,8 @@ from pyg_orch.offload.bottom_layer import (
     BipartiteLayerComputer,
     BottomLayerComputer,
 )
-from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 from pyg_orch.offload.ddp import MachineRanks, process_group_active
+from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.options import OffloadOptions
 from pyg_orch.sampling.contract import DEFAULT_PRESAMPLE_BATCHES
@@ -53,14 +53,18 @@ class HaloTable:
     r"""The feature rows the CPU side of offload reads on a partition: those
     of a set of vertices (the hot candidates and their in-neighbors, owned
     by any part), in ascending global id order, and the in-edges of the
-    candidates over these rows.
+    candidates (of one edge type) over these rows.
 
     Args:
         ids (torch.Tensor): Global ids of the rows, ascending.
         x (torch.Tensor): Their features.
-        csc (CSCTopology): In-edges over row numbers (columns: rows).
+        csc (CSCTopology, optional): In-edges, one column per row; their
+            sources are rows of this table (or of the source type's, for
+            an edge type between two node types). :obj:`None` for a table
+            of rows only.
     """
-    def __init__(self, ids: Tensor, x: Tensor, csc: CSCTopology):
+    def __init__(self, ids: Tensor, x: Tensor,
+                 csc: Optional[CSCTopology] = None):
         self.ids, self.x, self.csc = ids, x, csc
 
     def rows(self, global_ids: Tensor) -> Tensor:
