@@ -17,7 +17,7 @@ from conftest import (
 )
 from multiproc import run_workers
 from torch.nn.parallel import DistributedDataParallel
-from torch_geometric.nn import GCN, GraphSAGE
+from torch_geometric.nn import GCN
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
 from pyg_orch.distributed import load_partition, partition_graph
