@@ -350,8 +350,9 @@ class PrunedClock(StepClock):
     vertex that :obj:`loader`'s sampler prunes now (the hot set in use)."""
     def __init__(self, loader, per_pruned: float):
         def cost() -> float:
-            hot = loader.node_sampler.hot_nodes
-            pruned = 0 if hot is None else int(hot[None].sum())
+            hot = loader.node_sampler.hot_nodes  # Masks per node type.
+            pruned = 0 if hot is None else sum(
+                int(mask.sum()) for mask in hot.values())
             return 1.0 + per_pruned * pruned
 
         super().__init__(cost)

@@ -323,6 +323,51 @@ def test_heterogeneous_one_part_without_process_group(tmp_path, device):
     off.close()
 
 
+def _hetero_autotune(rank, world_size, out_dir, per_pruned):
+    from test_offload_hetero import forward, hetero_graph, make_model
+    loader = HybridNeighborLoader(out_dir, [3, 2], batch_size=16,
+                                  input_nodes='b', shuffle=True, seed=1,
+                                  device='cpu')
+    off = BottomLayerOffload(make_model('to_hetero', hetero_graph()), loader,
+                             autotune_clock=PrunedClock(loader,
+                                                        per_pruned[rank]))
+    # The loss reads the 'b' outputs only: the last layer's modules into 'a'
+    # get no gradient.
+    ddp = DistributedDataParallel(off, find_unused_parameters=True)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    steps = 0
+    while off.stats()['decision']['state'] != 'decided' and steps < 300:
+        for batch in loader:
+            optimizer.zero_grad()
+            y = batch['b'].y[:batch['b'].batch_size]
+            F.cross_entropy(forward(ddp, batch), y).backward()
+            optimizer.step()
+            steps += 1
+    stats = off.stats()
+    off.close()
+    return stats, steps
+
+
+@pytest.mark.parametrize('per_pruned,wins', [
+    ((-0.01, 0.002), True),
+    ((0.01, 0.01), False),
+])
+def test_heterogeneous_default_decides_alike_on_every_rank(tmp_path,
+                                                           per_pruned, wins):
+    from test_offload_hetero import hetero_graph
+    info = partition_graph(hetero_graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_hetero_autotune, 2,
+                      args=(str(info.out_dir), per_pruned), timeout=180)
+    (s0, steps0), (s1, steps1) = out
+    assert steps0 == steps1 < 300
+    d0, d1 = s0['decision'], s1['decision']
+    assert d0['state'] == 'decided' and d0['candidates'] == d1['candidates']
+    sizes = [c['num_hot'] for c in d0['candidates']]
+    assert sizes[0] == 0 and len(sizes) > 1
+    assert (s0['num_hot'] > 0) == (s1['num_hot'] > 0) == wins
+
+
 def test_heterogeneous_partition_with_sampled_fanout_trains(tmp_path):
     from test_offload_hetero import hetero_graph
     info = partition_graph(hetero_graph(), 2, tmp_path / 'p', 'random',
