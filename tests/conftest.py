@@ -345,17 +345,18 @@ class StepClock:
         return self.t
 
 
+def num_pruned(loader) -> int:
+    r"""The vertices (of all node types) that :obj:`loader`'s sampler
+    prunes now (the hot set in use)."""
+    hot = loader.node_sampler.hot_nodes  # Masks per node type.
+    return 0 if hot is None else sum(int(m.sum()) for m in hot.values())
+
+
 class PrunedClock(StepClock):
     r"""A fake clock whose steps take 1 s plus :obj:`per_pruned` seconds per
-    vertex that :obj:`loader`'s sampler prunes now (the hot set in use)."""
+    vertex that :obj:`loader`'s sampler prunes now (:func:`num_pruned`)."""
     def __init__(self, loader, per_pruned: float):
-        def cost() -> float:
-            hot = loader.node_sampler.hot_nodes  # Masks per node type.
-            pruned = 0 if hot is None else sum(
-                int(mask.sum()) for mask in hot.values())
-            return 1.0 + per_pruned * pruned
-
-        super().__init__(cost)
+        super().__init__(lambda: 1.0 + per_pruned * num_pruned(loader))
 
 
 def tiny_model() -> torch.nn.Module:

@@ -20,6 +20,7 @@ from pyg_orch.offload.options import OffloadOptions
 from conftest import (
     SlowCPU,
     StepClock,
+    num_pruned,
     tiny_graph,
     tiny_loader,
     train_steps,
@@ -222,11 +223,6 @@ def test_autotune_not_supported_with_worker_processes():
 # End to end ##################################################################
 
 
-def pruned(loader) -> int:
-    hot = loader.node_sampler.hot_nodes
-    return 0 if hot is None else int(hot[None].sum())
-
-
 def node_step(off, batch):
     out = off(batch.x, batch.edge_index)
     return out, F.cross_entropy(out[:batch.batch_size],
@@ -242,7 +238,7 @@ def test_end_to_end_offload_wins(refresh, caplog):
     data = tiny_graph()
     loader = tiny_loader(data)
     # Steps are faster the more vertices the sampler prunes:
-    clock = StepClock(lambda: 1.0 - 0.005 * pruned(loader))
+    clock = StepClock(lambda: 1.0 - 0.005 * num_pruned(loader))
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
     off = BottomLayerOffload(model, loader, refresh=refresh,
@@ -272,7 +268,7 @@ def test_end_to_end_offload_wins(refresh, caplog):
     assert decision['speedup'] > 1.02
     assert all(c['measured_steps'] == 10 for c in decision['candidates'])
     # It really ends in that configuration:
-    assert stats['num_hot'] == 30 and pruned(loader) == 30
+    assert stats['num_hot'] == 30 and num_pruned(loader) == 30
     before = stats['hot_rows_replaced']
     train(off, loader, 5)
     assert off.stats()['hot_rows_replaced'] > before
@@ -286,7 +282,7 @@ def test_end_to_end_offload_off():
     data = tiny_graph()
     loader = tiny_loader(data)
     # Offload slows steps down:
-    clock = StepClock(lambda: 1.0 + 0.01 * pruned(loader))
+    clock = StepClock(lambda: 1.0 + 0.01 * num_pruned(loader))
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
     off = BottomLayerOffload(model, loader, autotune_clock=clock)
@@ -295,7 +291,7 @@ def test_end_to_end_offload_off():
     decision = stats['decision']
     assert decision['state'] == 'decided' and decision['chosen_num_hot'] == 0
     assert 'offload off' in decision['reason']
-    assert stats['num_hot'] == 0 and pruned(loader) == 0
+    assert stats['num_hot'] == 0 and num_pruned(loader) == 0
     assert not off.runtime.active and off.runtime.handles == []
     assert wait_no_threads() == []
     # The runtime closed: none of its hooks runs any more (not even the
@@ -332,7 +328,7 @@ def test_explicit_hot_ratio_is_not_measured():
 def test_evaluation_during_the_trial():
     data = tiny_graph()
     loader = tiny_loader(data)
-    clock = StepClock(lambda: 1.0 - 0.005 * pruned(loader))
+    clock = StepClock(lambda: 1.0 - 0.005 * num_pruned(loader))
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader,
                              autotune_clock=clock)
     train(off, loader, 20)
@@ -340,7 +336,7 @@ def test_evaluation_during_the_trial():
     clock.cost = lambda: 1000.0  # Evaluation takes long: not timed.
     with torch.no_grad():
         off(data.x, data.edge_index)
-    clock.cost = lambda: 1.0 - 0.005 * pruned(loader)
+    clock.cost = lambda: 1.0 - 0.005 * num_pruned(loader)
     train(off, loader, 40)
     decision = off.stats()['decision']
     assert decision['chosen_num_hot'] == 30
@@ -471,7 +467,7 @@ def test_grow_then_shrink_replaces_from_covering_tables(
     data = tiny_graph()
     loader = tiny_loader(data, prefetch=prefetch)
     # Plain training 1.0 s a step, 10 hot vertices 0.9 s, 30 hot 0.95 s:
-    clock = StepClock(lambda: {0: 1.0, 10: 0.9}.get(pruned(loader), 0.95))
+    clock = StepClock(lambda: {0: 1.0, 10: 0.9}.get(num_pruned(loader), 0.95))
     slow = SlowCPU(0.002 if timing == 'slow' else 0.0)
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
@@ -541,11 +537,11 @@ def test_grow_then_shrink_replaces_from_covering_tables(
         # Slow CPU tables (more so on a loaded machine) decide how much of
         # a candidate's hot set is in use while it is timed, so any size may
         # win; the replacements checked above are what this case is about.
-        assert pruned(loader) == decision['chosen_num_hot']
+        assert num_pruned(loader) == decision['chosen_num_hot']
     else:
         assert decision['chosen_num_hot'] == 10
         assert off.runtime.hot.sizes[-4:] == [0, 10, 30, 10]
-        assert off.stats()['num_hot'] == 10 and pruned(loader) == 10
+        assert off.stats()['num_hot'] == 10 and num_pruned(loader) == 10
         assert len(checked) > 20
     remove()
     off.close()
@@ -602,7 +598,7 @@ def test_loader_cache_changes_only_if_offload_is_kept(offload_wins):
     store = Store()
     loader.set_gpu_cache_nodes = store.set_cached_nodes
     sign = -1.0 if offload_wins else 1.0
-    clock = StepClock(lambda: 1.0 + sign * 0.01 * pruned(loader))
+    clock = StepClock(lambda: 1.0 + sign * 0.01 * num_pruned(loader))
     torch.manual_seed(0)
     off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader,
                              gpu_cache_ratio=0.1, autotune_clock=clock)

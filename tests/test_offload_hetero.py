@@ -16,7 +16,13 @@ from torch_geometric.nn import (
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.offload import BottomLayerOffload
-from conftest import SlowCPU, StepClock, train_steps, wait_no_threads
+from conftest import (
+    SlowCPU,
+    StepClock,
+    num_pruned,
+    train_steps,
+    wait_no_threads,
+)
 
 # No offload thread outlives a test; one intra-op thread (conftest):
 pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
@@ -330,11 +336,6 @@ def test_count_node_access_per_node_type():
 
 
 # The decision by measurement (fake clocks) ##################################
-
-
-def num_pruned(loader) -> int:
-    hot = loader.node_sampler.hot_nodes
-    return 0 if hot is None else sum(int(m.sum()) for m in hot.values())
 
 
 def hetero_step(off, batch):

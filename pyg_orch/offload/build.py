@@ -65,11 +65,9 @@ def check_loader(loader: Any) -> HotNodeSampler:
     r"""Returns the loader's sampler; raises if offload can not work with
     the loader (a :class:`TypeError` unless it is a
     :class:`~pyg_orch.HybridNeighborLoader`-like loader whose sampler
-    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`;
-    for a :class:`~pyg_orch.distributed.DistributedNeighborLoader`, see
+    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`; a
+    :class:`~pyg_orch.distributed.DistributedNeighborLoader` is checked by
     :func:`~pyg_orch.offload.partition.check_partition_loader`)."""
-    if is_partition_loader(loader):
-        return check_partition_loader(loader)
     sampler = loader_sampler(loader)
     if not isinstance(sampler, HotNodeSampler):
         raise TypeError(

@@ -67,24 +67,26 @@ class HaloTable:
                  csc: Optional[CSCTopology] = None):
         self.ids, self.x, self.csc = ids, x, csc
 
+    def _find(self, global_ids: Tensor) -> Tuple[Tensor, Tensor]:
+        # The row of each id (clamped where it has none) and whether it has.
+        global_ids = global_ids.to(torch.int64)
+        if self.ids.numel() == 0:
+            return (torch.zeros_like(global_ids),
+                    torch.zeros(global_ids.shape, dtype=torch.bool))
+        pos = torch.searchsorted(self.ids, global_ids).clamp_(
+            max=self.ids.numel() - 1)
+        return pos, self.ids[pos] == global_ids
+
     def rows(self, global_ids: Tensor) -> Tensor:
         r"""The rows of :obj:`global_ids`, which must be in the table."""
-        global_ids = global_ids.to(torch.int64)
-        pos = torch.searchsorted(self.ids, global_ids).clamp_(
-            max=max(self.ids.numel() - 1, 0))
-        if global_ids.numel() and (self.ids.numel() == 0 or not bool(
-                torch.equal(self.ids[pos], global_ids))):
+        pos, found = self._find(global_ids)
+        if not bool(found.all()):
             raise KeyError('some vertices have no row in the halo table')
         return pos
 
     def known(self, global_ids: Tensor) -> Tensor:
         r"""Whether each of :obj:`global_ids` has a row."""
-        global_ids = global_ids.to(torch.int64)
-        if self.ids.numel() == 0:
-            return torch.zeros(global_ids.shape, dtype=torch.bool)
-        pos = torch.searchsorted(self.ids, global_ids).clamp_(
-            max=self.ids.numel() - 1)
-        return self.ids[pos] == global_ids
+        return self._find(global_ids)[1]
 
     def index_select(self, dim: int, global_ids: Tensor) -> Tensor:
         r"""The features of :obj:`global_ids` (as :obj:`x[global_ids]` of

@@ -217,7 +217,6 @@ class OffloadRuntime:
         tuner, self.tuner = self.tuner, None
         self.decision = tuner.summary()
         if size == 0:
-            self.offload_cache = None
             self.close()
         elif self.offload_cache is not None:
             self.offload_cache()
