@@ -25,7 +25,9 @@ with the worker's traceback as its cause and a note naming the rank. After
 
 Processes start through a fork server by default: it imports :obj:`torch`
 and :obj:`torch_geometric` once, and each worker is forked from it, clean
-(no threads of the test process) and quick to start. :obj:`fn`, its
+(no threads of the test process) and quick to start. It sees no GPU, so
+its workers are CPU processes; workers that use CUDA start with
+:obj:`start_method='spawn'`. :obj:`fn`, its
 arguments and its return value must be picklable: define :obj:`fn` at the
 top level of a module importable from the test process's :obj:`sys.path`
 (a test module is).
@@ -79,7 +81,26 @@ def _context(start_method: Optional[str]):
     ctx = mp.get_context(start_method)
     if start_method == 'forkserver':
         ctx.set_forkserver_preload(PRELOAD)
+        _start_cpu_fork_server()
     return ctx
+
+
+def _start_cpu_fork_server() -> None:
+    # The fork server starts (once) without visible GPUs: a CUDA driver that
+    # its imports initialized can not be used by the workers forked from it
+    # ("CUDA error: initialization error", e.g. from Adam's graph-capture
+    # check on a GPU machine). Its workers are CPU processes; GPU workers
+    # start with start_method='spawn'.
+    from multiprocessing import forkserver
+    saved = os.environ.get('CUDA_VISIBLE_DEVICES')
+    os.environ['CUDA_VISIBLE_DEVICES'] = ''
+    try:
+        forkserver.ensure_running()
+    finally:
+        if saved is None:
+            del os.environ['CUDA_VISIBLE_DEVICES']
+        else:
+            os.environ['CUDA_VISIBLE_DEVICES'] = saved
 
 
 def _exit_with_parent(parent: int) -> None:
