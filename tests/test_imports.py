@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = 'pyg_orch'
 
 # Modules that need Triton to import (and so fail to where it is missing).
-NEEDS_TRITON = {'pyg_orch.gpu.triton_kernels'}
+NEEDS_TRITON = {'pyg_orch.gpu.triton_kernels', 'pyg_orch.gpu.hetero_kernels'}
 
 
 def find_modules(root: Path = REPO, package: str = PACKAGE

@@ -1,0 +1,50 @@
+"""``benchmarks/bench_offload.py --process-per-run``: every run of a mode in
+a fresh process, merged into one report."""
+import importlib
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / 'benchmarks'
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module('bench_offload')
+
+
+@pytest.mark.parametrize('argv', [
+    ['--tiny', '--modes', 'plain,default', '--both-orders', '--out', 'a.json',
+     '--process-per-run', '--batches', '3'],
+    ['--tiny', '--modes=plain,default', '--out=a.json', '--process-per-run',
+     '--batches', '3'],
+])
+def test_child_command_line_runs_one_mode(bench, argv):
+    child = bench._child_argv(argv, 'default', 'run0.json')
+    assert child == ['--tiny', '--batches', '3', '--only-mode', 'default',
+                     '--out', 'run0.json']
+    args = bench.parse_args(child)
+    assert args.modes == ['plain', 'default'] and args.only_mode == 'default'
+    assert not args.process_per_run and not args.both_orders
+
+
+def test_process_per_run_merges_the_runs(bench, tmp_path):
+    out = tmp_path / 'r.json'
+    report = bench.main([
+        '--tiny', '--device', 'cpu', '--batches', '2', '--warmup', '1',
+        '--modes', 'plain,super_batch:h=0', '--both-orders',
+        '--process-per-run', '--out', str(out)
+    ])
+    res = report['results']
+    assert out.exists()
+    # plain, offload, offload, plain: each in its own process, in order.
+    assert [r['process'] for r in res['plain']['orders']] == [1, 4]
+    assert [r['process'] for r in res['super_batch:h=0']['orders']] == [2, 3]
+    # Every process built the same graph; no vertex is hot, so every run
+    # drew the same batches.
+    nodes = {r['nodes_per_batch'] for mode in ('plain', 'super_batch:h=0')
+             for r in res[mode]['orders']}
+    assert len(nodes) == 1
+    assert res['super_batch:h=0']['offload']['num_hot'] == 0
+    assert set(res['speedup']) == {'super_batch:h=0'}
