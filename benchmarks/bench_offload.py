@@ -61,6 +61,8 @@ import gc
 import json
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -332,12 +334,11 @@ class UtilisationMonitor:
                          marks: List[float]) -> List[Optional[float]]:
         r"""Mean SM clock (MHz) sampled during every run of 100 steps
         (:obj:`marks`: host times at the ends of steps, from :obj:`t0`)."""
-        out, last = [], t0
-        for i in range(99, len(marks), 100):
+        out = []
+        for start, end in _hundreds(t0, marks):
             got = [c for t, c, _, _ in self.gpu_state
-                   if last <= t < marks[i] and c == c]
+                   if start <= t < end and c == c]
             out.append(round(statistics.mean(got), 1) if got else None)
-            last = marks[i]
         return out
 
     def stop(self) -> Dict[str, Optional[float]]:
@@ -368,13 +369,17 @@ class UtilisationMonitor:
 
 # Throughput ##################################################################
 
+def _hundreds(t0: float, marks: List[float]) -> List[tuple]:
+    r"""The (start, end) host times of every run of 100 steps
+    (:obj:`marks`: host times at the ends of steps, from :obj:`t0`)."""
+    ends = marks[99::100]
+    return list(zip([t0] + ends[:-1], ends))
+
+
 def _by_hundred(t0: float, marks: List[float]) -> List[float]:
     r"""Mean host time per step (ms) of every run of 100 steps."""
-    out, last = [], t0
-    for i in range(99, len(marks), 100):
-        out.append(round(1e3 * (marks[i] - last) / 100, 3))
-        last = marks[i]
-    return out
+    return [round(1e3 * (end - start) / 100, 3)
+            for start, end in _hundreds(t0, marks)]
 
 
 def build_graph(args):
@@ -587,8 +592,6 @@ def _child_argv(argv: List[str], mode: str, out: str) -> List[str]:
 def run_in_processes(args, order: List[str]) -> List[Dict[str, Any]]:
     r"""Every run of :obj:`order` in a fresh Python process (see
     :obj:`--process-per-run`); the children's results, in order."""
-    import subprocess
-    import sys
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, name in enumerate(order):
@@ -804,7 +807,6 @@ def run_accuracy(args) -> Dict[str, Any]:
 
 
 def main(argv=None) -> Dict[str, Any]:
-    import sys
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     args.argv = argv

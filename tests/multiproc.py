@@ -92,15 +92,9 @@ def _start_cpu_fork_server() -> None:
     # check on a GPU machine). Its workers are CPU processes; GPU workers
     # start with start_method='spawn'.
     from multiprocessing import forkserver
-    saved = os.environ.get('CUDA_VISIBLE_DEVICES')
-    os.environ['CUDA_VISIBLE_DEVICES'] = ''
-    try:
+    from unittest import mock
+    with mock.patch.dict(os.environ, CUDA_VISIBLE_DEVICES=''):
         forkserver.ensure_running()
-    finally:
-        if saved is None:
-            del os.environ['CUDA_VISIBLE_DEVICES']
-        else:
-            os.environ['CUDA_VISIBLE_DEVICES'] = saved
 
 
 def _exit_with_parent(parent: int) -> None:
