@@ -376,6 +376,22 @@ def _hundreds(t0: float, marks: List[float]) -> List[tuple]:
     return list(zip([t0] + ends[:-1], ends))
 
 
+#: Where a step's host time goes: waiting in :obj:`next(loader)`, the
+#: synchronization before the training step (the loader's work queued on
+#: the training stream), launching forward, backward and optimizer step,
+#: and the synchronization after it (the device finishing the step). Steps
+#: are synchronized by the loader's stage timer, as in a loop that reads the
+#: loss every step; a host that gets slower shows in :obj:`'loader'` and
+#: :obj:`'launch'`, a device that gets slower in :obj:`'sync'`.
+STEP_PARTS = ('loader', 'pre_sync', 'launch', 'sync')
+
+
+def _mean_by_hundred(times: List[float]) -> List[float]:
+    r"""Mean (ms) of every run of 100 per-step times."""
+    return [round(1e3 * sum(times[i:i + 100]) / 100, 3)
+            for i in range(0, len(times) - 99, 100)]
+
+
 def _by_hundred(t0: float, marks: List[float]) -> List[float]:
     r"""Mean host time per step (ms) of every run of 100 steps."""
     return [round(1e3 * (end - start) / 100, 3)
@@ -471,6 +487,8 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     nodes = edges = 0
     losses = []
     marks: List[float] = []  # Host time at the end of every timed step.
+    # Host time per timed step in its parts (see `step_parts_ms`).
+    parts: Dict[str, List[float]] = {k: [] for k in STEP_PARTS}
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
     for i in range(warmup + num):
@@ -482,14 +500,17 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
             nodes = edges = 0
             monitor.start()
             t0 = time.perf_counter()
+        t_begin = time.perf_counter()
         try:
             batch = next(it)
         except StopIteration:
             it = iter(loader)
             batch = next(it)
+        t_loaded = time.perf_counter()
         nodes += batch.num_nodes
         edges += batch.num_edges
         with loader.timer.stage('train'):
+            t_train = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             if hetero:
                 out = model(batch.x_dict, batch.edge_index_dict)['b']
@@ -504,9 +525,15 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
             loss = F.cross_entropy(out, batch.y[:batch.batch_size])
             loss.backward()
             optimizer.step()
+            t_launched = time.perf_counter()
         losses.append(loss.detach())  # Read at the end: no sync per step.
         if i >= warmup:
             marks.append(time.perf_counter())
+            for key, a, b in (('loader', t_begin, t_loaded),
+                              ('pre_sync', t_loaded, t_train),
+                              ('launch', t_train, t_launched),
+                              ('sync', t_launched, marks[-1])):
+                parts[key].append(b - a)
     sync(device)
     seconds = time.perf_counter() - t0
     util = monitor.stop()
@@ -531,6 +558,10 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         # decision by measurement runs in the first ones).
         'step_ms_by_hundred': _by_hundred(t0, marks),
         'gpu_clock_mhz_by_hundred': monitor.clock_by_hundred(t0, marks),
+        'step_parts_ms_by_hundred': {
+            key: _mean_by_hundred(times)
+            for key, times in parts.items()
+        },
         **util,
     }
     if device.type == 'cuda':

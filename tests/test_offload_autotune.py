@@ -643,3 +643,123 @@ def test_chooser_tries_larger_sizes_within_give_up(give_up, slow):
 def test_chooser_rejects_a_bad_give_up():
     with pytest.raises(ValueError, match='give_up'):
         StepTimeChooser([0, 1], give_up=-0.1)
+
+
+def test_chooser_drops_an_unusable_candidate_and_the_larger_ones():
+    # 10 hot vertices cannot be put in effect: neither they nor 30 are
+    # timed, and the choice is made at once.
+    chooser = StepTimeChooser([0, 10, 30], warmup=1, steps=3)
+    chooser.clock = StepClock(lambda: 1.0)
+    switches = [chooser.tick() for _ in range(5)]
+    assert switches[-1] == 10 and chooser.current == 10
+    assert chooser.tick(count=False, unusable=True) == 0
+    assert chooser.done and chooser.choice == 0
+    assert chooser.unusable == [10, 30]
+    assert 'not usable: [10, 30]' in chooser.reason
+    summary = chooser.summary()
+    assert [(c['num_hot'], c['usable'], c['measured_steps'])
+            for c in summary['candidates']] == [(0, True, 3), (10, False, 0),
+                                                (30, False, 0)]
+    # Plain training is never dropped, and a choice is final:
+    assert chooser.tick(unusable=True) is None and chooser.choice == 0
+
+
+def test_chooser_keeps_measured_sizes_below_an_unusable_one():
+    times = {0: 1.0, 10: 0.8, 30: 0.5}
+    chooser = StepTimeChooser([0, 10, 30], warmup=1, steps=3)
+    state = {'n': 0}
+    chooser.clock = StepClock(lambda: times[state['n']])
+    size = None
+    while size != 30:
+        size = chooser.tick()
+        state['n'] = chooser.current
+    assert chooser.tick(count=False, unusable=True) == 10
+    assert chooser.choice == 10 and chooser.unusable == [30]
+    assert '10 hot vertices' in chooser.reason
+
+
+class ExpiringHot:
+    r"""A hot set whose planned size is never put in use, and a count of
+    CPU tables that expire at every step while a size above 0 is
+    planned."""
+    size, planned, settling = 0, 0, False
+
+    def __init__(self):
+        self.expired = 0
+
+    def resize(self, size, settle=False):
+        self.planned = size
+
+    def settle(self):
+        pass
+
+    def step(self):
+        if self.planned > 0:
+            self.expired += 1
+
+
+@pytest.mark.parametrize('max_expired', [1, 2, 3])
+def test_tuner_drops_a_candidate_whose_tables_expire(max_expired):
+    from pyg_orch.offload.autotune import HotSetTuner
+    hot, done = ExpiringHot(), []
+    chooser = StepTimeChooser([0, 10, 30], warmup=1, steps=3)
+    chooser.clock = StepClock(lambda: 1.0)
+    tuner = HotSetTuner(hot, chooser, [0.0, 0.05, 0.15], lambda: None,
+                        done.append, max_hold=50,
+                        expired=lambda: hot.expired,
+                        max_expired=max_expired)
+    steps = 0
+    while not done and steps < 100:
+        tuner.step()
+        hot.step()
+        steps += 1
+    assert done == [0]
+    assert chooser.unusable == [10, 30]
+    # Plain training: 1 + 3 steps (+1 first tick); then `max_expired`
+    # steps of the unusable candidate, far fewer than `max_hold`.
+    assert steps == 5 + max_expired
+    assert tuner.summary()['state'] == 'decided'
+
+
+def test_tuner_without_expired_tables_waits_for_the_hot_set():
+    # Tables that finish (none expires): the candidate is timed once in
+    # use, as before.
+    from pyg_orch.offload.autotune import HotSetTuner
+    hot, done = ExpiringHot(), []
+    chooser = StepTimeChooser([0, 10], warmup=1, steps=3)
+    chooser.clock = StepClock(lambda: 1.0)
+    tuner = HotSetTuner(hot, chooser, [0.0, 0.05], lambda: None,
+                        done.append, max_hold=8, expired=lambda: 0)
+    steps = 0
+    while not done and steps < 100:
+        tuner.step()
+        steps += 1
+    assert done == [0] and chooser.unusable == []
+    assert chooser.summary()['candidates'][1]['measured_steps'] == 3
+
+
+def test_end_to_end_tables_that_cannot_keep_up_end_the_trial(caplog):
+    # CPU work items that take far longer than the sample-age bound allows
+    # (wide features on a slow host): the trial does not wait for their
+    # tables, offload is off after a few steps, and no work is left.
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    clock = StepClock(lambda: 1.0 - 0.005 * num_pruned(loader))
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 16, 2, 3)
+    off = BottomLayerOffload(model, loader, autotune_clock=clock,
+                             max_sample_age=2, work_hook=SlowCPU(60.0))
+    with caplog.at_level(logging.INFO, logger='pyg_orch.offload'):
+        train(off, loader, 25)
+    stats = off.stats()
+    decision = stats['decision']
+    assert decision['state'] == 'decided' and decision['chosen_num_hot'] == 0
+    assert [c['usable'] for c in decision['candidates']] == [True, False,
+                                                               False]
+    assert 'not usable: [10, 30]' in decision['reason']
+    assert stats['tables_expired'] >= 2 and stats['tables_computed'] == 0
+    assert off.runtime.closed and wait_no_threads() == []
+    # Well before `max_hold` (50) steps of the first candidate:
+    assert stats['steps'] < 25
+    assert any('not usable' in r.getMessage() for r in caplog.records)
+    off.close()

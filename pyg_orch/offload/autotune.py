@@ -110,6 +110,8 @@ class StepTimeChooser:
         self.give_up = give_up
         #: Candidates not tried (see :obj:`give_up`).
         self.skipped: List[int] = []
+        #: Candidates that could not be put in effect (see :meth:`tick`).
+        self.unusable: List[int] = []
         self.warmup, self.steps, self.margin = int(warmup), int(steps), margin
         self.clock, self.sync = clock, sync
         self.index = 0
@@ -134,13 +136,19 @@ class StepTimeChooser:
         since the last :meth:`tick`): it is not timed."""
         self._last = None
 
-    def tick(self, count: bool = True) -> Optional[int]:
+    def tick(self, count: bool = True,
+             unusable: bool = False) -> Optional[int]:
         r"""A training step starts. Times the previous one (unless
         :obj:`count` is :obj:`False`: the candidate is not in effect yet).
-        Returns the candidate to switch to now, or the choice once made;
-        :obj:`None` if nothing changes."""
+        With :obj:`unusable`, the current candidate cannot be put in effect
+        (its CPU side cannot keep up within the sample-age bound): it and
+        the larger sizes still to try are dropped untimed. Returns the
+        candidate to switch to now, or the choice once made; :obj:`None` if
+        nothing changes."""
         if self.done:
             return None
+        if unusable and self.candidates[self.index] != 0:
+            return self._drop_unusable()
         counted = count and self._last is not None
         seen = self._seen + 1 if counted else self._seen
         if seen >= self.warmup + self.steps:
@@ -164,6 +172,10 @@ class StepTimeChooser:
         self._seen = 0
         self.index += 1
         self._maybe_give_up()
+        return self._next()
+
+    def _next(self) -> int:
+        # The next candidate, or the choice once every one had its turn.
         if self.index < len(self.candidates):
             return self.candidates[self.index]
         self.times = self._agreed_times()
@@ -173,7 +185,24 @@ class StepTimeChooser:
                             f'(a smaller hot set was more than '
                             f'{self.give_up:.0%} slower than plain '
                             f'training)')
+        if self.unusable:
+            self.reason += (f'; not usable: {self.unusable} hot vertices '
+                            f'(the CPU did not compute their rows within '
+                            f'the sample-age bound)')
         return self.choice
+
+    def _drop_unusable(self) -> int:
+        # The current candidate and every larger one still to try are
+        # dropped; the step that ends now is not timed.
+        first = self.candidates[self.index]
+        rest = self.candidates[self.index:]
+        self.unusable += [n for n in rest if n >= first]
+        self.candidates = self.candidates[:self.index] + [
+            n for n in rest if n < first]
+        for n in self.unusable:
+            self.times[n] = []
+        self._seen, self._last = 0, None
+        return self._next()
 
     def _maybe_give_up(self) -> None:
         # After a candidate's steps: drop the larger ones still to try if it
@@ -211,7 +240,9 @@ class StepTimeChooser:
                 'num_hot': n,
                 'median_step_s': medians[n],
                 'measured_steps': len(self.times[n]),
-            } for n in self.candidates + self.skipped],
+                'usable': n not in self.unusable,
+            } for n in sorted(self.candidates + self.skipped +
+                              self.unusable)],
             'chosen_num_hot': self.choice,
             'speedup': plain / chosen if plain and chosen else None,
             'margin': self.margin,
@@ -242,16 +273,27 @@ class HotSetTuner:
             (default: :obj:`2`)
         max_hold (int): The most steps to wait for a larger hot set to be in
             use before timing it anyway. (default: :obj:`50`)
+        expired (callable, optional): The number of CPU tables dropped
+            unfinished so far because they got older than the sample-age
+            bound (never reset). A candidate not in use yet whose tables
+            expire :obj:`max_expired` times is dropped untimed, with every
+            larger one: its rows cannot be computed in time, and its trial
+            would only load the CPU.
+        max_expired (int): See :obj:`expired`. (default: :obj:`2`)
     """
     def __init__(self, hot: HotSetSizer, chooser: StepTimeChooser,
                  ratios: Sequence[float], on_resize: Callable[[], None],
                  on_done: Callable[[int], None], drain: int = 2,
-                 max_hold: int = 50):
+                 max_hold: int = 50,
+                 expired: Optional[Callable[[], int]] = None,
+                 max_expired: int = 2):
         self.hot = hot
         self.chooser = chooser
         self.ratios = dict(zip(chooser.candidates, ratios))
         self.on_resize, self.on_done = on_resize, on_done
         self.drain, self.max_hold = int(drain), int(max_hold)
+        self.expired, self.max_expired = expired, int(max_expired)
+        self._expired_mark = 0 if expired is None else expired()
         self._held = 0
         self._timing = False
         self._drain_left: Optional[int] = None
@@ -274,11 +316,14 @@ class HotSetTuner:
             return
         # Once a candidate is timed (its hot set in use, or held too
         # long), every later step of it is timed too.
+        unusable = False
         if not self._timing:
-            self._timing = self.hot.size >= self.hot.planned or \
-                self._held >= self.max_hold
+            unusable = self._tables_expire()
+            self._timing = not unusable and (
+                self.hot.size >= self.hot.planned
+                or self._held >= self.max_hold)
             self._held += 1
-        size = self.chooser.tick(count=self._timing)
+        size = self.chooser.tick(count=self._timing, unusable=unusable)
         if size is None:
             return
         self._timing, self._held = False, 0
@@ -287,6 +332,18 @@ class HotSetTuner:
         else:
             self.hot.resize(size)
             self.on_resize()
+            self._mark_expired()
+
+    def _tables_expire(self) -> bool:
+        # Whether the planned hot set, not in use yet, cannot be served:
+        # its tables expired unfinished `max_expired` times.
+        return (self.expired is not None
+                and self.hot.planned > self.hot.size
+                and self.expired() - self._expired_mark >= self.max_expired)
+
+    def _mark_expired(self) -> None:
+        if self.expired is not None:
+            self._expired_mark = self.expired()
 
     def _decided(self, size: int) -> None:
         summary = self.summary()

@@ -55,11 +55,6 @@ class MachineRanks:
         dist.all_reduce(work, op=dist.ReduceOp.MIN, group=self.group)
         return int(work.item())
 
-    def all_true(self, flag: bool) -> bool:
-        r"""Whether :obj:`flag` holds on every rank."""
-        t = torch.tensor([1 if flag else 0], dtype=torch.int64)
-        return int(self.sum(t).item()) == self.size
-
     def mean_times(self, times: Dict[int, List[float]]
                    ) -> Dict[int, List[float]]:
         r"""Step times measured per hot-set size (the same sizes and numbers
@@ -108,15 +103,20 @@ class AgreedStepTimeChooser(StepTimeChooser):
         # ranks end a candidate at the same step).
         return self.ranks.mean_times(self.times)
 
-    def tick(self, count: bool = True) -> Optional[int]:
+    def tick(self, count: bool = True,
+             unusable: bool = False) -> Optional[int]:
         r"""As :meth:`StepTimeChooser.tick
         <pyg_orch.offload.autotune.StepTimeChooser.tick>`, a collective
         until the choice is made: the step is timed only if
-        :obj:`count` holds on every rank."""
+        :obj:`count` holds on every rank, and the candidate is dropped as
+        unusable if :obj:`unusable` holds on any."""
         if self.done:
             return None
         # A step counts only where every rank times it (a rank after a
         # pause reads the clock but does not time this step):
-        count = self.ranks.all_true(bool(count) and self._last is not None)
+        counts = self.ranks.sum(torch.tensor(
+            [int(bool(count) and self._last is not None),
+             int(bool(unusable))], dtype=torch.int64)).tolist()
         # Decides (and gives up on sizes) from the ranks' mean step times:
-        return super().tick(count)
+        return super().tick(counts[0] == self.ranks.size,
+                            unusable=counts[1] > 0)

@@ -98,6 +98,7 @@ class EmbeddingStrategy:
         self._jobs: collections.deque = collections.deque()
         self._seq = 0
         self._stats_lock = threading.Lock()
+        self._expired_total = 0
         self.reset_stats()
 
     # The interface ###########################################################
@@ -157,6 +158,7 @@ class EmbeddingStrategy:
             self.rows_computed = 0
         self.tables_submitted = 0
         self.tables_discarded = 0
+        self.tables_expired = 0
         self.wait_seconds = 0.0
         self.num_waits = 0
         self.staleness_hist: Dict[int, int] = {}
@@ -207,6 +209,7 @@ class EmbeddingStrategy:
             'tables_submitted': self.tables_submitted,
             'tables_computed': self.tables_computed,
             'tables_discarded': self.tables_discarded,
+            'tables_expired': self.tables_expired,
             'rows_computed': self.rows_computed,
             'refresh': self.refresh,
         }
@@ -257,6 +260,20 @@ class EmbeddingStrategy:
         job.cancel()
         self._on_dropped(job)
         self.tables_discarded += 1
+
+    def _expire(self, job: Job) -> None:
+        # Discards a job that got older than the age bound; counts it as
+        # expired if it had not finished (the CPU did not keep up).
+        if not job.future.done():
+            self.tables_expired += 1
+            self._expired_total += 1
+        self._discard(job)
+
+    def expired_total(self) -> int:
+        r"""The tables dropped unfinished because they got older than
+        :attr:`age_bound`, since the start (not reset by
+        :meth:`reset_stats`)."""
+        return self._expired_total
 
     def _wait(self, job: Job, timer=None) -> EmbeddingTable:
         start = time.perf_counter()

@@ -142,7 +142,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
         self._raise_failures()
         # Tables that could never be used again:
         while self._jobs and version - self._jobs[0].version > bound:
-            self._discard(self._jobs.popleft())
+            self._expire(self._jobs.popleft())
         previous = self._current
         # The newest finished table supersedes everything before it:
         newest = None

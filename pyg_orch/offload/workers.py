@@ -19,6 +19,40 @@ THREAD_NAME_PREFIX = 'pyg_orch-offload'
 
 _pool_ids = itertools.count()
 _live_pools: 'weakref.WeakSet[WorkerPool]' = weakref.WeakSet()
+_threads_lock = threading.Lock()
+
+
+def set_thread_intra_op_threads(num: int) -> None:
+    r"""Sets the PyTorch intra-op threads of the calling thread only.
+
+    :func:`torch.set_num_threads` also sets the process-wide value that
+    every thread started later begins with (the training loop's autograd
+    and data threads, a user's threads): called in a worker thread, it
+    would leave them with the workers' few threads for the rest of the
+    process. Here the process-wide value is set back (from a short-lived
+    thread, so that the calling thread keeps :obj:`num`)."""
+    with _threads_lock:
+        # The calling thread's value is initialised from the process-wide
+        # one at its first use: read it now, before it changes.
+        before = _process_intra_op_threads()
+        torch.get_num_threads()
+        torch.set_num_threads(int(num))
+        if before != int(num):
+            restore = threading.Thread(target=torch.set_num_threads,
+                                       args=(before, ),
+                                       name=f'{THREAD_NAME_PREFIX}-restore')
+            restore.start()
+            restore.join()
+
+
+def _process_intra_op_threads() -> int:
+    # What a new thread starts with: the process-wide value.
+    got: list = []
+    probe = threading.Thread(target=lambda: got.append(
+        torch.get_num_threads()), name=f'{THREAD_NAME_PREFIX}-probe')
+    probe.start()
+    probe.join()
+    return got[0]
 
 
 def local_ranks() -> int:
@@ -140,7 +174,7 @@ class WorkerPool:
     def _work(self) -> None:
         me = threading.current_thread()
         if self.intra_op_threads is not None:
-            torch.set_num_threads(int(self.intra_op_threads))
+            set_thread_intra_op_threads(self.intra_op_threads)
         try:
             while True:
                 with self._cond:
