@@ -678,36 +678,36 @@ def test_chooser_keeps_measured_sizes_below_an_unusable_one():
     assert '10 hot vertices' in chooser.reason
 
 
-class ExpiringHot:
-    r"""A hot set whose planned size is never put in use, and a count of
-    CPU tables that expire at every step while a size above 0 is
-    planned."""
+class LaggingHot:
+    r"""A hot set whose planned size is never put in use; the CPU is
+    reported behind once a size above 0 was planned for :obj:`after`
+    steps."""
     size, planned, settling = 0, 0, False
 
-    def __init__(self):
-        self.expired = 0
+    def __init__(self, after):
+        self.after, self.steps = after, 0
 
     def resize(self, size, settle=False):
-        self.planned = size
+        self.planned, self.steps = size, 0
 
     def settle(self):
         pass
 
     def step(self):
-        if self.planned > 0:
-            self.expired += 1
+        self.steps += 1
+
+    def behind(self):
+        return self.planned > 0 and self.steps >= self.after
 
 
-@pytest.mark.parametrize('max_expired', [1, 2, 3])
-def test_tuner_drops_a_candidate_whose_tables_expire(max_expired):
+@pytest.mark.parametrize('after', [1, 2, 3])
+def test_tuner_drops_a_candidate_the_cpu_cannot_keep_up_with(after):
     from pyg_orch.offload.autotune import HotSetTuner
-    hot, done = ExpiringHot(), []
+    hot, done = LaggingHot(after), []
     chooser = StepTimeChooser([0, 10, 30], warmup=1, steps=3)
     chooser.clock = StepClock(lambda: 1.0)
     tuner = HotSetTuner(hot, chooser, [0.0, 0.05, 0.15], lambda: None,
-                        done.append, max_hold=50,
-                        expired=lambda: hot.expired,
-                        max_expired=max_expired)
+                        done.append, max_hold=50, cannot_keep_up=hot.behind)
     steps = 0
     while not done and steps < 100:
         tuner.step()
@@ -715,27 +715,86 @@ def test_tuner_drops_a_candidate_whose_tables_expire(max_expired):
         steps += 1
     assert done == [0]
     assert chooser.unusable == [10, 30]
-    # Plain training: 1 + 3 steps (+1 first tick); then `max_expired`
-    # steps of the unusable candidate, far fewer than `max_hold`.
-    assert steps == 5 + max_expired
+    # Plain training: 1 + 3 steps (+1 first tick); then `after` steps of
+    # the unusable candidate, far fewer than `max_hold`.
+    assert steps == 5 + after
     assert tuner.summary()['state'] == 'decided'
 
 
-def test_tuner_without_expired_tables_waits_for_the_hot_set():
-    # Tables that finish (none expires): the candidate is timed once in
-    # use, as before.
+def test_tuner_waits_for_a_hot_set_the_cpu_keeps_up_with():
+    # The CPU keeps up: the candidate is timed once in use (here: after
+    # `max_hold` steps), as without the check.
     from pyg_orch.offload.autotune import HotSetTuner
-    hot, done = ExpiringHot(), []
+    hot, done = LaggingHot(10**9), []
     chooser = StepTimeChooser([0, 10], warmup=1, steps=3)
     chooser.clock = StepClock(lambda: 1.0)
     tuner = HotSetTuner(hot, chooser, [0.0, 0.05], lambda: None,
-                        done.append, max_hold=8, expired=lambda: 0)
+                        done.append, max_hold=8, cannot_keep_up=hot.behind)
     steps = 0
     while not done and steps < 100:
         tuner.step()
+        hot.step()
         steps += 1
     assert done == [0] and chooser.unusable == []
     assert chooser.summary()['candidates'][1]['measured_steps'] == 3
+
+
+def fake_pipeline(num_threads=2, age_bound=8):
+    from types import SimpleNamespace
+
+    from pyg_orch.offload.strategy import EmbeddingStrategy
+    strategy = EmbeddingStrategy.__new__(EmbeddingStrategy)
+    strategy.num_threads = num_threads
+    strategy.weight_free, strategy.max_sample_age = True, age_bound
+    strategy._jobs, strategy._version = [], None
+    strategy._expired_total = strategy._plan_expired = 0
+    strategy.tables_expired = strategy.tables_discarded = 0
+
+    def job(version, chunks, remaining, done=False):
+        future = SimpleNamespace(done=lambda: done)
+        return SimpleNamespace(version=version, chunks=[None] * chunks,
+                               remaining=remaining, future=future,
+                               cancel=lambda: None)
+
+    return strategy, job
+
+
+def test_cannot_keep_up_projects_the_oldest_unfinished_table():
+    # Bound 8: late if projected past 2 x (8 + 1) = 18 steps.
+    strategy, job = fake_pipeline()
+    assert not strategy.cannot_keep_up()  # No table.
+    strategy._jobs = [job(0, chunks=100, remaining=100)]
+    strategy._version = 1
+    assert not strategy.cannot_keep_up()  # Too young to tell.
+    strategy._version = 2
+    # No item done after 2 steps: 50 rounds of >= 2 steps each:
+    assert strategy.cannot_keep_up()
+    strategy._jobs = [job(0, chunks=100, remaining=90)]
+    # 10 items in 2 steps: 20 steps for all of them:
+    assert strategy.cannot_keep_up()
+    strategy._jobs = [job(0, chunks=100, remaining=85)]
+    assert not strategy.cannot_keep_up()  # 15 items: 13.3 steps.
+    # Few items: one round, not done after 2 steps, is not late yet:
+    strategy._jobs = [job(0, chunks=2, remaining=2)]
+    assert not strategy.cannot_keep_up()
+    strategy._version = 19
+    assert strategy.cannot_keep_up()
+    # A finished table ahead does not count; the next unfinished one does:
+    strategy._jobs = [job(0, 2, 0, done=True), job(18, 2, 2)]
+    assert not strategy.cannot_keep_up()
+
+
+def test_cannot_keep_up_after_tables_expire_unfinished():
+    strategy, job = fake_pipeline()
+    strategy._version = 10
+    strategy._expire(job(0, 4, 0, done=True))  # Finished: not counted.
+    strategy._expire(job(0, 4, 4))
+    assert not strategy.cannot_keep_up()
+    strategy._expire(job(1, 4, 4))
+    assert strategy.cannot_keep_up()
+    assert strategy.tables_expired == 2 and strategy.tables_discarded == 3
+    strategy._plan_changed()  # A new hot-set size: counted anew.
+    assert not strategy.cannot_keep_up()
 
 
 def test_end_to_end_tables_that_cannot_keep_up_end_the_trial(caplog):

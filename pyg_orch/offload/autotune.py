@@ -273,27 +273,25 @@ class HotSetTuner:
             (default: :obj:`2`)
         max_hold (int): The most steps to wait for a larger hot set to be in
             use before timing it anyway. (default: :obj:`50`)
-        expired (callable, optional): The number of CPU tables dropped
-            unfinished so far because they got older than the sample-age
-            bound (never reset). A candidate not in use yet whose tables
-            expire :obj:`max_expired` times is dropped untimed, with every
-            larger one: its rows cannot be computed in time, and its trial
-            would only load the CPU.
-        max_expired (int): See :obj:`expired`. (default: :obj:`2`)
+        cannot_keep_up (callable, optional): Whether the CPU cannot compute
+            the planned hot set's rows within the sample-age bound (see
+            :meth:`EmbeddingStrategy.cannot_keep_up
+            <pyg_orch.offload.strategy.EmbeddingStrategy.cannot_keep_up>`).
+            A candidate not in use yet of which it says so is dropped
+            untimed, with every larger one: its trial would only load the
+            CPU.
     """
     def __init__(self, hot: HotSetSizer, chooser: StepTimeChooser,
                  ratios: Sequence[float], on_resize: Callable[[], None],
                  on_done: Callable[[int], None], drain: int = 2,
                  max_hold: int = 50,
-                 expired: Optional[Callable[[], int]] = None,
-                 max_expired: int = 2):
+                 cannot_keep_up: Optional[Callable[[], bool]] = None):
         self.hot = hot
         self.chooser = chooser
         self.ratios = dict(zip(chooser.candidates, ratios))
         self.on_resize, self.on_done = on_resize, on_done
         self.drain, self.max_hold = int(drain), int(max_hold)
-        self.expired, self.max_expired = expired, int(max_expired)
-        self._expired_mark = 0 if expired is None else expired()
+        self.cannot_keep_up = cannot_keep_up
         self._held = 0
         self._timing = False
         self._drain_left: Optional[int] = None
@@ -318,7 +316,8 @@ class HotSetTuner:
         # long), every later step of it is timed too.
         unusable = False
         if not self._timing:
-            unusable = self._tables_expire()
+            unusable = self.hot.planned > self.hot.size and \
+                self.cannot_keep_up is not None and self.cannot_keep_up()
             self._timing = not unusable and (
                 self.hot.size >= self.hot.planned
                 or self._held >= self.max_hold)
@@ -332,18 +331,6 @@ class HotSetTuner:
         else:
             self.hot.resize(size)
             self.on_resize()
-            self._mark_expired()
-
-    def _tables_expire(self) -> bool:
-        # Whether the planned hot set, not in use yet, cannot be served:
-        # its tables expired unfinished `max_expired` times.
-        return (self.expired is not None
-                and self.hot.planned > self.hot.size
-                and self.expired() - self._expired_mark >= self.max_expired)
-
-    def _mark_expired(self) -> None:
-        if self.expired is not None:
-            self._expired_mark = self.expired()
 
     def _decided(self, size: int) -> None:
         summary = self.summary()

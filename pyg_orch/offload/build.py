@@ -256,7 +256,7 @@ def _trial_hot_set(candidates: Tensor, num_nodes: int,
 
 
 def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
-               expired: Any, sizes: List[int], ratios: List[float],
+               cannot_keep_up: Any, sizes: List[int], ratios: List[float],
                loader: Any, options: OffloadOptions, lead: int,
                ranks: Optional[MachineRanks] = None) -> HotSetTuner:
     r"""The decision by measurement over the hot-set :obj:`sizes` (see
@@ -279,7 +279,7 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
         clock=options.autotune_clock or time.perf_counter, sync=sync,
         give_up=StepTimeChooser.GIVE_UP, **kwargs)
     return HotSetTuner(hot, chooser, ratios, on_resize, on_done,
-                       drain=drain, expired=expired)
+                       drain=drain, cannot_keep_up=cannot_keep_up)
 
 
 def _start_measuring(runtime: OffloadRuntime, sizes: List[int],

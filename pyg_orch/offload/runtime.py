@@ -204,10 +204,11 @@ class OffloadRuntime:
 
     def start_tuner(self, tuner_factory: Any) -> None:
         r"""Starts the decision by measurement: :obj:`tuner_factory(hot,
-        on_resize, on_done, expired)` makes a
+        on_resize, on_done, cannot_keep_up)` makes a
         :class:`~pyg_orch.offload.autotune.HotSetTuner`."""
         self.tuner = tuner_factory(self.hot, self.strategy.replan,
-                                   self._tuned, self.strategy.expired_total)
+                                   self._tuned,
+                                   self.strategy.cannot_keep_up)
 
     def _tuned(self, size: int) -> None:
         # The decision is final. Offload off: the runtime closes (no worker,

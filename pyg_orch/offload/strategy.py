@@ -99,6 +99,8 @@ class EmbeddingStrategy:
         self._seq = 0
         self._stats_lock = threading.Lock()
         self._expired_total = 0
+        self._plan_expired = 0  # `_expired_total` at the last `replan`.
+        self._version: Optional[int] = None  # The latest training step's.
         self.reset_stats()
 
     # The interface ###########################################################
@@ -269,11 +271,37 @@ class EmbeddingStrategy:
             self._expired_total += 1
         self._discard(job)
 
-    def expired_total(self) -> int:
-        r"""The tables dropped unfinished because they got older than
-        :attr:`age_bound`, since the start (not reset by
-        :meth:`reset_stats`)."""
-        return self._expired_total
+    #: See :meth:`cannot_keep_up`.
+    LATE_FACTOR = 2.0
+    #: See :meth:`cannot_keep_up`.
+    MAX_EXPIRED = 2
+
+    def cannot_keep_up(self) -> bool:
+        r"""Whether the CPU cannot serve the planned hot set within
+        :attr:`age_bound`: since the last :meth:`replan`, :attr:`MAX_EXPIRED`
+        tables were dropped unfinished for getting older than the bound,
+        or the oldest unfinished one, at least two steps old, is projected
+        from its finished work items to take more than :attr:`LATE_FACTOR`
+        times the bound. (An unfinished item after :math:`a` steps means
+        that each round of items, one per thread, takes at least
+        :math:`a` steps.)"""
+        if self._expired_total - self._plan_expired >= self.MAX_EXPIRED:
+            return True
+        job = next((j for j in self._jobs if not j.future.done()), None)
+        if job is None or self._version is None or not job.chunks:
+            return False
+        age = self._version - job.version
+        if age < 2:
+            return False
+        total = len(job.chunks)
+        done = total - job.remaining
+        steps = age * total / done if done > 0 else age * -(
+            -total // self.num_threads)
+        return steps > self.LATE_FACTOR * (self.age_bound + 1)
+
+    def _plan_changed(self) -> None:
+        # Counts expired tables of the new plan from now on.
+        self._plan_expired = self._expired_total
 
     def _wait(self, job: Job, timer=None) -> EmbeddingTable:
         start = time.perf_counter()

@@ -83,12 +83,14 @@ class EmbeddingPipeline(EmbeddingStrategy):
         self.chunks = split_chunks(self.hot.planned, self.num_threads,
                                    self.chunk_size)
         self._last_submit = None
+        self._plan_changed()
 
     def maybe_submit(self, version: int) -> None:
         r"""Takes a snapshot and queues its table at the start of every
         super-batch (first letting the hot set grow, see
         :meth:`HotSetSizer.maybe_grow
         <pyg_orch.offload.hot_set.HotSetSizer.maybe_grow>`)."""
+        self._version = version
         if not self.chunks:
             return
         if self.weight_free and self.pending > 0:
