@@ -418,12 +418,15 @@ class BottomLayerOffload(torch.nn.Module):
           :obj:`state` (:obj:`'trial'`, :obj:`'settling'`,
           :obj:`'decided'`), :obj:`candidates` (:obj:`num_hot`,
           :obj:`hot_ratio`, :obj:`median_step_s`, :obj:`measured_steps`
-          each), :obj:`chosen_hot_ratio`, :obj:`speedup` over plain
+          and :obj:`usable` each: :obj:`False` where the CPU could not
+          compute its rows within the sample-age bound, so it was not
+          timed), :obj:`chosen_hot_ratio`, :obj:`speedup` over plain
           training and :obj:`margin`;
         * :obj:`wait_s`, :obj:`num_waits`: time the training loop waited for
           embeddings; :obj:`cpu_compute_s`: CPU time of the workers;
           :obj:`tables_submitted`, :obj:`tables_computed`,
-          :obj:`tables_discarded`, :obj:`rows_computed`;
+          :obj:`tables_discarded`, :obj:`tables_expired` (discarded
+          unfinished for their age), :obj:`rows_computed`;
           :obj:`threads_alive`, :obj:`num_threads`,
           :obj:`intra_op_threads`, :obj:`chunk_size`, :obj:`cpu_autocast`;
         * :obj:`local_world_size`: the training processes sharing this
