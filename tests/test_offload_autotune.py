@@ -700,21 +700,29 @@ class LaggingHot:
         return self.planned > 0 and self.steps >= self.after
 
 
-@pytest.mark.parametrize('after', [1, 2, 3])
-def test_tuner_drops_a_candidate_the_cpu_cannot_keep_up_with(after):
+def run_lagging_tuner(after, candidates, max_hold):
+    r"""Runs a :class:`HotSetTuner` over a :class:`LaggingHot` (every step
+    1 s) until it decides; returns the tuner, its choices and the steps."""
     from pyg_orch.offload.autotune import HotSetTuner
     hot, done = LaggingHot(after), []
-    chooser = StepTimeChooser([0, 10, 30], warmup=1, steps=3)
+    chooser = StepTimeChooser(candidates, warmup=1, steps=3)
     chooser.clock = StepClock(lambda: 1.0)
-    tuner = HotSetTuner(hot, chooser, [0.0, 0.05, 0.15], lambda: None,
-                        done.append, max_hold=50, cannot_keep_up=hot.behind)
+    ratios = [0.05 * i for i in range(len(candidates))]
+    tuner = HotSetTuner(hot, chooser, ratios, lambda: None, done.append,
+                        max_hold=max_hold, cannot_keep_up=hot.behind)
     steps = 0
     while not done and steps < 100:
         tuner.step()
         hot.step()
         steps += 1
+    return tuner, done, steps
+
+
+@pytest.mark.parametrize('after', [1, 2, 3])
+def test_tuner_drops_a_candidate_the_cpu_cannot_keep_up_with(after):
+    tuner, done, steps = run_lagging_tuner(after, [0, 10, 30], max_hold=50)
     assert done == [0]
-    assert chooser.unusable == [10, 30]
+    assert tuner.chooser.unusable == [10, 30]
     # Plain training: 1 + 3 steps (+1 first tick); then `after` steps of
     # the unusable candidate, far fewer than `max_hold`.
     assert steps == 5 + after
@@ -724,19 +732,9 @@ def test_tuner_drops_a_candidate_the_cpu_cannot_keep_up_with(after):
 def test_tuner_waits_for_a_hot_set_the_cpu_keeps_up_with():
     # The CPU keeps up: the candidate is timed once in use (here: after
     # `max_hold` steps), as without the check.
-    from pyg_orch.offload.autotune import HotSetTuner
-    hot, done = LaggingHot(10**9), []
-    chooser = StepTimeChooser([0, 10], warmup=1, steps=3)
-    chooser.clock = StepClock(lambda: 1.0)
-    tuner = HotSetTuner(hot, chooser, [0.0, 0.05], lambda: None,
-                        done.append, max_hold=8, cannot_keep_up=hot.behind)
-    steps = 0
-    while not done and steps < 100:
-        tuner.step()
-        hot.step()
-        steps += 1
-    assert done == [0] and chooser.unusable == []
-    assert chooser.summary()['candidates'][1]['measured_steps'] == 3
+    tuner, done, _ = run_lagging_tuner(10**9, [0, 10], max_hold=8)
+    assert done == [0] and tuner.chooser.unusable == []
+    assert tuner.chooser.summary()['candidates'][1]['measured_steps'] == 3
 
 
 def fake_pipeline(num_threads=2, age_bound=8):
