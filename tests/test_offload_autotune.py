@@ -233,16 +233,22 @@ def train(off, loader, num_steps, check=None):
     train_steps(off, loader, num_steps, node_step, check)
 
 
-@pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
-def test_end_to_end_offload_wins(refresh, caplog):
-    data = tiny_graph()
-    loader = tiny_loader(data)
-    # Steps are faster the more vertices the sampler prunes:
-    clock = StepClock(lambda: 1.0 - 0.005 * num_pruned(loader))
+def offload_on_fake_clock(gain_per_pruned: float, **kwargs):
+    r"""A default :class:`BottomLayerOffload` on a tiny graph whose steps
+    take :obj:`1 - gain_per_pruned * (vertices pruned)` fake seconds; its
+    model and loader."""
+    loader = tiny_loader(tiny_graph())
+    clock = StepClock(lambda: 1.0 - gain_per_pruned * num_pruned(loader))
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
-    off = BottomLayerOffload(model, loader, refresh=refresh,
-                             autotune_clock=clock)
+    off = BottomLayerOffload(model, loader, autotune_clock=clock, **kwargs)
+    return off, model, loader
+
+
+@pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
+def test_end_to_end_offload_wins(refresh, caplog):
+    # Steps are faster the more vertices the sampler prunes:
+    off, model, loader = offload_on_fake_clock(0.005, refresh=refresh)
     decision = off.stats()['decision']
     assert decision['mode'] == 'measure' and decision['state'] == 'trial'
     assert [c['hot_ratio'] for c in decision['candidates']] == \
@@ -746,6 +752,7 @@ def fake_pipeline(num_threads=2, age_bound=8):
     strategy.weight_free, strategy.max_sample_age = True, age_bound
     strategy._jobs, strategy._version = [], None
     strategy._expired_total = strategy._plan_expired = 0
+    strategy._plan_version = 0
     strategy.tables_expired = strategy.tables_discarded = 0
 
     def job(version, chunks, remaining, done=False):
@@ -783,15 +790,20 @@ def test_cannot_keep_up_projects_the_oldest_unfinished_table():
 
 
 def test_cannot_keep_up_after_tables_expire_unfinished():
+    # Bound 8: two tables expired unfinished, more than 18 steps after the
+    # hot set was planned.
     strategy, job = fake_pipeline()
     strategy._version = 10
     strategy._expire(job(0, 4, 0, done=True))  # Finished: not counted.
     strategy._expire(job(0, 4, 4))
     assert not strategy.cannot_keep_up()
     strategy._expire(job(1, 4, 4))
-    assert strategy.cannot_keep_up()
     assert strategy.tables_expired == 2 and strategy.tables_discarded == 3
+    assert not strategy.cannot_keep_up()  # Too soon after the plan.
+    strategy._version = 19
+    assert strategy.cannot_keep_up()
     strategy._plan_changed()  # A new hot-set size: counted anew.
+    strategy._version = 40
     assert not strategy.cannot_keep_up()
 
 
@@ -799,13 +811,8 @@ def test_end_to_end_tables_that_cannot_keep_up_end_the_trial(caplog):
     # CPU work items that take far longer than the sample-age bound allows
     # (wide features on a slow host): the trial does not wait for their
     # tables, offload is off after a few steps, and no work is left.
-    data = tiny_graph()
-    loader = tiny_loader(data)
-    clock = StepClock(lambda: 1.0 - 0.005 * num_pruned(loader))
-    torch.manual_seed(0)
-    model = GraphSAGE(8, 16, 2, 3)
-    off = BottomLayerOffload(model, loader, autotune_clock=clock,
-                             max_sample_age=2, work_hook=SlowCPU(60.0))
+    off, _, loader = offload_on_fake_clock(0.005, max_sample_age=2,
+                                           work_hook=SlowCPU(60.0))
     with caplog.at_level(logging.INFO, logger='pyg_orch.offload'):
         train(off, loader, 25)
     stats = off.stats()

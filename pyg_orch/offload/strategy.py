@@ -100,6 +100,7 @@ class EmbeddingStrategy:
         self._stats_lock = threading.Lock()
         self._expired_total = 0
         self._plan_expired = 0  # `_expired_total` at the last `replan`.
+        self._plan_version = 0  # The step of the last `replan`.
         self._version: Optional[int] = None  # The latest training step's.
         self.reset_stats()
 
@@ -278,14 +279,19 @@ class EmbeddingStrategy:
 
     def cannot_keep_up(self) -> bool:
         r"""Whether the CPU cannot serve the planned hot set within
-        :attr:`age_bound`: since the last :meth:`replan`, :attr:`MAX_EXPIRED`
-        tables were dropped unfinished for getting older than the bound,
-        or the oldest unfinished one, at least two steps old, is projected
-        from its finished work items to take more than :attr:`LATE_FACTOR`
-        times the bound. (An unfinished item after :math:`a` steps means
-        that each round of items, one per thread, takes at least
-        :math:`a` steps.)"""
-        if self._expired_total - self._plan_expired >= self.MAX_EXPIRED:
+        :attr:`age_bound`: the oldest unfinished table, at least two steps
+        old, is projected from its finished work items to take more than
+        :attr:`LATE_FACTOR` times the bound (an unfinished item after
+        :math:`a` steps means that each round of items, one per thread,
+        takes at least :math:`a` steps); or, for at least
+        :attr:`LATE_FACTOR` times the bound since the last :meth:`replan`,
+        :attr:`MAX_EXPIRED` tables were dropped unfinished for getting older
+        than the bound and none was used (tables of few items, which the
+        projection cannot judge, on a CPU too slow or too busy)."""
+        version = self._version if self._version is not None else 0
+        if (self._expired_total - self._plan_expired >= self.MAX_EXPIRED
+                and version - self._plan_version > self.LATE_FACTOR *
+                (self.age_bound + 1)):
             return True
         job = next((j for j in self._jobs if not j.future.done()), None)
         if job is None or self._version is None or not job.chunks:
@@ -302,6 +308,8 @@ class EmbeddingStrategy:
     def _plan_changed(self) -> None:
         # Counts expired tables of the new plan from now on.
         self._plan_expired = self._expired_total
+        self._plan_version = self._version if self._version is not None \
+            else 0
 
     def _wait(self, job: Job, timer=None) -> EmbeddingTable:
         start = time.perf_counter()
