@@ -392,11 +392,6 @@ def _mean_by_hundred(times: List[float]) -> List[float]:
             for i in range(0, len(times) - 99, 100)]
 
 
-def _by_hundred(t0: float, marks: List[float]) -> List[float]:
-    r"""Mean host time per step (ms) of every run of 100 steps."""
-    return [round(1e3 * (end - start) / 100, 3)
-            for start, end in _hundreds(t0, marks)]
-
 
 def build_graph(args):
     from pyg_orch.datasets import power_law_graph
@@ -556,7 +551,8 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         'setup_s': setup_s,
         # Where the time goes: host time of steps 1-100, 101-200, ... (the
         # decision by measurement runs in the first ones).
-        'step_ms_by_hundred': _by_hundred(t0, marks),
+        'step_ms_by_hundred': _mean_by_hundred(
+            [b - a for a, b in zip([t0] + marks, marks)]),
         'gpu_clock_mhz_by_hundred': monitor.clock_by_hundred(t0, marks),
         'step_parts_ms_by_hundred': {
             key: _mean_by_hundred(times)

@@ -750,9 +750,8 @@ def fake_pipeline(num_threads=2, age_bound=8):
     strategy = EmbeddingStrategy.__new__(EmbeddingStrategy)
     strategy.num_threads = num_threads
     strategy.weight_free, strategy.max_sample_age = True, age_bound
-    strategy._jobs, strategy._version = [], None
-    strategy._expired_total = strategy._plan_expired = 0
-    strategy._plan_version = 0
+    strategy._jobs, strategy._version = [], 0
+    strategy._plan_expired = strategy._plan_version = 0
     strategy.tables_expired = strategy.tables_discarded = 0
 
     def job(version, chunks, remaining, done=False):

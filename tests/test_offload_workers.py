@@ -1,8 +1,6 @@
 """The CPU side of :class:`pyg_orch.offload.BottomLayerOffload`: the
 subgraphs the workers build, how work is split into items, and the worker
 threads' settings."""
-import threading
-
 import pytest
 import torch
 from torch_geometric.nn import GATConv, GCNConv, GraphSAGE, SAGEConv
@@ -15,7 +13,7 @@ from pyg_orch.offload import (
 from pyg_orch.offload.bottom_layer import BottomLayerComputer
 from pyg_orch.offload.super_batch import EmbeddingPipeline
 from pyg_orch.offload.tables import default_chunk_size, split_chunks
-from pyg_orch.offload.workers import WorkerPool
+from pyg_orch.offload.workers import WorkerPool, process_intra_op_threads
 from pyg_orch.sampling.topology import CSCTopology
 
 from conftest import tiny_graph, tiny_loader
@@ -148,23 +146,14 @@ def test_worker_intra_op_threads():
     pool.close()
 
 
-def new_thread_intra_op_threads() -> int:
-    got = []
-    thread = threading.Thread(
-        target=lambda: got.append(torch.get_num_threads()))
-    thread.start()
-    thread.join()
-    return got[0]
-
-
 def test_worker_intra_op_threads_stay_in_workers():
     # torch.set_num_threads in a worker also sets what every thread started
     # later begins with; the pool sets that back (here 1, the fixture's).
-    before = new_thread_intra_op_threads()
+    before = process_intra_op_threads()
     pool = WorkerPool(2, idle_timeout=1.0, intra_op_threads=before + 2)
     futures = [pool.submit(torch.get_num_threads) for _ in range(4)]
     assert [f.result(timeout=10) for f in futures] == [before + 2] * 4
-    assert new_thread_intra_op_threads() == before
+    assert process_intra_op_threads() == before
     assert torch.get_num_threads() == before
     pool.close()
 

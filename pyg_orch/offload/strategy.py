@@ -98,10 +98,9 @@ class EmbeddingStrategy:
         self._jobs: collections.deque = collections.deque()
         self._seq = 0
         self._stats_lock = threading.Lock()
-        self._expired_total = 0
-        self._plan_expired = 0  # `_expired_total` at the last `replan`.
+        self._plan_expired = 0  # Tables expired since the last `replan`.
         self._plan_version = 0  # The step of the last `replan`.
-        self._version: Optional[int] = None  # The latest training step's.
+        self._version = 0  # The latest training step's.
         self.reset_stats()
 
     # The interface ###########################################################
@@ -269,7 +268,7 @@ class EmbeddingStrategy:
         # expired if it had not finished (the CPU did not keep up).
         if not job.future.done():
             self.tables_expired += 1
-            self._expired_total += 1
+            self._plan_expired += 1
         self._discard(job)
 
     #: See :meth:`cannot_keep_up`.
@@ -288,13 +287,12 @@ class EmbeddingStrategy:
         :attr:`MAX_EXPIRED` tables were dropped unfinished for getting older
         than the bound and none was used (tables of few items, which the
         projection cannot judge, on a CPU too slow or too busy)."""
-        version = self._version if self._version is not None else 0
-        if (self._expired_total - self._plan_expired >= self.MAX_EXPIRED
-                and version - self._plan_version > self.LATE_FACTOR *
+        if (self._plan_expired >= self.MAX_EXPIRED
+                and self._version - self._plan_version > self.LATE_FACTOR *
                 (self.age_bound + 1)):
             return True
         job = next((j for j in self._jobs if not j.future.done()), None)
-        if job is None or self._version is None or not job.chunks:
+        if job is None or not job.chunks:
             return False
         age = self._version - job.version
         if age < 2:
@@ -307,9 +305,8 @@ class EmbeddingStrategy:
 
     def _plan_changed(self) -> None:
         # Counts expired tables of the new plan from now on.
-        self._plan_expired = self._expired_total
-        self._plan_version = self._version if self._version is not None \
-            else 0
+        self._plan_expired = 0
+        self._plan_version = self._version
 
     def _wait(self, job: Job, timer=None) -> EmbeddingTable:
         start = time.perf_counter()

@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -32,27 +32,30 @@ def set_thread_intra_op_threads(num: int) -> None:
     process. Here the process-wide value is set back (from a short-lived
     thread, so that the calling thread keeps :obj:`num`)."""
     with _threads_lock:
-        # The calling thread's value is initialised from the process-wide
-        # one at its first use: read it now, before it changes.
-        before = _process_intra_op_threads()
+        before = process_intra_op_threads()
+        # A thread takes the process-wide value at its first use of the
+        # thread pool: make that happen now, not after the value is set
+        # back.
         torch.get_num_threads()
         torch.set_num_threads(int(num))
         if before != int(num):
-            restore = threading.Thread(target=torch.set_num_threads,
-                                       args=(before, ),
-                                       name=f'{THREAD_NAME_PREFIX}-restore')
-            restore.start()
-            restore.join()
+            _in_new_thread(torch.set_num_threads, before)
 
 
-def _process_intra_op_threads() -> int:
-    # What a new thread starts with: the process-wide value.
-    got: list = []
-    probe = threading.Thread(target=lambda: got.append(
-        torch.get_num_threads()), name=f'{THREAD_NAME_PREFIX}-probe')
-    probe.start()
-    probe.join()
-    return got[0]
+def process_intra_op_threads() -> int:
+    r"""The PyTorch intra-op threads that a thread started now begins
+    with."""
+    return _in_new_thread(torch.get_num_threads)
+
+
+def _in_new_thread(fn: Callable, *args: Any) -> Any:
+    # Runs `fn(*args)` in a short-lived thread; returns its result.
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(fn(*args)),
+                              name=f'{THREAD_NAME_PREFIX}-helper')
+    thread.start()
+    thread.join()
+    return out[0]
 
 
 def local_ranks() -> int:
