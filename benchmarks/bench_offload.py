@@ -384,6 +384,8 @@ def _hundreds(t0: float, marks: List[float]) -> List[tuple]:
 #: loss every step; a host that gets slower shows in :obj:`'loader'` and
 #: :obj:`'launch'`, a device that gets slower in :obj:`'sync'`.
 STEP_PARTS = ('loader', 'pre_sync', 'launch', 'sync')
+#: The first timed steps whose parts are kept one by one.
+FIRST_STEPS = 40
 
 
 def _mean_by_hundred(times: List[float]) -> List[float]:
@@ -556,6 +558,11 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         'gpu_clock_mhz_by_hundred': monitor.clock_by_hundred(t0, marks),
         'step_parts_ms_by_hundred': {
             key: _mean_by_hundred(times)
+            for key, times in parts.items()
+        },
+        # Every one of the first steps (the trial of the default):
+        'step_parts_ms_first': {
+            key: [round(1e3 * t, 3) for t in times[:FIRST_STEPS]]
             for key, times in parts.items()
         },
         **util,

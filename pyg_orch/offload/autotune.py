@@ -296,6 +296,9 @@ class HotSetTuner:
         self._timing = False
         self._drain_left: Optional[int] = None
         self.state = 'trial'
+        # Training steps seen, and what happened at which of them:
+        self.num_steps = 0
+        self.events: List[Dict[str, Any]] = []
         # No batch was sampled yet: the first candidate at once.
         hot.resize(chooser.current, settle=True)
         on_resize()
@@ -307,6 +310,7 @@ class HotSetTuner:
 
     def step(self) -> None:
         r"""A training step starts."""
+        self.num_steps += 1
         if self._drain_left is not None:
             self._drain_left -= 1
             if self._drain_left <= 0:
@@ -322,15 +326,23 @@ class HotSetTuner:
                 self.hot.size >= self.hot.planned
                 or self._held >= self.max_hold)
             self._held += 1
+        planned = self.hot.planned
         size = self.chooser.tick(count=self._timing, unusable=unusable)
+        if unusable:
+            self._event('not usable', planned)
         if size is None:
             return
         self._timing, self._held = False, 0
         if self.chooser.done:
             self._decided(size)
         else:
+            self._event('trying', size)
             self.hot.resize(size)
             self.on_resize()
+
+    def _event(self, what: str, num_hot: int) -> None:
+        self.events.append({'step': self.num_steps, 'event': what,
+                            'num_hot': int(num_hot)})
 
     def _decided(self, size: int) -> None:
         summary = self.summary()
@@ -339,6 +351,7 @@ class HotSetTuner:
                         c['num_hot']: c['median_step_s']
                         for c in summary['candidates']
                     })
+        self._event('chose', size)
         self.hot.resize(size)
         if self.hot.settling:
             self.state = 'settling'
@@ -351,6 +364,7 @@ class HotSetTuner:
         self.hot.settle()
         self.on_resize()
         self.state = 'decided'
+        self._event('decided', self.chooser.choice)
         self.on_done(self.chooser.choice)
 
     def summary(self) -> Dict[str, Any]:
@@ -361,6 +375,7 @@ class HotSetTuner:
             c['hot_ratio'] = self.ratios.get(c['num_hot'])
         chosen = out['chosen_num_hot']
         out.update(mode='measure', state=self.state,
+                   events=[dict(e) for e in self.events],
                    chosen_hot_ratio=None if chosen is None else
                    self.ratios.get(chosen))
         return out

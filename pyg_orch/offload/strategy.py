@@ -23,6 +23,7 @@ from pyg_orch.offload.tables import (
     EmbeddingTable,
     Job,
     OffloadWorkerError,
+    PinnedStaging,
     Snapshot,
     default_chunk_size,
 )
@@ -91,7 +92,9 @@ class EmbeddingStrategy:
         self.idle_timeout = idle_timeout
         self.work_hook = work_hook
         self.cuda = self.device.type == 'cuda'
-        self.pin = self.cuda and torch.cuda.is_available()
+        # Rows go to the device through small pinned buffers (see
+        # `PinnedStaging`), into a table allocated on the device:
+        self.staging = PinnedStaging() if self.cuda else None
         self._streams: Dict[Any, Any] = {}
         self._streams_lock = threading.Lock()
         self._pool: Optional[WorkerPool] = None
@@ -357,13 +360,21 @@ class EmbeddingStrategy:
                 lambda device: self._stream('d2h', device))
             layer = self.computer.layer_for(job.snapshot, state)
             out = self.computer.compute(layer, job.nodes[lo:hi])
+            stream = self._stream('h2d', self.device) if self.cuda else None
             with job.lock:
                 if job.buffer is None:
-                    job.buffer = torch.empty(
-                        (job.nodes.numel(), ) + tuple(out.shape[1:]),
-                        dtype=out.dtype, pin_memory=self.pin)
+                    shape = (job.nodes.numel(), ) + tuple(out.shape[1:])
+                    if stream is None:
+                        job.buffer = torch.empty(shape, dtype=out.dtype)
+                    else:
+                        with torch.cuda.stream(stream):
+                            job.buffer = torch.empty(shape, dtype=out.dtype,
+                                                     device=self.device)
                 buffer = job.buffer
-            buffer[lo:hi].copy_(out)
+            if stream is None:
+                buffer[lo:hi].copy_(out)
+            else:
+                self.staging.copy(out, buffer[lo:hi], stream)
             with job.lock:
                 job.remaining -= 1
                 last = job.remaining == 0
@@ -379,16 +390,16 @@ class EmbeddingStrategy:
         if job.cancelled.is_set():
             return
         event, rows = None, job.rows
+        emb = job.buffer
         if self.cuda:
+            # Every item's copy is queued on the stream by now (the last
+            # item finishes the table):
             stream = self._stream('h2d', self.device)
             with torch.cuda.stream(stream):
-                emb = job.buffer.to(self.device, non_blocking=True)
                 if rows is not None:
                     rows = rows.to(self.device)
                 event = torch.cuda.Event()
                 event.record(stream)
-        else:
-            emb = job.buffer
         job.buffer = None
         table = EmbeddingTable(job.version, job.seq, emb, event, rows,
                                compute_s=time.perf_counter() - job.launched)
