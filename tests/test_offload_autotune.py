@@ -273,6 +273,10 @@ def test_end_to_end_offload_wins(refresh, caplog):
     assert decision['chosen_hot_ratio'] == pytest.approx(0.15)
     assert decision['speedup'] > 1.02
     assert all(c['measured_steps'] == 10 for c in decision['candidates'])
+    events = decision['events']
+    assert [(e['event'], e['num_hot']) for e in events] == [
+        ('trying', 10), ('trying', 30), ('chose', 30), ('decided', 30)]
+    assert [e['step'] for e in events] == sorted(e['step'] for e in events)
     # It really ends in that configuration:
     assert stats['num_hot'] == 30 and num_pruned(loader) == 30
     before = stats['hot_rows_replaced']
@@ -733,6 +737,13 @@ def test_tuner_drops_a_candidate_the_cpu_cannot_keep_up_with(after):
     # the unusable candidate, far fewer than `max_hold`.
     assert steps == 5 + after
     assert tuner.summary()['state'] == 'decided'
+    # What it did at which step (steps count from 1):
+    assert tuner.summary()['events'] == [
+        {'step': 5, 'event': 'trying', 'num_hot': 10},
+        {'step': 5 + after, 'event': 'not usable', 'num_hot': 10},
+        {'step': 5 + after, 'event': 'chose', 'num_hot': 0},
+        {'step': 5 + after, 'event': 'decided', 'num_hot': 0},
+    ]
 
 
 def test_tuner_waits_for_a_hot_set_the_cpu_keeps_up_with():
