@@ -112,6 +112,19 @@ def test_synchronous_full_neighbors_is_exact(cora, name, replace_rows,
     off.close()
 
 
+def step_matches_unpruned(off, model, optimizer, batch, ref) -> None:
+    r"""One training step of :obj:`off` on the pruned :obj:`batch`, whose
+    seeds must get the outputs :obj:`model` gives them on the unpruned
+    :obj:`ref`."""
+    out = off(batch.x, batch.edge_index)[:batch.batch_size]
+    expected = model(ref.x, ref.edge_index)[:ref.batch_size]
+    assert torch.allclose(out, expected, atol=1e-5), \
+        (out - expected).abs().max()
+    optimizer.zero_grad()
+    F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+    optimizer.step()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 @pytest.mark.parametrize('split', ['output', 'aggregate'])
 def test_cuda_tables_are_exact(split):
@@ -134,13 +147,7 @@ def test_cuda_tables_are_exact(split):
                              num_threads=2, chunk_size=7)
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     for batch, ref in zip(loader, ref_loader):
-        out = off(batch.x, batch.edge_index)[:batch.batch_size]
-        expected = model(ref.x, ref.edge_index)[:ref.batch_size]
-        assert torch.allclose(out, expected, atol=1e-5), \
-            (out - expected).abs().max()
-        optimizer.zero_grad()
-        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-        optimizer.step()
+        step_matches_unpruned(off, model, optimizer, batch, ref)
     stats = off.stats()
     assert stats['hot_rows_replaced'] > 0 and stats['tables_computed'] > 0
     off.close()
@@ -369,13 +376,7 @@ def test_auto_hot_set_grows_and_stays_exact(cora, name):
     optimizer = torch.optim.SGD(off.parameters(), lr=0.0)
     for _ in range(12):
         for batch, ref in zip(loader, ref_loader):
-            out = off(batch.x, batch.edge_index)[:batch.batch_size]
-            expected = model(ref.x, ref.edge_index)[:ref.batch_size]
-            assert torch.allclose(out, expected, atol=1e-5), \
-                (out - expected).abs().max()
-            optimizer.zero_grad()
-            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-            optimizer.step()
+            step_matches_unpruned(off, model, optimizer, batch, ref)
             time.sleep(0.02)  # Steps far slower than the CPU tables.
     stats = off.stats()
     sizes = stats['hot_sizes']
