@@ -326,10 +326,9 @@ class HotSetTuner:
                 self.hot.size >= self.hot.planned
                 or self._held >= self.max_hold)
             self._held += 1
-        planned = self.hot.planned
         size = self.chooser.tick(count=self._timing, unusable=unusable)
-        if unusable:
-            self._event('not usable', planned)
+        if unusable:  # The chooser leaves the hot set as it is.
+            self._event('not usable', self.hot.planned)
         if size is None:
             return
         self._timing, self._held = False, 0
