@@ -164,6 +164,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "refresh='super_batch' / 'batch'), optionally with "
                    "overrides, e.g. 'super_batch:s=16:h=0.1:t=2:i=4' "
                    "(max_staleness, hot_ratio (a fraction or 'auto'), "
+                   "a= max_sample_age, "
                    "num_threads, intra_op_threads, c= chunk_size, d=bf16 "
                    "cpu_autocast, split=output|aggregate|auto)")
     p.add_argument('--presample-batches', type=int, default=None)
@@ -240,6 +241,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 # Helpers #####################################################################
 
 _OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', _ratio),
+              'a': ('max_sample_age', int),
               't': ('num_threads', int), 'i': ('intra_op_threads', int),
               'c': ('chunk_size', int),
               'd': ('cpu_autocast', lambda v: {'bf16': torch.bfloat16}[v]),
@@ -263,8 +265,8 @@ def mode_options(args, mode: str) -> Dict[str, Any]:
         key, _, value = part.partition('=')
         if key not in _OVERRIDES or not value:
             raise ValueError(f"bad override {part!r} in mode {mode!r} "
-                             f"(expected s=, h=, t=, i=, c=, d=bf16 or "
-                             f"split=)")
+                             f"(expected s=, h=, a=, t=, i=, c=, d=bf16 "
+                             f"or split=)")
         field, kind = _OVERRIDES[key]
         try:
             opts[field] = kind(value)
@@ -721,7 +723,8 @@ def print_throughput(args, res) -> None:
         st = off['offload']
         log(f"\n{m}: speed-up (plain / offload) {res['speedup'][m]:.3f}x; "
             f"nodes per batch -{100 * res['node_reduction'][m]:.1f}%")
-        log(f"  split {st['split']}; {st['num_hot']:,} hot vertices (coverage "
+        log(f"  split {st['split']} (CPU: {st.get('cpu_aggregation')}); "
+            f"{st['num_hot']:,} hot vertices (coverage "
             f"{100 * st['hot_coverage']:.1f}% of bottom-layer accesses), "
             f"{st['hot_rows_per_batch']:.0f} rows replaced per batch, setup "
             f"{off['setup_s']:.1f} s; staleness {st['staleness_hist']} (max "

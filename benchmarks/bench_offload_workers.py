@@ -5,10 +5,14 @@ while a plain training loop runs on the device, and how much they slow that
 loop down (the training loop and the workers share Python's interpreter
 lock).
 
-Every configuration ``TxI[:cN][:dedup][:bf16]`` runs ``T`` worker threads
-with ``I`` PyTorch intra-op threads each, work items of ``N`` hot vertices
-(default: :func:`pyg_orch.offload.tables.default_chunk_size`), optionally
-deduplicating sampled neighbors or under bfloat16 autocast. The hot set is
+Every configuration ``TxI[:cN][:dedup][:bf16][:agg][:nobag]`` runs ``T``
+worker threads with ``I`` PyTorch intra-op threads each, work items of ``N``
+hot vertices (default: :func:`pyg_orch.offload.tables.default_chunk_size`),
+optionally deduplicating sampled neighbors or under bfloat16 autocast. By
+default the workers compute the first layer's output; with ``agg``, its
+weight-free aggregation (``split='aggregate'``, GraphSAGE's mean), with
+:func:`~torch.nn.functional.embedding_bag` unless ``nobag`` (then the
+layer's own aggregation). The hot set is
 the ``--num-hot`` vertices of highest in-degree. The training loop is
 GraphSAGE on :class:`pyg_orch.HybridNeighborLoader` as in
 ``bench_offload.py`` (without offload), untrimmed and with
@@ -49,7 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--num-hot', type=int, default=120_000)
     p.add_argument('--configs', default='8x1:c15000,8x1,8x1:dedup,4x2,2x4,'
                    '1x8,2x6',
-                   help='comma-separated TxI[:cN][:dedup][:bf16]')
+                   help='comma-separated TxI[:cN][:dedup][:bf16][:agg]'
+                   '[:nobag]')
     p.add_argument('--together', default='8x1:c15000,8x1,4x2,2x4,1x8,2x6',
                    help='configurations also run next to training')
     p.add_argument('--tables', type=int, default=3,
@@ -81,7 +86,7 @@ def parse_config(spec: str) -> Dict[str, Any]:
     except ValueError:
         raise SystemExit(f'bad configuration {spec!r} (expected TxI...)')
     out = dict(threads=threads, intra=intra, chunk=None, dedup=None,
-               autocast=None)
+               autocast=None, agg=False, nobag=False)
     for opt in opts:
         if opt.startswith('c') and opt[1:].isdigit():
             out['chunk'] = int(opt[1:])
@@ -89,6 +94,8 @@ def parse_config(spec: str) -> Dict[str, Any]:
             out['dedup'] = True
         elif opt == 'bf16':
             out['autocast'] = torch.bfloat16
+        elif opt in ('agg', 'nobag'):
+            out[opt] = True
         else:
             raise SystemExit(f'bad option {opt!r} in {spec!r}')
     return out
@@ -126,6 +133,10 @@ def main(argv=None) -> Dict[str, Any]:
         computer = BottomLayerComputer(layer, data.x, csc, g.fanout[-1],
                                        seed=0, dedup=cfg['dedup'],
                                        autocast_dtype=cfg['autocast'])
+        if cfg['agg'] or cfg['nobag']:
+            computer.choose_split(hot, 'aggregate')
+            if cfg['nobag']:
+                computer.bag_mode = None
         computer.calibrate(hot)
         return EmbeddingPipeline(computer, layer, hot, device, 10**9,
                                  cfg['threads'], chunk_size=cfg['chunk'],

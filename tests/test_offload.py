@@ -248,6 +248,8 @@ def test_aggregate_split_exact_at_any_staleness(cora, name, refresh):
                              full_neighbors=True, refresh=refresh,
                              split='aggregate')
     assert off.stats()['split'] == 'aggregate'
+    # Mean (SAGE) and sum (GIN) of raw rows: computed with embedding_bag.
+    assert off.stats()['cpu_aggregation'] == 'embedding_bag'
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     atol = 1e-5
     for epoch in range(3):
@@ -289,6 +291,8 @@ def test_pre_linear_split_matches_synchronous_output_split(cora):
                               max_staleness=0, full_neighbors=True,
                               split='output')
     assert off.stats()['split'] == 'pre_linear'
+    # Deduplicated subgraphs (degree-normalized layer): the layer's copy.
+    assert off.stats()['cpu_aggregation'] == 'layer'
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     grads_differ = False
     for epoch in range(3):

@@ -141,6 +141,7 @@ def test_aggregate_split_is_exact(kind, device):
             optimizer.step()
     stats = off.stats()
     assert stats['split'] == 'aggregate'
+    assert stats['cpu_aggregation'] == 'embedding_bag'
     assert stats['hot_rows_replaced'] > 0
     assert stats['max_staleness_seen'] == 0 and stats['max_table_age'] > 0
     assert stats['offloaded_forwards'] == stats['training_forwards'] > 0

@@ -91,6 +91,7 @@ def test_full_neighbors_is_exact_and_ddp_equals_plain(parts):
         assert o['worst'] < 1e-5
         assert o['offload_stats']['hot_rows_replaced'] > 0
         assert o['offload_stats']['split'] == 'aggregate'
+        assert o['offload_stats']['cpu_aggregation'] == 'embedding_bag'
         assert torch.allclose(o['offload'], o['plain'], atol=1e-5)
     assert torch.equal(out[0]['plain'], out[1]['plain'])
     assert torch.equal(out[0]['offload'], out[1]['offload'])

@@ -3,7 +3,15 @@ subgraphs the workers build, how work is split into items, and the worker
 threads' settings."""
 import pytest
 import torch
-from torch_geometric.nn import GATConv, GCNConv, GraphSAGE, SAGEConv
+from torch_geometric.nn import (
+    GATConv,
+    GCNConv,
+    GINConv,
+    GraphConv,
+    GraphSAGE,
+    MessagePassing,
+    SAGEConv,
+)
 
 from pyg_orch.offload import (
     BottomLayerOffload,
@@ -74,6 +82,56 @@ def test_subgraph_without_dedup_gives_same_outputs(conv):
     # Both computers' generators are seeded alike per thread:
     assert a.shape == (nodes.numel(), b.size(1))
     assert torch.allclose(a, b, atol=1e-5)
+
+
+class DoubledMessages(MessagePassing):
+    # Weight-free aggregation whose messages are not the neighbors' rows.
+    def __init__(self):
+        super().__init__(aggr='mean')
+        self.lin = torch.nn.Linear(8, 6)
+
+    def forward(self, x, edge_index):
+        return self.lin(self.propagate(edge_index, x=x))
+
+    def message(self, x_j):
+        return 2 * x_j
+
+
+@pytest.mark.parametrize('conv,dedup,mode', [
+    (lambda: SAGEConv(8, 6), None, 'mean'),
+    (lambda: SAGEConv(8, 6, aggr='sum'), None, 'sum'),
+    (lambda: GINConv(torch.nn.Linear(8, 6)), None, 'sum'),
+    (lambda: GraphConv(8, 6, aggr='max'), None, 'max'),
+    (lambda: GCNConv(8, 6, normalize=False, bias=False), False, 'sum'),
+    # Deduplicated subgraphs (degree-normalized layers) are not bagged:
+    (lambda: GCNConv(8, 6, normalize=False, bias=False), True, None),
+    (lambda: SAGEConv(8, 6, aggr=['mean', 'max']), None, None),
+    (DoubledMessages, None, None),
+])
+def test_bag_aggregation_matches_the_layer(conv, dedup, mode):
+    # Where the aggregation is a mean, sum or max of the neighbors' rows,
+    # the CPU side computes it with embedding_bag: the same rows as the
+    # layer's aggregation for the same neighbor samples, including vertices
+    # with fewer neighbors than the fan-out and with none.
+    data = tiny_graph()
+    torch.manual_seed(0)
+    layer = conv()
+    nodes = torch.arange(data.num_nodes).flip(0)  # Low degrees first.
+    deg = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+    assert int((deg == 0).sum()) > 0 and int((deg == 1).sum()) > 0
+    kwargs = {} if dedup is None else {'dedup': dedup}
+    fast = _computer(layer, data, **kwargs)
+    slow = _computer(layer, data, **kwargs)
+    kind = fast.choose_split(nodes)
+    assert kind != 'output'
+    assert fast.bag_mode == mode
+    slow.choose_split(nodes)
+    slow.bag_mode = None  # The layer's own aggregation.
+    a = fast.compute(fast.template, nodes)
+    b = slow.compute(slow.template, nodes)
+    assert a.shape == b.shape and a.size(0) == nodes.numel()
+    assert torch.allclose(a, b, atol=1e-6)
+    assert bool((a[deg[nodes] == 0] == 0).all())
 
 
 def test_hot_neighbors_get_placeholder_in_edges():

@@ -6,6 +6,7 @@ import copy
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
 
@@ -84,7 +85,9 @@ def _perturbed(layer: torch.nn.Module) -> torch.nn.Module:
     return out
 
 
-def _close(a: Tensor, b: Tensor) -> bool:
+def rows_close(a: Tensor, b: Tensor) -> bool:
+    r"""Whether two row blocks have one shape and agree to float32
+    rounding (:obj:`rtol=1e-4`, :obj:`atol=1e-5`)."""
     return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4,
                                                  atol=1e-5)
 
@@ -113,15 +116,15 @@ def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
             other = aggregate(_perturbed(layer), AGGREGATE)
         except Exception as exc:  # E.g. a fused path without hooks.
             return OUTPUT, f'its aggregation can not be hooked ({exc})'
-        if _close(agg, other):
+        if rows_close(agg, other):
             return AGGREGATE, ''
         lin = getattr(layer, 'lin', None)
         if isinstance(lin, torch.nn.Module) and getattr(
                 lin, 'bias', None) is None and hasattr(lin, 'weight'):
             try:
                 raw = aggregate(layer, PRE_LINEAR)
-                ok = _close(raw, aggregate(_perturbed(layer), PRE_LINEAR)) \
-                    and _close(lin(raw), agg)
+                ok = rows_close(raw, aggregate(_perturbed(layer), PRE_LINEAR)) \
+                    and rows_close(lin(raw), agg)
             except Exception:
                 ok = False
             if ok:
@@ -155,7 +158,35 @@ def depends_on_source_degrees(layer: torch.nn.Module, x: Tensor,
             after = call_layer(layer, x, torch.cat([edge_index, extra], 1))
         except Exception:  # A layer that can not take the probe.
             return False
-    return not _close(before, after[:num_targets])
+    return not rows_close(before, after[:num_targets])
+
+
+#: PyG aggregation names (a layer's :obj:`aggr`) and the
+#: :func:`~torch.nn.functional.embedding_bag` mode that computes them.
+BAG_MODES = {'mean': 'mean', 'add': 'sum', 'sum': 'sum', 'max': 'max'}
+
+
+def bag_mode(layer: torch.nn.Module) -> Optional[str]:
+    r"""The :func:`~torch.nn.functional.embedding_bag` mode matching the
+    aggregation named by :obj:`layer.aggr` (:obj:`'mean'`, :obj:`'add'`,
+    :obj:`'sum'` or :obj:`'max'`), or :obj:`None` (another aggregation, an
+    aggregation module or several). Whether the layer's messages are its
+    neighbors' raw rows is not checked here (see :func:`bag_aggregate`)."""
+    aggr = getattr(layer, 'aggr', None)
+    return BAG_MODES.get(aggr) if isinstance(aggr, str) else None
+
+
+def bag_aggregate(x: Tensor, src: Tensor, dst: Tensor, num_targets: int,
+                  mode: str) -> Tensor:
+    r"""Aggregates rows :obj:`x[src]` per target (:obj:`dst`, positions
+    in :obj:`[0, num_targets)`, grouped by target in ascending order) with
+    :func:`~torch.nn.functional.embedding_bag` in :obj:`mode`: the weight-free
+    aggregation of a layer whose messages are its neighbors' rows, without
+    gathering those rows into a tensor first. Targets without neighbors get
+    zeros, as in PyG's aggregations."""
+    counts = torch.bincount(dst, minlength=num_targets)
+    offsets = counts.cumsum(0) - counts
+    return F.embedding_bag(src, x, offsets, mode=mode)
 
 
 def finish(layer: torch.nn.Module, kind: str, rows: Tensor) -> Tensor:

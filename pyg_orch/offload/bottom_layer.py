@@ -12,10 +12,13 @@ from torch_geometric.nn.conv import MessagePassing
 from pyg_orch.offload.aggregate_split import (
     OUTPUT,
     aggregation_copy,
+    bag_aggregate,
+    bag_mode,
     call_layer,
     check_split,
     choose_split,
     depends_on_source_degrees,
+    rows_close,
 )
 from pyg_orch.sampling.neighbors import sample_neighbors, sampled_counts
 from pyg_orch.sampling.topology import CSCTopology
@@ -165,7 +168,11 @@ class BottomLayerComputer:
     By default the computer returns the layer's output; after
     :meth:`choose_split` picks :obj:`'aggregate'` or :obj:`'pre_linear'`
     (see :mod:`pyg_orch.offload.aggregate_split`), it returns the layer's
-    neighbor aggregation instead, which uses no weights.
+    neighbor aggregation instead, which uses no weights; where that
+    aggregation is a mean, sum or maximum of the neighbors' rows (checked
+    against the layer on a few vertices, see :attr:`bag_mode`), it is
+    computed by :func:`~torch.nn.functional.embedding_bag` straight from
+    the features, without gathering the neighbors' rows first.
     """
     def __init__(self, layer: torch.nn.Module, x: Tensor, csc: CSCTopology,
                  num_neighbors: int, replace: bool = False,
@@ -188,6 +195,10 @@ class BottomLayerComputer:
         # in-edges (see `subgraph`):
         self.in_edge_mask: Optional[Tensor] = None
         self.split = OUTPUT
+        #: The :func:`~torch.nn.functional.embedding_bag` mode that computes
+        #: the aggregation of a weight-free split, or :obj:`None` (the layer
+        #: computes it; set by :meth:`choose_split`).
+        self.bag_mode: Optional[str] = None
         #: Whether the layer normalizes by its neighbors' degrees (see
         #: `depends_on_source_degrees`; set by `choose_split`).
         self.degree_dependent = False
@@ -229,7 +240,28 @@ class BottomLayerComputer:
         self.split = kind
         self.template = self._layer if kind == OUTPUT else \
             aggregation_copy(self._layer, kind)
+        self.bag_mode = None
+        if kind != OUTPUT and not self.dedup and nodes.numel() > 0:
+            self.bag_mode = self._check_bag_mode(nodes)
         return kind
+
+    def _check_bag_mode(self, nodes: Tensor) -> Optional[str]:
+        # The embedding_bag mode if it gives the aggregation copy's rows
+        # for `nodes` (the same neighbor sample), else None.
+        mode = bag_mode(self._layer)
+        if mode is None:
+            return None
+        n = nodes.numel()
+        with torch.no_grad():
+            try:
+                x, edge_index = self.inputs(
+                    nodes, torch.Generator().manual_seed(1))
+                ref = call_layer(self.template, x, edge_index)[:n]
+                fast = bag_aggregate(*self.sampled_sources(
+                    nodes, torch.Generator().manual_seed(1)), n, mode)
+            except Exception:  # E.g. a dtype embedding_bag does not take.
+                return None
+        return mode if rows_close(ref, fast) else None
 
     def calibrate(self, nodes: Tensor) -> bool:
         r"""Checks on a few vertices whether the layer gives the same output
@@ -279,6 +311,12 @@ class BottomLayerComputer:
         return local.layer
 
     @property
+    def cpu_aggregation(self) -> str:
+        r"""How :meth:`compute` works: :obj:`'embedding_bag'` (see
+        :attr:`bag_mode`) or :obj:`'layer'`."""
+        return 'layer' if self.bag_mode is None else 'embedding_bag'
+
+    @property
     def row_bytes(self) -> int:
         r"""Bytes of one feature row."""
         return self.x[0].numel() * self.x.element_size()
@@ -296,6 +334,16 @@ class BottomLayerComputer:
         return (csc.neighbors(pos, nodes.index_select(0, dst)).to(
             torch.int64),
                 dst.to(torch.int64))
+
+    def sampled_sources(self, nodes: Tensor,
+                        generator: Optional[torch.Generator]
+                        ) -> Tuple[Tensor, Tensor, Tensor]:
+        r"""Samples in-neighbors of :obj:`nodes` as :meth:`subgraph` does
+        (the same draws for the same generator state) and returns the
+        neighbors' feature matrix, their rows in it and, per sampled edge,
+        the position of its target in :obj:`nodes` (ascending)."""
+        src, dst = self.sample(nodes, generator)
+        return self.x, src, dst
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
@@ -347,6 +395,10 @@ class BottomLayerComputer:
         local = self._thread_state()
         dtype = self.autocast_dtype
         with torch.no_grad():
+            if self.bag_mode is not None:
+                x, src, dst = self.sampled_sources(nodes, local.generator)
+                return bag_aggregate(x, src, dst, nodes.numel(),
+                                     self.bag_mode)
             x, edge_index = self.inputs(nodes, local.generator)
             with torch.autocast('cpu', dtype=dtype or torch.bfloat16,
                                 enabled=dtype is not None):
@@ -416,6 +468,12 @@ class BipartiteLayerComputer(BottomLayerComputer):
         :obj:`edge_index` (source rows to positions in :obj:`nodes`)."""
         src, dst = self.sample(nodes, generator)
         return src, torch.stack([torch.arange(src.numel()), dst])
+
+    def sampled_sources(self, nodes: Tensor,
+                        generator: Optional[torch.Generator]
+                        ) -> Tuple[Tensor, Tensor, Tensor]:
+        src, dst = self.sample(nodes, generator)
+        return self.x_src, src, dst
 
     def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Any, Tensor]:

@@ -232,6 +232,15 @@ class HeteroBottomLayerComputer:
         self.width = max(starts.values())
         return kind
 
+    @property
+    def cpu_aggregation(self) -> str:
+        r"""How the edge types' rows are computed (see
+        :attr:`BottomLayerComputer.cpu_aggregation
+        <pyg_orch.offload.bottom_layer.BottomLayerComputer.cpu_aggregation>`):
+        the one way of all of them, or :obj:`'mixed'`."""
+        ways = {part.cpu_aggregation for part in self.parts}
+        return ways.pop() if len(ways) == 1 else 'mixed'
+
     def layer_for(self, key, state: Dict[str, Tensor]) -> List:
         r"""The calling thread's copies of the per-edge-type layers, loaded
         with :obj:`state` (of :meth:`layer_group`) unless they hold that of

@@ -110,6 +110,11 @@ class PartBottomLayerComputer(BottomLayerComputer):
                  ) -> Tuple[Tensor, Tensor]:
         return super().subgraph(self.table.rows(nodes), generator)
 
+    def sampled_sources(self, nodes: Tensor,
+                        generator: Optional[torch.Generator]
+                        ) -> Tuple[Tensor, Tensor, Tensor]:
+        return super().sampled_sources(self.table.rows(nodes), generator)
+
 
 class PartBipartiteLayerComputer(BipartiteLayerComputer):
     r"""A :class:`~pyg_orch.offload.bottom_layer.BipartiteLayerComputer`
@@ -128,6 +133,11 @@ class PartBipartiteLayerComputer(BipartiteLayerComputer):
     def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Any, Tensor]:
         return super().inputs(self.table.rows(nodes), generator)
+
+    def sampled_sources(self, nodes: Tensor,
+                        generator: Optional[torch.Generator]
+                        ) -> Tuple[Tensor, Tensor, Tensor]:
+        return super().sampled_sources(self.table.rows(nodes), generator)
 
 
 def _of_type(value: Any, node_type: Any) -> Any:

@@ -274,6 +274,7 @@ class OffloadRuntime:
             'hot_rows_per_batch': self.rows_replaced / max(
                 self.num_offloaded, 1),
             'split': self.split,
+            'cpu_aggregation': self.strategy.computer.cpu_aggregation,
             'decision': self._decision_stats(),
         }
         out.update(self.strategy.stats())

@@ -401,7 +401,11 @@ class BottomLayerOffload(torch.nn.Module):
           :obj:`hot_rows_per_batch`;
         * :obj:`split` (:obj:`'output'`, :obj:`'aggregate'` or
           :obj:`'pre_linear'`, the latter an aggregation finished with
-          :obj:`lin`);
+          :obj:`lin`); :obj:`cpu_aggregation`: how the CPU computes a
+          weight-free split, :obj:`'embedding_bag'` (a mean, sum or maximum
+          of the neighbors' rows, straight from the features),
+          :obj:`'layer'` (a copy of the layer) or, on heterogeneous graphs,
+          :obj:`'mixed'`;
         * :obj:`staleness_hist` (staleness of the weights in steps to
           number of uses), :obj:`max_staleness_seen`, :obj:`max_staleness`,
           :obj:`super_batch_size`, :obj:`refresh`; :obj:`max_table_age`:
