@@ -171,8 +171,12 @@ def test_default_chunk_size_by_bytes():
     assert default_chunk_size(_computer(layer, data, 5)) == \
         8 * 2**20 // (6 * 400)
     wide = tiny_graph(num_features=600)
-    assert default_chunk_size(_computer(SAGEConv(600, 4), wide, 5)) == \
-        8 * 2**20 // (6 * 2400)
+    computer = _computer(SAGEConv(600, 4), wide, 5)
+    assert default_chunk_size(computer) == 8 * 2**20 // (6 * 2400)
+    # embedding_bag gathers no neighbor rows: 8 MB of output rows.
+    computer.choose_split(torch.arange(wide.num_nodes), 'aggregate')
+    assert computer.cpu_aggregation == 'embedding_bag'
+    assert default_chunk_size(computer) == 8 * 2**20 // 2400
     # Bounded on both sides:
     assert default_chunk_size(_computer(layer, tiny_graph(num_features=2),
                                         5)) == 16384

@@ -188,10 +188,13 @@ _ITEM_BYTES = 8 * 2**20
 
 def default_chunk_size(computer: BottomLayerComputer) -> int:
     r"""Hot vertices per work item by default: about 8 MB of gathered
-    features (the vertices' and their sampled neighbors' rows), between
-    256 and 16,384 vertices."""
+    features (the vertices' and their sampled neighbors' rows; with
+    :func:`~torch.nn.functional.embedding_bag`, which gathers none, of the
+    item's output rows), between 256 and 16,384 vertices."""
     k = computer.num_neighbors
     rows_per_vertex = 1 + (k if k >= 0 else 32)
+    if computer.cpu_aggregation == 'embedding_bag':
+        rows_per_vertex = 1
     size = _ITEM_BYTES // max(rows_per_vertex * computer.row_bytes, 1)
     return int(min(max(size, 256), 16384))
 
