@@ -64,15 +64,55 @@ def table(times):
 def test_faster_offload_is_chosen():
     chooser = StepTimeChooser([0, 10, 30], warmup=2, steps=5)
     switches = run_chooser(chooser, table({0: 1.0, 10: 0.9, 30: 0.8}))
-    assert switches == [10, 30, 30]
+    # Plain training is timed again before offload is chosen:
+    assert switches == [10, 30, 0, 30]
     assert chooser.choice == 30 and chooser.current == 30
     summary = chooser.summary()
     assert [c['num_hot'] for c in summary['candidates']] == [0, 10, 30]
     assert [c['median_step_s'] for c in summary['candidates']] == \
         pytest.approx([1.0, 0.9, 0.8])
     assert all(c['measured_steps'] == 5 for c in summary['candidates'])
+    assert summary['plain_again_median_step_s'] == pytest.approx(1.0)
     assert summary['speedup'] == pytest.approx(1.25)
     assert '30 hot vertices' in summary['reason']
+
+
+def first_plain_slow(chooser, times, first_plain):
+    r"""Step costs by candidate (:obj:`times`), plain training's first
+    phase taking :obj:`first_plain` seconds a step (a process's first
+    steps are often slower)."""
+    return lambda n, i: first_plain if (
+        n == 0 and not chooser.rechecking) else times[n]
+
+
+@pytest.mark.parametrize('again,choice', [(1.0, 0), (1.2, 10), (1.3, 10)])
+def test_plain_timed_again_counts_where_faster(again, choice):
+    # Plain training's first steps took 1.3 s; 10 hot vertices 1.1 s. Timed
+    # again at 1.0 s, plain training wins; at 1.2 or 1.3 s, offload does.
+    chooser = StepTimeChooser([0, 10], warmup=1, steps=3)
+    costs = first_plain_slow(chooser, {0: again, 10: 1.1}, 1.3)
+    assert run_chooser(chooser, costs) == [10, 0, choice]
+    assert chooser.choice == choice and not chooser.rechecking
+    summary = chooser.summary()
+    assert summary['plain_again_median_step_s'] == pytest.approx(again)
+    assert summary['candidates'][0]['median_step_s'] == pytest.approx(1.3)
+    assert 'timed again after the candidates' in chooser.reason
+    if choice == 0:
+        assert 'offload off' in chooser.reason
+    else:  # Compared with the faster plain median:
+        assert summary['speedup'] == pytest.approx(min(again, 1.3) / 1.1)
+
+
+def test_plain_is_not_timed_again_without_recheck_or_a_winner():
+    chooser = StepTimeChooser([0, 10], warmup=1, steps=3, recheck=False)
+    costs = first_plain_slow(chooser, {0: 1.0, 10: 1.1}, 1.3)
+    assert run_chooser(chooser, costs) == [10, 10]
+    assert chooser.choice == 10
+    assert chooser.summary()['plain_again_median_step_s'] is None
+    # Nothing beats plain training: no second timing either.
+    chooser = StepTimeChooser([0, 10], warmup=1, steps=3)
+    assert run_chooser(chooser, table({0: 1.0, 10: 1.1})) == [10, 0]
+    assert chooser.summary()['plain_again_median_step_s'] is None
 
 
 @pytest.mark.parametrize('times', [
@@ -275,7 +315,9 @@ def test_end_to_end_offload_wins(refresh, caplog):
     assert all(c['measured_steps'] == 10 for c in decision['candidates'])
     events = decision['events']
     assert [(e['event'], e['num_hot']) for e in events] == [
-        ('trying', 10), ('trying', 30), ('chose', 30), ('decided', 30)]
+        ('trying', 10), ('trying', 30), ('plain again', 0), ('chose', 30),
+        ('decided', 30)]
+    assert decision['plain_again_median_step_s'] == pytest.approx(1.0)
     assert [e['step'] for e in events] == sorted(e['step'] for e in events)
     # It really ends in that configuration:
     assert stats['num_hot'] == 30 and num_pruned(loader) == 30
@@ -465,8 +507,8 @@ def wait_for_queued_work(off):
     ('wait', 0), ('slow', 0), ('free', 0), ('wait', 1)])
 def test_grow_then_shrink_replaces_from_covering_tables(
         refresh, split, timing, prefetch, monkeypatch):
-    # The trial grows the hot set (0, 10, then 30 vertices) and the decision
-    # shrinks it back to 10. Every replacement must come from a table that
+    # The trial grows the hot set (0, 10, then 30 vertices), shrinks it to
+    # none to time plain training again, and the decision grows it to 10. Every replacement must come from a table that
     # holds every row the batch's slot map marks as hot, and every vertex
     # whose bottom hop the sampler pruned for the batch must be marked (its
     # row replaced). With a prefetching loader, a batch's slot map is made
@@ -550,7 +592,7 @@ def test_grow_then_shrink_replaces_from_covering_tables(
         assert num_pruned(loader) == decision['chosen_num_hot']
     else:
         assert decision['chosen_num_hot'] == 10
-        assert off.runtime.hot.sizes[-4:] == [0, 10, 30, 10]
+        assert off.runtime.hot.sizes[-5:] == [0, 10, 30, 0, 10]
         assert off.stats()['num_hot'] == 10 and num_pruned(loader) == 10
         assert len(checked) > 20
     remove()
@@ -588,8 +630,8 @@ def test_tuner_times_a_candidate_whose_hot_set_never_fills():
         steps += 1
     assert done == [10]
     # Plain: 1 + 3 steps (+1 first tick); each larger candidate: 5 held,
-    # then 1 + 3 timed.
-    assert steps <= 5 + 2 * (5 + 4) + 2
+    # then 1 + 3 timed; plain again: 1 + 3 (+1 untimed after the shrink).
+    assert steps <= 5 + 2 * (5 + 4) + 5 + 2
 
 
 @pytest.mark.parametrize('offload_wins', [True, False])
@@ -646,7 +688,7 @@ def test_chooser_tries_larger_sizes_within_give_up(give_up, slow):
                               give_up=give_up)
     switches = run_chooser(chooser, lambda n, i: {0: 1.0, 100: slow,
                                                   300: 0.5}[n])
-    assert switches == [100, 300, 300]
+    assert switches == [100, 300, 0, 300]
     assert chooser.choice == 300 and chooser.skipped == []
 
 
@@ -683,8 +725,13 @@ def test_chooser_keeps_measured_sizes_below_an_unusable_one():
     while size != 30:
         size = chooser.tick()
         state['n'] = chooser.current
-    assert chooser.tick(count=False, unusable=True) == 10
-    assert chooser.choice == 10 and chooser.unusable == [30]
+    # Plain training is timed again, then 10 is chosen:
+    assert chooser.tick(count=False, unusable=True) == 0
+    assert chooser.rechecking and chooser.unusable == [30]
+    while not chooser.done:
+        size = chooser.tick()
+        state['n'] = chooser.current
+    assert size == 10 and chooser.choice == 10
     assert '10 hot vertices' in chooser.reason
 
 
