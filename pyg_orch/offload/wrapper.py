@@ -425,9 +425,12 @@ class BottomLayerOffload(torch.nn.Module):
           and :obj:`usable` each: :obj:`False` where the CPU could not
           compute its rows within the sample-age bound, so it was not
           timed), :obj:`chosen_hot_ratio`, :obj:`speedup` over plain
-          training, :obj:`margin` and :obj:`events` (what the trial did
+          training, :obj:`plain_again_median_step_s` (plain training timed
+          again before a hot set is kept; the faster of its two medians
+          counts), :obj:`margin` and :obj:`events` (what the trial did
           at which training step: :obj:`'trying'` a size, :obj:`'not
-          usable'`, :obj:`'chose'`, :obj:`'decided'`);
+          usable'`, :obj:`'plain again'`, :obj:`'chose'`,
+          :obj:`'decided'`);
         * :obj:`wait_s`, :obj:`num_waits`: time the training loop waited for
           embeddings; :obj:`cpu_compute_s`: CPU time of the workers;
           :obj:`tables_submitted`, :obj:`tables_computed`,
