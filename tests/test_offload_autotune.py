@@ -508,8 +508,9 @@ def wait_for_queued_work(off):
 def test_grow_then_shrink_replaces_from_covering_tables(
         refresh, split, timing, prefetch, monkeypatch):
     # The trial grows the hot set (0, 10, then 30 vertices), shrinks it to
-    # none to time plain training again, and the decision grows it to 10. Every replacement must come from a table that
-    # holds every row the batch's slot map marks as hot, and every vertex
+    # none to time plain training again, and the decision grows it to 10.
+    # Every replacement must come from a table that holds every row the
+    # batch's slot map marks as hot, and every vertex
     # whose bottom hop the sampler pruned for the batch must be marked (its
     # row replaced). With a prefetching loader, a batch's slot map is made
     # from the whole set in use when it arrives: right after the shrink

@@ -123,8 +123,8 @@ def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
                 lin, 'bias', None) is None and hasattr(lin, 'weight'):
             try:
                 raw = aggregate(layer, PRE_LINEAR)
-                ok = rows_close(raw, aggregate(_perturbed(layer), PRE_LINEAR)) \
-                    and rows_close(lin(raw), agg)
+                other = aggregate(_perturbed(layer), PRE_LINEAR)
+                ok = rows_close(raw, other) and rows_close(lin(raw), agg)
             except Exception:
                 ok = False
             if ok:
@@ -171,7 +171,10 @@ def bag_mode(layer: torch.nn.Module) -> Optional[str]:
     aggregation named by :obj:`layer.aggr` (:obj:`'mean'`, :obj:`'add'`,
     :obj:`'sum'` or :obj:`'max'`), or :obj:`None` (another aggregation, an
     aggregation module or several). Whether the layer's messages are its
-    neighbors' raw rows is not checked here (see :func:`bag_aggregate`)."""
+    neighbors' raw rows is not checked here: the CPU side compares
+    :func:`bag_aggregate` with the layer's aggregation before using it
+    (:attr:`BottomLayerComputer.bag_mode
+    <pyg_orch.offload.bottom_layer.BottomLayerComputer.bag_mode>`)."""
     aggr = getattr(layer, 'aggr', None)
     return BAG_MODES.get(aggr) if isinstance(aggr, str) else None
 
