@@ -569,9 +569,23 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         },
         **util,
     }
+    # Where a batch's features came from and the sampler's pruning state
+    # (the default switched off must train as plain training does):
+    loader_stats = loader.stats()
+    res['loader_features'] = loader_stats.get('features')
+    res['loader_memory'] = loader_stats.get('memory')
+    res['sampler_prunes'] = getattr(loader.node_sampler, 'hot_nodes',
+                                    None) is not None
     if device.type == 'cuda':
         res['peak_gpu_memory_gb'] = torch.cuda.max_memory_allocated(
             device) / 2**30
+        mem = torch.cuda.memory_stats(device)
+        res['cuda_memory'] = {
+            key: mem.get(key)
+            for key in ('reserved_bytes.all.current',
+                        'allocated_bytes.all.current', 'segment.all.current',
+                        'num_alloc_retries', 'num_device_alloc')
+        }
     if offload:
         stats = model.stats()
         stats['staleness_hist'] = {
