@@ -306,6 +306,12 @@ def test_end_to_end_offload_wins(refresh, caplog):
 
     with caplog.at_level(logging.INFO, logger='pyg_orch.offload'):
         train(off, loader, 60, plain_first)
+        # The chosen hot set grows from none (plain training was timed
+        # again last) once a table holds it:
+        for _ in range(60):
+            if num_pruned(loader) == 30:
+                break
+            train(off, loader, 1)
     stats = off.stats()
     decision = stats['decision']
     assert decision['state'] == 'decided'
@@ -568,10 +574,15 @@ def test_grow_then_shrink_replaces_from_covering_tables(
 
     def done() -> bool:
         # 70 steps, or more where slow CPU tables hold a candidate back
-        # (up to `max_hold` steps each), until the decision settles.
+        # (up to `max_hold` steps each), until the decision settles and
+        # the chosen hot set is in use (it grows from none, the size plain
+        # training was timed again with, once a table holds it).
         if steps < 70:
             return False
-        return steps >= 250 or off.stats()['decision']['state'] == 'decided'
+        decision = off.stats()['decision']
+        return steps >= 400 or (decision['state'] == 'decided' and
+                                num_pruned(loader) ==
+                                decision['chosen_num_hot'])
 
     while not done():
         for batch in loader:

@@ -379,6 +379,13 @@ def test_default_decides_by_measurement(offload_wins, lookahead, caplog):
 
     with caplog.at_level(logging.INFO, logger='pyg_orch.offload'):
         train_steps(off, loader, 70, hetero_step, plain_while_off)
+        # A chosen hot set grows from none (plain training was timed again
+        # last) once a table holds it:
+        for _ in range(60):
+            if num_pruned(loader) == off.stats()['decision'].get(
+                    'chosen_num_hot'):
+                break
+            train_steps(off, loader, 1, hetero_step)
     stats = off.stats()
     decision = stats['decision']
     assert decision['state'] == 'decided'
