@@ -222,10 +222,11 @@ class BottomLayerComputer:
         check_split(split)
         kind, reason = OUTPUT, 'there are no vertices to check it on'
         self.degree_dependent = False
+        probe = None
         if nodes.numel() > 0:
             gen = torch.Generator().manual_seed(0)
             nodes = nodes[:64].to(torch.int64)
-            x, edge_index = self.inputs(nodes, gen)
+            x, edge_index = probe = self.inputs(nodes, gen)
             self.degree_dependent = depends_on_source_degrees(
                 self._layer, x, edge_index, nodes.numel())
             if split != OUTPUT:
@@ -241,24 +242,24 @@ class BottomLayerComputer:
         self.template = self._layer if kind == OUTPUT else \
             aggregation_copy(self._layer, kind)
         self.bag_mode = None
-        if kind != OUTPUT and not self.dedup and nodes.numel() > 0:
-            self.bag_mode = self._check_bag_mode(nodes)
+        if kind != OUTPUT and not self.dedup and probe is not None:
+            self.bag_mode = self._check_bag_mode(nodes, *probe)
         return kind
 
-    def _check_bag_mode(self, nodes: Tensor) -> Optional[str]:
+    def _check_bag_mode(self, nodes: Tensor, x: Any,
+                        edge_index: Tensor) -> Optional[str]:
         # The embedding_bag mode if it gives the aggregation copy's rows
-        # for `nodes` (the same neighbor sample), else None.
+        # for `nodes` on the probe's inputs (drawn with a generator seeded
+        # with 0: the same neighbor sample), else None.
         mode = bag_mode(self._layer)
         if mode is None:
             return None
         n = nodes.numel()
         with torch.no_grad():
             try:
-                x, edge_index = self.inputs(
-                    nodes, torch.Generator().manual_seed(1))
                 ref = call_layer(self.template, x, edge_index)[:n]
                 fast = bag_aggregate(*self.sampled_sources(
-                    nodes, torch.Generator().manual_seed(1)), n, mode)
+                    nodes, torch.Generator().manual_seed(0)), n, mode)
             except Exception:  # E.g. a dtype embedding_bag does not take.
                 return None
         return mode if rows_close(ref, fast) else None
