@@ -32,7 +32,7 @@ def set_thread_intra_op_threads(num: int) -> None:
     process. Here the process-wide value is set back (from a short-lived
     thread, so that the calling thread keeps :obj:`num`)."""
     with _threads_lock:
-        before = process_intra_op_threads()
+        before = _in_new_thread(torch.get_num_threads)
         # A thread takes the process-wide value at its first use of the
         # thread pool: make that happen now, not after the value is set
         # back.
@@ -44,8 +44,10 @@ def set_thread_intra_op_threads(num: int) -> None:
 
 def process_intra_op_threads() -> int:
     r"""The PyTorch intra-op threads that a thread started now begins
-    with."""
-    return _in_new_thread(torch.get_num_threads)
+    with (read after any worker thread that is setting its own value has
+    set the process-wide value back)."""
+    with _threads_lock:
+        return _in_new_thread(torch.get_num_threads)
 
 
 def _in_new_thread(fn: Callable, *args: Any) -> Any:
