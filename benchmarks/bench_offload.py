@@ -442,6 +442,27 @@ def split_node_types(data):
     return out
 
 
+def train_step(model, optimizer, batch, trim: bool = False,
+               hetero: bool = False) -> torch.Tensor:
+    r"""One training step of the seeds of :obj:`batch` (node type
+    :obj:`'b'` if :obj:`hetero`; with :obj:`trim`, the model trims its
+    layers with the batch's per-hop counts); returns the loss."""
+    optimizer.zero_grad(set_to_none=True)
+    if hetero:
+        out = model(batch.x_dict, batch.edge_index_dict)['b']
+        batch = batch['b']
+    elif trim:
+        out = model(batch.x, batch.edge_index,
+                    num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                    num_sampled_edges_per_hop=batch.num_sampled_edges)
+    else:
+        out = model(batch.x, batch.edge_index)
+    loss = F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size])
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
 def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     from torch_geometric.nn import GraphSAGE
 
@@ -510,20 +531,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         edges += batch.num_edges
         with loader.timer.stage('train'):
             t_train = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            if hetero:
-                out = model(batch.x_dict, batch.edge_index_dict)['b']
-                batch = batch['b']
-            elif args.trim:
-                out = model(batch.x, batch.edge_index,
-                            num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                            num_sampled_edges_per_hop=batch.num_sampled_edges)
-            else:
-                out = model(batch.x, batch.edge_index)
-            out = out[:batch.batch_size]
-            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
-            loss.backward()
-            optimizer.step()
+            loss = train_step(model, optimizer, batch, args.trim, hetero)
             t_launched = time.perf_counter()
         losses.append(loss.detach())  # Read at the end: no sync per step.
         if i >= warmup:
@@ -595,7 +603,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         stats['cpu_busy_share'] = stats['cpu_compute_s'] / max(seconds, 1e-9)
         res['offload'] = stats
         model.close()
-    del it, batch, out, loss, model, optimizer, loader
+    del it, batch, loss, model, optimizer, loader
     gc.collect()
     if device.type == 'cuda':
         torch.cuda.empty_cache()
