@@ -2,6 +2,7 @@
 parsing, tables and the machine description saved with every result."""
 import argparse
 import gc
+import json
 import os
 import platform
 import statistics
@@ -93,6 +94,16 @@ def resolve_device(parser, args) -> None:
 
 def log(*a) -> None:
     print(*a, flush=True)
+
+
+def write_report(report: Dict[str, Any], path: Any) -> Path:
+    r"""Writes :obj:`report` as JSON to :obj:`path` (creating its folder)
+    and logs where; returns the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    log(f'\n[out] {out}')
+    return out
 
 
 def sync(device) -> None:

@@ -80,6 +80,7 @@ from _bench_common import (  # noqa: E402
     machine_info,
     resolve_device,
     sync,
+    write_report,
 )
 
 SCHEMA_VERSION = 1
@@ -885,10 +886,7 @@ def main(argv=None) -> Dict[str, Any]:
         if args.only_mode is None:
             print_throughput(args, report['results'])
     report['total_s'] = time.perf_counter() - t0
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str))
-    log(f'\n[out] {out}')
+    write_report(report, args.out)
     return report
 
 

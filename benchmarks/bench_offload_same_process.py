@@ -28,15 +28,19 @@ Example::
 import argparse
 import datetime
 import gc
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any, Dict
 
 import torch
-from _bench_common import REPO, log, machine_info, sync  # noqa: E402
+from _bench_common import (  # noqa: E402
+    REPO,
+    log,
+    machine_info,
+    sync,
+    write_report,
+)
 
 import bench_offload  # noqa: E402
 
@@ -171,10 +175,7 @@ def main(argv=None) -> Dict[str, Any]:
     t0 = time.perf_counter()
     report['results'] = run(args)
     report['total_s'] = time.perf_counter() - t0
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str))
-    log(f'\n[out] {out}')
+    write_report(report, args.out)
     return report
 
 
