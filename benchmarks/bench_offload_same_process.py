@@ -7,7 +7,9 @@ processes, whose step times differ by themselves).
 One process, one graph, one loader, GraphSAGE with ``trim_to_layer``; the
 phases, each ``--steps`` timed steps:
 
-* ``plain_1``: the plain model (after ``--warmup-steps`` untimed steps);
+* ``plain_1``: the plain model (after ``--warmup-steps`` untimed steps;
+  left out with ``--default-first``, where the model is wrapped before its
+  first step, as in a process of ``bench_offload.py --process-per-run``);
 * ``default_after``: the same model wrapped in the default
   ``BottomLayerOffload(model, loader)``, timed once its decision by
   measurement is made (the trial's steps, at most ``--trial-steps``, are
@@ -58,6 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='untimed steps of the first model before plain_1')
     p.add_argument('--trial-steps', type=int, default=400,
                    help='at most this many untimed steps for the decision')
+    p.add_argument('--default-first', action='store_true',
+                   help='wrap the model before its first step (as a '
+                   'process of bench_offload.py does): no plain_1 phase')
     p.add_argument('--out', default=None)
     args, rest = p.parse_known_args(argv)
     if min(args.steps, args.warmup_steps, args.trial_steps) < 1:
@@ -68,8 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         ['--trim', '--modes', 'plain,default'] + rest)
     if args.out is None:
         wide = '_wide' if args.graph.wide else ''
+        first = '_default_first' if args.default_first else ''
         args.out = str(REPO / 'benchmarks' / 'results' /
-                       f'offload_same_process{wide}_trim_'
+                       f'offload_same_process{wide}{first}_trim_'
                        f'{args.graph.device}.json')
     args.rest = rest
     return args
@@ -128,9 +134,10 @@ def run(args) -> Dict[str, Any]:
     res: Dict[str, Any] = {}
     model = new_model(0)
     opt = torch.optim.Adam(model.parameters(), lr=g.lr)
-    for _ in range(args.warmup_steps):
-        step(model, opt)
-    res['plain_1'] = timed('plain_1', model, opt)
+    if not args.default_first:
+        for _ in range(args.warmup_steps):
+            step(model, opt)
+        res['plain_1'] = timed('plain_1', model, opt)
     off = BottomLayerOffload(model, loader, seed=g.seed)
     opt = torch.optim.Adam(off.parameters(), lr=g.lr)
     off.train()
@@ -166,6 +173,7 @@ def main(argv=None) -> Dict[str, Any]:
         'schema_version': SCHEMA_VERSION,
         'benchmark': 'offload_same_process',
         'args': {'steps': args.steps, 'warmup_steps': args.warmup_steps,
+                 'default_first': args.default_first,
                  'trial_steps': args.trial_steps, 'argv': argv,
                  'graph': vars(args.graph)},
         'machine': machine_info(),

@@ -50,7 +50,8 @@ def test_process_per_run_merges_the_runs(bench, tmp_path):
     assert set(res['speedup']) == {'super_batch:h=0'}
 
 
-def test_same_process_phases(monkeypatch, tmp_path):
+@pytest.mark.parametrize('default_first', [False, True])
+def test_same_process_phases(monkeypatch, tmp_path, default_first):
     # bench_offload_same_process.py: plain, the default after its trial and
     # plain again, in one process, each phase with its step times.
     monkeypatch.syspath_prepend(str(BENCH))
@@ -58,12 +59,14 @@ def test_same_process_phases(monkeypatch, tmp_path):
     out = tmp_path / 's.json'
     report = same.main(['--tiny', '--device', 'cpu', '--steps', '2',
                         '--warmup-steps', '1', '--trial-steps', '3',
-                        '--out', str(out)])
+                        '--out', str(out)] +
+                       (['--default-first'] if default_first else []))
     res = report['results']
     assert out.exists()
-    phases = ('plain_1', 'default_after', 'unwrapped', 'after_empty_cache',
+    phases = ('default_after', 'unwrapped', 'after_empty_cache',
               'fresh_model', 'plain_2')
     assert all(res[p]['ms_per_step'] > 0 for p in phases)
+    assert ('plain_1' in res) == (not default_first)
     assert 1 <= res['trial_steps'] <= 3
     # Three steps are too few for the trial to decide; its state is kept.
     assert res['decision']['state'] in ('trial', 'settling')

@@ -23,7 +23,7 @@ from pyg_orch.distributed.loader import (
     DistributedNeighborLoader,
     open_partition,
 )
-from pyg_orch.sampling.arguments import resolve_device
+from pyg_orch.sampling.arguments import check_placement, resolve_device
 
 __all__ = ['partition_loader']
 
@@ -183,6 +183,15 @@ def partition_loader(path: os.PathLike,
       and :obj:`feature_device`.
     """
     args = dict(arguments)
+    if not isinstance(check_placement(args.get('topology_placement',
+                                               'auto')), str):
+        # A TopologySharding ('sharded').
+        raise NotImplementedError(
+            "HybridNeighborLoader on a partition folder: "
+            "topology_placement='sharded' (the neighbor lists of one "
+            "machine's GPUs split across them) is not built for partition "
+            "folders yet; each rank holds its own part's topology (on "
+            "'sampling_device')")
     refusals = (
         (_IN_MEMORY, ValueError, "{key!r} applies to a graph held in "
          "memory; leave it unset (each rank samples its part of "
