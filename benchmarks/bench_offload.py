@@ -67,7 +67,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -443,6 +443,12 @@ def split_node_types(data):
     return out
 
 
+def endless(loader) -> Iterator[Any]:
+    r"""The batches of :obj:`loader`, epoch after epoch."""
+    while True:
+        yield from loader
+
+
 def train_step(model, optimizer, batch, trim: bool = False,
                hetero: bool = False) -> torch.Tensor:
     r"""One training step of the seeds of :obj:`batch` (node type
@@ -504,7 +510,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     num = per_epoch if args.epoch else args.batches
     warmup = args.warmup
     monitor = UtilisationMonitor(device)
-    it = iter(loader)
+    it = endless(loader)
     nodes = edges = 0
     losses = []
     marks: List[float] = []  # Host time at the end of every timed step.
@@ -522,11 +528,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
             monitor.start()
             t0 = time.perf_counter()
         t_begin = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:
-            it = iter(loader)
-            batch = next(it)
+        batch = next(it)
         t_loaded = time.perf_counter()
         nodes += batch.num_nodes
         edges += batch.num_edges

@@ -77,7 +77,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.out = str(REPO / 'benchmarks' / 'results' /
                        f'offload_same_process{wide}{first}_trim_'
                        f'{args.graph.device}.json')
-    args.rest = rest
     return args
 
 
@@ -95,17 +94,10 @@ def run(args) -> Dict[str, Any]:
         data, g.fanout, batch_size=g.batch_size, shuffle=True,
         input_nodes=data.train_mask, device=device, seed=g.seed,
         topology=topology, gpu_cache_ratio=g.gpu_cache_ratio)
-    state = {'it': iter(loader)}
-
-    def next_batch():
-        try:
-            return next(state['it'])
-        except StopIteration:
-            state['it'] = iter(loader)
-            return next(state['it'])
+    batches = bench_offload.endless(loader)
 
     def step(model, opt) -> None:
-        bench_offload.train_step(model, opt, next_batch(), trim=True)
+        bench_offload.train_step(model, opt, next(batches), trim=True)
 
     def timed(name: str, model, opt) -> Dict[str, Any]:
         sync(device)

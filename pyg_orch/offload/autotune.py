@@ -423,18 +423,20 @@ class HotSetTuner:
         else:
             self._finish()
 
+    def _settle(self) -> None:
+        # Ends a shrink: the tables follow the smaller hot set.
+        self._drain_left = None
+        self.hot.settle()
+        self.on_resize()
+
     def _settled(self) -> None:
         # A shrink during the trial settled: its steps are timed from the
         # next one on.
-        self._drain_left = None
-        self.hot.settle()
-        self.on_resize()
+        self._settle()
         self.chooser.pause()
 
     def _finish(self) -> None:
-        self._drain_left = None
-        self.hot.settle()
-        self.on_resize()
+        self._settle()
         self.state = 'decided'
         self._event('decided', self.chooser.choice)
         self.on_done(self.chooser.choice)
