@@ -104,7 +104,9 @@ def _out_path(args, kind: str) -> str:
     date = datetime.date.today().isoformat()
     backend = args.backend + ('_gpusampling' if args.sampling_device == 'cuda'
                               else '') + (
-        '_gpufeatures' if args.feature_device == 'cuda' else '')
+        '_gpufeatures' if args.feature_device == 'cuda' else '') + (
+        f'_{args.ranks_per_part}perpart' if args.ranks_per_part > 1
+        else '') + ('_sharded' if args.topology == 'sharded' else '')
     name = (f'distributed_{backend}_{date}.json' if kind == 'run' else
             f'distributed_sweep_{_count(args.nodes)}_{date}.json')
     return os.path.join(REPO, 'benchmarks', 'results', name)
@@ -193,6 +195,8 @@ class _CommMeter:
             seconds = time.perf_counter() - t
             meter.devices.add(input.device.type)
             w, r = meter.world, meter.rank
+            if group is not None:  # E.g. the ranks of one local rank.
+                w, r = dist.get_world_size(group), dist.get_rank(group)
 
             def other_bytes(t, splits):
                 rows = t.size(0) if t.dim() else t.numel()
@@ -325,7 +329,8 @@ def _summarize_rank(records: List[dict], repeats: int) -> Dict[str, Any]:
 def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
             args, out_dir: str) -> None:
     import torch.distributed as dist
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                      LOCAL_WORLD_SIZE=str(args.ranks_per_part))
     use_cuda = args.backend == 'nccl'
     if use_cuda or 'cuda' in (args.sampling_device, args.feature_device):
         torch.cuda.set_device(rank)
@@ -394,7 +399,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         part_dir, args.fanout, batch_size=args.batch_size, shuffle=True,
         cache_size=args.cache_rows, presample_batches=args.presample,
         seed=args.seed, device=device, sampling_device=sampling_device,
-        feature_device=feature_device)
+        feature_device=feature_device, topology_placement=args.topology)
     build_s = time.perf_counter() - t
     timer: Dict[str, float] = {}
     # Where a phase queues GPU work, it ends when that work is done:
@@ -482,7 +487,9 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     if bar is not None:
         bar.close()
     res = {
-        'rank': rank, 'method': method, 'device': str(device),
+        'rank': rank, 'part': part.part, 'method': method,
+        'device': str(device), 'topology_placement': args.topology,
+        'topology_reads': loader.sampler.topology_reads(),
         'sampling_device': str(sampling_device),
         'feature_device': str(feature_device),
         'transport_devices': sorted(meter.devices),
@@ -507,6 +514,11 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         json.dump(res, f)
 
 
+def _processes(args) -> int:
+    r"""The benchmark's processes: :obj:`--ranks-per-part` per part."""
+    return args.world_size * args.ranks_per_part
+
+
 def _spawn(method: str, part_dir: str, args, out_dir: str) -> Optional[str]:
     r"""Runs the ranks of one method; returns an error message, or
     :obj:`None`. A rank that fails ends the others (the process group's
@@ -514,8 +526,8 @@ def _spawn(method: str, part_dir: str, args, out_dir: str) -> Optional[str]:
     :obj:`--run-timeout` bounds the whole run."""
     import torch.multiprocessing as mp
     ctx = mp.start_processes(
-        _worker, args=(args.world_size, _free_port(), part_dir, method, args,
-                       out_dir), nprocs=args.world_size, join=False,
+        _worker, args=(_processes(args), _free_port(), part_dir, method, args,
+                       out_dir), nprocs=_processes(args), join=False,
         start_method='spawn')
     deadline = time.monotonic() + args.run_timeout
     try:
@@ -577,11 +589,11 @@ def run(args) -> Dict[str, Any]:
     from pyg_orch.multigpu.peer_memory import disable_multicast_env
     if args.backend == 'nccl' or 'cuda' in (args.sampling_device,
                                             args.feature_device):
-        if torch.cuda.device_count() < args.world_size:
+        if torch.cuda.device_count() < _processes(args):
             what = ('--backend nccl' if args.backend == 'nccl' else
                     '--sampling-device cuda' if args.sampling_device ==
                     'cuda' else '--feature-device cuda')
-            raise SystemExit(f'{what} needs {args.world_size} GPUs '
+            raise SystemExit(f'{what} needs {_processes(args)} GPUs '
                              f'(found {torch.cuda.device_count()})')
     if args.backend == 'nccl':
         disable_multicast_env()  # Before any process starts NCCL.
@@ -631,14 +643,14 @@ def run(args) -> Dict[str, Any]:
         rank_dir = tempfile.mkdtemp(dir=work, prefix=f'ranks_{method}_')
         t = time.perf_counter()
         error = _spawn(method, part_dir, args, rank_dir)
-        log(f'[{method}] {args.world_size} ranks done in '
+        log(f'[{method}] {_processes(args)} ranks done in '
             f'{time.perf_counter() - t:.1f}s' +
             (f' with an error: {error}' if error else ''))
         if error:
             res['errors'][method] = error
             continue
         ranks = [json.load(open(os.path.join(rank_dir, f'{method}_{r}.json')))
-                 for r in range(args.world_size)]
+                 for r in range(_processes(args))]
         res['methods'][method] = _combine(method, ranks)
         res['methods'][method]['partition'] = res['partitions'][method]
         res['methods'][method]['ranks'] = ranks
@@ -1121,6 +1133,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument('--seed', type=int, default=0)
     r = p.add_argument_group('run')
     r.add_argument('--world-size', type=int, default=2)
+    r.add_argument('--ranks-per-part', type=int, default=1,
+                   help='ranks that share each part, as the GPUs of one '
+                   'machine (LOCAL_WORLD_SIZE): --world-size x this many '
+                   'processes')
+    r.add_argument('--topology', choices=('auto', 'sharded'), default='auto',
+                   help="'sharded': split each part's neighbor lists across "
+                   "the ranks that share it (needs --ranks-per-part > 1)")
     r.add_argument('--backend', choices=('gloo', 'nccl'), default='gloo')
     r.add_argument('--sampling-device', choices=('cpu', 'cuda'),
                    default='cpu',
@@ -1201,6 +1220,11 @@ def main(argv=None) -> None:
     for m in args.methods:
         if m not in ('metis', 'random', 'contiguous'):
             p.error(f'--methods: unknown method {m!r}')
+    if args.ranks_per_part < 1:
+        p.error('--ranks-per-part must be at least 1')
+    if args.topology == 'sharded' and args.ranks_per_part < 2:
+        p.error("--topology sharded needs --ranks-per-part of 2 or more "
+                "(the ranks that share a part split its neighbor lists)")
     if args.show:
         for path in args.show:
             with open(path) as f:
@@ -1228,7 +1252,7 @@ def main(argv=None) -> None:
         print_projection(rows, args.format)
         return
     if args.threads is None:
-        args.threads = max(1, (os.cpu_count() or 1) // args.world_size)
+        args.threads = max(1, (os.cpu_count() or 1) // _processes(args))
     if args.sweep_parts:
         res = sweep(args)
         print_sweep(res)

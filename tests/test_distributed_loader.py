@@ -159,8 +159,7 @@ def test_one_part_without_process_group(tmp_path):
 
 @pytest.mark.parametrize('kwargs,error,match', [
     (dict(topology_placement='device'), ValueError, 'topology_placement'),
-    (dict(topology_placement='sharded'), NotImplementedError,
-     "topology_placement='sharded'.*not built for partition folders"),
+    (dict(topology_placement='sharded'), ValueError, 'one part per machine'),
     (dict(feature_store=None), ValueError, 'feature_store'),
     (dict(prefetch=2), ValueError, 'prefetch'),
     (dict(pin_memory=True), ValueError, 'pin_memory'),

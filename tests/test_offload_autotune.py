@@ -14,6 +14,7 @@ from pyg_orch.offload.autotune import (
     StepTimeChooser,
     candidate_ratios,
     decide,
+    median_error,
 )
 from pyg_orch.offload.options import OffloadOptions
 
@@ -134,6 +135,31 @@ def test_ties_go_to_the_smaller_hot_set():
     assert decide({0: [1.0], 10: [0.975]}, 0.02)[0] == 10
     assert decide({0: [1.0], 10: [0.985]}, 0.02)[0] == 0
     assert decide({0: [1.0], 10: []}, 0.02)[0] == 0
+
+
+def test_a_gain_within_the_noise_of_the_steps_is_off():
+    # 4% faster in the median, but the steps vary by +-10% (e.g. ranks
+    # waiting for each other in collectives): off. With steady steps the
+    # same gain is taken.
+    jitter = [0.9, 1.1, 0.95, 1.05, 1.0, 0.92, 1.08, 0.97, 1.03, 1.0]
+    noisy = {0: [1.0 * j for j in jitter], 10: [0.96 * j for j in jitter]}
+    size, reason = decide(noisy, 0.02)
+    assert size == 0 and 'within the noise of the step times' in reason
+    steady = {0: [1.0 + 0.001 * (i % 3) for i in range(10)],
+              10: [0.96 + 0.001 * (i % 3) for i in range(10)]}
+    assert decide(steady, 0.02)[0] == 10
+    # A gain well beyond the noise is still taken:
+    noisy[10] = [0.7 * j for j in jitter]
+    assert decide(noisy, 0.02)[0] == 10
+
+
+def test_median_error():
+    # MAD 1 of 3 times: 1.2533 * 1.4826 / sqrt(3).
+    assert median_error([1.0, 2.0, 3.0]) == pytest.approx(1.0728, abs=1e-4)
+    assert median_error([5.0] * 8) == 0.0
+    assert median_error([1.0, 9.0]) == 0.0  # Too few to tell.
+    # A few outliers barely move it:
+    assert median_error([1.0] * 6 + [50.0, 60.0]) == 0.0
 
 
 def test_noisy_timings_use_the_median():

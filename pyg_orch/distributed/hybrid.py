@@ -23,7 +23,8 @@ from pyg_orch.distributed.loader import (
     DistributedNeighborLoader,
     open_partition,
 )
-from pyg_orch.sampling.arguments import check_placement, resolve_device
+from pyg_orch.distributed.machines import rank_layout
+from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = ['partition_loader']
 
@@ -35,7 +36,6 @@ _IN_MEMORY = {
     'neighbor_sampler': None,
     'topology': None,
     'backend': 'auto',
-    'topology_placement': 'auto',
     'feature_store': 'auto',
     'gpu_memory_budget': 'auto',
     'gpu_cache_ratio': None,
@@ -77,7 +77,8 @@ _DATALOADER = {
 
 # Arguments of DistributedNeighborLoader that pass through.
 _DISTRIBUTED = ('even', 'cache_size', 'presample_batches', 'group',
-                'expected_fingerprint', 'sampling_device', 'feature_device')
+                'expected_fingerprint', 'sampling_device', 'feature_device',
+                'topology_placement')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -179,19 +180,13 @@ def partition_loader(path: os.PathLike,
     * The arguments of
       :class:`~pyg_orch.distributed.DistributedNeighborLoader`:
       :obj:`cache_size`, :obj:`even`, :obj:`presample_batches`,
-      :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`
-      and :obj:`feature_device`.
+      :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`,
+      :obj:`feature_device` and :obj:`topology_placement` (:obj:`'auto'`,
+      or :obj:`'sharded'` to split a part's neighbor lists across the
+      ranks of a machine that share it: one part per machine, see
+      :mod:`~pyg_orch.distributed.machines`).
     """
     args = dict(arguments)
-    if not isinstance(check_placement(args.get('topology_placement',
-                                               'auto')), str):
-        # A TopologySharding ('sharded').
-        raise NotImplementedError(
-            "HybridNeighborLoader on a partition folder: "
-            "topology_placement='sharded' (the neighbor lists of one "
-            "machine's GPUs split across them) is not built for partition "
-            "folders yet; each rank holds its own part's topology (on "
-            "'sampling_device')")
     refusals = (
         (_IN_MEMORY, ValueError, "{key!r} applies to a graph held in "
          "memory; leave it unset (each rank samples its part of "
@@ -238,8 +233,10 @@ def partition_loader(path: os.PathLike,
     if args:
         raise ValueError(f"HybridNeighborLoader on a partition folder does "
                          f"not take {sorted(args)}")
-    group = options.get('group')
-    partition = open_partition(path, group,
+    # Collectives: which part this rank holds, and whether every rank can
+    # load its own.
+    layout = rank_layout(path, options.get('group'))
+    partition = open_partition(path, layout.part_group,
                                options.pop('expected_fingerprint', None))
     return DistributedNeighborLoader(
         partition, num_neighbors, batch_size,

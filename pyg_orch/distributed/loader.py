@@ -1,7 +1,7 @@
 r"""A thin loader over
 :class:`~pyg_orch.distributed.DistributedNeighborSampler` and
 :class:`~pyg_orch.distributed.DistributedFeatureGather`: one part per
-rank, mini-batches of this part's seeds as PyG :class:`Data`, the same
+rank (or per machine, shared by its ranks), mini-batches of this part's seeds as PyG :class:`Data`, the same
 number of batches on every rank so that the collectives never wait for a
 rank that has run out of seeds."""
 from __future__ import annotations
@@ -28,9 +28,10 @@ from pyg_orch.distributed.collective import (
     group_size,
 )
 from pyg_orch.distributed.features import DistributedFeatureGather
+from pyg_orch.distributed.machines import rank_layout, shard_part_topology
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
 from pyg_orch.distributed.storage import GraphPartition, load_partition
-from pyg_orch.sampling.arguments import resolve_device
+from pyg_orch.sampling.arguments import check_placement, resolve_device
 
 __all__ = ['DistributedNeighborLoader', 'open_partition']
 
@@ -41,6 +42,19 @@ def _reduce(value: int, op, group) -> int:
     t = torch.tensor([value], dtype=torch.int64).to(comm_device(group))
     dist.all_reduce(t, op=op, group=group)
     return int(t.item())
+
+
+def _max_fanout(num_neighbors: Any) -> Optional[int]:
+    # The largest fan-out of any hop (None where a hop takes all neighbors).
+    lists = num_neighbors.values() if isinstance(num_neighbors, dict) \
+        else [num_neighbors]
+    try:
+        values = [int(k) for v in lists for k in v]
+    except (TypeError, ValueError):
+        return None  # The sampler says what is wrong.
+    if any(k < 0 for k in values):
+        return None
+    return max(values, default=0)
 
 
 def _describe(error: BaseException) -> str:
@@ -191,6 +205,22 @@ class DistributedNeighborLoader:
             then stay on the GPU. For a batch that never leaves the GPU,
             pass the same device as :obj:`device`,
             :obj:`sampling_device` and :obj:`feature_device`.
+        topology_placement (str or TopologySharding): :obj:`'auto'`: every
+            rank holds its part's topology (memory-mapped on the CPU, or
+            copied to :obj:`sampling_device`). :obj:`'sharded'` (or a
+            :class:`~pyg_orch.multigpu.TopologySharding`): where the ranks
+            of a machine share one part (see
+            :mod:`~pyg_orch.distributed.machines`), the part's neighbor
+            lists are split across them, with copies of the most read ones
+            on every rank; sampling reads the same lists, so batches do not
+            change.
+
+    With one part per machine and :obj:`LOCAL_WORLD_SIZE` ranks on each
+    (:obj:`torchrun --nnodes M --nproc-per-node N` over :obj:`M` parts),
+    the ranks of a machine share its part: each takes every
+    :obj:`N`-th of the part's seeds and exchanges with the ranks of its
+    local rank on the other machines
+    (:func:`~pyg_orch.distributed.machines.rank_layout`).
     """
     def __init__(self, partition: Union[str, Path, GraphPartition],
                  num_neighbors: Sequence[int], batch_size: int,
@@ -203,14 +233,31 @@ class DistributedNeighborLoader:
                  transform: Optional[Callable] = None,
                  expected_fingerprint: Optional[str] = None,
                  sampling_device: Optional[Union[str, torch.device]] = None,
-                 feature_device: Optional[Union[str, torch.device]] = None):
-        # Checked before the collective below, the same on every rank:
+                 feature_device: Optional[Union[str, torch.device]] = None,
+                 topology_placement: Any = 'auto'):
+        # Checked before the collectives below, the same on every rank:
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
         feature_device = resolve_device(feature_device, 'feature_device',
                                         default='cpu')
-        # A collective: every rank learns if one cannot load its part.
+        sharding = check_placement(topology_placement)
+        if sharding in ('device', 'host'):
+            raise ValueError(f"'topology_placement' must be 'auto' or "
+                             f"'sharded' on a partitioned graph (got "
+                             f"{topology_placement!r}); the part's topology "
+                             f"is sampled on 'sampling_device'")
+        # Collectives: every rank learns which part it holds and with whom
+        # it samples, and if one cannot load its part.
+        layout = rank_layout(partition, group)
+        group = layout.part_group
         partition = open_partition(partition, group, expected_fingerprint)
+        if sharding != 'auto' and not layout.shares_part:
+            raise ValueError(
+                "topology_placement='sharded' splits a part's neighbor lists "
+                "across the ranks of a machine that share it: it needs one "
+                "part per machine and LOCAL_WORLD_SIZE > 1 ranks on each "
+                f"(a world of parts x LOCAL_WORLD_SIZE ranks); here every "
+                f"rank holds its own part ({partition.num_parts} parts)")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
                 or batch_size < 1:
             raise ValueError(f"'batch_size' must be a positive integer "
@@ -229,29 +276,40 @@ class DistributedNeighborLoader:
         self.shuffle = shuffle
         self.even = even
         self.group = group
+        self.layout = layout
         self.rank = group_rank(group)
         self.cache_size = cache_size
         self.presample_batches = presample_batches
         self.sampling_device = sampling_device
         self.feature_device = feature_device
+        topology = None
+        if sharding != 'auto':  # A collective of the machine's ranks.
+            topology = shard_part_topology(
+                partition, layout, sampling_device, sharding,
+                max_fanout=_max_fanout(num_neighbors))
         self.sampler = DistributedNeighborSampler(
             partition, num_neighbors, group=group,
             generator=torch.Generator(device=sampling_device).manual_seed(
-                seed * 1000 + self.rank), device=sampling_device)
+                seed * 1000 + layout.seed_rank), device=sampling_device,
+            topology=topology)
         self.gather = DistributedFeatureGather(
             partition, group=group, policy=cache_policy,
             cache_size=cache_size if cache_policy == 'lru' else 0,
             device=self.device, feature_device=feature_device)
         self.input_nodes = self._resolve(input_nodes)
+        if layout.shares_part:  # Every N-th seed of the part.
+            self.input_nodes = self.input_nodes[
+                layout.local_rank::layout.local_world_size]
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
-                                                          + self.rank)
+                                                          + layout.seed_rank)
         self._cache_built = cache_size == 0
         self.batch_stats: List[dict] = []
         self._batch_hooks: Dict[int, Callable] = {}
         self._sampled_hooks: Dict[int, Callable] = {}
         op = dist.ReduceOp.MIN if even == 'min' else dist.ReduceOp.MAX
         # A collective, once here (every rank constructs the loader):
-        self._num_batches = _reduce(self._local_batches(), op, group)
+        self._num_batches = _reduce(self._local_batches(), op,
+                                    layout.batch_group)
 
     def _resolve(self, input_nodes) -> Tensor:
         part = self.partition

@@ -120,11 +120,17 @@ class DistributedNeighborSampler:
             once, at construction, and must fit in its memory; the
             exchanges move CUDA tensors, and the output is on
             :obj:`device`.
+        topology (Dict[Any, CSCTopology], optional): The part's topology
+            per edge type (:obj:`None` on a homogeneous partition) to
+            sample instead of copying the part's to :obj:`device`, e.g. its
+            neighbor lists split across the machine's ranks that share the
+            part (:func:`~pyg_orch.distributed.machines.shard_part_topology`).
     """
     def __init__(self, partition, num_neighbors, group: Optional[Any] = None,
                  generator: Optional[torch.Generator] = None,
                  replace: bool = False,
-                 device: Optional[Union[str, torch.device]] = None):
+                 device: Optional[Union[str, torch.device]] = None,
+                 topology: Optional[Dict[Any, CSCTopology]] = None):
         if replace:
             raise NotImplementedError(
                 'DistributedNeighborSampler: sampling with replacement is '
@@ -155,6 +161,16 @@ class DistributedNeighborSampler:
         # copies made once (the partition object is left as it is).
         self._node_part = {t: self._on_device(v) for t, v in node_part.items()}
         self._local_id = {t: self._on_device(v) for t, v in local_id.items()}
+        if topology is not None:
+            if set(topology) != set(csc):
+                raise ValueError(f"'topology' must hold the edge types "
+                                 f"{list(csc)} (got {list(topology)})")
+            for et, c in topology.items():
+                if c.colptr.device != self.device:
+                    raise ValueError(f"'topology' lies on "
+                                     f"{str(c.colptr.device)!r} but sampling "
+                                     f"runs on {str(self.device)!r}")
+            csc = topology
         self._csc = {et: self._topology_on_device(c) for et, c in csc.items()}
         self.partition = partition
         self.num_neighbors = num_neighbors if isinstance(
@@ -221,6 +237,18 @@ class DistributedNeighborSampler:
         fanout = self.fanouts[tuple(edge_type) if self.is_hetero else None]
         return int(fanout[-1]) if fanout else 0
 
+    def topology_reads(self) -> Optional[Dict[str, int]]:
+        r"""Neighbors read so far from this rank's own shard, from copies
+        and from peers' shards, over all edge types, where the topology is
+        sharded (:obj:`None` otherwise)."""
+        from pyg_orch.multigpu.sharded_topology import READ_TIERS
+        counted = [c.reads for c in self._csc.values()
+                   if c.is_sharded and c.reads is not None]
+        if not counted:
+            return None
+        total = torch.stack(counted).sum(0).tolist()
+        return dict(zip(READ_TIERS, total))
+
     @contextmanager
     def presampling(self, prune_hot: bool = False) -> Iterator[None]:
         r"""A context for drawing batches that do not change later ones:
@@ -240,7 +268,8 @@ class DistributedNeighborSampler:
         return t if t.device == self.device else t.to(self.device)
 
     def _topology_on_device(self, csc: CSCTopology) -> CSCTopology:
-        if self.device.type == 'cpu' and csc.colptr.device == self.device:
+        if csc.is_sharded or (self.device.type == 'cpu'
+                              and csc.colptr.device == self.device):
             return csc
         return CSCTopology(self._on_device(csc.colptr),
                            self._on_device(csc.row),
@@ -340,8 +369,11 @@ class DistributedNeighborSampler:
             pos, dst_index = sample_neighbors(csc.colptr, local,
                                               self.fanouts[et][hop], False,
                                               self.generator)
-            src = csc.row[pos].to(torch.int64)
-            eid = csc.edge_id[pos].to(torch.int64)
+            # Each position's destination, where a sharded topology needs it
+            # to find copied lists:
+            dst = local.index_select(0, dst_index) if csc.needs_dst else None
+            src = csc.neighbors(pos, dst).to(torch.int64)
+            eid = csc.edge_ids(pos, dst).to(torch.int64)
             counts = torch.bincount(dst_index, minlength=req.numel())
             chunks, start = [], 0
             for n in sizes:

@@ -35,15 +35,35 @@ def candidate_ratios(hot_ratio: float,
     return tuple(sorted({0.0, *(float(r) for r in ratios)}))
 
 
+#: How many standard errors of the medians' difference a size must beat
+#: plain training by, beside the margin (see :func:`decide`).
+NOISE_Z = 2.0
+
+
+def median_error(times: Sequence[float]) -> float:
+    r"""The standard error of the median of :obj:`times`, estimated from
+    their median absolute deviation (robust to a few outliers such as a
+    table wait); :obj:`0` for fewer than three times."""
+    if len(times) < 3:
+        return 0.0
+    mid = statistics.median(times)
+    mad = statistics.median(abs(t - mid) for t in times)
+    # 1.4826 MAD estimates a standard deviation; the median's standard
+    # error is sqrt(pi / 2) times the mean's.
+    return 1.2533 * 1.4826 * mad / len(times)**0.5
+
+
 def decide(times: Dict[int, List[float]], margin: float
            ) -> Tuple[int, str]:
     r"""Chooses a hot-set size from measured step times (seconds, per size;
     size :obj:`0` is plain training and must be there): the size of the
     lowest median step time, if it is below :obj:`(1 - margin)` times the
-    median of plain training, else :obj:`0`. Ties go to the smaller size.
-    Plain training re-timed after the candidates (key :obj:`PLAIN_AGAIN`)
-    counts where its median is lower. Returns the size and the reason, in
-    words."""
+    median of plain training by more than :obj:`NOISE_Z` standard errors
+    of the two medians' difference (:func:`median_error`: where steps vary
+    much, e.g. when collectives with other ranks wait, a small difference
+    is noise), else :obj:`0`. Ties go to the smaller size. Plain training
+    re-timed after the candidates (key :obj:`PLAIN_AGAIN`) counts where its
+    median is lower. Returns the size and the reason, in words."""
     medians = {n: statistics.median(t) for n, t in times.items() if t}
     plain = compared_plain(medians)
     best = min((n for n in medians if n > 0),
@@ -56,16 +76,24 @@ def decide(times: Dict[int, List[float]], margin: float
         again = (f'; plain training timed again after the candidates: '
                  f'{medians[PLAIN_AGAIN] * 1e3:.4g} ms (first '
                  f'{medians[0] * 1e3:.4g} ms; the faster counts)')
-    if medians[best] < (1.0 - margin) * plain:
+    plain_key = PLAIN_AGAIN if medians.get(PLAIN_AGAIN, plain) < medians[0] \
+        else 0
+    noise = NOISE_Z * (median_error(times[plain_key])**2
+                       + median_error(times[best])**2)**0.5
+    if medians[best] < (1.0 - margin) * plain - noise:
         return best, (f'{best} hot vertices: median step '
                       f'{medians[best]  * 1e3:.4g} ms vs. '
                       f'{plain  * 1e3:.4g} ms without offload '
                       f'({speedup:.3g}x, more than the {margin:.0%} margin)'
                       f'{again}')
+    within = ''
+    if medians[best] < (1.0 - margin) * plain:
+        within = (f', within the noise of the step times: '
+                  f'{noise * 1e3:.3g} ms beside the margin')
     return 0, (f'no hot-set size was more than {margin:.0%} faster than '
                f'plain training (best: {best} hot vertices, median step '
                f'{medians[best]  * 1e3:.4g} ms vs. {plain  * 1e3:.4g} ms, '
-               f'{speedup:.3g}x){again}; offload off')
+               f'{speedup:.3g}x{within}){again}; offload off')
 
 
 def compared_plain(medians: Dict[int, float]) -> float:

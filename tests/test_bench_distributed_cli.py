@@ -1,0 +1,50 @@
+"""``benchmarks/bench_distributed.py --ranks-per-part``: several ranks per
+part (as the GPUs of one machine), with the part's topology sharded across
+them or not; the sampled batches are the same."""
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / 'benchmarks'
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module('bench_distributed')
+
+
+@pytest.mark.parametrize('argv,match', [
+    (['--topology', 'sharded'], 'needs --ranks-per-part'),
+    (['--ranks-per-part', '0'], 'at least 1'),
+])
+def test_bad_arguments(bench, argv, match, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(argv)
+    assert match in capsys.readouterr().err
+
+
+def test_ranks_per_part_sharded_and_not(bench, tmp_path):
+    runs = {}
+    for topology in ('auto', 'sharded'):
+        out = tmp_path / f'{topology}.json'
+        bench.main(['--nodes', '3000', '--edges', '20000', '--methods',
+                    'random', '--ranks-per-part', '2', '--topology',
+                    topology, '--batch-size', '64', '--batches', '2',
+                    '--repeats', '1', '--warmup', '1', '--probe-rounds', '0',
+                    '--threads', '1', '--work-dir', str(tmp_path / topology),
+                    '--out', str(out)])
+        runs[topology] = json.loads(out.read_text())['methods']['random']
+    for topology, res in runs.items():
+        ranks = res['ranks']
+        assert [r['part'] for r in ranks] == [0, 0, 1, 1]
+        reads = [r['topology_reads'] for r in ranks]
+        if topology == 'auto':
+            assert reads == [None] * 4
+        else:  # Every rank read its own shard and its peer's.
+            assert all(r['local'] > 0 and r['peer'] > 0 for r in reads)
+    # Sharding does not change what is sampled:
+    assert [h['sampled_edges'] for h in runs['auto']['hops']] == \
+        [h['sampled_edges'] for h in runs['sharded']['hops']]

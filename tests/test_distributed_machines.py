@@ -1,0 +1,150 @@
+"""One part per machine, shared by the machine's ranks: 4 gloo processes act
+as 2 machines of 2 ranks (LOCAL_WORLD_SIZE=2) over a folder of 2 parts.
+Each rank takes every other seed of its machine's part; with
+topology_placement='sharded' the part's neighbor lists are split across the
+machine's ranks (in /dev/shm on CPUs) and the batches are those of the
+unsharded loader (and, with full fan-out, of the single-process loader);
+DDP training over all 4 ranks ends with the same weights either way, and
+with BottomLayerOffload per rank (full neighbors, max_staleness=0) too."""
+import pytest
+import torch
+from conftest import random_graph, tiny_model, train_sgd
+from multiproc import run_workers
+from torch.nn.parallel import DistributedDataParallel
+
+from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.distributed import load_partition, partition_graph
+
+KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
+MACHINES, PER_MACHINE = 2, 2
+STEPS = 8
+
+
+def graph():  # 8 features and 3 classes, as tiny_model() takes.
+    return random_graph(160, 900, seed=5, num_features=8, num_classes=3,
+                        train_ratio=0.5, edge_dim=2)
+
+
+def global_seeds():
+    return torch.arange(0, 160, 2)
+
+
+def _batches(loader):
+    return [{k: b[k] for k in KEYS} | {'batch_size': b.batch_size}
+            for b in loader]
+
+
+def _machine_worker(rank, world_size, out_dir):
+    from pyg_orch.multigpu.sharded_topology import TopologySharding
+    seeds = global_seeds()
+    common = dict(input_nodes=seeds, batch_size=6, even='pad',
+                  device='cpu', seed=1)
+    sharded = HybridNeighborLoader(out_dir, [3, 2],
+                                   topology_placement='sharded', **common)
+    plain = HybridNeighborLoader(out_dir, [3, 2], **common)
+    # No copies: every list of the other rank's shard is read from it.
+    no_copies = HybridNeighborLoader(
+        out_dir, [3, 2], topology_placement=TopologySharding(0), **common)
+    full = HybridNeighborLoader(out_dir, [-1, -1],
+                                topology_placement='sharded', **common)
+    out = {
+        'part': sharded.partition.part,
+        'layout': (sharded.layout.local_rank,
+                   sharded.layout.local_world_size),
+        'input_nodes': sharded.input_nodes,
+        'len': len(sharded),
+        'sharded': _batches(sharded),
+        'plain': _batches(plain),
+        'no_copies': _batches(no_copies),
+        'full': _batches(full),
+        'reads': no_copies.node_sampler.topology_reads(),
+        'plain_reads': plain.node_sampler.topology_reads(),
+    }
+    # Training over all 4 ranks, with shuffling, sharded or not:
+    shuffled = dict(common, shuffle=True)
+
+    def train(model, fanout=(3, 2), **kwargs):
+        loader = HybridNeighborLoader(out_dir, list(fanout), **shuffled,
+                                      **kwargs)
+        if model is not None:
+            return train_sgd(DistributedDataParallel(model), loader, STEPS)
+        # Offloaded, exact: all neighbors, no staleness.
+        off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2,
+                                 max_staleness=0, full_neighbors=True)
+        weights = train_sgd(DistributedDataParallel(off), loader, STEPS)
+        out['offload_stats'] = off.stats()
+        off.close()
+        return weights
+
+    out['weights_sharded'] = train(tiny_model(),
+                                   topology_placement='sharded')
+    out['weights_plain'] = train(tiny_model())
+    out['weights_full'] = train(tiny_model(), (-1, -1),
+                                topology_placement='sharded')
+    out['weights_offload'] = train(None, (-1, -1),
+                                   topology_placement='sharded')
+    return out
+
+
+def test_machines_share_a_sharded_part(tmp_path):
+    data = graph()
+    info = partition_graph(data, MACHINES, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_machine_worker, MACHINES * PER_MACHINE,
+                      args=(str(info.out_dir), ), timeout=240,
+                      env={'LOCAL_WORLD_SIZE': str(PER_MACHINE)})
+    seeds = global_seeds()
+    assert len({o['len'] for o in out}) == 1  # The same number of batches.
+    for rank, o in enumerate(out):
+        machine, local = divmod(rank, PER_MACHINE)
+        assert o['part'] == machine
+        assert o['layout'] == (local, PER_MACHINE)
+        assert o['plain_reads'] is None
+        # Sharding changes where lists are read, not what is sampled:
+        assert len(o['sharded']) == len(o['plain']) == o['len'] > 1
+        for a, b, c in zip(o['sharded'], o['plain'], o['no_copies']):
+            assert a['batch_size'] == b['batch_size'] == c['batch_size']
+            for key in KEYS:
+                assert torch.equal(a[key], b[key]), key
+                assert torch.equal(a[key], c[key]), key
+        # Full fan-out: the single-process loader's batches of these seeds.
+        ref = list(HybridNeighborLoader(data, [-1, -1],
+                                        input_nodes=o['input_nodes'],
+                                        batch_size=6, device='cpu'))
+        real = [b for b in o['full'] if b['batch_size'] > 0]
+        assert len(real) == len(ref)
+        for a, b in zip(real, ref):
+            for key in KEYS:
+                assert torch.equal(a[key], b[key]), key
+        assert torch.equal(o['weights_sharded'], o['weights_plain'])
+        assert torch.equal(o['weights_sharded'], out[0]['weights_sharded'])
+        assert o['offload_stats']['hot_rows_replaced'] > 0
+        assert torch.allclose(o['weights_offload'], o['weights_full'],
+                              atol=1e-5)
+    # Both ranks of a machine read their own shard and the other's:
+    assert all(o['reads']['peer'] > 0 and o['reads']['local'] > 0
+               for o in out)
+    # The machine's ranks split its part's seeds; every seed went to one
+    # rank:
+    for machine in range(MACHINES):
+        part = load_partition(info.out_dir, machine)
+        mine = [out[machine * PER_MACHINE + r]['input_nodes']
+                for r in range(PER_MACHINE)]
+        assert all(m.numel() > 0 for m in mine)
+        assert torch.equal(torch.sort(torch.cat(mine)).values,
+                           seeds[part.owner(seeds) == machine])
+
+
+def _flat_sharded_worker(rank, world_size, out_dir):
+    with pytest.raises(ValueError, match='one part per machine'):
+        HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu',
+                             topology_placement='sharded')
+    return True
+
+
+def test_sharded_needs_ranks_that_share_a_part(tmp_path):
+    # 2 ranks on one machine, 2 parts: every rank holds its own part.
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    assert run_workers(_flat_sharded_worker, 2, args=(str(info.out_dir), ),
+                       timeout=60) == [True, True]
