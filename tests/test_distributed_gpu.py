@@ -287,3 +287,40 @@ def test_gpu_features(tmp_path):
             assert checked == (5 if rank == 0 else 4)
             assert remote > 0 and cached > 0  # Both paths were read.
         assert num > 0 and hetero_cached > 0
+
+
+# One part shared by the GPUs of a machine (topology_placement='sharded') ####
+
+def _shared_part(rank, world_size, out_dir):
+    from pyg_orch import HybridNeighborLoader
+    torch.cuda.set_device(rank)
+    device = torch.device('cuda', rank)
+    kw = dict(batch_size=8, device=device, sampling_device=device, seed=3)
+    sharded = HybridNeighborLoader(out_dir, [4, 3],
+                                   topology_placement='sharded', **kw)
+    plain = HybridNeighborLoader(out_dir, [4, 3], **kw)
+    full = HybridNeighborLoader(out_dir, FANOUTS,
+                                topology_placement='sharded', **kw)
+    ref = list(HybridNeighborLoader(graph(), FANOUTS, batch_size=8,
+                                    input_nodes=full.input_nodes.cpu(),
+                                    device='cpu'))
+    checked = len(assert_batches_equal(full, ref, device))
+    same = 0
+    for a, b in zip(sharded, plain):
+        for key in KEYS:
+            assert torch.equal(a[key], b[key]), key
+        same += 1
+    reads = sharded.node_sampler.topology_reads()
+    torch.cuda.synchronize()
+    return checked, same, reads
+
+
+def test_one_part_sharded_across_the_gpus_of_a_machine(tmp_path):
+    info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    out = run_workers(_shared_part, 2, args=(str(info.out_dir), ),
+                      backend='nccl', start_method='spawn',
+                      env=MULTICAST_OFF_ENV, timeout=300)
+    for checked, same, reads in out:
+        assert checked > 0 and same > 0
+        assert reads['peer'] > 0 and reads['local'] > 0

@@ -148,3 +148,31 @@ def test_sharded_needs_ranks_that_share_a_part(tmp_path):
                            progress=False)
     assert run_workers(_flat_sharded_worker, 2, args=(str(info.out_dir), ),
                        timeout=60) == [True, True]
+
+
+def _one_machine_worker(rank, world_size, out_dir):
+    loader = HybridNeighborLoader(out_dir, [3, 2], batch_size=6, seed=2,
+                                  device='cpu', topology_placement='sharded')
+    plain = HybridNeighborLoader(out_dir, [3, 2], batch_size=6, seed=2,
+                                 device='cpu')
+    return (loader.partition.part, loader.input_nodes, _batches(loader),
+            _batches(plain), loader.node_sampler.topology_reads())
+
+
+def test_one_part_shared_by_one_machine(tmp_path):
+    # One part, the 2 ranks of one machine: no exchange between machines,
+    # the part's lists split across the two.
+    data = graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    out = run_workers(_one_machine_worker, 2, args=(str(info.out_dir), ),
+                      timeout=120)
+    train = data.train_mask.nonzero().view(-1)
+    assert torch.equal(torch.sort(torch.cat([o[1] for o in out])).values,
+                       train)
+    for part, seeds, sharded, plain, reads in out:
+        assert part == 0 and reads['peer'] > 0
+        assert len(sharded) == len(plain) > 1
+        for a, b in zip(sharded, plain):
+            for key in KEYS:
+                assert torch.equal(a[key], b[key]), key

@@ -111,7 +111,7 @@ def rank_layout(partition: Any, group: Optional[Any] = None) -> RankLayout:
         return flat
     world = group_size()
     local = _local_world_size(world)
-    if local <= 1 or local >= world:
+    if local <= 1 or local > world:
         return flat
     read = [None] * world
     dist.all_gather_object(read, _num_parts(partition))
