@@ -11,6 +11,7 @@ from torch_geometric.nn import GraphSAGE
 
 from pyg_orch.offload import BottomLayerOffload
 from pyg_orch.offload.autotune import (
+    KeepUpGuard,
     StepTimeChooser,
     candidate_ratios,
     decide,
@@ -622,8 +623,12 @@ def test_grow_then_shrink_replaces_from_covering_tables(
             if done():
                 break
     decision = off.stats()['decision']
-    assert decision['state'] == 'decided'
-    if timing == 'slow':
+    if timing == 'slow' and decision['state'] == 'off':
+        # The kept hot set's tables did not keep up after the decision:
+        # the guard switched offload off (see KeepUpGuard).
+        assert off.runtime.closed and num_pruned(loader) == 0
+        assert 'switched off' in decision['reason']
+    elif timing == 'slow':
         # Slow CPU tables (more so on a loaded machine) decide how much of
         # a candidate's hot set is in use while it is timed, so any size may
         # win; the replacements checked above are what this case is about.
@@ -632,10 +637,12 @@ def test_grow_then_shrink_replaces_from_covering_tables(
         # which a slow CPU on a loaded machine may not do (with the output
         # split a table must be done within one step). The sampler never
         # prunes more than the chosen set.
+        assert decision['state'] == 'decided'
         chosen = decision['chosen_num_hot']
         assert off.runtime.hot.planned == chosen
         assert num_pruned(loader) in (0, chosen)
     else:
+        assert decision['state'] == 'decided'
         assert decision['chosen_num_hot'] == 10
         assert off.runtime.hot.sizes[-5:] == [0, 10, 30, 0, 10]
         assert off.stats()['num_hot'] == 10 and num_pruned(loader) == 10
@@ -929,3 +936,98 @@ def test_end_to_end_tables_that_cannot_keep_up_end_the_trial(caplog):
     assert stats['steps'] < 25
     assert any('not usable' in r.getMessage() for r in caplog.records)
     off.close()
+
+
+def test_kept_hot_set_is_switched_off_when_the_loop_waits(caplog):
+    # The trial keeps a hot set (the CPU keeps up); later every CPU work
+    # item takes long, and the training loop waits for rows most of the
+    # time: the hot set shrinks to none, and once batches sampled before
+    # got their rows, offload is off for good (no thread, no hook left).
+    slow = SlowCPU(0.0)
+    off, model, loader = offload_on_fake_clock(0.005, max_sample_age=2,
+                                               work_hook=slow)
+    train(off, loader, 60)
+    for _ in range(60):  # The kept hot set in use.
+        if num_pruned(loader) > 0:
+            break
+        train(off, loader, 1)
+    decision = off.stats()['decision']
+    assert decision['state'] == 'decided' and decision['chosen_num_hot'] > 0
+    assert off.runtime.guard is not None and num_pruned(loader) > 0
+    slow.seconds = 0.1
+    with caplog.at_level(logging.INFO, logger='pyg_orch.offload'):
+        for _ in range(3 * KeepUpGuard.WINDOW):
+            train(off, loader, 1)
+            if off.runtime.closed:
+                break
+    stats = off.stats()
+    decision = stats['decision']
+    assert off.runtime.closed and decision['state'] == 'off'
+    assert decision['events'][-1]['event'] == 'off'
+    assert 'switched off at step' in decision['reason']
+    assert 'waited for CPU rows' in decision['reason']
+    assert wait_no_threads() == [] and num_pruned(loader) == 0
+    assert any('switched off' in r.getMessage() for r in caplog.records)
+    # Training goes on as plain training:
+    batch = next(iter(loader))
+    with torch.no_grad():
+        assert torch.equal(off(batch.x, batch.edge_index),
+                           model(batch.x, batch.edge_index))
+    off.close()
+
+
+class GuardedHot:
+    r"""A hot set of 30 rows in use for :class:`KeepUpGuard`."""
+    size, planned, settling = 30, 30, True
+    settled = 0
+
+    def resize(self, size):
+        self.planned = size
+
+    def settle(self):
+        self.size, self.settling = self.planned, False
+        self.settled += 1
+
+
+def test_keep_up_guard_rows_not_in_use():
+    hot, behind, offs, resized = GuardedHot(), [False], [], []
+    guard = KeepUpGuard(hot, lambda: behind[0], lambda: resized.append(1),
+                        lambda *a: offs.append(a), drain=2, first_step=70)
+    guard.step()
+    behind[0] = True
+    guard.step()  # In use: rows are still there, nothing to do.
+    assert hot.planned == 30 and offs == []
+    hot.size = 10  # Rows planned but not in use, and the CPU is behind:
+    guard.step()
+    assert hot.planned == 0 and offs == []
+    guard.step()
+    assert offs == [] and hot.settled == 0  # Draining.
+    guard.step()
+    assert len(offs) == 1 and offs[0][0] == 75 and 'sample-age' in offs[0][1]
+    assert hot.settled == 1 and resized == [1] and guard.done
+    guard.step()
+    assert len(offs) == 1  # Once.
+
+
+def test_keep_up_guard_waiting():
+    # 1 s per step; the loop waits 0.05 s a step (5%), then 0.2 s (20%).
+    clock, waited, offs = [0.0], [0.0], []
+    per_step = [0.05]
+    hot = GuardedHot()
+    guard = KeepUpGuard(hot, lambda: False, lambda: None,
+                        lambda *a: offs.append(a), drain=0, window=10,
+                        waited=lambda: waited[0], clock=lambda: clock[0])
+    for _ in range(35):
+        guard.step()
+        clock[0] += 1.0
+        waited[0] += per_step[0]
+    assert offs == [] and hot.planned == 30
+    per_step[0] = 0.2
+    for _ in range(25):
+        guard.step()
+        clock[0] += 1.0
+        waited[0] += per_step[0]
+    # Within two windows of the change (the first may straddle it):
+    assert len(offs) == 1 and offs[0][0] <= 35 + 2 * 10
+    assert 'waited for CPU rows' in offs[0][1]
+    assert hot.planned == 0 and guard.done

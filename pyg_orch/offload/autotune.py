@@ -3,7 +3,9 @@
 hot-set sizes (none, that is plain training, included) during the first
 steps and keeps the fastest (:class:`StepTimeChooser`, the logic, and
 :class:`HotSetTuner`, which applies it to a runtime through its
-:class:`~pyg_orch.offload.hot_set.HotSetSizer`)."""
+:class:`~pyg_orch.offload.hot_set.HotSetSizer`). Once a hot set is kept,
+:class:`KeepUpGuard` switches offload off where the CPU stops keeping up
+with it."""
 import logging
 import statistics
 import time
@@ -481,3 +483,98 @@ class HotSetTuner:
                    chosen_hot_ratio=None if chosen is None else
                    self.ratios.get(chosen))
         return out
+
+
+class KeepUpGuard:
+    r"""Watches a hot set kept by the decision, and switches offload off
+    where the CPU stops keeping up with it: rows planned but not in use
+    while :obj:`cannot_keep_up` (as a candidate is dropped during the
+    trial), or the training loop waiting for CPU rows more than
+    :obj:`max_wait` of the time over :obj:`window` steps. The hot set then
+    shrinks to none and, once the shrink has settled (:obj:`drain` steps,
+    so that batches sampled before keep their rows), :obj:`on_off` is
+    called with the step and the reason, once. :meth:`step` is called at
+    the start of every training step.
+
+    Args:
+        hot (HotSetSizer): The hot set.
+        cannot_keep_up (callable): See :class:`HotSetTuner`.
+        on_resize (callable): Called after the hot set settled.
+        on_off (callable): Called with the step number and the reason.
+        drain (int): Steps before the shrink settles. (default: :obj:`2`)
+        first_step (int): Training steps before this one (the trial's).
+        waited (callable, optional): Seconds the loop waited for CPU rows
+            so far.
+        window (int): Steps over which waiting is measured.
+            (default: :obj:`20`)
+        max_wait (float): The largest share of the time the loop may wait.
+            (default: :obj:`0.1`)
+        clock (callable): Returns the time in seconds.
+    """
+    WINDOW = 20
+    MAX_WAIT = 0.1
+
+    def __init__(self, hot: HotSetSizer, cannot_keep_up: Callable[[], bool],
+                 on_resize: Callable[[], None],
+                 on_off: Callable[[int, str], None], drain: int = 2,
+                 first_step: int = 0,
+                 waited: Optional[Callable[[], float]] = None,
+                 window: int = WINDOW, max_wait: float = MAX_WAIT,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.hot, self.cannot_keep_up = hot, cannot_keep_up
+        self.on_resize, self.on_off = on_resize, on_off
+        self.drain = int(drain)
+        self.num_steps = int(first_step)
+        self.waited, self.clock = waited, clock
+        self.window, self.max_wait = int(window), float(max_wait)
+        self._mark: Optional[Tuple[float, float, int]] = None
+        self._drain_left: Optional[int] = None
+        self.reason: Optional[str] = None
+        self.done = False
+
+    def _waiting_share(self) -> Optional[float]:
+        # The share of the time the loop waited over the last window.
+        if self.waited is None:
+            return None
+        now, waited = self.clock(), self.waited()
+        if self._mark is None:
+            self._mark = (now, waited, self.num_steps)
+            return None
+        start, waited_before, step = self._mark
+        if self.num_steps - step < self.window:
+            return None
+        self._mark = (now, waited, self.num_steps)
+        return (waited - waited_before) / max(now - start, 1e-9)
+
+    def step(self) -> None:
+        r"""A training step starts."""
+        if self.done:
+            return
+        self.num_steps += 1
+        if self._drain_left is not None:
+            self._drain_left -= 1
+            if self._drain_left <= 0:
+                self._off()
+            return
+        if self.hot.planned > self.hot.size and self.cannot_keep_up():
+            self.reason = ('the CPU did not compute the rows of the hot '
+                           'set within the sample-age bound')
+        else:
+            share = self._waiting_share()
+            if share is None or share <= self.max_wait:
+                return
+            self.reason = (f'the training loop waited for CPU rows '
+                           f'{share:.0%} of the time over {self.window} '
+                           f'steps')
+        self.hot.resize(0)
+        if self.hot.settling:
+            self._drain_left = self.drain
+        else:
+            self._off()
+
+    def _off(self) -> None:
+        self._drain_left = None
+        self.hot.settle()
+        self.on_resize()
+        self.done = True
+        self.on_off(self.num_steps, self.reason)

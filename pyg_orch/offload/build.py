@@ -286,7 +286,10 @@ def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
                      ratios: List[float], loader: Any,
                      options: OffloadOptions,
                      ranks: Optional[MachineRanks]) -> None:
-    # Starts the decision by measurement over the hot-set `sizes`.
+    # Starts the decision by measurement over the hot-set `sizes`. A kept
+    # hot set is watched in one process; ranks that decide alike keep it
+    # (they would have to switch off together).
+    runtime.guard_kept = ranks is None
     runtime.start_tuner(functools.partial(
         make_tuner, sizes=sizes, ratios=ratios, loader=loader,
         options=options, lead=runtime.lead, ranks=ranks))
@@ -419,6 +422,11 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                 # training) unless measurement keeps the offload.
                 runtime.offload_cache = functools.partial(
                     set_cache, selection.cache_nodes)
+                own = getattr(getattr(loader, 'feature_store', None),
+                              'cached_nodes', None)
+                if isinstance(own, Tensor):  # Given back if switched off.
+                    runtime.restore_cache = functools.partial(set_cache,
+                                                              own.clone())
             else:
                 set_cache(selection.cache_nodes)
         if measure:

@@ -2,6 +2,7 @@
 :class:`OffloadRuntime` (hooks on the model and the loader, the hot set, the
 embedding strategy and counters)."""
 import collections
+import logging
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -10,6 +11,7 @@ from torch import Tensor
 
 from pyg_orch.offload.aggregate_split import OUTPUT
 from pyg_orch.offload.aggregate_split import finish as finish_aggregated
+from pyg_orch.offload.autotune import KeepUpGuard
 from pyg_orch.offload.bottom_layer import message_passing_layers
 from pyg_orch.offload.degrees import DegreeCompensation
 from pyg_orch.offload.hot_set import HotSetSizer
@@ -28,6 +30,8 @@ from pyg_orch.offload.replacement import (
 )
 from pyg_orch.offload.step_counter import StepCounter
 from pyg_orch.offload.strategy import EmbeddingStrategy
+
+logger = logging.getLogger('pyg_orch.offload')
 
 #: Batches (per node type) whose hot rows are remembered until they train.
 MAX_BATCHES = 8
@@ -135,6 +139,15 @@ class OffloadRuntime:
         #: Gives the loader's GPU cache the offload's candidates, once
         #: measurement keeps the offload (set by the builder).
         self.offload_cache: Optional[Callable[[], Any]] = None
+        #: Gives the loader's GPU cache its own rows back, where a kept
+        #: offload is switched off later (set by the builder).
+        self.restore_cache: Optional[Callable[[], Any]] = None
+        #: Whether a kept hot set is watched by a
+        #: :class:`~pyg_orch.offload.autotune.KeepUpGuard` (one process; not
+        #: where ranks decide alike).
+        self.guard_kept = False
+        #: The guard of a kept hot set, else :obj:`None`.
+        self.guard: Any = None
         #: Why no decision is measured (:obj:`'decision'` in :meth:`stats`).
         self.fixed_reason = 'hot-set size given (autotune off)'
         self.order_checked = False
@@ -219,9 +232,36 @@ class OffloadRuntime:
         self.decision = tuner.summary()
         if size == 0:
             self.close()
-        elif self.offload_cache is not None:
-            self.offload_cache()
+        else:
+            if self.offload_cache is not None:
+                self.offload_cache()
+            else:
+                self.restore_cache = None  # The loader's cache is unchanged.
+            if self.guard_kept:
+                self.guard = KeepUpGuard(
+                    self.hot, self.strategy.cannot_keep_up,
+                    self.strategy.replan, self._fell_behind,
+                    drain=tuner.drain, first_step=tuner.num_steps,
+                    waited=lambda: self.strategy.wait_seconds)
         self.offload_cache = None
+
+    def _fell_behind(self, step: int, why: str) -> None:
+        # The kept hot set's rows stopped coming in time: offload off for
+        # good, as where the trial had chosen none.
+        self.guard = None
+        decision = self.decision
+        chosen = decision.get('chosen_num_hot')
+        decision['state'] = 'off'
+        decision['events'] = list(decision.get('events', [])) + [
+            {'step': step, 'event': 'off', 'num_hot': 0}]
+        decision['reason'] = (
+            f"{decision.get('reason')}; switched off at step {step} "
+            f"({chosen} hot vertices): {why}")
+        logger.info('BottomLayerOffload: %s', decision['reason'])
+        if self.restore_cache is not None:
+            self.restore_cache()
+        self.restore_cache = None
+        self.close()
 
     def pause(self) -> None:
         r"""Stops the worker threads; they restart at the next training
@@ -234,6 +274,7 @@ class OffloadRuntime:
         if self.closed:
             return
         self.closed = True
+        self.guard = None
         for handle in self.handles:
             handle.remove()
         self.handles = []

@@ -289,6 +289,8 @@ class BottomLayerOffload(torch.nn.Module):
         runtime = self._offload
         if runtime.tuner is not None and self.training:
             runtime.tuner.step()  # The decision by measurement.
+        elif runtime.guard is not None and self.training:
+            runtime.guard.step()  # A kept hot set the CPU must keep up with.
         x = args[0] if len(args) > 0 else kwargs.get('x')
         if not self.training or not runtime.active:
             if runtime.active:
