@@ -212,11 +212,13 @@ def test_offload_fills_the_loaders_gpu_cache(graph):
                             gpu_cache_ratio=0.1) as offloaded:
         expected = offloaded.gpu_cache_nodes[:store.capacity]
         assert torch.equal(store.cached_nodes, expected.cpu())
+        assert loader.get_gpu_cache_nodes() is store.cached_nodes
         batch = next(iter(loader))
         assert torch.equal(batch.x, graph.x[batch.n_id])
     plain = HybridNeighborLoader(graph, [4, 3], batch_size=50, device='cpu',
                                  feature_store=None)
     assert plain.set_gpu_cache_nodes(torch.tensor([1, 2])) is False
+    assert plain.get_gpu_cache_nodes() is None
 
 
 @pytest.mark.gpu

@@ -943,9 +943,20 @@ def test_kept_hot_set_is_switched_off_when_the_loop_waits(caplog):
     # item takes long, and the training loop waits for rows most of the
     # time: the hot set shrinks to none, and once batches sampled before
     # got their rows, offload is off for good (no thread, no hook left).
+    # The loader's GPU cache (faked: a CPU loader has none) gets the
+    # offload's candidates when the offload is kept, its own rows back when
+    # it is switched off.
     slow = SlowCPU(0.0)
-    off, model, loader = offload_on_fake_clock(0.005, max_sample_age=2,
-                                               work_hook=slow)
+    loader = tiny_loader(tiny_graph())
+    own, cached = torch.arange(5), []
+    loader.get_gpu_cache_nodes = lambda: own
+    loader.set_gpu_cache_nodes = cached.append
+    clock = StepClock(lambda: 1.0 - 0.005 * num_pruned(loader))
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 16, 2, 3)
+    off = BottomLayerOffload(model, loader, autotune_clock=clock,
+                             max_sample_age=2, work_hook=slow,
+                             gpu_cache_ratio=0.1)
     train(off, loader, 60)
     for _ in range(60):  # The kept hot set in use.
         if num_pruned(loader) > 0:
@@ -954,6 +965,7 @@ def test_kept_hot_set_is_switched_off_when_the_loop_waits(caplog):
     decision = off.stats()['decision']
     assert decision['state'] == 'decided' and decision['chosen_num_hot'] > 0
     assert off.runtime.guard is not None and num_pruned(loader) > 0
+    assert len(cached) == 1 and torch.equal(cached[0], off.gpu_cache_nodes)
     slow.seconds = 0.1
     with caplog.at_level(logging.INFO, logger='pyg_orch.offload'):
         for _ in range(3 * KeepUpGuard.WINDOW):
@@ -967,6 +979,7 @@ def test_kept_hot_set_is_switched_off_when_the_loop_waits(caplog):
     assert 'switched off at step' in decision['reason']
     assert 'waited for CPU rows' in decision['reason']
     assert wait_no_threads() == [] and num_pruned(loader) == 0
+    assert len(cached) == 2 and torch.equal(cached[1], own)
     assert any('switched off' in r.getMessage() for r in caplog.records)
     # Training goes on as plain training:
     batch = next(iter(loader))

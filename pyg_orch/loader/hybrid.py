@@ -263,6 +263,12 @@ class HybridLoaderMixin:
         self.feature_store.set_cached_nodes(nodes)
         return True
 
+    def get_gpu_cache_nodes(self) -> Optional[Any]:
+        r"""The nodes whose features are cached on the GPU (a tensor, or a
+        dictionary per node type), as :meth:`set_gpu_cache_nodes` takes
+        them; :obj:`None` when the loader uses no feature store."""
+        return getattr(self.feature_store, 'cached_nodes', None)
+
     def reset_stats(self) -> None:
         r"""Clears the stage times and the feature store counters."""
         self.timer.reset()

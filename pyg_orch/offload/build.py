@@ -422,8 +422,8 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                 # training) unless measurement keeps the offload.
                 runtime.offload_cache = functools.partial(
                     set_cache, selection.cache_nodes)
-                own = getattr(getattr(loader, 'feature_store', None),
-                              'cached_nodes', None)
+                get_cache = getattr(loader, 'get_gpu_cache_nodes', None)
+                own = get_cache() if callable(get_cache) else None
                 if isinstance(own, Tensor):  # Given back if switched off.
                     runtime.restore_cache = functools.partial(set_cache,
                                                               own.clone())
