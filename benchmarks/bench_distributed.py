@@ -1258,8 +1258,10 @@ def main(argv=None) -> None:
         print_sweep(res)
         _write_json(_out_path(args, 'sweep'), res)
         return
-    if args.world_size < 2:
-        p.error('--world-size must be at least 2')
+    if args.world_size < 1 or _processes(args) < 2:
+        p.error('--world-size x --ranks-per-part must be at least 2 (e.g. '
+                '--world-size 1 --ranks-per-part 2: one part shared by 2 '
+                'ranks of one machine)')
     res = run(args)
     print_run(res)
     _write_json(_out_path(args, 'run'), res)

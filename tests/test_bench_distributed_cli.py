@@ -19,6 +19,7 @@ def bench(monkeypatch):
 @pytest.mark.parametrize('argv,match', [
     (['--topology', 'sharded'], 'needs --ranks-per-part'),
     (['--ranks-per-part', '0'], 'at least 1'),
+    (['--world-size', '1'], 'must be at least 2'),
 ])
 def test_bad_arguments(bench, argv, match, capsys):
     with pytest.raises(SystemExit):
