@@ -348,8 +348,18 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
                             timeout=datetime.timedelta(seconds=args.timeout))
     try:
         _run_rank(rank, world, part_dir, method, args, out_dir, device)
-    finally:
+        # Every rank is done before any connection closes:
+        dist.all_reduce(torch.zeros(1, device=device))
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    # Exit without tearing the groups down: destroying gloo subgroups (e.g.
+    # with --ranks-per-part) while peers exit can abort a process
+    # ("terminate called without an active exception"), as the tests'
+    # workers avoid too (tests/multiproc.py).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _probe(world: int, device: torch.device, rounds: int) -> Dict:
