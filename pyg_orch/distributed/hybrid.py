@@ -244,4 +244,4 @@ def partition_loader(path: os.PathLike,
         shuffle=bool(shuffle),
         cache_policy='static' if cache_policy == 'frequency' else
         cache_policy, seed=seed, device=device, transform=transform,
-        **options)
+        layout=layout, **options)

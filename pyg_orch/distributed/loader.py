@@ -28,7 +28,11 @@ from pyg_orch.distributed.collective import (
     group_size,
 )
 from pyg_orch.distributed.features import DistributedFeatureGather
-from pyg_orch.distributed.machines import rank_layout, shard_part_topology
+from pyg_orch.distributed.machines import (
+    RankLayout,
+    rank_layout,
+    shard_part_topology,
+)
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
 from pyg_orch.distributed.storage import GraphPartition, load_partition
 from pyg_orch.sampling.arguments import check_placement, resolve_device
@@ -214,6 +218,9 @@ class DistributedNeighborLoader:
             lists are split across them, with copies of the most read ones
             on every rank; sampling reads the same lists, so batches do not
             change.
+        layout (RankLayout, optional): This rank's layout, where it was
+            already agreed (:func:`~pyg_orch.distributed.machines.rank_layout`
+            with the same :obj:`group`); agreed here by default.
 
     With one part per machine and :obj:`LOCAL_WORLD_SIZE` ranks on each
     (:obj:`torchrun --nnodes M --nproc-per-node N` over :obj:`M` parts),
@@ -234,7 +241,8 @@ class DistributedNeighborLoader:
                  expected_fingerprint: Optional[str] = None,
                  sampling_device: Optional[Union[str, torch.device]] = None,
                  feature_device: Optional[Union[str, torch.device]] = None,
-                 topology_placement: Any = 'auto'):
+                 topology_placement: Any = 'auto',
+                 layout: Optional[RankLayout] = None):
         # Checked before the collectives below, the same on every rank:
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
@@ -248,7 +256,8 @@ class DistributedNeighborLoader:
                              f"is sampled on 'sampling_device'")
         # Collectives: every rank learns which part it holds and with whom
         # it samples, and if one cannot load its part.
-        layout = rank_layout(partition, group)
+        if layout is None:
+            layout = rank_layout(partition, group)
         group = layout.part_group
         partition = open_partition(partition, group, expected_fingerprint)
         if sharding != 'auto' and not layout.shares_part:

@@ -143,11 +143,10 @@ def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
     With :obj:`replicate_by='reads'`, a destination's expected expansions
     are counted from the part's own edges: :obj:`1` plus the times it is a
     source of an in-edge of the part."""
-    import torch
-
     from pyg_orch.multigpu.peer_memory import PeerGroup
     from pyg_orch.multigpu.sharded_topology import (
         TopologySharding,
+        expansion_weight,
         shard_topology,
     )
     sharding = sharding or TopologySharding()
@@ -164,15 +163,12 @@ def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
         dst_t = None if et is None else et[-1]
         score = None
         if sharding.replicate_by == 'reads':
-            n = topo.colptr.numel() - 1
-            score = torch.ones(n, dtype=torch.float64)
-            for other, c in csc.items():
-                if (None if other is None else other[0]) != dst_t:
-                    continue
-                src = c.row.to(torch.int64)
-                own = src[node_part[dst_t][src] == partition.part]
-                score += torch.bincount(local_id[dst_t][own].to(torch.int64),
-                                        minlength=n).to(torch.float64)
+            def own_local(src, t=dst_t):  # The part's own sources, local.
+                return local_id[t][src[node_part[t][src] == partition.part]
+                                   ].to(src.dtype)
+
+            score = expansion_weight(csc, dst_t, topo.colptr.numel() - 1,
+                                     own_local)
         out[et] = shard_topology(
             topo, peers, sharding.budget(topo), score,
             max_fanout=max_fanout if sharding.replicate_by == 'reads'

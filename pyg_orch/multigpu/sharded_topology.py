@@ -6,7 +6,7 @@ every GPU within a memory budget. Sampling reads a list wherever it lives,
 so a batch equals the one-GPU loader's for the same seed."""
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 from torch import Tensor
@@ -324,17 +324,25 @@ class TopologySharding:
 _SHARDED: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
 
 
-def _expansion_weight(topology: GraphTopology, et) -> Optional[Tensor]:
-    # How often each destination of `et` lands in a frontier: once per
-    # time it is sampled as a neighbor, about its out-degree (+1: seeds).
-    dst_t = None if et is None else et[-1]
-    n = topology.num_nodes[dst_t]
-    weight = torch.ones(n, dtype=torch.float64)
-    for other, csc in topology.csc.items():
-        src_t = None if other is None else other[0]
-        if src_t == dst_t:
-            weight += torch.bincount(csc.row.to(torch.int64),
-                                     minlength=n).cpu().to(torch.float64)
+def expansion_weight(csc: Dict[Any, CSCTopology], dst_type: Any,
+                     num_nodes: int,
+                     counted: Optional[Callable[[Tensor], Tensor]] = None
+                     ) -> Tensor:
+    r"""How often each of the :obj:`num_nodes` vertices of
+    :obj:`dst_type` is expected in a frontier: once as a seed, plus once
+    per time it is sampled as a neighbor, about the number of lists of
+    :obj:`csc` (per edge type) that hold it (edge types from
+    :obj:`dst_type`). :obj:`counted` maps a list's source ids to the ids
+    to count (e.g. a part's own vertices, as local ids)."""
+    weight = torch.ones(num_nodes, dtype=torch.float64)
+    for et, c in csc.items():
+        if (None if et is None else et[0]) != dst_type:
+            continue
+        src = c.row.to(torch.int64)
+        if counted is not None:
+            src = counted(src)
+        weight += torch.bincount(src, minlength=num_nodes).cpu().to(
+            torch.float64)
     return weight
 
 
@@ -356,15 +364,17 @@ def shard_graph_topology(topology: GraphTopology, device: torch.device,
             "topology_placement='sharded' does not support temporal or "
             "weighted sampling yet; use 'device' or 'host'")
     peers = PeerGroup(device=device)
-    csc = {
-        et: shard_topology(
-            t, peers, sharding.budget(t),
-            _expansion_weight(topology, et)
-            if sharding.replicate_by == 'reads' else None,
+    csc = {}
+    for et, t in topology.csc.items():
+        score = None
+        if sharding.replicate_by == 'reads':
+            dst_t = None if et is None else et[-1]
+            score = expansion_weight(topology.csc, dst_t,
+                                     topology.num_nodes[dst_t])
+        csc[et] = shard_topology(
+            t, peers, sharding.budget(t), score,
             max_fanout=max_fanout if sharding.replicate_by == 'reads'
             else None)
-        for et, t in topology.csc.items()
-    }
     out = GraphTopology(csc, topology.num_nodes, None, topology.time_attr,
                         topology.weight_attr)
     _SHARDED.setdefault(topology, {})[key] = out
