@@ -167,7 +167,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(max_staleness, hot_ratio (a fraction or 'auto'), "
                    "a= max_sample_age, "
                    "num_threads, intra_op_threads, c= chunk_size, d=bf16 "
-                   "cpu_autocast, split=output|aggregate|auto)")
+                   "cpu_autocast, split=output|aggregate|auto); "
+                   "'default:after=unwrap' / 'default:after=free': once the "
+                   "default has switched offload off, train the wrapped "
+                   "model itself / empty the device and pinned-host "
+                   "caches once (experiments on what the trial leaves); "
+                   "'plain:pruned=N': plain training whose sampler prunes "
+                   "the last hop at the hot_ratio highest in-degree "
+                   "vertices for the first N steps (the trial's pruning "
+                   "without offload)")
     p.add_argument('--presample-batches', type=int, default=None)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--seeds', type=int, default=5,
@@ -250,15 +258,57 @@ _OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', _ratio),
                   k: k for k in ('auto', 'aggregate', 'output')}[v])}
 
 
+# 'default:after=...' (an experiment on the default's gap after it chose no
+# hot set): 'unwrap' trains the wrapped model itself from then on; 'free'
+# empties PyTorch's device and pinned-host caches once.
+_AFTER_DECISION = ('after=unwrap', 'after=free')
+
+
+def _after_decision(model, how: str):
+    # Returns the model to train from now on, or None while undecided.
+    runtime = model.runtime
+    if runtime.tuner is not None or runtime.active:
+        return None
+    if how == 'unwrap':
+        return model.module
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        host_empty = getattr(torch._C, '_host_emptyCache', None)
+        if host_empty is not None:
+            host_empty()
+    return model
+
+
+def _prune_top_degrees(loader, data, ratio) -> None:
+    # 'plain:pruned=N': the sampler prunes the last hop at the vertices of
+    # highest in-degree (as the default's trial does at its hot set) for
+    # the first N steps, with no offload at all.
+    num_nodes = data.num_nodes
+    deg = torch.bincount(data.edge_index[1].cpu(), minlength=num_nodes)
+    share = ratio if isinstance(ratio, float) else 0.05
+    mask = torch.zeros(num_nodes, dtype=torch.bool)
+    mask[torch.topk(deg, max(1, int(share * num_nodes))).indices] = True
+    loader.node_sampler.set_hot_nodes(mask)
+
+
 def mode_options(args, mode: str) -> Dict[str, Any]:
     r"""The refresh mode (:obj:`None` for plain) and the offload options of
     a mode spec such as :obj:`'super_batch:s=16:h=0.1'`."""
     name, *parts = mode.split(':')
     if name not in ('plain', 'super_batch', 'batch', 'default') or (
-            name in ('plain', 'default') and parts):
+            name == 'plain' and parts and (
+                len(parts) > 1 or not parts[0].startswith('pruned=')
+                or not parts[0][7:].isdigit())) or (
+            name == 'default' and parts and (
+                len(parts) > 1 or parts[0] not in _AFTER_DECISION)):
         raise ValueError(f"unknown mode {mode!r}")
+    if name == 'plain' and parts:  # The trial's pruning, without offload.
+        return dict(refresh=None, pruned=int(parts[0][7:]))
     if name == 'default':  # BottomLayerOffload(model, loader), as it is.
-        return dict(refresh='default')
+        return dict(refresh='default',
+                    after=parts[0].split('=')[1] if parts else None)
     opts = dict(refresh=None if name == 'plain' else name,
                 max_staleness=args.max_staleness, hot_ratio=args.hot_ratio,
                 num_threads=args.num_threads, split=args.split)
@@ -518,7 +568,18 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     parts: Dict[str, List[float]] = {k: [] for k in STEP_PARTS}
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
+    after = opts.get('after') if offload else None
+    pruned = opts.get('pruned') or 0
+    if pruned:
+        _prune_top_degrees(loader, data, args.hot_ratio)
+    trained = model
     for i in range(warmup + num):
+        if after is not None:
+            swapped = _after_decision(model, after)
+            if swapped is not None:
+                trained, after = swapped, None
+        if pruned and i == pruned:
+            loader.node_sampler.set_hot_nodes(None)
         if i == warmup:
             sync(device)
             loader.timer.reset()
@@ -534,7 +595,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         edges += batch.num_edges
         with loader.timer.stage('train'):
             t_train = time.perf_counter()
-            loss = train_step(model, optimizer, batch, args.trim, hetero)
+            loss = train_step(trained, optimizer, batch, args.trim, hetero)
             t_launched = time.perf_counter()
         losses.append(loss.detach())  # Read at the end: no sync per step.
         if i >= warmup:
@@ -606,7 +667,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         stats['cpu_busy_share'] = stats['cpu_compute_s'] / max(seconds, 1e-9)
         res['offload'] = stats
         model.close()
-    del it, batch, loss, model, optimizer, loader
+    del it, batch, loss, model, trained, optimizer, loader
     gc.collect()
     if device.type == 'cuda':
         torch.cuda.empty_cache()
@@ -745,9 +806,11 @@ def print_throughput(args, res) -> None:
         if m == 'plain':
             continue
         off = res[m]
-        st = off['offload']
         log(f"\n{m}: speed-up (plain / offload) {res['speedup'][m]:.3f}x; "
             f"nodes per batch -{100 * res['node_reduction'][m]:.1f}%")
+        st = off.get('offload')
+        if st is None:  # 'plain:pruned=N'
+            continue
         log(f"  split {st['split']} (CPU: {st.get('cpu_aggregation')}); "
             f"{st['num_hot']:,} hot vertices (coverage "
             f"{100 * st['hot_coverage']:.1f}% of bottom-layer accesses), "
