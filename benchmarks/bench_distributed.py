@@ -106,7 +106,8 @@ def _out_path(args, kind: str) -> str:
                               else '') + (
         '_gpufeatures' if args.feature_device == 'cuda' else '') + (
         f'_{args.ranks_per_part}perpart' if args.ranks_per_part > 1
-        else '') + ('_sharded' if args.topology == 'sharded' else '')
+        else '') + ('_sharded' if args.topology == 'sharded' else '') + (
+        '_rowsharded' if args.feature_placement == 'sharded' else '')
     name = (f'distributed_{backend}_{date}.json' if kind == 'run' else
             f'distributed_sweep_{_count(args.nodes)}_{date}.json')
     return os.path.join(REPO, 'benchmarks', 'results', name)
@@ -409,7 +410,8 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         part_dir, args.fanout, batch_size=args.batch_size, shuffle=True,
         cache_size=args.cache_rows, presample_batches=args.presample,
         seed=args.seed, device=device, sampling_device=sampling_device,
-        feature_device=feature_device, topology_placement=args.topology)
+        feature_device=feature_device, topology_placement=args.topology,
+        feature_placement=args.feature_placement)
     build_s = time.perf_counter() - t
     timer: Dict[str, float] = {}
     # Where a phase queues GPU work, it ends when that work is done:
@@ -500,6 +502,8 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         'rank': rank, 'part': part.part, 'method': method,
         'device': str(device), 'topology_placement': args.topology,
         'topology_reads': loader.sampler.topology_reads(),
+        'feature_placement': args.feature_placement,
+        'row_reads': loader.gather.row_reads(),
         'sampling_device': str(sampling_device),
         'feature_device': str(feature_device),
         'transport_devices': sorted(meter.devices),
@@ -1150,6 +1154,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument('--topology', choices=('auto', 'sharded'), default='auto',
                    help="'sharded': split each part's neighbor lists across "
                    "the ranks that share it (needs --ranks-per-part > 1)")
+    r.add_argument('--feature-placement', choices=('auto', 'sharded'),
+                   default='auto',
+                   help="'sharded': split each part's feature rows across "
+                   "the ranks that share it, on --feature-device (needs "
+                   "--ranks-per-part > 1)")
     r.add_argument('--backend', choices=('gloo', 'nccl'), default='gloo')
     r.add_argument('--sampling-device', choices=('cpu', 'cuda'),
                    default='cpu',
@@ -1235,6 +1244,9 @@ def main(argv=None) -> None:
     if args.topology == 'sharded' and args.ranks_per_part < 2:
         p.error("--topology sharded needs --ranks-per-part of 2 or more "
                 "(the ranks that share a part split its neighbor lists)")
+    if args.feature_placement == 'sharded' and args.ranks_per_part < 2:
+        p.error("--feature-placement sharded needs --ranks-per-part of 2 or "
+                "more (the ranks that share a part split its rows)")
     if args.show:
         for path in args.show:
             with open(path) as f:

@@ -1,6 +1,7 @@
 """``benchmarks/bench_distributed.py --ranks-per-part``: several ranks per
 part (as the GPUs of one machine), with the part's topology sharded across
-them or not; the sampled batches are the same."""
+them (and its feature rows) or not; the sampled batches are the
+same."""
 import importlib
 import json
 from pathlib import Path
@@ -18,6 +19,7 @@ def bench(monkeypatch):
 
 @pytest.mark.parametrize('argv,match', [
     (['--topology', 'sharded'], 'needs --ranks-per-part'),
+    (['--feature-placement', 'sharded'], 'needs --ranks-per-part'),
     (['--ranks-per-part', '0'], 'at least 1'),
     (['--world-size', '1'], 'must be at least 2'),
 ])
@@ -31,9 +33,12 @@ def test_ranks_per_part_sharded_and_not(bench, tmp_path):
     runs = {}
     for topology in ('auto', 'sharded'):
         out = tmp_path / f'{topology}.json'
+        # With sharded topology, the feature rows are split too.
         bench.main(['--nodes', '3000', '--edges', '20000', '--methods',
                     'random', '--ranks-per-part', '2', '--topology',
-                    topology, '--batch-size', '64', '--batches', '2',
+                    topology, '--feature-placement',
+                    'sharded' if topology == 'sharded' else 'auto',
+                    '--batch-size', '64', '--batches', '2',
                     '--repeats', '1', '--warmup', '1', '--probe-rounds', '0',
                     '--threads', '1', '--work-dir', str(tmp_path / topology),
                     '--out', str(out)])
@@ -42,10 +47,12 @@ def test_ranks_per_part_sharded_and_not(bench, tmp_path):
         ranks = res['ranks']
         assert [r['part'] for r in ranks] == [0, 0, 1, 1]
         reads = [r['topology_reads'] for r in ranks]
+        row_reads = [r['row_reads'] for r in ranks]
         if topology == 'auto':
-            assert reads == [None] * 4
+            assert reads == [None] * 4 and row_reads == [None] * 4
         else:  # Every rank read its own shard and its peer's.
             assert all(r['local'] > 0 and r['peer'] > 0 for r in reads)
+            assert all(r['local'] > 0 and r['peer'] > 0 for r in row_reads)
     # Sharding does not change what is sampled:
     assert [h['sampled_edges'] for h in runs['auto']['hops']] == \
         [h['sampled_edges'] for h in runs['sharded']['hops']]

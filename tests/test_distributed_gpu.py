@@ -311,6 +311,16 @@ def _shared_part(rank, world_size, out_dir):
             assert torch.equal(a[key], b[key]), key
         same += 1
     reads = sharded.node_sampler.topology_reads()
+    # The part's feature rows split across the two GPUs too (symmetric
+    # memory): the same batches, rows read from both GPUs.
+    both = HybridNeighborLoader(out_dir, [4, 3], topology_placement='sharded',
+                                feature_placement='sharded',
+                                feature_device=device, **kw)
+    for a, b in zip(both, plain):
+        for key in KEYS:
+            assert torch.equal(a[key], b[key]), key
+    row_reads = both.gather.row_reads()
+    assert row_reads['peer'] > 0 and row_reads['local'] > 0
     torch.cuda.synchronize()
     return checked, same, reads
 

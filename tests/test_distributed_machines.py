@@ -5,10 +5,12 @@ topology_placement='sharded' the part's neighbor lists are split across the
 machine's ranks (in /dev/shm on CPUs) and the batches are those of the
 unsharded loader (and, with full fan-out, of the single-process loader);
 DDP training over all 4 ranks ends with the same weights either way, and
-with BottomLayerOffload per rank (full neighbors, max_staleness=0) too."""
+with BottomLayerOffload per rank (full neighbors, max_staleness=0) too.
+With feature_placement='sharded' the part's feature rows are split across
+the machine's ranks as well (also for a heterogeneous part)."""
 import pytest
 import torch
-from conftest import random_graph, tiny_model, train_sgd
+from conftest import random_graph, small_paper_graph, tiny_model, train_sgd
 from multiproc import run_workers
 from torch.nn.parallel import DistributedDataParallel
 
@@ -47,6 +49,10 @@ def _machine_worker(rank, world_size, out_dir):
         out_dir, [3, 2], topology_placement=TopologySharding(0), **common)
     full = HybridNeighborLoader(out_dir, [-1, -1],
                                 topology_placement='sharded', **common)
+    # The part's feature rows split across the machine's ranks as well:
+    both = HybridNeighborLoader(out_dir, [3, 2],
+                                topology_placement='sharded',
+                                feature_placement='sharded', **common)
     out = {
         'part': sharded.partition.part,
         'layout': (sharded.layout.local_rank,
@@ -57,6 +63,9 @@ def _machine_worker(rank, world_size, out_dir):
         'plain': _batches(plain),
         'no_copies': _batches(no_copies),
         'full': _batches(full),
+        'both': _batches(both),
+        'row_reads': both.gather.row_reads(),
+        'plain_row_reads': plain.gather.row_reads(),
         'reads': no_copies.node_sampler.topology_reads(),
         'plain_reads': plain.node_sampler.topology_reads(),
     }
@@ -79,6 +88,8 @@ def _machine_worker(rank, world_size, out_dir):
     out['weights_sharded'] = train(tiny_model(),
                                    topology_placement='sharded')
     out['weights_plain'] = train(tiny_model())
+    out['weights_both'] = train(tiny_model(), topology_placement='sharded',
+                                feature_placement='sharded')
     out['weights_full'] = train(tiny_model(), (-1, -1),
                                 topology_placement='sharded')
     out['weights_offload'] = train(None, (-1, -1),
@@ -102,11 +113,22 @@ def test_machines_share_a_sharded_part(tmp_path):
         assert o['plain_reads'] is None
         # Sharding changes where lists are read, not what is sampled:
         assert len(o['sharded']) == len(o['plain']) == o['len'] > 1
-        for a, b, c in zip(o['sharded'], o['plain'], o['no_copies']):
-            assert a['batch_size'] == b['batch_size'] == c['batch_size']
+        assert len(o['both']) == len(o['plain'])
+        for a, b, c, d in zip(o['sharded'], o['plain'], o['no_copies'],
+                              o['both']):
+            assert a['batch_size'] == b['batch_size'] == c['batch_size'] \
+                == d['batch_size']
             for key in KEYS:
                 assert torch.equal(a[key], b[key]), key
                 assert torch.equal(a[key], c[key]), key
+                assert torch.equal(a[key], d[key]), key
+        # Split feature rows: the rows of the graph, read from both shards.
+        for b in o['both']:
+            assert torch.equal(b['x'], data.x[b['n_id']])
+            assert torch.equal(b['y'], data.y[b['n_id']])
+        assert o['plain_row_reads'] is None
+        assert o['row_reads']['local'] > 0 and o['row_reads']['peer'] > 0
+        assert torch.equal(o['weights_both'], o['weights_plain'])
         # Full fan-out: the single-process loader's batches of these seeds.
         ref = list(HybridNeighborLoader(data, [-1, -1],
                                         input_nodes=o['input_nodes'],
@@ -139,6 +161,13 @@ def _flat_sharded_worker(rank, world_size, out_dir):
     with pytest.raises(ValueError, match='one part per machine'):
         HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu',
                              topology_placement='sharded')
+    with pytest.raises(ValueError, match="feature_placement='sharded'.*"
+                       "one part per machine"):
+        HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu',
+                             feature_placement='sharded')
+    with pytest.raises(ValueError, match="'feature_placement' must be"):
+        HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu',
+                             feature_placement='gpu')
     return True
 
 
@@ -152,11 +181,13 @@ def test_sharded_needs_ranks_that_share_a_part(tmp_path):
 
 def _one_machine_worker(rank, world_size, out_dir):
     loader = HybridNeighborLoader(out_dir, [3, 2], batch_size=6, seed=2,
-                                  device='cpu', topology_placement='sharded')
+                                  device='cpu', topology_placement='sharded',
+                                  feature_placement='sharded')
     plain = HybridNeighborLoader(out_dir, [3, 2], batch_size=6, seed=2,
                                  device='cpu')
     return (loader.partition.part, loader.input_nodes, _batches(loader),
-            _batches(plain), loader.node_sampler.topology_reads())
+            _batches(plain), loader.node_sampler.topology_reads(),
+            loader.gather.row_reads())
 
 
 def test_one_part_shared_by_one_machine(tmp_path):
@@ -170,9 +201,41 @@ def test_one_part_shared_by_one_machine(tmp_path):
     train = data.train_mask.nonzero().view(-1)
     assert torch.equal(torch.sort(torch.cat([o[1] for o in out])).values,
                        train)
-    for part, seeds, sharded, plain, reads in out:
-        assert part == 0 and reads['peer'] > 0
+    for part, seeds, sharded, plain, reads, row_reads in out:
+        assert part == 0 and reads['peer'] > 0 and row_reads['peer'] > 0
         assert len(sharded) == len(plain) > 1
         for a, b in zip(sharded, plain):
             for key in KEYS:
                 assert torch.equal(a[key], b[key]), key
+
+
+def _hetero_one_machine_worker(rank, world_size, out_dir):
+    common = dict(input_nodes=('paper', None), batch_size=8, seed=3,
+                  device='cpu')
+    loader = HybridNeighborLoader(out_dir, [3, 2],
+                                  feature_placement='sharded', **common)
+    plain = HybridNeighborLoader(out_dir, [3, 2], **common)
+    batches = [{t: (b[t].n_id, b[t].x) for t in b.node_types}
+               for b in loader]
+    plain_batches = [{t: (b[t].n_id, b[t].x) for t in b.node_types}
+                     for b in plain]
+    return batches, plain_batches, loader.gather.row_reads()
+
+
+def test_hetero_feature_rows_shared_by_one_machine(tmp_path):
+    # A heterogeneous part on the 2 ranks of one machine: every node type's
+    # rows split across them; batches as with whole rows, rows as the
+    # graph's.
+    data = small_paper_graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    out = run_workers(_hetero_one_machine_worker, 2,
+                      args=(str(info.out_dir), ), timeout=120)
+    for batches, plain, reads in out:
+        assert reads['local'] > 0 and reads['peer'] > 0
+        assert len(batches) == len(plain) > 1
+        for b, p in zip(batches, plain):
+            assert b.keys() == p.keys()
+            for t, (n_id, x) in b.items():
+                assert torch.equal(n_id, p[t][0])
+                assert torch.equal(x, data[t].x[n_id])

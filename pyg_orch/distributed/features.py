@@ -42,6 +42,9 @@ class GatherStats:
             part's vertices (:meth:`DistributedFeatureGather.gather_edges`).
         remote_edge_rows (int): Edge attribute rows fetched from other
             parts.
+        peer_rows (int): Rows of this part read from the shard of another
+            rank of the machine (:obj:`peers` given: for this rank's
+            batch and for other parts' requests, counted per key).
     """
     local_rows: int = 0
     cached_rows: int = 0
@@ -51,6 +54,7 @@ class GatherStats:
     served_rows: int = 0
     local_edge_rows: int = 0
     remote_edge_rows: int = 0
+    peer_rows: int = 0
 
     def as_dict(self) -> Dict[str, int]:
         return dict(vars(self))
@@ -138,13 +142,23 @@ class DistributedFeatureGather:
             lookup then runs there, ids never copied to the host; under
             NCCL, requests and rows never leave the GPU. The partition
             object is left as it is.
+        peers (PeerGroup, optional): The ranks of this machine that share
+            this part (one part per machine, see
+            :mod:`~pyg_orch.distributed.machines`), on
+            :obj:`feature_device`. The part's rows of :obj:`keys` are then
+            split across them (:class:`~pyg_orch.multigpu.sharded_rows.
+            ShardedRows`: row :obj:`i` on rank :obj:`i % N`), so each holds
+            :obj:`1/N` of them, and reads the others from its peers'
+            shards (symmetric memory on GPUs, :obj:`/dev/shm` on CPUs). A
+            collective of those ranks. Edge attributes are not split.
     """
     def __init__(self, partition, keys: Optional[Iterable[str]] = None,
                  group: Optional[Any] = None, policy: str = 'static',
                  cache_size: int = 0,
                  edge_keys: Optional[Iterable[str]] = None,
                  device: Optional[Union[str, torch.device]] = None,
-                 feature_device: Optional[Union[str, torch.device]] = None):
+                 feature_device: Optional[Union[str, torch.device]] = None,
+                 peers: Optional[Any] = None):
         if policy not in ('static', 'lru'):
             raise ValueError(f"'policy' must be 'static' or 'lru' "
                              f"(got {policy!r})")
@@ -155,6 +169,12 @@ class DistributedFeatureGather:
         self.feature_device = resolve_device(feature_device,
                                              'feature_device', default='cpu')
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
+        if peers is not None and torch.device(peers.device) != \
+                self.feature_device:
+            raise ValueError(f"'peers' must be a PeerGroup on "
+                             f"'feature_device' ({self.feature_device}), "
+                             f"got one on {peers.device}")
+        self.peers = peers
         if self.is_hetero:
             self._init_hetero(partition, keys, group, policy, cache_size,
                               edge_keys, device)
@@ -190,7 +210,7 @@ class DistributedFeatureGather:
         # object is left as it is).
         self._node_part = self._on_feature(partition.node_part)
         self._local_id = self._on_feature(partition.local_id)
-        self._attrs = {k: self._on_feature(attrs[k]) for k in keys}
+        self._attrs = {k: self._part_rows(attrs[k]) for k in keys}
         self._edge_attrs = {k: self._on_feature(partition.edge_attrs[k])
                             for k in edge_keys}
         if edge_keys and self.feature_device.type != 'cpu':
@@ -253,7 +273,8 @@ class DistributedFeatureGather:
                 view(nt),
                 keys=[k for k in (keys or ('x', 'y')) if k in attrs],
                 group=group, policy=policy, cache_size=cache_size,
-                edge_keys=[], device=device, feature_device=fdev)
+                edge_keys=[], device=device, feature_device=fdev,
+                peers=self.peers)
         self.by_edge_type: Dict[tuple, DistributedFeatureGather] = {}
         for et in self.edge_types:
             attrs = partition.edge_attrs[et]
@@ -329,6 +350,20 @@ class DistributedFeatureGather:
                 torch.where(mine, c, torch.zeros_like(c)), int(mine.sum()))
         return total
 
+    def row_reads(self) -> Optional[Dict[str, int]]:
+        r"""Rows of this part read so far from this rank's own shard
+        (:obj:`'local'`) and from the shards of the machine's other ranks
+        (:obj:`'peer'`), over all keys (and node types); :obj:`None` where
+        the part's rows are not split (no :obj:`peers`)."""
+        if self.peers is None:
+            return None
+        if self.is_hetero:
+            reads = [g.row_reads() for g in self.by_node_type.values()]
+            return {k: sum(r[k] for r in reads) for k in ('local', 'peer')}
+        rows = self._attrs.values()
+        return {'local': sum(r.own_rows for r in rows),
+                'peer': sum(r.peer_rows for r in rows)}
+
     @property
     def num_cached_rows(self) -> int:
         r"""The number of remote rows in the cache (of all node types)."""
@@ -337,6 +372,18 @@ class DistributedFeatureGather:
         return int((self.cache_slot >= 0).sum())
 
     # Helpers ################################################################
+    def _part_rows(self, t: Tensor) -> Any:
+        # The part's rows of one key: split across the machine's ranks, or
+        # whole on the feature device.
+        if self.peers is None:
+            return self._on_feature(t)
+        from pyg_orch.multigpu.sharded_rows import ShardedRows
+        return ShardedRows(t, self.peers)
+
+    def _peer_rows(self) -> int:
+        return sum(getattr(rows, 'peer_rows', 0)
+                   for rows in getattr(self, '_attrs', {}).values())
+
     def _on_feature(self, t: Tensor) -> Tensor:
         return t if t.device == self.feature_device else \
             t.to(self.feature_device)
@@ -396,6 +443,7 @@ class DistributedFeatureGather:
         n_id = torch.as_tensor(n_id, dtype=torch.int64).to(
             self.feature_device)
         self.stats = GatherStats()
+        peer_before = self._peer_rows()
         owner = self._node_part[n_id].to(torch.int64)
         is_local = owner == self.rank
         slot = self.cache_slot[n_id]
@@ -422,6 +470,7 @@ class DistributedFeatureGather:
         self.stats.remote_rows = int(remote_pos.numel())
         self.stats.remote_bytes = self.stats.remote_rows * row_bytes
         self.stats.cached_bytes = self.stats.cached_rows * row_bytes
+        self.stats.peer_rows = self._peer_rows() - peer_before
         if self.policy == 'lru' and self.capacity:
             self._step += 1
             self.last_used[slot[cached_pos]] = self._step

@@ -78,7 +78,7 @@ _DATALOADER = {
 # Arguments of DistributedNeighborLoader that pass through.
 _DISTRIBUTED = ('even', 'cache_size', 'presample_batches', 'group',
                 'expected_fingerprint', 'sampling_device', 'feature_device',
-                'topology_placement')
+                'topology_placement', 'feature_placement')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -184,7 +184,9 @@ def partition_loader(path: os.PathLike,
       :obj:`feature_device` and :obj:`topology_placement` (:obj:`'auto'`,
       or :obj:`'sharded'` to split a part's neighbor lists across the
       ranks of a machine that share it: one part per machine, see
-      :mod:`~pyg_orch.distributed.machines`).
+      :mod:`~pyg_orch.distributed.machines`), :obj:`feature_placement`
+      (:obj:`'auto'`, or :obj:`'sharded'` to split the part's feature rows
+      across those ranks).
     """
     args = dict(arguments)
     refusals = (

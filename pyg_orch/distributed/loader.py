@@ -218,6 +218,16 @@ class DistributedNeighborLoader:
             lists are split across them, with copies of the most read ones
             on every rank; sampling reads the same lists, so batches do not
             change.
+        feature_placement (str): :obj:`'auto'`: every rank holds its
+            part's feature rows (memory-mapped on the CPU, or copied to
+            :obj:`feature_device`). :obj:`'sharded'`: where the ranks of a
+            machine share one part, the part's rows of :obj:`x` and
+            :obj:`y` are split across them on :obj:`feature_device` (row
+            :obj:`i` of the part on local rank :obj:`i % N`), so a machine
+            of :obj:`N` GPUs holds its part's rows once, not :obj:`N`
+            times; a rank reads the others from its peers' shards
+            (symmetric memory over NVLink on GPUs, :obj:`/dev/shm` on
+            CPUs). Batches do not change.
         layout (RankLayout, optional): This rank's layout, where it was
             already agreed (:func:`~pyg_orch.distributed.machines.rank_layout`
             with the same :obj:`group`); agreed here by default.
@@ -242,7 +252,8 @@ class DistributedNeighborLoader:
                  sampling_device: Optional[Union[str, torch.device]] = None,
                  feature_device: Optional[Union[str, torch.device]] = None,
                  topology_placement: Any = 'auto',
-                 layout: Optional[RankLayout] = None):
+                 layout: Optional[RankLayout] = None,
+                 feature_placement: str = 'auto'):
         # Checked before the collectives below, the same on every rank:
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
@@ -254,6 +265,9 @@ class DistributedNeighborLoader:
                              f"'sharded' on a partitioned graph (got "
                              f"{topology_placement!r}); the part's topology "
                              f"is sampled on 'sampling_device'")
+        if feature_placement not in ('auto', 'sharded'):
+            raise ValueError(f"'feature_placement' must be 'auto' or "
+                             f"'sharded' (got {feature_placement!r})")
         # Collectives: every rank learns which part it holds and with whom
         # it samples, and if one cannot load its part.
         if layout is None:
@@ -263,6 +277,13 @@ class DistributedNeighborLoader:
         if sharding != 'auto' and not layout.shares_part:
             raise ValueError(
                 "topology_placement='sharded' splits a part's neighbor lists "
+                "across the ranks of a machine that share it: it needs one "
+                "part per machine and LOCAL_WORLD_SIZE > 1 ranks on each "
+                f"(a world of parts x LOCAL_WORLD_SIZE ranks); here every "
+                f"rank holds its own part ({partition.num_parts} parts)")
+        if feature_placement == 'sharded' and not layout.shares_part:
+            raise ValueError(
+                "feature_placement='sharded' splits a part's feature rows "
                 "across the ranks of a machine that share it: it needs one "
                 "part per machine and LOCAL_WORLD_SIZE > 1 ranks on each "
                 f"(a world of parts x LOCAL_WORLD_SIZE ranks); here every "
@@ -301,10 +322,15 @@ class DistributedNeighborLoader:
             generator=torch.Generator(device=sampling_device).manual_seed(
                 seed * 1000 + layout.seed_rank), device=sampling_device,
             topology=topology)
+        peers = None
+        if feature_placement == 'sharded':  # A collective of the machine.
+            from pyg_orch.multigpu.peer_memory import PeerGroup
+            peers = PeerGroup(layout.machine_group(), device=feature_device)
+        self.feature_placement = feature_placement
         self.gather = DistributedFeatureGather(
             partition, group=group, policy=cache_policy,
             cache_size=cache_size if cache_policy == 'lru' else 0,
-            device=self.device, feature_device=feature_device)
+            device=self.device, feature_device=feature_device, peers=peers)
         self.input_nodes = self._resolve(input_nodes)
         if layout.shares_part:  # Every N-th seed of the part.
             self.input_nodes = self.input_nodes[
