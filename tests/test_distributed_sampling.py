@@ -201,8 +201,10 @@ def test_bad_arguments(tmp_path):
         DistributedNeighborSampler(part, [2, -3])
     with pytest.raises(ValueError, match='seeds'):
         sampler.sample_from_nodes(torch.tensor([500]))
-    with pytest.raises(NotImplementedError, match='replacement'):
-        DistributedNeighborSampler(part, [2], replace=True)
+    with pytest.raises(ValueError, match="'replace' must be a bool"):
+        DistributedNeighborSampler(part, [2], replace='yes')
+    with pytest.raises(ValueError, match="'disjoint' must be a bool"):
+        DistributedNeighborSampler(part, [2], disjoint=None)
     with pytest.raises(ValueError, match='no node attribute'):
         DistributedFeatureGather(part, keys=['nope'])
     hetero = partition_graph(paper_hetero_graph(), 1, tmp_path / 'h',

@@ -46,15 +46,11 @@ _IN_MEMORY = {
 # Sampling modes not built across machines yet, with their defaults.
 _NOT_YET = {
     'input_time': None,
-    'replace': False,
     'subgraph_type': 'directional',
-    'disjoint': False,
     'temporal_strategy': 'uniform',
     'time_attr': None,
-    'weight_attr': None,
     'transform_sampler_output': None,
     'directed': True,
-    'drop_last': False,
     'num_workers': 0,
 }
 
@@ -78,7 +74,8 @@ _DATALOADER = {
 # Arguments of DistributedNeighborLoader that pass through.
 _DISTRIBUTED = ('even', 'cache_size', 'presample_batches', 'group',
                 'expected_fingerprint', 'sampling_device', 'feature_device',
-                'topology_placement', 'feature_placement')
+                'topology_placement', 'feature_placement', 'replace',
+                'disjoint', 'drop_last', 'weight_attr')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -163,7 +160,9 @@ def partition_loader(path: os.PathLike,
       vertices. For a heterogeneous partition: a node type (all of the
       part's vertices of that type), or a (node type, seeds) tuple, the
       seeds as above (or the name of a boolean attribute of that type).
-    * :obj:`batch_size`, :obj:`shuffle`, :obj:`transform`.
+    * :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last`,
+      :obj:`transform`, :obj:`replace`, :obj:`disjoint`,
+      :obj:`weight_attr` (an edge attribute of the partition; as in PyG).
     * :obj:`device`: where batches land (default: this process's CUDA
       device where CUDA is available, else the CPU).
     * :obj:`sampling_device`: where sampling runs (default: the CPU; e.g.
@@ -194,8 +193,8 @@ def partition_loader(path: os.PathLike,
          "memory; leave it unset (each rank samples its part of "
          f"'{os.fspath(path)}')"),
         (_NOT_YET, NotImplementedError, "{key!r} is not supported across "
-         "machines yet (uniform sampling without replacement, directional "
-         "subgraphs, in the main process)"),
+         "machines yet (uniform sampling, directional subgraphs, in the "
+         "main process)"),
         (_DATALOADER, ValueError, "the DataLoader argument {key!r} does not "
          "apply (batches are assembled by DistributedNeighborLoader, "
          "without a DataLoader)"),

@@ -141,7 +141,8 @@ class DistributedNeighborLoader:
     attributes, the edge attributes of the sampled edges (e.g.
     :obj:`edge_attr`), :obj:`edge_index`, :obj:`n_id`, :obj:`e_id`,
     :obj:`batch_size`, :obj:`num_sampled_nodes` and
-    :obj:`num_sampled_edges`, as PyG's loaders.
+    :obj:`num_sampled_edges` (and with :obj:`disjoint=True` the seed index
+    :obj:`batch` of every node), as PyG's loaders.
 
     Every rank must iterate the loader in step (each batch is a collective).
     The number of batches is the same on every rank: with
@@ -168,6 +169,14 @@ class DistributedNeighborLoader:
             on the seeds' node type).
         shuffle (bool): Shuffle the seeds every epoch.
         even (str): :obj:`'min'` or :obj:`'pad'` (see above).
+        replace (bool): Sample with replacement (as in PyG).
+        disjoint (bool): Give every seed its own subgraph (as in PyG).
+        weight_attr (str, optional): An edge attribute of the partition of
+            non-negative sampling weights (as in PyG; see
+            :class:`~pyg_orch.distributed.DistributedNeighborSampler`).
+        drop_last (bool): Leave out this rank's last batch if it is smaller
+            than :obj:`batch_size` (before the counts of the ranks are
+            evened out).
         cache_size (int): Remote rows to cache per rank (:obj:`0`: none);
             the cache is filled on the first epoch from
             :obj:`presample_batches` pre-sampled batches.
@@ -253,7 +262,10 @@ class DistributedNeighborLoader:
                  feature_device: Optional[Union[str, torch.device]] = None,
                  topology_placement: Any = 'auto',
                  layout: Optional[RankLayout] = None,
-                 feature_placement: str = 'auto'):
+                 feature_placement: str = 'auto',
+                 replace: bool = False, disjoint: bool = False,
+                 drop_last: bool = False,
+                 weight_attr: Optional[str] = None):
         # Checked before the collectives below, the same on every rank:
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
@@ -294,6 +306,10 @@ class DistributedNeighborLoader:
                              f"(got {batch_size!r})")
         if even not in ('min', 'pad'):
             raise ValueError(f"'even' must be 'min' or 'pad' (got {even!r})")
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"'drop_last' must be a bool (got "
+                             f"{drop_last!r})")
+        self.drop_last = drop_last
         if transform is not None and not callable(transform):
             raise ValueError(f"'transform' must be callable (got "
                              f"{transform!r})")
@@ -321,7 +337,8 @@ class DistributedNeighborLoader:
             partition, num_neighbors, group=group,
             generator=torch.Generator(device=sampling_device).manual_seed(
                 seed * 1000 + layout.seed_rank), device=sampling_device,
-            topology=topology)
+            topology=topology, replace=replace, disjoint=disjoint,
+            weight_attr=weight_attr)
         peers = None
         if feature_placement == 'sharded':  # A collective of the machine.
             from pyg_orch.multigpu.peer_memory import PeerGroup
@@ -419,6 +436,8 @@ class DistributedNeighborLoader:
 
     def _local_batches(self) -> int:
         n = self.input_nodes.numel()
+        if self.drop_last:
+            return n // self.batch_size
         return (n + self.batch_size - 1) // self.batch_size
 
     def __len__(self) -> int:
@@ -431,6 +450,9 @@ class DistributedNeighborLoader:
             nodes = nodes[torch.randperm(nodes.numel(),
                                          generator=self._shuffle_gen)]
         batches = list(torch.split(nodes, self.batch_size))
+        if self.drop_last and batches and \
+                batches[-1].numel() < self.batch_size:
+            batches.pop()
         steps = len(self)
         batches = batches[:steps]
         batches += [nodes[:0]] * (steps - len(batches))
@@ -470,6 +492,8 @@ class DistributedNeighborLoader:
             for key, value in attrs[t].items():
                 store[key] = value
             store.n_id = n_id
+            if out.batch is not None:
+                store.batch = out.batch[t]
             store.num_sampled_nodes = out.num_sampled_nodes[t]
         dst = {et: out.node[et[-1]][out.col[et]] for et in out.edge}
         edge_attrs = self.gather.gather_edges(out.edge, dst)
@@ -500,6 +524,8 @@ class DistributedNeighborLoader:
             data = Data(edge_index=torch.stack([out.row, out.col]),
                         num_nodes=out.node.numel(), **attrs)
             data.n_id, data.e_id = out.node, out.edge
+            if out.batch is not None:
+                data.batch = out.batch
             for key, value in self.gather.gather_edges(
                     out.edge, out.node[out.col]).items():
                 data[key] = value

@@ -18,6 +18,7 @@ the exchanges then move CUDA tensors (under NCCL without a trip through host
 memory)."""
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -27,6 +28,7 @@ from torch import Tensor
 
 from pyg_orch.core.csc import CSCTopology
 from pyg_orch.distributed.collective import (
+    comm_device,
     exchange,
     group_rank,
     group_size,
@@ -90,8 +92,10 @@ class DistributedNeighborSampler:
 
     :meth:`sample_from_nodes` is a **collective**: every rank calls it once
     per step, with its own seeds (possibly none). Sampling is uniform,
-    without replacement, each part drawing from its own :obj:`generator`
-    for the vertices it owns. Every hop takes two
+    without replacement unless :obj:`replace`, each part drawing from its
+    own :obj:`generator` for the vertices it owns; with :obj:`disjoint`,
+    every seed gets its own subgraph, as in
+    :class:`~pyg_orch.HybridNeighborSampler`. Every hop takes two
     :func:`~pyg_orch.distributed.collective.exchange` calls, for all edge
     types together. :meth:`set_hot_nodes` makes the last hop skip given
     vertices, as
@@ -112,6 +116,20 @@ class DistributedNeighborSampler:
         generator (torch.Generator, optional): The random number generator
             of this part's draws, on :obj:`device` (e.g.
             :obj:`torch.Generator(device='cuda')` for a CUDA device).
+        replace (bool): Sample with replacement: :obj:`k` independent
+            uniform draws per vertex with in-edges (as PyG's
+            :obj:`replace=True`). (default: :obj:`False`)
+        weight_attr (str, optional): An edge attribute of the partition
+            (stored with each part's in-edges, e.g. :obj:`'edge_weight'`)
+            of non-negative sampling weights: neighbors are drawn with
+            probability proportional to them and zero-weight edges never,
+            as PyG's :obj:`weight_attr`; edge types without it are sampled
+            uniformly. Checked on every rank together (a collective when
+            the group has more than one rank). Not with :obj:`topology`.
+        disjoint (bool): Give every seed its own subgraph: a vertex reached
+            from two seeds appears twice, and the output's :obj:`batch`
+            holds the seed index of every node (as PyG's
+            :obj:`disjoint=True`). (default: :obj:`False`)
         device (torch.device or str, optional): Where sampling runs
             (default: the CPU, over the part's memory-mapped files). On a
             CUDA device, the part's topology that sampling reads (per edge
@@ -130,11 +148,12 @@ class DistributedNeighborSampler:
                  generator: Optional[torch.Generator] = None,
                  replace: bool = False,
                  device: Optional[Union[str, torch.device]] = None,
-                 topology: Optional[Dict[Any, CSCTopology]] = None):
-        if replace:
-            raise NotImplementedError(
-                'DistributedNeighborSampler: sampling with replacement is '
-                'not supported yet')
+                 topology: Optional[Dict[Any, CSCTopology]] = None,
+                 disjoint: bool = False,
+                 weight_attr: Optional[str] = None):
+        for name, value in (('replace', replace), ('disjoint', disjoint)):
+            if not isinstance(value, bool):
+                raise ValueError(f"'{name}' must be a bool (got {value!r})")
         self.device = resolve_device(device, 'device', default='cpu')
         _check_generator(generator, self.device)
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
@@ -172,6 +191,14 @@ class DistributedNeighborSampler:
                                      f"runs on {str(self.device)!r}")
             csc = topology
         self._csc = {et: self._topology_on_device(c) for et, c in csc.items()}
+        if weight_attr is not None:
+            if topology is not None:
+                raise NotImplementedError(
+                    "'weight_attr' with a given 'topology' (a part's "
+                    "neighbor lists split across ranks) is not supported "
+                    "yet: the weights are not split with them")
+            self._add_weights(partition, weight_attr, group, world_size)
+        self.weight_attr = weight_attr
         self.partition = partition
         self.num_neighbors = num_neighbors if isinstance(
             num_neighbors, dict) else list(num_neighbors)
@@ -181,9 +208,11 @@ class DistributedNeighborSampler:
         self.num_nodes = {t: int(self._node_part[t].numel())
                           for t in self.node_types}
         self.stats = SamplingStats()
-        #: Sampling is without replacement (as
-        #: :class:`~pyg_orch.sampling.contract.HotNodeSampler` asks).
-        self.replace = False
+        #: Whether sampling draws with replacement (read by
+        #: :class:`~pyg_orch.offload.BottomLayerOffload`, see
+        #: :class:`~pyg_orch.sampling.contract.HotNodeSampler`).
+        self.replace = replace
+        self.disjoint = disjoint
         self._hot_nodes: Optional[Dict[Any, Tensor]] = None
 
     # Hot-node pruning (see `pyg_orch.sampling.contract.HotNodeSampler`) ######
@@ -276,6 +305,50 @@ class DistributedNeighborSampler:
                            None if csc.edge_id is None else
                            self._on_device(csc.edge_id), csc.num_src_nodes)
 
+    def _add_weights(self, partition, weight_attr: str, group: Any,
+                     world_size: int) -> None:
+        r"""Attaches the part's weights :obj:`weight_attr` (stored in CSC
+        order) to the topology of every edge type that has them; every
+        rank learns whether any part's weights are invalid."""
+        if not isinstance(weight_attr, str):
+            raise ValueError(f"'weight_attr' must be the name of an edge "
+                             f"attribute (got {weight_attr!r})")
+        attrs = partition.edge_attrs if self.is_hetero else \
+            {None: partition.edge_attrs}
+        found = {et: a[weight_attr] for et, a in attrs.items()
+                 if weight_attr in a}
+        if not found:
+            raise ValueError(
+                f"The weight attribute 'weight_attr'={weight_attr!r} is not "
+                f"an edge attribute of the partition (it has "
+                f"{sorted({k for a in attrs.values() for k in a})})")
+        problem = 0  # 1: not a vector per edge, 2: non-finite, 3: negative.
+        for w in found.values():
+            if w.dim() != 1 or w.is_complex() or w.dtype == torch.bool:
+                problem = max(problem, 1)
+            elif w.numel():
+                w64 = w.to(torch.float64)
+                if not bool(torch.isfinite(w64).all()):
+                    problem = max(problem, 2)
+                elif bool((w64 < 0).any()):
+                    problem = max(problem, 3)
+        if world_size > 1:  # The same answer on every rank.
+            flag = torch.tensor([problem], device=comm_device(group))
+            torch.distributed.all_reduce(
+                flag, torch.distributed.ReduceOp.MAX, group=group)
+            problem = int(flag.item())
+        if problem:
+            raise ValueError(
+                f"'weight_attr': the partition's {weight_attr!r} "
+                + ('must be one real number per edge',
+                   'holds non-finite weights',
+                   'holds negative weights; weights must be >= 0')[
+                       problem - 1] + ' (on at least one part)')
+        for et, w in found.items():
+            self._csc[et] = dataclasses.replace(
+                self._csc[et], weight=self._on_device(w),
+                _weight_cumsum=None)
+
     def _check_fanouts(self, num_neighbors) -> Dict[Any, List[int]]:
         def check(values) -> List[int]:
             values = list(values)
@@ -366,9 +439,11 @@ class DistributedNeighborSampler:
             req = torch.cat(ids)
             csc = self._csc[et]
             local = self._local_id[self._dst(et)][req]
-            pos, dst_index = sample_neighbors(csc.colptr, local,
-                                              self.fanouts[et][hop], False,
-                                              self.generator)
+            pos, dst_index = sample_neighbors(
+                csc.colptr, local, self.fanouts[et][hop], self.replace,
+                self.generator, weight=csc.weight,
+                weight_cumsum=csc.weight_cumsum
+                if csc.weight is not None and self.replace else None)
             # Each position's destination, where a sharded topology needs it
             # to find copied lists:
             dst = local.index_select(0, dst_index) if csc.needs_dst else None
@@ -393,7 +468,7 @@ class DistributedNeighborSampler:
         return [torch.cat([header[r]] + [p[e] for e in sorted(p)])
                 for r, p in enumerate(pieces)]
 
-    def _hop(self, frontier: Dict[Any, Tuple[Tensor, Tensor]], hop: int):
+    def _hop(self, frontier: Dict[Any, tuple], hop: int):
         r"""One collective hop: for every edge type sampled, the sampled
         (source, edge id, index into the destination type's frontier) of
         every in-edge drawn, grouped by destination in frontier order."""
@@ -475,7 +550,8 @@ class DistributedNeighborSampler:
             seeds first, duplicates kept as in PyG), :obj:`row`,
             :obj:`col` (indices into :obj:`node`), :obj:`edge` (global edge
             ids), :obj:`num_sampled_nodes` and :obj:`num_sampled_edges`
-            per hop; for a heterogeneous partition a
+            per hop, and with :obj:`disjoint` the seed index :obj:`batch`
+            of every node; for a heterogeneous partition a
             :class:`~torch_geometric.sampler.HeteroSamplerOutput`, with
             dictionaries per node and edge type, as the single-machine
             sampler's.
@@ -487,18 +563,25 @@ class DistributedNeighborSampler:
         device = self.device
         relabel = {t: SortRelabeler(device) for t in self.node_types}
         nodes = {t: [] for t in self.node_types}
+        batches = {t: [] for t in self.node_types}
         rows = {et: [] for et in self.edge_types}
         cols = {et: [] for et in self.edge_types}
         edges = {et: [] for et in self.edge_types}
         num_sampled_nodes = {t: [0] * (num_hops + 1) for t in self.node_types}
         num_sampled_edges = {et: [0] * num_hops for et in self.edge_types}
-        frontier: Dict[Any, Tuple[Tensor, Tensor]] = {}
+        # Per node type: (local ids, global ids, seed index or None).
+        frontier: Dict[Any, Tuple[Tensor, Tensor, Optional[Tensor]]] = {}
         try:
             for t, ids in seeds.items():
-                relabel[t].init(ids)
+                batch = None
+                if self.disjoint:  # Seed i roots subgraph i.
+                    batch = torch.arange(ids.numel(), device=device)
+                    batches[t].append(batch)
+                relabel[t].init(self._keys(t, ids, batch))
                 nodes[t].append(ids)
                 num_sampled_nodes[t][0] = ids.numel()
-                frontier[t] = (torch.arange(ids.numel(), device=device), ids)
+                frontier[t] = (torch.arange(ids.numel(), device=device), ids,
+                               batch)
             for hop in range(num_hops):
                 before = dict(vars(self.stats))
                 sampled = self._hop(frontier, hop)  # Every rank, every hop.
@@ -507,21 +590,31 @@ class DistributedNeighborSampler:
                     for k in before if k != 'per_hop'})
                 cand: Dict[Any, list] = {}
                 for et, (src, eid, dst) in sampled.items():
-                    f_local = frontier[self._dst(et)][0]
+                    f_local, _, f_batch = frontier[self._dst(et)]
+                    batch = None if f_batch is None else \
+                        f_batch.index_select(0, dst)
                     cand.setdefault(self._src(et), []).append(
-                        (et, src, f_local.index_select(0, dst), eid))
+                        (et, src, f_local.index_select(0, dst), eid, batch))
                 next_frontier = {}
                 for t, parts in cand.items():
                     src = torch.cat([p[1] for p in parts])
+                    batch = torch.cat([p[4] for p in parts]) \
+                        if self.disjoint else None
                     start = relabel[t].num_nodes
-                    local, new = relabel[t].add(src)
+                    local, new = relabel[t].add(self._keys(t, src, batch))
                     append_hop_edges(
-                        ((et, col, eid) for et, _, col, eid in parts), local,
-                        hop, rows, cols, edges, num_sampled_edges)
+                        ((et, col, eid) for et, _, col, eid, _ in parts),
+                        local, hop, rows, cols, edges, num_sampled_edges)
+                    new_batch = None
+                    if self.disjoint:  # Keys back to (seed index, id):
+                        n = self.num_nodes[t]
+                        new, new_batch = new % n, new // n
+                        batches[t].append(new_batch)
                     nodes[t].append(new)
                     num_sampled_nodes[t][hop + 1] = new.numel()
                     next_frontier[t] = (torch.arange(
-                        start, start + new.numel(), device=device), new)
+                        start, start + new.numel(), device=device), new,
+                        new_batch)
                 frontier = next_frontier
         finally:
             for r in relabel.values():
@@ -535,11 +628,23 @@ class DistributedNeighborSampler:
         row = {et: _cat(v) for et, v in rows.items()}
         col = {et: _cat(v) for et, v in cols.items()}
         edge = {et: _cat(v) for et, v in edges.items()}
+        batch = {t: _cat(v) for t, v in batches.items()} \
+            if self.disjoint else None
         if not self.is_hetero:
             return SamplerOutput(node=node[None], row=row[None],
                                  col=col[None], edge=edge[None],
+                                 batch=None if batch is None else batch[None],
                                  num_sampled_nodes=num_sampled_nodes[None],
                                  num_sampled_edges=num_sampled_edges[None])
         return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge,
+                                   batch=batch,
                                    num_sampled_nodes=num_sampled_nodes,
                                    num_sampled_edges=num_sampled_edges)
+
+    def _keys(self, node_type: Any, ids: Tensor,
+              batch: Optional[Tensor]) -> Tensor:
+        r"""What relabeling tells apart: the global ids, or with
+        :obj:`disjoint` (seed index, id) pairs as one integer."""
+        if batch is None:
+            return ids
+        return batch * self.num_nodes[node_type] + ids

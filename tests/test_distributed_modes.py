@@ -1,0 +1,322 @@
+"""Sampling modes across ranks (pyg_orch.distributed): disjoint subgraphs,
+sampling with replacement and drop_last, each rank holding one part,
+checked against the single-machine sampler and loader."""
+import pytest
+import torch
+from conftest import random_graph, small_paper_graph, small_paper_partition
+from multiproc import run_workers
+
+from pyg_orch.distributed import load_partition, partition_graph
+from pyg_orch.distributed.sampler import DistributedNeighborSampler
+from pyg_orch.sampling.multi_hop import sample_multi_hop
+from pyg_orch.sampling.topology import GraphTopology
+
+NUM_NODES = 120
+
+
+def graph():
+    return random_graph(NUM_NODES, 500, seed=3, num_features=4,
+                       num_classes=3, train_ratio=0.5, edge_dim=2)
+
+
+def seeds_of(rank, step):
+    gen = torch.Generator().manual_seed(100 * rank + step)
+    seeds = torch.randint(0, NUM_NODES, (6, ), generator=gen)
+    return torch.cat([seeds, seeds[:1]])  # A seed twice.
+
+
+def _sampler_worker(rank, world_size, out_dir, fanouts, options):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(
+        part, fanouts, generator=torch.Generator().manual_seed(rank),
+        **options)
+    out = []
+    for step in range(3):
+        o = sampler.sample_from_nodes(seeds_of(rank, step))
+        out.append((o.node, o.row, o.col, o.edge, o.batch,
+                    o.num_sampled_nodes, o.num_sampled_edges,
+                    sampler.stats.remote_requests))
+    return out
+
+
+def test_disjoint_full_fanout_equals_single_machine(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    fanouts = [-1, -1]
+    results = run_workers(_sampler_worker, 2,
+                          args=(str(info.out_dir), fanouts,
+                                {'disjoint': True}), timeout=60)
+    topo = GraphTopology.from_data(data)
+    repeated = remote = 0
+    for rank, steps in enumerate(results):
+        for step, (node, row, col, edge, batch, nsn, nse, rr) in \
+                enumerate(steps):
+            seeds = seeds_of(rank, step)
+            ref = sample_multi_hop(topo, {None: fanouts}, {None: seeds},
+                                   disjoint=True)
+            # The same batch, order included, with the seed of every node:
+            assert torch.equal(node, ref.node[None])
+            assert torch.equal(batch, ref.batch[None])
+            assert torch.equal(row, ref.row[None])
+            assert torch.equal(col, ref.col[None])
+            assert torch.equal(edge, ref.edge[None])
+            assert nsn == ref.num_sampled_nodes[None]
+            assert nse == ref.num_sampled_edges[None]
+            # One subgraph per seed: (seed index, vertex) pairs are unique,
+            # vertices alone are not.
+            pairs = batch * NUM_NODES + node
+            assert pairs.unique().numel() == pairs.numel()
+            repeated += node.numel() - node.unique().numel()
+            assert torch.equal(batch[:seeds.numel()],
+                               torch.arange(seeds.numel()))
+            # Edges stay within their subgraph:
+            assert torch.equal(batch[row], batch[col])
+            remote += rr
+    assert repeated > 0 and remote > 0
+
+
+def test_replace_draws_k_per_vertex(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    fanouts = [3, 2]
+    results = run_workers(_sampler_worker, 2,
+                          args=(str(info.out_dir), fanouts,
+                                {'replace': True}), timeout=60)
+    src, dst = data.edge_index
+    indeg = torch.bincount(dst, minlength=data.num_nodes)
+    repeated_edges = 0
+    for rank, steps in enumerate(results):
+        for step, (node, row, col, edge, batch, nsn, nse, _) in \
+                enumerate(steps):
+            assert batch is None
+            seeds = seeds_of(rank, step)
+            assert torch.equal(node[:seeds.numel()], seeds)
+            rest = node[seeds.numel():]
+            assert rest.unique().numel() == rest.numel()
+            # Every edge exists, with its edge id:
+            assert torch.equal(src[edge], node[row])
+            assert torch.equal(dst[edge], node[col])
+            offset = 0
+            for hop, k in enumerate(fanouts):
+                lo = sum(nsn[:hop])
+                c = col[offset:offset + nse[hop]]
+                got = torch.bincount(c - lo, minlength=nsn[hop])
+                frontier = node[lo:lo + nsn[hop]]
+                # Exactly k draws per frontier vertex with in-edges, also
+                # where it has fewer than k:
+                want = torch.where(indeg[frontier] > 0, k, 0)
+                assert torch.equal(got, want)
+                offset += nse[hop]
+            repeated_edges += edge.numel() - edge.unique().numel()
+    assert repeated_edges > 0  # Some edge was drawn twice.
+
+
+def _loader_worker(rank, world_size, out_dir, options):
+    from pyg_orch import HybridNeighborLoader
+    part = load_partition(out_dir, rank)
+    seeds = part.node_ids[:22 if rank == 0 else 7]
+    loader = HybridNeighborLoader(out_dir, [-1, -1], batch_size=5,
+                                  input_nodes=seeds, disjoint=True,
+                                  drop_last=True, even='pad', device='cpu',
+                                  **options)
+    return len(loader), [(b.n_id, b.batch, b.edge_index, b.e_id, b.x,
+                          b.batch_size) for b in loader]
+
+
+@pytest.mark.parametrize('weighted', [False, True])
+def test_loader_disjoint_drop_last_equals_hybrid_loader(tmp_path, weighted):
+    from pyg_orch import HybridNeighborLoader
+    data = weighted_graph() if weighted else graph()
+    options = {'weight_attr': 'w'} if weighted else {}
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_loader_worker, 2,
+                          args=(str(info.out_dir), options), timeout=60)
+    for rank, (length, batches) in enumerate(results):
+        # 22 seeds: 4 full batches (2 seeds dropped); 7 seeds: 1, padded
+        # to 4 empty-ended batches to even the ranks out:
+        assert length == len(batches) == 4
+        seeds = load_partition(info.out_dir, rank).node_ids[
+            :22 if rank == 0 else 7]
+        ref = list(HybridNeighborLoader(data, [-1, -1], batch_size=5,
+                                        input_nodes=seeds, disjoint=True,
+                                        drop_last=True, device='cpu',
+                                        **options))
+        ours = [b for b in batches if b[5] > 0]
+        assert len(ours) == len(ref) == (4 if rank == 0 else 1)
+        for (n_id, batch, edge_index, e_id, x, bs), b in zip(ours, ref):
+            assert bs == b.batch_size == 5
+            assert torch.equal(n_id, b.n_id)
+            assert torch.equal(batch, b.batch)
+            assert torch.equal(edge_index, b.edge_index)
+            assert torch.equal(e_id, b.e_id)
+            assert torch.equal(x, data.x[n_id])
+            if weighted:
+                assert bool((data.w[e_id] > 0).all())
+
+
+HETERO_SEEDS = {0: torch.arange(0, 40, 3), 1: torch.arange(100, 130, 2)}
+
+
+def _hetero_worker(rank, world_size, out_dir):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(part, [-1, -1], disjoint=True)
+    o = sampler.sample_from_nodes(('paper', HETERO_SEEDS[rank]))
+    return o.node, o.batch, o.row, o.col, o.edge
+
+
+def test_hetero_disjoint_equals_single_machine(tmp_path):
+    from pyg_orch import HybridNeighborLoader
+    data = small_paper_graph()
+    info = small_paper_partition(tmp_path / 'h', 'random')
+    results = run_workers(_hetero_worker, 2, args=(str(info.out_dir), ),
+                          timeout=60)
+    for rank, (node, batch, row, col, edge) in enumerate(results):
+        seeds = HETERO_SEEDS[rank]
+        (ref, ) = list(HybridNeighborLoader(
+            data, [-1, -1], batch_size=seeds.numel(),
+            input_nodes=('paper', seeds), disjoint=True, device='cpu'))
+        for t in data.node_types:
+            assert torch.equal(node[t], ref[t].n_id), t
+            assert torch.equal(batch[t], ref[t].batch), t
+        for et in data.edge_types:
+            assert torch.equal(torch.stack([row[et], col[et]]),
+                               ref[et].edge_index), et
+            assert torch.equal(edge[et], ref[et].e_id), et
+
+
+# Weighted sampling ###########################################################
+
+def weighted_graph():
+    data = graph()
+    gen = torch.Generator().manual_seed(5)
+    w = torch.rand(data.num_edges, generator=gen) * 3
+    w[torch.rand(data.num_edges, generator=gen) < 0.3] = 0.0
+    data.w = w
+    return data
+
+
+def test_weighted_full_fanout_equals_single_machine(tmp_path):
+    data = weighted_graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    fanouts = [-1, -1]
+    results = run_workers(_sampler_worker, 2,
+                          args=(str(info.out_dir), fanouts,
+                                {'weight_attr': 'w'}), timeout=60)
+    topo = GraphTopology.from_data(data, weight_attr='w')
+    for rank, steps in enumerate(results):
+        for step, (node, row, col, edge, _, nsn, nse, _) in enumerate(steps):
+            ref = sample_multi_hop(topo, {None: fanouts},
+                                   {None: seeds_of(rank, step)})
+            assert torch.equal(node, ref.node[None])
+            assert torch.equal(row, ref.row[None])
+            assert torch.equal(col, ref.col[None])
+            assert torch.equal(edge, ref.edge[None])
+            assert nse == ref.num_sampled_edges[None]
+            # Zero-weight edges are never drawn:
+            assert bool((data.w[edge] > 0).all())
+
+
+def test_weighted_fanout_invariants(tmp_path):
+    data = weighted_graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    fanouts = [2, 2]
+    src, dst = data.edge_index
+    positive = torch.bincount(dst[data.w > 0], minlength=data.num_nodes)
+    for replace in (False, True):
+        results = run_workers(
+            _sampler_worker, 2,
+            args=(str(info.out_dir), fanouts,
+                  {'weight_attr': 'w', 'replace': replace}), timeout=60)
+        for rank, steps in enumerate(results):
+            for node, row, col, edge, _, nsn, nse, _ in steps:
+                assert torch.equal(src[edge], node[row])
+                assert torch.equal(dst[edge], node[col])
+                assert bool((data.w[edge] > 0).all())
+                offset = 0
+                for hop, k in enumerate(fanouts):
+                    lo = sum(nsn[:hop])
+                    got = torch.bincount(
+                        col[offset:offset + nse[hop]] - lo,
+                        minlength=nsn[hop])
+                    pos = positive[node[lo:lo + nsn[hop]]]
+                    want = torch.where(pos > 0, k, 0) if replace else \
+                        pos.clamp(max=k)
+                    assert torch.equal(got, want)
+                    offset += nse[hop]
+
+
+def _bad_weight_worker(rank, world_size, out_dir):
+    part = load_partition(out_dir, rank)
+    try:
+        DistributedNeighborSampler(part, [2], weight_attr='w')
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def test_negative_weight_on_one_part_fails_every_rank(tmp_path):
+    data = weighted_graph()
+    data.w[int(data.edge_index[1].argmax())] = -1.0  # One edge, one part.
+    info = partition_graph(data, 2, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    errors = run_workers(_bad_weight_worker, 2, args=(str(info.out_dir), ),
+                         timeout=60)
+    assert all(e is not None and 'negative weights' in e for e in errors)
+
+
+def _hetero_weight_worker(rank, world_size, out_dir):
+    part = load_partition(out_dir, rank)
+    sampler = DistributedNeighborSampler(part, [-1, -1], weight_attr='w')
+    o = sampler.sample_from_nodes(('paper', HETERO_SEEDS[rank]))
+    return o.node, o.row, o.col, o.edge
+
+
+def test_hetero_weighted_equals_single_machine(tmp_path):
+    from pyg_orch import HybridNeighborLoader
+    data = small_paper_graph()
+    cites = ('paper', 'cites', 'paper')
+    n = data[cites].num_edges
+    w = torch.ones(n)
+    w[::3] = 0.0  # Only 'cites' is weighted; other types are uniform.
+    data[cites].w = w
+    info = partition_graph(data, 2, tmp_path / 'h', 'random',
+                           progress=False)
+    results = run_workers(_hetero_weight_worker, 2,
+                          args=(str(info.out_dir), ), timeout=60)
+    for rank, (node, row, col, edge) in enumerate(results):
+        seeds = HETERO_SEEDS[rank]
+        (ref, ) = list(HybridNeighborLoader(
+            data, [-1, -1], batch_size=seeds.numel(),
+            input_nodes=('paper', seeds), weight_attr='w', device='cpu'))
+        for t in data.node_types:
+            assert torch.equal(node[t], ref[t].n_id), t
+        for et in data.edge_types:
+            assert torch.equal(edge[et], ref[et].e_id), et
+            assert torch.equal(torch.stack([row[et], col[et]]),
+                               ref[et].edge_index), et
+        assert bool((w[edge[cites]] > 0).all())
+        assert edge[cites].numel() > 0
+
+
+def test_weight_attr_errors(tmp_path):
+    data = weighted_graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    part = load_partition(info.out_dir, 0)
+    with pytest.raises(ValueError, match="'weight_attr' must be the name"):
+        DistributedNeighborSampler(part, [2], weight_attr=3)
+    with pytest.raises(ValueError, match="not an edge attribute"):
+        DistributedNeighborSampler(part, [2], weight_attr='nope')
+    with pytest.raises(NotImplementedError, match="not split"):
+        DistributedNeighborSampler(part, [2], topology={None: part.csc},
+                                   weight_attr='w')
+    # One part alone (no process group) samples by weight too:
+    out = DistributedNeighborSampler(part, [-1], weight_attr='w') \
+        .sample_from_nodes(torch.arange(NUM_NODES))
+    assert bool((data.w[out.edge] > 0).all())
+    assert out.edge.numel() == int((data.w > 0).sum())
