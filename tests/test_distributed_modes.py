@@ -320,3 +320,39 @@ def test_weight_attr_errors(tmp_path):
         .sample_from_nodes(torch.arange(NUM_NODES))
     assert bool((data.w[out.edge] > 0).all())
     assert out.edge.numel() == int((data.w > 0).sum())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_modes_one_part(tmp_path):
+    # One part on the GPU: disjoint and weighted batches at full fan-out
+    # equal the CPU sampler's; with replacement, k draws per vertex.
+    data = weighted_graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    part = load_partition(info.out_dir, 0)
+    cuda = torch.device('cuda', torch.cuda.current_device())
+    seeds = seeds_of(0, 0)
+    for options in ({'disjoint': True}, {'weight_attr': 'w'},
+                    {'weight_attr': 'w', 'disjoint': True}):
+        gpu = DistributedNeighborSampler(part, [-1, -1], device='cuda',
+                                         **options).sample_from_nodes(seeds)
+        cpu = DistributedNeighborSampler(part, [-1, -1],
+                                         **options).sample_from_nodes(seeds)
+        for key in ('node', 'row', 'col', 'edge', 'batch'):
+            a, b = getattr(gpu, key), getattr(cpu, key)
+            assert (a is None) == (b is None) == (
+                key == 'batch' and 'disjoint' not in options), key
+            if a is not None:
+                assert a.device == cuda
+                assert torch.equal(a.cpu(), b), (options, key)
+    src, dst = data.edge_index
+    out = DistributedNeighborSampler(
+        part, [3], device='cuda', replace=True, weight_attr='w',
+        generator=torch.Generator(device=cuda).manual_seed(0)
+    ).sample_from_nodes(seeds)
+    edge = out.edge.cpu()
+    assert bool((data.w[edge] > 0).all())
+    positive = torch.bincount(dst[data.w > 0], minlength=data.num_nodes)
+    got = torch.bincount(out.col.cpu(), minlength=seeds.numel())
+    assert torch.equal(got, torch.where(positive[seeds] > 0, 3, 0))
