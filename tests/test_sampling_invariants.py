@@ -3,7 +3,6 @@ checked on seeded random graphs, on the skewed MUSAE graphs (when
 ``../shared/datasets/musae`` is present) and on a star with a million
 leaves."""
 import functools
-import inspect
 
 import numpy as np
 import pytest
@@ -20,12 +19,10 @@ from conftest import hub_graph, musae_graph, random_hetero_graph
 FANOUTS = [[5, 3], [-1, 2], [0, 4], [FLOYD_MAX_FANOUT + 8, 2]]
 FANOUT_IDS = ['5-3', 'all-2', '0-4', 'big-2']
 
-# The vectorized PyTorch path, where the loader can choose (on CUDA it may
-# otherwise pick fused kernels, which draw other random numbers).
-TORCH_PATH = ({
-    'backend': 'torch'
-} if 'backend' in inspect.signature(HybridNeighborLoader).parameters else
-              {})
+# The vectorized PyTorch path (on CUDA the loader would otherwise pick fused
+# kernels, which draw other random numbers). `backend` is one of the
+# loader's keyword arguments, not in its signature.
+TORCH_PATH = {'backend': 'torch'}
 
 
 # Graphs ######################################################################
