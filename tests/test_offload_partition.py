@@ -121,6 +121,23 @@ def test_one_part_without_process_group_is_exact(tmp_path, device,
     assert out['worst'] < 1e-5
 
 
+@pytest.mark.parametrize('options,match', [
+    ({'replace': True}, 'replacement'),
+    ({'weight_attr': 'w'}, 'weighted'),
+    ({'time_attr': 't'}, 'temporal'),
+])
+def test_sampling_modes_the_cpu_side_cannot_follow(tmp_path, options, match):
+    data = tiny_graph()
+    data.w = torch.rand(data.num_edges)
+    data.t = torch.arange(data.num_nodes)
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    loader = HybridNeighborLoader(str(info.out_dir), [3, 2], batch_size=16,
+                                  device='cpu', **options)
+    with pytest.raises(NotImplementedError, match=match):
+        BottomLayerOffload(tiny_model(), loader, hot_ratio=0.1)
+
+
 def _sampled_fanout(rank, world_size, out_dir):
     # A fan-out below the degrees: the CPU samples the hot vertices' in-edges
     # in the halo table, and training runs (its losses stay finite).

@@ -14,7 +14,7 @@ yet raise :class:`NotImplementedError`. This module imports nothing from
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -45,10 +45,7 @@ _IN_MEMORY = {
 
 # Sampling modes not built across machines yet, with their defaults.
 _NOT_YET = {
-    'input_time': None,
     'subgraph_type': 'directional',
-    'temporal_strategy': 'uniform',
-    'time_attr': None,
     'transform_sampler_output': None,
     'directed': True,
     'num_workers': 0,
@@ -75,7 +72,8 @@ _DATALOADER = {
 _DISTRIBUTED = ('even', 'cache_size', 'presample_batches', 'group',
                 'expected_fingerprint', 'sampling_device', 'feature_device',
                 'topology_placement', 'feature_placement', 'replace',
-                'disjoint', 'drop_last', 'weight_attr')
+                'disjoint', 'drop_last', 'weight_attr', 'time_attr',
+                'temporal_strategy')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -87,22 +85,31 @@ def _is_default(value: Any, default: Any) -> bool:
         return False
 
 
-def _input_nodes(input_nodes: Any, partition) -> Optional[Any]:
+def _input_nodes(input_nodes: Any, partition,
+                 input_time: Optional[Tensor] = None
+                 ) -> Tuple[Optional[Any], Optional[Tensor]]:
     r"""This rank's seeds: the part's vertices among :obj:`input_nodes`
     (the seeds of all ranks: global ids or a mask over all vertices), or a
     node attribute name, or :obj:`None`; for a heterogeneous partition, a
-    node type or a (node type, seeds) tuple."""
+    node type or a (node type, seeds) tuple. Also their times, the entries
+    of :obj:`input_time` (one per seed of all ranks) that it keeps."""
     typed = isinstance(input_nodes, (tuple, list)) and \
         len(input_nodes) == 2 and isinstance(input_nodes[0], str)
+    nodes = input_nodes[1] if typed else input_nodes
+    if input_time is not None and (nodes is None or isinstance(nodes, str)):
+        raise ValueError("'input_time' on a partition folder needs "
+                         "'input_nodes' as the seeds of all ranks (global "
+                         "ids or a mask over all vertices), one time each")
     if not partition.is_hetero:
         if typed:
             raise ValueError("'input_nodes' as a (node type, seeds) tuple "
                              "is for heterogeneous partitions")
         if input_nodes is None or isinstance(input_nodes, str):
-            return input_nodes
-        return _owned(input_nodes, partition.node_part, partition.part)
+            return input_nodes, None
+        return _owned(input_nodes, partition.node_part, partition.part,
+                      input_time)
     if isinstance(input_nodes, str):
-        return input_nodes  # All of the part's vertices of that type.
+        return input_nodes, None  # All of the part's vertices of that type.
     if not typed:
         raise ValueError("'input_nodes' must be a node type or a (node "
                          "type, seeds) tuple for a heterogeneous partition "
@@ -112,12 +119,15 @@ def _input_nodes(input_nodes: Any, partition) -> Optional[Any]:
         raise ValueError(f"'input_nodes' names the node type {node_type!r}, "
                          f"not one of {list(partition.node_part)}")
     if nodes is None or isinstance(nodes, str):
-        return (node_type, nodes)
-    return (node_type, _owned(nodes, partition.node_part[node_type],
-                              partition.part))
+        return (node_type, nodes), None
+    owned, time = _owned(nodes, partition.node_part[node_type],
+                         partition.part, input_time)
+    return (node_type, owned), time
 
 
-def _owned(input_nodes: Any, node_part: Tensor, part: int) -> Tensor:
+def _owned(input_nodes: Any, node_part: Tensor, part: int,
+           input_time: Optional[Tensor] = None
+           ) -> Tuple[Tensor, Optional[Tensor]]:
     nodes = torch.as_tensor(input_nodes)
     num_nodes = int(node_part.numel())
     if nodes.dtype == torch.bool:
@@ -137,7 +147,15 @@ def _owned(input_nodes: Any, node_part: Tensor, part: int) -> Tensor:
                           or int(nodes.max()) >= num_nodes):
         raise ValueError(f"'input_nodes' must be global vertex ids in "
                          f"[0, {num_nodes})")
-    return nodes[node_part[nodes] == part]
+    keep = node_part[nodes] == part
+    if input_time is None:
+        return nodes[keep], None
+    time = torch.as_tensor(input_time)
+    if time.dim() != 1 or time.numel() != nodes.numel():
+        raise ValueError(f"'input_time' must hold one time per seed of all "
+                         f"ranks ({nodes.numel()}), got shape "
+                         f"{tuple(time.shape)}")
+    return nodes[keep], time.cpu()[keep]
 
 
 def partition_loader(path: os.PathLike,
@@ -162,7 +180,11 @@ def partition_loader(path: os.PathLike,
       seeds as above (or the name of a boolean attribute of that type).
     * :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last`,
       :obj:`transform`, :obj:`replace`, :obj:`disjoint`,
-      :obj:`weight_attr` (an edge attribute of the partition; as in PyG).
+      :obj:`weight_attr` (an edge attribute of the partition; as in PyG),
+      :obj:`time_attr` (a node or edge attribute of the partition holding
+      integer times) and :obj:`temporal_strategy`, :obj:`input_time` (one
+      time per seed of :obj:`input_nodes`, given as the seeds of all
+      ranks; each rank keeps those of its seeds).
     * :obj:`device`: where batches land (default: this process's CUDA
       device where CUDA is available, else the CPU).
     * :obj:`sampling_device`: where sampling runs (default: the CPU; e.g.
@@ -231,6 +253,7 @@ def partition_loader(path: os.PathLike,
     shuffle = args.pop('shuffle', False)
     transform = args.pop('transform', None)
     input_nodes = args.pop('input_nodes', None)
+    input_time = args.pop('input_time', None)
     if args:
         raise ValueError(f"HybridNeighborLoader on a partition folder does "
                          f"not take {sorted(args)}")
@@ -239,9 +262,11 @@ def partition_loader(path: os.PathLike,
     layout = rank_layout(path, options.get('group'))
     partition = open_partition(path, layout.part_group,
                                options.pop('expected_fingerprint', None))
+    input_nodes, input_time = _input_nodes(input_nodes, partition,
+                                           input_time)
     return DistributedNeighborLoader(
         partition, num_neighbors, batch_size,
-        input_nodes=_input_nodes(input_nodes, partition),
+        input_nodes=input_nodes, input_time=input_time,
         shuffle=bool(shuffle),
         cache_policy='static' if cache_policy == 'frequency' else
         cache_policy, seed=seed, device=device, transform=transform,

@@ -15,6 +15,7 @@ from typing import (
     List,
     Optional,
     Sequence,
+    Tuple,
     Union,
 )
 
@@ -174,6 +175,13 @@ class DistributedNeighborLoader:
         weight_attr (str, optional): An edge attribute of the partition of
             non-negative sampling weights (as in PyG; see
             :class:`~pyg_orch.distributed.DistributedNeighborSampler`).
+        time_attr (str, optional): A node or edge attribute of the
+            partition holding integer timestamps: temporal sampling, as in
+            PyG (disjoint subgraphs; batches carry :obj:`seed_time`).
+        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
+        input_time (Tensor, optional): The time of every seed of
+            :obj:`input_nodes` (this rank's seeds, in their order); by
+            default a node-level time's own value.
         drop_last (bool): Leave out this rank's last batch if it is smaller
             than :obj:`batch_size` (before the counts of the ranks are
             evened out).
@@ -265,7 +273,10 @@ class DistributedNeighborLoader:
                  feature_placement: str = 'auto',
                  replace: bool = False, disjoint: bool = False,
                  drop_last: bool = False,
-                 weight_attr: Optional[str] = None):
+                 weight_attr: Optional[str] = None,
+                 time_attr: Optional[str] = None,
+                 temporal_strategy: str = 'uniform',
+                 input_time: Optional[Tensor] = None):
         # Checked before the collectives below, the same on every rank:
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
@@ -338,7 +349,8 @@ class DistributedNeighborLoader:
             generator=torch.Generator(device=sampling_device).manual_seed(
                 seed * 1000 + layout.seed_rank), device=sampling_device,
             topology=topology, replace=replace, disjoint=disjoint,
-            weight_attr=weight_attr)
+            weight_attr=weight_attr, time_attr=time_attr,
+            temporal_strategy=temporal_strategy)
         peers = None
         if feature_placement == 'sharded':  # A collective of the machine.
             from pyg_orch.multigpu.peer_memory import PeerGroup
@@ -349,9 +361,12 @@ class DistributedNeighborLoader:
             cache_size=cache_size if cache_policy == 'lru' else 0,
             device=self.device, feature_device=feature_device, peers=peers)
         self.input_nodes = self._resolve(input_nodes)
+        self.input_time = self._resolve_time(input_time)
         if layout.shares_part:  # Every N-th seed of the part.
-            self.input_nodes = self.input_nodes[
-                layout.local_rank::layout.local_world_size]
+            share = slice(layout.local_rank, None, layout.local_world_size)
+            self.input_nodes = self.input_nodes[share]
+            if self.input_time is not None:
+                self.input_time = self.input_time[share]
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
                                                           + layout.seed_rank)
         self._cache_built = cache_size == 0
@@ -374,6 +389,20 @@ class DistributedNeighborLoader:
                 return part.node_ids.clone().to(torch.int64)
         return self._owned_or_given(part.node_ids, part.node_attrs,
                                     input_nodes)
+
+    def _resolve_time(self, input_time) -> Optional[Tensor]:
+        if input_time is None:
+            return None
+        if not self.sampler.is_temporal:
+            raise ValueError("'input_time' is for temporal sampling; pass "
+                             "'time_attr' too")
+        time = torch.as_tensor(input_time)
+        if time.dim() != 1 or time.numel() != self.input_nodes.numel() or \
+                time.is_floating_point() or time.dtype == torch.bool:
+            raise ValueError(f"'input_time' must hold one integer time per "
+                             f"seed ({self.input_nodes.numel()}), got shape "
+                             f"{tuple(time.shape)} of {time.dtype}")
+        return time.to(torch.int64)
 
     @staticmethod
     def _owned_or_given(node_ids, attrs, input_nodes) -> Tensor:
@@ -444,34 +473,42 @@ class DistributedNeighborLoader:
         r"""The number of batches of an epoch, the same on every rank."""
         return self._num_batches
 
-    def _seed_batches(self) -> List[Tensor]:
-        nodes = self.input_nodes
+    def _seed_batches(self) -> List[Tuple[Tensor, Optional[Tensor]]]:
+        r"""This epoch's seeds and their times (:obj:`None` unless given)
+        per batch, as many batches as every rank."""
+        nodes, times = self.input_nodes, self.input_time
         if self.shuffle:
-            nodes = nodes[torch.randperm(nodes.numel(),
-                                         generator=self._shuffle_gen)]
+            perm = torch.randperm(nodes.numel(), generator=self._shuffle_gen)
+            nodes = nodes[perm]
+            times = None if times is None else times[perm]
         batches = list(torch.split(nodes, self.batch_size))
+        time_batches = [None] * len(batches) if times is None else \
+            list(torch.split(times, self.batch_size))
         if self.drop_last and batches and \
                 batches[-1].numel() < self.batch_size:
             batches.pop()
         steps = len(self)
-        batches = batches[:steps]
-        batches += [nodes[:0]] * (steps - len(batches))
-        return batches
+        pairs = list(zip(batches, time_batches))[:steps]
+        pairs += [(nodes[:0], None if times is None else times[:0])] * (
+            steps - len(pairs))
+        return pairs
 
     def _seeds(self, seeds: Tensor):
         if self.partition.is_hetero:
             return {self.input_type: seeds}
         return seeds
 
-    def _build_cache(self, batches: List[Tensor]) -> None:
+    def _build_cache(self, batches: List[Tuple[Tensor, Optional[Tensor]]]
+                     ) -> None:
         steps = min(self.presample_batches, len(batches))
         num_nodes = self.sampler.num_nodes  # Per node type.
         # Counted where the gather ranks them:
         counts = {t: torch.zeros(n, dtype=torch.int64,
                                  device=self.feature_device)
                   for t, n in num_nodes.items()}
-        for seeds in batches[:steps]:
-            node = self.sampler.sample_from_nodes(self._seeds(seeds)).node
+        for seeds, times in batches[:steps]:
+            node = self.sampler.sample_from_nodes(self._seeds(seeds),
+                                                  times).node
             if not isinstance(node, dict):
                 node = {None: node}
             for t, ids in node.items():
@@ -513,12 +550,18 @@ class DistributedNeighborLoader:
         if not self._cache_built:
             self._build_cache(batches)
         self.batch_stats = []
-        for seeds in batches:
-            out = self.sampler.sample_from_nodes(self._seeds(seeds))
+        for seeds, times in batches:
+            out = self.sampler.sample_from_nodes(self._seeds(seeds), times)
             for hook in list(self._sampled_hooks.values()):
                 hook(out)
+            seed_time = None
+            if self.sampler.is_temporal:  # As the sampler took them:
+                seed_time = self.sampler.last_seed_time
             if self.partition.is_hetero:
-                yield self._finish(self._hetero_batch(out, seeds))
+                data = self._hetero_batch(out, seeds)
+                if seed_time is not None:
+                    data[self.input_type].seed_time = seed_time
+                yield self._finish(data)
                 continue
             attrs = self.gather.gather(out.node)
             data = Data(edge_index=torch.stack([out.row, out.col]),
@@ -530,6 +573,8 @@ class DistributedNeighborLoader:
                     out.edge, out.node[out.col]).items():
                 data[key] = value
             data.batch_size = seeds.numel()
+            if seed_time is not None:
+                data.seed_time = seed_time
             data.num_sampled_nodes = out.num_sampled_nodes
             data.num_sampled_edges = out.num_sampled_edges
             yield self._finish(data)

@@ -28,11 +28,16 @@ from torch import Tensor
 
 from pyg_orch.core.csc import CSCTopology
 from pyg_orch.distributed.collective import (
-    comm_device,
     exchange,
     group_rank,
     group_size,
     split_by_value,
+)
+from pyg_orch.distributed.part_modes import (
+    part_node_times,
+    part_weights,
+    sort_by_time,
+    time_per_position,
 )
 from pyg_orch.sampling.arguments import resolve_device
 from pyg_orch.sampling.multi_hop import append_hop_edges
@@ -126,6 +131,17 @@ class DistributedNeighborSampler:
             as PyG's :obj:`weight_attr`; edge types without it are sampled
             uniformly. Checked on every rank together (a collective when
             the group has more than one rank). Not with :obj:`topology`.
+        time_attr (str, optional): A node or edge attribute of the
+            partition holding integer timestamps, as PyG's
+            :obj:`time_attr`: a vertex of seed :obj:`i`'s subgraph only gets
+            neighbors (node-level: whose own time; edge-level: whose edge's
+            time) not later than seed :obj:`i`'s time; sampling is then
+            disjoint. Node-level times of all vertices are assembled on
+            every rank once (one :obj:`all_reduce` per node type); node or
+            edge types without the attribute are not filtered. Not with
+            :obj:`topology`.
+        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'` (the
+            most recent neighbors), as in PyG.
         disjoint (bool): Give every seed its own subgraph: a vertex reached
             from two seeds appears twice, and the output's :obj:`batch`
             holds the seed index of every node (as PyG's
@@ -150,7 +166,9 @@ class DistributedNeighborSampler:
                  device: Optional[Union[str, torch.device]] = None,
                  topology: Optional[Dict[Any, CSCTopology]] = None,
                  disjoint: bool = False,
-                 weight_attr: Optional[str] = None):
+                 weight_attr: Optional[str] = None,
+                 time_attr: Optional[str] = None,
+                 temporal_strategy: str = 'uniform'):
         for name, value in (('replace', replace), ('disjoint', disjoint)):
             if not isinstance(value, bool):
                 raise ValueError(f"'{name}' must be a bool (got {value!r})")
@@ -191,14 +209,6 @@ class DistributedNeighborSampler:
                                      f"runs on {str(self.device)!r}")
             csc = topology
         self._csc = {et: self._topology_on_device(c) for et, c in csc.items()}
-        if weight_attr is not None:
-            if topology is not None:
-                raise NotImplementedError(
-                    "'weight_attr' with a given 'topology' (a part's "
-                    "neighbor lists split across ranks) is not supported "
-                    "yet: the weights are not split with them")
-            self._add_weights(partition, weight_attr, group, world_size)
-        self.weight_attr = weight_attr
         self.partition = partition
         self.num_neighbors = num_neighbors if isinstance(
             num_neighbors, dict) else list(num_neighbors)
@@ -214,6 +224,60 @@ class DistributedNeighborSampler:
         self.replace = replace
         self.disjoint = disjoint
         self._hot_nodes: Optional[Dict[Any, Tensor]] = None
+        self.last_seed_time: Optional[Tensor] = None
+        self._add_modes(partition, time_attr, temporal_strategy,
+                        weight_attr, topology is not None)
+
+    def _add_modes(self, partition, time_attr: Optional[str],
+                   temporal_strategy: str, weight_attr: Optional[str],
+                   given_topology: bool) -> None:
+        r"""Attaches timestamps (each neighborhood then sorted by time) and
+        sampling weights to the part's topology (see
+        :mod:`~pyg_orch.distributed.part_modes`)."""
+        self.time_attr, self.weight_attr = time_attr, weight_attr
+        self.temporal_strategy = temporal_strategy
+        #: The time of every vertex per node type (node-level
+        #: :obj:`time_attr`), else :obj:`None`.
+        self.node_time: Optional[Dict[Any, Tensor]] = None
+        if time_attr is None and weight_attr is None:
+            return
+        if given_topology:
+            raise NotImplementedError(
+                "'time_attr' and 'weight_attr' with a given 'topology' (a "
+                "part's neighbor lists split across ranks) are not "
+                "supported yet: the times and weights are not split with "
+                "them")
+        order: Dict[Any, Tensor] = {}
+        if time_attr is not None:
+            if not isinstance(time_attr, str):
+                raise ValueError(f"'time_attr' must be the name of a node or "
+                                 f"edge attribute (got {time_attr!r})")
+            if temporal_strategy not in ('uniform', 'last'):
+                raise ValueError(f"'temporal_strategy' must be 'uniform' or "
+                                 f"'last' (got {temporal_strategy!r})")
+            self.node_time, edge_time = part_node_times(
+                partition, time_attr, self.is_hetero, self.num_nodes,
+                self.group, self.world_size, self.device)
+            for et, csc in self._csc.items():
+                src_time = None if self.node_time is None else \
+                    self.node_time.get(self._src(et))
+                time = time_per_position(csc, src_time, edge_time.get(et))
+                if time is not None:
+                    self._csc[et], order[et] = sort_by_time(csc, time)
+            self.disjoint = True  # As PyG: temporal subgraphs are disjoint.
+        if weight_attr is not None:
+            for et, w in part_weights(partition, weight_attr, self.is_hetero,
+                                      self.group, self.world_size).items():
+                w = self._on_device(w)
+                if et in order:
+                    w = w.index_select(0, order[et])
+                self._csc[et] = dataclasses.replace(
+                    self._csc[et], weight=w, _weight_cumsum=None)
+
+    @property
+    def is_temporal(self) -> bool:
+        r"""Whether sampling filters neighbors by time."""
+        return self.time_attr is not None
 
     # Hot-node pruning (see `pyg_orch.sampling.contract.HotNodeSampler`) ######
 
@@ -305,50 +369,6 @@ class DistributedNeighborSampler:
                            None if csc.edge_id is None else
                            self._on_device(csc.edge_id), csc.num_src_nodes)
 
-    def _add_weights(self, partition, weight_attr: str, group: Any,
-                     world_size: int) -> None:
-        r"""Attaches the part's weights :obj:`weight_attr` (stored in CSC
-        order) to the topology of every edge type that has them; every
-        rank learns whether any part's weights are invalid."""
-        if not isinstance(weight_attr, str):
-            raise ValueError(f"'weight_attr' must be the name of an edge "
-                             f"attribute (got {weight_attr!r})")
-        attrs = partition.edge_attrs if self.is_hetero else \
-            {None: partition.edge_attrs}
-        found = {et: a[weight_attr] for et, a in attrs.items()
-                 if weight_attr in a}
-        if not found:
-            raise ValueError(
-                f"The weight attribute 'weight_attr'={weight_attr!r} is not "
-                f"an edge attribute of the partition (it has "
-                f"{sorted({k for a in attrs.values() for k in a})})")
-        problem = 0  # 1: not a vector per edge, 2: non-finite, 3: negative.
-        for w in found.values():
-            if w.dim() != 1 or w.is_complex() or w.dtype == torch.bool:
-                problem = max(problem, 1)
-            elif w.numel():
-                w64 = w.to(torch.float64)
-                if not bool(torch.isfinite(w64).all()):
-                    problem = max(problem, 2)
-                elif bool((w64 < 0).any()):
-                    problem = max(problem, 3)
-        if world_size > 1:  # The same answer on every rank.
-            flag = torch.tensor([problem], device=comm_device(group))
-            torch.distributed.all_reduce(
-                flag, torch.distributed.ReduceOp.MAX, group=group)
-            problem = int(flag.item())
-        if problem:
-            raise ValueError(
-                f"'weight_attr': the partition's {weight_attr!r} "
-                + ('must be one real number per edge',
-                   'holds non-finite weights',
-                   'holds negative weights; weights must be >= 0')[
-                       problem - 1] + ' (on at least one part)')
-        for et, w in found.items():
-            self._csc[et] = dataclasses.replace(
-                self._csc[et], weight=self._on_device(w),
-                _weight_cumsum=None)
-
     def _check_fanouts(self, num_neighbors) -> Dict[Any, List[int]]:
         def check(values) -> List[int]:
             values = list(values)
@@ -428,20 +448,28 @@ class DistributedNeighborSampler:
         pieces: List[Dict[int, Tensor]] = [{} for _ in requests]
         totals = [[0] * num_types for _ in requests]
         offsets = [num_types] * len(requests)
+        # With time, each request's time bounds follow all of its ids:
+        bound_offsets = [num_types + sum(h) for h in headers]
         for e, et in enumerate(self.edge_types):
             sizes = [h[e] for h in headers]
             if sum(sizes) == 0:
                 continue
-            ids = []
+            ids, bounds = [], []
             for r, n in enumerate(sizes):
                 ids.append(requests[r][offsets[r]:offsets[r] + n])
                 offsets[r] += n
+                if self.is_temporal:
+                    b = bound_offsets[r]
+                    bounds.append(requests[r][b:b + n])
+                    bound_offsets[r] += n
             req = torch.cat(ids)
             csc = self._csc[et]
             local = self._local_id[self._dst(et)][req]
             pos, dst_index = sample_neighbors(
                 csc.colptr, local, self.fanouts[et][hop], self.replace,
-                self.generator, weight=csc.weight,
+                self.generator, time=csc.time,
+                time_bound=torch.cat(bounds) if bounds else None,
+                temporal_strategy=self.temporal_strategy, weight=csc.weight,
                 weight_cumsum=csc.weight_cumsum
                 if csc.weight is not None and self.replace else None)
             # Each position's destination, where a sharded topology needs it
@@ -468,19 +496,23 @@ class DistributedNeighborSampler:
         return [torch.cat([header[r]] + [p[e] for e in sorted(p)])
                 for r, p in enumerate(pieces)]
 
-    def _hop(self, frontier: Dict[Any, tuple], hop: int):
+    def _hop(self, frontier: Dict[Any, tuple], hop: int,
+             batch_time: Optional[Tensor] = None):
         r"""One collective hop: for every edge type sampled, the sampled
         (source, edge id, index into the destination type's frontier) of
-        every in-edge drawn, grouped by destination in frontier order."""
+        every in-edge drawn, grouped by destination in frontier order. With
+        :obj:`batch_time` (the time of every seed), every request carries
+        its subgraph's time bound."""
         num_types = len(self.edge_types)
         counts = [[0] * num_types for _ in range(self.world_size)]
         ids: List[List[Tensor]] = [[] for _ in range(self.world_size)]
+        bounds: List[List[Tensor]] = [[] for _ in range(self.world_size)]
         index: Dict[Any, List[Tensor]] = {}
         for e, et in enumerate(self.edge_types):
             dst_t = self._dst(et)
             if self.fanouts[et][hop] == 0 or dst_t not in frontier:
                 continue
-            f_global = frontier[dst_t][1]
+            _, f_global, f_batch = frontier[dst_t]
             keep = None
             hot = None if self._hot_nodes is None else \
                 self._hot_nodes.get(dst_t)
@@ -488,13 +520,18 @@ class DistributedNeighborSampler:
                 # Hot vertices are not expanded by the last hop:
                 keep = (~hot[f_global]).nonzero().view(-1)
                 f_global = f_global[keep]
+                f_batch = None if f_batch is None else f_batch[keep]
             if f_global.numel() == 0:
                 continue
+            f_bound = None if batch_time is None else \
+                batch_time.index_select(0, f_batch)
             owner = self._node_part[dst_t][f_global].to(torch.int64)
             positions, per_rank, _ = split_by_value(owner, self.world_size)
             for r, idx in enumerate(positions):
                 counts[r][e] = per_rank[r]
                 ids[r].append(f_global[idx])
+                if f_bound is not None:
+                    bounds[r].append(f_bound[idx])
             # Positions in the whole frontier:
             index[et] = positions if keep is None else [
                 keep[idx] for idx in positions]
@@ -502,7 +539,7 @@ class DistributedNeighborSampler:
             self.stats.remote_requests += f_global.numel() - \
                 per_rank[self.rank]
         header = torch.tensor(counts, dtype=torch.int64, device=self.device)
-        send = [torch.cat([header[r]] + ids[r])
+        send = [torch.cat([header[r]] + ids[r] + bounds[r])
                 for r in range(self.world_size)]
         self.stats.bytes_sent += _nbytes(send, self.rank)
         requests = exchange(send, self.group)
@@ -539,11 +576,13 @@ class DistributedNeighborSampler:
             out[et] = (src[perm], eid[perm], dst[perm])
         return out
 
-    def sample_from_nodes(self, seeds):
+    def sample_from_nodes(self, seeds, seed_time=None):
         r"""Samples the neighborhoods of :obj:`seeds` (global ids; may be
         empty; for a heterogeneous partition a dictionary of ids per node
         type or a (node type, ids) tuple) with the help of every other
-        rank: a collective, every rank calls it once per step.
+        rank: a collective, every rank calls it once per step. With
+        :obj:`time_attr`, :obj:`seed_time` holds every seed's time (one
+        integer per seed; by default a node-level time's own value).
 
         Returns:
             torch_geometric.sampler.SamplerOutput: :obj:`node` (global ids,
@@ -558,6 +597,9 @@ class DistributedNeighborSampler:
         """
         from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
         seeds = self._check_seeds(seeds)
+        batch_time = self._seed_times(seeds, seed_time)
+        #: The seeds' times of the last call (temporal sampling).
+        self.last_seed_time = batch_time
         self.stats = SamplingStats()
         num_hops = self.num_hops
         device = self.device
@@ -584,7 +626,8 @@ class DistributedNeighborSampler:
                                batch)
             for hop in range(num_hops):
                 before = dict(vars(self.stats))
-                sampled = self._hop(frontier, hop)  # Every rank, every hop.
+                # Every rank, every hop:
+                sampled = self._hop(frontier, hop, batch_time)
                 self.stats.per_hop.append({
                     k: getattr(self.stats, k) - before[k]
                     for k in before if k != 'per_hop'})
@@ -640,6 +683,43 @@ class DistributedNeighborSampler:
                                    batch=batch,
                                    num_sampled_nodes=num_sampled_nodes,
                                    num_sampled_edges=num_sampled_edges)
+
+    def _seed_times(self, seeds: Dict[Any, Tensor],
+                    seed_time: Any) -> Optional[Tensor]:
+        r"""The time bound of every seed's subgraph (temporal sampling),
+        else :obj:`None`."""
+        if not self.is_temporal:
+            if seed_time is not None:
+                raise ValueError("'seed_time' is for temporal sampling; "
+                                 "pass 'time_attr' to the sampler")
+            return None
+        if len(seeds) != 1:
+            raise ValueError(f"Temporal sampling takes the seeds of one node "
+                             f"type per call (got {list(seeds)})")
+        ((node_type, ids), ) = seeds.items()
+        if seed_time is None:
+            if self.node_time is None:
+                raise ValueError(
+                    "Edge-level temporal sampling needs a time per seed: "
+                    "pass 'seed_time' ('input_time' to the loader) (Seed "
+                    "time needs to be specified)")
+            if node_type not in self.node_time:
+                raise ValueError(
+                    f"Temporal sampling needs a time per seed, but the seed "
+                    f"node type {node_type!r} has no {self.time_attr!r} "
+                    f"attribute: pass 'seed_time' ('input_time' to the "
+                    f"loader)")
+            return self.node_time[node_type].index_select(0, ids)
+        if isinstance(seed_time, dict):
+            seed_time = seed_time.get(node_type)
+        time = torch.as_tensor(seed_time)
+        if time.dim() != 1 or time.numel() != ids.numel() or \
+                time.is_floating_point() or time.is_complex() or \
+                time.dtype == torch.bool:
+            raise ValueError(f"'seed_time' must hold one integer time per "
+                             f"seed ({ids.numel()}), got shape "
+                             f"{tuple(time.shape)} of {time.dtype}")
+        return time.to(self.device, torch.int64)
 
     def _keys(self, node_type: Any, ids: Tensor,
               batch: Optional[Tensor]) -> Tensor:

@@ -46,6 +46,16 @@ def check_partition_loader(loader: Any) -> Any:
     sampler = loader.node_sampler
     if sampler.num_hops == 0:
         raise ValueError("BottomLayerOffload needs at least one hop")
+    modes = [name for name, on in (
+        ('temporal sampling (time_attr)', sampler.is_temporal),
+        ('weighted sampling (weight_attr)', sampler.weight_attr is not None),
+        ('sampling with replacement (replace=True)', sampler.replace))
+        if on]
+    if modes:
+        raise NotImplementedError(
+            f"BottomLayerOffload on a partition folder's loader does not "
+            f"support {', '.join(modes)} yet: the CPU side samples the hot "
+            f"vertices' in-neighbors uniformly without replacement")
     return sampler
 
 
