@@ -250,6 +250,14 @@ C_TO_B = ('c', 'near', 'b')
 TEMPORAL_EDGE_TYPES = [B_TO_A, A_TO_B, C_TO_A, A_TO_C, C_TO_B]
 
 
+def one_part(data, out_dir):
+    r""":obj:`data` written as a one-part partition to :obj:`out_dir`, and
+    that part loaded."""
+    from pyg_orch.distributed import load_partition, partition_graph
+    info = partition_graph(data, 1, out_dir, 'contiguous', progress=False)
+    return load_partition(info.out_dir, 0)
+
+
 def random_weights(num: int, gen: torch.Generator,
                    zero_frac: float = 0.3) -> torch.Tensor:
     w = torch.rand(num, generator=gen) + 0.05

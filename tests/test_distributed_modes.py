@@ -3,7 +3,12 @@ sampling with replacement and drop_last, each rank holding one part,
 checked against the single-machine sampler and loader."""
 import pytest
 import torch
-from conftest import random_graph, small_paper_graph, small_paper_partition
+from conftest import (
+    one_part,
+    random_graph,
+    small_paper_graph,
+    small_paper_partition,
+)
 from multiproc import run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
@@ -305,9 +310,7 @@ def test_hetero_weighted_equals_single_machine(tmp_path):
 
 def test_weight_attr_errors(tmp_path):
     data = weighted_graph()
-    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
-                           progress=False)
-    part = load_partition(info.out_dir, 0)
+    part = one_part(data, tmp_path / 'p')
     with pytest.raises(ValueError, match="'weight_attr' must be the name"):
         DistributedNeighborSampler(part, [2], weight_attr=3)
     with pytest.raises(ValueError, match="not an edge attribute"):
@@ -328,9 +331,7 @@ def test_cuda_modes_one_part(tmp_path):
     # One part on the GPU: disjoint and weighted batches at full fan-out
     # equal the CPU sampler's; with replacement, k draws per vertex.
     data = weighted_graph()
-    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
-                           progress=False)
-    part = load_partition(info.out_dir, 0)
+    part = one_part(data, tmp_path / 'p')
     cuda = torch.device('cuda', torch.cuda.current_device())
     seeds = seeds_of(0, 0)
     for options in ({'disjoint': True}, {'weight_attr': 'w'},

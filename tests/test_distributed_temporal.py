@@ -3,7 +3,7 @@ edge-level times, 'uniform' and 'last', each rank holding one part; with
 full fan-out (or 'last') the batches equal the single-machine sampler's."""
 import pytest
 import torch
-from conftest import temporal_graph, temporal_hetero_graph
+from conftest import one_part, temporal_graph, temporal_hetero_graph
 from multiproc import run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
@@ -183,9 +183,7 @@ def test_float_times_fail_every_rank(tmp_path):
 
 def test_temporal_errors(tmp_path):
     data = temporal_graph()
-    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
-                           progress=False)
-    part = load_partition(info.out_dir, 0)
+    part = one_part(data, tmp_path / 'p')
     with pytest.raises(ValueError, match='neither a node-level'):
         DistributedNeighborSampler(part, [2], time_attr='nope')
     with pytest.raises(ValueError, match="'temporal_strategy'"):
@@ -216,9 +214,7 @@ def test_cuda_temporal_one_part(tmp_path):
     # One part sampled on the GPU equals the CPU sampler (node-level and
     # edge-level times, 'uniform' at full fan-out and 'last').
     data = temporal_graph()
-    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
-                           progress=False)
-    part = load_partition(info.out_dir, 0)
+    part = one_part(data, tmp_path / 'p')
     cuda = torch.device('cuda', torch.cuda.current_device())
     seeds, times = seeds_of(0, 0), times_of(0, 0)
     for time_attr, strategy, fanouts in (('time', 'uniform', [-1, -1]),

@@ -383,6 +383,19 @@ def _check_vector(value, length: int, what: str, arg: str) -> Tensor:
     return value
 
 
+def check_time_level(time_attr: str, node_level: bool, edge_level: bool,
+                     what: str = 'the graph') -> None:
+    r"""Raises PyG's errors where :obj:`time_attr` is both a node-level and
+    an edge-level attribute of :obj:`what`, or neither."""
+    if node_level and edge_level:
+        raise ValueError(f"The time attribute 'time_attr'={time_attr!r} holds "
+                         f"both node-level and edge-level information")
+    if not node_level and not edge_level:
+        raise ValueError(f"The time attribute 'time_attr'={time_attr!r} is "
+                         f"neither a node-level or edge-level attribute of "
+                         f"{what}")
+
+
 def _collect_time(stores, edge_stores, num_nodes, time_attr):
     # As PyG: in a `Data`, `time_attr` is node-level or edge-level by its
     # shape; in a `HeteroData`, node-level if a node type has it, edge-level
@@ -402,13 +415,7 @@ def _collect_time(stores, edge_stores, num_nodes, time_attr):
         if time_attr in s and (hetero or s.is_edge_attr(time_attr))
         and not (t is None and node_level)
     }
-    if node_level and edge_level:
-        raise ValueError(f"The time attribute 'time_attr'={time_attr!r} holds "
-                         f"both node-level and edge-level information")
-    if not node_level and not edge_level:
-        raise ValueError(f"The time attribute 'time_attr'={time_attr!r} is "
-                         f"neither a node-level or edge-level attribute of "
-                         f"the graph")
+    check_time_level(time_attr, bool(node_level), bool(edge_level))
     if node_level:
         return _time_per_type(node_level, 'time_attr', time_attr,
                               lambda t, store: num_nodes[t]), {}

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from pyg_orch.core.csc import CSCTopology
+from pyg_orch.core.topology import check_time_level
 from pyg_orch.distributed.collective import comm_device
 
 __all__ = ['agree_on_problem', 'part_node_times', 'part_weights',
@@ -109,13 +110,8 @@ def part_node_times(partition, time_attr: str, is_hetero: bool,
                   if time_attr in a}
     edge_level = {et: a[time_attr] for et, a in edges.items()
                   if time_attr in a}
-    if node_level and edge_level:
-        raise ValueError(f"The time attribute 'time_attr'={time_attr!r} "
-                         f"holds both node-level and edge-level information")
-    if not node_level and not edge_level:
-        raise ValueError(f"The time attribute 'time_attr'={time_attr!r} is "
-                         f"neither a node-level or edge-level attribute of "
-                         f"the partition")
+    check_time_level(time_attr, bool(node_level), bool(edge_level),
+                     'the partition')
     _check_times(node_level or edge_level, time_attr, group, world_size)
     if not node_level:
         return None, {et: t.to(device, torch.int64)
