@@ -357,3 +357,42 @@ def test_cuda_modes_one_part(tmp_path):
     positive = torch.bincount(dst[data.w > 0], minlength=data.num_nodes)
     got = torch.bincount(out.col.cpu(), minlength=seeds.numel())
     assert torch.equal(got, torch.where(positive[seeds] > 0, 3, 0))
+
+
+def _input_id_worker(rank, world_size, out_dir, seeds):
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.distributed import DistributedNeighborLoader
+    loader = HybridNeighborLoader(out_dir, [2, 2], batch_size=4,
+                                  input_nodes=seeds, shuffle=True,
+                                  even='pad', device='cpu')
+    epochs = [[(b.input_id, b.n_id[:b.batch_size]) for b in loader]
+              for _ in range(2)]
+    # Given this rank's seeds directly: positions among them, as in PyG.
+    own = load_partition(out_dir, rank).node_ids[:5]
+    direct = [(b.input_id, b.n_id[:b.batch_size]) for b in
+              DistributedNeighborLoader(out_dir, [2], batch_size=2,
+                                        input_nodes=own, even='pad')]
+    return epochs, own, direct
+
+
+def test_input_id_indexes_the_seeds_of_all_ranks(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    seeds = torch.randperm(NUM_NODES,
+                           generator=torch.Generator().manual_seed(0))[:30]
+    results = run_workers(_input_id_worker, 2,
+                          args=(str(info.out_dir), seeds), timeout=60)
+    for epoch in range(2):
+        seen = []
+        for epochs, _, _ in results:
+            for input_id, batch_seeds in epochs[epoch]:
+                assert torch.equal(seeds[input_id], batch_seeds)
+                seen.append(input_id)
+        # Every seed of every rank exactly once per epoch:
+        assert torch.equal(torch.cat(seen).sort().values,
+                           torch.arange(seeds.numel()))
+    for _, own, direct in results:
+        ids = torch.cat([i for i, _ in direct])
+        assert torch.equal(ids, torch.arange(own.numel()))
+        assert torch.equal(torch.cat([s for _, s in direct]), own)

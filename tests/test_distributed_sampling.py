@@ -661,6 +661,9 @@ def _hetero_loader_worker(rank, world_size, out_dir, cache_size):
     out = []
     for epoch in range(2):
         for b in loader:
+            paper = b['paper']
+            assert torch.equal(loader.input_nodes[paper.input_id],
+                               paper.n_id[:paper.batch_size])
             out.append({t: (b[t].n_id, b[t].x) for t in b.node_types}
                        | {'bs': b['paper'].batch_size,
                           'edges': {et: (b[et].edge_index, b[et].e_id)

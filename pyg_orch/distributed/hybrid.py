@@ -14,7 +14,7 @@ yet raise :class:`NotImplementedError`. This module imports nothing from
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -85,14 +85,27 @@ def _is_default(value: Any, default: Any) -> bool:
         return False
 
 
+class RankSeeds(NamedTuple):
+    r"""This rank's share of the seeds given to a partition folder's
+    loader."""
+    #: The seeds (or what names them), as
+    #: :class:`~pyg_orch.distributed.DistributedNeighborLoader` takes them.
+    nodes: Optional[Any]
+    #: Their times (where :obj:`input_time` was given).
+    time: Optional[Tensor] = None
+    #: Their positions among the seeds of all ranks (where given as ids or
+    #: a mask): what batches report as :obj:`input_id`.
+    input_id: Optional[Tensor] = None
+
+
 def _input_nodes(input_nodes: Any, partition,
-                 input_time: Optional[Tensor] = None
-                 ) -> Tuple[Optional[Any], Optional[Tensor]]:
+                 input_time: Optional[Tensor] = None) -> RankSeeds:
     r"""This rank's seeds: the part's vertices among :obj:`input_nodes`
     (the seeds of all ranks: global ids or a mask over all vertices), or a
     node attribute name, or :obj:`None`; for a heterogeneous partition, a
     node type or a (node type, seeds) tuple. Also their times, the entries
-    of :obj:`input_time` (one per seed of all ranks) that it keeps."""
+    of :obj:`input_time` (one per seed of all ranks) that it keeps, and
+    their positions among all ranks' seeds."""
     typed = isinstance(input_nodes, (tuple, list)) and \
         len(input_nodes) == 2 and isinstance(input_nodes[0], str)
     nodes = input_nodes[1] if typed else input_nodes
@@ -105,11 +118,11 @@ def _input_nodes(input_nodes: Any, partition,
             raise ValueError("'input_nodes' as a (node type, seeds) tuple "
                              "is for heterogeneous partitions")
         if input_nodes is None or isinstance(input_nodes, str):
-            return input_nodes, None
+            return RankSeeds(input_nodes)
         return _owned(input_nodes, partition.node_part, partition.part,
                       input_time)
     if isinstance(input_nodes, str):
-        return input_nodes, None  # All of the part's vertices of that type.
+        return RankSeeds(input_nodes)  # The part's vertices of that type.
     if not typed:
         raise ValueError("'input_nodes' must be a node type or a (node "
                          "type, seeds) tuple for a heterogeneous partition "
@@ -119,15 +132,14 @@ def _input_nodes(input_nodes: Any, partition,
         raise ValueError(f"'input_nodes' names the node type {node_type!r}, "
                          f"not one of {list(partition.node_part)}")
     if nodes is None or isinstance(nodes, str):
-        return (node_type, nodes), None
-    owned, time = _owned(nodes, partition.node_part[node_type],
-                         partition.part, input_time)
-    return (node_type, owned), time
+        return RankSeeds((node_type, nodes))
+    owned = _owned(nodes, partition.node_part[node_type], partition.part,
+                   input_time)
+    return owned._replace(nodes=(node_type, owned.nodes))
 
 
 def _owned(input_nodes: Any, node_part: Tensor, part: int,
-           input_time: Optional[Tensor] = None
-           ) -> Tuple[Tensor, Optional[Tensor]]:
+           input_time: Optional[Tensor] = None) -> RankSeeds:
     nodes = torch.as_tensor(input_nodes)
     num_nodes = int(node_part.numel())
     if nodes.dtype == torch.bool:
@@ -147,15 +159,15 @@ def _owned(input_nodes: Any, node_part: Tensor, part: int,
                           or int(nodes.max()) >= num_nodes):
         raise ValueError(f"'input_nodes' must be global vertex ids in "
                          f"[0, {num_nodes})")
-    keep = node_part[nodes] == part
+    keep = (node_part[nodes] == part).nonzero().view(-1)
     if input_time is None:
-        return nodes[keep], None
+        return RankSeeds(nodes[keep], None, keep)
     time = torch.as_tensor(input_time)
     if time.dim() != 1 or time.numel() != nodes.numel():
         raise ValueError(f"'input_time' must hold one time per seed of all "
                          f"ranks ({nodes.numel()}), got shape "
                          f"{tuple(time.shape)}")
-    return nodes[keep], time.cpu()[keep]
+    return RankSeeds(nodes[keep], time.cpu()[keep], keep)
 
 
 def partition_loader(path: os.PathLike,
@@ -172,7 +184,8 @@ def partition_loader(path: os.PathLike,
       heterogeneous partition also a dictionary per edge type.
     * :obj:`input_nodes`: the seeds of **all** ranks, each rank keeping
       those its part owns (global ids, or a boolean mask over all
-      vertices), or the name of a boolean node attribute of the parts
+      vertices; batches' :obj:`input_id` are then positions among all
+      ranks' seeds, as one machine's loader would give), or the name of a boolean node attribute of the parts
       (e.g. :obj:`'train_mask'`); :obj:`None`: the part's
       :obj:`train_mask` vertices where it has one, else all of its
       vertices. For a heterogeneous partition: a node type (all of the
@@ -262,11 +275,11 @@ def partition_loader(path: os.PathLike,
     layout = rank_layout(path, options.get('group'))
     partition = open_partition(path, layout.part_group,
                                options.pop('expected_fingerprint', None))
-    input_nodes, input_time = _input_nodes(input_nodes, partition,
-                                           input_time)
+    seeds = _input_nodes(input_nodes, partition, input_time)
     return DistributedNeighborLoader(
         partition, num_neighbors, batch_size,
-        input_nodes=input_nodes, input_time=input_time,
+        input_nodes=seeds.nodes, input_time=seeds.time,
+        input_id=seeds.input_id,
         shuffle=bool(shuffle),
         cache_policy='static' if cache_policy == 'frequency' else
         cache_policy, seed=seed, device=device, transform=transform,

@@ -14,8 +14,8 @@ from typing import (
     Iterator,
     List,
     Optional,
+    NamedTuple,
     Sequence,
-    Tuple,
     Union,
 )
 
@@ -134,6 +134,14 @@ def open_partition(partition: Union[str, Path, GraphPartition],
     return partition
 
 
+class SeedBatch(NamedTuple):
+    r"""The seeds of one batch of a
+    :class:`DistributedNeighborLoader`."""
+    seeds: Tensor
+    time: Optional[Tensor]
+    input_id: Tensor
+
+
 class DistributedNeighborLoader:
     r"""Mini-batches of this rank's seeds, sampled collectively over a
     partitioned graph (rank :obj:`k` loads part :obj:`k`).
@@ -142,8 +150,9 @@ class DistributedNeighborLoader:
     attributes, the edge attributes of the sampled edges (e.g.
     :obj:`edge_attr`), :obj:`edge_index`, :obj:`n_id`, :obj:`e_id`,
     :obj:`batch_size`, :obj:`num_sampled_nodes` and
-    :obj:`num_sampled_edges` (and with :obj:`disjoint=True` the seed index
-    :obj:`batch` of every node), as PyG's loaders.
+    :obj:`num_sampled_edges`, :obj:`input_id` (and with
+    :obj:`disjoint=True` the seed index :obj:`batch` of every node, with
+    :obj:`time_attr` the :obj:`seed_time`), as PyG's loaders.
 
     Every rank must iterate the loader in step (each batch is a collective).
     The number of batches is the same on every rank: with
@@ -182,6 +191,9 @@ class DistributedNeighborLoader:
         input_time (Tensor, optional): The time of every seed of
             :obj:`input_nodes` (this rank's seeds, in their order); by
             default a node-level time's own value.
+        input_id (Tensor, optional): What batches report as
+            :obj:`input_id` for every seed of :obj:`input_nodes` (default:
+            its position among them, as in PyG).
         drop_last (bool): Leave out this rank's last batch if it is smaller
             than :obj:`batch_size` (before the counts of the ranks are
             evened out).
@@ -276,7 +288,8 @@ class DistributedNeighborLoader:
                  weight_attr: Optional[str] = None,
                  time_attr: Optional[str] = None,
                  temporal_strategy: str = 'uniform',
-                 input_time: Optional[Tensor] = None):
+                 input_time: Optional[Tensor] = None,
+                 input_id: Optional[Tensor] = None):
         # Checked before the collectives below, the same on every rank:
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
@@ -362,9 +375,11 @@ class DistributedNeighborLoader:
             device=self.device, feature_device=feature_device, peers=peers)
         self.input_nodes = self._resolve(input_nodes)
         self.input_time = self._resolve_time(input_time)
+        self.input_id = self._resolve_id(input_id)
         if layout.shares_part:  # Every N-th seed of the part.
             share = slice(layout.local_rank, None, layout.local_world_size)
             self.input_nodes = self.input_nodes[share]
+            self.input_id = self.input_id[share]
             if self.input_time is not None:
                 self.input_time = self.input_time[share]
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
@@ -403,6 +418,18 @@ class DistributedNeighborLoader:
                              f"seed ({self.input_nodes.numel()}), got shape "
                              f"{tuple(time.shape)} of {time.dtype}")
         return time.to(torch.int64)
+
+    def _resolve_id(self, input_id) -> Tensor:
+        n = self.input_nodes.numel()
+        if input_id is None:
+            return torch.arange(n)
+        ids = torch.as_tensor(input_id)
+        if ids.dim() != 1 or ids.numel() != n or ids.is_floating_point() \
+                or ids.dtype == torch.bool:
+            raise ValueError(f"'input_id' must hold one integer id per seed "
+                             f"({n}), got shape {tuple(ids.shape)} of "
+                             f"{ids.dtype}")
+        return ids.to(torch.int64).cpu()
 
     @staticmethod
     def _owned_or_given(node_ids, attrs, input_nodes) -> Tensor:
@@ -473,40 +500,41 @@ class DistributedNeighborLoader:
         r"""The number of batches of an epoch, the same on every rank."""
         return self._num_batches
 
-    def _seed_batches(self) -> List[Tuple[Tensor, Optional[Tensor]]]:
-        r"""This epoch's seeds and their times (:obj:`None` unless given)
-        per batch, as many batches as every rank."""
-        nodes, times = self.input_nodes, self.input_time
+    def _seed_batches(self) -> List[SeedBatch]:
+        r"""This epoch's seeds, their times (:obj:`None` unless given) and
+        their :obj:`input_id` per batch, as many batches as every rank."""
+        nodes, times, ids = self.input_nodes, self.input_time, self.input_id
         if self.shuffle:
             perm = torch.randperm(nodes.numel(), generator=self._shuffle_gen)
-            nodes = nodes[perm]
+            nodes, ids = nodes[perm], ids[perm]
             times = None if times is None else times[perm]
         batches = list(torch.split(nodes, self.batch_size))
         time_batches = [None] * len(batches) if times is None else \
             list(torch.split(times, self.batch_size))
+        id_batches = list(torch.split(ids, self.batch_size))
         if self.drop_last and batches and \
                 batches[-1].numel() < self.batch_size:
             batches.pop()
         steps = len(self)
-        pairs = list(zip(batches, time_batches))[:steps]
-        pairs += [(nodes[:0], None if times is None else times[:0])] * (
-            steps - len(pairs))
-        return pairs
+        out = [SeedBatch(*b) for b in zip(batches, time_batches,
+                                          id_batches)][:steps]
+        out += [SeedBatch(nodes[:0], None if times is None else times[:0],
+                          ids[:0])] * (steps - len(out))
+        return out
 
     def _seeds(self, seeds: Tensor):
         if self.partition.is_hetero:
             return {self.input_type: seeds}
         return seeds
 
-    def _build_cache(self, batches: List[Tuple[Tensor, Optional[Tensor]]]
-                     ) -> None:
+    def _build_cache(self, batches: List[SeedBatch]) -> None:
         steps = min(self.presample_batches, len(batches))
         num_nodes = self.sampler.num_nodes  # Per node type.
         # Counted where the gather ranks them:
         counts = {t: torch.zeros(n, dtype=torch.int64,
                                  device=self.feature_device)
                   for t, n in num_nodes.items()}
-        for seeds, times in batches[:steps]:
+        for seeds, times, _ in batches[:steps]:
             node = self.sampler.sample_from_nodes(self._seeds(seeds),
                                                   times).node
             if not isinstance(node, dict):
@@ -550,7 +578,7 @@ class DistributedNeighborLoader:
         if not self._cache_built:
             self._build_cache(batches)
         self.batch_stats = []
-        for seeds, times in batches:
+        for seeds, times, input_id in batches:
             out = self.sampler.sample_from_nodes(self._seeds(seeds), times)
             for hook in list(self._sampled_hooks.values()):
                 hook(out)
@@ -559,6 +587,7 @@ class DistributedNeighborLoader:
                 seed_time = self.sampler.last_seed_time
             if self.partition.is_hetero:
                 data = self._hetero_batch(out, seeds)
+                data[self.input_type].input_id = input_id
                 if seed_time is not None:
                     data[self.input_type].seed_time = seed_time
                 yield self._finish(data)
@@ -573,6 +602,7 @@ class DistributedNeighborLoader:
                     out.edge, out.node[out.col]).items():
                 data[key] = value
             data.batch_size = seeds.numel()
+            data.input_id = input_id
             if seed_time is not None:
                 data.seed_time = seed_time
             data.num_sampled_nodes = out.num_sampled_nodes
