@@ -396,3 +396,120 @@ def test_input_id_indexes_the_seeds_of_all_ranks(tmp_path):
         ids = torch.cat([i for i, _ in direct])
         assert torch.equal(ids, torch.arange(own.numel()))
         assert torch.equal(torch.cat([s for _, s in direct]), own)
+
+
+# Induced and bidirectional subgraphs #########################################
+
+def _subgraph_worker(rank, world_size, out_dir, fanouts, subgraph_type):
+    from pyg_orch import HybridNeighborLoader
+    part = load_partition(out_dir, rank)
+    seeds = part.node_ids[:12]
+    loader = HybridNeighborLoader(out_dir, fanouts, batch_size=6,
+                                  input_nodes=seeds, device='cpu',
+                                  subgraph_type=subgraph_type, seed=rank)
+    return seeds, [(b.n_id, b.edge_index, b.e_id, b.edge_attr,
+                    getattr(b, 'num_sampled_nodes', None),
+                    getattr(b, 'num_sampled_edges', None)) for b in loader]
+
+
+@pytest.mark.parametrize('subgraph_type', ['induced', 'bidirectional'])
+def test_subgraph_type_full_fanout_equals_hybrid_loader(tmp_path,
+                                                        subgraph_type):
+    from pyg_orch import HybridNeighborLoader
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_subgraph_worker, 2,
+                          args=(str(info.out_dir), [-1, -1], subgraph_type),
+                          timeout=60)
+    for seeds, batches in results:
+        ref = list(HybridNeighborLoader(data, [-1, -1], batch_size=6,
+                                        input_nodes=seeds, device='cpu',
+                                        subgraph_type=subgraph_type))
+        assert len(batches) == len(ref) == 2
+        for (n_id, edge_index, e_id, edge_attr, nsn, nse), b in zip(
+                batches, ref):
+            assert torch.equal(n_id, b.n_id)
+            assert torch.equal(edge_index, b.edge_index)
+            assert torch.equal(e_id, b.e_id)
+            # Each edge's attributes, also where the batch holds it
+            # reversed:
+            assert torch.equal(edge_attr, data.edge_attr[e_id])
+            assert nsn == getattr(b, 'num_sampled_nodes', None)
+            assert nse == getattr(b, 'num_sampled_edges', None)
+            if subgraph_type == 'induced':
+                assert nse is None and nsn is not None
+
+
+def test_induced_holds_every_edge_among_the_sampled_vertices(tmp_path):
+    data = graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    results = run_workers(_subgraph_worker, 2,
+                          args=(str(info.out_dir), [2, 2], 'induced'),
+                          timeout=60)
+    src, dst = data.edge_index
+    for _, batches in results:
+        for n_id, edge_index, e_id, _, _, _ in batches:
+            # The batch's vertices are distinct (no disjoint subgraphs):
+            assert n_id.unique().numel() == n_id.numel()
+            inside = torch.isin(src, n_id) & torch.isin(dst, n_id)
+            assert torch.equal(e_id.sort().values,
+                               inside.nonzero().view(-1))
+            assert torch.equal(n_id[edge_index[0]], src[e_id])
+            assert torch.equal(n_id[edge_index[1]], dst[e_id])
+
+
+def test_subgraph_type_errors(tmp_path):
+    part = one_part(graph(), tmp_path / 'p')
+    with pytest.raises(ValueError, match="'subgraph_type' must be one of"):
+        DistributedNeighborSampler(part, [2], subgraph_type='full')
+    with pytest.raises(ValueError, match="'disjoint' sampling not supported"):
+        DistributedNeighborSampler(part, [2], subgraph_type='induced',
+                                   disjoint=True)
+
+
+def _hetero_subgraph_worker(rank, world_size, out_dir, subgraph_type):
+    from pyg_orch import HybridNeighborLoader
+    seeds = HETERO_SEEDS[rank]
+    loader = HybridNeighborLoader(
+        out_dir, [-1, -1], batch_size=seeds.numel(),
+        input_nodes=('paper', seeds), device='cpu',
+        subgraph_type=subgraph_type)
+    (b, ) = list(loader)
+    cites = ('paper', 'cites', 'paper')
+    return (loader.input_nodes, {t: b[t].n_id for t in b.node_types},
+            {et: (b[et].edge_index, getattr(b[et], 'e_id', None))
+             for et in b.edge_types},
+            getattr(b[cites], 'edge_attr', None))
+
+
+@pytest.mark.parametrize('subgraph_type', ['induced', 'bidirectional'])
+def test_hetero_subgraph_type_equals_hybrid_loader(tmp_path, subgraph_type):
+    from pyg_orch import HybridNeighborLoader
+    data = small_paper_graph()
+    info = small_paper_partition(tmp_path / 'h', 'random')
+    results = run_workers(_hetero_subgraph_worker, 2,
+                          args=(str(info.out_dir), subgraph_type),
+                          timeout=60)
+    cites = ('paper', 'cites', 'paper')
+    for seeds, node, edges, cites_attr in results:
+        # The part's own seeds among those given (the seeds of all ranks):
+        assert 0 < seeds.numel()
+        (ref, ) = list(HybridNeighborLoader(
+            data, [-1, -1], batch_size=seeds.numel(),
+            input_nodes=('paper', seeds), device='cpu',
+            subgraph_type=subgraph_type))
+        for t in data.node_types:
+            assert torch.equal(node[t], ref[t].n_id), t
+        for et in data.edge_types:
+            assert torch.equal(edges[et][0], ref[et].edge_index), et
+            if subgraph_type == 'induced':
+                assert torch.equal(edges[et][1], ref[et].e_id), et
+            else:  # As PyG: edge ids are dropped where reverses merged.
+                assert edges[et][1] is None and 'e_id' not in ref[et]
+        if subgraph_type == 'induced':
+            assert torch.equal(cites_attr,
+                               data[cites].edge_attr[edges[cites][1]])
+        else:
+            assert cites_attr is None and 'edge_attr' not in ref[cites]

@@ -423,6 +423,12 @@ def test_evaluation_during_the_trial():
         off(data.x, data.edge_index)
     clock.cost = lambda: 1.0 - 0.005 * num_pruned(loader)
     train(off, loader, 40)
+    # On a loaded machine the CPU tables of a candidate may come later
+    # (steps without them are not timed): train on until it decides.
+    for _ in range(200):
+        if off.stats()['decision']['state'] != 'trial':
+            break
+        train(off, loader, 1)
     decision = off.stats()['decision']
     assert decision['chosen_num_hot'] == 30
     assert max(c['median_step_s'] for c in decision['candidates']) <= 1.0

@@ -125,6 +125,7 @@ def test_one_part_without_process_group_is_exact(tmp_path, device,
     ({'replace': True}, 'replacement'),
     ({'weight_attr': 'w'}, 'weighted'),
     ({'time_attr': 't'}, 'temporal'),
+    ({'subgraph_type': 'induced'}, "subgraph_type='induced'"),
 ])
 def test_sampling_modes_the_cpu_side_cannot_follow(tmp_path, options, match):
     data = tiny_graph()

@@ -24,7 +24,7 @@ from pyg_orch.distributed.loader import (
     open_partition,
 )
 from pyg_orch.distributed.machines import rank_layout
-from pyg_orch.sampling.arguments import resolve_device
+from pyg_orch.sampling.arguments import parse_subgraph_type, resolve_device
 
 __all__ = ['partition_loader']
 
@@ -45,9 +45,7 @@ _IN_MEMORY = {
 
 # Sampling modes not built across machines yet, with their defaults.
 _NOT_YET = {
-    'subgraph_type': 'directional',
     'transform_sampler_output': None,
-    'directed': True,
     'num_workers': 0,
 }
 
@@ -73,7 +71,7 @@ _DISTRIBUTED = ('even', 'cache_size', 'presample_batches', 'group',
                 'expected_fingerprint', 'sampling_device', 'feature_device',
                 'topology_placement', 'feature_placement', 'replace',
                 'disjoint', 'drop_last', 'weight_attr', 'time_attr',
-                'temporal_strategy')
+                'temporal_strategy', 'subgraph_type')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -197,7 +195,8 @@ def partition_loader(path: os.PathLike,
       :obj:`time_attr` (a node or edge attribute of the partition holding
       integer times) and :obj:`temporal_strategy`, :obj:`input_time` (one
       time per seed of :obj:`input_nodes`, given as the seeds of all
-      ranks; each rank keeps those of its seeds).
+      ranks; each rank keeps those of its seeds), :obj:`subgraph_type`
+      (and the deprecated :obj:`directed`).
     * :obj:`device`: where batches land (default: this process's CUDA
       device where CUDA is available, else the CPU).
     * :obj:`sampling_device`: where sampling runs (default: the CPU; e.g.
@@ -267,6 +266,10 @@ def partition_loader(path: os.PathLike,
     transform = args.pop('transform', None)
     input_nodes = args.pop('input_nodes', None)
     input_time = args.pop('input_time', None)
+    directed = args.pop('directed', True)
+    if not directed:  # PyG's deprecated spelling of 'induced' (warns):
+        options['subgraph_type'] = parse_subgraph_type(
+            options.get('subgraph_type', 'directional'), False, False)
     if args:
         raise ValueError(f"HybridNeighborLoader on a partition folder does "
                          f"not take {sorted(args)}")

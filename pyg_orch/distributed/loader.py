@@ -191,6 +191,9 @@ class DistributedNeighborLoader:
         input_time (Tensor, optional): The time of every seed of
             :obj:`input_nodes` (this rank's seeds, in their order); by
             default a node-level time's own value.
+        subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'`
+            or :obj:`'induced'` (as in PyG; see
+            :class:`~pyg_orch.distributed.DistributedNeighborSampler`).
         input_id (Tensor, optional): What batches report as
             :obj:`input_id` for every seed of :obj:`input_nodes` (default:
             its position among them, as in PyG).
@@ -289,7 +292,8 @@ class DistributedNeighborLoader:
                  time_attr: Optional[str] = None,
                  temporal_strategy: str = 'uniform',
                  input_time: Optional[Tensor] = None,
-                 input_id: Optional[Tensor] = None):
+                 input_id: Optional[Tensor] = None,
+                 subgraph_type: Any = 'directional'):
         # Checked before the collectives below, the same on every rank:
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
@@ -363,7 +367,7 @@ class DistributedNeighborLoader:
                 seed * 1000 + layout.seed_rank), device=sampling_device,
             topology=topology, replace=replace, disjoint=disjoint,
             weight_attr=weight_attr, time_attr=time_attr,
-            temporal_strategy=temporal_strategy)
+            temporal_strategy=temporal_strategy, subgraph_type=subgraph_type)
         peers = None
         if feature_placement == 'sharded':  # A collective of the machine.
             from pyg_orch.multigpu.peer_memory import PeerGroup
@@ -559,16 +563,22 @@ class DistributedNeighborLoader:
             store.n_id = n_id
             if out.batch is not None:
                 store.batch = out.batch[t]
-            store.num_sampled_nodes = out.num_sampled_nodes[t]
-        dst = {et: out.node[et[-1]][out.col[et]] for et in out.edge}
-        edge_attrs = self.gather.gather_edges(out.edge, dst)
-        for et, e_id in out.edge.items():
+            if out.num_sampled_nodes is not None:
+                store.num_sampled_nodes = out.num_sampled_nodes[t]
+        # Edge ids (and so attributes) where the output has them (PyG drops
+        # them where 'bidirectional' merged reverse edge types):
+        e_ids = {et: e for et, e in out.edge.items() if e is not None}
+        edge_attrs = self.gather.gather_edges(
+            e_ids, self.sampler.edge_destinations(out))
+        for et in out.row:
             store = data[et]
             store.edge_index = torch.stack([out.row[et], out.col[et]])
-            store.e_id = e_id
-            for key, value in edge_attrs.get(et, {}).items():
-                store[key] = value
-            store.num_sampled_edges = out.num_sampled_edges[et]
+            if et in e_ids:
+                store.e_id = e_ids[et]
+                for key, value in edge_attrs.get(et, {}).items():
+                    store[key] = value
+            if out.num_sampled_edges is not None:
+                store.num_sampled_edges = out.num_sampled_edges[et]
         data[self.input_type].batch_size = seeds.numel()
         return data
 
@@ -599,7 +609,7 @@ class DistributedNeighborLoader:
             if out.batch is not None:
                 data.batch = out.batch
             for key, value in self.gather.gather_edges(
-                    out.edge, out.node[out.col]).items():
+                    out.edge, self.sampler.edge_destinations(out)).items():
                 data[key] = value
             data.batch_size = seeds.numel()
             data.input_id = input_id

@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
+from torch_geometric.sampler.base import SubgraphType
 
 from pyg_orch.core.csc import CSCTopology
 from pyg_orch.distributed.collective import (
@@ -39,7 +40,11 @@ from pyg_orch.distributed.part_modes import (
     sort_by_time,
     time_per_position,
 )
-from pyg_orch.sampling.arguments import resolve_device
+from pyg_orch.sampling.arguments import (
+    DISJOINT_INDUCED,
+    parse_subgraph_type,
+    resolve_device,
+)
 from pyg_orch.sampling.multi_hop import append_hop_edges
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.contract import preserved_generators
@@ -142,6 +147,12 @@ class DistributedNeighborSampler:
             :obj:`topology`.
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'` (the
             most recent neighbors), as in PyG.
+        subgraph_type (str): :obj:`'directional'` (the sampled edges),
+            :obj:`'bidirectional'` (also their reverses) or :obj:`'induced'`
+            (all edges among the sampled vertices: one more exchange, in
+            which the owners return all in-edges of the batch's vertices),
+            as in PyG. Not :obj:`'induced'` with :obj:`disjoint` or
+            :obj:`time_attr`.
         disjoint (bool): Give every seed its own subgraph: a vertex reached
             from two seeds appears twice, and the output's :obj:`batch`
             holds the seed index of every node (as PyG's
@@ -168,10 +179,19 @@ class DistributedNeighborSampler:
                  disjoint: bool = False,
                  weight_attr: Optional[str] = None,
                  time_attr: Optional[str] = None,
-                 temporal_strategy: str = 'uniform'):
+                 temporal_strategy: str = 'uniform',
+                 subgraph_type: Any = 'directional'):
         for name, value in (('replace', replace), ('disjoint', disjoint)):
             if not isinstance(value, bool):
                 raise ValueError(f"'{name}' must be a bool (got {value!r})")
+        self.subgraph_type = parse_subgraph_type(subgraph_type, True,
+                                                 disjoint)
+        if time_attr is not None and \
+                self.subgraph_type == SubgraphType.induced:
+            raise ValueError(f"subgraph_type='induced' is not supported with "
+                             f"temporal sampling ('time_attr'), which always "
+                             f"samples disjoint subgraphs, as in PyG: "
+                             f"{DISJOINT_INDUCED}")
         self.device = resolve_device(device, 'device', default='cpu')
         _check_generator(generator, self.device)
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
@@ -225,6 +245,8 @@ class DistributedNeighborSampler:
         self.disjoint = disjoint
         self._hot_nodes: Optional[Dict[Any, Tensor]] = None
         self.last_seed_time: Optional[Tensor] = None
+        self._directional_dst: Optional[Dict[Any, Tuple[Tensor, Tensor]]] = \
+            None
         self._add_modes(partition, time_attr, temporal_strategy,
                         weight_attr, topology is not None)
 
@@ -436,7 +458,8 @@ class DistributedNeighborSampler:
             out[t] = ids
         return out
 
-    def _serve(self, requests: List[Tensor], hop: int) -> List[Tensor]:
+    def _serve(self, requests: List[Tensor], hop: int,
+               all_edges: bool = False) -> List[Tensor]:
         r"""Samples the in-edges of the vertices other ranks asked for,
         edge type after edge type. The reply to every rank starts with the
         number of edges drawn per edge type, then, for each edge type it
@@ -465,13 +488,16 @@ class DistributedNeighborSampler:
             req = torch.cat(ids)
             csc = self._csc[et]
             local = self._local_id[self._dst(et)][req]
-            pos, dst_index = sample_neighbors(
-                csc.colptr, local, self.fanouts[et][hop], self.replace,
-                self.generator, time=csc.time,
-                time_bound=torch.cat(bounds) if bounds else None,
-                temporal_strategy=self.temporal_strategy, weight=csc.weight,
-                weight_cumsum=csc.weight_cumsum
-                if csc.weight is not None and self.replace else None)
+            if all_edges:  # Every in-edge, for an induced subgraph.
+                pos, dst_index = sample_neighbors(csc.colptr, local, -1)
+            else:
+                pos, dst_index = sample_neighbors(
+                    csc.colptr, local, self.fanouts[et][hop], self.replace,
+                    self.generator, time=csc.time,
+                    time_bound=torch.cat(bounds) if bounds else None,
+                    temporal_strategy=self.temporal_strategy,
+                    weight=csc.weight, weight_cumsum=csc.weight_cumsum
+                    if csc.weight is not None and self.replace else None)
             # Each position's destination, where a sharded topology needs it
             # to find copied lists:
             dst = local.index_select(0, dst_index) if csc.needs_dst else None
@@ -497,12 +523,13 @@ class DistributedNeighborSampler:
                 for r, p in enumerate(pieces)]
 
     def _hop(self, frontier: Dict[Any, tuple], hop: int,
-             batch_time: Optional[Tensor] = None):
+             batch_time: Optional[Tensor] = None, all_edges: bool = False):
         r"""One collective hop: for every edge type sampled, the sampled
         (source, edge id, index into the destination type's frontier) of
         every in-edge drawn, grouped by destination in frontier order. With
         :obj:`batch_time` (the time of every seed), every request carries
-        its subgraph's time bound."""
+        its subgraph's time bound; with :obj:`all_edges`, every in-edge of
+        the frontier, of every edge type (for an induced subgraph)."""
         num_types = len(self.edge_types)
         counts = [[0] * num_types for _ in range(self.world_size)]
         ids: List[List[Tensor]] = [[] for _ in range(self.world_size)]
@@ -510,11 +537,12 @@ class DistributedNeighborSampler:
         index: Dict[Any, List[Tensor]] = {}
         for e, et in enumerate(self.edge_types):
             dst_t = self._dst(et)
-            if self.fanouts[et][hop] == 0 or dst_t not in frontier:
+            if dst_t not in frontier or (
+                    not all_edges and self.fanouts[et][hop] == 0):
                 continue
             _, f_global, f_batch = frontier[dst_t]
             keep = None
-            hot = None if self._hot_nodes is None else \
+            hot = None if self._hot_nodes is None or all_edges else \
                 self._hot_nodes.get(dst_t)
             if hot is not None and hop == self.num_hops - 1:
                 # Hot vertices are not expanded by the last hop:
@@ -544,7 +572,7 @@ class DistributedNeighborSampler:
         self.stats.bytes_sent += _nbytes(send, self.rank)
         requests = exchange(send, self.group)
         self.stats.bytes_received += _nbytes(requests, self.rank)
-        replies = self._serve(requests, hop)
+        replies = self._serve(requests, hop, all_edges)
         self.stats.bytes_sent += _nbytes(replies, self.rank)
         answers = exchange(replies, self.group)
         self.stats.bytes_received += _nbytes(answers, self.rank)
@@ -659,6 +687,9 @@ class DistributedNeighborSampler:
                         start, start + new.numel(), device=device), new,
                         new_batch)
                 frontier = next_frontier
+            if self.subgraph_type == SubgraphType.induced:
+                rows, cols, edges = self._induced_edges(nodes, relabel)
+                num_sampled_edges = None
         finally:
             for r in relabel.values():
                 r.close()
@@ -674,15 +705,74 @@ class DistributedNeighborSampler:
         batch = {t: _cat(v) for t, v in batches.items()} \
             if self.disjoint else None
         if not self.is_hetero:
-            return SamplerOutput(node=node[None], row=row[None],
-                                 col=col[None], edge=edge[None],
-                                 batch=None if batch is None else batch[None],
-                                 num_sampled_nodes=num_sampled_nodes[None],
-                                 num_sampled_edges=num_sampled_edges[None])
-        return HeteroSamplerOutput(node=node, row=row, col=col, edge=edge,
-                                   batch=batch,
-                                   num_sampled_nodes=num_sampled_nodes,
-                                   num_sampled_edges=num_sampled_edges)
+            out = SamplerOutput(
+                node=node[None], row=row[None], col=col[None],
+                edge=edge[None], batch=None if batch is None else batch[None],
+                num_sampled_nodes=num_sampled_nodes[None],
+                num_sampled_edges=None if num_sampled_edges is None else
+                num_sampled_edges[None])
+        else:
+            out = HeteroSamplerOutput(node=node, row=row, col=col, edge=edge,
+                                      batch=batch,
+                                      num_sampled_nodes=num_sampled_nodes,
+                                      num_sampled_edges=num_sampled_edges)
+        self._directional_dst = None
+        if self.subgraph_type == SubgraphType.bidirectional:
+            # Where each edge id points (a reversed edge does not):
+            self._directional_dst = {
+                et: (edge[et], node[self._dst(et)].index_select(0, col[et]))
+                for et in self.edge_types}
+            out = out.to_bidirectional()
+        return out
+
+    def edge_destinations(self, out) -> Any:
+        r"""The global id of the destination of every edge of :obj:`out`,
+        the output of the last :meth:`sample_from_nodes` (per edge type for
+        a heterogeneous partition), as
+        :meth:`~pyg_orch.distributed.DistributedFeatureGather.gather_edges`
+        takes it: with :obj:`subgraph_type='bidirectional'` the edge's own
+        destination, also where the batch holds it reversed."""
+        if not self.is_hetero:
+            return self._edge_destinations(None, out.node, out.col, out.edge)
+        return {et: self._edge_destinations(et, out.node[self._dst(et)],
+                                            out.col[et], out.edge[et])
+                for et in out.edge if out.edge[et] is not None}
+
+    def _edge_destinations(self, et: Any, node: Tensor, col: Tensor,
+                           edge: Tensor) -> Tensor:
+        if self._directional_dst is None:
+            return node.index_select(0, col)
+        eids, dst = self._directional_dst[et]
+        if eids.numel() == 0:
+            return dst[:0]
+        order = torch.argsort(eids)
+        pos = torch.searchsorted(eids[order], edge).clamp_(
+            max=eids.numel() - 1)
+        return dst[order[pos]]
+
+    def _induced_edges(self, nodes: Dict[Any, List[Tensor]],
+                       relabel: Dict[Any, SortRelabeler]):
+        r"""All edges among the sampled vertices (a collective, like a
+        hop): every in-edge of every vertex of the batch, from its owner,
+        kept where its source was sampled too; grouped by destination in
+        batch order, then in CSC order, as the single-machine sampler's."""
+        frontier = {}
+        for t, parts in nodes.items():
+            ids = torch.cat(parts) if parts else torch.empty(
+                0, dtype=torch.int64, device=self.device)
+            frontier[t] = (torch.arange(ids.numel(), device=self.device),
+                           ids, None)
+        sampled = self._hop(frontier, 0, all_edges=True)
+        empty = torch.empty(0, dtype=torch.int64, device=self.device)
+        rows = {et: [empty] for et in self.edge_types}
+        cols = {et: [empty] for et in self.edge_types}
+        edges = {et: [empty] for et in self.edge_types}
+        for et, (src, eid, dst) in sampled.items():
+            local = relabel[self._src(et)].lookup(src)
+            keep = local >= 0
+            rows[et], cols[et], edges[et] = [local[keep]], [dst[keep]], \
+                [eid[keep]]
+        return rows, cols, edges
 
     def _seed_times(self, seeds: Dict[Any, Tensor],
                     seed_time: Any) -> Optional[Tensor]:

@@ -49,13 +49,16 @@ def check_partition_loader(loader: Any) -> Any:
     modes = [name for name, on in (
         ('temporal sampling (time_attr)', sampler.is_temporal),
         ('weighted sampling (weight_attr)', sampler.weight_attr is not None),
-        ('sampling with replacement (replace=True)', sampler.replace))
+        ('sampling with replacement (replace=True)', sampler.replace),
+        (f"subgraph_type='{sampler.subgraph_type.value}'",
+         sampler.subgraph_type.value != 'directional'))
         if on]
     if modes:
         raise NotImplementedError(
             f"BottomLayerOffload on a partition folder's loader does not "
-            f"support {', '.join(modes)} yet: the CPU side samples the hot "
-            f"vertices' in-neighbors uniformly without replacement")
+            f"support {', '.join(modes)} yet: its CPU side samples the hot "
+            f"vertices' in-neighbors uniformly, without replacement, as "
+            f"directional subgraphs")
     return sampler
 
 
