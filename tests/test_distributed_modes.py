@@ -328,14 +328,17 @@ def test_weight_attr_errors(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_cuda_modes_one_part(tmp_path):
-    # One part on the GPU: disjoint and weighted batches at full fan-out
-    # equal the CPU sampler's; with replacement, k draws per vertex.
+    # One part on the GPU: disjoint, weighted, induced and bidirectional
+    # batches at full fan-out equal the CPU sampler's; with replacement,
+    # k draws per vertex.
     data = weighted_graph()
     part = one_part(data, tmp_path / 'p')
     cuda = torch.device('cuda', torch.cuda.current_device())
     seeds = seeds_of(0, 0)
     for options in ({'disjoint': True}, {'weight_attr': 'w'},
-                    {'weight_attr': 'w', 'disjoint': True}):
+                    {'weight_attr': 'w', 'disjoint': True},
+                    {'subgraph_type': 'induced'},
+                    {'subgraph_type': 'bidirectional'}):
         gpu = DistributedNeighborSampler(part, [-1, -1], device='cuda',
                                          **options).sample_from_nodes(seeds)
         cpu = DistributedNeighborSampler(part, [-1, -1],
@@ -513,3 +516,17 @@ def test_hetero_subgraph_type_equals_hybrid_loader(tmp_path, subgraph_type):
                                data[cites].edge_attr[edges[cites][1]])
         else:
             assert cites_attr is None and 'edge_attr' not in ref[cites]
+
+
+def test_deprecated_directed_false_means_induced(tmp_path):
+    from pyg_orch import HybridNeighborLoader
+    info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    with pytest.warns(UserWarning, match="'directed' argument is deprecated"):
+        loader = HybridNeighborLoader(str(info.out_dir), [2], batch_size=4,
+                                      directed=False, device='cpu')
+    assert loader.sampler.subgraph_type.value == 'induced'
+    batch = next(iter(loader))
+    src, dst = graph().edge_index
+    inside = torch.isin(src, batch.n_id) & torch.isin(dst, batch.n_id)
+    assert torch.equal(batch.e_id.sort().values, inside.nonzero().view(-1))
