@@ -762,14 +762,62 @@ def test_bottom_layer_offload_exact(neg_sampling, lookahead):
     off.close()
 
 
-def test_bottom_layer_offload_hetero_link_loader_not_implemented():
-    from torch_geometric.nn import SAGEConv
+@pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
+@pytest.mark.parametrize('kind,neg_sampling', [('to_hetero', 'binary'),
+                                               ('hetero_conv', None)])
+def test_bottom_layer_offload_hetero_link_loader_exact(kind, neg_sampling):
+    # A heterogeneous link loader: the hot set is ranked from both endpoint
+    # types of the label edges, and with max_staleness=0 and full neighbors
+    # the label edges' endpoints get exactly the embeddings of the unpruned
+    # batch, during training.
+    import copy
+
+    import torch.nn.functional as F
 
     from pyg_orch import BottomLayerOffload
-    data = make_hetero()
-    loader = _ours(data, [2], edge_label_index=(WRITES, None), batch_size=8)
-    with pytest.raises(NotImplementedError, match='homogeneous'):
-        BottomLayerOffload(SAGEConv(4, 4), loader)
+    from test_offload_hetero import hetero_graph, make_model
+    data = hetero_graph()
+    writes = ('a', 'writes', 'b')
+    label_index = data[writes].edge_index[:, :64]
+
+    def make(lookahead):
+        return _ours(data, [-1, -1], edge_label_index=(writes, label_index),
+                     batch_size=16, neg_sampling=neg_sampling, seed=0,
+                     shuffle=True, lookahead=lookahead)
+
+    loader, ref_loader = make(False), make(False)
+    model = make_model(kind, data)
+    ref_model = copy.deepcopy(model)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
+                             full_neighbors=True)
+    hot = off.hot_nodes
+    assert set(hot) == {'a', 'b'} and hot['b'].numel() > 0
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    pruned_any = False
+    for batch, ref in zip(loader, ref_loader):
+        assert torch.equal(batch[writes].edge_label_index,
+                           ref[writes].edge_label_index)
+        pruned_any |= batch['a'].num_nodes + batch['b'].num_nodes < \
+            ref['a'].num_nodes + ref['b'].num_nodes
+        src, dst = batch[writes].edge_label_index
+        out = off(batch.x_dict, batch.edge_index_dict)
+        ref_model.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            expected = ref_model(ref.x_dict, ref.edge_index_dict)
+        z_a, z_b = out['a'][src], out['b'][dst]
+        assert torch.allclose(z_a, expected['a'][src], atol=1e-5)
+        assert torch.allclose(z_b, expected['b'][dst], atol=1e-5)
+        pred = (z_a * z_b).sum(-1)
+        label = batch[writes].edge_label if neg_sampling else \
+            torch.ones_like(pred)
+        optimizer.zero_grad()
+        F.binary_cross_entropy_with_logits(pred, label).backward()
+        optimizer.step()
+    assert pruned_any
+    stats = off.stats()
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['offloaded_forwards'] == stats['training_forwards'] > 0
+    off.close()
 
 
 @pytest.mark.parametrize('filter_per_worker', [True, False])

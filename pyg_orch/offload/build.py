@@ -76,10 +76,6 @@ def check_loader(loader: Any) -> HotNodeSampler:
             f"'link_sampler' implements "
             f"pyg_orch.sampling.contract.HotNodeSampler); got "
             f"{type(loader).__name__}")
-    if _is_link_loader(loader) and sampler.is_hetero:
-        raise NotImplementedError(
-            "BottomLayerOffload supports link-level loaders "
-            "(HybridLinkNeighborLoader) on homogeneous graphs only")
     if not callable(getattr(loader, 'register_batch_hook', None)):
         raise TypeError("'loader' must have 'register_batch_hook' (a "
                         "pyg_orch.HybridNeighborLoader)")
@@ -182,6 +178,28 @@ def build_runtime(model: torch.nn.Module, loader: Any,
     if why_not is not None:
         runtime.fixed_reason = f'not measured: {why_not}'
     return runtime
+
+
+def _hetero_seeds(loader: Any, num_nodes: Dict[str, int]
+                  ) -> Tuple[Dict[str, Tensor], int, int]:
+    # The training seeds per node type, the batch size and the batches to
+    # pre-sample (per node type) of a loader over a `HeteroData`.
+    if not _is_link_loader(loader):
+        input_type = loader.input_data.input_type
+        seeds, batch_size, num = _seeds(loader, num_nodes[input_type])
+        return {input_type: seeds}, batch_size, num
+    # The label edges' endpoints: one seed of each endpoint type per label
+    # edge (two of one type where the edge type joins a type to itself).
+    inputs = loader.input_data
+    src_type, _, dst_type = inputs.input_type
+    batch_size = getattr(loader, 'batch_size', None) or 1
+    if src_type == dst_type:
+        seeds = {src_type: torch.cat([inputs.row, inputs.col])}
+        batch_size *= 2
+    else:
+        seeds = {src_type: inputs.row, dst_type: inputs.col}
+    num = max(s.numel() for s in seeds.values())
+    return seeds, batch_size, presample_batches(num, batch_size)
 
 
 def _seeds(loader: Any, num_nodes: int) -> Tuple[Tensor, int, int]:
@@ -508,11 +526,10 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
             {t: x.size(0) for t, x in x_dict.items()},
             replace=sampler.replace, seed=options.seed,
             autocast_dtype=options.cpu_autocast)
-        input_type = loader.input_data.input_type
-        seeds, batch_size, num_batches = _seeds(
-            loader, topology.num_nodes[input_type])
+        seeds, batch_size, num_batches = _hetero_seeds(
+            loader, topology.num_nodes)
         selection = select_hetero_hot_nodes(
-            sampler, seeds, input_type, computer.node_types, batch_size,
+            sampler, seeds, None, computer.node_types, batch_size,
             max(ratios), options.num_presample_batches or num_batches,
             options.seed, reduce_counts=None if ranks is None else ranks.sum,
             num_ranks=1 if ranks is None else ranks.size)

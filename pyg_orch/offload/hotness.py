@@ -1,7 +1,7 @@
 """Hot vertices by pre-sampled access frequency: how often a vertex shows up in
 the part of a mini-batch whose bottom-layer output the model needs."""
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -214,8 +214,8 @@ def select_cache_nodes(
 
 def select_hetero_hot_nodes(
     sampler,
-    seeds: Tensor,
-    input_type: str,
+    seeds: Union[Tensor, Dict[str, Tensor]],
+    input_type: Optional[str],
     node_types: List[str],
     batch_size: int,
     hot_ratio: float = 0.05,
@@ -227,16 +227,26 @@ def select_hetero_hot_nodes(
     r"""The heterogeneous counterpart of :func:`select_hot_nodes`: counts
     the bottom-layer accesses of the vertices of :obj:`node_types` (the
     destination types of the first layer) in mini-batches drawn from
-    :obj:`seeds` of type :obj:`input_type`, and picks the top
-    :obj:`hot_ratio` fraction of them all by count. Ids are combined: the
-    vertices of :obj:`node_types[k]` come after those of the types before
-    it (:obj:`reduce_counts` applies to these combined counts). No GPU-cache
-    candidates are chosen."""
+    :obj:`seeds` of type :obj:`input_type` (or from the seeds of several
+    node types, a dictionary, e.g. the two endpoint types of a link
+    loader's label edges: :obj:`num_batches` batches of each, their counts
+    added up), and picks the top :obj:`hot_ratio` fraction of them all by
+    count. Ids are combined: the vertices of :obj:`node_types[k]` come
+    after those of the types before it (:obj:`reduce_counts` applies to
+    these combined counts). No GPU-cache candidates are chosen."""
     num_hops = sampler.num_hops
-    counts, n = _presample(sampler, seeds, batch_size, num_batches, seed,
-                           hops=num_hops, prune_hot=False,
-                           input_type=input_type)
-    counts = torch.cat([counts[t] for t in node_types])
+    if not isinstance(seeds, dict):
+        seeds = {input_type: seeds}
+    total: Dict[str, Tensor] = {}
+    n = 0
+    for t, type_seeds in seeds.items():
+        counts, num = _presample(sampler, type_seeds, batch_size,
+                                 num_batches, seed, hops=num_hops,
+                                 prune_hot=False, input_type=t)
+        n += num
+        for k, c in counts.items():
+            total[k] = c if k not in total else total[k] + c
+    counts = torch.cat([total[t] for t in node_types])
     if reduce_counts is not None:
         counts = reduce_counts(counts)
     hot, cache = split_by_frequency(counts, hot_ratio, 0.0)
