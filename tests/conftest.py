@@ -250,6 +250,22 @@ C_TO_B = ('c', 'near', 'b')
 TEMPORAL_EDGE_TYPES = [B_TO_A, A_TO_B, C_TO_A, A_TO_C, C_TO_B]
 
 
+def assert_same_sample(step, ref) -> None:
+    r"""Asserts that a homogeneous sample :obj:`step` (node, row, col,
+    edge, batch, num_sampled_nodes, num_sampled_edges, ...) equals the
+    reference :obj:`MultiHopOutput` :obj:`ref`, order included."""
+    node, row, col, edge, batch, nsn, nse = step[:7]
+    assert torch.equal(node, ref.node[None])
+    assert (batch is None) == (ref.batch is None)
+    if batch is not None:
+        assert torch.equal(batch, ref.batch[None])
+    assert torch.equal(row, ref.row[None])
+    assert torch.equal(col, ref.col[None])
+    assert torch.equal(edge, ref.edge[None])
+    assert nsn == ref.num_sampled_nodes[None]
+    assert nse == ref.num_sampled_edges[None]
+
+
 def one_part(data, out_dir):
     r""":obj:`data` written as a one-part partition to :obj:`out_dir`, and
     that part loaded."""

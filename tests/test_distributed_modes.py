@@ -4,6 +4,7 @@ checked against the single-machine sampler and loader."""
 import pytest
 import torch
 from conftest import (
+    assert_same_sample,
     one_part,
     random_graph,
     small_paper_graph,
@@ -44,30 +45,29 @@ def _sampler_worker(rank, world_size, out_dir, fanouts, options):
     return out
 
 
+def sample_on_two_ranks(data, out_dir, fanouts, options):
+    r"""Three batches per rank of :obj:`data` split into 2 random parts,
+    sampled by :func:`_sampler_worker` with :obj:`options`."""
+    info = partition_graph(data, 2, out_dir, 'random', progress=False)
+    return run_workers(_sampler_worker, 2,
+                       args=(str(info.out_dir), fanouts, options),
+                       timeout=60)
+
+
 def test_disjoint_full_fanout_equals_single_machine(tmp_path):
     data = graph()
-    info = partition_graph(data, 2, tmp_path / 'p', 'random',
-                           progress=False)
     fanouts = [-1, -1]
-    results = run_workers(_sampler_worker, 2,
-                          args=(str(info.out_dir), fanouts,
-                                {'disjoint': True}), timeout=60)
+    results = sample_on_two_ranks(data, tmp_path / 'p', fanouts,
+                                  {'disjoint': True})
     topo = GraphTopology.from_data(data)
     repeated = remote = 0
     for rank, steps in enumerate(results):
-        for step, (node, row, col, edge, batch, nsn, nse, rr) in \
-                enumerate(steps):
+        for step, out in enumerate(steps):
+            node, row, col, edge, batch, nsn, nse, rr = out
             seeds = seeds_of(rank, step)
-            ref = sample_multi_hop(topo, {None: fanouts}, {None: seeds},
-                                   disjoint=True)
             # The same batch, order included, with the seed of every node:
-            assert torch.equal(node, ref.node[None])
-            assert torch.equal(batch, ref.batch[None])
-            assert torch.equal(row, ref.row[None])
-            assert torch.equal(col, ref.col[None])
-            assert torch.equal(edge, ref.edge[None])
-            assert nsn == ref.num_sampled_nodes[None]
-            assert nse == ref.num_sampled_edges[None]
+            assert_same_sample(out, sample_multi_hop(
+                topo, {None: fanouts}, {None: seeds}, disjoint=True))
             # One subgraph per seed: (seed index, vertex) pairs are unique,
             # vertices alone are not.
             pairs = batch * NUM_NODES + node
@@ -83,12 +83,9 @@ def test_disjoint_full_fanout_equals_single_machine(tmp_path):
 
 def test_replace_draws_k_per_vertex(tmp_path):
     data = graph()
-    info = partition_graph(data, 2, tmp_path / 'p', 'random',
-                           progress=False)
     fanouts = [3, 2]
-    results = run_workers(_sampler_worker, 2,
-                          args=(str(info.out_dir), fanouts,
-                                {'replace': True}), timeout=60)
+    results = sample_on_two_ranks(data, tmp_path / 'p', fanouts,
+                                  {'replace': True})
     src, dst = data.edge_index
     indeg = torch.bincount(dst, minlength=data.num_nodes)
     repeated_edges = 0
@@ -205,38 +202,28 @@ def weighted_graph():
 
 def test_weighted_full_fanout_equals_single_machine(tmp_path):
     data = weighted_graph()
-    info = partition_graph(data, 2, tmp_path / 'p', 'random',
-                           progress=False)
     fanouts = [-1, -1]
-    results = run_workers(_sampler_worker, 2,
-                          args=(str(info.out_dir), fanouts,
-                                {'weight_attr': 'w'}), timeout=60)
+    results = sample_on_two_ranks(data, tmp_path / 'p', fanouts,
+                                  {'weight_attr': 'w'})
     topo = GraphTopology.from_data(data, weight_attr='w')
     for rank, steps in enumerate(results):
-        for step, (node, row, col, edge, _, nsn, nse, _) in enumerate(steps):
-            ref = sample_multi_hop(topo, {None: fanouts},
-                                   {None: seeds_of(rank, step)})
-            assert torch.equal(node, ref.node[None])
-            assert torch.equal(row, ref.row[None])
-            assert torch.equal(col, ref.col[None])
-            assert torch.equal(edge, ref.edge[None])
-            assert nse == ref.num_sampled_edges[None]
+        for step, out in enumerate(steps):
+            assert_same_sample(out, sample_multi_hop(
+                topo, {None: fanouts}, {None: seeds_of(rank, step)}))
+            edge = out[3]
             # Zero-weight edges are never drawn:
             assert bool((data.w[edge] > 0).all())
 
 
 def test_weighted_fanout_invariants(tmp_path):
     data = weighted_graph()
-    info = partition_graph(data, 2, tmp_path / 'p', 'random',
-                           progress=False)
     fanouts = [2, 2]
     src, dst = data.edge_index
     positive = torch.bincount(dst[data.w > 0], minlength=data.num_nodes)
     for replace in (False, True):
-        results = run_workers(
-            _sampler_worker, 2,
-            args=(str(info.out_dir), fanouts,
-                  {'weight_attr': 'w', 'replace': replace}), timeout=60)
+        results = sample_on_two_ranks(
+            data, tmp_path / str(replace), fanouts,
+            {'weight_attr': 'w', 'replace': replace})
         for rank, steps in enumerate(results):
             for node, row, col, edge, _, nsn, nse, _ in steps:
                 assert torch.equal(src[edge], node[row])

@@ -3,7 +3,12 @@ edge-level times, 'uniform' and 'last', each rank holding one part; with
 full fan-out (or 'last') the batches equal the single-machine sampler's."""
 import pytest
 import torch
-from conftest import one_part, temporal_graph, temporal_hetero_graph
+from conftest import (
+    assert_same_sample,
+    one_part,
+    temporal_graph,
+    temporal_hetero_graph,
+)
 from multiproc import run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
@@ -61,8 +66,8 @@ def test_temporal_equals_single_machine(tmp_path, level, strategy, fanouts,
     src_all, dst_all = data.edge_index
     remote = filtered = 0
     for rank, steps in enumerate(results):
-        for step, (node, row, col, edge, batch, nsn, nse, seed_time,
-                   rr) in enumerate(steps):
+        for step, out in enumerate(steps):
+            node, row, col, edge, batch, nsn, nse, seed_time, rr = out
             seeds = seeds_of(rank, step)
             want_time = times_of(rank, step) if given_time else \
                 data.time[seeds]
@@ -71,14 +76,7 @@ def test_temporal_equals_single_machine(tmp_path, level, strategy, fanouts,
                                    disjoint=True,
                                    seed_time={None: want_time},
                                    temporal_strategy=strategy)
-            # The same batch, order included:
-            assert torch.equal(node, ref.node[None])
-            assert torch.equal(batch, ref.batch[None])
-            assert torch.equal(row, ref.row[None])
-            assert torch.equal(col, ref.col[None])
-            assert torch.equal(edge, ref.edge[None])
-            assert nsn == ref.num_sampled_nodes[None]
-            assert nse == ref.num_sampled_edges[None]
+            assert_same_sample(out, ref)  # Order included.
             # Nothing later than the subgraph's seed time:
             t = data.time[src_all[edge]] if level == 'node' else \
                 data.edge_time[edge]
