@@ -69,6 +69,16 @@ def _machine_worker(rank, world_size, out_dir):
         'reads': no_copies.node_sampler.topology_reads(),
         'plain_reads': plain.node_sampler.topology_reads(),
     }
+    # PyG's sampling modes read the split lists too: the same batches.
+    out['modes'] = []
+    for options in ({'disjoint': True}, {'replace': True},
+                    {'subgraph_type': 'induced'}):
+        pair = [[{k: b[k] for k in KEYS + ('batch', ) if k in b}
+                 for b in HybridNeighborLoader(
+                     out_dir, [3, 2], topology_placement=placement,
+                     **common, **options)]
+                for placement in ('sharded', 'auto')]
+        out['modes'].append((options, *pair))
     # Training over all 4 ranks, with shuffling, sharded or not:
     shuffled = dict(common, shuffle=True)
 
@@ -122,6 +132,14 @@ def test_machines_share_a_sharded_part(tmp_path):
                 assert torch.equal(a[key], b[key]), key
                 assert torch.equal(a[key], c[key]), key
                 assert torch.equal(a[key], d[key]), key
+        for options, sharded, plain in o['modes']:
+            assert len(sharded) == len(plain) > 1, options
+            for a, b in zip(sharded, plain):
+                assert a.keys() == b.keys(), options
+                for key in a:
+                    assert torch.equal(a[key], b[key]), (options, key)
+            if 'disjoint' in options:
+                assert all('batch' in b for b in sharded)
         # Split feature rows: the rows of the graph, read from both shards.
         for b in o['both']:
             assert torch.equal(b['x'], data.x[b['n_id']])
