@@ -40,7 +40,7 @@ def _worker(rank, world_size, out_dir, fanouts, options, given_time):
         o = sampler.sample_from_nodes(seeds_of(rank, step), time)
         out.append((o.node, o.row, o.col, o.edge, o.batch,
                     o.num_sampled_nodes, o.num_sampled_edges,
-                    sampler.last_seed_time, sampler.stats.remote_requests))
+                    o.metadata[1], sampler.stats.remote_requests))
     return out
 
 

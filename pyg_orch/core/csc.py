@@ -18,6 +18,14 @@ def smallest_index_dtype(*bounds: int) -> torch.dtype:
     return torch.int32 if max(bounds, default=0) <= _INT32_MAX else torch.int64
 
 
+def time_order(segment: Tensor, time: Tensor) -> Tensor:
+    r"""The permutation that sorts entries by :obj:`segment` (e.g. their
+    destination), and by :obj:`time` within a segment; stable, so that ties
+    keep their order."""
+    perm = torch.sort(time, stable=True)[1]
+    return perm[torch.sort(segment[perm], stable=True)[1]]
+
+
 @dataclass
 class ShardLayout:
     r"""What the sampling kernels need to read neighbor lists split across
@@ -183,8 +191,7 @@ class CSCTopology:
             if time is None:
                 col, perm = torch.sort(col, stable=True)
             else:  # Sort by destination, then by time:
-                perm = torch.sort(time, stable=True)[1]
-                perm = perm[torch.sort(col[perm], stable=True)[1]]
+                perm = time_order(col, time)
                 col = col[perm]
                 time = time[perm]
             row = row[perm]

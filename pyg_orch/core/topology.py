@@ -432,6 +432,27 @@ def _time_per_type(level, arg: str, time_attr: str, length) -> Dict:
     return out
 
 
+#: What :func:`weight_problem` finds wrong with sampling weights, by code.
+WEIGHT_PROBLEMS = ('must be one real number per edge',
+                   'holds non-finite weights',
+                   'holds negative weights; weights must be >= 0')
+
+
+def weight_problem(weight: Tensor) -> int:
+    r"""Whether :obj:`weight` can be sampling weights: :obj:`0` if it holds
+    one finite non-negative real number per edge, else the code (from
+    :obj:`1`) of the first of :obj:`WEIGHT_PROBLEMS` it has."""
+    if weight.dim() != 1 or weight.is_complex() or \
+            weight.dtype == torch.bool:
+        return 1
+    if weight.numel() == 0:
+        return 0
+    w64 = weight.to(torch.float64)
+    if not bool(torch.isfinite(w64).all()):
+        return 2
+    return 3 if bool((w64 < 0).any()) else 0
+
+
 def _collect_weight(edge_stores, weight_attr) -> Dict:
     if weight_attr is None:
         return {}
@@ -442,14 +463,10 @@ def _collect_weight(edge_stores, weight_attr) -> Dict:
         where = 'data' if t is None else f'data[{t!r}]'
         w = _check_vector(store[weight_attr], store.edge_index.size(1),
                           f'{where}.{weight_attr}', 'weight_attr')
-        if w.numel() > 0:
-            if not bool(torch.isfinite(w.to(torch.float64)).all()):
-                raise ValueError(f"'weight_attr': {where}.{weight_attr} "
-                                 f"holds non-finite weights")
-            if bool((w < 0).any()):
-                raise ValueError(f"'weight_attr': {where}.{weight_attr} "
-                                 f"holds negative weights; weights must be "
-                                 f">= 0")
+        problem = weight_problem(w)
+        if problem:
+            raise ValueError(f"'weight_attr': {where}.{weight_attr} "
+                             f"{WEIGHT_PROBLEMS[problem - 1]}")
         out[t] = w
     if not out:
         raise ValueError(f"The weight attribute 'weight_attr'={weight_attr!r}"

@@ -183,12 +183,13 @@ def partition_loader(path: os.PathLike,
     * :obj:`input_nodes`: the seeds of **all** ranks, each rank keeping
       those its part owns (global ids, or a boolean mask over all
       vertices; batches' :obj:`input_id` are then positions among all
-      ranks' seeds, as one machine's loader would give), or the name of a boolean node attribute of the parts
-      (e.g. :obj:`'train_mask'`); :obj:`None`: the part's
-      :obj:`train_mask` vertices where it has one, else all of its
-      vertices. For a heterogeneous partition: a node type (all of the
-      part's vertices of that type), or a (node type, seeds) tuple, the
-      seeds as above (or the name of a boolean attribute of that type).
+      ranks' seeds, as one machine's loader would give), or the name of a
+      boolean node attribute of the parts (e.g. :obj:`'train_mask'`);
+      :obj:`None`: the part's :obj:`train_mask` vertices where it has one,
+      else all of its vertices. For a heterogeneous partition: a node type
+      (all of the part's vertices of that type), or a (node type, seeds)
+      tuple, the seeds as above (or the name of a boolean attribute of
+      that type).
     * :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last`,
       :obj:`transform`, :obj:`replace`, :obj:`disjoint`,
       :obj:`weight_attr` (an edge attribute of the partition; as in PyG),

@@ -1,9 +1,9 @@
 r"""A thin loader over
 :class:`~pyg_orch.distributed.DistributedNeighborSampler` and
 :class:`~pyg_orch.distributed.DistributedFeatureGather`: one part per
-rank (or per machine, shared by its ranks), mini-batches of this part's seeds as PyG :class:`Data`, the same
-number of batches on every rank so that the collectives never wait for a
-rank that has run out of seeds."""
+rank (or per machine, shared by its ranks), mini-batches of this part's
+seeds as PyG :class:`Data`, the same number of batches on every rank so
+that the collectives never wait for a rank that has run out of seeds."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,7 +36,11 @@ from pyg_orch.distributed.machines import (
 )
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
 from pyg_orch.distributed.storage import GraphPartition, load_partition
-from pyg_orch.sampling.arguments import check_placement, resolve_device
+from pyg_orch.sampling.arguments import (
+    check_placement,
+    integers_per_seed,
+    resolve_device,
+)
 
 __all__ = ['DistributedNeighborLoader', 'open_partition']
 
@@ -415,25 +419,14 @@ class DistributedNeighborLoader:
         if not self.sampler.is_temporal:
             raise ValueError("'input_time' is for temporal sampling; pass "
                              "'time_attr' too")
-        time = torch.as_tensor(input_time)
-        if time.dim() != 1 or time.numel() != self.input_nodes.numel() or \
-                time.is_floating_point() or time.dtype == torch.bool:
-            raise ValueError(f"'input_time' must hold one integer time per "
-                             f"seed ({self.input_nodes.numel()}), got shape "
-                             f"{tuple(time.shape)} of {time.dtype}")
-        return time.to(torch.int64)
+        return integers_per_seed(input_time, self.input_nodes.numel(),
+                                 'input_time')
 
     def _resolve_id(self, input_id) -> Tensor:
         n = self.input_nodes.numel()
         if input_id is None:
             return torch.arange(n)
-        ids = torch.as_tensor(input_id)
-        if ids.dim() != 1 or ids.numel() != n or ids.is_floating_point() \
-                or ids.dtype == torch.bool:
-            raise ValueError(f"'input_id' must hold one integer id per seed "
-                             f"({n}), got shape {tuple(ids.shape)} of "
-                             f"{ids.dtype}")
-        return ids.to(torch.int64).cpu()
+        return integers_per_seed(input_id, n, 'input_id', 'id').cpu()
 
     @staticmethod
     def _owned_or_given(node_ids, attrs, input_nodes) -> Tensor:
@@ -592,9 +585,7 @@ class DistributedNeighborLoader:
             out = self.sampler.sample_from_nodes(self._seeds(seeds), times)
             for hook in list(self._sampled_hooks.values()):
                 hook(out)
-            seed_time = None
-            if self.sampler.is_temporal:  # As the sampler took them:
-                seed_time = self.sampler.last_seed_time
+            seed_time = out.metadata[1]  # As the sampler took them.
             if self.partition.is_hetero:
                 data = self._hetero_batch(out, seeds)
                 data[self.input_type].input_id = input_id

@@ -14,8 +14,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.core.csc import CSCTopology
-from pyg_orch.core.topology import check_time_level
+from pyg_orch.core.csc import CSCTopology, time_order
+from pyg_orch.core.topology import (
+    WEIGHT_PROBLEMS,
+    check_time_level,
+    weight_problem,
+)
 from pyg_orch.distributed.collective import comm_device
 
 __all__ = ['agree_on_problem', 'part_node_times', 'part_weights',
@@ -54,24 +58,12 @@ def part_weights(partition, weight_attr: str, is_hetero: bool, group: Any,
             f"The weight attribute 'weight_attr'={weight_attr!r} is not an "
             f"edge attribute of the partition (it has "
             f"{sorted({k for a in attrs.values() for k in a})})")
-    problem = 0  # 1: not a real vector, 2: non-finite, 3: negative.
-    for w in found.values():
-        if w.dim() != 1 or w.is_complex() or w.dtype == torch.bool:
-            problem = max(problem, 1)
-        elif w.numel():
-            w64 = w.to(torch.float64)
-            if not bool(torch.isfinite(w64).all()):
-                problem = max(problem, 2)
-            elif bool((w64 < 0).any()):
-                problem = max(problem, 3)
+    problem = max(weight_problem(w) for w in found.values())
     problem = agree_on_problem(problem, group, world_size)
     if problem:
-        raise ValueError(
-            f"'weight_attr': the partition's {weight_attr!r} "
-            + ('must be one real number per edge',
-               'holds non-finite weights',
-               'holds negative weights; weights must be >= 0')[problem - 1]
-            + ' (on at least one part)')
+        raise ValueError(f"'weight_attr': the partition's {weight_attr!r} "
+                         f"{WEIGHT_PROBLEMS[problem - 1]} (on at least one "
+                         f"part)")
     return found
 
 
@@ -150,8 +142,7 @@ def sort_by_time(csc: CSCTopology, time: Tensor
     seg = torch.repeat_interleave(
         torch.arange(deg.numel(), device=deg.device), deg,
         output_size=time.numel())
-    perm = torch.sort(time, stable=True).indices
-    perm = perm[torch.sort(seg[perm], stable=True).indices]
+    perm = time_order(seg, time)
     out = dataclasses.replace(
         csc, row=csc.row[perm],
         edge_id=None if csc.edge_id is None else csc.edge_id[perm],

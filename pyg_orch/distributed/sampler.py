@@ -42,6 +42,8 @@ from pyg_orch.distributed.part_modes import (
 )
 from pyg_orch.sampling.arguments import (
     DISJOINT_INDUCED,
+    integers_per_seed,
+    node_seed_times,
     parse_subgraph_type,
     resolve_device,
 )
@@ -244,9 +246,6 @@ class DistributedNeighborSampler:
         self.replace = replace
         self.disjoint = disjoint
         self._hot_nodes: Optional[Dict[Any, Tensor]] = None
-        self.last_seed_time: Optional[Tensor] = None
-        self._directional_dst: Optional[Dict[Any, Tuple[Tensor, Tensor]]] = \
-            None
         self._add_modes(partition, time_attr, temporal_strategy,
                         weight_attr, topology is not None)
 
@@ -621,13 +620,16 @@ class DistributedNeighborSampler:
             of every node; for a heterogeneous partition a
             :class:`~torch_geometric.sampler.HeteroSamplerOutput`, with
             dictionaries per node and edge type, as the single-machine
-            sampler's.
+            sampler's. Its :obj:`metadata` is :obj:`(None, seed_time,
+            edge_dst)`: as in PyG's node samplers, the seeds' times
+            (temporal sampling, else :obj:`None`) second; third, with
+            :obj:`subgraph_type='bidirectional'`, the edge ids and
+            destinations before the conversion, per edge type (read by
+            :meth:`edge_destinations`).
         """
         from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
         seeds = self._check_seeds(seeds)
         batch_time = self._seed_times(seeds, seed_time)
-        #: The seeds' times of the last call (temporal sampling).
-        self.last_seed_time = batch_time
         self.stats = SamplingStats()
         num_hops = self.num_hops
         device = self.device
@@ -716,39 +718,32 @@ class DistributedNeighborSampler:
                                       batch=batch,
                                       num_sampled_nodes=num_sampled_nodes,
                                       num_sampled_edges=num_sampled_edges)
-        self._directional_dst = None
+        directional_dst = None
         if self.subgraph_type == SubgraphType.bidirectional:
             # Where each edge id points (a reversed edge does not):
-            self._directional_dst = {
+            directional_dst = {
                 et: (edge[et], node[self._dst(et)].index_select(0, col[et]))
                 for et in self.edge_types}
-            out = out.to_bidirectional()
+        out.metadata = (None, batch_time, directional_dst)
+        if directional_dst is not None:
+            out = out.to_bidirectional()  # Keeps the metadata.
         return out
 
     def edge_destinations(self, out) -> Any:
         r"""The global id of the destination of every edge of :obj:`out`,
-        the output of the last :meth:`sample_from_nodes` (per edge type for
-        a heterogeneous partition), as
+        an output of :meth:`sample_from_nodes` (per edge type for a
+        heterogeneous partition), as
         :meth:`~pyg_orch.distributed.DistributedFeatureGather.gather_edges`
         takes it: with :obj:`subgraph_type='bidirectional'` the edge's own
         destination, also where the batch holds it reversed."""
+        directional = out.metadata[2] if out.metadata else None
         if not self.is_hetero:
-            return self._edge_destinations(None, out.node, out.col, out.edge)
-        return {et: self._edge_destinations(et, out.node[self._dst(et)],
-                                            out.col[et], out.edge[et])
+            return _edge_destinations(directional, None, out.node, out.col,
+                                      out.edge)
+        return {et: _edge_destinations(directional, et,
+                                       out.node[self._dst(et)], out.col[et],
+                                       out.edge[et])
                 for et in out.edge if out.edge[et] is not None}
-
-    def _edge_destinations(self, et: Any, node: Tensor, col: Tensor,
-                           edge: Tensor) -> Tensor:
-        if self._directional_dst is None:
-            return node.index_select(0, col)
-        eids, dst = self._directional_dst[et]
-        if eids.numel() == 0:
-            return dst[:0]
-        order = torch.argsort(eids)
-        pos = torch.searchsorted(eids[order], edge).clamp_(
-            max=eids.numel() - 1)
-        return dst[order[pos]]
 
     def _induced_edges(self, nodes: Dict[Any, List[Tensor]],
                        relabel: Dict[Any, SortRelabeler]):
@@ -788,28 +783,13 @@ class DistributedNeighborSampler:
                              f"type per call (got {list(seeds)})")
         ((node_type, ids), ) = seeds.items()
         if seed_time is None:
-            if self.node_time is None:
-                raise ValueError(
-                    "Edge-level temporal sampling needs a time per seed: "
-                    "pass 'seed_time' ('input_time' to the loader) (Seed "
-                    "time needs to be specified)")
-            if node_type not in self.node_time:
-                raise ValueError(
-                    f"Temporal sampling needs a time per seed, but the seed "
-                    f"node type {node_type!r} has no {self.time_attr!r} "
-                    f"attribute: pass 'seed_time' ('input_time' to the "
-                    f"loader)")
-            return self.node_time[node_type].index_select(0, ids)
+            return node_seed_times(
+                self.node_time, self.time_attr, seeds,
+                "'seed_time' ('input_time' to the loader)")[node_type]
         if isinstance(seed_time, dict):
             seed_time = seed_time.get(node_type)
-        time = torch.as_tensor(seed_time)
-        if time.dim() != 1 or time.numel() != ids.numel() or \
-                time.is_floating_point() or time.is_complex() or \
-                time.dtype == torch.bool:
-            raise ValueError(f"'seed_time' must hold one integer time per "
-                             f"seed ({ids.numel()}), got shape "
-                             f"{tuple(time.shape)} of {time.dtype}")
-        return time.to(self.device, torch.int64)
+        return integers_per_seed(seed_time, ids.numel(),
+                                 'seed_time').to(self.device)
 
     def _keys(self, node_type: Any, ids: Tensor,
               batch: Optional[Tensor]) -> Tensor:
@@ -818,3 +798,20 @@ class DistributedNeighborSampler:
         if batch is None:
             return ids
         return batch * self.num_nodes[node_type] + ids
+
+
+def _edge_destinations(directional: Optional[Dict[Any, Tuple[Tensor,
+                                                              Tensor]]],
+                       et: Any, node: Tensor, col: Tensor,
+                       edge: Tensor) -> Tensor:
+    # The destinations of the edges (`edge`, `col` into `node`): where they
+    # point, or, after a bidirectional conversion, where their ids pointed.
+    if directional is None:
+        return node.index_select(0, col)
+    eids, dst = directional[et]
+    if eids.numel() == 0:
+        return dst[:0]
+    order = torch.argsort(eids)
+    pos = torch.searchsorted(eids[order], edge).clamp_(
+        max=eids.numel() - 1)
+    return dst[order[pos]]

@@ -184,22 +184,19 @@ def _hetero_seeds(loader: Any, num_nodes: Dict[str, int]
                   ) -> Tuple[Dict[str, Tensor], int, int]:
     # The training seeds per node type, the batch size and the batches to
     # pre-sample (per node type) of a loader over a `HeteroData`.
-    if not _is_link_loader(loader):
-        input_type = loader.input_data.input_type
-        seeds, batch_size, num = _seeds(loader, num_nodes[input_type])
-        return {input_type: seeds}, batch_size, num
-    # The label edges' endpoints: one seed of each endpoint type per label
-    # edge (two of one type where the edge type joins a type to itself).
-    inputs = loader.input_data
-    src_type, _, dst_type = inputs.input_type
-    batch_size = getattr(loader, 'batch_size', None) or 1
-    if src_type == dst_type:
-        seeds = {src_type: torch.cat([inputs.row, inputs.col])}
-        batch_size *= 2
-    else:
-        seeds = {src_type: inputs.row, dst_type: inputs.col}
-    num = max(s.numel() for s in seeds.values())
-    return seeds, batch_size, presample_batches(num, batch_size)
+    input_type = loader.input_data.input_type
+    if _is_link_loader(loader):
+        src_type, _, dst_type = input_type
+        if src_type != dst_type:
+            # The label edges' endpoints, one of each type per label edge:
+            inputs = loader.input_data
+            batch_size = getattr(loader, 'batch_size', None) or 1
+            seeds = {src_type: inputs.row, dst_type: inputs.col}
+            return seeds, batch_size, presample_batches(
+                inputs.row.numel(), batch_size)
+        input_type = src_type  # Two endpoints of one type, as `_seeds`.
+    seeds, batch_size, num = _seeds(loader, num_nodes[input_type])
+    return {input_type: seeds}, batch_size, num
 
 
 def _seeds(loader: Any, num_nodes: int) -> Tuple[Tensor, int, int]:

@@ -174,3 +174,41 @@ def parse_num_neighbors(num_neighbors: NumNeighborsType,
         return out
     values = _check_fanouts(num_neighbors, '')
     return {et: values for et in edge_types}
+
+
+def integers_per_seed(value, num_seeds: int, name: str,
+                      what: str = 'time') -> torch.Tensor:
+    r"""Checks that :obj:`value` holds one integer (a :obj:`what`) per seed
+    of :obj:`num_seeds`; returns it as an :obj:`int64` tensor."""
+    value = torch.as_tensor(value)
+    if value.dim() != 1 or value.numel() != num_seeds or \
+            value.is_floating_point() or value.is_complex() or \
+            value.dtype == torch.bool:
+        raise ValueError(f"'{name}' must hold one integer {what} per seed "
+                         f"({num_seeds}), got shape {tuple(value.shape)} of "
+                         f"{value.dtype}")
+    return value.to(torch.int64)
+
+
+def node_seed_times(node_time: Optional[Dict], time_attr: Optional[str],
+                    seeds: Dict, pass_what: str = "'input_time'") -> Dict:
+    r"""Without given seed times, every seed's time bound is its node's own
+    time (node-level :obj:`time_attr`): the times of :obj:`seeds` per node
+    type from :obj:`node_time`. Raises PyG's error for edge-level times
+    (no :obj:`node_time`) and where a seed type has no time, telling to
+    pass :obj:`pass_what`."""
+    if node_time is None:
+        raise ValueError(
+            f"Edge-level temporal sampling needs a time per seed: pass "
+            f"{pass_what} (Seed time needs to be specified)")
+    missing = [t for t in seeds if t not in node_time]
+    if missing:
+        raise ValueError(
+            f"Temporal sampling needs a time per seed, but the seed node "
+            f"type {missing[0]!r} has no {time_attr!r} attribute: pass "
+            f"{pass_what}")
+    return {
+        t: node_time[t].index_select(
+            0, s.to(node_time[t].device, torch.int64))
+        for t, s in seeds.items()
+    }

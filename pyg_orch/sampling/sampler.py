@@ -26,6 +26,7 @@ from pyg_orch.sampling.arguments import (
     check_attr_names,
     check_choice,
     check_placement,
+    node_seed_times,
     parse_num_neighbors,
     parse_subgraph_type,
     resolve_device,
@@ -412,28 +413,10 @@ class HybridNeighborSampler(BaseSampler):
             if seed_time is not None:
                 times = seed_time if isinstance(seed_time, dict) else \
                     {None: seed_time}
-            else:
-                times = self._own_seed_times(seeds)
+            else:  # A seed's time bound is its node's own time:
+                times = node_seed_times(self.topology.node_time,
+                                        self.topology.time_attr, seeds)
         return self._wrap(self._backend.sample(self._request(seeds, times)))
-
-    def _own_seed_times(self, seeds: Dict) -> Dict:
-        # Without 'input_time', a seed's time bound is its node's own time.
-        node_time = self.topology.node_time
-        if node_time is None:
-            raise ValueError(
-                "Edge-level temporal sampling needs a time per seed: pass "
-                "'input_time' (Seed time needs to be specified)")
-        missing = [t for t in seeds if t not in node_time]
-        if missing:
-            raise ValueError(
-                f"Temporal sampling needs a time per seed, but the seed node "
-                f"type {missing[0]!r} has no "
-                f"{self.topology.time_attr!r} attribute: pass 'input_time'")
-        return {
-            t: node_time[t].index_select(
-                0, s.to(node_time[t].device, torch.int64))
-            for t, s in seeds.items()
-        }
 
     def _request(self, seeds: Dict, seed_time: Optional[Dict] = None
                  ) -> SampleRequest:
