@@ -7,7 +7,10 @@ unsharded loader (and, with full fan-out, of the single-process loader);
 DDP training over all 4 ranks ends with the same weights either way, and
 with BottomLayerOffload per rank (full neighbors, max_staleness=0) too.
 With feature_placement='sharded' the part's feature rows are split across
-the machine's ranks as well (also for a heterogeneous part)."""
+the machine's ranks as well (also for a heterogeneous part). PyG's sampling
+modes (disjoint, replace, induced, weighted, temporal) give the same
+batches over the split lists, whose times and weights are split with
+them."""
 import pytest
 import torch
 from conftest import random_graph, small_paper_graph, tiny_model, train_sgd
@@ -23,8 +26,15 @@ STEPS = 8
 
 
 def graph():  # 8 features and 3 classes, as tiny_model() takes.
-    return random_graph(160, 900, seed=5, num_features=8, num_classes=3,
+    data = random_graph(160, 900, seed=5, num_features=8, num_classes=3,
                         train_ratio=0.5, edge_dim=2)
+    gen = torch.Generator().manual_seed(6)
+    # Node times and edge weights (some zero) for temporal and weighted
+    # sampling:
+    data.time = torch.randint(0, 30, (160, ), generator=gen)
+    w = torch.rand(900, generator=gen)
+    data.w = torch.where(w < 0.2, 0.0, w)
+    return data
 
 
 def global_seeds():
@@ -72,13 +82,20 @@ def _machine_worker(rank, world_size, out_dir):
     # PyG's sampling modes read the split lists too: the same batches.
     out['modes'] = []
     for options in ({'disjoint': True}, {'replace': True},
-                    {'subgraph_type': 'induced'}):
+                    {'subgraph_type': 'induced'}, {'weight_attr': 'w'},
+                    {'weight_attr': 'w', 'replace': True},
+                    {'time_attr': 'time'},
+                    {'time_attr': 'time', 'temporal_strategy': 'last'}):
+        loaders = [HybridNeighborLoader(out_dir, [3, 2],
+                                        topology_placement=placement,
+                                        **common, **options)
+                   for placement in ('sharded', 'auto')]
         pair = [[{k: b[k] for k in KEYS + ('batch', ) if k in b}
-                 for b in HybridNeighborLoader(
-                     out_dir, [3, 2], topology_placement=placement,
-                     **common, **options)]
-                for placement in ('sharded', 'auto')]
-        out['modes'].append((options, *pair))
+                 for b in loader] for loader in loaders]
+        csc = loaders[0].node_sampler.topology[None]
+        split = {a: type(getattr(csc, a)).__name__
+                 for a in ('time', 'weight') if getattr(csc, a) is not None}
+        out['modes'].append((options, *pair, split))
     # Training over all 4 ranks, with shuffling, sharded or not:
     shuffled = dict(common, shuffle=True)
 
@@ -132,13 +149,17 @@ def test_machines_share_a_sharded_part(tmp_path):
                 assert torch.equal(a[key], b[key]), key
                 assert torch.equal(a[key], c[key]), key
                 assert torch.equal(a[key], d[key]), key
-        for options, sharded, plain in o['modes']:
+        for options, sharded, plain, split in o['modes']:
             assert len(sharded) == len(plain) > 1, options
+            # Times and weights are split with the lists they belong to:
+            assert split == {
+                a: 'ShardedValues' for a, key in (('time', 'time_attr'), (
+                    'weight', 'weight_attr')) if key in options}, options
             for a, b in zip(sharded, plain):
                 assert a.keys() == b.keys(), options
                 for key in a:
                     assert torch.equal(a[key], b[key]), (options, key)
-            if 'disjoint' in options:
+            if 'disjoint' in options or 'time_attr' in options:
                 assert all('batch' in b for b in sharded)
         # Split feature rows: the rows of the graph, read from both shards.
         for b in o['both']:

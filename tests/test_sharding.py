@@ -83,7 +83,31 @@ def test_shard_bounds_balance_edges_and_cover_nodes():
     assert shard_bounds(torch.zeros(1, dtype=torch.int64), 2) == [0, 0, 0]
 
 
-def _loader_batches(rank, world_size, hetero, sharding):
+def _with_mode(data, mode: str, kw: dict, hetero: bool) -> None:
+    # Adds the times or weights of a sampling mode to `data` and `kw`.
+    gen = torch.Generator().manual_seed(11)
+    stores = data.node_stores if hetero else [data]
+    edge_stores = data.edge_stores if hetero else [data]
+    if mode == 'node_time':
+        for store in stores:
+            store.time = torch.randint(0, 40, (store.num_nodes, ),
+                                       generator=gen)
+        kw.update(time_attr='time')
+    elif mode == 'edge_time':  # The most recent neighbors before the seed's.
+        for store in edge_stores:
+            store.time = torch.randint(0, 40, (store.num_edges, ),
+                                       generator=gen)
+        kw.update(time_attr='time', temporal_strategy='last',
+                  input_time=torch.randint(20, 60, (data.num_nodes, ),
+                                           generator=gen))
+    elif mode in ('weight', 'weight_replace'):
+        for store in edge_stores:
+            w = torch.rand(store.num_edges, generator=gen)
+            store.w = torch.where(w < 0.2, 0.0, w)  # Some never drawn.
+        kw.update(weight_attr='w', replace=mode == 'weight_replace')
+
+
+def _loader_batches(rank, world_size, hetero, sharding, mode=None):
     if hetero:
         data = random_hetero_graph(0)
         kw = dict(input_nodes=('paper', None))
@@ -92,37 +116,60 @@ def _loader_batches(rank, world_size, hetero, sharding):
         data = random_graph(500, 6000, 1, num_features=6)
         kw = {}
         nn = [5, 3]
+    if mode is not None:
+        _with_mode(data, mode, kw, hetero)
     kw.update(num_neighbors=nn, batch_size=32, shuffle=True, seed=7,
               device='cpu')
     plain = HybridNeighborLoader(data, **kw)
     sharded = HybridNeighborLoader(data, topology_placement=sharding, **kw)
     assert sharded.topology.is_sharded and not plain.topology.is_sharded
-    n = 0
+    split = [type(getattr(c, a)).__name__
+             for c in sharded.topology.csc.values()
+             for a in ('time', 'weight') if getattr(c, a) is not None]
+    n = edges = 0
     for a, b in zip(plain, sharded):
         stores = a.node_types if hetero else [None]
         for t in stores:
             sa, sb = (a, b) if t is None else (a[t], b[t])
             assert torch.equal(sa.n_id, sb.n_id)
             assert torch.equal(sa.x, sb.x)
+            if 'batch' in sa:  # Temporal subgraphs are disjoint.
+                assert torch.equal(sa.batch, sb.batch)
         etypes = a.edge_types if hetero else [None]
         for et in etypes:
             sa, sb = (a, b) if et is None else (a[et], b[et])
             assert torch.equal(sa.edge_index, sb.edge_index)
             assert torch.equal(sa.e_id, sb.e_id)
+            edges += sa.e_id.numel()
         n += 1
-    # A second loader over the same graph shares the shards:
-    again = HybridNeighborLoader(data, topology_placement=sharding, **kw)
+    # A second loader over the same graph shares the shards (with times or
+    # weights, which may change, where it is given the topology):
+    again = HybridNeighborLoader(
+        data, topology_placement=sharding,
+        topology=None if mode is None else sharded.topology, **kw)
     same = all(x is y for x, y in zip(again.topology.csc.values(),
                                       sharded.topology.csc.values()))
-    return n, same
+    return n, same, split, edges
 
 
-@pytest.mark.parametrize('hetero', [False, True])
-def test_sharded_loader_equals_one_process_loader(hetero):
+@pytest.mark.parametrize('hetero,mode', [
+    (False, None),
+    (True, None),
+    (False, 'node_time'),
+    (True, 'node_time'),
+    (False, 'edge_time'),
+    (False, 'weight'),
+    (False, 'weight_replace'),
+    (True, 'weight'),
+])
+def test_sharded_loader_equals_one_process_loader(hetero, mode):
     out = run_workers(_loader_batches, 2,
-                      args=(hetero, TopologySharding(replicate_bytes=0.2)),
-                      timeout=180)
-    assert all(n > 0 and same for n, same in out)
+                      args=(hetero, TopologySharding(replicate_bytes=0.2),
+                            mode), timeout=180)
+    assert all(n > 0 and same and edges > 0 for n, same, _, edges in out)
+    # Times and weights are split with the neighbor lists:
+    for _, _, split, _ in out:
+        assert set(split) == (set() if mode is None else {'ShardedValues'})
 
 
 def _fused(rank, world_size, replicate):
@@ -198,19 +245,6 @@ def test_sharded_feature_store_gathers_from_own_peer_and_host(method):
     assert out[0]['cached'] == out[1]['cached']
 
 
-def _bad_placement(rank, world_size):
-    from torch_geometric.data import Data
-    data = random_graph(50, 200, 0)
-    data.time = torch.arange(50)
-    try:
-        HybridNeighborLoader(data, [2], time_attr='time', device='cpu',
-                             topology_placement='sharded',
-                             input_time=torch.full((50, ), 49))
-    except NotImplementedError as e:
-        return str(e)
-    return 'no error'
-
-
 def test_sharded_placement_bad_input():
     with pytest.raises(ValueError, match="'replicate_bytes' must be"):
         TopologySharding(replicate_bytes=-1)
@@ -220,8 +254,6 @@ def test_sharded_placement_bad_input():
                        ".*'sharded'"):
         HybridNeighborLoader(random_graph(20, 50), [2], device='cpu',
                              topology_placement='shard')
-    msg = run_workers(_bad_placement, 2, timeout=120)
-    assert all('temporal' in m for m in msg)
 
 
 def test_sharded_placement_without_process_group_is_one_shard():

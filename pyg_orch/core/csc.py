@@ -271,6 +271,12 @@ class CSCTopology:
                            self.num_src_nodes, pin(self.time),
                            pin(self.weight))
 
+    def nbytes(self) -> int:
+        r"""Bytes held by this process's tensors of the topology."""
+        return sum(x.numel() * x.element_size()
+                   for x in (self.colptr, self.row, self.edge_id, self.time,
+                             self.weight) if x is not None)
+
     def share_memory_(self) -> 'CSCTopology':
         if not self.colptr.is_cuda:
             self.colptr.share_memory_()

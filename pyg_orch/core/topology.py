@@ -99,12 +99,7 @@ class GraphTopology:
 
     def nbytes(self) -> int:
         r"""Bytes held by the topology tensors."""
-        total = 0
-        for t in self.csc.values():
-            for x in (t.colptr, t.row, t.edge_id, t.time, t.weight):
-                if x is not None:
-                    total += x.numel() * x.element_size()
-        return total
+        return sum(t.nbytes() for t in self.csc.values())
 
     def to(self, device: Union[str, torch.device]) -> 'GraphTopology':
         if torch.device(device) == self.device:

@@ -6,6 +6,7 @@ seeds as PyG :class:`Data`, the same number of batches on every rank so
 that the collectives never wait for a rank that has run out of seeds."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import (
     Any,
@@ -361,10 +362,12 @@ class DistributedNeighborLoader:
         self.sampling_device = sampling_device
         self.feature_device = feature_device
         topology = None
-        if sharding != 'auto':  # A collective of the machine's ranks.
-            topology = shard_part_topology(
-                partition, layout, sampling_device, sharding,
-                max_fanout=_max_fanout(num_neighbors))
+        if sharding != 'auto':
+            # A collective of the machine's ranks, once the sampler has
+            # attached times and weights to the part's topology:
+            topology = functools.partial(
+                shard_part_topology, partition, layout, sampling_device,
+                sharding, _max_fanout(num_neighbors))
         self.sampler = DistributedNeighborSampler(
             partition, num_neighbors, group=group,
             generator=torch.Generator(device=sampling_device).manual_seed(

@@ -131,7 +131,9 @@ def rank_layout(partition: Any, group: Optional[Any] = None) -> RankLayout:
 
 def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
                         sharding: Any = None,
-                        max_fanout: Optional[int] = None) -> Dict[Any, Any]:
+                        max_fanout: Optional[int] = None,
+                        csc: Optional[Dict[Any, Any]] = None
+                        ) -> Dict[Any, Any]:
     r"""The topology of :obj:`partition` (this rank's part) per edge type
     (:obj:`None` on a homogeneous part), its neighbor lists split across
     the ranks that share the part (see
@@ -142,7 +144,12 @@ def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
 
     With :obj:`replicate_by='reads'`, a destination's expected expansions
     are counted from the part's own edges: :obj:`1` plus the times it is a
-    source of an in-edge of the part."""
+    source of an in-edge of the part.
+
+    :obj:`csc` (per edge type) replaces the part's own topology, e.g. with
+    edge times and weights attached (see
+    :class:`~pyg_orch.distributed.DistributedNeighborSampler`); they are
+    split with the neighbor lists."""
     from pyg_orch.multigpu.peer_memory import PeerGroup
     from pyg_orch.multigpu.sharded_topology import (
         TopologySharding,
@@ -152,12 +159,13 @@ def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
     sharding = sharding or TopologySharding()
     peers = PeerGroup(layout.machine_group(), device=device)
     if partition.is_hetero:
-        csc, node_part = partition.csc, partition.node_part
+        own, node_part = partition.csc, partition.node_part
         local_id = partition.local_id
     else:
-        csc = {None: partition.csc}
+        own = {None: partition.csc}
         node_part = {None: partition.node_part}
         local_id = {None: partition.local_id}
+    csc = own if csc is None else csc
     out = {}
     for et, topo in csc.items():
         dst_t = None if et is None else et[-1]

@@ -21,7 +21,17 @@ from __future__ import annotations
 import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import torch
 from torch import Tensor
@@ -167,17 +177,25 @@ class DistributedNeighborSampler:
             once, at construction, and must fit in its memory; the
             exchanges move CUDA tensors, and the output is on
             :obj:`device`.
-        topology (Dict[Any, CSCTopology], optional): The part's topology
-            per edge type (:obj:`None` on a homogeneous partition) to
-            sample instead of copying the part's to :obj:`device`, e.g. its
-            neighbor lists split across the machine's ranks that share the
-            part (:func:`~pyg_orch.distributed.machines.shard_part_topology`).
+        topology (Dict[Any, CSCTopology] or callable, optional): The
+            part's topology per edge type (:obj:`None` on a homogeneous
+            partition) to sample instead of copying the part's to
+            :obj:`device`, e.g. its neighbor lists split across the
+            machine's ranks that share the part
+            (:func:`~pyg_orch.distributed.machines.shard_part_topology`);
+            or a function that makes it from the part's own topology per
+            edge type, called once with the times and weights of
+            :obj:`time_attr` and :obj:`weight_attr` attached (where the
+            part lies, e.g. memory-mapped on the CPU). Only a function
+            works with :obj:`time_attr` and :obj:`weight_attr`.
     """
     def __init__(self, partition, num_neighbors, group: Optional[Any] = None,
                  generator: Optional[torch.Generator] = None,
                  replace: bool = False,
                  device: Optional[Union[str, torch.device]] = None,
-                 topology: Optional[Dict[Any, CSCTopology]] = None,
+                 topology: Union[Dict[Any, CSCTopology], Callable[
+                     [Dict[Any, CSCTopology]], Dict[Any, CSCTopology]],
+                                 None] = None,
                  disjoint: bool = False,
                  weight_attr: Optional[str] = None,
                  time_attr: Optional[str] = None,
@@ -220,17 +238,14 @@ class DistributedNeighborSampler:
         # copies made once (the partition object is left as it is).
         self._node_part = {t: self._on_device(v) for t, v in node_part.items()}
         self._local_id = {t: self._on_device(v) for t, v in local_id.items()}
-        if topology is not None:
-            if set(topology) != set(csc):
-                raise ValueError(f"'topology' must hold the edge types "
-                                 f"{list(csc)} (got {list(topology)})")
-            for et, c in topology.items():
-                if c.colptr.device != self.device:
-                    raise ValueError(f"'topology' lies on "
-                                     f"{str(c.colptr.device)!r} but sampling "
-                                     f"runs on {str(self.device)!r}")
-            csc = topology
-        self._csc = {et: self._topology_on_device(c) for et, c in csc.items()}
+        # A function of the part's topology is called once times and
+        # weights are attached (the part's own tensors stay where they lie
+        # until then):
+        place = topology if callable(topology) else None
+        if topology is not None and place is None:
+            csc = self._check_topology(topology, csc)
+        self._csc = csc if place is not None else {
+            et: self._topology_on_device(c) for et, c in csc.items()}
         self.partition = partition
         self.num_neighbors = num_neighbors if isinstance(
             num_neighbors, dict) else list(num_neighbors)
@@ -247,7 +262,22 @@ class DistributedNeighborSampler:
         self.disjoint = disjoint
         self._hot_nodes: Optional[Dict[Any, Tensor]] = None
         self._add_modes(partition, time_attr, temporal_strategy,
-                        weight_attr, topology is not None)
+                        weight_attr, topology is not None and place is None)
+        if place is not None:
+            self._csc = self._check_topology(place(self._csc), self._csc)
+
+    def _check_topology(self, topology: Any, csc: Dict[Any, Any]
+                        ) -> Dict[Any, CSCTopology]:
+        # A topology given for the part: its edge types, on the device.
+        if not isinstance(topology, dict) or set(topology) != set(csc):
+            raise ValueError(f"'topology' must hold the edge types "
+                             f"{list(csc)} (got {topology!r:.200})")
+        for et, c in topology.items():
+            if c.colptr.device != self.device:
+                raise ValueError(f"'topology' lies on "
+                                 f"{str(c.colptr.device)!r} but sampling "
+                                 f"runs on {str(self.device)!r}")
+        return topology
 
     def _add_modes(self, partition, time_attr: Optional[str],
                    temporal_strategy: str, weight_attr: Optional[str],
@@ -264,10 +294,12 @@ class DistributedNeighborSampler:
             return
         if given_topology:
             raise NotImplementedError(
-                "'time_attr' and 'weight_attr' with a given 'topology' (a "
-                "part's neighbor lists split across ranks) are not "
-                "supported yet: the times and weights are not split with "
-                "them")
+                "'time_attr' and 'weight_attr' with a given 'topology' "
+                "dictionary (a part's neighbor lists split across ranks) "
+                "are not supported: the times and weights are not split "
+                "with them; give a function that splits the part's "
+                "topology instead (it is called with the times and weights "
+                "attached)")
         order: Dict[Any, Tensor] = {}
         if time_attr is not None:
             if not isinstance(time_attr, str):
@@ -280,20 +312,32 @@ class DistributedNeighborSampler:
                 partition, time_attr, self.is_hetero, self.num_nodes,
                 self.group, self.world_size, self.device)
             for et, csc in self._csc.items():
+                at = csc.colptr.device  # The device or, to be split, the CPU.
                 src_time = None if self.node_time is None else \
                     self.node_time.get(self._src(et))
-                time = time_per_position(csc, src_time, edge_time.get(et))
+                e_time = edge_time.get(et)
+                time = time_per_position(
+                    csc, None if src_time is None else src_time.to(at),
+                    None if e_time is None else e_time.to(at))
                 if time is not None:
                     self._csc[et], order[et] = sort_by_time(csc, time)
             self.disjoint = True  # As PyG: temporal subgraphs are disjoint.
         if weight_attr is not None:
             for et, w in part_weights(partition, weight_attr, self.is_hetero,
                                       self.group, self.world_size).items():
-                w = self._on_device(w)
+                w = w.to(self._csc[et].colptr.device)
                 if et in order:
                     w = w.index_select(0, order[et])
                 self._csc[et] = dataclasses.replace(
                     self._csc[et], weight=w, _weight_cumsum=None)
+
+    @property
+    def topology(self) -> Dict[Any, CSCTopology]:
+        r"""The part's topology that sampling reads, per edge type
+        (:obj:`None` on a homogeneous partition), with times and weights
+        attached (split across the machine's ranks with a sharded
+        topology)."""
+        return dict(self._csc)
 
     @property
     def is_temporal(self) -> bool:

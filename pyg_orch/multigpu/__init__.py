@@ -23,6 +23,7 @@ from pyg_orch.multigpu.peer_memory import (
 )
 from pyg_orch.multigpu.sharded_topology import (
     ShardedCSC,
+    ShardedValues,
     TopologySharding,
     shard_bounds,
     shard_graph_topology,
@@ -47,6 +48,7 @@ __all__ = [
     'PeerBuffers',
     'PeerGroup',
     'ShardedCSC',
+    'ShardedValues',
     'TopologySharding',
     'shard_bounds',
     'shard_graph_topology',

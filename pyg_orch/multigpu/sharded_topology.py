@@ -4,6 +4,7 @@ destination-vertex ranges one shard per rank, and the lists of the
 highest-scored vertices (degree, or pre-sampled access counts) copied to
 every GPU within a memory budget. Sampling reads a list wherever it lives,
 so a batch equals the one-GPU loader's for the same seed."""
+import dataclasses
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -23,12 +24,72 @@ from pyg_orch.multigpu.peer_memory import PeerBuffers, PeerGroup
 READ_TIERS = ('local', 'replicated', 'peer')
 
 
+def shard_positions(edge_bounds: Tensor, pos: Tensor):
+    r"""The shard of every CSC position :obj:`pos` (shards start at
+    :obj:`edge_bounds`) and the position within it."""
+    owner = torch.bucketize(pos, edge_bounds[1:-1], right=True)
+    return owner, pos - edge_bounds.index_select(0, owner)
+
+
+class ShardedValues:
+    r"""A value per CSC position (edge times, sampling weights or their
+    prefix sums) split across a machine's processes like the neighbor lists
+    of a :class:`ShardedCSC`: :meth:`index_select` reads any position from
+    the shard that holds it, which is all that sampling asks of such
+    values (see :func:`~pyg_orch.sampling.neighbors.sample_neighbors`).
+
+    Args:
+        shards (PeerBuffers): Every rank's shard.
+        edge_bounds (torch.Tensor): The CSC positions where the shards
+            start, and the number of positions.
+        own_size (int): The positions of this rank's shard.
+    """
+    def __init__(self, shards: PeerBuffers, edge_bounds: Tensor,
+                 own_size: int):
+        self.shards = shards
+        self.edge_bounds = edge_bounds
+        self.own_size = int(own_size)
+
+    @property
+    def own(self) -> Tensor:
+        r"""This rank's shard."""
+        return self.shards.own[:self.own_size]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.shards.own.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.edge_bounds.device
+
+    @property
+    def nbytes(self) -> int:
+        r"""Bytes of this rank's shard."""
+        return self.own.numel() * self.own.element_size()
+
+    def index_select(self, dim: int, index: Tensor) -> Tensor:
+        r"""The values at CSC positions :obj:`index` (:obj:`dim=0`)."""
+        if dim != 0:
+            raise ValueError(f"ShardedValues has one dimension (got "
+                             f"dim={dim})")
+        owner, local = shard_positions(self.edge_bounds, index)
+        return self.shards.gather(owner, local)
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(shards={len(self.shards.buffers)}, '
+                f'dtype={self.dtype}, own_size={self.own_size})')
+
+
 @dataclass(eq=False)
 class ShardedCSC(CSCTopology):
     r"""A :class:`~pyg_orch.core.CSCTopology` sharded over a
     :class:`~pyg_orch.multigpu.PeerGroup` (build it with
     :func:`shard_topology`). :obj:`row` and :obj:`edge_id` hold this rank's
     shard only; :meth:`neighbors` and :meth:`edge_ids` read any position.
+    Edge times and sampling weights (temporal and weighted sampling), where
+    present, are split the same way (:class:`ShardedValues`; read from the
+    shard that holds them, never from copies).
 
     Attributes:
         node_bounds (List[int]): Rank :obj:`r` holds the lists of
@@ -79,17 +140,25 @@ class ShardedCSC(CSCTopology):
         return int((self.rep_start >= 0).sum())
 
     def memory(self) -> Dict[str, int]:
-        r"""Bytes this rank holds: replicated offsets, own shard, copies."""
+        r"""Bytes this rank holds: replicated offsets, own shard (with its
+        edge times and weights), copies."""
         def nbytes(x):
+            if isinstance(x, ShardedValues):
+                return x.nbytes
             return 0 if x is None else x.numel() * x.element_size()
         return {
             'offsets': nbytes(self.colptr) + nbytes(self.rep_start),
-            'shard': nbytes(self.row) + nbytes(self.edge_id),
+            'shard': sum(nbytes(x) for x in (
+                self.row, self.edge_id, self.time, self.weight,
+                self._weight_cumsum)),
             'replicated': nbytes(self.rep_row) + nbytes(self.rep_eid),
         }
 
+    def nbytes(self) -> int:
+        return sum(self.memory().values())
+
     def _locate(self, pos: Tensor, dst: Optional[Tensor], count: bool):
-        shard = torch.bucketize(pos, self.edge_bounds[1:-1], right=True)
+        shard, _ = shard_positions(self.edge_bounds, pos)
         rep = None
         if self.rep_start is not None:
             if dst is None:
@@ -229,10 +298,6 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
             expansion).
         count_reads (bool): Count reads per tier (see :meth:`stats`).
     """
-    if csc.time is not None or csc.weight is not None:
-        raise NotImplementedError(
-            "sharded topology does not support temporal or weighted "
-            "sampling yet; use topology_placement='device' or 'host'")
     device = peers.device
     colptr = csc.colptr.cpu()
     src_device = csc.row.device  # Sliced where it lies (e.g. built on GPU).
@@ -249,6 +314,19 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
 
     row_shards = split(csc.row)
     eid_shards = split(csc.edge_id) if csc.edge_id is not None else None
+    device_bounds = edge_bounds.to(device)
+
+    def split_values(values: Optional[Tensor]) -> Optional[ShardedValues]:
+        if values is None:
+            return None
+        return ShardedValues(split(values), device_bounds, b - a)
+
+    time = split_values(csc.time)
+    weight = split_values(csc.weight)
+    # The prefix sums over all positions (computed on a copy, so that
+    # `csc` keeps no cache of them), split like the weights:
+    cumsum = None if csc.weight is None else split_values(
+        dataclasses.replace(csc, _weight_cumsum=None).weight_cumsum)
     peers.barrier()  # Every shard is written before anyone reads it.
 
     rep_start = rep_row = rep_eid = None
@@ -277,8 +355,9 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
     own_eid = eid_shards.own[:b - a] if eid_shards is not None else None
     return ShardedCSC(
         colptr=colptr.to(device), row=own_row, edge_id=own_eid,
-        num_src_nodes=csc.num_src_nodes, node_bounds=bounds,
-        edge_bounds=edge_bounds.to(device), rank=r, row_shards=row_shards,
+        num_src_nodes=csc.num_src_nodes, time=time, weight=weight,
+        _weight_cumsum=cumsum, node_bounds=bounds,
+        edge_bounds=device_bounds, rank=r, row_shards=row_shards,
         eid_shards=eid_shards, rep_start=rep_start, rep_row=rep_row,
         rep_eid=rep_eid, total_edges=csc.num_edges,
         reads=torch.zeros(3, dtype=torch.int64, device=device)
@@ -359,10 +438,6 @@ def shard_graph_topology(topology: GraphTopology, device: torch.device,
     cached = _SHARDED.get(topology, {}).get(key)
     if cached is not None:
         return cached
-    if topology.is_temporal or topology.is_weighted:
-        raise NotImplementedError(
-            "topology_placement='sharded' does not support temporal or "
-            "weighted sampling yet; use 'device' or 'host'")
     peers = PeerGroup(device=device)
     csc = {}
     for et, t in topology.csc.items():
@@ -375,7 +450,9 @@ def shard_graph_topology(topology: GraphTopology, device: torch.device,
             t, peers, sharding.budget(t), score,
             max_fanout=max_fanout if sharding.replicate_by == 'reads'
             else None)
-    out = GraphTopology(csc, topology.num_nodes, None, topology.time_attr,
-                        topology.weight_attr)
+    node_time = None if topology.node_time is None else {
+        t: v.to(device) for t, v in topology.node_time.items()}
+    out = GraphTopology(csc, topology.num_nodes, node_time,
+                        topology.time_attr, topology.weight_attr)
     _SHARDED.setdefault(topology, {})[key] = out
     return out

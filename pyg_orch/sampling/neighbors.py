@@ -73,16 +73,21 @@ def segment_upper_bound(values: Tensor, start: Tensor, end: Tensor,
                         bound: Tensor) -> Tensor:
     r"""For every segment :obj:`values[start[i]:end[i]]` (sorted ascending),
     the first position whose value exceeds :obj:`bound[i]` (or :obj:`end[i]`),
-    by a bisection vectorized over segments."""
+    by a bisection vectorized over segments. :obj:`values` is a tensor or
+    anything with its :meth:`index_select` (e.g. a
+    :class:`~pyg_orch.multigpu.ShardedValues`)."""
     lo, hi = start.clone(), end.clone()
     if lo.numel() == 0:
         return lo
     steps = int((end - start).max()).bit_length()
-    last = max(values.numel() - 1, 0)
+    # Where a segment is done (`lo == hi`), `mid` may be its end: read its
+    # last position instead (any readable one: the result is not used).
+    last = (end - 1).clamp(min=0)
     for _ in range(steps):
         active = lo < hi
         mid = (lo + hi) // 2
-        right = active & (values[mid.clamp(max=last)] <= bound)
+        at = torch.minimum(mid, last)
+        right = active & (values.index_select(0, at) <= bound)
         lo = torch.where(right, mid + 1, lo)
         hi = torch.where(active & ~right, mid, hi)
     return lo
@@ -141,6 +146,11 @@ def sample_neighbors(
             prefix sum of the weights (needed with :obj:`replace=True`), see
             :attr:`CSCTopology.weight_cumsum`.
 
+    :obj:`time`, :obj:`weight` and :obj:`weight_cumsum` may also be split
+    across processes like the neighbor lists
+    (:class:`~pyg_orch.multigpu.ShardedValues`): they are only read with
+    :meth:`index_select`.
+
     Returns:
         (positions, dst_index): CSC positions of the sampled edges, grouped by
         node in the order of :obj:`nodes`, and for each sampled edge the
@@ -198,9 +208,13 @@ def _weighted_with_replacement(start: Tensor, end: Tensor, k: int,
                                generator: Optional[torch.Generator]):
     # Integer inverse-CDF draws on the fixed-point prefix sum: exact, so a
     # zero-weight neighbor is never drawn.
-    zero = cumsum.new_zeros(())
-    base = torch.where(start > 0, cumsum[(start - 1).clamp(min=0)], zero)
-    top = torch.where(end > start, cumsum[(end - 1).clamp(min=0)], base)
+    # `cumsum` is a tensor, or per-edge values split across processes
+    # (neighborhoods are never split; read with `index_select`):
+    zero = torch.zeros((), dtype=torch.int64, device=start.device)
+    base = torch.where(start > 0, cumsum.index_select(
+        0, (start - 1).clamp(min=0)), zero)
+    top = torch.where(end > start, cumsum.index_select(
+        0, (end - 1).clamp(min=0)), base)
     count = torch.where(top > base, k, 0)
     total = int(count.sum())
     dst_index = torch.repeat_interleave(
@@ -208,7 +222,12 @@ def _weighted_with_replacement(start: Tensor, end: Tensor, k: int,
         output_size=total)
     lo, hi = base.index_select(0, dst_index), top.index_select(0, dst_index)
     draw = lo + _randint_below(hi - lo, generator)
-    return torch.searchsorted(cumsum, draw, right=True), dst_index
+    if isinstance(cumsum, Tensor):
+        return torch.searchsorted(cumsum, draw, right=True), dst_index
+    # The same position, searched within the destination's neighborhood:
+    return segment_upper_bound(cumsum, start.index_select(0, dst_index),
+                               end.index_select(0, dst_index),
+                               draw), dst_index
 
 
 def _weighted_without_replacement(start: Tensor, end: Tensor, k: int,
