@@ -43,6 +43,43 @@ def _loaders(rank, world_size, features):
     return n, stats['topology_reads'], stats['features']
 
 
+def _mode_loaders(rank, world_size, mode):
+    # Temporal and weighted sampling (the PyTorch path) over lists, times
+    # and weights split across the two GPUs.
+    from pyg_orch import HybridNeighborLoader
+
+    torch.cuda.set_device(rank)
+    device = torch.device('cuda', rank)
+    data = random_graph(20000, 300000, 4, num_features=32)
+    gen = torch.Generator().manual_seed(9)
+    kw = dict(num_neighbors=[10, 5], batch_size=256, shuffle=True, seed=3,
+              device=device)
+    if mode == 'time':
+        data.time = torch.randint(0, 100, (20000, ), generator=gen)
+        kw.update(time_attr='time')
+    else:
+        data.w = torch.rand(300000, generator=gen)
+        kw.update(weight_attr='w', replace=mode == 'weight_replace')
+    plain = HybridNeighborLoader(data, topology_placement='device', **kw)
+    sharded = HybridNeighborLoader(data, topology_placement='sharded', **kw)
+    n = 0
+    for a, b in zip(plain, sharded):
+        assert torch.equal(a.n_id, b.n_id)
+        assert torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.e_id, b.e_id)
+        n += 1
+    return n, sharded.stats()['topology_reads']
+
+
+@pytest.mark.parametrize('mode', ['time', 'weight', 'weight_replace'])
+def test_two_gpu_sharded_temporal_and_weighted(mode):
+    out = run_workers(_mode_loaders, 2, args=(mode, ), backend='nccl',
+                      start_method='spawn', env=MULTICAST_OFF_ENV,
+                      timeout=300)
+    for n, reads in out:
+        assert n > 0 and reads['peer'] > 0
+
+
 @pytest.mark.parametrize('features', ['gpu', 'host'])
 def test_two_gpu_sharded_loader_equals_one_gpu_loader(features):
     out = run_workers(_loaders, 2, args=(features, ), backend='nccl', start_method='spawn',

@@ -826,6 +826,36 @@ def test_cuda_edge_temporal_with_feature_store():
     assert torch.all(data.edge_time[cpu(batch.e_id)] <= 10)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize('mode', ['time', 'edge_time', 'weight',
+                                  'weight_replace'])
+def test_cuda_sharded_topology_samples_like_device_topology(mode):
+    # topology_placement='sharded' without a process group: one shard on
+    # the GPU, its times and weights read through ShardedValues.
+    data = temporal_graph()
+    kw = dict(num_neighbors=[3, 2], batch_size=8, device='cuda', seed=5)
+    if mode == 'time':
+        kw.update(time_attr='time')
+    elif mode == 'edge_time':
+        kw.update(time_attr='edge_time', temporal_strategy='last',
+                  input_time=torch.full((data.num_nodes, ), 10))
+    else:
+        kw.update(weight_attr='edge_weight',
+                  replace=mode == 'weight_replace')
+    plain = HybridNeighborLoader(data, topology_placement='device', **kw)
+    sharded = HybridNeighborLoader(data, topology_placement='sharded', **kw)
+    csc = sharded.topology.csc[None]
+    values = csc.weight if mode.startswith('weight') else csc.time
+    assert type(values).__name__ == 'ShardedValues'
+    n = 0
+    for a, b in zip(plain, sharded):
+        assert torch.equal(a.n_id, b.n_id)
+        assert torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.e_id, b.e_id)
+        n += 1
+    assert n > 1
+
+
 # time_attr on some node or edge types of a HeteroData (as PyG) ##############
 #
 # PyG (pyg-lib) filters an edge type by time when its source node type has a
