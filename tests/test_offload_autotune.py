@@ -380,8 +380,13 @@ def test_end_to_end_offload_off():
     assert not off.runtime.active and off.runtime.handles == []
     assert wait_no_threads() == []
     # The runtime closed: none of its hooks runs any more (not even the
-    # optimizer step counter), and it keeps the trial's counts.
+    # optimizer step counter), and it keeps the trial's counts, not what
+    # only offloading needs (the CPU side's topology, features and layer
+    # copies, device copies of offsets and hot-set positions):
     assert off.runtime.closed
+    computer = off.runtime.strategy.computer
+    assert computer.released and computer.csc is None and computer.x is None
+    assert off.runtime.degrees is None
     steps = stats['steps']
     # Plain training from now on: no CPU work, outputs of the model.
     submitted = stats['tables_submitted']

@@ -311,6 +311,21 @@ class BottomLayerComputer:
             local.key = key
         return local.layer
 
+    def release(self) -> None:
+        r"""Drops what it reads (the host copy of the topology, the
+        features, the layer copies) once its runtime is closed; it computes
+        nothing after."""
+        self.x = self.csc = None
+        if getattr(self, 'x_src', None) is not None:
+            self.x_src = None
+        self._layer = self.template = None
+        self._local = threading.local()
+
+    @property
+    def released(self) -> bool:
+        r"""Whether :meth:`release` was called."""
+        return self.csc is None
+
     @property
     def cpu_aggregation(self) -> str:
         r"""How :meth:`compute` works: :obj:`'embedding_bag'` (see

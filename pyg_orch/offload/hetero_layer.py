@@ -171,6 +171,16 @@ class HeteroBottomLayerComputer:
     def row_bytes(self) -> int:
         return max(p.row_bytes for p in self.parts)
 
+    def release(self) -> None:
+        r"""See :meth:`BottomLayerComputer.release`: every edge type's."""
+        for p in self.parts:
+            p.release()
+        self._local = threading.local()
+
+    @property
+    def released(self) -> bool:
+        return all(p.released for p in self.parts)
+
     def node_type_of(self, nodes: Tensor) -> Dict[NodeType, Tuple[Tensor,
                                                                  Tensor]]:
         r"""Splits combined ids by node type: for every type present, the

@@ -118,6 +118,12 @@ class HotSetSizer:
             out = self._positions[key] = cpu.to(device)
         return out
 
+    def drop_device_copies(self) -> None:
+        r"""Frees the copies of :meth:`positions` made on devices (they are
+        made again when asked for)."""
+        cpu = torch.device('cpu')
+        self._positions = {cpu: self._positions[cpu]}
+
     # The sampler #############################################################
 
     def bind(self, sampler: Any,

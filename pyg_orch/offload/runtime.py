@@ -269,8 +269,10 @@ class OffloadRuntime:
         self.strategy.pause()
 
     def close(self) -> None:
-        r"""Removes every hook, stops the worker threads and clears the
-        sampler's hot nodes, for good."""
+        r"""Removes every hook, stops the worker threads, clears the
+        sampler's hot nodes and releases what only offloading needs (the
+        CPU side's copies of the topology and the layer, tables, device
+        copies of offsets), for good; :meth:`stats` keeps its counts."""
         if self.closed:
             return
         self.closed = True
@@ -284,6 +286,9 @@ class OffloadRuntime:
             self.hot.prune(False)
         finally:
             self.strategy.close()
+            self.strategy.computer.release()
+            self.hot.drop_device_copies()
+            self.degrees = None
             self.batches.clear()
             self.sampled.clear()
             self.ctx = None
