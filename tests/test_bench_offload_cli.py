@@ -72,3 +72,44 @@ def test_same_process_phases(monkeypatch, tmp_path, default_first):
     assert res['decision']['state'] in ('trial', 'settling')
     with pytest.raises(SystemExit):
         same.parse_args(['--tiny', '--steps', '0'])
+
+
+def _orders_file(path, first, ms):
+    # A --process-per-run --both-orders result: `ms` per process (1-4),
+    # the modes in the order `first`, other, other, first.
+    import json
+    modes = [first, 'default' if first == 'plain' else 'plain']
+    order = [modes[0], modes[1], modes[1], modes[0]]
+    res = {m: {'orders': []} for m in modes}
+    for p, (m, t) in enumerate(zip(order, ms), 1):
+        res[m]['orders'].append({'process': p, 'ms_per_batch': t})
+    mean = {m: sum(o['ms_per_batch'] for o in res[m]['orders']) / 2
+            for m in modes}
+    res['speedup'] = {'default': mean['plain'] / mean['default']}
+    path.write_text(json.dumps({'results': res}))
+    return str(path)
+
+
+def test_summarize_offload_orders(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCH))
+    orders = importlib.import_module('summarize_offload_orders')
+    # Outer processes 2% faster, the default itself 1% slower:
+    abba = [_orders_file(tmp_path / f'a{i}.json', 'plain',
+                         [9.8, 10.1, 10.1, 9.8]) for i in range(2)]
+    baab = [_orders_file(tmp_path / 'b.json', 'default',
+                         [9.9, 10.0, 10.0, 9.9])]
+    runs = [orders.read_run(f, 'default') for f in abba + baab]
+    assert [r['order'] for r in runs] == ['A B B A'] * 2 + ['B A A B']
+    assert runs[0]['first_over_inner'] == pytest.approx(9.8 / 10.1)
+    s = orders.summarize(runs)
+    assert s['plain_first']['median'] == pytest.approx(9.8 / 10.1)
+    assert s['mode_first']['median'] == pytest.approx(10.0 / 9.9)
+    assert s['balanced'] == pytest.approx(
+        (9.8 / 10.1 * 10.0 / 9.9) ** 0.5)
+    out = tmp_path / 'o.json'
+    orders.main(['--runs', *abba, *baab, '--out', str(out)])
+    assert out.exists()
+    bad = tmp_path / 'bad.json'
+    bad.write_text('{"results": {"plain": {}, "default": {}}}')
+    with pytest.raises(ValueError, match="not a --process-per-run"):
+        orders.read_run(str(bad), 'default')
