@@ -266,6 +266,18 @@ def assert_same_sample(step, ref) -> None:
     assert nse == ref.num_sampled_edges[None]
 
 
+def same_subgraphs(loader_a, loader_b) -> int:
+    r"""Asserts that two loaders give the same batches (nodes, edges and
+    edge ids, batch by batch); returns the number of batches."""
+    n = 0
+    for a, b in zip(loader_a, loader_b):
+        assert torch.equal(a.n_id, b.n_id)
+        assert torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.e_id, b.e_id)
+        n += 1
+    return n
+
+
 def one_part(data, out_dir):
     r""":obj:`data` written as a one-part partition to :obj:`out_dir`, and
     that part loaded."""
