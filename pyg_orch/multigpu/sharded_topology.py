@@ -158,7 +158,7 @@ class ShardedCSC(CSCTopology):
         return sum(self.memory().values())
 
     def _locate(self, pos: Tensor, dst: Optional[Tensor], count: bool):
-        shard, _ = shard_positions(self.edge_bounds, pos)
+        shard, local = shard_positions(self.edge_bounds, pos)
         rep = None
         if self.rep_start is not None:
             if dst is None:
@@ -171,15 +171,15 @@ class ShardedCSC(CSCTopology):
         if count and self.reads is not None:
             is_rep = rep[0] if rep is not None else torch.zeros_like(
                 pos, dtype=torch.bool)
-            local = ~is_rep & (shard == self.rank)
+            mine = ~is_rep & (shard == self.rank)
             peer = ~is_rep & (shard != self.rank)
             self.reads += torch.stack(
-                [local.sum(), is_rep.sum(), peer.sum()])
-        return shard, rep
+                [mine.sum(), is_rep.sum(), peer.sum()])
+        return shard, local, rep
 
     def _read(self, pos: Tensor, dst: Optional[Tensor], shards: PeerBuffers,
               replica: Optional[Tensor], count: bool = False) -> Tensor:
-        shard, rep = self._locate(pos, dst, count)
+        shard, local, rep = self._locate(pos, dst, count)
         out = torch.empty(pos.shape, dtype=shards.own.dtype,
                           device=pos.device)
         todo = torch.ones_like(pos, dtype=torch.bool)
@@ -189,10 +189,8 @@ class ShardedCSC(CSCTopology):
             out[idx] = replica.index_select(0, rep_pos[idx])
             todo = ~is_rep
         idx = todo.nonzero().view(-1)
-        owner = shard.index_select(0, idx)
-        local = pos.index_select(0, idx) - self.edge_bounds.index_select(
-            0, owner)
-        out[idx] = shards.gather(owner, local)
+        out[idx] = shards.gather(shard.index_select(0, idx),
+                                 local.index_select(0, idx))
         return out
 
     def kernel_shards(self) -> ShardLayout:

@@ -316,8 +316,6 @@ class BottomLayerComputer:
         features, the layer copies) once its runtime is closed; it computes
         nothing after."""
         self.x = self.csc = None
-        if getattr(self, 'x_src', None) is not None:
-            self.x_src = None
         self._layer = self.template = None
         self._local = threading.local()
 
@@ -476,6 +474,10 @@ class BipartiteLayerComputer(BottomLayerComputer):
     @property
     def row_bytes(self) -> int:
         return self.x_src[0].numel() * self.x_src.element_size()
+
+    def release(self) -> None:
+        super().release()
+        self.x_src = None
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
