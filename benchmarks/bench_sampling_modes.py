@@ -100,6 +100,14 @@ def _mode_list(text: str) -> List[str]:
     return names
 
 
+def _backend_list(text: str) -> List[str]:
+    names = [v.strip() for v in text.split(',') if v.strip()]
+    if not names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f'expected distinct backend names, got {text!r}')
+    return names
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog='bench_sampling_modes.py',
@@ -132,6 +140,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='neighbors per hop, comma-separated')
     p.add_argument('--modes', type=_mode_list, default=list(MODES),
                    help='comma-separated subset of: ' + ', '.join(MODES))
+    p.add_argument('--backends', type=_backend_list, default=['auto'],
+                   help="sampling backends to time, comma-separated "
+                   "('auto', 'torch', 'triton', 'triton_draw'); with more "
+                   "than one, every mode is timed with each (rows 'mode "
+                   "[backend]') and, with 'torch' among them, the speed-up "
+                   "over it is reported")
     p.add_argument('--sequential', action='store_true',
                    help='time the modes one after the other, one topology '
                    'in memory at a time (default: round-robin over the '
@@ -265,8 +279,14 @@ def main(argv=None) -> Dict[str, Any]:
     by_topology: Dict[str, List[str]] = {}
     for name in args.modes:
         by_topology.setdefault(MODES[name][0], []).append(name)
+    several = len(args.backends) > 1
+
+    def label(name: str, backend: str) -> str:
+        return f'{name} [{backend}]' if several else name
+
+    labels = [(label(n, b), n, b) for n in args.modes for b in args.backends]
     topo_info: Dict[str, Dict[str, Any]] = {}
-    samples: Dict[str, List[tuple]] = {name: [] for name in args.modes}
+    samples: Dict[str, List[tuple]] = {lab: [] for lab, _, _ in labels}
     meta: Dict[str, Dict[str, Any]] = {}
 
     def build_topology(key: str, names: List[str]):
@@ -287,17 +307,20 @@ def main(argv=None) -> Dict[str, Any]:
             f'{topo.nbytes() / 2**20:.0f} MiB')
         return topo
 
-    def make_sampler(name: str, topo):
+    def make_sampler(name: str, backend: str, topo):
         kwargs = dict(MODES[name][1])
         if kwargs.get('time_attr') == 'edge_time':
             kwargs['input_time'] = input_time
         loader = HybridNeighborLoader(data, args.fanout,
                                       batch_size=args.batch_size,
                                       device=device, seed=args.seed,
-                                      topology=topo, **kwargs)
-        meta[name] = dict(topology=MODES[name][0], kwargs={
-            k: v for k, v in kwargs.items() if k != 'input_time'
-        }, disjoint=bool(loader.node_sampler.disjoint))
+                                      topology=topo, backend=backend,
+                                      **kwargs)
+        meta[label(name, backend)] = dict(
+            topology=MODES[name][0], mode=name, backend=backend,
+            backend_used=loader.node_sampler.backend, kwargs={
+                k: v for k, v in kwargs.items() if k != 'input_time'
+            }, disjoint=bool(loader.node_sampler.disjoint))
         for idx in batches[:args.warmup]:
             loader.node_sampler.sample_from_nodes(loader.input_data[idx])
         return loader
@@ -306,10 +329,12 @@ def main(argv=None) -> Dict[str, Any]:
     if args.sequential:  # One topology at a time (least memory).
         for key, names in by_topology.items():
             topo = build_topology(key, names)
-            for name in names:
-                loader = make_sampler(name, topo)
+            for lab, name, backend in labels:
+                if name not in names:
+                    continue
+                loader = make_sampler(name, backend, topo)
                 for idx in timed:
-                    samples[name].append(time_batch(
+                    samples[lab].append(time_batch(
                         loader.node_sampler, loader.input_data, idx, device))
                 del loader
             del topo
@@ -320,30 +345,35 @@ def main(argv=None) -> Dict[str, Any]:
         loaders = {}
         for key, names in by_topology.items():
             topo = build_topology(key, names)
-            for name in names:
-                loaders[name] = make_sampler(name, topo)
+            for lab, name, backend in labels:
+                if name in names:
+                    loaders[lab] = make_sampler(name, backend, topo)
         for idx in timed:
-            for name, loader in loaders.items():
-                samples[name].append(time_batch(
+            for lab, loader in loaders.items():
+                samples[lab].append(time_batch(
                     loader.node_sampler, loader.input_data, idx, device))
         del loaders
 
     results: Dict[str, Dict[str, Any]] = {}
-    for name in args.modes:
-        results[name] = res = summarize(samples[name])
-        res.update(meta[name])
+    for lab, _, _ in labels:
+        results[lab] = res = summarize(samples[lab])
+        res.update(meta[lab])
 
-    base = results.get('uniform')
     rows = []
-    for name, r in results.items():
+    for lab, name, backend in labels:
+        r = results[lab]
+        base = results.get(label('uniform', backend))
         if base is not None:
             r['ms_ratio_to_uniform'] = r['ms_per_batch'] / base['ms_per_batch']
             r['edges_per_s_ratio_to_uniform'] = (r['edges_per_s'] /
                                                  base['edges_per_s'])
+        ref = results.get(label(name, 'torch')) if several else None
+        if ref is not None and backend != 'torch':
+            r['speedup_over_torch'] = ref['ms_per_batch'] / r['ms_per_batch']
         rows.append([
-            name, r['ms_per_batch'], r['ms_median'], r['edges_per_batch'],
-            r['edges_per_s'] / 1e6, r.get('ms_ratio_to_uniform'),
-            r.get('edges_per_s_ratio_to_uniform')
+            lab, r['backend_used'], r['ms_per_batch'], r['ms_median'],
+            r['edges_per_batch'], r['edges_per_s'] / 1e6,
+            r.get('ms_ratio_to_uniform'), r.get('speedup_over_torch')
         ])
     log('')
     log(f'Sampling alone on {device} ({args.preset}: {args.num_nodes:,} '
@@ -352,8 +382,8 @@ def main(argv=None) -> Dict[str, Any]:
         f"{'sequential' if args.sequential else 'round-robin'}, "
         f'{torch.get_num_threads()} threads):')
     log(fmt_table([
-        'mode', 'ms/batch', 'median ms', 'edges/batch', 'M edges/s',
-        'ms / uniform', 'edges/s / uniform'
+        'mode', 'backend', 'ms/batch', 'median ms', 'edges/batch',
+        'M edges/s', 'ms / uniform', 'x torch'
     ], rows))
 
     report = dict(

@@ -223,6 +223,9 @@ def test_auto_backend_choice_for_hetero():
     data = small_graph()
     assert choose_backend('auto', _config(data, 'cuda')) == 'triton'
     assert choose_backend('auto', _config(data, 'cpu')) == 'torch'
+    # What the fused kernels do not take goes to the PyTorch path (here
+    # with the topology in host memory, which it samples on the CPU; see
+    # test_neighbor_draw.py for 'triton_draw' with a topology on the GPU).
     assert choose_backend('auto', _config(data, 'cuda',
                                           disjoint=True)) == 'torch'
     assert choose_backend('auto', _config(data, 'cuda',

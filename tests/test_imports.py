@@ -328,11 +328,13 @@ def test_cpu_sampling_never_imports_triton():
             HybridNeighborSampler(data, [3, 2], device='cpu',
                                   backend='triton')
         with pytest.raises(ValueError, match="'backend' must be 'auto', "
-                           "'torch' or 'triton'"):
+                           "'torch', 'triton' or 'triton_draw'"):
             HybridNeighborSampler(data, [3, 2], device='cpu', backend='x')
         loaded = [m for m in sys.modules
                   if (not pyg_triton and m == 'triton')
                   or m == 'pyg_orch.gpu.triton_backend'
+                  or m == 'pyg_orch.sampling.draw_backend'
+                  or m == 'pyg_orch.gpu.neighbor_draw'
                   or m == 'pyg_orch.gpu.triton_kernels']
         assert not loaded, loaded
     ''')

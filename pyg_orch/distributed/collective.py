@@ -1,6 +1,7 @@
 r"""Variable-size exchanges between all ranks of a process group, one
 :func:`torch.distributed.all_to_all_single` per payload (after one for the
-sizes): the transport of the collective sampler
+sizes, unless the receiver knows them, as for the replies to its own
+requests): the transport of the collective sampler
 (:class:`~pyg_orch.distributed.DistributedNeighborSampler`) and feature
 gather (:class:`~pyg_orch.distributed.DistributedFeatureGather`).
 
@@ -22,8 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ['comm_device', 'exchange', 'group_rank', 'group_size',
-           'split_by_value']
+__all__ = ['comm_device', 'exchange', 'exchange_rows', 'group_rank',
+           'group_size', 'split_by_value']
 
 
 def group_size(group: Optional[Any] = None) -> int:
@@ -77,7 +78,8 @@ def comm_device(group: Optional[Any] = None) -> torch.device:
 
 
 def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
-             out_device: Optional[torch.device] = None) -> List[Tensor]:
+             out_device: Optional[torch.device] = None,
+             recv_sizes: Optional[Sequence[int]] = None) -> List[Tensor]:
     r"""Sends :obj:`send[r]` to rank :obj:`r` of :obj:`group` and returns
     the tensors every rank sent to this one, in rank order (a collective).
 
@@ -94,6 +96,11 @@ def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
             default group).
         out_device (torch.device, optional): Where the received tensors
             land.
+        recv_sizes (Sequence[int], optional): The number of rows every rank
+            sends to this one, where the caller knows it (e.g. the replies
+            to requests it sent): then the sizes are not exchanged and the
+            host does not wait for the device. They must be right: a wrong
+            size makes the collective fail or mix up rows.
     """
     world_size = group_size(group)
     if len(send) != world_size:
@@ -102,7 +109,12 @@ def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
     first = send[0]
     out_device = first.device if out_device is None else torch.device(
         out_device)
+    if recv_sizes is not None:
+        recv_sizes = _check_sizes(recv_sizes, world_size)
     if world_size == 1:
+        if recv_sizes is not None and recv_sizes[0] != first.size(0):
+            raise ValueError(f"'recv_sizes' says {recv_sizes[0]} rows, but "
+                             f"this rank sends itself {first.size(0)}")
         return [first.to(out_device)]
     trailing = tuple(first.shape[1:])
     for t in send:
@@ -111,12 +123,82 @@ def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
                              'dtype and trailing shape')
     device = comm_device(group)
     send_list = [int(t.size(0)) for t in send]
-    send_sizes = torch.tensor(send_list, dtype=torch.int64).to(device)
-    recv_sizes = torch.empty_like(send_sizes)
-    dist.all_to_all_single(recv_sizes, send_sizes, group=group)
+    if recv_sizes is None:
+        sizes = torch.tensor(send_list, dtype=torch.int64).to(device)
+        received = torch.empty_like(sizes)
+        dist.all_to_all_single(received, sizes, group=group)
+        recv_list = received.tolist()  # The one sync: the receive sizes.
+    else:
+        recv_list = recv_sizes
     flat = torch.cat([t.contiguous() for t in send]).to(device)
-    recv_list = recv_sizes.tolist()  # The one sync: the receive sizes.
     out = flat.new_empty((sum(recv_list), ) + trailing)
     dist.all_to_all_single(out, flat, output_split_sizes=recv_list,
                            input_split_sizes=send_list, group=group)
     return list(torch.split(out.to(out_device), recv_list))
+
+
+def _check_sizes(sizes: Sequence[int], world_size: int) -> List[int]:
+    out = [int(n) for n in sizes]
+    if len(out) != world_size or any(n < 0 for n in out):
+        raise ValueError(f"'recv_sizes' must hold one non-negative row "
+                         f"count per rank ({world_size}), got {list(sizes)}")
+    return out
+
+
+def _row_bytes(t: Tensor) -> Tensor:
+    # The rows of `t` as bytes: (rows, bytes per row), uint8.
+    width = 1
+    for d in t.shape[1:]:
+        width *= int(d)
+    return t.contiguous().reshape(t.size(0), width).view(torch.uint8)
+
+
+def exchange_rows(send: Sequence[Sequence[Tensor]],
+                  recv_sizes: Sequence[int], group: Optional[Any] = None,
+                  out_device: Optional[torch.device] = None
+                  ) -> List[Tensor]:
+    r"""Sends the rows of several tensors in **one**
+    :func:`torch.distributed.all_to_all_single` (a collective):
+    :obj:`send[r]` holds, for rank :obj:`r`, one tensor per field (e.g.
+    the rows of :obj:`x` and :obj:`y` it asked for), all with the same
+    number of rows; every rank sends the same fields, with the same dtypes
+    and trailing shapes. The rows travel as bytes, a row of all fields
+    side by side, and the receive sizes must be known
+    (:obj:`recv_sizes`, see :func:`exchange`), so nothing waits for the
+    host. Returns one tensor per field: the rows received from every rank,
+    in rank order, on :obj:`out_device` (default: the device of the first
+    field)."""
+    world_size = group_size(group)
+    if len(send) != world_size:
+        raise ValueError(f"'send' must hold the fields for every rank "
+                         f"({world_size}), got {len(send)}")
+    first = list(send[0])
+    if not first:
+        return []
+    out_device = first[0].device if out_device is None else torch.device(
+        out_device)
+    recv_list = _check_sizes(recv_sizes, world_size)
+    for fields in send:
+        if len(fields) != len(first) or any(
+                t.dtype != f.dtype or tuple(t.shape[1:]) != tuple(f.shape[1:])
+                or t.size(0) != fields[0].size(0)
+                for t, f in zip(fields, first)):
+            raise ValueError('exchange_rows: every rank must get the same '
+                             'fields (dtype, trailing shape), each with '
+                             'the same number of rows')
+    if world_size == 1:
+        if recv_list[0] != first[0].size(0):
+            raise ValueError(f"'recv_sizes' says {recv_list[0]} rows, but "
+                             f"this rank sends itself {first[0].size(0)}")
+        return [t.to(out_device) for t in first]
+    packed = [torch.cat([_row_bytes(t) for t in fields], dim=1)
+              for fields in send]
+    got = torch.cat(exchange(packed, group, out_device=out_device,
+                             recv_sizes=recv_list))
+    out, offset = [], 0
+    for f in first:
+        width = _row_bytes(f[:0]).size(1)
+        part = got[:, offset:offset + width].contiguous().view(f.dtype)
+        out.append(part.reshape((got.size(0), ) + tuple(f.shape[1:])))
+        offset += width
+    return out

@@ -160,6 +160,67 @@ def sample_hop_kernel(
     tl.store(out_dst_ptr + out, dst, mask=store)
 
 
+@triton.jit(do_not_specialize=['n'])
+def draw_neighbors_kernel(
+    colptr_ptr,
+    node_ptr,
+    time_ptr,
+    bound_ptr,
+    seed_ptr,
+    out_ptr,
+    n,
+    K: tl.constexpr,
+    KPAD: tl.constexpr,
+    REPLACE: tl.constexpr,
+    TEMPORAL: tl.constexpr,
+    LAST: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    r"""One hop's neighbor draw for :obj:`n` destinations (no relabeling):
+    the CSC positions of up to :obj:`K` in-neighbors of every destination
+    into slots :obj:`[i * K, (i + 1) * K)`, :obj:`-1` where there are
+    fewer. With :obj:`TEMPORAL`, only neighbors whose time (sorted within
+    each neighborhood) is at most the destination's bound count, found by
+    bisection; with :obj:`LAST`, only the :obj:`K` most recent of them.
+    Without replacement, a destination of at most :obj:`K` neighbors gets
+    them all in CSC order (as the PyTorch path)."""
+    pid = tl.program_id(0)
+    i = pid * BLOCK + tl.arange(0, BLOCK)
+    valid = i < n
+    seed = tl.load(seed_ptr)
+    v = tl.load(node_ptr + i, mask=valid, other=0)
+    start = tl.load(colptr_ptr + v, mask=valid, other=0).to(tl.int64)
+    end = tl.load(colptr_ptr + v + 1, mask=valid, other=0).to(tl.int64)
+    if TEMPORAL:
+        bound = tl.load(bound_ptr + i, mask=valid, other=0)
+        lo, hi = start, end
+        active = lo < hi
+        while tl.max(active.to(tl.int32), axis=0) > 0:  # Until all are done.
+            mid = (lo + hi) // 2
+            t = tl.load(time_ptr + mid, mask=active, other=0)
+            right = active & (t <= bound)
+            lo = tl.where(right, mid + 1, lo)
+            hi = tl.where(active & ~right, mid, hi)
+            active = lo < hi
+        end = lo
+        if LAST:
+            start = tl.maximum(start, end - K)
+    deg = end - start
+    col = tl.arange(0, KPAD)
+    if REPLACE:
+        cnt = tl.where(deg > 0, K, 0)
+        offs = i.to(tl.int64)[:, None] * KPAD + col[None, :]
+        picks = _random_below(seed, offs, deg[:, None])
+    else:
+        cnt = tl.minimum(deg, K)
+        picks = floyd_picks(seed, i.to(tl.int64) * KPAD, deg, K, col, K,
+                            BLOCK, KPAD)
+    ok = valid[:, None] & (col[None, :] < cnt[:, None])
+    pos = tl.where(ok, start[:, None] + picks, -1)
+    out = i.to(tl.int64)[:, None] * K + col[None, :]
+    tl.store(out_ptr + out, pos, mask=valid[:, None] & (col[None, :] < K))
+
+
 @triton.jit
 def claim_kernel(src_ptr, map_ptr, claim_ptr, size, BLOCK: tl.constexpr):
     r"""Every unseen node records the first slot it appears in."""

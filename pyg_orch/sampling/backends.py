@@ -7,8 +7,11 @@ handle a :class:`~pyg_orch.core.BackendConfig`?) and a :obj:`factory`
 PyTorch path, :obj:`'torch'`, is the reference: it handles every
 configuration and is what :obj:`'auto'` falls back to. The fused Triton
 kernels, :obj:`'triton'`, are declared here by module path only
-(:class:`pyg_orch.gpu.triton_backend.TritonBackend`): that module is
-imported, and the backend registered, when a configuration on a CUDA device
+(:class:`pyg_orch.gpu.triton_backend.TritonBackend`), and so is
+:obj:`'triton_draw'` (the PyTorch path with a Triton kernel per hop's
+draw, :class:`pyg_orch.sampling.draw_backend.TritonDrawBackend`, for what
+the fused kernels do not take): such a module is imported, and the backend
+registered, when a configuration on a CUDA device
 asks for a backend and Triton is installed, so importing :mod:`pyg_orch` on
 a CPU never imports Triton, and :mod:`pyg_orch.gpu` never imports
 :mod:`pyg_orch.sampling`.
@@ -131,3 +134,8 @@ _lazy['triton'] = _Lazy(
     'non-induced sampling with fan-outs in [0, 64] (of a homogeneous graph, '
     'or of a heterogeneous one whose topology is not sharded, where -1 '
     'works without replacement for edge types of in-degrees up to 64)')
+_lazy['triton_draw'] = _Lazy(
+    target='pyg_orch.sampling.draw_backend:TritonDrawBackend',
+    precondition=_cuda_with_triton,
+    requirement='a CUDA device, Triton, a topology on that device, and '
+    'uniform or temporal (not weighted) sampling with a fan-out in [0, 64]')

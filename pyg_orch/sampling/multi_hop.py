@@ -2,7 +2,7 @@
 vectorized PyTorch ops: the reference sampling backend of
 :class:`pyg_orch.HybridNeighborSampler` (and its fallback), on CPU and GPU
 alike."""
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -30,6 +30,7 @@ def sample_multi_hop(
     seed_time: Optional[Dict] = None,
     temporal_strategy: str = 'uniform',
     prune_last_hop: Optional[Dict] = None,
+    draw: Optional[Callable[..., Optional[Tuple[Tensor, Tensor]]]] = None,
 ) -> MultiHopOutput:
     r"""Samples :obj:`len(num_neighbors[edge_type])` hops from :obj:`seeds`.
 
@@ -54,6 +55,12 @@ def sample_multi_hop(
             each node type: masked nodes in the last frontier are not
             expanded (their bottom-layer output comes from elsewhere, see
             :class:`pyg_orch.offload.BottomLayerOffload`).
+        draw (callable, optional): A faster draw for a hop, called with the
+            arguments of :func:`~pyg_orch.sampling.neighbors.sample_neighbors`
+            (by keyword after the first five) and returning its result, or
+            :obj:`None` where it does not apply; then
+            :func:`~pyg_orch.sampling.neighbors.sample_neighbors` draws (e.g.
+            :func:`pyg_orch.gpu.neighbor_draw.draw_neighbors`).
     """
     device = topology.device
     edge_types = topology.edge_types
@@ -127,12 +134,18 @@ def sample_multi_hop(
                 bound = None
                 if topo.time is not None:
                     bound = batch_time.index_select(0, f_batch)
-                pos, dst_index = sample_neighbors(
+                drawn = None if draw is None else draw(
                     topo.colptr, f_global, fanout, replace, generator,
                     time=topo.time, time_bound=bound,
-                    temporal_strategy=temporal_strategy, weight=topo.weight,
-                    weight_cumsum=topo.weight_cumsum
-                    if topo.weight is not None and replace else None)
+                    temporal_strategy=temporal_strategy, weight=topo.weight)
+                pos, dst_index = drawn if drawn is not None else \
+                    sample_neighbors(
+                        topo.colptr, f_global, fanout, replace, generator,
+                        time=topo.time, time_bound=bound,
+                        temporal_strategy=temporal_strategy,
+                        weight=topo.weight,
+                        weight_cumsum=topo.weight_cumsum
+                        if topo.weight is not None and replace else None)
                 dst = f_global.index_select(0, dst_index) \
                     if topo.needs_dst else None
                 src = topo.neighbors(pos, dst).to(torch.int64)

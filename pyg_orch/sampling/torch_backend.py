@@ -18,6 +18,8 @@ class TorchBackend:
     def __init__(self, config: BackendConfig):
         self.config = config
         self.buffers = DenseBufferPool() if config.relabel != 'sort' else None
+        #: A faster draw per hop (see :func:`sample_multi_hop`), or None.
+        self.draw = None
 
     @staticmethod
     def supports(config: BackendConfig) -> bool:
@@ -39,6 +41,7 @@ class TorchBackend:
             buffers=self.buffers,
             seed_time=request.seed_time,
             temporal_strategy=config.temporal_strategy,
+            draw=self.draw,
             prune_last_hop=None if request.hot_nodes is None else {
                 k: v.to(topology.device)
                 for k, v in request.hot_nodes.items()

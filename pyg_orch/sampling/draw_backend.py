@@ -1,0 +1,50 @@
+"""The :obj:`'triton_draw'` sampling backend: the vectorized PyTorch
+multi-hop path (:func:`~pyg_orch.sampling.sample_multi_hop`, relabeling
+included) with every hop's uniform or temporal neighbor draw in one Triton
+launch (:func:`pyg_orch.gpu.neighbor_draw.draw_neighbors`). It serves what
+the fused sampler (:obj:`'triton'`) does not take on a GPU: disjoint and
+induced subgraphs, temporal sampling, sharded heterogeneous topologies. The
+registry (:mod:`pyg_orch.sampling.backends`) imports this module only for a
+CUDA device with Triton installed; it reaches the kernel by module name
+(as the registry reaches :mod:`pyg_orch.gpu`), so the PyTorch path never
+imports the Triton one."""
+import importlib
+from types import ModuleType
+
+from pyg_orch.core.backend import BackendConfig
+from pyg_orch.core.triton_util import triton_available
+from pyg_orch.sampling.torch_backend import TorchBackend
+
+
+#: The module of the kernel's draw (:func:`draw_neighbors`, :obj:`MAX_FANOUT`).
+DRAW_MODULE = 'pyg_orch.gpu.neighbor_draw'
+
+
+def _draw_module() -> ModuleType:
+    return importlib.import_module(DRAW_MODULE)
+
+
+class TritonDrawBackend(TorchBackend):
+    r""":class:`~pyg_orch.sampling.torch_backend.TorchBackend` with the
+    draws of hops of fan-out :obj:`[0, 64]` in a Triton kernel; other hops
+    (all neighbors, larger fan-outs) draw with PyTorch ops. Same batches
+    as the PyTorch path, but for the random draws."""
+    name = 'triton_draw'
+    asynchronous = False
+
+    def __init__(self, config: BackendConfig):
+        super().__init__(config)
+        self.draw = _draw_module().draw_neighbors
+
+    @staticmethod
+    def supports(config: BackendConfig) -> bool:
+        topology = config.topology
+        if config.device.type != 'cuda' or not triton_available():
+            return False
+        if topology.device.type != 'cuda' or topology.is_weighted:
+            return False
+        if topology.is_sharded and topology.is_temporal:
+            return False  # Times split across GPUs: read by PyTorch ops.
+        max_fanout = _draw_module().MAX_FANOUT
+        return any(0 <= k <= max_fanout for fanouts in
+                   config.num_neighbors.values() for k in fanouts)
