@@ -1,7 +1,8 @@
 r"""Rows of node attributes (features, labels) of vertices owned by other
 parts, fetched with the same collective exchange as the sampler, with a
 per-machine static cache of the remote rows read most often (counted by
-pre-sampling), so that repeated remote reads are served locally.
+pre-sampling), so that repeated remote reads are served locally; the same
+for the edge attributes of sampled edges stored with other parts.
 
 The part's rows and index maps are read on the CPU (the part's memory-mapped
 files) or on a CUDA device (:obj:`feature_device`, over copies made there
@@ -10,7 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import torch
 from torch import Tensor
@@ -40,6 +50,8 @@ class GatherStats:
         served_rows (int): Rows this part sent to other parts.
         local_edge_rows (int): Edge attribute rows of in-edges of this
             part's vertices (:meth:`DistributedFeatureGather.gather_edges`).
+        cached_edge_rows (int): Edge attribute rows of remote edges served
+            by the edge cache.
         remote_edge_rows (int): Edge attribute rows fetched from other
             parts.
         peer_rows (int): Rows of this part read from the shard of another
@@ -53,6 +65,7 @@ class GatherStats:
     cached_bytes: int = 0
     served_rows: int = 0
     local_edge_rows: int = 0
+    cached_edge_rows: int = 0
     remote_edge_rows: int = 0
     peer_rows: int = 0
 
@@ -71,6 +84,20 @@ def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
         raise ValueError(f'no {kind} type of the partition has the {kind} '
                          f'attribute(s) {missing}')
     return keys
+
+
+def _check_size(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"'{name}' must be a non-negative integer "
+                         f"(got {value!r})")
+
+
+def _most_counted(counts: Tensor, k: int) -> Tensor:
+    # The positions of the (at most) k largest positive counts, ascending;
+    # of equal counts the first.
+    k = min(k, int((counts > 0).sum()))
+    order = torch.sort(counts, descending=True, stable=True).indices[:k]
+    return torch.sort(order).values
 
 
 def _positions(category: Tensor, num: int) -> List[Tensor]:
@@ -113,6 +140,17 @@ class DistributedFeatureGather:
     slot of every global vertex, and for :obj:`'lru'` the vertex in every
     slot and the step it was last read) lives on :obj:`feature_device`,
     the cached rows on :obj:`device`.
+
+    Edge attributes of remote edges (whose destination another part owns)
+    have a static cache of their own, under either policy:
+    :meth:`build_edge_cache` takes pre-sampled edges (global edge ids and
+    their destinations) and keeps the rows of the :obj:`edge_cache_size`
+    remote edges sampled most often; :meth:`gather_edges` then fetches only
+    the others. It holds the cached edges' global ids, sorted, on
+    :obj:`feature_device` (looked up with :func:`torch.searchsorted`; 8
+    bytes per cached edge, nothing per edge of the graph) and their rows on
+    :obj:`device`. For a heterogeneous partition, one budget covers all
+    edge types (the remote edges sampled most often over all types).
 
     Args:
         partition (GraphPartition): This rank's part.
@@ -162,10 +200,7 @@ class DistributedFeatureGather:
         if policy not in ('static', 'lru'):
             raise ValueError(f"'policy' must be 'static' or 'lru' "
                              f"(got {policy!r})")
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) \
-                or cache_size < 0:
-            raise ValueError(f"'cache_size' must be a non-negative integer "
-                             f"(got {cache_size!r})")
+        _check_size(cache_size, 'cache_size')
         self.feature_device = resolve_device(feature_device,
                                              'feature_device', default='cpu')
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
@@ -199,6 +234,11 @@ class DistributedFeatureGather:
                                  f'{k!r} (has {sorted(partition.edge_attrs)})')
         self.edge_keys = edge_keys
         self._eid_sorted: Optional[Tensor] = None
+        # The edge cache: the cached remote edges' global ids, sorted, on
+        # the feature device; their rows, in that order, on the device.
+        self.edge_cache_ids = torch.empty(0, dtype=torch.int64,
+                                          device=self.feature_device)
+        self.edge_cache: Dict[str, Tensor] = {}
         self.partition = partition
         self.keys = keys
         self.group = group
@@ -316,8 +356,39 @@ class DistributedFeatureGather:
                for et, g in self.by_edge_type.items()}
         edge_stats = self._sum_stats(self.by_edge_type.values())
         self.stats.local_edge_rows = edge_stats.local_edge_rows
+        self.stats.cached_edge_rows = edge_stats.cached_edge_rows
         self.stats.remote_edge_rows = edge_stats.remote_edge_rows
         return out
+
+    def _build_edge_cache_hetero(self, e_id, dst, edge_cache_size: int,
+                                 counts) -> int:
+        if not isinstance(e_id, dict) or not isinstance(dst, dict) or not \
+                isinstance(counts, (dict, type(None))):
+            raise ValueError("'e_id', 'dst' and 'counts' must be "
+                             "dictionaries per edge type for a "
+                             "heterogeneous partition")
+        unknown = [et for et in {**e_id, **dst, **(counts or {})}
+                   if tuple(et) not in self.edge_types]
+        if unknown:
+            raise ValueError(f'{unknown} are not edge types of the '
+                             f'partition ({self.edge_types})')
+        e_id, dst = ({tuple(k): v for k, v in d.items()} for d in (e_id, dst))
+        counts = {tuple(k): v for k, v in (counts or {}).items()}
+        empty = torch.empty(0, dtype=torch.int64, device=self.feature_device)
+        # One ranking over the remote edges of all types with attributes:
+        candidates = {et: g._edge_candidates(
+            e_id.get(et, empty), dst.get(et, empty), counts.get(et))
+            for et, g in self.by_edge_type.items()}
+        allc = torch.cat([c for _, _, c in candidates.values()] + [empty])
+        chosen = torch.zeros_like(allc, dtype=torch.bool)
+        chosen[_most_counted(allc, edge_cache_size)] = True
+        total, offset = 0, 0
+        for et, (ids, ids_dst, c) in candidates.items():
+            mine = chosen[offset:offset + c.numel()]
+            offset += c.numel()
+            total += self.by_edge_type[et]._fill_edge_cache(ids[mine],
+                                                            ids_dst[mine])
+        return total
 
     def _build_cache_hetero(self, counts, cache_size: int) -> int:
         if not isinstance(counts, dict):
@@ -370,6 +441,15 @@ class DistributedFeatureGather:
         if self.is_hetero:
             return sum(g.num_cached_rows for g in self.by_node_type.values())
         return int((self.cache_slot >= 0).sum())
+
+    @property
+    def num_cached_edge_rows(self) -> int:
+        r"""The number of remote edges in the edge cache (of all edge
+        types)."""
+        if self.is_hetero:
+            return sum(g.num_cached_edge_rows
+                       for g in self.by_edge_type.values())
+        return int(self.edge_cache_ids.numel())
 
     # Helpers ################################################################
     def _part_rows(self, t: Tensor) -> Any:
@@ -499,26 +579,13 @@ class DistributedFeatureGather:
         for key in self.keys:
             self.cache[key][victims] = rows[key][first]
 
-    def gather_edges(self, e_id, dst) -> Dict[str, Tensor]:
-        r"""The rows of the edge attributes :obj:`edge_keys` of the edges
-        :obj:`e_id` (global edge ids) whose destinations are :obj:`dst`
-        (global vertex ids; an edge is stored with the part owning its
-        destination), in the order of :obj:`e_id`; a collective. Not
-        cached. For a heterogeneous partition, :obj:`e_id`, :obj:`dst` and
-        the result are dictionaries per edge type."""
-        if self.is_hetero:
-            return self._gather_edges_hetero(e_id, dst)
-        e_id = torch.as_tensor(e_id, dtype=torch.int64).to(
-            self.feature_device)
-        dst = torch.as_tensor(dst, dtype=torch.int64).to(self.feature_device)
-        if e_id.shape != dst.shape or e_id.dim() != 1:
-            raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
-                             "length")
-        if not self.edge_keys:
-            return {}
+    def _fetch_edges(self, e_id: Tensor, owner: Tensor
+                     ) -> Tuple[Dict[str, Tensor], List[int]]:
+        r"""Rows of the edges :obj:`e_id` from the parts :obj:`owner` that
+        store them (their destinations' owners), in the order of
+        :obj:`e_id`, and how many each part served: a collective."""
         if self._eid_sorted is None:
             self._sort_edge_ids()
-        owner = self._node_part[dst].to(torch.int64)
         index, per_rank, order = split_by_value(owner, self.world_size)
         # The requests arrive on the feature device (that of the ids), and
         # are looked up all at once:
@@ -543,9 +610,130 @@ class DistributedFeatureGather:
                                  device=self.device)
             rows[dest] = torch.cat(answers)  # Answers in `order`.
             out[key] = rows
+        return out, per_rank
+
+    def gather_edges(self, e_id, dst) -> Dict[str, Tensor]:
+        r"""The rows of the edge attributes :obj:`edge_keys` of the edges
+        :obj:`e_id` (global edge ids) whose destinations are :obj:`dst`
+        (global vertex ids; an edge is stored with the part owning its
+        destination), in the order of :obj:`e_id`; a collective. Remote
+        edges in the edge cache (:meth:`build_edge_cache`) are served from
+        it, the others fetched. :attr:`stats` then counts the local, cached
+        and fetched remote edge rows. For a heterogeneous partition,
+        :obj:`e_id`, :obj:`dst` and the result are dictionaries per edge
+        type."""
+        if self.is_hetero:
+            return self._gather_edges_hetero(e_id, dst)
+        e_id = torch.as_tensor(e_id, dtype=torch.int64).to(
+            self.feature_device)
+        dst = torch.as_tensor(dst, dtype=torch.int64).to(self.feature_device)
+        if e_id.shape != dst.shape or e_id.dim() != 1:
+            raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
+                             "length")
+        if not self.edge_keys:
+            return {}
+        owner = self._node_part[dst].to(torch.int64)
+        num_cached = 0
+        if self.edge_cache_ids.numel() == 0:
+            out, per_rank = self._fetch_edges(e_id, owner)
+        else:
+            slot, hit = self._edge_cache_lookup(e_id)
+            hit &= owner != self.rank
+            fetch_pos, cached_pos = _positions(hit.to(torch.int64), 2)
+            num_cached = int(cached_pos.numel())
+            fetched, per_rank = self._fetch_edges(e_id[fetch_pos],
+                                                  owner[fetch_pos])
+            fetch_dst, cached_dst = self._dev(fetch_pos), self._dev(
+                cached_pos)
+            cached_slot = self._dev(slot[cached_pos])
+            out = {}
+            for key in self.edge_keys:
+                ref = fetched[key]
+                rows = ref.new_empty((e_id.numel(), ) + tuple(ref.shape[1:]))
+                rows[fetch_dst] = ref
+                rows[cached_dst] = self.edge_cache[key][cached_slot]
+                out[key] = rows
         self.stats.local_edge_rows = per_rank[self.rank]
-        self.stats.remote_edge_rows = e_id.numel() - per_rank[self.rank]
+        self.stats.cached_edge_rows = num_cached
+        self.stats.remote_edge_rows = sum(per_rank) - per_rank[self.rank]
         return out
+
+    def _edge_cache_lookup(self, e_id: Tensor) -> Tuple[Tensor, Tensor]:
+        # The slot in the edge cache of every edge of `e_id`, and whether
+        # it is there.
+        ids = self.edge_cache_ids
+        slot = torch.searchsorted(ids, e_id)
+        hit = ids[slot.clamp(max=ids.numel() - 1)] == e_id
+        return slot, hit
+
+    def _edge_candidates(self, e_id, dst, counts=None
+                         ) -> Tuple[Tensor, Tensor, Tensor]:
+        # The distinct edges of `e_id` (sorted), their destinations and
+        # their access counts (summed over repeats and `counts`), 0 for
+        # this part's edges, on the feature device.
+        fdev = self.feature_device
+        e_id = torch.as_tensor(e_id, dtype=torch.int64).to(fdev)
+        dst = torch.as_tensor(dst, dtype=torch.int64).to(fdev)
+        if e_id.shape != dst.shape or e_id.dim() != 1:
+            raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
+                             "length")
+        if counts is None:
+            counts = torch.ones_like(e_id)
+        else:
+            counts = torch.as_tensor(counts, dtype=torch.int64).to(fdev)
+            if counts.shape != e_id.shape:
+                raise ValueError("'counts' must hold one count per entry of "
+                                 "'e_id'")
+            if counts.numel() and int(counts.min()) < 0:
+                raise ValueError("'counts' must be non-negative")
+        ids, inverse = torch.unique(e_id, return_inverse=True)
+        total = torch.zeros_like(ids).scatter_add_(0, inverse, counts)
+        ids_dst = torch.empty_like(ids).scatter_(0, inverse, dst)
+        if ids.numel():
+            total[self._node_part[ids_dst] == self.rank] = 0
+        return ids, ids_dst, total
+
+    def _fill_edge_cache(self, ids: Tensor, dst: Tensor) -> int:
+        # Replaces the edge cache by the rows of the remote edges `ids`
+        # (sorted) with destinations `dst`: a collective.
+        owner = self._node_part[dst].to(torch.int64)
+        self.edge_cache, _ = self._fetch_edges(ids, owner)
+        self.edge_cache_ids = ids
+        return int(ids.numel())
+
+    def build_edge_cache(self, e_id, dst, edge_cache_size: int,
+                         counts=None) -> int:
+        r"""Caches the edge attribute rows of the :obj:`edge_cache_size`
+        remote edges (whose destination another part owns) that occur most
+        often in :obj:`e_id`, fetched from their owners: a collective that
+        replaces the edge cache. Returns the number of cached edges.
+
+        Args:
+            e_id (Tensor): Global edge ids of pre-sampled edges (e.g. the
+                :obj:`edge` of pre-sampled batches, concatenated); repeats
+                count as accesses.
+            dst (Tensor): The global id of the destination of every edge of
+                :obj:`e_id` (e.g. from the sampler's
+                :obj:`edge_destinations`).
+            edge_cache_size (int): The most edges to cache (:obj:`0`:
+                empty the cache).
+            counts (Tensor, optional): A non-negative access count per
+                entry of :obj:`e_id` (default: one each), e.g. for distinct
+                edges counted elsewhere.
+
+        For a heterogeneous partition, :obj:`e_id`, :obj:`dst` and
+        :obj:`counts` are dictionaries per edge type, and the
+        :obj:`edge_cache_size` remote edges counted most often over all
+        edge types (with edge attributes) are cached."""
+        _check_size(edge_cache_size, 'edge_cache_size')
+        if self.is_hetero:
+            return self._build_edge_cache_hetero(e_id, dst, edge_cache_size,
+                                                 counts)
+        ids, ids_dst, total = self._edge_candidates(e_id, dst, counts)
+        if not self.edge_keys:  # The same on every rank: nothing to keep.
+            return 0
+        chosen = _most_counted(total, edge_cache_size)
+        return self._fill_edge_cache(ids[chosen], ids_dst[chosen])
 
     @staticmethod
     def count_accesses(n_ids: Iterable[Tensor], num_nodes: int) -> Tensor:
@@ -564,10 +752,7 @@ class DistributedFeatureGather:
         fetched from their owners: a collective. Returns the number of
         cached rows. For a heterogeneous partition, :obj:`counts` is a
         dictionary per node type."""
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) \
-                or cache_size < 0:
-            raise ValueError(f"'cache_size' must be a non-negative integer "
-                             f"(got {cache_size!r})")
+        _check_size(cache_size, 'cache_size')
         if self.is_hetero:
             return self._build_cache_hetero(counts, cache_size)
         # Ranked where the index maps are:
@@ -597,6 +782,16 @@ class DistributedFeatureGather:
 
     @property
     def cache_bytes(self) -> int:
+        r"""The bytes of the cached rows of remote vertices."""
         if self.is_hetero:
             return sum(g.cache_bytes for g in self.by_node_type.values())
         return sum(t.numel() * t.element_size() for t in self.cache.values())
+
+    @property
+    def edge_cache_bytes(self) -> int:
+        r"""The bytes of the edge cache: the cached edges' rows and their
+        sorted ids."""
+        if self.is_hetero:
+            return sum(g.edge_cache_bytes for g in self.by_edge_type.values())
+        return self.edge_cache_ids.numel() * 8 + sum(
+            t.numel() * t.element_size() for t in self.edge_cache.values())

@@ -8,9 +8,10 @@ part (the rank in the default process group, or in :obj:`group`).
 :func:`partition_loader` maps the loader's arguments: those that describe a
 graph held in memory (its topology, sampler, feature store, look-ahead,
 ...) are rejected with a :class:`ValueError` when set to anything but their
-defaults, and those of sampling modes that are not built across machines
-yet raise :class:`NotImplementedError`. This module imports nothing from
-:mod:`pyg_orch.loader` (which imports it lazily)."""
+defaults, and those not built across machines yet (worker processes, a
+transform of the sampler output) raise :class:`NotImplementedError`. This
+module imports nothing from :mod:`pyg_orch.loader` (which imports it
+lazily)."""
 from __future__ import annotations
 
 import os
@@ -43,7 +44,7 @@ _IN_MEMORY = {
     'prefetch': 0,
 }
 
-# Sampling modes not built across machines yet, with their defaults.
+# Options not built across machines yet, with their defaults.
 _NOT_YET = {
     'transform_sampler_output': None,
     'num_workers': 0,
@@ -67,7 +68,8 @@ _DATALOADER = {
 }
 
 # Arguments of DistributedNeighborLoader that pass through.
-_DISTRIBUTED = ('even', 'cache_size', 'presample_batches', 'group',
+_DISTRIBUTED = ('even', 'cache_size', 'edge_cache_size',
+                'presample_batches', 'group',
                 'expected_fingerprint', 'sampling_device', 'feature_device',
                 'topology_placement', 'feature_placement', 'replace',
                 'disjoint', 'drop_last', 'weight_attr', 'time_attr',
@@ -213,7 +215,8 @@ def partition_loader(path: os.PathLike,
       pre-sampled batches) or :obj:`'lru'`.
     * The arguments of
       :class:`~pyg_orch.distributed.DistributedNeighborLoader`:
-      :obj:`cache_size`, :obj:`even`, :obj:`presample_batches`,
+      :obj:`cache_size`, :obj:`edge_cache_size` (remote edges' attribute
+      rows to cache per rank), :obj:`even`, :obj:`presample_batches`,
       :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`,
       :obj:`feature_device` and :obj:`topology_placement` (:obj:`'auto'`,
       or :obj:`'sharded'` to split a part's neighbor lists across the
@@ -228,8 +231,8 @@ def partition_loader(path: os.PathLike,
          "memory; leave it unset (each rank samples its part of "
          f"'{os.fspath(path)}')"),
         (_NOT_YET, NotImplementedError, "{key!r} is not supported across "
-         "machines yet (uniform sampling, directional subgraphs, in the "
-         "main process)"),
+         "machines yet (batches are built in the main process, by "
+         "DistributedNeighborLoader)"),
         (_DATALOADER, ValueError, "the DataLoader argument {key!r} does not "
          "apply (batches are assembled by DistributedNeighborLoader, "
          "without a DataLoader)"),

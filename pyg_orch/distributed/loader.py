@@ -207,7 +207,15 @@ class DistributedNeighborLoader:
             evened out).
         cache_size (int): Remote rows to cache per rank (:obj:`0`: none);
             the cache is filled on the first epoch from
-            :obj:`presample_batches` pre-sampled batches.
+            :obj:`presample_batches` pre-sampled batches (drawn without
+            changing the batches that follow: the sampler's generator is
+            restored).
+        edge_cache_size (int): Edge attribute rows of remote edges (whose
+            destination another part owns) to cache per rank (:obj:`0`:
+            none; over all edge types for a heterogeneous partition): the
+            edges sampled most often in the same pre-sampled batches. A
+            static cache under either :obj:`cache_policy` (see
+            :class:`~pyg_orch.distributed.DistributedFeatureGather`).
         cache_policy (str): :obj:`'static'` (the pre-sampled hot rows
             only) or :obj:`'lru'` (pre-sampled, then every fetched row,
             least recently read evicted); see
@@ -298,8 +306,13 @@ class DistributedNeighborLoader:
                  temporal_strategy: str = 'uniform',
                  input_time: Optional[Tensor] = None,
                  input_id: Optional[Tensor] = None,
-                 subgraph_type: Any = 'directional'):
+                 subgraph_type: Any = 'directional',
+                 edge_cache_size: int = 0):
         # Checked before the collectives below, the same on every rank:
+        if isinstance(edge_cache_size, bool) or not isinstance(
+                edge_cache_size, int) or edge_cache_size < 0:
+            raise ValueError(f"'edge_cache_size' must be a non-negative "
+                             f"integer (got {edge_cache_size!r})")
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
         feature_device = resolve_device(feature_device, 'feature_device',
@@ -358,6 +371,11 @@ class DistributedNeighborLoader:
         self.layout = layout
         self.rank = group_rank(group)
         self.cache_size = cache_size
+        self.edge_cache_size = edge_cache_size
+        #: The number of cached remote rows and edge attribute rows (set
+        #: when the caches are filled, on the first epoch).
+        self.cached_rows = 0
+        self.cached_edge_rows = 0
         self.presample_batches = presample_batches
         self.sampling_device = sampling_device
         self.feature_device = feature_device
@@ -395,7 +413,7 @@ class DistributedNeighborLoader:
                 self.input_time = self.input_time[share]
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
                                                           + layout.seed_rank)
-        self._cache_built = cache_size == 0
+        self._cache_built = cache_size == 0 and edge_cache_size == 0
         self.batch_stats: List[dict] = []
         self._batch_hooks: Dict[int, Callable] = {}
         self._sampled_hooks: Dict[int, Callable] = {}
@@ -528,23 +546,50 @@ class DistributedNeighborLoader:
         return seeds
 
     def _build_cache(self, batches: List[SeedBatch]) -> None:
+        r"""Fills the caches of remote rows and of remote edges' attribute
+        rows from the accesses of the first pre-sampled batches: a
+        collective. The sampler's generator is restored after, so that the
+        batches of the epoch do not change."""
         steps = min(self.presample_batches, len(batches))
         num_nodes = self.sampler.num_nodes  # Per node type.
+        fdev = self.feature_device
         # Counted where the gather ranks them:
-        counts = {t: torch.zeros(n, dtype=torch.int64,
-                                 device=self.feature_device)
+        counts = {t: torch.zeros(n, dtype=torch.int64, device=fdev)
                   for t, n in num_nodes.items()}
-        for seeds, times, _ in batches[:steps]:
-            node = self.sampler.sample_from_nodes(self._seeds(seeds),
-                                                  times).node
-            if not isinstance(node, dict):
-                node = {None: node}
-            for t, ids in node.items():
-                counts[t] += torch.bincount(ids.to(self.feature_device),
-                                            minlength=num_nodes[t])
-        self.gather.build_cache(counts if self.partition.is_hetero else
-                                counts[None], self.cache_size)
+        e_ids: Dict[Any, List[Tensor]] = {}
+        dsts: Dict[Any, List[Tensor]] = {}
+        with self.sampler.presampling(prune_hot=True):
+            for seeds, times, _ in batches[:steps]:
+                out = self.sampler.sample_from_nodes(self._seeds(seeds),
+                                                     times)
+                node = out.node
+                if not isinstance(node, dict):
+                    node = {None: node}
+                for t, ids in node.items():
+                    counts[t] += torch.bincount(ids.to(fdev),
+                                                minlength=num_nodes[t])
+                if not self.edge_cache_size:
+                    continue
+                dst = self.sampler.edge_destinations(out)
+                edge = out.edge
+                if not self.partition.is_hetero:
+                    edge, dst = {None: edge}, {None: dst}
+                for et, d in dst.items():
+                    e_ids.setdefault(et, []).append(edge[et].to(fdev))
+                    dsts.setdefault(et, []).append(d.to(fdev))
+        e_id = {et: torch.cat(v) for et, v in e_ids.items()}
+        dst = {et: torch.cat(v) for et, v in dsts.items()}
+        if self.partition.is_hetero:
+            self.gather.build_cache(counts, self.cache_size)
+            self.gather.build_edge_cache(e_id, dst, self.edge_cache_size)
+        else:
+            empty = torch.empty(0, dtype=torch.int64, device=fdev)
+            self.gather.build_cache(counts[None], self.cache_size)
+            self.gather.build_edge_cache(e_id.get(None, empty),
+                                         dst.get(None, empty),
+                                         self.edge_cache_size)
         self.cached_rows = self.gather.num_cached_rows
+        self.cached_edge_rows = self.gather.num_cached_edge_rows
         self._cache_built = True
 
     def _hetero_batch(self, out, seeds: Tensor):
