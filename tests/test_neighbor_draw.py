@@ -164,5 +164,5 @@ def test_auto_backend_takes_the_draw_kernel_for_disjoint():
                                     device='cuda', weight_attr='edge_weight')
     assert weighted.node_sampler.backend == 'torch'
     for batch in loader:  # Valid temporal batches.
-        seed_time = data.time[batch.n_id[batch.batch]].cuda()
-        assert bool((data.time[batch.n_id].cuda() <= seed_time).all())
+        n_id, seed = batch.n_id.cpu(), batch.n_id[batch.batch].cpu()
+        assert bool((data.time[n_id] <= data.time[seed]).all())

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from pyg_orch.distributed.collective import (
     exchange,
+    exchange_rows,
     group_rank,
     group_size,
     split_by_value,
@@ -499,15 +500,26 @@ class DistributedFeatureGather:
         self.stats.served_rows += sum(int(r.numel()) for i, r in
                                       enumerate(requests) if i != self.rank)
         local = [self._local_id[r] for r in requests]
-        out = {}
+        return self._reply(self._attrs, self.keys, local, per_rank, order)
+
+    def _reply(self, refs: Dict[str, Any], keys: List[str],
+               picks: List[Tensor], per_rank: List[int], order: Tensor
+               ) -> Dict[str, Tensor]:
+        r"""Answers the requests of every rank (rows :obj:`picks[r]` of
+        :obj:`refs` for rank :obj:`r`), all keys in one exchange whose
+        sizes this rank knows (what it asked each rank for,
+        :obj:`per_rank`), and puts the answers to its own requests back in
+        request order (:obj:`order`, as :func:`split_by_value` gave it): a
+        collective."""
+        send = [[refs[key].index_select(0, p) for key in keys]
+                for p in picks]
+        fields = exchange_rows(send, per_rank, self.group,
+                               out_device=self.device)
         dest = self._dev(order)
-        for key in self.keys:
-            ref = self._attrs[key]
-            replies = [ref.index_select(0, i) for i in local]
-            answers = exchange(replies, self.group, out_device=self.device)
-            rows = ref.new_empty((ids.numel(), ) + tuple(ref.shape[1:]),
-                                 device=self.device)
-            rows[dest] = torch.cat(answers)  # Answers in `order`.
+        out = {}
+        for key, got in zip(keys, fields):
+            rows = torch.empty_like(got)
+            rows[dest] = got  # Answers in `order`.
             out[key] = rows
         return out
 
@@ -600,17 +612,8 @@ class DistributedFeatureGather:
                                'in-edge of its destination\'s part')
         positions = torch.split(self._eid_pos[idx] if wanted.numel() else
                                 idx, [int(r.numel()) for r in requests])
-        out = {}
-        dest = self._dev(order)
-        for key in self.edge_keys:
-            ref = self._edge_attrs[key]
-            answers = exchange([ref.index_select(0, p) for p in positions],
-                               self.group, out_device=self.device)
-            rows = ref.new_empty((e_id.numel(), ) + tuple(ref.shape[1:]),
-                                 device=self.device)
-            rows[dest] = torch.cat(answers)  # Answers in `order`.
-            out[key] = rows
-        return out, per_rank
+        return self._reply(self._edge_attrs, self.edge_keys,
+                           list(positions), per_rank, order), per_rank
 
     def gather_edges(self, e_id, dst) -> Dict[str, Tensor]:
         r"""The rows of the edge attributes :obj:`edge_keys` of the edges
