@@ -166,3 +166,26 @@ def test_auto_backend_takes_the_draw_kernel_for_disjoint():
     for batch in loader:  # Valid temporal batches.
         n_id, seed = batch.n_id.cpu(), batch.n_id[batch.batch].cpu()
         assert bool((data.time[n_id] <= data.time[seed]).all())
+
+
+@pytest.mark.parametrize('num_keys', [300, 20000])  # 20,000: the table grows.
+def test_hash_relabeler_equals_sort_relabeler(num_keys):
+    from pyg_orch.gpu.hash_relabel import HashRelabeler
+    from pyg_orch.sampling.relabel import SortRelabeler
+    gen = torch.Generator().manual_seed(num_keys)
+    space = 3 * num_keys
+    seeds = torch.randint(0, space, (num_keys // 10, ), generator=gen)
+    hops = [torch.randint(0, space, (num_keys, ), generator=gen)
+            for _ in range(3)]
+    relabelers = [HashRelabeler(torch.device('cuda')),
+                  SortRelabeler(torch.device('cuda'))]
+    for r in relabelers:
+        r.init(seeds.cuda())
+    for keys in hops + [hops[0][:0]]:
+        (a_local, a_new), (b_local, b_new) = [r.add(keys.cuda())
+                                              for r in relabelers]
+        assert torch.equal(a_local, b_local) and torch.equal(a_new, b_new)
+        assert relabelers[0].num_nodes == relabelers[1].num_nodes
+    probe = torch.randint(0, 2 * space, (1000, ), generator=gen).cuda()
+    assert torch.equal(relabelers[0].lookup(probe),
+                       relabelers[1].lookup(probe))

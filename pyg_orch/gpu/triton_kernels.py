@@ -222,6 +222,87 @@ def draw_neighbors_kernel(
 
 
 @triton.jit
+def _hash_slot(key, mask_bits):
+    h = (key * 2654435761) ^ (key >> 29)
+    return h & mask_bits
+
+
+@triton.jit(do_not_specialize=['n', 'mask_bits'])
+def hash_slots_kernel(key_ptr, table_ptr, slot_ptr, n, mask_bits,
+                      INSERT: tl.constexpr, BLOCK: tl.constexpr):
+    r"""The slot of every key in an open-addressing table of
+    :obj:`mask_bits + 1` int64 keys (:obj:`-1`: empty; one more entry after
+    them, never written, parks lanes that are done). With :obj:`INSERT`,
+    absent keys are inserted (by compare-and-swap); without, they get slot
+    :obj:`-1`."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = p < n
+    key = tl.load(key_ptr + p, mask=valid, other=-1)
+    h = _hash_slot(key, mask_bits)
+    slot = tl.full((BLOCK, ), -1, tl.int64)
+    active = valid
+    park = mask_bits + 1
+    while tl.max(active.to(tl.int32), axis=0) > 0:
+        at = tl.where(active, h, park)
+        if INSERT:
+            cur = tl.atomic_cas(table_ptr + at,
+                                tl.where(active, -1, -2).to(tl.int64),
+                                tl.where(active, key, -2))
+        else:
+            cur = tl.load(table_ptr + at, mask=active, other=-2)
+        found = active & ((cur == key) | (cur == -1))
+        if INSERT:
+            slot = tl.where(found, h, slot)
+        else:
+            slot = tl.where(found & (cur == key), h, slot)
+        active = active & ~found
+        h = (h + 1) & mask_bits
+    tl.store(slot_ptr + p, slot, mask=valid)
+
+
+@triton.jit(do_not_specialize=['n'])
+def hash_claim_kernel(slot_ptr, local_ptr, first_ptr, n,
+                      BLOCK: tl.constexpr):
+    r"""Every key without a local id yet records its first position."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < n
+    slot = tl.load(slot_ptr + p, mask=m, other=0)
+    local = tl.load(local_ptr + slot, mask=m, other=0)
+    tl.atomic_min(first_ptr + slot, p.to(tl.int64), mask=m & (local < 0))
+
+
+@triton.jit(do_not_specialize=['n'])
+def hash_mark_kernel(slot_ptr, local_ptr, first_ptr, is_new_ptr, n,
+                     BLOCK: tl.constexpr):
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < n
+    slot = tl.load(slot_ptr + p, mask=m, other=0)
+    local = tl.load(local_ptr + slot, mask=m, other=0)
+    first = tl.load(first_ptr + slot, mask=m, other=-1)
+    new = m & (local < 0) & (first == p)
+    tl.store(is_new_ptr + p, new.to(tl.int64), mask=m)
+
+
+@triton.jit(do_not_specialize=['n', 'base'])
+def hash_assign_kernel(key_ptr, slot_ptr, is_new_ptr, rank_ptr, local_ptr,
+                       first_ptr, new_key_ptr, n, base,
+                       BLOCK: tl.constexpr):
+    r"""New keys get local ids :obj:`base + rank` in order of first
+    appearance (their rank among the new ones), are listed in that order,
+    and release their claim."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < n
+    new = tl.load(is_new_ptr + p, mask=m, other=0) != 0
+    slot = tl.load(slot_ptr + p, mask=new, other=0)
+    key = tl.load(key_ptr + p, mask=new, other=0)
+    rank = tl.load(rank_ptr + p, mask=new, other=1) - 1
+    tl.store(local_ptr + slot, base + rank, mask=new)
+    tl.store(new_key_ptr + rank, key, mask=new)
+    tl.store(first_ptr + slot, tl.full((BLOCK, ), 9223372036854775807,
+                                       tl.int64), mask=new)
+
+
+@triton.jit
 def claim_kernel(src_ptr, map_ptr, claim_ptr, size, BLOCK: tl.constexpr):
     r"""Every unseen node records the first slot it appears in."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -1,7 +1,8 @@
 """The :obj:`'triton_draw'` sampling backend: the vectorized PyTorch
-multi-hop path (:func:`~pyg_orch.sampling.sample_multi_hop`, relabeling
-included) with every hop's uniform or temporal neighbor draw in one Triton
-launch (:func:`pyg_orch.gpu.neighbor_draw.draw_neighbors`). It serves what
+multi-hop path (:func:`~pyg_orch.sampling.sample_multi_hop`) with every
+hop's uniform or temporal neighbor draw in one Triton launch
+(:func:`pyg_orch.gpu.neighbor_draw.draw_neighbors`) and relabeling through
+a hash table on the GPU where it would sort. It serves what
 the fused sampler (:obj:`'triton'`) does not take on a GPU: disjoint and
 induced subgraphs, temporal sampling, sharded heterogeneous topologies. The
 registry (:mod:`pyg_orch.sampling.backends`) imports this module only for a
@@ -18,6 +19,8 @@ from pyg_orch.sampling.torch_backend import TorchBackend
 
 #: The module of the kernel's draw (:func:`draw_neighbors`, :obj:`MAX_FANOUT`).
 DRAW_MODULE = 'pyg_orch.gpu.neighbor_draw'
+#: The module of the GPU hash-table relabeler (:class:`HashRelabeler`).
+RELABEL_MODULE = 'pyg_orch.gpu.hash_relabel'
 
 
 def _draw_module() -> ModuleType:
@@ -26,15 +29,19 @@ def _draw_module() -> ModuleType:
 
 class TritonDrawBackend(TorchBackend):
     r""":class:`~pyg_orch.sampling.torch_backend.TorchBackend` with the
-    draws of hops of fan-out :obj:`[0, 64]` in a Triton kernel; other hops
-    (all neighbors, larger fan-outs) draw with PyTorch ops. Same batches
-    as the PyTorch path, but for the random draws."""
+    draws of hops of fan-out :obj:`[0, 64]` in a Triton kernel (other hops,
+    all neighbors or larger fan-outs, draw with PyTorch ops) and, where it
+    would sort, relabeling through a hash table on the GPU
+    (:class:`pyg_orch.gpu.hash_relabel.HashRelabeler`). Same batches as the
+    PyTorch path, but for the random draws."""
     name = 'triton_draw'
     asynchronous = False
 
     def __init__(self, config: BackendConfig):
         super().__init__(config)
         self.draw = _draw_module().draw_neighbors
+        self.relabeler = importlib.import_module(
+            RELABEL_MODULE).HashRelabeler
 
     @staticmethod
     def supports(config: BackendConfig) -> bool:

@@ -31,6 +31,7 @@ def sample_multi_hop(
     temporal_strategy: str = 'uniform',
     prune_last_hop: Optional[Dict] = None,
     draw: Optional[Callable[..., Optional[Tuple[Tensor, Tensor]]]] = None,
+    relabeler: Optional[Callable[[torch.device], Relabeler]] = None,
 ) -> MultiHopOutput:
     r"""Samples :obj:`len(num_neighbors[edge_type])` hops from :obj:`seeds`.
 
@@ -61,6 +62,11 @@ def sample_multi_hop(
             :obj:`None` where it does not apply; then
             :func:`~pyg_orch.sampling.neighbors.sample_neighbors` draws (e.g.
             :func:`pyg_orch.gpu.neighbor_draw.draw_neighbors`).
+        relabeler (callable, optional): Makes the relabeler of a node type
+            (given the device) where the dense one does not apply (disjoint
+            subgraphs, or no :obj:`buffers`); default:
+            :class:`~pyg_orch.sampling.relabel.SortRelabeler` (e.g.
+            :class:`pyg_orch.gpu.hash_relabel.HashRelabeler` on a GPU).
     """
     device = topology.device
     edge_types = topology.edge_types
@@ -79,7 +85,7 @@ def sample_multi_hop(
             relabel[t] = DenseRelabeler(
                 buffers.get(t, topology.num_nodes[t], device))
         else:
-            relabel[t] = SortRelabeler(device)
+            relabel[t] = (relabeler or SortRelabeler)(device)
 
     # Time bound per subgraph (batch id), for temporal sampling:
     batch_time: Optional[Tensor] = None

@@ -18,8 +18,10 @@ class TorchBackend:
     def __init__(self, config: BackendConfig):
         self.config = config
         self.buffers = DenseBufferPool() if config.relabel != 'sort' else None
-        #: A faster draw per hop (see :func:`sample_multi_hop`), or None.
+        #: A faster draw per hop and relabeler where the dense one does not
+        #: apply (see :func:`sample_multi_hop`), or None.
         self.draw = None
+        self.relabeler = None
 
     @staticmethod
     def supports(config: BackendConfig) -> bool:
@@ -42,6 +44,7 @@ class TorchBackend:
             seed_time=request.seed_time,
             temporal_strategy=config.temporal_strategy,
             draw=self.draw,
+            relabeler=self.relabeler,
             prune_last_hop=None if request.hot_nodes is None else {
                 k: v.to(topology.device)
                 for k, v in request.hot_nodes.items()
