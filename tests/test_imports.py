@@ -406,3 +406,20 @@ def test_lazy_backend_is_registered_on_demand(monkeypatch):
     assert backends._registered['triton'].factory is TritonBackend
     with pytest.raises(ValueError, match="backend='triton' needs a CUDA"):
         backends.choose_backend('triton', config)
+
+
+def test_backend_order_does_not_follow_import_order(monkeypatch):
+    # 'auto' tries the fused kernels before the draw kernel, even where the
+    # latter was imported (registered) first, e.g. by asking for it by name.
+    from pyg_orch.sampling import backends
+    monkeypatch.setattr(backends, '_registered', dict(backends._registered))
+    monkeypatch.setattr(backends, '_lazy', dict(backends._lazy))
+    backends._registered.pop('triton', None)
+    backends._registered.pop('triton_draw', None)
+    draw = backends._lazy['triton_draw']
+    monkeypatch.setitem(backends._lazy, 'triton_draw', backends._Lazy(
+        draw.target, lambda c: True, draw.requirement))
+    assert backends._lookup('triton_draw', None) is not None
+    assert list(backends._registered)[-1] == 'triton_draw'
+    names = backends.backend_names()
+    assert names.index('triton') < names.index('triton_draw')

@@ -832,9 +832,11 @@ def test_cuda_edge_temporal_with_feature_store():
                                   'weight_replace'])
 def test_cuda_sharded_topology_samples_like_device_topology(mode):
     # topology_placement='sharded' without a process group: one shard on
-    # the GPU, its times and weights read through ShardedValues.
+    # the GPU, its times and weights read through ShardedValues (by the
+    # PyTorch path: the same draws as the device topology's there).
     data = temporal_graph()
-    kw = dict(num_neighbors=[3, 2], batch_size=8, device='cuda', seed=5)
+    kw = dict(num_neighbors=[3, 2], batch_size=8, device='cuda', seed=5,
+              backend='torch')
     if mode == 'time':
         kw.update(time_attr='time')
     elif mode == 'edge_time':

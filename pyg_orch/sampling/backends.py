@@ -56,6 +56,15 @@ class _Lazy:
 
 _registered: Dict[str, _Registered] = {}
 _lazy: Dict[str, _Lazy] = {}
+# Every name in the order it was first registered or declared: 'auto' tries
+# them in this order, whichever lazily declared backend was imported first.
+_order: List[str] = []
+
+
+def _declare(name: str, lazy: _Lazy) -> None:
+    _lazy[name] = lazy
+    if name not in _order:
+        _order.append(name)
 
 
 def register_backend(name: str, supports_fn: SupportsFn,
@@ -68,13 +77,15 @@ def register_backend(name: str, supports_fn: SupportsFn,
         raise ValueError(f"a backend's name must be a non-empty string other "
                          f"than 'auto' (got {name!r})")
     _registered[name] = _Registered(supports_fn, factory)
+    if name not in _order:
+        _order.append(name)
 
 
 def backend_names() -> List[str]:
     r"""The names :obj:`backend` accepts besides :obj:`'auto'`: the
     reference first, then the others in the order they were registered (or
     declared, for lazily registered ones)."""
-    names = list(_registered) + [n for n in _lazy if n not in _registered]
+    names = [n for n in _order if n in _registered or n in _lazy]
     return [REFERENCE_BACKEND] + [n for n in names if n != REFERENCE_BACKEND]
 
 
@@ -127,15 +138,15 @@ def _cuda_with_triton(config: BackendConfig) -> bool:
 
 
 register_backend(REFERENCE_BACKEND, TorchBackend.supports, TorchBackend)
-_lazy['triton'] = _Lazy(
+_declare('triton', _Lazy(
     target='pyg_orch.gpu.triton_backend:TritonBackend',
     precondition=_cuda_with_triton,
     requirement='a CUDA device, Triton, and uniform, non-disjoint, '
     'non-induced sampling with fan-outs in [0, 64] (of a homogeneous graph, '
     'or of a heterogeneous one whose topology is not sharded, where -1 '
-    'works without replacement for edge types of in-degrees up to 64)')
-_lazy['triton_draw'] = _Lazy(
+    'works without replacement for edge types of in-degrees up to 64)'))
+_declare('triton_draw', _Lazy(
     target='pyg_orch.sampling.draw_backend:TritonDrawBackend',
     precondition=_cuda_with_triton,
     requirement='a CUDA device, Triton, a topology on that device, and '
-    'uniform or temporal (not weighted) sampling with a fan-out in [0, 64]')
+    'uniform or temporal (not weighted) sampling with a fan-out in [0, 64]'))
