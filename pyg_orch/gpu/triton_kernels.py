@@ -34,6 +34,27 @@ def floyd_picks(seed, base, deg, K, col, KLOOP: tl.constexpr,
 
 
 @triton.jit
+def draw_picks(seed, i, deg, K: tl.constexpr, KPAD: tl.constexpr,
+               REPLACE: tl.constexpr, BLOCK: tl.constexpr):
+    r"""Offsets into every row's :obj:`deg` neighbors (a :obj:`[BLOCK,
+    KPAD]` block; rows :obj:`i`) and how many of them count: :obj:`K`
+    independent draws with replacement (none where :obj:`deg = 0`), else
+    Floyd's :obj:`min(K, deg)` distinct picks (all in order where
+    :obj:`deg <= K`). Draw :obj:`t` of row :obj:`i` uses Philox offset
+    :obj:`i * KPAD + t`."""
+    col = tl.arange(0, KPAD)
+    if REPLACE:
+        cnt = tl.where(deg > 0, K, 0)
+        offs = i.to(tl.int64)[:, None] * KPAD + col[None, :]
+        picks = _random_below(seed, offs, deg[:, None])
+    else:
+        cnt = tl.minimum(deg, K)
+        picks = floyd_picks(seed, i.to(tl.int64) * KPAD, deg, K, col, K,
+                            BLOCK, KPAD)
+    return picks, cnt
+
+
+@triton.jit
 def _sharded_read(row_ptr, eid_ptr, shard_ptr, rep_start_ptr, rep_row_ptr,
                   rep_eid_ptr, reads_ptr, v, valid, picks, pos, ok,
                   SHARDS: tl.constexpr, HAS_EID: tl.constexpr,
@@ -128,16 +149,7 @@ def sample_hop_kernel(
         end = tl.where(hot, start, end)
     deg = end - start
     col = tl.arange(0, KPAD)
-    offs = i.to(tl.int64)[:, None] * KPAD + col[None, :]
-
-    if REPLACE:
-        cnt = tl.where(deg > 0, K, 0)
-        picks = _random_below(seed, offs, deg[:, None])
-    else:
-        cnt = tl.minimum(deg, K)
-        picks = floyd_picks(seed, i.to(tl.int64) * KPAD, deg, K, col, K,
-                            BLOCK, KPAD)
-
+    picks, cnt = draw_picks(seed, i, deg, K, KPAD, REPLACE, BLOCK)
     ok = valid[:, None] & (col[None, :] < cnt[:, None])
     pos = start[:, None] + picks
     if SHARDS > 0:
@@ -207,14 +219,7 @@ def draw_neighbors_kernel(
             start = tl.maximum(start, end - K)
     deg = end - start
     col = tl.arange(0, KPAD)
-    if REPLACE:
-        cnt = tl.where(deg > 0, K, 0)
-        offs = i.to(tl.int64)[:, None] * KPAD + col[None, :]
-        picks = _random_below(seed, offs, deg[:, None])
-    else:
-        cnt = tl.minimum(deg, K)
-        picks = floyd_picks(seed, i.to(tl.int64) * KPAD, deg, K, col, K,
-                            BLOCK, KPAD)
+    picks, cnt = draw_picks(seed, i, deg, K, KPAD, REPLACE, BLOCK)
     ok = valid[:, None] & (col[None, :] < cnt[:, None])
     pos = tl.where(ok, start[:, None] + picks, -1)
     out = i.to(tl.int64)[:, None] * K + col[None, :]
