@@ -87,7 +87,9 @@ def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
     return keys
 
 
-def _check_size(value: Any, name: str) -> None:
+def check_size(value: Any, name: str) -> None:
+    r"""Raises a :class:`ValueError` naming :obj:`name` unless :obj:`value`
+    is a non-negative integer (a cache size)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"'{name}' must be a non-negative integer "
                          f"(got {value!r})")
@@ -201,7 +203,7 @@ class DistributedFeatureGather:
         if policy not in ('static', 'lru'):
             raise ValueError(f"'policy' must be 'static' or 'lru' "
                              f"(got {policy!r})")
-        _check_size(cache_size, 'cache_size')
+        check_size(cache_size, 'cache_size')
         self.feature_device = resolve_device(feature_device,
                                              'feature_device', default='cpu')
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
@@ -409,10 +411,8 @@ class DistributedFeatureGather:
             c[self.by_node_type[nt]._node_part == self.rank] = 0
             flat.append(c)
         allc = torch.cat(flat)
-        k = min(cache_size, int((allc > 0).sum()))
         chosen = torch.zeros_like(allc, dtype=torch.bool)
-        if k:
-            chosen[torch.topk(allc, k).indices] = True
+        chosen[_most_counted(allc, cache_size)] = True
         total, offset = 0, 0
         for nt, c in zip(self.node_types, flat):
             n = c.numel()
@@ -627,12 +627,7 @@ class DistributedFeatureGather:
         type."""
         if self.is_hetero:
             return self._gather_edges_hetero(e_id, dst)
-        e_id = torch.as_tensor(e_id, dtype=torch.int64).to(
-            self.feature_device)
-        dst = torch.as_tensor(dst, dtype=torch.int64).to(self.feature_device)
-        if e_id.shape != dst.shape or e_id.dim() != 1:
-            raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
-                             "length")
+        e_id, dst = self._edges_here(e_id, dst)
         if not self.edge_keys:
             return {}
         owner = self._node_part[dst].to(torch.int64)
@@ -661,6 +656,17 @@ class DistributedFeatureGather:
         self.stats.remote_edge_rows = sum(per_rank) - per_rank[self.rank]
         return out
 
+    def _edges_here(self, e_id, dst) -> Tuple[Tensor, Tensor]:
+        # Edge ids and their destinations as int64 on the feature device
+        # (where the index maps are), checked.
+        e_id = torch.as_tensor(e_id, dtype=torch.int64).to(
+            self.feature_device)
+        dst = torch.as_tensor(dst, dtype=torch.int64).to(self.feature_device)
+        if e_id.shape != dst.shape or e_id.dim() != 1:
+            raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
+                             "length")
+        return e_id, dst
+
     def _edge_cache_lookup(self, e_id: Tensor) -> Tuple[Tensor, Tensor]:
         # The slot in the edge cache of every edge of `e_id`, and whether
         # it is there.
@@ -675,11 +681,7 @@ class DistributedFeatureGather:
         # their access counts (summed over repeats and `counts`), 0 for
         # this part's edges, on the feature device.
         fdev = self.feature_device
-        e_id = torch.as_tensor(e_id, dtype=torch.int64).to(fdev)
-        dst = torch.as_tensor(dst, dtype=torch.int64).to(fdev)
-        if e_id.shape != dst.shape or e_id.dim() != 1:
-            raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
-                             "length")
+        e_id, dst = self._edges_here(e_id, dst)
         if counts is None:
             counts = torch.ones_like(e_id)
         else:
@@ -728,7 +730,7 @@ class DistributedFeatureGather:
         :obj:`counts` are dictionaries per edge type, and the
         :obj:`edge_cache_size` remote edges counted most often over all
         edge types (with edge attributes) are cached."""
-        _check_size(edge_cache_size, 'edge_cache_size')
+        check_size(edge_cache_size, 'edge_cache_size')
         if self.is_hetero:
             return self._build_edge_cache_hetero(e_id, dst, edge_cache_size,
                                                  counts)
@@ -755,7 +757,7 @@ class DistributedFeatureGather:
         fetched from their owners: a collective. Returns the number of
         cached rows. For a heterogeneous partition, :obj:`counts` is a
         dictionary per node type."""
-        _check_size(cache_size, 'cache_size')
+        check_size(cache_size, 'cache_size')
         if self.is_hetero:
             return self._build_cache_hetero(counts, cache_size)
         # Ranked where the index maps are:
@@ -767,10 +769,7 @@ class DistributedFeatureGather:
         counts[self._node_part == self.rank] = 0
         if self.policy == 'lru':
             cache_size = min(cache_size, self.capacity)
-        k = min(cache_size, int((counts > 0).sum()))
-        ids = torch.topk(counts, k).indices if k else \
-            torch.empty(0, dtype=torch.int64, device=self.feature_device)
-        ids = torch.sort(ids).values
+        ids = _most_counted(counts, cache_size)
         saved = self.stats
         fetched = self._fetch(ids)
         self.stats = saved

@@ -29,7 +29,10 @@ from pyg_orch.distributed.collective import (
     group_rank,
     group_size,
 )
-from pyg_orch.distributed.features import DistributedFeatureGather
+from pyg_orch.distributed.features import (
+    DistributedFeatureGather,
+    check_size,
+)
 from pyg_orch.distributed.machines import (
     RankLayout,
     rank_layout,
@@ -309,10 +312,7 @@ class DistributedNeighborLoader:
                  subgraph_type: Any = 'directional',
                  edge_cache_size: int = 0):
         # Checked before the collectives below, the same on every rank:
-        if isinstance(edge_cache_size, bool) or not isinstance(
-                edge_cache_size, int) or edge_cache_size < 0:
-            raise ValueError(f"'edge_cache_size' must be a non-negative "
-                             f"integer (got {edge_cache_size!r})")
+        check_size(edge_cache_size, 'edge_cache_size')
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
         feature_device = resolve_device(feature_device, 'feature_device',
@@ -579,15 +579,19 @@ class DistributedNeighborLoader:
                     dsts.setdefault(et, []).append(d.to(fdev))
         e_id = {et: torch.cat(v) for et, v in e_ids.items()}
         dst = {et: torch.cat(v) for et, v in dsts.items()}
-        if self.partition.is_hetero:
-            self.gather.build_cache(counts, self.cache_size)
-            self.gather.build_edge_cache(e_id, dst, self.edge_cache_size)
-        else:
-            empty = torch.empty(0, dtype=torch.int64, device=fdev)
-            self.gather.build_cache(counts[None], self.cache_size)
-            self.gather.build_edge_cache(e_id.get(None, empty),
-                                         dst.get(None, empty),
-                                         self.edge_cache_size)
+        # Each a collective, skipped alike on every rank where its size
+        # is 0 (the caches start empty):
+        if self.cache_size:
+            self.gather.build_cache(counts if self.partition.is_hetero
+                                    else counts[None], self.cache_size)
+        if self.edge_cache_size:
+            if self.partition.is_hetero:
+                self.gather.build_edge_cache(e_id, dst, self.edge_cache_size)
+            else:  # No pre-sampled batch: no edges.
+                empty = torch.empty(0, dtype=torch.int64, device=fdev)
+                self.gather.build_edge_cache(e_id.get(None, empty),
+                                             dst.get(None, empty),
+                                             self.edge_cache_size)
         self.cached_rows = self.gather.num_cached_rows
         self.cached_edge_rows = self.gather.num_cached_edge_rows
         self._cache_built = True

@@ -140,18 +140,16 @@ def sample_multi_hop(
                 bound = None
                 if topo.time is not None:
                     bound = batch_time.index_select(0, f_batch)
-                drawn = None if draw is None else draw(
-                    topo.colptr, f_global, fanout, replace, generator,
-                    time=topo.time, time_bound=bound,
-                    temporal_strategy=temporal_strategy, weight=topo.weight)
-                pos, dst_index = drawn if drawn is not None else \
-                    sample_neighbors(
-                        topo.colptr, f_global, fanout, replace, generator,
-                        time=topo.time, time_bound=bound,
-                        temporal_strategy=temporal_strategy,
-                        weight=topo.weight,
-                        weight_cumsum=topo.weight_cumsum
+                args = (topo.colptr, f_global, fanout, replace, generator)
+                kwargs = dict(time=topo.time, time_bound=bound,
+                              temporal_strategy=temporal_strategy,
+                              weight=topo.weight)
+                drawn = None if draw is None else draw(*args, **kwargs)
+                if drawn is None:
+                    drawn = sample_neighbors(
+                        *args, **kwargs, weight_cumsum=topo.weight_cumsum
                         if topo.weight is not None and replace else None)
+                pos, dst_index = drawn
                 dst = f_global.index_select(0, dst_index) \
                     if topo.needs_dst else None
                 src = topo.neighbors(pos, dst).to(torch.int64)
