@@ -61,6 +61,25 @@ def test_matches_torch_path_for_full_fanout(index_dtype):
     assert fused.num_sampled_edges == ref.num_sampled_edges
 
 
+def test_matches_torch_path_over_many_slot_blocks():
+    # Thousands of slots per hop: new nodes are ranked across many blocks
+    # of slots (block counts, then a scan within each block), and duplicate
+    # seeds keep their places.
+    data = random_graph(3000, 24000, seed=4)
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    seeds = torch.cat([torch.randperm(3000)[:200], torch.tensor([7, 7, 9])])
+    max_deg = int(torch.bincount(data.edge_index[1]).max())
+    fanouts = [max_deg, max_deg, 2 * max_deg]  # No randomness left.
+    fused = run_fused(topo, fanouts, seeds)
+    ref = sample_multi_hop(topo, {None: fanouts}, {None: seeds.to(DEVICE)},
+                           buffers=DenseBufferPool())
+    assert fused.node[None].numel() > 2000
+    for f in FIELDS:
+        assert torch.equal(getattr(fused, f)[None], getattr(ref, f)[None])
+    assert fused.num_sampled_nodes == ref.num_sampled_nodes
+    assert fused.num_sampled_edges == ref.num_sampled_edges
+
+
 @pytest.mark.parametrize('replace', [False, True])
 @pytest.mark.parametrize('fanouts', [[3, 2], [5, 0, 2], [0, 4], [1, 1]])
 def test_invariants(replace, fanouts):

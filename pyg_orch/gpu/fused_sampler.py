@@ -69,7 +69,6 @@ class FusedPlan:
             self.caps.append(min(self.caps[-1] * max(k, 0), num_nodes))
         kw = dict(dtype=torch.int64, device=device)
         self.seeds = torch.zeros(B, **kw)
-        self.positions = torch.arange(B, dtype=torch.int32, device=device)
         self.hop_seeds = torch.zeros(max(len(fanouts), 1), **kw)
         self.node_buf = torch.zeros(B + sum(self.caps[1:]), **kw)
         # [num_nodes so far, frontier start, frontier count]:
@@ -77,13 +76,19 @@ class FusedPlan:
         self.init_state = torch.tensor([B, 0, B], **kw)
         # The slots of all hops lie back to back in one buffer per field, so
         # the edges of the batch are compacted by one scan and one kernel.
+        # Slot fields are int32 (node ids and slot counts are below 2^31):
+        # half the memory traffic of int64; edge ids too where they fit.
         sizes = [self.caps[h] * max(k, 0) for h, k in enumerate(fanouts)]
         total = sum(sizes)
-        flat = {
-            name: torch.zeros(total, **kw)
-            for name in ('src', 'eid', 'dst', 'row', 'rank')
-        }
-        flat['is_new'] = torch.zeros(total, dtype=torch.int32, device=device)
+        i32 = dict(dtype=torch.int32, device=device)
+        flat = {name: torch.zeros(total, **i32) for name in ('src', 'dst')}
+        flat['is_new'] = torch.zeros(total, dtype=torch.int8, device=device)
+        # New nodes per block of slots, for the ranks of new nodes:
+        self.block_counts = torch.zeros(
+            max(triton_cdiv(total, _FLAT_BLOCK), 1), **i32)
+        flat['eid'] = torch.zeros(
+            total, dtype=torch.int32 if topo.num_edges < _INT32_MAX else
+            torch.int64, device=device)
         self.flat = flat
         self.out, offset, offsets = [], 0, [0]
         for M in sizes:
@@ -92,7 +97,8 @@ class FusedPlan:
             offsets.append(offset)
         # An exclusive scan of the sampled slots (0 in front), so that the
         # edge count of hop h is a difference at the hops' offsets.
-        self.edge_rank = torch.zeros(total + 1, **kw)
+        self.edge_rank = torch.zeros(total + 1, **i32)
+        self.news = torch.zeros(max(len(fanouts), 1), **kw)
         self.hop_offsets = torch.tensor(offsets, **kw)
         # row, col and edge ids in one tensor: one copy per batch.
         self.edge_buf = torch.zeros(3, total, **kw)
@@ -113,17 +119,19 @@ class FusedPlan:
         eid = kernel_view(topo.edge_id) if topo.edge_id is not None else row
         shard_args, shard_flags = _shard_arguments(topo.kernel_shards(),
                                                    state)
-        self.node_buf[:B].copy_(self.seeds)
-        self.map_buf.scatter_reduce_(0, self.seeds, self.positions, 'amin',
-                                     include_self=False)
+        if B > 0:  # The seeds come first, in order.
+            grid = (triton_cdiv(B, _FLAT_BLOCK), )
+            tk.seed_claim_kernel[grid](self.seeds, self.node_buf,
+                                       self.claim_buf, B, BLOCK=_FLAT_BLOCK)
+            tk.seed_assign_kernel[grid](self.seeds, self.map_buf,
+                                        self.claim_buf, B, BLOCK=_FLAT_BLOCK)
         state.copy_(self.init_state)
-        news = []
         for h, k in enumerate(self.fanouts):
             F, buf = self.caps[h], self.out[h]
             if k == 0 or F == 0:
                 state[1:2].copy_(state[0:1])
                 state[2:3].zero_()
-                news.append(state.new_zeros(1))
+                self.news[h:h + 1].zero_()
                 continue
             M = F * k
             kpad = max(tk.next_power_of_2(k), 2)
@@ -139,30 +147,28 @@ class FusedPlan:
             grid = (triton_cdiv(M, _FLAT_BLOCK), )
             tk.claim_kernel[grid](buf['src'], self.map_buf, self.claim_buf, M,
                                   BLOCK=_FLAT_BLOCK)
+            counts = self.block_counts
             tk.mark_kernel[grid](buf['src'], self.map_buf, self.claim_buf,
-                                 buf['is_new'], M, BLOCK=_FLAT_BLOCK)
-            torch.cumsum(buf['is_new'], 0, out=buf['rank'])
-            tk.assign_kernel[grid](buf['src'], buf['is_new'], buf['rank'],
-                                   self.map_buf, self.claim_buf,
-                                   self.node_buf, state, M, BLOCK=_FLAT_BLOCK)
-            tk.resolve_kernel[grid](buf['src'], self.map_buf, buf['row'], M,
-                                    BLOCK=_FLAT_BLOCK)
-            total = buf['rank'][-1:]
-            state[1:2].copy_(state[0:1])
-            state[2:3].copy_(total)
-            state[0:1].add_(total)
-            news.append(total)
+                                 buf['is_new'], counts, M, COUNT=True,
+                                 BLOCK=_FLAT_BLOCK)
+            tk.assign_block_kernel[grid](buf['src'], buf['is_new'], counts,
+                                         self.map_buf, self.claim_buf,
+                                         self.node_buf, state, M,
+                                         BLOCK=_FLAT_BLOCK)
+            tk.advance_blocks_kernel[(1, )](state, counts, grid[0],
+                                            self.news[h:h + 1],
+                                            BLOCK=_FLAT_BLOCK)
         total = self.flat['src'].numel()
         if total > 0:
             torch.cumsum(self.flat['src'] >= 0, 0, out=self.edge_rank[1:])
-            ends = self.edge_rank.index_select(0, self.hop_offsets)
-            edges = [ends[1:] - ends[:-1]]
-        else:
-            edges = [state.new_zeros(len(self.fanouts))]
-        self.counts.copy_(torch.cat([state[0:1]] + news + edges))
+        H = len(self.fanouts)
+        tk.finish_counts_kernel[(1, )](
+            state, self.news, self.edge_rank, self.hop_offsets, self.counts,
+            H=H, HPAD=max(tk.next_power_of_2(H), 2))
         if total > 0:
+            # Sources are relabeled here: every hop has assigned its nodes.
             tk.compact_kernel[(triton_cdiv(total, _FLAT_BLOCK), )](
-                self.flat['src'], self.edge_rank[1:], self.flat['row'],
+                self.flat['src'], self.edge_rank[1:], self.map_buf,
                 self.flat['dst'], self.flat['eid'], self.edges['row'],
                 self.edges['col'], self.edges['eid'], total,
                 BLOCK=_FLAT_BLOCK)

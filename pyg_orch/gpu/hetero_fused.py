@@ -349,7 +349,8 @@ class HeteroFusedPlan(FusedPlan):
             tk.claim_kernel[grid](buf['src'], self.map_buf, self.claim_buf, M,
                                   BLOCK=_FLAT_BLOCK)
             tk.mark_kernel[grid](buf['src'], self.map_buf, self.claim_buf,
-                                 buf['is_new'], M, BLOCK=_FLAT_BLOCK)
+                                 buf['is_new'], buf['is_new'], M,
+                                 COUNT=False, BLOCK=_FLAT_BLOCK)
             rank, lohi = hop['rank'], hop['lohi']
             torch.cumsum(buf['is_new'], 0, out=rank[1:])
             torch.index_select(rank, 0, hop['bounds'], out=lohi.view(-1))

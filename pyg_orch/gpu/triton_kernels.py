@@ -319,33 +319,113 @@ def claim_kernel(src_ptr, map_ptr, claim_ptr, size, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def mark_kernel(src_ptr, map_ptr, claim_ptr, is_new_ptr, size,
-                BLOCK: tl.constexpr):
+def seed_claim_kernel(seed_ptr, node_ptr, claim_ptr, size,
+                      BLOCK: tl.constexpr):
+    r"""Lists the seeds first and records the first position of each."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < size
+    v = tl.load(seed_ptr + p, mask=m, other=0)
+    tl.store(node_ptr + p, v, mask=m)
+    tl.atomic_min(claim_ptr + v, p.to(tl.int32), mask=m)
+
+
+@triton.jit
+def seed_assign_kernel(seed_ptr, map_ptr, claim_ptr, size,
+                       BLOCK: tl.constexpr):
+    r"""Every seed's local id is its first position (duplicate seeds keep
+    their places in the node list, as on the PyTorch path)."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < size
+    v = tl.load(seed_ptr + p, mask=m, other=0)
+    first = tl.load(claim_ptr + v, mask=m, other=-1)
+    win = m & (first == p)
+    tl.store(map_ptr + v, p.to(tl.int32), mask=win)
+    tl.store(claim_ptr + v, tl.full((BLOCK, ), 2147483647, tl.int32),
+             mask=win)
+
+
+@triton.jit
+def mark_kernel(src_ptr, map_ptr, claim_ptr, is_new_ptr, count_ptr, size,
+                COUNT: tl.constexpr, BLOCK: tl.constexpr):
+    r"""Flags the slots that hold a node's first appearance (claimed by
+    :func:`claim_kernel`, not seen in earlier hops). With :obj:`COUNT`,
+    every program also writes how many new nodes its block holds (for
+    :func:`assign_block_kernel`)."""
+    pid = tl.program_id(0)
+    p = pid * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     v = tl.load(src_ptr + p, mask=m, other=-1)
     ok = m & (v >= 0)
     seen = tl.load(map_ptr + v, mask=ok, other=0)
     first = tl.load(claim_ptr + v, mask=ok, other=-1)
     new = ok & (seen < 0) & (first == p)
-    tl.store(is_new_ptr + p, new.to(tl.int32), mask=m)
+    tl.store(is_new_ptr + p, new.to(is_new_ptr.dtype.element_ty), mask=m)
+    if COUNT:
+        tl.store(count_ptr + pid, tl.sum(new.to(tl.int32), axis=0))
 
 
 @triton.jit
-def assign_kernel(src_ptr, is_new_ptr, rank_ptr, map_ptr, claim_ptr,
-                  node_ptr, state_ptr, size, BLOCK: tl.constexpr):
+def _blocks_before(count_ptr, pid, BLOCK: tl.constexpr):
+    # The sum of the block counts of programs [0, pid).
+    total = tl.zeros((BLOCK, ), tl.int64)
+    c0 = 0
+    while c0 < pid:  # Not `range`: the interpreter cannot run it.
+        c = c0 + tl.arange(0, BLOCK)
+        total += tl.load(count_ptr + c, mask=c < pid, other=0).to(tl.int64)
+        c0 += BLOCK
+    return tl.sum(total, axis=0)
+
+
+@triton.jit
+def assign_block_kernel(src_ptr, is_new_ptr, count_ptr, map_ptr, claim_ptr,
+                        node_ptr, state_ptr, size, BLOCK: tl.constexpr):
     r"""New nodes get local ids in order of first appearance, are appended
-    to the node list, and release their claim."""
-    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    to the node list, and release their claim. A new node's rank comes from
+    the block counts of :func:`mark_kernel` and a scan within its block (no
+    scan over all slots)."""
+    pid = tl.program_id(0)
+    p = pid * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     new = tl.load(is_new_ptr + p, mask=m, other=0) != 0
+    before = _blocks_before(count_ptr, pid, BLOCK)
+    rank = before + tl.cumsum(new.to(tl.int32), axis=0).to(tl.int64)
     v = tl.load(src_ptr + p, mask=new, other=0)
-    rank = tl.load(rank_ptr + p, mask=new, other=1)
     local = tl.load(state_ptr) + rank - 1
     tl.store(map_ptr + v, local.to(tl.int32), mask=new)
     tl.store(node_ptr + local, v, mask=new)
     tl.store(claim_ptr + v, tl.full((BLOCK, ), 2147483647, tl.int32),
              mask=new)
+
+
+@triton.jit
+def advance_blocks_kernel(state_ptr, count_ptr, num_blocks, news_ptr,
+                          BLOCK: tl.constexpr):
+    r"""After a hop (one program): its new nodes (the sum of the block
+    counts) are the next frontier: :obj:`state = [n + new, n, new]`;
+    :obj:`news_ptr` gets :obj:`new`."""
+    new = _blocks_before(count_ptr, num_blocks, BLOCK)
+    n = tl.load(state_ptr)
+    tl.store(state_ptr, n + new)
+    tl.store(state_ptr + 1, n)
+    tl.store(state_ptr + 2, new)
+    tl.store(news_ptr, new)
+
+
+@triton.jit
+def finish_counts_kernel(state_ptr, news_ptr, rank_ptr, offset_ptr,
+                         counts_ptr, H: tl.constexpr, HPAD: tl.constexpr):
+    r"""The batch's counts (one program): :obj:`[nodes, new nodes per hop,
+    edges per hop]`, edges from the exclusive scan :obj:`rank_ptr` of the
+    filled slots at the hops' slot offsets."""
+    h = tl.arange(0, HPAD)
+    m = h < H
+    tl.store(counts_ptr, tl.load(state_ptr))
+    tl.store(counts_ptr + 1 + h, tl.load(news_ptr + h, mask=m), mask=m)
+    a = tl.load(offset_ptr + h, mask=m, other=0)
+    b = tl.load(offset_ptr + h + 1, mask=m, other=0)
+    edges = (tl.load(rank_ptr + b, mask=m, other=0) -
+             tl.load(rank_ptr + a, mask=m, other=0)).to(tl.int64)
+    tl.store(counts_ptr + 1 + H + h, edges, mask=m)
 
 
 @triton.jit
@@ -448,14 +528,16 @@ def gather_rows_kernel(
 
 
 @triton.jit
-def compact_kernel(src_ptr, rank_ptr, row_ptr, dst_ptr, eid_ptr,
+def compact_kernel(src_ptr, rank_ptr, map_ptr, dst_ptr, eid_ptr,
                    out_row_ptr, out_col_ptr, out_eid_ptr, size,
                    BLOCK: tl.constexpr):
-    r"""Moves the filled slots (:obj:`src >= 0`) to the front, in order."""
+    r"""Moves the filled slots (:obj:`src >= 0`) to the front, in order,
+    with every source relabeled through :obj:`map_ptr` (all hops done)."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
-    ok = m & (tl.load(src_ptr + p, mask=m, other=-1) >= 0)
+    v = tl.load(src_ptr + p, mask=m, other=-1)
+    ok = m & (v >= 0)
     q = tl.load(rank_ptr + p, mask=ok, other=1) - 1
-    tl.store(out_row_ptr + q, tl.load(row_ptr + p, mask=ok), mask=ok)
+    tl.store(out_row_ptr + q, tl.load(map_ptr + v, mask=ok), mask=ok)
     tl.store(out_col_ptr + q, tl.load(dst_ptr + p, mask=ok), mask=ok)
     tl.store(out_eid_ptr + q, tl.load(eid_ptr + p, mask=ok), mask=ok)
