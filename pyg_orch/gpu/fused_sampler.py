@@ -121,10 +121,11 @@ class FusedPlan:
                                                    state)
         if B > 0:  # The seeds come first, in order.
             grid = (triton_cdiv(B, _FLAT_BLOCK), )
-            tk.seed_claim_kernel[grid](self.seeds, self.node_buf,
-                                       self.claim_buf, B, BLOCK=_FLAT_BLOCK)
-            tk.seed_assign_kernel[grid](self.seeds, self.map_buf,
-                                        self.claim_buf, B, BLOCK=_FLAT_BLOCK)
+            tk.claim_kernel[grid](self.seeds, self.map_buf, self.claim_buf,
+                                  B, BLOCK=_FLAT_BLOCK)  # Map: all unseen.
+            tk.seed_assign_kernel[grid](self.seeds, self.node_buf,
+                                        self.map_buf, self.claim_buf, B,
+                                        BLOCK=_FLAT_BLOCK)
         state.copy_(self.init_state)
         for h, k in enumerate(self.fanouts):
             F, buf = self.caps[h], self.out[h]

@@ -319,24 +319,15 @@ def claim_kernel(src_ptr, map_ptr, claim_ptr, size, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def seed_claim_kernel(seed_ptr, node_ptr, claim_ptr, size,
-                      BLOCK: tl.constexpr):
-    r"""Lists the seeds first and records the first position of each."""
+def seed_assign_kernel(seed_ptr, node_ptr, map_ptr, claim_ptr, size,
+                       BLOCK: tl.constexpr):
+    r"""Lists the seeds first; after :func:`claim_kernel` over them, every
+    seed's local id is its first position (duplicate seeds keep their
+    places in the node list, as on the PyTorch path)."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     v = tl.load(seed_ptr + p, mask=m, other=0)
     tl.store(node_ptr + p, v, mask=m)
-    tl.atomic_min(claim_ptr + v, p.to(tl.int32), mask=m)
-
-
-@triton.jit
-def seed_assign_kernel(seed_ptr, map_ptr, claim_ptr, size,
-                       BLOCK: tl.constexpr):
-    r"""Every seed's local id is its first position (duplicate seeds keep
-    their places in the node list, as on the PyTorch path)."""
-    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = p < size
-    v = tl.load(seed_ptr + p, mask=m, other=0)
     first = tl.load(claim_ptr + v, mask=m, other=-1)
     win = m & (first == p)
     tl.store(map_ptr + v, p.to(tl.int32), mask=win)
