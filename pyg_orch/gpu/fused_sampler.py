@@ -148,15 +148,14 @@ class FusedPlan:
             grid = (triton_cdiv(M, _FLAT_BLOCK), )
             tk.claim_kernel[grid](buf['src'], self.map_buf, self.claim_buf, M,
                                   BLOCK=_FLAT_BLOCK)
-            counts = self.block_counts
             tk.mark_kernel[grid](buf['src'], self.map_buf, self.claim_buf,
-                                 buf['is_new'], counts, M, COUNT=True,
-                                 BLOCK=_FLAT_BLOCK)
-            tk.assign_block_kernel[grid](buf['src'], buf['is_new'], counts,
-                                         self.map_buf, self.claim_buf,
-                                         self.node_buf, state, M,
-                                         BLOCK=_FLAT_BLOCK)
-            tk.advance_blocks_kernel[(1, )](state, counts, grid[0],
+                                 buf['is_new'], self.block_counts, M,
+                                 COUNT=True, BLOCK=_FLAT_BLOCK)
+            tk.assign_block_kernel[grid](buf['src'], buf['is_new'],
+                                         self.block_counts, self.map_buf,
+                                         self.claim_buf, self.node_buf, state,
+                                         M, BLOCK=_FLAT_BLOCK)
+            tk.advance_blocks_kernel[(1, )](state, self.block_counts, grid[0],
                                             self.news[h:h + 1],
                                             BLOCK=_FLAT_BLOCK)
         total = self.flat['src'].numel()
