@@ -45,7 +45,9 @@ def _loaders(rank, world_size, features):
 
 def _mode_loaders(rank, world_size, mode):
     # Temporal and weighted sampling (the PyTorch path) over lists, times
-    # and weights split across the two GPUs.
+    # and weights split across the two GPUs. Both loaders take the PyTorch
+    # path: 'auto' would give the unsharded temporal topology the
+    # 'triton_draw' backend, whose draws differ.
     from pyg_orch import HybridNeighborLoader
 
     torch.cuda.set_device(rank)
@@ -53,7 +55,7 @@ def _mode_loaders(rank, world_size, mode):
     data = random_graph(20000, 300000, 4, num_features=32)
     gen = torch.Generator().manual_seed(9)
     kw = dict(num_neighbors=[10, 5], batch_size=256, shuffle=True, seed=3,
-              device=device)
+              device=device, backend='torch')
     if mode == 'time':
         data.time = torch.randint(0, 100, (20000, ), generator=gen)
         kw.update(time_attr='time')
