@@ -3,6 +3,7 @@ HybridNeighborLoader('parts/', ...) loads this rank's part and gives the
 batches of DistributedNeighborLoader (and, with full fan-out, of the
 single-process loader); folders that do not belong together are rejected on
 every rank; a rank failing mid-epoch raises in the others, no hang."""
+import copy
 import time
 
 import pytest
@@ -91,6 +92,66 @@ def test_hybrid_loader_on_partition_folder(tmp_path):
     assert torch.equal(torch.sort(torch.cat(seen)).values, global_seeds())
 
 
+def drop_second_hop(out):
+    r"""A sampler output with the edges of its first hop only."""
+    out = copy.copy(out)
+    k = out.num_sampled_edges[0]
+    out.row, out.col, out.edge = out.row[:k], out.col[:k], out.edge[:k]
+    out.num_sampled_edges = out.num_sampled_edges[:1]
+    return out
+
+
+def _transform_worker(rank, world_size, out_dir):
+    part = load_partition(out_dir, rank)
+    seeds = global_seeds()
+    mine = seeds[part.owner(seeds) == rank]
+    seen = []
+
+    def hook(out):  # Hooks see the output before the transform.
+        seen.append(out.row.numel())
+
+    loader = HybridNeighborLoader(out_dir, FANOUTS, input_nodes=seeds,
+                                  batch_size=5, even='pad', device='cpu',
+                                  transform_sampler_output=drop_second_hop)
+    loader.register_batch_hook(hook, when='sampled')
+    ours = [b for b in loader if b.batch_size > 0]
+    ref = list(HybridNeighborLoader(graph(), FANOUTS, input_nodes=mine,
+                                    batch_size=5, device='cpu',
+                                    transform_sampler_output=drop_second_hop))
+    # A transform that builds a new output keeps the sampler's metadata
+    # (where the ids of reversed edges point: their attributes' owners).
+    kw = dict(input_nodes=seeds, batch_size=5, even='pad', device='cpu',
+              subgraph_type='bidirectional')
+    rebuilt = HybridNeighborLoader(
+        out_dir, FANOUTS, **kw, transform_sampler_output=lambda out: type(
+            out)(out.node, out.row, out.col, out.edge, out.batch,
+                 out.num_sampled_nodes, out.num_sampled_edges))
+    for a, b in zip(rebuilt, HybridNeighborLoader(out_dir, FANOUTS, **kw)):
+        for key in KEYS:
+            assert torch.equal(a[key], b[key]), key
+    return ([{k: b[k] for k in KEYS + ('num_sampled_edges', )}
+             for b in ours],
+            [{k: b[k] for k in KEYS + ('num_sampled_edges', )} for b in ref],
+            seen)
+
+
+def test_transform_sampler_output_on_partition_folder(tmp_path):
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_transform_worker, 2, args=(str(info.out_dir), ),
+                      timeout=60)
+    for ours, ref, seen in out:
+        assert len(ours) == len(ref) > 1
+        for a, b in zip(ours, ref):  # As the one-process loader's.
+            for key in KEYS:
+                assert torch.equal(a[key], b[key]), key
+            assert a['num_sampled_edges'] == b['num_sampled_edges']
+            # Only the edges into the seeds are left:
+            assert len(a['num_sampled_edges']) == 1
+            assert a['edge_index'].size(1) == a['num_sampled_edges'][0]
+        assert sum(seen) > sum(a['edge_index'].size(1) for a in ours)
+
+
 def _train_worker(rank, world_size, out_dir):
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
@@ -155,6 +216,12 @@ def test_one_part_without_process_group(tmp_path):
     # A pathlib.Path works too, and keyword 'data':
     assert len(HybridNeighborLoader(data=info.out_dir, num_neighbors=[1],
                                     batch_size=50, device='cpu')) == 2
+    # A transform of the sampler output must return one:
+    bad = HybridNeighborLoader(str(info.out_dir), FANOUTS, batch_size=3,
+                               input_nodes=seeds, device='cpu',
+                               transform_sampler_output=lambda out: out.node)
+    with pytest.raises(ValueError, match='must return a SamplerOutput'):
+        next(iter(bad))
 
 
 @pytest.mark.parametrize('kwargs,error,match', [
@@ -175,6 +242,8 @@ def test_one_part_without_process_group(tmp_path):
      "'disjoint' sampling not supported"),
     (dict(weight_attr='w'), ValueError, 'not an edge attribute'),
     (dict(num_workers=2), NotImplementedError, 'num_workers'),
+    (dict(transform_sampler_output='f'), ValueError,
+     "'transform_sampler_output' must be callable"),
     (dict(cache_policy='degree'), NotImplementedError, 'degree'),
     (dict(cache_policy='often'), ValueError, 'cache_policy'),
     (dict(num_neighbors={('a', 'b', 'c'): [2]}), ValueError,

@@ -8,8 +8,8 @@ part (the rank in the default process group, or in :obj:`group`).
 :func:`partition_loader` maps the loader's arguments: those that describe a
 graph held in memory (its topology, sampler, feature store, look-ahead,
 ...) are rejected with a :class:`ValueError` when set to anything but their
-defaults, and those not built across machines yet (worker processes, a
-transform of the sampler output) raise :class:`NotImplementedError`. This
+defaults, and those not built across machines yet (worker processes)
+raise :class:`NotImplementedError`. This
 module imports nothing from :mod:`pyg_orch.loader` (which imports it
 lazily)."""
 from __future__ import annotations
@@ -46,7 +46,6 @@ _IN_MEMORY = {
 
 # Options not built across machines yet, with their defaults.
 _NOT_YET = {
-    'transform_sampler_output': None,
     'num_workers': 0,
 }
 
@@ -73,7 +72,8 @@ _DISTRIBUTED = ('even', 'cache_size', 'edge_cache_size',
                 'expected_fingerprint', 'sampling_device', 'feature_device',
                 'topology_placement', 'feature_placement', 'replace',
                 'disjoint', 'drop_last', 'weight_attr', 'time_attr',
-                'temporal_strategy', 'subgraph_type')
+                'temporal_strategy', 'subgraph_type',
+                'transform_sampler_output')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -193,7 +193,7 @@ def partition_loader(path: os.PathLike,
       tuple, the seeds as above (or the name of a boolean attribute of
       that type).
     * :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last`,
-      :obj:`transform`, :obj:`replace`, :obj:`disjoint`,
+      :obj:`transform`, :obj:`transform_sampler_output`, :obj:`replace`, :obj:`disjoint`,
       :obj:`weight_attr` (an edge attribute of the partition; as in PyG),
       :obj:`time_attr` (a node or edge attribute of the partition holding
       integer times) and :obj:`temporal_strategy`, :obj:`input_time` (one

@@ -228,6 +228,14 @@ class DistributedNeighborLoader:
             (offset by the rank).
         transform (callable, optional): Applied to every batch (after it
             was moved to :obj:`device`).
+        transform_sampler_output (callable, optional): Applied to every
+            sampler output (a :class:`~torch_geometric.sampler.SamplerOutput`
+            or :class:`~torch_geometric.sampler.HeteroSamplerOutput` of
+            global ids, see
+            :meth:`DistributedNeighborSampler.sample_from_nodes`) before
+            features are gathered, as in PyG's
+            :class:`~torch_geometric.loader.NodeLoader`; hooks registered
+            with :obj:`when='sampled'` see the output before it.
         expected_fingerprint (str, optional): Reject a partition of
             another graph (see :func:`open_partition`, which checks that
             all ranks hold parts of one partitioning).
@@ -310,9 +318,15 @@ class DistributedNeighborLoader:
                  input_time: Optional[Tensor] = None,
                  input_id: Optional[Tensor] = None,
                  subgraph_type: Any = 'directional',
-                 edge_cache_size: int = 0):
+                 edge_cache_size: int = 0,
+                 transform_sampler_output: Optional[Callable] = None):
         # Checked before the collectives below, the same on every rank:
         check_size(edge_cache_size, 'edge_cache_size')
+        for name, fn in (('transform', transform),
+                         ('transform_sampler_output',
+                          transform_sampler_output)):
+            if fn is not None and not callable(fn):
+                raise ValueError(f"'{name}' must be callable (got {fn!r})")
         sampling_device = resolve_device(sampling_device, 'sampling_device',
                                          default='cpu')
         feature_device = resolve_device(feature_device, 'feature_device',
@@ -356,10 +370,8 @@ class DistributedNeighborLoader:
             raise ValueError(f"'drop_last' must be a bool (got "
                              f"{drop_last!r})")
         self.drop_last = drop_last
-        if transform is not None and not callable(transform):
-            raise ValueError(f"'transform' must be callable (got "
-                             f"{transform!r})")
         self.transform = transform
+        self.transform_sampler_output = transform_sampler_output
         self.device = torch.device('cpu') if device is None else \
             torch.device(device)
         self.partition = partition
@@ -638,6 +650,8 @@ class DistributedNeighborLoader:
             for hook in list(self._sampled_hooks.values()):
                 hook(out)
             seed_time = out.metadata[1]  # As the sampler took them.
+            if self.transform_sampler_output is not None:
+                out = self._transform_output(out)
             if self.partition.is_hetero:
                 data = self._hetero_batch(out, seeds)
                 data[self.input_type].input_id = input_id
@@ -661,6 +675,18 @@ class DistributedNeighborLoader:
             data.num_sampled_nodes = out.num_sampled_nodes
             data.num_sampled_edges = out.num_sampled_edges
             yield self._finish(data)
+
+    def _transform_output(self, out):
+        new = self.transform_sampler_output(out)
+        if not isinstance(new, type(out)):
+            raise ValueError(f"'transform_sampler_output' must return a "
+                             f"{type(out).__name__} (got "
+                             f"{type(new).__name__})")
+        if getattr(new, 'metadata', None) is None:
+            # Where reversed edges' ids point ('bidirectional'), and the
+            # seeds' times: the sampler's, unless the transform set its own.
+            new.metadata = out.metadata
+        return new
 
     def _finish(self, data):
         if self.device.type != 'cpu':
