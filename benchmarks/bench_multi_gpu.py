@@ -59,15 +59,60 @@ def _configs(world: int, scale: bool):
     return out
 
 
-def _worker(rank, world, port, data, args, out_dir):
+def _time_sampling(sampler, batches, warmup, repeats, dev):
+    # Milliseconds per batch (each waited for), one figure per repeat.
+    from torch_geometric.sampler import NodeSamplerInput
+    ms = []
+    for _ in range(repeats):
+        for i, b in enumerate(batches):
+            if i == warmup:
+                torch.cuda.synchronize(dev)
+                t = time.perf_counter()
+            sampler.sample_from_nodes(NodeSamplerInput(None, b))
+        torch.cuda.synchronize(dev)
+        ms.append((time.perf_counter() - t) * 1e3 / (len(batches) - warmup))
+    return ms
+
+
+def _split_sampling(rank, data, parts, args, fanout, dev):
+    # Sampling alone with this rank's seeds in its own part of `parts`:
+    # replicated topology, shards by ranges, shards by the partition.
+    from pyg_orch import HybridNeighborSampler
+    from pyg_orch.multigpu import TopologySharding
+    out = {}
+    for split, node_parts in parts.items():
+        own = (node_parts == rank).nonzero().view(-1)
+        gen = torch.Generator().manual_seed(2)
+        own = own[torch.randperm(own.numel(), generator=gen)]
+        n = (args.warmup + args.batches) * args.batch_size
+        batches = own[:n].view(-1, args.batch_size)
+        runs = {}
+        for name, placement in (
+                ('replicated', 'device'), ('ranges', 'sharded'),
+                (split, TopologySharding(split_by=node_parts))):
+            sampler = HybridNeighborSampler(data, fanout, device=dev,
+                                            topology_placement=placement,
+                                            seed=rank)
+            topo = sampler.topology
+            if topo.is_sharded:
+                topo.reset_read_counts()
+            ms = _time_sampling(sampler, batches, args.warmup, args.repeats,
+                                dev)
+            runs[name] = {'ms_per_batch': ms,
+                          'topology_reads': topo.read_counts()
+                          if topo.is_sharded else None}
+            del sampler
+        out[split] = {'seeds_in_own_part': int(own.numel()), 'runs': runs}
+    return out
+
+
+def _worker(rank, world, port, data, args, out_dir, parts=None):
     os.environ.update(MULTICAST_OFF_ENV)
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
                       LOCAL_WORLD_SIZE=str(world))
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
     from torch_geometric.nn import GraphSAGE
-    from torch_geometric.sampler import NodeSamplerInput
-
     from pyg_orch import HybridNeighborLoader, HybridNeighborSampler
 
     torch.cuda.set_device(rank)
@@ -189,17 +234,13 @@ def _worker(rank, world, port, data, args, out_dir):
                                             seed=rank)
             batches = mine[:(args.warmup + args.batches) *
                            args.batch_size].view(-1, args.batch_size)
-            ms = []
-            for r in range(args.repeats):
-                for i, b in enumerate(batches):
-                    if i == args.warmup:
-                        torch.cuda.synchronize(dev)
-                        t = time.perf_counter()
-                    sampler.sample_from_nodes(NodeSamplerInput(None, b))
-                torch.cuda.synchronize(dev)
-                ms.append((time.perf_counter() - t) * 1e3 / args.batches)
+            ms = _time_sampling(sampler, batches, args.warmup, args.repeats,
+                                dev)
             res.setdefault('sampling_ms_per_batch', {})[placement] = ms
             del sampler
+    if parts and world > 1:
+        res['split_sampling'] = _split_sampling(rank, data, parts, args,
+                                                fanout, dev)
     with open(os.path.join(out_dir, f'{world}_{rank}.json'), 'w') as f:
         json.dump(res, f)
     dist.destroy_process_group()
@@ -256,6 +297,10 @@ def main():
     p.add_argument('--warmup', type=int, default=5)
     p.add_argument('--repeats', type=int, default=3)
     p.add_argument('--cache-ratio', type=float, default=0.1)
+    p.add_argument('--split-by', default='',
+                   help="comma-separated partitions ('metis', 'random') to "
+                   "shard the topology by, besides ranges: sampling alone, "
+                   "each rank's seeds in its own part")
     p.add_argument('--out', default=None)
     args = p.parse_args()
     args.num_nodes = args.num_edges = None
@@ -269,13 +314,23 @@ def main():
 
     res = {'machine': machine_info(), 'config': vars(args)}
     data, res['generate_s'] = _graph(args)
+    parts = {}
+    for split in filter(None, args.split_by.split(',')):
+        from pyg_orch.distributed.methods import assign_parts, edge_cut
+        t = time.perf_counter()
+        parts[split] = assign_parts(data.edge_index, args.num_nodes,
+                                    args.gpus, split).share_memory_()
+        res.setdefault('partitions', {})[split] = {
+            'seconds': time.perf_counter() - t,
+            'edge_cut': edge_cut(data.edge_index, parts[split])}
+        log(f'{split}: {res["partitions"][split]}')
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for world in sorted({1, args.gpus}):
             log(f'{world} GPU(s) ...')
             t = time.perf_counter()
-            mp.spawn(_worker, args=(world, 29600 + world, data, args, tmp),
-                     nprocs=world, join=True)
+            mp.spawn(_worker, args=(world, 29600 + world, data, args, tmp,
+                                    parts), nprocs=world, join=True)
             log(f'{world} GPU(s) done in {time.perf_counter() - t:.1f}s')
             runs[world] = [
                 json.load(open(os.path.join(tmp, f'{world}_{r}.json')))
@@ -317,6 +372,18 @@ def main():
         if a:
             ratios[f'{many}gpu/{name}_vs_1gpu_host'] = (
                 b['seeds_per_s']['median'] / a['seeds_per_s']['median'])
+    for split, c in runs.get(many, [{}])[0].get('split_sampling',
+                                                 {}).items():
+        ms = {name: _median(r['ms_per_batch'])
+              for name, r in c['runs'].items()}
+        summary[f'{many}gpu/split_by_{split}_sampling_ms'] = ms
+        reads = {name: r['topology_reads']
+                 for name, r in c['runs'].items() if r['topology_reads']}
+        summary[f'{many}gpu/split_by_{split}_local_read_fraction'] = {
+            name: r['local'] / max(r['local'] + r['peer'], 1)
+            for name, r in reads.items()}
+        ratios[f'sampling_split_by_{split}_over_ranges'] = (
+            ms[split]['median'] / ms['ranges']['median'])
     s = one.get(f'{many}gpu/sampling_sharded_ms')
     d = one.get(f'{many}gpu/sampling_device_ms')
     if s and d:

@@ -219,11 +219,17 @@ def test_sharded_needs_ranks_that_share_a_part(tmp_path):
 
 
 def _one_machine_worker(rank, world_size, out_dir):
+    from pyg_orch.multigpu.sharded_topology import TopologySharding
     loader = HybridNeighborLoader(out_dir, [3, 2], batch_size=6, seed=2,
                                   device='cpu', topology_placement='sharded',
                                   feature_placement='sharded')
     plain = HybridNeighborLoader(out_dir, [3, 2], batch_size=6, seed=2,
                                  device='cpu')
+    # The part is the partition; its lists are split by ranges only:
+    with pytest.raises(NotImplementedError, match="split_by='ranges'"):
+        HybridNeighborLoader(out_dir, [3, 2], batch_size=6, device='cpu',
+                             topology_placement=TopologySharding(
+                                 split_by='random'))
     return (loader.partition.part, loader.input_nodes, _batches(loader),
             _batches(plain), loader.node_sampler.topology_reads(),
             loader.gather.row_reads())

@@ -33,9 +33,21 @@ def _csc(num_nodes=300, num_edges=3000, seed=0, sort=False):
                                        is_sorted=sort)
 
 
-def _every_position(rank, world_size, replicate, sort):
+def _parts(num_nodes, world_size, split):
+    # A partition of the destinations for `shard_topology`, or None.
+    if split == 'random':
+        gen = torch.Generator().manual_seed(4)
+        return torch.randint(0, world_size, (num_nodes, ), generator=gen)
+    if split == 'one_empty':  # A rank that holds no list at all.
+        return torch.arange(num_nodes) % max(world_size - 1, 1)
+    return None
+
+
+def _every_position(rank, world_size, replicate, sort, split=None):
     csc = _csc(sort=sort)
-    sharded = shard_topology(csc, PeerGroup(), replicate_bytes=replicate)
+    sharded = shard_topology(
+        csc, PeerGroup(), replicate_bytes=replicate,
+        node_parts=_parts(csc.num_dst_nodes, world_size, split))
     n = csc.num_dst_nodes
     pos = torch.arange(csc.num_edges)
     dst = torch.repeat_interleave(torch.arange(n),
@@ -50,29 +62,55 @@ def _every_position(rank, world_size, replicate, sort):
         bounds=sharded.node_bounds, own_edges=sharded.row.numel(),
         replicated=sharded.num_replicated,
         replicated_bytes=sharded.memory()['replicated'],
-        reads=sharded.reads.tolist(), total=csc.num_edges)
+        reads=sharded.reads.tolist(), total=csc.num_edges,
+        # Values split with the lists (here the sources themselves), read
+        # by CSC position without the destination:
+        values=torch.equal(_split_values(sharded, csc.row, rank).index_select(
+            0, pos[perm]), csc.row[perm]))
 
 
-@pytest.mark.parametrize('world_size,replicate,sort', [
-    (2, 0, False),
-    (2, 4000, False),
-    (3, 2000, True),
+def _split_values(sharded, values, rank):
+    from pyg_orch.multigpu import ShardedValues
+    own, bounds = sharded.row.numel(), sharded.edge_bounds
+    peers = PeerGroup()
+    shards = peers.allocate((max(int(bounds.diff().max()), 1), ),
+                            values.dtype)
+    pos = torch.arange(values.numel())
+    placed = pos if sharded.placed is None else sharded.placed(pos)
+    order = torch.argsort(placed)  # CSC positions in placed order.
+    a = int(bounds[rank])
+    shards.own[:own].copy_(values[order[a:a + own]])
+    peers.barrier()
+    return ShardedValues(shards, bounds, own, sharded.placed)
+
+
+@pytest.mark.parametrize('world_size,replicate,sort,split', [
+    (2, 0, False, None),
+    (2, 4000, False, None),
+    (3, 2000, True, None),
+    (2, 0, False, 'random'),
+    (3, 3000, False, 'random'),
+    (3, 0, True, 'one_empty'),
 ])
-def test_sharded_csc_reads_every_position(world_size, replicate, sort):
-    out = run_workers(_every_position, world_size, args=(replicate, sort),
-                      timeout=120)
+def test_sharded_csc_reads_every_position(world_size, replicate, sort,
+                                          split):
+    out = run_workers(_every_position, world_size,
+                      args=(replicate, sort, split), timeout=120)
     total = out[0]['total']
     for rank, o in enumerate(out):
-        assert o['rows'] and o['eids']
+        assert o['rows'] and o['eids'] and o['values']
         assert o['bounds'] == out[0]['bounds']
         assert o['replicated_bytes'] <= replicate
         assert (o['replicated'] > 0) == (replicate > 0)
         local, rep, peer = o['reads']
         assert local + rep + peer == total
-        # Shards split the edges evenly (up to one list), copies are read
-        # locally instead of from peers:
-        assert abs(o['own_edges'] - total / world_size) < 60
+        # Copies are read locally instead of from peers; shards split by
+        # ranges split the edges evenly (up to one list):
         assert local == o['own_edges']
+        if split is None:
+            assert abs(o['own_edges'] - total / world_size) < 60
+    if split == 'one_empty':
+        assert out[-1]['own_edges'] == 0 and out[-1]['reads'][0] == 0
     assert sum(o['own_edges'] for o in out) == total
 
 
@@ -172,11 +210,71 @@ def test_sharded_loader_equals_one_process_loader(hetero, mode):
         assert set(split) == (set() if mode is None else {'ShardedValues'})
 
 
-def _fused(rank, world_size, replicate):
+@pytest.mark.parametrize('hetero,mode,split_by', [
+    (False, None, 'metis'),
+    (False, 'edge_time', 'random'),
+    (False, 'weight_replace', 'random'),
+    (True, 'node_time', 'random'),
+])
+def test_lists_split_by_partition_give_the_same_batches(hetero, mode,
+                                                        split_by):
+    out = run_workers(_loader_batches, 2,
+                      args=(hetero, TopologySharding(replicate_bytes=0.1,
+                                                     split_by=split_by),
+                            mode), timeout=180)
+    assert all(n > 0 and same and edges > 0 for n, same, _, edges in out)
+
+
+def _community_graph(num_nodes=400, num_edges=6000, outside=0.05, seed=0):
+    # Two communities whose vertices interleave (even and odd ids): ranges
+    # of ids cut every community in half, a partition need not.
+    gen = torch.Generator().manual_seed(seed)
+    dst = torch.randint(0, num_nodes, (num_edges, ), generator=gen)
+    src = torch.randint(0, num_nodes // 2, (num_edges, ), generator=gen) * 2
+    cross = torch.rand(num_edges, generator=gen) < outside
+    src = src + torch.where(cross, 1 - dst % 2, dst % 2)
+    return random_graph(num_nodes, 0, num_features=4).update(
+        {'edge_index': torch.stack([src, dst])})
+
+
+def _locality(rank, world_size, split_by):
+    data = _community_graph()
+    sharding = TopologySharding(replicate_bytes=0, split_by=split_by)
+    parts = sharding.node_parts(
+        HybridNeighborLoader(data, [2], device='cpu').topology, world_size)
+    if parts is None:  # Ranges: this rank's range of ids.
+        parts = torch.arange(400) * world_size // 400
+    seeds = (parts == rank).nonzero().view(-1)  # This rank's part's seeds.
+    loader = HybridNeighborLoader(data, [5, 5], batch_size=20, seed=1,
+                                  input_nodes=seeds, device='cpu',
+                                  topology_placement=sharding)
+    ref = HybridNeighborLoader(data, [5, 5], batch_size=20, seed=1,
+                               input_nodes=seeds, device='cpu')
+    for a, b in zip(loader, ref):
+        assert torch.equal(a.n_id, b.n_id)
+        assert torch.equal(a.edge_index, b.edge_index)
+    reads = loader.stats()['topology_reads']
+    return reads['local'] / (reads['local'] + reads['peer'])
+
+
+@pytest.mark.skipif(not __import__('pyg_orch.distributed.methods', fromlist=[
+    'metis_available']).metis_available(), reason='needs pymetis')
+def test_metis_split_reads_own_lists():
+    ranges = run_workers(_locality, 2, args=('ranges', ), timeout=120)
+    metis = run_workers(_locality, 2, args=('metis', ), timeout=120)
+    # Seeds in a rank's part read their lists mostly from its own shard
+    # with METIS (about 95% of edges stay in a community), about half
+    # with ranges of ids:
+    assert all(0.3 < f < 0.7 for f in ranges)
+    assert all(f > 0.85 for f in metis)
+
+
+def _fused(rank, world_size, replicate, split=None):
     from pyg_orch.gpu.fused_sampler import fused_sample_multi_hop
 
     csc = _csc(600, 8000, 3)
-    sharded = shard_topology(csc, PeerGroup(), replicate_bytes=replicate)
+    sharded = shard_topology(csc, PeerGroup(), replicate_bytes=replicate,
+                             node_parts=_parts(600, world_size, split))
     seeds = torch.arange(rank, 600, 5)
     cpu = torch.device('cpu')
     outs = [
@@ -194,9 +292,11 @@ def _fused(rank, world_size, replicate):
 
 
 @pytest.mark.skipif(not INTERPRET, reason='needs TRITON_INTERPRET=1')
-@pytest.mark.parametrize('replicate', [0, 6000])
-def test_fused_kernel_reads_shards_like_one_topology(replicate):
-    out = run_workers(_fused, 2, args=(replicate, ), timeout=300,
+@pytest.mark.parametrize('replicate,split', [(0, None), (6000, None),
+                                             (0, 'random'),
+                                             (6000, 'random')])
+def test_fused_kernel_reads_shards_like_one_topology(replicate, split):
+    out = run_workers(_fused, 2, args=(replicate, split), timeout=300,
                       env={'TRITON_INTERPRET': '1'})
     for same, (local, rep, peer) in out:
         assert same
@@ -250,10 +350,49 @@ def test_sharded_placement_bad_input():
         TopologySharding(replicate_bytes=-1)
     with pytest.raises(ValueError, match="'replicate_bytes' must be"):
         TopologySharding(replicate_bytes=1.5)
+    with pytest.raises(ValueError, match="'split_by' must be 'ranges'"):
+        TopologySharding(split_by='hash')
+    with pytest.raises(ValueError, match="'split_by' must be 'ranges'"):
+        TopologySharding(split_by=[0, 1])
     with pytest.raises(ValueError, match="'topology_placement' must be "
                        ".*'sharded'"):
         HybridNeighborLoader(random_graph(20, 50), [2], device='cpu',
                              topology_placement='shard')
+
+
+def _bad_split(rank, world_size):
+    data = random_graph(100, 800, 2, num_features=3)
+    errors = []
+    cases = [
+        # Rank 1's parts are of the wrong size: both ranks raise.
+        (data, torch.zeros(100 if rank == 0 else 99, dtype=torch.long)),
+        # A rank that does not exist, on rank 1 only:
+        (data, torch.full((100, ), 2 * rank)),
+        (data, torch.arange(100) % 2 if rank == 0 else torch.zeros(
+            100, dtype=torch.long)),  # The ranks disagree.
+        (random_hetero_graph(0), 'metis'),
+    ]
+    for graph, split in cases:
+        try:
+            HybridNeighborLoader(graph, [2], batch_size=8, device='cpu',
+                                 input_nodes=('paper', None)
+                                 if split == 'metis' else None,
+                                 topology_placement=TopologySharding(
+                                     split_by=split))
+        except (ValueError, NotImplementedError) as e:
+            errors.append(f'{type(e).__name__}: {e}')
+    return errors
+
+
+def test_bad_split_raises_on_every_rank():
+    out = run_workers(_bad_split, 2, timeout=120)
+    for errors in out:
+        assert len(errors) == 4
+        assert 'one part per vertex' in errors[0]
+        assert 'parts in [0, 2)' in errors[1]
+        assert 'same parts' in errors[2]
+        assert errors[3].startswith('NotImplementedError') and \
+            'homogeneous' in errors[3]
 
 
 def test_sharded_placement_without_process_group_is_one_shard():

@@ -42,6 +42,10 @@ class ShardLayout:
         rep_eid (torch.Tensor, optional): Their edge ids.
         reads (torch.Tensor, optional): Counters of reads per tier (own
             shard, replicated, peer shard).
+        placed_start (torch.Tensor, optional): Where lists are split by a
+            partition of the destinations: per destination, where its list
+            starts among the shards placed one after another (the
+            :obj:`table`'s bounds are then placed positions too).
     """
     table: Tensor
     num_shards: int
@@ -49,6 +53,7 @@ class ShardLayout:
     rep_row: Optional[Tensor] = None
     rep_eid: Optional[Tensor] = None
     reads: Optional[Tensor] = None
+    placed_start: Optional[Tensor] = None
 
 
 @dataclass

@@ -157,6 +157,13 @@ def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
         shard_topology,
     )
     sharding = sharding or TopologySharding()
+    if not (isinstance(sharding.split_by, str)
+            and sharding.split_by == 'ranges'):
+        raise NotImplementedError(
+            "TopologySharding(split_by=...) on a partition folder: a part's "
+            "neighbor lists are split across the machine's ranks by ranges "
+            "only (split_by='ranges'); the part itself is the partition "
+            "(e.g. METIS, see partition_graph)")
     peers = PeerGroup(layout.machine_group(), device=device)
     if partition.is_hetero:
         own, node_part = partition.csc, partition.node_part

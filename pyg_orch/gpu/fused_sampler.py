@@ -395,14 +395,15 @@ def _shard_arguments(layout: Optional[ShardLayout], dummy: Tensor):
     # The sampling kernel's arguments for lists split across GPUs (unused,
     # but typed, for a topology in one piece).
     if layout is None:
-        return (dummy, ) * 5, {}
+        return (dummy, ) * 6, {}
     return ((layout.table, ) + tuple(
         x if x is not None else dummy
         for x in (layout.rep_start, layout.rep_row, layout.rep_eid,
-                  layout.reads)), dict(
+                  layout.reads, layout.placed_start)), dict(
                       SHARDS=layout.num_shards,
                       REPLICA=layout.rep_start is not None,
-                      COUNT=layout.reads is not None))
+                      COUNT=layout.reads is not None,
+                      PLACED=layout.placed_start is not None))
 
 
 def _current_stream(device: torch.device):

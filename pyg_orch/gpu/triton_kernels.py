@@ -56,16 +56,23 @@ def draw_picks(seed, i, deg, K: tl.constexpr, KPAD: tl.constexpr,
 
 @triton.jit
 def _sharded_read(row_ptr, eid_ptr, shard_ptr, rep_start_ptr, rep_row_ptr,
-                  rep_eid_ptr, reads_ptr, v, valid, picks, pos, ok,
-                  SHARDS: tl.constexpr, HAS_EID: tl.constexpr,
-                  REPLICA: tl.constexpr, COUNT: tl.constexpr):
+                  rep_eid_ptr, reads_ptr, placed_ptr, v, valid, picks, pos,
+                  ok, SHARDS: tl.constexpr, HAS_EID: tl.constexpr,
+                  REPLICA: tl.constexpr, COUNT: tl.constexpr,
+                  PLACED: tl.constexpr):
     # `shard_ptr`: [rank, 0..SHARDS edge bounds, row pointers, eid pointers].
     # The pointer types come from `row_ptr` / `eid_ptr` (the own shard).
-    sid = tl.zeros(pos.shape, tl.int32)
+    # With PLACED (lists split by a partition), the bounds are placed
+    # positions and `placed_ptr` holds where each destination's list starts.
+    at = pos
+    if PLACED:
+        ps = tl.load(placed_ptr + v, mask=valid, other=0).to(tl.int64)
+        at = ps[:, None] + picks
+    sid = tl.zeros(at.shape, tl.int32)
     for s in tl.static_range(1, SHARDS):
-        sid += (pos >= tl.load(shard_ptr + 1 + s)).to(tl.int32)
+        sid += (at >= tl.load(shard_ptr + 1 + s)).to(tl.int32)
     base = tl.load(shard_ptr + 1 + sid, mask=ok, other=0)
-    local = pos - base
+    local = at - base
     remote = ok
     if REPLICA:
         rs = tl.load(rep_start_ptr + v, mask=valid, other=-1).to(tl.int64)
@@ -117,6 +124,7 @@ def sample_hop_kernel(
     rep_row_ptr,
     rep_eid_ptr,
     reads_ptr,
+    placed_ptr,
     capacity,
     K: tl.constexpr,
     KPAD: tl.constexpr,
@@ -127,6 +135,7 @@ def sample_hop_kernel(
     SHARDS: tl.constexpr = 0,
     REPLICA: tl.constexpr = False,
     COUNT: tl.constexpr = False,
+    PLACED: tl.constexpr = False,
 ):
     r"""Samples up to :obj:`K` in-neighbors of every frontier node and writes
     them into slots :obj:`[i * K, (i + 1) * K)` (source id, edge id, local
@@ -154,9 +163,9 @@ def sample_hop_kernel(
     pos = start[:, None] + picks
     if SHARDS > 0:
         src, eid = _sharded_read(row_ptr, eid_ptr, shard_ptr, rep_start_ptr,
-                                 rep_row_ptr, rep_eid_ptr, reads_ptr, v,
-                                 valid, picks, pos, ok, SHARDS, HAS_EID,
-                                 REPLICA, COUNT)
+                                 rep_row_ptr, rep_eid_ptr, reads_ptr,
+                                 placed_ptr, v, valid, picks, pos, ok,
+                                 SHARDS, HAS_EID, REPLICA, COUNT, PLACED)
     else:
         src = tl.load(row_ptr + pos, mask=ok, other=-1).to(tl.int64)
         if HAS_EID:

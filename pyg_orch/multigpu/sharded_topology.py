@@ -1,9 +1,10 @@
 """A CSC topology whose neighbor lists are split across the GPUs of one
 machine (HyDRA's hybrid placement): offsets replicated, the lists of
-destination-vertex ranges one shard per rank, and the lists of the
-highest-scored vertices (degree, or pre-sampled access counts) copied to
-every GPU within a memory budget. Sampling reads a list wherever it lives,
-so a batch equals the one-GPU loader's for the same seed."""
+destination-vertex ranges (or of the vertices of a partition, e.g. METIS's,
+for locality) one shard per rank, and the lists of the highest-scored
+vertices (degree, or pre-sampled access counts) copied to every GPU within
+a memory budget. Sampling reads a list wherever it lives, so a batch equals
+the one-GPU loader's for the same seed."""
 import dataclasses
 import weakref
 from dataclasses import dataclass, field
@@ -31,6 +32,31 @@ def shard_positions(edge_bounds: Tensor, pos: Tensor):
     return owner, pos - edge_bounds.index_select(0, owner)
 
 
+class PositionMap:
+    r"""Where the CSC positions of a topology whose lists are split by a
+    partition of the destinations (not by ranges) lie: shards are
+    concatenated into a space of *placed* positions, in which rank
+    :obj:`r`'s shard starts at :obj:`edge_bounds[r]` and destination
+    :obj:`v`'s list at :obj:`start[v]`.
+
+    Args:
+        colptr (torch.Tensor): The topology's offsets.
+        start (torch.Tensor): Per destination, where its list starts among
+            the placed positions.
+    """
+    def __init__(self, colptr: Tensor, start: Tensor):
+        self.colptr = colptr
+        self.start = start
+
+    def __call__(self, pos: Tensor, dst: Optional[Tensor] = None) -> Tensor:
+        r"""The placed positions of CSC positions :obj:`pos` (of lists of
+        destinations :obj:`dst`, found by bisection if not given)."""
+        if dst is None:
+            dst = torch.searchsorted(self.colptr, pos, right=True) - 1
+        return self.start.index_select(0, dst).to(torch.int64) + (
+            pos - self.colptr.index_select(0, dst))
+
+
 class ShardedValues:
     r"""A value per CSC position (edge times, sampling weights or their
     prefix sums) split across a machine's processes like the neighbor lists
@@ -43,12 +69,16 @@ class ShardedValues:
         edge_bounds (torch.Tensor): The CSC positions where the shards
             start, and the number of positions.
         own_size (int): The positions of this rank's shard.
+        placed (PositionMap, optional): Where positions lie, for lists
+            split by a partition (default: the shards are ranges of
+            positions).
     """
     def __init__(self, shards: PeerBuffers, edge_bounds: Tensor,
-                 own_size: int):
+                 own_size: int, placed: Optional[PositionMap] = None):
         self.shards = shards
         self.edge_bounds = edge_bounds
         self.own_size = int(own_size)
+        self.placed = placed
 
     @property
     def own(self) -> Tensor:
@@ -73,6 +103,8 @@ class ShardedValues:
         if dim != 0:
             raise ValueError(f"ShardedValues has one dimension (got "
                              f"dim={dim})")
+        if self.placed is not None:
+            index = self.placed(index)
         owner, local = shard_positions(self.edge_bounds, index)
         return self.shards.gather(owner, local)
 
@@ -93,9 +125,13 @@ class ShardedCSC(CSCTopology):
 
     Attributes:
         node_bounds (List[int]): Rank :obj:`r` holds the lists of
-            destinations :obj:`[node_bounds[r], node_bounds[r + 1])`.
+            destinations :obj:`[node_bounds[r], node_bounds[r + 1])`
+            (empty where the lists are split by a partition).
         edge_bounds (torch.Tensor): The CSC positions where the shards
-            start (:obj:`colptr[node_bounds]`), on the topology's device.
+            start (:obj:`colptr[node_bounds]`), on the topology's device;
+            placed positions (see :obj:`placed`) for a partition.
+        placed (PositionMap, optional): For lists split by a partition of
+            the destinations: where each list lies.
         rank (int): This process's shard.
         row_shards (PeerBuffers): Every rank's :obj:`row` shard.
         eid_shards (PeerBuffers, optional): The same for edge ids.
@@ -116,17 +152,18 @@ class ShardedCSC(CSCTopology):
     rep_eid: Optional[Tensor] = None
     total_edges: int = 0
     reads: Optional[Tensor] = None
+    placed: Optional[PositionMap] = None
     _layout: Optional[ShardLayout] = None
 
     is_sharded = True
 
     @property
     def needs_dst(self) -> bool:
-        return self.rep_start is not None
+        return self.rep_start is not None or self.placed is not None
 
     @property
     def num_shards(self) -> int:
-        return len(self.node_bounds) - 1
+        return self.edge_bounds.numel() - 1
 
     @property
     def num_edges(self) -> int:
@@ -147,7 +184,8 @@ class ShardedCSC(CSCTopology):
                 return x.nbytes
             return 0 if x is None else x.numel() * x.element_size()
         return {
-            'offsets': nbytes(self.colptr) + nbytes(self.rep_start),
+            'offsets': nbytes(self.colptr) + nbytes(self.rep_start) + (
+                0 if self.placed is None else nbytes(self.placed.start)),
             'shard': sum(nbytes(x) for x in (
                 self.row, self.edge_id, self.time, self.weight,
                 self._weight_cumsum)),
@@ -158,7 +196,8 @@ class ShardedCSC(CSCTopology):
         return sum(self.memory().values())
 
     def _locate(self, pos: Tensor, dst: Optional[Tensor], count: bool):
-        shard, local = shard_positions(self.edge_bounds, pos)
+        placed = pos if self.placed is None else self.placed(pos, dst)
+        shard, local = shard_positions(self.edge_bounds, placed)
         rep = None
         if self.rep_start is not None:
             if dst is None:
@@ -202,9 +241,10 @@ class ShardedCSC(CSCTopology):
                 ptrs += [0] * self.num_shards
             table = torch.tensor([self.rank] + self.edge_bounds.tolist() +
                                  ptrs, dtype=torch.int64)
-            self._layout = ShardLayout(table.to(self.device), self.num_shards,
-                                       self.rep_start, self.rep_row,
-                                       self.rep_eid, self.reads)
+            self._layout = ShardLayout(
+                table.to(self.device), self.num_shards, self.rep_start,
+                self.rep_row, self.rep_eid, self.reads,
+                None if self.placed is None else self.placed.start)
         return self._layout
 
     def neighbors(self, pos: Tensor, dst: Optional[Tensor] = None) -> Tensor:
@@ -246,7 +286,7 @@ def shard_bounds(colptr: Tensor, num_shards: int) -> List[int]:
 
 def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
                       score: Optional[Tensor] = None,
-                      exclude: Optional[range] = None,
+                      exclude: Optional[Union[range, Tensor]] = None,
                       max_fanout: Optional[int] = None) -> Tensor:
     r"""The destinations whose lists to copy to a GPU, as many as fit into
     :obj:`budget_bytes`, greedily by reads saved per byte: a destination
@@ -254,7 +294,8 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
     frontier; the in-degree if not given, HyDRA's choice) reads
     :obj:`min(deg, max_fanout)` entries of its :obj:`deg`-long list
     (all of it without :obj:`max_fanout`). Destinations in :obj:`exclude`
-    (the rank's own shard) are skipped."""
+    (the rank's own shard: a range, or a mask over the destinations) are
+    skipped."""
     deg = (colptr[1:] - colptr[:-1]).cpu().to(torch.int64)
     if budget_bytes <= 0 or deg.numel() == 0:
         return torch.empty(0, dtype=torch.int64)
@@ -268,7 +309,9 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
         degf.clamp(max=max_fanout)
     value = torch.where(deg > 0, weight * reads / degf.clamp(min=1),
                         float('-inf'))
-    if exclude is not None and len(exclude) > 0:
+    if isinstance(exclude, Tensor):
+        value[exclude.cpu()] = float('-inf')
+    elif exclude is not None and len(exclude) > 0:
         value[exclude.start:exclude.stop] = float('-inf')
     order = torch.argsort(value, descending=True, stable=True)
     order = order[torch.isfinite(value[order]) & (value[order] > 0)]
@@ -276,11 +319,46 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
     return order[cost <= budget_bytes]
 
 
+def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
+                   num_shards: int):
+    r"""How lists split by a partition of the destinations lie
+    (:obj:`node_parts[v]`: the rank that holds :obj:`v`'s list): rank
+    :obj:`r`'s lists in destination order, the shards one after another.
+    Returns the shards' bounds among the placed positions
+    (:obj:`[num_shards + 1]`), every destination's placed start, and the
+    CSC positions of :obj:`rank`'s shard in its order."""
+    n = colptr.numel() - 1
+    parts = node_parts.cpu().to(torch.int64)
+    if parts.dim() != 1 or parts.numel() != n:
+        raise ValueError(f"'split_by' must hold one part per destination "
+                         f"vertex ({n}), got shape {tuple(parts.shape)}")
+    if n > 0 and (int(parts.min()) < 0 or int(parts.max()) >= num_shards):
+        raise ValueError(f"'split_by' must hold parts in [0, {num_shards}) "
+                         f"(one per rank of the machine), got values in "
+                         f"[{int(parts.min())}, {int(parts.max())}]")
+    colptr = colptr.cpu().to(torch.int64)
+    deg = colptr[1:] - colptr[:-1]
+    order = torch.sort(parts, stable=True)[1]  # By part, then by id.
+    placed = torch.cumsum(deg[order], 0) - deg[order]
+    start = torch.empty(n, dtype=torch.int64)
+    start[order] = placed
+    sizes = torch.zeros(num_shards, dtype=torch.int64).scatter_add_(
+        0, parts, deg)
+    edge_bounds = torch.zeros(num_shards + 1, dtype=torch.int64)
+    edge_bounds[1:] = torch.cumsum(sizes, 0)
+    mine = order[parts[order] == rank]
+    local = start[mine] - edge_bounds[rank]
+    pos = torch.repeat_interleave(colptr[mine] - local, deg[mine]) + \
+        torch.arange(int(sizes[rank]))
+    return edge_bounds, start, pos
+
+
 def shard_topology(csc: CSCTopology, peers: PeerGroup,
                    replicate_bytes: int = 0,
                    replicate_score: Optional[Tensor] = None,
                    count_reads: bool = True,
-                   max_fanout: Optional[int] = None) -> ShardedCSC:
+                   max_fanout: Optional[int] = None,
+                   node_parts: Optional[Tensor] = None) -> ShardedCSC:
     r"""Splits :obj:`csc` (the whole topology, as every rank has it) across
     the ranks of :obj:`peers` (a collective call).
 
@@ -295,19 +373,37 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
         max_fanout (int, optional): The largest fan-out sampled (reads per
             expansion).
         count_reads (bool): Count reads per tier (see :meth:`stats`).
+        node_parts (torch.Tensor, optional): The rank that holds each
+            destination's list (e.g. a METIS partition, for locality);
+            by default, ranges of destinations with about the same number
+            of edges each (:func:`shard_bounds`).
     """
     device = peers.device
     colptr = csc.colptr.cpu()
     src_device = csc.row.device  # Sliced where it lies (e.g. built on GPU).
-    bounds = shard_bounds(colptr, peers.world_size)
-    edge_bounds = colptr.index_select(0, torch.tensor(bounds)).to(torch.int64)
-    sizes = (edge_bounds[1:] - edge_bounds[:-1]).tolist()
     r = peers.rank
+    placed = own_pos = None
+    if node_parts is None:
+        bounds = shard_bounds(colptr, peers.world_size)
+        edge_bounds = colptr.index_select(0, torch.tensor(bounds)).to(
+            torch.int64)
+        exclude = range(bounds[r], bounds[r + 1])
+    else:
+        bounds = []
+        edge_bounds, start, own_pos = split_by_parts(
+            colptr, node_parts, r, peers.world_size)
+        exclude = node_parts.cpu() == r
+        start = start.to(smallest_index_dtype(int(edge_bounds[-1])))
+        placed = PositionMap(colptr.to(device), start.to(device))
+        own_pos = own_pos.to(src_device)
+    sizes = (edge_bounds[1:] - edge_bounds[:-1]).tolist()
     a, b = int(edge_bounds[r]), int(edge_bounds[r + 1])
 
     def split(values: Tensor) -> PeerBuffers:
         buffers = peers.allocate((max(max(sizes), 1), ), values.dtype)
-        buffers.own[:b - a].copy_(values[a:b])
+        own = values[a:b] if own_pos is None else \
+            values.index_select(0, own_pos.to(values.device))
+        buffers.own[:b - a].copy_(own)
         return buffers
 
     row_shards = split(csc.row)
@@ -317,7 +413,7 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
     def split_values(values: Optional[Tensor]) -> Optional[ShardedValues]:
         if values is None:
             return None
-        return ShardedValues(split(values), device_bounds, b - a)
+        return ShardedValues(split(values), device_bounds, b - a, placed)
 
     time = split_values(csc.time)
     weight = split_values(csc.weight)
@@ -331,8 +427,7 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
     bytes_per_edge = csc.row.element_size() + (
         csc.edge_id.element_size() if csc.edge_id is not None else 0)
     chosen = choose_replicated(colptr, replicate_bytes, bytes_per_edge,
-                               replicate_score,
-                               exclude=range(bounds[r], bounds[r + 1]),
+                               replicate_score, exclude=exclude,
                                max_fanout=max_fanout)
     if chosen.numel() > 0:
         chosen = chosen.sort().values
@@ -359,7 +454,7 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
         eid_shards=eid_shards, rep_start=rep_start, rep_row=rep_row,
         rep_eid=rep_eid, total_edges=csc.num_edges,
         reads=torch.zeros(3, dtype=torch.int64, device=device)
-        if count_reads else None)
+        if count_reads else None, placed=placed)
 
 
 @dataclass
@@ -375,20 +470,74 @@ class TopologySharding:
             neighbor reads saved per byte, a node's expected expansions
             taken from its out-degree) or :obj:`'degree'` (highest
             in-degree first). (default: :obj:`'reads'`)
+        split_by (str or torch.Tensor or dict): Which rank holds which
+            lists: :obj:`'ranges'` (ranges of destinations with about the
+            same number of edges each), :obj:`'metis'` (a METIS partition
+            of the graph into one part per rank, for locality: a rank whose
+            seeds lie in its part reads most lists from its own GPU; needs
+            :obj:`pymetis`, homogeneous graphs), :obj:`'random'` (a seeded
+            random balanced partition), or the rank of every destination
+            vertex (a tensor; a dictionary per node type for a
+            heterogeneous graph). :meth:`node_parts` tells which rank holds
+            a vertex, e.g. to give each rank its own part's seeds.
+            (default: :obj:`'ranges'`)
     """
     replicate_bytes: Union[int, float] = 0.1
     replicate_by: str = 'reads'
+    split_by: Any = 'ranges'
 
     def __post_init__(self):
         if self.replicate_by not in ('reads', 'degree'):
             raise ValueError(f"'replicate_by' must be 'reads' or 'degree' "
                              f"(got {self.replicate_by!r})")
+        split = self.split_by
+        if isinstance(split, str):
+            if split not in ('ranges', 'metis', 'random'):
+                raise ValueError(f"'split_by' must be 'ranges', 'metis', "
+                                 f"'random', a tensor or a dictionary of "
+                                 f"tensors per node type (got {split!r})")
+        elif not isinstance(split, Tensor) and not (
+                isinstance(split, dict)
+                and all(isinstance(v, Tensor) for v in split.values())):
+            raise ValueError(f"'split_by' must be 'ranges', 'metis', "
+                             f"'random', a tensor or a dictionary of tensors "
+                             f"per node type (got {type(split).__name__})")
         value = self.replicate_bytes
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 value < 0 or (isinstance(value, float) and value > 1.0):
             raise ValueError(f"'replicate_bytes' must be a number of bytes "
                              f"(int >= 0) or a fraction in [0, 1] (got "
                              f"{value!r})")
+
+    def node_parts(self, topology: GraphTopology, num_shards: int,
+                   node_type: Any = None) -> Optional[Tensor]:
+        r"""The rank that holds each :obj:`node_type` vertex's lists
+        (:obj:`None` for :obj:`'ranges'`), the same on every rank."""
+        split = self.split_by
+        n = topology.num_nodes[node_type]
+        if isinstance(split, str):
+            if split == 'ranges':
+                return None
+            return _partition(topology, node_type, num_shards, split)
+        if isinstance(split, dict):
+            if node_type not in split:
+                raise ValueError(f"'split_by' has no parts for node type "
+                                 f"{node_type!r}")
+            split = split[node_type]
+        elif node_type is not None:
+            raise ValueError("'split_by' must be a dictionary of tensors "
+                             "per node type for a heterogeneous graph")
+        if split.dim() != 1 or split.numel() != n:
+            raise ValueError(f"'split_by' must hold one part per vertex "
+                             f"({n}), got shape {tuple(split.shape)}")
+        split = split.cpu().to(torch.int64)
+        if n > 0 and (int(split.min()) < 0 or
+                      int(split.max()) >= num_shards):
+            raise ValueError(f"'split_by' must hold parts in [0, "
+                             f"{num_shards}) (one per rank of the machine), "
+                             f"got values in [{int(split.min())}, "
+                             f"{int(split.max())}]")
+        return split
 
     def budget(self, csc: CSCTopology) -> int:
         if isinstance(self.replicate_bytes, float):
@@ -399,6 +548,55 @@ class TopologySharding:
 
 
 _SHARDED: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+
+
+def _agreed(peers: PeerGroup,
+            make: Callable[[], Optional[Tensor]]) -> Optional[Tensor]:
+    # `make()`'s parts, the same on every rank; where it fails on a rank, or
+    # the ranks' parts differ, an error on every rank (no rank left
+    # waiting in a later collective).
+    parts = error = None
+    try:
+        parts = make()
+        digest = None if parts is None else (
+            parts.numel(), int(parts.sum()),
+            int((parts * (torch.arange(parts.numel()) % 65521)).sum()))
+    except (ValueError, ImportError, NotImplementedError) as e:
+        error, digest = e, None
+    views = peers.all_gather_object(
+        ('error', f'{type(error).__name__}: {error}')
+        if error is not None else ('parts', digest))
+    if error is not None:
+        raise error
+    failed = [v[1] for v in views if v[0] == 'error']
+    if failed:
+        raise ValueError(f"'split_by': another rank failed: {failed[0]}")
+    if len(set(views)) > 1:
+        raise ValueError("'split_by' must give every rank the same parts "
+                         "(the rank of every vertex), but the ranks differ")
+    return parts
+
+
+def _partition(topology: GraphTopology, node_type: Any, num_parts: int,
+               method: str) -> Tensor:
+    # A partition of `node_type`'s vertices, computed alike on every rank
+    # (METIS and the random split are deterministic for a seed).
+    from pyg_orch.distributed.methods import assign_parts
+    n = topology.num_nodes[node_type]
+    if method == 'random':
+        return assign_parts(torch.empty(2, 0, dtype=torch.int64), n,
+                            num_parts, 'random', seed=0)
+    if topology.is_hetero:
+        raise NotImplementedError(
+            "split_by='metis' is for homogeneous graphs; for a "
+            "heterogeneous graph give the rank of every vertex per node "
+            "type (a dictionary of tensors), e.g. from a METIS partition of "
+            "its homogeneous form")
+    csc = topology.csc[None]
+    colptr = csc.colptr.cpu().to(torch.int64)
+    dst = torch.repeat_interleave(torch.arange(n), colptr[1:] - colptr[:-1])
+    edge_index = torch.stack([csc.row.cpu().to(torch.int64), dst])
+    return assign_parts(edge_index, n, num_parts, 'metis', seed=0)
 
 
 def expansion_weight(csc: Dict[Any, CSCTopology], dst_type: Any,
@@ -431,23 +629,28 @@ def shard_graph_topology(topology: GraphTopology, device: torch.device,
     call), with offsets and copies on :obj:`device`. The result is cached
     per topology, so loaders sharing a topology share its shards."""
     sharding = sharding or TopologySharding()
+    split = sharding.split_by
     key = (str(device), sharding.replicate_bytes, sharding.replicate_by,
-           max_fanout)
+           max_fanout, split if isinstance(split, str) else id(split))
     cached = _SHARDED.get(topology, {}).get(key)
     if cached is not None:
         return cached
     peers = PeerGroup(device=device)
+    parts: Dict[Any, Optional[Tensor]] = {}
     csc = {}
     for et, t in topology.csc.items():
+        dst_t = None if et is None else et[-1]
         score = None
         if sharding.replicate_by == 'reads':
-            dst_t = None if et is None else et[-1]
             score = expansion_weight(topology.csc, dst_t,
                                      topology.num_nodes[dst_t])
+        if dst_t not in parts:
+            parts[dst_t] = _agreed(peers, lambda t=dst_t: sharding.node_parts(
+                topology, peers.world_size, t))
         csc[et] = shard_topology(
             t, peers, sharding.budget(t), score,
             max_fanout=max_fanout if sharding.replicate_by == 'reads'
-            else None)
+            else None, node_parts=parts[dst_t])
     node_time = None if topology.node_time is None else {
         t: v.to(device) for t, v in topology.node_time.items()}
     out = GraphTopology(csc, topology.num_nodes, node_time,
