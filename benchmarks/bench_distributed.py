@@ -632,7 +632,7 @@ def run(args) -> Dict[str, Any]:
                         args.classes)}
     work = args.work_dir or tempfile.mkdtemp(prefix='bench_distributed_')
     os.makedirs(work, exist_ok=True)
-    from pyg_orch.distributed.methods import metis_available
+    from pyg_orch.core.partitioning import metis_available
     for method in args.methods:
         if method == 'metis' and not metis_available():
             res['errors'][method] = ('pymetis is not installed (pip install '
@@ -764,7 +764,7 @@ def sweep(args) -> Dict[str, Any]:
     from tqdm import tqdm
 
     from pyg_orch import HybridNeighborSampler
-    from pyg_orch.distributed.methods import assign_parts, balance, edge_cut
+    from pyg_orch.core.partitioning import assign_parts, balance, edge_cut
 
     data, graph = _graph(args)
     N = args.nodes

@@ -152,7 +152,66 @@ def test_transform_sampler_output_on_partition_folder(tmp_path):
         assert sum(seen) > sum(a['edge_index'].size(1) for a in ours)
 
 
-def _train_worker(rank, world_size, out_dir):
+def _prefetch_worker(rank, world_size, out_dir):
+    import threading
+    seen = []
+
+    def transform(batch):  # In the loop's thread.
+        seen.append(threading.current_thread() is threading.main_thread())
+        return batch
+
+    kw = dict(input_nodes=global_seeds(), batch_size=4, even='pad',
+              device='cpu', shuffle=True, seed=3, num_neighbors=[3, 2])
+    ahead = HybridNeighborLoader(out_dir, prefetch=2, transform=transform,
+                                 **kw)
+    plain = HybridNeighborLoader(out_dir, **kw)
+    assert ahead.prefetch == 2
+    epochs = [(_batches(ahead), _batches(plain)) for _ in range(2)]
+    # Every rank breaks at the same step; the next epoch is whole:
+    for i, _ in enumerate(ahead):
+        if i == 1:
+            break
+    for i, _ in enumerate(plain):
+        if i == 1:
+            break
+    epochs.append((_batches(ahead), _batches(plain)))
+    # Rank 0 stops early, rank 1 wants the whole epoch: rank 1 is told.
+    error = None
+    it = iter(ahead)
+    try:
+        for i, _ in enumerate(it):
+            if rank == 0 and i == 1:
+                break
+    except RuntimeError as e:
+        error = str(e)
+    del it
+    return epochs, all(seen) and len(seen) > 0, error, len(ahead)
+
+
+def test_prefetch_on_partition_folder(tmp_path):
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_prefetch_worker, 2, args=(str(info.out_dir), ),
+                      timeout=120)
+    for rank, (epochs, in_loop_thread, error, num) in enumerate(out):
+        assert in_loop_thread
+        for epoch, (ahead, plain) in enumerate(epochs):
+            assert len(ahead) == len(plain) == num > 2
+            for a, b in zip(ahead, plain):
+                assert a['batch_size'] == b['batch_size']
+                n = a['batch_size']
+                assert torch.equal(a['n_id'][:n], b['n_id'][:n])
+                if epoch == 2:  # The thread sampled ahead of the break.
+                    continue
+                for key in KEYS:  # The same batches, in the same order.
+                    assert torch.equal(a[key], b[key]), key
+        if rank == 0:
+            assert error is None
+        else:
+            assert 'another rank stopped' in error
+
+
+def _train_worker(rank, world_size, out_dir, prefetch=0):
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
     from torch_geometric.nn import GraphSAGE
@@ -166,7 +225,7 @@ def _train_worker(rank, world_size, out_dir):
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     loader = HybridNeighborLoader(out_dir, num_neighbors=[5, 5],
                                   batch_size=16, shuffle=True, seed=1,
-                                  device='cpu')
+                                  device='cpu', prefetch=prefetch)
     losses = []
     with rank_guard(timeout=20):
         for epoch in range(2):
@@ -193,6 +252,14 @@ def test_ddp_graphsage_step(tmp_path):
     assert torch.equal(before0, before1)
     assert torch.equal(after0, after1)  # DDP kept the ranks in step.
     assert not torch.equal(before0, after0)  # It trained.
+    # Batches built ahead by a thread, whose exchanges never mix with DDP's
+    # all-reduces: the same training.
+    ahead = run_workers(_train_worker, 2, args=(str(info.out_dir), 2),
+                        timeout=90)
+    for (n, losses, _, after), (n_a, losses_a, _, after_a) in zip(out,
+                                                                   ahead):
+        assert n == n_a and losses == losses_a
+        assert torch.equal(after, after_a)
 
 
 def test_one_part_without_process_group(tmp_path):
@@ -228,7 +295,8 @@ def test_one_part_without_process_group(tmp_path):
     (dict(topology_placement='device'), ValueError, 'topology_placement'),
     (dict(topology_placement='sharded'), ValueError, 'one part per machine'),
     (dict(feature_store=None), ValueError, 'feature_store'),
-    (dict(prefetch=2), ValueError, 'prefetch'),
+    (dict(lookahead=True), ValueError, 'lookahead'),
+    (dict(prefetch=-1), ValueError, 'prefetch'),
     (dict(pin_memory=True), ValueError, 'pin_memory'),
     (dict(replace='yes'), ValueError, 'replace'),
     (dict(disjoint=1), ValueError, 'disjoint'),

@@ -15,7 +15,7 @@ from multiproc import run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
 from pyg_orch.distributed.features import DistributedFeatureGather
-from pyg_orch.distributed.methods import metis_available
+from pyg_orch.core.partitioning import metis_available
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
 from pyg_orch.sampling.multi_hop import sample_multi_hop
 from pyg_orch.sampling.topology import GraphTopology

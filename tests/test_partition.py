@@ -17,7 +17,7 @@ from pyg_orch.distributed import (
     load_partition,
     partition_graph,
 )
-from pyg_orch.distributed.methods import balance, edge_cut, metis_available
+from pyg_orch.core.partitioning import balance, edge_cut, metis_available
 
 METHODS = ['contiguous', 'random',
            pytest.param('metis', marks=pytest.mark.skipif(

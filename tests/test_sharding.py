@@ -257,7 +257,7 @@ def _locality(rank, world_size, split_by):
     return reads['local'] / (reads['local'] + reads['peer'])
 
 
-@pytest.mark.skipif(not __import__('pyg_orch.distributed.methods', fromlist=[
+@pytest.mark.skipif(not __import__('pyg_orch.core.partitioning', fromlist=[
     'metis_available']).metis_available(), reason='needs pymetis')
 def test_metis_split_reads_own_lists():
     ranges = run_workers(_locality, 2, args=('ranges', ), timeout=120)

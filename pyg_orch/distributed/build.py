@@ -16,7 +16,7 @@ from typing import Dict, List
 import torch
 from torch import Tensor
 
-from pyg_orch.distributed.methods import (
+from pyg_orch.core.partitioning import (
     assign_parts,
     edge_cut,
     resolve_method,

@@ -46,6 +46,28 @@ def group_rank(group: Optional[Any] = None) -> int:
 _CPU = torch.device('cpu')
 
 
+def gloo_twin(group: Optional[Any] = None) -> Optional[Any]:
+    r"""A new gloo group of the same ranks as :obj:`group` (the default
+    group if :obj:`None`; :obj:`None` without an initialized process
+    group), for collectives of another thread that must not interleave with
+    those of :obj:`group` (e.g. a prefetch thread beside DDP's
+    all-reduces). A collective of the default group: every process calls
+    it, also where :obj:`group` is a subgroup (all subgroups of that kind
+    get their twin)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    mine = sorted(dist.get_process_group_ranks(
+        group if group is not None else dist.group.WORLD))
+    everyone: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    twin = None
+    for ranks in sorted({tuple(r) for r in everyone}):
+        made = dist.new_group(list(ranks), backend='gloo')
+        if list(ranks) == mine:
+            twin = made
+    return twin
+
+
 def split_by_value(values: Tensor, num: int
                    ) -> Tuple[List[Tensor], List[int], Tensor]:
     r"""The positions of the entries of :obj:`values` equal to each of

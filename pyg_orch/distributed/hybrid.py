@@ -41,7 +41,6 @@ _IN_MEMORY = {
     'gpu_memory_budget': 'auto',
     'gpu_cache_ratio': None,
     'lookahead': None,
-    'prefetch': 0,
 }
 
 # Options not built across machines yet, with their defaults.
@@ -73,7 +72,7 @@ _DISTRIBUTED = ('even', 'cache_size', 'edge_cache_size',
                 'topology_placement', 'feature_placement', 'replace',
                 'disjoint', 'drop_last', 'weight_attr', 'time_attr',
                 'temporal_strategy', 'subgraph_type',
-                'transform_sampler_output')
+                'transform_sampler_output', 'prefetch')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -192,6 +191,9 @@ def partition_loader(path: os.PathLike,
       (all of the part's vertices of that type), or a (node type, seeds)
       tuple, the seeds as above (or the name of a boolean attribute of
       that type).
+    * :obj:`prefetch`: batches built ahead by a background thread, whose
+      exchanges go over their own gloo group (overlapped with training;
+      sampling and features on the CPU only).
     * :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last`,
       :obj:`transform`, :obj:`transform_sampler_output`, :obj:`replace`, :obj:`disjoint`,
       :obj:`weight_attr` (an edge attribute of the partition; as in PyG),
@@ -232,7 +234,8 @@ def partition_loader(path: os.PathLike,
          f"'{os.fspath(path)}')"),
         (_NOT_YET, NotImplementedError, "{key!r} is not supported across "
          "machines yet (batches are built in the main process, by "
-         "DistributedNeighborLoader)"),
+         "DistributedNeighborLoader; prefetch=N builds them ahead in a "
+         "thread, overlapped with training)"),
         (_DATALOADER, ValueError, "the DataLoader argument {key!r} does not "
          "apply (batches are assembled by DistributedNeighborLoader, "
          "without a DataLoader)"),

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from pyg_orch.distributed.collective import (
     comm_device,
+    gloo_twin,
     group_rank,
     group_size,
 )
@@ -40,6 +41,7 @@ from pyg_orch.distributed.machines import (
 )
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
 from pyg_orch.distributed.storage import GraphPartition, load_partition
+from pyg_orch.core.prefetch import PrefetchIterator
 from pyg_orch.sampling.arguments import (
     check_placement,
     integers_per_seed,
@@ -228,6 +230,20 @@ class DistributedNeighborLoader:
             (offset by the rank).
         transform (callable, optional): Applied to every batch (after it
             was moved to :obj:`device`).
+        prefetch (int): Batches built ahead by a background thread while
+            the training loop works (:obj:`0`: none, batches are built when
+            the loop asks). The thread's exchanges go over a gloo group of
+            their own (created here, a collective), so they never interleave
+            with the loop's collectives (e.g. DDP's all-reduce); every
+            batch starts with an agreement of all ranks' threads, so a loop
+            that stops early (on every rank) leaves no rank inside an
+            exchange. Batches, their order and :obj:`batch_stats` are as
+            without prefetch (where a loop stopped early, the thread had
+            sampled up to :obj:`prefetch + 1` batches more, so later
+            draws differ); :obj:`transform` and batch hooks run in the
+            loop's thread, hooks with :obj:`when='sampled'` in the prefetch
+            thread. Needs :obj:`sampling_device` and :obj:`feature_device`
+            on the CPU. (default: :obj:`0`)
         transform_sampler_output (callable, optional): Applied to every
             sampler output (a :class:`~torch_geometric.sampler.SamplerOutput`
             or :class:`~torch_geometric.sampler.HeteroSamplerOutput` of
@@ -319,9 +335,11 @@ class DistributedNeighborLoader:
                  input_id: Optional[Tensor] = None,
                  subgraph_type: Any = 'directional',
                  edge_cache_size: int = 0,
-                 transform_sampler_output: Optional[Callable] = None):
+                 transform_sampler_output: Optional[Callable] = None,
+                 prefetch: int = 0):
         # Checked before the collectives below, the same on every rank:
         check_size(edge_cache_size, 'edge_cache_size')
+        check_size(prefetch, 'prefetch')
         for name, fn in (('transform', transform),
                          ('transform_sampler_output',
                           transform_sampler_output)):
@@ -331,6 +349,13 @@ class DistributedNeighborLoader:
                                          default='cpu')
         feature_device = resolve_device(feature_device, 'feature_device',
                                         default='cpu')
+        if prefetch > 0 and (sampling_device.type != 'cpu'
+                             or feature_device.type != 'cpu'):
+            raise NotImplementedError(
+                "'prefetch' on a partitioned graph needs sampling_device "
+                "and feature_device on the CPU (its thread exchanges over "
+                "gloo); sampling or gathering on a GPU is not built with "
+                "prefetch yet")
         sharding = check_placement(topology_placement)
         if sharding in ('device', 'host'):
             raise ValueError(f"'topology_placement' must be 'auto' or "
@@ -433,6 +458,14 @@ class DistributedNeighborLoader:
         # A collective, once here (every rank constructs the loader):
         self._num_batches = _reduce(self._local_batches(), op,
                                     layout.batch_group)
+        self.prefetch = prefetch
+        self._prefetch_group = None
+        if prefetch > 0:
+            # The thread's exchanges go over their own gloo group, so they
+            # never interleave with the training loop's collectives (DDP).
+            self._prefetch_group = gloo_twin(group)
+            self.sampler.group = self._prefetch_group
+            self.gather.group = self._prefetch_group
 
     def _resolve(self, input_nodes) -> Tensor:
         part = self.partition
@@ -640,6 +673,28 @@ class DistributedNeighborLoader:
         return data
 
     def __iter__(self) -> Iterator:
+        if self.prefetch == 0:
+            return (self._deliver(b) for b in self._batches())
+        it = PrefetchIterator(self._batches(), self.prefetch, self.device,
+                              agree=self._all_go_on)
+        return (self._deliver(b) for b in it)
+
+    def _all_go_on(self, go_on: bool) -> bool:
+        # Whether every rank's prefetch thread goes on to the next batch.
+        if group_size(self._prefetch_group) == 1:
+            return go_on
+        flag = torch.tensor([int(go_on)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN,
+                        group=self._prefetch_group)
+        if go_on and not flag.item():
+            raise RuntimeError(
+                "DistributedNeighborLoader: another rank stopped iterating "
+                "this epoch before this one did; with 'prefetch', every "
+                "rank must take the same number of batches (or all break "
+                "at the same step)")
+        return bool(flag.item())
+
+    def _batches(self) -> Iterator:
         from torch_geometric.data import Data
         batches = self._seed_batches()
         if not self._cache_built:
@@ -693,11 +748,15 @@ class DistributedNeighborLoader:
             data = data.to(self.device, non_blocking=True)
         elif self.sampling_device.type != 'cpu':  # Sampled ids to the host.
             data = data.to(self.device)
+        self.batch_stats.append({**self.gather.stats.as_dict(),
+                                 'remote_requests':
+                                 self.sampler.stats.remote_requests})
+        return data
+
+    def _deliver(self, data):
+        # In the training loop's thread (also with prefetch):
         if self.transform is not None:
             data = self.transform(data)
         for hook in list(self._batch_hooks.values()):
             hook(data)
-        self.batch_stats.append({**self.gather.stats.as_dict(),
-                                 'remote_requests':
-                                 self.sampler.stats.remote_requests})
         return data

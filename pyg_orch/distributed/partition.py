@@ -16,7 +16,7 @@ import sys
 from typing import List, Optional
 
 from pyg_orch.distributed.build import partition_graph
-from pyg_orch.distributed.methods import METHODS
+from pyg_orch.core.partitioning import METHODS
 
 __all__ = ['main']
 

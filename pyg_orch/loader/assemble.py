@@ -15,7 +15,7 @@ from torch_geometric.loader.utils import index_select
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from pyg_orch.core.devices import with_index
-from pyg_orch.loader.prefetch import SCALAR_TYPES
+from pyg_orch.core.prefetch import SCALAR_TYPES
 
 
 class DataAssembler:

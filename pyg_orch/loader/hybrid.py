@@ -24,7 +24,7 @@ from pyg_orch.loader.assemble import (
 )
 from pyg_orch.loader.features import Counts, build_feature_store
 from pyg_orch.loader.lookahead import LookaheadIterator
-from pyg_orch.loader.prefetch import PrefetchIterator
+from pyg_orch.core.prefetch import PrefetchIterator
 from pyg_orch.loader.seed_batches import tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.loader.validation import (

@@ -581,7 +581,7 @@ def _partition(topology: GraphTopology, node_type: Any, num_parts: int,
                method: str) -> Tensor:
     # A partition of `node_type`'s vertices, computed alike on every rank
     # (METIS and the random split are deterministic for a seed).
-    from pyg_orch.distributed.methods import assign_parts
+    from pyg_orch.core.partitioning import assign_parts
     n = topology.num_nodes[node_type]
     if method == 'random':
         return assign_parts(torch.empty(2, 0, dtype=torch.int64), n,

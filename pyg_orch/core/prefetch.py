@@ -3,7 +3,7 @@ background thread on its own CUDA stream while the current batch trains."""
 import dataclasses
 import queue
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -66,11 +66,17 @@ def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
 
 
 def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
-             device: torch.device, stream) -> None:
+             device: torch.device, stream,
+             agree: Optional[Callable[[bool], bool]] = None) -> None:
     try:
         if stream is not None:
             torch.cuda.set_device(device.index or 0)
-        while not stop.is_set():
+        while True:
+            # With `agree`, all ranks stop at the same batch: none is left
+            # inside a batch's collectives that the others never join.
+            if not (agree(not stop.is_set()) if agree is not None
+                    else not stop.is_set()):
+                break
             if stream is not None:
                 with torch.cuda.stream(stream):
                     try:
@@ -86,7 +92,9 @@ def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
                     break
                 event = None
             if not _put(q, stop, (batch, event)):
-                return
+                if agree is None:
+                    return
+                # Stopped: the next agreement tells the other ranks.
     except BaseException as e:  # Re-raised in the consumer.
         _put(q, stop, Failure(e))
         return
@@ -105,8 +113,15 @@ class PrefetchIterator:
         iterator (Iterator): Produces batches.
         depth (int): Batches prepared ahead.
         device (torch.device): Where the batches live.
+        agree (callable, optional): For an iterator whose batches are
+            collectives of several processes: called by the thread before
+            every batch with whether this process goes on (:obj:`False`
+            once the iterator is closed), it returns whether all go on
+            (e.g. an :obj:`all_reduce` of the flags); the thread stops
+            where it returns :obj:`False`.
     """
-    def __init__(self, iterator: Iterator, depth: int, device: torch.device):
+    def __init__(self, iterator: Iterator, depth: int, device: torch.device,
+                 agree: Optional[Callable[[bool], bool]] = None):
         if depth < 1:
             raise ValueError(f"'prefetch' must be >= 1 (got {depth})")
         self.iterator = iterator
@@ -119,7 +134,8 @@ class PrefetchIterator:
         # (e.g. breaking out of the loop) collects it and stops the thread.
         self.thread = threading.Thread(
             target=_produce, daemon=True, name='pyg_orch-prefetch',
-            args=(iterator, self.queue, self.stop, device, self.stream))
+            args=(iterator, self.queue, self.stop, device, self.stream,
+                  agree))
         self.thread.start()
         self._finished = False
 
