@@ -341,6 +341,11 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
         # NCCL (the library exchanges on the group's device, see
         # pyg_orch.distributed.collective.comm_device).
         backend = 'nccl'
+    elif args.train_device == 'cuda':  # Gloo exchanges, GPU training
+        # (the ranks may share a GPU).
+        device = torch.device('cuda', rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = 'gloo'
     else:
         device = torch.device('cpu')
         backend = 'gloo'
@@ -411,18 +416,19 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         cache_size=args.cache_rows, presample_batches=args.presample,
         seed=args.seed, device=device, sampling_device=sampling_device,
         feature_device=feature_device, topology_placement=args.topology,
-        feature_placement=args.feature_placement)
+        feature_placement=args.feature_placement, prefetch=args.prefetch)
     build_s = time.perf_counter() - t
     timer: Dict[str, float] = {}
     # Where a phase queues GPU work, it ends when that work is done:
     sync = next((d for d in (sampling_device, feature_device, device)
                  if d.type == 'cuda'), None)
-    loader.sampler.sample_from_nodes = meter.wrap(
-        loader.sampler.sample_from_nodes, 'sampling', timer, sync)
-    loader.gather.gather = meter.wrap(loader.gather.gather, 'features',
-                                      timer, sync)
-    loader.gather.gather_edges = meter.wrap(loader.gather.gather_edges,
-                                            'edges', timer, sync)
+    if not args.prefetch:  # With prefetch, phases run in another thread.
+        loader.sampler.sample_from_nodes = meter.wrap(
+            loader.sampler.sample_from_nodes, 'sampling', timer, sync)
+        loader.gather.gather = meter.wrap(loader.gather.gather, 'features',
+                                          timer, sync)
+        loader.gather.gather_edges = meter.wrap(
+            loader.gather.gather_edges, 'edges', timer, sync)
     part = loader.partition
     row_bytes = _row_bytes(args.dim)
 
@@ -500,6 +506,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         bar.close()
     res = {
         'rank': rank, 'part': part.part, 'method': method,
+        'prefetch': args.prefetch,
         'device': str(device), 'topology_placement': args.topology,
         'topology_reads': loader.sampler.topology_reads(),
         'feature_placement': args.feature_placement,
@@ -1171,6 +1178,13 @@ def _parser() -> argparse.ArgumentParser:
                    "'cpu' from the memory-mapped part, or 'cuda' (rank r on "
                    "cuda:r) from a copy of its features (default: "
                    "%(default)s)")
+    r.add_argument('--train-device', choices=('cpu', 'cuda'), default='cpu',
+                   help="with --backend gloo: where batches land and the "
+                   "model trains ('cuda': rank r on GPU r %% the GPUs)")
+    r.add_argument('--prefetch', type=int, default=0,
+                   help='batches built ahead by a thread '
+                   '(DistributedNeighborLoader(prefetch=...)); per-phase '
+                   'times are not recorded then')
     r.add_argument('--batches', type=int, default=10)
     r.add_argument('--warmup', type=int, default=3)
     r.add_argument('--repeats', type=int, default=3)
