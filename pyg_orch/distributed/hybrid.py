@@ -195,8 +195,8 @@ def partition_loader(path: os.PathLike,
       exchanges go over their own gloo group (overlapped with training;
       sampling and features on the CPU only).
     * :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last`,
-      :obj:`transform`, :obj:`transform_sampler_output`, :obj:`replace`, :obj:`disjoint`,
-      :obj:`weight_attr` (an edge attribute of the partition; as in PyG),
+      :obj:`transform`, :obj:`transform_sampler_output`, :obj:`replace`,
+      :obj:`disjoint`, :obj:`weight_attr` (an edge attribute of the partition; as in PyG),
       :obj:`time_attr` (a node or edge attribute of the partition holding
       integer times) and :obj:`temporal_strategy`, :obj:`input_time` (one
       time per seed of :obj:`input_nodes`, given as the seeds of all

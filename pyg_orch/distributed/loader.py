@@ -673,10 +673,10 @@ class DistributedNeighborLoader:
         return data
 
     def __iter__(self) -> Iterator:
-        if self.prefetch == 0:
-            return (self._deliver(b) for b in self._batches())
-        it = PrefetchIterator(self._batches(), self.prefetch, self.device,
-                              agree=self._all_go_on)
+        it = self._batches()
+        if self.prefetch > 0:
+            it = PrefetchIterator(it, self.prefetch, self.device,
+                                  agree=self._all_go_on)
         return (self._deliver(b) for b in it)
 
     def _all_go_on(self, go_on: bool) -> bool:
@@ -686,13 +686,14 @@ class DistributedNeighborLoader:
         flag = torch.tensor([int(go_on)])
         dist.all_reduce(flag, op=dist.ReduceOp.MIN,
                         group=self._prefetch_group)
-        if go_on and not flag.item():
+        all_go_on = bool(flag.item())
+        if go_on and not all_go_on:
             raise RuntimeError(
                 "DistributedNeighborLoader: another rank stopped iterating "
                 "this epoch before this one did; with 'prefetch', every "
                 "rank must take the same number of batches (or all break "
                 "at the same step)")
-        return bool(flag.item())
+        return all_go_on
 
     def _batches(self) -> Iterator:
         from torch_geometric.data import Data

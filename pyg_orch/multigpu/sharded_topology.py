@@ -319,6 +319,24 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
     return order[cost <= budget_bytes]
 
 
+def check_node_parts(node_parts: Tensor, num_nodes: int,
+                     num_shards: int) -> Tensor:
+    r""":obj:`node_parts` as :obj:`int64` on the CPU, checked to hold the
+    rank (in :obj:`[0, num_shards)`) of each of :obj:`num_nodes`
+    vertices; a :class:`ValueError` naming :obj:`split_by` otherwise."""
+    if node_parts.dim() != 1 or node_parts.numel() != num_nodes:
+        raise ValueError(f"'split_by' must hold one part per vertex "
+                         f"({num_nodes}), got shape "
+                         f"{tuple(node_parts.shape)}")
+    parts = node_parts.cpu().to(torch.int64)
+    if num_nodes > 0 and (int(parts.min()) < 0
+                          or int(parts.max()) >= num_shards):
+        raise ValueError(f"'split_by' must hold parts in [0, {num_shards}) "
+                         f"(one per rank of the machine), got values in "
+                         f"[{int(parts.min())}, {int(parts.max())}]")
+    return parts
+
+
 def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
                    num_shards: int):
     r"""How lists split by a partition of the destinations lie
@@ -328,14 +346,7 @@ def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
     (:obj:`[num_shards + 1]`), every destination's placed start, and the
     CSC positions of :obj:`rank`'s shard in its order."""
     n = colptr.numel() - 1
-    parts = node_parts.cpu().to(torch.int64)
-    if parts.dim() != 1 or parts.numel() != n:
-        raise ValueError(f"'split_by' must hold one part per destination "
-                         f"vertex ({n}), got shape {tuple(parts.shape)}")
-    if n > 0 and (int(parts.min()) < 0 or int(parts.max()) >= num_shards):
-        raise ValueError(f"'split_by' must hold parts in [0, {num_shards}) "
-                         f"(one per rank of the machine), got values in "
-                         f"[{int(parts.min())}, {int(parts.max())}]")
+    parts = check_node_parts(node_parts, n, num_shards)
     colptr = colptr.cpu().to(torch.int64)
     deg = colptr[1:] - colptr[:-1]
     order = torch.sort(parts, stable=True)[1]  # By part, then by id.
@@ -527,17 +538,7 @@ class TopologySharding:
         elif node_type is not None:
             raise ValueError("'split_by' must be a dictionary of tensors "
                              "per node type for a heterogeneous graph")
-        if split.dim() != 1 or split.numel() != n:
-            raise ValueError(f"'split_by' must hold one part per vertex "
-                             f"({n}), got shape {tuple(split.shape)}")
-        split = split.cpu().to(torch.int64)
-        if n > 0 and (int(split.min()) < 0 or
-                      int(split.max()) >= num_shards):
-            raise ValueError(f"'split_by' must hold parts in [0, "
-                             f"{num_shards}) (one per rank of the machine), "
-                             f"got values in [{int(split.min())}, "
-                             f"{int(split.max())}]")
-        return split
+        return check_node_parts(split, n, num_shards)
 
     def budget(self, csc: CSCTopology) -> int:
         if isinstance(self.replicate_bytes, float):
