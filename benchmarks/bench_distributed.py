@@ -237,7 +237,9 @@ class _CommMeter:
 def _batch_record(loader, batch, meter, timer, total_s, loader_s, train_s,
                   row_bytes):
     hops = []
-    for h in loader.sampler.stats.per_hop:
+    # The loader's own sampler samples every batch only without threads:
+    threaded = loader.prefetch > 0 or loader.num_workers > 0
+    for h in [] if threaded else loader.sampler.stats.per_hop:
         req_out = h['remote_requests'] * ID_BYTES
         req_in = h['served_requests'] * ID_BYTES
         hops.append({
@@ -250,7 +252,9 @@ def _batch_record(loader, batch, meter, timer, total_s, loader_s, train_s,
             'response_bytes_out': h['bytes_sent'] - req_out,
             'response_bytes_in': h['bytes_received'] - req_in,
         })
-    g = loader.gather.stats.as_dict()
+    # This batch's (also where threads build batches; per-hop figures are
+    # only recorded without them):
+    g = loader.batch_stats[-1]
     feat = {
         'nodes': int(batch.n_id.numel()),
         'local_rows': g['local_rows'], 'cached_rows': g['cached_rows'],
@@ -276,6 +280,11 @@ def _summarize_rank(records: List[dict], repeats: int) -> Dict[str, Any]:
     for key in ('total_s', 'loader_s', 'train_s'):
         out[key.replace('_s', '_ms')] = _stats(
             [statistics.median(r[key] for r in rep) * 1e3 for rep in reps])
+    # The wall time of a repeat over its batches (steps run back to back):
+    # the throughput, where batches built ahead (prefetch, workers) make
+    # the time per batch bimodal and its median says little.
+    out['wall_ms'] = _stats([_mean(r['total_s'] for r in rep) * 1e3
+                             for rep in reps])
     phases = sorted({p for r in records for p in r['phase_s']})
     out['phase_ms'] = {p: _stats([statistics.median(
         r['phase_s'].get(p, 0.0) for r in rep) * 1e3 for rep in reps])
@@ -416,13 +425,15 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         cache_size=args.cache_rows, presample_batches=args.presample,
         seed=args.seed, device=device, sampling_device=sampling_device,
         feature_device=feature_device, topology_placement=args.topology,
-        feature_placement=args.feature_placement, prefetch=args.prefetch)
+        feature_placement=args.feature_placement, prefetch=args.prefetch,
+        num_workers=args.num_workers)
     build_s = time.perf_counter() - t
     timer: Dict[str, float] = {}
     # Where a phase queues GPU work, it ends when that work is done:
     sync = next((d for d in (sampling_device, feature_device, device)
                  if d.type == 'cuda'), None)
-    if not args.prefetch:  # With prefetch, phases run in another thread.
+    # With prefetch or workers, phases run in other threads:
+    if not args.prefetch and not args.num_workers:
         loader.sampler.sample_from_nodes = meter.wrap(
             loader.sampler.sample_from_nodes, 'sampling', timer, sync)
         loader.gather.gather = meter.wrap(loader.gather.gather, 'features',
@@ -506,7 +517,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         bar.close()
     res = {
         'rank': rank, 'part': part.part, 'method': method,
-        'prefetch': args.prefetch,
+        'prefetch': args.prefetch, 'num_workers': args.num_workers,
         'device': str(device), 'topology_placement': args.topology,
         'topology_reads': loader.sampler.topology_reads(),
         'feature_placement': args.feature_placement,
@@ -572,6 +583,9 @@ def _combine(method: str, ranks: List[dict]) -> Dict[str, Any]:
     out['time_per_batch_ms'] = worst['total_ms']
     out['loader_ms'] = worst['loader_ms']
     out['train_ms'] = worst['train_ms']
+    # Throughput: the slowest rank's wall time per batch.
+    out['wall_ms_per_batch'] = max((s['wall_ms'] for s in sums),
+                                   key=lambda w: w['median'])
     out['phase_ms'] = worst['phase_ms']
     out['comm_ms'] = worst['comm_ms_total']
     out['time_per_batch_ms_per_rank'] = [s['total_ms']['median']
@@ -742,6 +756,11 @@ def print_run(res: Dict[str, Any], fmt: str = 'text') -> None:
     _table(['hop', 'frontier', 'remote frac', 'req out kB', 'resp in kB',
             'sampled edges'], rows, fmt)
     for method, m in res['methods'].items():
+        wall = m.get('wall_ms_per_batch')
+        if wall:
+            log(f'[{method}] wall time per batch (slowest rank, median of '
+                f'repeats): {wall["median"]:.2f} ms [{wall["min"]:.2f}-'
+                f'{wall["max"]:.2f}]')
         phases = {k: v for k, v in (m.get('phase_ms') or {}).items() if v}
         if phases:
             log(f'[{method}] per batch (slowest rank, median ms): ' +
@@ -1184,6 +1203,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument('--prefetch', type=int, default=0,
                    help='batches built ahead by a thread '
                    '(DistributedNeighborLoader(prefetch=...)); per-phase '
+                   'times are not recorded then')
+    r.add_argument('--num-workers', type=int, default=0,
+                   help='threads that build batches '
+                   '(DistributedNeighborLoader(num_workers=...)); per-phase '
                    'times are not recorded then')
     r.add_argument('--batches', type=int, default=10)
     r.add_argument('--warmup', type=int, default=3)

@@ -211,7 +211,99 @@ def test_prefetch_on_partition_folder(tmp_path):
             assert 'another rank stopped' in error
 
 
-def _train_worker(rank, world_size, out_dir, prefetch=0):
+def _workers_worker(rank, world_size, out_dir):
+    import threading
+    seen = []
+
+    def transform(batch):  # In the loop's thread.
+        seen.append(threading.current_thread() is threading.main_thread())
+        return batch
+
+    kw = dict(input_nodes=global_seeds(), batch_size=4, even='pad',
+              device='cpu', shuffle=True, seed=3)
+    out = {}
+    # Full fan-out: the very batches of the loader without workers.
+    full = HybridNeighborLoader(out_dir, FANOUTS, num_workers=3,
+                                transform=transform, **kw)
+    assert full.num_workers == 3
+    plain = HybridNeighborLoader(out_dir, FANOUTS, **kw)
+    out['full'] = [(_batches(full), _batches(plain)) for _ in range(2)]
+    out['stats'] = (len(full.batch_stats), len(full))
+    # Random fan-out: the same seeds in the same order, and the same
+    # batches again from a loader made alike.
+    a, b, c = (HybridNeighborLoader(out_dir, [3, 2], num_workers=w, **kw)
+               for w in (2, 2, 0))
+    out['random'] = (_batches(a), _batches(b), _batches(c))
+    # Every rank breaks at the same step; the next epoch is whole:
+    for i, _ in enumerate(full):
+        if i == 1:
+            break
+    for i, _ in enumerate(plain):
+        if i == 1:
+            break
+    out['after_break'] = (_batches(full), _batches(plain))
+    # Rank 0 stops early, rank 1 wants the whole epoch: rank 1 is told.
+    # (20 batches: more than the threads build ahead of the loop.)
+    error = None
+    it = iter(HybridNeighborLoader(out_dir, FANOUTS, num_workers=2,
+                                   **{**kw, 'batch_size': 1}))
+    try:
+        for i, _ in enumerate(it):
+            if rank == 0 and i == 1:
+                break
+    except RuntimeError as e:
+        error = str(e)
+    del it
+    out['error'] = error
+    out['in_loop_thread'] = all(seen) and len(seen) > 0
+    # Ranks that ask for different numbers of workers are told, on every
+    # rank, instead of waiting for each other:
+    try:
+        HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu',
+                             num_workers=1 + rank)
+    except ValueError as e:
+        out['mismatch'] = str(e)
+    return out
+
+
+def test_num_workers_on_partition_folder(tmp_path):
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_workers_worker, 2, args=(str(info.out_dir), ),
+                      timeout=120)
+    for rank, res in enumerate(out):
+        assert res['in_loop_thread']
+        for ours, ref in res['full'] + [res['after_break']]:
+            assert len(ours) == len(ref) > 3
+            for x, y in zip(ours, ref):  # In order, every field.
+                assert x['batch_size'] == y['batch_size']
+                for key in KEYS:
+                    assert torch.equal(x[key], y[key]), key
+        assert res['stats'][0] == res['stats'][1]
+        a, b, c = res['random']
+        assert len(a) == len(b) == len(c)
+        same = True
+        for x, y, z in zip(a, b, c):
+            n = x['batch_size']
+            assert n == z['batch_size']
+            assert torch.equal(x['n_id'][:n], z['n_id'][:n])
+            for key in KEYS:  # Reproducible for a given num_workers.
+                assert torch.equal(x[key], y[key]), key
+            # Every edge joins two nodes of the batch, with its feature row:
+            assert int(x['edge_index'].max()) < x['n_id'].numel()
+            same &= x['n_id'].numel() == z['n_id'].numel() and bool(
+                torch.equal(x['n_id'], z['n_id']))
+        assert not same  # Workers draw from generators of their own.
+        if rank == 0:
+            assert res['error'] is None
+        else:
+            assert 'another rank stopped' in res['error']
+            assert "'num_workers'" in res['error']
+        assert 'must be the same on every rank' in \
+            res['mismatch']
+
+
+def _train_worker(rank, world_size, out_dir, prefetch=0, num_workers=0):
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
     from torch_geometric.nn import GraphSAGE
@@ -225,7 +317,8 @@ def _train_worker(rank, world_size, out_dir, prefetch=0):
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     loader = HybridNeighborLoader(out_dir, num_neighbors=[5, 5],
                                   batch_size=16, shuffle=True, seed=1,
-                                  device='cpu', prefetch=prefetch)
+                                  device='cpu', prefetch=prefetch,
+                                  num_workers=num_workers)
     losses = []
     with rank_guard(timeout=20):
         for epoch in range(2):
@@ -260,6 +353,13 @@ def test_ddp_graphsage_step(tmp_path):
                                                                    ahead):
         assert n == n_a and losses == losses_a
         assert torch.equal(after, after_a)
+    # Batches built by two worker threads (other draws): DDP keeps the
+    # ranks in step.
+    (n0, losses0, _, after0), (n1, losses1, _, after1) = run_workers(
+        _train_worker, 2, args=(str(info.out_dir), 0, 2), timeout=90)
+    assert n0 == n1 == out[0][0] and len(losses0) == 2 * n0
+    assert all(torch.isfinite(torch.tensor(losses0 + losses1)))
+    assert torch.equal(after0, after1) and not torch.equal(after0, before0)
 
 
 def test_one_part_without_process_group(tmp_path):
@@ -309,7 +409,12 @@ def test_one_part_without_process_group(tmp_path):
     (dict(subgraph_type='induced', disjoint=True), ValueError,
      "'disjoint' sampling not supported"),
     (dict(weight_attr='w'), ValueError, 'not an edge attribute'),
-    (dict(num_workers=2), NotImplementedError, 'num_workers'),
+    (dict(num_workers=-1), ValueError, 'num_workers'),
+    (dict(num_workers=2, prefetch=2), ValueError, 'needs num_workers=0'),
+    (dict(num_workers=2, cache_policy='lru', cache_size=4),
+     NotImplementedError, "cache_policy='static'"),
+    (dict(num_workers=2, persistent_workers=True), ValueError,
+     'persistent_workers'),
     (dict(transform_sampler_output='f'), ValueError,
      "'transform_sampler_output' must be callable"),
     (dict(cache_policy='degree'), NotImplementedError, 'degree'),
@@ -445,6 +550,11 @@ def test_comm_device(monkeypatch):
 
 def _hetero_hybrid_worker(rank, world_size, out_dir):
     _, count = check_hetero_folder_loader(out_dir, rank, 'cpu', FANOUTS)
+    # Built by two worker threads (views of every node and edge type's
+    # gather): the same batches.
+    _, with_workers = check_hetero_folder_loader(out_dir, rank, 'cpu',
+                                                 FANOUTS, num_workers=2)
+    assert with_workers == count
     # A node type: all of the part's vertices of it.
     by_type = HybridNeighborLoader(out_dir, [2], batch_size=50,
                                    input_nodes='author', device='cpu')

@@ -25,9 +25,9 @@ from pyg_orch.distributed import load_partition, partition_graph
 STEPS = 8
 
 
-def _loader(out_dir, fanout=(-1, -1)):
+def _loader(out_dir, fanout=(-1, -1), **kwargs):
     return HybridNeighborLoader(out_dir, list(fanout), batch_size=16,
-                                shuffle=True, seed=1, device='cpu')
+                                shuffle=True, seed=1, device='cpu', **kwargs)
 
 
 @pytest.fixture
@@ -74,6 +74,14 @@ def _exact(rank, world_size, out_dir):
     out['offload'] = train_sgd(DistributedDataParallel(off), loader, STEPS)
     out['offload_stats'] = off.stats()
     off.close()
+    # Batches built by worker threads, pruned by the hot set alike:
+    loader = _loader(out_dir, num_workers=2)
+    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2,
+                             max_staleness=0, full_neighbors=True,
+                             split='aggregate')
+    out['workers'] = train_sgd(DistributedDataParallel(off), loader, STEPS)
+    out['workers_stats'] = off.stats()
+    off.close()
     return out
 
 
@@ -93,6 +101,8 @@ def test_full_neighbors_is_exact_and_ddp_equals_plain(parts):
         assert o['offload_stats']['split'] == 'aggregate'
         assert o['offload_stats']['cpu_aggregation'] == 'embedding_bag'
         assert torch.allclose(o['offload'], o['plain'], atol=1e-5)
+        assert torch.allclose(o['workers'], o['plain'], atol=1e-5)
+        assert o['workers_stats']['hot_rows_replaced'] > 0
     assert torch.equal(out[0]['plain'], out[1]['plain'])
     assert torch.equal(out[0]['offload'], out[1]['offload'])
     assert not torch.allclose(out[0]['plain'], flat_params(tiny_model()))

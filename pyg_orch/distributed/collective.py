@@ -143,6 +143,16 @@ def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
         if t.dtype != first.dtype or tuple(t.shape[1:]) != trailing:
             raise ValueError('exchange: every tensor must have the same '
                              'dtype and trailing shape')
+    out, recv_list = _exchange_flat(send, group, out_device, recv_sizes)
+    return list(torch.split(out, recv_list))
+
+
+def _exchange_flat(send: Sequence[Tensor], group: Optional[Any],
+                   out_device: torch.device,
+                   recv_sizes: Optional[List[int]]
+                   ) -> Tuple[Tensor, List[int]]:
+    # What :func:`exchange` receives, as one tensor in rank order, and the
+    # rows from every rank.
     device = comm_device(group)
     send_list = [int(t.size(0)) for t in send]
     if recv_sizes is None:
@@ -153,10 +163,10 @@ def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
     else:
         recv_list = recv_sizes
     flat = torch.cat([t.contiguous() for t in send]).to(device)
-    out = flat.new_empty((sum(recv_list), ) + trailing)
+    out = flat.new_empty((sum(recv_list), ) + tuple(flat.shape[1:]))
     dist.all_to_all_single(out, flat, output_split_sizes=recv_list,
                            input_split_sizes=send_list, group=group)
-    return list(torch.split(out.to(out_device), recv_list))
+    return out.to(out_device), recv_list
 
 
 def _check_sizes(sizes: Sequence[int], world_size: int) -> List[int]:
@@ -213,10 +223,13 @@ def exchange_rows(send: Sequence[Sequence[Tensor]],
             raise ValueError(f"'recv_sizes' says {recv_list[0]} rows, but "
                              f"this rank sends itself {first[0].size(0)}")
         return [t.to(out_device) for t in first]
+    if len(first) == 1:  # As it is: no packing.
+        got, _ = _exchange_flat([fields[0] for fields in send], group,
+                                out_device, recv_list)
+        return [got]
     packed = [torch.cat([_row_bytes(t) for t in fields], dim=1)
               for fields in send]
-    got = torch.cat(exchange(packed, group, out_device=out_device,
-                             recv_sizes=recv_list))
+    got, _ = _exchange_flat(packed, group, out_device, recv_list)
     out, offset = [], 0
     for f in first:
         width = _row_bytes(f[:0]).size(1)

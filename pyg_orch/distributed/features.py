@@ -9,6 +9,7 @@ files) or on a CUDA device (:obj:`feature_device`, over copies made there
 once)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import (
@@ -452,6 +453,35 @@ class DistributedFeatureGather:
                        for g in self.by_edge_type.values())
         return int(self.edge_cache_ids.numel())
 
+    def worker_view(self, group: Optional[Any]
+                    ) -> 'DistributedFeatureGather':
+        r"""A gather of the same part for another thread: it shares the
+        part's rows and the caches as they are now, and exchanges over
+        :obj:`group` (the same ranks, e.g. a
+        :func:`~pyg_orch.distributed.collective.gloo_twin`), with its own
+        :attr:`stats`. Not with the :obj:`'lru'` policy, whose cache every
+        gather changes."""
+        if group_size(group) != self.world_size:
+            raise ValueError(f"'group' must have the gather's "
+                             f"{self.world_size} ranks (got "
+                             f"{group_size(group)})")
+        if self.policy == 'lru':
+            raise NotImplementedError(
+                "cache_policy='lru' changes the cache on every batch; "
+                "gathers in several threads need cache_policy='static'")
+        view = copy.copy(self)
+        view.group = group
+        view.stats = GatherStats()
+        if self.is_hetero:
+            view.by_node_type = {nt: g.worker_view(group)
+                                 for nt, g in self.by_node_type.items()}
+            view.by_edge_type = {et: g.worker_view(group)
+                                 for et, g in self.by_edge_type.items()}
+        elif self.edge_keys and self._eid_sorted is None:
+            self._sort_edge_ids()  # Once, shared with the view.
+            view._eid_sorted, view._eid_pos = self._eid_sorted, self._eid_pos
+        return view
+
     # Helpers ################################################################
     def _part_rows(self, t: Tensor) -> Any:
         # The part's rows of one key: split across the machine's ranks, or
@@ -518,9 +548,9 @@ class DistributedFeatureGather:
         dest = self._dev(order)
         out = {}
         for key, got in zip(keys, fields):
-            rows = torch.empty_like(got)
-            rows[dest] = got  # Answers in `order`.
-            out[key] = rows
+            # Answers in `order` (`index_copy_`: several times faster than
+            # advanced indexing for rows on the CPU):
+            out[key] = torch.empty_like(got).index_copy_(0, dest, got)
         return out
 
     # API ####################################################################
@@ -552,9 +582,11 @@ class DistributedFeatureGather:
             ref = self._attrs[key]
             rows = ref.new_empty((n_id.numel(), ) + tuple(ref.shape[1:]),
                                  device=self.device)
-            rows[local_dst] = self._dev(ref.index_select(0, local))
-            rows[cached_dst] = self.cache[key][cached_slot]
-            rows[remote_dst] = fetched[key]
+            rows.index_copy_(0, local_dst,
+                             self._dev(ref.index_select(0, local)))
+            rows.index_copy_(0, cached_dst,
+                             self.cache[key].index_select(0, cached_slot))
+            rows.index_copy_(0, remote_dst, fetched[key])
             out[key] = rows
         row_bytes = self._row_bytes()
         self.stats.local_rows = int(local_pos.numel())

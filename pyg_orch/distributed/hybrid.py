@@ -8,8 +8,8 @@ part (the rank in the default process group, or in :obj:`group`).
 :func:`partition_loader` maps the loader's arguments: those that describe a
 graph held in memory (its topology, sampler, feature store, look-ahead,
 ...) are rejected with a :class:`ValueError` when set to anything but their
-defaults, and those not built across machines yet (worker processes)
-raise :class:`NotImplementedError`. This
+defaults; :obj:`num_workers` builds batches in threads (see
+:class:`~pyg_orch.distributed.DistributedNeighborLoader`). This
 module imports nothing from :mod:`pyg_orch.loader` (which imports it
 lazily)."""
 from __future__ import annotations
@@ -43,11 +43,6 @@ _IN_MEMORY = {
     'lookahead': None,
 }
 
-# Options not built across machines yet, with their defaults.
-_NOT_YET = {
-    'num_workers': 0,
-}
-
 # DataLoader arguments with no meaning here (no worker processes, no
 # DataLoader), with their defaults.
 _DATALOADER = {
@@ -72,7 +67,7 @@ _DISTRIBUTED = ('even', 'cache_size', 'edge_cache_size',
                 'topology_placement', 'feature_placement', 'replace',
                 'disjoint', 'drop_last', 'weight_attr', 'time_attr',
                 'temporal_strategy', 'subgraph_type',
-                'transform_sampler_output', 'prefetch')
+                'transform_sampler_output', 'prefetch', 'num_workers')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -232,10 +227,6 @@ def partition_loader(path: os.PathLike,
         (_IN_MEMORY, ValueError, "{key!r} applies to a graph held in "
          "memory; leave it unset (each rank samples its part of "
          f"'{os.fspath(path)}')"),
-        (_NOT_YET, NotImplementedError, "{key!r} is not supported across "
-         "machines yet (batches are built in the main process, by "
-         "DistributedNeighborLoader; prefetch=N builds them ahead in a "
-         "thread, overlapped with training)"),
         (_DATALOADER, ValueError, "the DataLoader argument {key!r} does not "
          "apply (batches are assembled by DistributedNeighborLoader, "
          "without a DataLoader)"),

@@ -51,6 +51,36 @@ from pyg_orch.sampling.arguments import (
 __all__ = ['DistributedNeighborLoader', 'open_partition']
 
 
+def _all_go_on(group: Any, option: str, go_on: bool) -> bool:
+    # Whether every rank's thread (of `group`) goes on to its next batch.
+    if group_size(group) == 1:
+        return go_on
+    flag = torch.tensor([int(go_on)])
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    all_go_on = bool(flag.item())
+    if go_on and not all_go_on:
+        raise RuntimeError(
+            f"DistributedNeighborLoader: another rank stopped iterating "
+            f"this epoch before this one did; with '{option}', every rank "
+            f"must take the same number of batches (or all break at the "
+            f"same step)")
+    return all_go_on
+
+
+def _check_same(value: int, what: str, group: Any) -> None:
+    # The same on every rank (else the ranks would make different numbers
+    # of groups and wait for each other for ever): raises on all of them.
+    if group_size(group) == 1:
+        return
+    t = torch.tensor([value, -value], dtype=torch.int64).to(
+        comm_device(group))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    hi, lo = t[0].item(), -t[1].item()
+    if lo != hi:
+        raise ValueError(f"{what} must be the same on every rank (got "
+                         f"{lo} threads on one rank, {hi} on another)")
+
+
 def _reduce(value: int, op, group) -> int:
     if group_size(group) == 1:
         return value
@@ -244,6 +274,25 @@ class DistributedNeighborLoader:
             loop's thread, hooks with :obj:`when='sampled'` in the prefetch
             thread. Needs :obj:`sampling_device` and :obj:`feature_device`
             on the CPU. (default: :obj:`0`)
+        num_workers (int): Threads that build batches in parallel, batch
+            :obj:`i` by thread :obj:`i % num_workers`, each up to two
+            batches ahead, delivered in order (:obj:`0`: none). Threads,
+            not processes: sampling and gathering spend their time in
+            PyTorch operations and exchanges, which release Python's
+            interpreter lock. Each thread exchanges over a gloo group of
+            its own (created here, a collective) and agrees with the
+            other ranks' threads before every batch, as with
+            :obj:`prefetch`, and draws from a random generator of its
+            own, seeded from :obj:`seed` and the rank: batches are
+            reproducible for a given :obj:`num_workers`, and differ from
+            those of another :obj:`num_workers` as PyG's worker processes'
+            do. Hooks with :obj:`when='sampled'` run in the worker
+            threads. Keep ranks x workers x
+            :func:`torch.get_num_threads` within the machine's cores.
+            Every rank must pass the same value. Needs
+            :obj:`prefetch=0`, :obj:`cache_policy='static'` and
+            :obj:`sampling_device` and :obj:`feature_device` on the CPU.
+            (default: :obj:`0`)
         transform_sampler_output (callable, optional): Applied to every
             sampler output (a :class:`~torch_geometric.sampler.SamplerOutput`
             or :class:`~torch_geometric.sampler.HeteroSamplerOutput` of
@@ -336,10 +385,19 @@ class DistributedNeighborLoader:
                  subgraph_type: Any = 'directional',
                  edge_cache_size: int = 0,
                  transform_sampler_output: Optional[Callable] = None,
-                 prefetch: int = 0):
+                 prefetch: int = 0, num_workers: int = 0):
         # Checked before the collectives below, the same on every rank:
         check_size(edge_cache_size, 'edge_cache_size')
         check_size(prefetch, 'prefetch')
+        check_size(num_workers, 'num_workers')
+        if prefetch > 0 and num_workers > 0:
+            raise ValueError("'prefetch' > 0 needs num_workers=0 (each "
+                             "worker thread builds two batches ahead)")
+        if num_workers > 0 and cache_policy == 'lru':
+            raise NotImplementedError(
+                "'num_workers' > 0 needs cache_policy='static': the 'lru' "
+                "cache changes on every batch, which several worker "
+                "threads cannot share")
         for name, fn in (('transform', transform),
                          ('transform_sampler_output',
                           transform_sampler_output)):
@@ -349,13 +407,15 @@ class DistributedNeighborLoader:
                                          default='cpu')
         feature_device = resolve_device(feature_device, 'feature_device',
                                         default='cpu')
-        if prefetch > 0 and (sampling_device.type != 'cpu'
-                             or feature_device.type != 'cpu'):
+        threaded = 'prefetch' if prefetch > 0 else \
+            'num_workers' if num_workers > 0 else None
+        if threaded and (sampling_device.type != 'cpu'
+                         or feature_device.type != 'cpu'):
             raise NotImplementedError(
-                "'prefetch' on a partitioned graph needs sampling_device "
-                "and feature_device on the CPU (its thread exchanges over "
-                "gloo); sampling or gathering on a GPU is not built with "
-                "prefetch yet")
+                f"'{threaded}' on a partitioned graph needs sampling_device "
+                f"and feature_device on the CPU (its threads exchange over "
+                f"gloo); sampling or gathering on a GPU is not built with "
+                f"{threaded} yet")
         sharding = check_placement(topology_placement)
         if sharding in ('device', 'host'):
             raise ValueError(f"'topology_placement' must be 'auto' or "
@@ -459,13 +519,15 @@ class DistributedNeighborLoader:
         self._num_batches = _reduce(self._local_batches(), op,
                                     layout.batch_group)
         self.prefetch = prefetch
-        self._prefetch_group = None
-        if prefetch > 0:
-            # The thread's exchanges go over their own gloo group, so they
-            # never interleave with the training loop's collectives (DDP).
-            self._prefetch_group = gloo_twin(group)
-            self.sampler.group = self._prefetch_group
-            self.gather.group = self._prefetch_group
+        self.num_workers = num_workers
+        # The exchange group of every thread that builds batches (a
+        # collective: every rank asks for as many): its own gloo group, so
+        # that its exchanges never interleave with the training loop's
+        # collectives (DDP) nor with another thread's.
+        threads = num_workers if num_workers > 0 else int(prefetch > 0)
+        _check_same(threads, "'num_workers' (and whether 'prefetch' > 0)",
+                    group)
+        self._thread_groups = [gloo_twin(group) for _ in range(threads)]
 
     def _resolve(self, input_nodes) -> Tensor:
         part = self.partition
@@ -641,10 +703,12 @@ class DistributedNeighborLoader:
         self.cached_edge_rows = self.gather.num_cached_edge_rows
         self._cache_built = True
 
-    def _hetero_batch(self, out, seeds: Tensor):
+    def _hetero_batch(self, out, seeds: Tensor,
+                      sampler: DistributedNeighborSampler,
+                      gather: DistributedFeatureGather):
         from torch_geometric.data import HeteroData
         data = HeteroData()
-        attrs = self.gather.gather(out.node)
+        attrs = gather.gather(out.node)
         for t, n_id in out.node.items():
             store = data[t]
             store.num_nodes = n_id.numel()
@@ -658,8 +722,8 @@ class DistributedNeighborLoader:
         # Edge ids (and so attributes) where the output has them (PyG drops
         # them where 'bidirectional' merged reverse edge types):
         e_ids = {et: e for et, e in out.edge.items() if e is not None}
-        edge_attrs = self.gather.gather_edges(
-            e_ids, self.sampler.edge_destinations(out))
+        edge_attrs = gather.gather_edges(
+            e_ids, sampler.edge_destinations(out))
         for et in out.row:
             store = data[et]
             store.edge_index = torch.stack([out.row[et], out.col[et]])
@@ -673,56 +737,89 @@ class DistributedNeighborLoader:
         return data
 
     def __iter__(self) -> Iterator:
-        it = self._batches()
-        if self.prefetch > 0:
-            it = PrefetchIterator(it, self.prefetch, self.device,
-                                  agree=self._all_go_on)
-        return (self._deliver(b) for b in it)
+        return self._epoch()
 
-    def _all_go_on(self, go_on: bool) -> bool:
-        # Whether every rank's prefetch thread goes on to the next batch.
-        if group_size(self._prefetch_group) == 1:
-            return go_on
-        flag = torch.tensor([int(go_on)])
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN,
-                        group=self._prefetch_group)
-        all_go_on = bool(flag.item())
-        if go_on and not all_go_on:
-            raise RuntimeError(
-                "DistributedNeighborLoader: another rank stopped iterating "
-                "this epoch before this one did; with 'prefetch', every "
-                "rank must take the same number of batches (or all break "
-                "at the same step)")
-        return all_go_on
-
-    def _batches(self) -> Iterator:
-        from torch_geometric.data import Data
+    def _epoch(self) -> Iterator:
         batches = self._seed_batches()
-        if not self._cache_built:
+        if not self._cache_built:  # In the loop's thread: its collectives.
             self._build_cache(batches)
         self.batch_stats = []
+        if self._thread_groups:
+            yield from self._threaded(batches)
+            return
+        for batch in self._batches(batches, self.sampler, self.gather):
+            yield self._deliver(*batch)
+
+    def _threaded(self, batches: List[SeedBatch]) -> Iterator:
+        # Batch i built by thread i % len(groups) (one with prefetch), each
+        # thread with views of the sampler and gather over its own group,
+        # and delivered in order.
+        groups = self._thread_groups
+        num = len(groups)
+        depth = self.prefetch if self.prefetch > 0 else 2
+        its = []
+        try:
+            for k, group in enumerate(groups):
+                sampler = self.sampler.worker_view(
+                    group, self._worker_generator(k, num))
+                gather = self.gather.worker_view(group)
+                its.append(PrefetchIterator(
+                    self._batches(batches[k::num], sampler, gather), depth,
+                    self.device, agree=functools.partial(_all_go_on, group,
+                                                         self._threaded_by)))
+            for i in range(len(batches)):
+                yield self._deliver(*next(its[i % num]))
+        finally:
+            for it in its:
+                it.close()
+
+    @property
+    def _threaded_by(self) -> str:
+        return 'num_workers' if self.num_workers > 0 else 'prefetch'
+
+    def _worker_generator(self, k: int, num: int
+                          ) -> Optional[torch.Generator]:
+        # With prefetch (one thread), the sampler's own generator: batches
+        # as without it. Worker k of several draws from a generator of its
+        # own, seeded from the sampler's stream once (the same every run).
+        if num == 1:
+            return None
+        if not hasattr(self, '_worker_generators'):
+            seeds = torch.randint(2**62, (num, ),
+                                  generator=self.sampler.generator).tolist()
+            self._worker_generators = [
+                torch.Generator(device=self.sampling_device).manual_seed(s)
+                for s in seeds]
+        return self._worker_generators[k]
+
+    def _batches(self, batches: List[SeedBatch],
+                 sampler: DistributedNeighborSampler,
+                 gather: DistributedFeatureGather) -> Iterator:
+        # (batch, its stats) of every seed batch, with `sampler` and
+        # `gather` (the loader's, or a worker thread's views).
+        from torch_geometric.data import Data
         for seeds, times, input_id in batches:
-            out = self.sampler.sample_from_nodes(self._seeds(seeds), times)
+            out = sampler.sample_from_nodes(self._seeds(seeds), times)
             for hook in list(self._sampled_hooks.values()):
                 hook(out)
             seed_time = out.metadata[1]  # As the sampler took them.
             if self.transform_sampler_output is not None:
                 out = self._transform_output(out)
             if self.partition.is_hetero:
-                data = self._hetero_batch(out, seeds)
+                data = self._hetero_batch(out, seeds, sampler, gather)
                 data[self.input_type].input_id = input_id
                 if seed_time is not None:
                     data[self.input_type].seed_time = seed_time
-                yield self._finish(data)
+                yield self._finish(data, sampler, gather)
                 continue
-            attrs = self.gather.gather(out.node)
+            attrs = gather.gather(out.node)
             data = Data(edge_index=torch.stack([out.row, out.col]),
                         num_nodes=out.node.numel(), **attrs)
             data.n_id, data.e_id = out.node, out.edge
             if out.batch is not None:
                 data.batch = out.batch
-            for key, value in self.gather.gather_edges(
-                    out.edge, self.sampler.edge_destinations(out)).items():
+            for key, value in gather.gather_edges(
+                    out.edge, sampler.edge_destinations(out)).items():
                 data[key] = value
             data.batch_size = seeds.numel()
             data.input_id = input_id
@@ -730,7 +827,7 @@ class DistributedNeighborLoader:
                 data.seed_time = seed_time
             data.num_sampled_nodes = out.num_sampled_nodes
             data.num_sampled_edges = out.num_sampled_edges
-            yield self._finish(data)
+            yield self._finish(data, sampler, gather)
 
     def _transform_output(self, out):
         new = self.transform_sampler_output(out)
@@ -744,18 +841,18 @@ class DistributedNeighborLoader:
             new.metadata = out.metadata
         return new
 
-    def _finish(self, data):
+    def _finish(self, data, sampler: DistributedNeighborSampler,
+                gather: DistributedFeatureGather):
         if self.device.type != 'cpu':
             data = data.to(self.device, non_blocking=True)
         elif self.sampling_device.type != 'cpu':  # Sampled ids to the host.
             data = data.to(self.device)
-        self.batch_stats.append({**self.gather.stats.as_dict(),
-                                 'remote_requests':
-                                 self.sampler.stats.remote_requests})
-        return data
+        return data, {**gather.stats.as_dict(),
+                      'remote_requests': sampler.stats.remote_requests}
 
-    def _deliver(self, data):
-        # In the training loop's thread (also with prefetch):
+    def _deliver(self, data, stats: dict):
+        # In the training loop's thread (also with prefetch and workers):
+        self.batch_stats.append(stats)
         if self.transform is not None:
             data = self.transform(data)
         for hook in list(self._batch_hooks.values()):

@@ -18,6 +18,7 @@ the exchanges then move CUDA tensors (under NCCL without a trip through host
 memory)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,7 +61,8 @@ from pyg_orch.sampling.arguments import (
 from pyg_orch.sampling.multi_hop import append_hop_edges
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.contract import preserved_generators
-from pyg_orch.sampling.relabel import SortRelabeler
+from pyg_orch.core.buffers import DenseBufferPool
+from pyg_orch.sampling.relabel import DenseRelabeler, Relabeler, SortRelabeler
 
 __all__ = ['DistributedNeighborSampler', 'SamplingStats']
 
@@ -255,12 +257,14 @@ class DistributedNeighborSampler:
         self.num_nodes = {t: int(self._node_part[t].numel())
                           for t in self.node_types}
         self.stats = SamplingStats()
+        self._buffers = DenseBufferPool()
         #: Whether sampling draws with replacement (read by
         #: :class:`~pyg_orch.offload.BottomLayerOffload`, see
         #: :class:`~pyg_orch.sampling.contract.HotNodeSampler`).
         self.replace = replace
         self.disjoint = disjoint
-        self._hot_nodes: Optional[Dict[Any, Tensor]] = None
+        # One mutable holder, shared with the worker views of this sampler:
+        self._hot = _HotNodes()
         self._add_modes(partition, time_attr, temporal_strategy,
                         weight_attr, topology is not None and place is None)
         if place is not None:
@@ -351,7 +355,7 @@ class DistributedNeighborSampler:
         r"""The masks (per node type, :obj:`None` on a homogeneous
         partition) of the vertices whose in-edges the last hop does not
         sample; :obj:`None` if pruning is off."""
-        return self._hot_nodes
+        return self._hot.masks
 
     def set_hot_nodes(self, hot_nodes: Any) -> None:
         r"""Sets the vertices whose in-edges the last hop does not sample:
@@ -359,7 +363,7 @@ class DistributedNeighborSampler:
         masks per node type (node types left out are not pruned);
         :obj:`None` clears it."""
         if hot_nodes is None:
-            self._hot_nodes = None
+            self._hot.masks = None
             return
         masks = {}
         for t, mask in self._by_node_type(hot_nodes, 'hot_nodes',
@@ -371,7 +375,7 @@ class DistributedNeighborSampler:
                                  f"the graph's vertices ({n} of node type "
                                  f"{t!r}; got {type(mask).__name__})")
             masks[t] = mask.to(self.device)
-        self._hot_nodes = masks
+        self._hot.masks = masks
 
     def _by_node_type(self, value: Any, name: str, what: str
                       ) -> Dict[Any, Any]:
@@ -413,14 +417,34 @@ class DistributedNeighborSampler:
         this rank's generator and hot nodes are restored on exit, and
         pruning is off inside unless :obj:`prune_hot`. Sampling is still a
         collective: every rank draws as many batches inside."""
-        saved = self._hot_nodes
+        saved = self._hot.masks
         if not prune_hot:
-            self._hot_nodes = None
+            self._hot.masks = None
         try:
             with preserved_generators(self.generator):
                 yield
         finally:
-            self._hot_nodes = saved
+            self._hot.masks = saved
+
+    def worker_view(self, group: Optional[Any],
+                    generator: Optional[torch.Generator] = None
+                    ) -> 'DistributedNeighborSampler':
+        r"""A sampler of the same part for another thread: it shares the
+        topology and the hot nodes (:meth:`set_hot_nodes` on either applies
+        to both) and exchanges over :obj:`group` (the same ranks, e.g. a
+        :func:`~pyg_orch.distributed.collective.gloo_twin`), with its own
+        :obj:`generator` (default: this sampler's) and :attr:`stats`."""
+        if group_size(group) != self.world_size:
+            raise ValueError(f"'group' must have the sampler's "
+                             f"{self.world_size} ranks (got "
+                             f"{group_size(group)})")
+        _check_generator(generator, self.device)
+        view = copy.copy(self)
+        view.group = group
+        if generator is not None:
+            view.generator = generator
+        view.stats = SamplingStats()
+        return view
 
     def _on_device(self, t: Tensor) -> Tensor:
         return t if t.device == self.device else t.to(self.device)
@@ -585,8 +609,8 @@ class DistributedNeighborSampler:
                 continue
             _, f_global, f_batch = frontier[dst_t]
             keep = None
-            hot = None if self._hot_nodes is None or all_edges else \
-                self._hot_nodes.get(dst_t)
+            masks = self._hot.masks
+            hot = None if masks is None or all_edges else masks.get(dst_t)
             if hot is not None and hop == self.num_hops - 1:
                 # Hot vertices are not expanded by the last hop:
                 keep = (~hot[f_global]).nonzero().view(-1)
@@ -677,7 +701,7 @@ class DistributedNeighborSampler:
         self.stats = SamplingStats()
         num_hops = self.num_hops
         device = self.device
-        relabel = {t: SortRelabeler(device) for t in self.node_types}
+        relabel = self._relabelers()
         nodes = {t: [] for t in self.node_types}
         batches = {t: [] for t in self.node_types}
         rows = {et: [] for et in self.edge_types}
@@ -790,7 +814,7 @@ class DistributedNeighborSampler:
                 for et in out.edge if out.edge[et] is not None}
 
     def _induced_edges(self, nodes: Dict[Any, List[Tensor]],
-                       relabel: Dict[Any, SortRelabeler]):
+                       relabel: Dict[Any, Relabeler]):
         r"""All edges among the sampled vertices (a collective, like a
         hop): every in-edge of every vertex of the batch, from its owner,
         kept where its source was sampled too; grouped by destination in
@@ -812,6 +836,16 @@ class DistributedNeighborSampler:
             rows[et], cols[et], edges[et] = [local[keep]], [dst[keep]], \
                 [eid[keep]]
         return rows, cols, edges
+
+    def _relabelers(self) -> Dict[Any, Relabeler]:
+        # Global ids -> batch positions through a dense array per node type
+        # (4 bytes per vertex, one per thread, as the part's maps of every
+        # vertex); (seed index, id) keys of disjoint subgraphs are sorted.
+        if self.disjoint:
+            return {t: SortRelabeler(self.device) for t in self.node_types}
+        return {t: DenseRelabeler(self._buffers.get(t, self.num_nodes[t],
+                                                    self.device))
+                for t in self.node_types}
 
     def _seed_times(self, seeds: Dict[Any, Tensor],
                     seed_time: Any) -> Optional[Tensor]:
@@ -842,6 +876,11 @@ class DistributedNeighborSampler:
         if batch is None:
             return ids
         return batch * self.num_nodes[node_type] + ids
+
+
+class _HotNodes:
+    # The hot-node masks of a sampler and its worker views.
+    masks: Optional[Dict[Any, Tensor]] = None
 
 
 def _edge_destinations(directional: Optional[Dict[Any, Tuple[Tensor,

@@ -283,7 +283,10 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
         sync = functools.partial(torch.cuda.synchronize, device)
     # Batches sampled before a change of the hot set may reach the model
     # this many steps later:
+    # (a partition folder's worker threads build up to three each:)
     drain = 2 + lead + int(getattr(loader, 'prefetch', 0) or 0)
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        drain += 3 * int(getattr(loader, 'num_workers', 0) or 0)
     kwargs: Dict[str, Any] = {}
     chooser_type = StepTimeChooser
     if ranks is not None:

@@ -91,7 +91,8 @@ class OffloadRuntime:
         # is the one the batch was pruned with.
         self.sampled_in_hook = self.lead == 0 and not getattr(
             loader, 'prefetch', 0) and not getattr(loader, 'num_workers', 0)
-        if strategy.per_batch and getattr(loader, 'prefetch', 0) == 0:
+        if strategy.per_batch and getattr(loader, 'prefetch', 0) == 0 \
+                and not getattr(loader, 'num_workers', 0):
             try:
                 removers.append(loader.register_batch_hook(
                     RuntimeHook(self, '_on_sampled'), when='sampled'))
