@@ -555,6 +555,26 @@ def _hetero_hybrid_worker(rank, world_size, out_dir):
     _, with_workers = check_hetero_folder_loader(out_dir, rank, 'cpu',
                                                  FANOUTS, num_workers=2)
     assert with_workers == count
+    # A view exchanges over its own group at every level, shares the rows
+    # and the hot nodes, and leaves the original as it was:
+    from pyg_orch.distributed.collective import gloo_twin
+    loader = HybridNeighborLoader(out_dir, FANOUTS, batch_size=6,
+                                  input_nodes='paper', device='cpu')
+    twin = gloo_twin(loader.group)
+    gather = loader.gather.worker_view(twin)
+    subs = list(gather.by_node_type.values()) + list(
+        gather.by_edge_type.values())
+    assert subs and all(g.group is twin for g in subs)
+    assert all(g.group is loader.group for g in list(
+        loader.gather.by_node_type.values()) + list(
+            loader.gather.by_edge_type.values()))
+    assert gather.by_node_type['paper']._attrs['x'] is \
+        loader.gather.by_node_type['paper']._attrs['x']
+    sampler = loader.sampler.worker_view(twin)
+    assert sampler.group is twin and loader.sampler.group is loader.group
+    hot = {'paper': torch.zeros(150, dtype=torch.bool)}
+    loader.sampler.set_hot_nodes(hot)
+    assert torch.equal(sampler.hot_nodes['paper'], hot['paper'])
     # A node type: all of the part's vertices of it.
     by_type = HybridNeighborLoader(out_dir, [2], batch_size=50,
                                    input_nodes='author', device='cpu')
