@@ -4,7 +4,11 @@ import pytest
 import torch
 from multiproc import run_workers
 
-from pyg_orch.distributed.collective import exchange, exchange_rows
+from pyg_orch.distributed.collective import (
+    exchange,
+    exchange_rows,
+    exchange_stacked_rows,
+)
 
 
 def _rows_for(src, dst, n):
@@ -20,6 +24,14 @@ def _exchange_worker(rank, world_size):
     send = [_rows_for(rank, r, sizes[rank][r]) for r in range(world_size)]
     recv = [sizes[r][rank] for r in range(world_size)]
     fields = exchange_rows(send, recv)
+    # Each field's rows for all ranks as one tensor, one field alone too:
+    stacked = [torch.cat([s[i] for s in send]) for i in range(3)]
+    send_sizes = [sizes[rank][r] for r in range(world_size)]
+    fields_stacked = exchange_stacked_rows(stacked, send_sizes, recv)
+    single = exchange_stacked_rows(stacked[:1], send_sizes, recv)
+    assert len(single) == 1 and torch.equal(single[0], fields_stacked[0])
+    for a, b in zip(fields, fields_stacked):
+        assert a.dtype == b.dtype and torch.equal(a, b)
     # The same rows through exchange() with known and exchanged sizes:
     ys_known = exchange([s[1] for s in send], recv_sizes=recv)
     ys_asked = exchange([s[1] for s in send])
@@ -58,3 +70,9 @@ def test_exchange_rows_one_rank_and_bad_input():
         exchange_rows([[x, y[:3]]], [4])
     with pytest.raises(ValueError, match="'send'"):
         exchange_rows([[x], [x]], [4, 4])
+    got = exchange_stacked_rows([x, y], [4], [4])
+    assert torch.equal(got[0], x) and torch.equal(got[1], y)
+    with pytest.raises(ValueError, match='sum\\(send_sizes\\) = 3'):
+        exchange_stacked_rows([x, y], [3], [3])
+    with pytest.raises(ValueError, match="'send_sizes'"):
+        exchange_stacked_rows([x], [4, 0], [4])

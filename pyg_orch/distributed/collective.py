@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ['comm_device', 'exchange', 'exchange_rows', 'group_rank',
+__all__ = ['comm_device', 'exchange', 'exchange_rows',
+           'exchange_stacked_rows', 'group_rank',
            'group_size', 'split_by_value']
 
 
@@ -143,18 +144,20 @@ def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
         if t.dtype != first.dtype or tuple(t.shape[1:]) != trailing:
             raise ValueError('exchange: every tensor must have the same '
                              'dtype and trailing shape')
-    out, recv_list = _exchange_flat(send, group, out_device, recv_sizes)
+    out, recv_list = _exchange_flat(
+        torch.cat([t.contiguous() for t in send]),
+        [int(t.size(0)) for t in send], group, out_device, recv_sizes)
     return list(torch.split(out, recv_list))
 
 
-def _exchange_flat(send: Sequence[Tensor], group: Optional[Any],
+def _exchange_flat(flat: Tensor, send_list: List[int], group: Optional[Any],
                    out_device: torch.device,
                    recv_sizes: Optional[List[int]]
                    ) -> Tuple[Tensor, List[int]]:
-    # What :func:`exchange` receives, as one tensor in rank order, and the
-    # rows from every rank.
+    # Sends the rows of `flat` (`send_list[r]` to rank r, in rank order);
+    # returns what it receives, as one tensor in rank order, and the rows
+    # from every rank.
     device = comm_device(group)
-    send_list = [int(t.size(0)) for t in send]
     if recv_sizes is None:
         sizes = torch.tensor(send_list, dtype=torch.int64).to(device)
         received = torch.empty_like(sizes)
@@ -162,17 +165,18 @@ def _exchange_flat(send: Sequence[Tensor], group: Optional[Any],
         recv_list = received.tolist()  # The one sync: the receive sizes.
     else:
         recv_list = recv_sizes
-    flat = torch.cat([t.contiguous() for t in send]).to(device)
+    flat = flat.contiguous().to(device)
     out = flat.new_empty((sum(recv_list), ) + tuple(flat.shape[1:]))
     dist.all_to_all_single(out, flat, output_split_sizes=recv_list,
                            input_split_sizes=send_list, group=group)
     return out.to(out_device), recv_list
 
 
-def _check_sizes(sizes: Sequence[int], world_size: int) -> List[int]:
+def _check_sizes(sizes: Sequence[int], world_size: int,
+                 name: str = 'recv_sizes') -> List[int]:
     out = [int(n) for n in sizes]
     if len(out) != world_size or any(n < 0 for n in out):
-        raise ValueError(f"'recv_sizes' must hold one non-negative row "
+        raise ValueError(f"'{name}' must hold one non-negative row "
                          f"count per rank ({world_size}), got {list(sizes)}")
     return out
 
@@ -199,7 +203,8 @@ def exchange_rows(send: Sequence[Sequence[Tensor]],
     (:obj:`recv_sizes`, see :func:`exchange`), so nothing waits for the
     host. Returns one tensor per field: the rows received from every rank,
     in rank order, on :obj:`out_device` (default: the device of the first
-    field)."""
+    field). See :func:`exchange_stacked_rows` for fields whose rows for
+    all ranks are already one tensor."""
     world_size = group_size(group)
     if len(send) != world_size:
         raise ValueError(f"'send' must hold the fields for every rank "
@@ -207,9 +212,6 @@ def exchange_rows(send: Sequence[Sequence[Tensor]],
     first = list(send[0])
     if not first:
         return []
-    out_device = first[0].device if out_device is None else torch.device(
-        out_device)
-    recv_list = _check_sizes(recv_sizes, world_size)
     for fields in send:
         if len(fields) != len(first) or any(
                 t.dtype != f.dtype or tuple(t.shape[1:]) != tuple(f.shape[1:])
@@ -218,20 +220,50 @@ def exchange_rows(send: Sequence[Sequence[Tensor]],
             raise ValueError('exchange_rows: every rank must get the same '
                              'fields (dtype, trailing shape), each with '
                              'the same number of rows')
+    stacked = [torch.cat([fields[i] for fields in send])
+               for i in range(len(first))] if world_size > 1 else first
+    return exchange_stacked_rows(
+        stacked, [int(fields[0].size(0)) for fields in send], recv_sizes,
+        group, out_device=first[0].device if out_device is None
+        else out_device)
+
+
+def exchange_stacked_rows(fields: Sequence[Tensor],
+                          send_sizes: Sequence[int],
+                          recv_sizes: Sequence[int],
+                          group: Optional[Any] = None,
+                          out_device: Optional[torch.device] = None
+                          ) -> List[Tensor]:
+    r"""As :func:`exchange_rows`, for fields that already hold the rows
+    for every rank one after another, in rank order
+    (:obj:`send_sizes[r]` rows for rank :obj:`r`): no copy per rank before
+    the exchange, and none at all for a single field."""
+    world_size = group_size(group)
+    fields = list(fields)
+    if not fields:
+        return []
+    send_list = _check_sizes(send_sizes, world_size, 'send_sizes')
+    recv_list = _check_sizes(recv_sizes, world_size)
+    first = fields[0]
+    out_device = first.device if out_device is None else torch.device(
+        out_device)
+    if any(f.size(0) != sum(send_list) for f in fields):
+        raise ValueError(f"exchange_stacked_rows: every field must have "
+                         f"sum(send_sizes) = {sum(send_list)} rows (got "
+                         f"{[int(f.size(0)) for f in fields]})")
     if world_size == 1:
-        if recv_list[0] != first[0].size(0):
+        if recv_list[0] != first.size(0):
             raise ValueError(f"'recv_sizes' says {recv_list[0]} rows, but "
-                             f"this rank sends itself {first[0].size(0)}")
-        return [t.to(out_device) for t in first]
-    if len(first) == 1:  # As it is: no packing.
-        got, _ = _exchange_flat([fields[0] for fields in send], group,
-                                out_device, recv_list)
+                             f"this rank sends itself {first.size(0)}")
+        return [f.to(out_device) for f in fields]
+    if len(fields) == 1:  # As it is: no packing.
+        got, _ = _exchange_flat(first, send_list, group, out_device,
+                                recv_list)
         return [got]
-    packed = [torch.cat([_row_bytes(t) for t in fields], dim=1)
-              for fields in send]
-    got, _ = _exchange_flat(packed, group, out_device, recv_list)
+    packed = torch.cat([_row_bytes(f) for f in fields], dim=1)
+    got, _ = _exchange_flat(packed, send_list, group, out_device, recv_list)
     out, offset = [], 0
-    for f in first:
+    for f in fields:
         width = _row_bytes(f[:0]).size(1)
         part = got[:, offset:offset + width].contiguous().view(f.dtype)
         out.append(part.reshape((got.size(0), ) + tuple(f.shape[1:])))

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from pyg_orch.distributed.collective import (
     exchange,
-    exchange_rows,
+    exchange_stacked_rows,
     group_rank,
     group_size,
     split_by_value,
@@ -541,10 +541,12 @@ class DistributedFeatureGather:
         :obj:`per_rank`), and puts the answers to its own requests back in
         request order (:obj:`order`, as :func:`split_by_value` gave it): a
         collective."""
-        send = [[refs[key].index_select(0, p) for key in keys]
-                for p in picks]
-        fields = exchange_rows(send, per_rank, self.group,
-                               out_device=self.device)
+        # One gather per key of the rows for all ranks, in rank order:
+        pick = torch.cat(picks)
+        fields = exchange_stacked_rows(
+            [refs[key].index_select(0, pick) for key in keys],
+            [int(p.numel()) for p in picks], per_rank, self.group,
+            out_device=self.device)
         dest = self._dev(order)
         out = {}
         for key, got in zip(keys, fields):
