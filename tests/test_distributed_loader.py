@@ -152,14 +152,42 @@ def test_transform_sampler_output_on_partition_folder(tmp_path):
         assert sum(seen) > sum(a['edge_index'].size(1) for a in ours)
 
 
-def _prefetch_worker(rank, world_size, out_dir):
+def _loop_thread_transform():
+    # A transform that records whether it ran in the loop's thread.
     import threading
     seen = []
 
-    def transform(batch):  # In the loop's thread.
+    def transform(batch):
         seen.append(threading.current_thread() is threading.main_thread())
         return batch
 
+    return transform, seen
+
+
+def _break_at_second(*loaders):
+    # Every rank breaks each loop at the same step.
+    for loader in loaders:
+        for i, _ in enumerate(loader):
+            if i == 1:
+                break
+
+
+def _one_rank_breaks(loader, rank):
+    # Rank 0 stops early, the others want the whole epoch: they are told.
+    it = iter(loader)
+    try:
+        for i, _ in enumerate(it):
+            if rank == 0 and i == 1:
+                break
+    except RuntimeError as e:
+        return str(e)
+    finally:
+        del it
+    return None
+
+
+def _prefetch_worker(rank, world_size, out_dir):
+    transform, seen = _loop_thread_transform()
     kw = dict(input_nodes=global_seeds(), batch_size=4, even='pad',
               device='cpu', shuffle=True, seed=3, num_neighbors=[3, 2])
     ahead = HybridNeighborLoader(out_dir, prefetch=2, transform=transform,
@@ -167,24 +195,9 @@ def _prefetch_worker(rank, world_size, out_dir):
     plain = HybridNeighborLoader(out_dir, **kw)
     assert ahead.prefetch == 2
     epochs = [(_batches(ahead), _batches(plain)) for _ in range(2)]
-    # Every rank breaks at the same step; the next epoch is whole:
-    for i, _ in enumerate(ahead):
-        if i == 1:
-            break
-    for i, _ in enumerate(plain):
-        if i == 1:
-            break
+    _break_at_second(ahead, plain)  # The next epoch is whole:
     epochs.append((_batches(ahead), _batches(plain)))
-    # Rank 0 stops early, rank 1 wants the whole epoch: rank 1 is told.
-    error = None
-    it = iter(ahead)
-    try:
-        for i, _ in enumerate(it):
-            if rank == 0 and i == 1:
-                break
-    except RuntimeError as e:
-        error = str(e)
-    del it
+    error = _one_rank_breaks(ahead, rank)
     return epochs, all(seen) and len(seen) > 0, error, len(ahead)
 
 
@@ -212,13 +225,7 @@ def test_prefetch_on_partition_folder(tmp_path):
 
 
 def _workers_worker(rank, world_size, out_dir):
-    import threading
-    seen = []
-
-    def transform(batch):  # In the loop's thread.
-        seen.append(threading.current_thread() is threading.main_thread())
-        return batch
-
+    transform, seen = _loop_thread_transform()
     kw = dict(input_nodes=global_seeds(), batch_size=4, even='pad',
               device='cpu', shuffle=True, seed=3)
     out = {}
@@ -234,27 +241,11 @@ def _workers_worker(rank, world_size, out_dir):
     a, b, c = (HybridNeighborLoader(out_dir, [3, 2], num_workers=w, **kw)
                for w in (2, 2, 0))
     out['random'] = (_batches(a), _batches(b), _batches(c))
-    # Every rank breaks at the same step; the next epoch is whole:
-    for i, _ in enumerate(full):
-        if i == 1:
-            break
-    for i, _ in enumerate(plain):
-        if i == 1:
-            break
+    _break_at_second(full, plain)  # The next epoch is whole:
     out['after_break'] = (_batches(full), _batches(plain))
-    # Rank 0 stops early, rank 1 wants the whole epoch: rank 1 is told.
-    # (20 batches: more than the threads build ahead of the loop.)
-    error = None
-    it = iter(HybridNeighborLoader(out_dir, FANOUTS, num_workers=2,
-                                   **{**kw, 'batch_size': 1}))
-    try:
-        for i, _ in enumerate(it):
-            if rank == 0 and i == 1:
-                break
-    except RuntimeError as e:
-        error = str(e)
-    del it
-    out['error'] = error
+    # 20 batches: more than the threads build ahead of the loop.
+    out['error'] = _one_rank_breaks(HybridNeighborLoader(
+        out_dir, FANOUTS, num_workers=2, **{**kw, 'batch_size': 1}), rank)
     out['in_loop_thread'] = all(seen) and len(seen) > 0
     # Ranks that ask for different numbers of workers are told, on every
     # rank, instead of waiting for each other:

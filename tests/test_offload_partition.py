@@ -67,21 +67,15 @@ def _exact(rank, world_size, out_dir):
     # Under DDP, plain and offloaded training end with the same weights:
     out['plain'] = train_sgd(DistributedDataParallel(tiny_model()),
                              _loader(out_dir), STEPS)
-    loader = _loader(out_dir)
-    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2,
-                             max_staleness=0, full_neighbors=True,
-                             split='aggregate')
-    out['offload'] = train_sgd(DistributedDataParallel(off), loader, STEPS)
-    out['offload_stats'] = off.stats()
-    off.close()
-    # Batches built by worker threads, pruned by the hot set alike:
-    loader = _loader(out_dir, num_workers=2)
-    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2,
-                             max_staleness=0, full_neighbors=True,
-                             split='aggregate')
-    out['workers'] = train_sgd(DistributedDataParallel(off), loader, STEPS)
-    out['workers_stats'] = off.stats()
-    off.close()
+    # Also with batches built by worker threads, pruned by the hot set alike:
+    for name, kwargs in (('offload', {}), ('workers', {'num_workers': 2})):
+        loader = _loader(out_dir, **kwargs)
+        off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2,
+                                 max_staleness=0, full_neighbors=True,
+                                 split='aggregate')
+        out[name] = train_sgd(DistributedDataParallel(off), loader, STEPS)
+        out[f'{name}_stats'] = off.stats()
+        off.close()
     return out
 
 
