@@ -201,6 +201,35 @@ def _prefetch_worker(rank, world_size, out_dir):
     return epochs, all(seen) and len(seen) > 0, error, len(ahead)
 
 
+def _lru_prefetch_worker(rank, world_size, out_dir):
+    # The thread's view changes the loader's LRU cache as the loop would.
+    kw = dict(input_nodes=global_seeds(), batch_size=4, even='pad',
+              device='cpu', shuffle=True, seed=3, num_neighbors=[3, 2],
+              cache_policy='lru', cache_size=10)
+    ahead = HybridNeighborLoader(out_dir, prefetch=2, **kw)
+    plain = HybridNeighborLoader(out_dir, **kw)
+    out = []
+    for _ in range(2):
+        out.append((_batches(ahead), _batches(plain), ahead.batch_stats,
+                    plain.batch_stats))
+    return out
+
+
+def test_prefetch_with_lru_cache(tmp_path):
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_lru_prefetch_worker, 2, args=(str(info.out_dir), ),
+                      timeout=120)
+    for epochs in out:
+        for ahead, plain, stats_ahead, stats_plain in epochs:
+            assert len(ahead) == len(plain) > 2
+            for a, b in zip(ahead, plain):
+                for key in KEYS:
+                    assert torch.equal(a[key], b[key]), key
+            assert stats_ahead == stats_plain
+        assert sum(s['cached_rows'] for s in epochs[1][2]) > 0
+
+
 def test_prefetch_on_partition_folder(tmp_path):
     info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
                            progress=False)

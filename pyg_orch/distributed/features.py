@@ -277,7 +277,9 @@ class DistributedFeatureGather:
         self.last_used = torch.full((self.capacity, ), -1,
                                     dtype=torch.int64,
                                     device=self.feature_device)
-        self._step = 0
+        # The LRU clock (the last step), one cell shared with worker views
+        # (one thread at a time):
+        self._clock = [0]
         self.stats = GatherStats()
 
     def _init_hetero(self, partition, keys, group, policy, cache_size,
@@ -459,16 +461,12 @@ class DistributedFeatureGather:
         part's rows and the caches as they are now, and exchanges over
         :obj:`group` (the same ranks, e.g. a
         :func:`~pyg_orch.distributed.collective.gloo_twin`), with its own
-        :attr:`stats`. Not with the :obj:`'lru'` policy, whose cache every
-        gather changes."""
+        :attr:`stats`. With the :obj:`'lru'` policy, every gather changes
+        the shared cache: use one of them at a time."""
         if group_size(group) != self.world_size:
             raise ValueError(f"'group' must have the gather's "
                              f"{self.world_size} ranks (got "
                              f"{group_size(group)})")
-        if self.policy == 'lru':
-            raise NotImplementedError(
-                "cache_policy='lru' changes the cache on every batch; "
-                "gathers in several threads need cache_policy='static'")
         view = copy.copy(self)
         view.group = group
         view.stats = GatherStats()
@@ -598,14 +596,16 @@ class DistributedFeatureGather:
         self.stats.cached_bytes = self.stats.cached_rows * row_bytes
         self.stats.peer_rows = self._peer_rows() - peer_before
         if self.policy == 'lru' and self.capacity:
-            self._step += 1
-            self.last_used[slot[cached_pos]] = self._step
-            self._admit(n_id[remote_pos], fetched)
+            self._clock[0] += 1
+            step = self._clock[0]
+            self.last_used[slot[cached_pos]] = step
+            self._admit(n_id[remote_pos], fetched, step)
         return out
 
-    def _admit(self, ids: Tensor, rows: Dict[str, Tensor]) -> None:
-        r"""LRU: keeps the rows of :obj:`ids` just fetched, evicting the
-        least recently read (free slots first)."""
+    def _admit(self, ids: Tensor, rows: Dict[str, Tensor],
+               step: int) -> None:
+        r"""LRU: keeps the rows of :obj:`ids` just fetched at :obj:`step`,
+        evicting the least recently read (free slots first)."""
         if ids.numel() == 0:
             return
         uniq, inverse = torch.unique(ids, return_inverse=True)
@@ -620,7 +620,7 @@ class DistributedFeatureGather:
         self.cache_slot[old[old >= 0]] = -1
         self.slot_id[victims] = uniq
         self.cache_slot[uniq] = victims
-        self.last_used[victims] = self._step
+        self.last_used[victims] = step
         victims, first = self._dev(victims), self._dev(first)
         for key in self.keys:
             self.cache[key][victims] = rows[key][first]
@@ -808,7 +808,7 @@ class DistributedFeatureGather:
         fetched = self._fetch(ids)
         self.stats = saved
         if self.policy == 'lru':
-            self._admit(ids, fetched)
+            self._admit(ids, fetched, self._clock[0])
             return int((self.cache_slot >= 0).sum())
         self.cache_slot.fill_(-1)
         self.cache_slot[ids] = torch.arange(ids.numel(),

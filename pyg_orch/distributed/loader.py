@@ -528,6 +528,7 @@ class DistributedNeighborLoader:
         _check_same(threads, "'num_workers' (and whether 'prefetch' > 0)",
                     group)
         self._thread_groups = [gloo_twin(group) for _ in range(threads)]
+        self._worker_generators: Optional[List[torch.Generator]] = None
 
     def _resolve(self, input_nodes) -> Tensor:
         part = self.partition
@@ -614,6 +615,12 @@ class DistributedNeighborLoader:
         key = id(hook)
         hooks[key] = hook
         return lambda: hooks.pop(key, None)
+
+    @property
+    def batches_ahead(self) -> int:
+        r"""How many batches the prefetch thread or the worker threads
+        build ahead of the one the training loop holds, at most."""
+        return self.prefetch if self.prefetch > 0 else 3 * self.num_workers
 
     def _local_batches(self) -> int:
         n = self.input_nodes.numel()
@@ -757,6 +764,7 @@ class DistributedNeighborLoader:
         groups = self._thread_groups
         num = len(groups)
         depth = self.prefetch if self.prefetch > 0 else 2
+        option = 'num_workers' if self.num_workers > 0 else 'prefetch'
         its = []
         try:
             for k, group in enumerate(groups):
@@ -766,16 +774,12 @@ class DistributedNeighborLoader:
                 its.append(PrefetchIterator(
                     self._batches(batches[k::num], sampler, gather), depth,
                     self.device, agree=functools.partial(_all_go_on, group,
-                                                         self._threaded_by)))
+                                                         option)))
             for i in range(len(batches)):
                 yield self._deliver(*next(its[i % num]))
         finally:
             for it in its:
                 it.close()
-
-    @property
-    def _threaded_by(self) -> str:
-        return 'num_workers' if self.num_workers > 0 else 'prefetch'
 
     def _worker_generator(self, k: int, num: int
                           ) -> Optional[torch.Generator]:
@@ -784,7 +788,7 @@ class DistributedNeighborLoader:
         # own, seeded from the sampler's stream once (the same every run).
         if num == 1:
             return None
-        if not hasattr(self, '_worker_generators'):
+        if self._worker_generators is None:
             seeds = torch.randint(2**62, (num, ),
                                   generator=self.sampler.generator).tolist()
             self._worker_generators = [

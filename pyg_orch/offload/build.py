@@ -282,11 +282,12 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
     if device.type == 'cuda' and torch.cuda.is_available():
         sync = functools.partial(torch.cuda.synchronize, device)
     # Batches sampled before a change of the hot set may reach the model
-    # this many steps later:
-    # (a partition folder's worker threads build up to three each:)
-    drain = 2 + lead + int(getattr(loader, 'prefetch', 0) or 0)
-    if not isinstance(loader, torch.utils.data.DataLoader):
-        drain += 3 * int(getattr(loader, 'num_workers', 0) or 0)
+    # this many steps later (a partition folder's loader says how many its
+    # threads build ahead):
+    ahead = getattr(loader, 'batches_ahead', None)
+    if ahead is None:
+        ahead = getattr(loader, 'prefetch', 0)
+    drain = 2 + lead + int(ahead or 0)
     kwargs: Dict[str, Any] = {}
     chooser_type = StepTimeChooser
     if ranks is not None:

@@ -89,10 +89,10 @@ class OffloadRuntime:
         # loader's hooks see it (no look-ahead, prefetching or worker
         # processes): then the hot set the sampler prunes when a hook runs
         # is the one the batch was pruned with.
-        self.sampled_in_hook = self.lead == 0 and not getattr(
-            loader, 'prefetch', 0) and not getattr(loader, 'num_workers', 0)
-        if strategy.per_batch and getattr(loader, 'prefetch', 0) == 0 \
-                and not getattr(loader, 'num_workers', 0):
+        in_loop_thread = not getattr(loader, 'prefetch', 0) and not \
+            getattr(loader, 'num_workers', 0)
+        self.sampled_in_hook = self.lead == 0 and in_loop_thread
+        if strategy.per_batch and in_loop_thread:
             try:
                 removers.append(loader.register_batch_hook(
                     RuntimeHook(self, '_on_sampled'), when='sampled'))
