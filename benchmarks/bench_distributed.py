@@ -342,8 +342,13 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
                       LOCAL_WORLD_SIZE=str(args.ranks_per_part))
     use_cuda = args.backend == 'nccl'
-    if use_cuda or 'cuda' in (args.sampling_device, args.feature_device):
+    if use_cuda:
         torch.cuda.set_device(rank)
+    # Under gloo, the ranks may share a GPU:
+    gpu = torch.device('cuda', rank % max(torch.cuda.device_count(), 1))
+    if 'cuda' in (args.sampling_device, args.feature_device) \
+            and not use_cuda:
+        torch.cuda.set_device(gpu)
     if use_cuda:
         device = torch.device('cuda', rank)
         # Sampling requests, feature rows and DDP's gradients all go over
@@ -352,7 +357,7 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
         backend = 'nccl'
     elif args.train_device == 'cuda':  # Gloo exchanges, GPU training
         # (the ranks may share a GPU).
-        device = torch.device('cuda', rank % torch.cuda.device_count())
+        device = gpu
         torch.cuda.set_device(device)
         backend = 'gloo'
     else:
@@ -417,7 +422,8 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     meter.install()
     t = time.perf_counter()
     sampling_device, feature_device = (
-        torch.device('cuda', rank) if choice == 'cuda' else
+        torch.device('cuda', torch.cuda.current_device())
+        if choice == 'cuda' else
         torch.device('cpu') for choice in (args.sampling_device,
                                            args.feature_device))
     loader = DistributedNeighborLoader(
@@ -622,14 +628,14 @@ def _combine(method: str, ranks: List[dict]) -> Dict[str, Any]:
 def run(args) -> Dict[str, Any]:
     from pyg_orch.distributed import partition_graph
     from pyg_orch.multigpu.peer_memory import disable_multicast_env
-    if args.backend == 'nccl' or 'cuda' in (args.sampling_device,
-                                            args.feature_device):
-        if torch.cuda.device_count() < _processes(args):
-            what = ('--backend nccl' if args.backend == 'nccl' else
-                    '--sampling-device cuda' if args.sampling_device ==
-                    'cuda' else '--feature-device cuda')
-            raise SystemExit(f'{what} needs {_processes(args)} GPUs '
-                             f'(found {torch.cuda.device_count()})')
+    if args.backend == 'nccl' and \
+            torch.cuda.device_count() < _processes(args):
+        raise SystemExit(f'--backend nccl needs {_processes(args)} GPUs '
+                         f'(found {torch.cuda.device_count()})')
+    if 'cuda' in (args.sampling_device, args.feature_device) and \
+            not torch.cuda.is_available():
+        raise SystemExit('--sampling-device/--feature-device cuda need a '
+                         'GPU (with gloo, the ranks may share one)')
     if args.backend == 'nccl':
         disable_multicast_env()  # Before any process starts NCCL.
     res: Dict[str, Any] = {
@@ -1189,13 +1195,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument('--sampling-device', choices=('cpu', 'cuda'),
                    default='cpu',
                    help="where each rank samples: 'cpu' over the "
-                   "memory-mapped part, or 'cuda' (rank r on cuda:r) over a "
+                   "memory-mapped part, or 'cuda' (rank r on cuda:r; under "
+                   "gloo on GPU r %% the GPUs, which ranks may share) over a "
                    "copy of its topology (default: %(default)s)")
     r.add_argument('--feature-device', choices=('cpu', 'cuda'),
                    default='cpu',
                    help="where each rank reads and serves its feature rows: "
-                   "'cpu' from the memory-mapped part, or 'cuda' (rank r on "
-                   "cuda:r) from a copy of its features (default: "
+                   "'cpu' from the memory-mapped part, or 'cuda' (as "
+                   "--sampling-device) from a copy of its features (default: "
                    "%(default)s)")
     r.add_argument('--train-device', choices=('cpu', 'cuda'), default='cpu',
                    help="with --backend gloo: where batches land and the "

@@ -230,9 +230,21 @@ def _one_machine_worker(rank, world_size, out_dir):
         HybridNeighborLoader(out_dir, [3, 2], batch_size=6, device='cpu',
                              topology_placement=TopologySharding(
                                  split_by='random'))
+    # Worker threads read the shards at once: each batch's count of rows
+    # read from the peer's shard is its own, and no read goes uncounted.
+    full = dict(num_neighbors=[-1, -1], batch_size=3, device='cpu',
+                topology_placement='sharded', feature_placement='sharded')
+    threads = HybridNeighborLoader(out_dir, num_workers=3, **full)
+    alone = HybridNeighborLoader(out_dir, **full)
+    counted = []
+    for ldr in (threads, alone):
+        batches = _batches(ldr)
+        counted.append((batches, [s['peer_rows'] for s in ldr.batch_stats],
+                        ldr.node_sampler.topology_reads(),
+                        ldr.gather.row_reads()))
     return (loader.partition.part, loader.input_nodes, _batches(loader),
             _batches(plain), loader.node_sampler.topology_reads(),
-            loader.gather.row_reads())
+            loader.gather.row_reads(), counted)
 
 
 def test_one_part_shared_by_one_machine(tmp_path):
@@ -246,12 +258,20 @@ def test_one_part_shared_by_one_machine(tmp_path):
     train = data.train_mask.nonzero().view(-1)
     assert torch.equal(torch.sort(torch.cat([o[1] for o in out])).values,
                        train)
-    for part, seeds, sharded, plain, reads, row_reads in out:
+    for part, seeds, sharded, plain, reads, row_reads, counted in out:
         assert part == 0 and reads['peer'] > 0 and row_reads['peer'] > 0
         assert len(sharded) == len(plain) > 1
         for a, b in zip(sharded, plain):
             for key in KEYS:
                 assert torch.equal(a[key], b[key]), key
+        (ours, peer, reads, row_reads), (ref, ref_peer, ref_reads,
+                                         ref_row_reads) = counted
+        assert len(ours) == len(ref) > 3
+        for a, b in zip(ours, ref):
+            for key in KEYS:
+                assert torch.equal(a[key], b[key]), key
+        assert peer == ref_peer and sum(peer) > 0
+        assert reads == ref_reads and row_reads == ref_row_reads
 
 
 def _hetero_one_machine_worker(rank, world_size, out_dir):

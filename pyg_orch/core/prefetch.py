@@ -7,6 +7,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
+from pyg_orch.core.devices import with_index
+
 _DONE = object()
 
 
@@ -125,11 +127,15 @@ class PrefetchIterator:
         if depth < 1:
             raise ValueError(f"'prefetch' must be >= 1 (got {depth})")
         self.iterator = iterator
-        self.device = device
+        self.device = device = with_index(torch.device(device))
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
         self.cuda = device.type == 'cuda'
         self.stream = torch.cuda.Stream(device) if self.cuda else None
+        if self.stream is not None:
+            # What the consumer queued before (e.g. filling a cache the
+            # thread reads) is done before the thread's kernels run:
+            self.stream.wait_stream(torch.cuda.current_stream(device))
         # The thread must not reference `self`, so that dropping the iterator
         # (e.g. breaking out of the loop) collects it and stops the thread.
         self.thread = threading.Thread(
@@ -174,6 +180,11 @@ class PrefetchIterator:
         if self.thread.is_alive() and \
                 self.thread is not threading.current_thread():
             self.thread.join(timeout=10)
+        if self.stream is not None and not self.thread.is_alive():
+            # Kernels the thread queued for batches never taken (e.g. a
+            # cache update) are done before the consumer's next ones:
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+            self.stream = None
 
     def __del__(self) -> None:
         try:

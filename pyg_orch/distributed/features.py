@@ -490,8 +490,10 @@ class DistributedFeatureGather:
         return ShardedRows(t, self.peers)
 
     def _peer_rows(self) -> int:
-        return sum(getattr(rows, 'peer_rows', 0)
-                   for rows in getattr(self, '_attrs', {}).values())
+        # Read by this thread (other worker threads read at the same time):
+        return sum(rows.thread_peer_rows()
+                   for rows in getattr(self, '_attrs', {}).values()
+                   if hasattr(rows, 'thread_peer_rows'))
 
     def _on_feature(self, t: Tensor) -> Tensor:
         return t if t.device == self.feature_device else \

@@ -272,8 +272,11 @@ class DistributedNeighborLoader:
             sampled up to :obj:`prefetch + 1` batches more, so later
             draws differ); :obj:`transform` and batch hooks run in the
             loop's thread, hooks with :obj:`when='sampled'` in the prefetch
-            thread. Needs :obj:`sampling_device` and :obj:`feature_device`
-            on the CPU. (default: :obj:`0`)
+            thread. With :obj:`sampling_device` or :obj:`feature_device` on
+            a GPU, the thread queues its kernels on a CUDA stream of its
+            own and the loop's stream waits for a batch's event before it
+            reads the batch; its exchanges still go over gloo, through host
+            memory, also where :obj:`group` is NCCL. (default: :obj:`0`)
         num_workers (int): Threads that build batches in parallel, batch
             :obj:`i` by thread :obj:`i % num_workers`, each up to two
             batches ahead, delivered in order (:obj:`0`: none). Threads,
@@ -290,9 +293,12 @@ class DistributedNeighborLoader:
             threads. Keep ranks x workers x
             :func:`torch.get_num_threads` within the machine's cores.
             Every rank must pass the same value. Needs
-            :obj:`prefetch=0`, :obj:`cache_policy='static'` and
-            :obj:`sampling_device` and :obj:`feature_device` on the CPU.
-            (default: :obj:`0`)
+            :obj:`prefetch=0` and :obj:`cache_policy='static'`. On a GPU
+            (:obj:`sampling_device` or :obj:`feature_device`), every thread
+            has a CUDA stream of its own, as with :obj:`prefetch`, and
+            sampling on the GPU keeps a relabeling array of 4 bytes per
+            vertex of the graph per thread in GPU memory. (default:
+            :obj:`0`)
         transform_sampler_output (callable, optional): Applied to every
             sampler output (a :class:`~torch_geometric.sampler.SamplerOutput`
             or :class:`~torch_geometric.sampler.HeteroSamplerOutput` of
@@ -407,15 +413,6 @@ class DistributedNeighborLoader:
                                          default='cpu')
         feature_device = resolve_device(feature_device, 'feature_device',
                                         default='cpu')
-        threaded = 'prefetch' if prefetch > 0 else \
-            'num_workers' if num_workers > 0 else None
-        if threaded and (sampling_device.type != 'cpu'
-                         or feature_device.type != 'cpu'):
-            raise NotImplementedError(
-                f"'{threaded}' on a partitioned graph needs sampling_device "
-                f"and feature_device on the CPU (its threads exchange over "
-                f"gloo); sampling or gathering on a GPU is not built with "
-                f"{threaded} yet")
         sharding = check_placement(topology_placement)
         if sharding in ('device', 'host'):
             raise ValueError(f"'topology_placement' must be 'auto' or "
@@ -765,6 +762,11 @@ class DistributedNeighborLoader:
         num = len(groups)
         depth = self.prefetch if self.prefetch > 0 else 2
         option = 'num_workers' if self.num_workers > 0 else 'prefetch'
+        # Where the threads queue kernels (on streams of their own), if
+        # anywhere; the batches' events are waited for there:
+        device = next((d for d in (self.sampling_device,
+                                   self.feature_device, self.device)
+                       if d.type == 'cuda'), self.device)
         its = []
         try:
             for k, group in enumerate(groups):
@@ -773,7 +775,7 @@ class DistributedNeighborLoader:
                 gather = self.gather.worker_view(group)
                 its.append(PrefetchIterator(
                     self._batches(batches[k::num], sampler, gather), depth,
-                    self.device, agree=functools.partial(_all_go_on, group,
+                    device, agree=functools.partial(_all_go_on, group,
                                                          option)))
             for i in range(len(batches)):
                 yield self._deliver(*next(its[i % num]))
@@ -789,8 +791,9 @@ class DistributedNeighborLoader:
         if num == 1:
             return None
         if self._worker_generators is None:
-            seeds = torch.randint(2**62, (num, ),
-                                  generator=self.sampler.generator).tolist()
+            gen = self.sampler.generator
+            seeds = torch.randint(2**62, (num, ), generator=gen,
+                                  device=gen.device).tolist()
             self._worker_generators = [
                 torch.Generator(device=self.sampling_device).manual_seed(s)
                 for s in seeds]

@@ -4,6 +4,7 @@ r"""The rows of a tensor split across the processes of one machine: row
 on GPUs (read by peers over NVLink) or in :obj:`/dev/shm` on CPUs. Every rank
 reads any row: its own, or a peer's in place. Dealt round-robin, so the hot
 rows of a graph ordered by degree or by part spread evenly."""
+import threading
 from typing import Any, Optional, Sequence
 
 import torch
@@ -54,10 +55,17 @@ class ShardedRows:
         if self.device.type == 'cuda':
             torch.cuda.synchronize(self.device)
         peers.barrier()  # Every rank's rows are in place.
-        #: Rows read from peers' shards so far.
+        #: Rows read from peers' shards so far (by all threads).
         self.peer_rows = 0
-        #: Rows read from this rank's own shard so far.
+        #: Rows read from this rank's own shard so far (by all threads).
         self.own_rows = 0
+        self._lock = threading.Lock()
+        self._thread = threading.local()
+
+    def thread_peer_rows(self) -> int:
+        r"""Rows the calling thread read from peers' shards so far (a
+        loader's worker threads read at the same time)."""
+        return getattr(self._thread, 'peer_rows', 0)
 
     @property
     def nbytes_per_rank(self) -> int:
@@ -90,8 +98,11 @@ class ShardedRows:
         local = torch.div(index, self.num_shards, rounding_mode='floor')
         out = self.buffers.gather(owner, local)
         own = int((owner == self.rank).sum())
-        self.own_rows += own
-        self.peer_rows += index.numel() - own
+        peer = index.numel() - own
+        with self._lock:
+            self.own_rows += own
+            self.peer_rows += peer
+        self._thread.peer_rows = self.thread_peer_rows() + peer
         return out
 
     def __repr__(self) -> str:

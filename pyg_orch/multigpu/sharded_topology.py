@@ -6,6 +6,7 @@ vertices (degree, or pre-sampled access counts) copied to every GPU within
 a memory budget. Sampling reads a list wherever it lives, so a batch equals
 the one-GPU loader's for the same seed."""
 import dataclasses
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -20,6 +21,9 @@ from pyg_orch.core.csc import (
 )
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.multigpu.peer_memory import PeerBuffers, PeerGroup
+
+# Guards the read counters of CPU topologies (worker threads add at once).
+_READS_LOCK = threading.Lock()
 
 #: Where a neighbor read was served: own shard, replicated copy, peer shard.
 READ_TIERS = ('local', 'replicated', 'peer')
@@ -212,8 +216,13 @@ class ShardedCSC(CSCTopology):
                 pos, dtype=torch.bool)
             mine = ~is_rep & (shard == self.rank)
             peer = ~is_rep & (shard != self.rank)
-            self.reads += torch.stack(
-                [mine.sum(), is_rep.sum(), peer.sum()])
+            counts = torch.stack([mine.sum(), is_rep.sum(), peer.sum()])
+            if self.reads.is_cuda:  # Atomic: threads add on their streams.
+                self.reads.index_add_(0, torch.arange(
+                    3, device=self.reads.device), counts)
+            else:
+                with _READS_LOCK:
+                    self.reads += counts
         return shard, local, rep
 
     def _read(self, pos: Tensor, dst: Optional[Tensor], shards: PeerBuffers,
