@@ -230,6 +230,46 @@ def test_prefetch_with_lru_cache(tmp_path):
         assert sum(s['cached_rows'] for s in epochs[1][2]) > 0
 
 
+def _lru_workers_worker(rank, world_size, out_dir):
+    # Three threads share one small LRU cache (evicting all the time).
+    kw = dict(input_nodes=global_seeds(), batch_size=1, even='pad',
+              device='cpu', shuffle=True, seed=3, num_neighbors=FANOUTS,
+              cache_policy='lru', cache_size=6)
+    threads = HybridNeighborLoader(out_dir, num_workers=3, **kw)
+    plain = HybridNeighborLoader(out_dir, **kw)
+    out = []
+    for _ in range(2):
+        out.append((_batches(threads), _batches(plain), threads.batch_stats,
+                    plain.batch_stats))
+    return out, threads.gather.slot_id, threads.gather.cache_slot
+
+
+def test_num_workers_with_lru_cache(tmp_path):
+    info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_lru_workers_worker, 2, args=(str(info.out_dir), ),
+                      timeout=120)
+    for epochs, slot_id, cache_slot in out:
+        cached = 0
+        for ours, ref, stats, ref_stats in epochs:
+            assert len(ours) == len(ref) > 10
+            for a, b in zip(ours, ref):  # The rows are right.
+                for key in KEYS:
+                    assert torch.equal(a[key], b[key]), key
+            for s, r in zip(stats, ref_stats):
+                assert s['local_rows'] == r['local_rows']
+                assert s['cached_rows'] + s['remote_rows'] == \
+                    r['cached_rows'] + r['remote_rows']
+            cached += sum(s['cached_rows'] for s in stats)
+        assert cached > 0
+        # The bookkeeping is consistent: every cached id points at its slot.
+        held = slot_id[slot_id >= 0]
+        assert held.unique().numel() == held.numel()
+        slots = (slot_id >= 0).nonzero().view(-1)
+        assert torch.equal(cache_slot[held], slots)
+        assert int((cache_slot >= 0).sum()) == held.numel()
+
+
 def test_prefetch_on_partition_folder(tmp_path):
     info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
                            progress=False)
@@ -431,8 +471,6 @@ def test_one_part_without_process_group(tmp_path):
     (dict(weight_attr='w'), ValueError, 'not an edge attribute'),
     (dict(num_workers=-1), ValueError, 'num_workers'),
     (dict(num_workers=2, prefetch=2), ValueError, 'needs num_workers=0'),
-    (dict(num_workers=2, cache_policy='lru', cache_size=4),
-     NotImplementedError, "cache_policy='static'"),
     (dict(num_workers=2, persistent_workers=True), ValueError,
      'persistent_workers'),
     (dict(transform_sampler_output='f'), ValueError,

@@ -74,6 +74,15 @@ def _threads_worker(rank, world_size, out_dir, hetero_dir):
             if i == 1:
                 break
     _same(_fields(workers), _fields(plain))
+    # Two workers share one LRU cache on the GPU (kernels of its lookups
+    # and admissions in lock order across the threads' streams):
+    lru = dict(cache_policy='lru', cache_size=40)
+    shared = HybridNeighborLoader(out_dir, FANOUTS, num_workers=2, **kw,
+                                  **lru)
+    alone = HybridNeighborLoader(out_dir, FANOUTS, **kw, **lru)
+    for _ in range(3):
+        _same(_fields(shared), _fields(alone))
+    assert sum(s['cached_rows'] for s in shared.batch_stats) > 0
     # Against the one-process loader (unshuffled):
     unshuffled = HybridNeighborLoader(out_dir, FANOUTS, num_workers=3,
                                       **{**kw, 'shuffle': False})
@@ -93,7 +102,6 @@ def _threads_worker(rank, world_size, out_dir, hetero_dir):
     # A finite fan-out: prefetch (one thread, the sampler's generator)
     # keeps the batches of the loader without it, also with an LRU cache
     # that every batch changes; two loaders with 2 workers agree.
-    lru = dict(cache_policy='lru', cache_size=40)
     ahead = HybridNeighborLoader(out_dir, [3, 2], prefetch=2, **kw, **lru)
     plain = HybridNeighborLoader(out_dir, [3, 2], **kw, **lru)
     for _ in range(2):

@@ -9,8 +9,10 @@ files) or on a CUDA device (:obj:`feature_device`, over copies made there
 once)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import threading
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -36,6 +38,26 @@ from pyg_orch.distributed.collective import (
 from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = ['DistributedFeatureGather', 'GatherStats']
+
+
+class _OrderedSection:
+    r"""A lock whose holders' CUDA kernels also run in the order the
+    holders took it: each holder's stream first waits for what the previous
+    holder queued inside (threads that share an :obj:`'lru'` cache, each on
+    a stream of its own)."""
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._event = None
+
+    @contextlib.contextmanager
+    def __call__(self, cuda: bool):
+        with self._lock:
+            if cuda and self._event is not None:
+                torch.cuda.current_stream().wait_event(self._event)
+            yield
+            if cuda:
+                self._event = torch.cuda.Event()
+                self._event.record()
 
 
 @dataclass
@@ -277,9 +299,10 @@ class DistributedFeatureGather:
         self.last_used = torch.full((self.capacity, ), -1,
                                     dtype=torch.int64,
                                     device=self.feature_device)
-        # The LRU clock (the last step), one cell shared with worker views
-        # (one thread at a time):
+        # The LRU clock (the last step), one cell shared with worker views;
+        # the cache is read and changed inside a section they share too:
         self._clock = [0]
+        self._cache_section = _OrderedSection()
         self.stats = GatherStats()
 
     def _init_hetero(self, partition, keys, group, policy, cache_size,
@@ -461,8 +484,12 @@ class DistributedFeatureGather:
         part's rows and the caches as they are now, and exchanges over
         :obj:`group` (the same ranks, e.g. a
         :func:`~pyg_orch.distributed.collective.gloo_twin`), with its own
-        :attr:`stats`. With the :obj:`'lru'` policy, every gather changes
-        the shared cache: use one of them at a time."""
+        :attr:`stats`. With the :obj:`'lru'` policy, the gathers of all
+        views change the one cache: a gather looks its slots up and reads
+        their rows at once, and admits what it fetched later, each under a
+        lock shared by the views (in lock order on the GPU too), so rows
+        stay right whatever the threads' timing; which rows are cached
+        depends on it."""
         if group_size(group) != self.world_size:
             raise ValueError(f"'group' must have the gather's "
                              f"{self.world_size} ranks (got "
@@ -570,15 +597,26 @@ class DistributedFeatureGather:
         peer_before = self._peer_rows()
         owner = self._node_part[n_id].to(torch.int64)
         is_local = owner == self.rank
-        slot = self.cache_slot[n_id]
-        # 0: owned, 1: cached, 2: fetched from its owner.
-        category = torch.where(is_local, 0, torch.where(slot >= 0, 1, 2))
-        local_pos, cached_pos, remote_pos = _positions(category, 3)
+        lru = self.policy == 'lru' and self.capacity > 0
+        # An 'lru' cache changes under other threads' gathers: its slots
+        # are looked up and their rows read at once, inside the section.
+        with self._cache_section(self._cuda) if lru else \
+                contextlib.nullcontext():
+            slot = self.cache_slot[n_id]
+            # 0: owned, 1: cached, 2: fetched from its owner.
+            category = torch.where(is_local, 0, torch.where(slot >= 0, 1, 2))
+            local_pos, cached_pos, remote_pos = _positions(category, 3)
+            cached_slot = self._dev(slot[cached_pos])
+            cached = {key: self.cache[key].index_select(0, cached_slot)
+                      for key in self.keys}
+            if lru:
+                self._clock[0] += 1
+                step = self._clock[0]
+                self.last_used[slot[cached_pos]] = step
         fetched = self._fetch(n_id[remote_pos])
         out = {}
         local_dst, cached_dst, remote_dst = (self._dev(p) for p in (
             local_pos, cached_pos, remote_pos))
-        cached_slot = self._dev(slot[cached_pos])
         local = self._local_id[n_id[local_pos]]
         for key in self.keys:
             ref = self._attrs[key]
@@ -586,8 +624,7 @@ class DistributedFeatureGather:
                                  device=self.device)
             rows.index_copy_(0, local_dst,
                              self._dev(ref.index_select(0, local)))
-            rows.index_copy_(0, cached_dst,
-                             self.cache[key].index_select(0, cached_slot))
+            rows.index_copy_(0, cached_dst, cached[key])
             rows.index_copy_(0, remote_dst, fetched[key])
             out[key] = rows
         row_bytes = self._row_bytes()
@@ -597,19 +634,30 @@ class DistributedFeatureGather:
         self.stats.remote_bytes = self.stats.remote_rows * row_bytes
         self.stats.cached_bytes = self.stats.cached_rows * row_bytes
         self.stats.peer_rows = self._peer_rows() - peer_before
-        if self.policy == 'lru' and self.capacity:
-            self._clock[0] += 1
-            step = self._clock[0]
-            self.last_used[slot[cached_pos]] = step
-            self._admit(n_id[remote_pos], fetched, step)
+        if lru:
+            with self._cache_section(self._cuda):
+                self._admit(n_id[remote_pos], fetched, step)
         return out
+
+    @property
+    def _cuda(self) -> bool:
+        # Whether the cache or its bookkeeping live on a GPU.
+        return 'cuda' in (self.device.type, self.feature_device.type)
 
     def _admit(self, ids: Tensor, rows: Dict[str, Tensor],
                step: int) -> None:
         r"""LRU: keeps the rows of :obj:`ids` just fetched at :obj:`step`,
-        evicting the least recently read (free slots first)."""
+        evicting the least recently read (free slots first); ids another
+        thread cached meanwhile are left where they are."""
         if ids.numel() == 0:
             return
+        fresh = (self.cache_slot.index_select(0, ids) < 0).nonzero().view(-1)
+        if fresh.numel() < ids.numel():
+            ids = ids.index_select(0, fresh)
+            fresh = self._dev(fresh)
+            rows = {k: v.index_select(0, fresh) for k, v in rows.items()}
+            if ids.numel() == 0:
+                return
         uniq, inverse = torch.unique(ids, return_inverse=True)
         first = torch.full((uniq.numel(), ), ids.numel(), dtype=torch.int64,
                            device=ids.device)

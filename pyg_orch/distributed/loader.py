@@ -293,7 +293,10 @@ class DistributedNeighborLoader:
             threads. Keep ranks x workers x
             :func:`torch.get_num_threads` within the machine's cores.
             Every rank must pass the same value. Needs
-            :obj:`prefetch=0` and :obj:`cache_policy='static'`. On a GPU
+            :obj:`prefetch=0`. With :obj:`cache_policy='lru'` the threads
+            share one cache, changed in the order their gathers reach it:
+            rows stay right, but which are cached (and the batches'
+            :obj:`cached_rows`) depends on the threads' timing. On a GPU
             (:obj:`sampling_device` or :obj:`feature_device`), every thread
             has a CUDA stream of its own, as with :obj:`prefetch`, and
             sampling on the GPU keeps a relabeling array of 4 bytes per
@@ -399,11 +402,6 @@ class DistributedNeighborLoader:
         if prefetch > 0 and num_workers > 0:
             raise ValueError("'prefetch' > 0 needs num_workers=0 (each "
                              "worker thread builds two batches ahead)")
-        if num_workers > 0 and cache_policy == 'lru':
-            raise NotImplementedError(
-                "'num_workers' > 0 needs cache_policy='static': the 'lru' "
-                "cache changes on every batch, which several worker "
-                "threads cannot share")
         for name, fn in (('transform', transform),
                          ('transform_sampler_output',
                           transform_sampler_output)):
