@@ -201,26 +201,30 @@ def _prefetch_worker(rank, world_size, out_dir):
     return epochs, all(seen) and len(seen) > 0, error, len(ahead)
 
 
-def _lru_prefetch_worker(rank, world_size, out_dir):
-    # The thread's view changes the loader's LRU cache as the loop would.
-    kw = dict(input_nodes=global_seeds(), batch_size=4, even='pad',
-              device='cpu', shuffle=True, seed=3, num_neighbors=[3, 2],
-              cache_policy='lru', cache_size=10)
-    ahead = HybridNeighborLoader(out_dir, prefetch=2, **kw)
+def _lru_threads_worker(rank, world_size, out_dir, threads, kw):
+    # A loader whose thread(s) (prefetch or workers) use the LRU cache, and
+    # one without threads: two epochs of both, and the threaded one's
+    # cache bookkeeping.
+    kw = dict(input_nodes=global_seeds(), even='pad', device='cpu',
+              shuffle=True, seed=3, cache_policy='lru', **kw)
+    ahead = HybridNeighborLoader(out_dir, **threads, **kw)
     plain = HybridNeighborLoader(out_dir, **kw)
     out = []
     for _ in range(2):
         out.append((_batches(ahead), _batches(plain), ahead.batch_stats,
                     plain.batch_stats))
-    return out
+    return out, ahead.gather.slot_id, ahead.gather.cache_slot
 
 
 def test_prefetch_with_lru_cache(tmp_path):
     info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
                            progress=False)
-    out = run_workers(_lru_prefetch_worker, 2, args=(str(info.out_dir), ),
-                      timeout=120)
-    for epochs in out:
+    # The thread's view changes the loader's LRU cache as the loop would.
+    out = run_workers(_lru_threads_worker, 2, args=(
+        str(info.out_dir), dict(prefetch=2),
+        dict(batch_size=4, num_neighbors=[3, 2], cache_size=10)),
+        timeout=120)
+    for epochs, _, _ in out:
         for ahead, plain, stats_ahead, stats_plain in epochs:
             assert len(ahead) == len(plain) > 2
             for a, b in zip(ahead, plain):
@@ -230,25 +234,14 @@ def test_prefetch_with_lru_cache(tmp_path):
         assert sum(s['cached_rows'] for s in epochs[1][2]) > 0
 
 
-def _lru_workers_worker(rank, world_size, out_dir):
-    # Three threads share one small LRU cache (evicting all the time).
-    kw = dict(input_nodes=global_seeds(), batch_size=1, even='pad',
-              device='cpu', shuffle=True, seed=3, num_neighbors=FANOUTS,
-              cache_policy='lru', cache_size=6)
-    threads = HybridNeighborLoader(out_dir, num_workers=3, **kw)
-    plain = HybridNeighborLoader(out_dir, **kw)
-    out = []
-    for _ in range(2):
-        out.append((_batches(threads), _batches(plain), threads.batch_stats,
-                    plain.batch_stats))
-    return out, threads.gather.slot_id, threads.gather.cache_slot
-
-
 def test_num_workers_with_lru_cache(tmp_path):
     info = partition_graph(graph(), 2, tmp_path / 'p', 'random',
                            progress=False)
-    out = run_workers(_lru_workers_worker, 2, args=(str(info.out_dir), ),
-                      timeout=120)
+    # Three threads share one small LRU cache (evicting all the time).
+    out = run_workers(_lru_threads_worker, 2, args=(
+        str(info.out_dir), dict(num_workers=3),
+        dict(batch_size=1, num_neighbors=FANOUTS, cache_size=6)),
+        timeout=120)
     for epochs, slot_id, cache_slot in out:
         cached = 0
         for ours, ref, stats, ref_stats in epochs:
