@@ -342,23 +342,20 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
                       LOCAL_WORLD_SIZE=str(args.ranks_per_part))
     use_cuda = args.backend == 'nccl'
-    if use_cuda:
-        torch.cuda.set_device(rank)
-    # Under gloo, the ranks may share a GPU:
-    gpu = torch.device('cuda', rank % max(torch.cuda.device_count(), 1))
-    if 'cuda' in (args.sampling_device, args.feature_device) \
-            and not use_cuda:
+    # This rank's GPU (under gloo, the ranks may share one):
+    gpu = torch.device('cuda', rank if use_cuda else
+                       rank % max(torch.cuda.device_count(), 1))
+    if use_cuda or 'cuda' in (args.sampling_device, args.feature_device,
+                              args.train_device):
         torch.cuda.set_device(gpu)
     if use_cuda:
-        device = torch.device('cuda', rank)
+        device = gpu
         # Sampling requests, feature rows and DDP's gradients all go over
         # NCCL (the library exchanges on the group's device, see
         # pyg_orch.distributed.collective.comm_device).
         backend = 'nccl'
-    elif args.train_device == 'cuda':  # Gloo exchanges, GPU training
-        # (the ranks may share a GPU).
+    elif args.train_device == 'cuda':  # Gloo exchanges, GPU training.
         device = gpu
-        torch.cuda.set_device(device)
         backend = 'gloo'
     else:
         device = torch.device('cpu')

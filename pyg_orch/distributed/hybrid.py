@@ -187,11 +187,14 @@ def partition_loader(path: os.PathLike,
       tuple, the seeds as above (or the name of a boolean attribute of
       that type).
     * :obj:`prefetch`: batches built ahead by a background thread, whose
-      exchanges go over their own gloo group (overlapped with training;
-      sampling and features on the CPU only).
+      exchanges go over their own gloo group (overlapped with training).
+    * :obj:`num_workers`: threads that build batches in parallel, each
+      over a gloo group of its own (see
+      :class:`~pyg_orch.distributed.DistributedNeighborLoader`).
     * :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last`,
       :obj:`transform`, :obj:`transform_sampler_output`, :obj:`replace`,
-      :obj:`disjoint`, :obj:`weight_attr` (an edge attribute of the partition; as in PyG),
+      :obj:`disjoint`, :obj:`weight_attr` (an edge attribute of the
+      partition; as in PyG),
       :obj:`time_attr` (a node or edge attribute of the partition holding
       integer times) and :obj:`temporal_strategy`, :obj:`input_time` (one
       time per seed of :obj:`input_nodes`, given as the seeds of all
