@@ -97,3 +97,22 @@ def test_move_to_device_is_pygs_to():
     out = move_to_device(hetero, meta)
     assert out['a'].x.device == meta and out.input_id.device == meta
     assert out['a', 'to', 'a'].edge_index.device == meta
+
+
+def test_stack_edges_views_adjacent_rows_and_copies_otherwise():
+    from pyg_orch.loader.assemble import stack_edges
+    buf = torch.arange(30).view(3, 10).clone()
+    row, col, _ = buf  # Back to back in one buffer, as the fused sampler's.
+    view = stack_edges(row, col)
+    assert torch.equal(view, torch.stack([row, col]))
+    assert view.is_contiguous() and view.data_ptr() == row.data_ptr()
+    for r, c in ((col, row), (row.clone(), col.clone()), (row, buf[2]),
+                 (buf[0, :4], buf[0, 5:9]), (buf[:, 0], buf[:, 1])):
+        out = stack_edges(r, c)
+        assert torch.equal(out, torch.stack([r, c]))
+        assert out.data_ptr() != r.data_ptr() or r.numel() == 0
+    half = stack_edges(buf[0, :5], buf[0, 5:])  # Adjacent halves of a row.
+    assert torch.equal(half, buf[0].view(2, 5))
+    assert half.data_ptr() == buf.data_ptr()
+    empty = torch.empty(0, dtype=torch.int64)
+    assert stack_edges(empty, empty).shape == (2, 0)

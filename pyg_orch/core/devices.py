@@ -1,4 +1,7 @@
 r"""Device helpers shared by the loaders and the samplers."""
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
 import torch
 
 
@@ -10,3 +13,30 @@ def with_index(device: torch.device) -> torch.device:
     if device.type == 'cuda' and device.index is None:
         return torch.device('cuda', torch.cuda.current_device())
     return device
+
+
+@contextmanager
+def use_stream(stream: Optional['torch.cuda.Stream']) -> Iterator[None]:
+    r"""Like :func:`torch.cuda.stream`, for a stream of the current device,
+    without the device lookups in Python that :func:`torch.cuda.stream`
+    makes on entry (several per call; a loader switches streams a few times
+    per batch). A stream of another device, or :obj:`None`, goes through
+    :func:`torch.cuda.stream`."""
+    if stream is None or stream.device_index != torch.cuda.current_device():
+        with torch.cuda.stream(stream):
+            yield
+        return
+    previous = torch.cuda.current_stream(stream.device_index)
+    torch.cuda.set_stream(stream)
+    try:
+        yield
+    finally:
+        torch.cuda.set_stream(previous)
+
+
+def current_stream(device: torch.device) -> Optional['torch.cuda.Stream']:
+    r"""The current stream of the indexed CUDA :obj:`device` (see
+    :func:`with_index`), or :obj:`None` elsewhere."""
+    if device.type != 'cuda':
+        return None
+    return torch.cuda.current_stream(device)

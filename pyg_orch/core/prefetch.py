@@ -1,6 +1,7 @@
 """Pipelined prefetch: upcoming batches are sampled and gathered by a
 background thread on its own CUDA stream while the current batch trains."""
 import dataclasses
+import functools
 import queue
 import threading
 from typing import Any, Callable, Iterator, Optional
@@ -48,9 +49,18 @@ def record_stream(obj: Any, stream) -> None:
         for store in obj.stores:
             for value in store.values():
                 record_stream(value, stream)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for field in dataclasses.fields(obj):  # E.g. a `SamplerOutput`.
-            record_stream(getattr(obj, field.name), stream)
+    elif not isinstance(obj, type):  # E.g. a `SamplerOutput`.
+        for name in _dataclass_fields(type(obj)):
+            record_stream(getattr(obj, name), stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _dataclass_fields(cls: type) -> tuple:
+    # The field names of a dataclass (none for other types), looked up once
+    # per type: a loader walks a few objects per batch.
+    if not dataclasses.is_dataclass(cls):
+        return ()
+    return tuple(field.name for field in dataclasses.fields(cls))
 
 
 #: Batch values that hold no tensor (skipped by walks over a batch).

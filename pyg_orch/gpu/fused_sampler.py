@@ -19,7 +19,7 @@ from torch import Tensor
 
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.core.csc import CSCTopology, ShardLayout
-from pyg_orch.core.devices import with_index
+from pyg_orch.core.devices import current_stream, with_index
 from pyg_orch.core.output import MultiHopOutput
 from pyg_orch.core.triton_util import kernel_view
 # Re-exported: tests and notebooks ask this module whether Triton is there.
@@ -206,7 +206,7 @@ class FusedPlan:
         inflight = self._inflight() if self._inflight is not None else None
         if inflight is not None:  # Its outputs live in our buffers.
             inflight.result()
-        stream = _current_stream(self.device)
+        stream = current_stream(self.device)
         if self._stream is not None and stream != self._stream:
             stream.wait_stream(self._stream)
         self._stream = stream
@@ -239,7 +239,7 @@ class FusedPlan:
         self.seeds_host.copy_(seeds)
         self.seeds.copy_(self.seeds_host, non_blocking=True)
         self._staged = torch.cuda.Event()
-        self._staged.record()
+        self._staged.record(current_stream(self.device))
 
     def _capture(self) -> None:
         stream = torch.cuda.Stream(self.device)
@@ -286,7 +286,7 @@ class PendingFused:
         self.event = None
         if plan.device.type == 'cuda':
             self.event = torch.cuda.Event()
-            self.event.record()
+            self.event.record(current_stream(plan.device))
 
     def result(self) -> MultiHopOutput:
         if self._out is None:
@@ -296,7 +296,7 @@ class PendingFused:
             self._out = plan._collect(plan.counts_host.tolist())
             plan._inflight = None
             # The next batch overwrites the buffers copied from just now.
-            plan._stream = _current_stream(plan.device)
+            plan._stream = current_stream(plan.device)
             self.plan = None
         return self._out
 
@@ -404,11 +404,6 @@ def _shard_arguments(layout: Optional[ShardLayout], dummy: Tensor):
                       REPLICA=layout.rep_start is not None,
                       COUNT=layout.reads is not None,
                       PLACED=layout.placed_start is not None))
-
-
-def _current_stream(device: torch.device):
-    return torch.cuda.current_stream(device) if device.type == 'cuda' \
-        else None
 
 
 def on_device_or_host(seeds: Tensor, device: torch.device) -> Tensor:

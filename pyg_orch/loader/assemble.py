@@ -85,7 +85,7 @@ class DataAssembler:
                                                        torch.int64))
         if self.set_num_nodes:
             data.num_nodes = node.numel()
-        data.edge_index = torch.stack([out.row, out.col], dim=0)
+        data.edge_index = stack_edges(out.row, out.col)
         edge = None if out.edge is None else out.edge.to(torch.int64)
         for key, value, dim in self.edge_attrs:
             data[key] = None if edge is None else value.index_select(
@@ -198,7 +198,7 @@ class HeteroDataAssembler:
             if edge is None and edge_type not in edges:
                 edge = edges[edge_type] = torch.empty(0, dtype=torch.long)
             store = data[edge_type]
-            store.edge_index = torch.stack([row, col], dim=0)
+            store.edge_index = stack_edges(row, col)
             perm = self.perm.get(edge_type)
             for key, value, dim in attrs:
                 if edge is None:
@@ -227,6 +227,21 @@ class HeteroDataAssembler:
                 data[key]._orig_edge_index = torch.stack(
                     [out.orig_row[key], out.orig_col[key]], dim=0)
         return data
+
+
+def stack_edges(row: Tensor, col: Tensor) -> Tensor:
+    r"""Returns :obj:`torch.stack([row, col])`: a view, without a copy, where
+    :obj:`col` directly follows :obj:`row` in one buffer (as the fused GPU
+    sampler returns them)."""
+    n = row.numel()
+    if (row.dim() == 1 and col.dim() == 1 and col.numel() == n
+            and row.dtype == col.dtype and row.device == col.device
+            and row.stride() == (1, ) and col.stride() == (1, ) and n > 0
+            and col.data_ptr() == row.data_ptr() + n * row.element_size()
+            and row.untyped_storage().data_ptr() ==
+            col.untyped_storage().data_ptr()):
+        return row.as_strided((2, n), (n, 1))
+    return torch.stack([row, col], dim=0)
 
 
 def move_to_device(data: Union[Data, HeteroData],

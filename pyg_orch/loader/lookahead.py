@@ -5,7 +5,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
 
-from pyg_orch.core.devices import with_index
+from pyg_orch.core.devices import use_stream, with_index
 from pyg_orch.core.prefetch import Failure, hand_over, record_stream
 from pyg_orch.sampling.pending import PendingSample
 
@@ -74,7 +74,7 @@ class LookaheadIterator:
         stream = stream if stream is not None else self.stream
         if stream is None:
             return nullcontext()
-        return torch.cuda.stream(stream)
+        return use_stream(stream)
 
     def _launch(self) -> None:
         # Draws the next pending sample on the current (sampling) stream.
