@@ -29,14 +29,15 @@ def times_of(rank, step):
     return torch.randint(5, 30, (7, ), generator=gen)
 
 
-def _worker(rank, world_size, out_dir, fanouts, options, given_time):
+def _worker(rank, world_size, out_dir, fanouts, options, given_time,
+            shift=0):
     part = load_partition(out_dir, rank)
     sampler = DistributedNeighborSampler(
         part, fanouts, generator=torch.Generator().manual_seed(rank),
         **options)
     out = []
     for step in range(3):
-        time = times_of(rank, step) if given_time else None
+        time = times_of(rank, step) + shift if given_time else None
         o = sampler.sample_from_nodes(seeds_of(rank, step), time)
         out.append((o.node, o.row, o.col, o.edge, o.batch,
                     o.num_sampled_nodes, o.num_sampled_edges,
@@ -44,13 +45,25 @@ def _worker(rank, world_size, out_dir, fanouts, options, given_time):
     return out
 
 
-@pytest.mark.parametrize('level,strategy,fanouts,weighted', [
-    ('node', 'uniform', [-1, -1], False), ('edge', 'uniform', [-1, -1], False),
-    ('node', 'last', [2, 2], False), ('edge', 'last', [3, 2], False),
-    ('node', 'uniform', [-1, -1], True)])
+@pytest.mark.parametrize('level,strategy,fanouts,weighted,times', [
+    ('node', 'uniform', [-1, -1], False, 'int'),
+    ('edge', 'uniform', [-1, -1], False, 'int'),
+    ('node', 'last', [2, 2], False, 'int'),
+    ('edge', 'last', [3, 2], False, 'int'),
+    ('node', 'uniform', [-1, -1], True, 'int'),
+    # Floating-point times in the partition (seed times too), and integer
+    # times bounded by floating-point seed times:
+    ('node', 'uniform', [-1, -1], False, 'float'),
+    ('node', 'last', [2, 2], False, 'float'),
+    ('edge', 'last', [3, 2], False, 'float'),
+    ('edge', 'uniform', [-1, -1], False, 'float_seeds')])
 def test_temporal_equals_single_machine(tmp_path, level, strategy, fanouts,
-                                        weighted):
+                                        weighted, times):
     data = temporal_graph()
+    if times == 'float':
+        data.time = data.time.to(torch.float32) + 0.5
+        data.edge_time = data.edge_time.to(torch.float32) + 0.5
+    shift = 0 if times == 'int' else 0.25
     time_attr = 'time' if level == 'node' else 'edge_time'
     weight_attr = 'edge_weight' if weighted else None
     given_time = level == 'edge'  # Edge-level times need seed times.
@@ -59,7 +72,7 @@ def test_temporal_equals_single_machine(tmp_path, level, strategy, fanouts,
     results = run_workers(
         _worker, 2, args=(str(info.out_dir), fanouts,
                           {'time_attr': time_attr, 'weight_attr': weight_attr,
-                           'temporal_strategy': strategy}, given_time),
+                           'temporal_strategy': strategy}, given_time, shift),
         timeout=60)
     topo = GraphTopology.from_data(data, time_attr=time_attr,
                                    weight_attr=weight_attr)
@@ -69,8 +82,9 @@ def test_temporal_equals_single_machine(tmp_path, level, strategy, fanouts,
         for step, out in enumerate(steps):
             node, row, col, edge, batch, nsn, nse, seed_time, rr = out
             seeds = seeds_of(rank, step)
-            want_time = times_of(rank, step) if given_time else \
+            want_time = times_of(rank, step) + shift if given_time else \
                 data.time[seeds]
+            assert seed_time.dtype == want_time.dtype
             assert torch.equal(seed_time, want_time)
             ref = sample_multi_hop(topo, {None: fanouts}, {None: seeds},
                                    disjoint=True,
@@ -99,15 +113,19 @@ def _loader_worker(rank, world_size, out_dir, seeds, times):
              b.batch_size) for b in loader]
 
 
-def test_loader_input_time_equals_hybrid_loader(tmp_path):
+@pytest.mark.parametrize('floating', [False, True])
+def test_loader_input_time_equals_hybrid_loader(tmp_path, floating):
     from pyg_orch import HybridNeighborLoader
     data = temporal_graph()
-    info = partition_graph(data, 2, tmp_path / 'p', 'random',
-                           progress=False)
     # The seeds of all ranks with their times; each rank keeps its own:
     seeds = torch.arange(0, NUM_NODES, 5)
     times = torch.randint(5, 30, (seeds.numel(), ),
                           generator=torch.Generator().manual_seed(3))
+    if floating:
+        data.time = data.time.to(torch.float32) + 0.5
+        times = times.to(torch.float64) + 0.25
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
     results = run_workers(_loader_worker, 2,
                           args=(str(info.out_dir), seeds, times), timeout=60)
     for rank, batches in enumerate(results):
@@ -124,8 +142,23 @@ def test_loader_input_time_equals_hybrid_loader(tmp_path):
             assert torch.equal(batch, b.batch)
             assert torch.equal(edge_index, b.edge_index)
             assert torch.equal(e_id, b.e_id)
+            assert seed_time.dtype == b.seed_time.dtype == times.dtype
             assert torch.equal(seed_time, b.seed_time)
             assert torch.equal(x, data.x[n_id])
+
+
+def test_loader_input_time_nan(tmp_path):
+    from pyg_orch import HybridNeighborLoader
+    data = temporal_graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'random',
+                           progress=False)
+    times = torch.full((NUM_NODES, ), 20.0)
+    times[3] = float('nan')
+    with pytest.raises(ValueError, match="'input_time' holds NaN"):
+        HybridNeighborLoader(str(info.out_dir), [2], batch_size=4,
+                             input_nodes=torch.arange(NUM_NODES),
+                             input_time=times, time_attr='time',
+                             device='cpu')
 
 
 def _hetero_worker(rank, world_size, out_dir):
@@ -136,10 +169,17 @@ def _hetero_worker(rank, world_size, out_dir):
     return seeds, o.node, o.batch, o.row, o.col, o.edge
 
 
-@pytest.mark.parametrize('all_types', [True, False])
-def test_hetero_node_level_equals_single_machine(tmp_path, all_types):
+@pytest.mark.parametrize('all_types,floating', [(True, False),
+                                                 (False, False),
+                                                 (True, True)])
+def test_hetero_node_level_equals_single_machine(tmp_path, all_types,
+                                                 floating):
     from pyg_orch import HybridNeighborLoader
     data = temporal_hetero_graph()
+    if floating:  # Float32 on one node type, float64 on the others.
+        for t in data.node_types:
+            data[t].time = data[t].time.to(
+                torch.float32 if t == 'a' else torch.float64) + 0.5
     if not all_types:  # As in PyG: node type 'c' is not filtered by time.
         del data['c'].time
     info = partition_graph(data, 2, tmp_path / 'h', 'random',
@@ -168,15 +208,15 @@ def _error_worker(rank, world_size, out_dir, time_attr):
     return None
 
 
-def test_float_times_fail_every_rank(tmp_path):
+def test_times_not_one_number_per_node_fail_every_rank(tmp_path):
     data = temporal_graph()
-    data.ftime = data.time.to(torch.float32) + 0.5
+    data.ptime = torch.stack([data.time, data.time], dim=1)  # Two per node.
     info = partition_graph(data, 2, tmp_path / 'p', 'random',
                            progress=False)
-    errors = run_workers(_error_worker, 2, args=(str(info.out_dir), 'ftime'),
+    errors = run_workers(_error_worker, 2, args=(str(info.out_dir), 'ptime'),
                          timeout=60)
-    assert all(e is not None and e[0] == 'NotImplementedError'
-               and 'integer timestamps' in e[1] for e in errors)
+    assert all(e is not None and e[0] == 'ValueError'
+               and 'one timestamp' in e[1] for e in errors)
 
 
 def test_temporal_errors(tmp_path):
@@ -226,3 +266,30 @@ def test_cuda_temporal_one_part(tmp_path):
             a, b = getattr(outs[0], key), getattr(outs[1], key)
             assert a.device == cuda
             assert torch.equal(a.cpu(), b), (time_attr, strategy, key)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+@pytest.mark.parametrize('level', ['node', 'edge'])
+def test_cuda_float_times_one_part(tmp_path, level):
+    # One part sampled on the GPU with floating-point times: the CPU
+    # sampler's batches ('uniform' at full fan-out, and 'last').
+    data = temporal_graph()
+    data.time = data.time.to(torch.float32) + 0.5
+    data.edge_time = data.edge_time.to(torch.float64) + 0.5
+    part = one_part(data, tmp_path / 'p')
+    seeds = seeds_of(0, 0)
+    time = times_of(0, 0) + 0.25 if level == 'edge' else None
+    attr = 'time' if level == 'node' else 'edge_time'
+    for strategy, fanouts in (('uniform', [-1, -1]), ('last', [2, 2])):
+        outs = [DistributedNeighborSampler(
+            part, fanouts, device=device, time_attr=attr,
+            temporal_strategy=strategy).sample_from_nodes(seeds, time)
+            for device in ('cuda', 'cpu')]
+        gpu, cpu = outs
+        for key in ('node', 'row', 'col', 'edge', 'batch'):
+            a, b = getattr(gpu, key), getattr(cpu, key)
+            assert a.is_cuda and torch.equal(a.cpu(), b), (strategy, key)
+        assert gpu.metadata[1].dtype == cpu.metadata[1].dtype
+        assert torch.equal(gpu.metadata[1].cpu(), cpu.metadata[1])
+        assert cpu.edge.numel() > 0

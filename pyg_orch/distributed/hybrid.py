@@ -196,7 +196,7 @@ def partition_loader(path: os.PathLike,
       :obj:`disjoint`, :obj:`weight_attr` (an edge attribute of the
       partition; as in PyG),
       :obj:`time_attr` (a node or edge attribute of the partition holding
-      integer times) and :obj:`temporal_strategy`, :obj:`input_time` (one
+      integer or floating-point times) and :obj:`temporal_strategy`, :obj:`input_time` (one
       time per seed of :obj:`input_nodes`, given as the seeds of all
       ranks; each rank keeps those of its seeds), :obj:`subgraph_type`
       (and the deprecated :obj:`directed`).

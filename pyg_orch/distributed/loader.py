@@ -46,6 +46,7 @@ from pyg_orch.sampling.arguments import (
     check_placement,
     integers_per_seed,
     resolve_device,
+    times_per_seed,
 )
 
 __all__ = ['DistributedNeighborLoader', 'open_partition']
@@ -225,8 +226,9 @@ class DistributedNeighborLoader:
             non-negative sampling weights (as in PyG; see
             :class:`~pyg_orch.distributed.DistributedNeighborSampler`).
         time_attr (str, optional): A node or edge attribute of the
-            partition holding integer timestamps: temporal sampling, as in
-            PyG (disjoint subgraphs; batches carry :obj:`seed_time`).
+            partition holding integer or floating-point timestamps:
+            temporal sampling, as in PyG (disjoint subgraphs; batches carry
+            :obj:`seed_time`).
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
         input_time (Tensor, optional): The time of every seed of
             :obj:`input_nodes` (this rank's seeds, in their order); by
@@ -543,8 +545,8 @@ class DistributedNeighborLoader:
         if not self.sampler.is_temporal:
             raise ValueError("'input_time' is for temporal sampling; pass "
                              "'time_attr' too")
-        return integers_per_seed(input_time, self.input_nodes.numel(),
-                                 'input_time')
+        return times_per_seed(input_time, self.input_nodes.numel(),
+                              'input_time')
 
     def _resolve_id(self, input_id) -> Tensor:
         n = self.input_nodes.numel()

@@ -68,34 +68,37 @@ def part_weights(partition, weight_attr: str, is_hetero: bool, group: Any,
 
 
 def _check_times(times: Dict[Any, Tensor], time_attr: str, group: Any,
-                 world_size: int) -> None:
-    problem = 0  # 1: not a vector, 2: floating-point.
+                 world_size: int) -> bool:
+    # Whether the times are floating-point on some part (every rank learns
+    # it); raises on every rank where a part's times are not one number per
+    # node or edge.
+    problem = 0  # 2: not a vector of numbers, 1: floating-point.
     for t in times.values():
         if t.dim() != 1 or t.is_complex() or t.dtype == torch.bool:
-            problem = max(problem, 1)
-        elif t.is_floating_point():
             problem = max(problem, 2)
+        elif t.is_floating_point():
+            problem = max(problem, 1)
     problem = agree_on_problem(problem, group, world_size)
-    if problem == 1:
-        raise ValueError(f"'time_attr': the partition's {time_attr!r} must "
-                         f"be one integer timestamp per node or edge")
     if problem == 2:
-        raise NotImplementedError(
-            f"'time_attr': the partition's {time_attr!r} holds "
-            f"floating-point times; across machines only integer "
-            f"timestamps are supported yet (as pyg-lib's int64 times)")
+        raise ValueError(f"'time_attr': the partition's {time_attr!r} must "
+                         f"be one timestamp (an integer or floating-point "
+                         f"number) per node or edge")
+    return problem == 1
 
 
 def part_node_times(partition, time_attr: str, is_hetero: bool,
                     num_nodes: Dict[Any, int], group: Any, world_size: int,
                     device: torch.device
                     ) -> Tuple[Optional[Dict[Any, Tensor]],
-                               Dict[Any, Tensor]]:
+                               Dict[Any, Tensor], bool]:
     r"""Where :obj:`time_attr` lies, as PyG decides it: node-level (a node
     attribute; then the times of **all** vertices of every node type that
     has it, assembled from every part with one :obj:`all_reduce` per node
     type) or edge-level (an edge attribute, in the part's CSC order).
-    Returns :obj:`(node_time, edge_time)`, one of them empty."""
+    Returns :obj:`(node_time, edge_time, floating)`, one of the first two
+    empty; :obj:`floating` tells whether some part's times are
+    floating-point (the same answer on every rank). Integer times are
+    :obj:`int64`; floating-point times keep their type."""
     nodes = _by_type(partition.node_attrs, is_hetero)
     edges = _by_type(partition.edge_attrs, is_hetero)
     node_level = {t: a[time_attr] for t, a in nodes.items()
@@ -104,22 +107,31 @@ def part_node_times(partition, time_attr: str, is_hetero: bool,
                   if time_attr in a}
     check_time_level(time_attr, bool(node_level), bool(edge_level),
                      'the partition')
-    _check_times(node_level or edge_level, time_attr, group, world_size)
+    floating = _check_times(node_level or edge_level, time_attr, group,
+                            world_size)
     if not node_level:
-        return None, {et: t.to(device, torch.int64)
-                      for et, t in edge_level.items()}
+        return None, {et: t.to(device, _time_dtype(t))
+                      for et, t in edge_level.items()}, floating
     ids = partition.node_ids if is_hetero else {None: partition.node_ids}
     node_time = {}
     for t in sorted(node_level, key=str):  # The same order on every rank.
-        full = torch.zeros(num_nodes[t], dtype=torch.int64,
+        # Summed in int64 or float64 (exact: every vertex is owned by
+        # exactly one part, the others add zeros), kept in the part's type.
+        dtype = _time_dtype(node_level[t])
+        wide = torch.float64 if dtype.is_floating_point else torch.int64
+        full = torch.zeros(num_nodes[t], dtype=wide,
                            device=comm_device(group) if world_size > 1
                            else device)
         full[ids[t].to(full.device, torch.int64)] = node_level[t].to(
-            full.device, torch.int64)
-        if world_size > 1:  # Every vertex is owned by exactly one part.
+            full.device, wide)
+        if world_size > 1:
             dist.all_reduce(full, group=group)
-        node_time[t] = full.to(device)
-    return node_time, {}
+        node_time[t] = full.to(device, dtype)
+    return node_time, {}, floating
+
+
+def _time_dtype(time: Tensor) -> torch.dtype:
+    return time.dtype if time.is_floating_point() else torch.int64
 
 
 def time_per_position(csc: CSCTopology, src_time: Optional[Tensor],

@@ -53,10 +53,10 @@ from pyg_orch.distributed.part_modes import (
 )
 from pyg_orch.sampling.arguments import (
     DISJOINT_INDUCED,
-    integers_per_seed,
     node_seed_times,
     parse_subgraph_type,
     resolve_device,
+    times_per_seed,
 )
 from pyg_orch.sampling.multi_hop import append_hop_edges
 from pyg_orch.sampling.neighbors import sample_neighbors
@@ -151,11 +151,11 @@ class DistributedNeighborSampler:
             uniformly. Checked on every rank together (a collective when
             the group has more than one rank). Not with :obj:`topology`.
         time_attr (str, optional): A node or edge attribute of the
-            partition holding integer timestamps, as PyG's
-            :obj:`time_attr`: a vertex of seed :obj:`i`'s subgraph only gets
-            neighbors (node-level: whose own time; edge-level: whose edge's
-            time) not later than seed :obj:`i`'s time; sampling is then
-            disjoint. Node-level times of all vertices are assembled on
+            partition holding integer or floating-point timestamps, as
+            PyG's :obj:`time_attr`: a vertex of seed :obj:`i`'s subgraph
+            only gets neighbors (node-level: whose own time; edge-level:
+            whose edge's time) not later than seed :obj:`i`'s time;
+            sampling is then disjoint. Node-level times of all vertices are assembled on
             every rank once (one :obj:`all_reduce` per node type); node or
             edge types without the attribute are not filtered. Not with
             :obj:`topology`.
@@ -294,6 +294,9 @@ class DistributedNeighborSampler:
         #: The time of every vertex per node type (node-level
         #: :obj:`time_attr`), else :obj:`None`.
         self.node_time: Optional[Dict[Any, Tensor]] = None
+        # Whether time bounds travel as float64 (some part's times are
+        # floating-point; every rank knows) rather than int64:
+        self._float_times = False
         if time_attr is None and weight_attr is None:
             return
         if given_topology:
@@ -312,7 +315,7 @@ class DistributedNeighborSampler:
             if temporal_strategy not in ('uniform', 'last'):
                 raise ValueError(f"'temporal_strategy' must be 'uniform' or "
                                  f"'last' (got {temporal_strategy!r})")
-            self.node_time, edge_time = part_node_times(
+            self.node_time, edge_time, self._float_times = part_node_times(
                 partition, time_attr, self.is_hetero, self.num_nodes,
                 self.group, self.world_size, self.device)
             for et, csc in self._csc.items():
@@ -550,7 +553,9 @@ class DistributedNeighborSampler:
                 offsets[r] += n
                 if self.is_temporal:
                     b = bound_offsets[r]
-                    bounds.append(requests[r][b:b + n])
+                    bound = requests[r][b:b + n]
+                    bounds.append(bound.view(torch.float64)
+                                  if self._float_times else bound)
                     bound_offsets[r] += n
             req = torch.cat(ids)
             csc = self._csc[et]
@@ -620,6 +625,9 @@ class DistributedNeighborSampler:
                 continue
             f_bound = None if batch_time is None else \
                 batch_time.index_select(0, f_batch)
+            if f_bound is not None and f_bound.is_floating_point():
+                # Sent with the int64 ids: as float64's bits.
+                f_bound = f_bound.view(torch.int64)
             owner = self._node_part[dst_t][f_global].to(torch.int64)
             positions, per_rank, _ = split_by_value(owner, self.world_size)
             for r, idx in enumerate(positions):
@@ -677,7 +685,8 @@ class DistributedNeighborSampler:
         type or a (node type, ids) tuple) with the help of every other
         rank: a collective, every rank calls it once per step. With
         :obj:`time_attr`, :obj:`seed_time` holds every seed's time (one
-        integer per seed; by default a node-level time's own value).
+        number per seed; by default a node-level time's own value; a
+        floating-point time bounds integer times by its floor).
 
         Returns:
             torch_geometric.sampler.SamplerOutput: :obj:`node` (global ids,
@@ -697,7 +706,8 @@ class DistributedNeighborSampler:
         """
         from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
         seeds = self._check_seeds(seeds)
-        batch_time = self._seed_times(seeds, seed_time)
+        seed_time = self._seed_times(seeds, seed_time)
+        batch_time = None if seed_time is None else self._bounds(seed_time)
         self.stats = SamplingStats()
         num_hops = self.num_hops
         device = self.device
@@ -792,7 +802,7 @@ class DistributedNeighborSampler:
             directional_dst = {
                 et: (edge[et], node[self._dst(et)].index_select(0, col[et]))
                 for et in self.edge_types}
-        out.metadata = (None, batch_time, directional_dst)
+        out.metadata = (None, seed_time, directional_dst)
         if directional_dst is not None:
             out = out.to_bidirectional()  # Keeps the metadata.
         return out
@@ -849,8 +859,7 @@ class DistributedNeighborSampler:
 
     def _seed_times(self, seeds: Dict[Any, Tensor],
                     seed_time: Any) -> Optional[Tensor]:
-        r"""The time bound of every seed's subgraph (temporal sampling),
-        else :obj:`None`."""
+        r"""The time of every seed (temporal sampling), else :obj:`None`."""
         if not self.is_temporal:
             if seed_time is not None:
                 raise ValueError("'seed_time' is for temporal sampling; "
@@ -866,8 +875,21 @@ class DistributedNeighborSampler:
                 "'seed_time' ('input_time' to the loader)")[node_type]
         if isinstance(seed_time, dict):
             seed_time = seed_time.get(node_type)
-        return integers_per_seed(seed_time, ids.numel(),
-                                 'seed_time').to(self.device)
+        return times_per_seed(seed_time, ids.numel(),
+                              'seed_time').to(self.device)
+
+    def _bounds(self, seed_time: Tensor) -> Tensor:
+        r"""The time bound of every seed's subgraph as the ranks exchange
+        it: :obj:`float64` where the part's times are floating-point, else
+        :obj:`int64` (a floating-point seed time rounded down: an integer
+        time :obj:`t` is at most :obj:`b` exactly when it is at most
+        :obj:`floor(b)`)."""
+        if self._float_times:
+            return seed_time.to(torch.float64)
+        if seed_time.is_floating_point():
+            seed_time = torch.floor(seed_time.to(torch.float64)).clamp(
+                -2.0**62, 2.0**62)
+        return seed_time.to(torch.int64)
 
     def _keys(self, node_type: Any, ids: Tensor,
               batch: Optional[Tensor]) -> Tensor:

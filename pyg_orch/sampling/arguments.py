@@ -190,6 +190,23 @@ def integers_per_seed(value, num_seeds: int, name: str,
     return value.to(torch.int64)
 
 
+def times_per_seed(value, num_seeds: int, name: str) -> torch.Tensor:
+    r"""Checks that :obj:`value` holds one timestamp (an integer or a
+    floating-point number, not NaN) per seed of :obj:`num_seeds`; returns it
+    as a tensor: :obj:`int64` for integers, its own type otherwise."""
+    value = torch.as_tensor(value)
+    if value.dim() != 1 or value.numel() != num_seeds or \
+            value.is_complex() or value.dtype == torch.bool:
+        raise ValueError(f"'{name}' must hold one time (an integer or "
+                         f"floating-point number) per seed ({num_seeds}), "
+                         f"got shape {tuple(value.shape)} of {value.dtype}")
+    if not value.is_floating_point():
+        return value.to(torch.int64)
+    if bool(torch.isnan(value).any()):
+        raise ValueError(f"'{name}' holds NaN; every seed needs a time")
+    return value
+
+
 def node_seed_times(node_time: Optional[Dict], time_attr: Optional[str],
                     seeds: Dict, pass_what: str = "'input_time'") -> Dict:
     r"""Without given seed times, every seed's time bound is its node's own
