@@ -468,7 +468,6 @@ def test_one_part_without_process_group(tmp_path):
      'persistent_workers'),
     (dict(transform_sampler_output='f'), ValueError,
      "'transform_sampler_output' must be callable"),
-    (dict(cache_policy='degree'), NotImplementedError, 'degree'),
     (dict(cache_policy='often'), ValueError, 'cache_policy'),
     (dict(num_neighbors={('a', 'b', 'c'): [2]}), ValueError,
      'per edge type'),
@@ -640,3 +639,69 @@ def test_hybrid_loader_on_hetero_partition_folder(tmp_path):
     out = run_workers(_hetero_hybrid_worker, 2, args=(str(info.out_dir), ),
                       timeout=60)
     assert all(n > 0 for n in out)
+
+
+def _degree_cache_worker(rank, world_size, out_dir, hetero):
+    kw = dict(batch_size=4, device='cpu', shuffle=True, seed=3)
+    if hetero:
+        kw['input_nodes'] = 'a'
+    else:
+        kw['input_nodes'] = global_seeds()
+    cached = HybridNeighborLoader(out_dir, [3, 2], cache_policy='degree',
+                                  cache_size=5, **kw)
+    plain = HybridNeighborLoader(out_dir, [3, 2], **kw)
+    ours, ref = list(cached), list(plain)
+    stats = cached.batch_stats
+    gather = cached.gather
+    slots = ({t: g.cache_slot for t, g in gather.by_node_type.items()}
+             if hetero else {None: gather.cache_slot})
+    return ours, ref, stats, {t: (s >= 0).nonzero().view(-1)
+                              for t, s in slots.items()}
+
+
+@pytest.mark.parametrize('hetero', [False, True])
+def test_degree_ranked_cache_on_partition_folder(tmp_path, hetero):
+    from conftest import temporal_hetero_graph
+    data = temporal_hetero_graph() if hetero else graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_degree_cache_worker, 2,
+                      args=(str(info.out_dir), hetero), timeout=120)
+    for rank, (ours, ref, stats, cached) in enumerate(out):
+        part = load_partition(info.out_dir, rank)
+        owner = part.node_part if hetero else {None: part.node_part}
+        # The remote vertices that are the sources of the most in-edges of
+        # this part's vertices, counted on the whole graph (one ranking over
+        # all node types, in their order):
+        flat = []
+        for t in owner:
+            counts = torch.zeros(owner[t].numel(), dtype=torch.int64)
+            for et in (data.edge_types if hetero else [None]):
+                src, dst = (data[et] if hetero else data).edge_index
+                if hetero and et[0] != t:
+                    continue
+                mine = owner[et[-1] if hetero else None][dst] == rank
+                counts += torch.bincount(src[mine],
+                                         minlength=counts.numel())
+            counts[owner[t] == rank] = 0
+            flat.append(counts)
+        counts = torch.cat(flat)
+        k = min(5, int((counts > 0).sum()))
+        want = torch.sort(counts, descending=True,
+                          stable=True).indices[:k].sort().values
+        offset = 0
+        for t, c in zip(owner, flat):
+            mine = want[(want >= offset) & (want < offset + c.numel())]
+            assert torch.equal(cached[t], mine - offset), t
+            offset += c.numel()
+        assert sum(c.numel() for c in cached.values()) == k == 5
+        # The same batches as without a cache (nothing pre-sampled), some
+        # rows served from it:
+        assert len(ours) == len(ref) > 0
+        for a, b in zip(ours, ref):
+            for store_a, store_b in zip(a.stores, b.stores):
+                assert set(store_a.keys()) == set(store_b.keys())
+                for key, value in store_a.items():
+                    if isinstance(value, torch.Tensor):
+                        assert torch.equal(value, store_b[key]), key
+        assert sum(s['cached_rows'] for s in stats) > 0

@@ -212,7 +212,9 @@ def partition_loader(path: os.PathLike,
       default :obj:`0`): shuffling and sampling, offset by the rank.
     * :obj:`cache_policy`: :obj:`'frequency'` (the default, the same as
       :obj:`'static'`: a static cache of the remote rows read most often in
-      pre-sampled batches) or :obj:`'lru'`.
+      pre-sampled batches), :obj:`'degree'` (a static cache of the remote
+      vertices that are the sources of the most in-edges of the part's
+      vertices; nothing pre-sampled) or :obj:`'lru'`.
     * The arguments of
       :class:`~pyg_orch.distributed.DistributedNeighborLoader`:
       :obj:`cache_size`, :obj:`edge_cache_size` (remote edges' attribute
@@ -251,14 +253,9 @@ def partition_loader(path: os.PathLike,
         raise ValueError(f"'seed' must be an integer or a torch.Generator "
                          f"(got {seed!r})")
     cache_policy = args.pop('cache_policy', 'frequency')
-    if cache_policy == 'degree':
-        raise NotImplementedError(
-            "HybridNeighborLoader on a partition folder: "
-            "cache_policy='degree' is not supported across machines; use "
-            "'frequency' (or 'static') or 'lru'")
-    if cache_policy not in ('frequency', 'static', 'lru'):
-        raise ValueError(f"'cache_policy' must be 'frequency', 'static' or "
-                         f"'lru' on a partition folder (got "
+    if cache_policy not in ('frequency', 'degree', 'static', 'lru'):
+        raise ValueError(f"'cache_policy' must be 'frequency', 'degree', "
+                         f"'static' or 'lru' on a partition folder (got "
                          f"{cache_policy!r})")
     device = resolve_device(args.pop('device', None))
     options = {key: args.pop(key) for key in _DISTRIBUTED if key in args}
@@ -285,6 +282,7 @@ def partition_loader(path: os.PathLike,
         input_nodes=seeds.nodes, input_time=seeds.time,
         input_id=seeds.input_id,
         shuffle=bool(shuffle),
-        cache_policy='static' if cache_policy == 'frequency' else
-        cache_policy, seed=seed, device=device, transform=transform,
+        cache_policy='lru' if cache_policy == 'lru' else 'static',
+        cache_ranking='degree' if cache_policy == 'degree' else 'frequency',
+        seed=seed, device=device, transform=transform,
         layout=layout, **options)

@@ -253,10 +253,15 @@ class DistributedNeighborLoader:
             edges sampled most often in the same pre-sampled batches. A
             static cache under either :obj:`cache_policy` (see
             :class:`~pyg_orch.distributed.DistributedFeatureGather`).
-        cache_policy (str): :obj:`'static'` (the pre-sampled hot rows
-            only) or :obj:`'lru'` (pre-sampled, then every fetched row,
-            least recently read evicted); see
+        cache_policy (str): :obj:`'static'` (the hot rows only) or
+            :obj:`'lru'` (the hot rows, then every fetched row, least
+            recently read evicted); see
             :class:`~pyg_orch.distributed.DistributedFeatureGather`.
+        cache_ranking (str): Which remote rows are hot:
+            :obj:`'frequency'` (read most often in the pre-sampled
+            batches) or :obj:`'degree'` (the sources of the most in-edges
+            of the part's vertices, the vertices this part's sampling
+            draws most often as neighbors; nothing pre-sampled for it).
         presample_batches (int): Batches pre-sampled to count accesses.
         seed (int): Seed of the shuffling and of this rank's sampling
             (offset by the rank).
@@ -396,8 +401,13 @@ class DistributedNeighborLoader:
                  subgraph_type: Any = 'directional',
                  edge_cache_size: int = 0,
                  transform_sampler_output: Optional[Callable] = None,
-                 prefetch: int = 0, num_workers: int = 0):
+                 prefetch: int = 0, num_workers: int = 0,
+                 cache_ranking: str = 'frequency'):
         # Checked before the collectives below, the same on every rank:
+        if cache_ranking not in ('frequency', 'degree'):
+            raise ValueError(f"'cache_ranking' must be 'frequency' or "
+                             f"'degree' (got {cache_ranking!r})")
+        self.cache_ranking = cache_ranking
         check_size(edge_cache_size, 'edge_cache_size')
         check_size(prefetch, 'prefetch')
         check_size(num_workers, 'num_workers')
@@ -661,7 +671,12 @@ class DistributedNeighborLoader:
         rows from the accesses of the first pre-sampled batches: a
         collective. The sampler's generator is restored after, so that the
         batches of the epoch do not change."""
-        steps = min(self.presample_batches, len(batches))
+        by_degree = self.cache_ranking == 'degree'
+        # Batches pre-sampled only where their accesses are counted (the
+        # same on every rank: their arguments are):
+        steps = min(self.presample_batches, len(batches)) if (
+            self.edge_cache_size or (self.cache_size and not by_degree)
+        ) else 0
         num_nodes = self.sampler.num_nodes  # Per node type.
         fdev = self.feature_device
         # Counted where the gather ranks them:
@@ -692,6 +707,8 @@ class DistributedNeighborLoader:
         dst = {et: torch.cat(v) for et, v in dsts.items()}
         # Each a collective, skipped alike on every rank where its size
         # is 0 (the caches start empty):
+        if self.cache_size and by_degree:
+            counts = self._source_degrees(fdev)
         if self.cache_size:
             self.gather.build_cache(counts if self.partition.is_hetero
                                     else counts[None], self.cache_size)
@@ -706,6 +723,21 @@ class DistributedNeighborLoader:
         self.cached_rows = self.gather.num_cached_rows
         self.cached_edge_rows = self.gather.num_cached_edge_rows
         self._cache_built = True
+
+    def _source_degrees(self, device: torch.device) -> Dict[Any, Tensor]:
+        r"""Per node type, how many in-edges of the part's vertices every
+        global vertex is the source of."""
+        num_nodes = self.sampler.num_nodes
+        counts = {t: torch.zeros(n, dtype=torch.int64, device=device)
+                  for t, n in num_nodes.items()}
+        csc = self.partition.csc
+        for et, c in (csc.items() if self.partition.is_hetero else
+                      ((None, csc), )):
+            src = et[0] if et is not None else None
+            counts[src] += torch.bincount(
+                torch.as_tensor(c.row).to(device, torch.int64),
+                minlength=num_nodes[src])
+        return counts
 
     def _hetero_batch(self, out, seeds: Tensor,
                       sampler: DistributedNeighborSampler,
