@@ -83,6 +83,15 @@ def _threads_worker(rank, world_size, out_dir, hetero_dir):
     for _ in range(3):
         _same(_fields(shared), _fields(alone))
     assert sum(s['cached_rows'] for s in shared.batch_stats) > 0
+    # A cache ranked by degree (nothing pre-sampled), filled on the GPU:
+    by_degree = HybridNeighborLoader(out_dir, FANOUTS, num_workers=2,
+                                     cache_policy='degree', cache_size=40,
+                                     **kw)
+    # (A loader made alike shuffles alike in its first epoch.)
+    _same(_fields(by_degree), _fields(HybridNeighborLoader(out_dir, FANOUTS,
+                                                           **kw)))
+    assert sum(s['cached_rows'] for s in by_degree.batch_stats) > 0
+    assert by_degree.gather.cache_slot.is_cuda
     # Against the one-process loader (unshuffled):
     unshuffled = HybridNeighborLoader(out_dir, FANOUTS, num_workers=3,
                                       **{**kw, 'shuffle': False})
