@@ -196,10 +196,10 @@ def partition_loader(path: os.PathLike,
       :obj:`disjoint`, :obj:`weight_attr` (an edge attribute of the
       partition; as in PyG),
       :obj:`time_attr` (a node or edge attribute of the partition holding
-      integer or floating-point times) and :obj:`temporal_strategy`, :obj:`input_time` (one
-      time per seed of :obj:`input_nodes`, given as the seeds of all
-      ranks; each rank keeps those of its seeds), :obj:`subgraph_type`
-      (and the deprecated :obj:`directed`).
+      integer or floating-point times) and :obj:`temporal_strategy`,
+      :obj:`input_time` (one time per seed of :obj:`input_nodes`, given as
+      the seeds of all ranks; each rank keeps those of its seeds),
+      :obj:`subgraph_type` (and the deprecated :obj:`directed`).
     * :obj:`device`: where batches land (default: this process's CUDA
       device where CUDA is available, else the CPU).
     * :obj:`sampling_device`: where sampling runs (default: the CPU; e.g.

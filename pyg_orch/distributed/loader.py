@@ -679,9 +679,12 @@ class DistributedNeighborLoader:
         ) else 0
         num_nodes = self.sampler.num_nodes  # Per node type.
         fdev = self.feature_device
-        # Counted where the gather ranks them:
-        counts = {t: torch.zeros(n, dtype=torch.int64, device=fdev)
-                  for t, n in num_nodes.items()}
+        # Counted where the gather ranks them (by degree: counted once,
+        # not in the pre-sampled batches):
+        counts = self._source_degrees(fdev) if (
+            by_degree and self.cache_size) else {
+            t: torch.zeros(n, dtype=torch.int64, device=fdev)
+            for t, n in num_nodes.items()}
         e_ids: Dict[Any, List[Tensor]] = {}
         dsts: Dict[Any, List[Tensor]] = {}
         with self.sampler.presampling(prune_hot=True):
@@ -692,8 +695,9 @@ class DistributedNeighborLoader:
                 if not isinstance(node, dict):
                     node = {None: node}
                 for t, ids in node.items():
-                    counts[t] += torch.bincount(ids.to(fdev),
-                                                minlength=num_nodes[t])
+                    if not by_degree:
+                        counts[t] += torch.bincount(ids.to(fdev),
+                                                    minlength=num_nodes[t])
                 if not self.edge_cache_size:
                     continue
                 dst = self.sampler.edge_destinations(out)
@@ -707,8 +711,6 @@ class DistributedNeighborLoader:
         dst = {et: torch.cat(v) for et, v in dsts.items()}
         # Each a collective, skipped alike on every rank where its size
         # is 0 (the caches start empty):
-        if self.cache_size and by_degree:
-            counts = self._source_degrees(fdev)
         if self.cache_size:
             self.gather.build_cache(counts if self.partition.is_hetero
                                     else counts[None], self.cache_size)

@@ -155,10 +155,10 @@ class DistributedNeighborSampler:
             PyG's :obj:`time_attr`: a vertex of seed :obj:`i`'s subgraph
             only gets neighbors (node-level: whose own time; edge-level:
             whose edge's time) not later than seed :obj:`i`'s time;
-            sampling is then disjoint. Node-level times of all vertices are assembled on
-            every rank once (one :obj:`all_reduce` per node type); node or
-            edge types without the attribute are not filtered. Not with
-            :obj:`topology`.
+            sampling is then disjoint. Node-level times of all vertices are
+            assembled on every rank once (one :obj:`all_reduce` per node
+            type); node or edge types without the attribute are not
+            filtered. Not with :obj:`topology`.
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'` (the
             most recent neighbors), as in PyG.
         subgraph_type (str): :obj:`'directional'` (the sampled edges),
@@ -625,7 +625,7 @@ class DistributedNeighborSampler:
                 continue
             f_bound = None if batch_time is None else \
                 batch_time.index_select(0, f_batch)
-            if f_bound is not None and f_bound.is_floating_point():
+            if f_bound is not None and self._float_times:
                 # Sent with the int64 ids: as float64's bits.
                 f_bound = f_bound.view(torch.int64)
             owner = self._node_part[dst_t][f_global].to(torch.int64)
