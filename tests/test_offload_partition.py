@@ -37,19 +37,26 @@ def parts(tmp_path):
     return str(info.out_dir)
 
 
-def _pruned_vs_unpruned(make_loader, device='cpu'):
+def _pruned_vs_unpruned(make_loader, device='cpu', make_model=tiny_model):
     # The same batches, pruned and not: the offloaded model's seed rows
     # are those of the plain model on the unpruned batch, step after step.
     loader, ref_loader = make_loader(), make_loader()
-    model = tiny_model().to(device)
+    model = make_model().to(device)
     off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
                              full_neighbors=True)
-    worst, pruned = 0.0, 0
+    worst, pruned, placeholders = 0.0, 0, []
     optimizer = torch.optim.SGD(off.parameters(), lr=0.5)
     for batch, ref in zip(loader, ref_loader):
         assert torch.equal(batch.n_id[:batch.batch_size],
                            ref.n_id[:ref.batch_size])
         pruned += ref.num_nodes - batch.num_nodes
+        info = off.runtime.batch_info(batch.x)
+        if info.extra_edges is not None:  # Degree compensation.
+            n_last = int(batch.num_sampled_nodes[0])
+            info.hot_rows()
+            rows = info.rows[info.rows >= n_last]
+            placeholders.append((batch.n_id[rows].cpu(),
+                                 info.extra_edges.size(1)))
         got = off(batch.x, batch.edge_index)[:batch.batch_size]
         expected = model(ref.x, ref.edge_index)[:ref.batch_size]
         worst = max(worst, float((got - expected).detach().abs().max()))
@@ -57,7 +64,8 @@ def _pruned_vs_unpruned(make_loader, device='cpu'):
         F.cross_entropy(got, batch.y[:batch.batch_size]).backward()
         optimizer.step()
     out = {'worst': worst, 'pruned': pruned, 'stats': off.stats(),
-           'hot': off.hot_nodes.clone()}
+           'hot': off.hot_nodes.clone(), 'placeholders': placeholders,
+           'compensated': off.runtime.compensate_degrees}
     off.close()
     return out
 
@@ -109,9 +117,11 @@ def test_full_neighbors_is_exact_and_ddp_equals_plain(parts):
     pytest.param('cuda', 'cuda', marks=pytest.mark.skipif(
         not torch.cuda.is_available(), reason='needs CUDA')),
 ])
+@pytest.mark.parametrize('model', ['sage', 'gcn'])
 def test_one_part_without_process_group_is_exact(tmp_path, device,
-                                                 sampling_device):
-    info = partition_graph(tiny_graph(), 1, tmp_path / 'p', 'contiguous',
+                                                 sampling_device, model):
+    data = tiny_graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
                            progress=False)
 
     def make():
@@ -119,15 +129,21 @@ def test_one_part_without_process_group_is_exact(tmp_path, device,
             str(info.out_dir), [-1, -1], batch_size=16, shuffle=True,
             seed=1, device=device, sampling_device=sampling_device)
 
-    out = _pruned_vs_unpruned(make, device)
+    make_model = tiny_model if model == 'sage' else lambda: GCN(
+        8, 16, 2, 3, normalize=False, aggr='mean')
+    out = _pruned_vs_unpruned(make, device, make_model)
     assert out['hot'].numel() == round(0.2 * 200)
     assert out['pruned'] > 0 and out['stats']['hot_rows_replaced'] > 0
     assert out['worst'] < 1e-5
+    # Degree compensation (GCNConv): a placeholder per lost in-edge.
+    assert out['compensated'] is (model == 'gcn')
+    assert bool(out['placeholders']) is (model == 'gcn')
+    deg = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+    for nodes, num in out['placeholders']:
+        assert num == int(deg[nodes].sum())
 
 
 @pytest.mark.parametrize('options,match', [
-    ({'replace': True}, 'replacement'),
-    ({'weight_attr': 'w'}, 'weighted'),
     ({'time_attr': 't'}, 'temporal'),
     ({'subgraph_type': 'induced'}, "subgraph_type='induced'"),
 ])
@@ -222,21 +238,13 @@ def test_halo_holds_the_in_neighbors_rows_within_the_budget(parts):
                                torch.sort(expected).values)
 
 
-def _refused(rank, world_size, out_dir):
-    loader = _loader(out_dir)
-    try:
-        BottomLayerOffload(GCN(8, 16, 2, 3), loader, hot_ratio=0.1)
-    except NotImplementedError as e:
-        return str(e)
-    return None
-
-
 def _mismatch(rank, world_size, out_dir, case):
+    from torch_geometric.nn import GraphSAGE
     loader = _loader(out_dir)
     if case == 'options':
         model, kwargs = tiny_model(), dict(hot_ratio=0.1 * (rank + 1))
-    else:  # Rank 0's model cannot be offloaded (degree compensation).
-        model = GCN(8, 16, 2, 3) if rank == 0 else tiny_model()
+    else:  # Rank 0's model cannot be offloaded (lazy parameters).
+        model = GraphSAGE(-1, 16, 2, 3) if rank == 0 else tiny_model()
         kwargs = dict(hot_ratio=0.1)
     try:
         BottomLayerOffload(model, loader, **kwargs)
@@ -255,14 +263,108 @@ def test_a_rank_that_cannot_build_fails_every_rank(parts, case):
         assert t0 == t1 == 'ValueError'
         assert 'other options' in m0 and 'other options' in m1
     else:
-        assert t0 == 'NotImplementedError' and 'compensate' in m0
+        assert t0 == 'ValueError' and 'lazily' in m0
         assert t1 == 'ValueError' and 'rank 0 could not build' in m1
-        assert 'compensate' in m1
+        assert 'lazily' in m1
 
 
-def test_degree_compensation_is_refused(parts):
-    out = run_workers(_refused, 2, args=(parts, ), timeout=60)
-    assert all('compensate_degrees=False' in (m or '') for m in out)
+def _compensated(rank, world_size, out_dir):
+    # GCNConv needs degree compensation (normalize=False: exact with all
+    # neighbors, the normalization uses no degree the CPU cannot know; the
+    # mean keeps the outputs' scale).
+    return _pruned_vs_unpruned(lambda: _loader(out_dir), make_model=lambda:
+                               GCN(8, 16, 2, 3, normalize=False,
+                                   aggr='mean'))
+
+
+def test_degree_compensation_on_every_rank(parts):
+    # Pruned hot vertices get one placeholder in-edge per in-edge of theirs
+    # (all neighbors), counted from the halo table, and training stays
+    # exact.
+    data = tiny_graph()
+    deg = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+    out = run_workers(_compensated, 2, args=(parts, ), timeout=120)
+    checked = 0
+    for o in out:
+        assert o['compensated'] and o['worst'] < 1e-5
+        for nodes, num in o['placeholders']:
+            assert num == int(deg[nodes].sum())
+            checked += int(nodes.numel() > 0)
+    assert checked > 0
+
+
+def _with_weights(tmp_path, replace):
+    from torch_geometric.utils import coalesce
+    data = tiny_graph()
+    data.edge_index = coalesce(data.edge_index, num_nodes=data.num_nodes)
+    gen = torch.Generator().manual_seed(3)
+    data.w = (torch.rand(data.num_edges, generator=gen) < 0.5).float()
+    info = partition_graph(data, 1, tmp_path / f'p{int(replace)}',
+                           'contiguous', progress=False)
+    loader = HybridNeighborLoader(str(info.out_dir), [3, 2], batch_size=16,
+                                  weight_attr='w', replace=replace,
+                                  device='cpu')
+    return data, loader
+
+
+def _edges_by_target(ids, edges, n):
+    # Real sampled edges (targets among the first n ids) as global
+    # (source, target) pairs, and the global targets of placeholder edges.
+    real = edges[1] < n
+    pairs = torch.stack([ids[edges[0, real]], ids[edges[1, real]]])
+    return pairs, torch.sort(ids[edges[1, ~real]]).values
+
+
+@pytest.mark.parametrize('replace', [False, True])
+@pytest.mark.parametrize('model', ['sage', 'gcn'])
+def test_cpu_side_samples_as_the_loader_does(tmp_path, replace, model):
+    # Weighted, with or without replacement: the CPU side draws the hot
+    # vertices' in-neighbors from the halo table as the whole graph's
+    # computer does (as many per vertex, only over positive weights, with
+    # repeats only with replacement) and, for GCN-like layers, gives the
+    # same placeholder in-edges.
+    from pyg_orch.offload.bottom_layer import BottomLayerComputer
+    data, loader = _with_weights(tmp_path, replace)
+    if model == 'sage':
+        off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2)
+    else:  # Offloaded although its normalization uses batch degrees:
+        with pytest.warns(UserWarning, match='degrees'):
+            off = BottomLayerOffload(GCN(8, 8, 2, 3), loader, hot_ratio=0.2)
+    part = off.runtime.strategy.computer
+    table = part.table
+    assert part.replace is replace and part.csc.weight is not None
+    assert part.num_neighbors == 2  # The bottom hop's fan-out.
+    assert part.dedup is (model == 'gcn')
+    hot = off.hot_nodes
+    n = hot.numel()
+    mask = torch.zeros(data.num_nodes, dtype=torch.bool)
+    mask[hot] = True
+    if part.dedup:  # Placeholders for the candidates, over table rows:
+        assert torch.equal(part.in_edge_mask, mask[table.ids])
+    whole = HybridNeighborLoader(data, [3, 2], weight_attr='w',
+                                 replace=replace, device='cpu')
+    ref = BottomLayerComputer(part.template, data.x,
+                              whole.node_sampler.topology.csc[None],
+                              part.num_neighbors,
+                              replace=replace, dedup=part.dedup)
+    if part.dedup:
+        ref.in_edge_mask = mask
+    weight = torch.zeros(data.num_nodes, data.num_nodes)
+    weight[data.edge_index[0], data.edge_index[1]] = data.w
+    repeats = 0
+    for seed in range(20):
+        ids, edges = part.subgraph(hot, torch.Generator().manual_seed(seed))
+        assert torch.equal(table.ids[ids[:n]], hot)
+        pairs, extra = _edges_by_target(table.ids[ids], edges, n)
+        ref_pairs, ref_extra = _edges_by_target(
+            *ref.subgraph(hot, torch.Generator().manual_seed(seed)), n)
+        assert torch.equal(torch.bincount(pairs[1], minlength=200),
+                           torch.bincount(ref_pairs[1], minlength=200))
+        assert torch.equal(extra, ref_extra)
+        assert bool((weight[pairs[0], pairs[1]] > 0).all())
+        repeats += pairs.size(1) - torch.unique(pairs, dim=1).size(1)
+    assert (repeats > 0) is replace
+    off.close()
 
 
 # Heterogeneous partitions ###################################################

@@ -32,6 +32,7 @@ from pyg_orch.offload.ddp import (
     MachineRanks,
     machine_ranks,
 )
+from pyg_orch.offload.degrees import DegreeCompensation
 from pyg_orch.offload.hetero_layer import (
     HeteroBottomLayerComputer,
     find_hetero_first_layer,
@@ -108,16 +109,8 @@ def _build_on_partition(model: torch.nn.Module, loader: Any,
         compensate = options.compensate_degrees
         if compensate == 'auto':
             compensate = needs_degree_compensation(model)
-        if compensate:
-            raise NotImplementedError(
-                "BottomLayerOffload on a partitioned graph does not "
-                "compensate degrees (placeholder in-edges of pruned hot "
-                "vertices, for layers that weigh messages by the sender's "
-                "in-degree, such as GCNConv; unknown layers are assumed "
-                "to); pass compensate_degrees=False if the first layer "
-                "does not need it")
         if loader.partition.is_hetero:
-            _check_hetero_options(options)
+            _check_hetero_options(options, compensate)
             _hetero_first_layer(model, loader, options)
         else:
             layer_name, first = find_first_layer(model, options.layer)
@@ -127,7 +120,8 @@ def _build_on_partition(model: torch.nn.Module, loader: Any,
     agree_on_build(ranks, error, build_key(options))
     if loader.partition.is_hetero:
         return build_hetero_runtime(model, loader, options, ranks=ranks)
-    return build_homo_runtime(model, loader, options, False, ranks=ranks)
+    return build_homo_runtime(model, loader, options, bool(compensate),
+                              ranks=ranks)
 
 
 def _check_hetero_options(options: OffloadOptions,
@@ -422,9 +416,13 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                           f"because hot_ratio was given", UserWarning,
                           stacklevel=4)
     strategy = make_strategy(computer, first, hot, loader.device, options)
+    degrees = None
+    if partitioned and compensate_degrees:
+        # The hot vertices' in-degrees are in the halo table's columns:
+        degrees = DegreeCompensation(sampler, x.csc.colptr, x.ids)
     runtime = OffloadRuntime(model, loader, layer_name, first, selection,
                              hot, strategy, x, options.replace_rows,
-                             bool(compensate_degrees))
+                             bool(compensate_degrees), degrees=degrees)
     if fixed_reason is not None:
         runtime.fixed_reason = fixed_reason
     try:

@@ -20,27 +20,47 @@ class DegreeCompensation:
 
     Args:
         sampler (HotNodeSampler): The loader's sampler (homogeneous), for
-            its topology, bottom-hop fan-out and :obj:`replace`.
+            its bottom-hop fan-out, :obj:`replace` and (without
+            :obj:`colptr`) its topology.
+        colptr (torch.Tensor, optional): Column offsets that give the
+            in-degrees of the hot vertices, in place of the sampler's
+            topology (e.g. a partition's halo table, see
+            :class:`~pyg_orch.offload.partition.HaloTable`).
+            (default: :obj:`None`)
+        column_ids (torch.Tensor, optional): The ascending global ids of
+            :obj:`colptr`'s columns; :obj:`None` if column :obj:`v` is
+            vertex :obj:`v`. (default: :obj:`None`)
     """
-    def __init__(self, sampler: Any):
+    def __init__(self, sampler: Any, colptr: Optional[Tensor] = None,
+                 column_ids: Optional[Tensor] = None):
         self.sampler = sampler
         self.fanout = sampler.bottom_fanout()
-        self._colptr: Dict[torch.device, Tensor] = {}
+        self.colptr = colptr
+        self.column_ids = column_ids
+        self._on: Dict[torch.device, Tuple[Tensor, Optional[Tensor]]] = {}
 
-    def _colptr_on(self, device: torch.device) -> Tensor:
-        out = self._colptr.get(device)
+    def _columns_on(self, device: torch.device
+                    ) -> Tuple[Tensor, Optional[Tensor]]:
+        out = self._on.get(device)
         if out is None:
-            out = self.sampler.topology.csc[None].colptr.to(device,
-                                                            torch.int64)
-            self._colptr[device] = out
+            colptr = self.colptr
+            if colptr is None:
+                colptr = self.sampler.topology.csc[None].colptr
+            ids = self.column_ids
+            out = (colptr.to(device, torch.int64),
+                   None if ids is None else ids.to(device, torch.int64))
+            self._on[device] = out
         return out
 
     def placeholder_edges(self, n_id: Tensor, rows: Tensor) -> Tensor:
         r"""The placeholder in-edges of the pruned hot rows :obj:`rows` of a
         batch of nodes :obj:`n_id`."""
-        return placeholder_in_edges(
-            self._colptr_on(n_id.device), n_id.index_select(0, rows), rows,
-            self.fanout, self.sampler.replace)
+        colptr, ids = self._columns_on(n_id.device)
+        nodes = n_id.index_select(0, rows).to(torch.int64)
+        if ids is not None:  # Hot vertices are columns (no host sync).
+            nodes = torch.searchsorted(ids, nodes)
+        return placeholder_in_edges(colptr, nodes, rows, self.fanout,
+                                    self.sampler.replace)
 
     @staticmethod
     def add_placeholders(extra: Optional[Tensor], batch_edge_index: Any,

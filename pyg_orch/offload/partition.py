@@ -48,8 +48,6 @@ def check_partition_loader(loader: Any) -> Any:
         raise ValueError("BottomLayerOffload needs at least one hop")
     modes = [name for name, on in (
         ('temporal sampling (time_attr)', sampler.is_temporal),
-        ('weighted sampling (weight_attr)', sampler.weight_attr is not None),
-        ('sampling with replacement (replace=True)', sampler.replace),
         (f"subgraph_type='{sampler.subgraph_type.value}'",
          sampler.subgraph_type.value != 'directional'))
         if on]
@@ -57,8 +55,8 @@ def check_partition_loader(loader: Any) -> Any:
         raise NotImplementedError(
             f"BottomLayerOffload on a partition folder's loader does not "
             f"support {', '.join(modes)} yet: its CPU side samples the hot "
-            f"vertices' in-neighbors uniformly, without replacement, as "
-            f"directional subgraphs")
+            f"vertices' in-neighbors regardless of time, as directional "
+            f"subgraphs")
     return sampler
 
 
@@ -71,10 +69,11 @@ class HaloTable:
     Args:
         ids (torch.Tensor): Global ids of the rows, ascending.
         x (torch.Tensor): Their features.
-        csc (CSCTopology, optional): In-edges, one column per row; their
-            sources are rows of this table (or of the source type's, for
-            an edge type between two node types). :obj:`None` for a table
-            of rows only.
+        csc (CSCTopology, optional): In-edges, one column per row (with
+            their sampling weights where the loader samples by weight);
+            their sources are rows of this table (or of the source type's,
+            for an edge type between two node types). :obj:`None` for a
+            table of rows only.
     """
     def __init__(self, ids: Tensor, x: Tensor,
                  csc: Optional[CSCTopology] = None):
@@ -110,14 +109,28 @@ class HaloTable:
 class PartBottomLayerComputer(BottomLayerComputer):
     r"""A :class:`~pyg_orch.offload.bottom_layer.BottomLayerComputer` over
     a :class:`HaloTable`: vertices are named by their global ids, sampled
-    and read in the table."""
+    and read in the table; :attr:`in_edge_mask` is set over global ids
+    (kept over the table's rows)."""
     def __init__(self, layer: torch.nn.Module, table: HaloTable,
-                 num_neighbors: int, seed: Optional[int] = None,
+                 num_neighbors: int, replace: bool = False,
+                 seed: Optional[int] = None,
                  autocast_dtype: Optional[torch.dtype] = None):
-        super().__init__(layer, table.x, table.csc, num_neighbors,
-                         replace=False, seed=seed, dedup=False,
-                         autocast_dtype=autocast_dtype)
         self.table = table
+        super().__init__(layer, table.x, table.csc, num_neighbors,
+                         replace=replace, seed=seed,
+                         autocast_dtype=autocast_dtype)
+
+    @property
+    def in_edge_mask(self) -> Optional[Tensor]:
+        r"""Over the table's rows: the vertices that get placeholder
+        in-edges in a subgraph (see :meth:`subgraph`)."""
+        return self._in_edge_mask
+
+    @in_edge_mask.setter
+    def in_edge_mask(self, mask: Optional[Tensor]) -> None:
+        # Given over all global ids; the table's rows are global ids.
+        self._in_edge_mask = None if mask is None else \
+            mask.index_select(0, self.table.ids)
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
@@ -135,11 +148,11 @@ class PartBipartiteLayerComputer(BipartiteLayerComputer):
     the source type's rows: destination vertices are named by their global
     ids."""
     def __init__(self, layer: torch.nn.Module, x_src: Tensor,
-                 table: HaloTable, num_neighbors: int,
+                 table: HaloTable, num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None,
                  autocast_dtype: Optional[torch.dtype] = None):
         super().__init__(layer, x_src, table.x, table.csc, num_neighbors,
-                         replace=False, seed=seed,
+                         replace=replace, seed=seed,
                          autocast_dtype=autocast_dtype)
         self.table = table
 
@@ -216,9 +229,10 @@ def select_part_hot_nodes(loader: Any, node_types: List[Any],
 
 
 def _in_edges(part: Any, edge_type: Any, nodes: Tensor
-              ) -> Tuple[Tensor, Tensor]:
+              ) -> Tuple[Tensor, Tensor, Tensor]:
     # The in-edges of `nodes` (owned, of the destination type) in the part:
-    # their sources and, per edge, the position of its destination.
+    # their sources, per edge the position of its destination, and their
+    # positions in the part's CSC (of its edge attributes).
     csc = _of_type(part.csc, edge_type)
     dst_type = None if edge_type is None else edge_type[-1]
     local = part.to_local(nodes, dst_type) if nodes.numel() else nodes
@@ -227,8 +241,8 @@ def _in_edges(part: Any, edge_type: Any, nodes: Tensor
     owner = torch.repeat_interleave(torch.arange(nodes.numel()), deg)
     offset = torch.arange(owner.numel()) - torch.repeat_interleave(
         torch.cumsum(deg, 0) - deg, deg)
-    src = csc.row.index_select(0, start[owner] + offset).to(torch.int64)
-    return src, owner
+    pos = start[owner] + offset
+    return csc.row.index_select(0, pos).to(torch.int64), owner, pos
 
 
 def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
@@ -247,6 +261,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     type's table) and the kept prefix; a collective (the rows of other
     parts come with one gather of the loader's)."""
     part = loader.partition
+    weight_attr = loader.node_sampler.weight_attr
     k = candidates.numel()
     starts = torch.tensor([offsets[t] for t in node_types])
     kind = torch.bucketize(candidates, starts, right=True) - 1
@@ -267,8 +282,11 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
         need.setdefault(t, []).append((local_ids[t], pos))
     for et in edge_types:
         d = dst_of(et)
-        src, owner = _in_edges(part, et, local_ids[d])
-        edges[et] = (src, owner)
+        src, owner, pos = _in_edges(part, et, local_ids[d])
+        attrs = part.edge_attrs if et is None else part.edge_attrs[et]
+        weight = None if weight_attr is None else attrs.get(weight_attr)
+        edges[et] = (src, owner,
+                     None if weight is None else weight.index_select(0, pos))
         need.setdefault(src_of(et), []).append((src, mine[d][owner]))
     added = torch.zeros(k + 1, dtype=torch.int64)
     found = {}
@@ -292,7 +310,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     by_edge = {}
     for et in edge_types:
         d, s = dst_of(et), src_of(et)
-        src, owner = edges[et]
+        src, owner, weight = edges[et]
         kept = mine[d] < keep
         num_kept = int(kept.sum())
         # The kept candidates' in-edges over the tables' rows, by column:
@@ -305,7 +323,8 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
         counts[col] = degree[:num_kept]
         colptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
         by_edge[et] = HaloTable(ids[d], rows[d], CSCTopology(
-            colptr, row[order], None, ids[s].numel()))
+            colptr, row[order], None, ids[s].numel(),
+            weight=None if weight is None else weight[on][order]))
     return tables, by_edge, candidates[:keep]
 
 
@@ -344,6 +363,7 @@ def part_runtime_inputs(loader: Any, first: torch.nn.Module, ratio: float,
     fanout = -1 if options.full_neighbors else \
         loader.node_sampler.bottom_fanout()
     computer = PartBottomLayerComputer(first, table, fanout,
+                                       replace=loader.node_sampler.replace,
                                        seed=options.seed,
                                        autocast_dtype=options.cpu_autocast)
     return selection, computer, table
@@ -378,11 +398,11 @@ def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
     def make_part(et, conv, k, seed):
         if et[0] == et[-1]:
             return PartBottomLayerComputer(
-                conv, by_edge[et], k, seed=seed,
+                conv, by_edge[et], k, replace=sampler.replace, seed=seed,
                 autocast_dtype=options.cpu_autocast)
         return PartBipartiteLayerComputer(
-            conv, tables[et[0]].x, by_edge[et], k, seed=seed,
-            autocast_dtype=options.cpu_autocast)
+            conv, tables[et[0]].x, by_edge[et], k, replace=sampler.replace,
+            seed=seed, autocast_dtype=options.cpu_autocast)
 
     fanouts = {et: -1 if options.full_neighbors else
                sampler.bottom_fanout(et) for et in edge_types}

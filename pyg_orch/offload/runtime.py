@@ -65,6 +65,9 @@ class OffloadRuntime:
         replace_rows (str): :obj:`'pruned'` or :obj:`'all'`.
         compensate_degrees (bool): Give pruned hot vertices placeholder
             in-edges.
+        degrees (DegreeCompensation, optional): Makes them, where the
+            sampler's topology does not hold the hot vertices' in-degrees
+            by global id (a partition's part). (default: :obj:`None`)
     """
     context_type = ForwardContext
 
@@ -72,14 +75,15 @@ class OffloadRuntime:
                  layer: torch.nn.Module, selection: HotSet,
                  hot: HotSetSizer, strategy: EmbeddingStrategy,
                  features: Tensor, replace_rows: str = 'pruned',
-                 compensate_degrees: bool = True):
+                 compensate_degrees: bool = True,
+                 degrees: Optional[DegreeCompensation] = None):
         self._init_state(model, loader, layer_name, layer, selection, hot,
                          strategy, features, replace_rows)
         self.compensate_degrees = compensate_degrees
         self.handles = self._hook_layers([layer])
         self.degrees: Optional[DegreeCompensation] = None
         if compensate_degrees:
-            self.degrees = DegreeCompensation(self.sampler)
+            self.degrees = degrees or DegreeCompensation(self.sampler)
             for module in message_passing_layers(model).values():
                 self.handles.append(module.register_forward_pre_hook(
                     RuntimeHook(self, '_edge_hook'), with_kwargs=True))
