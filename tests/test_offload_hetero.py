@@ -1,6 +1,7 @@
 """Bottom-layer offload of heterogeneous graphs: to_hetero() and HeteroConv
 models, exactness against the plain model, pruning per node type, errors."""
 import copy
+import time
 
 import pytest
 import torch
@@ -196,6 +197,47 @@ def test_output_split_bounded_staleness_with_slow_cpu():
     off.close()
 
 
+def test_auto_hot_set_grows_and_stays_exact(device):
+    # hot_ratio='auto' with frozen weights (SGD, lr=0: versions advance, the
+    # weights do not): the hot set over all node types starts at 1% of the
+    # first layer's destination vertices and grows while the CPU keeps up,
+    # and every pruned vertex still finds its row, so the seeds get exactly
+    # the outputs of the unpruned batch.
+    data = hetero_graph()
+    loader = make_loader(data, device=device)
+    ref_loader = make_loader(data, device=device)
+    model = make_model('to_hetero', data, device)
+    off = BottomLayerOffload(model, loader, hot_ratio='auto',
+                             max_staleness=7, full_neighbors=True,
+                             num_threads=1, chunk_size=10**6,
+                             work_hook=SlowCPU(0.03))
+    num_nodes = data['a'].num_nodes + data['b'].num_nodes
+    start = off.stats()['num_hot']
+    assert start == round(0.01 * num_nodes)
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.0)
+    for _ in range(12):
+        for batch, ref in zip(loader, ref_loader):
+            out, expected = forward(off, batch), forward(model, ref)
+            assert torch.allclose(out, expected, atol=1e-5), \
+                (out - expected).abs().max()
+            optimizer.zero_grad()
+            F.cross_entropy(out, batch['b'].y[:batch['b'].batch_size]
+                            ).backward()
+            optimizer.step()
+            time.sleep(0.02)  # Steps far slower than the CPU tables.
+    stats = off.stats()
+    sizes = stats['hot_sizes']
+    assert sizes[0] == start and len(sizes) > 2 and sizes == sorted(sizes)
+    assert sizes[-1] <= round(0.5 * num_nodes)  # The candidates' cap.
+    assert stats['num_hot'] == sizes[-1]
+    assert sum(v.numel() for v in off.hot_nodes.values()) == sizes[-1]
+    masks = loader.node_sampler.hot_nodes
+    assert sum(int(masks[t].sum()) for t in ('a', 'b')) == sizes[-1]
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['max_staleness_seen'] <= 7
+    off.close()
+
+
 def test_pruning_per_node_type():
     data = hetero_graph()
     loader = make_loader(data, num_neighbors=(3, 2))
@@ -286,8 +328,6 @@ def test_errors():
         BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader)
     with pytest.raises(ValueError, match="'layer' must name"):
         BottomLayerOffload(model, loader, layer='conv3')
-    with pytest.raises(NotImplementedError, match='heterogeneous'):
-        BottomLayerOffload(model, loader, hot_ratio='auto')
     with pytest.raises(NotImplementedError, match='heterogeneous'):
         BottomLayerOffload(model, loader, refresh='batch')
     with pytest.raises(NotImplementedError, match='autotune'):

@@ -453,6 +453,41 @@ def test_heterogeneous_one_part_without_process_group(tmp_path, device):
     off.close()
 
 
+def test_heterogeneous_partition_auto_hot_set_is_exact(tmp_path):
+    # hot_ratio='auto' on a heterogeneous part: the hot set starts at 1% of
+    # the first layer's destination vertices, grows while the CPU keeps up
+    # (within the halo budget), and the seeds get the unpruned outputs.
+    from test_offload_hetero import forward, hetero_graph, make_model
+    data = hetero_graph()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+
+    def make():
+        return HybridNeighborLoader(
+            str(info.out_dir), [-1, -1], batch_size=16, input_nodes='b',
+            shuffle=True, seed=1, device='cpu')
+
+    loader, ref_loader = make(), make()
+    model = make_model('to_hetero', data)
+    off = BottomLayerOffload(model, loader, hot_ratio='auto',
+                             max_staleness=7, full_neighbors=True)
+    assert off.stats()['num_hot'] == round(
+        0.01 * (data['a'].num_nodes + data['b'].num_nodes))
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.0)
+    for _ in range(4):
+        for batch, ref in zip(loader, ref_loader):
+            got, expected = forward(off, batch), forward(model, ref)
+            assert torch.allclose(got, expected, atol=1e-5)
+            optimizer.zero_grad()
+            F.cross_entropy(got, batch['b'].y[:batch['b'].batch_size]
+                            ).backward()
+            optimizer.step()
+    stats = off.stats()
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['hot_sizes'] == sorted(stats['hot_sizes'])
+    off.close()
+
+
 def _hetero_autotune(rank, world_size, out_dir, per_pruned):
     from test_offload_hetero import forward, hetero_graph, make_model
     loader = HybridNeighborLoader(out_dir, [3, 2], batch_size=16,

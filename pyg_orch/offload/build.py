@@ -126,13 +126,12 @@ def _build_on_partition(model: torch.nn.Module, loader: Any,
 
 def _check_hetero_options(options: OffloadOptions,
                           compensate: bool = False) -> None:
-    if options.auto_hot or options.refresh != 'super_batch' or compensate:
+    if options.refresh != 'super_batch' or compensate:
         raise NotImplementedError(
             "BottomLayerOffload on heterogeneous graphs supports "
-            "hot_ratio as a number and refresh='super_batch' only, "
-            "with models that need no degree compensation (no "
-            "GCNConv-like layer that weighs messages by the "
-            "sender's in-degree)")
+            "refresh='super_batch' only, with models that need no degree "
+            "compensation (no GCNConv-like layer that weighs messages by "
+            "the sender's in-degree)")
 
 
 def _is_link_loader(loader: Any) -> bool:
@@ -499,7 +498,10 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
     partitioned = is_partition_loader(loader)
     sampler = loader_sampler(loader)
     layer_name, convs = _hetero_first_layer(model, loader, options)
-    ratios = _trial_ratios(options) if measure else (options.hot_ratio, )
+    if options.auto_hot:  # Candidates up to the cap; the set grows.
+        ratios = (HotSetSizer.AUTO_MAX_RATIO, )
+    else:
+        ratios = _trial_ratios(options) if measure else (options.hot_ratio, )
     of = None  # The vertices the ratios are of: all of them.
     if partitioned:
         selection, computer, x_dict = part_hetero_runtime_inputs(
@@ -532,7 +534,9 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
             max(ratios), options.num_presample_batches or num_batches,
             options.seed, reduce_counts=None if ranks is None else ranks.sum,
             num_ranks=1 if ranks is None else ranks.size)
-    if measure:
+    if options.auto_hot:
+        hot = HotSetSizer.auto_start(selection.hot_nodes, selection.num_nodes)
+    elif measure:
         hot, sizes, kept = _trial_hot_set(selection.hot_nodes,
                                           selection.num_nodes, ratios,
                                           options, of)
