@@ -394,6 +394,52 @@ def test_auto_hot_set_grows_and_stays_exact(cora, name):
     off.close()
 
 
+@pytest.mark.parametrize('slow', [False, True])
+def test_auto_hot_set_grows_per_batch(slow):
+    # hot_ratio='auto' with refresh='batch' and frozen weights: rows are
+    # computed per batch, the set grows every GROW_WINDOW steps while the
+    # CPU threads have room and the loop does not wait for them, and the
+    # seeds get exactly the outputs of the unpruned batch. A CPU slower
+    # than the steps keeps the set where it starts.
+    from pyg_orch.offload.batch_cache import BatchEmbeddingCache
+    data = tiny_graph()
+    loader = tiny_loader(data, num_neighbors=(-1, -1), batch_size=16)
+    ref_loader = tiny_loader(data, num_neighbors=(-1, -1), batch_size=16)
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 16, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio='auto',
+                             refresh='batch', max_staleness=0,
+                             full_neighbors=True, num_threads=1,
+                             chunk_size=10**6,
+                             work_hook=SlowCPU(0.05 if slow else 0.0))
+    assert isinstance(off.runtime.strategy, BatchEmbeddingCache)
+    start = off.stats()['num_hot']
+    assert start == round(0.01 * data.num_nodes)
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.0)
+    steps = 0
+    for _ in range(4):
+        for batch, ref in zip(loader, ref_loader):
+            # The batch's rows were requested when it was drawn; the CPU
+            # has this long before the forward pass needs them:
+            time.sleep(0.01)
+            step_matches_unpruned(off, model, optimizer, batch, ref)
+            steps += 1
+    stats = off.stats()
+    sizes = stats['hot_sizes']
+    assert steps > 4 * BatchEmbeddingCache.GROW_WINDOW
+    if slow:  # The loop waited for rows: no growth.
+        assert sizes == [start] and stats['wait_s'] > 0
+    else:
+        assert sizes[0] == start and len(sizes) > 2
+        assert sizes == sorted(sizes)
+        assert sizes[-1] <= round(0.5 * data.num_nodes)
+    assert stats['num_hot'] == sizes[-1] == off.hot_nodes.numel()
+    assert int(loader.node_sampler.hot_nodes[None].sum()) == sizes[-1]
+    assert stats['hot_rows_replaced'] > 0
+    assert stats['max_staleness_seen'] == 0
+    off.close()
+
+
 @pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
 @pytest.mark.parametrize('max_staleness', [0, 2])
 def test_exact_and_bounded_on_device(device, max_staleness, refresh):
@@ -661,8 +707,6 @@ def test_unsupported_inputs():
     model = GraphSAGE(8, 8, 2, 3)
     with pytest.raises(ValueError, match='gpu_cache_ratio'):
         BottomLayerOffload(model, loader, gpu_cache_ratio='all')
-    with pytest.raises(NotImplementedError, match="refresh='super_batch'"):
-        BottomLayerOffload(model, loader, hot_ratio='auto', refresh='batch')
     with pytest.raises(ValueError, match='hot_ratio'):
         BottomLayerOffload(model, loader, hot_ratio='most')
     with pytest.raises(ValueError, match='hot_ratio'):

@@ -1,7 +1,8 @@
 """:obj:`refresh='batch'`: the embeddings of hot vertices kept on the device
 row by row, the CPU computing only the rows that mini-batches need
 (:class:`BatchEmbeddingCache`)."""
-from typing import Any, Dict, Optional
+import time
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -35,18 +36,32 @@ class BatchEmbeddingCache(EmbeddingStrategy):
     vertex needed by several batches within :math:`s` steps is computed
     once.
 
+    With a growing hot set (:obj:`hot_ratio='auto'`), every
+    :attr:`GROW_WINDOW` steps the set grows as with super-batches (see
+    :meth:`HotSetSizer.maybe_grow
+    <pyg_orch.offload.hot_set.HotSetSizer.maybe_grow>`), the CPU threads'
+    busy time over the window taking the place of a table's time and the
+    window's time that of a super-batch, unless the loop waited for rows
+    more than :attr:`GROW_MAX_WAIT` of the window; a larger set is in use at
+    once (its rows are computed per batch).
+
     Takes the arguments of
-    :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`, with a fixed hot
-    set; a request is split into at least :obj:`num_threads` work items
-    where it has enough rows.
+    :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`; a request is
+    split into at least :obj:`num_threads` work items where it has enough
+    rows.
     """
     per_batch = True
     refresh = 'batch'
+    #: Steps between two checks of whether a growing hot set may grow.
+    GROW_WINDOW = 8
+    #: The largest share of a window the loop may wait for rows while the
+    #: hot set grows.
+    GROW_MAX_WAIT = 0.05
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        if self.hot.auto:
-            raise ValueError("BatchEmbeddingCache needs a fixed hot set")
+        # (version, time, CPU seconds, wait seconds) at the window's start:
+        self._grow_mark: Optional[Tuple[int, float, float, float]] = None
         # Rows for all candidates, so that the set in use may change size:
         n = self.hot.candidates.numel()
         self.row_version = torch.full((n, ), _NEVER, dtype=torch.int64)
@@ -140,6 +155,8 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         order of the hot set), or :obj:`None` if :obj:`pos_cpu` is empty."""
         bound = self.bound
         self._raise_failures()
+        if self.hot.auto:
+            self._maybe_grow(version)
         # Queued rows, oldest first. All of them, also those requested for
         # later batches: letting them run on while the loop trains was
         # slower (worker threads contend with the loop for the interpreter
@@ -166,11 +183,31 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         self._record_staleness(int(ages.max()), float(ages.double().mean()))
         return self.emb
 
+    def _maybe_grow(self, version: int) -> None:
+        # See the class description; called once per training step.
+        now = time.perf_counter()
+        with self._stats_lock:
+            cpu = self.cpu_seconds
+        mark = (version, now, cpu, self.wait_seconds)
+        if self._grow_mark is None or version < self._grow_mark[0]:
+            self._grow_mark = mark
+            return
+        start, then, cpu_then, wait_then = self._grow_mark
+        if version - start < self.GROW_WINDOW:
+            return
+        self._grow_mark = mark
+        span = now - then
+        waited = self.wait_seconds - wait_then > self.GROW_MAX_WAIT * span
+        busy = (cpu - cpu_then) / self.num_threads
+        if self.hot.maybe_grow(self.hot.planned, busy, span, waited):
+            self.replan()
+
     def pause(self) -> None:
         r"""Cancels queued rows and stops the worker threads (the cached
         rows are kept, with their versions)."""
         super().pause()
         self.queued_version = self.row_version.clone()
+        self._grow_mark = None  # Evaluation steps are not timed.
 
     def close(self) -> None:
         r"""Like :meth:`pause`, and drops every row."""

@@ -155,10 +155,6 @@ class OffloadOptions:
                 self.autotune_clock):
             raise ValueError("'autotune_clock' must be callable")
         _check_choice('refresh', self.refresh, ('super_batch', 'batch'))
-        if hot == 'auto' and self.refresh != 'super_batch':
-            raise NotImplementedError(
-                "hot_ratio='auto' sizes the hot set by the time tables of "
-                "all hot vertices take, so it needs refresh='super_batch'")
         _check_choice('replace_rows', self.replace_rows, ('pruned', 'all'))
         if self.compensate_degrees != 'auto' and not isinstance(
                 self.compensate_degrees, bool):

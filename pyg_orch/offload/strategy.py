@@ -217,6 +217,7 @@ class EmbeddingStrategy:
             'tables_expired': self.tables_expired,
             'rows_computed': self.rows_computed,
             'refresh': self.refresh,
+            'hot_sizes': list(self.hot.sizes),
         }
 
     # Main thread #############################################################

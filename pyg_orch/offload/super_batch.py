@@ -64,7 +64,6 @@ class EmbeddingPipeline(EmbeddingStrategy):
     def stats(self) -> Dict[str, Any]:
         out = super().stats()
         out['super_batch_size'] = self.super_batch_size
-        out['hot_sizes'] = list(self.hot.sizes)
         return out
 
     def on_forward(self, version: int) -> None:

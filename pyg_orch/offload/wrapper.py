@@ -412,8 +412,7 @@ class BottomLayerOffload(torch.nn.Module):
           number of uses), :obj:`max_staleness_seen`, :obj:`max_staleness`,
           :obj:`super_batch_size`, :obj:`refresh`; :obj:`max_table_age`:
           the most steps since a table used was queued (its neighbor
-          samples drawn); :obj:`hot_sizes` (:obj:`refresh='super_batch'`):
-          the sizes the hot set took;
+          samples drawn); :obj:`hot_sizes`: the sizes the hot set took;
         * :obj:`max_sample_age` (the bound), :obj:`sample_age_max`,
           :obj:`sample_age_mean`: steps since the neighbor samples (and
           snapshots) of the rows used were drawn, at most and on average
