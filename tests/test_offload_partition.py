@@ -543,3 +543,34 @@ def test_heterogeneous_partition_with_sampled_fanout_trains(tmp_path):
     # Sampled neighbors: not exact, but offloaded and finite.
     assert sum(o['stats']['hot_rows_replaced'] for o in out) > 0
     assert all(o['worst'] < float('inf') for o in out)
+
+
+@pytest.mark.parametrize('replace', [False, True])
+def test_heterogeneous_partition_weighted_sampling(tmp_path, replace):
+    # Edge types with the weight attribute keep their in-edge weights in the
+    # halo tables (the others are sampled uniformly, as by the loader), and
+    # every part of the CPU side samples with replacement as the loader.
+    from test_offload_hetero import forward, hetero_graph, make_model
+    data = hetero_graph()
+    gen = torch.Generator().manual_seed(0)
+    et = ('a', 'writes', 'b')
+    data[et].w = (torch.rand(data[et].num_edges, generator=gen) < 0.5).float()
+    info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
+                           progress=False)
+    loader = HybridNeighborLoader(str(info.out_dir), [3, 2], batch_size=16,
+                                  input_nodes='b', weight_attr='w',
+                                  replace=replace, device='cpu')
+    off = BottomLayerOffload(make_model('to_hetero', data), loader,
+                             hot_ratio=0.2)
+    computer = off.runtime.strategy.computer
+    for edge_type, part in zip(computer.edge_types, computer.parts):
+        assert part.replace is replace
+        assert (part.csc.weight is not None) is (edge_type == et)
+    optimizer = torch.optim.SGD(off.parameters(), lr=0.01)
+    for batch in loader:
+        out = forward(off, batch)
+        optimizer.zero_grad()
+        F.cross_entropy(out, batch['b'].y[:batch['b'].batch_size]).backward()
+        optimizer.step()
+    assert off.stats()['hot_rows_replaced'] > 0
+    off.close()

@@ -283,7 +283,8 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     for et in edge_types:
         d = dst_of(et)
         src, owner, pos = _in_edges(part, et, local_ids[d])
-        attrs = part.edge_attrs if et is None else part.edge_attrs[et]
+        attrs = part.edge_attrs if et is None else \
+            part.edge_attrs.get(et, {})
         weight = None if weight_attr is None else attrs.get(weight_attr)
         edges[et] = (src, owner,
                      None if weight is None else weight.index_select(0, pos))
