@@ -305,6 +305,9 @@ def _shared_part(rank, world_size, out_dir):
                                     input_nodes=full.input_nodes.cpu(),
                                     device='cpu'))
     checked = len(assert_batches_equal(full, ref, device))
+    # One epoch of the unsharded loader, compared with both sharded ones
+    # (its next epoch would draw other neighbors):
+    plain = list(plain)
     same = 0
     for a, b in zip(sharded, plain):
         for key in KEYS:
@@ -316,7 +319,9 @@ def _shared_part(rank, world_size, out_dir):
     both = HybridNeighborLoader(out_dir, [4, 3], topology_placement='sharded',
                                 feature_placement='sharded',
                                 feature_device=device, **kw)
-    for a, b in zip(both, plain):
+    both_batches = list(both)
+    assert len(both_batches) == len(plain) == same
+    for a, b in zip(both_batches, plain):
         for key in KEYS:
             assert torch.equal(a[key], b[key]), key
     row_reads = both.gather.row_reads()
