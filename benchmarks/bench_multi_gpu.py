@@ -59,18 +59,40 @@ def _configs(world: int, scale: bool):
     return out
 
 
-def _time_sampling(sampler, batches, warmup, repeats, dev):
-    # Milliseconds per batch (each waited for), one figure per repeat.
+def _compare_sampling(samplers, batches, warmup, rounds, dev,
+                      warmup_s=1.0, pass_repeats=3):
+    # Milliseconds per batch for each sampler, one figure per round. The
+    # samplers take turns, in an order rotated every round, and all ranks
+    # time the same sampler at once (a barrier before each pass), as in
+    # training; every sampler first runs `warmup` batches and `warmup_s`
+    # seconds of sampling (an idle GPU runs at a low clock for the first
+    # few hundred milliseconds, which favoured whichever sampler ran
+    # later). A pass is the timed batches `pass_repeats` times over.
+    import torch.distributed as dist
     from torch_geometric.sampler import NodeSamplerInput
-    ms = []
-    for _ in range(repeats):
-        for i, b in enumerate(batches):
-            if i == warmup:
-                torch.cuda.synchronize(dev)
-                t = time.perf_counter()
+
+    def run(sampler, seeds):
+        for b in seeds:
             sampler.sample_from_nodes(NodeSamplerInput(None, b))
+
+    timed = list(batches[warmup:]) * pass_repeats
+    for sampler in samplers.values():
+        run(sampler, batches[:warmup])
         torch.cuda.synchronize(dev)
-        ms.append((time.perf_counter() - t) * 1e3 / (len(batches) - warmup))
+        start = time.perf_counter()
+        while time.perf_counter() - start < warmup_s:
+            run(sampler, batches[warmup:])
+            torch.cuda.synchronize(dev)
+    names = list(samplers)
+    ms = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            torch.cuda.synchronize(dev)
+            dist.barrier()
+            t = time.perf_counter()
+            run(samplers[name], timed)
+            torch.cuda.synchronize(dev)
+            ms[name].append((time.perf_counter() - t) * 1e3 / len(timed))
     return ms
 
 
@@ -86,22 +108,23 @@ def _split_sampling(rank, data, parts, args, fanout, dev):
         own = own[torch.randperm(own.numel(), generator=gen)]
         n = (args.warmup + args.batches) * args.batch_size
         batches = own[:n].view(-1, args.batch_size)
-        runs = {}
-        for name, placement in (
+        samplers = {
+            name: HybridNeighborSampler(data, fanout, device=dev,
+                                        topology_placement=placement,
+                                        seed=rank)
+            for name, placement in (
                 ('replicated', 'device'), ('ranges', 'sharded'),
-                (split, TopologySharding(split_by=node_parts))):
-            sampler = HybridNeighborSampler(data, fanout, device=dev,
-                                            topology_placement=placement,
-                                            seed=rank)
-            topo = sampler.topology
-            if topo.is_sharded:
-                topo.reset_read_counts()
-            ms = _time_sampling(sampler, batches, args.warmup, args.repeats,
-                                dev)
-            runs[name] = {'ms_per_batch': ms,
-                          'topology_reads': topo.read_counts()
-                          if topo.is_sharded else None}
-            del sampler
+                (split, TopologySharding(split_by=node_parts)))}
+        for sampler in samplers.values():
+            if sampler.topology.is_sharded:
+                sampler.topology.reset_read_counts()
+        ms = _compare_sampling(samplers, batches, args.warmup,
+                               args.sampling_rounds, dev)
+        runs = {name: {'ms_per_batch': ms[name],
+                       'topology_reads': sampler.topology.read_counts()
+                       if sampler.topology.is_sharded else None}
+                for name, sampler in samplers.items()}
+        del samplers
         out[split] = {'seeds_in_own_part': int(own.numel()), 'runs': runs}
     return out
 
@@ -227,17 +250,17 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
 
     # Sampling alone, replicated vs sharded topology:
     if not args.scale or world > 1:
-        for placement in (['device', 'sharded'] if world > 1 else
-                          ['device']):
-            sampler = HybridNeighborSampler(data, fanout, device=dev,
-                                            topology_placement=placement,
-                                            seed=rank)
-            batches = mine[:(args.warmup + args.batches) *
-                           args.batch_size].view(-1, args.batch_size)
-            ms = _time_sampling(sampler, batches, args.warmup, args.repeats,
-                                dev)
-            res.setdefault('sampling_ms_per_batch', {})[placement] = ms
-            del sampler
+        samplers = {
+            placement: HybridNeighborSampler(data, fanout, device=dev,
+                                             topology_placement=placement,
+                                             seed=rank)
+            for placement in (['device', 'sharded'] if world > 1 else
+                              ['device'])}
+        batches = mine[:(args.warmup + args.batches) *
+                       args.batch_size].view(-1, args.batch_size)
+        res['sampling_ms_per_batch'] = _compare_sampling(
+            samplers, batches, args.warmup, args.sampling_rounds, dev)
+        del samplers
     if parts and world > 1:
         res['split_sampling'] = _split_sampling(rank, data, parts, args,
                                                 fanout, dev)
@@ -297,6 +320,9 @@ def main():
     p.add_argument('--warmup', type=int, default=5)
     p.add_argument('--repeats', type=int, default=3)
     p.add_argument('--cache-ratio', type=float, default=0.1)
+    p.add_argument('--sampling-rounds', type=int, default=7,
+                   help='passes per sampler when timing sampling alone '
+                   '(samplers take turns)')
     p.add_argument('--split-by', default='',
                    help="comma-separated partitions ('metis', 'random') to "
                    "shard the topology by, besides ranges: sampling alone, "
