@@ -15,6 +15,7 @@ from multiproc import run_workers
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.core.csc import CSCTopology
+from pyg_orch.core.partitioning import metis_available
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.multigpu import (
     PeerGroup,
@@ -211,7 +212,8 @@ def test_sharded_loader_equals_one_process_loader(hetero, mode):
 
 
 @pytest.mark.parametrize('hetero,mode,split_by', [
-    (False, None, 'metis'),
+    pytest.param(False, None, 'metis', marks=pytest.mark.skipif(
+        not metis_available(), reason='needs pymetis')),
     (False, 'edge_time', 'random'),
     (False, 'weight_replace', 'random'),
     (True, 'node_time', 'random'),
@@ -257,8 +259,7 @@ def _locality(rank, world_size, split_by):
     return reads['local'] / (reads['local'] + reads['peer'])
 
 
-@pytest.mark.skipif(not __import__('pyg_orch.core.partitioning', fromlist=[
-    'metis_available']).metis_available(), reason='needs pymetis')
+@pytest.mark.skipif(not metis_available(), reason='needs pymetis')
 def test_metis_split_reads_own_lists():
     ranges = run_workers(_locality, 2, args=('ranges', ), timeout=120)
     metis = run_workers(_locality, 2, args=('metis', ), timeout=120)
