@@ -24,7 +24,7 @@ from pathlib import Path
 import pyg_orch
 assert Path(pyg_orch.__file__).resolve().parents[1] == Path(sys.argv[1])
 for mod in ('pytest', 'pytest_timeout', 'nbclient', 'nbformat', 'ipykernel',
-            'matplotlib', 'sphinx', 'torch_geometric', 'numpy'):
+            'matplotlib', 'sphinx', 'torch_geometric', 'numpy', 'pymetis'):
     if importlib.util.find_spec(mod) is None:
         sys.exit(1)
 PY
