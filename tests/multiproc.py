@@ -344,3 +344,54 @@ def check_hetero_folder_loader(out_dir: str, rank: int, device, fanouts,
             assert torch.equal(a[et].edge_index.cpu(), b[et].edge_index), et
             assert torch.equal(a[et].e_id.cpu(), b[et].e_id), et
     return loader, len(ours)
+
+
+def check_full_fanout_batches(data, batches, input_nodes, batch_size: int,
+                              keys) -> None:
+    r"""The non-empty :obj:`batches` (dictionaries of CPU tensors under
+    :obj:`keys`, plus :obj:`'batch_size'`) taken by a rank of a partition
+    folder's loader with full fan-out are the single-process loader's over
+    :obj:`data` for the rank's :obj:`input_nodes`."""
+    import torch
+
+    from pyg_orch import HybridNeighborLoader
+    ref = list(HybridNeighborLoader(data, [-1, -1], input_nodes=input_nodes,
+                                    batch_size=batch_size, device='cpu'))
+    real = [b for b in batches if b['batch_size'] > 0]
+    assert len(real) == len(ref) > 0
+    for a, b in zip(real, ref):
+        for key in keys:
+            assert torch.equal(a[key], b[key]), key
+
+
+def check_seeds_split_by_machine(out_dir: str, input_nodes: list, seeds,
+                                 per_machine: int) -> None:
+    r"""Every machine's ranks (blocks of :obj:`per_machine` ranks, as
+    ``torchrun`` numbers them) took non-empty, disjoint shares of the
+    :obj:`seeds` in its part that together are all of them;
+    :obj:`input_nodes` holds each rank's seeds, by rank."""
+    import torch
+
+    from pyg_orch.distributed import load_partition
+    for machine in range(len(input_nodes) // per_machine):
+        part = load_partition(out_dir, machine)
+        mine = input_nodes[machine * per_machine:(machine + 1) * per_machine]
+        assert all(m.numel() > 0 for m in mine)
+        assert torch.equal(torch.sort(torch.cat(mine)).values,
+                           seeds[part.owner(seeds) == machine])
+
+
+def run_machines(fn: Callable, data, folder, machines: int, per_machine: int,
+                 env: Optional[Dict[str, str]] = None, **kwargs) -> tuple:
+    r"""Partitions :obj:`data` into :obj:`machines` random parts in
+    :obj:`folder` and runs :obj:`fn(rank, world_size, out_dir)` in
+    :obj:`machines * per_machine` processes acting as :obj:`machines`
+    machines of :obj:`per_machine` ranks (``LOCAL_WORLD_SIZE``);
+    :obj:`kwargs` go to :func:`run_workers`. Returns the partition's info
+    and the return values by rank."""
+    from pyg_orch.distributed import partition_graph
+    info = partition_graph(data, machines, folder, 'random', progress=False)
+    out = run_workers(fn, machines * per_machine, args=(str(info.out_dir), ),
+                      env={'LOCAL_WORLD_SIZE': str(per_machine),
+                           **(env or {})}, **kwargs)
+    return info, out

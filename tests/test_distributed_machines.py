@@ -14,11 +14,16 @@ them."""
 import pytest
 import torch
 from conftest import random_graph, small_paper_graph, tiny_model, train_sgd
-from multiproc import run_workers
+from multiproc import (
+    check_full_fanout_batches,
+    check_seeds_split_by_machine,
+    run_machines,
+    run_workers,
+)
 from torch.nn.parallel import DistributedDataParallel
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
-from pyg_orch.distributed import load_partition, partition_graph
+from pyg_orch.distributed import partition_graph
 
 KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
 MACHINES, PER_MACHINE = 2, 2
@@ -126,11 +131,8 @@ def _machine_worker(rank, world_size, out_dir):
 
 def test_machines_share_a_sharded_part(tmp_path):
     data = graph()
-    info = partition_graph(data, MACHINES, tmp_path / 'p', 'random',
-                           progress=False)
-    out = run_workers(_machine_worker, MACHINES * PER_MACHINE,
-                      args=(str(info.out_dir), ), timeout=240,
-                      env={'LOCAL_WORLD_SIZE': str(PER_MACHINE)})
+    info, out = run_machines(_machine_worker, data, tmp_path / 'p', MACHINES,
+                             PER_MACHINE, timeout=240)
     seeds = global_seeds()
     assert len({o['len'] for o in out}) == 1  # The same number of batches.
     for rank, o in enumerate(out):
@@ -169,14 +171,7 @@ def test_machines_share_a_sharded_part(tmp_path):
         assert o['row_reads']['local'] > 0 and o['row_reads']['peer'] > 0
         assert torch.equal(o['weights_both'], o['weights_plain'])
         # Full fan-out: the single-process loader's batches of these seeds.
-        ref = list(HybridNeighborLoader(data, [-1, -1],
-                                        input_nodes=o['input_nodes'],
-                                        batch_size=6, device='cpu'))
-        real = [b for b in o['full'] if b['batch_size'] > 0]
-        assert len(real) == len(ref)
-        for a, b in zip(real, ref):
-            for key in KEYS:
-                assert torch.equal(a[key], b[key]), key
+        check_full_fanout_batches(data, o['full'], o['input_nodes'], 6, KEYS)
         assert torch.equal(o['weights_sharded'], o['weights_plain'])
         assert torch.equal(o['weights_sharded'], out[0]['weights_sharded'])
         assert o['offload_stats']['hot_rows_replaced'] > 0
@@ -187,13 +182,9 @@ def test_machines_share_a_sharded_part(tmp_path):
                for o in out)
     # The machine's ranks split its part's seeds; every seed went to one
     # rank:
-    for machine in range(MACHINES):
-        part = load_partition(info.out_dir, machine)
-        mine = [out[machine * PER_MACHINE + r]['input_nodes']
-                for r in range(PER_MACHINE)]
-        assert all(m.numel() > 0 for m in mine)
-        assert torch.equal(torch.sort(torch.cat(mine)).values,
-                           seeds[part.owner(seeds) == machine])
+    check_seeds_split_by_machine(info.out_dir,
+                                 [o['input_nodes'] for o in out], seeds,
+                                 PER_MACHINE)
 
 
 def _flat_sharded_worker(rank, world_size, out_dir):

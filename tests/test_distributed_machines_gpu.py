@@ -13,9 +13,12 @@ CPU processes."""
 import pytest
 import torch
 from conftest import random_graph, tiny_model, train_sgd
-from multiproc import run_workers
+from multiproc import (
+    check_full_fanout_batches,
+    check_seeds_split_by_machine,
+    run_machines,
+)
 
-from pyg_orch.distributed import load_partition, partition_graph
 from pyg_orch.multigpu import MULTICAST_OFF_ENV
 
 pytestmark = [
@@ -95,15 +98,11 @@ def _machine_worker(rank, world_size, out_dir):
 
 
 def test_two_machines_of_two_gpus_share_their_parts(tmp_path):
-    from pyg_orch import HybridNeighborLoader
     data = graph()
-    info = partition_graph(data, MACHINES, tmp_path / 'p', 'random',
-                           progress=False)
-    out = run_workers(_machine_worker, MACHINES * PER_MACHINE,
-                      args=(str(info.out_dir), ), backend='nccl',
-                      start_method='spawn', timeout=400,
-                      env={'LOCAL_WORLD_SIZE': str(PER_MACHINE),
-                           **MULTICAST_OFF_ENV})
+    info, out = run_machines(_machine_worker, data, tmp_path / 'p', MACHINES,
+                             PER_MACHINE, backend='nccl',
+                             start_method='spawn', timeout=400,
+                             env=MULTICAST_OFF_ENV)
     for rank, o in enumerate(out):
         machine, local = divmod(rank, PER_MACHINE)
         assert o['part'] == machine
@@ -122,25 +121,14 @@ def test_two_machines_of_two_gpus_share_their_parts(tmp_path):
         assert o['reads']['local'] > 0 and o['reads']['peer'] > 0
         assert o['row_reads']['local'] > 0 and o['row_reads']['peer'] > 0
         # Full fan-out: the single-process loader's batches of these seeds.
-        ref = list(HybridNeighborLoader(data, [-1, -1],
-                                        input_nodes=o['input_nodes'],
-                                        batch_size=8, device='cpu'))
-        real = [b for b in o['full'] if b['batch_size'] > 0]
-        assert len(real) == len(ref) > 0
-        for a, b in zip(real, ref):
-            for key in KEYS:
-                assert torch.equal(a[key], b[key]), key
+        check_full_fanout_batches(data, o['full'], o['input_nodes'], 8, KEYS)
         # DDP: the same weights on every rank, sharded or not.
         assert torch.equal(o['weights_sharded'], out[0]['weights_sharded'])
         assert torch.allclose(o['weights_sharded'], o['weights_plain'],
                               rtol=1e-4, atol=1e-5)
-    # The machine's ranks split its part's seeds; every seed went to one
-    # rank:
-    train = data.train_mask.nonzero().view(-1)
-    for machine in range(MACHINES):
-        part = load_partition(info.out_dir, machine)
-        mine = [out[machine * PER_MACHINE + r]['input_nodes']
-                for r in range(PER_MACHINE)]
-        assert all(m.numel() > 0 for m in mine)
-        assert torch.equal(torch.sort(torch.cat(mine)).values,
-                           train[part.owner(train) == machine])
+    # The machine's ranks split its part's training nodes; every one went
+    # to one rank:
+    check_seeds_split_by_machine(info.out_dir,
+                                 [o['input_nodes'] for o in out],
+                                 data.train_mask.nonzero().view(-1),
+                                 PER_MACHINE)
