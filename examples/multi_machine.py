@@ -24,6 +24,8 @@ folder instead of a graph, differs from a single-machine script. With
 :class:`~pyg_orch.BottomLayerOffload` over its own part.
 """
 import argparse
+import faulthandler
+import signal
 import time
 from typing import List, Optional
 
@@ -87,6 +89,9 @@ def train(args: argparse.Namespace) -> None:
     from pyg_orch.multigpu import init_distributed
     from pyg_orch.multigpu.watchdog import rank_guard
 
+    # A rank stopped by torchrun (SIGTERM, e.g. past a job's time limit)
+    # prints where each of its threads was before it ends:
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     device = init_distributed(device=args.device, timeout=60)
     rank, world = dist.get_rank(), dist.get_world_size()
     # With CUDA, the part's topology and features are copied to the GPU
