@@ -14,6 +14,8 @@ Four modes:
   repeats), bytes per hop of the sampling exchange (requests, responses),
   of the feature exchange, remote rows, cache hit rate, time inside
   ``all_to_all``, edge cut and balance of the partition, partitioning time.
+  ``--cache-ranking degree`` fills each rank's cache of remote rows by
+  in-degree within its part instead of pre-sampled read counts.
   ``--sampling-device cuda`` samples on each rank's GPU
   (``DistributedNeighborLoader(sampling_device=...)``; the default ``cpu``
   samples on the CPU over the memory-mapped part); ``--feature-device cuda``
@@ -426,8 +428,9 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     loader = DistributedNeighborLoader(
         part_dir, args.fanout, batch_size=args.batch_size, shuffle=True,
         cache_size=args.cache_rows, presample_batches=args.presample,
-        seed=args.seed, device=device, sampling_device=sampling_device,
-        feature_device=feature_device, topology_placement=args.topology,
+        cache_ranking=args.cache_ranking, seed=args.seed, device=device,
+        sampling_device=sampling_device, feature_device=feature_device,
+        topology_placement=args.topology,
         feature_placement=args.feature_placement, prefetch=args.prefetch,
         num_workers=args.num_workers)
     build_s = time.perf_counter() - t
@@ -533,6 +536,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         'part_nodes': int(part.node_ids.numel()),
         'seeds': int(loader.input_nodes.numel()),
         'cache_rows': int(getattr(loader, 'cached_rows', 0)),
+        'cache_ranking': loader.cache_ranking,
         'cache_bytes': int(loader.gather.cache_bytes),
         'loss_first_last': [losses[0], losses[-1]] if losses else None,
         'all_to_all_probe': probe,
@@ -1173,6 +1177,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument('--cache-rows', type=int, default=None)
     g.add_argument('--presample', type=int, default=8,
                    help='batches pre-sampled to fill the cache')
+    g.add_argument('--cache-ranking', choices=('frequency', 'degree'),
+                   default='frequency',
+                   help="which remote rows the cache holds: the most read "
+                   "in pre-sampled batches, or the sources of the most "
+                   "in-edges of the part's vertices")
     g.add_argument('--seed', type=int, default=0)
     r = p.add_argument_group('run')
     r.add_argument('--world-size', type=int, default=2)

@@ -56,3 +56,26 @@ def test_ranks_per_part_sharded_and_not(bench, tmp_path):
     # Sharding does not change what is sampled:
     assert [h['sampled_edges'] for h in runs['auto']['hops']] == \
         [h['sampled_edges'] for h in runs['sharded']['hops']]
+
+
+def test_cache_ranking_reaches_the_loader(bench, tmp_path):
+    runs = {}
+    for ranking in ('frequency', 'degree'):
+        out = tmp_path / f'{ranking}.json'
+        bench.main(['--nodes', '3000', '--edges', '20000', '--methods',
+                    'random', '--cache-ranking', ranking,
+                    '--cache-rows', '300', '--batch-size', '64',
+                    '--batches', '2', '--repeats', '1', '--warmup', '1',
+                    '--probe-rounds', '0', '--threads', '1',
+                    '--work-dir', str(tmp_path / ranking),
+                    '--out', str(out)])
+        res = json.loads(out.read_text())
+        assert res['args']['cache_ranking'] == ranking
+        runs[ranking] = res['methods']['random']
+    for ranking, res in runs.items():
+        assert [r['cache_ranking'] for r in res['ranks']] == [ranking] * 2
+        assert all(r['cache_rows'] == 300 for r in res['ranks'])
+        assert res['features']['cached_rows'] > 0
+    # The cache changes where rows come from, not what is sampled:
+    assert [h['sampled_edges'] for h in runs['frequency']['hops']] == \
+        [h['sampled_edges'] for h in runs['degree']['hops']]
