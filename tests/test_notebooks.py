@@ -1,5 +1,6 @@
 """Every tutorial notebook runs from top to bottom without an error."""
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ NOTEBOOKS = sorted(TUTORIALS.glob('*.ipynb'))
 def _uses_pyg_loader(path: Path) -> bool:
     # Code cells that run PyG's own loaders (which need torch-sparse or
     # pyg-lib): the notebooks worth a second run in the parity run.
-    import json
     cells = json.loads(path.read_text())['cells']
     code = '\n'.join(''.join(c['source']) for c in cells
                      if c['cell_type'] == 'code')
