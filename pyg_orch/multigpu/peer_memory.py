@@ -9,6 +9,7 @@ same sharding logic runs with :obj:`gloo` processes."""
 import math
 import os
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
@@ -183,9 +184,13 @@ class PeerGroup:
         else:
             group_name = self.group.group_name
             enable = getattr(symm_mem, 'enable_symm_mem_for_group', None)
-            if enable is not None and not symm_mem.is_symm_mem_enabled_for_group(
-                    group_name):
-                enable(group_name)
+            with warnings.catch_warnings():
+                # Needed before torch 2.11, which warns that it no longer is
+                # ("no need to call this function anymore"); still called.
+                warnings.simplefilter('ignore', FutureWarning)
+                if enable is not None and \
+                        not symm_mem.is_symm_mem_enabled_for_group(group_name):
+                    enable(group_name)
             handle = symm_mem.rendezvous(own, group_name)
             buffers = [
                 own[:numel].view(shape) if r == self.rank else
