@@ -3,6 +3,8 @@ fused Triton kernels reading peers' shards): batches and rows must equal
 the one-GPU results. Runs where two CUDA devices and Triton are available
 (``nvidia-h200-x2``); ``tests/test_sharding.py`` checks the same logic on CPU
 processes."""
+import warnings
+
 import pytest
 import torch
 
@@ -29,7 +31,16 @@ def _loaders(rank, world_size, features):
     if features == 'gpu':
         data.x = data.x.to(device)
     plain = HybridNeighborLoader(data, topology_placement='device', **kw)
-    sharded = HybridNeighborLoader(data, topology_placement='sharded', **kw)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        sharded = HybridNeighborLoader(data, topology_placement='sharded',
+                                       **kw)
+    # Peer buffers are made without torch's warnings (torch 2.11 warns
+    # that enable_symm_mem_for_group is no longer needed).
+    symm = [f'{w.filename}: {w.message}' for w in caught
+            if 'symm' in str(w.message) or 'symmetric' in w.filename
+            or 'peer_memory' in w.filename]
+    assert not symm, symm
     assert sharded.topology.is_sharded
     assert plain._sampler.backend == sharded._sampler.backend == 'triton'
     n = 0
