@@ -39,4 +39,6 @@ def current_stream(device: torch.device) -> Optional['torch.cuda.Stream']:
     :func:`with_index`), or :obj:`None` elsewhere."""
     if device.type != 'cuda':
         return None
-    return torch.cuda.current_stream(device)
+    # An index skips PyTorch's device parsing in Python.
+    return torch.cuda.current_stream(
+        device if device.index is None else device.index)

@@ -210,7 +210,7 @@ class FusedPlan:
         if self._stream is not None and stream != self._stream:
             stream.wait_stream(self._stream)
         self._stream = stream
-        self._copy_seeds(seeds)
+        self._copy_seeds(seeds, stream)
         if hot_nodes is not None:  # Stream-ordered: after earlier batches.
             self.hot_nodes.copy_(hot_nodes, non_blocking=True)
         # Drawn in place: one kernel, no temporary and no copy.
@@ -223,7 +223,8 @@ class FusedPlan:
         else:
             self.enqueue()
 
-    def _copy_seeds(self, seeds: Tensor) -> None:
+    def _copy_seeds(self, seeds: Tensor,
+                    stream: Optional['torch.cuda.Stream']) -> None:
         # From host memory through the plan's pinned buffer (a copy from
         # pageable memory would wait for the whole stream; pinning a new
         # tensor per batch costs more than this).
@@ -239,7 +240,7 @@ class FusedPlan:
         self.seeds_host.copy_(seeds)
         self.seeds.copy_(self.seeds_host, non_blocking=True)
         self._staged = torch.cuda.Event()
-        self._staged.record(current_stream(self.device))
+        self._staged.record(stream)
 
     def _capture(self) -> None:
         stream = torch.cuda.Stream(self.device)
@@ -286,7 +287,7 @@ class PendingFused:
         self.event = None
         if plan.device.type == 'cuda':
             self.event = torch.cuda.Event()
-            self.event.record(current_stream(plan.device))
+            self.event.record(plan._stream)  # The stream it was queued on.
 
     def result(self) -> MultiHopOutput:
         if self._out is None:

@@ -211,6 +211,8 @@ class HeteroFusedPlan(FusedPlan):
         self.types = torch.tensor(
             [[csc.offset[t] for t in ntypes], regions], **kw)
         self.node_buf = torch.zeros(max(sum(region_size), 1), **kw)
+        # The batch's nodes, local ids type by type (see _collect):
+        self.packed = torch.zeros(self.node_buf.shape, **kw)
 
         # Seeds: local ids in node type order -> global ids at region starts.
         B = self.batch_size = sum(self.seed_counts)
@@ -294,14 +296,18 @@ class HeteroFusedPlan(FusedPlan):
         self.seg_end = torch.tensor([b for _, _, _, b in self.segments], **kw)
         eorder = sorted(range(S), key=lambda s: (etypes.index(
             self.segments[s][1]), self.segments[s][0]))
-        self.eperm = torch.tensor(eorder, **kw)
-        inv = [0] * S
+        inv = [0] * S  # Each segment's place in that order.
         for i, s in enumerate(eorder):
             inv[s] = i
-        self.einv = torch.tensor(inv, **kw)
         self.edge_rank = torch.zeros(max(total, 1) + 1, **kw)
         self.seg_shift = torch.zeros(max(S, 1), **kw)
-        self.seg_count = torch.zeros(max(S, 1), **kw)
+        # before[s, u] = 1 where segment u's edges come before segment s's
+        # in the output (edge type by edge type, then hop by hop):
+        SP = self.seg_pad = max(1 << max(S - 1, 0).bit_length(), 2)
+        before = torch.zeros(SP, SP, dtype=torch.int64)
+        place = torch.tensor(inv, dtype=torch.int64)
+        before[:S, :S] = place[None, :] < place[:, None]
+        self.seg_before = before.to(device)
         # row, col and edge ids in one tensor: one copy per batch.
         self.edge_buf = torch.zeros(3, max(total, 1), **kw)
         self.edges = dict(zip(('row', 'col', 'eid'), self.edge_buf))
@@ -318,6 +324,7 @@ class HeteroFusedPlan(FusedPlan):
         from pyg_orch.gpu import triton_kernels as tk
 
         csc, state, T = self.csc, self.state, self.num_types
+        tpad = max(tk.next_power_of_2(T), 2)
         colptr, row = kernel_view(csc.colptr), kernel_view(csc.row)
         eid = kernel_view(csc.edge_id)
         if self.batch_size > 0:
@@ -360,62 +367,51 @@ class HeteroFusedPlan(FusedPlan):
                 BLOCK=_FLAT_BLOCK)
             tk.resolve_kernel[grid](buf['src'], self.map_buf, buf['row'], M,
                                     BLOCK=_FLAT_BLOCK)
-            torch.sub(lohi[1], lohi[0], out=self.news[h])
-            state[1].copy_(state[0])
-            state[2].copy_(self.news[h])
-            state[0].add_(self.news[h])
+            hk.hetero_advance_kernel[(1, )](lohi, state, self.news[h], T=T,
+                                            TP=tpad)
         total = self.total_slots
+        src, rank = self.flat['src'], self.edge_rank
         if total > 0:
-            src, rank = self.flat['src'], self.edge_rank
             torch.cumsum(src >= 0, 0, out=rank[1:])
-            count = rank.index_select(0, self.seg_end) - rank.index_select(
-                0, self.seg_start)
-            self.seg_count.copy_(count)
-            by_type = count.index_select(0, self.eperm)
-            before = (torch.cumsum(by_type, 0) - by_type).index_select(
-                0, self.einv)
-            torch.sub(before, rank.index_select(0, self.seg_start),
-                      out=self.seg_shift)
+        H, S = self.num_hops, len(self.segments)
+        hk.hetero_counts_kernel[(1, )](
+            rank, self.seg_start, self.seg_end, self.seg_before,
+            self.seg_shift, state, self.news, self.counts, S, T=T, HT=H * T,
+            SP=self.seg_pad, TP=tpad,
+            HTP=max(tk.next_power_of_2(max(H * T, 1)), 2))
+        if total > 0:
             hk.hetero_compact_kernel[(triton_cdiv(total, _FLAT_BLOCK), )](
                 src, rank, self.seg_id, self.seg_shift, self.flat['row'],
                 self.flat['dst'], self.flat['eid'], self.edges['row'],
                 self.edges['col'], self.edges['eid'], total,
                 BLOCK=_FLAT_BLOCK)
-        H, S = self.num_hops, len(self.segments)
-        self.counts[:T].copy_(state[0])
-        if H > 0:
-            self.counts[T:T + H * T].copy_(self.news[:H].view(-1))
-        if S > 0:
-            self.counts[T + H * T:].copy_(self.seg_count[:S])
         cap = self.node_buf.numel()
         hk.hetero_reset_kernel[(triton_cdiv(cap, _FLAT_BLOCK), )](
-            self.node_buf, self.map_buf, state, self.types, cap, T=T,
-            BLOCK=_FLAT_BLOCK)
+            self.node_buf, self.map_buf, state, self.types, self.packed, cap,
+            T=T, BLOCK=_FLAT_BLOCK)
 
     def _collect(self, counts: List[int]) -> MultiHopOutput:
         # Copies out of the plan's buffers, which the next batch reuses.
         csc, T, H = self.csc, self.num_types, self.num_hops
-        node, num_nodes = {}, {}
-        for i, t in enumerate(csc.node_types):
-            a = self.regions[i]
-            node[t] = self.node_buf[a:a + counts[i]] - csc.offset[t]
-            num_nodes[t] = [self.seed_counts[i]] + [
-                counts[T + h * T + i] for h in range(H)
-            ]
-        seg_counts = counts[T + H * T:]
-        num_edges = {et: [0] * H for et in csc.edge_types}
-        for (h, et, _, _), n in zip(self.segments, seg_counts):
+        ntypes, etypes = csc.node_types, csc.edge_types
+        # One copy of the batch's nodes (packed type by type, local ids)
+        # and one of its edges (edge type by edge type), split into views.
+        sizes = counts[:T]
+        node = dict(zip(ntypes, self.packed[:sum(sizes)].clone().split(
+            sizes)))
+        num_nodes = {
+            t: [self.seed_counts[i]] + counts[T + i:T + H * T:T]
+            for i, t in enumerate(ntypes)
+        }
+        num_edges = {et: [0] * H for et in etypes}
+        for (h, et, _, _), n in zip(self.segments, counts[T + H * T:]):
             num_edges[et][h] = n
-        row, col, edge = {}, {}, {}
-        sizes = [sum(num_edges[et]) for et in csc.edge_types]
-        # One copy of the batch's edges; outputs lie edge type by edge type.
-        rows, cols, eids = self.edge_buf[:, :sum(sizes)].clone()
-        start = 0
-        for et, n in zip(csc.edge_types, sizes):
-            row[et], col[et], edge[et] = (t[start:start + n]
-                                          for t in (rows, cols, eids))
-            start += n
-        return MultiHopOutput(node, row, col, edge, None, num_nodes,
+        sizes = [sum(num_edges[et]) for et in etypes]
+        rows, cols, eids = (
+            t.split(sizes) for t in self.edge_buf[:, :sum(sizes)].clone())
+        return MultiHopOutput(node, dict(zip(etypes, rows)),
+                              dict(zip(etypes, cols)),
+                              dict(zip(etypes, eids)), None, num_nodes,
                               num_edges)
 
 

@@ -137,9 +137,58 @@ def hetero_compact_kernel(src_ptr, rank_ptr, seg_ptr, shift_ptr, row_ptr,
 
 
 @triton.jit
-def hetero_reset_kernel(node_ptr, map_ptr, state_ptr, type_ptr, capacity,
-                        T: tl.constexpr, BLOCK: tl.constexpr):
-    r"""Clears the relabel map of every node of the batch."""
+def hetero_advance_kernel(lohi_ptr, state_ptr, news_ptr, T: tl.constexpr,
+                          TP: tl.constexpr):
+    r"""Ends a hop (one program): the nodes it added per type,
+    :obj:`news = hi - lo` (rows of :obj:`lohi_ptr`), become the next
+    frontier: :obj:`state = [nodes + news, nodes, news]`."""
+    t = tl.arange(0, TP)
+    m = t < T
+    new = tl.load(lohi_ptr + T + t, mask=m, other=0) - tl.load(
+        lohi_ptr + t, mask=m, other=0)
+    nodes = tl.load(state_ptr + t, mask=m, other=0)
+    tl.store(news_ptr + t, new, mask=m)
+    tl.store(state_ptr + T + t, nodes, mask=m)
+    tl.store(state_ptr + 2 * T + t, new, mask=m)
+    tl.store(state_ptr + t, nodes + new, mask=m)
+
+
+@triton.jit
+def hetero_counts_kernel(rank_ptr, start_ptr, end_ptr, before_ptr, shift_ptr,
+                         state_ptr, news_ptr, counts_ptr, num_segments,
+                         T: tl.constexpr, HT: tl.constexpr,
+                         SP: tl.constexpr, TP: tl.constexpr,
+                         HTP: tl.constexpr):
+    r"""The batch's counts (one program): edges per segment (one hop of one
+    edge type; :obj:`rank` is the exclusive scan of the filled slots),
+    each segment's shift into its edge type's output (segments ordered by
+    edge type, then hop: :obj:`before[s, u]` is 1 where segment :obj:`u`
+    comes before :obj:`s`), and :obj:`counts = [nodes per type, news per
+    hop and type, edges per segment]`."""
+    s = tl.arange(0, SP)
+    ms = s < num_segments
+    lo = tl.load(rank_ptr + tl.load(start_ptr + s, mask=ms, other=0),
+                 mask=ms, other=0)
+    cnt = tl.load(rank_ptr + tl.load(end_ptr + s, mask=ms, other=0),
+                  mask=ms, other=0) - lo
+    before = tl.sum(tl.load(before_ptr + s[:, None] * SP + s[None, :]) *
+                    cnt[None, :], axis=1)
+    tl.store(shift_ptr + s, before - lo, mask=ms)
+    tl.store(counts_ptr + T + HT + s, cnt, mask=ms)
+    t = tl.arange(0, TP)
+    tl.store(counts_ptr + t, tl.load(state_ptr + t, mask=t < T), mask=t < T)
+    if HT > 0:
+        h = tl.arange(0, HTP)
+        tl.store(counts_ptr + T + h, tl.load(news_ptr + h, mask=h < HT),
+                 mask=h < HT)
+
+
+@triton.jit
+def hetero_reset_kernel(node_ptr, map_ptr, state_ptr, type_ptr, packed_ptr,
+                        capacity, T: tl.constexpr, BLOCK: tl.constexpr):
+    r"""Clears the relabel map of every node of the batch, and packs the
+    batch's nodes into :obj:`packed_ptr`: local ids, node type by node
+    type."""
     p = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
     t = tl.zeros(p.shape, tl.int64)
     for s in tl.static_range(1, T):
@@ -148,3 +197,8 @@ def hetero_reset_kernel(node_ptr, map_ptr, state_ptr, type_ptr, capacity,
     m = (p < capacity) & (p - region < tl.load(state_ptr + t))
     v = tl.load(node_ptr + p, mask=m, other=0)
     tl.store(map_ptr + v, tl.full((BLOCK, ), -1, tl.int32), mask=m)
+    before = tl.zeros(p.shape, tl.int64)  # Nodes of the types before t.
+    for s in tl.static_range(1, T):
+        before += tl.where(t >= s, tl.load(state_ptr + s - 1), 0)
+    tl.store(packed_ptr + before + p - region, v - tl.load(type_ptr + t),
+             mask=m)
