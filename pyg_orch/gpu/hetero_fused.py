@@ -397,8 +397,8 @@ class HeteroFusedPlan(FusedPlan):
         # One copy of the batch's nodes (packed type by type, local ids)
         # and one of its edges (edge type by edge type), split into views.
         sizes = counts[:T]
-        node = dict(zip(ntypes, self.packed[:sum(sizes)].clone().split(
-            sizes)))
+        node = dict(zip(ntypes, self.packed[:sum(sizes)].clone()
+                        .split_with_sizes(sizes)))
         num_nodes = {
             t: [self.seed_counts[i]] + counts[T + i:T + H * T:T]
             for i, t in enumerate(ntypes)
@@ -407,8 +407,8 @@ class HeteroFusedPlan(FusedPlan):
         for (h, et, _, _), n in zip(self.segments, counts[T + H * T:]):
             num_edges[et][h] = n
         sizes = [sum(num_edges[et]) for et in etypes]
-        rows, cols, eids = (
-            t.split(sizes) for t in self.edge_buf[:, :sum(sizes)].clone())
+        rows, cols, eids = (t.split_with_sizes(sizes)
+                            for t in self.edge_buf[:, :sum(sizes)].clone())
         return MultiHopOutput(node, dict(zip(etypes, rows)),
                               dict(zip(etypes, cols)),
                               dict(zip(etypes, eids)), None, num_nodes,
