@@ -304,3 +304,23 @@ def time_pyg_workers(make_loader: Callable[[int], Any], name: str,
         ms, w = min(timed)
         out['best'] = {'num_workers': w, 'ms_per_batch': ms}
     return out
+
+
+def device_time(run: Callable[[], None], num_batches: int,
+                top: int = 25) -> Dict[str, Any]:
+    r"""Device time per batch of :obj:`run()` (which does
+    :obj:`num_batches` batches), from :mod:`torch.profiler`: the events
+    without host time (kernels and copies), and the :obj:`top` largest as
+    :obj:`(name, calls per batch, us per batch)`."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    total, rows = 0.0, []
+    for e in prof.key_averages():
+        us = getattr(e, 'self_device_time_total', 0) / num_batches
+        if e.self_cpu_time_total == 0:
+            total += us
+        rows.append((e.key[:60], e.count / num_batches, round(us, 2)))
+    rows.sort(key=lambda r: -r[2])
+    return {'device_us_per_batch': total, 'kernels': rows[:top]}

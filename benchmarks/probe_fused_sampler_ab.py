@@ -22,6 +22,7 @@ from pyg_orch import HybridNeighborSampler
 from pyg_orch.datasets import power_law_graph
 from pyg_orch.sampling.topology import GraphTopology
 from bench_gpu_data_path import time_sampling  # noqa: E402
+from _bench_common import device_time  # noqa: E402
 
 PROFILED_BATCHES = 20
 
@@ -29,19 +30,10 @@ PROFILED_BATCHES = 20
 def kernel_time(sampler, seeds) -> dict:
     r"""Kernel time per batch (events without host time: kernels and
     copies) and the 25 largest kernels."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    def run():
         for s in seeds[:PROFILED_BATCHES]:
             sampler.sample_from_nodes(NodeSamplerInput(None, s))
-        torch.cuda.synchronize()
-    total, rows = 0.0, []
-    for e in prof.key_averages():
-        us = getattr(e, 'self_device_time_total', 0) / PROFILED_BATCHES
-        if e.self_cpu_time_total == 0:
-            total += us
-        rows.append((e.key[:60], e.count, round(us, 2)))
-    rows.sort(key=lambda r: -r[2])
-    return {'device_us_per_batch': total, 'kernels': rows[:25]}
+    return device_time(run, PROFILED_BATCHES)
 
 
 def main(tag: str) -> dict:

@@ -19,6 +19,7 @@ from torch_geometric.sampler import NodeSamplerInput
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _bench_common import device_time  # noqa: E402
 from bench_hetero_gpu import hetero_graph, sampler_step, time_batches  # noqa
 from pyg_orch import HybridNeighborSampler  # noqa: E402
 
@@ -26,21 +27,11 @@ PROFILED = 40
 
 
 def kernel_time(step, batches) -> dict:
-    r"""Device time per batch (events without host time) and the largest
-    kernels."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    r"""Device time per batch and the largest kernels."""
+    def run():
         for s in batches[:PROFILED]:
             step(s)
-        torch.cuda.synchronize()
-    total, rows = 0.0, []
-    for e in prof.key_averages():
-        us = getattr(e, 'self_device_time_total', 0) / PROFILED
-        if e.self_cpu_time_total == 0:
-            total += us
-        rows.append((e.key[:60], e.count // PROFILED, round(us, 2)))
-    rows.sort(key=lambda r: -r[2])
-    return {'device_us_per_batch': total, 'kernels': rows[:20]}
+    return device_time(run, PROFILED, top=20)
 
 
 def host_profile(step, batches) -> dict:
