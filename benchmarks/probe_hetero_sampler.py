@@ -56,16 +56,33 @@ def host_profile(step, batches) -> dict:
             'calls_per_batch': sum(r[1] for r in rows)}
 
 
+def loader_profile(data, fanout, batch_size: int, device) -> dict:
+    r"""``cProfile`` of :obj:`PROFILED` batches of the heterogeneous
+    loader (fused sampling, feature store, look-ahead; no training), after
+    warm-up batches."""
+    from pyg_orch import HybridNeighborLoader
+    loader = HybridNeighborLoader(data, fanout, batch_size=batch_size,
+                                  shuffle=True, input_nodes='paper',
+                                  device=device, seed=0)
+    it = iter(loader)
+    for _ in range(20):
+        next(it)
+    torch.cuda.synchronize()
+    return host_profile(lambda _: next(it), [None] * PROFILED)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument('--num-papers', type=int, default=1_000_000)
     p.add_argument('--fanout', default='15,10')
     p.add_argument('--batch-size', type=int, default=1024)
+    p.add_argument('--loader', action='store_true',
+                   help="also profile the heterogeneous loader's host work")
     p.add_argument('--out', default='probe_hetero_sampler.json')
     args = p.parse_args()
     dev = torch.device('cuda')
     fanout = [int(k) for k in args.fanout.split(',')]
-    data = hetero_graph(args.num_papers, 16)
+    data = hetero_graph(args.num_papers, 128 if args.loader else 16)
     homo = data.to_homogeneous()
     gen = torch.Generator().manual_seed(1)
     papers = [torch.randint(0, args.num_papers, (args.batch_size, ),
@@ -91,6 +108,13 @@ def main() -> None:
             print('   ', row)
         for row in out['kernels'][:12]:
             print('   K', row)
+    if args.loader:
+        res['loader'] = loader_profile(data, fanout, args.batch_size, dev)
+        print('loader', res['loader']['calls_per_batch'], 'calls per batch')
+        for row in res['loader']['by_cumulative_us'][:40]:
+            print('   ', row)
+        for row in res['loader']['by_own_us'][:25]:
+            print('   own', row)
     with open(args.out, 'w') as f:
         json.dump(res, f, indent=1)
 

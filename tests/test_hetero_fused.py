@@ -111,6 +111,30 @@ def test_all_neighbors_match_torch_path(seeds):
 
 
 @needs_kernels
+def test_edge_index_of_every_edge_type_is_a_view():
+    # Each edge type's rows and columns lie back to back in the batch's one
+    # copy of its edges, so its edge_index needs no further copy.
+    from pyg_orch.loader.assemble import stack_edges
+    data = small_graph()
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    k = max_degree(data)
+    num_neighbors = {et: [k, k] for et in topo.edge_types}
+    out = run_fused(topo, num_neighbors, SEEDS[0])
+    ref = run_torch(topo, num_neighbors, SEEDS[0])
+    storages = set()
+    for et, row in out.row.items():
+        col = out.col[et]
+        edge_index = stack_edges(row, col)
+        assert torch.equal(edge_index, torch.stack([ref.row[et],
+                                                    ref.col[et]]))
+        if row.numel() > 0:
+            assert edge_index.data_ptr() == row.data_ptr()
+            assert edge_index.is_contiguous()
+            storages.add(row.untyped_storage().data_ptr())
+    assert len(storages) == 1  # One copy of the batch's edges.
+
+
+@needs_kernels
 def test_all_neighbors_with_replacement_is_refused():
     data = small_graph()
     topo = GraphTopology.from_data(data, device=DEVICE)

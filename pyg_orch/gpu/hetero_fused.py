@@ -301,16 +301,25 @@ class HeteroFusedPlan(FusedPlan):
             inv[s] = i
         self.edge_rank = torch.zeros(max(total, 1) + 1, **kw)
         self.seg_shift = torch.zeros(max(S, 1), **kw)
-        # before[s, u] = 1 where segment u's edges come before segment s's
-        # in the output (edge type by edge type, then hop by hop):
+        # before[0, s, u] = 1 where segment u's edges come before segment
+        # s's (edge type by edge type, then hop by hop); before[1, s, u]
+        # where u's edge type comes before s's, before[2, s, u] where it is
+        # the same (see hetero_counts_kernel):
         SP = self.seg_pad = max(1 << max(S - 1, 0).bit_length(), 2)
-        before = torch.zeros(SP, SP, dtype=torch.int64)
+        before = torch.zeros(3, SP, SP, dtype=torch.int64)
         place = torch.tensor(inv, dtype=torch.int64)
-        before[:S, :S] = place[None, :] < place[:, None]
+        etype = torch.tensor([etypes.index(et) for _, et, _, _ in
+                              self.segments], dtype=torch.int64)
+        before[0, :S, :S] = place[None, :] < place[:, None]
+        before[1, :S, :S] = etype[None, :] < etype[:, None]
+        before[2, :S, :S] = etype[None, :] == etype[:, None]
         self.seg_before = before.to(device)
-        # row, col and edge ids in one tensor: one copy per batch.
-        self.edge_buf = torch.zeros(3, max(total, 1), **kw)
-        self.edges = dict(zip(('row', 'col', 'eid'), self.edge_buf))
+        # The offset and count of each segment's edge type, and the edges:
+        self.seg_type = torch.zeros(max(S, 1), 2, **kw)
+        self.num_edges = torch.zeros(1, **kw)
+        # Every edge type's rows then columns, then all edge ids, in one
+        # buffer: one copy per batch (see hetero_compact_kernel).
+        self.edge_buf = torch.zeros(3 * max(total, 1), **kw)
         self.counts = torch.zeros(T + H * T + S, **kw)
         self.counts_host = torch.zeros(self.counts.shape, dtype=torch.int64,
                                        pin_memory=device.type == 'cuda')
@@ -376,15 +385,15 @@ class HeteroFusedPlan(FusedPlan):
         H, S = self.num_hops, len(self.segments)
         hk.hetero_counts_kernel[(1, )](
             rank, self.seg_start, self.seg_end, self.seg_before,
-            self.seg_shift, state, self.news, self.counts, S, T=T, HT=H * T,
+            self.seg_shift, self.seg_type, self.num_edges, state, self.news,
+            self.counts, S, T=T, HT=H * T,
             SP=self.seg_pad, TP=tpad,
             HTP=max(tk.next_power_of_2(max(H * T, 1)), 2))
         if total > 0:
             hk.hetero_compact_kernel[(triton_cdiv(total, _FLAT_BLOCK), )](
-                src, rank, self.seg_id, self.seg_shift, self.flat['row'],
-                self.flat['dst'], self.flat['eid'], self.edges['row'],
-                self.edges['col'], self.edges['eid'], total,
-                BLOCK=_FLAT_BLOCK)
+                src, rank, self.seg_id, self.seg_shift, self.seg_type,
+                self.flat['row'], self.flat['dst'], self.flat['eid'],
+                self.edge_buf, self.num_edges, total, BLOCK=_FLAT_BLOCK)
         cap = self.node_buf.numel()
         hk.hetero_reset_kernel[(triton_cdiv(cap, _FLAT_BLOCK), )](
             self.node_buf, self.map_buf, state, self.types, self.packed, cap,
@@ -407,12 +416,16 @@ class HeteroFusedPlan(FusedPlan):
         for (h, et, _, _), n in zip(self.segments, counts[T + H * T:]):
             num_edges[et][h] = n
         sizes = [sum(num_edges[et]) for et in etypes]
-        rows, cols, eids = (t.split_with_sizes(sizes)
-                            for t in self.edge_buf[:, :sum(sizes)].clone())
-        return MultiHopOutput(node, dict(zip(etypes, rows)),
-                              dict(zip(etypes, cols)),
-                              dict(zip(etypes, eids)), None, num_nodes,
-                              num_edges)
+        E = sum(sizes)
+        edges = self.edge_buf[:3 * E].clone()
+        row, col = {}, {}
+        # Each edge type's rows and columns lie back to back, so that its
+        # edge_index is a view (see `stack_edges`).
+        for et, n, block in zip(etypes, sizes, edges[:2 * E].split_with_sizes(
+                [2 * n for n in sizes])):
+            row[et], col[et] = block.view(2, n)
+        eid = dict(zip(etypes, edges[2 * E:].split_with_sizes(sizes)))
+        return MultiHopOutput(node, row, col, eid, None, num_nodes, num_edges)
 
 
 class HeteroFusedSampler(FusedSampler):

@@ -119,21 +119,31 @@ def hetero_assign_kernel(src_ptr, is_new_ptr, rank_ptr, lo_ptr, map_ptr,
 
 
 @triton.jit
-def hetero_compact_kernel(src_ptr, rank_ptr, seg_ptr, shift_ptr, row_ptr,
-                          dst_ptr, eid_ptr, out_row_ptr, out_col_ptr,
-                          out_eid_ptr, size, BLOCK: tl.constexpr):
+def hetero_compact_kernel(src_ptr, rank_ptr, seg_ptr, shift_ptr, type_ptr,
+                          row_ptr, dst_ptr, eid_ptr, out_ptr, total_ptr,
+                          size, BLOCK: tl.constexpr):
     r"""Moves the filled slots to their edge type's output, in order: slot
-    :obj:`p` of segment :obj:`s` (one hop of one edge type) goes to
-    :obj:`shift[s] + rank[p + 1] - 1`."""
+    :obj:`p` of segment :obj:`s` (one hop of one edge type) is edge
+    :obj:`q = shift[s] + rank[p + 1] - 1` of the batch (edge types one
+    after the other). :obj:`out_ptr` holds, for every edge type in turn,
+    its rows then its columns (so that its :obj:`edge_index` is one
+    block), then all edge ids: with :obj:`type_ptr[s] = (o, n)`, the
+    offset and count of segment :obj:`s`'s edge type, and :obj:`E` the
+    batch's edges (:obj:`total_ptr`), the row goes to :obj:`o + q`, the
+    column to :obj:`o + q + n` and the edge id to :obj:`2 E + q`."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     ok = m & (tl.load(src_ptr + p, mask=m, other=-1) >= 0)
     seg = tl.load(seg_ptr + p, mask=ok, other=0)
     q = tl.load(shift_ptr + seg, mask=ok, other=0) + tl.load(
         rank_ptr + p + 1, mask=ok, other=1) - 1
-    tl.store(out_row_ptr + q, tl.load(row_ptr + p, mask=ok), mask=ok)
-    tl.store(out_col_ptr + q, tl.load(dst_ptr + p, mask=ok), mask=ok)
-    tl.store(out_eid_ptr + q, tl.load(eid_ptr + p, mask=ok), mask=ok)
+    o = tl.load(type_ptr + 2 * seg, mask=ok, other=0)
+    n = tl.load(type_ptr + 2 * seg + 1, mask=ok, other=0)
+    total = tl.load(total_ptr)
+    tl.store(out_ptr + o + q, tl.load(row_ptr + p, mask=ok), mask=ok)
+    tl.store(out_ptr + o + q + n, tl.load(dst_ptr + p, mask=ok), mask=ok)
+    tl.store(out_ptr + 2 * total + q, tl.load(eid_ptr + p, mask=ok),
+             mask=ok)
 
 
 @triton.jit
@@ -155,25 +165,36 @@ def hetero_advance_kernel(lohi_ptr, state_ptr, news_ptr, T: tl.constexpr,
 
 @triton.jit
 def hetero_counts_kernel(rank_ptr, start_ptr, end_ptr, before_ptr, shift_ptr,
-                         state_ptr, news_ptr, counts_ptr, num_segments,
-                         T: tl.constexpr, HT: tl.constexpr,
-                         SP: tl.constexpr, TP: tl.constexpr,
-                         HTP: tl.constexpr):
+                         type_out_ptr, total_ptr, state_ptr, news_ptr,
+                         counts_ptr, num_segments, T: tl.constexpr,
+                         HT: tl.constexpr, SP: tl.constexpr,
+                         TP: tl.constexpr, HTP: tl.constexpr):
     r"""The batch's counts (one program): edges per segment (one hop of one
     edge type; :obj:`rank` is the exclusive scan of the filled slots),
-    each segment's shift into its edge type's output (segments ordered by
-    edge type, then hop: :obj:`before[s, u]` is 1 where segment :obj:`u`
-    comes before :obj:`s`), and :obj:`counts = [nodes per type, news per
-    hop and type, edges per segment]`."""
+    each segment's shift into the batch's edges (segments ordered by edge
+    type, then hop: :obj:`before[0, s, u]` is 1 where segment :obj:`u`
+    comes before :obj:`s`), the offset and count of each segment's edge
+    type (:obj:`before[1]`: where :obj:`u`'s edge type comes before
+    :obj:`s`'s; :obj:`before[2]`: where it is the same) into
+    :obj:`type_out`, the batch's edges into :obj:`total`, and
+    :obj:`counts = [nodes per type, news per hop and type, edges per
+    segment]`."""
     s = tl.arange(0, SP)
     ms = s < num_segments
     lo = tl.load(rank_ptr + tl.load(start_ptr + s, mask=ms, other=0),
                  mask=ms, other=0)
     cnt = tl.load(rank_ptr + tl.load(end_ptr + s, mask=ms, other=0),
                   mask=ms, other=0) - lo
-    before = tl.sum(tl.load(before_ptr + s[:, None] * SP + s[None, :]) *
-                    cnt[None, :], axis=1)
+    pair = s[:, None] * SP + s[None, :]
+    before = tl.sum(tl.load(before_ptr + pair) * cnt[None, :], axis=1)
     tl.store(shift_ptr + s, before - lo, mask=ms)
+    type_before = tl.sum(
+        tl.load(before_ptr + SP * SP + pair) * cnt[None, :], axis=1)
+    same_type = tl.sum(
+        tl.load(before_ptr + 2 * SP * SP + pair) * cnt[None, :], axis=1)
+    tl.store(type_out_ptr + 2 * s, type_before, mask=ms)
+    tl.store(type_out_ptr + 2 * s + 1, same_type, mask=ms)
+    tl.store(total_ptr, tl.sum(cnt, axis=0))
     tl.store(counts_ptr + T + HT + s, cnt, mask=ms)
     t = tl.arange(0, TP)
     tl.store(counts_ptr + t, tl.load(state_ptr + t, mask=t < T), mask=t < T)

@@ -5,7 +5,7 @@
 classified once instead of per batch: less Python work per batch, which
 matters when a prefetch thread shares the interpreter with training."""
 import copy
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -173,11 +173,14 @@ class HeteroDataAssembler:
         without the loader-specific :obj:`metadata`."""
         data = copy.copy(self.template)
         nodes = dict(out.node)
+        # Each store looked up once (a lookup by type costs as much as
+        # setting an attribute).
+        stores: Dict[Any, Any] = {}
         for node_type, attrs in self.node_attrs.items():
             node = nodes.get(node_type)
             if node is None:  # Disconnected: none sampled, as in PyG.
                 node = nodes[node_type] = torch.empty(0, dtype=torch.long)
-            store = data[node_type]
+            store = stores[node_type] = data[node_type]
             if self.num_nodes_key[node_type]:
                 store.num_nodes = node.numel()
             for key, value, dim in attrs:
@@ -197,7 +200,7 @@ class HeteroDataAssembler:
             edge = edges.get(edge_type)
             if edge is None and edge_type not in edges:
                 edge = edges[edge_type] = torch.empty(0, dtype=torch.long)
-            store = data[edge_type]
+            store = stores[edge_type] = data[edge_type]
             store.edge_index = stack_edges(row, col)
             perm = self.perm.get(edge_type)
             for key, value, dim in attrs:
@@ -208,20 +211,31 @@ class HeteroDataAssembler:
                 if perm is not None:
                     index = perm[index.to(perm.device)]
                 store[key] = _select(value, index, dim)
+        def store_of(key):
+            store = stores.get(key)
+            if store is None:
+                store = stores[key] = data[key]
+            return store
+
         # The same bookkeeping as PyG's `NodeLoader.filter_fn`:
         for node_type, node in nodes.items():
-            if 'n_id' not in data[node_type]:
-                data[node_type].n_id = node
+            store = store_of(node_type)
+            if 'n_id' not in store:
+                store.n_id = node
         for edge_type, edge in edges.items():
-            if edge is not None and 'e_id' not in data[edge_type]:
+            store = store_of(edge_type)
+            if edge is not None and 'e_id' not in store:
                 edge = edge.to(torch.long)
                 perm = self.perm.get(edge_type)
                 if perm is not None:
                     edge = perm[edge.to(perm.device)]
-                data[edge_type].e_id = edge
-        data.set_value_dict('batch', out.batch)
-        data.set_value_dict('num_sampled_nodes', out.num_sampled_nodes)
-        data.set_value_dict('num_sampled_edges', out.num_sampled_edges)
+                store.e_id = edge
+        # As `data.set_value_dict(key, values)`:
+        for key, values in (('batch', out.batch),
+                            ('num_sampled_nodes', out.num_sampled_nodes),
+                            ('num_sampled_edges', out.num_sampled_edges)):
+            for k, v in (values or {}).items():
+                store_of(k)[key] = v
         if out.orig_row is not None and out.orig_col is not None:
             for key in out.orig_row.keys():
                 data[key]._orig_edge_index = torch.stack(
