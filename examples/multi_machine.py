@@ -36,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import GraphSAGE
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.multigpu import destroy_distributed
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -144,7 +145,11 @@ def train(args: argparse.Namespace) -> None:
               f"replaced, decision: {stats['decision']['reason']}",
               flush=True)
         offload.close()
-    dist.destroy_process_group()
+    # The DDP model holds the process group: dropped first, so that the
+    # group ends in destroy_distributed (a barrier, then a pause that lets
+    # gloo's threads finish: see its docstring for the deadlock it avoids).
+    del model, opt
+    destroy_distributed()
 
 
 def main(argv: Optional[List[str]] = None) -> None:

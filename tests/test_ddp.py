@@ -443,3 +443,31 @@ def _store_host_leaves_first(rank, world_size):
 def test_store_host_exit_is_not_a_failure():
     assert run_workers(_store_host_leaves_first, 2, timeout=60) == ['ok',
                                                                     'ok']
+
+
+# Ending the process group ####################################################
+
+def _train_then_destroy(rank, world_size):
+    from torch.nn.parallel import DistributedDataParallel
+
+    from pyg_orch.multigpu import destroy_distributed
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(4, 2))
+    model(torch.randn(3, 4)).sum().backward()  # A gradient all-reduce.
+    was = dist.is_initialized()
+    del model
+    destroy_distributed(settle=0.01)
+    return was, dist.is_initialized()
+
+
+def test_destroy_distributed_ends_the_group():
+    out = run_workers(_train_then_destroy, 2, timeout=60)
+    assert out == [(True, False), (True, False)]
+
+
+def test_destroy_distributed_without_group_and_bad_settle():
+    from pyg_orch.multigpu import destroy_distributed
+    destroy_distributed()  # No process group: nothing to do.
+    for settle in (-1, 'x', True, float('nan')):
+        with pytest.raises(ValueError, match="'settle'"):
+            destroy_distributed(settle)

@@ -39,6 +39,15 @@ def small_graph(seed: int = 0) -> HeteroData:
     return random_hetero_graph(seed, SIZES, EDGES)
 
 
+def full_fanout(hops: int = 2):
+    r"""The small graph on :obj:`DEVICE` and, per edge type, fan-outs that
+    take every neighbor (no randomness left) for :obj:`hops` hops."""
+    data = small_graph()
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    k = max_degree(data)
+    return data, topo, {et: [k] * hops for et in topo.edge_types}
+
+
 def max_degree(data: HeteroData) -> int:
     return max((int(torch.bincount(s.edge_index[1]).max())
                 for s in data.edge_stores if s.edge_index.numel() > 0),
@@ -115,10 +124,7 @@ def test_edge_index_of_every_edge_type_is_a_view():
     # Each edge type's rows and columns lie back to back in the batch's one
     # copy of its edges, so its edge_index needs no further copy.
     from pyg_orch.loader.assemble import stack_edges
-    data = small_graph()
-    topo = GraphTopology.from_data(data, device=DEVICE)
-    k = max_degree(data)
-    num_neighbors = {et: [k, k] for et in topo.edge_types}
+    _, topo, num_neighbors = full_fanout()
     out = run_fused(topo, num_neighbors, SEEDS[0])
     ref = run_torch(topo, num_neighbors, SEEDS[0])
     storages = set()
@@ -157,10 +163,7 @@ def test_per_type_fanouts_match_torch_path():
 
 @needs_kernels
 def test_pruned_last_hop_matches_torch_path():
-    data = small_graph()
-    topo = GraphTopology.from_data(data, device=DEVICE)
-    k = max_degree(data)
-    num_neighbors = {et: [k, k] for et in topo.edge_types}
+    _, topo, num_neighbors = full_fanout()
     hot = {'a': (torch.arange(40) % 3 == 0).to(DEVICE),
            'b': (torch.arange(30) % 2 == 0).to(DEVICE)}
     seeds = {'a': torch.tensor([1, 2, 4, 5])}
