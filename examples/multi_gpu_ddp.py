@@ -19,8 +19,6 @@ an error in one rank into an error in all of them instead of a hang, and
 """
 import argparse
 import itertools
-import os
-import sys
 import time
 from typing import List, Optional
 
@@ -35,6 +33,7 @@ from pyg_orch.datasets import power_law_graph
 from pyg_orch.multigpu.ddp import (
     DistributedSeedSplit,
     all_ranks_stats,
+    destroy_distributed,
     equal_batch_count,
     init_distributed,
     rank_info,
@@ -131,17 +130,11 @@ def main(argv: Optional[List[str]] = None) -> None:
             print(f"  neighbors read: {reads['local']:.0f} from the own "
                   f"shard, {reads['replicated']:.0f} from copies, "
                   f"{reads['peer']:.0f} from peers' shards")
-    dist.barrier()
-    dist.destroy_process_group()
-    if device.type == 'cpu':
-        # DDP keeps the gloo group alive until the model is freed; freeing
-        # it joins gloo's threads while holding the interpreter lock, which
-        # deadlocks when one of them still frees a Python tensor (seen now
-        # and then with torch 2.13). Leave without freeing anything.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-
+    # The DDP model holds the process group: dropped first, so that the
+    # group ends in destroy_distributed (see its docstring for the gloo
+    # teardown deadlock it avoids).
+    del model, optimizer
+    destroy_distributed()
 
 if __name__ == '__main__':
     main()

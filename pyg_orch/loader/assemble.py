@@ -211,6 +211,7 @@ class HeteroDataAssembler:
                 if perm is not None:
                     index = perm[index.to(perm.device)]
                 store[key] = _select(value, index, dim)
+
         def store_of(key):
             store = stores.get(key)
             if store is None:
