@@ -221,6 +221,22 @@ def machine_info() -> Dict[str, Any]:
     return info
 
 
+def dynamo_graphs() -> int:
+    r"""Graphs :func:`torch.compile` (Dynamo) has compiled in this process
+    so far: a count that grows during a timed section means recompiles."""
+    from torch._dynamo.utils import counters
+    return int(counters['stats']['unique_graphs'])
+
+
+def compile_model(model: torch.nn.Module, mode: str = 'default'
+                  ) -> torch.nn.Module:
+    r"""``torch.compile(model, dynamic=True)``: one graph for batches of
+    every size (the mode ``'default'`` or another of
+    :func:`torch.compile`'s)."""
+    return torch.compile(model, dynamic=True,
+                         **({} if mode == 'default' else {'mode': mode}))
+
+
 def endless(loader) -> Iterator:
     r"""The loader's batches, epoch after epoch (one iterator per epoch:
     persistent workers stay)."""

@@ -22,7 +22,14 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
-from _bench_common import endless, log, time_pyg_workers, time_steps
+from _bench_common import (
+    compile_model,
+    dynamo_graphs,
+    endless,
+    log,
+    time_pyg_workers,
+    time_steps,
+)
 
 
 class SAGE(torch.nn.Module):
@@ -86,8 +93,12 @@ def run_train(data: HeteroData, fanout: List[int], batch_size: int,
               device: torch.device, hidden: int, num_layers: int,
               warmup: int, batches: int, repeats: int,
               pyg_workers: List[int], pyg_batches: int,
-              loader_kwargs: Optional[Dict] = None) -> Dict:
-    r"""The three timings and their ratios (see the module's docstring)."""
+              loader_kwargs: Optional[Dict] = None,
+              compile_mode: str = 'none') -> Dict:
+    r"""The three timings and their ratios (see the module's docstring).
+    With a :obj:`compile_mode` other than ``'none'``, every row trains
+    ``torch.compile(model, dynamic=True)`` (PyG's too), and the
+    compute-only bound is also timed with the eager model."""
     from pyg_orch import HybridNeighborLoader
     num_classes = int(data['paper'].y.max()) + 1
     torch.manual_seed(0)
@@ -106,6 +117,10 @@ def run_train(data: HeteroData, fanout: List[int], batch_size: int,
     init_model(model, first)
     res['num_parameters'] = sum(p.numel() for p in model.parameters())
     res['batch'] = batch_size_info(first)
+    eager_step = make_step(model)
+    if compile_mode != 'none':
+        res['compile'] = compile_mode
+        model = compile_model(model, compile_mode)
     step = make_step(model)
     loader.reset_stats()
     ours = time_steps(lambda: next(batches_a), step, warmup, batches,
@@ -133,6 +148,15 @@ def run_train(data: HeteroData, fanout: List[int], batch_size: int,
     cycle = itertools.cycle(kept)
     res['compute_only'] = time_steps(lambda: next(cycle), step, warmup,
                                      batches, repeats, device)
+    if compile_mode != 'none':
+        res['compute_only_eager'] = time_steps(
+            lambda: next(cycle), eager_step, warmup, batches, repeats, device)
+        res['compute_only_over_eager'] = (
+            res['compute_only']['ms_per_batch'] /
+            res['compute_only_eager']['ms_per_batch'])
+        log(f"  compute-only, eager model: "
+            f"{res['compute_only_eager']['ms_per_batch']:.2f} ms/batch")
+    res['dynamo_graphs_before_pyg'] = dynamo_graphs()
     kept.clear()
     log(f"  compute-only: {res['compute_only']['ms_per_batch']:.2f} "
         f"ms/batch")
@@ -140,6 +164,7 @@ def run_train(data: HeteroData, fanout: List[int], batch_size: int,
     # (c) PyG's NeighborLoader at each num_workers.
     res['pyg'] = run_pyg(data, fanout, batch_size, device, step,
                          pyg_workers, pyg_batches, repeats)
+    res['dynamo_graphs_after_pyg'] = dynamo_graphs()
 
     ours_ms = ours['ms_per_batch']
     res['ratio_ours_vs_compute_only'] = \

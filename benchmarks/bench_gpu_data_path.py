@@ -36,7 +36,9 @@ from pyg_orch.sampling.presample import count_node_access  # noqa: E402
 from pyg_orch.sampling.topology import GraphTopology  # noqa: E402
 from _bench_common import (  # noqa: E402
     PRESETS,
+    compile_model,
     describe_preset,
+    dynamo_graphs,
     log,
     machine_info,
 )
@@ -232,6 +234,11 @@ def main():
                    help='do not use trim_to_layer (it needs num_sampled_*, '
                    'which PyG with torch-sparse does not provide)')
     p.add_argument('--no-tf32', action='store_true')
+    p.add_argument('--compile', default='none',
+                   help="train a torch.compile'd model (dynamic=True) in "
+                   "every row, PyG's included: 'default' or another "
+                   "torch.compile mode; the eager compute-only bound is "
+                   "timed too ('none': eager everywhere, the default)")
     p.add_argument('--out', default=None)
     args = p.parse_args()
     TRIM = not args.no_trim
@@ -307,7 +314,21 @@ def main():
     gpu_loader = HybridNeighborLoader(data_gpu, fanout, topology=topo,
                                       **common)
     res['lookahead_default'] = gpu_loader.lookahead
+    graphs = {}
+    if args.compile != 'none':
+        res['compute_only_eager'] = compute_only(gpu_loader, model, opt, 20,
+                                                 5)
+        log(f'compute only, eager model: {res["compute_only_eager"]}')
+        model = compile_model(model, args.compile)
+        t = time.perf_counter()
     res['compute_only'] = compute_only(gpu_loader, model, opt, 20, 5)
+    if args.compile != 'none':
+        res['compute_only']['with_compile_s'] = time.perf_counter() - t
+        res['compute_only']['over_eager'] = (
+            res['compute_only']['ms_per_batch'] /
+            res['compute_only_eager']['ms_per_batch'])
+    graphs['compute_only'] = dynamo_graphs()
+    res['dynamo_graphs_after'] = graphs
     log(f'compute only: {res["compute_only"]}')
     variants = [('e2e_features_on_gpu', {}),
                 ('e2e_features_on_gpu_no_lookahead', dict(lookahead=False)),
@@ -332,6 +353,7 @@ def main():
             res['e2e_features_on_gpu_no_trim']['ms_per_batch'] /
             res['compute_only_no_trim']['ms_per_batch'])
         TRIM = True
+        graphs['no_trim'] = dynamo_graphs()
         log(f'no trim: {res["compute_only_no_trim"]} '
             f'{res["e2e_features_on_gpu_no_trim"]}')
 
@@ -396,6 +418,7 @@ def main():
         log(f'{key}: {res[key]}')
         del loader
     del gpu_loader
+    graphs['host_features'] = dynamo_graphs()
 
     # PyG ####################################################################
     # Forked workers must not inherit garbage that holds CUDA objects.
@@ -431,6 +454,7 @@ def main():
             res['pyg'][f'workers={w}'] = r
             log(f'PyG workers={w}: {r}')
             del loader
+        graphs['pyg'] = dynamo_graphs()
         best = min(v['ms_per_batch'] for k, v in res['pyg'].items()
                    if k.startswith('workers='))
         res['pyg']['best_ms_per_batch'] = best
@@ -523,6 +547,8 @@ def summarize(res):
         ('sampling triton, topology in host memory', sd['triton/host']),
         ('sampling torch, topology on GPU', sd['torch/device']),
         ('compute only (batches on GPU)', res['compute_only']),
+        ('  same, eager model', res.get('compute_only_eager',
+                                        res['compute_only'])),
         ('end-to-end, features on GPU', res['e2e_features_on_gpu']),
         ('  same, no lookahead', res['e2e_features_on_gpu_no_lookahead']),
         ('  same, prefetch thread', res['e2e_features_on_gpu_prefetch_thread']),

@@ -211,6 +211,11 @@ def main(argv: List[str] = None) -> Dict:
     train.add_argument('--pyg-batches', type=int, default=None,
                        help='timed PyG batches per repeat and num_workers '
                        '(default: 10; 2 on the CPU)')
+    train.add_argument('--compile', default='none',
+                       help="train a torch.compile'd model (dynamic=True) "
+                       "in every row, PyG's included: 'default' or another "
+                       "torch.compile mode; the eager compute-only bound is "
+                       "timed too (default: 'none', eager)")
     parser.add_argument('--device', default='cuda')
     parser.add_argument('--gpu-memory-budget', type=_budget, default='auto',
                         help="feature cache budget of the loaders: bytes, a "
@@ -348,7 +353,7 @@ def main(argv: List[str] = None) -> Dict:
                 num_layers=args.layers, warmup=args.train_warmup,
                 batches=args.train_batches, repeats=args.repeats,
                 pyg_workers=args.pyg_workers, pyg_batches=args.pyg_batches,
-                loader_kwargs=budget)
+                loader_kwargs=budget, compile_mode=args.compile)
 
         section(results, 'train/hetero', train)
 
@@ -367,6 +372,9 @@ def main(argv: List[str] = None) -> Dict:
                     train_res['pyg_best_ms_per_batch'], 3)
         summary['train/hetero speedup ours vs pyg best'] = round(
             train_res['speedup_ours_vs_pyg_best'], 2)
+    if 'compute_only_eager' in train_res:
+        summary['train/hetero/compute-only, eager model'] = round(
+            train_res['compute_only_eager']['ms_per_batch'], 3)
     if 'ratio_ours_vs_compute_only' in train_res:
         summary['train/hetero ours / compute-only'] = round(
             train_res['ratio_ours_vs_compute_only'], 2)
