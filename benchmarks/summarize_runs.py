@@ -21,6 +21,9 @@ FIGURES: Dict[str, Callable[[dict], float]] = {
     'sampling_host_topology_edges_per_s': lambda r: r['sampling']
     ['triton/host']['edges_per_s'],
     'compute_only_ms': lambda r: r['compute_only']['ms_per_batch'],
+    # Runs with --compile: the same bound with the eager model.
+    'compute_only_eager_ms': lambda r: r['compute_only_eager']
+    ['ms_per_batch'],
     'features_on_gpu_ms': lambda r: r['e2e_features_on_gpu']['ms_per_batch'],
     'features_on_gpu_over_compute_only': lambda r: r['e2e_features_on_gpu']
     ['over_compute_only'],
