@@ -13,18 +13,21 @@ from torch_geometric.nn import GraphSAGE, SAGEConv, to_hetero
 
 from pyg_orch import HybridNeighborLoader
 
-from conftest import random_graph, random_hetero_graph
+from conftest import (
+    RANDOM_HETERO_EDGES,
+    RANDOM_HETERO_SIZES,
+    random_graph,
+    random_hetero_graph,
+)
 
 _dynamo = pytest.importorskip('torch._dynamo')
 
-HETERO_SIZES = {'paper': 2000, 'author': 1000, 'inst': 60}
-HETERO_EDGES = {
-    ('author', 'writes', 'paper'): 8000,
-    ('paper', 'cites', 'paper'): 12000,
-    ('inst', 'employs', 'author'): 1000,
-    ('paper', 'written_by', 'author'): 6000,
-    ('author', 'works_at', 'inst'): 1000,
-}
+# conftest's heterogeneous graph, larger (no type of a batch is left with 0
+# or 1 rows, sizes Dynamo would specialize on), and 'inst' a destination too
+# (to_hetero needs every node type updated).
+HETERO_SIZES = {t: n * 17 for t, n in RANDOM_HETERO_SIZES.items()}
+HETERO_EDGES = {**{et: e * 20 for et, e in RANDOM_HETERO_EDGES.items()},
+                ('author', 'works_at', 'inst'): 1000}
 
 
 def compiled(model: torch.nn.Module, device: torch.device):
