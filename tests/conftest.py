@@ -357,6 +357,21 @@ def tiny_loader(data, num_neighbors=(4, 3), batch_size=8, **kwargs):
                                 **kwargs)
 
 
+def step_matches_unpruned(off, model, optimizer, batch, ref) -> None:
+    r"""One training step of :obj:`off` on the pruned :obj:`batch`, whose
+    seeds must get the outputs :obj:`model` gives them on the unpruned
+    :obj:`ref`."""
+    out = off(batch.x, batch.edge_index)[:batch.batch_size]
+    expected = model(ref.x, ref.edge_index)[:ref.batch_size]
+    assert torch.allclose(out, expected, atol=1e-5), \
+        (out - expected).abs().max()
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(out,
+                                             batch.y[:batch.batch_size])
+    loss.backward()
+    optimizer.step()
+
+
 class SlowCPU:
     r"""A :obj:`work_hook` of :class:`~pyg_orch.BottomLayerOffload` that
     makes every CPU work item take :obj:`seconds` longer (less if the item is

@@ -18,6 +18,7 @@ from conftest import (
     RANDOM_HETERO_SIZES,
     random_graph,
     random_hetero_graph,
+    step_matches_unpruned,
     tiny_graph,
 )
 
@@ -146,13 +147,7 @@ def test_offload_with_a_compiled_model(where):
     fast = compiled(off, cpu) if where == 'wrapper' else off
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     for batch, ref in zip(loader, ref_loader):
-        out = fast(batch.x, batch.edge_index)[:batch.batch_size]
-        expected = model(ref.x, ref.edge_index)[:ref.batch_size]
-        assert torch.allclose(out, expected, atol=1e-5), \
-            (out - expected).abs().max()
-        optimizer.zero_grad()
-        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-        optimizer.step()
+        step_matches_unpruned(fast, model, optimizer, batch, ref)
     assert off.stats()['hot_rows_replaced'] > 0
     off.close()
 

@@ -19,6 +19,7 @@ from conftest import (
     SlowCPU,
     offload_threads,
     random_graph,
+    step_matches_unpruned,
     tiny_graph,
     tiny_loader,
     wait_no_threads,
@@ -110,19 +111,6 @@ def test_synchronous_full_neighbors_is_exact(cora, name, replace_rows,
     assert stats['steps'] == 3 and stats['step_source'] == 'optimizer'
     assert stats['staleness_hist'] == {0: 3}
     off.close()
-
-
-def step_matches_unpruned(off, model, optimizer, batch, ref) -> None:
-    r"""One training step of :obj:`off` on the pruned :obj:`batch`, whose
-    seeds must get the outputs :obj:`model` gives them on the unpruned
-    :obj:`ref`."""
-    out = off(batch.x, batch.edge_index)[:batch.batch_size]
-    expected = model(ref.x, ref.edge_index)[:ref.batch_size]
-    assert torch.allclose(out, expected, atol=1e-5), \
-        (out - expected).abs().max()
-    optimizer.zero_grad()
-    F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-    optimizer.step()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
