@@ -117,8 +117,8 @@ def run_train(data: HeteroData, fanout: List[int], batch_size: int,
     init_model(model, first)
     res['num_parameters'] = sum(p.numel() for p in model.parameters())
     res['batch'] = batch_size_info(first)
-    eager_step = make_step(model)
     if compile_mode != 'none':
+        eager_step = make_step(model)
         res['compile'] = compile_mode
         model = compile_model(model, compile_mode)
     step = make_step(model)

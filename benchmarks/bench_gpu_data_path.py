@@ -315,14 +315,15 @@ def main():
                                       **common)
     res['lookahead_default'] = gpu_loader.lookahead
     graphs = {}
-    if args.compile != 'none':
+    compiled = args.compile != 'none'
+    if compiled:
         res['compute_only_eager'] = compute_only(gpu_loader, model, opt, 20,
                                                  5)
         log(f'compute only, eager model: {res["compute_only_eager"]}')
         model = compile_model(model, args.compile)
-        t = time.perf_counter()
+    t = time.perf_counter()
     res['compute_only'] = compute_only(gpu_loader, model, opt, 20, 5)
-    if args.compile != 'none':
+    if compiled:
         res['compute_only']['with_compile_s'] = time.perf_counter() - t
         res['compute_only']['over_eager'] = (
             res['compute_only']['ms_per_batch'] /

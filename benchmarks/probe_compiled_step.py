@@ -23,6 +23,7 @@ CPU smoke test: ``--device cpu --small`` (compiles with the C++ backend).
 """
 import argparse
 import copy
+import itertools
 import statistics
 import sys
 import time
@@ -37,10 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_common import (  # noqa: E402
     PRESETS,
-    log,
+    compile_model,
     device_time,
+    dynamo_graphs,
+    log,
     machine_info,
     sync,
+    time_steps,
     write_report,
 )
 from pyg_orch import HybridNeighborLoader  # noqa: E402
@@ -57,19 +61,12 @@ def time_variant(step: Callable, batches: List, repeats: int,
     sync(device)
     first = time.perf_counter() - start
     g1 = dynamo_graphs()
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for b in batches:
-            step(b)
-        sync(device)
-        runs.append(1e3 * (time.perf_counter() - start) / len(batches))
-    return {'ms_per_batch': statistics.median(runs),
-            'ms_per_batch_min': min(runs), 'ms_per_batch_max': max(runs),
-            'ms_per_batch_runs': runs, 'first_pass_s': first,
-            'graphs_compiled_warmup': g1 - g0,
-            'graphs_compiled_timed': dynamo_graphs() - g1,
-            'batches': len(batches), 'repeats': repeats}
+    cycle = itertools.cycle(batches)
+    res = time_steps(lambda: next(cycle), step, 0, len(batches), repeats,
+                     device)
+    res.update(first_pass_s=first, graphs_compiled_warmup=g1 - g0,
+               graphs_compiled_timed=dynamo_graphs() - g1)
+    return res
 
 
 def compare(variants: Dict[str, Callable], outputs: Dict[str, Callable],
@@ -184,15 +181,6 @@ def pad_hetero(batches: List) -> List:
     return out
 
 
-def keep_batches(loader, count: int) -> List:
-    out = []
-    for b in loader:
-        out.append(b)
-        if len(out) == count:
-            break
-    return out
-
-
 def homo(args, device) -> Dict:
     from torch_geometric.nn import GraphSAGE
 
@@ -203,7 +191,7 @@ def homo(args, device) -> Dict:
     loader = HybridNeighborLoader(data, [15, 10, 5], batch_size=1024,
                                   input_nodes=data.train_mask, shuffle=True,
                                   device=device, seed=0)
-    batches = keep_batches(loader, args.batches)
+    batches = list(itertools.islice(loader, args.batches))
     del loader
     torch.manual_seed(0)
     model = GraphSAGE(100, 256, 3, 47).to(device)
@@ -238,7 +226,7 @@ def hetero(args, device) -> Dict:
     loader = HybridNeighborLoader(data, [15, 10], batch_size=1024,
                                   input_nodes='paper', shuffle=True,
                                   device=device, seed=0)
-    batches = keep_batches(loader, args.batches)
+    batches = list(itertools.islice(loader, args.batches))
     del loader
     torch.manual_seed(0)
     model = hetero_model(data, 256, 16, 2, device)
