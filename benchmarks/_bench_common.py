@@ -232,7 +232,18 @@ def compile_model(model: torch.nn.Module, mode: str = 'default'
                   ) -> torch.nn.Module:
     r"""``torch.compile(model, dynamic=True)``: one graph for batches of
     every size (the mode ``'default'`` or another of
-    :func:`torch.compile`'s)."""
+    :func:`torch.compile`'s; ``'+cpp_wrapper'`` appended: Inductor's
+    launching code in C++ instead of Python, less host time per call)."""
+    mode, *extra = mode.split('+')
+    if extra and extra != ['cpp_wrapper']:
+        raise ValueError(f"unknown compile option in {'+'.join(extra)!r} "
+                         "(expected '<mode>' or '<mode>+cpp_wrapper')")
+    if extra:  # Options and a mode cannot both be passed.
+        options = dict(cpp_wrapper=True)
+        if mode != 'default':
+            from torch._inductor import list_mode_options
+            options.update(list_mode_options(mode, dynamic=True))
+        return torch.compile(model, dynamic=True, options=options)
     return torch.compile(model, dynamic=True,
                          **({} if mode == 'default' else {'mode': mode}))
 
@@ -340,3 +351,59 @@ def device_time(run: Callable[[], None], num_batches: int,
         rows.append((e.key[:60], e.count / num_batches, round(us, 2)))
     rows.sort(key=lambda r: -r[2])
     return {'device_us_per_batch': total, 'kernels': rows[:top]}
+
+
+#: CUDA runtime calls that make the host wait for the device.
+WAITING_CALLS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize',
+                 'cudaEventSynchronize', 'cudaMemcpy', 'cudaFree',
+                 'cudaMemcpyAsync')
+
+
+def host_time(run: Callable[[], None], num_batches: int,
+              top: int = 25) -> Dict[str, Any]:
+    r"""Where the host's time goes in :obj:`run()` (which does
+    :obj:`num_batches` batches), from :mod:`torch.profiler`: the CUDA
+    runtime calls per batch (calls and host us, :obj:`WAITING_CALLS` among
+    them: a synchronizing call takes as long as the device queue ahead of
+    it), and the :obj:`top` host events by self time per batch."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU,
+                             ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    runtime, rows = {}, []
+    for e in prof.key_averages():
+        if e.self_cpu_time_total <= 0:
+            continue
+        row = (e.key[:70], round(e.count / num_batches, 2),
+               round(e.self_cpu_time_total / num_batches, 1))
+        rows.append(row)
+        if e.key.startswith(('cuda', 'cu')) and not e.key.startswith(
+                'cudnn'):
+            runtime[e.key] = {'calls_per_batch': row[1],
+                              'host_us_per_batch': row[2]}
+    rows.sort(key=lambda r: -r[2])
+    waiting = {k: v for k, v in runtime.items()
+               if k.startswith(WAITING_CALLS)}
+    return {'runtime_calls': runtime, 'waiting_calls': waiting,
+            'waiting_us_per_batch': sum(v['host_us_per_batch']
+                                        for v in waiting.values()),
+            'top_host_events': rows[:top]}
+
+
+def step_host_ms(step: Callable[[Any], None], batches: List[Any],
+                 device: torch.device) -> Dict[str, float]:
+    r"""Host time of :obj:`step(b)` with the device idle before each call
+    and not waited for after it (median [min-max] ms over
+    :obj:`batches`): near the device time per step means the step waits
+    for the device, far below means the host only launches work."""
+    times = []
+    for b in batches:
+        sync(device)
+        start = time.perf_counter()
+        step(b)
+        times.append(1e3 * (time.perf_counter() - start))
+    sync(device)
+    times.sort()
+    return {'median': times[len(times) // 2], 'min': times[0],
+            'max': times[-1]}

@@ -12,6 +12,9 @@ output from the eager model's.
 
 * ``homo``: GraphSAGE 3x256 on the 2.4M-node / 120M-edge power-law graph,
   fan-out [15, 10, 5], batch 1024, with and without ``trim_to_layer``;
+* ``e2e``: the loader and the trimmed homogeneous step together, with
+  the host's time per batch in the loader and in the step, and the CUDA
+  runtime calls that wait for the device;
 * ``hetero``: ``to_hetero`` GraphSAGE 2x256 on ``bench_hetero_gpu.py``'s
   paper / author / institution graph, fan-out [15, 10], batch 1024.
 
@@ -41,9 +44,12 @@ from _bench_common import (  # noqa: E402
     compile_model,
     device_time,
     dynamo_graphs,
+    endless,
+    host_time,
     log,
     machine_info,
     sync,
+    step_host_ms,
     time_steps,
     write_report,
 )
@@ -87,6 +93,8 @@ def compare(variants: Dict[str, Callable], outputs: Dict[str, Callable],
             prof = device_time(lambda: [step(b) for b in bs], len(bs), 12)
             r['device_us_per_batch'] = prof['device_us_per_batch']
             r['top_kernels'] = prof['kernels']
+            r['step_host_ms'] = step_host_ms(step, bs, device)
+            r['host'] = host_time(lambda: [step(b) for b in bs], len(bs))
         r['max_abs_diff_first_output'] = float((out - ref).abs().max())
         r['max_abs_first_output'] = float(ref.abs().max())
         res[name] = r
@@ -95,7 +103,9 @@ def compare(variants: Dict[str, Callable], outputs: Dict[str, Callable],
             f"first pass {r['first_pass_s']:.1f} s, graphs "
             f"{r['graphs_compiled_warmup']}+{r['graphs_compiled_timed']}, "
             f"diff {r['max_abs_diff_first_output']:.2e}, device "
-            f"{r.get('device_us_per_batch', 0) / 1e3:.3f} ms/batch")
+            f"{r.get('device_us_per_batch', 0) / 1e3:.3f} ms/batch, host "
+            f"{r.get('step_host_ms', {}).get('median', 0):.3f} ms/step, "
+            f"waiting calls {r.get('host', {}).get('waiting_calls')}")
     eager = res[next(iter(res))]['ms_per_batch']
     for name in res:
         res[name]['speedup_vs_eager'] = eager / res[name]['ms_per_batch']
@@ -109,7 +119,10 @@ def variants_of(model: torch.nn.Module, forward: Callable, loss: Callable,
     steps, outputs = {}, {}
     for mode in modes:
         m = copy.deepcopy(model)
-        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+        fused = mode.endswith('+fused_adam')  # One kernel per step.
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3,
+                               **({'fused': True} if fused else {}))
+        mode = mode[:-len('+fused_adam')] if fused else mode
         if mode == 'eager':
             fm = m
         elif mode.startswith('padded-'):  # Static shapes: CUDA graphs.
@@ -122,8 +135,9 @@ def variants_of(model: torch.nn.Module, forward: Callable, loss: Callable,
             loss(forward(fm, b), b).backward()
             opt.step()
 
-        steps[mode] = step
-        outputs[mode] = (lambda b, fm=fm: forward(fm, b))
+        name = mode + ('+fused_adam' if fused else '')
+        steps[name] = step
+        outputs[name] = (lambda b, fm=fm: forward(fm, b))
     return steps, outputs
 
 
@@ -244,29 +258,126 @@ def hetero(args, device) -> Dict:
         args.repeats, device, pad_hetero(batches))}
 
 
+def e2e(args, device) -> Dict:
+    r"""The loader and the trimmed GraphSAGE step together, per mode: wall
+    ms per batch, the host's ms per batch in :obj:`next(loader)` and in the
+    step, and (CUDA) where the host's time goes."""
+    from torch_geometric.nn import GraphSAGE
+
+    from pyg_orch.datasets import power_law_graph
+    p = PRESETS['tiny' if args.small else 'default']
+    data = power_law_graph(p['num_nodes'], p['num_edges'], 100, 47,
+                           device=device, seed=0)
+    loader = HybridNeighborLoader(data, [15, 10, 5], batch_size=1024,
+                                  input_nodes=data.train_mask, shuffle=True,
+                                  device=device, seed=0)
+    torch.manual_seed(0)
+    model = GraphSAGE(100, 256, 3, 47).to(device)
+
+    def forward(m, b):
+        return m(b.x, b.edge_index,
+                 num_sampled_nodes_per_hop=b.num_sampled_nodes,
+                 num_sampled_edges_per_hop=b.num_sampled_edges
+                 )[:b.batch_size]
+
+    def loss(out, b):
+        return F.cross_entropy(out, b.y[:b.batch_size])
+
+    steps, _ = variants_of(model, forward, loss,
+                           [m for m in args.modes
+                            if not m.startswith('padded')])
+    kept = list(itertools.islice(loader, args.batches))
+    res: Dict = {}
+    for mode, step in steps.items():
+        it = endless(loader)
+        for _ in range(max(args.batches, 10)):  # Warm-up (and compiles).
+            step(next(it))
+        sync(device)
+        cycle = itertools.cycle(kept)
+        bound = time_steps(lambda: next(cycle), step, 3, len(kept),
+                           args.repeats, device)
+        t_next, t_step, runs = [], [], []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            for _ in range(args.batches):
+                t0 = time.perf_counter()
+                b = next(it)
+                t1 = time.perf_counter()
+                step(b)
+                t_step.append(time.perf_counter() - t1)
+                t_next.append(t1 - t0)
+            sync(device)
+            runs.append(1e3 * (time.perf_counter() - start) / args.batches)
+        r = {'ms_per_batch': statistics.median(runs),
+             'ms_per_batch_min': min(runs), 'ms_per_batch_max': max(runs),
+             'compute_only_ms': bound['ms_per_batch'],
+             'over_compute_only': statistics.median(runs) /
+             bound['ms_per_batch'],
+             'host_ms_next': 1e3 * statistics.median(t_next),
+             'host_ms_step': 1e3 * statistics.median(t_step),
+             'step_host_ms_idle_device': step_host_ms(step, kept, device)}
+        if device.type == 'cuda':
+            r['host'] = host_time(
+                lambda: [step(next(it)) for _ in range(args.batches)],
+                args.batches)
+        if args.cprofile:
+            r['cprofile'] = cprofile_top(
+                lambda: [step(next(it)) for _ in range(args.batches)], 45)
+            args.cprofile = False  # The first mode's only.
+        res[mode] = r
+        log(f"  e2e {mode}: {r['ms_per_batch']:.3f} ms/batch "
+            f"[{r['ms_per_batch_min']:.3f}-{r['ms_per_batch_max']:.3f}], "
+            f"compute only {r['compute_only_ms']:.3f} "
+            f"({r['over_compute_only']:.3f}x), "
+            f"host in next {r['host_ms_next']:.3f} ms, in step "
+            f"{r['host_ms_step']:.3f} ms, waiting calls "
+            f"{r.get('host', {}).get('waiting_calls')}")
+    return res
+
+
+def cprofile_top(run: Callable[[], None], top: int) -> List[str]:
+    r"""The :obj:`top` functions by own time in :obj:`run()`, from
+    :mod:`cProfile` (which slows Python code down: shares, not times)."""
+    import cProfile
+    import io
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    run()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats('tottime').print_stats(top)
+    return out.getvalue().splitlines()
+
+
 def main(argv=None) -> Dict:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--what', default='homo,hetero')
     p.add_argument('--modes', default='eager,default,padded-reduce-overhead',
                    help="'eager' first, then torch.compile modes with "
                    "dynamic shapes ('default', 'max-autotune-no-cudagraphs', "
-                   "...) or 'padded-<mode>': static shapes, every batch "
-                   "padded to the same sizes (not with trim_to_layer)")
+                   "'default+cpp_wrapper', ...) or 'padded-<mode>': static "
+                   "shapes, every batch padded to the same sizes (not with "
+                   "trim_to_layer); '+fused_adam' appended to any: Adam "
+                   "with fused=True")
     p.add_argument('--batches', type=int, default=20)
     p.add_argument('--repeats', type=int, default=5)
     p.add_argument('--small', action='store_true')
+    p.add_argument('--cprofile', action='store_true',
+                   help="e2e: the first mode's loop under cProfile too")
     p.add_argument('--device', default='cuda')
     p.add_argument('--out', default=None)
     args = p.parse_args(argv)
     args.modes = args.modes.split(',')
-    if args.modes[0] != 'eager':
+    if not args.modes[0].startswith('eager'):
         p.error("--modes must start with 'eager' (the reference)")
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True  # As bench_gpu_data_path.
     res: Dict = {'machine': machine_info(), 'config': vars(args),
                  'torch': torch.__version__}
     for what in args.what.split(','):
-        res[what] = {'homo': homo, 'hetero': hetero}[what](args, device)
+        res[what] = {'homo': homo, 'hetero': hetero,
+                     'e2e': e2e}[what](args, device)
     if args.out:
         write_report(res, args.out)
     return res

@@ -14,6 +14,12 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
+def _pyg_best(r: dict, prefix: str) -> float:
+    # The best over num_workers of PyG's rows named '<prefix>workers=<w>'.
+    return min(v['ms_per_batch'] for k, v in r['pyg'].items()
+               if k.startswith(prefix + 'workers='))
+
+
 # Figure name -> how to read it from one result of bench_gpu_data_path.py.
 FIGURES: Dict[str, Callable[[dict], float]] = {
     'sampling_edges_per_s': lambda r: r['sampling']['triton/device']
@@ -38,6 +44,9 @@ FIGURES: Dict[str, Callable[[dict], float]] = {
     'gather_degree_uva_ms': lambda r: r['gather']['degree/uva']
     ['ms_per_batch'],
     'pyg_best_ms': lambda r: r['pyg']['best_ms_per_batch'],
+    # Runs with --compile --pyg-eager-too: PyG with each model.
+    'pyg_same_step_best_ms': lambda r: _pyg_best(r, ''),
+    'pyg_eager_model_best_ms': lambda r: _pyg_best(r, 'eager_model/'),
     'speedup_vs_pyg_features_on_gpu': lambda r: r['speedup_vs_pyg']
     ['features_on_gpu'],
     'speedup_vs_pyg_host_features_cache': lambda r: r['speedup_vs_pyg']
@@ -57,13 +66,14 @@ def summarize(runs: List[dict]) -> Dict[str, Any]:
         for r in runs:
             try:
                 values.append(float(read(r)))
-            except (KeyError, TypeError):
+            except (KeyError, TypeError, ValueError):  # Not in this run.
                 pass
         if values:
             out[name] = spread(values)
-    best = [min((k for k in r.get('pyg', {}) if k.startswith('workers=')),
-                key=lambda k: r['pyg'][k]['ms_per_batch'], default=None)
-            for r in runs]
+    best = [r.get('pyg', {}).get('best') or min(
+        (k for k in r.get('pyg', {}) if k.startswith('workers=')),
+        key=lambda k: r['pyg'][k]['ms_per_batch'], default=None)
+        for r in runs]
     out['pyg_best_workers'] = best
     return out
 
