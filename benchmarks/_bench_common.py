@@ -279,6 +279,14 @@ def time_steps(next_batch: Callable[[], Any],
             'repeats': repeats}
 
 
+def release_workers(loader: Any) -> None:
+    r"""Stops a PyTorch :class:`DataLoader`'s persistent workers at once:
+    they end with the iterator the loader keeps, dropped here first
+    (deleting the loader with its iterator waits about 5 s per worker)."""
+    if getattr(loader, '_iterator', None) is not None:
+        loader._iterator = None
+
+
 def time_pyg_workers(make_loader: Callable[[int], Any], name: str,
                      device: torch.device, step: Callable[[Any], None],
                      workers: List[int], batches: int,
@@ -315,10 +323,7 @@ def time_pyg_workers(make_loader: Callable[[int], Any], name: str,
                 res = {'error': f'{type(e).__name__}: {e}'}
             finally:
                 it.close()
-        # The persistent workers end with their iterator: dropped first,
-        # they stop at once (deleting the loader with its iterator waited
-        # about 5 s per worker).
-        loader._iterator = None
+        release_workers(loader)
         loader = None
         gc.collect()
         res['wall_s'] = time.perf_counter() - start

@@ -42,6 +42,7 @@ from _bench_common import (  # noqa: E402
     dynamo_graphs,
     log,
     machine_info,
+    release_workers,
 )
 
 
@@ -468,6 +469,7 @@ def main():
                               args.pyg_batches, 4 * w, args.pyg_rounds)
             res['pyg'][f'{prefix}workers={w}'] = r
             log(f'PyG {prefix}workers={w}: {r}')
+            release_workers(loader)
             del loader
         graphs['pyg'] = dynamo_graphs()
         best, best_key = min((v['ms_per_batch'], k)
