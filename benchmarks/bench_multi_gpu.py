@@ -27,6 +27,7 @@ from _bench_common import (  # noqa: E402
     PRESETS,
     add_preset_args,
     apply_preset,
+    compile_model,
     log,
     machine_info,
 )
@@ -179,14 +180,21 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
         model = GraphSAGE(F, args.hidden, len(fanout),
                           int(data.y.max()) + 1).to(dev)
         ddp = DistributedDataParallel(model, device_ids=[rank])
-        opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+        opt = torch.optim.Adam(ddp.parameters(), lr=1e-3,
+                               **({'fused': True} if args.fused_adam
+                                  else {}))
+        if args.compile != 'none':  # DDP compiled as a whole, as PyTorch
+            ddp = compile_model(ddp, args.compile)  # recommends.
         it = iter(loader)
         times = []
 
         def step():
             batch = next(it)
             opt.zero_grad()
-            out = ddp(batch.x, batch.edge_index)[:batch.batch_size]
+            kw = dict(num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                      num_sampled_edges_per_hop=batch.num_sampled_edges
+                      ) if args.trim else {}
+            out = ddp(batch.x, batch.edge_index, **kw)[:batch.batch_size]
             loss = torch.nn.functional.cross_entropy(
                 out, batch.y[:batch.batch_size].to(dev))
             loss.backward()
@@ -327,6 +335,14 @@ def main():
                    help="comma-separated partitions ('metis', 'random') to "
                    "shard the topology by, besides ranges: sampling alone, "
                    "each rank's seeds in its own part")
+    p.add_argument('--trim', action='store_true',
+                   help="train with PyG's trim_to_layer (the fastest plain "
+                   "configuration)")
+    p.add_argument('--compile', default='none',
+                   help="torch.compile(DDP(model), dynamic=True) with this "
+                   "mode ('default', ...; 'none': eager)")
+    p.add_argument('--fused-adam', action='store_true',
+                   help='Adam with fused=True')
     p.add_argument('--out', default=None)
     args = p.parse_args()
     args.num_nodes = args.num_edges = None
