@@ -351,6 +351,13 @@ def main():
     if args.scale:
         for k, v in PRESETS['scale'].items():
             setattr(args, k, v)
+    steps = args.warmup + args.repeats * args.batches
+    if args.gpus * steps * args.batch_size > args.num_nodes:
+        # Every rank's seeds are distinct nodes, one batch per step.
+        p.error(f'{args.gpus} GPUs x {steps} steps (--warmup + --repeats x '
+                f'--batches) x --batch-size {args.batch_size} seeds exceed '
+                f'the graph\'s {args.num_nodes} nodes; take fewer steps or a '
+                'larger preset')
     os.environ.update(MULTICAST_OFF_ENV)
     import torch.multiprocessing as mp
 
