@@ -195,7 +195,9 @@ def pad_hetero(batches: List) -> List:
     return out
 
 
-def homo(args, device) -> Dict:
+def homo_setup(args, device) -> tuple:
+    r"""The homogeneous graph's loader (fused sampling, features on the
+    device) and GraphSAGE 3 x 256 (its initial weights from seed 0)."""
     from torch_geometric.nn import GraphSAGE
 
     from pyg_orch.datasets import power_law_graph
@@ -205,29 +207,40 @@ def homo(args, device) -> Dict:
     loader = HybridNeighborLoader(data, [15, 10, 5], batch_size=1024,
                                   input_nodes=data.train_mask, shuffle=True,
                                   device=device, seed=0)
+    torch.manual_seed(0)
+    return loader, GraphSAGE(100, 256, 3, 47).to(device)
+
+
+def homo_forward(m: torch.nn.Module, b, trim: bool = True) -> torch.Tensor:
+    r"""The seeds' outputs, with :obj:`trim_to_layer` if :obj:`trim`."""
+    kw = dict(num_sampled_nodes_per_hop=b.num_sampled_nodes,
+              num_sampled_edges_per_hop=b.num_sampled_edges) if trim else {}
+    return m(b.x, b.edge_index, **kw)[:b.batch_size]
+
+
+def homo_loss(out: torch.Tensor, b) -> torch.Tensor:
+    return F.cross_entropy(out, b.y[:b.batch_size])
+
+
+def homo(args, device) -> Dict:
+    loader, model = homo_setup(args, device)
     batches = list(itertools.islice(loader, args.batches))
     del loader
-    torch.manual_seed(0)
-    model = GraphSAGE(100, 256, 3, 47).to(device)
-    res: Dict = {'graph': {'nodes': p['num_nodes'], 'edges': p['num_edges']},
+    preset = PRESETS['tiny' if args.small else 'default']
+    res: Dict = {'graph': {'nodes': preset['num_nodes'],
+                           'edges': preset['num_edges']},
                  'edges_per_batch': statistics.mean(
                      b.edge_index.size(1) for b in batches)}
 
-    def loss(out, b):
-        return F.cross_entropy(out, b.y[:b.batch_size])
-
     for trim in (True, False):
         def forward(m, b, trim=trim):
-            kw = dict(num_sampled_nodes_per_hop=b.num_sampled_nodes,
-                      num_sampled_edges_per_hop=b.num_sampled_edges) \
-                if trim else {}
-            return m(b.x, b.edge_index, **kw)[:b.batch_size]
+            return homo_forward(m, b, trim)
 
         name = 'sage_trim' if trim else 'sage_no_trim'
         log(f'homo {name}')
         modes = [m for m in args.modes
                  if not (trim and m.startswith('padded'))]
-        res[name] = compare(*variants_of(model, forward, loss, modes),
+        res[name] = compare(*variants_of(model, forward, homo_loss, modes),
                             batches, args.repeats, device,
                             None if trim else pad_homo(batches))
     return res
@@ -262,28 +275,8 @@ def e2e(args, device) -> Dict:
     r"""The loader and the trimmed GraphSAGE step together, per mode: wall
     ms per batch, the host's ms per batch in :obj:`next(loader)` and in the
     step, and (CUDA) where the host's time goes."""
-    from torch_geometric.nn import GraphSAGE
-
-    from pyg_orch.datasets import power_law_graph
-    p = PRESETS['tiny' if args.small else 'default']
-    data = power_law_graph(p['num_nodes'], p['num_edges'], 100, 47,
-                           device=device, seed=0)
-    loader = HybridNeighborLoader(data, [15, 10, 5], batch_size=1024,
-                                  input_nodes=data.train_mask, shuffle=True,
-                                  device=device, seed=0)
-    torch.manual_seed(0)
-    model = GraphSAGE(100, 256, 3, 47).to(device)
-
-    def forward(m, b):
-        return m(b.x, b.edge_index,
-                 num_sampled_nodes_per_hop=b.num_sampled_nodes,
-                 num_sampled_edges_per_hop=b.num_sampled_edges
-                 )[:b.batch_size]
-
-    def loss(out, b):
-        return F.cross_entropy(out, b.y[:b.batch_size])
-
-    steps, _ = variants_of(model, forward, loss,
+    loader, model = homo_setup(args, device)
+    steps, _ = variants_of(model, homo_forward, homo_loss,
                            [m for m in args.modes
                             if not m.startswith('padded')])
     kept = list(itertools.islice(loader, args.batches))
