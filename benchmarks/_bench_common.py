@@ -358,10 +358,11 @@ def device_time(run: Callable[[], None], num_batches: int,
     return {'device_us_per_batch': total, 'kernels': rows[:top]}
 
 
-#: CUDA runtime calls that make the host wait for the device.
+#: CUDA runtime calls that can make the host wait for the device (the
+#: synchronizations, :obj:`cudaFree`, and copies: one into pageable host
+#: memory waits for the queue ahead of it). Prefixes.
 WAITING_CALLS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize',
-                 'cudaEventSynchronize', 'cudaMemcpy', 'cudaFree',
-                 'cudaMemcpyAsync')
+                 'cudaEventSynchronize', 'cudaMemcpy', 'cudaFree')
 
 
 def host_time(run: Callable[[], None], num_batches: int,
