@@ -252,7 +252,7 @@ def test_cycle_check_sees_lazy_imports(tmp_path):
 # module: each child starts without any pyg_orch module loaded and imports
 # just the one (a fresh interpreter per module would take minutes).
 _DRIVER = textwrap.dedent('''
-    import json, os, sys, traceback
+    import json, os, sys, tempfile, traceback
     import torch, torch_geometric, torch_geometric.loader, torch_geometric.nn
     import torch_geometric.sampler
     jobs = json.loads(sys.argv[1])
@@ -260,11 +260,26 @@ _DRIVER = textwrap.dedent('''
     # PyG imports Triton itself where it is installed: nothing to check then.
     pyg_triton = 'triton' in sys.modules
     report = {}
-    for name, needs_triton in jobs:
-        r, w = os.pipe()
+    running = {}  # pid -> (module, file of its message)
+    width = max(1, min(4, os.cpu_count() or 1))  # Children at once.
+    tmp = tempfile.mkdtemp()
+
+    def reap():
+        pid, status = os.wait()
+        name, path = running.pop(pid)
+        with open(path) as f:
+            msg = f.read()
+        if status != 0 and not msg:
+            msg = f'exit status {status}'
+        report[name] = msg
+
+    for i, (name, needs_triton) in enumerate(jobs):
+        if len(running) >= width:
+            reap()
+        path = os.path.join(tmp, f'{i}.txt')
+        open(path, 'w').close()
         pid = os.fork()
-        if pid == 0:
-            os.close(r)
+        if pid == 0:  # A fresh interpreter state for one module.
             msg = ''
             try:
                 __import__(name)
@@ -276,21 +291,12 @@ _DRIVER = textwrap.dedent('''
                     msg = traceback.format_exc()
             except BaseException:
                 msg = traceback.format_exc()
-            os.write(w, msg.encode())
+            with open(path, 'w') as f:
+                f.write(msg)
             os._exit(0)
-        os.close(w)
-        chunks = []
-        while True:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
-        msg = b''.join(chunks).decode()
-        if status != 0 and not msg:
-            msg = f'exit status {status}'
-        report[name] = msg
+        running[pid] = (name, path)
+    while running:
+        reap()
     print(json.dumps(report))
 ''')
 
