@@ -23,7 +23,7 @@ import importlib.util, sys
 from pathlib import Path
 import pyg_orch
 assert Path(pyg_orch.__file__).resolve().parents[1] == Path(sys.argv[1])
-for mod in ('pytest', 'pytest_timeout', 'nbclient', 'nbformat', 'ipykernel',
+for mod in ('pytest', 'pytest_timeout', 'xdist', 'nbclient', 'nbformat', 'ipykernel',
             'matplotlib', 'sphinx', 'torch_geometric', 'numpy', 'pymetis'):
     if importlib.util.find_spec(mod) is None:
         sys.exit(1)

@@ -7,7 +7,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 PYTHON="${PYTHON:-python}"
 
-"$PYTHON" -m pytest -q "$@"
+# Tests run in parallel processes (pytest-xdist), one per core up to 4;
+# PYTEST_WORKERS=0 runs them in this process.
+WORKERS="${PYTEST_WORKERS:-$("$PYTHON" -c 'import os; print(min(4, os.cpu_count() or 1))')}"
+"$PYTHON" -m pytest -q -n "$WORKERS" "$@"
 
 SITE=".cache/baseline-site"
 if [ -d "$SITE/torch_sparse" ]; then
