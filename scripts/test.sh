@@ -8,9 +8,10 @@ bash scripts/setup.sh
 PYTHON="${PYTHON:-python}"
 
 # Tests run in parallel processes (pytest-xdist), one per core up to 4;
-# PYTEST_WORKERS=0 runs them in this process.
+# PYTEST_WORKERS=0 runs them in this process. Tests that start processes
+# meeting over TCP ports share one worker (tests/conftest.py).
 WORKERS="${PYTEST_WORKERS:-$("$PYTHON" -c 'import os; print(min(4, os.cpu_count() or 1))')}"
-"$PYTHON" -m pytest -q -n "$WORKERS" "$@"
+"$PYTHON" -m pytest -q -n "$WORKERS" --dist loadgroup "$@"
 
 SITE=".cache/baseline-site"
 if [ -d "$SITE/torch_sparse" ]; then

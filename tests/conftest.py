@@ -27,15 +27,28 @@ HAS_TORCH_SPARSE = _has_torch_sparse()
 HAS_CUDA = torch.cuda.is_available()
 
 
+#: Test modules whose tests start processes that meet over TCP ports (gloo
+#: process groups, torchrun, the tutorials' launchers). Under pytest-xdist
+#: (``scripts/test.sh``, ``--dist loadgroup``) they all run in one worker,
+#: one after the other, so that two of them never pick the same port.
+MULTIPROCESS_MODULES = ('test_ddp', 'test_distributed_', 'test_multi_gpu',
+                        'test_offload_ddp', 'test_offload_partition',
+                        'test_sharding', 'test_bench_distributed_cli',
+                        'test_notebooks')
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason='needs a CUDA device')
     skip_parity = pytest.mark.skip(
         reason="needs torch-sparse for PyG's NeighborLoader (see README)")
+    one_worker = pytest.mark.xdist_group('multiprocess')
     for item in items:
         if 'gpu' in item.keywords and not HAS_CUDA:
             item.add_marker(skip_gpu)
         if 'parity' in item.keywords and not HAS_TORCH_SPARSE:
             item.add_marker(skip_parity)
+        if item.path.stem.startswith(MULTIPROCESS_MODULES):
+            item.add_marker(one_worker)
 
 
 def _planetoid(name: str, tmp_path_factory):
