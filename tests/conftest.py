@@ -33,8 +33,9 @@ HAS_CUDA = torch.cuda.is_available()
 #: one after the other, so that two of them never pick the same port.
 MULTIPROCESS_MODULES = ('test_ddp', 'test_distributed_', 'test_multi_gpu',
                         'test_offload_ddp', 'test_offload_partition',
-                        'test_sharding', 'test_bench_distributed_cli',
-                        'test_notebooks')
+                        'test_sharding', 'test_bench_distributed_cli')
+#: The same for the tutorials that start such processes (by test id).
+MULTIPROCESS_NOTEBOOKS = ('04_multi_gpu', '06_multi_machine')
 
 
 def pytest_collection_modifyitems(config, items):
@@ -47,7 +48,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if 'parity' in item.keywords and not HAS_TORCH_SPARSE:
             item.add_marker(skip_parity)
-        if item.path.stem.startswith(MULTIPROCESS_MODULES):
+        if item.path.stem.startswith(MULTIPROCESS_MODULES) or (
+                item.path.stem == 'test_notebooks'
+                and any(n in item.name for n in MULTIPROCESS_NOTEBOOKS)):
             item.add_marker(one_worker)
 
 
