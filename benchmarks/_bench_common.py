@@ -248,6 +248,20 @@ def compile_model(model: torch.nn.Module, mode: str = 'default'
                          **({} if mode == 'default' else {'mode': mode}))
 
 
+def add_compile_args(parser, what: str) -> None:
+    r"""Adds :obj:`--compile MODE` (:func:`compile_model`; :obj:`'none'`:
+    eager, the default) and :obj:`--fused-adam`; :obj:`what` says what is
+    compiled."""
+    parser.add_argument('--compile', default='none',
+                        help=f"train {what} compiled by torch.compile("
+                        "..., dynamic=True) in this mode ('default', "
+                        "'default+cpp_wrapper', another torch.compile mode; "
+                        "'none': eager, the default)")
+    parser.add_argument('--fused-adam', action='store_true',
+                        help='Adam with fused=True (one kernel per step, '
+                        'much less host time than the default foreach Adam)')
+
+
 def endless(loader) -> Iterator:
     r"""The loader's batches, epoch after epoch (one iterator per epoch:
     persistent workers stay)."""

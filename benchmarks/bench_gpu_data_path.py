@@ -37,6 +37,7 @@ from pyg_orch.sampling.presample import count_node_access  # noqa: E402
 from pyg_orch.sampling.topology import GraphTopology  # noqa: E402
 from _bench_common import (  # noqa: E402
     PRESETS,
+    add_compile_args,
     compile_model,
     describe_preset,
     dynamo_graphs,
@@ -236,14 +237,8 @@ def main():
                    help='do not use trim_to_layer (it needs num_sampled_*, '
                    'which PyG with torch-sparse does not provide)')
     p.add_argument('--no-tf32', action='store_true')
-    p.add_argument('--compile', default='none',
-                   help="train a torch.compile'd model (dynamic=True) in "
-                   "every row, PyG's included: 'default' or another "
-                   "torch.compile mode; the eager compute-only bound is "
-                   "timed too ('none': eager everywhere, the default)")
-    p.add_argument('--fused-adam', action='store_true',
-                   help='Adam with fused=True (one kernel per step, much '
-                   'less host time than the default foreach Adam)')
+    add_compile_args(p, "the model of every row, PyG's included (the "
+                     "eager compute-only bound is timed too),")
     p.add_argument('--pyg-eager-too', action='store_true',
                    help="with --compile: time PyG's loader with the eager "
                    "model too (its best of both is the baseline)")

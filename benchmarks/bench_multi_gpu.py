@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bench_common import (  # noqa: E402
     PRESETS,
+    add_compile_args,
     add_preset_args,
     apply_preset,
     compile_model,
@@ -338,11 +339,7 @@ def main():
     p.add_argument('--trim', action='store_true',
                    help="train with PyG's trim_to_layer (the fastest plain "
                    "configuration)")
-    p.add_argument('--compile', default='none',
-                   help="torch.compile(DDP(model), dynamic=True) with this "
-                   "mode ('default', ...; 'none': eager)")
-    p.add_argument('--fused-adam', action='store_true',
-                   help='Adam with fused=True')
+    add_compile_args(p, 'the DDP model (as a whole)')
     p.add_argument('--out', default=None)
     args = p.parse_args()
     args.num_nodes = args.num_edges = None
