@@ -262,6 +262,12 @@ def add_compile_args(parser, what: str) -> None:
                         'much less host time than the default foreach Adam)')
 
 
+def adam(params, fused: bool = False) -> torch.optim.Adam:
+    r"""The benchmarks' optimizer: Adam, lr 1e-3, with :obj:`fused=True`
+    if :obj:`fused` (else PyTorch's default, foreach on CUDA)."""
+    return torch.optim.Adam(params, lr=1e-3, fused=fused or None)
+
+
 def endless(loader) -> Iterator:
     r"""The loader's batches, epoch after epoch (one iterator per epoch:
     persistent workers stay)."""

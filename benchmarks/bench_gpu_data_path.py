@@ -38,6 +38,7 @@ from pyg_orch.sampling.topology import GraphTopology  # noqa: E402
 from _bench_common import (  # noqa: E402
     PRESETS,
     add_compile_args,
+    adam,
     compile_model,
     describe_preset,
     dynamo_graphs,
@@ -309,8 +310,7 @@ def main():
     data_cpu.x = x_cpu
     model = GraphSAGE(args.num_features, args.hidden, 3,
                       args.num_classes).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3,
-                           **({'fused': True} if args.fused_adam else {}))
+    opt = adam(model.parameters(), args.fused_adam)
     common = dict(input_nodes=data_cpu.train_mask, batch_size=args.batch_size,
                   shuffle=True, device=dev, seed=0)
 
@@ -541,7 +541,7 @@ def scale(args):
                                   feature_store=store, seed=0,
                                   lookahead=True)
     model = GraphSAGE(Fdim, args.hidden, 3, 47).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = adam(model.parameters())
     torch.backends.cuda.matmul.allow_tf32 = True
     res['e2e'] = time_training(loader, model, opt, args.batches, args.warmup)
     res['memory_tiers_bytes'] = {

@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bench_common import (  # noqa: E402
     PRESETS,
+    adam,
     add_compile_args,
     add_preset_args,
     apply_preset,
@@ -148,7 +149,7 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
     fanout = [int(k) for k in args.fanout.split(',')]
     N, F = data.x.shape
     row_bytes = F * data.x.element_size()
-    steps = args.warmup + args.repeats * args.batches
+    steps = args.steps
     gen = torch.Generator().manual_seed(1)
     seeds = torch.randperm(N, generator=gen)[:world * steps *
                                              args.batch_size]
@@ -181,9 +182,7 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
         model = GraphSAGE(F, args.hidden, len(fanout),
                           int(data.y.max()) + 1).to(dev)
         ddp = DistributedDataParallel(model, device_ids=[rank])
-        opt = torch.optim.Adam(ddp.parameters(), lr=1e-3,
-                               **({'fused': True} if args.fused_adam
-                                  else {}))
+        opt = adam(ddp.parameters(), args.fused_adam)
         if args.compile != 'none':  # DDP compiled as a whole, as PyTorch
             ddp = compile_model(ddp, args.compile)  # recommends.
         it = iter(loader)
@@ -348,7 +347,7 @@ def main():
     if args.scale:
         for k, v in PRESETS['scale'].items():
             setattr(args, k, v)
-    steps = args.warmup + args.repeats * args.batches
+    args.steps = steps = args.warmup + args.repeats * args.batches
     if args.gpus * steps * args.batch_size > args.num_nodes:
         # Every rank's seeds are distinct nodes, one batch per step.
         p.error(f'{args.gpus} GPUs x {steps} steps (--warmup + --repeats x '

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_common import (  # noqa: E402
     PRESETS,
+    adam,
     compile_model,
     device_time,
     dynamo_graphs,
@@ -120,8 +121,7 @@ def variants_of(model: torch.nn.Module, forward: Callable, loss: Callable,
     for mode in modes:
         m = copy.deepcopy(model)
         fused = mode.endswith('+fused_adam')  # One kernel per step.
-        opt = torch.optim.Adam(m.parameters(), lr=1e-3,
-                               **({'fused': True} if fused else {}))
+        opt = adam(m.parameters(), fused)
         mode = mode[:-len('+fused_adam')] if fused else mode
         if mode == 'eager':
             fm = m
@@ -330,39 +330,40 @@ def e2e(args, device) -> Dict:
     return res
 
 
+def _profile_lines(prof, top: int, *orders: str) -> List[str]:
+    import io
+    import pstats
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    for order in orders:
+        stats.sort_stats(order).print_stats(top)
+    return out.getvalue().splitlines()
+
+
 def cprofile_top(run: Callable[[], None], top: int) -> List[str]:
     r"""The :obj:`top` functions by own time in :obj:`run()`, from
     :mod:`cProfile` (which slows Python code down: shares, not times)."""
     import cProfile
-    import io
-    import pstats
     prof = cProfile.Profile()
     prof.enable()
     run()
     prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats('tottime').print_stats(top)
-    return out.getvalue().splitlines()
+    return _profile_lines(prof, top, 'tottime')
 
 
 def cprofile_loader(it, step: Callable, batches: int, top: int
                     ) -> List[str]:
     r"""The loader's share of the loop: :mod:`cProfile` on
-    :obj:`next(it)` only (the step runs unprofiled), by cumulative time."""
+    :obj:`next(it)` only (the step runs unprofiled), by cumulative and by
+    own time."""
     import cProfile
-    import io
-    import pstats
     prof = cProfile.Profile()
     for _ in range(batches):
         prof.enable()
         b = next(it)
         prof.disable()
         step(b)
-    out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats('cumulative').print_stats(top)
-    stats.sort_stats('tottime').print_stats(top)
-    return out.getvalue().splitlines()
+    return _profile_lines(prof, top, 'cumulative', 'tottime')
 
 
 def main(argv=None) -> Dict:

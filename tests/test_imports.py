@@ -252,7 +252,7 @@ def test_cycle_check_sees_lazy_imports(tmp_path):
 # module: each child starts without any pyg_orch module loaded and imports
 # just the one (a fresh interpreter per module would take minutes).
 _DRIVER = textwrap.dedent('''
-    import json, os, sys, tempfile, traceback
+    import json, os, shutil, sys, tempfile, traceback
     import torch, torch_geometric, torch_geometric.loader, torch_geometric.nn
     import torch_geometric.sampler
     jobs = json.loads(sys.argv[1])
@@ -297,6 +297,7 @@ _DRIVER = textwrap.dedent('''
         running[pid] = (name, path)
     while running:
         reap()
+    shutil.rmtree(tmp)
     print(json.dumps(report))
 ''')
 
