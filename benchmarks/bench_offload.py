@@ -167,7 +167,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(max_staleness, hot_ratio (a fraction or 'auto'), "
                    "a= max_sample_age, "
                    "num_threads, intra_op_threads, c= chunk_size, d=bf16 "
-                   "cpu_autocast, split=output|aggregate|auto); "
+                   "cpu_autocast, f=0|1 full_neighbors (default: "
+                   "--full-neighbors), split=output|aggregate|auto); "
                    "'default:after=unwrap' / 'default:after=free': once the "
                    "default has switched offload off, train the wrapped "
                    "model itself / empty the device and pinned-host "
@@ -253,6 +254,7 @@ _OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', _ratio),
               'a': ('max_sample_age', int),
               't': ('num_threads', int), 'i': ('intra_op_threads', int),
               'c': ('chunk_size', int),
+              'f': ('full_neighbors', lambda v: {'0': False, '1': True}[v]),
               'd': ('cpu_autocast', lambda v: {'bf16': torch.bfloat16}[v]),
               'split': ('split', lambda v: {
                   k: k for k in ('auto', 'aggregate', 'output')}[v])}
@@ -311,13 +313,14 @@ def mode_options(args, mode: str) -> Dict[str, Any]:
                     after=parts[0].split('=')[1] if parts else None)
     opts = dict(refresh=None if name == 'plain' else name,
                 max_staleness=args.max_staleness, hot_ratio=args.hot_ratio,
-                num_threads=args.num_threads, split=args.split)
+                num_threads=args.num_threads, split=args.split,
+                full_neighbors=args.full_neighbors)
     for part in parts:
         key, _, value = part.partition('=')
         if key not in _OVERRIDES or not value:
             raise ValueError(f"bad override {part!r} in mode {mode!r} "
-                             f"(expected s=, h=, a=, t=, i=, c=, d=bf16 "
-                             f"or split=)")
+                             f"(expected s=, h=, a=, t=, i=, c=, f=0/1, "
+                             f"d=bf16 or split=)")
         field, kind = _OVERRIDES[key]
         try:
             opts[field] = kind(value)
@@ -550,7 +553,6 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         else:
             model = BottomLayerOffload(
                 model, loader, gpu_cache_ratio=args.gpu_cache_ratio,
-                full_neighbors=args.full_neighbors,
                 num_presample_batches=args.presample_batches,
                 seed=args.seed, **opts)
         setup_s = time.perf_counter() - t0
@@ -573,6 +575,8 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     if pruned:
         _prune_top_degrees(loader, data, args.hot_ratio)
     trained = model
+    warmup_s = 0.0
+    t_warmup = time.perf_counter()
     for i in range(warmup + num):
         if after is not None:
             swapped = _after_decision(model, after)
@@ -588,6 +592,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
             nodes = edges = 0
             monitor.start()
             t0 = time.perf_counter()
+            warmup_s = t0 - t_warmup
         t_begin = time.perf_counter()
         batch = next(it)
         t_loaded = time.perf_counter()
@@ -625,6 +630,8 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         'first_loss': float(losses[0]),
         'last_loss': float(losses[-1]),
         'setup_s': setup_s,
+        # The untimed first steps (offload: the first table's wait too):
+        'warmup_s': warmup_s,
         # Where the time goes: host time of steps 1-100, 101-200, ... (the
         # decision by measurement runs in the first ones).
         'step_ms_by_hundred': _mean_by_hundred(

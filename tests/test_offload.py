@@ -257,8 +257,13 @@ def test_aggregate_split_exact_at_any_staleness(cora, name, refresh):
             optimizer.step()
     stats = off.stats()
     assert stats['hot_rows_replaced'] > 0 and stats['steps'] == 9
-    # Tables were reused across steps, with current weights every time:
-    assert stats['max_table_age'] > 0 and stats['max_staleness_seen'] == 0
+    # All neighbors, no weights: every hot row was computed once and reused
+    # at every step as exact (age 0), with current weights every time:
+    assert stats['static_tables']
+    assert 0 < stats['rows_computed'] <= stats['num_hot']
+    if refresh == 'super_batch':
+        assert stats['tables_submitted'] == 1
+    assert stats['max_table_age'] == 0 and stats['max_staleness_seen'] == 0
     off.close()
 
 
@@ -388,7 +393,9 @@ def test_auto_hot_set_grows_per_batch(slow):
     # computed per batch, the set grows every GROW_WINDOW steps while the
     # CPU threads have room and the loop does not wait for them, and the
     # seeds get exactly the outputs of the unpruned batch. A CPU slower
-    # than the steps keeps the set where it starts.
+    # than the steps keeps the set where it starts. (Rows with weights,
+    # split='output': aggregations of all neighbors would be computed only
+    # once, see test_offload_staleness.py::test_static_rows_*.)
     from pyg_orch.offload.batch_cache import BatchEmbeddingCache
     data = tiny_graph()
     loader = tiny_loader(data, num_neighbors=(-1, -1), batch_size=16)
@@ -398,9 +405,10 @@ def test_auto_hot_set_grows_per_batch(slow):
     off = BottomLayerOffload(model, loader, hot_ratio='auto',
                              refresh='batch', max_staleness=0,
                              full_neighbors=True, num_threads=1,
-                             chunk_size=10**6,
+                             chunk_size=10**6, split='output',
                              work_hook=SlowCPU(0.05 if slow else 0.0))
     assert isinstance(off.runtime.strategy, BatchEmbeddingCache)
+    assert not off.stats()['static_tables']
     start = off.stats()['num_hot']
     assert start == round(0.01 * data.num_nodes)
     optimizer = torch.optim.SGD(off.parameters(), lr=0.0)

@@ -14,6 +14,7 @@ from torch_geometric.nn.conv import MessagePassing
 from pyg_orch.offload import BottomLayerOffload
 from pyg_orch.offload.bottom_layer import BottomLayerComputer
 from pyg_orch.offload.hot_set import HotSetSizer
+from pyg_orch.offload.batch_cache import BatchEmbeddingCache
 from pyg_orch.offload.super_batch import EmbeddingPipeline
 from pyg_orch.offload.tables import default_super_batch_size
 from pyg_orch.sampling.topology import CSCTopology
@@ -268,6 +269,89 @@ def test_weight_free_tables_never_make_the_loop_wait():
     assert stats['staleness_hist'] == {0: 60}
     assert stats['max_table_age'] > 1  # Older than the bound: still served.
     assert 1 < stats['tables_computed'] < 30
+
+
+@pytest.mark.parametrize('split', ['aggregate', 'output'])
+@pytest.mark.parametrize('refresh', ['super_batch', 'batch'])
+def test_static_rows_are_computed_once(split, refresh):
+    # All neighbors, no weights: a row is exact at any later step, so it is
+    # computed once, whatever the sample-age bound (here 2 steps), and
+    # reported with age 0. Rows with weights (split='output') are not
+    # static: they keep being recomputed within the bound.
+    data = tiny_graph(num_nodes=100, num_edges=600)
+    csc = CSCTopology.from_edge_index(data.edge_index, 100, 100)
+    layer = Stamp()
+    computer = BottomLayerComputer(layer, data.x, csc, num_neighbors=-1,
+                                   seed=0)
+    hot = torch.arange(0, 100, 3)
+    assert computer.choose_split(hot, split) == split
+    cls = EmbeddingPipeline if refresh == 'super_batch' else \
+        BatchEmbeddingCache
+    strategy = cls(computer, layer, hot, torch.device('cpu'),
+                   max_staleness=1, num_threads=1, max_sample_age=2,
+                   static=True)
+    pos = torch.arange(hot.numel())
+    first = None
+    try:
+        for version in range(40):
+            with torch.no_grad():
+                layer.stamp.fill_(version)
+            if refresh == 'super_batch':
+                strategy.maybe_submit(version)
+                emb = strategy.acquire(version).emb
+            else:
+                emb = strategy.refresh_rows(pos, version)
+            first = emb.clone() if first is None else first
+            if split == 'aggregate':  # The same exact rows at every step.
+                assert torch.equal(emb, first)
+    finally:
+        strategy.close()
+    stats = strategy.stats()
+    if split == 'aggregate':
+        assert stats['static_tables']
+        assert stats['rows_computed'] == hot.numel()
+        assert stats['max_table_age'] == 0 and stats['sample_age_mean'] == 0
+        assert stats['staleness_hist'] == {0: 40}
+    else:
+        assert not stats['static_tables']
+        assert stats['rows_computed'] >= 10 * hot.numel()
+        assert 0 < stats['max_table_age'] <= 1
+
+
+def test_static_tables_follow_the_planned_hot_set():
+    # A static table is computed again only for a larger planned hot set;
+    # a smaller one is served by the table at hand.
+    data = tiny_graph(num_nodes=100, num_edges=600)
+    csc = CSCTopology.from_edge_index(data.edge_index, 100, 100)
+    layer = Stamp()
+    computer = BottomLayerComputer(layer, data.x, csc, num_neighbors=-1,
+                                   seed=0)
+    hot = HotSetSizer(torch.arange(100), num_nodes=100, size=20)
+    assert computer.choose_split(hot.candidates, 'aggregate') == 'aggregate'
+    pipeline = EmbeddingPipeline(computer, layer, hot, torch.device('cpu'),
+                                 max_staleness=1, num_threads=1,
+                                 max_sample_age=1, static=True)
+    sizes = []
+    try:
+        for version in range(30):
+            min_rows = 0
+            if version == 10:
+                hot.resize(50)
+                pipeline.replan()
+                min_rows = 50  # A batch pruned with the larger set.
+            if version == 20:
+                hot.resize(30, settle=True)
+                pipeline.replan()
+            pipeline.maybe_submit(version)
+            sizes.append(pipeline.acquire(version, min_rows=min_rows)
+                         .emb.size(0))
+    finally:
+        pipeline.close()
+    stats = pipeline.stats()
+    assert stats['tables_submitted'] == 2
+    assert stats['rows_computed'] == 20 + 50
+    # The larger table serves from then on, also after the shrink:
+    assert sizes == [20] * 10 + [50] * 20
 
 
 class StampNet(torch.nn.Module):

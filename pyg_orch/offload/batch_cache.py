@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.offload.replacement import BatchInfo
-from pyg_orch.offload.strategy import EmbeddingStrategy
+from pyg_orch.offload.strategy import UNBOUNDED, EmbeddingStrategy
 from pyg_orch.offload.tables import (
     EmbeddingTable,
     Job,
@@ -77,7 +77,10 @@ class BatchEmbeddingCache(EmbeddingStrategy):
     @property
     def bound(self) -> int:
         r"""The most versions a row may be old: :obj:`max_staleness` (for
-        weight-free rows too), and at most :obj:`max_sample_age`."""
+        weight-free rows too), and at most :obj:`max_sample_age`; no bound
+        for :attr:`static` rows."""
+        if self.static:  # Below -_NEVER: rows never computed are stale.
+            return UNBOUNDED // 2
         if self.max_sample_age is None:
             return self.max_staleness
         return min(self.max_staleness, self.max_sample_age)

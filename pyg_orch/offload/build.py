@@ -14,6 +14,7 @@ from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import EdgeSamplerInput
 
+from pyg_orch.offload.aggregate_split import AGGREGATE
 from pyg_orch.offload.autotune import (
     HotSetTuner,
     StepTimeChooser,
@@ -215,6 +216,18 @@ def _seeds(loader: Any, num_nodes: int) -> Tuple[Tensor, int, int]:
     return seeds, batch_size, presample_batches(seeds.numel(), batch_size)
 
 
+def aggregates_only(computer: Union[BottomLayerComputer,
+                                    HeteroBottomLayerComputer]) -> bool:
+    r"""Whether the CPU computes only weight-free aggregations of raw
+    neighbor rows (:obj:`split='aggregate'`, for every edge type of a
+    heterogeneous layer): with all in-neighbors, such rows depend on the
+    features and the graph only."""
+    kinds = getattr(computer, 'kinds', None)
+    kinds = set(kinds.values()) if isinstance(kinds, dict) else \
+        {computer.split}
+    return kinds == {AGGREGATE}
+
+
 def make_strategy(computer: Union[BottomLayerComputer,
                                   HeteroBottomLayerComputer],
                   layer: Any, hot: HotSetSizer, device: torch.device,
@@ -224,7 +237,8 @@ def make_strategy(computer: Union[BottomLayerComputer,
                   idle_timeout=options.idle_timeout,
                   intra_op_threads=options.intra_op_threads,
                   work_hook=options.work_hook,
-                  max_sample_age=options.max_sample_age)
+                  max_sample_age=options.max_sample_age,
+                  static=options.full_neighbors and aggregates_only(computer))
     if options.refresh == 'super_batch':
         return EmbeddingPipeline(computer, layer, hot, device,
                                  options.max_staleness, options.num_threads,

@@ -29,6 +29,9 @@ from pyg_orch.offload.tables import (
 )
 from pyg_orch.offload.workers import WorkerPool
 
+#: The age bound of rows that may be reused for ever.
+UNBOUNDED = 2**62
+
 
 class EmbeddingStrategy:
     r"""Computes the first layer's output (or aggregation) of hot vertices
@@ -60,6 +63,13 @@ class EmbeddingStrategy:
         work_hook (callable, optional): Called by a worker before every work
             item, with the item's cancellation event (see
             :class:`~pyg_orch.offload.options.OffloadOptions`).
+        static (bool): Whether rows never age: weight-free rows that
+            aggregate *all* in-neighbors (:obj:`full_neighbors=True` with
+            :obj:`split='aggregate'`) are a function of the features and the
+            graph only, so a row once computed is exact at every later step.
+            Then rows are computed once per hot vertex, reused without a
+            sample-age bound, and reported with age :obj:`0`. Ignored for
+            rows with weights. (default: :obj:`False`)
     """
     #: Whether it computes the rows each batch needs: then the runtime calls
     #: :meth:`on_batch_sampled` for every batch drawn in training mode.
@@ -73,7 +83,7 @@ class EmbeddingStrategy:
                  chunk_size: Optional[int] = None, idle_timeout: float = 2.0,
                  intra_op_threads: int = 1,
                  work_hook: Optional[WorkHook] = None,
-                 max_sample_age: Optional[int] = None):
+                 max_sample_age: Optional[int] = None, static: bool = False):
         self.computer = computer
         self.layer = layer
         self.hot = hot if isinstance(hot, HotSetSizer) else HotSetSizer(hot)
@@ -85,6 +95,7 @@ class EmbeddingStrategy:
         # with the current weights on the device, so any table is usable
         # within the sample-age bound.
         self.weight_free = computer.split != OUTPUT
+        self.static = bool(static) and self.weight_free
         self.num_threads = int(num_threads)
         self.intra_op_threads = int(intra_op_threads)
         self.chunk_size = int(default_chunk_size(computer)
@@ -137,8 +148,17 @@ class EmbeddingStrategy:
     def age_bound(self) -> int:
         r"""The most steps between a row's version (its snapshot and
         neighbor sample) and its use: :obj:`max_staleness` for rows with
-        weights, :obj:`max_sample_age` for all (a huge number if none)."""
-        bound = 2**62 if self.weight_free else self.max_staleness
+        weights, :obj:`max_sample_age` for all (a huge number if none, or
+        for :attr:`static` rows)."""
+        if self.static:
+            return UNBOUNDED
+        return self._sample_age_bound
+
+    @property
+    def _sample_age_bound(self) -> int:
+        # The bound without `static`: also the deadline by which the CPU
+        # must deliver a table to keep up (see `cannot_keep_up`).
+        bound = UNBOUNDED if self.weight_free else self.max_staleness
         if self.max_sample_age is not None:
             bound = min(bound, self.max_sample_age)
         return bound
@@ -176,6 +196,9 @@ class EmbeddingStrategy:
         # `age`: steps since the (oldest) row's snapshot and neighbor
         # sample; `mean_age`: the mean over the rows used (`age` if not
         # given). Its weights' staleness is that, or 0 for weight-free rows.
+        # Static rows are exact at any step: their age is 0.
+        if self.static:
+            age, mean_age = 0, 0.0
         self.max_table_age = age if self.max_table_age is None else max(
             self.max_table_age, age)
         if not 0 <= age <= self.age_bound:  # pragma: no cover
@@ -217,6 +240,7 @@ class EmbeddingStrategy:
             'tables_expired': self.tables_expired,
             'rows_computed': self.rows_computed,
             'refresh': self.refresh,
+            'static_tables': self.static,
             'hot_sizes': list(self.hot.sizes),
         }
 
@@ -290,10 +314,13 @@ class EmbeddingStrategy:
         :attr:`LATE_FACTOR` times the bound since the last :meth:`replan`,
         :attr:`MAX_EXPIRED` tables were dropped unfinished for getting older
         than the bound and none was used (tables of few items, which the
-        projection cannot judge, on a CPU too slow or too busy)."""
+        projection cannot judge, on a CPU too slow or too busy). For
+        :attr:`static` rows the bound is the sample-age bound they would
+        have otherwise: a table that takes longer is not worth waiting
+        for."""
         if (self._plan_expired >= self.MAX_EXPIRED
                 and self._version - self._plan_version > self.LATE_FACTOR *
-                (self.age_bound + 1)):
+                (self._sample_age_bound + 1)):
             return True
         job = next((j for j in self._jobs if not j.future.done()), None)
         if job is None or not job.chunks:
@@ -305,7 +332,7 @@ class EmbeddingStrategy:
         done = total - job.remaining
         steps = age * total / done if done > 0 else age * -(
             -total // self.num_threads)
-        return steps > self.LATE_FACTOR * (self.age_bound + 1)
+        return steps > self.LATE_FACTOR * (self._sample_age_bound + 1)
 
     def _plan_changed(self) -> None:
         # Counts expired tables of the new plan from now on.

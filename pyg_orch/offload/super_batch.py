@@ -53,6 +53,8 @@ class EmbeddingPipeline(EmbeddingStrategy):
             bound = min(bound, self.max_sample_age)
         self.super_batch_size = int(
             super_batch_size or default_super_batch_size(bound))
+        # Static tables (see `EmbeddingStrategy`) are computed once per
+        # planned hot-set size, not at every super-batch.
         self.chunks = split_chunks(self.hot.planned, self.num_threads,
                                    self.chunk_size)
         self._current: Optional[EmbeddingTable] = None
@@ -98,7 +100,15 @@ class EmbeddingPipeline(EmbeddingStrategy):
         if last is None or version - last >= self.super_batch_size:
             if last is not None:
                 self._maybe_grow()
+            if self.static and self._covers_plan():
+                self._mark(version)  # Its rows never age.
+                return
             self.submit(version)
+
+    def _covers_plan(self) -> bool:
+        # Whether the current table holds rows of the whole planned set.
+        return self._current is not None and \
+            self._current.emb.size(0) >= self.hot.planned
 
     def _maybe_grow(self) -> None:
         waited = self.num_waits > self._waits_seen
@@ -115,14 +125,18 @@ class EmbeddingPipeline(EmbeddingStrategy):
     def submit(self, version: int) -> None:
         r"""Snapshots the layer's weights (of version :obj:`version`) and
         queues the computation of their table."""
+        self._mark(version)
+        self._launch(Snapshot(version, self.layer), self.hot.planned_nodes,
+                     self.chunks)
+
+    def _mark(self, version: int) -> None:
+        # A super-batch starts at `version`: times the steps since the last.
         now = time.perf_counter()
         if self._submitted_at is not None and version > \
                 self._submitted_at[0]:
             self.step_seconds = (now - self._submitted_at[1]) / (
                 version - self._submitted_at[0])
         self._submitted_at = (version, now)
-        self._launch(Snapshot(version, self.layer), self.hot.planned_nodes,
-                     self.chunks)
         self._last_submit = version
 
     def acquire(self, version: int, timer=None,

@@ -124,7 +124,10 @@ class BottomLayerOffload(torch.nn.Module):
             worker thread; see
             :func:`~pyg_orch.offload.default_intra_op_threads`.
         full_neighbors (bool): Aggregate over all in-neighbors of hot
-            vertices instead of the bottom-hop fan-out.
+            vertices instead of the bottom-hop fan-out. With
+            :obj:`split='aggregate'` their rows then depend on the features
+            and the graph only: each is computed once and reused at every
+            later step (no sample age; :obj:`stats()['static_tables']`).
             (default: :obj:`False`)
         layer (torch.nn.Module or str, optional): The first message-passing
             layer (a module of :obj:`model` or its name); by default the first
@@ -437,6 +440,8 @@ class BottomLayerOffload(torch.nn.Module):
           :obj:`tables_submitted`, :obj:`tables_computed`,
           :obj:`tables_discarded`, :obj:`tables_expired` (discarded
           unfinished for their age), :obj:`rows_computed`;
+          :obj:`static_tables`: whether rows are computed once and never
+          age (:obj:`full_neighbors=True` with :obj:`split='aggregate'`);
           :obj:`threads_alive`, :obj:`num_threads`,
           :obj:`intra_op_threads`, :obj:`chunk_size`, :obj:`cpu_autocast`;
         * :obj:`local_world_size`: the training processes sharing this
