@@ -328,6 +328,9 @@ def main():
     p.add_argument('--warmup', type=int, default=5)
     p.add_argument('--repeats', type=int, default=3)
     p.add_argument('--cache-ratio', type=float, default=0.1)
+    p.add_argument('--worlds', default='',
+                   help="comma-separated GPU counts to run (default: 1 and "
+                   "--gpus); e.g. '2' skips the one-GPU run")
     p.add_argument('--sampling-rounds', type=int, default=7,
                    help='passes per sampler when timing sampling alone '
                    '(samplers take turns)')
@@ -354,6 +357,15 @@ def main():
                 f'--batches) x --batch-size {args.batch_size} seeds exceed '
                 f'the graph\'s {args.num_nodes} nodes; take fewer steps or a '
                 'larger preset')
+    try:
+        worlds = sorted({int(w) for w in args.worlds.split(',')} if
+                        args.worlds else {1, args.gpus})
+    except ValueError:
+        p.error(f"--worlds must be comma-separated GPU counts (got "
+                f"{args.worlds!r})")
+    if worlds[0] < 1 or worlds[-1] > args.gpus:
+        p.error(f'--worlds must lie in 1..--gpus ({args.gpus}); got '
+                f'{args.worlds!r}')
     os.environ.update(MULTICAST_OFF_ENV)
     import torch.multiprocessing as mp
 
@@ -371,7 +383,7 @@ def main():
         log(f'{split}: {res["partitions"][split]}')
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for world in sorted({1, args.gpus}):
+        for world in worlds:
             log(f'{world} GPU(s) ...')
             t = time.perf_counter()
             mp.spawn(_worker, args=(world, 29600 + world, data, args, tmp,
