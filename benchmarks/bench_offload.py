@@ -199,6 +199,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument('--accuracy-datasets', default=','.join(ACCURACY_DATASETS),
                    help='--accuracy: comma-separated, among '
                    f'{",".join(ACCURACY_DATASETS)}')
+    p.add_argument('--accuracy-models', default='sage,gcn',
+                   help="--accuracy: comma-separated, among 'sage' and "
+                   "'gcn'")
     p.add_argument('--datasets', default=str(REPO.parent / 'shared' /
                                              'datasets'),
                    help='--accuracy: folder with Cora/raw, CiteSeer/raw, '
@@ -215,6 +218,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--accuracy-datasets takes a comma-separated list of "
                 f"{', '.join(ACCURACY_DATASETS)} (got "
                 f"{', '.join(sorted(unknown)) or 'none'})")
+    args.accuracy_models = [
+        m for m in args.accuracy_models.replace(' ', '').split(',') if m]
+    if not args.accuracy_models or not set(args.accuracy_models) <= {
+            'sage', 'gcn'}:
+        p.error(f"--accuracy-models takes a comma-separated list of sage, "
+                f"gcn (got {','.join(args.accuracy_models) or 'none'})")
     if args.seeds < 1 or args.epochs < 1 or args.musae_epochs < 1 or \
             args.musae_batch_size < 1:
         p.error('--seeds, --epochs, --musae-epochs and --musae-batch-size '
@@ -878,11 +887,12 @@ def run_accuracy(args) -> Dict[str, Any]:
 
     results: Dict[str, Any] = {}
     tmp = Path(tempfile.mkdtemp(prefix='bench_offload_'))
-    bar = tqdm(total=len(args.accuracy_datasets) * 2 * 2 * args.seeds,
+    bar = tqdm(total=len(args.accuracy_datasets) *
+               len(args.accuracy_models) * 2 * args.seeds,
                desc='accuracy runs', unit='run', dynamic_ncols=True)
     try:
         for name, data, settings in accuracy_datasets(args, tmp):
-            for arch in ('sage', 'gcn'):
+            for arch in args.accuracy_models:
                 t0 = time.perf_counter()
                 runs: Dict[str, List[Dict[str, Any]]] = {}
                 for mode in ('plain', 'offload'):

@@ -113,3 +113,37 @@ def test_summarize_offload_orders(monkeypatch, tmp_path):
     bad.write_text('{"results": {"plain": {}, "default": {}}}')
     with pytest.raises(ValueError, match="not a --process-per-run"):
         orders.read_run(str(bad), 'default')
+
+
+def test_full_neighbors_per_mode(bench, tmp_path):
+    # 'f=1' computes a mode's rows once from all neighbors (static tables,
+    # see BottomLayerOffload's full_neighbors); 'f=0' samples them.
+    with pytest.raises(ValueError, match="bad value in 'f=2'"):
+        bench.mode_options(bench.parse_args(['--tiny']), 'super_batch:f=2')
+    report = bench.main([
+        '--tiny', '--device', 'cpu', '--batches', '3', '--warmup', '2',
+        '--modes', 'plain,super_batch:h=0.2:f=1,super_batch:h=0.2:f=0',
+        '--out', str(tmp_path / 'r.json')
+    ])
+    res = report['results']
+    static = res['super_batch:h=0.2:f=1']['offload']
+    sampled = res['super_batch:h=0.2:f=0']['offload']
+    assert static['static_tables'] and static['num_hot'] > 0
+    assert static['sample_age_max'] == 0
+    assert not sampled['static_tables']
+    assert all(res[m]['warmup_s'] > 0 for m in res if m in (
+        'plain', 'super_batch:h=0.2:f=1', 'super_batch:h=0.2:f=0'))
+
+
+def test_multi_gpu_worlds_are_checked(monkeypatch, capsys):
+    # Checked before any GPU is touched.
+    monkeypatch.syspath_prepend(str(BENCH))
+    bench = importlib.import_module('bench_multi_gpu')
+    for worlds, expected in (('3', 'must lie in 1..--gpus'),
+                             ('two', 'comma-separated GPU counts')):
+        monkeypatch.setattr('sys.argv', ['bench_multi_gpu.py', '--gpus', '2',
+                                         '--worlds', worlds])
+        with pytest.raises(SystemExit) as exc:
+            bench.main()
+        assert exc.value.code == 2
+        assert expected in capsys.readouterr().err
