@@ -147,3 +147,12 @@ def test_multi_gpu_worlds_are_checked(monkeypatch, capsys):
             bench.main()
         assert exc.value.code == 2
         assert expected in capsys.readouterr().err
+
+
+def test_accuracy_models_are_checked(bench, capsys):
+    assert bench.parse_args(['--accuracy-models', 'sage']).accuracy_models \
+        == ['sage']
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--accuracy-models', 'sage,gat'])
+    assert "--accuracy-models takes a comma-separated list of sage, gcn " \
+        "(got sage,gat)" in capsys.readouterr().err
