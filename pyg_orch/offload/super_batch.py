@@ -33,7 +33,8 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     A growing hot set (a :class:`~pyg_orch.offload.hot_set.HotSetSizer`
     with :obj:`auto=True`) is asked to grow at the start of every
-    super-batch and told when a larger table is in use.
+    super-batch and told when a larger table is in use. :attr:`static`
+    tables are queued only while none covers the planned hot set.
 
     Args:
         super_batch_size (int, optional): Versions per super-batch; see
@@ -53,8 +54,6 @@ class EmbeddingPipeline(EmbeddingStrategy):
             bound = min(bound, self.max_sample_age)
         self.super_batch_size = int(
             super_batch_size or default_super_batch_size(bound))
-        # Static tables (see `EmbeddingStrategy`) are computed once per
-        # planned hot-set size, not at every super-batch.
         self.chunks = split_chunks(self.hot.planned, self.num_threads,
                                    self.chunk_size)
         self._current: Optional[EmbeddingTable] = None
