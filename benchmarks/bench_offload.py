@@ -91,6 +91,15 @@ def _ratio(value: str):
     return value if value == 'auto' else float(value)
 
 
+def _full_neighbors(value: str):
+    # BottomLayerOffload's full_neighbors from '0', '1' or 'auto'.
+    choices = {'0': False, '1': True, 'auto': 'auto'}
+    if value not in choices:
+        raise ValueError(f"full_neighbors must be 0, 1 or auto (got "
+                         f"{value!r})")
+    return choices[value]
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog='bench_offload.py',
@@ -141,7 +150,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='call the model with trim_to_layer')
     p.add_argument('--num-threads', type=int, default=None,
                    help='offload worker threads (default: automatic)')
-    p.add_argument('--full-neighbors', action='store_true')
+    p.add_argument('--full-neighbors', nargs='?', const='1',
+                   default='auto', type=_full_neighbors,
+                   help="full_neighbors of the offload modes: 'auto' (the "
+                   "library's default), 1 (also without a value) or 0")
     p.add_argument('--split', choices=('auto', 'aggregate', 'output'),
                    default='auto',
                    help="what the CPU computes for hot vertices: the first "
@@ -167,7 +179,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(max_staleness, hot_ratio (a fraction or 'auto'), "
                    "a= max_sample_age, "
                    "num_threads, intra_op_threads, c= chunk_size, d=bf16 "
-                   "cpu_autocast, f=0|1 full_neighbors (default: "
+                   "cpu_autocast, f=0|1|auto full_neighbors (default: "
                    "--full-neighbors), split=output|aggregate|auto); "
                    "'default:after=unwrap' / 'default:after=free': once the "
                    "default has switched offload off, train the wrapped "
@@ -263,7 +275,7 @@ _OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', _ratio),
               'a': ('max_sample_age', int),
               't': ('num_threads', int), 'i': ('intra_op_threads', int),
               'c': ('chunk_size', int),
-              'f': ('full_neighbors', lambda v: {'0': False, '1': True}[v]),
+              'f': ('full_neighbors', lambda v: _full_neighbors(v)),
               'd': ('cpu_autocast', lambda v: {'bf16': torch.bfloat16}[v]),
               'split': ('split', lambda v: {
                   k: k for k in ('auto', 'aggregate', 'output')}[v])}
@@ -328,7 +340,7 @@ def mode_options(args, mode: str) -> Dict[str, Any]:
         key, _, value = part.partition('=')
         if key not in _OVERRIDES or not value:
             raise ValueError(f"bad override {part!r} in mode {mode!r} "
-                             f"(expected s=, h=, a=, t=, i=, c=, f=0/1, "
+                             f"(expected s=, h=, a=, t=, i=, c=, f=0/1/auto, "
                              f"d=bf16 or split=)")
         field, kind = _OVERRIDES[key]
         try:

@@ -1,7 +1,7 @@
 r"""Accuracy protocol for node classification with and without bottom-layer
 offload: the one that ``benchmarks/bench_offload.py --accuracy`` reports and
 that the test suite checks in a shorter form."""
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,8 @@ from pyg_orch import BottomLayerOffload, HybridNeighborLoader
 
 
 def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
-                   max_staleness: int = 1, full_neighbors: bool = False,
+                   max_staleness: int = 1,
+                   full_neighbors: Union[bool, str] = 'auto',
                    split: str = 'auto',
                    hot_ratio: float = 0.05,
                    batch_size: int = 32,

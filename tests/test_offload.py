@@ -912,18 +912,24 @@ def test_degree_compensation_only_where_needed():
 # Failures and thread lifetime ################################################
 
 
-def test_worker_exception_is_raised_in_training_loop():
+@pytest.mark.parametrize('full_neighbors', [False, True])
+def test_worker_exception_is_raised_in_training_loop(full_neighbors):
+    # Rows with the fan-out: a later table fails; rows computed once: the
+    # one table does.
     data = tiny_graph()
     loader = tiny_loader(data)
     calls = []
+    fail_at = 1 if full_neighbors else 4
 
     def flaky(cancelled):  # Before every CPU work item.
         calls.append(1)
-        if len(calls) == 4:
+        if len(calls) == fail_at:
             raise ValueError('boom in a worker')
 
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             max_staleness=1, work_hook=flaky)
+                             max_staleness=1, work_hook=flaky,
+                             full_neighbors=full_neighbors)
+    assert off.stats()['static_tables'] == full_neighbors
     with pytest.raises(OffloadWorkerError, match='boom') as info:
         train_steps(off, loader, 20)
     cause = info.value.__cause__
@@ -942,8 +948,10 @@ def test_worker_exception_is_raised_in_training_loop():
 def test_threads_stop_on_close_eval_and_idle():
     data = tiny_graph()
     loader = tiny_loader(data)
+    # Rows with the fan-out (recomputed: work comes back):
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
                              num_threads=2, idle_timeout=1.0,
+                             full_neighbors=False,
                              chunk_size=5)  # Several work items per table.
     train_steps(off, loader, 5)
     assert 1 <= len(offload_threads()) <= 2

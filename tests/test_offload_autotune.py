@@ -303,7 +303,9 @@ def train(off, loader, num_steps, check=None):
 def offload_on_fake_clock(gain_per_pruned: float, **kwargs):
     r"""A default :class:`BottomLayerOffload` on a tiny graph whose steps
     take :obj:`1 - gain_per_pruned * (vertices pruned)` fake seconds; its
-    model and loader."""
+    model and loader. Rows keep the fan-out (are recomputed) unless
+    :obj:`full_neighbors` is given."""
+    kwargs.setdefault('full_neighbors', False)
     loader = tiny_loader(tiny_graph())
     clock = StepClock(lambda: 1.0 - gain_per_pruned * num_pruned(loader))
     torch.manual_seed(0)
@@ -420,7 +422,7 @@ def test_evaluation_during_the_trial():
     loader = tiny_loader(data)
     clock = StepClock(lambda: 1.0 - 0.005 * num_pruned(loader))
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader,
-                             autotune_clock=clock)
+                             autotune_clock=clock, full_neighbors=False)
     train(off, loader, 20)
     off.eval()
     clock.cost = lambda: 1000.0  # Evaluation takes long: not timed.
@@ -468,6 +470,7 @@ def test_sample_age_bound_holds(refresh, max_staleness, max_sample_age):
     model = GraphSAGE(8, 8, 2, 3)
     off = BottomLayerOffload(model, loader, hot_ratio=0.1,
                              split='aggregate', refresh=refresh,
+                             full_neighbors=False,
                              max_staleness=max_staleness,
                              max_sample_age=max_sample_age, work_hook=slow)
     ages = []
@@ -569,7 +572,8 @@ def test_grow_then_shrink_replaces_from_covering_tables(
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
     off = BottomLayerOffload(model, loader, refresh=refresh, split=split,
-                             autotune_clock=clock, work_hook=slow)
+                             autotune_clock=clock, work_hook=slow,
+                             full_neighbors=False)
     runtime = off.runtime
     # What the sampler pruned for every batch (without prefetching,
     # sampling runs in the loop's thread: the mask when the batch arrives is
@@ -871,6 +875,7 @@ def fake_pipeline(num_threads=2, age_bound=8):
     strategy = EmbeddingStrategy.__new__(EmbeddingStrategy)
     strategy.num_threads = num_threads
     strategy.weight_free, strategy.max_sample_age = True, age_bound
+    strategy.static = False
     strategy._jobs, strategy._version = [], 0
     strategy._plan_expired = strategy._plan_version = 0
     strategy.tables_expired = strategy.tables_discarded = 0
@@ -967,7 +972,7 @@ def test_kept_hot_set_is_switched_off_when_the_loop_waits(caplog):
     model = GraphSAGE(8, 16, 2, 3)
     off = BottomLayerOffload(model, loader, autotune_clock=clock,
                              max_sample_age=2, work_hook=slow,
-                             gpu_cache_ratio=0.1)
+                             gpu_cache_ratio=0.1, full_neighbors=False)
     train(off, loader, 60)
     for _ in range(60):  # The kept hot set in use.
         if num_pruned(loader) > 0:

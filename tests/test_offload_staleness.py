@@ -162,7 +162,8 @@ def test_wrapper_staleness_bound(max_staleness, refresh, split):
     slow = SlowCPU()
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
                              max_staleness=max_staleness, refresh=refresh,
-                             split=split, work_hook=slow)
+                             split=split, work_hook=slow,
+                             full_neighbors=False)
     stats = _train(off, loader, 300)
     assert stats['steps'] == 300 and stats['step_source'] == 'optimizer'
     assert stats['max_staleness_seen'] <= max_staleness

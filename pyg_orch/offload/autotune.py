@@ -355,8 +355,11 @@ class HotSetTuner:
         on_done (callable): Called with the final size once it settled.
         drain (int): Steps before a smaller hot set settles.
             (default: :obj:`2`)
-        max_hold (int): The most steps to wait for a larger hot set to be in
-            use before timing it anyway. (default: :obj:`50`)
+        max_hold (int, optional): The most steps to wait for a larger hot
+            set to be in use before timing it anyway; :obj:`None` waits
+            until it is, or until :obj:`cannot_keep_up` (e.g. rows computed
+            once, whose first table may take thousands of steps while
+            training goes on with the smaller set). (default: :obj:`50`)
         cannot_keep_up (callable, optional): Whether the CPU cannot compute
             the planned hot set's rows within the sample-age bound (see
             :meth:`EmbeddingStrategy.cannot_keep_up
@@ -368,13 +371,14 @@ class HotSetTuner:
     def __init__(self, hot: HotSetSizer, chooser: StepTimeChooser,
                  ratios: Sequence[float], on_resize: Callable[[], None],
                  on_done: Callable[[int], None], drain: int = 2,
-                 max_hold: int = 50,
+                 max_hold: Optional[int] = 50,
                  cannot_keep_up: Optional[Callable[[], bool]] = None):
         self.hot = hot
         self.chooser = chooser
         self.ratios = dict(zip(chooser.candidates, ratios))
         self.on_resize, self.on_done = on_resize, on_done
-        self.drain, self.max_hold = int(drain), int(max_hold)
+        self.drain = int(drain)
+        self.max_hold = None if max_hold is None else int(max_hold)
         self.cannot_keep_up = cannot_keep_up
         self._held = 0
         self._timing = False
@@ -411,7 +415,8 @@ class HotSetTuner:
                 self.cannot_keep_up is not None and self.cannot_keep_up()
             self._timing = not unusable and (
                 self.hot.size >= self.hot.planned
-                or self._held >= self.max_hold)
+                or (self.max_hold is not None
+                    and self._held >= self.max_hold))
             self._held += 1
         size = self.chooser.tick(count=self._timing, unusable=unusable)
         if unusable:  # The chooser leaves the hot set as it is.

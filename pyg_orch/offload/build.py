@@ -56,6 +56,16 @@ from pyg_orch.offload.partition import (
     partition_ranks,
 )
 from pyg_orch.offload.runtime import OffloadRuntime, loader_sampler
+from pyg_orch.offload.static_rows import (
+    STATIC_RATIOS,
+    cap_sizes,
+    degree_probe,
+    full_neighbors_reason,
+    hetero_degree_probe,
+    max_table_rows,
+    table_row_bytes,
+    use_all_neighbors,
+)
 from pyg_orch.offload.strategy import EmbeddingStrategy
 from pyg_orch.offload.super_batch import EmbeddingPipeline
 from pyg_orch.sampling.contract import HotNodeSampler, presample_batches
@@ -231,14 +241,17 @@ def aggregates_only(computer: Union[BottomLayerComputer,
 def make_strategy(computer: Union[BottomLayerComputer,
                                   HeteroBottomLayerComputer],
                   layer: Any, hot: HotSetSizer, device: torch.device,
-                  options: OffloadOptions) -> EmbeddingStrategy:
-    r"""The embedding strategy of :obj:`options.refresh`."""
+                  options: OffloadOptions,
+                  full_neighbors: bool) -> EmbeddingStrategy:
+    r"""The embedding strategy of :obj:`options.refresh`; its rows are
+    computed once where they aggregate all in-neighbors
+    (:obj:`full_neighbors`, resolved) without weights."""
     kwargs = dict(chunk_size=options.chunk_size,
                   idle_timeout=options.idle_timeout,
                   intra_op_threads=options.intra_op_threads,
                   work_hook=options.work_hook,
                   max_sample_age=options.max_sample_age,
-                  static=options.full_neighbors and aggregates_only(computer))
+                  static=full_neighbors and aggregates_only(computer))
     if options.refresh == 'super_batch':
         return EmbeddingPipeline(computer, layer, hot, device,
                                  options.max_staleness, options.num_threads,
@@ -249,18 +262,88 @@ def make_strategy(computer: Union[BottomLayerComputer,
                                **kwargs)
 
 
-def _trial_ratios(options: OffloadOptions) -> Tuple[float, ...]:
-    # The hot ratios the decision by measurement tries.
+def _trial_ratios(options: OffloadOptions,
+                  static: bool = False) -> Tuple[float, ...]:
+    # The hot ratios the decision by measurement tries: those given, else
+    # around `hot_ratio`, or `STATIC_RATIOS` for rows computed once.
     given = options.autotune
-    return candidate_ratios(options.hot_ratio, given if isinstance(
-        given, tuple) else None)
+    if isinstance(given, tuple):
+        return candidate_ratios(options.hot_ratio, given)
+    if static and not options.hot_ratio_given:
+        return candidate_ratios(options.hot_ratio, STATIC_RATIOS)
+    return candidate_ratios(options.hot_ratio)
+
+
+def _build_ratio(options: OffloadOptions, ratios: Tuple[float, ...]
+                 ) -> float:
+    # The hot ratio the offload is built with (the split's probe, the GPU
+    # cache of the hot set kept): `hot_ratio` if it is tried, else the
+    # smallest size tried.
+    tried = [r for r in ratios if r > 0]
+    if not tried or options.hot_ratio in tried:
+        return options.hot_ratio
+    return min(tried)
+
+
+#: Why :obj:`full_neighbors='auto'` keeps the fan-out on a partition.
+_PARTITIONED = ("the loader samples a partitioned graph (full_neighbors="
+                "'auto' keeps the fan-out there)")
+
+
+def _weighted(sampler: Any) -> bool:
+    # Whether the sampler draws neighbors by edge weight.
+    topology = getattr(sampler, 'topology', None)
+    return bool(getattr(topology, 'is_weighted', False))
+
+
+def _static_plan(computer: Union[BottomLayerComputer,
+                                 HeteroBottomLayerComputer],
+                 probe: Any, options: OffloadOptions,
+                 weighted: bool) -> Optional[str]:
+    # Before the hot set is chosen: why hot rows will not be computed once
+    # (None: they will), from the split checked on `probe` (vertices of
+    # highest in-degree; the split is checked again on hot vertices).
+    if options.full_neighbors is False:
+        return 'full_neighbors=False'
+    computer.choose_split(probe, options.split)
+    if options.full_neighbors is True:
+        return None if aggregates_only(computer) else \
+            "the CPU computes the first layer with its weights"
+    return full_neighbors_reason(computer, weighted)
+
+
+def _resolve_full_neighbors(computer: Union[BottomLayerComputer,
+                                            HeteroBottomLayerComputer],
+                            options: OffloadOptions, plan: Optional[str],
+                            weighted: bool) -> Tuple[bool, str]:
+    # After the split was chosen on hot vertices: whether hot rows
+    # aggregate all in-neighbors, and why (or why not).
+    if options.full_neighbors != 'auto':
+        return bool(options.full_neighbors), \
+            f'full_neighbors={options.full_neighbors} was given'
+    why = plan if plan is not None else full_neighbors_reason(
+        computer, weighted)
+    if why is not None:
+        return False, why
+    use_all_neighbors(computer)
+    return True, ("the first layer's weight-free aggregation is a mean: "
+                  "the mean of all in-neighbors is the expectation of the "
+                  "sampled one, and its rows are computed once")
+
+
+def _static_sizes(sizes: List[int], kept: List[float], computer: Any,
+                  device: Any) -> Tuple[List[int], List[float]]:
+    # The trial's sizes, at most as many rows as a table may take in the
+    # device's memory (see `max_table_rows`).
+    return cap_sizes(sizes, kept, max_table_rows(table_row_bytes(computer),
+                                                 device))
 
 
 def _trial_hot_set(candidates: Tensor, num_nodes: int,
                    ratios: Tuple[float, ...], options: OffloadOptions,
                    of: Optional[int] = None
                    ) -> Tuple[HotSetSizer, List[int], List[float]]:
-    # The hot set to build with (that of `hot_ratio`: the split, the GPU
+    # The hot set to build with (that of `_build_ratio`: the split, the GPU
     # cache; the tuner starts from its first candidate), and the hot-set
     # size of every ratio (distinct sizes, the first ratio of each kept).
     # Ratios are of `of` vertices (this part's), all `num_nodes` if unset.
@@ -273,17 +356,24 @@ def _trial_hot_set(candidates: Tensor, num_nodes: int,
             sizes.append(n)
             kept.append(round(r, 6))
     hot = HotSetSizer(candidates, num_nodes, min(
-        int(round(options.hot_ratio * of)), candidates.numel()))
+        int(round(_build_ratio(options, ratios) * of)), candidates.numel()))
     return hot, sizes, kept
 
 
 def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
                cannot_keep_up: Any, sizes: List[int], ratios: List[float],
                loader: Any, options: OffloadOptions, lead: int,
-               ranks: Optional[MachineRanks] = None) -> HotSetTuner:
+               ranks: Optional[MachineRanks] = None,
+               static: bool = False) -> HotSetTuner:
     r"""The decision by measurement over the hot-set :obj:`sizes` (see
     :mod:`pyg_orch.offload.autotune`); with :obj:`ranks`, the same on all
-    of them (see :class:`~pyg_orch.offload.ddp.AgreedStepTimeChooser`)."""
+    of them (see :class:`~pyg_orch.offload.ddp.AgreedStepTimeChooser`).
+    For rows computed once (:obj:`static`), a size is timed once its table
+    is in use, however long that takes within the strategy's deadline
+    (:meth:`~pyg_orch.offload.strategy.EmbeddingStrategy.cannot_keep_up`),
+    and a slow smaller size does not stop larger ones from being tried
+    (the gain grows with the share of vertices whose bottom hop is
+    pruned, and the CPU's cost does not)."""
     device = torch.device(getattr(loader, 'device', None) or 'cpu')
     sync = None
     if device.type == 'cuda' and torch.cuda.is_available():
@@ -303,9 +393,10 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
         sizes, warmup=max(StepTimeChooser.WARMUP, drain),
         steps=StepTimeChooser.STEPS, margin=StepTimeChooser.MARGIN,
         clock=options.autotune_clock or time.perf_counter, sync=sync,
-        give_up=StepTimeChooser.GIVE_UP, **kwargs)
+        give_up=None if static else StepTimeChooser.GIVE_UP, **kwargs)
     return HotSetTuner(hot, chooser, ratios, on_resize, on_done,
-                       drain=drain, cannot_keep_up=cannot_keep_up)
+                       drain=drain, cannot_keep_up=cannot_keep_up,
+                       max_hold=None if static else 50)
 
 
 def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
@@ -318,7 +409,8 @@ def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
     runtime.guard_kept = ranks is None
     runtime.start_tuner(functools.partial(
         make_tuner, sizes=sizes, ratios=ratios, loader=loader,
-        options=options, lead=runtime.lead, ranks=ranks))
+        options=options, lead=runtime.lead, ranks=ranks,
+        static=runtime.strategy.static))
 
 
 def _whole_graph_computer(loader: Any, first: torch.nn.Module,
@@ -335,7 +427,7 @@ def _whole_graph_computer(loader: Any, first: torch.nn.Module,
         x = x.cpu()
     computer = BottomLayerComputer(
         first, x, sampler.topology.to('cpu').csc[None],
-        -1 if options.full_neighbors else sampler.bottom_fanout(),
+        -1 if options.full_neighbors is True else sampler.bottom_fanout(),
         replace=sampler.replace, seed=options.seed,
         autocast_dtype=options.cpu_autocast)
     return x, computer
@@ -370,8 +462,16 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     # the CPU keeps up.
     ratio = HotSetSizer.AUTO_MAX_RATIO if options.auto_hot else \
         options.hot_ratio
+    weighted = _weighted(sampler)
+    # Rows computed once are planned from a probe of the split (on a
+    # partition, full_neighbors='auto' keeps the fan-out):
+    plan: Optional[str] = _PARTITIONED if partitioned else None
+    if not partitioned:
+        x, computer = _whole_graph_computer(loader, first, options)
+        plan = _static_plan(computer, degree_probe(computer.csc.colptr),
+                            options, weighted)
     if measure:
-        ratios = _trial_ratios(options)
+        ratios = _trial_ratios(options, static=plan is None)
         ratio = max(ratios)
     reduce = None if ranks is None or partitioned else ranks.sum
     if partitioned:
@@ -379,7 +479,6 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         selection, computer, x = part_runtime_inputs(loader, first, ratio,
                                                      options)
     else:
-        x, computer = _whole_graph_computer(loader, first, options)
         seeds, batch_size, num_batches = _seeds(loader, num_nodes)
         num_batches = options.num_presample_batches or num_batches
         selection = select_hot_nodes(
@@ -412,6 +511,12 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     elif options.split == 'aggregate':  # Still check that the layer can.
         probe = candidates if partitioned else torch.arange(num_nodes)
         computer.choose_split(probe[:64], 'aggregate')
+    full, full_why = _resolve_full_neighbors(computer, options, plan,
+                                             weighted)
+    if measure and full and aggregates_only(computer):
+        sizes, kept = _static_sizes(sizes, kept, computer, loader.device)
+        if len(sizes) < 2:  # No table fits: plain training.
+            hot, measure = HotSetSizer(candidates, num_nodes, 0), False
     fixed_reason = None
     if computer.degree_dependent:
         why = (f"the first layer ({type(first).__name__}) normalizes by its "
@@ -428,7 +533,8 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
             warnings.warn(f"BottomLayerOffload: {why}; offloading anyway "
                           f"because hot_ratio was given", UserWarning,
                           stacklevel=4)
-    strategy = make_strategy(computer, first, hot, loader.device, options)
+    strategy = make_strategy(computer, first, hot, loader.device, options,
+                             full)
     degrees = None
     if partitioned and compensate_degrees:
         # The hot vertices' in-degrees are in the halo table's columns:
@@ -436,6 +542,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     runtime = OffloadRuntime(model, loader, layer_name, first, selection,
                              hot, strategy, x, options.replace_rows,
                              bool(compensate_degrees), degrees=degrees)
+    runtime.full_neighbors, runtime.full_neighbors_reason = full, full_why
     if fixed_reason is not None:
         runtime.fixed_reason = fixed_reason
     try:
@@ -512,10 +619,31 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
     partitioned = is_partition_loader(loader)
     sampler = loader_sampler(loader)
     layer_name, convs = _hetero_first_layer(model, loader, options)
+    weighted = _weighted(sampler)
+    plan: Optional[str] = _PARTITIONED
+    if not partitioned:
+        data = loader.data
+        topology = sampler.topology.to('cpu')
+        x_dict = {t: data[t].x.cpu() for et in convs
+                  for t in (et[0], et[-1])}
+        fanouts = {
+            et: -1 if options.full_neighbors is True else
+            sampler.bottom_fanout(et)
+            for et in convs
+        }
+        csc = {et: topology.csc[et] for et in convs}
+        computer = HeteroBottomLayerComputer(
+            convs, x_dict, csc, fanouts,
+            {t: x.size(0) for t, x in x_dict.items()},
+            replace=sampler.replace, seed=options.seed,
+            autocast_dtype=options.cpu_autocast)
+        plan = _static_plan(computer, hetero_degree_probe(
+            csc, computer.node_types), options, weighted)
     if options.auto_hot:  # Candidates up to the cap; the set grows.
         ratios = (HotSetSizer.AUTO_MAX_RATIO, )
     else:
-        ratios = _trial_ratios(options) if measure else (options.hot_ratio, )
+        ratios = _trial_ratios(options, static=plan is None) if measure \
+            else (options.hot_ratio, )
     of = None  # The vertices the ratios are of: all of them.
     if partitioned:
         selection, computer, x_dict = part_hetero_runtime_inputs(
@@ -528,19 +656,6 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
             selection.hot_nodes = selection.hot_nodes[:ranks.min(
                 selection.hot_nodes.numel())]
     else:
-        data = loader.data
-        topology = sampler.topology.to('cpu')
-        x_dict = {t: data[t].x.cpu() for et in convs
-                  for t in (et[0], et[-1])}
-        fanouts = {
-            et: -1 if options.full_neighbors else sampler.bottom_fanout(et)
-            for et in convs
-        }
-        computer = HeteroBottomLayerComputer(
-            convs, x_dict, {et: topology.csc[et] for et in convs}, fanouts,
-            {t: x.size(0) for t, x in x_dict.items()},
-            replace=sampler.replace, seed=options.seed,
-            autocast_dtype=options.cpu_autocast)
         seeds, batch_size, num_batches = _hetero_seeds(
             loader, topology.num_nodes)
         selection = select_hetero_hot_nodes(
@@ -569,11 +684,19 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
         else:
             probe[t] = torch.arange(min(64, x_dict[t].size(0)))
     computer.choose_split(probe, options.split)
+    full, full_why = _resolve_full_neighbors(computer, options, plan,
+                                             weighted)
+    if measure and full and aggregates_only(computer):
+        sizes, kept = _static_sizes(sizes, kept, computer, loader.device)
+        if len(sizes) < 2:  # No table fits: plain training.
+            hot = HotSetSizer(selection.hot_nodes, selection.num_nodes, 0)
+            measure = False
     strategy = make_strategy(computer, computer.layer_group(convs), hot,
-                             loader.device, options)
+                             loader.device, options, full)
     runtime = HeteroOffloadRuntime(model, loader, layer_name, convs,
                                    selection, hot, strategy, x_dict,
                                    options.replace_rows)
+    runtime.full_neighbors, runtime.full_neighbors_reason = full, full_why
     if measure:
         try:
             _start_measuring(runtime, sizes, kept, loader, options, ranks)

@@ -102,7 +102,7 @@ class OffloadOptions:
     gpu_cache_ratio: Union[float, str] = 0.1
     max_staleness: int = 1
     num_threads: Optional[int] = None
-    full_neighbors: bool = False
+    full_neighbors: Union[bool, str] = 'auto'
     layer: Union[None, str, torch.nn.Module] = None
     num_presample_batches: Optional[int] = None
     super_batch_size: Optional[int] = None
@@ -122,6 +122,9 @@ class OffloadOptions:
     #: Whether the hot-set size is decided by measurement (resolved from
     #: :obj:`autotune` and :obj:`hot_ratio`).
     measure: bool = field(init=False, default=False)
+    #: Whether :obj:`hot_ratio` was given (else the decision by measurement
+    #: chooses the sizes it tries).
+    hot_ratio_given: bool = field(init=False, default=False)
     #: The training processes sharing this machine's cores (:obj:`1`
     #: without an initialized process group, see
     #: :func:`~pyg_orch.offload.workers.local_ranks`).
@@ -177,13 +180,17 @@ class OffloadOptions:
             raise ValueError(f"'idle_timeout' must be a number of seconds "
                              f">= 0 (got {self.idle_timeout!r})")
         check_split(self.split)
+        if self.full_neighbors != 'auto' and not isinstance(
+                self.full_neighbors, bool):
+            raise ValueError(f"'full_neighbors' must be True, False or "
+                             f"'auto' (got {self.full_neighbors!r})")
         if self.work_hook is not None and not callable(self.work_hook):
             raise ValueError("'work_hook' must be callable")
         for name, value in (('hot_ratio', hot), ('gpu_cache_ratio', cache),
                             ('num_threads', num_threads),
                             ('intra_op_threads', intra),
-                            ('full_neighbors', bool(self.full_neighbors)),
                             ('autotune', autotune), ('measure', measure),
+                            ('hot_ratio_given', given),
                             ('max_sample_age', age),
                             ('local_world_size', ranks),
                             ('cpu_cores', cpu_cores_per_rank(ranks))):

@@ -361,7 +361,7 @@ def part_runtime_inputs(loader: Any, first: torch.nn.Module, ratio: float,
     table, candidates = build_halo(loader, selection.hot_nodes,
                                    max(loader.partition.num_nodes, 1))
     selection.hot_nodes = candidates
-    fanout = -1 if options.full_neighbors else \
+    fanout = -1 if options.full_neighbors is True else \
         loader.node_sampler.bottom_fanout()
     computer = PartBottomLayerComputer(first, table, fanout,
                                        replace=loader.node_sampler.replace,
@@ -405,7 +405,7 @@ def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
             conv, tables[et[0]].x, by_edge[et], k, replace=sampler.replace,
             seed=seed, autocast_dtype=options.cpu_autocast)
 
-    fanouts = {et: -1 if options.full_neighbors else
+    fanouts = {et: -1 if options.full_neighbors is True else
                sampler.bottom_fanout(et) for et in edge_types}
     computer = HeteroBottomLayerComputer(
         convs, {}, {}, fanouts, {t: sampler.num_nodes[t]

@@ -155,6 +155,10 @@ class OffloadRuntime:
         self.guard: Any = None
         #: Why no decision is measured (:obj:`'decision'` in :meth:`stats`).
         self.fixed_reason = 'hot-set size given (autotune off)'
+        #: Whether hot rows aggregate all in-neighbors (the resolved
+        #: :obj:`full_neighbors`), and why (set by the builder).
+        self.full_neighbors = False
+        self.full_neighbors_reason = ''
         self.order_checked = False
         self.features_checked = False
         self.warned_size_match = False
@@ -326,6 +330,8 @@ class OffloadRuntime:
                 self.num_offloaded, 1),
             'split': self.split,
             'cpu_aggregation': self.strategy.computer.cpu_aggregation,
+            'full_neighbors': self.full_neighbors,
+            'full_neighbors_reason': self.full_neighbors_reason,
             'decision': self._decision_stats(),
         }
         out.update(self.strategy.stats())

@@ -303,6 +303,9 @@ class EmbeddingStrategy:
     LATE_FACTOR = 2.0
     #: See :meth:`cannot_keep_up`.
     MAX_EXPIRED = 2
+    #: See :meth:`cannot_keep_up`: the longest (seconds) a table of rows
+    #: computed once may be projected to take.
+    STATIC_DEADLINE_S = 120.0
 
     def cannot_keep_up(self) -> bool:
         r"""Whether the CPU cannot serve the planned hot set within
@@ -315,9 +318,11 @@ class EmbeddingStrategy:
         :attr:`MAX_EXPIRED` tables were dropped unfinished for getting older
         than the bound and none was used (tables of few items, which the
         projection cannot judge, on a CPU too slow or too busy). For
-        :attr:`static` rows the bound is the sample-age bound they would
-        have otherwise: a table that takes longer is not worth waiting
-        for."""
+        :attr:`static` rows, which are computed once, whether the oldest
+        unfinished table is projected the same way to take more than
+        :attr:`STATIC_DEADLINE_S` seconds in all."""
+        if self.static:
+            return self._static_too_slow()
         if (self._plan_expired >= self.MAX_EXPIRED
                 and self._version - self._plan_version > self.LATE_FACTOR *
                 (self._sample_age_bound + 1)):
@@ -333,6 +338,18 @@ class EmbeddingStrategy:
         steps = age * total / done if done > 0 else age * -(
             -total // self.num_threads)
         return steps > self.LATE_FACTOR * (self._sample_age_bound + 1)
+
+    def _static_too_slow(self) -> bool:
+        # `cannot_keep_up` for rows computed once, in seconds.
+        job = next((j for j in self._jobs if not j.future.done()), None)
+        if job is None or not job.chunks:
+            return False
+        elapsed = time.perf_counter() - job.launched
+        total = len(job.chunks)
+        done = total - job.remaining
+        seconds = elapsed * total / done if done > 0 else elapsed * -(
+            -total // self.num_threads)
+        return seconds > self.STATIC_DEADLINE_S
 
     def _plan_changed(self) -> None:
         # Counts expired tables of the new plan from now on.

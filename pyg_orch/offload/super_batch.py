@@ -105,9 +105,14 @@ class EmbeddingPipeline(EmbeddingStrategy):
             self.submit(version)
 
     def _covers_plan(self) -> bool:
-        # Whether the current table holds rows of the whole planned set.
-        return self._current is not None and \
-            self._current.emb.size(0) >= self.hot.planned
+        # Whether the current table, or one finished and not taken yet,
+        # holds rows of the whole planned set.
+        planned = self.hot.planned
+        if self._current is not None and \
+                self._current.emb.size(0) >= planned:
+            return True
+        return any(job.succeeded() and job.nodes.numel() >= planned
+                   for job in self._jobs)
 
     def _maybe_grow(self) -> None:
         waited = self.num_waits > self._waits_seen

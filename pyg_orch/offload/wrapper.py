@@ -123,12 +123,23 @@ class BottomLayerOffload(torch.nn.Module):
         intra_op_threads (int, optional): PyTorch intra-op threads of each
             worker thread; see
             :func:`~pyg_orch.offload.default_intra_op_threads`.
-        full_neighbors (bool): Aggregate over all in-neighbors of hot
-            vertices instead of the bottom-hop fan-out. With
+        full_neighbors (bool or str): Aggregate over all in-neighbors of
+            hot vertices instead of the bottom-hop fan-out. With
             :obj:`split='aggregate'` their rows then depend on the features
             and the graph only: each is computed once and reused at every
-            later step (no sample age; :obj:`stats()['static_tables']`).
-            (default: :obj:`False`)
+            later step (no sample age; :obj:`stats()['static_tables']`),
+            and the decision by measurement tries larger hot sets
+            (25%, 50% and 70% of the vertices, as many as a table in a
+            fifth of the device's free memory holds). :obj:`'auto'` does so
+            where the first layer's weight-free aggregation is a mean of
+            the neighbors' features (as in
+            :class:`~torch_geometric.nn.conv.SAGEConv`), whose value over
+            all neighbors is the expectation of the sampled one, and the
+            loader samples uniformly on an unpartitioned graph; sums and
+            maxima keep the fan-out (see :doc:`/offload`). The resolved
+            value and why: :obj:`stats()['full_neighbors']`,
+            :obj:`stats()['full_neighbors_reason']`.
+            (default: :obj:`'auto'`)
         layer (torch.nn.Module or str, optional): The first message-passing
             layer (a module of :obj:`model` or its name); by default the first
             one registered. For heterogeneous models, the name of the module
@@ -182,7 +193,7 @@ class BottomLayerOffload(torch.nn.Module):
         gpu_cache_ratio: Union[float, str] = 0.1,
         max_staleness: int = 1,
         num_threads: Optional[int] = None,
-        full_neighbors: bool = False,
+        full_neighbors: Union[bool, str] = 'auto',
         layer: Union[None, str, torch.nn.Module] = None,
         num_presample_batches: Optional[int] = None,
         super_batch_size: Optional[int] = None,
@@ -236,7 +247,8 @@ class BottomLayerOffload(torch.nn.Module):
             object.__setattr__(self, name, getattr(model, name))
         object.__setattr__(self, '_offload_model', model)
         object.__setattr__(self, 'training', model.training)
-        object.__setattr__(self, 'full_neighbors', options.full_neighbors)
+        # Resolved (see the argument):
+        object.__setattr__(self, 'full_neighbors', runtime.full_neighbors)
         object.__setattr__(self, '_options', options)
         object.__setattr__(self, '_offload', runtime)
         object.__setattr__(self, '_finalizer',
@@ -441,7 +453,9 @@ class BottomLayerOffload(torch.nn.Module):
           :obj:`tables_discarded`, :obj:`tables_expired` (discarded
           unfinished for their age), :obj:`rows_computed`;
           :obj:`static_tables`: whether rows are computed once and never
-          age (:obj:`full_neighbors=True` with :obj:`split='aggregate'`);
+          age (:obj:`full_neighbors` with :obj:`split='aggregate'`);
+          :obj:`full_neighbors`: whether hot rows aggregate all
+          in-neighbors (resolved), :obj:`full_neighbors_reason`: why;
           :obj:`threads_alive`, :obj:`num_threads`,
           :obj:`intra_op_threads`, :obj:`chunk_size`, :obj:`cpu_autocast`;
         * :obj:`local_world_size`: the training processes sharing this
