@@ -249,3 +249,17 @@ def test_max_table_rows_on_cuda():
     free, _ = torch.cuda.mem_get_info()
     rows = max_table_rows(1000, 'cuda', share=0.5)
     assert rows == pytest.approx(free / 2 / 1000, rel=0.05)
+
+
+def test_offload_cache_is_never_smaller_than_the_loaders():
+    # A loader caching 30% of the rows keeps as many once the offload's
+    # candidates (10% asked for) replace them.
+    loader = tiny_loader(tiny_graph())
+    own, given = torch.arange(60), []
+    loader.get_gpu_cache_nodes = lambda: own
+    loader.set_gpu_cache_nodes = given.append
+    off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader, hot_ratio=0.2,
+                             gpu_cache_ratio=0.1)
+    assert off.gpu_cache_nodes.numel() == 60
+    assert torch.equal(given[-1], off.gpu_cache_nodes)
+    off.close()

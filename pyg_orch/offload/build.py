@@ -547,6 +547,9 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         runtime.fixed_reason = fixed_reason
     try:
         if hot.size > 0 and cache_ratio > 0:
+            # Never fewer rows than the loader's cache holds now (they are
+            # in GPU memory already):
+            cache_ratio = max(cache_ratio, _cached_share(loader, num_nodes))
             # Rank by the feature fetches of pruned batches, hot vertices
             # included: they are still other vertices' sampled neighbors.
             selection.cache_nodes = select_cache_nodes(
@@ -572,6 +575,16 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         runtime.close()
         raise
     return runtime
+
+
+def _cached_share(loader: Any, num_nodes: int) -> float:
+    # The share of the vertices whose features the loader's GPU cache holds
+    # now (0 without one).
+    get_cache = getattr(loader, 'get_gpu_cache_nodes', None)
+    own = get_cache() if callable(get_cache) else None
+    if not isinstance(own, Tensor):
+        return 0.0
+    return min(own.numel() / max(num_nodes, 1), 1.0)
 
 
 def _hetero_first_layer(model: torch.nn.Module, loader: Any,

@@ -100,9 +100,10 @@ class BottomLayerOffload(torch.nn.Module):
             :obj:`0.05`, and the size is decided by measurement (see
             :obj:`autotune`). (default: :obj:`None`)
         gpu_cache_ratio (float or str): Fraction of all vertices that are
-            GPU-cache candidates, or :obj:`'auto'` for as many as the
-            loader's GPU feature store holds (its :obj:`gpu_memory_budget`;
-            none without a feature store). (default: :obj:`0.1`)
+            GPU-cache candidates (at least as many as the loader's GPU
+            feature store caches already), or :obj:`'auto'` for as many as
+            it holds (its :obj:`gpu_memory_budget`; none without a feature
+            store). (default: :obj:`0.1`)
         max_staleness (int): The most optimizer steps between the weights
             used for an embedding and the weights of the step using it.
             (default: :obj:`1`)
