@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # BottomLayerOffload's defaults against plain training (trim_to_layer,
 # look-ahead, the same 10% GPU cache, features in host memory) in the
-# regimes of issue 18, on one GPU; one JSON and one log per regime in
+# regimes of issue 18, on one GPU; one JSON per regime and one log (run.log) in
 # ${OUT:-benchmarks/results/default_regimes}. Epoch regimes train two
 # epochs per mode and time the second (the first, with the decision by
 # measurement and the first tables, is reported as `warmup_s`).
@@ -12,9 +12,10 @@ export PYTHONUNBUFFERED=1
 B=benchmarks/bench_offload.py
 run() {  # name, arguments...
     local name=$1; shift
+    echo "### $name: $*" >> "$OUT/run.log"
     timeout 300 python $B "$@" --modes plain,default \
-        --out "$OUT/$name.json" > "$OUT/$name.log" 2>&1
-    echo "$name: exit $?" | tee -a "$OUT/exits.txt"
+        --out "$OUT/$name.json" >> "$OUT/run.log" 2>&1
+    echo "$name: exit $?" | tee -a "$OUT/run.log"
 }
 run wide_trim --wide --trim --epoch --warmup 1407
 run dim100_trim --trim --epoch --warmup 1407
