@@ -84,8 +84,8 @@ class OffloadOptions:
     divided by :attr:`local_world_size`); the
     options that depend on the model or the loader
     (:obj:`compensate_degrees='auto'`, :obj:`gpu_cache_ratio='auto'`,
-    :obj:`chunk_size=None`, :obj:`split='auto'`) are resolved when the
-    runtime is built.
+    :obj:`chunk_size=None`, :obj:`split='auto'`,
+    :obj:`full_neighbors='auto'`) are resolved when the runtime is built.
 
     :obj:`hot_ratio=None` is :obj:`0.05` and, with :obj:`autotune='auto'`,
     turns on the decision by measurement (:attr:`measure`);
