@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_geometric.nn import GAT, GIN, GraphSAGE
+from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE
 
 from pyg_orch.offload import BottomLayerOffload
 from pyg_orch.offload.strategy import EmbeddingStrategy
@@ -44,7 +44,9 @@ def node_step(off, batch):
     (lambda: GraphSAGE(8, 16, 2, 3), True, 'mean'),
     (lambda: GraphSAGE(8, 16, 2, 3, aggr='max'), False, "['max']"),
     (lambda: GIN(8, 16, 2, 3), False, "['sum']"),
-    (lambda: GAT(8, 16, 2, 3), False, 'with its weights'),
+    (lambda: GAT(8, 16, 2, 3), False, "with its weights (split='output')"),
+    (lambda: GCN(8, 16, 2, 3, normalize=False), False,
+     "split 'pre_linear'"),
 ])
 def test_auto_resolves_by_the_first_layers_aggregation(model, full, why):
     loader = tiny_loader(tiny_graph())
@@ -239,7 +241,7 @@ def test_static_deadline_projects_the_oldest_unfinished_table():
 def test_sizes_are_capped_by_table_memory():
     sizes, ratios = [0, 50, 100, 140], [0.0, 0.25, 0.5, 0.7]
     assert cap_sizes(sizes, ratios, None) == (sizes, ratios)
-    assert cap_sizes(sizes, ratios, 80) == ([0, 50, 80], [0.0, 0.25, 0.5])
+    assert cap_sizes(sizes, ratios, 80) == ([0, 50, 80], [0.0, 0.25, 0.4])
     assert cap_sizes(sizes, ratios, 0) == ([0], [0.0])
     assert max_table_rows(400, 'cpu') is None
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_orch.offload.aggregate_split import AGGREGATE
+from pyg_orch.offload.aggregate_split import AGGREGATE, OUTPUT
 from pyg_orch.offload.bottom_layer import BottomLayerComputer
 from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 
@@ -69,9 +69,13 @@ def full_neighbors_reason(computer: Computer,
     sample, and neither is the mean under weighted sampling
     (:obj:`weighted`)."""
     parts = _parts(computer)
-    if any(p.split != AGGREGATE for p in parts):
-        return ('the CPU computes the first layer with its weights '
-                '(split is not \'aggregate\')')
+    splits = sorted({p.split for p in parts} - {AGGREGATE})
+    if OUTPUT in splits:
+        return ("the CPU computes the first layer with its weights "
+                "(split='output')")
+    if splits:
+        return (f"the first layer transforms the features before it "
+                f"aggregates them (split {splits[0]!r})")
     modes = {p.bag_mode for p in parts}
     if modes != {'mean'}:
         return (f'the first layer\'s aggregation is not a plain mean of '
@@ -118,13 +122,14 @@ def cap_sizes(sizes: Sequence[int], ratios: Sequence[float],
               max_rows: Optional[int]) -> Tuple[list, list]:
     r"""The hot-set :obj:`sizes` (ascending, :obj:`0` first) and their
     :obj:`ratios`, those above :obj:`max_rows` replaced by one size of
-    :obj:`max_rows` (with the ratio of the first size it replaces)."""
+    :obj:`max_rows` (its ratio scaled down alike)."""
     if max_rows is None:
         return list(sizes), list(ratios)
     out_sizes, out_ratios = [], []
     for n, r in zip(sizes, ratios):
-        n = min(int(n), int(max_rows))
-        if n not in out_sizes:
-            out_sizes.append(n)
-            out_ratios.append(r)
+        capped = min(int(n), int(max_rows))
+        if capped not in out_sizes:
+            out_sizes.append(capped)
+            out_ratios.append(r if capped == n else round(
+                r * capped / max(int(n), 1), 6))
     return out_sizes, out_ratios
