@@ -275,7 +275,7 @@ _OVERRIDES = {'s': ('max_staleness', int), 'h': ('hot_ratio', _ratio),
               'a': ('max_sample_age', int),
               't': ('num_threads', int), 'i': ('intra_op_threads', int),
               'c': ('chunk_size', int),
-              'f': ('full_neighbors', lambda v: _full_neighbors(v)),
+              'f': ('full_neighbors', _full_neighbors),
               'd': ('cpu_autocast', lambda v: {'bf16': torch.bfloat16}[v]),
               'split': ('split', lambda v: {
                   k: k for k in ('auto', 'aggregate', 'output')}[v])}

@@ -465,6 +465,14 @@ def train_sgd(model, loader, steps: int, set_epoch=None, lr: float = 0.5,
     return flat_params(model)
 
 
+def node_step(model, batch):
+    r"""A :func:`train_steps` step of a node-level model over a homogeneous
+    batch: the output and the seeds' cross-entropy loss."""
+    out = model(batch.x, batch.edge_index)
+    return out, torch.nn.functional.cross_entropy(
+        out[:batch.batch_size], batch.y[:batch.batch_size])
+
+
 def train_steps(model, loader, num_steps: int, step, check=None) -> None:
     r"""Trains :obj:`model` (e.g. a :class:`~pyg_orch.BottomLayerOffload`)
     for :obj:`num_steps` optimizer steps over :obj:`loader` (Adam, learning

@@ -22,6 +22,7 @@ from pyg_orch.offload.options import OffloadOptions
 from conftest import (
     SlowCPU,
     StepClock,
+    node_step,
     num_pruned,
     tiny_graph,
     tiny_loader,
@@ -288,12 +289,6 @@ def test_autotune_not_supported_with_worker_processes():
 
 
 # End to end ##################################################################
-
-
-def node_step(off, batch):
-    out = off(batch.x, batch.edge_index)
-    return out, F.cross_entropy(out[:batch.batch_size],
-                                batch.y[:batch.batch_size])
 
 
 def train(off, loader, num_steps, check=None):

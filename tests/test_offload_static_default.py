@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE
 
 from pyg_orch.offload import BottomLayerOffload
@@ -22,6 +21,7 @@ from pyg_orch.offload.static_rows import (
 from conftest import (
     SlowCPU,
     StepClock,
+    node_step,
     num_pruned,
     tiny_graph,
     tiny_loader,
@@ -29,12 +29,6 @@ from conftest import (
 )
 
 pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
-
-
-def node_step(off, batch):
-    out = off(batch.x, batch.edge_index)
-    return out, F.cross_entropy(out[:batch.batch_size],
-                                batch.y[:batch.batch_size])
 
 
 # When rows aggregate all in-neighbors ########################################

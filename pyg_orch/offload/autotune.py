@@ -368,10 +368,13 @@ class HotSetTuner:
             untimed, with every larger one: its trial would only load the
             CPU.
     """
+    #: The default :obj:`max_hold`.
+    MAX_HOLD = 50
+
     def __init__(self, hot: HotSetSizer, chooser: StepTimeChooser,
                  ratios: Sequence[float], on_resize: Callable[[], None],
                  on_done: Callable[[int], None], drain: int = 2,
-                 max_hold: Optional[int] = 50,
+                 max_hold: Optional[int] = MAX_HOLD,
                  cannot_keep_up: Optional[Callable[[], bool]] = None):
         self.hot = hot
         self.chooser = chooser

@@ -396,7 +396,7 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
         give_up=None if static else StepTimeChooser.GIVE_UP, **kwargs)
     return HotSetTuner(hot, chooser, ratios, on_resize, on_done,
                        drain=drain, cannot_keep_up=cannot_keep_up,
-                       max_hold=None if static else 50)
+                       max_hold=None if static else HotSetTuner.MAX_HOLD)
 
 
 def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
@@ -546,10 +546,13 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     if fixed_reason is not None:
         runtime.fixed_reason = fixed_reason
     try:
+        own = _loader_cache(loader)
         if hot.size > 0 and cache_ratio > 0:
             # Never fewer rows than the loader's cache holds now (they are
             # in GPU memory already):
-            cache_ratio = max(cache_ratio, _cached_share(loader, num_nodes))
+            if own is not None:
+                cache_ratio = max(cache_ratio,
+                                  min(own.numel() / max(num_nodes, 1), 1.0))
             # Rank by the feature fetches of pruned batches, hot vertices
             # included: they are still other vertices' sampled neighbors.
             selection.cache_nodes = select_cache_nodes(
@@ -562,9 +565,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                 # training) unless measurement keeps the offload.
                 runtime.offload_cache = functools.partial(
                     set_cache, selection.cache_nodes)
-                get_cache = getattr(loader, 'get_gpu_cache_nodes', None)
-                own = get_cache() if callable(get_cache) else None
-                if isinstance(own, Tensor):  # Given back if switched off.
+                if own is not None:  # Given back if switched off.
                     runtime.restore_cache = functools.partial(set_cache,
                                                               own.clone())
             else:
@@ -577,14 +578,12 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     return runtime
 
 
-def _cached_share(loader: Any, num_nodes: int) -> float:
-    # The share of the vertices whose features the loader's GPU cache holds
-    # now (0 without one).
+def _loader_cache(loader: Any) -> Optional[Tensor]:
+    # The vertices whose features the loader's GPU cache holds now (None
+    # without one, or per node type).
     get_cache = getattr(loader, 'get_gpu_cache_nodes', None)
     own = get_cache() if callable(get_cache) else None
-    if not isinstance(own, Tensor):
-        return 0.0
-    return min(own.numel() / max(num_nodes, 1), 1.0)
+    return own if isinstance(own, Tensor) else None
 
 
 def _hetero_first_layer(model: torch.nn.Module, loader: Any,

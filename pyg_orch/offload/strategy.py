@@ -321,35 +321,32 @@ class EmbeddingStrategy:
         :attr:`static` rows, which are computed once, whether the oldest
         unfinished table is projected the same way to take more than
         :attr:`STATIC_DEADLINE_S` seconds in all."""
-        if self.static:
-            return self._static_too_slow()
-        if (self._plan_expired >= self.MAX_EXPIRED
+        if not self.static and (
+                self._plan_expired >= self.MAX_EXPIRED
                 and self._version - self._plan_version > self.LATE_FACTOR *
                 (self._sample_age_bound + 1)):
             return True
         job = next((j for j in self._jobs if not j.future.done()), None)
         if job is None or not job.chunks:
             return False
+        if self.static:
+            seconds = time.perf_counter() - job.launched
+            return self._projected(job, seconds) > self.STATIC_DEADLINE_S
         age = self._version - job.version
         if age < 2:
             return False
-        total = len(job.chunks)
-        done = total - job.remaining
-        steps = age * total / done if done > 0 else age * -(
-            -total // self.num_threads)
-        return steps > self.LATE_FACTOR * (self._sample_age_bound + 1)
+        return self._projected(job, age) > self.LATE_FACTOR * (
+            self._sample_age_bound + 1)
 
-    def _static_too_slow(self) -> bool:
-        # `cannot_keep_up` for rows computed once, in seconds.
-        job = next((j for j in self._jobs if not j.future.done()), None)
-        if job is None or not job.chunks:
-            return False
-        elapsed = time.perf_counter() - job.launched
+    def _projected(self, job: Any, spent: float) -> float:
+        # The whole time (in the unit of `spent`) an unfinished `job` is
+        # projected to take from its finished work items, `spent` so far;
+        # with none finished, each round of items (one per thread) takes
+        # at least `spent`.
         total = len(job.chunks)
         done = total - job.remaining
-        seconds = elapsed * total / done if done > 0 else elapsed * -(
+        return spent * total / done if done > 0 else spent * -(
             -total // self.num_threads)
-        return seconds > self.STATIC_DEADLINE_S
 
     def _plan_changed(self) -> None:
         # Counts expired tables of the new plan from now on.
