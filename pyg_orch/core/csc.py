@@ -26,6 +26,41 @@ def time_order(segment: Tensor, time: Tensor) -> Tensor:
     return perm[torch.sort(segment[perm], stable=True)[1]]
 
 
+def check_edge_index(edge_index: Tensor, num_src_nodes: int,
+                     num_dst_nodes: int, name: str = 'edge_index') -> None:
+    r"""Checks that :obj:`edge_index` is an :obj:`int32` or :obj:`int64`
+    tensor of shape :obj:`[2, num_edges]` whose sources lie in
+    :obj:`[0, num_src_nodes)` and destinations in
+    :obj:`[0, num_dst_nodes)`; raises a :class:`TypeError` or
+    :class:`ValueError` naming :obj:`name` otherwise."""
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"'{name}' must be a torch.Tensor of shape "
+                        f"[2, num_edges] (got {type(edge_index)})")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"'{name}' must have shape [2, num_edges] "
+                         f"(got {list(edge_index.shape)})")
+    if edge_index.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"'{name}' must hold int32 or int64 indices "
+                         f"(got {edge_index.dtype})")
+    if edge_index.size(1) == 0:
+        return
+    row, col = edge_index[0], edge_index[1]
+    rmin, rmax = int(row.min()), int(row.max())
+    cmin, cmax = int(col.min()), int(col.max())
+    if rmin < 0 or cmin < 0:
+        raise ValueError(f"'{name}' holds negative node indices")
+    if rmax >= num_src_nodes:
+        raise ValueError(
+            f"'{name}' refers to source node {rmax}, but the graph "
+            f"has only {num_src_nodes} (source) nodes; set "
+            f"'num_nodes' or fix '{name}'")
+    if cmax >= num_dst_nodes:
+        raise ValueError(
+            f"'{name}' refers to destination node {cmax}, but the "
+            f"graph has only {num_dst_nodes} (destination) nodes; "
+            f"set 'num_nodes' or fix '{name}'")
+
+
 @dataclass
 class ShardLayout:
     r"""What the sampling kernels need to read neighbor lists split across
@@ -142,35 +177,12 @@ class CSCTopology:
         edge), every neighborhood is sorted by time, as temporal sampling
         needs; :obj:`edge_weight` (per edge) is carried into CSC order.
         """
-        if not isinstance(edge_index, Tensor):
-            raise TypeError(f"'{name}' must be a torch.Tensor of shape "
-                            f"[2, num_edges] (got {type(edge_index)})")
-        if edge_index.dim() != 2 or edge_index.size(0) != 2:
-            raise ValueError(f"'{name}' must have shape [2, num_edges] "
-                             f"(got {list(edge_index.shape)})")
-        if edge_index.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"'{name}' must hold int32 or int64 indices "
-                             f"(got {edge_index.dtype})")
+        check_edge_index(edge_index, num_src_nodes, num_dst_nodes, name)
         device = torch.device(device) if device is not None else \
             edge_index.device
         edge_index = edge_index.to(device)
         row, col = edge_index[0], edge_index[1]
         num_edges = row.numel()
-        if num_edges > 0:
-            rmin, rmax = int(row.min()), int(row.max())
-            cmin, cmax = int(col.min()), int(col.max())
-            if rmin < 0 or cmin < 0:
-                raise ValueError(f"'{name}' holds negative node indices")
-            if rmax >= num_src_nodes:
-                raise ValueError(
-                    f"'{name}' refers to source node {rmax}, but the graph "
-                    f"has only {num_src_nodes} (source) nodes; set "
-                    f"'num_nodes' or fix '{name}'")
-            if cmax >= num_dst_nodes:
-                raise ValueError(
-                    f"'{name}' refers to destination node {cmax}, but the "
-                    f"graph has only {num_dst_nodes} (destination) nodes; "
-                    f"set 'num_nodes' or fix '{name}'")
 
         if index_dtype is None:
             index_dtype = smallest_index_dtype(num_src_nodes, num_dst_nodes,

@@ -11,11 +11,12 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import torch
 from torch import Tensor
 
+from pyg_orch.core.csc import check_edge_index
 from pyg_orch.core.partitioning import (
     assign_parts,
     edge_cut,
@@ -28,20 +29,20 @@ from pyg_orch.distributed.storage import (
     META_FILE,
     NODE_PART_FILE,
     PathLike,
+    check_name,
     edge_attr_path,
     edge_path,
     edge_type_name,
+    file_entry,
     global_map_path,
     graph_fingerprint,
     node_attr_path,
     node_ids_path,
     part_dir_name,
 )
+from pyg_orch.loader.validation import check_data
 
 __all__ = ['PartitionInfo', 'partition_graph']
-
-_SAFE_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]*')
-
 
 @dataclass
 class PartitionInfo:
@@ -125,17 +126,13 @@ def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _save(t: Tensor, path: Path, base: Path, files: Dict[str, int]) -> None:
+def _save(t: Tensor, path: Path, base: Path,
+          files: Dict[str, Dict[str, Any]]) -> None:
     # A copy, so that a slice never saves the storage it views.
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(t.detach().cpu().clone().contiguous(), path)
-    files[path.relative_to(base).as_posix()] = path.stat().st_size
-
-
-def _check_name(name: str, what: str) -> None:
-    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
-        raise ValueError(f"{what} {name!r} cannot name a file; rename it "
-                         f"(letters, digits, '_', '.', '-')")
+    t = t.detach().cpu().clone().contiguous()
+    torch.save(t, path)
+    files[path.relative_to(base).as_posix()] = file_entry(path, t)
 
 
 def _attr_keys(node_stores, edge_stores):
@@ -160,7 +157,7 @@ def _attr_keys(node_stores, edge_stores):
         edge_keys[et] = sorted(keys)
     for keys in list(node_keys.values()) + list(edge_keys.values()):
         for key in keys:
-            _check_name(key, 'attribute')
+            check_name(key, 'attribute')
     return node_keys, edge_keys
 
 
@@ -204,7 +201,8 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
     attributes (:obj:`x`, :obj:`y`, masks, ...) and their in-edges' edge
     attributes. :obj:`out_dir` also holds the global vertex -> part and
     vertex -> local id maps and :obj:`meta.json` (format version, method,
-    counts, graph fingerprint, edge cut, balance, file sizes), written last.
+    counts, graph fingerprint, edge cut, balance, and the size, SHA-256,
+    dtype and shape of every file), written last.
 
     For a :class:`~torch_geometric.data.HeteroData`, all of this is kept
     per node type and per edge type (global ids are per node type; a part
@@ -242,9 +240,9 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
         node_stores = {nt: data[nt] for nt in node_types}
         edge_stores = {et: data[et] for et in edge_types}
         for nt in node_types:
-            _check_name(nt, 'node type')
+            check_name(nt, 'node type')
         for et in edge_types:
-            _check_name(et[1], 'relation')
+            check_name(et[1], 'relation')
     else:
         node_types, edge_types = [None], [None]
         node_stores, edge_stores = {None: data}, {None: data}
@@ -254,8 +252,15 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
                              f"{'' if et is None else ' for ' + str(et)} "
                              f"(sparse adjacencies such as 'adj_t' are not "
                              f"supported)")
+    check_data(data)  # One row per node in x, y, ...: as the loader.
     num_nodes_by_type = {nt: int(node_stores[nt].num_nodes or 0)
                          for nt in node_types}
+    for et, store in edge_stores.items():
+        src, dst = (None, None) if et is None else (et[0], et[-1])
+        check_edge_index(store.edge_index, num_nodes_by_type[src],
+                         num_nodes_by_type[dst],
+                         'edge_index' if et is None else
+                         f'data[{et!r}].edge_index')
     num_nodes = sum(num_nodes_by_type.values())
     num_parts = _check_num_parts(num_parts, num_nodes)
     resolved = resolve_method(method)
@@ -312,7 +317,7 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
 
     # Writing ################################################################
     _prepare_out_dir(out_dir, overwrite)
-    files: Dict[str, Dict[str, int]] = {'global': {}}
+    files: Dict[str, Dict[str, Any]] = {'global': {}}
     for nt in node_types:
         _save(node_part[nt], global_map_path(out_dir, 'node_part', nt),
               out_dir, files['global'])
@@ -327,7 +332,7 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
         name = part_dir_name(part)
         part_dir = out_dir / name
         part_dir.mkdir(parents=True)
-        pf: Dict[str, int] = {}
+        pf: Dict[str, Dict[str, Any]] = {}
         node_ids = {}
         for nt in node_types:
             perm, offsets = order[nt][0], order[nt][1]

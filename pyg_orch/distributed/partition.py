@@ -69,7 +69,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         info = partition_graph(data, args.parts, args.out, args.method,
                                args.seed, overwrite=args.overwrite,
                                progress=not args.quiet)
-    except (ValueError, ImportError, NotImplementedError) as e:
+    except (ValueError, TypeError, ImportError,
+            NotImplementedError) as e:
         print(f'error: {e}', file=sys.stderr)
         return 2
     print(info.summary())

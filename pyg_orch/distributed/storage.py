@@ -4,7 +4,8 @@ r"""The on-disk layout of a partitioned graph, and loading one part of it.
 
    out_dir/
      meta.json           format version, parts, method, counts, fingerprint,
-                         edge cut, balance, every file's size in bytes
+                         edge cut, balance, and of every file its size in
+                         bytes, SHA-256, dtype and shape
      node_part.pt        global vertex id -> part          (int64, [N])
      local_id.pt         global vertex id -> id in its part (int64, [N])
      part_0/
@@ -17,16 +18,20 @@ r"""The on-disk layout of a partitioned graph, and loading one part of it.
      part_1/ ...
 
 Every tensor file is written by :func:`torch.save` and read back
-memory-mapped (:obj:`torch.load(..., mmap=True)`).
+memory-mapped (:obj:`torch.load(..., mmap=True, weights_only=True)`).
+Folders of format version 1 (sizes only, no hashes) still load, with dtype
+and shape checks only.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -37,13 +42,24 @@ __all__ = [
     'FORMAT_NAME',
     'FORMAT_VERSION',
     'GraphPartition',
+    'PartitionFileError',
     'graph_fingerprint',
     'load_partition',
     'read_meta',
+    'verify_partition',
 ]
 
 FORMAT_NAME = 'pyg_orch.partition'
-FORMAT_VERSION = 1
+#: Version 2 records a SHA-256, dtype and shape per file; version 1 (sizes
+#: only) is still read.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+HASH_NAME = 'sha256'
+#: :func:`load_partition` hashes the files it opens when they hold less
+#: than this many bytes in all (:obj:`verify=None`).
+VERIFY_AUTO_BYTES = 1 << 30
+_HASH_CHUNK = 1 << 20
+_SAFE_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]*')
 META_FILE = 'meta.json'
 NODE_PART_FILE = 'node_part.pt'
 LOCAL_ID_FILE = 'local_id.pt'
@@ -52,6 +68,47 @@ PathLike = Union[str, os.PathLike]
 
 # Edge columns hashed into the fingerprint (evenly spaced, ends included).
 _FINGERPRINT_SAMPLE = 4096
+
+
+class PartitionFileError(ValueError):
+    r"""A file of a partition folder that cannot be loaded, or does not
+    match :obj:`meta.json`; :obj:`file` is its path within the folder."""
+    def __init__(self, out_dir: PathLike, file: str, reason: str):
+        self.out_dir, self.file, self.reason = Path(out_dir), file, reason
+        super().__init__(f"could not load {file}: {reason} (partition "
+                         f"folder '{out_dir}')")
+
+
+def check_name(name: Any, what: str) -> None:
+    r"""Raises a :class:`ValueError` unless :obj:`name` (an attribute,
+    node type or relation) can name a file: letters, digits, :obj:`'_'`,
+    :obj:`'.'` and :obj:`'-'`, not starting with :obj:`'.'` or
+    :obj:`'-'`."""
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
+        raise ValueError(f"{what} {name!r} cannot name a file; rename it "
+                         f"(letters, digits, '_', '.', '-')")
+
+
+def file_hash(path: PathLike) -> str:
+    r"""The SHA-256 of a file's bytes (hex), read in chunks."""
+    h = hashlib.new(HASH_NAME)
+    buf = bytearray(_HASH_CHUNK)
+    view = memoryview(buf)
+    with open(path, 'rb', buffering=0) as f:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def file_entry(path: PathLike, tensor: Tensor) -> Dict[str, Any]:
+    r"""What :obj:`meta.json` records of a written tensor file: its size,
+    hash, dtype and shape."""
+    return {'bytes': os.stat(path).st_size, HASH_NAME: file_hash(path),
+            'dtype': str(tensor.dtype).replace('torch.', ''),
+            'shape': list(tensor.shape)}
 
 
 def part_dir_name(part: int) -> str:
@@ -165,15 +222,72 @@ def read_meta(out_dir: PathLike) -> Dict[str, Any]:
         raise ValueError(f"'{path}' is not a pyg_orch partition description "
                          f"(its 'format' is not {FORMAT_NAME!r})")
     version = meta.get('version')
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise ValueError(f"'{out_dir}' holds partition format version "
-                         f"{version!r}, but this pyg_orch reads version "
-                         f"{FORMAT_VERSION}: partition the graph again")
+                         f"{version!r}, but this pyg_orch reads versions "
+                         f"{list(READABLE_VERSIONS)}: partition the graph "
+                         f"again")
     for key in ('num_parts', 'num_nodes', 'num_edges', 'fingerprint',
                 'files', 'part_sizes', 'part_num_edges'):
         if key not in meta:
             raise ValueError(f"'{path}' lacks the entry {key!r}")
+    try:
+        _check_meta_names(meta, version)
+    except ValueError as e:
+        raise ValueError(f"'{path}' is damaged or was not written by "
+                         f"partition_graph: {e}") from None
     return meta
+
+
+def _check_meta_names(meta: Dict[str, Any], version: int) -> None:
+    # Every name that becomes part of a path, checked as on write, so that
+    # no entry of meta.json reads a file outside the folder.
+    for nt in meta.get('node_types') or []:
+        check_name(nt, 'node type')
+    for et in meta.get('edge_types') or []:
+        if not isinstance(et, list) or len(et) != 3:
+            raise ValueError(f"edge type {et!r} is not [src, rel, dst]")
+        for name in et:
+            check_name(name, 'edge type part')
+    node_attrs = meta.get('node_attrs') or []
+    for keys in (node_attrs.values() if isinstance(node_attrs, dict)
+                 else [node_attrs]):
+        for key in keys:
+            check_name(key, 'attribute')
+    edge_attrs = meta.get('edge_attrs') or []
+    if meta.get('is_hetero'):
+        edge_attrs = [key for _, keys in edge_attrs for key in keys]
+    for key in edge_attrs:
+        check_name(key, 'attribute')
+    files = meta['files']
+    if not isinstance(files, dict):
+        raise ValueError("'files' is not a mapping")
+    for group, entries in files.items():
+        if group != 'global' and not re.fullmatch(r'part_\d+', str(group)):
+            raise ValueError(f"'files' has the unknown group {group!r}")
+        if not isinstance(entries, dict):
+            raise ValueError(f"'files'[{group!r}] is not a mapping")
+        for rel, entry in entries.items():
+            parts = rel.split('/') if isinstance(rel, str) else [rel]
+            for name in parts:
+                check_name(name, 'file path part')
+            if group != 'global' and parts[0] != group:
+                raise ValueError(f"file {rel!r} lies outside {group!r}")
+            _check_entry(rel, entry, version)
+
+
+def _check_entry(rel: str, entry: Any, version: int) -> None:
+    if version == 1:
+        ok = isinstance(entry, int) and not isinstance(entry, bool)
+    else:
+        ok = (isinstance(entry, dict)
+              and isinstance(entry.get('bytes'), int)
+              and isinstance(entry.get(HASH_NAME), str)
+              and isinstance(entry.get('dtype'), str)
+              and isinstance(entry.get('shape'), list))
+    if not ok:
+        raise ValueError(f"the entry of file {rel!r} is malformed "
+                         f"({entry!r})")
 
 
 @dataclass
@@ -336,38 +450,171 @@ class GraphPartition:
         return self._map(self.local_id, node_type)[global_ids]
 
 
-def _load(path: Path) -> Tensor:
-    return torch.load(path, mmap=True, weights_only=True)
+def _entry_bytes(entry: Any) -> int:
+    return entry if isinstance(entry, int) else int(entry['bytes'])
 
 
-def _check_files(out_dir: Path, files: Dict[str, int], what: str) -> None:
-    for rel, size in files.items():
+def _check_files(out_dir: Path, files: Dict[str, Any], what: str) -> None:
+    for rel, entry in files.items():
         path = out_dir / rel
         if not path.is_file():
             raise ValueError(f"'{out_dir}' is incomplete: {what} file "
                              f"'{rel}' listed in {META_FILE} is missing")
-        actual = path.stat().st_size
+        actual, size = path.stat().st_size, _entry_bytes(entry)
         if actual != size:
             raise ValueError(f"'{out_dir}': {what} file '{rel}' has "
                              f"{actual} bytes but {META_FILE} says {size} "
                              f"(truncated, or written by another run)")
 
 
+def _verify_files(out_dir: Path, files: Dict[str, Any]) -> None:
+    for rel, entry in files.items():
+        actual = file_hash(out_dir / rel)
+        if actual != entry[HASH_NAME]:
+            raise PartitionFileError(
+                out_dir, rel, f"its content does not match {META_FILE} "
+                f"({HASH_NAME} {actual[:12]}..., expected "
+                f"{entry[HASH_NAME][:12]}...): damaged, or copied from "
+                f"another partition")
+
+
+def _groups(meta: Dict[str, Any], out_dir: Path,
+            part: Optional[int]) -> List[Tuple[str, Dict[str, Any]]]:
+    files = meta['files']
+    names = (['global'] + [part_dir_name(k) for k in
+                           range(int(meta['num_parts']))]
+             if part is None else ['global', part_dir_name(part)])
+    for name in names:
+        if name not in files:
+            raise ValueError(f"'{out_dir / META_FILE}' lists no files for "
+                             f"{name!r}")
+    return [(name, files[name]) for name in names]
+
+
+def verify_partition(out_dir: PathLike, part: Optional[int] = None) -> None:
+    r"""Hashes every file of the partition folder :obj:`out_dir` (or only
+    the global maps and part :obj:`part`'s files) and compares each with
+    the SHA-256 that :obj:`meta.json` records; raises a
+    :class:`PartitionFileError` naming the first file that differs (a
+    flipped byte, a file copied from another partition), and a
+    :class:`ValueError` for a missing or truncated file, or for a folder
+    of format version 1, which records no hashes.
+
+    :func:`load_partition` does the same for the files it opens where they
+    are small (:obj:`verify=None`); call this once for a large folder, e.g.
+    after copying it to a machine.
+    """
+    out_dir = Path(out_dir)
+    meta = read_meta(out_dir)
+    if meta['version'] == 1:
+        raise ValueError(f"'{out_dir}' holds partition format version 1, "
+                         f"which records no content hashes, so it cannot be "
+                         f"verified: partition the graph again")
+    if part is not None:
+        _check_part(part, int(meta['num_parts']), out_dir)
+    for name, files in _groups(meta, out_dir, part):
+        _check_files(out_dir, files, 'global' if name == 'global' else
+                     f'part {name[5:]}')
+        _verify_files(out_dir, files)
+
+
+def _check_part(part: Any, num_parts: int, out_dir: Path) -> None:
+    if (isinstance(part, bool) or not isinstance(part, int)
+            or not 0 <= part < num_parts):
+        raise ValueError(f"'part' must be in [0, {num_parts}) for "
+                         f"'{out_dir}', which holds {num_parts} parts "
+                         f"(got {part!r})")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace('torch.', '')
+
+
+class _Reader:
+    # Loads the files meta.json lists, each checked against its entry (and
+    # the dtype and shape the layout expects), errors naming the file.
+    def __init__(self, out_dir: Path, listed: Dict[str, Any]):
+        self.out_dir, self.listed = out_dir, listed
+
+    def __call__(self, path: Path, dtype: Optional[torch.dtype] = None,
+                 shape: Optional[Iterable[int]] = None,
+                 rows: Optional[int] = None) -> Tensor:
+        rel = path.relative_to(self.out_dir).as_posix()
+        if rel not in self.listed:
+            raise PartitionFileError(self.out_dir, rel,
+                                     f"it is not listed in {META_FILE}")
+        try:
+            t = torch.load(path, mmap=True, weights_only=True)
+        except Exception as e:  # Any damage: name the file.
+            raise PartitionFileError(self.out_dir, rel,
+                                     f'{type(e).__name__}: {e}') from e
+        if not isinstance(t, Tensor):
+            raise PartitionFileError(self.out_dir, rel,
+                                     f'it holds a {type(t).__name__}, not '
+                                     f'a tensor')
+        got = f'{_dtype_name(t.dtype)} {list(t.shape)}'
+        entry = self.listed[rel]
+        if isinstance(entry, dict) and (
+                _dtype_name(t.dtype) != entry['dtype']
+                or list(t.shape) != entry['shape']):
+            raise PartitionFileError(
+                self.out_dir, rel, f"it holds a tensor {got}, but "
+                f"{META_FILE} says {entry['dtype']} {entry['shape']}")
+        if ((dtype is not None and t.dtype != dtype)
+                or (shape is not None and list(t.shape) != list(shape))
+                or (rows is not None and (t.dim() == 0
+                                          or t.size(0) != rows))):
+            want = (f"{'' if dtype is None else _dtype_name(dtype) + ' '}"
+                    f"{list(shape) if shape is not None else ''}"
+                    f"{'' if rows is None else f'{rows} rows'}")
+            raise PartitionFileError(
+                self.out_dir, rel, f"it holds a tensor {got}, but the "
+                f"partition expects {want.strip()}")
+        return t
+
+
+def _resolve_verify(verify: Optional[bool], meta: Dict[str, Any],
+                    groups, out_dir: Path) -> bool:
+    if verify is not None and not isinstance(verify, bool):
+        raise ValueError(f"'verify' must be None, True or False (got "
+                         f"{verify!r})")
+    if meta['version'] == 1:
+        if verify:
+            raise ValueError(f"'{out_dir}' holds partition format version "
+                             f"1, which records no content hashes, so "
+                             f"verify=True cannot be honored: partition the "
+                             f"graph again")
+        warnings.warn(f"'{out_dir}' holds partition format version 1, which "
+                      f"records no content hashes: its files are checked "
+                      f"for size, dtype and shape only and cannot be "
+                      f"verified; partition the graph again to verify them",
+                      stacklevel=3)
+        return False
+    if verify is None:
+        total = sum(_entry_bytes(e) for _, files in groups
+                    for e in files.values())
+        return total < VERIFY_AUTO_BYTES
+    return verify
+
+
 def load_partition(out_dir: PathLike, part: int, *,
                    expected_num_parts: Optional[int] = None,
-                   expected_fingerprint: Optional[str] = None
-                   ) -> GraphPartition:
+                   expected_fingerprint: Optional[str] = None,
+                   verify: Optional[bool] = None) -> GraphPartition:
     r"""Loads part :obj:`part` of a graph partitioned by
     :func:`~pyg_orch.distributed.partition_graph` into :obj:`out_dir`.
 
     Only that part's files and the two global id maps (vertex -> part,
     vertex -> local id) are opened, all memory-mapped: the other parts are
-    never read. :obj:`meta.json` is checked first (format version, part in
-    range, the part's files present with the sizes it lists), then, where
-    given, that the folder holds :obj:`expected_num_parts` parts of the
-    graph with fingerprint :obj:`expected_fingerprint` (see
-    :func:`graph_fingerprint`). Each check raises a :class:`ValueError`
-    naming the folder and what does not match.
+    never read. :obj:`meta.json` is checked first (format version, names
+    that stay inside the folder, part in range, the part's files present
+    with the sizes it lists), then, where given, that the folder holds
+    :obj:`expected_num_parts` parts of the graph with fingerprint
+    :obj:`expected_fingerprint` (see :func:`graph_fingerprint`). Each check
+    raises a :class:`ValueError` naming the folder and what does not match.
+    Every tensor is checked for the dtype and shape :obj:`meta.json`
+    records; a file that cannot be loaded or does not match raises a
+    :class:`PartitionFileError` naming it.
 
     Args:
         out_dir (str or os.PathLike): The folder.
@@ -376,6 +623,9 @@ def load_partition(out_dir: PathLike, part: int, *,
             number of parts.
         expected_fingerprint (str, optional): Reject a folder partitioned
             from another graph.
+        verify (bool, optional): Hash the opened files and compare them with
+            :obj:`meta.json` (see :func:`verify_partition`). :obj:`None`
+            (default) does so where they hold less than 1 GiB in all.
     """
     out_dir = Path(out_dir)
     meta = read_meta(out_dir)
@@ -389,18 +639,15 @@ def load_partition(out_dir: PathLike, part: int, *,
         raise ValueError(f"'{out_dir}' was partitioned from another graph: "
                          f"its graph fingerprint is {meta['fingerprint']!r}, "
                          f"expected {expected_fingerprint!r}")
-    if (isinstance(part, bool) or not isinstance(part, int)
-            or not 0 <= part < num_parts):
-        raise ValueError(f"'part' must be in [0, {num_parts}) for "
-                         f"'{out_dir}', which holds {num_parts} parts "
-                         f"(got {part!r})")
+    _check_part(part, num_parts, out_dir)
     name = part_dir_name(part)
-    files = meta['files']
-    if name not in files or 'global' not in files:
-        raise ValueError(f"'{out_dir}/{META_FILE}' lists no files for "
-                         f"{name!r}")
-    _check_files(out_dir, files['global'], 'global')
-    _check_files(out_dir, files[name], f'part {part}')
+    groups = _groups(meta, out_dir, part)
+    _check_files(out_dir, groups[0][1], 'global')
+    _check_files(out_dir, groups[1][1], f'part {part}')
+    if _resolve_verify(verify, meta, groups, out_dir):
+        for _, files in groups:
+            _verify_files(out_dir, files)
+    read = _Reader(out_dir, {**groups[0][1], **groups[1][1]})
 
     part_dir = out_dir / name
     if meta.get('is_hetero'):
@@ -413,44 +660,47 @@ def load_partition(out_dir: PathLike, part: int, *,
                  for nt in node_types}
         num_edges = {et: meta['part_num_edges_by_type'][edge_type_name(
             et)][part] for et in edge_types}
-        num_src = {et: meta['num_nodes_by_type'][et[0]]
-                   for et in edge_types}
+        num_all = dict(meta['num_nodes_by_type'])
     else:
         node_types, edge_types = [None], [None]
         node_attr_keys = {None: meta.get('node_attrs', [])}
         edge_attr_keys = {None: meta.get('edge_attrs', [])}
         sizes = {None: meta['part_sizes'][part]}
         num_edges = {None: meta['part_num_edges'][part]}
-        num_src = {None: meta['num_nodes']}
+        num_all = {None: meta['num_nodes']}
 
     node_ids, node_attrs, node_part, local_id = {}, {}, {}, {}
     for nt in node_types:
-        node_ids[nt] = _load(node_ids_path(part_dir, nt))
-        if node_ids[nt].numel() != int(sizes[nt]):
-            raise ValueError(f"'{part_dir}': {nt or 'the part'} holds "
-                             f"{node_ids[nt].numel()} vertices, but "
-                             f"{META_FILE} says {sizes[nt]}")
+        size, total = int(sizes[nt]), int(num_all[nt])
+        node_ids[nt] = read(node_ids_path(part_dir, nt), torch.int64,
+                            [size])
         node_attrs[nt] = {
-            key: _load(node_attr_path(part_dir, nt, key))
+            key: read(node_attr_path(part_dir, nt, key), rows=size)
             for key in node_attr_keys.get(nt, [])
         }
-        node_part[nt] = _load(global_map_path(out_dir, 'node_part', nt))
-        local_id[nt] = _load(global_map_path(out_dir, 'local_id', nt))
+        node_part[nt] = read(global_map_path(out_dir, 'node_part', nt),
+                             torch.int64, [total])
+        local_id[nt] = read(global_map_path(out_dir, 'local_id', nt),
+                            torch.int64, [total])
     csc, edge_attrs = {}, {}
     for et in edge_types:
-        colptr = _load(edge_path(part_dir, et, 'colptr'))
-        row = _load(edge_path(part_dir, et, 'row'))
-        edge_id = _load(edge_path(part_dir, et, 'edge_id'))
         size = node_ids[None if et is None else et[-1]].numel()
-        if (colptr.numel() != size + 1 or row.numel() != num_edges[et]
-                or edge_id.numel() != num_edges[et]):
-            raise ValueError(f"'{part_dir}': the in-edges"
-                             f"{'' if et is None else ' of ' + str(et)} do "
-                             f"not match {META_FILE} ({size} vertices, "
-                             f"{num_edges[et]} in-edges)")
-        csc[et] = CSCTopology(colptr, row, edge_id, int(num_src[et]))
+        count = int(num_edges[et])
+        colptr = read(edge_path(part_dir, et, 'colptr'), torch.int64,
+                      [size + 1])
+        if int(colptr[0]) != 0 or int(colptr[-1]) != count:
+            raise PartitionFileError(
+                out_dir, edge_path(part_dir, et, 'colptr').relative_to(
+                    out_dir).as_posix(), f"it spans in-edges "
+                f"[{int(colptr[0])}, {int(colptr[-1])}), but {META_FILE} "
+                f"says {count}")
+        row = read(edge_path(part_dir, et, 'row'), torch.int64, [count])
+        edge_id = read(edge_path(part_dir, et, 'edge_id'), torch.int64,
+                       [count])
+        num_src = int(num_all[None if et is None else et[0]])
+        csc[et] = CSCTopology(colptr, row, edge_id, num_src)
         edge_attrs[et] = {
-            key: _load(edge_attr_path(part_dir, et, key))
+            key: read(edge_attr_path(part_dir, et, key), rows=count)
             for key in edge_attr_keys.get(et, [])
         }
     if not meta.get('is_hetero'):
