@@ -40,7 +40,11 @@ from pyg_orch.distributed.machines import (
     shard_part_topology,
 )
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
-from pyg_orch.distributed.storage import GraphPartition, load_partition
+from pyg_orch.distributed.storage import (
+    GraphPartition,
+    PartitionFileError,
+    load_partition,
+)
 from pyg_orch.core.prefetch import PrefetchIterator
 from pyg_orch.sampling.arguments import (
     check_placement,
@@ -107,21 +111,31 @@ def _describe(error: BaseException) -> str:
     return f'{type(error).__name__}: {error}'
 
 
+def _load_error(error: BaseException) -> str:
+    # What every rank says of a rank that could not load its part.
+    if isinstance(error, PartitionFileError):
+        return str(error)  # 'could not load part_1/...: ...'
+    return (f'could not load its part of the partition, so no rank can '
+            f'sample: {_describe(error)}')
+
+
 def open_partition(partition: Union[str, Path, GraphPartition],
                    group: Optional[Any] = None,
-                   expected_fingerprint: Optional[str] = None
-                   ) -> GraphPartition:
+                   expected_fingerprint: Optional[str] = None,
+                   verify: Optional[bool] = None) -> GraphPartition:
     r"""Loads this rank's part of :obj:`partition` (a folder; or takes a
     loaded :class:`~pyg_orch.distributed.GraphPartition`) and checks with
     every other rank of :obj:`group` that they all hold their own part of
     one partitioning: a collective (one
     :func:`torch.distributed.all_gather_object`).
 
-    Where one rank cannot load its part (a missing or truncated folder,
-    another number of parts than ranks, another graph than
+    Where one rank cannot load its part (a missing, truncated or damaged
+    file, another number of parts than ranks, another graph than
     :obj:`expected_fingerprint`), every rank raises a :class:`ValueError`
-    saying which rank and why, instead of the others waiting for it in the
-    first collective. Every rank also raises where the ranks' parts were
+    saying which rank, which file and why (:obj:`"rank 1 could not load
+    part_1/nodes/x.pt: ..."`), instead of the others waiting for it in the
+    first collective. :obj:`verify` is passed to
+    :func:`~pyg_orch.distributed.load_partition`. Every rank also raises where the ranks' parts were
     cut from different graphs (their :func:`graph_fingerprint`) or by
     different partitionings of one graph (another method, seed or number
     of parts: :attr:`GraphPartition.partitioning_id`).
@@ -132,8 +146,8 @@ def open_partition(partition: Union[str, Path, GraphPartition],
         try:
             partition = load_partition(
                 partition, rank, expected_num_parts=world_size,
-                expected_fingerprint=expected_fingerprint)
-        except (ValueError, OSError) as exc:
+                expected_fingerprint=expected_fingerprint, verify=verify)
+        except Exception as exc:  # Told to every rank before it raises.
             error = exc
     elif (expected_fingerprint is not None
           and partition.fingerprint != expected_fingerprint):
@@ -141,19 +155,18 @@ def open_partition(partition: Union[str, Path, GraphPartition],
             f"'{partition.out_dir}' was partitioned from another graph: its "
             f"graph fingerprint is {partition.fingerprint!r}, expected "
             f"{expected_fingerprint!r}")
-    mine = (_describe(error), None) if error is not None else (None, (
+    mine = (_load_error(error), None) if error is not None else (None, (
         partition.part, partition.num_parts, partition.fingerprint,
         partition.partitioning_id, str(partition.out_dir)))
     everything = [mine]
     if world_size > 1:
         everything = [None] * world_size
         dist.all_gather_object(everything, mine, group=group)
-    if error is not None:
+    elif error is not None:
         raise error
     for r, (err, _) in enumerate(everything):
         if err is not None:
-            raise ValueError(f'rank {r} could not load its part of the '
-                             f'partition, so no rank can sample: {err}')
+            raise ValueError(f'rank {r} {err}') from error
     _, num_parts0, fp0, id0, dir0 = everything[0][1]
     for r, (_, (part, num_parts, fp, pid, out_dir)) in enumerate(everything):
         if fp != fp0:
