@@ -60,22 +60,27 @@ def load_graph(path: str, trust_pickle: bool = False):
     import pickle
 
     import torch
-    if trust_pickle:
-        data = torch.load(path, weights_only=False)
-    else:
-        try:
+    try:
+        if trust_pickle:
+            data = torch.load(path, weights_only=False)
+        else:
             with torch.serialization.safe_globals(_safe_globals()):
                 data = torch.load(path, weights_only=True)
-        except pickle.UnpicklingError as e:
-            raise ValueError(
-                f"'--data' {path!r} cannot be loaded safely "
-                f"(weights_only=True): {_unpickling_reason(e)}. Only "
-                f"tensors and PyG's Data/HeteroData are allowed; pass "
-                f"--trust-pickle to load it anyway, which runs any code the "
-                f"file holds (only for files you trust)") from None
-        except RuntimeError as e:
-            raise ValueError(f"'--data' {path!r} is not a file saved with "
-                             f"torch.save: {e}") from None
+    except OSError:
+        raise
+    except pickle.UnpicklingError as e:
+        if trust_pickle:
+            raise ValueError(f"'--data' {path!r} could not be loaded: "
+                             f"{e}") from None
+        raise ValueError(
+            f"'--data' {path!r} cannot be loaded safely "
+            f"(weights_only=True): {_unpickling_reason(e)}. Only tensors "
+            f"and PyG's Data/HeteroData are allowed; pass --trust-pickle to "
+            f"load it anyway, which runs any code the file holds (only for "
+            f"files you trust)") from None
+    except Exception as e:  # Not a torch.save file, or a damaged one.
+        raise ValueError(f"'--data' {path!r} is not a file saved with "
+                         f"torch.save: {type(e).__name__}: {e}") from None
     if isinstance(data, (list, tuple)) and len(data) > 0:
         data = data[0]
     return data
