@@ -1,0 +1,57 @@
+"""A part that one rank cannot load is reported on every rank, naming the
+rank and the file (two gloo processes). Named test_distributed_* so that
+conftest runs it in the multi-process xdist group."""
+import time
+
+from conftest import random_graph
+from multiproc import run_workers
+
+from pyg_orch.distributed import DistributedNeighborLoader, partition_graph
+from pyg_orch.distributed.loader import open_partition
+
+
+def _open_worker(rank, world_size, folders):
+    messages = []
+    for out_dir, verify in folders:
+        try:
+            open_partition(out_dir, verify=verify)
+        except ValueError as exc:
+            messages.append(str(exc))
+        else:
+            messages.append(None)
+    # The group still works after the failures: a good folder loads.
+    loader = DistributedNeighborLoader(folders[-1][0], [2], batch_size=8)
+    return messages, len(list(loader))
+
+
+def _write(tmp_path, name):
+    data = random_graph(80, 400, seed=3, num_features=4, num_classes=3)
+    return partition_graph(data, 2, tmp_path / name, 'contiguous',
+                           progress=False).out_dir
+
+
+def test_bad_part_named_on_every_rank(tmp_path):
+    flipped, garbage, good = (_write(tmp_path, n)
+                              for n in ('flipped', 'garbage', 'good'))
+    x_file = flipped / 'part_1' / 'nodes' / 'x.pt'
+    blob = bytearray(x_file.read_bytes())
+    blob[-200] ^= 0x01
+    x_file.write_bytes(bytes(blob))
+    colptr = garbage / 'part_1' / 'colptr.pt'
+    colptr.write_bytes(b'\0' * colptr.stat().st_size)  # Same size.
+    start = time.monotonic()
+    out = run_workers(_open_worker, 2,
+                      args=([(str(flipped), None), (str(garbage), False),
+                             (str(good), None)], ),
+                      timeout=90, pg_timeout=30)
+    assert time.monotonic() - start < 60.0  # No rank waited out a timeout.
+    for messages, num_batches in out:
+        flip_msg, garbage_msg, good_msg = messages
+        assert flip_msg.startswith('rank 1 could not load '
+                                   'part_1/nodes/x.pt: its content does not '
+                                   'match meta.json'), flip_msg
+        assert garbage_msg.startswith('rank 1 could not load '
+                                      'part_1/colptr.pt: '), garbage_msg
+        assert str(garbage) in garbage_msg
+        assert good_msg is None
+        assert num_batches > 0
