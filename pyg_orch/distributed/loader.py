@@ -134,11 +134,11 @@ def open_partition(partition: Union[str, Path, GraphPartition],
     :obj:`expected_fingerprint`), every rank raises a :class:`ValueError`
     saying which rank, which file and why (:obj:`"rank 1 could not load
     part_1/nodes/x.pt: ..."`), instead of the others waiting for it in the
-    first collective. :obj:`verify` is passed to
-    :func:`~pyg_orch.distributed.load_partition`. Every rank also raises where the ranks' parts were
+    first collective. Every rank also raises where the ranks' parts were
     cut from different graphs (their :func:`graph_fingerprint`) or by
     different partitionings of one graph (another method, seed or number
-    of parts: :attr:`GraphPartition.partitioning_id`).
+    of parts: :attr:`GraphPartition.partitioning_id`). :obj:`verify` is
+    passed to :func:`~pyg_orch.distributed.load_partition`.
     """
     world_size, rank = group_size(group), group_rank(group)
     error: Optional[BaseException] = None
