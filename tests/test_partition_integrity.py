@@ -115,6 +115,22 @@ def test_meta_names_cannot_leave_the_folder(tmp_path, edit):
         load_partition(out, 0)
 
 
+@pytest.mark.parametrize('edit', [
+    lambda m: m.update(num_parts='2'),
+    lambda m: m.update(part_sizes=[3]),
+    lambda m: m.update(part_num_edges=None),
+    lambda m: m.update(node_attrs=5),
+    lambda m: m['files']['part_0'].update({'part_0/nodes/x.pt': 'big'}),
+], ids=['num_parts', 'part_sizes', 'part_num_edges', 'node_attrs', 'entry'])
+def test_damaged_meta_values_give_clear_errors(tmp_path, edit):
+    out = write(graph(), tmp_path)
+    meta = read_meta(out)
+    edit(meta)
+    write_meta(out, meta)
+    with pytest.raises(ValueError, match='meta.json'):
+        load_partition(out, 1)
+
+
 def test_hetero_meta_names_checked(tmp_path):
     out = partition_graph(paper_hetero_graph(), 2, tmp_path / 'h',
                           'contiguous', progress=False).out_dir

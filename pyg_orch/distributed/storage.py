@@ -231,9 +231,14 @@ def read_meta(out_dir: PathLike) -> Dict[str, Any]:
                 'files', 'part_sizes', 'part_num_edges'):
         if key not in meta:
             raise ValueError(f"'{path}' lacks the entry {key!r}")
+    num_parts = meta['num_parts']
+    if isinstance(num_parts, bool) or not isinstance(num_parts, int) or \
+            num_parts < 1:
+        raise ValueError(f"'{path}' holds {num_parts!r} as 'num_parts' "
+                         f"(expected a positive integer)")
     try:
         _check_meta_names(meta, version)
-    except ValueError as e:
+    except (ValueError, TypeError, AttributeError) as e:
         raise ValueError(f"'{path}' is damaged or was not written by "
                          f"partition_graph: {e}") from None
     return meta
@@ -454,17 +459,19 @@ def _entry_bytes(entry: Any) -> int:
     return entry if isinstance(entry, int) else int(entry['bytes'])
 
 
-def _check_files(out_dir: Path, files: Dict[str, Any], what: str) -> None:
+def _check_files(out_dir: Path, files: Dict[str, Any]) -> None:
     for rel, entry in files.items():
         path = out_dir / rel
         if not path.is_file():
-            raise ValueError(f"'{out_dir}' is incomplete: {what} file "
-                             f"'{rel}' listed in {META_FILE} is missing")
+            raise PartitionFileError(out_dir, rel, f"it is missing (listed "
+                                     f"in {META_FILE}: the folder is "
+                                     f"incomplete)")
         actual, size = path.stat().st_size, _entry_bytes(entry)
         if actual != size:
-            raise ValueError(f"'{out_dir}': {what} file '{rel}' has "
-                             f"{actual} bytes but {META_FILE} says {size} "
-                             f"(truncated, or written by another run)")
+            raise PartitionFileError(out_dir, rel, f"it has {actual} bytes "
+                                     f"but {META_FILE} says {size} "
+                                     f"(truncated, or written by another "
+                                     f"run)")
 
 
 def _verify_files(out_dir: Path, files: Dict[str, Any]) -> None:
@@ -512,9 +519,8 @@ def verify_partition(out_dir: PathLike, part: Optional[int] = None) -> None:
                          f"verified: partition the graph again")
     if part is not None:
         _check_part(part, int(meta['num_parts']), out_dir)
-    for name, files in _groups(meta, out_dir, part):
-        _check_files(out_dir, files, 'global' if name == 'global' else
-                     f'part {name[5:]}')
+    for _, files in _groups(meta, out_dir, part):
+        _check_files(out_dir, files)
         _verify_files(out_dir, files)
 
 
@@ -597,6 +603,40 @@ def _resolve_verify(verify: Optional[bool], meta: Dict[str, Any],
     return verify
 
 
+def _describe(error: BaseException) -> str:
+    return f'{type(error).__name__}: {error}'
+
+
+def _layout(meta: Dict[str, Any], part: int) -> tuple:
+    # Node and edge types, attribute names and this part's counts, from
+    # meta.json (keyed by None for a homogeneous graph).
+    if meta.get('is_hetero'):
+        node_types = list(meta['node_types'])
+        edge_types = [tuple(et) for et in meta['edge_types']]
+        node_attr_keys = dict(meta['node_attrs'])
+        edge_attr_keys = {tuple(et): keys
+                          for et, keys in meta['edge_attrs']}
+        sizes = {nt: int(meta['part_sizes_by_type'][nt][part])
+                 for nt in node_types}
+        num_edges = {et: int(meta['part_num_edges_by_type'][edge_type_name(
+            et)][part]) for et in edge_types}
+        num_all = {nt: int(meta['num_nodes_by_type'][nt])
+                   for nt in node_types}
+        for et in edge_types:
+            if len(et) != 3 or et[0] not in num_all or et[-1] not in num_all:
+                raise ValueError(f"edge type {et!r} is not between two of "
+                                 f"its node types {node_types}")
+    else:
+        node_types, edge_types = [None], [None]
+        node_attr_keys = {None: meta.get('node_attrs', [])}
+        edge_attr_keys = {None: meta.get('edge_attrs', [])}
+        sizes = {None: int(meta['part_sizes'][part])}
+        num_edges = {None: int(meta['part_num_edges'][part])}
+        num_all = {None: int(meta['num_nodes'])}
+    return (node_types, edge_types, node_attr_keys, edge_attr_keys, sizes,
+            num_edges, num_all)
+
+
 def load_partition(out_dir: PathLike, part: int, *,
                    expected_num_parts: Optional[int] = None,
                    expected_fingerprint: Optional[str] = None,
@@ -642,32 +682,21 @@ def load_partition(out_dir: PathLike, part: int, *,
     _check_part(part, num_parts, out_dir)
     name = part_dir_name(part)
     groups = _groups(meta, out_dir, part)
-    _check_files(out_dir, groups[0][1], 'global')
-    _check_files(out_dir, groups[1][1], f'part {part}')
+    for _, files in groups:
+        _check_files(out_dir, files)
     if _resolve_verify(verify, meta, groups, out_dir):
         for _, files in groups:
             _verify_files(out_dir, files)
     read = _Reader(out_dir, {**groups[0][1], **groups[1][1]})
 
     part_dir = out_dir / name
-    if meta.get('is_hetero'):
-        node_types = list(meta['node_types'])
-        edge_types = [tuple(et) for et in meta['edge_types']]
-        node_attr_keys = meta['node_attrs']
-        edge_attr_keys = {tuple(et): keys
-                          for et, keys in meta['edge_attrs']}
-        sizes = {nt: meta['part_sizes_by_type'][nt][part]
-                 for nt in node_types}
-        num_edges = {et: meta['part_num_edges_by_type'][edge_type_name(
-            et)][part] for et in edge_types}
-        num_all = dict(meta['num_nodes_by_type'])
-    else:
-        node_types, edge_types = [None], [None]
-        node_attr_keys = {None: meta.get('node_attrs', [])}
-        edge_attr_keys = {None: meta.get('edge_attrs', [])}
-        sizes = {None: meta['part_sizes'][part]}
-        num_edges = {None: meta['part_num_edges'][part]}
-        num_all = {None: meta['num_nodes']}
+    try:
+        (node_types, edge_types, node_attr_keys, edge_attr_keys, sizes,
+         num_edges, num_all) = _layout(meta, part)
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise ValueError(f"'{out_dir / META_FILE}' is damaged or was not "
+                         f"written by partition_graph: {_describe(e)}"
+                         ) from None
 
     node_ids, node_attrs, node_part, local_id = {}, {}, {}, {}
     for nt in node_types:
