@@ -31,8 +31,10 @@ def _write(tmp_path, name):
 
 
 def test_bad_part_named_on_every_rank(tmp_path):
-    flipped, garbage, good = (_write(tmp_path, n)
-                              for n in ('flipped', 'garbage', 'good'))
+    flipped, garbage, missing, good = (
+        _write(tmp_path, n) for n in ('flipped', 'garbage', 'missing',
+                                      'good'))
+    (missing / 'part_1' / 'node_ids.pt').unlink()
     x_file = flipped / 'part_1' / 'nodes' / 'x.pt'
     blob = bytearray(x_file.read_bytes())
     blob[-200] ^= 0x01
@@ -42,16 +44,18 @@ def test_bad_part_named_on_every_rank(tmp_path):
     start = time.monotonic()
     out = run_workers(_open_worker, 2,
                       args=([(str(flipped), None), (str(garbage), False),
-                             (str(good), None)], ),
+                             (str(missing), None), (str(good), None)], ),
                       timeout=90, pg_timeout=30)
     assert time.monotonic() - start < 60.0  # No rank waited out a timeout.
     for messages, num_batches in out:
-        flip_msg, garbage_msg, good_msg = messages
+        flip_msg, garbage_msg, missing_msg, good_msg = messages
         assert flip_msg.startswith('rank 1 could not load '
                                    'part_1/nodes/x.pt: its content does not '
                                    'match meta.json'), flip_msg
         assert garbage_msg.startswith('rank 1 could not load '
                                       'part_1/colptr.pt: '), garbage_msg
         assert str(garbage) in garbage_msg
+        assert missing_msg.startswith('rank 1 could not load '
+                                      'part_1/node_ids.pt: it is missing')
         assert good_msg is None
         assert num_batches > 0
