@@ -503,9 +503,9 @@ def verify_partition(out_dir: PathLike, part: Optional[int] = None) -> None:
     the global maps and part :obj:`part`'s files) and compares each with
     the SHA-256 that :obj:`meta.json` records; raises a
     :class:`PartitionFileError` naming the first file that differs (a
-    flipped byte, a file copied from another partition), and a
-    :class:`ValueError` for a missing or truncated file, or for a folder
-    of format version 1, which records no hashes.
+    flipped byte, a file copied from another partition), or missing or
+    truncated, and a :class:`ValueError` for a folder of format version 1,
+    which records no hashes.
 
     :func:`load_partition` does the same for the files it opens where they
     are small (:obj:`verify=None`); call this once for a large folder, e.g.
@@ -603,10 +603,6 @@ def _resolve_verify(verify: Optional[bool], meta: Dict[str, Any],
     return verify
 
 
-def _describe(error: BaseException) -> str:
-    return f'{type(error).__name__}: {error}'
-
-
 def _layout(meta: Dict[str, Any], part: int) -> tuple:
     # Node and edge types, attribute names and this part's counts, from
     # meta.json (keyed by None for a homogeneous graph).
@@ -695,8 +691,8 @@ def load_partition(out_dir: PathLike, part: int, *,
          num_edges, num_all) = _layout(meta, part)
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise ValueError(f"'{out_dir / META_FILE}' is damaged or was not "
-                         f"written by partition_graph: {_describe(e)}"
-                         ) from None
+                         f"written by partition_graph: "
+                         f"{type(e).__name__}: {e}") from None
 
     node_ids, node_attrs, node_part, local_id = {}, {}, {}, {}
     for nt in node_types:
