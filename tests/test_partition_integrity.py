@@ -72,6 +72,16 @@ def test_partition_rejects_what_the_loader_rejects(tmp_path, case):
         HybridNeighborLoader(data, [2], batch_size=4)
 
 
+def test_partition_rejects_edge_attr_rows(tmp_path):
+    data = graph()
+    data.edge_attr = data.edge_attr[:-1]
+    with pytest.raises(ValueError, match=r'edge_attr has shape \[299, 2\], '
+                       r'but the graph has 300 edges'):
+        partition_graph(data, 2, tmp_path / 'out', 'contiguous',
+                        progress=False)
+    assert not (tmp_path / 'out').exists()
+
+
 def test_partition_rejects_bad_hetero_edges(tmp_path):
     data = paper_hetero_graph()
     et = data.edge_types[0]

@@ -135,6 +135,23 @@ def _save(t: Tensor, path: Path, base: Path,
     files[path.relative_to(base).as_posix()] = file_entry(path, t)
 
 
+#: Edge attributes that PyG's layers read per edge: one row per edge.
+_PER_EDGE_KEYS = ('edge_attr', 'edge_weight', 'edge_time')
+
+
+def _check_edge_rows(store, num_edges: int, edge_type) -> None:
+    # They would otherwise be left out of the parts without a word.
+    for key in _PER_EDGE_KEYS:
+        value = store.get(key) if key in store else None
+        if isinstance(value, Tensor) and (value.dim() == 0
+                                          or value.size(0) != num_edges):
+            where = 'data' if edge_type is None else f'data[{edge_type!r}]'
+            raise ValueError(
+                f"Edge attribute {where}.{key} has shape "
+                f"{list(value.shape)}, but the graph has {num_edges} edges; "
+                f"edge attributes need one row per edge")
+
+
 def _attr_keys(node_stores, edge_stores):
     r"""The tensor node attributes per node type and edge attributes per
     edge type that are written."""
@@ -148,6 +165,7 @@ def _attr_keys(node_stores, edge_stores):
         node_keys[nt] = sorted(keys)
     for et, store in edge_stores.items():
         num_edges = store.edge_index.size(1)
+        _check_edge_rows(store, num_edges, et)
         keys = [
             key for key in store.edge_attrs()
             if key not in ('edge_index', 'adj_t', 'num_nodes')
