@@ -9,7 +9,8 @@ from .build import PartitionInfo, partition_graph
 from .features import DistributedFeatureGather, GatherStats
 from .loader import DistributedNeighborLoader
 from .sampler import DistributedNeighborSampler, SamplingStats
-from .storage import GraphPartition, graph_fingerprint, load_partition
+from .storage import (GraphPartition, PartitionFileError, graph_fingerprint,
+                      load_partition, verify_partition)
 
 __all__ = [
     'DistributedFeatureGather',
@@ -17,9 +18,11 @@ __all__ = [
     'DistributedNeighborSampler',
     'GatherStats',
     'GraphPartition',
+    'PartitionFileError',
     'PartitionInfo',
     'SamplingStats',
     'graph_fingerprint',
     'load_partition',
     'partition_graph',
+    'verify_partition',
 ]
