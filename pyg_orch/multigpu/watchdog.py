@@ -174,6 +174,7 @@ class PeerLiveness:
         self.changed: Dict[int, float] = {}
         self.where: Dict[int, List[Any]] = {}
         self.left: Set[int] = set()
+        self.store_lost = False
         #: The dead peers and why they count as dead.
         self.dead: Dict[int, str] = {}
 
@@ -191,6 +192,8 @@ class PeerLiveness:
 
     def leave(self) -> None:
         r"""Marks this rank as gone from the guard on purpose."""
+        if self.store_lost:
+            return
         try:
             self.store.add(self._key('beat', self.rank), _LEFT)
         except Exception:
@@ -214,6 +217,7 @@ class PeerLiveness:
     def look_without_store(self) -> Optional[int]:
         r"""The lowest peer of this host whose process is gone, by what
         was read from the store before it was lost."""
+        self.store_lost = True
         for r in sorted(self.where):
             if r not in self.left and self._local_gone(r):
                 return r
