@@ -184,3 +184,77 @@ def test_ranks_with_different_graphs(how):
             'hold another one' in msg
     assert run_workers(_different_graphs, 2, args=('same', ),
                        timeout=120) == ['sharded', 'sharded']
+
+
+# On two GPUs (NCCL, symmetric memory) ########################################
+
+needs_two_gpus = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+    reason='needs 2 CUDA devices')
+
+
+def _gpu_graphs(rank, world_size, same):
+    # Each rank draws its graph on its own GPU.
+    from torch_geometric.data import Data
+    torch.cuda.set_device(rank)
+    device = torch.device('cuda', rank)
+    gen = torch.Generator(device=device).manual_seed(0 if same else rank)
+    edge_index = torch.randint(0, 2000, (2, 20000), generator=gen,
+                               device=device)
+    data = Data(edge_index=edge_index, num_nodes=2000)
+    try:
+        HybridNeighborLoader(data, [5, 3], batch_size=64, device=device,
+                             topology_placement='sharded')
+        return 'sharded'
+    except ValueError as exc:
+        return str(exc)
+
+
+@pytest.mark.gpu
+@needs_two_gpus
+@pytest.mark.parametrize('same', [False, True])
+def test_gpu_ranks_with_different_graphs(same):
+    from pyg_orch.multigpu import MULTICAST_OFF_ENV
+    out = run_workers(_gpu_graphs, 2, args=(same, ), backend='nccl',
+                      start_method='spawn', env=MULTICAST_OFF_ENV,
+                      timeout=300)
+    if same:
+        assert out == ['sharded', 'sharded']
+    else:
+        for msg in out:
+            assert 'Every rank must shard the same graph, but rank(s) [1]' \
+                in msg
+
+
+def _gpu_killed(rank, world_size, victim, stamp):
+    torch.cuda.set_device(rank)
+    t = torch.ones(4, device=torch.device('cuda', rank))
+    try:
+        with rank_guard(timeout=GUARD_TIMEOUT):
+            for step in range(1_000_000):
+                if rank == victim and step == 5:
+                    time.sleep(0.5)
+                    with open(stamp, 'w') as f:
+                        f.write(repr(time.monotonic()))
+                    os.kill(os.getpid(), signal.SIGKILL)
+                dist.all_reduce(t)
+                torch.cuda.synchronize()  # Waits for the dead peer.
+    except RankFailedError as exc:
+        return exc.failed_rank, str(exc), time.monotonic()
+    return 'finished'
+
+
+@pytest.mark.gpu
+@needs_two_gpus
+def test_gpu_killed_rank_is_named_at_once(tmp_path):
+    # A NCCL collective waiting for a dead rank never fails by itself.
+    from pyg_orch.multigpu import MULTICAST_OFF_ENV
+    stamp = str(tmp_path / 'killed_at')
+    out = run_workers(_gpu_killed, 2, args=(1, stamp), backend='nccl',
+                      start_method='spawn', env=MULTICAST_OFF_ENV,
+                      timeout=120, return_exceptions=True)
+    assert isinstance(out[1], WorkerExit)
+    failed_rank, msg, raised_at = out[0]
+    assert failed_rank == 1 and 'rank 1 died' in msg
+    with open(stamp) as f:
+        assert raised_at - float(f.read()) < 5.0
