@@ -84,7 +84,8 @@ def graph_fingerprint(data: Any, num_nodes: Optional[int] = None) -> str:
             h.update(f"{'__'.join(edge_type)}:".encode())
             _update(h, data[edge_type].get('edge_index'), '')
         return h.hexdigest()[:16]
-    _update(h, data.get('edge_index'), str(int(data.num_nodes)))
+    num = data.num_nodes
+    _update(h, data.get('edge_index'), '' if num is None else str(int(num)))
     return h.hexdigest()[:16]
 
 
