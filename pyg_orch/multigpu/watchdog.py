@@ -352,7 +352,7 @@ class RankGuard:
                 try:
                     failure = self._read_failure()
                     if failure is None and time.monotonic() >= next_beat:
-                        next_beat = time.monotonic()  # Learn the peers' pids early.
+                        next_beat = time.monotonic() + self.beat_interval
                         failure = self._beat_and_look()
                 except Exception as exc:  # The store's server is gone.
                     # Its host may have left its guard and exited normally:
