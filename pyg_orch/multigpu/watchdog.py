@@ -45,8 +45,9 @@ therefore beats a counter in the store, and watches its peers: a peer on
 the same host (same pid namespace) is dead once its process is gone, a
 peer on another host once its counter stood still for :obj:`dead_after`
 seconds. The survivors then raise :class:`RankFailedError` naming the dead
-rank, within :obj:`dead_after` seconds, also when a collective failed first
-or the dead rank held the store.
+rank within :obj:`dead_after` seconds, also when a collective failed first;
+where the dead rank held the store, at their next collective (without the
+store, a host that finished cannot be told from a killed one).
 """
 import ctypes
 import json
