@@ -33,7 +33,8 @@ HAS_CUDA = torch.cuda.is_available()
 #: one after the other, so that two of them never pick the same port.
 MULTIPROCESS_MODULES = ('test_ddp', 'test_distributed_', 'test_multi_gpu',
                         'test_offload_ddp', 'test_offload_partition',
-                        'test_sharding', 'test_bench_distributed_cli')
+                        'test_sharding', 'test_bench_distributed_cli',
+                        'test_rank_failure')
 #: The same for the tutorials that start such processes (by test id).
 MULTIPROCESS_NOTEBOOKS = ('04_multi_gpu', '06_multi_machine')
 

@@ -9,6 +9,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
+from pyg_orch.core.fingerprint import csc_fingerprint, edge_index_fingerprint
+
 _INT32_MAX = 2**31 - 1
 
 
@@ -108,6 +110,10 @@ class CSCTopology:
             for edge-level); each neighborhood is sorted by it.
         weight (torch.Tensor, optional): Sampling weight of every CSC
             position.
+        fingerprint (str, optional): The
+            :func:`~pyg_orch.core.fingerprint.edge_index_fingerprint` of the
+            edges it was built from (:meth:`from_edge_index`), else
+            :obj:`None`.
     """
     colptr: Tensor
     row: Tensor
@@ -116,6 +122,7 @@ class CSCTopology:
     time: Optional[Tensor] = None
     weight: Optional[Tensor] = None
     _weight_cumsum: Optional[Tensor] = None
+    fingerprint: Optional[str] = None
 
     @property
     def weight_cumsum(self) -> Tensor:
@@ -180,6 +187,8 @@ class CSCTopology:
         check_edge_index(edge_index, num_src_nodes, num_dst_nodes, name)
         device = torch.device(device) if device is not None else \
             edge_index.device
+        fingerprint = edge_index_fingerprint(edge_index, num_src_nodes,
+                                             num_dst_nodes)
         edge_index = edge_index.to(device)
         row, col = edge_index[0], edge_index[1]
         num_edges = row.numel()
@@ -223,7 +232,7 @@ class CSCTopology:
                              device=device)
         torch.cumsum(count, 0, out=colptr[1:])
         return cls(colptr.to(index_dtype), row.to(index_dtype), edge_id,
-                   num_src_nodes, time, weight)
+                   num_src_nodes, time, weight, fingerprint=fingerprint)
 
     @classmethod
     def from_csc(cls, colptr: Tensor, row: Tensor, edge_id: Optional[Tensor],
@@ -235,6 +244,13 @@ class CSCTopology:
         if colptr.numel() == 0 or int(colptr[-1]) != row.numel():
             raise ValueError("'colptr[-1]' must equal the number of edges")
         return cls(colptr, row, edge_id, num_src_nodes)
+
+    def content_fingerprint(self) -> str:
+        r"""The recorded :obj:`fingerprint`, else the
+        :func:`~pyg_orch.core.fingerprint.csc_fingerprint` of the layout."""
+        if self.fingerprint is not None:
+            return self.fingerprint
+        return csc_fingerprint(self.colptr, self.row, self.num_src_nodes)
 
     def degree(self, nodes: Tensor) -> Tensor:
         r"""In-degree of the destination nodes :obj:`nodes` (int64)."""
@@ -277,7 +293,8 @@ class CSCTopology:
 
         return CSCTopology(move(self.colptr), move(self.row),
                            move(self.edge_id), self.num_src_nodes,
-                           move(self.time), move(self.weight))
+                           move(self.time), move(self.weight),
+                           fingerprint=self.fingerprint)
 
     def pin_memory(self) -> 'CSCTopology':
         r"""A copy in pinned host memory, which GPU kernels read zero-copy."""
@@ -286,7 +303,7 @@ class CSCTopology:
 
         return CSCTopology(pin(self.colptr), pin(self.row), pin(self.edge_id),
                            self.num_src_nodes, pin(self.time),
-                           pin(self.weight))
+                           pin(self.weight), fingerprint=self.fingerprint)
 
     def nbytes(self) -> int:
         r"""Bytes held by this process's tensors of the topology."""

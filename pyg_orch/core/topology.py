@@ -3,13 +3,15 @@ reads (:class:`GraphTopology`: one :class:`~pyg_orch.core.csc.CSCTopology`
 per edge type), and how it is built from PyG's graph types."""
 from __future__ import annotations
 
-from typing import Dict, Optional, Union
+import hashlib
+from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import Tensor
 
 from pyg_orch.core.csc import CSCTopology
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
+from pyg_orch.core.fingerprint import graph_fingerprint
 from pyg_orch.typing import EdgeType, NodeType
 
 
@@ -27,20 +29,60 @@ class GraphTopology:
     Homogeneous graphs use the node type :obj:`None` and the edge type
     :obj:`None`.
 
+    A topology records the :func:`~pyg_orch.core.fingerprint.graph_fingerprint`
+    of the graph it was built from; a loader given :obj:`topology=` checks
+    it against its graph (:meth:`check_graph`).
+
     Args:
         csc (Dict[EdgeType, CSCTopology]): The topology per edge type.
         num_nodes (Dict[NodeType, int]): The number of nodes per node type.
+        fingerprint (str, optional): The fingerprint of the graph it was
+            built from (set by :meth:`from_data`).
     """
     def __init__(self, csc: Dict[Optional[EdgeType], CSCTopology],
                  num_nodes: Dict[Optional[NodeType], int],
                  node_time: Optional[Dict[Optional[NodeType], Tensor]] = None,
                  time_attr: Optional[str] = None,
-                 weight_attr: Optional[str] = None):
+                 weight_attr: Optional[str] = None,
+                 fingerprint: Optional[str] = None):
         self.csc = csc
         self.num_nodes = num_nodes
         self.node_time = node_time
         self.time_attr = time_attr
         self.weight_attr = weight_attr
+        self.fingerprint = fingerprint
+
+    def content_fingerprint(self) -> str:
+        r"""The recorded :obj:`fingerprint`, else a hash of the counts and
+        of every edge type's
+        :meth:`~pyg_orch.core.csc.CSCTopology.content_fingerprint`: equal
+        for topologies of one graph built alike, e.g. on every rank."""
+        if self.fingerprint is not None:
+            return self.fingerprint
+        h = hashlib.sha256(repr(sorted(
+            (str(k), int(v)) for k, v in self.num_nodes.items())).encode())
+        for et, t in self.csc.items():
+            h.update(f'{et}={t.content_fingerprint()};'.encode())
+        return h.hexdigest()[:16]
+
+    def check_graph(self, data: Any, arg: str = 'topology') -> None:
+        r"""Raises a :class:`ValueError` if this topology was built from
+        another graph than :obj:`data` (a
+        :class:`~torch_geometric.data.Data` or
+        :class:`~torch_geometric.data.HeteroData`; others, and topologies
+        without a recorded fingerprint, are not checked)."""
+        from torch_geometric.data import Data, HeteroData
+        if self.fingerprint is None or not isinstance(data,
+                                                      (Data, HeteroData)):
+            return
+        given = graph_fingerprint(data)
+        if given != self.fingerprint:
+            raise ValueError(
+                f"'{arg}' was built from another graph than the one given "
+                f"(graph fingerprint {self.fingerprint!r}, the given "
+                f"graph's is {given!r}: their numbers of nodes or edges, or "
+                f"their edges, differ); build it from this graph with "
+                f"GraphTopology.from_data(data)")
 
     @property
     def is_temporal(self) -> bool:
@@ -110,7 +152,8 @@ class GraphTopology:
         }
         return GraphTopology({k: v.to(device)
                               for k, v in self.csc.items()}, self.num_nodes,
-                             node_time, self.time_attr, self.weight_attr)
+                             node_time, self.time_attr, self.weight_attr,
+                             self.fingerprint)
 
     def pin_memory(self) -> 'GraphTopology':
         r"""A copy in pinned host memory (see :meth:`CSCTopology.pin_memory`).
@@ -121,7 +164,8 @@ class GraphTopology:
         }
         return GraphTopology({k: v.pin_memory()
                               for k, v in self.csc.items()}, self.num_nodes,
-                             node_time, self.time_attr, self.weight_attr)
+                             node_time, self.time_attr, self.weight_attr,
+                             self.fingerprint)
 
     @property
     def is_pinned(self) -> bool:
@@ -216,7 +260,8 @@ class GraphTopology:
                 edge_weight=edge_weight.get(edge_type))
         if node_time is not None and device is not None:
             node_time = {k: v.to(device) for k, v in node_time.items()}
-        return cls(csc, num_nodes, node_time, time_attr, weight_attr)
+        return cls(csc, num_nodes, node_time, time_attr, weight_attr,
+                   graph_fingerprint(data))
 
     @classmethod
     def _from_stores(cls, feature_store, graph_store, device=None,

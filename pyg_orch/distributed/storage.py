@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.csc import CSCTopology
+from pyg_orch.core.fingerprint import graph_fingerprint
 
 __all__ = [
     'FORMAT_NAME',
@@ -65,9 +66,6 @@ NODE_PART_FILE = 'node_part.pt'
 LOCAL_ID_FILE = 'local_id.pt'
 
 PathLike = Union[str, os.PathLike]
-
-# Edge columns hashed into the fingerprint (evenly spaced, ends included).
-_FINGERPRINT_SAMPLE = 4096
 
 
 class PartitionFileError(ValueError):
@@ -154,52 +152,6 @@ def global_map_path(out_dir: Path, name: str,
     if node_type is None:
         return out_dir / f'{name}.pt'
     return out_dir / name / f'{node_type}.pt'
-
-
-def _edge_index_fingerprint(h, edge_index: Tensor, num_nodes) -> None:
-    num_edges = int(edge_index.size(1))
-    h.update(f'{num_nodes}:{num_edges}:'.encode())
-    if num_edges:
-        count = min(num_edges, _FINGERPRINT_SAMPLE)
-        # float64: float32 rounds the last index past the end from 2**24 on.
-        cols = torch.linspace(0, num_edges - 1, count,
-                              dtype=torch.float64).round().long()
-        sample = edge_index[:, cols.to(edge_index.device)]
-        h.update(sample.to(torch.int64).cpu().contiguous().numpy().tobytes())
-
-
-def graph_fingerprint(data, num_nodes: Optional[int] = None) -> str:
-    r"""A short hash of a graph: its numbers of vertices and edges and up to
-    4,096 evenly spaced columns of :obj:`edge_index` (per node and edge type
-    for a :class:`~torch_geometric.data.HeteroData`). Two folders
-    partitioned from the same graph have the same fingerprint;
-    :func:`load_partition` compares it with :obj:`expected_fingerprint`.
-
-    Args:
-        data: A :class:`~torch_geometric.data.Data`, a
-            :class:`~torch_geometric.data.HeteroData`, or an
-            :obj:`edge_index` tensor (then with :obj:`num_nodes`).
-        num_nodes (int, optional): The number of vertices, for an
-            :obj:`edge_index`.
-    """
-    h = hashlib.sha256()
-    if isinstance(data, Tensor):
-        if num_nodes is None:
-            raise ValueError("'num_nodes' is needed with an edge_index")
-        _edge_index_fingerprint(h, data, int(num_nodes))
-        return h.hexdigest()[:16]
-    from torch_geometric.data import HeteroData
-    if isinstance(data, HeteroData):
-        h.update(b'hetero:')
-        for node_type in data.node_types:
-            h.update(f'{node_type}={int(data[node_type].num_nodes or 0)};'
-                     .encode())
-        for edge_type in data.edge_types:
-            h.update(f'{edge_type_name(edge_type)}:'.encode())
-            _edge_index_fingerprint(h, data[edge_type].edge_index, '')
-        return h.hexdigest()[:16]
-    _edge_index_fingerprint(h, data.edge_index, int(data.num_nodes))
-    return h.hexdigest()[:16]
 
 
 def read_meta(out_dir: PathLike) -> Dict[str, Any]:

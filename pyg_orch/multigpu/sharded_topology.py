@@ -19,6 +19,7 @@ from pyg_orch.core.csc import (
     ShardLayout,
     smallest_index_dtype,
 )
+from pyg_orch.core.fingerprint import differing_ranks
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.multigpu.peer_memory import PeerBuffers, PeerGroup
 
@@ -373,6 +374,24 @@ def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
     return edge_bounds, start, pos
 
 
+def check_same_graph(peers: PeerGroup, fingerprint: str,
+                     what: str = 'graph') -> None:
+    r"""Raises a :class:`ValueError` on every rank of :obj:`peers` (a
+    collective call) unless every rank passes the same :obj:`fingerprint`
+    (see :meth:`~pyg_orch.core.topology.GraphTopology.content_fingerprint`),
+    naming the ranks that differ: sharding needs the same graph on every
+    rank."""
+    seen = peers.all_gather_object(fingerprint)
+    differ = differing_ranks(seen)
+    if differ:
+        raise ValueError(
+            f"Every rank must shard the same {what}, but rank(s) {differ} "
+            f"of {len(seen)} hold another one (graph fingerprints by rank: "
+            f"{seen}); build the graph alike on every rank (e.g. on the "
+            f"CPU from one seed: CUDA generators need not agree across "
+            f"devices), or load it from one file")
+
+
 def shard_topology(csc: CSCTopology, peers: PeerGroup,
                    replicate_bytes: int = 0,
                    replicate_score: Optional[Tensor] = None,
@@ -397,7 +416,11 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
             destination's list (e.g. a METIS partition, for locality);
             by default, ranges of destinations with about the same number
             of edges each (:func:`shard_bounds`).
+
+    Raises :class:`ValueError` on every rank, before any memory is shared,
+    where the ranks' topologies differ (:func:`check_same_graph`).
     """
+    check_same_graph(peers, csc.content_fingerprint(), 'topology')
     device = peers.device
     colptr = csc.colptr.cpu()
     src_device = csc.row.device  # Sliced where it lies (e.g. built on GPU).
@@ -474,7 +497,8 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
         eid_shards=eid_shards, rep_start=rep_start, rep_row=rep_row,
         rep_eid=rep_eid, total_edges=csc.num_edges,
         reads=torch.zeros(3, dtype=torch.int64, device=device)
-        if count_reads else None, placed=placed)
+        if count_reads else None, placed=placed,
+        fingerprint=csc.fingerprint)
 
 
 @dataclass
@@ -646,6 +670,7 @@ def shard_graph_topology(topology: GraphTopology, device: torch.device,
     if cached is not None:
         return cached
     peers = PeerGroup(device=device)
+    check_same_graph(peers, topology.content_fingerprint())
     parts: Dict[Any, Optional[Tensor]] = {}
     csc = {}
     for et, t in topology.csc.items():
@@ -664,6 +689,7 @@ def shard_graph_topology(topology: GraphTopology, device: torch.device,
     node_time = None if topology.node_time is None else {
         t: v.to(device) for t, v in topology.node_time.items()}
     out = GraphTopology(csc, topology.num_nodes, node_time,
-                        topology.time_attr, topology.weight_attr)
+                        topology.time_attr, topology.weight_attr,
+                        topology.fingerprint)
     _SHARDED.setdefault(topology, {})[key] = out
     return out

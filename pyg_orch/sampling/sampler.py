@@ -159,6 +159,8 @@ class HybridNeighborSampler(BaseSampler):
                 f"{topology.time_attr!r} and weight_attr="
                 f"{topology.weight_attr!r}, but the sampler asks for "
                 f"{time_attr!r} and {weight_attr!r}")
+        else:
+            topology.check_graph(data)
         fanouts = parse_num_neighbors(num_neighbors, topology.edge_types)
         self.topology = self._place(
             topology, topology_placement,
