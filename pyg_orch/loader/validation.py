@@ -9,6 +9,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
+from pyg_orch.core.topology import check_not_nan
 from pyg_orch.sampling.arguments import check_choice
 
 # Attributes that PyG always slices per node:
@@ -168,6 +169,7 @@ def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:
     if input_time.dtype == torch.bool or input_time.is_complex():
         raise ValueError(f"'input_time' must be integer or floating point "
                          f"(got {input_time.dtype})")
+    check_not_nan(input_time, "'input_time'", 'seed')
     node_type, nodes = None, input_nodes
     if isinstance(input_nodes, tuple):
         node_type, nodes = input_nodes
@@ -307,6 +309,7 @@ def check_edge_label_time(edge_label_time: Any, time_attr: Optional[str],
     if edge_label_time.dtype == torch.bool or edge_label_time.is_complex():
         raise ValueError(f"'edge_label_time' must be integer or floating "
                          f"point (got {edge_label_time.dtype})")
+    check_not_nan(edge_label_time, "'edge_label_time'", 'label edge')
     if num is not None and edge_label_time.numel() != num:
         raise ValueError(f"'edge_label_time' has {edge_label_time.numel()} "
                          f"entries, but 'edge_label_index' holds {num} "

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import torch
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 
+from pyg_orch.core.topology import check_not_nan
 from pyg_orch.typing import DeviceLike, EdgeType, NumNeighborsType
 
 
@@ -202,8 +203,7 @@ def times_per_seed(value, num_seeds: int, name: str) -> torch.Tensor:
                          f"got shape {tuple(value.shape)} of {value.dtype}")
     if not value.is_floating_point():
         return value.to(torch.int64)
-    if bool(torch.isnan(value).any()):
-        raise ValueError(f"'{name}' holds NaN; every seed needs a time")
+    check_not_nan(value, f"'{name}'", 'seed')
     return value
 
 
