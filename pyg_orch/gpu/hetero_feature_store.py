@@ -14,6 +14,7 @@ from pyg_orch.gpu.feature_store import (
     TieredFeatureStore,
     parse_budget,
 )
+from pyg_orch.sampling.arguments import check_fraction, resolve_device
 
 NodeType = str
 
@@ -145,10 +146,8 @@ class HeteroTieredFeatureStore(FeatureStore):
                     raise ValueError(
                         f"'hotness' of node type '{t}' must have {n} "
                         f"entries (got {_shape(h)})")
-        if cache_ratio is not None and not 0.0 <= cache_ratio <= 1.0:
-            raise ValueError(f"'cache_ratio' must lie in [0, 1] (got "
-                             f"{cache_ratio})")
-        self.device = torch.device(device)
+        cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
+        self.device = resolve_device(device)
         self.attr_name = attr_name
         budget = parse_budget(gpu_memory_budget, self.device)
         num_nodes = {t: x.size(0) for t, x in x_dict.items()}

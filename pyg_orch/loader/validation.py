@@ -10,7 +10,7 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.core.topology import check_not_nan
-from pyg_orch.sampling.arguments import check_choice
+from pyg_orch.sampling.arguments import check_bool, check_choice
 
 # Attributes that PyG always slices per node:
 _NODE_KEYS = ('x', 'y', 'pos', 'node_type', 'batch')
@@ -53,6 +53,11 @@ def _check_node_rows(store, num_nodes: Optional[int], where: str) -> None:
                     f"need one row per node")
 
 
+#: The boolean arguments of :class:`torch.utils.data.DataLoader` (a truthy
+#: string such as :obj:`shuffle='no'` would mean :obj:`True`).
+_LOADER_FLAGS = ('shuffle', 'drop_last', 'pin_memory', 'persistent_workers')
+
+
 def check_loader_kwargs(kwargs: dict, device: torch.device) -> None:
     batch_size = kwargs.get('batch_size', 1)
     if kwargs.get('batch_sampler') is None:
@@ -60,8 +65,12 @@ def check_loader_kwargs(kwargs: dict, device: torch.device) -> None:
                 or batch_size < 1):
             raise ValueError(f"'batch_size' must be a positive integer "
                              f"(got {batch_size!r})")
+    for name in _LOADER_FLAGS:
+        if name in kwargs:
+            check_bool(name, kwargs[name])
     num_workers = kwargs.get('num_workers', 0)
-    if not isinstance(num_workers, int) or num_workers < 0:
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
+            or num_workers < 0:
         raise ValueError(f"'num_workers' must be a non-negative integer "
                          f"(got {num_workers!r})")
     if device.type == 'cuda' and num_workers > 0:
@@ -150,9 +159,7 @@ def check_pipeline_args(prefetch: Any, lookahead: Any,
     if prefetch > 0 and num_workers > 0:
         raise ValueError("'prefetch' > 0 needs num_workers=0 (worker "
                          "processes already prepare batches ahead)")
-    if lookahead not in (None, True, False):
-        raise ValueError(f"'lookahead' must be None, True or False (got "
-                         f"{lookahead!r})")
+    check_bool('lookahead', lookahead, optional=True)
     if lookahead and (prefetch > 0 or num_workers > 0):
         raise ValueError("'lookahead=True' needs num_workers=0 and "
                          "prefetch=0 (it keeps one batch ahead in the "

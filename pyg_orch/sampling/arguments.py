@@ -1,13 +1,16 @@
 """Argument parsing for :class:`~pyg_orch.HybridNeighborSampler` and
 :class:`~pyg_orch.HybridNeighborLoader`: bad input fails early, with the
 argument named and the expected form given."""
+import math
 import numbers
 import warnings
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 
+from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.core.topology import check_not_nan
 from pyg_orch.typing import DeviceLike, EdgeType, NumNeighborsType
 
@@ -20,6 +23,70 @@ def check_choice(name: str, value, choices: Sequence[str]) -> None:
         options = f'{options} or {choices[-1]!r}' if options else \
             repr(choices[-1])
         raise ValueError(f"'{name}' must be {options} (got {value!r})")
+
+
+def check_bool(name: str, value: Any, optional: bool = False,
+               also: Sequence[str] = ()) -> Any:
+    r"""Returns :obj:`value` as a :class:`bool` if it is one (a NumPy bool
+    too), or :obj:`None` with :obj:`optional`, or one of the strings
+    :obj:`also` (e.g. :obj:`'auto'`); else raises an
+    :class:`~pyg_orch.core.errors.ArgumentTypeError` (a :class:`TypeError`)
+    naming :obj:`name`: a truthy string such as :obj:`'no'` or a number
+    would silently mean :obj:`True`."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if (value is None and optional) or (isinstance(value, str)
+                                        and value in also):
+        return value
+    options = (['None'] if optional else []) + ['True', 'False'] + [
+        repr(a) for a in also
+    ]
+    raise ArgumentTypeError(
+        f"'{name}' must be {', '.join(options[:-1])} or {options[-1]} (got "
+        f"{value!r} of type {type(value).__name__})")
+
+
+def check_bools(**flags: Any) -> None:
+    r"""Checks every keyword argument with :func:`check_bool`."""
+    for name, value in flags.items():
+        check_bool(name, value)
+
+
+def check_fraction(name: str, value: Any, optional: bool = False) -> Any:
+    r"""Returns :obj:`value` as a :class:`float` if it is a real number in
+    :obj:`[0, 1]` (or :obj:`None` with :obj:`optional`); else raises naming
+    :obj:`name` (an :class:`~pyg_orch.core.errors.ArgumentTypeError` for a
+    wrong type such as the string :obj:`'0.5'`, a :class:`ValueError` for
+    a number out of range or NaN)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, numbers.Real):
+        raise ArgumentTypeError(f"'{name}' must be a float in [0, 1]"
+                                f"{' or None' if optional else ''} (got "
+                                f"{value!r} of type {type(value).__name__})")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"'{name}' must be a float in [0, 1] (got {value})")
+    return float(value)
+
+
+def check_seconds(name: str, value: Any) -> float:
+    r"""Returns :obj:`value` as a :class:`float` if it is a finite number of
+    seconds :obj:`>= 0`; else raises a :class:`ValueError` naming
+    :obj:`name`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"'{name}' must be a finite number of seconds "
+                         f">= 0 (got {value!r})")
+    return float(value)
+
+
+def check_callable(name: str, value: Optional[Callable]) -> None:
+    r"""Raises an :class:`~pyg_orch.core.errors.ArgumentTypeError` naming
+    :obj:`name` unless :obj:`value` is callable or :obj:`None`."""
+    if value is not None and not callable(value):
+        raise ArgumentTypeError(f"'{name}' must be callable or None (got "
+                                f"{value!r} of type {type(value).__name__})")
 
 
 def check_placement(placement):
@@ -68,6 +135,8 @@ def parse_subgraph_type(subgraph_type: Union[SubgraphType, str],
                         directed: bool, disjoint: bool) -> SubgraphType:
     r"""Validates :obj:`subgraph_type` (and the deprecated
     :obj:`directed=False`, which means :obj:`'induced'`)."""
+    directed = check_bool('directed', directed)
+    disjoint = check_bool('disjoint', disjoint)
     if not directed:
         warnings.warn(
             "The usage of the 'directed' argument is deprecated. Use "
