@@ -274,8 +274,9 @@ def power_law_graph(
     num_features = _check_int('num_features', num_features, 0)
     num_classes = _check_int('num_classes', num_classes, 1)
     exponent = _check_float('exponent', exponent)
-    if not exponent > 1.0:
-        raise ValueError(f"'exponent' must be > 1 (got {exponent})")
+    if not 1.0 < exponent < math.inf:
+        raise ValueError(f"'exponent' must be finite and > 1 (got "
+                         f"{exponent})")
     homophily = _check_float('homophily', homophily)
     if not 0.0 <= homophily <= 1.0:
         raise ValueError(f"'homophily' must be in [0, 1] (got {homophily})")

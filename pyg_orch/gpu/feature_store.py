@@ -89,6 +89,19 @@ def check_num_threads(num_threads) -> None:
                          f"(got {num_threads!r})")
 
 
+def check_hotness(hotness, num_nodes: int, name: str = 'hotness') -> None:
+    r"""Checks that :obj:`hotness` is a real-valued tensor of scores without
+    NaN (its length is checked by the caller)."""
+    if not isinstance(hotness, Tensor) or hotness.is_complex() or \
+            hotness.dtype == torch.bool:
+        got = hotness.dtype if isinstance(hotness, Tensor) else \
+            type(hotness).__name__
+        raise ArgumentTypeError(f"'{name}' must be a tensor of {num_nodes} "
+                                f"real scores (got {got})")
+    if hotness.is_floating_point() and bool(torch.isnan(hotness).any()):
+        raise ValueError(f"'{name}' holds NaN; every node needs a score")
+
+
 def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
     r"""Checks that :obj:`index` is a one-dimensional integer tensor of ids
     in :obj:`[0, num_nodes)`: an
@@ -170,6 +183,9 @@ class TieredFeatureStore(FeatureStore):
         if not isinstance(x, Tensor) or x.dim() != 2:
             raise ValueError("'x' must be a 2-dimensional feature tensor")
         self.device = resolve_device(device)
+        if not isinstance(attr_name, str):
+            raise ArgumentTypeError(f"'attr_name' must be a string (got "
+                                    f"{type(attr_name).__name__})")
         reuse = check_bool('reuse', reuse)
         cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
         check_num_threads(num_threads)
@@ -209,6 +225,7 @@ class TieredFeatureStore(FeatureStore):
                              int(math.ceil(cache_ratio * self.num_nodes)))
         self.capacity = num_cached
         if hotness is not None:
+            check_hotness(hotness, self.num_nodes)
             if hotness.numel() != self.num_nodes:
                 raise ValueError(f"'hotness' must have {self.num_nodes} "
                                  f"entries (got {hotness.numel()})")
@@ -270,7 +287,11 @@ class TieredFeatureStore(FeatureStore):
         r"""Caches the rows :obj:`nodes` (most important first; duplicates
         dropped), as many as the budget chosen at construction allows, e.g.
         the candidates chosen by :class:`pyg_orch.BottomLayerOffload`."""
-        nodes = torch.as_tensor(nodes).view(-1).cpu().to(torch.int64)
+        nodes = torch.as_tensor(nodes).view(-1).cpu()
+        if nodes.numel() > 0 and nodes.dtype not in _ID_DTYPES:
+            raise ArgumentTypeError(f"'nodes' must hold integer node ids "
+                                    f"(got dtype {nodes.dtype})")
+        nodes = nodes.to(torch.int64)
         if nodes.numel() > 0 and (int(nodes.min()) < 0
                                   or int(nodes.max()) >= self.num_nodes):
             raise ValueError(f"'nodes' must lie in [0, {self.num_nodes})")

@@ -12,6 +12,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from pyg_orch.gpu.feature_store import (
     FeatureStoreStats,
     TieredFeatureStore,
+    check_hotness,
     parse_budget,
 )
 from pyg_orch.sampling.arguments import check_fraction, resolve_device
@@ -146,6 +147,7 @@ class HeteroTieredFeatureStore(FeatureStore):
                     raise ValueError(
                         f"'hotness' of node type '{t}' must have {n} "
                         f"entries (got {_shape(h)})")
+                check_hotness(h, n, f"hotness['{t}']")
         cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
         self.device = resolve_device(device)
         self.attr_name = attr_name

@@ -2,8 +2,10 @@
 :class:`pyg_orch.HybridLinkNeighborLoader`: bad input
 fails early, with the argument named and the expected form given."""
 import math
+import numbers
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
@@ -21,10 +23,13 @@ def check_data(data: Any) -> None:
     per node."""
     if isinstance(data, Data):
         _check_node_rows(data, data.num_nodes, 'data')
+        _check_edge_index_type(data, 'data')
     elif isinstance(data, HeteroData):
         for node_type in data.node_types:
             _check_node_rows(data[node_type], data[node_type].num_nodes,
                              f'data[{node_type!r}]')
+        for edge_type in data.edge_types:
+            _check_edge_index_type(data[edge_type], f'data[{edge_type!r}]')
     elif isinstance(data, (tuple, list)) and len(data) == 2:
         from torch_geometric.data import FeatureStore, GraphStore
         if not (isinstance(data[0], FeatureStore)
@@ -36,7 +41,19 @@ def check_data(data: Any) -> None:
         raise GraphTypeError(graph_type_message(data))
 
 
+def _check_edge_index_type(store, where: str) -> None:
+    edge_index = store.get('edge_index', None)
+    if edge_index is not None and not isinstance(edge_index, Tensor):
+        raise ValueError(f"'{where}.edge_index' must be a tensor of shape "
+                         f"[2, num_edges] (got {type(edge_index).__name__})")
+
+
 def _check_node_rows(store, num_nodes: Optional[int], where: str) -> None:
+    given = store.get('num_nodes', None)
+    if given is not None and (isinstance(given, bool) or not isinstance(
+            given, numbers.Integral) or given < 0):
+        raise ValueError(f"'{where}.num_nodes' must be a non-negative "
+                         f"integer (got {given!r})")
     if num_nodes is None:
         raise ValueError(f"Could not infer the number of nodes of {where}; "
                          f"set {where}.num_nodes")
@@ -113,8 +130,8 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
 
     if nodes is None:
         return input_nodes
-    if isinstance(nodes, (list, range)):
-        nodes = torch.as_tensor(list(nodes), dtype=torch.long)
+    if isinstance(nodes, (list, tuple, range, np.ndarray)):
+        nodes = _as_tensor(nodes)
     if not isinstance(nodes, Tensor):
         raise ValueError(f"'input_nodes' must be an index tensor or a boolean "
                          f"mask (got {type(nodes).__name__})")
@@ -137,6 +154,21 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
         raise ValueError(f"'input_nodes' must hold integer indices or be a "
                          f"boolean mask (got dtype {nodes.dtype})")
     return (node_type, nodes) if node_type is not None else nodes
+
+
+def _as_tensor(nodes: Any) -> Tensor:
+    # A list, range or NumPy array as a tensor of its own type (a list of
+    # bools is a mask, as in PyG; floats are rejected after).
+    if len(nodes) == 0:
+        return torch.empty(0, dtype=torch.long)
+    if isinstance(nodes, range):
+        return torch.as_tensor(list(nodes), dtype=torch.long)
+    try:
+        return torch.as_tensor(np.asarray(nodes) if isinstance(
+            nodes, np.ndarray) else list(nodes))
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"'input_nodes' must be an index tensor or a "
+                         f"boolean mask ({e})") from None
 
 
 def check_temporal_args(input_time, time_attr, temporal_strategy,

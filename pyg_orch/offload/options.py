@@ -176,6 +176,10 @@ class OffloadOptions:
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
         check_seconds('idle_timeout', self.idle_timeout)
+        if self.seed is not None and (isinstance(self.seed, bool)
+                                      or not isinstance(self.seed, int)):
+            raise ValueError(f"'seed' must be an integer or None (got "
+                             f"{self.seed!r})")
         full = check_bool('full_neighbors', self.full_neighbors,
                           also=('auto', ))
         compensate = check_bool('compensate_degrees',
