@@ -143,11 +143,11 @@ class HeteroTieredFeatureStore(FeatureStore):
                     f"{missing}")
             for t, h in hotness.items():
                 n = x_dict[t].size(0)
-                if not isinstance(h, Tensor) or h.numel() != n:
+                check_hotness(h, n, f"hotness['{t}']")
+                if h.numel() != n:
                     raise ValueError(
                         f"'hotness' of node type '{t}' must have {n} "
                         f"entries (got {_shape(h)})")
-                check_hotness(h, n, f"hotness['{t}']")
         cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
         self.device = resolve_device(device)
         self.attr_name = attr_name
