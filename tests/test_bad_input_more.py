@@ -183,6 +183,7 @@ def test_numpy_bool_flag_is_a_bool(name):
     (dict(gpu_memory_budget='1GB'), 'gpu_memory_budget', ValueError),
     (dict(cache_policy='lru'), 'cache_policy', ValueError),
     (dict(num_workers=True), 'num_workers', ValueError),
+    (dict(timeout=math.nan), 'timeout', ValueError),
 ])
 def test_bad_loader_argument(kwargs, name, exc):
     # Checked on the CPU too, where no feature store is built.

@@ -12,7 +12,11 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.core.topology import check_not_nan
-from pyg_orch.sampling.arguments import check_bool, check_choice
+from pyg_orch.sampling.arguments import (
+    check_bool,
+    check_choice,
+    check_seconds,
+)
 
 # Attributes that PyG always slices per node:
 _NODE_KEYS = ('x', 'y', 'pos', 'node_type', 'batch')
@@ -85,6 +89,8 @@ def check_loader_kwargs(kwargs: dict, device: torch.device) -> None:
     for name in _LOADER_FLAGS:
         if name in kwargs:
             check_bool(name, kwargs[name])
+    if 'timeout' in kwargs:
+        check_seconds('timeout', kwargs['timeout'])
     num_workers = kwargs.get('num_workers', 0)
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
             or num_workers < 0:
