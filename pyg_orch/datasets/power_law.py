@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from pyg_orch.sampling.arguments import resolve_device
+from pyg_orch.core.checks import resolve_device
 
 __all__ = ['power_law_graph']
 

@@ -12,7 +12,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 
 from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.core.triton_util import kernel_view, triton_available
-from pyg_orch.sampling.arguments import (
+from pyg_orch.core.checks import (
     check_bool,
     check_fraction,
     resolve_device,

@@ -15,7 +15,7 @@ from pyg_orch.gpu.feature_store import (
     check_hotness,
     parse_budget,
 )
-from pyg_orch.sampling.arguments import check_fraction, resolve_device
+from pyg_orch.core.checks import check_fraction, resolve_device
 
 NodeType = str
 
