@@ -195,14 +195,17 @@ def test_bad_loader_argument(kwargs, name, exc):
 def test_input_nodes_as_lists():
     data = _graph()
     mask = [i % 3 == 0 for i in range(data.num_nodes)]
+    # PyG reads a list of bools as the ids 0 and 1; we refuse it:
+    with pytest.raises(ValueError, match="'input_nodes' is a list of bools"):
+        HybridNeighborLoader(data, [2], batch_size=4, device='cpu',
+                             input_nodes=mask)
     ref = HybridNeighborLoader(data, [2], batch_size=4, device='cpu',
                                input_nodes=torch.tensor(mask))
     out = HybridNeighborLoader(data, [2], batch_size=4, device='cpu',
-                               input_nodes=mask)
+                               input_nodes=np.array(mask))
     assert torch.equal(ref.input_data.node, out.input_data.node)
-    ids = np.array([4, 2, 9])
     out = HybridNeighborLoader(data, [2], batch_size=4, device='cpu',
-                               input_nodes=ids)
+                               input_nodes=np.array([4, 2, 9]))
     assert out.input_data.node.tolist() == [4, 2, 9]
     with pytest.raises(ValueError, match="'input_nodes'.*float"):
         HybridNeighborLoader(data, [2], batch_size=4, device='cpu',

@@ -163,18 +163,21 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
 
 
 def _as_tensor(nodes: Any) -> Tensor:
-    # A list, range or NumPy array as a tensor of its own type (a list of
-    # bools is a mask, as in PyG; floats are rejected after).
+    # A list, tuple, range or NumPy array of integer ids as a tensor. Bools
+    # are refused: PyG reads a list of bools as the ids 0 and 1.
     if len(nodes) == 0:
         return torch.empty(0, dtype=torch.long)
-    if isinstance(nodes, range):
-        return torch.as_tensor(list(nodes), dtype=torch.long)
     try:
-        return torch.as_tensor(np.asarray(nodes) if isinstance(
-            nodes, np.ndarray) else list(nodes))
+        out = torch.as_tensor(nodes if isinstance(nodes, np.ndarray) else
+                              list(nodes))
     except (TypeError, ValueError, RuntimeError) as e:
         raise ValueError(f"'input_nodes' must be an index tensor or a "
                          f"boolean mask ({e})") from None
+    if out.dtype == torch.bool and not isinstance(nodes, np.ndarray):
+        raise ValueError("'input_nodes' is a list of bools: pass a mask as "
+                         "a boolean tensor (torch.tensor(mask)), or the "
+                         "node ids as integers")
+    return out
 
 
 def check_temporal_args(input_time, time_attr, temporal_strategy,
