@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from pyg_orch import HybridLinkNeighborLoader, HybridNeighborLoader
+from pyg_orch import (
+    GraphTopology,
+    HybridLinkNeighborLoader,
+    HybridNeighborLoader,
+)
 from pyg_orch.datasets import read_musae
 
 from conftest import temporal_graph, temporal_hetero_graph
@@ -234,6 +238,7 @@ def test_cuda_device_without_cuda_everywhere():
     for make in (lambda: TieredFeatureStore(x, 'cuda'),
                  lambda: HeteroTieredFeatureStore({'a': x}, 'cuda'),
                  lambda: power_law_graph(10, 10, device='cuda'),
+                 lambda: GraphTopology.from_data(_graph(), device='cuda'),
                  lambda: HybridNeighborLoader(_graph(), [2], device='cuda')):
         with pytest.raises(ValueError, match="'device' is 'cuda'.*CUDA is "
                            "not available"):
