@@ -88,6 +88,17 @@ def test_nan_times(make, name):
     assert name in str(e.value)
 
 
+@pytest.mark.parametrize('attr', ['time', 'edge_time'])
+def test_nan_times_in_a_partition_folder(tmp_path, attr):
+    from pyg_orch.distributed import partition_graph
+    info = partition_graph(_homo(attr), 1, tmp_path, 'contiguous',
+                           progress=False)
+    with pytest.raises(ValueError, match=f"partition's '{attr}' holds NaN"):
+        HybridNeighborLoader(str(info.out_dir), [2], batch_size=4,
+                             time_attr=attr, input_nodes=torch.arange(80),
+                             input_time=torch.zeros(80), device='cpu')
+
+
 def test_float_times_without_nan_still_load():
     data = temporal_graph(time_dtype=torch.float32)
     batch = next(iter(_node_loader(data, time_attr='time')))
