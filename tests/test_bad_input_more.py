@@ -176,6 +176,11 @@ def test_flag_not_a_bool(loader_cls, name, value):
     assert repr(value) in str(e.value)
 
 
+def test_topology_is_sorted_not_a_bool():
+    with pytest.raises(TypeError, match="'is_sorted'.*'no'"):
+        GraphTopology.from_data(_graph(), is_sorted='no')
+
+
 @pytest.mark.parametrize('name', ['disjoint', 'replace', 'shuffle'])
 def test_numpy_bool_flag_is_a_bool(name):
     # A NumPy bool means what the bool means: the batches are the same.

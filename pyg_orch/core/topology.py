@@ -8,7 +8,7 @@ from typing import Dict, Optional, Union
 import torch
 from torch import Tensor
 
-from pyg_orch.core.checks import resolve_device
+from pyg_orch.core.checks import check_bool, resolve_device
 from pyg_orch.core.csc import CSCTopology
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.typing import EdgeType, NodeType
@@ -166,6 +166,7 @@ class GraphTopology:
         """
         from torch_geometric.data import Data, HeteroData
 
+        is_sorted = check_bool('is_sorted', is_sorted)
         if device is not None:
             device = resolve_device(device)
         if isinstance(data, Data):
