@@ -9,6 +9,12 @@ class GraphTypeError(TypeError, ValueError):
     also a :class:`ValueError`, which PyG raises for the same input."""
 
 
+class ArgumentTypeError(TypeError, ValueError):
+    r"""Raised when an argument has the wrong type (e.g. the string
+    :obj:`'no'` for a boolean flag). A :class:`TypeError`, and also a
+    :class:`ValueError`, which these checks raised before."""
+
+
 def graph_type_message(data) -> str:
     r"""The message of :class:`GraphTypeError`, with PyG's wording."""
     return (f"'data' must be a Data, HeteroData or a (FeatureStore, "

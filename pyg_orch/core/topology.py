@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 from torch import Tensor
 
+from pyg_orch.core.checks import check_bool, resolve_device
 from pyg_orch.core.csc import CSCTopology
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.core.fingerprint import graph_fingerprint
@@ -209,6 +210,9 @@ class GraphTopology:
         """
         from torch_geometric.data import Data, HeteroData
 
+        is_sorted = check_bool('is_sorted', is_sorted)
+        if device is not None:
+            device = resolve_device(device)
         if isinstance(data, Data):
             stores = {None: data}
             edge_stores = {None: data}
@@ -380,10 +384,10 @@ def _store_time(feature_store, time_attr: str, num_nodes: Dict,
                                                          else n):
             node_level = not node_level
         if node_level:
-            return {None: _check_vector(time, n, f'the feature store\'s '
-                                        f'{time_attr!r}', 'time_attr')}, {}
-        return None, {None: _check_vector(time, e, f'the feature store\'s '
-                                          f'{time_attr!r}', 'time_attr')}
+            return {None: _check_time(time, n, f'the feature store\'s '
+                                      f'{time_attr!r}')}, {}
+        return None, {None: _check_time(time, e, f'the feature store\'s '
+                                        f'{time_attr!r}')}
 
     node_time, edge_time = {}, {}
     for attr, time in zip(attrs, tensors):
@@ -393,15 +397,13 @@ def _store_time(feature_store, time_attr: str, num_nodes: Dict,
             if group not in num_nodes:
                 raise ValueError(f"'time_attr': {where} names no node type of "
                                  f"the graph store")
-            node_time[group] = _check_vector(time, num_nodes[group], where,
-                                             'time_attr')
+            node_time[group] = _check_time(time, num_nodes[group], where)
         else:
             et = tuple(group)
             if et not in num_edges:
                 raise ValueError(f"'time_attr': {where} names no edge type of "
                                  f"the graph store")
-            edge_time[et] = _check_vector(time, num_edges[et], where,
-                                          'time_attr')
+            edge_time[et] = _check_time(time, num_edges[et], where)
     if node_time and edge_time:
         raise ValueError(
             f"Found time attribute 'time_attr'={time_attr!r} for both "
@@ -421,6 +423,28 @@ def _check_vector(value, length: int, what: str, arg: str) -> Tensor:
         raise ValueError(f"'{arg}': {what} must be integer or floating point "
                          f"(got {value.dtype})")
     return value
+
+
+def _check_time(value, length: int, what: str,
+                arg: str = 'time_attr') -> Tensor:
+    value = _check_vector(value, length, what, arg)
+    check_not_nan(value, f"'{arg}': {what}", 'node or edge')
+    return value
+
+
+def check_not_nan(value: Tensor, what: str, per: str) -> None:
+    r"""Raises a :class:`ValueError` naming :obj:`what` if the times
+    :obj:`value` hold NaN (a time compares false with every other, so a NaN
+    time would silently drop every neighbor, or its seed's whole
+    subgraph); :obj:`per` says what needs a time."""
+    if not value.is_floating_point():
+        return
+    nan = torch.isnan(value)
+    if bool(nan.any()):
+        first = int(nan.nonzero()[0, 0])
+        raise ValueError(f"{what} holds NaN at {int(nan.sum())} of "
+                         f"{value.numel()} entries (the first at index "
+                         f"{first}); every {per} needs a time")
 
 
 def check_time_level(time_attr: str, node_level: bool, edge_level: bool,
@@ -467,8 +491,8 @@ def _time_per_type(level, arg: str, time_attr: str, length) -> Dict:
     out = {}
     for t, store in level.items():
         where = 'data' if t is None else f'data[{t!r}]'
-        out[t] = _check_vector(store[time_attr], length(t, store),
-                               f'{where}.{time_attr}', arg)
+        out[t] = _check_time(store[time_attr], length(t, store),
+                             f'{where}.{time_attr}', arg)
     return out
 
 

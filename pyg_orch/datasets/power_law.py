@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+import numbers
 import operator
+import os
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+
+from pyg_orch.core.checks import resolve_device
 
 __all__ = ['power_law_graph']
 
@@ -22,6 +26,59 @@ def _check_int(name: str, value: int, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"'{name}' must be >= {minimum} (got {value})")
     return value
+
+
+def _check_float(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"'{name}' must be a number (got {value!r})")
+    return float(value)
+
+
+def _available_bytes(device: torch.device) -> int | None:
+    # Free memory where the graph is generated (None if not known).
+    if device.type == 'cuda':
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open('/proc/meminfo') as f:
+            for line in f:
+                if line.startswith('MemAvailable:'):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def estimate_bytes(num_nodes: int, num_edges: int, num_features: int,
+                   num_classes: int, index_dtype: torch.dtype,
+                   feature_dtype: torch.dtype) -> int:
+    r"""The peak memory (in bytes) that :func:`power_law_graph` needs: the
+    graph it returns and the largest temporaries of its steps (destinations,
+    sources, features)."""
+    N, E, F, C = num_nodes, num_edges, num_features, num_classes
+    idx = torch.empty((), dtype=index_dtype).element_size()
+    feat = torch.empty((), dtype=feature_dtype).element_size()
+    it = 4 if 2 * N < 2**31 else 8
+    # `edge_index`, `y`, the masks and the split's permutation:
+    base = 2 * E * idx + N * (8 + 3 + 8)
+    steps = (
+        3 * N * idx + E * (17 + it),  # Ranks by inverse CDF, node lists.
+        2 * N * idx + E * (9 + 2 * it),  # Sources within classes.
+        (2 * N + C) * F * feat,  # `x` and its centroid rows.
+    )
+    return base + max(steps) + C * 24
+
+
+def _check_fits(device: torch.device, sizes: dict, needed: int) -> None:
+    free = _available_bytes(device)
+    if free is not None and needed > free:
+        given = ', '.join(f'{k}={v}' for k, v in sizes.items())
+        raise MemoryError(
+            f"power_law_graph({given}) needs about {needed / 2**30:.3g} GiB "
+            f"on '{device}', but only {free / 2**30:.3g} GiB are free; "
+            f"reduce the sizes")
 
 
 def _make_generator(device: torch.device, seed: int | None) -> torch.Generator:
@@ -192,6 +249,12 @@ def power_law_graph(
         feature_dtype (torch.dtype, optional): The floating-point dtype of
             :obj:`x`. (default: :obj:`torch.float32`)
 
+    Raises:
+        ValueError: If an argument is out of range or of the wrong type
+            (the message names it), or :obj:`device` is not available.
+        MemoryError: If the graph would not fit in the free memory of
+            :obj:`device` (estimated before anything is allocated).
+
     Returns:
         torch_geometric.data.Data: A graph with attributes ``x``
         (:obj:`[num_nodes, num_features]`, omitted if
@@ -210,28 +273,19 @@ def power_law_graph(
     num_edges = _check_int('num_edges', num_edges, 0)
     num_features = _check_int('num_features', num_features, 0)
     num_classes = _check_int('num_classes', num_classes, 1)
-    try:
-        exponent = float(exponent)
-    except (TypeError, ValueError):
-        raise ValueError(f"'exponent' must be a number "
-                         f"(got {exponent!r})") from None
-    if not exponent > 1.0 or exponent != exponent:
-        raise ValueError(f"'exponent' must be > 1 (got {exponent})")
-    try:
-        homophily = float(homophily)
-    except (TypeError, ValueError):
-        raise ValueError(f"'homophily' must be a number "
-                         f"(got {homophily!r})") from None
+    exponent = _check_float('exponent', exponent)
+    if not 1.0 < exponent < math.inf:
+        raise ValueError(f"'exponent' must be finite and > 1 (got "
+                         f"{exponent})")
+    homophily = _check_float('homophily', homophily)
     if not 0.0 <= homophily <= 1.0:
         raise ValueError(f"'homophily' must be in [0, 1] (got {homophily})")
-    try:
-        feature_snr = float(feature_snr)
-    except (TypeError, ValueError):
-        raise ValueError(f"'feature_snr' must be a number "
-                         f"(got {feature_snr!r})") from None
+    feature_snr = _check_float('feature_snr', feature_snr)
     if not 0.0 <= feature_snr < math.inf:
         raise ValueError(f"'feature_snr' must be finite and >= 0 "
                          f"(got {feature_snr})")
+    if seed is not None:
+        seed = _check_int('seed', seed, -2**63)
     if index_dtype not in (torch.int64, torch.int32):
         raise ValueError(f"'index_dtype' must be torch.int64 or torch.int32 "
                          f"(got {index_dtype})")
@@ -243,7 +297,12 @@ def power_law_graph(
         raise ValueError(f"'feature_dtype' must be a floating-point dtype "
                          f"(got {feature_dtype})")
 
-    device = torch.device(device)
+    device = resolve_device(device, default='cpu')
+    _check_fits(device, dict(num_nodes=num_nodes, num_edges=num_edges,
+                             num_features=num_features,
+                             num_classes=num_classes),
+                estimate_bytes(num_nodes, num_edges, num_features,
+                               num_classes, index_dtype, feature_dtype))
     gen = _make_generator(device, seed)
     N, E, C = num_nodes, num_edges, num_classes
 

@@ -71,18 +71,22 @@ def _check_times(times: Dict[Any, Tensor], time_attr: str, group: Any,
                  world_size: int) -> bool:
     # Whether the times are floating-point on some part (every rank learns
     # it); raises on every rank where a part's times are not one number per
-    # node or edge.
-    problem = 0  # 2: not a vector of numbers, 1: floating-point.
+    # node or edge, or hold NaN (a NaN time empties subgraphs silently).
+    problem = 0  # 3: NaN, 2: not a vector of numbers, 1: floating-point.
     for t in times.values():
         if t.dim() != 1 or t.is_complex() or t.dtype == torch.bool:
             problem = max(problem, 2)
         elif t.is_floating_point():
-            problem = max(problem, 1)
+            problem = max(problem, 3 if bool(torch.isnan(t).any()) else 1)
     problem = agree_on_problem(problem, group, world_size)
     if problem == 2:
         raise ValueError(f"'time_attr': the partition's {time_attr!r} must "
                          f"be one timestamp (an integer or floating-point "
                          f"number) per node or edge")
+    if problem == 3:
+        raise ValueError(f"'time_attr': the partition's {time_attr!r} holds "
+                         f"NaN (on at least one part); every node or edge "
+                         f"needs a time")
     return problem == 1
 
 

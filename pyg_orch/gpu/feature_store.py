@@ -10,7 +10,16 @@ import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
+from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.core.triton_util import kernel_view, triton_available
+from pyg_orch.core.checks import (
+    check_bool,
+    check_fraction,
+    resolve_device,
+)
+
+#: The integer dtypes node ids may have.
+_ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 @dataclass
@@ -70,6 +79,59 @@ def parse_budget(budget: Union[None, int, float, str],
     return int(budget)
 
 
+def check_num_threads(num_threads) -> None:
+    r"""Checks :obj:`num_threads` of a feature store: a positive integer or
+    :obj:`None`."""
+    if num_threads is not None and (isinstance(num_threads, bool)
+                                    or not isinstance(num_threads, int)
+                                    or num_threads < 1):
+        raise ValueError(f"'num_threads' must be a positive integer or None "
+                         f"(got {num_threads!r})")
+
+
+def check_hotness(hotness, num_nodes: int, name: str = 'hotness') -> None:
+    r"""Checks that :obj:`hotness` is a real-valued tensor of scores without
+    NaN (its length is checked by the caller)."""
+    if not isinstance(hotness, Tensor) or hotness.is_complex() or \
+            hotness.dtype == torch.bool:
+        got = hotness.dtype if isinstance(hotness, Tensor) else \
+            type(hotness).__name__
+        raise ArgumentTypeError(f"'{name}' must be a tensor of {num_nodes} "
+                                f"real scores (got {got})")
+    if hotness.is_floating_point() and bool(torch.isnan(hotness).any()):
+        raise ValueError(f"'{name}' holds NaN; every node needs a score")
+
+
+def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
+    r"""Checks that :obj:`index` is a one-dimensional integer tensor of ids
+    in :obj:`[0, num_nodes)`: an
+    :class:`~pyg_orch.core.errors.ArgumentTypeError` (a
+    :class:`TypeError`) for another type or dtype, an :class:`IndexError`
+    naming the range for ids outside it. On a CUDA device, the range is
+    checked by :func:`torch._assert_async` (a device-side assertion, no
+    synchronization)."""
+    if not isinstance(index, Tensor):
+        raise ArgumentTypeError(f"'{name}' must be a tensor of node ids (got "
+                                f"{type(index).__name__})")
+    if index.dtype not in _ID_DTYPES:
+        raise ArgumentTypeError(f"'{name}' must hold integer node ids (got "
+                                f"dtype {index.dtype})")
+    if index.dim() != 1:
+        raise ValueError(f"'{name}' must be one-dimensional (got shape "
+                         f"{list(index.shape)})")
+    if index.numel() == 0:
+        return
+    if index.is_cuda:
+        torch._assert_async(((index >= 0) & (index < num_nodes)).all(),
+                            f"'{name}' holds node ids outside "
+                            f"[0, {num_nodes})")
+        return
+    lo, hi = (int(v) for v in torch.aminmax(index))
+    if lo < 0 or hi >= num_nodes:
+        raise IndexError(f"'{name}' must hold node ids in [0, {num_nodes}) "
+                         f"(got ids in [{lo}, {hi}])")
+
+
 class TieredFeatureStore(FeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` for node features that
     do not fit on the GPU: the rows ranked hottest (by :obj:`hotness`, e.g.
@@ -120,7 +182,13 @@ class TieredFeatureStore(FeatureStore):
         super().__init__()
         if not isinstance(x, Tensor) or x.dim() != 2:
             raise ValueError("'x' must be a 2-dimensional feature tensor")
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
+        if not isinstance(attr_name, str):
+            raise ArgumentTypeError(f"'attr_name' must be a string (got "
+                                    f"{type(attr_name).__name__})")
+        reuse = check_bool('reuse', reuse)
+        cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
+        check_num_threads(num_threads)
         if method not in ('auto', 'uva', 'cpu'):
             raise ValueError(f"'method' must be 'auto', 'uva' or 'cpu' (got "
                              f"{method!r})")
@@ -153,13 +221,11 @@ class TieredFeatureStore(FeatureStore):
         budget = parse_budget(gpu_memory_budget, self.device)
         num_cached = min(self.num_nodes, budget // max(row_bytes, 1))
         if cache_ratio is not None:
-            if not 0.0 <= cache_ratio <= 1.0:
-                raise ValueError(f"'cache_ratio' must lie in [0, 1] (got "
-                                 f"{cache_ratio})")
             num_cached = min(num_cached,
                              int(math.ceil(cache_ratio * self.num_nodes)))
         self.capacity = num_cached
         if hotness is not None:
+            check_hotness(hotness, self.num_nodes)
             if hotness.numel() != self.num_nodes:
                 raise ValueError(f"'hotness' must have {self.num_nodes} "
                                  f"entries (got {hotness.numel()})")
@@ -221,7 +287,11 @@ class TieredFeatureStore(FeatureStore):
         r"""Caches the rows :obj:`nodes` (most important first; duplicates
         dropped), as many as the budget chosen at construction allows, e.g.
         the candidates chosen by :class:`pyg_orch.BottomLayerOffload`."""
-        nodes = torch.as_tensor(nodes).view(-1).cpu().to(torch.int64)
+        nodes = torch.as_tensor(nodes).view(-1).cpu()
+        if nodes.numel() > 0 and nodes.dtype not in _ID_DTYPES:
+            raise ArgumentTypeError(f"'nodes' must hold integer node ids "
+                                    f"(got dtype {nodes.dtype})")
+        nodes = nodes.to(torch.int64)
         if nodes.numel() > 0 and (int(nodes.min()) < 0
                                   or int(nodes.max()) >= self.num_nodes):
             raise ValueError(f"'nodes' must lie in [0, {self.num_nodes})")
@@ -274,7 +344,11 @@ class TieredFeatureStore(FeatureStore):
     # Gathering ###############################################################
 
     def gather(self, index: Tensor) -> Tensor:
-        r"""The rows :obj:`index` (global node ids) on :obj:`device`."""
+        r"""The rows :obj:`index` (global node ids, a one-dimensional
+        integer tensor) on :obj:`device`. Ids on the CPU are checked to lie
+        in :obj:`[0, num_nodes)`; ids on a CUDA device by an asynchronous
+        device assertion (no synchronization)."""
+        check_node_ids(index, self.num_nodes)
         with self._lock:  # One gather at a time: it updates the reuse state.
             index = index.to(self.device, torch.int64)
             if self.full:

@@ -12,8 +12,10 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from pyg_orch.gpu.feature_store import (
     FeatureStoreStats,
     TieredFeatureStore,
+    check_hotness,
     parse_budget,
 )
+from pyg_orch.core.checks import check_fraction, resolve_device
 
 NodeType = str
 
@@ -141,14 +143,13 @@ class HeteroTieredFeatureStore(FeatureStore):
                     f"{missing}")
             for t, h in hotness.items():
                 n = x_dict[t].size(0)
-                if not isinstance(h, Tensor) or h.numel() != n:
+                check_hotness(h, n, f"hotness['{t}']")
+                if h.numel() != n:
                     raise ValueError(
                         f"'hotness' of node type '{t}' must have {n} "
                         f"entries (got {_shape(h)})")
-        if cache_ratio is not None and not 0.0 <= cache_ratio <= 1.0:
-            raise ValueError(f"'cache_ratio' must lie in [0, 1] (got "
-                             f"{cache_ratio})")
-        self.device = torch.device(device)
+        cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
+        self.device = resolve_device(device)
         self.attr_name = attr_name
         budget = parse_budget(gpu_memory_budget, self.device)
         num_nodes = {t: x.size(0) for t, x in x_dict.items()}

@@ -9,10 +9,10 @@ from typing import Callable, Dict, Optional, Union
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch.gpu.feature_store import TieredFeatureStore
+from pyg_orch.gpu.feature_store import TieredFeatureStore, parse_budget
 from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
 from pyg_orch.loader.stats import StageTimer
-from pyg_orch.sampling.arguments import check_choice
+from pyg_orch.sampling.arguments import check_choice, check_fraction
 from pyg_orch.sampling.contract import HotNodeSampler
 
 AnyStore = Union[TieredFeatureStore, HeteroTieredFeatureStore]
@@ -52,6 +52,10 @@ def build_feature_store(
       are sliced as before);
 
     else :obj:`None`."""
+    # Checked on every device, though only CUDA builds a store from them:
+    ratio = check_fraction('gpu_cache_ratio', ratio, optional=True)
+    parse_budget(budget, torch.device('cpu'))
+    check_choice('cache_policy', policy, ('frequency', 'degree'))
     if isinstance(feature_store, (TieredFeatureStore,
                                   HeteroTieredFeatureStore)):
         check_given_store(feature_store, data, hetero)
@@ -62,7 +66,6 @@ def build_feature_store(
         raise ValueError(f"'feature_store' must be 'auto', None, a "
                          f"TieredFeatureStore or a HeteroTieredFeatureStore "
                          f"(got {feature_store!r})")
-    check_choice('cache_policy', policy, ('frequency', 'degree'))
     if isinstance(data, HeteroData):
         if not hetero or device.type != 'cuda':
             return None

@@ -33,7 +33,12 @@ from pyg_orch.loader.validation import (
     check_pipeline_args,
     check_temporal_args,
 )
-from pyg_orch.sampling.arguments import check_choice, resolve_device
+from pyg_orch.sampling.arguments import (
+    check_bool,
+    check_callable,
+    check_choice,
+    resolve_device,
+)
 from pyg_orch.sampling.contract import LaunchingSampler
 from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.sampler import HybridNeighborSampler
@@ -157,6 +162,10 @@ class HybridLoaderMixin:
                       feature_store: Any, gpu_memory_budget: Any,
                       gpu_cache_ratio: Optional[float],
                       cache_policy: str) -> None:
+        check_callable('transform', transform)
+        check_callable('transform_sampler_output',
+                       self.transform_sampler_output)
+        check_bool('filter_per_worker', self.filter_per_worker)
         self.batch_transform = transform
         self._batch_hooks: Dict[int, Callable] = {}
         self._sampled_hooks: Dict[int, Callable] = {}

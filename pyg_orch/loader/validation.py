@@ -2,14 +2,21 @@
 :class:`pyg_orch.HybridLinkNeighborLoader`: bad input
 fails early, with the argument named and the expected form given."""
 import math
+import numbers
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
-from pyg_orch.sampling.arguments import check_choice
+from pyg_orch.core.topology import check_not_nan
+from pyg_orch.sampling.arguments import (
+    check_bool,
+    check_choice,
+    check_seconds,
+)
 
 # Attributes that PyG always slices per node:
 _NODE_KEYS = ('x', 'y', 'pos', 'node_type', 'batch')
@@ -20,10 +27,13 @@ def check_data(data: Any) -> None:
     per node."""
     if isinstance(data, Data):
         _check_node_rows(data, data.num_nodes, 'data')
+        _check_edge_index_type(data, 'data')
     elif isinstance(data, HeteroData):
         for node_type in data.node_types:
             _check_node_rows(data[node_type], data[node_type].num_nodes,
                              f'data[{node_type!r}]')
+        for edge_type in data.edge_types:
+            _check_edge_index_type(data[edge_type], f'data[{edge_type!r}]')
     elif isinstance(data, (tuple, list)) and len(data) == 2:
         from torch_geometric.data import FeatureStore, GraphStore
         if not (isinstance(data[0], FeatureStore)
@@ -35,7 +45,19 @@ def check_data(data: Any) -> None:
         raise GraphTypeError(graph_type_message(data))
 
 
+def _check_edge_index_type(store, where: str) -> None:
+    edge_index = store.get('edge_index', None)
+    if edge_index is not None and not isinstance(edge_index, Tensor):
+        raise ValueError(f"'{where}.edge_index' must be a tensor of shape "
+                         f"[2, num_edges] (got {type(edge_index).__name__})")
+
+
 def _check_node_rows(store, num_nodes: Optional[int], where: str) -> None:
+    given = store.get('num_nodes', None)
+    if given is not None and (isinstance(given, bool) or not isinstance(
+            given, numbers.Integral) or given < 0):
+        raise ValueError(f"'{where}.num_nodes' must be a non-negative "
+                         f"integer (got {given!r})")
     if num_nodes is None:
         raise ValueError(f"Could not infer the number of nodes of {where}; "
                          f"set {where}.num_nodes")
@@ -52,6 +74,11 @@ def _check_node_rows(store, num_nodes: Optional[int], where: str) -> None:
                     f"need one row per node")
 
 
+#: The boolean arguments of :class:`torch.utils.data.DataLoader` (a truthy
+#: string such as :obj:`shuffle='no'` would mean :obj:`True`).
+_LOADER_FLAGS = ('shuffle', 'drop_last', 'pin_memory', 'persistent_workers')
+
+
 def check_loader_kwargs(kwargs: dict, device: torch.device) -> None:
     batch_size = kwargs.get('batch_size', 1)
     if kwargs.get('batch_sampler') is None:
@@ -59,8 +86,14 @@ def check_loader_kwargs(kwargs: dict, device: torch.device) -> None:
                 or batch_size < 1):
             raise ValueError(f"'batch_size' must be a positive integer "
                              f"(got {batch_size!r})")
+    for name in _LOADER_FLAGS:
+        if name in kwargs:
+            check_bool(name, kwargs[name])
+    if 'timeout' in kwargs:
+        check_seconds('timeout', kwargs['timeout'])
     num_workers = kwargs.get('num_workers', 0)
-    if not isinstance(num_workers, int) or num_workers < 0:
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
+            or num_workers < 0:
         raise ValueError(f"'num_workers' must be a non-negative integer "
                          f"(got {num_workers!r})")
     if device.type == 'cuda' and num_workers > 0:
@@ -103,8 +136,8 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
 
     if nodes is None:
         return input_nodes
-    if isinstance(nodes, (list, range)):
-        nodes = torch.as_tensor(list(nodes), dtype=torch.long)
+    if isinstance(nodes, (list, tuple, range, np.ndarray)):
+        nodes = _as_tensor(nodes)
     if not isinstance(nodes, Tensor):
         raise ValueError(f"'input_nodes' must be an index tensor or a boolean "
                          f"mask (got {type(nodes).__name__})")
@@ -129,6 +162,24 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
     return (node_type, nodes) if node_type is not None else nodes
 
 
+def _as_tensor(nodes: Any) -> Tensor:
+    # A list, tuple, range or NumPy array of integer ids as a tensor. Bools
+    # are refused: PyG reads a list of bools as the ids 0 and 1.
+    if len(nodes) == 0:
+        return torch.empty(0, dtype=torch.long)
+    try:
+        out = torch.as_tensor(nodes if isinstance(nodes, np.ndarray) else
+                              list(nodes))
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"'input_nodes' must be an index tensor or a "
+                         f"boolean mask ({e})") from None
+    if out.dtype == torch.bool and not isinstance(nodes, np.ndarray):
+        raise ValueError("'input_nodes' is a list of bools: pass a mask as "
+                         "a boolean tensor (torch.tensor(mask)), or the "
+                         "node ids as integers")
+    return out
+
+
 def check_temporal_args(input_time, time_attr, temporal_strategy,
                         weight_attr) -> None:
     if input_time is not None and time_attr is None:
@@ -149,9 +200,7 @@ def check_pipeline_args(prefetch: Any, lookahead: Any,
     if prefetch > 0 and num_workers > 0:
         raise ValueError("'prefetch' > 0 needs num_workers=0 (worker "
                          "processes already prepare batches ahead)")
-    if lookahead not in (None, True, False):
-        raise ValueError(f"'lookahead' must be None, True or False (got "
-                         f"{lookahead!r})")
+    check_bool('lookahead', lookahead, optional=True)
     if lookahead and (prefetch > 0 or num_workers > 0):
         raise ValueError("'lookahead=True' needs num_workers=0 and "
                          "prefetch=0 (it keeps one batch ahead in the "
@@ -168,6 +217,7 @@ def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:
     if input_time.dtype == torch.bool or input_time.is_complex():
         raise ValueError(f"'input_time' must be integer or floating point "
                          f"(got {input_time.dtype})")
+    check_not_nan(input_time, "'input_time'", 'seed')
     node_type, nodes = None, input_nodes
     if isinstance(input_nodes, tuple):
         node_type, nodes = input_nodes
@@ -307,6 +357,7 @@ def check_edge_label_time(edge_label_time: Any, time_attr: Optional[str],
     if edge_label_time.dtype == torch.bool or edge_label_time.is_complex():
         raise ValueError(f"'edge_label_time' must be integer or floating "
                          f"point (got {edge_label_time.dtype})")
+    check_not_nan(edge_label_time, "'edge_label_time'", 'label edge')
     if num is not None and edge_label_time.numel() != num:
         raise ValueError(f"'edge_label_time' has {edge_label_time.numel()} "
                          f"entries, but 'edge_label_index' holds {num} "

@@ -4,6 +4,7 @@ import threading
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 from pyg_orch.offload.aggregate_split import check_split
@@ -15,6 +16,7 @@ from pyg_orch.offload.workers import (
     default_num_threads,
     local_ranks,
 )
+from pyg_orch.sampling.arguments import check_bool, check_seconds
 
 #: A hook a worker thread calls before every CPU work item, with the item's
 #: cancellation event (set once the item is dropped, e.g. to wait on it).
@@ -49,6 +51,8 @@ def _check_ratio(name: str, value: Any) -> Union[float, str]:
 
 
 def _check_autotune(value: Any) -> Union[bool, str, tuple]:
+    if isinstance(value, np.bool_):
+        return bool(value)
     if value == 'auto' or isinstance(value, bool):
         return value
     bad = isinstance(value, (str, bytes)) or not isinstance(value, Sequence)
@@ -159,10 +163,6 @@ class OffloadOptions:
             raise ValueError("'autotune_clock' must be callable")
         _check_choice('refresh', self.refresh, ('super_batch', 'batch'))
         _check_choice('replace_rows', self.replace_rows, ('pruned', 'all'))
-        if self.compensate_degrees != 'auto' and not isinstance(
-                self.compensate_degrees, bool):
-            raise ValueError(f"'compensate_degrees' must be True, False or "
-                             f"'auto' (got {self.compensate_degrees!r})")
         ranks = local_ranks()
         num_threads = check_int(
             'num_threads', default_num_threads(ranks)
@@ -175,21 +175,24 @@ class OffloadOptions:
                      'num_presample_batches'):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
-        if isinstance(self.idle_timeout, bool) or not isinstance(
-                self.idle_timeout, (int, float)) or self.idle_timeout < 0:
-            raise ValueError(f"'idle_timeout' must be a number of seconds "
-                             f">= 0 (got {self.idle_timeout!r})")
+        check_seconds('idle_timeout', self.idle_timeout)
+        if self.seed is not None and (isinstance(self.seed, bool)
+                                      or not isinstance(self.seed, int)):
+            raise ValueError(f"'seed' must be an integer or None (got "
+                             f"{self.seed!r})")
+        full = check_bool('full_neighbors', self.full_neighbors,
+                          also=('auto', ))
+        compensate = check_bool('compensate_degrees',
+                                self.compensate_degrees, also=('auto', ))
         check_split(self.split)
-        if self.full_neighbors != 'auto' and not isinstance(
-                self.full_neighbors, bool):
-            raise ValueError(f"'full_neighbors' must be True, False or "
-                             f"'auto' (got {self.full_neighbors!r})")
         if self.work_hook is not None and not callable(self.work_hook):
             raise ValueError("'work_hook' must be callable")
         for name, value in (('hot_ratio', hot), ('gpu_cache_ratio', cache),
                             ('num_threads', num_threads),
                             ('intra_op_threads', intra),
                             ('autotune', autotune), ('measure', measure),
+                            ('full_neighbors', full),
+                            ('compensate_degrees', compensate),
                             ('hot_ratio_given', given),
                             ('max_sample_age', age),
                             ('local_world_size', ranks),

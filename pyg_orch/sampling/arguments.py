@@ -3,22 +3,22 @@
 argument named and the expected form given."""
 import numbers
 import warnings
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Union
 
 import torch
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 
-from pyg_orch.typing import DeviceLike, EdgeType, NumNeighborsType
-
-
-def check_choice(name: str, value, choices: Sequence[str]) -> None:
-    r"""Raises a :class:`ValueError` naming :obj:`name` unless :obj:`value`
-    is one of :obj:`choices`."""
-    if value not in choices:
-        options = ', '.join(repr(c) for c in choices[:-1])
-        options = f'{options} or {choices[-1]!r}' if options else \
-            repr(choices[-1])
-        raise ValueError(f"'{name}' must be {options} (got {value!r})")
+from pyg_orch.core.checks import (  # noqa: F401 (re-exported)
+    check_bool,
+    check_bools,
+    check_callable,
+    check_choice,
+    check_fraction,
+    check_seconds,
+    resolve_device,
+)
+from pyg_orch.core.topology import check_not_nan
+from pyg_orch.typing import EdgeType, NumNeighborsType
 
 
 def check_placement(placement):
@@ -34,39 +34,12 @@ def check_placement(placement):
     return TopologySharding() if placement == 'sharded' else placement
 
 
-def resolve_device(device: DeviceLike, name: str = 'device',
-                   default: Optional[str] = None) -> torch.device:
-    r"""Returns :obj:`device` checked: a CPU or an available CUDA device (one
-    without an index is this process's current one). :obj:`None` is
-    :obj:`default`, or CUDA where available if :obj:`default` is
-    :obj:`None`. Errors name the argument :obj:`name`."""
-    if device is None:
-        device = default or ('cuda' if torch.cuda.is_available() else 'cpu')
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"'{name}' must be a torch.device or a string such "
-                         f"as 'cpu' or 'cuda:0' (got {device!r})") from e
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f"'{name}' is {str(device)!r}, but CUDA is not "
-                         f"available on this machine; use {name}='cpu'")
-    if device.type not in ('cpu', 'cuda'):
-        raise ValueError(f"'{name}' must be a CPU or CUDA device "
-                         f"(got {str(device)!r})")
-    if device.type == 'cuda':
-        if device.index is None:
-            device = torch.device('cuda', torch.cuda.current_device())
-        elif device.index >= torch.cuda.device_count():
-            raise ValueError(f"'{name}' is {str(device)!r}, but this "
-                             f"machine has {torch.cuda.device_count()} CUDA "
-                             f"device(s)")
-    return device
-
-
 def parse_subgraph_type(subgraph_type: Union[SubgraphType, str],
                         directed: bool, disjoint: bool) -> SubgraphType:
     r"""Validates :obj:`subgraph_type` (and the deprecated
     :obj:`directed=False`, which means :obj:`'induced'`)."""
+    directed = check_bool('directed', directed)
+    disjoint = check_bool('disjoint', disjoint)
     if not directed:
         warnings.warn(
             "The usage of the 'directed' argument is deprecated. Use "
@@ -202,8 +175,7 @@ def times_per_seed(value, num_seeds: int, name: str) -> torch.Tensor:
                          f"got shape {tuple(value.shape)} of {value.dtype}")
     if not value.is_floating_point():
         return value.to(torch.int64)
-    if bool(torch.isnan(value).any()):
-        raise ValueError(f"'{name}' holds NaN; every seed needs a time")
+    check_not_nan(value, f"'{name}'", 'seed')
     return value
 
 

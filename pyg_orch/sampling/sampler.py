@@ -24,6 +24,7 @@ from pyg_orch.core.topology import GraphTopology
 from pyg_orch.sampling.arguments import (
     DISJOINT_INDUCED,
     check_attr_names,
+    check_bools,
     check_choice,
     check_placement,
     node_seed_times,
@@ -139,6 +140,8 @@ class HybridNeighborSampler(BaseSampler):
         check_choice('temporal_strategy', temporal_strategy,
                      ('uniform', 'last'))
         check_attr_names(time_attr=time_attr, weight_attr=weight_attr)
+        check_bools(replace=replace, is_sorted=is_sorted,
+                    share_memory=share_memory)
         self.subgraph_type = parse_subgraph_type(subgraph_type, directed,
                                                  disjoint)
         check_choice('relabel', relabel, ('auto', 'dense', 'sort'))

@@ -1,0 +1,115 @@
+"""Checks of arguments shared by every layer (loaders, samplers, feature
+stores, data sets): bad input fails early, with an exception that names the
+argument, the value given and the expected form."""
+import math
+import numbers
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from pyg_orch.core.errors import ArgumentTypeError
+from pyg_orch.typing import DeviceLike
+
+
+def check_choice(name: str, value, choices: Sequence[str]) -> None:
+    r"""Raises a :class:`ValueError` naming :obj:`name` unless :obj:`value`
+    is one of :obj:`choices`."""
+    if value not in choices:
+        options = ', '.join(repr(c) for c in choices[:-1])
+        options = f'{options} or {choices[-1]!r}' if options else \
+            repr(choices[-1])
+        raise ValueError(f"'{name}' must be {options} (got {value!r})")
+
+
+def check_bool(name: str, value: Any, optional: bool = False,
+               also: Sequence[str] = ()) -> Any:
+    r"""Returns :obj:`value` as a :class:`bool` if it is one (a NumPy bool
+    too), or :obj:`None` with :obj:`optional`, or one of the strings
+    :obj:`also` (e.g. :obj:`'auto'`); else raises an
+    :class:`~pyg_orch.core.errors.ArgumentTypeError` (a :class:`TypeError`)
+    naming :obj:`name`: a truthy string such as :obj:`'no'` or a number
+    would silently mean :obj:`True`."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if (value is None and optional) or (isinstance(value, str)
+                                        and value in also):
+        return value
+    options = (['None'] if optional else []) + ['True', 'False'] + [
+        repr(a) for a in also
+    ]
+    raise ArgumentTypeError(
+        f"'{name}' must be {', '.join(options[:-1])} or {options[-1]} (got "
+        f"{value!r} of type {type(value).__name__})")
+
+
+def check_bools(**flags: Any) -> None:
+    r"""Checks every keyword argument with :func:`check_bool`."""
+    for name, value in flags.items():
+        check_bool(name, value)
+
+
+def check_fraction(name: str, value: Any, optional: bool = False) -> Any:
+    r"""Returns :obj:`value` as a :class:`float` if it is a real number in
+    :obj:`[0, 1]` (or :obj:`None` with :obj:`optional`); else raises naming
+    :obj:`name` (an :class:`~pyg_orch.core.errors.ArgumentTypeError` for a
+    wrong type such as the string :obj:`'0.5'`, a :class:`ValueError` for
+    a number out of range or NaN)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, numbers.Real):
+        raise ArgumentTypeError(f"'{name}' must be a float in [0, 1]"
+                                f"{' or None' if optional else ''} (got "
+                                f"{value!r} of type {type(value).__name__})")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"'{name}' must be a float in [0, 1] (got {value})")
+    return float(value)
+
+
+def check_seconds(name: str, value: Any) -> float:
+    r"""Returns :obj:`value` as a :class:`float` if it is a finite number of
+    seconds :obj:`>= 0`; else raises a :class:`ValueError` naming
+    :obj:`name`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"'{name}' must be a finite number of seconds "
+                         f">= 0 (got {value!r})")
+    return float(value)
+
+
+def check_callable(name: str, value: Optional[Callable]) -> None:
+    r"""Raises an :class:`~pyg_orch.core.errors.ArgumentTypeError` naming
+    :obj:`name` unless :obj:`value` is callable or :obj:`None`."""
+    if value is not None and not callable(value):
+        raise ArgumentTypeError(f"'{name}' must be callable or None (got "
+                                f"{value!r} of type {type(value).__name__})")
+
+
+def resolve_device(device: DeviceLike, name: str = 'device',
+                   default: Optional[str] = None) -> torch.device:
+    r"""Returns :obj:`device` checked: a CPU or an available CUDA device (one
+    without an index is this process's current one). :obj:`None` is
+    :obj:`default`, or CUDA where available if :obj:`default` is
+    :obj:`None`. Errors name the argument :obj:`name`."""
+    if device is None:
+        device = default or ('cuda' if torch.cuda.is_available() else 'cpu')
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"'{name}' must be a torch.device or a string such "
+                         f"as 'cpu' or 'cuda:0' (got {device!r})") from e
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f"'{name}' is {str(device)!r}, but CUDA is not "
+                         f"available on this machine; use {name}='cpu'")
+    if device.type not in ('cpu', 'cuda'):
+        raise ValueError(f"'{name}' must be a CPU or CUDA device "
+                         f"(got {str(device)!r})")
+    if device.type == 'cuda':
+        if device.index is None:
+            device = torch.device('cuda', torch.cuda.current_device())
+        elif device.index >= torch.cuda.device_count():
+            raise ValueError(f"'{name}' is {str(device)!r}, but this "
+                             f"machine has {torch.cuda.device_count()} CUDA "
+                             f"device(s)")
+    return device
