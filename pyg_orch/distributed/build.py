@@ -16,6 +16,7 @@ from typing import Any, Dict, List
 import torch
 from torch import Tensor
 
+from pyg_orch.core.checks import check_data
 from pyg_orch.core.csc import check_edge_index
 from pyg_orch.core.partitioning import (
     assign_parts,
@@ -40,7 +41,6 @@ from pyg_orch.distributed.storage import (
     node_ids_path,
     part_dir_name,
 )
-from pyg_orch.loader.validation import check_data
 
 __all__ = ['PartitionInfo', 'partition_graph']
 

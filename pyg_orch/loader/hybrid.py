@@ -27,8 +27,8 @@ from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.core.prefetch import PrefetchIterator
 from pyg_orch.loader.seed_batches import tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
+from pyg_orch.core.checks import check_data
 from pyg_orch.loader.validation import (
-    check_data,
     check_loader_kwargs,
     check_pipeline_args,
     check_temporal_args,

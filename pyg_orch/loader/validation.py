@@ -2,7 +2,6 @@
 :class:`pyg_orch.HybridLinkNeighborLoader`: bad input
 fails early, with the argument named and the expected form given."""
 import math
-import numbers
 from typing import Any, Optional
 
 import numpy as np
@@ -10,69 +9,12 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.core.topology import check_not_nan
 from pyg_orch.sampling.arguments import (
     check_bool,
     check_choice,
     check_seconds,
 )
-
-# Attributes that PyG always slices per node:
-_NODE_KEYS = ('x', 'y', 'pos', 'node_type', 'batch')
-
-
-def check_data(data: Any) -> None:
-    r"""Checks the type of :obj:`data` and that node attributes have one row
-    per node."""
-    if isinstance(data, Data):
-        _check_node_rows(data, data.num_nodes, 'data')
-        _check_edge_index_type(data, 'data')
-    elif isinstance(data, HeteroData):
-        for node_type in data.node_types:
-            _check_node_rows(data[node_type], data[node_type].num_nodes,
-                             f'data[{node_type!r}]')
-        for edge_type in data.edge_types:
-            _check_edge_index_type(data[edge_type], f'data[{edge_type!r}]')
-    elif isinstance(data, (tuple, list)) and len(data) == 2:
-        from torch_geometric.data import FeatureStore, GraphStore
-        if not (isinstance(data[0], FeatureStore)
-                and isinstance(data[1], GraphStore)):
-            raise GraphTypeError(graph_type_message(data) + " ('data' "
-                                 "given as a pair must be (FeatureStore, "
-                                 "GraphStore))")
-    else:
-        raise GraphTypeError(graph_type_message(data))
-
-
-def _check_edge_index_type(store, where: str) -> None:
-    edge_index = store.get('edge_index', None)
-    if edge_index is not None and not isinstance(edge_index, Tensor):
-        raise ValueError(f"'{where}.edge_index' must be a tensor of shape "
-                         f"[2, num_edges] (got {type(edge_index).__name__})")
-
-
-def _check_node_rows(store, num_nodes: Optional[int], where: str) -> None:
-    given = store.get('num_nodes', None)
-    if given is not None and (isinstance(given, bool) or not isinstance(
-            given, numbers.Integral) or given < 0):
-        raise ValueError(f"'{where}.num_nodes' must be a non-negative "
-                         f"integer (got {given!r})")
-    if num_nodes is None:
-        raise ValueError(f"Could not infer the number of nodes of {where}; "
-                         f"set {where}.num_nodes")
-    for key, value in store.items():
-        if not isinstance(value, Tensor) or value.dim() == 0:
-            continue
-        if key in _NODE_KEYS or store.is_node_attr(key):
-            if key == 'y' and value.size(0) == 1 and num_nodes != 1:
-                continue  # A graph-level label.
-            if value.size(0) != num_nodes:
-                raise ValueError(
-                    f"Node attribute {where}.{key} has {value.size(0)} rows, "
-                    f"but the graph has {num_nodes} nodes; node features "
-                    f"need one row per node")
-
 
 #: The boolean arguments of :class:`torch.utils.data.DataLoader` (a truthy
 #: string such as :obj:`shuffle='no'` would mean :obj:`True`).
