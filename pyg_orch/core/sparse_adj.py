@@ -94,6 +94,14 @@ def adj_t_edge_index(adj_t: Any) -> Tuple[Tensor, bool]:
     return torch.stack([src, dst]), True
 
 
+def edge_index_of(store: Any) -> Tensor:
+    r"""The :obj:`edge_index` of an edge store, or the edges of its
+    :obj:`adj_t` in storage order (whose positions are the edge ids)."""
+    if 'adj_t' in store and is_sparse(store.adj_t):
+        return adj_t_edge_index(store.adj_t)[0]
+    return store.edge_index
+
+
 def adj_t_num_edges(adj_t: Any) -> int:
     r"""The number of edges (stored entries) of :obj:`adj_t`."""
     return int(adj_t.nnz()) if is_sparse_tensor(adj_t) else int(adj_t._nnz())
