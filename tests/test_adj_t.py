@@ -387,3 +387,25 @@ def test_adj_t_on_cuda(backend):
         assert adj_t_triples(a.adj_t.cpu(), a.n_id.cpu(), a.n_id.cpu()) == \
             edge_triples(b.edge_index.cpu(), b.edge_weight.cpu(),
                          b.n_id.cpu(), b.n_id.cpu())
+
+
+@pytest.mark.gpu
+def test_hetero_adj_t_on_cuda():
+    # `feature_store='auto'`: a HeteroTieredFeatureStore serves `x`.
+    data = hetero_twin()
+    adj = to_adj_t(data, torch.sparse_csr)
+    kwargs = dict(input_nodes=('paper', data['paper'].train_mask),
+                  batch_size=24, seed=0, device='cuda')
+    for a, b in zip(HybridNeighborLoader(adj, [3, 2], **kwargs),
+                    HybridNeighborLoader(data, [3, 2], **kwargs)):
+        for t in data.node_types:
+            assert torch.equal(a[t].n_id, b[t].n_id)
+            assert torch.equal(a[t].x, b[t].x)
+        for et in data.edge_types:
+            sa, sb = a[et], b[et]
+            assert sa.adj_t.device.type == 'cuda'
+            src, dst = b[et[0]].n_id.cpu(), b[et[-1]].n_id.cpu()
+            weight = sb.edge_weight.cpu() if 'edge_weight' in sb else \
+                torch.ones(sb.e_id.numel())
+            assert adj_t_triples(sa.adj_t.cpu(), src, dst) == edge_triples(
+                sb.edge_index.cpu(), weight, src, dst)
