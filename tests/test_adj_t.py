@@ -143,6 +143,23 @@ def test_adj_t_batches_in_worker_processes():
         check_adj_t_batch(a, b, torch.sparse_csr)
 
 
+@pytest.mark.parametrize('level', ['node', 'edge'])
+def test_temporal_adj_t_batches_equal_edge_index_twin(level):
+    data = twin_graph(seed=6)
+    gen = torch.Generator().manual_seed(0)
+    n = data.num_nodes if level == 'node' else data.num_edges
+    data.time = torch.randint(0, 50, (n, ), generator=gen)
+    adj = to_adj_t(data, torch.sparse_csr)
+    kwargs = dict(input_nodes=torch.arange(40), batch_size=20, seed=0,
+                  time_attr='time', input_time=torch.full((40, ), 40),
+                  device='cpu')
+    for a, b in zip(HybridNeighborLoader(adj, [3, 2], **kwargs),
+                    HybridNeighborLoader(data, [3, 2], **kwargs)):
+        check_adj_t_batch(a, b, torch.sparse_csr)
+        if level == 'edge':
+            assert torch.equal(a.time, data.time[a.e_id])
+
+
 def test_sage_reads_the_sampled_adj_t():
     from torch_geometric.nn import GraphSAGE
     torch.manual_seed(0)
