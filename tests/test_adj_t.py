@@ -354,6 +354,17 @@ def test_other_sparse_matrices_are_refused_by_name():
         HybridNeighborLoader(hetero, [2], input_nodes='paper', device='cpu')
 
 
+def test_non_transposed_adj_is_not_sampled_yet():
+    data = twin_graph(num_nodes=20, num_edges=50)
+    data.adj = to_adj_t(data, torch.sparse_csr).adj_t
+    del data.edge_index
+    with pytest.raises(NotImplementedError, match=r"data\.adj: a "
+                       r"non-transposed sparse adjacency"):
+        GraphTopology.from_data(data)
+    with pytest.raises(ValueError, match=r"data\.adj is a sparse matrix"):
+        HybridNeighborLoader(data, [2], device='cpu')
+
+
 def test_edge_level_lists_are_refused_by_name():
     data = twin_graph()
     data.edge_names = [f'e{i}' for i in range(data.num_edges)]
