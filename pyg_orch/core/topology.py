@@ -4,7 +4,7 @@ per edge type), and how it is built from PyG's graph types."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -13,6 +13,12 @@ from pyg_orch.core.checks import check_bool, resolve_device
 from pyg_orch.core.csc import CSCTopology
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.core.fingerprint import graph_fingerprint
+from pyg_orch.core.sparse_adj import (
+    adj_t_edge_index,
+    adj_t_num_edges,
+    check_adj_t,
+    is_sparse,
+)
 from pyg_orch.typing import EdgeType, NodeType
 
 
@@ -250,14 +256,16 @@ class GraphTopology:
                 (edge_type[0], edge_type[-1])
             name = 'edge_index' if edge_type is None else \
                 f"data[{edge_type!r}].edge_index"
-            edge_index = store.edge_index if 'edge_index' in store else None
-            if edge_index is None:
-                if edge_type is not None:
-                    raise ValueError(f"Edge type {edge_type} has no "
-                                     f"'edge_index'")
-                edge_index = torch.empty(2, 0, dtype=torch.long)
+            edge_index, sorted_ = _store_edges(store, edge_type,
+                                               num_nodes[src], num_nodes[dst])
+            if 'adj_t' in store:
+                name = name.replace('edge_index', 'adj_t')
+                # Sorted by destination: time still sorts neighborhoods.
+                sorted_ = sorted_ and (node_time is None or node_time.get(
+                    src) is None) and edge_time.get(edge_type) is None
             csc[edge_type] = CSCTopology.from_edge_index(
-                edge_index, num_nodes[src], num_nodes[dst], is_sorted,
+                edge_index, num_nodes[src], num_nodes[dst],
+                is_sorted or sorted_,
                 device=device, name=name,
                 src_node_time=None if node_time is None else node_time.get(
                     src), edge_time=edge_time.get(edge_type),
@@ -325,6 +333,36 @@ class GraphTopology:
         if node_time is not None and device is not None:
             node_time = {k: v.to(device) for k, v in node_time.items()}
         return cls(csc, num_nodes, node_time, time_attr)
+
+
+def _store_edges(store, edge_type: Optional[EdgeType], num_src: int,
+                 num_dst: int) -> Tuple[Tensor, bool]:
+    # The edges of one edge store as COO pairs in edge-id order, and whether
+    # they are sorted by destination already. As PyG's `to_csc`, `adj_t`
+    # comes first (edge ids are its storage positions), then `edge_index`.
+    where = 'data' if edge_type is None else f'data[{edge_type!r}]'
+    if 'adj_t' in store:
+        check_adj_t(store.adj_t, num_src, num_dst, f'{where}.adj_t')
+        return adj_t_edge_index(store.adj_t)
+    if 'edge_index' in store and store.edge_index is not None:
+        return store.edge_index, False
+    if 'adj' in store and is_sparse(store.adj):
+        raise NotImplementedError(
+            f"{where}.adj: a non-transposed sparse adjacency is not sampled "
+            f"yet; store its transpose as 'adj_t' (T.ToSparseTensor()) or "
+            f"pass 'edge_index'")
+    if edge_type is not None:
+        raise ValueError(f"Edge type {edge_type} has neither 'edge_index' "
+                         f"nor 'adj_t'")
+    return torch.empty(2, 0, dtype=torch.long), False
+
+
+def num_store_edges(store) -> int:
+    r"""The number of edges of an edge store given by :obj:`edge_index` or
+    :obj:`adj_t`."""
+    if 'adj_t' in store:
+        return adj_t_num_edges(store.adj_t)
+    return store.edge_index.size(1)
 
 
 def _stored_edge_index(colptr: Tensor, row: Tensor,
@@ -484,7 +522,7 @@ def _collect_time(stores, edge_stores, num_nodes, time_attr):
         return _time_per_type(node_level, 'time_attr', time_attr,
                               lambda t, store: num_nodes[t]), {}
     return None, _time_per_type(edge_level, 'time_attr', time_attr,
-                                lambda t, store: store.edge_index.size(1))
+                                lambda t, store: num_store_edges(store))
 
 
 def _time_per_type(level, arg: str, time_attr: str, length) -> Dict:
@@ -525,7 +563,7 @@ def _collect_weight(edge_stores, weight_attr) -> Dict:
         if weight_attr not in store:
             continue
         where = 'data' if t is None else f'data[{t!r}]'
-        w = _check_vector(store[weight_attr], store.edge_index.size(1),
+        w = _check_vector(store[weight_attr], num_store_edges(store),
                           f'{where}.{weight_attr}', 'weight_attr')
         problem = weight_problem(w)
         if problem:

@@ -7,15 +7,18 @@ matters when a prefetch thread shares the interpreter with training."""
 import copy
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.data.storage import recursive_apply
 from torch_geometric.loader.utils import index_select
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+from torch_geometric.typing import TensorFrame
 
 from pyg_orch.core.devices import with_index
 from pyg_orch.core.prefetch import SCALAR_TYPES
+from pyg_orch.core.sparse_adj import adj_t_values, is_sparse, sampled_adj_t
 
 
 class DataAssembler:
@@ -33,16 +36,27 @@ class DataAssembler:
                  features: Optional[Callable[[Tensor], Tensor]] = None):
         self.features = features
         store = data._store
-        self.node_attrs: List[Tuple[str, Tensor, int]] = []
-        self.edge_attrs: List[Tuple[str, Tensor, int]] = []
+        self.node_attrs: List[Tuple[str, Any, int]] = []
+        self.edge_attrs: List[Tuple[str, Any, int]] = []
         self.set_num_nodes = 'num_nodes' in store
         self.template = copy.copy(data)
+        # `(adj_t, its values on device)`, sliced per batch as in PyG.
+        self.adj_t = _adj_t_entry(store, device)
+        self.has_edge_index = 'edge_index' in store or self.adj_t is None
         for key, value in store.items():
-            if key in ('num_nodes', 'edge_index'):
+            if key in ('num_nodes', 'edge_index', 'adj_t'):
                 continue
-            if not isinstance(value, Tensor):
-                continue
-            if store.is_node_attr(key):
+            if not isinstance(value, Tensor) or is_sparse(value):
+                if store.is_edge_attr(key) or is_sparse(value):
+                    self.edge_attrs.append(
+                        _sliceable('data', key, value, data, store))
+                elif isinstance(value, (np.ndarray, TensorFrame)) and \
+                        store.is_node_attr(key):
+                    self.node_attrs.append(
+                        (key, value, data.__cat_dim__(key, value, store)))
+                else:
+                    continue
+            elif store.is_node_attr(key):
                 if key == 'x' and features is not None:
                     self.node_attrs.append((key, None, 0))
                 else:
@@ -55,8 +69,9 @@ class DataAssembler:
             else:
                 continue
             del self.template[key]
-        if 'edge_index' in store:
-            del self.template['edge_index']
+        for key in ('edge_index', 'adj_t'):
+            if key in store:
+                del self.template[key]
 
     def __call__(self, out: SamplerOutput) -> Data:
         r"""The mini-batch of a node-level loader: :meth:`subgraph` with
@@ -80,16 +95,17 @@ class DataAssembler:
             if value is None:
                 data[key] = self.features(node)
             else:
-                data[key] = value.index_select(dim,
-                                               node.to(value.device,
-                                                       torch.int64))
+                data[key] = _select(value, node, dim)
         if self.set_num_nodes:
             data.num_nodes = node.numel()
-        data.edge_index = stack_edges(out.row, out.col)
+        if self.has_edge_index:
+            data.edge_index = stack_edges(out.row, out.col)
         edge = None if out.edge is None else out.edge.to(torch.int64)
+        if self.adj_t is not None:
+            data.adj_t = _slice_adj_t(self.adj_t, out.row, out.col, edge,
+                                      node.numel(), node.numel())
         for key, value, dim in self.edge_attrs:
-            data[key] = None if edge is None else value.index_select(
-                dim, edge.to(value.device))
+            data[key] = None if edge is None else _select(value, edge, dim)
         # The same bookkeeping as PyG's `NodeLoader.filter_fn` and
         # `LinkLoader.filter_fn`:
         data.n_id = node
@@ -149,19 +165,26 @@ class HeteroDataAssembler:
             self.node_attrs[node_type] = attrs
             self.num_nodes_key[node_type] = 'num_nodes' in store
         self.edge_attrs: Dict[Tuple, List[Tuple[str, object, int]]] = {}
+        self.adj_t: Dict[Tuple, Tuple[Any, Optional[Tensor]]] = {}
+        self.has_edge_index: Dict[Tuple, bool] = {}
         for edge_type in data.edge_types:
             store = data[edge_type]
-            if 'adj_t' in store:
-                raise ValueError(
-                    f"Edge type {edge_type} holds 'adj_t': batches of "
-                    f"SparseTensor adjacencies are assembled by PyG; pass "
-                    f"'feature_store=None'")
+            adj_t = _adj_t_entry(store, device)
+            if adj_t is not None:
+                self.adj_t[edge_type] = adj_t
+            self.has_edge_index[edge_type] = ('edge_index' in store
+                                              or adj_t is None)
             attrs = []
             for key, value in store.items():
-                if key == 'edge_index' or not store.is_edge_attr(key):
+                if key in ('edge_index', 'adj_t'):
                     continue
-                attrs.append((key, _to(value, device),
-                              data.__cat_dim__(key, value, store)))
+                if is_sparse(value) or (store.is_edge_attr(key) and
+                                        not isinstance(value, Tensor)):
+                    attrs.append(_sliceable(f'data[{edge_type!r}]', key,
+                                            value, data, store))
+                elif store.is_edge_attr(key):
+                    attrs.append((key, _to(value, device),
+                                  data.__cat_dim__(key, value, store)))
             self.edge_attrs[edge_type] = attrs
         # Overwritten key by key: same keys in the same order as PyG's.
         self.template = copy.copy(data)
@@ -201,8 +224,18 @@ class HeteroDataAssembler:
             if edge is None and edge_type not in edges:
                 edge = edges[edge_type] = torch.empty(0, dtype=torch.long)
             store = stores[edge_type] = data[edge_type]
-            store.edge_index = stack_edges(row, col)
+            if self.has_edge_index[edge_type]:
+                store.edge_index = stack_edges(row, col)
             perm = self.perm.get(edge_type)
+            adj_t = self.adj_t.get(edge_type)
+            if adj_t is not None:
+                index = None if edge is None else edge.to(torch.int64)
+                if index is not None and perm is not None:
+                    index = perm[index.to(perm.device)]
+                store.adj_t = _slice_adj_t(
+                    adj_t, row, col, index,
+                    nodes[edge_type[0]].numel(),
+                    nodes[edge_type[-1]].numel())
             for key, value, dim in attrs:
                 if edge is None:
                     store[key] = None
@@ -277,6 +310,65 @@ def move_to_device(data: Union[Data, HeteroData],
             elif value is not None and not isinstance(value, SCALAR_TYPES):
                 store[key] = recursive_apply(value, move)  # As PyG does.
     return data
+
+
+def check_edge_attrs(data: Any) -> None:
+    r"""Raises a :class:`ValueError` naming the attribute where an edge
+    store of :obj:`data` holds an edge-level attribute that batches cannot
+    slice (a sparse matrix other than :obj:`adj_t`, a list with one entry
+    per edge), instead of letting it reach every batch whole."""
+    if isinstance(data, Data):
+        stores = [('data', data._store)]
+    elif isinstance(data, HeteroData):
+        stores = [(f'data[{t!r}]', data[t]) for t in data.edge_types]
+    else:
+        return
+    for where, store in stores:
+        for key, value in store.items():
+            if key in ('edge_index', 'adj_t') or isinstance(
+                    value, (np.ndarray, TensorFrame)):
+                continue
+            if is_sparse(value) or (not isinstance(value, Tensor)
+                                    and store.is_edge_attr(key)):
+                _sliceable(where, key, value, data, store)
+
+
+def _adj_t_entry(store, device: torch.device
+                 ) -> Optional[Tuple[Any, Optional[Tensor]]]:
+    # An `adj_t` to slice per batch: the tensor (for its type and layout)
+    # and its values on `device` (edge ids are positions in its storage).
+    if 'adj_t' not in store:
+        return None
+    value = adj_t_values(store.adj_t)
+    return store.adj_t, None if value is None else value.to(device)
+
+
+def _slice_adj_t(adj_t: Tuple[Any, Optional[Tensor]], row: Tensor,
+                 col: Tensor, edge: Optional[Tensor], num_src: int,
+                 num_dst: int) -> Any:
+    # As PyG's `filter_edge_store_`: the sampled edges, transposed, with
+    # the values of the sampled edge ids (none without edge ids).
+    like, value = adj_t
+    if value is not None:
+        value = None if edge is None else value.index_select(
+            0, edge.to(value.device, torch.int64))
+    return sampled_adj_t(like, row, col, value, num_src, num_dst)
+
+
+def _sliceable(where: str, key: str, value: Any, data: Any,
+               store: Any) -> Tuple[str, Any, int]:
+    # An edge-level attribute that is not a dense tensor: NumPy arrays and
+    # TensorFrames are sliced per batch (as PyG does); anything else would
+    # reach the batch whole, so it is refused.
+    if isinstance(value, (np.ndarray, TensorFrame)):
+        return key, value, data.__cat_dim__(key, value, store)
+    what = 'a sparse matrix' if is_sparse(value) else \
+        f'a {type(value).__name__} with one entry per edge'
+    raise ValueError(
+        f"{where}.{key} is {what}, which the loader cannot slice per batch "
+        f"(edge-level attributes must be tensors or NumPy arrays with one "
+        f"row per edge, and the sampled adjacency must be 'edge_index' or "
+        f"'adj_t'); convert it, or remove it from the graph")
 
 
 def _to(value, device: torch.device):

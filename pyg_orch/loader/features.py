@@ -122,11 +122,6 @@ def check_given_store(store: AnyStore, data, hetero: bool) -> None:
                     f"'feature_store' holds {shape} rows for node type "
                     f"'{t}', but the graph's '{store.attr_name}' is "
                     f"{None if x is None else tuple(x.shape)}")
-        for edge_type in data.edge_types:
-            if 'adj_t' in data[edge_type]:
-                raise ValueError(f"'feature_store': edge type {edge_type} "
-                                 f"holds 'adj_t' (SparseTensor), which "
-                                 f"only PyG's own assembly handles")
     elif isinstance(data, HeteroData):
         raise ValueError("'feature_store' must be a HeteroTieredFeatureStore "
                          "for a HeteroData (got a TieredFeatureStore)")
@@ -164,11 +159,9 @@ def build_hetero_store(
     endpoints are seeds of two types), or out-degrees summed over the edge
     types a node type is the source of (:obj:`'degree'`). :obj:`None`
     without such features, without a
-    :class:`~pyg_orch.sampling.HotNodeSampler`, or with an :obj:`adj_t`
-    edge type."""
+    :class:`~pyg_orch.sampling.HotNodeSampler`."""
     x_dict = host_features(data)
-    if (not x_dict or not isinstance(sampler, HotNodeSampler)
-            or any('adj_t' in data[et] for et in data.edge_types)):
+    if not x_dict or not isinstance(sampler, HotNodeSampler):
         return None
     topo = sampler.topology
     if policy == 'degree':

@@ -16,10 +16,12 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from pyg_orch.core.sparse_adj import has_adj_t
 from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
 from pyg_orch.loader.assemble import (
     DataAssembler,
     HeteroDataAssembler,
+    check_edge_attrs,
     move_to_device,
 )
 from pyg_orch.loader.features import Counts, build_feature_store
@@ -63,6 +65,7 @@ def check_common_args(
     check_temporal_args(input_time, time_attr, temporal_strategy,
                         weight_attr)
     check_data(data)
+    check_edge_attrs(data)
     device = resolve_device(device)
     check_loader_kwargs(kwargs, device)
     check_pipeline_args(prefetch, lookahead, kwargs.get('num_workers', 0))
@@ -174,6 +177,7 @@ class HybridLoaderMixin:
             self._count_access, self.timer, gpu_memory_budget,
             gpu_cache_ratio, cache_policy, hetero=self._assembles_hetero)
         self._assembler: Optional[DataAssembler] = None
+        self._assembler_key: Optional[tuple] = None
 
     # Public API ##############################################################
 
@@ -319,32 +323,52 @@ class HybridLoaderMixin:
         return data
 
     def _gather(self, out) -> Any:
-        if self._in_main_process() and isinstance(self.data, Data) and (
-                self.feature_store is not None or self._data_on_device()):
-            if self._assembler is None:
-                self._assembler = DataAssembler(
-                    self.data, self.device, None if self.feature_store is None
-                    else self.feature_store.gather)
+        main = self._in_main_process()
+        fs = self.feature_store if main else None
+        # Graphs with `adj_t` are always assembled here (PyG's `filter_fn`
+        # handles SparseTensor only), where the data lives unless the
+        # batch is built on `device`.
+        adj_t = has_adj_t(self.data)
+        if isinstance(self.data, Data) and (
+                adj_t or (main and (fs is not None
+                                    or self._data_on_device()))):
+            on_device = main and (fs is not None or self._data_on_device())
+            if not on_device:
+                out = _to_cpu(out)
+            assembler = self._assembler_for(on_device, lambda device: (
+                DataAssembler(self.data, device,
+                              None if fs is None else fs.gather)))
             if self.transform_sampler_output is not None:
                 out = self.transform_sampler_output(out)
-            return self._add_metadata(self._assembler.subgraph(out), out)
-        if self._in_main_process() and isinstance(
-                self.feature_store, HeteroTieredFeatureStore):
-            if self._assembler is None:
-                fs = self.feature_store
-                self._assembler = HeteroDataAssembler(
-                    self.data, self.device, {
+            return self._add_metadata(assembler.subgraph(out), out)
+        hetero_fs = isinstance(fs, HeteroTieredFeatureStore)
+        if isinstance(self.data, HeteroData) and (hetero_fs or adj_t):
+            if not hetero_fs:
+                out = _to_cpu(out)
+            assembler = self._assembler_for(hetero_fs, lambda device: (
+                HeteroDataAssembler(
+                    self.data, device, {
                         t: functools.partial(fs.gather, t)
                         for t in fs.node_types
-                    }, self._sampler.edge_permutation)
+                    } if hetero_fs else None,
+                    self._sampler.edge_permutation)))
             if self.transform_sampler_output is not None:
                 out = self.transform_sampler_output(out)
-            return self._add_hetero_metadata(self._assembler.subgraph(out),
-                                             out)
+            return self._add_hetero_metadata(assembler.subgraph(out), out)
         # PyG slices features where they live; indices follow them there.
         if not self._data_on_device():
             out = _to_cpu(out)
         return super().filter_fn(out)
+
+    def _assembler_for(self, on_device: bool, build: Callable) -> Any:
+        # One assembler per process and place: batches built on `device`
+        # (main process), or on the CPU where the data lives.
+        key = (on_device, self._in_main_process())
+        if self._assembler is None or self._assembler_key != key:
+            self._assembler = build(self.device if on_device else
+                                    torch.device('cpu'))
+            self._assembler_key = key
+        return self._assembler
 
     def _data_on_device(self) -> bool:
         if not hasattr(self, '_data_device_cache'):

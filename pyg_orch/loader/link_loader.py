@@ -8,6 +8,7 @@ from torch_geometric.sampler import BaseSampler, NegativeSampling
 from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.typing import InputEdges
 
+from pyg_orch.core.sparse_adj import edge_index_of
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.gpu.feature_store import TieredFeatureStore
 from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
@@ -213,6 +214,10 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
                                    None, time_attr, temporal_strategy,
                                    weight_attr)
         edge_label_index = check_edge_label_index(data, edge_label_index)
+        if edge_label_index is None and isinstance(data, Data) and \
+                'adj_t' in data:
+            # All edges, as in PyG; of `adj_t` in its storage order.
+            edge_label_index = edge_index_of(data._store)
         num = num_label_edges(edge_label_index, data)
         check_edge_label(edge_label, num)
         check_edge_label_time(edge_label_time, time_attr, num)

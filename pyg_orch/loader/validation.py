@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from pyg_orch.core.sparse_adj import edge_index_of
 from pyg_orch.core.topology import check_not_nan
 from pyg_orch.sampling.arguments import (
     check_bool,
@@ -224,12 +225,18 @@ def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
             edge_type = data._to_canonical(*edge_type)
         except (TypeError, ValueError, KeyError, AssertionError):
             pass
-    if edge_type not in data.edge_types:
+    # As in PyG, label edges may be of a type the graph holds no edges of
+    # (e.g. a graph without edges), if both node types exist:
+    if edge_type not in data.edge_types and (
+            index is None or not isinstance(edge_type, tuple)
+            or len(edge_type) != 3
+            or edge_type[0] not in data.node_types
+            or edge_type[-1] not in data.node_types):
         raise ValueError(f"'edge_label_index' names the edge type "
                          f"{edge_type!r}, which is not in the graph (edge "
                          f"types: {data.edge_types})")
     if index is None:
-        return (edge_type, data[edge_type].edge_index)
+        return (edge_type, edge_index_of(data[edge_type]))
     index = _check_label_edges(index, data[edge_type[0]].num_nodes,
                                data[edge_type[-1]].num_nodes)
     return (edge_type, index)

@@ -6,6 +6,7 @@ from typing import Dict, Iterable, Optional, Tuple
 import torch
 from torch import Tensor
 
+from pyg_orch.core.sparse_adj import has_adj_t
 from pyg_orch.core.topology import GraphTopology
 
 
@@ -18,6 +19,8 @@ class TopologyCache:
     @staticmethod
     def _tensors(data) -> Iterable[Tensor]:
         from torch_geometric.data import Data, HeteroData
+        if has_adj_t(data):
+            return []  # Keyed by `edge_index` only: built each time.
         if isinstance(data, Data):
             return [data.edge_index] if data.edge_index is not None else []
         if isinstance(data, HeteroData):

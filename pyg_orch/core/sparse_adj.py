@@ -1,0 +1,172 @@
+"""Sparse adjacencies given as :obj:`adj_t` (see
+:class:`torch_geometric.transforms.ToSparseTensor`): a
+:class:`torch_sparse.SparseTensor` or a :class:`torch.sparse` tensor (CSR,
+CSC or COO) holding the **transposed** adjacency, one row per destination
+node. Edge ids are positions in the tensor's own storage order, as in PyG,
+so that edge attributes kept beside it line up."""
+from typing import Any, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+_TORCH_LAYOUTS = (torch.sparse_csr, torch.sparse_csc, torch.sparse_coo)
+
+
+def is_torch_sparse_tensor(value: Any) -> bool:
+    r"""Whether :obj:`value` is a :class:`torch.sparse` tensor (any sparse
+    layout)."""
+    return isinstance(value, Tensor) and value.layout != torch.strided
+
+
+def is_sparse_tensor(value: Any) -> bool:
+    r"""Whether :obj:`value` is a :class:`torch_sparse.SparseTensor` (where
+    installed)."""
+    from torch_geometric.typing import WITH_TORCH_SPARSE
+    if not WITH_TORCH_SPARSE:
+        return False
+    from torch_geometric.typing import SparseTensor
+    return isinstance(value, SparseTensor)
+
+
+def is_sparse(value: Any) -> bool:
+    r"""Whether :obj:`value` is a sparse matrix (:class:`torch.sparse` or
+    :class:`torch_sparse.SparseTensor`)."""
+    return is_torch_sparse_tensor(value) or is_sparse_tensor(value)
+
+
+def has_adj_t(data: Any) -> bool:
+    r"""Whether an edge store of :obj:`data` (:class:`Data` or
+    :class:`HeteroData`) holds an :obj:`adj_t`."""
+    stores = getattr(data, 'edge_stores', None)
+    return stores is not None and any('adj_t' in s for s in stores)
+
+
+def check_adj_t(adj_t: Any, num_src_nodes: int, num_dst_nodes: int,
+                name: str = 'adj_t') -> None:
+    r"""Raises a :class:`TypeError` or :class:`ValueError` naming
+    :obj:`name` where :obj:`adj_t` is not a sparse matrix of shape
+    :obj:`[num_dst_nodes, num_src_nodes]`."""
+    if is_sparse_tensor(adj_t):
+        shape = tuple(adj_t.sparse_sizes())
+    elif is_torch_sparse_tensor(adj_t):
+        if adj_t.layout not in _TORCH_LAYOUTS:
+            raise ValueError(f"'{name}' must be a sparse CSR, CSC or COO "
+                             f"tensor (got layout {adj_t.layout})")
+        if adj_t.sparse_dim() != 2:
+            raise ValueError(f"'{name}' must be a sparse matrix with two "
+                             f"sparse dimensions (got shape "
+                             f"{list(adj_t.shape)})")
+        shape = tuple(adj_t.shape[:2])
+    else:
+        raise TypeError(f"'{name}' must be a torch_sparse.SparseTensor or a "
+                        f"torch.sparse CSR/CSC/COO tensor holding the "
+                        f"transposed adjacency (got {type(adj_t).__name__})")
+    if shape != (num_dst_nodes, num_src_nodes):
+        raise ValueError(f"'{name}' must have shape [num_dst_nodes, "
+                         f"num_src_nodes] = [{num_dst_nodes}, "
+                         f"{num_src_nodes}] (it is the transposed adjacency; "
+                         f"got {list(shape)})")
+
+
+def adj_t_edge_index(adj_t: Any) -> Tuple[Tensor, bool]:
+    r"""The edges of :obj:`adj_t` as a COO :obj:`edge_index` of
+    (source, destination) pairs in the tensor's storage order (so that
+    position :obj:`i` is edge id :obj:`i`), and whether they are sorted by
+    destination already (CSR layouts are)."""
+    if is_sparse_tensor(adj_t):
+        dst, src, _ = adj_t.coo()  # Row-major: sorted by destination.
+        return torch.stack([src, dst]), True
+    layout = adj_t.layout
+    if layout == torch.sparse_csr:
+        crow = adj_t.crow_indices()
+        src = adj_t.col_indices().to(torch.int64)
+        dst = _expand_ptr(crow, src.numel())
+        return torch.stack([src, dst]), True
+    if layout == torch.sparse_csc:
+        ccol = adj_t.ccol_indices()
+        dst = adj_t.row_indices().to(torch.int64)
+        src = _expand_ptr(ccol, dst.numel())
+        return torch.stack([src, dst]), False
+    if not adj_t.is_coalesced():
+        raise ValueError("'adj_t' is an uncoalesced sparse COO tensor; call "
+                         "'adj_t.coalesce()' first")
+    dst, src = adj_t.indices()
+    return torch.stack([src, dst]), True
+
+
+def edge_index_of(store: Any) -> Tensor:
+    r"""The :obj:`edge_index` of an edge store, or the edges of its
+    :obj:`adj_t` in storage order (whose positions are the edge ids)."""
+    if 'adj_t' in store and is_sparse(store.adj_t):
+        return adj_t_edge_index(store.adj_t)[0]
+    return store.edge_index
+
+
+def adj_t_num_edges(adj_t: Any) -> int:
+    r"""The number of edges (stored entries) of :obj:`adj_t`."""
+    return int(adj_t.nnz()) if is_sparse_tensor(adj_t) else int(adj_t._nnz())
+
+
+def adj_t_values(adj_t: Any) -> Optional[Tensor]:
+    r"""The values of :obj:`adj_t` in storage order (:obj:`None` for a
+    :class:`torch_sparse.SparseTensor` without values)."""
+    if is_sparse_tensor(adj_t):
+        return adj_t.storage.value()
+    return adj_t.values()
+
+
+def sampled_adj_t(like: Any, row: Tensor, col: Tensor,
+                  value: Optional[Tensor], num_src_nodes: int,
+                  num_dst_nodes: int) -> Any:
+    r"""The :obj:`adj_t` of a sampled subgraph with edges
+    :obj:`(row, col)` (source, destination) and values :obj:`value` (one
+    row per edge), of the same type and layout as :obj:`like`, on the
+    device of :obj:`row`; as PyG's
+    :func:`~torch_geometric.loader.utils.filter_data` builds it."""
+    row, col = row.to(torch.int64), col.to(torch.int64)
+    size = (num_dst_nodes, num_src_nodes)
+    if is_sparse_tensor(like):
+        from torch_geometric.typing import SparseTensor
+        return SparseTensor(row=col, col=row, value=value, sparse_sizes=size,
+                            is_sorted=False, trust_data=True)
+    return _torch_sparse(like.layout, row, col, value, size)
+
+
+def _torch_sparse(layout, row: Tensor, col: Tensor, value: Optional[Tensor],
+                  size: Tuple[int, int]) -> Tensor:
+    # Sorted by position without merging duplicate edges (a multigraph
+    # keeps one entry per sampled edge, as a SparseTensor does).
+    if value is None:
+        value = torch.ones(row.numel(), device=row.device)
+    num_dst, num_src = size
+    if layout == torch.sparse_csc:
+        key = row * max(num_dst, 1) + col
+    else:
+        key = col * max(num_src, 1) + row
+    perm = torch.sort(key, stable=True)[1]
+    row, col, value = row[perm], col[perm], value[perm]
+    if layout == torch.sparse_csr:
+        return torch.sparse_csr_tensor(_compress(col, num_dst), row, value,
+                                       size + tuple(value.shape[1:]))
+    if layout == torch.sparse_csc:
+        return torch.sparse_csc_tensor(_compress(row, num_src), col, value,
+                                       size + tuple(value.shape[1:]))
+    key = key[perm]
+    unique = key.numel() < 2 or bool((key[1:] != key[:-1]).all())
+    return torch.sparse_coo_tensor(torch.stack([col, row]), value,
+                                   size + tuple(value.shape[1:]),
+                                   is_coalesced=unique)
+
+
+def _compress(index: Tensor, size: int) -> Tensor:
+    ptr = torch.zeros(size + 1, dtype=torch.int64, device=index.device)
+    torch.cumsum(torch.bincount(index, minlength=size), 0, out=ptr[1:])
+    return ptr
+
+
+def _expand_ptr(ptr: Tensor, numel: int) -> Tensor:
+    ptr = ptr.to(torch.int64)
+    count = ptr[1:] - ptr[:-1]
+    return torch.repeat_interleave(torch.arange(count.numel(),
+                                                device=ptr.device), count,
+                                   output_size=numel)
