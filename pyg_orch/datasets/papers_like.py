@@ -17,7 +17,12 @@ from pyg_orch.core.csc import CSCTopology, smallest_index_dtype
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.offload.options import check_int
 
-__all__ = ['PAPERS100M', 'papers_like_graph', 'papers_like_topology']
+__all__ = [
+    'PAPERS100M',
+    'papers_like_graph',
+    'papers_like_node_data',
+    'papers_like_topology',
+]
 
 #: The sizes of :obj:`ogbn-papers100M`: nodes, undirected edges, features,
 #: classes and training nodes.
@@ -279,6 +284,39 @@ def papers_like_topology(
     return GraphTopology({None: csc}, {None: num_nodes})
 
 
+def papers_like_node_data(
+    num_nodes: int = PAPERS100M['num_nodes'],
+    num_features: int = PAPERS100M['num_features'],
+    num_classes: int = PAPERS100M['num_classes'],
+    num_train: int = PAPERS100M['num_train'],
+    device: Union[torch.device, str] = 'cpu',
+    seed: int = 0,
+    progress: bool = False,
+) -> Data:
+    r"""The node data of :func:`papers_like_graph`, in host memory: random
+    features :obj:`x` (standard normal, :obj:`float32`; drawn on
+    :obj:`device` in chunks, and in pinned memory when :obj:`device` is
+    CUDA), random labels :obj:`y` and a :obj:`train_mask` of
+    :obj:`num_train` random nodes; no :obj:`edge_index`."""
+    num_nodes = check_int('num_nodes', num_nodes, 1)
+    num_features = check_int('num_features', num_features, 0)
+    num_classes = check_int('num_classes', num_classes, 1)
+    num_train = check_int('num_train', num_train, 0)
+    seed = check_int('seed', seed, 0)
+    if num_train > num_nodes:
+        raise ValueError(f"'num_train' must be at most 'num_nodes' "
+                         f"({num_nodes}) (got {num_train})")
+    gen = torch.Generator().manual_seed(seed + 1)
+    y = torch.randint(num_classes, (num_nodes, ), generator=gen)
+    train_mask = torch.zeros(num_nodes, dtype=torch.bool)
+    train_mask[torch.randperm(num_nodes, generator=gen)[:num_train]] = True
+    data = Data(y=y, train_mask=train_mask, num_nodes=num_nodes)
+    if num_features > 0:
+        data.x = _random_features(num_nodes, num_features,
+                                  torch.device(device), seed + 2, progress)
+    return data
+
+
 def papers_like_graph(
     num_nodes: int = PAPERS100M['num_nodes'],
     num_edges: int = PAPERS100M['num_edges'],
@@ -293,11 +331,10 @@ def papers_like_graph(
     progress: bool = False,
 ) -> Tuple[Data, GraphTopology]:
     r"""A graph shaped like :obj:`ogbn-papers100M` (by default its sizes,
-    :obj:`PAPERS100M`): the topology of :func:`papers_like_topology`, and
-    node data in host memory as a loader over it reads them: random
-    features :obj:`x` (standard normal, :obj:`float32`; in pinned memory
-    when :obj:`device` is CUDA, generated there in chunks), random labels
-    :obj:`y` and a :obj:`train_mask` of :obj:`num_train` random nodes.
+    :obj:`PAPERS100M`): the topology of :func:`papers_like_topology` and
+    the node data of :func:`papers_like_node_data` (random features in
+    host memory, pinned when :obj:`device` is CUDA, random labels and
+    :obj:`num_train` training nodes).
 
     The :class:`~torch_geometric.data.Data` has no :obj:`edge_index`: pass
     the topology to the loader.
@@ -321,24 +358,14 @@ def papers_like_graph(
         (Data, GraphTopology): The node data (on the CPU) and the topology
         (on :obj:`device`).
     """
-    num_nodes = check_int('num_nodes', num_nodes, 1)
-    num_features = check_int('num_features', num_features, 0)
-    num_classes = check_int('num_classes', num_classes, 1)
-    num_train = check_int('num_train', num_train, 0)
-    if num_train > num_nodes:
-        raise ValueError(f"'num_train' must be at most 'num_nodes' "
-                         f"({num_nodes}) (got {num_train})")
+    data = papers_like_node_data(num_nodes, 0, num_classes, num_train,
+                                 device, seed, progress)
     topology = papers_like_topology(num_nodes, num_edges, exponent, device,
                                     seed, chunk_size, cache_dir, progress)
-    device = torch.device(device)
-    gen = torch.Generator().manual_seed(seed + 1)
-    y = torch.randint(num_classes, (num_nodes, ), generator=gen)
-    train_mask = torch.zeros(num_nodes, dtype=torch.bool)
-    train_mask[torch.randperm(num_nodes, generator=gen)[:num_train]] = True
-    data = Data(y=y, train_mask=train_mask, num_nodes=num_nodes)
+    num_features = check_int('num_features', num_features, 0)
     if num_features > 0:
-        data.x = _random_features(num_nodes, num_features, device, seed + 2,
-                                 progress)
+        data.x = _random_features(num_nodes, num_features,
+                                  torch.device(device), seed + 2, progress)
     return data, topology
 
 
