@@ -226,6 +226,59 @@ def run_mode(mode: str, loader, args, device: torch.device) -> Dict:
     raise ValueError(f"unknown mode {mode!r} (expected one of {MODES})")
 
 
+# What bounds an epoch ########################################################
+
+
+def bounds(loader, data, device: torch.device, num: int) -> Dict:
+    r"""Parts of a batch timed alone, each waited for: sampling
+    (:obj:`num` batches of the loader's seeds), the feature gather of the
+    sampled nodes through the loader's feature store, and the copy rate of
+    pinned host memory to the device."""
+    from torch_geometric.sampler import NodeSamplerInput
+
+    out: Dict[str, Any] = {}
+    sampler = loader.node_sampler
+    gen = torch.Generator().manual_seed(7)
+    train = data.train_mask.nonzero().view(-1)
+    seeds = [train[torch.randint(train.numel(), (loader.batch_size, ),
+                                 generator=gen)] for _ in range(num + 5)]
+    nodes = []
+    for i, s in enumerate(seeds):
+        if i == 5:
+            sync(device)
+            start = time.perf_counter()
+        o = sampler.sample_from_nodes(NodeSamplerInput(None, s))
+        nodes.append(o.node)
+    sync(device)
+    out['sample_ms_per_batch'] = 1e3 * (time.perf_counter() - start) / num
+    out['nodes_per_batch'] = sum(n.numel() for n in nodes[5:]) / num
+    store = getattr(loader, 'feature_store', None)
+    if store is not None:
+        for n in nodes[:5]:
+            store.gather(n)
+        sync(device)
+        start = time.perf_counter()
+        for n in nodes[5:]:
+            store.gather(n)
+        sync(device)
+        out['gather_ms_per_batch'] = \
+            1e3 * (time.perf_counter() - start) / num
+    if device.type == 'cuda':
+        src = data.x[:min(data.x.size(0), 1 << 21)]  # 1 GB of rows.
+        dst = torch.empty_like(src, device=device)
+        dst.copy_(src, non_blocking=True)
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(5):
+            dst.copy_(src, non_blocking=True)
+        sync(device)
+        out['h2d_GBps'] = 5 * src.numel() * 4 / 1e9 / (
+            time.perf_counter() - start)
+        del dst
+    log(f'bounds: {json.dumps(out)}')
+    return out
+
+
 # PyG #########################################################################
 
 
@@ -315,6 +368,8 @@ def parse_args(argv=None):
                    help='stop an epoch after this long and project it')
     p.add_argument('--time-budget-s', type=float, default=math.inf,
                    help='start no mode after this many seconds of the run')
+    p.add_argument('--bound-batches', type=int, default=50,
+                   help='batches of sampling and of gathering timed alone')
     p.add_argument('--pyg-workers', type=int_list, default=[8, 16])
     p.add_argument('--pyg-batches', type=int, default=200)
     p.add_argument('--no-pyg', action='store_true')
@@ -371,6 +426,9 @@ def generate(args, device: torch.device, res: Dict):
     del deg
     gen['host_memory'] = host_memory()
     res['generate'] = gen
+    gc.collect()
+    if device.type == 'cuda':  # Free for the cache's share of free memory.
+        torch.cuda.empty_cache()
     log(f"generated: {json.dumps(gen)}")
     return data, topo
 
@@ -421,6 +479,10 @@ def main(argv=None) -> Dict:
                      'lookahead': getattr(loader, 'lookahead', None),
                      'memory': loader.stats()['memory']}
     log(f"loader: {json.dumps(res['loader'])}")
+    try:
+        res['bounds'] = bounds(loader, data, device, args.bound_batches)
+    except Exception as e:
+        res['bounds'] = {'error': f'{type(e).__name__}: {e}'}
     save()
     res['modes'] = {}
     for mode in [m for m in args.modes.split(',') if m]:
