@@ -182,3 +182,52 @@ def test_bad_arguments(kwargs, match):
 def test_bad_num_train():
     with pytest.raises(ValueError, match="'num_train' must be at most"):
         papers_like_graph(10, 10, num_features=0, num_train=11)
+
+
+# benchmarks/bench_epoch_scale.py on the CPU, at a tiny size ################
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    import importlib
+    from pathlib import Path
+    monkeypatch.syspath_prepend(
+        str(Path(__file__).resolve().parents[1] / 'benchmarks'))
+    return importlib.import_module('bench_epoch_scale')
+
+
+def test_bench_epoch_scale_tiny(bench, tmp_path):
+    out = tmp_path / 'r.json'
+    res = bench.main([
+        '--scale', 'tiny', '--nodes', '2000', '--edges', '10000', '--train',
+        '200', '--batch-size', '64', '--hidden', '8', '--fanout', '3,2,1',
+        '--num-features', '8', '--modes', 'trim', '--warmup', '1',
+        '--bound-batches', '2', '--no-pyg', '--device', 'cpu', '--out',
+        str(out)
+    ])
+    assert out.exists()
+    gen = res['generate']
+    assert gen['degree']['mean'] == pytest.approx(10.0)  # 2 * E / N.
+    trim = res['modes']['trim']
+    epoch = trim['epochs'][0]
+    assert epoch['complete'] and epoch['batches'] == 4 == len(range(
+        0, 200, 64))
+    assert trim['epoch_s'] == pytest.approx(epoch['seconds'])
+    assert res['bounds']['nodes_per_batch'] > 64
+
+
+def test_bench_epoch_scale_projects_a_cut_epoch(bench):
+    class Loader(list):
+        pass
+
+    seen = []
+    res = bench.run_epoch(Loader(range(10)), seen.append,
+                          torch.device('cpu'), budget_s=float('inf'),
+                          limit=4)
+    assert seen == [0, 1, 2, 3] and not res['complete']
+    assert res['epoch_s'] == pytest.approx(res['seconds'] * 10 / 4)
+
+
+def test_bench_epoch_scale_bad_mode(bench):
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--modes', 'eager,fast', '--device', 'cpu'])
