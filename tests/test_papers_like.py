@@ -179,6 +179,13 @@ def test_bad_arguments(kwargs, match):
         papers_like_topology(**args)
 
 
+def test_bad_device_and_cache_dir():
+    with pytest.raises(ValueError, match="'device' must be"):
+        papers_like_topology(10, 10, device='tpu')
+    with pytest.raises(TypeError, match="'cache_dir' must be a path"):
+        papers_like_topology(10, 10, cache_dir=3)
+
+
 def test_bad_num_train():
     with pytest.raises(ValueError, match="'num_train' must be at most"):
         papers_like_graph(10, 10, num_features=0, num_train=11)

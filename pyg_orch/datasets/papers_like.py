@@ -16,6 +16,7 @@ from torch_geometric.data import Data
 from pyg_orch.core.csc import CSCTopology, smallest_index_dtype
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.offload.options import check_int
+from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = [
     'PAPERS100M',
@@ -231,8 +232,8 @@ def papers_like_topology(
     number of its citations plus its references.
     Degrees are counted in a first pass, the neighbor lists filled in a
     second pass that draws the same chunks again.
-    The peak memory beyond the result is about :obj:`40 * chunk_size`
-    bytes and :obj:`16 * num_nodes` bytes, on :obj:`device`.
+    Beyond the result, it takes about :obj:`50 * chunk_size +
+    24 * num_nodes` bytes on :obj:`device` at its peak.
 
     Duplicate edges and self-loops are kept. The result depends on
     :obj:`seed`, :obj:`chunk_size` and the device type.
@@ -266,7 +267,11 @@ def papers_like_topology(
     seed = check_int('seed', seed, 0)
     chunk_size = check_int('chunk_size', chunk_size, 1)
     exponent = _check_exponent(exponent)
-    device = torch.device(device)
+    device = resolve_device(device, 'device', default='cpu')
+    if cache_dir is not None and not isinstance(cache_dir,
+                                                (str, os.PathLike)):
+        raise TypeError(f"'cache_dir' must be a path (str or os.PathLike) "
+                        f"or None (got {type(cache_dir).__name__})")
 
     meta = dict(num_nodes=num_nodes, num_edges=num_edges, exponent=exponent,
                 seed=seed, chunk_size=chunk_size, device_type=device.type)
@@ -312,8 +317,10 @@ def papers_like_node_data(
     train_mask[torch.randperm(num_nodes, generator=gen)[:num_train]] = True
     data = Data(y=y, train_mask=train_mask, num_nodes=num_nodes)
     if num_features > 0:
-        data.x = _random_features(num_nodes, num_features,
-                                  torch.device(device), seed + 2, progress)
+        data.x = _random_features(
+            num_nodes, num_features,
+            resolve_device(device, 'device', default='cpu'), seed + 2,
+            progress)
     return data
 
 
@@ -364,8 +371,8 @@ def papers_like_graph(
                                     seed, chunk_size, cache_dir, progress)
     num_features = check_int('num_features', num_features, 0)
     if num_features > 0:
-        data.x = _random_features(num_nodes, num_features,
-                                  torch.device(device), seed + 2, progress)
+        data.x = _random_features(num_nodes, num_features, topology.device,
+                                  seed + 2, progress)
     return data, topology
 
 
