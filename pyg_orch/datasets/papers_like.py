@@ -253,7 +253,9 @@ def papers_like_topology(
         cache_dir (str or os.PathLike, optional): A folder where the
             topology is saved once generated, and from where a later call
             with the same :obj:`num_nodes`, :obj:`num_edges`,
-            :obj:`exponent`, :obj:`seed` and :obj:`chunk_size` loads it.
+            :obj:`exponent`, :obj:`seed` and :obj:`chunk_size` loads it
+            (worth it where generating is slow, such as on the CPU; on a
+            GPU, generating can take less time than reading the files).
         progress (bool): Show a :mod:`tqdm` progress bar.
             (default: :obj:`False`)
 
