@@ -1,0 +1,240 @@
+import math
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pyg_orch import HybridNeighborLoader
+from pyg_orch.datasets import papers_like_graph, papers_like_topology
+from pyg_orch.sampling.topology import CSCTopology, GraphTopology
+
+N, E = 3000, 40_000
+
+
+def _edges(topo: GraphTopology):
+    csc = topo.csc[None]
+    deg = (csc.colptr[1:] - csc.colptr[:-1]).to(torch.int64)
+    dst = torch.repeat_interleave(torch.arange(deg.numel()), deg)
+    return csc.row.to(torch.int64), dst, deg
+
+
+def test_shape_dtypes_and_symmetry():
+    topo = papers_like_topology(N, E, seed=3, chunk_size=7000)
+    csc = topo.csc[None]
+    assert topo.num_nodes == {None: N}
+    assert csc.colptr.shape == (N + 1, )
+    assert int(csc.colptr[0]) == 0 and int(csc.colptr[-1]) == 2 * E
+    assert csc.row.numel() == 2 * E and csc.row.dtype == torch.int32
+    assert csc.edge_id is None
+    src, dst, deg = _edges(topo)
+    assert int(src.min()) >= 0 and int(src.max()) < N
+    # Undirected: the multiset of (src, dst) equals that of (dst, src).
+    fwd = torch.sort(src * N + dst).values
+    bwd = torch.sort(dst * N + src).values
+    assert torch.equal(fwd, bwd)
+    # Every node's in-degree equals its out-degree.
+    assert torch.equal(deg, torch.bincount(src, minlength=N))
+
+
+def test_in_degree_skew():
+    exponent = 3.0
+    topo = papers_like_topology(N, E, exponent=exponent, seed=1,
+                                chunk_size=E // 3)
+    _, _, deg = _edges(topo)
+    top = deg.sort(descending=True).values
+    # The top 1% of the nodes hold several times 1% of the edges: half the
+    # endpoints are cited ones, of which the top ranks hold their weight.
+    a = 1.0 / (exponent - 1.0)
+    weight = torch.arange(1, N + 1, dtype=torch.float64)**-a
+    total = float(weight.sum())
+    expected_share = 0.5 * float(weight[:N // 100].sum()) / total + 0.005
+    share = float(top[:N // 100].sum()) / (2 * E)
+    assert expected_share > 0.04
+    assert abs(share - expected_share) < 0.15 * expected_share
+    # ...the most cited node about `E / sum_r r^(-1/(g-1))` citations:
+    expected = E / total + E / N  # Cited, plus its uniform references.
+    assert abs(float(top[0]) - expected) < 5 * math.sqrt(expected)
+    # ...while the median node has about its uniform share, E / N:
+    assert 0.5 * E / N < float(deg.median()) < 2.0 * E / N
+    # A larger exponent is less skewed:
+    flat = papers_like_topology(N, E, exponent=6.0, seed=1,
+                                chunk_size=E // 3)
+    assert int(_edges(flat)[2].max()) < int(top[0]) // 2
+
+
+def test_reproducible_and_chunk_independent_degrees():
+    a = papers_like_topology(N, E, seed=5, chunk_size=9000).csc[None]
+    b = papers_like_topology(N, E, seed=5, chunk_size=9000).csc[None]
+    c = papers_like_topology(N, E, seed=6, chunk_size=9000).csc[None]
+    assert torch.equal(a.colptr, b.colptr) and torch.equal(a.row, b.row)
+    assert not torch.equal(a.row, c.row)
+
+
+class _LargestOutput(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in (out if isinstance(out, (tuple, list)) else (out, )):
+            if isinstance(t, torch.Tensor):
+                self.shapes.append((tuple(t.shape),
+                                    t.untyped_storage().data_ptr()))
+        return out
+
+
+def test_never_builds_an_edge_index():
+    with _LargestOutput() as mode:
+        topo = papers_like_topology(N, E, seed=2, chunk_size=E // 4)
+    row_ptr = topo.csc[None].row.untyped_storage().data_ptr()
+    assert mode.shapes
+    for shape, ptr in mode.shapes:
+        assert len(shape) <= 1, shape  # No [2, *] edge tensor at all.
+        if ptr != row_ptr:  # Only the result holds E or more entries.
+            assert math.prod(shape) < E, shape
+
+
+def test_cache_round_trip(tmp_path):
+    first = papers_like_topology(N, E, seed=4, chunk_size=E // 2,
+                                 cache_dir=tmp_path).csc[None]
+    folders = list(tmp_path.iterdir())
+    assert len(folders) == 1 and (folders[0] / 'meta.json').exists()
+    # A poisoned row file shows that the second call reads the cache:
+    row_file = folders[0] / 'row.bin'
+    raw = bytearray(row_file.read_bytes())
+    raw[:4] = (N - 1).to_bytes(4, 'little', signed=True)
+    row_file.write_bytes(bytes(raw))
+    again = papers_like_topology(N, E, seed=4, chunk_size=E // 2,
+                                 cache_dir=tmp_path).csc[None]
+    assert torch.equal(again.colptr, first.colptr)
+    assert int(again.row[0]) == N - 1
+    assert torch.equal(again.row[1:], first.row[1:])
+    # Other arguments do not read it:
+    other = papers_like_topology(N, E, seed=4, chunk_size=E // 4,
+                                 cache_dir=tmp_path).csc[None]
+    assert int(other.row.numel()) == 2 * E
+    assert len(list(tmp_path.iterdir())) == 2
+    # A truncated file is a clear error:
+    row_file.write_bytes(bytes(raw[:100]))
+    with pytest.raises(ValueError, match='truncated'):
+        papers_like_topology(N, E, seed=4, chunk_size=E // 2,
+                             cache_dir=tmp_path)
+
+
+def test_graph_and_loader():
+    data, topo = papers_like_graph(N, E, num_features=16, num_classes=7,
+                                   num_train=200, seed=0, chunk_size=E // 2)
+    assert data.x.shape == (N, 16) and data.x.dtype == torch.float32
+    assert data.y.shape == (N, ) and int(data.y.max()) < 7
+    assert int(data.train_mask.sum()) == 200
+    assert 'edge_index' not in data
+    loader = HybridNeighborLoader(data, [5, 3], batch_size=64,
+                                  input_nodes=data.train_mask,
+                                  topology=topo, device='cpu', seed=0)
+    seen = 0
+    for batch in loader:
+        assert batch.x.shape[1] == 16
+        n_id = batch.n_id
+        src, dst = n_id[batch.edge_index[0]], n_id[batch.edge_index[1]]
+        # Every sampled edge is an edge of the graph (in either direction).
+        csc = topo.csc[None]
+        lo, hi = csc.colptr[dst].long(), csc.colptr[dst + 1].long()
+        for s, a, b in zip(src.tolist()[:50], lo.tolist(), hi.tolist()):
+            assert s in csc.row[a:b].tolist()
+        seen += batch.batch_size
+    assert seen == 200
+
+
+def test_int64_colptr_with_int32_row():
+    # As at full scale (over 2^31 - 1 edges): colptr int64, row int32.
+    topo = papers_like_topology(N, E, seed=0, chunk_size=E)
+    csc = topo.csc[None]
+    wide = GraphTopology({None: CSCTopology.from_csc(
+        csc.colptr.to(torch.int64), csc.row, None, N)}, {None: N})
+    data, _ = papers_like_graph(N, E, num_features=4, num_train=64,
+                                chunk_size=E)
+    out = []
+    for t in (topo, wide):
+        loader = HybridNeighborLoader(data, [4, 2], batch_size=64,
+                                      input_nodes=data.train_mask,
+                                      topology=t, device='cpu', seed=0)
+        out.append(next(iter(loader)))
+    assert torch.equal(out[0].n_id, out[1].n_id)
+    assert torch.equal(out[0].edge_index, out[1].edge_index)
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(num_nodes=0), "'num_nodes' must be an integer >= 1"),
+    (dict(num_edges=-1), "'num_edges' must be an integer >= 0"),
+    (dict(num_edges=2.5), "'num_edges' must be an integer"),
+    (dict(exponent=1.0), "'exponent' must be a finite number > 1"),
+    (dict(exponent='x'), "'exponent' must be a number > 1"),
+    (dict(chunk_size=0), "'chunk_size' must be an integer >= 1"),
+])
+def test_bad_arguments(kwargs, match):
+    args = dict(num_nodes=10, num_edges=10)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        papers_like_topology(**args)
+
+
+def test_bad_device_and_cache_dir():
+    with pytest.raises(ValueError, match="'device' must be"):
+        papers_like_topology(10, 10, device='tpu')
+    with pytest.raises(TypeError, match="'cache_dir' must be a path"):
+        papers_like_topology(10, 10, cache_dir=3)
+
+
+def test_bad_num_train():
+    with pytest.raises(ValueError, match="'num_train' must be at most"):
+        papers_like_graph(10, 10, num_features=0, num_train=11)
+
+
+# benchmarks/bench_epoch_scale.py on the CPU, at a tiny size ################
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    import importlib
+    from pathlib import Path
+    monkeypatch.syspath_prepend(
+        str(Path(__file__).resolve().parents[1] / 'benchmarks'))
+    return importlib.import_module('bench_epoch_scale')
+
+
+def test_bench_epoch_scale_tiny(bench, tmp_path):
+    out = tmp_path / 'r.json'
+    res = bench.main([
+        '--scale', 'tiny', '--nodes', '2000', '--edges', '10000', '--train',
+        '200', '--batch-size', '64', '--hidden', '8', '--fanout', '3,2,1',
+        '--num-features', '8', '--modes', 'trim', '--warmup', '1',
+        '--bound-batches', '2', '--no-pyg', '--device', 'cpu', '--out',
+        str(out)
+    ])
+    assert out.exists()
+    gen = res['generate']
+    assert gen['degree']['mean'] == pytest.approx(10.0)  # 2 * E / N.
+    trim = res['modes']['trim']
+    epoch = trim['epochs'][0]
+    assert epoch['complete'] and epoch['batches'] == 4 == len(range(
+        0, 200, 64))
+    assert trim['epoch_s'] == pytest.approx(epoch['seconds'])
+    assert res['bounds']['nodes_per_batch'] > 64
+
+
+def test_bench_epoch_scale_projects_a_cut_epoch(bench):
+    class Loader(list):
+        pass
+
+    seen = []
+    res = bench.run_epoch(Loader(range(10)), seen.append,
+                          torch.device('cpu'), budget_s=float('inf'),
+                          limit=4)
+    assert seen == [0, 1, 2, 3] and not res['complete']
+    assert res['epoch_s'] == pytest.approx(res['seconds'] * 10 / 4)
+
+
+def test_bench_epoch_scale_bad_mode(bench):
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--modes', 'eager,fast', '--device', 'cpu'])
