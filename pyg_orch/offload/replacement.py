@@ -191,6 +191,18 @@ class RuntimeHook:
         return (RuntimeHook, (None, self.name))
 
 
+class FirstLayerMismatch(ValueError):
+    r"""The model does not call the layer chosen as its first one on the
+    batch's raw features (another message-passing layer runs first, or
+    the input is computed from :obj:`x`): the wrapper then runs the model
+    unchanged (see :class:`~pyg_orch.offload.BottomLayerOffload`).
+    :obj:`layer` names the message-passing layer that ran first on the
+    raw features, where one did."""
+    def __init__(self, message: str, layer: Optional[str] = None):
+        super().__init__(message)
+        self.layer = layer
+
+
 def same_tensor(a: Any, b: Any) -> bool:
     if a is b:
         return True
