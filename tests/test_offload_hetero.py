@@ -326,8 +326,10 @@ def test_errors():
     data = hetero_graph()
     loader = make_loader(data, num_neighbors=(3, 2))
     model = make_model('to_hetero', data)
-    with pytest.raises(ValueError, match='no message-passing module named'):
-        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader)
+    # Layers not named after edge types: planned on the first batch.
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader)
+    assert off.stats()['decision']['mode'] == 'pending'
+    off.close()
     with pytest.raises(ValueError, match="'layer' must name"):
         BottomLayerOffload(model, loader, layer='conv3')
     with pytest.raises(NotImplementedError, match='heterogeneous'):
@@ -344,8 +346,12 @@ def test_errors():
     off = BottomLayerOffload(model, loader, layer='conv2', hot_ratio=0.1)
     off.train()
     batch = next(iter(loader))
-    with pytest.raises(ValueError, match='does not consume'):
-        forward(off, batch)
+    with pytest.warns(UserWarning, match='does not consume'):
+        out = forward(off, batch)  # Runs unchanged, says why.
+    assert torch.equal(out, forward(model, batch))
+    decision = off.stats()['decision']
+    assert decision['mode'] == 'pass_through'
+    assert 'does not consume' in decision['reason']
     off.close()
 
 
@@ -356,8 +362,10 @@ def test_missing_features_are_an_error():
     loader = make_loader(data, num_neighbors=(3, 2))
     torch.manual_seed(0)
     model = HeteroConvNet([('b', 'cites', 'b'), ('b', 'rev_writes', 'a')])
+    off = BottomLayerOffload(model, loader)  # Lazy: planned on a batch.
+    off.train()
     with pytest.raises(ValueError, match=r"data\['a'\].x"):
-        BottomLayerOffload(model, loader)
+        forward(off, next(iter(loader)))
 
 
 def test_count_node_access_per_node_type():

@@ -148,11 +148,24 @@ class LayerCall(NamedTuple):
     extra: List[str]
 
 
+def model_inputs(args: tuple, kwargs: dict) -> Tuple[Any, Any]:
+    r"""The node features and the edges a model is called with
+    (:obj:`x` and :obj:`edge_index`, or their dictionaries, copied: a model
+    may replace their values)."""
+    values = list(args[:2])
+    if len(values) < 1:
+        values.append(kwargs.get('x', kwargs.get('x_dict')))
+    if len(values) < 2:
+        values.append(kwargs.get('edge_index',
+                                 kwargs.get('edge_index_dict')))
+    return tuple(dict(v) if isinstance(v, dict) else v for v in values)
+
+
 def trace_message_passing(model: torch.nn.Module, args: tuple,
                           kwargs: dict) -> Tuple[Any, List[LayerCall]]:
     r"""Runs :obj:`model(*args, **kwargs)` and returns its output and the
     calls of its (outermost) message-passing modules, in order, with the
-    inputs they got."""
+    inputs they got (take :func:`model_inputs` before)."""
     calls: List[LayerCall] = []
 
     def make_hook(name: str):
@@ -177,17 +190,6 @@ def trace_message_passing(model: torch.nn.Module, args: tuple,
         for handle in handles:
             handle.remove()
     return out, calls
-
-
-def _model_inputs(args: tuple, kwargs: dict) -> Tuple[Any, Any]:
-    # The model's node features and edges, as the loop passes them.
-    values = list(args[:2])
-    if len(values) < 1:
-        values.append(kwargs.get('x', kwargs.get('x_dict')))
-    if len(values) < 2:
-        values.append(kwargs.get('edge_index',
-                                 kwargs.get('edge_index_dict')))
-    return values[0], values[1]
 
 
 _NOT_X = ("(e.g. a Linear layer, an embedding, an input encoder or a "
@@ -247,11 +249,12 @@ def _hetero_first_layer(calls: List[LayerCall], x_dict: Any,
 
 
 def first_layer_from_trace(
-    calls: List[LayerCall], args: tuple, kwargs: dict, is_hetero: bool
+    calls: List[LayerCall], inputs: Tuple[Any, Any], is_hetero: bool
 ) -> Tuple[Optional[FirstLayer], Optional[str]]:
     r"""The first layer of a traced forward pass (see
-    :func:`trace_message_passing`) called as :obj:`model(*args,
-    **kwargs)`: the first message-passing module called, if it reads the
+    :func:`trace_message_passing`) of a model called on :obj:`inputs`
+    (see :func:`model_inputs`): the first message-passing module called,
+    if it reads the
     batch's :obj:`x` itself; for heterogeneous graphs, per edge type the
     module that reads the raw :obj:`x_dict` of its node types on
     :obj:`edge_index_dict[edge_type]`. Returns :obj:`(None, why)` where it
@@ -259,7 +262,7 @@ def first_layer_from_trace(
     if not calls:
         return None, ("no message-passing layer ran in the first training "
                       "forward pass")
-    x, edge_index = _model_inputs(args, kwargs)
+    x, edge_index = inputs
     if is_hetero:
         return _hetero_first_layer(calls, x, edge_index)
     return _homo_first_layer(calls, x)

@@ -22,6 +22,7 @@ from pyg_orch.offload.partition import is_partition_loader
 from pyg_orch.offload.planning import (
     PassThrough,
     first_layer_from_trace,
+    model_inputs,
     plan_on_construction,
     trace_message_passing,
 )
@@ -295,9 +296,10 @@ class BottomLayerOffload(torch.nn.Module):
         # the model unchanged (materializing lazy parameters), finds the
         # first layer from what it did, then builds the offload.
         model = self.module
+        inputs = model_inputs(args, kwargs)
         out, calls = trace_message_passing(model, args, kwargs)
         is_hetero = check_loader(self._loader).is_hetero
-        first, why = first_layer_from_trace(calls, args, kwargs, is_hetero)
+        first, why = first_layer_from_trace(calls, inputs, is_hetero)
         if self.options.layer is not None:
             first, why = None, None
         if why is None:
@@ -306,6 +308,12 @@ class BottomLayerOffload(torch.nn.Module):
                                         first)
             except NotImplementedError as exc:
                 why = str(exc)
+            except (RuntimeError, IndexError) as exc:
+                # E.g. a shape error of the CPU copy of the layer on the
+                # raw features: never a failure of the training loop.
+                why = (f"the first layer could not be computed on the CPU "
+                       f"from the raw features ({type(exc).__name__}: "
+                       f"{exc})")
         if why is not None:
             runtime = PassThrough(why)
         self._offload.close()
