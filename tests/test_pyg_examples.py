@@ -115,6 +115,11 @@ def flat(model):
 
 
 @pytest.fixture(autouse=True)
+def _tiny_graphs(one_intra_op_thread):
+    yield  # One intra-op thread: the stand-ins are tiny.
+
+
+@pytest.fixture(autouse=True)
 def caught():
     r"""Every warning of a test (training included)."""
     with warnings.catch_warnings(record=True) as record:
