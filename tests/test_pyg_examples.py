@@ -7,6 +7,8 @@ parameters); the wrapper either offloads (the first layer is message
 passing over a non-temporal loader) or says why it passes through, with
 one warning."""
 import copy
+import gc
+import multiprocessing as mp
 import warnings
 
 import pytest
@@ -729,23 +731,30 @@ def _distributed_sampling(rank, world_size, wrapped, num_workers):
             if len(losses) == 2 * epoch:
                 break
     check_trained(losses, before, model)
-    return losses, model.module.stats()['decision'] if wrapped else None
+    decision = model.module.stats()['decision'] if wrapped else None
+    # At the end of the example's run(), nothing keeps the loader (and its
+    # persistent worker processes) alive: they shut down cleanly.
+    del model, optimizer, train_loader, batch
+    gc.collect()
+    return losses, decision, [p.name for p in mp.active_children()
+                              if p.is_alive()]
 
 
 def _distributed_sampling_warned(rank, world_size, *args):
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter('always')
-        losses, decision = _distributed_sampling(rank, world_size, *args)
-    return losses, decision, [str(w.message) for w in record
-                              if 'does not offload' in str(w.message)]
+        out = _distributed_sampling(rank, world_size, *args)
+    return out + ([str(w.message) for w in record
+                   if 'does not offload' in str(w.message)], )
 
 
 @pytest.mark.parametrize('wrapped', [False, True])
 def test_distributed_sampling(wrapped, caught):
     out = run_workers(_distributed_sampling_warned, 2, args=(wrapped, 1),
                       timeout=120)
-    for losses, decision, passes in out:
+    for losses, decision, children, passes in out:
         assert len(losses) == 4
+        assert children == []
         if wrapped:
             assert decision['mode'] in OFFLOADS and passes == []
 
