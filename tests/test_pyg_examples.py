@@ -771,3 +771,48 @@ def test_copies_of_pending_wrappers_are_plain_models():
     assert not isinstance(copied, BottomLayerOffload)
     assert isinstance(copied, torch.fx.GraphModule)
     off.close()
+
+
+class HandWrittenHetero(torch.nn.Module):
+    # Modules named after nothing: found from what the first batch does.
+    def __init__(self):
+        super().__init__()
+        self.cites = SAGEConv((-1, -1), 16)
+        self.writes = SAGEConv((-1, -1), 16)
+        self.top = SAGEConv((-1, -1), 16)
+        self.lin = Linear(16, 4)
+
+    def forward(self, x_dict, edge_index_dict):
+        paper = self.cites(x_dict['paper'],
+                           edge_index_dict['paper', 'cites', 'paper'])
+        paper = paper + self.writes(
+            (x_dict['author'], x_dict['paper']),
+            edge_index_dict['author', 'writes', 'paper'])
+        paper = self.top(paper.relu(),
+                         edge_index_dict['paper', 'cites', 'paper'])
+        return self.lin(paper.relu())
+
+
+def test_hand_written_hetero_model_is_offloaded(caught):
+    torch.manual_seed(0)
+    data = mag_like()
+    loader = HybridNeighborLoader(
+        data, num_neighbors=[5, 5], shuffle=True, batch_size=32,
+        input_nodes=('paper', data['paper'].train_mask))
+    model = HandWrittenHetero()
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2)
+    assert off.stats()['decision']['mode'] == 'pending'
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)  # Lazy.
+    off.train()
+    step = hetero_node_step(off, optimizer,
+                            lambda m, b: m(b.x_dict, b.edge_index_dict))
+    losses = train_steps(step, loader, 1)
+    assert set(off.runtime.convs) == {('paper', 'cites', 'paper'),
+                                      ('author', 'writes', 'paper')}
+    assert off.runtime.convs['paper', 'cites', 'paper'] is model.cites
+    before = flat(model)
+    losses += train_steps(step, loader, 3)
+    check_trained(losses, before, model)
+    stats = off.stats()
+    assert stats['offloaded_forwards'] > 0 and stats['hot_rows_replaced'] > 0
+    check_decision(off, caught, offloads=True)
