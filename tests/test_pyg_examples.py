@@ -439,7 +439,6 @@ def test_hierarchical_sage(wrapped, caught):
 @pytest.mark.xfail(strict=False, reason='adj_t support lands separately')
 @pytest.mark.parametrize('wrapped', [False, True])
 def test_hierarchical_sage_sparse_tensor(wrapped, caught):
-    pytest.importorskip('torch_sparse')
     _hierarchical_sage(wrapped, True, caught)
 
 

@@ -69,20 +69,30 @@ class BottomLayerOffload(torch.nn.Module):
     copies or pickles of it are plain models.
 
     For a loader over a :class:`~torch_geometric.data.HeteroData`, the model
-    must be made by :func:`~torch_geometric.nn.to_hetero` or built from
-    :class:`~torch_geometric.nn.conv.HeteroConv`, and is called as
-    :obj:`model(batch.x_dict, batch.edge_index_dict)`:
+    is called as :obj:`model(batch.x_dict, batch.edge_index_dict)`; its
+    first layer is one message-passing module per edge type (named after
+    it by :func:`~torch_geometric.nn.to_hetero` and
+    :class:`~torch_geometric.nn.conv.HeteroConv`, else those that read the
+    raw :obj:`x_dict` in the first training forward pass):
 
     .. code-block:: python
 
         loader = HybridNeighborLoader(data, [10, 5], batch_size=512,
                                       input_nodes=('paper', train_mask))
         model = to_hetero(GraphSAGE((-1, -1), 64, 2, 8), data.metadata())
-        with torch.no_grad():  # Materializes lazy parameters.
-            model(data.x_dict, data.edge_index_dict)
         model = BottomLayerOffload(model, loader, hot_ratio=0.3)
         ...
         out = model(batch.x_dict, batch.edge_index_dict)['paper']
+
+    The wrapper never stops a training loop that runs with the plain
+    model: where the first layer can not be found from the model's modules
+    (lazily initialized parameters, modules not named after edge types),
+    it is found in the first training forward pass, which runs unchanged
+    and materializes lazy parameters; where the model can not be offloaded
+    (work such as a :class:`~torch.nn.Linear` layer before the first
+    message passing, temporal loaders), the model runs unchanged, with one
+    :class:`UserWarning`. :obj:`stats()['decision']` says which and why
+    (see :doc:`/offload`).
 
     Under :class:`~torch.nn.parallel.DistributedDataParallel`, build one
     wrapper per rank after the process group is initialized, then wrap it:
@@ -156,8 +166,10 @@ class BottomLayerOffload(torch.nn.Module):
             (default: :obj:`'auto'`)
         layer (torch.nn.Module or str, optional): The first message-passing
             layer (a module of :obj:`model` or its name); by default the first
-            one registered. For heterogeneous models, the name of the module
-            holding the first layer's per-edge-type modules.
+            one registered (the one the first training step calls first
+            on the raw features, where that differs). For heterogeneous
+            models, the name of the module holding the first layer's
+            per-edge-type modules.
         num_presample_batches (int, optional): Mini-batches to pre-sample for
             the access counts (at most an epoch's worth); by default an
             epoch's worth, at most
@@ -537,7 +549,10 @@ class BottomLayerOffload(torch.nn.Module):
           snapshots) of the rows used were drawn, at most and on average
           over uses;
         * :obj:`decision`: how the hot-set size was chosen:
-          :obj:`mode` (:obj:`'measure'` or :obj:`'fixed'`),
+          :obj:`mode` (:obj:`'measure'` or :obj:`'fixed'`; or
+          :obj:`'pending'` before the first training forward pass of a
+          model planned on it, :obj:`'pass_through'` where the model runs
+          unchanged, with only :obj:`reason` and the forward counts),
           :obj:`chosen_num_hot`, :obj:`reason`, and when measured
           :obj:`state` (:obj:`'trial'`, :obj:`'settling'`,
           :obj:`'decided'`), :obj:`candidates` (:obj:`num_hot`,
