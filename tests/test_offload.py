@@ -699,14 +699,21 @@ def test_call_order_is_checked():
     off.close()
 
 
-def test_edge_weights_in_first_layer_not_implemented():
+def test_edge_weights_in_first_layer_pass_through():
     data = tiny_graph()
     loader = tiny_loader(data)
-    off = BottomLayerOffload(GCN(8, 8, 2, 3), loader, hot_ratio=0.1)
+    model = GCN(8, 8, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
     batch = next(iter(loader))
     weight = torch.rand(batch.edge_index.size(1))
-    with pytest.raises(NotImplementedError, match='edge-level tensors'):
-        off(batch.x, batch.edge_index, edge_weight=weight)
+    # The model runs unchanged from its first step on, and says why:
+    with pytest.warns(UserWarning, match='edge-level tensors'):
+        out = off(batch.x, batch.edge_index, edge_weight=weight)
+    assert torch.equal(out, model(batch.x, batch.edge_index,
+                                  edge_weight=weight))
+    decision = off.stats()['decision']
+    assert decision['mode'] == 'pass_through'
+    assert 'edge-level tensors' in decision['reason']
     off.close()
 
 

@@ -26,7 +26,10 @@ from pyg_orch.offload.planning import (
     plan_on_construction,
     trace_message_passing,
 )
-from pyg_orch.offload.replacement import FirstLayerMismatch
+from pyg_orch.offload.replacement import (
+    FirstLayerEdgeTensors,
+    FirstLayerMismatch,
+)
 from pyg_orch.offload.runtime import OffloadRuntime
 
 
@@ -332,14 +335,17 @@ class BottomLayerOffload(torch.nn.Module):
         self._install(runtime)
         return out
 
-    def _mismatch(self, exc: FirstLayerMismatch, args: tuple,
-                  kwargs: dict) -> Any:
+    def _mismatch(self, exc: Union[FirstLayerMismatch,
+                                   FirstLayerEdgeTensors],
+                  args: tuple, kwargs: dict) -> Any:
         # The layer chosen as the first one is not what the model calls
-        # first on the raw features: rebuild with the one it does call
-        # first, else run unchanged; this forward pass runs exactly.
+        # first on the raw features (or it gets edge-level tensors):
+        # rebuild with the one it does call first, else run unchanged; this
+        # forward pass runs exactly.
         model = self.module
         why = str(exc)
-        if exc.layer is not None and self.options.layer is None:
+        if isinstance(exc, FirstLayerMismatch) and exc.layer is not None \
+                and self.options.layer is None:
             self._offload.close()
             try:
                 runtime = build_runtime(model, self._loader, self.options,
@@ -419,7 +425,7 @@ class BottomLayerOffload(torch.nn.Module):
         try:
             out = model(*args, **kwargs)
             failed = False
-        except FirstLayerMismatch as exc:
+        except (FirstLayerMismatch, FirstLayerEdgeTensors) as exc:
             mismatch = exc
         except KeyboardInterrupt:
             runtime.pause()
