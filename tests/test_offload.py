@@ -4,6 +4,7 @@ Staleness and accuracy have their own files (test_offload_staleness.py,
 test_offload_accuracy.py)."""
 import gc
 import time
+import warnings
 
 import pytest
 import torch
@@ -651,15 +652,25 @@ def test_first_layer_must_consume_x():
 
     data = tiny_graph()
     loader = tiny_loader(data)
-    off = BottomLayerOffload(Net(), loader, hot_ratio=0.1)
+    model = Net()
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    assert loader.node_sampler.hot_nodes is not None
     batch = next(iter(loader))
-    with pytest.raises(ValueError, match='does not consume'):
-        off(batch.x, batch.edge_index)
-    off.eval()  # The exact path still works (on a pruned batch, it warns):
-    with pytest.warns(UserWarning, match='sampled in training mode'):
-        off(batch.x, batch.edge_index)
-    batch = next(iter(loader))  # Not pruned.
-    off(batch.x, batch.edge_index)
+    # The model runs unchanged from its first training step on, with one
+    # warning that says why:
+    with pytest.warns(UserWarning, match='does not consume') as record:
+        out = off(batch.x, batch.edge_index)
+    assert len([w for w in record if 'does not offload' in str(w.message)
+                ]) == 1
+    assert torch.equal(out, model(batch.x, batch.edge_index))
+    decision = off.stats()['decision']
+    assert decision['mode'] == 'pass_through'
+    assert 'does not consume' in decision['reason']
+    assert loader.node_sampler.hot_nodes is None  # Sampling unpruned.
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        train_steps(off, loader, 2)
+    assert off.stats()['offloaded_forwards'] == 0
     off.close()
 
 
@@ -676,9 +687,11 @@ def test_call_order_is_checked():
     data = tiny_graph()
     loader = tiny_loader(data)
     off = BottomLayerOffload(Net(), loader, hot_ratio=0.1)
-    batch = next(iter(loader))
-    with pytest.raises(ValueError, match="layer='bottom'"):
-        off(batch.x, batch.edge_index)
+    assert off.runtime.layer_name == 'top'
+    # The first step finds that 'bottom' runs first and rebuilds with it:
+    train_steps(off, loader, 3)
+    assert off.runtime.layer_name == 'bottom'
+    assert off.stats()['hot_rows_replaced'] > 0
     off.close()
     off = BottomLayerOffload(Net(), loader, hot_ratio=0.1, layer='bottom')
     train_steps(off, loader, 3)
@@ -686,14 +699,21 @@ def test_call_order_is_checked():
     off.close()
 
 
-def test_edge_weights_in_first_layer_not_implemented():
+def test_edge_weights_in_first_layer_pass_through():
     data = tiny_graph()
     loader = tiny_loader(data)
-    off = BottomLayerOffload(GCN(8, 8, 2, 3), loader, hot_ratio=0.1)
+    model = GCN(8, 8, 2, 3)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
     batch = next(iter(loader))
     weight = torch.rand(batch.edge_index.size(1))
-    with pytest.raises(NotImplementedError, match='edge-level tensors'):
-        off(batch.x, batch.edge_index, edge_weight=weight)
+    # The model runs unchanged from its first step on, and says why:
+    with pytest.warns(UserWarning, match='edge-level tensors'):
+        out = off(batch.x, batch.edge_index, edge_weight=weight)
+    assert torch.equal(out, model(batch.x, batch.edge_index,
+                                  edge_weight=weight))
+    decision = off.stats()['decision']
+    assert decision['mode'] == 'pass_through'
+    assert 'edge-level tensors' in decision['reason']
     off.close()
 
 
@@ -724,10 +744,15 @@ def test_unsupported_inputs():
     hetero_loader = HybridNeighborLoader(hetero, [2], input_nodes='a',
                                          batch_size=4, device='cpu')
     # A homogeneous model for a heterogeneous graph (see
-    # test_offload_hetero.py for heterogeneous models):
-    with pytest.raises(ValueError, match='to_hetero'):
-        BottomLayerOffload(model, hetero_loader)
-    assert loader.node_sampler.hot_nodes is None
+    # test_offload_hetero.py for heterogeneous models): its layers are not
+    # named after edge types, so it is planned on the first batch (where
+    # PyG's own error comes):
+    off = BottomLayerOffload(model, hetero_loader)
+    assert off.stats()['decision']['mode'] == 'pending'
+    batch = next(iter(hetero_loader))
+    with pytest.raises((TypeError, AttributeError, ValueError)):
+        off(batch.x_dict, batch.edge_index_dict)
+    assert hetero_loader.node_sampler.hot_nodes is None
 
 
 # Hot set #####################################################################

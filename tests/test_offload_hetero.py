@@ -326,8 +326,10 @@ def test_errors():
     data = hetero_graph()
     loader = make_loader(data, num_neighbors=(3, 2))
     model = make_model('to_hetero', data)
-    with pytest.raises(ValueError, match='no message-passing module named'):
-        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader)
+    # Layers not named after edge types: planned on the first batch.
+    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader)
+    assert off.stats()['decision']['mode'] == 'pending'
+    off.close()
     with pytest.raises(ValueError, match="'layer' must name"):
         BottomLayerOffload(model, loader, layer='conv3')
     with pytest.raises(NotImplementedError, match='heterogeneous'):
@@ -344,8 +346,12 @@ def test_errors():
     off = BottomLayerOffload(model, loader, layer='conv2', hot_ratio=0.1)
     off.train()
     batch = next(iter(loader))
-    with pytest.raises(ValueError, match='does not consume'):
-        forward(off, batch)
+    with pytest.warns(UserWarning, match='does not consume'):
+        out = forward(off, batch)  # Runs unchanged, says why.
+    assert torch.equal(out, forward(model, batch))
+    decision = off.stats()['decision']
+    assert decision['mode'] == 'pass_through'
+    assert 'does not consume' in decision['reason']
     off.close()
 
 
@@ -356,8 +362,10 @@ def test_missing_features_are_an_error():
     loader = make_loader(data, num_neighbors=(3, 2))
     torch.manual_seed(0)
     model = HeteroConvNet([('b', 'cites', 'b'), ('b', 'rev_writes', 'a')])
+    off = BottomLayerOffload(model, loader)  # Lazy: planned on a batch.
+    off.train()
     with pytest.raises(ValueError, match=r"data\['a'\].x"):
-        BottomLayerOffload(model, loader)
+        forward(off, next(iter(loader)))
 
 
 def test_count_node_access_per_node_type():
@@ -477,4 +485,49 @@ def test_explicit_hot_ratio_is_not_measured():
     assert off.runtime.tuner is None
     assert off.stats()['decision']['mode'] == 'fixed'
     assert off.stats()['num_hot'] == 27
+    off.close()
+
+
+class HandWrittenNet(torch.nn.Module):
+    # Modules not named after edge types: found from the first batch.
+    def __init__(self):
+        super().__init__()
+        self.from_authors = SAGEConv((6, 8), 16)
+        self.from_papers = SAGEConv(8, 16)
+        self.out = SAGEConv(16, 3)
+
+    def forward(self, x_dict, edge_index_dict):
+        h = self.from_authors((x_dict['a'], x_dict['b']),
+                              edge_index_dict['a', 'writes', 'b'])
+        h = h + self.from_papers(x_dict['b'],
+                                 edge_index_dict['b', 'cites', 'b'])
+        return {'b': self.out(h.relu(), edge_index_dict['b', 'cites', 'b'])}
+
+
+def test_hand_written_model_is_exact():
+    # The first layer is found by tracing the first training batch (which
+    # runs unchanged); from then on the offloaded outputs equal the plain
+    # model's on unpruned batches (full neighbors, aggregate split).
+    data = hetero_graph()
+    loader = make_loader(data)
+    ref_loader = make_loader(data)
+    torch.manual_seed(0)
+    model = HandWrittenNet()
+    ref_model = copy.deepcopy(model)
+    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=6,
+                             full_neighbors=True, split='aggregate')
+    assert off.stats()['decision']['mode'] == 'pending'
+    off.train()
+    ref_model.train()
+    for step, (batch, ref) in enumerate(zip(loader, ref_loader)):
+        ref_model.load_state_dict(model.state_dict())
+        out = forward(off, batch)
+        assert torch.allclose(out, forward(ref_model, ref), atol=1e-5)
+        if step == 3:
+            break
+    assert off.runtime.convs == {('a', 'writes', 'b'): model.from_authors,
+                                 ('b', 'cites', 'b'): model.from_papers}
+    stats = off.stats()
+    assert stats['decision']['mode'] == 'fixed'
+    assert stats['offloaded_forwards'] == 3 and stats['hot_rows_replaced'] > 0
     off.close()

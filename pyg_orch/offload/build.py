@@ -36,6 +36,7 @@ from pyg_orch.offload.ddp import (
 from pyg_orch.offload.degrees import DegreeCompensation
 from pyg_orch.offload.hetero_layer import (
     HeteroBottomLayerComputer,
+    common_prefix,
     find_hetero_first_layer,
 )
 from pyg_orch.offload.hetero_runtime import HeteroOffloadRuntime
@@ -77,7 +78,9 @@ def check_loader(loader: Any) -> HotNodeSampler:
     r"""Returns the loader's sampler; raises if offload can not work with
     the loader (a :class:`TypeError` unless it is a
     :class:`~pyg_orch.HybridNeighborLoader`-like loader whose sampler
-    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`; a
+    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`, a
+    :class:`ValueError` without node features; see also
+    :func:`unsupported_loader_reason`; a
     :class:`~pyg_orch.distributed.DistributedNeighborLoader` is checked by
     :func:`~pyg_orch.offload.partition.check_partition_loader`)."""
     sampler = loader_sampler(loader)
@@ -91,21 +94,37 @@ def check_loader(loader: Any) -> HotNodeSampler:
     if not callable(getattr(loader, 'register_batch_hook', None)):
         raise TypeError("'loader' must have 'register_batch_hook' (a "
                         "pyg_orch.HybridNeighborLoader)")
-    data = getattr(loader, 'data', None)
-    if not isinstance(data, HeteroData if sampler.is_hetero else Data):
-        raise NotImplementedError(
-            "BottomLayerOffload supports Data and HeteroData objects; "
-            "(FeatureStore, GraphStore) inputs are not supported")
-    if sampler.topology.is_temporal:
-        raise NotImplementedError(
-            "BottomLayerOffload does not support temporal sampling: hot "
-            "embeddings are shared by all seeds, whatever their time")
+    if unsupported_loader_reason(loader, sampler) is not None:
+        return sampler  # Raised by `build_runtime`, or passed through.
+    data = loader.data
     if not sampler.is_hetero and not isinstance(getattr(data, 'x', None),
                                                 Tensor):
         raise ValueError("BottomLayerOffload needs node features 'data.x'")
     if sampler.num_hops == 0:
         raise ValueError("BottomLayerOffload needs at least one hop")
     return sampler
+
+
+#: Why temporal loaders are not offloaded (see :doc:`/offload`).
+TEMPORAL_REASON = (
+    "temporal sampling (the loader's 'time_attr'): a seed sees only "
+    "neighbors older than its time, so a vertex's first-layer embedding "
+    "depends on the seed that samples it, while hot rows computed ahead on "
+    "the CPU are shared by all seeds whatever their time")
+
+
+def unsupported_loader_reason(loader: Any,
+                              sampler: HotNodeSampler) -> Optional[str]:
+    r"""Why offload can not work with the (checked) loader's sampling, or
+    :obj:`None`: (FeatureStore, GraphStore) inputs and temporal
+    sampling (see :obj:`TEMPORAL_REASON`)."""
+    data = getattr(loader, 'data', None)
+    if not isinstance(data, HeteroData if sampler.is_hetero else Data):
+        return ("(FeatureStore, GraphStore) inputs (it supports Data and "
+                "HeteroData objects)")
+    if sampler.topology.is_temporal:
+        return TEMPORAL_REASON
+    return None
 
 
 def _build_on_partition(model: torch.nn.Module, loader: Any,
@@ -150,15 +169,23 @@ def _is_link_loader(loader: Any) -> bool:
 
 
 def build_runtime(model: torch.nn.Module, loader: Any,
-                  options: OffloadOptions) -> OffloadRuntime:
+                  options: OffloadOptions,
+                  first: Union[None, str, Dict[Any, torch.nn.Module]] = None
+                  ) -> OffloadRuntime:
     r"""Builds the runtime of :obj:`model` offloaded with :obj:`loader`
-    (homogeneous or heterogeneous, by the loader's sampler). Under an
+    (homogeneous or heterogeneous, by the loader's sampler), with the
+    first layer :obj:`first` where it is known (a module name, or the
+    message-passing module per edge type; see
+    :mod:`pyg_orch.offload.planning`), else :obj:`options.layer`. Under an
     initialized process group it is a collective over the machine's ranks
     (see :mod:`pyg_orch.offload.ddp`): every rank builds its offload, in
     the same order, with the same options."""
     if is_partition_loader(loader):
         return _build_on_partition(model, loader, options)
     sampler = check_loader(loader)
+    why = unsupported_loader_reason(loader, sampler)
+    if why is not None:
+        raise NotImplementedError(f"BottomLayerOffload does not support {why}")
     ranks = machine_ranks()
     compensate = options.compensate_degrees
     if compensate == 'auto':
@@ -175,10 +202,12 @@ def build_runtime(model: torch.nn.Module, loader: Any,
     if sampler.is_hetero:
         _check_hetero_options(options, compensate)
         runtime = build_hetero_runtime(model, loader, options,
-                                       measure=why_not is None, ranks=ranks)
+                                       measure=why_not is None, ranks=ranks,
+                                       convs=first)
     else:
         runtime = build_homo_runtime(model, loader, options, compensate,
-                                     measure=why_not is None, ranks=ranks)
+                                     measure=why_not is None, ranks=ranks,
+                                     layer=first)
     if why_not is not None:
         runtime.fixed_reason = f'not measured: {why_not}'
     return runtime
@@ -436,9 +465,10 @@ def _whole_graph_computer(loader: Any, first: torch.nn.Module,
 def build_homo_runtime(model: torch.nn.Module, loader: Any,
                        options: OffloadOptions, compensate_degrees: bool,
                        measure: bool = True,
-                       ranks: Optional[MachineRanks] = None
-                       ) -> OffloadRuntime:
-    r"""The runtime for a homogeneous graph (see :func:`build_runtime`);
+                       ranks: Optional[MachineRanks] = None,
+                       layer: Optional[str] = None) -> OffloadRuntime:
+    r"""The runtime for a homogeneous graph (see :func:`build_runtime`;
+    :obj:`layer` overrides :obj:`options.layer`);
     with :obj:`options.measure` (and :obj:`measure`), the hot-set size is
     decided by measurement. With :obj:`ranks`, the hot set is chosen from
     the access counts of all of them, and they decide alike."""
@@ -455,7 +485,8 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         store = getattr(loader, 'feature_store', None)
         capacity = int(getattr(store, 'capacity', 0) or 0)
         cache_ratio = min(capacity / max(num_nodes, 1), 1.0)
-    layer_name, first = find_first_layer(model, options.layer)
+    layer_name, first = find_first_layer(
+        model, options.layer if layer is None else layer)
     check_materialized(first, layer_name)
     # With hot_ratio='auto', the candidates are the most accessed vertices up
     # to the cap; the hot set starts with the first of them and grows while
@@ -586,11 +617,13 @@ def _loader_cache(loader: Any) -> Optional[Tensor]:
     return own if isinstance(own, Tensor) else None
 
 
-def _hetero_first_layer(model: torch.nn.Module, loader: Any,
-                        options: OffloadOptions
-                        ) -> Tuple[str, Dict[Any, torch.nn.Module]]:
+def _hetero_first_layer(
+    model: torch.nn.Module, loader: Any, options: OffloadOptions,
+    convs: Optional[Dict[Any, torch.nn.Module]] = None
+) -> Tuple[str, Dict[Any, torch.nn.Module]]:
     # The first layer of a heterogeneous model over the loader's graph (or
-    # partition), after checking that the node features it reads exist.
+    # partition; `convs` where it was found by tracing a forward pass),
+    # after checking that the node features it reads exist.
     if is_partition_loader(loader):
         part = loader.partition
         edge_types = list(part.csc)
@@ -602,8 +635,12 @@ def _hetero_first_layer(model: torch.nn.Module, loader: Any,
         has_x = {t: isinstance(getattr(data[t], 'x', None), Tensor)
                  for t in data.node_types}
         where = "'data[{t!r}].x'"
-    layer_name, convs = find_hetero_first_layer(model, edge_types,
-                                                options.layer)
+    names = {id(m): name for name, m in model.named_modules()}
+    if convs is None:
+        layer_name, convs = find_hetero_first_layer(model, edge_types,
+                                                    options.layer)
+    else:
+        layer_name = common_prefix([names[id(m)] for m in convs.values()])
     for et in convs:
         for t in (et[0], et[-1]):
             if not has_x.get(t, False):
@@ -611,7 +648,6 @@ def _hetero_first_layer(model: torch.nn.Module, loader: Any,
                     f"BottomLayerOffload needs node features "
                     f"{where.format(t=t)} (the first layer reads them for "
                     f"{et})")
-    names = {id(m): name for name, m in model.named_modules()}
     for conv in convs.values():
         check_materialized(conv, names[id(conv)])
     return layer_name, convs
@@ -619,18 +655,20 @@ def _hetero_first_layer(model: torch.nn.Module, loader: Any,
 
 def build_hetero_runtime(model: torch.nn.Module, loader: Any,
                          options: OffloadOptions, measure: bool = True,
-                         ranks: Optional[MachineRanks] = None
+                         ranks: Optional[MachineRanks] = None,
+                         convs: Optional[Dict[Any, torch.nn.Module]] = None
                          ) -> HeteroOffloadRuntime:
     r"""The runtime for a heterogeneous graph (see :func:`build_runtime`);
     with :obj:`options.measure` (and :obj:`measure`), the size of the hot
     set (over all node types) is decided by measurement. With
     :obj:`ranks`, the hot set is chosen from their summed counts, and they
     decide alike (on a partition, each rank chooses among its own
-    vertices, and they try hot sets of the same sizes)."""
+    vertices, and they try hot sets of the same sizes). :obj:`convs`, the
+    first layer's module per edge type, overrides :obj:`options.layer`."""
     measure = measure and options.measure
     partitioned = is_partition_loader(loader)
     sampler = loader_sampler(loader)
-    layer_name, convs = _hetero_first_layer(model, loader, options)
+    layer_name, convs = _hetero_first_layer(model, loader, options, convs)
     weighted = _weighted(sampler)
     plan: Optional[str] = _PARTITIONED
     if not partitioned:

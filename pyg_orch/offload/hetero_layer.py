@@ -74,6 +74,21 @@ def find_hetero_first_layer(
     return name, groups[name]
 
 
+def common_prefix(names: List[str]) -> str:
+    r"""The longest dotted module path that all :obj:`names` start with
+    (:obj:`''` for the model itself), e.g. :obj:`'encoder.conv1'` for
+    :obj:`['encoder.conv1.a__to__b', 'encoder.conv1.b__to__a']`."""
+    if len(names) == 1:
+        return names[0]
+    parts = [name.split('.') for name in names]
+    out: List[str] = []
+    for level in zip(*parts):
+        if any(p != level[0] for p in level):
+            break
+        out.append(level[0])
+    return '.'.join(out)
+
+
 class HeteroBottomLayerComputer:
     r"""Computes the first layer of a heterogeneous model for hot vertices on
     the CPU, with one :class:`BottomLayerComputer` per edge type (a

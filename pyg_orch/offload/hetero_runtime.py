@@ -13,6 +13,7 @@ from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.replacement import (
     BatchInfo,
+    FirstLayerMismatch,
     ForwardContext,
     RuntimeHook,
     check_aggregated,
@@ -149,7 +150,7 @@ class HeteroOffloadRuntime(OffloadRuntime):
         x_dict = ctx.x if isinstance(ctx.x, dict) else {}
         for t, value in ((et[0], pair[0]), (et[-1], pair[-1])):
             if not same_tensor(value, x_dict.get(t)):
-                raise ValueError(
+                raise FirstLayerMismatch(
                     f"BottomLayerOffload: the first layer's module for "
                     f"{et} does not consume the model's input x[{t!r}] "
                     f"directly (e.g. a Linear layer or a dropout runs "

@@ -129,16 +129,23 @@ def replace_output(output: Any, replace: Callable[[Tensor], Tensor]) -> Any:
     return replace(output)
 
 
+class FirstLayerEdgeTensors(NotImplementedError):
+    r"""The first layer gets edge-level tensors (edge weights or features),
+    which the CPU side can not reproduce: the wrapper then runs the model
+    unchanged (see :class:`~pyg_orch.offload.BottomLayerOffload`)."""
+
+
 def check_no_edge_tensors(what: str, args: tuple, kwargs: dict) -> None:
-    r"""Raises :class:`NotImplementedError` if the first layer (described
-    by :obj:`what`) gets tensors besides :obj:`x` and :obj:`edge_index`."""
+    r"""Raises :class:`FirstLayerEdgeTensors` (a
+    :class:`NotImplementedError`) if the first layer (described by
+    :obj:`what`) gets tensors besides :obj:`x` and :obj:`edge_index`."""
     extra = [
         name for name, v in list(enumerate(args[2:], 2)) +
         [(k, v) for k, v in kwargs.items() if k not in ('x', 'edge_index')]
         if isinstance(v, Tensor)
     ]
     if extra:
-        raise NotImplementedError(
+        raise FirstLayerEdgeTensors(
             f"BottomLayerOffload: {what} receives edge-level tensors besides "
             f"'x' and 'edge_index' (arguments {extra}, e.g. edge weights or "
             f"edge features), which the CPU side can not reproduce yet")
@@ -189,6 +196,18 @@ class RuntimeHook:
 
     def __reduce__(self):
         return (RuntimeHook, (None, self.name))
+
+
+class FirstLayerMismatch(ValueError):
+    r"""The model does not call the layer chosen as its first one on the
+    batch's raw features (another message-passing layer runs first, or
+    the input is computed from :obj:`x`): the wrapper then runs the model
+    unchanged (see :class:`~pyg_orch.offload.BottomLayerOffload`).
+    :obj:`layer` names the message-passing layer that ran first on the
+    raw features, where one did."""
+    def __init__(self, message: str, layer: Optional[str] = None):
+        super().__init__(message)
+        self.layer = layer
 
 
 def same_tensor(a: Any, b: Any) -> bool:

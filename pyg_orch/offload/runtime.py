@@ -18,6 +18,7 @@ from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.replacement import (
     BatchInfo,
+    FirstLayerMismatch,
     ForwardContext,
     RuntimeHook,
     check_aggregated,
@@ -528,11 +529,11 @@ class OffloadRuntime:
             def hook(module, args):
                 ctx = ctx_ref.ctx
                 if ctx is not None and not ctx.called:
-                    raise ValueError(
+                    raise FirstLayerMismatch(
                         f"BottomLayerOffload: the message-passing layer "
                         f"{name!r} runs before {ctx_ref.layer_name!r}, the "
                         f"layer chosen as the first one; pass "
-                        f"layer={name!r}")
+                        f"layer={name!r}", layer=name)
             return hook
 
         for name, module in message_passing_layers(self.model).items():
@@ -550,7 +551,7 @@ class OffloadRuntime:
         if isinstance(x, (tuple, list)) and len(x) > 0:
             x = x[0]
         if not same_tensor(x, ctx.x):
-            raise ValueError(
+            raise FirstLayerMismatch(
                 f"BottomLayerOffload: the first message-passing layer "
                 f"{self.layer_name!r} does not consume the model's input 'x' "
                 f"directly (it gets a {type(x).__name__}"

@@ -11,9 +11,25 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.offload.build import build_runtime
+from pyg_orch.offload.build import (
+    build_runtime,
+    check_loader,
+    unsupported_loader_reason,
+)
 from pyg_orch.offload.ddp import process_group_active
 from pyg_orch.offload.options import OffloadOptions, WorkHook
+from pyg_orch.offload.partition import is_partition_loader
+from pyg_orch.offload.planning import (
+    PassThrough,
+    first_layer_from_trace,
+    model_inputs,
+    plan_on_construction,
+    trace_message_passing,
+)
+from pyg_orch.offload.replacement import (
+    FirstLayerEdgeTensors,
+    FirstLayerMismatch,
+)
 from pyg_orch.offload.runtime import OffloadRuntime
 
 
@@ -56,20 +72,30 @@ class BottomLayerOffload(torch.nn.Module):
     copies or pickles of it are plain models.
 
     For a loader over a :class:`~torch_geometric.data.HeteroData`, the model
-    must be made by :func:`~torch_geometric.nn.to_hetero` or built from
-    :class:`~torch_geometric.nn.conv.HeteroConv`, and is called as
-    :obj:`model(batch.x_dict, batch.edge_index_dict)`:
+    is called as :obj:`model(batch.x_dict, batch.edge_index_dict)`; its
+    first layer is one message-passing module per edge type (named after
+    it by :func:`~torch_geometric.nn.to_hetero` and
+    :class:`~torch_geometric.nn.conv.HeteroConv`, else those that read the
+    raw :obj:`x_dict` in the first training forward pass):
 
     .. code-block:: python
 
         loader = HybridNeighborLoader(data, [10, 5], batch_size=512,
                                       input_nodes=('paper', train_mask))
         model = to_hetero(GraphSAGE((-1, -1), 64, 2, 8), data.metadata())
-        with torch.no_grad():  # Materializes lazy parameters.
-            model(data.x_dict, data.edge_index_dict)
         model = BottomLayerOffload(model, loader, hot_ratio=0.3)
         ...
         out = model(batch.x_dict, batch.edge_index_dict)['paper']
+
+    The wrapper never stops a training loop that runs with the plain
+    model: where the first layer can not be found from the model's modules
+    (lazily initialized parameters, modules not named after edge types),
+    it is found in the first training forward pass, which runs unchanged
+    and materializes lazy parameters; where the model can not be offloaded
+    (work such as a :class:`~torch.nn.Linear` layer before the first
+    message passing, temporal loaders), the model runs unchanged, with one
+    :class:`UserWarning`. :obj:`stats()['decision']` says which and why
+    (see :doc:`/offload`).
 
     Under :class:`~torch.nn.parallel.DistributedDataParallel`, build one
     wrapper per rank after the process group is initialized, then wrap it:
@@ -143,8 +169,10 @@ class BottomLayerOffload(torch.nn.Module):
             (default: :obj:`'auto'`)
         layer (torch.nn.Module or str, optional): The first message-passing
             layer (a module of :obj:`model` or its name); by default the first
-            one registered. For heterogeneous models, the name of the module
-            holding the first layer's per-edge-type modules.
+            one registered (the one the first training step calls first
+            on the raw features, where that differs). For heterogeneous
+            models, the name of the module holding the first layer's
+            per-edge-type modules.
         num_presample_batches (int, optional): Mini-batches to pre-sample for
             the access counts (at most an epoch's worth); by default an
             epoch's worth, at most
@@ -239,7 +267,7 @@ class BottomLayerOffload(torch.nn.Module):
             compensate_degrees=compensate_degrees, refresh=refresh,
             split=split, work_hook=work_hook, autotune=autotune,
             max_sample_age=max_sample_age, autotune_clock=autotune_clock)
-        runtime = build_runtime(model, loader, options)
+        runtime = _initial_runtime(model, loader, options)
         super().__init__()
         # Share the model's state, so that parameters(), state_dict() etc.
         # are the model's own, with identical keys:
@@ -251,12 +279,83 @@ class BottomLayerOffload(torch.nn.Module):
         # Resolved (see the argument):
         object.__setattr__(self, 'full_neighbors', runtime.full_neighbors)
         object.__setattr__(self, '_options', options)
+        object.__setattr__(self, '_loader', loader)
+        object.__setattr__(self, '_finalizer', None)
+        # Whether to check (once) that no process group came up later:
+        object.__setattr__(self, '_check_group', not process_group_active())
+        self._install(runtime)
+
+    def _install(self, runtime: Union[OffloadRuntime, PassThrough]) -> None:
+        # Puts `runtime` behind the wrapper (closed with it); warns once
+        # where the model runs unchanged.
+        old = self.__dict__['_finalizer']
+        if old is not None:
+            old.detach()
+        object.__setattr__(self, 'full_neighbors', runtime.full_neighbors)
         object.__setattr__(self, '_offload', runtime)
         object.__setattr__(self, '_finalizer',
                            weakref.finalize(self, runtime.close))
-        # Whether to check (once) that no process group came up later:
-        object.__setattr__(self, '_check_group', not process_group_active())
         runtime.set_training(self.training)
+        if isinstance(runtime, PassThrough) and not runtime.pending:
+            warnings.warn(
+                f"BottomLayerOffload does not offload; the model runs "
+                f"unchanged: {runtime.reason}", UserWarning, stacklevel=4)
+
+    def _pass_through(self, reason: str) -> None:
+        # Offload off for good: the model runs unchanged.
+        self._offload.close()
+        self._install(PassThrough(reason))
+
+    def _plan_on_first_batch(self, args: tuple, kwargs: dict) -> Any:
+        # The first training forward pass of a wrapper planned on it: runs
+        # the model unchanged (materializing lazy parameters), finds the
+        # first layer from what it did, then builds the offload.
+        model = self.module
+        inputs = model_inputs(args, kwargs)
+        out, calls = trace_message_passing(model, args, kwargs)
+        is_hetero = check_loader(self._loader).is_hetero
+        first, why = first_layer_from_trace(calls, inputs, is_hetero)
+        if self.options.layer is not None:
+            first, why = None, None
+        if why is None:
+            try:
+                runtime = build_runtime(model, self._loader, self.options,
+                                        first)
+            except NotImplementedError as exc:
+                why = str(exc)
+            except (RuntimeError, IndexError) as exc:
+                # E.g. a shape error of the CPU copy of the layer on the
+                # raw features: never a failure of the training loop.
+                why = (f"the first layer could not be computed on the CPU "
+                       f"from the raw features ({type(exc).__name__}: "
+                       f"{exc})")
+        if why is not None:
+            runtime = PassThrough(why)
+        self._offload.close()
+        self._install(runtime)
+        return out
+
+    def _mismatch(self, exc: Union[FirstLayerMismatch,
+                                   FirstLayerEdgeTensors],
+                  args: tuple, kwargs: dict) -> Any:
+        # The layer chosen as the first one is not what the model calls
+        # first on the raw features (or it gets edge-level tensors):
+        # rebuild with the one it does call first, else run unchanged; this
+        # forward pass runs exactly.
+        model = self.module
+        why = str(exc)
+        if isinstance(exc, FirstLayerMismatch) and exc.layer is not None \
+                and self.options.layer is None:
+            self._offload.close()
+            try:
+                runtime = build_runtime(model, self._loader, self.options,
+                                        exc.layer)
+            except NotImplementedError as error:
+                runtime = PassThrough(str(error))
+            self._install(runtime)
+        else:
+            self._pass_through(why)
+        return model(*args, **kwargs)
 
     # Module behaviour ########################################################
 
@@ -303,6 +402,11 @@ class BottomLayerOffload(torch.nn.Module):
             self._warn_late_group()
         model = self.module
         runtime = self._offload
+        if isinstance(runtime, PassThrough):
+            if runtime.pending and self.training:
+                return self._plan_on_first_batch(args, kwargs)
+            runtime.count(self.training)
+            return model(*args, **kwargs)
         if runtime.tuner is not None and self.training:
             runtime.tuner.step()  # The decision by measurement.
         elif runtime.guard is not None and self.training:
@@ -321,6 +425,8 @@ class BottomLayerOffload(torch.nn.Module):
         try:
             out = model(*args, **kwargs)
             failed = False
+        except (FirstLayerMismatch, FirstLayerEdgeTensors) as exc:
+            mismatch = exc
         except KeyboardInterrupt:
             runtime.pause()
             raise
@@ -328,6 +434,8 @@ class BottomLayerOffload(torch.nn.Module):
             for handle in order_hooks:
                 handle.remove()
             runtime.end(ctx, failed)
+        if failed:  # A first layer that does not read the raw features:
+            return self._mismatch(mismatch, args, kwargs)
         if ctx.info is not None:
             runtime.order_checked = True
         return out
@@ -370,6 +478,8 @@ class BottomLayerOffload(torch.nn.Module):
         r"""Boolean mask over all vertices, :obj:`True` for hot ones (per
         node type for heterogeneous graphs)."""
         runtime = self._offload
+        if isinstance(runtime, PassThrough):
+            return torch.empty(0, dtype=torch.bool)
         return runtime.per_type(runtime.hot.mask)
 
     @property
@@ -379,13 +489,18 @@ class BottomLayerOffload(torch.nn.Module):
         with hot-vertex pruning on (see
         :func:`~pyg_orch.offload.hotness.select_cache_nodes`); none for
         heterogeneous graphs."""
-        return self._offload.selection.cache_nodes
+        runtime = self._offload
+        if isinstance(runtime, PassThrough):
+            return runtime.hot_nodes
+        return runtime.selection.cache_nodes
 
     @property
     def access_counts(self) -> Union[Tensor, Dict[str, Tensor]]:
         r"""How often every vertex was needed by the bottom layer during
         pre-sampling (per node type for heterogeneous graphs)."""
         runtime = self._offload
+        if isinstance(runtime, PassThrough):
+            return runtime.hot_nodes
         return runtime.per_type(runtime.selection.counts)
 
     @property
@@ -396,13 +511,19 @@ class BottomLayerOffload(torch.nn.Module):
     @property
     def super_batch_size(self) -> int:
         r"""Steps per super-batch (:obj:`1` with :obj:`refresh='batch'`)."""
-        return self._offload.strategy.stats()['super_batch_size']
+        runtime = self._offload
+        if isinstance(runtime, PassThrough):
+            return 0
+        return runtime.strategy.stats()['super_batch_size']
 
     @property
     def steps(self) -> int:
         r"""The weight version: optimizer steps (or training forward passes)
         counted so far."""
-        return self._offload.counter.version
+        runtime = self._offload
+        if isinstance(runtime, PassThrough):
+            return runtime.num_forwards
+        return runtime.counter.version
 
     def stats(self) -> Dict[str, Any]:
         r"""Counters since construction (or :meth:`reset_stats`):
@@ -434,7 +555,10 @@ class BottomLayerOffload(torch.nn.Module):
           snapshots) of the rows used were drawn, at most and on average
           over uses;
         * :obj:`decision`: how the hot-set size was chosen:
-          :obj:`mode` (:obj:`'measure'` or :obj:`'fixed'`),
+          :obj:`mode` (:obj:`'measure'` or :obj:`'fixed'`; or
+          :obj:`'pending'` before the first training forward pass of a
+          model planned on it, :obj:`'pass_through'` where the model runs
+          unchanged, with only :obj:`reason` and the forward counts),
           :obj:`chosen_num_hot`, :obj:`reason`, and when measured
           :obj:`state` (:obj:`'trial'`, :obj:`'settling'`,
           :obj:`'decided'`), :obj:`candidates` (:obj:`num_hot`,
@@ -471,7 +595,8 @@ class BottomLayerOffload(torch.nn.Module):
         options = self.options
         out['local_world_size'] = options.local_world_size
         out['cpu_cores_per_rank'] = options.cpu_cores
-        out['hot_set_ranks'] = self._offload.selection.num_ranks
+        if not isinstance(self._offload, PassThrough):
+            out['hot_set_ranks'] = self._offload.selection.num_ranks
         return out
 
     def reset_stats(self) -> None:
@@ -505,10 +630,32 @@ class BottomLayerOffload(torch.nn.Module):
 
     def __repr__(self) -> str:
         rt = self._offload
+        num_hot = 0 if isinstance(rt, PassThrough) else rt.hot.size
         return (f'{self.__class__.__name__}({self.module!r}, '
                 f'layer={rt.layer_name!r}, '
-                f'num_hot={rt.hot.size}, '
+                f'num_hot={num_hot}, '
                 f'max_staleness={self.max_staleness})')
+
+
+def _initial_runtime(model: torch.nn.Module, loader: Any,
+                     options: OffloadOptions
+                     ) -> Union[OffloadRuntime, PassThrough]:
+    # The runtime built now; a pending one where the first layer is found on
+    # the first training batch; a pass-through where the loader's sampling
+    # can not be offloaded. A partition loader builds now (a collective).
+    if is_partition_loader(loader):
+        return build_runtime(model, loader, options)
+    sampler = check_loader(loader)
+    why = unsupported_loader_reason(loader, sampler)
+    if why is not None:
+        return PassThrough(f'the loader uses {why}')
+    wait_for = plan_on_construction(model, loader.data, sampler.is_hetero,
+                                    options)
+    if wait_for is not None:
+        return PassThrough(
+            f'planned at the first training forward pass ({wait_for})',
+            pending=True)
+    return build_runtime(model, loader, options)
 
 
 def _identity(obj: Any) -> Any:
