@@ -22,8 +22,7 @@ def _graph(num_nodes=60, num_edges=240, seed=0):
                 num_nodes=num_nodes)
 
 
-@pytest.fixture
-def pyg_folder(tmp_path, monkeypatch):
+def _write_pyg_folder(data, root, monkeypatch):
     # PyG's Partitioner needs METIS (pyg-lib, or torch-sparse built with
     # it) only to assign vertices to parts; where it is missing the
     # assignment is replaced and the folder is written by PyG's own code.
@@ -35,12 +34,31 @@ def pyg_folder(tmp_path, monkeypatch):
         monkeypatch.setattr(
             ClusterData, '_metis',
             lambda self, edge_index, num_nodes: torch.arange(num_nodes) % 3)
-    data = _graph()
-    root = tmp_path / 'pyg'
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         Partitioner(data, num_parts=3, root=str(root)).generate_partition()
-    return data, root
+
+
+@pytest.fixture
+def pyg_folder(tmp_path, monkeypatch):
+    data = _graph()
+    _write_pyg_folder(data, tmp_path / 'pyg', monkeypatch)
+    return data, tmp_path / 'pyg'
+
+
+@pytest.mark.parametrize('level', ['node', 'edge'])
+def test_read_pyg_partition_times(tmp_path, monkeypatch, level):
+    data = _graph()
+    size = data.num_nodes if level == 'node' else data.num_edges
+    time = torch.randperm(size)
+    if level == 'node':
+        data.time = time
+    else:
+        data.edge_time = time
+    _write_pyg_folder(data, tmp_path / 'pyg', monkeypatch)
+    out = read_pyg_partition(tmp_path / 'pyg')
+    assert torch.equal(out.edge_index, data.edge_index)
+    assert torch.equal(out.time if level == 'node' else out.edge_time, time)
 
 
 def test_read_pyg_partition_restores_graph(pyg_folder):

@@ -56,7 +56,8 @@ def read_pyg_partition(root: PathLike,
                        node_attrs: Optional[Dict[str, Tensor]] = None):
     r"""The homogeneous graph stored in a folder written by PyG's
     :class:`~torch_geometric.distributed.Partitioner`, as a
-    :class:`~torch_geometric.data.Data` in PyG's global ids and edge order.
+    :class:`~torch_geometric.data.Data` in PyG's global ids and edge order
+    (node times as :obj:`time`, edge times as :obj:`edge_time`).
 
     Args:
         root (str or os.PathLike): The folder (the :obj:`root` given to
