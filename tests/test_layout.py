@@ -11,7 +11,8 @@ LAYOUT = REPO / 'docs' / 'layout.rst'
 
 # A module is named by its path from the repository root, e.g.
 # ``pyg_orch/core/csc.py``; a package by its ``__init__.py``.
-MODULE_PATH = re.compile(r'(?<![\w/.])pyg_orch/(?:[A-Za-z_]\w*/)*[A-Za-z_]\w*\.py\b')
+MODULE_PATH = re.compile(
+    r'(?<![\w/.])pyg_orch/(?:[A-Za-z_]\w*/)*[A-Za-z_]\w*\.py\b')
 # Sphinx roles naming a module of the package, e.g. :mod:`pyg_orch.core`.
 MOD_ROLE = re.compile(r':mod:`~?(pyg_orch(?:\.\w+)*)`')
 

@@ -70,7 +70,8 @@ def read_pyg_partition(root: PathLike,
 
     root = Path(root)
     meta = _read_meta(root)
-    node_map, edge_map = _load(root / 'node_map.pt'), _load(root / 'edge_map.pt')
+    node_map = _load(root / 'node_map.pt')
+    edge_map = _load(root / 'edge_map.pt')
     num_nodes, num_edges = int(node_map.numel()), int(edge_map.numel())
     data = Data(num_nodes=num_nodes)
     edge_index = torch.empty((2, num_edges), dtype=torch.long)
@@ -100,10 +101,10 @@ def read_pyg_partition(root: PathLike,
         data[key] = value
     for key, value in (node_attrs or {}).items():
         if not isinstance(value, Tensor) or value.size(0) != num_nodes:
+            got = tuple(value.shape) if isinstance(value, Tensor) else value
             raise ValueError(
                 f"'node_attrs[{key!r}]' must be a tensor with one row per "
-                f"node ({num_nodes}) (got "
-                f"{tuple(value.shape) if isinstance(value, Tensor) else value!r})")
+                f"node ({num_nodes}) (got {got!r})")
         data[key] = value
     return data
 
