@@ -8,7 +8,8 @@ as a :func:`~pyg_orch.distributed.partition_graph` folder.
 
 PyG's folders hold no labels or masks (only :obj:`x`, :obj:`edge_attr` and
 times); pass them as :obj:`node_attrs`. Heterogeneous folders are not
-supported yet.
+supported yet. The files are pickles, unpickled as PyG's own reader does:
+convert only folders you trust.
 """
 import json
 import os
@@ -26,6 +27,9 @@ PathLike = Union[str, os.PathLike]
 
 
 def _load(path: Path) -> Any:
+    # PyG saves some files as defaultdicts, which weights_only=True refuses;
+    # PyG's own reader (torch_geometric.io.fs.torch_load) then falls back to
+    # weights_only=False too.
     return torch.load(path, weights_only=False)
 
 
