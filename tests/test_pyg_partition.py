@@ -46,6 +46,7 @@ def pyg_folder(tmp_path, monkeypatch):
     return data, tmp_path / 'pyg'
 
 
+@pytest.mark.parity  # PyG's Partitioner needs torch-sparse.
 @pytest.mark.parametrize('level', ['node', 'edge'])
 def test_read_pyg_partition_times(tmp_path, monkeypatch, level):
     data = _graph()
@@ -61,6 +62,7 @@ def test_read_pyg_partition_times(tmp_path, monkeypatch, level):
     assert torch.equal(out.time if level == 'node' else out.edge_time, time)
 
 
+@pytest.mark.parity  # PyG's Partitioner needs torch-sparse.
 def test_read_pyg_partition_restores_graph(pyg_folder):
     data, root = pyg_folder
     y = torch.arange(data.num_nodes) % 5
@@ -72,6 +74,7 @@ def test_read_pyg_partition_restores_graph(pyg_folder):
     assert torch.equal(out.y, y)
 
 
+@pytest.mark.parity  # PyG's Partitioner needs torch-sparse.
 def test_convert_pyg_partition_equals_partition_graph(pyg_folder, tmp_path):
     data, root = pyg_folder
     info = convert_pyg_partition(root, tmp_path / 'ours', method='random',
@@ -98,7 +101,29 @@ def test_bad_folders(tmp_path):
         read_pyg_partition(tmp_path)
 
 
+@pytest.mark.parity  # PyG's Partitioner needs torch-sparse.
 def test_bad_node_attrs(pyg_folder):
     _, root = pyg_folder
     with pytest.raises(ValueError, match=r"node_attrs\['y'\].*60"):
         read_pyg_partition(root, node_attrs={'y': torch.zeros(5)})
+
+
+class _RunsCode:
+    def __reduce__(self):
+        import os
+        return (os.system, ('touch should_not_exist',))
+
+
+def test_crafted_file_does_not_run_code(tmp_path, monkeypatch):
+    # A PyG folder whose graph file would run code when unpickled is
+    # refused, naming the file, and the code does not run.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'META.json').write_text(json.dumps({
+        'num_parts': 1, 'is_hetero': False, 'node_types': None,
+        'edge_types': None, 'node_offset': None, 'is_sorted': False}))
+    torch.save(torch.zeros(4, dtype=torch.long), tmp_path / 'node_map.pt')
+    torch.save({'x': _RunsCode()}, tmp_path / 'edge_map.pt')
+    with pytest.raises(ValueError, match=r"edge_map\.pt.*posix\.system|"
+                       r"edge_map\.pt.*os\.system|edge_map\.pt.*refusing"):
+        read_pyg_partition(tmp_path)
+    assert not (tmp_path / 'should_not_exist').exists()

@@ -8,11 +8,14 @@ as a :func:`~pyg_orch.distributed.partition_graph` folder.
 
 PyG's folders hold no labels or masks (only :obj:`x`, :obj:`edge_attr` and
 times); pass them as :obj:`node_attrs`. Heterogeneous folders are not
-supported yet. The files are pickles, unpickled as PyG's own reader does:
-convert only folders you trust.
+supported yet. The files are pickles: they are read by an unpickler that
+resolves tensors, dtypes, sizes and dicts only, so a file that would run
+code is refused.
 """
 import json
 import os
+import pickle
+import types
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
@@ -26,11 +29,40 @@ __all__ = ['read_pyg_partition', 'convert_pyg_partition']
 PathLike = Union[str, os.PathLike]
 
 
+# What PyG's files hold: tensors, sizes, dtypes and (default) dicts. PyG
+# saves some as defaultdicts, which `torch.load(weights_only=True)` refuses,
+# so they are read by an unpickler that resolves these names and no other:
+# a file that names anything else (code to run) is refused.
+_BUILTINS = ('dict', 'list', 'set', 'tuple')
+_ALLOWED = {('collections', 'defaultdict'), ('collections', 'OrderedDict'),
+            ('torch', 'Size')} | {(m, n) for m in ('builtins', '__builtin__')
+                                  for n in _BUILTINS} | {
+    ('torch._utils', n) for n in ('_rebuild_tensor', '_rebuild_tensor_v2',
+                                  '_rebuild_sparse_tensor',
+                                  '_rebuild_parameter')}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED or (module == 'torch' and isinstance(
+                getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"refusing to load '{module}.{name}': PyG partition files hold "
+            f"only tensors, dtypes, sizes and dicts")
+
+
+_PICKLE = types.ModuleType('pyg_orch_restricted_pickle')
+_PICKLE.Unpickler = _RestrictedUnpickler  # type: ignore[attr-defined]
+_PICKLE.load = pickle.load  # type: ignore[attr-defined]
+
+
 def _load(path: Path) -> Any:
-    # PyG saves some files as defaultdicts, which weights_only=True refuses;
-    # PyG's own reader (torch_geometric.io.fs.torch_load) then falls back to
-    # weights_only=False too.
-    return torch.load(path, weights_only=False)
+    try:
+        return torch.load(path, weights_only=False, pickle_module=_PICKLE)
+    except pickle.UnpicklingError as e:
+        raise ValueError(f"Could not load {str(path)!r} as a file of PyG's "
+                         f"Partitioner: {e}") from None
 
 
 def _read_meta(root: Path) -> Dict[str, Any]:
