@@ -381,9 +381,7 @@ class BottomLayerComputer:
         src, dst = self.sample(nodes, generator)
         nodes = nodes.to(torch.int64)
         if not self.dedup:
-            src_row = torch.arange(n, n + src.numel())
-            return torch.cat([nodes, src]), torch.stack(
-                [src_row, dst])
+            return self._edge_rows(nodes, src, dst)
         ids, inv = torch.unique(torch.cat([nodes, src]),
                                 return_inverse=True)
         # Renumber so that `nodes` come first, in their order:
@@ -402,6 +400,20 @@ class BottomLayerComputer:
                                          self.num_neighbors, self.replace)
             edge_index = torch.cat([edge_index, extra], 1)
         return ids, edge_index
+
+    @staticmethod
+    def _edge_rows(nodes: Tensor, src: Tensor,
+                   dst: Tensor) -> Tuple[Tensor, Tensor]:
+        # One source row per sampled edge, except for self-loops, whose
+        # source is the target's own row: a layer that removes and re-adds
+        # self-loops (GATConv, GCNConv) then sees them as in a mini-batch.
+        n = nodes.numel()
+        loop = src == nodes.index_select(0, dst)
+        src_row = torch.empty_like(dst)
+        src_row[loop] = dst[loop]
+        other = ~loop
+        src_row[other] = torch.arange(n, n + int(other.sum()))
+        return torch.cat([nodes, src[other]]), torch.stack([src_row, dst])
 
     def compute(self, layer: torch.nn.Module, nodes: Tensor) -> Tensor:
         r"""The output of :obj:`layer` for :obj:`nodes`, shape
