@@ -72,6 +72,24 @@ def message_passing_layers(
     return out
 
 
+def deeper_than_loader(model: torch.nn.Module,
+                       num_hops: int) -> Optional[str]:
+    r"""Why offload must leave :obj:`model` alone over a loader that samples
+    :obj:`num_hops` hops, or :obj:`None`: a model with more message-passing
+    layers than hops runs in plain PyG (its extra layers propagate over the
+    sampled edges again), but there a vertex of the last expanded hop reads
+    its bottom-hop neighbors in more than the first layer, so pruning them
+    would change the seeds' outputs."""
+    num_layers = len(message_passing_layers(model))
+    if num_layers <= num_hops:
+        return None
+    return (f"the model has {num_layers} message-passing layers but the "
+            f"loader samples {num_hops} hops: its upper layers read the "
+            f"bottom-hop neighbors of hot vertices too, so pruning them "
+            f"would change the outputs (use as many hops as layers, e.g. "
+            f"num_neighbors with {num_layers} entries)")
+
+
 def _degree_free_types() -> tuple:
     from torch_geometric.nn import conv
     names = ('SAGEConv', 'GINConv', 'GATConv', 'GATv2Conv', 'GraphConv',
