@@ -433,17 +433,33 @@ class BottomLayerComputer:
         src_row[other] = torch.arange(n, n + int(other.sum()))
         return torch.cat([nodes, src[other]]), torch.stack([src_row, dst])
 
-    def compute(self, layer: torch.nn.Module, nodes: Tensor) -> Tensor:
+    def item_generator(self, *key: int) -> Optional[torch.Generator]:
+        r"""A generator for one work item, seeded from :obj:`seed` and
+        :obj:`key` (e.g. the table's sequence number and the item's first
+        row), so that a row's neighbor sample does not depend on the thread
+        that computes it; :obj:`None` without :obj:`seed`."""
+        if self.seed is None:
+            return None
+        value = int(self.seed)
+        for k in key:
+            value = (value * 1_000_003 + int(k)) % (2**63 - 1)
+        return torch.Generator().manual_seed(value)
+
+    def compute(self, layer: torch.nn.Module, nodes: Tensor,
+                generator: Optional[torch.Generator] = None) -> Tensor:
         r"""The output of :obj:`layer` for :obj:`nodes`, shape
-        :obj:`[len(nodes), out_channels]`."""
+        :obj:`[len(nodes), out_channels]`, neighbors drawn with
+        :obj:`generator` (by default, the calling thread's own)."""
         local = self._thread_state()
+        if generator is None:
+            generator = local.generator
         dtype = self.autocast_dtype
         with torch.no_grad():
             if self.bag_mode is not None:
-                x, src, dst = self.sampled_sources(nodes, local.generator)
+                x, src, dst = self.sampled_sources(nodes, generator)
                 return bag_aggregate(x, src, dst, nodes.numel(),
                                      self.bag_mode)
-            x, edge_index = self.inputs(nodes, local.generator)
+            x, edge_index = self.inputs(nodes, generator)
             with torch.autocast('cpu', dtype=dtype or torch.bfloat16,
                                 enabled=dtype is not None):
                 out = call_layer(layer, x, edge_index)[:nodes.numel()]

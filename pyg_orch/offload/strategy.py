@@ -401,7 +401,10 @@ class EmbeddingStrategy:
             state = job.snapshot.cpu(
                 lambda device: self._stream('d2h', device))
             layer = self.computer.layer_for(job.snapshot, state)
-            out = self.computer.compute(layer, job.nodes[lo:hi])
+            # Drawn by item, not by thread: reproducible with a seed.
+            out = self.computer.compute(
+                layer, job.nodes[lo:hi],
+                self.computer.item_generator(job.seq, lo))
             stream = self._stream('h2d', self.device) if self.cuda else None
             with job.lock:
                 if job.buffer is None:
