@@ -12,6 +12,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn import (
     GAT,
     GIN,
+    EdgeConv,
     GATConv,
     GATv2Conv,
     GCNConv,
@@ -68,6 +69,7 @@ CONVS = {
     'gatv2': lambda: GATv2Conv(NUM_FEATURES, 4, heads=2),
     'transformer': lambda: TransformerConv(NUM_FEATURES, 8),
     'resgated': lambda: ResGatedGraphConv(NUM_FEATURES, 8),
+    'edge': lambda: EdgeConv(torch.nn.Linear(2 * NUM_FEATURES, 8)),
     'gcn': lambda: GCNConv(NUM_FEATURES, 8),
 }
 
