@@ -252,7 +252,8 @@ def make_strategy(computer: Union[BottomLayerComputer,
                   intra_op_threads=options.intra_op_threads,
                   work_hook=options.work_hook,
                   max_sample_age=options.max_sample_age,
-                  static=full_neighbors and aggregates_only(computer))
+                  static=full_neighbors and aggregates_only(computer),
+                  scheduled=options.seed is not None and not options.auto_hot)
     if options.refresh == 'super_batch':
         return EmbeddingPipeline(computer, layer, hot, device,
                                  options.max_staleness, options.num_threads,

@@ -29,8 +29,8 @@ class EmbeddingPipeline(EmbeddingStrategy):
     :math:`v` satisfies :math:`t - v \le` :obj:`max_staleness`, and waits
     for one (the oldest queued one that qualifies) if none has finished;
     the wait is timed. With :obj:`max_staleness=0`, each step waits for the
-    table computed from its own weights. With a seed (:attr:`scheduled`),
-    the table a step uses depends on the step only, not on when tables
+    table computed from its own weights. With :obj:`scheduled=True` (a
+    seed), the table a step uses depends on the step only, not on when tables
     finish (see :attr:`lag`), so that training is reproducible; weight-free
     tables are then queued every :obj:`super_batch_size` steps, derived
     from :obj:`max_sample_age`, rather than one at a time as they finish.
@@ -56,9 +56,6 @@ class EmbeddingPipeline(EmbeddingStrategy):
         bound = self.max_staleness
         if self.max_sample_age is not None:
             bound = min(bound, self.max_sample_age)
-        #: Whether tables are used by step, not by arrival (see
-        #: :attr:`lag`): with a seed, unless rows never age.
-        self.scheduled = self.computer.seed is not None and not self.static
         if self.scheduled and self.weight_free and \
                 self.max_sample_age is not None:
             bound = self.max_sample_age  # Weights do not age in them.
