@@ -424,7 +424,7 @@ class BottomLayerComputer:
                    dst: Tensor) -> Tuple[Tensor, Tensor]:
         # One source row per sampled edge, except for self-loops, whose
         # source is the target's own row: a layer that removes and re-adds
-        # self-loops (GATConv, GCNConv) then sees them as in a mini-batch.
+        # self-loops (GATConv) then sees them as in a mini-batch.
         n = nodes.numel()
         loop = src == nodes.index_select(0, dst)
         src_row = torch.empty_like(dst)
