@@ -176,7 +176,9 @@ class EmbeddingPipeline(EmbeddingStrategy):
         else one that holds its rows is waited for (queued if needed)."""
         bound = self.age_bound
         self._raise_failures()
-        if self.scheduled:
+        if self.scheduled and (self.hot.size > 0 or min_rows > 0):
+            # (With nothing pruned yet, as in the trial of sizes, a table
+            # is taken when it comes, without waiting.)
             return self._acquire_scheduled(version, timer, min_rows)
         # Tables that could never be used again:
         while self._jobs and version - self._jobs[0].version > bound:
@@ -222,8 +224,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
         for i, job in enumerate(self._jobs):
             if job.version <= due:
                 index = i
-        if index is None and self._current is None and self._jobs and (
-                self.hot.size > 0 or min_rows > 0):
+        if index is None and self._current is None and self._jobs:
             index = 0  # The first table: waited for.
         if index is not None:
             for _ in range(index):
@@ -234,8 +235,6 @@ class EmbeddingPipeline(EmbeddingStrategy):
             self._jobs.popleft()
         table = self._current
         if not self._usable(table, version, min_rows):
-            if self.hot.size == 0 and min_rows == 0:
-                return None
             table = self._current = self._wait_for(version, min_rows, timer)
         return self._use(table, version)
 
