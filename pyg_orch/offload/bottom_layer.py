@@ -425,13 +425,11 @@ class BottomLayerComputer:
         # One source row per sampled edge, except for self-loops, whose
         # source is the target's own row: a layer that removes and re-adds
         # self-loops (GATConv) then sees them as in a mini-batch.
+        # (The loop's own row stays, unused: cheaper than removing it.)
         n = nodes.numel()
         loop = src == nodes.index_select(0, dst)
-        src_row = torch.empty_like(dst)
-        src_row[loop] = dst[loop]
-        other = ~loop
-        src_row[other] = torch.arange(n, n + int(other.sum()))
-        return torch.cat([nodes, src[other]]), torch.stack([src_row, dst])
+        src_row = torch.where(loop, dst, torch.arange(n, n + src.numel()))
+        return torch.cat([nodes, src]), torch.stack([src_row, dst])
 
     def item_generator(self, *key: int) -> Optional[torch.Generator]:
         r"""A generator for one work item, seeded from :obj:`seed` and
