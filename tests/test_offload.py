@@ -982,7 +982,10 @@ def test_threads_stop_on_close_eval_and_idle():
     assert 1 <= len(offload_threads()) <= 2
     assert all(t.daemon for t in offload_threads())
     assert wait_no_threads(10.0) == []  # Idle threads exit...
-    train_steps(off, loader, 2)  # ... and come back on demand.
+    # ... and come back on demand (with a seed, weight-free tables are
+    # queued every super-batch of 4 steps, from max_sample_age=8):
+    assert off.super_batch_size == 4
+    train_steps(off, loader, 4)
     assert offload_threads()
     off.eval()
     assert offload_threads() == []

@@ -72,6 +72,24 @@ def message_passing_layers(
     return out
 
 
+def deeper_than_loader(model: torch.nn.Module,
+                       num_hops: int) -> Optional[str]:
+    r"""Why offload must leave :obj:`model` alone over a loader that samples
+    :obj:`num_hops` hops, or :obj:`None`: a model with more message-passing
+    layers than hops runs in plain PyG (its extra layers propagate over the
+    sampled edges again), but there a vertex of the last expanded hop reads
+    its bottom-hop neighbors in more than the first layer, so pruning them
+    would change the seeds' outputs."""
+    num_layers = len(message_passing_layers(model))
+    if num_layers <= num_hops:
+        return None
+    return (f"the model has {num_layers} message-passing layers but the "
+            f"loader samples {num_hops} hops: its upper layers read the "
+            f"bottom-hop neighbors of hot vertices too, so pruning them "
+            f"would change the outputs (use as many hops as layers, e.g. "
+            f"num_neighbors with {num_layers} entries)")
+
+
 def _degree_free_types() -> tuple:
     from torch_geometric.nn import conv
     names = ('SAGEConv', 'GINConv', 'GATConv', 'GATv2Conv', 'GraphConv',
@@ -381,9 +399,7 @@ class BottomLayerComputer:
         src, dst = self.sample(nodes, generator)
         nodes = nodes.to(torch.int64)
         if not self.dedup:
-            src_row = torch.arange(n, n + src.numel())
-            return torch.cat([nodes, src]), torch.stack(
-                [src_row, dst])
+            return self._edge_rows(nodes, src, dst)
         ids, inv = torch.unique(torch.cat([nodes, src]),
                                 return_inverse=True)
         # Renumber so that `nodes` come first, in their order:
@@ -403,17 +419,45 @@ class BottomLayerComputer:
             edge_index = torch.cat([edge_index, extra], 1)
         return ids, edge_index
 
-    def compute(self, layer: torch.nn.Module, nodes: Tensor) -> Tensor:
+    @staticmethod
+    def _edge_rows(nodes: Tensor, src: Tensor,
+                   dst: Tensor) -> Tuple[Tensor, Tensor]:
+        # One source row per sampled edge, except for self-loops, whose
+        # source is the target's own row: a layer that removes and re-adds
+        # self-loops (GATConv) then sees them as in a mini-batch.
+        # (The loop's own row stays, unused: cheaper than removing it.)
+        n = nodes.numel()
+        loop = src == nodes.index_select(0, dst)
+        src_row = torch.where(loop, dst, torch.arange(n, n + src.numel()))
+        return torch.cat([nodes, src]), torch.stack([src_row, dst])
+
+    def item_generator(self, *key: int) -> Optional[torch.Generator]:
+        r"""A generator for one work item, seeded from :obj:`seed` and
+        :obj:`key` (e.g. the table's sequence number and the item's first
+        row), so that a row's neighbor sample does not depend on the thread
+        that computes it; :obj:`None` without :obj:`seed`."""
+        if self.seed is None:
+            return None
+        value = int(self.seed)
+        for k in key:
+            value = (value * 1_000_003 + int(k)) % (2**63 - 1)
+        return torch.Generator().manual_seed(value)
+
+    def compute(self, layer: torch.nn.Module, nodes: Tensor,
+                generator: Optional[torch.Generator] = None) -> Tensor:
         r"""The output of :obj:`layer` for :obj:`nodes`, shape
-        :obj:`[len(nodes), out_channels]`."""
+        :obj:`[len(nodes), out_channels]`, neighbors drawn with
+        :obj:`generator` (by default, the calling thread's own)."""
         local = self._thread_state()
+        if generator is None:
+            generator = local.generator
         dtype = self.autocast_dtype
         with torch.no_grad():
             if self.bag_mode is not None:
-                x, src, dst = self.sampled_sources(nodes, local.generator)
+                x, src, dst = self.sampled_sources(nodes, generator)
                 return bag_aggregate(x, src, dst, nodes.numel(),
                                      self.bag_mode)
-            x, edge_index = self.inputs(nodes, local.generator)
+            x, edge_index = self.inputs(nodes, generator)
             with torch.autocast('cpu', dtype=dtype or torch.bfloat16,
                                 enabled=dtype is not None):
                 out = call_layer(layer, x, edge_index)[:nodes.numel()]

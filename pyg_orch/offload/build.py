@@ -25,6 +25,7 @@ from pyg_orch.offload.batch_cache import BatchEmbeddingCache
 from pyg_orch.offload.bottom_layer import (
     BottomLayerComputer,
     check_materialized,
+    deeper_than_loader,
     find_first_layer,
     needs_degree_compensation,
 )
@@ -280,7 +281,8 @@ def make_strategy(computer: Union[BottomLayerComputer,
                   intra_op_threads=options.intra_op_threads,
                   work_hook=options.work_hook,
                   max_sample_age=options.max_sample_age,
-                  static=full_neighbors and aggregates_only(computer))
+                  static=full_neighbors and aggregates_only(computer),
+                  scheduled=options.seed is not None and not options.auto_hot)
     if options.refresh == 'super_batch':
         return EmbeddingPipeline(computer, layer, hot, device,
                                  options.max_staleness, options.num_threads,
@@ -549,7 +551,13 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         if len(sizes) < 2:  # No table fits: plain training.
             hot, measure = HotSetSizer(candidates, num_nodes, 0), False
     fixed_reason = None
-    if computer.degree_dependent:
+    deeper = deeper_than_loader(model, sampler.num_hops)
+    if deeper is not None:  # Plain PyG runs it: pass it through.
+        hot, measure = HotSetSizer(candidates, num_nodes, 0), False
+        fixed_reason = f'{deeper}; offload off (the model trains as in PyG)'
+        warnings.warn(f'BottomLayerOffload: {fixed_reason}', UserWarning,
+                      stacklevel=4)
+    elif computer.degree_dependent:
         why = (f"the first layer ({type(first).__name__}) normalizes by its "
                f"neighbors' degrees in each mini-batch (as GCNConv does "
                f"with normalize=True), which rows computed ahead on the CPU "

@@ -290,16 +290,25 @@ class HeteroBottomLayerComputer:
             {str(i): convs[et]
              for i, et in enumerate(self.edge_types)})
 
-    def compute(self, layers: List, nodes: Tensor) -> Tensor:
+    def item_generator(self, *key: int) -> Optional[torch.Generator]:
+        r"""See :meth:`BottomLayerComputer.item_generator
+        <pyg_orch.offload.bottom_layer.BottomLayerComputer.item_generator>`
+        (one generator for all edge types, drawn in their order)."""
+        return self.parts[0].item_generator(*key)
+
+    def compute(self, layers: List, nodes: Tensor,
+                generator: Optional[torch.Generator] = None) -> Tensor:
         r"""Rows of :obj:`nodes` (combined ids): every edge type's output
-        into the vertex's type at its :attr:`columns`, zeros elsewhere."""
+        into the vertex's type at its :attr:`columns`, zeros elsewhere
+        (neighbors drawn with :obj:`generator`, by default each edge
+        type's own per thread)."""
         nodes = nodes.to(torch.int64)
         out: Optional[Tensor] = None
         for t, (pos, local) in self.node_type_of(nodes).items():
             for i, et in enumerate(self.edge_types):
                 if et[-1] != t:
                     continue
-                rows = self.parts[i].compute(layers[i], local)
+                rows = self.parts[i].compute(layers[i], local, generator)
                 if out is None:
                     out = rows.new_zeros(nodes.numel(), self.width)
                 lo, hi = self.columns[et]

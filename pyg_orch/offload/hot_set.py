@@ -69,6 +69,9 @@ class HotSetSizer:
         self._sampler: Any = None
         self._to_masks: Callable[[Tensor], Any] = lambda mask: mask
         self._pruning = False
+        # Masks in shared memory, updated in place (see `share_masks`):
+        self._shared: Any = None
+        self._share = False
         self._train = False  # Pruning wanted (training mode).
         self._prune_size = size  # Vertices pruned, at most `size`.
         self._shrink_to: Optional[int] = None  # See `resize()`.
@@ -154,11 +157,37 @@ class HotSetSizer:
         self._train = bool(on)
         self._tell_sampler()
 
+    def share_masks(self) -> None:
+        r"""From now on, the masks the sampler is given live in shared
+        memory and are updated in place: clearing them stops the pruning
+        in copies of the sampler held by persistent loader worker
+        processes too (evaluation mode), filling them starts it again."""
+        self._share = True
+        self._tell_sampler()
+
     def _tell_sampler(self) -> None:
         self._pruning = self._train and self._prune_size > 0
-        if self._sampler is not None:
-            self._sampler.set_hot_nodes(
-                self.prune_masks() if self._pruning else None)
+        if self._sampler is None:
+            return
+        masks = self.prune_masks() if self._pruning else None
+        if self._share:
+            masks = self._shared_masks(masks)
+        self._sampler.set_hot_nodes(masks)
+
+    def _shared_masks(self, masks: Any) -> Any:
+        # Copies `masks` into the shared ones (cleared for None, which the
+        # sampler of this process is given).
+        if masks is None:
+            for mask in _tensors(self._shared):
+                mask.zero_()
+            return None
+        if self._shared is None:
+            self._shared = _map(masks, lambda m: m.clone().share_memory_())
+        else:
+            for shared, mask in zip(_tensors(self._shared),
+                                    _tensors(masks)):
+                shared.copy_(mask)
+        return self._shared
 
     # Sizes tried by measurement ##############################################
 
@@ -244,3 +273,18 @@ class HotSetSizer:
         self.planned = size
         self.sizes.append(size)
         return True
+
+
+def _tensors(masks: Any) -> List[Tensor]:
+    # The masks of a mask or of a dictionary of masks, in key order.
+    if masks is None:
+        return []
+    if isinstance(masks, dict):
+        return [masks[k] for k in sorted(masks, key=str)]
+    return [masks]
+
+
+def _map(masks: Any, fn: Callable[[Tensor], Tensor]) -> Any:
+    if isinstance(masks, dict):
+        return {k: fn(v) for k, v in masks.items()}
+    return fn(masks)

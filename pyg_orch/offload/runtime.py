@@ -122,6 +122,11 @@ class OffloadRuntime:
         self.selection = selection
         self.hot = hot
         hot.bind(self.sampler, self.per_type)
+        if getattr(loader, 'persistent_workers', False) and \
+                getattr(loader, 'num_workers', 0):
+            # Worker processes keep their copy of the sampler across
+            # epochs: they must see eval() stop the pruning.
+            hot.share_masks()
         self.strategy = strategy
         self.num_hops = self.sampler.num_hops
         self.features = features

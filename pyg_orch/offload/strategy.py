@@ -70,6 +70,11 @@ class EmbeddingStrategy:
             Then rows are computed once per hot vertex, reused without a
             sample-age bound, and reported with age :obj:`0`. Ignored for
             rows with weights. (default: :obj:`False`)
+        scheduled (bool): Whether the rows a step uses must depend on the
+            step only, not on when the CPU finishes them (reproducible
+            training with a seed; see
+            :class:`~pyg_orch.offload.super_batch.EmbeddingPipeline`).
+            (default: :obj:`False`)
     """
     #: Whether it computes the rows each batch needs: then the runtime calls
     #: :meth:`on_batch_sampled` for every batch drawn in training mode.
@@ -83,7 +88,8 @@ class EmbeddingStrategy:
                  chunk_size: Optional[int] = None, idle_timeout: float = 2.0,
                  intra_op_threads: int = 1,
                  work_hook: Optional[WorkHook] = None,
-                 max_sample_age: Optional[int] = None, static: bool = False):
+                 max_sample_age: Optional[int] = None, static: bool = False,
+                 scheduled: bool = False):
         self.computer = computer
         self.layer = layer
         self.hot = hot if isinstance(hot, HotSetSizer) else HotSetSizer(hot)
@@ -96,6 +102,9 @@ class EmbeddingStrategy:
         # within the sample-age bound.
         self.weight_free = computer.split != OUTPUT
         self.static = bool(static) and self.weight_free
+        #: Whether rows are used by step, not by arrival (static rows are
+        #: the same whenever they come).
+        self.scheduled = bool(scheduled) and not self.static
         self.num_threads = int(num_threads)
         self.intra_op_threads = int(intra_op_threads)
         self.chunk_size = int(default_chunk_size(computer)
@@ -401,7 +410,10 @@ class EmbeddingStrategy:
             state = job.snapshot.cpu(
                 lambda device: self._stream('d2h', device))
             layer = self.computer.layer_for(job.snapshot, state)
-            out = self.computer.compute(layer, job.nodes[lo:hi])
+            # Drawn by item, not by thread: reproducible with a seed.
+            out = self.computer.compute(
+                layer, job.nodes[lo:hi],
+                self.computer.item_generator(job.seq, lo))
             stream = self._stream('h2d', self.device) if self.cuda else None
             with job.lock:
                 if job.buffer is None:

@@ -29,7 +29,11 @@ class EmbeddingPipeline(EmbeddingStrategy):
     :math:`v` satisfies :math:`t - v \le` :obj:`max_staleness`, and waits
     for one (the oldest queued one that qualifies) if none has finished;
     the wait is timed. With :obj:`max_staleness=0`, each step waits for the
-    table computed from its own weights.
+    table computed from its own weights. With :obj:`scheduled=True` (a
+    seed), the table a step uses depends on the step only, not on when tables
+    finish (see :attr:`lag`), so that training is reproducible; weight-free
+    tables are then queued every :obj:`super_batch_size` steps, derived
+    from :obj:`max_sample_age`, rather than one at a time as they finish.
 
     A growing hot set (a :class:`~pyg_orch.offload.hot_set.HotSetSizer`
     with :obj:`auto=True`) is asked to grow at the start of every
@@ -52,6 +56,9 @@ class EmbeddingPipeline(EmbeddingStrategy):
         bound = self.max_staleness
         if self.max_sample_age is not None:
             bound = min(bound, self.max_sample_age)
+        if self.scheduled and self.weight_free and \
+                self.max_sample_age is not None:
+            bound = self.max_sample_age  # Weights do not age in them.
         self.super_batch_size = int(
             super_batch_size or default_super_batch_size(bound))
         self.chunks = split_chunks(self.hot.planned, self.num_threads,
@@ -61,6 +68,16 @@ class EmbeddingPipeline(EmbeddingStrategy):
         self._submitted_at: Optional[tuple] = None  # (version, time)
         self.step_seconds: Optional[float] = None
         self._waits_seen = 0
+
+    @property
+    def lag(self) -> int:
+        r"""With :attr:`scheduled` tables, the step of version :math:`t`
+        uses the newest table queued at a version :math:`v \le t -`
+        :obj:`lag` (the first one queued, waited for, before any is that
+        old), whenever it finishes: at most :obj:`lag + super_batch_size -
+        1` steps old, within :attr:`age_bound`."""
+        size = self.super_batch_size
+        return max(0, min(size, self.age_bound - size + 1))
 
     def stats(self) -> Dict[str, Any]:
         out = super().stats()
@@ -93,7 +110,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
         self._version = version
         if not self.chunks:
             return
-        if self.weight_free and self.pending > 0:
+        if self.weight_free and self.pending > 0 and not self.scheduled:
             return  # Any table serves: one at a time, as fast as it comes.
         last = self._last_submit
         if last is None or version - last >= self.super_batch_size:
@@ -159,6 +176,10 @@ class EmbeddingPipeline(EmbeddingStrategy):
         else one that holds its rows is waited for (queued if needed)."""
         bound = self.age_bound
         self._raise_failures()
+        if self.scheduled and (self.hot.size > 0 or min_rows > 0):
+            # (With nothing pruned yet, as in the trial of sizes, a table
+            # is taken when it comes, without waiting.)
+            return self._acquire_scheduled(version, timer, min_rows)
         # Tables that could never be used again:
         while self._jobs and version - self._jobs[0].version > bound:
             self._expire(self._jobs.popleft())
@@ -184,12 +205,38 @@ class EmbeddingPipeline(EmbeddingStrategy):
         if table.emb.size(0) < min_rows:  # pragma: no cover
             raise AssertionError(f'a table of {table.emb.size(0)} rows for '
                                  f'a slot map of {min_rows}')
+        return self._use(table, version)
+
+    def _use(self, table: EmbeddingTable, version: int) -> EmbeddingTable:
         self._record_staleness(version - table.version)
         table.wait_on_main(self.device)
         if table is self._current:
             # Batches may be pruned with all rows of this table from now on:
             self.hot.use(table.emb.size(0))
         return table
+
+    def _acquire_scheduled(self, version: int, timer=None,
+                           min_rows: int = 0) -> Optional[EmbeddingTable]:
+        # :meth:`acquire` by step (see `lag`): which table a step uses
+        # does not depend on when tables finish.
+        due = version - self.lag
+        index = None
+        for i, job in enumerate(self._jobs):
+            if job.version <= due:
+                index = i
+        if index is None and self._current is None and self._jobs:
+            index = 0  # The first table: waited for.
+        if index is not None:
+            for _ in range(index):
+                self._discard(self._jobs.popleft())
+            job = self._jobs[0]
+            self._current = job.future.result() if job.succeeded() else \
+                self._wait(job, timer)
+            self._jobs.popleft()
+        table = self._current
+        if not self._usable(table, version, min_rows):
+            table = self._current = self._wait_for(version, min_rows, timer)
+        return self._use(table, version)
 
     def _usable(self, table: Optional[EmbeddingTable], version: int,
                 min_rows: int) -> bool:
@@ -223,7 +270,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
         r"""Cancels queued tables and stops the worker threads (the newest
         finished table is kept; the staleness bound still applies to it)."""
         for job in self._jobs:
-            if job.succeeded():
+            if job.succeeded() and not self.scheduled:
                 self._current = job.future.result()
         super().pause()
         self._last_submit = None

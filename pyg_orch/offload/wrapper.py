@@ -189,7 +189,9 @@ class BottomLayerOffload(torch.nn.Module):
             so hot embeddings carry about three significant digits, on top
             of their staleness. (default: :obj:`None`, full precision)
         seed (int, optional): Seeds pre-sampling and the CPU-side neighbor
-            sampling. (default: :obj:`0`)
+            sampling; with a seed and a fixed hot set (:obj:`hot_ratio`
+            given), training is reproducible: tables are used by step, not
+            by arrival (see :doc:`/offload`). (default: :obj:`0`)
         idle_timeout (float): Seconds an idle worker thread waits before it
             exits. (default: :obj:`2.0`)
         replace_rows (str): :obj:`'pruned'` replaces the first layer's output
