@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
 import torch
+import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # Run from a checkout without installing.
@@ -433,3 +434,24 @@ def step_host_ms(step: Callable[[Any], None], batches: List[Any],
     times.sort()
     return {'median': times[len(times) // 2], 'min': times[0],
             'max': times[-1]}
+
+
+def train_step(model, optimizer, batch, trim: bool = False,
+               hetero: bool = False) -> torch.Tensor:
+    r"""One training step of the seeds of :obj:`batch` (node type
+    :obj:`'b'` if :obj:`hetero`; with :obj:`trim`, the model trims its
+    layers with the batch's per-hop counts); returns the loss."""
+    optimizer.zero_grad(set_to_none=True)
+    if hetero:
+        out = model(batch.x_dict, batch.edge_index_dict)['b']
+        batch = batch['b']
+    elif trim:
+        out = model(batch.x, batch.edge_index,
+                    num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                    num_sampled_edges_per_hop=batch.num_sampled_edges)
+    else:
+        out = model(batch.x, batch.edge_index)
+    loss = F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size])
+    loss.backward()
+    optimizer.step()
+    return loss

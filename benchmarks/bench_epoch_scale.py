@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -41,6 +40,7 @@ from _bench_common import (  # noqa: E402
     log,
     machine_info,
     time_pyg_workers,
+    train_step,
     write_report,
 )
 from torch_geometric.nn import GraphSAGE  # noqa: E402
@@ -114,19 +114,6 @@ def sync(device: torch.device) -> None:
 
 
 # Training ####################################################################
-
-
-def train_step(model, opt, batch, trim: bool) -> None:
-    opt.zero_grad(set_to_none=True)
-    if trim:
-        out = model(batch.x, batch.edge_index,
-                    num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                    num_sampled_edges_per_hop=batch.num_sampled_edges)
-    else:
-        out = model(batch.x, batch.edge_index)
-    loss = F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size])
-    loss.backward()
-    opt.step()
 
 
 def run_epoch(loader, step: Callable[[Any], None], device: torch.device,

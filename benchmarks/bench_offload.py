@@ -70,7 +70,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 import torch
-import torch.nn.functional as F
 from _bench_common import (  # noqa: E402
     REPO,
     add_preset_args,
@@ -80,6 +79,7 @@ from _bench_common import (  # noqa: E402
     machine_info,
     resolve_device,
     sync,
+    train_step,
     write_report,
 )
 
@@ -471,7 +471,6 @@ def _mean_by_hundred(times: List[float]) -> List[float]:
             for i in range(0, len(times) - 99, 100)]
 
 
-
 def build_graph(args):
     from pyg_orch.datasets import power_law_graph
     gen_device = args.device
@@ -521,27 +520,6 @@ def endless(loader) -> Iterator[Any]:
     r"""The batches of :obj:`loader`, epoch after epoch."""
     while True:
         yield from loader
-
-
-def train_step(model, optimizer, batch, trim: bool = False,
-               hetero: bool = False) -> torch.Tensor:
-    r"""One training step of the seeds of :obj:`batch` (node type
-    :obj:`'b'` if :obj:`hetero`; with :obj:`trim`, the model trims its
-    layers with the batch's per-hop counts); returns the loss."""
-    optimizer.zero_grad(set_to_none=True)
-    if hetero:
-        out = model(batch.x_dict, batch.edge_index_dict)['b']
-        batch = batch['b']
-    elif trim:
-        out = model(batch.x, batch.edge_index,
-                    num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                    num_sampled_edges_per_hop=batch.num_sampled_edges)
-    else:
-        out = model(batch.x, batch.edge_index)
-    loss = F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size])
-    loss.backward()
-    optimizer.step()
-    return loss
 
 
 def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
