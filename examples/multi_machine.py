@@ -136,14 +136,14 @@ def train(args: argparse.Namespace) -> None:
                   f'loss {total / max(steps, 1):.4f}, '
                   f'{time.perf_counter() - start:.2f} s; last batch: '
                   f'{stats.get("remote_rows", 0)} remote rows, '
-                  f'{stats.get("cached_rows", 0)} from the cache',
-                  flush=True)
+                  f'{stats.get("cached_rows", 0)} from the cache\n',
+                  end='', flush=True)  # One write: ranks' lines stay whole.
     if offload is not None:
         stats = offload.stats()
         print(f"rank {rank}/{world} offload: {stats['num_hot']} hot "
               f"vertices of its part, {stats['hot_rows_replaced']} rows "
-              f"replaced, decision: {stats['decision']['reason']}",
-              flush=True)
+              f"replaced, decision: {stats['decision']['reason']}\n",
+              end='', flush=True)
         offload.close()
     # The DDP model holds the process group: dropped first, so that the
     # group ends in destroy_distributed (a barrier, then a pause that lets
