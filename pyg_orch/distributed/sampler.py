@@ -36,6 +36,14 @@ from typing import (
 
 import torch
 from torch import Tensor
+from torch_geometric.sampler import (
+    BaseSampler,
+    EdgeSamplerInput,
+    HeteroSamplerOutput,
+    NegativeSampling,
+    NodeSamplerInput,
+    SamplerOutput,
+)
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_orch.core.csc import CSCTopology
@@ -58,6 +66,7 @@ from pyg_orch.sampling.arguments import (
     resolve_device,
     times_per_seed,
 )
+from pyg_orch.sampling.edges import sample_from_edges
 from pyg_orch.sampling.multi_hop import append_hop_edges
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.contract import preserved_generators
@@ -109,13 +118,19 @@ def _nbytes(parts: Sequence[Tensor], skip: int) -> int:
                for r, t in enumerate(parts) if r != skip)
 
 
-class DistributedNeighborSampler:
+class DistributedNeighborSampler(BaseSampler):
     r"""Samples multi-hop neighborhoods of seeds over a graph partitioned
     with :func:`~pyg_orch.distributed.partition_graph`, one part per rank
-    of :obj:`group` (part :obj:`k` on rank :obj:`k`).
+    of :obj:`group` (part :obj:`k` on rank :obj:`k`): a PyG
+    :class:`~torch_geometric.sampler.BaseSampler` over global ids.
 
-    :meth:`sample_from_nodes` is a **collective**: every rank calls it once
-    per step, with its own seeds (possibly none). Sampling is uniform,
+    :meth:`sample_from_nodes` and :meth:`sample_from_edges` are
+    **collectives**: every rank calls them once per step, with its own
+    seeds (possibly none), with the same arguments.
+    :meth:`sample_from_edges` has the semantics of PyG's
+    :class:`~torch_geometric.sampler.NeighborSampler` (binary and triplet
+    negatives, drawn over all vertices of the graph with this rank's
+    :obj:`generator`; temporal label edges). Sampling is uniform,
     without replacement unless :obj:`replace`, each part drawing from its
     own :obj:`generator` for the vertices it owns; with :obj:`disjoint`,
     every seed gets its own subgraph, as in
@@ -680,13 +695,17 @@ class DistributedNeighborSampler:
         return out
 
     def sample_from_nodes(self, seeds, seed_time=None):
-        r"""Samples the neighborhoods of :obj:`seeds` (global ids; may be
-        empty; for a heterogeneous partition a dictionary of ids per node
-        type or a (node type, ids) tuple) with the help of every other
-        rank: a collective, every rank calls it once per step. With
-        :obj:`time_attr`, :obj:`seed_time` holds every seed's time (one
-        number per seed; by default a node-level time's own value; a
-        floating-point time bounds integer times by its floor).
+        r"""Samples the neighborhoods of :obj:`seeds` with the help of every
+        other rank: a collective, every rank calls it once per step.
+        :obj:`seeds` is PyG's
+        :class:`~torch_geometric.sampler.NodeSamplerInput` (global ids in
+        :obj:`node`, times in :obj:`time`; the output's :obj:`metadata`
+        starts with its :obj:`input_id`), or global ids (may be empty; for
+        a heterogeneous partition a dictionary of ids per node type or a
+        (node type, ids) tuple). With :obj:`time_attr`, :obj:`seed_time`
+        holds every seed's time (one number per seed; by default a
+        node-level time's own value; a floating-point time bounds integer
+        times by its floor).
 
         Returns:
             torch_geometric.sampler.SamplerOutput: :obj:`node` (global ids,
@@ -697,15 +716,69 @@ class DistributedNeighborSampler:
             of every node; for a heterogeneous partition a
             :class:`~torch_geometric.sampler.HeteroSamplerOutput`, with
             dictionaries per node and edge type, as the single-machine
-            sampler's. Its :obj:`metadata` is :obj:`(None, seed_time,
-            edge_dst)`: as in PyG's node samplers, the seeds' times
-            (temporal sampling, else :obj:`None`) second; third, with
+            sampler's. Its :obj:`metadata` is :obj:`(input_id, seed_time,
+            edge_dst)`: as in PyG's node samplers, the seeds' ids in the
+            input (:obj:`None` for plain ids) and times (temporal sampling,
+            else :obj:`None`); third, with
             :obj:`subgraph_type='bidirectional'`, the edge ids and
             destinations before the conversion, per edge type (read by
             :meth:`edge_destinations`).
         """
-        from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
-        seeds = self._check_seeds(seeds)
+        input_id = None
+        if isinstance(seeds, NodeSamplerInput):
+            if seed_time is not None:
+                raise ValueError("'seed_time' must be None when 'seeds' is a "
+                                 "NodeSamplerInput (pass its 'time')")
+            input_id, seed_time = seeds.input_id, seeds.time
+            if seeds.input_type is not None:
+                seed_time = None if seed_time is None else {
+                    seeds.input_type: seed_time}
+                seeds = {seeds.input_type: seeds.node}
+            else:
+                seeds = seeds.node
+        out = self.sample_seeds(seeds, seed_time)
+        out.metadata = (input_id, ) + tuple(out.metadata[1:])
+        return self._to_subgraph_type(out)
+
+    def sample_from_edges(
+        self,
+        inputs: EdgeSamplerInput,
+        neg_sampling: Optional[NegativeSampling] = None,
+    ) -> Union[SamplerOutput, HeteroSamplerOutput]:
+        r"""Samples the subgraph around a batch of label edges (global ids)
+        as PyG's :class:`~torch_geometric.sampler.NeighborSampler` does
+        (:func:`~pyg_orch.sampling.edges.sample_from_edges`): the endpoints,
+        with negatives drawn over all vertices of the graph, are the seeds
+        of one collective :meth:`sample_seeds` call; the label bookkeeping
+        is in :obj:`metadata`, in PyG's layout. A collective."""
+        if not isinstance(inputs, EdgeSamplerInput):
+            raise TypeError(f"'inputs' must be an EdgeSamplerInput (got "
+                            f"{type(inputs).__name__})")
+        return self._to_subgraph_type(
+            sample_from_edges(self, inputs, neg_sampling))
+
+    def _to_subgraph_type(self, out: Any) -> Any:
+        if self.subgraph_type == SubgraphType.bidirectional:
+            out = out.to_bidirectional()  # Keeps the metadata.
+        return out
+
+    # `pyg_orch.sampling.edges.SeedSampler`:
+
+    @property
+    def global_num_nodes(self) -> Dict[Any, int]:
+        return dict(self.num_nodes)
+
+    @property
+    def global_node_time(self) -> Optional[Dict[Any, Tensor]]:
+        return self.node_time
+
+    def sample_seeds(self, seed, seed_time=None):
+        r"""Samples the neighborhoods of :obj:`seed` (global ids, or a
+        dictionary per node type) at :obj:`seed_time`, as
+        :meth:`sample_from_nodes` but without the
+        :obj:`'bidirectional'` conversion and with :obj:`None` for
+        :obj:`input_id` in :obj:`metadata`. A collective."""
+        seeds = self._check_seeds(seed)
         seed_time = self._seed_times(seeds, seed_time)
         batch_time = None if seed_time is None else self._bounds(seed_time)
         self.stats = SamplingStats()
@@ -803,8 +876,6 @@ class DistributedNeighborSampler:
                 et: (edge[et], node[self._dst(et)].index_select(0, col[et]))
                 for et in self.edge_types}
         out.metadata = (None, seed_time, directional_dst)
-        if directional_dst is not None:
-            out = out.to_bidirectional()  # Keeps the metadata.
         return out
 
     def edge_destinations(self, out) -> Any:

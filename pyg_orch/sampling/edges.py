@@ -7,7 +7,15 @@ neighbor-sampling call, and the label bookkeeping (:obj:`edge_label_index`,
 :obj:`dst_neg_index` for triplets) is kept in the output's
 :obj:`metadata`, in PyG's layout."""
 import math
-from typing import Dict, Optional, Tuple, Union
+from typing import (
+    Any,
+    Dict,
+    Optional,
+    Protocol,
+    Tuple,
+    Union,
+    runtime_checkable,
+)
 
 import torch
 from torch import Tensor
@@ -19,6 +27,40 @@ from torch_geometric.sampler import (
 )
 
 from pyg_orch.sampling.negative import sample_negatives
+from pyg_orch.typing import NodeType
+
+
+@runtime_checkable
+class SeedSampler(Protocol):
+    r"""What :func:`sample_from_edges` needs from a sampler:
+    :class:`~pyg_orch.HybridNeighborSampler` and the collective
+    :class:`~pyg_orch.distributed.DistributedNeighborSampler` implement
+    it. Node counts and times are those of the whole graph (global ids), so
+    negatives may be any vertex."""
+    device: torch.device
+
+    @property
+    def generator(self) -> Optional[torch.Generator]:
+        r"""The generator of the draws (negatives included)."""
+
+    @property
+    def disjoint(self) -> bool:
+        r"""Whether every seed gets its own subgraph."""
+
+    @property
+    def global_num_nodes(self) -> Dict[Optional[NodeType], int]:
+        r"""The number of vertices per node type (:obj:`None` for a
+        homogeneous graph) of the whole graph."""
+
+    @property
+    def global_node_time(self) -> Optional[Dict[Optional[NodeType], Tensor]]:
+        r"""The time of every vertex per node type (node-level temporal
+        sampling), else :obj:`None`."""
+
+    def sample_seeds(self, seed: Any, seed_time: Any = None) -> Any:
+        r"""Samples the subgraph of :obj:`seed` (a tensor, or a dictionary
+        per node type) as PyG's node samplers' :obj:`_sample`, without the
+        :obj:`'bidirectional'` conversion."""
 
 
 class _DeviceCache:
@@ -50,12 +92,12 @@ def _cache(sampler) -> _DeviceCache:
 
 
 def sample_from_edges(
-    sampler,
+    sampler: SeedSampler,
     inputs: EdgeSamplerInput,
     neg_sampling: Optional[NegativeSampling] = None,
 ) -> Union[SamplerOutput, HeteroSamplerOutput]:
     r"""Samples the subgraph around a batch of label edges with
-    :obj:`sampler` (a :class:`~pyg_orch.HybridNeighborSampler`), with PyG's
+    :obj:`sampler` (a :class:`SeedSampler`), with PyG's
     :func:`~torch_geometric.sampler.neighbor_sampler.edge_sample` semantics,
     everything on :obj:`sampler.device`."""
     device = sampler.device
@@ -78,8 +120,8 @@ def sample_from_edges(
                              "subgraphs")
     src_time = dst_time = edge_label_time
 
-    num_nodes = sampler.topology.num_nodes
-    node_time = sampler.topology.node_time
+    num_nodes = sampler.global_num_nodes
+    node_time = sampler.global_node_time
     if input_type is None:
         src_type = dst_type = None
     else:
@@ -138,7 +180,7 @@ def sample_from_edges(
         seed_time = None
         if edge_label_time is not None:
             seed_time = {src_type: src_time, dst_type: dst_time}
-        out = sampler._sample(seed_dict, seed_time)
+        out = sampler.sample_seeds(seed_dict, seed_time)
         if disjoint:
             out.batch = {k: v % num_pos for k, v in out.batch.items()}
         if not triplet:
@@ -167,13 +209,13 @@ def sample_from_edges(
         if edge_label_time is not None:
             seed_time = torch.cat([src_time, dst_time])
         if input_type is not None:
-            out = sampler._sample({src_type: seed},
+            out = sampler.sample_seeds({src_type: seed},
                                   None if seed_time is None else
                                   {src_type: seed_time})
             if disjoint:
                 out.batch = {k: v % num_pos for k, v in out.batch.items()}
         else:
-            out = sampler._sample(seed, seed_time)
+            out = sampler.sample_seeds(seed, seed_time)
             if disjoint:
                 out.batch = out.batch % num_pos
         if not triplet:

@@ -358,6 +358,19 @@ class HybridNeighborSampler(BaseSampler):
     def edge_permutation(self):
         return None  # `edge` already holds original edge ids.
 
+    # `pyg_orch.sampling.edges.SeedSampler`:
+
+    @property
+    def global_num_nodes(self) -> Dict:
+        return self.topology.num_nodes
+
+    @property
+    def global_node_time(self) -> Optional[Dict]:
+        return self.topology.node_time
+
+    def sample_seeds(self, seed, seed_time=None):
+        return self._sample(seed, seed_time)
+
     def sample_from_nodes(
         self,
         inputs: NodeSamplerInput,
