@@ -3,7 +3,9 @@ parts that machines load one each (:func:`partition_graph`,
 :func:`load_partition`); collective sampling across the parts
 (:class:`DistributedNeighborSampler`) and gathering of remote node features
 with a cache of hot remote rows (:class:`DistributedFeatureGather`), one part
-per rank of a process group."""
+per rank of a process group; a part as PyG's remote backend
+(:class:`PartitionFeatureStore`, :class:`PartitionGraphStore`,
+:func:`open_stores`), the :obj:`data` of the hybrid loaders."""
 
 from .build import PartitionInfo, partition_graph
 from .features import DistributedFeatureGather, GatherStats
@@ -11,6 +13,7 @@ from .loader import DistributedNeighborLoader
 from .sampler import DistributedNeighborSampler, SamplingStats
 from .storage import (GraphPartition, PartitionFileError, graph_fingerprint,
                       load_partition, verify_partition)
+from .stores import PartitionFeatureStore, PartitionGraphStore, open_stores
 
 __all__ = [
     'DistributedFeatureGather',
@@ -18,11 +21,14 @@ __all__ = [
     'DistributedNeighborSampler',
     'GatherStats',
     'GraphPartition',
+    'PartitionFeatureStore',
     'PartitionFileError',
+    'PartitionGraphStore',
     'PartitionInfo',
     'SamplingStats',
     'graph_fingerprint',
     'load_partition',
+    'open_stores',
     'partition_graph',
     'verify_partition',
 ]

@@ -1,6 +1,7 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.LinkNeighborLoader`."""
-from typing import Any, Callable, Optional, Union
+import os
+from typing import Any, Callable, Optional, Tuple, Union
 
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.link_loader import LinkLoader
@@ -209,6 +210,28 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         prefetch: int = 0,
         **kwargs,
     ):
+        if isinstance(data, (str, os.PathLike, tuple, list)):
+            from pyg_orch.distributed.loading import is_partitioned
+            if is_partitioned(data):
+                self._init_partitioned(
+                    data, num_neighbors, edge_label_index, edge_label,
+                    edge_label_time, replace, subgraph_type, disjoint,
+                    temporal_strategy, neg_sampling, neg_sampling_ratio,
+                    time_attr, weight_attr, transform,
+                    transform_sampler_output, filter_per_worker, directed,
+                    device, seed, kwargs, unsupported={
+                        'neighbor_sampler': neighbor_sampler is not None,
+                        'topology': topology is not None,
+                        'backend': backend != 'auto',
+                        'topology_placement': topology_placement != 'auto',
+                        'feature_store': feature_store not in (None, 'auto'),
+                        'gpu_memory_budget': gpu_memory_budget != 'auto',
+                        'gpu_cache_ratio': gpu_cache_ratio is not None,
+                        'lookahead': bool(lookahead),
+                        'prefetch': prefetch != 0,
+                        'num_workers': kwargs.get('num_workers', 0) != 0,
+                    })
+                return
         check_edge_label_time(edge_label_time, time_attr, None)
         device = check_common_args(data, device, kwargs, prefetch, lookahead,
                                    None, time_attr, temporal_strategy,
@@ -261,6 +284,73 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         # seeds' deduplication need their sizes), so the look-ahead overlaps
         # the gathering of the next batch with the training step.
         self._init_lookahead(lookahead)
+
+    def _init_partitioned(self, data, num_neighbors, edge_label_index,
+                          edge_label, edge_label_time, replace, subgraph_type,
+                          disjoint, temporal_strategy, neg_sampling,
+                          neg_sampling_ratio, time_attr, weight_attr,
+                          transform, transform_sampler_output,
+                          filter_per_worker, directed, device, seed, kwargs,
+                          unsupported) -> None:
+        # A partitioned graph: PyG's `LinkLoader` over the partition's
+        # stores with the collective sampler; the ranks agree on the
+        # collective arguments and the number of batches first.
+        from pyg_orch.distributed.loading import (
+            in_step,
+            partition_stores,
+            reject_options,
+            seeded_generator,
+        )
+        from pyg_orch.sampling.arguments import resolve_device
+        data = partition_stores(data, resolve_device(device))
+        graph_store = data[1]
+        labels: Tuple[Any, Any] = (None, None)
+
+        def check() -> Tuple[int, dict]:
+            nonlocal labels, device, neg_sampling
+            reject_options(unsupported)
+            device = check_common_args(data, device, kwargs, prefetch=0,
+                                       lookahead=None, time_attr=time_attr,
+                                       temporal_strategy=temporal_strategy,
+                                       weight_attr=weight_attr)
+            labels = graph_store.label_edges(edge_label_index)
+            num = labels[1].size(1)
+            check_edge_label(edge_label, num)
+            check_edge_label_time(edge_label_time, time_attr, num)
+            neg_sampling = check_neg_sampling(
+                neg_sampling, neg_sampling_ratio, edge_label, data, labels)
+            neg = None if neg_sampling is None else (
+                neg_sampling.mode.value, neg_sampling.amount,
+                neg_sampling.src_weight is not None,
+                neg_sampling.dst_weight is not None)
+            # What every rank must pass alike (compared by `repr`):
+            return num, {
+                'num_neighbors': num_neighbors, 'replace': replace,
+                'subgraph_type': str(subgraph_type), 'disjoint': disjoint,
+                'directed': directed, 'temporal_strategy': temporal_strategy,
+                'time_attr': time_attr, 'weight_attr': weight_attr,
+                'neg_sampling': neg, 'edge_label_index (edge type)':
+                labels[0], 'edge_label_time (given or not)':
+                edge_label_time is not None,
+            }
+
+        seed_shuffling(seed, kwargs)
+        in_step(graph_store, kwargs, check)
+        sampler = graph_store.sampler(
+            num_neighbors, replace=replace, disjoint=disjoint,
+            subgraph_type=subgraph_type if directed else 'induced',
+            temporal_strategy=temporal_strategy, time_attr=time_attr,
+            weight_attr=weight_attr, device=device,
+            generator=seeded_generator(seed, graph_store.rank, device))
+        self._init_pipeline(device, 0)
+        super().__init__(
+            data=data, link_sampler=sampler, edge_label_index=labels,
+            edge_label=edge_label, edge_label_time=edge_label_time,
+            neg_sampling=neg_sampling, transform=None,
+            transform_sampler_output=transform_sampler_output,
+            filter_per_worker=filter_per_worker, **kwargs)
+        self._init_batches(transform, None, 'auto', None, 'frequency')
+        self._init_lookahead(False)
 
     # `HybridLoaderMixin` #####################################################
 
