@@ -34,9 +34,10 @@ def agree_on_batches(
     collective :obj:`arguments` (compared by :func:`repr`) and the
     :obj:`error` it hit while checking its own arguments, and returns the
     smallest count (a collective). Every rank raises the same
-    :class:`ValueError`, instead of waiting in a later collective, where a
-    rank hit an error (naming the rank and the error) or where the ranks
-    disagree on an argument (naming it and the values)."""
+    :class:`ValueError`, instead of waiting in a later collective, where
+    the ranks disagree on an argument (naming it and the values); where a
+    rank hit an error, it raises that error and every other rank a
+    :class:`ValueError` naming the rank and the error."""
     mine = (None if error is None else
             f'{type(error).__name__}: {error}', int(count),
             {k: repr(v) for k, v in arguments.items()})
@@ -44,10 +45,12 @@ def agree_on_batches(
     if group_size(group) > 1:
         everything = [None] * group_size(group)
         dist.all_gather_object(everything, mine, group=group)
+    if error is not None:
+        raise error  # Its own error on the rank that hit it.
     for r, (err, _, _) in enumerate(everything):
         if err is not None:
             raise ValueError(f'rank {r} could not build its loader, so no '
-                             f'rank can sample: {err}') from error
+                             f'rank can sample: {err}')
     first = everything[0][2]
     for r, (_, _, args) in enumerate(everything):
         for name in sorted(set(first) | set(args)):

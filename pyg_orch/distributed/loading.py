@@ -93,9 +93,9 @@ def in_step(graph_store: PartitionGraphStore, kwargs: dict,
     ranks: a rank's other seeds are skipped in every epoch, different ones
     with :obj:`shuffle=True`), and replaces :obj:`batch_size`,
     :obj:`shuffle` and :obj:`drop_last` in :obj:`kwargs` by a
-    :obj:`batch_sampler` that stops there. A collective: where any rank
-    fails or the ranks disagree, every rank raises the same
-    :class:`ValueError`. Returns the number of batches."""
+    :obj:`batch_sampler` that stops there. A collective that fails on
+    every rank where one fails (see :func:`agree_on_batches`). Returns the
+    number of batches."""
     error: Optional[BaseException] = None
     count = num_seeds = 0
     arguments: Dict[str, Any] = {}
