@@ -12,7 +12,11 @@ from conftest import random_graph, random_hetero_graph, temporal_graph
 from multiproc import run_workers
 from torch_geometric.sampler import NegativeSampling, NodeSamplerInput
 
-from pyg_orch import HybridLinkNeighborLoader, HybridNeighborSampler
+from pyg_orch import (
+    HybridLinkNeighborLoader,
+    HybridNeighborLoader,
+    HybridNeighborSampler,
+)
 from pyg_orch.distributed import (
     DistributedNeighborSampler,
     PartitionFeatureStore,
@@ -56,6 +60,12 @@ def _global(batch, neg):
     return out
 
 
+def _nodes(batch):
+    n_id = batch.n_id
+    return {'n_id': n_id, 'x': batch.x, 'edge': torch.stack([
+        n_id[batch.edge_index[0]], n_id[batch.edge_index[1]], batch.e_id])}
+
+
 NEGATIVES = {None: None, 'binary': NegativeSampling('binary', amount=1),
              'triplet': NegativeSampling('triplet', amount=2)}
 
@@ -79,6 +89,11 @@ def _homo_worker(rank, world_size, out_dir):
                                      batch_size=BATCH, device='cpu', seed=6)
     out['again'] = [_global(b, 'binary') for b in again]
     out['other'] = [_global(b, 'binary') for b in other]
+    # The node loader over the same stores:
+    node_seeds = torch.arange(rank, NUM_NODES, 7)
+    nodes = HybridNeighborLoader(stores, FULL, input_nodes=node_seeds,
+                                 batch_size=BATCH, device='cpu')
+    out['node_loader'] = [(b.batch_size, b.input_id, _nodes(b)) for b in nodes]
     # The collective sampler as PyG's BaseSampler:
     sampler = stores[1].sampler(FULL)
     seeds = torch.tensor([3, 17, 40]) + rank
@@ -148,6 +163,16 @@ def test_link_batches_equal_one_machine(tmp_path):
             assert torch.equal(a['n_id'], b['n_id'])
         assert any(not torch.equal(a['label_index'], b['label_index'])
                    for a, b in zip(res['other'], res['binary'][1]))
+        # HybridNeighborLoader over the stores: one machine's batches.
+        node_seeds = torch.arange(rank, NUM_NODES, 7)
+        ref = list(HybridNeighborLoader(data, FULL, input_nodes=node_seeds,
+                                        batch_size=BATCH, device='cpu'))
+        assert len(res['node_loader']) == 3  # 9 seeds on each rank.
+        for (size, input_id, ours), theirs in zip(res['node_loader'], ref):
+            assert size == theirs.batch_size
+            assert torch.equal(input_id, theirs.input_id)
+            assert torch.equal(ours['n_id'][:size], theirs.n_id[:size])
+            _same_subgraph(ours, theirs, data)
         # sample_from_nodes(NodeSamplerInput): the plain call's output, the
         # input ids in the metadata, one machine's nodes at full fan-out.
         seeds, input_id, *a, b_id, b_node, b_row, b_col, b_edge = \

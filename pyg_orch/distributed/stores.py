@@ -110,6 +110,52 @@ class PartitionGraphStore(GraphStore):
                                       output_size=int(csc.row.numel()))
         return torch.stack([csc.row.to(torch.int64), col])
 
+    def seed_nodes(self, input_nodes: Any) -> Tuple[Any, Tensor]:
+        r"""Checks the seeds of a node loader over the partition and returns
+        :obj:`(node_type, ids)` (:obj:`None` as node type for a homogeneous
+        partition): global ids or a boolean mask over all vertices, for a
+        heterogeneous partition with their node type as a :obj:`(node
+        type, ids)` tuple; a node type alone, or :obj:`None` on a
+        homogeneous partition, means the vertices this part owns."""
+        node_type, nodes = None, input_nodes
+        if self.is_hetero:
+            if isinstance(nodes, str):
+                node_type, nodes = nodes, None
+            elif isinstance(nodes, (tuple, list)) and len(nodes) == 2 and \
+                    isinstance(nodes[0], str):
+                node_type, nodes = nodes
+            else:
+                raise ValueError(f"'input_nodes' must be a node type or a "
+                                 f"(node type, ids) tuple on a "
+                                 f"heterogeneous partition (got "
+                                 f"{input_nodes!r:.100})")
+            if node_type not in self.num_nodes:
+                raise ValueError(f"'input_nodes' names the node type "
+                                 f"{node_type!r}, which is not in the "
+                                 f"partition (node types: "
+                                 f"{list(self.num_nodes)})")
+        if nodes is None:
+            ids = self.partition.node_ids[node_type] if self.is_hetero \
+                else self.partition.node_ids
+            return node_type, ids.to(torch.int64)
+        n = self.num_nodes[node_type]
+        if isinstance(nodes, Tensor) and nodes.dtype == torch.bool:
+            if nodes.shape != (n, ):
+                raise ValueError(f"'input_nodes' as a mask must have one "
+                                 f"entry per vertex ({n} of node type "
+                                 f"{node_type!r}; got shape "
+                                 f"{tuple(nodes.shape)})")
+            return node_type, nodes.nonzero().view(-1)
+        if not isinstance(nodes, Tensor) or nodes.dim() != 1 or \
+                nodes.is_floating_point():
+            raise ValueError(f"'input_nodes' must be a 1-D integer tensor of "
+                             f"global ids or a boolean mask (got "
+                             f"{type(nodes).__name__})")
+        if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
+            raise ValueError(f"'input_nodes' holds ids outside [0, {n}) "
+                             f"(global ids of node type {node_type!r})")
+        return node_type, nodes.to(torch.int64)
+
     def label_edges(self, edge_label_index: Any) -> Tuple[Any, Tensor]:
         r"""Checks the label edges of a link loader over the partition and
         returns :obj:`(edge_type, edge_label_index)` (:obj:`None` as edge
