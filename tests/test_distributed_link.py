@@ -207,7 +207,12 @@ def _hetero_worker(rank, world_size, out_dir):
             item[et] = b[et].e_id if 'e_id' in b[et] else \
                 torch.empty(0, dtype=torch.long)
         out.append(item)
-    return out
+    nodes = HybridNeighborLoader(stores, {et: FULL for et in data.edge_types},
+                                 input_nodes=('paper', torch.arange(rank, 30,
+                                                                    3)),
+                                 batch_size=5, device='cpu')
+    return out, [(b['paper'].batch_size, {
+        t: b[t].n_id for t in data.node_types}) for b in nodes]
 
 
 def test_hetero_link_batches_equal_one_machine(tmp_path):
@@ -216,7 +221,18 @@ def test_hetero_link_batches_equal_one_machine(tmp_path):
                            progress=False)
     out = run_workers(_hetero_worker, 2, args=(str(info.out_dir), ),
                       timeout=120)
-    for rank, batches in enumerate(out):
+    for rank, (batches, node_batches) in enumerate(out):
+        # HybridNeighborLoader over the stores: one machine's nodes.
+        ref = list(HybridNeighborLoader(
+            data, {et: FULL for et in data.edge_types},
+            input_nodes=('paper', torch.arange(rank, 30, 3)), batch_size=5,
+            device='cpu'))
+        assert len(node_batches) == len(ref) == 2
+        for (size, n_ids), one in zip(node_batches, ref):
+            assert size == one['paper'].batch_size
+            for t in data.node_types:
+                assert torch.equal(n_ids[t].sort().values,
+                                   one[t].n_id.sort().values)
         assert len(batches) == 3  # 10 label edges in batches of 4.
         for b in batches:
             n = b['label_index'].size(1)
