@@ -8,7 +8,13 @@ argument fail at construction on every rank, no hang. Also the collective
 sampler as a PyG BaseSampler (sample_from_nodes(NodeSamplerInput))."""
 import pytest
 import torch
-from conftest import random_graph, random_hetero_graph, temporal_graph
+from conftest import (
+    B_TO_A,
+    random_graph,
+    random_hetero_graph,
+    temporal_graph,
+    temporal_hetero_graph,
+)
 from multiproc import run_workers
 from torch_geometric.sampler import NegativeSampling, NodeSamplerInput
 
@@ -299,6 +305,47 @@ def test_temporal_link_batches(tmp_path):
             assert label_index.size(1) == 2 * num_pos
             assert bool((data.time[label_index[:, num_pos:]]
                          <= time[num_pos:]).all())
+
+
+def _hetero_temporal_worker(rank, world_size, out_dir):
+    data = temporal_hetero_graph(5)
+    edges = data[B_TO_A].edge_index[:, rank * 6:rank * 6 + 6]
+    label_time = data['a'].time[edges[1]] + 2
+    out = []
+    for neg in (None, 'binary'):
+        loader = HybridLinkNeighborLoader(
+            out_dir, {et: FULL for et in data.edge_types},
+            edge_label_index=(B_TO_A, edges), edge_label_time=label_time,
+            time_attr='time', neg_sampling=neg, batch_size=3, device='cpu',
+            seed=3)
+        out.append([({t: (b[t].n_id, b[t].batch, b[t].num_sampled_nodes[0])
+                      for t in data.node_types},
+                     b[B_TO_A].edge_label_time) for b in loader])
+    return edges, label_time, out
+
+
+def test_hetero_temporal_link_batches(tmp_path):
+    data = temporal_hetero_graph(5)
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_hetero_temporal_worker, 2,
+                      args=(str(info.out_dir), ), timeout=120)
+    fanouts = {et: FULL for et in data.edge_types}
+    for edges, label_time, (plain, with_neg) in out:
+        ref = list(HybridLinkNeighborLoader(
+            data, fanouts, edge_label_index=(B_TO_A, edges),
+            edge_label_time=label_time, time_attr='time', batch_size=3,
+            device='cpu'))
+        assert len(plain) == len(with_neg) == len(ref) == 2
+        for (ours, _), one in zip(plain, ref):
+            for t in data.node_types:
+                assert torch.equal(ours[t][0], one[t].n_id), t
+                assert torch.equal(ours[t][1], one[t].batch), t
+        for ours, time in plain + with_neg:
+            for t, (n_id, batch, num_seeds) in ours.items():
+                # No sampled node later than its label edge's time:
+                assert bool((data[t].time[n_id[num_seeds:]]
+                             <= time[batch[num_seeds:]]).all()), t
 
 
 def _disagree_worker(rank, world_size, out_dir, case):

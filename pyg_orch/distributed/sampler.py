@@ -936,18 +936,32 @@ class DistributedNeighborSampler(BaseSampler):
                 raise ValueError("'seed_time' is for temporal sampling; "
                                  "pass 'time_attr' to the sampler")
             return None
-        if len(seeds) != 1:
-            raise ValueError(f"Temporal sampling takes the seeds of one node "
-                             f"type per call (got {list(seeds)})")
-        ((node_type, ids), ) = seeds.items()
         if seed_time is None:
-            return node_seed_times(
+            times = node_seed_times(
                 self.node_time, self.time_attr, seeds,
-                "'seed_time' ('input_time' to the loader)")[node_type]
-        if isinstance(seed_time, dict):
-            seed_time = seed_time.get(node_type)
-        return times_per_seed(seed_time, ids.numel(),
-                              'seed_time').to(self.device)
+                "'seed_time' ('input_time' to the loader)")
+        else:
+            if not isinstance(seed_time, dict):
+                if len(seeds) != 1:
+                    raise ValueError(f"'seed_time' must be a dictionary of "
+                                     f"times per node type for seeds of "
+                                     f"several node types (got "
+                                     f"{list(seeds)})")
+                seed_time = {next(iter(seeds)): seed_time}
+            times = {t: times_per_seed(seed_time.get(t), ids.numel(),
+                                       'seed_time').to(self.device)
+                     for t, ids in seeds.items()}
+        if len(times) == 1:
+            return next(iter(times.values())).to(self.device)
+        # Seeds of several node types (link endpoints): subgraph i is
+        # bounded by the time of seed i, as in the single-machine sampler.
+        size = max(v.numel() for v in times.values())
+        out = None
+        for v in times.values():
+            if out is None:
+                out = v.new_zeros(size, device=self.device)
+            out[:v.numel()] = v.to(self.device)
+        return out
 
     def _bounds(self, seed_time: Tensor) -> Tensor:
         r"""The time bound of every seed's subgraph as the ranks exchange
