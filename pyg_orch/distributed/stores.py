@@ -278,7 +278,8 @@ class PartitionFeatureStore(FeatureStore):
             raise TypeError(f"'partition' must be a GraphPartition (got "
                             f"{type(partition).__name__})")
         super().__init__()
-        self.gather = DistributedFeatureGather(
+        #: The collective row fetch behind the store.
+        self.feature_gather = DistributedFeatureGather(
             partition, keys=keys, group=group, policy=policy,
             cache_size=cache_size, edge_keys=[], device=device,
             feature_device=feature_device)
@@ -286,13 +287,14 @@ class PartitionFeatureStore(FeatureStore):
         self.partition = partition
         attrs = partition.node_attrs if self.is_hetero else {
             None: partition.node_attrs}
-        keys_of = self.gather.keys if self.is_hetero else {
-            None: self.gather.keys}
-        num_nodes = self.gather.num_nodes if self.is_hetero else {
-            None: self.gather.num_nodes}
+        gather = self.feature_gather
+        keys_of = gather.keys if self.is_hetero else {None: gather.keys}
+        #: The global number of vertices per node type.
+        self.num_nodes: Dict[Any, int] = dict(gather.num_nodes) \
+            if self.is_hetero else {None: gather.num_nodes}
         #: The global size of every attribute served.
         self.sizes: Dict[Tuple[Any, str], Tuple[int, ...]] = {
-            (t, k): (num_nodes[t], ) + tuple(attrs[t][k].shape[1:])
+            (t, k): (self.num_nodes[t], ) + tuple(attrs[t][k].shape[1:])
             for t, ks in keys_of.items() for k in ks}
 
     def build_cache(self, counts: Any, cache_size: int) -> int:
@@ -300,7 +302,7 @@ class PartitionFeatureStore(FeatureStore):
         counted most often in :obj:`counts` (see
         :meth:`~pyg_orch.distributed.DistributedFeatureGather.build_cache`);
         a collective."""
-        return self.gather.build_cache(counts, cache_size)
+        return self.feature_gather.build_cache(counts, cache_size)
 
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
         return [TensorAttr(group_name=t, attr_name=k)
@@ -340,8 +342,8 @@ class PartitionFeatureStore(FeatureStore):
             return []
         cat = {t: torch.cat(v) for t, v in ids.items()}
         self._check_range(cat)
-        rows = self.gather.gather(cat) if self.is_hetero else {
-            None: self.gather.gather(cat[None])}
+        gather = self.feature_gather.gather
+        rows = gather(cat) if self.is_hetero else {None: gather(cat[None])}
         out, offsets = [], {t: 0 for t in cat}
         for attr in attrs:
             t, k = attr.group_name, attr.attr_name
@@ -352,7 +354,7 @@ class PartitionFeatureStore(FeatureStore):
 
     def _check_range(self, ids: Dict[Any, Tensor]) -> None:
         for t, v in ids.items():
-            n = next(s[0] for (nt, _), s in self.sizes.items() if nt == t)
+            n = self.num_nodes[t]
             if v.numel() and (int(v.min()) < 0 or int(v.max()) >= n):
                 raise ValueError(f"'index' must hold global node ids in "
                                  f"[0, {n}) of node type {t!r} (got "
