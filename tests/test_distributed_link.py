@@ -409,6 +409,10 @@ def test_stores_single_process(tmp_path):
     with pytest.raises(ValueError, match="outside \\[0, 60\\)"):
         HybridLinkNeighborLoader((fs, gs), FULL,
                                  edge_label_index=torch.tensor([[0], [60]]))
+    with pytest.raises(ValueError, match="'neg_sampling.dst_weight' must "
+                       "hold one weight per vertex of the whole graph"):
+        HybridLinkNeighborLoader((fs, gs), FULL, neg_sampling=NegativeSampling(
+            'binary', dst_weight=torch.ones(NUM_NODES - 1)))
     with pytest.raises(ValueError, match="has no attribute 'z'"):
         fs.get_tensor(None, 'z', index=ids)
     with pytest.raises(NotImplementedError, match="'prefetch'"):

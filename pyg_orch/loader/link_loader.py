@@ -319,6 +319,7 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             check_edge_label_time(edge_label_time, time_attr, num)
             neg_sampling = check_neg_sampling(
                 neg_sampling, neg_sampling_ratio, edge_label, data, labels)
+            _check_global_weights(neg_sampling, labels[0], graph_store)
             neg = None if neg_sampling is None else (
                 neg_sampling.mode.value, neg_sampling.amount,
                 neg_sampling.src_weight is not None,
@@ -410,3 +411,19 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
                 del data[input_type].edge_label_index
                 del data[input_type].edge_label_time
         return data
+
+
+def _check_global_weights(neg_sampling: Optional[NegativeSampling],
+                          edge_type: Any, graph_store: Any) -> None:
+    # Negative-sampling weights over a partitioned graph: one per vertex of
+    # the whole graph (global ids).
+    if neg_sampling is None:
+        return
+    for name, weight, end in (('src_weight', neg_sampling.src_weight, 0),
+                              ('dst_weight', neg_sampling.dst_weight, -1)):
+        node_type = None if edge_type is None else edge_type[end]
+        n = graph_store.num_nodes[node_type]
+        if weight is not None and weight.numel() != n:
+            raise ValueError(f"'neg_sampling.{name}' must hold one weight "
+                             f"per vertex of the whole graph ({n} of node "
+                             f"type {node_type!r}; got {weight.numel()})")
