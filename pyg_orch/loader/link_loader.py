@@ -88,8 +88,14 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
     negative nodes are never later than their label edge.
 
     Args:
-        data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
-            graph.
+        data (Data or HeteroData or Tuple[FeatureStore, GraphStore] or
+            str): The graph. A partitioned graph (a folder written by
+            :func:`~pyg_orch.distributed.partition_graph`, or its
+            :func:`~pyg_orch.distributed.open_stores` pair) trains across
+            machines, one part per rank: label edges and batches in global
+            ids, sampled collectively, every rank running the agreed
+            number of batches (the smallest; a rank's other label edges are
+            skipped in that epoch).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
