@@ -31,6 +31,7 @@ from pyg_orch.distributed import (
     open_stores,
     partition_graph,
 )
+from pyg_orch.sampling.edges import SeedSampler
 
 FULL = [-1, -1]
 NUM_NODES = 60
@@ -402,6 +403,11 @@ def test_stores_single_process(tmp_path):
     assert sorted(zip(row.tolist(), col.tolist())) == sorted(
         zip(*data.edge_index.tolist()))
     assert isinstance(gs.sampler(FULL), DistributedNeighborSampler)
+    # Both samplers declare what edge sampling needs from them:
+    assert isinstance(gs.sampler(FULL), SeedSampler)
+    assert isinstance(HybridNeighborSampler(data, FULL, device='cpu'),
+                      SeedSampler)
+    assert gs.sampler(FULL).global_num_nodes == {None: NUM_NODES}
     with pytest.raises(ValueError, match=r"global node ids in \[0, 60\)"):
         fs.get_tensor(None, 'x', index=torch.tensor([60]))
     with pytest.raises(ValueError, match="1-D tensor of global node ids"):
