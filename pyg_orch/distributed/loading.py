@@ -89,9 +89,9 @@ def in_step(graph_store: PartitionGraphStore, kwargs: dict,
             check: Callable[[], Tuple[int, Dict[str, Any]]]) -> int:
     r"""Runs this rank's own checks (:obj:`check` returns its number of
     seeds and its collective arguments, name -> value), agrees with every
-    other rank on those arguments and on the number of batches (the smallest of all
-    ranks: a rank's other seeds are skipped in every epoch, different ones
-    with :obj:`shuffle=True`), and replaces :obj:`batch_size`,
+    other rank on those arguments and on the number of batches (the
+    smallest of all ranks: a rank's other seeds are skipped in every
+    epoch, different ones with :obj:`shuffle=True`), and replaces :obj:`batch_size`,
     :obj:`shuffle` and :obj:`drop_last` in :obj:`kwargs` by a
     :obj:`batch_sampler` that stops there. A collective that fails on
     every rank where one fails (see :func:`agree_on_batches`). Returns the
