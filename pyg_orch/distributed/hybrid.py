@@ -185,6 +185,13 @@ def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
                     f"'{group}.{field}' applies to a graph held in memory; "
                     f"leave it unset")
     if placement is not None:
+        if isinstance(placement.topology, str) and \
+                placement.topology in ('device', 'host'):
+            raise ValueError(
+                f"HybridNeighborLoader on a partition folder: "
+                f"'placement.topology' must be 'auto' or 'sharded' (got "
+                f"{placement.topology!r}); the part's topology is sampled "
+                f"on 'sampling_device'")
         out['topology_placement'] = placement.topology
     if cache is not None:
         out.update(cache_policy=cache.policy, cache_ranking=cache.ranking,
