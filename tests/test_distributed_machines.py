@@ -231,7 +231,7 @@ def _one_machine_worker(rank, world_size, out_dir):
         HybridNeighborLoader(out_dir, [3, 2], batch_size=6, device='cpu',
                              placement=PlacementOptions(
                                  topology=TopologySharding(
-                                 split_by='random'))
+                                     split_by='random')))
     # Worker threads read the shards at once: each batch's count of rows
     # read from the peer's shard is its own, and no read goes uncounted.
     full = dict(num_neighbors=[-1, -1], batch_size=3, device='cpu',
