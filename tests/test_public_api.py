@@ -325,6 +325,27 @@ def test_distributed_loader_renames(part_dir):
         DistributedNeighborLoader(part_dir, [2], frobnicate=3, **kw)
 
 
+def test_seed_none_is_the_shared_default_seed(tmp_path):
+    # Where every rank must agree without an exchange, seed=None is the
+    # fixed seed 0, as the old default was.
+    from pyg_orch.distributed import load_partition, partition_graph
+    from pyg_orch.multigpu import DistributedSeedSplit, split_positions
+    for rank in range(3):
+        assert torch.equal(split_positions(50, rank, 3),
+                           split_positions(50, rank, 3, seed=0))
+        assert not torch.equal(split_positions(50, rank, 3),
+                               split_positions(50, rank, 3, seed=1))
+    split = DistributedSeedSplit(50, 1, 3)
+    assert torch.equal(split.positions(2),
+                       DistributedSeedSplit(50, 1, 3, seed=0).positions(2))
+    parts = []
+    for seed, name in ((None, 'a'), (0, 'b')):
+        info = partition_graph(_graph(), 2, tmp_path / name, 'random',
+                               seed=seed, progress=False)
+        parts.append(load_partition(info.out_dir, 0).node_ids)
+    assert torch.equal(*parts)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--update', action='store_true',
