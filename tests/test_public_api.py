@@ -296,6 +296,8 @@ def test_partition_folder_accepts_old_keywords(part_dir, old, value, new):
         warnings.simplefilter('always')
         a = HybridNeighborLoader(part_dir, [2, 2], **{old: value}, **kw)
     assert len(_our_warnings(caught)) == 1
+    assert [w.filename for w in caught
+            if 'is deprecated; pass' in str(w.message)] == [__file__]
     b = HybridNeighborLoader(part_dir, [2, 2], cache=CacheOptions(**new),
                              **kw)
     assert (a.gather.policy, a.cache_ranking, a.num_presample_batches) == \
@@ -312,6 +314,7 @@ def test_distributed_loader_renames(part_dir):
                                         **kw)
     assert _our_warnings(caught) == ["'presample_batches' is deprecated; "
                                      "pass num_presample_batches=3"]
+    assert caught[-1].filename == __file__
     new = DistributedNeighborLoader(part_dir, [2], num_presample_batches=3,
                                     **kw)
     assert old.num_presample_batches == new.num_presample_batches == 3

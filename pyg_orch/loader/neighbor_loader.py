@@ -159,8 +159,7 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             arguments = dict(bound.arguments)
             extra = arguments.pop('kwargs', {})
             arguments['placement'], arguments['cache'] = resolve_options(
-                extra, arguments.get('placement'), arguments.get('cache'),
-                stacklevel=3)
+                extra, arguments.get('placement'), arguments.get('cache'))
             arguments.update(extra)
             del arguments['self'], arguments['data']
             return partition_loader(data, arguments)

@@ -73,9 +73,9 @@ class CacheOptions:
             cache=CacheOptions(cache_ratio=0.2, ranking='degree'))
 
     Args:
-        store (str or TieredFeatureStore or HeteroTieredFeatureStore,
-            optional): On CUDA with node features :obj:`x` in host memory,
-            :obj:`'auto'` serves them from a
+        store (str or TieredFeatureStore, optional): On CUDA with node
+            features :obj:`x` in host memory, :obj:`'auto'` serves them
+            from a
             :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on
             the GPU, the rest read from pinned memory), or for
             :class:`~torch_geometric.data.HeteroData` from a
