@@ -427,7 +427,7 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
                                            args.feature_device))
     loader = DistributedNeighborLoader(
         part_dir, args.fanout, batch_size=args.batch_size, shuffle=True,
-        cache_size=args.cache_rows, presample_batches=args.presample,
+        cache_size=args.cache_rows, num_presample_batches=args.presample,
         cache_ranking=args.cache_ranking, seed=args.seed, device=device,
         sampling_device=sampling_device, feature_device=feature_device,
         topology_placement=args.topology,

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from torch_geometric.nn import GraphSAGE  # noqa: E402
 from torch_geometric.sampler import NodeSamplerInput  # noqa: E402
 
+from pyg_orch import CacheOptions, PlacementOptions  # noqa: E402
 from pyg_orch import HybridNeighborLoader, HybridNeighborSampler  # noqa
 from pyg_orch.datasets import power_law_graph  # noqa: E402
 from pyg_orch.gpu.feature_store import TieredFeatureStore  # noqa: E402
@@ -401,7 +402,8 @@ def main():
                                    method=best_method, gpu_memory_budget=0.5,
                                    gather_blocks=blocks)
         loader = HybridNeighborLoader(data_cpu, fanout, topology=topo,
-                                      feature_store=store, **common)
+                                      cache=CacheOptions(store=store),
+                                      **common)
         r = time_training(loader, model, opt, args.batches, args.warmup,
                           args.rounds)
         r['gather_blocks'] = store.gather_blocks
@@ -417,7 +419,8 @@ def main():
                     ('e2e_host_features_cache_prefetch_thread',
                      dict(prefetch=2))):
         loader = HybridNeighborLoader(data_cpu, fanout, topology=topo,
-                                      feature_store=store, **common, **kw)
+                                      cache=CacheOptions(store=store),
+                                      **common, **kw)
         res[key] = time_training(loader, model, opt, args.batches,
                                  args.warmup)
         log(f'{key}: {res[key]}')
@@ -537,8 +540,8 @@ def scale(args):
     loader = HybridNeighborLoader(data, fanout, input_nodes=data.train_mask,
                                   batch_size=args.batch_size, shuffle=True,
                                   device=dev, topology=host_topo,
-                                  topology_placement='host',
-                                  feature_store=store, seed=0,
+                                  placement=PlacementOptions(topology='host'),
+                                  cache=CacheOptions(store=store), seed=0,
                                   lookahead=True)
     model = GraphSAGE(Fdim, args.hidden, 3, 47).to(dev)
     opt = adam(model.parameters())

@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from torch_geometric.data import HeteroData  # noqa: E402
 from torch_geometric.sampler import NodeSamplerInput  # noqa: E402
 
+from pyg_orch import CacheOptions  # noqa: E402
 from pyg_orch import HybridNeighborLoader, HybridNeighborSampler  # noqa
 from _bench_common import int_list, log, machine_info, sync  # noqa: E402
 
@@ -287,14 +288,14 @@ def main(argv: List[str] = None) -> Dict:
     section(results, 'sample/homogeneous', homo_sampler)
 
     budget = dict(gpu_memory_budget=args.gpu_memory_budget,
-                  gpu_cache_ratio=args.gpu_cache_ratio)
+                  cache_ratio=args.gpu_cache_ratio)
 
     def hetero_loader(feature_store):
         def run():
             loader = HybridNeighborLoader(
                 data, fanout, batch_size=args.batch_size, shuffle=True,
                 input_nodes='paper', device=device, seed=0,
-                feature_store=feature_store, **budget)
+                cache=CacheOptions(store=feature_store, **budget))
             loader.reset_stats()  # Not the pre-sampling.
             res = time_batches(loader_step(loader), list(range(count)),
                                **timing)

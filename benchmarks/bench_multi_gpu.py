@@ -139,7 +139,12 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
     from torch_geometric.nn import GraphSAGE
-    from pyg_orch import HybridNeighborLoader, HybridNeighborSampler
+    from pyg_orch import (
+        CacheOptions,
+        HybridNeighborLoader,
+        HybridNeighborSampler,
+        PlacementOptions,
+    )
 
     torch.cuda.set_device(rank)
     dev = torch.device('cuda', rank)
@@ -166,18 +171,19 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
                 y_gpu = data.y.to(dev)
                 ei_gpu = data.edge_index.to(dev)
             d = type(data)(x=x_gpu, y=y_gpu, edge_index=ei_gpu, num_nodes=N)
-            store_kw = {}
+            cache = CacheOptions()
         else:
             d = data
             budget = int(args.cache_ratio * N) * row_bytes
             if feats == 'all':
                 budget = (N + world - 1) // world * row_bytes
-            store_kw = dict(gpu_memory_budget=budget)
+            cache = CacheOptions(gpu_memory_budget=budget)
         t = time.perf_counter()
         loader = HybridNeighborLoader(
             d, fanout, input_nodes=mine, batch_size=args.batch_size,
-            shuffle=False, device=dev, topology_placement=placement,
-            seed=rank, lookahead=True, **store_kw)
+            shuffle=False, device=dev,
+            placement=PlacementOptions(topology=placement), cache=cache,
+            seed=rank, lookahead=True)
         build_s = time.perf_counter() - t
         model = GraphSAGE(F, args.hidden, len(fanout),
                           int(data.y.max()) + 1).to(dev)

@@ -525,7 +525,7 @@ def endless(loader) -> Iterator[Any]:
 def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     from torch_geometric.nn import GraphSAGE
 
-    from pyg_orch import HybridNeighborLoader
+    from pyg_orch import CacheOptions, HybridNeighborLoader
     from pyg_orch.offload import BottomLayerOffload
 
     device = torch.device(args.device)
@@ -534,7 +534,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
         data, args.fanout, batch_size=args.batch_size, shuffle=True,
         input_nodes=('b', data['b'].train_mask) if hetero else
         data.train_mask, device=device, seed=args.seed, topology=topology,
-        gpu_cache_ratio=args.gpu_cache_ratio)
+        cache=CacheOptions(cache_ratio=args.gpu_cache_ratio))
     torch.manual_seed(args.seed)
     model = GraphSAGE(args.num_features, args.hidden, args.num_layers,
                       args.num_classes)

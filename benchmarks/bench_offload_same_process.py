@@ -83,7 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run(args) -> Dict[str, Any]:
     from torch_geometric.nn import GraphSAGE
 
-    from pyg_orch import GraphTopology, HybridNeighborLoader
+    from pyg_orch import CacheOptions, GraphTopology, HybridNeighborLoader
     from pyg_orch.offload import BottomLayerOffload
 
     g = args.graph
@@ -93,7 +93,7 @@ def run(args) -> Dict[str, Any]:
     loader = HybridNeighborLoader(
         data, g.fanout, batch_size=g.batch_size, shuffle=True,
         input_nodes=data.train_mask, device=device, seed=g.seed,
-        topology=topology, gpu_cache_ratio=g.gpu_cache_ratio)
+        topology=topology, cache=CacheOptions(cache_ratio=g.gpu_cache_ratio))
     batches = bench_offload.endless(loader)
 
     def step(model, opt) -> None:

@@ -105,7 +105,7 @@ def main(argv=None) -> Dict[str, Any]:
     import psutil
     from torch_geometric.nn import GraphSAGE
 
-    from pyg_orch import HybridNeighborLoader
+    from pyg_orch import CacheOptions, HybridNeighborLoader
     from pyg_orch.offload.bottom_layer import BottomLayerComputer
     from pyg_orch.offload.super_batch import EmbeddingPipeline
 
@@ -116,7 +116,8 @@ def main(argv=None) -> Dict[str, Any]:
     loader = HybridNeighborLoader(data, g.fanout, batch_size=g.batch_size,
                                   shuffle=True, input_nodes=data.train_mask,
                                   device=device, seed=0,
-                                  gpu_cache_ratio=g.gpu_cache_ratio)
+                                  cache=CacheOptions(
+                                      cache_ratio=g.gpu_cache_ratio))
     csc = loader.node_sampler.topology.to('cpu').csc[None]
     deg = csc.colptr[1:] - csc.colptr[:-1]
     hot = deg.argsort(descending=True)[:args.num_hot]

@@ -254,7 +254,7 @@ def main(argv=None) -> Dict[str, Any]:
     args = parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    from pyg_orch import HybridNeighborLoader
+    from pyg_orch import HybridNeighborLoader, PlacementOptions
     from pyg_orch.sampling.topology import GraphTopology
 
     device = torch.device(args.device)
@@ -314,7 +314,9 @@ def main(argv=None) -> Dict[str, Any]:
         loader = HybridNeighborLoader(data, args.fanout,
                                       batch_size=args.batch_size,
                                       device=device, seed=args.seed,
-                                      topology=topo, backend=backend,
+                                      topology=topo,
+                                      placement=PlacementOptions(
+                                          backend=backend),
                                       **kwargs)
         meta[label(name, backend)] = dict(
             topology=MODES[name][0], mode=name, backend=backend,

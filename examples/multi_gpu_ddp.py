@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import GraphSAGE
 
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import HybridNeighborLoader, PlacementOptions
 from pyg_orch.datasets import power_law_graph
 from pyg_orch.multigpu.ddp import (
     DistributedSeedSplit,
@@ -82,7 +82,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                                   batch_size=args.batch_size,
                                   input_nodes=data.train_mask, sampler=split,
                                   device=device, seed=rank,
-                                  topology_placement=args.topology_placement)
+                                  placement=PlacementOptions(
+                                      topology=args.topology_placement))
 
     torch.manual_seed(0)  # DDP broadcasts rank 0's parameters anyway.
     model = GraphSAGE(args.features, args.hidden, len(args.fanout),

@@ -1,7 +1,9 @@
 """pyg_orch: fast sample-based GNN training for PyTorch Geometric."""
 from pyg_orch.loader import (
+    CacheOptions,
     HybridLinkNeighborLoader,
     HybridNeighborLoader,
+    PlacementOptions,
     StageTimer,
 )
 from pyg_orch.offload import BottomLayerOffload
@@ -11,10 +13,12 @@ __version__ = '0.1.0'
 
 __all__ = [
     'BottomLayerOffload',
+    'CacheOptions',
     'GraphTopology',
     'HybridLinkNeighborLoader',
     'HybridNeighborLoader',
     'HybridNeighborSampler',
+    'PlacementOptions',
     'StageTimer',
     '__version__',
 ]

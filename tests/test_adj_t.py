@@ -15,7 +15,12 @@ import torch_geometric.transforms as T
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.utils import coalesce, sort_edge_index
 
-from pyg_orch import HybridLinkNeighborLoader, HybridNeighborLoader
+from pyg_orch import (
+    CacheOptions,
+    HybridLinkNeighborLoader,
+    HybridNeighborLoader,
+    PlacementOptions,
+)
 from pyg_orch.core.topology import GraphTopology
 
 from conftest import (
@@ -407,7 +412,8 @@ def test_bad_adj_t_is_refused():
 def test_adj_t_on_cuda(backend):
     data = twin_graph()
     adj = to_adj_t(data, torch.sparse_csr)
-    kwargs = dict(batch_size=16, seed=0, device='cuda', backend=backend)
+    kwargs = dict(batch_size=16, seed=0, device='cuda',
+                  placement=PlacementOptions(backend=backend))
     for a, b in zip(HybridNeighborLoader(adj, [-1, -1], **kwargs),
                     HybridNeighborLoader(data, [-1, -1], **kwargs)):
         assert a.adj_t.device.type == 'cuda'
@@ -419,7 +425,7 @@ def test_adj_t_on_cuda(backend):
 
 @pytest.mark.gpu
 def test_hetero_adj_t_on_cuda():
-    # `feature_store='auto'`: a HeteroTieredFeatureStore serves `x`.
+    # `CacheOptions(store='auto')`: a HeteroTieredFeatureStore serves `x`.
     data = hetero_twin()
     adj = to_adj_t(data, torch.sparse_csr)
     kwargs = dict(input_nodes=('paper', data['paper'].train_mask),

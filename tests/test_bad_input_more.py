@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from pyg_orch import (
+    CacheOptions,
     GraphTopology,
     HybridLinkNeighborLoader,
     HybridNeighborLoader,
+    PlacementOptions,
 )
 from pyg_orch.datasets import read_musae
 
@@ -197,11 +199,8 @@ def test_numpy_bool_flag_is_a_bool(name):
     (dict(transform=5), 'transform', TypeError),
     (dict(transform_sampler_output='f'), 'transform_sampler_output',
      TypeError),
-    (dict(gpu_cache_ratio='0.5'), 'gpu_cache_ratio', TypeError),
-    (dict(gpu_cache_ratio=float('nan')), 'gpu_cache_ratio', ValueError),
-    (dict(gpu_cache_ratio=1.5), 'gpu_cache_ratio', ValueError),
-    (dict(gpu_memory_budget='1GB'), 'gpu_memory_budget', ValueError),
-    (dict(cache_policy='lru'), 'cache_policy', ValueError),
+    (dict(cache=0.5), 'cache', TypeError),
+    (dict(placement='host'), 'placement', TypeError),
     (dict(num_workers=True), 'num_workers', ValueError),
     (dict(timeout=math.nan), 'timeout', ValueError),
 ])
@@ -210,6 +209,34 @@ def test_bad_loader_argument(kwargs, name, exc):
     for loader_cls in (HybridNeighborLoader, HybridLinkNeighborLoader):
         with pytest.raises(exc, match=f"'{name}'"):
             loader_cls(_graph(), [2], batch_size=4, device='cpu', **kwargs)
+
+
+@pytest.mark.parametrize('cls,kwargs,name,exc', [
+    (CacheOptions, dict(cache_ratio='0.5'), 'cache_ratio', TypeError),
+    (CacheOptions, dict(cache_ratio=float('nan')), 'cache_ratio',
+     ValueError),
+    (CacheOptions, dict(cache_ratio=1.5), 'cache_ratio', ValueError),
+    (CacheOptions, dict(gpu_memory_budget='1GB'), 'gpu_memory_budget',
+     ValueError),
+    (CacheOptions, dict(ranking='lru'), 'ranking', ValueError),
+    (CacheOptions, dict(policy='often'), 'policy', ValueError),
+    (CacheOptions, dict(store='gpu'), 'store', ValueError),
+    (CacheOptions, dict(num_presample_batches=0), 'num_presample_batches',
+     ValueError),
+    (PlacementOptions, dict(topology='shard'), 'topology', ValueError),
+    (PlacementOptions, dict(backend='cuda'), 'backend', ValueError),
+])
+def test_bad_option(cls, kwargs, name, exc):
+    # Checked when the options are made, on every device.
+    with pytest.raises(exc, match=f"'{name}'"):
+        cls(**kwargs)
+
+
+def test_lru_cache_is_for_partition_folders():
+    for loader_cls in (HybridNeighborLoader, HybridLinkNeighborLoader):
+        with pytest.raises(NotImplementedError, match="policy='lru'"):
+            loader_cls(_graph(), [2], batch_size=4, device='cpu',
+                       cache=CacheOptions(policy='lru'))
 
 
 def test_input_nodes_as_lists():

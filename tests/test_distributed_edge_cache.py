@@ -65,8 +65,9 @@ def _homo_worker(rank, world_size, out_dir):
         'lru': run([3, 2], edge_cache_size=40, cache_size=20,
                    cache_policy='lru'),
         # Room for every pre-sampled remote edge, all batches pre-sampled:
-        'all': run([3, 2], edge_cache_size=10**6, presample_batches=10),
-        'full': run([-1, -1], edge_cache_size=10**6, presample_batches=10),
+        'all': run([3, 2], edge_cache_size=10**6, num_presample_batches=10),
+        'full': run([-1, -1], edge_cache_size=10**6,
+                    num_presample_batches=10),
     }
 
 

@@ -13,8 +13,12 @@ import torch
 from conftest import random_graph
 from multiproc import check_hetero_folder_loader, run_workers
 
+from pyg_orch import CacheOptions, PlacementOptions
 from pyg_orch.distributed import load_partition, partition_graph
 from pyg_orch.multigpu import MULTICAST_OFF_ENV
+
+#: The neighbor lists split across the machine's processes.
+SHARDED = PlacementOptions(topology='sharded')
 
 pytestmark = [
     pytest.mark.gpu,
@@ -58,11 +62,13 @@ def _nccl_loader(rank, world_size, out_dir, policy, via_hybrid):
     part = load_partition(out_dir, rank)
     seeds = part.node_ids[:40 if rank == 0 else 25]
     kw = dict(batch_size=8, input_nodes=seeds, device=device, even='pad',
-              cache_size=60, cache_policy=policy)
+              cache_size=60)
     if via_hybrid:
-        loader = HybridNeighborLoader(out_dir, FANOUTS, **kw)
+        loader = HybridNeighborLoader(out_dir, FANOUTS,
+                                      cache=CacheOptions(policy=policy), **kw)
     else:
-        loader = DistributedNeighborLoader(out_dir, FANOUTS, **kw)
+        loader = DistributedNeighborLoader(out_dir, FANOUTS,
+                                           cache_policy=policy, **kw)
     ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=8,
                                     input_nodes=seeds, device='cpu'))
     checked = len(assert_batches_equal(loader, ref, device))
@@ -231,10 +237,12 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
     # HybridNeighborLoader forwards feature_device (the 'lru' case):
     for policy, cls in (('static', DistributedNeighborLoader),
                         ('lru', HybridNeighborLoader)):
+        cache = dict(cache_policy=policy) if cls is \
+            DistributedNeighborLoader else dict(cache=CacheOptions(
+                policy=policy))
         loader = cls(out_dir, FANOUTS, batch_size=8, input_nodes=seeds,
                      device=device, even='pad', cache_size=60,
-                     cache_policy=policy, sampling_device=device,
-                     feature_device=device)
+                     sampling_device=device, feature_device=device, **cache)
         gather = loader.gather
         assert loader.feature_device == gather.feature_device == device
         assert gather.cache_slot.device == device
@@ -289,7 +297,7 @@ def test_gpu_features(tmp_path):
         assert num > 0 and hetero_cached > 0
 
 
-# One part shared by the GPUs of a machine (topology_placement='sharded') ####
+# One part shared by the GPUs of a machine (topology='sharded') ##############
 
 def _shared_part(rank, world_size, out_dir):
     from pyg_orch import HybridNeighborLoader
@@ -297,10 +305,10 @@ def _shared_part(rank, world_size, out_dir):
     device = torch.device('cuda', rank)
     kw = dict(batch_size=8, device=device, sampling_device=device, seed=3)
     sharded = HybridNeighborLoader(out_dir, [4, 3],
-                                   topology_placement='sharded', **kw)
+                                   placement=SHARDED, **kw)
     plain = HybridNeighborLoader(out_dir, [4, 3], **kw)
     full = HybridNeighborLoader(out_dir, FANOUTS,
-                                topology_placement='sharded', **kw)
+                                placement=SHARDED, **kw)
     ref = list(HybridNeighborLoader(graph(), FANOUTS, batch_size=8,
                                     input_nodes=full.input_nodes.cpu(),
                                     device='cpu'))
@@ -316,7 +324,7 @@ def _shared_part(rank, world_size, out_dir):
     reads = sharded.node_sampler.topology_reads()
     # The part's feature rows split across the two GPUs too (symmetric
     # memory): the same batches, rows read from both GPUs.
-    both = HybridNeighborLoader(out_dir, [4, 3], topology_placement='sharded',
+    both = HybridNeighborLoader(out_dir, [4, 3], placement=SHARDED,
                                 feature_placement='sharded',
                                 feature_device=device, **kw)
     both_batches = list(both)

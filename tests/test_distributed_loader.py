@@ -11,7 +11,7 @@ import torch
 from conftest import random_graph
 from multiproc import check_hetero_folder_loader, run_workers
 
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import CacheOptions, HybridNeighborLoader, PlacementOptions
 from pyg_orch.distributed import (
     DistributedNeighborLoader,
     load_partition,
@@ -206,7 +206,8 @@ def _lru_threads_worker(rank, world_size, out_dir, threads, kw):
     # one without threads: two epochs of both, and the threaded one's
     # cache bookkeeping.
     kw = dict(input_nodes=global_seeds(), even='pad', device='cpu',
-              shuffle=True, seed=3, cache_policy='lru', **kw)
+              shuffle=True, seed=3, cache=CacheOptions(policy='lru'),
+              **kw)
     ahead = HybridNeighborLoader(out_dir, **threads, **kw)
     plain = HybridNeighborLoader(out_dir, **kw)
     out = []
@@ -445,9 +446,16 @@ def test_one_part_without_process_group(tmp_path):
 
 
 @pytest.mark.parametrize('kwargs,error,match', [
-    (dict(topology_placement='device'), ValueError, 'topology_placement'),
-    (dict(topology_placement='sharded'), ValueError, 'one part per machine'),
-    (dict(feature_store=None), ValueError, 'feature_store'),
+    (dict(placement=PlacementOptions(topology='device')), ValueError,
+     'placement.topology'),
+    (dict(placement=PlacementOptions(topology='sharded')), ValueError,
+     'one part per machine'),
+    (dict(placement=PlacementOptions(backend='torch')), ValueError,
+     'placement.backend'),
+    (dict(cache=CacheOptions(store=None)), ValueError, 'cache.store'),
+    (dict(cache=CacheOptions(cache_ratio=0.5)), ValueError,
+     'cache.cache_ratio'),
+    (dict(cache='lru'), TypeError, "'cache' must be a CacheOptions"),
     (dict(lookahead=True), ValueError, 'lookahead'),
     (dict(prefetch=-1), ValueError, 'prefetch'),
     (dict(pin_memory=True), ValueError, 'pin_memory'),
@@ -468,7 +476,6 @@ def test_one_part_without_process_group(tmp_path):
      'persistent_workers'),
     (dict(transform_sampler_output='f'), ValueError,
      "'transform_sampler_output' must be callable"),
-    (dict(cache_policy='often'), ValueError, 'cache_policy'),
     (dict(num_neighbors={('a', 'b', 'c'): [2]}), ValueError,
      'per edge type'),
     (dict(input_nodes=('paper', torch.tensor([0]))), ValueError,
@@ -491,9 +498,9 @@ def test_partition_folder_arguments(tmp_path, kwargs, error, match):
         HybridNeighborLoader(str(info.out_dir), **kwargs)
     # Defaults passed explicitly are fine:
     HybridNeighborLoader(str(info.out_dir), [2], batch_size=4, device='cpu',
-                         topology_placement='auto', prefetch=0,
+                         placement=PlacementOptions(), prefetch=0,
                          replace=False, num_workers=0,
-                         cache_policy='frequency', sampling_device='cpu',
+                         cache=CacheOptions(), sampling_device='cpu',
                          feature_device='cpu')
 
 
@@ -647,7 +654,8 @@ def _degree_cache_worker(rank, world_size, out_dir, hetero):
         kw['input_nodes'] = 'a'
     else:
         kw['input_nodes'] = global_seeds()
-    cached = HybridNeighborLoader(out_dir, [3, 2], cache_policy='degree',
+    cached = HybridNeighborLoader(out_dir, [3, 2],
+                                  cache=CacheOptions(ranking='degree'),
                                   cache_size=5, **kw)
     plain = HybridNeighborLoader(out_dir, [3, 2], **kw)
     ours, ref = list(cached), list(plain)

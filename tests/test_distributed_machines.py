@@ -1,8 +1,8 @@
 """One part per machine, shared by the machine's ranks: 4 gloo processes act
 as 2 machines of 2 ranks (LOCAL_WORLD_SIZE=2) over a folder of 2 parts.
 Each rank takes every other seed of its machine's part; with
-topology_placement='sharded' the part's neighbor lists are split across the
-machine's ranks (in /dev/shm on CPUs) and the batches are those of the
+PlacementOptions(topology='sharded') the part's neighbor lists are split
+across the machine's ranks (in /dev/shm on CPUs) and the batches are those of the
 unsharded loader (and, with full fan-out, of the single-process loader);
 DDP training over all 4 ranks ends with the same weights either way, and
 with BottomLayerOffload per rank (full neighbors, max_staleness=0) too.
@@ -22,8 +22,15 @@ from multiproc import (
 )
 from torch.nn.parallel import DistributedDataParallel
 
-from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch import (
+    BottomLayerOffload,
+    HybridNeighborLoader,
+    PlacementOptions,
+)
 from pyg_orch.distributed import partition_graph
+
+#: The neighbor lists split across the machine's processes.
+SHARDED = PlacementOptions(topology='sharded')
 
 KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
 MACHINES, PER_MACHINE = 2, 2
@@ -57,16 +64,18 @@ def _machine_worker(rank, world_size, out_dir):
     common = dict(input_nodes=seeds, batch_size=6, even='pad',
                   device='cpu', seed=1)
     sharded = HybridNeighborLoader(out_dir, [3, 2],
-                                   topology_placement='sharded', **common)
+                                   placement=SHARDED, **common)
     plain = HybridNeighborLoader(out_dir, [3, 2], **common)
     # No copies: every list of the other rank's shard is read from it.
     no_copies = HybridNeighborLoader(
-        out_dir, [3, 2], topology_placement=TopologySharding(0), **common)
+        out_dir, [3, 2],
+        placement=PlacementOptions(topology=TopologySharding(0)),
+        **common)
     full = HybridNeighborLoader(out_dir, [-1, -1],
-                                topology_placement='sharded', **common)
+                                placement=SHARDED, **common)
     # The part's feature rows split across the machine's ranks as well:
     both = HybridNeighborLoader(out_dir, [3, 2],
-                                topology_placement='sharded',
+                                placement=SHARDED,
                                 feature_placement='sharded', **common)
     out = {
         'part': sharded.partition.part,
@@ -92,7 +101,8 @@ def _machine_worker(rank, world_size, out_dir):
                     {'time_attr': 'time'},
                     {'time_attr': 'time', 'temporal_strategy': 'last'}):
         loaders = [HybridNeighborLoader(out_dir, [3, 2],
-                                        topology_placement=placement,
+                                        placement=PlacementOptions(
+                                            topology=placement),
                                         **common, **options)
                    for placement in ('sharded', 'auto')]
         pair = [[{k: b[k] for k in KEYS + ('batch', ) if k in b}
@@ -118,14 +128,14 @@ def _machine_worker(rank, world_size, out_dir):
         return weights
 
     out['weights_sharded'] = train(tiny_model(),
-                                   topology_placement='sharded')
+                                   placement=SHARDED)
     out['weights_plain'] = train(tiny_model())
-    out['weights_both'] = train(tiny_model(), topology_placement='sharded',
+    out['weights_both'] = train(tiny_model(), placement=SHARDED,
                                 feature_placement='sharded')
     out['weights_full'] = train(tiny_model(), (-1, -1),
-                                topology_placement='sharded')
+                                placement=SHARDED)
     out['weights_offload'] = train(None, (-1, -1),
-                                   topology_placement='sharded')
+                                   placement=SHARDED)
     return out
 
 
@@ -190,7 +200,7 @@ def test_machines_share_a_sharded_part(tmp_path):
 def _flat_sharded_worker(rank, world_size, out_dir):
     with pytest.raises(ValueError, match='one part per machine'):
         HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu',
-                             topology_placement='sharded')
+                             placement=SHARDED)
     with pytest.raises(ValueError, match="feature_placement='sharded'.*"
                        "one part per machine"):
         HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu',
@@ -212,19 +222,20 @@ def test_sharded_needs_ranks_that_share_a_part(tmp_path):
 def _one_machine_worker(rank, world_size, out_dir):
     from pyg_orch.multigpu.sharded_topology import TopologySharding
     loader = HybridNeighborLoader(out_dir, [3, 2], batch_size=6, seed=2,
-                                  device='cpu', topology_placement='sharded',
+                                  device='cpu', placement=SHARDED,
                                   feature_placement='sharded')
     plain = HybridNeighborLoader(out_dir, [3, 2], batch_size=6, seed=2,
                                  device='cpu')
     # The part is the partition; its lists are split by ranges only:
     with pytest.raises(NotImplementedError, match="split_by='ranges'"):
         HybridNeighborLoader(out_dir, [3, 2], batch_size=6, device='cpu',
-                             topology_placement=TopologySharding(
-                                 split_by='random'))
+                             placement=PlacementOptions(
+                                 topology=TopologySharding(
+                                     split_by='random')))
     # Worker threads read the shards at once: each batch's count of rows
     # read from the peer's shard is its own, and no read goes uncounted.
     full = dict(num_neighbors=[-1, -1], batch_size=3, device='cpu',
-                topology_placement='sharded', feature_placement='sharded')
+                placement=SHARDED, feature_placement='sharded')
     threads = HybridNeighborLoader(out_dir, num_workers=3, **full)
     alone = HybridNeighborLoader(out_dir, **full)
     counted = []

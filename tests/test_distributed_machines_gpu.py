@@ -19,7 +19,11 @@ from multiproc import (
     run_machines,
 )
 
+from pyg_orch import PlacementOptions
 from pyg_orch.multigpu import MULTICAST_OFF_ENV
+
+#: The neighbor lists split across the machine's processes.
+SHARDED = PlacementOptions(topology='sharded')
 
 pytestmark = [
     pytest.mark.gpu,
@@ -57,14 +61,14 @@ def _machine_worker(rank, world_size, out_dir):
     common = dict(batch_size=8, even='pad', device=device,
                   sampling_device=device, seed=3)
     sharded = HybridNeighborLoader(out_dir, [4, 3],
-                                   topology_placement='sharded', **common)
+                                   placement=SHARDED, **common)
     plain = HybridNeighborLoader(out_dir, [4, 3], **common)
     both = HybridNeighborLoader(out_dir, [4, 3],
-                                topology_placement='sharded',
+                                placement=SHARDED,
                                 feature_placement='sharded',
                                 feature_device=device, **common)
     full = HybridNeighborLoader(out_dir, [-1, -1],
-                                topology_placement='sharded',
+                                placement=SHARDED,
                                 feature_placement='sharded',
                                 feature_device=device, **common)
     devices = set()
@@ -90,7 +94,7 @@ def _machine_worker(rank, world_size, out_dir):
         return train_sgd(model, loader, STEPS).cpu()
 
     out['weights_plain'] = train()
-    out['weights_sharded'] = train(topology_placement='sharded',
+    out['weights_sharded'] = train(placement=SHARDED,
                                    feature_placement='sharded',
                                    feature_device=device)
     torch.cuda.synchronize()

@@ -11,6 +11,7 @@ import torch
 from conftest import random_graph
 from multiproc import check_hetero_folder_loader, run_workers
 
+from pyg_orch import CacheOptions
 from pyg_orch.distributed import load_partition, partition_graph
 from pyg_orch.multigpu import MULTICAST_OFF_ENV
 
@@ -76,7 +77,7 @@ def _threads_worker(rank, world_size, out_dir, hetero_dir):
     _same(_fields(workers), _fields(plain))
     # Two workers share one LRU cache on the GPU (kernels of its lookups
     # and admissions in lock order across the threads' streams):
-    lru = dict(cache_policy='lru', cache_size=40)
+    lru = dict(cache=CacheOptions(policy='lru'), cache_size=40)
     shared = HybridNeighborLoader(out_dir, FANOUTS, num_workers=2, **kw,
                                   **lru)
     alone = HybridNeighborLoader(out_dir, FANOUTS, **kw, **lru)
@@ -85,7 +86,8 @@ def _threads_worker(rank, world_size, out_dir, hetero_dir):
     assert sum(s['cached_rows'] for s in shared.batch_stats) > 0
     # A cache ranked by degree (nothing pre-sampled), filled on the GPU:
     by_degree = HybridNeighborLoader(out_dir, FANOUTS, num_workers=2,
-                                     cache_policy='degree', cache_size=40,
+                                     cache=CacheOptions(ranking='degree'),
+                                     cache_size=40,
                                      **kw)
     # (A loader made alike shuffles alike in its first epoch.)
     _same(_fields(by_degree), _fields(HybridNeighborLoader(out_dir, FANOUTS,

@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import CacheOptions, HybridNeighborLoader
 from pyg_orch.gpu.feature_store import TieredFeatureStore, parse_budget
 from pyg_orch.gpu.fused_sampler import triton_available
 from pyg_orch.sampling.presample import count_node_access
@@ -152,9 +152,10 @@ def test_loader_with_feature_store_matches_plain_loader(graph):
     store = TieredFeatureStore(graph.x, DEVICE, gpu_memory_budget=10**9,
                                cache_ratio=0.1, method='cpu')
     kwargs = dict(batch_size=64, seed=3, device=DEVICE, prefetch=0)
-    tiered = HybridNeighborLoader(graph, [5, 3], feature_store=store,
-                                  **kwargs)
-    plain = HybridNeighborLoader(graph, [5, 3], feature_store=None, **kwargs)
+    tiered = HybridNeighborLoader(graph, [5, 3],
+                                  cache=CacheOptions(store=store), **kwargs)
+    plain = HybridNeighborLoader(graph, [5, 3],
+                                 cache=CacheOptions(store=None), **kwargs)
     assert tiered.feature_store is store
     for a, b in zip(tiered, plain):
         assert set(a.keys()) == set(b.keys())
@@ -206,7 +207,8 @@ def test_offload_fills_the_loaders_gpu_cache(graph):
     store = TieredFeatureStore(graph.x, 'cpu', cache_ratio=0.2,
                                gpu_memory_budget=10**9, method='cpu')
     loader = HybridNeighborLoader(graph, [4, 3], batch_size=50, seed=0,
-                                  device='cpu', feature_store=store)
+                                  device='cpu',
+                                  cache=CacheOptions(store=store))
     model = GraphSAGE(24, 16, 2, 5)
     with BottomLayerOffload(model, loader, hot_ratio=0.05,
                             gpu_cache_ratio=0.1) as offloaded:
@@ -216,7 +218,7 @@ def test_offload_fills_the_loaders_gpu_cache(graph):
         batch = next(iter(loader))
         assert torch.equal(batch.x, graph.x[batch.n_id])
     plain = HybridNeighborLoader(graph, [4, 3], batch_size=50, device='cpu',
-                                 feature_store=None)
+                                 cache=CacheOptions(store=None))
     assert plain.set_gpu_cache_nodes(torch.tensor([1, 2])) is False
     assert plain.get_gpu_cache_nodes() is None
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
+from pyg_orch import PlacementOptions
 from pyg_orch.gpu.fused_sampler import fused_sample_multi_hop
 from pyg_orch.gpu.fused_sampler import triton_available
 from pyg_orch.sampling.multi_hop import sample_multi_hop
@@ -165,7 +166,8 @@ def test_loader_uses_fused_backend():
     for placement in ('device', 'host'):
         loader = HybridNeighborLoader(data, [4, 3], batch_size=64,
                                       device='cuda', seed=0,
-                                      topology_placement=placement)
+                                      placement=PlacementOptions(
+                                          topology=placement))
         assert loader.node_sampler.backend == 'triton'
         batches = list(loader)
         assert sum(b.batch_size for b in batches) == 400

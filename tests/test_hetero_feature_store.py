@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch_geometric.data import HeteroData
 
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import CacheOptions, HybridNeighborLoader
 from pyg_orch.gpu import HeteroTieredFeatureStore, TieredFeatureStore
 from pyg_orch.gpu.fused_sampler import triton_available
 from pyg_orch.gpu.hetero_feature_store import split_budget
@@ -273,9 +273,10 @@ def loaders(data, store, **kwargs):
     kwargs = dict(dict(batch_size=32, seed=3, device=DEVICE,
                        input_nodes='paper'), **kwargs)
     fanout = kwargs.pop('fanout', [4, 3])
-    return (HybridNeighborLoader(data, fanout, feature_store=store,
-                                 **kwargs),
-            HybridNeighborLoader(data, fanout, feature_store=None, **kwargs))
+    return (HybridNeighborLoader(data, fanout,
+                                 cache=CacheOptions(store=store), **kwargs),
+            HybridNeighborLoader(data, fanout,
+                                 cache=CacheOptions(store=None), **kwargs))
 
 
 @pytest.mark.parametrize('method', METHODS)
@@ -356,7 +357,8 @@ def test_loader_set_gpu_cache_nodes():
                                      'cpu', gpu_memory_budget=20 * 16 * 4,
                                      method='cpu')
     loader = HybridNeighborLoader(data, [3, 2], batch_size=16, device='cpu',
-                                  input_nodes='paper', feature_store=store)
+                                  input_nodes='paper',
+                                  cache=CacheOptions(store=store))
     assert loader.set_gpu_cache_nodes({'author': torch.arange(5)})
     assert store.cached_nodes['author'].tolist() == \
         list(range(min(5, store.capacity['author'])))
@@ -369,22 +371,26 @@ def test_loader_rejects_stores_that_do_not_fit():
     data = paper_hetero_graph()
     xs = {t: data[t].x for t in data.node_types}
     kwargs = dict(batch_size=16, device='cpu', input_nodes='paper')
-    with pytest.raises(ValueError, match="'feature_store'"):
-        HybridNeighborLoader(data, [3, 2], feature_store=TieredFeatureStore(
-            data['paper'].x, 'cpu', method='cpu'), **kwargs)
+    with pytest.raises(ValueError, match="'store'"):
+        HybridNeighborLoader(data, [3, 2], cache=CacheOptions(
+            store=TieredFeatureStore(data['paper'].x, 'cpu', method='cpu')),
+            **kwargs)
     wide = dict(xs, author=torch.randn(200, 7))
-    with pytest.raises(ValueError, match="'feature_store'.*author"):
-        HybridNeighborLoader(data, [3, 2], feature_store=(
-            HeteroTieredFeatureStore(wide, 'cpu', method='cpu')), **kwargs)
+    with pytest.raises(ValueError, match="'store'.*author"):
+        HybridNeighborLoader(data, [3, 2], cache=CacheOptions(
+            store=HeteroTieredFeatureStore(wide, 'cpu', method='cpu')),
+            **kwargs)
     venue = dict(xs, venue=torch.randn(4, 16))
-    with pytest.raises(ValueError, match="'feature_store'.*venue"):
-        HybridNeighborLoader(data, [3, 2], feature_store=(
-            HeteroTieredFeatureStore(venue, 'cpu', method='cpu')), **kwargs)
+    with pytest.raises(ValueError, match="'store'.*venue"):
+        HybridNeighborLoader(data, [3, 2], cache=CacheOptions(
+            store=HeteroTieredFeatureStore(venue, 'cpu', method='cpu')),
+            **kwargs)
     homo = data.to_homogeneous()
-    with pytest.raises(ValueError, match="'feature_store'"):
+    with pytest.raises(ValueError, match="'store'"):
         HybridNeighborLoader(homo, [3, 2], batch_size=16, device='cpu',
-                             feature_store=HeteroTieredFeatureStore(
-                                 xs, 'cpu', method='cpu'))
+                             cache=CacheOptions(
+                                 store=HeteroTieredFeatureStore(
+                                     xs, 'cpu', method='cpu')))
 
 
 def test_auto_store_only_on_cuda():
@@ -440,10 +446,11 @@ def test_built_store_ranks_by_presampled_accesses(policy):
 @pytest.mark.parametrize('lookahead', [False, True])
 def test_auto_store_on_cuda_matches_plain_loader(lookahead):
     data = paper_hetero_graph()
-    kwargs = dict(batch_size=32, seed=3, device='cuda', input_nodes='paper',
-                  gpu_memory_budget=40 * 16 * 4)
-    auto = HybridNeighborLoader(data, [4, 3], lookahead=lookahead, **kwargs)
-    plain = HybridNeighborLoader(data, [4, 3], feature_store=None,
+    kwargs = dict(batch_size=32, seed=3, device='cuda', input_nodes='paper')
+    auto = HybridNeighborLoader(data, [4, 3], lookahead=lookahead,
+                                cache=CacheOptions(
+                                    gpu_memory_budget=40 * 16 * 4), **kwargs)
+    plain = HybridNeighborLoader(data, [4, 3], cache=CacheOptions(store=None),
                                  lookahead=lookahead, **kwargs)
     assert isinstance(auto.feature_store, HeteroTieredFeatureStore)
     for a, b in zip(auto, plain):
@@ -469,7 +476,7 @@ def test_device_features_are_served_as_before():
 # The link loader #############################################################
 
 
-def link_loaders(data, store, edge_type, mode, **kwargs):
+def link_loaders(data, store, edge_type, mode, cache=None, **kwargs):
     from torch_geometric.sampler import NegativeSampling
 
     from pyg_orch import HybridLinkNeighborLoader
@@ -480,7 +487,9 @@ def link_loaders(data, store, edge_type, mode, **kwargs):
         kwargs['neg_sampling'] = NegativeSampling(mode, 2)
     fanout = kwargs.pop('fanout', [4, 3])
     return tuple(
-        HybridLinkNeighborLoader(data, fanout, feature_store=fs,
+        HybridLinkNeighborLoader(data, fanout,
+                                 cache=CacheOptions(store=fs,
+                                                    **(cache or {})),
                                  edge_label_index=(edge_type, label_index),
                                  **kwargs) for fs in (store, None))
 
@@ -627,8 +636,9 @@ def test_count_link_access_counts_endpoints_and_negatives(mode):
 def test_auto_store_on_cuda_link_loader(mode, policy):
     data = paper_hetero_graph()
     auto, plain = link_loaders(data, 'auto', ('author', 'writes', 'paper'),
-                               mode, device='cuda', cache_policy=policy,
-                               gpu_memory_budget=40 * 16 * 4)
+                               mode, device='cuda',
+                               cache=dict(ranking=policy,
+                                          gpu_memory_budget=40 * 16 * 4))
     assert isinstance(auto.feature_store, HeteroTieredFeatureStore)
     assert plain.feature_store is None
     for a, b in zip(auto, plain):

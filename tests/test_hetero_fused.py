@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch_geometric.data import HeteroData
 
+from pyg_orch import PlacementOptions
 from pyg_orch.core.backend import BackendConfig
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.backends import choose_backend
@@ -287,7 +288,8 @@ def test_loader_uses_fused_backend_on_cuda():
     for placement in ('device', 'host'):
         loader = HybridNeighborLoader(data, [3, 2], batch_size=8,
                                       input_nodes='a', device='cuda', seed=0,
-                                      topology_placement=placement)
+                                      placement=PlacementOptions(
+                                          topology=placement))
         assert loader.node_sampler.backend == 'triton'
         seen = 0
         for batch in loader:

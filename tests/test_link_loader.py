@@ -14,7 +14,11 @@ import pytest
 import torch
 from torch_geometric.sampler import NegativeSampling
 
-from pyg_orch import HybridLinkNeighborLoader, HybridNeighborLoader
+from pyg_orch import (
+    CacheOptions,
+    HybridLinkNeighborLoader,
+    HybridNeighborLoader,
+)
 from pyg_orch.sampling.negative import sample_negatives
 
 from conftest import (
@@ -681,7 +685,8 @@ def test_lookahead_with_feature_store_and_break():
                                hotness=torch.rand(data.num_nodes),
                                method='cpu')
     kw = dict(edge_label_index=data.edge_index[:, :200], batch_size=50,
-              neg_sampling='binary', seed=2, feature_store=store)
+              neg_sampling='binary', seed=2,
+              cache=CacheOptions(store=store))
     loader = _ours(data, [3], lookahead=True, **kw)
     first = []
     for batch in loader:

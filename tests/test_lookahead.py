@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from pyg_orch import HybridNeighborLoader, HybridNeighborSampler
+from pyg_orch import CacheOptions, HybridNeighborLoader, HybridNeighborSampler
 from pyg_orch.sampling.pending import PendingSample
 
 from conftest import random_graph
@@ -152,7 +152,8 @@ def test_slow_consumer_writing_in_place_sees_right_batches(graph,
     data = graph if host_features else graph.clone().to('cuda')
     loader = HybridNeighborLoader(data, [5, 5], batch_size=40, seed=2,
                                   shuffle=True, device='cuda',
-                                  gpu_cache_ratio=0.1, lookahead=True)
+                                  cache=CacheOptions(cache_ratio=0.1),
+                                  lookahead=True)
     n = 0
     for batch in loader:
         ref_x = graph.x[batch.n_id.cpu()]

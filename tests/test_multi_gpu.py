@@ -10,6 +10,7 @@ import torch
 
 from conftest import random_graph, same_subgraphs
 from multiproc import run_workers
+from pyg_orch import CacheOptions, PlacementOptions
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.multigpu import MULTICAST_OFF_ENV
 
@@ -27,14 +28,15 @@ def _loaders(rank, world_size, features):
     device = torch.device('cuda', rank)
     data = random_graph(20000, 300000, 4, num_features=32)
     kw = dict(num_neighbors=[10, 5], batch_size=256, shuffle=True, seed=3,
-              device=device, gpu_cache_ratio=0.2)
+              device=device, cache=CacheOptions(cache_ratio=0.2))
     if features == 'gpu':
         data.x = data.x.to(device)
-    plain = HybridNeighborLoader(data, topology_placement='device', **kw)
+    plain = HybridNeighborLoader(
+        data, placement=PlacementOptions(topology='device'), **kw)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        sharded = HybridNeighborLoader(data, topology_placement='sharded',
-                                       **kw)
+        sharded = HybridNeighborLoader(
+            data, placement=PlacementOptions(topology='sharded'), **kw)
     # Peer buffers are made without torch's warnings (torch 2.11 warns
     # that enable_symm_mem_for_group is no longer needed).
     symm = [f'{w.filename}: {w.message}' for w in caught
@@ -66,15 +68,17 @@ def _mode_loaders(rank, world_size, mode):
     data = random_graph(20000, 300000, 4, num_features=32)
     gen = torch.Generator().manual_seed(9)
     kw = dict(num_neighbors=[10, 5], batch_size=256, shuffle=True, seed=3,
-              device=device, backend='torch')
+              device=device)
     if mode == 'time':
         data.time = torch.randint(0, 100, (20000, ), generator=gen)
         kw.update(time_attr='time')
     else:
         data.w = torch.rand(300000, generator=gen)
         kw.update(weight_attr='w', replace=mode == 'weight_replace')
-    plain = HybridNeighborLoader(data, topology_placement='device', **kw)
-    sharded = HybridNeighborLoader(data, topology_placement='sharded', **kw)
+    plain = HybridNeighborLoader(data, placement=PlacementOptions(
+        topology='device', backend='torch'), **kw)
+    sharded = HybridNeighborLoader(data, placement=PlacementOptions(
+        topology='sharded', backend='torch'), **kw)
     return same_subgraphs(plain, sharded), sharded.stats()['topology_reads']
 
 

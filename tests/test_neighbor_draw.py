@@ -8,7 +8,7 @@ import torch
 from conftest import random_graph, same_subgraphs, temporal_graph
 from torch_geometric.data import Data
 
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import HybridNeighborLoader, PlacementOptions
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.topology import GraphTopology
@@ -144,7 +144,8 @@ def test_loader_triton_draw_equals_torch_backend(mode):
     if mode == 'edge-last':
         kwargs['input_time'] = torch.full((data.num_nodes, ), 20)
     loaders = [HybridNeighborLoader(data, fanout, batch_size=16,
-                                    device='cuda', seed=0, backend=b,
+                                    device='cuda', seed=0,
+                                    placement=PlacementOptions(backend=b),
                                     **kwargs)
                for b in ('triton_draw', 'torch')]
     assert loaders[0].node_sampler.backend == 'triton_draw'
@@ -158,7 +159,8 @@ def test_auto_backend_takes_the_draw_kernel_for_disjoint():
                                   device='cuda', time_attr='time')
     assert loader.node_sampler.backend == 'triton_draw'
     host = HybridNeighborLoader(data, [4, 3], batch_size=16, device='cuda',
-                                time_attr='time', topology_placement='host')
+                                time_attr='time',
+                                placement=PlacementOptions(topology='host'))
     assert host.node_sampler.backend == 'torch'  # Sampled on the CPU.
     weighted = HybridNeighborLoader(data, [4, 3], batch_size=16,
                                     device='cuda', weight_attr='edge_weight')

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from conftest import random_graph
 from multiproc import WorkerExit, run_workers
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import HybridNeighborLoader, PlacementOptions
 from pyg_orch.core.topology import GraphTopology
 from pyg_orch.multigpu import PeerGroup, TopologySharding
 from pyg_orch.multigpu import watchdog
@@ -170,7 +170,8 @@ def _different_graphs(rank, world_size, how):
                              GraphTopology.from_data(data).fingerprint)
             return 'agreed'
         HybridNeighborLoader(data, [3, 2], batch_size=16, device='cpu',
-                             topology_placement=TopologySharding())
+                             placement=PlacementOptions(
+                                 topology=TopologySharding()))
         return 'sharded'
     except ValueError as exc:
         return str(exc)
@@ -204,7 +205,7 @@ def _gpu_graphs(rank, world_size, same):
     data = Data(edge_index=edge_index, num_nodes=2000)
     try:
         HybridNeighborLoader(data, [5, 3], batch_size=64, device=device,
-                             topology_placement='sharded')
+                             placement=PlacementOptions(topology='sharded'))
         return 'sharded'
     except ValueError as exc:
         return str(exc)

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from conftest import random_graph, random_hetero_graph
 from multiproc import run_workers
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import HybridNeighborLoader, PlacementOptions
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.core.csc import CSCTopology
 from pyg_orch.core.partitioning import metis_available
@@ -24,6 +24,9 @@ from pyg_orch.multigpu import (
     shard_topology,
 )
 from pyg_orch.multigpu.sharded_features import ShardedFeatureStore
+
+#: The neighbor lists split across the machine's processes.
+SHARDED = PlacementOptions(topology='sharded')
 
 INTERPRET = os.environ.get('TRITON_INTERPRET') == '1' and triton_available()
 
@@ -160,7 +163,8 @@ def _loader_batches(rank, world_size, hetero, sharding, mode=None):
     kw.update(num_neighbors=nn, batch_size=32, shuffle=True, seed=7,
               device='cpu')
     plain = HybridNeighborLoader(data, **kw)
-    sharded = HybridNeighborLoader(data, topology_placement=sharding, **kw)
+    sharded = HybridNeighborLoader(
+        data, placement=PlacementOptions(topology=sharding), **kw)
     assert sharded.topology.is_sharded and not plain.topology.is_sharded
     split = [type(getattr(c, a)).__name__
              for c in sharded.topology.csc.values()
@@ -184,7 +188,7 @@ def _loader_batches(rank, world_size, hetero, sharding, mode=None):
     # A second loader over the same graph shares the shards (with times or
     # weights, which may change, where it is given the topology):
     again = HybridNeighborLoader(
-        data, topology_placement=sharding,
+        data, placement=PlacementOptions(topology=sharding),
         topology=None if mode is None else sharded.topology, **kw)
     same = all(x is y for x, y in zip(again.topology.csc.values(),
                                       sharded.topology.csc.values()))
@@ -249,7 +253,8 @@ def _locality(rank, world_size, split_by):
     seeds = (parts == rank).nonzero().view(-1)  # This rank's part's seeds.
     loader = HybridNeighborLoader(data, [5, 5], batch_size=20, seed=1,
                                   input_nodes=seeds, device='cpu',
-                                  topology_placement=sharding)
+                                  placement=PlacementOptions(
+                                      topology=sharding))
     ref = HybridNeighborLoader(data, [5, 5], batch_size=20, seed=1,
                                input_nodes=seeds, device='cpu')
     for a, b in zip(loader, ref):
@@ -355,10 +360,9 @@ def test_sharded_placement_bad_input():
         TopologySharding(split_by='hash')
     with pytest.raises(ValueError, match="'split_by' must be 'ranges'"):
         TopologySharding(split_by=[0, 1])
-    with pytest.raises(ValueError, match="'topology_placement' must be "
-                       ".*'sharded'"):
+    with pytest.raises(ValueError, match="'topology' must be .*'sharded'"):
         HybridNeighborLoader(random_graph(20, 50), [2], device='cpu',
-                             topology_placement='shard')
+                             placement=PlacementOptions(topology='shard'))
 
 
 def _bad_split(rank, world_size):
@@ -378,8 +382,9 @@ def _bad_split(rank, world_size):
             HybridNeighborLoader(graph, [2], batch_size=8, device='cpu',
                                  input_nodes=('paper', None)
                                  if split == 'metis' else None,
-                                 topology_placement=TopologySharding(
-                                     split_by=split))
+                                 placement=PlacementOptions(
+                                     topology=TopologySharding(
+                                         split_by=split)))
         except (ValueError, NotImplementedError) as e:
             errors.append(f'{type(e).__name__}: {e}')
     return errors
@@ -401,7 +406,7 @@ def test_sharded_placement_without_process_group_is_one_shard():
     data = random_graph(100, 800, 2, num_features=3)
     kw = dict(num_neighbors=[3, 2], batch_size=16, seed=3, device='cpu')
     a = HybridNeighborLoader(data, **kw)
-    b = HybridNeighborLoader(data, topology_placement='sharded', **kw)
+    b = HybridNeighborLoader(data, placement=SHARDED, **kw)
     assert b.topology.csc[None].num_shards == 1
     for x, y in zip(a, b):
         assert torch.equal(x.n_id, y.n_id)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import HybridNeighborLoader, PlacementOptions
 from pyg_orch.sampling.neighbors import sample_neighbors, segment_upper_bound
 from pyg_orch.sampling.topology import CSCTopology
 
@@ -835,8 +835,7 @@ def test_cuda_sharded_topology_samples_like_device_topology(mode):
     # the GPU, its times and weights read through ShardedValues (by the
     # PyTorch path: the same draws as the device topology's there).
     data = temporal_graph()
-    kw = dict(num_neighbors=[3, 2], batch_size=8, device='cuda', seed=5,
-              backend='torch')
+    kw = dict(num_neighbors=[3, 2], batch_size=8, device='cuda', seed=5)
     if mode == 'time':
         kw.update(time_attr='time')
     elif mode == 'edge_time':
@@ -845,8 +844,10 @@ def test_cuda_sharded_topology_samples_like_device_topology(mode):
     else:
         kw.update(weight_attr='edge_weight',
                   replace=mode == 'weight_replace')
-    plain = HybridNeighborLoader(data, topology_placement='device', **kw)
-    sharded = HybridNeighborLoader(data, topology_placement='sharded', **kw)
+    plain = HybridNeighborLoader(data, placement=PlacementOptions(
+        topology='device', backend='torch'), **kw)
+    sharded = HybridNeighborLoader(data, placement=PlacementOptions(
+        topology='sharded', backend='torch'), **kw)
     csc = sharded.topology.csc[None]
     values = csc.weight if mode.startswith('weight') else csc.time
     assert type(values).__name__ == 'ShardedValues'

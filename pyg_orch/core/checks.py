@@ -3,6 +3,7 @@ stores, data sets): bad input fails early, with an exception that names the
 argument, the value given and the expected form."""
 import math
 import numbers
+import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -69,6 +70,28 @@ def check_fraction(name: str, value: Any, optional: bool = False) -> Any:
     if not 0.0 <= float(value) <= 1.0:
         raise ValueError(f"'{name}' must be a float in [0, 1] (got {value})")
     return float(value)
+
+
+def check_int(name: str, value: Any, minimum: int = 0,
+              optional: bool = False) -> Any:
+    r"""Returns :obj:`value` if it is an integer (not a :obj:`bool`) of at
+    least :obj:`minimum` (or :obj:`None` with :obj:`optional`); else raises
+    a :class:`ValueError` naming :obj:`name`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, numbers.Integral) or value < minimum:
+        raise ValueError(f"'{name}' must be an integer >= {minimum}"
+                         f"{' or None' if optional else ''} (got {value!r})")
+    return int(value)
+
+
+def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
+    r"""Warns once, with a :class:`DeprecationWarning`, that the keyword
+    argument :obj:`old` is deprecated, naming its new spelling :obj:`new`
+    (e.g. :obj:`"cache=CacheOptions(cache_ratio=0.2)"`)."""
+    warnings.warn(f"'{old}' is deprecated; pass {new}", DeprecationWarning,
+                  stacklevel=stacklevel)
 
 
 def check_seconds(name: str, value: Any) -> float:

@@ -105,7 +105,7 @@ class GraphTopology:
     @property
     def is_sharded(self) -> bool:
         r"""Whether the neighbor lists are split across the machine's
-        processes (:obj:`topology_placement='sharded'`)."""
+        processes (:obj:`PlacementOptions(topology='sharded')`)."""
         return any(t.is_sharded for t in self.csc.values())
 
     def read_counts(self) -> Dict[str, int]:

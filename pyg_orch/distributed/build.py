@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch import Tensor
@@ -206,7 +206,7 @@ def _edge_order(edge_index: Tensor, dst_position: Tensor):
 
 
 def partition_graph(data, num_parts: int, out_dir: PathLike,
-                    method: str = 'auto', seed: int = 0, *,
+                    method: str = 'auto', seed: Optional[int] = None, *,
                     overwrite: bool = False,
                     progress: bool = True) -> PartitionInfo:
     r"""Splits :obj:`data` into :obj:`num_parts` parts and writes them to
@@ -240,8 +240,9 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
             balanced), :obj:`'contiguous'` (ranges of vertex ids) or
             :obj:`'auto'` (:obj:`'metis'` where :obj:`pymetis` is importable,
             else :obj:`'contiguous'`). (default: :obj:`'auto'`)
-        seed (int): The seed of :obj:`'random'` and :obj:`'metis'`.
-            (default: :obj:`0`)
+        seed (int, optional): The seed of :obj:`'random'` and
+            :obj:`'metis'`; :obj:`None` is :obj:`0`, so that a graph is
+            partitioned alike every time. (default: :obj:`None`)
         overwrite (bool): Replace a partition already in :obj:`out_dir`.
         progress (bool): Show a :mod:`tqdm` progress bar while writing.
 
@@ -282,8 +283,11 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
     num_nodes = sum(num_nodes_by_type.values())
     num_parts = _check_num_parts(num_parts, num_nodes)
     resolved = resolve_method(method)
+    if seed is None:
+        seed = 0
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"'seed' must be an integer (got {seed!r})")
+        raise ValueError(f"'seed' must be an integer or None (got "
+                         f"{seed!r})")
     out_dir = Path(out_dir)
     start = time.perf_counter()
 

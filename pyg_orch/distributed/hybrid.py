@@ -36,11 +36,15 @@ _IN_MEMORY = {
     'filter_per_worker': None,
     'neighbor_sampler': None,
     'topology': None,
-    'backend': 'auto',
-    'feature_store': 'auto',
-    'gpu_memory_budget': 'auto',
-    'gpu_cache_ratio': None,
     'lookahead': None,
+}
+
+# Fields of the option objects that make sense only for a graph held in
+# memory, with their defaults.
+_IN_MEMORY_OPTIONS = {
+    'placement': {'backend': 'auto'},
+    'cache': {'store': 'auto', 'gpu_memory_budget': 'auto',
+              'cache_ratio': None},
 }
 
 # DataLoader arguments with no meaning here (no worker processes, no
@@ -61,10 +65,9 @@ _DATALOADER = {
 }
 
 # Arguments of DistributedNeighborLoader that pass through.
-_DISTRIBUTED = ('even', 'cache_size', 'edge_cache_size',
-                'presample_batches', 'group',
+_DISTRIBUTED = ('even', 'cache_size', 'edge_cache_size', 'group',
                 'expected_fingerprint', 'sampling_device', 'feature_device',
-                'topology_placement', 'feature_placement', 'replace',
+                'feature_placement', 'replace',
                 'disjoint', 'drop_last', 'weight_attr', 'time_attr',
                 'temporal_strategy', 'subgraph_type',
                 'transform_sampler_output', 'prefetch', 'num_workers')
@@ -164,6 +167,38 @@ def _owned(input_nodes: Any, node_part: Tensor, part: int,
     return RankSeeds(nodes[keep], time.cpu()[keep], keep)
 
 
+def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
+    r"""The arguments of
+    :class:`~pyg_orch.distributed.DistributedNeighborLoader` that a
+    :class:`~pyg_orch.PlacementOptions` and a
+    :class:`~pyg_orch.CacheOptions` (or :obj:`None`) stand for; their
+    fields that apply to a graph held in memory only must keep their
+    defaults."""
+    out: Dict[str, Any] = {}
+    for group, value in (('placement', placement), ('cache', cache)):
+        if value is None:
+            continue
+        for field, default in _IN_MEMORY_OPTIONS[group].items():
+            if not _is_default(getattr(value, field), default):
+                raise ValueError(
+                    f"HybridNeighborLoader on a partition folder: "
+                    f"'{group}.{field}' applies to a graph held in memory; "
+                    f"leave it unset")
+    if placement is not None:
+        if isinstance(placement.topology, str) and \
+                placement.topology in ('device', 'host'):
+            raise ValueError(
+                f"HybridNeighborLoader on a partition folder: "
+                f"'placement.topology' must be 'auto' or 'sharded' (got "
+                f"{placement.topology!r}); the part's topology is sampled "
+                f"on 'sampling_device'")
+        out['topology_placement'] = placement.topology
+    if cache is not None:
+        out.update(cache_policy=cache.policy, cache_ranking=cache.ranking,
+                   num_presample_batches=cache.num_presample_batches)
+    return out
+
+
 def partition_loader(path: os.PathLike,
                      arguments: Dict[str, Any]) -> DistributedNeighborLoader:
     r"""The :class:`~pyg_orch.distributed.DistributedNeighborLoader` that
@@ -209,23 +244,34 @@ def partition_loader(path: os.PathLike,
       served (default: the CPU; e.g. :obj:`device` to gather on the GPU,
       over a copy of the part's gathered attributes made there once).
     * :obj:`seed` (an integer or a generator, whose initial seed is used;
-      default :obj:`0`): shuffling and sampling, offset by the rank.
-    * :obj:`cache_policy`: :obj:`'frequency'` (the default, the same as
-      :obj:`'static'`: a static cache of the remote rows read most often in
-      pre-sampled batches), :obj:`'degree'` (a static cache of the remote
-      vertices that are the sources of the most in-edges of the part's
-      vertices; nothing pre-sampled) or :obj:`'lru'`.
+      :obj:`None`, the default, is :obj:`0`, so that batches are
+      reproducible): shuffling and sampling, offset by the rank.
+    * :obj:`cache` (a :class:`~pyg_orch.CacheOptions`): the cache of remote
+      rows. :obj:`ranking`: :obj:`'frequency'` (the remote rows read most
+      often in :obj:`num_presample_batches` pre-sampled batches, default
+      8) or :obj:`'degree'` (the remote vertices that are the sources of
+      the most in-edges of the part's vertices; nothing pre-sampled);
+      :obj:`policy`: :obj:`'static'` or :obj:`'lru'`. Its other fields
+      describe a graph held in memory and must keep their defaults.
+    * :obj:`placement` (a :class:`~pyg_orch.PlacementOptions`):
+      :obj:`topology='auto'`, or :obj:`'sharded'` to split a part's
+      neighbor lists across the ranks of a machine that share it (one part
+      per machine, see :mod:`~pyg_orch.distributed.machines`); its
+      :obj:`backend` must stay :obj:`'auto'`.
     * The arguments of
       :class:`~pyg_orch.distributed.DistributedNeighborLoader`:
       :obj:`cache_size`, :obj:`edge_cache_size` (remote edges' attribute
-      rows to cache per rank), :obj:`even`, :obj:`presample_batches`,
-      :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`,
-      :obj:`feature_device` and :obj:`topology_placement` (:obj:`'auto'`,
-      or :obj:`'sharded'` to split a part's neighbor lists across the
-      ranks of a machine that share it: one part per machine, see
-      :mod:`~pyg_orch.distributed.machines`), :obj:`feature_placement`
+      rows to cache per rank), :obj:`even`, :obj:`group`,
+      :obj:`expected_fingerprint`, :obj:`sampling_device`,
+      :obj:`feature_device` and :obj:`feature_placement`
       (:obj:`'auto'`, or :obj:`'sharded'` to split the part's feature rows
       across those ranks).
+
+    :class:`~pyg_orch.HybridNeighborLoader` turns its deprecated keywords
+    (:obj:`cache_policy`, :obj:`presample_batches`,
+    :obj:`topology_placement`, ...) into :obj:`cache` and :obj:`placement`
+    before it calls this function (see
+    :func:`pyg_orch.loader.options.resolve_options`).
     """
     args = dict(arguments)
     refusals = (
@@ -247,18 +293,14 @@ def partition_loader(path: os.PathLike,
     seed = args.pop('seed', None)
     if isinstance(seed, torch.Generator):
         seed = seed.initial_seed()
-    elif seed is None:
-        seed = 0
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"'seed' must be an integer or a torch.Generator "
-                         f"(got {seed!r})")
-    cache_policy = args.pop('cache_policy', 'frequency')
-    if cache_policy not in ('frequency', 'degree', 'static', 'lru'):
-        raise ValueError(f"'cache_policy' must be 'frequency', 'degree', "
-                         f"'static' or 'lru' on a partition folder (got "
-                         f"{cache_policy!r})")
+    if seed is not None and (isinstance(seed, bool)
+                             or not isinstance(seed, int)):
+        raise ValueError(f"'seed' must be an integer, a torch.Generator or "
+                         f"None (got {seed!r})")
     device = resolve_device(args.pop('device', None))
     options = {key: args.pop(key) for key in _DISTRIBUTED if key in args}
+    options.update(_option_fields(args.pop('placement', None),
+                                  args.pop('cache', None)))
     batch_size = args.pop('batch_size', 1)
     shuffle = args.pop('shuffle', False)
     transform = args.pop('transform', None)
@@ -281,8 +323,5 @@ def partition_loader(path: os.PathLike,
         partition, num_neighbors, batch_size,
         input_nodes=seeds.nodes, input_time=seeds.time,
         input_id=seeds.input_id,
-        shuffle=bool(shuffle),
-        cache_policy='lru' if cache_policy == 'lru' else 'static',
-        cache_ranking='degree' if cache_policy == 'degree' else 'frequency',
-        seed=seed, device=device, transform=transform,
+        shuffle=bool(shuffle), seed=seed, device=device, transform=transform,
         layout=layout, **options)

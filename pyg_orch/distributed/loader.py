@@ -46,7 +46,9 @@ from pyg_orch.distributed.storage import (
     load_partition,
 )
 from pyg_orch.core.prefetch import PrefetchIterator
+from pyg_orch.core.checks import warn_renamed
 from pyg_orch.sampling.arguments import (
+    check_int,
     check_placement,
     integers_per_seed,
     resolve_device,
@@ -257,7 +259,7 @@ class DistributedNeighborLoader:
             evened out).
         cache_size (int): Remote rows to cache per rank (:obj:`0`: none);
             the cache is filled on the first epoch from
-            :obj:`presample_batches` pre-sampled batches (drawn without
+            :obj:`num_presample_batches` pre-sampled batches (drawn without
             changing the batches that follow: the sampler's generator is
             restored).
         edge_cache_size (int): Edge attribute rows of remote edges (whose
@@ -275,9 +277,12 @@ class DistributedNeighborLoader:
             batches) or :obj:`'degree'` (the sources of the most in-edges
             of the part's vertices, the vertices this part's sampling
             draws most often as neighbors; nothing pre-sampled for it).
-        presample_batches (int): Batches pre-sampled to count accesses.
-        seed (int): Seed of the shuffling and of this rank's sampling
-            (offset by the rank).
+        num_presample_batches (int, optional): Batches pre-sampled to count
+            accesses; :obj:`None` is :obj:`8`. (default: :obj:`None`)
+        seed (int, optional): Seed of the shuffling and of this rank's
+            sampling (offset by the rank); :obj:`None` is :obj:`0`, so that
+            batches are reproducible and every rank agrees without an
+            exchange. (default: :obj:`None`)
         transform (callable, optional): Applied to every batch (after it
             was moved to :obj:`device`).
         prefetch (int): Batches built ahead by a background thread while
@@ -394,8 +399,8 @@ class DistributedNeighborLoader:
                  input_nodes: Optional[Union[Tensor, str]] = None,
                  shuffle: bool = False, even: str = 'min',
                  cache_size: int = 0, cache_policy: str = 'static',
-                 presample_batches: int = 8,
-                 seed: int = 0, group: Optional[Any] = None,
+                 num_presample_batches: Optional[int] = None,
+                 seed: Optional[int] = None, group: Optional[Any] = None,
                  device: Optional[Union[str, torch.device]] = None,
                  transform: Optional[Callable] = None,
                  expected_fingerprint: Optional[str] = None,
@@ -415,7 +420,10 @@ class DistributedNeighborLoader:
                  edge_cache_size: int = 0,
                  transform_sampler_output: Optional[Callable] = None,
                  prefetch: int = 0, num_workers: int = 0,
-                 cache_ranking: str = 'frequency'):
+                 cache_ranking: str = 'frequency', **kwargs: Any):
+        num_presample_batches = _renamed(kwargs, num_presample_batches)
+        if seed is None:
+            seed = 0
         # Checked before the collectives below, the same on every rank:
         if cache_ranking not in ('frequency', 'degree'):
             raise ValueError(f"'cache_ranking' must be 'frequency' or "
@@ -493,7 +501,7 @@ class DistributedNeighborLoader:
         #: when the caches are filled, on the first epoch).
         self.cached_rows = 0
         self.cached_edge_rows = 0
-        self.presample_batches = presample_batches
+        self.num_presample_batches = num_presample_batches
         self.sampling_device = sampling_device
         self.feature_device = feature_device
         topology = None
@@ -687,7 +695,7 @@ class DistributedNeighborLoader:
         by_degree = self.cache_ranking == 'degree'
         # Batches pre-sampled only where their accesses are counted (the
         # same on every rank: their arguments are):
-        steps = min(self.presample_batches, len(batches)) if (
+        steps = min(self.num_presample_batches, len(batches)) if (
             self.edge_cache_size or (self.cache_size and not by_degree)
         ) else 0
         num_nodes = self.sampler.num_nodes  # Per node type.
@@ -912,3 +920,25 @@ class DistributedNeighborLoader:
         for hook in list(self._batch_hooks.values()):
             hook(data)
         return data
+
+
+def _renamed(kwargs: Dict[str, Any],
+             num_presample_batches: Optional[int]) -> int:
+    # The deprecated spelling of `num_presample_batches`; any other keyword
+    # is unexpected, as without `**kwargs`.
+    if 'presample_batches' in kwargs:
+        value = kwargs.pop('presample_batches')
+        if num_presample_batches is not None:
+            raise ValueError("'presample_batches' and "
+                             "'num_presample_batches' were both given; pass "
+                             f"num_presample_batches={value!r} only")
+        warn_renamed('presample_batches',
+                     f'num_presample_batches={value!r}', stacklevel=4)
+        num_presample_batches = value
+    if num_presample_batches is None:
+        num_presample_batches = 8
+    check_int('num_presample_batches', num_presample_batches, 1)
+    if kwargs:
+        raise TypeError(f"DistributedNeighborLoader got unexpected keyword "
+                        f"arguments {sorted(kwargs)}")
+    return num_presample_batches

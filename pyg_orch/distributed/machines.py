@@ -10,8 +10,8 @@ Two layouts, chosen from the number of parts and the launch:
   in blocks of :obj:`N`, as :obj:`torchrun` does) all hold part :obj:`m`.
   Each takes every :obj:`N`-th of the part's seeds and exchanges only with
   the ranks of its local rank on the other machines (its *part group*, one
-  rank per part). With :obj:`topology_placement='sharded'` the part's
-  neighbor lists are split across the machine's ranks
+  rank per part). With :obj:`PlacementOptions(topology='sharded')` the
+  part's neighbor lists are split across the machine's ranks
   (:func:`~pyg_orch.multigpu.shard_topology`: symmetric memory on GPUs,
   :obj:`/dev/shm` on CPUs), so a rank serves requests for any vertex of
   its part from its own shard, a copy, or a peer's shard.

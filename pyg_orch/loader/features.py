@@ -1,5 +1,5 @@
 """The feature store a :class:`~pyg_orch.HybridNeighborLoader` builds for
-itself (:obj:`feature_store='auto'`): node features in host memory served to
+itself (:obj:`CacheOptions(store='auto')`): node features in host memory served to
 a CUDA device from a :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache
 holds the rows batches touch most, or, for heterogeneous graphs, from a
 :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` (one tier per node type, one
@@ -9,10 +9,10 @@ from typing import Callable, Dict, Optional, Union
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch.gpu.feature_store import TieredFeatureStore, parse_budget
+from pyg_orch.gpu.feature_store import TieredFeatureStore
 from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
+from pyg_orch.loader.options import CacheOptions
 from pyg_orch.loader.stats import StageTimer
-from pyg_orch.sampling.arguments import check_choice, check_fraction
 from pyg_orch.sampling.contract import HotNodeSampler
 
 AnyStore = Union[TieredFeatureStore, HeteroTieredFeatureStore]
@@ -23,23 +23,21 @@ Counts = Union[torch.Tensor, Dict[str, torch.Tensor]]
 
 
 def build_feature_store(
-    feature_store: Union[None, str, AnyStore],
+    cache: CacheOptions,
     data,
     sampler,
     device: torch.device,
     count_access: Callable[[], Counts],
     timer: StageTimer,
-    budget: Union[None, int, float, str],
-    ratio: Optional[float],
-    policy: str,
     hetero: bool = False,
 ) -> Optional[AnyStore]:
-    r"""Returns :obj:`feature_store` if one was given (checked against
+    r"""Returns :obj:`cache.store` if one was given (checked against
     :obj:`data`); for :obj:`'auto'`, a new store where it pays (CUDA,
     features in host memory, a sampler with the
     :class:`~pyg_orch.sampling.HotNodeSampler` contract), with rows ranked
-    by :obj:`policy` (for :obj:`'frequency'`, by the access counts
-    :obj:`count_access()` returns: the loader's pre-sampled batches):
+    by :obj:`cache.ranking` (for :obj:`'frequency'`, by the access counts
+    :obj:`count_access()` returns: the loader's pre-sampled batches) and
+    sized by :obj:`cache.gpu_memory_budget` and :obj:`cache.cache_ratio`:
 
     * for :class:`~torch_geometric.data.Data` with :obj:`x`, a
       :class:`~pyg_orch.gpu.TieredFeatureStore`, or a
@@ -52,20 +50,16 @@ def build_feature_store(
       are sliced as before);
 
     else :obj:`None`."""
-    # Checked on every device, though only CUDA builds a store from them:
-    ratio = check_fraction('gpu_cache_ratio', ratio, optional=True)
-    parse_budget(budget, torch.device('cpu'))
-    check_choice('cache_policy', policy, ('frequency', 'degree'))
+    # `cache` was checked on every device, though only CUDA builds a store:
+    feature_store, budget, ratio, policy = (
+        cache.store, cache.gpu_memory_budget, cache.cache_ratio,
+        cache.ranking)
     if isinstance(feature_store, (TieredFeatureStore,
                                   HeteroTieredFeatureStore)):
         check_given_store(feature_store, data, hetero)
         return feature_store
     if feature_store is None:
         return None
-    if feature_store != 'auto':
-        raise ValueError(f"'feature_store' must be 'auto', None, a "
-                         f"TieredFeatureStore or a HeteroTieredFeatureStore "
-                         f"(got {feature_store!r})")
     if isinstance(data, HeteroData):
         if not hetero or device.type != 'cuda':
             return None
@@ -97,33 +91,33 @@ def build_feature_store(
 
 
 def check_given_store(store: AnyStore, data, hetero: bool) -> None:
-    r"""Raises a :class:`ValueError` naming :obj:`'feature_store'` where
+    r"""Raises a :class:`ValueError` naming :obj:`'store'` where
     :obj:`store` cannot serve :obj:`data`: a homogeneous store for a
     heterogeneous graph or the reverse, node types the graph lacks, shapes
     that differ from the graph's :obj:`x`, or a loader that does not
     assemble heterogeneous batches (:obj:`hetero`)."""
     if isinstance(store, HeteroTieredFeatureStore):
         if not isinstance(data, HeteroData):
-            raise ValueError("'feature_store' is a HeteroTieredFeatureStore, "
+            raise ValueError("'store' is a HeteroTieredFeatureStore, "
                              "but the graph is not a HeteroData")
         if not hetero:
-            raise ValueError("'feature_store': a HeteroTieredFeatureStore "
+            raise ValueError("'store': a HeteroTieredFeatureStore "
                              "serves the batches of HybridNeighborLoader "
                              "and HybridLinkNeighborLoader only")
         for t, tier in store.stores.items():
             if t not in data.node_types:
-                raise ValueError(f"'feature_store' holds node type '{t}', "
+                raise ValueError(f"'store' holds node type '{t}', "
                                  f"which the graph lacks "
                                  f"({data.node_types})")
             x = getattr(data[t], store.attr_name, None)
             shape = (tier.num_nodes, tier.width)
             if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape:
                 raise ValueError(
-                    f"'feature_store' holds {shape} rows for node type "
+                    f"'store' holds {shape} rows for node type "
                     f"'{t}', but the graph's '{store.attr_name}' is "
                     f"{None if x is None else tuple(x.shape)}")
     elif isinstance(data, HeteroData):
-        raise ValueError("'feature_store' must be a HeteroTieredFeatureStore "
+        raise ValueError("'store' must be a HeteroTieredFeatureStore "
                          "for a HeteroData (got a TieredFeatureStore)")
 
 
@@ -151,7 +145,7 @@ def build_hetero_store(
     policy: str,
 ) -> Optional[HeteroTieredFeatureStore]:
     r"""The :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` of
-    :obj:`feature_store='auto'` on :obj:`device` (any device: the CUDA
+    :obj:`CacheOptions(store='auto')` on :obj:`device` (any device: the CUDA
     check is :func:`build_feature_store`'s): the node types of
     :func:`host_features`, ranked by :obj:`policy`: the access counts per
     node type :obj:`count_access()` returns (:obj:`'frequency'`; the

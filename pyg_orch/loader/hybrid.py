@@ -26,6 +26,7 @@ from pyg_orch.loader.assemble import (
 )
 from pyg_orch.loader.features import Counts, build_feature_store
 from pyg_orch.loader.lookahead import LookaheadIterator
+from pyg_orch.loader.options import CacheOptions
 from pyg_orch.core.prefetch import PrefetchIterator
 from pyg_orch.loader.seed_batches import tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
@@ -128,8 +129,8 @@ class HybridLoaderMixin:
     def _count_access(self) -> Counts:
         r"""Access counts per node (per node type for heterogeneous graphs)
         in pre-sampled batches like the loader's, to rank the rows of the
-        feature cache (:obj:`cache_policy='frequency'`); the sampler's
-        random state is left as it was."""
+        feature cache (:obj:`CacheOptions(ranking='frequency')`); the
+        sampler's random state is left as it was."""
         raise NotImplementedError
 
     def _add_metadata(self, data: Data, out: Any) -> Data:
@@ -162,9 +163,7 @@ class HybridLoaderMixin:
         self.timer.sync = not self.lookahead
 
     def _init_batches(self, transform: Optional[Callable],
-                      feature_store: Any, gpu_memory_budget: Any,
-                      gpu_cache_ratio: Optional[float],
-                      cache_policy: str) -> None:
+                      cache: CacheOptions) -> None:
         check_callable('transform', transform)
         check_callable('transform_sampler_output',
                        self.transform_sampler_output)
@@ -172,10 +171,11 @@ class HybridLoaderMixin:
         self.batch_transform = transform
         self._batch_hooks: Dict[int, Callable] = {}
         self._sampled_hooks: Dict[int, Callable] = {}
+        #: The loader's :class:`~pyg_orch.CacheOptions`.
+        self.cache_options = cache
         self.feature_store = build_feature_store(
-            feature_store, self.data, self._sampler, self.device,
-            self._count_access, self.timer, gpu_memory_budget,
-            gpu_cache_ratio, cache_policy, hetero=self._assembles_hetero)
+            cache, self.data, self._sampler, self.device,
+            self._count_access, self.timer, hetero=self._assembles_hetero)
         self._assembler: Optional[DataAssembler] = None
         self._assembler_key: Optional[tuple] = None
 

@@ -11,14 +11,18 @@ from torch_geometric.typing import InputEdges
 
 from pyg_orch.core.sparse_adj import edge_index_of
 from pyg_orch.core.topology import GraphTopology
-from pyg_orch.gpu.feature_store import TieredFeatureStore
-from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
     build_sampler,
     check_common_args,
     seed_shuffling,
+)
+from pyg_orch.loader.options import (
+    CacheOptions,
+    PlacementOptions,
+    in_memory_cache,
+    resolve_options,
 )
 from pyg_orch.loader.validation import (
     check_edge_label,
@@ -143,28 +147,16 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             and shuffling reproducible.
         topology (GraphTopology, optional): A topology to share with other
             loaders (e.g. :obj:`node_loader.topology`).
-        backend (str): Sampling kernels (see
-            :class:`~pyg_orch.HybridNeighborSampler`); link batches use the
-            batch-synchronous path of the chosen backend.
-        topology_placement (str): On CUDA, :obj:`'device'`, :obj:`'host'` or
-            :obj:`'auto'`.
-        feature_store (str or TieredFeatureStore or
-            HeteroTieredFeatureStore, optional): As in
-            :class:`~pyg_orch.HybridNeighborLoader`: on CUDA with :obj:`x`
-            in host memory, :obj:`'auto'` serves it from a
-            :class:`~pyg_orch.gpu.TieredFeatureStore`, or for
-            :class:`~torch_geometric.data.HeteroData` from a
-            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every node
-            type whose :obj:`x` is in host memory; :obj:`None` gathers on
-            the CPU and copies, as PyG does. With :obj:`'frequency'`
-            ranking, rows are ranked by their accesses in pre-sampled link
-            batches (the endpoints of the label edges, and their
-            negatives, as seeds).
-        gpu_memory_budget (int or float or str): GPU memory for the feature
-            cache.
-        gpu_cache_ratio (float, optional): Cache at most this fraction of the
-            rows.
-        cache_policy (str): :obj:`'frequency'` or :obj:`'degree'`.
+        placement (PlacementOptions, optional): Where the topology lives
+            and which kernels sample (see :class:`~pyg_orch.PlacementOptions`;
+            link batches use the batch-synchronous path of the chosen
+            backend). (default: :obj:`PlacementOptions()`)
+        cache (CacheOptions, optional): The GPU cache of features in host
+            memory, as in :class:`~pyg_orch.HybridNeighborLoader` (see
+            :class:`~pyg_orch.CacheOptions`). With
+            :obj:`ranking='frequency'`, rows are ranked by their accesses in
+            pre-sampled link batches (the endpoints of the label edges, and
+            their negatives, as seeds). (default: :obj:`CacheOptions()`)
         lookahead (bool, optional): With :obj:`True`, keep the next batch
             in flight, in the training loop's thread (see
             :class:`~pyg_orch.loader.LookaheadIterator`): a link batch is
@@ -179,7 +171,11 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             thread. (default: :obj:`0`)
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`.
+            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`. The
+            keywords :obj:`backend`, :obj:`topology_placement`,
+            :obj:`feature_store`, :obj:`gpu_memory_budget`,
+            :obj:`gpu_cache_ratio` and :obj:`cache_policy` are deprecated
+            (they warn and fill :obj:`placement` and :obj:`cache`).
     """
     def __init__(
         self,
@@ -205,17 +201,13 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         device: DeviceLike = None,
         seed: SeedLike = None,
         topology: Optional[GraphTopology] = None,
-        backend: str = 'auto',
-        topology_placement: str = 'auto',
-        feature_store: Union[None, str, TieredFeatureStore,
-                             HeteroTieredFeatureStore] = 'auto',
-        gpu_memory_budget: Union[None, int, float, str] = 'auto',
-        gpu_cache_ratio: Optional[float] = None,
-        cache_policy: str = 'frequency',
+        placement: Optional[PlacementOptions] = None,
+        cache: Optional[CacheOptions] = None,
         lookahead: Optional[bool] = None,
         prefetch: int = 0,
         **kwargs,
     ):
+        placement, cache = resolve_options(kwargs, placement, cache)
         if isinstance(data, (str, os.PathLike, tuple, list)):
             from pyg_orch.distributed.loading import is_partitioned
             if is_partitioned(data):
@@ -228,16 +220,14 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
                     device, seed, kwargs, unsupported={
                         'neighbor_sampler': neighbor_sampler is not None,
                         'topology': topology is not None,
-                        'backend': backend != 'auto',
-                        'topology_placement': topology_placement != 'auto',
-                        'feature_store': feature_store not in (None, 'auto'),
-                        'gpu_memory_budget': gpu_memory_budget != 'auto',
-                        'gpu_cache_ratio': gpu_cache_ratio is not None,
+                        'placement': placement != PlacementOptions(),
+                        'cache': cache != CacheOptions(),
                         'lookahead': bool(lookahead),
                         'prefetch': prefetch != 0,
                         'num_workers': kwargs.get('num_workers', 0) != 0,
                     })
                 return
+        cache = in_memory_cache(cache)
         check_edge_label_time(edge_label_time, time_attr, None)
         device = check_common_args(data, device, kwargs, prefetch, lookahead,
                                    None, time_attr, temporal_strategy,
@@ -266,8 +256,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
                 is_sorted=is_sorted,
                 directed=directed,
                 topology=topology,
-                backend=backend,
-                topology_placement=topology_placement,
+                backend=placement.backend,
+                topology_placement=placement.topology,
             )
         seed_shuffling(seed, kwargs)
 
@@ -284,8 +274,7 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             filter_per_worker=filter_per_worker,
             **kwargs,
         )
-        self._init_batches(transform, feature_store, gpu_memory_budget,
-                           gpu_cache_ratio, cache_policy)
+        self._init_batches(transform, cache)
         # A link batch is sampled synchronously (the negatives and the
         # seeds' deduplication need their sizes), so the look-ahead overlaps
         # the gathering of the next batch with the training step.
@@ -377,7 +366,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         num = self.input_data.row.numel()
         return count_link_access(
             self.link_sampler, self.input_data, batch_size,
-            num_batches=presample_batches(num, batch_size),
+            num_batches=self.cache_options.num_presample_batches
+            or presample_batches(num, batch_size),
             neg_sampling=self.neg_sampling)
 
     def _add_metadata(self, data: Data, out: Any) -> Data:

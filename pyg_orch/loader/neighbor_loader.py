@@ -11,14 +11,18 @@ from torch_geometric.sampler import BaseSampler
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_orch.core.topology import GraphTopology
-from pyg_orch.gpu.feature_store import TieredFeatureStore
-from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
     build_sampler,
     check_common_args,
     seed_shuffling,
+)
+from pyg_orch.loader.options import (
+    CacheOptions,
+    PlacementOptions,
+    in_memory_cache,
+    resolve_options,
 )
 from pyg_orch.loader.seed_batches import slice_node_input
 from pyg_orch.loader.validation import check_input_nodes, check_input_time
@@ -100,31 +104,21 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             shuffling reproducible.
         topology (GraphTopology, optional): A topology to share with other
             loaders (see :attr:`topology`); built from :obj:`data` if not set.
-        backend (str): Sampling kernels: :obj:`'triton'`, :obj:`'torch'` or
-            :obj:`'auto'` (see :class:`~pyg_orch.HybridNeighborSampler`).
-        topology_placement (str or TopologySharding): On CUDA,
-            :obj:`'device'`, :obj:`'host'` (pinned, read zero-copy) or
-            :obj:`'auto'`; :obj:`'sharded'` splits the neighbor lists across
-            the machine's processes (see :doc:`/multi_gpu` and
-            :class:`~pyg_orch.HybridNeighborSampler`).
-        feature_store (str or TieredFeatureStore, optional): On CUDA with
-            node features :obj:`x` in host memory,
-            :obj:`'auto'` serves them from a
-            :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on the
-            GPU, the rest read from pinned memory, rows of the previous batch
-            reused), or for :class:`~torch_geometric.data.HeteroData` from a
-            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every node
-            type whose :obj:`x` is in host memory (one ranking of the rows
-            of all types, one budget); pass one to share it between loaders,
-            or :obj:`None` to gather on the CPU and copy, as PyG does.
-        gpu_memory_budget (int or float or str): GPU memory for the feature
-            cache: bytes, a fraction of free memory, or :obj:`'auto'` (a
-            quarter of free memory). Features that fit are cached whole.
-        gpu_cache_ratio (float, optional): Cache at most this fraction of the
-            rows.
-        cache_policy (str): Rank rows to cache by :obj:`'frequency'` (node
-            appearances in pre-sampled batches) or :obj:`'degree'` (the
-            out-degree: how often a node can be drawn as a neighbor).
+        placement (PlacementOptions, optional): Where the topology lives
+            (on CUDA: on the device, in pinned host memory, or sharded
+            across the machine's processes, see :doc:`/multi_gpu`) and
+            which kernels sample (see :class:`~pyg_orch.PlacementOptions`).
+            (default: :obj:`PlacementOptions()`)
+        cache (CacheOptions, optional): On CUDA with node features :obj:`x`
+            in host memory, the GPU cache that serves them (see
+            :class:`~pyg_orch.CacheOptions`): by default a
+            :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on
+            the GPU, the rest read from pinned memory, rows of the previous
+            batch reused), or for :class:`~torch_geometric.data.HeteroData`
+            a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every
+            node type whose :obj:`x` is in host memory;
+            :obj:`CacheOptions(store=None)` gathers on the CPU and copies,
+            as PyG does. (default: :obj:`CacheOptions()`)
         lookahead (bool, optional): Keep the next batch in flight on two
             side CUDA streams (one samples, one gathers features), in the
             training loop's thread: the host queues the
@@ -143,7 +137,11 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             step that leaves the interpreter free. (default: :obj:`0`)
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`.
+            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`. The
+            keywords :obj:`backend`, :obj:`topology_placement`,
+            :obj:`feature_store`, :obj:`gpu_memory_budget`,
+            :obj:`gpu_cache_ratio` and :obj:`cache_policy` are deprecated
+            (they warn and fill :obj:`placement` and :obj:`cache`).
 
     Given a folder written by :func:`~pyg_orch.distributed.partition_graph`
     as :obj:`data` (a :obj:`str` or :class:`os.PathLike`), every rank of
@@ -159,7 +157,10 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             bound = inspect.signature(cls.__init__).bind(
                 None, data, *args, **kwargs)
             arguments = dict(bound.arguments)
-            arguments.update(arguments.pop('kwargs', {}))
+            extra = arguments.pop('kwargs', {})
+            arguments['placement'], arguments['cache'] = resolve_options(
+                extra, arguments.get('placement'), arguments.get('cache'))
+            arguments.update(extra)
             del arguments['self'], arguments['data']
             return partition_loader(data, arguments)
         return super().__new__(cls)
@@ -185,17 +186,13 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         device: DeviceLike = None,
         seed: SeedLike = None,
         topology: Optional[GraphTopology] = None,
-        backend: str = 'auto',
-        topology_placement: str = 'auto',
-        feature_store: Union[None, str, TieredFeatureStore,
-                             HeteroTieredFeatureStore] = 'auto',
-        gpu_memory_budget: Union[None, int, float, str] = 'auto',
-        gpu_cache_ratio: Optional[float] = None,
-        cache_policy: str = 'frequency',
+        placement: Optional[PlacementOptions] = None,
+        cache: Optional[CacheOptions] = None,
         lookahead: Optional[bool] = None,
         prefetch: int = 0,
         **kwargs,
     ):
+        placement, cache = resolve_options(kwargs, placement, cache)
         if isinstance(data, (tuple, list)):
             from pyg_orch.distributed.loading import is_partitioned
             if is_partitioned(data):
@@ -206,16 +203,14 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
                     filter_per_worker, directed, device, seed, kwargs, {
                         'neighbor_sampler': neighbor_sampler is not None,
                         'topology': topology is not None,
-                        'backend': backend != 'auto',
-                        'topology_placement': topology_placement != 'auto',
-                        'feature_store': feature_store not in (None, 'auto'),
-                        'gpu_memory_budget': gpu_memory_budget != 'auto',
-                        'gpu_cache_ratio': gpu_cache_ratio is not None,
+                        'placement': placement != PlacementOptions(),
+                        'cache': cache != CacheOptions(),
                         'lookahead': bool(lookahead),
                         'prefetch': prefetch != 0,
                         'num_workers': kwargs.get('num_workers', 0) != 0,
                     })
                 return
+        cache = in_memory_cache(cache)
         device = check_common_args(data, device, kwargs, prefetch,
                                    lookahead, input_time, time_attr,
                                    temporal_strategy, weight_attr)
@@ -235,8 +230,8 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
                 is_sorted=is_sorted,
                 directed=directed,
                 topology=topology,
-                backend=backend,
-                topology_placement=topology_placement,
+                backend=placement.backend,
+                topology_placement=placement.topology,
             )
         seed_shuffling(seed, kwargs)
 
@@ -251,8 +246,7 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             filter_per_worker=filter_per_worker,
             **kwargs,
         )
-        self._init_batches(transform, feature_store, gpu_memory_budget,
-                           gpu_cache_ratio, cache_policy)
+        self._init_batches(transform, cache)
         launching = isinstance(self.node_sampler, LaunchingSampler)
         if lookahead and not launching:
             raise ValueError("'lookahead=True' needs a sampler with "
@@ -331,7 +325,8 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         batch_size = self.batch_size or 1
         return count_node_access(
             self.node_sampler, inputs.node, batch_size,
-            num_batches=presample_batches(inputs.node.numel(), batch_size),
+            num_batches=self.cache_options.num_presample_batches
+            or presample_batches(inputs.node.numel(), batch_size),
             input_time=inputs.time, input_type=inputs.input_type)
 
     def _add_metadata(self, data: Data, out: Any) -> Data:

@@ -271,11 +271,12 @@ def _check_rank(rank: Optional[int],
 
 
 def split_positions(num_seeds: int, rank: int, world_size: int, *,
-                    shuffle: bool = True, seed: int = 0, epoch: int = 0,
-                    drop_last: bool = False) -> Tensor:
+                    shuffle: bool = True, seed: Optional[int] = None,
+                    epoch: int = 0, drop_last: bool = False) -> Tensor:
     r"""The positions (in :obj:`[0, num_seeds)`) of the seeds of
     :obj:`rank`, as :class:`torch.utils.data.DistributedSampler` picks them:
-    shuffled by a generator seeded with :obj:`seed + epoch` (the same
+    shuffled by a generator seeded with :obj:`seed + epoch` (:obj:`seed`
+    :obj:`None` is :obj:`0`; the same
     permutation on every rank, without communication), then cut to a
     multiple of :obj:`world_size`, by repeating the first positions
     (:obj:`drop_last=False`: every seed is used, up to
@@ -283,7 +284,8 @@ def split_positions(num_seeds: int, rank: int, world_size: int, *,
     (:obj:`drop_last=True`: up to :obj:`world_size - 1` seeds left out this
     epoch), and dealt out round-robin."""
     if shuffle:
-        gen = torch.Generator().manual_seed(int(seed) + int(epoch))
+        seed = 0 if seed is None else int(seed)
+        gen = torch.Generator().manual_seed(seed + int(epoch))
         order = torch.randperm(num_seeds, generator=gen)
     else:
         order = torch.arange(num_seeds)
@@ -301,8 +303,8 @@ def split_positions(num_seeds: int, rank: int, world_size: int, *,
 
 def rank_input_nodes(input_nodes: SeedNodes, rank: Optional[int] = None,
                      world_size: Optional[int] = None, *,
-                     shuffle: bool = True, seed: int = 0, epoch: int = 0,
-                     drop_last: bool = False) -> SeedNodes:
+                     shuffle: bool = True, seed: Optional[int] = None,
+                     epoch: int = 0, drop_last: bool = False) -> SeedNodes:
     r"""The seed nodes of :obj:`rank`: every rank gets
     :obj:`ceil(N / world_size)` seeds (:obj:`floor` with
     :obj:`drop_last=True`), so loaders with the same :obj:`batch_size` give
@@ -326,8 +328,8 @@ def rank_input_nodes(input_nodes: SeedNodes, rank: Optional[int] = None,
         world_size (int, optional): The number of ranks; the process
             group's (or ``WORLD_SIZE``) if not set.
         shuffle (bool): Shuffle before splitting. (default: :obj:`True`)
-        seed (int): The shuffling seed, the same on all ranks.
-            (default: :obj:`0`)
+        seed (int, optional): The shuffling seed, the same on all ranks;
+            :obj:`None` is :obj:`0`. (default: :obj:`None`)
         epoch (int): Added to :obj:`seed`. (default: :obj:`0`)
         drop_last (bool): Drop the last seeds instead of repeating the
             first ones. (default: :obj:`False`)
@@ -373,8 +375,8 @@ class DistributedSeedSplit(Sampler):
             if not set.
         world_size (int, optional): The number of ranks.
         shuffle (bool): Shuffle every epoch. (default: :obj:`True`)
-        seed (int): The shuffling seed, the same on all ranks.
-            (default: :obj:`0`)
+        seed (int, optional): The shuffling seed, the same on all ranks;
+            :obj:`None` is :obj:`0`. (default: :obj:`None`)
         drop_last (bool): Drop the last seeds instead of repeating the
             first ones (see :func:`split_positions`).
             (default: :obj:`False`)
@@ -382,7 +384,7 @@ class DistributedSeedSplit(Sampler):
     def __init__(self, input_nodes: Union[SeedNodes, int],
                  rank: Optional[int] = None,
                  world_size: Optional[int] = None, *, shuffle: bool = True,
-                 seed: int = 0, drop_last: bool = False):
+                 seed: Optional[int] = None, drop_last: bool = False):
         if isinstance(input_nodes, int) and not isinstance(input_nodes,
                                                            bool):
             if input_nodes < 0:
@@ -392,10 +394,12 @@ class DistributedSeedSplit(Sampler):
         else:
             self.node_type, self.seeds = _resolve_seeds(input_nodes)
         self.rank, self.world_size = _check_rank(rank, world_size)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"'seed' must be an integer (got {seed!r})")
+        if seed is not None and (isinstance(seed, bool)
+                                 or not isinstance(seed, int)):
+            raise ValueError(f"'seed' must be an integer or None (got "
+                             f"{seed!r})")
         self.shuffle = bool(shuffle)
-        self.seed = seed
+        self.seed = 0 if seed is None else seed
         self.drop_last = bool(drop_last)
         self.epoch = 0
 

@@ -503,8 +503,9 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
 
 @dataclass
 class TopologySharding:
-    r"""How :obj:`topology_placement='sharded'` splits the topology; pass
-    an instance as :obj:`topology_placement` to change the defaults.
+    r"""How :obj:`PlacementOptions(topology='sharded')` splits the
+    topology; pass an instance as :obj:`PlacementOptions(topology=...)` (or
+    a sampler's :obj:`topology_placement`) to change the defaults.
 
     Args:
         replicate_bytes (int or float): Bytes per rank for copies of other

@@ -11,6 +11,7 @@ from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 from pyg_orch.core.checks import (  # noqa: F401 (re-exported)
     check_bool,
     check_bools,
+    check_int,
     check_callable,
     check_choice,
     check_fraction,
@@ -21,15 +22,16 @@ from pyg_orch.core.topology import check_not_nan
 from pyg_orch.typing import EdgeType, NumNeighborsType
 
 
-def check_placement(placement):
+def check_placement(placement, name: str = 'topology_placement'):
     r"""Returns :obj:`topology_placement` checked: :obj:`'auto'`,
     :obj:`'device'`, :obj:`'host'`, or a
-    :class:`~pyg_orch.multigpu.TopologySharding` (for :obj:`'sharded'`)."""
+    :class:`~pyg_orch.multigpu.TopologySharding` (for :obj:`'sharded'`);
+    errors name the argument :obj:`name`."""
     from pyg_orch.multigpu.sharded_topology import TopologySharding
 
     if isinstance(placement, TopologySharding):
         return placement
-    check_choice('topology_placement', placement,
+    check_choice(name, placement,
                  ('auto', 'device', 'host', 'sharded'))
     return TopologySharding() if placement == 'sharded' else placement
 

@@ -1,0 +1,198 @@
+"""The option groups of :class:`~pyg_orch.HybridNeighborLoader` and
+:class:`~pyg_orch.HybridLinkNeighborLoader`: where the topology lives and
+which kernels sample (:class:`PlacementOptions`), and the GPU feature cache
+(:class:`CacheOptions`), each validated in one place. Also the keywords
+they replace, still accepted for one release with a
+:class:`DeprecationWarning` (:func:`resolve_options`)."""
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple, Union
+
+import torch
+
+from pyg_orch.core.checks import (
+    check_choice,
+    check_fraction,
+    check_int,
+    warn_renamed,
+)
+from pyg_orch.gpu.feature_store import TieredFeatureStore, parse_budget
+from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
+from pyg_orch.sampling.arguments import check_placement
+from pyg_orch.sampling.backends import backend_names
+
+__all__ = ['CacheOptions', 'PlacementOptions', 'resolve_options']
+
+FeatureStoreLike = Union[None, str, TieredFeatureStore,
+                         HeteroTieredFeatureStore]
+
+
+@dataclass(frozen=True)
+class PlacementOptions:
+    r"""Where a loader keeps the graph topology and which kernels sample it.
+
+    .. code-block:: python
+
+        from pyg_orch import HybridNeighborLoader, PlacementOptions
+
+        loader = HybridNeighborLoader(
+            data, num_neighbors=[15, 10], batch_size=1024,
+            placement=PlacementOptions(topology='host', backend='torch'))
+
+    Args:
+        topology (str or TopologySharding): On CUDA, :obj:`'device'`,
+            :obj:`'host'` (pinned, read zero-copy) or :obj:`'auto'`;
+            :obj:`'sharded'` (or a
+            :class:`~pyg_orch.multigpu.TopologySharding`) splits the
+            neighbor lists across the machine's processes (see
+            :doc:`/multi_gpu`). On a partition folder, :obj:`'auto'` or
+            :obj:`'sharded'`. (default: :obj:`'auto'`)
+        backend (str): Sampling kernels: :obj:`'triton'`, :obj:`'torch'`,
+            :obj:`'auto'` or a registered backend (see
+            :class:`~pyg_orch.HybridNeighborSampler`).
+            (default: :obj:`'auto'`)
+    """
+    topology: Any = 'auto'
+    backend: str = 'auto'
+
+    def __post_init__(self) -> None:
+        check_placement(self.topology, 'topology')
+        check_choice('backend', self.backend, ['auto'] + backend_names())
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    r"""The GPU cache of node features in host memory: which rows a loader
+    keeps on the GPU, and how many.
+
+    .. code-block:: python
+
+        from pyg_orch import CacheOptions, HybridNeighborLoader
+
+        loader = HybridNeighborLoader(
+            data, num_neighbors=[15, 10], batch_size=1024,
+            cache=CacheOptions(cache_ratio=0.2, ranking='degree'))
+
+    Args:
+        store (str or TieredFeatureStore, optional): On CUDA with node
+            features :obj:`x` in host memory, :obj:`'auto'` serves them
+            from a
+            :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on
+            the GPU, the rest read from pinned memory), or for
+            :class:`~torch_geometric.data.HeteroData` from a
+            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` (one ranking and
+            one budget across node types); pass one to share it between
+            loaders, or :obj:`None` to gather on the CPU and copy, as PyG
+            does. (default: :obj:`'auto'`)
+        gpu_memory_budget (int or float or str): GPU memory for the cache:
+            bytes, a fraction of free memory, or :obj:`'auto'` (a quarter of
+            free memory). (default: :obj:`'auto'`)
+        cache_ratio (float, optional): Cache at most this fraction of the
+            rows. (default: :obj:`None`)
+        ranking (str): Rank rows to cache by :obj:`'frequency'` (node
+            appearances in pre-sampled batches) or :obj:`'degree'` (the
+            out-degree). (default: :obj:`'frequency'`)
+        num_presample_batches (int, optional): Mini-batches pre-sampled to
+            count appearances for :obj:`ranking='frequency'`; :obj:`None`
+            for an epoch's worth, at most 256 (8 on a partition folder).
+            (default: :obj:`None`)
+        policy (str): :obj:`'static'` (rows chosen once by :obj:`ranking`)
+            or :obj:`'lru'` (remote rows of a partition folder, replaced as
+            batches read them; partition folders only).
+            (default: :obj:`'static'`)
+    """
+    store: FeatureStoreLike = 'auto'
+    gpu_memory_budget: Union[None, int, float, str] = 'auto'
+    cache_ratio: Optional[float] = None
+    ranking: str = 'frequency'
+    num_presample_batches: Optional[int] = None
+    policy: str = 'static'
+
+    def __post_init__(self) -> None:
+        store = self.store
+        if not (store is None or isinstance(store, (
+                TieredFeatureStore, HeteroTieredFeatureStore)) or (
+                    isinstance(store, str) and store == 'auto')):
+            raise ValueError(f"'store' must be 'auto', None, a "
+                             f"TieredFeatureStore or a "
+                             f"HeteroTieredFeatureStore (got {store!r})")
+        parse_budget(self.gpu_memory_budget, torch.device('cpu'))
+        object.__setattr__(self, 'cache_ratio', check_fraction(
+            'cache_ratio', self.cache_ratio, optional=True))
+        check_choice('ranking', self.ranking, ('frequency', 'degree'))
+        check_int('num_presample_batches', self.num_presample_batches, 1,
+                  optional=True)
+        check_choice('policy', self.policy, ('static', 'lru'))
+
+
+# Deprecated keywords ########################################################
+
+# Old keyword -> (option group, field).
+RENAMED: Dict[str, Tuple[str, str]] = {
+    'topology_placement': ('placement', 'topology'),
+    'backend': ('placement', 'backend'),
+    'feature_store': ('cache', 'store'),
+    'gpu_memory_budget': ('cache', 'gpu_memory_budget'),
+    'gpu_cache_ratio': ('cache', 'cache_ratio'),
+    'cache_policy': ('cache', 'ranking'),
+    'presample_batches': ('cache', 'num_presample_batches'),
+}
+
+_CLASSES = {'placement': PlacementOptions, 'cache': CacheOptions}
+
+
+def _shown(value: Any) -> str:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return repr(value)
+    return '...'
+
+
+def resolve_options(
+    kwargs: Dict[str, Any],
+    placement: Optional[PlacementOptions],
+    cache: Optional[CacheOptions],
+    stacklevel: int = 4,
+) -> Tuple[PlacementOptions, CacheOptions]:
+    r"""Returns the loader's :class:`PlacementOptions` and
+    :class:`CacheOptions`: :obj:`placement` and :obj:`cache`, or their
+    defaults, with the deprecated keywords of :obj:`RENAMED` removed from
+    :obj:`kwargs` and applied (each warns once, naming its new spelling).
+    :obj:`cache_policy='static'` or :obj:`'lru'` (its meaning on a
+    partition folder) becomes :obj:`CacheOptions(policy=...)`. Raises a
+    :class:`ValueError` for a deprecated keyword given with the option
+    object that holds its field, and a :class:`TypeError` for an option
+    object of the wrong type."""
+    given = {'placement': placement, 'cache': cache}
+    for group, value in given.items():
+        cls = _CLASSES[group]
+        if value is not None and not isinstance(value, cls):
+            raise TypeError(f"'{group}' must be a {cls.__name__} or None "
+                            f"(got {value!r} of type "
+                            f"{type(value).__name__})")
+    fields: Dict[str, Dict[str, Any]] = {'placement': {}, 'cache': {}}
+    for old, (group, field) in RENAMED.items():
+        if old not in kwargs:
+            continue
+        value = kwargs.pop(old)
+        if old == 'cache_policy' and value in ('static', 'lru'):
+            field = 'policy'
+        new = f"{group}={_CLASSES[group].__name__}({field}={_shown(value)})"
+        if given[group] is not None:
+            raise ValueError(f"'{old}' and '{group}' were both given; pass "
+                             f"{new} only")
+        warn_renamed(old, new, stacklevel=stacklevel)
+        fields[group][field] = value
+    placement = placement or PlacementOptions(**fields['placement'])
+    cache = cache or CacheOptions(**fields['cache'])
+    return placement, cache
+
+
+def in_memory_cache(cache: CacheOptions) -> CacheOptions:
+    r"""Returns :obj:`cache` if a loader over a graph held in memory can
+    serve it, else raises a :class:`NotImplementedError` (the
+    :obj:`'lru'` policy is for partition folders only)."""
+    if cache.policy != 'static':
+        raise NotImplementedError(
+            f"CacheOptions(policy={cache.policy!r}) is implemented for "
+            f"partition folders only; a graph held in memory caches rows "
+            f"by 'ranking' (policy='static')")
+    return cache
