@@ -345,7 +345,7 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             neg_sampling=neg_sampling, transform=None,
             transform_sampler_output=transform_sampler_output,
             filter_per_worker=filter_per_worker, **kwargs)
-        self._init_batches(transform, None, 'auto', None, 'frequency')
+        self._init_batches(transform, CacheOptions(store=None))
         self._init_lookahead(False)
 
     # `HybridLoaderMixin` #####################################################

@@ -307,7 +307,7 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             input_time=input_time, transform=None,
             transform_sampler_output=transform_sampler_output,
             filter_per_worker=filter_per_worker, **kwargs)
-        self._init_batches(transform, None, 'auto', None, 'frequency')
+        self._init_batches(transform, CacheOptions(store=None))
         self._init_lookahead(False)
 
     # `HybridLoaderMixin` #####################################################
