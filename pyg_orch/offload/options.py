@@ -1,8 +1,10 @@
 """The options of :class:`~pyg_orch.offload.BottomLayerOffload`, validated
 in one place: :class:`OffloadOptions`."""
+import copy
 import threading
+import warnings
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -24,6 +26,10 @@ WorkHook = Callable[[threading.Event], None]
 
 #: :obj:`max_sample_age` by default: :obj:`max(max_staleness, 8)` steps.
 DEFAULT_MAX_SAMPLE_AGE = 8
+
+#: The seed :obj:`seed=None` stands for: pre-sampling and the CPU-side
+#: neighbor sampling are reproducible by default.
+DEFAULT_SEED = 0
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
@@ -87,23 +93,25 @@ class OffloadOptions:
     initialized :mod:`torch.distributed` process group, the machine's cores
     divided by :attr:`local_world_size`); the
     options that depend on the model or the loader
-    (:obj:`compensate_degrees='auto'`, :obj:`gpu_cache_ratio='auto'`,
+    (:obj:`compensate_degrees='auto'`, :obj:`cache_ratio='auto'`,
     :obj:`chunk_size=None`, :obj:`split='auto'`,
     :obj:`full_neighbors='auto'`) are resolved when the runtime is built.
 
     :obj:`hot_ratio=None` is :obj:`0.05` and, with :obj:`autotune='auto'`,
     turns on the decision by measurement (:attr:`measure`);
-    :obj:`max_sample_age=None` is :obj:`max(max_staleness, 8)`.
+    :obj:`max_sample_age=None` is :obj:`max(max_staleness, 8)`;
+    :obj:`seed=None` is :obj:`DEFAULT_SEED` (:obj:`0`).
 
-    :obj:`work_hook` (optional) is called by a worker thread before every CPU
-    work item with the item's cancellation event (a
-    :class:`threading.Event`): an instrumentation seam, e.g. to time or to
-    slow down the CPU side. :obj:`autotune_clock` (optional) replaces
-    :func:`time.perf_counter` for the decision by measurement (e.g. a fake
-    clock in tests).
+    .. code-block:: python
+
+        model = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=0.1, max_staleness=2, cache_ratio=0.2))
+
+    Instrumentation for tests (:obj:`work_hook`, :obj:`autotune_clock`) is
+    no option: see :mod:`pyg_orch.offload.testing`.
     """
     hot_ratio: Union[None, float, str] = None
-    gpu_cache_ratio: Union[float, str] = 0.1
+    cache_ratio: Union[float, str] = 0.1
     max_staleness: int = 1
     num_threads: Optional[int] = None
     full_neighbors: Union[bool, str] = 'auto'
@@ -113,16 +121,23 @@ class OffloadOptions:
     chunk_size: Optional[int] = None
     intra_op_threads: Optional[int] = None
     cpu_autocast: Optional[torch.dtype] = None
-    seed: Optional[int] = 0
+    seed: Optional[int] = None
     idle_timeout: float = 2.0
     replace_rows: str = 'pruned'
     compensate_degrees: Union[bool, str] = 'auto'
     refresh: str = 'super_batch'
     split: str = 'auto'
-    work_hook: Optional[WorkHook] = None
     autotune: Union[bool, str, Sequence[float]] = 'auto'
     max_sample_age: Optional[int] = None
-    autotune_clock: Optional[Callable[[], float]] = None
+    #: Instrumentation, set by :mod:`pyg_orch.offload.testing` only: called
+    #: by a worker thread before every CPU work item with the item's
+    #: cancellation event.
+    work_hook: Optional[WorkHook] = field(init=False, default=None,
+                                          repr=False, compare=False)
+    #: Instrumentation, set by :mod:`pyg_orch.offload.testing` only:
+    #: replaces :func:`time.perf_counter` for the decision by measurement.
+    autotune_clock: Optional[Callable[[], float]] = field(
+        init=False, default=None, repr=False, compare=False)
     #: Whether the hot-set size is decided by measurement (resolved from
     #: :obj:`autotune` and :obj:`hot_ratio`).
     measure: bool = field(init=False, default=False)
@@ -149,18 +164,15 @@ class OffloadOptions:
             raise ValueError("'autotune' measures hot-set sizes around a "
                              "number 'hot_ratio'; hot_ratio='auto' grows "
                              "the hot set instead (pass autotune=False)")
-        cache = _check_ratio('gpu_cache_ratio', self.gpu_cache_ratio)
+        cache = _check_ratio('cache_ratio', self.cache_ratio)
         if 'auto' not in (hot, cache) and hot + cache > 1.0 + 1e-9:
-            raise ValueError(f"'hot_ratio' + 'gpu_cache_ratio' must not "
+            raise ValueError(f"'hot_ratio' + 'cache_ratio' must not "
                              f"exceed 1 (got {hot} + {cache})")
         check_int('max_staleness', self.max_staleness, 0)
         age = self.max_sample_age
         if age is None:
             age = max(self.max_staleness, DEFAULT_MAX_SAMPLE_AGE)
         check_int('max_sample_age', age, 0)
-        if self.autotune_clock is not None and not callable(
-                self.autotune_clock):
-            raise ValueError("'autotune_clock' must be callable")
         _check_choice('refresh', self.refresh, ('super_batch', 'batch'))
         _check_choice('replace_rows', self.replace_rows, ('pruned', 'all'))
         ranks = local_ranks()
@@ -185,9 +197,9 @@ class OffloadOptions:
         compensate = check_bool('compensate_degrees',
                                 self.compensate_degrees, also=('auto', ))
         check_split(self.split)
-        if self.work_hook is not None and not callable(self.work_hook):
-            raise ValueError("'work_hook' must be callable")
-        for name, value in (('hot_ratio', hot), ('gpu_cache_ratio', cache),
+        seed = DEFAULT_SEED if self.seed is None else self.seed
+        for name, value in (('hot_ratio', hot), ('cache_ratio', cache),
+                            ('seed', seed),
                             ('num_threads', num_threads),
                             ('intra_op_threads', intra),
                             ('autotune', autotune), ('measure', measure),
@@ -208,7 +220,65 @@ class OffloadOptions:
     def __repr__(self) -> str:
         changed = [
             f'{f.name}={getattr(self, f.name)!r}' for f in fields(self)
-            if f.init and f.name not in ('work_hook', 'autotune_clock')
-            and getattr(self, f.name) != f.default
+            if f.init and getattr(self, f.name) != f.default
         ]
         return f"{self.__class__.__name__}({', '.join(changed)})"
+
+
+def with_test_hooks(options: OffloadOptions,
+                    work_hook: Optional[WorkHook] = None,
+                    autotune_clock: Optional[Callable[[], float]] = None
+                    ) -> OffloadOptions:
+    r"""A copy of :obj:`options` with instrumentation hooks (see
+    :mod:`pyg_orch.offload.testing`), checked."""
+    for name, hook in (('work_hook', work_hook),
+                       ('autotune_clock', autotune_clock)):
+        if hook is not None and not callable(hook):
+            raise ValueError(f"'{name}' must be callable (got {hook!r})")
+    out = copy.copy(options)
+    object.__setattr__(out, 'work_hook', work_hook)
+    object.__setattr__(out, 'autotune_clock', autotune_clock)
+    return out
+
+
+#: Keywords :class:`~pyg_orch.offload.BottomLayerOffload` took before
+#: :obj:`options` (deprecated), to the option each one sets.
+RENAMED = {'gpu_cache_ratio': 'cache_ratio'}
+#: Deprecated keywords that are no options (see
+#: :mod:`pyg_orch.offload.testing`).
+TEST_HOOKS = ('work_hook', 'autotune_clock')
+
+
+def options_from_keywords(options: Optional[OffloadOptions],
+                          kwargs: Dict[str, Any]) -> OffloadOptions:
+    r"""The options of a :class:`~pyg_orch.offload.BottomLayerOffload`
+    given :obj:`options` and the deprecated keywords :obj:`kwargs` (each
+    warns once with a :class:`DeprecationWarning`; with :obj:`options`
+    too, a :class:`ValueError`; an unknown one, a :class:`TypeError`)."""
+    if options is not None and not isinstance(options, OffloadOptions):
+        raise TypeError(f"'options' must be a pyg_orch.offload."
+                        f"OffloadOptions (got {type(options).__name__})")
+    names = {f.name for f in fields(OffloadOptions) if f.init}
+    given: Dict[str, Any] = {}
+    hooks: Dict[str, Any] = {}
+    for key, value in kwargs.items():
+        name = RENAMED.get(key, key)
+        if key in TEST_HOOKS:
+            new = (f'pyg_orch.offload.testing.offload_hooks({key}=...) '
+                   f'around the construction')
+        elif name in names:
+            new = f'options=OffloadOptions({name}={value!r})'
+        else:
+            raise TypeError(f"BottomLayerOffload() got an unexpected "
+                            f"keyword argument {key!r}")
+        if options is not None:
+            raise ValueError(f"'{key}' and 'options' were both given; "
+                             f"pass {new} only")
+        warnings.warn(f"'{key}' is deprecated; pass {new}",
+                      DeprecationWarning, stacklevel=3)
+        (hooks if key in TEST_HOOKS else given)[name] = value
+    if options is None:
+        options = OffloadOptions(**given)
+    if hooks:
+        options = with_test_hooks(options, **hooks)
+    return options

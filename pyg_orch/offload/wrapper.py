@@ -5,25 +5,27 @@
 import copy
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Union
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.offload.build import (
-    build_runtime,
-    check_loader,
-    unsupported_loader_reason,
-)
+from pyg_orch.offload.build import build_runtime
 from pyg_orch.offload.ddp import process_group_active
-from pyg_orch.offload.options import OffloadOptions, WorkHook
-from pyg_orch.offload.partition import is_partition_loader
+from pyg_orch.offload.options import (
+    OffloadOptions,
+    options_from_keywords,
+    with_test_hooks,
+)
 from pyg_orch.offload.planning import (
+    PENDING,
+    FirstLayer,
+    OffloadPlan,
     PassThrough,
     first_layer_from_trace,
     model_inputs,
-    plan_on_construction,
+    plan_offload,
     trace_message_passing,
 )
 from pyg_orch.offload.replacement import (
@@ -31,6 +33,7 @@ from pyg_orch.offload.replacement import (
     FirstLayerMismatch,
 )
 from pyg_orch.offload.runtime import OffloadRuntime
+from pyg_orch.offload.testing import current_hooks
 
 
 class BottomLayerOffload(torch.nn.Module):
@@ -220,28 +223,8 @@ class BottomLayerOffload(torch.nn.Module):
         self,
         model: torch.nn.Module,
         loader: Any,
-        hot_ratio: Union[None, float, str] = None,
-        gpu_cache_ratio: Union[float, str] = 0.1,
-        max_staleness: int = 1,
-        num_threads: Optional[int] = None,
-        full_neighbors: Union[bool, str] = 'auto',
-        layer: Union[None, str, torch.nn.Module] = None,
-        num_presample_batches: Optional[int] = None,
-        super_batch_size: Optional[int] = None,
-        chunk_size: Optional[int] = None,
-        intra_op_threads: Optional[int] = None,
-        cpu_autocast: Optional[torch.dtype] = None,
-        seed: Optional[int] = 0,
-        idle_timeout: float = 2.0,
-        replace_rows: str = 'pruned',
-        compensate_degrees: Union[bool, str] = 'auto',
-        refresh: str = 'super_batch',
-        split: str = 'auto',
-        autotune: Union[bool, str, Sequence[float]] = 'auto',
-        max_sample_age: Optional[int] = None,
-        *,
-        work_hook: Optional[WorkHook] = None,
-        autotune_clock: Optional[Callable[[], float]] = None,
+        options: Optional[OffloadOptions] = None,
+        **kwargs: Any,
     ):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"'model' must be a torch.nn.Module (got "
@@ -258,18 +241,12 @@ class BottomLayerOffload(torch.nn.Module):
                 "run in threads that bottom-layer offload can not follow; "
                 "use DistributedDataParallel (one process per device) over "
                 "BottomLayerOffload instead")
-        options = OffloadOptions(
-            hot_ratio=hot_ratio, gpu_cache_ratio=gpu_cache_ratio,
-            max_staleness=max_staleness, num_threads=num_threads,
-            full_neighbors=full_neighbors, layer=layer,
-            num_presample_batches=num_presample_batches,
-            super_batch_size=super_batch_size, chunk_size=chunk_size,
-            intra_op_threads=intra_op_threads, cpu_autocast=cpu_autocast,
-            seed=seed, idle_timeout=idle_timeout, replace_rows=replace_rows,
-            compensate_degrees=compensate_degrees, refresh=refresh,
-            split=split, work_hook=work_hook, autotune=autotune,
-            max_sample_age=max_sample_age, autotune_clock=autotune_clock)
-        runtime = _initial_runtime(model, loader, options)
+        options = options_from_keywords(options, kwargs)
+        work_hook, clock = current_hooks()
+        if work_hook is not None or clock is not None:
+            options = with_test_hooks(options, work_hook, clock)
+        plan = plan_offload(model, loader, options)
+        runtime = _runtime_of(model, loader, plan)
         super().__init__()
         # Share the model's state, so that parameters(), state_dict() etc.
         # are the model's own, with identical keys:
@@ -281,6 +258,7 @@ class BottomLayerOffload(torch.nn.Module):
         # Resolved (see the argument):
         object.__setattr__(self, 'full_neighbors', runtime.full_neighbors)
         object.__setattr__(self, '_options', options)
+        object.__setattr__(self, '_plan', plan)
         object.__setattr__(self, '_loader', loader)
         object.__setattr__(self, '_finalizer', None)
         # Whether to check (once) that no process group came up later:
@@ -303,6 +281,14 @@ class BottomLayerOffload(torch.nn.Module):
                 f"BottomLayerOffload does not offload; the model runs "
                 f"unchanged: {runtime.reason}", UserWarning, stacklevel=4)
 
+    def _build(self, first: Optional[FirstLayer]
+               ) -> Union[OffloadRuntime, PassThrough]:
+        # Plans again with the first layer found by a forward pass, and
+        # builds.
+        plan = plan_offload(self.module, self._loader, self.options, first)
+        object.__setattr__(self, '_plan', plan)
+        return _runtime_of(self.module, self._loader, plan)
+
     def _pass_through(self, reason: str) -> None:
         # Offload off for good: the model runs unchanged.
         self._offload.close()
@@ -315,14 +301,13 @@ class BottomLayerOffload(torch.nn.Module):
         model = self.module
         inputs = model_inputs(args, kwargs)
         out, calls = trace_message_passing(model, args, kwargs)
-        is_hetero = check_loader(self._loader).is_hetero
+        is_hetero = self._loader.offload_sampler.is_hetero
         first, why = first_layer_from_trace(calls, inputs, is_hetero)
         if self.options.layer is not None:
             first, why = None, None
         if why is None:
             try:
-                runtime = build_runtime(model, self._loader, self.options,
-                                        first)
+                runtime = self._build(first)
             except NotImplementedError as exc:
                 why = str(exc)
             except (RuntimeError, IndexError) as exc:
@@ -350,8 +335,7 @@ class BottomLayerOffload(torch.nn.Module):
                 and self.options.layer is None:
             self._offload.close()
             try:
-                runtime = build_runtime(model, self._loader, self.options,
-                                        exc.layer)
+                runtime = self._build(exc.layer)
             except NotImplementedError as error:
                 runtime = PassThrough(str(error))
             self._install(runtime)
@@ -460,6 +444,12 @@ class BottomLayerOffload(torch.nn.Module):
         r"""The options, validated (see
         :class:`~pyg_orch.offload.options.OffloadOptions`)."""
         return self.__dict__['_options']
+
+    @property
+    def plan(self) -> OffloadPlan:
+        r"""What the wrapper decided to do, and why (see
+        :class:`~pyg_orch.offload.planning.OffloadPlan`; :obj:`print` it)."""
+        return self.__dict__['_plan']
 
     @property
     def runtime(self) -> OffloadRuntime:
@@ -639,25 +629,14 @@ class BottomLayerOffload(torch.nn.Module):
                 f'max_staleness={self.max_staleness})')
 
 
-def _initial_runtime(model: torch.nn.Module, loader: Any,
-                     options: OffloadOptions
-                     ) -> Union[OffloadRuntime, PassThrough]:
-    # The runtime built now; a pending one where the first layer is found on
-    # the first training batch; a pass-through where the loader's sampling
-    # can not be offloaded. A partition loader builds now (a collective).
-    if is_partition_loader(loader):
-        return build_runtime(model, loader, options)
-    sampler = check_loader(loader)
-    why = unsupported_loader_reason(loader, sampler)
-    if why is not None:
-        return PassThrough(f'the loader uses {why}')
-    wait_for = plan_on_construction(model, loader.data, sampler.is_hetero,
-                                    options)
-    if wait_for is not None:
-        return PassThrough(
-            f'planned at the first training forward pass ({wait_for})',
-            pending=True)
-    return build_runtime(model, loader, options)
+def _runtime_of(model: torch.nn.Module, loader: Any, plan: OffloadPlan
+                ) -> Union[OffloadRuntime, PassThrough]:
+    # The runtime built as planned; a pending one where the first layer is
+    # found on the first training batch; a pass-through where the loader
+    # can not be offloaded.
+    if plan.offloads:
+        return build_runtime(model, loader, plan)
+    return PassThrough(plan.reason, pending=plan.mode == PENDING)
 
 
 def _identity(obj: Any) -> Any:
