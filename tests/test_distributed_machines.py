@@ -23,6 +23,7 @@ from multiproc import (
 from torch.nn.parallel import DistributedDataParallel
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.offload import OffloadOptions
 from pyg_orch.distributed import partition_graph
 
 KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
@@ -110,8 +111,8 @@ def _machine_worker(rank, world_size, out_dir):
         if model is not None:
             return train_sgd(DistributedDataParallel(model), loader, STEPS)
         # Offloaded, exact: all neighbors, no staleness.
-        off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2,
-                                 max_staleness=0, full_neighbors=True)
+        off = BottomLayerOffload(tiny_model(), loader, options=OffloadOptions(
+            hot_ratio=0.2, max_staleness=0, full_neighbors=True))
         weights = train_sgd(DistributedDataParallel(off), loader, STEPS)
         out['offload_stats'] = off.stats()
         off.close()

@@ -82,8 +82,8 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
 
 @dataclass(frozen=True)
 class OffloadOptions:
-    r"""The options of :class:`~pyg_orch.offload.BottomLayerOffload` (see
-    its arguments), checked on construction: a :class:`ValueError` (or a
+    r"""The options of :class:`~pyg_orch.offload.BottomLayerOffload`,
+    checked on construction: a :class:`ValueError` (or a
     :class:`NotImplementedError` for combinations not supported) names the
     first bad one. :obj:`num_threads` and :obj:`intra_op_threads` are
     resolved to their defaults
@@ -96,6 +96,100 @@ class OffloadOptions:
     (:obj:`compensate_degrees='auto'`, :obj:`cache_ratio='auto'`,
     :obj:`chunk_size=None`, :obj:`split='auto'`,
     :obj:`full_neighbors='auto'`) are resolved when the runtime is built.
+
+    Args:
+        hot_ratio (float or str, optional): Fraction of all vertices whose
+            bottom layer runs on the CPU, or :obj:`'auto'` to grow the hot
+            set by measured throughput (see :doc:`/offload`). If not set,
+            :obj:`0.05`, and the size is decided by measurement (see
+            :obj:`autotune`). (default: :obj:`None`)
+        cache_ratio (float or str): Fraction of all vertices that are
+            GPU-cache candidates (at least as many as the loader's GPU
+            feature store caches already), or :obj:`'auto'` for as many as
+            it holds (its :obj:`gpu_memory_budget`; none without a feature
+            store). (default: :obj:`0.1`)
+        max_staleness (int): The most optimizer steps between the weights
+            used for an embedding and the weights of the step using it.
+            (default: :obj:`1`)
+        max_sample_age (int, optional): The most optimizer steps a hot
+            vertex's CPU-computed aggregation or embedding (its neighbor
+            sample) is reused; older ones are recomputed, waiting if
+            needed. (default: :obj:`max(max_staleness, 8)`)
+        autotune (bool or str or Sequence[float]): Decide the hot-set size by
+            measurement: during the first training steps, time steps with
+            no hot vertex (plain training), :obj:`hot_ratio` and
+            :obj:`3 * hot_ratio` (or the hot ratios given), and keep the
+            fastest, offload only if more than 2% faster than plain training
+            (see :doc:`/offload` and :obj:`stats()['decision']`).
+            :obj:`'auto'` measures unless :obj:`hot_ratio` is given.
+            (default: :obj:`'auto'`)
+        num_threads (int, optional): CPU worker threads; see
+            :func:`~pyg_orch.offload.default_num_threads`.
+        intra_op_threads (int, optional): PyTorch intra-op threads of each
+            worker thread; see
+            :func:`~pyg_orch.offload.default_intra_op_threads`.
+        full_neighbors (bool or str): Aggregate over all in-neighbors of
+            hot vertices instead of the bottom-hop fan-out. With
+            :obj:`split='aggregate'` their rows then depend on the features
+            and the graph only: each is computed once and reused at every
+            later step (no sample age; :obj:`stats()['static_tables']`),
+            and the decision by measurement tries larger hot sets
+            (25%, 50% and 70% of the vertices, as many as a table in a
+            fifth of the device's free memory holds). :obj:`'auto'` does so
+            where the first layer's weight-free aggregation is a mean of
+            the neighbors' features (as in
+            :class:`~torch_geometric.nn.conv.SAGEConv`), whose value over
+            all neighbors is the expectation of the sampled one, and the
+            loader samples uniformly on an unpartitioned graph; sums and
+            maxima keep the fan-out (see :doc:`/offload`). The resolved
+            value and why: :obj:`stats()['full_neighbors']`,
+            :obj:`stats()['full_neighbors_reason']`.
+            (default: :obj:`'auto'`)
+        layer (torch.nn.Module or str, optional): The first message-passing
+            layer (a module of :obj:`model` or its name); by default the first
+            one registered (the one the first training step calls first
+            on the raw features, where that differs). For heterogeneous
+            models, the name of the module holding the first layer's
+            per-edge-type modules.
+        num_presample_batches (int, optional): Mini-batches to pre-sample for
+            the access counts (at most an epoch's worth); by default an
+            epoch's worth, at most
+            :obj:`~pyg_orch.sampling.contract.DEFAULT_PRESAMPLE_BATCHES`
+            (see :func:`~pyg_orch.sampling.contract.presample_batches`).
+        super_batch_size (int, optional): Steps per super-batch, overriding
+            the default derived from :obj:`max_staleness` (the bound is
+            enforced either way).
+        chunk_size (int, optional): The most hot vertices per CPU work
+            item; see :func:`~pyg_orch.offload.tables.default_chunk_size`.
+        cpu_autocast (torch.dtype, optional): :obj:`torch.bfloat16` runs the
+            CPU copy of the layer under CPU autocast: its matrix products
+            take bfloat16 inputs (faster on CPUs with AMX or AVX512-BF16),
+            so hot embeddings carry about three significant digits, on top
+            of their staleness. (default: :obj:`None`, full precision)
+        seed (int, optional): Seeds pre-sampling and the CPU-side neighbor
+            sampling; with a seed and a fixed hot set (:obj:`hot_ratio`
+            given), training is reproducible: tables are used by step, not
+            by arrival (see :doc:`/offload`). :obj:`None` is
+            :obj:`DEFAULT_SEED` (:obj:`0`). (default: :obj:`None`)
+        idle_timeout (float): Seconds an idle worker thread waits before it
+            exits. (default: :obj:`2.0`)
+        replace_rows (str): :obj:`'pruned'` replaces the first layer's output
+            of hot vertices in the last frontier only, :obj:`'all'` in all
+            hops :obj:`0, ..., L - 1`. (default: :obj:`'pruned'`)
+        compensate_degrees (bool or str): Give pruned hot vertices
+            placeholder in-edges in the layers' :obj:`edge_index` (see
+            :doc:`/offload`); :obj:`'auto'` where a layer needs it.
+            (default: :obj:`'auto'`)
+        refresh (str): :obj:`'super_batch'` computes tables of all hot
+            vertices a super-batch ahead, :obj:`'batch'` the rows each
+            mini-batch needs (see :doc:`/offload`).
+            (default: :obj:`'super_batch'`)
+        split (str): What the CPU computes for hot vertices:
+            :obj:`'aggregate'`, the first layer's weight-free neighbor
+            aggregation (a :class:`ValueError` if the layer has none),
+            :obj:`'output'`, the layer's output from a weight snapshot, or
+            :obj:`'auto'`, :obj:`'aggregate'` where the layer allows it
+            (see :doc:`/offload`). (default: :obj:`'auto'`)
 
     :obj:`hot_ratio=None` is :obj:`0.05` and, with :obj:`autotune='auto'`,
     turns on the decision by measurement (:attr:`measure`);
