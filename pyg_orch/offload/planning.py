@@ -156,7 +156,7 @@ def plan_on_construction(model: torch.nn.Module, data: Any,
         _, first = find_first_layer(model)
     except ValueError:
         return None  # Raised (with the reason) when the runtime is built.
-    return _input_mismatch(first, getattr(data, 'x', None))
+    return _input_mismatch(first, data.x)
 
 
 class LayerCall(NamedTuple):
@@ -402,8 +402,7 @@ def _layer_name(model: torch.nn.Module, loader: Any, facts: LoaderFacts,
 def _check_features(loader: Any, facts: LoaderFacts) -> None:
     # Raises where offload can not work with the loader's graph.
     data = loader.offload_data
-    if not facts.is_hetero and not isinstance(getattr(data, 'x', None),
-                                              Tensor):
+    if not facts.is_hetero and not isinstance(data.x, Tensor):
         raise ValueError("BottomLayerOffload needs node features 'data.x'")
     if facts.num_hops == 0:
         raise ValueError("BottomLayerOffload needs at least one hop")
