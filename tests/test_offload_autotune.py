@@ -298,7 +298,7 @@ def train(off, loader, num_steps, check=None):
     train_steps(off, loader, num_steps, node_step, check)
 
 
-def offload_on_fake_clock(gain_per_pruned: float, **kwargs):
+def offload_on_fake_clock(gain_per_pruned: float, work_hook=None, **kwargs):
     r"""A default :class:`BottomLayerOffload` on a tiny graph whose steps
     take :obj:`1 - gain_per_pruned * (vertices pruned)` fake seconds; its
     model and loader. Rows keep the fan-out (are recomputed) unless
@@ -308,7 +308,7 @@ def offload_on_fake_clock(gain_per_pruned: float, **kwargs):
     clock = StepClock(lambda: 1.0 - gain_per_pruned * num_pruned(loader))
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
-    with offload_hooks(autotune_clock=clock):
+    with offload_hooks(work_hook=work_hook, autotune_clock=clock):
         off = BottomLayerOffload(model, loader, options=OffloadOptions(
             **kwargs))
     return off, model, loader

@@ -122,11 +122,11 @@ def test_degree_probe_takes_the_highest_in_degrees():
 # The sizes tried #############################################################
 
 
-def static_on_fake_clock(gain_per_pruned: float, **kwargs):
+def static_on_fake_clock(gain_per_pruned: float, work_hook=None, **kwargs):
     loader = tiny_loader(tiny_graph())
     clock = StepClock(lambda: 1.0 - gain_per_pruned * num_pruned(loader))
     torch.manual_seed(0)
-    with offload_hooks(autotune_clock=clock):
+    with offload_hooks(work_hook=work_hook, autotune_clock=clock):
         off = BottomLayerOffload(
             GraphSAGE(8, 16, 2, 3), loader, options=OffloadOptions(**kwargs))
     return off, loader

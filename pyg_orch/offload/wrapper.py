@@ -387,7 +387,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def gpu_cache_nodes(self) -> Tensor:
-        r"""The GPU-cache candidates (:obj:`gpu_cache_ratio` of all
+        r"""The GPU-cache candidates (:obj:`cache_ratio` of all
         vertices): those whose features pre-sampled batches fetch most often
         with hot-vertex pruning on (see
         :func:`~pyg_orch.offload.hotness.select_cache_nodes`); none for
