@@ -209,8 +209,8 @@ def test_offload_fills_the_loaders_gpu_cache(graph):
     loader = HybridNeighborLoader(graph, [4, 3], batch_size=50, seed=0,
                                   device='cpu', feature_store=store)
     model = GraphSAGE(24, 16, 2, 5)
-    with BottomLayerOffload(model, loader, options=OffloadOptions(
-        hot_ratio=0.05, cache_ratio=0.1)) as offloaded:
+    options = OffloadOptions(hot_ratio=0.05, cache_ratio=0.1)
+    with BottomLayerOffload(model, loader, options=options) as offloaded:
         expected = offloaded.gpu_cache_nodes[:store.capacity]
         assert torch.equal(store.cached_nodes, expected.cpu())
         assert loader.get_gpu_cache_nodes() is store.cached_nodes

@@ -332,9 +332,8 @@ def test_split_choice_and_errors(cora):
     sage = GraphSAGE(cora.num_features, 16, 2, 7, project=True)
     with BottomLayerOffload(sage, loader) as off:
         assert off.stats()['split'] == 'output'
-    with BottomLayerOffload(
-        GraphSAGE(cora.num_features, 16, 2, 7), loader, options=OffloadOptions(
-            split='output')) as off:
+    with BottomLayerOffload(GraphSAGE(cora.num_features, 16, 2, 7), loader,
+                            options=OffloadOptions(split='output')) as off:
         assert off.stats()['split'] == 'output'
 
 
@@ -504,8 +503,9 @@ def test_custom_module_is_exact(cora):
     loader, ref_loader = _cora_loaders(cora)
     torch.manual_seed(0)
     model = Net()
-    with BottomLayerOffload(model, loader, options=OffloadOptions(
-        hot_ratio=0.1, max_staleness=0, full_neighbors=True)) as off:
+    options = OffloadOptions(hot_ratio=0.1, max_staleness=0,
+                             full_neighbors=True)
+    with BottomLayerOffload(model, loader, options=options) as off:
         assert off.runtime.layer_name == 'conv1'
         for batch, ref in zip(loader, ref_loader):
             with torch.no_grad():
