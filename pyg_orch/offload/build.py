@@ -52,7 +52,7 @@ from pyg_orch.offload.partition import (
     part_runtime_inputs,
     partition_ranks,
 )
-from pyg_orch.offload.planning import OffloadPlan
+from pyg_orch.offload.planning import OffloadPlan, check_hetero_options
 from pyg_orch.offload.protocol import LoaderFacts, Seeds
 from pyg_orch.offload.runtime import OffloadRuntime
 from pyg_orch.offload.static_rows import (
@@ -83,7 +83,7 @@ def _build_on_partition(model: torch.nn.Module, loader: Any,
     try:
         check_partition_loader(loader)
         if plan.is_hetero:
-            _check_hetero_options(options, plan.compensate_degrees)
+            check_hetero_options(options, plan.compensate_degrees)
             _hetero_first_layer(model, loader, options)
         else:
             layer_name, first = find_first_layer(model, options.layer)
@@ -94,16 +94,6 @@ def _build_on_partition(model: torch.nn.Module, loader: Any,
     if plan.is_hetero:
         return build_hetero_runtime(model, loader, plan, ranks=ranks)
     return build_homo_runtime(model, loader, plan, ranks=ranks)
-
-
-def _check_hetero_options(options: OffloadOptions,
-                          compensate: bool = False) -> None:
-    if options.refresh != 'super_batch' or compensate:
-        raise NotImplementedError(
-            "BottomLayerOffload on heterogeneous graphs supports "
-            "refresh='super_batch' only, with models that need no degree "
-            "compensation (no GCNConv-like layer that weighs messages by "
-            "the sender's in-degree)")
 
 
 def build_runtime(model: torch.nn.Module, loader: Any,

@@ -420,6 +420,18 @@ def _cache_ratio(loader: Any, facts: LoaderFacts,
     return min(facts.gpu_cache_capacity / max(num_nodes, 1), 1.0)
 
 
+def check_hetero_options(options: OffloadOptions,
+                         compensate: bool = False) -> None:
+    r"""Raises a :class:`NotImplementedError` for options not supported on
+    heterogeneous graphs."""
+    if options.refresh != 'super_batch' or compensate:
+        raise NotImplementedError(
+            "BottomLayerOffload on heterogeneous graphs supports "
+            "refresh='super_batch' only, with models that need no degree "
+            "compensation (no GCNConv-like layer that weighs messages by "
+            "the sender's in-degree)")
+
+
 def plan_offload(model: torch.nn.Module, loader: Any,
                  options: OffloadOptions,
                  first: Optional[FirstLayer] = None) -> OffloadPlan:
@@ -461,13 +473,8 @@ def plan_offload(model: torch.nn.Module, loader: Any,
     compensate = options.compensate_degrees
     if compensate == 'auto':
         compensate = needs_degree_compensation(model)
-    if facts.is_hetero and not partitioned and (
-            options.refresh != 'super_batch' or compensate):
-        raise NotImplementedError(
-            "BottomLayerOffload on heterogeneous graphs supports "
-            "refresh='super_batch' only, with models that need no degree "
-            "compensation (no GCNConv-like layer that weighs messages by "
-            "the sender's in-degree)")
+    if facts.is_hetero and not partitioned:
+        check_hetero_options(options, bool(compensate))
     measure, not_measured = options.measure, None
     if measure and facts.num_workers > 0 and not partitioned:
         if options.autotune != 'auto':
