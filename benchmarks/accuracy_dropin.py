@@ -16,7 +16,7 @@ from torch_geometric.datasets import Planetoid
 from torch_geometric.nn import SAGEConv
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.offload import BottomLayerOffload
+from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 
 SHARED = Path(__file__).resolve().parents[2] / 'shared' / 'datasets'
 
@@ -53,7 +53,8 @@ def run(data, mode: str, seed: int, epochs: int) -> dict:
     if mode == 'default':
         model = BottomLayerOffload(model, loader)
     elif mode == 'fixed':
-        model = BottomLayerOffload(model, loader, hot_ratio=0.1)
+        model = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=0.1))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(epochs):
         model.train()

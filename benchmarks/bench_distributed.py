@@ -457,9 +457,11 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
                         args.classes).to(device)
         if args.offload is not None:
             from pyg_orch import BottomLayerOffload
+            from pyg_orch.offload import OffloadOptions
+            hot_ratio = None if args.offload == 'default' else \
+                float(args.offload)
             net = offload = BottomLayerOffload(
-                net, loader, hot_ratio=None if args.offload == 'default'
-                else float(args.offload))
+                net, loader, options=OffloadOptions(hot_ratio=hot_ratio))
         model = DistributedDataParallel(
             net, device_ids=[device.index] if device.type == 'cuda'
             else None)

@@ -526,7 +526,7 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     from torch_geometric.nn import GraphSAGE
 
     from pyg_orch import CacheOptions, HybridNeighborLoader
-    from pyg_orch.offload import BottomLayerOffload
+    from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 
     device = torch.device(args.device)
     hetero = args.hetero
@@ -548,12 +548,13 @@ def train_mode(args, data, topology, mode: str) -> Dict[str, Any]:
     if offload:
         t0 = time.perf_counter()
         if opts['refresh'] == 'default':
-            model = BottomLayerOffload(model, loader, seed=args.seed)
+            model = BottomLayerOffload(model, loader, options=OffloadOptions(
+                seed=args.seed))
         else:
-            model = BottomLayerOffload(
-                model, loader, gpu_cache_ratio=args.gpu_cache_ratio,
-                num_presample_batches=args.presample_batches,
-                seed=args.seed, **opts)
+            model = BottomLayerOffload(model, loader, options=OffloadOptions(
+                cache_ratio=args.gpu_cache_ratio,
+                num_presample_batches=args.presample_batches, seed=args.seed,
+                **opts))
         setup_s = time.perf_counter() - t0
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     model.train()

@@ -84,7 +84,7 @@ def run(args) -> Dict[str, Any]:
     from torch_geometric.nn import GraphSAGE
 
     from pyg_orch import CacheOptions, GraphTopology, HybridNeighborLoader
-    from pyg_orch.offload import BottomLayerOffload
+    from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 
     g = args.graph
     device = torch.device(g.device)
@@ -130,7 +130,8 @@ def run(args) -> Dict[str, Any]:
         for _ in range(args.warmup_steps):
             step(model, opt)
         res['plain_1'] = timed('plain_1', model, opt)
-    off = BottomLayerOffload(model, loader, seed=g.seed)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        seed=g.seed))
     opt = torch.optim.Adam(off.parameters(), lr=g.lr)
     off.train()
     steps = 0

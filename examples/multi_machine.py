@@ -36,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import GraphSAGE
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.offload import OffloadOptions
 from pyg_orch.multigpu import destroy_distributed
 
 
@@ -115,9 +116,10 @@ def train(args: argparse.Namespace) -> None:
     if args.offload is not None:
         # The bottom layer of this rank's hottest vertices on its CPU (a
         # collective: every rank builds it with the same options):
+        hot_ratio = None if args.offload == 'default' else \
+            float(args.offload)
         model = offload = BottomLayerOffload(
-            model, loader, hot_ratio=None if args.offload == 'default'
-            else float(args.offload))
+            model, loader, options=OffloadOptions(hot_ratio=hot_ratio))
     model = DistributedDataParallel(
         model, device_ids=[device.index] if device.type == 'cuda' else None)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)

@@ -182,14 +182,16 @@ def offload_phase(model, optimizer, data, train_loader, val_loader,
     # from host memory, so this loader works on a CPU copy of the graph (on
     # a GPU, `x` is then served by the loader's tiered feature store).
     from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+    from pyg_orch.offload import OffloadOptions
     host_loader = HybridNeighborLoader(
         data.cpu(), num_neighbors=args.num_neighbors,
         batch_size=args.batch_size, shuffle=True,
         input_nodes=data.train_mask.cpu(), device=device,
         seed=args.seed + 2, topology=train_loader.topology)
     print(f'\nBottomLayerOffload: {args.offload_epochs} more epoch(s)')
-    with BottomLayerOffload(model, host_loader, hot_ratio=0.05,
-                            max_staleness=1) as offloaded:
+    options = OffloadOptions(hot_ratio=0.05, max_staleness=1)
+    with BottomLayerOffload(model, host_loader,
+                            options=options) as offloaded:
         first = args.epochs + 1
         train(offloaded, optimizer, host_loader, val_loader, first,
               first + args.offload_epochs - 1, reset_after_first=False)

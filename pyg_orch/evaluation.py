@@ -9,6 +9,7 @@ from torch import Tensor
 from torch_geometric.nn import GCN, GraphSAGE
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.offload import OffloadOptions
 
 
 def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
@@ -55,10 +56,9 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
     model = Model(data.num_features, 64, 2, int(data.y.max()) + 1,
                   dropout=0.5, **(model_kwargs or {}))
     if offload:
-        model = BottomLayerOffload(model, loader, seed=seed,
-                                   max_staleness=max_staleness,
-                                   full_neighbors=full_neighbors,
-                                   split=split, hot_ratio=hot_ratio)
+        model = BottomLayerOffload(model, loader, options=OffloadOptions(
+            seed=seed, max_staleness=max_staleness,
+            full_neighbors=full_neighbors, split=split, hot_ratio=hot_ratio))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01,
                                  weight_decay=5e-4)
     for _ in range(epochs):

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import GraphSAGE, SAGEConv, to_hetero
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.offload import OffloadOptions
 
 from conftest import (
     RANDOM_HETERO_EDGES,
@@ -142,8 +143,8 @@ def test_offload_with_a_compiled_model(where):
     loader, ref_loader = make(), make()
     cpu = torch.device('cpu')
     inner = compiled(model, cpu) if where == 'model' else model
-    off = BottomLayerOffload(inner, loader, hot_ratio=0.1, max_staleness=0,
-                             full_neighbors=True, split='output')
+    off = BottomLayerOffload(inner, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=0, full_neighbors=True, split='output'))
     fast = compiled(off, cpu) if where == 'wrapper' else off
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     for batch, ref in zip(loader, ref_loader):
@@ -151,8 +152,9 @@ def test_offload_with_a_compiled_model(where):
     assert off.stats()['hot_rows_replaced'] > 0
     off.close()
 
-    off = BottomLayerOffload(compiled(model, cpu), loader, hot_ratio=0.1,
-                             max_staleness=0, full_neighbors=True)
+    off = BottomLayerOffload(
+        compiled(model, cpu), loader, options=OffloadOptions(
+            hot_ratio=0.1, max_staleness=0, full_neighbors=True))
     assert off.stats()['split'] == 'aggregate'
     with pytest.raises(RuntimeError, match="split='output'"):
         for batch in loader:

@@ -27,6 +27,7 @@ from pyg_orch import (
     HybridNeighborLoader,
     PlacementOptions,
 )
+from pyg_orch.offload import OffloadOptions
 from pyg_orch.distributed import partition_graph
 
 #: The neighbor lists split across the machine's processes.
@@ -120,8 +121,8 @@ def _machine_worker(rank, world_size, out_dir):
         if model is not None:
             return train_sgd(DistributedDataParallel(model), loader, STEPS)
         # Offloaded, exact: all neighbors, no staleness.
-        off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2,
-                                 max_staleness=0, full_neighbors=True)
+        off = BottomLayerOffload(tiny_model(), loader, options=OffloadOptions(
+            hot_ratio=0.2, max_staleness=0, full_neighbors=True))
         weights = train_sgd(DistributedDataParallel(off), loader, STEPS)
         out['offload_stats'] = off.stats()
         off.close()

@@ -203,6 +203,7 @@ def test_set_cached_nodes(method):
 
 def test_offload_fills_the_loaders_gpu_cache(graph):
     from pyg_orch import BottomLayerOffload
+    from pyg_orch.offload import OffloadOptions
     from torch_geometric.nn import GraphSAGE
     store = TieredFeatureStore(graph.x, 'cpu', cache_ratio=0.2,
                                gpu_memory_budget=10**9, method='cpu')
@@ -210,8 +211,8 @@ def test_offload_fills_the_loaders_gpu_cache(graph):
                                   device='cpu',
                                   cache=CacheOptions(store=store))
     model = GraphSAGE(24, 16, 2, 5)
-    with BottomLayerOffload(model, loader, hot_ratio=0.05,
-                            gpu_cache_ratio=0.1) as offloaded:
+    options = OffloadOptions(hot_ratio=0.05, cache_ratio=0.1)
+    with BottomLayerOffload(model, loader, options=options) as offloaded:
         expected = offloaded.gpu_cache_nodes[:store.capacity]
         assert torch.equal(store.cached_nodes, expected.cpu())
         assert loader.get_gpu_cache_nodes() is store.cached_nodes

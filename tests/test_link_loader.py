@@ -733,6 +733,7 @@ def test_bottom_layer_offload_exact(neg_sampling, lookahead):
 
     from conftest import tiny_graph
     from pyg_orch import BottomLayerOffload
+    from pyg_orch.offload import OffloadOptions
     data = tiny_graph(num_nodes=1000, num_edges=3000)
     label_index = data.edge_index[:, :48]
 
@@ -744,8 +745,8 @@ def test_bottom_layer_offload_exact(neg_sampling, lookahead):
     loader, ref_loader = make(lookahead), make(False)
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 8)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
-                             full_neighbors=True)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=0, full_neighbors=True))
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     pruned_any = False
     for batch, ref in zip(loader, ref_loader):
@@ -780,6 +781,7 @@ def test_bottom_layer_offload_hetero_link_loader_exact(kind, neg_sampling):
     import torch.nn.functional as F
 
     from pyg_orch import BottomLayerOffload
+    from pyg_orch.offload import OffloadOptions
     from test_offload_hetero import hetero_graph, make_model
     data = hetero_graph()
     writes = ('a', 'writes', 'b')
@@ -793,8 +795,8 @@ def test_bottom_layer_offload_hetero_link_loader_exact(kind, neg_sampling):
     loader, ref_loader = make(False), make(False)
     model = make_model(kind, data)
     ref_model = copy.deepcopy(model)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
-                             full_neighbors=True)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.2, max_staleness=0, full_neighbors=True))
     hot = off.hot_nodes
     assert set(hot) == {'a', 'b'} and hot['b'].numel() > 0
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)

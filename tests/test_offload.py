@@ -14,6 +14,8 @@ from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE, SAGEConv
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.offload import BottomLayerOffload, OffloadWorkerError
+from pyg_orch.offload import OffloadOptions
+from pyg_orch.offload.testing import offload_hooks
 from pyg_orch.offload.bottom_layer import find_first_layer
 
 from conftest import (
@@ -82,9 +84,9 @@ def test_synchronous_full_neighbors_is_exact(cora, name, replace_rows,
     loader, ref_loader = _cora_loaders(cora)
     torch.manual_seed(0)
     model = MODELS[name](cora.num_features, 16, 2, 7)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
-                             full_neighbors=True, replace_rows=replace_rows,
-                             refresh=refresh)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=0, full_neighbors=True,
+        replace_rows=replace_rows, refresh=refresh))
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
 
     def kwargs(b):
@@ -131,9 +133,9 @@ def test_cuda_tables_are_exact(split):
     loader, ref_loader = make(), make()
     torch.manual_seed(0)
     model = GraphSAGE(24, 16, 2, 5).cuda()
-    off = BottomLayerOffload(model, loader, hot_ratio=0.3, max_staleness=0,
-                             full_neighbors=True, split=split,
-                             num_threads=2, chunk_size=7)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.3, max_staleness=0, full_neighbors=True, split=split,
+        num_threads=2, chunk_size=7))
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     for batch, ref in zip(loader, ref_loader):
         step_matches_unpruned(off, model, optimizer, batch, ref)
@@ -177,9 +179,9 @@ def test_no_gradient_through_replaced_rows(cora, replace_rows):
     torch.manual_seed(0)
     model = GraphSAGE(cora.num_features, 16, 2, 7)
     ref_model = copy.deepcopy(model)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
-                             full_neighbors=True, replace_rows=replace_rows,
-                             split='output')
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=0, full_neighbors=True,
+        replace_rows=replace_rows, split='output'))
     hot = off.hot_mask
     state = {}
 
@@ -233,9 +235,9 @@ def test_aggregate_split_exact_at_any_staleness(cora, name, refresh):
     torch.manual_seed(0)
     model = MODELS[name](cora.num_features, 16, 2, 7)
     ref_model = copy.deepcopy(model)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=9,
-                             full_neighbors=True, refresh=refresh,
-                             split='aggregate')
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=9, full_neighbors=True, refresh=refresh,
+        split='aggregate'))
     assert off.stats()['split'] == 'aggregate'
     # Mean (SAGE) and sum (GIN) of raw rows: computed with embedding_bag.
     assert off.stats()['cpu_aggregation'] == 'embedding_bag'
@@ -279,11 +281,10 @@ def test_pre_linear_split_matches_synchronous_output_split(cora):
     model = GCN(cora.num_features, 16, 2, 7)
     sync_model = copy.deepcopy(model)
     loaders = _cora_loaders(cora)
-    off = BottomLayerOffload(model, loaders[0], hot_ratio=0.1,
-                             max_staleness=9, full_neighbors=True)
-    sync = BottomLayerOffload(sync_model, loaders[1], hot_ratio=0.1,
-                              max_staleness=0, full_neighbors=True,
-                              split='output')
+    off = BottomLayerOffload(model, loaders[0], options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=9, full_neighbors=True))
+    sync = BottomLayerOffload(sync_model, loaders[1], options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=0, full_neighbors=True, split='output'))
     assert off.stats()['split'] == 'pre_linear'
     # Deduplicated subgraphs (degree-normalized layer): the layer's copy.
     assert off.stats()['cpu_aggregation'] == 'layer'
@@ -322,15 +323,17 @@ def test_split_choice_and_errors(cora):
     with BottomLayerOffload(gat, loader) as off:
         assert off.stats()['split'] == 'output'
     with pytest.raises(ValueError, match="split='aggregate'.*GATConv"):
-        BottomLayerOffload(gat, loader, split='aggregate')
+        BottomLayerOffload(gat, loader, options=OffloadOptions(
+            split='aggregate'))
     with pytest.raises(ValueError, match="'split' must be"):
-        BottomLayerOffload(gat, loader, split='aggregation')
+        BottomLayerOffload(gat, loader, options=OffloadOptions(
+            split='aggregation'))
     # A projection before aggregating (SAGEConv(project=True)): no split.
     sage = GraphSAGE(cora.num_features, 16, 2, 7, project=True)
     with BottomLayerOffload(sage, loader) as off:
         assert off.stats()['split'] == 'output'
-    with BottomLayerOffload(GraphSAGE(cora.num_features, 16, 2, 7),
-                            loader, split='output') as off:
+    with BottomLayerOffload(GraphSAGE(cora.num_features, 16, 2, 7), loader,
+                            options=OffloadOptions(split='output')) as off:
         assert off.stats()['split'] == 'output'
 
 
@@ -341,7 +344,8 @@ def test_aggregate_split_without_hooks_is_an_error():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.3, max_staleness=0)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.3, max_staleness=0))
     assert off.stats()['split'] == 'aggregate'
     conv = model.convs[0]
     conv._aggregate_forward_hooks.clear()
@@ -365,10 +369,10 @@ def test_auto_hot_set_grows_and_stays_exact(cora, name):
     loader, ref_loader = _cora_loaders(cora)
     torch.manual_seed(0)
     model = MODELS[name](cora.num_features, 16, 2, 7)
-    off = BottomLayerOffload(model, loader, hot_ratio='auto',
-                             max_staleness=7, full_neighbors=True,
-                             num_threads=1, chunk_size=10**6,
-                             work_hook=SlowCPU(0.03))
+    with offload_hooks(work_hook=SlowCPU(0.03)):
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio='auto', max_staleness=7, full_neighbors=True,
+            num_threads=1, chunk_size=10**6))
     start = off.stats()['num_hot']
     assert start == round(0.01 * cora.num_nodes)
     optimizer = torch.optim.SGD(off.parameters(), lr=0.0)
@@ -403,11 +407,11 @@ def test_auto_hot_set_grows_per_batch(slow):
     ref_loader = tiny_loader(data, num_neighbors=(-1, -1), batch_size=16)
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
-    off = BottomLayerOffload(model, loader, hot_ratio='auto',
-                             refresh='batch', max_staleness=0,
-                             full_neighbors=True, num_threads=1,
-                             chunk_size=10**6, split='output',
-                             work_hook=SlowCPU(0.05 if slow else 0.0))
+    with offload_hooks(work_hook=SlowCPU(0.05 if slow else 0.0)):
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio='auto', refresh='batch', max_staleness=0,
+            full_neighbors=True, num_threads=1, chunk_size=10**6,
+            split='output'))
     assert isinstance(off.runtime.strategy, BatchEmbeddingCache)
     assert not off.stats()['static_tables']
     start = off.stats()['num_hot']
@@ -451,9 +455,9 @@ def test_exact_and_bounded_on_device(device, max_staleness, refresh):
                                     device=device)
 
     loader, ref_loader = make(), make()
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1,
-                             max_staleness=max_staleness,
-                             full_neighbors=True, refresh=refresh)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=max_staleness, full_neighbors=True,
+        refresh=refresh))
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     for _ in range(2):
         for batch, ref in zip(loader, ref_loader):
@@ -475,8 +479,8 @@ def test_exactness_check_is_sensitive(cora):
     loader, ref_loader = _cora_loaders(cora)
     torch.manual_seed(0)
     model = GraphSAGE(cora.num_features, 16, 2, 7)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
-                             full_neighbors=True)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=0, full_neighbors=True))
     off.runtime.strategy.computer.num_neighbors = 1
     batch, ref = next(iter(loader)), next(iter(ref_loader))
     with torch.no_grad():
@@ -499,8 +503,9 @@ def test_custom_module_is_exact(cora):
     loader, ref_loader = _cora_loaders(cora)
     torch.manual_seed(0)
     model = Net()
-    with BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=0,
-                            full_neighbors=True) as off:
+    options = OffloadOptions(hot_ratio=0.1, max_staleness=0,
+                             full_neighbors=True)
+    with BottomLayerOffload(model, loader, options=options) as off:
         assert off.runtime.layer_name == 'conv1'
         for batch, ref in zip(loader, ref_loader):
             with torch.no_grad():
@@ -516,7 +521,8 @@ def test_eval_is_exact_path(cora):
                                   input_nodes=cora.train_mask, device='cpu',
                                   seed=0)
     model = GraphSAGE(cora.num_features, 16, 2, 7)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1))
     sampler = loader.node_sampler
     assert off.training and sampler.hot_nodes is not None
     off.eval()
@@ -547,8 +553,8 @@ def test_basic_gnn_models_train(name, trim):
     model = MODELS[name](8, 8, 2, 3)
     before = [p.detach().clone() for p in model.parameters()]
     refresh = 'batch' if trim else 'super_batch'
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=1,
-                             refresh=refresh)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=1, refresh=refresh))
     train_steps(off, loader, 12, trim=trim)
     stats = off.stats()
     assert stats['steps'] == 12
@@ -564,7 +570,8 @@ def test_module_behaviour():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1))
     # Same parameters, same order, no duplicates:
     assert [id(p) for p in off.parameters()] == \
         [id(p) for p in model.parameters()]
@@ -653,7 +660,8 @@ def test_first_layer_must_consume_x():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = Net()
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1))
     assert loader.node_sampler.hot_nodes is not None
     batch = next(iter(loader))
     # The model runs unchanged from its first training step on, with one
@@ -686,14 +694,16 @@ def test_call_order_is_checked():
 
     data = tiny_graph()
     loader = tiny_loader(data)
-    off = BottomLayerOffload(Net(), loader, hot_ratio=0.1)
+    off = BottomLayerOffload(Net(), loader, options=OffloadOptions(
+        hot_ratio=0.1))
     assert off.runtime.layer_name == 'top'
     # The first step finds that 'bottom' runs first and rebuilds with it:
     train_steps(off, loader, 3)
     assert off.runtime.layer_name == 'bottom'
     assert off.stats()['hot_rows_replaced'] > 0
     off.close()
-    off = BottomLayerOffload(Net(), loader, hot_ratio=0.1, layer='bottom')
+    off = BottomLayerOffload(Net(), loader, options=OffloadOptions(
+        hot_ratio=0.1, layer='bottom'))
     train_steps(off, loader, 3)
     assert off.stats()['hot_rows_replaced'] > 0
     off.close()
@@ -703,7 +713,8 @@ def test_edge_weights_in_first_layer_pass_through():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GCN(8, 8, 2, 3)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1))
     batch = next(iter(loader))
     weight = torch.rand(batch.edge_index.size(1))
     # The model runs unchanged from its first step on, and says why:
@@ -721,20 +732,27 @@ def test_unsupported_inputs():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
-    with pytest.raises(ValueError, match='gpu_cache_ratio'):
-        BottomLayerOffload(model, loader, gpu_cache_ratio='all')
+    with pytest.raises(ValueError, match='cache_ratio'):
+        BottomLayerOffload(model, loader, options=OffloadOptions(
+            cache_ratio='all'))
     with pytest.raises(ValueError, match='hot_ratio'):
-        BottomLayerOffload(model, loader, hot_ratio='most')
+        BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio='most'))
     with pytest.raises(ValueError, match='hot_ratio'):
-        BottomLayerOffload(model, loader, hot_ratio=1.5)
+        BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=1.5))
     with pytest.raises(ValueError, match='must not exceed'):
-        BottomLayerOffload(model, loader, hot_ratio=0.5, gpu_cache_ratio=0.6)
+        BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=0.5, cache_ratio=0.6))
     with pytest.raises(ValueError, match='max_staleness'):
-        BottomLayerOffload(model, loader, max_staleness=-1)
+        BottomLayerOffload(model, loader, options=OffloadOptions(
+            max_staleness=-1))
     with pytest.raises(ValueError, match='refresh'):
-        BottomLayerOffload(model, loader, refresh='never')
+        BottomLayerOffload(model, loader, options=OffloadOptions(
+            refresh='never'))
     with pytest.raises(ValueError, match='replace_rows'):
-        BottomLayerOffload(model, loader, replace_rows='some')
+        BottomLayerOffload(model, loader, options=OffloadOptions(
+            replace_rows='some'))
     with pytest.raises(TypeError, match='HybridNeighborLoader'):
         BottomLayerOffload(model, [data])
 
@@ -758,13 +776,14 @@ def test_unsupported_inputs():
 # Hot set #####################################################################
 
 
-def test_gpu_cache_ratio_auto_fills_the_feature_store():
+def test_cache_ratio_auto_fills_the_feature_store():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
     # A CPU loader has no feature store: no candidates.
     assert loader.feature_store is None
-    off = BottomLayerOffload(model, loader, gpu_cache_ratio='auto')
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        cache_ratio='auto'))
     assert off.gpu_cache_nodes.numel() == 0
     off.close()
 
@@ -776,12 +795,12 @@ def test_gpu_cache_ratio_auto_fills_the_feature_store():
             self.cached = nodes
 
     loader.feature_store = store = Store()
-    off = BottomLayerOffload(model, loader, hot_ratio=0.05,
-                             gpu_cache_ratio='auto')
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.05, cache_ratio='auto'))
     assert off.gpu_cache_nodes.numel() == 30
     assert torch.equal(store.cached, off.gpu_cache_nodes)
-    ref = BottomLayerOffload(model, tiny_loader(data), hot_ratio=0.05,
-                             gpu_cache_ratio=30 / data.num_nodes)
+    ref = BottomLayerOffload(model, tiny_loader(data), options=OffloadOptions(
+        hot_ratio=0.05, cache_ratio=30 / data.num_nodes))
     assert torch.equal(ref.gpu_cache_nodes, off.gpu_cache_nodes)
     off.close()
     ref.close()
@@ -792,8 +811,9 @@ def test_hot_set_selection():
     loader = tiny_loader(data, batch_size=16)
     seen = []
     loader.set_gpu_cache_nodes = seen.append  # As a GPU feature store would.
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.05,
-                             gpu_cache_ratio=0.1)
+    off = BottomLayerOffload(
+        GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+            hot_ratio=0.05, cache_ratio=0.1))
     counts, hot, cache = off.access_counts, off.hot_nodes, off.gpu_cache_nodes
     assert hot.numel() == 15 and cache.numel() == 30
     assert cache.unique().numel() == 30
@@ -826,7 +846,8 @@ def test_presampling_keeps_training_batches():
     data = tiny_graph()
     plain = next(iter(tiny_loader(data)))
     loader = tiny_loader(data)
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1)
+    off = BottomLayerOffload(
+        GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(hot_ratio=0.1))
     off.eval()
     batch = next(iter(loader))
     assert torch.equal(batch.n_id, plain.n_id)
@@ -837,9 +858,10 @@ def test_pruning_and_hot_rows():
     data = tiny_graph()
     loader = tiny_loader(data, num_neighbors=(4, 3))
     for replace_rows in ('pruned', 'all'):
-        off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                                 replace_rows=replace_rows,
-                                 compensate_degrees=True)
+        off = BottomLayerOffload(
+            GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+                hot_ratio=0.1, replace_rows=replace_rows,
+                compensate_degrees=True))
         hot = off.hot_mask
         for batch in loader:
             num = batch.num_sampled_nodes
@@ -892,8 +914,9 @@ def test_batch_rows_requested_when_sampled():
     # step ahead with look-ahead), not when the loop receives the batch.
     data = tiny_graph()
     loader = tiny_loader(data)
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             max_staleness=2, refresh='batch')
+    off = BottomLayerOffload(
+        GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+            hot_ratio=0.1, max_staleness=2, refresh='batch'))
     runtime = off.runtime
     calls = []
     original = runtime.strategy.request
@@ -923,15 +946,17 @@ def test_degree_compensation_only_where_needed():
     loader = tiny_loader(data, num_neighbors=(4, 3))
     for model, needed in ((GraphSAGE(8, 8, 2, 3), False),
                           (GCN(8, 8, 2, 3), True)):
-        off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=0.1))
         assert off.runtime.compensate_degrees is needed
         batch = next(iter(loader))
         info = off.runtime.batch_info(batch.x)
         assert (info.extra_edges is not None) is needed
         off.close()
     with pytest.raises(ValueError, match='compensate_degrees'):
-        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader,
-                           compensate_degrees='yes')
+        BottomLayerOffload(
+            GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+                compensate_degrees='yes'))
 
 
 # Failures and thread lifetime ################################################
@@ -951,9 +976,10 @@ def test_worker_exception_is_raised_in_training_loop(full_neighbors):
         if len(calls) == fail_at:
             raise ValueError('boom in a worker')
 
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             max_staleness=1, work_hook=flaky,
-                             full_neighbors=full_neighbors)
+    with offload_hooks(work_hook=flaky):
+        off = BottomLayerOffload(
+            GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+                hot_ratio=0.1, max_staleness=1, full_neighbors=full_neighbors))
     assert off.stats()['static_tables'] == full_neighbors
     with pytest.raises(OffloadWorkerError, match='boom') as info:
         train_steps(off, loader, 20)
@@ -974,10 +1000,10 @@ def test_threads_stop_on_close_eval_and_idle():
     data = tiny_graph()
     loader = tiny_loader(data)
     # Rows with the fan-out (recomputed: work comes back):
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             num_threads=2, idle_timeout=1.0,
-                             full_neighbors=False,
-                             chunk_size=5)  # Several work items per table.
+    off = BottomLayerOffload(
+        GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+            hot_ratio=0.1, num_threads=2, idle_timeout=1.0,
+            full_neighbors=False, chunk_size=5))  # Several work items per table.
     train_steps(off, loader, 5)
     assert 1 <= len(offload_threads()) <= 2
     assert all(t.daemon for t in offload_threads())
@@ -1011,7 +1037,8 @@ def test_threads_stop_when_wrapper_is_deleted():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1))
     train_steps(off, loader, 3)
     assert offload_threads()
     del off
@@ -1027,7 +1054,8 @@ def test_threads_stop_on_keyboard_interrupt():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1))
     train_steps(off, loader, 2)
 
     def interrupt(module, args):
@@ -1046,7 +1074,8 @@ def test_unmatched_input_runs_exact_path():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1))
     x = torch.randn(7, 8)
     edge_index = torch.tensor([[1, 2, 3], [0, 0, 1]])
     assert torch.equal(off(x, edge_index), model(x, edge_index))
@@ -1064,7 +1093,8 @@ def test_changed_features_are_detected():
     loader = HybridNeighborLoader(data, [3, 3], batch_size=8, device='cpu',
                                   transform=lambda b: b.update(
                                       {'x': b.x * 2}))
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1)
+    off = BottomLayerOffload(
+        GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(hot_ratio=0.1))
     with pytest.raises(ValueError, match='differs from'):
         next(iter(loader))
     off.close()
@@ -1103,14 +1133,16 @@ def test_gcn_normalization_turns_the_default_offload_off():
     assert off.stats()['num_hot'] == 0
     off.close()
     with pytest.warns(UserWarning, match="neighbors' degrees"):
-        forced = BottomLayerOffload(GCN(8, 8, 2, 3), loader, hot_ratio=0.1)
+        forced = BottomLayerOffload(
+            GCN(8, 8, 2, 3), loader, options=OffloadOptions(hot_ratio=0.1))
     assert forced.stats()['num_hot'] > 0
     forced.close()
     # Not for layers that do not normalize so (no warning either):
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        sage = BottomLayerOffload(GCN(8, 8, 2, 3, normalize=False), loader,
-                                  hot_ratio=0.1)
+        sage = BottomLayerOffload(
+            GCN(8, 8, 2, 3, normalize=False), loader, options=OffloadOptions(
+                hot_ratio=0.1))
     assert sage.stats()['num_hot'] > 0
     sage.close()

@@ -18,6 +18,7 @@ from pyg_orch.offload.autotune import (
     median_error,
 )
 from pyg_orch.offload.options import OffloadOptions
+from pyg_orch.offload.testing import offload_hooks
 
 from conftest import (
     SlowCPU,
@@ -267,20 +268,22 @@ def test_options_resolve_autotune_and_sample_age():
     (dict(autotune=True, hot_ratio='auto'), 'autotune'),
     (dict(max_sample_age=-1), 'max_sample_age'),
     (dict(max_sample_age=2.5), 'max_sample_age'),
-    (dict(autotune_clock=3.0), 'autotune_clock'),
 ])
 def test_bad_options(kwargs, name):
     with pytest.raises(ValueError, match=name):
         OffloadOptions(**kwargs)
     loader = tiny_loader(tiny_graph())
     with pytest.raises(ValueError, match=name):
-        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, **kwargs)
+        BottomLayerOffload(
+            GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(**kwargs))
 
 
 def test_autotune_not_supported_with_worker_processes():
     loader = tiny_loader(tiny_graph(), num_workers=1)
     with pytest.raises(NotImplementedError, match='autotune'):
-        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, autotune=True)
+        BottomLayerOffload(
+            GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+                autotune=True))
     # By default, a fixed hot set there, and the reason why:
     off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader)
     decision = off.stats()['decision']
@@ -295,7 +298,7 @@ def train(off, loader, num_steps, check=None):
     train_steps(off, loader, num_steps, node_step, check)
 
 
-def offload_on_fake_clock(gain_per_pruned: float, **kwargs):
+def offload_on_fake_clock(gain_per_pruned: float, work_hook=None, **kwargs):
     r"""A default :class:`BottomLayerOffload` on a tiny graph whose steps
     take :obj:`1 - gain_per_pruned * (vertices pruned)` fake seconds; its
     model and loader. Rows keep the fan-out (are recomputed) unless
@@ -305,7 +308,9 @@ def offload_on_fake_clock(gain_per_pruned: float, **kwargs):
     clock = StepClock(lambda: 1.0 - gain_per_pruned * num_pruned(loader))
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
-    off = BottomLayerOffload(model, loader, autotune_clock=clock, **kwargs)
+    with offload_hooks(work_hook=work_hook, autotune_clock=clock):
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            **kwargs))
     return off, model, loader
 
 
@@ -367,7 +372,8 @@ def test_end_to_end_offload_off():
     clock = StepClock(lambda: 1.0 + 0.01 * num_pruned(loader))
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
-    off = BottomLayerOffload(model, loader, autotune_clock=clock)
+    with offload_hooks(autotune_clock=clock):
+        off = BottomLayerOffload(model, loader)
     train(off, loader, 60)
     stats = off.stats()
     decision = stats['decision']
@@ -404,7 +410,8 @@ def test_end_to_end_offload_off():
 
 def test_explicit_hot_ratio_is_not_measured():
     loader = tiny_loader(tiny_graph())
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1)
+    off = BottomLayerOffload(
+        GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(hot_ratio=0.1))
     assert off.runtime.tuner is None
     decision = off.stats()['decision']
     assert decision == {'mode': 'fixed', 'chosen_num_hot': 20,
@@ -416,8 +423,10 @@ def test_evaluation_during_the_trial():
     data = tiny_graph()
     loader = tiny_loader(data)
     clock = StepClock(lambda: 1.0 - 0.005 * num_pruned(loader))
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader,
-                             autotune_clock=clock, full_neighbors=False)
+    with offload_hooks(autotune_clock=clock):
+        off = BottomLayerOffload(
+            GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+                full_neighbors=False))
     train(off, loader, 20)
     off.eval()
     clock.cost = lambda: 1000.0  # Evaluation takes long: not timed.
@@ -463,11 +472,11 @@ def test_sample_age_bound_holds(refresh, max_staleness, max_sample_age):
     slow = SlowCPU()
     torch.manual_seed(0)
     model = GraphSAGE(8, 8, 2, 3)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1,
-                             split='aggregate', refresh=refresh,
-                             full_neighbors=False,
-                             max_staleness=max_staleness,
-                             max_sample_age=max_sample_age, work_hook=slow)
+    with offload_hooks(work_hook=slow):
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=0.1, split='aggregate', refresh=refresh,
+            full_neighbors=False, max_staleness=max_staleness,
+            max_sample_age=max_sample_age))
     ages = []
 
     def check(module, inputs, out):
@@ -514,9 +523,11 @@ def test_sample_age_bounds_the_output_split():
     # With split='output', a row's sample age is its weights' staleness:
     # the stricter of both bounds holds, with super-batches to match.
     loader = tiny_loader(tiny_graph(), batch_size=4)
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             split='output', max_staleness=6,
-                             max_sample_age=2, work_hook=SlowCPU(0.002))
+    with offload_hooks(work_hook=SlowCPU(0.002)):
+        off = BottomLayerOffload(
+            GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+                hot_ratio=0.1, split='output', max_staleness=6,
+                max_sample_age=2))
     assert off.super_batch_size == 1
     train(off, loader, 60)
     stats = off.stats()
@@ -566,9 +577,9 @@ def test_grow_then_shrink_replaces_from_covering_tables(
     slow = SlowCPU(0.002 if timing == 'slow' else 0.0)
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
-    off = BottomLayerOffload(model, loader, refresh=refresh, split=split,
-                             autotune_clock=clock, work_hook=slow,
-                             full_neighbors=False)
+    with offload_hooks(autotune_clock=clock, work_hook=slow):
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            refresh=refresh, split=split, full_neighbors=False))
     runtime = off.runtime
     # What the sampler pruned for every batch (without prefetching,
     # sampling runs in the loop's thread: the mask when the batch arrives is
@@ -714,8 +725,10 @@ def test_loader_cache_changes_only_if_offload_is_kept(offload_wins):
     sign = -1.0 if offload_wins else 1.0
     clock = StepClock(lambda: 1.0 + sign * 0.01 * num_pruned(loader))
     torch.manual_seed(0)
-    off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader,
-                             gpu_cache_ratio=0.1, autotune_clock=clock)
+    with offload_hooks(autotune_clock=clock):
+        off = BottomLayerOffload(
+            GraphSAGE(8, 16, 2, 3), loader, options=OffloadOptions(
+                cache_ratio=0.1))
     assert store.cached is None  # Not during the trial.
     train(off, loader, 80)
     decision = off.stats()['decision']
@@ -965,9 +978,9 @@ def test_kept_hot_set_is_switched_off_when_the_loop_waits(caplog):
     clock = StepClock(lambda: 1.0 - 0.005 * num_pruned(loader))
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
-    off = BottomLayerOffload(model, loader, autotune_clock=clock,
-                             max_sample_age=2, work_hook=slow,
-                             gpu_cache_ratio=0.1, full_neighbors=False)
+    with offload_hooks(autotune_clock=clock, work_hook=slow):
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            max_sample_age=2, cache_ratio=0.1, full_neighbors=False))
     train(off, loader, 60)
     for _ in range(60):  # The kept hot set in use.
         if num_pruned(loader) > 0:

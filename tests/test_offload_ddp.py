@@ -24,6 +24,7 @@ from pyg_orch.offload import (
 from pyg_orch.offload.ddp import machine_ranks
 from pyg_orch.offload.hotness import select_hot_nodes, split_by_frequency
 from pyg_orch.offload.options import OffloadOptions
+from pyg_orch.offload.testing import offload_hooks
 from pyg_orch.offload.workers import cpu_cores_per_rank, local_ranks
 
 from conftest import (
@@ -66,11 +67,13 @@ def _exact(rank, world_size):
         kwargs = dict(hot_ratio=0.1, max_staleness=0, full_neighbors=True,
                       split='aggregate')
         if order == 'ddp_outside':
-            off = BottomLayerOffload(model, loader, **kwargs)
+            off = BottomLayerOffload(model, loader, options=OffloadOptions(
+                **kwargs))
             wrapped = DistributedDataParallel(off)
         else:
-            off = BottomLayerOffload(DistributedDataParallel(model), loader,
-                                     **kwargs)
+            off = BottomLayerOffload(
+                DistributedDataParallel(model), loader, options=OffloadOptions(
+                    **kwargs))
             wrapped = off
         out[order] = train_sgd(wrapped, loader, STEPS, split.set_epoch)
         out[order + '_stats'] = off.stats()
@@ -118,8 +121,8 @@ def _machine(rank, world_size):
     local = select_hot_nodes(loader.node_sampler, seeds, 8, 0.1, 0.0,
                              seed=0)
     model = tiny_model()
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1,
-                             max_staleness=BOUND)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=BOUND))
     steps = 2 * len(loader)
     ddp = DistributedDataParallel(off)
     train_sgd(ddp, loader, steps, lr=0.1)
@@ -127,13 +130,14 @@ def _machine(rank, world_size):
     # Explicit thread numbers win over the share:
     loader2 = HybridNeighborLoader(data, [4, 3], batch_size=8,
                                    input_nodes=seeds, device='cpu')
-    explicit = BottomLayerOffload(tiny_model(), loader2, hot_ratio=0.1,
-                                  num_threads=3, intra_op_threads=5)
+    explicit = BottomLayerOffload(
+        tiny_model(), loader2, options=OffloadOptions(
+            hot_ratio=0.1, num_threads=3, intra_op_threads=5))
     explicit_stats = explicit.stats()
     explicit.close()
     # Wrapping twice is refused (before any collective):
     try:
-        BottomLayerOffload(ddp, loader2, hot_ratio=0.1)
+        BottomLayerOffload(ddp, loader2, options=OffloadOptions(hot_ratio=0.1))
         twice = None
     except ValueError as exc:
         twice = str(exc)
@@ -209,8 +213,9 @@ def _autotune(rank, world_size, full_neighbors):
     # Offload makes rank 0's steps faster and rank 1's slower; on average
     # faster (alone, rank 1 would switch it off):
     clock = PrunedClock(loader, -0.01 if rank == 0 else 0.002)
-    off = BottomLayerOffload(tiny_model(), loader, autotune_clock=clock,
-                             full_neighbors=full_neighbors)
+    with offload_hooks(autotune_clock=clock):
+        off = BottomLayerOffload(tiny_model(), loader, options=OffloadOptions(
+            full_neighbors=full_neighbors))
     ddp = DistributedDataParallel(off)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     steps, epoch = 0, 0
@@ -278,9 +283,11 @@ def test_data_parallel_is_refused():
                                   device='cpu')
     with pytest.raises(ValueError, match="'model' must not be a "
                        "torch.nn.DataParallel"):
-        BottomLayerOffload(torch.nn.DataParallel(tiny_model()), loader,
-                           hot_ratio=0.1)
-    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.1)
+        BottomLayerOffload(
+            torch.nn.DataParallel(tiny_model()), loader,
+            options=OffloadOptions(hot_ratio=0.1))
+    off = BottomLayerOffload(tiny_model(), loader, options=OffloadOptions(
+        hot_ratio=0.1))
     assert off.stats()['hot_set_ranks'] == 1
     replica = off._replicate_for_data_parallel()  # What DataParallel does.
     batch = next(iter(loader))
@@ -293,7 +300,8 @@ def _late_group(rank, world_size):
     data = tiny_graph()
     loader = HybridNeighborLoader(data, [4, 3], batch_size=8, device='cpu',
                                   input_nodes=torch.arange(data.num_nodes))
-    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.1)
+    off = BottomLayerOffload(tiny_model(), loader, options=OffloadOptions(
+        hot_ratio=0.1))
     dist.init_process_group('gloo', rank=rank, world_size=world_size)
     batch = next(iter(loader))
     with warnings.catch_warnings(record=True) as caught:

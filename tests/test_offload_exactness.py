@@ -25,7 +25,7 @@ from torch_geometric.nn import (
 )
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.offload import BottomLayerOffload
+from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 from pyg_orch.offload.aggregate_split import (
     OUTPUT,
     aggregation_copy,
@@ -122,8 +122,8 @@ def test_exact_on_a_graph_with_self_loops(name, split):
     loader, ref_loader = _loaders(data)
     torch.manual_seed(0)
     model = MODELS[name](NUM_FEATURES, 16, 2, 4)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.3, max_staleness=0,
-                             full_neighbors=True, split=split)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.3, max_staleness=0, full_neighbors=True, split=split))
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     pruned = 0
     for batch, ref in zip(loader, ref_loader):
@@ -144,8 +144,8 @@ def test_model_deeper_than_the_loader_passes_through():
     model = GraphSAGE(NUM_FEATURES, 16, 3, 4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        off = BottomLayerOffload(model, loader, hot_ratio=0.3,
-                                 max_staleness=0, full_neighbors=True)
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=0.3, max_staleness=0, full_neighbors=True))
         optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
         off.train()
         for batch, ref in zip(loader, ref_loader):
@@ -166,8 +166,8 @@ def test_model_deeper_than_the_loader_passes_through():
     loader, _ = _loaders(data, num_hops=3)
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        off = BottomLayerOffload(model, loader, hot_ratio=0.3,
-                                 max_staleness=0, full_neighbors=True)
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=0.3, max_staleness=0, full_neighbors=True))
     assert off.stats()['num_hot'] > 0
     off.close()
 
@@ -190,8 +190,8 @@ def test_eval_with_persistent_workers_sees_full_batches():
                                   persistent_workers=True)
     torch.manual_seed(0)
     model = GraphSAGE(NUM_FEATURES, 16, 2, 4)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.3, max_staleness=0,
-                             full_neighbors=True)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.3, max_staleness=0, full_neighbors=True))
     optimizer = torch.optim.SGD(off.parameters(), lr=0.1)
     for epoch in range(2):
         _train_epoch(off, loader, optimizer)

@@ -16,7 +16,8 @@ from torch_geometric.nn import (
 )
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.offload import BottomLayerOffload
+from pyg_orch.offload import BottomLayerOffload, OffloadOptions
+from pyg_orch.offload.testing import offload_hooks
 from conftest import (
     SlowCPU,
     StepClock,
@@ -115,8 +116,10 @@ def test_aggregate_split_is_exact(kind, device):
     ref_loader = make_loader(data, device=device)
     model = make_model(kind, data, device)
     ref_model = copy.deepcopy(model)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=6,
-                             full_neighbors=True, split='aggregate')
+    off = BottomLayerOffload(
+        model, loader, options=OffloadOptions(
+            hot_ratio=0.2, max_staleness=6, full_neighbors=True,
+            split='aggregate'))
     hot = off.hot_nodes
     assert set(hot) == {'a', 'b'} and all(v.numel() > 0
                                           for v in hot.values())
@@ -159,8 +162,8 @@ def test_output_split_synchronous_is_exact(device):
     ref_loader = make_loader(data, device=device)
     model = make_model('gat', data, device)
     ref_model = copy.deepcopy(model)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
-                             full_neighbors=True)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.2, max_staleness=0, full_neighbors=True))
     assert off.stats()['split'] == 'output'
     optimizer = torch.optim.SGD(off.parameters(), lr=0.1)
     for batch, ref in zip(loader, ref_loader):
@@ -181,9 +184,10 @@ def test_output_split_synchronous_is_exact(device):
 def test_output_split_bounded_staleness_with_slow_cpu():
     data = hetero_graph()
     loader = make_loader(data, num_neighbors=(4, 3))
-    off = BottomLayerOffload(make_model('to_hetero', data), loader,
-                             hot_ratio=0.3, max_staleness=3, split='output',
-                             work_hook=SlowCPU(0.01))
+    with offload_hooks(work_hook=SlowCPU(0.01)):
+        off = BottomLayerOffload(
+            make_model('to_hetero', data), loader, options=OffloadOptions(
+                hot_ratio=0.3, max_staleness=3, split='output'))
     optimizer = torch.optim.SGD(off.parameters(), lr=0.01)
     for _ in range(4):
         for batch in loader:
@@ -209,10 +213,10 @@ def test_auto_hot_set_grows_and_stays_exact(device):
     loader = make_loader(data, device=device)
     ref_loader = make_loader(data, device=device)
     model = make_model('to_hetero', data, device)
-    off = BottomLayerOffload(model, loader, hot_ratio='auto',
-                             max_staleness=7, full_neighbors=True,
-                             num_threads=1, chunk_size=10**6,
-                             work_hook=SlowCPU(0.03))
+    with offload_hooks(work_hook=SlowCPU(0.03)):
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio='auto', max_staleness=7, full_neighbors=True,
+            num_threads=1, chunk_size=10**6))
     num_nodes = data['a'].num_nodes + data['b'].num_nodes
     start = off.stats()['num_hot']
     assert start == round(0.01 * num_nodes)
@@ -243,8 +247,9 @@ def test_auto_hot_set_grows_and_stays_exact(device):
 def test_pruning_per_node_type():
     data = hetero_graph()
     loader = make_loader(data, num_neighbors=(3, 2))
-    off = BottomLayerOffload(make_model('to_hetero', data), loader,
-                             hot_ratio=0.3)
+    off = BottomLayerOffload(
+        make_model('to_hetero', data), loader, options=OffloadOptions(
+            hot_ratio=0.3))
     masks = {t: torch.zeros(data[t].num_nodes, dtype=torch.bool)
              for t in ('a', 'b')}
     for t, nodes in off.hot_nodes.items():
@@ -304,7 +309,8 @@ def test_state_dict_and_eval():
     loader = make_loader(data, num_neighbors=(3, 2))
     model = make_model('to_hetero', data)
     plain = copy.deepcopy(model)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.2))
     assert list(off.state_dict()) == list(plain.state_dict())
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
     off.train()
@@ -331,19 +337,24 @@ def test_errors():
     assert off.stats()['decision']['mode'] == 'pending'
     off.close()
     with pytest.raises(ValueError, match="'layer' must name"):
-        BottomLayerOffload(model, loader, layer='conv3')
+        BottomLayerOffload(model, loader, options=OffloadOptions(
+            layer='conv3'))
     with pytest.raises(NotImplementedError, match='heterogeneous'):
-        BottomLayerOffload(model, loader, refresh='batch')
+        BottomLayerOffload(model, loader, options=OffloadOptions(
+            refresh='batch'))
     with pytest.raises(NotImplementedError, match='autotune'):
-        BottomLayerOffload(model, make_loader(data, num_neighbors=(3, 2),
-                                              num_workers=1), autotune=True)
+        BottomLayerOffload(
+            model, make_loader(data, num_neighbors=(3, 2), num_workers=1),
+            options=OffloadOptions(autotune=True))
     with pytest.raises(ValueError, match="split='aggregate'"):
-        BottomLayerOffload(make_model('gat', data), loader,
-                           split='aggregate')
+        BottomLayerOffload(
+            make_model('gat', data), loader, options=OffloadOptions(
+                split='aggregate'))
     assert loader.node_sampler.hot_nodes is None
 
     # The second layer chosen as the first: its input is no raw feature.
-    off = BottomLayerOffload(model, loader, layer='conv2', hot_ratio=0.1)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        layer='conv2', hot_ratio=0.1))
     off.train()
     batch = next(iter(loader))
     with pytest.warns(UserWarning, match='does not consume'):
@@ -413,8 +424,9 @@ def test_default_decides_by_measurement(offload_wins, lookahead,
     clock = StepClock(lambda: 1.0 + sign * 0.005 * num_pruned(loader))
     model = make_model('to_hetero', data)
     plain = copy.deepcopy(model)
-    off = BottomLayerOffload(model, loader, autotune_clock=clock,
-                             full_neighbors=full_neighbors)
+    with offload_hooks(autotune_clock=clock):
+        off = BottomLayerOffload(model, loader, options=OffloadOptions(
+            full_neighbors=full_neighbors))
     static = full_neighbors == 'auto'
     assert off.stats()['static_tables'] == off.full_neighbors == static
     decision = off.stats()['decision']
@@ -480,8 +492,9 @@ def test_default_decides_by_measurement(offload_wins, lookahead,
 def test_explicit_hot_ratio_is_not_measured():
     data = hetero_graph()
     loader = make_loader(data, num_neighbors=(3, 2))
-    off = BottomLayerOffload(make_model('to_hetero', data), loader,
-                             hot_ratio=0.1)
+    off = BottomLayerOffload(
+        make_model('to_hetero', data), loader, options=OffloadOptions(
+            hot_ratio=0.1))
     assert off.runtime.tuner is None
     assert off.stats()['decision']['mode'] == 'fixed'
     assert off.stats()['num_hot'] == 27
@@ -514,8 +527,10 @@ def test_hand_written_model_is_exact():
     torch.manual_seed(0)
     model = HandWrittenNet()
     ref_model = copy.deepcopy(model)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=6,
-                             full_neighbors=True, split='aggregate')
+    off = BottomLayerOffload(
+        model, loader, options=OffloadOptions(
+            hot_ratio=0.2, max_staleness=6, full_neighbors=True,
+            split='aggregate'))
     assert off.stats()['decision']['mode'] == 'pending'
     off.train()
     ref_model.train()

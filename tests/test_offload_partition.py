@@ -20,6 +20,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import GCN
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.offload import OffloadOptions
+from pyg_orch.offload.testing import offload_hooks
 from pyg_orch.distributed import load_partition, partition_graph
 
 STEPS = 8
@@ -42,8 +44,8 @@ def _pruned_vs_unpruned(make_loader, device='cpu', make_model=tiny_model):
     # are those of the plain model on the unpruned batch, step after step.
     loader, ref_loader = make_loader(), make_loader()
     model = make_model().to(device)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
-                             full_neighbors=True)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.2, max_staleness=0, full_neighbors=True))
     worst, pruned, placeholders = 0.0, 0, []
     optimizer = torch.optim.SGD(off.parameters(), lr=0.5)
     for batch, ref in zip(loader, ref_loader):
@@ -78,9 +80,9 @@ def _exact(rank, world_size, out_dir):
     # Also with batches built by worker threads, pruned by the hot set alike:
     for name, kwargs in (('offload', {}), ('workers', {'num_workers': 2})):
         loader = _loader(out_dir, **kwargs)
-        off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2,
-                                 max_staleness=0, full_neighbors=True,
-                                 split='aggregate')
+        off = BottomLayerOffload(tiny_model(), loader, options=OffloadOptions(
+            hot_ratio=0.2, max_staleness=0, full_neighbors=True,
+            split='aggregate'))
         out[name] = train_sgd(DistributedDataParallel(off), loader, STEPS)
         out[f'{name}_stats'] = off.stats()
         off.close()
@@ -156,15 +158,16 @@ def test_sampling_modes_the_cpu_side_cannot_follow(tmp_path, options, match):
     loader = HybridNeighborLoader(str(info.out_dir), [3, 2], batch_size=16,
                                   device='cpu', **options)
     with pytest.raises(NotImplementedError, match=match):
-        BottomLayerOffload(tiny_model(), loader, hot_ratio=0.1)
+        BottomLayerOffload(tiny_model(), loader, options=OffloadOptions(
+            hot_ratio=0.1))
 
 
 def _sampled_fanout(rank, world_size, out_dir):
     # A fan-out below the degrees: the CPU samples the hot vertices' in-edges
     # in the halo table, and training runs (its losses stay finite).
     loader = _loader(out_dir, (3, 2))
-    off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.1,
-                             super_batch_size=2)
+    off = BottomLayerOffload(tiny_model(), loader, options=OffloadOptions(
+        hot_ratio=0.1, super_batch_size=2))
     flat = train_sgd(off, loader, 12)
     stats = off.stats()
     off.close()
@@ -182,7 +185,8 @@ def test_sampled_fanout_trains(parts):
 def _autotune(rank, world_size, out_dir, per_pruned):
     loader = _loader(out_dir, (3, 2))
     clock = PrunedClock(loader, per_pruned[rank])
-    off = BottomLayerOffload(tiny_model(), loader, autotune_clock=clock)
+    with offload_hooks(autotune_clock=clock):
+        off = BottomLayerOffload(tiny_model(), loader)
     ddp = DistributedDataParallel(off)
     train_sgd(ddp, loader, 300, lr=0.01,
               until=lambda: off.stats()['decision']['state'] == 'decided')
@@ -247,7 +251,7 @@ def _mismatch(rank, world_size, out_dir, case):
         model = GraphSAGE(-1, 16, 2, 3) if rank == 0 else tiny_model()
         kwargs = dict(hot_ratio=0.1)
     try:
-        BottomLayerOffload(model, loader, **kwargs)
+        BottomLayerOffload(model, loader, options=OffloadOptions(**kwargs))
     except (ValueError, NotImplementedError) as e:
         return type(e).__name__, str(e)
     return None
@@ -326,10 +330,12 @@ def test_cpu_side_samples_as_the_loader_does(tmp_path, replace, model):
     from pyg_orch.offload.bottom_layer import BottomLayerComputer
     data, loader = _with_weights(tmp_path, replace)
     if model == 'sage':
-        off = BottomLayerOffload(tiny_model(), loader, hot_ratio=0.2)
+        off = BottomLayerOffload(tiny_model(), loader, options=OffloadOptions(
+            hot_ratio=0.2))
     else:  # Offloaded although its normalization uses batch degrees:
         with pytest.warns(UserWarning, match='degrees'):
-            off = BottomLayerOffload(GCN(8, 8, 2, 3), loader, hot_ratio=0.2)
+            off = BottomLayerOffload(
+                GCN(8, 8, 2, 3), loader, options=OffloadOptions(hot_ratio=0.2))
     part = off.runtime.strategy.computer
     table = part.table
     assert part.replace is replace and part.csc.weight is not None
@@ -382,9 +388,9 @@ def _hetero_exact(rank, world_size, out_dir, kind, fanout):
 
     loader, ref_loader = make(), make()
     model = make_model(kind, hetero_graph())
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
-                             full_neighbors=fanout[-1] == -1,
-                             split='aggregate' if kind != 'gat' else 'auto')
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.2, max_staleness=0, full_neighbors=fanout[-1] == -1,
+        split='aggregate' if kind != 'gat' else 'auto'))
     optimizer = torch.optim.SGD(off.parameters(), lr=0.5)
     worst, pruned = 0.0, 0
     for batch, ref in zip(loader, ref_loader):
@@ -441,8 +447,10 @@ def test_heterogeneous_one_part_without_process_group(tmp_path, device):
 
     loader, ref_loader = make(), make()
     model = make_model('to_hetero', hetero_graph(), device)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2, max_staleness=0,
-                             full_neighbors=True, split='aggregate')
+    off = BottomLayerOffload(
+        model, loader, options=OffloadOptions(
+            hot_ratio=0.2, max_staleness=0, full_neighbors=True,
+            split='aggregate'))
     assert all(v.numel() > 0 for v in off.hot_nodes.values())
     pruned = 0
     for batch, ref in zip(loader, ref_loader):
@@ -469,8 +477,8 @@ def test_heterogeneous_partition_auto_hot_set_is_exact(tmp_path):
 
     loader, ref_loader = make(), make()
     model = make_model('to_hetero', data)
-    off = BottomLayerOffload(model, loader, hot_ratio='auto',
-                             max_staleness=7, full_neighbors=True)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio='auto', max_staleness=7, full_neighbors=True))
     assert off.stats()['num_hot'] == round(
         0.01 * (data['a'].num_nodes + data['b'].num_nodes))
     optimizer = torch.optim.SGD(off.parameters(), lr=0.0)
@@ -493,9 +501,9 @@ def _hetero_autotune(rank, world_size, out_dir, per_pruned):
     loader = HybridNeighborLoader(out_dir, [3, 2], batch_size=16,
                                   input_nodes='b', shuffle=True, seed=1,
                                   device='cpu')
-    off = BottomLayerOffload(make_model('to_hetero', hetero_graph()), loader,
-                             autotune_clock=PrunedClock(loader,
-                                                        per_pruned[rank]))
+    with offload_hooks(autotune_clock=PrunedClock(loader, per_pruned[rank])):
+        off = BottomLayerOffload(make_model('to_hetero', hetero_graph()),
+                                 loader)
     # The loss reads the 'b' outputs only: the last layer's modules into 'a'
     # get no gradient.
     ddp = DistributedDataParallel(off, find_unused_parameters=True)
@@ -560,8 +568,9 @@ def test_heterogeneous_partition_weighted_sampling(tmp_path, replace):
     loader = HybridNeighborLoader(str(info.out_dir), [3, 2], batch_size=16,
                                   input_nodes='b', weight_attr='w',
                                   replace=replace, device='cpu')
-    off = BottomLayerOffload(make_model('to_hetero', data), loader,
-                             hot_ratio=0.2)
+    off = BottomLayerOffload(
+        make_model('to_hetero', data), loader, options=OffloadOptions(
+            hot_ratio=0.2))
     computer = off.runtime.strategy.computer
     for edge_type, part in zip(computer.edge_types, computer.parts):
         assert part.replace is replace

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch_geometric.nn import GraphSAGE, SAGEConv
 from torch_geometric.nn.conv import MessagePassing
 
-from pyg_orch.offload import BottomLayerOffload
+from pyg_orch.offload import BottomLayerOffload, OffloadOptions
+from pyg_orch.offload.testing import offload_hooks
 from pyg_orch.offload.bottom_layer import BottomLayerComputer
 from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.batch_cache import BatchEmbeddingCache
@@ -160,10 +161,11 @@ def test_wrapper_staleness_bound(max_staleness, refresh, split):
     data = tiny_graph()
     loader = tiny_loader(data, batch_size=4)
     slow = SlowCPU()
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             max_staleness=max_staleness, refresh=refresh,
-                             split=split, work_hook=slow,
-                             full_neighbors=False)
+    with offload_hooks(work_hook=slow):
+        off = BottomLayerOffload(
+            GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+                hot_ratio=0.1, max_staleness=max_staleness, refresh=refresh,
+                split=split, full_neighbors=False))
     stats = _train(off, loader, 300)
     assert stats['steps'] == 300 and stats['step_source'] == 'optimizer'
     assert stats['max_staleness_seen'] <= max_staleness
@@ -192,7 +194,8 @@ def test_versions_without_optimizer_count_forwards():
     data = tiny_graph()
     loader = tiny_loader(data)
     model = GraphSAGE(8, 8, 2, 3)
-    off = BottomLayerOffload(model, loader, hot_ratio=0.1, max_staleness=1)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.1, max_staleness=1))
     # An optimizer over other parameters is not counted:
     other = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     for i, batch in enumerate(loader):
@@ -215,8 +218,9 @@ def test_versions_without_optimizer_count_forwards():
 def test_gradient_accumulation_counts_steps():
     data = tiny_graph()
     loader = tiny_loader(data)
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader, hot_ratio=0.1,
-                             max_staleness=0)
+    off = BottomLayerOffload(
+        GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+            hot_ratio=0.1, max_staleness=0))
     optimizer = torch.optim.SGD(off.parameters(), lr=0.01)
     for i, batch in enumerate(loader):
         if i == 8:
@@ -377,9 +381,9 @@ def test_replaced_rows_hold_bounded_versions(max_staleness, refresh, split):
     data = tiny_graph()
     loader = tiny_loader(data, batch_size=4)
     model = StampNet()
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2,
-                             max_staleness=max_staleness, refresh=refresh,
-                             split=split)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.2, max_staleness=max_staleness, refresh=refresh,
+        split=split))
     assert off.stats()['split'] == split
     seen = []
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE
 
-from pyg_orch.offload import BottomLayerOffload
+from pyg_orch.offload import BottomLayerOffload, OffloadOptions
+from pyg_orch.offload.testing import offload_hooks
 from pyg_orch.offload.strategy import EmbeddingStrategy
 from pyg_orch.offload.static_rows import (
     STATIC_RATIOS,
@@ -45,7 +46,8 @@ pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
 def test_auto_resolves_by_the_first_layers_aggregation(model, full, why):
     loader = tiny_loader(tiny_graph())
     torch.manual_seed(0)
-    off = BottomLayerOffload(model(), loader, hot_ratio=0.2)
+    off = BottomLayerOffload(model(), loader, options=OffloadOptions(
+        hot_ratio=0.2))
     stats = off.stats()
     assert off.full_neighbors is stats['full_neighbors'] is full
     assert stats['static_tables'] is full
@@ -59,7 +61,8 @@ def test_weighted_sampling_keeps_the_fan_out():
     data = tiny_graph()
     data.edge_weight = torch.rand(data.num_edges) + 0.1
     loader = tiny_loader(data, weight_attr='edge_weight')
-    off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader, hot_ratio=0.2)
+    off = BottomLayerOffload(
+        GraphSAGE(8, 16, 2, 3), loader, options=OffloadOptions(hot_ratio=0.2))
     assert not off.full_neighbors
     assert 'edge weight' in off.stats()['full_neighbors_reason']
     off.close()
@@ -68,8 +71,9 @@ def test_weighted_sampling_keeps_the_fan_out():
 @pytest.mark.parametrize('given', [True, False])
 def test_given_full_neighbors_is_kept(given):
     loader = tiny_loader(tiny_graph())
-    off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader, hot_ratio=0.2,
-                             full_neighbors=given)
+    off = BottomLayerOffload(
+        GraphSAGE(8, 16, 2, 3), loader, options=OffloadOptions(
+            hot_ratio=0.2, full_neighbors=given))
     stats = off.stats()
     assert off.full_neighbors is given and stats['static_tables'] is given
     assert f'full_neighbors={given} was given' == \
@@ -82,8 +86,9 @@ def test_bad_full_neighbors(value):
     loader = tiny_loader(tiny_graph())
     with pytest.raises(ValueError, match="'full_neighbors' must be True, "
                        "False or 'auto'"):
-        BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader,
-                           full_neighbors=value)
+        BottomLayerOffload(
+            GraphSAGE(8, 16, 2, 3), loader, options=OffloadOptions(
+                full_neighbors=value))
 
 
 def test_default_rows_are_exact_means_of_all_neighbors():
@@ -91,7 +96,8 @@ def test_default_rows_are_exact_means_of_all_neighbors():
     # in-neighbors' features, the same at every step.
     data = tiny_graph()
     loader = tiny_loader(data)
-    off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader, hot_ratio=0.2)
+    off = BottomLayerOffload(
+        GraphSAGE(8, 16, 2, 3), loader, options=OffloadOptions(hot_ratio=0.2))
     train_steps(off, loader, 12, node_step)
     strategy = off.runtime.strategy
     table = strategy._current
@@ -116,12 +122,13 @@ def test_degree_probe_takes_the_highest_in_degrees():
 # The sizes tried #############################################################
 
 
-def static_on_fake_clock(gain_per_pruned: float, **kwargs):
+def static_on_fake_clock(gain_per_pruned: float, work_hook=None, **kwargs):
     loader = tiny_loader(tiny_graph())
     clock = StepClock(lambda: 1.0 - gain_per_pruned * num_pruned(loader))
     torch.manual_seed(0)
-    off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader,
-                             autotune_clock=clock, **kwargs)
+    with offload_hooks(work_hook=work_hook, autotune_clock=clock):
+        off = BottomLayerOffload(
+            GraphSAGE(8, 16, 2, 3), loader, options=OffloadOptions(**kwargs))
     return off, loader
 
 
@@ -160,8 +167,8 @@ def test_a_slow_smaller_size_does_not_stop_larger_ones():
 
     loader = tiny_loader(tiny_graph())
     clock = StepClock(lambda: cost(num_pruned(loader)))
-    off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader,
-                             autotune_clock=clock)
+    with offload_hooks(autotune_clock=clock):
+        off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader)
     train_steps(off, loader, 100, node_step)
     decision = off.stats()['decision']
     assert decision['state'] in ('settling', 'decided')
@@ -254,8 +261,9 @@ def test_offload_cache_is_never_smaller_than_the_loaders():
     own, given = torch.arange(60), []
     loader.get_gpu_cache_nodes = lambda: own
     loader.set_gpu_cache_nodes = given.append
-    off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader, hot_ratio=0.2,
-                             gpu_cache_ratio=0.1)
+    off = BottomLayerOffload(
+        GraphSAGE(8, 16, 2, 3), loader, options=OffloadOptions(
+            hot_ratio=0.2, cache_ratio=0.1))
     assert off.gpu_cache_nodes.numel() == 60
     assert torch.equal(given[-1], off.gpu_cache_nodes)
     off.close()

@@ -18,6 +18,7 @@ from pyg_orch.offload import (
     default_intra_op_threads,
     default_num_threads,
 )
+from pyg_orch.offload import OffloadOptions
 from pyg_orch.offload.bottom_layer import BottomLayerComputer
 from pyg_orch.offload.super_batch import EmbeddingPipeline
 from pyg_orch.offload.tables import default_chunk_size, split_chunks
@@ -236,9 +237,10 @@ def test_thread_defaults_and_validation(monkeypatch):
                       ('chunk_size', 0), ('chunk_size', True),
                       ('num_threads', 0)]:
         with pytest.raises(ValueError, match=name):
-            BottomLayerOffload(model, loader, **{name: bad})
-    off = BottomLayerOffload(model, loader, num_threads=2,
-                             intra_op_threads=2, chunk_size=5)
+            BottomLayerOffload(model, loader, options=OffloadOptions(
+                **{name: bad}))
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        num_threads=2, intra_op_threads=2, chunk_size=5))
     stats = off.stats()
     assert stats['num_threads'] == 2 and stats['intra_op_threads'] == 2
     assert stats['chunk_size'] == 5
@@ -266,9 +268,11 @@ def test_cpu_autocast_bfloat16():
         _computer(layer, data, autocast_dtype=torch.float16)
     loader = tiny_loader(tiny_graph())
     with pytest.raises(ValueError, match='cpu_autocast'):
-        BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader,
-                           cpu_autocast=torch.float16)
-    off = BottomLayerOffload(GraphSAGE(8, 8, 2, 3), loader,
-                             cpu_autocast=torch.bfloat16)
+        BottomLayerOffload(
+            GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+                cpu_autocast=torch.float16))
+    off = BottomLayerOffload(
+        GraphSAGE(8, 8, 2, 3), loader, options=OffloadOptions(
+            cpu_autocast=torch.bfloat16))
     assert off.stats()['cpu_autocast'] == 'bfloat16'
     off.close()

@@ -30,7 +30,7 @@ from torch_geometric.nn.models import SGFormer
 from torch_geometric.utils import to_undirected, trim_to_layer
 
 from pyg_orch import HybridLinkNeighborLoader, HybridNeighborLoader
-from pyg_orch.offload import BottomLayerOffload
+from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 
 STEPS = 3
 OFFLOADS = ('measure', 'fixed')  # stats()['decision']['mode'] offloading.
@@ -803,7 +803,8 @@ def test_hand_written_hetero_model_is_offloaded(caught):
         data, num_neighbors=[5, 5], shuffle=True, batch_size=32,
         input_nodes=('paper', data['paper'].train_mask))
     model = HandWrittenHetero()
-    off = BottomLayerOffload(model, loader, hot_ratio=0.2)
+    off = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.2))
     assert off.stats()['decision']['mode'] == 'pending'
     optimizer = torch.optim.Adam(off.parameters(), lr=0.01)  # Lazy.
     off.train()

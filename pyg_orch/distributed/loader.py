@@ -17,6 +17,7 @@ from typing import (
     Optional,
     NamedTuple,
     Sequence,
+    Tuple,
     Union,
 )
 
@@ -643,6 +644,46 @@ class DistributedNeighborLoader:
         key = id(hook)
         hooks[key] = hook
         return lambda: hooks.pop(key, None)
+
+    # Offload protocol (see pyg_orch.offload.protocol) ######################
+
+    #: No look-ahead, no worker processes that outlive an epoch, no stage
+    #: timer.
+    lookahead = False
+    persistent_workers = False
+    timer = None
+
+    @property
+    def offload_sampler(self) -> DistributedNeighborSampler:
+        r"""The sampler, for :class:`~pyg_orch.offload.BottomLayerOffload`
+        (see :class:`~pyg_orch.offload.protocol.OffloadableLoader`)."""
+        return self.sampler
+
+    @property
+    def offload_data(self) -> None:
+        r"""No graph in host memory: the CPU side of offload reads the
+        part (:attr:`partition`) and fetches remote rows (:attr:`gather`)."""
+        return None
+
+    @property
+    def gpu_cache_capacity(self) -> int:
+        r"""No GPU feature cache to set (remote rows have their own)."""
+        return 0
+
+    def offload_seeds(self) -> Tuple[Any, int]:
+        r"""This rank's training seeds (per node type for a heterogeneous
+        partition) and the batch size."""
+        if self.partition.is_hetero:
+            return {self.input_type: self.input_nodes}, self.batch_size
+        return self.input_nodes, self.batch_size
+
+    def set_gpu_cache_nodes(self, nodes: Any) -> bool:
+        r"""Returns :obj:`False`: no GPU feature cache to set."""
+        return False
+
+    def get_gpu_cache_nodes(self) -> None:
+        r"""Returns :obj:`None`: no GPU feature cache."""
+        return None
 
     @property
     def batches_ahead(self) -> int:

@@ -10,11 +10,13 @@ feature gathering and the prefetch pipeline. Each loader mixes
 batch (:meth:`HybridLoaderMixin._add_metadata`)."""
 import copy
 import functools
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data, HeteroData
+from torch_geometric.sampler import EdgeSamplerInput
 
 from pyg_orch.core.sparse_adj import has_adj_t
 from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
@@ -31,6 +33,7 @@ from pyg_orch.core.prefetch import PrefetchIterator
 from pyg_orch.loader.seed_batches import tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.core.checks import check_data
+from pyg_orch.multigpu.ddp import DistributedSeedSplit
 from pyg_orch.loader.validation import (
     check_loader_kwargs,
     check_pipeline_args,
@@ -281,6 +284,64 @@ class HybridLoaderMixin:
         dictionary per node type), as :meth:`set_gpu_cache_nodes` takes
         them; :obj:`None` when the loader uses no feature store."""
         return getattr(self.feature_store, 'cached_nodes', None)
+
+    # Offload protocol (see pyg_orch.offload.protocol) ######################
+
+    @property
+    def offload_sampler(self) -> Any:
+        r"""The sampler, for :class:`~pyg_orch.offload.BottomLayerOffload`
+        (see :class:`~pyg_orch.offload.protocol.OffloadableLoader`)."""
+        return self._sampler
+
+    @property
+    def offload_data(self) -> Optional[GraphData]:
+        r"""The :class:`~torch_geometric.data.Data` or
+        :class:`~torch_geometric.data.HeteroData` sampled from, or
+        :obj:`None` for :obj:`(FeatureStore, GraphStore)` inputs."""
+        return self.data if isinstance(self.data, (Data, HeteroData)) \
+            else None
+
+    @property
+    def batches_ahead(self) -> int:
+        r"""How many batches the prefetch thread builds ahead, at most."""
+        return int(self.prefetch)
+
+    @property
+    def gpu_cache_capacity(self) -> int:
+        r"""How many feature rows the GPU cache can hold (summed over node
+        types; :obj:`0` without a feature store)."""
+        capacity = 0 if self.feature_store is None else \
+            self.feature_store.capacity
+        if isinstance(capacity, dict):
+            return int(sum(capacity.values()))
+        return int(capacity or 0)
+
+    def offload_seeds(self) -> Tuple[Any, int]:
+        r"""This process's training seeds (the label edges' endpoints for
+        link-level loaders; per node type for heterogeneous graphs) and how
+        many of them a mini-batch holds."""
+        inputs = self.input_data
+        if isinstance(inputs, EdgeSamplerInput):
+            types = inputs.input_type
+            if types is not None and types[0] != types[-1]:
+                return {types[0]: inputs.row, types[-1]: inputs.col}, \
+                    self.batch_size
+            seeds = torch.cat([inputs.row, inputs.col])
+            return (seeds if types is None else {types[0]: seeds},
+                    2 * self.batch_size)
+        seeds = inputs.node
+        if seeds is None:  # All nodes:
+            seeds = torch.arange(
+                self._sampler.topology.num_nodes[inputs.input_type])
+        if isinstance(self.sampler, (DistributedSeedSplit,
+                                     DistributedSampler)):
+            # This rank's share of the seeds (this epoch's):
+            positions = torch.as_tensor(list(self.sampler), dtype=torch.long)
+            if positions.numel() > 0:
+                seeds = seeds[positions]
+        if inputs.input_type is not None:
+            return {inputs.input_type: seeds}, self.batch_size
+        return seeds, self.batch_size
 
     def reset_stats(self) -> None:
         r"""Clears the stage times and the feature store counters."""

@@ -4,13 +4,14 @@ sampling and gathering their bottom-hop neighbors (see :doc:`/offload`).
 
 .. code-block:: python
 
-    from pyg_orch.offload import BottomLayerOffload
+    from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 
-    model = BottomLayerOffload(model, loader, hot_ratio=0.05,
-                               max_staleness=1)
+    model = BottomLayerOffload(model, loader, options=OffloadOptions(
+        hot_ratio=0.05, max_staleness=1))
 
-The internals stay importable from their modules: :mod:`.options`
-(:class:`OffloadOptions`), :mod:`.build`, :mod:`.runtime`,
+The internals stay importable from their modules: :mod:`.protocol` (what
+a loader implements), :mod:`.planning` (:func:`plan_offload`),
+:mod:`.testing` (instrumentation), :mod:`.build`, :mod:`.runtime`,
 :mod:`.hetero_runtime`, :mod:`.hot_set`, :mod:`.autotune`, :mod:`.strategy`,
 :mod:`.super_batch`, :mod:`.batch_cache`, :mod:`.tables`, :mod:`.workers`,
 :mod:`.bottom_layer`, :mod:`.hetero_layer`, :mod:`.aggregate_split`,
@@ -23,6 +24,9 @@ from pyg_orch.offload.hotness import (
     select_hetero_hot_nodes,
     select_hot_nodes,
 )
+from pyg_orch.offload.options import OffloadOptions
+from pyg_orch.offload.planning import OffloadPlan, plan_offload
+from pyg_orch.offload.protocol import OffloadableLoader
 from pyg_orch.offload.tables import OffloadWorkerError
 from pyg_orch.offload.workers import (
     default_intra_op_threads,
@@ -33,10 +37,14 @@ from pyg_orch.offload.wrapper import BottomLayerOffload
 __all__ = [
     'BottomLayerOffload',
     'HotSet',
+    'OffloadOptions',
+    'OffloadPlan',
     'OffloadWorkerError',
+    'OffloadableLoader',
     'count_bottom_accesses',
     'default_intra_op_threads',
     'default_num_threads',
+    'plan_offload',
     'select_cache_nodes',
     'select_hetero_hot_nodes',
     'select_hot_nodes',

@@ -1,5 +1,6 @@
-"""Building the runtime of a :class:`~pyg_orch.offload.BottomLayerOffload`:
-:func:`build_runtime` checks the loader and dispatches on the graph kind
+"""Assembling the runtime of a :class:`~pyg_orch.offload.BottomLayerOffload`
+from its plan (see :func:`~pyg_orch.offload.planning.plan_offload`):
+:func:`build_runtime` dispatches on the graph kind
 (:func:`build_homo_runtime`, :func:`build_hetero_runtime`); both choose the
 hot vertices, build the CPU side and hook the first layer."""
 import functools
@@ -10,9 +11,6 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch.utils.data import DistributedSampler
-from torch_geometric.data import Data, HeteroData
-from torch_geometric.sampler import EdgeSamplerInput
 
 from pyg_orch.offload.aggregate_split import AGGREGATE
 from pyg_orch.offload.autotune import (
@@ -20,14 +18,11 @@ from pyg_orch.offload.autotune import (
     StepTimeChooser,
     candidate_ratios,
 )
-from pyg_orch.multigpu.ddp import DistributedSeedSplit
 from pyg_orch.offload.batch_cache import BatchEmbeddingCache
 from pyg_orch.offload.bottom_layer import (
     BottomLayerComputer,
     check_materialized,
-    deeper_than_loader,
     find_first_layer,
-    needs_degree_compensation,
 )
 from pyg_orch.offload.ddp import (
     AgreedStepTimeChooser,
@@ -57,7 +52,9 @@ from pyg_orch.offload.partition import (
     part_runtime_inputs,
     partition_ranks,
 )
-from pyg_orch.offload.runtime import OffloadRuntime, loader_sampler
+from pyg_orch.offload.planning import OffloadPlan, check_hetero_options
+from pyg_orch.offload.protocol import LoaderFacts, Seeds
+from pyg_orch.offload.runtime import OffloadRuntime
 from pyg_orch.offload.static_rows import (
     STATIC_RATIOS,
     cap_sizes,
@@ -70,78 +67,23 @@ from pyg_orch.offload.static_rows import (
 )
 from pyg_orch.offload.strategy import EmbeddingStrategy
 from pyg_orch.offload.super_batch import EmbeddingPipeline
-from pyg_orch.sampling.contract import HotNodeSampler, presample_batches
+from pyg_orch.sampling.contract import presample_batches
 
 logger = logging.getLogger('pyg_orch.offload')
 
 
-def check_loader(loader: Any) -> HotNodeSampler:
-    r"""Returns the loader's sampler; raises if offload can not work with
-    the loader (a :class:`TypeError` unless it is a
-    :class:`~pyg_orch.HybridNeighborLoader`-like loader whose sampler
-    implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`, a
-    :class:`ValueError` without node features; see also
-    :func:`unsupported_loader_reason`; a
-    :class:`~pyg_orch.distributed.DistributedNeighborLoader` is checked by
-    :func:`~pyg_orch.offload.partition.check_partition_loader`)."""
-    sampler = loader_sampler(loader)
-    if not isinstance(sampler, HotNodeSampler):
-        raise TypeError(
-            f"'loader' must be a pyg_orch.HybridNeighborLoader or "
-            f"HybridLinkNeighborLoader (or a loader whose 'node_sampler' or "
-            f"'link_sampler' implements "
-            f"pyg_orch.sampling.contract.HotNodeSampler); got "
-            f"{type(loader).__name__}")
-    if not callable(getattr(loader, 'register_batch_hook', None)):
-        raise TypeError("'loader' must have 'register_batch_hook' (a "
-                        "pyg_orch.HybridNeighborLoader)")
-    if unsupported_loader_reason(loader, sampler) is not None:
-        return sampler  # Raised by `build_runtime`, or passed through.
-    data = loader.data
-    if not sampler.is_hetero and not isinstance(getattr(data, 'x', None),
-                                                Tensor):
-        raise ValueError("BottomLayerOffload needs node features 'data.x'")
-    if sampler.num_hops == 0:
-        raise ValueError("BottomLayerOffload needs at least one hop")
-    return sampler
-
-
-#: Why temporal loaders are not offloaded (see :doc:`/offload`).
-TEMPORAL_REASON = (
-    "temporal sampling (the loader's 'time_attr'): a seed sees only "
-    "neighbors older than its time, so a vertex's first-layer embedding "
-    "depends on the seed that samples it, while hot rows computed ahead on "
-    "the CPU are shared by all seeds whatever their time")
-
-
-def unsupported_loader_reason(loader: Any,
-                              sampler: HotNodeSampler) -> Optional[str]:
-    r"""Why offload can not work with the (checked) loader's sampling, or
-    :obj:`None`: (FeatureStore, GraphStore) inputs and temporal
-    sampling (see :obj:`TEMPORAL_REASON`)."""
-    data = getattr(loader, 'data', None)
-    if not isinstance(data, HeteroData if sampler.is_hetero else Data):
-        return ("(FeatureStore, GraphStore) inputs (it supports Data and "
-                "HeteroData objects)")
-    if sampler.topology.is_temporal:
-        return TEMPORAL_REASON
-    return None
-
-
 def _build_on_partition(model: torch.nn.Module, loader: Any,
-                        options: OffloadOptions) -> OffloadRuntime:
+                        plan: OffloadPlan) -> OffloadRuntime:
     # See `pyg_orch.offload.partition`. The checks that can fail on one rank
     # only are made before the first collective, and every rank learns of
     # a failure (or of other options) on another one.
     ranks = partition_ranks(loader)
+    options = plan.options
     error = None
     try:
         check_partition_loader(loader)
-        compensate = options.compensate_degrees
-        if compensate == 'auto':
-            compensate = needs_degree_compensation(model)
-        if loader.partition.is_hetero:
-            _check_hetero_options(options, compensate)
+        if plan.is_hetero:
+            check_hetero_options(options, plan.compensate_degrees)
             _hetero_first_layer(model, loader, options)
         else:
             layer_name, first = find_first_layer(model, options.layer)
@@ -149,111 +91,43 @@ def _build_on_partition(model: torch.nn.Module, loader: Any,
     except (ValueError, TypeError, NotImplementedError) as exc:
         error = exc
     agree_on_build(ranks, error, build_key(options))
-    if loader.partition.is_hetero:
-        return build_hetero_runtime(model, loader, options, ranks=ranks)
-    return build_homo_runtime(model, loader, options, bool(compensate),
-                              ranks=ranks)
-
-
-def _check_hetero_options(options: OffloadOptions,
-                          compensate: bool = False) -> None:
-    if options.refresh != 'super_batch' or compensate:
-        raise NotImplementedError(
-            "BottomLayerOffload on heterogeneous graphs supports "
-            "refresh='super_batch' only, with models that need no degree "
-            "compensation (no GCNConv-like layer that weighs messages by "
-            "the sender's in-degree)")
-
-
-def _is_link_loader(loader: Any) -> bool:
-    return isinstance(getattr(loader, 'input_data', None), EdgeSamplerInput)
+    if plan.is_hetero:
+        return build_hetero_runtime(model, loader, plan, ranks=ranks)
+    return build_homo_runtime(model, loader, plan, ranks=ranks)
 
 
 def build_runtime(model: torch.nn.Module, loader: Any,
-                  options: OffloadOptions,
-                  first: Union[None, str, Dict[Any, torch.nn.Module]] = None
-                  ) -> OffloadRuntime:
-    r"""Builds the runtime of :obj:`model` offloaded with :obj:`loader`
-    (homogeneous or heterogeneous, by the loader's sampler), with the
-    first layer :obj:`first` where it is known (a module name, or the
-    message-passing module per edge type; see
-    :mod:`pyg_orch.offload.planning`), else :obj:`options.layer`. Under an
-    initialized process group it is a collective over the machine's ranks
-    (see :mod:`pyg_orch.offload.ddp`): every rank builds its offload, in
-    the same order, with the same options."""
-    if is_partition_loader(loader):
-        return _build_on_partition(model, loader, options)
-    sampler = check_loader(loader)
-    why = unsupported_loader_reason(loader, sampler)
-    if why is not None:
-        raise NotImplementedError(f"BottomLayerOffload does not support {why}")
+                  plan: OffloadPlan) -> OffloadRuntime:
+    r"""Builds the runtime of :obj:`model` offloaded with :obj:`loader` as
+    :obj:`plan` says (see :func:`~pyg_orch.offload.planning.plan_offload`;
+    its mode must be :obj:`'offload'`), homogeneous or heterogeneous. Under
+    an initialized process group it is a collective over the machine's
+    ranks (see :mod:`pyg_orch.offload.ddp`): every rank builds its offload,
+    in the same order, with the same options."""
+    if not plan.offloads:
+        raise ValueError(f"'plan' must offload (got mode {plan.mode!r}: "
+                         f"{plan.reason})")
+    if plan.partitioned:
+        return _build_on_partition(model, loader, plan)
     ranks = machine_ranks()
-    compensate = options.compensate_degrees
-    if compensate == 'auto':
-        compensate = needs_degree_compensation(model)
-    why_not = None
-    if options.measure:
-        if (getattr(loader, 'num_workers', 0) or 0) > 0:
-            why_not = ('loader worker processes (they copy the sampler when '
-                       'an epoch starts)')
-        if why_not is not None and options.autotune != 'auto':
-            raise NotImplementedError(
-                f"'autotune' (the decision by measurement) is not supported "
-                f"with a {why_not}; pass a number 'hot_ratio' instead")
-    if sampler.is_hetero:
-        _check_hetero_options(options, compensate)
-        runtime = build_hetero_runtime(model, loader, options,
-                                       measure=why_not is None, ranks=ranks,
-                                       convs=first)
+    if plan.is_hetero:
+        runtime = build_hetero_runtime(model, loader, plan, ranks=ranks)
     else:
-        runtime = build_homo_runtime(model, loader, options, compensate,
-                                     measure=why_not is None, ranks=ranks,
-                                     layer=first)
-    if why_not is not None:
-        runtime.fixed_reason = f'not measured: {why_not}'
+        runtime = build_homo_runtime(model, loader, plan, ranks=ranks)
+    if plan.not_measured is not None:
+        runtime.fixed_reason = plan.not_measured
     return runtime
 
 
-def _hetero_seeds(loader: Any, num_nodes: Dict[str, int]
-                  ) -> Tuple[Dict[str, Tensor], int, int]:
-    # The training seeds per node type, the batch size and the batches to
-    # pre-sample (per node type) of a loader over a `HeteroData`.
-    input_type = loader.input_data.input_type
-    if _is_link_loader(loader):
-        src_type, _, dst_type = input_type
-        if src_type != dst_type:
-            # The label edges' endpoints, one of each type per label edge:
-            inputs = loader.input_data
-            batch_size = getattr(loader, 'batch_size', None) or 1
-            seeds = {src_type: inputs.row, dst_type: inputs.col}
-            return seeds, batch_size, presample_batches(
-                inputs.row.numel(), batch_size)
-        input_type = src_type  # Two endpoints of one type, as `_seeds`.
-    seeds, batch_size, num = _seeds(loader, num_nodes[input_type])
-    return {input_type: seeds}, batch_size, num
-
-
-def _seeds(loader: Any, num_nodes: int) -> Tuple[Tensor, int, int]:
-    # The training seeds, the batch size and the batches to pre-sample.
-    if _is_link_loader(loader):
-        # The label edges' endpoints, two seeds per label edge:
-        inputs = loader.input_data
-        seeds = torch.cat([inputs.row, inputs.col])
-        batch_size = 2 * (getattr(loader, 'batch_size', None) or 1)
-        return seeds, batch_size, presample_batches(seeds.numel(),
-                                                    batch_size)
-    seeds = loader.input_data.node
-    if seeds is None:  # All nodes:
-        seeds = torch.arange(num_nodes)
-    split = getattr(loader, 'sampler', None)
-    if isinstance(split, (DistributedSeedSplit, DistributedSampler)):
-        # This rank's share of the seeds (this epoch's): the ranks'
-        # counts are added up (see `pyg_orch.offload.ddp`).
-        positions = torch.as_tensor(list(split), dtype=torch.long)
-        if positions.numel() > 0:
-            seeds = seeds[positions]
-    batch_size = getattr(loader, 'batch_size', None) or 1
-    return seeds, batch_size, presample_batches(seeds.numel(), batch_size)
+def _presample_inputs(loader: Any, options: OffloadOptions
+                      ) -> Tuple[Seeds, int, int]:
+    # The training seeds, the batch size and the batches to pre-sample (per
+    # node type for heterogeneous graphs).
+    seeds, batch_size = loader.offload_seeds()
+    first = next(iter(seeds.values())) if isinstance(seeds, dict) else seeds
+    num = options.num_presample_batches or presample_batches(
+        first.numel(), batch_size)
+    return seeds, batch_size, num
 
 
 def aggregates_only(computer: Union[BottomLayerComputer,
@@ -319,12 +193,6 @@ def _build_ratio(options: OffloadOptions, ratios: Tuple[float, ...]
 #: Why :obj:`full_neighbors='auto'` keeps the fan-out on a partition.
 _PARTITIONED = ("the loader samples a partitioned graph (full_neighbors="
                 "'auto' keeps the fan-out there)")
-
-
-def _weighted(sampler: Any) -> bool:
-    # Whether the sampler draws neighbors by edge weight.
-    topology = getattr(sampler, 'topology', None)
-    return bool(getattr(topology, 'is_weighted', False))
 
 
 def _static_plan(computer: Union[BottomLayerComputer,
@@ -393,7 +261,7 @@ def _trial_hot_set(candidates: Tensor, num_nodes: int,
 
 def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
                cannot_keep_up: Any, sizes: List[int], ratios: List[float],
-               loader: Any, options: OffloadOptions, lead: int,
+               facts: LoaderFacts, options: OffloadOptions, lead: int,
                ranks: Optional[MachineRanks] = None,
                static: bool = False) -> HotSetTuner:
     r"""The decision by measurement over the hot-set :obj:`sizes` (see
@@ -405,17 +273,13 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
     and a slow smaller size does not stop larger ones from being tried
     (the gain grows with the share of vertices whose bottom hop is
     pruned, and the CPU's cost does not)."""
-    device = torch.device(getattr(loader, 'device', None) or 'cpu')
+    device = facts.device
     sync = None
     if device.type == 'cuda' and torch.cuda.is_available():
         sync = functools.partial(torch.cuda.synchronize, device)
     # Batches sampled before a change of the hot set may reach the model
-    # this many steps later (a partition folder's loader says how many its
-    # threads build ahead):
-    ahead = getattr(loader, 'batches_ahead', None)
-    if ahead is None:
-        ahead = getattr(loader, 'prefetch', 0)
-    drain = 2 + lead + int(ahead or 0)
+    # this many steps later (those the loader builds ahead):
+    drain = 2 + lead + facts.batches_ahead
     kwargs: Dict[str, Any] = {}
     chooser_type = StepTimeChooser
     if ranks is not None:
@@ -431,16 +295,15 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
 
 
 def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
-                     ratios: List[float], loader: Any,
-                     options: OffloadOptions,
+                     ratios: List[float], plan: OffloadPlan,
                      ranks: Optional[MachineRanks]) -> None:
     # Starts the decision by measurement over the hot-set `sizes`. A kept
     # hot set is watched in one process; ranks that decide alike keep it
     # (they would have to switch off together).
     runtime.guard_kept = ranks is None
     runtime.start_tuner(functools.partial(
-        make_tuner, sizes=sizes, ratios=ratios, loader=loader,
-        options=options, lead=runtime.lead, ranks=ranks,
+        make_tuner, sizes=sizes, ratios=ratios, facts=plan.facts,
+        options=plan.options, lead=runtime.lead, ranks=ranks,
         static=runtime.strategy.static))
 
 
@@ -449,8 +312,8 @@ def _whole_graph_computer(loader: Any, first: torch.nn.Module,
                           ) -> Tuple[Tensor, BottomLayerComputer]:
     # The features the CPU side reads and its computer, over the whole
     # graph of the loader.
-    sampler = loader_sampler(loader)
-    x = loader.data.x
+    sampler = loader.offload_sampler
+    x = loader.offload_data.x
     if x.device.type != 'cpu':
         warnings.warn(
             "BottomLayerOffload: 'loader.data.x' is not in host memory; "
@@ -465,46 +328,42 @@ def _whole_graph_computer(loader: Any, first: torch.nn.Module,
 
 
 def build_homo_runtime(model: torch.nn.Module, loader: Any,
-                       options: OffloadOptions, compensate_degrees: bool,
-                       measure: bool = True,
-                       ranks: Optional[MachineRanks] = None,
-                       layer: Optional[str] = None) -> OffloadRuntime:
-    r"""The runtime for a homogeneous graph (see :func:`build_runtime`;
-    :obj:`layer` overrides :obj:`options.layer`);
-    with :obj:`options.measure` (and :obj:`measure`), the hot-set size is
-    decided by measurement. With :obj:`ranks`, the hot set is chosen from
-    the access counts of all of them, and they decide alike."""
-    measure = measure and options.measure
-    partitioned = is_partition_loader(loader)
-    sampler = loader_sampler(loader)
-    cache_ratio = options.gpu_cache_ratio
+                       plan: OffloadPlan,
+                       ranks: Optional[MachineRanks] = None
+                       ) -> OffloadRuntime:
+    r"""The runtime for a homogeneous graph (see :func:`build_runtime`);
+    with :obj:`plan.measure`, the hot-set size is decided by measurement.
+    With :obj:`ranks`, the hot set is chosen from the access counts of all
+    of them, and they decide alike."""
+    options = plan.options
+    measure = plan.measure
+    compensate_degrees = plan.compensate_degrees
+    partitioned = plan.partitioned
+    sampler = loader.offload_sampler
+    cache_ratio = plan.cache_ratio
     if partitioned:  # No GPU feature store (remote rows: its own cache).
-        num_nodes, cache_ratio = sampler.num_nodes[None], 0.0
+        num_nodes = sampler.num_nodes[None]
     else:
         num_nodes = sampler.topology.num_nodes[None]
-    if cache_ratio == 'auto':
-        # As many candidates as the loader's feature store can hold:
-        store = getattr(loader, 'feature_store', None)
-        capacity = int(getattr(store, 'capacity', 0) or 0)
-        cache_ratio = min(capacity / max(num_nodes, 1), 1.0)
     layer_name, first = find_first_layer(
-        model, options.layer if layer is None else layer)
+        model, options.layer if plan.first is None else plan.first)
     check_materialized(first, layer_name)
     # With hot_ratio='auto', the candidates are the most accessed vertices up
     # to the cap; the hot set starts with the first of them and grows while
     # the CPU keeps up.
     ratio = HotSetSizer.AUTO_MAX_RATIO if options.auto_hot else \
         options.hot_ratio
-    weighted = _weighted(sampler)
+    weighted = plan.facts.weighted
     # Rows computed once are planned from a probe of the split (on a
     # partition, full_neighbors='auto' keeps the fan-out):
-    plan: Optional[str] = _PARTITIONED if partitioned else None
+    static_why: Optional[str] = _PARTITIONED if partitioned else None
     if not partitioned:
         x, computer = _whole_graph_computer(loader, first, options)
-        plan = _static_plan(computer, degree_probe(computer.csc.colptr),
-                            options, weighted)
+        static_why = _static_plan(computer,
+                                  degree_probe(computer.csc.colptr),
+                                  options, weighted)
     if measure:
-        ratios = _trial_ratios(options, static=plan is None)
+        ratios = _trial_ratios(options, static=static_why is None)
         ratio = max(ratios)
     reduce = None if ranks is None or partitioned else ranks.sum
     if partitioned:
@@ -512,8 +371,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         selection, computer, x = part_runtime_inputs(loader, first, ratio,
                                                      options)
     else:
-        seeds, batch_size, num_batches = _seeds(loader, num_nodes)
-        num_batches = options.num_presample_batches or num_batches
+        seeds, batch_size, num_batches = _presample_inputs(loader, options)
         selection = select_hot_nodes(
             sampler, seeds, batch_size, ratio, cache_ratio, num_batches,
             options.seed,            reduce_counts=reduce,
@@ -544,14 +402,14 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     elif options.split == 'aggregate':  # Still check that the layer can.
         probe = candidates if partitioned else torch.arange(num_nodes)
         computer.choose_split(probe[:64], 'aggregate')
-    full, full_why = _resolve_full_neighbors(computer, options, plan,
+    full, full_why = _resolve_full_neighbors(computer, options, static_why,
                                              weighted)
     if measure and full and aggregates_only(computer):
-        sizes, kept = _static_sizes(sizes, kept, computer, loader.device)
+        sizes, kept = _static_sizes(sizes, kept, computer, plan.facts.device)
         if len(sizes) < 2:  # No table fits: plain training.
             hot, measure = HotSetSizer(candidates, num_nodes, 0), False
     fixed_reason = None
-    deeper = deeper_than_loader(model, sampler.num_hops)
+    deeper = plan.off_reason
     if deeper is not None:  # Plain PyG runs it: pass it through.
         hot, measure = HotSetSizer(candidates, num_nodes, 0), False
         fixed_reason = f'{deeper}; offload off (the model trains as in PyG)'
@@ -572,8 +430,8 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
             warnings.warn(f"BottomLayerOffload: {why}; offloading anyway "
                           f"because hot_ratio was given", UserWarning,
                           stacklevel=4)
-    strategy = make_strategy(computer, first, hot, loader.device, options,
-                             full)
+    strategy = make_strategy(computer, first, hot, plan.facts.device,
+                             options, full)
     degrees = None
     if partitioned and compensate_degrees:
         # The hot vertices' in-degrees are in the halo table's columns:
@@ -597,8 +455,8 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
             selection.cache_nodes = select_cache_nodes(
                 sampler, hot.mask, seeds, batch_size, cache_ratio,
                 num_batches, options.seed, reduce_counts=reduce)
-        set_cache = getattr(loader, 'set_gpu_cache_nodes', None)
-        if callable(set_cache) and fixed_reason is None:
+        set_cache = loader.set_gpu_cache_nodes
+        if fixed_reason is None:
             if measure:
                 # The loader keeps its own cache (the best for plain
                 # training) unless measurement keeps the offload.
@@ -610,7 +468,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
             else:
                 set_cache(selection.cache_nodes)
         if measure:
-            _start_measuring(runtime, sizes, kept, loader, options, ranks)
+            _start_measuring(runtime, sizes, kept, plan, ranks)
     except BaseException:
         runtime.close()
         raise
@@ -620,8 +478,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
 def _loader_cache(loader: Any) -> Optional[Tensor]:
     # The vertices whose features the loader's GPU cache holds now (None
     # without one, or per node type).
-    get_cache = getattr(loader, 'get_gpu_cache_nodes', None)
-    own = get_cache() if callable(get_cache) else None
+    own = loader.get_gpu_cache_nodes()
     return own if isinstance(own, Tensor) else None
 
 
@@ -638,9 +495,9 @@ def _hetero_first_layer(
         has_x = {t: 'x' in attrs for t, attrs in part.node_attrs.items()}
         where = "the partition's node attribute 'x' of {t!r}"
     else:
-        data = loader.data
+        data = loader.offload_data
         edge_types = data.edge_types
-        has_x = {t: isinstance(getattr(data[t], 'x', None), Tensor)
+        has_x = {t: isinstance(data[t].get('x'), Tensor)
                  for t in data.node_types}
         where = "'data[{t!r}].x'"
     names = {id(m): name for name, m in model.named_modules()}
@@ -662,25 +519,27 @@ def _hetero_first_layer(
 
 
 def build_hetero_runtime(model: torch.nn.Module, loader: Any,
-                         options: OffloadOptions, measure: bool = True,
-                         ranks: Optional[MachineRanks] = None,
-                         convs: Optional[Dict[Any, torch.nn.Module]] = None
+                         plan: OffloadPlan,
+                         ranks: Optional[MachineRanks] = None
                          ) -> HeteroOffloadRuntime:
     r"""The runtime for a heterogeneous graph (see :func:`build_runtime`);
-    with :obj:`options.measure` (and :obj:`measure`), the size of the hot
-    set (over all node types) is decided by measurement. With
-    :obj:`ranks`, the hot set is chosen from their summed counts, and they
-    decide alike (on a partition, each rank chooses among its own
-    vertices, and they try hot sets of the same sizes). :obj:`convs`, the
-    first layer's module per edge type, overrides :obj:`options.layer`."""
-    measure = measure and options.measure
-    partitioned = is_partition_loader(loader)
-    sampler = loader_sampler(loader)
-    layer_name, convs = _hetero_first_layer(model, loader, options, convs)
-    weighted = _weighted(sampler)
-    plan: Optional[str] = _PARTITIONED
+    with :obj:`plan.measure`, the size of the hot set (over all node
+    types) is decided by measurement. With :obj:`ranks`, the hot set is
+    chosen from their summed counts, and they decide alike (on a
+    partition, each rank chooses among its own vertices, and they try hot
+    sets of the same sizes). The first layer's module per edge type found
+    by a traced forward pass (:obj:`plan.first`) overrides
+    :obj:`options.layer`."""
+    options = plan.options
+    measure = plan.measure
+    partitioned = plan.partitioned
+    sampler = loader.offload_sampler
+    layer_name, convs = _hetero_first_layer(model, loader, options,
+                                            plan.first)
+    weighted = plan.facts.weighted
+    static_why: Optional[str] = _PARTITIONED
     if not partitioned:
-        data = loader.data
+        data = loader.offload_data
         topology = sampler.topology.to('cpu')
         x_dict = {t: data[t].x.cpu() for et in convs
                   for t in (et[0], et[-1])}
@@ -695,12 +554,13 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
             {t: x.size(0) for t, x in x_dict.items()},
             replace=sampler.replace, seed=options.seed,
             autocast_dtype=options.cpu_autocast)
-        plan = _static_plan(computer, hetero_degree_probe(
+        static_why = _static_plan(computer, hetero_degree_probe(
             csc, computer.node_types), options, weighted)
     if options.auto_hot:  # Candidates up to the cap; the set grows.
         ratios = (HotSetSizer.AUTO_MAX_RATIO, )
     else:
-        ratios = _trial_ratios(options, static=plan is None) if measure \
+        ratios = _trial_ratios(options, static=static_why is None) \
+            if measure \
             else (options.hot_ratio, )
     of = None  # The vertices the ratios are of: all of them.
     if partitioned:
@@ -714,11 +574,10 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
             selection.hot_nodes = selection.hot_nodes[:ranks.min(
                 selection.hot_nodes.numel())]
     else:
-        seeds, batch_size, num_batches = _hetero_seeds(
-            loader, topology.num_nodes)
+        seeds, batch_size, num_batches = _presample_inputs(loader, options)
         selection = select_hetero_hot_nodes(
             sampler, seeds, None, computer.node_types, batch_size,
-            max(ratios), options.num_presample_batches or num_batches,
+            max(ratios), num_batches,
             options.seed, reduce_counts=None if ranks is None else ranks.sum,
             num_ranks=1 if ranks is None else ranks.size)
     if options.auto_hot:
@@ -742,22 +601,22 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
         else:
             probe[t] = torch.arange(min(64, x_dict[t].size(0)))
     computer.choose_split(probe, options.split)
-    full, full_why = _resolve_full_neighbors(computer, options, plan,
+    full, full_why = _resolve_full_neighbors(computer, options, static_why,
                                              weighted)
     if measure and full and aggregates_only(computer):
-        sizes, kept = _static_sizes(sizes, kept, computer, loader.device)
+        sizes, kept = _static_sizes(sizes, kept, computer, plan.facts.device)
         if len(sizes) < 2:  # No table fits: plain training.
             hot = HotSetSizer(selection.hot_nodes, selection.num_nodes, 0)
             measure = False
     strategy = make_strategy(computer, computer.layer_group(convs), hot,
-                             loader.device, options, full)
+                             plan.facts.device, options, full)
     runtime = HeteroOffloadRuntime(model, loader, layer_name, convs,
                                    selection, hot, strategy, x_dict,
                                    options.replace_rows)
     runtime.full_neighbors, runtime.full_neighbors_reason = full, full_why
     if measure:
         try:
-            _start_measuring(runtime, sizes, kept, loader, options, ranks)
+            _start_measuring(runtime, sizes, kept, plan, ranks)
         except BaseException:
             runtime.close()
             raise

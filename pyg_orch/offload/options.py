@@ -1,8 +1,10 @@
 """The options of :class:`~pyg_orch.offload.BottomLayerOffload`, validated
 in one place: :class:`OffloadOptions`."""
+import copy
 import threading
+import warnings
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -24,6 +26,10 @@ WorkHook = Callable[[threading.Event], None]
 
 #: :obj:`max_sample_age` by default: :obj:`max(max_staleness, 8)` steps.
 DEFAULT_MAX_SAMPLE_AGE = 8
+
+#: The seed :obj:`seed=None` stands for: pre-sampling and the CPU-side
+#: neighbor sampling are reproducible by default.
+DEFAULT_SEED = 0
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
@@ -76,8 +82,8 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
 
 @dataclass(frozen=True)
 class OffloadOptions:
-    r"""The options of :class:`~pyg_orch.offload.BottomLayerOffload` (see
-    its arguments), checked on construction: a :class:`ValueError` (or a
+    r"""The options of :class:`~pyg_orch.offload.BottomLayerOffload`,
+    checked on construction: a :class:`ValueError` (or a
     :class:`NotImplementedError` for combinations not supported) names the
     first bad one. :obj:`num_threads` and :obj:`intra_op_threads` are
     resolved to their defaults
@@ -87,23 +93,119 @@ class OffloadOptions:
     initialized :mod:`torch.distributed` process group, the machine's cores
     divided by :attr:`local_world_size`); the
     options that depend on the model or the loader
-    (:obj:`compensate_degrees='auto'`, :obj:`gpu_cache_ratio='auto'`,
+    (:obj:`compensate_degrees='auto'`, :obj:`cache_ratio='auto'`,
     :obj:`chunk_size=None`, :obj:`split='auto'`,
     :obj:`full_neighbors='auto'`) are resolved when the runtime is built.
 
+    Args:
+        hot_ratio (float or str, optional): Fraction of all vertices whose
+            bottom layer runs on the CPU, or :obj:`'auto'` to grow the hot
+            set by measured throughput (see :doc:`/offload`). If not set,
+            :obj:`0.05`, and the size is decided by measurement (see
+            :obj:`autotune`). (default: :obj:`None`)
+        cache_ratio (float or str): Fraction of all vertices that are
+            GPU-cache candidates (at least as many as the loader's GPU
+            feature store caches already), or :obj:`'auto'` for as many as
+            it holds (its :obj:`gpu_memory_budget`; none without a feature
+            store). (default: :obj:`0.1`)
+        max_staleness (int): The most optimizer steps between the weights
+            used for an embedding and the weights of the step using it.
+            (default: :obj:`1`)
+        max_sample_age (int, optional): The most optimizer steps a hot
+            vertex's CPU-computed aggregation or embedding (its neighbor
+            sample) is reused; older ones are recomputed, waiting if
+            needed. (default: :obj:`max(max_staleness, 8)`)
+        autotune (bool or str or Sequence[float]): Decide the hot-set size by
+            measurement: during the first training steps, time steps with
+            no hot vertex (plain training), :obj:`hot_ratio` and
+            :obj:`3 * hot_ratio` (or the hot ratios given), and keep the
+            fastest, offload only if more than 2% faster than plain training
+            (see :doc:`/offload` and :obj:`stats()['decision']`).
+            :obj:`'auto'` measures unless :obj:`hot_ratio` is given.
+            (default: :obj:`'auto'`)
+        num_threads (int, optional): CPU worker threads; see
+            :func:`~pyg_orch.offload.default_num_threads`.
+        intra_op_threads (int, optional): PyTorch intra-op threads of each
+            worker thread; see
+            :func:`~pyg_orch.offload.default_intra_op_threads`.
+        full_neighbors (bool or str): Aggregate over all in-neighbors of
+            hot vertices instead of the bottom-hop fan-out. With
+            :obj:`split='aggregate'` their rows then depend on the features
+            and the graph only: each is computed once and reused at every
+            later step (no sample age; :obj:`stats()['static_tables']`),
+            and the decision by measurement tries larger hot sets
+            (25%, 50% and 70% of the vertices, as many as a table in a
+            fifth of the device's free memory holds). :obj:`'auto'` does so
+            where the first layer's weight-free aggregation is a mean of
+            the neighbors' features (as in
+            :class:`~torch_geometric.nn.conv.SAGEConv`), whose value over
+            all neighbors is the expectation of the sampled one, and the
+            loader samples uniformly on an unpartitioned graph; sums and
+            maxima keep the fan-out (see :doc:`/offload`). The resolved
+            value and why: :obj:`stats()['full_neighbors']`,
+            :obj:`stats()['full_neighbors_reason']`.
+            (default: :obj:`'auto'`)
+        layer (torch.nn.Module or str, optional): The first message-passing
+            layer (a module of :obj:`model` or its name); by default the first
+            one registered (the one the first training step calls first
+            on the raw features, where that differs). For heterogeneous
+            models, the name of the module holding the first layer's
+            per-edge-type modules.
+        num_presample_batches (int, optional): Mini-batches to pre-sample for
+            the access counts (at most an epoch's worth); by default an
+            epoch's worth, at most
+            :obj:`~pyg_orch.sampling.contract.DEFAULT_PRESAMPLE_BATCHES`
+            (see :func:`~pyg_orch.sampling.contract.presample_batches`).
+        super_batch_size (int, optional): Steps per super-batch, overriding
+            the default derived from :obj:`max_staleness` (the bound is
+            enforced either way).
+        chunk_size (int, optional): The most hot vertices per CPU work
+            item; see :func:`~pyg_orch.offload.tables.default_chunk_size`.
+        cpu_autocast (torch.dtype, optional): :obj:`torch.bfloat16` runs the
+            CPU copy of the layer under CPU autocast: its matrix products
+            take bfloat16 inputs (faster on CPUs with AMX or AVX512-BF16),
+            so hot embeddings carry about three significant digits, on top
+            of their staleness. (default: :obj:`None`, full precision)
+        seed (int, optional): Seeds pre-sampling and the CPU-side neighbor
+            sampling; with a seed and a fixed hot set (:obj:`hot_ratio`
+            given), training is reproducible: tables are used by step, not
+            by arrival (see :doc:`/offload`). :obj:`None` is
+            :obj:`DEFAULT_SEED` (:obj:`0`). (default: :obj:`None`)
+        idle_timeout (float): Seconds an idle worker thread waits before it
+            exits. (default: :obj:`2.0`)
+        replace_rows (str): :obj:`'pruned'` replaces the first layer's output
+            of hot vertices in the last frontier only, :obj:`'all'` in all
+            hops :obj:`0, ..., L - 1`. (default: :obj:`'pruned'`)
+        compensate_degrees (bool or str): Give pruned hot vertices
+            placeholder in-edges in the layers' :obj:`edge_index` (see
+            :doc:`/offload`); :obj:`'auto'` where a layer needs it.
+            (default: :obj:`'auto'`)
+        refresh (str): :obj:`'super_batch'` computes tables of all hot
+            vertices a super-batch ahead, :obj:`'batch'` the rows each
+            mini-batch needs (see :doc:`/offload`).
+            (default: :obj:`'super_batch'`)
+        split (str): What the CPU computes for hot vertices:
+            :obj:`'aggregate'`, the first layer's weight-free neighbor
+            aggregation (a :class:`ValueError` if the layer has none),
+            :obj:`'output'`, the layer's output from a weight snapshot, or
+            :obj:`'auto'`, :obj:`'aggregate'` where the layer allows it
+            (see :doc:`/offload`). (default: :obj:`'auto'`)
+
     :obj:`hot_ratio=None` is :obj:`0.05` and, with :obj:`autotune='auto'`,
     turns on the decision by measurement (:attr:`measure`);
-    :obj:`max_sample_age=None` is :obj:`max(max_staleness, 8)`.
+    :obj:`max_sample_age=None` is :obj:`max(max_staleness, 8)`;
+    :obj:`seed=None` is :obj:`DEFAULT_SEED` (:obj:`0`).
 
-    :obj:`work_hook` (optional) is called by a worker thread before every CPU
-    work item with the item's cancellation event (a
-    :class:`threading.Event`): an instrumentation seam, e.g. to time or to
-    slow down the CPU side. :obj:`autotune_clock` (optional) replaces
-    :func:`time.perf_counter` for the decision by measurement (e.g. a fake
-    clock in tests).
+    .. code-block:: python
+
+        model = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=0.1, max_staleness=2, cache_ratio=0.2))
+
+    Instrumentation for tests (:obj:`work_hook`, :obj:`autotune_clock`) is
+    no option: see :mod:`pyg_orch.offload.testing`.
     """
     hot_ratio: Union[None, float, str] = None
-    gpu_cache_ratio: Union[float, str] = 0.1
+    cache_ratio: Union[float, str] = 0.1
     max_staleness: int = 1
     num_threads: Optional[int] = None
     full_neighbors: Union[bool, str] = 'auto'
@@ -113,16 +215,23 @@ class OffloadOptions:
     chunk_size: Optional[int] = None
     intra_op_threads: Optional[int] = None
     cpu_autocast: Optional[torch.dtype] = None
-    seed: Optional[int] = 0
+    seed: Optional[int] = None
     idle_timeout: float = 2.0
     replace_rows: str = 'pruned'
     compensate_degrees: Union[bool, str] = 'auto'
     refresh: str = 'super_batch'
     split: str = 'auto'
-    work_hook: Optional[WorkHook] = None
     autotune: Union[bool, str, Sequence[float]] = 'auto'
     max_sample_age: Optional[int] = None
-    autotune_clock: Optional[Callable[[], float]] = None
+    #: Instrumentation, set by :mod:`pyg_orch.offload.testing` only: called
+    #: by a worker thread before every CPU work item with the item's
+    #: cancellation event.
+    work_hook: Optional[WorkHook] = field(init=False, default=None,
+                                          repr=False, compare=False)
+    #: Instrumentation, set by :mod:`pyg_orch.offload.testing` only:
+    #: replaces :func:`time.perf_counter` for the decision by measurement.
+    autotune_clock: Optional[Callable[[], float]] = field(
+        init=False, default=None, repr=False, compare=False)
     #: Whether the hot-set size is decided by measurement (resolved from
     #: :obj:`autotune` and :obj:`hot_ratio`).
     measure: bool = field(init=False, default=False)
@@ -149,18 +258,15 @@ class OffloadOptions:
             raise ValueError("'autotune' measures hot-set sizes around a "
                              "number 'hot_ratio'; hot_ratio='auto' grows "
                              "the hot set instead (pass autotune=False)")
-        cache = _check_ratio('gpu_cache_ratio', self.gpu_cache_ratio)
+        cache = _check_ratio('cache_ratio', self.cache_ratio)
         if 'auto' not in (hot, cache) and hot + cache > 1.0 + 1e-9:
-            raise ValueError(f"'hot_ratio' + 'gpu_cache_ratio' must not "
+            raise ValueError(f"'hot_ratio' + 'cache_ratio' must not "
                              f"exceed 1 (got {hot} + {cache})")
         check_int('max_staleness', self.max_staleness, 0)
         age = self.max_sample_age
         if age is None:
             age = max(self.max_staleness, DEFAULT_MAX_SAMPLE_AGE)
         check_int('max_sample_age', age, 0)
-        if self.autotune_clock is not None and not callable(
-                self.autotune_clock):
-            raise ValueError("'autotune_clock' must be callable")
         _check_choice('refresh', self.refresh, ('super_batch', 'batch'))
         _check_choice('replace_rows', self.replace_rows, ('pruned', 'all'))
         ranks = local_ranks()
@@ -185,9 +291,9 @@ class OffloadOptions:
         compensate = check_bool('compensate_degrees',
                                 self.compensate_degrees, also=('auto', ))
         check_split(self.split)
-        if self.work_hook is not None and not callable(self.work_hook):
-            raise ValueError("'work_hook' must be callable")
-        for name, value in (('hot_ratio', hot), ('gpu_cache_ratio', cache),
+        seed = DEFAULT_SEED if self.seed is None else self.seed
+        for name, value in (('hot_ratio', hot), ('cache_ratio', cache),
+                            ('seed', seed),
                             ('num_threads', num_threads),
                             ('intra_op_threads', intra),
                             ('autotune', autotune), ('measure', measure),
@@ -208,7 +314,65 @@ class OffloadOptions:
     def __repr__(self) -> str:
         changed = [
             f'{f.name}={getattr(self, f.name)!r}' for f in fields(self)
-            if f.init and f.name not in ('work_hook', 'autotune_clock')
-            and getattr(self, f.name) != f.default
+            if f.init and getattr(self, f.name) != f.default
         ]
         return f"{self.__class__.__name__}({', '.join(changed)})"
+
+
+def with_test_hooks(options: OffloadOptions,
+                    work_hook: Optional[WorkHook] = None,
+                    autotune_clock: Optional[Callable[[], float]] = None
+                    ) -> OffloadOptions:
+    r"""A copy of :obj:`options` with instrumentation hooks (see
+    :mod:`pyg_orch.offload.testing`), checked."""
+    for name, hook in (('work_hook', work_hook),
+                       ('autotune_clock', autotune_clock)):
+        if hook is not None and not callable(hook):
+            raise ValueError(f"'{name}' must be callable (got {hook!r})")
+    out = copy.copy(options)
+    object.__setattr__(out, 'work_hook', work_hook)
+    object.__setattr__(out, 'autotune_clock', autotune_clock)
+    return out
+
+
+#: Keywords :class:`~pyg_orch.offload.BottomLayerOffload` took before
+#: :obj:`options` (deprecated), to the option each one sets.
+RENAMED = {'gpu_cache_ratio': 'cache_ratio'}
+#: Deprecated keywords that are no options (see
+#: :mod:`pyg_orch.offload.testing`).
+TEST_HOOKS = ('work_hook', 'autotune_clock')
+
+
+def options_from_keywords(options: Optional[OffloadOptions],
+                          kwargs: Dict[str, Any]) -> OffloadOptions:
+    r"""The options of a :class:`~pyg_orch.offload.BottomLayerOffload`
+    given :obj:`options` and the deprecated keywords :obj:`kwargs` (each
+    warns once with a :class:`DeprecationWarning`; with :obj:`options`
+    too, a :class:`ValueError`; an unknown one, a :class:`TypeError`)."""
+    if options is not None and not isinstance(options, OffloadOptions):
+        raise TypeError(f"'options' must be a pyg_orch.offload."
+                        f"OffloadOptions (got {type(options).__name__})")
+    names = {f.name for f in fields(OffloadOptions) if f.init}
+    given: Dict[str, Any] = {}
+    hooks: Dict[str, Any] = {}
+    for key, value in kwargs.items():
+        name = RENAMED.get(key, key)
+        if key in TEST_HOOKS:
+            new = (f'pyg_orch.offload.testing.offload_hooks({key}=...) '
+                   f'around the construction')
+        elif name in names:
+            new = f'options=OffloadOptions({name}={value!r})'
+        else:
+            raise TypeError(f"BottomLayerOffload() got an unexpected "
+                            f"keyword argument {key!r}")
+        if options is not None:
+            raise ValueError(f"'{key}' and 'options' were both given; "
+                             f"pass {new} only")
+        warnings.warn(f"'{key}' is deprecated; pass {new}",
+                      DeprecationWarning, stacklevel=3)
+        (hooks if key in TEST_HOOKS else given)[name] = value
+    if options is None:
+        options = OffloadOptions(**given)
+    if hooks:
+        options = with_test_hooks(options, **hooks)
+    return options

@@ -1,28 +1,48 @@
 """Whether and where a :class:`~pyg_orch.offload.BottomLayerOffload`
-offloads: the first message-passing layer is found from the model where
-its modules say enough (:func:`plan_on_construction`), else from what the
-model does with the first training batch (:func:`trace_message_passing`,
+offloads, decided without side effects: :func:`plan_offload` returns an
+:class:`OffloadPlan` from the model, the loader's facts (see
+:mod:`pyg_orch.offload.protocol`) and the options, which
+:mod:`pyg_orch.offload.build` assembles. The first message-passing layer is
+found from the model where its modules say enough
+(:func:`plan_on_construction`), else from what the model does with the
+first training batch (:func:`trace_message_passing`,
 :func:`first_layer_from_trace`); a model that can not be offloaded runs
 unchanged behind a :class:`PassThrough`, which says why."""
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
+from torch.utils.data import DataLoader
 from torch_geometric.nn.conv import MessagePassing
 
 from pyg_orch.offload.bottom_layer import (
+    deeper_than_loader,
     find_first_layer,
     message_passing_layers,
+    needs_degree_compensation,
 )
-from pyg_orch.offload.hetero_layer import find_hetero_first_layer
+from pyg_orch.offload.hetero_layer import (
+    common_prefix,
+    find_hetero_first_layer,
+)
 from pyg_orch.offload.options import OffloadOptions
+from pyg_orch.offload.partition import is_partition_loader
+from pyg_orch.offload.protocol import (
+    LoaderFacts,
+    OffloadableLoader,
+    loader_facts,
+    not_offloadable_reason,
+)
 from pyg_orch.offload.replacement import same_tensor
 
 #: :obj:`stats()['decision']['mode']` of a wrapper that runs the model
 #: unchanged, and of one that plans at the first training forward pass.
 PASS_THROUGH = 'pass_through'
 PENDING = 'pending'
+#: :obj:`OffloadPlan.mode` of a plan that builds the offload now.
+OFFLOAD = 'offload'
 
 #: The first layer: a module name (homogeneous graphs) or the module per
 #: edge type (heterogeneous graphs).
@@ -136,7 +156,7 @@ def plan_on_construction(model: torch.nn.Module, data: Any,
         _, first = find_first_layer(model)
     except ValueError:
         return None  # Raised (with the reason) when the runtime is built.
-    return _input_mismatch(first, getattr(data, 'x', None))
+    return _input_mismatch(first, data.x)
 
 
 class LayerCall(NamedTuple):
@@ -266,3 +286,222 @@ def first_layer_from_trace(
     if is_hetero:
         return _hetero_first_layer(calls, x, edge_index)
     return _homo_first_layer(calls, x)
+
+
+#: Why the decision by measurement is off with loader worker processes.
+WORKERS_REASON = ('loader worker processes (they copy the sampler when an '
+                  'epoch starts)')
+
+
+@dataclass(frozen=True)
+class OffloadPlan:
+    r"""What a :class:`~pyg_orch.offload.BottomLayerOffload` does, decided
+    by :func:`plan_offload` before anything is built: :obj:`mode` is
+    :obj:`'offload'` (build now), :obj:`'pending'` (find the first layer
+    at the first training forward pass) or :obj:`'pass_through'` (the
+    model runs unchanged), with :obj:`reason` where it is not
+    :obj:`'offload'`. :meth:`describe` prints it."""
+    mode: str
+    reason: Optional[str] = None
+    #: The first layer's module name (for heterogeneous models, the prefix
+    #: of its modules per edge type); :obj:`None` until known.
+    layer: Optional[str] = None
+    is_hetero: bool = False
+    partitioned: bool = False
+    #: The hot ratio built with (:obj:`'auto'`: grown by throughput), and
+    #: whether the hot-set size is decided by measurement, else why not.
+    hot_ratio: Union[float, str] = 0.0
+    measure: bool = False
+    not_measured: Optional[str] = None
+    #: The GPU-cache candidates' ratio (:obj:`'auto'` resolved).
+    cache_ratio: float = 0.0
+    split: str = 'auto'
+    refresh: str = 'super_batch'
+    max_staleness: int = 0
+    max_sample_age: int = 0
+    super_batch_size: Optional[int] = None
+    replace_rows: str = 'pruned'
+    compensate_degrees: bool = False
+    full_neighbors: Union[bool, str] = 'auto'
+    seed: int = 0
+    #: Whether the table a step uses depends on the step only.
+    scheduled: bool = False
+    #: Why the offload is built with no hot vertex (the model trains as in
+    #: PyG), e.g. a model deeper than the loader's hops.
+    off_reason: Optional[str] = None
+    options: Optional[OffloadOptions] = field(default=None, repr=False,
+                                              compare=False)
+    facts: Optional[LoaderFacts] = field(default=None, repr=False,
+                                         compare=False)
+    #: The first layer where a traced forward pass found it.
+    first: Optional[FirstLayer] = field(default=None, repr=False,
+                                        compare=False)
+
+    @property
+    def offloads(self) -> bool:
+        r"""Whether the offload is built now."""
+        return self.mode == OFFLOAD
+
+    def describe(self) -> str:
+        r"""The plan, one line per decision."""
+        if self.mode != OFFLOAD:
+            return f'{self.mode}: {self.reason}'
+        graph = 'heterogeneous' if self.is_hetero else 'homogeneous'
+        where = ', a partition folder' if self.partitioned else ''
+        size = (f'decided by measurement around {self.hot_ratio}'
+                if self.measure else f'{self.hot_ratio}' + (
+                    f' ({self.not_measured})' if self.not_measured else ''))
+        lines = [
+            f'offload the first layer {self.layer!r} ({graph} graph'
+            f'{where})',
+            f'hot ratio: {size}',
+            f'GPU-cache candidates: {self.cache_ratio}',
+            f'split: {self.split}, refresh: {self.refresh}, replace_rows: '
+            f'{self.replace_rows}',
+            f'staleness: at most {self.max_staleness} steps, samples at '
+            f'most {self.max_sample_age} steps old' + (
+                f', super-batches of {self.super_batch_size}'
+                if self.super_batch_size else ''),
+            f'full_neighbors: {self.full_neighbors}, compensate_degrees: '
+            f'{self.compensate_degrees}',
+            f'seed: {self.seed}, tables used by '
+            f"{'step' if self.scheduled else 'arrival'}",
+        ]
+        if self.off_reason is not None:
+            lines.append(f'no hot vertex: {self.off_reason}')
+        return '\n'.join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def pass_through_plan(reason: str, options: Optional[OffloadOptions] = None,
+                      pending: bool = False) -> OffloadPlan:
+    r"""A plan that runs the model unchanged (or, with :obj:`pending`, plans
+    again at the first training forward pass), because of :obj:`reason`."""
+    return OffloadPlan(PENDING if pending else PASS_THROUGH, reason,
+                       options=options)
+
+
+def _layer_name(model: torch.nn.Module, loader: Any, facts: LoaderFacts,
+                options: OffloadOptions,
+                first: Optional[FirstLayer]) -> Optional[str]:
+    # The first layer's name; None where it is found when building (a
+    # partition's heterogeneous model, checked on all ranks alike).
+    if isinstance(first, dict):
+        names = {id(m): name for name, m in model.named_modules()}
+        return common_prefix([names[id(m)] for m in first.values()])
+    if not facts.is_hetero:
+        return find_first_layer(model, first or options.layer)[0]
+    if facts.partitioned:
+        return None
+    return find_hetero_first_layer(model, loader.offload_data.edge_types,
+                                   options.layer)[0]
+
+
+def _check_features(loader: Any, facts: LoaderFacts) -> None:
+    # Raises where offload can not work with the loader's graph.
+    data = loader.offload_data
+    if not facts.is_hetero and not isinstance(data.x, Tensor):
+        raise ValueError("BottomLayerOffload needs node features 'data.x'")
+    if facts.num_hops == 0:
+        raise ValueError("BottomLayerOffload needs at least one hop")
+
+
+def _cache_ratio(loader: Any, facts: LoaderFacts,
+                 options: OffloadOptions) -> float:
+    # The GPU-cache candidates' ratio: none on a partition (remote rows
+    # have their own cache); 'auto', as many as the loader's cache holds.
+    if facts.partitioned or facts.is_hetero:
+        return 0.0
+    if options.cache_ratio != 'auto':
+        return float(options.cache_ratio)
+    num_nodes = loader.offload_sampler.topology.num_nodes[None]
+    return min(facts.gpu_cache_capacity / max(num_nodes, 1), 1.0)
+
+
+def check_hetero_options(options: OffloadOptions,
+                         compensate: bool = False) -> None:
+    r"""Raises a :class:`NotImplementedError` for options not supported on
+    heterogeneous graphs."""
+    if options.refresh != 'super_batch' or compensate:
+        raise NotImplementedError(
+            "BottomLayerOffload on heterogeneous graphs supports "
+            "refresh='super_batch' only, with models that need no degree "
+            "compensation (no GCNConv-like layer that weighs messages by "
+            "the sender's in-degree)")
+
+
+def plan_offload(model: torch.nn.Module, loader: Any,
+                 options: OffloadOptions,
+                 first: Optional[FirstLayer] = None) -> OffloadPlan:
+    r"""Plans the offload of :obj:`model` trained with :obj:`loader`, read
+    through :class:`~pyg_orch.offload.protocol.OffloadableLoader` only,
+    without side effects. :obj:`first` is the first layer where a traced
+    forward pass found it (see :func:`first_layer_from_trace`).
+
+    A loader that does not implement the protocol, or whose data or
+    sampling offload does not support (see
+    :func:`~pyg_orch.offload.protocol.loader_facts`), gives a
+    :obj:`'pass_through'` plan; a model whose first layer is only known
+    from the first training batch a :obj:`'pending'` one. Raises a
+    :class:`ValueError` (bad input) or a :class:`NotImplementedError`
+    (options not supported with the loader) otherwise."""
+    if not isinstance(loader, (OffloadableLoader, DataLoader)):
+        raise TypeError(
+            f"'loader' must be a pyg_orch.HybridNeighborLoader or "
+            f"HybridLinkNeighborLoader (a loader implementing "
+            f"pyg_orch.offload.protocol.OffloadableLoader); got "
+            f"{type(loader).__name__}")
+    why = not_offloadable_reason(loader)
+    if why is not None:
+        return pass_through_plan(f'the loader is {why}', options)
+    partitioned = is_partition_loader(loader)
+    facts = loader_facts(loader, partitioned)
+    if facts.unsupported is not None:
+        return pass_through_plan(f'the loader uses {facts.unsupported}',
+                                 options)
+    if not partitioned:
+        _check_features(loader, facts)
+        if first is None:
+            wait_for = plan_on_construction(model, loader.offload_data,
+                                            facts.is_hetero, options)
+            if wait_for is not None:
+                return pass_through_plan(
+                    f'planned at the first training forward pass '
+                    f'({wait_for})', options, pending=True)
+    compensate = options.compensate_degrees
+    if compensate == 'auto':
+        compensate = needs_degree_compensation(model)
+    if facts.is_hetero and not partitioned:
+        check_hetero_options(options, bool(compensate))
+    measure, not_measured = options.measure, None
+    if measure and facts.num_workers > 0 and not partitioned:
+        if options.autotune != 'auto':
+            raise NotImplementedError(
+                f"'autotune' (the decision by measurement) is not "
+                f"supported with {WORKERS_REASON}; pass a number "
+                f"'hot_ratio' instead")
+        measure, not_measured = False, f'not measured: {WORKERS_REASON}'
+    try:
+        layer = _layer_name(model, loader, facts, options, first)
+    except (ValueError, TypeError):
+        if not partitioned:
+            raise
+        layer = None  # Raised when building, on every rank alike.
+    return OffloadPlan(
+        OFFLOAD, layer=layer, is_hetero=facts.is_hetero,
+        partitioned=partitioned, hot_ratio=options.hot_ratio,
+        measure=measure, not_measured=not_measured,
+        cache_ratio=_cache_ratio(loader, facts, options),
+        split=options.split, refresh=options.refresh,
+        max_staleness=options.max_staleness,
+        max_sample_age=options.max_sample_age,
+        super_batch_size=options.super_batch_size,
+        replace_rows=options.replace_rows,
+        compensate_degrees=bool(compensate),
+        full_neighbors=options.full_neighbors, seed=options.seed,
+        scheduled=not options.auto_hot,
+        off_reason=None if facts.is_hetero else deeper_than_loader(
+            model, facts.num_hops),
+        options=options, facts=facts, first=first)

@@ -99,15 +99,15 @@ def check_batch_features(x: Tensor, n_id: Tensor, features: Tensor,
     r"""Raises a :class:`ValueError` unless the first rows of a batch's
     features :obj:`x` are :obj:`features[n_id]`: hot-vertex embeddings are
     computed from :obj:`features`, so a transform that changes the batch's
-    features would make them disagree. Where :obj:`features` has a
-    :obj:`known(ids)` method (a table of some vertices' rows, see
+    features would make them disagree. Where :obj:`features` is no tensor
+    but a table of some vertices' rows with a :obj:`known(ids)` method (see
     :class:`~pyg_orch.offload.partition.HaloTable`), only the rows it has
     are compared."""
     k = min(8, x.size(0))
     ids, got = n_id[:k].to('cpu'), x[:k].detach().to('cpu')
-    known = getattr(features, 'known', None)
-    if callable(known):  # A table of some vertices' rows (partitions).
-        have = known(ids)
+    if not isinstance(features, Tensor):
+        # A table of some vertices' rows (partitions), see `HaloTable`:
+        have = features.known(ids)
         ids, got = ids[have], got[have]
     expected = features.index_select(0, ids)
     if got.shape != expected.shape or not torch.allclose(

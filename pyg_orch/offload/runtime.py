@@ -38,15 +38,6 @@ logger = logging.getLogger('pyg_orch.offload')
 MAX_BATCHES = 8
 
 
-def loader_sampler(loader: Any) -> Any:
-    r"""The sampler of a node-level (:obj:`node_sampler`) or link-level
-    (:obj:`link_sampler`) loader; :obj:`None` if it has neither."""
-    sampler = getattr(loader, 'node_sampler', None)
-    if sampler is None:
-        sampler = getattr(loader, 'link_sampler', None)
-    return sampler
-
-
 class OffloadRuntime:
     r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
     homogeneous model. It holds no reference to the wrapper, so the wrapper
@@ -54,8 +45,8 @@ class OffloadRuntime:
 
     Args:
         model (torch.nn.Module): The wrapped model.
-        loader (HybridNeighborLoader): The training loader; its sampler
-            implements :class:`~pyg_orch.sampling.contract.HotNodeSampler`.
+        loader (OffloadableLoader): The training loader (see
+            :class:`~pyg_orch.offload.protocol.OffloadableLoader`).
         layer_name (str): The name of the first layer.
         layer (torch.nn.Module): The first layer.
         selection (HotSet): The result of pre-sampling (counts, GPU-cache
@@ -94,8 +85,8 @@ class OffloadRuntime:
         # loader's hooks see it (no look-ahead, prefetching or worker
         # processes): then the hot set the sampler prunes when a hook runs
         # is the one the batch was pruned with.
-        in_loop_thread = not getattr(loader, 'prefetch', 0) and not \
-            getattr(loader, 'num_workers', 0)
+        in_loop_thread = loader.batches_ahead == 0 and \
+            loader.num_workers == 0
         self.sampled_in_hook = self.lead == 0 and in_loop_thread
         if strategy.per_batch and in_loop_thread:
             try:
@@ -110,20 +101,19 @@ class OffloadRuntime:
                     hot, strategy, features, replace_rows: str) -> None:
         self.model = model
         self.loader = loader
-        self.sampler = loader_sampler(loader)
-        self.timer = getattr(loader, 'timer', None)
+        self.sampler = loader.offload_sampler
+        self.timer = loader.timer
         # Per-batch rows are requested as soon as a batch is sampled (with
         # look-ahead, a step before it trains), where sampling runs in the
         # training loop's thread (`self.sampled`); batches reach the model
         # this many steps after they are sampled:
-        self.lead = 1 if getattr(loader, 'lookahead', False) else 0
+        self.lead = 1 if loader.lookahead else 0
         self.layer_name = layer_name
         self.layer = layer
         self.selection = selection
         self.hot = hot
         hot.bind(self.sampler, self.per_type)
-        if getattr(loader, 'persistent_workers', False) and \
-                getattr(loader, 'num_workers', 0):
+        if loader.persistent_workers and loader.num_workers > 0:
             # Worker processes keep their copy of the sampler across
             # epochs: they must see eval() stop the pruning.
             hot.share_masks()

@@ -5,25 +5,27 @@
 import copy
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Union
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.offload.build import (
-    build_runtime,
-    check_loader,
-    unsupported_loader_reason,
-)
+from pyg_orch.offload.build import build_runtime
 from pyg_orch.offload.ddp import process_group_active
-from pyg_orch.offload.options import OffloadOptions, WorkHook
-from pyg_orch.offload.partition import is_partition_loader
+from pyg_orch.offload.options import (
+    OffloadOptions,
+    options_from_keywords,
+    with_test_hooks,
+)
 from pyg_orch.offload.planning import (
+    PENDING,
+    FirstLayer,
+    OffloadPlan,
     PassThrough,
     first_layer_from_trace,
     model_inputs,
-    plan_on_construction,
+    plan_offload,
     trace_message_passing,
 )
 from pyg_orch.offload.replacement import (
@@ -31,6 +33,7 @@ from pyg_orch.offload.replacement import (
     FirstLayerMismatch,
 )
 from pyg_orch.offload.runtime import OffloadRuntime
+from pyg_orch.offload.testing import current_hooks
 
 
 class BottomLayerOffload(torch.nn.Module):
@@ -42,7 +45,7 @@ class BottomLayerOffload(torch.nn.Module):
     .. code-block:: python
 
         from pyg_orch import HybridNeighborLoader
-        from pyg_orch.offload import BottomLayerOffload
+        from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 
         loader = HybridNeighborLoader(data, num_neighbors=[15, 10, 5],
                                       batch_size=1024, shuffle=True,
@@ -83,7 +86,8 @@ class BottomLayerOffload(torch.nn.Module):
         loader = HybridNeighborLoader(data, [10, 5], batch_size=512,
                                       input_nodes=('paper', train_mask))
         model = to_hetero(GraphSAGE((-1, -1), 64, 2, 8), data.metadata())
-        model = BottomLayerOffload(model, loader, hot_ratio=0.3)
+        model = BottomLayerOffload(model, loader,
+                                   options=OffloadOptions(hot_ratio=0.3))
         ...
         out = model(batch.x_dict, batch.edge_index_dict)['paper']
 
@@ -120,128 +124,18 @@ class BottomLayerOffload(torch.nn.Module):
             partition folder (homogeneous), each rank offloads vertices of
             its own part; ratios are of the part's vertices (see
             :mod:`pyg_orch.offload.partition`).
-        hot_ratio (float or str, optional): Fraction of all vertices whose
-            bottom layer runs on the CPU, or :obj:`'auto'` to grow the hot
-            set by measured throughput (see :doc:`/offload`). If not set,
-            :obj:`0.05`, and the size is decided by measurement (see
-            :obj:`autotune`). (default: :obj:`None`)
-        gpu_cache_ratio (float or str): Fraction of all vertices that are
-            GPU-cache candidates (at least as many as the loader's GPU
-            feature store caches already), or :obj:`'auto'` for as many as
-            it holds (its :obj:`gpu_memory_budget`; none without a feature
-            store). (default: :obj:`0.1`)
-        max_staleness (int): The most optimizer steps between the weights
-            used for an embedding and the weights of the step using it.
-            (default: :obj:`1`)
-        max_sample_age (int, optional): The most optimizer steps a hot
-            vertex's CPU-computed aggregation or embedding (its neighbor
-            sample) is reused; older ones are recomputed, waiting if
-            needed. (default: :obj:`max(max_staleness, 8)`)
-        autotune (bool or str or Sequence[float]): Decide the hot-set size by
-            measurement: during the first training steps, time steps with
-            no hot vertex (plain training), :obj:`hot_ratio` and
-            :obj:`3 * hot_ratio` (or the hot ratios given), and keep the
-            fastest, offload only if more than 2% faster than plain training
-            (see :doc:`/offload` and :obj:`stats()['decision']`).
-            :obj:`'auto'` measures unless :obj:`hot_ratio` is given.
-            (default: :obj:`'auto'`)
-        num_threads (int, optional): CPU worker threads; see
-            :func:`~pyg_orch.offload.default_num_threads`.
-        intra_op_threads (int, optional): PyTorch intra-op threads of each
-            worker thread; see
-            :func:`~pyg_orch.offload.default_intra_op_threads`.
-        full_neighbors (bool or str): Aggregate over all in-neighbors of
-            hot vertices instead of the bottom-hop fan-out. With
-            :obj:`split='aggregate'` their rows then depend on the features
-            and the graph only: each is computed once and reused at every
-            later step (no sample age; :obj:`stats()['static_tables']`),
-            and the decision by measurement tries larger hot sets
-            (25%, 50% and 70% of the vertices, as many as a table in a
-            fifth of the device's free memory holds). :obj:`'auto'` does so
-            where the first layer's weight-free aggregation is a mean of
-            the neighbors' features (as in
-            :class:`~torch_geometric.nn.conv.SAGEConv`), whose value over
-            all neighbors is the expectation of the sampled one, and the
-            loader samples uniformly on an unpartitioned graph; sums and
-            maxima keep the fan-out (see :doc:`/offload`). The resolved
-            value and why: :obj:`stats()['full_neighbors']`,
-            :obj:`stats()['full_neighbors_reason']`.
-            (default: :obj:`'auto'`)
-        layer (torch.nn.Module or str, optional): The first message-passing
-            layer (a module of :obj:`model` or its name); by default the first
-            one registered (the one the first training step calls first
-            on the raw features, where that differs). For heterogeneous
-            models, the name of the module holding the first layer's
-            per-edge-type modules.
-        num_presample_batches (int, optional): Mini-batches to pre-sample for
-            the access counts (at most an epoch's worth); by default an
-            epoch's worth, at most
-            :obj:`~pyg_orch.sampling.contract.DEFAULT_PRESAMPLE_BATCHES`
-            (see :func:`~pyg_orch.sampling.contract.presample_batches`).
-        super_batch_size (int, optional): Steps per super-batch, overriding
-            the default derived from :obj:`max_staleness` (the bound is
-            enforced either way).
-        chunk_size (int, optional): The most hot vertices per CPU work
-            item; see :func:`~pyg_orch.offload.tables.default_chunk_size`.
-        cpu_autocast (torch.dtype, optional): :obj:`torch.bfloat16` runs the
-            CPU copy of the layer under CPU autocast: its matrix products
-            take bfloat16 inputs (faster on CPUs with AMX or AVX512-BF16),
-            so hot embeddings carry about three significant digits, on top
-            of their staleness. (default: :obj:`None`, full precision)
-        seed (int, optional): Seeds pre-sampling and the CPU-side neighbor
-            sampling; with a seed and a fixed hot set (:obj:`hot_ratio`
-            given), training is reproducible: tables are used by step, not
-            by arrival (see :doc:`/offload`). (default: :obj:`0`)
-        idle_timeout (float): Seconds an idle worker thread waits before it
-            exits. (default: :obj:`2.0`)
-        replace_rows (str): :obj:`'pruned'` replaces the first layer's output
-            of hot vertices in the last frontier only, :obj:`'all'` in all
-            hops :obj:`0, ..., L - 1`. (default: :obj:`'pruned'`)
-        compensate_degrees (bool or str): Give pruned hot vertices
-            placeholder in-edges in the layers' :obj:`edge_index` (see
-            :doc:`/offload`); :obj:`'auto'` where a layer needs it.
-            (default: :obj:`'auto'`)
-        refresh (str): :obj:`'super_batch'` computes tables of all hot
-            vertices a super-batch ahead, :obj:`'batch'` the rows each
-            mini-batch needs (see :doc:`/offload`).
-            (default: :obj:`'super_batch'`)
-        split (str): What the CPU computes for hot vertices:
-            :obj:`'aggregate'`, the first layer's weight-free neighbor
-            aggregation (a :class:`ValueError` if the layer has none),
-            :obj:`'output'`, the layer's output from a weight snapshot, or
-            :obj:`'auto'`, :obj:`'aggregate'` where the layer allows it
-            (see :doc:`/offload`). (default: :obj:`'auto'`)
-        work_hook (callable, optional): Called by a worker thread before
-            every CPU work item with the item's cancellation event (a
-            :class:`threading.Event`): an instrumentation seam, e.g. to time
-            or to slow down the CPU side. (default: :obj:`None`)
+        options (OffloadOptions, optional): The tuning options (see
+            :class:`~pyg_orch.offload.options.OffloadOptions`); the
+            defaults if not given.
+        **kwargs: The options as keywords (deprecated: each warns once
+            with a :class:`DeprecationWarning`; pass :obj:`options`).
     """
     def __init__(
         self,
         model: torch.nn.Module,
         loader: Any,
-        hot_ratio: Union[None, float, str] = None,
-        gpu_cache_ratio: Union[float, str] = 0.1,
-        max_staleness: int = 1,
-        num_threads: Optional[int] = None,
-        full_neighbors: Union[bool, str] = 'auto',
-        layer: Union[None, str, torch.nn.Module] = None,
-        num_presample_batches: Optional[int] = None,
-        super_batch_size: Optional[int] = None,
-        chunk_size: Optional[int] = None,
-        intra_op_threads: Optional[int] = None,
-        cpu_autocast: Optional[torch.dtype] = None,
-        seed: Optional[int] = 0,
-        idle_timeout: float = 2.0,
-        replace_rows: str = 'pruned',
-        compensate_degrees: Union[bool, str] = 'auto',
-        refresh: str = 'super_batch',
-        split: str = 'auto',
-        autotune: Union[bool, str, Sequence[float]] = 'auto',
-        max_sample_age: Optional[int] = None,
-        *,
-        work_hook: Optional[WorkHook] = None,
-        autotune_clock: Optional[Callable[[], float]] = None,
+        options: Optional[OffloadOptions] = None,
+        **kwargs: Any,
     ):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"'model' must be a torch.nn.Module (got "
@@ -258,18 +152,12 @@ class BottomLayerOffload(torch.nn.Module):
                 "run in threads that bottom-layer offload can not follow; "
                 "use DistributedDataParallel (one process per device) over "
                 "BottomLayerOffload instead")
-        options = OffloadOptions(
-            hot_ratio=hot_ratio, gpu_cache_ratio=gpu_cache_ratio,
-            max_staleness=max_staleness, num_threads=num_threads,
-            full_neighbors=full_neighbors, layer=layer,
-            num_presample_batches=num_presample_batches,
-            super_batch_size=super_batch_size, chunk_size=chunk_size,
-            intra_op_threads=intra_op_threads, cpu_autocast=cpu_autocast,
-            seed=seed, idle_timeout=idle_timeout, replace_rows=replace_rows,
-            compensate_degrees=compensate_degrees, refresh=refresh,
-            split=split, work_hook=work_hook, autotune=autotune,
-            max_sample_age=max_sample_age, autotune_clock=autotune_clock)
-        runtime = _initial_runtime(model, loader, options)
+        options = options_from_keywords(options, kwargs)
+        work_hook, clock = current_hooks()
+        if work_hook is not None or clock is not None:
+            options = with_test_hooks(options, work_hook, clock)
+        plan = plan_offload(model, loader, options)
+        runtime = _runtime_of(model, loader, plan)
         super().__init__()
         # Share the model's state, so that parameters(), state_dict() etc.
         # are the model's own, with identical keys:
@@ -281,6 +169,7 @@ class BottomLayerOffload(torch.nn.Module):
         # Resolved (see the argument):
         object.__setattr__(self, 'full_neighbors', runtime.full_neighbors)
         object.__setattr__(self, '_options', options)
+        object.__setattr__(self, '_plan', plan)
         object.__setattr__(self, '_loader', loader)
         object.__setattr__(self, '_finalizer', None)
         # Whether to check (once) that no process group came up later:
@@ -303,6 +192,14 @@ class BottomLayerOffload(torch.nn.Module):
                 f"BottomLayerOffload does not offload; the model runs "
                 f"unchanged: {runtime.reason}", UserWarning, stacklevel=4)
 
+    def _build(self, first: Optional[FirstLayer]
+               ) -> Union[OffloadRuntime, PassThrough]:
+        # Plans again with the first layer found by a forward pass, and
+        # builds.
+        plan = plan_offload(self.module, self._loader, self.options, first)
+        object.__setattr__(self, '_plan', plan)
+        return _runtime_of(self.module, self._loader, plan)
+
     def _pass_through(self, reason: str) -> None:
         # Offload off for good: the model runs unchanged.
         self._offload.close()
@@ -315,14 +212,13 @@ class BottomLayerOffload(torch.nn.Module):
         model = self.module
         inputs = model_inputs(args, kwargs)
         out, calls = trace_message_passing(model, args, kwargs)
-        is_hetero = check_loader(self._loader).is_hetero
+        is_hetero = self._loader.offload_sampler.is_hetero
         first, why = first_layer_from_trace(calls, inputs, is_hetero)
         if self.options.layer is not None:
             first, why = None, None
         if why is None:
             try:
-                runtime = build_runtime(model, self._loader, self.options,
-                                        first)
+                runtime = self._build(first)
             except NotImplementedError as exc:
                 why = str(exc)
             except (RuntimeError, IndexError) as exc:
@@ -350,8 +246,7 @@ class BottomLayerOffload(torch.nn.Module):
                 and self.options.layer is None:
             self._offload.close()
             try:
-                runtime = build_runtime(model, self._loader, self.options,
-                                        exc.layer)
+                runtime = self._build(exc.layer)
             except NotImplementedError as error:
                 runtime = PassThrough(str(error))
             self._install(runtime)
@@ -462,6 +357,12 @@ class BottomLayerOffload(torch.nn.Module):
         return self.__dict__['_options']
 
     @property
+    def plan(self) -> OffloadPlan:
+        r"""What the wrapper decided to do, and why (see
+        :class:`~pyg_orch.offload.planning.OffloadPlan`; :obj:`print` it)."""
+        return self.__dict__['_plan']
+
+    @property
     def runtime(self) -> OffloadRuntime:
         r"""The :class:`~pyg_orch.offload.runtime.OffloadRuntime` behind the
         wrapper (its hooks, hot set, embedding strategy and counters), for
@@ -486,7 +387,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def gpu_cache_nodes(self) -> Tensor:
-        r"""The GPU-cache candidates (:obj:`gpu_cache_ratio` of all
+        r"""The GPU-cache candidates (:obj:`cache_ratio` of all
         vertices): those whose features pre-sampled batches fetch most often
         with hot-vertex pruning on (see
         :func:`~pyg_orch.offload.hotness.select_cache_nodes`); none for
@@ -639,25 +540,14 @@ class BottomLayerOffload(torch.nn.Module):
                 f'max_staleness={self.max_staleness})')
 
 
-def _initial_runtime(model: torch.nn.Module, loader: Any,
-                     options: OffloadOptions
-                     ) -> Union[OffloadRuntime, PassThrough]:
-    # The runtime built now; a pending one where the first layer is found on
-    # the first training batch; a pass-through where the loader's sampling
-    # can not be offloaded. A partition loader builds now (a collective).
-    if is_partition_loader(loader):
-        return build_runtime(model, loader, options)
-    sampler = check_loader(loader)
-    why = unsupported_loader_reason(loader, sampler)
-    if why is not None:
-        return PassThrough(f'the loader uses {why}')
-    wait_for = plan_on_construction(model, loader.data, sampler.is_hetero,
-                                    options)
-    if wait_for is not None:
-        return PassThrough(
-            f'planned at the first training forward pass ({wait_for})',
-            pending=True)
-    return build_runtime(model, loader, options)
+def _runtime_of(model: torch.nn.Module, loader: Any, plan: OffloadPlan
+                ) -> Union[OffloadRuntime, PassThrough]:
+    # The runtime built as planned; a pending one where the first layer is
+    # found on the first training batch; a pass-through where the loader
+    # can not be offloaded.
+    if plan.offloads:
+        return build_runtime(model, loader, plan)
+    return PassThrough(plan.reason, pending=plan.mode == PENDING)
 
 
 def _identity(obj: Any) -> Any:

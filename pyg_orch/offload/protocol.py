@@ -1,0 +1,171 @@
+"""What :class:`~pyg_orch.offload.BottomLayerOffload` needs from a loader:
+the :class:`OffloadableLoader` protocol, which
+:class:`~pyg_orch.HybridNeighborLoader`,
+:class:`~pyg_orch.HybridLinkNeighborLoader` and
+:class:`~pyg_orch.distributed.DistributedNeighborLoader` implement, and the
+loader's facts an offload is planned from (:class:`LoaderFacts`,
+:func:`loader_facts`)."""
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Optional,
+    Protocol,
+    Tuple,
+    Union,
+    runtime_checkable,
+)
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, HeteroData
+
+from pyg_orch.sampling.contract import HotNodeSampler
+
+#: The training seeds of a loader: a tensor of node ids, or one per node
+#: type for a :class:`~torch_geometric.data.HeteroData`.
+Seeds = Union[Tensor, Dict[Any, Tensor]]
+
+
+@runtime_checkable
+class OffloadableLoader(Protocol):
+    r"""The loader contract of :class:`~pyg_orch.offload.BottomLayerOffload`
+    (:obj:`isinstance(loader, OffloadableLoader)` checks the names). A
+    loader that does not implement it is passed through: the model trains
+    unchanged, and :obj:`stats()['decision']['reason']` says why."""
+    #: The device batches are delivered on.
+    device: torch.device
+    #: The loader's :class:`~pyg_orch.StageTimer` (offload charges its
+    #: waits to it), or :obj:`None`.
+    timer: Any
+    #: Whether batches are sampled one step before they train.
+    lookahead: bool
+    #: Worker processes (each holds a copy of the sampler).
+    num_workers: int
+    #: Whether worker processes live across epochs.
+    persistent_workers: bool
+
+    @property
+    def offload_sampler(self) -> HotNodeSampler:
+        r"""The sampler whose bottom hop skips hot vertices."""
+
+    @property
+    def offload_data(self) -> Optional[Union[Data, HeteroData]]:
+        r"""The graph in host memory whose features and topology the CPU
+        side reads; :obj:`None` where there is none (a partition folder,
+        or :obj:`(FeatureStore, GraphStore)` inputs)."""
+
+    @property
+    def batches_ahead(self) -> int:
+        r"""How many batches are built ahead of the one training, at
+        most (a prefetch thread, worker threads)."""
+
+    @property
+    def gpu_cache_capacity(self) -> int:
+        r"""How many feature rows the loader's GPU cache can hold
+        (:obj:`0` without one)."""
+
+    def offload_seeds(self) -> Tuple[Seeds, int]:
+        r"""This process's training seeds (for link-level loaders the label
+        edges' endpoints) and how many of them one mini-batch holds."""
+
+    def register_batch_hook(self, hook: Callable,
+                            when: str = 'received') -> Callable[[], None]:
+        r"""Calls :obj:`hook` on every batch received (or sampled, with
+        :obj:`when='sampled'`); returns a function that removes it."""
+
+    def set_gpu_cache_nodes(self, nodes: Any) -> bool:
+        r"""Caches the features of :obj:`nodes` on the GPU; :obj:`False`
+        where the loader has no cache that can be set."""
+
+    def get_gpu_cache_nodes(self) -> Optional[Any]:
+        r"""The nodes whose features the GPU cache holds now, or
+        :obj:`None`."""
+
+
+@dataclass(frozen=True)
+class LoaderFacts:
+    r"""What a loader tells an offload plan (see
+    :func:`~pyg_orch.offload.planning.plan_offload`), read once by
+    :func:`loader_facts`."""
+    #: The sampler is heterogeneous.
+    is_hetero: bool
+    #: The number of sampled hops.
+    num_hops: int
+    #: The device batches are delivered on.
+    device: torch.device
+    #: The loader samples a partition folder (a rank's part).
+    partitioned: bool
+    #: Why offload can not work with the loader's data or sampling
+    #: (:obj:`None`: it can).
+    unsupported: Optional[str]
+    #: Worker processes, and whether they live across epochs.
+    num_workers: int = 0
+    persistent_workers: bool = False
+    #: Batches built ahead of the one training.
+    batches_ahead: int = 0
+    #: Whether batches are sampled one step before they train.
+    lookahead: bool = False
+    #: Rows the loader's GPU cache can hold.
+    gpu_cache_capacity: int = 0
+    #: The sampler draws neighbors by edge weight.
+    weighted: bool = False
+
+    @property
+    def sampled_in_loop(self) -> bool:
+        r"""Whether batches are sampled in the training loop's thread (no
+        prefetch thread, no worker processes)."""
+        return self.batches_ahead == 0 and self.num_workers == 0
+
+
+#: Why temporal loaders are not offloaded (see :doc:`/offload`).
+TEMPORAL_REASON = (
+    "temporal sampling (the loader's 'time_attr'): a seed sees only "
+    "neighbors older than its time, so a vertex's first-layer embedding "
+    "depends on the seed that samples it, while hot rows computed ahead on "
+    "the CPU are shared by all seeds whatever their time")
+
+#: Why :obj:`(FeatureStore, GraphStore)` inputs are not offloaded.
+STORES_REASON = ("(FeatureStore, GraphStore) inputs (it supports Data and "
+                 "HeteroData objects)")
+
+
+def not_offloadable_reason(loader: Any) -> Optional[str]:
+    r"""Why :obj:`loader` does not implement :class:`OffloadableLoader`
+    (its sampler included), or :obj:`None` where it does."""
+    if not isinstance(loader, OffloadableLoader):
+        return (f"a {type(loader).__name__}, which does not implement "
+                f"pyg_orch.offload.protocol.OffloadableLoader (use "
+                f"pyg_orch.HybridNeighborLoader or HybridLinkNeighborLoader)")
+    if not isinstance(loader.offload_sampler, HotNodeSampler):
+        return (f"a sampler ({type(loader.offload_sampler).__name__}) that "
+                f"does not implement pyg_orch.sampling.contract."
+                f"HotNodeSampler")
+    return None
+
+
+def loader_facts(loader: OffloadableLoader,
+                 partitioned: bool = False) -> LoaderFacts:
+    r"""The facts of an :class:`OffloadableLoader` (see
+    :func:`not_offloadable_reason`); :obj:`partitioned` for a loader over
+    a partition folder, whose graph is not in :obj:`offload_data`."""
+    sampler = loader.offload_sampler
+    unsupported, weighted = None, False
+    if not partitioned:  # A partition's sampler holds a part's topology.
+        topology = sampler.topology
+        weighted = bool(topology.is_weighted)
+        kind = HeteroData if sampler.is_hetero else Data
+        if not isinstance(loader.offload_data, kind):
+            unsupported = STORES_REASON
+        elif topology.is_temporal:
+            unsupported = TEMPORAL_REASON
+    return LoaderFacts(
+        is_hetero=bool(sampler.is_hetero), num_hops=int(sampler.num_hops),
+        device=torch.device(loader.device), partitioned=partitioned,
+        unsupported=unsupported, num_workers=int(loader.num_workers or 0),
+        persistent_workers=bool(loader.persistent_workers),
+        batches_ahead=int(loader.batches_ahead or 0),
+        lookahead=bool(loader.lookahead),
+        gpu_cache_capacity=int(loader.gpu_cache_capacity),
+        weighted=weighted)
