@@ -6,7 +6,7 @@ from pyg_orch.loader import (
     PlacementOptions,
     StageTimer,
 )
-from pyg_orch.offload import BottomLayerOffload
+from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 from pyg_orch.sampling import GraphTopology, HybridNeighborSampler
 
 __version__ = '0.1.0'
@@ -18,6 +18,7 @@ __all__ = [
     'HybridLinkNeighborLoader',
     'HybridNeighborLoader',
     'HybridNeighborSampler',
+    'OffloadOptions',
     'PlacementOptions',
     'StageTimer',
     '__version__',
