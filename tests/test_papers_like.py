@@ -5,7 +5,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.datasets import papers_like_graph, papers_like_topology
+from pyg_orch.datasets import (
+    papers_like_features,
+    papers_like_graph,
+    papers_like_node_data,
+    papers_like_topology,
+)
 from pyg_orch.sampling.topology import CSCTopology, GraphTopology
 
 N, E = 3000, 40_000
@@ -189,6 +194,25 @@ def test_bad_device_and_cache_dir():
 def test_bad_num_train():
     with pytest.raises(ValueError, match="'num_train' must be at most"):
         papers_like_graph(10, 10, num_features=0, num_train=11)
+
+
+def test_features_equal_node_data_and_fill_out():
+    x = papers_like_node_data(500, 6, num_train=10, seed=3).x
+    assert torch.equal(papers_like_features(500, 6, seed=3), x)
+    assert not torch.equal(papers_like_features(500, 6, seed=4), x)
+    out = torch.full((500, 6), float('nan'))
+    res = papers_like_features(500, 6, seed=3, out=out)
+    assert res.data_ptr() == out.data_ptr() and torch.equal(out, x)
+
+
+@pytest.mark.parametrize('out, match', [
+    (torch.zeros(500, 5), r'shape \(500, 6\) \(got shape \(500, 5\)'),
+    (torch.zeros(500, 6, dtype=torch.float64), 'dtype torch.float64'),
+    ([0.0], r"'out' must be a float32 CPU tensor .* \(got list\)"),
+])
+def test_features_bad_out(out, match):
+    with pytest.raises(ValueError, match=match):
+        papers_like_features(500, 6, out=out)
 
 
 # benchmarks/bench_epoch_scale.py on the CPU, at a tiny size ################

@@ -21,7 +21,10 @@ class ShardedFeatureStore(TieredFeatureStore):
 
     Args:
         x (torch.Tensor): The features, :obj:`[num_nodes, width]`, on the
-            CPU; only local rank 0's copy is read (into shared memory).
+            CPU; only local rank 0's copy is read (into shared memory),
+            unless every rank's :obj:`x` is pinned (then each reads its own
+            in place, e.g. one shared-memory file that every rank maps and
+            registers).
         peers (PeerGroup): The machine's processes.
         hotness (torch.Tensor, optional): This rank's score per node (e.g.
             access counts from pre-sampling).
@@ -58,6 +61,12 @@ class ShardedFeatureStore(TieredFeatureStore):
     def _host_rows(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 2:
             raise ValueError("'x' must be a 2-dimensional feature tensor")
+        # Rows every rank holds pinned already (e.g. one shared-memory
+        # file, registered by each rank) are read in place: no second copy.
+        pinned = self.peers.device.type == 'cuda' and not x.is_cuda \
+            and x.is_pinned()
+        if all(self.peers.all_gather_object(pinned)):
+            return x
         return self.peers.share_host(x if self.peers.rank == 0 else None,
                                      x.shape, x.dtype)
 
