@@ -262,3 +262,53 @@ def test_bench_epoch_scale_projects_a_cut_epoch(bench):
 def test_bench_epoch_scale_bad_mode(bench):
     with pytest.raises(SystemExit):
         bench.parse_args(['--modes', 'eager,fast', '--device', 'cpu'])
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def test_bench_epoch_scale_shared_features_are_reused(bench, tmp_path):
+    args = bench.parse_args(['--scale', 'tiny', '--nodes', '300',
+                             '--num-features', '4', '--device', 'cpu',
+                             '--shm-dir', str(tmp_path)])
+    first = bench.shared_features(args, torch.device('cpu'))
+    second = bench.shared_features(args, torch.device('cpu'))
+    assert not first['reused'] and second['reused']
+    x = bench.map_features(first['path'], 300, 4, torch.device('cpu'))
+    assert torch.equal(x, papers_like_features(300, 4))
+
+
+def test_bench_epoch_scale_two_ranks(bench, tmp_path):
+    # Two CPU ranks (gloo): replicated and sharded topology, one epoch
+    # each, every training seed once across the ranks.
+    res = bench.main([
+        '--gpus', '2', '--device', 'cpu', '--scale', 'tiny', '--nodes',
+        '2000', '--edges', '10000', '--train', '256', '--batch-size', '64',
+        '--hidden', '8', '--fanout', '3,2,1', '--num-features', '8',
+        '--modes', 'trim', '--warmup', '1', '--bound-batches', '2',
+        '--profile-batches', '1', '--shm-dir', str(tmp_path / 'shm'),
+        '--port', str(_free_port()), '--out', str(tmp_path / 'r.json')
+    ])
+    assert (tmp_path / 'r.json').exists()
+    assert sum(r['setup']['seeds'] for r in res['ranks']) == 256
+    for placement in ('device', 'sharded'):
+        for r in res['ranks']:
+            epoch = r['placements'][placement]['modes']['trim']['epoch']
+            assert epoch['complete'] and epoch['batches'] == 2
+        assert res['summary'][f'{placement}/trim']['epoch_s'] > 0
+    assert 'sharded_over_replicated_speed/trim' in res['summary']
+
+
+def test_bench_epoch_scale_bad_multi_gpu_args(bench):
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--gpus', '2', '--modes', 'offload', '--device',
+                          'cpu'])
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--gpus', '2', '--placements', 'host', '--device',
+                          'cpu'])
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--gpus', '0', '--device', 'cpu'])
