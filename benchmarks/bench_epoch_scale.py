@@ -39,7 +39,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -232,11 +232,13 @@ def run_mode(mode: str, loader, args, device: torch.device) -> Dict:
 # What bounds an epoch ########################################################
 
 
-def bounds(loader, data, device: torch.device, num: int) -> Dict:
+def bounds(loader, data, device: torch.device, num: int,
+           blocks: Sequence[Optional[int]] = ()) -> Dict:
     r"""Parts of a batch timed alone, each waited for: sampling
     (:obj:`num` batches of the loader's seeds), the feature gather of the
-    sampled nodes through the loader's feature store, and the copy rate of
-    pinned host memory to the device."""
+    sampled nodes through the loader's feature store (again with each
+    number of thread blocks of :obj:`blocks`, :obj:`None` for no cap), and
+    the copy rate of pinned host memory to the device."""
     from torch_geometric.sampler import NodeSamplerInput
 
     out: Dict[str, Any] = {}
@@ -266,6 +268,10 @@ def bounds(loader, data, device: torch.device, num: int) -> Dict:
         sync(device)
         out['gather_ms_per_batch'] = \
             1e3 * (time.perf_counter() - start) / num
+        if getattr(store, 'method', None) == 'uva' and blocks:
+            out['gather_blocks'] = store.gather_blocks
+            out['gather_ms_by_blocks'] = gather_by_blocks(
+                store, nodes[5:], device, blocks)
     if device.type == 'cuda':
         src = data.x[:min(data.x.size(0), 1 << 21)]  # 1 GB of rows.
         dst = torch.empty_like(src, device=device)
@@ -279,6 +285,27 @@ def bounds(loader, data, device: torch.device, num: int) -> Dict:
             time.perf_counter() - start)
         del dst
     log(f'bounds: {json.dumps(out)}')
+    return out
+
+
+def gather_by_blocks(store, nodes: List[torch.Tensor], device: torch.device,
+                     blocks: Sequence[Optional[int]]) -> Dict[str, float]:
+    r"""Ms per batch of :obj:`store.gather` over :obj:`nodes` with each
+    number of thread blocks (the store's own setting restored after)."""
+    own = store.gather_blocks
+    out = {}
+    try:
+        for b in blocks:
+            store.gather_blocks = b
+            store.gather(nodes[0])
+            sync(device)
+            start = time.perf_counter()
+            for n in nodes:
+                store.gather(n)
+            sync(device)
+            out[str(b)] = 1e3 * (time.perf_counter() - start) / len(nodes)
+    finally:
+        store.gather_blocks = own
     return out
 
 
@@ -510,6 +537,38 @@ def ddp_mode(mode: str, loader, args, device: torch.device) -> Dict:
     return res
 
 
+def run_modes(loader, args, device: torch.device, t0: float,
+              name: str) -> Dict[str, Any]:
+    r"""Every mode of :obj:`--modes` once over :obj:`loader` (those that
+    would start past :obj:`--time-budget-s` skipped on every rank)."""
+    import torch.distributed as dist
+    out: Dict[str, Any] = {}
+    for mode in [m for m in args.modes.split(',') if m]:
+        if all_agree(time.perf_counter() - t0 > args.time_budget_s):
+            out[mode] = {'error': 'skipped: budget'}
+            continue
+        out[mode] = r = ddp_mode(mode, loader, args, device)
+        if dist.get_rank() == 0:
+            log(f"{name}/{mode}: epoch {r['epoch_s']:.2f} s, "
+                f"{r['epoch']['ms_per_batch']:.2f} ms per batch")
+        gc.collect()
+    return out
+
+
+def faster_blocks(bounds_: Dict) -> Optional[Dict[str, Optional[int]]]:
+    r"""The gather's number of thread blocks (:obj:`None`: no cap) that
+    beat the store's own setting by over 10% alone, as
+    :obj:`{'gather_blocks': ...}`; :obj:`None` if none did."""
+    ms = bounds_.get('gather_ms_by_blocks')
+    if not ms:
+        return None
+    own = str(bounds_.get('gather_blocks'))
+    best = min(ms, key=ms.get)
+    if best == own or own not in ms or ms[best] > 0.9 * ms[own]:
+        return None
+    return {'gather_blocks': None if best == 'None' else int(best)}
+
+
 def rank_main(rank: int, world: int, args, feat: Dict, node_data,
               out_dir: str) -> None:
     r"""One rank of :func:`run_multi`: writes its results as JSON."""
@@ -567,7 +626,10 @@ def rank_main(rank: int, world: int, args, feat: Dict, node_data,
         sync(device)
         out['build_s'] = time.perf_counter() - start
         out['batches_per_epoch'] = len(loader)
-        out['memory'] = loader.stats()['memory']
+        st = loader.stats()
+        out['memory'] = st['memory']
+        out['build_stages_s'] = {k: v['total_s']
+                                 for k, v in st['stages'].items()}
         if i == len(placements) - 1:  # The loader holds what it needs.
             del topo
             gc.collect()
@@ -575,20 +637,25 @@ def rank_main(rank: int, world: int, args, feat: Dict, node_data,
                 torch.cuda.empty_cache()
         if rank == 0:
             log(f'{placement}: loader built in {out["build_s"]:.1f} s')
+        blocks = ()
+        if device.type == 'cuda' and args.gather_sweep:
+            sms = torch.cuda.get_device_properties(
+                device).multi_processor_count
+            blocks = (max(sms // 2, 1), 2 * sms, 4 * sms, 8 * sms, None)
         try:
-            out['bounds'] = bounds(loader, data, device, args.bound_batches)
+            out['bounds'] = bounds(loader, data, device, args.bound_batches,
+                                   blocks)
         except Exception as e:
             out['bounds'] = {'error': f'{type(e).__name__}: {e}'}
-        out['modes'] = {}
-        for mode in [m for m in args.modes.split(',') if m]:
-            if all_agree(time.perf_counter() - t0 > args.time_budget_s):
-                out['modes'][mode] = {'error': 'skipped: budget'}
-                continue
-            out['modes'][mode] = r = ddp_mode(mode, loader, args, device)
-            if rank == 0:
-                log(f"{placement}/{mode}: epoch {r['epoch_s']:.2f} s, "
-                    f"{r['epoch']['ms_per_batch']:.2f} ms per batch")
-            gc.collect()
+        out['modes'] = run_modes(loader, args, device, t0, placement)
+        # Rank 0's choice on every rank (each rank timed its own):
+        best = [None] * world
+        dist.all_gather_object(best, faster_blocks(out['bounds']))
+        if best[0] is not None:
+            blocks_ = best[0]['gather_blocks']
+            loader.feature_store.gather_blocks = blocks_
+            out['tuned'] = {'gather_blocks': blocks_, 'modes': run_modes(
+                loader, args, device, t0, f'{placement}+blocks{blocks_}')}
         del loader
         gc.collect()
         if device.type == 'cuda':
@@ -627,6 +694,17 @@ def summarize_multi(ranks: List[Dict]) -> Dict:
                 'system_used_gb': per[0]['host_memory'].get(
                     'system_used_gb'),
             }
+    for placement, p0 in ranks[0]['placements'].items():
+        tuned = p0.get('tuned')
+        for mode, m0 in (tuned or {}).get('modes', {}).items():
+            if 'epoch_s' not in m0:
+                continue
+            per = [r['placements'][placement]['tuned']['modes'][mode]
+                   for r in ranks]
+            out[f"{placement}+blocks{tuned['gather_blocks']}/{mode}"] = {
+                'epoch_s': max(m['epoch_s'] for m in per),
+                'ms_per_batch': max(m['epoch']['ms_per_batch']
+                                    for m in per)}
     for mode in MULTI_MODES:
         a, b = out.get(f'device/{mode}'), out.get(f'sharded/{mode}')
         if a and b:
@@ -721,6 +799,11 @@ def parse_args(argv=None):
     p.add_argument('--max-batches', type=int, default=None,
                    help='with --gpus > 1: stop each epoch after this many '
                    'batches and project it')
+    p.add_argument('--no-gather-sweep', dest='gather_sweep',
+                   action='store_false',
+                   help='with --gpus > 1: skip timing the feature gather '
+                   'with other numbers of thread blocks (and the modes '
+                   'again with a faster one)')
     p.add_argument('--port', type=int, default=29650,
                    help='with --gpus > 1: the process group\'s port')
     p.add_argument('--warmup', type=int, default=20,
@@ -748,6 +831,9 @@ def parse_args(argv=None):
     if args.modes is None:
         args.modes = ','.join(allowed if args.gpus == 1 else
                               ('trim', 'compiled'))
+    if args.gpus > 1 and 'offload' in args.modes.split(','):
+        p.error('--modes offload is not implemented with --gpus > 1 (DDP); '
+                f'use {", ".join(MULTI_MODES)}')
     unknown = set(args.modes.split(',')) - set(allowed) - {''}
     if unknown:
         p.error(f"unknown --modes {sorted(unknown)} (expected {allowed}"

@@ -312,3 +312,18 @@ def test_bench_epoch_scale_bad_multi_gpu_args(bench):
                           'cpu'])
     with pytest.raises(SystemExit):
         bench.parse_args(['--gpus', '0', '--device', 'cpu'])
+
+
+def test_bench_epoch_scale_faster_blocks(bench):
+    ms = {'66': 4.0, '264': 2.0, '528': 1.9, 'None': 1.95}
+    assert bench.faster_blocks({'gather_blocks': 66,
+                                'gather_ms_by_blocks': ms}) == \
+        {'gather_blocks': 528}
+    ms['None'] = 1.0
+    assert bench.faster_blocks({'gather_blocks': 66,
+                                'gather_ms_by_blocks': ms}) == \
+        {'gather_blocks': None}
+    # Within 10% of the store's own setting, or no sweep: keep it.
+    assert bench.faster_blocks({'gather_blocks': 66, 'gather_ms_by_blocks':
+                                {'66': 1.0, '264': 0.95}}) is None
+    assert bench.faster_blocks({'gather_ms_per_batch': 1.0}) is None
