@@ -123,14 +123,25 @@ def _pinned_in_place(rank, world_size, path):
             stats.peer_rows)
 
 
-def test_two_gpu_sharded_store_reads_pinned_rows_in_place(tmp_path):
-    path = str(tmp_path / 'x.bin')
-    x = torch.from_file(path, shared=True, size=5000 * 16,
-                        dtype=torch.float32)
-    x.copy_(torch.randn(5000 * 16, generator=torch.Generator().manual_seed(1)))
-    out = run_workers(_pinned_in_place, 2, args=(path, ), backend='nccl',
-                      start_method='spawn', env=MULTICAST_OFF_ENV,
-                      timeout=300)
+def test_two_gpu_sharded_store_reads_pinned_rows_in_place():
+    import os
+    import tempfile
+    if not os.path.isdir('/dev/shm'):
+        pytest.skip('needs /dev/shm (CUDA pins tmpfs files, not disk files)')
+    folder = tempfile.mkdtemp(dir='/dev/shm')
+    path = os.path.join(folder, 'x.bin')
+    try:
+        x = torch.from_file(path, shared=True, size=5000 * 16,
+                            dtype=torch.float32)
+        x.copy_(torch.randn(5000 * 16,
+                            generator=torch.Generator().manual_seed(1)))
+        out = run_workers(_pinned_in_place, 2, args=(path, ),
+                          backend='nccl', start_method='spawn',
+                          env=MULTICAST_OFF_ENV, timeout=300)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+        os.rmdir(folder)
     for same, in_place, host_rows, peer_rows in out:
         assert same and in_place
         assert host_rows > 0 and peer_rows > 0
