@@ -16,6 +16,19 @@ GPU box (one H100, 128 GB host memory):
 CPU smoke run (tiny graph):
 
     python benchmarks/bench_epoch_scale.py --scale tiny --device cpu
+
+Several GPUs of one machine (``--gpus N``): one process per GPU, DDP, every
+training seed once across the ranks per epoch; each rank generates the
+topology on its own GPU; the features live once per machine, in a file in
+``--shm-dir`` (tmpfs) that every rank maps and pins in place
+(``cudaHostRegister``), kept for later runs on the same machine. Each
+``--placements`` entry (``device``: replicated topology and cache,
+``sharded``: topology and cache split over the GPUs) is timed in the
+``--modes`` ``trim`` and ``compiled``, with the per-batch breakdown (host
+time of the loader and the step, the loader's stages, sampling and
+gathering alone, GPU kernel time by kind from :mod:`torch.profiler`):
+
+    python benchmarks/bench_epoch_scale.py --gpus 4 --modes trim,compiled
 """
 import argparse
 import datetime
@@ -26,7 +39,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -45,9 +58,14 @@ from _bench_common import (  # noqa: E402
 )
 from torch_geometric.nn import GraphSAGE  # noqa: E402
 
-from pyg_orch import BottomLayerOffload, HybridNeighborLoader  # noqa: E402
+from pyg_orch import (  # noqa: E402
+    BottomLayerOffload,
+    HybridNeighborLoader,
+    PlacementOptions,
+)
 from pyg_orch.datasets import (  # noqa: E402
     PAPERS100M,
+    papers_like_features,
     papers_like_node_data,
     papers_like_topology,
 )
@@ -75,9 +93,11 @@ def host_memory() -> Dict[str, float]:
         with open('/proc/self/status') as f:
             for line in f:
                 key, _, value = line.partition(':')
-                if key in ('VmRSS', 'VmHWM'):
-                    out[{'VmRSS': 'rss_gb', 'VmHWM': 'rss_peak_gb'}[key]] = \
-                        int(value.split()[0]) / 2**20
+                names = {'VmRSS': 'rss_gb', 'VmHWM': 'rss_peak_gb',
+                         'RssAnon': 'rss_anon_gb',
+                         'RssShmem': 'rss_shmem_gb'}
+                if key in names:
+                    out[names[key]] = int(value.split()[0]) / 2**20
     except OSError:
         pass
     try:
@@ -216,11 +236,13 @@ def run_mode(mode: str, loader, args, device: torch.device) -> Dict:
 # What bounds an epoch ########################################################
 
 
-def bounds(loader, data, device: torch.device, num: int) -> Dict:
+def bounds(loader, data, device: torch.device, num: int,
+           blocks: Sequence[Optional[int]] = ()) -> Dict:
     r"""Parts of a batch timed alone, each waited for: sampling
     (:obj:`num` batches of the loader's seeds), the feature gather of the
-    sampled nodes through the loader's feature store, and the copy rate of
-    pinned host memory to the device."""
+    sampled nodes through the loader's feature store (again with each
+    number of thread blocks of :obj:`blocks`, :obj:`None` for no cap), and
+    the copy rate of pinned host memory to the device."""
     from torch_geometric.sampler import NodeSamplerInput
 
     out: Dict[str, Any] = {}
@@ -250,6 +272,10 @@ def bounds(loader, data, device: torch.device, num: int) -> Dict:
         sync(device)
         out['gather_ms_per_batch'] = \
             1e3 * (time.perf_counter() - start) / num
+        if getattr(store, 'method', None) == 'uva' and blocks:
+            out['gather_blocks'] = store.gather_blocks
+            out['gather_ms_by_blocks'] = gather_by_blocks(
+                store, nodes[5:], device, blocks)
     if device.type == 'cuda':
         src = data.x[:min(data.x.size(0), 1 << 21)]  # 1 GB of rows.
         dst = torch.empty_like(src, device=device)
@@ -263,6 +289,27 @@ def bounds(loader, data, device: torch.device, num: int) -> Dict:
             time.perf_counter() - start)
         del dst
     log(f'bounds: {json.dumps(out)}')
+    return out
+
+
+def gather_by_blocks(store, nodes: List[torch.Tensor], device: torch.device,
+                     blocks: Sequence[Optional[int]]) -> Dict[str, float]:
+    r"""Ms per batch of :obj:`store.gather` over :obj:`nodes` with each
+    number of thread blocks (the store's own setting restored after)."""
+    own = store.gather_blocks
+    out = {}
+    try:
+        for b in blocks:
+            store.gather_blocks = b
+            store.gather(nodes[0])
+            sync(device)
+            start = time.perf_counter()
+            for n in nodes:
+                store.gather(n)
+            sync(device)
+            out[str(b)] = 1e3 * (time.perf_counter() - start) / len(nodes)
+    finally:
+        store.gather_blocks = own
     return out
 
 
@@ -324,6 +371,397 @@ def pyg_baseline(data, topology, args, device: torch.device) -> Dict:
     return res
 
 
+# Several GPUs ################################################################
+
+#: Modes timed with ``--gpus N`` (offload under DDP is not benchmarked yet).
+MULTI_MODES = ('eager', 'trim', 'compiled')
+#: GPU kernels by what they do (substrings of their names), for the profile.
+KERNEL_KINDS = (
+    ('features', ('gather_rows', )),
+    ('sampling', ('sample_hop', 'draw_neighbors', 'hash_', 'claim_kernel',
+                  'seed_assign', 'mark_kernel', 'assign_block',
+                  'advance_blocks', 'finish_counts', 'resolve_kernel',
+                  'reset_kernel', 'compact_kernel')),
+    ('allreduce', ('nccl', )),
+    ('copies', ('Memcpy', 'Memset')),
+)
+
+
+def shared_features(args, device: torch.device) -> Dict[str, Any]:
+    r"""The features once per machine: a file in :obj:`--shm-dir` that every
+    rank maps (:func:`torch.from_file`); drawn on :obj:`device` unless a
+    complete file of the same sizes is there from an earlier run."""
+    n, f = args.num_nodes, args.num_features
+    folder = Path(args.shm_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = f'papers_like_x_n{n}_f{f}_s0_{device.type}'
+    path, done = folder / f'{key}.bin', folder / f'{key}.done'
+    info: Dict[str, Any] = {'path': str(path), 'gb': n * f * 4 / 1e9}
+    start = time.perf_counter()
+    info['reused'] = done.exists() and path.exists() and \
+        path.stat().st_size == n * f * 4
+    if not info['reused']:
+        done.unlink(missing_ok=True)
+        x = torch.from_file(str(path), shared=True, size=n * f,
+                            dtype=torch.float32).view(n, f)
+        papers_like_features(n, f, device, out=x, progress=True)
+        del x
+        done.write_text('')
+    info['seconds'] = time.perf_counter() - start
+    return info
+
+
+def map_features(path: str, n: int, f: int,
+                 device: torch.device) -> torch.Tensor:
+    r"""This rank's view of the shared features, pinned in place on CUDA."""
+    x = torch.from_file(path, shared=True, size=n * f,
+                        dtype=torch.float32).view(n, f)
+    if device.type == 'cuda':
+        from pyg_orch.multigpu.peer_memory import register_pinned
+        register_pinned(x)
+    return x
+
+
+def all_agree(flag: bool) -> bool:
+    r"""Whether :obj:`flag` holds on some rank (every rank gets the same
+    answer, so all ranks take the same branch)."""
+    import torch.distributed as dist
+    flags = [None] * dist.get_world_size()
+    dist.all_gather_object(flags, bool(flag))
+    return any(flags)
+
+
+def ddp_epoch(loader, step: Callable[[Any], None], device: torch.device,
+              limit: Optional[int] = None) -> Dict:
+    r"""One pass over the loader (or :obj:`limit` batches) on every rank,
+    between barriers; the host's time in the loader and in the step."""
+    import torch.distributed as dist
+    sync(device)
+    dist.barrier()
+    n, load_s, step_s = 0, 0.0, 0.0
+    start = time.perf_counter()
+    it = iter(loader)
+    while n != limit:
+        t = time.perf_counter()
+        batch = next(it, None)
+        if batch is None:
+            break
+        t1 = time.perf_counter()
+        step(batch)
+        step_s += time.perf_counter() - t1
+        load_s += t1 - t
+        n += 1
+    sync(device)
+    dist.barrier()
+    sec = time.perf_counter() - start
+    return {'seconds': sec, 'batches': n, 'batches_per_epoch': len(loader),
+            'complete': n == len(loader),
+            'ms_per_batch': 1e3 * sec / max(n, 1),
+            'host_loader_ms_per_batch': 1e3 * load_s / max(n, 1),
+            'host_step_ms_per_batch': 1e3 * step_s / max(n, 1)}
+
+
+def kernel_profile(loader, step: Callable[[Any], None],
+                   device: torch.device, num: int) -> Dict:
+    r"""GPU kernel time per batch over :obj:`num` training batches, by kind
+    (:obj:`KERNEL_KINDS`) and for the costliest kernels."""
+    from torch.profiler import ProfilerActivity, profile
+    it = iter(loader)
+    step(next(it))
+    sync(device)
+    with profile(activities=[ProfilerActivity.CPU,
+                             ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(num):
+            step(next(it))
+        sync(device)
+        wall = time.perf_counter() - start
+    del it
+    kinds: Dict[str, float] = {}
+    kernels = []
+    for evt in prof.key_averages():
+        us = getattr(evt, 'self_device_time_total', None)
+        if us is None:
+            us = getattr(evt, 'self_cuda_time_total', 0)
+        if not us or str(getattr(evt, 'device_type', '')).split('.')[-1] \
+                != 'CUDA':
+            continue
+        kind = next((k for k, keys in KERNEL_KINDS
+                     if any(key in evt.key for key in keys)), 'model')
+        kinds[kind] = kinds.get(kind, 0.0) + us / 1e3 / num
+        kernels.append((us / 1e3 / num, evt.count / num, kind,
+                        evt.key[:90]))
+    kernels.sort(reverse=True)
+    return {'batches': num, 'wall_ms_per_batch': 1e3 * wall / num,
+            'gpu_ms_per_batch_by_kind': kinds,
+            'top_kernels': [dict(ms_per_batch=k[0], calls_per_batch=k[1],
+                                 kind=k[2], name=k[3])
+                            for k in kernels[:15]]}
+
+
+def ddp_mode(mode: str, loader, args, device: torch.device) -> Dict:
+    r"""Warm-up batches, then one epoch of DDP training in :obj:`mode`
+    (and the kernel profile of :obj:`--profile-batches` more batches)."""
+    from torch.nn.parallel import DistributedDataParallel
+    model = make_model(args, device)
+    ddp = DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == 'cuda' else None)
+    compiled = mode == 'compiled'
+    opt = adam(ddp.parameters(), fused=compiled and device.type == 'cuda')
+    net = compile_model(ddp, 'default') if compiled else ddp
+    trim = mode != 'eager'
+
+    def step(b):
+        train_step(net, opt, b, trim)
+
+    if device.type == 'cuda':
+        torch.cuda.reset_peak_memory_stats(device)
+    reset_host_peak()
+    start = time.perf_counter()
+    warm = ddp_epoch(loader, step, device, limit=args.warmup)
+    res: Dict[str, Any] = {'trim': trim, 'compiled': compiled,
+                           'fused_adam': compiled and device.type == 'cuda',
+                           'warmup': dict(warm, wall_s=time.perf_counter() -
+                                          start)}
+    loader.reset_stats()
+    res['epoch'] = ddp_epoch(loader, step, device, limit=args.max_batches)
+    res['epoch_s'] = res['epoch']['seconds'] if res['epoch']['complete'] \
+        else res['epoch']['seconds'] * len(loader) / res['epoch']['batches']
+    st = loader.stats()
+    res['loader'] = {'stages_ms_per_batch': {
+        k: v.get('ms_per_batch') for k, v in st['stages'].items()},
+        'features': st['features'],
+        'topology_reads': st.get('topology_reads')}
+    res['gpu_memory'] = gpu_memory(device)
+    res['host_memory'] = host_memory()
+    if args.profile_batches > 0:
+        res['profile'] = kernel_profile(loader, step, device,
+                                        args.profile_batches)
+    del net, ddp, model, opt
+    return res
+
+
+def run_modes(loader, args, device: torch.device, t0: float,
+              name: str) -> Dict[str, Any]:
+    r"""Every mode of :obj:`--modes` once over :obj:`loader` (those that
+    would start past :obj:`--time-budget-s` skipped on every rank)."""
+    import torch.distributed as dist
+    out: Dict[str, Any] = {}
+    for mode in [m for m in args.modes.split(',') if m]:
+        if all_agree(time.perf_counter() - t0 > args.time_budget_s):
+            out[mode] = {'error': 'skipped: budget'}
+            continue
+        out[mode] = r = ddp_mode(mode, loader, args, device)
+        if dist.get_rank() == 0:
+            log(f"{name}/{mode}: epoch {r['epoch_s']:.2f} s, "
+                f"{r['epoch']['ms_per_batch']:.2f} ms per batch")
+        gc.collect()
+    return out
+
+
+def faster_blocks(bounds_: Dict) -> Optional[Dict[str, Optional[int]]]:
+    r"""The gather's number of thread blocks (:obj:`None`: no cap) that
+    beat the store's own setting by over 10% alone, as
+    :obj:`{'gather_blocks': ...}`; :obj:`None` if none did."""
+    ms = bounds_.get('gather_ms_by_blocks')
+    if not ms:
+        return None
+    own = str(bounds_.get('gather_blocks'))
+    best = min(ms, key=ms.get)
+    if best == own or own not in ms or ms[best] > 0.9 * ms[own]:
+        return None
+    return {'gather_blocks': None if best == 'None' else int(best)}
+
+
+def rank_main(rank: int, world: int, args, feat: Dict, node_data,
+              out_dir: str) -> None:
+    r"""One rank of :func:`run_multi`: writes its results as JSON."""
+    from torch_geometric.data import Data
+
+    from pyg_orch.multigpu import (
+        MULTICAST_OFF_ENV,
+        destroy_distributed,
+        init_distributed,
+        rank_input_nodes,
+    )
+    os.environ.update(MULTICAST_OFF_ENV)
+    os.environ['LOCAL_WORLD_SIZE'] = str(world)
+    t0 = time.perf_counter()
+    device = init_distributed(
+        device=torch.device('cuda', rank) if args.device == 'cuda' else
+        'cpu', rank=rank, world_size=world, master_port=args.port)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    res: Dict[str, Any] = {'rank': rank, 'setup': {}, 'placements': {}}
+    setup = res['setup']
+    start = time.perf_counter()
+    x = map_features(feat['path'], args.num_nodes, args.num_features, device)
+    setup['map_and_pin_s'] = time.perf_counter() - start
+    start = time.perf_counter()
+    kw = dict(num_nodes=args.num_nodes, num_edges=args.num_edges,
+              exponent=args.exponent, device=device,
+              cache_dir=args.cache_dir)
+    import torch.distributed as dist
+    if args.cache_dir is not None and rank > 0:
+        dist.barrier()  # Rank 0 writes the disk cache first.
+    topo = papers_like_topology(**kw)
+    if args.cache_dir is not None and rank == 0:
+        dist.barrier()
+    sync(device)
+    setup['topology_s'] = time.perf_counter() - start
+    data = Data(x=x, y=node_data.y, train_mask=node_data.train_mask,
+                num_nodes=args.num_nodes)
+    seeds = rank_input_nodes(data.train_mask, rank, world, seed=0)
+    setup['seeds'] = int(seeds.numel())
+    setup['host_memory'] = host_memory()
+    placements = [p for p in args.placements.split(',') if p]
+    for i, placement in enumerate(placements):
+        if all_agree(time.perf_counter() - t0 > args.time_budget_s):
+            res['placements'][placement] = {'error': 'skipped: budget'}
+            continue
+        out: Dict[str, Any] = {}
+        res['placements'][placement] = out
+        sync(device)
+        dist.barrier()
+        start = time.perf_counter()
+        loader = HybridNeighborLoader(
+            data, args.fanout, input_nodes=seeds, batch_size=args.batch_size,
+            shuffle=True, device=device, topology=topo,
+            placement=PlacementOptions(topology=placement), seed=rank)
+        sync(device)
+        out['build_s'] = time.perf_counter() - start
+        out['batches_per_epoch'] = len(loader)
+        st = loader.stats()
+        out['memory'] = st['memory']
+        out['build_stages_s'] = {k: v['total_s']
+                                 for k, v in st['stages'].items()}
+        if i == len(placements) - 1:  # The loader holds what it needs.
+            del topo
+            gc.collect()
+            if device.type == 'cuda':
+                torch.cuda.empty_cache()
+        if rank == 0:
+            log(f'{placement}: loader built in {out["build_s"]:.1f} s')
+        blocks = ()
+        if device.type == 'cuda' and args.gather_sweep:
+            sms = torch.cuda.get_device_properties(
+                device).multi_processor_count
+            blocks = (max(sms // 2, 1), 2 * sms, 4 * sms, 8 * sms, None)
+        try:
+            out['bounds'] = bounds(loader, data, device, args.bound_batches,
+                                   blocks)
+        except Exception as e:
+            out['bounds'] = {'error': f'{type(e).__name__}: {e}'}
+        out['modes'] = run_modes(loader, args, device, t0, placement)
+        # Rank 0's choice on every rank (each rank timed its own):
+        best = [None] * world
+        dist.all_gather_object(best, faster_blocks(out['bounds']))
+        if best[0] is not None:
+            blocks_ = best[0]['gather_blocks']
+            loader.feature_store.gather_blocks = blocks_
+            out['tuned'] = {'gather_blocks': blocks_, 'modes': run_modes(
+                loader, args, device, t0, f'{placement}+blocks{blocks_}')}
+        del loader
+        gc.collect()
+        if device.type == 'cuda':
+            torch.cuda.empty_cache()
+    res['wall_s'] = time.perf_counter() - t0
+    with open(os.path.join(out_dir, f'rank{rank}.json'), 'w') as f:
+        json.dump(res, f, default=str)
+    destroy_distributed()
+
+
+def summarize_multi(ranks: List[Dict]) -> Dict:
+    r"""Per placement and mode: the epoch (the slowest rank's), memory per
+    rank, and sharded over replicated."""
+    out: Dict[str, Any] = {}
+    for placement, p0 in ranks[0]['placements'].items():
+        for mode, m0 in p0.get('modes', {}).items():
+            if 'epoch_s' not in m0:
+                continue
+            per = [r['placements'][placement]['modes'][mode] for r in ranks]
+            out[f'{placement}/{mode}'] = {
+                'epoch_s': max(m['epoch_s'] for m in per),
+                'ms_per_batch': max(m['epoch']['ms_per_batch']
+                                    for m in per),
+                'build_s': max(r['placements'][placement]['build_s']
+                               for r in ranks),
+                'peak_gpu_allocated_gb': [
+                    m['gpu_memory'].get('peak_allocated_gb') for m in per],
+                'peak_gpu_reserved_gb': [
+                    m['gpu_memory'].get('peak_reserved_gb') for m in per],
+                'rss_peak_gb': [m['host_memory'].get('rss_peak_gb')
+                                for m in per],
+                'rss_anon_gb': [m['host_memory'].get('rss_anon_gb')
+                                for m in per],
+                'rss_shmem_gb': [m['host_memory'].get('rss_shmem_gb')
+                                 for m in per],
+                'system_used_gb': per[0]['host_memory'].get(
+                    'system_used_gb'),
+            }
+    for placement, p0 in ranks[0]['placements'].items():
+        tuned = p0.get('tuned')
+        for mode, m0 in (tuned or {}).get('modes', {}).items():
+            if 'epoch_s' not in m0:
+                continue
+            per = [r['placements'][placement]['tuned']['modes'][mode]
+                   for r in ranks]
+            out[f"{placement}+blocks{tuned['gather_blocks']}/{mode}"] = {
+                'epoch_s': max(m['epoch_s'] for m in per),
+                'ms_per_batch': max(m['epoch']['ms_per_batch']
+                                    for m in per)}
+    for mode in MULTI_MODES:
+        a, b = out.get(f'device/{mode}'), out.get(f'sharded/{mode}')
+        if a and b:
+            out[f'sharded_over_replicated_speed/{mode}'] = \
+                a['epoch_s'] / b['epoch_s']
+    return out
+
+
+def run_multi(args) -> Dict:
+    r"""The whole-epoch benchmark over :obj:`--gpus` processes of one
+    machine (one per GPU), results in one JSON."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from pyg_orch.multigpu import MULTICAST_OFF_ENV
+    os.environ.update(MULTICAST_OFF_ENV)
+    t0 = time.perf_counter()
+    device = torch.device(args.device, 0) if args.device == 'cuda' else \
+        torch.device('cpu')
+    res: Dict[str, Any] = {'machine': machine_info(), 'config': vars(args),
+                           'date': datetime.date.today().isoformat()}
+    out = args.out or (f"benchmarks/results/epoch_scale_{args.gpus}gpu_"
+                       f"{res['date']}{'_' + args.tag if args.tag else ''}"
+                       ".json")
+    gen: Dict[str, Any] = {}
+    res['generate'] = gen
+    gen['features'] = shared_features(args, device)
+    log(f"features: {json.dumps(gen['features'])}")
+    start = time.perf_counter()
+    node_data = papers_like_node_data(args.num_nodes, 0, args.num_classes,
+                                      args.num_train)
+    for key in ('y', 'train_mask'):
+        node_data[key].share_memory_()
+    gen['node_data_s'] = time.perf_counter() - start
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
+    gen['host_memory'] = host_memory()
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(rank_main, args=(args.gpus, args, gen['features'],
+                                  node_data, tmp), nprocs=args.gpus,
+                 join=True)
+        res['ranks'] = [json.load(open(os.path.join(tmp, f'rank{r}.json')))
+                        for r in range(args.gpus)]
+    res['summary'] = summarize_multi(res['ranks'])
+    res['wall_s'] = time.perf_counter() - t0
+    log(json.dumps(res['summary'], indent=1))
+    write_report(res, out)
+    if os.environ.get('OUT'):
+        write_report(res, Path(os.environ['OUT'], Path(out).name))
+    return res
+
+
 # Main ########################################################################
 
 
@@ -347,8 +785,31 @@ def parse_args(argv=None):
     p.add_argument('--fanout', type=int_list, default=[15, 10, 5])
     p.add_argument('--batch-size', type=int, default=1024)
     p.add_argument('--hidden', type=int, default=256)
-    p.add_argument('--modes', default=','.join(MODES),
-                   help=f"comma-separated, of {', '.join(MODES)}")
+    p.add_argument('--modes', default=None,
+                   help=f"comma-separated, of {', '.join(MODES)} (default: "
+                   f"all; with --gpus > 1, of {', '.join(MULTI_MODES)}, "
+                   "default trim,compiled)")
+    p.add_argument('--gpus', type=int, default=1,
+                   help='processes (GPUs) of this machine, with DDP')
+    p.add_argument('--placements', default='device,sharded',
+                   help="with --gpus > 1: comma-separated topology "
+                   "placements, 'device' (replicated) and 'sharded'")
+    p.add_argument('--shm-dir', default='/dev/shm/pyg_orch',
+                   help='with --gpus > 1: where the shared features file '
+                   'lives (tmpfs; kept for later runs on this machine)')
+    p.add_argument('--profile-batches', type=int, default=20,
+                   help='with --gpus > 1: batches profiled after each '
+                   'epoch (0: none)')
+    p.add_argument('--max-batches', type=int, default=None,
+                   help='with --gpus > 1: stop each epoch after this many '
+                   'batches and project it')
+    p.add_argument('--no-gather-sweep', dest='gather_sweep',
+                   action='store_false',
+                   help='with --gpus > 1: skip timing the feature gather '
+                   'with other numbers of thread blocks (and the modes '
+                   'again with a faster one)')
+    p.add_argument('--port', type=int, default=29650,
+                   help='with --gpus > 1: the process group\'s port')
     p.add_argument('--warmup', type=int, default=20,
                    help='batches before each timed epoch')
     p.add_argument('--epoch-budget-s', type=float, default=120.0,
@@ -370,12 +831,29 @@ def parse_args(argv=None):
     for k, v in SCALES[args.scale].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    unknown = set(args.modes.split(',')) - set(MODES) - {''}
+    allowed = MODES if args.gpus == 1 else MULTI_MODES
+    if args.modes is None:
+        args.modes = ','.join(allowed if args.gpus == 1 else
+                              ('trim', 'compiled'))
+    if args.gpus > 1 and 'offload' in args.modes.split(','):
+        p.error('--modes offload is not implemented with --gpus > 1 (DDP); '
+                f'use {", ".join(MULTI_MODES)}')
+    unknown = set(args.modes.split(',')) - set(allowed) - {''}
     if unknown:
-        p.error(f"unknown --modes {sorted(unknown)} (expected {MODES})")
+        p.error(f"unknown --modes {sorted(unknown)} (expected {allowed}"
+                f"{' with --gpus > 1' if args.gpus > 1 else ''})")
     if args.device == 'cuda' and not torch.cuda.is_available():
         p.error('--device cuda, but CUDA is not available (use --device '
                 'cpu with --scale tiny)')
+    if args.gpus < 1 or (args.device == 'cuda' and args.gpus >
+                         max(torch.cuda.device_count(), 1)):
+        p.error(f"--gpus must be an integer >= 1, at most the "
+                f"{torch.cuda.device_count()} CUDA devices with --device "
+                f"cuda (got {args.gpus})")
+    bad = set(args.placements.split(',')) - {'device', 'sharded', ''}
+    if bad:
+        p.error(f"unknown --placements {sorted(bad)} (expected 'device' "
+                f"and/or 'sharded')")
     return args
 
 
@@ -441,6 +919,8 @@ def summarize(res: Dict) -> None:
 
 def main(argv=None) -> Dict:
     args = parse_args(argv)
+    if args.gpus > 1:
+        return run_multi(args)
     t0 = time.perf_counter()
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True

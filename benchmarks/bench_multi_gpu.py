@@ -161,6 +161,15 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
     mine = seeds.view(world, -1)[rank]  # Equal counts on every rank.
     res = {'rank': rank, 'world': world, 'configs': {}}
     x_gpu = y_gpu = ei_gpu = None
+    if not data.x.is_pinned():
+        # The parent's shared features, pinned in place: every feature
+        # store reads them there (a store would copy unpinned rows into
+        # pinned memory: 51 GB per rank and per configuration at --scale).
+        from pyg_orch.multigpu.peer_memory import register_pinned
+        t = time.perf_counter()
+        register_pinned(data.x)
+        res['pin_s'] = time.perf_counter() - t
+    topo = None  # Built once from edge_index, shared by the loaders.
 
     for name, placement, feats in _configs(world, args.scale):
         torch.cuda.reset_peak_memory_stats(dev)
@@ -183,8 +192,13 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
             d, fanout, input_nodes=mine, batch_size=args.batch_size,
             shuffle=False, device=dev,
             placement=PlacementOptions(topology=placement), cache=cache,
-            seed=rank, lookahead=True)
+            seed=rank, lookahead=True,
+            topology=topo if feats != 'gpu' else None)
         build_s = time.perf_counter() - t
+        if topo is None and feats != 'gpu' and \
+                not loader.topology.is_sharded:
+            topo = loader.topology
+        log(f'rank {rank}: {name}: loader built in {build_s:.1f}s')
         model = GraphSAGE(F, args.hidden, len(fanout),
                           int(data.y.max()) + 1).to(dev)
         ddp = DistributedDataParallel(model, device_ids=[rank])

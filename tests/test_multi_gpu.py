@@ -101,3 +101,51 @@ def test_two_gpu_sharded_loader_equals_one_gpu_loader(features):
         assert reads['replicated'] > 0
         if features == 'host':
             assert feats['peer_rows'] > 0 and feats['cache_rows'] > 0
+
+
+def _pinned_in_place(rank, world_size, path):
+    # One shared-memory file, mapped and registered by every rank: the
+    # sharded store reads it in place (no second host copy) and serves the
+    # same rows.
+    from pyg_orch.multigpu import PeerGroup
+    from pyg_orch.multigpu.peer_memory import register_pinned
+    from pyg_orch.multigpu.sharded_features import ShardedFeatureStore
+
+    torch.cuda.set_device(rank)
+    x = torch.from_file(path, shared=True, size=5000 * 16,
+                        dtype=torch.float32).view(5000, 16)
+    register_pinned(x)
+    store = ShardedFeatureStore(x, PeerGroup(device=torch.device('cuda',
+                                                                 rank)),
+                                hotness=torch.arange(5000.0),
+                                gpu_memory_budget=500 * 16 * 4)
+    gen = torch.Generator().manual_seed(rank)
+    index = torch.randint(0, 5000, (2000, ), generator=gen)
+    same = torch.equal(store.gather(index.cuda()).cpu(), x[index])
+    stats = store.stats
+    return (same, store.host.data_ptr() == x.data_ptr(), stats.host_rows,
+            stats.peer_rows)
+
+
+def test_two_gpu_sharded_store_reads_pinned_rows_in_place():
+    import os
+    import tempfile
+    if not os.path.isdir('/dev/shm'):
+        pytest.skip('needs /dev/shm (CUDA pins tmpfs files, not disk files)')
+    folder = tempfile.mkdtemp(dir='/dev/shm')
+    path = os.path.join(folder, 'x.bin')
+    try:
+        x = torch.from_file(path, shared=True, size=5000 * 16,
+                            dtype=torch.float32)
+        x.copy_(torch.randn(5000 * 16,
+                            generator=torch.Generator().manual_seed(1)))
+        out = run_workers(_pinned_in_place, 2, args=(path, ),
+                          backend='nccl', start_method='spawn',
+                          env=MULTICAST_OFF_ENV, timeout=300)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+        os.rmdir(folder)
+    for same, in_place, host_rows, peer_rows in out:
+        assert same and in_place
+        assert host_rows > 0 and peer_rows > 0

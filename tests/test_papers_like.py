@@ -5,7 +5,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.datasets import papers_like_graph, papers_like_topology
+from pyg_orch.datasets import (
+    papers_like_features,
+    papers_like_graph,
+    papers_like_node_data,
+    papers_like_topology,
+)
 from pyg_orch.sampling.topology import CSCTopology, GraphTopology
 
 N, E = 3000, 40_000
@@ -191,6 +196,25 @@ def test_bad_num_train():
         papers_like_graph(10, 10, num_features=0, num_train=11)
 
 
+def test_features_equal_node_data_and_fill_out():
+    x = papers_like_node_data(500, 6, num_train=10, seed=3).x
+    assert torch.equal(papers_like_features(500, 6, seed=3), x)
+    assert not torch.equal(papers_like_features(500, 6, seed=4), x)
+    out = torch.full((500, 6), float('nan'))
+    res = papers_like_features(500, 6, seed=3, out=out)
+    assert res.data_ptr() == out.data_ptr() and torch.equal(out, x)
+
+
+@pytest.mark.parametrize('out, match', [
+    (torch.zeros(500, 5), r'shape \(500, 6\) \(got shape \(500, 5\)'),
+    (torch.zeros(500, 6, dtype=torch.float64), 'dtype torch.float64'),
+    ([0.0], r"'out' must be a float32 CPU tensor .* \(got list\)"),
+])
+def test_features_bad_out(out, match):
+    with pytest.raises(ValueError, match=match):
+        papers_like_features(500, 6, out=out)
+
+
 # benchmarks/bench_epoch_scale.py on the CPU, at a tiny size ################
 
 
@@ -238,3 +262,68 @@ def test_bench_epoch_scale_projects_a_cut_epoch(bench):
 def test_bench_epoch_scale_bad_mode(bench):
     with pytest.raises(SystemExit):
         bench.parse_args(['--modes', 'eager,fast', '--device', 'cpu'])
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def test_bench_epoch_scale_shared_features_are_reused(bench, tmp_path):
+    args = bench.parse_args(['--scale', 'tiny', '--nodes', '300',
+                             '--num-features', '4', '--device', 'cpu',
+                             '--shm-dir', str(tmp_path)])
+    first = bench.shared_features(args, torch.device('cpu'))
+    second = bench.shared_features(args, torch.device('cpu'))
+    assert not first['reused'] and second['reused']
+    x = bench.map_features(first['path'], 300, 4, torch.device('cpu'))
+    assert torch.equal(x, papers_like_features(300, 4))
+
+
+def test_bench_epoch_scale_two_ranks(bench, tmp_path):
+    # Two CPU ranks (gloo): replicated and sharded topology, one epoch
+    # each, every training seed once across the ranks.
+    res = bench.main([
+        '--gpus', '2', '--device', 'cpu', '--scale', 'tiny', '--nodes',
+        '2000', '--edges', '10000', '--train', '256', '--batch-size', '64',
+        '--hidden', '8', '--fanout', '3,2,1', '--num-features', '8',
+        '--modes', 'trim', '--warmup', '1', '--bound-batches', '2',
+        '--profile-batches', '1', '--shm-dir', str(tmp_path / 'shm'),
+        '--port', str(_free_port()), '--out', str(tmp_path / 'r.json')
+    ])
+    assert (tmp_path / 'r.json').exists()
+    assert sum(r['setup']['seeds'] for r in res['ranks']) == 256
+    for placement in ('device', 'sharded'):
+        for r in res['ranks']:
+            epoch = r['placements'][placement]['modes']['trim']['epoch']
+            assert epoch['complete'] and epoch['batches'] == 2
+        assert res['summary'][f'{placement}/trim']['epoch_s'] > 0
+    assert 'sharded_over_replicated_speed/trim' in res['summary']
+
+
+def test_bench_epoch_scale_bad_multi_gpu_args(bench):
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--gpus', '2', '--modes', 'offload', '--device',
+                          'cpu'])
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--gpus', '2', '--placements', 'host', '--device',
+                          'cpu'])
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--gpus', '0', '--device', 'cpu'])
+
+
+def test_bench_epoch_scale_faster_blocks(bench):
+    ms = {'66': 4.0, '264': 2.0, '528': 1.9, 'None': 1.95}
+    assert bench.faster_blocks({'gather_blocks': 66,
+                                'gather_ms_by_blocks': ms}) == \
+        {'gather_blocks': 528}
+    ms['None'] = 1.0
+    assert bench.faster_blocks({'gather_blocks': 66,
+                                'gather_ms_by_blocks': ms}) == \
+        {'gather_blocks': None}
+    # Within 10% of the store's own setting, or no sweep: keep it.
+    assert bench.faster_blocks({'gather_blocks': 66, 'gather_ms_by_blocks':
+                                {'66': 1.0, '264': 0.95}}) is None
+    assert bench.faster_blocks({'gather_ms_per_batch': 1.0}) is None

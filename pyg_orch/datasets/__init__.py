@@ -4,6 +4,7 @@ readers for raw files."""
 from .musae import read_musae
 from .papers_like import (
     PAPERS100M,
+    papers_like_features,
     papers_like_graph,
     papers_like_node_data,
     papers_like_topology,
@@ -13,6 +14,7 @@ from .structural import structural_features
 
 __all__ = [
     'PAPERS100M',
+    'papers_like_features',
     'papers_like_graph',
     'papers_like_node_data',
     'papers_like_topology',

@@ -20,6 +20,7 @@ from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = [
     'PAPERS100M',
+    'papers_like_features',
     'papers_like_graph',
     'papers_like_node_data',
     'papers_like_topology',
@@ -378,18 +379,64 @@ def papers_like_graph(
     return data, topology
 
 
+def papers_like_features(
+    num_nodes: int = PAPERS100M['num_nodes'],
+    num_features: int = PAPERS100M['num_features'],
+    device: Union[torch.device, str] = 'cpu',
+    seed: int = 0,
+    out: Optional[Tensor] = None,
+    progress: bool = False,
+) -> Tensor:
+    r"""The features :obj:`x` of :func:`papers_like_node_data` for the same
+    :obj:`seed` and device type: standard normal :obj:`float32` rows in
+    host memory, drawn on :obj:`device` in chunks.
+
+    Args:
+        num_nodes (int): The number of rows. (default: :obj:`111_059_956`)
+        num_features (int): The number of columns. (default: :obj:`128`)
+        device (torch.device or str): Where the rows are drawn.
+            (default: :obj:`'cpu'`)
+        seed (int): The random seed of :func:`papers_like_node_data`.
+            (default: :obj:`0`)
+        out (torch.Tensor, optional): A :obj:`float32` CPU tensor of shape
+            :obj:`[num_nodes, num_features]` to write into, e.g. a mapping
+            of a shared-memory file that several processes read (see
+            :func:`torch.from_file`); else a new tensor, pinned when
+            :obj:`device` is CUDA.
+        progress (bool): Show a :mod:`tqdm` progress bar.
+            (default: :obj:`False`)
+    """
+    num_nodes = check_int('num_nodes', num_nodes, 1)
+    num_features = check_int('num_features', num_features, 0)
+    seed = check_int('seed', seed, 0)
+    device = resolve_device(device, 'device', default='cpu')
+    if out is not None:
+        shape = (num_nodes, num_features)
+        if (not isinstance(out, Tensor) or out.dtype != torch.float32
+                or out.device.type != 'cpu' or tuple(out.shape) != shape):
+            got = (f'{type(out).__name__}' if not isinstance(out, Tensor)
+                   else f'shape {tuple(out.shape)}, dtype {out.dtype} on '
+                   f'{out.device}')
+            raise ValueError(f"'out' must be a float32 CPU tensor of shape "
+                             f"{shape} (got {got})")
+    return _random_features(num_nodes, num_features, device, seed + 2,
+                            progress, out=out)
+
+
 def _random_features(num_nodes: int, num_features: int,
-                    device: Union[torch.device, str] = 'cpu', seed: int = 0,
-                    progress: bool = False,
-                    chunk_rows: int = 1 << 22) -> Tensor:
+                     device: Union[torch.device, str] = 'cpu', seed: int = 0,
+                     progress: bool = False, chunk_rows: int = 1 << 22,
+                     out: Optional[Tensor] = None) -> Tensor:
     r"""Standard normal :obj:`float32` features of shape
-    :obj:`[num_nodes, num_features]` in host memory, drawn on
-    :obj:`device` in chunks of rows (pinned when :obj:`device` is CUDA)."""
+    :obj:`[num_nodes, num_features]` in host memory (:obj:`out` if given),
+    drawn on :obj:`device` in chunks of rows (pinned when :obj:`device` is
+    CUDA)."""
     from tqdm.auto import tqdm
 
     device = torch.device(device)
-    x = torch.empty((num_nodes, num_features), dtype=torch.float32,
-                    pin_memory=device.type == 'cuda')
+    x = out if out is not None else torch.empty(
+        (num_nodes, num_features), dtype=torch.float32,
+        pin_memory=device.type == 'cuda')
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     for start in tqdm(range(0, num_nodes, chunk_rows), desc='features',

@@ -21,7 +21,10 @@ class ShardedFeatureStore(TieredFeatureStore):
 
     Args:
         x (torch.Tensor): The features, :obj:`[num_nodes, width]`, on the
-            CPU; only local rank 0's copy is read (into shared memory).
+            CPU; only local rank 0's copy is read (into shared memory),
+            unless every rank's :obj:`x` is pinned (then each reads its own
+            in place, e.g. one shared-memory file that every rank maps and
+            registers).
         peers (PeerGroup): The machine's processes.
         hotness (torch.Tensor, optional): This rank's score per node (e.g.
             access counts from pre-sampling).
@@ -29,13 +32,20 @@ class ShardedFeatureStore(TieredFeatureStore):
             per GPU (or a fraction of free memory, or :obj:`'auto'`).
         cache_ratio (float, optional): Cache this fraction of all rows on
             the machine (capped by the budgets).
+        gather_blocks (int or str, optional): Thread blocks of the gather
+            kernel (as in :class:`~pyg_orch.gpu.TieredFeatureStore`).
+            Reads from peers' caches wait on the link's latency and need
+            many rows in flight, so the grid is not capped by default
+            (:obj:`None`; one GPU's store caps it at half the
+            multiprocessors, :obj:`'auto'`).
         **kwargs: Further arguments of
             :class:`~pyg_orch.gpu.TieredFeatureStore`.
     """
     def __init__(self, x: Tensor, peers: PeerGroup,
                  hotness: Optional[Tensor] = None,
                  gpu_memory_budget: Union[None, int, float, str] = 'auto',
-                 cache_ratio: Optional[float] = None, **kwargs):
+                 cache_ratio: Optional[float] = None,
+                 gather_blocks: Union[None, int, str] = None, **kwargs):
         self.peers = peers
         if hotness is not None:
             hotness = peers.all_reduce_sum(hotness.cpu().to(torch.float64))
@@ -47,7 +57,8 @@ class ShardedFeatureStore(TieredFeatureStore):
             cache_ratio = cache_ratio / peers.world_size
         super().__init__(x, peers.device, hotness=hotness,
                          gpu_memory_budget=gpu_memory_budget,
-                         cache_ratio=cache_ratio, **kwargs)
+                         cache_ratio=cache_ratio,
+                         gather_blocks=gather_blocks, **kwargs)
 
     can_set_cached_nodes = True
 
@@ -58,6 +69,12 @@ class ShardedFeatureStore(TieredFeatureStore):
     def _host_rows(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 2:
             raise ValueError("'x' must be a 2-dimensional feature tensor")
+        # Rows every rank holds pinned already (e.g. one shared-memory
+        # file, registered by each rank) are read in place: no second copy.
+        pinned = self.peers.device.type == 'cuda' and not x.is_cuda \
+            and x.is_pinned()
+        if all(self.peers.all_gather_object(pinned)):
+            return x
         return self.peers.share_host(x if self.peers.rank == 0 else None,
                                      x.shape, x.dtype)
 

@@ -140,7 +140,10 @@ def _count(draw: Callable[[Tensor], Any], num_inputs: int, batch_size: int,
            num_batches: int, hops: Optional[int],
            generator: Optional[torch.Generator], counts: Dict) -> None:
     # Adds the node counts of `num_batches` batches `draw(index)` over a
-    # shuffled order of the inputs (repeated as needed) to `counts`.
+    # shuffled order of the inputs (repeated as needed) to `counts`,
+    # counted where the batches are: no host array of every node is made
+    # and added per batch (at 111M nodes, 0.9 GB each).
+    found: Dict = {}
     done = 0
     while done < num_batches:
         perm = torch.randperm(num_inputs, generator=generator)
@@ -155,6 +158,12 @@ def _count(draw: Callable[[Tensor], Any], num_inputs: int, batch_size: int,
                 if hops is not None and num is not None and \
                         num.get(t) is not None:
                     node = node[:sum(num[t][:hops])]
-                counts[t] += torch.bincount(node.cpu(),
-                                            minlength=counts[t].numel())
+                node = node.to(torch.int64)
+                if t not in found:
+                    found[t] = torch.zeros(counts[t].numel(),
+                                           dtype=torch.int64,
+                                           device=node.device)
+                found[t].index_add_(0, node, torch.ones_like(node))
             done += 1
+    for t, c in found.items():
+        counts[t] += c.cpu()
