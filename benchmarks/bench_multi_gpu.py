@@ -379,7 +379,7 @@ def main():
     data, res['generate_s'] = _graph(args)
     parts = {}
     for split in filter(None, args.split_by.split(',')):
-        from pyg_orch.core.partitioning import assign_parts, edge_cut
+        from pyg_orch.partition.partitioning import assign_parts, edge_cut
         t = time.perf_counter()
         parts[split] = assign_parts(data.edge_index, args.num_nodes,
                                     args.gpus, split).share_memory_()

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = 'pyg_orch'
 
 # Modules that need Triton to import (and so fail to where it is missing).
-NEEDS_TRITON = {'pyg_orch.gpu.triton_kernels', 'pyg_orch.gpu.hetero_kernels'}
+NEEDS_TRITON = {'pyg_orch.sampling.triton.kernels', 'pyg_orch.sampling.triton.hetero_kernels'}
 
 
 def find_modules(root: Path = REPO, package: str = PACKAGE
@@ -339,10 +339,10 @@ def test_cpu_sampling_never_imports_triton():
             HybridNeighborSampler(data, [3, 2], device='cpu', backend='x')
         loaded = [m for m in sys.modules
                   if (not pyg_triton and m == 'triton')
-                  or m == 'pyg_orch.gpu.triton_backend'
+                  or m == 'pyg_orch.sampling.triton.backend'
                   or m == 'pyg_orch.sampling.draw_backend'
-                  or m == 'pyg_orch.gpu.neighbor_draw'
-                  or m == 'pyg_orch.gpu.triton_kernels']
+                  or m == 'pyg_orch.sampling.triton.neighbor_draw'
+                  or m == 'pyg_orch.sampling.triton.kernels']
         assert not loaded, loaded
     ''')
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -388,14 +388,15 @@ def test_lazy_backend_is_registered_on_demand(monkeypatch):
     import torch
     from torch_geometric.data import Data
 
-    from pyg_orch.core import BackendConfig, GraphTopology
+    from pyg_orch.sampling.interface import BackendConfig
+    from pyg_orch.topology.graph import GraphTopology
     from pyg_orch.sampling import backends
 
     monkeypatch.setattr(backends, '_registered', dict(backends._registered))
     monkeypatch.setattr(backends, '_lazy', dict(backends._lazy))
     backends._registered.pop('triton', None)
     lazy = backends._lazy['triton']
-    assert lazy.target == 'pyg_orch.gpu.triton_backend:TritonBackend'
+    assert lazy.target == 'pyg_orch.sampling.triton.backend:TritonBackend'
     edge_index = torch.randint(0, 50, (2, 200))
     topology = GraphTopology.from_data(Data(edge_index=edge_index,
                                             num_nodes=50))
@@ -409,7 +410,7 @@ def test_lazy_backend_is_registered_on_demand(monkeypatch):
                         backends._Lazy(lazy.target, lambda c: True,
                                        lazy.requirement))
     assert backends.choose_backend('auto', config) == 'torch'
-    from pyg_orch.gpu.triton_backend import TritonBackend
+    from pyg_orch.sampling.triton.backend import TritonBackend
     assert backends._registered['triton'].factory is TritonBackend
     with pytest.raises(ValueError, match="backend='triton' needs a CUDA"):
         backends.choose_backend('triton', config)

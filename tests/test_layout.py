@@ -10,7 +10,7 @@ PACKAGE = REPO / 'pyg_orch'
 LAYOUT = REPO / 'docs' / 'layout.rst'
 
 # A module is named by its path from the repository root, e.g.
-# ``pyg_orch/core/csc.py``; a package by its ``__init__.py``.
+# ``pyg_orch/topology/csc.py``; a package by its ``__init__.py``.
 MODULE_PATH = re.compile(
     r'(?<![\w/.])pyg_orch/(?:[A-Za-z_]\w*/)*[A-Za-z_]\w*\.py\b')
 # Sphinx roles naming a module of the package, e.g. :mod:`pyg_orch.core`.
@@ -35,9 +35,9 @@ def module_exists(dotted: str) -> bool:
 
 
 def test_module_path_pattern():
-    text = ('pyg_orch/core/csc.py  CSC\n   pyg_orch/__init__.py the API\n'
+    text = ('pyg_orch/topology/csc.py  CSC\n   pyg_orch/__init__.py the API\n'
             'not_pyg_orch/x.py, docs/pyg_orch/y.py, pyg_orch/core/ folder')
-    assert named_modules(text) == ['pyg_orch/core/csc.py',
+    assert named_modules(text) == ['pyg_orch/topology/csc.py',
                                    'pyg_orch/__init__.py']
 
 

@@ -6,7 +6,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pyg_orch import HybridNeighborLoader
 from pyg_orch.datasets import papers_like_graph, papers_like_topology
-from pyg_orch.sampling.topology import CSCTopology, GraphTopology
+from pyg_orch.topology.csc import CSCTopology
+from pyg_orch.topology.graph import GraphTopology
 
 N, E = 3000, 40_000
 

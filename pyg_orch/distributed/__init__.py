@@ -7,13 +7,28 @@ per rank of a process group; a part as PyG's remote backend
 (:class:`PartitionFeatureStore`, :class:`PartitionGraphStore`,
 :func:`open_stores`), the :obj:`data` of the hybrid loaders."""
 
-from .build import PartitionInfo, partition_graph
-from .features import DistributedFeatureGather, GatherStats
-from .loader import DistributedNeighborLoader
-from .sampler import DistributedNeighborSampler, SamplingStats
-from .storage import (GraphPartition, PartitionFileError, graph_fingerprint,
-                      load_partition, verify_partition)
-from .stores import PartitionFeatureStore, PartitionGraphStore, open_stores
+from pyg_orch.partition.build import PartitionInfo, partition_graph
+from pyg_orch.features.partition_gather import (
+    DistributedFeatureGather,
+    GatherStats,
+)
+from pyg_orch.loader.distributed import DistributedNeighborLoader
+from pyg_orch.sampling.collective import (
+    DistributedNeighborSampler,
+    SamplingStats,
+)
+from pyg_orch.partition.storage import (
+    GraphPartition,
+    PartitionFileError,
+    graph_fingerprint,
+    load_partition,
+    verify_partition,
+)
+from pyg_orch.features.partition_stores import (
+    PartitionFeatureStore,
+    PartitionGraphStore,
+    open_stores,
+)
 
 __all__ = [
     'DistributedFeatureGather',

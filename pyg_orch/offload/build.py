@@ -20,7 +20,7 @@ from pyg_orch.offload.autotune import (
     StepTimeChooser,
     candidate_ratios,
 )
-from pyg_orch.multigpu.ddp import DistributedSeedSplit
+from pyg_orch.parallel.ddp import DistributedSeedSplit
 from pyg_orch.offload.batch_cache import BatchEmbeddingCache
 from pyg_orch.offload.bottom_layer import (
     BottomLayerComputer,

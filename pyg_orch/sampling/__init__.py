@@ -1,8 +1,8 @@
 r"""Neighbor sampling with vectorized PyTorch ops: the sampler, the sampling
 core, the contract other parts rely on, and the registry of backends."""
-from pyg_orch.core.csc import CSCTopology
-from pyg_orch.core.output import MultiHopOutput
-from pyg_orch.core.topology import GraphTopology
+from pyg_orch.topology.csc import CSCTopology
+from pyg_orch.sampling.output import MultiHopOutput
+from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.sampling.backends import (
     choose_backend,
     register_backend,

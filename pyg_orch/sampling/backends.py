@@ -7,7 +7,7 @@ handle a :class:`~pyg_orch.core.BackendConfig`?) and a :obj:`factory`
 PyTorch path, :obj:`'torch'`, is the reference: it handles every
 configuration and is what :obj:`'auto'` falls back to. The fused Triton
 kernels, :obj:`'triton'`, are declared here by module path only
-(:class:`pyg_orch.gpu.triton_backend.TritonBackend`), and so is
+(:class:`pyg_orch.sampling.triton.backend.TritonBackend`), and so is
 :obj:`'triton_draw'` (the PyTorch path with a Triton kernel per hop's
 draw, :class:`pyg_orch.sampling.draw_backend.TritonDrawBackend`, for what
 the fused kernels do not take): such a module is imported, and the backend
@@ -28,7 +28,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
-from pyg_orch.core.backend import BackendConfig, SamplingBackend
+from pyg_orch.sampling.interface import BackendConfig, SamplingBackend
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.arguments import check_choice
 from pyg_orch.sampling.torch_backend import TorchBackend
@@ -139,7 +139,7 @@ def _cuda_with_triton(config: BackendConfig) -> bool:
 
 register_backend(REFERENCE_BACKEND, TorchBackend.supports, TorchBackend)
 _declare('triton', _Lazy(
-    target='pyg_orch.gpu.triton_backend:TritonBackend',
+    target='pyg_orch.sampling.triton.backend:TritonBackend',
     precondition=_cuda_with_triton,
     requirement='a CUDA device, Triton, and uniform, non-disjoint, '
     'non-induced sampling with fan-outs in [0, 64] (of a homogeneous graph, '

@@ -1,0 +1,1 @@
+"""The Triton sampling path."""
