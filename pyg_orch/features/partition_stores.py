@@ -26,7 +26,7 @@ from torch_geometric.data.feature_store import TensorAttr
 from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
 from pyg_orch.features.partition_gather import DistributedFeatureGather
-from pyg_orch.loader.distributed import open_partition
+from pyg_orch.partition.opening import open_partition
 from pyg_orch.sampling.collective import DistributedNeighborSampler
 from pyg_orch.partition.storage import GraphPartition
 
@@ -379,7 +379,7 @@ def open_stores(
     **options: Any,
 ) -> Tuple[PartitionFeatureStore, PartitionGraphStore]:
     r"""Loads this rank's part of the folder :obj:`partition` with
-    :func:`~pyg_orch.loader.distributed.open_partition` (a collective: every
+    :func:`~pyg_orch.partition.opening.open_partition` (a collective: every
     rank raises, naming the rank and the file, where one cannot load its
     part or the parts do not belong together) and returns
     :obj:`(feature_store, graph_store)` over it, the :obj:`data` of the
