@@ -2,8 +2,8 @@ r"""The registry of sampling backends of
 :class:`~pyg_orch.HybridNeighborSampler`.
 
 A backend is registered under a name with a :obj:`supports_fn` (does it
-handle a :class:`~pyg_orch.core.BackendConfig`?) and a :obj:`factory`
-(builds a :class:`~pyg_orch.core.SamplingBackend` for one). The vectorized
+handle a :class:`~pyg_orch.sampling.interface.BackendConfig`?) and a :obj:`factory`
+(builds a :class:`~pyg_orch.sampling.interface.SamplingBackend` for one). The vectorized
 PyTorch path, :obj:`'torch'`, is the reference: it handles every
 configuration and is what :obj:`'auto'` falls back to. The fused Triton
 kernels, :obj:`'triton'`, are declared here by module path only
@@ -71,7 +71,7 @@ def register_backend(name: str, supports_fn: SupportsFn,
                      factory: Factory) -> None:
     r"""Registers (or replaces) the backend :obj:`name`:
     :obj:`supports_fn(config)` tells whether it handles a
-    :class:`~pyg_orch.core.BackendConfig`, :obj:`factory(config)` builds
+    :class:`~pyg_orch.sampling.interface.BackendConfig`, :obj:`factory(config)` builds
     it."""
     if not isinstance(name, str) or not name or name == 'auto':
         raise ValueError(f"a backend's name must be a non-empty string other "

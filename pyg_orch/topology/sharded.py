@@ -120,7 +120,7 @@ class ShardedValues:
 
 @dataclass(eq=False)
 class ShardedCSC(CSCTopology):
-    r"""A :class:`~pyg_orch.core.CSCTopology` sharded over a
+    r"""A :class:`~pyg_orch.topology.csc.CSCTopology` sharded over a
     :class:`~pyg_orch.multigpu.PeerGroup` (build it with
     :func:`shard_topology`). :obj:`row` and :obj:`edge_id` hold this rank's
     shard only; :meth:`neighbors` and :meth:`edge_ids` read any position.
