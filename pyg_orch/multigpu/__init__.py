@@ -1,10 +1,10 @@
-"""Training on the GPUs of one machine (HyDRA's half of the mission):
-topology and hot feature rows sharded across the GPUs and read over peer
-access, with DistributedDataParallel and unchanged PyG models.
-
-:class:`~pyg_orch.features.sharded.ShardedFeatureStore` lives in
-its own module, not imported here: the sampler imports this package, and
-must not import the GPU feature store."""
+"""Training on the GPUs of one machine (HyDRA's half of the mission), as a
+public namespace: topology sharded across the GPUs
+(:mod:`pyg_orch.topology.sharded`), peer memory, DDP set-up and rank
+failures (:mod:`pyg_orch.parallel`), with DistributedDataParallel and
+unchanged PyG models. This package holds no module of its own;
+:class:`~pyg_orch.features.sharded.ShardedFeatureStore` is imported from
+its module."""
 from pyg_orch.parallel.ddp import (
     DistributedSeedSplit,
     RankInfo,
