@@ -1,8 +1,8 @@
-"""The Triton neighbor draw (pyg_orch.sampling.triton.neighbor_draw) against the
-PyTorch reference (pyg_orch.sampling.neighbors.sample_neighbors), and the
-'triton_draw' backend that uses it: equal where the draw is determined
-(all neighbors fit, or the most recent ones), valid and uniform where it
-is random."""
+"""The Triton neighbor draw (pyg_orch.sampling.triton.neighbor_draw) against
+the PyTorch reference (pyg_orch.sampling.neighbors.sample_neighbors), and the
+'triton_draw' backend that uses it: equal where the draw is determined (all
+neighbors fit, or the most recent ones), valid and uniform where it is
+random."""
 import pytest
 import torch
 from conftest import random_graph, same_subgraphs, temporal_graph

@@ -5,4 +5,5 @@ partition's rows as PyG's remote backend
 (:mod:`~pyg_orch.features.partition_stores`,
 :mod:`~pyg_orch.features.partition_gather`). The public classes are exported
 by :mod:`pyg_orch.gpu`, :mod:`pyg_orch.multigpu` and
-:mod:`pyg_orch.distributed`; this package imports none of its modules."""
+:mod:`pyg_orch.distributed`; this package imports none of its
+modules."""

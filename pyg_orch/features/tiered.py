@@ -136,9 +136,9 @@ class TieredFeatureStore(FeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` for node features that
     do not fit on the GPU: the rows ranked hottest (by :obj:`hotness`, e.g.
     access counts from pre-sampling, see
-    :func:`pyg_orch.sampling.presample.count_node_access`) live in GPU memory; every row
-    lives in pinned host memory. :meth:`gather` serves a batch's rows from
-    the cache, from the previous batch (cross-batch reuse), or from host
+    :func:`pyg_orch.sampling.presample.count_node_access`) live in GPU memory;
+    every row lives in pinned host memory. :meth:`gather` serves a batch's rows
+    from the cache, from the previous batch (cross-batch reuse), or from host
     memory: zero-copy by a Triton kernel (:obj:`method='uva'`) or by CPU
     threads into a pinned buffer plus an asynchronous copy
     (:obj:`method='cpu'`).

@@ -39,8 +39,8 @@ def is_partitioned(data: Any) -> bool:
 
 def partition_stores(data: Any, device: torch.device) -> Stores:
     r"""The stores of :obj:`data`: a folder is opened
-    (:func:`~pyg_orch.features.partition_stores.open_stores`, a collective, rows
-    gathered to :obj:`device`); a pair is checked."""
+    (:func:`~pyg_orch.features.partition_stores.open_stores`, a collective,
+    rows gathered to :obj:`device`); a pair is checked."""
     if isinstance(data, (str, os.PathLike)):
         return open_stores(data, device=device)
     fs, gs = data

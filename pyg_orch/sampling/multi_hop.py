@@ -66,7 +66,8 @@ def sample_multi_hop(
             (given the device) where the dense one does not apply (disjoint
             subgraphs, or no :obj:`buffers`); default:
             :class:`~pyg_orch.sampling.relabel.SortRelabeler` (e.g.
-            :class:`pyg_orch.sampling.triton.hash_relabel.HashRelabeler` on a GPU).
+            :class:`pyg_orch.sampling.triton.hash_relabel.HashRelabeler` on a
+            GPU).
     """
     device = topology.device
     edge_types = topology.edge_types

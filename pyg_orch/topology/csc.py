@@ -114,8 +114,8 @@ class CSCTopology:
         weight (torch.Tensor, optional): Sampling weight of every CSC
             position.
         fingerprint (str, optional): The
-            :func:`~pyg_orch.topology.fingerprint.edge_index_fingerprint` of the
-            edges it was built from (:meth:`from_edge_index`), else
+            :func:`~pyg_orch.topology.fingerprint.edge_index_fingerprint` of
+            the edges it was built from (:meth:`from_edge_index`), else
             :obj:`None`.
     """
     colptr: Tensor
@@ -250,7 +250,8 @@ class CSCTopology:
 
     def content_fingerprint(self) -> str:
         r"""The recorded :obj:`fingerprint`, else the
-        :func:`~pyg_orch.topology.fingerprint.csc_fingerprint` of the layout."""
+        :func:`~pyg_orch.topology.fingerprint.csc_fingerprint` of the
+        layout."""
         if self.fingerprint is not None:
             return self.fingerprint
         return csc_fingerprint(self.colptr, self.row, self.num_src_nodes)

@@ -36,9 +36,10 @@ class GraphTopology:
     Homogeneous graphs use the node type :obj:`None` and the edge type
     :obj:`None`.
 
-    A topology records the :func:`~pyg_orch.topology.fingerprint.graph_fingerprint`
-    of the graph it was built from; a loader given :obj:`topology=` checks
-    it against its graph (:meth:`check_graph`).
+    A topology records the
+    :func:`~pyg_orch.topology.fingerprint.graph_fingerprint` of the graph it
+    was built from; a loader given :obj:`topology=` checks it against its graph
+    (:meth:`check_graph`).
 
     Args:
         csc (Dict[EdgeType, CSCTopology]): The topology per edge type.

@@ -1,5 +1,6 @@
-"""The fused Triton kernels (:class:`~pyg_orch.sampling.triton.fused_sampler.FusedSampler`)
-as the :obj:`'triton'` sampling backend. The registry
+"""The fused Triton kernels
+(:class:`~pyg_orch.sampling.triton.fused_sampler.FusedSampler`) as the
+:obj:`'triton'` sampling backend. The registry
 (:mod:`pyg_orch.sampling.backends`) knows this module by name and imports it,
 registering :class:`TritonBackend`, only for a CUDA device with Triton
 installed."""

@@ -3,16 +3,17 @@
 Every node type :obj:`t` gets the global ids :obj:`[offset_t, offset_t +
 N_t)`, and all edge types' CSC layouts are laid back to back
 (:class:`HeteroCSC`, global source ids), so one launch per hop samples all
-edge types (:func:`~pyg_orch.sampling.triton.hetero_kernels.hetero_sample_kernel`, one
-grid row per edge type, each with its own fan-out) and the relabel kernels
-of the homogeneous path dedup the whole hop at once. A hop's slots are
-grouped by source node type, edge type by edge type, so that new nodes get
-local ids of their type in the order of
+edge types
+(:func:`~pyg_orch.sampling.triton.hetero_kernels.hetero_sample_kernel`, one
+grid row per edge type, each with its own fan-out) and the relabel kernels of
+the homogeneous path dedup the whole hop at once. A hop's slots are grouped by
+source node type, edge type by edge type, so that new nodes get local ids of
+their type in the order of
 :func:`pyg_orch.sampling.sample_multi_hop`; the output equals it (same hop
 order, same edge order), only the random draws differ. As for homogeneous
-graphs (:class:`~pyg_orch.sampling.triton.fused_sampler.FusedPlan`), every buffer is
-sized up front, the batch runs without host synchronization and is replayed
-as a CUDA graph.
+graphs (:class:`~pyg_orch.sampling.triton.fused_sampler.FusedPlan`), every
+buffer is sized up front, the batch runs without host synchronization and is
+replayed as a CUDA graph.
 """
 from typing import Dict, List, Optional, Tuple
 
@@ -161,8 +162,8 @@ class HeteroCSC:
 class HeteroFusedPlan(FusedPlan):
     r"""The buffers and kernel launches of one heterogeneous batch shape
     (seeds per node type, fan-outs per edge type): the counterpart of
-    :class:`~pyg_orch.sampling.triton.fused_sampler.FusedPlan`, whose launching,
-    capturing and waiting it reuses."""
+    :class:`~pyg_orch.sampling.triton.fused_sampler.FusedPlan`, whose
+    launching, capturing and waiting it reuses."""
     def __init__(self, csc: HeteroCSC, num_neighbors: Dict,
                  seed_counts: Dict, replace: bool, hot_nodes: Optional[Tensor],
                  map_buf: Tensor, claim_buf: Tensor, device: torch.device):
@@ -430,7 +431,8 @@ class HeteroFusedPlan(FusedPlan):
 
 class HeteroFusedSampler(FusedSampler):
     r"""Runs :class:`HeteroFusedPlan` objects, one per batch shape and
-    thread (see :class:`~pyg_orch.sampling.triton.fused_sampler.FusedSampler`)."""
+    thread (see
+    :class:`~pyg_orch.sampling.triton.fused_sampler.FusedSampler`)."""
     def __init__(self, use_graphs: Optional[bool] = None,
                  max_plans: int = 4):
         super().__init__(use_graphs, max_plans)

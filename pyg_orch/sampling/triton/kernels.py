@@ -1,6 +1,6 @@
 """Triton kernels of the fused GPU sampling path. Importing this module
-imports Triton; :mod:`pyg_orch.sampling.triton.fused_sampler` does so lazily, only on the
-GPU path."""
+imports Triton; :mod:`pyg_orch.sampling.triton.fused_sampler` does so lazily,
+only on the GPU path."""
 import triton
 import triton.language as tl
 
