@@ -63,3 +63,22 @@ def test_module_roles_resolve():
         if not module_exists(name)
     })
     assert not stale, f'docs/layout.rst refers to missing modules: {stale}'
+
+
+def package_folders() -> Set[str]:
+    return {
+        path.parent.relative_to(PACKAGE).as_posix() + '/'
+        for path in PACKAGE.rglob('__init__.py')
+        if path.parent != PACKAGE and '__pycache__' not in path.parts
+    }
+
+
+def test_folder_table_lists_every_folder():
+    # The folder table names each subpackage as ``folder/``.
+    named = set(re.findall(r'^``([\w/]+/)``', LAYOUT.read_text(), re.M))
+    assert package_folders() - named == set(), (
+        f'docs/layout.rst has no row for these folders: '
+        f'{sorted(package_folders() - named)}')
+    assert named - package_folders() == set(), (
+        f'docs/layout.rst has rows for missing folders: '
+        f'{sorted(named - package_folders())}')
