@@ -169,7 +169,7 @@ def _graph(args):
 class _CommMeter:
     r"""Counts calls, bytes to / from other ranks and wall time of
     :func:`torch.distributed.all_to_all_single` (the transport of the
-    library's :func:`~pyg_orch.distributed.collective.exchange`), by the
+    library's :func:`~pyg_orch.parallel.exchange.exchange`), by the
     phase set around the loader's sampler and gather calls."""
     def __init__(self, rank: int, world: int):
         self.rank, self.world = rank, world
@@ -354,7 +354,7 @@ def _worker(rank: int, world: int, port: int, part_dir: str, method: str,
         device = gpu
         # Sampling requests, feature rows and DDP's gradients all go over
         # NCCL (the library exchanges on the group's device, see
-        # pyg_orch.distributed.collective.comm_device).
+        # pyg_orch.parallel.exchange.comm_device).
         backend = 'nccl'
     elif args.train_device == 'cuda':  # Gloo exchanges, GPU training.
         device = gpu
@@ -630,7 +630,7 @@ def _combine(method: str, ranks: List[dict]) -> Dict[str, Any]:
 
 def run(args) -> Dict[str, Any]:
     from pyg_orch.distributed import partition_graph
-    from pyg_orch.multigpu.peer_memory import disable_multicast_env
+    from pyg_orch.parallel.peer_memory import disable_multicast_env
     if args.backend == 'nccl' and \
             torch.cuda.device_count() < _processes(args):
         raise SystemExit(f'--backend nccl needs {_processes(args)} GPUs '
@@ -662,7 +662,7 @@ def run(args) -> Dict[str, Any]:
                         args.classes)}
     work = args.work_dir or tempfile.mkdtemp(prefix='bench_distributed_')
     os.makedirs(work, exist_ok=True)
-    from pyg_orch.core.partitioning import metis_available
+    from pyg_orch.partition.partitioning import metis_available
     for method in args.methods:
         if method == 'metis' and not metis_available():
             res['errors'][method] = ('pymetis is not installed (pip install '
@@ -799,7 +799,7 @@ def sweep(args) -> Dict[str, Any]:
     from tqdm import tqdm
 
     from pyg_orch import HybridNeighborSampler
-    from pyg_orch.core.partitioning import assign_parts, balance, edge_cut
+    from pyg_orch.partition.partitioning import assign_parts, balance, edge_cut
 
     data, graph = _graph(args)
     N = args.nodes

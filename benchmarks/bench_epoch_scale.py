@@ -417,7 +417,7 @@ def map_features(path: str, n: int, f: int,
     x = torch.from_file(path, shared=True, size=n * f,
                         dtype=torch.float32).view(n, f)
     if device.type == 'cuda':
-        from pyg_orch.multigpu.peer_memory import register_pinned
+        from pyg_orch.parallel.peer_memory import register_pinned
         register_pinned(x)
     return x
 

@@ -33,9 +33,9 @@ from torch_geometric.sampler import NodeSamplerInput  # noqa: E402
 from pyg_orch import CacheOptions, PlacementOptions  # noqa: E402
 from pyg_orch import HybridNeighborLoader, HybridNeighborSampler  # noqa
 from pyg_orch.datasets import power_law_graph  # noqa: E402
-from pyg_orch.gpu.feature_store import TieredFeatureStore  # noqa: E402
+from pyg_orch.features.tiered import TieredFeatureStore
 from pyg_orch.sampling.presample import count_node_access  # noqa: E402
-from pyg_orch.sampling.topology import GraphTopology  # noqa: E402
+from pyg_orch.topology.graph import GraphTopology
 from _bench_common import (  # noqa: E402
     PRESETS,
     add_compile_args,

@@ -165,7 +165,7 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
         # The parent's shared features, pinned in place: every feature
         # store reads them there (a store would copy unpinned rows into
         # pinned memory: 51 GB per rank and per configuration at --scale).
-        from pyg_orch.multigpu.peer_memory import register_pinned
+        from pyg_orch.parallel.peer_memory import register_pinned
         t = time.perf_counter()
         register_pinned(data.x)
         res['pin_s'] = time.perf_counter() - t
@@ -393,7 +393,7 @@ def main():
     data, res['generate_s'] = _graph(args)
     parts = {}
     for split in filter(None, args.split_by.split(',')):
-        from pyg_orch.core.partitioning import assign_parts, edge_cut
+        from pyg_orch.partition.partitioning import assign_parts, edge_cut
         t = time.perf_counter()
         parts[split] = assign_parts(data.edge_index, args.num_nodes,
                                     args.gpus, split).share_memory_()

@@ -255,7 +255,7 @@ def main(argv=None) -> Dict[str, Any]:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     from pyg_orch import HybridNeighborLoader, PlacementOptions
-    from pyg_orch.sampling.topology import GraphTopology
+    from pyg_orch.topology.graph import GraphTopology
 
     device = torch.device(args.device)
     machine = machine_info()

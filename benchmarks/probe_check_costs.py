@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from pyg_orch.core.topology import check_not_nan
-from pyg_orch.gpu.feature_store import TieredFeatureStore, check_node_ids
+from pyg_orch.topology.graph import check_not_nan
+from pyg_orch.features.tiered import TieredFeatureStore, check_node_ids
 
 
 def best_of(fn, repeat: int = 7) -> float:

@@ -20,7 +20,7 @@ from torch_geometric.sampler import NodeSamplerInput
 import pyg_orch
 from pyg_orch import HybridNeighborSampler
 from pyg_orch.datasets import power_law_graph
-from pyg_orch.sampling.topology import GraphTopology
+from pyg_orch.topology.graph import GraphTopology
 from bench_gpu_data_path import time_sampling  # noqa: E402
 from _bench_common import device_time  # noqa: E402
 

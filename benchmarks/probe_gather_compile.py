@@ -36,8 +36,8 @@ def child(mode: str, num_batches: int) -> dict:
     import torch
     import triton
 
-    from pyg_orch.gpu import triton_kernels as tk
-    from pyg_orch.gpu.feature_store import TieredFeatureStore
+    from pyg_orch.sampling.triton import kernels as tk
+    from pyg_orch.features.tiered import TieredFeatureStore
     if mode == 'specialized':  # The kernel as it was before the fix.
         tk.gather_rows_kernel = triton.jit(tk.gather_rows_kernel.fn)
     kernel = tk.gather_rows_kernel

@@ -11,11 +11,11 @@ process per GPU, each training on its share of the training nodes.
 
 Every rank builds the same synthetic graph
 (:func:`~pyg_orch.datasets.power_law_graph`, seeded); a
-:class:`~pyg_orch.multigpu.ddp.DistributedSeedSplit` gives each rank as many
+:class:`~pyg_orch.parallel.ddp.DistributedSeedSplit` gives each rank as many
 training nodes as the others, reshuffled every epoch, so all ranks run the
-same number of steps. :func:`~pyg_orch.multigpu.watchdog.rank_guard` turns
+same number of steps. :func:`~pyg_orch.parallel.watchdog.rank_guard` turns
 an error in one rank into an error in all of them instead of a hang, and
-:func:`~pyg_orch.multigpu.ddp.all_ranks_stats` sums the loaders' statistics.
+:func:`~pyg_orch.parallel.ddp.all_ranks_stats` sums the loaders' statistics.
 """
 import argparse
 import itertools
@@ -30,7 +30,7 @@ from torch_geometric.nn import GraphSAGE
 
 from pyg_orch import HybridNeighborLoader, PlacementOptions
 from pyg_orch.datasets import power_law_graph
-from pyg_orch.multigpu.ddp import (
+from pyg_orch.parallel.ddp import (
     DistributedSeedSplit,
     all_ranks_stats,
     destroy_distributed,
@@ -38,7 +38,7 @@ from pyg_orch.multigpu.ddp import (
     init_distributed,
     rank_info,
 )
-from pyg_orch.multigpu.watchdog import rank_guard
+from pyg_orch.parallel.watchdog import rank_guard
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:

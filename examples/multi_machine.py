@@ -6,7 +6,7 @@ the parts; see ``docs/distributed.rst``).
 .. code-block:: bash
 
     # Once, where the whole graph fits (or `python -m
-    # pyg_orch.distributed.partition --data graph.pt --parts 2 --out parts/`):
+    # pyg_orch.partition.cli --data graph.pt --parts 2 --out parts/`):
     python examples/multi_machine.py --partition-only --parts 2 --out parts/
 
     # Two processes on this machine, each acting as a machine (gloo):
@@ -89,7 +89,7 @@ def partition(args: argparse.Namespace) -> None:
 
 def train(args: argparse.Namespace) -> None:
     from pyg_orch.multigpu import init_distributed
-    from pyg_orch.multigpu.watchdog import rank_guard
+    from pyg_orch.parallel.watchdog import rank_guard
 
     # A rank stopped by torchrun (SIGTERM, e.g. past a job's time limit)
     # prints where each of its threads was before it ends:

@@ -21,7 +21,7 @@ from pyg_orch import (
     HybridNeighborLoader,
     PlacementOptions,
 )
-from pyg_orch.core.topology import GraphTopology
+from pyg_orch.topology.graph import GraphTopology
 
 from conftest import (
     CITES,

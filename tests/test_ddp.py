@@ -1,4 +1,4 @@
-"""DDP glue (pyg_orch.multigpu.ddp, pyg_orch.multigpu.watchdog): seed splits
+"""DDP glue (pyg_orch.parallel.ddp, pyg_orch.parallel.watchdog): seed splits
 with equal batch counts, reshuffling, failure propagation, statistics over
 ranks; multi-process parts run as 2 CPU processes with gloo
 (tests/multiproc.py)."""
@@ -18,7 +18,7 @@ from multiproc import WorkerExit, run_workers
 from torch.utils.data import DistributedSampler
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.multigpu.ddp import (
+from pyg_orch.parallel.ddp import (
     DistributedSeedSplit,
     all_ranks_stats,
     equal_batch_count,
@@ -26,7 +26,7 @@ from pyg_orch.multigpu.ddp import (
     rank_info,
     rank_input_nodes,
 )
-from pyg_orch.multigpu.watchdog import RankFailedError, rank_guard
+from pyg_orch.parallel.watchdog import RankFailedError, rank_guard
 
 # Seed splitting (no processes needed: every rank computes its own part) ####
 

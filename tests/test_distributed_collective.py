@@ -1,10 +1,10 @@
-"""The variable-size exchanges of pyg_orch.distributed.collective: sizes
+"""The variable-size exchanges of pyg_orch.parallel.exchange: sizes
 given by the receiver, and several fields of rows in one all-to-all."""
 import pytest
 import torch
 from multiproc import run_workers
 
-from pyg_orch.distributed.collective import (
+from pyg_orch.parallel.exchange import (
     exchange,
     exchange_rows,
     exchange_stacked_rows,

@@ -54,7 +54,7 @@ def assert_batches_equal(loader, ref, device):
 def _nccl_loader(rank, world_size, out_dir, policy, via_hybrid):
     from pyg_orch import HybridNeighborLoader
     from pyg_orch.distributed import DistributedNeighborLoader
-    from pyg_orch.distributed.collective import comm_device
+    from pyg_orch.parallel.exchange import comm_device
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
     assert comm_device() == device
@@ -159,7 +159,7 @@ def check_sampled_batch(data, batch, seeds, fanouts):
 def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
     from pyg_orch import HybridNeighborLoader
     from pyg_orch.distributed import DistributedNeighborLoader
-    from pyg_orch.distributed.collective import comm_device
+    from pyg_orch.parallel.exchange import comm_device
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
     assert comm_device() == (device if nccl else torch.device('cpu'))

@@ -362,7 +362,7 @@ def _train_worker(rank, world_size, out_dir, prefetch=0, num_workers=0):
     from torch.nn.parallel import DistributedDataParallel
     from torch_geometric.nn import GraphSAGE
 
-    from pyg_orch.multigpu.watchdog import rank_guard
+    from pyg_orch.parallel.watchdog import rank_guard
     torch.manual_seed(0)
     model = DistributedDataParallel(GraphSAGE(4, 16, num_layers=2,
                                               out_channels=3))
@@ -558,7 +558,7 @@ FAIL_AT = 2
 
 
 def _dying_worker(rank, world_size, out_dir):
-    from pyg_orch.multigpu.watchdog import RankFailedError, rank_guard
+    from pyg_orch.parallel.watchdog import RankFailedError, rank_guard
     loader = HybridNeighborLoader(out_dir, [3, 3], batch_size=4,
                                   device='cpu')
     assert len(loader) > FAIL_AT + 1
@@ -593,7 +593,7 @@ def test_rank_lost_mid_epoch_raises_in_the_others(tmp_path):
 def test_comm_device(monkeypatch):
     import torch.distributed as dist
 
-    from pyg_orch.distributed import collective
+    from pyg_orch.parallel import exchange as collective
     assert collective.comm_device() == torch.device('cpu')  # No group.
     monkeypatch.setattr(dist, 'is_initialized', lambda: True)
     monkeypatch.setattr(torch.cuda, 'current_device', lambda: 1)
@@ -614,7 +614,7 @@ def _hetero_hybrid_worker(rank, world_size, out_dir):
     assert with_workers == count
     # A view exchanges over its own group at every level, shares the rows
     # and the hot nodes, and leaves the original as it was:
-    from pyg_orch.distributed.collective import gloo_twin
+    from pyg_orch.parallel.exchange import gloo_twin
     loader = HybridNeighborLoader(out_dir, FANOUTS, batch_size=6,
                                   input_nodes='paper', device='cpu')
     twin = gloo_twin(loader.group)

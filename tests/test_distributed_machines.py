@@ -60,7 +60,7 @@ def _batches(loader):
 
 
 def _machine_worker(rank, world_size, out_dir):
-    from pyg_orch.multigpu.sharded_topology import TopologySharding
+    from pyg_orch.topology.sharded import TopologySharding
     seeds = global_seeds()
     common = dict(input_nodes=seeds, batch_size=6, even='pad',
                   device='cpu', seed=1)
@@ -221,7 +221,7 @@ def test_sharded_needs_ranks_that_share_a_part(tmp_path):
 
 
 def _one_machine_worker(rank, world_size, out_dir):
-    from pyg_orch.multigpu.sharded_topology import TopologySharding
+    from pyg_orch.topology.sharded import TopologySharding
     loader = HybridNeighborLoader(out_dir, [3, 2], batch_size=6, seed=2,
                                   device='cpu', placement=SHARDED,
                                   feature_placement='sharded')

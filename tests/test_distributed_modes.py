@@ -13,9 +13,9 @@ from conftest import (
 from multiproc import run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
-from pyg_orch.distributed.sampler import DistributedNeighborSampler
+from pyg_orch.sampling.collective import DistributedNeighborSampler
 from pyg_orch.sampling.multi_hop import sample_multi_hop
-from pyg_orch.sampling.topology import GraphTopology
+from pyg_orch.topology.graph import GraphTopology
 
 NUM_NODES = 120
 

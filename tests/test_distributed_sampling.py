@@ -1,5 +1,5 @@
 """Collective sampling and feature gathering across ranks
-(pyg_orch.distributed.sampler / features): each rank holds one part; with
+(pyg_orch.sampling.collective / features): each rank holds one part; with
 full fan-out the batches equal the single-machine sampler's exactly."""
 import time
 
@@ -14,11 +14,11 @@ from conftest import (
 from multiproc import run_workers
 
 from pyg_orch.distributed import load_partition, partition_graph
-from pyg_orch.distributed.features import DistributedFeatureGather
-from pyg_orch.core.partitioning import metis_available
-from pyg_orch.distributed.sampler import DistributedNeighborSampler
+from pyg_orch.features.partition_gather import DistributedFeatureGather
+from pyg_orch.partition.partitioning import metis_available
+from pyg_orch.sampling.collective import DistributedNeighborSampler
 from pyg_orch.sampling.multi_hop import sample_multi_hop
-from pyg_orch.sampling.topology import GraphTopology
+from pyg_orch.topology.graph import GraphTopology
 
 FANOUTS = [-1, -1]
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from pyg_orch import CacheOptions, HybridNeighborLoader
-from pyg_orch.gpu.feature_store import TieredFeatureStore, parse_budget
-from pyg_orch.gpu.fused_sampler import triton_available
+from pyg_orch.features.tiered import TieredFeatureStore, parse_budget
+from pyg_orch.sampling.triton.fused_sampler import triton_available
 from pyg_orch.sampling.presample import count_node_access
 
 from conftest import random_graph
@@ -229,7 +229,7 @@ def test_offload_fills_the_loaders_gpu_cache(graph):
 def test_uva_gather_compiles_once_whatever_the_batch_size():
     # Batch sizes in every "divisible by 16" class: a kernel specialized on
     # them would compile (and stall the batch) once per class.
-    from pyg_orch.gpu import triton_kernels as tk
+    from pyg_orch.sampling.triton import kernels as tk
     x = torch.randn(5000, 24)
     store = TieredFeatureStore(x, 'cuda', gpu_memory_budget=0, method='uva',
                                cache_ratio=0.1)

@@ -1,4 +1,4 @@
-"""Graph fingerprints (:mod:`pyg_orch.core.fingerprint`): what they tell
+"""Graph fingerprints (:mod:`pyg_orch.topology.fingerprint`): what they tell
 apart, that topologies record them, and that a loader refuses a
 :obj:`topology=` built from another graph instead of sampling edges that are
 not its graph's."""
@@ -8,16 +8,16 @@ from torch_geometric.data import Data
 
 from conftest import random_graph, random_hetero_graph
 from pyg_orch import HybridLinkNeighborLoader, HybridNeighborLoader
-from pyg_orch.core.csc import CSCTopology
-from pyg_orch.core.fingerprint import (
+from pyg_orch.topology.csc import CSCTopology
+from pyg_orch.topology.fingerprint import (
     FINGERPRINT_SAMPLE,
     csc_fingerprint,
     differing_ranks,
     edge_index_fingerprint,
     graph_fingerprint,
 )
-from pyg_orch.core.topology import GraphTopology
-from pyg_orch.distributed import storage
+from pyg_orch.topology.graph import GraphTopology
+from pyg_orch.partition import storage
 
 
 def test_partition_folders_use_the_same_function():

@@ -9,11 +9,11 @@ import torch
 from torch_geometric.data import Data
 
 from pyg_orch import PlacementOptions
-from pyg_orch.gpu.fused_sampler import fused_sample_multi_hop
-from pyg_orch.gpu.fused_sampler import triton_available
+from pyg_orch.sampling.triton.fused_sampler import fused_sample_multi_hop
+from pyg_orch.sampling.triton.fused_sampler import triton_available
 from pyg_orch.sampling.multi_hop import sample_multi_hop
 from pyg_orch.sampling.relabel import DenseBufferPool
-from pyg_orch.sampling.topology import GraphTopology
+from pyg_orch.topology.graph import GraphTopology
 
 from conftest import random_graph
 
@@ -183,7 +183,7 @@ def test_loader_uses_fused_backend():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 @pytest.mark.parametrize('replace', [False, True])
 def test_cuda_graph_replay_matches_eager(replace):
-    from pyg_orch.gpu.fused_sampler import FusedSampler
+    from pyg_orch.sampling.triton.fused_sampler import FusedSampler
     data = random_graph()
     topo = GraphTopology.from_data(data, device=DEVICE)
     graphs, eager = FusedSampler(use_graphs=True), FusedSampler(False)
@@ -207,7 +207,7 @@ def test_launch_then_collect_matches_call(use_graphs):
     # second collects the first before its buffers are overwritten.
     if use_graphs and DEVICE.type != 'cuda':
         pytest.skip('CUDA graphs need CUDA')
-    from pyg_orch.gpu.fused_sampler import FusedSampler
+    from pyg_orch.sampling.triton.fused_sampler import FusedSampler
     data = random_graph()
     topo = GraphTopology.from_data(data, device=DEVICE)
     seeds = [torch.randperm(400)[:50] for _ in range(3)]
@@ -237,7 +237,7 @@ def test_new_pruning_mask_reuses_the_plan(use_graphs):
     # graph) for every mask, each batch pruned with the mask it was given.
     if use_graphs and DEVICE.type != 'cuda':
         pytest.skip('CUDA graphs need CUDA')
-    from pyg_orch.gpu.fused_sampler import FusedSampler
+    from pyg_orch.sampling.triton.fused_sampler import FusedSampler
     data = random_graph()
     topo = GraphTopology.from_data(data, device=DEVICE)
     sampler = FusedSampler(use_graphs)

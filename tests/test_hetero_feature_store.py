@@ -10,8 +10,8 @@ from torch_geometric.data import HeteroData
 
 from pyg_orch import CacheOptions, HybridNeighborLoader
 from pyg_orch.gpu import HeteroTieredFeatureStore, TieredFeatureStore
-from pyg_orch.gpu.fused_sampler import triton_available
-from pyg_orch.gpu.hetero_feature_store import split_budget
+from pyg_orch.sampling.triton.fused_sampler import triton_available
+from pyg_orch.features.hetero_tiered import split_budget
 from pyg_orch.loader.features import build_hetero_store
 from pyg_orch.loader.stats import StageTimer
 from pyg_orch.sampling.contract import presample_batches

@@ -9,12 +9,12 @@ import torch
 from torch_geometric.data import HeteroData
 
 from pyg_orch import PlacementOptions
-from pyg_orch.core.backend import BackendConfig
+from pyg_orch.sampling.interface import BackendConfig
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.backends import choose_backend
 from pyg_orch.sampling.multi_hop import sample_multi_hop
 from pyg_orch.sampling.relabel import DenseBufferPool
-from pyg_orch.sampling.topology import GraphTopology
+from pyg_orch.topology.graph import GraphTopology
 
 from conftest import random_hetero_graph
 
@@ -56,7 +56,7 @@ def max_degree(data: HeteroData) -> int:
 
 
 def run_fused(topo, num_neighbors, seeds, replace=False, seed=0, hot=None):
-    from pyg_orch.gpu.hetero_fused import fused_sample_hetero
+    from pyg_orch.sampling.triton.hetero_fused import fused_sample_hetero
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
     return fused_sample_hetero(topo, num_neighbors,
                                {t: s.to(DEVICE) for t, s in seeds.items()},
@@ -219,7 +219,7 @@ def test_invariants(replace):
 
 @needs_kernels
 def test_plans_are_reused_and_leave_buffers_clean():
-    from pyg_orch.gpu.hetero_fused import HeteroFusedSampler
+    from pyg_orch.sampling.triton.hetero_fused import HeteroFusedSampler
     data = small_graph()
     topo = GraphTopology.from_data(data, device=DEVICE)
     k = max_degree(data)
@@ -310,7 +310,7 @@ def test_loader_uses_fused_backend_on_cuda():
 @pytest.mark.skipif(not triton_available(), reason='needs Triton')
 @pytest.mark.parametrize('replace', [False, True])
 def test_cuda_graph_replay_matches_eager(replace):
-    from pyg_orch.gpu.hetero_fused import HeteroFusedSampler
+    from pyg_orch.sampling.triton.hetero_fused import HeteroFusedSampler
     data = small_graph()
     topo = GraphTopology.from_data(data, device='cuda')
     num_neighbors = {et: [3, 2] for et in topo.edge_types}

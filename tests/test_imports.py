@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = 'pyg_orch'
 
 # Modules that need Triton to import (and so fail to where it is missing).
-NEEDS_TRITON = {'pyg_orch.gpu.triton_kernels', 'pyg_orch.gpu.hetero_kernels'}
+NEEDS_TRITON = {'pyg_orch.sampling.triton.kernels',
+                'pyg_orch.sampling.triton.hetero_kernels'}
 
 
 def find_modules(root: Path = REPO, package: str = PACKAGE
@@ -197,21 +198,69 @@ def _reach(graph: Dict[str, Set[str]], start: str) -> Set[str]:
     return seen
 
 
+#: The Triton sampling path, and the types it shares with the PyTorch path.
+TRITON = 'pyg_orch.sampling.triton'
+SHARED_SAMPLING = {'pyg_orch.sampling.interface', 'pyg_orch.sampling.output'}
+
+
+def _in(name: str, package: str) -> bool:
+    return name == package or name.startswith(f'{package}.')
+
+
 def test_layers():
-    # The shared types sit below both the PyTorch and the Triton path, which
-    # reach each other only through the registry (by module name).
+    # Core sits below every concept, topology below sampling, features,
+    # loaders and offload. The shared sampling types sit below both sampling
+    # paths, which reach each other only through the registry (by module
+    # name): the Triton path imports no module of the PyTorch path, and the
+    # PyTorch path no module of the Triton path.
     graph = import_graph(find_modules())
     for name in graph:
         reach = _reach(graph, name)
-        if name.startswith('pyg_orch.core'):
-            assert all(m.startswith('pyg_orch.core') or m == 'pyg_orch.typing'
+        if _in(name, 'pyg_orch.core'):
+            assert all(_in(m, 'pyg_orch.core') or m == 'pyg_orch.typing'
                        for m in reach), (name, reach)
-        if name.startswith('pyg_orch.gpu'):
-            assert not any(m.startswith('pyg_orch.sampling')
-                           for m in reach), (name, reach)
-        if name.startswith('pyg_orch.sampling'):
-            assert not any(m.startswith('pyg_orch.gpu')
-                           for m in reach), (name, reach)
+        if _in(name, 'pyg_orch.topology'):
+            assert not any(
+                _in(m, f'pyg_orch.{above}') for m in reach
+                for above in ('sampling', 'features', 'loader', 'offload')
+            ), (name, reach)
+        if name in SHARED_SAMPLING:
+            assert all(m in SHARED_SAMPLING or m == 'pyg_orch.typing'
+                       or _in(m, 'pyg_orch.core')
+                       or _in(m, 'pyg_orch.topology')
+                       for m in reach), (name, reach)
+        if _in(name, TRITON):
+            assert not any(
+                _in(m, 'pyg_orch.sampling') and not _in(m, TRITON)
+                and m not in SHARED_SAMPLING for m in reach), (name, reach)
+        elif _in(name, 'pyg_orch.sampling'):
+            assert not any(_in(m, TRITON) for m in reach), (name, reach)
+
+
+def _imports_triton_eagerly(path: Path) -> bool:
+    # Whether the module imports Triton outside any function or class.
+    def triton(node: ast.AST) -> bool:
+        if isinstance(node, ast.Import):
+            return any(a.name.split('.')[0] == 'triton' for a in node.names)
+        if isinstance(node, ast.ImportFrom):
+            return (node.module or '').split('.')[0] == 'triton'
+        return False
+
+    todo = list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if triton(node):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def test_only_the_kernels_import_triton_eagerly():
+    eager = {name for name, path in find_modules().items()
+             if _imports_triton_eagerly(path)}
+    assert eager == NEEDS_TRITON, eager
 
 
 def test_cycle_check_sees_lazy_imports(tmp_path):
@@ -339,10 +388,10 @@ def test_cpu_sampling_never_imports_triton():
             HybridNeighborSampler(data, [3, 2], device='cpu', backend='x')
         loaded = [m for m in sys.modules
                   if (not pyg_triton and m == 'triton')
-                  or m == 'pyg_orch.gpu.triton_backend'
+                  or m == 'pyg_orch.sampling.triton.backend'
                   or m == 'pyg_orch.sampling.draw_backend'
-                  or m == 'pyg_orch.gpu.neighbor_draw'
-                  or m == 'pyg_orch.gpu.triton_kernels']
+                  or m == 'pyg_orch.sampling.triton.neighbor_draw'
+                  or m == 'pyg_orch.sampling.triton.kernels']
         assert not loaded, loaded
     ''')
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -388,14 +437,15 @@ def test_lazy_backend_is_registered_on_demand(monkeypatch):
     import torch
     from torch_geometric.data import Data
 
-    from pyg_orch.core import BackendConfig, GraphTopology
+    from pyg_orch.sampling.interface import BackendConfig
+    from pyg_orch.topology.graph import GraphTopology
     from pyg_orch.sampling import backends
 
     monkeypatch.setattr(backends, '_registered', dict(backends._registered))
     monkeypatch.setattr(backends, '_lazy', dict(backends._lazy))
     backends._registered.pop('triton', None)
     lazy = backends._lazy['triton']
-    assert lazy.target == 'pyg_orch.gpu.triton_backend:TritonBackend'
+    assert lazy.target == 'pyg_orch.sampling.triton.backend:TritonBackend'
     edge_index = torch.randint(0, 50, (2, 200))
     topology = GraphTopology.from_data(Data(edge_index=edge_index,
                                             num_nodes=50))
@@ -409,7 +459,7 @@ def test_lazy_backend_is_registered_on_demand(monkeypatch):
                         backends._Lazy(lazy.target, lambda c: True,
                                        lazy.requirement))
     assert backends.choose_backend('auto', config) == 'torch'
-    from pyg_orch.gpu.triton_backend import TritonBackend
+    from pyg_orch.sampling.triton.backend import TritonBackend
     assert backends._registered['triton'].factory is TritonBackend
     with pytest.raises(ValueError, match="backend='triton' needs a CUDA"):
         backends.choose_backend('triton', config)

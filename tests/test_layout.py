@@ -10,7 +10,7 @@ PACKAGE = REPO / 'pyg_orch'
 LAYOUT = REPO / 'docs' / 'layout.rst'
 
 # A module is named by its path from the repository root, e.g.
-# ``pyg_orch/core/csc.py``; a package by its ``__init__.py``.
+# ``pyg_orch/topology/csc.py``; a package by its ``__init__.py``.
 MODULE_PATH = re.compile(
     r'(?<![\w/.])pyg_orch/(?:[A-Za-z_]\w*/)*[A-Za-z_]\w*\.py\b')
 # Sphinx roles naming a module of the package, e.g. :mod:`pyg_orch.core`.
@@ -35,9 +35,9 @@ def module_exists(dotted: str) -> bool:
 
 
 def test_module_path_pattern():
-    text = ('pyg_orch/core/csc.py  CSC\n   pyg_orch/__init__.py the API\n'
+    text = ('pyg_orch/topology/csc.py  CSC\n   pyg_orch/__init__.py the API\n'
             'not_pyg_orch/x.py, docs/pyg_orch/y.py, pyg_orch/core/ folder')
-    assert named_modules(text) == ['pyg_orch/core/csc.py',
+    assert named_modules(text) == ['pyg_orch/topology/csc.py',
                                    'pyg_orch/__init__.py']
 
 
@@ -63,3 +63,22 @@ def test_module_roles_resolve():
         if not module_exists(name)
     })
     assert not stale, f'docs/layout.rst refers to missing modules: {stale}'
+
+
+def package_folders() -> Set[str]:
+    return {
+        path.parent.relative_to(PACKAGE).as_posix() + '/'
+        for path in PACKAGE.rglob('__init__.py')
+        if path.parent != PACKAGE and '__pycache__' not in path.parts
+    }
+
+
+def test_folder_table_lists_every_folder():
+    # The folder table names each subpackage as ``folder/``.
+    named = set(re.findall(r'^``([\w/]+/)``', LAYOUT.read_text(), re.M))
+    assert package_folders() - named == set(), (
+        f'docs/layout.rst has no row for these folders: '
+        f'{sorted(package_folders() - named)}')
+    assert named - package_folders() == set(), (
+        f'docs/layout.rst has rows for missing folders: '
+        f'{sorted(named - package_folders())}')

@@ -678,7 +678,7 @@ def test_lookahead_default_on_cuda_only(device):
 
 
 def test_lookahead_with_feature_store_and_break():
-    from pyg_orch.gpu.feature_store import TieredFeatureStore
+    from pyg_orch.features.tiered import TieredFeatureStore
 
     data = make_graph()
     store = TieredFeatureStore(data.x, 'cpu', gpu_memory_budget=40 * 4 * 4,

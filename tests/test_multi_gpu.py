@@ -108,8 +108,8 @@ def _pinned_in_place(rank, world_size, path):
     # sharded store reads it in place (no second host copy) and serves the
     # same rows.
     from pyg_orch.multigpu import PeerGroup
-    from pyg_orch.multigpu.peer_memory import register_pinned
-    from pyg_orch.multigpu.sharded_features import ShardedFeatureStore
+    from pyg_orch.parallel.peer_memory import register_pinned
+    from pyg_orch.features.sharded import ShardedFeatureStore
 
     torch.cuda.set_device(rank)
     x = torch.from_file(path, shared=True, size=5000 * 16,

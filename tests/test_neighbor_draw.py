@@ -1,8 +1,8 @@
-"""The Triton neighbor draw (pyg_orch.gpu.neighbor_draw) against the
-PyTorch reference (pyg_orch.sampling.neighbors.sample_neighbors), and the
-'triton_draw' backend that uses it: equal where the draw is determined
-(all neighbors fit, or the most recent ones), valid and uniform where it
-is random."""
+"""The Triton neighbor draw (pyg_orch.sampling.triton.neighbor_draw) against
+the PyTorch reference (pyg_orch.sampling.neighbors.sample_neighbors), and the
+'triton_draw' backend that uses it: equal where the draw is determined (all
+neighbors fit, or the most recent ones), valid and uniform where it is
+random."""
 import pytest
 import torch
 from conftest import random_graph, same_subgraphs, temporal_graph
@@ -11,7 +11,7 @@ from torch_geometric.data import Data
 from pyg_orch import HybridNeighborLoader, PlacementOptions
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.neighbors import sample_neighbors
-from pyg_orch.sampling.topology import GraphTopology
+from pyg_orch.topology.graph import GraphTopology
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not triton_available(),
@@ -32,7 +32,7 @@ def _csc(seed: int = 0, num_nodes: int = 300, num_edges: int = 6000,
 
 
 def _draw(*args, **kwargs):
-    from pyg_orch.gpu.neighbor_draw import draw_neighbors
+    from pyg_orch.sampling.triton.neighbor_draw import draw_neighbors
     out = draw_neighbors(*args, **kwargs)
     assert out is not None
     return out
@@ -114,7 +114,7 @@ def test_draws_are_uniform(replace):
 
 
 def test_draw_declines_what_it_does_not_take():
-    from pyg_orch.gpu.neighbor_draw import draw_neighbors
+    from pyg_orch.sampling.triton.neighbor_draw import draw_neighbors
     csc, n = _csc(3)
     nodes = torch.arange(10, device='cuda')
     assert draw_neighbors(csc.colptr, nodes, -1) is None  # All neighbors.
@@ -172,7 +172,7 @@ def test_auto_backend_takes_the_draw_kernel_for_disjoint():
 
 @pytest.mark.parametrize('num_keys', [300, 20000])  # 20,000: the table grows.
 def test_hash_relabeler_equals_sort_relabeler(num_keys):
-    from pyg_orch.gpu.hash_relabel import HashRelabeler
+    from pyg_orch.sampling.triton.hash_relabel import HashRelabeler
     from pyg_orch.sampling.relabel import SortRelabeler
     gen = torch.Generator().manual_seed(num_keys)
     space = 3 * num_keys

@@ -15,7 +15,7 @@ from multiproc import run_workers
 from torch.nn.parallel import DistributedDataParallel
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.multigpu.ddp import DistributedSeedSplit, rank_input_nodes
+from pyg_orch.parallel.ddp import DistributedSeedSplit, rank_input_nodes
 from pyg_orch.offload import (
     BottomLayerOffload,
     default_intra_op_threads,

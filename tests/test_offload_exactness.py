@@ -32,7 +32,7 @@ from pyg_orch.offload.aggregate_split import (
     call_layer,
 )
 from pyg_orch.offload.bottom_layer import BottomLayerComputer
-from pyg_orch.sampling.topology import CSCTopology
+from pyg_orch.topology.csc import CSCTopology
 
 from conftest import random_graph, step_matches_unpruned
 

@@ -12,7 +12,7 @@ import torch
 from torch_geometric.nn import GINConv, SAGEConv
 
 from pyg_orch.offload.bottom_layer import BottomLayerComputer
-from pyg_orch.sampling.topology import CSCTopology
+from pyg_orch.topology.csc import CSCTopology
 
 from conftest import tiny_graph
 

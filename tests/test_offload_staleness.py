@@ -18,7 +18,7 @@ from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.batch_cache import BatchEmbeddingCache
 from pyg_orch.offload.super_batch import EmbeddingPipeline
 from pyg_orch.offload.tables import default_super_batch_size
-from pyg_orch.sampling.topology import CSCTopology
+from pyg_orch.topology.csc import CSCTopology
 
 from conftest import SlowCPU, tiny_graph, tiny_loader, wait_no_threads
 

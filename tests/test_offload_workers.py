@@ -23,7 +23,7 @@ from pyg_orch.offload.bottom_layer import BottomLayerComputer
 from pyg_orch.offload.super_batch import EmbeddingPipeline
 from pyg_orch.offload.tables import default_chunk_size, split_chunks
 from pyg_orch.offload.workers import WorkerPool, process_intra_op_threads
-from pyg_orch.sampling.topology import CSCTopology
+from pyg_orch.topology.csc import CSCTopology
 
 from conftest import tiny_graph, tiny_loader
 

@@ -11,7 +11,8 @@ from pyg_orch.datasets import (
     papers_like_node_data,
     papers_like_topology,
 )
-from pyg_orch.sampling.topology import CSCTopology, GraphTopology
+from pyg_orch.topology.csc import CSCTopology
+from pyg_orch.topology.graph import GraphTopology
 
 N, E = 3000, 40_000
 

@@ -17,7 +17,7 @@ from pyg_orch.distributed import (
     load_partition,
     partition_graph,
 )
-from pyg_orch.core.partitioning import balance, edge_cut, metis_available
+from pyg_orch.partition.partitioning import balance, edge_cut, metis_available
 
 METHODS = ['contiguous', 'random',
            pytest.param('metis', marks=pytest.mark.skipif(
@@ -291,7 +291,7 @@ def test_metis_cuts_fewer_edges_than_random(tmp_path):
 
 def test_command_line(tmp_path):
     env_path = str(REPO)
-    cmd = [sys.executable, '-m', 'pyg_orch.distributed.partition']
+    cmd = [sys.executable, '-m', 'pyg_orch.partition.cli']
     env = {'PYTHONPATH': env_path, 'PATH': '/usr/bin:/bin'}
     help_out = subprocess.run(cmd + ['--help'], capture_output=True,
                               text=True, env=env, check=True)

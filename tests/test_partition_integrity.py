@@ -14,11 +14,11 @@ from conftest import paper_hetero_graph, random_graph
 from torch_geometric.data import Data, HeteroData
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.core.partitioning import assign_parts
+from pyg_orch.partition.partitioning import assign_parts
 from pyg_orch.distributed import load_partition, partition_graph
-from pyg_orch.distributed import storage
-from pyg_orch.distributed.partition import main
-from pyg_orch.distributed.storage import PartitionFileError, verify_partition
+from pyg_orch.partition import storage
+from pyg_orch.partition.cli import main
+from pyg_orch.partition.storage import PartitionFileError, verify_partition
 
 
 def graph(seed=1):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pyg_orch import HybridNeighborLoader
-from pyg_orch.core.prefetch import PrefetchIterator
+from pyg_orch.loader.prefetch import PrefetchIterator
 
 from conftest import random_graph
 

@@ -7,7 +7,7 @@ import torch
 from torch_geometric.data import Data
 
 from pyg_orch.distributed import load_partition, partition_graph
-from pyg_orch.distributed.pyg_partition import (
+from pyg_orch.partition.pyg_partition import (
     convert_pyg_partition,
     read_pyg_partition,
 )

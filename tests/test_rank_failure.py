@@ -1,5 +1,5 @@
 """Ranks that fail without a word, and ranks that disagree: a rank killed by
-``SIGKILL`` inside :func:`~pyg_orch.multigpu.watchdog.rank_guard` is named
+``SIGKILL`` inside :func:`~pyg_orch.parallel.watchdog.rank_guard` is named
 by the survivors within seconds (not after the guard's timeout), and ranks
 that shard different graphs get a clear error naming the ranks, before any
 memory is shared. Checked with gloo processes on CPU."""
@@ -17,11 +17,11 @@ import torch.distributed as dist
 from conftest import random_graph
 from multiproc import WorkerExit, run_workers
 from pyg_orch import HybridNeighborLoader, PlacementOptions
-from pyg_orch.core.topology import GraphTopology
+from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.multigpu import PeerGroup, TopologySharding
-from pyg_orch.multigpu import watchdog
-from pyg_orch.multigpu.sharded_topology import check_same_graph
-from pyg_orch.multigpu.watchdog import (
+from pyg_orch.parallel import watchdog
+from pyg_orch.topology.sharded import check_same_graph
+from pyg_orch.parallel.watchdog import (
     PeerLiveness,
     RankFailedError,
     process_gone,

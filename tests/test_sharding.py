@@ -14,8 +14,8 @@ from conftest import random_graph, random_hetero_graph
 from multiproc import run_workers
 from pyg_orch import HybridNeighborLoader, PlacementOptions
 from pyg_orch.core.buffers import DenseBufferPool
-from pyg_orch.core.csc import CSCTopology
-from pyg_orch.core.partitioning import metis_available
+from pyg_orch.topology.csc import CSCTopology
+from pyg_orch.partition.partitioning import metis_available
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.multigpu import (
     PeerGroup,
@@ -23,7 +23,7 @@ from pyg_orch.multigpu import (
     shard_bounds,
     shard_topology,
 )
-from pyg_orch.multigpu.sharded_features import ShardedFeatureStore
+from pyg_orch.features.sharded import ShardedFeatureStore
 
 #: The neighbor lists split across the machine's processes.
 SHARDED = PlacementOptions(topology='sharded')
@@ -276,7 +276,7 @@ def test_metis_split_reads_own_lists():
 
 
 def _fused(rank, world_size, replicate, split=None):
-    from pyg_orch.gpu.fused_sampler import fused_sample_multi_hop
+    from pyg_orch.sampling.triton.fused_sampler import fused_sample_multi_hop
 
     csc = _csc(600, 8000, 3)
     sharded = shard_topology(csc, PeerGroup(), replicate_bytes=replicate,
@@ -414,7 +414,7 @@ def test_sharded_placement_without_process_group_is_one_shard():
 
 
 def test_choose_replicated_ranks_reads_saved_per_byte():
-    from pyg_orch.multigpu.sharded_topology import choose_replicated
+    from pyg_orch.topology.sharded import choose_replicated
 
     # Degrees 1, 4, 40, 2; a fan-out of 2 reads at most 2 per expansion.
     colptr = torch.tensor([0, 1, 5, 45, 47])

@@ -12,7 +12,7 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_orch import HybridNeighborLoader, PlacementOptions
 from pyg_orch.sampling.neighbors import sample_neighbors, segment_upper_bound
-from pyg_orch.sampling.topology import CSCTopology
+from pyg_orch.topology.csc import CSCTopology
 
 from conftest import (
     B_TO_A,

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from pyg_orch.core.csc import CSCTopology, smallest_index_dtype
-from pyg_orch.core.topology import GraphTopology
+from pyg_orch.topology.csc import CSCTopology, smallest_index_dtype
+from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.offload.options import check_int
 from pyg_orch.sampling.arguments import resolve_device
 

@@ -1,11 +1,12 @@
-r"""The GPU data path: fused Triton sampling kernels (imported lazily, only on
-GPUs), a tiered feature store, and zero-copy access to pinned host memory.
-The :obj:`'triton'` sampling backend (:mod:`pyg_orch.gpu.triton_backend`) is
+r"""The GPU data path, as a public namespace: the tiered feature stores
+(:mod:`pyg_orch.features.tiered`, :mod:`pyg_orch.features.hetero_tiered`)
+and the fused Triton sampling (:mod:`pyg_orch.sampling.triton`, its kernels
+imported lazily, only on GPUs). The :obj:`'triton'` sampling backend is
 imported by the backend registry (:mod:`pyg_orch.sampling.backends`) on
-demand; this package imports only :mod:`pyg_orch.core` of the rest."""
-from pyg_orch.gpu.feature_store import TieredFeatureStore
-from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
-from pyg_orch.gpu.fused_sampler import (
+demand. This package holds no module of its own."""
+from pyg_orch.features.tiered import TieredFeatureStore
+from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
+from pyg_orch.sampling.triton.fused_sampler import (
     FusedSampler,
     fused_sample_multi_hop,
     supports,

@@ -17,8 +17,8 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from torch_geometric.typing import TensorFrame
 
 from pyg_orch.core.devices import with_index
-from pyg_orch.core.prefetch import SCALAR_TYPES
-from pyg_orch.core.sparse_adj import adj_t_values, is_sparse, sampled_adj_t
+from pyg_orch.loader.prefetch import SCALAR_TYPES
+from pyg_orch.topology.sparse_adj import adj_t_values, is_sparse, sampled_adj_t
 
 
 class DataAssembler:

@@ -9,8 +9,8 @@ from typing import Callable, Dict, Optional, Union
 import torch
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch.gpu.feature_store import TieredFeatureStore
-from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
+from pyg_orch.features.tiered import TieredFeatureStore
+from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
 from pyg_orch.loader.options import CacheOptions
 from pyg_orch.loader.stats import StageTimer
 from pyg_orch.sampling.contract import HotNodeSampler
@@ -41,7 +41,7 @@ def build_feature_store(
 
     * for :class:`~torch_geometric.data.Data` with :obj:`x`, a
       :class:`~pyg_orch.gpu.TieredFeatureStore`, or a
-      :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore`
+      :class:`~pyg_orch.features.sharded.ShardedFeatureStore`
       over the machine's GPUs if the topology is sharded;
     * for :class:`~torch_geometric.data.HeteroData`, when the loader
       assembles heterogeneous batches itself (:obj:`hetero`), a
@@ -81,8 +81,8 @@ def build_feature_store(
     if sampler.topology.is_sharded:
         # The machine's GPUs share one cache; host rows live once per
         # machine (a collective: every rank builds its loader in turn).
-        from pyg_orch.multigpu import PeerGroup
-        from pyg_orch.multigpu.sharded_features import ShardedFeatureStore
+        from pyg_orch.parallel.peer_memory import PeerGroup
+        from pyg_orch.features.sharded import ShardedFeatureStore
         return ShardedFeatureStore(x, PeerGroup(device=device),
                                    hotness=hotness, gpu_memory_budget=budget,
                                    cache_ratio=ratio)

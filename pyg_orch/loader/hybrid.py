@@ -18,8 +18,8 @@ from torch.utils.data import DistributedSampler
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import EdgeSamplerInput
 
-from pyg_orch.core.sparse_adj import has_adj_t
-from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
+from pyg_orch.topology.sparse_adj import has_adj_t
+from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
 from pyg_orch.loader.assemble import (
     DataAssembler,
     HeteroDataAssembler,
@@ -29,11 +29,11 @@ from pyg_orch.loader.assemble import (
 from pyg_orch.loader.features import Counts, build_feature_store
 from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.options import CacheOptions
-from pyg_orch.core.prefetch import PrefetchIterator
+from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.seed_batches import tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.core.checks import check_data
-from pyg_orch.multigpu.ddp import DistributedSeedSplit
+from pyg_orch.parallel.ddp import DistributedSeedSplit
 from pyg_orch.loader.validation import (
     check_loader_kwargs,
     check_pipeline_args,
@@ -268,7 +268,7 @@ class HybridLoaderMixin:
         (a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`), a dictionary of
         node ids per node type, each type within its share of the budget.
         With a
-        :class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore`
+        :class:`~pyg_orch.features.sharded.ShardedFeatureStore`
         this is a collective: every rank of the machine passes the same
         :obj:`nodes`. Returns :obj:`False` when the loader uses no feature
         store (features already on the device, or a CPU device) or one whose

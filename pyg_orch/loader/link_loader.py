@@ -9,8 +9,8 @@ from torch_geometric.sampler import BaseSampler, NegativeSampling
 from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.typing import InputEdges
 
-from pyg_orch.core.sparse_adj import edge_index_of
-from pyg_orch.core.topology import GraphTopology
+from pyg_orch.topology.sparse_adj import edge_index_of
+from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
@@ -209,7 +209,7 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
         if isinstance(data, (str, os.PathLike, tuple, list)):
-            from pyg_orch.distributed.loading import is_partitioned
+            from pyg_orch.loader.partitioned import is_partitioned
             if is_partitioned(data):
                 self._init_partitioned(
                     data, num_neighbors, edge_label_index, edge_label,
@@ -290,7 +290,7 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         # A partitioned graph: PyG's `LinkLoader` over the partition's
         # stores with the collective sampler; the ranks agree on the
         # collective arguments and the number of batches first.
-        from pyg_orch.distributed.loading import (
+        from pyg_orch.loader.partitioned import (
             in_step,
             partition_stores,
             reject_options,

@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 import torch
 
 from pyg_orch.core.devices import use_stream, with_index
-from pyg_orch.core.prefetch import Failure, hand_over, record_stream
+from pyg_orch.loader.prefetch import Failure, hand_over, record_stream
 from pyg_orch.sampling.pending import PendingSample
 
 

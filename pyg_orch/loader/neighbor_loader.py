@@ -10,7 +10,7 @@ from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
 from torch_geometric.sampler.base import SubgraphType
 
-from pyg_orch.core.topology import GraphTopology
+from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
@@ -149,11 +149,11 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
     :class:`~pyg_orch.distributed.DistributedNeighborLoader` (the same
     training script on one machine or several; the arguments it takes
     there are listed in
-    :func:`~pyg_orch.distributed.hybrid.partition_loader`).
+    :func:`~pyg_orch.loader.partition_folder.partition_loader`).
     """
     def __new__(cls, data: Any = None, *args, **kwargs):
         if isinstance(data, (str, os.PathLike)):
-            from pyg_orch.distributed.hybrid import partition_loader
+            from pyg_orch.loader.partition_folder import partition_loader
             bound = inspect.signature(cls.__init__).bind(
                 None, data, *args, **kwargs)
             arguments = dict(bound.arguments)
@@ -194,7 +194,7 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
         if isinstance(data, (tuple, list)):
-            from pyg_orch.distributed.loading import is_partitioned
+            from pyg_orch.loader.partitioned import is_partitioned
             if is_partitioned(data):
                 self._init_partitioned(
                     data, num_neighbors, input_nodes, input_time, replace,
@@ -264,8 +264,8 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
                           unsupported) -> None:
         # (PartitionFeatureStore, PartitionGraphStore): PyG's `NodeLoader`
         # with the collective sampler, the ranks in step (as the link
-        # loader's, see `pyg_orch.distributed.loading`).
-        from pyg_orch.distributed.loading import (
+        # loader's, see `pyg_orch.loader.partitioned`).
+        from pyg_orch.loader.partitioned import (
             in_step,
             partition_stores,
             reject_options,

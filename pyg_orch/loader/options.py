@@ -15,8 +15,8 @@ from pyg_orch.core.checks import (
     check_int,
     warn_renamed,
 )
-from pyg_orch.gpu.feature_store import TieredFeatureStore, parse_budget
-from pyg_orch.gpu.hetero_feature_store import HeteroTieredFeatureStore
+from pyg_orch.features.tiered import TieredFeatureStore, parse_budget
+from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
 from pyg_orch.sampling.arguments import check_placement
 from pyg_orch.sampling.backends import backend_names
 

@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch.core.sparse_adj import edge_index_of
-from pyg_orch.core.topology import check_not_nan
+from pyg_orch.topology.sparse_adj import edge_index_of
+from pyg_orch.topology.graph import check_not_nan
 from pyg_orch.sampling.arguments import (
     check_bool,
     check_choice,

@@ -1,11 +1,11 @@
-"""Training on the GPUs of one machine (HyDRA's half of the mission):
-topology and hot feature rows sharded across the GPUs and read over peer
-access, with DistributedDataParallel and unchanged PyG models.
-
-:class:`~pyg_orch.multigpu.sharded_features.ShardedFeatureStore` lives in
-its own module, not imported here: the sampler imports this package, and
-must not import the GPU feature store."""
-from pyg_orch.multigpu.ddp import (
+"""Training on the GPUs of one machine (HyDRA's half of the mission), as a
+public namespace: topology sharded across the GPUs
+(:mod:`pyg_orch.topology.sharded`), peer memory, DDP set-up and rank
+failures (:mod:`pyg_orch.parallel`), with DistributedDataParallel and
+unchanged PyG models. This package holds no module of its own;
+:class:`~pyg_orch.features.sharded.ShardedFeatureStore` is imported from
+its module."""
+from pyg_orch.parallel.ddp import (
     DistributedSeedSplit,
     RankInfo,
     all_ranks_stats,
@@ -16,13 +16,13 @@ from pyg_orch.multigpu.ddp import (
     rank_input_nodes,
     split_positions,
 )
-from pyg_orch.multigpu.peer_memory import (
+from pyg_orch.parallel.peer_memory import (
     MULTICAST_OFF_ENV,
     PeerBuffers,
     PeerGroup,
     disable_multicast_env,
 )
-from pyg_orch.multigpu.sharded_topology import (
+from pyg_orch.topology.sharded import (
     ShardedCSC,
     ShardedValues,
     TopologySharding,
@@ -30,7 +30,7 @@ from pyg_orch.multigpu.sharded_topology import (
     shard_graph_topology,
     shard_topology,
 )
-from pyg_orch.multigpu.watchdog import RankFailedError, RankGuard, rank_guard
+from pyg_orch.parallel.watchdog import RankFailedError, RankGuard, rank_guard
 
 __all__ = [
     'DistributedSeedSplit',

@@ -21,7 +21,7 @@ from pyg_orch.offload.aggregate_split import (
     rows_close,
 )
 from pyg_orch.sampling.neighbors import sample_neighbors, sampled_counts
-from pyg_orch.sampling.topology import CSCTopology
+from pyg_orch.topology.csc import CSCTopology
 
 
 def find_first_layer(

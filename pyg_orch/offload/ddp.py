@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.multigpu.peer_memory import machine_group
+from pyg_orch.parallel.peer_memory import machine_group
 from pyg_orch.offload.autotune import StepTimeChooser
 
 
@@ -24,7 +24,7 @@ def process_group_active() -> bool:
 
 class MachineRanks:
     r"""The ranks of this machine
-    (:func:`~pyg_orch.multigpu.peer_memory.machine_group`: the default
+    (:func:`~pyg_orch.parallel.peer_memory.machine_group`: the default
     group on one machine), for the collectives of offload: small tensors on
     the CPU with :obj:`gloo`, on this rank's CUDA device with :obj:`nccl`.
 

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.core.csc import CSCTopology
+from pyg_orch.topology.csc import CSCTopology
 from pyg_orch.offload.bottom_layer import (
     BipartiteLayerComputer,
     BottomLayerComputer,
@@ -32,7 +32,7 @@ from pyg_orch.sampling.contract import DEFAULT_PRESAMPLE_BATCHES
 
 def is_partition_loader(loader: Any) -> bool:
     r"""Whether :obj:`loader` samples a partitioned graph."""
-    from pyg_orch.distributed.loader import DistributedNeighborLoader
+    from pyg_orch.loader.distributed import DistributedNeighborLoader
     return isinstance(loader, DistributedNeighborLoader)
 
 

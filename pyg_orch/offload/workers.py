@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
-from pyg_orch.multigpu.ddp import rank_info
+from pyg_orch.parallel.ddp import rank_info
 
 THREAD_NAME_PREFIX = 'pyg_orch-offload'
 
@@ -63,7 +63,7 @@ def _in_new_thread(fn: Callable, *args: Any) -> Any:
 def local_ranks() -> int:
     r"""The training processes of this machine that share its CPU cores:
     under an initialized :mod:`torch.distributed` process group, the local
-    world size of :func:`~pyg_orch.multigpu.ddp.rank_info`
+    world size of :func:`~pyg_orch.parallel.ddp.rank_info`
     (:obj:`LOCAL_WORLD_SIZE`, else the world size), else :obj:`1`."""
     if not (dist.is_available() and dist.is_initialized()):
         return 1

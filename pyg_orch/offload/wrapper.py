@@ -345,7 +345,7 @@ class BottomLayerOffload(torch.nn.Module):
                 "process group was initialized: its hot set is this rank's "
                 "own (not the machine's) and its default threads use all "
                 "CPU cores of the machine. Build it after "
-                "init_process_group() (e.g. pyg_orch.multigpu.ddp."
+                "init_process_group() (e.g. pyg_orch.parallel.ddp."
                 "init_distributed()) on every rank", stacklevel=3)
 
     # Offload API #############################################################

@@ -18,7 +18,7 @@ from pyg_orch.core.checks import (  # noqa: F401 (re-exported)
     check_seconds,
     resolve_device,
 )
-from pyg_orch.core.topology import check_not_nan
+from pyg_orch.topology.graph import check_not_nan
 from pyg_orch.typing import EdgeType, NumNeighborsType
 
 
@@ -27,7 +27,7 @@ def check_placement(placement, name: str = 'topology_placement'):
     :obj:`'device'`, :obj:`'host'`, or a
     :class:`~pyg_orch.multigpu.TopologySharding` (for :obj:`'sharded'`);
     errors name the argument :obj:`name`."""
-    from pyg_orch.multigpu.sharded_topology import TopologySharding
+    from pyg_orch.topology.sharded import TopologySharding
 
     if isinstance(placement, TopologySharding):
         return placement

@@ -2,19 +2,19 @@ r"""The registry of sampling backends of
 :class:`~pyg_orch.HybridNeighborSampler`.
 
 A backend is registered under a name with a :obj:`supports_fn` (does it
-handle a :class:`~pyg_orch.core.BackendConfig`?) and a :obj:`factory`
-(builds a :class:`~pyg_orch.core.SamplingBackend` for one). The vectorized
-PyTorch path, :obj:`'torch'`, is the reference: it handles every
-configuration and is what :obj:`'auto'` falls back to. The fused Triton
-kernels, :obj:`'triton'`, are declared here by module path only
-(:class:`pyg_orch.gpu.triton_backend.TritonBackend`), and so is
+handle a :class:`~pyg_orch.sampling.interface.BackendConfig`?) and a
+:obj:`factory` (builds a :class:`~pyg_orch.sampling.interface.SamplingBackend`
+for one). The vectorized PyTorch path, :obj:`'torch'`, is the reference: it
+handles every configuration and is what :obj:`'auto'` falls back to. The fused
+Triton kernels, :obj:`'triton'`, are declared here by module path only
+(:class:`pyg_orch.sampling.triton.backend.TritonBackend`), and so is
 :obj:`'triton_draw'` (the PyTorch path with a Triton kernel per hop's
 draw, :class:`pyg_orch.sampling.draw_backend.TritonDrawBackend`, for what
 the fused kernels do not take): such a module is imported, and the backend
 registered, when a configuration on a CUDA device
 asks for a backend and Triton is installed, so importing :mod:`pyg_orch` on
-a CPU never imports Triton, and :mod:`pyg_orch.gpu` never imports
-:mod:`pyg_orch.sampling`.
+a CPU never imports Triton, and the Triton path
+(:mod:`pyg_orch.sampling.triton`) never imports the PyTorch one.
 
 .. code-block:: python
 
@@ -28,7 +28,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
-from pyg_orch.core.backend import BackendConfig, SamplingBackend
+from pyg_orch.sampling.interface import BackendConfig, SamplingBackend
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.arguments import check_choice
 from pyg_orch.sampling.torch_backend import TorchBackend
@@ -71,8 +71,8 @@ def register_backend(name: str, supports_fn: SupportsFn,
                      factory: Factory) -> None:
     r"""Registers (or replaces) the backend :obj:`name`:
     :obj:`supports_fn(config)` tells whether it handles a
-    :class:`~pyg_orch.core.BackendConfig`, :obj:`factory(config)` builds
-    it."""
+    :class:`~pyg_orch.sampling.interface.BackendConfig`, :obj:`factory(config)`
+    builds it."""
     if not isinstance(name, str) or not name or name == 'auto':
         raise ValueError(f"a backend's name must be a non-empty string other "
                          f"than 'auto' (got {name!r})")
@@ -139,7 +139,7 @@ def _cuda_with_triton(config: BackendConfig) -> bool:
 
 register_backend(REFERENCE_BACKEND, TorchBackend.supports, TorchBackend)
 _declare('triton', _Lazy(
-    target='pyg_orch.gpu.triton_backend:TritonBackend',
+    target='pyg_orch.sampling.triton.backend:TritonBackend',
     precondition=_cuda_with_triton,
     requirement='a CUDA device, Triton, and uniform, non-disjoint, '
     'non-induced sampling with fan-outs in [0, 64] (of a homogeneous graph, '

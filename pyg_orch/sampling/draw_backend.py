@@ -1,26 +1,26 @@
 """The :obj:`'triton_draw'` sampling backend: the vectorized PyTorch
 multi-hop path (:func:`~pyg_orch.sampling.sample_multi_hop`) with every
 hop's uniform or temporal neighbor draw in one Triton launch
-(:func:`pyg_orch.gpu.neighbor_draw.draw_neighbors`) and relabeling through
-a hash table on the GPU where it would sort. It serves what
-the fused sampler (:obj:`'triton'`) does not take on a GPU: disjoint and
-induced subgraphs, temporal sampling, sharded heterogeneous topologies. The
-registry (:mod:`pyg_orch.sampling.backends`) imports this module only for a
-CUDA device with Triton installed; it reaches the kernel by module name
-(as the registry reaches :mod:`pyg_orch.gpu`), so the PyTorch path never
-imports the Triton one."""
+(:func:`pyg_orch.sampling.triton.neighbor_draw.draw_neighbors`) and relabeling
+through a hash table on the GPU where it would sort. It serves what the fused
+sampler (:obj:`'triton'`) does not take on a GPU: disjoint and induced
+subgraphs, temporal sampling, sharded heterogeneous topologies. The registry
+(:mod:`pyg_orch.sampling.backends`) imports this module only for a CUDA device
+with Triton installed; it reaches the kernel by module name (as the registry
+reaches :mod:`pyg_orch.sampling.triton`), so the PyTorch path never imports the Triton
+one."""
 import importlib
 from types import ModuleType
 
-from pyg_orch.core.backend import BackendConfig
+from pyg_orch.sampling.interface import BackendConfig
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.torch_backend import TorchBackend
 
 
 #: The module of the kernel's draw (:func:`draw_neighbors`, :obj:`MAX_FANOUT`).
-DRAW_MODULE = 'pyg_orch.gpu.neighbor_draw'
+DRAW_MODULE = 'pyg_orch.sampling.triton.neighbor_draw'
 #: The module of the GPU hash-table relabeler (:class:`HashRelabeler`).
-RELABEL_MODULE = 'pyg_orch.gpu.hash_relabel'
+RELABEL_MODULE = 'pyg_orch.sampling.triton.hash_relabel'
 
 
 def _draw_module() -> ModuleType:
@@ -32,8 +32,8 @@ class TritonDrawBackend(TorchBackend):
     draws of hops of fan-out :obj:`[0, 64]` in a Triton kernel (other hops,
     all neighbors or larger fan-outs, draw with PyTorch ops) and, where it
     would sort, relabeling through a hash table on the GPU
-    (:class:`pyg_orch.gpu.hash_relabel.HashRelabeler`). Same batches as the
-    PyTorch path, but for the random draws."""
+    (:class:`pyg_orch.sampling.triton.hash_relabel.HashRelabeler`). Same
+    batches as the PyTorch path, but for the random draws."""
     name = 'triton_draw'
     asynchronous = False
 

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.buffers import DenseBufferPool
-from pyg_orch.core.output import MultiHopOutput
-from pyg_orch.core.topology import GraphTopology
+from pyg_orch.sampling.output import MultiHopOutput
+from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.relabel import (
     DenseRelabeler,
@@ -61,12 +61,13 @@ def sample_multi_hop(
             (by keyword after the first five) and returning its result, or
             :obj:`None` where it does not apply; then
             :func:`~pyg_orch.sampling.neighbors.sample_neighbors` draws (e.g.
-            :func:`pyg_orch.gpu.neighbor_draw.draw_neighbors`).
+            :func:`pyg_orch.sampling.triton.neighbor_draw.draw_neighbors`).
         relabeler (callable, optional): Makes the relabeler of a node type
             (given the device) where the dense one does not apply (disjoint
             subgraphs, or no :obj:`buffers`); default:
             :class:`~pyg_orch.sampling.relabel.SortRelabeler` (e.g.
-            :class:`pyg_orch.gpu.hash_relabel.HashRelabeler` on a GPU).
+            :class:`pyg_orch.sampling.triton.hash_relabel.HashRelabeler` on a
+            GPU).
     """
     device = topology.device
     edge_types = topology.edge_types

@@ -18,9 +18,9 @@ from torch_geometric.sampler import (
 from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.sampler.neighbor_sampler import node_sample
 
-from pyg_orch.core.backend import BackendConfig, SampleRequest
-from pyg_orch.core.output import MultiHopOutput
-from pyg_orch.core.topology import GraphTopology
+from pyg_orch.sampling.interface import BackendConfig, SampleRequest
+from pyg_orch.sampling.output import MultiHopOutput
+from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.sampling.arguments import (
     DISJOINT_INDUCED,
     check_attr_names,
@@ -40,7 +40,7 @@ from pyg_orch.sampling.backends import (
 from pyg_orch.sampling.contract import preserved_generators
 from pyg_orch.sampling.edges import sample_from_edges
 from pyg_orch.sampling.pending import PendingSample
-from pyg_orch.sampling.topology_cache import topology_cache
+from pyg_orch.topology.cache import topology_cache
 from pyg_orch.typing import DeviceLike, GraphData, NumNeighborsType, SeedLike
 
 __all__ = ['HybridNeighborSampler', 'SeedLike', 'resolve_device']
@@ -264,7 +264,7 @@ class HybridNeighborSampler(BaseSampler):
         if topology.is_sharded:
             return topology
         if not isinstance(placement, str):  # A `TopologySharding`.
-            from pyg_orch.multigpu.sharded_topology import \
+            from pyg_orch.topology.sharded import \
                 shard_graph_topology
             return shard_graph_topology(topology, self.device, placement,
                                         max_fanout)

@@ -1,9 +1,9 @@
 """The reference sampling backend: :func:`~pyg_orch.sampling.sample_multi_hop`
 (vectorized PyTorch ops), for every configuration, on the CPU or the GPU. It
 is the fallback of :func:`~pyg_orch.sampling.backends.choose_backend`."""
-from pyg_orch.core.backend import BackendConfig, SampleRequest
+from pyg_orch.sampling.interface import BackendConfig, SampleRequest
 from pyg_orch.core.buffers import DenseBufferPool
-from pyg_orch.core.output import MultiHopOutput
+from pyg_orch.sampling.output import MultiHopOutput
 from pyg_orch.sampling.multi_hop import sample_multi_hop
 from pyg_orch.sampling.pending import PendingSample
 

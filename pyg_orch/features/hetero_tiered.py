@@ -1,0 +1,318 @@
+"""The tiered feature store for heterogeneous graphs: one
+:class:`~pyg_orch.gpu.TieredFeatureStore` per node type, one GPU budget
+shared by a single ranking of the rows of every type."""
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import FeatureStore, TensorAttr
+
+from pyg_orch.features.tiered import (
+    FeatureStoreStats,
+    TieredFeatureStore,
+    check_hotness,
+    parse_budget,
+)
+from pyg_orch.core.checks import check_fraction, resolve_device
+
+NodeType = str
+
+
+@dataclass
+class HeteroFeatureStoreStats(FeatureStoreStats):
+    r"""The counters of every node type summed (:obj:`batches`: the most
+    gathers of any one type, i.e. the batches of a loader, which gathers
+    every type once per batch), and per node type in :obj:`per_type`."""
+    per_type: Dict[NodeType, FeatureStoreStats] = field(default_factory=dict)
+
+    def as_dict(self) -> Dict[str, float]:
+        out = super().as_dict()
+        out['per_type'] = {t: s.as_dict() for t, s in self.per_type.items()}
+        return out
+
+
+def split_budget(
+    num_nodes: Mapping[NodeType, int],
+    row_bytes: Mapping[NodeType, int],
+    hotness: Optional[Mapping[NodeType, Tensor]],
+    budget: int,
+    max_rows: Optional[int] = None,
+) -> Dict[NodeType, Tensor]:
+    r"""The rows to cache per node type, most important first: all
+    (type, node) pairs ranked by :obj:`hotness` per byte of row (ties: type
+    order, then node order; without :obj:`hotness`, every row scores one),
+    and the longest prefix of that ranking whose rows fit in :obj:`budget`
+    bytes (and number at most :obj:`max_rows`)."""
+    types = list(num_nodes)
+    scores, type_ids, node_ids, sizes = [], [], [], []
+    for i, t in enumerate(types):
+        n = int(num_nodes[t])
+        h = torch.ones(n, dtype=torch.float64) if hotness is None else \
+            hotness[t].cpu().to(torch.float64).view(-1)
+        scores.append(h / max(int(row_bytes[t]), 1))
+        type_ids.append(torch.full((n, ), i, dtype=torch.int64))
+        node_ids.append(torch.arange(n))
+        sizes.append(torch.full((n, ), int(row_bytes[t]), dtype=torch.int64))
+    score, type_id, node_id, size = (torch.cat(v) for v in (
+        scores, type_ids, node_ids, sizes))
+    order = torch.argsort(score, descending=True, stable=True)
+    taken = int(torch.searchsorted(torch.cumsum(size[order], 0),
+                                   torch.tensor([budget]), right=True))
+    if max_rows is not None:
+        taken = min(taken, max_rows)
+    order = order[:taken]
+    chosen_type, chosen_node = type_id[order], node_id[order]
+    return {t: chosen_node[chosen_type == i] for i, t in enumerate(types)}
+
+
+class HeteroTieredFeatureStore(FeatureStore):
+    r"""A :class:`~torch_geometric.data.FeatureStore` for the node features
+    of a heterogeneous graph that do not fit on the GPU: one
+    :class:`~pyg_orch.gpu.TieredFeatureStore` per node type (its hottest
+    rows in GPU memory, every row in pinned host memory, the previous
+    batch's rows reused), with the GPU memory budget split across types by
+    one ranking of every (type, node) pair by :obj:`hotness` per byte of
+    row (see :func:`split_budget`): the hot rows of all types compete for
+    the same budget, so a type whose rows are rarely read gets little of
+    it.
+
+    Served through PyG's interface with the node type as
+    :obj:`group_name` (:obj:`store[node_type, 'x', index]`), or by
+    :meth:`gather`. Rows are exact: :obj:`gather(t, index)` equals
+    :obj:`x_dict[t][index]`.
+
+    Args:
+        x_dict (Dict[str, torch.Tensor]): The features per node type,
+            :obj:`[num_nodes, width]` each, on the CPU.
+        device (torch.device): The GPU.
+        hotness (Dict[str, torch.Tensor], optional): A score per node of
+            every type of :obj:`x_dict` (e.g. access counts from
+            pre-sampling, see
+            :func:`pyg_orch.sampling.presample.count_node_access`). Without,
+            every row scores the same (narrow rows first, then type and
+            index order).
+        gpu_memory_budget (int or float or str, optional): Bytes for the
+            caches of all types together, a fraction of free GPU memory, or
+            :obj:`'auto'` (see :func:`~pyg_orch.features.tiered.
+            parse_budget`).
+        cache_ratio (float, optional): Cache at most this fraction of the
+            rows of all types together (capped by the budget).
+        method, reuse, num_threads, gather_blocks, attr_name: As in
+            :class:`~pyg_orch.gpu.TieredFeatureStore`, for every type.
+    """
+    #: Whether :meth:`set_cached_nodes` may change the cached rows.
+    can_set_cached_nodes = True
+
+    def __init__(
+        self,
+        x_dict: Mapping[NodeType, Tensor],
+        device: Union[str, torch.device],
+        hotness: Optional[Mapping[NodeType, Tensor]] = None,
+        gpu_memory_budget: Union[None, int, float, str] = 'auto',
+        cache_ratio: Optional[float] = None,
+        method: str = 'auto',
+        reuse: bool = True,
+        num_threads: Optional[int] = None,
+        gather_blocks: Union[None, int, str] = 'auto',
+        attr_name: str = 'x',
+    ):
+        super().__init__()
+        if not isinstance(x_dict, Mapping) or len(x_dict) == 0:
+            raise ValueError("'x_dict' must be a non-empty dictionary of "
+                             "feature tensors per node type")
+        for t, x in x_dict.items():
+            if not isinstance(t, str):
+                raise ValueError(f"'x_dict' must be keyed by node type names "
+                                 f"(got {t!r})")
+            if not isinstance(x, Tensor) or x.dim() != 2:
+                raise ValueError(
+                    f"'x_dict' must hold 2-dimensional feature tensors "
+                    f"(got {_shape(x)} for node type '{t}')")
+        if hotness is not None:
+            if not isinstance(hotness, Mapping):
+                raise ValueError("'hotness' must be a dictionary of scores "
+                                 "per node type")
+            unknown = [t for t in hotness if t not in x_dict]
+            missing = [t for t in x_dict if t not in hotness]
+            if unknown or missing:
+                raise ValueError(
+                    f"'hotness' must have the node types of 'x_dict' "
+                    f"({list(x_dict)}); unknown: {unknown}, missing: "
+                    f"{missing}")
+            for t, h in hotness.items():
+                n = x_dict[t].size(0)
+                check_hotness(h, n, f"hotness['{t}']")
+                if h.numel() != n:
+                    raise ValueError(
+                        f"'hotness' of node type '{t}' must have {n} "
+                        f"entries (got {_shape(h)})")
+        cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
+        self.device = resolve_device(device)
+        self.attr_name = attr_name
+        budget = parse_budget(gpu_memory_budget, self.device)
+        num_nodes = {t: x.size(0) for t, x in x_dict.items()}
+        row_bytes = {t: x.size(1) * x.element_size()
+                     for t, x in x_dict.items()}
+        total = sum(num_nodes.values())
+        max_rows = None if cache_ratio is None else int(
+            math.ceil(cache_ratio * total))
+        chosen = split_budget(num_nodes, row_bytes, hotness, budget,
+                              max_rows)
+        #: The budget in bytes, for all types together.
+        self.budget = budget
+        #: One :class:`~pyg_orch.gpu.TieredFeatureStore` per node type.
+        self.stores: Dict[NodeType, TieredFeatureStore] = {}
+        for t, x in x_dict.items():
+            nodes = chosen[t]
+            # The chosen rows first, in ranking order; exactly their bytes.
+            rank = torch.zeros(num_nodes[t], dtype=torch.float64)
+            rank[nodes] = torch.arange(nodes.numel(), 0, -1,
+                                       dtype=torch.float64)
+            self.stores[t] = TieredFeatureStore(
+                x, self.device, hotness=rank,
+                gpu_memory_budget=nodes.numel() * row_bytes[t],
+                method=method, reuse=reuse, num_threads=num_threads,
+                gather_blocks=gather_blocks, attr_name=attr_name)
+        self.method = next(iter(self.stores.values())).method
+
+    # Sizes and cache ########################################################
+
+    @property
+    def node_types(self) -> List[NodeType]:
+        return list(self.stores)
+
+    @property
+    def num_cached(self) -> int:
+        r"""Rows cached on the GPU, all types together."""
+        return sum(s.num_cached for s in self.stores.values())
+
+    @property
+    def num_cached_per_type(self) -> Dict[NodeType, int]:
+        r"""Rows cached on the GPU per node type."""
+        return {t: s.num_cached for t, s in self.stores.items()}
+
+    @property
+    def cached_nodes(self) -> Dict[NodeType, Tensor]:
+        return {t: s.cached_nodes for t, s in self.stores.items()}
+
+    @property
+    def capacity(self) -> Dict[NodeType, int]:
+        r"""Rows per node type that :meth:`set_cached_nodes` may cache (the
+        split of the budget chosen at construction)."""
+        return {t: s.capacity for t, s in self.stores.items()}
+
+    def set_cached_nodes(self, nodes: Mapping[NodeType, Tensor]) -> None:
+        r"""Caches the rows :obj:`nodes[t]` of every node type :obj:`t` given
+        (most important first; duplicates dropped), as many as the type's
+        share of the budget (:attr:`capacity`) allows; types not given keep
+        their rows. The split across types is the one chosen at
+        construction; build a new store to split anew."""
+        if not isinstance(nodes, Mapping):
+            raise ValueError(
+                f"'nodes' must be a dictionary of node ids per node type "
+                f"for a {type(self).__name__} (got {type(nodes).__name__})")
+        self._check_types('nodes', nodes)
+        for t, n in nodes.items():
+            self.stores[t].set_cached_nodes(n)
+
+    def gpu_bytes(self) -> int:
+        r"""GPU memory held by every type's cache, slot map and reuse map."""
+        return sum(s.gpu_bytes() for s in self.stores.values())
+
+    def reset_stats(self) -> None:
+        for s in self.stores.values():
+            s.reset_stats()
+
+    @property
+    def stats(self) -> HeteroFeatureStoreStats:
+        r"""The counters, summed over types and per type (reading them
+        synchronizes with the device)."""
+        per_type = {t: s.stats for t, s in self.stores.items()}
+        total = HeteroFeatureStoreStats(per_type=per_type)
+        for s in per_type.values():
+            for name in ('rows', 'cache_rows', 'reused_rows', 'host_rows',
+                         'host_bytes', 'peer_rows', 'peer_bytes'):
+                setattr(total, name, getattr(total, name) + getattr(s, name))
+            total.batches = max(total.batches, s.batches)
+        return total
+
+    def describe(self) -> str:
+        parts = ', '.join(
+            f'{t}: {s.num_cached}/{s.num_nodes}'
+            for t, s in self.stores.items())
+        return (f'{type(self).__name__}(cached rows {parts}, '
+                f'gpu={self.gpu_bytes() / 2**20:.1f} MiB, '
+                f'method={self.method})')
+
+    def close(self) -> None:
+        for s in self.stores.values():
+            s.close()
+
+    # Gathering ##############################################################
+
+    def gather(self, node_type: NodeType, index: Tensor) -> Tensor:
+        r"""The rows :obj:`index` (node ids of :obj:`node_type`) on
+        :obj:`device`."""
+        store = self.stores.get(node_type)
+        if store is None:
+            raise ValueError(f"'node_type' must be one of {self.node_types} "
+                             f"(got {node_type!r})")
+        return store.gather(index)
+
+    def gather_dict(self, index_dict: Mapping[NodeType, Tensor]
+                    ) -> Dict[NodeType, Tensor]:
+        r"""The rows of every node type of :obj:`index_dict`."""
+        self._check_types('index_dict', index_dict)
+        return {t: self.stores[t].gather(i) for t, i in index_dict.items()}
+
+    def _check_types(self, name: str, types) -> None:
+        unknown = [t for t in types if t not in self.stores]
+        if unknown:
+            raise ValueError(f"'{name}' has node types {unknown} that the "
+                             f"store does not hold ({self.node_types})")
+
+    # PyG's FeatureStore interface ###########################################
+
+    def _store(self, attr: TensorAttr) -> TieredFeatureStore:
+        if attr.attr_name != self.attr_name:
+            raise KeyError(f"{type(self).__name__} serves "
+                           f"'{self.attr_name}', not '{attr.attr_name}'")
+        store = self.stores.get(attr.group_name)
+        if store is None:
+            raise KeyError(f"{type(self).__name__} holds node types "
+                           f"{self.node_types}, not {attr.group_name!r}")
+        return store
+
+    def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
+        store = self._store(attr)
+        index = attr.index
+        if index is None or isinstance(index, slice):
+            index = torch.arange(store.num_nodes)[index or slice(None)]
+        return store.gather(torch.as_tensor(index))
+
+    def _get_tensor_size(self, attr: TensorAttr) -> Tuple[int, int]:
+        store = self._store(attr)
+        return (store.num_nodes, store.width)
+
+    def get_all_tensor_attrs(self) -> List[TensorAttr]:
+        return [TensorAttr(group_name=t, attr_name=self.attr_name)
+                for t in self.stores]
+
+    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
+        raise NotImplementedError(
+            f"{type(self).__name__} is read-only; build a new one to change "
+            f"the features")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise NotImplementedError(f"{type(self).__name__} is read-only")
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
+def _shape(value) -> str:
+    if isinstance(value, Tensor):
+        return f'shape {tuple(value.shape)}'
+    return type(value).__name__

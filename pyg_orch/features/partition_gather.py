@@ -1,0 +1,883 @@
+r"""Rows of node attributes (features, labels) of vertices owned by other
+parts, fetched with the same collective exchange as the sampler, with a
+per-machine static cache of the remote rows read most often (counted by
+pre-sampling), so that repeated remote reads are served locally; the same
+for the edge attributes of sampled edges stored with other parts.
+
+The part's rows and index maps are read on the CPU (the part's memory-mapped
+files) or on a CUDA device (:obj:`feature_device`, over copies made there
+once)."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import threading
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+import torch
+from torch import Tensor
+
+from pyg_orch.parallel.exchange import (
+    exchange,
+    exchange_stacked_rows,
+    group_rank,
+    group_size,
+    split_by_value,
+)
+from pyg_orch.sampling.arguments import resolve_device
+
+__all__ = ['DistributedFeatureGather', 'GatherStats']
+
+
+class _OrderedSection:
+    r"""A lock whose holders' CUDA kernels also run in the order the
+    holders took it: each holder's stream first waits for what the previous
+    holder queued inside (threads that share an :obj:`'lru'` cache, each on
+    a stream of its own)."""
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._event = None
+
+    @contextlib.contextmanager
+    def __call__(self, cuda: bool):
+        with self._lock:
+            if cuda and self._event is not None:
+                torch.cuda.current_stream().wait_event(self._event)
+            yield
+            if cuda:
+                self._event = torch.cuda.Event()
+                self._event.record()
+
+
+@dataclass
+class GatherStats:
+    r"""Where the rows of the last :meth:`DistributedFeatureGather.gather`
+    call came from, on this rank.
+
+    Attributes:
+        local_rows (int): Rows of vertices this part owns.
+        cached_rows (int): Rows of remote vertices served by the cache.
+        remote_rows (int): Rows fetched from other parts.
+        remote_bytes (int): Bytes of the rows fetched from other parts.
+        cached_bytes (int): Bytes of the rows served by the cache.
+        served_rows (int): Rows this part sent to other parts.
+        local_edge_rows (int): Edge attribute rows of in-edges of this
+            part's vertices (:meth:`DistributedFeatureGather.gather_edges`).
+        cached_edge_rows (int): Edge attribute rows of remote edges served
+            by the edge cache.
+        remote_edge_rows (int): Edge attribute rows fetched from other
+            parts.
+        peer_rows (int): Rows of this part read from the shard of another
+            rank of the machine (:obj:`peers` given: for this rank's
+            batch and for other parts' requests, counted per key).
+    """
+    local_rows: int = 0
+    cached_rows: int = 0
+    remote_rows: int = 0
+    remote_bytes: int = 0
+    cached_bytes: int = 0
+    served_rows: int = 0
+    local_edge_rows: int = 0
+    cached_edge_rows: int = 0
+    remote_edge_rows: int = 0
+    peer_rows: int = 0
+
+    def as_dict(self) -> Dict[str, int]:
+        return dict(vars(self))
+
+
+def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
+                kind: str) -> Optional[List[str]]:
+    # `keys` as a list; each must be an attribute of some node / edge type.
+    if keys is None:
+        return None
+    keys = list(keys)
+    missing = [k for k in keys if not any(k in a for a in attrs.values())]
+    if missing:
+        raise ValueError(f'no {kind} type of the partition has the {kind} '
+                         f'attribute(s) {missing}')
+    return keys
+
+
+def check_size(value: Any, name: str) -> None:
+    r"""Raises a :class:`ValueError` naming :obj:`name` unless :obj:`value`
+    is a non-negative integer (a cache size)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"'{name}' must be a non-negative integer "
+                         f"(got {value!r})")
+
+
+def _most_counted(counts: Tensor, k: int) -> Tensor:
+    # The positions of the (at most) k largest positive counts, ascending;
+    # of equal counts the first.
+    k = min(k, int((counts > 0).sum()))
+    order = torch.sort(counts, descending=True, stable=True).indices[:k]
+    return torch.sort(order).values
+
+
+def _positions(category: Tensor, num: int) -> List[Tensor]:
+    # The positions of every value 0, ..., num - 1 of `category`, ascending:
+    # on the CPU one nonzero() per value; on a GPU one stable sort, the host
+    # waiting once (for the counts) instead of once per value.
+    if category.device.type == 'cpu':
+        return [(category == c).nonzero().view(-1) for c in range(num)]
+    return split_by_value(category, num)[0]
+
+
+class DistributedFeatureGather:
+    r"""Gathers rows of the node attributes :obj:`keys` (default
+    :obj:`'x'` and, where present, :obj:`'y'`) for any global vertex ids:
+    rows of owned vertices from this part, rows of cached remote vertices
+    from the cache, the others from their owners by
+    :func:`~pyg_orch.parallel.exchange.exchange`.
+
+    :meth:`gather` and :meth:`build_cache` are **collectives**: every rank
+    calls them, in the same order (with its own ids, possibly none). The
+    ids may be on any device (e.g. sampled on a GPU): they are moved to
+    :obj:`feature_device`, where the part's rows and index maps are read
+    (by default the CPU).
+
+    For a heterogeneous partition, :obj:`keys` and :obj:`edge_keys` apply
+    to every node and edge type that has them (default: :obj:`'x'` and
+    :obj:`'y'` where present, all edge attributes); :meth:`gather` and
+    :meth:`gather_edges` take and return dictionaries per node and edge
+    type; an :obj:`'lru'` cache holds :obj:`cache_size` rows per node type,
+    and :meth:`build_cache` takes counts per node type and caches the
+    :obj:`cache_size` remote rows counted most often over all types.
+
+    With :obj:`policy='static'` (default), the cache is filled once:
+    :meth:`build_cache` takes access counts of the global vertices (e.g.
+    :meth:`count_accesses` over pre-sampled batches) and keeps the rows of
+    the :obj:`cache_size` remote vertices counted most often. With
+    :obj:`policy='lru'`, every row fetched from another part is kept, the
+    least recently read rows evicted beyond :obj:`cache_size` rows
+    (:meth:`build_cache` may still warm it). The cache's bookkeeping (the
+    slot of every global vertex, and for :obj:`'lru'` the vertex in every
+    slot and the step it was last read) lives on :obj:`feature_device`,
+    the cached rows on :obj:`device`.
+
+    Edge attributes of remote edges (whose destination another part owns)
+    have a static cache of their own, under either policy:
+    :meth:`build_edge_cache` takes pre-sampled edges (global edge ids and
+    their destinations) and keeps the rows of the :obj:`edge_cache_size`
+    remote edges sampled most often; :meth:`gather_edges` then fetches only
+    the others. It holds the cached edges' global ids, sorted, on
+    :obj:`feature_device` (looked up with :func:`torch.searchsorted`; 8
+    bytes per cached edge, nothing per edge of the graph) and their rows on
+    :obj:`device`. For a heterogeneous partition, one budget covers all
+    edge types (the remote edges sampled most often over all types).
+
+    Args:
+        partition (GraphPartition): This rank's part.
+        keys (Iterable[str], optional): The node attributes to gather.
+        group (ProcessGroup, optional): The process group (rank :obj:`k`
+            holds part :obj:`k`).
+        policy (str): :obj:`'static'` or :obj:`'lru'`.
+        edge_keys (Iterable[str], optional): The edge attributes that
+            :meth:`gather_edges` gathers (default: all of the part's).
+        cache_size (int): The capacity of the :obj:`'lru'` cache in rows.
+        device (torch.device or str, optional): Where the gathered rows
+            and the cache live (default: the CPU). Rows fetched from other
+            parts come straight there from the exchange (under NCCL, without
+            a trip through host memory); the part's own rows are read from
+            its (memory-mapped) files and copied.
+        feature_device (torch.device or str, optional): Where the part's
+            rows are read and other ranks' requests served (default: the
+            CPU, over the part's memory-mapped files; :obj:`'cpu'` is the
+            same). On a CUDA device (normally :obj:`device`), what the
+            gather reads is copied there once, at construction, and must
+            fit in its memory beside the cache and the model: the rows of
+            :obj:`keys` of the part's vertices, the rows of
+            :obj:`edge_keys` of its in-edges (with their edge ids sorted:
+            16 bytes per in-edge), and three :obj:`int64` maps over all
+            global vertices (owner, local id, cache slot: 24 bytes per
+            vertex; per node type for a heterogeneous partition). Every
+            lookup then runs there, ids never copied to the host; under
+            NCCL, requests and rows never leave the GPU. The partition
+            object is left as it is.
+        peers (PeerGroup, optional): The ranks of this machine that share
+            this part (one part per machine, see
+            :mod:`~pyg_orch.parallel.machines`), on
+            :obj:`feature_device`. The part's rows of :obj:`keys` are then
+            split across them (:class:`~pyg_orch.features.sharded_rows.
+            ShardedRows`: row :obj:`i` on rank :obj:`i % N`), so each holds
+            :obj:`1/N` of them, and reads the others from its peers'
+            shards (symmetric memory on GPUs, :obj:`/dev/shm` on CPUs). A
+            collective of those ranks. Edge attributes are not split.
+    """
+    def __init__(self, partition, keys: Optional[Iterable[str]] = None,
+                 group: Optional[Any] = None, policy: str = 'static',
+                 cache_size: int = 0,
+                 edge_keys: Optional[Iterable[str]] = None,
+                 device: Optional[Union[str, torch.device]] = None,
+                 feature_device: Optional[Union[str, torch.device]] = None,
+                 peers: Optional[Any] = None):
+        if policy not in ('static', 'lru'):
+            raise ValueError(f"'policy' must be 'static' or 'lru' "
+                             f"(got {policy!r})")
+        check_size(cache_size, 'cache_size')
+        self.feature_device = resolve_device(feature_device,
+                                             'feature_device', default='cpu')
+        self.is_hetero = bool(getattr(partition, 'is_hetero', False))
+        if peers is not None and torch.device(peers.device) != \
+                self.feature_device:
+            raise ValueError(f"'peers' must be a PeerGroup on "
+                             f"'feature_device' ({self.feature_device}), "
+                             f"got one on {peers.device}")
+        self.peers = peers
+        if self.is_hetero:
+            self._init_hetero(partition, keys, group, policy, cache_size,
+                              edge_keys, device)
+            return
+        attrs = partition.node_attrs
+        if keys is None:
+            keys = [k for k in ('x', 'y') if k in attrs]
+        keys = list(keys)
+        for k in keys:
+            if k not in attrs:
+                raise ValueError(f'the partition has no node attribute '
+                                 f'{k!r} (has {sorted(attrs)})')
+        if group_size(group) != partition.num_parts \
+                or group_rank(group) != partition.part:
+            raise ValueError('rank k of the process group must hold part k '
+                             'of a graph with one part per rank')
+        edge_keys = list(partition.edge_attrs if edge_keys is None
+                         else edge_keys)
+        for k in edge_keys:
+            if k not in partition.edge_attrs:
+                raise ValueError(f'the partition has no edge attribute '
+                                 f'{k!r} (has {sorted(partition.edge_attrs)})')
+        self.edge_keys = edge_keys
+        self._eid_sorted: Optional[Tensor] = None
+        # The edge cache: the cached remote edges' global ids, sorted, on
+        # the feature device; their rows, in that order, on the device.
+        self.edge_cache_ids = torch.empty(0, dtype=torch.int64,
+                                          device=self.feature_device)
+        self.edge_cache: Dict[str, Tensor] = {}
+        self.partition = partition
+        self.keys = keys
+        self.group = group
+        self.rank = partition.part
+        self.world_size = partition.num_parts
+        self.num_nodes = int(partition.node_part.numel())
+        # What is read, on the feature device: on the CPU the part's own
+        # (memory-mapped) tensors; on a GPU copies made once (the partition
+        # object is left as it is).
+        self._node_part = self._on_feature(partition.node_part)
+        self._local_id = self._on_feature(partition.local_id)
+        self._attrs = {k: self._part_rows(attrs[k]) for k in keys}
+        self._edge_attrs = {k: self._on_feature(partition.edge_attrs[k])
+                            for k in edge_keys}
+        if edge_keys and self.feature_device.type != 'cpu':
+            self._sort_edge_ids()  # Now, not at the first batch.
+        # Global id -> cache slot (-1: not cached).
+        self.cache_slot = torch.full((self.num_nodes, ), -1,
+                                     dtype=torch.int64,
+                                     device=self.feature_device)
+        self.policy = policy
+        self.device = torch.device('cpu') if device is None else \
+            torch.device(device)
+        self.capacity = cache_size if policy == 'lru' else 0
+        self.cache: Dict[str, Tensor] = {
+            k: attrs[k].new_empty((self.capacity, ) + tuple(
+                attrs[k].shape[1:]), device=self.device) for k in keys}
+        # LRU bookkeeping: the global id in every slot (-1: free) and the
+        # step it was last read, on the feature device (with the ids).
+        self.slot_id = torch.full((self.capacity, ), -1, dtype=torch.int64,
+                                  device=self.feature_device)
+        self.last_used = torch.full((self.capacity, ), -1,
+                                    dtype=torch.int64,
+                                    device=self.feature_device)
+        # The LRU clock (the last step), one cell shared with worker views;
+        # the cache is read and changed inside a section they share too:
+        self._clock = [0]
+        self._cache_section = _OrderedSection()
+        self.stats = GatherStats()
+
+    def _init_hetero(self, partition, keys, group, policy, cache_size,
+                     edge_keys, device) -> None:
+        # One gather per node type (its rows) and per edge type with edge
+        # attributes, each over a homogeneous view of the part.
+        self.partition = partition
+        self.group = group
+        self.policy = policy
+        self.rank, self.world_size = partition.part, partition.num_parts
+        self.device = torch.device('cpu') if device is None else \
+            torch.device(device)
+        keys = _check_keys(keys, partition.node_attrs, 'node')
+        edge_keys = _check_keys(edge_keys, partition.edge_attrs, 'edge')
+        self.node_types = list(partition.node_ids)
+        self.edge_types = list(partition.csc)
+        fdev = self.feature_device
+        # The maps of every node type on the feature device, once: shared
+        # by the gathers of the node type and of the edge types ending
+        # there.
+        maps = {nt: (self._on_feature(partition.node_part[nt]),
+                     self._on_feature(partition.local_id[nt]))
+                for nt in self.node_types}
+
+        def view(node_type, edge_type=None):
+            v = partition.type_view(node_type, edge_type)
+            if fdev.type == 'cpu':
+                return v
+            nt = node_type if edge_type is None else edge_type[-1]
+            return dataclasses.replace(v, node_part=maps[nt][0],
+                                       local_id=maps[nt][1])
+
+        self.by_node_type: Dict[str, DistributedFeatureGather] = {}
+        for nt in self.node_types:
+            attrs = partition.node_attrs[nt]
+            self.by_node_type[nt] = DistributedFeatureGather(
+                view(nt),
+                keys=[k for k in (keys or ('x', 'y')) if k in attrs],
+                group=group, policy=policy, cache_size=cache_size,
+                edge_keys=[], device=device, feature_device=fdev,
+                peers=self.peers)
+        self.by_edge_type: Dict[tuple, DistributedFeatureGather] = {}
+        for et in self.edge_types:
+            attrs = partition.edge_attrs[et]
+            names = [k for k in attrs if edge_keys is None or k in edge_keys]
+            if names:
+                self.by_edge_type[et] = DistributedFeatureGather(
+                    view(None, et), keys=[], group=group,
+                    edge_keys=names, device=device, feature_device=fdev)
+        self.keys = {nt: g.keys for nt, g in self.by_node_type.items()}
+        self.edge_keys = {et: g.edge_keys
+                          for et, g in self.by_edge_type.items()}
+        self.num_nodes = {nt: g.num_nodes
+                          for nt, g in self.by_node_type.items()}
+        self.stats = GatherStats()
+
+    def _sum_stats(self, gathers) -> GatherStats:
+        total = GatherStats()
+        for g in gathers:
+            for k, v in vars(g.stats).items():
+                setattr(total, k, getattr(total, k) + v)
+        return total
+
+    def _gather_hetero(self, n_id) -> Dict[str, Dict[str, Tensor]]:
+        if not isinstance(n_id, dict):
+            raise ValueError("'n_id' must be a dictionary of global ids per "
+                             "node type for a heterogeneous partition")
+        empty = torch.empty(0, dtype=torch.int64, device=self.feature_device)
+        out = {nt: g.gather(n_id.get(nt, empty))  # Every type, every rank.
+               for nt, g in self.by_node_type.items()}
+        self.stats = self._sum_stats(self.by_node_type.values())
+        return out
+
+    def _gather_edges_hetero(self, e_id, dst) -> Dict[tuple, Dict]:
+        if not isinstance(e_id, dict) or not isinstance(dst, dict):
+            raise ValueError("'e_id' and 'dst' must be dictionaries per "
+                             "edge type for a heterogeneous partition")
+        empty = torch.empty(0, dtype=torch.int64, device=self.feature_device)
+        out = {et: g.gather_edges(e_id.get(et, empty), dst.get(et, empty))
+               for et, g in self.by_edge_type.items()}
+        edge_stats = self._sum_stats(self.by_edge_type.values())
+        self.stats.local_edge_rows = edge_stats.local_edge_rows
+        self.stats.cached_edge_rows = edge_stats.cached_edge_rows
+        self.stats.remote_edge_rows = edge_stats.remote_edge_rows
+        return out
+
+    def _build_edge_cache_hetero(self, e_id, dst, edge_cache_size: int,
+                                 counts) -> int:
+        if not isinstance(e_id, dict) or not isinstance(dst, dict) or not \
+                isinstance(counts, (dict, type(None))):
+            raise ValueError("'e_id', 'dst' and 'counts' must be "
+                             "dictionaries per edge type for a "
+                             "heterogeneous partition")
+        unknown = [et for et in {**e_id, **dst, **(counts or {})}
+                   if tuple(et) not in self.edge_types]
+        if unknown:
+            raise ValueError(f'{unknown} are not edge types of the '
+                             f'partition ({self.edge_types})')
+        e_id, dst = ({tuple(k): v for k, v in d.items()} for d in (e_id, dst))
+        counts = {tuple(k): v for k, v in (counts or {}).items()}
+        empty = torch.empty(0, dtype=torch.int64, device=self.feature_device)
+        # One ranking over the remote edges of all types with attributes:
+        candidates = {et: g._edge_candidates(
+            e_id.get(et, empty), dst.get(et, empty), counts.get(et))
+            for et, g in self.by_edge_type.items()}
+        allc = torch.cat([c for _, _, c in candidates.values()] + [empty])
+        chosen = torch.zeros_like(allc, dtype=torch.bool)
+        chosen[_most_counted(allc, edge_cache_size)] = True
+        total, offset = 0, 0
+        for et, (ids, ids_dst, c) in candidates.items():
+            mine = chosen[offset:offset + c.numel()]
+            offset += c.numel()
+            total += self.by_edge_type[et]._fill_edge_cache(ids[mine],
+                                                            ids_dst[mine])
+        return total
+
+    def _build_cache_hetero(self, counts, cache_size: int) -> int:
+        if not isinstance(counts, dict):
+            raise ValueError("'counts' must be a dictionary of counts per "
+                             "node type for a heterogeneous partition")
+        # One ranking over the remote rows of all types:
+        flat = []
+        fdev = self.feature_device
+        for nt in self.node_types:
+            c = counts.get(nt)
+            c = torch.zeros(self.num_nodes[nt], dtype=torch.int64,
+                            device=fdev) if c is None else torch.as_tensor(
+                c, dtype=torch.int64).to(fdev, copy=True)
+            if c.numel() != self.num_nodes[nt]:
+                raise ValueError(f"'counts[{nt!r}]' must have one entry per "
+                                 f"vertex of that type ({self.num_nodes[nt]})")
+            c[self.by_node_type[nt]._node_part == self.rank] = 0
+            flat.append(c)
+        allc = torch.cat(flat)
+        chosen = torch.zeros_like(allc, dtype=torch.bool)
+        chosen[_most_counted(allc, cache_size)] = True
+        total, offset = 0, 0
+        for nt, c in zip(self.node_types, flat):
+            n = c.numel()
+            mine = chosen[offset:offset + n]
+            offset += n
+            total += self.by_node_type[nt].build_cache(
+                torch.where(mine, c, torch.zeros_like(c)), int(mine.sum()))
+        return total
+
+    def row_reads(self) -> Optional[Dict[str, int]]:
+        r"""Rows of this part read so far from this rank's own shard
+        (:obj:`'local'`) and from the shards of the machine's other ranks
+        (:obj:`'peer'`), over all keys (and node types); :obj:`None` where
+        the part's rows are not split (no :obj:`peers`)."""
+        if self.peers is None:
+            return None
+        if self.is_hetero:
+            reads = [g.row_reads() for g in self.by_node_type.values()]
+            return {k: sum(r[k] for r in reads) for k in ('local', 'peer')}
+        rows = self._attrs.values()
+        return {'local': sum(r.own_rows for r in rows),
+                'peer': sum(r.peer_rows for r in rows)}
+
+    @property
+    def num_cached_rows(self) -> int:
+        r"""The number of remote rows in the cache (of all node types)."""
+        if self.is_hetero:
+            return sum(g.num_cached_rows for g in self.by_node_type.values())
+        return int((self.cache_slot >= 0).sum())
+
+    @property
+    def num_cached_edge_rows(self) -> int:
+        r"""The number of remote edges in the edge cache (of all edge
+        types)."""
+        if self.is_hetero:
+            return sum(g.num_cached_edge_rows
+                       for g in self.by_edge_type.values())
+        return int(self.edge_cache_ids.numel())
+
+    def worker_view(self, group: Optional[Any]
+                    ) -> 'DistributedFeatureGather':
+        r"""A gather of the same part for another thread: it shares the
+        part's rows and the caches as they are now, and exchanges over
+        :obj:`group` (the same ranks, e.g. a
+        :func:`~pyg_orch.parallel.exchange.gloo_twin`), with its own
+        :attr:`stats`. With the :obj:`'lru'` policy, the gathers of all
+        views change the one cache: a gather looks its slots up and reads
+        their rows at once, and admits what it fetched later, each under a
+        lock shared by the views (in lock order on the GPU too), so rows
+        stay right whatever the threads' timing; which rows are cached
+        depends on it."""
+        if group_size(group) != self.world_size:
+            raise ValueError(f"'group' must have the gather's "
+                             f"{self.world_size} ranks (got "
+                             f"{group_size(group)})")
+        view = copy.copy(self)
+        view.group = group
+        view.stats = GatherStats()
+        if self.is_hetero:
+            view.by_node_type = {nt: g.worker_view(group)
+                                 for nt, g in self.by_node_type.items()}
+            view.by_edge_type = {et: g.worker_view(group)
+                                 for et, g in self.by_edge_type.items()}
+        elif self.edge_keys and self._eid_sorted is None:
+            self._sort_edge_ids()  # Once, shared with the view.
+            view._eid_sorted, view._eid_pos = self._eid_sorted, self._eid_pos
+        return view
+
+    # Helpers ################################################################
+    def _part_rows(self, t: Tensor) -> Any:
+        # The part's rows of one key: split across the machine's ranks, or
+        # whole on the feature device.
+        if self.peers is None:
+            return self._on_feature(t)
+        from pyg_orch.features.sharded_rows import ShardedRows
+        return ShardedRows(t, self.peers)
+
+    def _peer_rows(self) -> int:
+        # Read by this thread (other worker threads read at the same time):
+        return sum(rows.thread_peer_rows()
+                   for rows in getattr(self, '_attrs', {}).values()
+                   if hasattr(rows, 'thread_peer_rows'))
+
+    def _on_feature(self, t: Tensor) -> Tensor:
+        return t if t.device == self.feature_device else \
+            t.to(self.feature_device)
+
+    def _dev(self, t: Tensor) -> Tensor:
+        # To where the rows are delivered; a copy to the host is waited for
+        # (the host reads what it gets).
+        return t.to(self.device, non_blocking=self.device.type != 'cpu')
+
+    def _sort_edge_ids(self) -> None:
+        # The part's in-edges by global edge id: where gather_edges finds
+        # the requested edges.
+        self._eid_sorted, self._eid_pos = torch.sort(self._on_feature(
+            self.partition.csc.edge_id).to(torch.int64))
+
+    def _row_bytes(self) -> int:
+        total = 0
+        for k in self.keys:
+            t = self.partition.node_attrs[k]
+            total += t[:1].numel() * t.element_size() if t.dim() > 1 \
+                else t.element_size()
+        return total
+
+    def _fetch(self, ids: Tensor) -> Dict[str, Tensor]:
+        r"""Rows of :obj:`ids` (none owned by this part) from their owners:
+        a collective."""
+        if not self.keys:  # The same on every rank: no exchange at all.
+            return {}
+        owner = self._node_part[ids].to(torch.int64)
+        index, per_rank, order = split_by_value(owner, self.world_size)
+        # The requests arrive on the feature device (that of the ids):
+        requests = exchange([ids[i] for i in index], self.group)
+        self.stats.served_rows += sum(int(r.numel()) for i, r in
+                                      enumerate(requests) if i != self.rank)
+        local = [self._local_id[r] for r in requests]
+        return self._reply(self._attrs, self.keys, local, per_rank, order)
+
+    def _reply(self, refs: Dict[str, Any], keys: List[str],
+               picks: List[Tensor], per_rank: List[int], order: Tensor
+               ) -> Dict[str, Tensor]:
+        r"""Answers the requests of every rank (rows :obj:`picks[r]` of
+        :obj:`refs` for rank :obj:`r`), all keys in one exchange whose
+        sizes this rank knows (what it asked each rank for,
+        :obj:`per_rank`), and puts the answers to its own requests back in
+        request order (:obj:`order`, as :func:`split_by_value` gave it): a
+        collective."""
+        # One gather per key of the rows for all ranks, in rank order:
+        pick = torch.cat(picks)
+        fields = exchange_stacked_rows(
+            [refs[key].index_select(0, pick) for key in keys],
+            [int(p.numel()) for p in picks], per_rank, self.group,
+            out_device=self.device)
+        dest = self._dev(order)
+        out = {}
+        for key, got in zip(keys, fields):
+            # Answers in `order` (`index_copy_`: several times faster than
+            # advanced indexing for rows on the CPU):
+            out[key] = torch.empty_like(got).index_copy_(0, dest, got)
+        return out
+
+    # API ####################################################################
+    def gather(self, n_id) -> Dict[str, Tensor]:
+        r"""The rows of :obj:`n_id` (global ids) of every key, in the order
+        of :obj:`n_id`; a collective. :attr:`stats` then says where they
+        came from. For a heterogeneous partition, :obj:`n_id` and the
+        result are dictionaries per node type."""
+        if self.is_hetero:
+            return self._gather_hetero(n_id)
+        # Read where the index maps are (ids sampled elsewhere come over):
+        n_id = torch.as_tensor(n_id, dtype=torch.int64).to(
+            self.feature_device)
+        self.stats = GatherStats()
+        peer_before = self._peer_rows()
+        owner = self._node_part[n_id].to(torch.int64)
+        is_local = owner == self.rank
+        lru = self.policy == 'lru' and self.capacity > 0
+        # An 'lru' cache changes under other threads' gathers: its slots
+        # are looked up and their rows read at once, inside the section.
+        with self._cache_section(self._cuda) if lru else \
+                contextlib.nullcontext():
+            slot = self.cache_slot[n_id]
+            # 0: owned, 1: cached, 2: fetched from its owner.
+            category = torch.where(is_local, 0, torch.where(slot >= 0, 1, 2))
+            local_pos, cached_pos, remote_pos = _positions(category, 3)
+            cached_slot = self._dev(slot[cached_pos])
+            cached = {key: self.cache[key].index_select(0, cached_slot)
+                      for key in self.keys}
+            if lru:
+                self._clock[0] += 1
+                step = self._clock[0]
+                self.last_used[slot[cached_pos]] = step
+        fetched = self._fetch(n_id[remote_pos])
+        out = {}
+        local_dst, cached_dst, remote_dst = (self._dev(p) for p in (
+            local_pos, cached_pos, remote_pos))
+        local = self._local_id[n_id[local_pos]]
+        for key in self.keys:
+            ref = self._attrs[key]
+            rows = ref.new_empty((n_id.numel(), ) + tuple(ref.shape[1:]),
+                                 device=self.device)
+            rows.index_copy_(0, local_dst,
+                             self._dev(ref.index_select(0, local)))
+            rows.index_copy_(0, cached_dst, cached[key])
+            rows.index_copy_(0, remote_dst, fetched[key])
+            out[key] = rows
+        row_bytes = self._row_bytes()
+        self.stats.local_rows = int(local_pos.numel())
+        self.stats.cached_rows = int(cached_pos.numel())
+        self.stats.remote_rows = int(remote_pos.numel())
+        self.stats.remote_bytes = self.stats.remote_rows * row_bytes
+        self.stats.cached_bytes = self.stats.cached_rows * row_bytes
+        self.stats.peer_rows = self._peer_rows() - peer_before
+        if lru:
+            with self._cache_section(self._cuda):
+                self._admit(n_id[remote_pos], fetched, step)
+        return out
+
+    @property
+    def _cuda(self) -> bool:
+        # Whether the cache or its bookkeeping live on a GPU.
+        return 'cuda' in (self.device.type, self.feature_device.type)
+
+    def _admit(self, ids: Tensor, rows: Dict[str, Tensor],
+               step: int) -> None:
+        r"""LRU: keeps the rows of :obj:`ids` just fetched at :obj:`step`,
+        evicting the least recently read (free slots first); ids another
+        thread cached meanwhile are left where they are."""
+        if ids.numel() == 0:
+            return
+        fresh = (self.cache_slot.index_select(0, ids) < 0).nonzero().view(-1)
+        if fresh.numel() < ids.numel():
+            ids = ids.index_select(0, fresh)
+            fresh = self._dev(fresh)
+            rows = {k: v.index_select(0, fresh) for k, v in rows.items()}
+            if ids.numel() == 0:
+                return
+        uniq, inverse = torch.unique(ids, return_inverse=True)
+        first = torch.full((uniq.numel(), ), ids.numel(), dtype=torch.int64,
+                           device=ids.device)
+        first.scatter_reduce_(0, inverse, torch.arange(
+            ids.numel(), device=ids.device), 'amin')
+        m = min(uniq.numel(), self.capacity)
+        uniq, first = uniq[:m], first[:m]
+        victims = torch.sort(self.last_used, stable=True).indices[:m]
+        old = self.slot_id[victims]
+        self.cache_slot[old[old >= 0]] = -1
+        self.slot_id[victims] = uniq
+        self.cache_slot[uniq] = victims
+        self.last_used[victims] = step
+        victims, first = self._dev(victims), self._dev(first)
+        for key in self.keys:
+            self.cache[key][victims] = rows[key][first]
+
+    def _fetch_edges(self, e_id: Tensor, owner: Tensor
+                     ) -> Tuple[Dict[str, Tensor], List[int]]:
+        r"""Rows of the edges :obj:`e_id` from the parts :obj:`owner` that
+        store them (their destinations' owners), in the order of
+        :obj:`e_id`, and how many each part served: a collective."""
+        if self._eid_sorted is None:
+            self._sort_edge_ids()
+        index, per_rank, order = split_by_value(owner, self.world_size)
+        # The requests arrive on the feature device (that of the ids), and
+        # are looked up all at once:
+        requests = exchange([e_id[i] for i in index], self.group)
+        wanted = torch.cat(requests)
+        idx = torch.searchsorted(self._eid_sorted, wanted)
+        num_edges = self._eid_sorted.numel()
+        if wanted.numel() and (num_edges == 0 or not bool(
+                (self._eid_sorted[idx.clamp(max=num_edges - 1)]
+                 == wanted).all())):
+            raise RuntimeError('gather_edges: an edge id is not an '
+                               'in-edge of its destination\'s part')
+        positions = torch.split(self._eid_pos[idx] if wanted.numel() else
+                                idx, [int(r.numel()) for r in requests])
+        return self._reply(self._edge_attrs, self.edge_keys,
+                           list(positions), per_rank, order), per_rank
+
+    def gather_edges(self, e_id, dst) -> Dict[str, Tensor]:
+        r"""The rows of the edge attributes :obj:`edge_keys` of the edges
+        :obj:`e_id` (global edge ids) whose destinations are :obj:`dst`
+        (global vertex ids; an edge is stored with the part owning its
+        destination), in the order of :obj:`e_id`; a collective. Remote
+        edges in the edge cache (:meth:`build_edge_cache`) are served from
+        it, the others fetched. :attr:`stats` then counts the local, cached
+        and fetched remote edge rows. For a heterogeneous partition,
+        :obj:`e_id`, :obj:`dst` and the result are dictionaries per edge
+        type."""
+        if self.is_hetero:
+            return self._gather_edges_hetero(e_id, dst)
+        e_id, dst = self._edges_here(e_id, dst)
+        if not self.edge_keys:
+            return {}
+        owner = self._node_part[dst].to(torch.int64)
+        num_cached = 0
+        if self.edge_cache_ids.numel() == 0:
+            out, per_rank = self._fetch_edges(e_id, owner)
+        else:
+            slot, hit = self._edge_cache_lookup(e_id)
+            hit &= owner != self.rank
+            fetch_pos, cached_pos = _positions(hit.to(torch.int64), 2)
+            num_cached = int(cached_pos.numel())
+            fetched, per_rank = self._fetch_edges(e_id[fetch_pos],
+                                                  owner[fetch_pos])
+            fetch_dst, cached_dst = self._dev(fetch_pos), self._dev(
+                cached_pos)
+            cached_slot = self._dev(slot[cached_pos])
+            out = {}
+            for key in self.edge_keys:
+                ref = fetched[key]
+                rows = ref.new_empty((e_id.numel(), ) + tuple(ref.shape[1:]))
+                rows[fetch_dst] = ref
+                rows[cached_dst] = self.edge_cache[key][cached_slot]
+                out[key] = rows
+        self.stats.local_edge_rows = per_rank[self.rank]
+        self.stats.cached_edge_rows = num_cached
+        self.stats.remote_edge_rows = sum(per_rank) - per_rank[self.rank]
+        return out
+
+    def _edges_here(self, e_id, dst) -> Tuple[Tensor, Tensor]:
+        # Edge ids and their destinations as int64 on the feature device
+        # (where the index maps are), checked.
+        e_id = torch.as_tensor(e_id, dtype=torch.int64).to(
+            self.feature_device)
+        dst = torch.as_tensor(dst, dtype=torch.int64).to(self.feature_device)
+        if e_id.shape != dst.shape or e_id.dim() != 1:
+            raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
+                             "length")
+        return e_id, dst
+
+    def _edge_cache_lookup(self, e_id: Tensor) -> Tuple[Tensor, Tensor]:
+        # The slot in the edge cache of every edge of `e_id`, and whether
+        # it is there.
+        ids = self.edge_cache_ids
+        slot = torch.searchsorted(ids, e_id)
+        hit = ids[slot.clamp(max=ids.numel() - 1)] == e_id
+        return slot, hit
+
+    def _edge_candidates(self, e_id, dst, counts=None
+                         ) -> Tuple[Tensor, Tensor, Tensor]:
+        # The distinct edges of `e_id` (sorted), their destinations and
+        # their access counts (summed over repeats and `counts`), 0 for
+        # this part's edges, on the feature device.
+        fdev = self.feature_device
+        e_id, dst = self._edges_here(e_id, dst)
+        if counts is None:
+            counts = torch.ones_like(e_id)
+        else:
+            counts = torch.as_tensor(counts, dtype=torch.int64).to(fdev)
+            if counts.shape != e_id.shape:
+                raise ValueError("'counts' must hold one count per entry of "
+                                 "'e_id'")
+            if counts.numel() and int(counts.min()) < 0:
+                raise ValueError("'counts' must be non-negative")
+        ids, inverse = torch.unique(e_id, return_inverse=True)
+        total = torch.zeros_like(ids).scatter_add_(0, inverse, counts)
+        ids_dst = torch.empty_like(ids).scatter_(0, inverse, dst)
+        if ids.numel():
+            total[self._node_part[ids_dst] == self.rank] = 0
+        return ids, ids_dst, total
+
+    def _fill_edge_cache(self, ids: Tensor, dst: Tensor) -> int:
+        # Replaces the edge cache by the rows of the remote edges `ids`
+        # (sorted) with destinations `dst`: a collective.
+        owner = self._node_part[dst].to(torch.int64)
+        self.edge_cache, _ = self._fetch_edges(ids, owner)
+        self.edge_cache_ids = ids
+        return int(ids.numel())
+
+    def build_edge_cache(self, e_id, dst, edge_cache_size: int,
+                         counts=None) -> int:
+        r"""Caches the edge attribute rows of the :obj:`edge_cache_size`
+        remote edges (whose destination another part owns) that occur most
+        often in :obj:`e_id`, fetched from their owners: a collective that
+        replaces the edge cache. Returns the number of cached edges.
+
+        Args:
+            e_id (Tensor): Global edge ids of pre-sampled edges (e.g. the
+                :obj:`edge` of pre-sampled batches, concatenated); repeats
+                count as accesses.
+            dst (Tensor): The global id of the destination of every edge of
+                :obj:`e_id` (e.g. from the sampler's
+                :obj:`edge_destinations`).
+            edge_cache_size (int): The most edges to cache (:obj:`0`:
+                empty the cache).
+            counts (Tensor, optional): A non-negative access count per
+                entry of :obj:`e_id` (default: one each), e.g. for distinct
+                edges counted elsewhere.
+
+        For a heterogeneous partition, :obj:`e_id`, :obj:`dst` and
+        :obj:`counts` are dictionaries per edge type, and the
+        :obj:`edge_cache_size` remote edges counted most often over all
+        edge types (with edge attributes) are cached."""
+        check_size(edge_cache_size, 'edge_cache_size')
+        if self.is_hetero:
+            return self._build_edge_cache_hetero(e_id, dst, edge_cache_size,
+                                                 counts)
+        ids, ids_dst, total = self._edge_candidates(e_id, dst, counts)
+        if not self.edge_keys:  # The same on every rank: nothing to keep.
+            return 0
+        chosen = _most_counted(total, edge_cache_size)
+        return self._fill_edge_cache(ids[chosen], ids_dst[chosen])
+
+    @staticmethod
+    def count_accesses(n_ids: Iterable[Tensor], num_nodes: int) -> Tensor:
+        r"""How often every global vertex appears in :obj:`n_ids` (e.g. the
+        :obj:`node` of pre-sampled batches)."""
+        counts = torch.zeros(num_nodes, dtype=torch.int64)
+        for n_id in n_ids:
+            counts += torch.bincount(
+                torch.as_tensor(n_id, dtype=torch.int64).cpu(),
+                minlength=num_nodes)
+        return counts
+
+    def build_cache(self, counts: Tensor, cache_size: int) -> int:
+        r"""Caches the rows of the :obj:`cache_size` remote vertices with
+        the highest :obj:`counts` (vertices never counted are not cached),
+        fetched from their owners: a collective. Returns the number of
+        cached rows. For a heterogeneous partition, :obj:`counts` is a
+        dictionary per node type."""
+        check_size(cache_size, 'cache_size')
+        if self.is_hetero:
+            return self._build_cache_hetero(counts, cache_size)
+        # Ranked where the index maps are:
+        counts = torch.as_tensor(counts, dtype=torch.int64).to(
+            self.feature_device, copy=True)
+        if counts.numel() != self.num_nodes:
+            raise ValueError(f"'counts' must have one entry per global "
+                             f"vertex ({self.num_nodes})")
+        counts[self._node_part == self.rank] = 0
+        if self.policy == 'lru':
+            cache_size = min(cache_size, self.capacity)
+        ids = _most_counted(counts, cache_size)
+        saved = self.stats
+        fetched = self._fetch(ids)
+        self.stats = saved
+        if self.policy == 'lru':
+            self._admit(ids, fetched, self._clock[0])
+            return int((self.cache_slot >= 0).sum())
+        self.cache_slot.fill_(-1)
+        self.cache_slot[ids] = torch.arange(ids.numel(),
+                                            device=self.feature_device)
+        self.cache = fetched
+        return int(ids.numel())
+
+    @property
+    def cache_bytes(self) -> int:
+        r"""The bytes of the cached rows of remote vertices."""
+        if self.is_hetero:
+            return sum(g.cache_bytes for g in self.by_node_type.values())
+        return sum(t.numel() * t.element_size() for t in self.cache.values())
+
+    @property
+    def edge_cache_bytes(self) -> int:
+        r"""The bytes of the edge cache: the cached edges' rows and their
+        sorted ids."""
+        if self.is_hetero:
+            return sum(g.edge_cache_bytes for g in self.by_edge_type.values())
+        return self.edge_cache_ids.numel() * 8 + sum(
+            t.numel() * t.element_size() for t in self.edge_cache.values())

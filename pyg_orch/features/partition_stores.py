@@ -1,0 +1,391 @@
+r"""A partitioned graph as PyG's remote backend, cuGraph-PyG style: this
+rank's part (:func:`~pyg_orch.distributed.load_partition`) behind a
+:class:`~torch_geometric.data.GraphStore` (:class:`PartitionGraphStore`,
+which hands out the collective sampler) and a
+:class:`~torch_geometric.data.FeatureStore` (:class:`PartitionFeatureStore`,
+rows of any global vertex, remote rows fetched collectively). The pair is
+the :obj:`data` of :class:`~pyg_orch.HybridLinkNeighborLoader` (and of
+PyG's own loaders); placement (feature device, cache size and policy) lives
+in the stores' arguments.
+
+.. code-block:: python
+
+    feature_store, graph_store = open_stores('parts/', cache_size=10_000)
+    loader = HybridLinkNeighborLoader((feature_store, graph_store),
+                                      num_neighbors=[10, 5], batch_size=256)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import FeatureStore, GraphStore
+from torch_geometric.data.feature_store import TensorAttr
+from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
+
+from pyg_orch.features.partition_gather import DistributedFeatureGather
+from pyg_orch.partition.opening import open_partition
+from pyg_orch.sampling.collective import DistributedNeighborSampler
+from pyg_orch.partition.storage import GraphPartition
+
+__all__ = ['PartitionFeatureStore', 'PartitionGraphStore', 'open_stores']
+
+
+def _read_only(store: str) -> NotImplementedError:
+    return NotImplementedError(
+        f'{store} is read-only: it serves the files of a partition folder '
+        f'(write a new one with partition_graph())')
+
+
+class PartitionGraphStore(GraphStore):
+    r"""This rank's part of a partitioned graph as a PyG
+    :class:`~torch_geometric.data.GraphStore`: it reports the graph's edge
+    types and global sizes, answers :meth:`get_edge_index` with the part's
+    in-edges (global ids, :obj:`'coo'`), and hands out the collective
+    :class:`~pyg_orch.distributed.DistributedNeighborSampler`
+    (:meth:`sampler`).
+
+    Args:
+        partition (GraphPartition): This rank's part.
+        group (ProcessGroup, optional): The process group (rank :obj:`k`
+            holds part :obj:`k`; default: the default group).
+    """
+    def __init__(self, partition: GraphPartition,
+                 group: Optional[Any] = None):
+        if not isinstance(partition, GraphPartition):
+            raise TypeError(f"'partition' must be a GraphPartition (got "
+                            f"{type(partition).__name__})")
+        super().__init__()
+        self.partition = partition
+        self.group = group
+        self.is_hetero = partition.is_hetero
+        if self.is_hetero:
+            self.edge_types: List[Any] = list(partition.csc)
+            self.num_nodes: Dict[Any, int] = {
+                t: int(v.numel()) for t, v in partition.node_part.items()}
+        else:
+            self.edge_types = [None]
+            self.num_nodes = {None: int(partition.node_part.numel())}
+
+    @property
+    def rank(self) -> int:
+        r"""This rank (the part it holds)."""
+        return self.partition.part
+
+    @property
+    def num_parts(self) -> int:
+        r"""The number of parts (and ranks)."""
+        return self.partition.num_parts
+
+    def sampler(self, num_neighbors: Any,
+                **options: Any) -> DistributedNeighborSampler:
+        r"""A collective neighbor sampler over the partition (PyG's
+        :class:`~torch_geometric.sampler.BaseSampler`): the
+        :class:`~pyg_orch.distributed.DistributedNeighborSampler` of this
+        part and :obj:`group` with :obj:`num_neighbors` and :obj:`options`
+        (:obj:`replace`, :obj:`disjoint`, :obj:`time_attr`,
+        :obj:`device`, :obj:`generator`, ...)."""
+        return DistributedNeighborSampler(self.partition, num_neighbors,
+                                          group=self.group, **options)
+
+    def _csc(self, edge_type: Any):
+        if edge_type not in self.edge_types:
+            raise ValueError(f"'edge_type' must be one of {self.edge_types} "
+                             f"(got {edge_type!r})")
+        return self.partition.csc[edge_type] if self.is_hetero else \
+            self.partition.csc
+
+    def local_edge_index(self, edge_type: Any = None) -> Tensor:
+        r"""The in-edges this part holds (of :obj:`edge_type`) as a
+        :obj:`[2, num_edges]` tensor of global ids, in the part's order."""
+        csc = self._csc(tuple(edge_type) if edge_type is not None else None)
+        dst_t = None if edge_type is None else edge_type[-1]
+        node_ids = self.partition.node_ids[dst_t] if self.is_hetero else \
+            self.partition.node_ids
+        colptr = csc.colptr.to(torch.int64)
+        col = torch.repeat_interleave(node_ids.to(torch.int64),
+                                      colptr.diff(),
+                                      output_size=int(csc.row.numel()))
+        return torch.stack([csc.row.to(torch.int64), col])
+
+    def seed_nodes(self, input_nodes: Any) -> Tuple[Any, Tensor]:
+        r"""Checks the seeds of a node loader over the partition and returns
+        :obj:`(node_type, ids)` (:obj:`None` as node type for a homogeneous
+        partition): global ids or a boolean mask over all vertices, for a
+        heterogeneous partition with their node type as a :obj:`(node
+        type, ids)` tuple; a node type alone, or :obj:`None` on a
+        homogeneous partition, means the vertices this part owns."""
+        node_type, nodes = None, input_nodes
+        if self.is_hetero:
+            if isinstance(nodes, str):
+                node_type, nodes = nodes, None
+            elif isinstance(nodes, (tuple, list)) and len(nodes) == 2 and \
+                    isinstance(nodes[0], str):
+                node_type, nodes = nodes
+            else:
+                raise ValueError(f"'input_nodes' must be a node type or a "
+                                 f"(node type, ids) tuple on a "
+                                 f"heterogeneous partition (got "
+                                 f"{input_nodes!r:.100})")
+            if node_type not in self.num_nodes:
+                raise ValueError(f"'input_nodes' names the node type "
+                                 f"{node_type!r}, which is not in the "
+                                 f"partition (node types: "
+                                 f"{list(self.num_nodes)})")
+        if nodes is None:
+            ids = self.partition.node_ids[node_type] if self.is_hetero \
+                else self.partition.node_ids
+            return node_type, ids.to(torch.int64)
+        n = self.num_nodes[node_type]
+        if isinstance(nodes, Tensor) and nodes.dtype == torch.bool:
+            if nodes.shape != (n, ):
+                raise ValueError(f"'input_nodes' as a mask must have one "
+                                 f"entry per vertex ({n} of node type "
+                                 f"{node_type!r}; got shape "
+                                 f"{tuple(nodes.shape)})")
+            return node_type, nodes.nonzero().view(-1)
+        if not isinstance(nodes, Tensor) or nodes.dim() != 1 or \
+                nodes.is_floating_point():
+            raise ValueError(f"'input_nodes' must be a 1-D integer tensor of "
+                             f"global ids or a boolean mask (got "
+                             f"{type(nodes).__name__})")
+        if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
+            raise ValueError(f"'input_nodes' holds ids outside [0, {n}) "
+                             f"(global ids of node type {node_type!r})")
+        return node_type, nodes.to(torch.int64)
+
+    def label_edges(self, edge_label_index: Any) -> Tuple[Any, Tensor]:
+        r"""Checks the label edges of a link loader over the partition and
+        returns :obj:`(edge_type, edge_label_index)` (:obj:`None` as edge
+        type for a homogeneous partition): a :obj:`[2, num_edges]` tensor
+        of global ids, an edge type (the in-edges of that type this part
+        holds), an :obj:`(edge_type, tensor)` tuple, or :obj:`None` on a
+        homogeneous partition (the in-edges this part holds)."""
+        edge_type, index = None, edge_label_index
+        if self.is_hetero:
+            if isinstance(index, (tuple, list)) and index and \
+                    isinstance(index[0], str):
+                edge_type, index = tuple(index), None
+            elif isinstance(index, (tuple, list)) and len(index) == 2:
+                edge_type, index = index
+                edge_type = tuple(edge_type) if isinstance(
+                    edge_type, (tuple, list)) else edge_type
+            else:
+                raise ValueError(f"'edge_label_index' must be an edge type or "
+                                 f"an (edge_type, edge_label_index) tuple on "
+                                 f"a heterogeneous partition (got "
+                                 f"{edge_label_index!r:.100})")
+            if edge_type not in self.edge_types:
+                raise ValueError(f"'edge_label_index' names the edge type "
+                                 f"{edge_type!r}, which is not in the "
+                                 f"partition (edge types: "
+                                 f"{self.edge_types})")
+        elif isinstance(index, (tuple, str)):
+            raise ValueError("'edge_label_index' must be None or a tensor of "
+                             "shape [2, num_edges] (global ids) on a "
+                             "homogeneous partition")
+        if index is None:
+            return edge_type, self.local_edge_index(edge_type)
+        if not isinstance(index, Tensor) or index.dim() != 2 or \
+                index.size(0) != 2 or index.is_floating_point() or \
+                index.dtype == torch.bool:
+            got = f'shape {tuple(index.shape)}, {index.dtype}' if isinstance(
+                index, Tensor) else type(index).__name__
+            raise ValueError(f"'edge_label_index' must be an integer tensor "
+                             f"of shape [2, num_edges] of global ids (got "
+                             f"{got})")
+        index = index.to(torch.int64)
+        src_t, dst_t = (None, None) if edge_type is None else (
+            edge_type[0], edge_type[-1])
+        for i, (t, what) in enumerate(((src_t, 'source'),
+                                       (dst_t, 'destination'))):
+            n = self.num_nodes[t]
+            if index.size(1) and (int(index[i].min()) < 0
+                                  or int(index[i].max()) >= n):
+                raise ValueError(f"'edge_label_index' holds {what} ids "
+                                 f"outside [0, {n}) (global ids of node type "
+                                 f"{t!r}; got [{int(index[i].min())}, "
+                                 f"{int(index[i].max())}])")
+        return edge_type, index
+
+    def get_all_edge_attrs(self) -> List[EdgeAttr]:
+        out = []
+        for et in self.edge_types:
+            src, dst = (None, None) if et is None else (et[0], et[-1])
+            out.append(EdgeAttr(et, EdgeLayout.COO, is_sorted=True,
+                                size=(self.num_nodes[src],
+                                      self.num_nodes[dst])))
+        return out
+
+    def _get_edge_index(self, edge_attr: EdgeAttr) -> Tuple[Tensor, Tensor]:
+        if edge_attr.layout != EdgeLayout.COO:
+            raise NotImplementedError(
+                f"PartitionGraphStore holds one part's in-edges in global ids "
+                f"and answers layout 'coo' only (got "
+                f"{edge_attr.layout.value!r})")
+        row, col = self.local_edge_index(edge_attr.edge_type)
+        return row, col
+
+    def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
+        raise _read_only('PartitionGraphStore')
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        raise _read_only('PartitionGraphStore')
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}(part={self.rank}, '
+                f'num_parts={self.num_parts})')
+
+
+class PartitionFeatureStore(FeatureStore):
+    r"""This rank's part of a partitioned graph as a PyG
+    :class:`~torch_geometric.data.FeatureStore` over **global** vertex ids:
+    :meth:`get_tensor` and :meth:`multi_get_tensor` return the rows of any
+    vertex, the part's own rows read from its (memory-mapped) files, cached
+    remote rows from the cache and the others fetched from their owners by
+    a :class:`~pyg_orch.distributed.DistributedFeatureGather`.
+
+    :meth:`multi_get_tensor` is a **collective**: every rank calls it once
+    per batch, for the same attributes (PyG's loaders do). Its attributes
+    are :obj:`TensorAttr(group_name=node_type, attr_name=key)` (with
+    :obj:`group_name=None` for a homogeneous partition); edge attributes
+    are not served.
+
+    Args:
+        partition (GraphPartition): This rank's part.
+        group (ProcessGroup, optional): The process group.
+        keys (Iterable[str], optional): The node attributes served (default:
+            :obj:`'x'` and :obj:`'y'` where present).
+        device (torch.device or str, optional): Where the rows and the cache
+            live (default: the CPU).
+        feature_device (torch.device or str, optional): Where the part's
+            rows are read and other ranks' requests served (default: the
+            CPU, over the memory-mapped files).
+        cache_size (int): The capacity of an :obj:`'lru'` cache of remote
+            rows (per node type).
+        policy (str): :obj:`'static'` (filled by :meth:`build_cache`) or
+            :obj:`'lru'`.
+    """
+    def __init__(self, partition: GraphPartition,
+                 group: Optional[Any] = None,
+                 keys: Optional[List[str]] = None,
+                 device: Optional[Union[str, torch.device]] = None,
+                 feature_device: Optional[Union[str, torch.device]] = None,
+                 cache_size: int = 0, policy: str = 'static'):
+        if not isinstance(partition, GraphPartition):
+            raise TypeError(f"'partition' must be a GraphPartition (got "
+                            f"{type(partition).__name__})")
+        super().__init__()
+        #: The collective row fetch behind the store.
+        self.feature_gather = DistributedFeatureGather(
+            partition, keys=keys, group=group, policy=policy,
+            cache_size=cache_size, edge_keys=[], device=device,
+            feature_device=feature_device)
+        self.is_hetero = partition.is_hetero
+        self.partition = partition
+        attrs = partition.node_attrs if self.is_hetero else {
+            None: partition.node_attrs}
+        gather = self.feature_gather
+        keys_of = gather.keys if self.is_hetero else {None: gather.keys}
+        #: The global number of vertices per node type.
+        self.num_nodes: Dict[Any, int] = dict(gather.num_nodes) \
+            if self.is_hetero else {None: gather.num_nodes}
+        #: The global size of every attribute served.
+        self.sizes: Dict[Tuple[Any, str], Tuple[int, ...]] = {
+            (t, k): (self.num_nodes[t], ) + tuple(attrs[t][k].shape[1:])
+            for t, ks in keys_of.items() for k in ks}
+
+    def build_cache(self, counts: Any, cache_size: int) -> int:
+        r"""Caches the rows of the :obj:`cache_size` remote vertices
+        counted most often in :obj:`counts` (see
+        :meth:`~pyg_orch.distributed.DistributedFeatureGather.build_cache`);
+        a collective."""
+        return self.feature_gather.build_cache(counts, cache_size)
+
+    def get_all_tensor_attrs(self) -> List[TensorAttr]:
+        return [TensorAttr(group_name=t, attr_name=k)
+                for (t, k) in self.sizes]
+
+    def _get_tensor_size(self, attr: TensorAttr) -> Tuple[int, ...]:
+        return self.sizes[self._key(attr)]
+
+    def _key(self, attr: TensorAttr) -> Tuple[Any, str]:
+        key = (attr.group_name, attr.attr_name)
+        if key not in self.sizes:
+            raise ValueError(
+                f"PartitionFeatureStore has no attribute {attr.attr_name!r} "
+                f"of node type {attr.group_name!r} (it serves "
+                f"{sorted(self.sizes, key=str)})")
+        return key
+
+    def _get_tensor(self, attr: TensorAttr) -> Tensor:
+        return self._multi_get_tensor([attr])[0]
+
+    def _multi_get_tensor(self, attrs: List[TensorAttr]) -> List[Tensor]:
+        # One collective gather of all requested rows (every node type on
+        # a heterogeneous partition), split back per attribute.
+        ids: Dict[Any, List[Tensor]] = {}
+        for attr in attrs:
+            node_type, _ = self._key(attr)
+            index = attr.index
+            if not isinstance(index, Tensor) or index.dim() != 1 or \
+                    index.is_floating_point() or index.dtype == torch.bool:
+                got = repr(index) if not isinstance(index, Tensor) else \
+                    f'shape {tuple(index.shape)}, {index.dtype}'
+                raise ValueError(f"PartitionFeatureStore needs 'index' as a "
+                                 f"1-D tensor of global node ids (got "
+                                 f"{got:.100})")
+            ids.setdefault(node_type, []).append(index.to(torch.int64))
+        if not attrs:
+            return []
+        cat = {t: torch.cat(v) for t, v in ids.items()}
+        self._check_range(cat)
+        gather = self.feature_gather.gather
+        rows = gather(cat) if self.is_hetero else {None: gather(cat[None])}
+        out, offsets = [], {t: 0 for t in cat}
+        for attr in attrs:
+            t, k = attr.group_name, attr.attr_name
+            n = attr.index.numel()
+            out.append(rows[t][k][offsets[t]:offsets[t] + n])
+            offsets[t] += n
+        return out
+
+    def _check_range(self, ids: Dict[Any, Tensor]) -> None:
+        for t, v in ids.items():
+            n = self.num_nodes[t]
+            if v.numel() and (int(v.min()) < 0 or int(v.max()) >= n):
+                raise ValueError(f"'index' must hold global node ids in "
+                                 f"[0, {n}) of node type {t!r} (got "
+                                 f"[{int(v.min())}, {int(v.max())}])")
+
+    def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
+        raise _read_only('PartitionFeatureStore')
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise _read_only('PartitionFeatureStore')
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}(part={self.partition.part}, '
+                f'num_parts={self.partition.num_parts})')
+
+
+def open_stores(
+    partition: Union[str, Path, GraphPartition],
+    group: Optional[Any] = None,
+    expected_fingerprint: Optional[str] = None,
+    verify: Optional[bool] = None,
+    **options: Any,
+) -> Tuple[PartitionFeatureStore, PartitionGraphStore]:
+    r"""Loads this rank's part of the folder :obj:`partition` with
+    :func:`~pyg_orch.partition.opening.open_partition` (a collective: every
+    rank raises, naming the rank and the file, where one cannot load its
+    part or the parts do not belong together) and returns
+    :obj:`(feature_store, graph_store)` over it, the :obj:`data` of the
+    hybrid loaders. :obj:`options` go to :class:`PartitionFeatureStore`
+    (:obj:`keys`, :obj:`device`, :obj:`feature_device`,
+    :obj:`cache_size`, :obj:`policy`)."""
+    part = open_partition(partition, group, expected_fingerprint, verify)
+    return (PartitionFeatureStore(part, group, **options),
+            PartitionGraphStore(part, group))

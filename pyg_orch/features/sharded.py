@@ -1,0 +1,155 @@
+"""A feature cache spread over the GPUs of one machine: the hottest rows,
+by the machine's pre-sampled access counts, dealt round-robin to the ranks,
+so the machine caches as many rows as all its GPUs hold; the other rows live
+once per machine in shared (pinned) host memory. A gather reads the own
+GPU's cache, then peers' caches, then host memory, in one kernel."""
+import hashlib
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from pyg_orch.features.tiered import TieredFeatureStore
+from pyg_orch.parallel.peer_memory import PeerGroup
+
+
+class ShardedFeatureStore(TieredFeatureStore):
+    r"""A :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache is split
+    across the ranks of a :class:`~pyg_orch.multigpu.PeerGroup`. Build it on
+    every rank at the same time (a collective): the ranks add up their
+    :obj:`hotness`, so all choose the same rows.
+
+    Args:
+        x (torch.Tensor): The features, :obj:`[num_nodes, width]`, on the
+            CPU; only local rank 0's copy is read (into shared memory),
+            unless every rank's :obj:`x` is pinned (then each reads its own
+            in place, e.g. one shared-memory file that every rank maps and
+            registers).
+        peers (PeerGroup): The machine's processes.
+        hotness (torch.Tensor, optional): This rank's score per node (e.g.
+            access counts from pre-sampling).
+        gpu_memory_budget (int or float or str, optional): Bytes of cache
+            per GPU (or a fraction of free memory, or :obj:`'auto'`).
+        cache_ratio (float, optional): Cache this fraction of all rows on
+            the machine (capped by the budgets).
+        gather_blocks (int or str, optional): Thread blocks of the gather
+            kernel (as in :class:`~pyg_orch.gpu.TieredFeatureStore`).
+            Reads from peers' caches wait on the link's latency and need
+            many rows in flight, so the grid is not capped by default
+            (:obj:`None`; one GPU's store caps it at half the
+            multiprocessors, :obj:`'auto'`).
+        **kwargs: Further arguments of
+            :class:`~pyg_orch.gpu.TieredFeatureStore`.
+    """
+    def __init__(self, x: Tensor, peers: PeerGroup,
+                 hotness: Optional[Tensor] = None,
+                 gpu_memory_budget: Union[None, int, float, str] = 'auto',
+                 cache_ratio: Optional[float] = None,
+                 gather_blocks: Union[None, int, str] = None, **kwargs):
+        self.peers = peers
+        if hotness is not None:
+            hotness = peers.all_reduce_sum(hotness.cpu().to(torch.float64))
+        # Per GPU, as the base class computes it:
+        if cache_ratio is not None:
+            if not 0.0 <= cache_ratio <= 1.0:
+                raise ValueError(f"'cache_ratio' must lie in [0, 1] (got "
+                                 f"{cache_ratio})")
+            cache_ratio = cache_ratio / peers.world_size
+        super().__init__(x, peers.device, hotness=hotness,
+                         gpu_memory_budget=gpu_memory_budget,
+                         cache_ratio=cache_ratio,
+                         gather_blocks=gather_blocks, **kwargs)
+
+    can_set_cached_nodes = True
+
+    @property
+    def _num_shards(self) -> int:
+        return self.peers.world_size
+
+    def _host_rows(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor) or x.dim() != 2:
+            raise ValueError("'x' must be a 2-dimensional feature tensor")
+        # Rows every rank holds pinned already (e.g. one shared-memory
+        # file, registered by each rank) are read in place: no second copy.
+        pinned = self.peers.device.type == 'cuda' and not x.is_cuda \
+            and x.is_pinned()
+        if all(self.peers.all_gather_object(pinned)):
+            return x
+        return self.peers.share_host(x if self.peers.rank == 0 else None,
+                                     x.shape, x.dtype)
+
+    def _cached_order(self, order: Tensor, num_cached: int) -> Tensor:
+        # `num_cached` rows per GPU; the same count on every rank (the
+        # smallest budget), so slot s is row s % C of rank s // C.
+        per_rank = min(self.peers.all_gather_object(num_cached))
+        self.capacity = int(per_rank)
+        return order[:self.capacity * self.peers.world_size]
+
+    def _fill_cache(self, nodes: Tensor) -> None:
+        peers, C = self.peers, self.capacity
+        S = peers.world_size
+        self.full = False
+        # The i-th hottest row goes to rank i % S, slot i // S there.
+        i = torch.arange(nodes.numel())
+        code = (i % S) * C + i // S
+        dtype = torch.int32 if S * C < 2**31 else torch.int64
+        slot = torch.full((self.num_nodes, ), -1, dtype=dtype)
+        slot[nodes] = code.to(dtype)
+        self.cached_nodes = nodes
+        self.slot = slot.to(self.device)
+        mine = nodes[i % S == peers.rank]
+        refill = getattr(self, 'shards', None) is not None
+        if refill:
+            # Peers may still read this rank's rows for gathers queued
+            # with the old map: all of them finish first.
+            self._quiesce()
+        else:
+            self.shards = peers.allocate((max(C, 1), self.width),
+                                         self.dtype)
+        self.shards.own[:mine.numel()].copy_(
+            self.host.index_select(0, mine))
+        self.cache = self.shards.own
+        self._quiesce()  # Every rank's rows are in place.
+
+    def _quiesce(self) -> None:
+        if self.device.type == 'cuda':
+            torch.cuda.synchronize(self.device)
+        self.peers.barrier()
+
+    def _max_cached_rows(self) -> int:
+        return self.capacity * self.peers.world_size
+
+    def set_cached_nodes(self, nodes: Tensor) -> None:
+        r"""Caches the rows :obj:`nodes` on the machine's GPUs (most
+        important first, dealt round-robin as at construction; as many as
+        all GPUs hold), e.g. the candidates chosen by
+        :class:`pyg_orch.BottomLayerOffload`. A collective: every rank calls
+        it with the same :obj:`nodes`, between gathers (each waits for the
+        gathers every rank has queued before it refills)."""
+        nodes = torch.as_tensor(nodes).view(-1).cpu().to(torch.int64)
+        mine = (nodes.numel(),
+                hashlib.sha1(nodes.numpy().tobytes()).hexdigest())
+        seen = self.peers.all_gather_object(mine)
+        if any(other != mine for other in seen):
+            raise ValueError(
+                f"ShardedFeatureStore.set_cached_nodes: every rank must "
+                f"pass the same 'nodes' (rank {self.peers.rank} of "
+                f"{self.peers.world_size} got {nodes.numel()} nodes; the "
+                f"ranks' counts are {[n for n, _ in seen]})")
+        super().set_cached_nodes(nodes)
+
+    def _cache_table(self) -> Tuple:
+        return self.shards.pointers, self.capacity, self.peers.rank
+
+    def _read_cache(self, slot: Tensor, out: Tensor, rows: Tensor,
+                    source: Tensor) -> None:
+        slot = slot.to(torch.int64)
+        owner = torch.div(slot, max(self.capacity, 1), rounding_mode='floor')
+        local = slot - owner * self.capacity
+        out[rows] = self.shards.gather(owner, local)
+        source[rows[owner != self.peers.rank]] = 3
+
+    def describe(self) -> str:
+        return (super().describe()[:-1] +
+                f', shards={self.peers.world_size}, '
+                f'rows_per_gpu={self.capacity})')

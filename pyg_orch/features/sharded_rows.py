@@ -1,0 +1,111 @@
+r"""The rows of a tensor split across the processes of one machine: row
+:obj:`i` lives on rank :obj:`i % S` (slot :obj:`i // S`) of a
+:class:`~pyg_orch.multigpu.PeerGroup` of :obj:`S` ranks, in symmetric memory
+on GPUs (read by peers over NVLink) or in :obj:`/dev/shm` on CPUs. Every rank
+reads any row: its own, or a peer's in place. Dealt round-robin, so the hot
+rows of a graph ordered by degree or by part spread evenly."""
+import threading
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from pyg_orch.parallel.peer_memory import PeerBuffers, PeerGroup
+
+__all__ = ['ShardedRows']
+
+
+class ShardedRows:
+    r"""The rows of :obj:`rows` split across :obj:`peers` (a collective:
+    every rank of :obj:`peers` builds it at the same time, with a tensor of
+    the same shape and dtype, e.g. the same memory-mapped file; each copies
+    only its own rows).
+
+    Reads the same as the tensor for the operations a row gather needs:
+    :meth:`index_select` along dimension :obj:`0`, :attr:`shape`,
+    :attr:`dtype` and :meth:`new_empty`.
+
+    Args:
+        rows (torch.Tensor): The rows, :obj:`[num_rows, ...]`, anywhere
+            (only this rank's every :obj:`S`-th row is read).
+        peers (PeerGroup): The machine's ranks that share the rows; their
+            device is where the shards live.
+    """
+    def __init__(self, rows: Tensor, peers: PeerGroup):
+        if not isinstance(rows, Tensor) or rows.dim() < 1:
+            raise ValueError("'rows' must be a tensor with at least one "
+                             "dimension")
+        mine = (tuple(rows.shape), str(rows.dtype))
+        seen = peers.all_gather_object(mine)
+        if any(other != mine for other in seen):
+            raise ValueError(
+                f"ShardedRows: every rank must pass rows of the same shape "
+                f"and dtype (the ranks have {seen})")
+        self.peers = peers
+        self.num_shards = peers.world_size
+        self.rank = peers.rank
+        self.shape = rows.shape
+        self.dtype = rows.dtype
+        self.device = peers.device
+        per_rank = -(-rows.size(0) // self.num_shards)
+        self.buffers: PeerBuffers = peers.allocate(
+            (per_rank, ) + tuple(rows.shape[1:]), rows.dtype)
+        own = rows[self.rank::self.num_shards]
+        self.buffers.own[:own.size(0)].copy_(own)
+        if self.device.type == 'cuda':
+            torch.cuda.synchronize(self.device)
+        peers.barrier()  # Every rank's rows are in place.
+        #: Rows read from peers' shards so far (by all threads).
+        self.peer_rows = 0
+        #: Rows read from this rank's own shard so far (by all threads).
+        self.own_rows = 0
+        self._lock = threading.Lock()
+        self._thread = threading.local()
+
+    def thread_peer_rows(self) -> int:
+        r"""Rows the calling thread read from peers' shards so far (a
+        loader's worker threads read at the same time)."""
+        return getattr(self._thread, 'peer_rows', 0)
+
+    @property
+    def nbytes_per_rank(self) -> int:
+        r"""Bytes of one rank's shard."""
+        own = self.buffers.own
+        return own.numel() * own.element_size()
+
+    def size(self, dim: Optional[int] = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def new_empty(self, size: Sequence[int], device: Any = None) -> Tensor:
+        return torch.empty(tuple(size), dtype=self.dtype,
+                           device=self.device if device is None else device)
+
+    def index_select(self, dim: int, index: Tensor) -> Tensor:
+        r"""The rows :obj:`index` (on this rank's device), as
+        :meth:`torch.Tensor.index_select` returns them."""
+        if dim != 0:
+            raise ValueError(f"ShardedRows.index_select reads rows "
+                             f"(dim=0), got dim={dim}")
+        index = index.to(self.device, torch.int64)
+        if index.numel() and (int(index.min()) < 0 or
+                              int(index.max()) >= self.shape[0]):
+            raise IndexError(f"ShardedRows: a row index lies outside "
+                             f"[0, {self.shape[0]})")
+        owner = torch.remainder(index, self.num_shards)
+        local = torch.div(index, self.num_shards, rounding_mode='floor')
+        out = self.buffers.gather(owner, local)
+        own = int((owner == self.rank).sum())
+        peer = index.numel() - own
+        with self._lock:
+            self.own_rows += own
+            self.peer_rows += peer
+        self._thread.peer_rows = self.thread_peer_rows() + peer
+        return out
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(shape={tuple(self.shape)}, '
+                f'dtype={self.dtype}, shards={self.num_shards}, '
+                f'device={self.device})')

@@ -1,0 +1,495 @@
+"""A feature store in tiers: the hottest rows in GPU memory, all rows in
+pinned host memory, and the rows of the previous batch kept for reuse."""
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import FeatureStore, TensorAttr
+
+from pyg_orch.core.errors import ArgumentTypeError
+from pyg_orch.core.triton_util import kernel_view, triton_available
+from pyg_orch.core.checks import (
+    check_bool,
+    check_fraction,
+    resolve_device,
+)
+
+#: The integer dtypes node ids may have.
+_ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+@dataclass
+class FeatureStoreStats:
+    r"""Counters since the last :meth:`TieredFeatureStore.reset_stats`."""
+    rows: int = 0
+    cache_rows: int = 0
+    reused_rows: int = 0
+    host_rows: int = 0
+    host_bytes: int = 0
+    batches: int = 0
+    peer_rows: int = 0
+    peer_bytes: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        r"""Share of rows served from GPU memory (own or a peer GPU's cache,
+        or reuse)."""
+        return (self.cache_rows + self.reused_rows + self.peer_rows) / max(
+            self.rows, 1)
+
+    def as_dict(self) -> Dict[str, float]:
+        return {
+            'rows': self.rows,
+            'cache_rows': self.cache_rows,
+            'reused_rows': self.reused_rows,
+            'host_rows': self.host_rows,
+            'hit_rate': self.hit_rate,
+            'cache_hit_rate': self.cache_rows / max(self.rows, 1),
+            'h2d_bytes_per_batch': self.host_bytes / max(self.batches, 1),
+            'peer_rows': self.peer_rows,
+            'peer_bytes_per_batch': self.peer_bytes / max(self.batches, 1),
+        }
+
+
+def parse_budget(budget: Union[None, int, float, str],
+                 device: torch.device) -> int:
+    r"""Bytes of GPU memory for the cache: an int (bytes), a float in
+    :obj:`(0, 1]` (a fraction of the free memory), or :obj:`None` /
+    :obj:`'auto'` (a quarter of the free memory)."""
+    if budget is None or budget == 'auto':
+        budget = 0.25
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)):
+        raise ValueError(f"'gpu_memory_budget' must be a number of bytes, a "
+                         f"fraction of free GPU memory in (0, 1], or 'auto' "
+                         f"(got {budget!r})")
+    if isinstance(budget, float):
+        if not 0.0 < budget <= 1.0:
+            raise ValueError(f"'gpu_memory_budget' as a fraction must lie in "
+                             f"(0, 1] (got {budget})")
+        if device.type != 'cuda':
+            return 0
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * budget)
+    if budget < 0:
+        raise ValueError(f"'gpu_memory_budget' must be >= 0 (got {budget})")
+    return int(budget)
+
+
+def check_num_threads(num_threads) -> None:
+    r"""Checks :obj:`num_threads` of a feature store: a positive integer or
+    :obj:`None`."""
+    if num_threads is not None and (isinstance(num_threads, bool)
+                                    or not isinstance(num_threads, int)
+                                    or num_threads < 1):
+        raise ValueError(f"'num_threads' must be a positive integer or None "
+                         f"(got {num_threads!r})")
+
+
+def check_hotness(hotness, num_nodes: int, name: str = 'hotness') -> None:
+    r"""Checks that :obj:`hotness` is a real-valued tensor of scores without
+    NaN (its length is checked by the caller)."""
+    if not isinstance(hotness, Tensor) or hotness.is_complex() or \
+            hotness.dtype == torch.bool:
+        got = hotness.dtype if isinstance(hotness, Tensor) else \
+            type(hotness).__name__
+        raise ArgumentTypeError(f"'{name}' must be a tensor of {num_nodes} "
+                                f"real scores (got {got})")
+    if hotness.is_floating_point() and bool(torch.isnan(hotness).any()):
+        raise ValueError(f"'{name}' holds NaN; every node needs a score")
+
+
+def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
+    r"""Checks that :obj:`index` is a one-dimensional integer tensor of ids
+    in :obj:`[0, num_nodes)`: an
+    :class:`~pyg_orch.core.errors.ArgumentTypeError` (a
+    :class:`TypeError`) for another type or dtype, an :class:`IndexError`
+    naming the range for ids outside it. On a CUDA device, the range is
+    checked by :func:`torch._assert_async` (a device-side assertion, no
+    synchronization)."""
+    if not isinstance(index, Tensor):
+        raise ArgumentTypeError(f"'{name}' must be a tensor of node ids (got "
+                                f"{type(index).__name__})")
+    if index.dtype not in _ID_DTYPES:
+        raise ArgumentTypeError(f"'{name}' must hold integer node ids (got "
+                                f"dtype {index.dtype})")
+    if index.dim() != 1:
+        raise ValueError(f"'{name}' must be one-dimensional (got shape "
+                         f"{list(index.shape)})")
+    if index.numel() == 0:
+        return
+    if index.is_cuda:
+        torch._assert_async(((index >= 0) & (index < num_nodes)).all(),
+                            f"'{name}' holds node ids outside "
+                            f"[0, {num_nodes})")
+        return
+    lo, hi = (int(v) for v in torch.aminmax(index))
+    if lo < 0 or hi >= num_nodes:
+        raise IndexError(f"'{name}' must hold node ids in [0, {num_nodes}) "
+                         f"(got ids in [{lo}, {hi}])")
+
+
+class TieredFeatureStore(FeatureStore):
+    r"""A :class:`~torch_geometric.data.FeatureStore` for node features that
+    do not fit on the GPU: the rows ranked hottest (by :obj:`hotness`, e.g.
+    access counts from pre-sampling, see
+    :func:`pyg_orch.sampling.presample.count_node_access`) live in GPU memory;
+    every row lives in pinned host memory. :meth:`gather` serves a batch's rows
+    from the cache, from the previous batch (cross-batch reuse), or from host
+    memory: zero-copy by a Triton kernel (:obj:`method='uva'`) or by CPU
+    threads into a pinned buffer plus an asynchronous copy
+    (:obj:`method='cpu'`).
+
+    Args:
+        x (torch.Tensor): The features, :obj:`[num_nodes, width]`, on the CPU.
+        device (torch.device): The GPU.
+        hotness (torch.Tensor, optional): A score per node; the highest are
+            cached. Without, rows are cached in index order.
+        gpu_memory_budget (int or float or str, optional): Bytes for the
+            cache, a fraction of free GPU memory, or :obj:`'auto'`.
+        cache_ratio (float, optional): Cache this fraction of the rows
+            instead (capped by the budget).
+        method (str): :obj:`'uva'`, :obj:`'cpu'` or :obj:`'auto'` (UVA when
+            Triton is available).
+        reuse (bool): Serve rows of the previous batch from GPU memory.
+        num_threads (int, optional): Threads of the CPU gather.
+        gather_blocks (int or str, optional): Programs (thread blocks) of
+            the UVA gather kernel; each loops over rows. Fewer leave
+            streaming multiprocessors to a training step that runs next to
+            the gather (see :obj:`lookahead` of
+            :class:`~pyg_orch.HybridNeighborLoader`). :obj:`'auto'`: half the
+            GPU's multiprocessors (the fastest setting end to end in the GPU
+            data path benchmark, see :obj:`benchmarks/README.md`);
+            :obj:`None`: one per block of rows (no cap).
+        attr_name (str): The attribute name served. (default: :obj:`'x'`)
+    """
+    def __init__(
+        self,
+        x: Tensor,
+        device: Union[str, torch.device],
+        hotness: Optional[Tensor] = None,
+        gpu_memory_budget: Union[None, int, float, str] = 'auto',
+        cache_ratio: Optional[float] = None,
+        method: str = 'auto',
+        reuse: bool = True,
+        num_threads: Optional[int] = None,
+        gather_blocks: Union[None, int, str] = 'auto',
+        attr_name: str = 'x',
+    ):
+        super().__init__()
+        if not isinstance(x, Tensor) or x.dim() != 2:
+            raise ValueError("'x' must be a 2-dimensional feature tensor")
+        self.device = resolve_device(device)
+        if not isinstance(attr_name, str):
+            raise ArgumentTypeError(f"'attr_name' must be a string (got "
+                                    f"{type(attr_name).__name__})")
+        reuse = check_bool('reuse', reuse)
+        cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
+        check_num_threads(num_threads)
+        if method not in ('auto', 'uva', 'cpu'):
+            raise ValueError(f"'method' must be 'auto', 'uva' or 'cpu' (got "
+                             f"{method!r})")
+        if method == 'auto':
+            method = 'uva' if (self.device.type == 'cuda'
+                               and triton_available()) else 'cpu'
+        if method == 'uva' and not triton_available():
+            raise ValueError("method='uva' needs Triton")
+        self.method = method
+        if gather_blocks == 'auto':
+            gather_blocks = None
+            if self.device.type == 'cuda':
+                props = torch.cuda.get_device_properties(self.device)
+                gather_blocks = max(props.multi_processor_count // 2, 1)
+        elif gather_blocks is not None and (
+                isinstance(gather_blocks, bool)
+                or not isinstance(gather_blocks, int) or gather_blocks < 1):
+            raise ValueError(f"'gather_blocks' must be a positive integer, "
+                             f"'auto' or None (got {gather_blocks!r})")
+        self.gather_blocks = gather_blocks
+        self.attr_name = attr_name
+        self.num_nodes, self.width = x.shape
+        self.dtype = x.dtype
+        self.host = self._host_rows(x)
+        # Made once: a fresh pointer object per launch made every launch of
+        # the UVA gather wait for the device on an H100 (about 3.7 ms).
+        self._host_view = kernel_view(self.host)
+
+        row_bytes = self.width * x.element_size()
+        budget = parse_budget(gpu_memory_budget, self.device)
+        num_cached = min(self.num_nodes, budget // max(row_bytes, 1))
+        if cache_ratio is not None:
+            num_cached = min(num_cached,
+                             int(math.ceil(cache_ratio * self.num_nodes)))
+        self.capacity = num_cached
+        if hotness is not None:
+            check_hotness(hotness, self.num_nodes)
+            if hotness.numel() != self.num_nodes:
+                raise ValueError(f"'hotness' must have {self.num_nodes} "
+                                 f"entries (got {hotness.numel()})")
+            order = torch.argsort(hotness.cpu().to(torch.float64),
+                                  descending=True, stable=True)
+        else:
+            order = torch.arange(self.num_nodes)
+        self._lock = threading.Lock()
+        self._fill_cache(self._cached_order(order, num_cached))
+        self.reuse = reuse
+        self._prev: Optional[Tuple[Tensor, Tensor, int]] = None
+        self._prev_pos = torch.full((self.num_nodes, ), -1, dtype=torch.int32,
+                                    device=self.device) if reuse else None
+        self._pool = None
+        self.num_threads = num_threads or max(torch.get_num_threads(), 1)
+        self.reset_stats()
+
+    #: Shards of the cache (0: one GPU's cache only).
+    _num_shards = 0
+    #: Whether :meth:`set_cached_nodes` may change the cached rows.
+    can_set_cached_nodes = True
+
+    @property
+    def num_cached(self) -> int:
+        return self.cached_nodes.numel()
+
+    def _host_rows(self, x: Tensor) -> Tensor:
+        # Every row, where the gather reads it zero-copy.
+        if self.device.type == 'cuda':
+            return x if x.is_pinned() else x.cpu().pin_memory()
+        return x.cpu()
+
+    def _cached_order(self, order: Tensor, num_cached: int) -> Tensor:
+        # The rows to cache, from every node ranked by hotness.
+        return order[:num_cached]
+
+    def _cache_table(self) -> Tuple:
+        # The gather kernel's arguments for a cache split across GPUs.
+        return self.slot, 0, 0
+
+    def _read_cache(self, slot: Tensor, out: Tensor, rows: Tensor,
+                    source: Tensor) -> None:
+        # Rows `rows` of `out` from cache slots `slot` (torch path).
+        out[rows] = self.cache.index_select(0, slot.to(torch.int64))
+
+    def _fill_cache(self, nodes: Tensor) -> None:
+        # With every row cached, rows keep their order: a gather is then one
+        # `index_select`, with nothing to classify or reuse.
+        self.full = nodes.numel() == self.num_nodes
+        if self.full:
+            nodes = torch.arange(self.num_nodes)
+        slot = torch.full((self.num_nodes, ), -1, dtype=torch.int32)
+        slot[nodes] = torch.arange(nodes.numel(), dtype=torch.int32)
+        self.cached_nodes = nodes
+        self.slot = slot.to(self.device)
+        self.cache = self.host.index_select(0, nodes).to(self.device)
+
+    def set_cached_nodes(self, nodes: Tensor) -> None:
+        r"""Caches the rows :obj:`nodes` (most important first; duplicates
+        dropped), as many as the budget chosen at construction allows, e.g.
+        the candidates chosen by :class:`pyg_orch.BottomLayerOffload`."""
+        nodes = torch.as_tensor(nodes).view(-1).cpu()
+        if nodes.numel() > 0 and nodes.dtype not in _ID_DTYPES:
+            raise ArgumentTypeError(f"'nodes' must hold integer node ids "
+                                    f"(got dtype {nodes.dtype})")
+        nodes = nodes.to(torch.int64)
+        if nodes.numel() > 0 and (int(nodes.min()) < 0
+                                  or int(nodes.max()) >= self.num_nodes):
+            raise ValueError(f"'nodes' must lie in [0, {self.num_nodes})")
+        uniq, inv = torch.unique(nodes, return_inverse=True)
+        first = torch.full((uniq.numel(), ), nodes.numel(), dtype=torch.int64)
+        first.scatter_reduce_(0, inv, torch.arange(nodes.numel()), 'amin')
+        nodes = uniq[torch.argsort(first)][:self._max_cached_rows()]
+        with self._lock:
+            self._fill_cache(nodes)
+
+    def _max_cached_rows(self) -> int:
+        # The most rows the cache holds (`capacity` per device).
+        return self.capacity
+
+    def gpu_bytes(self) -> int:
+        r"""GPU memory held: the cache and the slot map."""
+        total = self.cache.numel() * self.cache.element_size()
+        total += self.slot.numel() * self.slot.element_size()
+        if self._prev_pos is not None:
+            total += self._prev_pos.numel() * self._prev_pos.element_size()
+        return total
+
+    def reset_stats(self) -> None:
+        # Rows per source (cache, previous batch, host), counted on the
+        # device so that a gather never waits for the host.
+        self._source_counts = torch.zeros(4, dtype=torch.int64,
+                                          device=self.device)
+        self._full_rows = 0
+        self._batches = 0
+
+    @property
+    def stats(self) -> FeatureStoreStats:
+        r"""The counters (reading them synchronizes with the device)."""
+        cache, reused, host, peer = self._source_counts.tolist()
+        cache += self._full_rows
+        row_bytes = self.width * self.host.element_size()
+        return FeatureStoreStats(
+            rows=cache + reused + host + peer, cache_rows=cache,
+            reused_rows=reused, host_rows=host, host_bytes=host * row_bytes,
+            batches=self._batches, peer_rows=peer,
+            peer_bytes=peer * row_bytes)
+
+    def describe(self) -> str:
+        return (f'{type(self).__name__}(rows={self.num_nodes}, '
+                f'width={self.width}, cached={self.num_cached} '
+                f'({100 * self.num_cached / max(self.num_nodes, 1):.1f}%), '
+                f'gpu={self.gpu_bytes() / 2**20:.1f} MiB, '
+                f'method={self.method}, reuse={self.reuse})')
+
+    # Gathering ###############################################################
+
+    def gather(self, index: Tensor) -> Tensor:
+        r"""The rows :obj:`index` (global node ids, a one-dimensional
+        integer tensor) on :obj:`device`. Ids on the CPU are checked to lie
+        in :obj:`[0, num_nodes)`; ids on a CUDA device by an asynchronous
+        device assertion (no synchronization)."""
+        check_node_ids(index, self.num_nodes)
+        with self._lock:  # One gather at a time: it updates the reuse state.
+            index = index.to(self.device, torch.int64)
+            if self.full:
+                self._full_rows += index.numel()
+                self._batches += 1
+                return self.cache.index_select(0, index)
+            if self.method == 'uva':
+                out, source = self._gather_uva(index)
+            else:
+                out, source = self._gather_cpu(index)
+            self._count(index, source)
+            if self.reuse:
+                self._remember(index, out)
+            return out
+
+    def _prev_state(self) -> Optional[Tuple[Tensor, Tensor]]:
+        if self._prev is None:
+            return None
+        prev_index, prev_out, version = self._prev
+        if prev_out._version != version:  # Modified in place: stale.
+            return None
+        return prev_index, prev_out
+
+    def _gather_uva(self, index: Tensor) -> Tuple[Tensor, Tensor]:
+        from pyg_orch.sampling.triton import kernels as tk
+
+        n = index.numel()
+        out = torch.empty(n, self.width, dtype=self.dtype, device=self.device)
+        source = torch.empty(n, dtype=torch.int8, device=self.device)
+        prev = self._prev_state() if self.reuse else None
+        cache = self.cache if self.cache.numel() > 0 else out
+        block_c = min(triton_next_pow2(self.width), 128)
+        block_r = max(1024 // block_c, 1)
+        blocks = max((n + block_r - 1) // block_r, 1)
+        grid = blocks if self.gather_blocks is None else min(
+            blocks, self.gather_blocks)
+        if n > 0:
+            tk.gather_rows_kernel[(grid, )](
+                index, self.slot, cache,
+                self._prev_pos if prev is not None else self.slot,
+                prev[1] if prev is not None else out, self._host_view,
+                out, source, n, (blocks + grid - 1) // grid,
+                *self._cache_table(), WIDTH=self.width,
+                USE_PREV=prev is not None, BLOCK_R=block_r, BLOCK_C=block_c,
+                SHARDS=self._num_shards)
+        return out, source
+
+    def _gather_cpu(self, index: Tensor) -> Tuple[Tensor, Tensor]:
+        n = index.numel()
+        out = torch.empty(n, self.width, dtype=self.dtype, device=self.device)
+        slot = self.slot.index_select(0, index)
+        source = torch.full((n, ), 2, dtype=torch.int8, device=self.device)
+        in_cache = slot >= 0
+        source[in_cache] = 0
+        prev = self._prev_state() if self.reuse else None
+        if prev is not None:
+            pos = self._prev_pos.index_select(0, index)
+            in_prev = ~in_cache & (pos >= 0)
+            source[in_prev] = 1
+        on_host = (source == 2).nonzero().view(-1)
+        rows = torch.nonzero(in_cache).view(-1)
+        self._read_cache(slot[rows], out, rows, source)
+        if prev is not None:
+            rows = in_prev.nonzero().view(-1)
+            out[rows] = prev[1].index_select(0, pos[rows].to(torch.int64))
+        if on_host.numel() > 0:
+            host_index = index.index_select(0, on_host).cpu()
+            staged = self._cpu_index_select(host_index)
+            out[on_host.to(self.device)] = staged.to(self.device,
+                                                     non_blocking=True)
+        return out, source
+
+    def _cpu_index_select(self, index: Tensor) -> Tensor:
+        pin = self.device.type == 'cuda'
+        staged = torch.empty(index.numel(), self.width, dtype=self.dtype,
+                             pin_memory=pin)
+        chunks = max(min(self.num_threads, index.numel() // 4096), 1)
+        if chunks == 1:
+            torch.index_select(self.host, 0, index, out=staged)
+            return staged
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.num_threads,
+                                            thread_name_prefix='pyg_orch-'
+                                            'gather')
+        bounds = torch.linspace(0, index.numel(), chunks + 1).long().tolist()
+
+        def work(i: int) -> None:
+            a, b = bounds[i], bounds[i + 1]
+            torch.index_select(self.host, 0, index[a:b], out=staged[a:b])
+
+        list(self._pool.map(work, range(chunks)))
+        return staged
+
+    def _count(self, index: Tensor, source: Tensor) -> None:
+        # Not `bincount`: on CUDA it waits for the device to size its output.
+        tiers = torch.arange(4, dtype=source.dtype, device=source.device)
+        self._source_counts += (source.view(-1, 1) == tiers).sum(0)
+        self._batches += 1
+
+    def _remember(self, index: Tensor, out: Tensor) -> None:
+        if self._prev is not None:
+            self._prev_pos.index_fill_(0, self._prev[0], -1)
+        self._prev_pos.index_copy_(
+            0, index, torch.arange(index.numel(), dtype=torch.int32,
+                                   device=self.device))
+        self._prev = (index, out, out._version)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # PyG's FeatureStore interface ############################################
+
+    def _check(self, attr: TensorAttr) -> None:
+        if attr.attr_name != self.attr_name:
+            raise KeyError(f"{type(self).__name__} serves "
+                           f"'{self.attr_name}', not '{attr.attr_name}'")
+
+    def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
+        self._check(attr)
+        index = attr.index
+        if index is None or isinstance(index, slice):
+            index = torch.arange(self.num_nodes)[index or slice(None)]
+        return self.gather(torch.as_tensor(index))
+
+    def _get_tensor_size(self, attr: TensorAttr) -> Tuple[int, int]:
+        self._check(attr)
+        return (self.num_nodes, self.width)
+
+    def get_all_tensor_attrs(self) -> List[TensorAttr]:
+        return [TensorAttr(group_name=None, attr_name=self.attr_name)]
+
+    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
+        raise NotImplementedError(
+            f"{type(self).__name__} is read-only; build a new one to change "
+            f"the features")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise NotImplementedError(f"{type(self).__name__} is read-only")
+
+
+def triton_next_pow2(x: int) -> int:
+    return 1 << max(int(x) - 1, 0).bit_length()

@@ -1,0 +1,535 @@
+r"""Glue for PyG's multi-GPU recipe with
+:class:`~torch.nn.parallel.DistributedDataParallel`: one process per GPU
+(``torchrun --nproc-per-node N`` or :func:`torch.multiprocessing.spawn`),
+each training on its share of the seed nodes.
+
+.. code-block:: python
+
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.parallel.ddp import (
+        DistributedSeedSplit,
+        all_ranks_stats,
+        init_distributed,
+    )
+    from pyg_orch.parallel.watchdog import rank_guard
+
+    device = init_distributed()          # torchrun's variables; nccl or gloo
+    split = DistributedSeedSplit(data.train_mask, seed=0)
+    loader = HybridNeighborLoader(data, [15, 10], batch_size=1024,
+                                  input_nodes=data.train_mask, sampler=split,
+                                  device=device)
+    model = DistributedDataParallel(model.to(device), device_ids=...)
+    with rank_guard(timeout=60):         # a rank's error reaches every rank
+        for epoch in range(epochs):
+            split.set_epoch(epoch)       # a new split, the same on all ranks
+            for batch in loader:         # as many batches on every rank
+                ...
+    print(all_ranks_stats(loader.stats())['total'])
+
+Every rank gets the same number of seeds (:class:`DistributedSeedSplit`,
+:func:`rank_input_nodes`), so with the same :obj:`batch_size` every rank
+runs the same number of steps and none is left waiting in DDP's gradient
+all-reduce. Where counts may still differ (loaders of another kind, or
+different seed sets per rank), :func:`equal_batch_count` gives the count all
+ranks can run.
+"""
+import math
+import os
+import time
+from datetime import timedelta
+from numbers import Number
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple, \
+    Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.utils.data import Sampler
+
+from pyg_orch.parallel.peer_memory import disable_multicast_env
+
+
+#: Default timeout of collectives in :func:`init_distributed`.
+DEFAULT_TIMEOUT = timedelta(minutes=10)
+
+SeedNodes = Union[Tensor, Tuple[str, Tensor]]
+
+
+class RankInfo(NamedTuple):
+    r"""Where this process stands: global rank and world size, rank and
+    number of processes on this machine."""
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == '':
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"The environment variable {name} must be an "
+                         f"integer (got {value!r})") from None
+
+
+def rank_info(group: Optional[Any] = None) -> RankInfo:
+    r"""This process's :class:`RankInfo`: rank and world size from the
+    process group if initialized, else from ``RANK`` and ``WORLD_SIZE``
+    (:obj:`0` and :obj:`1` without them); the local rank from
+    ``LOCAL_RANK`` (else the rank) and the local world size from
+    ``LOCAL_WORLD_SIZE`` (else the world size: one machine)."""
+    if dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank(group)
+        world_size = dist.get_world_size(group)
+    else:
+        rank = _env_int('RANK', 0)
+        world_size = _env_int('WORLD_SIZE', 1)
+    local_rank = _env_int('LOCAL_RANK', rank)
+    local_world_size = _env_int('LOCAL_WORLD_SIZE', world_size)
+    return RankInfo(rank, world_size, local_rank, local_world_size)
+
+
+def init_distributed(
+    backend: Optional[str] = None,
+    timeout: Union[timedelta, float] = DEFAULT_TIMEOUT,
+    *,
+    device: Union[None, str, torch.device] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    master_addr: Optional[str] = None,
+    master_port: Optional[int] = None,
+) -> torch.device:
+    r"""Joins the default process group (unless joined already) and returns
+    this rank's device.
+
+    Rank and world size come from the arguments, else from ``torchrun``'s
+    variables (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``);
+    :obj:`master_addr` and :obj:`master_port` default to ``127.0.0.1`` and
+    ``29500``. On CUDA the device is ``cuda:LOCAL_RANK`` (set as the current
+    device) and the backend :obj:`'nccl'`; on the CPU :obj:`'gloo'`. Before
+    anything starts NCCL, the variables of :obj:`MULTICAST_OFF_ENV` are set
+    where not set.
+
+    Args:
+        backend (str, optional): :obj:`'nccl'`, :obj:`'gloo'`, ...; picked
+            from the device if not set.
+        timeout (timedelta or float): How long a collective waits for a
+            missing rank (seconds as a float). (default: 10 minutes)
+        device (torch.device or str, optional): :obj:`'cuda'` or
+            :obj:`'cpu'`; CUDA when available if not set.
+        rank (int, optional): This process's rank.
+        world_size (int, optional): The number of processes.
+        master_addr (str, optional): The address of rank 0's store.
+        master_port (int, optional): Its port.
+    """
+    disable_multicast_env()
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        timeout = timedelta(seconds=timeout)
+    if not isinstance(timeout, timedelta) or timeout.total_seconds() <= 0:
+        raise ValueError(f"'timeout' must be a positive timedelta or number "
+                         f"of seconds (got {timeout!r})")
+    if device is None:
+        device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    device = torch.device(device)
+    if device.type not in ('cuda', 'cpu'):
+        raise ValueError(f"'device' must be 'cuda' or 'cpu' "
+                         f"(got {str(device)!r})")
+    for name, value in (('rank', rank), ('world_size', world_size),
+                        ('master_port', master_port)):
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, int) or value < 0):
+            raise ValueError(f"'{name}' must be a non-negative integer "
+                             f"(got {value!r})")
+    if world_size is not None and rank is not None and rank >= world_size:
+        raise ValueError(f"'rank' must be smaller than 'world_size' (got "
+                         f"rank={rank}, world_size={world_size})")
+
+    if device.type == 'cuda':
+        if not torch.cuda.is_available():
+            raise ValueError("'device' is 'cuda', but no CUDA device is "
+                             "available")
+        if device.index is None:
+            local = _env_int('LOCAL_RANK', rank if rank is not None else 0)
+            device = torch.device('cuda', local % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+
+    if not dist.is_initialized():
+        if backend is None:
+            backend = 'nccl' if device.type == 'cuda' else 'gloo'
+        if rank is None:
+            rank = _env_int('RANK', 0)
+        if world_size is None:
+            world_size = _env_int('WORLD_SIZE', 1)
+        if not 0 <= rank < world_size:
+            raise ValueError(f"The rank must lie in [0, world_size) (got "
+                             f"rank={rank}, world_size={world_size}; set "
+                             f"'rank' and 'world_size' or RANK and "
+                             f"WORLD_SIZE)")
+        if master_addr is None and master_port is None \
+                and 'MASTER_ADDR' in os.environ \
+                and 'MASTER_PORT' in os.environ:
+            # torchrun's rendezvous (its agent may serve the store).
+            init_method = 'env://'
+        else:
+            addr = master_addr or os.environ.get('MASTER_ADDR', '127.0.0.1')
+            port = master_port if master_port is not None else \
+                _env_int('MASTER_PORT', 29500)
+            init_method = f'tcp://{addr}:{port}'
+        kwargs: Dict[str, Any] = {}
+        if device.type == 'cuda' and backend == 'nccl':
+            kwargs['device_id'] = device  # Eager NCCL init, bound to it.
+        dist.init_process_group(backend, init_method=init_method,
+                                rank=rank, world_size=world_size,
+                                timeout=timeout, **kwargs)
+    return device
+
+
+def destroy_distributed(settle: float = 0.1) -> None:
+    r"""The counterpart of :func:`init_distributed`: ends every process
+    group (:func:`torch.distributed.destroy_process_group`) after a barrier
+    and a pause of :obj:`settle` seconds in which the interpreter lock is
+    free. Does nothing without an initialized process group.
+
+    PyTorch's gloo backend can deadlock at the end of a run (seen with
+    torch 2.13 on CPUs, about one run in ten under load): a gloo worker
+    thread still destroying a finished collective's work object needs the
+    interpreter lock, while the thread that drops the last reference to the
+    group holds the lock and waits for that worker in the group's
+    destructor. The pause lets the workers finish first. Drop what holds
+    the group, above all the
+    :class:`~torch.nn.parallel.DistributedDataParallel` model, before
+    calling this, so that the group ends here and not later when those are
+    collected (e.g. when the function that built them returns):
+
+    .. code-block:: python
+
+        del ddp_model, optimizer
+        destroy_distributed()
+
+    Args:
+        settle (float): Seconds to wait after the barrier.
+            (default: :obj:`0.1`)
+    """
+    if isinstance(settle, bool) or not isinstance(settle, (int, float)) \
+            or not settle >= 0:
+        raise ValueError(f"'settle' must be a non-negative number of seconds "
+                         f"(got {settle!r})")
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    time.sleep(settle)
+    dist.destroy_process_group()
+
+
+# Seed splitting ##############################################################
+
+
+def _resolve_seeds(input_nodes: Any) -> Tuple[Optional[str], Tensor]:
+    node_type: Optional[str] = None
+    nodes = input_nodes
+    if isinstance(input_nodes, tuple) and len(input_nodes) == 2 \
+            and isinstance(input_nodes[0], str):
+        node_type, nodes = input_nodes
+    if isinstance(nodes, (list, range)):
+        nodes = torch.as_tensor(list(nodes), dtype=torch.long)
+    if not isinstance(nodes, Tensor) or nodes.dim() != 1 or not (
+            nodes.dtype == torch.bool or not nodes.is_floating_point()):
+        raise ValueError(
+            f"'input_nodes' must be a 1-dimensional index tensor or boolean "
+            f"mask, or a (node_type, index or mask) tuple (got "
+            f"{_describe(input_nodes)})")
+    if nodes.dtype == torch.bool:
+        nodes = nodes.nonzero().view(-1)
+    return node_type, nodes
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return (f'a tensor of shape {tuple(value.shape)} and dtype '
+                f'{value.dtype}')
+    return type(value).__name__
+
+
+def _check_rank(rank: Optional[int],
+                world_size: Optional[int]) -> Tuple[int, int]:
+    info = None
+    if rank is None or world_size is None:
+        info = rank_info()
+    if world_size is None:
+        world_size = info.world_size
+    if rank is None:
+        rank = info.rank
+    if isinstance(world_size, bool) or not isinstance(world_size, int) \
+            or world_size < 1:
+        raise ValueError(f"'world_size' must be a positive integer "
+                         f"(got {world_size!r})")
+    if isinstance(rank, bool) or not isinstance(rank, int) \
+            or not 0 <= rank < world_size:
+        raise ValueError(f"'rank' must be an integer in [0, {world_size}) "
+                         f"(got {rank!r})")
+    return rank, world_size
+
+
+def split_positions(num_seeds: int, rank: int, world_size: int, *,
+                    shuffle: bool = True, seed: Optional[int] = None,
+                    epoch: int = 0, drop_last: bool = False) -> Tensor:
+    r"""The positions (in :obj:`[0, num_seeds)`) of the seeds of
+    :obj:`rank`, as :class:`torch.utils.data.DistributedSampler` picks them:
+    shuffled by a generator seeded with :obj:`seed + epoch` (:obj:`seed`
+    :obj:`None` is :obj:`0`; the same
+    permutation on every rank, without communication), then cut to a
+    multiple of :obj:`world_size`, by repeating the first positions
+    (:obj:`drop_last=False`: every seed is used, up to
+    :obj:`world_size - 1` twice) or by dropping the last ones
+    (:obj:`drop_last=True`: up to :obj:`world_size - 1` seeds left out this
+    epoch), and dealt out round-robin."""
+    if shuffle:
+        seed = 0 if seed is None else int(seed)
+        gen = torch.Generator().manual_seed(seed + int(epoch))
+        order = torch.randperm(num_seeds, generator=gen)
+    else:
+        order = torch.arange(num_seeds)
+    if drop_last:
+        total = (num_seeds // world_size) * world_size
+        order = order[:total]
+    else:
+        total = math.ceil(num_seeds / world_size) * world_size
+        pad = total - num_seeds
+        if pad > 0 and num_seeds > 0:
+            reps = math.ceil(pad / num_seeds)
+            order = torch.cat([order, order.repeat(reps)[:pad]])
+    return order[rank:total:world_size]
+
+
+def rank_input_nodes(input_nodes: SeedNodes, rank: Optional[int] = None,
+                     world_size: Optional[int] = None, *,
+                     shuffle: bool = True, seed: Optional[int] = None,
+                     epoch: int = 0, drop_last: bool = False) -> SeedNodes:
+    r"""The seed nodes of :obj:`rank`: every rank gets
+    :obj:`ceil(N / world_size)` seeds (:obj:`floor` with
+    :obj:`drop_last=True`), so loaders with the same :obj:`batch_size` give
+    every rank the same number of batches. The split is
+    :class:`~torch.utils.data.DistributedSampler`'s (see
+    :func:`split_positions`): computed alike on every rank, without
+    communication, and reshuffled by :obj:`epoch`.
+
+    .. code-block:: python
+
+        loader = HybridNeighborLoader(
+            data, [10, 5], batch_size=512,
+            input_nodes=rank_input_nodes(data.train_mask, shuffle=False))
+
+    Args:
+        input_nodes (torch.Tensor or Tuple[str, torch.Tensor]): The seeds of
+            all ranks, as PyG takes them: node indices or a boolean mask,
+            or a (node type, indices or mask) tuple.
+        rank (int, optional): The rank; the process group's (or ``RANK``)
+            if not set.
+        world_size (int, optional): The number of ranks; the process
+            group's (or ``WORLD_SIZE``) if not set.
+        shuffle (bool): Shuffle before splitting. (default: :obj:`True`)
+        seed (int, optional): The shuffling seed, the same on all ranks;
+            :obj:`None` is :obj:`0`. (default: :obj:`None`)
+        epoch (int): Added to :obj:`seed`. (default: :obj:`0`)
+        drop_last (bool): Drop the last seeds instead of repeating the
+            first ones. (default: :obj:`False`)
+
+    Returns:
+        Node indices of the same form: a tensor, or a (node type, tensor)
+        tuple.
+    """
+    node_type, seeds = _resolve_seeds(input_nodes)
+    rank, world_size = _check_rank(rank, world_size)
+    pos = split_positions(seeds.numel(), rank, world_size, shuffle=shuffle,
+                          seed=seed, epoch=epoch, drop_last=drop_last)
+    out = seeds[pos.to(seeds.device)]
+    return out if node_type is None else (node_type, out)
+
+
+class DistributedSeedSplit(Sampler):
+    r"""Splits a loader's seeds across ranks, reshuffled every epoch, as
+    :class:`~torch.utils.data.DistributedSampler` does: pass it as the
+    loader's :obj:`sampler` (every rank gives the loader all seeds; the
+    split picks this rank's) and call :meth:`set_epoch` before every epoch.
+
+    .. code-block:: python
+
+        split = DistributedSeedSplit(data.train_mask, seed=0)
+        loader = HybridNeighborLoader(data, [10, 5], batch_size=512,
+                                      input_nodes=data.train_mask,
+                                      sampler=split)
+        for epoch in range(10):
+            split.set_epoch(epoch)
+            for batch in loader:
+                ...
+
+    The loader's :obj:`shuffle` must be left :obj:`False` (the split
+    shuffles). :meth:`rank_nodes` gives the node indices of this rank's
+    seeds instead, for loaders built per epoch.
+
+    Args:
+        input_nodes (torch.Tensor or Tuple[str, torch.Tensor] or int): The
+            seeds as the loader takes them (indices or a boolean mask), or
+            their number.
+        rank (int, optional): The rank; the process group's (or ``RANK``)
+            if not set.
+        world_size (int, optional): The number of ranks.
+        shuffle (bool): Shuffle every epoch. (default: :obj:`True`)
+        seed (int, optional): The shuffling seed, the same on all ranks;
+            :obj:`None` is :obj:`0`. (default: :obj:`None`)
+        drop_last (bool): Drop the last seeds instead of repeating the
+            first ones (see :func:`split_positions`).
+            (default: :obj:`False`)
+    """
+    def __init__(self, input_nodes: Union[SeedNodes, int],
+                 rank: Optional[int] = None,
+                 world_size: Optional[int] = None, *, shuffle: bool = True,
+                 seed: Optional[int] = None, drop_last: bool = False):
+        if isinstance(input_nodes, int) and not isinstance(input_nodes,
+                                                           bool):
+            if input_nodes < 0:
+                raise ValueError(f"'input_nodes' as a number of seeds must "
+                                 f"be non-negative (got {input_nodes})")
+            self.node_type, self.seeds = None, torch.arange(input_nodes)
+        else:
+            self.node_type, self.seeds = _resolve_seeds(input_nodes)
+        self.rank, self.world_size = _check_rank(rank, world_size)
+        if seed is not None and (isinstance(seed, bool)
+                                 or not isinstance(seed, int)):
+            raise ValueError(f"'seed' must be an integer or None (got "
+                             f"{seed!r})")
+        self.shuffle = bool(shuffle)
+        self.seed = 0 if seed is None else seed
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+
+    @property
+    def num_seeds(self) -> int:
+        r"""The number of seeds of all ranks."""
+        return self.seeds.numel()
+
+    def set_epoch(self, epoch: int) -> None:
+        r"""Picks the split of :obj:`epoch` (the same on every rank)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) \
+                or epoch < 0:
+            raise ValueError(f"'epoch' must be a non-negative integer "
+                             f"(got {epoch!r})")
+        self.epoch = epoch
+
+    def positions(self, epoch: Optional[int] = None) -> Tensor:
+        r"""This rank's seeds as positions in the loader's seed list."""
+        return split_positions(
+            self.num_seeds, self.rank, self.world_size, shuffle=self.shuffle,
+            seed=self.seed, epoch=self.epoch if epoch is None else epoch,
+            drop_last=self.drop_last)
+
+    def rank_nodes(self, epoch: Optional[int] = None) -> SeedNodes:
+        r"""This rank's seeds as node indices (a (node type, indices) tuple
+        for a node type)."""
+        out = self.seeds[self.positions(epoch).to(self.seeds.device)]
+        return out if self.node_type is None else (self.node_type, out)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.positions().tolist())
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return self.num_seeds // self.world_size
+        return math.ceil(self.num_seeds / self.world_size)
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}(num_seeds={self.num_seeds}, '
+                f'rank={self.rank}, world_size={self.world_size}, '
+                f'epoch={self.epoch})')
+
+
+# Collectives #################################################################
+
+
+def _group_device(group: Optional[Any]) -> torch.device:
+    backend = dist.get_backend(group)
+    if 'nccl' in str(backend).lower() and torch.cuda.is_available():
+        return torch.device('cuda', torch.cuda.current_device())
+    return torch.device('cpu')
+
+
+def equal_batch_count(num_batches: int, group: Optional[Any] = None) -> int:
+    r"""The smallest :obj:`num_batches` over all ranks of :obj:`group` (a
+    collective: every rank calls it). Running that many batches on every
+    rank leaves none waiting in DDP's all-reduce when loaders give
+    different counts:
+
+    .. code-block:: python
+
+        import itertools
+        steps = equal_batch_count(len(loader))
+        for batch in itertools.islice(loader, steps):
+            ...
+
+    Without an initialized process group, returns :obj:`num_batches`.
+    """
+    if isinstance(num_batches, bool) or not isinstance(num_batches, int) \
+            or num_batches < 0:
+        raise ValueError(f"'num_batches' must be a non-negative integer "
+                         f"(got {num_batches!r})")
+    if not (dist.is_available() and dist.is_initialized()):
+        return num_batches
+    t = torch.tensor([num_batches], dtype=torch.long,
+                     device=_group_device(group))
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+    return int(t.item())
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Number) and not isinstance(value, bool)
+
+
+def _combine(values: List[Any], reduce) -> Any:
+    first = values[0]
+    if isinstance(first, dict):
+        out = {}
+        for key, value in first.items():
+            same = [v.get(key) if isinstance(v, dict) else None
+                    for v in values]
+            out[key] = _combine(same, reduce) if all(
+                s is not None for s in same) else value
+        return out
+    if _is_number(first) and all(_is_number(v) for v in values):
+        return reduce(values)
+    return first
+
+
+def all_ranks_stats(stats: Dict[str, Any],
+                    group: Optional[Any] = None) -> Dict[str, Any]:
+    r"""Gathers every rank's statistics (e.g. :meth:`loader.stats()
+    <pyg_orch.HybridNeighborLoader.stats>`, nested dicts of numbers) on
+    every rank (a collective: every rank calls it) and summarizes them:
+
+    * :obj:`'per_rank'`: the dicts, by rank.
+    * :obj:`'total'`: numbers summed over the ranks (times, rows, bytes).
+    * :obj:`'mean'`: their mean (e.g. rates such as :obj:`'hit_rate'`,
+      whose sum means nothing).
+    * :obj:`'max'`: their maximum (e.g. the slowest rank's stage time).
+
+    Non-numbers (flags, strings, :obj:`None`) and keys that not every rank
+    has are taken from rank 0. Without an initialized process group, the
+    summary of :obj:`stats` alone.
+    """
+    if not isinstance(stats, dict):
+        raise ValueError(f"'stats' must be a dict, as loader.stats() "
+                         f"returns (got {type(stats).__name__})")
+    if dist.is_available() and dist.is_initialized():
+        per_rank: List[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(per_rank, stats, group=group)
+    else:
+        per_rank = [stats]
+    n = len(per_rank)
+    return {
+        'per_rank': per_rank,
+        'total': _combine(per_rank, sum),
+        'mean': _combine(per_rank, lambda v: sum(v) / n),
+        'max': _combine(per_rank, max),
+    }

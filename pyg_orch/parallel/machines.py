@@ -1,0 +1,191 @@
+r"""Which part of a partitioned graph a rank holds, and with whom it samples.
+
+Two layouts, chosen from the number of parts and the launch:
+
+* **One rank per part** (the world size equals the number of parts): rank
+  :obj:`k` holds part :obj:`k` and exchanges with all ranks.
+* **One part per machine**, :obj:`LOCAL_WORLD_SIZE` ranks on each (e.g.
+  :obj:`torchrun --nnodes M --nproc-per-node N` over a folder of
+  :obj:`M` parts): the :obj:`N` ranks of machine :obj:`m` (ranks numbered
+  in blocks of :obj:`N`, as :obj:`torchrun` does) all hold part :obj:`m`.
+  Each takes every :obj:`N`-th of the part's seeds and exchanges only with
+  the ranks of its local rank on the other machines (its *part group*, one
+  rank per part). With :obj:`PlacementOptions(topology='sharded')` the
+  part's neighbor lists are split across the machine's ranks
+  (:func:`~pyg_orch.multigpu.shard_topology`: symmetric memory on GPUs,
+  :obj:`/dev/shm` on CPUs), so a rank serves requests for any vertex of
+  its part from its own shard, a copy, or a peer's shard.
+
+Choosing the layout is a collective over the default process group (every
+rank reads the folder's number of parts), so every rank picks the same."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+import torch.distributed as dist
+
+from pyg_orch.parallel.exchange import group_rank, group_size
+
+__all__ = ['RankLayout', 'rank_layout']
+
+
+@dataclass
+class RankLayout:
+    r"""How this rank takes part in sampling a partitioned graph.
+
+    Attributes:
+        part_group (ProcessGroup, optional): The ranks that exchange
+            frontiers and rows, one per part (:obj:`None`: the default
+            group).
+        batch_group (ProcessGroup, optional): The ranks that agree on the
+            number of batches of an epoch (all ranks that train together).
+        local_rank (int): This rank among the ranks that share its part.
+        local_world_size (int): The ranks that share a part (:obj:`1`: one
+            rank per part).
+        seed_rank (int): The rank that offsets this rank's seeds of
+            shuffling and sampling (unique over all ranks).
+    """
+    part_group: Optional[Any] = None
+    batch_group: Optional[Any] = None
+    local_rank: int = 0
+    local_world_size: int = 1
+    seed_rank: int = 0
+
+    @property
+    def shares_part(self) -> bool:
+        r"""Whether several ranks (of one machine) share this rank's
+        part."""
+        return self.local_world_size > 1
+
+    def machine_group(self) -> Any:
+        r"""The ranks that share this rank's part (this machine's)."""
+        if not self.shares_part:
+            raise ValueError('every rank holds its own part: no ranks share '
+                             'it')
+        from pyg_orch.parallel.peer_memory import machine_group
+        return machine_group()
+
+
+# Part groups per (world size, ranks per machine), created once: creating
+# a group is a collective of every rank, in the same order.
+_PART_GROUPS: Dict[Tuple[int, int], Any] = {}
+
+
+def _num_parts(partition: Any) -> Optional[int]:
+    if hasattr(partition, 'num_parts'):
+        return int(partition.num_parts)
+    from pyg_orch.partition.storage import read_meta
+    try:
+        return int(read_meta(partition)['num_parts'])
+    except (ValueError, OSError, TypeError):
+        return None  # `open_partition` reports it on every rank.
+
+
+def _local_world_size(world: int) -> int:
+    value = os.environ.get('LOCAL_WORLD_SIZE')
+    try:
+        local = int(value) if value is not None else world
+    except ValueError:
+        raise ValueError(f"the environment variable LOCAL_WORLD_SIZE must be "
+                         f"an integer (got {value!r})") from None
+    return local
+
+
+def rank_layout(partition: Any, group: Optional[Any] = None) -> RankLayout:
+    r"""The :class:`RankLayout` of this rank over :obj:`partition` (a
+    partition folder or a loaded
+    :class:`~pyg_orch.distributed.GraphPartition`).
+
+    With :obj:`group` given, or a world of as many ranks as parts, one rank
+    per part of :obj:`group`. Where every rank reads :obj:`P` parts, the
+    world has :obj:`P * N` ranks and :obj:`LOCAL_WORLD_SIZE` is
+    :obj:`N > 1`, one part per machine (a collective over the default
+    group: one :func:`torch.distributed.all_gather_object`, and the part
+    groups created once)."""
+    flat = RankLayout(part_group=group, batch_group=group,
+                      seed_rank=group_rank(group))
+    if group is not None or not (dist.is_available()
+                                 and dist.is_initialized()):
+        return flat
+    world = group_size()
+    local = _local_world_size(world)
+    if local <= 1 or local > world:
+        return flat
+    read = [None] * world
+    dist.all_gather_object(read, _num_parts(partition))
+    parts = read[0]
+    if any(p != parts for p in read) or parts is None \
+            or parts * local != world:
+        return flat  # One rank per part; `open_partition` checks it.
+    rank = dist.get_rank()
+    key = (world, local)
+    if key not in _PART_GROUPS:
+        _PART_GROUPS[key], _ = dist.new_subgroups_by_enumeration(
+            [[m * local + r for m in range(parts)] for r in range(local)])
+    return RankLayout(part_group=_PART_GROUPS[key], batch_group=None,
+                      local_rank=rank % local, local_world_size=local,
+                      seed_rank=rank)
+
+
+def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
+                        sharding: Any = None,
+                        max_fanout: Optional[int] = None,
+                        csc: Optional[Dict[Any, Any]] = None
+                        ) -> Dict[Any, Any]:
+    r"""The topology of :obj:`partition` (this rank's part) per edge type
+    (:obj:`None` on a homogeneous part), its neighbor lists split across
+    the ranks that share the part (see
+    :func:`~pyg_orch.multigpu.shard_topology`; a collective of those
+    ranks), with offsets, this rank's shard and the copies of the most
+    read lists (:obj:`sharding`, a
+    :class:`~pyg_orch.multigpu.TopologySharding`) on :obj:`device`.
+
+    With :obj:`replicate_by='reads'`, a destination's expected expansions
+    are counted from the part's own edges: :obj:`1` plus the times it is a
+    source of an in-edge of the part.
+
+    :obj:`csc` (per edge type) replaces the part's own topology, e.g. with
+    edge times and weights attached (see
+    :class:`~pyg_orch.distributed.DistributedNeighborSampler`); they are
+    split with the neighbor lists."""
+    from pyg_orch.parallel.peer_memory import PeerGroup
+    from pyg_orch.topology.sharded import (
+        TopologySharding,
+        expansion_weight,
+        shard_topology,
+    )
+    sharding = sharding or TopologySharding()
+    if not (isinstance(sharding.split_by, str)
+            and sharding.split_by == 'ranges'):
+        raise NotImplementedError(
+            "TopologySharding(split_by=...) on a partition folder: a part's "
+            "neighbor lists are split across the machine's ranks by ranges "
+            "only (split_by='ranges'); the part itself is the partition "
+            "(e.g. METIS, see partition_graph)")
+    peers = PeerGroup(layout.machine_group(), device=device)
+    if partition.is_hetero:
+        own, node_part = partition.csc, partition.node_part
+        local_id = partition.local_id
+    else:
+        own = {None: partition.csc}
+        node_part = {None: partition.node_part}
+        local_id = {None: partition.local_id}
+    csc = own if csc is None else csc
+    out = {}
+    for et, topo in csc.items():
+        dst_t = None if et is None else et[-1]
+        score = None
+        if sharding.replicate_by == 'reads':
+            def own_local(src, t=dst_t):  # The part's own sources, local.
+                return local_id[t][src[node_part[t][src] == partition.part]
+                                   ].to(src.dtype)
+
+            score = expansion_weight(csc, dst_t, topo.colptr.numel() - 1,
+                                     own_local)
+        out[et] = shard_topology(
+            topo, peers, sharding.budget(topo), score,
+            max_fanout=max_fanout if sharding.replicate_by == 'reads'
+            else None)
+    return out

@@ -1,0 +1,163 @@
+"""How vertices are assigned to parts (:obj:`'metis'`, :obj:`'random'`,
+:obj:`'contiguous'`, :obj:`'auto'`) and the quality of an assignment (edge
+cut and balance)."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pyg_orch.topology.csc import check_edge_index
+
+__all__ = [
+    'METHODS',
+    'assign_parts',
+    'balance',
+    'edge_cut',
+    'metis_available',
+    'resolve_method',
+]
+
+#: The partitioning methods :func:`assign_parts` accepts.
+METHODS = ('auto', 'metis', 'random', 'contiguous')
+
+_METIS_MISSING = ("method='metis' needs the optional package 'pymetis', "
+                  "which is not installed: pip install pymetis (or pip "
+                  "install 'pyg_orch[distributed]'), or use "
+                  "method='contiguous' or 'random'")
+
+
+def metis_available() -> bool:
+    r"""Whether :obj:`pymetis` can be imported."""
+    try:
+        import pymetis  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_method(method: str) -> str:
+    r"""The method that runs for :obj:`method`: :obj:`'auto'` is
+    :obj:`'metis'` where :obj:`pymetis` is importable, else
+    :obj:`'contiguous'`. Raises :class:`ValueError` for an unknown
+    :obj:`method`."""
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"'method' must be one of {list(METHODS)} "
+                         f"(got {method!r})")
+    if method == 'auto':
+        return 'metis' if metis_available() else 'contiguous'
+    return method
+
+
+def edge_cut(edge_index: Tensor, node_part: Tensor,
+             src_node_part: Optional[Tensor] = None) -> float:
+    r"""The fraction of edges whose two endpoints lie in different parts
+    (:obj:`0.0` for a graph without edges). :obj:`src_node_part` is the
+    sources' part map where it differs from the destinations'
+    (:obj:`node_part`), as for an edge type between two node types."""
+    if edge_index.size(1) == 0:
+        return 0.0
+    if src_node_part is None:
+        src_node_part = node_part
+    src_part = src_node_part[edge_index[0]]
+    dst_part = node_part[edge_index[1]]
+    return float((src_part != dst_part).sum()) / edge_index.size(1)
+
+
+def balance(node_part: Tensor, num_parts: int) -> float:
+    r"""The largest part's number of vertices over the mean number per part
+    (:obj:`1.0` is perfectly balanced)."""
+    num_nodes = node_part.numel()
+    if num_nodes == 0:
+        return 1.0
+    sizes = torch.bincount(node_part.to(torch.int64), minlength=num_parts)
+    return float(sizes.max()) * num_parts / num_nodes
+
+
+def _contiguous(num_nodes: int, num_parts: int) -> Tensor:
+    # Ranges of ids whose sizes differ by at most one.
+    return torch.arange(num_nodes, dtype=torch.int64) * num_parts // num_nodes
+
+
+def _random(num_nodes: int, num_parts: int, seed: int) -> Tensor:
+    # A seeded permutation cut into the contiguous ranges: balanced.
+    gen = torch.Generator().manual_seed(int(seed))
+    perm = torch.randperm(num_nodes, generator=gen)
+    node_part = torch.empty(num_nodes, dtype=torch.int64)
+    node_part[perm] = _contiguous(num_nodes, num_parts)
+    return node_part
+
+
+def metis_adjacency(edge_index: Tensor,
+                    num_nodes: int) -> Tuple[Tensor, Tensor]:
+    r"""The undirected adjacency METIS expects (CSR :obj:`xadj`,
+    :obj:`adjncy`): every edge in both directions, without self-loops or
+    duplicates."""
+    src, dst = edge_index[0].to(torch.int64), edge_index[1].to(torch.int64)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    both = torch.cat([src * num_nodes + dst, dst * num_nodes + src])
+    both = torch.unique(both)  # Sorted: by source, then neighbor.
+    row = torch.div(both, num_nodes, rounding_mode='floor')
+    col = both - row * num_nodes
+    xadj = torch.zeros(num_nodes + 1, dtype=torch.int64)
+    xadj[1:] = torch.bincount(row, minlength=num_nodes).cumsum(0)
+    return xadj, col
+
+
+def _metis(edge_index: Tensor, num_nodes: int, num_parts: int,
+           seed: int) -> Tensor:
+    try:
+        import pymetis
+    except ImportError as e:
+        raise ImportError(_METIS_MISSING) from e
+    xadj, adjncy = metis_adjacency(edge_index, num_nodes)
+    xadj, adjncy = xadj.numpy(), adjncy.numpy()
+    options = pymetis.Options(seed=int(seed))
+    if hasattr(pymetis, 'CSRAdjacency'):
+        result = pymetis.part_graph(num_parts,
+                                    pymetis.CSRAdjacency(xadj, adjncy),
+                                    options=options)
+    else:  # pragma: no cover (pymetis < 2025)
+        result = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy,
+                                    options=options)
+    membership = np.asarray(result[1])
+    return torch.from_numpy(membership.astype(np.int64, copy=True))
+
+
+def assign_parts(edge_index: Tensor, num_nodes: int, num_parts: int,
+                 method: str = 'auto', seed: int = 0) -> Tensor:
+    r"""The part of every vertex (:obj:`int64`, :obj:`[num_nodes]`).
+
+    Args:
+        edge_index (torch.Tensor): The edges (:obj:`[2, num_edges]`).
+        num_nodes (int): The number of vertices.
+        num_parts (int): The number of parts, in
+            :obj:`[1, num_nodes]`.
+        method (str): :obj:`'metis'` (METIS through :obj:`pymetis`: few
+            edges between parts), :obj:`'random'` (a seeded random balanced
+            assignment), :obj:`'contiguous'` (ranges of vertex ids) or
+            :obj:`'auto'` (:obj:`'metis'` where :obj:`pymetis` is
+            importable, else :obj:`'contiguous'`).
+        seed (int): The seed of :obj:`'random'` and :obj:`'metis'`.
+    """
+    method = resolve_method(method)
+    for name, value, low in (('num_nodes', num_nodes, 0),
+                             ('num_parts', num_parts, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                value < low:
+            raise ValueError(f"'{name}' must be an integer >= {low} "
+                             f"(got {value!r})")
+    if num_parts > max(num_nodes, 1):
+        raise ValueError(f"'num_parts' must be in [1, num_nodes] = [1, "
+                         f"{num_nodes}] (got {num_parts})")
+    check_edge_index(edge_index, num_nodes, num_nodes)
+    if num_parts == 1:
+        return torch.zeros(num_nodes, dtype=torch.int64)
+    if method == 'contiguous':
+        return _contiguous(num_nodes, num_parts)
+    if method == 'random':
+        return _random(num_nodes, num_parts, seed)
+    return _metis(edge_index.cpu(), num_nodes, num_parts, seed)

@@ -1,0 +1,166 @@
+r"""Weighted and temporal sampling over a graph partition: a part's sampling
+weights and timestamps per CSC position, read from the partition (edge
+attributes are stored in CSC order, node attributes per owned vertex) and
+checked on every rank together, so that every rank raises the same error.
+
+Used by :class:`~pyg_orch.distributed.DistributedNeighborSampler`; as
+PyG's :obj:`weight_attr` and :obj:`time_attr`."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from pyg_orch.topology.csc import CSCTopology, time_order
+from pyg_orch.topology.graph import (
+    WEIGHT_PROBLEMS,
+    check_time_level,
+    weight_problem,
+)
+from pyg_orch.parallel.exchange import comm_device
+
+__all__ = ['agree_on_problem', 'part_node_times', 'part_weights',
+           'sort_by_time', 'time_per_position']
+
+
+def _by_type(attrs: Any, is_hetero: bool) -> Dict[Any, Dict[str, Tensor]]:
+    return attrs if is_hetero else {None: attrs}
+
+
+def agree_on_problem(problem: int, group: Any, world_size: int) -> int:
+    r"""The largest of every rank's :obj:`problem` code (a collective when
+    :obj:`world_size > 1`): each rank checks its own part, all learn the
+    worst."""
+    if world_size <= 1:
+        return problem
+    flag = torch.tensor([problem], device=comm_device(group))
+    dist.all_reduce(flag, dist.ReduceOp.MAX, group=group)
+    return int(flag.item())
+
+
+def part_weights(partition, weight_attr: str, is_hetero: bool, group: Any,
+                 world_size: int) -> Dict[Any, Tensor]:
+    r"""The part's sampling weights :obj:`weight_attr` per edge type that
+    has them, in the part's CSC order. Raises :class:`ValueError` on every
+    rank if one part's weights are not one non-negative finite number per
+    edge, or if no edge type has the attribute."""
+    if not isinstance(weight_attr, str):
+        raise ValueError(f"'weight_attr' must be the name of an edge "
+                         f"attribute (got {weight_attr!r})")
+    attrs = _by_type(partition.edge_attrs, is_hetero)
+    found = {et: a[weight_attr] for et, a in attrs.items()
+             if weight_attr in a}
+    if not found:
+        raise ValueError(
+            f"The weight attribute 'weight_attr'={weight_attr!r} is not an "
+            f"edge attribute of the partition (it has "
+            f"{sorted({k for a in attrs.values() for k in a})})")
+    problem = max(weight_problem(w) for w in found.values())
+    problem = agree_on_problem(problem, group, world_size)
+    if problem:
+        raise ValueError(f"'weight_attr': the partition's {weight_attr!r} "
+                         f"{WEIGHT_PROBLEMS[problem - 1]} (on at least one "
+                         f"part)")
+    return found
+
+
+def _check_times(times: Dict[Any, Tensor], time_attr: str, group: Any,
+                 world_size: int) -> bool:
+    # Whether the times are floating-point on some part (every rank learns
+    # it); raises on every rank where a part's times are not one number per
+    # node or edge, or hold NaN (a NaN time empties subgraphs silently).
+    problem = 0  # 3: NaN, 2: not a vector of numbers, 1: floating-point.
+    for t in times.values():
+        if t.dim() != 1 or t.is_complex() or t.dtype == torch.bool:
+            problem = max(problem, 2)
+        elif t.is_floating_point():
+            problem = max(problem, 3 if bool(torch.isnan(t).any()) else 1)
+    problem = agree_on_problem(problem, group, world_size)
+    if problem == 2:
+        raise ValueError(f"'time_attr': the partition's {time_attr!r} must "
+                         f"be one timestamp (an integer or floating-point "
+                         f"number) per node or edge")
+    if problem == 3:
+        raise ValueError(f"'time_attr': the partition's {time_attr!r} holds "
+                         f"NaN (on at least one part); every node or edge "
+                         f"needs a time")
+    return problem == 1
+
+
+def part_node_times(partition, time_attr: str, is_hetero: bool,
+                    num_nodes: Dict[Any, int], group: Any, world_size: int,
+                    device: torch.device
+                    ) -> Tuple[Optional[Dict[Any, Tensor]],
+                               Dict[Any, Tensor], bool]:
+    r"""Where :obj:`time_attr` lies, as PyG decides it: node-level (a node
+    attribute; then the times of **all** vertices of every node type that
+    has it, assembled from every part with one :obj:`all_reduce` per node
+    type) or edge-level (an edge attribute, in the part's CSC order).
+    Returns :obj:`(node_time, edge_time, floating)`, one of the first two
+    empty; :obj:`floating` tells whether some part's times are
+    floating-point (the same answer on every rank). Integer times are
+    :obj:`int64`; floating-point times keep their type."""
+    nodes = _by_type(partition.node_attrs, is_hetero)
+    edges = _by_type(partition.edge_attrs, is_hetero)
+    node_level = {t: a[time_attr] for t, a in nodes.items()
+                  if time_attr in a}
+    edge_level = {et: a[time_attr] for et, a in edges.items()
+                  if time_attr in a}
+    check_time_level(time_attr, bool(node_level), bool(edge_level),
+                     'the partition')
+    floating = _check_times(node_level or edge_level, time_attr, group,
+                            world_size)
+    if not node_level:
+        return None, {et: t.to(device, _time_dtype(t))
+                      for et, t in edge_level.items()}, floating
+    ids = partition.node_ids if is_hetero else {None: partition.node_ids}
+    node_time = {}
+    for t in sorted(node_level, key=str):  # The same order on every rank.
+        # Summed in int64 or float64 (exact: every vertex is owned by
+        # exactly one part, the others add zeros), kept in the part's type.
+        dtype = _time_dtype(node_level[t])
+        wide = torch.float64 if dtype.is_floating_point else torch.int64
+        full = torch.zeros(num_nodes[t], dtype=wide,
+                           device=comm_device(group) if world_size > 1
+                           else device)
+        full[ids[t].to(full.device, torch.int64)] = node_level[t].to(
+            full.device, wide)
+        if world_size > 1:
+            dist.all_reduce(full, group=group)
+        node_time[t] = full.to(device, dtype)
+    return node_time, {}, floating
+
+
+def _time_dtype(time: Tensor) -> torch.dtype:
+    return time.dtype if time.is_floating_point() else torch.int64
+
+
+def time_per_position(csc: CSCTopology, src_time: Optional[Tensor],
+                      edge_time: Optional[Tensor]) -> Optional[Tensor]:
+    r"""The time of every CSC position: its source's (node-level) or its
+    edge's (edge-level); :obj:`None` where the edge type has no time."""
+    if src_time is not None:
+        return src_time.index_select(0, csc.row.to(torch.int64))
+    return edge_time
+
+
+def sort_by_time(csc: CSCTopology, time: Tensor
+                 ) -> Tuple[CSCTopology, Tensor]:
+    r"""A copy of :obj:`csc` with every neighborhood sorted by
+    :obj:`time` (stable: ties keep their order, as
+    :meth:`CSCTopology.from_edge_index` sorts), and the permutation of
+    positions applied."""
+    colptr = csc.colptr.to(torch.int64)
+    deg = colptr[1:] - colptr[:-1]
+    seg = torch.repeat_interleave(
+        torch.arange(deg.numel(), device=deg.device), deg,
+        output_size=time.numel())
+    perm = time_order(seg, time)
+    out = dataclasses.replace(
+        csc, row=csc.row[perm],
+        edge_id=None if csc.edge_id is None else csc.edge_id[perm],
+        time=time[perm], weight=None, _weight_cumsum=None)
+    return out, perm

@@ -1,0 +1,419 @@
+"""Multi-hop sampling on the GPU with fused Triton kernels and no host
+synchronization until the batch is complete.
+
+Every hop writes into buffers sized by an upper bound (frontier size times
+fan-out), so no kernel waits for the host to learn a size; the one
+synchronization per batch reads the node and edge counts at the end. The
+output equals :func:`pyg_orch.sampling.sample_multi_hop` (same hop order,
+same edge order); only the random draws differ. The sampler reaches this
+module through the :obj:`'triton'` backend
+(:mod:`pyg_orch.sampling.triton.backend`).
+"""
+import threading
+import weakref
+from collections import OrderedDict
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from pyg_orch.core.buffers import DenseBufferPool
+from pyg_orch.topology.csc import CSCTopology, ShardLayout
+from pyg_orch.core.devices import current_stream, with_index
+from pyg_orch.sampling.output import MultiHopOutput
+from pyg_orch.core.triton_util import kernel_view
+# Re-exported: tests and notebooks ask this module whether Triton is there.
+from pyg_orch.core.triton_util import triton_available  # noqa: F401
+
+_INT32_MAX = 2**31 - 1
+_FLAT_BLOCK = 1024
+
+
+def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
+             max_fanout: int = 64) -> bool:
+    r"""Whether the fused path handles this configuration; others use the
+    vectorized PyTorch path."""
+    if topology.is_hetero or topology.is_temporal or topology.is_weighted:
+        return False
+    if disjoint or induced:
+        return False
+    fanouts = num_neighbors[None]
+    if any(k < 0 or k > max_fanout for k in fanouts):
+        return False
+    n = topology.num_nodes[None]
+    return n < _INT32_MAX and topology.num_edges < 2**40
+
+
+class FusedPlan:
+    r"""The buffers and kernel launches of one batch shape (batch size,
+    fan-outs): every size is an upper bound known up front, so a batch runs
+    without host synchronization and can be captured once as a CUDA graph
+    and replayed."""
+    def __init__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
+                 batch_size: int, replace: bool, hot_nodes: Optional[Tensor],
+                 map_buf: Tensor, claim_buf: Tensor, device: torch.device):
+        if map_buf.dtype != torch.int32 or claim_buf.dtype != torch.int32:
+            raise RuntimeError('the fused sampler needs int32 relabel buffers')
+        self.topo, self.num_nodes = topo, num_nodes
+        self.fanouts, self.replace = list(fanouts), bool(replace)
+        self.map_buf, self.claim_buf = map_buf, claim_buf
+        self.device = with_index(device)  # Fast stream lookups.
+        # The plan's own copy of the pruning mask, refreshed before every
+        # batch: a new mask (the hot set changed) reuses the plan and its
+        # CUDA graph instead of making new ones.
+        self.hot_nodes = None if hot_nodes is None else torch.zeros(
+            num_nodes, dtype=torch.bool, device=device)
+        B = self.batch_size = batch_size
+        self.caps = [B]
+        for k in fanouts:
+            self.caps.append(min(self.caps[-1] * max(k, 0), num_nodes))
+        kw = dict(dtype=torch.int64, device=device)
+        self.seeds = torch.zeros(B, **kw)
+        self.hop_seeds = torch.zeros(max(len(fanouts), 1), **kw)
+        self.node_buf = torch.zeros(B + sum(self.caps[1:]), **kw)
+        # [num_nodes so far, frontier start, frontier count]:
+        self.state = torch.zeros(3, **kw)
+        self.init_state = torch.tensor([B, 0, B], **kw)
+        # The slots of all hops lie back to back in one buffer per field, so
+        # the edges of the batch are compacted by one scan and one kernel.
+        # Slot fields are int32 (node ids and slot counts are below 2^31):
+        # half the memory traffic of int64; edge ids too where they fit.
+        sizes = [self.caps[h] * max(k, 0) for h, k in enumerate(fanouts)]
+        total = sum(sizes)
+        i32 = dict(dtype=torch.int32, device=device)
+        flat = {name: torch.zeros(total, **i32) for name in ('src', 'dst')}
+        flat['is_new'] = torch.zeros(total, dtype=torch.int8, device=device)
+        # New nodes per block of slots, for the ranks of new nodes:
+        self.block_counts = torch.zeros(
+            max(triton_cdiv(total, _FLAT_BLOCK), 1), **i32)
+        flat['eid'] = torch.zeros(
+            total, dtype=torch.int32 if topo.num_edges < _INT32_MAX else
+            torch.int64, device=device)
+        self.flat = flat
+        self.out, offset, offsets = [], 0, [0]
+        for M in sizes:
+            self.out.append({k: v[offset:offset + M] for k, v in flat.items()})
+            offset += M
+            offsets.append(offset)
+        # An exclusive scan of the sampled slots (0 in front), so that the
+        # edge count of hop h is a difference at the hops' offsets.
+        self.edge_rank = torch.zeros(total + 1, **i32)
+        self.news = torch.zeros(max(len(fanouts), 1), **kw)
+        self.hop_offsets = torch.tensor(offsets, **kw)
+        # row, col and edge ids in one tensor: one copy per batch.
+        self.edge_buf = torch.zeros(3, total, **kw)
+        self.edges = dict(zip(('row', 'col', 'eid'), self.edge_buf))
+        self.counts = torch.zeros(1 + 2 * len(fanouts), **kw)
+        self.counts_host = torch.zeros(self.counts.shape, dtype=torch.int64,
+                                       pin_memory=device.type == 'cuda')
+        self.graph = None
+        self._inflight: Optional[weakref.ref] = None
+        self._stream = None
+
+    def enqueue(self) -> None:
+        r"""Launches the whole batch on the current stream."""
+        from pyg_orch.sampling.triton import kernels as tk
+
+        topo, state, B = self.topo, self.state, self.batch_size
+        colptr, row = kernel_view(topo.colptr), kernel_view(topo.row)
+        eid = kernel_view(topo.edge_id) if topo.edge_id is not None else row
+        shard_args, shard_flags = _shard_arguments(topo.kernel_shards(),
+                                                   state)
+        if B > 0:  # The seeds come first, in order.
+            grid = (triton_cdiv(B, _FLAT_BLOCK), )
+            tk.claim_kernel[grid](self.seeds, self.map_buf, self.claim_buf,
+                                  B, BLOCK=_FLAT_BLOCK)  # Map: all unseen.
+            tk.seed_assign_kernel[grid](self.seeds, self.node_buf,
+                                        self.map_buf, self.claim_buf, B,
+                                        BLOCK=_FLAT_BLOCK)
+        state.copy_(self.init_state)
+        for h, k in enumerate(self.fanouts):
+            F, buf = self.caps[h], self.out[h]
+            if k == 0 or F == 0:
+                state[1:2].copy_(state[0:1])
+                state[2:3].zero_()
+                self.news[h:h + 1].zero_()
+                continue
+            M = F * k
+            kpad = max(tk.next_power_of_2(k), 2)
+            block = max(2048 // kpad, 16)
+            prune = self.hot_nodes is not None and h == len(self.fanouts) - 1
+            tk.sample_hop_kernel[(triton_cdiv(F, block), )](
+                colptr, row, eid, self.node_buf, state,
+                self.hop_seeds[h:h + 1], buf['src'], buf['eid'], buf['dst'],
+                self.hot_nodes if prune else buf['src'], *shard_args, F,
+                K=k, KPAD=kpad, REPLACE=self.replace,
+                HAS_EID=topo.edge_id is not None, PRUNE=prune, BLOCK=block,
+                **shard_flags)
+            grid = (triton_cdiv(M, _FLAT_BLOCK), )
+            tk.claim_kernel[grid](buf['src'], self.map_buf, self.claim_buf, M,
+                                  BLOCK=_FLAT_BLOCK)
+            tk.mark_kernel[grid](buf['src'], self.map_buf, self.claim_buf,
+                                 buf['is_new'], self.block_counts, M,
+                                 COUNT=True, BLOCK=_FLAT_BLOCK)
+            tk.assign_block_kernel[grid](buf['src'], buf['is_new'],
+                                         self.block_counts, self.map_buf,
+                                         self.claim_buf, self.node_buf, state,
+                                         M, BLOCK=_FLAT_BLOCK)
+            tk.advance_blocks_kernel[(1, )](state, self.block_counts, grid[0],
+                                            self.news[h:h + 1],
+                                            BLOCK=_FLAT_BLOCK)
+        total = self.flat['src'].numel()
+        if total > 0:
+            torch.cumsum(self.flat['src'] >= 0, 0, out=self.edge_rank[1:])
+        H = len(self.fanouts)
+        tk.finish_counts_kernel[(1, )](
+            state, self.news, self.edge_rank, self.hop_offsets, self.counts,
+            H=H, HPAD=max(tk.next_power_of_2(H), 2))
+        if total > 0:
+            # Sources are relabeled here: every hop has assigned its nodes.
+            tk.compact_kernel[(triton_cdiv(total, _FLAT_BLOCK), )](
+                self.flat['src'], self.edge_rank[1:], self.map_buf,
+                self.flat['dst'], self.flat['eid'], self.edges['row'],
+                self.edges['col'], self.edges['eid'], total,
+                BLOCK=_FLAT_BLOCK)
+        cap = self.node_buf.numel()
+        tk.reset_kernel[(triton_cdiv(cap, _FLAT_BLOCK), )](
+            self.node_buf, self.map_buf, state, cap, BLOCK=_FLAT_BLOCK)
+
+    def run(self, seeds: Tensor, generator: Optional[torch.Generator],
+            use_graph: bool, hot_nodes: Optional[Tensor] = None
+            ) -> MultiHopOutput:
+        r"""Samples a batch and waits for it (one synchronization)."""
+        return self.launch(seeds, generator, use_graph, hot_nodes).result()
+
+    def launch(self, seeds: Tensor, generator: Optional[torch.Generator],
+               use_graph: bool, hot_nodes: Optional[Tensor] = None
+               ) -> 'PendingFused':
+        r"""Queues a batch on the current stream without waiting for the
+        device; :meth:`PendingFused.result` waits for its counts only. A
+        plan made with a pruning mask needs :obj:`hot_nodes` (the boolean
+        mask of this batch, on the device)."""
+        if (self.hot_nodes is None) != (hot_nodes is None):
+            raise ValueError(
+                "'hot_nodes' must be given exactly when the plan prunes "
+                "(it was made with a pruning mask)" if hot_nodes is None else
+                "'hot_nodes' given to a plan made without a pruning mask")
+        self._queue(seeds, generator, use_graph, hot_nodes)
+        pending = PendingFused(self)
+        # A weak reference: no cycle, so the event is freed with the batch
+        # (not by a garbage collection, e.g. in a forked worker process).
+        self._inflight = weakref.ref(pending)
+        return pending
+
+    def _queue(self, seeds: Tensor, generator: Optional[torch.Generator],
+               use_graph: bool, hot_nodes: Optional[Tensor] = None) -> None:
+        inflight = self._inflight() if self._inflight is not None else None
+        if inflight is not None:  # Its outputs live in our buffers.
+            inflight.result()
+        stream = current_stream(self.device)
+        if self._stream is not None and stream != self._stream:
+            stream.wait_stream(self._stream)
+        self._stream = stream
+        self._copy_seeds(seeds, stream)
+        if hot_nodes is not None:  # Stream-ordered: after earlier batches.
+            self.hot_nodes.copy_(hot_nodes, non_blocking=True)
+        # Drawn in place: one kernel, no temporary and no copy.
+        torch.randint(_INT32_MAX, self.hop_seeds.shape, generator=generator,
+                      out=self.hop_seeds)
+        if use_graph:
+            if self.graph is None:
+                self._capture()
+            self.graph.replay()
+        else:
+            self.enqueue()
+
+    def _copy_seeds(self, seeds: Tensor,
+                    stream: Optional['torch.cuda.Stream']) -> None:
+        # From host memory through the plan's pinned buffer (a copy from
+        # pageable memory would wait for the whole stream; pinning a new
+        # tensor per batch costs more than this).
+        if self.device.type != 'cuda' or seeds.is_cuda:
+            self.seeds.copy_(seeds, non_blocking=True)
+            return
+        staged = getattr(self, '_staged', None)
+        if staged is None:  # The first time (made here for subclasses too).
+            self.seeds_host = torch.zeros(self.seeds.shape, dtype=torch.int64,
+                                          pin_memory=True)
+        else:  # The previous copy has left the buffer.
+            staged.synchronize()
+        self.seeds_host.copy_(seeds)
+        self.seeds.copy_(self.seeds_host, non_blocking=True)
+        self._staged = torch.cuda.Event()
+        self._staged.record(stream)
+
+    def _capture(self) -> None:
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            self.enqueue()  # Compiles the kernels; leaves buffers clean.
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        # Captured on the side stream without `torch.cuda.graph(...)`, whose
+        # entry synchronizes the device and empties the device and pinned
+        # host memory caches: 70-100 ms per plan on an H100 (a new hot set
+        # of the offload, an epoch's last, smaller batch), and the training
+        # step after it allocates afresh. 'thread_local': other threads (the
+        # training loop, when a prefetch thread samples) may synchronize
+        # while this thread captures.
+        with torch.cuda.stream(stream):
+            graph.capture_begin(capture_error_mode='thread_local')
+            try:
+                self.enqueue()
+            finally:
+                graph.capture_end()
+        self.graph = graph
+
+    def _collect(self, counts: List[int]) -> MultiHopOutput:
+        # Copies out of the plan's buffers, which the next batch reuses.
+        H = len(self.fanouts)
+        node = self.node_buf[:counts[0]].clone()
+        num_edges = sum(counts[1 + H:])
+        row, col, edge = self.edge_buf[:, :num_edges].clone()
+        return MultiHopOutput({None: node}, {None: row}, {None: col},
+                              {None: edge}, None,
+                              {None: [self.batch_size] + counts[1:1 + H]},
+                              {None: counts[1 + H:]})
+
+
+class PendingFused:
+    r"""A batch queued by :meth:`FusedPlan.launch`: its counts are copied to
+    pinned host memory behind the kernels, so :meth:`result` waits for this
+    batch only, not for work queued after it (e.g. a training step)."""
+    def __init__(self, plan: FusedPlan):
+        self.plan = plan
+        self._out: Optional[MultiHopOutput] = None
+        plan.counts_host.copy_(plan.counts, non_blocking=True)
+        self.event = None
+        if plan.device.type == 'cuda':
+            self.event = torch.cuda.Event()
+            self.event.record(plan._stream)  # The stream it was queued on.
+
+    def result(self) -> MultiHopOutput:
+        if self._out is None:
+            plan = self.plan
+            if self.event is not None:
+                self.event.synchronize()
+            self._out = plan._collect(plan.counts_host.tolist())
+            plan._inflight = None
+            # The next batch overwrites the buffers copied from just now.
+            plan._stream = current_stream(plan.device)
+            self.plan = None
+        return self._out
+
+
+class FusedSampler:
+    r"""Runs :class:`FusedPlan` objects, one per batch shape and thread,
+    replayed as CUDA graphs on GPUs (eagerly elsewhere, e.g. under Triton's
+    interpreter)."""
+    def __init__(self, use_graphs: Optional[bool] = None,
+                 max_plans: int = 4):
+        self.use_graphs = use_graphs
+        self.max_plans = max_plans
+        self._local = threading.local()
+
+    def __getstate__(self):
+        return {'use_graphs': self.use_graphs, 'max_plans': self.max_plans}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __call__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
+                 seeds: Tensor, replace: bool,
+                 generator: Optional[torch.Generator],
+                 buffers: DenseBufferPool, device: torch.device,
+                 hot_nodes: Optional[Tensor] = None) -> MultiHopOutput:
+        plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
+                                      replace, buffers, device, hot_nodes)
+        return plan.run(on_device_or_host(seeds, device), generator,
+                        use_graphs, hot_nodes)
+
+    def launch(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
+               seeds: Tensor, replace: bool,
+               generator: Optional[torch.Generator],
+               buffers: DenseBufferPool, device: torch.device,
+               hot_nodes: Optional[Tensor] = None) -> PendingFused:
+        r"""Like :meth:`__call__`, but returns once the batch is queued."""
+        plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
+                                      replace, buffers, device, hot_nodes)
+        return plan.launch(on_device_or_host(seeds, device), generator,
+                           use_graphs, hot_nodes)
+
+    def _plan(self, topo, num_nodes, fanouts, seeds, replace, buffers, device,
+              hot_nodes):
+        # Whether it prunes, not which mask: the plan copies the mask in.
+        key = (id(topo), topo.colptr.data_ptr(), num_nodes, tuple(fanouts),
+               seeds.numel(), bool(replace), hot_nodes is not None)
+        return self._cached_plan(key, device, lambda: FusedPlan(
+            topo, num_nodes, fanouts, seeds.numel(), replace, hot_nodes,
+            buffers.get(None, num_nodes, device, fill=-1),
+            buffers.get(None, num_nodes, device, fill=_INT32_MAX), device))
+
+    def _cached_plan(self, key, device: torch.device, make):
+        # This thread's plan for `key` (made by `make()` if new; the least
+        # recently used ones beyond `max_plans` dropped), and whether to
+        # replay it as a CUDA graph.
+        plans = getattr(self._local, 'plans', None)
+        if plans is None:
+            plans = self._local.plans = OrderedDict()
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = make()
+            while len(plans) > self.max_plans:
+                plans.popitem(last=False)
+        plans.move_to_end(key)
+        use_graphs = self.use_graphs
+        if use_graphs is None:
+            use_graphs = device.type == 'cuda'
+        return plan, use_graphs
+
+
+def fused_sample_multi_hop(
+    topo: CSCTopology,
+    num_nodes: int,
+    fanouts: List[int],
+    seeds: Tensor,
+    replace: bool,
+    generator: Optional[torch.Generator],
+    buffers: DenseBufferPool,
+    device: torch.device,
+    hot_nodes: Optional[Tensor] = None,
+) -> MultiHopOutput:
+    r"""Samples :obj:`len(fanouts)` hops from :obj:`seeds` of a homogeneous
+    graph with the Triton kernels, eagerly (see :class:`FusedSampler` for the
+    CUDA-graph version). The topology may live on the GPU or in pinned host
+    memory (read zero-copy). Nodes flagged in the boolean mask
+    :obj:`hot_nodes` are not expanded in the last hop."""
+    seeds = seeds.to(device, torch.int64)
+    plan = FusedPlan(topo, num_nodes, fanouts, seeds.numel(), replace,
+                     hot_nodes, buffers.get(None, num_nodes, device, fill=-1),
+                     buffers.get(None, num_nodes, device, fill=_INT32_MAX),
+                     device)
+    return plan.run(seeds, generator, False, hot_nodes)
+
+
+def _shard_arguments(layout: Optional[ShardLayout], dummy: Tensor):
+    # The sampling kernel's arguments for lists split across GPUs (unused,
+    # but typed, for a topology in one piece).
+    if layout is None:
+        return (dummy, ) * 6, {}
+    return ((layout.table, ) + tuple(
+        x if x is not None else dummy
+        for x in (layout.rep_start, layout.rep_row, layout.rep_eid,
+                  layout.reads, layout.placed_start)), dict(
+                      SHARDS=layout.num_shards,
+                      REPLICA=layout.rep_start is not None,
+                      COUNT=layout.reads is not None,
+                      PLACED=layout.placed_start is not None))
+
+
+def on_device_or_host(seeds: Tensor, device: torch.device) -> Tensor:
+    # Seeds on `device`, or in host memory for a plan to stage and copy
+    # (see `FusedPlan._copy_seeds`).
+    if seeds.device == device or (device.type == 'cuda' and not seeds.is_cuda):
+        return seeds
+    return seeds.to(device)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return max((a + b - 1) // b, 1)
