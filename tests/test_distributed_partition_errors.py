@@ -7,7 +7,7 @@ from conftest import random_graph
 from multiproc import run_workers
 
 from pyg_orch.distributed import DistributedNeighborLoader, partition_graph
-from pyg_orch.distributed.loader import open_partition
+from pyg_orch.distributed.stores import open_partition
 
 
 def _open_worker(rank, world_size, folders):

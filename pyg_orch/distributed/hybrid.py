@@ -20,10 +20,8 @@ from typing import Any, Dict, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from pyg_orch.distributed.loader import (
-    DistributedNeighborLoader,
-    open_partition,
-)
+from pyg_orch.distributed.loader import DistributedNeighborLoader
+from pyg_orch.distributed.stores import open_partition
 from pyg_orch.distributed.machines import rank_layout
 from pyg_orch.sampling.arguments import parse_subgraph_type, resolve_device
 

@@ -35,22 +35,14 @@ from pyg_orch.distributed.features import (
     DistributedFeatureGather,
     check_size,
 )
-from pyg_orch.distributed.machines import (
-    RankLayout,
-    rank_layout,
-    shard_part_topology,
-)
+from pyg_orch.distributed.machines import RankLayout
 from pyg_orch.distributed.sampler import DistributedNeighborSampler
-from pyg_orch.distributed.storage import (
-    GraphPartition,
-    PartitionFileError,
-    load_partition,
-)
+from pyg_orch.distributed.storage import GraphPartition
+from pyg_orch.distributed.stores import open_partition, open_stores
 from pyg_orch.core.prefetch import PrefetchIterator
 from pyg_orch.core.checks import warn_renamed
 from pyg_orch.sampling.arguments import (
     check_int,
-    check_placement,
     integers_per_seed,
     resolve_device,
     times_per_seed,
@@ -95,100 +87,6 @@ def _reduce(value: int, op, group) -> int:
     t = torch.tensor([value], dtype=torch.int64).to(comm_device(group))
     dist.all_reduce(t, op=op, group=group)
     return int(t.item())
-
-
-def _max_fanout(num_neighbors: Any) -> Optional[int]:
-    # The largest fan-out of any hop (None where a hop takes all neighbors).
-    lists = num_neighbors.values() if isinstance(num_neighbors, dict) \
-        else [num_neighbors]
-    try:
-        values = [int(k) for v in lists for k in v]
-    except (TypeError, ValueError):
-        return None  # The sampler says what is wrong.
-    if any(k < 0 for k in values):
-        return None
-    return max(values, default=0)
-
-
-def _describe(error: BaseException) -> str:
-    return f'{type(error).__name__}: {error}'
-
-
-def _load_error(error: BaseException) -> str:
-    # What every rank says of a rank that could not load its part.
-    if isinstance(error, PartitionFileError):
-        return str(error)  # 'could not load part_1/...: ...'
-    return (f'could not load its part of the partition, so no rank can '
-            f'sample: {_describe(error)}')
-
-
-def open_partition(partition: Union[str, Path, GraphPartition],
-                   group: Optional[Any] = None,
-                   expected_fingerprint: Optional[str] = None,
-                   verify: Optional[bool] = None) -> GraphPartition:
-    r"""Loads this rank's part of :obj:`partition` (a folder; or takes a
-    loaded :class:`~pyg_orch.distributed.GraphPartition`) and checks with
-    every other rank of :obj:`group` that they all hold their own part of
-    one partitioning: a collective (one
-    :func:`torch.distributed.all_gather_object`).
-
-    Where one rank cannot load its part (a missing, truncated or damaged
-    file, another number of parts than ranks, another graph than
-    :obj:`expected_fingerprint`), every rank raises a :class:`ValueError`
-    saying which rank, which file and why (:obj:`"rank 1 could not load
-    part_1/nodes/x.pt: ..."`), instead of the others waiting for it in the
-    first collective. Every rank also raises where the ranks' parts were
-    cut from different graphs (their :func:`graph_fingerprint`) or by
-    different partitionings of one graph (another method, seed or number
-    of parts: :attr:`GraphPartition.partitioning_id`). :obj:`verify` is
-    passed to :func:`~pyg_orch.distributed.load_partition`.
-    """
-    world_size, rank = group_size(group), group_rank(group)
-    error: Optional[BaseException] = None
-    if not isinstance(partition, GraphPartition):
-        try:
-            partition = load_partition(
-                partition, rank, expected_num_parts=world_size,
-                expected_fingerprint=expected_fingerprint, verify=verify)
-        except Exception as exc:  # Told to every rank before it raises.
-            error = exc
-    elif (expected_fingerprint is not None
-          and partition.fingerprint != expected_fingerprint):
-        error = ValueError(
-            f"'{partition.out_dir}' was partitioned from another graph: its "
-            f"graph fingerprint is {partition.fingerprint!r}, expected "
-            f"{expected_fingerprint!r}")
-    mine = (_load_error(error), None) if error is not None else (None, (
-        partition.part, partition.num_parts, partition.fingerprint,
-        partition.partitioning_id, str(partition.out_dir)))
-    everything = [mine]
-    if world_size > 1:
-        everything = [None] * world_size
-        dist.all_gather_object(everything, mine, group=group)
-    elif error is not None:
-        raise error
-    for r, (err, _) in enumerate(everything):
-        if err is not None:
-            raise ValueError(f'rank {r} {err}') from error
-    _, num_parts0, fp0, id0, dir0 = everything[0][1]
-    for r, (_, (part, num_parts, fp, pid, out_dir)) in enumerate(everything):
-        if fp != fp0:
-            raise ValueError(
-                f"rank {r}'s partition folder '{out_dir}' was cut from "
-                f"another graph (fingerprint {fp!r}) than rank 0's "
-                f"'{dir0}' (fingerprint {fp0!r}): copy the parts of one "
-                f"partitioning to every machine")
-        if num_parts != num_parts0 or pid != id0:
-            raise ValueError(
-                f"rank {r}'s partition folder '{out_dir}' holds another "
-                f"partitioning of the graph ({num_parts} parts, id "
-                f"{pid!r}) than rank 0's '{dir0}' ({num_parts0} parts, id "
-                f"{id0!r}): another method, seed or number of parts; copy "
-                f"the parts of one partitioning to every machine")
-        if part != r:
-            raise ValueError(f'rank {r} holds part {part}: rank k must '
-                             f'hold part k')
-    return partition
 
 
 class SeedBatch(NamedTuple):
@@ -445,35 +343,20 @@ class DistributedNeighborLoader:
                                          default='cpu')
         feature_device = resolve_device(feature_device, 'feature_device',
                                         default='cpu')
-        sharding = check_placement(topology_placement)
-        if sharding in ('device', 'host'):
-            raise ValueError(f"'topology_placement' must be 'auto' or "
-                             f"'sharded' on a partitioned graph (got "
-                             f"{topology_placement!r}); the part's topology "
-                             f"is sampled on 'sampling_device'")
-        if feature_placement not in ('auto', 'sharded'):
-            raise ValueError(f"'feature_placement' must be 'auto' or "
-                             f"'sharded' (got {feature_placement!r})")
+        self.device = torch.device('cpu') if device is None else \
+            torch.device(device)
         # Collectives: every rank learns which part it holds and with whom
         # it samples, and if one cannot load its part.
-        if layout is None:
-            layout = rank_layout(partition, group)
+        self.feature_store, self.graph_store = open_stores(
+            partition, group, expected_fingerprint, device=self.device,
+            sampling_device=sampling_device, feature_device=feature_device,
+            topology_placement=topology_placement,
+            feature_placement=feature_placement, cache_size=cache_size,
+            edge_cache_size=edge_cache_size, policy=cache_policy,
+            layout=layout)
+        partition = self.graph_store.partition
+        layout = self.graph_store.layout
         group = layout.part_group
-        partition = open_partition(partition, group, expected_fingerprint)
-        if sharding != 'auto' and not layout.shares_part:
-            raise ValueError(
-                "topology_placement='sharded' splits a part's neighbor lists "
-                "across the ranks of a machine that share it: it needs one "
-                "part per machine and LOCAL_WORLD_SIZE > 1 ranks on each "
-                f"(a world of parts x LOCAL_WORLD_SIZE ranks); here every "
-                f"rank holds its own part ({partition.num_parts} parts)")
-        if feature_placement == 'sharded' and not layout.shares_part:
-            raise ValueError(
-                "feature_placement='sharded' splits a part's feature rows "
-                "across the ranks of a machine that share it: it needs one "
-                "part per machine and LOCAL_WORLD_SIZE > 1 ranks on each "
-                f"(a world of parts x LOCAL_WORLD_SIZE ranks); here every "
-                f"rank holds its own part ({partition.num_parts} parts)")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
                 or batch_size < 1:
             raise ValueError(f"'batch_size' must be a positive integer "
@@ -486,8 +369,6 @@ class DistributedNeighborLoader:
         self.drop_last = drop_last
         self.transform = transform
         self.transform_sampler_output = transform_sampler_output
-        self.device = torch.device('cpu') if device is None else \
-            torch.device(device)
         self.partition = partition
         self.input_type: Optional[str] = None
         self.batch_size = batch_size
@@ -505,29 +386,15 @@ class DistributedNeighborLoader:
         self.num_presample_batches = num_presample_batches
         self.sampling_device = sampling_device
         self.feature_device = feature_device
-        topology = None
-        if sharding != 'auto':
-            # A collective of the machine's ranks, once the sampler has
-            # attached times and weights to the part's topology:
-            topology = functools.partial(
-                shard_part_topology, partition, layout, sampling_device,
-                sharding, _max_fanout(num_neighbors))
-        self.sampler = DistributedNeighborSampler(
-            partition, num_neighbors, group=group,
+        self.sampler = self.graph_store.sampler(
+            num_neighbors,
             generator=torch.Generator(device=sampling_device).manual_seed(
                 seed * 1000 + layout.seed_rank), device=sampling_device,
-            topology=topology, replace=replace, disjoint=disjoint,
-            weight_attr=weight_attr, time_attr=time_attr,
-            temporal_strategy=temporal_strategy, subgraph_type=subgraph_type)
-        peers = None
-        if feature_placement == 'sharded':  # A collective of the machine.
-            from pyg_orch.multigpu.peer_memory import PeerGroup
-            peers = PeerGroup(layout.machine_group(), device=feature_device)
+            replace=replace, disjoint=disjoint, weight_attr=weight_attr,
+            time_attr=time_attr, temporal_strategy=temporal_strategy,
+            subgraph_type=subgraph_type)
         self.feature_placement = feature_placement
-        self.gather = DistributedFeatureGather(
-            partition, group=group, policy=cache_policy,
-            cache_size=cache_size if cache_policy == 'lru' else 0,
-            device=self.device, feature_device=feature_device, peers=peers)
+        self.gather = self.feature_store.feature_gather
         self.input_nodes = self._resolve(input_nodes)
         self.input_time = self._resolve_time(input_time)
         self.input_id = self._resolve_id(input_id)
