@@ -1,6 +1,7 @@
 """pyg_orch: fast sample-based GNN training for PyTorch Geometric."""
 from pyg_orch.loader import (
     CacheOptions,
+    DistributedNeighborLoader,
     HybridLinkNeighborLoader,
     HybridNeighborLoader,
     PlacementOptions,
@@ -14,6 +15,7 @@ __version__ = '0.1.0'
 __all__ = [
     'BottomLayerOffload',
     'CacheOptions',
+    'DistributedNeighborLoader',
     'GraphTopology',
     'HybridLinkNeighborLoader',
     'HybridNeighborLoader',

@@ -8,10 +8,9 @@ import torch
 from conftest import CITES, WRITES, random_graph, small_paper_graph
 from multiproc import run_workers
 
-from pyg_orch import HybridNeighborLoader
+from pyg_orch import DistributedNeighborLoader, HybridNeighborLoader
+from pyg_orch.distributed.features import DistributedFeatureGather
 from pyg_orch.distributed import (
-    DistributedFeatureGather,
-    DistributedNeighborLoader,
     load_partition,
     partition_graph,
 )
@@ -56,7 +55,7 @@ def _homo_worker(rank, world_size, out_dir):
         loader = DistributedNeighborLoader(
             out_dir, fanouts, batch_size=6, input_nodes=seeds,
             shuffle=True, seed=5, **kwargs)
-        return _epochs(loader, 2), loader.cached_edge_rows
+        return _epochs(loader, 2), loader.partition_batches.cached_edge_rows
 
     return {
         'plain': run([3, 2]),
@@ -123,8 +122,8 @@ def _hetero_worker(rank, world_size, out_dir):
             shuffle=True, seed=2, **kwargs)
         epochs = _epochs(loader, 2, hetero=True)
         per_type = {et: g.num_cached_edge_rows
-                    for et, g in loader.gather.by_edge_type.items()}
-        return epochs, loader.cached_edge_rows, per_type
+                    for et, g in loader.partition_batches.gather.by_edge_type.items()}
+        return epochs, loader.partition_batches.cached_edge_rows, per_type
 
     return run(), run(edge_cache_size=30)
 
@@ -292,13 +291,13 @@ def test_edge_cache_one_part(tmp_path):
                            progress=False)
     loader = HybridNeighborLoader(str(info.out_dir), [3, 2], batch_size=16,
                                   device='cpu', edge_cache_size=50)
-    assert loader.edge_cache_size == 50 and loader.cached_edge_rows == 0
+    assert loader.partition_batches.edge_cache_size == 50 and loader.partition_batches.cached_edge_rows == 0
     for batch in loader:
         assert torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
-    assert loader.cached_edge_rows == 0
+    assert loader.partition_batches.cached_edge_rows == 0
     assert all(s['cached_edge_rows'] == s['remote_edge_rows'] == 0
                for s in loader.batch_stats)
-    gather = loader.gather
+    gather = loader.partition_batches.gather
     with pytest.raises(ValueError, match="same length"):
         gather.build_edge_cache(torch.tensor([0, 1]), torch.tensor([0]), 1)
     with pytest.raises(ValueError, match="'counts'"):

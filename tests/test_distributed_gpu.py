@@ -53,7 +53,7 @@ def assert_batches_equal(loader, ref, device):
 
 def _nccl_loader(rank, world_size, out_dir, policy, via_hybrid):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     from pyg_orch.distributed.collective import comm_device
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
@@ -105,7 +105,7 @@ def _nccl_hetero(rank, world_size, out_dir, gpu_sampling):
     kwargs = dict(sampling_device=device) if gpu_sampling else {}
     loader, count = check_hetero_folder_loader(
         out_dir, rank, device, FANOUTS, cache_size=30, **kwargs)
-    assert loader.sampler.device == (device if gpu_sampling else
+    assert loader.node_sampler.device == (device if gpu_sampling else
                                      torch.device('cpu'))
     torch.cuda.synchronize()
     return count
@@ -158,7 +158,7 @@ def check_sampled_batch(data, batch, seeds, fanouts):
 
 def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     from pyg_orch.distributed.collective import comm_device
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
@@ -174,8 +174,8 @@ def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
 
     # Full fan-out: the single-process loader's batches.
     loader = make(FANOUTS, cache_size=60)
-    assert loader.sampler.device == device
-    assert loader.sampler.generator.device == device
+    assert loader.node_sampler.device == device
+    assert loader.node_sampler.generator.device == device
     assert part.csc.row.device.type == 'cpu'  # The part is left as it is.
     ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=8,
                                     input_nodes=seeds, device='cpu'))
@@ -225,7 +225,7 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
     from conftest import small_paper_graph
 
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
     data = graph()
@@ -243,8 +243,8 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
         loader = cls(out_dir, FANOUTS, batch_size=8, input_nodes=seeds,
                      device=device, even='pad', cache_size=60,
                      sampling_device=device, feature_device=device, **cache)
-        gather = loader.gather
-        assert loader.feature_device == gather.feature_device == device
+        gather = loader.partition_batches.gather
+        assert loader.partition_batches.feature_device == gather.feature_device == device
         assert gather.cache_slot.device == device
         assert gather.last_used.device == device
         assert part.x.device.type == 'cpu'  # The part is left as it is.
@@ -259,9 +259,9 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
     hloader, num = check_hetero_folder_loader(
         hetero_dir, rank, device, FANOUTS, cache_size=30,
         sampling_device=device, feature_device=device)
-    assert hloader.gather.feature_device == device
+    assert hloader.partition_batches.gather.feature_device == device
     assert all(g.cache_slot.device == device
-               for g in hloader.gather.by_node_type.values())
+               for g in hloader.partition_batches.gather.by_node_type.values())
     hdata = small_paper_graph()
     cites = ('paper', 'cites', 'paper')
     hetero_cached = 0
@@ -310,7 +310,7 @@ def _shared_part(rank, world_size, out_dir):
     full = HybridNeighborLoader(out_dir, FANOUTS,
                                 placement=SHARDED, **kw)
     ref = list(HybridNeighborLoader(graph(), FANOUTS, batch_size=8,
-                                    input_nodes=full.input_nodes.cpu(),
+                                    input_nodes=full.partition_batches.input_nodes.cpu(),
                                     device='cpu'))
     checked = len(assert_batches_equal(full, ref, device))
     # One epoch of the unsharded loader, compared with both sharded ones
@@ -332,7 +332,7 @@ def _shared_part(rank, world_size, out_dir):
     for a, b in zip(both_batches, plain):
         for key in KEYS:
             assert torch.equal(a[key], b[key]), key
-    row_reads = both.gather.row_reads()
+    row_reads = both.partition_batches.gather.row_reads()
     assert row_reads['peer'] > 0 and row_reads['local'] > 0
     torch.cuda.synchronize()
     return checked, same, reads

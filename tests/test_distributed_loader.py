@@ -11,12 +11,13 @@ import torch
 from conftest import random_graph
 from multiproc import check_hetero_folder_loader, run_workers
 
-from pyg_orch import CacheOptions, HybridNeighborLoader, PlacementOptions
-from pyg_orch.distributed import (
+from pyg_orch import (
+    CacheOptions,
     DistributedNeighborLoader,
-    load_partition,
-    partition_graph,
+    HybridNeighborLoader,
+    PlacementOptions,
 )
+from pyg_orch.distributed import load_partition, partition_graph
 
 FANOUTS = [-1, -1]
 KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
@@ -42,8 +43,9 @@ def _hybrid_worker(rank, world_size, out_dir):
     mine = seeds[part.owner(seeds) == rank]
     loader = HybridNeighborLoader(out_dir, FANOUTS, input_nodes=seeds,
                                   batch_size=5, even='pad', device='cpu')
-    assert isinstance(loader, DistributedNeighborLoader)
-    assert torch.equal(loader.input_nodes, mine)
+    assert isinstance(loader, HybridNeighborLoader)
+    assert loader.partition_batches is not None
+    assert torch.equal(loader.partition_batches.input_nodes, mine)
     ours = _batches(loader)
     dist = _batches(DistributedNeighborLoader(out_dir, FANOUTS, batch_size=5,
                                               input_nodes=mine, even='pad'))
@@ -55,8 +57,8 @@ def _hybrid_worker(rank, world_size, out_dir):
     by_name = HybridNeighborLoader(out_dir, [2], batch_size=4,
                                    input_nodes='train_mask', device='cpu')
     default = HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu')
-    return (ours, dist, torch.equal(as_mask.input_nodes, mine),
-            by_name.input_nodes, default.input_nodes)
+    return (ours, dist, torch.equal(as_mask.partition_batches.input_nodes, mine),
+            by_name.partition_batches.input_nodes, default.partition_batches.input_nodes)
 
 
 def test_hybrid_loader_on_partition_folder(tmp_path):
@@ -193,7 +195,7 @@ def _prefetch_worker(rank, world_size, out_dir):
     ahead = HybridNeighborLoader(out_dir, prefetch=2, transform=transform,
                                  **kw)
     plain = HybridNeighborLoader(out_dir, **kw)
-    assert ahead.prefetch == 2
+    assert ahead.partition_batches.prefetch == 2
     epochs = [(_batches(ahead), _batches(plain)) for _ in range(2)]
     _break_at_second(ahead, plain)  # The next epoch is whole:
     epochs.append((_batches(ahead), _batches(plain)))
@@ -214,7 +216,7 @@ def _lru_threads_worker(rank, world_size, out_dir, threads, kw):
     for _ in range(2):
         out.append((_batches(ahead), _batches(plain), ahead.batch_stats,
                     plain.batch_stats))
-    return out, ahead.gather.slot_id, ahead.gather.cache_slot
+    return out, ahead.partition_batches.gather.slot_id, ahead.partition_batches.gather.cache_slot
 
 
 def test_prefetch_with_lru_cache(tmp_path):
@@ -617,26 +619,26 @@ def _hetero_hybrid_worker(rank, world_size, out_dir):
     from pyg_orch.distributed.collective import gloo_twin
     loader = HybridNeighborLoader(out_dir, FANOUTS, batch_size=6,
                                   input_nodes='paper', device='cpu')
-    twin = gloo_twin(loader.group)
-    gather = loader.gather.worker_view(twin)
+    twin = gloo_twin(loader.partition_batches.group)
+    gather = loader.partition_batches.gather.worker_view(twin)
     subs = list(gather.by_node_type.values()) + list(
         gather.by_edge_type.values())
     assert subs and all(g.group is twin for g in subs)
-    assert all(g.group is loader.group for g in list(
-        loader.gather.by_node_type.values()) + list(
-            loader.gather.by_edge_type.values()))
+    assert all(g.group is loader.partition_batches.group for g in list(
+        loader.partition_batches.gather.by_node_type.values()) + list(
+            loader.partition_batches.gather.by_edge_type.values()))
     assert gather.by_node_type['paper']._attrs['x'] is \
-        loader.gather.by_node_type['paper']._attrs['x']
-    sampler = loader.sampler.worker_view(twin)
-    assert sampler.group is twin and loader.sampler.group is loader.group
+        loader.partition_batches.gather.by_node_type['paper']._attrs['x']
+    sampler = loader.node_sampler.worker_view(twin)
+    assert sampler.group is twin and loader.node_sampler.group is loader.partition_batches.group
     hot = {'paper': torch.zeros(150, dtype=torch.bool)}
-    loader.sampler.set_hot_nodes(hot)
+    loader.node_sampler.set_hot_nodes(hot)
     assert torch.equal(sampler.hot_nodes['paper'], hot['paper'])
     # A node type: all of the part's vertices of it.
     by_type = HybridNeighborLoader(out_dir, [2], batch_size=50,
                                    input_nodes='author', device='cpu')
     part = load_partition(out_dir, rank)
-    assert torch.equal(by_type.input_nodes, part.node_ids['author'])
+    assert torch.equal(by_type.partition_batches.input_nodes, part.node_ids['author'])
     return count
 
 
@@ -660,7 +662,7 @@ def _degree_cache_worker(rank, world_size, out_dir, hetero):
     plain = HybridNeighborLoader(out_dir, [3, 2], **kw)
     ours, ref = list(cached), list(plain)
     stats = cached.batch_stats
-    gather = cached.gather
+    gather = cached.partition_batches.gather
     slots = ({t: g.cache_slot for t, g in gather.by_node_type.items()}
              if hetero else {None: gather.cache_slot})
     return ours, ref, stats, {t: (s >= 0).nonzero().view(-1)

@@ -6,7 +6,8 @@ import time
 from conftest import random_graph
 from multiproc import run_workers
 
-from pyg_orch.distributed import DistributedNeighborLoader, partition_graph
+from pyg_orch import DistributedNeighborLoader
+from pyg_orch.distributed import partition_graph
 from pyg_orch.distributed.stores import open_partition
 
 

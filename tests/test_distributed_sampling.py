@@ -237,7 +237,7 @@ def test_bad_arguments(tmp_path):
 
 def test_bad_sampling_device(tmp_path):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
                            progress=False)
     part = load_partition(info.out_dir, 0)
@@ -262,7 +262,7 @@ def test_bad_sampling_device(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_cuda_sampling_one_part(tmp_path):
     # One part, no process group: the sampler alone, on the GPU.
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     data = graph()
     info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
                            progress=False)
@@ -302,13 +302,13 @@ def test_cuda_sampling_one_part(tmp_path):
 
 
 def _sampling_device_worker(rank, world_size, out_dir):
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     out = []
     for device in (None, 'cpu', torch.device('cpu')):
         loader = DistributedNeighborLoader(out_dir, [3, 2], batch_size=5,
                                            shuffle=True, seed=5,
                                            sampling_device=device)
-        assert loader.sampler.device == torch.device('cpu')
+        assert loader.node_sampler.device == torch.device('cpu')
         out.append([(b.n_id, b.e_id, b.edge_index, b.x) for b in loader])
     return out
 
@@ -329,7 +329,7 @@ def test_sampling_device_cpu_is_the_default(tmp_path):
 
 def test_bad_feature_device(tmp_path):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
                            progress=False)
     part = load_partition(info.out_dir, 0)
@@ -358,7 +358,7 @@ def test_bad_feature_device(tmp_path):
 def _feature_device_worker(rank, world_size, out_dir, hetero_dir):
     from multiproc import check_hetero_folder_loader
 
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     out = []
     for policy in ('static', 'lru'):
         runs = []
@@ -366,7 +366,7 @@ def _feature_device_worker(rank, world_size, out_dir, hetero_dir):
             loader = DistributedNeighborLoader(
                 out_dir, [3, 2], batch_size=5, shuffle=True, seed=5,
                 cache_size=15, cache_policy=policy, feature_device=device)
-            assert loader.gather.feature_device == torch.device('cpu')
+            assert loader.partition_batches.gather.feature_device == torch.device('cpu')
             batches, stats = [], []
             for _ in range(2):  # The second epoch reads the cache.
                 batches += [(b.n_id, b.e_id, b.edge_index, b.x, b.y,
@@ -377,7 +377,7 @@ def _feature_device_worker(rank, world_size, out_dir, hetero_dir):
     loader, count = check_hetero_folder_loader(
         hetero_dir, rank, 'cpu', [-1, -1], cache_size=20,
         feature_device='cpu')
-    assert loader.gather.feature_device == torch.device('cpu')
+    assert loader.partition_batches.gather.feature_device == torch.device('cpu')
     return out, count
 
 
@@ -440,7 +440,7 @@ def test_cuda_features_one_part(tmp_path):
 
 def _loader_worker(rank, world_size, out_dir, even, cache_size,
                    policy='static'):
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     # Rank 0 has more seeds than rank 1: equal batch counts all the same.
     part = load_partition(out_dir, rank)
     seeds = part.node_ids[:20 if rank == 0 else 7]
@@ -450,7 +450,7 @@ def _loader_worker(rank, world_size, out_dir, even, cache_size,
                                        cache_policy=policy)
     # By default, the part's training vertices:
     default = DistributedNeighborLoader(out_dir, [2], batch_size=4)
-    assert torch.equal(default.input_nodes,
+    assert torch.equal(default.partition_batches.input_nodes,
                        part.node_ids[part.node_attrs['train_mask']])
     assert len(default) == min(
         (int(load_partition(out_dir, r).node_attrs['train_mask'].sum())
@@ -651,7 +651,7 @@ def test_hetero_full_fanout_equals_single_machine(tmp_path, method):
 
 
 def _hetero_loader_worker(rank, world_size, out_dir, cache_size):
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import DistributedNeighborLoader
     loader = DistributedNeighborLoader(
         out_dir, {('author', 'writes', 'paper'): [3, 2],
                   ('paper', 'cites', 'paper'): [2, 2],
@@ -662,7 +662,7 @@ def _hetero_loader_worker(rank, world_size, out_dir, cache_size):
     for epoch in range(2):
         for b in loader:
             paper = b['paper']
-            assert torch.equal(loader.input_nodes[paper.input_id],
+            assert torch.equal(loader.partition_batches.input_nodes[paper.input_id],
                                paper.n_id[:paper.batch_size])
             out.append({t: (b[t].n_id, b[t].x) for t in b.node_types}
                        | {'bs': b['paper'].batch_size,

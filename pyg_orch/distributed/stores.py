@@ -178,7 +178,8 @@ class PartitionGraphStore(GraphStore):
         super().__init__()
         self.partition = partition
         self.group = group
-        self.layout = layout or RankLayout(group, group, seed_rank=partition.part)
+        self.layout = layout or RankLayout(group, group,
+                                           seed_rank=partition.part)
         self.sampling_device = sampling_device
         self.topology_placement = topology_placement
         self.is_hetero = partition.is_hetero

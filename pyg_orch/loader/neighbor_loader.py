@@ -1,7 +1,7 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.NeighborLoader`."""
-import inspect
 import os
+import warnings
 from typing import Any, Callable, Optional, Union
 
 from torch import Tensor
@@ -145,26 +145,18 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
 
     Given a folder written by :func:`~pyg_orch.distributed.partition_graph`
     as :obj:`data` (a :obj:`str` or :class:`os.PathLike`), every rank of
-    the default process group loads its own part and gets a
-    :class:`~pyg_orch.distributed.DistributedNeighborLoader` (the same
-    training script on one machine or several; the arguments it takes
-    there are listed in
-    :func:`~pyg_orch.distributed.hybrid.partition_loader`).
+    the default process group opens its own part
+    (:func:`~pyg_orch.distributed.open_stores`, which takes the keywords
+    :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`,
+    :obj:`feature_device`, :obj:`feature_placement`, :obj:`cache_size`
+    and :obj:`edge_cache_size`, and :obj:`placement.topology` and
+    :obj:`cache.policy`) and batches are built by a
+    :class:`~pyg_orch.distributed.pipeline.PartitionBatches` (the same
+    training script on one machine or several; see :doc:`/distributed`):
+    :obj:`input_nodes` are then the seeds of all ranks, each rank keeping
+    those its part owns; :obj:`num_workers` are threads; :obj:`even`
+    (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batch counts.
     """
-    def __new__(cls, data: Any = None, *args, **kwargs):
-        if isinstance(data, (str, os.PathLike)):
-            from pyg_orch.distributed.hybrid import partition_loader
-            bound = inspect.signature(cls.__init__).bind(
-                None, data, *args, **kwargs)
-            arguments = dict(bound.arguments)
-            extra = arguments.pop('kwargs', {})
-            arguments['placement'], arguments['cache'] = resolve_options(
-                extra, arguments.get('placement'), arguments.get('cache'))
-            arguments.update(extra)
-            del arguments['self'], arguments['data']
-            return partition_loader(data, arguments)
-        return super().__new__(cls)
-
     def __init__(
         self,
         data: GraphData,
@@ -193,6 +185,12 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         **kwargs,
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
+        if isinstance(data, (str, os.PathLike)):
+            arguments = {k: v for k, v in locals().items()
+                         if k not in ('self', 'data', 'kwargs', '__class__')}
+            from pyg_orch.distributed.hybrid import folder_batches
+            self._init_folder(folder_batches(data, {**arguments, **kwargs}))
+            return
         if isinstance(data, (tuple, list)):
             from pyg_orch.distributed.loading import is_partitioned
             if is_partitioned(data):
@@ -310,6 +308,30 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         self._init_batches(transform, CacheOptions(store=None))
         self._init_lookahead(False)
 
+    def _init_folder(self, batches: Any) -> None:
+        # A partition folder: batches built by `PartitionBatches` (over the
+        # stores it opened), PyG's `NodeLoader` over the same stores.
+        self.partition_batches = batches
+        self._init_pipeline(batches.device, batches.prefetch)
+        seeds = batches.input_nodes
+        super().__init__(
+            data=(batches.feature_store, batches.graph_store),
+            node_sampler=batches.sampler,
+            input_nodes=seeds if batches.input_type is None else (
+                batches.input_type, seeds),
+            batch_size=batches.batch_size)
+        self.num_workers = batches.num_workers  # Threads, see above.
+        self._init_batches(None, CacheOptions(store=None))
+        self._init_lookahead(False)
+
+    @classmethod
+    def _from_batches(cls, batches: Any) -> 'HybridNeighborLoader':
+        r"""The loader that delivers :obj:`batches` (a
+        :class:`~pyg_orch.distributed.pipeline.PartitionBatches`)."""
+        loader = cls.__new__(cls)
+        loader._init_folder(batches)
+        return loader
+
     # `HybridLoaderMixin` #####################################################
 
     @property
@@ -353,3 +375,46 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
 
     def _launch_sample(self, input_data: Any) -> PendingSample:
         return self.node_sampler.launch_from_nodes(input_data)
+
+
+def DistributedNeighborLoader(
+    partition: Any,
+    num_neighbors: NumNeighborsType,
+    batch_size: int,
+    input_nodes: Any = None,
+    *,
+    group: Optional[Any] = None,
+    expected_fingerprint: Optional[str] = None,
+    device: DeviceLike = None,
+    sampling_device: DeviceLike = None,
+    feature_device: DeviceLike = None,
+    topology_placement: Any = 'auto',
+    feature_placement: str = 'auto',
+    cache_size: int = 0,
+    edge_cache_size: int = 0,
+    cache_policy: str = 'static',
+    layout: Optional[Any] = None,
+    **options: Any,
+) -> HybridNeighborLoader:
+    r"""Deprecated: pass the folder to :obj:`HybridNeighborLoader('parts/',
+    ...)` (its placement to :func:`~pyg_orch.distributed.open_stores`, or
+    as the loader's keywords). Builds that loader over this rank's part of
+    :obj:`partition` with the old argument semantics (:obj:`input_nodes`:
+    this rank's seeds; batches on the CPU by default); the other
+    :obj:`options` go to
+    :class:`~pyg_orch.distributed.pipeline.PartitionBatches`."""
+    from pyg_orch.distributed.pipeline import PartitionBatches
+    from pyg_orch.distributed.stores import open_stores
+    warnings.warn("'DistributedNeighborLoader' is deprecated; pass the folder "
+                  "to HybridNeighborLoader('parts/', ...) (or the stores of "
+                  "open_stores())", DeprecationWarning, stacklevel=2)
+    device = 'cpu' if device is None else device
+    feature_store, graph_store = open_stores(
+        partition, group, expected_fingerprint, device=device,
+        sampling_device=sampling_device or 'cpu',
+        feature_device=feature_device, topology_placement=topology_placement,
+        feature_placement=feature_placement, cache_size=cache_size,
+        edge_cache_size=edge_cache_size, policy=cache_policy, layout=layout)
+    return HybridNeighborLoader._from_batches(PartitionBatches(
+        feature_store, graph_store, num_neighbors, batch_size, input_nodes,
+        device=device, **options))
