@@ -1,6 +1,7 @@
 r"""What :class:`~pyg_orch.HybridNeighborLoader` does with a partition
 folder as :obj:`data` (:obj:`HybridNeighborLoader('parts/',
-num_neighbors=[10, 5], batch_size=512)`): :func:`folder_batches` opens
+num_neighbors=[10, 5], batch_size=512)`), or the stores of
+:func:`~pyg_orch.distributed.open_stores`: :func:`partition_batches` opens
 this rank's stores (the rank in the default process group, or in
 :obj:`group`) and builds the
 :class:`~pyg_orch.distributed.pipeline.PartitionBatches` the loader
@@ -14,11 +15,12 @@ from typing import Any, Dict, NamedTuple, Optional
 import torch
 from torch import Tensor
 
+from pyg_orch.distributed.loading import is_partitioned, partition_stores
 from pyg_orch.distributed.pipeline import PartitionBatches
 from pyg_orch.distributed.stores import open_stores
 from pyg_orch.sampling.arguments import parse_subgraph_type, resolve_device
 
-__all__ = ['STORE_KEYWORDS', 'folder_batches']
+__all__ = ['STORE_KEYWORDS', 'partition_batches']
 
 # Arguments that make sense only for a graph held in memory, with their
 # defaults (accepted when passed with these values).
@@ -168,35 +170,47 @@ def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
                 f"'placement.topology' must be 'auto' or 'sharded' (got "
                 f"{placement.topology!r}); the part's topology is sampled "
                 f"on 'sampling_device'")
-        out['topology_placement'] = placement.topology
+        if not _is_default(placement.topology, 'auto'):
+            out['topology_placement'] = placement.topology
     if cache is not None:
-        out.update(policy=cache.policy, cache_ranking=cache.ranking,
+        out.update(cache_ranking=cache.ranking,
                    num_presample_batches=cache.num_presample_batches)
+        if cache.policy != 'static':
+            out['policy'] = cache.policy
     return out
 
 
-def folder_batches(path: os.PathLike,
-                   arguments: Dict[str, Any]) -> PartitionBatches:
+def partition_batches(data: Any, arguments: Dict[str, Any]
+                      ) -> Optional[PartitionBatches]:
     r"""The :class:`~pyg_orch.distributed.pipeline.PartitionBatches` of
-    :obj:`HybridNeighborLoader(path, ...)`: opens this rank's stores with
+    :obj:`HybridNeighborLoader(data, ...)` where :obj:`data` is partitioned
+    (else :obj:`None`). A folder: opens this rank's stores with
     :func:`~pyg_orch.distributed.open_stores` (the keywords
     :data:`STORE_KEYWORDS`, :obj:`placement.topology` and
     :obj:`cache.policy`) and keeps the part's seeds among
-    :obj:`input_nodes`, the seeds of all ranks. A collective: every rank of
-    the process group calls it. :obj:`arguments` are those passed to
+    :obj:`input_nodes`, the seeds of all ranks. A pair
+    :obj:`(PartitionFeatureStore, PartitionGraphStore)`: the stores as they
+    were opened, :obj:`input_nodes` this rank's seeds (see
+    :meth:`~pyg_orch.distributed.PartitionGraphStore.seed_nodes`). A
+    collective: every rank of the process group calls it. :obj:`arguments`
+    are those passed to
     :class:`~pyg_orch.HybridNeighborLoader` (by name, :obj:`kwargs` merged
     in); arguments of a graph held in memory (:obj:`topology`,
     :obj:`neighbor_sampler`, ...) and DataLoader arguments other than
     :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last` and
     :obj:`num_workers` (threads here) are refused with a
     :class:`ValueError` unless left at their defaults."""
+    if not is_partitioned(data):
+        return None
+    folder = isinstance(data, (str, os.PathLike))
+    where = f"'{os.fspath(data)}'" if folder else 'the stores'
     args = dict(arguments)
     for key, default in _IN_MEMORY.items():
         if key in args and not _is_default(args.pop(key), default):
             raise ValueError(
                 f"HybridNeighborLoader on a partition folder: {key!r} "
                 f"applies to a graph held in memory; leave it unset (each "
-                f"rank samples its part of '{os.fspath(path)}')")
+                f"rank samples its part of {where})")
     seed = args.pop('seed', None)
     if isinstance(seed, torch.Generator):
         seed = seed.initial_seed()
@@ -223,8 +237,19 @@ def folder_batches(path: os.PathLike,
         raise ValueError(f"HybridNeighborLoader on a partition folder does "
                          f"not take {sorted(args)} (batches are built "
                          f"without a DataLoader's workers)")
-    feature_store, graph_store = open_stores(path, device=device, **stores)
-    seeds = _input_nodes(input_nodes, graph_store.partition, input_time)
+    if folder:
+        feature_store, graph_store = open_stores(data, device=device,
+                                                 **stores)
+        seeds = _input_nodes(input_nodes, graph_store.partition, input_time)
+    else:
+        if stores:
+            raise ValueError(f"{sorted(stores)} place the stores: pass them "
+                             f"to open_stores(), not to the loader of "
+                             f"(feature_store, graph_store)")
+        feature_store, graph_store = partition_stores(data, device)
+        node_type, ids = graph_store.seed_nodes(input_nodes)
+        seeds = RankSeeds(ids if node_type is None else (node_type, ids),
+                          input_time)
     return PartitionBatches(
         feature_store, graph_store, num_neighbors,
         input_nodes=seeds.nodes, input_time=seeds.time,

@@ -185,28 +185,13 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         **kwargs,
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
-        if isinstance(data, (str, os.PathLike)):
+        if isinstance(data, (str, os.PathLike, tuple, list)):
             arguments = {k: v for k, v in locals().items()
                          if k not in ('self', 'data', 'kwargs', '__class__')}
-            from pyg_orch.distributed.hybrid import folder_batches
-            self._init_folder(folder_batches(data, {**arguments, **kwargs}))
-            return
-        if isinstance(data, (tuple, list)):
-            from pyg_orch.distributed.loading import is_partitioned
-            if is_partitioned(data):
-                self._init_partitioned(
-                    data, num_neighbors, input_nodes, input_time, replace,
-                    subgraph_type, disjoint, temporal_strategy, time_attr,
-                    weight_attr, transform, transform_sampler_output,
-                    filter_per_worker, directed, device, seed, kwargs, {
-                        'neighbor_sampler': neighbor_sampler is not None,
-                        'topology': topology is not None,
-                        'placement': placement != PlacementOptions(),
-                        'cache': cache != CacheOptions(),
-                        'lookahead': bool(lookahead),
-                        'prefetch': prefetch != 0,
-                        'num_workers': kwargs.get('num_workers', 0) != 0,
-                    })
+            from pyg_orch.distributed.hybrid import partition_batches
+            batches = partition_batches(data, {**arguments, **kwargs})
+            if batches is not None:
+                self._init_partitioned(batches)
                 return
         cache = in_memory_cache(cache)
         device = check_common_args(data, device, kwargs, prefetch,
@@ -254,63 +239,9 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         self._init_lookahead(lookahead, pays=launching and
                              self.node_sampler.launches_async)
 
-    def _init_partitioned(self, data, num_neighbors, input_nodes,
-                          input_time, replace, subgraph_type, disjoint,
-                          temporal_strategy, time_attr, weight_attr,
-                          transform, transform_sampler_output,
-                          filter_per_worker, directed, device, seed, kwargs,
-                          unsupported) -> None:
-        # (PartitionFeatureStore, PartitionGraphStore): PyG's `NodeLoader`
-        # with the collective sampler, the ranks in step (as the link
-        # loader's, see `pyg_orch.distributed.loading`).
-        from pyg_orch.distributed.loading import (
-            in_step,
-            partition_stores,
-            reject_options,
-            seeded_generator,
-        )
-        from pyg_orch.sampling.arguments import resolve_device
-        data = partition_stores(data, resolve_device(device))
-        graph_store = data[1]
-        seeds: Any = (None, None)
-
-        def check():
-            nonlocal seeds, device
-            reject_options(unsupported)
-            device = check_common_args(data, device, kwargs, 0, None,
-                                       input_time, time_attr,
-                                       temporal_strategy, weight_attr)
-            seeds = graph_store.seed_nodes(input_nodes)
-            check_input_time(input_time, seeds[1], data)
-            return seeds[1].numel(), {
-                'num_neighbors': num_neighbors, 'replace': replace,
-                'subgraph_type': str(subgraph_type), 'disjoint': disjoint,
-                'directed': directed, 'temporal_strategy': temporal_strategy,
-                'time_attr': time_attr, 'weight_attr': weight_attr,
-                'input_nodes (node type)': seeds[0],
-                'input_time (given or not)': input_time is not None}
-
-        seed_shuffling(seed, kwargs)
-        in_step(graph_store, kwargs, check)
-        sampler = graph_store.sampler(
-            num_neighbors, replace=replace, disjoint=disjoint,
-            subgraph_type=subgraph_type if directed else 'induced',
-            temporal_strategy=temporal_strategy, time_attr=time_attr,
-            weight_attr=weight_attr, device=device,
-            generator=seeded_generator(seed, graph_store.rank, device))
-        self._init_pipeline(device, 0)
-        super().__init__(
-            data=data, node_sampler=sampler,
-            input_nodes=seeds if seeds[0] is not None else seeds[1],
-            input_time=input_time, transform=None,
-            transform_sampler_output=transform_sampler_output,
-            filter_per_worker=filter_per_worker, **kwargs)
-        self._init_batches(transform, CacheOptions(store=None))
-        self._init_lookahead(False)
-
-    def _init_folder(self, batches: Any) -> None:
-        # A partition folder: batches built by `PartitionBatches` (over the
-        # stores it opened), PyG's `NodeLoader` over the same stores.
+    def _init_partitioned(self, batches: Any) -> None:
+        # A partition folder or its stores: batches built by
+        # `PartitionBatches`, PyG's `NodeLoader` over the same stores.
         self.partition_batches = batches
         self._init_pipeline(batches.device, batches.prefetch)
         seeds = batches.input_nodes
@@ -329,7 +260,7 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         r"""The loader that delivers :obj:`batches` (a
         :class:`~pyg_orch.distributed.pipeline.PartitionBatches`)."""
         loader = cls.__new__(cls)
-        loader._init_folder(batches)
+        loader._init_partitioned(batches)
         return loader
 
     # `HybridLoaderMixin` #####################################################
