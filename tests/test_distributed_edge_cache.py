@@ -1,5 +1,5 @@
 """The per-rank cache of remote edges' attribute rows
-(DistributedFeatureGather.build_edge_cache, DistributedNeighborLoader's
+(DistributedFeatureGather.build_edge_cache, the partition loader's
 edge_cache_size): the same batches as without it, fewer edge rows exchanged,
 right rows for local, cached and fetched edges, one budget over all edge
 types of a heterogeneous partition."""
@@ -8,12 +8,9 @@ import torch
 from conftest import CITES, WRITES, random_graph, small_paper_graph
 from multiproc import run_workers
 
-from pyg_orch import DistributedNeighborLoader, HybridNeighborLoader
+from pyg_orch import CacheOptions, HybridNeighborLoader
+from pyg_orch.distributed import load_partition, open_stores, partition_graph
 from pyg_orch.distributed.features import DistributedFeatureGather
-from pyg_orch.distributed import (
-    load_partition,
-    partition_graph,
-)
 
 
 def graph():
@@ -51,10 +48,12 @@ def _epochs(loader, num_epochs, hetero=False):
 def _homo_worker(rank, world_size, out_dir):
     seeds = load_partition(out_dir, rank).node_ids[:30]
 
-    def run(fanouts, **kwargs):
-        loader = DistributedNeighborLoader(
+    def run(fanouts, policy='static', num_presample_batches=None, **kwargs):
+        loader = HybridNeighborLoader(
             out_dir, fanouts, batch_size=6, input_nodes=seeds,
-            shuffle=True, seed=5, **kwargs)
+            shuffle=True, seed=5, device='cpu', cache=CacheOptions(
+                policy=policy, num_presample_batches=num_presample_batches),
+            **kwargs)
         return _epochs(loader, 2), loader.partition_batches.cached_edge_rows
 
     return {
@@ -62,7 +61,7 @@ def _homo_worker(rank, world_size, out_dir):
         'cached': run([3, 2], edge_cache_size=40),
         # Under 'lru' for node rows, the edge cache is static:
         'lru': run([3, 2], edge_cache_size=40, cache_size=20,
-                   cache_policy='lru'),
+                   policy='lru'),
         # Room for every pre-sampled remote edge, all batches pre-sampled:
         'all': run([3, 2], edge_cache_size=10**6, num_presample_batches=10),
         'full': run([-1, -1], edge_cache_size=10**6,
@@ -117,9 +116,9 @@ def test_edge_cache_homogeneous(tmp_path):
 
 def _hetero_worker(rank, world_size, out_dir):
     def run(**kwargs):
-        loader = DistributedNeighborLoader(
+        loader = HybridNeighborLoader(
             out_dir, [3, 2], batch_size=8, input_nodes=('paper', 'train_mask'),
-            shuffle=True, seed=2, **kwargs)
+            shuffle=True, seed=2, device='cpu', **kwargs)
         epochs = _epochs(loader, 2, hetero=True)
         per_type = {et: g.num_cached_edge_rows
                     for et, g in loader.partition_batches.gather.by_edge_type.items()}
@@ -274,8 +273,7 @@ def test_bad_edge_cache_size(tmp_path, value):
     info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
                            progress=False)
     with pytest.raises(ValueError, match="'edge_cache_size'"):
-        DistributedNeighborLoader(str(info.out_dir), [2], batch_size=4,
-                                  edge_cache_size=value)
+        open_stores(str(info.out_dir), edge_cache_size=value)
     with pytest.raises(ValueError, match="'edge_cache_size'"):
         HybridNeighborLoader(str(info.out_dir), [2], batch_size=4,
                              device='cpu', edge_cache_size=value)

@@ -53,7 +53,7 @@ def assert_batches_equal(loader, ref, device):
 
 def _nccl_loader(rank, world_size, out_dir, policy, via_hybrid):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch import DistributedNeighborLoader
+    from pyg_orch.distributed import open_stores
     from pyg_orch.distributed.collective import comm_device
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
@@ -61,14 +61,14 @@ def _nccl_loader(rank, world_size, out_dir, policy, via_hybrid):
     data = graph()
     part = load_partition(out_dir, rank)
     seeds = part.node_ids[:40 if rank == 0 else 25]
-    kw = dict(batch_size=8, input_nodes=seeds, device=device, even='pad',
-              cache_size=60)
+    kw = dict(batch_size=8, input_nodes=seeds, device=device, even='pad')
     if via_hybrid:
-        loader = HybridNeighborLoader(out_dir, FANOUTS,
+        loader = HybridNeighborLoader(out_dir, FANOUTS, cache_size=60,
                                       cache=CacheOptions(policy=policy), **kw)
-    else:
-        loader = DistributedNeighborLoader(out_dir, FANOUTS,
-                                           cache_policy=policy, **kw)
+    else:  # The stores' spelling: this rank's seeds.
+        loader = HybridNeighborLoader(
+            open_stores(out_dir, device=device, cache_size=60,
+                        policy=policy), FANOUTS, **kw)
     ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=8,
                                     input_nodes=seeds, device='cpu'))
     checked = len(assert_batches_equal(loader, ref, device))
@@ -158,7 +158,7 @@ def check_sampled_batch(data, batch, seeds, fanouts):
 
 def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch import DistributedNeighborLoader
+    from pyg_orch.distributed import open_stores
     from pyg_orch.distributed.collective import comm_device
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
@@ -166,11 +166,18 @@ def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
     data = graph()
     part = load_partition(out_dir, rank)
     seeds = part.node_ids[:40 if rank == 0 else 25]
-    cls = HybridNeighborLoader if via_hybrid else DistributedNeighborLoader
 
-    def make(fanouts, **kw):
-        return cls(out_dir, fanouts, batch_size=8, input_nodes=seeds,
-                   device=device, even='pad', sampling_device=device, **kw)
+    def make(fanouts, cache_size=0, **kw):
+        if via_hybrid:
+            return HybridNeighborLoader(
+                out_dir, fanouts, batch_size=8, input_nodes=seeds,
+                device=device, even='pad', sampling_device=device,
+                cache_size=cache_size, **kw)
+        stores = open_stores(out_dir, device=device, sampling_device=device,
+                             cache_size=cache_size)
+        return HybridNeighborLoader(stores, fanouts, batch_size=8,
+                                    input_nodes=seeds, device=device,
+                                    even='pad', **kw)
 
     # Full fan-out: the single-process loader's batches.
     loader = make(FANOUTS, cache_size=60)
@@ -225,7 +232,7 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
     from conftest import small_paper_graph
 
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch import DistributedNeighborLoader
+    from pyg_orch.distributed import open_stores
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
     data = graph()
@@ -235,14 +242,18 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
                                     input_nodes=seeds, device='cpu'))
     counts = []
     # HybridNeighborLoader forwards feature_device (the 'lru' case):
-    for policy, cls in (('static', DistributedNeighborLoader),
-                        ('lru', HybridNeighborLoader)):
-        cache = dict(cache_policy=policy) if cls is \
-            DistributedNeighborLoader else dict(cache=CacheOptions(
-                policy=policy))
-        loader = cls(out_dir, FANOUTS, batch_size=8, input_nodes=seeds,
-                     device=device, even='pad', cache_size=60,
-                     sampling_device=device, feature_device=device, **cache)
+    for policy in ('static', 'lru'):
+        kw = dict(batch_size=8, input_nodes=seeds, device=device, even='pad')
+        placement = dict(cache_size=60, sampling_device=device,
+                         feature_device=device)
+        if policy == 'static':  # The stores' spelling:
+            loader = HybridNeighborLoader(open_stores(
+                out_dir, device=device, policy=policy, **placement),
+                FANOUTS, **kw)
+        else:
+            loader = HybridNeighborLoader(
+                out_dir, FANOUTS, cache=CacheOptions(policy=policy),
+                **placement, **kw)
         gather = loader.partition_batches.gather
         assert loader.partition_batches.feature_device == gather.feature_device == device
         assert gather.cache_slot.device == device

@@ -1,6 +1,6 @@
 """The same training script on one machine or several:
 HybridNeighborLoader('parts/', ...) loads this rank's part and gives the
-batches of DistributedNeighborLoader (and, with full fan-out, of the
+batches of the stores' spelling (and, with full fan-out, of the
 single-process loader); folders that do not belong together are rejected on
 every rank; a rank failing mid-epoch raises in the others, no hang."""
 import copy
@@ -11,13 +11,8 @@ import torch
 from conftest import random_graph
 from multiproc import check_hetero_folder_loader, run_workers
 
-from pyg_orch import (
-    CacheOptions,
-    DistributedNeighborLoader,
-    HybridNeighborLoader,
-    PlacementOptions,
-)
-from pyg_orch.distributed import load_partition, partition_graph
+from pyg_orch import CacheOptions, HybridNeighborLoader, PlacementOptions
+from pyg_orch.distributed import load_partition, open_stores, partition_graph
 
 FANOUTS = [-1, -1]
 KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
@@ -47,8 +42,10 @@ def _hybrid_worker(rank, world_size, out_dir):
     assert loader.partition_batches is not None
     assert torch.equal(loader.partition_batches.input_nodes, mine)
     ours = _batches(loader)
-    dist = _batches(DistributedNeighborLoader(out_dir, FANOUTS, batch_size=5,
-                                              input_nodes=mine, even='pad'))
+    # The stores' spelling, given this rank's seeds:
+    dist = _batches(HybridNeighborLoader(open_stores(out_dir), FANOUTS,
+                                         batch_size=5, input_nodes=mine,
+                                         even='pad', device='cpu'))
     # The same seeds as a mask over all vertices, and by attribute name:
     mask = torch.zeros(120, dtype=torch.bool)
     mask[seeds] = True
@@ -75,7 +72,7 @@ def test_hybrid_loader_on_partition_folder(tmp_path):
         assert torch.equal(by_name, train[part.owner(train) == rank])
         assert torch.equal(default, by_name)
         assert len(ours) == len(dist) > 1
-        for a, b in zip(ours, dist):  # Equal to DistributedNeighborLoader.
+        for a, b in zip(ours, dist):  # Equal to the stores' spelling.
             assert a['batch_size'] == b['batch_size']
             for key in KEYS:
                 assert torch.equal(a[key], b[key]), key
@@ -512,8 +509,8 @@ def _mismatch_worker(rank, world_size, good, others):
     messages = []
     for other in others:
         try:
-            DistributedNeighborLoader(good if rank == 0 else other, [2],
-                                      batch_size=4)
+            HybridNeighborLoader(good if rank == 0 else other, [2],
+                                 batch_size=4, device='cpu')
         except ValueError as exc:
             messages.append(str(exc))
         else:

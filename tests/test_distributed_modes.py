@@ -362,7 +362,7 @@ def test_cuda_modes_one_part(tmp_path):
 
 def _input_id_worker(rank, world_size, out_dir, seeds):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch import DistributedNeighborLoader
+    from pyg_orch.distributed import open_stores
     loader = HybridNeighborLoader(out_dir, [2, 2], batch_size=4,
                                   input_nodes=seeds, shuffle=True,
                                   even='pad', device='cpu')
@@ -371,8 +371,9 @@ def _input_id_worker(rank, world_size, out_dir, seeds):
     # Given this rank's seeds directly: positions among them, as in PyG.
     own = load_partition(out_dir, rank).node_ids[:5]
     direct = [(b.input_id, b.n_id[:b.batch_size]) for b in
-              DistributedNeighborLoader(out_dir, [2], batch_size=2,
-                                        input_nodes=own, even='pad')]
+              HybridNeighborLoader(open_stores(out_dir), [2], batch_size=2,
+                                   input_nodes=own, even='pad',
+                                   device='cpu')]
     return epochs, own, direct
 
 

@@ -6,7 +6,7 @@ import time
 from conftest import random_graph
 from multiproc import run_workers
 
-from pyg_orch import DistributedNeighborLoader
+from pyg_orch import HybridNeighborLoader
 from pyg_orch.distributed import partition_graph
 from pyg_orch.distributed.stores import open_partition
 
@@ -21,7 +21,8 @@ def _open_worker(rank, world_size, folders):
         else:
             messages.append(None)
     # The group still works after the failures: a good folder loads.
-    loader = DistributedNeighborLoader(folders[-1][0], [2], batch_size=8)
+    loader = HybridNeighborLoader(folders[-1][0], [2], batch_size=8,
+                                  device='cpu')
     return messages, len(list(loader))
 
 

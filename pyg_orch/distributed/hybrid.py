@@ -147,6 +147,15 @@ def _owned(input_nodes: Any, node_part: Tensor, part: int,
     return RankSeeds(nodes[keep], time.cpu()[keep], keep)
 
 
+def _named(input_nodes: Any) -> bool:
+    # Seeds named rather than given: the default, a node attribute or a
+    # node type (and a (node type, attribute or None) tuple).
+    if isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 \
+            and isinstance(input_nodes[0], str):
+        input_nodes = input_nodes[1]
+    return input_nodes is None or isinstance(input_nodes, str)
+
+
 def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
     r"""The store and batch arguments that a
     :class:`~pyg_orch.PlacementOptions` and a :class:`~pyg_orch.CacheOptions`
@@ -247,9 +256,11 @@ def partition_batches(data: Any, arguments: Dict[str, Any]
                              f"to open_stores(), not to the loader of "
                              f"(feature_store, graph_store)")
         feature_store, graph_store = partition_stores(data, device)
-        node_type, ids = graph_store.seed_nodes(input_nodes)
-        seeds = RankSeeds(ids if node_type is None else (node_type, ids),
-                          input_time)
+        seeds = RankSeeds(input_nodes, input_time)
+        if not _named(input_nodes):  # Else named by the part's attributes.
+            node_type, ids = graph_store.seed_nodes(input_nodes)
+            seeds = RankSeeds(ids if node_type is None else (node_type, ids),
+                              input_time)
     return PartitionBatches(
         feature_store, graph_store, num_neighbors,
         input_nodes=seeds.nodes, input_time=seeds.time,
