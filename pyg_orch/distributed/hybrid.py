@@ -66,7 +66,7 @@ class RankSeeds(NamedTuple):
     r"""This rank's share of the seeds given to a partition folder's
     loader."""
     #: The seeds (or what names them), as
-    #: :class:`~pyg_orch.distributed.DistributedNeighborLoader` takes them.
+    #: :class:`~pyg_orch.distributed.pipeline.PartitionBatches` takes them.
     nodes: Optional[Any]
     #: Their times (where :obj:`input_time` was given).
     time: Optional[Tensor] = None

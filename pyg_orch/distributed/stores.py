@@ -377,7 +377,7 @@ class PartitionFeatureStore(FeatureStore):
     :meth:`get_tensor` and :meth:`multi_get_tensor` return the rows of any
     vertex, the part's own rows read from its (memory-mapped) files, cached
     remote rows from the cache and the others fetched from their owners by
-    a :class:`~pyg_orch.distributed.DistributedFeatureGather`.
+    a :class:`~pyg_orch.distributed.features.DistributedFeatureGather`.
 
     :meth:`multi_get_tensor` is a **collective**: every rank calls it once
     per batch, for the same attributes (PyG's loaders do). Its attributes
@@ -449,7 +449,7 @@ class PartitionFeatureStore(FeatureStore):
     def build_cache(self, counts: Any, cache_size: int) -> int:
         r"""Caches the rows of the :obj:`cache_size` remote vertices
         counted most often in :obj:`counts` (see
-        :meth:`~pyg_orch.distributed.DistributedFeatureGather.build_cache`);
+        :meth:`~pyg_orch.distributed.features.DistributedFeatureGather.build_cache`);
         a collective."""
         return self.feature_gather.build_cache(counts, cache_size)
 

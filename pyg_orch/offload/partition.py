@@ -1,11 +1,10 @@
 """Bottom-layer offload over a partitioned graph
-(:class:`~pyg_orch.distributed.DistributedNeighborLoader`, e.g.
-:obj:`HybridNeighborLoader('parts/', ...)`), per machine: each rank's hot
+(:obj:`HybridNeighborLoader('parts/', ...)`), per machine: each rank's hot
 vertices are vertices its own part holds, chosen from its own pre-sampled
 batches (a collective: every rank pre-samples as many). Their in-edges are
 in the part; the features of their in-neighbors owned by other parts are
 fetched once, when the offload is built (one
-:meth:`~pyg_orch.distributed.DistributedFeatureGather.gather`), into a
+:meth:`~pyg_orch.distributed.features.DistributedFeatureGather.gather`), into a
 table of at most as many rows as the part owns vertices (:class:`HaloTable`).
 The sampler then skips the hot vertices' last hop, as on one machine.
 On a heterogeneous partition, the same per node type: the candidates are
