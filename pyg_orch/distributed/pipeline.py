@@ -291,12 +291,6 @@ class PartitionBatches:
         return self._owned_or_given(part.node_ids[node_type],
                                     part.node_attrs[node_type], nodes)
 
-    @property
-    def node_sampler(self) -> DistributedNeighborSampler:
-        r"""The sampler (the name PyG's
-        :class:`~torch_geometric.loader.NodeLoader` gives it)."""
-        return self.sampler
-
     def register_batch_hook(self, hook: Callable,
                             when: str = 'received') -> Callable[[], None]:
         r"""Calls :obj:`hook(batch)` on every mini-batch when the training
@@ -306,39 +300,14 @@ class PartitionBatches:
         its features are gathered, as
         :meth:`pyg_orch.HybridNeighborLoader.register_batch_hook` does.
         Returns a function that removes the hook."""
-        if when not in ('received', 'sampled'):
-            raise ValueError(f"'when' must be 'received' or 'sampled' (got "
-                             f"{when!r})")
+        check_choice('when', when, ('received', 'sampled'))
         hooks = self._batch_hooks if when == 'received' else \
             self._sampled_hooks
         key = id(hook)
         hooks[key] = hook
         return lambda: hooks.pop(key, None)
 
-    # Offload protocol (see pyg_orch.offload.protocol) ######################
-
-    #: No look-ahead, no worker processes that outlive an epoch, no stage
-    #: timer.
-    lookahead = False
-    persistent_workers = False
-    timer = None
-
-    @property
-    def offload_sampler(self) -> DistributedNeighborSampler:
-        r"""The sampler, for :class:`~pyg_orch.offload.BottomLayerOffload`
-        (see :class:`~pyg_orch.offload.protocol.OffloadableLoader`)."""
-        return self.sampler
-
-    @property
-    def offload_data(self) -> None:
-        r"""No graph in host memory: the CPU side of offload reads the
-        part (:attr:`partition`) and fetches remote rows (:attr:`gather`)."""
-        return None
-
-    @property
-    def gpu_cache_capacity(self) -> int:
-        r"""No GPU feature cache to set (remote rows have their own)."""
-        return 0
+    # What the loader's offload protocol reads ##############################
 
     def offload_seeds(self) -> Tuple[Any, int]:
         r"""This rank's training seeds (per node type for a heterogeneous
@@ -346,14 +315,6 @@ class PartitionBatches:
         if self.partition.is_hetero:
             return {self.input_type: self.input_nodes}, self.batch_size
         return self.input_nodes, self.batch_size
-
-    def set_gpu_cache_nodes(self, nodes: Any) -> bool:
-        r"""Returns :obj:`False`: no GPU feature cache to set."""
-        return False
-
-    def get_gpu_cache_nodes(self) -> None:
-        r"""Returns :obj:`None`: no GPU feature cache."""
-        return None
 
     @property
     def batches_ahead(self) -> int:

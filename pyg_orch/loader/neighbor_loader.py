@@ -155,7 +155,10 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
     training script on one machine or several; see :doc:`/distributed`):
     :obj:`input_nodes` are then the seeds of all ranks, each rank keeping
     those its part owns; :obj:`num_workers` are threads; :obj:`even`
-    (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batch counts.
+    (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batch counts. The
+    stores of :func:`~pyg_orch.distributed.open_stores` as :obj:`data` go
+    the same way, placed where they were opened, :obj:`input_nodes` this
+    rank's own seeds.
     """
     def __init__(
         self,
