@@ -99,3 +99,7 @@ def test_store_placement_checked(tmp_path):
     seeds = loader.partition_batches.input_nodes
     assert torch.equal(seeds, data.train_mask.nonzero().view(-1))
     assert sum(b.batch_size for b in loader) == seeds.numel()
+    assert len(loader.batch_stats) == len(loader) == \
+        (seeds.numel() + 3) // 4
+    assert loader.stats()['batches'] == loader.batch_stats
+    assert all(s['remote_rows'] == 0 for s in loader.batch_stats)
