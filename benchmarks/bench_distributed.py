@@ -7,7 +7,7 @@ Four modes:
 * **run** (default): partitions a synthetic power-law graph into
   ``--world-size`` parts for every method of ``--methods``, then spawns one
   process per part (``torch.multiprocessing``, start method ``spawn``), each
-  acting as a machine: it builds a ``DistributedNeighborLoader`` over its
+  acting as a machine: it builds a ``HybridNeighborLoader('parts/')`` over its
   part and iterates ``--warmup`` batches, then ``--repeats`` times
   ``--batches`` batches (with ``--train``: GraphSAGE under DDP). Reported
   per method: time per batch (median over batches, median / min / max over
@@ -17,10 +17,10 @@ Four modes:
   ``--cache-ranking degree`` fills each rank's cache of remote rows by
   in-degree within its part instead of pre-sampled read counts.
   ``--sampling-device cuda`` samples on each rank's GPU
-  (``DistributedNeighborLoader(sampling_device=...)``; the default ``cpu``
+  (``HybridNeighborLoader(part_dir, sampling_device=...)``; the default ``cpu``
   samples on the CPU over the memory-mapped part); ``--feature-device cuda``
   gathers the feature rows there too
-  (``DistributedNeighborLoader(feature_device=...)``, over a copy of the
+  (``HybridNeighborLoader(part_dir, feature_device=...)``, over a copy of the
   part's features on the GPU; the default ``cpu`` reads the memory-mapped
   part).
 * ``--sweep-parts 2,4,...``: no process group; partitions the graph into
@@ -241,7 +241,8 @@ def _batch_record(loader, batch, meter, timer, total_s, loader_s, train_s,
     hops = []
     # The loader's own sampler samples every batch only without threads:
     threaded = loader.prefetch > 0 or loader.num_workers > 0
-    for h in [] if threaded else loader.sampler.stats.per_hop:
+    sampler = loader.partition_batches.sampler
+    for h in [] if threaded else sampler.stats.per_hop:
         req_out = h['remote_requests'] * ID_BYTES
         req_in = h['served_requests'] * ID_BYTES
         hops.append({
@@ -411,7 +412,7 @@ def _probe(world: int, device: torch.device, rounds: int) -> Dict:
 def _run_rank(rank, world, part_dir, method, args, out_dir, device):
     import torch.distributed as dist
 
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import CacheOptions, HybridNeighborLoader, PlacementOptions
 
     probe = {}
     if args.probe_rounds:
@@ -425,14 +426,16 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         if choice == 'cuda' else
         torch.device('cpu') for choice in (args.sampling_device,
                                            args.feature_device))
-    loader = DistributedNeighborLoader(
+    loader = HybridNeighborLoader(
         part_dir, args.fanout, batch_size=args.batch_size, shuffle=True,
-        cache_size=args.cache_rows, num_presample_batches=args.presample,
-        cache_ranking=args.cache_ranking, seed=args.seed, device=device,
+        cache_size=args.cache_rows, cache=CacheOptions(
+            num_presample_batches=args.presample, ranking=args.cache_ranking),
+        seed=args.seed, device=device,
         sampling_device=sampling_device, feature_device=feature_device,
-        topology_placement=args.topology,
+        placement=PlacementOptions(topology=args.topology),
         feature_placement=args.feature_placement, prefetch=args.prefetch,
         num_workers=args.num_workers)
+    built = loader.partition_batches  # The sampler, rows, part.
     build_s = time.perf_counter() - t
     timer: Dict[str, float] = {}
     # Where a phase queues GPU work, it ends when that work is done:
@@ -440,13 +443,13 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
                  if d.type == 'cuda'), None)
     # With prefetch or workers, phases run in other threads:
     if not args.prefetch and not args.num_workers:
-        loader.sampler.sample_from_nodes = meter.wrap(
-            loader.sampler.sample_from_nodes, 'sampling', timer, sync)
-        loader.gather.gather = meter.wrap(loader.gather.gather, 'features',
-                                          timer, sync)
-        loader.gather.gather_edges = meter.wrap(
-            loader.gather.gather_edges, 'edges', timer, sync)
-    part = loader.partition
+        built.sampler.sample_from_nodes = meter.wrap(
+            built.sampler.sample_from_nodes, 'sampling', timer, sync)
+        built.gather.gather = meter.wrap(built.gather.gather, 'features',
+                                        timer, sync)
+        built.gather.gather_edges = meter.wrap(
+            built.gather.gather_edges, 'edges', timer, sync)
+    part = built.partition
     row_bytes = _row_bytes(args.dim)
 
     model = opt = offload = None
@@ -527,19 +530,19 @@ def _run_rank(rank, world, part_dir, method, args, out_dir, device):
         'rank': rank, 'part': part.part, 'method': method,
         'prefetch': args.prefetch, 'num_workers': args.num_workers,
         'device': str(device), 'topology_placement': args.topology,
-        'topology_reads': loader.sampler.topology_reads(),
+        'topology_reads': built.sampler.topology_reads(),
         'feature_placement': args.feature_placement,
-        'row_reads': loader.gather.row_reads(),
+        'row_reads': built.gather.row_reads(),
         'sampling_device': str(sampling_device),
         'feature_device': str(feature_device),
         'transport_devices': sorted(meter.devices),
         'build_s': build_s, 'first_batch_s': first_s,
         'num_batches_per_epoch': len(loader),
         'part_nodes': int(part.node_ids.numel()),
-        'seeds': int(loader.input_nodes.numel()),
-        'cache_rows': int(getattr(loader, 'cached_rows', 0)),
-        'cache_ranking': loader.cache_ranking,
-        'cache_bytes': int(loader.gather.cache_bytes),
+        'seeds': int(built.input_nodes.numel()),
+        'cache_rows': int(built.cached_rows),
+        'cache_ranking': built.cache_ranking,
+        'cache_bytes': int(built.gather.cache_bytes),
         'loss_first_last': [losses[0], losses[-1]] if losses else None,
         'all_to_all_probe': probe,
         'summary': _summarize_rank(records, args.repeats),
@@ -1217,11 +1220,11 @@ def _parser() -> argparse.ArgumentParser:
                    "model trains ('cuda': rank r on GPU r %% the GPUs)")
     r.add_argument('--prefetch', type=int, default=0,
                    help='batches built ahead by a thread '
-                   '(DistributedNeighborLoader(prefetch=...)); per-phase '
+                   '(HybridNeighborLoader(prefetch=...)); per-phase '
                    'times are not recorded then')
     r.add_argument('--num-workers', type=int, default=0,
                    help='threads that build batches '
-                   '(DistributedNeighborLoader(num_workers=...)); per-phase '
+                   '(HybridNeighborLoader(num_workers=...)); per-phase '
                    'times are not recorded then')
     r.add_argument('--batches', type=int, default=10)
     r.add_argument('--warmup', type=int, default=3)

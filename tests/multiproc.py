@@ -328,7 +328,7 @@ def check_hetero_folder_loader(out_dir: str, rank: int, device, fanouts,
     loader = HybridNeighborLoader(out_dir, fanouts, batch_size=6,
                                   input_nodes=('paper', seeds), even='pad',
                                   device=device, **kwargs)
-    assert torch.equal(loader.input_nodes.cpu(), mine)
+    assert torch.equal(loader.partition_batches.input_nodes.cpu(), mine)
     ref = list(HybridNeighborLoader(data, fanouts, batch_size=6,
                                     input_nodes=('paper', mine),
                                     device='cpu'))

@@ -1,5 +1,5 @@
 """The per-rank cache of remote edges' attribute rows
-(DistributedFeatureGather.build_edge_cache, DistributedNeighborLoader's
+(DistributedFeatureGather.build_edge_cache, the partition loader's
 edge_cache_size): the same batches as without it, fewer edge rows exchanged,
 right rows for local, cached and fetched edges, one budget over all edge
 types of a heterogeneous partition."""
@@ -8,13 +8,9 @@ import torch
 from conftest import CITES, WRITES, random_graph, small_paper_graph
 from multiproc import run_workers
 
-from pyg_orch import HybridNeighborLoader
-from pyg_orch.distributed import (
-    DistributedFeatureGather,
-    DistributedNeighborLoader,
-    load_partition,
-    partition_graph,
-)
+from pyg_orch import CacheOptions, HybridNeighborLoader
+from pyg_orch.distributed import load_partition, open_stores, partition_graph
+from pyg_orch.features.partition_gather import DistributedFeatureGather
 
 
 def graph():
@@ -52,18 +48,20 @@ def _epochs(loader, num_epochs, hetero=False):
 def _homo_worker(rank, world_size, out_dir):
     seeds = load_partition(out_dir, rank).node_ids[:30]
 
-    def run(fanouts, **kwargs):
-        loader = DistributedNeighborLoader(
+    def run(fanouts, policy='static', num_presample_batches=None, **kwargs):
+        loader = HybridNeighborLoader(
             out_dir, fanouts, batch_size=6, input_nodes=seeds,
-            shuffle=True, seed=5, **kwargs)
-        return _epochs(loader, 2), loader.cached_edge_rows
+            shuffle=True, seed=5, device='cpu', cache=CacheOptions(
+                policy=policy, num_presample_batches=num_presample_batches),
+            **kwargs)
+        return _epochs(loader, 2), loader.partition_batches.cached_edge_rows
 
     return {
         'plain': run([3, 2]),
         'cached': run([3, 2], edge_cache_size=40),
         # Under 'lru' for node rows, the edge cache is static:
         'lru': run([3, 2], edge_cache_size=40, cache_size=20,
-                   cache_policy='lru'),
+                   policy='lru'),
         # Room for every pre-sampled remote edge, all batches pre-sampled:
         'all': run([3, 2], edge_cache_size=10**6, num_presample_batches=10),
         'full': run([-1, -1], edge_cache_size=10**6,
@@ -118,13 +116,13 @@ def test_edge_cache_homogeneous(tmp_path):
 
 def _hetero_worker(rank, world_size, out_dir):
     def run(**kwargs):
-        loader = DistributedNeighborLoader(
+        loader = HybridNeighborLoader(
             out_dir, [3, 2], batch_size=8, input_nodes=('paper', 'train_mask'),
-            shuffle=True, seed=2, **kwargs)
+            shuffle=True, seed=2, device='cpu', **kwargs)
         epochs = _epochs(loader, 2, hetero=True)
         per_type = {et: g.num_cached_edge_rows
-                    for et, g in loader.gather.by_edge_type.items()}
-        return epochs, loader.cached_edge_rows, per_type
+                    for et, g in loader.partition_batches.gather.by_edge_type.items()}
+        return epochs, loader.partition_batches.cached_edge_rows, per_type
 
     return run(), run(edge_cache_size=30)
 
@@ -275,8 +273,7 @@ def test_bad_edge_cache_size(tmp_path, value):
     info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
                            progress=False)
     with pytest.raises(ValueError, match="'edge_cache_size'"):
-        DistributedNeighborLoader(str(info.out_dir), [2], batch_size=4,
-                                  edge_cache_size=value)
+        open_stores(str(info.out_dir), edge_cache_size=value)
     with pytest.raises(ValueError, match="'edge_cache_size'"):
         HybridNeighborLoader(str(info.out_dir), [2], batch_size=4,
                              device='cpu', edge_cache_size=value)
@@ -292,13 +289,13 @@ def test_edge_cache_one_part(tmp_path):
                            progress=False)
     loader = HybridNeighborLoader(str(info.out_dir), [3, 2], batch_size=16,
                                   device='cpu', edge_cache_size=50)
-    assert loader.edge_cache_size == 50 and loader.cached_edge_rows == 0
+    assert loader.partition_batches.edge_cache_size == 50 and loader.partition_batches.cached_edge_rows == 0
     for batch in loader:
         assert torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
-    assert loader.cached_edge_rows == 0
+    assert loader.partition_batches.cached_edge_rows == 0
     assert all(s['cached_edge_rows'] == s['remote_edge_rows'] == 0
                for s in loader.batch_stats)
-    gather = loader.gather
+    gather = loader.partition_batches.gather
     with pytest.raises(ValueError, match="same length"):
         gather.build_edge_cache(torch.tensor([0, 1]), torch.tensor([0]), 1)
     with pytest.raises(ValueError, match="'counts'"):

@@ -53,7 +53,7 @@ def assert_batches_equal(loader, ref, device):
 
 def _nccl_loader(rank, world_size, out_dir, policy, via_hybrid):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch.distributed import open_stores
     from pyg_orch.parallel.exchange import comm_device
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
@@ -61,14 +61,14 @@ def _nccl_loader(rank, world_size, out_dir, policy, via_hybrid):
     data = graph()
     part = load_partition(out_dir, rank)
     seeds = part.node_ids[:40 if rank == 0 else 25]
-    kw = dict(batch_size=8, input_nodes=seeds, device=device, even='pad',
-              cache_size=60)
+    kw = dict(batch_size=8, input_nodes=seeds, device=device, even='pad')
     if via_hybrid:
-        loader = HybridNeighborLoader(out_dir, FANOUTS,
+        loader = HybridNeighborLoader(out_dir, FANOUTS, cache_size=60,
                                       cache=CacheOptions(policy=policy), **kw)
-    else:
-        loader = DistributedNeighborLoader(out_dir, FANOUTS,
-                                           cache_policy=policy, **kw)
+    else:  # The stores' spelling: this rank's seeds.
+        loader = HybridNeighborLoader(
+            open_stores(out_dir, device=device, cache_size=60,
+                        policy=policy), FANOUTS, **kw)
     ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=8,
                                     input_nodes=seeds, device='cpu'))
     checked = len(assert_batches_equal(loader, ref, device))
@@ -105,7 +105,7 @@ def _nccl_hetero(rank, world_size, out_dir, gpu_sampling):
     kwargs = dict(sampling_device=device) if gpu_sampling else {}
     loader, count = check_hetero_folder_loader(
         out_dir, rank, device, FANOUTS, cache_size=30, **kwargs)
-    assert loader.sampler.device == (device if gpu_sampling else
+    assert loader.node_sampler.device == (device if gpu_sampling else
                                      torch.device('cpu'))
     torch.cuda.synchronize()
     return count
@@ -158,7 +158,7 @@ def check_sampled_batch(data, batch, seeds, fanouts):
 
 def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch.distributed import open_stores
     from pyg_orch.parallel.exchange import comm_device
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
@@ -166,16 +166,23 @@ def _gpu_sampling(rank, world_size, out_dir, nccl, via_hybrid):
     data = graph()
     part = load_partition(out_dir, rank)
     seeds = part.node_ids[:40 if rank == 0 else 25]
-    cls = HybridNeighborLoader if via_hybrid else DistributedNeighborLoader
 
-    def make(fanouts, **kw):
-        return cls(out_dir, fanouts, batch_size=8, input_nodes=seeds,
-                   device=device, even='pad', sampling_device=device, **kw)
+    def make(fanouts, cache_size=0, **kw):
+        if via_hybrid:
+            return HybridNeighborLoader(
+                out_dir, fanouts, batch_size=8, input_nodes=seeds,
+                device=device, even='pad', sampling_device=device,
+                cache_size=cache_size, **kw)
+        stores = open_stores(out_dir, device=device, sampling_device=device,
+                             cache_size=cache_size)
+        return HybridNeighborLoader(stores, fanouts, batch_size=8,
+                                    input_nodes=seeds, device=device,
+                                    even='pad', **kw)
 
     # Full fan-out: the single-process loader's batches.
     loader = make(FANOUTS, cache_size=60)
-    assert loader.sampler.device == device
-    assert loader.sampler.generator.device == device
+    assert loader.node_sampler.device == device
+    assert loader.node_sampler.generator.device == device
     assert part.csc.row.device.type == 'cpu'  # The part is left as it is.
     ref = list(HybridNeighborLoader(data, FANOUTS, batch_size=8,
                                     input_nodes=seeds, device='cpu'))
@@ -225,7 +232,7 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
     from conftest import small_paper_graph
 
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch.distributed import open_stores
     torch.cuda.set_device(rank)
     device = torch.device('cuda', rank)
     data = graph()
@@ -235,16 +242,20 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
                                     input_nodes=seeds, device='cpu'))
     counts = []
     # HybridNeighborLoader forwards feature_device (the 'lru' case):
-    for policy, cls in (('static', DistributedNeighborLoader),
-                        ('lru', HybridNeighborLoader)):
-        cache = dict(cache_policy=policy) if cls is \
-            DistributedNeighborLoader else dict(cache=CacheOptions(
-                policy=policy))
-        loader = cls(out_dir, FANOUTS, batch_size=8, input_nodes=seeds,
-                     device=device, even='pad', cache_size=60,
-                     sampling_device=device, feature_device=device, **cache)
-        gather = loader.gather
-        assert loader.feature_device == gather.feature_device == device
+    for policy in ('static', 'lru'):
+        kw = dict(batch_size=8, input_nodes=seeds, device=device, even='pad')
+        placement = dict(cache_size=60, sampling_device=device,
+                         feature_device=device)
+        if policy == 'static':  # The stores' spelling:
+            loader = HybridNeighborLoader(open_stores(
+                out_dir, device=device, policy=policy, **placement),
+                FANOUTS, **kw)
+        else:
+            loader = HybridNeighborLoader(
+                out_dir, FANOUTS, cache=CacheOptions(policy=policy),
+                **placement, **kw)
+        gather = loader.partition_batches.gather
+        assert loader.partition_batches.feature_device == gather.feature_device == device
         assert gather.cache_slot.device == device
         assert gather.last_used.device == device
         assert part.x.device.type == 'cpu'  # The part is left as it is.
@@ -259,9 +270,9 @@ def _gpu_features(rank, world_size, out_dir, hetero_dir):
     hloader, num = check_hetero_folder_loader(
         hetero_dir, rank, device, FANOUTS, cache_size=30,
         sampling_device=device, feature_device=device)
-    assert hloader.gather.feature_device == device
+    assert hloader.partition_batches.gather.feature_device == device
     assert all(g.cache_slot.device == device
-               for g in hloader.gather.by_node_type.values())
+               for g in hloader.partition_batches.gather.by_node_type.values())
     hdata = small_paper_graph()
     cites = ('paper', 'cites', 'paper')
     hetero_cached = 0
@@ -310,7 +321,7 @@ def _shared_part(rank, world_size, out_dir):
     full = HybridNeighborLoader(out_dir, FANOUTS,
                                 placement=SHARDED, **kw)
     ref = list(HybridNeighborLoader(graph(), FANOUTS, batch_size=8,
-                                    input_nodes=full.input_nodes.cpu(),
+                                    input_nodes=full.partition_batches.input_nodes.cpu(),
                                     device='cpu'))
     checked = len(assert_batches_equal(full, ref, device))
     # One epoch of the unsharded loader, compared with both sharded ones
@@ -332,7 +343,7 @@ def _shared_part(rank, world_size, out_dir):
     for a, b in zip(both_batches, plain):
         for key in KEYS:
             assert torch.equal(a[key], b[key]), key
-    row_reads = both.gather.row_reads()
+    row_reads = both.partition_batches.gather.row_reads()
     assert row_reads['peer'] > 0 and row_reads['local'] > 0
     torch.cuda.synchronize()
     return checked, same, reads

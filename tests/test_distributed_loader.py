@@ -1,6 +1,6 @@
 """The same training script on one machine or several:
 HybridNeighborLoader('parts/', ...) loads this rank's part and gives the
-batches of DistributedNeighborLoader (and, with full fan-out, of the
+batches of the stores' spelling (and, with full fan-out, of the
 single-process loader); folders that do not belong together are rejected on
 every rank; a rank failing mid-epoch raises in the others, no hang."""
 import copy
@@ -12,11 +12,7 @@ from conftest import random_graph
 from multiproc import check_hetero_folder_loader, run_workers
 
 from pyg_orch import CacheOptions, HybridNeighborLoader, PlacementOptions
-from pyg_orch.distributed import (
-    DistributedNeighborLoader,
-    load_partition,
-    partition_graph,
-)
+from pyg_orch.distributed import load_partition, open_stores, partition_graph
 
 FANOUTS = [-1, -1]
 KEYS = ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr')
@@ -42,11 +38,14 @@ def _hybrid_worker(rank, world_size, out_dir):
     mine = seeds[part.owner(seeds) == rank]
     loader = HybridNeighborLoader(out_dir, FANOUTS, input_nodes=seeds,
                                   batch_size=5, even='pad', device='cpu')
-    assert isinstance(loader, DistributedNeighborLoader)
-    assert torch.equal(loader.input_nodes, mine)
+    assert isinstance(loader, HybridNeighborLoader)
+    assert loader.partition_batches is not None
+    assert torch.equal(loader.partition_batches.input_nodes, mine)
     ours = _batches(loader)
-    dist = _batches(DistributedNeighborLoader(out_dir, FANOUTS, batch_size=5,
-                                              input_nodes=mine, even='pad'))
+    # The stores' spelling, given this rank's seeds:
+    dist = _batches(HybridNeighborLoader(open_stores(out_dir), FANOUTS,
+                                         batch_size=5, input_nodes=mine,
+                                         even='pad', device='cpu'))
     # The same seeds as a mask over all vertices, and by attribute name:
     mask = torch.zeros(120, dtype=torch.bool)
     mask[seeds] = True
@@ -55,8 +54,8 @@ def _hybrid_worker(rank, world_size, out_dir):
     by_name = HybridNeighborLoader(out_dir, [2], batch_size=4,
                                    input_nodes='train_mask', device='cpu')
     default = HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu')
-    return (ours, dist, torch.equal(as_mask.input_nodes, mine),
-            by_name.input_nodes, default.input_nodes)
+    return (ours, dist, torch.equal(as_mask.partition_batches.input_nodes, mine),
+            by_name.partition_batches.input_nodes, default.partition_batches.input_nodes)
 
 
 def test_hybrid_loader_on_partition_folder(tmp_path):
@@ -73,7 +72,7 @@ def test_hybrid_loader_on_partition_folder(tmp_path):
         assert torch.equal(by_name, train[part.owner(train) == rank])
         assert torch.equal(default, by_name)
         assert len(ours) == len(dist) > 1
-        for a, b in zip(ours, dist):  # Equal to DistributedNeighborLoader.
+        for a, b in zip(ours, dist):  # Equal to the stores' spelling.
             assert a['batch_size'] == b['batch_size']
             for key in KEYS:
                 assert torch.equal(a[key], b[key]), key
@@ -193,7 +192,7 @@ def _prefetch_worker(rank, world_size, out_dir):
     ahead = HybridNeighborLoader(out_dir, prefetch=2, transform=transform,
                                  **kw)
     plain = HybridNeighborLoader(out_dir, **kw)
-    assert ahead.prefetch == 2
+    assert ahead.partition_batches.prefetch == 2
     epochs = [(_batches(ahead), _batches(plain)) for _ in range(2)]
     _break_at_second(ahead, plain)  # The next epoch is whole:
     epochs.append((_batches(ahead), _batches(plain)))
@@ -214,7 +213,7 @@ def _lru_threads_worker(rank, world_size, out_dir, threads, kw):
     for _ in range(2):
         out.append((_batches(ahead), _batches(plain), ahead.batch_stats,
                     plain.batch_stats))
-    return out, ahead.gather.slot_id, ahead.gather.cache_slot
+    return out, ahead.partition_batches.gather.slot_id, ahead.partition_batches.gather.cache_slot
 
 
 def test_prefetch_with_lru_cache(tmp_path):
@@ -510,8 +509,8 @@ def _mismatch_worker(rank, world_size, good, others):
     messages = []
     for other in others:
         try:
-            DistributedNeighborLoader(good if rank == 0 else other, [2],
-                                      batch_size=4)
+            HybridNeighborLoader(good if rank == 0 else other, [2],
+                                 batch_size=4, device='cpu')
         except ValueError as exc:
             messages.append(str(exc))
         else:
@@ -617,26 +616,26 @@ def _hetero_hybrid_worker(rank, world_size, out_dir):
     from pyg_orch.parallel.exchange import gloo_twin
     loader = HybridNeighborLoader(out_dir, FANOUTS, batch_size=6,
                                   input_nodes='paper', device='cpu')
-    twin = gloo_twin(loader.group)
-    gather = loader.gather.worker_view(twin)
+    twin = gloo_twin(loader.partition_batches.group)
+    gather = loader.partition_batches.gather.worker_view(twin)
     subs = list(gather.by_node_type.values()) + list(
         gather.by_edge_type.values())
     assert subs and all(g.group is twin for g in subs)
-    assert all(g.group is loader.group for g in list(
-        loader.gather.by_node_type.values()) + list(
-            loader.gather.by_edge_type.values()))
+    assert all(g.group is loader.partition_batches.group for g in list(
+        loader.partition_batches.gather.by_node_type.values()) + list(
+            loader.partition_batches.gather.by_edge_type.values()))
     assert gather.by_node_type['paper']._attrs['x'] is \
-        loader.gather.by_node_type['paper']._attrs['x']
-    sampler = loader.sampler.worker_view(twin)
-    assert sampler.group is twin and loader.sampler.group is loader.group
+        loader.partition_batches.gather.by_node_type['paper']._attrs['x']
+    sampler = loader.node_sampler.worker_view(twin)
+    assert sampler.group is twin and loader.node_sampler.group is loader.partition_batches.group
     hot = {'paper': torch.zeros(150, dtype=torch.bool)}
-    loader.sampler.set_hot_nodes(hot)
+    loader.node_sampler.set_hot_nodes(hot)
     assert torch.equal(sampler.hot_nodes['paper'], hot['paper'])
     # A node type: all of the part's vertices of it.
     by_type = HybridNeighborLoader(out_dir, [2], batch_size=50,
                                    input_nodes='author', device='cpu')
     part = load_partition(out_dir, rank)
-    assert torch.equal(by_type.input_nodes, part.node_ids['author'])
+    assert torch.equal(by_type.partition_batches.input_nodes, part.node_ids['author'])
     return count
 
 
@@ -660,7 +659,7 @@ def _degree_cache_worker(rank, world_size, out_dir, hetero):
     plain = HybridNeighborLoader(out_dir, [3, 2], **kw)
     ours, ref = list(cached), list(plain)
     stats = cached.batch_stats
-    gather = cached.gather
+    gather = cached.partition_batches.gather
     slots = ({t: g.cache_slot for t, g in gather.by_node_type.items()}
              if hetero else {None: gather.cache_slot})
     return ours, ref, stats, {t: (s >= 0).nonzero().view(-1)

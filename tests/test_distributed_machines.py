@@ -79,18 +79,18 @@ def _machine_worker(rank, world_size, out_dir):
                                 placement=SHARDED,
                                 feature_placement='sharded', **common)
     out = {
-        'part': sharded.partition.part,
-        'layout': (sharded.layout.local_rank,
-                   sharded.layout.local_world_size),
-        'input_nodes': sharded.input_nodes,
+        'part': sharded.partition_batches.partition.part,
+        'layout': (sharded.partition_batches.layout.local_rank,
+                   sharded.partition_batches.layout.local_world_size),
+        'input_nodes': sharded.partition_batches.input_nodes,
         'len': len(sharded),
         'sharded': _batches(sharded),
         'plain': _batches(plain),
         'no_copies': _batches(no_copies),
         'full': _batches(full),
         'both': _batches(both),
-        'row_reads': both.gather.row_reads(),
-        'plain_row_reads': plain.gather.row_reads(),
+        'row_reads': both.partition_batches.gather.row_reads(),
+        'plain_row_reads': plain.partition_batches.gather.row_reads(),
         'reads': no_copies.node_sampler.topology_reads(),
         'plain_reads': plain.node_sampler.topology_reads(),
     }
@@ -244,10 +244,10 @@ def _one_machine_worker(rank, world_size, out_dir):
         batches = _batches(ldr)
         counted.append((batches, [s['peer_rows'] for s in ldr.batch_stats],
                         ldr.node_sampler.topology_reads(),
-                        ldr.gather.row_reads()))
-    return (loader.partition.part, loader.input_nodes, _batches(loader),
+                        ldr.partition_batches.gather.row_reads()))
+    return (loader.partition_batches.partition.part, loader.partition_batches.input_nodes, _batches(loader),
             _batches(plain), loader.node_sampler.topology_reads(),
-            loader.gather.row_reads(), counted)
+            loader.partition_batches.gather.row_reads(), counted)
 
 
 def test_one_part_shared_by_one_machine(tmp_path):
@@ -287,7 +287,7 @@ def _hetero_one_machine_worker(rank, world_size, out_dir):
                for b in loader]
     plain_batches = [{t: (b[t].n_id, b[t].x) for t in b.node_types}
                      for b in plain]
-    return batches, plain_batches, loader.gather.row_reads()
+    return batches, plain_batches, loader.partition_batches.gather.row_reads()
 
 
 def test_hetero_feature_rows_shared_by_one_machine(tmp_path):

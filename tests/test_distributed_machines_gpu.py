@@ -73,17 +73,17 @@ def _machine_worker(rank, world_size, out_dir):
                                 feature_device=device, **common)
     devices = set()
     out = {
-        'part': sharded.partition.part,
-        'layout': (sharded.layout.local_rank,
-                   sharded.layout.local_world_size),
-        'input_nodes': sharded.input_nodes.cpu(),
+        'part': sharded.partition_batches.partition.part,
+        'layout': (sharded.partition_batches.layout.local_rank,
+                   sharded.partition_batches.layout.local_world_size),
+        'input_nodes': sharded.partition_batches.input_nodes.cpu(),
         'sharded': _cpu(sharded, devices),
         'devices': devices,
         'plain': _cpu(plain),
         'both': _cpu(both),
         'full': _cpu(full),
         'reads': sharded.node_sampler.topology_reads(),
-        'row_reads': both.gather.row_reads(),
+        'row_reads': both.partition_batches.gather.row_reads(),
     }
 
     def train(**kwargs):

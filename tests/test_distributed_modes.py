@@ -362,7 +362,7 @@ def test_cuda_modes_one_part(tmp_path):
 
 def _input_id_worker(rank, world_size, out_dir, seeds):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch.distributed import open_stores
     loader = HybridNeighborLoader(out_dir, [2, 2], batch_size=4,
                                   input_nodes=seeds, shuffle=True,
                                   even='pad', device='cpu')
@@ -371,8 +371,9 @@ def _input_id_worker(rank, world_size, out_dir, seeds):
     # Given this rank's seeds directly: positions among them, as in PyG.
     own = load_partition(out_dir, rank).node_ids[:5]
     direct = [(b.input_id, b.n_id[:b.batch_size]) for b in
-              DistributedNeighborLoader(out_dir, [2], batch_size=2,
-                                        input_nodes=own, even='pad')]
+              HybridNeighborLoader(open_stores(out_dir), [2], batch_size=2,
+                                   input_nodes=own, even='pad',
+                                   device='cpu')]
     return epochs, own, direct
 
 
@@ -479,7 +480,7 @@ def _hetero_subgraph_worker(rank, world_size, out_dir, subgraph_type):
         subgraph_type=subgraph_type)
     (b, ) = list(loader)
     cites = ('paper', 'cites', 'paper')
-    return (loader.input_nodes, {t: b[t].n_id for t in b.node_types},
+    return (loader.partition_batches.input_nodes, {t: b[t].n_id for t in b.node_types},
             {et: (b[et].edge_index, getattr(b[et], 'e_id', None))
              for et in b.edge_types},
             getattr(b[cites], 'edge_attr', None))
@@ -523,7 +524,7 @@ def test_deprecated_directed_false_means_induced(tmp_path):
     with pytest.warns(UserWarning, match="'directed' argument is deprecated"):
         loader = HybridNeighborLoader(str(info.out_dir), [2], batch_size=4,
                                       directed=False, device='cpu')
-    assert loader.sampler.subgraph_type.value == 'induced'
+    assert loader.node_sampler.subgraph_type.value == 'induced'
     batch = next(iter(loader))
     src, dst = graph().edge_index
     inside = torch.isin(src, batch.n_id) & torch.isin(dst, batch.n_id)

@@ -23,6 +23,17 @@ from pyg_orch.topology.graph import GraphTopology
 FANOUTS = [-1, -1]
 
 
+
+def _stores_loader(out_dir, num_neighbors, batch_size=1, device='cpu',
+                   **placement):
+    # The stores' spelling: the placement goes to open_stores().
+    from pyg_orch import HybridNeighborLoader
+    from pyg_orch.distributed import open_stores
+    return HybridNeighborLoader(open_stores(out_dir, device=device,
+                                            **placement),
+                                num_neighbors, batch_size=batch_size,
+                                device=device)
+
 def graph():
     return random_graph(120, 500, seed=3, num_features=4, num_classes=3,
                         train_ratio=0.5, edge_dim=2)
@@ -237,7 +248,6 @@ def test_bad_arguments(tmp_path):
 
 def test_bad_sampling_device(tmp_path):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
     info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
                            progress=False)
     part = load_partition(info.out_dir, 0)
@@ -247,7 +257,7 @@ def test_bad_sampling_device(tmp_path):
         DistributedNeighborSampler(part, [2], device='meta')
     with pytest.raises(ValueError, match="'generator' must be a torch"):
         DistributedNeighborSampler(part, [2], generator=7)
-    for loader in (DistributedNeighborLoader, HybridNeighborLoader):
+    for loader in (_stores_loader, HybridNeighborLoader):
         with pytest.raises(ValueError, match="'sampling_device' must be"):
             loader(str(info.out_dir), [2], batch_size=4, device='cpu',
                    sampling_device='tpu:0')
@@ -262,7 +272,7 @@ def test_bad_sampling_device(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_cuda_sampling_one_part(tmp_path):
     # One part, no process group: the sampler alone, on the GPU.
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import HybridNeighborLoader
     data = graph()
     info = partition_graph(data, 1, tmp_path / 'p', 'contiguous',
                            progress=False)
@@ -291,9 +301,9 @@ def test_cuda_sampling_one_part(tmp_path):
     # Sampled on the GPU, delivered on the CPU:
     seeds = torch.arange(0, 120, 7)
     kw = dict(batch_size=5, input_nodes=seeds, device='cpu')
-    ours = list(DistributedNeighborLoader(info.out_dir, FANOUTS,
-                                          sampling_device='cuda', **kw))
-    ref = list(DistributedNeighborLoader(info.out_dir, FANOUTS, **kw))
+    ours = list(HybridNeighborLoader(info.out_dir, FANOUTS,
+                                     sampling_device='cuda', **kw))
+    ref = list(HybridNeighborLoader(info.out_dir, FANOUTS, **kw))
     assert len(ours) == len(ref) > 0
     for a, b in zip(ours, ref):
         for key in ('n_id', 'e_id', 'edge_index', 'x', 'y', 'edge_attr'):
@@ -302,13 +312,13 @@ def test_cuda_sampling_one_part(tmp_path):
 
 
 def _sampling_device_worker(rank, world_size, out_dir):
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import HybridNeighborLoader
     out = []
     for device in (None, 'cpu', torch.device('cpu')):
-        loader = DistributedNeighborLoader(out_dir, [3, 2], batch_size=5,
-                                           shuffle=True, seed=5,
-                                           sampling_device=device)
-        assert loader.sampler.device == torch.device('cpu')
+        loader = HybridNeighborLoader(out_dir, [3, 2], batch_size=5,
+                                      shuffle=True, seed=5, device='cpu',
+                                      sampling_device=device)
+        assert loader.node_sampler.device == torch.device('cpu')
         out.append([(b.n_id, b.e_id, b.edge_index, b.x) for b in loader])
     return out
 
@@ -329,7 +339,6 @@ def test_sampling_device_cpu_is_the_default(tmp_path):
 
 def test_bad_feature_device(tmp_path):
     from pyg_orch import HybridNeighborLoader
-    from pyg_orch.distributed import DistributedNeighborLoader
     info = partition_graph(graph(), 1, tmp_path / 'p', 'contiguous',
                            progress=False)
     part = load_partition(info.out_dir, 0)
@@ -344,7 +353,7 @@ def test_bad_feature_device(tmp_path):
         with pytest.raises(ValueError,
                            match="'feature_device' must be a CPU or CUDA"):
             DistributedFeatureGather(p, feature_device='meta')
-    for loader in (DistributedNeighborLoader, HybridNeighborLoader):
+    for loader in (_stores_loader, HybridNeighborLoader):
         with pytest.raises(ValueError, match="'feature_device' must be"):
             loader(str(info.out_dir), [2], batch_size=4, device='cpu',
                    feature_device='tpu:0')
@@ -358,15 +367,16 @@ def test_bad_feature_device(tmp_path):
 def _feature_device_worker(rank, world_size, out_dir, hetero_dir):
     from multiproc import check_hetero_folder_loader
 
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import CacheOptions, HybridNeighborLoader
     out = []
     for policy in ('static', 'lru'):
         runs = []
         for device in (None, torch.device('cpu')):
-            loader = DistributedNeighborLoader(
+            loader = HybridNeighborLoader(
                 out_dir, [3, 2], batch_size=5, shuffle=True, seed=5,
-                cache_size=15, cache_policy=policy, feature_device=device)
-            assert loader.gather.feature_device == torch.device('cpu')
+                cache_size=15, cache=CacheOptions(policy=policy),
+                feature_device=device, device='cpu')
+            assert loader.partition_batches.gather.feature_device == torch.device('cpu')
             batches, stats = [], []
             for _ in range(2):  # The second epoch reads the cache.
                 batches += [(b.n_id, b.e_id, b.edge_index, b.x, b.y,
@@ -377,7 +387,7 @@ def _feature_device_worker(rank, world_size, out_dir, hetero_dir):
     loader, count = check_hetero_folder_loader(
         hetero_dir, rank, 'cpu', [-1, -1], cache_size=20,
         feature_device='cpu')
-    assert loader.gather.feature_device == torch.device('cpu')
+    assert loader.partition_batches.gather.feature_device == torch.device('cpu')
     return out, count
 
 
@@ -440,17 +450,17 @@ def test_cuda_features_one_part(tmp_path):
 
 def _loader_worker(rank, world_size, out_dir, even, cache_size,
                    policy='static'):
-    from pyg_orch.distributed import DistributedNeighborLoader
+    from pyg_orch import CacheOptions, HybridNeighborLoader
     # Rank 0 has more seeds than rank 1: equal batch counts all the same.
     part = load_partition(out_dir, rank)
     seeds = part.node_ids[:20 if rank == 0 else 7]
-    loader = DistributedNeighborLoader(out_dir, FANOUTS, batch_size=5,
-                                       input_nodes=seeds, even=even,
-                                       cache_size=cache_size,
-                                       cache_policy=policy)
+    loader = HybridNeighborLoader(out_dir, FANOUTS, batch_size=5,
+                                  input_nodes=seeds, even=even,
+                                  cache_size=cache_size, device='cpu',
+                                  cache=CacheOptions(policy=policy))
     # By default, the part's training vertices:
-    default = DistributedNeighborLoader(out_dir, [2], batch_size=4)
-    assert torch.equal(default.input_nodes,
+    default = HybridNeighborLoader(out_dir, [2], batch_size=4, device='cpu')
+    assert torch.equal(default.partition_batches.input_nodes,
                        part.node_ids[part.node_attrs['train_mask']])
     assert len(default) == min(
         (int(load_partition(out_dir, r).node_attrs['train_mask'].sum())
@@ -651,18 +661,18 @@ def test_hetero_full_fanout_equals_single_machine(tmp_path, method):
 
 
 def _hetero_loader_worker(rank, world_size, out_dir, cache_size):
-    from pyg_orch.distributed import DistributedNeighborLoader
-    loader = DistributedNeighborLoader(
+    from pyg_orch import HybridNeighborLoader
+    loader = HybridNeighborLoader(
         out_dir, {('author', 'writes', 'paper'): [3, 2],
                   ('paper', 'cites', 'paper'): [2, 2],
                   ('paper', 'rev_writes', 'author'): [0, 2]},
         batch_size=8, input_nodes=('paper', 'train_mask'),
-        cache_size=cache_size, shuffle=True)
+        cache_size=cache_size, shuffle=True, device='cpu')
     out = []
     for epoch in range(2):
         for b in loader:
             paper = b['paper']
-            assert torch.equal(loader.input_nodes[paper.input_id],
+            assert torch.equal(loader.partition_batches.input_nodes[paper.input_id],
                                paper.n_id[:paper.batch_size])
             out.append({t: (b[t].n_id, b[t].x) for t in b.node_types}
                        | {'bs': b['paper'].batch_size,

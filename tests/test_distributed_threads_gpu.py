@@ -93,7 +93,7 @@ def _threads_worker(rank, world_size, out_dir, hetero_dir):
     _same(_fields(by_degree), _fields(HybridNeighborLoader(out_dir, FANOUTS,
                                                            **kw)))
     assert sum(s['cached_rows'] for s in by_degree.batch_stats) > 0
-    assert by_degree.gather.cache_slot.is_cuda
+    assert by_degree.partition_batches.gather.cache_slot.is_cuda
     # Against the one-process loader (unshuffled):
     unshuffled = HybridNeighborLoader(out_dir, FANOUTS, num_workers=3,
                                       **{**kw, 'shuffle': False})

@@ -217,7 +217,7 @@ def test_default_decides_alike_on_every_rank(parts, per_pruned, wins):
 def _halo(rank, world_size, out_dir):
     from pyg_orch.offload.partition import build_halo
     loader = _loader(out_dir)
-    part = loader.partition
+    part = loader.partition_batches.partition
     cand = part.node_ids[:10].to(torch.int64)
     table, kept = build_halo(loader, cand, 15)
     full, all_kept = build_halo(loader, cand, 10**6)

@@ -300,32 +300,38 @@ def test_partition_folder_accepts_old_keywords(part_dir, old, value, new):
             if 'is deprecated; pass' in str(w.message)] == [__file__]
     b = HybridNeighborLoader(part_dir, [2, 2], cache=CacheOptions(**new),
                              **kw)
-    assert (a.gather.policy, a.cache_ranking, a.num_presample_batches) == \
-        (b.gather.policy, b.cache_ranking, b.num_presample_batches)
+    pa, pb = a.partition_batches, b.partition_batches
+    assert (pa.gather.policy, pa.cache_ranking, pa.num_presample_batches) \
+        == (pb.gather.policy, pb.cache_ranking, pb.num_presample_batches)
     _same(_part_batches(a), _part_batches(b))
 
 
-def test_distributed_loader_renames(part_dir):
+def test_distributed_loader_is_a_deprecated_alias(part_dir):
+    from pyg_orch import HybridNeighborLoader
     from pyg_orch.distributed import DistributedNeighborLoader
     kw = dict(batch_size=8, shuffle=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        old = DistributedNeighborLoader(part_dir, [2], presample_batches=3,
-                                        **kw)
-    assert _our_warnings(caught) == ["'presample_batches' is deprecated; "
-                                     "pass num_presample_batches=3"]
+        old = DistributedNeighborLoader(part_dir, [2],
+                                        num_presample_batches=3, **kw)
+    assert [str(w.message) for w in caught
+            if w.category is DeprecationWarning] == [
+        "'DistributedNeighborLoader' is deprecated; pass the folder to "
+        "HybridNeighborLoader('parts/', ...) (or the stores of "
+        "open_stores())"]
     assert caught[-1].filename == __file__
-    new = DistributedNeighborLoader(part_dir, [2], num_presample_batches=3,
-                                    **kw)
-    assert old.num_presample_batches == new.num_presample_batches == 3
-    # seed=None is the reproducible default seed 0:
-    zero = DistributedNeighborLoader(part_dir, [2], seed=0, **kw)
-    _same(_part_batches(new), _part_batches(zero))
-    with pytest.raises(ValueError, match="both given"):
-        DistributedNeighborLoader(part_dir, [2], presample_batches=3,
-                                  num_presample_batches=3, **kw)
-    with pytest.raises(TypeError, match="unexpected keyword"):
+    assert isinstance(old, HybridNeighborLoader)
+    assert old.partition_batches.num_presample_batches == 3
+    # The batches of the new spelling; seed=None is the default seed 0:
+    new = HybridNeighborLoader(part_dir, [2], device='cpu', seed=0, **kw)
+    _same(_part_batches(old), _part_batches(new))
+    with pytest.raises(TypeError, match="frobnicate"):
         DistributedNeighborLoader(part_dir, [2], frobnicate=3, **kw)
+    import pyg_orch.distributed as distributed
+    with pytest.warns(DeprecationWarning, match='PartitionFeatureStore'):
+        assert distributed.DistributedFeatureGather is not None
+    with pytest.raises(AttributeError, match='frobnicate'):
+        distributed.frobnicate
 
 
 def test_seed_none_is_the_shared_default_seed(tmp_path):

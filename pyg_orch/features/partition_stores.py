@@ -16,6 +16,7 @@ in the stores' arguments.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -25,12 +26,35 @@ from torch_geometric.data import FeatureStore, GraphStore
 from torch_geometric.data.feature_store import TensorAttr
 from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
-from pyg_orch.features.partition_gather import DistributedFeatureGather
-from pyg_orch.partition.opening import open_partition
+from pyg_orch.features.partition_gather import (
+    DistributedFeatureGather,
+    check_size,
+)
+from pyg_orch.parallel.machines import (
+    RankLayout,
+    rank_layout,
+    shard_part_topology,
+)
 from pyg_orch.sampling.collective import DistributedNeighborSampler
+from pyg_orch.partition.opening import open_partition
 from pyg_orch.partition.storage import GraphPartition
+from pyg_orch.sampling.arguments import check_placement, resolve_device
 
-__all__ = ['PartitionFeatureStore', 'PartitionGraphStore', 'open_stores']
+__all__ = ['PartitionFeatureStore', 'PartitionGraphStore', 'open_partition',
+           'open_stores']
+
+
+def _max_fanout(num_neighbors: Any) -> Optional[int]:
+    # The largest fan-out of any hop (None where a hop takes all neighbors).
+    lists = num_neighbors.values() if isinstance(num_neighbors, dict) \
+        else [num_neighbors]
+    try:
+        values = [int(k) for v in lists for k in v]
+    except (TypeError, ValueError):
+        return None  # The sampler says what is wrong.
+    if any(k < 0 for k in values):
+        return None
+    return max(values, default=0)
 
 
 def _read_only(store: str) -> NotImplementedError:
@@ -51,15 +75,30 @@ class PartitionGraphStore(GraphStore):
         partition (GraphPartition): This rank's part.
         group (ProcessGroup, optional): The process group (rank :obj:`k`
             holds part :obj:`k`; default: the default group).
+        layout (RankLayout, optional): This rank's layout (see
+            :func:`~pyg_orch.parallel.machines.rank_layout`; default:
+            one part per rank).
+        sampling_device (torch.device, optional): Where the sampler runs
+            (default: the loader's device).
+        topology_placement (str or TopologySharding): :obj:`'auto'`, or a
+            :class:`~pyg_orch.multigpu.TopologySharding` to split the part's
+            neighbor lists across the ranks of a machine that share it.
     """
     def __init__(self, partition: GraphPartition,
-                 group: Optional[Any] = None):
+                 group: Optional[Any] = None,
+                 layout: Optional[RankLayout] = None,
+                 sampling_device: Optional[torch.device] = None,
+                 topology_placement: Any = 'auto'):
         if not isinstance(partition, GraphPartition):
             raise TypeError(f"'partition' must be a GraphPartition (got "
                             f"{type(partition).__name__})")
         super().__init__()
         self.partition = partition
         self.group = group
+        self.layout = layout or RankLayout(group, group,
+                                           seed_rank=partition.part)
+        self.sampling_device = sampling_device
+        self.topology_placement = topology_placement
         self.is_hetero = partition.is_hetero
         if self.is_hetero:
             self.edge_types: List[Any] = list(partition.csc)
@@ -86,7 +125,17 @@ class PartitionGraphStore(GraphStore):
         :class:`~pyg_orch.distributed.DistributedNeighborSampler` of this
         part and :obj:`group` with :obj:`num_neighbors` and :obj:`options`
         (:obj:`replace`, :obj:`disjoint`, :obj:`time_attr`,
-        :obj:`device`, :obj:`generator`, ...)."""
+        :obj:`device`, :obj:`generator`, ...); by default on the store's
+        :obj:`sampling_device`, over its :obj:`topology_placement`."""
+        if self.sampling_device is not None:
+            options.setdefault('device', self.sampling_device)
+        if self.topology_placement != 'auto':
+            # A collective of the machine's ranks, once the sampler has
+            # attached times and weights to the part's topology:
+            options.setdefault('topology', functools.partial(
+                shard_part_topology, self.partition, self.layout,
+                options.get('device'), self.topology_placement,
+                _max_fanout(num_neighbors)))
         return DistributedNeighborSampler(self.partition, num_neighbors,
                                           group=self.group, **options)
 
@@ -245,7 +294,7 @@ class PartitionFeatureStore(FeatureStore):
     :meth:`get_tensor` and :meth:`multi_get_tensor` return the rows of any
     vertex, the part's own rows read from its (memory-mapped) files, cached
     remote rows from the cache and the others fetched from their owners by
-    a :class:`~pyg_orch.distributed.DistributedFeatureGather`.
+    a :class:`~pyg_orch.features.partition_gather.DistributedFeatureGather`.
 
     :meth:`multi_get_tensor` is a **collective**: every rank calls it once
     per batch, for the same attributes (PyG's loaders do). Its attributes
@@ -263,26 +312,43 @@ class PartitionFeatureStore(FeatureStore):
         feature_device (torch.device or str, optional): Where the part's
             rows are read and other ranks' requests served (default: the
             CPU, over the memory-mapped files).
-        cache_size (int): The capacity of an :obj:`'lru'` cache of remote
-            rows (per node type).
+        cache_size (int): Remote rows to cache (per node type for an
+            :obj:`'lru'` cache, its capacity): a loader fills the cache from
+            pre-sampled batches (:meth:`build_cache`).
         policy (str): :obj:`'static'` (filled by :meth:`build_cache`) or
-            :obj:`'lru'`.
+            :obj:`'lru'` (then also every fetched row, least recently read
+            evicted).
+        edge_keys (Iterable[str], optional): The edge attributes served by
+            :meth:`gather_edges` (default: none).
+        edge_cache_size (int): Edge attribute rows of remote edges to cache
+            (a loader fills it from pre-sampled batches).
+        peers (PeerGroup, optional): The ranks of this machine that share
+            the part, to split its rows across (see
+            :class:`~pyg_orch.features.partition_gather.DistributedFeatureGather`).
     """
     def __init__(self, partition: GraphPartition,
                  group: Optional[Any] = None,
                  keys: Optional[List[str]] = None,
                  device: Optional[Union[str, torch.device]] = None,
                  feature_device: Optional[Union[str, torch.device]] = None,
-                 cache_size: int = 0, policy: str = 'static'):
+                 cache_size: int = 0, policy: str = 'static',
+                 edge_keys: Optional[List[str]] = (),
+                 edge_cache_size: int = 0, peers: Optional[Any] = None):
         if not isinstance(partition, GraphPartition):
             raise TypeError(f"'partition' must be a GraphPartition (got "
                             f"{type(partition).__name__})")
+        check_size(edge_cache_size, 'edge_cache_size')
         super().__init__()
         #: The collective row fetch behind the store.
         self.feature_gather = DistributedFeatureGather(
             partition, keys=keys, group=group, policy=policy,
-            cache_size=cache_size, edge_keys=[], device=device,
-            feature_device=feature_device)
+            cache_size=cache_size if policy == 'lru' else 0,
+            edge_keys=edge_keys, device=device,
+            feature_device=feature_device, peers=peers)
+        check_size(cache_size, 'cache_size')
+        #: Remote rows and remote edges' attribute rows to cache.
+        self.cache_size = cache_size
+        self.edge_cache_size = edge_cache_size
         self.is_hetero = partition.is_hetero
         self.partition = partition
         attrs = partition.node_attrs if self.is_hetero else {
@@ -300,7 +366,7 @@ class PartitionFeatureStore(FeatureStore):
     def build_cache(self, counts: Any, cache_size: int) -> int:
         r"""Caches the rows of the :obj:`cache_size` remote vertices
         counted most often in :obj:`counts` (see
-        :meth:`~pyg_orch.distributed.DistributedFeatureGather.build_cache`);
+        :meth:`~pyg_orch.features.partition_gather.DistributedFeatureGather.build_cache`);
         a collective."""
         return self.feature_gather.build_cache(counts, cache_size)
 
@@ -371,21 +437,92 @@ class PartitionFeatureStore(FeatureStore):
                 f'num_parts={self.partition.num_parts})')
 
 
+def _check_shared(layout: RankLayout, num_parts: int,
+                  **placements: Any) -> None:
+    # A placement that splits a part across the ranks that share it.
+    for name, value in placements.items():
+        if value != 'auto' and not layout.shares_part:
+            what = 'neighbor lists' if name.startswith('topology') \
+                else 'feature rows'
+            raise ValueError(
+                f"{name}='sharded' splits a part's {what} across the ranks "
+                f"of a machine that share it: it needs one part per machine "
+                f"and LOCAL_WORLD_SIZE > 1 ranks on each (a world of parts x "
+                f"LOCAL_WORLD_SIZE ranks); here every rank holds its own "
+                f"part ({num_parts} parts)")
+
+
 def open_stores(
     partition: Union[str, Path, GraphPartition],
     group: Optional[Any] = None,
     expected_fingerprint: Optional[str] = None,
     verify: Optional[bool] = None,
-    **options: Any,
+    *,
+    keys: Optional[List[str]] = None,
+    edge_keys: Optional[List[str]] = None,
+    device: Optional[Union[str, torch.device]] = None,
+    sampling_device: Optional[Union[str, torch.device]] = None,
+    feature_device: Optional[Union[str, torch.device]] = None,
+    topology_placement: Any = 'auto',
+    feature_placement: str = 'auto',
+    cache_size: int = 0,
+    edge_cache_size: int = 0,
+    policy: str = 'static',
+    layout: Optional[RankLayout] = None,
 ) -> Tuple[PartitionFeatureStore, PartitionGraphStore]:
     r"""Loads this rank's part of the folder :obj:`partition` with
-    :func:`~pyg_orch.partition.opening.open_partition` (a collective: every
-    rank raises, naming the rank and the file, where one cannot load its
-    part or the parts do not belong together) and returns
-    :obj:`(feature_store, graph_store)` over it, the :obj:`data` of the
-    hybrid loaders. :obj:`options` go to :class:`PartitionFeatureStore`
-    (:obj:`keys`, :obj:`device`, :obj:`feature_device`,
-    :obj:`cache_size`, :obj:`policy`)."""
+    :func:`open_partition` (a collective: every rank raises, naming the
+    rank and the file, where one cannot load its part or the parts do not
+    belong together) and returns :obj:`(feature_store, graph_store)` over
+    it, the :obj:`data` of the hybrid loaders. The placement lives here:
+
+    * :obj:`sampling_device`: where sampling runs (default: the loader's
+      device); on CUDA the part's topology is copied there once.
+    * :obj:`feature_device`: where the part's rows are read and other ranks'
+      requests served (default: the CPU, over the memory-mapped files).
+    * :obj:`device`: where gathered rows and the cache live.
+    * :obj:`topology_placement` (:obj:`'auto'` or :obj:`'sharded'`, or a
+      :class:`~pyg_orch.multigpu.TopologySharding`) and
+      :obj:`feature_placement` (:obj:`'auto'` or :obj:`'sharded'`): split
+      the part's neighbor lists or feature rows across the ranks of a
+      machine that share one part (see
+      :mod:`~pyg_orch.parallel.machines`).
+    * :obj:`cache_size`, :obj:`edge_cache_size` and :obj:`policy`
+      (:obj:`'static'` or :obj:`'lru'`): the caches of remote rows (see
+      :class:`PartitionFeatureStore`).
+    * :obj:`keys` and :obj:`edge_keys`: the node and edge attributes served
+      (default: :obj:`'x'` and :obj:`'y'`; all edge attributes).
+    * :obj:`layout`: this rank's
+      :class:`~pyg_orch.parallel.machines.RankLayout` where it was
+      already agreed (default: agreed here, a collective).
+    """
+    if sampling_device is not None:
+        sampling_device = resolve_device(sampling_device, 'sampling_device')
+    sharding = check_placement(topology_placement)
+    if sharding in ('device', 'host'):
+        raise ValueError(f"'topology_placement' must be 'auto' or 'sharded' "
+                         f"on a partitioned graph (got "
+                         f"{topology_placement!r}); the part's topology is "
+                         f"sampled on 'sampling_device'")
+    if feature_placement not in ('auto', 'sharded'):
+        raise ValueError(f"'feature_placement' must be 'auto' or 'sharded' "
+                         f"(got {feature_placement!r})")
+    if layout is None:
+        layout = rank_layout(partition, group)
+    group = layout.part_group
     part = open_partition(partition, group, expected_fingerprint, verify)
-    return (PartitionFeatureStore(part, group, **options),
-            PartitionGraphStore(part, group))
+    _check_shared(layout, part.num_parts, topology_placement=sharding,
+                  feature_placement=feature_placement)
+    peers = None
+    if feature_placement == 'sharded':  # A collective of the machine.
+        from pyg_orch.parallel.peer_memory import PeerGroup
+        peers = PeerGroup(layout.machine_group(),
+                          device=resolve_device(feature_device,
+                                                'feature_device',
+                                                default='cpu'))
+    feature_store = PartitionFeatureStore(
+        part, group, keys=keys, device=device, feature_device=feature_device,
+        cache_size=cache_size, policy=policy, edge_keys=edge_keys,
+        edge_cache_size=edge_cache_size, peers=peers)
+    return feature_store, PartitionGraphStore(part, group, layout,
+                                              sampling_device, sharding)

@@ -10,7 +10,7 @@ feature gathering and the prefetch pipeline. Each loader mixes
 batch (:meth:`HybridLoaderMixin._add_metadata`)."""
 import copy
 import functools
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -116,6 +116,10 @@ class HybridLoaderMixin:
     #: :meth:`_add_hetero_metadata`), so that a
     #: :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` can serve them.
     _assembles_hetero = False
+    #: Over a partition folder: the
+    #: :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` that build
+    #: the batches (else :obj:`None`).
+    partition_batches: Optional[Any] = None
 
     # To implement ############################################################
 
@@ -196,6 +200,8 @@ class HybridLoaderMixin:
         (the loop's own, unless :obj:`prefetch > 0`), in the main process
         only, with the sampling stream current. Returns a function that
         removes the hook."""
+        if self.partition_batches is not None:
+            return self.partition_batches.register_batch_hook(hook, when)
         check_choice('when', when, ('received', 'sampled'))
         hooks = self._batch_hooks if when == 'received' else \
             self._sampled_hooks
@@ -259,7 +265,18 @@ class HybridLoaderMixin:
                 fs.num_cached_per_type
         if topo is not None and topo.is_sharded:
             out['topology_reads'] = topo.read_counts()
+        if self.partition_batches is not None:
+            out['batches'] = list(self.batch_stats)
         return out
+
+    @property
+    def batch_stats(self) -> List[Dict[str, int]]:
+        r"""Over a partition folder, per batch of the current epoch: rows
+        read from the part, the cache and other parts, and the sampler's
+        remote requests (empty otherwise)."""
+        if self.partition_batches is None:
+            return []
+        return self.partition_batches.batch_stats
 
     def set_gpu_cache_nodes(self, nodes: Tensor) -> bool:
         r"""Caches the features of :obj:`nodes` on the GPU (within the feature
@@ -303,7 +320,10 @@ class HybridLoaderMixin:
 
     @property
     def batches_ahead(self) -> int:
-        r"""How many batches the prefetch thread builds ahead, at most."""
+        r"""How many batches the prefetch thread (or the worker threads over
+        a partition folder) builds ahead, at most."""
+        if self.partition_batches is not None:
+            return self.partition_batches.batches_ahead
         return int(self.prefetch)
 
     @property
@@ -320,6 +340,8 @@ class HybridLoaderMixin:
         r"""This process's training seeds (the label edges' endpoints for
         link-level loaders; per node type for heterogeneous graphs) and how
         many of them a mini-batch holds."""
+        if self.partition_batches is not None:
+            return self.partition_batches.offload_seeds()
         inputs = self.input_data
         if isinstance(inputs, EdgeSamplerInput):
             types = inputs.input_type
@@ -487,7 +509,14 @@ class HybridLoaderMixin:
     def _finish_batch(self, pending: PendingSample) -> Any:
         return self.filter_fn(pending.result())
 
+    def __len__(self) -> int:
+        if self.partition_batches is not None:  # The same on every rank.
+            return len(self.partition_batches)
+        return super().__len__()
+
     def _get_iterator(self):
+        if self.partition_batches is not None:
+            return iter(self.partition_batches)
         if self.lookahead and self._auto_collation:
             it = LookaheadIterator(self._launch_batches(), self._finish_batch,
                                    self.device, resolve=self._resolve_batch)

@@ -1,7 +1,7 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.NeighborLoader`."""
-import inspect
 import os
+import warnings
 from typing import Any, Callable, Optional, Union
 
 from torch import Tensor
@@ -145,26 +145,21 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
 
     Given a folder written by :func:`~pyg_orch.distributed.partition_graph`
     as :obj:`data` (a :obj:`str` or :class:`os.PathLike`), every rank of
-    the default process group loads its own part and gets a
-    :class:`~pyg_orch.distributed.DistributedNeighborLoader` (the same
-    training script on one machine or several; the arguments it takes
-    there are listed in
-    :func:`~pyg_orch.loader.partition_folder.partition_loader`).
+    the default process group opens its own part
+    (:func:`~pyg_orch.distributed.open_stores`, which takes the keywords
+    :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`,
+    :obj:`feature_device`, :obj:`feature_placement`, :obj:`cache_size`
+    and :obj:`edge_cache_size`, and :obj:`placement.topology` and
+    :obj:`cache.policy`) and batches are built by a
+    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` (the same
+    training script on one machine or several; see :doc:`/distributed`):
+    :obj:`input_nodes` are then the seeds of all ranks, each rank keeping
+    those its part owns; :obj:`num_workers` are threads; :obj:`even`
+    (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batch counts. The
+    stores of :func:`~pyg_orch.distributed.open_stores` as :obj:`data` go
+    the same way, placed where they were opened, :obj:`input_nodes` this
+    rank's own seeds.
     """
-    def __new__(cls, data: Any = None, *args, **kwargs):
-        if isinstance(data, (str, os.PathLike)):
-            from pyg_orch.loader.partition_folder import partition_loader
-            bound = inspect.signature(cls.__init__).bind(
-                None, data, *args, **kwargs)
-            arguments = dict(bound.arguments)
-            extra = arguments.pop('kwargs', {})
-            arguments['placement'], arguments['cache'] = resolve_options(
-                extra, arguments.get('placement'), arguments.get('cache'))
-            arguments.update(extra)
-            del arguments['self'], arguments['data']
-            return partition_loader(data, arguments)
-        return super().__new__(cls)
-
     def __init__(
         self,
         data: GraphData,
@@ -193,22 +188,13 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         **kwargs,
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
-        if isinstance(data, (tuple, list)):
-            from pyg_orch.loader.partitioned import is_partitioned
-            if is_partitioned(data):
-                self._init_partitioned(
-                    data, num_neighbors, input_nodes, input_time, replace,
-                    subgraph_type, disjoint, temporal_strategy, time_attr,
-                    weight_attr, transform, transform_sampler_output,
-                    filter_per_worker, directed, device, seed, kwargs, {
-                        'neighbor_sampler': neighbor_sampler is not None,
-                        'topology': topology is not None,
-                        'placement': placement != PlacementOptions(),
-                        'cache': cache != CacheOptions(),
-                        'lookahead': bool(lookahead),
-                        'prefetch': prefetch != 0,
-                        'num_workers': kwargs.get('num_workers', 0) != 0,
-                    })
+        if isinstance(data, (str, os.PathLike, tuple, list)):
+            arguments = {k: v for k, v in locals().items()
+                         if k not in ('self', 'data', 'kwargs', '__class__')}
+            from pyg_orch.loader.partition_folder import partition_batches
+            batches = partition_batches(data, {**arguments, **kwargs})
+            if batches is not None:
+                self._init_partitioned(batches)
                 return
         cache = in_memory_cache(cache)
         device = check_common_args(data, device, kwargs, prefetch,
@@ -256,59 +242,29 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         self._init_lookahead(lookahead, pays=launching and
                              self.node_sampler.launches_async)
 
-    def _init_partitioned(self, data, num_neighbors, input_nodes,
-                          input_time, replace, subgraph_type, disjoint,
-                          temporal_strategy, time_attr, weight_attr,
-                          transform, transform_sampler_output,
-                          filter_per_worker, directed, device, seed, kwargs,
-                          unsupported) -> None:
-        # (PartitionFeatureStore, PartitionGraphStore): PyG's `NodeLoader`
-        # with the collective sampler, the ranks in step (as the link
-        # loader's, see `pyg_orch.loader.partitioned`).
-        from pyg_orch.loader.partitioned import (
-            in_step,
-            partition_stores,
-            reject_options,
-            seeded_generator,
-        )
-        from pyg_orch.sampling.arguments import resolve_device
-        data = partition_stores(data, resolve_device(device))
-        graph_store = data[1]
-        seeds: Any = (None, None)
-
-        def check():
-            nonlocal seeds, device
-            reject_options(unsupported)
-            device = check_common_args(data, device, kwargs, 0, None,
-                                       input_time, time_attr,
-                                       temporal_strategy, weight_attr)
-            seeds = graph_store.seed_nodes(input_nodes)
-            check_input_time(input_time, seeds[1], data)
-            return seeds[1].numel(), {
-                'num_neighbors': num_neighbors, 'replace': replace,
-                'subgraph_type': str(subgraph_type), 'disjoint': disjoint,
-                'directed': directed, 'temporal_strategy': temporal_strategy,
-                'time_attr': time_attr, 'weight_attr': weight_attr,
-                'input_nodes (node type)': seeds[0],
-                'input_time (given or not)': input_time is not None}
-
-        seed_shuffling(seed, kwargs)
-        in_step(graph_store, kwargs, check)
-        sampler = graph_store.sampler(
-            num_neighbors, replace=replace, disjoint=disjoint,
-            subgraph_type=subgraph_type if directed else 'induced',
-            temporal_strategy=temporal_strategy, time_attr=time_attr,
-            weight_attr=weight_attr, device=device,
-            generator=seeded_generator(seed, graph_store.rank, device))
-        self._init_pipeline(device, 0)
+    def _init_partitioned(self, batches: Any) -> None:
+        # A partition folder or its stores: batches built by
+        # `PartitionBatches`, PyG's `NodeLoader` over the same stores.
+        self.partition_batches = batches
+        self._init_pipeline(batches.device, batches.prefetch)
+        seeds = batches.input_nodes
         super().__init__(
-            data=data, node_sampler=sampler,
-            input_nodes=seeds if seeds[0] is not None else seeds[1],
-            input_time=input_time, transform=None,
-            transform_sampler_output=transform_sampler_output,
-            filter_per_worker=filter_per_worker, **kwargs)
-        self._init_batches(transform, CacheOptions(store=None))
+            data=(batches.feature_store, batches.graph_store),
+            node_sampler=batches.sampler,
+            input_nodes=seeds if batches.input_type is None else (
+                batches.input_type, seeds),
+            batch_size=batches.batch_size)
+        self.num_workers = batches.num_workers  # Threads, see above.
+        self._init_batches(None, CacheOptions(store=None))
         self._init_lookahead(False)
+
+    @classmethod
+    def _from_batches(cls, batches: Any) -> 'HybridNeighborLoader':
+        r"""The loader that delivers :obj:`batches` (a
+        :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`)."""
+        loader = cls.__new__(cls)
+        loader._init_partitioned(batches)
+        return loader
 
     # `HybridLoaderMixin` #####################################################
 
@@ -353,3 +309,46 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
 
     def _launch_sample(self, input_data: Any) -> PendingSample:
         return self.node_sampler.launch_from_nodes(input_data)
+
+
+def DistributedNeighborLoader(
+    partition: Any,
+    num_neighbors: NumNeighborsType,
+    batch_size: int,
+    input_nodes: Any = None,
+    *,
+    group: Optional[Any] = None,
+    expected_fingerprint: Optional[str] = None,
+    device: DeviceLike = None,
+    sampling_device: DeviceLike = None,
+    feature_device: DeviceLike = None,
+    topology_placement: Any = 'auto',
+    feature_placement: str = 'auto',
+    cache_size: int = 0,
+    edge_cache_size: int = 0,
+    cache_policy: str = 'static',
+    layout: Optional[Any] = None,
+    **options: Any,
+) -> HybridNeighborLoader:
+    r"""Deprecated: pass the folder to :obj:`HybridNeighborLoader('parts/',
+    ...)` (its placement to :func:`~pyg_orch.distributed.open_stores`, or
+    as the loader's keywords). Builds that loader over this rank's part of
+    :obj:`partition` with the old argument semantics (:obj:`input_nodes`:
+    this rank's seeds; batches on the CPU by default); the other
+    :obj:`options` go to
+    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`."""
+    from pyg_orch.loader.partition_pipeline import PartitionBatches
+    from pyg_orch.features.partition_stores import open_stores
+    warnings.warn("'DistributedNeighborLoader' is deprecated; pass the folder "
+                  "to HybridNeighborLoader('parts/', ...) (or the stores of "
+                  "open_stores())", DeprecationWarning, stacklevel=2)
+    device = 'cpu' if device is None else device
+    feature_store, graph_store = open_stores(
+        partition, group, expected_fingerprint, device=device,
+        sampling_device=sampling_device or 'cpu',
+        feature_device=feature_device, topology_placement=topology_placement,
+        feature_placement=feature_placement, cache_size=cache_size,
+        edge_cache_size=edge_cache_size, policy=cache_policy, layout=layout)
+    return HybridNeighborLoader._from_batches(PartitionBatches(
+        feature_store, graph_store, num_neighbors, batch_size, input_nodes,
+        device=device, **options))

@@ -1,17 +1,12 @@
-r"""The same training script on one machine or several:
-:class:`~pyg_orch.HybridNeighborLoader` given a partition folder instead of
-a graph (:obj:`HybridNeighborLoader('parts/', num_neighbors=[10, 5],
-batch_size=512)`) returns a
-:class:`~pyg_orch.distributed.DistributedNeighborLoader` over this rank's
-part (the rank in the default process group, or in :obj:`group`).
-
-:func:`partition_loader` maps the loader's arguments: those that describe a
-graph held in memory (its topology, sampler, feature store, look-ahead,
-...) are rejected with a :class:`ValueError` when set to anything but their
-defaults; :obj:`num_workers` builds batches in threads (see
-:class:`~pyg_orch.distributed.DistributedNeighborLoader`). This
-module imports nothing from :mod:`pyg_orch.loader` (which imports it
-lazily)."""
+r"""What :class:`~pyg_orch.HybridNeighborLoader` does with a partition
+folder as :obj:`data` (:obj:`HybridNeighborLoader('parts/',
+num_neighbors=[10, 5], batch_size=512)`), or the stores of
+:func:`~pyg_orch.distributed.open_stores`: :func:`partition_batches` opens
+this rank's stores (the rank in the default process group, or in
+:obj:`group`) and builds the
+:class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` the loader
+delivers. This module imports nothing from :mod:`pyg_orch.loader` (which
+imports it lazily)."""
 from __future__ import annotations
 
 import os
@@ -20,12 +15,12 @@ from typing import Any, Dict, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from pyg_orch.loader.distributed import DistributedNeighborLoader
-from pyg_orch.partition.opening import open_partition
-from pyg_orch.parallel.machines import rank_layout
+from pyg_orch.loader.partitioned import is_partitioned, partition_stores
+from pyg_orch.loader.partition_pipeline import PartitionBatches
+from pyg_orch.features.partition_stores import open_stores
 from pyg_orch.sampling.arguments import parse_subgraph_type, resolve_device
 
-__all__ = ['partition_loader']
+__all__ = ['STORE_KEYWORDS', 'partition_batches']
 
 # Arguments that make sense only for a graph held in memory, with their
 # defaults (accepted when passed with these values).
@@ -45,30 +40,17 @@ _IN_MEMORY_OPTIONS = {
               'cache_ratio': None},
 }
 
-# DataLoader arguments with no meaning here (no worker processes, no
-# DataLoader), with their defaults.
-_DATALOADER = {
-    'pin_memory': False,
-    'persistent_workers': False,
-    'prefetch_factor': None,
-    'worker_init_fn': None,
-    'timeout': 0,
-    'collate_fn': None,
-    'sampler': None,
-    'batch_sampler': None,
-    'generator': None,
-    'multiprocessing_context': None,
-    'pin_memory_device': '',
-    'in_order': True,
-}
+#: Keywords of :class:`~pyg_orch.HybridNeighborLoader` over a folder that
+#: go to :func:`~pyg_orch.distributed.open_stores` (the placement).
+STORE_KEYWORDS = ('group', 'expected_fingerprint', 'sampling_device',
+                  'feature_device', 'feature_placement', 'cache_size',
+                  'edge_cache_size')
 
-# Arguments of DistributedNeighborLoader that pass through.
-_DISTRIBUTED = ('even', 'cache_size', 'edge_cache_size', 'group',
-                'expected_fingerprint', 'sampling_device', 'feature_device',
-                'feature_placement', 'replace',
-                'disjoint', 'drop_last', 'weight_attr', 'time_attr',
-                'temporal_strategy', 'subgraph_type',
-                'transform_sampler_output', 'prefetch', 'num_workers')
+# Keywords that go to PartitionBatches as they are.
+_BATCHES = ('even', 'replace', 'disjoint', 'drop_last', 'weight_attr',
+            'time_attr', 'temporal_strategy', 'subgraph_type',
+            'transform_sampler_output', 'prefetch', 'num_workers',
+            'batch_size', 'shuffle', 'transform')
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -84,7 +66,7 @@ class RankSeeds(NamedTuple):
     r"""This rank's share of the seeds given to a partition folder's
     loader."""
     #: The seeds (or what names them), as
-    #: :class:`~pyg_orch.distributed.DistributedNeighborLoader` takes them.
+    #: :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` takes them.
     nodes: Optional[Any]
     #: Their times (where :obj:`input_time` was given).
     time: Optional[Tensor] = None
@@ -165,13 +147,20 @@ def _owned(input_nodes: Any, node_part: Tensor, part: int,
     return RankSeeds(nodes[keep], time.cpu()[keep], keep)
 
 
+def _named(input_nodes: Any) -> bool:
+    # Seeds named rather than given: the default, a node attribute or a
+    # node type (and a (node type, attribute or None) tuple).
+    if isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 \
+            and isinstance(input_nodes[0], str):
+        input_nodes = input_nodes[1]
+    return input_nodes is None or isinstance(input_nodes, str)
+
+
 def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
-    r"""The arguments of
-    :class:`~pyg_orch.distributed.DistributedNeighborLoader` that a
-    :class:`~pyg_orch.PlacementOptions` and a
-    :class:`~pyg_orch.CacheOptions` (or :obj:`None`) stand for; their
-    fields that apply to a graph held in memory only must keep their
-    defaults."""
+    r"""The store and batch arguments that a
+    :class:`~pyg_orch.PlacementOptions` and a :class:`~pyg_orch.CacheOptions`
+    (or :obj:`None`) stand for; their fields that apply to a graph held in
+    memory only must keep their defaults."""
     out: Dict[str, Any] = {}
     for group, value in (('placement', placement), ('cache', cache)):
         if value is None:
@@ -190,104 +179,47 @@ def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
                 f"'placement.topology' must be 'auto' or 'sharded' (got "
                 f"{placement.topology!r}); the part's topology is sampled "
                 f"on 'sampling_device'")
-        out['topology_placement'] = placement.topology
+        if not _is_default(placement.topology, 'auto'):
+            out['topology_placement'] = placement.topology
     if cache is not None:
-        out.update(cache_policy=cache.policy, cache_ranking=cache.ranking,
+        out.update(cache_ranking=cache.ranking,
                    num_presample_batches=cache.num_presample_batches)
+        if cache.policy != 'static':
+            out['policy'] = cache.policy
     return out
 
 
-def partition_loader(path: os.PathLike,
-                     arguments: Dict[str, Any]) -> DistributedNeighborLoader:
-    r"""The :class:`~pyg_orch.distributed.DistributedNeighborLoader` that
-    :obj:`HybridNeighborLoader(path, ...)` stands for: a collective, every
-    rank of the process group calls it (see :doc:`/distributed`).
-
-    :obj:`arguments` are those passed to
-    :class:`~pyg_orch.HybridNeighborLoader` (by name, :obj:`kwargs`
-    merged in). Supported:
-
-    * :obj:`num_neighbors`: a list of fan-outs (:obj:`-1`: all); for a
-      heterogeneous partition also a dictionary per edge type.
-    * :obj:`input_nodes`: the seeds of **all** ranks, each rank keeping
-      those its part owns (global ids, or a boolean mask over all
-      vertices; batches' :obj:`input_id` are then positions among all
-      ranks' seeds, as one machine's loader would give), or the name of a
-      boolean node attribute of the parts (e.g. :obj:`'train_mask'`);
-      :obj:`None`: the part's :obj:`train_mask` vertices where it has one,
-      else all of its vertices. For a heterogeneous partition: a node type
-      (all of the part's vertices of that type), or a (node type, seeds)
-      tuple, the seeds as above (or the name of a boolean attribute of
-      that type).
-    * :obj:`prefetch`: batches built ahead by a background thread, whose
-      exchanges go over their own gloo group (overlapped with training).
-    * :obj:`num_workers`: threads that build batches in parallel, each
-      over a gloo group of its own (see
-      :class:`~pyg_orch.distributed.DistributedNeighborLoader`).
-    * :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last`,
-      :obj:`transform`, :obj:`transform_sampler_output`, :obj:`replace`,
-      :obj:`disjoint`, :obj:`weight_attr` (an edge attribute of the
-      partition; as in PyG),
-      :obj:`time_attr` (a node or edge attribute of the partition holding
-      integer or floating-point times) and :obj:`temporal_strategy`,
-      :obj:`input_time` (one time per seed of :obj:`input_nodes`, given as
-      the seeds of all ranks; each rank keeps those of its seeds),
-      :obj:`subgraph_type` (and the deprecated :obj:`directed`).
-    * :obj:`device`: where batches land (default: this process's CUDA
-      device where CUDA is available, else the CPU).
-    * :obj:`sampling_device`: where sampling runs (default: the CPU; e.g.
-      :obj:`device` to sample on the GPU, over a copy of the part's
-      topology made there once).
-    * :obj:`feature_device`: where the part's feature rows are read and
-      served (default: the CPU; e.g. :obj:`device` to gather on the GPU,
-      over a copy of the part's gathered attributes made there once).
-    * :obj:`seed` (an integer or a generator, whose initial seed is used;
-      :obj:`None`, the default, is :obj:`0`, so that batches are
-      reproducible): shuffling and sampling, offset by the rank.
-    * :obj:`cache` (a :class:`~pyg_orch.CacheOptions`): the cache of remote
-      rows. :obj:`ranking`: :obj:`'frequency'` (the remote rows read most
-      often in :obj:`num_presample_batches` pre-sampled batches, default
-      8) or :obj:`'degree'` (the remote vertices that are the sources of
-      the most in-edges of the part's vertices; nothing pre-sampled);
-      :obj:`policy`: :obj:`'static'` or :obj:`'lru'`. Its other fields
-      describe a graph held in memory and must keep their defaults.
-    * :obj:`placement` (a :class:`~pyg_orch.PlacementOptions`):
-      :obj:`topology='auto'`, or :obj:`'sharded'` to split a part's
-      neighbor lists across the ranks of a machine that share it (one part
-      per machine, see :mod:`~pyg_orch.parallel.machines`); its
-      :obj:`backend` must stay :obj:`'auto'`.
-    * The arguments of
-      :class:`~pyg_orch.distributed.DistributedNeighborLoader`:
-      :obj:`cache_size`, :obj:`edge_cache_size` (remote edges' attribute
-      rows to cache per rank), :obj:`even`, :obj:`group`,
-      :obj:`expected_fingerprint`, :obj:`sampling_device`,
-      :obj:`feature_device` and :obj:`feature_placement`
-      (:obj:`'auto'`, or :obj:`'sharded'` to split the part's feature rows
-      across those ranks).
-
-    :class:`~pyg_orch.HybridNeighborLoader` turns its deprecated keywords
-    (:obj:`cache_policy`, :obj:`presample_batches`,
-    :obj:`topology_placement`, ...) into :obj:`cache` and :obj:`placement`
-    before it calls this function (see
-    :func:`pyg_orch.loader.options.resolve_options`).
-    """
+def partition_batches(data: Any, arguments: Dict[str, Any]
+                      ) -> Optional[PartitionBatches]:
+    r"""The :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` of
+    :obj:`HybridNeighborLoader(data, ...)` where :obj:`data` is partitioned
+    (else :obj:`None`). A folder: opens this rank's stores with
+    :func:`~pyg_orch.distributed.open_stores` (the keywords
+    :data:`STORE_KEYWORDS`, :obj:`placement.topology` and
+    :obj:`cache.policy`) and keeps the part's seeds among
+    :obj:`input_nodes`, the seeds of all ranks. A pair
+    :obj:`(PartitionFeatureStore, PartitionGraphStore)`: the stores as they
+    were opened, :obj:`input_nodes` this rank's seeds (see
+    :meth:`~pyg_orch.distributed.PartitionGraphStore.seed_nodes`). A
+    collective: every rank of the process group calls it. :obj:`arguments`
+    are those passed to
+    :class:`~pyg_orch.HybridNeighborLoader` (by name, :obj:`kwargs` merged
+    in); arguments of a graph held in memory (:obj:`topology`,
+    :obj:`neighbor_sampler`, ...) and DataLoader arguments other than
+    :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last` and
+    :obj:`num_workers` (threads here) are refused with a
+    :class:`ValueError` unless left at their defaults."""
+    if not is_partitioned(data):
+        return None
+    folder = isinstance(data, (str, os.PathLike))
+    where = f"'{os.fspath(data)}'" if folder else 'the stores'
     args = dict(arguments)
-    refusals = (
-        (_IN_MEMORY, ValueError, "{key!r} applies to a graph held in "
-         "memory; leave it unset (each rank samples its part of "
-         f"'{os.fspath(path)}')"),
-        (_DATALOADER, ValueError, "the DataLoader argument {key!r} does not "
-         "apply (batches are assembled by DistributedNeighborLoader, "
-         "without a DataLoader)"),
-    )
-    for defaults, error, reason in refusals:
-        for key, default in defaults.items():
-            if key in args and not _is_default(args.pop(key), default):
-                raise error("HybridNeighborLoader on a partition folder: "
-                            + reason.format(key=key))
-    if 'num_neighbors' not in args:
-        raise ValueError("HybridNeighborLoader needs 'num_neighbors'")
-    num_neighbors = args.pop('num_neighbors')
+    for key, default in _IN_MEMORY.items():
+        if key in args and not _is_default(args.pop(key), default):
+            raise ValueError(
+                f"HybridNeighborLoader on a partition folder: {key!r} "
+                f"applies to a graph held in memory; leave it unset (each "
+                f"rank samples its part of {where})")
     seed = args.pop('seed', None)
     if isinstance(seed, torch.Generator):
         seed = seed.initial_seed()
@@ -296,30 +228,40 @@ def partition_loader(path: os.PathLike,
         raise ValueError(f"'seed' must be an integer, a torch.Generator or "
                          f"None (got {seed!r})")
     device = resolve_device(args.pop('device', None))
-    options = {key: args.pop(key) for key in _DISTRIBUTED if key in args}
-    options.update(_option_fields(args.pop('placement', None),
-                                  args.pop('cache', None)))
-    batch_size = args.pop('batch_size', 1)
-    shuffle = args.pop('shuffle', False)
-    transform = args.pop('transform', None)
+    options = _option_fields(args.pop('placement', None),
+                             args.pop('cache', None))
+    stores = {key: args.pop(key) for key in STORE_KEYWORDS if key in args}
+    for key in ('topology_placement', 'policy'):
+        if key in options:
+            stores[key] = options.pop(key)
+    options.update({key: args.pop(key) for key in _BATCHES if key in args})
+    num_neighbors = args.pop('num_neighbors')
+    options.setdefault('batch_size', 1)
     input_nodes = args.pop('input_nodes', None)
     input_time = args.pop('input_time', None)
-    directed = args.pop('directed', True)
-    if not directed:  # PyG's deprecated spelling of 'induced' (warns):
+    if not args.pop('directed', True):  # PyG's deprecated 'induced' (warns):
         options['subgraph_type'] = parse_subgraph_type(
             options.get('subgraph_type', 'directional'), False, False)
     if args:
         raise ValueError(f"HybridNeighborLoader on a partition folder does "
-                         f"not take {sorted(args)}")
-    # Collectives: which part this rank holds, and whether every rank can
-    # load its own.
-    layout = rank_layout(path, options.get('group'))
-    partition = open_partition(path, layout.part_group,
-                               options.pop('expected_fingerprint', None))
-    seeds = _input_nodes(input_nodes, partition, input_time)
-    return DistributedNeighborLoader(
-        partition, num_neighbors, batch_size,
+                         f"not take {sorted(args)} (batches are built "
+                         f"without a DataLoader's workers)")
+    if folder:
+        feature_store, graph_store = open_stores(data, device=device,
+                                                 **stores)
+        seeds = _input_nodes(input_nodes, graph_store.partition, input_time)
+    else:
+        if stores:
+            raise ValueError(f"{sorted(stores)} place the stores: pass them "
+                             f"to open_stores(), not to the loader of "
+                             f"(feature_store, graph_store)")
+        feature_store, graph_store = partition_stores(data, device)
+        seeds = RankSeeds(input_nodes, input_time)
+        if not _named(input_nodes):  # Else named by the part's attributes.
+            node_type, ids = graph_store.seed_nodes(input_nodes)
+            seeds = RankSeeds(ids if node_type is None else (node_type, ids),
+                              input_time)
+    return PartitionBatches(
+        feature_store, graph_store, num_neighbors,
         input_nodes=seeds.nodes, input_time=seeds.time,
-        input_id=seeds.input_id,
-        shuffle=bool(shuffle), seed=seed, device=device, transform=transform,
-        layout=layout, **options)
+        input_id=seeds.input_id, seed=seed, device=device, **options)

@@ -379,7 +379,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     candidates = selection.hot_nodes
     of = None  # The vertices the ratios are of: all of them.
     if partitioned:
-        of = loader.partition.num_nodes
+        of = loader.partition_batches.partition.num_nodes
         if measure and ranks is not None:
             # Hot sets of the same sizes on all ranks, so that they try
             # the same candidates:
@@ -490,7 +490,7 @@ def _hetero_first_layer(
     # partition; `convs` where it was found by tracing a forward pass),
     # after checking that the node features it reads exist.
     if is_partition_loader(loader):
-        part = loader.partition
+        part = loader.partition_batches.partition
         edge_types = list(part.csc)
         has_x = {t: 'x' in attrs for t, attrs in part.node_attrs.items()}
         where = "the partition's node attribute 'x' of {t!r}"
@@ -566,7 +566,7 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
     if partitioned:
         selection, computer, x_dict = part_hetero_runtime_inputs(
             loader, convs, max(ratios), options)
-        part = loader.partition
+        part = loader.partition_batches.partition
         of = sum(int(part.node_ids[t].numel()) for t in computer.node_types)
         if measure and ranks is not None:
             # Hot sets of the same sizes on all ranks:

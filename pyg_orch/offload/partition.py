@@ -1,11 +1,10 @@
 """Bottom-layer offload over a partitioned graph
-(:class:`~pyg_orch.distributed.DistributedNeighborLoader`, e.g.
-:obj:`HybridNeighborLoader('parts/', ...)`), per machine: each rank's hot
+(:obj:`HybridNeighborLoader('parts/', ...)`), per machine: each rank's hot
 vertices are vertices its own part holds, chosen from its own pre-sampled
 batches (a collective: every rank pre-samples as many). Their in-edges are
 in the part; the features of their in-neighbors owned by other parts are
 fetched once, when the offload is built (one
-:meth:`~pyg_orch.distributed.DistributedFeatureGather.gather`), into a
+:meth:`~pyg_orch.features.partition_gather.DistributedFeatureGather.gather`), into a
 table of at most as many rows as the part owns vertices (:class:`HaloTable`).
 The sampler then skips the hot vertices' last hop, as on one machine.
 On a heterogeneous partition, the same per node type: the candidates are
@@ -27,19 +26,22 @@ from pyg_orch.offload.ddp import MachineRanks, process_group_active
 from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.options import OffloadOptions
+from pyg_orch.offload.protocol import OffloadableLoader
 from pyg_orch.sampling.contract import DEFAULT_PRESAMPLE_BATCHES
 
 
 def is_partition_loader(loader: Any) -> bool:
-    r"""Whether :obj:`loader` samples a partitioned graph."""
-    from pyg_orch.loader.distributed import DistributedNeighborLoader
-    return isinstance(loader, DistributedNeighborLoader)
+    r"""Whether :obj:`loader` samples a partition folder (its
+    :attr:`partition_batches`, see
+    :class:`~pyg_orch.offload.protocol.OffloadableLoader`)."""
+    return isinstance(loader, OffloadableLoader) and \
+        loader.partition_batches is not None
 
 
 def check_partition_loader(loader: Any) -> Any:
     r"""Returns the sampler of a partitioned :obj:`loader`; raises if
     offload cannot work with it."""
-    part = loader.partition
+    part = loader.partition_batches.partition
     if not part.is_hetero and not isinstance(part.x, Tensor):
         raise ValueError("BottomLayerOffload needs node features: the "
                          "partition has no node attribute 'x'")
@@ -180,7 +182,7 @@ def count_part_accesses(loader: Any, num_batches: int, seed: Optional[int]
     (every rank draws the same number of batches)."""
     sampler = loader.node_sampler
     num = max(1, min(int(num_batches), len(loader)))
-    seeds = loader.input_nodes
+    seeds = loader.partition_batches.input_nodes
     gen = torch.Generator().manual_seed(0 if seed is None else int(seed))
     seeds = seeds[torch.randperm(seeds.numel(), generator=gen)]
     batches = list(torch.split(seeds, loader.batch_size))[:num]
@@ -188,11 +190,12 @@ def count_part_accesses(loader: Any, num_batches: int, seed: Optional[int]
     counts = {t: torch.zeros(n, dtype=torch.int64)
               for t, n in sampler.num_nodes.items()}
     hops = sampler.num_hops
-    hetero = loader.partition.is_hetero
+    batches_of = loader.partition_batches
+    hetero = batches_of.partition.is_hetero
     with sampler.presampling():
         for batch in batches:
             out = sampler.sample_from_nodes(
-                {loader.input_type: batch} if hetero else batch)
+                {batches_of.input_type: batch} if hetero else batch)
             node, nums = out.node, out.num_sampled_nodes
             if not hetero:
                 node, nums = {None: node}, {None: nums}
@@ -212,7 +215,7 @@ def select_part_hot_nodes(loader: Any, node_types: List[Any],
     are combined, those of :obj:`node_types[k]` after those of the types
     before it (as in
     :class:`~pyg_orch.offload.hetero_layer.HeteroBottomLayerComputer`)."""
-    part = loader.partition
+    part = loader.partition_batches.partition
     counts, num = count_part_accesses(loader, num_batches, seed)
     mine, total = [], 0
     for t in node_types:
@@ -260,7 +263,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     in-edges of the kept candidates, whose sources are rows of the source
     type's table) and the kept prefix; a collective (the rows of other
     parts come with one gather of the loader's)."""
-    part = loader.partition
+    part = loader.partition_batches.partition
     weight_attr = loader.node_sampler.weight_attr
     k = candidates.numel()
     starts = torch.tensor([offsets[t] for t in node_types])
@@ -302,11 +305,12 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     keep = int((torch.cumsum(added[:k], 0) <= max_rows).sum())
     ids = {t: ids[first < keep] for t, (ids, first) in found.items()}
     # Every rank gathers once (rows of other parts come over):
+    gather = loader.partition_batches.gather
     if part.is_hetero:
-        got = loader.gather.gather(ids)
+        got = gather.gather(ids)
         rows = {t: got[t]['x'].cpu() for t in ids}
     else:
-        rows = {None: loader.gather.gather(ids[None])['x'].cpu()}
+        rows = {None: gather.gather(ids[None])['x'].cpu()}
     tables = {t: HaloTable(ids[t], rows[t], None) for t in ids}
     by_edge = {}
     for et in edge_types:
@@ -358,8 +362,9 @@ def part_runtime_inputs(loader: Any, first: torch.nn.Module, ratio: float,
     selection = select_part_hot_nodes(loader, [None], ratio,
                                       _presample_batches(loader, options),
                                       options.seed)
+    num_nodes = loader.partition_batches.partition.num_nodes
     table, candidates = build_halo(loader, selection.hot_nodes,
-                                   max(loader.partition.num_nodes, 1))
+                                   max(num_nodes, 1))
     selection.hot_nodes = candidates
     fanout = -1 if options.full_neighbors is True else \
         loader.node_sampler.bottom_fanout()
@@ -378,7 +383,8 @@ def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
     partition: the hot candidates among the part's vertices of the first
     layer's destination types (combined ids), the computer over the
     tables, and the table of every node type (its rows); a collective."""
-    sampler, part = loader.node_sampler, loader.partition
+    sampler = loader.node_sampler
+    part = loader.partition_batches.partition
     edge_types = list(convs)
     node_types: List[Any] = []
     for et in edge_types:
@@ -422,7 +428,9 @@ def partition_ranks(loader: Any) -> Optional[MachineRanks]:
     :class:`~torch.nn.parallel.DistributedDataParallel`."""
     if not process_group_active():
         return None
-    group = loader.group if loader.group is not None else dist.group.WORLD
+    group = loader.partition_batches.group
+    if group is None:
+        group = dist.group.WORLD
     ranks = MachineRanks(group)
     return ranks if ranks.size > 1 else None
 

@@ -1,8 +1,8 @@
 """What :class:`~pyg_orch.offload.BottomLayerOffload` needs from a loader:
 the :class:`OffloadableLoader` protocol, which
 :class:`~pyg_orch.HybridNeighborLoader`,
-:class:`~pyg_orch.HybridLinkNeighborLoader` and
-:class:`~pyg_orch.distributed.DistributedNeighborLoader` implement, and the
+:class:`~pyg_orch.HybridLinkNeighborLoader` implement (also over a
+partition folder), and the
 loader's facts an offload is planned from (:class:`LoaderFacts`,
 :func:`loader_facts`)."""
 from dataclasses import dataclass
@@ -45,6 +45,9 @@ class OffloadableLoader(Protocol):
     num_workers: int
     #: Whether worker processes live across epochs.
     persistent_workers: bool
+    #: Over a partition folder, what builds the batches (the part, the
+    #: fetch of remote rows, this rank's seeds), else :obj:`None`.
+    partition_batches: Any
 
     @property
     def offload_sampler(self) -> HotNodeSampler:

@@ -3,7 +3,7 @@ r"""Variable-size exchanges between all ranks of a process group, one
 sizes, unless the receiver knows them, as for the replies to its own
 requests): the transport of the collective sampler
 (:class:`~pyg_orch.distributed.DistributedNeighborSampler`) and feature
-gather (:class:`~pyg_orch.distributed.DistributedFeatureGather`).
+gather (:class:`~pyg_orch.features.partition_gather.DistributedFeatureGather`).
 
 Every rank of the group must call :func:`exchange` the same number of times
 in the same order (an empty list of rows for a rank is fine). A lost rank

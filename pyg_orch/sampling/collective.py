@@ -882,7 +882,7 @@ class DistributedNeighborSampler(BaseSampler):
         r"""The global id of the destination of every edge of :obj:`out`,
         an output of :meth:`sample_from_nodes` (per edge type for a
         heterogeneous partition), as
-        :meth:`~pyg_orch.distributed.DistributedFeatureGather.gather_edges`
+        :meth:`~pyg_orch.features.partition_gather.DistributedFeatureGather.gather_edges`
         takes it: with :obj:`subgraph_type='bidirectional'` the edge's own
         destination, also where the batch holds it reversed."""
         directional = out.metadata[2] if out.metadata else None

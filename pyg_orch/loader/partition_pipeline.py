@@ -1,13 +1,12 @@
-r"""A thin loader over
-:class:`~pyg_orch.distributed.DistributedNeighborSampler` and
-:class:`~pyg_orch.distributed.DistributedFeatureGather`: one part per
-rank (or per machine, shared by its ranks), mini-batches of this part's
-seeds as PyG :class:`Data`, the same number of batches on every rank so
-that the collectives never wait for a rank that has run out of seeds."""
+r"""How :class:`~pyg_orch.HybridNeighborLoader` builds batches over a
+partition folder (:class:`PartitionBatches`): one part per rank (or per
+machine, shared by its ranks), mini-batches of this part's seeds as PyG
+:class:`Data`, the same number of batches on every rank so that the
+collectives never wait for a rank that has run out of seeds; built in the
+training loop's thread, a prefetch thread or worker threads."""
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import (
     Any,
     Callable,
@@ -16,7 +15,6 @@ from typing import (
     List,
     Optional,
     NamedTuple,
-    Sequence,
     Tuple,
     Union,
 )
@@ -35,25 +33,20 @@ from pyg_orch.features.partition_gather import (
     DistributedFeatureGather,
     check_size,
 )
-from pyg_orch.parallel.machines import (
-    RankLayout,
-    rank_layout,
-    shard_part_topology,
-)
 from pyg_orch.sampling.collective import DistributedNeighborSampler
-from pyg_orch.partition.opening import open_partition
-from pyg_orch.partition.storage import GraphPartition
+from pyg_orch.features.partition_stores import (
+    PartitionFeatureStore,
+    PartitionGraphStore,
+)
 from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.core.checks import warn_renamed
+from pyg_orch.core.checks import check_choice
 from pyg_orch.sampling.arguments import (
     check_int,
-    check_placement,
     integers_per_seed,
-    resolve_device,
     times_per_seed,
 )
 
-__all__ = ['DistributedNeighborLoader']
+__all__ = ['PartitionBatches']
 
 
 def _all_go_on(group: Any, option: str, go_on: bool) -> bool:
@@ -65,7 +58,7 @@ def _all_go_on(group: Any, option: str, go_on: bool) -> bool:
     all_go_on = bool(flag.item())
     if go_on and not all_go_on:
         raise RuntimeError(
-            f"DistributedNeighborLoader: another rank stopped iterating "
+            f"HybridNeighborLoader: another rank stopped iterating "
             f"this epoch before this one did; with '{option}', every rank "
             f"must take the same number of batches (or all break at the "
             f"same step)")
@@ -94,238 +87,50 @@ def _reduce(value: int, op, group) -> int:
     return int(t.item())
 
 
-def _max_fanout(num_neighbors: Any) -> Optional[int]:
-    # The largest fan-out of any hop (None where a hop takes all neighbors).
-    lists = num_neighbors.values() if isinstance(num_neighbors, dict) \
-        else [num_neighbors]
-    try:
-        values = [int(k) for v in lists for k in v]
-    except (TypeError, ValueError):
-        return None  # The sampler says what is wrong.
-    if any(k < 0 for k in values):
-        return None
-    return max(values, default=0)
-
-
 class SeedBatch(NamedTuple):
     r"""The seeds of one batch of a
-    :class:`DistributedNeighborLoader`."""
+    a :class:`PartitionBatches`."""
     seeds: Tensor
     time: Optional[Tensor]
     input_id: Tensor
 
 
-class DistributedNeighborLoader:
-    r"""Mini-batches of this rank's seeds, sampled collectively over a
-    partitioned graph (rank :obj:`k` loads part :obj:`k`).
+class PartitionBatches:
+    r"""The batches of :class:`~pyg_orch.HybridNeighborLoader` over a
+    partition folder: mini-batches of this rank's seeds, sampled
+    collectively over the stores of :func:`~pyg_orch.distributed.open_stores`
+    (rank :obj:`k` holds part :obj:`k`, or the ranks of a machine share
+    one part), as PyG :class:`Data` (or :class:`HeteroData`) with the
+    gathered node attributes, the sampled edges' attributes, :obj:`n_id`,
+    :obj:`e_id`, :obj:`batch_size`, :obj:`input_id`, ... as PyG's loaders.
 
-    Every batch holds :obj:`x`, :obj:`y` and the part's other gathered node
-    attributes, the edge attributes of the sampled edges (e.g.
-    :obj:`edge_attr`), :obj:`edge_index`, :obj:`n_id`, :obj:`e_id`,
-    :obj:`batch_size`, :obj:`num_sampled_nodes` and
-    :obj:`num_sampled_edges`, :obj:`input_id` (and with
-    :obj:`disjoint=True` the seed index :obj:`batch` of every node, with
-    :obj:`time_attr` the :obj:`seed_time`), as PyG's loaders.
-
-    Every rank must iterate the loader in step (each batch is a collective).
-    The number of batches is the same on every rank: with
-    :obj:`even='min'` (default), the smallest count over the ranks (the
-    seeds of a rank's extra batches are skipped this epoch, as
-    :func:`~pyg_orch.multigpu.equal_batch_count`); with :obj:`even='pad'`,
-    the largest, ranks with fewer seeds yielding empty batches
-    (:obj:`batch_size == 0`) at the end.
-
-    Args:
-        partition (str or GraphPartition): The folder written by
-            :func:`~pyg_orch.distributed.partition_graph` (this rank's
-            part is loaded) or this rank's loaded part.
-        num_neighbors (List[int]): The fan-out per hop (:obj:`-1`: all).
-        batch_size (int): Seeds per batch.
-        input_nodes (Tensor or str, optional): This rank's seeds (global
-            ids, owned by any part) or the name of a boolean node attribute
-            of the part (its set vertices). Default: :obj:`'train_mask'`
-            where the part has it, else all vertices of the part. For a
-            heterogeneous partition, a node type (all of the part's
-            vertices of that type) or a (node type, seeds or attribute
-            name) tuple; batches are then
-            :class:`~torch_geometric.data.HeteroData` (:obj:`batch_size`
-            on the seeds' node type).
-        shuffle (bool): Shuffle the seeds every epoch.
-        even (str): :obj:`'min'` or :obj:`'pad'` (see above).
-        replace (bool): Sample with replacement (as in PyG).
-        disjoint (bool): Give every seed its own subgraph (as in PyG).
-        weight_attr (str, optional): An edge attribute of the partition of
-            non-negative sampling weights (as in PyG; see
-            :class:`~pyg_orch.distributed.DistributedNeighborSampler`).
-        time_attr (str, optional): A node or edge attribute of the
-            partition holding integer or floating-point timestamps:
-            temporal sampling, as in PyG (disjoint subgraphs; batches carry
-            :obj:`seed_time`).
-        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
-        input_time (Tensor, optional): The time of every seed of
-            :obj:`input_nodes` (this rank's seeds, in their order); by
-            default a node-level time's own value.
-        subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'`
-            or :obj:`'induced'` (as in PyG; see
-            :class:`~pyg_orch.distributed.DistributedNeighborSampler`).
-        input_id (Tensor, optional): What batches report as
-            :obj:`input_id` for every seed of :obj:`input_nodes` (default:
-            its position among them, as in PyG).
-        drop_last (bool): Leave out this rank's last batch if it is smaller
-            than :obj:`batch_size` (before the counts of the ranks are
-            evened out).
-        cache_size (int): Remote rows to cache per rank (:obj:`0`: none);
-            the cache is filled on the first epoch from
-            :obj:`num_presample_batches` pre-sampled batches (drawn without
-            changing the batches that follow: the sampler's generator is
-            restored).
-        edge_cache_size (int): Edge attribute rows of remote edges (whose
-            destination another part owns) to cache per rank (:obj:`0`:
-            none; over all edge types for a heterogeneous partition): the
-            edges sampled most often in the same pre-sampled batches. A
-            static cache under either :obj:`cache_policy` (see
-            :class:`~pyg_orch.distributed.DistributedFeatureGather`).
-        cache_policy (str): :obj:`'static'` (the hot rows only) or
-            :obj:`'lru'` (the hot rows, then every fetched row, least
-            recently read evicted); see
-            :class:`~pyg_orch.distributed.DistributedFeatureGather`.
-        cache_ranking (str): Which remote rows are hot:
-            :obj:`'frequency'` (read most often in the pre-sampled
-            batches) or :obj:`'degree'` (the sources of the most in-edges
-            of the part's vertices, the vertices this part's sampling
-            draws most often as neighbors; nothing pre-sampled for it).
-        num_presample_batches (int, optional): Batches pre-sampled to count
-            accesses; :obj:`None` is :obj:`8`. (default: :obj:`None`)
-        seed (int, optional): Seed of the shuffling and of this rank's
-            sampling (offset by the rank); :obj:`None` is :obj:`0`, so that
-            batches are reproducible and every rank agrees without an
-            exchange. (default: :obj:`None`)
-        transform (callable, optional): Applied to every batch (after it
-            was moved to :obj:`device`).
-        prefetch (int): Batches built ahead by a background thread while
-            the training loop works (:obj:`0`: none, batches are built when
-            the loop asks). The thread's exchanges go over a gloo group of
-            their own (created here, a collective), so they never interleave
-            with the loop's collectives (e.g. DDP's all-reduce); every
-            batch starts with an agreement of all ranks' threads, so a loop
-            that stops early (on every rank) leaves no rank inside an
-            exchange. Batches, their order and :obj:`batch_stats` are as
-            without prefetch (where a loop stopped early, the thread had
-            sampled up to :obj:`prefetch + 1` batches more, so later
-            draws differ); :obj:`transform` and batch hooks run in the
-            loop's thread, hooks with :obj:`when='sampled'` in the prefetch
-            thread. With :obj:`sampling_device` or :obj:`feature_device` on
-            a GPU, the thread queues its kernels on a CUDA stream of its
-            own and the loop's stream waits for a batch's event before it
-            reads the batch; its exchanges still go over gloo, through host
-            memory, also where :obj:`group` is NCCL. (default: :obj:`0`)
-        num_workers (int): Threads that build batches in parallel, batch
-            :obj:`i` by thread :obj:`i % num_workers`, each up to two
-            batches ahead, delivered in order (:obj:`0`: none). Threads,
-            not processes: sampling and gathering spend their time in
-            PyTorch operations and exchanges, which release Python's
-            interpreter lock. Each thread exchanges over a gloo group of
-            its own (created here, a collective) and agrees with the
-            other ranks' threads before every batch, as with
-            :obj:`prefetch`, and draws from a random generator of its
-            own, seeded from :obj:`seed` and the rank: batches are
-            reproducible for a given :obj:`num_workers`, and differ from
-            those of another :obj:`num_workers` as PyG's worker processes'
-            do. Hooks with :obj:`when='sampled'` run in the worker
-            threads. Keep ranks x workers x
-            :func:`torch.get_num_threads` within the machine's cores.
-            Every rank must pass the same value. Needs
-            :obj:`prefetch=0`. With :obj:`cache_policy='lru'` the threads
-            share one cache, changed in the order their gathers reach it:
-            rows stay right, but which are cached (and the batches'
-            :obj:`cached_rows`) depends on the threads' timing. On a GPU
-            (:obj:`sampling_device` or :obj:`feature_device`), every thread
-            has a CUDA stream of its own, as with :obj:`prefetch`, and
-            sampling on the GPU keeps a relabeling array of 4 bytes per
-            vertex of the graph per thread in GPU memory. (default:
-            :obj:`0`)
-        transform_sampler_output (callable, optional): Applied to every
-            sampler output (a :class:`~torch_geometric.sampler.SamplerOutput`
-            or :class:`~torch_geometric.sampler.HeteroSamplerOutput` of
-            global ids, see
-            :meth:`DistributedNeighborSampler.sample_from_nodes`) before
-            features are gathered, as in PyG's
-            :class:`~torch_geometric.loader.NodeLoader`; hooks registered
-            with :obj:`when='sampled'` see the output before it.
-        expected_fingerprint (str, optional): Reject a partition of
-            another graph (see :func:`open_partition`, which checks that
-            all ranks hold parts of one partitioning).
-        group (ProcessGroup, optional): The process group (gloo, or NCCL
-            with this process's CUDA device set by
-            :func:`torch.cuda.set_device`).
-        device (torch.device or str, optional): Where batches are
-            delivered (default: the CPU). Gathered rows (and the cache of
-            remote rows) live on :obj:`device`.
-        sampling_device (torch.device or str, optional): Where sampling
-            runs (default: the CPU, over the part's memory-mapped files).
-            On a CUDA device (e.g. :obj:`device`), the part's topology is
-            copied there once, when the loader is built, and must fit in
-            its memory beside the cache and the model; the sampler's
-            exchanges then move CUDA tensors, and the sampled ids are
-            copied to the host once per batch to index the part's
-            features (unless :obj:`feature_device` is a GPU).
-        feature_device (torch.device or str, optional): Where the part's
-            feature rows are read and other ranks' requests for them
-            served (default: the CPU, over the part's memory-mapped
-            files). On a CUDA device (e.g. :obj:`device`), the gathered
-            node attributes (:obj:`x`, :obj:`y`) and edge attributes of
-            the part, and the maps over all vertices that index them, are
-            copied there once, when the loader is built, and must fit in
-            its memory beside the topology, the cache and the model (see
-            :class:`~pyg_orch.distributed.DistributedFeatureGather`); ids
-            then stay on the GPU. For a batch that never leaves the GPU,
-            pass the same device as :obj:`device`,
-            :obj:`sampling_device` and :obj:`feature_device`.
-        topology_placement (str or TopologySharding): :obj:`'auto'`: every
-            rank holds its part's topology (memory-mapped on the CPU, or
-            copied to :obj:`sampling_device`). :obj:`'sharded'` (or a
-            :class:`~pyg_orch.multigpu.TopologySharding`): where the ranks
-            of a machine share one part (see
-            :mod:`~pyg_orch.parallel.machines`), the part's neighbor
-            lists are split across them, with copies of the most read ones
-            on every rank; sampling reads the same lists, so batches do not
-            change.
-        feature_placement (str): :obj:`'auto'`: every rank holds its
-            part's feature rows (memory-mapped on the CPU, or copied to
-            :obj:`feature_device`). :obj:`'sharded'`: where the ranks of a
-            machine share one part, the part's rows of :obj:`x` and
-            :obj:`y` are split across them on :obj:`feature_device` (row
-            :obj:`i` of the part on local rank :obj:`i % N`), so a machine
-            of :obj:`N` GPUs holds its part's rows once, not :obj:`N`
-            times; a rank reads the others from its peers' shards
-            (symmetric memory over NVLink on GPUs, :obj:`/dev/shm` on
-            CPUs). Batches do not change.
-        layout (RankLayout, optional): This rank's layout, where it was
-            already agreed (:func:`~pyg_orch.parallel.machines.rank_layout`
-            with the same :obj:`group`); agreed here by default.
-
-    With one part per machine and :obj:`LOCAL_WORLD_SIZE` ranks on each
-    (:obj:`torchrun --nnodes M --nproc-per-node N` over :obj:`M` parts),
-    the ranks of a machine share its part: each takes every
-    :obj:`N`-th of the part's seeds and exchanges with the ranks of its
-    local rank on the other machines
-    (:func:`~pyg_orch.parallel.machines.rank_layout`).
+    Every rank iterates in step (each batch is a collective) and takes as
+    many batches: with :obj:`even='min'` the smallest count over the ranks,
+    with :obj:`even='pad'` the largest (ranks with fewer seeds yield empty
+    batches at the end). The caches of the feature store
+    (:obj:`cache_size`, :obj:`edge_cache_size`) are filled on the first
+    epoch from :obj:`num_presample_batches` pre-sampled batches
+    (:obj:`cache_ranking='frequency'`) or from the sources of the part's
+    in-edges (:obj:`'degree'`). :obj:`prefetch` builds batches ahead in a
+    background thread, :obj:`num_workers` in that many threads (not
+    processes: their exchanges are collectives), each over a gloo group of
+    its own and agreeing with the other ranks' threads before each batch;
+    batches are reproducible for a given :obj:`num_workers`. The other
+    arguments are those of :class:`~pyg_orch.HybridNeighborLoader`;
+    :obj:`input_nodes` are this rank's seeds (global ids, or the name of a
+    boolean node attribute; for a heterogeneous partition with their node
+    type), :obj:`input_id` what batches report for them.
     """
-    def __init__(self, partition: Union[str, Path, GraphPartition],
-                 num_neighbors: Sequence[int], batch_size: int,
-                 input_nodes: Optional[Union[Tensor, str]] = None,
+    def __init__(self, feature_store: PartitionFeatureStore,
+                 graph_store: PartitionGraphStore,
+                 num_neighbors: Any, batch_size: int,
+                 input_nodes: Optional[Union[Tensor, str, tuple]] = None,
                  shuffle: bool = False, even: str = 'min',
-                 cache_size: int = 0, cache_policy: str = 'static',
+                 cache_ranking: str = 'frequency',
                  num_presample_batches: Optional[int] = None,
-                 seed: Optional[int] = None, group: Optional[Any] = None,
+                 seed: Optional[int] = None,
                  device: Optional[Union[str, torch.device]] = None,
                  transform: Optional[Callable] = None,
-                 expected_fingerprint: Optional[str] = None,
-                 sampling_device: Optional[Union[str, torch.device]] = None,
-                 feature_device: Optional[Union[str, torch.device]] = None,
-                 topology_placement: Any = 'auto',
-                 layout: Optional[RankLayout] = None,
-                 feature_placement: str = 'auto',
                  replace: bool = False, disjoint: bool = False,
                  drop_last: bool = False,
                  weight_attr: Optional[str] = None,
@@ -334,19 +139,15 @@ class DistributedNeighborLoader:
                  input_time: Optional[Tensor] = None,
                  input_id: Optional[Tensor] = None,
                  subgraph_type: Any = 'directional',
-                 edge_cache_size: int = 0,
                  transform_sampler_output: Optional[Callable] = None,
-                 prefetch: int = 0, num_workers: int = 0,
-                 cache_ranking: str = 'frequency', **kwargs: Any):
-        num_presample_batches = _renamed(kwargs, num_presample_batches)
+                 prefetch: int = 0, num_workers: int = 0):
         if seed is None:
             seed = 0
-        # Checked before the collectives below, the same on every rank:
-        if cache_ranking not in ('frequency', 'degree'):
-            raise ValueError(f"'cache_ranking' must be 'frequency' or "
-                             f"'degree' (got {cache_ranking!r})")
+        if num_presample_batches is None:
+            num_presample_batches = 8
+        check_int('num_presample_batches', num_presample_batches, 1)
+        check_choice('cache_ranking', cache_ranking, ('frequency', 'degree'))
         self.cache_ranking = cache_ranking
-        check_size(edge_cache_size, 'edge_cache_size')
         check_size(prefetch, 'prefetch')
         check_size(num_workers, 'num_workers')
         if prefetch > 0 and num_workers > 0:
@@ -357,93 +158,46 @@ class DistributedNeighborLoader:
                           transform_sampler_output)):
             if fn is not None and not callable(fn):
                 raise ValueError(f"'{name}' must be callable (got {fn!r})")
-        sampling_device = resolve_device(sampling_device, 'sampling_device',
-                                         default='cpu')
-        feature_device = resolve_device(feature_device, 'feature_device',
-                                        default='cpu')
-        sharding = check_placement(topology_placement)
-        if sharding in ('device', 'host'):
-            raise ValueError(f"'topology_placement' must be 'auto' or "
-                             f"'sharded' on a partitioned graph (got "
-                             f"{topology_placement!r}); the part's topology "
-                             f"is sampled on 'sampling_device'")
-        if feature_placement not in ('auto', 'sharded'):
-            raise ValueError(f"'feature_placement' must be 'auto' or "
-                             f"'sharded' (got {feature_placement!r})")
-        # Collectives: every rank learns which part it holds and with whom
-        # it samples, and if one cannot load its part.
-        if layout is None:
-            layout = rank_layout(partition, group)
-        group = layout.part_group
-        partition = open_partition(partition, group, expected_fingerprint)
-        if sharding != 'auto' and not layout.shares_part:
-            raise ValueError(
-                "topology_placement='sharded' splits a part's neighbor lists "
-                "across the ranks of a machine that share it: it needs one "
-                "part per machine and LOCAL_WORLD_SIZE > 1 ranks on each "
-                f"(a world of parts x LOCAL_WORLD_SIZE ranks); here every "
-                f"rank holds its own part ({partition.num_parts} parts)")
-        if feature_placement == 'sharded' and not layout.shares_part:
-            raise ValueError(
-                "feature_placement='sharded' splits a part's feature rows "
-                "across the ranks of a machine that share it: it needs one "
-                "part per machine and LOCAL_WORLD_SIZE > 1 ranks on each "
-                f"(a world of parts x LOCAL_WORLD_SIZE ranks); here every "
-                f"rank holds its own part ({partition.num_parts} parts)")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
                 or batch_size < 1:
             raise ValueError(f"'batch_size' must be a positive integer "
                              f"(got {batch_size!r})")
-        if even not in ('min', 'pad'):
-            raise ValueError(f"'even' must be 'min' or 'pad' (got {even!r})")
+        check_choice('even', even, ('min', 'pad'))
         if not isinstance(drop_last, bool):
             raise ValueError(f"'drop_last' must be a bool (got "
                              f"{drop_last!r})")
+        self.feature_store, self.graph_store = feature_store, graph_store
+        self.device = torch.device('cpu') if device is None else \
+            torch.device(device)
         self.drop_last = drop_last
         self.transform = transform
         self.transform_sampler_output = transform_sampler_output
-        self.device = torch.device('cpu') if device is None else \
-            torch.device(device)
-        self.partition = partition
+        self.partition = graph_store.partition
+        self.layout = layout = graph_store.layout
+        self.group = group = layout.part_group
         self.input_type: Optional[str] = None
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.even = even
-        self.group = group
-        self.layout = layout
         self.rank = group_rank(group)
-        self.cache_size = cache_size
-        self.edge_cache_size = edge_cache_size
+        self.cache_size = feature_store.cache_size
+        self.edge_cache_size = feature_store.edge_cache_size
         #: The number of cached remote rows and edge attribute rows (set
         #: when the caches are filled, on the first epoch).
         self.cached_rows = 0
         self.cached_edge_rows = 0
         self.num_presample_batches = num_presample_batches
-        self.sampling_device = sampling_device
-        self.feature_device = feature_device
-        topology = None
-        if sharding != 'auto':
-            # A collective of the machine's ranks, once the sampler has
-            # attached times and weights to the part's topology:
-            topology = functools.partial(
-                shard_part_topology, partition, layout, sampling_device,
-                sharding, _max_fanout(num_neighbors))
-        self.sampler = DistributedNeighborSampler(
-            partition, num_neighbors, group=group,
-            generator=torch.Generator(device=sampling_device).manual_seed(
-                seed * 1000 + layout.seed_rank), device=sampling_device,
-            topology=topology, replace=replace, disjoint=disjoint,
-            weight_attr=weight_attr, time_attr=time_attr,
-            temporal_strategy=temporal_strategy, subgraph_type=subgraph_type)
-        peers = None
-        if feature_placement == 'sharded':  # A collective of the machine.
-            from pyg_orch.parallel.peer_memory import PeerGroup
-            peers = PeerGroup(layout.machine_group(), device=feature_device)
-        self.feature_placement = feature_placement
-        self.gather = DistributedFeatureGather(
-            partition, group=group, policy=cache_policy,
-            cache_size=cache_size if cache_policy == 'lru' else 0,
-            device=self.device, feature_device=feature_device, peers=peers)
+        self.sampling_device = graph_store.sampling_device or \
+            torch.device('cpu')
+        self.gather = feature_store.feature_gather
+        self.feature_device = self.gather.feature_device
+        self.sampler = graph_store.sampler(
+            num_neighbors, generator=torch.Generator(
+                device=self.sampling_device).manual_seed(
+                    seed * 1000 + layout.seed_rank),
+            replace=replace, disjoint=disjoint, weight_attr=weight_attr,
+            time_attr=time_attr, temporal_strategy=temporal_strategy,
+            subgraph_type=subgraph_type, device=self.sampling_device)
         self.input_nodes = self._resolve(input_nodes)
         self.input_time = self._resolve_time(input_time)
         self.input_id = self._resolve_id(input_id)
@@ -455,7 +209,7 @@ class DistributedNeighborLoader:
                 self.input_time = self.input_time[share]
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
                                                           + layout.seed_rank)
-        self._cache_built = cache_size == 0 and edge_cache_size == 0
+        self._cache_built = not (self.cache_size or self.edge_cache_size)
         self.batch_stats: List[dict] = []
         self._batch_hooks: Dict[int, Callable] = {}
         self._sampled_hooks: Dict[int, Callable] = {}
@@ -537,12 +291,6 @@ class DistributedNeighborLoader:
         return self._owned_or_given(part.node_ids[node_type],
                                     part.node_attrs[node_type], nodes)
 
-    @property
-    def node_sampler(self) -> DistributedNeighborSampler:
-        r"""The sampler (the name PyG's
-        :class:`~torch_geometric.loader.NodeLoader` gives it)."""
-        return self.sampler
-
     def register_batch_hook(self, hook: Callable,
                             when: str = 'received') -> Callable[[], None]:
         r"""Calls :obj:`hook(batch)` on every mini-batch when the training
@@ -552,39 +300,14 @@ class DistributedNeighborLoader:
         its features are gathered, as
         :meth:`pyg_orch.HybridNeighborLoader.register_batch_hook` does.
         Returns a function that removes the hook."""
-        if when not in ('received', 'sampled'):
-            raise ValueError(f"'when' must be 'received' or 'sampled' (got "
-                             f"{when!r})")
+        check_choice('when', when, ('received', 'sampled'))
         hooks = self._batch_hooks if when == 'received' else \
             self._sampled_hooks
         key = id(hook)
         hooks[key] = hook
         return lambda: hooks.pop(key, None)
 
-    # Offload protocol (see pyg_orch.offload.protocol) ######################
-
-    #: No look-ahead, no worker processes that outlive an epoch, no stage
-    #: timer.
-    lookahead = False
-    persistent_workers = False
-    timer = None
-
-    @property
-    def offload_sampler(self) -> DistributedNeighborSampler:
-        r"""The sampler, for :class:`~pyg_orch.offload.BottomLayerOffload`
-        (see :class:`~pyg_orch.offload.protocol.OffloadableLoader`)."""
-        return self.sampler
-
-    @property
-    def offload_data(self) -> None:
-        r"""No graph in host memory: the CPU side of offload reads the
-        part (:attr:`partition`) and fetches remote rows (:attr:`gather`)."""
-        return None
-
-    @property
-    def gpu_cache_capacity(self) -> int:
-        r"""No GPU feature cache to set (remote rows have their own)."""
-        return 0
+    # What the loader's offload protocol reads ##############################
 
     def offload_seeds(self) -> Tuple[Any, int]:
         r"""This rank's training seeds (per node type for a heterogeneous
@@ -592,14 +315,6 @@ class DistributedNeighborLoader:
         if self.partition.is_hetero:
             return {self.input_type: self.input_nodes}, self.batch_size
         return self.input_nodes, self.batch_size
-
-    def set_gpu_cache_nodes(self, nodes: Any) -> bool:
-        r"""Returns :obj:`False`: no GPU feature cache to set."""
-        return False
-
-    def get_gpu_cache_nodes(self) -> None:
-        r"""Returns :obj:`None`: no GPU feature cache."""
-        return None
 
     @property
     def batches_ahead(self) -> int:
@@ -877,25 +592,3 @@ class DistributedNeighborLoader:
         for hook in list(self._batch_hooks.values()):
             hook(data)
         return data
-
-
-def _renamed(kwargs: Dict[str, Any],
-             num_presample_batches: Optional[int]) -> int:
-    # The deprecated spelling of `num_presample_batches`; any other keyword
-    # is unexpected, as without `**kwargs`.
-    if 'presample_batches' in kwargs:
-        value = kwargs.pop('presample_batches')
-        if num_presample_batches is not None:
-            raise ValueError("'presample_batches' and "
-                             "'num_presample_batches' were both given; pass "
-                             f"num_presample_batches={value!r} only")
-        warn_renamed('presample_batches',
-                     f'num_presample_batches={value!r}', stacklevel=4)
-        num_presample_batches = value
-    if num_presample_batches is None:
-        num_presample_batches = 8
-    check_int('num_presample_batches', num_presample_batches, 1)
-    if kwargs:
-        raise TypeError(f"DistributedNeighborLoader got unexpected keyword "
-                        f"arguments {sorted(kwargs)}")
-    return num_presample_batches
