@@ -289,6 +289,17 @@ def test_metis_cuts_fewer_edges_than_random(tmp_path):
     assert metis.balance < 1.2
 
 
+def test_old_command_line_warns_and_runs():
+    # `python -m pyg_orch.distributed.partition` stays one release.
+    cmd = [sys.executable, '-W', 'always::DeprecationWarning', '-m',
+           'pyg_orch.distributed.partition', '--help']
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                         env={'PYTHONPATH': str(REPO),
+                              'PATH': '/usr/bin:/bin'})
+    assert '--parts' in out.stdout
+    assert "run 'python -m pyg_orch.partition.cli'" in out.stderr
+
+
 def test_command_line(tmp_path):
     env_path = str(REPO)
     cmd = [sys.executable, '-m', 'pyg_orch.partition.cli']
