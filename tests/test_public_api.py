@@ -325,7 +325,8 @@ def test_distributed_loader_is_a_deprecated_alias(part_dir):
     # The batches of the new spelling; seed=None is the default seed 0:
     new = HybridNeighborLoader(part_dir, [2], device='cpu', seed=0, **kw)
     _same(_part_batches(old), _part_batches(new))
-    with pytest.raises(TypeError, match="frobnicate"):
+    with pytest.raises(TypeError, match="frobnicate"), \
+            pytest.warns(DeprecationWarning):
         DistributedNeighborLoader(part_dir, [2], frobnicate=3, **kw)
     import pyg_orch.distributed as distributed
     with pytest.warns(DeprecationWarning, match='PartitionFeatureStore'):
