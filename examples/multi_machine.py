@@ -104,7 +104,7 @@ def train(args: argparse.Namespace) -> None:
                                   device=device, cache_size=args.cache_size,
                                   sampling_device=device if on_gpu else None,
                                   feature_device=device if on_gpu else None)
-    part = loader.partition  # This rank's part.
+    part = loader.partition_batches.partition  # This rank's part.
     num_features = part.node_attrs['x'].size(-1)
     num_classes = part.node_attrs['y'].max().view(1).to(device)
     dist.all_reduce(num_classes, op=dist.ReduceOp.MAX)  # Over all parts.

@@ -9,7 +9,11 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from pyg_orch import HybridNeighborLoader, HybridNeighborSampler
+from pyg_orch import (
+    HybridNeighborLoader,
+    HybridNeighborSampler,
+    PlacementOptions,
+)
 from pyg_orch.sampling.neighbors import FLOYD_MAX_FANOUT
 
 from conftest import hub_graph, musae_graph, random_hetero_graph
@@ -310,7 +314,8 @@ def test_induced_keeps_nodes_of_directional(device):
     seeds = make_seeds(data, 14, 30, unique=True)
     # Same backend for both (the fused GPU kernels do no induced sampling):
     kw = dict(num_neighbors=[4, 3], input_nodes=seeds, batch_size=30,
-              device=device, seed=15, **TORCH_PATH)
+              device=device, seed=15,
+              placement=PlacementOptions(backend='torch'))
     d = next(iter(HybridNeighborLoader(data, **kw)))
     i = next(iter(HybridNeighborLoader(data, subgraph_type='induced', **kw)))
     assert torch.equal(d.n_id, i.n_id)
