@@ -15,7 +15,7 @@ from torch_geometric.data import Data
 
 from pyg_orch.topology.csc import CSCTopology, smallest_index_dtype
 from pyg_orch.topology.graph import GraphTopology
-from pyg_orch.offload.options import check_int
+from pyg_orch.core.checks import check_int
 from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = [

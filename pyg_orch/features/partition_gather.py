@@ -28,6 +28,7 @@ from typing import (
 import torch
 from torch import Tensor
 
+from pyg_orch.core.checks import check_int
 from pyg_orch.parallel.exchange import (
     exchange,
     exchange_stacked_rows,
@@ -108,14 +109,6 @@ def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
         raise ValueError(f'no {kind} type of the partition has the {kind} '
                          f'attribute(s) {missing}')
     return keys
-
-
-def check_size(value: Any, name: str) -> None:
-    r"""Raises a :class:`ValueError` naming :obj:`name` unless :obj:`value`
-    is a non-negative integer (a cache size)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"'{name}' must be a non-negative integer "
-                         f"(got {value!r})")
 
 
 def _most_counted(counts: Tensor, k: int) -> Tensor:
@@ -226,7 +219,7 @@ class DistributedFeatureGather:
         if policy not in ('static', 'lru'):
             raise ValueError(f"'policy' must be 'static' or 'lru' "
                              f"(got {policy!r})")
-        check_size(cache_size, 'cache_size')
+        check_int('cache_size', cache_size)
         self.feature_device = resolve_device(feature_device,
                                              'feature_device', default='cpu')
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
@@ -814,7 +807,7 @@ class DistributedFeatureGather:
         :obj:`counts` are dictionaries per edge type, and the
         :obj:`edge_cache_size` remote edges counted most often over all
         edge types (with edge attributes) are cached."""
-        check_size(edge_cache_size, 'edge_cache_size')
+        check_int('edge_cache_size', edge_cache_size)
         if self.is_hetero:
             return self._build_edge_cache_hetero(e_id, dst, edge_cache_size,
                                                  counts)
@@ -841,7 +834,7 @@ class DistributedFeatureGather:
         fetched from their owners: a collective. Returns the number of
         cached rows. For a heterogeneous partition, :obj:`counts` is a
         dictionary per node type."""
-        check_size(cache_size, 'cache_size')
+        check_int('cache_size', cache_size)
         if self.is_hetero:
             return self._build_cache_hetero(counts, cache_size)
         # Ranked where the index maps are:

@@ -26,10 +26,8 @@ from torch_geometric.data import FeatureStore, GraphStore
 from torch_geometric.data.feature_store import TensorAttr
 from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
-from pyg_orch.features.partition_gather import (
-    DistributedFeatureGather,
-    check_size,
-)
+from pyg_orch.core.checks import check_int
+from pyg_orch.features.partition_gather import DistributedFeatureGather
 from pyg_orch.parallel.machines import (
     RankLayout,
     rank_layout,
@@ -337,7 +335,7 @@ class PartitionFeatureStore(FeatureStore):
         if not isinstance(partition, GraphPartition):
             raise TypeError(f"'partition' must be a GraphPartition (got "
                             f"{type(partition).__name__})")
-        check_size(edge_cache_size, 'edge_cache_size')
+        check_int('edge_cache_size', edge_cache_size)
         super().__init__()
         #: The collective row fetch behind the store.
         self.feature_gather = DistributedFeatureGather(
@@ -345,7 +343,7 @@ class PartitionFeatureStore(FeatureStore):
             cache_size=cache_size if policy == 'lru' else 0,
             edge_keys=edge_keys, device=device,
             feature_device=feature_device, peers=peers)
-        check_size(cache_size, 'cache_size')
+        check_int('cache_size', cache_size)
         #: Remote rows and remote edges' attribute rows to cache.
         self.cache_size = cache_size
         self.edge_cache_size = edge_cache_size

@@ -29,10 +29,7 @@ from pyg_orch.parallel.exchange import (
     group_rank,
     group_size,
 )
-from pyg_orch.features.partition_gather import (
-    DistributedFeatureGather,
-    check_size,
-)
+from pyg_orch.features.partition_gather import DistributedFeatureGather
 from pyg_orch.sampling.collective import DistributedNeighborSampler
 from pyg_orch.features.partition_stores import (
     PartitionFeatureStore,
@@ -148,8 +145,8 @@ class PartitionBatches:
         check_int('num_presample_batches', num_presample_batches, 1)
         check_choice('cache_ranking', cache_ranking, ('frequency', 'degree'))
         self.cache_ranking = cache_ranking
-        check_size(prefetch, 'prefetch')
-        check_size(num_workers, 'num_workers')
+        check_int('prefetch', prefetch)
+        check_int('num_workers', num_workers)
         if prefetch > 0 and num_workers > 0:
             raise ValueError("'prefetch' > 0 needs num_workers=0 (each "
                              "worker thread builds two batches ahead)")

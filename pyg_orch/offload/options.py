@@ -2,13 +2,13 @@
 in one place: :class:`OffloadOptions`."""
 import copy
 import threading
-import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
+from pyg_orch.core.checks import check_int, warn_renamed
 from pyg_orch.offload.aggregate_split import check_split
 from pyg_orch.offload.autotune import DEFAULT_HOT_RATIO
 from pyg_orch.offload.bottom_layer import check_autocast_dtype
@@ -30,17 +30,6 @@ DEFAULT_MAX_SAMPLE_AGE = 8
 #: The seed :obj:`seed=None` stands for: pre-sampling and the CPU-side
 #: neighbor sampling are reproducible by default.
 DEFAULT_SEED = 0
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    r"""Returns :obj:`value` if it is an integer (not a :obj:`bool`) of at
-    least :obj:`minimum`, else raises a :class:`ValueError` naming
-    :obj:`name`."""
-    if isinstance(value, bool) or not isinstance(value, int) or \
-            value < minimum:
-        raise ValueError(f"'{name}' must be an integer >= {minimum} (got "
-                         f"{value!r})")
-    return value
 
 
 def _check_ratio(name: str, value: Any) -> Union[float, str]:
@@ -368,8 +357,7 @@ def options_from_keywords(options: Optional[OffloadOptions],
         if options is not None:
             raise ValueError(f"'{key}' and 'options' were both given; "
                              f"pass {new} only")
-        warnings.warn(f"'{key}' is deprecated; pass {new}",
-                      DeprecationWarning, stacklevel=3)
+        warn_renamed(key, new, stacklevel=4)
         (hooks if key in TEST_HOOKS else given)[name] = value
     if options is None:
         options = OffloadOptions(**given)
