@@ -373,8 +373,9 @@ def pyg_baseline(data, topology, args, device: torch.device) -> Dict:
 
 # Several GPUs ################################################################
 
-#: Modes timed with ``--gpus N`` (offload under DDP is not benchmarked yet).
-MULTI_MODES = ('eager', 'trim', 'compiled')
+#: Modes timed with ``--gpus N`` (``offload``: DDP over
+#: ``BottomLayerOffload`` with its defaults, trimmed, one hot set per machine).
+MULTI_MODES = ('eager', 'trim', 'compiled', 'offload')
 #: GPU kernels by what they do (substrings of their names), for the profile.
 KERNEL_KINDS = (
     ('features', ('gather_rows', )),
@@ -431,6 +432,14 @@ def all_agree(flag: bool) -> bool:
     return any(flags)
 
 
+def triton_cache_entries() -> int:
+    r"""Entries in Triton's kernel cache (a rise during an epoch means
+    kernels compiled in it)."""
+    path = os.environ.get('TRITON_CACHE_DIR',
+                          os.path.expanduser('~/.triton/cache'))
+    return len(os.listdir(path)) if os.path.isdir(path) else 0
+
+
 def ddp_epoch(loader, step: Callable[[Any], None], device: torch.device,
               limit: Optional[int] = None) -> Dict:
     r"""One pass over the loader (or :obj:`limit` batches) on every rank,
@@ -438,6 +447,7 @@ def ddp_epoch(loader, step: Callable[[Any], None], device: torch.device,
     import torch.distributed as dist
     sync(device)
     dist.barrier()
+    compiled_before = triton_cache_entries()
     n, load_s, step_s = 0, 0.0, 0.0
     start = time.perf_counter()
     it = iter(loader)
@@ -458,7 +468,9 @@ def ddp_epoch(loader, step: Callable[[Any], None], device: torch.device,
             'complete': n == len(loader),
             'ms_per_batch': 1e3 * sec / max(n, 1),
             'host_loader_ms_per_batch': 1e3 * load_s / max(n, 1),
-            'host_step_ms_per_batch': 1e3 * step_s / max(n, 1)}
+            'host_step_ms_per_batch': 1e3 * step_s / max(n, 1),
+            'triton_cache_new_entries': triton_cache_entries() -
+            compiled_before}
 
 
 def kernel_profile(loader, step: Callable[[Any], None],
@@ -504,6 +516,11 @@ def ddp_mode(mode: str, loader, args, device: torch.device) -> Dict:
     (and the kernel profile of :obj:`--profile-batches` more batches)."""
     from torch.nn.parallel import DistributedDataParallel
     model = make_model(args, device)
+    offload, build_s = None, None
+    if mode == 'offload':
+        start = time.perf_counter()
+        model = offload = BottomLayerOffload(model, loader)
+        build_s = time.perf_counter() - start
     ddp = DistributedDataParallel(
         model, device_ids=[device.index] if device.type == 'cuda' else None)
     compiled = mode == 'compiled'
@@ -523,6 +540,10 @@ def ddp_mode(mode: str, loader, args, device: torch.device) -> Dict:
                            'fused_adam': compiled and device.type == 'cuda',
                            'warmup': dict(warm, wall_s=time.perf_counter() -
                                           start)}
+    if offload is not None:  # Its first epoch carries the set-up and trial.
+        res['build_s'] = build_s
+        res['first_epoch'] = ddp_epoch(loader, step, device,
+                                       limit=args.max_batches)
     loader.reset_stats()
     res['epoch'] = ddp_epoch(loader, step, device, limit=args.max_batches)
     res['epoch_s'] = res['epoch']['seconds'] if res['epoch']['complete'] \
@@ -537,7 +558,14 @@ def ddp_mode(mode: str, loader, args, device: torch.device) -> Dict:
     if args.profile_batches > 0:
         res['profile'] = kernel_profile(loader, step, device,
                                         args.profile_batches)
-    del net, ddp, model, opt
+    if offload is not None:
+        st = offload.stats()
+        res['offload_stats'] = {
+            k: st.get(k) for k in ('decision', 'hot_sizes', 'split',
+                                   'full_neighbors', 'hot_set_ranks',
+                                   'cpu_cores_per_rank')}
+        offload.close()
+    del net, ddp, model, opt, offload
     return res
 
 
@@ -548,10 +576,14 @@ def run_modes(loader, args, device: torch.device, t0: float,
     import torch.distributed as dist
     out: Dict[str, Any] = {}
     for mode in [m for m in args.modes.split(',') if m]:
-        if all_agree(time.perf_counter() - t0 > args.time_budget_s):
-            out[mode] = {'error': 'skipped: budget'}
+        if mode == 'offload' and \
+                name not in args.offload_placements.split(','):
             continue
-        out[mode] = r = ddp_mode(mode, loader, args, device)
+        key = mode if mode not in out else f'{mode}_again'
+        if all_agree(time.perf_counter() - t0 > args.time_budget_s):
+            out[key] = {'error': 'skipped: budget'}
+            continue
+        out[key] = r = ddp_mode(mode, loader, args, device)
         if dist.get_rank() == 0:
             log(f"{name}/{mode}: epoch {r['epoch_s']:.2f} s, "
                 f"{r['epoch']['ms_per_batch']:.2f} ms per batch")
@@ -709,7 +741,7 @@ def summarize_multi(ranks: List[Dict]) -> Dict:
                 'epoch_s': max(m['epoch_s'] for m in per),
                 'ms_per_batch': max(m['epoch']['ms_per_batch']
                                     for m in per)}
-    for mode in MULTI_MODES:
+    for mode in sorted({k.split('/', 1)[1] for k in out if '/' in k}):
         a, b = out.get(f'device/{mode}'), out.get(f'sharded/{mode}')
         if a and b:
             out[f'sharded_over_replicated_speed/{mode}'] = \
@@ -794,6 +826,9 @@ def parse_args(argv=None):
     p.add_argument('--placements', default='device,sharded',
                    help="with --gpus > 1: comma-separated topology "
                    "placements, 'device' (replicated) and 'sharded'")
+    p.add_argument('--offload-placements', default='device',
+                   help="with --gpus > 1: the --placements that time the "
+                   "'offload' mode (default: device)")
     p.add_argument('--shm-dir', default='/dev/shm/pyg_orch',
                    help='with --gpus > 1: where the shared features file '
                    'lives (tmpfs; kept for later runs on this machine)')
@@ -835,9 +870,10 @@ def parse_args(argv=None):
     if args.modes is None:
         args.modes = ','.join(allowed if args.gpus == 1 else
                               ('trim', 'compiled'))
-    if args.gpus > 1 and 'offload' in args.modes.split(','):
-        p.error('--modes offload is not implemented with --gpus > 1 (DDP); '
-                f'use {", ".join(MULTI_MODES)}')
+    if args.gpus == 1 and len(set(args.modes.split(','))) < \
+            len(args.modes.split(',')):
+        p.error('a mode given twice in --modes is only timed twice with '
+                '--gpus > 1')
     unknown = set(args.modes.split(',')) - set(allowed) - {''}
     if unknown:
         p.error(f"unknown --modes {sorted(unknown)} (expected {allowed}"
