@@ -432,12 +432,25 @@ def all_agree(flag: bool) -> bool:
     return any(flags)
 
 
-def triton_cache_entries() -> int:
-    r"""Entries in Triton's kernel cache (a rise during an epoch means
+def triton_cache_entries() -> set:
+    r"""The entries of Triton's kernel cache (new ones after an epoch are
     kernels compiled in it)."""
     path = os.environ.get('TRITON_CACHE_DIR',
                           os.path.expanduser('~/.triton/cache'))
-    return len(os.listdir(path)) if os.path.isdir(path) else 0
+    return set(os.listdir(path)) if os.path.isdir(path) else set()
+
+
+def triton_kernel_names(entries: set) -> List[str]:
+    r"""The kernel names in Triton cache :obj:`entries`."""
+    path = os.environ.get('TRITON_CACHE_DIR',
+                          os.path.expanduser('~/.triton/cache'))
+    names = []
+    for e in sorted(entries):
+        d = os.path.join(path, e)
+        if os.path.isdir(d):
+            names += [f[:-5] for f in os.listdir(d)
+                      if f.endswith('.json') and not f.startswith('__grp__')]
+    return sorted(names)
 
 
 def ddp_epoch(loader, step: Callable[[Any], None], device: torch.device,
@@ -469,8 +482,8 @@ def ddp_epoch(loader, step: Callable[[Any], None], device: torch.device,
             'ms_per_batch': 1e3 * sec / max(n, 1),
             'host_loader_ms_per_batch': 1e3 * load_s / max(n, 1),
             'host_step_ms_per_batch': 1e3 * step_s / max(n, 1),
-            'triton_cache_new_entries': triton_cache_entries() -
-            compiled_before}
+            'triton_new_kernels': triton_kernel_names(
+                triton_cache_entries() - compiled_before)}
 
 
 def kernel_profile(loader, step: Callable[[Any], None],
