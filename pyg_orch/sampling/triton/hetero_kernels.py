@@ -93,7 +93,7 @@ def _node_type(v, type_ptr, T: tl.constexpr):
     return t
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['size'])
 def hetero_assign_kernel(src_ptr, is_new_ptr, rank_ptr, lo_ptr, map_ptr,
                          claim_ptr, node_ptr, state_ptr, type_ptr, size,
                          T: tl.constexpr, BLOCK: tl.constexpr):
@@ -118,7 +118,7 @@ def hetero_assign_kernel(src_ptr, is_new_ptr, rank_ptr, lo_ptr, map_ptr,
              mask=new)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['size'])
 def hetero_compact_kernel(src_ptr, rank_ptr, seg_ptr, shift_ptr, type_ptr,
                           row_ptr, dst_ptr, eid_ptr, out_ptr, total_ptr,
                           size, BLOCK: tl.constexpr):
@@ -163,7 +163,7 @@ def hetero_advance_kernel(lohi_ptr, state_ptr, news_ptr, T: tl.constexpr,
     tl.store(state_ptr + t, nodes + new, mask=m)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['num_segments'])
 def hetero_counts_kernel(rank_ptr, start_ptr, end_ptr, before_ptr, shift_ptr,
                          type_out_ptr, total_ptr, state_ptr, news_ptr,
                          counts_ptr, num_segments, T: tl.constexpr,
@@ -204,7 +204,7 @@ def hetero_counts_kernel(rank_ptr, start_ptr, end_ptr, before_ptr, shift_ptr,
                  mask=h < HT)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['capacity'])
 def hetero_reset_kernel(node_ptr, map_ptr, state_ptr, type_ptr, packed_ptr,
                         capacity, T: tl.constexpr, BLOCK: tl.constexpr):
     r"""Clears the relabel map of every node of the batch, and packs the

@@ -107,7 +107,7 @@ def _sharded_read(row_ptr, eid_ptr, shard_ptr, rep_start_ptr, rep_row_ptr,
     return src, eid
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['capacity'])
 def sample_hop_kernel(
     colptr_ptr,
     row_ptr,
@@ -316,7 +316,7 @@ def hash_assign_kernel(key_ptr, slot_ptr, is_new_ptr, rank_ptr, local_ptr,
                                        tl.int64), mask=new)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['size'])
 def claim_kernel(src_ptr, map_ptr, claim_ptr, size, BLOCK: tl.constexpr):
     r"""Every unseen node records the first slot it appears in."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -327,7 +327,7 @@ def claim_kernel(src_ptr, map_ptr, claim_ptr, size, BLOCK: tl.constexpr):
     tl.atomic_min(claim_ptr + v, p.to(tl.int32), mask=ok & (seen < 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['size'])
 def seed_assign_kernel(seed_ptr, node_ptr, map_ptr, claim_ptr, size,
                        BLOCK: tl.constexpr):
     r"""Lists the seeds first; after :func:`claim_kernel` over them, every
@@ -344,7 +344,7 @@ def seed_assign_kernel(seed_ptr, node_ptr, map_ptr, claim_ptr, size,
              mask=win)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['size'])
 def mark_kernel(src_ptr, map_ptr, claim_ptr, is_new_ptr, count_ptr, size,
                 COUNT: tl.constexpr, BLOCK: tl.constexpr):
     r"""Flags the slots that hold a node's first appearance (claimed by
@@ -376,7 +376,7 @@ def _blocks_before(count_ptr, pid, BLOCK: tl.constexpr):
     return tl.sum(total, axis=0)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['size'])
 def assign_block_kernel(src_ptr, is_new_ptr, count_ptr, map_ptr, claim_ptr,
                         node_ptr, state_ptr, size, BLOCK: tl.constexpr):
     r"""New nodes get local ids in order of first appearance, are appended
@@ -397,7 +397,7 @@ def assign_block_kernel(src_ptr, is_new_ptr, count_ptr, map_ptr, claim_ptr,
              mask=new)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['num_blocks'])
 def advance_blocks_kernel(state_ptr, count_ptr, num_blocks, news_ptr,
                           BLOCK: tl.constexpr):
     r"""After a hop (one program): its new nodes (the sum of the block
@@ -428,7 +428,7 @@ def finish_counts_kernel(state_ptr, news_ptr, rank_ptr, offset_ptr,
     tl.store(counts_ptr + 1 + H + h, edges, mask=m)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['size'])
 def resolve_kernel(src_ptr, map_ptr, out_ptr, size, BLOCK: tl.constexpr):
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
@@ -438,7 +438,7 @@ def resolve_kernel(src_ptr, map_ptr, out_ptr, size, BLOCK: tl.constexpr):
     tl.store(out_ptr + p, tl.where(ok, local, -1), mask=m)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['capacity'])
 def reset_kernel(node_ptr, map_ptr, state_ptr, capacity,
                  BLOCK: tl.constexpr):
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -527,7 +527,7 @@ def gather_rows_kernel(
         it += 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['size'])
 def compact_kernel(src_ptr, rank_ptr, map_ptr, dst_ptr, eid_ptr,
                    out_row_ptr, out_col_ptr, out_eid_ptr, size,
                    BLOCK: tl.constexpr):
