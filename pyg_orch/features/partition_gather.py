@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import threading
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -29,6 +28,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.checks import check_int
+from pyg_orch.features.gpu_cache import RowCache, most_counted
 from pyg_orch.parallel.exchange import (
     exchange,
     exchange_stacked_rows,
@@ -39,26 +39,6 @@ from pyg_orch.parallel.exchange import (
 from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = ['DistributedFeatureGather', 'GatherStats']
-
-
-class _OrderedSection:
-    r"""A lock whose holders' CUDA kernels also run in the order the
-    holders took it: each holder's stream first waits for what the previous
-    holder queued inside (threads that share an :obj:`'lru'` cache, each on
-    a stream of its own)."""
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._event = None
-
-    @contextlib.contextmanager
-    def __call__(self, cuda: bool):
-        with self._lock:
-            if cuda and self._event is not None:
-                torch.cuda.current_stream().wait_event(self._event)
-            yield
-            if cuda:
-                self._event = torch.cuda.Event()
-                self._event.record()
 
 
 @dataclass
@@ -109,14 +89,6 @@ def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
         raise ValueError(f'no {kind} type of the partition has the {kind} '
                          f'attribute(s) {missing}')
     return keys
-
-
-def _most_counted(counts: Tensor, k: int) -> Tensor:
-    # The positions of the (at most) k largest positive counts, ascending;
-    # of equal counts the first.
-    k = min(k, int((counts > 0).sum()))
-    order = torch.sort(counts, descending=True, stable=True).indices[:k]
-    return torch.sort(order).values
 
 
 def _positions(category: Tensor, num: int) -> List[Tensor]:
@@ -274,28 +246,14 @@ class DistributedFeatureGather:
                             for k in edge_keys}
         if edge_keys and self.feature_device.type != 'cpu':
             self._sort_edge_ids()  # Now, not at the first batch.
-        # Global id -> cache slot (-1: not cached).
-        self.cache_slot = torch.full((self.num_nodes, ), -1,
-                                     dtype=torch.int64,
-                                     device=self.feature_device)
         self.policy = policy
         self.device = torch.device('cpu') if device is None else \
             torch.device(device)
-        self.capacity = cache_size if policy == 'lru' else 0
-        self.cache: Dict[str, Tensor] = {
-            k: attrs[k].new_empty((self.capacity, ) + tuple(
-                attrs[k].shape[1:]), device=self.device) for k in keys}
-        # LRU bookkeeping: the global id in every slot (-1: free) and the
-        # step it was last read, on the feature device (with the ids).
-        self.slot_id = torch.full((self.capacity, ), -1, dtype=torch.int64,
-                                  device=self.feature_device)
-        self.last_used = torch.full((self.capacity, ), -1,
-                                    dtype=torch.int64,
-                                    device=self.feature_device)
-        # The LRU clock (the last step), one cell shared with worker views;
-        # the cache is read and changed inside a section they share too:
-        self._clock = [0]
-        self._cache_section = _OrderedSection()
+        #: The cache of remote rows (its slot map on the feature device).
+        self.row_cache = RowCache(self.num_nodes, policy, cache_size,
+                                  self.device, self.feature_device)
+        for k in keys:
+            self.row_cache.allocate(k, attrs[k])
         self.stats = GatherStats()
 
     def _init_hetero(self, partition, keys, group, policy, cache_size,
@@ -403,7 +361,7 @@ class DistributedFeatureGather:
             for et, g in self.by_edge_type.items()}
         allc = torch.cat([c for _, _, c in candidates.values()] + [empty])
         chosen = torch.zeros_like(allc, dtype=torch.bool)
-        chosen[_most_counted(allc, edge_cache_size)] = True
+        chosen[most_counted(allc, edge_cache_size)] = True
         total, offset = 0, 0
         for et, (ids, ids_dst, c) in candidates.items():
             mine = chosen[offset:offset + c.numel()]
@@ -431,7 +389,7 @@ class DistributedFeatureGather:
             flat.append(c)
         allc = torch.cat(flat)
         chosen = torch.zeros_like(allc, dtype=torch.bool)
-        chosen[_most_counted(allc, cache_size)] = True
+        chosen[most_counted(allc, cache_size)] = True
         total, offset = 0, 0
         for nt, c in zip(self.node_types, flat):
             n = c.numel()
@@ -460,7 +418,7 @@ class DistributedFeatureGather:
         r"""The number of remote rows in the cache (of all node types)."""
         if self.is_hetero:
             return sum(g.num_cached_rows for g in self.by_node_type.values())
-        return int((self.cache_slot >= 0).sum())
+        return self.row_cache.num_cached
 
     @property
     def num_cached_edge_rows(self) -> int:
@@ -590,22 +548,16 @@ class DistributedFeatureGather:
         peer_before = self._peer_rows()
         owner = self._node_part[n_id].to(torch.int64)
         is_local = owner == self.rank
-        lru = self.policy == 'lru' and self.capacity > 0
+        cache = self.row_cache
         # An 'lru' cache changes under other threads' gathers: its slots
         # are looked up and their rows read at once, inside the section.
-        with self._cache_section(self._cuda) if lru else \
+        with cache.section(cache.cuda) if cache.lru else \
                 contextlib.nullcontext():
-            slot = self.cache_slot[n_id]
+            slot = cache.lookup(n_id)
             # 0: owned, 1: cached, 2: fetched from its owner.
             category = torch.where(is_local, 0, torch.where(slot >= 0, 1, 2))
             local_pos, cached_pos, remote_pos = _positions(category, 3)
-            cached_slot = self._dev(slot[cached_pos])
-            cached = {key: self.cache[key].index_select(0, cached_slot)
-                      for key in self.keys}
-            if lru:
-                self._clock[0] += 1
-                step = self._clock[0]
-                self.last_used[slot[cached_pos]] = step
+            cached, step = cache.read(slot[cached_pos])
         fetched = self._fetch(n_id[remote_pos])
         out = {}
         local_dst, cached_dst, remote_dst = (self._dev(p) for p in (
@@ -627,46 +579,10 @@ class DistributedFeatureGather:
         self.stats.remote_bytes = self.stats.remote_rows * row_bytes
         self.stats.cached_bytes = self.stats.cached_rows * row_bytes
         self.stats.peer_rows = self._peer_rows() - peer_before
-        if lru:
-            with self._cache_section(self._cuda):
-                self._admit(n_id[remote_pos], fetched, step)
+        if cache.lru:
+            with cache.section(cache.cuda):
+                cache.admit(n_id[remote_pos], fetched, step)
         return out
-
-    @property
-    def _cuda(self) -> bool:
-        # Whether the cache or its bookkeeping live on a GPU.
-        return 'cuda' in (self.device.type, self.feature_device.type)
-
-    def _admit(self, ids: Tensor, rows: Dict[str, Tensor],
-               step: int) -> None:
-        r"""LRU: keeps the rows of :obj:`ids` just fetched at :obj:`step`,
-        evicting the least recently read (free slots first); ids another
-        thread cached meanwhile are left where they are."""
-        if ids.numel() == 0:
-            return
-        fresh = (self.cache_slot.index_select(0, ids) < 0).nonzero().view(-1)
-        if fresh.numel() < ids.numel():
-            ids = ids.index_select(0, fresh)
-            fresh = self._dev(fresh)
-            rows = {k: v.index_select(0, fresh) for k, v in rows.items()}
-            if ids.numel() == 0:
-                return
-        uniq, inverse = torch.unique(ids, return_inverse=True)
-        first = torch.full((uniq.numel(), ), ids.numel(), dtype=torch.int64,
-                           device=ids.device)
-        first.scatter_reduce_(0, inverse, torch.arange(
-            ids.numel(), device=ids.device), 'amin')
-        m = min(uniq.numel(), self.capacity)
-        uniq, first = uniq[:m], first[:m]
-        victims = torch.sort(self.last_used, stable=True).indices[:m]
-        old = self.slot_id[victims]
-        self.cache_slot[old[old >= 0]] = -1
-        self.slot_id[victims] = uniq
-        self.cache_slot[uniq] = victims
-        self.last_used[victims] = step
-        victims, first = self._dev(victims), self._dev(first)
-        for key in self.keys:
-            self.cache[key][victims] = rows[key][first]
 
     def _fetch_edges(self, e_id: Tensor, owner: Tensor
                      ) -> Tuple[Dict[str, Tensor], List[int]]:
@@ -814,7 +730,7 @@ class DistributedFeatureGather:
         ids, ids_dst, total = self._edge_candidates(e_id, dst, counts)
         if not self.edge_keys:  # The same on every rank: nothing to keep.
             return 0
-        chosen = _most_counted(total, edge_cache_size)
+        chosen = most_counted(total, edge_cache_size)
         return self._fill_edge_cache(ids[chosen], ids_dst[chosen])
 
     @staticmethod
@@ -844,27 +760,52 @@ class DistributedFeatureGather:
             raise ValueError(f"'counts' must have one entry per global "
                              f"vertex ({self.num_nodes})")
         counts[self._node_part == self.rank] = 0
+        cache = self.row_cache
         if self.policy == 'lru':
-            cache_size = min(cache_size, self.capacity)
-        ids = _most_counted(counts, cache_size)
+            cache_size = min(cache_size, cache.capacity)
+        ids = most_counted(counts, cache_size)
         saved = self.stats
         fetched = self._fetch(ids)
         self.stats = saved
         if self.policy == 'lru':
-            self._admit(ids, fetched, self._clock[0])
-            return int((self.cache_slot >= 0).sum())
-        self.cache_slot.fill_(-1)
-        self.cache_slot[ids] = torch.arange(ids.numel(),
-                                            device=self.feature_device)
-        self.cache = fetched
+            cache.admit(ids, fetched, cache.clock[0])
+            return cache.num_cached
+        cache.fill(ids, fetched)
         return int(ids.numel())
+
+    @property
+    def cache_slot(self) -> Tensor:
+        r"""The cache slot of every global vertex (:obj:`-1`: not cached)."""
+        return self.row_cache.slot
+
+    @property
+    def slot_id(self) -> Tensor:
+        r"""The vertex in every slot of an :obj:`'lru'` cache (:obj:`-1`:
+        free)."""
+        return self.row_cache.slot_id
+
+    @property
+    def last_used(self) -> Tensor:
+        r"""The step at which every slot of an :obj:`'lru'` cache was last
+        read."""
+        return self.row_cache.last_used
+
+    @property
+    def cache(self) -> Dict[str, Tensor]:
+        r"""The cached rows per key."""
+        return self.row_cache.rows
+
+    @property
+    def capacity(self) -> int:
+        r"""The capacity of an :obj:`'lru'` cache in rows."""
+        return self.row_cache.capacity
 
     @property
     def cache_bytes(self) -> int:
         r"""The bytes of the cached rows of remote vertices."""
         if self.is_hetero:
             return sum(g.cache_bytes for g in self.by_node_type.values())
-        return sum(t.numel() * t.element_size() for t in self.cache.values())
+        return self.row_cache.nbytes
 
     @property
     def edge_cache_bytes(self) -> int:

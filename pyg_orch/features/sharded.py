@@ -93,10 +93,7 @@ class ShardedFeatureStore(TieredFeatureStore):
         i = torch.arange(nodes.numel())
         code = (i % S) * C + i // S
         dtype = torch.int32 if S * C < 2**31 else torch.int64
-        slot = torch.full((self.num_nodes, ), -1, dtype=dtype)
-        slot[nodes] = code.to(dtype)
-        self.cached_nodes = nodes
-        self.slot = slot.to(self.device)
+        self.row_cache.fill(nodes, slots=code.to(dtype))
         mine = nodes[i % S == peers.rank]
         refill = getattr(self, 'shards', None) is not None
         if refill:
@@ -108,7 +105,7 @@ class ShardedFeatureStore(TieredFeatureStore):
                                          self.dtype)
         self.shards.own[:mine.numel()].copy_(
             self.host.index_select(0, mine))
-        self.cache = self.shards.own
+        self.row_cache.rows = {self.attr_name: self.shards.own}
         self._quiesce()  # Every rank's rows are in place.
 
     def _quiesce(self) -> None:

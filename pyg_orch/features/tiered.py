@@ -12,6 +12,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 
 from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.core.triton_util import kernel_view, triton_available
+from pyg_orch.features.gpu_cache import RowCache
 from pyg_orch.core.checks import (
     check_bool,
     check_fraction,
@@ -234,6 +235,9 @@ class TieredFeatureStore(FeatureStore):
         else:
             order = torch.arange(self.num_nodes)
         self._lock = threading.Lock()
+        #: The cache of the hottest rows (slot map and rows on the GPU).
+        self.row_cache = RowCache(self.num_nodes, device=self.device,
+                                  slot_dtype=torch.int32, lazy=True)
         self._fill_cache(self._cached_order(order, num_cached))
         self.reuse = reuse
         self._prev: Optional[Tuple[Tensor, Tensor, int]] = None
@@ -251,6 +255,18 @@ class TieredFeatureStore(FeatureStore):
     @property
     def num_cached(self) -> int:
         return self.cached_nodes.numel()
+
+    @property
+    def cached_nodes(self) -> Tensor:
+        return self.row_cache.ids
+
+    @property
+    def slot(self) -> Tensor:
+        return self.row_cache.slot
+
+    @property
+    def cache(self) -> Tensor:
+        return self.row_cache.rows[self.attr_name]
 
     def _host_rows(self, x: Tensor) -> Tensor:
         # Every row, where the gather reads it zero-copy.
@@ -277,11 +293,9 @@ class TieredFeatureStore(FeatureStore):
         self.full = nodes.numel() == self.num_nodes
         if self.full:
             nodes = torch.arange(self.num_nodes)
-        slot = torch.full((self.num_nodes, ), -1, dtype=torch.int32)
-        slot[nodes] = torch.arange(nodes.numel(), dtype=torch.int32)
-        self.cached_nodes = nodes
-        self.slot = slot.to(self.device)
-        self.cache = self.host.index_select(0, nodes).to(self.device)
+        self.row_cache.fill(nodes)
+        self.row_cache.rows = {
+            self.attr_name: self.host.index_select(0, nodes).to(self.device)}
 
     def set_cached_nodes(self, nodes: Tensor) -> None:
         r"""Caches the rows :obj:`nodes` (most important first; duplicates
