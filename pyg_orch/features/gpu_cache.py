@@ -8,7 +8,7 @@ GraphBolt's :obj:`GPUCachedFeature`). Used by
 gather and :class:`~pyg_orch.gpu.GPUCachedFeatureStore`."""
 import contextlib
 import threading
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -47,6 +47,17 @@ def most_counted(counts: Tensor, k: int) -> Tensor:
     k = min(k, int((counts > 0).sum()))
     order = torch.sort(counts, descending=True, stable=True).indices[:k]
     return torch.sort(order).values
+
+
+def most_counted_split(counts: List[Tensor], k: int,
+                       device: Any = None) -> List[Tensor]:
+    r""":func:`most_counted` over the concatenation of :obj:`counts`, as a
+    mask per tensor of :obj:`counts` (one ranking over several types)."""
+    flat = torch.cat(counts + [torch.empty(0, dtype=torch.int64,
+                                           device=device)])
+    chosen = torch.zeros_like(flat, dtype=torch.bool)
+    chosen[most_counted(flat, k)] = True
+    return list(torch.split(chosen, [c.numel() for c in counts]))
 
 
 def hottest_first(hotness: Optional[Tensor], num: int) -> Tensor:
@@ -117,8 +128,8 @@ class RowCache:
         index_device (torch.device, optional): Where the slot map and the
             LRU bookkeeping live (default: :obj:`device`).
         slot_dtype (torch.dtype): The dtype of the slot map.
-        lazy (bool): Leave the slot map to the first :meth:`fill` (no
-            empty map on the device first).
+        lazy (bool): Allocate nothing on the device before the first
+            :meth:`fill` (a :obj:`'static'` cache).
     """
     def __init__(self, num_ids: int, policy: str = 'static',
                  capacity: int = 0, device: Any = 'cpu',
@@ -141,10 +152,11 @@ class RowCache:
         self.ids = torch.empty(0, dtype=torch.int64)
         # LRU: the id in every slot (-1: free) and the step it was last
         # read; the clock is one cell, shared with copies of the owner.
+        dev = 'cpu' if lazy else self.index_device  # Lazy: nothing there.
         self.slot_id = torch.full((self.capacity, ), -1, dtype=torch.int64,
-                                  device=self.index_device)
+                                  device=dev)
         self.last_used = torch.full((self.capacity, ), -1, dtype=torch.int64,
-                                    device=self.index_device)
+                                    device=dev)
         self.clock = [0]
         self.section = OrderedSection()
         self.hits = 0

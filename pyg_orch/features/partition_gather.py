@@ -22,7 +22,12 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.checks import check_choice, check_int
-from pyg_orch.features.gpu_cache import POLICIES, RowCache, most_counted
+from pyg_orch.features.gpu_cache import (
+    POLICIES,
+    RowCache,
+    most_counted,
+    most_counted_split,
+)
 from pyg_orch.parallel.exchange import (
     exchange,
     exchange_stacked_rows,
@@ -301,16 +306,11 @@ class DistributedFeatureGather:
         candidates = {et: g._edge_candidates(
             e_id.get(et, empty), dst.get(et, empty), counts.get(et))
             for et, g in self.by_edge_type.items()}
-        allc = torch.cat([c for _, _, c in candidates.values()] + [empty])
-        chosen = torch.zeros_like(allc, dtype=torch.bool)
-        chosen[most_counted(allc, edge_cache_size)] = True
-        total, offset = 0, 0
-        for et, (ids, ids_dst, c) in candidates.items():
-            mine = chosen[offset:offset + c.numel()]
-            offset += c.numel()
-            total += self.by_edge_type[et]._fill_edge_cache(ids[mine],
-                                                            ids_dst[mine])
-        return total
+        masks = most_counted_split([c for _, _, c in candidates.values()],
+                                   edge_cache_size, self.feature_device)
+        return sum(self.by_edge_type[et]._fill_edge_cache(ids[m], ids_dst[m])
+                   for (et, (ids, ids_dst, _)), m in zip(candidates.items(),
+                                                         masks))
 
     def _build_cache_hetero(self, counts, cache_size: int) -> int:
         if not isinstance(counts, dict):
@@ -329,17 +329,10 @@ class DistributedFeatureGather:
                                  f"vertex of that type ({self.num_nodes[nt]})")
             c[self.by_node_type[nt]._node_part == self.rank] = 0
             flat.append(c)
-        allc = torch.cat(flat)
-        chosen = torch.zeros_like(allc, dtype=torch.bool)
-        chosen[most_counted(allc, cache_size)] = True
-        total, offset = 0, 0
-        for nt, c in zip(self.node_types, flat):
-            n = c.numel()
-            mine = chosen[offset:offset + n]
-            offset += n
-            total += self.by_node_type[nt].build_cache(
-                torch.where(mine, c, torch.zeros_like(c)), int(mine.sum()))
-        return total
+        masks = most_counted_split(flat, cache_size, fdev)
+        return sum(self.by_node_type[nt].build_cache(
+            torch.where(m, c, torch.zeros_like(c)), int(m.sum()))
+            for nt, c, m in zip(self.node_types, flat, masks))
 
     def row_reads(self) -> Optional[Dict[str, int]]:
         r"""Rows of this part read from this rank's shard (:obj:`'local'`)
