@@ -12,8 +12,9 @@ from pyg_orch.core.checks import resolve_device
 from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.features.gpu_cache import (
     CacheQuery,
+    ReadOnlyFeatureStore,
     RowCache,
-    hottest_first,
+    attr_index,
     split_budget,
 )
 from pyg_orch.features.tiered import check_node_ids, parse_budget
@@ -23,7 +24,7 @@ Key = Tuple[Any, str]
 Scores = Union[Tensor, Mapping[Any, Tensor]]
 
 
-class GPUCachedFeatureStore(FeatureStore):
+class GPUCachedFeatureStore(ReadOnlyFeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` that keeps the hottest
     rows of another one on a device: a read returns the cached rows from
     there and fetches the others from :obj:`store`, in the order asked.
@@ -166,10 +167,7 @@ class GPUCachedFeatureStore(FeatureStore):
                            f"{attr.attr_name!r} of group {attr.group_name!r} "
                            f"(it serves {sorted(self.caches, key=str)})")
         n = self.sizes[key][0]
-        index = attr.index
-        if index is None or isinstance(index, slice):
-            index = torch.arange(n)[index or slice(None)]
-        index = torch.as_tensor(index)
+        index = attr_index(attr, n)
         check_node_ids(index, n)
         return key, self.caches[key], index
 
@@ -212,14 +210,6 @@ class GPUCachedFeatureStore(FeatureStore):
     def num_cached(self) -> Dict[Key, int]:
         r"""Rows cached per :obj:`(group_name, attr_name)`."""
         return {k: c.num_cached for k, c in self.caches.items()}
-
-    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
-        raise NotImplementedError(
-            "GPUCachedFeatureStore is read-only; put rows into the wrapped "
-            "store and build a new cache")
-
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise NotImplementedError("GPUCachedFeatureStore is read-only")
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}({type(self.store).__name__}, '

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch_geometric.data import FeatureStore, TensorAttr
 
 from pyg_orch.core.checks import check_choice, check_int
 
@@ -101,6 +102,27 @@ def split_budget(
     order = order[:taken]
     chosen_key, chosen_node = key_id[order], node_id[order]
     return {t: chosen_node[chosen_key == i] for i, t in enumerate(keys)}
+
+
+class ReadOnlyFeatureStore(FeatureStore):
+    r"""A :class:`~torch_geometric.data.FeatureStore` whose rows are read
+    only: :meth:`put_tensor` and :meth:`remove_tensor` raise."""
+    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
+        raise NotImplementedError(
+            f"{type(self).__name__} is read-only; build a new one to change "
+            f"the features")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise NotImplementedError(f"{type(self).__name__} is read-only")
+
+
+def attr_index(attr: TensorAttr, num_rows: int) -> Tensor:
+    r"""The ids :obj:`attr.index` asks for (:obj:`None` or a slice: of
+    :obj:`num_rows` rows) as a tensor."""
+    index = attr.index
+    if index is None or isinstance(index, slice):
+        index = torch.arange(num_rows)[index or slice(None)]
+    return torch.as_tensor(index)
 
 
 class CacheQuery:

@@ -6,9 +6,13 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import FeatureStore, TensorAttr
+from torch_geometric.data import TensorAttr
 
-from pyg_orch.features.gpu_cache import split_budget
+from pyg_orch.features.gpu_cache import (
+    ReadOnlyFeatureStore,
+    attr_index,
+    split_budget,
+)
 from pyg_orch.features.tiered import (
     FeatureStoreStats,
     TieredFeatureStore,
@@ -32,7 +36,7 @@ class HeteroFeatureStoreStats(FeatureStoreStats):
         return out
 
 
-class HeteroTieredFeatureStore(FeatureStore):
+class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` for the node features
     of a heterogeneous graph: one :class:`~pyg_orch.gpu.TieredFeatureStore`
     per node type, the GPU budget split across types by one ranking of all
@@ -233,10 +237,7 @@ class HeteroTieredFeatureStore(FeatureStore):
 
     def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
         store = self._store(attr)
-        index = attr.index
-        if index is None or isinstance(index, slice):
-            index = torch.arange(store.num_nodes)[index or slice(None)]
-        return store.gather(torch.as_tensor(index))
+        return store.gather(attr_index(attr, store.num_nodes))
 
     def _get_tensor_size(self, attr: TensorAttr) -> Tuple[int, int]:
         store = self._store(attr)
@@ -245,14 +246,6 @@ class HeteroTieredFeatureStore(FeatureStore):
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
         return [TensorAttr(group_name=t, attr_name=self.attr_name)
                 for t in self.stores]
-
-    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
-        raise NotImplementedError(
-            f"{type(self).__name__} is read-only; build a new one to change "
-            f"the features")
-
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise NotImplementedError(f"{type(self).__name__} is read-only")
 
     def __repr__(self) -> str:
         return self.describe()

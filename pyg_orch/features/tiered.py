@@ -8,11 +8,16 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import FeatureStore, TensorAttr
+from torch_geometric.data import TensorAttr
 
 from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.core.triton_util import kernel_view, triton_available
-from pyg_orch.features.gpu_cache import RowCache, hottest_first
+from pyg_orch.features.gpu_cache import (
+    ReadOnlyFeatureStore,
+    RowCache,
+    attr_index,
+    hottest_first,
+)
 from pyg_orch.core.checks import (
     check_bool,
     check_choice,
@@ -119,7 +124,7 @@ def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
                          f"(got ids in [{lo}, {hi}])")
 
 
-class TieredFeatureStore(FeatureStore):
+class TieredFeatureStore(ReadOnlyFeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` for node features
     that do not fit on the GPU: the rows ranked hottest live in a
     :class:`~pyg_orch.features.gpu_cache.RowCache` on the GPU, every row in
@@ -454,10 +459,7 @@ class TieredFeatureStore(FeatureStore):
 
     def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
         self._check(attr)
-        index = attr.index
-        if index is None or isinstance(index, slice):
-            index = torch.arange(self.num_nodes)[index or slice(None)]
-        return self.gather(torch.as_tensor(index))
+        return self.gather(attr_index(attr, self.num_nodes))
 
     def _get_tensor_size(self, attr: TensorAttr) -> Tuple[int, int]:
         self._check(attr)
@@ -465,14 +467,6 @@ class TieredFeatureStore(FeatureStore):
 
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
         return [TensorAttr(group_name=None, attr_name=self.attr_name)]
-
-    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
-        raise NotImplementedError(
-            f"{type(self).__name__} is read-only; build a new one to change "
-            f"the features")
-
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise NotImplementedError(f"{type(self).__name__} is read-only")
 
 
 def triton_next_pow2(x: int) -> int:
