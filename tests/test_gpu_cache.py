@@ -185,9 +185,14 @@ def test_bad_input_names_the_argument():
         GPUCachedFeatureStore(store, {'policy': 'lru'}, device='cpu')
     with pytest.raises(ValueError, match="'cache.store'"):
         GPUCachedFeatureStore(store, CacheOptions(store=None), device='cpu')
-    with pytest.raises(ValueError, match="node type 'paper'"):
+    with pytest.raises(ValueError, match="'counts' of node type 'paper'"):
         GPUCachedFeatureStore(store, device='cpu',
                               counts={'paper': torch.ones(3)})
+    with pytest.raises(ValueError, match=r"'counts' has .*\['papr'\]"):
+        GPUCachedFeatureStore(store, device='cpu',
+                              counts={'papr': torch.ones(12)})
+    with pytest.raises(ValueError, match="'store' holds no tensors"):
+        GPUCachedFeatureStore(LocalFeatureStore(), device='cpu')
     cached = GPUCachedFeatureStore(store, device='cpu')
     with pytest.raises(KeyError, match="'z'"):
         read(cached, None, 'z', torch.tensor([0]))

@@ -95,6 +95,8 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
             like[key] = self._fetch(key, torch.empty(0, dtype=torch.int64))
             row_bytes[key] = math.prod(self.sizes[key][1:]) * \
                 like[key].element_size()
+        if not self.sizes:
+            raise ValueError("'store' holds no tensors to cache")
         rows = {k: s[0] for k, s in self.sizes.items()}
         scores = self._scores(cache.ranking, rows, counts, edge_index)
         ratio = cache.cache_ratio
@@ -145,14 +147,17 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
         else:
             per_group = counts if isinstance(counts, Mapping) else {
                 None: counts}
+            unknown = [g for g in per_group if g not in {g for g, _ in rows}]
+            if unknown:
+                raise ValueError(f"'counts' has node types {unknown} that "
+                                 f"the store does not hold")
         out = {}
         for (group, name), n in rows.items():
             s = per_group.get(group)
             s = torch.zeros(n) if s is None else torch.as_tensor(s).view(-1)
             if s.numel() != n:
-                raise ValueError(f"the scores of node type {group!r} must "
-                                 f"have one entry per row ({n}; got "
-                                 f"{s.numel()})")
+                raise ValueError(f"'counts' of node type {group!r} must have "
+                                 f"one entry per row ({n}; got {s.numel()})")
             out[(group, name)] = s
         return out
 

@@ -105,9 +105,10 @@ class PartitionGraphStore(GraphStore):
 
     def sampler(self, num_neighbors: Any,
                 **options: Any) -> DistributedNeighborSampler:
-        r"""The collective :class:`~pyg_orch.distributed.DistributedNeighborSampler`
-        of this part (PyG's :class:`~torch_geometric.sampler.BaseSampler`),
-        on :obj:`sampling_device` by default."""
+        r"""The collective sampler of this part, a PyG
+        :class:`~torch_geometric.sampler.BaseSampler`
+        (:class:`~pyg_orch.distributed.DistributedNeighborSampler`), on
+        :obj:`sampling_device` by default."""
         if self.sampling_device is not None:
             options.setdefault('device', self.sampling_device)
         if self.topology_placement != 'auto':
