@@ -1,14 +1,18 @@
 """The tiered feature store for heterogeneous graphs: one
-:class:`~pyg_orch.gpu.TieredFeatureStore` per node type, one GPU budget
-shared by a single ranking of the rows of every type."""
+:class:`~pyg_orch.gpu.TieredFeatureStore` per node type, one budget."""
 import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import FeatureStore, TensorAttr
+from torch_geometric.data import TensorAttr
 
+from pyg_orch.features.gpu_cache import (
+    ReadOnlyFeatureStore,
+    attr_index,
+    split_budget,
+)
 from pyg_orch.features.tiered import (
     FeatureStoreStats,
     TieredFeatureStore,
@@ -22,9 +26,8 @@ NodeType = str
 
 @dataclass
 class HeteroFeatureStoreStats(FeatureStoreStats):
-    r"""The counters of every node type summed (:obj:`batches`: the most
-    gathers of any one type, i.e. the batches of a loader, which gathers
-    every type once per batch), and per node type in :obj:`per_type`."""
+    r"""The counters summed over node types (:obj:`batches`: the most
+    of any type), and per type in :obj:`per_type`."""
     per_type: Dict[NodeType, FeatureStoreStats] = field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, float]:
@@ -33,70 +36,23 @@ class HeteroFeatureStoreStats(FeatureStoreStats):
         return out
 
 
-def split_budget(
-    num_nodes: Mapping[NodeType, int],
-    row_bytes: Mapping[NodeType, int],
-    hotness: Optional[Mapping[NodeType, Tensor]],
-    budget: int,
-    max_rows: Optional[int] = None,
-) -> Dict[NodeType, Tensor]:
-    r"""The rows to cache per node type, most important first: all
-    (type, node) pairs ranked by :obj:`hotness` per byte of row (ties: type
-    order, then node order; without :obj:`hotness`, every row scores one),
-    and the longest prefix of that ranking whose rows fit in :obj:`budget`
-    bytes (and number at most :obj:`max_rows`)."""
-    types = list(num_nodes)
-    scores, type_ids, node_ids, sizes = [], [], [], []
-    for i, t in enumerate(types):
-        n = int(num_nodes[t])
-        h = torch.ones(n, dtype=torch.float64) if hotness is None else \
-            hotness[t].cpu().to(torch.float64).view(-1)
-        scores.append(h / max(int(row_bytes[t]), 1))
-        type_ids.append(torch.full((n, ), i, dtype=torch.int64))
-        node_ids.append(torch.arange(n))
-        sizes.append(torch.full((n, ), int(row_bytes[t]), dtype=torch.int64))
-    score, type_id, node_id, size = (torch.cat(v) for v in (
-        scores, type_ids, node_ids, sizes))
-    order = torch.argsort(score, descending=True, stable=True)
-    taken = int(torch.searchsorted(torch.cumsum(size[order], 0),
-                                   torch.tensor([budget]), right=True))
-    if max_rows is not None:
-        taken = min(taken, max_rows)
-    order = order[:taken]
-    chosen_type, chosen_node = type_id[order], node_id[order]
-    return {t: chosen_node[chosen_type == i] for i, t in enumerate(types)}
-
-
-class HeteroTieredFeatureStore(FeatureStore):
+class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` for the node features
-    of a heterogeneous graph that do not fit on the GPU: one
-    :class:`~pyg_orch.gpu.TieredFeatureStore` per node type (its hottest
-    rows in GPU memory, every row in pinned host memory, the previous
-    batch's rows reused), with the GPU memory budget split across types by
-    one ranking of every (type, node) pair by :obj:`hotness` per byte of
-    row (see :func:`split_budget`): the hot rows of all types compete for
-    the same budget, so a type whose rows are rarely read gets little of
-    it.
-
-    Served through PyG's interface with the node type as
-    :obj:`group_name` (:obj:`store[node_type, 'x', index]`), or by
-    :meth:`gather`. Rows are exact: :obj:`gather(t, index)` equals
-    :obj:`x_dict[t][index]`.
+    of a heterogeneous graph: one :class:`~pyg_orch.gpu.TieredFeatureStore`
+    per node type, the GPU budget split across types by one ranking of all
+    rows by :obj:`hotness` per byte (see
+    :func:`~pyg_orch.features.gpu_cache.split_budget`). Served as
+    :obj:`store[node_type, 'x', index]` or by :meth:`gather`.
 
     Args:
         x_dict (Dict[str, torch.Tensor]): The features per node type,
             :obj:`[num_nodes, width]` each, on the CPU.
         device (torch.device): The GPU.
         hotness (Dict[str, torch.Tensor], optional): A score per node of
-            every type of :obj:`x_dict` (e.g. access counts from
-            pre-sampling, see
-            :func:`pyg_orch.sampling.presample.count_node_access`). Without,
-            every row scores the same (narrow rows first, then type and
-            index order).
-        gpu_memory_budget (int or float or str, optional): Bytes for the
-            caches of all types together, a fraction of free GPU memory, or
-            :obj:`'auto'` (see :func:`~pyg_orch.features.tiered.
-            parse_budget`).
+            every type (e.g. access counts; default: all equal).
+        gpu_memory_budget (int or float or str, optional): Bytes for all
+            types together, a fraction of free GPU memory, or
+            :obj:`'auto'`.
         cache_ratio (float, optional): Cache at most this fraction of the
             rows of all types together (capped by the budget).
         method, reuse, num_threads, gather_blocks, attr_name: As in
@@ -199,16 +155,12 @@ class HeteroTieredFeatureStore(FeatureStore):
 
     @property
     def capacity(self) -> Dict[NodeType, int]:
-        r"""Rows per node type that :meth:`set_cached_nodes` may cache (the
-        split of the budget chosen at construction)."""
+        r"""Rows per node type that :meth:`set_cached_nodes` may cache."""
         return {t: s.capacity for t, s in self.stores.items()}
 
     def set_cached_nodes(self, nodes: Mapping[NodeType, Tensor]) -> None:
-        r"""Caches the rows :obj:`nodes[t]` of every node type :obj:`t` given
-        (most important first; duplicates dropped), as many as the type's
-        share of the budget (:attr:`capacity`) allows; types not given keep
-        their rows. The split across types is the one chosen at
-        construction; build a new store to split anew."""
+        r"""Caches the rows :obj:`nodes[t]` of every node type given, as
+        many as the type's share of the budget (:attr:`capacity`) allows."""
         if not isinstance(nodes, Mapping):
             raise ValueError(
                 f"'nodes' must be a dictionary of node ids per node type "
@@ -218,7 +170,7 @@ class HeteroTieredFeatureStore(FeatureStore):
             self.stores[t].set_cached_nodes(n)
 
     def gpu_bytes(self) -> int:
-        r"""GPU memory held by every type's cache, slot map and reuse map."""
+        r"""GPU memory held by every type's store."""
         return sum(s.gpu_bytes() for s in self.stores.values())
 
     def reset_stats(self) -> None:
@@ -227,8 +179,7 @@ class HeteroTieredFeatureStore(FeatureStore):
 
     @property
     def stats(self) -> HeteroFeatureStoreStats:
-        r"""The counters, summed over types and per type (reading them
-        synchronizes with the device)."""
+        r"""The counters, summed and per type (reading them synchronizes)."""
         per_type = {t: s.stats for t, s in self.stores.items()}
         total = HeteroFeatureStoreStats(per_type=per_type)
         for s in per_type.values():
@@ -253,8 +204,7 @@ class HeteroTieredFeatureStore(FeatureStore):
     # Gathering ##############################################################
 
     def gather(self, node_type: NodeType, index: Tensor) -> Tensor:
-        r"""The rows :obj:`index` (node ids of :obj:`node_type`) on
-        :obj:`device`."""
+        r"""The rows :obj:`index` of :obj:`node_type` on :obj:`device`."""
         store = self.stores.get(node_type)
         if store is None:
             raise ValueError(f"'node_type' must be one of {self.node_types} "
@@ -287,10 +237,7 @@ class HeteroTieredFeatureStore(FeatureStore):
 
     def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
         store = self._store(attr)
-        index = attr.index
-        if index is None or isinstance(index, slice):
-            index = torch.arange(store.num_nodes)[index or slice(None)]
-        return store.gather(torch.as_tensor(index))
+        return store.gather(attr_index(attr, store.num_nodes))
 
     def _get_tensor_size(self, attr: TensorAttr) -> Tuple[int, int]:
         store = self._store(attr)
@@ -299,14 +246,6 @@ class HeteroTieredFeatureStore(FeatureStore):
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
         return [TensorAttr(group_name=t, attr_name=self.attr_name)
                 for t in self.stores]
-
-    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
-        raise NotImplementedError(
-            f"{type(self).__name__} is read-only; build a new one to change "
-            f"the features")
-
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise NotImplementedError(f"{type(self).__name__} is read-only")
 
     def __repr__(self) -> str:
         return self.describe()

@@ -1,18 +1,11 @@
-r"""Rows of node attributes (features, labels) of vertices owned by other
-parts, fetched with the same collective exchange as the sampler, with a
-per-machine static cache of the remote rows read most often (counted by
-pre-sampling), so that repeated remote reads are served locally; the same
-for the edge attributes of sampled edges stored with other parts.
-
-The part's rows and index maps are read on the CPU (the part's memory-mapped
-files) or on a CUDA device (:obj:`feature_device`, over copies made there
-once)."""
+r"""The collective row gather of a partitioned graph: rows of any global
+vertex (own rows read, remote rows fetched from their owners, a cache of
+remote rows in front), and the edge attributes of sampled edges."""
 from __future__ import annotations
 
 import contextlib
 import copy
 import dataclasses
-import threading
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -28,7 +21,13 @@ from typing import (
 import torch
 from torch import Tensor
 
-from pyg_orch.core.checks import check_int
+from pyg_orch.core.checks import check_choice, check_int
+from pyg_orch.features.gpu_cache import (
+    POLICIES,
+    RowCache,
+    most_counted,
+    most_counted_split,
+)
 from pyg_orch.parallel.exchange import (
     exchange,
     exchange_stacked_rows,
@@ -39,26 +38,6 @@ from pyg_orch.parallel.exchange import (
 from pyg_orch.sampling.arguments import resolve_device
 
 __all__ = ['DistributedFeatureGather', 'GatherStats']
-
-
-class _OrderedSection:
-    r"""A lock whose holders' CUDA kernels also run in the order the
-    holders took it: each holder's stream first waits for what the previous
-    holder queued inside (threads that share an :obj:`'lru'` cache, each on
-    a stream of its own)."""
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._event = None
-
-    @contextlib.contextmanager
-    def __call__(self, cuda: bool):
-        with self._lock:
-            if cuda and self._event is not None:
-                torch.cuda.current_stream().wait_event(self._event)
-            yield
-            if cuda:
-                self._event = torch.cuda.Event()
-                self._event.record()
 
 
 @dataclass
@@ -111,14 +90,6 @@ def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
     return keys
 
 
-def _most_counted(counts: Tensor, k: int) -> Tensor:
-    # The positions of the (at most) k largest positive counts, ascending;
-    # of equal counts the first.
-    k = min(k, int((counts > 0).sum()))
-    order = torch.sort(counts, descending=True, stable=True).indices[:k]
-    return torch.sort(order).values
-
-
 def _positions(category: Tensor, num: int) -> List[Tensor]:
     # The positions of every value 0, ..., num - 1 of `category`, ascending:
     # on the CPU one nonzero() per value; on a GPU one stable sort, the host
@@ -129,85 +100,35 @@ def _positions(category: Tensor, num: int) -> List[Tensor]:
 
 
 class DistributedFeatureGather:
-    r"""Gathers rows of the node attributes :obj:`keys` (default
-    :obj:`'x'` and, where present, :obj:`'y'`) for any global vertex ids:
-    rows of owned vertices from this part, rows of cached remote vertices
-    from the cache, the others from their owners by
-    :func:`~pyg_orch.parallel.exchange.exchange`.
-
-    :meth:`gather` and :meth:`build_cache` are **collectives**: every rank
-    calls them, in the same order (with its own ids, possibly none). The
-    ids may be on any device (e.g. sampled on a GPU): they are moved to
-    :obj:`feature_device`, where the part's rows and index maps are read
-    (by default the CPU).
-
-    For a heterogeneous partition, :obj:`keys` and :obj:`edge_keys` apply
-    to every node and edge type that has them (default: :obj:`'x'` and
-    :obj:`'y'` where present, all edge attributes); :meth:`gather` and
-    :meth:`gather_edges` take and return dictionaries per node and edge
-    type; an :obj:`'lru'` cache holds :obj:`cache_size` rows per node type,
-    and :meth:`build_cache` takes counts per node type and caches the
-    :obj:`cache_size` remote rows counted most often over all types.
-
-    With :obj:`policy='static'` (default), the cache is filled once:
-    :meth:`build_cache` takes access counts of the global vertices (e.g.
-    :meth:`count_accesses` over pre-sampled batches) and keeps the rows of
-    the :obj:`cache_size` remote vertices counted most often. With
-    :obj:`policy='lru'`, every row fetched from another part is kept, the
-    least recently read rows evicted beyond :obj:`cache_size` rows
-    (:meth:`build_cache` may still warm it). The cache's bookkeeping (the
-    slot of every global vertex, and for :obj:`'lru'` the vertex in every
-    slot and the step it was last read) lives on :obj:`feature_device`,
-    the cached rows on :obj:`device`.
-
-    Edge attributes of remote edges (whose destination another part owns)
-    have a static cache of their own, under either policy:
-    :meth:`build_edge_cache` takes pre-sampled edges (global edge ids and
-    their destinations) and keeps the rows of the :obj:`edge_cache_size`
-    remote edges sampled most often; :meth:`gather_edges` then fetches only
-    the others. It holds the cached edges' global ids, sorted, on
-    :obj:`feature_device` (looked up with :func:`torch.searchsorted`; 8
-    bytes per cached edge, nothing per edge of the graph) and their rows on
-    :obj:`device`. For a heterogeneous partition, one budget covers all
-    edge types (the remote edges sampled most often over all types).
+    r"""Gathers rows of the node attributes :obj:`keys` for any global
+    vertex ids: own rows from this part, cached remote rows from a
+    :class:`~pyg_orch.features.gpu_cache.RowCache` (:obj:`'static'`, filled
+    by :meth:`build_cache`, or :obj:`'lru'`), the others from their owners.
+    Edge attributes of remote edges have a static cache of their own
+    (:meth:`build_edge_cache`, :meth:`gather_edges`). :meth:`gather`,
+    :meth:`gather_edges` and the builds are collectives. On a
+    heterogeneous partition, ids, counts and results are dictionaries per
+    node or edge type.
 
     Args:
         partition (GraphPartition): This rank's part.
-        keys (Iterable[str], optional): The node attributes to gather.
+        keys (Iterable[str], optional): The node attributes (default:
+            :obj:`'x'` and :obj:`'y'` where present).
         group (ProcessGroup, optional): The process group (rank :obj:`k`
             holds part :obj:`k`).
         policy (str): :obj:`'static'` or :obj:`'lru'`.
-        edge_keys (Iterable[str], optional): The edge attributes that
-            :meth:`gather_edges` gathers (default: all of the part's).
-        cache_size (int): The capacity of the :obj:`'lru'` cache in rows.
-        device (torch.device or str, optional): Where the gathered rows
-            and the cache live (default: the CPU). Rows fetched from other
-            parts come straight there from the exchange (under NCCL, without
-            a trip through host memory); the part's own rows are read from
-            its (memory-mapped) files and copied.
-        feature_device (torch.device or str, optional): Where the part's
-            rows are read and other ranks' requests served (default: the
-            CPU, over the part's memory-mapped files; :obj:`'cpu'` is the
-            same). On a CUDA device (normally :obj:`device`), what the
-            gather reads is copied there once, at construction, and must
-            fit in its memory beside the cache and the model: the rows of
-            :obj:`keys` of the part's vertices, the rows of
-            :obj:`edge_keys` of its in-edges (with their edge ids sorted:
-            16 bytes per in-edge), and three :obj:`int64` maps over all
-            global vertices (owner, local id, cache slot: 24 bytes per
-            vertex; per node type for a heterogeneous partition). Every
-            lookup then runs there, ids never copied to the host; under
-            NCCL, requests and rows never leave the GPU. The partition
-            object is left as it is.
-        peers (PeerGroup, optional): The ranks of this machine that share
-            this part (one part per machine, see
-            :mod:`~pyg_orch.parallel.machines`), on
-            :obj:`feature_device`. The part's rows of :obj:`keys` are then
-            split across them (:class:`~pyg_orch.features.sharded_rows.
-            ShardedRows`: row :obj:`i` on rank :obj:`i % N`), so each holds
-            :obj:`1/N` of them, and reads the others from its peers'
-            shards (symmetric memory on GPUs, :obj:`/dev/shm` on CPUs). A
-            collective of those ranks. Edge attributes are not split.
+        cache_size (int): The capacity of an :obj:`'lru'` cache in rows
+            (per node type).
+        edge_keys (Iterable[str], optional): The edge attributes (default:
+            all of the part's).
+        device (torch.device, optional): Where gathered rows and caches
+            live (default: the CPU).
+        feature_device (torch.device, optional): Where the part's rows and
+            index maps are read, copied once if not the CPU (default: the
+            CPU, over the memory-mapped files).
+        peers (PeerGroup, optional): The ranks of this machine sharing the
+            part, to split its rows across
+            (:class:`~pyg_orch.features.sharded_rows.ShardedRows`).
     """
     def __init__(self, partition, keys: Optional[Iterable[str]] = None,
                  group: Optional[Any] = None, policy: str = 'static',
@@ -216,9 +137,7 @@ class DistributedFeatureGather:
                  device: Optional[Union[str, torch.device]] = None,
                  feature_device: Optional[Union[str, torch.device]] = None,
                  peers: Optional[Any] = None):
-        if policy not in ('static', 'lru'):
-            raise ValueError(f"'policy' must be 'static' or 'lru' "
-                             f"(got {policy!r})")
+        check_choice('policy', policy, POLICIES)
         check_int('cache_size', cache_size)
         self.feature_device = resolve_device(feature_device,
                                              'feature_device', default='cpu')
@@ -274,28 +193,14 @@ class DistributedFeatureGather:
                             for k in edge_keys}
         if edge_keys and self.feature_device.type != 'cpu':
             self._sort_edge_ids()  # Now, not at the first batch.
-        # Global id -> cache slot (-1: not cached).
-        self.cache_slot = torch.full((self.num_nodes, ), -1,
-                                     dtype=torch.int64,
-                                     device=self.feature_device)
         self.policy = policy
         self.device = torch.device('cpu') if device is None else \
             torch.device(device)
-        self.capacity = cache_size if policy == 'lru' else 0
-        self.cache: Dict[str, Tensor] = {
-            k: attrs[k].new_empty((self.capacity, ) + tuple(
-                attrs[k].shape[1:]), device=self.device) for k in keys}
-        # LRU bookkeeping: the global id in every slot (-1: free) and the
-        # step it was last read, on the feature device (with the ids).
-        self.slot_id = torch.full((self.capacity, ), -1, dtype=torch.int64,
-                                  device=self.feature_device)
-        self.last_used = torch.full((self.capacity, ), -1,
-                                    dtype=torch.int64,
-                                    device=self.feature_device)
-        # The LRU clock (the last step), one cell shared with worker views;
-        # the cache is read and changed inside a section they share too:
-        self._clock = [0]
-        self._cache_section = _OrderedSection()
+        #: The cache of remote rows (its slot map on the feature device).
+        self.row_cache = RowCache(self.num_nodes, policy, cache_size,
+                                  self.device, self.feature_device)
+        for k in keys:
+            self.row_cache.allocate(k, attrs[k])
         self.stats = GatherStats()
 
     def _init_hetero(self, partition, keys, group, policy, cache_size,
@@ -401,16 +306,11 @@ class DistributedFeatureGather:
         candidates = {et: g._edge_candidates(
             e_id.get(et, empty), dst.get(et, empty), counts.get(et))
             for et, g in self.by_edge_type.items()}
-        allc = torch.cat([c for _, _, c in candidates.values()] + [empty])
-        chosen = torch.zeros_like(allc, dtype=torch.bool)
-        chosen[_most_counted(allc, edge_cache_size)] = True
-        total, offset = 0, 0
-        for et, (ids, ids_dst, c) in candidates.items():
-            mine = chosen[offset:offset + c.numel()]
-            offset += c.numel()
-            total += self.by_edge_type[et]._fill_edge_cache(ids[mine],
-                                                            ids_dst[mine])
-        return total
+        masks = most_counted_split([c for _, _, c in candidates.values()],
+                                   edge_cache_size, self.feature_device)
+        return sum(self.by_edge_type[et]._fill_edge_cache(ids[m], ids_dst[m])
+                   for (et, (ids, ids_dst, _)), m in zip(candidates.items(),
+                                                         masks))
 
     def _build_cache_hetero(self, counts, cache_size: int) -> int:
         if not isinstance(counts, dict):
@@ -429,23 +329,15 @@ class DistributedFeatureGather:
                                  f"vertex of that type ({self.num_nodes[nt]})")
             c[self.by_node_type[nt]._node_part == self.rank] = 0
             flat.append(c)
-        allc = torch.cat(flat)
-        chosen = torch.zeros_like(allc, dtype=torch.bool)
-        chosen[_most_counted(allc, cache_size)] = True
-        total, offset = 0, 0
-        for nt, c in zip(self.node_types, flat):
-            n = c.numel()
-            mine = chosen[offset:offset + n]
-            offset += n
-            total += self.by_node_type[nt].build_cache(
-                torch.where(mine, c, torch.zeros_like(c)), int(mine.sum()))
-        return total
+        masks = most_counted_split(flat, cache_size, fdev)
+        return sum(self.by_node_type[nt].build_cache(
+            torch.where(m, c, torch.zeros_like(c)), int(m.sum()))
+            for nt, c, m in zip(self.node_types, flat, masks))
 
     def row_reads(self) -> Optional[Dict[str, int]]:
-        r"""Rows of this part read so far from this rank's own shard
-        (:obj:`'local'`) and from the shards of the machine's other ranks
-        (:obj:`'peer'`), over all keys (and node types); :obj:`None` where
-        the part's rows are not split (no :obj:`peers`)."""
+        r"""Rows of this part read from this rank's shard (:obj:`'local'`)
+        and from its peers' (:obj:`'peer'`); :obj:`None` without
+        :obj:`peers`."""
         if self.peers is None:
             return None
         if self.is_hetero:
@@ -457,15 +349,14 @@ class DistributedFeatureGather:
 
     @property
     def num_cached_rows(self) -> int:
-        r"""The number of remote rows in the cache (of all node types)."""
+        r"""The remote rows in the cache (of all node types)."""
         if self.is_hetero:
             return sum(g.num_cached_rows for g in self.by_node_type.values())
-        return int((self.cache_slot >= 0).sum())
+        return self.row_cache.num_cached
 
     @property
     def num_cached_edge_rows(self) -> int:
-        r"""The number of remote edges in the edge cache (of all edge
-        types)."""
+        r"""The remote edges in the edge cache (of all edge types)."""
         if self.is_hetero:
             return sum(g.num_cached_edge_rows
                        for g in self.by_edge_type.values())
@@ -473,16 +364,9 @@ class DistributedFeatureGather:
 
     def worker_view(self, group: Optional[Any]
                     ) -> 'DistributedFeatureGather':
-        r"""A gather of the same part for another thread: it shares the
-        part's rows and the caches as they are now, and exchanges over
-        :obj:`group` (the same ranks, e.g. a
-        :func:`~pyg_orch.parallel.exchange.gloo_twin`), with its own
-        :attr:`stats`. With the :obj:`'lru'` policy, the gathers of all
-        views change the one cache: a gather looks its slots up and reads
-        their rows at once, and admits what it fetched later, each under a
-        lock shared by the views (in lock order on the GPU too), so rows
-        stay right whatever the threads' timing; which rows are cached
-        depends on it."""
+        r"""A gather of the same part and caches for another thread,
+        exchanging over :obj:`group` (the same ranks), with its own
+        :attr:`stats`; an :obj:`'lru'` cache is shared under its lock."""
         if group_size(group) != self.world_size:
             raise ValueError(f"'group' must have the gather's "
                              f"{self.world_size} ranks (got "
@@ -539,8 +423,7 @@ class DistributedFeatureGather:
         return total
 
     def _fetch(self, ids: Tensor) -> Dict[str, Tensor]:
-        r"""Rows of :obj:`ids` (none owned by this part) from their owners:
-        a collective."""
+        r"""Rows of :obj:`ids` (none owned here) from their owners."""
         if not self.keys:  # The same on every rank: no exchange at all.
             return {}
         owner = self._node_part[ids].to(torch.int64)
@@ -555,12 +438,9 @@ class DistributedFeatureGather:
     def _reply(self, refs: Dict[str, Any], keys: List[str],
                picks: List[Tensor], per_rank: List[int], order: Tensor
                ) -> Dict[str, Tensor]:
-        r"""Answers the requests of every rank (rows :obj:`picks[r]` of
-        :obj:`refs` for rank :obj:`r`), all keys in one exchange whose
-        sizes this rank knows (what it asked each rank for,
-        :obj:`per_rank`), and puts the answers to its own requests back in
-        request order (:obj:`order`, as :func:`split_by_value` gave it): a
-        collective."""
+        r"""Answers every rank's requests (rows :obj:`picks[r]` for rank
+        :obj:`r`) in one exchange; returns this rank's answers in request
+        order (:obj:`order`)."""
         # One gather per key of the rows for all ranks, in rank order:
         pick = torch.cat(picks)
         fields = exchange_stacked_rows(
@@ -577,10 +457,8 @@ class DistributedFeatureGather:
 
     # API ####################################################################
     def gather(self, n_id) -> Dict[str, Tensor]:
-        r"""The rows of :obj:`n_id` (global ids) of every key, in the order
-        of :obj:`n_id`; a collective. :attr:`stats` then says where they
-        came from. For a heterogeneous partition, :obj:`n_id` and the
-        result are dictionaries per node type."""
+        r"""The rows of :obj:`n_id` (global ids) of every key, in order;
+        :attr:`stats` says where they came from."""
         if self.is_hetero:
             return self._gather_hetero(n_id)
         # Read where the index maps are (ids sampled elsewhere come over):
@@ -590,22 +468,16 @@ class DistributedFeatureGather:
         peer_before = self._peer_rows()
         owner = self._node_part[n_id].to(torch.int64)
         is_local = owner == self.rank
-        lru = self.policy == 'lru' and self.capacity > 0
+        cache = self.row_cache
         # An 'lru' cache changes under other threads' gathers: its slots
         # are looked up and their rows read at once, inside the section.
-        with self._cache_section(self._cuda) if lru else \
+        with cache.section(cache.cuda) if cache.lru else \
                 contextlib.nullcontext():
-            slot = self.cache_slot[n_id]
+            slot = cache.lookup(n_id)
             # 0: owned, 1: cached, 2: fetched from its owner.
             category = torch.where(is_local, 0, torch.where(slot >= 0, 1, 2))
             local_pos, cached_pos, remote_pos = _positions(category, 3)
-            cached_slot = self._dev(slot[cached_pos])
-            cached = {key: self.cache[key].index_select(0, cached_slot)
-                      for key in self.keys}
-            if lru:
-                self._clock[0] += 1
-                step = self._clock[0]
-                self.last_used[slot[cached_pos]] = step
+            cached, step = cache.read(slot[cached_pos])
         fetched = self._fetch(n_id[remote_pos])
         out = {}
         local_dst, cached_dst, remote_dst = (self._dev(p) for p in (
@@ -627,52 +499,15 @@ class DistributedFeatureGather:
         self.stats.remote_bytes = self.stats.remote_rows * row_bytes
         self.stats.cached_bytes = self.stats.cached_rows * row_bytes
         self.stats.peer_rows = self._peer_rows() - peer_before
-        if lru:
-            with self._cache_section(self._cuda):
-                self._admit(n_id[remote_pos], fetched, step)
+        if cache.lru:
+            with cache.section(cache.cuda):
+                cache.admit(n_id[remote_pos], fetched, step)
         return out
-
-    @property
-    def _cuda(self) -> bool:
-        # Whether the cache or its bookkeeping live on a GPU.
-        return 'cuda' in (self.device.type, self.feature_device.type)
-
-    def _admit(self, ids: Tensor, rows: Dict[str, Tensor],
-               step: int) -> None:
-        r"""LRU: keeps the rows of :obj:`ids` just fetched at :obj:`step`,
-        evicting the least recently read (free slots first); ids another
-        thread cached meanwhile are left where they are."""
-        if ids.numel() == 0:
-            return
-        fresh = (self.cache_slot.index_select(0, ids) < 0).nonzero().view(-1)
-        if fresh.numel() < ids.numel():
-            ids = ids.index_select(0, fresh)
-            fresh = self._dev(fresh)
-            rows = {k: v.index_select(0, fresh) for k, v in rows.items()}
-            if ids.numel() == 0:
-                return
-        uniq, inverse = torch.unique(ids, return_inverse=True)
-        first = torch.full((uniq.numel(), ), ids.numel(), dtype=torch.int64,
-                           device=ids.device)
-        first.scatter_reduce_(0, inverse, torch.arange(
-            ids.numel(), device=ids.device), 'amin')
-        m = min(uniq.numel(), self.capacity)
-        uniq, first = uniq[:m], first[:m]
-        victims = torch.sort(self.last_used, stable=True).indices[:m]
-        old = self.slot_id[victims]
-        self.cache_slot[old[old >= 0]] = -1
-        self.slot_id[victims] = uniq
-        self.cache_slot[uniq] = victims
-        self.last_used[victims] = step
-        victims, first = self._dev(victims), self._dev(first)
-        for key in self.keys:
-            self.cache[key][victims] = rows[key][first]
 
     def _fetch_edges(self, e_id: Tensor, owner: Tensor
                      ) -> Tuple[Dict[str, Tensor], List[int]]:
-        r"""Rows of the edges :obj:`e_id` from the parts :obj:`owner` that
-        store them (their destinations' owners), in the order of
-        :obj:`e_id`, and how many each part served: a collective."""
+        r"""Rows of the edges :obj:`e_id` from the parts :obj:`owner`, in
+        order, and how many each part served."""
         if self._eid_sorted is None:
             self._sort_edge_ids()
         index, per_rank, order = split_by_value(owner, self.world_size)
@@ -693,15 +528,10 @@ class DistributedFeatureGather:
                            list(positions), per_rank, order), per_rank
 
     def gather_edges(self, e_id, dst) -> Dict[str, Tensor]:
-        r"""The rows of the edge attributes :obj:`edge_keys` of the edges
-        :obj:`e_id` (global edge ids) whose destinations are :obj:`dst`
-        (global vertex ids; an edge is stored with the part owning its
-        destination), in the order of :obj:`e_id`; a collective. Remote
-        edges in the edge cache (:meth:`build_edge_cache`) are served from
-        it, the others fetched. :attr:`stats` then counts the local, cached
-        and fetched remote edge rows. For a heterogeneous partition,
-        :obj:`e_id`, :obj:`dst` and the result are dictionaries per edge
-        type."""
+        r"""The rows of :obj:`edge_keys` of the edges :obj:`e_id` (global
+        ids) into :obj:`dst` (global ids; an edge lives with its
+        destination's part), in order; cached remote edges from the edge
+        cache."""
         if self.is_hetero:
             return self._gather_edges_hetero(e_id, dst)
         e_id, dst = self._edges_here(e_id, dst)
@@ -785,28 +615,16 @@ class DistributedFeatureGather:
 
     def build_edge_cache(self, e_id, dst, edge_cache_size: int,
                          counts=None) -> int:
-        r"""Caches the edge attribute rows of the :obj:`edge_cache_size`
-        remote edges (whose destination another part owns) that occur most
-        often in :obj:`e_id`, fetched from their owners: a collective that
-        replaces the edge cache. Returns the number of cached edges.
+        r"""Caches the rows of the :obj:`edge_cache_size` remote edges
+        counted most often (over all edge types); returns how many.
 
         Args:
-            e_id (Tensor): Global edge ids of pre-sampled edges (e.g. the
-                :obj:`edge` of pre-sampled batches, concatenated); repeats
-                count as accesses.
-            dst (Tensor): The global id of the destination of every edge of
-                :obj:`e_id` (e.g. from the sampler's
-                :obj:`edge_destinations`).
-            edge_cache_size (int): The most edges to cache (:obj:`0`:
-                empty the cache).
-            counts (Tensor, optional): A non-negative access count per
-                entry of :obj:`e_id` (default: one each), e.g. for distinct
-                edges counted elsewhere.
-
-        For a heterogeneous partition, :obj:`e_id`, :obj:`dst` and
-        :obj:`counts` are dictionaries per edge type, and the
-        :obj:`edge_cache_size` remote edges counted most often over all
-        edge types (with edge attributes) are cached."""
+            e_id (Tensor): Global ids of pre-sampled edges (repeats count).
+            dst (Tensor): Their destinations' global ids.
+            edge_cache_size (int): The most edges to cache.
+            counts (Tensor, optional): A count per entry of :obj:`e_id`
+                (default: one each).
+        """
         check_int('edge_cache_size', edge_cache_size)
         if self.is_hetero:
             return self._build_edge_cache_hetero(e_id, dst, edge_cache_size,
@@ -814,13 +632,12 @@ class DistributedFeatureGather:
         ids, ids_dst, total = self._edge_candidates(e_id, dst, counts)
         if not self.edge_keys:  # The same on every rank: nothing to keep.
             return 0
-        chosen = _most_counted(total, edge_cache_size)
+        chosen = most_counted(total, edge_cache_size)
         return self._fill_edge_cache(ids[chosen], ids_dst[chosen])
 
     @staticmethod
     def count_accesses(n_ids: Iterable[Tensor], num_nodes: int) -> Tensor:
-        r"""How often every global vertex appears in :obj:`n_ids` (e.g. the
-        :obj:`node` of pre-sampled batches)."""
+        r"""How often every global vertex appears in :obj:`n_ids`."""
         counts = torch.zeros(num_nodes, dtype=torch.int64)
         for n_id in n_ids:
             counts += torch.bincount(
@@ -829,11 +646,8 @@ class DistributedFeatureGather:
         return counts
 
     def build_cache(self, counts: Tensor, cache_size: int) -> int:
-        r"""Caches the rows of the :obj:`cache_size` remote vertices with
-        the highest :obj:`counts` (vertices never counted are not cached),
-        fetched from their owners: a collective. Returns the number of
-        cached rows. For a heterogeneous partition, :obj:`counts` is a
-        dictionary per node type."""
+        r"""Caches the rows of the :obj:`cache_size` remote vertices
+        counted most often (over all node types); returns how many."""
         check_int('cache_size', cache_size)
         if self.is_hetero:
             return self._build_cache_hetero(counts, cache_size)
@@ -844,32 +658,54 @@ class DistributedFeatureGather:
             raise ValueError(f"'counts' must have one entry per global "
                              f"vertex ({self.num_nodes})")
         counts[self._node_part == self.rank] = 0
+        cache = self.row_cache
         if self.policy == 'lru':
-            cache_size = min(cache_size, self.capacity)
-        ids = _most_counted(counts, cache_size)
+            cache_size = min(cache_size, cache.capacity)
+        ids = most_counted(counts, cache_size)
         saved = self.stats
         fetched = self._fetch(ids)
         self.stats = saved
         if self.policy == 'lru':
-            self._admit(ids, fetched, self._clock[0])
-            return int((self.cache_slot >= 0).sum())
-        self.cache_slot.fill_(-1)
-        self.cache_slot[ids] = torch.arange(ids.numel(),
-                                            device=self.feature_device)
-        self.cache = fetched
+            cache.admit(ids, fetched, cache.clock[0])
+            return cache.num_cached
+        cache.fill(ids, fetched)
         return int(ids.numel())
+
+    @property
+    def cache_slot(self) -> Tensor:
+        r"""The cache slot of every global vertex (:obj:`-1`: not cached)."""
+        return self.row_cache.slot
+
+    @property
+    def slot_id(self) -> Tensor:
+        r"""The vertex in every :obj:`'lru'` slot (:obj:`-1`: free)."""
+        return self.row_cache.slot_id
+
+    @property
+    def last_used(self) -> Tensor:
+        r"""The step every :obj:`'lru'` slot was last read."""
+        return self.row_cache.last_used
+
+    @property
+    def cache(self) -> Dict[str, Tensor]:
+        r"""The cached rows per key."""
+        return self.row_cache.rows
+
+    @property
+    def capacity(self) -> int:
+        r"""The capacity of an :obj:`'lru'` cache in rows."""
+        return self.row_cache.capacity
 
     @property
     def cache_bytes(self) -> int:
         r"""The bytes of the cached rows of remote vertices."""
         if self.is_hetero:
             return sum(g.cache_bytes for g in self.by_node_type.values())
-        return sum(t.numel() * t.element_size() for t in self.cache.values())
+        return self.row_cache.nbytes
 
     @property
     def edge_cache_bytes(self) -> int:
-        r"""The bytes of the edge cache: the cached edges' rows and their
-        sorted ids."""
+        r"""The bytes of the edge cache: rows and sorted ids."""
         if self.is_hetero:
             return sum(g.edge_cache_bytes for g in self.by_edge_type.values())
         return self.edge_cache_ids.numel() * 8 + sum(

@@ -1,19 +1,8 @@
-r"""A partitioned graph as PyG's remote backend, cuGraph-PyG style: this
-rank's part (:func:`~pyg_orch.distributed.load_partition`) behind a
-:class:`~torch_geometric.data.GraphStore` (:class:`PartitionGraphStore`,
-which hands out the collective sampler) and a
-:class:`~torch_geometric.data.FeatureStore` (:class:`PartitionFeatureStore`,
-rows of any global vertex, remote rows fetched collectively). The pair is
-the :obj:`data` of :class:`~pyg_orch.HybridLinkNeighborLoader` (and of
-PyG's own loaders); placement (feature device, cache size and policy) lives
-in the stores' arguments.
-
-.. code-block:: python
-
-    feature_store, graph_store = open_stores('parts/', cache_size=10_000)
-    loader = HybridLinkNeighborLoader((feature_store, graph_store),
-                                      num_neighbors=[10, 5], batch_size=256)
-"""
+r"""A partitioned graph as PyG's remote backend: this rank's part behind a
+:class:`~torch_geometric.data.GraphStore` (:class:`PartitionGraphStore`)
+and a :class:`~torch_geometric.data.FeatureStore`
+(:class:`PartitionFeatureStore`), the :obj:`data` of the hybrid loaders
+(:func:`open_stores`)."""
 from __future__ import annotations
 
 import functools
@@ -63,11 +52,9 @@ def _read_only(store: str) -> NotImplementedError:
 
 class PartitionGraphStore(GraphStore):
     r"""This rank's part of a partitioned graph as a PyG
-    :class:`~torch_geometric.data.GraphStore`: it reports the graph's edge
-    types and global sizes, answers :meth:`get_edge_index` with the part's
-    in-edges (global ids, :obj:`'coo'`), and hands out the collective
-    :class:`~pyg_orch.distributed.DistributedNeighborSampler`
-    (:meth:`sampler`).
+    :class:`~torch_geometric.data.GraphStore`: the graph's edge types and
+    global sizes, the part's in-edges (global ids, :obj:`'coo'`), and the
+    collective sampler (:meth:`sampler`).
 
     Args:
         partition (GraphPartition): This rank's part.
@@ -118,13 +105,10 @@ class PartitionGraphStore(GraphStore):
 
     def sampler(self, num_neighbors: Any,
                 **options: Any) -> DistributedNeighborSampler:
-        r"""A collective neighbor sampler over the partition (PyG's
-        :class:`~torch_geometric.sampler.BaseSampler`): the
-        :class:`~pyg_orch.distributed.DistributedNeighborSampler` of this
-        part and :obj:`group` with :obj:`num_neighbors` and :obj:`options`
-        (:obj:`replace`, :obj:`disjoint`, :obj:`time_attr`,
-        :obj:`device`, :obj:`generator`, ...); by default on the store's
-        :obj:`sampling_device`, over its :obj:`topology_placement`."""
+        r"""The collective sampler of this part, a PyG
+        :class:`~torch_geometric.sampler.BaseSampler`
+        (:class:`~pyg_orch.distributed.DistributedNeighborSampler`), on
+        :obj:`sampling_device` by default."""
         if self.sampling_device is not None:
             options.setdefault('device', self.sampling_device)
         if self.topology_placement != 'auto':
@@ -145,8 +129,8 @@ class PartitionGraphStore(GraphStore):
             self.partition.csc
 
     def local_edge_index(self, edge_type: Any = None) -> Tensor:
-        r"""The in-edges this part holds (of :obj:`edge_type`) as a
-        :obj:`[2, num_edges]` tensor of global ids, in the part's order."""
+        r"""The part's in-edges (of :obj:`edge_type`), :obj:`[2, num_edges]`,
+        global ids."""
         csc = self._csc(tuple(edge_type) if edge_type is not None else None)
         dst_t = None if edge_type is None else edge_type[-1]
         node_ids = self.partition.node_ids[dst_t] if self.is_hetero else \
@@ -158,12 +142,8 @@ class PartitionGraphStore(GraphStore):
         return torch.stack([csc.row.to(torch.int64), col])
 
     def seed_nodes(self, input_nodes: Any) -> Tuple[Any, Tensor]:
-        r"""Checks the seeds of a node loader over the partition and returns
-        :obj:`(node_type, ids)` (:obj:`None` as node type for a homogeneous
-        partition): global ids or a boolean mask over all vertices, for a
-        heterogeneous partition with their node type as a :obj:`(node
-        type, ids)` tuple; a node type alone, or :obj:`None` on a
-        homogeneous partition, means the vertices this part owns."""
+        r"""Checks a node loader's seeds: returns :obj:`(node_type, ids)`;
+        global ids, a mask, or a node type alone (the part's own vertices)."""
         node_type, nodes = None, input_nodes
         if self.is_hetero:
             if isinstance(nodes, str):
@@ -204,12 +184,9 @@ class PartitionGraphStore(GraphStore):
         return node_type, nodes.to(torch.int64)
 
     def label_edges(self, edge_label_index: Any) -> Tuple[Any, Tensor]:
-        r"""Checks the label edges of a link loader over the partition and
-        returns :obj:`(edge_type, edge_label_index)` (:obj:`None` as edge
-        type for a homogeneous partition): a :obj:`[2, num_edges]` tensor
-        of global ids, an edge type (the in-edges of that type this part
-        holds), an :obj:`(edge_type, tensor)` tuple, or :obj:`None` on a
-        homogeneous partition (the in-edges this part holds)."""
+        r"""Checks a link loader's label edges: returns :obj:`(edge_type,
+        edge_label_index)` (global ids; an edge type alone or :obj:`None`:
+        the part's in-edges)."""
         edge_type, index = None, edge_label_index
         if self.is_hetero:
             if isinstance(index, (tuple, list)) and index and \
@@ -289,16 +266,10 @@ class PartitionGraphStore(GraphStore):
 class PartitionFeatureStore(FeatureStore):
     r"""This rank's part of a partitioned graph as a PyG
     :class:`~torch_geometric.data.FeatureStore` over **global** vertex ids:
-    :meth:`get_tensor` and :meth:`multi_get_tensor` return the rows of any
-    vertex, the part's own rows read from its (memory-mapped) files, cached
-    remote rows from the cache and the others fetched from their owners by
-    a :class:`~pyg_orch.features.partition_gather.DistributedFeatureGather`.
-
-    :meth:`multi_get_tensor` is a **collective**: every rank calls it once
-    per batch, for the same attributes (PyG's loaders do). Its attributes
-    are :obj:`TensorAttr(group_name=node_type, attr_name=key)` (with
-    :obj:`group_name=None` for a homogeneous partition); edge attributes
-    are not served.
+    own rows read from the part's files, remote rows from a cache or
+    fetched from their owners. :meth:`multi_get_tensor` is a collective
+    (every rank calls it once per batch, for the same attributes); edge
+    attributes are not served.
 
     Args:
         partition (GraphPartition): This rank's part.
@@ -310,19 +281,16 @@ class PartitionFeatureStore(FeatureStore):
         feature_device (torch.device or str, optional): Where the part's
             rows are read and other ranks' requests served (default: the
             CPU, over the memory-mapped files).
-        cache_size (int): Remote rows to cache (per node type for an
-            :obj:`'lru'` cache, its capacity): a loader fills the cache from
-            pre-sampled batches (:meth:`build_cache`).
+        cache_size (int): Remote rows to cache (an :obj:`'lru'` cache's
+            capacity per node type).
         policy (str): :obj:`'static'` (filled by :meth:`build_cache`) or
-            :obj:`'lru'` (then also every fetched row, least recently read
-            evicted).
+            :obj:`'lru'`.
         edge_keys (Iterable[str], optional): The edge attributes served by
             :meth:`gather_edges` (default: none).
-        edge_cache_size (int): Edge attribute rows of remote edges to cache
-            (a loader fills it from pre-sampled batches).
+        edge_cache_size (int): Edge attribute rows of remote edges to
+            cache.
         peers (PeerGroup, optional): The ranks of this machine that share
-            the part, to split its rows across (see
-            :class:`~pyg_orch.features.partition_gather.DistributedFeatureGather`).
+            the part, to split its rows across.
     """
     def __init__(self, partition: GraphPartition,
                  group: Optional[Any] = None,
@@ -363,9 +331,7 @@ class PartitionFeatureStore(FeatureStore):
 
     def build_cache(self, counts: Any, cache_size: int) -> int:
         r"""Caches the rows of the :obj:`cache_size` remote vertices
-        counted most often in :obj:`counts` (see
-        :meth:`~pyg_orch.features.partition_gather.DistributedFeatureGather.build_cache`);
-        a collective."""
+        counted most often in :obj:`counts`; a collective."""
         return self.feature_gather.build_cache(counts, cache_size)
 
     def get_all_tensor_attrs(self) -> List[TensorAttr]:

@@ -1,8 +1,6 @@
-"""A feature cache spread over the GPUs of one machine: the hottest rows,
-by the machine's pre-sampled access counts, dealt round-robin to the ranks,
-so the machine caches as many rows as all its GPUs hold; the other rows live
-once per machine in shared (pinned) host memory. A gather reads the own
-GPU's cache, then peers' caches, then host memory, in one kernel."""
+"""A feature cache split across the GPUs of one machine: the hottest rows
+dealt round-robin to the ranks, the others once per machine in shared
+pinned host memory; one kernel reads own cache, peers' caches and host."""
 import hashlib
 from typing import Optional, Tuple, Union
 
@@ -15,16 +13,12 @@ from pyg_orch.parallel.peer_memory import PeerGroup
 
 class ShardedFeatureStore(TieredFeatureStore):
     r"""A :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache is split
-    across the ranks of a :class:`~pyg_orch.multigpu.PeerGroup`. Build it on
-    every rank at the same time (a collective): the ranks add up their
-    :obj:`hotness`, so all choose the same rows.
+    across the ranks of a :class:`~pyg_orch.multigpu.PeerGroup`; built by
+    every rank at once (their :obj:`hotness` summed).
 
     Args:
-        x (torch.Tensor): The features, :obj:`[num_nodes, width]`, on the
-            CPU; only local rank 0's copy is read (into shared memory),
-            unless every rank's :obj:`x` is pinned (then each reads its own
-            in place, e.g. one shared-memory file that every rank maps and
-            registers).
+        x (torch.Tensor): The features on the CPU (local rank 0's copied
+            to shared memory, unless every rank's is pinned).
         peers (PeerGroup): The machine's processes.
         hotness (torch.Tensor, optional): This rank's score per node (e.g.
             access counts from pre-sampling).
@@ -33,11 +27,8 @@ class ShardedFeatureStore(TieredFeatureStore):
         cache_ratio (float, optional): Cache this fraction of all rows on
             the machine (capped by the budgets).
         gather_blocks (int or str, optional): Thread blocks of the gather
-            kernel (as in :class:`~pyg_orch.gpu.TieredFeatureStore`).
-            Reads from peers' caches wait on the link's latency and need
-            many rows in flight, so the grid is not capped by default
-            (:obj:`None`; one GPU's store caps it at half the
-            multiprocessors, :obj:`'auto'`).
+            kernel (default: no cap, as peer reads need many rows in
+            flight).
         **kwargs: Further arguments of
             :class:`~pyg_orch.gpu.TieredFeatureStore`.
     """
@@ -93,10 +84,7 @@ class ShardedFeatureStore(TieredFeatureStore):
         i = torch.arange(nodes.numel())
         code = (i % S) * C + i // S
         dtype = torch.int32 if S * C < 2**31 else torch.int64
-        slot = torch.full((self.num_nodes, ), -1, dtype=dtype)
-        slot[nodes] = code.to(dtype)
-        self.cached_nodes = nodes
-        self.slot = slot.to(self.device)
+        self.row_cache.fill(nodes, slots=code.to(dtype))
         mine = nodes[i % S == peers.rank]
         refill = getattr(self, 'shards', None) is not None
         if refill:
@@ -108,7 +96,7 @@ class ShardedFeatureStore(TieredFeatureStore):
                                          self.dtype)
         self.shards.own[:mine.numel()].copy_(
             self.host.index_select(0, mine))
-        self.cache = self.shards.own
+        self.row_cache.rows = {self.attr_name: self.shards.own}
         self._quiesce()  # Every rank's rows are in place.
 
     def _quiesce(self) -> None:
@@ -120,12 +108,8 @@ class ShardedFeatureStore(TieredFeatureStore):
         return self.capacity * self.peers.world_size
 
     def set_cached_nodes(self, nodes: Tensor) -> None:
-        r"""Caches the rows :obj:`nodes` on the machine's GPUs (most
-        important first, dealt round-robin as at construction; as many as
-        all GPUs hold), e.g. the candidates chosen by
-        :class:`pyg_orch.BottomLayerOffload`. A collective: every rank calls
-        it with the same :obj:`nodes`, between gathers (each waits for the
-        gathers every rank has queued before it refills)."""
+        r"""Caches the rows :obj:`nodes` on the machine's GPUs; a
+        collective, every rank with the same :obj:`nodes`."""
         nodes = torch.as_tensor(nodes).view(-1).cpu().to(torch.int64)
         mine = (nodes.numel(),
                 hashlib.sha1(nodes.numpy().tobytes()).hexdigest())

@@ -1,9 +1,6 @@
-r"""The rows of a tensor split across the processes of one machine: row
-:obj:`i` lives on rank :obj:`i % S` (slot :obj:`i // S`) of a
-:class:`~pyg_orch.multigpu.PeerGroup` of :obj:`S` ranks, in symmetric memory
-on GPUs (read by peers over NVLink) or in :obj:`/dev/shm` on CPUs. Every rank
-reads any row: its own, or a peer's in place. Dealt round-robin, so the hot
-rows of a graph ordered by degree or by part spread evenly."""
+r"""A tensor's rows split across the processes of one machine: row :obj:`i`
+on rank :obj:`i % S`, in symmetric memory on GPUs or :obj:`/dev/shm` on
+CPUs; every rank reads any row."""
 import threading
 from typing import Any, Optional, Sequence
 
@@ -16,14 +13,9 @@ __all__ = ['ShardedRows']
 
 
 class ShardedRows:
-    r"""The rows of :obj:`rows` split across :obj:`peers` (a collective:
-    every rank of :obj:`peers` builds it at the same time, with a tensor of
-    the same shape and dtype, e.g. the same memory-mapped file; each copies
-    only its own rows).
-
-    Reads the same as the tensor for the operations a row gather needs:
-    :meth:`index_select` along dimension :obj:`0`, :attr:`shape`,
-    :attr:`dtype` and :meth:`new_empty`.
+    r"""The rows of :obj:`rows` split across :obj:`peers` (a collective),
+    read like the tensor: :meth:`index_select` on dimension 0,
+    :attr:`shape`, :attr:`dtype`, :meth:`new_empty`.
 
     Args:
         rows (torch.Tensor): The rows, :obj:`[num_rows, ...]`, anywhere
@@ -63,15 +55,8 @@ class ShardedRows:
         self._thread = threading.local()
 
     def thread_peer_rows(self) -> int:
-        r"""Rows the calling thread read from peers' shards so far (a
-        loader's worker threads read at the same time)."""
+        r"""Rows the calling thread read from peers' shards so far."""
         return getattr(self._thread, 'peer_rows', 0)
-
-    @property
-    def nbytes_per_rank(self) -> int:
-        r"""Bytes of one rank's shard."""
-        own = self.buffers.own
-        return own.numel() * own.element_size()
 
     def size(self, dim: Optional[int] = None) -> Any:
         return self.shape if dim is None else self.shape[dim]
@@ -84,8 +69,7 @@ class ShardedRows:
                            device=self.device if device is None else device)
 
     def index_select(self, dim: int, index: Tensor) -> Tensor:
-        r"""The rows :obj:`index` (on this rank's device), as
-        :meth:`torch.Tensor.index_select` returns them."""
+        r"""The rows :obj:`index`, as :meth:`torch.Tensor.index_select`."""
         if dim != 0:
             raise ValueError(f"ShardedRows.index_select reads rows "
                              f"(dim=0), got dim={dim}")

@@ -1,5 +1,5 @@
-"""A feature store in tiers: the hottest rows in GPU memory, all rows in
-pinned host memory, and the rows of the previous batch kept for reuse."""
+"""A feature store in tiers: the hottest rows on the GPU, all rows in
+pinned host memory, the previous batch's rows reused."""
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -8,13 +8,21 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import FeatureStore, TensorAttr
+from torch_geometric.data import TensorAttr
 
 from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.core.triton_util import kernel_view, triton_available
+from pyg_orch.features.gpu_cache import (
+    ReadOnlyFeatureStore,
+    RowCache,
+    attr_index,
+    hottest_first,
+)
 from pyg_orch.core.checks import (
     check_bool,
+    check_choice,
     check_fraction,
+    check_int,
     resolve_device,
 )
 
@@ -24,7 +32,7 @@ _ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 @dataclass
 class FeatureStoreStats:
-    r"""Counters since the last :meth:`TieredFeatureStore.reset_stats`."""
+    r"""Counters since :meth:`TieredFeatureStore.reset_stats`."""
     rows: int = 0
     cache_rows: int = 0
     reused_rows: int = 0
@@ -36,8 +44,7 @@ class FeatureStoreStats:
 
     @property
     def hit_rate(self) -> float:
-        r"""Share of rows served from GPU memory (own or a peer GPU's cache,
-        or reuse)."""
+        r"""Share of rows served from GPU memory."""
         return (self.cache_rows + self.reused_rows + self.peer_rows) / max(
             self.rows, 1)
 
@@ -57,9 +64,9 @@ class FeatureStoreStats:
 
 def parse_budget(budget: Union[None, int, float, str],
                  device: torch.device) -> int:
-    r"""Bytes of GPU memory for the cache: an int (bytes), a float in
-    :obj:`(0, 1]` (a fraction of the free memory), or :obj:`None` /
-    :obj:`'auto'` (a quarter of the free memory)."""
+    r"""Bytes of GPU memory for a cache: an int (bytes), a float in
+    :obj:`(0, 1]` (of the free memory), or :obj:`None` / :obj:`'auto'`
+    (a quarter of the free memory)."""
     if budget is None or budget == 'auto':
         budget = 0.25
     if isinstance(budget, bool) or not isinstance(budget, (int, float)):
@@ -79,19 +86,8 @@ def parse_budget(budget: Union[None, int, float, str],
     return int(budget)
 
 
-def check_num_threads(num_threads) -> None:
-    r"""Checks :obj:`num_threads` of a feature store: a positive integer or
-    :obj:`None`."""
-    if num_threads is not None and (isinstance(num_threads, bool)
-                                    or not isinstance(num_threads, int)
-                                    or num_threads < 1):
-        raise ValueError(f"'num_threads' must be a positive integer or None "
-                         f"(got {num_threads!r})")
-
-
 def check_hotness(hotness, num_nodes: int, name: str = 'hotness') -> None:
-    r"""Checks that :obj:`hotness` is a real-valued tensor of scores without
-    NaN (its length is checked by the caller)."""
+    r"""Checks that :obj:`hotness` is a tensor of real scores, no NaN."""
     if not isinstance(hotness, Tensor) or hotness.is_complex() or \
             hotness.dtype == torch.bool:
         got = hotness.dtype if isinstance(hotness, Tensor) else \
@@ -103,12 +99,8 @@ def check_hotness(hotness, num_nodes: int, name: str = 'hotness') -> None:
 
 
 def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
-    r"""Checks that :obj:`index` is a one-dimensional integer tensor of ids
-    in :obj:`[0, num_nodes)`: an
-    :class:`~pyg_orch.core.errors.ArgumentTypeError` (a
-    :class:`TypeError`) for another type or dtype, an :class:`IndexError`
-    naming the range for ids outside it. On a CUDA device, the range is
-    checked by :func:`torch._assert_async` (a device-side assertion, no
+    r"""Checks that :obj:`index` is a 1-D integer tensor of ids in
+    :obj:`[0, num_nodes)` (on CUDA by a device-side assertion, no
     synchronization)."""
     if not isinstance(index, Tensor):
         raise ArgumentTypeError(f"'{name}' must be a tensor of node ids (got "
@@ -132,22 +124,19 @@ def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
                          f"(got ids in [{lo}, {hi}])")
 
 
-class TieredFeatureStore(FeatureStore):
-    r"""A :class:`~torch_geometric.data.FeatureStore` for node features that
-    do not fit on the GPU: the rows ranked hottest (by :obj:`hotness`, e.g.
-    access counts from pre-sampling, see
-    :func:`pyg_orch.sampling.presample.count_node_access`) live in GPU memory;
-    every row lives in pinned host memory. :meth:`gather` serves a batch's rows
-    from the cache, from the previous batch (cross-batch reuse), or from host
-    memory: zero-copy by a Triton kernel (:obj:`method='uva'`) or by CPU
-    threads into a pinned buffer plus an asynchronous copy
-    (:obj:`method='cpu'`).
+class TieredFeatureStore(ReadOnlyFeatureStore):
+    r"""A :class:`~torch_geometric.data.FeatureStore` for node features
+    that do not fit on the GPU: the rows ranked hottest live in a
+    :class:`~pyg_orch.features.gpu_cache.RowCache` on the GPU, every row in
+    pinned host memory. :meth:`gather` serves a batch's rows from the
+    cache, the previous batch, or host memory (a Triton kernel reading
+    zero-copy, :obj:`method='uva'`, or CPU threads, :obj:`method='cpu'`).
 
     Args:
         x (torch.Tensor): The features, :obj:`[num_nodes, width]`, on the CPU.
         device (torch.device): The GPU.
-        hotness (torch.Tensor, optional): A score per node; the highest are
-            cached. Without, rows are cached in index order.
+        hotness (torch.Tensor, optional): A score per node (e.g. access
+            counts); the highest are cached (default: index order).
         gpu_memory_budget (int or float or str, optional): Bytes for the
             cache, a fraction of free GPU memory, or :obj:`'auto'`.
         cache_ratio (float, optional): Cache this fraction of the rows
@@ -156,14 +145,10 @@ class TieredFeatureStore(FeatureStore):
             Triton is available).
         reuse (bool): Serve rows of the previous batch from GPU memory.
         num_threads (int, optional): Threads of the CPU gather.
-        gather_blocks (int or str, optional): Programs (thread blocks) of
-            the UVA gather kernel; each loops over rows. Fewer leave
-            streaming multiprocessors to a training step that runs next to
-            the gather (see :obj:`lookahead` of
-            :class:`~pyg_orch.HybridNeighborLoader`). :obj:`'auto'`: half the
-            GPU's multiprocessors (the fastest setting end to end in the GPU
-            data path benchmark, see :obj:`benchmarks/README.md`);
-            :obj:`None`: one per block of rows (no cap).
+        gather_blocks (int or str, optional): Thread blocks of the UVA
+            gather kernel: :obj:`'auto'` (half the multiprocessors, leaving
+            the rest to a training step beside it) or :obj:`None` (no
+            cap).
         attr_name (str): The attribute name served. (default: :obj:`'x'`)
     """
     def __init__(
@@ -188,10 +173,8 @@ class TieredFeatureStore(FeatureStore):
                                     f"{type(attr_name).__name__})")
         reuse = check_bool('reuse', reuse)
         cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
-        check_num_threads(num_threads)
-        if method not in ('auto', 'uva', 'cpu'):
-            raise ValueError(f"'method' must be 'auto', 'uva' or 'cpu' (got "
-                             f"{method!r})")
+        check_int('num_threads', num_threads, 1, optional=True)
+        check_choice('method', method, ('auto', 'uva', 'cpu'))
         if method == 'auto':
             method = 'uva' if (self.device.type == 'cuda'
                                and triton_available()) else 'cpu'
@@ -229,11 +212,11 @@ class TieredFeatureStore(FeatureStore):
             if hotness.numel() != self.num_nodes:
                 raise ValueError(f"'hotness' must have {self.num_nodes} "
                                  f"entries (got {hotness.numel()})")
-            order = torch.argsort(hotness.cpu().to(torch.float64),
-                                  descending=True, stable=True)
-        else:
-            order = torch.arange(self.num_nodes)
+        order = hottest_first(hotness, self.num_nodes)
         self._lock = threading.Lock()
+        #: The cache of the hottest rows (slot map and rows on the GPU).
+        self.row_cache = RowCache(self.num_nodes, device=self.device,
+                                  slot_dtype=torch.int32, lazy=True)
         self._fill_cache(self._cached_order(order, num_cached))
         self.reuse = reuse
         self._prev: Optional[Tuple[Tensor, Tensor, int]] = None
@@ -251,6 +234,18 @@ class TieredFeatureStore(FeatureStore):
     @property
     def num_cached(self) -> int:
         return self.cached_nodes.numel()
+
+    @property
+    def cached_nodes(self) -> Tensor:
+        return self.row_cache.ids
+
+    @property
+    def slot(self) -> Tensor:
+        return self.row_cache.slot
+
+    @property
+    def cache(self) -> Tensor:
+        return self.row_cache.rows[self.attr_name]
 
     def _host_rows(self, x: Tensor) -> Tensor:
         # Every row, where the gather reads it zero-copy.
@@ -277,16 +272,13 @@ class TieredFeatureStore(FeatureStore):
         self.full = nodes.numel() == self.num_nodes
         if self.full:
             nodes = torch.arange(self.num_nodes)
-        slot = torch.full((self.num_nodes, ), -1, dtype=torch.int32)
-        slot[nodes] = torch.arange(nodes.numel(), dtype=torch.int32)
-        self.cached_nodes = nodes
-        self.slot = slot.to(self.device)
-        self.cache = self.host.index_select(0, nodes).to(self.device)
+        self.row_cache.fill(nodes)
+        self.row_cache.rows = {
+            self.attr_name: self.host.index_select(0, nodes).to(self.device)}
 
     def set_cached_nodes(self, nodes: Tensor) -> None:
-        r"""Caches the rows :obj:`nodes` (most important first; duplicates
-        dropped), as many as the budget chosen at construction allows, e.g.
-        the candidates chosen by :class:`pyg_orch.BottomLayerOffload`."""
+        r"""Caches the rows :obj:`nodes` (most important first, duplicates
+        dropped), as many as the budget allows."""
         nodes = torch.as_tensor(nodes).view(-1).cpu()
         if nodes.numel() > 0 and nodes.dtype not in _ID_DTYPES:
             raise ArgumentTypeError(f"'nodes' must hold integer node ids "
@@ -324,7 +316,7 @@ class TieredFeatureStore(FeatureStore):
 
     @property
     def stats(self) -> FeatureStoreStats:
-        r"""The counters (reading them synchronizes with the device)."""
+        r"""The counters (reading them synchronizes)."""
         cache, reused, host, peer = self._source_counts.tolist()
         cache += self._full_rows
         row_bytes = self.width * self.host.element_size()
@@ -344,10 +336,7 @@ class TieredFeatureStore(FeatureStore):
     # Gathering ###############################################################
 
     def gather(self, index: Tensor) -> Tensor:
-        r"""The rows :obj:`index` (global node ids, a one-dimensional
-        integer tensor) on :obj:`device`. Ids on the CPU are checked to lie
-        in :obj:`[0, num_nodes)`; ids on a CUDA device by an asynchronous
-        device assertion (no synchronization)."""
+        r"""The rows :obj:`index` (node ids, 1-D) on :obj:`device`."""
         check_node_ids(index, self.num_nodes)
         with self._lock:  # One gather at a time: it updates the reuse state.
             index = index.to(self.device, torch.int64)
@@ -470,10 +459,7 @@ class TieredFeatureStore(FeatureStore):
 
     def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
         self._check(attr)
-        index = attr.index
-        if index is None or isinstance(index, slice):
-            index = torch.arange(self.num_nodes)[index or slice(None)]
-        return self.gather(torch.as_tensor(index))
+        return self.gather(attr_index(attr, self.num_nodes))
 
     def _get_tensor_size(self, attr: TensorAttr) -> Tuple[int, int]:
         self._check(attr)
@@ -481,14 +467,6 @@ class TieredFeatureStore(FeatureStore):
 
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
         return [TensorAttr(group_name=None, attr_name=self.attr_name)]
-
-    def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
-        raise NotImplementedError(
-            f"{type(self).__name__} is read-only; build a new one to change "
-            f"the features")
-
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise NotImplementedError(f"{type(self).__name__} is read-only")
 
 
 def triton_next_pow2(x: int) -> int:

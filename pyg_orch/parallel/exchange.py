@@ -265,7 +265,9 @@ def exchange_stacked_rows(fields: Sequence[Tensor],
     out, offset = [], 0
     for f in fields:
         width = _row_bytes(f[:0]).size(1)
-        part = got[:, offset:offset + width].contiguous().view(f.dtype)
+        # A copy: a lone row's slice is contiguous at an unaligned offset.
+        part = got[:, offset:offset + width].clone(
+            memory_format=torch.contiguous_format).view(f.dtype)
         out.append(part.reshape((got.size(0), ) + tuple(f.shape[1:])))
         offset += width
     return out
