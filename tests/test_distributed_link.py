@@ -421,8 +421,12 @@ def test_stores_single_process(tmp_path):
             'binary', dst_weight=torch.ones(NUM_NODES - 1)))
     with pytest.raises(ValueError, match="has no attribute 'z'"):
         fs.get_tensor(None, 'z', index=ids)
-    with pytest.raises(NotImplementedError, match="'prefetch'"):
-        HybridLinkNeighborLoader((fs, gs), FULL, prefetch=2)
+    with pytest.raises(ValueError, match=r"HybridLinkNeighborLoader on a "
+                       r"partition folder: 'lookahead' applies to a graph "
+                       r"held in memory"):
+        HybridLinkNeighborLoader((fs, gs), FULL, lookahead=True)
+    with pytest.raises(ValueError, match=r"does not take \['pin_memory'\]"):
+        HybridLinkNeighborLoader((fs, gs), FULL, pin_memory=True)
     with pytest.raises(NotImplementedError, match='read-only'):
         fs.put_tensor(data.x, None, 'x', index=None)
     part = load_partition(info.out_dir, 0)

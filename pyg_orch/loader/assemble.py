@@ -21,6 +21,42 @@ from pyg_orch.loader.prefetch import SCALAR_TYPES
 from pyg_orch.topology.sparse_adj import adj_t_values, is_sparse, sampled_adj_t
 
 
+def node_metadata(data: Any, out: Any, input_type: Any = None) -> Any:
+    r"""Adds what PyG's :meth:`NodeLoader.filter_fn` adds from
+    :obj:`out.metadata` (on the seeds' node type :obj:`input_type` of a
+    heterogeneous batch)."""
+    store = data if input_type is None else data[input_type]
+    store.input_id = out.metadata[0]
+    store.seed_time = out.metadata[1]
+    store.batch_size = out.metadata[0].size(0)
+    return data
+
+
+def link_metadata(data: Any, out: Any, neg_sampling: Any,
+                  input_type: Any = None) -> Any:
+    r"""Adds what PyG's :meth:`LinkLoader.filter_fn` adds from
+    :obj:`out.metadata` (on the label edges' edge type :obj:`input_type` of
+    a heterogeneous batch)."""
+    hetero = input_type is not None
+    store = data[input_type] if hetero else data
+    store.input_id = out.metadata[0]
+    if neg_sampling is None or neg_sampling.is_binary():
+        store.edge_label_index = out.metadata[1]
+        store.edge_label = out.metadata[2]
+        store.edge_label_time = out.metadata[3]
+        return data
+    src = data[input_type[0]] if hetero else data
+    dst = data[input_type[-1]] if hetero else data
+    src.src_index = out.metadata[1]
+    dst.dst_pos_index = out.metadata[2]
+    dst.dst_neg_index = out.metadata[3]
+    src.seed_time = dst.seed_time = out.metadata[4]
+    # As PyG, in case `data` held them:
+    del store.edge_label_index
+    del store.edge_label_time
+    return data
+
+
 class DataAssembler:
     r"""Slices :obj:`data` by a :class:`~torch_geometric.sampler.SamplerOutput`.
 

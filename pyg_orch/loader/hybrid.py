@@ -30,7 +30,7 @@ from pyg_orch.loader.features import Counts, build_feature_store
 from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.options import CacheOptions
 from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.loader.seed_batches import tensor_index_batches
+from pyg_orch.loader.seed_batches import edge_seeds, tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.core.checks import check_data
 from pyg_orch.parallel.ddp import DistributedSeedSplit
@@ -106,14 +106,12 @@ class HybridLoaderMixin:
     :meth:`_init_pipeline` before the base class's :obj:`__init__` and
     :meth:`_init_batches` after it, and implements :meth:`_sampler`,
     :meth:`_sample_batch`, :meth:`_count_access` and
-    :meth:`_add_metadata` (and, with :attr:`_assembles_hetero`,
-    :meth:`_add_hetero_metadata`)."""
+    :meth:`_add_metadata`."""
     device: torch.device
     timer: StageTimer
     #: Whether batches are prepared by a :class:`LookaheadIterator`.
     lookahead = False
-    #: Whether the loader assembles heterogeneous batches itself (with
-    #: :meth:`_add_hetero_metadata`), so that a
+    #: Whether the loader assembles heterogeneous batches itself, so that a
     #: :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` can serve them.
     _assembles_hetero = False
     #: Over a partition folder: the
@@ -140,15 +138,10 @@ class HybridLoaderMixin:
         sampler's random state is left as it was."""
         raise NotImplementedError
 
-    def _add_metadata(self, data: Data, out: Any) -> Data:
+    def _add_metadata(self, data: Any, out: Any) -> Any:
         r"""Adds the loader's bookkeeping from :obj:`out.metadata` to a batch
-        assembled by :meth:`DataAssembler.subgraph`."""
-        raise NotImplementedError
-
-    def _add_hetero_metadata(self, data: HeteroData, out: Any) -> HeteroData:
-        r"""The same for a heterogeneous batch assembled by
-        :meth:`HeteroDataAssembler.subgraph` (with
-        :attr:`_assembles_hetero`)."""
+        assembled by :class:`DataAssembler` (or, with
+        :attr:`_assembles_hetero`, :class:`HeteroDataAssembler`)."""
         raise NotImplementedError
 
     # Set-up ##################################################################
@@ -344,13 +337,7 @@ class HybridLoaderMixin:
             return self.partition_batches.offload_seeds()
         inputs = self.input_data
         if isinstance(inputs, EdgeSamplerInput):
-            types = inputs.input_type
-            if types is not None and types[0] != types[-1]:
-                return {types[0]: inputs.row, types[-1]: inputs.col}, \
-                    self.batch_size
-            seeds = torch.cat([inputs.row, inputs.col])
-            return (seeds if types is None else {types[0]: seeds},
-                    2 * self.batch_size)
+            return edge_seeds(inputs, self.batch_size)
         seeds = inputs.node
         if seeds is None:  # All nodes:
             seeds = torch.arange(
@@ -437,7 +424,7 @@ class HybridLoaderMixin:
                     self._sampler.edge_permutation)))
             if self.transform_sampler_output is not None:
                 out = self.transform_sampler_output(out)
-            return self._add_hetero_metadata(assembler.subgraph(out), out)
+            return self._add_metadata(assembler.subgraph(out), out)
         # PyG slices features where they live; indices follow them there.
         if not self._data_on_device():
             out = _to_cpu(out)

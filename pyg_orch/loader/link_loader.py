@@ -1,9 +1,11 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.LinkNeighborLoader`."""
 import os
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Union
 
-from torch_geometric.data import Data, HeteroData
+import torch
+
+from torch_geometric.data import Data
 from torch_geometric.loader.link_loader import LinkLoader
 from torch_geometric.sampler import BaseSampler, NegativeSampling
 from torch_geometric.sampler.base import SubgraphType
@@ -11,6 +13,7 @@ from torch_geometric.typing import InputEdges
 
 from pyg_orch.topology.sparse_adj import edge_index_of
 from pyg_orch.topology.graph import GraphTopology
+from pyg_orch.loader.assemble import link_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
@@ -209,23 +212,12 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
         if isinstance(data, (str, os.PathLike, tuple, list)):
-            from pyg_orch.loader.partitioned import is_partitioned
-            if is_partitioned(data):
-                self._init_partitioned(
-                    data, num_neighbors, edge_label_index, edge_label,
-                    edge_label_time, replace, subgraph_type, disjoint,
-                    temporal_strategy, neg_sampling, neg_sampling_ratio,
-                    time_attr, weight_attr, transform,
-                    transform_sampler_output, filter_per_worker, directed,
-                    device, seed, kwargs, unsupported={
-                        'neighbor_sampler': neighbor_sampler is not None,
-                        'topology': topology is not None,
-                        'placement': placement != PlacementOptions(),
-                        'cache': cache != CacheOptions(),
-                        'lookahead': bool(lookahead),
-                        'prefetch': prefetch != 0,
-                        'num_workers': kwargs.get('num_workers', 0) != 0,
-                    })
+            arguments = {k: v for k, v in locals().items()
+                         if k not in ('self', 'data', 'kwargs', '__class__')}
+            from pyg_orch.loader.partition_folder import partition_batches
+            batches = partition_batches(data, {**arguments, **kwargs})
+            if batches is not None:
+                self._init_partitioned(batches)
                 return
         cache = in_memory_cache(cache)
         check_edge_label_time(edge_label_time, time_attr, None)
@@ -280,72 +272,22 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         # the gathering of the next batch with the training step.
         self._init_lookahead(lookahead)
 
-    def _init_partitioned(self, data, num_neighbors, edge_label_index,
-                          edge_label, edge_label_time, replace, subgraph_type,
-                          disjoint, temporal_strategy, neg_sampling,
-                          neg_sampling_ratio, time_attr, weight_attr,
-                          transform, transform_sampler_output,
-                          filter_per_worker, directed, device, seed, kwargs,
-                          unsupported) -> None:
-        # A partitioned graph: PyG's `LinkLoader` over the partition's
-        # stores with the collective sampler; the ranks agree on the
-        # collective arguments and the number of batches first.
-        from pyg_orch.loader.partitioned import (
-            in_step,
-            partition_stores,
-            reject_options,
-            seeded_generator,
-        )
-        from pyg_orch.sampling.arguments import resolve_device
-        data = partition_stores(data, resolve_device(device))
-        graph_store = data[1]
-        labels: Tuple[Any, Any] = (None, None)
-
-        def check() -> Tuple[int, dict]:
-            nonlocal labels, device, neg_sampling
-            reject_options(unsupported)
-            device = check_common_args(data, device, kwargs, prefetch=0,
-                                       lookahead=None, time_attr=time_attr,
-                                       temporal_strategy=temporal_strategy,
-                                       weight_attr=weight_attr)
-            labels = graph_store.label_edges(edge_label_index)
-            num = labels[1].size(1)
-            check_edge_label(edge_label, num)
-            check_edge_label_time(edge_label_time, time_attr, num)
-            neg_sampling = check_neg_sampling(
-                neg_sampling, neg_sampling_ratio, edge_label, data, labels)
-            _check_global_weights(neg_sampling, labels[0], graph_store)
-            neg = None if neg_sampling is None else (
-                neg_sampling.mode.value, neg_sampling.amount,
-                neg_sampling.src_weight is not None,
-                neg_sampling.dst_weight is not None)
-            # What every rank must pass alike (compared by `repr`):
-            return num, {
-                'num_neighbors': num_neighbors, 'replace': replace,
-                'subgraph_type': str(subgraph_type), 'disjoint': disjoint,
-                'directed': directed, 'temporal_strategy': temporal_strategy,
-                'time_attr': time_attr, 'weight_attr': weight_attr,
-                'neg_sampling': neg, 'edge_label_index (edge type)':
-                labels[0], 'edge_label_time (given or not)':
-                edge_label_time is not None,
-            }
-
-        seed_shuffling(seed, kwargs)
-        in_step(graph_store, kwargs, check)
-        sampler = graph_store.sampler(
-            num_neighbors, replace=replace, disjoint=disjoint,
-            subgraph_type=subgraph_type if directed else 'induced',
-            temporal_strategy=temporal_strategy, time_attr=time_attr,
-            weight_attr=weight_attr, device=device,
-            generator=seeded_generator(seed, graph_store.rank, device))
-        self._init_pipeline(device, 0)
+    def _init_partitioned(self, batches: Any) -> None:
+        # A partition folder or its stores: batches built by
+        # `PartitionBatches`, PyG's `LinkLoader` over the same stores.
+        self.partition_batches = batches
+        self._init_pipeline(batches.device, batches.prefetch)
+        inputs = batches.inputs
         super().__init__(
-            data=data, link_sampler=sampler, edge_label_index=labels,
-            edge_label=edge_label, edge_label_time=edge_label_time,
-            neg_sampling=neg_sampling, transform=None,
-            transform_sampler_output=transform_sampler_output,
-            filter_per_worker=filter_per_worker, **kwargs)
-        self._init_batches(transform, CacheOptions(store=None))
+            data=(batches.feature_store, batches.graph_store),
+            link_sampler=batches.sampler,
+            edge_label_index=(inputs.input_type,
+                              torch.stack([inputs.row, inputs.col])),
+            edge_label=inputs.label, edge_label_time=inputs.time,
+            neg_sampling=batches.neg_sampling,
+            batch_size=batches.batch_size)
+        self.num_workers = batches.num_workers  # Threads, see above.
+        self._init_batches(None, CacheOptions(store=None))
         self._init_lookahead(False)
 
     # `HybridLoaderMixin` #####################################################
@@ -370,56 +312,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             or presample_batches(num, batch_size),
             neg_sampling=self.neg_sampling)
 
-    def _add_metadata(self, data: Data, out: Any) -> Data:
-        # As PyG's `LinkLoader.filter_fn` for homogeneous graphs:
-        data.input_id = out.metadata[0]
-        if self.neg_sampling is None or self.neg_sampling.is_binary():
-            data.edge_label_index = out.metadata[1]
-            data.edge_label = out.metadata[2]
-            data.edge_label_time = out.metadata[3]
-        else:
-            data.src_index = out.metadata[1]
-            data.dst_pos_index = out.metadata[2]
-            data.dst_neg_index = out.metadata[3]
-            data.seed_time = out.metadata[4]
-            del data.edge_label_index
-            del data.edge_label_time
-        return data
+    def _add_metadata(self, data: Any, out: Any) -> Any:
+        return link_metadata(data, out, self.neg_sampling,
+                             self.input_data.input_type)
 
     _assembles_hetero = True
-
-    def _add_hetero_metadata(self, data: HeteroData, out: Any) -> HeteroData:
-        # As PyG's `LinkLoader.filter_fn` for heterogeneous graphs:
-        input_type = self.input_data.input_type
-        data[input_type].input_id = out.metadata[0]
-        if self.neg_sampling is None or self.neg_sampling.is_binary():
-            data[input_type].edge_label_index = out.metadata[1]
-            data[input_type].edge_label = out.metadata[2]
-            data[input_type].edge_label_time = out.metadata[3]
-        else:
-            src, dst = input_type[0], input_type[-1]
-            data[src].src_index = out.metadata[1]
-            data[dst].dst_pos_index = out.metadata[2]
-            data[dst].dst_neg_index = out.metadata[3]
-            data[src].seed_time = out.metadata[4]
-            data[dst].seed_time = out.metadata[4]
-            if input_type in data.edge_types:
-                del data[input_type].edge_label_index
-                del data[input_type].edge_label_time
-        return data
-
-
-def _check_global_weights(neg_sampling: Optional[NegativeSampling],
-                          edge_type: Any, graph_store: Any) -> None:
-    # Negative-sampling weights over a partitioned graph: one per vertex of
-    # the whole graph (global ids).
-    if neg_sampling is None:
-        return
-    for name, weight, end in (('src_weight', neg_sampling.src_weight, 0),
-                              ('dst_weight', neg_sampling.dst_weight, -1)):
-        node_type = None if edge_type is None else edge_type[end]
-        n = graph_store.num_nodes[node_type]
-        if weight is not None and weight.numel() != n:
-            raise ValueError(f"'neg_sampling.{name}' must hold one weight "
-                             f"per vertex of the whole graph ({n} of node "
-                             f"type {node_type!r}; got {weight.numel()})")

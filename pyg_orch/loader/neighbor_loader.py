@@ -5,12 +5,12 @@ import warnings
 from typing import Any, Callable, Optional, Union
 
 from torch import Tensor
-from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_orch.topology.graph import GraphTopology
+from pyg_orch.loader.assemble import node_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
@@ -285,22 +285,10 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             or presample_batches(inputs.node.numel(), batch_size),
             input_time=inputs.time, input_type=inputs.input_type)
 
-    def _add_metadata(self, data: Data, out: Any) -> Data:
-        # As PyG's `NodeLoader.filter_fn`:
-        data.input_id = out.metadata[0]
-        data.seed_time = out.metadata[1]
-        data.batch_size = out.metadata[0].size(0)
-        return data
+    def _add_metadata(self, data: Any, out: Any) -> Any:
+        return node_metadata(data, out, self.input_data.input_type)
 
     _assembles_hetero = True
-
-    def _add_hetero_metadata(self, data: HeteroData, out: Any) -> HeteroData:
-        # As PyG's `NodeLoader.filter_fn`, on the seeds' node type:
-        store = data[self.input_data.input_type]
-        store.input_id = out.metadata[0]
-        store.seed_time = out.metadata[1]
-        store.batch_size = out.metadata[0].size(0)
-        return data
 
     # Look-ahead ############################################################
 

@@ -1,12 +1,9 @@
-r"""What :class:`~pyg_orch.HybridNeighborLoader` does with a partition
-folder as :obj:`data` (:obj:`HybridNeighborLoader('parts/',
-num_neighbors=[10, 5], batch_size=512)`), or the stores of
-:func:`~pyg_orch.distributed.open_stores`: :func:`partition_batches` opens
-this rank's stores (the rank in the default process group, or in
-:obj:`group`) and builds the
+r"""What the hybrid loaders do with a partition folder as :obj:`data`
+(:obj:`HybridNeighborLoader('parts/', num_neighbors=[10, 5],
+batch_size=512)`) or the stores of :func:`~pyg_orch.distributed.open_stores`:
+:func:`partition_batches` opens this rank's stores and builds the
 :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` the loader
-delivers. This module imports nothing from :mod:`pyg_orch.loader` (which
-imports it lazily)."""
+delivers."""
 from __future__ import annotations
 
 import os
@@ -15,7 +12,11 @@ from typing import Any, Dict, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from pyg_orch.loader.partitioned import is_partitioned, partition_stores
+from pyg_orch.loader.partitioned import (
+    is_partitioned,
+    link_inputs,
+    partition_stores,
+)
 from pyg_orch.loader.partition_pipeline import PartitionBatches
 from pyg_orch.features.partition_stores import open_stores
 from pyg_orch.sampling.arguments import parse_subgraph_type, resolve_device
@@ -45,6 +46,10 @@ _IN_MEMORY_OPTIONS = {
 STORE_KEYWORDS = ('group', 'expected_fingerprint', 'sampling_device',
                   'feature_device', 'feature_placement', 'cache_size',
                   'edge_cache_size')
+
+# Arguments of HybridLinkNeighborLoader that give its label edges.
+_LINK = ('edge_label_index', 'edge_label', 'edge_label_time', 'neg_sampling',
+         'neg_sampling_ratio')
 
 # Keywords that go to PartitionBatches as they are.
 _BATCHES = ('even', 'replace', 'disjoint', 'drop_last', 'weight_attr',
@@ -156,7 +161,8 @@ def _named(input_nodes: Any) -> bool:
     return input_nodes is None or isinstance(input_nodes, str)
 
 
-def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
+def _option_fields(placement: Any, cache: Any,
+                   name: str) -> Dict[str, Any]:
     r"""The store and batch arguments that a
     :class:`~pyg_orch.PlacementOptions` and a :class:`~pyg_orch.CacheOptions`
     (or :obj:`None`) stand for; their fields that apply to a graph held in
@@ -168,14 +174,14 @@ def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
         for field, default in _IN_MEMORY_OPTIONS[group].items():
             if not _is_default(getattr(value, field), default):
                 raise ValueError(
-                    f"HybridNeighborLoader on a partition folder: "
+                    f"{name} on a partition folder: "
                     f"'{group}.{field}' applies to a graph held in memory; "
                     f"leave it unset")
     if placement is not None:
         if isinstance(placement.topology, str) and \
                 placement.topology in ('device', 'host'):
             raise ValueError(
-                f"HybridNeighborLoader on a partition folder: "
+                f"{name} on a partition folder: "
                 f"'placement.topology' must be 'auto' or 'sharded' (got "
                 f"{placement.topology!r}); the part's topology is sampled "
                 f"on 'sampling_device'")
@@ -192,32 +198,36 @@ def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
 def partition_batches(data: Any, arguments: Dict[str, Any]
                       ) -> Optional[PartitionBatches]:
     r"""The :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` of
-    :obj:`HybridNeighborLoader(data, ...)` where :obj:`data` is partitioned
-    (else :obj:`None`). A folder: opens this rank's stores with
+    :obj:`HybridNeighborLoader(data, ...)` or
+    :obj:`HybridLinkNeighborLoader(data, ...)` where :obj:`data` is
+    partitioned (else :obj:`None`). A folder: opens this rank's stores with
     :func:`~pyg_orch.distributed.open_stores` (the keywords
     :data:`STORE_KEYWORDS`, :obj:`placement.topology` and
     :obj:`cache.policy`) and keeps the part's seeds among
     :obj:`input_nodes`, the seeds of all ranks. A pair
     :obj:`(PartitionFeatureStore, PartitionGraphStore)`: the stores as they
     were opened, :obj:`input_nodes` this rank's seeds (see
-    :meth:`~pyg_orch.distributed.PartitionGraphStore.seed_nodes`). A
-    collective: every rank of the process group calls it. :obj:`arguments`
-    are those passed to
-    :class:`~pyg_orch.HybridNeighborLoader` (by name, :obj:`kwargs` merged
-    in); arguments of a graph held in memory (:obj:`topology`,
+    :meth:`~pyg_orch.distributed.PartitionGraphStore.seed_nodes`). Label
+    edges (:obj:`edge_label_index`) are this rank's own. A collective.
+    :obj:`arguments` are the loader's (by name, :obj:`kwargs` merged in);
+    arguments of a graph held in memory (:obj:`topology`,
     :obj:`neighbor_sampler`, ...) and DataLoader arguments other than
     :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last` and
-    :obj:`num_workers` (threads here) are refused with a
-    :class:`ValueError` unless left at their defaults."""
+    :obj:`num_workers` (threads here) raise a :class:`ValueError` unless
+    left at their defaults."""
     if not is_partitioned(data):
         return None
     folder = isinstance(data, (str, os.PathLike))
     where = f"'{os.fspath(data)}'" if folder else 'the stores'
     args = dict(arguments)
+    link = {key: args.pop(key) for key in _LINK if key in args} \
+        if 'edge_label_index' in args else None
+    name = 'HybridNeighborLoader' if link is None else \
+        'HybridLinkNeighborLoader'
     for key, default in _IN_MEMORY.items():
         if key in args and not _is_default(args.pop(key), default):
             raise ValueError(
-                f"HybridNeighborLoader on a partition folder: {key!r} "
+                f"{name} on a partition folder: {key!r} "
                 f"applies to a graph held in memory; leave it unset (each "
                 f"rank samples its part of {where})")
     seed = args.pop('seed', None)
@@ -229,7 +239,7 @@ def partition_batches(data: Any, arguments: Dict[str, Any]
                          f"None (got {seed!r})")
     device = resolve_device(args.pop('device', None))
     options = _option_fields(args.pop('placement', None),
-                             args.pop('cache', None))
+                             args.pop('cache', None), name)
     stores = {key: args.pop(key) for key in STORE_KEYWORDS if key in args}
     for key in ('topology_placement', 'policy'):
         if key in options:
@@ -243,19 +253,25 @@ def partition_batches(data: Any, arguments: Dict[str, Any]
         options['subgraph_type'] = parse_subgraph_type(
             options.get('subgraph_type', 'directional'), False, False)
     if args:
-        raise ValueError(f"HybridNeighborLoader on a partition folder does "
+        raise ValueError(f"{name} on a partition folder does "
                          f"not take {sorted(args)} (batches are built "
                          f"without a DataLoader's workers)")
     if folder:
         feature_store, graph_store = open_stores(data, device=device,
                                                  **stores)
-        seeds = _input_nodes(input_nodes, graph_store.partition, input_time)
     else:
         if stores:
             raise ValueError(f"{sorted(stores)} place the stores: pass them "
                              f"to open_stores(), not to the loader of "
                              f"(feature_store, graph_store)")
         feature_store, graph_store = partition_stores(data, device)
+    if link is not None:
+        options.update(link_inputs((feature_store, graph_store),
+                                   num_neighbors, options, **link))
+        seeds = RankSeeds(None)
+    elif folder:
+        seeds = _input_nodes(input_nodes, graph_store.partition, input_time)
+    else:
         seeds = RankSeeds(input_nodes, input_time)
         if not _named(input_nodes):  # Else named by the part's attributes.
             node_type, ids = graph_store.seed_nodes(input_nodes)

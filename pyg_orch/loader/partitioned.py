@@ -1,31 +1,39 @@
 r"""What the hybrid loaders do with a partitioned graph as :obj:`data` (a
 folder written by :func:`~pyg_orch.distributed.partition_graph`, or the
 pair :obj:`(PartitionFeatureStore, PartitionGraphStore)`): open the stores,
-refuse the options that do not apply yet, seed the collective sampler, and
-keep the ranks in step (:func:`in_step`)."""
+check a link loader's label edges and keep the ranks in step
+(:func:`agree_on_batches`)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+import torch.distributed as dist
+from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
-from pyg_orch.loader.agreement import (
-    CappedBatchSampler,
-    agree_on_batches,
-    num_batches,
-)
 from pyg_orch.features.partition_stores import (
     PartitionFeatureStore,
     PartitionGraphStore,
     open_stores,
 )
+from pyg_orch.loader.validation import (
+    check_edge_label,
+    check_edge_label_time,
+    check_neg_sampling,
+    check_temporal_args,
+)
+from pyg_orch.parallel.exchange import group_size
 
-__all__ = ['in_step', 'is_partitioned', 'partition_stores',
-           'reject_options', 'seeded_generator']
+__all__ = ['agree_on_batches', 'is_partitioned', 'link_inputs',
+           'partition_stores']
 
 Stores = Tuple[PartitionFeatureStore, PartitionGraphStore]
+
+# Batch arguments every rank must pass alike (batches are collectives).
+_AGREED = ('replace', 'subgraph_type', 'disjoint', 'temporal_strategy',
+           'time_attr', 'weight_attr', 'batch_size', 'drop_last', 'even',
+           'shuffle', 'prefetch', 'num_workers')
 
 
 def is_partitioned(data: Any) -> bool:
@@ -56,69 +64,94 @@ def partition_stores(data: Any, device: torch.device) -> Stores:
     return fs, gs
 
 
-def reject_options(options: Dict[str, bool]) -> None:
-    r"""Raises :class:`NotImplementedError` for the first option (name ->
-    whether it was given) that a partitioned graph does not support
-    yet."""
-    for name, given in options.items():
-        if given:
-            raise NotImplementedError(
-                f"'{name}' is not supported yet with a partitioned 'data' "
-                f"(a folder or (PartitionFeatureStore, PartitionGraphStore)): "
-                f"feature placement and caches are arguments of the stores "
-                f"(open_stores()), and batches are sampled collectively in "
-                f"the main process")
+def agree_on_batches(arguments: Dict[str, Any],
+                     error: Optional[BaseException] = None,
+                     group: Optional[Any] = None) -> None:
+    r"""Tells every rank of :obj:`group` this rank's collective
+    :obj:`arguments` (compared by :func:`repr`) and the :obj:`error` it hit
+    while checking its own, so that every rank raises instead of waiting
+    in a later collective: the same :class:`ValueError` where the ranks
+    disagree on an argument; where a rank hit an error, that error there
+    and a :class:`ValueError` naming it on the others. A collective."""
+    mine = (None if error is None else f'{type(error).__name__}: {error}',
+            {k: repr(v) for k, v in arguments.items()})
+    everything: List[Any] = [mine]
+    if group_size(group) > 1:
+        everything = [None] * group_size(group)
+        dist.all_gather_object(everything, mine, group=group)
+    if error is not None:
+        raise error  # Its own error on the rank that hit it.
+    for r, (err, _) in enumerate(everything):
+        if err is not None:
+            raise ValueError(f'rank {r} could not build its loader, so no '
+                             f'rank can sample: {err}')
+    first = everything[0][1]
+    for r, (_, args) in enumerate(everything):
+        for name in sorted(set(first) | set(args)):
+            if first.get(name) != args.get(name):
+                raise ValueError(
+                    f"the ranks disagree on {name!r}: rank 0 passed "
+                    f"{first.get(name)}, rank {r} passed {args.get(name)}; "
+                    f"every rank must pass the same value (batches are "
+                    f"sampled collectively)")
 
 
-def seeded_generator(seed: Any, rank: int,
-                     device: torch.device) -> Optional[torch.Generator]:
-    r"""This rank's generator for :obj:`seed` (an :obj:`int`: a generator
-    on :obj:`device` seeded from it and the rank, so ranks draw different
-    negatives; a generator is used as it is)."""
-    if seed is None or isinstance(seed, torch.Generator):
-        return seed
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"'seed' must be an int or a torch.Generator (got "
-                         f"{type(seed).__name__})")
-    gen = torch.Generator(device=device)
-    gen.manual_seed((seed * 1_000_003 + rank) % 2**63)
-    return gen
-
-
-def in_step(graph_store: PartitionGraphStore, kwargs: dict,
-            check: Callable[[], Tuple[int, Dict[str, Any]]]) -> int:
-    r"""Runs this rank's own checks (:obj:`check` returns its number of
-    seeds and its collective arguments, name -> value), agrees with every
-    other rank on those arguments and on the number of batches (the
-    smallest of all ranks: a rank's other seeds are skipped in every
-    epoch, different ones with :obj:`shuffle=True`), and replaces :obj:`batch_size`,
-    :obj:`shuffle` and :obj:`drop_last` in :obj:`kwargs` by a
-    :obj:`batch_sampler` that stops there. A collective that fails on
-    every rank where one fails (see :func:`agree_on_batches`). Returns the
-    number of batches."""
+def link_inputs(stores: Stores, num_neighbors: Any, options: Dict[str, Any],
+                edge_label_index: Any = None, edge_label: Any = None,
+                edge_label_time: Any = None, neg_sampling: Any = None,
+                neg_sampling_ratio: Any = None) -> Dict[str, Any]:
+    r"""This rank's label edges, checked, as
+    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` takes
+    them (:obj:`input_edges` and :obj:`neg_sampling`); the ranks agree on
+    :obj:`num_neighbors`, the negatives and the batch :obj:`options` first
+    (:func:`agree_on_batches`, a collective)."""
+    graph_store = stores[1]
     error: Optional[BaseException] = None
-    count = num_seeds = 0
-    arguments: Dict[str, Any] = {}
-    batch_size = kwargs.get('batch_size', 1)
-    drop_last = kwargs.get('drop_last', False)
+    edge_type, neg, inputs = None, None, None
+    time_attr = options.get('time_attr')
     try:
-        for name in ('sampler', 'batch_sampler'):
-            if kwargs.get(name) is not None:
-                raise NotImplementedError(
-                    f"'{name}' is not supported with a partitioned 'data': "
-                    f"all ranks must draw as many batches")
-        num_seeds, arguments = check()
-        count = num_batches(num_seeds, batch_size, drop_last)
+        check_temporal_args(None, time_attr,
+                            options.get('temporal_strategy', 'uniform'),
+                            options.get('weight_attr'))
+        edge_type, index = graph_store.label_edges(edge_label_index)
+        num = index.size(1)
+        check_edge_label(edge_label, num)
+        check_edge_label_time(edge_label_time, time_attr, num)
+        neg_sampling = check_neg_sampling(neg_sampling, neg_sampling_ratio,
+                                          edge_label, stores,
+                                          (edge_type, index))
+        _check_global_weights(neg_sampling, edge_type, graph_store)
+        if neg_sampling is not None:
+            neg = (neg_sampling.mode.value, neg_sampling.amount,
+                   neg_sampling.src_weight is not None,
+                   neg_sampling.dst_weight is not None)
+            if neg_sampling.is_binary() and edge_label is not None and \
+                    edge_label.numel() and edge_label.min() == 0:
+                edge_label = edge_label + 1  # As PyG: 0 means negative.
+        inputs = EdgeSamplerInput(torch.arange(num), index[0], index[1],
+                                  edge_label, edge_label_time, edge_type)
     except (ValueError, TypeError, NotImplementedError) as exc:
         error = exc
-    arguments = {**arguments, 'batch_size': batch_size,
-                 'drop_last': drop_last}
-    agreed = agree_on_batches(count, arguments, error, graph_store.group)
-    seeds = range(num_seeds)
-    base = RandomSampler(seeds, generator=kwargs.get('generator')) \
-        if kwargs.pop('shuffle', False) else SequentialSampler(seeds)
-    kwargs['batch_sampler'] = CappedBatchSampler(
-        BatchSampler(base, batch_size, drop_last), agreed)
-    kwargs.pop('batch_size', None)
-    kwargs.pop('drop_last', None)
-    return agreed
+    agree_on_batches({
+        'num_neighbors': num_neighbors, 'neg_sampling': neg,
+        'edge_label_index (edge type)': edge_type,
+        'edge_label_time (given or not)': edge_label_time is not None,
+        **{k: options.get(k) for k in _AGREED}},
+        error, graph_store.layout.batch_group)
+    return {'input_edges': inputs, 'neg_sampling': neg_sampling}
+
+
+def _check_global_weights(neg_sampling: Optional[NegativeSampling],
+                          edge_type: Any, graph_store: Any) -> None:
+    # Negative-sampling weights over a partitioned graph: one per vertex of
+    # the whole graph (global ids).
+    if neg_sampling is None:
+        return
+    for name, weight, end in (('src_weight', neg_sampling.src_weight, 0),
+                              ('dst_weight', neg_sampling.dst_weight, -1)):
+        node_type = None if edge_type is None else edge_type[end]
+        n = graph_store.num_nodes[node_type]
+        if weight is not None and weight.numel() != n:
+            raise ValueError(f"'neg_sampling.{name}' must hold one weight "
+                             f"per vertex of the whole graph ({n} of node "
+                             f"type {node_type!r}; got {weight.numel()})")

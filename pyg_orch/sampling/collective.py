@@ -754,13 +754,27 @@ class DistributedNeighborSampler(BaseSampler):
         if not isinstance(inputs, EdgeSamplerInput):
             raise TypeError(f"'inputs' must be an EdgeSamplerInput (got "
                             f"{type(inputs).__name__})")
-        return self._to_subgraph_type(
-            sample_from_edges(self, inputs, neg_sampling))
+        out = sample_from_edges(self, inputs, neg_sampling)
+        # Where the edge ids point, last (see `edge_destinations`):
+        out.metadata = (*out.metadata, self._directional(out))
+        return self._to_subgraph_type(out)
 
     def _to_subgraph_type(self, out: Any) -> Any:
         if self.subgraph_type == SubgraphType.bidirectional:
             out = out.to_bidirectional()  # Keeps the metadata.
         return out
+
+    def _directional(self, out: Any) -> Optional[Dict[Any, Tuple[Tensor,
+                                                                 Tensor]]]:
+        # Before a bidirectional conversion: every edge id and its
+        # destination, per edge type.
+        if self.subgraph_type != SubgraphType.bidirectional:
+            return None
+        if not self.is_hetero:
+            return {None: (out.edge, out.node.index_select(0, out.col))}
+        return {et: (out.edge[et],
+                     out.node[self._dst(et)].index_select(0, out.col[et]))
+                for et in self.edge_types}
 
     # `pyg_orch.sampling.edges.SeedSampler`:
 
@@ -869,13 +883,7 @@ class DistributedNeighborSampler(BaseSampler):
                                       batch=batch,
                                       num_sampled_nodes=num_sampled_nodes,
                                       num_sampled_edges=num_sampled_edges)
-        directional_dst = None
-        if self.subgraph_type == SubgraphType.bidirectional:
-            # Where each edge id points (a reversed edge does not):
-            directional_dst = {
-                et: (edge[et], node[self._dst(et)].index_select(0, col[et]))
-                for et in self.edge_types}
-        out.metadata = (None, seed_time, directional_dst)
+        out.metadata = (None, seed_time, self._directional(out))
         return out
 
     def edge_destinations(self, out) -> Any:
@@ -885,7 +893,7 @@ class DistributedNeighborSampler(BaseSampler):
         :meth:`~pyg_orch.features.partition_gather.DistributedFeatureGather.gather_edges`
         takes it: with :obj:`subgraph_type='bidirectional'` the edge's own
         destination, also where the batch holds it reversed."""
-        directional = out.metadata[2] if out.metadata else None
+        directional = out.metadata[-1] if out.metadata else None
         if not self.is_hetero:
             return _edge_destinations(directional, None, out.node, out.col,
                                       out.edge)
