@@ -2,7 +2,8 @@
 partitioned graph ('parts/' or (PartitionFeatureStore, PartitionGraphStore)),
 two gloo ranks on the CPU. With full fan-out, every batch has the nodes,
 edges and features of the single-machine loader for the same label edges
-(negatives included: they are valid global ids, reproducible with a seed);
+(negatives included: they are valid global ids, reproducible with a seed)
+and edge attributes, also with worker threads, prefetch and caches;
 heterogeneous and temporal graphs too; ranks that disagree on a collective
 argument fail at construction on every rank, no hang. Also the collective
 sampler as a PyG BaseSampler (sample_from_nodes(NodeSamplerInput))."""
@@ -194,6 +195,82 @@ def test_link_batches_equal_one_machine(tmp_path):
         assert torch.equal(a[3], ref_out.edge)
 
 
+def edge_graph():
+    return random_graph(NUM_NODES, 240, seed=8, num_features=3, edge_dim=2)
+
+
+def _attrs(batch):
+    n_id, e_id = batch.n_id, batch.e_id
+    return {'n_id': n_id, 'e_id': e_id, 'x': batch.x,
+            'edge_attr': batch.edge_attr,
+            'edge': torch.stack([n_id[batch.edge_index[0]],
+                                 n_id[batch.edge_index[1]], e_id]),
+            'label_index': n_id[batch.get('edge_label_index')]
+            if 'edge_label_index' in batch else None}
+
+
+def _pipeline_worker(rank, world_size, out_dir):
+    edges = rank_edges(edge_graph(), rank)
+    cache = dict(cache_size=30, edge_cache_size=200)
+    out = {}
+    for name, neg, kwargs in (
+            ('plain', 'binary', {}),
+            ('prefetch', 'binary', dict(prefetch=1, **cache)),
+            ('plain_pos', None, {}),
+            ('workers', None, dict(num_workers=2, **cache)),
+            ('bidirectional', 'triplet',
+             dict(subgraph_type='bidirectional', edge_cache_size=200))):
+        loader = HybridLinkNeighborLoader(
+            out_dir, FULL, edge_label_index=edges, neg_sampling=neg,
+            batch_size=BATCH, device='cpu', seed=5, **kwargs)
+        batches = [_attrs(b) for b in loader]
+        stats = loader.stats()['batches']
+        out[name] = (batches, sum(s['cached_rows'] for s in stats),
+                     sum(s['cached_edge_rows'] for s in stats))
+    return out
+
+
+def test_link_pipeline_threads_caches_edge_attrs(tmp_path):
+    # Link batches with a prefetch thread or worker threads and caches are
+    # the plain ones; edge attributes are gathered (also for reversed
+    # edges of 'bidirectional'), one machine's at full fan-out.
+    data = edge_graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_pipeline_worker, 2, args=(str(info.out_dir), ),
+                      timeout=120)
+    for res in out:
+        for name, other in (('prefetch', 'plain'), ('workers', 'plain_pos')):
+            ours, theirs = res[name][0], res[other][0]
+            assert len(ours) == len(theirs) == 3
+            for a, b in zip(ours, theirs):
+                for key in a:
+                    assert torch.equal(a[key], b[key]), (name, key)
+            # Filled from pre-sampled link batches, and used:
+            assert res[name][1] > 0 and res[name][2] > 0, name
+            assert res[other][1] == res[other][2] == 0
+        for name, (batches, _, _) in res.items():
+            for b in batches:
+                assert torch.equal(b['x'], data.x[b['n_id']])
+                assert torch.equal(b['edge_attr'],
+                                   data.edge_attr[b['e_id']]), name
+        assert res['bidirectional'][2] > 0
+        for b in res['plain'][0]:
+            # One machine, given the same label edges, samples the same
+            # edges, with the same attributes:
+            (one, ) = HybridLinkNeighborLoader(
+                data, FULL, edge_label_index=b['label_index'],
+                batch_size=b['label_index'].size(1), device='cpu')
+            ref = torch.stack([one.n_id[one.edge_index[0]],
+                               one.n_id[one.edge_index[1]], one.e_id])
+            mine = dict(zip(map(tuple, b['edge'].t().tolist()),
+                            b['edge_attr']))
+            theirs = dict(zip(map(tuple, ref.t().tolist()), one.edge_attr))
+            assert mine.keys() == theirs.keys()
+            for key, value in mine.items():
+                assert torch.equal(value, theirs[key])
+
+
 def _hetero_worker(rank, world_size, out_dir):
     data = random_hetero_graph(3)
     edges = data[WRITES].edge_index[:, rank * 10:rank * 10 + 10]
@@ -213,6 +290,7 @@ def _hetero_worker(rank, world_size, out_dir):
         for et in data.edge_types:
             item[et] = b[et].e_id if 'e_id' in b[et] else \
                 torch.empty(0, dtype=torch.long)
+            item[et, 'attr'] = b[et].get('edge_attr')
         out.append(item)
     nodes = HybridNeighborLoader(stores, {et: FULL for et in data.edge_types},
                                  input_nodes=('paper', torch.arange(rank, 30,
@@ -261,6 +339,8 @@ def test_hetero_link_batches_equal_one_machine(tmp_path):
                     torch.empty(0, dtype=torch.long)
                 assert torch.equal(b[et].sort().values,
                                    ref.sort().values), et
+                # Edge attributes gathered across machines:
+                assert torch.equal(b[et, 'attr'], data[et].edge_attr[b[et]])
 
 
 def _temporal_worker(rank, world_size, out_dir):
