@@ -10,6 +10,7 @@ feature gathering and the prefetch pipeline. Each loader mixes
 batch (:meth:`HybridLoaderMixin._add_metadata`)."""
 import copy
 import functools
+import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -29,6 +30,7 @@ from pyg_orch.loader.assemble import (
 from pyg_orch.loader.features import Counts, build_feature_store
 from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.options import CacheOptions
+from pyg_orch.loader.partition_folder import partition_batches
 from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.seed_batches import edge_seeds, tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
@@ -76,29 +78,6 @@ def check_common_args(
     return device
 
 
-def build_sampler(data: GraphData, kwargs: dict, device: torch.device,
-                  seed: SeedLike, **options) -> HybridNeighborSampler:
-    r"""The :class:`~pyg_orch.HybridNeighborSampler` of a loader: the
-    sampling :obj:`options`, with the topology in shared memory for worker
-    processes (:obj:`num_workers` in :obj:`kwargs`)."""
-    return HybridNeighborSampler(
-        data, share_memory=kwargs.get('num_workers', 0) > 0, device=device,
-        seed=seed, **options)
-
-
-def seed_shuffling(seed: SeedLike, kwargs: dict) -> None:
-    r"""With a :obj:`seed` and :obj:`shuffle=True`, gives the
-    :class:`~torch.utils.data.DataLoader` a generator seeded from it (unless
-    :obj:`kwargs` has a generator or a sampler of its own)."""
-    if (seed is not None and 'generator' not in kwargs
-            and kwargs.get('shuffle', False)
-            and kwargs.get('sampler') is None):
-        gen = torch.Generator()
-        gen.manual_seed(seed if isinstance(seed, int) else
-                        seed.initial_seed())
-        kwargs['generator'] = gen
-
-
 class HybridLoaderMixin:
     r"""The behavior both hybrid loaders share; mixed in before PyG's
     :class:`~torch_geometric.loader.NodeLoader` or
@@ -144,7 +123,61 @@ class HybridLoaderMixin:
         :attr:`_assembles_hetero`, :class:`HeteroDataAssembler`)."""
         raise NotImplementedError
 
+    def _partition_inputs(self, batches: Any) -> Dict[str, Any]:
+        r"""The arguments of the PyG base class that describe the seeds and
+        the sampler of :obj:`batches` (a
+        :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`)."""
+        raise NotImplementedError
+
     # Set-up ##################################################################
+
+    def _partitioned(self, data: Any, arguments: Dict[str, Any]) -> bool:
+        # Whether `data` is partitioned (a folder or its stores); then the
+        # loader delivers the batches of `PartitionBatches` built from its
+        # `arguments` (its `locals()`, `kwargs` merged in).
+        if not isinstance(data, (str, os.PathLike, tuple, list)):
+            return False
+        args = {k: v for k, v in arguments.items()
+                if k not in ('self', 'data', 'kwargs', '__class__')}
+        batches = partition_batches(data, {**args, **arguments['kwargs']})
+        if batches is not None:
+            self._init_partitioned(batches)
+        return batches is not None
+
+    def _init_partitioned(self, batches: Any) -> None:
+        # PyG's base class over the partition's stores; batches built by
+        # `batches`, in threads (`num_workers`) rather than processes.
+        self.partition_batches = batches
+        self._init_pipeline(batches.device, batches.prefetch)
+        super().__init__(data=(batches.feature_store, batches.graph_store),
+                         batch_size=batches.batch_size,
+                         **self._partition_inputs(batches))
+        self.num_workers = batches.num_workers
+        self._init_batches(None, CacheOptions(store=None))
+        self._init_lookahead(False)
+        self._batch_hooks = batches.batch_hooks  # Run by `batches`.
+        self._sampled_hooks = batches.sampled_hooks
+
+    def _in_memory_sampler(self, data: GraphData, sampler: Optional[Any],
+                           kwargs: dict, device: torch.device,
+                           seed: SeedLike, placement: Any, prefetch: int,
+                           **options: Any) -> Any:
+        # The given sampler, or a `HybridNeighborSampler` with `options`
+        # (the topology in shared memory for worker processes); with a
+        # seed, a seeded shuffling generator for the DataLoader (unless it
+        # has one or a sampler of its own).
+        if sampler is None:
+            sampler = HybridNeighborSampler(
+                data, share_memory=kwargs.get('num_workers', 0) > 0,
+                device=device, seed=seed, backend=placement.backend,
+                topology_placement=placement.topology, **options)
+        if (seed is not None and 'generator' not in kwargs
+                and kwargs.get('shuffle', False)
+                and kwargs.get('sampler') is None):
+            kwargs['generator'] = torch.Generator().manual_seed(
+                seed if isinstance(seed, int) else seed.initial_seed())
+        self._init_pipeline(device, prefetch)
+        return sampler
 
     def _init_pipeline(self, device: torch.device, prefetch: int) -> None:
         self.device = device
@@ -193,18 +226,11 @@ class HybridLoaderMixin:
         (the loop's own, unless :obj:`prefetch > 0`), in the main process
         only, with the sampling stream current. Returns a function that
         removes the hook."""
-        if self.partition_batches is not None:
-            return self.partition_batches.register_batch_hook(hook, when)
         check_choice('when', when, ('received', 'sampled'))
         hooks = self._batch_hooks if when == 'received' else \
             self._sampled_hooks
-        key = id(hook)
-        hooks[key] = hook
-
-        def remove() -> None:
-            hooks.pop(key, None)
-
-        return remove
+        hooks[id(hook)] = hook
+        return lambda: hooks.pop(id(hook), None)
 
     def _run_sampled_hooks(self, out: Any) -> None:
         for hook in list(self._sampled_hooks.values()):

@@ -1,10 +1,8 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.LinkNeighborLoader`."""
-import os
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import torch
-
 from torch_geometric.data import Data
 from torch_geometric.loader.link_loader import LinkLoader
 from torch_geometric.sampler import BaseSampler, NegativeSampling
@@ -17,9 +15,7 @@ from pyg_orch.loader.assemble import link_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
-    build_sampler,
     check_common_args,
-    seed_shuffling,
 )
 from pyg_orch.loader.options import (
     CacheOptions,
@@ -211,14 +207,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         **kwargs,
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
-        if isinstance(data, (str, os.PathLike, tuple, list)):
-            arguments = {k: v for k, v in locals().items()
-                         if k not in ('self', 'data', 'kwargs', '__class__')}
-            from pyg_orch.loader.partition_folder import partition_batches
-            batches = partition_batches(data, {**arguments, **kwargs})
-            if batches is not None:
-                self._init_partitioned(batches)
-                return
+        if self._partitioned(data, locals()):
+            return
         cache = in_memory_cache(cache)
         check_edge_label_time(edge_label_time, time_attr, None)
         device = check_common_args(data, device, kwargs, prefetch, lookahead,
@@ -235,25 +225,13 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         neg_sampling = check_neg_sampling(neg_sampling, neg_sampling_ratio,
                                           edge_label, data, edge_label_index)
 
-        if neighbor_sampler is None:
-            neighbor_sampler = build_sampler(
-                data, kwargs, device, seed,
-                num_neighbors=num_neighbors,
-                subgraph_type=subgraph_type,
-                replace=replace,
-                disjoint=disjoint,
-                temporal_strategy=temporal_strategy,
-                time_attr=time_attr,
-                weight_attr=weight_attr,
-                is_sorted=is_sorted,
-                directed=directed,
-                topology=topology,
-                backend=placement.backend,
-                topology_placement=placement.topology,
-            )
-        seed_shuffling(seed, kwargs)
-
-        self._init_pipeline(device, prefetch)
+        neighbor_sampler = self._in_memory_sampler(
+            data, neighbor_sampler, kwargs, device, seed, placement, prefetch,
+            num_neighbors=num_neighbors, subgraph_type=subgraph_type,
+            replace=replace, disjoint=disjoint,
+            temporal_strategy=temporal_strategy, time_attr=time_attr,
+            weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
+            topology=topology)
         super().__init__(
             data=data,
             link_sampler=neighbor_sampler,
@@ -272,23 +250,13 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         # the gathering of the next batch with the training step.
         self._init_lookahead(lookahead)
 
-    def _init_partitioned(self, batches: Any) -> None:
-        # A partition folder or its stores: batches built by
-        # `PartitionBatches`, PyG's `LinkLoader` over the same stores.
-        self.partition_batches = batches
-        self._init_pipeline(batches.device, batches.prefetch)
+    def _partition_inputs(self, batches: Any) -> Dict[str, Any]:
         inputs = batches.inputs
-        super().__init__(
-            data=(batches.feature_store, batches.graph_store),
-            link_sampler=batches.sampler,
-            edge_label_index=(inputs.input_type,
-                              torch.stack([inputs.row, inputs.col])),
-            edge_label=inputs.label, edge_label_time=inputs.time,
-            neg_sampling=batches.neg_sampling,
-            batch_size=batches.batch_size)
-        self.num_workers = batches.num_workers  # Threads, see above.
-        self._init_batches(None, CacheOptions(store=None))
-        self._init_lookahead(False)
+        return {'link_sampler': batches.sampler,
+                'edge_label_index': (inputs.input_type, torch.stack(
+                    [inputs.row, inputs.col])),
+                'edge_label': inputs.label, 'edge_label_time': inputs.time,
+                'neg_sampling': batches.neg_sampling}
 
     # `HybridLoaderMixin` #####################################################
 

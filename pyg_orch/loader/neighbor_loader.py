@@ -1,8 +1,7 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.NeighborLoader`."""
-import os
 import warnings
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 from torch import Tensor
 from torch_geometric.loader.node_loader import NodeLoader
@@ -14,9 +13,7 @@ from pyg_orch.loader.assemble import node_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
-    build_sampler,
     check_common_args,
-    seed_shuffling,
 )
 from pyg_orch.loader.options import (
     CacheOptions,
@@ -188,14 +185,8 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         **kwargs,
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
-        if isinstance(data, (str, os.PathLike, tuple, list)):
-            arguments = {k: v for k, v in locals().items()
-                         if k not in ('self', 'data', 'kwargs', '__class__')}
-            from pyg_orch.loader.partition_folder import partition_batches
-            batches = partition_batches(data, {**arguments, **kwargs})
-            if batches is not None:
-                self._init_partitioned(batches)
-                return
+        if self._partitioned(data, locals()):
+            return
         cache = in_memory_cache(cache)
         device = check_common_args(data, device, kwargs, prefetch,
                                    lookahead, input_time, time_attr,
@@ -203,25 +194,13 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         input_nodes = check_input_nodes(data, input_nodes)
         input_time = check_input_time(input_time, input_nodes, data)
 
-        if neighbor_sampler is None:
-            neighbor_sampler = build_sampler(
-                data, kwargs, device, seed,
-                num_neighbors=num_neighbors,
-                subgraph_type=subgraph_type,
-                replace=replace,
-                disjoint=disjoint,
-                temporal_strategy=temporal_strategy,
-                time_attr=time_attr,
-                weight_attr=weight_attr,
-                is_sorted=is_sorted,
-                directed=directed,
-                topology=topology,
-                backend=placement.backend,
-                topology_placement=placement.topology,
-            )
-        seed_shuffling(seed, kwargs)
-
-        self._init_pipeline(device, prefetch)
+        neighbor_sampler = self._in_memory_sampler(
+            data, neighbor_sampler, kwargs, device, seed, placement, prefetch,
+            num_neighbors=num_neighbors, subgraph_type=subgraph_type,
+            replace=replace, disjoint=disjoint,
+            temporal_strategy=temporal_strategy, time_attr=time_attr,
+            weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
+            topology=topology)
         super().__init__(
             data=data,
             node_sampler=neighbor_sampler,
@@ -242,28 +221,18 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         self._init_lookahead(lookahead, pays=launching and
                              self.node_sampler.launches_async)
 
-    def _init_partitioned(self, batches: Any) -> None:
-        # A partition folder or its stores: batches built by
-        # `PartitionBatches`, PyG's `NodeLoader` over the same stores.
-        self.partition_batches = batches
-        self._init_pipeline(batches.device, batches.prefetch)
+    def _partition_inputs(self, batches: Any) -> Dict[str, Any]:
         seeds = batches.input_nodes
-        super().__init__(
-            data=(batches.feature_store, batches.graph_store),
-            node_sampler=batches.sampler,
-            input_nodes=seeds if batches.input_type is None else (
-                batches.input_type, seeds),
-            batch_size=batches.batch_size)
-        self.num_workers = batches.num_workers  # Threads, see above.
-        self._init_batches(None, CacheOptions(store=None))
-        self._init_lookahead(False)
+        return {'node_sampler': batches.sampler,
+                'input_nodes': seeds if batches.input_type is None else
+                (batches.input_type, seeds)}
 
     @classmethod
     def _from_batches(cls, batches: Any) -> 'HybridNeighborLoader':
         r"""The loader that delivers :obj:`batches` (a
         :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`)."""
         loader = cls.__new__(cls)
-        loader._init_partitioned(batches)
+        cls._init_partitioned(loader, batches)
         return loader
 
     # `HybridLoaderMixin` #####################################################

@@ -204,8 +204,10 @@ class PartitionBatches:
                                                           + layout.seed_rank)
         self._cache_built = not (self.cache_size or self.edge_cache_size)
         self.batch_stats: List[dict] = []
-        self._batch_hooks: Dict[int, Callable] = {}
-        self._sampled_hooks: Dict[int, Callable] = {}
+        #: The hooks run on every batch (see
+        #: :meth:`pyg_orch.HybridNeighborLoader.register_batch_hook`).
+        self.batch_hooks: Dict[int, Callable] = {}
+        self.sampled_hooks: Dict[int, Callable] = {}
         op = dist.ReduceOp.MIN if even == 'min' else dist.ReduceOp.MAX
         # A collective, once here (every rank constructs the loader):
         n = self.inputs.input_id.numel()
@@ -291,22 +293,6 @@ class PartitionBatches:
             return part.node_ids[node_type].clone().to(torch.int64)
         return self._owned_or_given(part.node_ids[node_type],
                                     part.node_attrs[node_type], nodes)
-
-    def register_batch_hook(self, hook: Callable,
-                            when: str = 'received') -> Callable[[], None]:
-        r"""Calls :obj:`hook(batch)` on every mini-batch when the training
-        loop receives it (after it was moved to :obj:`device` and
-        transformed), or, with :obj:`when='sampled'`, calls
-        :obj:`hook(sampler_output)` right after a batch was sampled, before
-        its features are gathered, as
-        :meth:`pyg_orch.HybridNeighborLoader.register_batch_hook` does.
-        Returns a function that removes the hook."""
-        check_choice('when', when, ('received', 'sampled'))
-        hooks = self._batch_hooks if when == 'received' else \
-            self._sampled_hooks
-        key = id(hook)
-        hooks[key] = hook
-        return lambda: hooks.pop(key, None)
 
     # What the loader's offload protocol reads ##############################
 
@@ -529,7 +515,7 @@ class PartitionBatches:
         # `gather` (the loader's, or a worker thread's views).
         for inputs in batches:
             sampled = out = self._sample(sampler, inputs)
-            for hook in list(self._sampled_hooks.values()):
+            for hook in list(self.sampled_hooks.values()):
                 hook(out)
             if self.transform_sampler_output is not None:
                 out = self._transform_output(out)
@@ -570,6 +556,6 @@ class PartitionBatches:
         self.batch_stats.append(stats)
         if self.transform is not None:
             data = self.transform(data)
-        for hook in list(self._batch_hooks.values()):
+        for hook in list(self.batch_hooks.values()):
             hook(data)
         return data
