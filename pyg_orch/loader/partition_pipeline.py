@@ -1,9 +1,7 @@
-r"""How :class:`~pyg_orch.HybridNeighborLoader` builds batches over a
-partition folder (:class:`PartitionBatches`): one part per rank (or per
-machine, shared by its ranks), mini-batches of this part's seeds as PyG
-:class:`Data`, the same number of batches on every rank so that the
-collectives never wait for a rank that has run out of seeds; built in the
-training loop's thread, a prefetch thread or worker threads."""
+r"""The batches of the hybrid loaders over a partitioned graph
+(:class:`PartitionBatches`): as many on every rank, so that the collectives
+never wait for a rank that has run out; built in the training loop's
+thread, a prefetch thread or worker threads."""
 from __future__ import annotations
 
 import functools
@@ -42,12 +40,13 @@ from pyg_orch.features.partition_stores import (
 from pyg_orch.loader.assemble import link_metadata, node_metadata
 from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.seed_batches import edge_seeds
-from pyg_orch.core.checks import check_choice
-from pyg_orch.sampling.arguments import (
+from pyg_orch.core.checks import (
+    check_bool,
+    check_callable,
+    check_choice,
     check_int,
-    integers_per_seed,
-    times_per_seed,
 )
+from pyg_orch.sampling.arguments import integers_per_seed, times_per_seed
 
 __all__ = ['PartitionBatches']
 
@@ -66,20 +65,6 @@ def _all_go_on(group: Any, option: str, go_on: bool) -> bool:
             f"must take the same number of batches (or all break at the "
             f"same step)")
     return all_go_on
-
-
-def _check_same(value: int, what: str, group: Any) -> None:
-    # The same on every rank (else the ranks would make different numbers
-    # of groups and wait for each other for ever): raises on all of them.
-    if group_size(group) == 1:
-        return
-    t = torch.tensor([value, -value], dtype=torch.int64).to(
-        comm_device(group))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    hi, lo = t[0].item(), -t[1].item()
-    if lo != hi:
-        raise ValueError(f"{what} must be the same on every rank (got "
-                         f"{lo} threads on one rank, {hi} on another)")
 
 
 def _reduce(value: int, op, group) -> int:
@@ -136,8 +121,7 @@ class PartitionBatches:
                  prefetch: int = 0, num_workers: int = 0,
                  input_edges: Optional[EdgeSamplerInput] = None,
                  neg_sampling: Optional[NegativeSampling] = None):
-        if seed is None:
-            seed = 0
+        seed = seed or 0
         if num_presample_batches is None:
             num_presample_batches = 8
         check_int('num_presample_batches', num_presample_batches, 1)
@@ -148,19 +132,11 @@ class PartitionBatches:
         if prefetch > 0 and num_workers > 0:
             raise ValueError("'prefetch' > 0 needs num_workers=0 (each "
                              "worker thread builds two batches ahead)")
-        for name, fn in (('transform', transform),
-                         ('transform_sampler_output',
-                          transform_sampler_output)):
-            if fn is not None and not callable(fn):
-                raise ValueError(f"'{name}' must be callable (got {fn!r})")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
-                or batch_size < 1:
-            raise ValueError(f"'batch_size' must be a positive integer "
-                             f"(got {batch_size!r})")
+        check_callable('transform', transform)
+        check_callable('transform_sampler_output', transform_sampler_output)
+        check_int('batch_size', batch_size, 1)
         check_choice('even', even, ('min', 'pad'))
-        if not isinstance(drop_last, bool):
-            raise ValueError(f"'drop_last' must be a bool (got "
-                             f"{drop_last!r})")
+        check_bool('drop_last', drop_last)
         self.feature_store, self.graph_store = feature_store, graph_store
         self.device = torch.device('cpu') if device is None else \
             torch.device(device)
@@ -220,8 +196,10 @@ class PartitionBatches:
         # that its exchanges never interleave with the training loop's
         # collectives (DDP) nor with another thread's.
         threads = num_workers if num_workers > 0 else int(prefetch > 0)
-        _check_same(threads, "'num_workers' (and whether 'prefetch' > 0)",
-                    group)
+        lo = -_reduce(-threads, dist.ReduceOp.MAX, group)
+        if lo != _reduce(threads, dist.ReduceOp.MAX, group):
+            raise ValueError("'num_workers' (and whether 'prefetch' > 0) "
+                             "must be the same on every rank")
         self._thread_groups = [gloo_twin(group) for _ in range(threads)]
         self._worker_generators: Optional[List[torch.Generator]] = None
 
@@ -248,51 +226,41 @@ class PartitionBatches:
                                        self.input_time, self.input_type)
 
     def _resolve(self, input_nodes) -> Tensor:
+        # This part's seeds: the given ids, the part's vertices where a
+        # boolean node attribute is set, or all of them (homogeneous: all
+        # in `train_mask` where there is one).
         part = self.partition
+        node_ids, attrs = part.node_ids, part.node_attrs
         if part.is_hetero:
-            return self._resolve_hetero(input_nodes)
+            if isinstance(input_nodes, str):
+                input_nodes = (input_nodes, None)
+            if not (isinstance(input_nodes, (tuple, list))
+                    and len(input_nodes) == 2
+                    and isinstance(input_nodes[0], str)):
+                raise ValueError(
+                    f"'input_nodes' must name the seeds' node type for a "
+                    f"heterogeneous partition: a node type (all of this "
+                    f"part's vertices of it), or a (node type, ids or "
+                    f"boolean attribute name) tuple (got {input_nodes!r})")
+            node_type, input_nodes = input_nodes
+            if node_type not in node_ids:
+                raise ValueError(f"'input_nodes' names the node type "
+                                 f"{node_type!r}, not one of "
+                                 f"{list(node_ids)}")
+            self.input_type = node_type
+            node_ids, attrs = node_ids[node_type], attrs[node_type]
+        elif input_nodes is None and 'train_mask' in attrs:
+            input_nodes = 'train_mask'
         if input_nodes is None:
-            input_nodes = 'train_mask' if 'train_mask' in part.node_attrs \
-                else None
-            if input_nodes is None:
-                return part.node_ids.clone().to(torch.int64)
-        return self._owned_or_given(part.node_ids, part.node_attrs,
-                                    input_nodes)
-
-    @staticmethod
-    def _owned_or_given(node_ids, attrs, input_nodes) -> Tensor:
-        if isinstance(input_nodes, str):
-            if input_nodes not in attrs:
-                raise ValueError(f'the partition has no node attribute '
-                                 f'{input_nodes!r}')
-            mask = attrs[input_nodes]
-            if mask.dtype != torch.bool:
-                raise ValueError(f'{input_nodes!r} must be a boolean mask')
-            return node_ids[mask].to(torch.int64)
-        return torch.as_tensor(input_nodes, dtype=torch.int64).view(-1)
-
-    def _resolve_hetero(self, input_nodes) -> Tensor:
-        part = self.partition
-        types = list(part.node_ids)
-        if isinstance(input_nodes, str):
-            input_nodes = (input_nodes, None)
-        if not (isinstance(input_nodes, (tuple, list))
-                and len(input_nodes) == 2
-                and isinstance(input_nodes[0], str)):
-            raise ValueError(
-                f"'input_nodes' must name the seeds' node type for a "
-                f"heterogeneous partition: a node type (all of this part's "
-                f"vertices of it), or a (node type, ids or boolean "
-                f"attribute name) tuple (got {input_nodes!r})")
-        node_type, nodes = input_nodes
-        if node_type not in types:
-            raise ValueError(f"'input_nodes' names the node type "
-                             f"{node_type!r}, not one of {types}")
-        self.input_type = node_type
-        if nodes is None:
-            return part.node_ids[node_type].clone().to(torch.int64)
-        return self._owned_or_given(part.node_ids[node_type],
-                                    part.node_attrs[node_type], nodes)
+            return node_ids.clone().to(torch.int64)
+        if not isinstance(input_nodes, str):
+            return torch.as_tensor(input_nodes, dtype=torch.int64).view(-1)
+        if input_nodes not in attrs:
+            raise ValueError(f'the partition has no node attribute '
+                             f'{input_nodes!r}')
+        if attrs[input_nodes].dtype != torch.bool:
+            raise ValueError(f'{input_nodes!r} must be a boolean mask')
+        return node_ids[attrs[input_nodes]].to(torch.int64)
 
     # What the loader's offload protocol reads ##############################
 
