@@ -1,13 +1,8 @@
 """What :class:`~pyg_orch.HybridNeighborLoader` and
-:class:`~pyg_orch.HybridLinkNeighborLoader` share: the checks of the common
-arguments, the :class:`~pyg_orch.HybridNeighborSampler` they build, seeded
-shuffling, the feature store, stage timing, batch hooks, statistics,
-feature gathering and the prefetch pipeline. Each loader mixes
-:class:`HybridLoaderMixin` in front of its PyG base class
-(:class:`~torch_geometric.loader.NodeLoader` or
-:class:`~torch_geometric.loader.LinkLoader`) and says how a batch is sampled
-(:meth:`HybridLoaderMixin._sample_batch`) and what it adds to an assembled
-batch (:meth:`HybridLoaderMixin._add_metadata`)."""
+:class:`~pyg_orch.HybridLinkNeighborLoader` share
+(:class:`HybridLoaderMixin`, mixed in front of PyG's
+:class:`~torch_geometric.loader.NodeLoader` or
+:class:`~torch_geometric.loader.LinkLoader`)."""
 import copy
 import functools
 import os
@@ -79,13 +74,10 @@ def check_common_args(
 
 
 class HybridLoaderMixin:
-    r"""The behavior both hybrid loaders share; mixed in before PyG's
-    :class:`~torch_geometric.loader.NodeLoader` or
-    :class:`~torch_geometric.loader.LinkLoader`. A subclass calls
-    :meth:`_init_pipeline` before the base class's :obj:`__init__` and
-    :meth:`_init_batches` after it, and implements :meth:`_sampler`,
-    :meth:`_sample_batch`, :meth:`_count_access` and
-    :meth:`_add_metadata`."""
+    r"""The behavior both hybrid loaders share. A subclass implements the
+    methods under *To implement* and calls :meth:`_partitioned`, or
+    :meth:`_in_memory_sampler` before the base class's :obj:`__init__` and
+    :meth:`_init_batches` after it."""
     device: torch.device
     timer: StageTimer
     #: Whether batches are prepared by a :class:`LookaheadIterator`.
@@ -106,27 +98,23 @@ class HybridLoaderMixin:
         raise NotImplementedError
 
     def _sample_batch(self, input_data: Any) -> Any:
-        r"""Samples the batch of :obj:`input_data` (a slice of
-        :obj:`self.input_data`)."""
+        r"""Samples the batch of :obj:`input_data`."""
         raise NotImplementedError
 
     def _count_access(self) -> Counts:
-        r"""Access counts per node (per node type for heterogeneous graphs)
-        in pre-sampled batches like the loader's, to rank the rows of the
-        feature cache (:obj:`CacheOptions(ranking='frequency')`); the
-        sampler's random state is left as it was."""
+        r"""Access counts per node (per node type) in pre-sampled batches like
+        the loader's, to rank the feature cache's rows; the sampler's
+        random state is left as it was."""
         raise NotImplementedError
 
     def _add_metadata(self, data: Any, out: Any) -> Any:
-        r"""Adds the loader's bookkeeping from :obj:`out.metadata` to a batch
-        assembled by :class:`DataAssembler` (or, with
-        :attr:`_assembles_hetero`, :class:`HeteroDataAssembler`)."""
+        r"""Adds the loader's bookkeeping from :obj:`out.metadata` to an
+        assembled batch."""
         raise NotImplementedError
 
     def _partition_inputs(self, batches: Any) -> Dict[str, Any]:
-        r"""The arguments of the PyG base class that describe the seeds and
-        the sampler of :obj:`batches` (a
-        :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`)."""
+        r"""The PyG base class's seed and sampler arguments for
+        :obj:`batches` (a :class:`PartitionBatches`)."""
         raise NotImplementedError
 
     # Set-up ##################################################################
@@ -217,15 +205,11 @@ class HybridLoaderMixin:
     def register_batch_hook(self, hook: Callable,
                             when: str = 'received') -> Callable[[], None]:
         r"""Calls :obj:`hook(batch)` on every mini-batch when the training
-        loop receives it (after it was moved to :obj:`device` and
-        transformed), or, with :obj:`when='sampled'`, calls
-        :obj:`hook(sampler_output)` as soon as a batch's
-        :class:`~torch_geometric.sampler.SamplerOutput` is known, before its
-        features are gathered: with look-ahead that is one batch before the
-        loop receives it. Sampled hooks run in the thread that samples
-        (the loop's own, unless :obj:`prefetch > 0`), in the main process
-        only, with the sampling stream current. Returns a function that
-        removes the hook."""
+        loop receives it (after the move to :obj:`device` and the
+        transform), or, with :obj:`when='sampled'`,
+        :obj:`hook(sampler_output)` as soon as a batch is sampled, before
+        its features are gathered (in the thread that samples, in the main
+        process only). Returns a function that removes the hook."""
         check_choice('when', when, ('received', 'sampled'))
         hooks = self._batch_hooks if when == 'received' else \
             self._sampled_hooks
@@ -249,24 +233,14 @@ class HybridLoaderMixin:
         r"""What the loader did since the last :meth:`reset_stats`:
 
         * :obj:`'stages'`: time per stage (:obj:`'sample'`, :obj:`'gather'`,
-          :obj:`'transfer'`, :obj:`'wait'`, and any stage timed by the
-          caller through :obj:`loader.timer.stage(name)`). With
-          :obj:`num_workers > 0` or :obj:`prefetch > 0`, sampling and
-          gathering overlap training; :obj:`'wait'` is what the training
-          loop still waited. With :obj:`lookahead`, the timer does not
-          synchronize the device (see :class:`~pyg_orch.StageTimer`): each
-          stage is charged the host time spent in it, while device work
-          overlaps; set :obj:`loader.timer.sync = True` to charge device
-          time instead, at the cost of the overlap.
+          :obj:`'transfer'`, :obj:`'wait'`, and any stage timed through
+          :obj:`loader.timer.stage(name)`; see :class:`~pyg_orch.StageTimer`).
         * :obj:`'features'`: rows served per tier, cache hit rate and bytes
-          moved from host to device per batch (with a feature store; for
-          heterogeneous graphs summed over node types, and per type under
-          :obj:`'per_type'`).
-        * :obj:`'memory'`: GPU bytes held by the topology and the cache
-          (and, for heterogeneous graphs, the cached rows per node type,
-          :obj:`'feature_cache_rows_per_type'`).
+          moved from host to device (per type under :obj:`'per_type'`).
+        * :obj:`'memory'`: GPU bytes held by the topology and the cache.
         * :obj:`'topology_reads'` (sharded topology only): neighbors read
           from this rank's shard, from copies, and from peers' shards.
+        * :obj:`'batches'` (partitioned graph only): :attr:`batch_stats`.
         """
         out: Dict[str, Any] = {'stages': self.timer.summary()}
         fs = self.feature_store
@@ -299,15 +273,10 @@ class HybridLoaderMixin:
 
     def set_gpu_cache_nodes(self, nodes: Tensor) -> bool:
         r"""Caches the features of :obj:`nodes` on the GPU (within the feature
-        store's budget), e.g. the candidates chosen by
-        :class:`pyg_orch.BottomLayerOffload`; for a heterogeneous graph
-        (a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`), a dictionary of
-        node ids per node type, each type within its share of the budget.
-        With a
-        :class:`~pyg_orch.features.sharded.ShardedFeatureStore`
-        this is a collective: every rank of the machine passes the same
-        :obj:`nodes`. Returns :obj:`False` when the loader uses no feature
-        store (features already on the device, or a CPU device) or one whose
+        store's budget; a dictionary per node type for heterogeneous
+        graphs); a collective with a
+        :class:`~pyg_orch.features.sharded.ShardedFeatureStore`. Returns
+        :obj:`False` when the loader uses no feature store or one whose
         rows are fixed."""
         if self.feature_store is None or not getattr(
                 self.feature_store, 'can_set_cached_nodes', True):

@@ -65,40 +65,21 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             loss = F.binary_cross_entropy_with_logits(pred, batch.edge_label)
 
     The endpoints of a batch's label edges (and of its negatives) are the
-    seeds of one neighbor-sampling call; every batch carries :obj:`n_id`,
-    :obj:`e_id`, :obj:`input_id` (the positions of its label edges in
-    :obj:`edge_label_index`), :obj:`num_sampled_nodes` and
-    :obj:`num_sampled_edges`, and, as in PyG:
-
-    * without negative sampling or with :obj:`'binary'`,
-      :obj:`edge_label_index` (the label edges, positives first then
-      negatives, as indices into the batch's nodes), :obj:`edge_label`
-      (:obj:`1` for positives, :obj:`0` for negatives, as floats; given
-      labels are shifted by one if they start at :obj:`0`) and
-      :obj:`edge_label_time`;
-    * with :obj:`'triplet'`, :obj:`src_index`, :obj:`dst_pos_index` and
-      :obj:`dst_neg_index` (:obj:`[batch_size, amount]`, or
-      :obj:`[batch_size]` for :obj:`amount=1`) in the source and
-      destination node stores, and :obj:`seed_time`;
-    * :obj:`batch` with :obj:`disjoint=True`: the label edge each node was
-      sampled for (negatives of label edge :obj:`i` count as :obj:`i`).
-
-    Negatives are drawn uniformly, or with the node weights
-    :obj:`src_weight` / :obj:`dst_weight` of the
-    :class:`~torch_geometric.sampler.NegativeSampling`, on the sampler's
-    device with its generator. As in PyG they may be false negatives
-    (edges of the graph); with temporal sampling and node-level times,
-    negative nodes are never later than their label edge.
+    seeds of one neighbor-sampling call; batches carry what PyG's carry
+    (:obj:`edge_label_index` and :obj:`edge_label`, or with
+    :obj:`'triplet'` negatives :obj:`src_index`, :obj:`dst_pos_index` and
+    :obj:`dst_neg_index`), plus :obj:`n_id`, :obj:`e_id`, :obj:`input_id`
+    and the sampled counts. Negatives are drawn on the sampler's device with
+    its generator; as in PyG they may be false negatives.
 
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore] or
             str): The graph. A partitioned graph (a folder written by
             :func:`~pyg_orch.distributed.partition_graph`, or its
             :func:`~pyg_orch.distributed.open_stores` pair) trains across
-            machines, one part per rank: label edges and batches in global
-            ids, sampled collectively, every rank running the agreed
-            number of batches (the smallest; a rank's other label edges are
-            skipped in that epoch).
+            machines, one part per rank, as
+            :class:`~pyg_orch.HybridNeighborLoader` does (label edges in
+            global ids, this rank's own; see :doc:`/distributed`).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
@@ -147,25 +128,17 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         topology (GraphTopology, optional): A topology to share with other
             loaders (e.g. :obj:`node_loader.topology`).
         placement (PlacementOptions, optional): Where the topology lives
-            and which kernels sample (see :class:`~pyg_orch.PlacementOptions`;
-            link batches use the batch-synchronous path of the chosen
-            backend). (default: :obj:`PlacementOptions()`)
+            and which kernels sample (see :class:`~pyg_orch.PlacementOptions`).
+            (default: :obj:`PlacementOptions()`)
         cache (CacheOptions, optional): The GPU cache of features in host
-            memory, as in :class:`~pyg_orch.HybridNeighborLoader` (see
-            :class:`~pyg_orch.CacheOptions`). With
-            :obj:`ranking='frequency'`, rows are ranked by their accesses in
-            pre-sampled link batches (the endpoints of the label edges, and
-            their negatives, as seeds). (default: :obj:`CacheOptions()`)
-        lookahead (bool, optional): With :obj:`True`, keep the next batch
-            in flight, in the training loop's thread (see
-            :class:`~pyg_orch.loader.LookaheadIterator`): a link batch is
-            sampled when it is drawn, on a side CUDA stream, and its
-            features are gathered on another while the current batch
-            trains. Batches are the same; one extra batch is sampled when
-            the loop stops early. Needs :obj:`num_workers=0` and
-            :obj:`prefetch=0`. :obj:`None` turns it on where it pays: CUDA,
-            :obj:`num_workers=0` and :obj:`prefetch=0`.
-            (default: :obj:`None`)
+            memory (see :class:`~pyg_orch.CacheOptions`); rows ranked by
+            their accesses in pre-sampled link batches.
+            (default: :obj:`CacheOptions()`)
+        lookahead (bool, optional): Keep the next batch in flight in the
+            training loop's thread (see
+            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
+            same. :obj:`None`: on with CUDA, :obj:`num_workers=0` and
+            :obj:`prefetch=0`. (default: :obj:`None`)
         prefetch (int): Batches sampled and gathered ahead by a background
             thread. (default: :obj:`0`)
         **kwargs (optional): Arguments of

@@ -54,11 +54,7 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
 
     Every batch carries :obj:`n_id`, :obj:`e_id`, :obj:`input_id`,
     :obj:`batch_size`, :obj:`num_sampled_nodes` and :obj:`num_sampled_edges`
-    (and :obj:`batch` if :obj:`disjoint=True`), with nodes in PyG's hop order,
-    so :func:`~torch_geometric.utils.trim_to_layer` works. As in PyG,
-    :obj:`subgraph_type='bidirectional'` drops both counts and
-    :obj:`'induced'` drops :obj:`num_sampled_edges`, since edges are then no
-    longer grouped by hop.
+    (and :obj:`batch` if :obj:`disjoint=True`), in PyG's hop order.
 
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
@@ -108,30 +104,17 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             (default: :obj:`PlacementOptions()`)
         cache (CacheOptions, optional): On CUDA with node features :obj:`x`
             in host memory, the GPU cache that serves them (see
-            :class:`~pyg_orch.CacheOptions`): by default a
-            :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on
-            the GPU, the rest read from pinned memory, rows of the previous
-            batch reused), or for :class:`~torch_geometric.data.HeteroData`
-            a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every
-            node type whose :obj:`x` is in host memory;
-            :obj:`CacheOptions(store=None)` gathers on the CPU and copies,
-            as PyG does. (default: :obj:`CacheOptions()`)
+            :class:`~pyg_orch.CacheOptions`); :obj:`CacheOptions(store=None)`
+            gathers on the CPU and copies, as PyG does.
+            (default: :obj:`CacheOptions()`)
         lookahead (bool, optional): Keep the next batch in flight on two
-            side CUDA streams (one samples, one gathers features), in the
-            training loop's thread: the host queues the
-            next training step without waiting for sampling, and feature
-            gathering overlaps the running step (see
-            :class:`~pyg_orch.loader.LookaheadIterator`). Batches are the
-            same; one extra batch is sampled when the loop stops early.
-            :obj:`None` turns it on where it pays: CUDA, the fused Triton
-            sampler, :obj:`num_workers=0` and :obj:`prefetch=0`.
+            side CUDA streams, in the training loop's thread (see
+            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
+            same. :obj:`None`: on with CUDA, the fused Triton sampler,
+            :obj:`num_workers=0` and :obj:`prefetch=0`.
             (default: :obj:`None`)
         prefetch (int): Batches sampled and gathered ahead by a background
-            thread on its own CUDA stream. Off by default: both threads share
-            Python's interpreter lock, so with a typical GNN training step it
-            is slower than :obj:`lookahead` (see :obj:`benchmarks/README.md`);
-            it pays when sampling and gathering take long next to a training
-            step that leaves the interpreter free. (default: :obj:`0`)
+            thread on its own CUDA stream. (default: :obj:`0`)
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
             :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`. The
@@ -141,21 +124,18 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             (they warn and fill :obj:`placement` and :obj:`cache`).
 
     Given a folder written by :func:`~pyg_orch.distributed.partition_graph`
-    as :obj:`data` (a :obj:`str` or :class:`os.PathLike`), every rank of
-    the default process group opens its own part
+    as :obj:`data`, every rank opens its own part
     (:func:`~pyg_orch.distributed.open_stores`, which takes the keywords
     :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`,
-    :obj:`feature_device`, :obj:`feature_placement`, :obj:`cache_size`
-    and :obj:`edge_cache_size`, and :obj:`placement.topology` and
-    :obj:`cache.policy`) and batches are built by a
-    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` (the same
-    training script on one machine or several; see :doc:`/distributed`):
-    :obj:`input_nodes` are then the seeds of all ranks, each rank keeping
-    those its part owns; :obj:`num_workers` are threads; :obj:`even`
-    (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batch counts. The
-    stores of :func:`~pyg_orch.distributed.open_stores` as :obj:`data` go
-    the same way, placed where they were opened, :obj:`input_nodes` this
-    rank's own seeds.
+    :obj:`feature_device`, :obj:`feature_placement`, :obj:`cache_size` and
+    :obj:`edge_cache_size`) and batches are built by a
+    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` (see
+    :doc:`/distributed`): :obj:`input_nodes` are then the seeds of all
+    ranks, each keeping those its part owns; :obj:`num_workers` are
+    threads; :obj:`even` (:obj:`'min'` or :obj:`'pad'`) evens out the
+    ranks' batch counts. The stores of
+    :func:`~pyg_orch.distributed.open_stores` as :obj:`data` go the same
+    way, :obj:`input_nodes` this rank's own seeds.
     """
     def __init__(
         self,
