@@ -1,9 +1,7 @@
 """Assembles mini-batches like PyG's
-:func:`~torch_geometric.loader.utils.filter_data` (and
-:func:`~torch_geometric.loader.utils.filter_hetero_data`) and
+:func:`~torch_geometric.loader.utils.filter_data` and
 :meth:`~torch_geometric.loader.NodeLoader.filter_fn`, with the attributes
-classified once instead of per batch: less Python work per batch, which
-matters when a prefetch thread shares the interpreter with training."""
+classified once instead of per batch."""
 import copy
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -110,15 +108,8 @@ class DataAssembler:
                 del self.template[key]
 
     def __call__(self, out: SamplerOutput) -> Data:
-        r"""The mini-batch of a node-level loader: :meth:`subgraph` with
-        :obj:`input_id`, :obj:`seed_time` and :obj:`batch_size` from
-        :obj:`out.metadata`, as in PyG's
-        :meth:`~torch_geometric.loader.NodeLoader.filter_fn`."""
-        data = self.subgraph(out)
-        data.input_id = out.metadata[0]
-        data.seed_time = out.metadata[1]
-        data.batch_size = out.metadata[0].size(0)
-        return data
+        r"""The mini-batch of a node-level loader (:func:`node_metadata`)."""
+        return node_metadata(self.subgraph(out), out)
 
     def subgraph(self, out: SamplerOutput) -> Data:
         r"""The sampled subgraph with its node and edge attributes and the
@@ -157,10 +148,8 @@ class DataAssembler:
 
 class HeteroDataAssembler:
     r"""Slices :obj:`data` by a
-    :class:`~torch_geometric.sampler.HeteroSamplerOutput`, with the same
-    attributes per node and edge type as PyG's
-    :func:`~torch_geometric.loader.utils.filter_hetero_data` and the
-    bookkeeping of :meth:`~torch_geometric.loader.NodeLoader.filter_fn`.
+    :class:`~torch_geometric.sampler.HeteroSamplerOutput`, as PyG's
+    :func:`~torch_geometric.loader.utils.filter_hetero_data`.
 
     Args:
         data (HeteroData): The graph; its tensors are read from a copy on

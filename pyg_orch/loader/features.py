@@ -1,9 +1,5 @@
-"""The feature store a :class:`~pyg_orch.HybridNeighborLoader` builds for
-itself (:obj:`CacheOptions(store='auto')`): node features in host memory served to
-a CUDA device from a :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache
-holds the rows batches touch most, or, for heterogeneous graphs, from a
-:class:`~pyg_orch.gpu.HeteroTieredFeatureStore` (one tier per node type, one
-ranking and one budget across types)."""
+"""The GPU feature store a hybrid loader builds for itself
+(:obj:`CacheOptions(store='auto')`)."""
 from typing import Callable, Dict, Optional, Union
 
 import torch
@@ -31,24 +27,13 @@ def build_feature_store(
     timer: StageTimer,
     hetero: bool = False,
 ) -> Optional[AnyStore]:
-    r"""Returns :obj:`cache.store` if one was given (checked against
-    :obj:`data`); for :obj:`'auto'`, a new store where it pays (CUDA,
-    features in host memory, a sampler with the
-    :class:`~pyg_orch.sampling.HotNodeSampler` contract), with rows ranked
-    by :obj:`cache.ranking` (for :obj:`'frequency'`, by the access counts
-    :obj:`count_access()` returns: the loader's pre-sampled batches) and
-    sized by :obj:`cache.gpu_memory_budget` and :obj:`cache.cache_ratio`:
-
-    * for :class:`~torch_geometric.data.Data` with :obj:`x`, a
-      :class:`~pyg_orch.gpu.TieredFeatureStore`, or a
-      :class:`~pyg_orch.features.sharded.ShardedFeatureStore`
-      over the machine's GPUs if the topology is sharded;
-    * for :class:`~torch_geometric.data.HeteroData`, when the loader
-      assembles heterogeneous batches itself (:obj:`hetero`), a
-      :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every node type
-      whose :obj:`x` is a 2-dimensional tensor in host memory (other types
-      are sliced as before);
-
+    r""":obj:`cache.store` if one was given (checked against :obj:`data`);
+    for :obj:`'auto'`, where it pays (CUDA, features in host memory, a
+    :class:`~pyg_orch.sampling.HotNodeSampler`), a new
+    :class:`~pyg_orch.gpu.TieredFeatureStore` (sharded over the machine's
+    GPUs with a sharded topology) or, with :obj:`hetero`, a
+    :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`, rows ranked by
+    :obj:`cache.ranking` (:obj:`count_access()` for :obj:`'frequency'`);
     else :obj:`None`."""
     # `cache` was checked on every device, though only CUDA builds a store:
     feature_store, budget, ratio, policy = (

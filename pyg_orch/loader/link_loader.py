@@ -206,17 +206,12 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
             topology=topology)
         super().__init__(
-            data=data,
-            link_sampler=neighbor_sampler,
-            edge_label_index=edge_label_index,
-            edge_label=edge_label,
-            edge_label_time=edge_label_time,
-            neg_sampling=neg_sampling,
+            data=data, link_sampler=neighbor_sampler,
+            edge_label_index=edge_label_index, edge_label=edge_label,
+            edge_label_time=edge_label_time, neg_sampling=neg_sampling,
             transform=None,  # Applied after the move to `device`.
             transform_sampler_output=transform_sampler_output,
-            filter_per_worker=filter_per_worker,
-            **kwargs,
-        )
+            filter_per_worker=filter_per_worker, **kwargs)
         self._init_batches(transform, cache)
         # A link batch is sampled synchronously (the negatives and the
         # seeds' deduplication need their sizes), so the look-ahead overlaps

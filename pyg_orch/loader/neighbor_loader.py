@@ -182,15 +182,11 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
             topology=topology)
         super().__init__(
-            data=data,
-            node_sampler=neighbor_sampler,
-            input_nodes=input_nodes,
+            data=data, node_sampler=neighbor_sampler, input_nodes=input_nodes,
             input_time=input_time,
             transform=None,  # Applied after the move to `device`.
             transform_sampler_output=transform_sampler_output,
-            filter_per_worker=filter_per_worker,
-            **kwargs,
-        )
+            filter_per_worker=filter_per_worker, **kwargs)
         self._init_batches(transform, cache)
         launching = isinstance(self.node_sampler, LaunchingSampler)
         if lookahead and not launching:
@@ -268,10 +264,8 @@ def DistributedNeighborLoader(
     **options: Any,
 ) -> HybridNeighborLoader:
     r"""Deprecated: pass the folder to :obj:`HybridNeighborLoader('parts/',
-    ...)` (its placement to :func:`~pyg_orch.distributed.open_stores`, or
-    as the loader's keywords). Builds that loader over this rank's part of
-    :obj:`partition` with the old argument semantics (:obj:`input_nodes`:
-    this rank's seeds; batches on the CPU by default); the other
+    ...)`. Builds that loader over this rank's part with the old argument
+    semantics (:obj:`input_nodes`: this rank's seeds; batches on the CPU);
     :obj:`options` go to
     :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`."""
     from pyg_orch.loader.partition_pipeline import PartitionBatches

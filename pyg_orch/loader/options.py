@@ -1,9 +1,6 @@
-"""The option groups of :class:`~pyg_orch.HybridNeighborLoader` and
-:class:`~pyg_orch.HybridLinkNeighborLoader`: where the topology lives and
-which kernels sample (:class:`PlacementOptions`), and the GPU feature cache
-(:class:`CacheOptions`), each validated in one place. Also the keywords
-they replace, still accepted for one release with a
-:class:`DeprecationWarning` (:func:`resolve_options`)."""
+"""The option groups of the hybrid loaders (:class:`PlacementOptions`,
+:class:`CacheOptions`) and the deprecated keywords they replace
+(:func:`resolve_options`)."""
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
@@ -74,14 +71,11 @@ class CacheOptions:
 
     Args:
         store (str or TieredFeatureStore, optional): On CUDA with node
-            features :obj:`x` in host memory, :obj:`'auto'` serves them
-            from a
-            :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on
-            the GPU, the rest read from pinned memory), or for
-            :class:`~torch_geometric.data.HeteroData` from a
-            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` (one ranking and
-            one budget across node types); pass one to share it between
-            loaders, or :obj:`None` to gather on the CPU and copy, as PyG
+            features :obj:`x` in host memory, :obj:`'auto'` serves them from
+            a :class:`~pyg_orch.gpu.TieredFeatureStore` (or, for
+            :class:`~torch_geometric.data.HeteroData`, a
+            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`); pass one to
+            share it, or :obj:`None` to gather on the CPU and copy, as PyG
             does. (default: :obj:`'auto'`)
         gpu_memory_budget (int or float or str): GPU memory for the cache:
             bytes, a fraction of free memory, or :obj:`'auto'` (a quarter of

@@ -35,13 +35,8 @@ __all__ = ['STORE_KEYWORDS', 'agree_on_batches', 'is_partitioned',
 
 # Arguments that make sense only for a graph held in memory, with their
 # defaults (accepted when passed with these values).
-_IN_MEMORY = {
-    'is_sorted': False,
-    'filter_per_worker': None,
-    'neighbor_sampler': None,
-    'topology': None,
-    'lookahead': None,
-}
+_IN_MEMORY = {'is_sorted': False, 'filter_per_worker': None,
+              'neighbor_sampler': None, 'topology': None, 'lookahead': None}
 
 # Fields of the option objects that make sense only for a graph held in
 # memory, with their defaults.
@@ -204,53 +199,44 @@ def _is_default(value: Any, default: Any) -> bool:
 
 
 class RankSeeds(NamedTuple):
-    r"""This rank's share of the seeds given to a partition folder's
-    loader."""
-    #: The seeds (or what names them), as
-    #: :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` takes them.
+    r"""This rank's share of the seeds of all ranks: the seeds (or what
+    names them), their times and their positions among all ranks' seeds
+    (the batches' :obj:`input_id`)."""
     nodes: Optional[Any]
-    #: Their times (where :obj:`input_time` was given).
     time: Optional[Tensor] = None
-    #: Their positions among the seeds of all ranks (where given as ids or
-    #: a mask): what batches report as :obj:`input_id`.
     input_id: Optional[Tensor] = None
 
 
 def _input_nodes(input_nodes: Any, partition,
                  input_time: Optional[Tensor] = None) -> RankSeeds:
-    r"""This rank's seeds: the part's vertices among :obj:`input_nodes`
-    (the seeds of all ranks: global ids or a mask over all vertices), or a
-    node attribute name, or :obj:`None`; for a heterogeneous partition, a
-    node type or a (node type, seeds) tuple. Also their times, the entries
-    of :obj:`input_time` (one per seed of all ranks) that it keeps, and
-    their positions among all ranks' seeds."""
+    r"""The part's vertices among :obj:`input_nodes` (the seeds of all
+    ranks: global ids or a mask over all vertices, with their node type on
+    a heterogeneous partition), with their times and positions; seeds
+    named by an attribute or a node type are resolved by
+    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`."""
     typed = isinstance(input_nodes, (tuple, list)) and \
         len(input_nodes) == 2 and isinstance(input_nodes[0], str)
-    nodes = input_nodes[1] if typed else input_nodes
-    if input_time is not None and (nodes is None or isinstance(nodes, str)):
-        raise ValueError("'input_time' on a partition folder needs "
-                         "'input_nodes' as the seeds of all ranks (global "
-                         "ids or a mask over all vertices), one time each")
-    if not partition.is_hetero:
-        if typed:
-            raise ValueError("'input_nodes' as a (node type, seeds) tuple "
-                             "is for heterogeneous partitions")
-        if input_nodes is None or isinstance(input_nodes, str):
-            return RankSeeds(input_nodes)
-        return _owned(input_nodes, partition.node_part, partition.part,
-                      input_time)
-    if isinstance(input_nodes, str):
-        return RankSeeds(input_nodes)  # The part's vertices of that type.
-    if not typed:
+    if typed and not partition.is_hetero:
+        raise ValueError("'input_nodes' as a (node type, seeds) tuple "
+                         "is for heterogeneous partitions")
+    if _named(input_nodes):
+        if input_time is not None:
+            raise ValueError("'input_time' on a partition folder needs "
+                             "'input_nodes' as the seeds of all ranks "
+                             "(global ids or a mask over all vertices), "
+                             "one time each")
+        return RankSeeds(input_nodes)
+    if not typed and partition.is_hetero:
         raise ValueError("'input_nodes' must be a node type or a (node "
                          "type, seeds) tuple for a heterogeneous partition "
                          f"(got {input_nodes!r})")
+    if not typed:
+        return _owned(input_nodes, partition.node_part, partition.part,
+                      input_time)
     node_type, nodes = input_nodes
     if node_type not in partition.node_part:
         raise ValueError(f"'input_nodes' names the node type {node_type!r}, "
                          f"not one of {list(partition.node_part)}")
-    if nodes is None or isinstance(nodes, str):
-        return RankSeeds((node_type, nodes))
     owned = _owned(nodes, partition.node_part[node_type], partition.part,
                    input_time)
     return owned._replace(nodes=(node_type, owned.nodes))
@@ -299,10 +285,8 @@ def _named(input_nodes: Any) -> bool:
 
 def _option_fields(placement: Any, cache: Any,
                    name: str) -> Dict[str, Any]:
-    r"""The store and batch arguments that a
-    :class:`~pyg_orch.PlacementOptions` and a :class:`~pyg_orch.CacheOptions`
-    (or :obj:`None`) stand for; their fields that apply to a graph held in
-    memory only must keep their defaults."""
+    r"""The store and batch arguments :obj:`placement` and :obj:`cache`
+    stand for (their in-memory fields must keep their defaults)."""
     out: Dict[str, Any] = {}
     for group, value in (('placement', placement), ('cache', cache)):
         if value is None:
@@ -334,23 +318,15 @@ def _option_fields(placement: Any, cache: Any,
 def partition_batches(data: Any, arguments: Dict[str, Any]
                       ) -> Optional[PartitionBatches]:
     r"""The :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` of
-    :obj:`HybridNeighborLoader(data, ...)` or
-    :obj:`HybridLinkNeighborLoader(data, ...)` where :obj:`data` is
-    partitioned (else :obj:`None`). A folder: opens this rank's stores with
-    :func:`~pyg_orch.distributed.open_stores` (the keywords
-    :data:`STORE_KEYWORDS`, :obj:`placement.topology` and
-    :obj:`cache.policy`) and keeps the part's seeds among
-    :obj:`input_nodes`, the seeds of all ranks. A pair
-    :obj:`(PartitionFeatureStore, PartitionGraphStore)`: the stores as they
-    were opened, :obj:`input_nodes` this rank's seeds (see
-    :meth:`~pyg_orch.distributed.PartitionGraphStore.seed_nodes`). Label
-    edges (:obj:`edge_label_index`) are this rank's own. A collective.
-    :obj:`arguments` are the loader's (by name, :obj:`kwargs` merged in);
-    arguments of a graph held in memory (:obj:`topology`,
-    :obj:`neighbor_sampler`, ...) and DataLoader arguments other than
-    :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last` and
-    :obj:`num_workers` (threads here) raise a :class:`ValueError` unless
-    left at their defaults."""
+    a hybrid loader whose :obj:`data` is partitioned (else :obj:`None`), from
+    its :obj:`arguments` (by name, :obj:`kwargs` merged in). A folder is
+    opened with :func:`~pyg_orch.distributed.open_stores` (the keywords
+    :data:`STORE_KEYWORDS`), :obj:`input_nodes` the seeds of all ranks; with
+    the stores, :obj:`input_nodes` are this rank's; label edges are always
+    this rank's. Arguments of a graph held in memory and DataLoader
+    arguments other than :obj:`batch_size`, :obj:`shuffle`,
+    :obj:`drop_last` and :obj:`num_workers` (threads) raise a
+    :class:`ValueError` unless left at their defaults. A collective."""
     if not is_partitioned(data):
         return None
     folder = isinstance(data, (str, os.PathLike))

@@ -86,18 +86,15 @@ class PartitionBatches:
 
     Every rank takes as many batches (each is a collective): with
     :obj:`even='min'` the smallest count over the ranks, with
-    :obj:`even='pad'` the largest (empty batches at the end). The caches of
-    the feature store are filled on the first epoch from
-    :obj:`num_presample_batches` pre-sampled batches
-    (:obj:`cache_ranking='frequency'`) or from the sources of the part's
-    in-edges (:obj:`'degree'`). :obj:`prefetch` builds batches in a
-    background thread, :obj:`num_workers` in that many threads, each over a
-    gloo group of its own; batches are reproducible for a given
-    :obj:`num_workers`. The other arguments are the loaders';
-    :obj:`input_nodes` are this rank's seeds (global ids or the name of a
-    boolean node attribute; with their node type for a heterogeneous
-    partition), :obj:`input_edges` this rank's label edges (global ids),
-    sampled with :obj:`neg_sampling`.
+    :obj:`even='pad'` the largest (empty batches at the end). The stores'
+    caches are filled on the first epoch from :obj:`num_presample_batches`
+    pre-sampled batches (:obj:`cache_ranking='frequency'`) or from the
+    sources of the part's in-edges (:obj:`'degree'`). :obj:`prefetch` and
+    :obj:`num_workers` build batches in threads, each over a gloo group of
+    its own. :obj:`input_nodes` are this rank's seeds (ids or a boolean
+    node attribute's name; with their node type on a heterogeneous
+    partition), :obj:`input_edges` its label edges, sampled with
+    :obj:`neg_sampling`; the other arguments are the loaders'.
     """
     def __init__(self, feature_store: PartitionFeatureStore,
                  graph_store: PartitionGraphStore,

@@ -25,14 +25,10 @@ def slice_node_input(inputs: NodeSamplerInput,
 
 
 def tensor_index_batches(batch_sampler: Any) -> Optional[Iterator[Tensor]]:
-    r"""The index batches of :obj:`batch_sampler` as tensors, drawn as it
-    draws them, without a Python integer per index: for a
-    :class:`~torch.utils.data.BatchSampler` over a
-    :class:`~torch.utils.data.SequentialSampler` or over a
-    :class:`~torch.utils.data.RandomSampler` (without replacement, one
-    permutation per epoch, with a generator). The generator ends in the
-    state the sampler leaves it in (which draws a second, empty permutation
-    when it runs out). :obj:`None` for any other sampler."""
+    r"""The index batches of :obj:`batch_sampler` (a
+    :class:`~torch.utils.data.BatchSampler` over a sequential or random
+    sampler) as tensors, drawn as it draws them, the generator left in the
+    same state; :obj:`None` for any other sampler."""
     from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
     if type(batch_sampler) is not BatchSampler:
         return None

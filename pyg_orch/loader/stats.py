@@ -15,11 +15,10 @@ class StageTimer:
     r"""Accumulates the time spent in named stages (e.g. :obj:`'sample'`,
     :obj:`'gather'`, :obj:`'transfer'`, :obj:`'train'`).
 
-    With :obj:`sync=True` on CUDA devices, the calling thread's stream is
-    synchronized around each stage, so that asynchronous kernels are charged
-    to the stage that launched them (other streams, e.g. a prefetch thread's,
-    run on). That serializes host and device; with :obj:`sync=False` a stage
-    is charged the host time spent in it, and device work overlaps.
+    With :obj:`sync=True` on CUDA, the calling thread's stream is
+    synchronized around each stage, so that kernels are charged to the
+    stage that launched them; with :obj:`sync=False` a stage is charged the
+    host time spent in it.
 
     .. code-block:: python
 

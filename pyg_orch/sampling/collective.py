@@ -293,10 +293,7 @@ class DistributedNeighborSampler(BaseSampler):
 
     @property
     def topology(self) -> Dict[Any, CSCTopology]:
-        r"""The part's topology that sampling reads, per edge type
-        (:obj:`None` on a homogeneous partition), with times and weights
-        attached (split across the machine's ranks with a sharded
-        topology)."""
+        r"""The part's topology that sampling reads, per edge type."""
         return dict(self._csc)
 
     @property
@@ -308,15 +305,13 @@ class DistributedNeighborSampler(BaseSampler):
 
     @property
     def hot_nodes(self) -> Optional[Dict[Any, Tensor]]:
-        r"""The masks (per node type, :obj:`None` on a homogeneous
-        partition) of the vertices whose in-edges the last hop does not
-        sample; :obj:`None` if pruning is off."""
+        r"""The masks per node type of the vertices the last hop does not
+        expand (:obj:`None`: no pruning)."""
         return self._hot.masks
 
     def set_hot_nodes(self, hot_nodes: Any) -> None:
-        r"""Sets the vertices whose in-edges the last hop does not sample:
-        a boolean mask over all global vertex ids, or a dictionary of such
-        masks per node type (node types left out are not pruned);
+        r"""Sets the vertices the last hop does not expand: a boolean mask
+        over all global ids (per node type on a heterogeneous partition);
         :obj:`None` clears it."""
         if hot_nodes is None:
             self._hot.masks = None
@@ -356,9 +351,8 @@ class DistributedNeighborSampler(BaseSampler):
         return int(fanout[-1]) if fanout else 0
 
     def topology_reads(self) -> Optional[Dict[str, int]]:
-        r"""Neighbors read so far from this rank's own shard, from copies
-        and from peers' shards, over all edge types, where the topology is
-        sharded (:obj:`None` otherwise)."""
+        r"""Neighbors read so far per tier with a sharded topology (else
+        :obj:`None`)."""
         from pyg_orch.topology.sharded import READ_TIERS
         counted = [c.reads for c in self._csc.values()
                    if c.is_sharded and c.reads is not None]
