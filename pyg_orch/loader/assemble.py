@@ -56,16 +56,9 @@ def link_metadata(data: Any, out: Any, neg_sampling: Any,
 
 
 class DataAssembler:
-    r"""Slices :obj:`data` by a :class:`~torch_geometric.sampler.SamplerOutput`.
-
-    Args:
-        data (Data): The graph; its tensors are read where they are, or from
-            a copy on :obj:`device` (made once).
-        device (torch.device): Where batches are built.
-        features (callable, optional): Gathers :obj:`x` rows for node ids
-            (e.g. :meth:`pyg_orch.gpu.TieredFeatureStore.gather`) instead of
-            slicing :obj:`data.x`.
-    """
+    r"""Slices :obj:`data` (read where it is, or from a copy on
+    :obj:`device`) by a :class:`~torch_geometric.sampler.SamplerOutput`,
+    :obj:`x` gathered by :obj:`features(node_ids)` if given."""
     def __init__(self, data: Data, device: torch.device,
                  features: Optional[Callable[[Tensor], Tensor]] = None):
         self.features = features
@@ -156,12 +149,10 @@ class HeteroDataAssembler:
             :obj:`device` (made once), except those :obj:`features` serves.
         device (torch.device): Where batches are built.
         features (Dict[str, callable], optional): Per node type, gathers
-            :obj:`x` rows for node ids (e.g. from
-            :meth:`pyg_orch.gpu.HeteroTieredFeatureStore.gather`) instead of
-            slicing :obj:`data[node_type].x`.
+            :obj:`x` rows for node ids instead of slicing
+            :obj:`data[node_type].x`.
         edge_permutation (Dict[Tuple[str, str, str], torch.Tensor], optional):
-            The sampler's :obj:`edge_permutation` (sampled edge positions to
-            edge ids), as in PyG.
+            The sampler's :obj:`edge_permutation`, as in PyG.
     """
     def __init__(self, data: HeteroData, device: torch.device,
                  features: Optional[Mapping[str, Callable[[Tensor], Tensor]]]

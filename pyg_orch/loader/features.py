@@ -77,10 +77,7 @@ def build_feature_store(
 
 def check_given_store(store: AnyStore, data, hetero: bool) -> None:
     r"""Raises a :class:`ValueError` naming :obj:`'store'` where
-    :obj:`store` cannot serve :obj:`data`: a homogeneous store for a
-    heterogeneous graph or the reverse, node types the graph lacks, shapes
-    that differ from the graph's :obj:`x`, or a loader that does not
-    assemble heterogeneous batches (:obj:`hetero`)."""
+    :obj:`store` cannot serve :obj:`data` (or the loader, :obj:`hetero`)."""
     if isinstance(store, HeteroTieredFeatureStore):
         if not isinstance(data, HeteroData):
             raise ValueError("'store' is a HeteroTieredFeatureStore, "
@@ -107,10 +104,8 @@ def check_given_store(store: AnyStore, data, hetero: bool) -> None:
 
 
 def host_features(data: HeteroData) -> Dict[str, torch.Tensor]:
-    r"""The node types whose :obj:`x` a
-    :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` should serve: a
-    2-dimensional tensor in host memory. Types whose :obj:`x` is on the
-    device already, or missing, are sliced as before."""
+    r"""The node types whose :obj:`x` is a 2-dimensional tensor in host
+    memory (what a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` serves)."""
     out = {}
     for t in data.node_types:
         x = data[t].get('x')
@@ -130,15 +125,10 @@ def build_hetero_store(
     policy: str,
 ) -> Optional[HeteroTieredFeatureStore]:
     r"""The :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` of
-    :obj:`CacheOptions(store='auto')` on :obj:`device` (any device: the CUDA
-    check is :func:`build_feature_store`'s): the node types of
-    :func:`host_features`, ranked by :obj:`policy`: the access counts per
-    node type :obj:`count_access()` returns (:obj:`'frequency'`; the
-    loader's pre-sampled batches: of seed nodes, or of label edges whose
-    endpoints are seeds of two types), or out-degrees summed over the edge
-    types a node type is the source of (:obj:`'degree'`). :obj:`None`
-    without such features, without a
-    :class:`~pyg_orch.sampling.HotNodeSampler`."""
+    :obj:`CacheOptions(store='auto')` over the node types of
+    :func:`host_features`, ranked by :obj:`policy` (:obj:`count_access()`
+    per node type, or out-degrees); :obj:`None` without such features or
+    without a :class:`~pyg_orch.sampling.HotNodeSampler`."""
     x_dict = host_features(data)
     if not x_dict or not isinstance(sampler, HotNodeSampler):
         return None

@@ -102,9 +102,8 @@ class HybridLoaderMixin:
         raise NotImplementedError
 
     def _count_access(self) -> Counts:
-        r"""Access counts per node (per node type) in pre-sampled batches like
-        the loader's, to rank the feature cache's rows; the sampler's
-        random state is left as it was."""
+        r"""Access counts per node (per node type) in pre-sampled batches, the
+        sampler's random state left as it was."""
         raise NotImplementedError
 
     def _add_metadata(self, data: Any, out: Any) -> Any:
@@ -222,9 +221,8 @@ class HybridLoaderMixin:
 
     @property
     def topology(self) -> Any:
-        r"""The graph topology used for sampling
-        (:class:`~pyg_orch.GraphTopology`); pass it as :obj:`topology` to
-        other loaders over the same graph."""
+        r"""The :class:`~pyg_orch.GraphTopology` sampled, to pass to other
+        loaders over the same graph."""
         if isinstance(self._sampler, LaunchingSampler):
             return self._sampler.topology
         return None
@@ -264,9 +262,8 @@ class HybridLoaderMixin:
 
     @property
     def batch_stats(self) -> List[Dict[str, int]]:
-        r"""Over a partition folder, per batch of the current epoch: rows
-        read from the part, the cache and other parts, and the sampler's
-        remote requests (empty otherwise)."""
+        r"""Over a partitioned graph, per batch of the epoch: rows read from
+        the part, the cache and other parts, and remote requests."""
         if self.partition_batches is None:
             return []
         return self.partition_batches.batch_stats
@@ -285,9 +282,9 @@ class HybridLoaderMixin:
         return True
 
     def get_gpu_cache_nodes(self) -> Optional[Any]:
-        r"""The nodes whose features are cached on the GPU (a tensor, or a
-        dictionary per node type), as :meth:`set_gpu_cache_nodes` takes
-        them; :obj:`None` when the loader uses no feature store."""
+        r"""The nodes whose features are cached on the GPU, as
+        :meth:`set_gpu_cache_nodes` takes them (:obj:`None` without a
+        feature store)."""
         return getattr(self.feature_store, 'cached_nodes', None)
 
     # Offload protocol (see pyg_orch.offload.protocol) ######################
@@ -301,15 +298,14 @@ class HybridLoaderMixin:
     @property
     def offload_data(self) -> Optional[GraphData]:
         r"""The :class:`~torch_geometric.data.Data` or
-        :class:`~torch_geometric.data.HeteroData` sampled from, or
-        :obj:`None` for :obj:`(FeatureStore, GraphStore)` inputs."""
+        :class:`~torch_geometric.data.HeteroData` sampled from, else
+        :obj:`None`."""
         return self.data if isinstance(self.data, (Data, HeteroData)) \
             else None
 
     @property
     def batches_ahead(self) -> int:
-        r"""How many batches the prefetch thread (or the worker threads over
-        a partition folder) builds ahead, at most."""
+        r"""How many batches threads build ahead, at most."""
         if self.partition_batches is not None:
             return self.partition_batches.batches_ahead
         return int(self.prefetch)
@@ -325,9 +321,8 @@ class HybridLoaderMixin:
         return int(capacity or 0)
 
     def offload_seeds(self) -> Tuple[Any, int]:
-        r"""This process's training seeds (the label edges' endpoints for
-        link-level loaders; per node type for heterogeneous graphs) and how
-        many of them a mini-batch holds."""
+        r"""This process's training seeds (label edges' endpoints for link
+        loaders; per node type) and how many a mini-batch holds."""
         if self.partition_batches is not None:
             return self.partition_batches.offload_seeds()
         inputs = self.input_data

@@ -143,11 +143,9 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             thread. (default: :obj:`0`)
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`. The
-            keywords :obj:`backend`, :obj:`topology_placement`,
-            :obj:`feature_store`, :obj:`gpu_memory_budget`,
-            :obj:`gpu_cache_ratio` and :obj:`cache_policy` are deprecated
-            (they warn and fill :obj:`placement` and :obj:`cache`).
+            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
+            keywords such as :obj:`backend` warn and fill :obj:`placement`
+            and :obj:`cache`.
     """
     def __init__(
         self,

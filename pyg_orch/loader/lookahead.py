@@ -28,8 +28,7 @@ class LookaheadIterator:
         finish (callable): Turns a pending sample into a mini-batch.
         device (torch.device): Where batches live.
         resolve (callable, optional): Waits for a pending sample before the
-            next one is launched and returns what :obj:`finish` takes
-            (default: waits for it and returns it).
+            next one is launched (default: waits for it).
     """
     def __init__(self, iterator: Iterator, finish: Callable[[PendingSample],
                                                             Any],

@@ -57,8 +57,15 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
     (and :obj:`batch` if :obj:`disjoint=True`), in PyG's hop order.
 
     Args:
-        data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
-            graph.
+        data (Data or HeteroData or Tuple[FeatureStore, GraphStore] or
+            str): The graph. A partitioned graph (a folder written by
+            :func:`~pyg_orch.distributed.partition_graph`, or its
+            :func:`~pyg_orch.distributed.open_stores` pair) trains across
+            machines, one part per rank (see :doc:`/distributed`): with a
+            folder, :obj:`input_nodes` are the seeds of all ranks and the
+            keywords of :func:`~pyg_orch.distributed.open_stores` place the
+            stores; :obj:`num_workers` are threads and :obj:`even`
+            (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batches.
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
@@ -117,25 +124,10 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             thread on its own CUDA stream. (default: :obj:`0`)
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`. The
-            keywords :obj:`backend`, :obj:`topology_placement`,
-            :obj:`feature_store`, :obj:`gpu_memory_budget`,
-            :obj:`gpu_cache_ratio` and :obj:`cache_policy` are deprecated
-            (they warn and fill :obj:`placement` and :obj:`cache`).
+            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
+            keywords such as :obj:`backend` warn and fill :obj:`placement`
+            and :obj:`cache`.
 
-    Given a folder written by :func:`~pyg_orch.distributed.partition_graph`
-    as :obj:`data`, every rank opens its own part
-    (:func:`~pyg_orch.distributed.open_stores`, which takes the keywords
-    :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`,
-    :obj:`feature_device`, :obj:`feature_placement`, :obj:`cache_size` and
-    :obj:`edge_cache_size`) and batches are built by a
-    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` (see
-    :doc:`/distributed`): :obj:`input_nodes` are then the seeds of all
-    ranks, each keeping those its part owns; :obj:`num_workers` are
-    threads; :obj:`even` (:obj:`'min'` or :obj:`'pad'`) evens out the
-    ranks' batch counts. The stores of
-    :func:`~pyg_orch.distributed.open_stores` as :obj:`data` go the same
-    way, :obj:`input_nodes` this rank's own seeds.
     """
     def __init__(
         self,

@@ -37,12 +37,10 @@ class PlacementOptions:
 
     Args:
         topology (str or TopologySharding): On CUDA, :obj:`'device'`,
-            :obj:`'host'` (pinned, read zero-copy) or :obj:`'auto'`;
-            :obj:`'sharded'` (or a
-            :class:`~pyg_orch.multigpu.TopologySharding`) splits the
-            neighbor lists across the machine's processes (see
-            :doc:`/multi_gpu`). On a partition folder, :obj:`'auto'` or
-            :obj:`'sharded'`. (default: :obj:`'auto'`)
+            :obj:`'host'` (pinned, read zero-copy), :obj:`'auto'`, or
+            :obj:`'sharded'` / a :class:`~pyg_orch.multigpu.TopologySharding`
+            (split across the machine's processes, see :doc:`/multi_gpu`).
+            (default: :obj:`'auto'`)
         backend (str): Sampling kernels: :obj:`'triton'`, :obj:`'torch'`,
             :obj:`'auto'` or a registered backend (see
             :class:`~pyg_orch.HybridNeighborSampler`).
@@ -82,16 +80,14 @@ class CacheOptions:
             free memory). (default: :obj:`'auto'`)
         cache_ratio (float, optional): Cache at most this fraction of the
             rows. (default: :obj:`None`)
-        ranking (str): Rank rows to cache by :obj:`'frequency'` (node
-            appearances in pre-sampled batches) or :obj:`'degree'` (the
-            out-degree). (default: :obj:`'frequency'`)
-        num_presample_batches (int, optional): Mini-batches pre-sampled to
-            count appearances for :obj:`ranking='frequency'`; :obj:`None`
-            for an epoch's worth, at most 256 (8 on a partition folder).
-            (default: :obj:`None`)
-        policy (str): :obj:`'static'` (rows chosen once by :obj:`ranking`)
-            or :obj:`'lru'` (remote rows of a partition folder, replaced as
-            batches read them; partition folders only).
+        ranking (str): Rank rows by :obj:`'frequency'` (appearances in
+            pre-sampled batches) or :obj:`'degree'`.
+            (default: :obj:`'frequency'`)
+        num_presample_batches (int, optional): Batches pre-sampled for
+            :obj:`'frequency'`; :obj:`None` for an epoch's worth, at most
+            256 (8 on a partition folder). (default: :obj:`None`)
+        policy (str): :obj:`'static'` or :obj:`'lru'` (remote rows of a
+            partition folder, replaced as batches read them).
             (default: :obj:`'static'`)
     """
     store: FeatureStoreLike = 'auto'
@@ -146,15 +142,11 @@ def resolve_options(
     cache: Optional[CacheOptions],
     stacklevel: int = 4,
 ) -> Tuple[PlacementOptions, CacheOptions]:
-    r"""Returns the loader's :class:`PlacementOptions` and
-    :class:`CacheOptions`: :obj:`placement` and :obj:`cache`, or their
-    defaults, with the deprecated keywords of :obj:`RENAMED` removed from
-    :obj:`kwargs` and applied (each warns once, naming its new spelling).
-    :obj:`cache_policy='static'` or :obj:`'lru'` (its meaning on a
-    partition folder) becomes :obj:`CacheOptions(policy=...)`. Raises a
-    :class:`ValueError` for a deprecated keyword given with the option
-    object that holds its field, and a :class:`TypeError` for an option
-    object of the wrong type."""
+    r"""The loader's :class:`PlacementOptions` and :class:`CacheOptions`
+    (:obj:`placement` and :obj:`cache`, or their defaults), with the
+    deprecated keywords of :obj:`RENAMED` popped from :obj:`kwargs` and
+    applied (each warns once). A deprecated keyword given with the option
+    object that holds its field raises a :class:`ValueError`."""
     given = {'placement': placement, 'cache': cache}
     for group, value in given.items():
         cls = _CLASSES[group]

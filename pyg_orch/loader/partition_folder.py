@@ -99,12 +99,10 @@ def partition_stores(data: Any, device: torch.device) -> Stores:
 def agree_on_batches(arguments: Dict[str, Any],
                      error: Optional[BaseException] = None,
                      group: Optional[Any] = None) -> None:
-    r"""Tells every rank of :obj:`group` this rank's collective
-    :obj:`arguments` (compared by :func:`repr`) and the :obj:`error` it hit
-    while checking its own, so that every rank raises instead of waiting
-    in a later collective: the same :class:`ValueError` where the ranks
-    disagree on an argument; where a rank hit an error, that error there
-    and a :class:`ValueError` naming it on the others. A collective."""
+    r"""Tells every rank of :obj:`group` this rank's :obj:`arguments`
+    (compared by :func:`repr`) and the :obj:`error` it hit, so that every
+    rank raises instead of waiting in a later collective: where they
+    disagree, or where one failed (naming it). A collective."""
     mine = (None if error is None else f'{type(error).__name__}: {error}',
             {k: repr(v) for k, v in arguments.items()})
     everything: List[Any] = [mine]
@@ -132,11 +130,8 @@ def link_inputs(stores: Stores, num_neighbors: Any, options: Dict[str, Any],
                 edge_label_index: Any = None, edge_label: Any = None,
                 edge_label_time: Any = None, neg_sampling: Any = None,
                 neg_sampling_ratio: Any = None) -> Dict[str, Any]:
-    r"""This rank's label edges, checked, as
-    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` takes
-    them (:obj:`input_edges` and :obj:`neg_sampling`); the ranks agree on
-    :obj:`num_neighbors`, the negatives and the batch :obj:`options` first
-    (:func:`agree_on_batches`, a collective)."""
+    r"""This rank's checked label edges (:obj:`input_edges`) and
+    :obj:`neg_sampling`, agreed on with every rank (a collective)."""
     graph_store = stores[1]
     error: Optional[BaseException] = None
     edge_type, neg, inputs = None, None, None

@@ -76,25 +76,20 @@ def _reduce(value: int, op, group) -> int:
 
 
 class PartitionBatches:
-    r"""The batches of :class:`~pyg_orch.HybridNeighborLoader` and
-    :class:`~pyg_orch.HybridLinkNeighborLoader` over a partitioned graph:
-    mini-batches of this rank's seeds (or label edges, :obj:`input_edges`),
-    sampled collectively over the stores of
-    :func:`~pyg_orch.distributed.open_stores`, as PyG :class:`Data` (or
-    :class:`HeteroData`) with the gathered node and edge attributes and
-    PyG's bookkeeping (:obj:`n_id`, :obj:`e_id`, :obj:`input_id`, ...).
-
-    Every rank takes as many batches (each is a collective): with
-    :obj:`even='min'` the smallest count over the ranks, with
-    :obj:`even='pad'` the largest (empty batches at the end). The stores'
-    caches are filled on the first epoch from :obj:`num_presample_batches`
-    pre-sampled batches (:obj:`cache_ranking='frequency'`) or from the
-    sources of the part's in-edges (:obj:`'degree'`). :obj:`prefetch` and
-    :obj:`num_workers` build batches in threads, each over a gloo group of
-    its own. :obj:`input_nodes` are this rank's seeds (ids or a boolean
-    node attribute's name; with their node type on a heterogeneous
-    partition), :obj:`input_edges` its label edges, sampled with
-    :obj:`neg_sampling`; the other arguments are the loaders'.
+    r"""The batches of the hybrid loaders over a partitioned graph: PyG
+    :class:`Data` (or :class:`HeteroData`) of this rank's seeds (or label
+    edges, :obj:`input_edges`, with :obj:`neg_sampling`), sampled
+    collectively over the stores of
+    :func:`~pyg_orch.distributed.open_stores`, with node and edge
+    attributes and PyG's bookkeeping. Every rank takes as many batches:
+    with :obj:`even='min'` the smallest count, with :obj:`'pad'` the
+    largest (empty batches at the end). The stores' caches are filled on
+    the first epoch from :obj:`num_presample_batches` pre-sampled batches
+    (:obj:`cache_ranking='frequency'`) or by in-degree (:obj:`'degree'`).
+    :obj:`prefetch` and :obj:`num_workers` build batches in threads, each
+    over a gloo group of its own. :obj:`input_nodes` are this rank's seeds
+    (ids, or a boolean node attribute's name; with their node type on a
+    heterogeneous partition); the other arguments are the loaders'.
     """
     def __init__(self, feature_store: PartitionFeatureStore,
                  graph_store: PartitionGraphStore,

@@ -1,6 +1,4 @@
-"""The seed batches of a loader as tensors: index batches drawn as PyTorch's
-:class:`~torch.utils.data.BatchSampler` draws them, and slices of PyG's
-sampler inputs by such an index."""
+"""Seed batches as tensors and slices of PyG's sampler inputs."""
 from typing import Any, Iterator, Optional, Tuple
 
 import torch

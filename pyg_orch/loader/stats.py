@@ -92,9 +92,7 @@ class StageTimer:
 
 class TimedIterator(DataLoaderIterator):
     r"""Hands a loader's batches to the training loop: runs the batch hooks
-    and charges the time the loop blocks on the next batch to
-    :obj:`'wait'` (less what the loader itself spent in this thread, when it
-    works in this thread, :obj:`in_thread`)."""
+    and charges the time the loop blocks to :obj:`'wait'`."""
     def __init__(self, iterator, timer: StageTimer,
                  hooks: Dict[int, Callable], in_thread: bool):
         super().__init__(iterator, _identity)
@@ -127,18 +125,14 @@ def _identity(x: Any) -> Any:
 
 def plot_stage_times(runs, ax=None, stages: Optional[list] = None):
     r"""Draws milliseconds per batch per stage as stacked bars, one bar per
-    run (needs :obj:`matplotlib`).
+    run (needs :obj:`matplotlib`); returns the
+    :class:`matplotlib.axes.Axes`.
 
     Args:
         runs (dict): Label to a stage summary: :meth:`StageTimer.summary`,
             :obj:`loader.stats()['stages']`, or a :class:`StageTimer`.
-        ax (matplotlib.axes.Axes, optional): Where to draw; a new figure if
-            not set.
-        stages (list, optional): Stage order (bottom first); by default the
-            stages in order of first appearance.
-
-    Returns:
-        The :class:`matplotlib.axes.Axes`.
+        ax (matplotlib.axes.Axes, optional): Where to draw.
+        stages (list, optional): Stage order (bottom first).
     """
     import matplotlib.pyplot as plt
 

@@ -1,6 +1,5 @@
-"""Argument checks for :class:`pyg_orch.HybridNeighborLoader` and
-:class:`pyg_orch.HybridLinkNeighborLoader`: bad input
-fails early, with the argument named and the expected form given."""
+"""Argument checks of the hybrid loaders: the argument named, the expected
+form given."""
 import math
 from typing import Any, Optional
 
@@ -180,11 +179,8 @@ def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:
 
 
 def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
-    r"""Validates :obj:`edge_label_index` of a link loader and returns it in
-    a form that PyG's
-    :func:`~torch_geometric.loader.utils.get_edge_label_index` accepts: a :obj:`[2, num_edges]` int64 tensor for :class:`Data`, an
-    (edge type, tensor) tuple for :class:`HeteroData` (:obj:`None` or an
-    edge type alone take all edges of the graph, or of that type)."""
+    r"""Validates :obj:`edge_label_index` and returns it as PyG's
+    :func:`~torch_geometric.loader.utils.get_edge_label_index` takes it."""
     if isinstance(data, Data):
         if edge_label_index is None:
             return None
@@ -304,11 +300,8 @@ def check_edge_label_time(edge_label_time: Any, time_attr: Optional[str],
 def check_neg_sampling(neg_sampling: Any, neg_sampling_ratio: Any,
                        edge_label: Any, data: Any,
                        edge_label_index: Any) -> Any:
-    r"""Validates :obj:`neg_sampling` (a
-    :class:`~torch_geometric.sampler.NegativeSampling`, a mode string, or
-    the arguments of one as a dict or tuple) and the deprecated
-    :obj:`neg_sampling_ratio` (which, as in PyG, means binary negative
-    sampling with that amount), and returns the
+    r"""Validates :obj:`neg_sampling` (or the deprecated
+    :obj:`neg_sampling_ratio`) and returns it as a
     :class:`~torch_geometric.sampler.NegativeSampling` or :obj:`None`."""
     from torch_geometric.sampler import NegativeSampling
     if neg_sampling_ratio is not None:

@@ -100,50 +100,42 @@ def _nbytes(parts: Sequence[Tensor], skip: int) -> int:
 
 
 class DistributedNeighborSampler(BaseSampler):
-    r"""Samples multi-hop neighborhoods of seeds over a graph partitioned
-    with :func:`~pyg_orch.distributed.partition_graph`, one part per rank
-    of :obj:`group` (part :obj:`k` on rank :obj:`k`): a PyG
-    :class:`~torch_geometric.sampler.BaseSampler` over global ids.
-    :meth:`sample_from_nodes` and :meth:`sample_from_edges` (with PyG's
-    binary and triplet negatives, drawn over all vertices) are
-    **collectives**: every rank calls them once per step, with its own
-    seeds (possibly none). Each part draws from its own :obj:`generator`
-    for the vertices it owns. :meth:`set_hot_nodes` makes the last hop skip
-    given vertices, as for :class:`~pyg_orch.offload.BottomLayerOffload`.
+    r"""Samples multi-hop neighborhoods over a partitioned graph, one part
+    per rank of :obj:`group` (part :obj:`k` on rank :obj:`k`): a PyG
+    :class:`~torch_geometric.sampler.BaseSampler` over global ids whose
+    :meth:`sample_from_nodes` and :meth:`sample_from_edges` are
+    **collectives** (every rank calls them once per step, with its own
+    seeds, possibly none). :meth:`set_hot_nodes` makes the last hop skip
+    given vertices (see :class:`~pyg_orch.offload.BottomLayerOffload`).
 
     Args:
         partition (GraphPartition): This rank's part
-            (:func:`~pyg_orch.distributed.load_partition`), homogeneous or
-            heterogeneous.
+            (:func:`~pyg_orch.distributed.load_partition`).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
-            The fan-out of every hop (:obj:`-1`: all in-neighbors), or per
-            edge type (edge types left out are not sampled).
+            The fan-out of every hop (:obj:`-1`: all), or per edge type
+            (edge types left out are not sampled).
         group (ProcessGroup, optional): The process group (default: the
-            default group); rank :obj:`k` must hold part :obj:`k`.
+            default group).
         generator (torch.Generator, optional): The generator of this part's
             draws, on :obj:`device`.
         replace (bool): Sample with replacement. (default: :obj:`False`)
         device (torch.device or str, optional): Where sampling runs
-            (default: the CPU, over the part's memory-mapped files). On
-            CUDA the part's topology is copied there once.
+            (default: the CPU, over the part's memory-mapped files; on CUDA
+            the part's topology is copied there once).
         topology (Dict[Any, CSCTopology] or callable, optional): The part's
-            topology per edge type (:obj:`None` on a homogeneous partition)
-            to sample instead, e.g. split across the machine's ranks
-            (:func:`~pyg_orch.parallel.machines.shard_part_topology`); or a
-            function that makes it from the part's own, called once with
-            times and weights attached (only a function works with
-            :obj:`time_attr` and :obj:`weight_attr`).
-        disjoint (bool): Give every seed its own subgraph, as PyG's
-            :obj:`disjoint=True`. (default: :obj:`False`)
-        weight_attr (str, optional): An edge attribute of non-negative
-            sampling weights, as PyG's :obj:`weight_attr`.
+            topology per edge type to sample instead (e.g. split across the
+            machine's ranks,
+            :func:`~pyg_orch.parallel.machines.shard_part_topology`), or a
+            function making it from the part's own, times and weights
+            attached (needed with :obj:`time_attr` or :obj:`weight_attr`).
+        disjoint (bool): Give every seed its own subgraph.
+            (default: :obj:`False`)
+        weight_attr (str, optional): An edge attribute of sampling weights.
         time_attr (str, optional): A node or edge attribute of timestamps
-            for temporal sampling, as PyG's :obj:`time_attr` (sampling is
-            then disjoint).
+            (temporal sampling, which is disjoint).
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
         subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'` or
-            :obj:`'induced'` (one more exchange; not with :obj:`disjoint`
-            or :obj:`time_attr`), as in PyG.
+            :obj:`'induced'` (not with :obj:`disjoint` or :obj:`time_attr`).
     """
     def __init__(self, partition, num_neighbors, group: Optional[Any] = None,
                  generator: Optional[torch.Generator] = None,
@@ -620,15 +612,11 @@ class DistributedNeighborSampler(BaseSampler):
         return out
 
     def sample_from_nodes(self, seeds, seed_time=None):
-        r"""Samples the neighborhoods of :obj:`seeds` (a collective):
-        PyG's :class:`~torch_geometric.sampler.NodeSamplerInput`, or global
-        ids (for a heterogeneous partition a dictionary per node type or a
-        (node type, ids) tuple), at :obj:`seed_time` (temporal sampling;
-        default: the seeds' own node times). Returns a
-        :class:`~torch_geometric.sampler.SamplerOutput` (or
-        :class:`~torch_geometric.sampler.HeteroSamplerOutput`) in global ids
-        as the single-machine sampler's, with :obj:`metadata`
-        :obj:`(input_id, seed_time, directional edge destinations)`.
+        r"""Samples the neighborhoods of :obj:`seeds` (a
+        :class:`~torch_geometric.sampler.NodeSamplerInput` or global ids, per
+        node type on a heterogeneous partition) at :obj:`seed_time` (a
+        collective), as the single-machine sampler, in global ids;
+        :obj:`metadata` is :obj:`(input_id, seed_time, edge destinations)`.
         """
         input_id = None
         if isinstance(seeds, NodeSamplerInput):
@@ -790,9 +778,9 @@ class DistributedNeighborSampler(BaseSampler):
 
     def edge_destinations(self, out) -> Any:
         r"""The global id of the destination of every edge of :obj:`out` (per
-        edge type for a heterogeneous partition), as
-        :meth:`~pyg_orch.features.partition_gather.DistributedFeatureGather.gather_edges`
-        takes it; with :obj:`'bidirectional'`, also for reversed edges."""
+        edge type on a heterogeneous partition), as the feature gather's
+        :obj:`gather_edges` takes it; with :obj:`'bidirectional'`, also for
+        reversed edges."""
         directional = out.metadata[-1] if out.metadata else None
         if not self.is_hetero:
             return _edge_destinations(directional, None, out.node, out.col,
