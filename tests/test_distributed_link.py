@@ -17,9 +17,11 @@ from conftest import (
     temporal_hetero_graph,
 )
 from multiproc import run_workers
+from torch_geometric.nn import GraphSAGE
 from torch_geometric.sampler import NegativeSampling, NodeSamplerInput
 
 from pyg_orch import (
+    BottomLayerOffload,
     HybridLinkNeighborLoader,
     HybridNeighborLoader,
     HybridNeighborSampler,
@@ -219,7 +221,8 @@ def _pipeline_worker(rank, world_size, out_dir):
             ('plain_pos', None, {}),
             ('workers', None, dict(num_workers=2, **cache)),
             ('bidirectional', 'triplet',
-             dict(subgraph_type='bidirectional', edge_cache_size=200))):
+             dict(subgraph_type='bidirectional', edge_cache_size=200)),
+            ('pad', 'binary', dict(even='pad'))):
         loader = HybridLinkNeighborLoader(
             out_dir, FULL, edge_label_index=edges, neg_sampling=neg,
             batch_size=BATCH, device='cpu', seed=5, **kwargs)
@@ -239,7 +242,14 @@ def test_link_pipeline_threads_caches_edge_attrs(tmp_path):
                            progress=False)
     out = run_workers(_pipeline_worker, 2, args=(str(info.out_dir), ),
                       timeout=120)
-    for res in out:
+    for rank, res in enumerate(out):
+        # even='pad': 4 batches (13 label edges on rank 0), rank 1's last
+        # one empty (9 label edges); the others as without padding.
+        pad = res.pop('pad')[0]
+        assert len(pad) == 4 and pad[3]['label_index'].numel() == \
+            (4 if rank == 0 else 0)
+        for a, b in zip(pad, res['plain'][0]):
+            assert torch.equal(a['label_index'], b['label_index'])
         for name, other in (('prefetch', 'plain'), ('workers', 'plain_pos')):
             ours, theirs = res[name][0], res[other][0]
             assert len(ours) == len(theirs) == 3
@@ -507,6 +517,11 @@ def test_stores_single_process(tmp_path):
         HybridLinkNeighborLoader((fs, gs), FULL, lookahead=True)
     with pytest.raises(ValueError, match=r"does not take \['pin_memory'\]"):
         HybridLinkNeighborLoader((fs, gs), FULL, pin_memory=True)
+    with pytest.raises(NotImplementedError, match="HybridLinkNeighborLoader "
+                       "of a partitioned graph is not supported yet"):
+        BottomLayerOffload(GraphSAGE(3, 8, 2), HybridLinkNeighborLoader(
+            (fs, gs), [2, 2], edge_label_index=data.edge_index[:, :8],
+            batch_size=4, device='cpu'))
     with pytest.raises(NotImplementedError, match='read-only'):
         fs.put_tensor(data.x, None, 'x', index=None)
     part = load_partition(info.out_dir, 0)
