@@ -85,7 +85,8 @@ class PartitionBatches:
     with :obj:`even='min'` the smallest count, with :obj:`'pad'` the
     largest (empty batches at the end). The stores' caches are filled on
     the first epoch from :obj:`num_presample_batches` pre-sampled batches
-    (:obj:`cache_ranking='frequency'`) or by in-degree (:obj:`'degree'`).
+    (:obj:`cache_ranking='frequency'`) or by how many of the part's
+    in-edges a vertex is the source of (:obj:`'degree'`).
     :obj:`prefetch` and :obj:`num_workers` build batches in threads, each
     over a gloo group of its own. :obj:`input_nodes` are this rank's seeds
     (ids, or a boolean node attribute's name; with their node type on a
