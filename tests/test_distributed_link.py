@@ -285,29 +285,37 @@ def _hetero_worker(rank, world_size, out_dir):
     data = random_hetero_graph(3)
     edges = data[WRITES].edge_index[:, rank * 10:rank * 10 + 10]
     stores = open_stores(out_dir)
-    loader = HybridLinkNeighborLoader(
-        stores, {et: FULL for et in data.edge_types},
-        edge_label_index=(WRITES, edges), neg_sampling='binary',
-        batch_size=BATCH, device='cpu', seed=1)
-    out = []
-    for b in loader:
-        item = {'label_index': torch.stack([
-            b['author'].n_id[b[WRITES].edge_label_index[0]],
-            b['paper'].n_id[b[WRITES].edge_label_index[1]]]),
-            'label': b[WRITES].edge_label}
-        for t in data.node_types:
-            item[t] = (b[t].n_id, b[t].x)
-        for et in data.edge_types:
-            item[et] = b[et].e_id if 'e_id' in b[et] else \
-                torch.empty(0, dtype=torch.long)
-            item[et, 'attr'] = b[et].get('edge_attr')
-        out.append(item)
+    out, cached = [], []
+    # The same batches with a prefetch thread and both caches:
+    for data_, kwargs, into in (
+            (stores, {}, out),
+            (out_dir, dict(prefetch=1, cache_size=20, edge_cache_size=60),
+             cached)):
+        loader = HybridLinkNeighborLoader(
+            data_, {et: FULL for et in data.edge_types},
+            edge_label_index=(WRITES, edges), neg_sampling='binary',
+            batch_size=BATCH, device='cpu', seed=1, **kwargs)
+        for b in loader:
+            item = {'label_index': torch.stack([
+                b['author'].n_id[b[WRITES].edge_label_index[0]],
+                b['paper'].n_id[b[WRITES].edge_label_index[1]]]),
+                'label': b[WRITES].edge_label}
+            for t in data.node_types:
+                item[t] = (b[t].n_id, b[t].x)
+            for et in data.edge_types:
+                item[et] = b[et].e_id if 'e_id' in b[et] else \
+                    torch.empty(0, dtype=torch.long)
+                item[et, 'attr'] = b[et].get('edge_attr')
+            into.append(item)
+    stats = loader.stats()['batches']
+    cached.append(sum(s['cached_rows'] + s['cached_edge_rows']
+                      for s in stats))
     nodes = HybridNeighborLoader(stores, {et: FULL for et in data.edge_types},
                                  input_nodes=('paper', torch.arange(rank, 30,
                                                                     3)),
                                  batch_size=5, device='cpu')
     return out, [(b['paper'].batch_size, {
-        t: b[t].n_id for t in data.node_types}) for b in nodes]
+        t: b[t].n_id for t in data.node_types}) for b in nodes], cached
 
 
 def test_hetero_link_batches_equal_one_machine(tmp_path):
@@ -316,7 +324,17 @@ def test_hetero_link_batches_equal_one_machine(tmp_path):
                            progress=False)
     out = run_workers(_hetero_worker, 2, args=(str(info.out_dir), ),
                       timeout=120)
-    for rank, (batches, node_batches) in enumerate(out):
+    for rank, (batches, node_batches, cached) in enumerate(out):
+        assert cached.pop() > 0  # Cache hits.
+        assert len(cached) == len(batches)
+        for a, b in zip(cached, batches):
+            assert a.keys() == b.keys()
+            for key in a:
+                x, y = a[key], b[key]
+                if isinstance(x, tuple):
+                    assert all(torch.equal(u, v) for u, v in zip(x, y))
+                else:
+                    assert (x is None and y is None) or torch.equal(x, y)
         # HybridNeighborLoader over the stores: one machine's nodes.
         ref = list(HybridNeighborLoader(
             data, {et: FULL for et in data.edge_types},
