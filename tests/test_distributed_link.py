@@ -2,7 +2,8 @@
 partitioned graph ('parts/' or (PartitionFeatureStore, PartitionGraphStore)),
 two gloo ranks on the CPU. With full fan-out, every batch has the nodes,
 edges and features of the single-machine loader for the same label edges
-(negatives included: they are valid global ids, reproducible with a seed);
+(negatives included: they are valid global ids, reproducible with a seed)
+and edge attributes, also with worker threads, prefetch and caches;
 heterogeneous and temporal graphs too; ranks that disagree on a collective
 argument fail at construction on every rank, no hang. Also the collective
 sampler as a PyG BaseSampler (sample_from_nodes(NodeSamplerInput))."""
@@ -16,9 +17,11 @@ from conftest import (
     temporal_hetero_graph,
 )
 from multiproc import run_workers
+from torch_geometric.nn import GraphSAGE
 from torch_geometric.sampler import NegativeSampling, NodeSamplerInput
 
 from pyg_orch import (
+    BottomLayerOffload,
     HybridLinkNeighborLoader,
     HybridNeighborLoader,
     HybridNeighborSampler,
@@ -194,32 +197,125 @@ def test_link_batches_equal_one_machine(tmp_path):
         assert torch.equal(a[3], ref_out.edge)
 
 
+def edge_graph():
+    return random_graph(NUM_NODES, 240, seed=8, num_features=3, edge_dim=2)
+
+
+def _attrs(batch):
+    n_id, e_id = batch.n_id, batch.e_id
+    return {'n_id': n_id, 'e_id': e_id, 'x': batch.x,
+            'edge_attr': batch.edge_attr,
+            'edge': torch.stack([n_id[batch.edge_index[0]],
+                                 n_id[batch.edge_index[1]], e_id]),
+            'label_index': n_id[batch.get('edge_label_index')]
+            if 'edge_label_index' in batch else None}
+
+
+def _pipeline_worker(rank, world_size, out_dir):
+    edges = rank_edges(edge_graph(), rank)
+    cache = dict(cache_size=30, edge_cache_size=200)
+    out = {}
+    for name, neg, kwargs in (
+            ('plain', 'binary', {}),
+            ('prefetch', 'binary', dict(prefetch=1, **cache)),
+            ('plain_pos', None, {}),
+            ('workers', None, dict(num_workers=2, **cache)),
+            ('bidirectional', 'triplet',
+             dict(subgraph_type='bidirectional', edge_cache_size=200)),
+            ('pad', 'binary', dict(even='pad'))):
+        loader = HybridLinkNeighborLoader(
+            out_dir, FULL, edge_label_index=edges, neg_sampling=neg,
+            batch_size=BATCH, device='cpu', seed=5, **kwargs)
+        batches = [_attrs(b) for b in loader]
+        stats = loader.stats()['batches']
+        out[name] = (batches, sum(s['cached_rows'] for s in stats),
+                     sum(s['cached_edge_rows'] for s in stats))
+    return out
+
+
+def test_link_pipeline_threads_caches_edge_attrs(tmp_path):
+    # Link batches with a prefetch thread or worker threads and caches are
+    # the plain ones; edge attributes are gathered (also for reversed
+    # edges of 'bidirectional'), one machine's at full fan-out.
+    data = edge_graph()
+    info = partition_graph(data, 2, tmp_path / 'p', 'random',
+                           progress=False)
+    out = run_workers(_pipeline_worker, 2, args=(str(info.out_dir), ),
+                      timeout=120)
+    for rank, res in enumerate(out):
+        # even='pad': 4 batches (13 label edges on rank 0), rank 1's last
+        # one empty (9 label edges); the others as without padding.
+        pad = res.pop('pad')[0]
+        assert len(pad) == 4 and pad[3]['label_index'].numel() == \
+            (4 if rank == 0 else 0)
+        for a, b in zip(pad, res['plain'][0]):
+            assert torch.equal(a['label_index'], b['label_index'])
+        for name, other in (('prefetch', 'plain'), ('workers', 'plain_pos')):
+            ours, theirs = res[name][0], res[other][0]
+            assert len(ours) == len(theirs) == 3
+            for a, b in zip(ours, theirs):
+                for key in a:
+                    assert torch.equal(a[key], b[key]), (name, key)
+            # Filled from pre-sampled link batches, and used:
+            assert res[name][1] > 0 and res[name][2] > 0, name
+            assert res[other][1] == res[other][2] == 0
+        for name, (batches, _, _) in res.items():
+            for b in batches:
+                assert torch.equal(b['x'], data.x[b['n_id']])
+                assert torch.equal(b['edge_attr'],
+                                   data.edge_attr[b['e_id']]), name
+        assert res['bidirectional'][2] > 0
+        for b in res['plain'][0]:
+            # One machine, given the same label edges, samples the same
+            # edges, with the same attributes:
+            (one, ) = HybridLinkNeighborLoader(
+                data, FULL, edge_label_index=b['label_index'],
+                batch_size=b['label_index'].size(1), device='cpu')
+            ref = torch.stack([one.n_id[one.edge_index[0]],
+                               one.n_id[one.edge_index[1]], one.e_id])
+            mine = dict(zip(map(tuple, b['edge'].t().tolist()),
+                            b['edge_attr']))
+            theirs = dict(zip(map(tuple, ref.t().tolist()), one.edge_attr))
+            assert mine.keys() == theirs.keys()
+            for key, value in mine.items():
+                assert torch.equal(value, theirs[key])
+
+
 def _hetero_worker(rank, world_size, out_dir):
     data = random_hetero_graph(3)
     edges = data[WRITES].edge_index[:, rank * 10:rank * 10 + 10]
     stores = open_stores(out_dir)
-    loader = HybridLinkNeighborLoader(
-        stores, {et: FULL for et in data.edge_types},
-        edge_label_index=(WRITES, edges), neg_sampling='binary',
-        batch_size=BATCH, device='cpu', seed=1)
-    out = []
-    for b in loader:
-        item = {'label_index': torch.stack([
-            b['author'].n_id[b[WRITES].edge_label_index[0]],
-            b['paper'].n_id[b[WRITES].edge_label_index[1]]]),
-            'label': b[WRITES].edge_label}
-        for t in data.node_types:
-            item[t] = (b[t].n_id, b[t].x)
-        for et in data.edge_types:
-            item[et] = b[et].e_id if 'e_id' in b[et] else \
-                torch.empty(0, dtype=torch.long)
-        out.append(item)
+    out, cached = [], []
+    # The same batches with a prefetch thread and both caches:
+    for data_, kwargs, into in (
+            (stores, {}, out),
+            (out_dir, dict(prefetch=1, cache_size=20, edge_cache_size=60),
+             cached)):
+        loader = HybridLinkNeighborLoader(
+            data_, {et: FULL for et in data.edge_types},
+            edge_label_index=(WRITES, edges), neg_sampling='binary',
+            batch_size=BATCH, device='cpu', seed=1, **kwargs)
+        for b in loader:
+            item = {'label_index': torch.stack([
+                b['author'].n_id[b[WRITES].edge_label_index[0]],
+                b['paper'].n_id[b[WRITES].edge_label_index[1]]]),
+                'label': b[WRITES].edge_label}
+            for t in data.node_types:
+                item[t] = (b[t].n_id, b[t].x)
+            for et in data.edge_types:
+                item[et] = b[et].e_id if 'e_id' in b[et] else \
+                    torch.empty(0, dtype=torch.long)
+                item[et, 'attr'] = b[et].get('edge_attr')
+            into.append(item)
+    stats = loader.stats()['batches']
+    cached.append(sum(s['cached_rows'] + s['cached_edge_rows']
+                      for s in stats))
     nodes = HybridNeighborLoader(stores, {et: FULL for et in data.edge_types},
                                  input_nodes=('paper', torch.arange(rank, 30,
                                                                     3)),
                                  batch_size=5, device='cpu')
     return out, [(b['paper'].batch_size, {
-        t: b[t].n_id for t in data.node_types}) for b in nodes]
+        t: b[t].n_id for t in data.node_types}) for b in nodes], cached
 
 
 def test_hetero_link_batches_equal_one_machine(tmp_path):
@@ -228,7 +324,17 @@ def test_hetero_link_batches_equal_one_machine(tmp_path):
                            progress=False)
     out = run_workers(_hetero_worker, 2, args=(str(info.out_dir), ),
                       timeout=120)
-    for rank, (batches, node_batches) in enumerate(out):
+    for rank, (batches, node_batches, cached) in enumerate(out):
+        assert cached.pop() > 0  # Cache hits.
+        assert len(cached) == len(batches)
+        for a, b in zip(cached, batches):
+            assert a.keys() == b.keys()
+            for key in a:
+                x, y = a[key], b[key]
+                if isinstance(x, tuple):
+                    assert all(torch.equal(u, v) for u, v in zip(x, y))
+                else:
+                    assert (x is None and y is None) or torch.equal(x, y)
         # HybridNeighborLoader over the stores: one machine's nodes.
         ref = list(HybridNeighborLoader(
             data, {et: FULL for et in data.edge_types},
@@ -261,6 +367,8 @@ def test_hetero_link_batches_equal_one_machine(tmp_path):
                     torch.empty(0, dtype=torch.long)
                 assert torch.equal(b[et].sort().values,
                                    ref.sort().values), et
+                # Edge attributes gathered across machines:
+                assert torch.equal(b[et, 'attr'], data[et].edge_attr[b[et]])
 
 
 def _temporal_worker(rank, world_size, out_dir):
@@ -421,8 +529,17 @@ def test_stores_single_process(tmp_path):
             'binary', dst_weight=torch.ones(NUM_NODES - 1)))
     with pytest.raises(ValueError, match="has no attribute 'z'"):
         fs.get_tensor(None, 'z', index=ids)
-    with pytest.raises(NotImplementedError, match="'prefetch'"):
-        HybridLinkNeighborLoader((fs, gs), FULL, prefetch=2)
+    with pytest.raises(ValueError, match=r"HybridLinkNeighborLoader on a "
+                       r"partition folder: 'lookahead' applies to a graph "
+                       r"held in memory"):
+        HybridLinkNeighborLoader((fs, gs), FULL, lookahead=True)
+    with pytest.raises(ValueError, match=r"does not take \['pin_memory'\]"):
+        HybridLinkNeighborLoader((fs, gs), FULL, pin_memory=True)
+    with pytest.raises(NotImplementedError, match="HybridLinkNeighborLoader "
+                       "of a partitioned graph is not supported yet"):
+        BottomLayerOffload(GraphSAGE(3, 8, 2), HybridLinkNeighborLoader(
+            (fs, gs), [2, 2], edge_label_index=data.edge_index[:, :8],
+            batch_size=4, device='cpu'))
     with pytest.raises(NotImplementedError, match='read-only'):
         fs.put_tensor(data.x, None, 'x', index=None)
     part = load_partition(info.out_dir, 0)

@@ -1,9 +1,7 @@
 """Assembles mini-batches like PyG's
-:func:`~torch_geometric.loader.utils.filter_data` (and
-:func:`~torch_geometric.loader.utils.filter_hetero_data`) and
+:func:`~torch_geometric.loader.utils.filter_data` and
 :meth:`~torch_geometric.loader.NodeLoader.filter_fn`, with the attributes
-classified once instead of per batch: less Python work per batch, which
-matters when a prefetch thread shares the interpreter with training."""
+classified once instead of per batch."""
 import copy
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -21,17 +19,46 @@ from pyg_orch.loader.prefetch import SCALAR_TYPES
 from pyg_orch.topology.sparse_adj import adj_t_values, is_sparse, sampled_adj_t
 
 
-class DataAssembler:
-    r"""Slices :obj:`data` by a :class:`~torch_geometric.sampler.SamplerOutput`.
+def node_metadata(data: Any, out: Any, input_type: Any = None) -> Any:
+    r"""Adds what PyG's :meth:`NodeLoader.filter_fn` adds from
+    :obj:`out.metadata` (on the seeds' node type :obj:`input_type` of a
+    heterogeneous batch)."""
+    store = data if input_type is None else data[input_type]
+    store.input_id = out.metadata[0]
+    store.seed_time = out.metadata[1]
+    store.batch_size = out.metadata[0].size(0)
+    return data
 
-    Args:
-        data (Data): The graph; its tensors are read where they are, or from
-            a copy on :obj:`device` (made once).
-        device (torch.device): Where batches are built.
-        features (callable, optional): Gathers :obj:`x` rows for node ids
-            (e.g. :meth:`pyg_orch.gpu.TieredFeatureStore.gather`) instead of
-            slicing :obj:`data.x`.
-    """
+
+def link_metadata(data: Any, out: Any, neg_sampling: Any,
+                  input_type: Any = None) -> Any:
+    r"""Adds what PyG's :meth:`LinkLoader.filter_fn` adds from
+    :obj:`out.metadata` (on the label edges' edge type :obj:`input_type` of
+    a heterogeneous batch)."""
+    hetero = input_type is not None
+    store = data[input_type] if hetero else data
+    store.input_id = out.metadata[0]
+    if neg_sampling is None or neg_sampling.is_binary():
+        store.edge_label_index = out.metadata[1]
+        store.edge_label = out.metadata[2]
+        store.edge_label_time = out.metadata[3]
+        return data
+    src = data[input_type[0]] if hetero else data
+    dst = data[input_type[-1]] if hetero else data
+    src.src_index = out.metadata[1]
+    dst.dst_pos_index = out.metadata[2]
+    dst.dst_neg_index = out.metadata[3]
+    src.seed_time = dst.seed_time = out.metadata[4]
+    # As PyG, in case `data` held them:
+    del store.edge_label_index
+    del store.edge_label_time
+    return data
+
+
+class DataAssembler:
+    r"""Slices :obj:`data` (read where it is, or from a copy on
+    :obj:`device`) by a :class:`~torch_geometric.sampler.SamplerOutput`,
+    :obj:`x` gathered by :obj:`features(node_ids)` if given."""
     def __init__(self, data: Data, device: torch.device,
                  features: Optional[Callable[[Tensor], Tensor]] = None):
         self.features = features
@@ -74,15 +101,8 @@ class DataAssembler:
                 del self.template[key]
 
     def __call__(self, out: SamplerOutput) -> Data:
-        r"""The mini-batch of a node-level loader: :meth:`subgraph` with
-        :obj:`input_id`, :obj:`seed_time` and :obj:`batch_size` from
-        :obj:`out.metadata`, as in PyG's
-        :meth:`~torch_geometric.loader.NodeLoader.filter_fn`."""
-        data = self.subgraph(out)
-        data.input_id = out.metadata[0]
-        data.seed_time = out.metadata[1]
-        data.batch_size = out.metadata[0].size(0)
-        return data
+        r"""The mini-batch of a node-level loader (:func:`node_metadata`)."""
+        return node_metadata(self.subgraph(out), out)
 
     def subgraph(self, out: SamplerOutput) -> Data:
         r"""The sampled subgraph with its node and edge attributes and the
@@ -121,22 +141,18 @@ class DataAssembler:
 
 class HeteroDataAssembler:
     r"""Slices :obj:`data` by a
-    :class:`~torch_geometric.sampler.HeteroSamplerOutput`, with the same
-    attributes per node and edge type as PyG's
-    :func:`~torch_geometric.loader.utils.filter_hetero_data` and the
-    bookkeeping of :meth:`~torch_geometric.loader.NodeLoader.filter_fn`.
+    :class:`~torch_geometric.sampler.HeteroSamplerOutput`, as PyG's
+    :func:`~torch_geometric.loader.utils.filter_hetero_data`.
 
     Args:
         data (HeteroData): The graph; its tensors are read from a copy on
             :obj:`device` (made once), except those :obj:`features` serves.
         device (torch.device): Where batches are built.
         features (Dict[str, callable], optional): Per node type, gathers
-            :obj:`x` rows for node ids (e.g. from
-            :meth:`pyg_orch.gpu.HeteroTieredFeatureStore.gather`) instead of
-            slicing :obj:`data[node_type].x`.
+            :obj:`x` rows for node ids instead of slicing
+            :obj:`data[node_type].x`.
         edge_permutation (Dict[Tuple[str, str, str], torch.Tensor], optional):
-            The sampler's :obj:`edge_permutation` (sampled edge positions to
-            edge ids), as in PyG.
+            The sampler's :obj:`edge_permutation`, as in PyG.
     """
     def __init__(self, data: HeteroData, device: torch.device,
                  features: Optional[Mapping[str, Callable[[Tensor], Tensor]]]

@@ -1,9 +1,5 @@
-"""The feature store a :class:`~pyg_orch.HybridNeighborLoader` builds for
-itself (:obj:`CacheOptions(store='auto')`): node features in host memory served to
-a CUDA device from a :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache
-holds the rows batches touch most, or, for heterogeneous graphs, from a
-:class:`~pyg_orch.gpu.HeteroTieredFeatureStore` (one tier per node type, one
-ranking and one budget across types)."""
+"""The GPU feature store a hybrid loader builds for itself
+(:obj:`CacheOptions(store='auto')`)."""
 from typing import Callable, Dict, Optional, Union
 
 import torch
@@ -31,24 +27,13 @@ def build_feature_store(
     timer: StageTimer,
     hetero: bool = False,
 ) -> Optional[AnyStore]:
-    r"""Returns :obj:`cache.store` if one was given (checked against
-    :obj:`data`); for :obj:`'auto'`, a new store where it pays (CUDA,
-    features in host memory, a sampler with the
-    :class:`~pyg_orch.sampling.HotNodeSampler` contract), with rows ranked
-    by :obj:`cache.ranking` (for :obj:`'frequency'`, by the access counts
-    :obj:`count_access()` returns: the loader's pre-sampled batches) and
-    sized by :obj:`cache.gpu_memory_budget` and :obj:`cache.cache_ratio`:
-
-    * for :class:`~torch_geometric.data.Data` with :obj:`x`, a
-      :class:`~pyg_orch.gpu.TieredFeatureStore`, or a
-      :class:`~pyg_orch.features.sharded.ShardedFeatureStore`
-      over the machine's GPUs if the topology is sharded;
-    * for :class:`~torch_geometric.data.HeteroData`, when the loader
-      assembles heterogeneous batches itself (:obj:`hetero`), a
-      :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every node type
-      whose :obj:`x` is a 2-dimensional tensor in host memory (other types
-      are sliced as before);
-
+    r""":obj:`cache.store` if one was given (checked against :obj:`data`);
+    for :obj:`'auto'`, where it pays (CUDA, features in host memory, a
+    :class:`~pyg_orch.sampling.HotNodeSampler`), a new
+    :class:`~pyg_orch.gpu.TieredFeatureStore` (sharded over the machine's
+    GPUs with a sharded topology) or, with :obj:`hetero`, a
+    :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`, rows ranked by
+    :obj:`cache.ranking` (:obj:`count_access()` for :obj:`'frequency'`);
     else :obj:`None`."""
     # `cache` was checked on every device, though only CUDA builds a store:
     feature_store, budget, ratio, policy = (
@@ -92,10 +77,7 @@ def build_feature_store(
 
 def check_given_store(store: AnyStore, data, hetero: bool) -> None:
     r"""Raises a :class:`ValueError` naming :obj:`'store'` where
-    :obj:`store` cannot serve :obj:`data`: a homogeneous store for a
-    heterogeneous graph or the reverse, node types the graph lacks, shapes
-    that differ from the graph's :obj:`x`, or a loader that does not
-    assemble heterogeneous batches (:obj:`hetero`)."""
+    :obj:`store` cannot serve :obj:`data` (or the loader, :obj:`hetero`)."""
     if isinstance(store, HeteroTieredFeatureStore):
         if not isinstance(data, HeteroData):
             raise ValueError("'store' is a HeteroTieredFeatureStore, "
@@ -122,10 +104,8 @@ def check_given_store(store: AnyStore, data, hetero: bool) -> None:
 
 
 def host_features(data: HeteroData) -> Dict[str, torch.Tensor]:
-    r"""The node types whose :obj:`x` a
-    :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` should serve: a
-    2-dimensional tensor in host memory. Types whose :obj:`x` is on the
-    device already, or missing, are sliced as before."""
+    r"""The node types whose :obj:`x` is a 2-dimensional tensor in host
+    memory (what a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` serves)."""
     out = {}
     for t in data.node_types:
         x = data[t].get('x')
@@ -145,15 +125,10 @@ def build_hetero_store(
     policy: str,
 ) -> Optional[HeteroTieredFeatureStore]:
     r"""The :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` of
-    :obj:`CacheOptions(store='auto')` on :obj:`device` (any device: the CUDA
-    check is :func:`build_feature_store`'s): the node types of
-    :func:`host_features`, ranked by :obj:`policy`: the access counts per
-    node type :obj:`count_access()` returns (:obj:`'frequency'`; the
-    loader's pre-sampled batches: of seed nodes, or of label edges whose
-    endpoints are seeds of two types), or out-degrees summed over the edge
-    types a node type is the source of (:obj:`'degree'`). :obj:`None`
-    without such features, without a
-    :class:`~pyg_orch.sampling.HotNodeSampler`."""
+    :obj:`CacheOptions(store='auto')` over the node types of
+    :func:`host_features`, ranked by :obj:`policy` (:obj:`count_access()`
+    per node type, or out-degrees); :obj:`None` without such features or
+    without a :class:`~pyg_orch.sampling.HotNodeSampler`."""
     x_dict = host_features(data)
     if not x_dict or not isinstance(sampler, HotNodeSampler):
         return None

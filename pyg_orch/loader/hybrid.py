@@ -1,15 +1,11 @@
 """What :class:`~pyg_orch.HybridNeighborLoader` and
-:class:`~pyg_orch.HybridLinkNeighborLoader` share: the checks of the common
-arguments, the :class:`~pyg_orch.HybridNeighborSampler` they build, seeded
-shuffling, the feature store, stage timing, batch hooks, statistics,
-feature gathering and the prefetch pipeline. Each loader mixes
-:class:`HybridLoaderMixin` in front of its PyG base class
-(:class:`~torch_geometric.loader.NodeLoader` or
-:class:`~torch_geometric.loader.LinkLoader`) and says how a batch is sampled
-(:meth:`HybridLoaderMixin._sample_batch`) and what it adds to an assembled
-batch (:meth:`HybridLoaderMixin._add_metadata`)."""
+:class:`~pyg_orch.HybridLinkNeighborLoader` share
+(:class:`HybridLoaderMixin`, mixed in front of PyG's
+:class:`~torch_geometric.loader.NodeLoader` or
+:class:`~torch_geometric.loader.LinkLoader`)."""
 import copy
 import functools
+import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -29,8 +25,9 @@ from pyg_orch.loader.assemble import (
 from pyg_orch.loader.features import Counts, build_feature_store
 from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.options import CacheOptions
+from pyg_orch.loader.partition_folder import partition_batches
 from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.loader.seed_batches import tensor_index_batches
+from pyg_orch.loader.seed_batches import edge_seeds, tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.core.checks import check_data
 from pyg_orch.parallel.ddp import DistributedSeedSplit
@@ -76,44 +73,16 @@ def check_common_args(
     return device
 
 
-def build_sampler(data: GraphData, kwargs: dict, device: torch.device,
-                  seed: SeedLike, **options) -> HybridNeighborSampler:
-    r"""The :class:`~pyg_orch.HybridNeighborSampler` of a loader: the
-    sampling :obj:`options`, with the topology in shared memory for worker
-    processes (:obj:`num_workers` in :obj:`kwargs`)."""
-    return HybridNeighborSampler(
-        data, share_memory=kwargs.get('num_workers', 0) > 0, device=device,
-        seed=seed, **options)
-
-
-def seed_shuffling(seed: SeedLike, kwargs: dict) -> None:
-    r"""With a :obj:`seed` and :obj:`shuffle=True`, gives the
-    :class:`~torch.utils.data.DataLoader` a generator seeded from it (unless
-    :obj:`kwargs` has a generator or a sampler of its own)."""
-    if (seed is not None and 'generator' not in kwargs
-            and kwargs.get('shuffle', False)
-            and kwargs.get('sampler') is None):
-        gen = torch.Generator()
-        gen.manual_seed(seed if isinstance(seed, int) else
-                        seed.initial_seed())
-        kwargs['generator'] = gen
-
-
 class HybridLoaderMixin:
-    r"""The behavior both hybrid loaders share; mixed in before PyG's
-    :class:`~torch_geometric.loader.NodeLoader` or
-    :class:`~torch_geometric.loader.LinkLoader`. A subclass calls
-    :meth:`_init_pipeline` before the base class's :obj:`__init__` and
-    :meth:`_init_batches` after it, and implements :meth:`_sampler`,
-    :meth:`_sample_batch`, :meth:`_count_access` and
-    :meth:`_add_metadata` (and, with :attr:`_assembles_hetero`,
-    :meth:`_add_hetero_metadata`)."""
+    r"""The behavior both hybrid loaders share. A subclass implements the
+    methods under *To implement* and calls :meth:`_partitioned`, or
+    :meth:`_in_memory_sampler` before the base class's :obj:`__init__` and
+    :meth:`_init_batches` after it."""
     device: torch.device
     timer: StageTimer
     #: Whether batches are prepared by a :class:`LookaheadIterator`.
     lookahead = False
-    #: Whether the loader assembles heterogeneous batches itself (with
-    #: :meth:`_add_hetero_metadata`), so that a
+    #: Whether the loader assembles heterogeneous batches itself, so that a
     #: :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` can serve them.
     _assembles_hetero = False
     #: Over a partition folder: the
@@ -129,29 +98,73 @@ class HybridLoaderMixin:
         raise NotImplementedError
 
     def _sample_batch(self, input_data: Any) -> Any:
-        r"""Samples the batch of :obj:`input_data` (a slice of
-        :obj:`self.input_data`)."""
+        r"""Samples the batch of :obj:`input_data`."""
         raise NotImplementedError
 
     def _count_access(self) -> Counts:
-        r"""Access counts per node (per node type for heterogeneous graphs)
-        in pre-sampled batches like the loader's, to rank the rows of the
-        feature cache (:obj:`CacheOptions(ranking='frequency')`); the
-        sampler's random state is left as it was."""
+        r"""Access counts per node (per node type) in pre-sampled batches, the
+        sampler's random state left as it was."""
         raise NotImplementedError
 
-    def _add_metadata(self, data: Data, out: Any) -> Data:
-        r"""Adds the loader's bookkeeping from :obj:`out.metadata` to a batch
-        assembled by :meth:`DataAssembler.subgraph`."""
+    def _add_metadata(self, data: Any, out: Any) -> Any:
+        r"""Adds the loader's bookkeeping from :obj:`out.metadata` to an
+        assembled batch."""
         raise NotImplementedError
 
-    def _add_hetero_metadata(self, data: HeteroData, out: Any) -> HeteroData:
-        r"""The same for a heterogeneous batch assembled by
-        :meth:`HeteroDataAssembler.subgraph` (with
-        :attr:`_assembles_hetero`)."""
+    def _partition_inputs(self, batches: Any) -> Dict[str, Any]:
+        r"""The PyG base class's seed and sampler arguments for
+        :obj:`batches` (a :class:`PartitionBatches`)."""
         raise NotImplementedError
 
     # Set-up ##################################################################
+
+    def _partitioned(self, data: Any, arguments: Dict[str, Any]) -> bool:
+        # Whether `data` is partitioned (a folder or its stores); then the
+        # loader delivers the batches of `PartitionBatches` built from its
+        # `arguments` (its `locals()`, `kwargs` merged in).
+        if not isinstance(data, (str, os.PathLike, tuple, list)):
+            return False
+        args = {k: v for k, v in arguments.items()
+                if k not in ('self', 'data', 'kwargs', '__class__')}
+        batches = partition_batches(data, {**args, **arguments['kwargs']})
+        if batches is not None:
+            self._init_partitioned(batches)
+        return batches is not None
+
+    def _init_partitioned(self, batches: Any) -> None:
+        # PyG's base class over the partition's stores; batches built by
+        # `batches`, in threads (`num_workers`) rather than processes.
+        self.partition_batches = batches
+        self._init_pipeline(batches.device, batches.prefetch)
+        super().__init__(data=(batches.feature_store, batches.graph_store),
+                         batch_size=batches.batch_size,
+                         **self._partition_inputs(batches))
+        self.num_workers = batches.num_workers
+        self._init_batches(None, CacheOptions(store=None))
+        self._init_lookahead(False)
+        self._batch_hooks = batches.batch_hooks  # Run by `batches`.
+        self._sampled_hooks = batches.sampled_hooks
+
+    def _in_memory_sampler(self, data: GraphData, sampler: Optional[Any],
+                           kwargs: dict, device: torch.device,
+                           seed: SeedLike, placement: Any, prefetch: int,
+                           **options: Any) -> Any:
+        # The given sampler, or a `HybridNeighborSampler` with `options`
+        # (the topology in shared memory for worker processes); with a
+        # seed, a seeded shuffling generator for the DataLoader (unless it
+        # has one or a sampler of its own).
+        if sampler is None:
+            sampler = HybridNeighborSampler(
+                data, share_memory=kwargs.get('num_workers', 0) > 0,
+                device=device, seed=seed, backend=placement.backend,
+                topology_placement=placement.topology, **options)
+        if (seed is not None and 'generator' not in kwargs
+                and kwargs.get('shuffle', False)
+                and kwargs.get('sampler') is None):
+            kwargs['generator'] = torch.Generator().manual_seed(
+                seed if isinstance(seed, int) else seed.initial_seed())
+        self._init_pipeline(device, prefetch)
+        return sampler
 
     def _init_pipeline(self, device: torch.device, prefetch: int) -> None:
         self.device = device
@@ -191,27 +204,16 @@ class HybridLoaderMixin:
     def register_batch_hook(self, hook: Callable,
                             when: str = 'received') -> Callable[[], None]:
         r"""Calls :obj:`hook(batch)` on every mini-batch when the training
-        loop receives it (after it was moved to :obj:`device` and
-        transformed), or, with :obj:`when='sampled'`, calls
-        :obj:`hook(sampler_output)` as soon as a batch's
-        :class:`~torch_geometric.sampler.SamplerOutput` is known, before its
-        features are gathered: with look-ahead that is one batch before the
-        loop receives it. Sampled hooks run in the thread that samples
-        (the loop's own, unless :obj:`prefetch > 0`), in the main process
-        only, with the sampling stream current. Returns a function that
-        removes the hook."""
-        if self.partition_batches is not None:
-            return self.partition_batches.register_batch_hook(hook, when)
+        loop receives it (after the move to :obj:`device` and the
+        transform), or, with :obj:`when='sampled'`,
+        :obj:`hook(sampler_output)` as soon as a batch is sampled, before
+        its features are gathered (in the thread that samples, in the main
+        process only). Returns a function that removes the hook."""
         check_choice('when', when, ('received', 'sampled'))
         hooks = self._batch_hooks if when == 'received' else \
             self._sampled_hooks
-        key = id(hook)
-        hooks[key] = hook
-
-        def remove() -> None:
-            hooks.pop(key, None)
-
-        return remove
+        hooks[id(hook)] = hook
+        return lambda: hooks.pop(id(hook), None)
 
     def _run_sampled_hooks(self, out: Any) -> None:
         for hook in list(self._sampled_hooks.values()):
@@ -219,9 +221,8 @@ class HybridLoaderMixin:
 
     @property
     def topology(self) -> Any:
-        r"""The graph topology used for sampling
-        (:class:`~pyg_orch.GraphTopology`); pass it as :obj:`topology` to
-        other loaders over the same graph."""
+        r"""The :class:`~pyg_orch.GraphTopology` sampled, to pass to other
+        loaders over the same graph."""
         if isinstance(self._sampler, LaunchingSampler):
             return self._sampler.topology
         return None
@@ -230,24 +231,14 @@ class HybridLoaderMixin:
         r"""What the loader did since the last :meth:`reset_stats`:
 
         * :obj:`'stages'`: time per stage (:obj:`'sample'`, :obj:`'gather'`,
-          :obj:`'transfer'`, :obj:`'wait'`, and any stage timed by the
-          caller through :obj:`loader.timer.stage(name)`). With
-          :obj:`num_workers > 0` or :obj:`prefetch > 0`, sampling and
-          gathering overlap training; :obj:`'wait'` is what the training
-          loop still waited. With :obj:`lookahead`, the timer does not
-          synchronize the device (see :class:`~pyg_orch.StageTimer`): each
-          stage is charged the host time spent in it, while device work
-          overlaps; set :obj:`loader.timer.sync = True` to charge device
-          time instead, at the cost of the overlap.
+          :obj:`'transfer'`, :obj:`'wait'`, and any stage timed through
+          :obj:`loader.timer.stage(name)`; see :class:`~pyg_orch.StageTimer`).
         * :obj:`'features'`: rows served per tier, cache hit rate and bytes
-          moved from host to device per batch (with a feature store; for
-          heterogeneous graphs summed over node types, and per type under
-          :obj:`'per_type'`).
-        * :obj:`'memory'`: GPU bytes held by the topology and the cache
-          (and, for heterogeneous graphs, the cached rows per node type,
-          :obj:`'feature_cache_rows_per_type'`).
+          moved from host to device (per type under :obj:`'per_type'`).
+        * :obj:`'memory'`: GPU bytes held by the topology and the cache.
         * :obj:`'topology_reads'` (sharded topology only): neighbors read
           from this rank's shard, from copies, and from peers' shards.
+        * :obj:`'batches'` (partitioned graph only): :attr:`batch_stats`.
         """
         out: Dict[str, Any] = {'stages': self.timer.summary()}
         fs = self.feature_store
@@ -271,24 +262,18 @@ class HybridLoaderMixin:
 
     @property
     def batch_stats(self) -> List[Dict[str, int]]:
-        r"""Over a partition folder, per batch of the current epoch: rows
-        read from the part, the cache and other parts, and the sampler's
-        remote requests (empty otherwise)."""
+        r"""Over a partitioned graph, per batch of the epoch: rows read from
+        the part, the cache and other parts, and remote requests."""
         if self.partition_batches is None:
             return []
         return self.partition_batches.batch_stats
 
     def set_gpu_cache_nodes(self, nodes: Tensor) -> bool:
         r"""Caches the features of :obj:`nodes` on the GPU (within the feature
-        store's budget), e.g. the candidates chosen by
-        :class:`pyg_orch.BottomLayerOffload`; for a heterogeneous graph
-        (a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`), a dictionary of
-        node ids per node type, each type within its share of the budget.
-        With a
-        :class:`~pyg_orch.features.sharded.ShardedFeatureStore`
-        this is a collective: every rank of the machine passes the same
-        :obj:`nodes`. Returns :obj:`False` when the loader uses no feature
-        store (features already on the device, or a CPU device) or one whose
+        store's budget; a dictionary per node type for heterogeneous
+        graphs); a collective with a
+        :class:`~pyg_orch.features.sharded.ShardedFeatureStore`. Returns
+        :obj:`False` when the loader uses no feature store or one whose
         rows are fixed."""
         if self.feature_store is None or not getattr(
                 self.feature_store, 'can_set_cached_nodes', True):
@@ -297,9 +282,9 @@ class HybridLoaderMixin:
         return True
 
     def get_gpu_cache_nodes(self) -> Optional[Any]:
-        r"""The nodes whose features are cached on the GPU (a tensor, or a
-        dictionary per node type), as :meth:`set_gpu_cache_nodes` takes
-        them; :obj:`None` when the loader uses no feature store."""
+        r"""The nodes whose features are cached on the GPU, as
+        :meth:`set_gpu_cache_nodes` takes them (:obj:`None` without a
+        feature store)."""
         return getattr(self.feature_store, 'cached_nodes', None)
 
     # Offload protocol (see pyg_orch.offload.protocol) ######################
@@ -313,15 +298,14 @@ class HybridLoaderMixin:
     @property
     def offload_data(self) -> Optional[GraphData]:
         r"""The :class:`~torch_geometric.data.Data` or
-        :class:`~torch_geometric.data.HeteroData` sampled from, or
-        :obj:`None` for :obj:`(FeatureStore, GraphStore)` inputs."""
+        :class:`~torch_geometric.data.HeteroData` sampled from, else
+        :obj:`None`."""
         return self.data if isinstance(self.data, (Data, HeteroData)) \
             else None
 
     @property
     def batches_ahead(self) -> int:
-        r"""How many batches the prefetch thread (or the worker threads over
-        a partition folder) builds ahead, at most."""
+        r"""How many batches threads build ahead, at most."""
         if self.partition_batches is not None:
             return self.partition_batches.batches_ahead
         return int(self.prefetch)
@@ -337,20 +321,13 @@ class HybridLoaderMixin:
         return int(capacity or 0)
 
     def offload_seeds(self) -> Tuple[Any, int]:
-        r"""This process's training seeds (the label edges' endpoints for
-        link-level loaders; per node type for heterogeneous graphs) and how
-        many of them a mini-batch holds."""
+        r"""This process's training seeds (label edges' endpoints for link
+        loaders; per node type) and how many a mini-batch holds."""
         if self.partition_batches is not None:
             return self.partition_batches.offload_seeds()
         inputs = self.input_data
         if isinstance(inputs, EdgeSamplerInput):
-            types = inputs.input_type
-            if types is not None and types[0] != types[-1]:
-                return {types[0]: inputs.row, types[-1]: inputs.col}, \
-                    self.batch_size
-            seeds = torch.cat([inputs.row, inputs.col])
-            return (seeds if types is None else {types[0]: seeds},
-                    2 * self.batch_size)
+            return edge_seeds(inputs, self.batch_size)
         seeds = inputs.node
         if seeds is None:  # All nodes:
             seeds = torch.arange(
@@ -437,7 +414,7 @@ class HybridLoaderMixin:
                     self._sampler.edge_permutation)))
             if self.transform_sampler_output is not None:
                 out = self.transform_sampler_output(out)
-            return self._add_hetero_metadata(assembler.subgraph(out), out)
+            return self._add_metadata(assembler.subgraph(out), out)
         # PyG slices features where they live; indices follow them there.
         if not self._data_on_device():
             out = _to_cpu(out)

@@ -1,9 +1,9 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.LinkNeighborLoader`."""
-import os
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Union
 
-from torch_geometric.data import Data, HeteroData
+import torch
+from torch_geometric.data import Data
 from torch_geometric.loader.link_loader import LinkLoader
 from torch_geometric.sampler import BaseSampler, NegativeSampling
 from torch_geometric.sampler.base import SubgraphType
@@ -11,12 +11,11 @@ from torch_geometric.typing import InputEdges
 
 from pyg_orch.topology.sparse_adj import edge_index_of
 from pyg_orch.topology.graph import GraphTopology
+from pyg_orch.loader.assemble import link_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
-    build_sampler,
     check_common_args,
-    seed_shuffling,
 )
 from pyg_orch.loader.options import (
     CacheOptions,
@@ -66,40 +65,21 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             loss = F.binary_cross_entropy_with_logits(pred, batch.edge_label)
 
     The endpoints of a batch's label edges (and of its negatives) are the
-    seeds of one neighbor-sampling call; every batch carries :obj:`n_id`,
-    :obj:`e_id`, :obj:`input_id` (the positions of its label edges in
-    :obj:`edge_label_index`), :obj:`num_sampled_nodes` and
-    :obj:`num_sampled_edges`, and, as in PyG:
-
-    * without negative sampling or with :obj:`'binary'`,
-      :obj:`edge_label_index` (the label edges, positives first then
-      negatives, as indices into the batch's nodes), :obj:`edge_label`
-      (:obj:`1` for positives, :obj:`0` for negatives, as floats; given
-      labels are shifted by one if they start at :obj:`0`) and
-      :obj:`edge_label_time`;
-    * with :obj:`'triplet'`, :obj:`src_index`, :obj:`dst_pos_index` and
-      :obj:`dst_neg_index` (:obj:`[batch_size, amount]`, or
-      :obj:`[batch_size]` for :obj:`amount=1`) in the source and
-      destination node stores, and :obj:`seed_time`;
-    * :obj:`batch` with :obj:`disjoint=True`: the label edge each node was
-      sampled for (negatives of label edge :obj:`i` count as :obj:`i`).
-
-    Negatives are drawn uniformly, or with the node weights
-    :obj:`src_weight` / :obj:`dst_weight` of the
-    :class:`~torch_geometric.sampler.NegativeSampling`, on the sampler's
-    device with its generator. As in PyG they may be false negatives
-    (edges of the graph); with temporal sampling and node-level times,
-    negative nodes are never later than their label edge.
+    seeds of one neighbor-sampling call; batches carry what PyG's carry
+    (:obj:`edge_label_index` and :obj:`edge_label`, or with
+    :obj:`'triplet'` negatives :obj:`src_index`, :obj:`dst_pos_index` and
+    :obj:`dst_neg_index`), plus :obj:`n_id`, :obj:`e_id`, :obj:`input_id`
+    and the sampled counts. Negatives are drawn on the sampler's device with
+    its generator; as in PyG they may be false negatives.
 
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore] or
             str): The graph. A partitioned graph (a folder written by
             :func:`~pyg_orch.distributed.partition_graph`, or its
             :func:`~pyg_orch.distributed.open_stores` pair) trains across
-            machines, one part per rank: label edges and batches in global
-            ids, sampled collectively, every rank running the agreed
-            number of batches (the smallest; a rank's other label edges are
-            skipped in that epoch).
+            machines, one part per rank, as
+            :class:`~pyg_orch.HybridNeighborLoader` does (label edges in
+            global ids, this rank's own; see :doc:`/distributed`).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
@@ -148,34 +128,24 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         topology (GraphTopology, optional): A topology to share with other
             loaders (e.g. :obj:`node_loader.topology`).
         placement (PlacementOptions, optional): Where the topology lives
-            and which kernels sample (see :class:`~pyg_orch.PlacementOptions`;
-            link batches use the batch-synchronous path of the chosen
-            backend). (default: :obj:`PlacementOptions()`)
+            and which kernels sample (see :class:`~pyg_orch.PlacementOptions`).
+            (default: :obj:`PlacementOptions()`)
         cache (CacheOptions, optional): The GPU cache of features in host
-            memory, as in :class:`~pyg_orch.HybridNeighborLoader` (see
-            :class:`~pyg_orch.CacheOptions`). With
-            :obj:`ranking='frequency'`, rows are ranked by their accesses in
-            pre-sampled link batches (the endpoints of the label edges, and
-            their negatives, as seeds). (default: :obj:`CacheOptions()`)
-        lookahead (bool, optional): With :obj:`True`, keep the next batch
-            in flight, in the training loop's thread (see
-            :class:`~pyg_orch.loader.LookaheadIterator`): a link batch is
-            sampled when it is drawn, on a side CUDA stream, and its
-            features are gathered on another while the current batch
-            trains. Batches are the same; one extra batch is sampled when
-            the loop stops early. Needs :obj:`num_workers=0` and
-            :obj:`prefetch=0`. :obj:`None` turns it on where it pays: CUDA,
-            :obj:`num_workers=0` and :obj:`prefetch=0`.
-            (default: :obj:`None`)
+            memory (see :class:`~pyg_orch.CacheOptions`); rows ranked by
+            their accesses in pre-sampled link batches.
+            (default: :obj:`CacheOptions()`)
+        lookahead (bool, optional): Keep the next batch in flight in the
+            training loop's thread (see
+            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
+            same. :obj:`None`: on with CUDA, :obj:`num_workers=0` and
+            :obj:`prefetch=0`. (default: :obj:`None`)
         prefetch (int): Batches sampled and gathered ahead by a background
             thread. (default: :obj:`0`)
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`. The
-            keywords :obj:`backend`, :obj:`topology_placement`,
-            :obj:`feature_store`, :obj:`gpu_memory_budget`,
-            :obj:`gpu_cache_ratio` and :obj:`cache_policy` are deprecated
-            (they warn and fill :obj:`placement` and :obj:`cache`).
+            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
+            keywords such as :obj:`backend` warn and fill :obj:`placement`
+            and :obj:`cache`.
     """
     def __init__(
         self,
@@ -208,25 +178,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         **kwargs,
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
-        if isinstance(data, (str, os.PathLike, tuple, list)):
-            from pyg_orch.loader.partitioned import is_partitioned
-            if is_partitioned(data):
-                self._init_partitioned(
-                    data, num_neighbors, edge_label_index, edge_label,
-                    edge_label_time, replace, subgraph_type, disjoint,
-                    temporal_strategy, neg_sampling, neg_sampling_ratio,
-                    time_attr, weight_attr, transform,
-                    transform_sampler_output, filter_per_worker, directed,
-                    device, seed, kwargs, unsupported={
-                        'neighbor_sampler': neighbor_sampler is not None,
-                        'topology': topology is not None,
-                        'placement': placement != PlacementOptions(),
-                        'cache': cache != CacheOptions(),
-                        'lookahead': bool(lookahead),
-                        'prefetch': prefetch != 0,
-                        'num_workers': kwargs.get('num_workers', 0) != 0,
-                    })
-                return
+        if self._partitioned(data, locals()):
+            return
         cache = in_memory_cache(cache)
         check_edge_label_time(edge_label_time, time_attr, None)
         device = check_common_args(data, device, kwargs, prefetch, lookahead,
@@ -243,110 +196,33 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         neg_sampling = check_neg_sampling(neg_sampling, neg_sampling_ratio,
                                           edge_label, data, edge_label_index)
 
-        if neighbor_sampler is None:
-            neighbor_sampler = build_sampler(
-                data, kwargs, device, seed,
-                num_neighbors=num_neighbors,
-                subgraph_type=subgraph_type,
-                replace=replace,
-                disjoint=disjoint,
-                temporal_strategy=temporal_strategy,
-                time_attr=time_attr,
-                weight_attr=weight_attr,
-                is_sorted=is_sorted,
-                directed=directed,
-                topology=topology,
-                backend=placement.backend,
-                topology_placement=placement.topology,
-            )
-        seed_shuffling(seed, kwargs)
-
-        self._init_pipeline(device, prefetch)
+        neighbor_sampler = self._in_memory_sampler(
+            data, neighbor_sampler, kwargs, device, seed, placement, prefetch,
+            num_neighbors=num_neighbors, subgraph_type=subgraph_type,
+            replace=replace, disjoint=disjoint,
+            temporal_strategy=temporal_strategy, time_attr=time_attr,
+            weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
+            topology=topology)
         super().__init__(
-            data=data,
-            link_sampler=neighbor_sampler,
-            edge_label_index=edge_label_index,
-            edge_label=edge_label,
-            edge_label_time=edge_label_time,
-            neg_sampling=neg_sampling,
+            data=data, link_sampler=neighbor_sampler,
+            edge_label_index=edge_label_index, edge_label=edge_label,
+            edge_label_time=edge_label_time, neg_sampling=neg_sampling,
             transform=None,  # Applied after the move to `device`.
             transform_sampler_output=transform_sampler_output,
-            filter_per_worker=filter_per_worker,
-            **kwargs,
-        )
+            filter_per_worker=filter_per_worker, **kwargs)
         self._init_batches(transform, cache)
         # A link batch is sampled synchronously (the negatives and the
         # seeds' deduplication need their sizes), so the look-ahead overlaps
         # the gathering of the next batch with the training step.
         self._init_lookahead(lookahead)
 
-    def _init_partitioned(self, data, num_neighbors, edge_label_index,
-                          edge_label, edge_label_time, replace, subgraph_type,
-                          disjoint, temporal_strategy, neg_sampling,
-                          neg_sampling_ratio, time_attr, weight_attr,
-                          transform, transform_sampler_output,
-                          filter_per_worker, directed, device, seed, kwargs,
-                          unsupported) -> None:
-        # A partitioned graph: PyG's `LinkLoader` over the partition's
-        # stores with the collective sampler; the ranks agree on the
-        # collective arguments and the number of batches first.
-        from pyg_orch.loader.partitioned import (
-            in_step,
-            partition_stores,
-            reject_options,
-            seeded_generator,
-        )
-        from pyg_orch.sampling.arguments import resolve_device
-        data = partition_stores(data, resolve_device(device))
-        graph_store = data[1]
-        labels: Tuple[Any, Any] = (None, None)
-
-        def check() -> Tuple[int, dict]:
-            nonlocal labels, device, neg_sampling
-            reject_options(unsupported)
-            device = check_common_args(data, device, kwargs, prefetch=0,
-                                       lookahead=None, time_attr=time_attr,
-                                       temporal_strategy=temporal_strategy,
-                                       weight_attr=weight_attr)
-            labels = graph_store.label_edges(edge_label_index)
-            num = labels[1].size(1)
-            check_edge_label(edge_label, num)
-            check_edge_label_time(edge_label_time, time_attr, num)
-            neg_sampling = check_neg_sampling(
-                neg_sampling, neg_sampling_ratio, edge_label, data, labels)
-            _check_global_weights(neg_sampling, labels[0], graph_store)
-            neg = None if neg_sampling is None else (
-                neg_sampling.mode.value, neg_sampling.amount,
-                neg_sampling.src_weight is not None,
-                neg_sampling.dst_weight is not None)
-            # What every rank must pass alike (compared by `repr`):
-            return num, {
-                'num_neighbors': num_neighbors, 'replace': replace,
-                'subgraph_type': str(subgraph_type), 'disjoint': disjoint,
-                'directed': directed, 'temporal_strategy': temporal_strategy,
-                'time_attr': time_attr, 'weight_attr': weight_attr,
-                'neg_sampling': neg, 'edge_label_index (edge type)':
-                labels[0], 'edge_label_time (given or not)':
-                edge_label_time is not None,
-            }
-
-        seed_shuffling(seed, kwargs)
-        in_step(graph_store, kwargs, check)
-        sampler = graph_store.sampler(
-            num_neighbors, replace=replace, disjoint=disjoint,
-            subgraph_type=subgraph_type if directed else 'induced',
-            temporal_strategy=temporal_strategy, time_attr=time_attr,
-            weight_attr=weight_attr, device=device,
-            generator=seeded_generator(seed, graph_store.rank, device))
-        self._init_pipeline(device, 0)
-        super().__init__(
-            data=data, link_sampler=sampler, edge_label_index=labels,
-            edge_label=edge_label, edge_label_time=edge_label_time,
-            neg_sampling=neg_sampling, transform=None,
-            transform_sampler_output=transform_sampler_output,
-            filter_per_worker=filter_per_worker, **kwargs)
-        self._init_batches(transform, CacheOptions(store=None))
-        self._init_lookahead(False)
+    def _partition_inputs(self, batches: Any) -> Dict[str, Any]:
+        inputs = batches.inputs
+        return {'link_sampler': batches.sampler,
+                'edge_label_index': (inputs.input_type, torch.stack(
+                    [inputs.row, inputs.col])),
+                'edge_label': inputs.label, 'edge_label_time': inputs.time,
+                'neg_sampling': batches.neg_sampling}
 
     # `HybridLoaderMixin` #####################################################
 
@@ -370,56 +246,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             or presample_batches(num, batch_size),
             neg_sampling=self.neg_sampling)
 
-    def _add_metadata(self, data: Data, out: Any) -> Data:
-        # As PyG's `LinkLoader.filter_fn` for homogeneous graphs:
-        data.input_id = out.metadata[0]
-        if self.neg_sampling is None or self.neg_sampling.is_binary():
-            data.edge_label_index = out.metadata[1]
-            data.edge_label = out.metadata[2]
-            data.edge_label_time = out.metadata[3]
-        else:
-            data.src_index = out.metadata[1]
-            data.dst_pos_index = out.metadata[2]
-            data.dst_neg_index = out.metadata[3]
-            data.seed_time = out.metadata[4]
-            del data.edge_label_index
-            del data.edge_label_time
-        return data
+    def _add_metadata(self, data: Any, out: Any) -> Any:
+        return link_metadata(data, out, self.neg_sampling,
+                             self.input_data.input_type)
 
     _assembles_hetero = True
-
-    def _add_hetero_metadata(self, data: HeteroData, out: Any) -> HeteroData:
-        # As PyG's `LinkLoader.filter_fn` for heterogeneous graphs:
-        input_type = self.input_data.input_type
-        data[input_type].input_id = out.metadata[0]
-        if self.neg_sampling is None or self.neg_sampling.is_binary():
-            data[input_type].edge_label_index = out.metadata[1]
-            data[input_type].edge_label = out.metadata[2]
-            data[input_type].edge_label_time = out.metadata[3]
-        else:
-            src, dst = input_type[0], input_type[-1]
-            data[src].src_index = out.metadata[1]
-            data[dst].dst_pos_index = out.metadata[2]
-            data[dst].dst_neg_index = out.metadata[3]
-            data[src].seed_time = out.metadata[4]
-            data[dst].seed_time = out.metadata[4]
-            if input_type in data.edge_types:
-                del data[input_type].edge_label_index
-                del data[input_type].edge_label_time
-        return data
-
-
-def _check_global_weights(neg_sampling: Optional[NegativeSampling],
-                          edge_type: Any, graph_store: Any) -> None:
-    # Negative-sampling weights over a partitioned graph: one per vertex of
-    # the whole graph (global ids).
-    if neg_sampling is None:
-        return
-    for name, weight, end in (('src_weight', neg_sampling.src_weight, 0),
-                              ('dst_weight', neg_sampling.dst_weight, -1)):
-        node_type = None if edge_type is None else edge_type[end]
-        n = graph_store.num_nodes[node_type]
-        if weight is not None and weight.numel() != n:
-            raise ValueError(f"'neg_sampling.{name}' must hold one weight "
-                             f"per vertex of the whole graph ({n} of node "
-                             f"type {node_type!r}; got {weight.numel()})")

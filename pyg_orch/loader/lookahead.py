@@ -15,34 +15,20 @@ SIDE_PRIORITY = -1
 
 
 class LookaheadIterator:
-    r"""Runs a loader ahead of the training loop on a side CUDA stream, in
-    the loop's own thread.
-
-    :obj:`iterator` yields :class:`~pyg_orch.sampling.PendingSample`
-    objects whose kernels were queued when they were drawn. When the loop
-    takes batch :obj:`t` (assembled during the previous call), this iterator
-    first resolves batch :obj:`t + 1` (waits for its sampled counts, which
-    are long ready), queues the sampling of batch :obj:`t + 2`, then queues
-    the feature gathering and assembly of batch :obj:`t + 1`, and returns.
-    Sampling and gathering run on two side streams: the counts waited for
-    are then never queued behind a gather (one from host memory can take
-    longer than a training step), and a gather waits only for its own
-    batch's sampling. The device gathers batch :obj:`t + 1` while it trains
-    on batch :obj:`t`, and the host is never held up by either. The
-    consumer's stream waits for an event before it touches a batch.
-
-    Batches are the same, in the same order, as without look-ahead; up to
-    two more batches are sampled than the loop consumes when it stops early.
-    An error while preparing a batch is raised when the loop asks for that
-    batch.
+    r"""Runs a loader ahead of the training loop on side CUDA streams, in
+    the loop's own thread: when the loop takes batch :obj:`t`, batch
+    :obj:`t + 1` is resolved, batch :obj:`t + 2`'s sampling is queued (on
+    one stream), then batch :obj:`t + 1`'s gathering (on another). Batches
+    are the same, in the same order, as without look-ahead; up to two more
+    are sampled when the loop stops early. An error while preparing a batch
+    is raised when the loop asks for that batch.
 
     Args:
         iterator (Iterator): Yields pending samples.
         finish (callable): Turns a pending sample into a mini-batch.
         device (torch.device): Where batches live.
         resolve (callable, optional): Waits for a pending sample before the
-            next one is launched and returns what :obj:`finish` takes
-            (default: waits for it and returns it).
+            next one is launched (default: waits for it).
     """
     def __init__(self, iterator: Iterator, finish: Callable[[PendingSample],
                                                             Any],

@@ -1,22 +1,19 @@
 """A drop-in replacement for PyG's
 :class:`~torch_geometric.loader.NeighborLoader`."""
-import os
 import warnings
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 from torch import Tensor
-from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader.node_loader import NodeLoader
 from torch_geometric.sampler import BaseSampler
 from torch_geometric.sampler.base import SubgraphType
 
 from pyg_orch.topology.graph import GraphTopology
+from pyg_orch.loader.assemble import node_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
     HybridLoaderMixin,
-    build_sampler,
     check_common_args,
-    seed_shuffling,
 )
 from pyg_orch.loader.options import (
     CacheOptions,
@@ -57,15 +54,18 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
 
     Every batch carries :obj:`n_id`, :obj:`e_id`, :obj:`input_id`,
     :obj:`batch_size`, :obj:`num_sampled_nodes` and :obj:`num_sampled_edges`
-    (and :obj:`batch` if :obj:`disjoint=True`), with nodes in PyG's hop order,
-    so :func:`~torch_geometric.utils.trim_to_layer` works. As in PyG,
-    :obj:`subgraph_type='bidirectional'` drops both counts and
-    :obj:`'induced'` drops :obj:`num_sampled_edges`, since edges are then no
-    longer grouped by hop.
+    (and :obj:`batch` if :obj:`disjoint=True`), in PyG's hop order.
 
     Args:
-        data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
-            graph.
+        data (Data or HeteroData or Tuple[FeatureStore, GraphStore] or
+            str): The graph. A partitioned graph (a folder written by
+            :func:`~pyg_orch.distributed.partition_graph`, or its
+            :func:`~pyg_orch.distributed.open_stores` pair) trains across
+            machines, one part per rank (see :doc:`/distributed`): with a
+            folder, :obj:`input_nodes` are the seeds of all ranks and the
+            keywords of :func:`~pyg_orch.distributed.open_stores` place the
+            stores; :obj:`num_workers` are threads and :obj:`even`
+            (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batches.
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
@@ -111,54 +111,23 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             (default: :obj:`PlacementOptions()`)
         cache (CacheOptions, optional): On CUDA with node features :obj:`x`
             in host memory, the GPU cache that serves them (see
-            :class:`~pyg_orch.CacheOptions`): by default a
-            :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on
-            the GPU, the rest read from pinned memory, rows of the previous
-            batch reused), or for :class:`~torch_geometric.data.HeteroData`
-            a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` over every
-            node type whose :obj:`x` is in host memory;
-            :obj:`CacheOptions(store=None)` gathers on the CPU and copies,
-            as PyG does. (default: :obj:`CacheOptions()`)
+            :class:`~pyg_orch.CacheOptions`); :obj:`CacheOptions(store=None)`
+            gathers on the CPU and copies, as PyG does.
+            (default: :obj:`CacheOptions()`)
         lookahead (bool, optional): Keep the next batch in flight on two
-            side CUDA streams (one samples, one gathers features), in the
-            training loop's thread: the host queues the
-            next training step without waiting for sampling, and feature
-            gathering overlaps the running step (see
-            :class:`~pyg_orch.loader.LookaheadIterator`). Batches are the
-            same; one extra batch is sampled when the loop stops early.
-            :obj:`None` turns it on where it pays: CUDA, the fused Triton
-            sampler, :obj:`num_workers=0` and :obj:`prefetch=0`.
+            side CUDA streams, in the training loop's thread (see
+            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
+            same. :obj:`None`: on with CUDA, the fused Triton sampler,
+            :obj:`num_workers=0` and :obj:`prefetch=0`.
             (default: :obj:`None`)
         prefetch (int): Batches sampled and gathered ahead by a background
-            thread on its own CUDA stream. Off by default: both threads share
-            Python's interpreter lock, so with a typical GNN training step it
-            is slower than :obj:`lookahead` (see :obj:`benchmarks/README.md`);
-            it pays when sampling and gathering take long next to a training
-            step that leaves the interpreter free. (default: :obj:`0`)
+            thread on its own CUDA stream. (default: :obj:`0`)
         **kwargs (optional): Arguments of
             :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`. The
-            keywords :obj:`backend`, :obj:`topology_placement`,
-            :obj:`feature_store`, :obj:`gpu_memory_budget`,
-            :obj:`gpu_cache_ratio` and :obj:`cache_policy` are deprecated
-            (they warn and fill :obj:`placement` and :obj:`cache`).
+            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
+            keywords such as :obj:`backend` warn and fill :obj:`placement`
+            and :obj:`cache`.
 
-    Given a folder written by :func:`~pyg_orch.distributed.partition_graph`
-    as :obj:`data` (a :obj:`str` or :class:`os.PathLike`), every rank of
-    the default process group opens its own part
-    (:func:`~pyg_orch.distributed.open_stores`, which takes the keywords
-    :obj:`group`, :obj:`expected_fingerprint`, :obj:`sampling_device`,
-    :obj:`feature_device`, :obj:`feature_placement`, :obj:`cache_size`
-    and :obj:`edge_cache_size`, and :obj:`placement.topology` and
-    :obj:`cache.policy`) and batches are built by a
-    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` (the same
-    training script on one machine or several; see :doc:`/distributed`):
-    :obj:`input_nodes` are then the seeds of all ranks, each rank keeping
-    those its part owns; :obj:`num_workers` are threads; :obj:`even`
-    (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batch counts. The
-    stores of :func:`~pyg_orch.distributed.open_stores` as :obj:`data` go
-    the same way, placed where they were opened, :obj:`input_nodes` this
-    rank's own seeds.
     """
     def __init__(
         self,
@@ -188,14 +157,8 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         **kwargs,
     ):
         placement, cache = resolve_options(kwargs, placement, cache)
-        if isinstance(data, (str, os.PathLike, tuple, list)):
-            arguments = {k: v for k, v in locals().items()
-                         if k not in ('self', 'data', 'kwargs', '__class__')}
-            from pyg_orch.loader.partition_folder import partition_batches
-            batches = partition_batches(data, {**arguments, **kwargs})
-            if batches is not None:
-                self._init_partitioned(batches)
-                return
+        if self._partitioned(data, locals()):
+            return
         cache = in_memory_cache(cache)
         device = check_common_args(data, device, kwargs, prefetch,
                                    lookahead, input_time, time_attr,
@@ -203,35 +166,19 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         input_nodes = check_input_nodes(data, input_nodes)
         input_time = check_input_time(input_time, input_nodes, data)
 
-        if neighbor_sampler is None:
-            neighbor_sampler = build_sampler(
-                data, kwargs, device, seed,
-                num_neighbors=num_neighbors,
-                subgraph_type=subgraph_type,
-                replace=replace,
-                disjoint=disjoint,
-                temporal_strategy=temporal_strategy,
-                time_attr=time_attr,
-                weight_attr=weight_attr,
-                is_sorted=is_sorted,
-                directed=directed,
-                topology=topology,
-                backend=placement.backend,
-                topology_placement=placement.topology,
-            )
-        seed_shuffling(seed, kwargs)
-
-        self._init_pipeline(device, prefetch)
+        neighbor_sampler = self._in_memory_sampler(
+            data, neighbor_sampler, kwargs, device, seed, placement, prefetch,
+            num_neighbors=num_neighbors, subgraph_type=subgraph_type,
+            replace=replace, disjoint=disjoint,
+            temporal_strategy=temporal_strategy, time_attr=time_attr,
+            weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
+            topology=topology)
         super().__init__(
-            data=data,
-            node_sampler=neighbor_sampler,
-            input_nodes=input_nodes,
+            data=data, node_sampler=neighbor_sampler, input_nodes=input_nodes,
             input_time=input_time,
             transform=None,  # Applied after the move to `device`.
             transform_sampler_output=transform_sampler_output,
-            filter_per_worker=filter_per_worker,
-            **kwargs,
-        )
+            filter_per_worker=filter_per_worker, **kwargs)
         self._init_batches(transform, cache)
         launching = isinstance(self.node_sampler, LaunchingSampler)
         if lookahead and not launching:
@@ -242,28 +189,18 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         self._init_lookahead(lookahead, pays=launching and
                              self.node_sampler.launches_async)
 
-    def _init_partitioned(self, batches: Any) -> None:
-        # A partition folder or its stores: batches built by
-        # `PartitionBatches`, PyG's `NodeLoader` over the same stores.
-        self.partition_batches = batches
-        self._init_pipeline(batches.device, batches.prefetch)
+    def _partition_inputs(self, batches: Any) -> Dict[str, Any]:
         seeds = batches.input_nodes
-        super().__init__(
-            data=(batches.feature_store, batches.graph_store),
-            node_sampler=batches.sampler,
-            input_nodes=seeds if batches.input_type is None else (
-                batches.input_type, seeds),
-            batch_size=batches.batch_size)
-        self.num_workers = batches.num_workers  # Threads, see above.
-        self._init_batches(None, CacheOptions(store=None))
-        self._init_lookahead(False)
+        return {'node_sampler': batches.sampler,
+                'input_nodes': seeds if batches.input_type is None else
+                (batches.input_type, seeds)}
 
     @classmethod
     def _from_batches(cls, batches: Any) -> 'HybridNeighborLoader':
         r"""The loader that delivers :obj:`batches` (a
         :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`)."""
         loader = cls.__new__(cls)
-        loader._init_partitioned(batches)
+        cls._init_partitioned(loader, batches)
         return loader
 
     # `HybridLoaderMixin` #####################################################
@@ -285,22 +222,10 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
             or presample_batches(inputs.node.numel(), batch_size),
             input_time=inputs.time, input_type=inputs.input_type)
 
-    def _add_metadata(self, data: Data, out: Any) -> Data:
-        # As PyG's `NodeLoader.filter_fn`:
-        data.input_id = out.metadata[0]
-        data.seed_time = out.metadata[1]
-        data.batch_size = out.metadata[0].size(0)
-        return data
+    def _add_metadata(self, data: Any, out: Any) -> Any:
+        return node_metadata(data, out, self.input_data.input_type)
 
     _assembles_hetero = True
-
-    def _add_hetero_metadata(self, data: HeteroData, out: Any) -> HeteroData:
-        # As PyG's `NodeLoader.filter_fn`, on the seeds' node type:
-        store = data[self.input_data.input_type]
-        store.input_id = out.metadata[0]
-        store.seed_time = out.metadata[1]
-        store.batch_size = out.metadata[0].size(0)
-        return data
 
     # Look-ahead ############################################################
 
@@ -331,10 +256,8 @@ def DistributedNeighborLoader(
     **options: Any,
 ) -> HybridNeighborLoader:
     r"""Deprecated: pass the folder to :obj:`HybridNeighborLoader('parts/',
-    ...)` (its placement to :func:`~pyg_orch.distributed.open_stores`, or
-    as the loader's keywords). Builds that loader over this rank's part of
-    :obj:`partition` with the old argument semantics (:obj:`input_nodes`:
-    this rank's seeds; batches on the CPU by default); the other
+    ...)`. Builds that loader over this rank's part with the old argument
+    semantics (:obj:`input_nodes`: this rank's seeds; batches on the CPU);
     :obj:`options` go to
     :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`."""
     from pyg_orch.loader.partition_pipeline import PartitionBatches

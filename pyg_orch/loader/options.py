@@ -1,9 +1,6 @@
-"""The option groups of :class:`~pyg_orch.HybridNeighborLoader` and
-:class:`~pyg_orch.HybridLinkNeighborLoader`: where the topology lives and
-which kernels sample (:class:`PlacementOptions`), and the GPU feature cache
-(:class:`CacheOptions`), each validated in one place. Also the keywords
-they replace, still accepted for one release with a
-:class:`DeprecationWarning` (:func:`resolve_options`)."""
+"""The option groups of the hybrid loaders (:class:`PlacementOptions`,
+:class:`CacheOptions`) and the deprecated keywords they replace
+(:func:`resolve_options`)."""
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
@@ -40,12 +37,10 @@ class PlacementOptions:
 
     Args:
         topology (str or TopologySharding): On CUDA, :obj:`'device'`,
-            :obj:`'host'` (pinned, read zero-copy) or :obj:`'auto'`;
-            :obj:`'sharded'` (or a
-            :class:`~pyg_orch.multigpu.TopologySharding`) splits the
-            neighbor lists across the machine's processes (see
-            :doc:`/multi_gpu`). On a partition folder, :obj:`'auto'` or
-            :obj:`'sharded'`. (default: :obj:`'auto'`)
+            :obj:`'host'` (pinned, read zero-copy), :obj:`'auto'`, or
+            :obj:`'sharded'` / a :class:`~pyg_orch.multigpu.TopologySharding`
+            (split across the machine's processes, see :doc:`/multi_gpu`).
+            (default: :obj:`'auto'`)
         backend (str): Sampling kernels: :obj:`'triton'`, :obj:`'torch'`,
             :obj:`'auto'` or a registered backend (see
             :class:`~pyg_orch.HybridNeighborSampler`).
@@ -74,30 +69,25 @@ class CacheOptions:
 
     Args:
         store (str or TieredFeatureStore, optional): On CUDA with node
-            features :obj:`x` in host memory, :obj:`'auto'` serves them
-            from a
-            :class:`~pyg_orch.gpu.TieredFeatureStore` (hot rows cached on
-            the GPU, the rest read from pinned memory), or for
-            :class:`~torch_geometric.data.HeteroData` from a
-            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` (one ranking and
-            one budget across node types); pass one to share it between
-            loaders, or :obj:`None` to gather on the CPU and copy, as PyG
+            features :obj:`x` in host memory, :obj:`'auto'` serves them from
+            a :class:`~pyg_orch.gpu.TieredFeatureStore` (or, for
+            :class:`~torch_geometric.data.HeteroData`, a
+            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`); pass one to
+            share it, or :obj:`None` to gather on the CPU and copy, as PyG
             does. (default: :obj:`'auto'`)
         gpu_memory_budget (int or float or str): GPU memory for the cache:
             bytes, a fraction of free memory, or :obj:`'auto'` (a quarter of
             free memory). (default: :obj:`'auto'`)
         cache_ratio (float, optional): Cache at most this fraction of the
             rows. (default: :obj:`None`)
-        ranking (str): Rank rows to cache by :obj:`'frequency'` (node
-            appearances in pre-sampled batches) or :obj:`'degree'` (the
-            out-degree). (default: :obj:`'frequency'`)
-        num_presample_batches (int, optional): Mini-batches pre-sampled to
-            count appearances for :obj:`ranking='frequency'`; :obj:`None`
-            for an epoch's worth, at most 256 (8 on a partition folder).
-            (default: :obj:`None`)
-        policy (str): :obj:`'static'` (rows chosen once by :obj:`ranking`)
-            or :obj:`'lru'` (remote rows of a partition folder, replaced as
-            batches read them; partition folders only).
+        ranking (str): Rank rows by :obj:`'frequency'` (appearances in
+            pre-sampled batches) or :obj:`'degree'`.
+            (default: :obj:`'frequency'`)
+        num_presample_batches (int, optional): Batches pre-sampled for
+            :obj:`'frequency'`; :obj:`None` for an epoch's worth, at most
+            256 (8 on a partition folder). (default: :obj:`None`)
+        policy (str): :obj:`'static'` or :obj:`'lru'` (remote rows of a
+            partition folder, replaced as batches read them).
             (default: :obj:`'static'`)
     """
     store: FeatureStoreLike = 'auto'
@@ -152,15 +142,11 @@ def resolve_options(
     cache: Optional[CacheOptions],
     stacklevel: int = 4,
 ) -> Tuple[PlacementOptions, CacheOptions]:
-    r"""Returns the loader's :class:`PlacementOptions` and
-    :class:`CacheOptions`: :obj:`placement` and :obj:`cache`, or their
-    defaults, with the deprecated keywords of :obj:`RENAMED` removed from
-    :obj:`kwargs` and applied (each warns once, naming its new spelling).
-    :obj:`cache_policy='static'` or :obj:`'lru'` (its meaning on a
-    partition folder) becomes :obj:`CacheOptions(policy=...)`. Raises a
-    :class:`ValueError` for a deprecated keyword given with the option
-    object that holds its field, and a :class:`TypeError` for an option
-    object of the wrong type."""
+    r"""The loader's :class:`PlacementOptions` and :class:`CacheOptions`
+    (:obj:`placement` and :obj:`cache`, or their defaults), with the
+    deprecated keywords of :obj:`RENAMED` popped from :obj:`kwargs` and
+    applied (each warns once). A deprecated keyword given with the option
+    object that holds its field raises a :class:`ValueError`."""
     given = {'placement': placement, 'cache': cache}
     for group, value in given.items():
         cls = _CLASSES[group]

@@ -1,36 +1,42 @@
-r"""What :class:`~pyg_orch.HybridNeighborLoader` does with a partition
-folder as :obj:`data` (:obj:`HybridNeighborLoader('parts/',
-num_neighbors=[10, 5], batch_size=512)`), or the stores of
-:func:`~pyg_orch.distributed.open_stores`: :func:`partition_batches` opens
-this rank's stores (the rank in the default process group, or in
-:obj:`group`) and builds the
+r"""What the hybrid loaders do with a partition folder as :obj:`data`
+(:obj:`HybridNeighborLoader('parts/', num_neighbors=[10, 5],
+batch_size=512)`) or the stores of :func:`~pyg_orch.distributed.open_stores`:
+:func:`partition_batches` opens this rank's stores, checks the arguments
+(the ranks agree on them: :func:`agree_on_batches`) and builds the
 :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` the loader
-delivers. This module imports nothing from :mod:`pyg_orch.loader` (which
-imports it lazily)."""
+delivers."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
+from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
-from pyg_orch.loader.partitioned import is_partitioned, partition_stores
+from pyg_orch.features.partition_stores import (
+    PartitionFeatureStore,
+    PartitionGraphStore,
+    open_stores,
+)
 from pyg_orch.loader.partition_pipeline import PartitionBatches
-from pyg_orch.features.partition_stores import open_stores
+from pyg_orch.loader.validation import (
+    check_edge_label,
+    check_edge_label_time,
+    check_neg_sampling,
+    check_temporal_args,
+)
+from pyg_orch.parallel.exchange import group_size
 from pyg_orch.sampling.arguments import parse_subgraph_type, resolve_device
 
-__all__ = ['STORE_KEYWORDS', 'partition_batches']
+__all__ = ['STORE_KEYWORDS', 'agree_on_batches', 'is_partitioned',
+           'partition_batches', 'partition_stores']
 
 # Arguments that make sense only for a graph held in memory, with their
 # defaults (accepted when passed with these values).
-_IN_MEMORY = {
-    'is_sorted': False,
-    'filter_per_worker': None,
-    'neighbor_sampler': None,
-    'topology': None,
-    'lookahead': None,
-}
+_IN_MEMORY = {'is_sorted': False, 'filter_per_worker': None,
+              'neighbor_sampler': None, 'topology': None, 'lookahead': None}
 
 # Fields of the option objects that make sense only for a graph held in
 # memory, with their defaults.
@@ -46,11 +52,136 @@ STORE_KEYWORDS = ('group', 'expected_fingerprint', 'sampling_device',
                   'feature_device', 'feature_placement', 'cache_size',
                   'edge_cache_size')
 
+# Arguments of HybridLinkNeighborLoader that give its label edges.
+_LINK = ('edge_label_index', 'edge_label', 'edge_label_time', 'neg_sampling',
+         'neg_sampling_ratio')
+
 # Keywords that go to PartitionBatches as they are.
 _BATCHES = ('even', 'replace', 'disjoint', 'drop_last', 'weight_attr',
             'time_attr', 'temporal_strategy', 'subgraph_type',
             'transform_sampler_output', 'prefetch', 'num_workers',
             'batch_size', 'shuffle', 'transform')
+
+# Of those, what every rank must pass alike (batches are collectives).
+_AGREED = tuple(key for key in _BATCHES if not key.startswith('transform'))
+
+Stores = Tuple[PartitionFeatureStore, PartitionGraphStore]
+
+
+def is_partitioned(data: Any) -> bool:
+    r"""Whether :obj:`data` is a partition folder or a pair of partition
+    stores."""
+    if isinstance(data, (str, os.PathLike)):
+        return True
+    return isinstance(data, (tuple, list)) and len(data) == 2 and \
+        isinstance(data[1], PartitionGraphStore)
+
+
+def partition_stores(data: Any, device: torch.device) -> Stores:
+    r"""The stores of :obj:`data`: a folder is opened
+    (:func:`~pyg_orch.features.partition_stores.open_stores`, a collective,
+    rows gathered to :obj:`device`); a pair is checked."""
+    if isinstance(data, (str, os.PathLike)):
+        return open_stores(data, device=device)
+    fs, gs = data
+    if not isinstance(fs, PartitionFeatureStore):
+        raise TypeError(f"'data' must pair a PartitionGraphStore with a "
+                        f"PartitionFeatureStore (got "
+                        f"{type(fs).__name__})")
+    if fs.partition is not gs.partition and (
+            fs.partition.part != gs.partition.part
+            or fs.partition.partitioning_id != gs.partition.partitioning_id):
+        raise ValueError("'data' pairs stores of different parts or "
+                         "partitionings; open both with open_stores()")
+    return fs, gs
+
+
+def agree_on_batches(arguments: Dict[str, Any],
+                     error: Optional[BaseException] = None,
+                     group: Optional[Any] = None) -> None:
+    r"""Tells every rank of :obj:`group` this rank's :obj:`arguments`
+    (compared by :func:`repr`) and the :obj:`error` it hit, so that every
+    rank raises instead of waiting in a later collective: where they
+    disagree, or where one failed (naming it). A collective."""
+    mine = (None if error is None else f'{type(error).__name__}: {error}',
+            {k: repr(v) for k, v in arguments.items()})
+    everything: List[Any] = [mine]
+    if group_size(group) > 1:
+        everything = [None] * group_size(group)
+        dist.all_gather_object(everything, mine, group=group)
+    if error is not None:
+        raise error  # Its own error on the rank that hit it.
+    for r, (err, _) in enumerate(everything):
+        if err is not None:
+            raise ValueError(f'rank {r} could not build its loader, so no '
+                             f'rank can sample: {err}')
+    first = everything[0][1]
+    for r, (_, args) in enumerate(everything):
+        for name in sorted(set(first) | set(args)):
+            if first.get(name) != args.get(name):
+                raise ValueError(
+                    f"the ranks disagree on {name!r}: rank 0 passed "
+                    f"{first.get(name)}, rank {r} passed {args.get(name)}; "
+                    f"every rank must pass the same value (batches are "
+                    f"sampled collectively)")
+
+
+def link_inputs(stores: Stores, num_neighbors: Any, options: Dict[str, Any],
+                edge_label_index: Any = None, edge_label: Any = None,
+                edge_label_time: Any = None, neg_sampling: Any = None,
+                neg_sampling_ratio: Any = None) -> Dict[str, Any]:
+    r"""This rank's checked label edges (:obj:`input_edges`) and
+    :obj:`neg_sampling`, agreed on with every rank (a collective)."""
+    graph_store = stores[1]
+    error: Optional[BaseException] = None
+    edge_type, neg, inputs = None, None, None
+    time_attr = options.get('time_attr')
+    try:
+        check_temporal_args(None, time_attr,
+                            options.get('temporal_strategy', 'uniform'),
+                            options.get('weight_attr'))
+        edge_type, index = graph_store.label_edges(edge_label_index)
+        num = index.size(1)
+        check_edge_label(edge_label, num)
+        check_edge_label_time(edge_label_time, time_attr, num)
+        neg_sampling = check_neg_sampling(neg_sampling, neg_sampling_ratio,
+                                          edge_label, stores,
+                                          (edge_type, index))
+        _check_global_weights(neg_sampling, edge_type, graph_store)
+        if neg_sampling is not None:
+            neg = (neg_sampling.mode.value, neg_sampling.amount,
+                   neg_sampling.src_weight is not None,
+                   neg_sampling.dst_weight is not None)
+            if neg_sampling.is_binary() and edge_label is not None and \
+                    edge_label.numel() and edge_label.min() == 0:
+                edge_label = edge_label + 1  # As PyG: 0 means negative.
+        inputs = EdgeSamplerInput(torch.arange(num), index[0], index[1],
+                                  edge_label, edge_label_time, edge_type)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        error = exc
+    agree_on_batches({
+        'num_neighbors': num_neighbors, 'neg_sampling': neg,
+        'edge_label_index (edge type)': edge_type,
+        'edge_label_time (given or not)': edge_label_time is not None,
+        **{k: options.get(k) for k in _AGREED}},
+        error, graph_store.layout.batch_group)
+    return {'input_edges': inputs, 'neg_sampling': neg_sampling}
+
+
+def _check_global_weights(neg_sampling: Optional[NegativeSampling],
+                          edge_type: Any, graph_store: Any) -> None:
+    # Negative-sampling weights over a partitioned graph: one per vertex of
+    # the whole graph (global ids).
+    if neg_sampling is None:
+        return
+    for name, weight, end in (('src_weight', neg_sampling.src_weight, 0),
+                              ('dst_weight', neg_sampling.dst_weight, -1)):
+        node_type = None if edge_type is None else edge_type[end]
+        n = graph_store.num_nodes[node_type]
+        if weight is not None and weight.numel() != n:
+            raise ValueError(f"'neg_sampling.{name}' must hold one weight "
+                             f"per vertex of the whole graph ({n} of node "
+                             f"type {node_type!r}; got {weight.numel()})")
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -63,53 +194,44 @@ def _is_default(value: Any, default: Any) -> bool:
 
 
 class RankSeeds(NamedTuple):
-    r"""This rank's share of the seeds given to a partition folder's
-    loader."""
-    #: The seeds (or what names them), as
-    #: :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` takes them.
+    r"""This rank's share of the seeds of all ranks: the seeds (or what
+    names them), their times and their positions among all ranks' seeds
+    (the batches' :obj:`input_id`)."""
     nodes: Optional[Any]
-    #: Their times (where :obj:`input_time` was given).
     time: Optional[Tensor] = None
-    #: Their positions among the seeds of all ranks (where given as ids or
-    #: a mask): what batches report as :obj:`input_id`.
     input_id: Optional[Tensor] = None
 
 
 def _input_nodes(input_nodes: Any, partition,
                  input_time: Optional[Tensor] = None) -> RankSeeds:
-    r"""This rank's seeds: the part's vertices among :obj:`input_nodes`
-    (the seeds of all ranks: global ids or a mask over all vertices), or a
-    node attribute name, or :obj:`None`; for a heterogeneous partition, a
-    node type or a (node type, seeds) tuple. Also their times, the entries
-    of :obj:`input_time` (one per seed of all ranks) that it keeps, and
-    their positions among all ranks' seeds."""
+    r"""The part's vertices among :obj:`input_nodes` (the seeds of all
+    ranks: global ids or a mask over all vertices, with their node type on
+    a heterogeneous partition), with their times and positions; seeds
+    named by an attribute or a node type are resolved by
+    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`."""
     typed = isinstance(input_nodes, (tuple, list)) and \
         len(input_nodes) == 2 and isinstance(input_nodes[0], str)
-    nodes = input_nodes[1] if typed else input_nodes
-    if input_time is not None and (nodes is None or isinstance(nodes, str)):
-        raise ValueError("'input_time' on a partition folder needs "
-                         "'input_nodes' as the seeds of all ranks (global "
-                         "ids or a mask over all vertices), one time each")
-    if not partition.is_hetero:
-        if typed:
-            raise ValueError("'input_nodes' as a (node type, seeds) tuple "
-                             "is for heterogeneous partitions")
-        if input_nodes is None or isinstance(input_nodes, str):
-            return RankSeeds(input_nodes)
-        return _owned(input_nodes, partition.node_part, partition.part,
-                      input_time)
-    if isinstance(input_nodes, str):
-        return RankSeeds(input_nodes)  # The part's vertices of that type.
-    if not typed:
+    if typed and not partition.is_hetero:
+        raise ValueError("'input_nodes' as a (node type, seeds) tuple "
+                         "is for heterogeneous partitions")
+    if _named(input_nodes):
+        if input_time is not None:
+            raise ValueError("'input_time' on a partition folder needs "
+                             "'input_nodes' as the seeds of all ranks "
+                             "(global ids or a mask over all vertices), "
+                             "one time each")
+        return RankSeeds(input_nodes)
+    if not typed and partition.is_hetero:
         raise ValueError("'input_nodes' must be a node type or a (node "
                          "type, seeds) tuple for a heterogeneous partition "
                          f"(got {input_nodes!r})")
+    if not typed:
+        return _owned(input_nodes, partition.node_part, partition.part,
+                      input_time)
     node_type, nodes = input_nodes
     if node_type not in partition.node_part:
         raise ValueError(f"'input_nodes' names the node type {node_type!r}, "
                          f"not one of {list(partition.node_part)}")
-    if nodes is None or isinstance(nodes, str):
-        return RankSeeds((node_type, nodes))
     owned = _owned(nodes, partition.node_part[node_type], partition.part,
                    input_time)
     return owned._replace(nodes=(node_type, owned.nodes))
@@ -156,11 +278,10 @@ def _named(input_nodes: Any) -> bool:
     return input_nodes is None or isinstance(input_nodes, str)
 
 
-def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
-    r"""The store and batch arguments that a
-    :class:`~pyg_orch.PlacementOptions` and a :class:`~pyg_orch.CacheOptions`
-    (or :obj:`None`) stand for; their fields that apply to a graph held in
-    memory only must keep their defaults."""
+def _option_fields(placement: Any, cache: Any,
+                   name: str) -> Dict[str, Any]:
+    r"""The store and batch arguments :obj:`placement` and :obj:`cache`
+    stand for (their in-memory fields must keep their defaults)."""
     out: Dict[str, Any] = {}
     for group, value in (('placement', placement), ('cache', cache)):
         if value is None:
@@ -168,14 +289,14 @@ def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
         for field, default in _IN_MEMORY_OPTIONS[group].items():
             if not _is_default(getattr(value, field), default):
                 raise ValueError(
-                    f"HybridNeighborLoader on a partition folder: "
+                    f"{name} on a partition folder: "
                     f"'{group}.{field}' applies to a graph held in memory; "
                     f"leave it unset")
     if placement is not None:
         if isinstance(placement.topology, str) and \
                 placement.topology in ('device', 'host'):
             raise ValueError(
-                f"HybridNeighborLoader on a partition folder: "
+                f"{name} on a partition folder: "
                 f"'placement.topology' must be 'auto' or 'sharded' (got "
                 f"{placement.topology!r}); the part's topology is sampled "
                 f"on 'sampling_device'")
@@ -192,32 +313,28 @@ def _option_fields(placement: Any, cache: Any) -> Dict[str, Any]:
 def partition_batches(data: Any, arguments: Dict[str, Any]
                       ) -> Optional[PartitionBatches]:
     r"""The :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` of
-    :obj:`HybridNeighborLoader(data, ...)` where :obj:`data` is partitioned
-    (else :obj:`None`). A folder: opens this rank's stores with
-    :func:`~pyg_orch.distributed.open_stores` (the keywords
-    :data:`STORE_KEYWORDS`, :obj:`placement.topology` and
-    :obj:`cache.policy`) and keeps the part's seeds among
-    :obj:`input_nodes`, the seeds of all ranks. A pair
-    :obj:`(PartitionFeatureStore, PartitionGraphStore)`: the stores as they
-    were opened, :obj:`input_nodes` this rank's seeds (see
-    :meth:`~pyg_orch.distributed.PartitionGraphStore.seed_nodes`). A
-    collective: every rank of the process group calls it. :obj:`arguments`
-    are those passed to
-    :class:`~pyg_orch.HybridNeighborLoader` (by name, :obj:`kwargs` merged
-    in); arguments of a graph held in memory (:obj:`topology`,
-    :obj:`neighbor_sampler`, ...) and DataLoader arguments other than
-    :obj:`batch_size`, :obj:`shuffle`, :obj:`drop_last` and
-    :obj:`num_workers` (threads here) are refused with a
-    :class:`ValueError` unless left at their defaults."""
+    a hybrid loader whose :obj:`data` is partitioned (else :obj:`None`), from
+    its :obj:`arguments` (by name, :obj:`kwargs` merged in). A folder is
+    opened with :func:`~pyg_orch.distributed.open_stores` (the keywords
+    :data:`STORE_KEYWORDS`), :obj:`input_nodes` the seeds of all ranks; with
+    the stores, :obj:`input_nodes` are this rank's; label edges are always
+    this rank's. Arguments of a graph held in memory and DataLoader
+    arguments other than :obj:`batch_size`, :obj:`shuffle`,
+    :obj:`drop_last` and :obj:`num_workers` (threads) raise a
+    :class:`ValueError` unless left at their defaults. A collective."""
     if not is_partitioned(data):
         return None
     folder = isinstance(data, (str, os.PathLike))
     where = f"'{os.fspath(data)}'" if folder else 'the stores'
     args = dict(arguments)
+    link = {key: args.pop(key) for key in _LINK if key in args} \
+        if 'edge_label_index' in args else None
+    name = 'HybridNeighborLoader' if link is None else \
+        'HybridLinkNeighborLoader'
     for key, default in _IN_MEMORY.items():
         if key in args and not _is_default(args.pop(key), default):
             raise ValueError(
-                f"HybridNeighborLoader on a partition folder: {key!r} "
+                f"{name} on a partition folder: {key!r} "
                 f"applies to a graph held in memory; leave it unset (each "
                 f"rank samples its part of {where})")
     seed = args.pop('seed', None)
@@ -229,7 +346,7 @@ def partition_batches(data: Any, arguments: Dict[str, Any]
                          f"None (got {seed!r})")
     device = resolve_device(args.pop('device', None))
     options = _option_fields(args.pop('placement', None),
-                             args.pop('cache', None))
+                             args.pop('cache', None), name)
     stores = {key: args.pop(key) for key in STORE_KEYWORDS if key in args}
     for key in ('topology_placement', 'policy'):
         if key in options:
@@ -243,19 +360,25 @@ def partition_batches(data: Any, arguments: Dict[str, Any]
         options['subgraph_type'] = parse_subgraph_type(
             options.get('subgraph_type', 'directional'), False, False)
     if args:
-        raise ValueError(f"HybridNeighborLoader on a partition folder does "
+        raise ValueError(f"{name} on a partition folder does "
                          f"not take {sorted(args)} (batches are built "
                          f"without a DataLoader's workers)")
     if folder:
         feature_store, graph_store = open_stores(data, device=device,
                                                  **stores)
-        seeds = _input_nodes(input_nodes, graph_store.partition, input_time)
     else:
         if stores:
             raise ValueError(f"{sorted(stores)} place the stores: pass them "
                              f"to open_stores(), not to the loader of "
                              f"(feature_store, graph_store)")
         feature_store, graph_store = partition_stores(data, device)
+    if link is not None:
+        options.update(link_inputs((feature_store, graph_store),
+                                   num_neighbors, options, **link))
+        seeds = RankSeeds(None)
+    elif folder:
+        seeds = _input_nodes(input_nodes, graph_store.partition, input_time)
+    else:
         seeds = RankSeeds(input_nodes, input_time)
         if not _named(input_nodes):  # Else named by the part's attributes.
             node_type, ids = graph_store.seed_nodes(input_nodes)

@@ -1,9 +1,7 @@
-r"""How :class:`~pyg_orch.HybridNeighborLoader` builds batches over a
-partition folder (:class:`PartitionBatches`): one part per rank (or per
-machine, shared by its ranks), mini-batches of this part's seeds as PyG
-:class:`Data`, the same number of batches on every rank so that the
-collectives never wait for a rank that has run out of seeds; built in the
-training loop's thread, a prefetch thread or worker threads."""
+r"""The batches of the hybrid loaders over a partitioned graph
+(:class:`PartitionBatches`): as many on every rank, so that the collectives
+never wait for a rank that has run out; built in the training loop's
+thread, a prefetch thread or worker threads."""
 from __future__ import annotations
 
 import functools
@@ -14,7 +12,6 @@ from typing import (
     Iterator,
     List,
     Optional,
-    NamedTuple,
     Tuple,
     Union,
 )
@@ -22,6 +19,11 @@ from typing import (
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch_geometric.sampler import (
+    EdgeSamplerInput,
+    NegativeSampling,
+    NodeSamplerInput,
+)
 
 from pyg_orch.parallel.exchange import (
     comm_device,
@@ -35,13 +37,16 @@ from pyg_orch.features.partition_stores import (
     PartitionFeatureStore,
     PartitionGraphStore,
 )
+from pyg_orch.loader.assemble import link_metadata, node_metadata
 from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.core.checks import check_choice
-from pyg_orch.sampling.arguments import (
+from pyg_orch.loader.seed_batches import edge_seeds
+from pyg_orch.core.checks import (
+    check_bool,
+    check_callable,
+    check_choice,
     check_int,
-    integers_per_seed,
-    times_per_seed,
 )
+from pyg_orch.sampling.arguments import integers_per_seed, times_per_seed
 
 __all__ = ['PartitionBatches']
 
@@ -62,20 +67,6 @@ def _all_go_on(group: Any, option: str, go_on: bool) -> bool:
     return all_go_on
 
 
-def _check_same(value: int, what: str, group: Any) -> None:
-    # The same on every rank (else the ranks would make different numbers
-    # of groups and wait for each other for ever): raises on all of them.
-    if group_size(group) == 1:
-        return
-    t = torch.tensor([value, -value], dtype=torch.int64).to(
-        comm_device(group))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    hi, lo = t[0].item(), -t[1].item()
-    if lo != hi:
-        raise ValueError(f"{what} must be the same on every rank (got "
-                         f"{lo} threads on one rank, {hi} on another)")
-
-
 def _reduce(value: int, op, group) -> int:
     if group_size(group) == 1:
         return value
@@ -84,39 +75,22 @@ def _reduce(value: int, op, group) -> int:
     return int(t.item())
 
 
-class SeedBatch(NamedTuple):
-    r"""The seeds of one batch of a
-    a :class:`PartitionBatches`."""
-    seeds: Tensor
-    time: Optional[Tensor]
-    input_id: Tensor
-
-
 class PartitionBatches:
-    r"""The batches of :class:`~pyg_orch.HybridNeighborLoader` over a
-    partition folder: mini-batches of this rank's seeds, sampled
-    collectively over the stores of :func:`~pyg_orch.distributed.open_stores`
-    (rank :obj:`k` holds part :obj:`k`, or the ranks of a machine share
-    one part), as PyG :class:`Data` (or :class:`HeteroData`) with the
-    gathered node attributes, the sampled edges' attributes, :obj:`n_id`,
-    :obj:`e_id`, :obj:`batch_size`, :obj:`input_id`, ... as PyG's loaders.
-
-    Every rank iterates in step (each batch is a collective) and takes as
-    many batches: with :obj:`even='min'` the smallest count over the ranks,
-    with :obj:`even='pad'` the largest (ranks with fewer seeds yield empty
-    batches at the end). The caches of the feature store
-    (:obj:`cache_size`, :obj:`edge_cache_size`) are filled on the first
-    epoch from :obj:`num_presample_batches` pre-sampled batches
-    (:obj:`cache_ranking='frequency'`) or from the sources of the part's
-    in-edges (:obj:`'degree'`). :obj:`prefetch` builds batches ahead in a
-    background thread, :obj:`num_workers` in that many threads (not
-    processes: their exchanges are collectives), each over a gloo group of
-    its own and agreeing with the other ranks' threads before each batch;
-    batches are reproducible for a given :obj:`num_workers`. The other
-    arguments are those of :class:`~pyg_orch.HybridNeighborLoader`;
-    :obj:`input_nodes` are this rank's seeds (global ids, or the name of a
-    boolean node attribute; for a heterogeneous partition with their node
-    type), :obj:`input_id` what batches report for them.
+    r"""The batches of the hybrid loaders over a partitioned graph: PyG
+    :class:`Data` (or :class:`HeteroData`) of this rank's seeds (or label
+    edges, :obj:`input_edges`, with :obj:`neg_sampling`), sampled
+    collectively over the stores of
+    :func:`~pyg_orch.distributed.open_stores`, with node and edge
+    attributes and PyG's bookkeeping. Every rank takes as many batches:
+    with :obj:`even='min'` the smallest count, with :obj:`'pad'` the
+    largest (empty batches at the end). The stores' caches are filled on
+    the first epoch from :obj:`num_presample_batches` pre-sampled batches
+    (:obj:`cache_ranking='frequency'`) or by how many of the part's
+    in-edges a vertex is the source of (:obj:`'degree'`).
+    :obj:`prefetch` and :obj:`num_workers` build batches in threads, each
+    over a gloo group of its own. :obj:`input_nodes` are this rank's seeds
+    (ids, or a boolean node attribute's name; with their node type on a
+    heterogeneous partition); the other arguments are the loaders'.
     """
     def __init__(self, feature_store: PartitionFeatureStore,
                  graph_store: PartitionGraphStore,
@@ -137,9 +111,10 @@ class PartitionBatches:
                  input_id: Optional[Tensor] = None,
                  subgraph_type: Any = 'directional',
                  transform_sampler_output: Optional[Callable] = None,
-                 prefetch: int = 0, num_workers: int = 0):
-        if seed is None:
-            seed = 0
+                 prefetch: int = 0, num_workers: int = 0,
+                 input_edges: Optional[EdgeSamplerInput] = None,
+                 neg_sampling: Optional[NegativeSampling] = None):
+        seed = seed or 0
         if num_presample_batches is None:
             num_presample_batches = 8
         check_int('num_presample_batches', num_presample_batches, 1)
@@ -150,19 +125,11 @@ class PartitionBatches:
         if prefetch > 0 and num_workers > 0:
             raise ValueError("'prefetch' > 0 needs num_workers=0 (each "
                              "worker thread builds two batches ahead)")
-        for name, fn in (('transform', transform),
-                         ('transform_sampler_output',
-                          transform_sampler_output)):
-            if fn is not None and not callable(fn):
-                raise ValueError(f"'{name}' must be callable (got {fn!r})")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) \
-                or batch_size < 1:
-            raise ValueError(f"'batch_size' must be a positive integer "
-                             f"(got {batch_size!r})")
+        check_callable('transform', transform)
+        check_callable('transform_sampler_output', transform_sampler_output)
+        check_int('batch_size', batch_size, 1)
         check_choice('even', even, ('min', 'pad'))
-        if not isinstance(drop_last, bool):
-            raise ValueError(f"'drop_last' must be a bool (got "
-                             f"{drop_last!r})")
+        check_bool('drop_last', drop_last)
         self.feature_store, self.graph_store = feature_store, graph_store
         self.device = torch.device('cpu') if device is None else \
             torch.device(device)
@@ -195,25 +162,26 @@ class PartitionBatches:
             replace=replace, disjoint=disjoint, weight_attr=weight_attr,
             time_attr=time_attr, temporal_strategy=temporal_strategy,
             subgraph_type=subgraph_type, device=self.sampling_device)
-        self.input_nodes = self._resolve(input_nodes)
-        self.input_time = self._resolve_time(input_time)
-        self.input_id = self._resolve_id(input_id)
-        if layout.shares_part:  # Every N-th seed of the part.
-            share = slice(layout.local_rank, None, layout.local_world_size)
-            self.input_nodes = self.input_nodes[share]
-            self.input_id = self.input_id[share]
-            if self.input_time is not None:
-                self.input_time = self.input_time[share]
+        self.neg_sampling = neg_sampling
+        self.input_nodes = self.input_time = self.input_id = None
+        self.inputs: Union[NodeSamplerInput, EdgeSamplerInput] = input_edges
+        if input_edges is None:
+            self._resolve_inputs(input_nodes, input_time, input_id)
+        else:
+            self.input_type = input_edges.input_type
         self._shuffle_gen = torch.Generator().manual_seed(seed * 1000
                                                           + layout.seed_rank)
         self._cache_built = not (self.cache_size or self.edge_cache_size)
         self.batch_stats: List[dict] = []
-        self._batch_hooks: Dict[int, Callable] = {}
-        self._sampled_hooks: Dict[int, Callable] = {}
+        #: The hooks run on every batch (see
+        #: :meth:`pyg_orch.HybridNeighborLoader.register_batch_hook`).
+        self.batch_hooks: Dict[int, Callable] = {}
+        self.sampled_hooks: Dict[int, Callable] = {}
         op = dist.ReduceOp.MIN if even == 'min' else dist.ReduceOp.MAX
         # A collective, once here (every rank constructs the loader):
-        self._num_batches = _reduce(self._local_batches(), op,
-                                    layout.batch_group)
+        n = self.inputs.input_id.numel()
+        local = n // batch_size if drop_last else -(-n // batch_size)
+        self._num_batches = _reduce(local, op, layout.batch_group)
         self.prefetch = prefetch
         self.num_workers = num_workers
         # The exchange group of every thread that builds batches (a
@@ -221,94 +189,80 @@ class PartitionBatches:
         # that its exchanges never interleave with the training loop's
         # collectives (DDP) nor with another thread's.
         threads = num_workers if num_workers > 0 else int(prefetch > 0)
-        _check_same(threads, "'num_workers' (and whether 'prefetch' > 0)",
-                    group)
+        lo = -_reduce(-threads, dist.ReduceOp.MAX, group)
+        if lo != _reduce(threads, dist.ReduceOp.MAX, group):
+            raise ValueError("'num_workers' (and whether 'prefetch' > 0) "
+                             "must be the same on every rank")
         self._thread_groups = [gloo_twin(group) for _ in range(threads)]
         self._worker_generators: Optional[List[torch.Generator]] = None
 
-    def _resolve(self, input_nodes) -> Tensor:
-        part = self.partition
-        if part.is_hetero:
-            return self._resolve_hetero(input_nodes)
-        if input_nodes is None:
-            input_nodes = 'train_mask' if 'train_mask' in part.node_attrs \
-                else None
-            if input_nodes is None:
-                return part.node_ids.clone().to(torch.int64)
-        return self._owned_or_given(part.node_ids, part.node_attrs,
-                                    input_nodes)
-
-    def _resolve_time(self, input_time) -> Optional[Tensor]:
-        if input_time is None:
-            return None
-        if not self.sampler.is_temporal:
-            raise ValueError("'input_time' is for temporal sampling; pass "
-                             "'time_attr' too")
-        return times_per_seed(input_time, self.input_nodes.numel(),
-                              'input_time')
-
-    def _resolve_id(self, input_id) -> Tensor:
+    def _resolve_inputs(self, input_nodes, input_time, input_id) -> None:
+        # This rank's seeds, their times and ids; where the ranks of a
+        # machine share the part, every N-th of them.
+        self.input_nodes = self._resolve(input_nodes)
         n = self.input_nodes.numel()
-        if input_id is None:
-            return torch.arange(n)
-        return integers_per_seed(input_id, n, 'input_id', 'id').cpu()
+        if input_time is not None:
+            if not self.sampler.is_temporal:
+                raise ValueError("'input_time' is for temporal sampling; "
+                                 "pass 'time_attr' too")
+            self.input_time = times_per_seed(input_time, n, 'input_time')
+        self.input_id = torch.arange(n) if input_id is None else \
+            integers_per_seed(input_id, n, 'input_id', 'id').cpu()
+        layout = self.layout
+        if layout.shares_part:
+            share = slice(layout.local_rank, None, layout.local_world_size)
+            self.input_nodes = self.input_nodes[share]
+            self.input_id = self.input_id[share]
+            if self.input_time is not None:
+                self.input_time = self.input_time[share]
+        self.inputs = NodeSamplerInput(self.input_id, self.input_nodes,
+                                       self.input_time, self.input_type)
 
-    @staticmethod
-    def _owned_or_given(node_ids, attrs, input_nodes) -> Tensor:
-        if isinstance(input_nodes, str):
-            if input_nodes not in attrs:
-                raise ValueError(f'the partition has no node attribute '
-                                 f'{input_nodes!r}')
-            mask = attrs[input_nodes]
-            if mask.dtype != torch.bool:
-                raise ValueError(f'{input_nodes!r} must be a boolean mask')
-            return node_ids[mask].to(torch.int64)
-        return torch.as_tensor(input_nodes, dtype=torch.int64).view(-1)
-
-    def _resolve_hetero(self, input_nodes) -> Tensor:
+    def _resolve(self, input_nodes) -> Tensor:
+        # This part's seeds: the given ids, the part's vertices where a
+        # boolean node attribute is set, or all of them (homogeneous: all
+        # in `train_mask` where there is one).
         part = self.partition
-        types = list(part.node_ids)
-        if isinstance(input_nodes, str):
-            input_nodes = (input_nodes, None)
-        if not (isinstance(input_nodes, (tuple, list))
-                and len(input_nodes) == 2
-                and isinstance(input_nodes[0], str)):
-            raise ValueError(
-                f"'input_nodes' must name the seeds' node type for a "
-                f"heterogeneous partition: a node type (all of this part's "
-                f"vertices of it), or a (node type, ids or boolean "
-                f"attribute name) tuple (got {input_nodes!r})")
-        node_type, nodes = input_nodes
-        if node_type not in types:
-            raise ValueError(f"'input_nodes' names the node type "
-                             f"{node_type!r}, not one of {types}")
-        self.input_type = node_type
-        if nodes is None:
-            return part.node_ids[node_type].clone().to(torch.int64)
-        return self._owned_or_given(part.node_ids[node_type],
-                                    part.node_attrs[node_type], nodes)
-
-    def register_batch_hook(self, hook: Callable,
-                            when: str = 'received') -> Callable[[], None]:
-        r"""Calls :obj:`hook(batch)` on every mini-batch when the training
-        loop receives it (after it was moved to :obj:`device` and
-        transformed), or, with :obj:`when='sampled'`, calls
-        :obj:`hook(sampler_output)` right after a batch was sampled, before
-        its features are gathered, as
-        :meth:`pyg_orch.HybridNeighborLoader.register_batch_hook` does.
-        Returns a function that removes the hook."""
-        check_choice('when', when, ('received', 'sampled'))
-        hooks = self._batch_hooks if when == 'received' else \
-            self._sampled_hooks
-        key = id(hook)
-        hooks[key] = hook
-        return lambda: hooks.pop(key, None)
+        node_ids, attrs = part.node_ids, part.node_attrs
+        if part.is_hetero:
+            if isinstance(input_nodes, str):
+                input_nodes = (input_nodes, None)
+            if not (isinstance(input_nodes, (tuple, list))
+                    and len(input_nodes) == 2
+                    and isinstance(input_nodes[0], str)):
+                raise ValueError(
+                    f"'input_nodes' must name the seeds' node type for a "
+                    f"heterogeneous partition: a node type (all of this "
+                    f"part's vertices of it), or a (node type, ids or "
+                    f"boolean attribute name) tuple (got {input_nodes!r})")
+            node_type, input_nodes = input_nodes
+            if node_type not in node_ids:
+                raise ValueError(f"'input_nodes' names the node type "
+                                 f"{node_type!r}, not one of "
+                                 f"{list(node_ids)}")
+            self.input_type = node_type
+            node_ids, attrs = node_ids[node_type], attrs[node_type]
+        elif input_nodes is None and 'train_mask' in attrs:
+            input_nodes = 'train_mask'
+        if input_nodes is None:
+            return node_ids.clone().to(torch.int64)
+        if not isinstance(input_nodes, str):
+            return torch.as_tensor(input_nodes, dtype=torch.int64).view(-1)
+        if input_nodes not in attrs:
+            raise ValueError(f'the partition has no node attribute '
+                             f'{input_nodes!r}')
+        if attrs[input_nodes].dtype != torch.bool:
+            raise ValueError(f'{input_nodes!r} must be a boolean mask')
+        return node_ids[attrs[input_nodes]].to(torch.int64)
 
     # What the loader's offload protocol reads ##############################
 
     def offload_seeds(self) -> Tuple[Any, int]:
-        r"""This rank's training seeds (per node type for a heterogeneous
-        partition) and the batch size."""
+        r"""This rank's training seeds (the label edges' endpoints for
+        link batches; per node type for a heterogeneous partition) and how
+        many a batch holds."""
+        if self.input_nodes is None:
+            return edge_seeds(self.inputs, self.batch_size)
         if self.partition.is_hetero:
             return {self.input_type: self.input_nodes}, self.batch_size
         return self.input_nodes, self.batch_size
@@ -319,48 +273,31 @@ class PartitionBatches:
         build ahead of the one the training loop holds, at most."""
         return self.prefetch if self.prefetch > 0 else 3 * self.num_workers
 
-    def _local_batches(self) -> int:
-        n = self.input_nodes.numel()
-        if self.drop_last:
-            return n // self.batch_size
-        return (n + self.batch_size - 1) // self.batch_size
-
     def __len__(self) -> int:
         r"""The number of batches of an epoch, the same on every rank."""
         return self._num_batches
 
-    def _seed_batches(self) -> List[SeedBatch]:
-        r"""This epoch's seeds, their times (:obj:`None` unless given) and
-        their :obj:`input_id` per batch, as many batches as every rank."""
-        nodes, times, ids = self.input_nodes, self.input_time, self.input_id
-        if self.shuffle:
-            perm = torch.randperm(nodes.numel(), generator=self._shuffle_gen)
-            nodes, ids = nodes[perm], ids[perm]
-            times = None if times is None else times[perm]
-        batches = list(torch.split(nodes, self.batch_size))
-        time_batches = [None] * len(batches) if times is None else \
-            list(torch.split(times, self.batch_size))
-        id_batches = list(torch.split(ids, self.batch_size))
-        if self.drop_last and batches and \
-                batches[-1].numel() < self.batch_size:
-            batches.pop()
-        steps = len(self)
-        out = [SeedBatch(*b) for b in zip(batches, time_batches,
-                                          id_batches)][:steps]
-        out += [SeedBatch(nodes[:0], None if times is None else times[:0],
-                          ids[:0])] * (steps - len(out))
-        return out
+    def _seed_batches(self) -> List[Any]:
+        # This epoch's sampler inputs, as many batches as every rank's.
+        n = self.inputs.input_id.numel()
+        order = torch.randperm(n, generator=self._shuffle_gen) \
+            if self.shuffle else torch.arange(n)
+        index = list(torch.split(order, self.batch_size))
+        if self.drop_last and index and index[-1].numel() < self.batch_size:
+            index.pop()
+        index = index[:len(self)]
+        index += [order[:0]] * (len(self) - len(index))
+        return [self.inputs[i] for i in index]
 
-    def _seeds(self, seeds: Tensor):
-        if self.partition.is_hetero:
-            return {self.input_type: seeds}
-        return seeds
+    def _sample(self, sampler: DistributedNeighborSampler, inputs: Any):
+        if isinstance(inputs, EdgeSamplerInput):
+            return sampler.sample_from_edges(inputs, self.neg_sampling)
+        return sampler.sample_from_nodes(inputs)
 
-    def _build_cache(self, batches: List[SeedBatch]) -> None:
+    def _build_cache(self, batches: List[Any]) -> None:
         r"""Fills the caches of remote rows and of remote edges' attribute
-        rows from the accesses of the first pre-sampled batches: a
-        collective. The sampler's generator is restored after, so that the
-        batches of the epoch do not change."""
+        rows from the accesses of the first pre-sampled batches (a
+        collective); the sampler's generator is restored after."""
         by_degree = self.cache_ranking == 'degree'
         # Batches pre-sampled only where their accesses are counted (the
         # same on every rank: their arguments are):
@@ -369,21 +306,17 @@ class PartitionBatches:
         ) else 0
         num_nodes = self.sampler.num_nodes  # Per node type.
         fdev = self.feature_device
-        # Counted where the gather ranks them (by degree: counted once,
-        # not in the pre-sampled batches):
         counts = self._source_degrees(fdev) if (
             by_degree and self.cache_size) else {
             t: torch.zeros(n, dtype=torch.int64, device=fdev)
             for t, n in num_nodes.items()}
         e_ids: Dict[Any, List[Tensor]] = {}
         dsts: Dict[Any, List[Tensor]] = {}
+        hetero = self.partition.is_hetero
         with self.sampler.presampling(prune_hot=True):
-            for seeds, times, _ in batches[:steps]:
-                out = self.sampler.sample_from_nodes(self._seeds(seeds),
-                                                     times)
-                node = out.node
-                if not isinstance(node, dict):
-                    node = {None: node}
+            for inputs in batches[:steps]:
+                out = self._sample(self.sampler, inputs)
+                node = out.node if hetero else {None: out.node}
                 for t, ids in node.items():
                     if not by_degree:
                         counts[t] += torch.bincount(ids.to(fdev),
@@ -392,7 +325,7 @@ class PartitionBatches:
                     continue
                 dst = self.sampler.edge_destinations(out)
                 edge = out.edge
-                if not self.partition.is_hetero:
+                if not hetero:
                     edge, dst = {None: edge}, {None: dst}
                 for et, d in dst.items():
                     e_ids.setdefault(et, []).append(edge[et].to(fdev))
@@ -402,10 +335,10 @@ class PartitionBatches:
         # Each a collective, skipped alike on every rank where its size
         # is 0 (the caches start empty):
         if self.cache_size:
-            self.gather.build_cache(counts if self.partition.is_hetero
-                                    else counts[None], self.cache_size)
+            self.gather.build_cache(counts if hetero else counts[None],
+                                    self.cache_size)
         if self.edge_cache_size:
-            if self.partition.is_hetero:
+            if hetero:
                 self.gather.build_edge_cache(e_id, dst, self.edge_cache_size)
             else:  # No pre-sampled batch: no edges.
                 empty = torch.empty(0, dtype=torch.int64, device=fdev)
@@ -431,8 +364,7 @@ class PartitionBatches:
                 minlength=num_nodes[src])
         return counts
 
-    def _hetero_batch(self, out, seeds: Tensor,
-                      sampler: DistributedNeighborSampler,
+    def _hetero_batch(self, out, sampler: DistributedNeighborSampler,
                       gather: DistributedFeatureGather):
         from torch_geometric.data import HeteroData
         data = HeteroData()
@@ -461,7 +393,21 @@ class PartitionBatches:
                     store[key] = value
             if out.num_sampled_edges is not None:
                 store.num_sampled_edges = out.num_sampled_edges[et]
-        data[self.input_type].batch_size = seeds.numel()
+        return data
+
+    def _homo_batch(self, out, sampler: DistributedNeighborSampler,
+                    gather: DistributedFeatureGather):
+        from torch_geometric.data import Data
+        data = Data(edge_index=torch.stack([out.row, out.col]),
+                    num_nodes=out.node.numel(), **gather.gather(out.node))
+        data.n_id, data.e_id = out.node, out.edge
+        if out.batch is not None:
+            data.batch = out.batch
+        for key, value in gather.gather_edges(
+                out.edge, sampler.edge_destinations(out)).items():
+            data[key] = value
+        data.num_sampled_nodes = out.num_sampled_nodes
+        data.num_sampled_edges = out.num_sampled_edges
         return data
 
     def __iter__(self) -> Iterator:
@@ -478,7 +424,7 @@ class PartitionBatches:
         for batch in self._batches(batches, self.sampler, self.gather):
             yield self._deliver(*batch)
 
-    def _threaded(self, batches: List[SeedBatch]) -> Iterator:
+    def _threaded(self, batches: List[Any]) -> Iterator:
         # Batch i built by thread i % len(groups) (one with prefetch), each
         # thread with views of the sampler and gather over its own group,
         # and delivered in order.
@@ -523,41 +469,26 @@ class PartitionBatches:
                 for s in seeds]
         return self._worker_generators[k]
 
-    def _batches(self, batches: List[SeedBatch],
+    def _batches(self, batches: List[Any],
                  sampler: DistributedNeighborSampler,
                  gather: DistributedFeatureGather) -> Iterator:
-        # (batch, its stats) of every seed batch, with `sampler` and
+        # (batch, its stats) of every sampler input, with `sampler` and
         # `gather` (the loader's, or a worker thread's views).
-        from torch_geometric.data import Data
-        for seeds, times, input_id in batches:
-            out = sampler.sample_from_nodes(self._seeds(seeds), times)
-            for hook in list(self._sampled_hooks.values()):
+        for inputs in batches:
+            sampled = out = self._sample(sampler, inputs)
+            for hook in list(self.sampled_hooks.values()):
                 hook(out)
-            seed_time = out.metadata[1]  # As the sampler took them.
             if self.transform_sampler_output is not None:
                 out = self._transform_output(out)
-            if self.partition.is_hetero:
-                data = self._hetero_batch(out, seeds, sampler, gather)
-                data[self.input_type].input_id = input_id
-                if seed_time is not None:
-                    data[self.input_type].seed_time = seed_time
-                yield self._finish(data, sampler, gather)
-                continue
-            attrs = gather.gather(out.node)
-            data = Data(edge_index=torch.stack([out.row, out.col]),
-                        num_nodes=out.node.numel(), **attrs)
-            data.n_id, data.e_id = out.node, out.edge
-            if out.batch is not None:
-                data.batch = out.batch
-            for key, value in gather.gather_edges(
-                    out.edge, sampler.edge_destinations(out)).items():
-                data[key] = value
-            data.batch_size = seeds.numel()
-            data.input_id = input_id
-            if seed_time is not None:
-                data.seed_time = seed_time
-            data.num_sampled_nodes = out.num_sampled_nodes
-            data.num_sampled_edges = out.num_sampled_edges
+            build = self._hetero_batch if self.partition.is_hetero else \
+                self._homo_batch
+            data = build(out, sampler, gather)
+            # The metadata as the sampler made it (the seeds' times):
+            if isinstance(inputs, EdgeSamplerInput):
+                data = link_metadata(data, sampled, self.neg_sampling,
+                                     self.input_type)
+            else:
+                data = node_metadata(data, sampled, self.input_type)
             yield self._finish(data, sampler, gather)
 
     def _transform_output(self, out):
@@ -586,6 +517,6 @@ class PartitionBatches:
         self.batch_stats.append(stats)
         if self.transform is not None:
             data = self.transform(data)
-        for hook in list(self._batch_hooks.values()):
+        for hook in list(self.batch_hooks.values()):
             hook(data)
         return data

@@ -115,23 +115,11 @@ def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
 
 class PrefetchIterator:
     r"""Runs :obj:`iterator` in a background thread, :obj:`depth` batches
-    ahead. On CUDA, the thread works on a side stream and every batch
-    carries an event that the consumer's stream waits for, so no batch is
-    used before its data is written. An exception in the thread is raised in
-    the consumer at the next :func:`next`; :meth:`close` (also called when
-    the iterator is garbage collected or exhausted) stops the thread.
-
-    Args:
-        iterator (Iterator): Produces batches.
-        depth (int): Batches prepared ahead.
-        device (torch.device): Where the batches live.
-        agree (callable, optional): For an iterator whose batches are
-            collectives of several processes: called by the thread before
-            every batch with whether this process goes on (:obj:`False`
-            once the iterator is closed), it returns whether all go on
-            (e.g. an :obj:`all_reduce` of the flags); the thread stops
-            where it returns :obj:`False`.
-    """
+    ahead (on CUDA on a side stream, each batch with an event the consumer
+    waits for); its exceptions are raised at the consumer's next
+    :func:`next`. With :obj:`agree` (batches that are collectives), the
+    thread calls :obj:`agree(goes_on)` before every batch and stops where
+    it returns :obj:`False`."""
     def __init__(self, iterator: Iterator, depth: int, device: torch.device,
                  agree: Optional[Callable[[bool], bool]] = None):
         if depth < 1:

@@ -1,11 +1,9 @@
-"""The seed batches of a loader as tensors: index batches drawn as PyTorch's
-:class:`~torch.utils.data.BatchSampler` draws them, and slices of PyG's
-sampler inputs by such an index."""
-from typing import Any, Iterator, Optional
+"""Seed batches as tensors and slices of PyG's sampler inputs."""
+from typing import Any, Iterator, Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch_geometric.sampler import NodeSamplerInput
+from torch_geometric.sampler import EdgeSamplerInput, NodeSamplerInput
 
 
 def slice_node_input(inputs: NodeSamplerInput,
@@ -25,14 +23,10 @@ def slice_node_input(inputs: NodeSamplerInput,
 
 
 def tensor_index_batches(batch_sampler: Any) -> Optional[Iterator[Tensor]]:
-    r"""The index batches of :obj:`batch_sampler` as tensors, drawn as it
-    draws them, without a Python integer per index: for a
-    :class:`~torch.utils.data.BatchSampler` over a
-    :class:`~torch.utils.data.SequentialSampler` or over a
-    :class:`~torch.utils.data.RandomSampler` (without replacement, one
-    permutation per epoch, with a generator). The generator ends in the
-    state the sampler leaves it in (which draws a second, empty permutation
-    when it runs out). :obj:`None` for any other sampler."""
+    r"""The index batches of :obj:`batch_sampler` (a
+    :class:`~torch.utils.data.BatchSampler` over a sequential or random
+    sampler) as tensors, drawn as it draws them, the generator left in the
+    same state; :obj:`None` for any other sampler."""
     from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
     if type(batch_sampler) is not BatchSampler:
         return None
@@ -58,3 +52,13 @@ def _index_batches(n: int, generator: Optional[torch.Generator],
         yield order[start:start + batch_size]
     if generator is not None:  # As RandomSampler once it runs out.
         torch.randperm(n, generator=generator)
+
+
+def edge_seeds(inputs: EdgeSamplerInput, batch_size: int) -> Tuple[Any, int]:
+    r"""The seeds of link batches of :obj:`batch_size` label edges: their
+    endpoints (per node type for an edge type) and how many a batch holds."""
+    types = inputs.input_type
+    if types is not None and types[0] != types[-1]:
+        return {types[0]: inputs.row, types[-1]: inputs.col}, batch_size
+    seeds = torch.cat([inputs.row, inputs.col])
+    return seeds if types is None else {types[0]: seeds}, 2 * batch_size

@@ -15,11 +15,10 @@ class StageTimer:
     r"""Accumulates the time spent in named stages (e.g. :obj:`'sample'`,
     :obj:`'gather'`, :obj:`'transfer'`, :obj:`'train'`).
 
-    With :obj:`sync=True` on CUDA devices, the calling thread's stream is
-    synchronized around each stage, so that asynchronous kernels are charged
-    to the stage that launched them (other streams, e.g. a prefetch thread's,
-    run on). That serializes host and device; with :obj:`sync=False` a stage
-    is charged the host time spent in it, and device work overlaps.
+    With :obj:`sync=True` on CUDA, the calling thread's stream is
+    synchronized around each stage, so that kernels are charged to the
+    stage that launched them; with :obj:`sync=False` a stage is charged the
+    host time spent in it.
 
     .. code-block:: python
 
@@ -93,9 +92,7 @@ class StageTimer:
 
 class TimedIterator(DataLoaderIterator):
     r"""Hands a loader's batches to the training loop: runs the batch hooks
-    and charges the time the loop blocks on the next batch to
-    :obj:`'wait'` (less what the loader itself spent in this thread, when it
-    works in this thread, :obj:`in_thread`)."""
+    and charges the time the loop blocks to :obj:`'wait'`."""
     def __init__(self, iterator, timer: StageTimer,
                  hooks: Dict[int, Callable], in_thread: bool):
         super().__init__(iterator, _identity)
@@ -128,18 +125,14 @@ def _identity(x: Any) -> Any:
 
 def plot_stage_times(runs, ax=None, stages: Optional[list] = None):
     r"""Draws milliseconds per batch per stage as stacked bars, one bar per
-    run (needs :obj:`matplotlib`).
+    run (needs :obj:`matplotlib`); returns the
+    :class:`matplotlib.axes.Axes`.
 
     Args:
         runs (dict): Label to a stage summary: :meth:`StageTimer.summary`,
             :obj:`loader.stats()['stages']`, or a :class:`StageTimer`.
-        ax (matplotlib.axes.Axes, optional): Where to draw; a new figure if
-            not set.
-        stages (list, optional): Stage order (bottom first); by default the
-            stages in order of first appearance.
-
-    Returns:
-        The :class:`matplotlib.axes.Axes`.
+        ax (matplotlib.axes.Axes, optional): Where to draw.
+        stages (list, optional): Stage order (bottom first).
     """
     import matplotlib.pyplot as plt
 

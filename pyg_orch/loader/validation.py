@@ -1,6 +1,5 @@
-"""Argument checks for :class:`pyg_orch.HybridNeighborLoader` and
-:class:`pyg_orch.HybridLinkNeighborLoader`: bad input
-fails early, with the argument named and the expected form given."""
+"""Argument checks of the hybrid loaders: the argument named, the expected
+form given."""
 import math
 from typing import Any, Optional
 
@@ -11,11 +10,15 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.topology.sparse_adj import edge_index_of
 from pyg_orch.topology.graph import check_not_nan
-from pyg_orch.sampling.arguments import (
+from pyg_orch.core.checks import (
     check_bool,
     check_choice,
+    check_int,
     check_seconds,
 )
+
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8,
+                 torch.int8)
 
 #: The boolean arguments of :class:`torch.utils.data.DataLoader` (a truthy
 #: string such as :obj:`shuffle='no'` would mean :obj:`True`).
@@ -23,22 +26,14 @@ _LOADER_FLAGS = ('shuffle', 'drop_last', 'pin_memory', 'persistent_workers')
 
 
 def check_loader_kwargs(kwargs: dict, device: torch.device) -> None:
-    batch_size = kwargs.get('batch_size', 1)
     if kwargs.get('batch_sampler') is None:
-        if (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                or batch_size < 1):
-            raise ValueError(f"'batch_size' must be a positive integer "
-                             f"(got {batch_size!r})")
+        check_int('batch_size', kwargs.get('batch_size', 1), 1)
     for name in _LOADER_FLAGS:
         if name in kwargs:
             check_bool(name, kwargs[name])
     if 'timeout' in kwargs:
         check_seconds('timeout', kwargs['timeout'])
-    num_workers = kwargs.get('num_workers', 0)
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
-            or num_workers < 0:
-        raise ValueError(f"'num_workers' must be a non-negative integer "
-                         f"(got {num_workers!r})")
+    num_workers = check_int('num_workers', kwargs.get('num_workers', 0))
     if device.type == 'cuda' and num_workers > 0:
         raise ValueError(
             "'num_workers' > 0 is not supported with a CUDA 'device': "
@@ -88,8 +83,7 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
         if nodes.dim() != 1 or nodes.numel() != num_nodes:
             raise ValueError(f"'input_nodes' as a boolean mask must have "
                              f"shape [{num_nodes}] (got {list(nodes.shape)})")
-    elif nodes.dtype in (torch.int64, torch.int32, torch.int16, torch.uint8,
-                         torch.int8):
+    elif nodes.dtype in _INDEX_DTYPES:
         if nodes.dim() != 1:
             raise ValueError(f"'input_nodes' must be one-dimensional (got "
                              f"shape {list(nodes.shape)})")
@@ -136,10 +130,7 @@ def check_pipeline_args(prefetch: Any, lookahead: Any,
                         num_workers: int) -> None:
     r"""Checks :obj:`prefetch` and :obj:`lookahead`, which both keep batches
     in flight in the main process."""
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or \
-            prefetch < 0:
-        raise ValueError(f"'prefetch' must be a non-negative integer "
-                         f"(got {prefetch!r})")
+    check_int('prefetch', prefetch)
     if prefetch > 0 and num_workers > 0:
         raise ValueError("'prefetch' > 0 needs num_workers=0 (worker "
                          "processes already prepare batches ahead)")
@@ -150,17 +141,21 @@ def check_pipeline_args(prefetch: Any, lookahead: Any,
                          "loop's own thread)")
 
 
+def _check_times(times: Any, name: str, per: str, what: str) -> None:
+    if not isinstance(times, Tensor) or times.dim() != 1:
+        raise ValueError(f"'{name}' must be a one-dimensional tensor with "
+                         f"one time per {per}")
+    if times.dtype == torch.bool or times.is_complex():
+        raise ValueError(f"'{name}' must be integer or floating point (got "
+                         f"{times.dtype})")
+    check_not_nan(times, f"'{name}'", what)
+
+
 def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:
     r"""Checks that :obj:`input_time` gives one time per seed."""
     if input_time is None:
         return None
-    if not isinstance(input_time, Tensor) or input_time.dim() != 1:
-        raise ValueError("'input_time' must be a one-dimensional tensor with "
-                         "one time per seed")
-    if input_time.dtype == torch.bool or input_time.is_complex():
-        raise ValueError(f"'input_time' must be integer or floating point "
-                         f"(got {input_time.dtype})")
-    check_not_nan(input_time, "'input_time'", 'seed')
+    _check_times(input_time, 'input_time', 'seed', 'seed')
     node_type, nodes = None, input_nodes
     if isinstance(input_nodes, tuple):
         node_type, nodes = input_nodes
@@ -182,16 +177,10 @@ def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:
 
 # Link-level loading ##########################################################
 
-_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8,
-                 torch.int8)
-
 
 def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
-    r"""Validates :obj:`edge_label_index` of a link loader and returns it in
-    a form that PyG's
-    :func:`~torch_geometric.loader.utils.get_edge_label_index` accepts: a :obj:`[2, num_edges]` int64 tensor for :class:`Data`, an
-    (edge type, tensor) tuple for :class:`HeteroData` (:obj:`None` or an
-    edge type alone take all edges of the graph, or of that type)."""
+    r"""Validates :obj:`edge_label_index` and returns it as PyG's
+    :func:`~torch_geometric.loader.utils.get_edge_label_index` takes it."""
     if isinstance(data, Data):
         if edge_label_index is None:
             return None
@@ -300,13 +289,8 @@ def check_edge_label_time(edge_label_time: Any, time_attr: Optional[str],
             f"Both arguments must be provided for temporal sampling.")
     if edge_label_time is None:
         return
-    if not isinstance(edge_label_time, Tensor) or edge_label_time.dim() != 1:
-        raise ValueError("'edge_label_time' must be a one-dimensional tensor "
-                         "with one time per edge of 'edge_label_index'")
-    if edge_label_time.dtype == torch.bool or edge_label_time.is_complex():
-        raise ValueError(f"'edge_label_time' must be integer or floating "
-                         f"point (got {edge_label_time.dtype})")
-    check_not_nan(edge_label_time, "'edge_label_time'", 'label edge')
+    _check_times(edge_label_time, 'edge_label_time',
+                 "edge of 'edge_label_index'", 'label edge')
     if num is not None and edge_label_time.numel() != num:
         raise ValueError(f"'edge_label_time' has {edge_label_time.numel()} "
                          f"entries, but 'edge_label_index' holds {num} "
@@ -316,11 +300,8 @@ def check_edge_label_time(edge_label_time: Any, time_attr: Optional[str],
 def check_neg_sampling(neg_sampling: Any, neg_sampling_ratio: Any,
                        edge_label: Any, data: Any,
                        edge_label_index: Any) -> Any:
-    r"""Validates :obj:`neg_sampling` (a
-    :class:`~torch_geometric.sampler.NegativeSampling`, a mode string, or
-    the arguments of one as a dict or tuple) and the deprecated
-    :obj:`neg_sampling_ratio` (which, as in PyG, means binary negative
-    sampling with that amount), and returns the
+    r"""Validates :obj:`neg_sampling` (or the deprecated
+    :obj:`neg_sampling_ratio`) and returns it as a
     :class:`~torch_geometric.sampler.NegativeSampling` or :obj:`None`."""
     from torch_geometric.sampler import NegativeSampling
     if neg_sampling_ratio is not None:

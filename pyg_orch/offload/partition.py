@@ -45,6 +45,11 @@ def check_partition_loader(loader: Any) -> Any:
     if not part.is_hetero and not isinstance(part.x, Tensor):
         raise ValueError("BottomLayerOffload needs node features: the "
                          "partition has no node attribute 'x'")
+    if loader.partition_batches.input_nodes is None:  # Label edges.
+        raise NotImplementedError(
+            "BottomLayerOffload over a HybridLinkNeighborLoader of a "
+            "partitioned graph is not supported yet; use a "
+            "HybridNeighborLoader over the partition, or an in-memory graph")
     sampler = loader.node_sampler
     if sampler.num_hops == 0:
         raise ValueError("BottomLayerOffload needs at least one hop")

@@ -1,21 +1,8 @@
-r"""Collective neighbor sampling over a partitioned graph (DSP-style): every
-rank holds one part (:class:`~pyg_orch.distributed.GraphPartition`); each
-hop, the frontier vertices are sent to the parts that own them (one
-:func:`~pyg_orch.parallel.exchange.exchange`), sampled there from
-their in-edges, and the sampled neighbors and edge ids are sent back (a
-second exchange), then relabeled locally as
-:func:`pyg_orch.sampling.multi_hop.sample_multi_hop` does, so that the hop
-order, the edge order and the relabeling are those of the single-machine
-sampler (with full fan-out, the very same output).
-
-Heterogeneous partitions are sampled the same way, all edge types of a hop
-in the same two exchanges: the frontier of every edge type's destination
-type goes to its owners, which sample that edge type's in-edges.
-
-Sampling runs on the CPU over the part's memory-mapped files, or on a CUDA
-device (:obj:`device`), over copies of the part's topology made there once;
-the exchanges then move CUDA tensors (under NCCL without a trip through host
-memory)."""
+r"""Collective neighbor sampling over a partitioned graph: each hop, the
+frontier goes to the parts that own it, is sampled there, and the sampled
+neighbors come back (two :func:`~pyg_orch.parallel.exchange.exchange`
+calls for all edge types), relabeled as on one machine; on the CPU over the
+part's memory-mapped files or on a CUDA device."""
 from __future__ import annotations
 
 import copy
@@ -79,16 +66,10 @@ __all__ = ['DistributedNeighborSampler', 'SamplingStats']
 @dataclass
 class SamplingStats:
     r"""Counts of the last :meth:`DistributedNeighborSampler.sample_from_nodes`
-    call on this rank.
-
-    Attributes:
-        local_requests (int): Frontier vertices this part owns.
-        remote_requests (int): Frontier vertices sent to other parts.
-        served_requests (int): Vertices this part sampled for other parts.
-        bytes_sent (int): Payload bytes sent to other ranks (ids and
-            sampled neighbors; the size exchanges not counted).
-        bytes_received (int): Payload bytes received from other ranks.
-    """
+    call on this rank: frontier vertices this part owns
+    (:obj:`local_requests`), sent to other parts (:obj:`remote_requests`)
+    and sampled for other parts (:obj:`served_requests`); payload bytes
+    sent and received; the same per hop (:obj:`per_hop`)."""
     local_requests: int = 0
     remote_requests: int = 0
     served_requests: int = 0
@@ -119,92 +100,42 @@ def _nbytes(parts: Sequence[Tensor], skip: int) -> int:
 
 
 class DistributedNeighborSampler(BaseSampler):
-    r"""Samples multi-hop neighborhoods of seeds over a graph partitioned
-    with :func:`~pyg_orch.distributed.partition_graph`, one part per rank
-    of :obj:`group` (part :obj:`k` on rank :obj:`k`): a PyG
-    :class:`~torch_geometric.sampler.BaseSampler` over global ids.
-
+    r"""Samples multi-hop neighborhoods over a partitioned graph, one part
+    per rank of :obj:`group` (part :obj:`k` on rank :obj:`k`): a PyG
+    :class:`~torch_geometric.sampler.BaseSampler` over global ids whose
     :meth:`sample_from_nodes` and :meth:`sample_from_edges` are
-    **collectives**: every rank calls them once per step, with its own
-    seeds (possibly none), with the same arguments.
-    :meth:`sample_from_edges` has the semantics of PyG's
-    :class:`~torch_geometric.sampler.NeighborSampler` (binary and triplet
-    negatives, drawn over all vertices of the graph with this rank's
-    :obj:`generator`; temporal label edges). Sampling is uniform,
-    without replacement unless :obj:`replace`, each part drawing from its
-    own :obj:`generator` for the vertices it owns; with :obj:`disjoint`,
-    every seed gets its own subgraph, as in
-    :class:`~pyg_orch.HybridNeighborSampler`. Every hop takes two
-    :func:`~pyg_orch.parallel.exchange.exchange` calls, for all edge
-    types together. :meth:`set_hot_nodes` makes the last hop skip given
-    vertices, as
-    :class:`~pyg_orch.HybridNeighborSampler` prunes hot vertices for
-    :class:`~pyg_orch.offload.BottomLayerOffload`.
+    **collectives** (every rank calls them once per step, with its own
+    seeds, possibly none). :meth:`set_hot_nodes` makes the last hop skip
+    given vertices (see :class:`~pyg_orch.offload.BottomLayerOffload`).
 
     Args:
         partition (GraphPartition): This rank's part
-            (:func:`~pyg_orch.distributed.load_partition`), homogeneous or
-            heterogeneous.
+            (:func:`~pyg_orch.distributed.load_partition`).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
-            The fan-out of every hop (:obj:`-1`: all in-neighbors); for a
-            heterogeneous graph also per edge type (a list applies to all
-            edge types; missing edge types are not sampled).
+            The fan-out of every hop (:obj:`-1`: all), or per edge type
+            (edge types left out are not sampled).
         group (ProcessGroup, optional): The process group (default: the
-            default group); its size must be the number of parts and rank
-            :obj:`k` must hold part :obj:`k`.
-        generator (torch.Generator, optional): The random number generator
-            of this part's draws, on :obj:`device` (e.g.
-            :obj:`torch.Generator(device='cuda')` for a CUDA device).
-        replace (bool): Sample with replacement: :obj:`k` independent
-            uniform draws per vertex with in-edges (as PyG's
-            :obj:`replace=True`). (default: :obj:`False`)
-        weight_attr (str, optional): An edge attribute of the partition
-            (stored with each part's in-edges, e.g. :obj:`'edge_weight'`)
-            of non-negative sampling weights: neighbors are drawn with
-            probability proportional to them and zero-weight edges never,
-            as PyG's :obj:`weight_attr`; edge types without it are sampled
-            uniformly. Checked on every rank together (a collective when
-            the group has more than one rank). Not with :obj:`topology`.
-        time_attr (str, optional): A node or edge attribute of the
-            partition holding integer or floating-point timestamps, as
-            PyG's :obj:`time_attr`: a vertex of seed :obj:`i`'s subgraph
-            only gets neighbors (node-level: whose own time; edge-level:
-            whose edge's time) not later than seed :obj:`i`'s time;
-            sampling is then disjoint. Node-level times of all vertices are
-            assembled on every rank once (one :obj:`all_reduce` per node
-            type); node or edge types without the attribute are not
-            filtered. Not with :obj:`topology`.
-        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'` (the
-            most recent neighbors), as in PyG.
-        subgraph_type (str): :obj:`'directional'` (the sampled edges),
-            :obj:`'bidirectional'` (also their reverses) or :obj:`'induced'`
-            (all edges among the sampled vertices: one more exchange, in
-            which the owners return all in-edges of the batch's vertices),
-            as in PyG. Not :obj:`'induced'` with :obj:`disjoint` or
-            :obj:`time_attr`.
-        disjoint (bool): Give every seed its own subgraph: a vertex reached
-            from two seeds appears twice, and the output's :obj:`batch`
-            holds the seed index of every node (as PyG's
-            :obj:`disjoint=True`). (default: :obj:`False`)
+            default group).
+        generator (torch.Generator, optional): The generator of this part's
+            draws, on :obj:`device`.
+        replace (bool): Sample with replacement. (default: :obj:`False`)
         device (torch.device or str, optional): Where sampling runs
-            (default: the CPU, over the part's memory-mapped files). On a
-            CUDA device, the part's topology that sampling reads (per edge
-            type :obj:`csc.colptr`, :obj:`csc.row`, :obj:`csc.edge_id`, per
-            node type :obj:`node_part` and :obj:`local_id`) is copied there
-            once, at construction, and must fit in its memory; the
-            exchanges move CUDA tensors, and the output is on
-            :obj:`device`.
-        topology (Dict[Any, CSCTopology] or callable, optional): The
-            part's topology per edge type (:obj:`None` on a homogeneous
-            partition) to sample instead of copying the part's to
-            :obj:`device`, e.g. its neighbor lists split across the
-            machine's ranks that share the part
-            (:func:`~pyg_orch.parallel.machines.shard_part_topology`);
-            or a function that makes it from the part's own topology per
-            edge type, called once with the times and weights of
-            :obj:`time_attr` and :obj:`weight_attr` attached (where the
-            part lies, e.g. memory-mapped on the CPU). Only a function
-            works with :obj:`time_attr` and :obj:`weight_attr`.
+            (default: the CPU, over the part's memory-mapped files; on CUDA
+            the part's topology is copied there once).
+        topology (Dict[Any, CSCTopology] or callable, optional): The part's
+            topology per edge type to sample instead (e.g. split across the
+            machine's ranks,
+            :func:`~pyg_orch.parallel.machines.shard_part_topology`), or a
+            function making it from the part's own, times and weights
+            attached (needed with :obj:`time_attr` or :obj:`weight_attr`).
+        disjoint (bool): Give every seed its own subgraph.
+            (default: :obj:`False`)
+        weight_attr (str, optional): An edge attribute of sampling weights.
+        time_attr (str, optional): A node or edge attribute of timestamps
+            (temporal sampling, which is disjoint).
+        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
+        subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'` or
+            :obj:`'induced'` (not with :obj:`disjoint` or :obj:`time_attr`).
     """
     def __init__(self, partition, num_neighbors, group: Optional[Any] = None,
                  generator: Optional[torch.Generator] = None,
@@ -301,9 +232,8 @@ class DistributedNeighborSampler(BaseSampler):
     def _add_modes(self, partition, time_attr: Optional[str],
                    temporal_strategy: str, weight_attr: Optional[str],
                    given_topology: bool) -> None:
-        r"""Attaches timestamps (each neighborhood then sorted by time) and
-        sampling weights to the part's topology (see
-        :mod:`~pyg_orch.sampling.part_modes`)."""
+        # Attaches timestamps (each neighborhood then sorted by time) and
+        # sampling weights to the part's topology.
         self.time_attr, self.weight_attr = time_attr, weight_attr
         self.temporal_strategy = temporal_strategy
         #: The time of every vertex per node type (node-level
@@ -355,10 +285,7 @@ class DistributedNeighborSampler(BaseSampler):
 
     @property
     def topology(self) -> Dict[Any, CSCTopology]:
-        r"""The part's topology that sampling reads, per edge type
-        (:obj:`None` on a homogeneous partition), with times and weights
-        attached (split across the machine's ranks with a sharded
-        topology)."""
+        r"""The part's topology that sampling reads, per edge type."""
         return dict(self._csc)
 
     @property
@@ -370,15 +297,13 @@ class DistributedNeighborSampler(BaseSampler):
 
     @property
     def hot_nodes(self) -> Optional[Dict[Any, Tensor]]:
-        r"""The masks (per node type, :obj:`None` on a homogeneous
-        partition) of the vertices whose in-edges the last hop does not
-        sample; :obj:`None` if pruning is off."""
+        r"""The masks per node type of the vertices the last hop does not
+        expand (:obj:`None`: no pruning)."""
         return self._hot.masks
 
     def set_hot_nodes(self, hot_nodes: Any) -> None:
-        r"""Sets the vertices whose in-edges the last hop does not sample:
-        a boolean mask over all global vertex ids, or a dictionary of such
-        masks per node type (node types left out are not pruned);
+        r"""Sets the vertices the last hop does not expand: a boolean mask
+        over all global ids (per node type on a heterogeneous partition);
         :obj:`None` clears it."""
         if hot_nodes is None:
             self._hot.masks = None
@@ -418,9 +343,8 @@ class DistributedNeighborSampler(BaseSampler):
         return int(fanout[-1]) if fanout else 0
 
     def topology_reads(self) -> Optional[Dict[str, int]]:
-        r"""Neighbors read so far from this rank's own shard, from copies
-        and from peers' shards, over all edge types, where the topology is
-        sharded (:obj:`None` otherwise)."""
+        r"""Neighbors read so far per tier with a sharded topology (else
+        :obj:`None`)."""
         from pyg_orch.topology.sharded import READ_TIERS
         counted = [c.reads for c in self._csc.values()
                    if c.is_sharded and c.reads is not None]
@@ -431,10 +355,9 @@ class DistributedNeighborSampler(BaseSampler):
 
     @contextmanager
     def presampling(self, prune_hot: bool = False) -> Iterator[None]:
-        r"""A context for drawing batches that do not change later ones:
-        this rank's generator and hot nodes are restored on exit, and
-        pruning is off inside unless :obj:`prune_hot`. Sampling is still a
-        collective: every rank draws as many batches inside."""
+        r"""A context for drawing batches that do not change later ones
+        (generator and hot nodes restored on exit; pruning off inside
+        unless :obj:`prune_hot`). Still a collective."""
         saved = self._hot.masks
         if not prune_hot:
             self._hot.masks = None
@@ -448,10 +371,8 @@ class DistributedNeighborSampler(BaseSampler):
                     generator: Optional[torch.Generator] = None
                     ) -> 'DistributedNeighborSampler':
         r"""A sampler of the same part for another thread: it shares the
-        topology and the hot nodes (:meth:`set_hot_nodes` on either applies
-        to both) and exchanges over :obj:`group` (the same ranks, e.g. a
-        :func:`~pyg_orch.parallel.exchange.gloo_twin`), with its own
-        :obj:`generator` (default: this sampler's) and :attr:`stats`."""
+        topology and hot nodes, exchanges over :obj:`group` (the same
+        ranks) and draws from :obj:`generator` (default: this sampler's)."""
         if group_size(group) != self.world_size:
             raise ValueError(f"'group' must have the sampler's "
                              f"{self.world_size} ranks (got "
@@ -545,10 +466,9 @@ class DistributedNeighborSampler(BaseSampler):
 
     def _serve(self, requests: List[Tensor], hop: int,
                all_edges: bool = False) -> List[Tensor]:
-        r"""Samples the in-edges of the vertices other ranks asked for,
-        edge type after edge type. The reply to every rank starts with the
-        number of edges drawn per edge type, then, for each edge type it
-        asked about, its counts per vertex, the sources and the edge ids."""
+        # Samples the in-edges other ranks asked for; each reply: edges
+        # drawn per edge type, then per edge type asked about, the counts
+        # per vertex, the sources and the edge ids.
         num_types = len(self.edge_types)
         # The requests' headers (vertices asked per edge type), read from
         # the device at once:
@@ -611,12 +531,9 @@ class DistributedNeighborSampler(BaseSampler):
 
     def _hop(self, frontier: Dict[Any, tuple], hop: int,
              batch_time: Optional[Tensor] = None, all_edges: bool = False):
-        r"""One collective hop: for every edge type sampled, the sampled
-        (source, edge id, index into the destination type's frontier) of
-        every in-edge drawn, grouped by destination in frontier order. With
-        :obj:`batch_time` (the time of every seed), every request carries
-        its subgraph's time bound; with :obj:`all_edges`, every in-edge of
-        the frontier, of every edge type (for an induced subgraph)."""
+        # One collective hop: per edge type, (source, edge id, index into the
+        # destination frontier) of every in-edge drawn, grouped by
+        # destination; `all_edges`: every in-edge (induced subgraphs).
         num_types = len(self.edge_types)
         counts = [[0] * num_types for _ in range(self.world_size)]
         ids: List[List[Tensor]] = [[] for _ in range(self.world_size)]
@@ -695,34 +612,11 @@ class DistributedNeighborSampler(BaseSampler):
         return out
 
     def sample_from_nodes(self, seeds, seed_time=None):
-        r"""Samples the neighborhoods of :obj:`seeds` with the help of every
-        other rank: a collective, every rank calls it once per step.
-        :obj:`seeds` is PyG's
-        :class:`~torch_geometric.sampler.NodeSamplerInput` (global ids in
-        :obj:`node`, times in :obj:`time`; the output's :obj:`metadata`
-        starts with its :obj:`input_id`), or global ids (may be empty; for
-        a heterogeneous partition a dictionary of ids per node type or a
-        (node type, ids) tuple). With :obj:`time_attr`, :obj:`seed_time`
-        holds every seed's time (one number per seed; by default a
-        node-level time's own value; a floating-point time bounds integer
-        times by its floor).
-
-        Returns:
-            torch_geometric.sampler.SamplerOutput: :obj:`node` (global ids,
-            seeds first, duplicates kept as in PyG), :obj:`row`,
-            :obj:`col` (indices into :obj:`node`), :obj:`edge` (global edge
-            ids), :obj:`num_sampled_nodes` and :obj:`num_sampled_edges`
-            per hop, and with :obj:`disjoint` the seed index :obj:`batch`
-            of every node; for a heterogeneous partition a
-            :class:`~torch_geometric.sampler.HeteroSamplerOutput`, with
-            dictionaries per node and edge type, as the single-machine
-            sampler's. Its :obj:`metadata` is :obj:`(input_id, seed_time,
-            edge_dst)`: as in PyG's node samplers, the seeds' ids in the
-            input (:obj:`None` for plain ids) and times (temporal sampling,
-            else :obj:`None`); third, with
-            :obj:`subgraph_type='bidirectional'`, the edge ids and
-            destinations before the conversion, per edge type (read by
-            :meth:`edge_destinations`).
+        r"""Samples the neighborhoods of :obj:`seeds` (a
+        :class:`~torch_geometric.sampler.NodeSamplerInput` or global ids, per
+        node type on a heterogeneous partition) at :obj:`seed_time` (a
+        collective), as the single-machine sampler, in global ids;
+        :obj:`metadata` is :obj:`(input_id, seed_time, edge destinations)`.
         """
         input_id = None
         if isinstance(seeds, NodeSamplerInput):
@@ -747,20 +641,32 @@ class DistributedNeighborSampler(BaseSampler):
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
         r"""Samples the subgraph around a batch of label edges (global ids)
         as PyG's :class:`~torch_geometric.sampler.NeighborSampler` does
-        (:func:`~pyg_orch.sampling.edges.sample_from_edges`): the endpoints,
-        with negatives drawn over all vertices of the graph, are the seeds
-        of one collective :meth:`sample_seeds` call; the label bookkeeping
-        is in :obj:`metadata`, in PyG's layout. A collective."""
+        (:func:`~pyg_orch.sampling.edges.sample_from_edges`), negatives
+        drawn over all vertices. A collective."""
         if not isinstance(inputs, EdgeSamplerInput):
             raise TypeError(f"'inputs' must be an EdgeSamplerInput (got "
                             f"{type(inputs).__name__})")
-        return self._to_subgraph_type(
-            sample_from_edges(self, inputs, neg_sampling))
+        out = sample_from_edges(self, inputs, neg_sampling)
+        # Where the edge ids point, last (see `edge_destinations`):
+        out.metadata = (*out.metadata, self._directional(out))
+        return self._to_subgraph_type(out)
 
     def _to_subgraph_type(self, out: Any) -> Any:
         if self.subgraph_type == SubgraphType.bidirectional:
             out = out.to_bidirectional()  # Keeps the metadata.
         return out
+
+    def _directional(self, out: Any) -> Optional[Dict[Any, Tuple[Tensor,
+                                                                 Tensor]]]:
+        # Before a bidirectional conversion: every edge id and its
+        # destination, per edge type.
+        if self.subgraph_type != SubgraphType.bidirectional:
+            return None
+        if not self.is_hetero:
+            return {None: (out.edge, out.node.index_select(0, out.col))}
+        return {et: (out.edge[et],
+                     out.node[self._dst(et)].index_select(0, out.col[et]))
+                for et in self.edge_types}
 
     # `pyg_orch.sampling.edges.SeedSampler`:
 
@@ -773,11 +679,9 @@ class DistributedNeighborSampler(BaseSampler):
         return self.node_time
 
     def sample_seeds(self, seed, seed_time=None):
-        r"""Samples the neighborhoods of :obj:`seed` (global ids, or a
-        dictionary per node type) at :obj:`seed_time`, as
-        :meth:`sample_from_nodes` but without the
-        :obj:`'bidirectional'` conversion and with :obj:`None` for
-        :obj:`input_id` in :obj:`metadata`. A collective."""
+        r""":meth:`sample_from_nodes` without the :obj:`'bidirectional'`
+        conversion and with :obj:`None` as :obj:`input_id`. A
+        collective."""
         seeds = self._check_seeds(seed)
         seed_time = self._seed_times(seeds, seed_time)
         batch_time = None if seed_time is None else self._bounds(seed_time)
@@ -869,23 +773,15 @@ class DistributedNeighborSampler(BaseSampler):
                                       batch=batch,
                                       num_sampled_nodes=num_sampled_nodes,
                                       num_sampled_edges=num_sampled_edges)
-        directional_dst = None
-        if self.subgraph_type == SubgraphType.bidirectional:
-            # Where each edge id points (a reversed edge does not):
-            directional_dst = {
-                et: (edge[et], node[self._dst(et)].index_select(0, col[et]))
-                for et in self.edge_types}
-        out.metadata = (None, seed_time, directional_dst)
+        out.metadata = (None, seed_time, self._directional(out))
         return out
 
     def edge_destinations(self, out) -> Any:
-        r"""The global id of the destination of every edge of :obj:`out`,
-        an output of :meth:`sample_from_nodes` (per edge type for a
-        heterogeneous partition), as
-        :meth:`~pyg_orch.features.partition_gather.DistributedFeatureGather.gather_edges`
-        takes it: with :obj:`subgraph_type='bidirectional'` the edge's own
-        destination, also where the batch holds it reversed."""
-        directional = out.metadata[2] if out.metadata else None
+        r"""The global id of the destination of every edge of :obj:`out` (per
+        edge type on a heterogeneous partition), as the feature gather's
+        :obj:`gather_edges` takes it; with :obj:`'bidirectional'`, also for
+        reversed edges."""
+        directional = out.metadata[-1] if out.metadata else None
         if not self.is_hetero:
             return _edge_destinations(directional, None, out.node, out.col,
                                       out.edge)
@@ -896,10 +792,8 @@ class DistributedNeighborSampler(BaseSampler):
 
     def _induced_edges(self, nodes: Dict[Any, List[Tensor]],
                        relabel: Dict[Any, Relabeler]):
-        r"""All edges among the sampled vertices (a collective, like a
-        hop): every in-edge of every vertex of the batch, from its owner,
-        kept where its source was sampled too; grouped by destination in
-        batch order, then in CSC order, as the single-machine sampler's."""
+        # All edges among the sampled vertices (a collective hop), in the
+        # single-machine sampler's order.
         frontier = {}
         for t, parts in nodes.items():
             ids = torch.cat(parts) if parts else torch.empty(
@@ -930,7 +824,6 @@ class DistributedNeighborSampler(BaseSampler):
 
     def _seed_times(self, seeds: Dict[Any, Tensor],
                     seed_time: Any) -> Optional[Tensor]:
-        r"""The time of every seed (temporal sampling), else :obj:`None`."""
         if not self.is_temporal:
             if seed_time is not None:
                 raise ValueError("'seed_time' is for temporal sampling; "
@@ -964,11 +857,8 @@ class DistributedNeighborSampler(BaseSampler):
         return out
 
     def _bounds(self, seed_time: Tensor) -> Tensor:
-        r"""The time bound of every seed's subgraph as the ranks exchange
-        it: :obj:`float64` where the part's times are floating-point, else
-        :obj:`int64` (a floating-point seed time rounded down: an integer
-        time :obj:`t` is at most :obj:`b` exactly when it is at most
-        :obj:`floor(b)`)."""
+        # The seeds' time bounds as exchanged: float64 or int64 (a float
+        # time rounded down bounds integer times alike).
         if self._float_times:
             return seed_time.to(torch.float64)
         if seed_time.is_floating_point():
@@ -978,8 +868,7 @@ class DistributedNeighborSampler(BaseSampler):
 
     def _keys(self, node_type: Any, ids: Tensor,
               batch: Optional[Tensor]) -> Tensor:
-        r"""What relabeling tells apart: the global ids, or with
-        :obj:`disjoint` (seed index, id) pairs as one integer."""
+        # Relabeling keys: ids, or (seed index, id) pairs with `disjoint`.
         if batch is None:
             return ids
         return batch * self.num_nodes[node_type] + ids
