@@ -172,6 +172,8 @@ class PeerLiveness:
         self.dead_after = dead_after
         self.identity = _host_identity()
         self.beats: Dict[int, int] = {}
+        #: How often each peer's counter was seen to change.
+        self.changes: Dict[int, int] = {}
         self.changed: Dict[int, float] = {}
         self.where: Dict[int, List[Any]] = {}
         self.left: Set[int] = set()
@@ -212,6 +214,7 @@ class PeerLiveness:
             elif value > 0:  # Inside its guard.
                 if value != self.beats.get(r):
                     self.beats[r], self.changed[r] = value, now
+                    self.changes[r] = self.changes.get(r, 0) + 1
                 self._judge(r, now)
         return min(self.dead) if self.dead else None
 
@@ -225,11 +228,13 @@ class PeerLiveness:
         return None
 
     def alive_since(self, start: Dict[int, int]) -> bool:
-        r"""Whether every peer is known to be alive: it left, or beat
-        since the counters :obj:`start` (a copy of :obj:`beats`)."""
-        return all(r in self.left or (
-            r in self.beats and self.beats[r] != start.get(r))
-            for r in self.peers)
+        r"""Whether every peer is known to be alive: it left, or its
+        counter changed twice since :obj:`start` (a copy of
+        :obj:`changes`); a peer killed right after a beat may still have
+        that one beat in flight."""
+        return all(r in self.left or
+                   self.changes.get(r, 0) - start.get(r, 0) >= 2
+                   for r in self.peers)
 
     def _local_gone(self, r: int) -> bool:
         where = self.where.get(r)
@@ -421,12 +426,14 @@ class RankGuard:
 
     def _await_death(self) -> Optional[Dict[str, Any]]:
         # After a collective error: a dead peer's failure, or None once
-        # every peer was seen alive (at most `dead_after` + a beat).
-        start = dict(self._peers.beats)
-        wait = (self.dead_after or 0.0) + 2 * self.beat_interval
-        deadline = time.monotonic() + wait
+        # every peer was seen alive (at most `dead_after` + a beat). A peer
+        # killed a moment ago may have closed its connections before its
+        # process is gone and may still beat once, so only beats after
+        # this first look count as signs of life.
+        dead = self._peers.look()
+        start = dict(self._peers.changes)
+        deadline = time.monotonic() + self._death_wait()
         while True:
-            dead = self._peers.look()
             if dead is not None:
                 return self._record_death(dead)
             failure = self._read_failure()
@@ -436,6 +443,10 @@ class RankGuard:
                     time.monotonic() > deadline:
                 return None
             time.sleep(self.poll_interval)
+            dead = self._peers.look()
+
+    def _death_wait(self) -> float:
+        return (self.dead_after or 0.0) + 2 * self.beat_interval
 
     def _exit_process(self) -> None:
         err = RankFailedError(self.failure.get('rank'),
@@ -513,7 +524,13 @@ class RankGuard:
         return True
 
     def _lost_store(self, exc: BaseException) -> Dict[str, Any]:
+        # A peer of this host whose connections closed may take a moment
+        # to be gone: look again for a bounded time.
+        deadline = time.monotonic() + self._death_wait()
         dead = self._peers.look_without_store()
+        while dead is None and time.monotonic() < deadline:
+            time.sleep(self.poll_interval)
+            dead = self._peers.look_without_store()
         if dead is not None:
             failure = self._death(dead)
             failure['error'] += (f' (the store of the process group is '
