@@ -11,44 +11,21 @@ other ranks hanging in a collective (e.g. DDP's gradient all-reduce).
             loss.backward()  # rank 0 waits here if rank 1 raised
             optimizer.step()
 
-When the block raises in one rank, the guard writes the error to the
-process group's store (the ``TCPStore`` of the rendezvous), aborts that
-rank's process group and raises the error again; the process then normally
-exits, which closes its connections, and peers waiting for it in a gloo
-collective fail at once. In every other rank a watchdog thread polls the
-store; once it sees the failure it aborts its own process group too
-(which unblocks NCCL collectives) and interrupts the guarded thread at its
-next Python instruction. Every other rank then raises
-:class:`RankFailedError` naming the failed rank and its error. Measured with
-gloo on CPU (``tests/test_ddp.py``), 2 processes: a rank waiting in DDP's
-gradient all-reduce raises about 0.5 s after the other rank's error, a rank
-computing without collectives within 0.1 s.
+A rank whose block raises writes the error to the process group's store,
+aborts its process group and raises again. In every other rank a watchdog
+thread polls the store, aborts its own group (which unblocks NCCL) and
+interrupts the guarded thread, which raises :class:`RankFailedError`
+naming the failed rank. A gloo collective that an abort does not wake
+fails once the failed process exits; if the thread is still blocked
+:obj:`timeout` seconds later, the watchdog ends the process with
+:obj:`exit_code` (:obj:`hard_exit=True`).
 
-Aborting a gloo process group does not wake a thread already waiting in one
-of its collectives, and DDP holds on to the group, so its connections stay
-open as long as a failed process lives on. If the guarded thread is still
-blocked :obj:`timeout` seconds after the failure was seen, the watchdog
-prints the error and ends the process with :obj:`exit_code`
-(:obj:`hard_exit=True`, the default), which ``torchrun`` and
-:func:`torch.multiprocessing.spawn` report as a failure of that rank.
-
-The store lives in one process (rank 0, or ``torchrun``'s agent). A failed
-rank that recorded the first failure waits up to :obj:`timeout` seconds
-until every other rank has seen it before raising, so the store outlives
-the news. Losing the store counts as a failure only when a collective
-fails afterwards, or when the rank is still inside the guard
-:obj:`timeout` seconds later (its host may just have finished first).
-
-A rank that dies without an exception (killed by ``SIGKILL`` or the
-out-of-memory killer) records nothing. Every guard's watchdog thread
-therefore beats a counter in the store, and watches its peers: a peer on
-the same host (same pid namespace) is dead once its process is gone, a
-peer on another host once its counter stood still for :obj:`dead_after`
-seconds. The survivors then raise :class:`RankFailedError` naming the dead
-rank within :obj:`dead_after` seconds, also when a collective failed first;
-where the dead rank held the store, at their next collective (without the
-store, a host that finished cannot be told from a killed one).
-"""
+A failed rank that recorded the first failure waits up to :obj:`timeout`
+seconds for the others to read it, so that the store (served by one
+process) outlives the news. Ranks that die without an exception (e.g.
+``SIGKILL``) record nothing: every guard beats a counter in the store; a
+peer on this host is dead once its process is gone, a peer on another
+host once its counter stood still for :obj:`dead_after` seconds."""
 import ctypes
 import json
 import os
@@ -70,8 +47,8 @@ _LEFT = 1 << 40
 
 class RankFailedError(RuntimeError):
     r"""Raised in a rank when another rank failed inside the same
-    :func:`rank_guard`: :obj:`failed_rank` and its :obj:`error` (the
-    exception's type and message) and :obj:`remote_traceback`."""
+    :func:`rank_guard`: :obj:`failed_rank`, its :obj:`error` and
+    :obj:`remote_traceback`."""
     def __init__(self, failed_rank: Optional[int], error: str,
                  remote_traceback: str = '', rank: Optional[int] = None):
         self.failed_rank = failed_rank
@@ -151,18 +128,15 @@ def process_gone(pid: int) -> bool:
 
 
 class PeerLiveness:
-    r"""Which ranks of a guard died without a word: each rank beats a
-    counter in the store (:meth:`beat`); a peer on this host is dead once
-    its process is gone, a peer on another host once its counter stood
-    still for :obj:`dead_after` seconds (:obj:`None`: never).
+    r"""Which ranks of a guard died without a word (see the module).
 
     Args:
         store (torch.distributed.Store): Where the counters live.
         prefix (str): The guard's key prefix.
         rank (int): This rank.
         ranks (List[int]): Every rank of the guard's group.
-        dead_after (float, optional): See above.
-    """
+        dead_after (float, optional): Seconds without a beat after which a
+            peer on another host is dead (:obj:`None`: never)."""
     def __init__(self, store: Any, prefix: str, rank: int, ranks: List[int],
                  dead_after: Optional[float]):
         self.store = store
@@ -219,8 +193,8 @@ class PeerLiveness:
         return min(self.dead) if self.dead else None
 
     def look_without_store(self) -> Optional[int]:
-        r"""The lowest peer of this host whose process is gone, by what
-        was read from the store before it was lost."""
+        r"""The lowest peer of this host whose process is gone, by what was
+        read before the store was lost."""
         self.store_lost = True
         for r in sorted(self.where):
             if r not in self.left and self._local_gone(r):
@@ -228,10 +202,8 @@ class PeerLiveness:
         return None
 
     def alive_since(self, start: Dict[int, int]) -> bool:
-        r"""Whether every peer is known to be alive: it left, or its
-        counter changed twice since :obj:`start` (a copy of
-        :obj:`changes`); a peer killed right after a beat may still have
-        that one beat in flight."""
+        r"""Whether every peer left or beat twice since :obj:`start` (a copy of
+        :obj:`changes`; a killed peer may have one beat in flight)."""
         return all(r in self.left or
                    self.changes.get(r, 0) - start.get(r, 0) >= 2
                    for r in self.peers)
