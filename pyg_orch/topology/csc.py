@@ -67,21 +67,21 @@ def check_edge_index(edge_index: Tensor, num_src_nodes: int,
 
 @dataclass
 class ShardLayout:
-    r"""What the sampling kernels need to read neighbor lists split across
-    GPUs (see :class:`pyg_orch.multigpu.ShardedCSC`).
+    r"""What the sampling kernels need to read neighbor lists split across GPUs
+    (see :class:`pyg_orch.multigpu.ShardedCSC`).
 
     Attributes:
         table (torch.Tensor): :obj:`int64` on the device: this rank, the
-            :obj:`num_shards + 1` positions where shards start, the address
-            of every shard's :obj:`row`, then of its edge ids.
+            :obj:`num_shards + 1` positions where shards start, the address of
+            every shard's :obj:`row`, then of its edge ids.
         num_shards (int): The number of shards.
         rep_start (torch.Tensor, optional): Per destination, where its
             replicated list starts, or :obj:`-1`.
         rep_row (torch.Tensor, optional): The replicated lists.
         rep_eid (torch.Tensor, optional): Their edge ids.
         reads (torch.Tensor, optional): Counters of reads per tier.
-        placed_start (torch.Tensor, optional): Per destination, where its
-            list starts among the placed shards (lists split by a partition)."""
+        placed_start (torch.Tensor, optional): Per destination, where its list
+            starts among the placed shards (lists split by a partition)."""
     table: Tensor
     num_shards: int
     rep_start: Optional[Tensor] = None
@@ -125,8 +125,9 @@ class CSCTopology:
     @property
     def weight_cumsum(self) -> Tensor:
         r"""Inclusive prefix sum of the weights in fixed point (int64): each
-        neighborhood's weights scaled to :obj:`2^32` units (a positive weight to
-        at least one), so that zero weights add exactly nothing on any device."""
+        neighborhood's weights scaled to :obj:`2^32` units (a positive weight
+        to at least one), so that zero weights add exactly nothing on any
+        device."""
         if self._weight_cumsum is None:
             w = self.weight.to(torch.float64)
             deg = (self.colptr[1:] - self.colptr[:-1]).to(torch.int64)

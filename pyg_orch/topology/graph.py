@@ -52,8 +52,9 @@ class GraphTopology:
         self.fingerprint = fingerprint
 
     def content_fingerprint(self) -> str:
-        r"""The recorded :obj:`fingerprint`, else a hash of the counts and every
-        edge type's content fingerprint: equal for topologies built alike."""
+        r"""The recorded :obj:`fingerprint`, else a hash of the counts and
+        every edge type's content fingerprint: equal for topologies built
+        alike."""
         if self.fingerprint is not None:
             return self.fingerprint
         h = hashlib.sha256(repr(sorted(
@@ -63,8 +64,9 @@ class GraphTopology:
         return h.hexdigest()[:16]
 
     def check_graph(self, data: Any, arg: str = 'topology') -> None:
-        r"""Raises a :class:`ValueError` if this topology was built from another
-        graph than :obj:`data` (unchecked without a recorded fingerprint)."""
+        r"""Raises a :class:`ValueError` if this topology was built from
+        another graph than :obj:`data` (unchecked without a recorded
+        fingerprint)."""
         from torch_geometric.data import Data, HeteroData
         if self.fingerprint is None or not isinstance(data,
                                                       (Data, HeteroData)):
@@ -447,7 +449,8 @@ def _check_time(value, length: int, what: str,
 
 def check_not_nan(value: Tensor, what: str, per: str) -> None:
     r"""Raises a :class:`ValueError` naming :obj:`what` if the times hold NaN
-    (which would silently drop neighbors); :obj:`per` says what needs a time."""
+    (which would silently drop neighbors); :obj:`per` says what needs a time.
+    """
     if not value.is_floating_point():
         return
     nan = torch.isnan(value)
