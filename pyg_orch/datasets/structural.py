@@ -13,34 +13,16 @@ __all__ = ['structural_features']
 def structural_features(edge_index: Tensor, num_nodes: int,
                         num_buckets: int = 16) -> Tensor:
     r"""Node features computed from the graph structure alone, for graphs
-    that come without features (*e.g.*, :func:`read_musae`).
-
-    With :math:`d_v` the in-degree of node :math:`v` (the number of columns
-    of :obj:`edge_index` ending in :math:`v`) and
-    :math:`\ell_v = \log(1 + d_v) / \log(1 + \max_u d_u)`, every node gets
-    :obj:`num_buckets + 2` columns:
-
-    * a one-hot encoding of its log2-degree bucket
-      :math:`\min(\lfloor \log_2(1 + d_v) \rfloor, \textrm{num\_buckets} -
-      1)`;
-    * its normalized log-degree :math:`\ell_v` (in :math:`[0, 1]`);
-    * the mean of :math:`\ell_u` over its in-neighbors :math:`u` (:obj:`0`
-      for nodes without neighbors).
-
-    The result depends on :obj:`edge_index` only (no randomness).
+    without features: with :math:`d_v` the in-degree of :math:`v` and
+    :math:`\ell_v = \log(1 + d_v) / \log(1 + \max_u d_u)`, a one-hot
+    log2-degree bucket, :math:`\ell_v`, and the mean of :math:`\ell_u` over the
+    in-neighbors :math:`u` (:obj:`0` without neighbors).
 
     Args:
-        edge_index (torch.Tensor): The edges, :obj:`[2, num_edges]`, both
-            directions of an undirected edge included.
+        edge_index (torch.Tensor): The edges, :obj:`[2, num_edges]`.
         num_nodes (int): The number of nodes.
-        num_buckets (int, optional): The number of degree buckets; degrees
-            of :math:`2^{\textrm{num\_buckets} - 1} - 1` and more share the
-            last one. (default: :obj:`16`)
-
-    Returns:
-        torch.Tensor: :obj:`[num_nodes, num_buckets + 2]`,
-        :obj:`torch.float32`.
-    """
+        num_buckets (int, optional): The number of degree buckets. (default:
+            :obj:`16`)"""
     if not (isinstance(edge_index, Tensor) and edge_index.dim() == 2
             and edge_index.size(0) == 2 and not edge_index.is_floating_point()
             and not edge_index.is_complex()):
