@@ -71,11 +71,9 @@ def uniform_subsets_sort(deg: Tensor, k: int,
 
 def segment_upper_bound(values: Tensor, start: Tensor, end: Tensor,
                         bound: Tensor) -> Tensor:
-    r"""For every segment :obj:`values[start[i]:end[i]]` (sorted ascending),
-    the first position whose value exceeds :obj:`bound[i]` (or :obj:`end[i]`),
-    by a bisection vectorized over segments. :obj:`values` is a tensor or
-    anything with its :meth:`index_select` (e.g. a
-    :class:`~pyg_orch.multigpu.ShardedValues`)."""
+    r"""For every sorted segment :obj:`values[start[i]:end[i]]`, the first
+    position whose value exceeds :obj:`bound[i]` (or :obj:`end[i]`), by a
+    vectorized bisection; :obj:`values` needs only :meth:`index_select`."""
     lo, hi = start.clone(), end.clone()
     if lo.numel() == 0:
         return lo
@@ -115,20 +113,12 @@ def sample_neighbors(
     weight: Optional[Tensor] = None,
     weight_cumsum: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
-    r"""Samples in-neighbors of :obj:`nodes` in a CSC layout.
-
-    Without replacement, every node with degree :obj:`d` gets a uniformly
-    random :obj:`min(k, d)`-subset of its neighbors; with replacement, :obj:`k`
-    independent uniform draws (none for :obj:`d = 0`). :obj:`k = -1` takes all
-    neighbors.
-
-    Temporal sampling (:obj:`time`, :obj:`time_bound`) only considers the
-    neighbors whose time is at most the node's bound; with
-    :obj:`temporal_strategy='last'`, only the :obj:`k` most recent of those.
-    Weighted sampling (:obj:`weight`) draws neighbors with probability
-    proportional to their weight: successive sampling without replacement
-    (an exponential race), integer inverse-CDF draws with replacement;
-    zero-weight neighbors are never returned.
+    r"""Samples in-neighbors of :obj:`nodes` in a CSC layout: a uniformly
+    random :obj:`min(k, d)`-subset of each node's :obj:`d` neighbors, or
+    :obj:`k` independent draws with replacement (:obj:`k = -1`: all). Temporal
+    sampling only considers neighbors not later than the node's bound
+    (:obj:`'last'`: the most recent ones); weighted sampling draws with
+    probability proportional to the weights, never a zero-weight neighbor.
 
     Args:
         colptr (torch.Tensor): CSC offsets (int32 or int64).
@@ -142,20 +132,13 @@ def sample_neighbors(
         time_bound (torch.Tensor, optional): Latest admissible time per node.
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
         weight (torch.Tensor, optional): Weight of every CSC position.
-        weight_cumsum (torch.Tensor, optional): Inclusive int64 fixed-point
-            prefix sum of the weights (needed with :obj:`replace=True`), see
+        weight_cumsum (torch.Tensor, optional): Fixed-point prefix sum of the
+            weights (needed with :obj:`replace=True`), see
             :attr:`CSCTopology.weight_cumsum`.
-
-    :obj:`time`, :obj:`weight` and :obj:`weight_cumsum` may also be split
-    across processes like the neighbor lists
-    (:class:`~pyg_orch.multigpu.ShardedValues`): they are only read with
-    :meth:`index_select`.
 
     Returns:
         (positions, dst_index): CSC positions of the sampled edges, grouped by
-        node in the order of :obj:`nodes`, and for each sampled edge the
-        index into :obj:`nodes` of its destination.
-    """
+        node, and the index into :obj:`nodes` of each edge's destination."""
     k = num_neighbors
     nodes = nodes.to(torch.int64)
     start = colptr.index_select(0, nodes).to(torch.int64)
