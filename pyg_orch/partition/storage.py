@@ -451,18 +451,11 @@ def _groups(meta: Dict[str, Any], out_dir: Path,
 
 
 def verify_partition(out_dir: PathLike, part: Optional[int] = None) -> None:
-    r"""Hashes every file of the partition folder :obj:`out_dir` (or only
-    the global maps and part :obj:`part`'s files) and compares each with
-    the SHA-256 that :obj:`meta.json` records; raises a
-    :class:`PartitionFileError` naming the first file that differs (a
-    flipped byte, a file copied from another partition), or missing or
-    truncated, and a :class:`ValueError` for a folder of format version 1,
-    which records no hashes.
-
-    :func:`load_partition` does the same for the files it opens where they
-    are small (:obj:`verify=None`); call this once for a large folder, e.g.
-    after copying it to a machine.
-    """
+    r"""Hashes every file of :obj:`out_dir` (or the global maps and part
+    :obj:`part`'s files) and compares it with :obj:`meta.json`: a
+    :class:`PartitionFileError` names the first file that differs, is missing
+    or truncated; a :class:`ValueError` for a format version 1 folder (no
+    hashes)."""
     out_dir = Path(out_dir)
     meta = read_meta(out_dir)
     if meta['version'] == 1:
@@ -590,31 +583,21 @@ def load_partition(out_dir: PathLike, part: int, *,
                    expected_fingerprint: Optional[str] = None,
                    verify: Optional[bool] = None) -> GraphPartition:
     r"""Loads part :obj:`part` of a graph partitioned by
-    :func:`~pyg_orch.distributed.partition_graph` into :obj:`out_dir`.
-
-    Only that part's files and the two global id maps (vertex -> part,
-    vertex -> local id) are opened, all memory-mapped: the other parts are
-    never read. :obj:`meta.json` is checked first (format version, names
-    that stay inside the folder, part in range, the part's files present
-    with the sizes it lists), then, where given, that the folder holds
-    :obj:`expected_num_parts` parts of the graph with fingerprint
-    :obj:`expected_fingerprint` (see :func:`graph_fingerprint`). Each check
-    raises a :class:`ValueError` naming the folder and what does not match.
-    Every tensor is checked for the dtype and shape :obj:`meta.json`
-    records; a file that cannot be loaded or does not match raises a
-    :class:`PartitionFileError` naming it.
+    :func:`~pyg_orch.distributed.partition_graph` into :obj:`out_dir`,
+    memory-mapped, opening only that part's files and the global id maps.
+    :obj:`meta.json` and every tensor's dtype and shape are checked; a
+    :class:`ValueError` or :class:`PartitionFileError` names what does not
+    match.
 
     Args:
         out_dir (str or os.PathLike): The folder.
         part (int): The part to load, in :obj:`[0, num_parts)`.
-        expected_num_parts (int, optional): Reject a folder with another
-            number of parts.
-        expected_fingerprint (str, optional): Reject a folder partitioned
-            from another graph.
-        verify (bool, optional): Hash the opened files and compare them with
-            :obj:`meta.json` (see :func:`verify_partition`). :obj:`None`
-            (default) does so where they hold less than 1 GiB in all.
-    """
+        expected_num_parts (int, optional): Reject a folder with another number
+            of parts.
+        expected_fingerprint (str, optional): Reject a folder partitioned from
+            another graph.
+        verify (bool, optional): Hash the opened files (see
+            :func:`verify_partition`); :obj:`None` does so under 1 GiB."""
     out_dir = Path(out_dir)
     meta = read_meta(out_dir)
     num_parts = int(meta['num_parts'])
