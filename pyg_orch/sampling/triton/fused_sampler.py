@@ -1,14 +1,7 @@
-"""Multi-hop sampling on the GPU with fused Triton kernels and no host
-synchronization until the batch is complete.
-
-Every hop writes into buffers sized by an upper bound (frontier size times
-fan-out), so no kernel waits for the host to learn a size; the one
-synchronization per batch reads the node and edge counts at the end. The
-output equals :func:`pyg_orch.sampling.sample_multi_hop` (same hop order,
-same edge order); only the random draws differ. The sampler reaches this
-module through the :obj:`'triton'` backend
-(:mod:`pyg_orch.sampling.triton.backend`).
-"""
+r"""Multi-hop sampling on the GPU with fused Triton kernels: every buffer is
+sized by an upper bound, so a batch runs without host synchronization until its
+counts are read. The output equals :func:`pyg_orch.sampling.sample_multi_hop`'s
+but for the random draws."""
 import threading
 import weakref
 from collections import OrderedDict

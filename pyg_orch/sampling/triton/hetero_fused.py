@@ -1,20 +1,9 @@
-"""The fused Triton sampling path for heterogeneous graphs.
-
-Every node type :obj:`t` gets the global ids :obj:`[offset_t, offset_t +
-N_t)`, and all edge types' CSC layouts are laid back to back
-(:class:`HeteroCSC`, global source ids), so one launch per hop samples all
-edge types
-(:func:`~pyg_orch.sampling.triton.hetero_kernels.hetero_sample_kernel`, one
-grid row per edge type, each with its own fan-out) and the relabel kernels of
-the homogeneous path dedup the whole hop at once. A hop's slots are grouped by
-source node type, edge type by edge type, so that new nodes get local ids of
-their type in the order of
-:func:`pyg_orch.sampling.sample_multi_hop`; the output equals it (same hop
-order, same edge order), only the random draws differ. As for homogeneous
-graphs (:class:`~pyg_orch.sampling.triton.fused_sampler.FusedPlan`), every
-buffer is sized up front, the batch runs without host synchronization and is
-replayed as a CUDA graph.
-"""
+r"""The fused Triton sampling path for heterogeneous graphs: node types get
+global ids and all edge types' CSC layouts lie back to back
+(:class:`HeteroCSC`), so one launch per hop samples every edge type and the
+homogeneous relabel kernels dedup the whole hop. Slots are grouped by source
+node type, so the output equals :func:`pyg_orch.sampling.sample_multi_hop`'s
+but for the random draws."""
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -43,11 +32,9 @@ def hetero_supports(topology: GraphTopology, num_neighbors: dict,
                     disjoint: bool, induced: bool,
                     max_fanout: int = 64, replace: bool = False) -> bool:
     r"""Whether the fused path handles this heterogeneous configuration
-    (uniform, non-disjoint, non-induced sampling of a topology in one piece,
-    fan-outs in :obj:`[0, max_fanout]`); others use the PyTorch path.
-    A fan-out of :obj:`-1` (all neighbors) is handled without replacement
-    where the edge type's largest in-degree is at most :obj:`max_fanout`:
-    it is then that in-degree (see :func:`resolve_full_fanouts`)."""
+    (uniform, non-disjoint, non-induced, one piece, fan-outs in :obj:`[0,
+    max_fanout]`, or :obj:`-1` without replacement where the largest in-degree
+    is at most :obj:`max_fanout`)."""
     if not topology.is_hetero or topology.is_temporal or \
             topology.is_weighted or topology.is_sharded:
         return False
@@ -78,12 +65,9 @@ def max_in_degree(csc) -> int:
 
 
 def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
-    r""":obj:`num_neighbors` with every fan-out of :obj:`-1` (all neighbors)
-    replaced by :obj:`degree(edge_type)`, the edge type's largest in-degree:
-    without replacement, drawing that many neighbors takes all of them, in
-    the order of the neighbor list, as the PyTorch path does for
-    :obj:`-1`. :obj:`degree` is only called for edge types with a
-    :obj:`-1`."""
+    r""":obj:`num_neighbors` with every fan-out of :obj:`-1` replaced by
+    :obj:`degree(edge_type)`, the largest in-degree (without replacement that
+    takes all neighbors in list order, as the PyTorch path does)."""
     out = {}
     for et, fanouts in num_neighbors.items():
         if any(k < 0 for k in fanouts):

@@ -1,8 +1,6 @@
-"""Triton kernels of the fused sampling path for heterogeneous graphs
-(:mod:`pyg_orch.sampling.triton.hetero_fused`). Node ids are global (node type
-:obj:`t` holds ids :obj:`[offset_t, offset_t + N_t)`); the claim / mark /
-resolve kernels of :mod:`pyg_orch.sampling.triton.kernels` work on them
-unchanged. Importing this module imports Triton."""
+r"""Triton kernels of the fused heterogeneous sampling path over global node
+ids (node type :obj:`t` holds :obj:`[offset_t, offset_t + N_t)`). Importing
+this module imports Triton."""
 import triton
 import triton.language as tl
 
