@@ -20,15 +20,20 @@ def _randint_below(bound: Tensor, generator: Optional[torch.Generator]):
     return draw % bound
 
 
+def segment_ids(counts: Tensor, total: Optional[int] = None) -> Tensor:
+    r"""For :obj:`counts = [2, 0, 3]` returns :obj:`[0, 0, 2, 2, 2]`."""
+    return torch.repeat_interleave(
+        torch.arange(counts.numel(), device=counts.device), counts,
+        output_size=int(counts.sum()) if total is None else total)
+
+
 def segment_arange(counts: Tensor, total: Optional[int] = None) -> Tensor:
     r"""For :obj:`counts = [2, 0, 3]` returns :obj:`[0, 1, 0, 1, 2]`."""
     if total is None:
         total = int(counts.sum())
     ptr = torch.cumsum(counts, 0) - counts
-    seg = torch.repeat_interleave(
-        torch.arange(counts.numel(), device=counts.device), counts,
-        output_size=total)
-    return torch.arange(total, device=counts.device) - ptr[seg]
+    return torch.arange(total, device=counts.device) - ptr[segment_ids(
+        counts, total)]
 
 
 def uniform_subsets_floyd(deg: Tensor, k: int,
@@ -157,9 +162,7 @@ def sample_neighbors(
     count = sampled_counts(deg, k, replace)
 
     total = int(count.sum())
-    dst_index = torch.repeat_interleave(
-        torch.arange(nodes.numel(), device=nodes.device), count,
-        output_size=total)
+    dst_index = segment_ids(count, total)
     if total == 0:
         return dst_index.new_empty(0), dst_index
 
@@ -200,9 +203,7 @@ def _weighted_with_replacement(start: Tensor, end: Tensor, k: int,
         0, (end - 1).clamp(min=0)), base)
     count = torch.where(top > base, k, 0)
     total = int(count.sum())
-    dst_index = torch.repeat_interleave(
-        torch.arange(start.numel(), device=start.device), count,
-        output_size=total)
+    dst_index = segment_ids(count, total)
     lo, hi = base.index_select(0, dst_index), top.index_select(0, dst_index)
     draw = lo + _randint_below(hi - lo, generator)
     if isinstance(cumsum, Tensor):
@@ -218,9 +219,7 @@ def _weighted_without_replacement(start: Tensor, end: Tensor, k: int,
                                   generator: Optional[torch.Generator]):
     deg = end - start
     total = int(deg.sum())
-    seg = torch.repeat_interleave(
-        torch.arange(start.numel(), device=start.device), deg,
-        output_size=total)
+    seg = segment_ids(deg, total)
     pos = start.index_select(0, seg) + segment_arange(deg, total)
     w = weight.index_select(0, pos).to(torch.float64)
     positive = w > 0

@@ -17,6 +17,7 @@ from pyg_orch.topology.graph import (
     weight_problem,
 )
 from pyg_orch.parallel.exchange import comm_device
+from pyg_orch.sampling.neighbors import segment_ids
 
 __all__ = ['agree_on_problem', 'part_node_times', 'part_weights',
            'sort_by_time', 'time_per_position']
@@ -144,10 +145,7 @@ def sort_by_time(csc: CSCTopology, time: Tensor
     :obj:`time`."""
     colptr = csc.colptr.to(torch.int64)
     deg = colptr[1:] - colptr[:-1]
-    seg = torch.repeat_interleave(
-        torch.arange(deg.numel(), device=deg.device), deg,
-        output_size=time.numel())
-    perm = time_order(seg, time)
+    perm = time_order(segment_ids(deg, time.numel()), time)
     out = dataclasses.replace(
         csc, row=csc.row[perm],
         edge_id=None if csc.edge_id is None else csc.edge_id[perm],
