@@ -9,6 +9,7 @@ from torch import Tensor
 from torch_geometric.nn import GCN, GraphSAGE
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.core.checks import check_int
 from pyg_orch.offload import OffloadOptions
 
 
@@ -84,10 +85,7 @@ def random_split(num_nodes: int, train_ratio: float = 0.1,
         val_ratio (float, optional): The fraction of validation nodes.
             (default: :obj:`0.1`)
         seed (int, optional): Seeds the permutation. (default: :obj:`0`)"""
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or \
-            num_nodes < 1:
-        raise ValueError(f"'num_nodes' must be a positive integer "
-                         f"(got {num_nodes!r})")
+    num_nodes = check_int('num_nodes', num_nodes, 1)
     for name, ratio in (('train_ratio', train_ratio),
                         ('val_ratio', val_ratio)):
         if not 0.0 <= ratio <= 1.0:

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor
 
+from pyg_orch.core.checks import check_int
+
 __all__ = ['structural_features']
 
 
@@ -28,14 +30,8 @@ def structural_features(edge_index: Tensor, num_nodes: int,
             and not edge_index.is_complex()):
         raise ValueError("'edge_index' must be an integer tensor of shape "
                          "[2, num_edges]")
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or \
-            num_nodes < 0:
-        raise ValueError(f"'num_nodes' must be a non-negative integer "
-                         f"(got {num_nodes!r})")
-    if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or \
-            num_buckets < 1:
-        raise ValueError(f"'num_buckets' must be a positive integer "
-                         f"(got {num_buckets!r})")
+    num_nodes = check_int('num_nodes', num_nodes, 0)
+    num_buckets = check_int('num_buckets', num_buckets, 1)
     edge_index = edge_index.long().cpu()
     if edge_index.numel() > 0 and (int(edge_index.min()) < 0 or
                                    int(edge_index.max()) >= num_nodes):

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import Sampler
 
+from pyg_orch.core.checks import check_int, check_seconds
 from pyg_orch.parallel.peer_memory import disable_multicast_env
 
 
@@ -114,12 +115,9 @@ def init_distributed(
     if device.type not in ('cuda', 'cpu'):
         raise ValueError(f"'device' must be 'cuda' or 'cpu' "
                          f"(got {str(device)!r})")
-    for name, value in (('rank', rank), ('world_size', world_size),
-                        ('master_port', master_port)):
-        if value is not None and (isinstance(value, bool)
-                                  or not isinstance(value, int) or value < 0):
-            raise ValueError(f"'{name}' must be a non-negative integer "
-                             f"(got {value!r})")
+    rank = check_int('rank', rank, 0, optional=True)
+    world_size = check_int('world_size', world_size, 0, optional=True)
+    master_port = check_int('master_port', master_port, 0, optional=True)
     if world_size is not None and rank is not None and rank >= world_size:
         raise ValueError(f"'rank' must be smaller than 'world_size' (got "
                          f"rank={rank}, world_size={world_size})")
@@ -176,10 +174,7 @@ def destroy_distributed(settle: float = 0.1) -> None:
     Args:
         settle (float): Seconds to wait after the barrier.
             (default: :obj:`0.1`)"""
-    if isinstance(settle, bool) or not isinstance(settle, (int, float)) \
-            or not settle >= 0:
-        raise ValueError(f"'settle' must be a non-negative number of seconds "
-                         f"(got {settle!r})")
+    settle = check_seconds('settle', settle)
     if not (dist.is_available() and dist.is_initialized()):
         return
     dist.barrier()
@@ -225,10 +220,7 @@ def _check_rank(rank: Optional[int],
         world_size = info.world_size
     if rank is None:
         rank = info.rank
-    if isinstance(world_size, bool) or not isinstance(world_size, int) \
-            or world_size < 1:
-        raise ValueError(f"'world_size' must be a positive integer "
-                         f"(got {world_size!r})")
+    world_size = check_int('world_size', world_size, 1)
     if isinstance(rank, bool) or not isinstance(rank, int) \
             or not 0 <= rank < world_size:
         raise ValueError(f"'rank' must be an integer in [0, {world_size}) "
@@ -339,11 +331,7 @@ class DistributedSeedSplit(Sampler):
 
     def set_epoch(self, epoch: int) -> None:
         r"""Picks the split of :obj:`epoch` (the same on every rank)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) \
-                or epoch < 0:
-            raise ValueError(f"'epoch' must be a non-negative integer "
-                             f"(got {epoch!r})")
-        self.epoch = epoch
+        self.epoch = check_int('epoch', epoch, 0)
 
     def positions(self, epoch: Optional[int] = None) -> Tensor:
         r"""This rank's seeds as positions in the loader's seed list."""
@@ -385,10 +373,7 @@ def equal_batch_count(num_batches: int, group: Optional[Any] = None) -> int:
     r"""The smallest :obj:`num_batches` over all ranks of :obj:`group` (a
     collective), e.g. for :obj:`itertools.islice(loader, steps)`;
     :obj:`num_batches` without an initialized process group."""
-    if isinstance(num_batches, bool) or not isinstance(num_batches, int) \
-            or num_batches < 0:
-        raise ValueError(f"'num_batches' must be a non-negative integer "
-                         f"(got {num_batches!r})")
+    num_batches = check_int('num_batches', num_batches, 0)
     if not (dist.is_available() and dist.is_initialized()):
         return num_batches
     t = torch.tensor([num_batches], dtype=torch.long,

@@ -231,6 +231,17 @@ class PeerLiveness:
                             f's')
 
 
+def _seconds(name: str, value: Any, optional: bool = False
+             ) -> Optional[float]:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not value > 0:
+        raise ValueError(f"'{name}' must be a positive number of seconds"
+                         f"{' or None' if optional else ''} (got {value!r})")
+    return float(value)
+
+
 class RankGuard:
     r"""The context manager of :func:`rank_guard` (see there)."""
     def __init__(self, timeout: float = 60.0, *, name: str = 'default',
@@ -238,33 +249,22 @@ class RankGuard:
                  poll_interval: float = 0.05, abort: bool = True,
                  interrupt: bool = True, hard_exit: bool = True,
                  exit_code: int = 1, dead_after: Optional[float] = 2.0):
-        if dead_after is not None and (
-                isinstance(dead_after, bool)
-                or not isinstance(dead_after, (int, float))
-                or not dead_after > 0):
-            raise ValueError(f"'dead_after' must be a positive number of "
-                             f"seconds or None (got {dead_after!r})")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-                or timeout <= 0:
-            raise ValueError(f"'timeout' must be a positive number of "
-                             f"seconds (got {timeout!r})")
-        if isinstance(poll_interval, bool) or not isinstance(
-                poll_interval, (int, float)) or poll_interval <= 0:
-            raise ValueError(f"'poll_interval' must be a positive number of "
-                             f"seconds (got {poll_interval!r})")
+        dead_after = _seconds('dead_after', dead_after, optional=True)
+        timeout = _seconds('timeout', timeout)
+        poll_interval = _seconds('poll_interval', poll_interval)
         if not isinstance(name, str) or not name or '/' in name:
             raise ValueError(f"'name' must be a non-empty string without "
                              f"'/' (got {name!r})")
-        self.timeout = float(timeout)
+        self.timeout = timeout
         self.name = name
         self.group = group
         self._store = store
-        self.poll_interval = float(poll_interval)
+        self.poll_interval = poll_interval
         self.abort = abort
         self.interrupt = interrupt
         self.hard_exit = hard_exit
         self.exit_code = exit_code
-        self.dead_after = None if dead_after is None else float(dead_after)
+        self.dead_after = dead_after
         # Seconds between two heartbeats (and looks at the peers' ones).
         self.beat_interval = max(self.poll_interval, 0.25) if \
             dead_after is None else max(self.poll_interval,

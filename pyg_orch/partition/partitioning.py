@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_orch.core.checks import check_int
 from pyg_orch.topology.csc import check_edge_index
 
 __all__ = [
@@ -135,12 +136,8 @@ def assign_parts(edge_index: Tensor, num_nodes: int, num_parts: int,
             :obj:`'random'`, :obj:`'contiguous'` or :obj:`'auto'`.
         seed (int): The seed of :obj:`'random'` and :obj:`'metis'`."""
     method = resolve_method(method)
-    for name, value, low in (('num_nodes', num_nodes, 0),
-                             ('num_parts', num_parts, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or \
-                value < low:
-            raise ValueError(f"'{name}' must be an integer >= {low} "
-                             f"(got {value!r})")
+    num_nodes = check_int('num_nodes', num_nodes, 0)
+    num_parts = check_int('num_parts', num_parts, 1)
     if num_parts > max(num_nodes, 1):
         raise ValueError(f"'num_parts' must be in [1, num_nodes] = [1, "
                          f"{num_nodes}] (got {num_parts})")
