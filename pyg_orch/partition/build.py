@@ -55,16 +55,12 @@ class PartitionInfo:
         seed (int): The seed.
         num_nodes (int): The graph's number of vertices.
         num_edges (int): The graph's number of edges.
-        fingerprint (str): The graph's
-            :func:`~pyg_orch.partition.storage.graph_fingerprint`.
-        edge_cut (float): The fraction of edges whose endpoints lie in
-            different parts.
-        balance (float): The largest part's number of vertices over the
-            mean (:obj:`1.0`: perfectly balanced).
+        fingerprint (str): The graph's fingerprint.
+        edge_cut (float): The fraction of edges between parts.
+        balance (float): The largest part's vertices over the mean.
         part_sizes (List[int]): The number of vertices of every part.
         part_num_edges (List[int]): The number of in-edges of every part.
-        seconds (float): The time taken.
-    """
+        seconds (float): The time taken."""
     out_dir: Path
     num_parts: int
     method: str

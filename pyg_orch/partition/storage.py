@@ -249,36 +249,27 @@ def _check_entry(rel: str, entry: Any, version: int) -> None:
 
 @dataclass
 class GraphPartition:
-    r"""One part of a partitioned graph, as :func:`load_partition` returns
-    it; every tensor is memory-mapped from its file.
-
-    For a graph partitioned from a :class:`~torch_geometric.data.HeteroData`
-    (:obj:`is_hetero`), :obj:`node_ids`, :obj:`node_attrs`,
-    :obj:`node_part` and :obj:`local_id` are dictionaries keyed by node
-    type, and :obj:`csc` and :obj:`edge_attrs` by edge type (the in-edges
-    of the part's vertices of the edge type's destination type).
+    r"""One part of a partitioned graph, as :func:`load_partition` returns it,
+    every tensor memory-mapped. For a heterogeneous graph (:obj:`is_hetero`),
+    the node fields are dicts per node type and :obj:`csc` and
+    :obj:`edge_attrs` dicts per edge type.
 
     Attributes:
         part (int): This part's number.
         num_parts (int): The number of parts.
-        node_ids (torch.Tensor): The global ids of the vertices this part
-            owns, ascending (local id -> global id).
-        csc (CSCTopology): The in-edges of the owned vertices: column
-            :obj:`i` holds the in-edges of :obj:`node_ids[i]`;
-            :obj:`csc.row` holds global source ids, :obj:`csc.edge_id` global
-            edge ids (:obj:`csc.num_src_nodes` is the global number of
-            source vertices).
-        node_attrs (Dict[str, torch.Tensor]): Node attributes (:obj:`x`,
-            :obj:`y`, masks, ...) of the owned vertices, row :obj:`i` for
-            :obj:`node_ids[i]`.
-        edge_attrs (Dict[str, torch.Tensor]): Edge attributes of the
-            in-edges, in CSC order.
+        node_ids (torch.Tensor): The global ids of the owned vertices,
+            ascending (local id -> global id).
+        csc (CSCTopology): The in-edges of the owned vertices (column :obj:`i`
+            for :obj:`node_ids[i]`; global source and edge ids).
+        node_attrs (Dict[str, torch.Tensor]): Node attributes of the owned
+            vertices.
+        edge_attrs (Dict[str, torch.Tensor]): Edge attributes of the in-edges,
+            in CSC order.
         node_part (torch.Tensor): The part of every global vertex id.
-        local_id (torch.Tensor): The id of every global vertex within its
-            own part.
+        local_id (torch.Tensor): The id of every global vertex within its own
+            part.
         meta (dict): The folder's :obj:`meta.json`.
-        out_dir (pathlib.Path): The folder.
-    """
+        out_dir (pathlib.Path): The folder."""
     part: int
     num_parts: int
     node_ids: Any
@@ -302,10 +293,8 @@ class GraphPartition:
 
     @property
     def partitioning_id(self) -> str:
-        r"""A short hash of how the graph was cut (graph fingerprint,
-        number of parts, method, seed, part sizes and edge counts): equal
-        for every part of one partitioning (and for folders written again
-        by the same call), different for another graph or another cut."""
+        r"""A short hash of how the graph was cut: equal for every part of one
+        partitioning, different for another graph or another cut."""
         keys = ('version', 'fingerprint', 'num_parts', 'method', 'seed',
                 'part_sizes', 'part_num_edges', 'part_sizes_by_type',
                 'part_num_edges_by_type')
@@ -315,11 +304,9 @@ class GraphPartition:
 
     def type_view(self, node_type: Optional[str] = None,
                   edge_type: Optional[tuple] = None) -> 'GraphPartition':
-        r"""A heterogeneous part seen as a homogeneous one: the vertices,
-        node attributes and maps of :obj:`node_type`, and, where
-        :obj:`edge_type` is given (then :obj:`node_type` is its
-        destination type), that edge type's in-edges and edge attributes
-        (else no edges: :obj:`csc` is :obj:`None`)."""
+        r"""A heterogeneous part seen as a homogeneous one: the vertices of
+        :obj:`node_type` and, with :obj:`edge_type` (whose destination type is
+        :obj:`node_type`), its in-edges (else :obj:`csc` is :obj:`None`)."""
         if not self.is_hetero:
             raise ValueError('type_view() is for heterogeneous partitions')
         if edge_type is not None:
