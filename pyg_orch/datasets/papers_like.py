@@ -18,14 +18,6 @@ from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.core.checks import check_int
 from pyg_orch.sampling.arguments import resolve_device
 
-__all__ = [
-    'PAPERS100M',
-    'papers_like_features',
-    'papers_like_graph',
-    'papers_like_node_data',
-    'papers_like_topology',
-]
-
 #: The sizes of :obj:`ogbn-papers100M`: nodes, undirected edges, features,
 #: classes and training nodes.
 PAPERS100M: Dict[str, int] = dict(
