@@ -79,13 +79,8 @@ def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
 
 class HeteroCSC:
     r"""All edge types of a heterogeneous topology as one CSC layout over
-    global node ids: edge type :obj:`e`'s :obj:`colptr` (shifted to its
-    edges' place) starts at :obj:`colbase[e]`, its sources are global ids,
-    its edge ids those within the edge type.
-
-    Args:
-        topology (GraphTopology): A heterogeneous topology in one piece.
-    """
+    global node ids: edge type :obj:`e`'s shifted :obj:`colptr` starts at
+    :obj:`colbase[e]`, with global source ids and per-type edge ids."""
     def __init__(self, topology: GraphTopology):
         self.node_types = topology.node_types
         self.edge_types = topology.edge_types
@@ -496,23 +491,10 @@ def fused_sample_hetero(
     hot_nodes: Optional[Dict] = None,
 ) -> MultiHopOutput:
     r"""Samples a heterogeneous graph with the fused Triton kernels, eagerly
-    (no CUDA graph): the counterpart of
-    :func:`pyg_orch.sampling.sample_multi_hop` for configurations that
-    :func:`hetero_supports` accepts.
-
-    Args:
-        topology (GraphTopology): A heterogeneous topology on :obj:`device`
-            (or in pinned host memory).
-        num_neighbors (dict): Fan-outs per hop for every edge type.
-        seeds (dict): Seed node ids per node type.
-        replace (bool): Sample with replacement.
-        generator (torch.Generator, optional): Draws the per-hop seeds.
-        buffers (DenseBufferPool, optional): Relabel arrays to reuse.
-        device (torch.device, optional): Where to sample (default: the
-            topology's device).
-        hot_nodes (dict, optional): Boolean masks per node type of nodes the
-            last hop does not expand.
-    """
+    (no CUDA graph): :func:`pyg_orch.sampling.sample_multi_hop` for the
+    configurations :func:`hetero_supports` accepts. :obj:`hot_nodes` holds
+    boolean masks per node type of nodes the last hop does not expand;
+    :obj:`device` defaults to the topology's."""
     device = torch.device(device) if device is not None else topology.device
     sampler = HeteroFusedSampler(use_graphs=False, max_plans=1)
     return sampler(topology, num_neighbors, seeds, replace, generator,
