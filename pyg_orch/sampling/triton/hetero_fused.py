@@ -476,9 +476,6 @@ class HeteroFusedSampler(FusedSampler):
             self._hot = (key, torch.cat(parts).to(torch.uint8))
         return self._hot[1]
 
-    def __getstate__(self):
-        return {'use_graphs': self.use_graphs, 'max_plans': self.max_plans}
-
 
 def fused_sample_hetero(
     topology: GraphTopology,
