@@ -139,29 +139,22 @@ class GraphTopology:
         r"""Bytes held by the topology tensors."""
         return sum(t.nbytes() for t in self.csc.values())
 
+    def _map(self, csc_fn, time_fn) -> 'GraphTopology':
+        node_time = None if self.node_time is None else {
+            k: time_fn(v) for k, v in self.node_time.items()}
+        return GraphTopology({k: csc_fn(v) for k, v in self.csc.items()},
+                             self.num_nodes, node_time, self.time_attr,
+                             self.weight_attr, self.fingerprint)
+
     def to(self, device: Union[str, torch.device]) -> 'GraphTopology':
         if torch.device(device) == self.device:
             return self
-        node_time = None if self.node_time is None else {
-            k: v.to(device)
-            for k, v in self.node_time.items()
-        }
-        return GraphTopology({k: v.to(device)
-                              for k, v in self.csc.items()}, self.num_nodes,
-                             node_time, self.time_attr, self.weight_attr,
-                             self.fingerprint)
+        return self._map(lambda t: t.to(device), lambda t: t.to(device))
 
     def pin_memory(self) -> 'GraphTopology':
         r"""A copy in pinned host memory (see :meth:`CSCTopology.pin_memory`).
         """
-        node_time = None if self.node_time is None else {
-            k: v.cpu()
-            for k, v in self.node_time.items()
-        }
-        return GraphTopology({k: v.pin_memory()
-                              for k, v in self.csc.items()}, self.num_nodes,
-                             node_time, self.time_attr, self.weight_attr,
-                             self.fingerprint)
+        return self._map(lambda t: t.pin_memory(), lambda t: t.cpu())
 
     @property
     def is_pinned(self) -> bool:
