@@ -5,6 +5,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from pyg_orch.topology.csc import segment_ids
+
 # Above this fan-out, Floyd's algorithm (quadratic in the fan-out) costs more
 # than sorting random keys over all neighbors of the nodes concerned.
 FLOYD_MAX_FANOUT = 32
@@ -18,13 +20,6 @@ def _randint_below(bound: Tensor, generator: Optional[torch.Generator]):
     draw = torch.randint(_RAND_HIGH, bound.shape, dtype=torch.int64,
                          device=bound.device, generator=generator)
     return draw % bound
-
-
-def segment_ids(counts: Tensor, total: Optional[int] = None) -> Tensor:
-    r"""For :obj:`counts = [2, 0, 3]` returns :obj:`[0, 0, 2, 2, 2]`."""
-    return torch.repeat_interleave(
-        torch.arange(counts.numel(), device=counts.device), counts,
-        output_size=int(counts.sum()) if total is None else total)
 
 
 def segment_arange(counts: Tensor, total: Optional[int] = None) -> Tensor:
@@ -61,16 +56,14 @@ def uniform_subsets_sort(deg: Tensor, k: int,
     over all :obj:`deg` positions of every node (cost linear in
     :obj:`deg.sum()`, independent of :obj:`k`)."""
     total = int(deg.sum())
-    seg = torch.repeat_interleave(torch.arange(deg.numel(),
-                                               device=deg.device), deg,
-                                  output_size=total)
+    seg = segment_ids(deg, total)
     offset = segment_arange(deg, total)
     key = torch.rand(total, device=deg.device, generator=generator)
     perm = torch.argsort(key)
     perm = perm[torch.argsort(seg[perm], stable=True)]
-    # Within each segment, the first `k` entries of the random order:
-    rank = segment_arange(deg, total)
-    keep = perm[rank < k]
+    # Within each segment, the first `k` entries of the random order (the
+    # rank within a segment is its offset):
+    keep = perm[offset < k]
     return offset[keep].view(-1, k)
 
 

@@ -10,14 +10,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.topology.csc import CSCTopology, time_order
+from pyg_orch.topology.csc import CSCTopology, segment_ids, time_order
 from pyg_orch.topology.graph import (
     WEIGHT_PROBLEMS,
     check_time_level,
     weight_problem,
 )
 from pyg_orch.parallel.exchange import comm_device
-from pyg_orch.sampling.neighbors import segment_ids
 
 __all__ = ['agree_on_problem', 'part_node_times', 'part_weights',
            'sort_by_time', 'time_per_position']

@@ -31,6 +31,13 @@ def time_order(segment: Tensor, time: Tensor) -> Tensor:
     return perm[torch.sort(segment[perm], stable=True)[1]]
 
 
+def segment_ids(counts: Tensor, total: Optional[int] = None) -> Tensor:
+    r"""For :obj:`counts = [2, 0, 3]` returns :obj:`[0, 0, 2, 2, 2]`."""
+    return torch.repeat_interleave(
+        torch.arange(counts.numel(), device=counts.device), counts,
+        output_size=int(counts.sum()) if total is None else total)
+
+
 def check_edge_index(edge_index: Tensor, num_src_nodes: int,
                      num_dst_nodes: int, name: str = 'edge_index') -> None:
     r"""Checks that :obj:`edge_index` is an :obj:`int32` or :obj:`int64`
@@ -131,9 +138,7 @@ class CSCTopology:
         if self._weight_cumsum is None:
             w = self.weight.to(torch.float64)
             deg = (self.colptr[1:] - self.colptr[:-1]).to(torch.int64)
-            seg = torch.repeat_interleave(
-                torch.arange(deg.numel(), device=w.device), deg,
-                output_size=w.numel())
+            seg = segment_ids(deg, w.numel())
             total = torch.zeros(deg.numel(), dtype=torch.float64,
                                 device=w.device).index_add_(0, seg, w)
             total = total.index_select(0, seg).clamp(min=1e-300)
@@ -271,28 +276,25 @@ class CSCTopology:
         return pos if self.edge_id is None else self.edge_id.index_select(
             0, pos)
 
+    def _map(self, fn) -> 'CSCTopology':
+        def apply(x: Optional[Tensor]) -> Optional[Tensor]:
+            return None if x is None else fn(x)
+
+        return CSCTopology(apply(self.colptr), apply(self.row),
+                           apply(self.edge_id), self.num_src_nodes,
+                           apply(self.time), apply(self.weight),
+                           fingerprint=self.fingerprint)
+
     def to(self, device: Union[str, torch.device],
            non_blocking: bool = False) -> 'CSCTopology':
         device = torch.device(device)
         if device == self.device:
             return self
-        def move(x: Optional[Tensor]) -> Optional[Tensor]:
-            return None if x is None else x.to(device,
-                                               non_blocking=non_blocking)
-
-        return CSCTopology(move(self.colptr), move(self.row),
-                           move(self.edge_id), self.num_src_nodes,
-                           move(self.time), move(self.weight),
-                           fingerprint=self.fingerprint)
+        return self._map(lambda x: x.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> 'CSCTopology':
         r"""A copy in pinned host memory, which GPU kernels read zero-copy."""
-        def pin(x: Optional[Tensor]) -> Optional[Tensor]:
-            return None if x is None else x.cpu().pin_memory()
-
-        return CSCTopology(pin(self.colptr), pin(self.row), pin(self.edge_id),
-                           self.num_src_nodes, pin(self.time),
-                           pin(self.weight), fingerprint=self.fingerprint)
+        return self._map(lambda x: x.cpu().pin_memory())
 
     def nbytes(self) -> int:
         r"""Bytes held by this process's tensors of the topology."""

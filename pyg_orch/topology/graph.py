@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.checks import check_bool, resolve_device
-from pyg_orch.topology.csc import CSCTopology
+from pyg_orch.topology.csc import CSCTopology, segment_ids
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.topology.fingerprint import graph_fingerprint
 from pyg_orch.topology.sparse_adj import (
@@ -345,9 +345,7 @@ def _stored_edge_index(colptr: Tensor, row: Tensor,
     # The COO edge index, in the graph store's edge order, of a CSC layout
     # whose position `i` holds the edge `perm[i]` (`i` itself without perm).
     deg = (colptr[1:] - colptr[:-1]).to(torch.int64)
-    col = torch.repeat_interleave(
-        torch.arange(deg.numel(), device=colptr.device), deg,
-        output_size=row.numel())
+    col = segment_ids(deg, row.numel())
     edge_index = torch.stack([row.to(torch.int64), col])
     if perm is None:
         return edge_index
