@@ -242,13 +242,9 @@ class FusedPlan:
             self.enqueue()  # Compiles the kernels; leaves buffers clean.
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        # Captured on the side stream without `torch.cuda.graph(...)`, whose
-        # entry synchronizes the device and empties the device and pinned
-        # host memory caches: 70-100 ms per plan on an H100 (a new hot set
-        # of the offload, an epoch's last, smaller batch), and the training
-        # step after it allocates afresh. 'thread_local': other threads (the
-        # training loop, when a prefetch thread samples) may synchronize
-        # while this thread captures.
+        # Captured without `torch.cuda.graph(...)`, whose entry synchronizes
+        # the device and empties the memory caches for every new plan.
+        # 'thread_local': other threads may synchronize while this captures.
         with torch.cuda.stream(stream):
             graph.capture_begin(capture_error_mode='thread_local')
             try:
