@@ -312,10 +312,8 @@ class FusedSampler:
                  generator: Optional[torch.Generator],
                  buffers: DenseBufferPool, device: torch.device,
                  hot_nodes: Optional[Tensor] = None) -> MultiHopOutput:
-        plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
-                                      replace, buffers, device, hot_nodes)
-        return plan.run(on_device_or_host(seeds, device), generator,
-                        use_graphs, hot_nodes)
+        return self.launch(topo, num_nodes, fanouts, seeds, replace,
+                           generator, buffers, device, hot_nodes).result()
 
     def launch(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
                seeds: Tensor, replace: bool,
