@@ -147,8 +147,7 @@ class HybridNeighborSampler(BaseSampler):
             self.topology.share_memory_()
         topology = self.topology
         self.is_hetero = topology.is_hetero
-        self.num_neighbors = parse_num_neighbors(num_neighbors,
-                                                 topology.edge_types)
+        self.num_neighbors = fanouts
         self.replace = bool(replace)
         self.disjoint = bool(disjoint)
         self.temporal_strategy = temporal_strategy
