@@ -186,8 +186,8 @@ def sample_multi_hop(
                      for t in node_types} if disjoint else None
 
         if induced:
-            rows, cols, edges = _induced_edges(topology, out_node, relabel)
-            out_row, out_col, out_edge = rows, cols, edges
+            out_row, out_col, out_edge = _induced_edges(topology, out_node,
+                                                        relabel)
             num_sampled_edges = None
         else:
             out_row = {et: _cat(rows[et]) for et in edge_types}
