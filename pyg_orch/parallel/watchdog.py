@@ -3,29 +3,17 @@ other ranks hanging in a collective (e.g. DDP's gradient all-reduce).
 
 .. code-block:: python
 
-    from pyg_orch.parallel.watchdog import rank_guard
-
     with rank_guard(timeout=60):
         for batch in loader:
-            loss = ...
+            ...
             loss.backward()  # rank 0 waits here if rank 1 raised
-            optimizer.step()
 
-A rank whose block raises writes the error to the process group's store,
-aborts its process group and raises again. In every other rank a watchdog
-thread polls the store, aborts its own group (which unblocks NCCL) and
-interrupts the guarded thread, which raises :class:`RankFailedError`
-naming the failed rank. A gloo collective that an abort does not wake
-fails once the failed process exits; if the thread is still blocked
-:obj:`timeout` seconds later, the watchdog ends the process with
-:obj:`exit_code` (:obj:`hard_exit=True`).
-
-A failed rank that recorded the first failure waits up to :obj:`timeout`
-seconds for the others to read it, so that the store (served by one
-process) outlives the news. Ranks that die without an exception (e.g.
-``SIGKILL``) record nothing: every guard beats a counter in the store; a
-peer on this host is dead once its process is gone, a peer on another
-host once its counter stood still for :obj:`dead_after` seconds."""
+A failing rank records its error in the process group's store and aborts its
+group; every other rank's watchdog thread sees it, aborts its own group and
+interrupts the guarded thread, which raises :class:`RankFailedError` (or ends
+the process after :obj:`timeout` if still blocked). Ranks that die without an
+exception are found through heartbeats in the store (a peer of this host once
+its process is gone, others after :obj:`dead_after`)."""
 import ctypes
 import json
 import os

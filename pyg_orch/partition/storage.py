@@ -17,10 +17,8 @@ r"""The on-disk layout of a partitioned graph, and loading one part of it.
        edges/edge_attr.pt, ...       edge attributes of its in-edges
      part_1/ ...
 
-Every tensor file is written by :func:`torch.save` and read back
-memory-mapped (:obj:`torch.load(..., mmap=True, weights_only=True)`).
-Folders of format version 1 (sizes only, no hashes) still load, with dtype
-and shape checks only.
+Tensor files are read back memory-mapped with :obj:`weights_only=True`;
+format version 1 folders (no hashes) load with size, dtype and shape checks.
 """
 from __future__ import annotations
 
