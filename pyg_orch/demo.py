@@ -1,23 +1,13 @@
-r"""End-to-end demo: GraphSAGE on a synthetic power-law graph, with
-:class:`pyg_orch.HybridNeighborLoader` feeding mini-batches, then a short
-phase with :class:`pyg_orch.BottomLayerOffload` (the bottom layer of hot
-vertices computed on CPU threads).
+r"""End-to-end demo: GraphSAGE on a synthetic power-law graph with
+:class:`pyg_orch.HybridNeighborLoader`, then a short phase with
+:class:`pyg_orch.BottomLayerOffload`. Prints the loss and validation accuracy
+per epoch, the time per loader stage, and the test accuracy of an MLP on the
+features alone, of GraphSAGE and of GraphSAGE with offload.
 
 .. code-block:: bash
 
-    python -m pyg_orch.demo                     # defaults: < 60 s on 2 cores
-    python -m pyg_orch.demo --nodes 1000000 --edges 20000000 --device cuda
-
-Prints the loss and validation accuracy of every epoch, then the time spent
-per stage (:obj:`sample`, :obj:`gather`, :obj:`transfer`, :obj:`train`,
-:obj:`wait`) of the training loop, as recorded by
-:attr:`HybridNeighborLoader.timer`, leaving out the first epoch (warm-up)
-when there are several. Ends with the test accuracy of an MLP trained on the
-features alone (same epochs, batch size and optimizer), of GraphSAGE, and of
-GraphSAGE after the epochs with offload: the graph's features are only partly
-informative (:obj:`feature_snr` of
-:func:`~pyg_orch.datasets.power_law_graph`), so the neighbors matter.
-"""
+    python -m pyg_orch.demo
+    python -m pyg_orch.demo --nodes 1000000 --edges 20000000 --device cuda"""
 import argparse
 import time
 from typing import List, Optional

@@ -9,6 +9,7 @@ from torch import Tensor
 from torch_geometric.nn import GCN, GraphSAGE
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
+from pyg_orch.core.checks import check_int
 from pyg_orch.offload import OffloadOptions
 
 
@@ -20,34 +21,22 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
                    batch_size: int = 32,
                    model_kwargs: Optional[Dict[str, Any]] = None
                    ) -> Dict[str, Any]:
-    r"""Trains a 2-layer model (64 hidden channels, dropout 0.5) on the
-    :obj:`train_mask` nodes of :obj:`data` with
-    :class:`pyg_orch.HybridNeighborLoader` (fan-out :obj:`[10, 5]`,
-    :obj:`batch_size` seeds a batch, shuffled, on the CPU) and Adam
-    (learning rate 0.01, weight decay 5e-4) for :obj:`epochs` epochs, then
-    evaluates it on the full graph.
+    r"""Trains a 2-layer model (64 hidden channels) on the :obj:`train_mask`
+    nodes of :obj:`data` with :class:`pyg_orch.HybridNeighborLoader` (fan-out
+    :obj:`[10, 5]`) and Adam for :obj:`epochs` epochs, then evaluates it on the
+    full graph; returns :obj:`{'acc': ...}` (and the offload's statistics with
+    :obj:`offload`).
 
     Args:
         data (torch_geometric.data.Data): A graph with :obj:`x`, :obj:`y`,
-            :obj:`train_mask` and :obj:`test_mask` (a Planetoid data set).
-        arch (str): :obj:`'sage'` (:class:`~torch_geometric.nn.GraphSAGE`)
-            or :obj:`'gcn'` (:class:`~torch_geometric.nn.GCN`).
+            :obj:`train_mask` and :obj:`test_mask`.
+        arch (str): :obj:`'sage'` or :obj:`'gcn'`.
         seed (int): Seeds the model's initialization and the loader.
         offload (bool): Whether to wrap the model in
-            :class:`pyg_orch.BottomLayerOffload` (with
-            :obj:`max_staleness`, :obj:`full_neighbors`, :obj:`split` and
-            :obj:`hot_ratio`).
+            :class:`pyg_orch.BottomLayerOffload`.
         epochs (int): Training epochs.
-        batch_size (int, optional): Seed nodes per batch.
-            (default: :obj:`32`)
-        model_kwargs (dict, optional): More arguments of the model, e.g.
-            :obj:`{'normalize': False}` for GCN.
-
-    Returns:
-        :obj:`{'acc': test accuracy}`; with :obj:`offload`, also the
-        offload's :obj:`num_hot`, :obj:`split`, :obj:`max_staleness_seen`,
-        :obj:`max_table_age` and :obj:`hot_rows_per_batch` statistics.
-    """
+        batch_size (int, optional): Seed nodes per batch. (default: :obj:`32`)
+        model_kwargs (dict, optional): More arguments of the model."""
     torch.manual_seed(seed)
     loader = HybridNeighborLoader(data, [10, 5], batch_size=batch_size,
                                   shuffle=True, input_nodes=data.train_mask,
@@ -86,12 +75,8 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
 def random_split(num_nodes: int, train_ratio: float = 0.1,
                  val_ratio: float = 0.1,
                  seed: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
-    r"""Seeded random node split for graphs without a public one: a random
-    permutation of the nodes (:class:`torch.Generator` seeded with
-    :obj:`seed`, independent of the global RNG), whose first
-    :obj:`round(train_ratio * num_nodes)` nodes are for training, the next
-    :obj:`round(val_ratio * num_nodes)` for validation and the rest for
-    testing.
+    r"""Seeded random node split (independent of the global RNG):
+    :obj:`(train_mask, val_mask, test_mask)`, disjoint and covering all nodes.
 
     Args:
         num_nodes (int): The number of nodes.
@@ -99,16 +84,8 @@ def random_split(num_nodes: int, train_ratio: float = 0.1,
             (default: :obj:`0.1`)
         val_ratio (float, optional): The fraction of validation nodes.
             (default: :obj:`0.1`)
-        seed (int, optional): Seeds the permutation. (default: :obj:`0`)
-
-    Returns:
-        :obj:`(train_mask, val_mask, test_mask)`, disjoint boolean tensors
-        of :obj:`num_nodes` entries that cover all nodes.
-    """
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or \
-            num_nodes < 1:
-        raise ValueError(f"'num_nodes' must be a positive integer "
-                         f"(got {num_nodes!r})")
+        seed (int, optional): Seeds the permutation. (default: :obj:`0`)"""
+    num_nodes = check_int('num_nodes', num_nodes, 1)
     for name, ratio in (('train_ratio', train_ratio),
                         ('val_ratio', val_ratio)):
         if not 0.0 <= ratio <= 1.0:

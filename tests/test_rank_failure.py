@@ -153,6 +153,94 @@ def test_rank_of_this_host_is_dead_once_its_process_is_gone(monkeypatch):
         child.wait()
 
 
+class _FakeDist:
+    # Rank 0 of 2, as far as rank_guard asks.
+    @staticmethod
+    def is_available():
+        return True
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @staticmethod
+    def get_rank():
+        return 0
+
+    @staticmethod
+    def get_world_size(group=None):
+        return 2
+
+
+def _guard_with_dying_peer(monkeypatch, gone_after, name):
+    # Rank 0's guard in this process, with a peer "rank 1" of this host
+    # that beat once more right before its connections closed; its process
+    # is gone after `gone_after` looks (never if None). Sleeping advances a
+    # fake clock, and the peer beats while it is alive.
+    clock = _Clock()
+    monkeypatch.setattr(watchdog.time, 'monotonic', clock)
+    monkeypatch.setattr(watchdog, 'dist', _FakeDist)
+    looks = []
+
+    def gone(pid):
+        looks.append(pid)
+        return gone_after is not None and len(looks) > gone_after
+
+    monkeypatch.setattr(watchdog, 'process_gone', gone)
+    store = dist.HashStore()
+    # A long poll interval: the watchdog thread does not look before the
+    # guard ends, so the guard's own look after the error decides.
+    guard = rank_guard(timeout=1.0, name=name, store=store,
+                       poll_interval=5.0, abort=False, hard_exit=False)
+    peer = PeerLiveness(store, '', 1, [0, 1], 2.0)
+
+    def sleep(seconds):
+        clock.now += seconds
+        if gone_after is None:
+            peer.beat()
+
+    monkeypatch.setattr(watchdog.time, 'sleep', sleep)
+    return guard, peer
+
+
+def test_collective_error_after_a_peer_died_names_it(monkeypatch):
+    guard, peer = _guard_with_dying_peer(monkeypatch, 2, 'test-died')
+    error = RuntimeError('Connection closed by peer')
+    with pytest.raises(RankFailedError) as info:
+        with guard:
+            peer.prefix = guard.prefix
+            peer.announce()
+            peer.beat()  # In flight when it was killed.
+            raise error
+    assert info.value.failed_rank == 1 and info.value.__cause__ is error
+    assert 'rank 1 died without raising an error' in str(info.value)
+
+
+def test_collective_error_with_live_peers_is_raised_as_is(monkeypatch):
+    guard, peer = _guard_with_dying_peer(monkeypatch, None, 'test-alive')
+    with pytest.raises(RuntimeError, match='^Connection closed by peer$'):
+        with guard:
+            peer.prefix = guard.prefix
+            peer.announce()
+            peer.beat()
+            raise RuntimeError('Connection closed by peer')
+
+
+def test_a_beat_in_flight_is_no_sign_of_life():
+    store = dist.HashStore()
+    me, peer = _liveness(store, 0), _liveness(store, 1)
+    me.announce()
+    peer.announce()
+    me.look()
+    start = dict(me.changes)
+    peer.beat()  # Maybe sent before it was killed.
+    me.look()
+    assert not me.alive_since(start)
+    peer.beat()
+    me.look()
+    assert me.alive_since(start)
+
+
 def test_bad_dead_after():
     with pytest.raises(ValueError, match="'dead_after' must be a positive "
                        "number of seconds or None \\(got 0\\)"):

@@ -29,12 +29,10 @@ def check_choice(name: str, value, choices: Sequence[str]) -> None:
 
 def check_bool(name: str, value: Any, optional: bool = False,
                also: Sequence[str] = ()) -> Any:
-    r"""Returns :obj:`value` as a :class:`bool` if it is one (a NumPy bool
-    too), or :obj:`None` with :obj:`optional`, or one of the strings
-    :obj:`also` (e.g. :obj:`'auto'`); else raises an
-    :class:`~pyg_orch.core.errors.ArgumentTypeError` (a :class:`TypeError`)
-    naming :obj:`name`: a truthy string such as :obj:`'no'` or a number
-    would silently mean :obj:`True`."""
+    r"""Returns :obj:`value` as a :class:`bool` (a NumPy bool too), :obj:`None`
+    with :obj:`optional`, or one of the strings :obj:`also`; else raises an
+    :class:`~pyg_orch.core.errors.ArgumentTypeError` naming :obj:`name` (a
+    truthy string or number would silently mean :obj:`True`)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if (value is None and optional) or (isinstance(value, str)
@@ -55,11 +53,10 @@ def check_bools(**flags: Any) -> None:
 
 
 def check_fraction(name: str, value: Any, optional: bool = False) -> Any:
-    r"""Returns :obj:`value` as a :class:`float` if it is a real number in
-    :obj:`[0, 1]` (or :obj:`None` with :obj:`optional`); else raises naming
-    :obj:`name` (an :class:`~pyg_orch.core.errors.ArgumentTypeError` for a
-    wrong type such as the string :obj:`'0.5'`, a :class:`ValueError` for
-    a number out of range or NaN)."""
+    r"""Returns :obj:`value` as a :class:`float` in :obj:`[0, 1]` (or
+    :obj:`None` with :obj:`optional`); else raises naming :obj:`name` (an
+    :class:`~pyg_orch.core.errors.ArgumentTypeError` for a wrong type, a
+    :class:`ValueError` for a number out of range or NaN)."""
     if value is None and optional:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(
@@ -115,10 +112,9 @@ def check_callable(name: str, value: Optional[Callable]) -> None:
 
 def resolve_device(device: DeviceLike, name: str = 'device',
                    default: Optional[str] = None) -> torch.device:
-    r"""Returns :obj:`device` checked: a CPU or an available CUDA device (one
-    without an index is this process's current one). :obj:`None` is
-    :obj:`default`, or CUDA where available if :obj:`default` is
-    :obj:`None`. Errors name the argument :obj:`name`."""
+    r"""Returns :obj:`device` checked: a CPU or an available CUDA device (with
+    the current index if none). :obj:`None` is :obj:`default`, else CUDA where
+    available. Errors name :obj:`name`."""
     if device is None:
         device = default or ('cuda' if torch.cuda.is_available() else 'cpu')
     try:

@@ -7,9 +7,8 @@ import torch
 
 def with_index(device: torch.device) -> torch.device:
     r"""Returns :obj:`device` with its index set (the current CUDA device for
-    :obj:`'cuda'`). PyTorch looks up the current stream of an indexed device
-    directly, without first finding the current device in Python, which a
-    loader would otherwise do several times per batch."""
+    :obj:`'cuda'`), so that PyTorch finds its current stream without a device
+    lookup in Python."""
     if device.type == 'cuda' and device.index is None:
         return torch.device('cuda', torch.cuda.current_device())
     return device
@@ -17,11 +16,9 @@ def with_index(device: torch.device) -> torch.device:
 
 @contextmanager
 def use_stream(stream: Optional['torch.cuda.Stream']) -> Iterator[None]:
-    r"""Like :func:`torch.cuda.stream`, for a stream of the current device,
-    without the device lookups in Python that :func:`torch.cuda.stream`
-    makes on entry (several per call; a loader switches streams a few times
-    per batch). A stream of another device, or :obj:`None`, goes through
-    :func:`torch.cuda.stream`."""
+    r"""Like :func:`torch.cuda.stream`, for a stream of the current device
+    without its device lookups in Python; other streams (or :obj:`None`) go
+    through :func:`torch.cuda.stream`."""
     if stream is None or stream.device_index != torch.cuda.current_device():
         with torch.cuda.stream(stream):
             yield

@@ -139,41 +139,23 @@ def _labels(labels: list, lines: list, path: str,
 
 def read_musae(root: str, name: str | None = None) -> Data:
     r"""Reads a graph of the `MUSAE <https://github.com/benedekrozemberczki/
-    MUSAE>`_ collection (*e.g.*, Facebook page-page or GitHub developers)
-    from its raw CSV files.
-
-    The directory must contain ``edges.csv`` (header ``id_1,id_2``, one
-    undirected edge per line) and ``target.csv`` (first column: the node id,
-    last column: the label, *e.g.*, ``id,target``,
-    ``id,facebook_id,page_name,page_type`` or ``id,name,ml_target``).
-    Integer labels are used as they are; string labels (such as Facebook's
-    ``page_type``) are mapped to integers in sorted order.
-
-    Every undirected edge is stored in both directions, so
-    :obj:`edge_index` has twice as many columns as ``edges.csv`` has edges
-    (self-loops appear twice as well, and no edges are removed).
-    No node features are read.
+    MUSAE>`_ collection (*e.g.*, Facebook page-page or GitHub developers) from
+    its raw CSV files: ``edges.csv`` (header ``id_1,id_2``) and ``target.csv``
+    (first column the node id, last column the label; string labels are mapped
+    to integers in sorted order). Every undirected edge is stored in both
+    directions; no node features are read.
 
     Args:
-        root (str): The directory holding ``edges.csv`` and ``target.csv``,
-            or, if :obj:`name` is given, its parent directory.
+        root (str): The directory holding ``edges.csv`` and ``target.csv``, or,
+            if :obj:`name` is given, its parent directory.
         name (str, optional): The name of the sub-directory of :obj:`root`,
-            *e.g.*, :obj:`"facebook"` or :obj:`"github"`.
-            (default: :obj:`None`)
-
-    Returns:
-        torch_geometric.data.Data: A graph with ``edge_index``
-        (:obj:`[2, 2 * num_undirected_edges]`, :obj:`torch.int64`), ``y``
-        (:obj:`[num_nodes]`, :obj:`torch.int64`) and ``num_nodes``.
+            *e.g.*, :obj:`"facebook"` or :obj:`"github"`. (default:
+            :obj:`None`)
 
     Raises:
         FileNotFoundError: If ``edges.csv`` or ``target.csv`` is missing.
-        ValueError: If a line of either file is malformed (the message
-            names the file and the line): not two non-negative integer ids
-            in ``edges.csv``; in ``target.csv``, not as many columns as the
-            header, a node id that is not a non-negative integer, an empty
-            label or a negative integer label; or if ``target.csv`` does not
-            list every node exactly once.
+        ValueError: If a line of either file is malformed (naming the file and
+            the line), or ``target.csv`` does not list every node exactly once.
     """
     folder = osp.join(os.fspath(root), name) if name is not None else \
         os.fspath(root)

@@ -1,5 +1,5 @@
-"""A synthetic graph shaped like :obj:`ogbn-papers100M`, built straight into
-the CSC layout in chunks (no :obj:`[2, num_edges]` :obj:`edge_index`)."""
+r"""A synthetic graph shaped like :obj:`ogbn-papers100M`, built straight into
+the CSC layout in chunks."""
 
 from __future__ import annotations
 
@@ -17,14 +17,6 @@ from pyg_orch.topology.csc import CSCTopology, smallest_index_dtype
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.core.checks import check_int
 from pyg_orch.sampling.arguments import resolve_device
-
-__all__ = [
-    'PAPERS100M',
-    'papers_like_features',
-    'papers_like_graph',
-    'papers_like_node_data',
-    'papers_like_topology',
-]
 
 #: The sizes of :obj:`ogbn-papers100M`: nodes, undirected edges, features,
 #: classes and training nodes.
@@ -72,8 +64,8 @@ def _cumulative_weights(num_nodes: int, exponent: float, seed: int,
 
 def _draw_chunk(cum_weight: Tensor, num: int, gen: torch.Generator,
                 dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
-    r"""One chunk of undirected edges: the cited end drawn by popularity
-    (inverse CDF over :obj:`cum_weight`), the citing end uniformly."""
+    r"""One chunk of undirected edges: the cited end drawn by popularity, the
+    citing end uniformly."""
     num_nodes, device = cum_weight.numel(), cum_weight.device
     u = torch.rand(num, dtype=torch.float64, generator=gen, device=device)
     u.mul_(cum_weight[-1])
@@ -93,8 +85,8 @@ def _chunk_sizes(num_edges: int, chunk_size: int):
 
 def _fill_chunk(row: Tensor, cursor: Tensor, dst: Tensor,
                 src: Tensor) -> None:
-    r"""Writes :obj:`src` into the neighbor lists of :obj:`dst`, after the
-    entries written so far (:obj:`cursor`, advanced)."""
+    r"""Writes :obj:`src` into the lists of :obj:`dst` after the entries
+    written so far (:obj:`cursor`, advanced)."""
     dst_sorted, perm = torch.sort(dst)
     first = torch.searchsorted(dst_sorted, dst_sorted)
     pos = torch.arange(dst.numel(), device=dst.device).sub_(first)
@@ -220,51 +212,30 @@ def papers_like_topology(
     cache_dir: Optional[Union[str, os.PathLike]] = None,
     progress: bool = False,
 ) -> GraphTopology:
-    r"""Generates the topology of an undirected citation-like graph
-    directly in the CSC layout, in chunks of :obj:`chunk_size` edges, so
-    that no :obj:`[2, 2 * num_edges]` :obj:`edge_index` is ever held.
-
-    Each undirected edge joins a *cited* node, drawn with probability
-    :math:`p_v \propto r_v^{-1 / (\gamma - 1)}` for a popularity rank
-    :math:`r_v` from a random permutation (so that the cited counts follow
-    a power law :math:`P(k) \propto k^{-\gamma}`, :math:`\gamma` =
-    :obj:`exponent`, about 3 for citations), and a *citing* node drawn
-    uniformly. Both directions are stored: every node's in-degree is the
-    number of its citations plus its references.
-    Degrees are counted in a first pass, the neighbor lists filled in a
-    second pass that draws the same chunks again.
-    Beyond the result, it takes about :obj:`50 * chunk_size +
-    24 * num_nodes` bytes on :obj:`device` at its peak.
-
-    Duplicate edges and self-loops are kept. The result depends on
-    :obj:`seed`, :obj:`chunk_size` and the device type.
+    r"""Generates the topology of an undirected citation-like graph directly in
+    the CSC layout, in chunks of :obj:`chunk_size` edges (no :obj:`edge_index`
+    is held). Each edge joins a cited node, drawn with probability :math:`p_v
+    \propto r_v^{-1 / (\gamma - 1)}` for a random popularity rank :math:`r_v`
+    (citation counts :math:`\propto k^{-\gamma}`), and a uniformly drawn citing
+    node; both directions are stored. Duplicate edges and self-loops are kept.
+    The result depends on :obj:`seed`, :obj:`chunk_size` and the device type.
 
     Args:
         num_nodes (int): The number of nodes. (default: :obj:`111_059_956`)
-        num_edges (int): The number of undirected edges; the topology holds
-            :obj:`2 * num_edges` directed ones.
-            (default: :obj:`1_615_685_872`)
+        num_edges (int): The number of undirected edges. (default:
+            :obj:`1_615_685_872`)
         exponent (float): The power-law exponent :math:`\gamma > 1` of the
             citation counts. (default: :obj:`3.0`)
         device (torch.device or str): Where the topology is generated and
             returned. (default: :obj:`'cpu'`)
         seed (int): The random seed. (default: :obj:`0`)
-        chunk_size (int): Undirected edges drawn at a time.
-            (default: :obj:`2**27`)
-        cache_dir (str or os.PathLike, optional): A folder where the
-            topology is saved once generated, and from where a later call
-            with the same :obj:`num_nodes`, :obj:`num_edges`,
-            :obj:`exponent`, :obj:`seed` and :obj:`chunk_size` loads it
-            (worth it where generating is slow, such as on the CPU; on a
-            GPU, generating can take less time than reading the files).
-        progress (bool): Show a :mod:`tqdm` progress bar.
-            (default: :obj:`False`)
-
-    Returns:
-        GraphTopology: The homogeneous topology, :obj:`row` in
-        :obj:`int32` where the node ids fit, :obj:`colptr` in :obj:`int64`
-        past :math:`2^{31} - 1` edges.
-    """
+        chunk_size (int): Undirected edges drawn at a time. (default:
+            :obj:`2**27`)
+        cache_dir (str or os.PathLike, optional): A folder where the topology
+            is saved once generated and loaded from by a later call with the
+            same arguments.
+        progress (bool): Show a :mod:`tqdm` progress bar. (default:
+            :obj:`False`)"""
     num_nodes = check_int('num_nodes', num_nodes, 1)
     num_edges = check_int('num_edges', num_edges, 0)
     seed = check_int('seed', seed, 0)
@@ -301,11 +272,10 @@ def papers_like_node_data(
     seed: int = 0,
     progress: bool = False,
 ) -> Data:
-    r"""The node data of :func:`papers_like_graph`, in host memory: random
-    features :obj:`x` (standard normal, :obj:`float32`; drawn on
-    :obj:`device` in chunks, and in pinned memory when :obj:`device` is
-    CUDA), random labels :obj:`y` and a :obj:`train_mask` of
-    :obj:`num_train` random nodes; no :obj:`edge_index`."""
+    r"""The node data of :func:`papers_like_graph` in host memory: random
+    features :obj:`x` (drawn on :obj:`device` in chunks, pinned when it is
+    CUDA), random labels :obj:`y` and a :obj:`train_mask` of :obj:`num_train`
+    random nodes."""
     num_nodes = check_int('num_nodes', num_nodes, 1)
     num_features = check_int('num_features', num_features, 0)
     num_classes = check_int('num_classes', num_classes, 1)
@@ -341,33 +311,17 @@ def papers_like_graph(
     progress: bool = False,
 ) -> Tuple[Data, GraphTopology]:
     r"""A graph shaped like :obj:`ogbn-papers100M` (by default its sizes,
-    :obj:`PAPERS100M`): the topology of :func:`papers_like_topology` and
-    the node data of :func:`papers_like_node_data` (random features in
-    host memory, pinned when :obj:`device` is CUDA, random labels and
-    :obj:`num_train` training nodes).
-
-    The :class:`~torch_geometric.data.Data` has no :obj:`edge_index`: pass
-    the topology to the loader.
-
-    .. code-block:: python
-
-        data, topology = papers_like_graph(device='cuda')
-        loader = HybridNeighborLoader(data, [15, 10, 5], batch_size=1024,
-                                      input_nodes=data.train_mask,
-                                      topology=topology)
+    :obj:`PAPERS100M`): the topology of :func:`papers_like_topology` and the
+    node data of :func:`papers_like_node_data`, without :obj:`edge_index` (pass
+    the topology to the loader).
 
     Args:
         num_features (int): Feature columns; :obj:`0` for no :obj:`x`.
             (default: :obj:`128`)
         num_classes (int): Label classes. (default: :obj:`172`)
-        num_train (int): Training nodes, at most :obj:`num_nodes`.
-            (default: :obj:`1_207_179`)
-        **others: As in :func:`papers_like_topology`.
-
-    Returns:
-        (Data, GraphTopology): The node data (on the CPU) and the topology
-        (on :obj:`device`).
-    """
+        num_train (int): Training nodes, at most :obj:`num_nodes`. (default:
+            :obj:`1_207_179`)
+        **others: As in :func:`papers_like_topology`."""
     data = papers_like_node_data(num_nodes, 0, num_classes, num_train,
                                  device, seed, progress)
     topology = papers_like_topology(num_nodes, num_edges, exponent, device,
@@ -388,24 +342,19 @@ def papers_like_features(
     progress: bool = False,
 ) -> Tensor:
     r"""The features :obj:`x` of :func:`papers_like_node_data` for the same
-    :obj:`seed` and device type: standard normal :obj:`float32` rows in
-    host memory, drawn on :obj:`device` in chunks.
+    :obj:`seed` and device type.
 
     Args:
         num_nodes (int): The number of rows. (default: :obj:`111_059_956`)
         num_features (int): The number of columns. (default: :obj:`128`)
-        device (torch.device or str): Where the rows are drawn.
-            (default: :obj:`'cpu'`)
-        seed (int): The random seed of :func:`papers_like_node_data`.
-            (default: :obj:`0`)
+        device (torch.device or str): Where the rows are drawn. (default:
+            :obj:`'cpu'`)
+        seed (int): The random seed. (default: :obj:`0`)
         out (torch.Tensor, optional): A :obj:`float32` CPU tensor of shape
-            :obj:`[num_nodes, num_features]` to write into, e.g. a mapping
-            of a shared-memory file that several processes read (see
-            :func:`torch.from_file`); else a new tensor, pinned when
-            :obj:`device` is CUDA.
-        progress (bool): Show a :mod:`tqdm` progress bar.
-            (default: :obj:`False`)
-    """
+            :obj:`[num_nodes, num_features]` to write into (e.g. shared
+            memory); else a new tensor, pinned when :obj:`device` is CUDA.
+        progress (bool): Show a :mod:`tqdm` progress bar. (default:
+            :obj:`False`)"""
     num_nodes = check_int('num_nodes', num_nodes, 1)
     num_features = check_int('num_features', num_features, 0)
     seed = check_int('seed', seed, 0)
@@ -427,10 +376,8 @@ def _random_features(num_nodes: int, num_features: int,
                      device: Union[torch.device, str] = 'cpu', seed: int = 0,
                      progress: bool = False, chunk_rows: int = 1 << 22,
                      out: Optional[Tensor] = None) -> Tensor:
-    r"""Standard normal :obj:`float32` features of shape
-    :obj:`[num_nodes, num_features]` in host memory (:obj:`out` if given),
-    drawn on :obj:`device` in chunks of rows (pinned when :obj:`device` is
-    CUDA)."""
+    r"""Standard normal :obj:`float32` features in host memory (:obj:`out` if
+    given), drawn on :obj:`device` in chunks of rows."""
     from tqdm.auto import tqdm
 
     device = torch.device(device)

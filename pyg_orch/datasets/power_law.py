@@ -106,14 +106,9 @@ def _sample_zipf_ranks(
     dtype: torch.dtype,
 ) -> Tensor:
     r"""Samples 0-based ranks :math:`r - 1` with :math:`P(r) \propto r^{-a}`
-    for :math:`r \in \{1, \ldots, N\}` by inverse-CDF sampling.
-
-    The :obj:`K` most popular ranks use :func:`torch.searchsorted` on their
-    exact cumulative weights. Rank :math:`r > K` gets the weight
-    :math:`\int_{r - 1/2}^{r + 1/2} x^{-a} \mathrm{d}x \approx r^{-a}`, whose
-    CDF is inverted in closed form. This avoids a binary search over all
-    :math:`N` ranks per sample, which dominates the run time otherwise.
-    """
+    for :math:`r \in \{1, \ldots, N\}` by inverse-CDF sampling: exact
+    :func:`torch.searchsorted` for the :obj:`K` most popular ranks, the
+    closed-form inverse CDF of the continuous power law for the others."""
     N, K = num_nodes, min(num_nodes, _NUM_HEAD_RANKS)
     # Tiny table, built on the CPU (no device sync, identical on all devices):
     head_cdf = torch.arange(1, K + 1, dtype=torch.float64)
@@ -168,106 +163,49 @@ def power_law_graph(
     index_dtype: torch.dtype = torch.int64,
     feature_dtype: torch.dtype = torch.float32,
 ) -> Data:
-    r"""Generates a random directed node-classification graph whose
-    in-degree distribution follows a power law.
+    r"""Generates a random directed node-classification graph whose in-degree
+    distribution follows a power law.
 
-    Every node :math:`v` gets a popularity rank :math:`r_v \in \{1, \ldots,
-    N\}` from a random permutation (so hubs are spread over the node ids),
-    and destination nodes are drawn with probability
-
-    .. math::
-        p_v \propto r_v^{-1 / (\gamma - 1)},
-
-    which yields in-degrees distributed as :math:`P(k) \propto k^{-\gamma}`
-    for exponent :math:`\gamma`.
-    Destinations are sampled by inverse-CDF sampling: the most popular ranks
-    via :func:`torch.searchsorted` on their exact cumulative popularity, the
-    remaining ones via the closed-form inverse CDF of the continuous power law
-    (relative deviation from :math:`r^{-1/(\gamma - 1)}` below
-    :math:`10^{-4}`).
-    For each edge, with probability :obj:`homophily` the source node is drawn
-    uniformly among the nodes of the destination's class; otherwise it is
-    drawn uniformly among all nodes.
-    Hence the expected fraction of edges joining two nodes of the same class
-    is :math:`h + (1 - h) \sum_c q_c^2 \approx h + (1 - h) / C`, where
-    :math:`q_c` are the class proportions.
-
-    Class labels are drawn uniformly at random.
-    Node features are a class centroid plus unit Gaussian noise.
-    The centroids are drawn from a normal distribution whose variance,
-    :math:`s^2 / (2F)` for :math:`F` features, puts two centroids at an
-    expected distance of :math:`s` = :obj:`feature_snr` noise standard
-    deviations, whatever :math:`F`: from its features alone, a node is told
-    apart from one other class with an error of about :math:`\Phi(-s / 2)`
-    (7% for :math:`s = 3`), and confusions add up over many classes.
-    With the defaults the features are only partly informative, and the
-    neighbors (through :obj:`homophily`) carry the rest of the signal: on a
-    graph of 3,000 nodes and 30,000 edges, a full-batch MLP on the features
-    reaches about 20% test accuracy and a 2-layer GraphSAGE about 55%
-    (chance: 2%).
-    A large :obj:`feature_snr` (such as :math:`\sqrt{2F}`, the value of
-    earlier versions) makes the classes separable by the features alone.
-    Nodes are randomly split into 60% training, 20% validation and 20% test
-    nodes.
-
-    The whole generation is vectorized and runs on :obj:`device`; the
-    result is reproducible for a fixed :obj:`seed` on the same device type.
-    The graph topology, labels and splits do not depend on
-    :obj:`num_features`.
-
-    .. note::
-        Edges are sampled independently, so the graph may contain duplicate
-        edges and self-loops.
-        Nothing is removed, so that :obj:`edge_index` always has exactly
-        :obj:`num_edges` columns.
+    Destinations are drawn with probability :math:`p_v \propto r_v^{-1 /
+    (\gamma - 1)}` for a popularity rank :math:`r_v` from a random permutation,
+    so in-degrees follow :math:`P(k) \propto k^{-\gamma}`. With probability
+    :obj:`homophily` an edge's source is drawn among the nodes of the
+    destination's class, else among all nodes. Labels are uniform; features are
+    a class centroid plus unit Gaussian noise, the centroids :obj:`feature_snr`
+    noise standard deviations apart in expectation. Nodes are split 60/20/20
+    into training, validation and test nodes. Duplicate edges and self-loops
+    are kept. The result is reproducible for a fixed :obj:`seed` on one device
+    type; the topology, labels and splits do not depend on :obj:`num_features`.
 
     Args:
         num_nodes (int): The number of nodes (:obj:`>= 1`).
         num_edges (int): The number of directed edges (:obj:`>= 0`).
-        num_features (int, optional): The number of node features.
-            If set to :obj:`0`, no :obj:`x` is generated.
-            (default: :obj:`100`)
-        num_classes (int, optional): The number of classes.
-            (default: :obj:`47`)
+        num_features (int, optional): The number of node features; :obj:`0` for
+            no :obj:`x`. (default: :obj:`100`)
+        num_classes (int, optional): The number of classes. (default:
+            :obj:`47`)
         exponent (float, optional): The power-law exponent :math:`\gamma > 1`
             of the in-degree distribution. (default: :obj:`2.1`)
-        homophily (float, optional): The probability in :math:`[0, 1]` that
-            an edge's source is drawn from the destination's class.
-            (default: :obj:`0.5`)
-        feature_snr (float, optional): The expected distance between two
-            class centroids, in units of the standard deviation of the
-            feature noise (:obj:`>= 0`; :obj:`0` makes the features
-            uninformative). (default: :obj:`3.0`)
-        device (torch.device or str, optional): The device on which the data
-            is generated and returned. (default: :obj:`"cpu"`)
-        seed (int, optional): The random seed.
-            If set to :obj:`None`, a non-deterministic seed is used.
-            (default: :obj:`0`)
+        homophily (float, optional): The probability in :math:`[0, 1]` that an
+            edge's source is drawn from the destination's class. (default:
+            :obj:`0.5`)
+        feature_snr (float, optional): The expected distance between two class
+            centroids in units of the noise's standard deviation (:obj:`>= 0`).
+            (default: :obj:`3.0`)
+        device (torch.device or str, optional): The device on which the data is
+            generated and returned. (default: :obj:`"cpu"`)
+        seed (int, optional): The random seed; :obj:`None` for a
+            non-deterministic one. (default: :obj:`0`)
         index_dtype (torch.dtype, optional): The dtype of :obj:`edge_index`,
-            either :obj:`torch.int64` or :obj:`torch.int32`.
-            (default: :obj:`torch.int64`)
+            :obj:`torch.int64` or :obj:`torch.int32`. (default:
+            :obj:`torch.int64`)
         feature_dtype (torch.dtype, optional): The floating-point dtype of
             :obj:`x`. (default: :obj:`torch.float32`)
 
     Raises:
-        ValueError: If an argument is out of range or of the wrong type
-            (the message names it), or :obj:`device` is not available.
+        ValueError: If an argument is out of range or of the wrong type.
         MemoryError: If the graph would not fit in the free memory of
-            :obj:`device` (estimated before anything is allocated).
-
-    Returns:
-        torch_geometric.data.Data: A graph with attributes ``x``
-        (:obj:`[num_nodes, num_features]`, omitted if
-        :obj:`num_features == 0`), ``edge_index`` (:obj:`[2, num_edges]`,
-        first row holds sources, second row destinations), ``y``
-        (:obj:`[num_nodes]`, :obj:`torch.int64`), boolean ``train_mask``,
-        ``val_mask`` and ``test_mask``, and ``num_nodes``.
-
-    Example:
-        >>> data = power_law_graph(1000, 10000, num_features=16, seed=0)
-        >>> data.edge_index.shape
-        torch.Size([2, 10000])
-    """
+            :obj:`device` (estimated before anything is allocated)."""
     # Argument validation ####################################################
     num_nodes = _check_int('num_nodes', num_nodes, 1)
     num_edges = _check_int('num_edges', num_edges, 0)

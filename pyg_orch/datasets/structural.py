@@ -7,53 +7,31 @@ import math
 import torch
 from torch import Tensor
 
+from pyg_orch.core.checks import check_int
+
 __all__ = ['structural_features']
 
 
 def structural_features(edge_index: Tensor, num_nodes: int,
                         num_buckets: int = 16) -> Tensor:
     r"""Node features computed from the graph structure alone, for graphs
-    that come without features (*e.g.*, :func:`read_musae`).
-
-    With :math:`d_v` the in-degree of node :math:`v` (the number of columns
-    of :obj:`edge_index` ending in :math:`v`) and
-    :math:`\ell_v = \log(1 + d_v) / \log(1 + \max_u d_u)`, every node gets
-    :obj:`num_buckets + 2` columns:
-
-    * a one-hot encoding of its log2-degree bucket
-      :math:`\min(\lfloor \log_2(1 + d_v) \rfloor, \textrm{num\_buckets} -
-      1)`;
-    * its normalized log-degree :math:`\ell_v` (in :math:`[0, 1]`);
-    * the mean of :math:`\ell_u` over its in-neighbors :math:`u` (:obj:`0`
-      for nodes without neighbors).
-
-    The result depends on :obj:`edge_index` only (no randomness).
+    without features: with :math:`d_v` the in-degree of :math:`v` and
+    :math:`\ell_v = \log(1 + d_v) / \log(1 + \max_u d_u)`, a one-hot
+    log2-degree bucket, :math:`\ell_v`, and the mean of :math:`\ell_u` over the
+    in-neighbors :math:`u` (:obj:`0` without neighbors).
 
     Args:
-        edge_index (torch.Tensor): The edges, :obj:`[2, num_edges]`, both
-            directions of an undirected edge included.
+        edge_index (torch.Tensor): The edges, :obj:`[2, num_edges]`.
         num_nodes (int): The number of nodes.
-        num_buckets (int, optional): The number of degree buckets; degrees
-            of :math:`2^{\textrm{num\_buckets} - 1} - 1` and more share the
-            last one. (default: :obj:`16`)
-
-    Returns:
-        torch.Tensor: :obj:`[num_nodes, num_buckets + 2]`,
-        :obj:`torch.float32`.
-    """
+        num_buckets (int, optional): The number of degree buckets. (default:
+            :obj:`16`)"""
     if not (isinstance(edge_index, Tensor) and edge_index.dim() == 2
             and edge_index.size(0) == 2 and not edge_index.is_floating_point()
             and not edge_index.is_complex()):
         raise ValueError("'edge_index' must be an integer tensor of shape "
                          "[2, num_edges]")
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or \
-            num_nodes < 0:
-        raise ValueError(f"'num_nodes' must be a non-negative integer "
-                         f"(got {num_nodes!r})")
-    if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or \
-            num_buckets < 1:
-        raise ValueError(f"'num_buckets' must be a positive integer "
-                         f"(got {num_buckets!r})")
+    num_nodes = check_int('num_nodes', num_nodes, 0)
+    num_buckets = check_int('num_buckets', num_buckets, 1)
     edge_index = edge_index.long().cpu()
     if edge_index.numel() > 0 and (int(edge_index.min()) < 0 or
                                    int(edge_index.max()) >= num_nodes):

@@ -1,38 +1,23 @@
 r"""Glue for PyG's multi-GPU recipe with
-:class:`~torch.nn.parallel.DistributedDataParallel`: one process per GPU
-(``torchrun --nproc-per-node N`` or :func:`torch.multiprocessing.spawn`),
+:class:`~torch.nn.parallel.DistributedDataParallel`: one process per GPU,
 each training on its share of the seed nodes.
 
 .. code-block:: python
 
-    from pyg_orch import HybridNeighborLoader
-    from pyg_orch.parallel.ddp import (
-        DistributedSeedSplit,
-        all_ranks_stats,
-        init_distributed,
-    )
-    from pyg_orch.parallel.watchdog import rank_guard
-
-    device = init_distributed()          # torchrun's variables; nccl or gloo
+    device = init_distributed()          # torchrun's variables
     split = DistributedSeedSplit(data.train_mask, seed=0)
     loader = HybridNeighborLoader(data, [15, 10], batch_size=1024,
                                   input_nodes=data.train_mask, sampler=split,
                                   device=device)
-    model = DistributedDataParallel(model.to(device), device_ids=...)
     with rank_guard(timeout=60):         # a rank's error reaches every rank
         for epoch in range(epochs):
-            split.set_epoch(epoch)       # a new split, the same on all ranks
+            split.set_epoch(epoch)       # the same split on all ranks
             for batch in loader:         # as many batches on every rank
                 ...
-    print(all_ranks_stats(loader.stats())['total'])
 
-Every rank gets the same number of seeds (:class:`DistributedSeedSplit`,
-:func:`rank_input_nodes`), so with the same :obj:`batch_size` every rank
-runs the same number of steps and none is left waiting in DDP's gradient
-all-reduce. Where counts may still differ (loaders of another kind, or
-different seed sets per rank), :func:`equal_batch_count` gives the count all
-ranks can run.
-"""
+Every rank gets the same number of seeds, so none is left waiting in DDP's
+gradient all-reduce; :func:`equal_batch_count` covers loaders whose counts
+may still differ."""
 import math
 import os
 import time
@@ -46,6 +31,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import Sampler
 
+from pyg_orch.core.checks import check_int, check_seconds
 from pyg_orch.parallel.peer_memory import disable_multicast_env
 
 
@@ -76,11 +62,9 @@ def _env_int(name: str, default: int) -> int:
 
 
 def rank_info(group: Optional[Any] = None) -> RankInfo:
-    r"""This process's :class:`RankInfo`: rank and world size from the
-    process group if initialized, else from ``RANK`` and ``WORLD_SIZE``
-    (:obj:`0` and :obj:`1` without them); the local rank from
-    ``LOCAL_RANK`` (else the rank) and the local world size from
-    ``LOCAL_WORLD_SIZE`` (else the world size: one machine)."""
+    r"""This process's :class:`RankInfo`, from the process group if
+    initialized, else from ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
+    ``LOCAL_WORLD_SIZE``."""
     if dist.is_available() and dist.is_initialized():
         rank = dist.get_rank(group)
         world_size = dist.get_world_size(group)
@@ -103,15 +87,9 @@ def init_distributed(
     master_port: Optional[int] = None,
 ) -> torch.device:
     r"""Joins the default process group (unless joined already) and returns
-    this rank's device.
-
-    Rank and world size come from the arguments, else from ``torchrun``'s
-    variables (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``);
-    :obj:`master_addr` and :obj:`master_port` default to ``127.0.0.1`` and
-    ``29500``. On CUDA the device is ``cuda:LOCAL_RANK`` (set as the current
-    device) and the backend :obj:`'nccl'`; on the CPU :obj:`'gloo'`. Before
-    anything starts NCCL, the variables of :obj:`MULTICAST_OFF_ENV` are set
-    where not set.
+    this rank's device (``cuda:LOCAL_RANK``, set as current, or the CPU).
+    Unset arguments come from ``torchrun``'s variables; the variables of
+    :obj:`MULTICAST_OFF_ENV` are set where not set.
 
     Args:
         backend (str, optional): :obj:`'nccl'`, :obj:`'gloo'`, ...; picked
@@ -123,8 +101,8 @@ def init_distributed(
         rank (int, optional): This process's rank.
         world_size (int, optional): The number of processes.
         master_addr (str, optional): The address of rank 0's store.
-        master_port (int, optional): Its port.
-    """
+            (default: ``127.0.0.1``)
+        master_port (int, optional): Its port. (default: ``29500``)"""
     disable_multicast_env()
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         timeout = timedelta(seconds=timeout)
@@ -137,12 +115,9 @@ def init_distributed(
     if device.type not in ('cuda', 'cpu'):
         raise ValueError(f"'device' must be 'cuda' or 'cpu' "
                          f"(got {str(device)!r})")
-    for name, value in (('rank', rank), ('world_size', world_size),
-                        ('master_port', master_port)):
-        if value is not None and (isinstance(value, bool)
-                                  or not isinstance(value, int) or value < 0):
-            raise ValueError(f"'{name}' must be a non-negative integer "
-                             f"(got {value!r})")
+    rank = check_int('rank', rank, 0, optional=True)
+    world_size = check_int('world_size', world_size, 0, optional=True)
+    master_port = check_int('master_port', master_port, 0, optional=True)
     if world_size is not None and rank is not None and rank >= world_size:
         raise ValueError(f"'rank' must be smaller than 'world_size' (got "
                          f"rank={rank}, world_size={world_size})")
@@ -188,35 +163,18 @@ def init_distributed(
 
 
 def destroy_distributed(settle: float = 0.1) -> None:
-    r"""The counterpart of :func:`init_distributed`: ends every process
-    group (:func:`torch.distributed.destroy_process_group`) after a barrier
-    and a pause of :obj:`settle` seconds in which the interpreter lock is
-    free. Does nothing without an initialized process group.
+    r"""Ends every process group after a barrier and a pause of :obj:`settle`
+    seconds; does nothing without one. Drop what holds the group (above all
+    the DDP model) before calling it.
 
-    PyTorch's gloo backend can deadlock at the end of a run (seen with
-    torch 2.13 on CPUs, about one run in ten under load): a gloo worker
-    thread still destroying a finished collective's work object needs the
-    interpreter lock, while the thread that drops the last reference to the
-    group holds the lock and waits for that worker in the group's
-    destructor. The pause lets the workers finish first. Drop what holds
-    the group, above all the
-    :class:`~torch.nn.parallel.DistributedDataParallel` model, before
-    calling this, so that the group ends here and not later when those are
-    collected (e.g. when the function that built them returns):
-
-    .. code-block:: python
-
-        del ddp_model, optimizer
-        destroy_distributed()
+    The pause avoids a gloo deadlock at exit: a worker thread still
+    destroying a finished collective needs the interpreter lock that the
+    thread destroying the group holds while it waits for that worker.
 
     Args:
         settle (float): Seconds to wait after the barrier.
-            (default: :obj:`0.1`)
-    """
-    if isinstance(settle, bool) or not isinstance(settle, (int, float)) \
-            or not settle >= 0:
-        raise ValueError(f"'settle' must be a non-negative number of seconds "
-                         f"(got {settle!r})")
+            (default: :obj:`0.1`)"""
+    settle = check_seconds('settle', settle)
     if not (dist.is_available() and dist.is_initialized()):
         return
     dist.barrier()
@@ -262,10 +220,7 @@ def _check_rank(rank: Optional[int],
         world_size = info.world_size
     if rank is None:
         rank = info.rank
-    if isinstance(world_size, bool) or not isinstance(world_size, int) \
-            or world_size < 1:
-        raise ValueError(f"'world_size' must be a positive integer "
-                         f"(got {world_size!r})")
+    world_size = check_int('world_size', world_size, 1)
     if isinstance(rank, bool) or not isinstance(rank, int) \
             or not 0 <= rank < world_size:
         raise ValueError(f"'rank' must be an integer in [0, {world_size}) "
@@ -276,16 +231,11 @@ def _check_rank(rank: Optional[int],
 def split_positions(num_seeds: int, rank: int, world_size: int, *,
                     shuffle: bool = True, seed: Optional[int] = None,
                     epoch: int = 0, drop_last: bool = False) -> Tensor:
-    r"""The positions (in :obj:`[0, num_seeds)`) of the seeds of
-    :obj:`rank`, as :class:`torch.utils.data.DistributedSampler` picks them:
-    shuffled by a generator seeded with :obj:`seed + epoch` (:obj:`seed`
-    :obj:`None` is :obj:`0`; the same
-    permutation on every rank, without communication), then cut to a
-    multiple of :obj:`world_size`, by repeating the first positions
-    (:obj:`drop_last=False`: every seed is used, up to
-    :obj:`world_size - 1` twice) or by dropping the last ones
-    (:obj:`drop_last=True`: up to :obj:`world_size - 1` seeds left out this
-    epoch), and dealt out round-robin."""
+    r"""The positions (in :obj:`[0, num_seeds)`) of the seeds of :obj:`rank`,
+    as :class:`~torch.utils.data.DistributedSampler` picks them: shuffled by
+    :obj:`seed + epoch` (the same on every rank), cut to a multiple of
+    :obj:`world_size` by repeating the first positions (or dropping the last
+    ones with :obj:`drop_last`), and dealt out round-robin."""
     if shuffle:
         seed = 0 if seed is None else int(seed)
         gen = torch.Generator().manual_seed(seed + int(epoch))
@@ -308,24 +258,14 @@ def rank_input_nodes(input_nodes: SeedNodes, rank: Optional[int] = None,
                      world_size: Optional[int] = None, *,
                      shuffle: bool = True, seed: Optional[int] = None,
                      epoch: int = 0, drop_last: bool = False) -> SeedNodes:
-    r"""The seed nodes of :obj:`rank`: every rank gets
-    :obj:`ceil(N / world_size)` seeds (:obj:`floor` with
-    :obj:`drop_last=True`), so loaders with the same :obj:`batch_size` give
-    every rank the same number of batches. The split is
-    :class:`~torch.utils.data.DistributedSampler`'s (see
-    :func:`split_positions`): computed alike on every rank, without
-    communication, and reshuffled by :obj:`epoch`.
-
-    .. code-block:: python
-
-        loader = HybridNeighborLoader(
-            data, [10, 5], batch_size=512,
-            input_nodes=rank_input_nodes(data.train_mask, shuffle=False))
+    r"""The seed nodes of :obj:`rank`, split as in :func:`split_positions`:
+    every rank gets as many seeds, so loaders with the same
+    :obj:`batch_size` give every rank the same number of batches.
 
     Args:
         input_nodes (torch.Tensor or Tuple[str, torch.Tensor]): The seeds of
-            all ranks, as PyG takes them: node indices or a boolean mask,
-            or a (node type, indices or mask) tuple.
+            all ranks: node indices or a boolean mask, or a (node type,
+            indices or mask) tuple.
         rank (int, optional): The rank; the process group's (or ``RANK``)
             if not set.
         world_size (int, optional): The number of ranks; the process
@@ -335,12 +275,7 @@ def rank_input_nodes(input_nodes: SeedNodes, rank: Optional[int] = None,
             :obj:`None` is :obj:`0`. (default: :obj:`None`)
         epoch (int): Added to :obj:`seed`. (default: :obj:`0`)
         drop_last (bool): Drop the last seeds instead of repeating the
-            first ones. (default: :obj:`False`)
-
-    Returns:
-        Node indices of the same form: a tensor, or a (node type, tensor)
-        tuple.
-    """
+            first ones. (default: :obj:`False`)"""
     node_type, seeds = _resolve_seeds(input_nodes)
     rank, world_size = _check_rank(rank, world_size)
     pos = split_positions(seeds.numel(), rank, world_size, shuffle=shuffle,
@@ -352,23 +287,8 @@ def rank_input_nodes(input_nodes: SeedNodes, rank: Optional[int] = None,
 class DistributedSeedSplit(Sampler):
     r"""Splits a loader's seeds across ranks, reshuffled every epoch, as
     :class:`~torch.utils.data.DistributedSampler` does: pass it as the
-    loader's :obj:`sampler` (every rank gives the loader all seeds; the
-    split picks this rank's) and call :meth:`set_epoch` before every epoch.
-
-    .. code-block:: python
-
-        split = DistributedSeedSplit(data.train_mask, seed=0)
-        loader = HybridNeighborLoader(data, [10, 5], batch_size=512,
-                                      input_nodes=data.train_mask,
-                                      sampler=split)
-        for epoch in range(10):
-            split.set_epoch(epoch)
-            for batch in loader:
-                ...
-
-    The loader's :obj:`shuffle` must be left :obj:`False` (the split
-    shuffles). :meth:`rank_nodes` gives the node indices of this rank's
-    seeds instead, for loaders built per epoch.
+    loader's :obj:`sampler` (with :obj:`shuffle=False`) and call
+    :meth:`set_epoch` before every epoch.
 
     Args:
         input_nodes (torch.Tensor or Tuple[str, torch.Tensor] or int): The
@@ -381,9 +301,7 @@ class DistributedSeedSplit(Sampler):
         seed (int, optional): The shuffling seed, the same on all ranks;
             :obj:`None` is :obj:`0`. (default: :obj:`None`)
         drop_last (bool): Drop the last seeds instead of repeating the
-            first ones (see :func:`split_positions`).
-            (default: :obj:`False`)
-    """
+            first ones. (default: :obj:`False`)"""
     def __init__(self, input_nodes: Union[SeedNodes, int],
                  rank: Optional[int] = None,
                  world_size: Optional[int] = None, *, shuffle: bool = True,
@@ -413,11 +331,7 @@ class DistributedSeedSplit(Sampler):
 
     def set_epoch(self, epoch: int) -> None:
         r"""Picks the split of :obj:`epoch` (the same on every rank)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) \
-                or epoch < 0:
-            raise ValueError(f"'epoch' must be a non-negative integer "
-                             f"(got {epoch!r})")
-        self.epoch = epoch
+        self.epoch = check_int('epoch', epoch, 0)
 
     def positions(self, epoch: Optional[int] = None) -> Tensor:
         r"""This rank's seeds as positions in the loader's seed list."""
@@ -427,8 +341,7 @@ class DistributedSeedSplit(Sampler):
             drop_last=self.drop_last)
 
     def rank_nodes(self, epoch: Optional[int] = None) -> SeedNodes:
-        r"""This rank's seeds as node indices (a (node type, indices) tuple
-        for a node type)."""
+        r"""This rank's seeds as node indices (with the node type, if any)."""
         out = self.seeds[self.positions(epoch).to(self.seeds.device)]
         return out if self.node_type is None else (self.node_type, out)
 
@@ -458,23 +371,9 @@ def _group_device(group: Optional[Any]) -> torch.device:
 
 def equal_batch_count(num_batches: int, group: Optional[Any] = None) -> int:
     r"""The smallest :obj:`num_batches` over all ranks of :obj:`group` (a
-    collective: every rank calls it). Running that many batches on every
-    rank leaves none waiting in DDP's all-reduce when loaders give
-    different counts:
-
-    .. code-block:: python
-
-        import itertools
-        steps = equal_batch_count(len(loader))
-        for batch in itertools.islice(loader, steps):
-            ...
-
-    Without an initialized process group, returns :obj:`num_batches`.
-    """
-    if isinstance(num_batches, bool) or not isinstance(num_batches, int) \
-            or num_batches < 0:
-        raise ValueError(f"'num_batches' must be a non-negative integer "
-                         f"(got {num_batches!r})")
+    collective), e.g. for :obj:`itertools.islice(loader, steps)`;
+    :obj:`num_batches` without an initialized process group."""
+    num_batches = check_int('num_batches', num_batches, 0)
     if not (dist.is_available() and dist.is_initialized()):
         return num_batches
     t = torch.tensor([num_batches], dtype=torch.long,
@@ -504,20 +403,11 @@ def _combine(values: List[Any], reduce) -> Any:
 
 def all_ranks_stats(stats: Dict[str, Any],
                     group: Optional[Any] = None) -> Dict[str, Any]:
-    r"""Gathers every rank's statistics (e.g. :meth:`loader.stats()
-    <pyg_orch.HybridNeighborLoader.stats>`, nested dicts of numbers) on
-    every rank (a collective: every rank calls it) and summarizes them:
-
-    * :obj:`'per_rank'`: the dicts, by rank.
-    * :obj:`'total'`: numbers summed over the ranks (times, rows, bytes).
-    * :obj:`'mean'`: their mean (e.g. rates such as :obj:`'hit_rate'`,
-      whose sum means nothing).
-    * :obj:`'max'`: their maximum (e.g. the slowest rank's stage time).
-
-    Non-numbers (flags, strings, :obj:`None`) and keys that not every rank
-    has are taken from rank 0. Without an initialized process group, the
-    summary of :obj:`stats` alone.
-    """
+    r"""Gathers every rank's statistics (nested dicts of numbers, e.g.
+    :meth:`loader.stats() <pyg_orch.HybridNeighborLoader.stats>`) on every
+    rank (a collective) and returns :obj:`'per_rank'` (the dicts) and their
+    :obj:`'total'`, :obj:`'mean'` and :obj:`'max'` over the ranks.
+    Non-numbers and keys not every rank has are taken from rank 0."""
     if not isinstance(stats, dict):
         raise ValueError(f"'stats' must be a dict, as loader.stats() "
                          f"returns (got {type(stats).__name__})")

@@ -1,20 +1,7 @@
 r"""Variable-size exchanges between all ranks of a process group, one
-:func:`torch.distributed.all_to_all_single` per payload (after one for the
-sizes, unless the receiver knows them, as for the replies to its own
-requests): the transport of the collective sampler
-(:class:`~pyg_orch.distributed.DistributedNeighborSampler`) and feature
-gather (:class:`~pyg_orch.features.partition_gather.DistributedFeatureGather`).
-
-Every rank of the group must call :func:`exchange` the same number of times
-in the same order (an empty list of rows for a rank is fine). A lost rank
-makes the others raise after the process group's timeout (set it with
-:func:`~pyg_orch.multigpu.init_distributed` or
-:func:`torch.distributed.init_process_group`), never hang.
-
-With a NCCL process group (which moves CUDA tensors only), the payloads
-travel on the group's device (:func:`comm_device`: this process's current
-CUDA device) and come back on the device of what was sent, or on
-:obj:`out_device`; with gloo they stay on the CPU."""
+:func:`torch.distributed.all_to_all_single` per payload: the transport of
+the collective sampler and the distributed feature gather. Every rank
+calls :func:`exchange` the same number of times in the same order."""
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -48,13 +35,9 @@ _CPU = torch.device('cpu')
 
 
 def gloo_twin(group: Optional[Any] = None) -> Optional[Any]:
-    r"""A new gloo group of the same ranks as :obj:`group` (the default
-    group if :obj:`None`; :obj:`None` without an initialized process
-    group), for collectives of another thread that must not interleave with
-    those of :obj:`group` (e.g. a prefetch thread beside DDP's
-    all-reduces). A collective of the default group: every process calls
-    it, also where :obj:`group` is a subgroup (all subgroups of that kind
-    get their twin)."""
+    r"""A new gloo group of the ranks of :obj:`group` (:obj:`None` without a
+    process group), for another thread's collectives that must not
+    interleave with :obj:`group`'s. A collective of the default group."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
     mine = sorted(dist.get_process_group_ranks(
@@ -72,21 +55,17 @@ def gloo_twin(group: Optional[Any] = None) -> Optional[Any]:
 def split_by_value(values: Tensor, num: int
                    ) -> Tuple[List[Tensor], List[int], Tensor]:
     r"""The positions of the entries of :obj:`values` equal to each of
-    :obj:`0, ..., num - 1` (e.g. the owner rank of every id), ascending
-    (one stable sort); how many there are of each (read on the host: the
-    sizes of an :func:`exchange`); and all positions in that order (their
-    concatenation)."""
+    :obj:`0, ..., num - 1` (ascending), their counts (on the host) and all
+    positions in that order."""
     order = torch.sort(values, stable=True).indices
     counts = torch.bincount(values, minlength=num).tolist()
     return list(torch.split(order, counts)), counts, order
 
 
 def comm_device(group: Optional[Any] = None) -> torch.device:
-    r"""The device whose tensors :obj:`group`'s collectives move: the CPU
-    for gloo (or a group that has a CPU backend, e.g.
-    :obj:`'cpu:gloo,cuda:nccl'`) and without a process group; this
-    process's current CUDA device for a NCCL-only group (set it with
-    :func:`torch.cuda.set_device` before the first collective)."""
+    r"""The device whose tensors :obj:`group`'s collectives move: the CPU for
+    gloo (or a CPU backend) and without a process group, else the current
+    CUDA device."""
     if not (dist.is_available() and dist.is_initialized()):
         return _CPU
     backend = str(dist.get_backend(group)).lower()
@@ -103,28 +82,19 @@ def comm_device(group: Optional[Any] = None) -> torch.device:
 def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
              out_device: Optional[torch.device] = None,
              recv_sizes: Optional[Sequence[int]] = None) -> List[Tensor]:
-    r"""Sends :obj:`send[r]` to rank :obj:`r` of :obj:`group` and returns
-    the tensors every rank sent to this one, in rank order (a collective).
-
-    The tensors may have different numbers of rows (dimension 0), but must
-    have the same dtype and trailing shape on every rank (which also fixes
-    the dtype of what is received). They travel on :func:`comm_device`
-    (copied there if needed) and are returned on :obj:`out_device`
-    (default: the device of :obj:`send[0]`). Without an initialized process
-    group (one rank), returns :obj:`send[0]` (on :obj:`out_device`).
+    r"""Sends :obj:`send[r]` to rank :obj:`r` of :obj:`group` and returns the
+    tensors every rank sent to this one, in rank order (a collective).
+    Rows may differ in number, dtype and trailing shape may not.
 
     Args:
         send (Sequence[torch.Tensor]): One tensor per rank of the group.
         group (ProcessGroup, optional): The process group (default: the
             default group).
         out_device (torch.device, optional): Where the received tensors
-            land.
-        recv_sizes (Sequence[int], optional): The number of rows every rank
-            sends to this one, where the caller knows it (e.g. the replies
-            to requests it sent): then the sizes are not exchanged and the
-            host does not wait for the device. They must be right: a wrong
-            size makes the collective fail or mix up rows.
-    """
+            land (default: the device of :obj:`send[0]`).
+        recv_sizes (Sequence[int], optional): The rows every rank sends to
+            this one, where known (then the sizes are not exchanged and the
+            host does not wait); a wrong size mixes up rows."""
     world_size = group_size(group)
     if len(send) != world_size:
         raise ValueError(f"'send' must hold one tensor per rank "
@@ -193,18 +163,11 @@ def exchange_rows(send: Sequence[Sequence[Tensor]],
                   recv_sizes: Sequence[int], group: Optional[Any] = None,
                   out_device: Optional[torch.device] = None
                   ) -> List[Tensor]:
-    r"""Sends the rows of several tensors in **one**
+    r"""Sends the rows of several fields in one
     :func:`torch.distributed.all_to_all_single` (a collective):
-    :obj:`send[r]` holds, for rank :obj:`r`, one tensor per field (e.g.
-    the rows of :obj:`x` and :obj:`y` it asked for), all with the same
-    number of rows; every rank sends the same fields, with the same dtypes
-    and trailing shapes. The rows travel as bytes, a row of all fields
-    side by side, and the receive sizes must be known
-    (:obj:`recv_sizes`, see :func:`exchange`), so nothing waits for the
-    host. Returns one tensor per field: the rows received from every rank,
-    in rank order, on :obj:`out_device` (default: the device of the first
-    field). See :func:`exchange_stacked_rows` for fields whose rows for
-    all ranks are already one tensor."""
+    :obj:`send[r]` holds one tensor per field for rank :obj:`r`, all with
+    as many rows; :obj:`recv_sizes` is required. Returns one tensor per
+    field, the rows of every rank in rank order."""
     world_size = group_size(group)
     if len(send) != world_size:
         raise ValueError(f"'send' must hold the fields for every rank "
@@ -234,10 +197,8 @@ def exchange_stacked_rows(fields: Sequence[Tensor],
                           group: Optional[Any] = None,
                           out_device: Optional[torch.device] = None
                           ) -> List[Tensor]:
-    r"""As :func:`exchange_rows`, for fields that already hold the rows
-    for every rank one after another, in rank order
-    (:obj:`send_sizes[r]` rows for rank :obj:`r`): no copy per rank before
-    the exchange, and none at all for a single field."""
+    r"""As :func:`exchange_rows`, for fields that hold the rows for every rank
+    one after another (:obj:`send_sizes[r]` rows for rank :obj:`r`)."""
     world_size = group_size(group)
     fields = list(fields)
     if not fields:

@@ -1,23 +1,7 @@
-r"""Which part of a partitioned graph a rank holds, and with whom it samples.
-
-Two layouts, chosen from the number of parts and the launch:
-
-* **One rank per part** (the world size equals the number of parts): rank
-  :obj:`k` holds part :obj:`k` and exchanges with all ranks.
-* **One part per machine**, :obj:`LOCAL_WORLD_SIZE` ranks on each (e.g.
-  :obj:`torchrun --nnodes M --nproc-per-node N` over a folder of
-  :obj:`M` parts): the :obj:`N` ranks of machine :obj:`m` (ranks numbered
-  in blocks of :obj:`N`, as :obj:`torchrun` does) all hold part :obj:`m`.
-  Each takes every :obj:`N`-th of the part's seeds and exchanges only with
-  the ranks of its local rank on the other machines (its *part group*, one
-  rank per part). With :obj:`PlacementOptions(topology='sharded')` the
-  part's neighbor lists are split across the machine's ranks
-  (:func:`~pyg_orch.multigpu.shard_topology`: symmetric memory on GPUs,
-  :obj:`/dev/shm` on CPUs), so a rank serves requests for any vertex of
-  its part from its own shard, a copy, or a peer's shard.
-
-Choosing the layout is a collective over the default process group (every
-rank reads the folder's number of parts), so every rank picks the same."""
+r"""Which part of a partitioned graph a rank holds, and with whom it samples:
+one rank per part (the world size equals the number of parts), or one part
+per machine with :obj:`LOCAL_WORLD_SIZE` ranks each, which exchange only
+with the ranks of their local rank on other machines (their part group)."""
 from __future__ import annotations
 
 import os
@@ -40,13 +24,10 @@ class RankLayout:
             frontiers and rows, one per part (:obj:`None`: the default
             group).
         batch_group (ProcessGroup, optional): The ranks that agree on the
-            number of batches of an epoch (all ranks that train together).
+            number of batches of an epoch.
         local_rank (int): This rank among the ranks that share its part.
-        local_world_size (int): The ranks that share a part (:obj:`1`: one
-            rank per part).
-        seed_rank (int): The rank that offsets this rank's seeds of
-            shuffling and sampling (unique over all ranks).
-    """
+        local_world_size (int): The ranks that share a part.
+        seed_rank (int): The rank that offsets this rank's seeds (unique)."""
     part_group: Optional[Any] = None
     batch_group: Optional[Any] = None
     local_rank: int = 0
@@ -94,16 +75,10 @@ def _local_world_size(world: int) -> int:
 
 
 def rank_layout(partition: Any, group: Optional[Any] = None) -> RankLayout:
-    r"""The :class:`RankLayout` of this rank over :obj:`partition` (a
-    partition folder or a loaded
-    :class:`~pyg_orch.distributed.GraphPartition`).
-
-    With :obj:`group` given, or a world of as many ranks as parts, one rank
-    per part of :obj:`group`. Where every rank reads :obj:`P` parts, the
-    world has :obj:`P * N` ranks and :obj:`LOCAL_WORLD_SIZE` is
-    :obj:`N > 1`, one part per machine (a collective over the default
-    group: one :func:`torch.distributed.all_gather_object`, and the part
-    groups created once)."""
+    r"""The :class:`RankLayout` of this rank over :obj:`partition` (a folder or
+    a :class:`~pyg_orch.distributed.GraphPartition`): one rank per part of
+    :obj:`group` (or of a world of as many ranks), else one part per machine
+    (a collective over the default group)."""
     flat = RankLayout(part_group=group, batch_group=group,
                       seed_rank=group_rank(group))
     if group is not None or not (dist.is_available()
@@ -134,22 +109,12 @@ def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
                         max_fanout: Optional[int] = None,
                         csc: Optional[Dict[Any, Any]] = None
                         ) -> Dict[Any, Any]:
-    r"""The topology of :obj:`partition` (this rank's part) per edge type
-    (:obj:`None` on a homogeneous part), its neighbor lists split across
-    the ranks that share the part (see
-    :func:`~pyg_orch.multigpu.shard_topology`; a collective of those
-    ranks), with offsets, this rank's shard and the copies of the most
-    read lists (:obj:`sharding`, a
-    :class:`~pyg_orch.multigpu.TopologySharding`) on :obj:`device`.
-
-    With :obj:`replicate_by='reads'`, a destination's expected expansions
-    are counted from the part's own edges: :obj:`1` plus the times it is a
-    source of an in-edge of the part.
-
+    r"""The topology of this rank's part per edge type (:obj:`None` on a
+    homogeneous part), its neighbor lists split across the ranks that share
+    the part (a collective of those ranks; see
+    :func:`~pyg_orch.multigpu.shard_topology`), on :obj:`device`.
     :obj:`csc` (per edge type) replaces the part's own topology, e.g. with
-    edge times and weights attached (see
-    :class:`~pyg_orch.distributed.DistributedNeighborSampler`); they are
-    split with the neighbor lists."""
+    edge times and weights attached."""
     from pyg_orch.parallel.peer_memory import PeerGroup
     from pyg_orch.topology.sharded import (
         TopologySharding,

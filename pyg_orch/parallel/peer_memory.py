@@ -1,11 +1,6 @@
-"""Memory that every process of one machine can read: one buffer per rank,
-seen by all ranks (the peer access HyDRA's sharding relies on).
-
-On CUDA the buffers come from PyTorch's symmetric memory
-(:mod:`torch.distributed._symmetric_memory`): a kernel on one GPU reads a
-peer GPU's buffer over NVLink. On the CPU (and in tests without a GPU) they
-are files in shared memory (:obj:`/dev/shm`) mapped by every process, so the
-same sharding logic runs with :obj:`gloo` processes."""
+r"""Memory that every process of one machine can read: one buffer per rank,
+seen by all ranks. On CUDA PyTorch's symmetric memory (read over NVLink);
+on the CPU files in :obj:`/dev/shm` mapped by every process."""
 import math
 import os
 import uuid
@@ -73,14 +68,11 @@ class PeerGroup:
     r"""The processes of one machine that share memory with each other.
 
     Args:
-        group (ProcessGroup, optional): The processes of this machine; by
-            default the whole default process group, or, where
-            :obj:`LOCAL_WORLD_SIZE` is smaller than the world (several
-            machines), this machine's ranks. Without an initialized process
-            group, a group of one process.
+        group (ProcessGroup, optional): The processes of this machine
+            (default: :func:`machine_group`; one process without a process
+            group).
         device (torch.device, optional): :obj:`'cuda'` devices share buffers
-            through symmetric memory, others through :obj:`/dev/shm`.
-    """
+            through symmetric memory, others through :obj:`/dev/shm`."""
     def __init__(self, group: Optional[Any] = None,
                  device: Optional[torch.device] = None):
         self.device = torch.device(device or 'cpu')
@@ -203,10 +195,9 @@ class PeerGroup:
 
     def share_host(self, tensor: Optional[Tensor], shape, dtype: torch.dtype,
                    src: int = 0) -> Tensor:
-        r"""One host copy per machine: rank :obj:`src` writes
-        :obj:`tensor` into shared memory, every rank maps it (a collective;
-        other ranks may pass :obj:`None`). On CUDA the mapping is registered
-        as pinned memory, so kernels read it zero-copy."""
+        r"""One host copy per machine: rank :obj:`src` writes :obj:`tensor`
+        into shared memory, every rank maps it (a collective; on CUDA
+        registered as pinned memory)."""
         shape = tuple(int(s) for s in shape)
         numel = math.prod(shape)
         if self.group is None:
@@ -253,10 +244,9 @@ def register_pinned(tensor: Tensor) -> None:
 
 
 def machine_group() -> Any:
-    r"""The process group of this machine's ranks: the default group when
-    one machine runs them all (:obj:`LOCAL_WORLD_SIZE` unset or equal to the
-    world size), else this machine's subgroup (ranks are grouped in blocks
-    of :obj:`LOCAL_WORLD_SIZE`, as :obj:`torchrun` numbers them)."""
+    r"""The process group of this machine's ranks: the default group on one
+    machine, else the subgroup of ranks in blocks of
+    :obj:`LOCAL_WORLD_SIZE`."""
     world = dist.get_world_size()
     local = int(os.environ.get('LOCAL_WORLD_SIZE', world))
     if local >= world:

@@ -3,52 +3,17 @@ other ranks hanging in a collective (e.g. DDP's gradient all-reduce).
 
 .. code-block:: python
 
-    from pyg_orch.parallel.watchdog import rank_guard
-
     with rank_guard(timeout=60):
         for batch in loader:
-            loss = ...
+            ...
             loss.backward()  # rank 0 waits here if rank 1 raised
-            optimizer.step()
 
-When the block raises in one rank, the guard writes the error to the
-process group's store (the ``TCPStore`` of the rendezvous), aborts that
-rank's process group and raises the error again; the process then normally
-exits, which closes its connections, and peers waiting for it in a gloo
-collective fail at once. In every other rank a watchdog thread polls the
-store; once it sees the failure it aborts its own process group too
-(which unblocks NCCL collectives) and interrupts the guarded thread at its
-next Python instruction. Every other rank then raises
-:class:`RankFailedError` naming the failed rank and its error. Measured with
-gloo on CPU (``tests/test_ddp.py``), 2 processes: a rank waiting in DDP's
-gradient all-reduce raises about 0.5 s after the other rank's error, a rank
-computing without collectives within 0.1 s.
-
-Aborting a gloo process group does not wake a thread already waiting in one
-of its collectives, and DDP holds on to the group, so its connections stay
-open as long as a failed process lives on. If the guarded thread is still
-blocked :obj:`timeout` seconds after the failure was seen, the watchdog
-prints the error and ends the process with :obj:`exit_code`
-(:obj:`hard_exit=True`, the default), which ``torchrun`` and
-:func:`torch.multiprocessing.spawn` report as a failure of that rank.
-
-The store lives in one process (rank 0, or ``torchrun``'s agent). A failed
-rank that recorded the first failure waits up to :obj:`timeout` seconds
-until every other rank has seen it before raising, so the store outlives
-the news. Losing the store counts as a failure only when a collective
-fails afterwards, or when the rank is still inside the guard
-:obj:`timeout` seconds later (its host may just have finished first).
-
-A rank that dies without an exception (killed by ``SIGKILL`` or the
-out-of-memory killer) records nothing. Every guard's watchdog thread
-therefore beats a counter in the store, and watches its peers: a peer on
-the same host (same pid namespace) is dead once its process is gone, a
-peer on another host once its counter stood still for :obj:`dead_after`
-seconds. The survivors then raise :class:`RankFailedError` naming the dead
-rank within :obj:`dead_after` seconds, also when a collective failed first;
-where the dead rank held the store, at their next collective (without the
-store, a host that finished cannot be told from a killed one).
-"""
+A failing rank records its error in the process group's store and aborts its
+group; every other rank's watchdog thread sees it, aborts its own group and
+interrupts the guarded thread, which raises :class:`RankFailedError` (or ends
+the process after :obj:`timeout` if still blocked). Ranks that die without an
+exception are found through heartbeats in the store (a peer of this host once
+its process is gone, others after :obj:`dead_after`)."""
 import ctypes
 import json
 import os
@@ -70,8 +35,8 @@ _LEFT = 1 << 40
 
 class RankFailedError(RuntimeError):
     r"""Raised in a rank when another rank failed inside the same
-    :func:`rank_guard`: :obj:`failed_rank` and its :obj:`error` (the
-    exception's type and message) and :obj:`remote_traceback`."""
+    :func:`rank_guard`: :obj:`failed_rank`, its :obj:`error` and
+    :obj:`remote_traceback`."""
     def __init__(self, failed_rank: Optional[int], error: str,
                  remote_traceback: str = '', rank: Optional[int] = None):
         self.failed_rank = failed_rank
@@ -151,18 +116,15 @@ def process_gone(pid: int) -> bool:
 
 
 class PeerLiveness:
-    r"""Which ranks of a guard died without a word: each rank beats a
-    counter in the store (:meth:`beat`); a peer on this host is dead once
-    its process is gone, a peer on another host once its counter stood
-    still for :obj:`dead_after` seconds (:obj:`None`: never).
+    r"""Which ranks of a guard died without a word (see the module).
 
     Args:
         store (torch.distributed.Store): Where the counters live.
         prefix (str): The guard's key prefix.
         rank (int): This rank.
         ranks (List[int]): Every rank of the guard's group.
-        dead_after (float, optional): See above.
-    """
+        dead_after (float, optional): Seconds without a beat after which a
+            peer on another host is dead (:obj:`None`: never)."""
     def __init__(self, store: Any, prefix: str, rank: int, ranks: List[int],
                  dead_after: Optional[float]):
         self.store = store
@@ -172,6 +134,8 @@ class PeerLiveness:
         self.dead_after = dead_after
         self.identity = _host_identity()
         self.beats: Dict[int, int] = {}
+        #: How often each peer's counter was seen to change.
+        self.changes: Dict[int, int] = {}
         self.changed: Dict[int, float] = {}
         self.where: Dict[int, List[Any]] = {}
         self.left: Set[int] = set()
@@ -212,12 +176,13 @@ class PeerLiveness:
             elif value > 0:  # Inside its guard.
                 if value != self.beats.get(r):
                     self.beats[r], self.changed[r] = value, now
+                    self.changes[r] = self.changes.get(r, 0) + 1
                 self._judge(r, now)
         return min(self.dead) if self.dead else None
 
     def look_without_store(self) -> Optional[int]:
-        r"""The lowest peer of this host whose process is gone, by what
-        was read from the store before it was lost."""
+        r"""The lowest peer of this host whose process is gone, by what was
+        read before the store was lost."""
         self.store_lost = True
         for r in sorted(self.where):
             if r not in self.left and self._local_gone(r):
@@ -225,11 +190,11 @@ class PeerLiveness:
         return None
 
     def alive_since(self, start: Dict[int, int]) -> bool:
-        r"""Whether every peer is known to be alive: it left, or beat
-        since the counters :obj:`start` (a copy of :obj:`beats`)."""
-        return all(r in self.left or (
-            r in self.beats and self.beats[r] != start.get(r))
-            for r in self.peers)
+        r"""Whether every peer left or beat twice since :obj:`start` (a copy of
+        :obj:`changes`; a killed peer may have one beat in flight)."""
+        return all(r in self.left or
+                   self.changes.get(r, 0) - start.get(r, 0) >= 2
+                   for r in self.peers)
 
     def _local_gone(self, r: int) -> bool:
         where = self.where.get(r)
@@ -254,6 +219,17 @@ class PeerLiveness:
                             f's')
 
 
+def _seconds(name: str, value: Any, optional: bool = False
+             ) -> Optional[float]:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not value > 0:
+        raise ValueError(f"'{name}' must be a positive number of seconds"
+                         f"{' or None' if optional else ''} (got {value!r})")
+    return float(value)
+
+
 class RankGuard:
     r"""The context manager of :func:`rank_guard` (see there)."""
     def __init__(self, timeout: float = 60.0, *, name: str = 'default',
@@ -261,33 +237,22 @@ class RankGuard:
                  poll_interval: float = 0.05, abort: bool = True,
                  interrupt: bool = True, hard_exit: bool = True,
                  exit_code: int = 1, dead_after: Optional[float] = 2.0):
-        if dead_after is not None and (
-                isinstance(dead_after, bool)
-                or not isinstance(dead_after, (int, float))
-                or not dead_after > 0):
-            raise ValueError(f"'dead_after' must be a positive number of "
-                             f"seconds or None (got {dead_after!r})")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-                or timeout <= 0:
-            raise ValueError(f"'timeout' must be a positive number of "
-                             f"seconds (got {timeout!r})")
-        if isinstance(poll_interval, bool) or not isinstance(
-                poll_interval, (int, float)) or poll_interval <= 0:
-            raise ValueError(f"'poll_interval' must be a positive number of "
-                             f"seconds (got {poll_interval!r})")
+        dead_after = _seconds('dead_after', dead_after, optional=True)
+        timeout = _seconds('timeout', timeout)
+        poll_interval = _seconds('poll_interval', poll_interval)
         if not isinstance(name, str) or not name or '/' in name:
             raise ValueError(f"'name' must be a non-empty string without "
                              f"'/' (got {name!r})")
-        self.timeout = float(timeout)
+        self.timeout = timeout
         self.name = name
         self.group = group
         self._store = store
-        self.poll_interval = float(poll_interval)
+        self.poll_interval = poll_interval
         self.abort = abort
         self.interrupt = interrupt
         self.hard_exit = hard_exit
         self.exit_code = exit_code
-        self.dead_after = None if dead_after is None else float(dead_after)
+        self.dead_after = dead_after
         # Seconds between two heartbeats (and looks at the peers' ones).
         self.beat_interval = max(self.poll_interval, 0.25) if \
             dead_after is None else max(self.poll_interval,
@@ -421,12 +386,14 @@ class RankGuard:
 
     def _await_death(self) -> Optional[Dict[str, Any]]:
         # After a collective error: a dead peer's failure, or None once
-        # every peer was seen alive (at most `dead_after` + a beat).
-        start = dict(self._peers.beats)
-        wait = (self.dead_after or 0.0) + 2 * self.beat_interval
-        deadline = time.monotonic() + wait
+        # every peer was seen alive (at most `dead_after` + a beat). A peer
+        # killed a moment ago may have closed its connections before its
+        # process is gone and may still beat once, so only beats after
+        # this first look count as signs of life.
+        dead = self._peers.look()
+        start = dict(self._peers.changes)
+        deadline = time.monotonic() + self._death_wait()
         while True:
-            dead = self._peers.look()
             if dead is not None:
                 return self._record_death(dead)
             failure = self._read_failure()
@@ -436,6 +403,10 @@ class RankGuard:
                     time.monotonic() > deadline:
                 return None
             time.sleep(self.poll_interval)
+            dead = self._peers.look()
+
+    def _death_wait(self) -> float:
+        return (self.dead_after or 0.0) + 2 * self.beat_interval
 
     def _exit_process(self) -> None:
         err = RankFailedError(self.failure.get('rank'),
@@ -513,7 +484,13 @@ class RankGuard:
         return True
 
     def _lost_store(self, exc: BaseException) -> Dict[str, Any]:
+        # A peer of this host whose connections closed may take a moment
+        # to be gone: look again for a bounded time.
+        deadline = time.monotonic() + self._death_wait()
         dead = self._peers.look_without_store()
+        while dead is None and time.monotonic() < deadline:
+            time.sleep(self.poll_interval)
+            dead = self._peers.look_without_store()
         if dead is not None:
             failure = self._death(dead)
             failure['error'] += (f' (the store of the process group is '

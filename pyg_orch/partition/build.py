@@ -55,16 +55,12 @@ class PartitionInfo:
         seed (int): The seed.
         num_nodes (int): The graph's number of vertices.
         num_edges (int): The graph's number of edges.
-        fingerprint (str): The graph's
-            :func:`~pyg_orch.partition.storage.graph_fingerprint`.
-        edge_cut (float): The fraction of edges whose endpoints lie in
-            different parts.
-        balance (float): The largest part's number of vertices over the
-            mean (:obj:`1.0`: perfectly balanced).
+        fingerprint (str): The graph's fingerprint.
+        edge_cut (float): The fraction of edges between parts.
+        balance (float): The largest part's vertices over the mean.
         part_sizes (List[int]): The number of vertices of every part.
         part_num_edges (List[int]): The number of in-edges of every part.
-        seconds (float): The time taken.
-    """
+        seconds (float): The time taken."""
     out_dir: Path
     num_parts: int
     method: str
@@ -210,24 +206,12 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
                     overwrite: bool = False,
                     progress: bool = True) -> PartitionInfo:
     r"""Splits :obj:`data` into :obj:`num_parts` parts and writes them to
-    :obj:`out_dir`, one folder per part, for machines that each load only
-    their part (:func:`~pyg_orch.distributed.load_partition`).
-
-    Every vertex belongs to exactly one part. A part's folder holds its
-    vertices' global ids (ascending: local id -> global id), their in-edges
-    as a CSC over them (global source ids and global edge ids), their node
-    attributes (:obj:`x`, :obj:`y`, masks, ...) and their in-edges' edge
-    attributes. :obj:`out_dir` also holds the global vertex -> part and
-    vertex -> local id maps and :obj:`meta.json` (format version, method,
-    counts, graph fingerprint, edge cut, balance, and the size, SHA-256,
-    dtype and shape of every file), written last.
-
-    For a :class:`~torch_geometric.data.HeteroData`, all of this is kept
-    per node type and per edge type (global ids are per node type; a part
-    holds, for each edge type, the in-edges of its vertices of the
-    destination type). :obj:`'metis'` partitions all vertices together
-    (edges of all types, balance over all vertices), :obj:`'contiguous'`
-    and :obj:`'random'` each node type on its own.
+    :obj:`out_dir`, one folder per part (see :mod:`~pyg_orch.partition.storage`
+    for the layout), for machines that each load only their part
+    (:func:`~pyg_orch.distributed.load_partition`). For a
+    :class:`~torch_geometric.data.HeteroData` everything is kept per node and
+    edge type; :obj:`'metis'` partitions all vertices together,
+    :obj:`'contiguous'` and :obj:`'random'` each node type on its own.
 
     Args:
         data (torch_geometric.data.Data or torch_geometric.data.HeteroData):
@@ -235,20 +219,14 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
         num_parts (int): The number of parts, in :obj:`[1, num_nodes]`.
         out_dir (str or os.PathLike): The folder to write (created; must be
             empty unless :obj:`overwrite`).
-        method (str): :obj:`'metis'` (METIS through the optional package
-            :obj:`pymetis`: few edges cut), :obj:`'random'` (seeded,
-            balanced), :obj:`'contiguous'` (ranges of vertex ids) or
+        method (str): :obj:`'metis'` (needs :obj:`pymetis`), :obj:`'random'`
+            (seeded, balanced), :obj:`'contiguous'` (ranges of vertex ids) or
             :obj:`'auto'` (:obj:`'metis'` where :obj:`pymetis` is importable,
             else :obj:`'contiguous'`). (default: :obj:`'auto'`)
-        seed (int, optional): The seed of :obj:`'random'` and
-            :obj:`'metis'`; :obj:`None` is :obj:`0`, so that a graph is
-            partitioned alike every time. (default: :obj:`None`)
+        seed (int, optional): The seed of :obj:`'random'` and :obj:`'metis'`;
+            :obj:`None` is :obj:`0`. (default: :obj:`None`)
         overwrite (bool): Replace a partition already in :obj:`out_dir`.
-        progress (bool): Show a :mod:`tqdm` progress bar while writing.
-
-    Returns:
-        PartitionInfo: edge cut, balance, sizes and where it was written.
-    """
+        progress (bool): Show a :mod:`tqdm` progress bar while writing."""
     from torch_geometric.data import Data, HeteroData
     is_hetero = isinstance(data, HeteroData)
     if not is_hetero and not isinstance(data, Data):

@@ -1,17 +1,10 @@
-r"""Command line for offline partitioning::
+r"""Command line for offline partitioning of a synthetic power-law graph or a
+graph saved with :func:`torch.save` (loaded with :obj:`weights_only=True`
+unless :obj:`--trust-pickle`); prints the edge cut and the balance::
 
-    python -m pyg_orch.partition.cli --nodes 100000 --edges 1000000 \
-        --parts 4 --out parts/
     python -m pyg_orch.partition.cli --data graph.pt --parts 8 \
         --out parts/ --method metis
-
-It partitions a synthetic power-law graph
-(:func:`~pyg_orch.datasets.power_law_graph`) or a
-:class:`~torch_geometric.data.Data` or
-:class:`~torch_geometric.data.HeteroData` saved with :func:`torch.save`, and
-prints the edge cut and the balance. :obj:`--data` is loaded with
-:obj:`weights_only=True` (tensors and PyG's data classes only: a file cannot
-run code); :obj:`--trust-pickle` loads any pickle, for files you trust."""
+"""
 from __future__ import annotations
 
 import argparse
@@ -51,12 +44,10 @@ def _unpickling_reason(error: Exception) -> str:
 
 
 def load_graph(path: str, trust_pickle: bool = False):
-    r"""Loads a graph saved with :func:`torch.save` (or a list or tuple
-    whose first element is one) with :obj:`weights_only=True`, allowing
-    PyG's data classes; :obj:`trust_pickle=True` loads any pickle
-    (:obj:`weights_only=False`), which runs whatever code the file holds.
-    Raises a :class:`ValueError` naming the file where it cannot be loaded
-    safely."""
+    r"""Loads a graph saved with :func:`torch.save` (or a sequence whose first
+    element is one) with :obj:`weights_only=True` and PyG's data classes, or
+    any pickle with :obj:`trust_pickle`; a :class:`ValueError` naming the file
+    where it cannot be loaded safely."""
     import pickle
 
     import torch

@@ -33,23 +33,12 @@ def open_partition(partition: Union[str, Path, GraphPartition],
                    group: Optional[Any] = None,
                    expected_fingerprint: Optional[str] = None,
                    verify: Optional[bool] = None) -> GraphPartition:
-    r"""Loads this rank's part of :obj:`partition` (a folder; or takes a
-    loaded :class:`~pyg_orch.distributed.GraphPartition`) and checks with
-    every other rank of :obj:`group` that they all hold their own part of
-    one partitioning: a collective (one
-    :func:`torch.distributed.all_gather_object`).
-
-    Where one rank cannot load its part (a missing, truncated or damaged
-    file, another number of parts than ranks, another graph than
-    :obj:`expected_fingerprint`), every rank raises a :class:`ValueError`
-    saying which rank, which file and why (:obj:`"rank 1 could not load
-    part_1/nodes/x.pt: ..."`), instead of the others waiting for it in the
-    first collective. Every rank also raises where the ranks' parts were
-    cut from different graphs (their :func:`graph_fingerprint`) or by
-    different partitionings of one graph (another method, seed or number
-    of parts: :attr:`GraphPartition.partitioning_id`). :obj:`verify` is
-    passed to :func:`~pyg_orch.distributed.load_partition`.
-    """
+    r"""Loads this rank's part of :obj:`partition` (a folder or a
+    :class:`~pyg_orch.distributed.GraphPartition`) and checks with every rank
+    of :obj:`group` (a collective) that they hold their own part of one
+    partitioning. Where a rank cannot load its part, or the parts come from
+    different graphs or partitionings, every rank raises a :class:`ValueError`
+    naming the rank, the file and why."""
     world_size, rank = group_size(group), group_rank(group)
     error: Optional[BaseException] = None
     if not isinstance(partition, GraphPartition):

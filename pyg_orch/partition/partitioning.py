@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pyg_orch.core.checks import check_int
 from pyg_orch.topology.csc import check_edge_index
 
 __all__ = [
@@ -39,10 +40,8 @@ def metis_available() -> bool:
 
 
 def resolve_method(method: str) -> str:
-    r"""The method that runs for :obj:`method`: :obj:`'auto'` is
-    :obj:`'metis'` where :obj:`pymetis` is importable, else
-    :obj:`'contiguous'`. Raises :class:`ValueError` for an unknown
-    :obj:`method`."""
+    r"""The method that runs for :obj:`method` (:obj:`'auto'`: :obj:`'metis'`
+    where :obj:`pymetis` is importable, else :obj:`'contiguous'`)."""
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"'method' must be one of {list(METHODS)} "
                          f"(got {method!r})")
@@ -53,10 +52,8 @@ def resolve_method(method: str) -> str:
 
 def edge_cut(edge_index: Tensor, node_part: Tensor,
              src_node_part: Optional[Tensor] = None) -> float:
-    r"""The fraction of edges whose two endpoints lie in different parts
-    (:obj:`0.0` for a graph without edges). :obj:`src_node_part` is the
-    sources' part map where it differs from the destinations'
-    (:obj:`node_part`), as for an edge type between two node types."""
+    r"""The fraction of edges between parts (:obj:`src_node_part`: the sources'
+    part map, where it differs)."""
     if edge_index.size(1) == 0:
         return 0.0
     if src_node_part is None:
@@ -134,22 +131,13 @@ def assign_parts(edge_index: Tensor, num_nodes: int, num_parts: int,
     Args:
         edge_index (torch.Tensor): The edges (:obj:`[2, num_edges]`).
         num_nodes (int): The number of vertices.
-        num_parts (int): The number of parts, in
-            :obj:`[1, num_nodes]`.
-        method (str): :obj:`'metis'` (METIS through :obj:`pymetis`: few
-            edges between parts), :obj:`'random'` (a seeded random balanced
-            assignment), :obj:`'contiguous'` (ranges of vertex ids) or
-            :obj:`'auto'` (:obj:`'metis'` where :obj:`pymetis` is
-            importable, else :obj:`'contiguous'`).
-        seed (int): The seed of :obj:`'random'` and :obj:`'metis'`.
-    """
+        num_parts (int): The number of parts, in :obj:`[1, num_nodes]`.
+        method (str): As in :func:`resolve_method`: :obj:`'metis'`,
+            :obj:`'random'`, :obj:`'contiguous'` or :obj:`'auto'`.
+        seed (int): The seed of :obj:`'random'` and :obj:`'metis'`."""
     method = resolve_method(method)
-    for name, value, low in (('num_nodes', num_nodes, 0),
-                             ('num_parts', num_parts, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or \
-                value < low:
-            raise ValueError(f"'{name}' must be an integer >= {low} "
-                             f"(got {value!r})")
+    num_nodes = check_int('num_nodes', num_nodes, 0)
+    num_parts = check_int('num_parts', num_parts, 1)
     if num_parts > max(num_nodes, 1):
         raise ValueError(f"'num_parts' must be in [1, num_nodes] = [1, "
                          f"{num_nodes}] (got {num_parts})")

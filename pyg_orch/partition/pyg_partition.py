@@ -1,17 +1,8 @@
 r"""Reading the folders that PyG's
-:class:`torch_geometric.distributed.Partitioner` writes (``META.json``,
-``node_map.pt``, ``edge_map.pt``, ``part_k/graph.pt``,
-``part_k/node_feats.pt``, ``part_k/edge_feats.pt``), for users coming from
-:mod:`torch_geometric.distributed`: :func:`read_pyg_partition` puts the
-graph back together by global ids, :func:`convert_pyg_partition` writes it
-as a :func:`~pyg_orch.distributed.partition_graph` folder.
-
-PyG's folders hold no labels or masks (only :obj:`x`, :obj:`edge_attr` and
-times); pass them as :obj:`node_attrs`. Heterogeneous folders are not
-supported yet. The files are pickles: they are read by an unpickler that
-resolves tensors, dtypes, sizes and dicts only, so a file that would run
-code is refused.
-"""
+:class:`torch_geometric.distributed.Partitioner` writes (homogeneous only;
+labels and masks are passed as :obj:`node_attrs`). The pickles are read by an
+unpickler that resolves tensors, dtypes, sizes and dicts only, so a file that
+would run code is refused."""
 import json
 import os
 import pickle
@@ -92,16 +83,13 @@ def read_pyg_partition(root: PathLike,
                        node_attrs: Optional[Dict[str, Tensor]] = None):
     r"""The homogeneous graph stored in a folder written by PyG's
     :class:`~torch_geometric.distributed.Partitioner`, as a
-    :class:`~torch_geometric.data.Data` in PyG's global ids and edge order
-    (node times as :obj:`time`, edge times as :obj:`edge_time`).
+    :class:`~torch_geometric.data.Data` in PyG's global ids and edge order.
 
     Args:
-        root (str or os.PathLike): The folder (the :obj:`root` given to
-            PyG's :class:`Partitioner`).
-        node_attrs (Dict[str, torch.Tensor], optional): Node attributes
-            PyG's folder does not hold (:obj:`y`, :obj:`train_mask`, ...),
-            one row per global node id.
-    """
+        root (str or os.PathLike): The folder.
+        node_attrs (Dict[str, torch.Tensor], optional): Node attributes the
+            folder does not hold (:obj:`y`, :obj:`train_mask`, ...), one row
+            per global node id."""
     from torch_geometric.data import Data
 
     root = Path(root)
@@ -152,20 +140,18 @@ def convert_pyg_partition(root: PathLike, out_dir: PathLike,
                           **kwargs) -> PartitionInfo:
     r"""Converts a folder written by PyG's
     :class:`~torch_geometric.distributed.Partitioner` into a
-    :func:`~pyg_orch.distributed.partition_graph` folder (same global node
-    and edge ids; the vertices are assigned to parts anew by
-    :obj:`method`).
+    :func:`~pyg_orch.distributed.partition_graph` folder (same global ids;
+    parts assigned anew by :obj:`method`).
 
     Args:
         root (str or os.PathLike): PyG's folder.
         out_dir (str or os.PathLike): The folder to write.
-        num_parts (int, optional): The number of parts (default: as many
-            as PyG's folder has).
+        num_parts (int, optional): The number of parts (default: as many as
+            PyG's folder has).
         method (str): As in :func:`partition_graph`.
         node_attrs (Dict[str, torch.Tensor], optional): As in
-            :func:`read_pyg_partition` (labels and masks).
-        **kwargs: Further arguments of :func:`partition_graph`.
-    """
+            :func:`read_pyg_partition`.
+        **kwargs: Further arguments of :func:`partition_graph`."""
     data = read_pyg_partition(root, node_attrs)
     if num_parts is None:
         num_parts = int(_read_meta(Path(root))['num_parts'])

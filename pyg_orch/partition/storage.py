@@ -17,10 +17,8 @@ r"""The on-disk layout of a partitioned graph, and loading one part of it.
        edges/edge_attr.pt, ...       edge attributes of its in-edges
      part_1/ ...
 
-Every tensor file is written by :func:`torch.save` and read back
-memory-mapped (:obj:`torch.load(..., mmap=True, weights_only=True)`).
-Folders of format version 1 (sizes only, no hashes) still load, with dtype
-and shape checks only.
+Tensor files are read back memory-mapped with :obj:`weights_only=True`;
+format version 1 folders (no hashes) load with size, dtype and shape checks.
 """
 from __future__ import annotations
 
@@ -249,36 +247,27 @@ def _check_entry(rel: str, entry: Any, version: int) -> None:
 
 @dataclass
 class GraphPartition:
-    r"""One part of a partitioned graph, as :func:`load_partition` returns
-    it; every tensor is memory-mapped from its file.
-
-    For a graph partitioned from a :class:`~torch_geometric.data.HeteroData`
-    (:obj:`is_hetero`), :obj:`node_ids`, :obj:`node_attrs`,
-    :obj:`node_part` and :obj:`local_id` are dictionaries keyed by node
-    type, and :obj:`csc` and :obj:`edge_attrs` by edge type (the in-edges
-    of the part's vertices of the edge type's destination type).
+    r"""One part of a partitioned graph, as :func:`load_partition` returns it,
+    every tensor memory-mapped. For a heterogeneous graph (:obj:`is_hetero`),
+    the node fields are dicts per node type and :obj:`csc` and
+    :obj:`edge_attrs` dicts per edge type.
 
     Attributes:
         part (int): This part's number.
         num_parts (int): The number of parts.
-        node_ids (torch.Tensor): The global ids of the vertices this part
-            owns, ascending (local id -> global id).
-        csc (CSCTopology): The in-edges of the owned vertices: column
-            :obj:`i` holds the in-edges of :obj:`node_ids[i]`;
-            :obj:`csc.row` holds global source ids, :obj:`csc.edge_id` global
-            edge ids (:obj:`csc.num_src_nodes` is the global number of
-            source vertices).
-        node_attrs (Dict[str, torch.Tensor]): Node attributes (:obj:`x`,
-            :obj:`y`, masks, ...) of the owned vertices, row :obj:`i` for
-            :obj:`node_ids[i]`.
-        edge_attrs (Dict[str, torch.Tensor]): Edge attributes of the
-            in-edges, in CSC order.
+        node_ids (torch.Tensor): The global ids of the owned vertices,
+            ascending (local id -> global id).
+        csc (CSCTopology): The in-edges of the owned vertices (column :obj:`i`
+            for :obj:`node_ids[i]`; global source and edge ids).
+        node_attrs (Dict[str, torch.Tensor]): Node attributes of the owned
+            vertices.
+        edge_attrs (Dict[str, torch.Tensor]): Edge attributes of the in-edges,
+            in CSC order.
         node_part (torch.Tensor): The part of every global vertex id.
-        local_id (torch.Tensor): The id of every global vertex within its
-            own part.
+        local_id (torch.Tensor): The id of every global vertex within its own
+            part.
         meta (dict): The folder's :obj:`meta.json`.
-        out_dir (pathlib.Path): The folder.
-    """
+        out_dir (pathlib.Path): The folder."""
     part: int
     num_parts: int
     node_ids: Any
@@ -302,10 +291,8 @@ class GraphPartition:
 
     @property
     def partitioning_id(self) -> str:
-        r"""A short hash of how the graph was cut (graph fingerprint,
-        number of parts, method, seed, part sizes and edge counts): equal
-        for every part of one partitioning (and for folders written again
-        by the same call), different for another graph or another cut."""
+        r"""A short hash of how the graph was cut: equal for every part of one
+        partitioning, different for another graph or another cut."""
         keys = ('version', 'fingerprint', 'num_parts', 'method', 'seed',
                 'part_sizes', 'part_num_edges', 'part_sizes_by_type',
                 'part_num_edges_by_type')
@@ -315,11 +302,9 @@ class GraphPartition:
 
     def type_view(self, node_type: Optional[str] = None,
                   edge_type: Optional[tuple] = None) -> 'GraphPartition':
-        r"""A heterogeneous part seen as a homogeneous one: the vertices,
-        node attributes and maps of :obj:`node_type`, and, where
-        :obj:`edge_type` is given (then :obj:`node_type` is its
-        destination type), that edge type's in-edges and edge attributes
-        (else no edges: :obj:`csc` is :obj:`None`)."""
+        r"""A heterogeneous part seen as a homogeneous one: the vertices of
+        :obj:`node_type` and, with :obj:`edge_type` (whose destination type is
+        :obj:`node_type`), its in-edges (else :obj:`csc` is :obj:`None`)."""
         if not self.is_hetero:
             raise ValueError('type_view() is for heterogeneous partitions')
         if edge_type is not None:
@@ -451,18 +436,11 @@ def _groups(meta: Dict[str, Any], out_dir: Path,
 
 
 def verify_partition(out_dir: PathLike, part: Optional[int] = None) -> None:
-    r"""Hashes every file of the partition folder :obj:`out_dir` (or only
-    the global maps and part :obj:`part`'s files) and compares each with
-    the SHA-256 that :obj:`meta.json` records; raises a
-    :class:`PartitionFileError` naming the first file that differs (a
-    flipped byte, a file copied from another partition), or missing or
-    truncated, and a :class:`ValueError` for a folder of format version 1,
-    which records no hashes.
-
-    :func:`load_partition` does the same for the files it opens where they
-    are small (:obj:`verify=None`); call this once for a large folder, e.g.
-    after copying it to a machine.
-    """
+    r"""Hashes every file of :obj:`out_dir` (or the global maps and part
+    :obj:`part`'s files) and compares it with :obj:`meta.json`: a
+    :class:`PartitionFileError` names the first file that differs, is missing
+    or truncated; a :class:`ValueError` for a format version 1 folder (no
+    hashes)."""
     out_dir = Path(out_dir)
     meta = read_meta(out_dir)
     if meta['version'] == 1:
@@ -590,31 +568,21 @@ def load_partition(out_dir: PathLike, part: int, *,
                    expected_fingerprint: Optional[str] = None,
                    verify: Optional[bool] = None) -> GraphPartition:
     r"""Loads part :obj:`part` of a graph partitioned by
-    :func:`~pyg_orch.distributed.partition_graph` into :obj:`out_dir`.
-
-    Only that part's files and the two global id maps (vertex -> part,
-    vertex -> local id) are opened, all memory-mapped: the other parts are
-    never read. :obj:`meta.json` is checked first (format version, names
-    that stay inside the folder, part in range, the part's files present
-    with the sizes it lists), then, where given, that the folder holds
-    :obj:`expected_num_parts` parts of the graph with fingerprint
-    :obj:`expected_fingerprint` (see :func:`graph_fingerprint`). Each check
-    raises a :class:`ValueError` naming the folder and what does not match.
-    Every tensor is checked for the dtype and shape :obj:`meta.json`
-    records; a file that cannot be loaded or does not match raises a
-    :class:`PartitionFileError` naming it.
+    :func:`~pyg_orch.distributed.partition_graph` into :obj:`out_dir`,
+    memory-mapped, opening only that part's files and the global id maps.
+    :obj:`meta.json` and every tensor's dtype and shape are checked; a
+    :class:`ValueError` or :class:`PartitionFileError` names what does not
+    match.
 
     Args:
         out_dir (str or os.PathLike): The folder.
         part (int): The part to load, in :obj:`[0, num_parts)`.
-        expected_num_parts (int, optional): Reject a folder with another
-            number of parts.
-        expected_fingerprint (str, optional): Reject a folder partitioned
-            from another graph.
-        verify (bool, optional): Hash the opened files and compare them with
-            :obj:`meta.json` (see :func:`verify_partition`). :obj:`None`
-            (default) does so where they hold less than 1 GiB in all.
-    """
+        expected_num_parts (int, optional): Reject a folder with another number
+            of parts.
+        expected_fingerprint (str, optional): Reject a folder partitioned from
+            another graph.
+        verify (bool, optional): Hash the opened files (see
+            :func:`verify_partition`); :obj:`None` does so under 1 GiB."""
     out_dir = Path(out_dir)
     meta = read_meta(out_dir)
     num_parts = int(meta['num_parts'])

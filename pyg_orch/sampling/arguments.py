@@ -24,9 +24,8 @@ from pyg_orch.typing import EdgeType, NumNeighborsType
 
 def check_placement(placement, name: str = 'topology_placement'):
     r"""Returns :obj:`topology_placement` checked: :obj:`'auto'`,
-    :obj:`'device'`, :obj:`'host'`, or a
-    :class:`~pyg_orch.multigpu.TopologySharding` (for :obj:`'sharded'`);
-    errors name the argument :obj:`name`."""
+    :obj:`'device'`, :obj:`'host'` or a
+    :class:`~pyg_orch.multigpu.TopologySharding`; errors name :obj:`name`."""
     from pyg_orch.topology.sharded import TopologySharding
 
     if isinstance(placement, TopologySharding):
@@ -99,13 +98,9 @@ def parse_num_neighbors(num_neighbors: NumNeighborsType,
                         edge_types: List[Optional[EdgeType]]
                         ) -> Dict[Optional[EdgeType], List[int]]:
     r"""Validates :obj:`num_neighbors` (a list, a dict per edge type, or a
-    PyG :class:`~torch_geometric.sampler.NumNeighbors`) and returns the
-    fan-out list of every edge type, as
-    :meth:`NumNeighbors.get_values(edge_types)
-    <torch_geometric.sampler.NumNeighbors.get_values>` does: edge types a dict
-    leaves out get the :obj:`default` of a :class:`NumNeighbors` (an error
-    without one), and every edge type must have the same number of hops.
-    Errors carry PyG's wording too, for code that matches on it."""
+    :class:`~torch_geometric.sampler.NumNeighbors`) and returns the fan-out
+    list of every edge type, as :meth:`NumNeighbors.get_values` does, with
+    PyG's error wording."""
     default = None
     if isinstance(num_neighbors, NumNeighbors):
         default = num_neighbors.default
@@ -183,11 +178,8 @@ def times_per_seed(value, num_seeds: int, name: str) -> torch.Tensor:
 
 def node_seed_times(node_time: Optional[Dict], time_attr: Optional[str],
                     seeds: Dict, pass_what: str = "'input_time'") -> Dict:
-    r"""Without given seed times, every seed's time bound is its node's own
-    time (node-level :obj:`time_attr`): the times of :obj:`seeds` per node
-    type from :obj:`node_time`. Raises PyG's error for edge-level times
-    (no :obj:`node_time`) and where a seed type has no time, telling to
-    pass :obj:`pass_what`."""
+    r"""The seeds' own node times as their time bounds, per node type; PyG's
+    error for edge-level times or a seed type without times."""
     if node_time is None:
         raise ValueError(
             f"Edge-level temporal sampling needs a time per seed: pass "

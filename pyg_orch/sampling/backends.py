@@ -1,29 +1,16 @@
 r"""The registry of sampling backends of
-:class:`~pyg_orch.HybridNeighborSampler`.
-
-A backend is registered under a name with a :obj:`supports_fn` (does it
+:class:`~pyg_orch.HybridNeighborSampler`: a name, a :obj:`supports_fn` (does it
 handle a :class:`~pyg_orch.sampling.interface.BackendConfig`?) and a
-:obj:`factory` (builds a :class:`~pyg_orch.sampling.interface.SamplingBackend`
-for one). The vectorized PyTorch path, :obj:`'torch'`, is the reference: it
-handles every configuration and is what :obj:`'auto'` falls back to. The fused
-Triton kernels, :obj:`'triton'`, are declared here by module path only
-(:class:`pyg_orch.sampling.triton.backend.TritonBackend`), and so is
-:obj:`'triton_draw'` (the PyTorch path with a Triton kernel per hop's
-draw, :class:`pyg_orch.sampling.draw_backend.TritonDrawBackend`, for what
-the fused kernels do not take): such a module is imported, and the backend
-registered, when a configuration on a CUDA device
-asks for a backend and Triton is installed, so importing :mod:`pyg_orch` on
-a CPU never imports Triton, and the Triton path
-(:mod:`pyg_orch.sampling.triton`) never imports the PyTorch one.
+:obj:`factory`. :obj:`'torch'` is the reference and handles every
+configuration. :obj:`'triton'` and :obj:`'triton_draw'` are declared by module
+path and imported only for a CUDA configuration with Triton installed, so
+importing :mod:`pyg_orch` never imports Triton.
 
 .. code-block:: python
 
-    from pyg_orch.sampling.backends import register_backend
-
     register_backend('mine', lambda config: not config.topology.is_hetero,
                      MyBackend)
-    sampler = HybridNeighborSampler(data, [10, 5], backend='mine')
-"""
+    sampler = HybridNeighborSampler(data, [10, 5], backend='mine')"""
 import importlib
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
@@ -106,9 +93,8 @@ def _supports(name: str, config: BackendConfig) -> bool:
 
 
 def choose_backend(requested: str, config: BackendConfig) -> str:
-    r"""The backend to use for :obj:`config`: :obj:`requested` if it handles
-    it (else a :class:`ValueError`); for :obj:`'auto'`, the first backend
-    other than the reference, in the order of :func:`backend_names`, that
+    r"""The backend for :obj:`config`: :obj:`requested` if it handles it (else
+    a :class:`ValueError`); for :obj:`'auto'`, the first other backend that
     handles it, else the reference."""
     names = backend_names()
     check_choice('backend', requested, ['auto'] + names)

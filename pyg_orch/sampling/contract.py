@@ -1,8 +1,5 @@
-"""What the loader, pre-sampling and bottom-layer offload need from a
-sampler, declared once: :class:`HotNodeSampler` (pre-sampling, hot nodes)
-and :class:`LaunchingSampler` (what
-:class:`~pyg_orch.HybridNeighborLoader` uses beyond PyG's
-:class:`~torch_geometric.sampler.BaseSampler`)."""
+r"""What the loader, pre-sampling and bottom-layer offload need from a sampler,
+declared once."""
 from contextlib import contextmanager
 from typing import (
     Any,
@@ -35,12 +32,9 @@ def presample_batches(num_seeds: int, batch_size: int,
 
 @runtime_checkable
 class HotNodeSampler(Protocol):
-    r"""The sampler contract used by pre-sampling
-    (:func:`~pyg_orch.sampling.presample.count_node_access`), hot-vertex
-    selection and :class:`~pyg_orch.offload.BottomLayerOffload`.
-    :class:`~pyg_orch.HybridNeighborSampler` implements it; a sampler of
-    one's own can too (:obj:`isinstance(sampler, HotNodeSampler)` checks the
-    names)."""
+    r"""The sampler contract of pre-sampling, hot-vertex selection and
+    :class:`~pyg_orch.offload.BottomLayerOffload` (:obj:`isinstance(sampler,
+    HotNodeSampler)` checks the names)."""
     is_hetero: bool
     replace: bool
     num_neighbors: Dict[Optional[EdgeType], List[int]]
@@ -78,11 +72,8 @@ class HotNodeSampler(Protocol):
 @runtime_checkable
 class LaunchingSampler(Protocol):
     r"""What :class:`~pyg_orch.HybridNeighborLoader` needs from its sampler
-    beyond PyG's :class:`~torch_geometric.sampler.BaseSampler`, for its
-    look-ahead pipeline, its feature cache and its :attr:`topology`.
-    :class:`~pyg_orch.HybridNeighborSampler` implements it; with a sampler
-    that does not, the loader runs as PyG's does (no look-ahead, no feature
-    store)."""
+    beyond PyG's :class:`~torch_geometric.sampler.BaseSampler` (look-ahead,
+    feature cache, :attr:`topology`); without it the loader runs as PyG's."""
     device: torch.device
 
     @property

@@ -1,14 +1,8 @@
-"""The :obj:`'triton_draw'` sampling backend: the vectorized PyTorch
-multi-hop path (:func:`~pyg_orch.sampling.sample_multi_hop`) with every
-hop's uniform or temporal neighbor draw in one Triton launch
-(:func:`pyg_orch.sampling.triton.neighbor_draw.draw_neighbors`) and relabeling
-through a hash table on the GPU where it would sort. It serves what the fused
-sampler (:obj:`'triton'`) does not take on a GPU: disjoint and induced
-subgraphs, temporal sampling, sharded heterogeneous topologies. The registry
-(:mod:`pyg_orch.sampling.backends`) imports this module only for a CUDA device
-with Triton installed; it reaches the kernel by module name (as the registry
-reaches :mod:`pyg_orch.sampling.triton`), so the PyTorch path never imports the Triton
-one."""
+r"""The :obj:`'triton_draw'` sampling backend: the PyTorch multi-hop path with
+each hop's draw in one Triton launch and hash relabeling on the GPU, for what
+the fused sampler does not take (disjoint, induced, temporal, sharded
+heterogeneous). Reaches the kernels by module name, so the PyTorch path never
+imports Triton."""
 import importlib
 from types import ModuleType
 
@@ -28,12 +22,9 @@ def _draw_module() -> ModuleType:
 
 
 class TritonDrawBackend(TorchBackend):
-    r""":class:`~pyg_orch.sampling.torch_backend.TorchBackend` with the
-    draws of hops of fan-out :obj:`[0, 64]` in a Triton kernel (other hops,
-    all neighbors or larger fan-outs, draw with PyTorch ops) and, where it
-    would sort, relabeling through a hash table on the GPU
-    (:class:`pyg_orch.sampling.triton.hash_relabel.HashRelabeler`). Same
-    batches as the PyTorch path, but for the random draws."""
+    r""":class:`~pyg_orch.sampling.torch_backend.TorchBackend` with the draws
+    of hops of fan-out :obj:`[0, 64]` in a Triton kernel and hash relabeling on
+    the GPU; same batches as the PyTorch path but for the random draws."""
     name = 'triton_draw'
     asynchronous = False
 

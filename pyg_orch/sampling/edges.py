@@ -1,10 +1,7 @@
-"""Link-level sampling (PyG's
-:func:`~torch_geometric.sampler.neighbor_sampler.edge_sample`) on the
-sampler's device: the label edges' endpoints, with negatives from
-:mod:`pyg_orch.sampling.negative` appended, become the seeds of one
-neighbor-sampling call, and the label bookkeeping (:obj:`edge_label_index`,
-:obj:`edge_label`, or :obj:`src_index` / :obj:`dst_pos_index` /
-:obj:`dst_neg_index` for triplets) is kept in the output's
+r"""Link-level sampling (PyG's
+:func:`~torch_geometric.sampler.neighbor_sampler.edge_sample`) on the sampler's
+device: the label edges' endpoints and negatives become the seeds of one
+neighbor-sampling call; the label bookkeeping is kept in the output's
 :obj:`metadata`, in PyG's layout."""
 import math
 from typing import (
@@ -32,11 +29,8 @@ from pyg_orch.typing import NodeType
 
 @runtime_checkable
 class SeedSampler(Protocol):
-    r"""What :func:`sample_from_edges` needs from a sampler:
-    :class:`~pyg_orch.HybridNeighborSampler` and the collective
-    :class:`~pyg_orch.distributed.DistributedNeighborSampler` implement
-    it. Node counts and times are those of the whole graph (global ids), so
-    negatives may be any vertex."""
+    r"""What :func:`sample_from_edges` needs from a sampler (node counts and
+    times of the whole graph, global ids)."""
     device: torch.device
 
     @property

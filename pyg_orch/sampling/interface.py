@@ -1,8 +1,6 @@
-"""The interface between :class:`~pyg_orch.HybridNeighborSampler` and the
-code that samples: a sampling backend (the vectorized PyTorch path, the fused
-Triton kernels) is built for one :class:`BackendConfig` and samples one
-:class:`SampleRequest` per batch. Backends are chosen through
-:mod:`pyg_orch.sampling.backends`."""
+r"""The interface between :class:`~pyg_orch.HybridNeighborSampler` and its
+sampling backends: a backend is built for one :class:`BackendConfig` and
+samples one :class:`SampleRequest` per batch."""
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Protocol, runtime_checkable
 

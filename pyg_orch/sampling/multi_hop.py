@@ -1,7 +1,5 @@
-"""Multi-hop neighbor sampling for homogeneous and heterogeneous graphs with
-vectorized PyTorch ops: the reference sampling backend of
-:class:`pyg_orch.HybridNeighborSampler` (and its fallback), on CPU and GPU
-alike."""
+r"""Multi-hop neighbor sampling with vectorized PyTorch ops: the reference
+sampling backend of :class:`pyg_orch.HybridNeighborSampler`."""
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -38,37 +36,25 @@ def sample_multi_hop(
     Args:
         topology (GraphTopology): The graph.
         num_neighbors (dict): Fan-out per hop for every edge type.
-        seeds (dict): Seed node ids per node type (duplicates are kept, as in
-            PyG).
+        seeds (dict): Seed node ids per node type (duplicates are kept).
         replace (bool): Sample with replacement.
         disjoint (bool): Give every seed its own subgraph.
-        induced (bool): Return all edges between sampled nodes instead of the
-            sampled edges.
+        induced (bool): Return all edges between sampled nodes.
         generator (torch.Generator, optional): Random number generator.
         buffers (DenseBufferPool, optional): Dense relabel arrays; without,
             relabeling sorts.
         seed_time (dict, optional): Time of every seed per node type, for
-            temporal sampling (requires :obj:`disjoint=True`): nodes of the
-            subgraph of seed :obj:`i` only get neighbors not later than
-            :obj:`seed_time[i]`.
+            temporal sampling (requires :obj:`disjoint=True`).
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
-        prune_last_hop (dict, optional): A boolean mask over the nodes of
-            each node type: masked nodes in the last frontier are not
-            expanded (their bottom-layer output comes from elsewhere, see
-            :class:`pyg_orch.offload.BottomLayerOffload`).
-        draw (callable, optional): A faster draw for a hop, called with the
-            arguments of :func:`~pyg_orch.sampling.neighbors.sample_neighbors`
-            (by keyword after the first five) and returning its result, or
-            :obj:`None` where it does not apply; then
-            :func:`~pyg_orch.sampling.neighbors.sample_neighbors` draws (e.g.
-            :func:`pyg_orch.sampling.triton.neighbor_draw.draw_neighbors`).
-        relabeler (callable, optional): Makes the relabeler of a node type
-            (given the device) where the dense one does not apply (disjoint
-            subgraphs, or no :obj:`buffers`); default:
-            :class:`~pyg_orch.sampling.relabel.SortRelabeler` (e.g.
-            :class:`pyg_orch.sampling.triton.hash_relabel.HashRelabeler` on a
-            GPU).
-    """
+        prune_last_hop (dict, optional): Boolean masks per node type of nodes
+            the last hop does not expand.
+        draw (callable, optional): A faster draw for a hop with the arguments
+            and result of
+            :func:`~pyg_orch.sampling.neighbors.sample_neighbors`, or returning
+            :obj:`None` where it does not apply.
+        relabeler (callable, optional): Makes a node type's relabeler (given
+            the device) where the dense one does not apply (default:
+            :class:`~pyg_orch.sampling.relabel.SortRelabeler`)."""
     device = topology.device
     edge_types = topology.edge_types
     node_types = topology.node_types
@@ -200,8 +186,8 @@ def sample_multi_hop(
                      for t in node_types} if disjoint else None
 
         if induced:
-            rows, cols, edges = _induced_edges(topology, out_node, relabel)
-            out_row, out_col, out_edge = rows, cols, edges
+            out_row, out_col, out_edge = _induced_edges(topology, out_node,
+                                                        relabel)
             num_sampled_edges = None
         else:
             out_row = {et: _cat(rows[et]) for et in edge_types}
@@ -218,10 +204,9 @@ def sample_multi_hop(
 def append_hop_edges(parts, local: Tensor, hop: int, rows: Dict,
                      cols: Dict, edges: Dict,
                      num_sampled_edges: Dict) -> None:
-    r"""Appends one hop's sampled edges to the batch's lists, edge type by
-    edge type: :obj:`parts` yields :obj:`(edge_type, col, edge_id)` in the
-    order their sources were concatenated, and :obj:`local` holds those
-    sources' batch-local ids."""
+    r"""Appends one hop's sampled edges to the batch's lists: :obj:`parts`
+    yields :obj:`(edge_type, col, edge_id)` and :obj:`local` holds the sources'
+    batch-local ids."""
     offset = 0
     for et, col, eid in parts:
         n = col.numel()

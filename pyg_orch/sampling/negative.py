@@ -1,12 +1,7 @@
-"""Negative sampling for link-level loading, with the semantics of PyG's
-:class:`~torch_geometric.sampler.NegativeSampling` (uniform nodes, or nodes
-drawn with probabilities :obj:`src_weight` / :obj:`dst_weight` through
-:func:`torch.multinomial`), but drawn on the sampler's device with its
-generator: vectorized, with no host synchronization, reproducible with a
-seeded generator.
-
-As in PyG, negatives are approximate: a random pair may be an edge of the
-graph (a false negative)."""
+r"""Negative sampling for link-level loading with the semantics of PyG's
+:class:`~torch_geometric.sampler.NegativeSampling`, drawn on the sampler's
+device with its generator (no host synchronization). As in PyG, a negative may
+be an edge of the graph."""
 import math
 from typing import Optional
 
@@ -33,9 +28,8 @@ def draw_nodes(
     generator: Optional[torch.Generator] = None,
 ) -> Tensor:
     r"""Draws :obj:`num` node indices in :obj:`[0, num_nodes)` on
-    :obj:`device`: uniformly, or, with :obj:`weight` (one non-negative value
-    per node, on :obj:`device`), with probabilities proportional to it
-    (with replacement)."""
+    :obj:`device`: uniformly, or with replacement with probabilities
+    proportional to :obj:`weight`."""
     if weight is None:
         return torch.randint(num_nodes, (num, ), device=device,
                              generator=generator)
@@ -55,28 +49,20 @@ def sample_negatives(
     generator: Optional[torch.Generator] = None,
 ) -> Tensor:
     r"""The negative endpoints for the positive endpoints :obj:`seed`:
-    :obj:`ceil(seed.numel() * amount)` node indices, on :obj:`seed`'s device
-    (PyG's :func:`~torch_geometric.sampler.neighbor_sampler.neg_sample`).
-
-    With :obj:`node_time` (the node times of the endpoint's node type) and
-    :obj:`seed_time` (one per positive), negatives are never later than the
-    time of the positive they are drawn for: :obj:`ceil(amount)` negatives
-    per positive (the first :obj:`num_neg` kept), each the first of
-    :obj:`TEMPORAL_TRIES` candidates with :obj:`node_time <= seed_time`, or
-    the earliest node if none is, as in PyG, but all candidates are drawn at
-    once.
+    :obj:`ceil(seed.numel() * amount)` node indices (PyG's
+    :func:`~torch_geometric.sampler.neighbor_sampler.neg_sample`). With
+    :obj:`node_time` and :obj:`seed_time`, each negative is the first of
+    :obj:`TEMPORAL_TRIES` candidates not later than its positive (else the
+    earliest node), as in PyG.
 
     Args:
-        seed (torch.Tensor): The positive endpoints (their number and device
-            matter).
+        seed (torch.Tensor): The positive endpoints.
         neg_sampling (NegativeSampling): The configuration (:obj:`amount`).
         num_nodes (int): The number of nodes of the endpoint's node type.
-        weight (torch.Tensor, optional): Node sampling weights, on
-            :obj:`seed`'s device.
+        weight (torch.Tensor, optional): Node sampling weights.
         seed_time (torch.Tensor, optional): The time of every positive.
         node_time (torch.Tensor, optional): The time of every node.
-        generator (torch.Generator, optional): On :obj:`seed`'s device.
-    """
+        generator (torch.Generator, optional): On :obj:`seed`'s device."""
     device = seed.device
     num_pos = seed.numel()
     num_neg = num_negatives(num_pos, neg_sampling)

@@ -5,6 +5,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from pyg_orch.topology.csc import segment_ids
+
 # Above this fan-out, Floyd's algorithm (quadratic in the fan-out) costs more
 # than sorting random keys over all neighbors of the nodes concerned.
 FLOYD_MAX_FANOUT = 32
@@ -25,10 +27,8 @@ def segment_arange(counts: Tensor, total: Optional[int] = None) -> Tensor:
     if total is None:
         total = int(counts.sum())
     ptr = torch.cumsum(counts, 0) - counts
-    seg = torch.repeat_interleave(
-        torch.arange(counts.numel(), device=counts.device), counts,
-        output_size=total)
-    return torch.arange(total, device=counts.device) - ptr[seg]
+    return torch.arange(total, device=counts.device) - ptr[segment_ids(
+        counts, total)]
 
 
 def uniform_subsets_floyd(deg: Tensor, k: int,
@@ -56,26 +56,22 @@ def uniform_subsets_sort(deg: Tensor, k: int,
     over all :obj:`deg` positions of every node (cost linear in
     :obj:`deg.sum()`, independent of :obj:`k`)."""
     total = int(deg.sum())
-    seg = torch.repeat_interleave(torch.arange(deg.numel(),
-                                               device=deg.device), deg,
-                                  output_size=total)
+    seg = segment_ids(deg, total)
     offset = segment_arange(deg, total)
     key = torch.rand(total, device=deg.device, generator=generator)
     perm = torch.argsort(key)
     perm = perm[torch.argsort(seg[perm], stable=True)]
-    # Within each segment, the first `k` entries of the random order:
-    rank = segment_arange(deg, total)
-    keep = perm[rank < k]
+    # Within each segment, the first `k` entries of the random order (the
+    # rank within a segment is its offset):
+    keep = perm[offset < k]
     return offset[keep].view(-1, k)
 
 
 def segment_upper_bound(values: Tensor, start: Tensor, end: Tensor,
                         bound: Tensor) -> Tensor:
-    r"""For every segment :obj:`values[start[i]:end[i]]` (sorted ascending),
-    the first position whose value exceeds :obj:`bound[i]` (or :obj:`end[i]`),
-    by a bisection vectorized over segments. :obj:`values` is a tensor or
-    anything with its :meth:`index_select` (e.g. a
-    :class:`~pyg_orch.multigpu.ShardedValues`)."""
+    r"""For every sorted segment :obj:`values[start[i]:end[i]]`, the first
+    position whose value exceeds :obj:`bound[i]` (or :obj:`end[i]`), by a
+    vectorized bisection; :obj:`values` needs only :meth:`index_select`."""
     lo, hi = start.clone(), end.clone()
     if lo.numel() == 0:
         return lo
@@ -115,20 +111,12 @@ def sample_neighbors(
     weight: Optional[Tensor] = None,
     weight_cumsum: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
-    r"""Samples in-neighbors of :obj:`nodes` in a CSC layout.
-
-    Without replacement, every node with degree :obj:`d` gets a uniformly
-    random :obj:`min(k, d)`-subset of its neighbors; with replacement, :obj:`k`
-    independent uniform draws (none for :obj:`d = 0`). :obj:`k = -1` takes all
-    neighbors.
-
-    Temporal sampling (:obj:`time`, :obj:`time_bound`) only considers the
-    neighbors whose time is at most the node's bound; with
-    :obj:`temporal_strategy='last'`, only the :obj:`k` most recent of those.
-    Weighted sampling (:obj:`weight`) draws neighbors with probability
-    proportional to their weight: successive sampling without replacement
-    (an exponential race), integer inverse-CDF draws with replacement;
-    zero-weight neighbors are never returned.
+    r"""Samples in-neighbors of :obj:`nodes` in a CSC layout: a uniformly
+    random :obj:`min(k, d)`-subset of each node's :obj:`d` neighbors, or
+    :obj:`k` independent draws with replacement (:obj:`k = -1`: all). Temporal
+    sampling only considers neighbors not later than the node's bound
+    (:obj:`'last'`: the most recent ones); weighted sampling draws with
+    probability proportional to the weights, never a zero-weight neighbor.
 
     Args:
         colptr (torch.Tensor): CSC offsets (int32 or int64).
@@ -142,20 +130,13 @@ def sample_neighbors(
         time_bound (torch.Tensor, optional): Latest admissible time per node.
         temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`.
         weight (torch.Tensor, optional): Weight of every CSC position.
-        weight_cumsum (torch.Tensor, optional): Inclusive int64 fixed-point
-            prefix sum of the weights (needed with :obj:`replace=True`), see
+        weight_cumsum (torch.Tensor, optional): Fixed-point prefix sum of the
+            weights (needed with :obj:`replace=True`), see
             :attr:`CSCTopology.weight_cumsum`.
-
-    :obj:`time`, :obj:`weight` and :obj:`weight_cumsum` may also be split
-    across processes like the neighbor lists
-    (:class:`~pyg_orch.multigpu.ShardedValues`): they are only read with
-    :meth:`index_select`.
 
     Returns:
         (positions, dst_index): CSC positions of the sampled edges, grouped by
-        node in the order of :obj:`nodes`, and for each sampled edge the
-        index into :obj:`nodes` of its destination.
-    """
+        node, and the index into :obj:`nodes` of each edge's destination."""
     k = num_neighbors
     nodes = nodes.to(torch.int64)
     start = colptr.index_select(0, nodes).to(torch.int64)
@@ -174,9 +155,7 @@ def sample_neighbors(
     count = sampled_counts(deg, k, replace)
 
     total = int(count.sum())
-    dst_index = torch.repeat_interleave(
-        torch.arange(nodes.numel(), device=nodes.device), count,
-        output_size=total)
+    dst_index = segment_ids(count, total)
     if total == 0:
         return dst_index.new_empty(0), dst_index
 
@@ -217,9 +196,7 @@ def _weighted_with_replacement(start: Tensor, end: Tensor, k: int,
         0, (end - 1).clamp(min=0)), base)
     count = torch.where(top > base, k, 0)
     total = int(count.sum())
-    dst_index = torch.repeat_interleave(
-        torch.arange(start.numel(), device=start.device), count,
-        output_size=total)
+    dst_index = segment_ids(count, total)
     lo, hi = base.index_select(0, dst_index), top.index_select(0, dst_index)
     draw = lo + _randint_below(hi - lo, generator)
     if isinstance(cumsum, Tensor):
@@ -235,9 +212,7 @@ def _weighted_without_replacement(start: Tensor, end: Tensor, k: int,
                                   generator: Optional[torch.Generator]):
     deg = end - start
     total = int(deg.sum())
-    seg = torch.repeat_interleave(
-        torch.arange(start.numel(), device=start.device), deg,
-        output_size=total)
+    seg = segment_ids(deg, total)
     pos = start.index_select(0, seg) + segment_arange(deg, total)
     w = weight.index_select(0, pos).to(torch.float64)
     positive = w > 0

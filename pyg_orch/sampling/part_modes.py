@@ -1,10 +1,6 @@
 r"""Weighted and temporal sampling over a graph partition: a part's sampling
-weights and timestamps per CSC position, read from the partition (edge
-attributes are stored in CSC order, node attributes per owned vertex) and
-checked on every rank together, so that every rank raises the same error.
-
-Used by :class:`~pyg_orch.distributed.DistributedNeighborSampler`; as
-PyG's :obj:`weight_attr` and :obj:`time_attr`."""
+weights and times per CSC position, checked on every rank together so that
+every rank raises the same error."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pyg_orch.topology.csc import CSCTopology, time_order
+from pyg_orch.topology.csc import CSCTopology, segment_ids, time_order
 from pyg_orch.topology.graph import (
     WEIGHT_PROBLEMS,
     check_time_level,
@@ -43,10 +39,9 @@ def agree_on_problem(problem: int, group: Any, world_size: int) -> int:
 
 def part_weights(partition, weight_attr: str, is_hetero: bool, group: Any,
                  world_size: int) -> Dict[Any, Tensor]:
-    r"""The part's sampling weights :obj:`weight_attr` per edge type that
-    has them, in the part's CSC order. Raises :class:`ValueError` on every
-    rank if one part's weights are not one non-negative finite number per
-    edge, or if no edge type has the attribute."""
+    r"""The part's sampling weights per edge type that has them, in CSC order;
+    a :class:`ValueError` on every rank for weights that are not one
+    non-negative finite number per edge, or no edge type with them."""
     if not isinstance(weight_attr, str):
         raise ValueError(f"'weight_attr' must be the name of an edge "
                          f"attribute (got {weight_attr!r})")
@@ -95,14 +90,10 @@ def part_node_times(partition, time_attr: str, is_hetero: bool,
                     device: torch.device
                     ) -> Tuple[Optional[Dict[Any, Tensor]],
                                Dict[Any, Tensor], bool]:
-    r"""Where :obj:`time_attr` lies, as PyG decides it: node-level (a node
-    attribute; then the times of **all** vertices of every node type that
-    has it, assembled from every part with one :obj:`all_reduce` per node
-    type) or edge-level (an edge attribute, in the part's CSC order).
-    Returns :obj:`(node_time, edge_time, floating)`, one of the first two
-    empty; :obj:`floating` tells whether some part's times are
-    floating-point (the same answer on every rank). Integer times are
-    :obj:`int64`; floating-point times keep their type."""
+    r""":obj:`(node_time, edge_time, floating)` for :obj:`time_attr`:
+    node-level times of all vertices (one :obj:`all_reduce` per node type) or
+    edge-level times in CSC order, and whether some part's times are
+    floating-point."""
     nodes = _by_type(partition.node_attrs, is_hetero)
     edges = _by_type(partition.edge_attrs, is_hetero)
     node_level = {t: a[time_attr] for t, a in nodes.items()
@@ -149,16 +140,11 @@ def time_per_position(csc: CSCTopology, src_time: Optional[Tensor],
 
 def sort_by_time(csc: CSCTopology, time: Tensor
                  ) -> Tuple[CSCTopology, Tensor]:
-    r"""A copy of :obj:`csc` with every neighborhood sorted by
-    :obj:`time` (stable: ties keep their order, as
-    :meth:`CSCTopology.from_edge_index` sorts), and the permutation of
-    positions applied."""
+    r"""A copy of :obj:`csc` with every neighborhood stably sorted by
+    :obj:`time`."""
     colptr = csc.colptr.to(torch.int64)
     deg = colptr[1:] - colptr[:-1]
-    seg = torch.repeat_interleave(
-        torch.arange(deg.numel(), device=deg.device), deg,
-        output_size=time.numel())
-    perm = time_order(seg, time)
+    perm = time_order(segment_ids(deg, time.numel()), time)
     out = dataclasses.replace(
         csc, row=csc.row[perm],
         edge_id=None if csc.edge_id is None else csc.edge_id[perm],

@@ -5,9 +5,8 @@ from typing import Any, Callable, Optional
 class PendingSample:
     r"""The result of :meth:`HybridNeighborSampler.launch_from_nodes`:
     :meth:`result` waits for the batch (once) and returns what
-    :meth:`~HybridNeighborSampler.sample_from_nodes` would have returned.
-    An exception raised while finishing the batch is raised by every call
-    of :meth:`result`."""
+    :meth:`~HybridNeighborSampler.sample_from_nodes` would have (or raises its
+    exception at every call)."""
     def __init__(self, finish: Optional[Callable[[], Any]] = None,
                  value: Any = None):
         self._finish = finish

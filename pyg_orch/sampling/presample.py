@@ -21,37 +21,23 @@ def count_node_access(
     prune_hot: bool = False,
     input_type: Optional[str] = None,
 ) -> Union[Tensor, Dict[str, Tensor]]:
-    r"""Counts how often every node appears in sampled batches.
+    r"""Counts how often every node appears in sampled batches (hot-node
+    pruning off unless :obj:`prune_hot`; the sampler's generators are restored
+    afterwards). Returns int64 counts per node on the CPU (a dict per node type
+    for heterogeneous graphs).
 
     Args:
-        sampler (HotNodeSampler): The sampler of the loader (see
-            :class:`~pyg_orch.sampling.contract.HotNodeSampler`).
+        sampler (HotNodeSampler): The sampler of the loader.
         input_nodes (torch.Tensor): The seed nodes (indices).
         batch_size (int): Seeds per batch.
         num_batches (int, optional): Batches to sample (from a shuffled order
             of the seeds, repeated as needed); one epoch if not set.
-        hops (int, optional): Only count nodes of hops :obj:`0..hops-1`
-            (e.g. the nodes whose bottom-layer output is needed); all hops if
-            not set.
+        hops (int, optional): Only count nodes of hops :obj:`0..hops-1`.
         generator (torch.Generator, optional): For the seed order.
-        input_time (torch.Tensor, optional): The seeds' times, for temporal
-            sampling.
-        prune_hot (bool): Keep the sampler's hot-node pruning on (see
-            :meth:`~pyg_orch.HybridNeighborSampler.set_hot_nodes`), to count
-            the accesses of batches as training draws them with
-            bottom-layer offload. (default: :obj:`False`)
-        input_type (str, optional): The node type of the seeds, for
-            heterogeneous graphs.
-
-    Returns:
-        An int64 tensor of counts per node, on the CPU; for heterogeneous
-        graphs a dictionary of them per node type.
-
-    Unless :obj:`prune_hot`, hot-node pruning is off while counting; the
-    sampler's random
-    generators are restored afterwards, so later batches are the same as
-    without counting.
-    """
+        input_time (torch.Tensor, optional): The seeds' times.
+        prune_hot (bool): Keep the sampler's hot-node pruning on. (default:
+            :obj:`False`)
+        input_type (str, optional): The node type of the seeds."""
     hetero = sampler.is_hetero
     if hetero and input_type is None:
         raise ValueError("'input_type' (the seeds' node type) is needed for "
@@ -87,32 +73,19 @@ def count_link_access(
     hops: Optional[int] = None,
     generator: Optional[torch.Generator] = None,
 ) -> Union[Tensor, Dict[str, Tensor]]:
-    r"""Counts how often every node appears in sampled link-level batches:
-    the subgraphs around batches of :obj:`batch_size` label edges of
-    :obj:`inputs` (both endpoints are seeds, of the source and the
-    destination node type), with their negatives if :obj:`neg_sampling` is
-    set, as :class:`~pyg_orch.HybridLinkNeighborLoader` draws them.
+    r"""Counts how often every node appears in link-level batches (both
+    endpoints of :obj:`batch_size` label edges as seeds, with negatives), as
+    :class:`~pyg_orch.HybridLinkNeighborLoader` draws them; see
+    :func:`count_node_access`.
 
     Args:
-        sampler (HotNodeSampler): The sampler of the loader, with PyG's
-            :meth:`~torch_geometric.sampler.BaseSampler.sample_from_edges`.
-        inputs (EdgeSamplerInput): The label edges (e.g. the loader's
-            :obj:`input_data`).
+        sampler (HotNodeSampler): The sampler of the loader.
+        inputs (EdgeSamplerInput): The label edges.
         batch_size (int): Label edges per batch.
-        num_batches (int, optional): Batches to sample (from a shuffled order
-            of the label edges, repeated as needed); one epoch if not set.
-        neg_sampling (NegativeSampling, optional): The loader's negative
-            sampling.
+        num_batches (int, optional): Batches to sample; one epoch if not set.
+        neg_sampling (NegativeSampling, optional): The negative sampling.
         hops (int, optional): Only count nodes of hops :obj:`0..hops-1`.
-        generator (torch.Generator, optional): For the label edge order.
-
-    Returns:
-        An int64 tensor of counts per node, on the CPU; for heterogeneous
-        graphs a dictionary of them per node type.
-
-    As for :func:`count_node_access`, the sampler's random generators are
-    restored afterwards (hot-node pruning is off while counting).
-    """
+        generator (torch.Generator, optional): For the label edge order."""
     if not callable(getattr(sampler, 'sample_from_edges', None)):
         raise ValueError("'sampler' must implement 'sample_from_edges' to "
                          "pre-sample link-level batches")

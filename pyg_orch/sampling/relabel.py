@@ -87,9 +87,8 @@ class SortRelabeler(Relabeler):
 
 class DenseRelabeler(Relabeler):
     r"""Relabeling through a dense array of size :obj:`num_nodes` holding the
-    local id of every global node (:obj:`-1` if not sampled): no sorting, a
-    few gathers and one scatter per hop. The array is reused across batches
-    and reset at :meth:`close`."""
+    local id of every global node (:obj:`-1` if not sampled), reused across
+    batches and reset at :meth:`close`."""
     def __init__(self, buffer: Tensor):
         self.buf = buffer
         self.touched: List[Tensor] = []

@@ -49,43 +49,28 @@ __all__ = ['HybridNeighborSampler', 'SeedLike', 'resolve_device']
 class HybridNeighborSampler(BaseSampler):
     r"""Neighbor sampler with the semantics of PyG's
     :class:`~torch_geometric.sampler.NeighborSampler`, running vectorized
-    PyTorch ops on the CPU or the GPU, without :obj:`pyg-lib` or
-    :obj:`torch-sparse`.
+    PyTorch ops (or Triton kernels) on the CPU or the GPU, without
+    :obj:`pyg-lib` or :obj:`torch-sparse`.
 
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore]): The
             graph.
-        num_neighbors (List[int] or Dict or NumNeighbors): The fan-out per
-            hop (:obj:`-1` for all neighbors), or per edge type; a PyG
-            :class:`~torch_geometric.sampler.NumNeighbors` gives the edge
-            types its dict leaves out its :obj:`default`.
+        num_neighbors (List[int] or Dict or NumNeighbors): The fan-out per hop
+            (:obj:`-1` for all neighbors), or per edge type.
         subgraph_type (str): :obj:`'directional'`, :obj:`'bidirectional'` or
             :obj:`'induced'`. (default: :obj:`'directional'`)
         replace (bool): Sample with replacement. (default: :obj:`False`)
-        disjoint (bool): Give every seed its own subgraph.
-            (default: :obj:`False`)
-        temporal_strategy (str): :obj:`'uniform'` samples uniformly among
-            the neighbors not later than the seed; :obj:`'last'` takes the
-            most recent ones. (default: :obj:`'uniform'`)
+        disjoint (bool): Give every seed its own subgraph. (default:
+            :obj:`False`)
+        temporal_strategy (str): :obj:`'uniform'` or :obj:`'last'`. (default:
+            :obj:`'uniform'`)
         time_attr (str, optional): A node-level or edge-level time attribute;
-            sampled neighbors (or edges) are never later than their seed's
-            time (:obj:`input_time`, or the seed node's own time). Implies
-            :obj:`disjoint=True`, as in PyG. As in PyG, in a
-            :class:`~torch_geometric.data.HeteroData` node or edge types
-            without it are sampled without time filter, and for
-            (:class:`~torch_geometric.data.FeatureStore`,
-            :class:`~torch_geometric.data.GraphStore`) inputs the times are
-            the feature store's tensors of that name: node-level for node
-            types (in homogeneous graphs: when named :obj:`'time'`),
-            edge-level for edge types (edges in the graph store's order).
-        weight_attr (str, optional): An edge attribute of non-negative
-            weights; neighbors are drawn with probability proportional to
-            them, zero-weight edges never. Not for
-            (:class:`~torch_geometric.data.FeatureStore`,
-            :class:`~torch_geometric.data.GraphStore`) inputs (as in PyG).
+            sampled neighbors are never later than their seed's time. Implies
+            :obj:`disjoint=True`, as in PyG.
+        weight_attr (str, optional): An edge attribute of non-negative sampling
+            weights (not for store pairs, as in PyG).
         is_sorted (bool): :obj:`edge_index` is sorted by destination (and by
-            time within neighborhoods for temporal sampling); checked.
-            (default: :obj:`False`)
+            time within neighborhoods); checked. (default: :obj:`False`)
         share_memory (bool): Move the topology into shared memory (for
             :obj:`num_workers > 0`). (default: :obj:`False`)
         device (torch.device or str, optional): Where sampling runs; defaults
@@ -93,30 +78,20 @@ class HybridNeighborSampler(BaseSampler):
         seed (int or torch.Generator, optional): Makes sampling reproducible.
         topology (GraphTopology, optional): A topology built before, to share
             it between loaders.
-        relabel (str): How global node ids become local ones:
-            :obj:`'sort'` by sorting, :obj:`'dense'` or :obj:`'auto'` through
-            a dense array per node type, reused across batches (sorting for
-            disjoint subgraphs). (default: :obj:`'auto'`)
-        backend (str): :obj:`'triton'` for the fused GPU kernels,
-            :obj:`'torch'` for the vectorized PyTorch path, :obj:`'auto'`
-            for Triton where it is installed and handles the configuration
-            (CUDA, uniform, fan-outs in :obj:`[0, 64]`; heterogeneous graphs
-            with all edge types of a hop in one launch), or the
-            name of a backend registered with
-            :func:`~pyg_orch.sampling.backends.register_backend`.
-            (default: :obj:`'auto'`)
-        topology_placement (str or TopologySharding): On CUDA,
-            :obj:`'device'` keeps the topology in GPU memory, :obj:`'host'`
-            in pinned host memory read zero-copy by the Triton kernels,
-            :obj:`'auto'` on the device if it takes under half of the free
-            GPU memory. :obj:`'sharded'` splits the neighbor lists across
-            the processes of the machine (one per GPU, in a
-            :obj:`torch.distributed` process group), each reading the
-            others' shards over peer access, with the lists of
-            high-degree nodes copied to every GPU; a
-            :class:`~pyg_orch.multigpu.TopologySharding` sets the copies'
-            budget. (default: :obj:`'auto'`)
-    """
+        relabel (str): How global node ids become local ones: :obj:`'sort'`,
+            :obj:`'dense'` (a dense array per node type, reused) or
+            :obj:`'auto'`. (default: :obj:`'auto'`)
+        backend (str): :obj:`'triton'`, :obj:`'torch'`, :obj:`'auto'` (Triton
+            where installed and applicable), or the name of a backend
+            registered with
+            :func:`~pyg_orch.sampling.backends.register_backend`. (default:
+            :obj:`'auto'`)
+        topology_placement (str or TopologySharding): On CUDA, :obj:`'device'`
+            (GPU memory), :obj:`'host'` (pinned host memory read zero-copy),
+            :obj:`'auto'` (on the device if it takes under half of the free
+            memory), or :obj:`'sharded'` (split across the machine's GPUs; a
+            :class:`~pyg_orch.multigpu.TopologySharding` sets its options).
+            (default: :obj:`'auto'`)"""
     def __init__(
         self,
         data: GraphData,
@@ -172,8 +147,7 @@ class HybridNeighborSampler(BaseSampler):
             self.topology.share_memory_()
         topology = self.topology
         self.is_hetero = topology.is_hetero
-        self.num_neighbors = parse_num_neighbors(num_neighbors,
-                                                 topology.edge_types)
+        self.num_neighbors = fanouts
         self.replace = bool(replace)
         self.disjoint = bool(disjoint)
         self.temporal_strategy = temporal_strategy
@@ -387,11 +361,9 @@ class HybridNeighborSampler(BaseSampler):
         return self._backend.asynchronous
 
     def launch_from_nodes(self, inputs: NodeSamplerInput) -> PendingSample:
-        r"""Starts :meth:`sample_from_nodes`. On the fused GPU path the
-        kernels are queued on the current stream and this returns at once,
-        so the host can queue more work (e.g. a training step) before the
-        batch is read; elsewhere the batch is sampled now.
-        :meth:`PendingSample.result` returns the
+        r"""Starts :meth:`sample_from_nodes`: on the fused GPU path the kernels
+        are queued and this returns at once, elsewhere the batch is sampled
+        now. :meth:`PendingSample.result` returns the
         :class:`~torch_geometric.sampler.SamplerOutput`."""
         if (not self.launches_async or self.is_temporal
                 or self.is_hetero != (inputs.input_type is not None)):

@@ -31,13 +31,19 @@ def time_order(segment: Tensor, time: Tensor) -> Tensor:
     return perm[torch.sort(segment[perm], stable=True)[1]]
 
 
+def segment_ids(counts: Tensor, total: Optional[int] = None) -> Tensor:
+    r"""For :obj:`counts = [2, 0, 3]` returns :obj:`[0, 0, 2, 2, 2]`."""
+    return torch.repeat_interleave(
+        torch.arange(counts.numel(), device=counts.device), counts,
+        output_size=int(counts.sum()) if total is None else total)
+
+
 def check_edge_index(edge_index: Tensor, num_src_nodes: int,
                      num_dst_nodes: int, name: str = 'edge_index') -> None:
     r"""Checks that :obj:`edge_index` is an :obj:`int32` or :obj:`int64`
-    tensor of shape :obj:`[2, num_edges]` whose sources lie in
-    :obj:`[0, num_src_nodes)` and destinations in
-    :obj:`[0, num_dst_nodes)`; raises a :class:`TypeError` or
-    :class:`ValueError` naming :obj:`name` otherwise."""
+    tensor of shape :obj:`[2, num_edges]` with sources in
+    :obj:`[0, num_src_nodes)` and destinations in :obj:`[0, num_dst_nodes)`;
+    raises naming :obj:`name` otherwise."""
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"'{name}' must be a torch.Tensor of shape "
                         f"[2, num_edges] (got {type(edge_index)})")
@@ -68,25 +74,21 @@ def check_edge_index(edge_index: Tensor, num_src_nodes: int,
 
 @dataclass
 class ShardLayout:
-    r"""What the sampling kernels need to read neighbor lists split across
-    GPUs (see :class:`pyg_orch.multigpu.ShardedCSC`).
+    r"""What the sampling kernels need to read neighbor lists split across GPUs
+    (see :class:`pyg_orch.multigpu.ShardedCSC`).
 
     Attributes:
         table (torch.Tensor): :obj:`int64` on the device: this rank, the
-            :obj:`num_shards + 1` CSC positions where shards start, then the
-            address of every shard's :obj:`row`, then of its edge ids.
+            :obj:`num_shards + 1` positions where shards start, the address of
+            every shard's :obj:`row`, then of its edge ids.
         num_shards (int): The number of shards.
         rep_start (torch.Tensor, optional): Per destination, where its
             replicated list starts, or :obj:`-1`.
         rep_row (torch.Tensor, optional): The replicated lists.
         rep_eid (torch.Tensor, optional): Their edge ids.
-        reads (torch.Tensor, optional): Counters of reads per tier (own
-            shard, replicated, peer shard).
-        placed_start (torch.Tensor, optional): Where lists are split by a
-            partition of the destinations: per destination, where its list
-            starts among the shards placed one after another (the
-            :obj:`table`'s bounds are then placed positions too).
-    """
+        reads (torch.Tensor, optional): Counters of reads per tier.
+        placed_start (torch.Tensor, optional): Per destination, where its list
+            starts among the placed shards (lists split by a partition)."""
     table: Tensor
     num_shards: int
     rep_start: Optional[Tensor] = None
@@ -129,18 +131,14 @@ class CSCTopology:
 
     @property
     def weight_cumsum(self) -> Tensor:
-        r"""Inclusive prefix sum of the weights in fixed point (int64), for
-        inverse-CDF draws within any neighborhood: each neighborhood's
-        weights are scaled to :obj:`2^32` units in total (every positive
-        weight to at least one unit), so no neighborhood vanishes next to
-        heavy ones, and zero weights add exactly nothing on any device (a
-        floating-point scan on a GPU does not guarantee that)."""
+        r"""Inclusive prefix sum of the weights in fixed point (int64): each
+        neighborhood's weights scaled to :obj:`2^32` units (a positive weight
+        to at least one), so that zero weights add exactly nothing on any
+        device."""
         if self._weight_cumsum is None:
             w = self.weight.to(torch.float64)
             deg = (self.colptr[1:] - self.colptr[:-1]).to(torch.int64)
-            seg = torch.repeat_interleave(
-                torch.arange(deg.numel(), device=w.device), deg,
-                output_size=w.numel())
+            seg = segment_ids(deg, w.numel())
             total = torch.zeros(deg.numel(), dtype=torch.float64,
                                 device=w.device).index_add_(0, seg, w)
             total = total.index_select(0, seg).clamp(min=1e-300)
@@ -175,18 +173,10 @@ class CSCTopology:
         edge_time: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
     ) -> 'CSCTopology':
-        r"""Builds the CSC layout from a COO :obj:`edge_index` of shape
-        :obj:`[2, num_edges]` holding (source, destination) pairs.
-
-        The input is validated: a node index outside
-        :obj:`[0, num_nodes)` raises a :class:`ValueError`, and so does
-        :obj:`is_sorted=True` for edges that are not sorted by destination
-        (and by time within each neighborhood, for temporal sampling).
-
-        With :obj:`src_node_time` (per source node) or :obj:`edge_time` (per
-        edge), every neighborhood is sorted by time, as temporal sampling
-        needs; :obj:`edge_weight` (per edge) is carried into CSC order.
-        """
+        r"""Builds the CSC layout from a COO :obj:`edge_index` of (source,
+        destination) pairs, validated (indices in range; edges sorted where
+        :obj:`is_sorted`). With :obj:`src_node_time` or :obj:`edge_time`, every
+        neighborhood is sorted by time; :obj:`edge_weight` is carried along."""
         check_edge_index(edge_index, num_src_nodes, num_dst_nodes, name)
         device = torch.device(device) if device is not None else \
             edge_index.device
@@ -286,28 +276,25 @@ class CSCTopology:
         return pos if self.edge_id is None else self.edge_id.index_select(
             0, pos)
 
+    def _map(self, fn) -> 'CSCTopology':
+        def apply(x: Optional[Tensor]) -> Optional[Tensor]:
+            return None if x is None else fn(x)
+
+        return CSCTopology(apply(self.colptr), apply(self.row),
+                           apply(self.edge_id), self.num_src_nodes,
+                           apply(self.time), apply(self.weight),
+                           fingerprint=self.fingerprint)
+
     def to(self, device: Union[str, torch.device],
            non_blocking: bool = False) -> 'CSCTopology':
         device = torch.device(device)
         if device == self.device:
             return self
-        def move(x: Optional[Tensor]) -> Optional[Tensor]:
-            return None if x is None else x.to(device,
-                                               non_blocking=non_blocking)
-
-        return CSCTopology(move(self.colptr), move(self.row),
-                           move(self.edge_id), self.num_src_nodes,
-                           move(self.time), move(self.weight),
-                           fingerprint=self.fingerprint)
+        return self._map(lambda x: x.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> 'CSCTopology':
         r"""A copy in pinned host memory, which GPU kernels read zero-copy."""
-        def pin(x: Optional[Tensor]) -> Optional[Tensor]:
-            return None if x is None else x.cpu().pin_memory()
-
-        return CSCTopology(pin(self.colptr), pin(self.row), pin(self.edge_id),
-                           self.num_src_nodes, pin(self.time),
-                           pin(self.weight), fingerprint=self.fingerprint)
+        return self._map(lambda x: x.cpu().pin_memory())
 
     def nbytes(self) -> int:
         r"""Bytes held by this process's tensors of the topology."""

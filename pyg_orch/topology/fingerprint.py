@@ -1,7 +1,6 @@
-r"""Cheap fingerprints of a graph: its counts and a hash of evenly spaced
-edges, to tell whether a topology, a sharded topology or a partition folder
-was built from the graph it is used with, and whether every rank holds the
-same graph."""
+r"""Cheap fingerprints of a graph (its counts and a hash of evenly spaced
+edges), to tell whether a topology or partition was built from the graph it is
+used with, and whether every rank holds the same graph."""
 from __future__ import annotations
 
 import hashlib
@@ -68,18 +67,15 @@ def edge_index_fingerprint(edge_index: Tensor, num_src_nodes: int,
 
 def graph_fingerprint(data: Any, num_nodes: Optional[int] = None) -> str:
     r"""A short hash of a graph: its numbers of vertices and edges and up to
-    4,096 evenly spaced columns of :obj:`edge_index` (per node and edge type
-    for a :class:`~torch_geometric.data.HeteroData`). Graphs that differ
-    in a count or in a sampled edge differ in their fingerprint; a
-    different edge between two sampled ones goes unseen.
+    4,096 evenly spaced columns of :obj:`edge_index` (per node and edge type);
+    a different edge between two sampled ones goes unseen.
 
     Args:
         data: A :class:`~torch_geometric.data.Data`, a
-            :class:`~torch_geometric.data.HeteroData`, or an
-            :obj:`edge_index` tensor (then with :obj:`num_nodes`).
+            :class:`~torch_geometric.data.HeteroData`, or an :obj:`edge_index`
+            tensor (then with :obj:`num_nodes`).
         num_nodes (int, optional): The number of vertices, for an
-            :obj:`edge_index`.
-    """
+            :obj:`edge_index`."""
     if isinstance(data, Tensor):
         if num_nodes is None:
             raise ValueError("'num_nodes' is needed with an edge_index")

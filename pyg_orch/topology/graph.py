@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.checks import check_bool, resolve_device
-from pyg_orch.topology.csc import CSCTopology
+from pyg_orch.topology.csc import CSCTopology, segment_ids
 from pyg_orch.core.errors import GraphTypeError, graph_type_message
 from pyg_orch.topology.fingerprint import graph_fingerprint
 from pyg_orch.topology.sparse_adj import (
@@ -24,29 +24,20 @@ from pyg_orch.typing import EdgeType, NodeType
 
 class GraphTopology:
     r"""The CSC topology of every edge type of a graph, built once and
-    shareable by several loaders (for example train, validation and test):
+    shareable by several loaders (e.g. train, validation and test), which
+    check its recorded graph fingerprint against their graph. Homogeneous
+    graphs use the node type and edge type :obj:`None`.
 
     .. code-block:: python
 
         topology = GraphTopology.from_data(data)
-        train_loader = HybridNeighborLoader(data, [10, 5], topology=topology)
-        val_loader = HybridNeighborLoader(data, [10, 5], topology=topology,
-                                          input_nodes=data.val_mask)
-
-    Homogeneous graphs use the node type :obj:`None` and the edge type
-    :obj:`None`.
-
-    A topology records the
-    :func:`~pyg_orch.topology.fingerprint.graph_fingerprint` of the graph it
-    was built from; a loader given :obj:`topology=` checks it against its graph
-    (:meth:`check_graph`).
+        loader = HybridNeighborLoader(data, [10, 5], topology=topology)
 
     Args:
         csc (Dict[EdgeType, CSCTopology]): The topology per edge type.
         num_nodes (Dict[NodeType, int]): The number of nodes per node type.
         fingerprint (str, optional): The fingerprint of the graph it was
-            built from (set by :meth:`from_data`).
-    """
+            built from (set by :meth:`from_data`)."""
     def __init__(self, csc: Dict[Optional[EdgeType], CSCTopology],
                  num_nodes: Dict[Optional[NodeType], int],
                  node_time: Optional[Dict[Optional[NodeType], Tensor]] = None,
@@ -62,9 +53,8 @@ class GraphTopology:
 
     def content_fingerprint(self) -> str:
         r"""The recorded :obj:`fingerprint`, else a hash of the counts and
-        of every edge type's
-        :meth:`~pyg_orch.topology.csc.CSCTopology.content_fingerprint`: equal
-        for topologies of one graph built alike, e.g. on every rank."""
+        every edge type's content fingerprint: equal for topologies built
+        alike."""
         if self.fingerprint is not None:
             return self.fingerprint
         h = hashlib.sha256(repr(sorted(
@@ -75,10 +65,8 @@ class GraphTopology:
 
     def check_graph(self, data: Any, arg: str = 'topology') -> None:
         r"""Raises a :class:`ValueError` if this topology was built from
-        another graph than :obj:`data` (a
-        :class:`~torch_geometric.data.Data` or
-        :class:`~torch_geometric.data.HeteroData`; others, and topologies
-        without a recorded fingerprint, are not checked)."""
+        another graph than :obj:`data` (unchecked without a recorded
+        fingerprint)."""
         from torch_geometric.data import Data, HeteroData
         if self.fingerprint is None or not isinstance(data,
                                                       (Data, HeteroData)):
@@ -151,29 +139,22 @@ class GraphTopology:
         r"""Bytes held by the topology tensors."""
         return sum(t.nbytes() for t in self.csc.values())
 
+    def _map(self, csc_fn, time_fn) -> 'GraphTopology':
+        node_time = None if self.node_time is None else {
+            k: time_fn(v) for k, v in self.node_time.items()}
+        return GraphTopology({k: csc_fn(v) for k, v in self.csc.items()},
+                             self.num_nodes, node_time, self.time_attr,
+                             self.weight_attr, self.fingerprint)
+
     def to(self, device: Union[str, torch.device]) -> 'GraphTopology':
         if torch.device(device) == self.device:
             return self
-        node_time = None if self.node_time is None else {
-            k: v.to(device)
-            for k, v in self.node_time.items()
-        }
-        return GraphTopology({k: v.to(device)
-                              for k, v in self.csc.items()}, self.num_nodes,
-                             node_time, self.time_attr, self.weight_attr,
-                             self.fingerprint)
+        return self._map(lambda t: t.to(device), lambda t: t.to(device))
 
     def pin_memory(self) -> 'GraphTopology':
         r"""A copy in pinned host memory (see :meth:`CSCTopology.pin_memory`).
         """
-        node_time = None if self.node_time is None else {
-            k: v.cpu()
-            for k, v in self.node_time.items()
-        }
-        return GraphTopology({k: v.pin_memory()
-                              for k, v in self.csc.items()}, self.num_nodes,
-                             node_time, self.time_attr, self.weight_attr,
-                             self.fingerprint)
+        return self._map(lambda t: t.pin_memory(), lambda t: t.cpu())
 
     @property
     def is_pinned(self) -> bool:
@@ -204,17 +185,10 @@ class GraphTopology:
                 within neighborhoods if :obj:`time_attr` is set); checked.
             device (torch.device, optional): Where the topology lives.
             time_attr (str, optional): A node-level or edge-level time
-                attribute for temporal sampling (in a
-                :class:`~torch_geometric.data.HeteroData`, node or edge types
-                without it are not filtered by time; for a
-                (:class:`~torch_geometric.data.FeatureStore`,
-                :class:`~torch_geometric.data.GraphStore`) pair, the feature
-                store's tensors of that name, as in PyG).
+                attribute for temporal sampling (types without it are not
+                filtered by time).
             weight_attr (str, optional): An edge-level attribute of
-                non-negative sampling weights (not for
-                (:class:`~torch_geometric.data.FeatureStore`,
-                :class:`~torch_geometric.data.GraphStore`) pairs).
-        """
+                non-negative sampling weights (not for store pairs)."""
         from torch_geometric.data import Data, HeteroData
 
         is_sorted = check_bool('is_sorted', is_sorted)
@@ -371,9 +345,7 @@ def _stored_edge_index(colptr: Tensor, row: Tensor,
     # The COO edge index, in the graph store's edge order, of a CSC layout
     # whose position `i` holds the edge `perm[i]` (`i` itself without perm).
     deg = (colptr[1:] - colptr[:-1]).to(torch.int64)
-    col = torch.repeat_interleave(
-        torch.arange(deg.numel(), device=colptr.device), deg,
-        output_size=row.numel())
+    col = segment_ids(deg, row.numel())
     edge_index = torch.stack([row.to(torch.int64), col])
     if perm is None:
         return edge_index
@@ -384,13 +356,8 @@ def _stored_edge_index(colptr: Tensor, row: Tensor,
 
 def _store_time(feature_store, time_attr: str, num_nodes: Dict,
                 colptr: Dict, row: Dict):
-    r"""Node-level or edge-level times of a remote backend, read from the
-    feature store as PyG does: the tensors named :obj:`time_attr`; in
-    heterogeneous graphs, those of node types (group names) are node-level,
-    those of edge types (tuples) edge-level; in homogeneous graphs, one tensor
-    (group :obj:`None`), node-level if it is called :obj:`'time'` and
-    edge-level otherwise (the other level where only its length fits it).
-    Node and edge types without one are sampled without time filter."""
+    r"""Node- or edge-level times of a remote backend, read from the feature
+    store as PyG does (see :meth:`GraphTopology.from_data`)."""
     import copy
 
     is_hetero = None not in num_nodes
@@ -472,10 +439,9 @@ def _check_time(value, length: int, what: str,
 
 
 def check_not_nan(value: Tensor, what: str, per: str) -> None:
-    r"""Raises a :class:`ValueError` naming :obj:`what` if the times
-    :obj:`value` hold NaN (a time compares false with every other, so a NaN
-    time would silently drop every neighbor, or its seed's whole
-    subgraph); :obj:`per` says what needs a time."""
+    r"""Raises a :class:`ValueError` naming :obj:`what` if the times hold NaN
+    (which would silently drop neighbors); :obj:`per` says what needs a time.
+    """
     if not value.is_floating_point():
         return
     nan = torch.isnan(value)

@@ -1,10 +1,7 @@
-"""A CSC topology whose neighbor lists are split across the GPUs of one
-machine (HyDRA's hybrid placement): offsets replicated, the lists of
-destination-vertex ranges (or of the vertices of a partition, e.g. METIS's,
-for locality) one shard per rank, and the lists of the highest-scored
-vertices (degree, or pre-sampled access counts) copied to every GPU within
-a memory budget. Sampling reads a list wherever it lives, so a batch equals
-the one-GPU loader's for the same seed."""
+r"""A CSC topology whose neighbor lists are split across the GPUs of one
+machine: offsets replicated, the lists one shard per rank (ranges of
+destinations, or a partition of them), and the most read lists copied to
+every GPU within a memory budget. A batch equals the one-GPU loader's."""
 import dataclasses
 import threading
 import weakref
@@ -38,17 +35,15 @@ def shard_positions(edge_bounds: Tensor, pos: Tensor):
 
 
 class PositionMap:
-    r"""Where the CSC positions of a topology whose lists are split by a
-    partition of the destinations (not by ranges) lie: shards are
-    concatenated into a space of *placed* positions, in which rank
-    :obj:`r`'s shard starts at :obj:`edge_bounds[r]` and destination
-    :obj:`v`'s list at :obj:`start[v]`.
+    r"""Where the CSC positions of lists split by a partition of the
+    destinations lie: rank :obj:`r`'s shard starts at :obj:`edge_bounds[r]`
+    and destination :obj:`v`'s list at :obj:`start[v]` among the placed
+    positions.
 
     Args:
         colptr (torch.Tensor): The topology's offsets.
         start (torch.Tensor): Per destination, where its list starts among
-            the placed positions.
-    """
+            the placed positions."""
     def __init__(self, colptr: Tensor, start: Tensor):
         self.colptr = colptr
         self.start = start
@@ -63,11 +58,9 @@ class PositionMap:
 
 
 class ShardedValues:
-    r"""A value per CSC position (edge times, sampling weights or their
-    prefix sums) split across a machine's processes like the neighbor lists
-    of a :class:`ShardedCSC`: :meth:`index_select` reads any position from
-    the shard that holds it, which is all that sampling asks of such
-    values (see :func:`~pyg_orch.sampling.neighbors.sample_neighbors`).
+    r"""A value per CSC position (edge times, sampling weights or their prefix
+    sums) split like the neighbor lists of a :class:`ShardedCSC`;
+    :meth:`index_select` reads any position from the shard that holds it.
 
     Args:
         shards (PeerBuffers): Every rank's shard.
@@ -75,9 +68,7 @@ class ShardedValues:
             start, and the number of positions.
         own_size (int): The positions of this rank's shard.
         placed (PositionMap, optional): Where positions lie, for lists
-            split by a partition (default: the shards are ranges of
-            positions).
-    """
+            split by a partition."""
     def __init__(self, shards: PeerBuffers, edge_bounds: Tensor,
                  own_size: int, placed: Optional[PositionMap] = None):
         self.shards = shards
@@ -121,22 +112,19 @@ class ShardedValues:
 @dataclass(eq=False)
 class ShardedCSC(CSCTopology):
     r"""A :class:`~pyg_orch.topology.csc.CSCTopology` sharded over a
-    :class:`~pyg_orch.multigpu.PeerGroup` (build it with
-    :func:`shard_topology`). :obj:`row` and :obj:`edge_id` hold this rank's
-    shard only; :meth:`neighbors` and :meth:`edge_ids` read any position.
-    Edge times and sampling weights (temporal and weighted sampling), where
-    present, are split the same way (:class:`ShardedValues`; read from the
-    shard that holds them, never from copies).
+    :class:`~pyg_orch.multigpu.PeerGroup` (see :func:`shard_topology`):
+    :obj:`row` and :obj:`edge_id` hold this rank's shard only;
+    :meth:`neighbors` and :meth:`edge_ids` read any position. Edge times and
+    weights are split the same way (:class:`ShardedValues`).
 
     Attributes:
         node_bounds (List[int]): Rank :obj:`r` holds the lists of
             destinations :obj:`[node_bounds[r], node_bounds[r + 1])`
             (empty where the lists are split by a partition).
-        edge_bounds (torch.Tensor): The CSC positions where the shards
-            start (:obj:`colptr[node_bounds]`), on the topology's device;
-            placed positions (see :obj:`placed`) for a partition.
-        placed (PositionMap, optional): For lists split by a partition of
-            the destinations: where each list lies.
+        edge_bounds (torch.Tensor): The CSC (or placed) positions where the
+            shards start, on the topology's device.
+        placed (PositionMap, optional): Where each list lies, for lists
+            split by a partition.
         rank (int): This process's shard.
         row_shards (PeerBuffers): Every rank's :obj:`row` shard.
         eid_shards (PeerBuffers, optional): The same for edge ids.
@@ -144,9 +132,7 @@ class ShardedCSC(CSCTopology):
             replicated list starts in :obj:`rep_row`, or :obj:`-1`.
         rep_row (torch.Tensor, optional): The replicated lists.
         rep_eid (torch.Tensor, optional): Their edge ids.
-        reads (torch.Tensor): Neighbors read per tier (:obj:`READ_TIERS`),
-            counted on the device.
-    """
+        reads (torch.Tensor): Neighbors read per tier (:obj:`READ_TIERS`)."""
     node_bounds: List[int] = field(default_factory=list)
     edge_bounds: Optional[Tensor] = None
     rank: int = 0
@@ -298,14 +284,10 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
                       score: Optional[Tensor] = None,
                       exclude: Optional[Union[range, Tensor]] = None,
                       max_fanout: Optional[int] = None) -> Tensor:
-    r"""The destinations whose lists to copy to a GPU, as many as fit into
-    :obj:`budget_bytes`, greedily by reads saved per byte: a destination
-    expanded with weight :obj:`score[v]` (how often it is expected in a
-    frontier; the in-degree if not given, HyDRA's choice) reads
-    :obj:`min(deg, max_fanout)` entries of its :obj:`deg`-long list
-    (all of it without :obj:`max_fanout`). Destinations in :obj:`exclude`
-    (the rank's own shard: a range, or a mask over the destinations) are
-    skipped."""
+    r"""The destinations whose lists to copy to a GPU within
+    :obj:`budget_bytes`, greedily by reads saved per byte (a destination of
+    weight :obj:`score[v]`, the in-degree if not given, reads
+    :obj:`min(deg, max_fanout)` entries), skipping those in :obj:`exclude`."""
     deg = (colptr[1:] - colptr[:-1]).cpu().to(torch.int64)
     if budget_bytes <= 0 or deg.numel() == 0:
         return torch.empty(0, dtype=torch.int64)
@@ -349,12 +331,9 @@ def check_node_parts(node_parts: Tensor, num_nodes: int,
 
 def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
                    num_shards: int):
-    r"""How lists split by a partition of the destinations lie
-    (:obj:`node_parts[v]`: the rank that holds :obj:`v`'s list): rank
-    :obj:`r`'s lists in destination order, the shards one after another.
-    Returns the shards' bounds among the placed positions
-    (:obj:`[num_shards + 1]`), every destination's placed start, and the
-    CSC positions of :obj:`rank`'s shard in its order."""
+    r"""How lists split by :obj:`node_parts` lie: the shards' bounds among the
+    placed positions, every destination's placed start, and the CSC
+    positions of :obj:`rank`'s shard."""
     n = colptr.numel() - 1
     parts = check_node_parts(node_parts, n, num_shards)
     colptr = colptr.cpu().to(torch.int64)
@@ -377,10 +356,7 @@ def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
 def check_same_graph(peers: PeerGroup, fingerprint: str,
                      what: str = 'graph') -> None:
     r"""Raises a :class:`ValueError` on every rank of :obj:`peers` (a
-    collective call) unless every rank passes the same :obj:`fingerprint`
-    (see :meth:`~pyg_orch.topology.graph.GraphTopology.content_fingerprint`),
-    naming the ranks that differ: sharding needs the same graph on every
-    rank."""
+    collective) naming the ranks whose :obj:`fingerprint` differs."""
     seen = peers.all_gather_object(fingerprint)
     differ = differing_ranks(seen)
     if differ:
@@ -399,7 +375,8 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
                    max_fanout: Optional[int] = None,
                    node_parts: Optional[Tensor] = None) -> ShardedCSC:
     r"""Splits :obj:`csc` (the whole topology, as every rank has it) across
-    the ranks of :obj:`peers` (a collective call).
+    the ranks of :obj:`peers` (a collective call); raises a
+    :class:`ValueError` on every rank where the ranks' topologies differ.
 
     Args:
         csc (CSCTopology): The whole topology (in host or GPU memory).
@@ -407,19 +384,12 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
         replicate_bytes (int): Bytes per rank for copies of other ranks'
             lists. (default: :obj:`0`)
         replicate_score (torch.Tensor, optional): How often each
-            destination is expected to be expanded (e.g. pre-sampled counts,
-            identical on every rank); see :func:`choose_replicated`.
-        max_fanout (int, optional): The largest fan-out sampled (reads per
-            expansion).
+            destination is expected to be expanded (identical on every rank);
+            see :func:`choose_replicated`.
+        max_fanout (int, optional): The largest fan-out sampled.
         count_reads (bool): Count reads per tier (see :meth:`stats`).
         node_parts (torch.Tensor, optional): The rank that holds each
-            destination's list (e.g. a METIS partition, for locality);
-            by default, ranges of destinations with about the same number
-            of edges each (:func:`shard_bounds`).
-
-    Raises :class:`ValueError` on every rank, before any memory is shared,
-    where the ranks' topologies differ (:func:`check_same_graph`).
-    """
+            destination's list (default: ranges from :func:`shard_bounds`)."""
     check_same_graph(peers, csc.content_fingerprint(), 'topology')
     device = peers.device
     colptr = csc.colptr.cpu()
@@ -503,30 +473,23 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
 
 @dataclass
 class TopologySharding:
-    r"""How :obj:`PlacementOptions(topology='sharded')` splits the
-    topology; pass an instance as :obj:`PlacementOptions(topology=...)` (or
-    a sampler's :obj:`topology_placement`) to change the defaults.
+    r"""How :obj:`PlacementOptions(topology='sharded')` splits the topology;
+    pass an instance as :obj:`PlacementOptions(topology=...)` to change the
+    defaults.
 
     Args:
         replicate_bytes (int or float): Bytes per rank for copies of other
-            ranks' neighbor lists, or a fraction of the whole topology's
-            neighbor lists. (default: :obj:`0.1`)
-        replicate_by (str): Which lists to copy: :obj:`'reads'` (most
-            neighbor reads saved per byte, a node's expected expansions
-            taken from its out-degree) or :obj:`'degree'` (highest
-            in-degree first). (default: :obj:`'reads'`)
+            ranks' neighbor lists, or a fraction of all neighbor lists.
+            (default: :obj:`0.1`)
+        replicate_by (str): Which lists to copy: :obj:`'reads'` (most reads
+            saved per byte) or :obj:`'degree'` (highest in-degree first).
+            (default: :obj:`'reads'`)
         split_by (str or torch.Tensor or dict): Which rank holds which
-            lists: :obj:`'ranges'` (ranges of destinations with about the
-            same number of edges each), :obj:`'metis'` (a METIS partition
-            of the graph into one part per rank, for locality: a rank whose
-            seeds lie in its part reads most lists from its own GPU; needs
+            lists: :obj:`'ranges'` (destination ranges of about equal edge
+            counts), :obj:`'metis'` (one METIS part per rank; needs
             :obj:`pymetis`, homogeneous graphs), :obj:`'random'` (a seeded
-            random balanced partition), or the rank of every destination
-            vertex (a tensor; a dictionary per node type for a
-            heterogeneous graph). :meth:`node_parts` tells which rank holds
-            a vertex, e.g. to give each rank its own part's seeds.
-            (default: :obj:`'ranges'`)
-    """
+            balanced partition), or the rank of every destination (a tensor,
+            or a dict per node type). (default: :obj:`'ranges'`)"""
     replicate_bytes: Union[int, float] = 0.1
     replicate_by: str = 'reads'
     split_by: Any = 'ranges'
@@ -638,12 +601,10 @@ def expansion_weight(csc: Dict[Any, CSCTopology], dst_type: Any,
                      num_nodes: int,
                      counted: Optional[Callable[[Tensor], Tensor]] = None
                      ) -> Tensor:
-    r"""How often each of the :obj:`num_nodes` vertices of
-    :obj:`dst_type` is expected in a frontier: once as a seed, plus once
-    per time it is sampled as a neighbor, about the number of lists of
-    :obj:`csc` (per edge type) that hold it (edge types from
-    :obj:`dst_type`). :obj:`counted` maps a list's source ids to the ids
-    to count (e.g. a part's own vertices, as local ids)."""
+    r"""How often each of the :obj:`num_nodes` vertices of :obj:`dst_type` is
+    expected in a frontier: once as a seed plus about once per list of
+    :obj:`csc` that holds it. :obj:`counted` maps a list's source ids to the
+    ids to count."""
     weight = torch.ones(num_nodes, dtype=torch.float64)
     for et, c in csc.items():
         if (None if et is None else et[0]) != dst_type:
@@ -659,10 +620,9 @@ def expansion_weight(csc: Dict[Any, CSCTopology], dst_type: Any,
 def shard_graph_topology(topology: GraphTopology, device: torch.device,
                          sharding: Optional[TopologySharding] = None,
                          max_fanout: Optional[int] = None) -> GraphTopology:
-    r"""Every edge type of :obj:`topology` sharded across
-    this machine's processes (see :func:`shard_topology`; a collective
-    call), with offsets and copies on :obj:`device`. The result is cached
-    per topology, so loaders sharing a topology share its shards."""
+    r"""Every edge type of :obj:`topology` sharded across this machine's
+    processes (a collective; see :func:`shard_topology`), cached per
+    topology."""
     sharding = sharding or TopologySharding()
     split = sharding.split_by
     key = (str(device), sharding.replicate_bytes, sharding.replicate_by,

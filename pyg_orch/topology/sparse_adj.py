@@ -1,9 +1,8 @@
-"""Sparse adjacencies given as :obj:`adj_t` (see
+r"""Sparse adjacencies given as :obj:`adj_t` (see
 :class:`torch_geometric.transforms.ToSparseTensor`): a
-:class:`torch_sparse.SparseTensor` or a :class:`torch.sparse` tensor (CSR,
-CSC or COO) holding the **transposed** adjacency, one row per destination
-node. Edge ids are positions in the tensor's own storage order, as in PyG,
-so that edge attributes kept beside it line up."""
+:class:`torch_sparse.SparseTensor` or a :class:`torch.sparse` tensor holding
+the transposed adjacency. Edge ids are positions in the tensor's storage order,
+as in PyG."""
 from typing import Any, Optional, Tuple
 
 import torch
@@ -69,10 +68,8 @@ def check_adj_t(adj_t: Any, num_src_nodes: int, num_dst_nodes: int,
 
 
 def adj_t_edge_index(adj_t: Any) -> Tuple[Tensor, bool]:
-    r"""The edges of :obj:`adj_t` as a COO :obj:`edge_index` of
-    (source, destination) pairs in the tensor's storage order (so that
-    position :obj:`i` is edge id :obj:`i`), and whether they are sorted by
-    destination already (CSR layouts are)."""
+    r"""The edges of :obj:`adj_t` as a COO :obj:`edge_index` in storage order,
+    and whether they are sorted by destination already (CSR layouts are)."""
     if is_sparse_tensor(adj_t):
         dst, src, _ = adj_t.coo()  # Row-major: sorted by destination.
         return torch.stack([src, dst]), True
@@ -118,10 +115,8 @@ def adj_t_values(adj_t: Any) -> Optional[Tensor]:
 def sampled_adj_t(like: Any, row: Tensor, col: Tensor,
                   value: Optional[Tensor], num_src_nodes: int,
                   num_dst_nodes: int) -> Any:
-    r"""The :obj:`adj_t` of a sampled subgraph with edges
-    :obj:`(row, col)` (source, destination) and values :obj:`value` (one
-    row per edge), of the same type and layout as :obj:`like`, on the
-    device of :obj:`row`; as PyG's
+    r"""The :obj:`adj_t` of a sampled subgraph with edges :obj:`(row, col)` and
+    values :obj:`value`, of the type and layout of :obj:`like`, as PyG's
     :func:`~torch_geometric.loader.utils.filter_data` builds it."""
     row, col = row.to(torch.int64), col.to(torch.int64)
     size = (num_dst_nodes, num_src_nodes)

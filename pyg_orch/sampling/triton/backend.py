@@ -1,9 +1,5 @@
-"""The fused Triton kernels
-(:class:`~pyg_orch.sampling.triton.fused_sampler.FusedSampler`) as the
-:obj:`'triton'` sampling backend. The registry
-(:mod:`pyg_orch.sampling.backends`) knows this module by name and imports it,
-registering :class:`TritonBackend`, only for a CUDA device with Triton
-installed."""
+r"""The fused Triton kernels as the :obj:`'triton'` sampling backend, imported
+by the registry only for a CUDA device with Triton installed."""
 from typing import Optional, Tuple
 
 from pyg_orch.sampling.interface import BackendConfig, SampleRequest

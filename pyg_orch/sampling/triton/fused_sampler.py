@@ -1,14 +1,7 @@
-"""Multi-hop sampling on the GPU with fused Triton kernels and no host
-synchronization until the batch is complete.
-
-Every hop writes into buffers sized by an upper bound (frontier size times
-fan-out), so no kernel waits for the host to learn a size; the one
-synchronization per batch reads the node and edge counts at the end. The
-output equals :func:`pyg_orch.sampling.sample_multi_hop` (same hop order,
-same edge order); only the random draws differ. The sampler reaches this
-module through the :obj:`'triton'` backend
-(:mod:`pyg_orch.sampling.triton.backend`).
-"""
+r"""Multi-hop sampling on the GPU with fused Triton kernels: every buffer is
+sized by an upper bound, so a batch runs without host synchronization until its
+counts are read. The output equals :func:`pyg_orch.sampling.sample_multi_hop`'s
+but for the random draws."""
 import threading
 import weakref
 from collections import OrderedDict
@@ -249,13 +242,9 @@ class FusedPlan:
             self.enqueue()  # Compiles the kernels; leaves buffers clean.
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        # Captured on the side stream without `torch.cuda.graph(...)`, whose
-        # entry synchronizes the device and empties the device and pinned
-        # host memory caches: 70-100 ms per plan on an H100 (a new hot set
-        # of the offload, an epoch's last, smaller batch), and the training
-        # step after it allocates afresh. 'thread_local': other threads (the
-        # training loop, when a prefetch thread samples) may synchronize
-        # while this thread captures.
+        # Captured without `torch.cuda.graph(...)`, whose entry synchronizes
+        # the device and empties the memory caches for every new plan.
+        # 'thread_local': other threads may synchronize while this captures.
         with torch.cuda.stream(stream):
             graph.capture_begin(capture_error_mode='thread_local')
             try:
@@ -323,10 +312,8 @@ class FusedSampler:
                  generator: Optional[torch.Generator],
                  buffers: DenseBufferPool, device: torch.device,
                  hot_nodes: Optional[Tensor] = None) -> MultiHopOutput:
-        plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
-                                      replace, buffers, device, hot_nodes)
-        return plan.run(on_device_or_host(seeds, device), generator,
-                        use_graphs, hot_nodes)
+        return self.launch(topo, num_nodes, fanouts, seeds, replace,
+                           generator, buffers, device, hot_nodes).result()
 
     def launch(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
                seeds: Tensor, replace: bool,

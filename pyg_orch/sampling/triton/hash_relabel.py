@@ -1,9 +1,7 @@
-"""Relabeling of any non-negative int64 keys (the (subgraph, node) pairs of
-disjoint sampling) through an open-addressing hash table on the GPU, in a
-few Triton launches and one host synchronization per hop, instead of the
-sorts of :class:`pyg_orch.sampling.relabel.SortRelabeler` (same contract,
-same local ids). This module imports Triton lazily and nothing from
-:mod:`pyg_orch.sampling`."""
+r"""Relabeling of non-negative int64 keys through an open-addressing hash table
+on the GPU: the contract and local ids of
+:class:`pyg_orch.sampling.relabel.SortRelabeler` without its sorts. Imports
+Triton lazily and nothing from :mod:`pyg_orch.sampling`."""
 from typing import List, Tuple
 
 import torch
@@ -19,11 +17,9 @@ def _grid(n: int) -> Tuple[int]:
 
 
 class HashRelabeler:
-    r"""Maps keys to local ids in order of first appearance (see
-    :class:`pyg_orch.sampling.relabel.Relabeler`): :meth:`init` with the
-    seeds, :meth:`add` once per hop. The table holds at least twice the
-    keys seen (it is rebuilt larger when needed) and lives for one batch.
-    Keys must be non-negative."""
+    r"""Maps non-negative keys to local ids in order of first appearance:
+    :meth:`init` with the seeds, :meth:`add` once per hop. The table holds at
+    least twice the keys seen and lives for one batch."""
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
         self.num_nodes = 0

@@ -1,20 +1,9 @@
-"""The fused Triton sampling path for heterogeneous graphs.
-
-Every node type :obj:`t` gets the global ids :obj:`[offset_t, offset_t +
-N_t)`, and all edge types' CSC layouts are laid back to back
-(:class:`HeteroCSC`, global source ids), so one launch per hop samples all
-edge types
-(:func:`~pyg_orch.sampling.triton.hetero_kernels.hetero_sample_kernel`, one
-grid row per edge type, each with its own fan-out) and the relabel kernels of
-the homogeneous path dedup the whole hop at once. A hop's slots are grouped by
-source node type, edge type by edge type, so that new nodes get local ids of
-their type in the order of
-:func:`pyg_orch.sampling.sample_multi_hop`; the output equals it (same hop
-order, same edge order), only the random draws differ. As for homogeneous
-graphs (:class:`~pyg_orch.sampling.triton.fused_sampler.FusedPlan`), every
-buffer is sized up front, the batch runs without host synchronization and is
-replayed as a CUDA graph.
-"""
+r"""The fused Triton sampling path for heterogeneous graphs: node types get
+global ids and all edge types' CSC layouts lie back to back
+(:class:`HeteroCSC`), so one launch per hop samples every edge type and the
+homogeneous relabel kernels dedup the whole hop. Slots are grouped by source
+node type, so the output equals :func:`pyg_orch.sampling.sample_multi_hop`'s
+but for the random draws."""
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -43,11 +32,9 @@ def hetero_supports(topology: GraphTopology, num_neighbors: dict,
                     disjoint: bool, induced: bool,
                     max_fanout: int = 64, replace: bool = False) -> bool:
     r"""Whether the fused path handles this heterogeneous configuration
-    (uniform, non-disjoint, non-induced sampling of a topology in one piece,
-    fan-outs in :obj:`[0, max_fanout]`); others use the PyTorch path.
-    A fan-out of :obj:`-1` (all neighbors) is handled without replacement
-    where the edge type's largest in-degree is at most :obj:`max_fanout`:
-    it is then that in-degree (see :func:`resolve_full_fanouts`)."""
+    (uniform, non-disjoint, non-induced, one piece, fan-outs in :obj:`[0,
+    max_fanout]`, or :obj:`-1` without replacement where the largest in-degree
+    is at most :obj:`max_fanout`)."""
     if not topology.is_hetero or topology.is_temporal or \
             topology.is_weighted or topology.is_sharded:
         return False
@@ -78,12 +65,9 @@ def max_in_degree(csc) -> int:
 
 
 def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
-    r""":obj:`num_neighbors` with every fan-out of :obj:`-1` (all neighbors)
-    replaced by :obj:`degree(edge_type)`, the edge type's largest in-degree:
-    without replacement, drawing that many neighbors takes all of them, in
-    the order of the neighbor list, as the PyTorch path does for
-    :obj:`-1`. :obj:`degree` is only called for edge types with a
-    :obj:`-1`."""
+    r""":obj:`num_neighbors` with every fan-out of :obj:`-1` replaced by
+    :obj:`degree(edge_type)`, the largest in-degree (without replacement that
+    takes all neighbors in list order, as the PyTorch path does)."""
     out = {}
     for et, fanouts in num_neighbors.items():
         if any(k < 0 for k in fanouts):
@@ -95,13 +79,8 @@ def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
 
 class HeteroCSC:
     r"""All edge types of a heterogeneous topology as one CSC layout over
-    global node ids: edge type :obj:`e`'s :obj:`colptr` (shifted to its
-    edges' place) starts at :obj:`colbase[e]`, its sources are global ids,
-    its edge ids those within the edge type.
-
-    Args:
-        topology (GraphTopology): A heterogeneous topology in one piece.
-    """
+    global node ids: edge type :obj:`e`'s shifted :obj:`colptr` starts at
+    :obj:`colbase[e]`, with global source ids and per-type edge ids."""
     def __init__(self, topology: GraphTopology):
         self.node_types = topology.node_types
         self.edge_types = topology.edge_types
@@ -497,9 +476,6 @@ class HeteroFusedSampler(FusedSampler):
             self._hot = (key, torch.cat(parts).to(torch.uint8))
         return self._hot[1]
 
-    def __getstate__(self):
-        return {'use_graphs': self.use_graphs, 'max_plans': self.max_plans}
-
 
 def fused_sample_hetero(
     topology: GraphTopology,
@@ -512,23 +488,10 @@ def fused_sample_hetero(
     hot_nodes: Optional[Dict] = None,
 ) -> MultiHopOutput:
     r"""Samples a heterogeneous graph with the fused Triton kernels, eagerly
-    (no CUDA graph): the counterpart of
-    :func:`pyg_orch.sampling.sample_multi_hop` for configurations that
-    :func:`hetero_supports` accepts.
-
-    Args:
-        topology (GraphTopology): A heterogeneous topology on :obj:`device`
-            (or in pinned host memory).
-        num_neighbors (dict): Fan-outs per hop for every edge type.
-        seeds (dict): Seed node ids per node type.
-        replace (bool): Sample with replacement.
-        generator (torch.Generator, optional): Draws the per-hop seeds.
-        buffers (DenseBufferPool, optional): Relabel arrays to reuse.
-        device (torch.device, optional): Where to sample (default: the
-            topology's device).
-        hot_nodes (dict, optional): Boolean masks per node type of nodes the
-            last hop does not expand.
-    """
+    (no CUDA graph): :func:`pyg_orch.sampling.sample_multi_hop` for the
+    configurations :func:`hetero_supports` accepts. :obj:`hot_nodes` holds
+    boolean masks per node type of nodes the last hop does not expand;
+    :obj:`device` defaults to the topology's."""
     device = torch.device(device) if device is not None else topology.device
     sampler = HeteroFusedSampler(use_graphs=False, max_plans=1)
     return sampler(topology, num_neighbors, seeds, replace, generator,

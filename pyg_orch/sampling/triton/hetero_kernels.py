@@ -1,8 +1,6 @@
-"""Triton kernels of the fused sampling path for heterogeneous graphs
-(:mod:`pyg_orch.sampling.triton.hetero_fused`). Node ids are global (node type
-:obj:`t` holds ids :obj:`[offset_t, offset_t + N_t)`); the claim / mark /
-resolve kernels of :mod:`pyg_orch.sampling.triton.kernels` work on them
-unchanged. Importing this module imports Triton."""
+r"""Triton kernels of the fused heterogeneous sampling path over global node
+ids (node type :obj:`t` holds :obj:`[offset_t, offset_t + N_t)`). Importing
+this module imports Triton."""
 import triton
 import triton.language as tl
 
@@ -33,11 +31,10 @@ def hetero_sample_kernel(
     PRUNE: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    r"""Samples every edge type of a hop in one launch: program
-    :obj:`(b, e)` samples up to :obj:`K_e` in-neighbors of edge type
-    :obj:`e` for frontier nodes :obj:`[b * BLOCK, (b + 1) * BLOCK)` of the
-    destination type, into slots :obj:`start_e + i * K_e + j` (global source
-    id, edge id, local destination); empty slots get source :obj:`-1`."""
+    r"""Samples every edge type of a hop in one launch: program :obj:`(b, e)`
+    samples up to :obj:`K_e` in-neighbors of edge type :obj:`e` for frontier
+    nodes :obj:`[b * BLOCK, (b + 1) * BLOCK)` into slots :obj:`start_e + i *
+    K_e + j` (source :obj:`-1` where empty)."""
     pid = tl.program_id(0)
     tab = table_ptr + tl.program_id(1) * 6
     slot0 = tl.load(tab)
@@ -97,12 +94,11 @@ def _node_type(v, type_ptr, T: tl.constexpr):
 def hetero_assign_kernel(src_ptr, is_new_ptr, rank_ptr, lo_ptr, map_ptr,
                          claim_ptr, node_ptr, state_ptr, type_ptr, size,
                          T: tl.constexpr, BLOCK: tl.constexpr):
-    r"""New nodes get local ids of their type in order of first appearance
-    (the hop's slots are grouped by source type), are appended to their
-    type's region of the node buffer, and release their claim.
-    :obj:`rank_ptr` is the hop's inclusive scan of :obj:`is_new` shifted by
-    one; :obj:`lo_ptr[t]` the scan where type :obj:`t`'s slots start;
-    :obj:`type_ptr` holds the offsets (row 0) and regions (row 1)."""
+    r"""Gives new nodes local ids of their type in order of first appearance,
+    appends them to their type's region and releases their claim.
+    :obj:`rank_ptr`: the hop's scan of :obj:`is_new` shifted by one;
+    :obj:`lo_ptr[t]`: the scan where type :obj:`t`'s slots start;
+    :obj:`type_ptr`: offsets (row 0) and regions (row 1)."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     new = tl.load(is_new_ptr + p, mask=m, other=0) != 0
@@ -122,15 +118,10 @@ def hetero_assign_kernel(src_ptr, is_new_ptr, rank_ptr, lo_ptr, map_ptr,
 def hetero_compact_kernel(src_ptr, rank_ptr, seg_ptr, shift_ptr, type_ptr,
                           row_ptr, dst_ptr, eid_ptr, out_ptr, total_ptr,
                           size, BLOCK: tl.constexpr):
-    r"""Moves the filled slots to their edge type's output, in order: slot
-    :obj:`p` of segment :obj:`s` (one hop of one edge type) is edge
-    :obj:`q = shift[s] + rank[p + 1] - 1` of the batch (edge types one
-    after the other). :obj:`out_ptr` holds, for every edge type in turn,
-    its rows then its columns (so that its :obj:`edge_index` is one
-    block), then all edge ids: with :obj:`type_ptr[s] = (o, n)`, the
-    offset and count of segment :obj:`s`'s edge type, and :obj:`E` the
-    batch's edges (:obj:`total_ptr`), the row goes to :obj:`o + q`, the
-    column to :obj:`o + q + n` and the edge id to :obj:`2 E + q`."""
+    r"""Moves filled slot :obj:`p` of segment :obj:`s` to edge :obj:`q =
+    shift[s] + rank[p + 1] - 1`: with :obj:`type_ptr[s] = (o, n)` and :obj:`E`
+    edges, its row to :obj:`o + q`, its column to :obj:`o + q + n` and its edge
+    id to :obj:`2 E + q`."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     ok = m & (tl.load(src_ptr + p, mask=m, other=-1) >= 0)
@@ -169,16 +160,11 @@ def hetero_counts_kernel(rank_ptr, start_ptr, end_ptr, before_ptr, shift_ptr,
                          counts_ptr, num_segments, T: tl.constexpr,
                          HT: tl.constexpr, SP: tl.constexpr,
                          TP: tl.constexpr, HTP: tl.constexpr):
-    r"""The batch's counts (one program): edges per segment (one hop of one
-    edge type; :obj:`rank` is the exclusive scan of the filled slots),
-    each segment's shift into the batch's edges (segments ordered by edge
-    type, then hop: :obj:`before[0, s, u]` is 1 where segment :obj:`u`
-    comes before :obj:`s`), the offset and count of each segment's edge
-    type (:obj:`before[1]`: where :obj:`u`'s edge type comes before
-    :obj:`s`'s; :obj:`before[2]`: where it is the same) into
-    :obj:`type_out`, the batch's edges into :obj:`total`, and
-    :obj:`counts = [nodes per type, news per hop and type, edges per
-    segment]`."""
+    r"""The batch's counts (one program): edges per segment, each segment's
+    shift (segments ordered by edge type, then hop, per :obj:`before[0]`), the
+    offset and count of its edge type (:obj:`before[1]`, :obj:`before[2]`) into
+    :obj:`type_out`, the total edges, and :obj:`counts = [nodes per type, news
+    per hop and type, edges per segment]`."""
     s = tl.arange(0, SP)
     ms = s < num_segments
     lo = tl.load(rank_ptr + tl.load(start_ptr + s, mask=ms, other=0),

@@ -16,11 +16,10 @@ def _random_below(seed, offset, bound):
 @triton.jit
 def floyd_picks(seed, base, deg, K, col, KLOOP: tl.constexpr,
                 BLOCK: tl.constexpr, KPAD: tl.constexpr):
-    r"""Positions of :obj:`K` distinct neighbors among :obj:`deg` per row
-    (all of them where :obj:`deg <= K`): Floyd's algorithm, vectorized over
-    the rows of a block (draw t in [0, j]; if t was picked before, take j,
-    never picked yet). Draw :obj:`t` of a row uses Philox offset
-    :obj:`base + t`; :obj:`KLOOP` (a constant) bounds :obj:`K`."""
+    r"""Positions of :obj:`K` distinct neighbors among :obj:`deg` per row (all
+    where :obj:`deg <= K`) by Floyd's algorithm, vectorized over a block's
+    rows; draw :obj:`t` uses Philox offset :obj:`base + t`, :obj:`KLOOP` bounds
+    :obj:`K`."""
     floyd = tl.full((BLOCK, KPAD), -1, tl.int64)
     for t in tl.static_range(KLOOP):
         j = deg - K + t
@@ -36,12 +35,10 @@ def floyd_picks(seed, base, deg, K, col, KLOOP: tl.constexpr,
 @triton.jit
 def draw_picks(seed, i, deg, K: tl.constexpr, KPAD: tl.constexpr,
                REPLACE: tl.constexpr, BLOCK: tl.constexpr):
-    r"""Offsets into every row's :obj:`deg` neighbors (a :obj:`[BLOCK,
-    KPAD]` block; rows :obj:`i`) and how many of them count: :obj:`K`
-    independent draws with replacement (none where :obj:`deg = 0`), else
-    Floyd's :obj:`min(K, deg)` distinct picks (all in order where
-    :obj:`deg <= K`). Draw :obj:`t` of row :obj:`i` uses Philox offset
-    :obj:`i * KPAD + t`."""
+    r"""Offsets into every row's :obj:`deg` neighbors (a :obj:`[BLOCK, KPAD]`
+    block) and how many count: :obj:`K` draws with replacement, else Floyd's
+    :obj:`min(K, deg)` distinct picks; draw :obj:`t` of row :obj:`i` uses
+    Philox offset :obj:`i * KPAD + t`."""
     col = tl.arange(0, KPAD)
     if REPLACE:
         cnt = tl.where(deg > 0, K, 0)
@@ -137,12 +134,10 @@ def sample_hop_kernel(
     COUNT: tl.constexpr = False,
     PLACED: tl.constexpr = False,
 ):
-    r"""Samples up to :obj:`K` in-neighbors of every frontier node and writes
-    them into slots :obj:`[i * K, (i + 1) * K)` (source id, edge id, local
-    destination); empty slots get source :obj:`-1`. With :obj:`PRUNE`, nodes
-    flagged in :obj:`hot_ptr` are not expanded. With :obj:`SHARDS > 0`, the
-    neighbor lists are split across GPUs (read through the pointer table in
-    :obj:`shard_ptr`) and, with :obj:`REPLICA`, some are copied locally."""
+    r"""Samples up to :obj:`K` in-neighbors of every frontier node into slots
+    :obj:`[i * K, (i + 1) * K)` (source :obj:`-1` where empty); with
+    :obj:`PRUNE` nodes flagged in :obj:`hot_ptr` are not expanded, with
+    :obj:`SHARDS > 0` the lists are read across GPUs."""
     pid = tl.program_id(0)
     i = pid * BLOCK + tl.arange(0, BLOCK)
     fstart = tl.load(state_ptr + 1)
@@ -197,14 +192,11 @@ def draw_neighbors_kernel(
     LAST: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    r"""One hop's neighbor draw for :obj:`n` destinations (no relabeling):
-    the CSC positions of up to :obj:`K` in-neighbors of every destination
-    into slots :obj:`[i * K, (i + 1) * K)`, :obj:`-1` where there are
-    fewer. With :obj:`TEMPORAL`, only neighbors whose time (sorted within
-    each neighborhood) is at most the destination's bound count, found by
-    bisection; with :obj:`LAST`, only the :obj:`K` most recent of them.
-    Without replacement, a destination of at most :obj:`K` neighbors gets
-    them all in CSC order (as the PyTorch path)."""
+    r"""One hop's draw for :obj:`n` destinations: the CSC positions of up to
+    :obj:`K` in-neighbors each into slots :obj:`[i * K, (i + 1) * K)`
+    (:obj:`-1` where fewer); with :obj:`TEMPORAL` only neighbors not later than
+    the bound (:obj:`LAST`: the most recent), all in CSC order where at most
+    :obj:`K` without replacement."""
     pid = tl.program_id(0)
     i = pid * BLOCK + tl.arange(0, BLOCK)
     valid = i < n
@@ -244,10 +236,9 @@ def _hash_slot(key, mask_bits):
 @triton.jit(do_not_specialize=['n', 'mask_bits'])
 def hash_slots_kernel(key_ptr, table_ptr, slot_ptr, n, mask_bits,
                       INSERT: tl.constexpr, BLOCK: tl.constexpr):
-    r"""The slot of every key in an open-addressing table of
-    :obj:`mask_bits + 1` int64 keys (:obj:`-1`: empty; one more entry after
-    them, never written, parks lanes that are done). With :obj:`INSERT`,
-    absent keys are inserted (by compare-and-swap); without, they get slot
+    r"""The slot of every key in an open-addressing table of :obj:`mask_bits +
+    1` int64 keys (:obj:`-1`: empty; one more parking entry); with
+    :obj:`INSERT` absent keys are inserted by compare-and-swap, else get slot
     :obj:`-1`."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = p < n
@@ -347,10 +338,8 @@ def seed_assign_kernel(seed_ptr, node_ptr, map_ptr, claim_ptr, size,
 @triton.jit(do_not_specialize=['size'])
 def mark_kernel(src_ptr, map_ptr, claim_ptr, is_new_ptr, count_ptr, size,
                 COUNT: tl.constexpr, BLOCK: tl.constexpr):
-    r"""Flags the slots that hold a node's first appearance (claimed by
-    :func:`claim_kernel`, not seen in earlier hops). With :obj:`COUNT`,
-    every program also writes how many new nodes its block holds (for
-    :func:`assign_block_kernel`)."""
+    r"""Flags the slots holding a node's first appearance; with :obj:`COUNT`,
+    also each block's number of new nodes."""
     pid = tl.program_id(0)
     p = pid * BLOCK + tl.arange(0, BLOCK)
     m = p < size
@@ -379,10 +368,9 @@ def _blocks_before(count_ptr, pid, BLOCK: tl.constexpr):
 @triton.jit(do_not_specialize=['size'])
 def assign_block_kernel(src_ptr, is_new_ptr, count_ptr, map_ptr, claim_ptr,
                         node_ptr, state_ptr, size, BLOCK: tl.constexpr):
-    r"""New nodes get local ids in order of first appearance, are appended
-    to the node list, and release their claim. A new node's rank comes from
-    the block counts of :func:`mark_kernel` and a scan within its block (no
-    scan over all slots)."""
+    r"""Gives new nodes local ids in order of first appearance (ranks from the
+    block counts and a scan within the block), appends them and releases their
+    claim."""
     pid = tl.program_id(0)
     p = pid * BLOCK + tl.arange(0, BLOCK)
     m = p < size
@@ -477,14 +465,11 @@ def gather_rows_kernel(
     SHARDS: tl.constexpr = 0,
 ):
     r"""Gathers rows :obj:`index` of a feature matrix split in tiers: the GPU
-    cache (:obj:`slot[v] >= 0`), the previous batch's rows on the GPU
-    (:obj:`prev_pos[v] >= 0`), else pinned host memory read zero-copy.
-    Records each row's source (0 cache, 1 previous batch, 2 host, 3 a peer
-    GPU's cache). With :obj:`SHARDS > 0` the cache is split across GPUs:
-    slot :obj:`s` is row :obj:`s % capacity` of the cache of rank
-    :obj:`s // capacity`, found through :obj:`cache_table_ptr` (addresses).
-    Every program loops over blocks of rows, so a small grid leaves
-    streaming multiprocessors free for kernels running next to it."""
+    cache (:obj:`slot[v] >= 0`, split across GPUs with :obj:`SHARDS > 0`), the
+    previous batch's rows (:obj:`prev_pos[v] >= 0`), else pinned host memory;
+    records each row's source (0 cache, 1 previous batch, 2 host, 3 a peer's
+    cache). Programs loop over blocks of rows, so a small grid leaves room for
+    concurrent kernels."""
     it = 0
     while it < num_iters:  # Not `range`: the interpreter cannot run it.
         blk = it * tl.num_programs(0) + tl.program_id(0)

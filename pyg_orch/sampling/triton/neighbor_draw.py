@@ -1,10 +1,6 @@
-"""One hop's neighbor draw on the GPU in one Triton launch, for the
-multi-hop PyTorch path where the fused sampler does not apply (disjoint
-subgraphs, temporal sampling, induced subgraphs, sharded heterogeneous
-topologies): the same contract as
-:func:`pyg_orch.sampling.neighbors.sample_neighbors` for uniform and
-temporal draws, which stays the reference. This module imports Triton
-lazily and nothing from :mod:`pyg_orch.sampling`."""
+r"""One hop's neighbor draw on the GPU in one Triton launch, with the contract
+of :func:`pyg_orch.sampling.neighbors.sample_neighbors` (the reference) for
+uniform and temporal draws. Imports Triton lazily."""
 from typing import Optional, Tuple
 
 import torch
@@ -41,11 +37,8 @@ def draw_neighbors(colptr: Tensor, nodes: Tensor, num_neighbors: int,
                    weight: Optional[Tensor] = None,
                    ) -> Optional[Tuple[Tensor, Tensor]]:
     r"""Samples in-neighbors of :obj:`nodes` as
-    :func:`~pyg_orch.sampling.neighbors.sample_neighbors` does (uniform or
-    temporal; same output order, other random draws), with one kernel
-    launch and one host synchronization (the number of sampled edges).
-    Returns :obj:`None` where :func:`draw_applies` says it does not apply:
-    the caller then takes the PyTorch path."""
+    :func:`~pyg_orch.sampling.neighbors.sample_neighbors` does (other random
+    draws) in one launch; :obj:`None` where :func:`draw_applies` says no."""
     k = int(num_neighbors)
     if not draw_applies(colptr, k, time, weight):
         return None
