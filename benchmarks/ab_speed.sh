@@ -14,7 +14,7 @@ run() {  # run SIDE NAME ARGS...: one benchmark of one side, its JSON in OUTDIR
     local side=$1 name=$2; shift 2
     local root=$NEW; [ "$side" = base ] && root=$BASE
     local start=$(date +%s)
-    (cd "$root" && PYTHONPATH="$root" timeout 300 python "benchmarks/$name.py" "$@" \
+    (cd "$root" && PYTHONPATH="$root" timeout ${AB_TIMEOUT:-300} python "benchmarks/$name.py" "$@" \
         --out "$OUTDIR/${name}__${side}.json") > "$OUTDIR/${name}__${side}.log" 2>&1
     echo "$name $side rc=$? $(( $(date +%s) - start )) s"
 }
