@@ -27,6 +27,6 @@ pair bench_multi_gpu --gpus 2
 pair bench_distributed --backend nccl --world-size 2 --sampling-device cuda \
     --feature-device cuda --train --methods random --batches 20 --repeats 3
 # Which Triton kernels still compile after the loader's warm-up (new side).
-(cd "$NEW" && timeout 200 python benchmarks/probe_epoch_compiles.py \
+(cd "$NEW" && timeout 120 python benchmarks/probe_epoch_compiles.py \
     --out "$OUTDIR/probe_epoch_compiles.json") > "$OUTDIR/probe_epoch_compiles.log" 2>&1
 echo "probe_epoch_compiles rc=$?"

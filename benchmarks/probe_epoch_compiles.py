@@ -51,7 +51,7 @@ def phase(loader, limit=None, last_alone=False) -> dict:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--nodes', type=int, default=2_000_000)
-    p.add_argument('--edges', type=int, default=40_000_000)
+    p.add_argument('--edges', type=int, default=20_000_000)
     p.add_argument('--seeds', type=int, default=100_454)
     p.add_argument('--device', default='cuda')
     p.add_argument('--out', default=None)
