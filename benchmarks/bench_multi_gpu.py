@@ -236,12 +236,12 @@ def _worker(rank, world, port, data, args, out_dir, parts=None):
         nb = args.repeats * args.batches
         feat = stats['features'] or {}
         reads = stats.get('topology_reads') or {}
-        topo = loader.topology.csc[None]
-        edge_bytes = topo.row.element_size() + (
-            0 if topo.edge_id is None else topo.edge_id.element_size())
+        csc = loader.topology.csc[None]  # Not `topo`: shared by loaders.
+        edge_bytes = csc.row.element_size() + (
+            0 if csc.edge_id is None else csc.edge_id.element_size())
         mem = {'feature_cache': stats['memory']['feature_cache_bytes']}
-        if topo.is_sharded:
-            mem.update({f'topology_{k}': v for k, v in topo.memory().items()})
+        if csc.is_sharded:
+            mem.update({f'topology_{k}': v for k, v in csc.memory().items()})
         else:
             mem['topology'] = stats['memory']['topology_bytes']
         if feats == 'gpu':

@@ -100,3 +100,28 @@ def test_bad_prefetch_arguments(graph):
                              device='cpu')
     with pytest.raises(ValueError, match='prefetch'):
         PrefetchIterator(iter([]), 0, torch.device('cpu'))
+
+
+@pytest.mark.parametrize('layout', ['csr', 'csc', 'coo', 'coo_uncoalesced'])
+def test_sparse_batch_tensors_record_their_parts(layout):
+    # PyTorch has no record_stream for sparse layouts: the hand-over records
+    # the index and value tensors that hold a sparse adj_t's memory.
+    from pyg_orch.loader.prefetch import _strided_parts
+    dense = torch.tensor([[0., 1., 0.], [2., 0., 3.], [0., 0., 4.]])
+    if layout == 'csr':
+        t = dense.to_sparse_csr()
+        want = (t.crow_indices(), t.col_indices(), t.values())
+    elif layout == 'csc':
+        t = dense.to_sparse_csc()
+        want = (t.ccol_indices(), t.row_indices(), t.values())
+    else:
+        t = dense.to_sparse()
+        if layout == 'coo_uncoalesced':
+            t = torch.sparse_coo_tensor(torch.tensor([[1, 0], [0, 1]]),
+                                        torch.tensor([2., 1.]), (3, 3))
+            assert not t.is_coalesced()
+        want = (t._indices(), t._values())
+    parts = _strided_parts(t)
+    assert [p.data_ptr() for p in parts] == [w.data_ptr() for w in want]
+    assert all(p.layout == torch.strided for p in parts)
+    assert _strided_parts(dense) == (dense, )

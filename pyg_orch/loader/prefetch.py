@@ -31,12 +31,25 @@ def hand_over(batch: Any, event, device: torch.device) -> Any:
     return batch
 
 
+def _strided_parts(t: torch.Tensor) -> tuple:
+    # A sparse tensor's memory is its index and value tensors (PyTorch has
+    # no `record_stream` for sparse layouts).
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return t.crow_indices(), t.col_indices(), t.values()
+    if t.layout in (torch.sparse_csc, torch.sparse_bsc):
+        return t.ccol_indices(), t.row_indices(), t.values()
+    if t.layout == torch.sparse_coo:
+        return t._indices(), t._values()  # Coalesced or not.
+    return (t, )
+
+
 def record_stream(obj: Any, stream) -> None:
     # Tensors made on the prefetch stream are used on the consumer's stream;
     # the allocator must not recycle them before that stream is done.
     if isinstance(obj, torch.Tensor):
         if obj.is_cuda:
-            obj.record_stream(stream)
+            for part in _strided_parts(obj):
+                part.record_stream(stream)
     elif obj is None or isinstance(obj, SCALAR_TYPES):
         return
     elif isinstance(obj, (list, tuple)):
