@@ -1,6 +1,5 @@
-"""The bottom (first) message-passing layer of a model: finding it, keeping a
-CPU copy of it, and computing its output for a set of vertices on the CPU from
-host-resident features."""
+"""The first message-passing layer of a model: finding it and computing it for
+given vertices on the CPU."""
 import copy
 import threading
 from typing import Any, Dict, Optional, Tuple, Union
@@ -28,16 +27,10 @@ def find_first_layer(
     model: torch.nn.Module,
     layer: Union[None, str, torch.nn.Module] = None,
 ) -> Tuple[str, MessagePassing]:
-    r"""Returns the name and the module of the first
-    :class:`~torch_geometric.nn.conv.MessagePassing` layer of :obj:`model`
-    (in registration order, e.g. :obj:`convs.0` of
-    :class:`~torch_geometric.nn.models.GraphSAGE`), or of :obj:`layer` if it
-    is given (a module of :obj:`model` or its name).
-
-    Raises:
-        ValueError: If :obj:`model` has no message-passing layer or
-            :obj:`layer` is not one of its modules.
-    """
+    r"""Returns the name and module of the first
+    :class:`~torch_geometric.nn.conv.MessagePassing` layer of :obj:`model` (in
+    registration order), or of :obj:`layer` if given (a module of :obj:`model`
+    or its name)."""
     named = list(model.named_modules())
     if layer is not None:
         for name, module in named:
@@ -59,9 +52,8 @@ def find_first_layer(
 
 def message_passing_layers(
         model: torch.nn.Module) -> Dict[str, MessagePassing]:
-    r"""All :class:`~torch_geometric.nn.conv.MessagePassing` modules of
-    :obj:`model` by name (outermost only: a message-passing layer nested in
-    another one is part of it)."""
+    r"""The outermost :class:`~torch_geometric.nn.conv.MessagePassing` modules
+    of :obj:`model` by name."""
     out: Dict[str, MessagePassing] = {}
     for name, module in model.named_modules():
         if not isinstance(module, MessagePassing):
@@ -74,12 +66,10 @@ def message_passing_layers(
 
 def deeper_than_loader(model: torch.nn.Module,
                        num_hops: int) -> Optional[str]:
-    r"""Why offload must leave :obj:`model` alone over a loader that samples
-    :obj:`num_hops` hops, or :obj:`None`: a model with more message-passing
-    layers than hops runs in plain PyG (its extra layers propagate over the
-    sampled edges again), but there a vertex of the last expanded hop reads
-    its bottom-hop neighbors in more than the first layer, so pruning them
-    would change the seeds' outputs."""
+    r"""Why offload must leave :obj:`model` alone over a loader of
+    :obj:`num_hops` hops, or :obj:`None`: with more layers than hops, a vertex
+    of the last hop reads its bottom-hop neighbors in more than the first
+    layer."""
     num_layers = len(message_passing_layers(model))
     if num_layers <= num_hops:
         return None
@@ -98,13 +88,9 @@ def _degree_free_types() -> tuple:
 
 
 def needs_degree_compensation(model: torch.nn.Module) -> bool:
-    r"""Whether a message-passing layer of :obj:`model` may weigh the
-    messages a vertex *sends* by its in-degree in the batch, as
-    :class:`~torch_geometric.nn.conv.GCNConv`'s symmetric normalization
-    does: :obj:`False` only if every layer is of a class known not to
-    (e.g. :class:`~torch_geometric.nn.conv.SAGEConv`,
-    :class:`~torch_geometric.nn.conv.GINConv`,
-    :class:`~torch_geometric.nn.conv.GATConv`)."""
+    r"""Whether a layer of :obj:`model` may weigh the messages a vertex sends
+    by its in-degree (as :class:`~torch_geometric.nn.conv.GCNConv` does):
+    :obj:`False` only for classes known not to."""
     free = _degree_free_types()
     return any(
         type(m) not in free for m in message_passing_layers(model).values())
@@ -124,11 +110,10 @@ def check_materialized(layer: torch.nn.Module, name: str) -> None:
 
 def placeholder_in_edges(colptr: Tensor, nodes: Tensor, rows: Tensor,
                          num_neighbors: int, replace: bool) -> Tensor:
-    r"""Placeholder in-edges (from row :obj:`0`) of the local rows
-    :obj:`rows` (global ids :obj:`nodes`), as many per row as a hop with
-    fan-out :obj:`num_neighbors` (:obj:`-1`: all) samples for that vertex:
-    degree-normalized layers then see its in-degree in a mini-batch, and
-    only its own output changes."""
+    r"""Placeholder in-edges (from row :obj:`0`) of the local :obj:`rows`
+    (global ids :obj:`nodes`), as many per row as a hop of fan-out
+    :obj:`num_neighbors` samples, so that degree-normalized layers see its
+    in-degree."""
     deg = colptr.index_select(0, nodes + 1) - colptr.index_select(0, nodes)
     count = sampled_counts(deg, num_neighbors, replace)
     dst = torch.repeat_interleave(rows, count.to(torch.int64))
@@ -153,14 +138,14 @@ def snapshot_state(layer: torch.nn.Module) -> Dict[str, Tensor]:
 
 
 class BottomLayerComputer:
-    r"""Computes the output of the first message-passing layer for given
-    vertices on the CPU: samples their in-neighbors in a CPU copy of the
-    topology (:obj:`num_neighbors` of them, or all with :obj:`-1`), builds the
-    small subgraph (the vertices first, then their new neighbors) and calls a
-    CPU copy of the layer on it, in evaluation mode and without gradients.
-
-    Every calling thread gets its own copy of the layer (loaded from weight
-    snapshots on demand), so that threads never share module state.
+    r"""Computes the first message-passing layer for given vertices on the
+    CPU: samples their in-neighbors, builds the small subgraph (the vertices
+    first) and calls a per-thread CPU copy of the layer on it, without
+    gradients. After :meth:`choose_split`, it may compute the layer's
+    weight-free aggregation instead (see
+    :mod:`pyg_orch.offload.aggregate_split`), by
+    :func:`~torch.nn.functional.embedding_bag` where it is a mean, sum or
+    maximum of the neighbors' rows.
 
     Args:
         layer (torch.nn.Module): The layer to copy (not modified).
@@ -169,28 +154,12 @@ class BottomLayerComputer:
         num_neighbors (int): Fan-out, :obj:`-1` for all neighbors.
         replace (bool): Sample with replacement. (default: :obj:`False`)
         seed (int, optional): Seeds the per-thread random generators.
-        dedup (bool, optional): Give a neighbor sampled several times (or
-            also a target) one row of the subgraph, with all its sampled
-            in-edges, as in a mini-batch. Only layers that weigh messages by
-            the sender's in-degree (such as
-            :class:`~torch_geometric.nn.conv.GCNConv`) see a difference;
-            by default (:obj:`None`), only those deduplicate, see
-            :func:`needs_degree_compensation`. Without it, every sampled
-            edge gets its own source row, which saves a sort per work item.
+        dedup (bool, optional): Give a neighbor sampled several times one row
+            with all its sampled in-edges, as in a mini-batch; by default only
+            for layers that need it (see :func:`needs_degree_compensation`).
         autocast_dtype (torch.dtype, optional): Run the layer under CPU
-            autocast in this dtype (:obj:`torch.bfloat16`): its matrix
-            products then take bfloat16 inputs (faster on CPUs with AMX or
-            AVX512-BF16), at about three significant digits; the output is
-            returned in the features' dtype. (default: :obj:`None`)
-
-    By default the computer returns the layer's output; after
-    :meth:`choose_split` picks :obj:`'aggregate'` or :obj:`'pre_linear'`
-    (see :mod:`pyg_orch.offload.aggregate_split`), it returns the layer's
-    neighbor aggregation instead, which uses no weights; where that
-    aggregation is a mean, sum or maximum of the neighbors' rows (checked
-    against the layer on a few vertices, see :attr:`bag_mode`), it is
-    computed by :func:`~torch.nn.functional.embedding_bag` straight from
-    the features, without gathering the neighbors' rows first.
+            autocast in this dtype (:obj:`torch.bfloat16`).
+            (default: :obj:`None`)
     """
     def __init__(self, layer: torch.nn.Module, x: Tensor, csc: CSCTopology,
                  num_neighbors: int, replace: bool = False,
@@ -230,13 +199,11 @@ class BottomLayerComputer:
         self.bipartite = False
 
     def choose_split(self, nodes: Tensor, split: str = 'auto') -> str:
-        r"""Decides on a few of :obj:`nodes` whether the CPU side computes
-        the layer's output (:obj:`split='output'`) or its weight-free
-        aggregation (:obj:`'aggregate'`: where
-        :func:`~pyg_orch.offload.aggregate_split.choose_split` allows it,
-        else a :class:`ValueError` explains why; :obj:`'auto'`: where it
-        allows it). Call before any worker thread runs. Returns the kind:
-        :obj:`'output'`, :obj:`'aggregate'` or :obj:`'pre_linear'`."""
+        r"""Decides on a few of :obj:`nodes` whether the CPU computes the
+        layer's output or its weight-free aggregation (see
+        :func:`~pyg_orch.offload.aggregate_split.choose_split`). Call before
+        any worker runs. Returns :obj:`'output'`, :obj:`'aggregate'` or
+        :obj:`'pre_linear'`."""
         check_split(split)
         kind, reason = OUTPUT, 'there are no vertices to check it on'
         self.degree_dependent = False
@@ -283,10 +250,9 @@ class BottomLayerComputer:
         return mode if rows_close(ref, fast) else None
 
     def calibrate(self, nodes: Tensor) -> bool:
-        r"""Checks on a few vertices whether the layer gives the same output
-        when called on :obj:`(x, x[:len(nodes)])` (bipartite, cheaper) as on
-        :obj:`x`, and uses the bipartite call from then on if so. Also checks
-        that the layer runs on the CPU at all."""
+        r"""Checks on a few vertices that the layer runs on the CPU, and uses
+        the cheaper bipartite call :obj:`(x, x[:len(nodes)])` if it gives the
+        same output."""
         layer = self.template
         gen = torch.Generator().manual_seed(0)
         nodes = nodes[:64].to(torch.int64)
@@ -320,8 +286,7 @@ class BottomLayerComputer:
 
     def layer_for(self, key, state: Dict[str, Tensor]) -> torch.nn.Module:
         r"""The calling thread's copy of the layer, loaded with :obj:`state`
-        (CPU tensors) unless it already holds the state of :obj:`key` (an
-        object identifying a snapshot)."""
+        unless it holds the snapshot :obj:`key` already."""
         local = self._thread_state()
         if local.key is not key:
             # An aggregation copy of a 'pre_linear' layer has no 'lin':
@@ -330,9 +295,8 @@ class BottomLayerComputer:
         return local.layer
 
     def release(self) -> None:
-        r"""Drops what it reads (the host copy of the topology, the
-        features, the layer copies) once its runtime is closed; it computes
-        nothing after."""
+        r"""Drops the topology, features and layer copies once its runtime is
+        closed."""
         self.x = self.csc = None
         self._layer = self.template = None
         self._local = threading.local()
@@ -355,9 +319,8 @@ class BottomLayerComputer:
 
     def sample(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Tensor, Tensor]:
-        r"""Samples in-neighbors of :obj:`nodes`: returns the neighbors'
-        global ids and, per sampled edge, the position of its target in
-        :obj:`nodes` (both :obj:`int64`)."""
+        r"""Samples in-neighbors of :obj:`nodes`: their global ids and, per
+        edge, the position of its target in :obj:`nodes`."""
         csc = self.csc
         pos, dst = sample_neighbors(
             csc.colptr, nodes, self.num_neighbors, self.replace, generator,
@@ -370,30 +333,19 @@ class BottomLayerComputer:
     def sampled_sources(self, nodes: Tensor,
                         generator: Optional[torch.Generator]
                         ) -> Tuple[Tensor, Tensor, Tensor]:
-        r"""Samples in-neighbors of :obj:`nodes` as :meth:`subgraph` does
-        (the same draws for the same generator state) and returns the
-        neighbors' feature matrix, their rows in it and, per sampled edge,
-        the position of its target in :obj:`nodes` (ascending)."""
+        r"""Samples as :meth:`subgraph` does and returns the neighbors'
+        features, their rows in them and, per edge, the position of its target
+        in :obj:`nodes`."""
         src, dst = self.sample(nodes, generator)
         return self.x, src, dst
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
-        r"""Samples the in-neighbors of :obj:`nodes` (distinct global ids)
-        and returns the global ids of the subgraph's vertices
-        (:obj:`nodes` first, then the sampled neighbors) and its local
-        :obj:`edge_index`. With :obj:`dedup`, every vertex has one row, and
-        a neighbor that is one of :obj:`nodes` keeps its own sampled
-        in-edges, as a hot vertex usually has in a mini-batch
-        (degree-normalized layers see these in-degrees); without it, every
-        sampled edge has a source row of its own. With dedup and
-        :obj:`in_edge_mask`, a neighbor in the mask that is not one of
-        :obj:`nodes` gets as many placeholder in-edges (from row :obj:`0`,
-        changing only its own output) as the bottom hop samples for it:
-        such vertices (the hot set) are the ones a mini-batch usually has
-        in an upper hop, with sampled in-edges. On Cora with GCN (50% hot),
-        this took the accuracy gap to plain training from -2.2 to -1.3
-        points."""
+        r"""Samples the in-neighbors of :obj:`nodes` and returns the subgraph's
+        global ids (:obj:`nodes` first) and local :obj:`edge_index`. With
+        :obj:`dedup`, every vertex has one row, and a neighbor in
+        :obj:`in_edge_mask` gets placeholder in-edges as in an upper hop of a
+        mini-batch."""
         csc = self.csc
         n = nodes.numel()
         src, dst = self.sample(nodes, generator)
@@ -433,9 +385,8 @@ class BottomLayerComputer:
 
     def item_generator(self, *key: int) -> Optional[torch.Generator]:
         r"""A generator for one work item, seeded from :obj:`seed` and
-        :obj:`key` (e.g. the table's sequence number and the item's first
-        row), so that a row's neighbor sample does not depend on the thread
-        that computes it; :obj:`None` without :obj:`seed`."""
+        :obj:`key`, so that a row's sample does not depend on the thread;
+        :obj:`None` without :obj:`seed`."""
         if self.seed is None:
             return None
         value = int(self.seed)
@@ -445,9 +396,8 @@ class BottomLayerComputer:
 
     def compute(self, layer: torch.nn.Module, nodes: Tensor,
                 generator: Optional[torch.Generator] = None) -> Tensor:
-        r"""The output of :obj:`layer` for :obj:`nodes`, shape
-        :obj:`[len(nodes), out_channels]`, neighbors drawn with
-        :obj:`generator` (by default, the calling thread's own)."""
+        r"""The layer's output for :obj:`nodes`, neighbors drawn with
+        :obj:`generator`."""
         local = self._thread_state()
         if generator is None:
             generator = local.generator
@@ -467,10 +417,8 @@ class BottomLayerComputer:
 
     def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Any, Tensor]:
-        r"""The layer's inputs for :obj:`nodes`: features (a tuple
-        :obj:`(x_src, x_dst)` for a bipartite call) and :obj:`edge_index`
-        of their sampled subgraph (see :meth:`subgraph`); the first
-        :obj:`len(nodes)` outputs are theirs."""
+        r"""The layer's inputs for :obj:`nodes`: features and the
+        :obj:`edge_index` of their sampled subgraph."""
         ids, edge_index = self.subgraph(nodes, generator)
         x = self.x.index_select(0, ids)
         if self.bipartite:
@@ -480,22 +428,9 @@ class BottomLayerComputer:
 
 
 class BipartiteLayerComputer(BottomLayerComputer):
-    r"""A :class:`BottomLayerComputer` for one edge type of a heterogeneous
-    graph whose source node type differs from its destination type: the
-    layer is called on :obj:`(x_src[neighbors], x_dst[nodes])`, with one
-    source row per sampled edge.
-
-    Args:
-        layer (torch.nn.Module): The layer of this edge type.
-        x_src (torch.Tensor): Features of the source node type.
-        x_dst (torch.Tensor): Features of the destination node type.
-        csc (CSCTopology): The edge type's topology (columns: destination
-            nodes, rows: source nodes).
-        num_neighbors (int): Fan-out, :obj:`-1` for all neighbors.
-        replace (bool): Sample with replacement. (default: :obj:`False`)
-        seed (int, optional): Seeds the per-thread random generators.
-        autocast_dtype (torch.dtype, optional): See
-            :class:`BottomLayerComputer`.
+    r"""A :class:`BottomLayerComputer` for an edge type whose source and
+    destination node types differ: the layer is called on
+    :obj:`(x_src[neighbors], x_dst[nodes])`, one source row per sampled edge.
     """
     def __init__(self, layer: torch.nn.Module, x_src: Tensor, x_dst: Tensor,
                  csc: CSCTopology, num_neighbors: int, replace: bool = False,
@@ -525,9 +460,8 @@ class BipartiteLayerComputer(BottomLayerComputer):
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
-        r"""Samples the in-neighbors of :obj:`nodes` and returns their ids
-        (of the source type, one per sampled edge) and the bipartite
-        :obj:`edge_index` (source rows to positions in :obj:`nodes`)."""
+        r"""Samples the in-neighbors of :obj:`nodes`: their source ids (one per
+        edge) and the bipartite :obj:`edge_index`."""
         src, dst = self.sample(nodes, generator)
         return src, torch.stack([torch.arange(src.numel()), dst])
 

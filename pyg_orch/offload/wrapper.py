@@ -1,7 +1,5 @@
-"""Bottom-layer offload in one call: :class:`BottomLayerOffload`, a thin
-:class:`torch.nn.Module` front over a model and a
-:class:`~pyg_orch.HybridNeighborLoader`; the work is done by its runtime
-(:mod:`pyg_orch.offload.runtime`, built by :mod:`pyg_orch.offload.build`)."""
+""":class:`BottomLayerOffload`: a thin :class:`torch.nn.Module` front over a
+model and its loader; the work is done by its runtime."""
 import copy
 import warnings
 import weakref
@@ -65,70 +63,29 @@ class BottomLayerOffload(torch.nn.Module):
 
     Hot vertices are the :obj:`hot_ratio` fraction of all vertices that
     pre-sampled mini-batches need most often in their bottom layer. In
-    training mode the sampler does not expand them in the last hop, and
-    after the first layer has run on the device their rows are replaced by
-    embeddings computed on CPU worker threads, at most :obj:`max_staleness`
-    optimizer steps old (with :obj:`split='aggregate'`, weight-free
-    aggregations finished with the current weights). :meth:`eval` switches
-    everything off. The wrapper is used exactly like the model
-    (:meth:`parameters`, :meth:`state_dict` etc. are the model's), and
-    copies or pickles of it are plain models.
-
-    For a loader over a :class:`~torch_geometric.data.HeteroData`, the model
-    is called as :obj:`model(batch.x_dict, batch.edge_index_dict)`; its
-    first layer is one message-passing module per edge type (named after
-    it by :func:`~torch_geometric.nn.to_hetero` and
-    :class:`~torch_geometric.nn.conv.HeteroConv`, else those that read the
-    raw :obj:`x_dict` in the first training forward pass):
-
-    .. code-block:: python
-
-        loader = HybridNeighborLoader(data, [10, 5], batch_size=512,
-                                      input_nodes=('paper', train_mask))
-        model = to_hetero(GraphSAGE((-1, -1), 64, 2, 8), data.metadata())
-        model = BottomLayerOffload(model, loader,
-                                   options=OffloadOptions(hot_ratio=0.3))
-        ...
-        out = model(batch.x_dict, batch.edge_index_dict)['paper']
-
-    The wrapper never stops a training loop that runs with the plain
-    model: where the first layer can not be found from the model's modules
-    (lazily initialized parameters, modules not named after edge types),
-    it is found in the first training forward pass, which runs unchanged
-    and materializes lazy parameters; where the model can not be offloaded
-    (work such as a :class:`~torch.nn.Linear` layer before the first
-    message passing, temporal loaders), the model runs unchanged, with one
-    :class:`UserWarning`. :obj:`stats()['decision']` says which and why
-    (see :doc:`/offload`).
-
-    Under :class:`~torch.nn.parallel.DistributedDataParallel`, build one
-    wrapper per rank after the process group is initialized, then wrap it:
-    :obj:`DistributedDataParallel(BottomLayerOffload(model, loader))`
-    (wrapping a DDP model works too). Building is a collective: the ranks of
-    a machine choose one hot set from the sum of their pre-sampled access
-    counts, agree on the decision by measurement, and share the machine's
-    CPU cores (:obj:`stats()['cpu_cores_per_rank']`); see
-    :doc:`/multi_gpu`.
-
-    :doc:`/offload` explains how it works: pruning and degrees, bounded
-    staleness and super-batches, sizing the hot set, the refresh modes and
-    splits, gradients, exactness, the GPU cache, heterogeneous graphs,
-    lifetime and limitations, with measurements.
+    training mode the sampler does not expand them in the last hop, and their
+    first-layer rows are replaced by embeddings computed on CPU threads, at
+    most :obj:`max_staleness` optimizer steps old. :meth:`eval` switches
+    everything off. The wrapper is used exactly like the model, and copies
+    or pickles of it are plain models. For a
+    :class:`~torch_geometric.data.HeteroData` loader, the model is called as
+    :obj:`model(batch.x_dict, batch.edge_index_dict)` and its first layer is
+    one module per edge type. Where the model can not be offloaded, it runs
+    unchanged with one :class:`UserWarning`; :obj:`stats()['decision']` says
+    why. Under :class:`~torch.nn.parallel.DistributedDataParallel`, build one
+    wrapper per rank after the process group is initialized (building is a
+    collective), then wrap it. See :doc:`/offload` and :doc:`/multi_gpu`.
 
     Args:
         model (torch.nn.Module): The GNN, with at least one
             :class:`~torch_geometric.nn.conv.MessagePassing` layer.
         loader (HybridNeighborLoader or HybridLinkNeighborLoader): The
-            training loader (link-level loaders: homogeneous graphs only;
-            the label edges' endpoints seed the hot-set pre-sampling). On a
-            partition folder (homogeneous), each rank offloads vertices of
-            its own part; ratios are of the part's vertices (see
-            :mod:`pyg_orch.offload.partition`).
-        options (OffloadOptions, optional): The tuning options (see
-            :class:`~pyg_orch.offload.options.OffloadOptions`); the
-            defaults if not given.
-        **kwargs: The options as keywords (deprecated: each warns once
-            with a :class:`DeprecationWarning`; pass :obj:`options`).
+            training loader (link-level loaders: homogeneous graphs only). On
+            a partition folder (homogeneous), each rank offloads vertices of
+            its own part; ratios are of the part's vertices.
+        options (OffloadOptions, optional): The tuning options; the defaults
+            if not given.
+        **kwargs: The options as keywords (deprecated; pass :obj:`options`).
     """
     def __init__(
         self,
@@ -365,15 +322,13 @@ class BottomLayerOffload(torch.nn.Module):
     @property
     def runtime(self) -> OffloadRuntime:
         r"""The :class:`~pyg_orch.offload.runtime.OffloadRuntime` behind the
-        wrapper (its hooks, hot set, embedding strategy and counters), for
-        inspection."""
+        wrapper, for inspection."""
         return self.__dict__['_offload']
 
     @property
     def hot_nodes(self) -> Union[Tensor, Dict[str, Tensor]]:
-        r"""Global ids of the hot vertices, most frequently accessed first
-        (for heterogeneous graphs, a dictionary of ids within each node
-        type)."""
+        r"""Global ids of the hot vertices, most accessed first (per node type
+        for heterogeneous graphs)."""
         return self._offload.hot_nodes
 
     @property
@@ -387,11 +342,8 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def gpu_cache_nodes(self) -> Tensor:
-        r"""The GPU-cache candidates (:obj:`cache_ratio` of all
-        vertices): those whose features pre-sampled batches fetch most often
-        with hot-vertex pruning on (see
-        :func:`~pyg_orch.offload.hotness.select_cache_nodes`); none for
-        heterogeneous graphs."""
+        r"""The GPU-cache candidates (:obj:`cache_ratio` of all vertices; none
+        for heterogeneous graphs)."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return runtime.hot_nodes
@@ -421,8 +373,8 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def steps(self) -> int:
-        r"""The weight version: optimizer steps (or training forward passes)
-        counted so far."""
+        r"""The weight version: optimizer steps (or training forward passes) so
+        far."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return runtime.num_forwards
@@ -431,67 +383,31 @@ class BottomLayerOffload(torch.nn.Module):
     def stats(self) -> Dict[str, Any]:
         r"""Counters since construction (or :meth:`reset_stats`):
 
-        * :obj:`num_hot`, :obj:`num_gpu_cache`: sizes of the hot set and of
-          the GPU-cache candidates; :obj:`hot_coverage`: the share of
-          pre-sampled bottom-layer accesses that hit a hot vertex;
-          :obj:`presample_batches`: the mini-batches pre-sampled;
-        * :obj:`steps` and :obj:`step_source` (:obj:`'optimizer'` or
-          :obj:`'forward'`): the weight version and what it counts;
-        * :obj:`offloaded_forwards`, :obj:`exact_forwards`: training forward
-          passes with and without replacement (the latter for inputs that
-          are no batch of the loader); :obj:`hot_rows_replaced`,
-          :obj:`hot_rows_per_batch`;
-        * :obj:`split` (:obj:`'output'`, :obj:`'aggregate'` or
-          :obj:`'pre_linear'`, the latter an aggregation finished with
-          :obj:`lin`); :obj:`cpu_aggregation`: how the CPU computes a
-          weight-free split, :obj:`'embedding_bag'` (a mean, sum or maximum
-          of the neighbors' rows, straight from the features),
-          :obj:`'layer'` (a copy of the layer) or, on heterogeneous graphs,
-          :obj:`'mixed'`;
-        * :obj:`staleness_hist` (staleness of the weights in steps to
-          number of uses), :obj:`max_staleness_seen`, :obj:`max_staleness`,
-          :obj:`super_batch_size`, :obj:`refresh`; :obj:`max_table_age`:
-          the most steps since a table used was queued (its neighbor
-          samples drawn); :obj:`hot_sizes`: the sizes the hot set took;
-        * :obj:`max_sample_age` (the bound), :obj:`sample_age_max`,
-          :obj:`sample_age_mean`: steps since the neighbor samples (and
-          snapshots) of the rows used were drawn, at most and on average
-          over uses;
-        * :obj:`decision`: how the hot-set size was chosen:
-          :obj:`mode` (:obj:`'measure'` or :obj:`'fixed'`; or
-          :obj:`'pending'` before the first training forward pass of a
-          model planned on it, :obj:`'pass_through'` where the model runs
-          unchanged, with only :obj:`reason` and the forward counts),
-          :obj:`chosen_num_hot`, :obj:`reason`, and when measured
-          :obj:`state` (:obj:`'trial'`, :obj:`'settling'`,
-          :obj:`'decided'`), :obj:`candidates` (:obj:`num_hot`,
-          :obj:`hot_ratio`, :obj:`median_step_s`, :obj:`measured_steps`
-          and :obj:`usable` each: :obj:`False` where the CPU could not
-          compute its rows within the sample-age bound, so it was not
-          timed), :obj:`chosen_hot_ratio`, :obj:`speedup` over plain
-          training, :obj:`plain_again_median_step_s` (plain training timed
-          again before a hot set is kept; the faster of its two medians
-          counts), :obj:`margin` and :obj:`events` (what the trial did
-          at which training step: :obj:`'trying'` a size, :obj:`'not
-          usable'`, :obj:`'plain again'`, :obj:`'chose'`,
-          :obj:`'decided'`);
-        * :obj:`wait_s`, :obj:`num_waits`: time the training loop waited for
-          embeddings; :obj:`cpu_compute_s`: CPU time of the workers;
+        * :obj:`num_hot`, :obj:`num_gpu_cache`, :obj:`hot_coverage`,
+          :obj:`presample_batches`: the hot set and GPU-cache candidates;
+        * :obj:`steps`, :obj:`step_source`: the weight version and what it
+          counts (:obj:`'optimizer'` or :obj:`'forward'`);
+        * :obj:`offloaded_forwards`, :obj:`exact_forwards`,
+          :obj:`hot_rows_replaced`, :obj:`hot_rows_per_batch`;
+        * :obj:`split`, :obj:`cpu_aggregation`: how the CPU computes the layer;
+        * :obj:`staleness_hist`, :obj:`max_staleness_seen`,
+          :obj:`max_staleness`, :obj:`super_batch_size`, :obj:`refresh`,
+          :obj:`max_table_age`, :obj:`hot_sizes`, :obj:`max_sample_age`,
+          :obj:`sample_age_max`, :obj:`sample_age_mean`: staleness and ages in
+          steps;
+        * :obj:`decision`: how the hot-set size was chosen (:obj:`mode`,
+          :obj:`chosen_num_hot`, :obj:`reason`; when measured :obj:`state`,
+          :obj:`candidates`, :obj:`chosen_hot_ratio`, :obj:`speedup`,
+          :obj:`plain_again_median_step_s`, :obj:`margin`, :obj:`events`);
+        * :obj:`wait_s`, :obj:`num_waits`, :obj:`cpu_compute_s`,
           :obj:`tables_submitted`, :obj:`tables_computed`,
-          :obj:`tables_discarded`, :obj:`tables_expired` (discarded
-          unfinished for their age), :obj:`rows_computed`;
-          :obj:`static_tables`: whether rows are computed once and never
-          age (:obj:`full_neighbors` with :obj:`split='aggregate'`);
-          :obj:`full_neighbors`: whether hot rows aggregate all
-          in-neighbors (resolved), :obj:`full_neighbors_reason`: why;
-          :obj:`threads_alive`, :obj:`num_threads`,
-          :obj:`intra_op_threads`, :obj:`chunk_size`, :obj:`cpu_autocast`;
-        * :obj:`local_world_size`: the training processes sharing this
-          machine's cores (:obj:`1` without an initialized process group),
-          :obj:`cpu_cores_per_rank`: this process's share of them, within
-          which the default :obj:`num_threads` and :obj:`intra_op_threads`
-          are chosen; :obj:`hot_set_ranks`: the ranks whose pre-sampled
-          counts chose the hot set (the machine's under DDP);
+          :obj:`tables_discarded`, :obj:`tables_expired`, :obj:`rows_computed`,
+          :obj:`static_tables`, :obj:`full_neighbors`,
+          :obj:`full_neighbors_reason`, :obj:`threads_alive`,
+          :obj:`num_threads`, :obj:`intra_op_threads`, :obj:`chunk_size`,
+          :obj:`cpu_autocast`;
+        * :obj:`local_world_size`, :obj:`cpu_cores_per_rank`,
+          :obj:`hot_set_ranks`: the ranks sharing the machine's cores and hot set;
         * :obj:`num_hot_per_type` for heterogeneous graphs.
         """
         out = self._offload.stats()
@@ -508,8 +424,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     def close(self) -> None:
         r"""Stops offloading for good: removes all hooks, stops the worker
-        threads and clears the sampler's hot nodes. The wrapper then behaves
-        like the plain model."""
+        threads and clears the sampler's hot nodes."""
         self._finalizer()
 
     @property
