@@ -1,10 +1,6 @@
-"""One interface for the ways hot-vertex embeddings are computed on CPU
-threads and handed to the training loop under a strict staleness bound:
-:class:`EmbeddingStrategy`, implemented by
-:class:`~pyg_orch.offload.super_batch.EmbeddingPipeline`
-(:obj:`refresh='super_batch'`) and
-:class:`~pyg_orch.offload.batch_cache.BatchEmbeddingCache`
-(:obj:`refresh='batch'`). The runtime talks to them through it only."""
+""":class:`EmbeddingStrategy`: the one interface of the ways hot rows are
+computed on CPU threads under a staleness bound (:obj:`refresh='super_batch'`
+or :obj:`'batch'`)."""
 import collections
 import threading
 import time
@@ -34,47 +30,33 @@ UNBOUNDED = 2**62
 
 
 class EmbeddingStrategy:
-    r"""Computes the first layer's output (or aggregation) of hot vertices
-    on CPU worker threads from weight snapshots. The runtime calls
+    r"""Computes the first layer's output (or aggregation) of hot vertices on
+    CPU worker threads from weight snapshots. The runtime calls
     :meth:`on_forward` at every training forward pass,
-    :meth:`on_batch_sampled` for the hot rows of a batch just sampled (only
-    if :attr:`per_batch`), and :meth:`rows_for` for the rows that replace a
-    batch's hot rows.
+    :meth:`on_batch_sampled` for a batch just sampled (if :attr:`per_batch`),
+    and :meth:`rows_for` for the rows that replace a batch's hot rows.
 
     Args:
         computer (BottomLayerComputer): Computes the layer on the CPU.
-        layer (torch.nn.Module): The layer on the training device (read for
-            snapshots only).
-        hot (HotSetSizer or torch.Tensor): The hot set (a tensor: a fixed
-            one of these vertices).
+        layer (torch.nn.Module): The layer on the training device.
+        hot (HotSetSizer or torch.Tensor): The hot set (a tensor: fixed).
         device (torch.device): Where embeddings are used.
         max_staleness (int): The staleness bound, in optimizer steps.
         num_threads (int): Worker threads.
         max_sample_age (int, optional): The most steps a row's neighbor
-            sample (its table's queueing) may be reused; unbounded for
-            weight-free rows if not set (rows with weights are bounded by
-            :obj:`max_staleness` anyway).
-        chunk_size (int, optional): The most hot vertices per work item; see
-            :func:`~pyg_orch.offload.tables.default_chunk_size`.
+            sample may be reused.
+        chunk_size (int, optional): The most hot vertices per work item.
         idle_timeout (float): Seconds before an idle worker thread exits.
             (default: :obj:`2.0`)
         intra_op_threads (int): PyTorch threads of each worker thread.
             (default: :obj:`1`)
         work_hook (callable, optional): Called by a worker before every work
-            item, with the item's cancellation event (see
-            :class:`~pyg_orch.offload.options.OffloadOptions`).
-        static (bool): Whether rows never age: weight-free rows that
-            aggregate *all* in-neighbors (:obj:`full_neighbors=True` with
-            :obj:`split='aggregate'`) are a function of the features and the
-            graph only, so a row once computed is exact at every later step.
-            Then rows are computed once per hot vertex, reused without a
-            sample-age bound, and reported with age :obj:`0`. Ignored for
-            rows with weights. (default: :obj:`False`)
-        scheduled (bool): Whether the rows a step uses must depend on the
-            step only, not on when the CPU finishes them (reproducible
-            training with a seed; see
-            :class:`~pyg_orch.offload.super_batch.EmbeddingPipeline`).
+            item, with the item's cancellation event.
+        static (bool): Whether weight-free rows aggregate all in-neighbors, so
+            that a row computed once is exact at every later step.
             (default: :obj:`False`)
+        scheduled (bool): Whether the rows a step uses depend on the step
+            only, not on when the CPU finishes them. (default: :obj:`False`)
     """
     #: Whether it computes the rows each batch needs: then the runtime calls
     #: :meth:`on_batch_sampled` for every batch drawn in training mode.
@@ -129,36 +111,27 @@ class EmbeddingStrategy:
     # The interface ###########################################################
 
     def on_forward(self, version: int) -> None:
-        r"""A training forward pass of weight version :obj:`version`
-        starts."""
+        r"""A training forward pass of weight version :obj:`version` starts."""
 
     def on_batch_sampled(self, pos: Tensor, version: int,
                          weights_version: Optional[int] = None) -> None:
-        r"""A batch that will train at version :obj:`version` was drawn; it
-        holds the hot rows :obj:`pos` (positions in the hot set, CPU).
-        :obj:`weights_version` is the version of the current weights
-        (:obj:`version` if not given)."""
+        r"""A batch that will train at :obj:`version` was drawn, with the hot
+        rows :obj:`pos` (positions in the hot set)."""
 
     def rows_for(self, info: BatchInfo, version: int,
                  timer: Any = None) -> Optional[Tensor]:
-        r"""A tensor on the device whose row :obj:`info.slot[i]` replaces
-        the hot row :obj:`info.lo + i` of a batch at version
-        :obj:`version`, or :obj:`None` if the batch has no hot row; waits
-        (timed, also by :obj:`timer`) for rows not fresh enough and raises
-        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker
-        failed."""
+        r"""A device tensor whose row :obj:`info.slot[i]` replaces the batch's
+        hot row :obj:`info.lo + i` at :obj:`version`, or :obj:`None`; waits for
+        rows not fresh enough and raises
+        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker failed."""
         raise NotImplementedError
 
     def replan(self) -> None:
-        r"""The planned hot set changed (see :meth:`HotSetSizer.resize
-        <pyg_orch.offload.hot_set.HotSetSizer.resize>`)."""
+        r"""The planned hot set changed."""
 
     @property
     def age_bound(self) -> int:
-        r"""The most steps between a row's version (its snapshot and
-        neighbor sample) and its use: :obj:`max_staleness` for rows with
-        weights, :obj:`max_sample_age` for all (a huge number if none, or
-        for :attr:`static` rows)."""
+        r"""The most steps between a row's version and its use."""
         if self.static:
             return UNBOUNDED
         return self._sample_age_bound
@@ -318,18 +291,11 @@ class EmbeddingStrategy:
 
     def cannot_keep_up(self) -> bool:
         r"""Whether the CPU cannot serve the planned hot set within
-        :attr:`age_bound`: the oldest unfinished table, at least two steps
-        old, is projected from its finished work items to take more than
-        :attr:`LATE_FACTOR` times the bound (an unfinished item after
-        :math:`a` steps means that each round of items, one per thread,
-        takes at least :math:`a` steps); or, for at least
-        :attr:`LATE_FACTOR` times the bound since the last :meth:`replan`,
-        :attr:`MAX_EXPIRED` tables were dropped unfinished for getting older
-        than the bound and none was used (tables of few items, which the
-        projection cannot judge, on a CPU too slow or too busy). For
-        :attr:`static` rows, which are computed once, whether the oldest
-        unfinished table is projected the same way to take more than
-        :attr:`STATIC_DEADLINE_S` seconds in all."""
+        :attr:`age_bound`: the oldest unfinished table is projected to take
+        more than :attr:`LATE_FACTOR` times the bound
+        (:attr:`STATIC_DEADLINE_S` seconds for :attr:`static` rows), or
+        :attr:`MAX_EXPIRED` tables expired since the last :meth:`replan` and
+        none was used."""
         if not self.static and (
                 self._plan_expired >= self.MAX_EXPIRED
                 and self._version - self._plan_version > self.LATE_FACTOR *
@@ -397,8 +363,8 @@ class EmbeddingStrategy:
     # Worker threads ##########################################################
 
     def run_item(self, job: Job, lo: int, hi: int) -> None:
-        r"""Computes the rows :obj:`lo:hi` of :obj:`job` (one work item, on
-        a worker thread); the last item of a job finishes its table."""
+        r"""Computes the rows :obj:`lo:hi` of :obj:`job` on a worker thread;
+        the last item finishes its table."""
         if job.cancelled.is_set():
             return
         start = time.perf_counter()
