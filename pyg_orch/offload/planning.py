@@ -1,13 +1,6 @@
-"""Whether and where a :class:`~pyg_orch.offload.BottomLayerOffload`
-offloads, decided without side effects: :func:`plan_offload` returns an
-:class:`OffloadPlan` from the model, the loader's facts (see
-:mod:`pyg_orch.offload.protocol`) and the options, which
-:mod:`pyg_orch.offload.build` assembles. The first message-passing layer is
-found from the model where its modules say enough
-(:func:`plan_on_construction`), else from what the model does with the
-first training batch (:func:`trace_message_passing`,
-:func:`first_layer_from_trace`); a model that can not be offloaded runs
-unchanged behind a :class:`PassThrough`, which says why."""
+"""Whether and where offload runs, decided without side effects:
+:func:`plan_offload` returns an :class:`OffloadPlan`, which
+:mod:`pyg_orch.offload.build` assembles."""
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
@@ -50,10 +43,9 @@ FirstLayer = Union[str, Dict[Any, MessagePassing]]
 
 
 class PassThrough:
-    r"""Stands in for the runtime of a wrapper that does not offload: the
-    model runs unchanged, and :meth:`stats` says why (:obj:`reason`). With
-    :obj:`pending`, the offload is planned at the first training forward
-    pass (e.g. to materialize lazily initialized parameters)."""
+    r"""Stands in for the runtime of a wrapper that does not offload, saying
+    why (:obj:`reason`); with :obj:`pending`, offload is planned at the first
+    training forward pass."""
     tuner = None
     guard = None
     active = False
@@ -87,8 +79,7 @@ class PassThrough:
         return torch.empty(0, dtype=torch.long)
 
     def stats(self) -> Dict[str, Any]:
-        r"""What :meth:`~pyg_orch.offload.BottomLayerOffload.stats` shows:
-        no hot vertex, every training forward pass exact."""
+        r"""No hot vertex, every training forward pass exact."""
         return {
             'num_hot': 0,
             'steps': self.num_forwards,
@@ -106,8 +97,7 @@ class PassThrough:
 
 
 def has_lazy_parameters(model: torch.nn.Module) -> bool:
-    r"""Whether :obj:`model` holds lazily initialized parameters
-    (e.g. :obj:`SAGEConv((-1, -1), 64)`)."""
+    r"""Whether :obj:`model` holds lazily initialized parameters."""
     return any(
         isinstance(p, UninitializedParameter) for p in model.parameters())
 
@@ -134,13 +124,8 @@ def _input_mismatch(layer: torch.nn.Module, x: Any) -> Optional[str]:
 def plan_on_construction(model: torch.nn.Module, data: Any,
                          is_hetero: bool,
                          options: OffloadOptions) -> Optional[str]:
-    r"""Why the first layer of :obj:`model` can only be found from the
-    first training batch (:obj:`None`: from its modules now): lazily
-    initialized parameters, a heterogeneous model whose message-passing
-    modules are not named after edge types (neither
-    :func:`~torch_geometric.nn.to_hetero` nor
-    :class:`~torch_geometric.nn.conv.HeteroConv`), or a first registered
-    layer that can not read the features (work before it)."""
+    r"""Why the first layer of :obj:`model` can only be found from the first
+    training batch (:obj:`None`: from its modules now)."""
     if has_lazy_parameters(model):
         return 'lazily initialized parameters'
     if options.layer is not None:
@@ -169,9 +154,7 @@ class LayerCall(NamedTuple):
 
 
 def model_inputs(args: tuple, kwargs: dict) -> Tuple[Any, Any]:
-    r"""The node features and the edges a model is called with
-    (:obj:`x` and :obj:`edge_index`, or their dictionaries, copied: a model
-    may replace their values)."""
+    r"""Copies of the node features and edges a model is called with."""
     values = list(args[:2])
     if len(values) < 1:
         values.append(kwargs.get('x', kwargs.get('x_dict')))
@@ -183,9 +166,8 @@ def model_inputs(args: tuple, kwargs: dict) -> Tuple[Any, Any]:
 
 def trace_message_passing(model: torch.nn.Module, args: tuple,
                           kwargs: dict) -> Tuple[Any, List[LayerCall]]:
-    r"""Runs :obj:`model(*args, **kwargs)` and returns its output and the
-    calls of its (outermost) message-passing modules, in order, with the
-    inputs they got (take :func:`model_inputs` before)."""
+    r"""Runs :obj:`model(*args, **kwargs)` and returns its output and the calls
+    of its outermost message-passing modules, with their inputs."""
     calls: List[LayerCall] = []
 
     def make_hook(name: str):
@@ -271,14 +253,10 @@ def _hetero_first_layer(calls: List[LayerCall], x_dict: Any,
 def first_layer_from_trace(
     calls: List[LayerCall], inputs: Tuple[Any, Any], is_hetero: bool
 ) -> Tuple[Optional[FirstLayer], Optional[str]]:
-    r"""The first layer of a traced forward pass (see
-    :func:`trace_message_passing`) of a model called on :obj:`inputs`
-    (see :func:`model_inputs`): the first message-passing module called,
-    if it reads the
-    batch's :obj:`x` itself; for heterogeneous graphs, per edge type the
-    module that reads the raw :obj:`x_dict` of its node types on
-    :obj:`edge_index_dict[edge_type]`. Returns :obj:`(None, why)` where it
-    can not be offloaded."""
+    r"""The first layer of a traced forward pass: the first message-passing
+    module called if it reads the batch's :obj:`x` itself (per edge type for
+    heterogeneous graphs). Returns :obj:`(None, why)` where it can not be
+    offloaded."""
     if not calls:
         return None, ("no message-passing layer ran in the first training "
                       "forward pass")
@@ -295,12 +273,11 @@ WORKERS_REASON = ('loader worker processes (they copy the sampler when an '
 
 @dataclass(frozen=True)
 class OffloadPlan:
-    r"""What a :class:`~pyg_orch.offload.BottomLayerOffload` does, decided
-    by :func:`plan_offload` before anything is built: :obj:`mode` is
-    :obj:`'offload'` (build now), :obj:`'pending'` (find the first layer
-    at the first training forward pass) or :obj:`'pass_through'` (the
-    model runs unchanged), with :obj:`reason` where it is not
-    :obj:`'offload'`. :meth:`describe` prints it."""
+    r"""What a :class:`~pyg_orch.offload.BottomLayerOffload` does, decided by
+    :func:`plan_offload` before anything is built: :obj:`mode` is
+    :obj:`'offload'`, :obj:`'pending'` (find the first layer at the first
+    training forward pass) or :obj:`'pass_through'` (the model runs
+    unchanged), with :obj:`reason`. :meth:`describe` prints it."""
     mode: str
     reason: Optional[str] = None
     #: The first layer's module name (for heterogeneous models, the prefix
@@ -377,8 +354,8 @@ class OffloadPlan:
 
 def pass_through_plan(reason: str, options: Optional[OffloadOptions] = None,
                       pending: bool = False) -> OffloadPlan:
-    r"""A plan that runs the model unchanged (or, with :obj:`pending`, plans
-    again at the first training forward pass), because of :obj:`reason`."""
+    r"""A plan that runs the model unchanged (or plans again at the first
+    training forward pass, with :obj:`pending`)."""
     return OffloadPlan(PENDING if pending else PASS_THROUGH, reason,
                        options=options)
 
@@ -435,18 +412,12 @@ def check_hetero_options(options: OffloadOptions,
 def plan_offload(model: torch.nn.Module, loader: Any,
                  options: OffloadOptions,
                  first: Optional[FirstLayer] = None) -> OffloadPlan:
-    r"""Plans the offload of :obj:`model` trained with :obj:`loader`, read
-    through :class:`~pyg_orch.offload.protocol.OffloadableLoader` only,
-    without side effects. :obj:`first` is the first layer where a traced
-    forward pass found it (see :func:`first_layer_from_trace`).
-
-    A loader that does not implement the protocol, or whose data or
-    sampling offload does not support (see
-    :func:`~pyg_orch.offload.protocol.loader_facts`), gives a
-    :obj:`'pass_through'` plan; a model whose first layer is only known
-    from the first training batch a :obj:`'pending'` one. Raises a
-    :class:`ValueError` (bad input) or a :class:`NotImplementedError`
-    (options not supported with the loader) otherwise."""
+    r"""Plans the offload of :obj:`model` trained with :obj:`loader` (an
+    :class:`~pyg_orch.offload.protocol.OffloadableLoader`) without side
+    effects; :obj:`first` is the first layer where a traced forward pass found
+    it. Gives a :obj:`'pass_through'` plan where offload can not work, a
+    :obj:`'pending'` one where the first layer is only known from the first
+    training batch."""
     if not isinstance(loader, (OffloadableLoader, DataLoader)):
         raise TypeError(
             f"'loader' must be a pyg_orch.HybridNeighborLoader or "

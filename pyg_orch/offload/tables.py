@@ -1,6 +1,5 @@
-"""The pieces the embedding strategies share: tables of hot-vertex
-embeddings, weight snapshots, work items split into chunks, and the error a
-failed worker raises in the training loop."""
+"""What the embedding strategies share: tables, weight snapshots, work items
+and the error a failed worker raises."""
 import threading
 import time
 from concurrent.futures import Future
@@ -16,34 +15,31 @@ from pyg_orch.offload.bottom_layer import BottomLayerComputer, snapshot_state
 class OffloadWorkerError(RuntimeError):
     r"""Raised in the training loop when a CPU worker of
     :class:`~pyg_orch.offload.BottomLayerOffload` failed; the worker's
-    exception (with its traceback) is chained as :obj:`__cause__`."""
+    exception is its :obj:`__cause__`."""
 
 
 def default_super_batch_size(max_staleness: int) -> int:
     r"""The super-batch size :math:`S = \max(1, \lfloor (s + 1) / 2
-    \rfloor)` for a staleness bound :math:`s`: a table computed from the
-    snapshot taken at the start of super-batch :math:`i` serves super-batch
-    :math:`i + 1`, that is up to :math:`2S - 1 \le s` steps later."""
+    \rfloor)` for a staleness bound :math:`s`: a table snapshotted at the
+    start of super-batch :math:`i` serves super-batch :math:`i + 1`, up to
+    :math:`2S - 1 \le s` steps later."""
     return max(1, (int(max_staleness) + 1) // 2)
 
 
 @dataclass
 class EmbeddingTable:
     r"""Bottom-layer outputs of hot vertices, computed with the weights of
-    version :obj:`version` (the number of optimizer steps taken before the
-    snapshot).
+    :obj:`version`.
 
     Args:
         version (int): The weight version used.
         seq (int): The sequence number of the table.
-        emb (torch.Tensor): The outputs, on the training device (rows in the
-            order of the hot set, or of :obj:`rows`).
+        emb (torch.Tensor): The outputs, on the training device.
         event (torch.cuda.Event, optional): Marks the end of the copy to the
             device.
         rows (torch.Tensor, optional): For partial tables, the positions in
-            the hot set of the rows of :obj:`emb` (on the device).
-        compute_s (float, optional): Seconds from queueing the table to its
-            last row.
+            the hot set of the rows of :obj:`emb`.
+        compute_s (float, optional): Seconds from queueing to the last row.
     """
     version: int
     seq: int
@@ -65,8 +61,8 @@ class EmbeddingTable:
 
 
 class Snapshot:
-    r"""The state of a layer at one version, cloned where it lives; copied to
-    the CPU once, by the first worker that needs it."""
+    r"""The state of a layer at one version, cloned where it lives and copied
+    to the CPU once."""
     def __init__(self, version: int, layer: torch.nn.Module):
         self.version = version
         self.state: Optional[Dict[str, Tensor]] = snapshot_state(layer)
@@ -80,8 +76,8 @@ class Snapshot:
         self.lock = threading.Lock()
 
     def cpu(self, get_stream: Callable) -> Dict[str, Tensor]:
-        r"""The state on the CPU (copied on the stream
-        :obj:`get_stream(device)` from a CUDA device)."""
+        r"""The state on the CPU (copied on :obj:`get_stream(device)` from a
+        CUDA device)."""
         with self.lock:
             if self.cpu_state is None:
                 if self.event is not None:
@@ -103,20 +99,15 @@ class Snapshot:
 
 
 class PinnedStaging:
-    r"""Copies work items' rows from the CPU to a device table through two
-    small pinned buffers per worker thread, reused from item to item (the
-    copy of one item overlaps the computation of the next).
-
-    A table-sized pinned buffer would do it in one copy, but pinning memory
-    stalls every thread's CUDA calls while its pages are locked: on an H100
-    host, 220-260 ms for the 275 MB of a 5% hot set with 600-dim rows,
-    during which the training loop could launch nothing."""
+    r"""Copies work items' rows to a device table through two small pinned
+    buffers per worker thread, reused from item to item: pinning a table-sized
+    buffer would stall every thread's CUDA calls while its pages are locked."""
     def __init__(self):
         self._local = threading.local()
 
     def copy(self, src: Tensor, dst: Tensor, stream: Any) -> None:
-        r"""Copies :obj:`src` (host) into :obj:`dst` (device, same shape)
-        on :obj:`stream`, without waiting for the copy."""
+        r"""Copies :obj:`src` (host) into :obj:`dst` (device) on :obj:`stream`,
+        without waiting."""
         local = self._local
         if not hasattr(local, 'slots'):
             local.slots, local.turn = [[None, None], [None, None]], 0
@@ -138,8 +129,7 @@ class PinnedStaging:
 
 class Job:
     r"""The embeddings of :obj:`nodes` from one snapshot, computed in chunks
-    by the worker threads into :obj:`buffer` (on the device the table is
-    for); :obj:`future` gets an :class:`EmbeddingTable`."""
+    into :obj:`buffer`; :obj:`future` gets an :class:`EmbeddingTable`."""
     def __init__(self, seq: int, snapshot: Snapshot, nodes: Tensor,
                  chunks: List[tuple], rows: Optional[Tensor] = None):
         self.seq = seq
@@ -187,10 +177,8 @@ _ITEM_BYTES = 8 * 2**20
 
 
 def default_chunk_size(computer: BottomLayerComputer) -> int:
-    r"""Hot vertices per work item by default: about 8 MB of gathered
-    features (the vertices' and their sampled neighbors' rows; with
-    :func:`~torch.nn.functional.embedding_bag`, which gathers none, of the
-    item's output rows), between 256 and 16,384 vertices."""
+    r"""Hot vertices per work item by default: about 8 MB of gathered features,
+    between 256 and 16,384 vertices."""
     k = computer.num_neighbors
     rows_per_vertex = 1 + (k if k >= 0 else 32)
     if computer.cpu_aggregation == 'embedding_bag':
@@ -200,9 +188,9 @@ def default_chunk_size(computer: BottomLayerComputer) -> int:
 
 
 def split_chunks(n: int, num_threads: int, chunk_size: int) -> List[tuple]:
-    r"""Splits :obj:`n` rows into work items :obj:`(lo, hi)`: at most
-    :obj:`chunk_size` rows each, and at least one item per thread where
-    there are enough rows (256 at least per item)."""
+    r"""Splits :obj:`n` rows into work items :obj:`(lo, hi)` of at most
+    :obj:`chunk_size` rows, at least one per thread where there are enough
+    rows."""
     if n == 0:
         return []
     size = min(chunk_size, max(-(-n // num_threads), 256))
