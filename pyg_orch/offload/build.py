@@ -1,8 +1,5 @@
 """Assembling the runtime of a :class:`~pyg_orch.offload.BottomLayerOffload`
-from its plan (see :func:`~pyg_orch.offload.planning.plan_offload`):
-:func:`build_runtime` dispatches on the graph kind
-(:func:`build_homo_runtime`, :func:`build_hetero_runtime`); both choose the
-hot vertices, build the CPU side and hook the first layer."""
+from its plan."""
 import functools
 import logging
 import time
@@ -98,12 +95,9 @@ def _build_on_partition(model: torch.nn.Module, loader: Any,
 
 def build_runtime(model: torch.nn.Module, loader: Any,
                   plan: OffloadPlan) -> OffloadRuntime:
-    r"""Builds the runtime of :obj:`model` offloaded with :obj:`loader` as
-    :obj:`plan` says (see :func:`~pyg_orch.offload.planning.plan_offload`;
-    its mode must be :obj:`'offload'`), homogeneous or heterogeneous. Under
-    an initialized process group it is a collective over the machine's
-    ranks (see :mod:`pyg_orch.offload.ddp`): every rank builds its offload,
-    in the same order, with the same options."""
+    r"""Builds the runtime of :obj:`model` with :obj:`loader` as :obj:`plan`
+    says (its mode must be :obj:`'offload'`); a collective over the machine's
+    ranks under an initialized process group."""
     if not plan.offloads:
         raise ValueError(f"'plan' must offload (got mode {plan.mode!r}: "
                          f"{plan.reason})")
@@ -132,10 +126,8 @@ def _presample_inputs(loader: Any, options: OffloadOptions
 
 def aggregates_only(computer: Union[BottomLayerComputer,
                                     HeteroBottomLayerComputer]) -> bool:
-    r"""Whether the CPU computes only weight-free aggregations of raw
-    neighbor rows (:obj:`split='aggregate'`, for every edge type of a
-    heterogeneous layer): with all in-neighbors, such rows depend on the
-    features and the graph only."""
+    r"""Whether the CPU computes only weight-free aggregations of raw neighbor
+    rows (for every edge type)."""
     kinds = getattr(computer, 'kinds', None)
     kinds = set(kinds.values()) if isinstance(kinds, dict) else \
         {computer.split}
@@ -147,9 +139,8 @@ def make_strategy(computer: Union[BottomLayerComputer,
                   layer: Any, hot: HotSetSizer, device: torch.device,
                   options: OffloadOptions,
                   full_neighbors: bool) -> EmbeddingStrategy:
-    r"""The embedding strategy of :obj:`options.refresh`; its rows are
-    computed once where they aggregate all in-neighbors
-    (:obj:`full_neighbors`, resolved) without weights."""
+    r"""The embedding strategy of :obj:`options.refresh`, static where rows
+    aggregate all in-neighbors without weights."""
     kwargs = dict(chunk_size=options.chunk_size,
                   idle_timeout=options.idle_timeout,
                   intra_op_threads=options.intra_op_threads,
@@ -264,15 +255,9 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
                facts: LoaderFacts, options: OffloadOptions, lead: int,
                ranks: Optional[MachineRanks] = None,
                static: bool = False) -> HotSetTuner:
-    r"""The decision by measurement over the hot-set :obj:`sizes` (see
-    :mod:`pyg_orch.offload.autotune`); with :obj:`ranks`, the same on all
-    of them (see :class:`~pyg_orch.offload.ddp.AgreedStepTimeChooser`).
-    For rows computed once (:obj:`static`), a size is timed once its table
-    is in use, however long that takes within the strategy's deadline
-    (:meth:`~pyg_orch.offload.strategy.EmbeddingStrategy.cannot_keep_up`),
-    and a slow smaller size does not stop larger ones from being tried
-    (the gain grows with the share of vertices whose bottom hop is
-    pruned, and the CPU's cost does not)."""
+    r"""The decision by measurement over the hot-set :obj:`sizes` (agreed with
+    :obj:`ranks`). For :obj:`static` rows, a size is timed once its table is in
+    use, and a slow smaller size does not stop larger ones."""
     device = facts.device
     sync = None
     if device.type == 'cuda' and torch.cuda.is_available():
@@ -331,10 +316,8 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                        plan: OffloadPlan,
                        ranks: Optional[MachineRanks] = None
                        ) -> OffloadRuntime:
-    r"""The runtime for a homogeneous graph (see :func:`build_runtime`);
-    with :obj:`plan.measure`, the hot-set size is decided by measurement.
-    With :obj:`ranks`, the hot set is chosen from the access counts of all
-    of them, and they decide alike."""
+    r"""The runtime for a homogeneous graph; with :obj:`ranks`, the hot set is
+    chosen from all their counts, and they decide alike."""
     options = plan.options
     measure = plan.measure
     compensate_degrees = plan.compensate_degrees
@@ -522,14 +505,8 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
                          plan: OffloadPlan,
                          ranks: Optional[MachineRanks] = None
                          ) -> HeteroOffloadRuntime:
-    r"""The runtime for a heterogeneous graph (see :func:`build_runtime`);
-    with :obj:`plan.measure`, the size of the hot set (over all node
-    types) is decided by measurement. With :obj:`ranks`, the hot set is
-    chosen from their summed counts, and they decide alike (on a
-    partition, each rank chooses among its own vertices, and they try hot
-    sets of the same sizes). The first layer's module per edge type found
-    by a traced forward pass (:obj:`plan.first`) overrides
-    :obj:`options.layer`."""
+    r"""The runtime for a heterogeneous graph; :obj:`plan.first` (found by a
+    traced forward pass) overrides :obj:`options.layer`."""
     options = plan.options
     measure = plan.measure
     partitioned = plan.partitioned

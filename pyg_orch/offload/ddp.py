@@ -1,12 +1,6 @@
-r"""Bottom-layer offload under
-:class:`~torch.nn.parallel.DistributedDataParallel`: the ranks of a machine
-choose one hot set from the sum of their pre-sampled access counts
-(:meth:`MachineRanks.sum`) and agree on the decision by measurement
-(:class:`AgreedStepTimeChooser`). Each rank's CPU share is set by
-:func:`~pyg_orch.offload.workers.cpu_cores_per_rank`.
-
-Every function here is a collective over the machine's ranks where a process
-group is initialized: every rank calls it, in the same order."""
+r"""Offload under :class:`~torch.nn.parallel.DistributedDataParallel`: the
+ranks of a machine choose one hot set from their summed counts and agree on the
+decision by measurement; every function is a collective over them."""
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -23,10 +17,7 @@ def process_group_active() -> bool:
 
 
 class MachineRanks:
-    r"""The ranks of this machine
-    (:func:`~pyg_orch.parallel.peer_memory.machine_group`: the default
-    group on one machine), for the collectives of offload: small tensors on
-    the CPU with :obj:`gloo`, on this rank's CUDA device with :obj:`nccl`.
+    r"""The ranks of this machine, for the collectives of offload.
 
     Args:
         group (ProcessGroup, optional): The group; the machine's if not set.
@@ -81,13 +72,9 @@ def machine_ranks() -> Optional[MachineRanks]:
 
 class AgreedStepTimeChooser(StepTimeChooser):
     r"""A :class:`~pyg_orch.offload.autotune.StepTimeChooser` whose ranks
-    decide alike: at every step, a step is timed only if every rank times
-    it (its candidate in use on every rank, no pause), so that all ranks
-    switch candidates at the same steps; the choice is made from the step
-    times averaged over the ranks. Every rank must call :meth:`tick` at
-    every training step until the choice is made (as DDP's training steps
-    do); evaluation in :meth:`~torch.nn.Module.eval` mode is fine on any
-    subset of ranks.
+    decide alike: a step is timed only if every rank times it, and the choice
+    is made from step times averaged over the ranks; every rank calls
+    :meth:`tick` at every training step until then.
 
     Args:
         *args: See :class:`~pyg_orch.offload.autotune.StepTimeChooser`.
@@ -105,11 +92,8 @@ class AgreedStepTimeChooser(StepTimeChooser):
 
     def tick(self, count: bool = True,
              unusable: bool = False) -> Optional[int]:
-        r"""As :meth:`StepTimeChooser.tick
-        <pyg_orch.offload.autotune.StepTimeChooser.tick>`, a collective
-        until the choice is made: the step is timed only if
-        :obj:`count` holds on every rank, and the candidate is dropped as
-        unusable if :obj:`unusable` holds on any."""
+        r"""As :meth:`StepTimeChooser.tick`, a collective: a step counts if it
+        counts on every rank, a candidate is unusable if it is on any."""
         if self.done:
             return None
         # A step counts only where every rank times it (a rank after a

@@ -1,6 +1,5 @@
-"""Degree compensation: placeholder in-edges for pruned hot vertices, so that
-degree-normalized layers (such as :class:`~torch_geometric.nn.conv.GCNConv`)
-see their in-degrees in a mini-batch (:class:`DegreeCompensation`)."""
+"""Placeholder in-edges for pruned hot vertices, so that degree-normalized
+layers see their in-degrees."""
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -11,25 +10,17 @@ from pyg_orch.offload.replacement import same_tensor
 
 
 class DegreeCompensation:
-    r"""A pruned hot vertex lost the in-edges that the last hop would have
-    sampled for it. Degree-normalized layers see in-degrees in the batch,
-    so it gets as many placeholder in-edges (from row :obj:`0`): they change
-    only its own outputs, which no seed needs (the first layer's output of
-    it is replaced, and the layers above use nothing of a last-frontier
-    vertex but that output).
+    r"""Gives a pruned hot vertex as many placeholder in-edges (from row
+    :obj:`0`) as the last hop would have sampled: they change only its own
+    outputs, which are replaced or unused.
 
     Args:
-        sampler (HotNodeSampler): The loader's sampler (homogeneous), for
-            its bottom-hop fan-out, :obj:`replace` and (without
-            :obj:`colptr`) its topology.
-        colptr (torch.Tensor, optional): Column offsets that give the
-            in-degrees of the hot vertices, in place of the sampler's
-            topology (e.g. a partition's halo table, see
-            :class:`~pyg_orch.offload.partition.HaloTable`).
+        sampler (HotNodeSampler): The loader's sampler (homogeneous).
+        colptr (torch.Tensor, optional): Column offsets that give the hot
+            vertices' in-degrees instead of the sampler's topology.
             (default: :obj:`None`)
         column_ids (torch.Tensor, optional): The ascending global ids of
-            :obj:`colptr`'s columns; :obj:`None` if column :obj:`v` is
-            vertex :obj:`v`. (default: :obj:`None`)
+            :obj:`colptr`'s columns. (default: :obj:`None`)
     """
     def __init__(self, sampler: Any, colptr: Optional[Tensor] = None,
                  column_ids: Optional[Tensor] = None):
@@ -66,10 +57,9 @@ class DegreeCompensation:
     def add_placeholders(extra: Optional[Tensor], batch_edge_index: Any,
                          args: tuple, kwargs: dict
                          ) -> Optional[Tuple[tuple, dict]]:
-        r"""A layer's inputs (:obj:`args`, :obj:`kwargs`) with the
-        placeholder edges :obj:`extra` appended to its :obj:`edge_index` if
-        that is the batch's (:obj:`batch_edge_index`) and no edge-level
-        tensor comes with it; :obj:`None` to leave them."""
+        r"""A layer's inputs with the placeholder edges :obj:`extra` appended
+        to its :obj:`edge_index` if that is :obj:`batch_edge_index` and no
+        edge-level tensor comes with it; :obj:`None` to leave them."""
         if extra is None or extra.numel() == 0:
             return None
         in_args = len(args) > 1

@@ -1,10 +1,6 @@
-"""What :class:`~pyg_orch.offload.BottomLayerOffload` needs from a loader:
-the :class:`OffloadableLoader` protocol, which
-:class:`~pyg_orch.HybridNeighborLoader`,
-:class:`~pyg_orch.HybridLinkNeighborLoader` implement (also over a
-partition folder), and the
-loader's facts an offload is planned from (:class:`LoaderFacts`,
-:func:`loader_facts`)."""
+"""What :class:`~pyg_orch.offload.BottomLayerOffload` needs from a loader
+(:class:`OffloadableLoader`), and the facts a plan is made from
+(:func:`loader_facts`)."""
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -30,10 +26,10 @@ Seeds = Union[Tensor, Dict[Any, Tensor]]
 
 @runtime_checkable
 class OffloadableLoader(Protocol):
-    r"""The loader contract of :class:`~pyg_orch.offload.BottomLayerOffload`
-    (:obj:`isinstance(loader, OffloadableLoader)` checks the names). A
-    loader that does not implement it is passed through: the model trains
-    unchanged, and :obj:`stats()['decision']['reason']` says why."""
+    r"""The loader contract of :class:`~pyg_orch.offload.BottomLayerOffload`,
+    which :class:`~pyg_orch.HybridNeighborLoader` and
+    :class:`~pyg_orch.HybridLinkNeighborLoader` implement. A loader that does
+    not is passed through: the model trains unchanged."""
     #: The device batches are delivered on.
     device: torch.device
     #: The loader's :class:`~pyg_orch.StageTimer` (offload charges its
@@ -55,9 +51,8 @@ class OffloadableLoader(Protocol):
 
     @property
     def offload_data(self) -> Optional[Union[Data, HeteroData]]:
-        r"""The graph in host memory whose features and topology the CPU
-        side reads; :obj:`None` where there is none (a partition folder,
-        or :obj:`(FeatureStore, GraphStore)` inputs)."""
+        r"""The graph in host memory whose features and topology the CPU side
+        reads; :obj:`None` where there is none."""
 
     @property
     def batches_ahead(self) -> int:
@@ -89,9 +84,8 @@ class OffloadableLoader(Protocol):
 
 @dataclass(frozen=True)
 class LoaderFacts:
-    r"""What a loader tells an offload plan (see
-    :func:`~pyg_orch.offload.planning.plan_offload`), read once by
-    :func:`loader_facts`."""
+    r"""What a loader tells an offload plan, read once by :func:`loader_facts`.
+    """
     #: The sampler is heterogeneous.
     is_hetero: bool
     #: The number of sampled hops.
@@ -150,9 +144,8 @@ def not_offloadable_reason(loader: Any) -> Optional[str]:
 
 def loader_facts(loader: OffloadableLoader,
                  partitioned: bool = False) -> LoaderFacts:
-    r"""The facts of an :class:`OffloadableLoader` (see
-    :func:`not_offloadable_reason`); :obj:`partitioned` for a loader over
-    a partition folder, whose graph is not in :obj:`offload_data`."""
+    r"""The facts of an :class:`OffloadableLoader`; :obj:`partitioned` for a
+    loader over a partition folder."""
     sampler = loader.offload_sampler
     unsupported, weighted = None, False
     if not partitioned:  # A partition's sampler holds a part's topology.

@@ -1,6 +1,5 @@
-"""Replacing hot rows of a layer's output on the device, and the pieces an
-offload runtime shares: what it knows of a mini-batch, of a forward pass, and
-hooks that hold it weakly."""
+"""Replacing hot rows of a layer's output on the device, and what a runtime
+knows of a batch and a forward pass."""
 import weakref
 from typing import Any, Callable, Optional, Tuple
 
@@ -45,13 +44,9 @@ def hot_rows(slot: Tensor, lo: int) -> Tuple[Tensor, Tensor]:
 
 
 class ReplaceRows(torch.autograd.Function):
-    r"""Replaces the rows :obj:`lo + i` of :obj:`out` where :obj:`hot[i]`
-    by :obj:`emb[i]`, out of place; their gradient goes to :obj:`emb` (if it
-    requires one), not to :obj:`out`. Selected with
-    :obj:`where`, so that no hot row needs to be found on the host.
-    Cheaper than rebuilding the output from slices, whose backward pass
-    fills, copies and adds a full-size gradient per slice (see
-    :doc:`/offload` for the measurement)."""
+    r"""Replaces the rows :obj:`lo + i` of :obj:`out` where :obj:`hot[i]` by
+    :obj:`emb[i]`, out of place with :obj:`where` (no host sync, and a cheaper
+    backward pass than slices); the gradient goes to :obj:`emb`."""
     @staticmethod
     def forward(ctx, out: Tensor, lo: int, hot: Tensor,
                 emb: Tensor) -> Tensor:
@@ -80,11 +75,9 @@ class ReplaceRows(torch.autograd.Function):
 def replace_from_table(out: Tensor, info: BatchInfo, table: Tensor,
                        finish: Callable[[Tensor], Tensor]
                        ) -> Tuple[Tensor, Any]:
-    r"""Replaces the hot rows among rows :obj:`info.lo:info.hi` of
-    :obj:`out` by their rows of :obj:`table` (passed through
-    :obj:`finish`), rebuilt with :obj:`where` so that no hot row needs to
-    be found on the host (no synchronization with the device). Returns the
-    new output and the number of rows replaced (a tensor)."""
+    r"""Replaces the hot rows among :obj:`info.lo:info.hi` of :obj:`out` by
+    their rows of :obj:`table` (passed through :obj:`finish`), without a host
+    sync. Returns the output and the number of rows replaced."""
     lo, hi = info.lo, min(info.hi, out.size(0))  # Bipartite: fewer.
     if hi <= lo:
         return out, 0
@@ -97,12 +90,8 @@ def replace_from_table(out: Tensor, info: BatchInfo, table: Tensor,
 def check_batch_features(x: Tensor, n_id: Tensor, features: Tensor,
                          batch_name: str, data_name: str) -> None:
     r"""Raises a :class:`ValueError` unless the first rows of a batch's
-    features :obj:`x` are :obj:`features[n_id]`: hot-vertex embeddings are
-    computed from :obj:`features`, so a transform that changes the batch's
-    features would make them disagree. Where :obj:`features` is no tensor
-    but a table of some vertices' rows with a :obj:`known(ids)` method (see
-    :class:`~pyg_orch.offload.partition.HaloTable`), only the rows it has
-    are compared."""
+    :obj:`x` are :obj:`features[n_id]` (only the rows a
+    :class:`~pyg_orch.offload.partition.HaloTable` knows)."""
     k = min(8, x.size(0))
     ids, got = n_id[:k].to('cpu'), x[:k].detach().to('cpu')
     if not isinstance(features, Tensor):
@@ -130,15 +119,13 @@ def replace_output(output: Any, replace: Callable[[Tensor], Tensor]) -> Any:
 
 
 class FirstLayerEdgeTensors(NotImplementedError):
-    r"""The first layer gets edge-level tensors (edge weights or features),
-    which the CPU side can not reproduce: the wrapper then runs the model
-    unchanged (see :class:`~pyg_orch.offload.BottomLayerOffload`)."""
+    r"""The first layer gets edge-level tensors, which the CPU side can not
+    reproduce: the model runs unchanged."""
 
 
 def check_no_edge_tensors(what: str, args: tuple, kwargs: dict) -> None:
-    r"""Raises :class:`FirstLayerEdgeTensors` (a
-    :class:`NotImplementedError`) if the first layer (described by
-    :obj:`what`) gets tensors besides :obj:`x` and :obj:`edge_index`."""
+    r"""Raises :class:`FirstLayerEdgeTensors` if the first layer gets tensors
+    besides :obj:`x` and :obj:`edge_index`."""
     extra = [
         name for name, v in list(enumerate(args[2:], 2)) +
         [(k, v) for k, v in kwargs.items() if k not in ('x', 'edge_index')]
@@ -177,10 +164,8 @@ class ForwardContext:
 
 
 class RuntimeHook:
-    r"""A hook that calls a method of an offload runtime through a weak
-    reference. Copies (:func:`copy.deepcopy`, pickling) of a module
-    holding it get a disabled hook, so that copies of the model are plain
-    models."""
+    r"""A hook that calls a runtime method through a weak reference; copies of
+    a module holding it get a disabled hook."""
     def __init__(self, runtime: Any, name: str):
         self.ref = None if runtime is None else weakref.ref(runtime)
         self.name = name
@@ -199,12 +184,8 @@ class RuntimeHook:
 
 
 class FirstLayerMismatch(ValueError):
-    r"""The model does not call the layer chosen as its first one on the
-    batch's raw features (another message-passing layer runs first, or
-    the input is computed from :obj:`x`): the wrapper then runs the model
-    unchanged (see :class:`~pyg_orch.offload.BottomLayerOffload`).
-    :obj:`layer` names the message-passing layer that ran first on the
-    raw features, where one did."""
+    r"""The model does not call the chosen first layer on the raw features: the
+    model runs unchanged. :obj:`layer` is the layer that did, if any."""
     def __init__(self, message: str, layer: Optional[str] = None):
         super().__init__(message)
         self.layer = layer

@@ -1,6 +1,5 @@
-"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload`:
-:class:`OffloadRuntime` (hooks on the model and the loader, the hot set, the
-embedding strategy and counters)."""
+""":class:`OffloadRuntime`: hooks on the model and the loader, the hot set, the
+embedding strategy and counters."""
 import collections
 import logging
 import warnings
@@ -40,26 +39,22 @@ MAX_BATCHES = 8
 
 class OffloadRuntime:
     r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
-    homogeneous model. It holds no reference to the wrapper, so the wrapper
-    can be garbage-collected (which closes the runtime).
+    homogeneous model; it holds no reference to the wrapper.
 
     Args:
         model (torch.nn.Module): The wrapped model.
-        loader (OffloadableLoader): The training loader (see
-            :class:`~pyg_orch.offload.protocol.OffloadableLoader`).
+        loader (OffloadableLoader): The training loader.
         layer_name (str): The name of the first layer.
         layer (torch.nn.Module): The first layer.
-        selection (HotSet): The result of pre-sampling (counts, GPU-cache
-            candidates).
+        selection (HotSet): The result of pre-sampling.
         hot (HotSetSizer): The hot set in use.
         strategy (EmbeddingStrategy): Computes the hot rows on the CPU.
         features (torch.Tensor): The features the CPU side reads.
         replace_rows (str): :obj:`'pruned'` or :obj:`'all'`.
         compensate_degrees (bool): Give pruned hot vertices placeholder
             in-edges.
-        degrees (DegreeCompensation, optional): Makes them, where the
-            sampler's topology does not hold the hot vertices' in-degrees
-            by global id (a partition's part). (default: :obj:`None`)
+        degrees (DegreeCompensation, optional): Makes them where the
+            sampler's topology does not hold the hot vertices' in-degrees.
     """
     context_type = ForwardContext
 
@@ -222,8 +217,7 @@ class OffloadRuntime:
 
     def start_tuner(self, tuner_factory: Any) -> None:
         r"""Starts the decision by measurement: :obj:`tuner_factory(hot,
-        on_resize, on_done, cannot_keep_up)` makes a
-        :class:`~pyg_orch.offload.autotune.HotSetTuner`."""
+        on_resize, on_done, cannot_keep_up)` makes the tuner."""
         self.tuner = tuner_factory(self.hot, self.strategy.replan,
                                    self._tuned,
                                    self.strategy.cannot_keep_up)
@@ -274,10 +268,9 @@ class OffloadRuntime:
         self.strategy.pause()
 
     def close(self) -> None:
-        r"""Removes every hook, stops the worker threads, clears the
-        sampler's hot nodes and releases what only offloading needs (the
-        CPU side's copies of the topology and the layer, tables, device
-        copies of offsets), for good; :meth:`stats` keeps its counts."""
+        r"""Removes every hook, stops the workers, clears the sampler's hot
+        nodes and releases what only offloading needs; :meth:`stats` keeps its
+        counts."""
         if self.closed:
             return
         self.closed = True

@@ -1,10 +1,5 @@
-"""Rows computed once, by default: whether a hot vertex's CPU row may
-aggregate *all* its in-neighbors (:obj:`full_neighbors='auto'`, see
-:func:`full_neighbors_reason`), which makes the row a function of the
-features and the graph only (a static table, computed once); the hot-set
-sizes the decision by measurement tries for such rows
-(:data:`STATIC_RATIOS`), and the GPU memory their table may take
-(:func:`max_table_rows`)."""
+"""Rows computed once: whether hot rows may aggregate all in-neighbors, the
+hot-set sizes tried for them, and the GPU memory their table may take."""
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -36,9 +31,8 @@ def _parts(computer: Computer) -> Sequence[BottomLayerComputer]:
 
 
 def degree_probe(colptr: Tensor, num: int = PROBE_SIZE) -> Tensor:
-    r"""The :obj:`num` vertices of highest in-degree of a CSC topology
-    (:obj:`colptr`): vertices with neighbors, on which a layer's split can
-    be checked before the hot set is chosen."""
+    r"""The :obj:`num` vertices of highest in-degree of :obj:`colptr`, to check
+    a layer's split on."""
     deg = (colptr[1:] - colptr[:-1]).cpu()
     num = min(int(num), deg.numel())
     return torch.topk(deg, num, sorted=True).indices.to(torch.int64)
@@ -46,9 +40,8 @@ def degree_probe(colptr: Tensor, num: int = PROBE_SIZE) -> Tensor:
 
 def hetero_degree_probe(csc_dict: Dict[Any, Any], node_types: Sequence[Any],
                         num: int = PROBE_SIZE) -> Dict[Any, Tensor]:
-    r""":func:`degree_probe` for every destination type in
-    :obj:`node_types`, by the in-degrees of the first edge type into it in
-    :obj:`csc_dict`."""
+    r""":func:`degree_probe` for every destination type, by the first edge type
+    into it."""
     out: Dict[Any, Tensor] = {}
     for et, csc in csc_dict.items():
         if et[-1] in node_types and et[-1] not in out:
@@ -58,16 +51,10 @@ def hetero_degree_probe(csc_dict: Dict[Any, Any], node_types: Sequence[Any],
 
 def full_neighbors_reason(computer: Computer,
                           weighted: bool = False) -> Optional[str]:
-    r"""Why hot rows must keep the training fan-out, or :obj:`None` if they
-    may aggregate all in-neighbors: the CPU computes the weight-free
-    aggregation of every edge type (:obj:`split='aggregate'`, after
-    :meth:`~pyg_orch.offload.bottom_layer.BottomLayerComputer.choose_split`)
-    and each is a mean of the neighbors' rows (checked against the layer:
-    :attr:`~pyg_orch.offload.bottom_layer.BottomLayerComputer.bag_mode`).
-    The mean of all neighbors is the expectation of the mean of a uniform
-    sample of them; a sum or maximum over all neighbors is not that of a
-    sample, and neither is the mean under weighted sampling
-    (:obj:`weighted`)."""
+    r"""Why hot rows must keep the fan-out, or :obj:`None` if they may
+    aggregate all in-neighbors: every edge type's weight-free aggregation is a
+    mean of the neighbors' rows (whose expectation over a uniform sample is the
+    mean over all) and sampling is not :obj:`weighted`."""
     parts = _parts(computer)
     splits = sorted({p.split for p in parts} - {AGGREGATE})
     if OUTPUT in splits:
@@ -95,10 +82,8 @@ def use_all_neighbors(computer: Computer) -> None:
 
 
 def table_row_bytes(computer: Computer) -> int:
-    r"""Bytes of one row of :obj:`computer`'s tables where rows are means of
-    raw features: a feature row, or on heterogeneous graphs the edge types'
-    rows side by side (:attr:`HeteroBottomLayerComputer.width
-    <pyg_orch.offload.hetero_layer.HeteroBottomLayerComputer.width>`)."""
+    r"""Bytes of one row of :obj:`computer`'s tables of means of raw features.
+    """
     width = getattr(computer, 'width', None)
     if width:
         part = _parts(computer)[0]
@@ -109,8 +94,7 @@ def table_row_bytes(computer: Computer) -> int:
 def max_table_rows(row_bytes: int, device: Union[str, torch.device],
                    share: float = TABLE_MEMORY_SHARE) -> Optional[int]:
     r"""The most rows of :obj:`row_bytes` bytes one table may hold on
-    :obj:`device`: :obj:`share` of its free memory now; :obj:`None` (no
-    cap) for other devices than CUDA ones."""
+    :obj:`device` (:obj:`share` of its free memory); :obj:`None` off CUDA."""
     device = torch.device(device)
     if device.type != 'cuda' or not torch.cuda.is_available():
         return None
@@ -120,9 +104,8 @@ def max_table_rows(row_bytes: int, device: Union[str, torch.device],
 
 def cap_sizes(sizes: Sequence[int], ratios: Sequence[float],
               max_rows: Optional[int]) -> Tuple[list, list]:
-    r"""The hot-set :obj:`sizes` (ascending, :obj:`0` first) and their
-    :obj:`ratios`, those above :obj:`max_rows` replaced by one size of
-    :obj:`max_rows` (its ratio scaled down alike)."""
+    r"""The hot-set :obj:`sizes` and their :obj:`ratios`, those above
+    :obj:`max_rows` replaced by one of :obj:`max_rows`."""
     if max_rows is None:
         return list(sizes), list(ratios)
     out_sizes, out_ratios = [], []

@@ -8,21 +8,12 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 
 class StepCounter:
-    r"""Counts the versions of a set of parameters.
-
-    A global optimizer step post-hook
-    (:func:`torch.optim.optimizer.register_optimizer_step_post_hook`) counts
-    the steps of every :class:`torch.optim.Optimizer` whose
-    :obj:`param_groups` hold one of the parameters. Until such a step is seen,
-    every training forward pass after the first counts as one version
-    (:meth:`on_forward`), i.e. each forward pass is assumed to be followed by
-    an update; this over-counts with gradient accumulation, which only makes
-    the staleness bound stricter. Weights updated without an optimizer more
-    often than once per forward pass are not seen.
+    r"""Counts the versions of a set of parameters: the steps of every
+    optimizer holding one of them (through a global step post-hook), and
+    until one is seen, every training forward pass after the first.
 
     Args:
-        params (callable): Returns the parameters to watch (called again
-            whenever an optimizer's parameter groups change).
+        params (callable): Returns the parameters to watch.
     """
     def __init__(self, params: Callable[[], Iterable[torch.Tensor]]):
         self._params = params
