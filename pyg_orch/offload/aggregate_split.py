@@ -20,16 +20,14 @@ PRE_LINEAR = 'pre_linear'
 
 
 def check_split(split: str) -> None:
-    r"""Raises a :class:`ValueError` unless :obj:`split` is :obj:`'auto'`,
-    :obj:`'aggregate'` or :obj:`'output'`."""
+    r"""Raises a :class:`ValueError` for an unknown :obj:`split`."""
     if split not in ('auto', AGGREGATE, OUTPUT):
         raise ValueError(f"'split' must be 'auto', 'aggregate' or 'output' "
                          f"(got {split!r})")
 
 
 class Aggregated(Exception):
-    r"""Raised by the aggregation hook of a CPU copy to return the
-    aggregation and skip the rest of the layer."""
+    r"""Carries the aggregation out of a CPU copy's layer."""
     def __init__(self, out: Tensor):
         super().__init__()
         self.out = out
@@ -40,8 +38,7 @@ def _stop_after_aggregate(module, inputs, out):
 
 
 def call_layer(layer: torch.nn.Module, x, edge_index: Tensor) -> Tensor:
-    r"""Calls :obj:`layer` and returns its (first) output, or the aggregation
-    of an :func:`aggregation_copy`."""
+    r"""The (first) output of :obj:`layer`, or its aggregation."""
     try:
         out = layer(x, edge_index)
     except Aggregated as stop:
@@ -51,8 +48,7 @@ def call_layer(layer: torch.nn.Module, x, edge_index: Tensor) -> Tensor:
 
 def aggregation_copy(layer: MessagePassing,
                      kind: str) -> MessagePassing:
-    r"""A copy of :obj:`layer` that returns its aggregation instead of its
-    output (of the raw features for :obj:`kind='pre_linear'`)."""
+    r"""A copy of :obj:`layer` that returns its aggregation."""
     out = copy.deepcopy(layer)
     if kind == PRE_LINEAR:
         out.lin = torch.nn.Identity()
@@ -83,8 +79,7 @@ def _perturbed(layer: torch.nn.Module) -> torch.nn.Module:
 
 
 def rows_close(a: Tensor, b: Tensor) -> bool:
-    r"""Whether two row blocks have one shape and agree to float32
-    rounding (:obj:`rtol=1e-4`, :obj:`atol=1e-5`)."""
+    r"""Whether two row blocks agree to float32 rounding."""
     return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4,
                                                  atol=1e-5)
 
@@ -174,8 +169,7 @@ def bag_aggregate(x: Tensor, src: Tensor, dst: Tensor, num_targets: int,
 
 
 def finish(layer: torch.nn.Module, kind: str, rows: Tensor) -> Tensor:
-    r"""The device-side part for aggregated rows: the layer's current
-    :obj:`lin` for :obj:`'pre_linear'`, nothing for :obj:`'aggregate'`."""
+    r"""The device-side part of aggregated rows (:obj:`lin` or none)."""
     if kind == PRE_LINEAR:
         return layer.lin(rows)
     return rows

@@ -36,8 +36,7 @@ NOISE_Z = 2.0
 
 
 def median_error(times: Sequence[float]) -> float:
-    r"""The standard error of the median of :obj:`times`, from their median
-    absolute deviation."""
+    r"""The standard error of the median of :obj:`times` (from its MAD)."""
     if len(times) < 3:
         return 0.0
     mid = statistics.median(times)
@@ -85,8 +84,7 @@ def decide(times: Dict[int, List[float]], margin: float
 
 
 def compared_plain(medians: Dict[int, float]) -> float:
-    r"""The lower of plain training's first median step time and the re-timed
-    one (:obj:`PLAIN_AGAIN`)."""
+    r"""The lower of plain training's two median step times."""
     again = medians.get(PLAIN_AGAIN)
     return medians[0] if again is None else min(medians[0], again)
 
@@ -166,8 +164,7 @@ class StepTimeChooser:
         return self.choice is not None
 
     def pause(self) -> None:
-        r"""The next interval is no training step (e.g. evaluation ran
-        since the last :meth:`tick`): it is not timed."""
+        r"""The next interval is no training step: not timed."""
         self._last = None
 
     def tick(self, count: bool = True,
@@ -272,8 +269,7 @@ class StepTimeChooser:
         return self.times
 
     def summary(self) -> Dict[str, Any]:
-        r"""The candidates, their measured median step times (seconds) and
-        the choice with its reason (:obj:`None` until made)."""
+        r"""The candidates, their median step times and the choice."""
         medians = {
             n: statistics.median(t) if t else None
             for n, t in self.times.items()
@@ -430,8 +426,7 @@ class HotSetTuner:
         self.on_done(self.chooser.choice)
 
     def summary(self) -> Dict[str, Any]:
-        r"""What :meth:`BottomLayerOffload.stats` reports as :obj:`'decision'`.
-        """
+        r"""What :meth:`stats` reports as :obj:`'decision'`."""
         out = self.chooser.summary()
         for c in out['candidates']:
             c['hot_ratio'] = self.ratios.get(c['num_hot'])

@@ -1,5 +1,4 @@
-""":obj:`refresh='batch'`: hot rows kept on the device row by row, the CPU
-computing only those mini-batches need."""
+""":obj:`refresh='batch'`: only the hot rows mini-batches need."""
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -19,12 +18,11 @@ _NEVER = -(2**62)  # Version of rows never computed.
 
 
 class BatchEmbeddingCache(EmbeddingStrategy):
-    r"""Keeps the embeddings of hot vertices on the device row by row, each with
-    its weight version, and computes on CPU threads only the rows that
-    mini-batches need: :meth:`request` queues a drawn batch's rows that are
-    not fresh enough, :meth:`rows_for` waits for them. With a growing hot
-    set, the set grows every :attr:`GROW_WINDOW` steps as with super-batches.
-    Takes the arguments of
+    r"""Keeps hot rows on the device row by row, each with its weight
+    version, and computes on CPU threads only the rows that mini-batches
+    need: :meth:`request` queues a drawn batch's rows that are not fresh
+    enough, :meth:`rows_for` waits for them. A growing hot set grows every
+    :attr:`GROW_WINDOW` steps. Takes the arguments of
     :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`."""
     per_batch = True
     refresh = 'batch'
@@ -52,8 +50,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
 
     @property
     def bound(self) -> int:
-        r"""The most versions a row may be old (no bound for :attr:`static`
-        rows)."""
+        r"""The most versions a row may be old."""
         if self.static:  # Below -_NEVER: rows never computed are stale.
             return UNBOUNDED // 2
         if self.max_sample_age is None:
@@ -65,8 +62,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         return self.bound
 
     def replan(self) -> None:
-        r"""The planned hot set changed: rows are computed per batch, so a
-        larger one is in use at once."""
+        r"""The planned hot set changed; it is in use at once."""
         self.hot.use(self.hot.planned)
 
     def _snapshot_at(self, version: int) -> Snapshot:
@@ -126,8 +122,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
 
     def refresh_rows(self, pos_cpu: Tensor, version: int,
                      timer: Any = None) -> Optional[Tensor]:
-        r"""Makes the rows :obj:`pos_cpu` usable at :obj:`version` and returns
-        the cache, or :obj:`None` if :obj:`pos_cpu` is empty."""
+        r"""Makes rows :obj:`pos_cpu` usable at :obj:`version`."""
         bound = self.bound
         self._raise_failures()
         if self.hot.auto:
@@ -178,8 +173,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
             self.replan()
 
     def pause(self) -> None:
-        r"""Cancels queued rows and stops the worker threads (the cached
-        rows are kept, with their versions)."""
+        r"""Cancels queued rows and stops the worker threads."""
         super().pause()
         self.queued_version = self.row_version.clone()
         self._grow_mark = None  # Evaluation steps are not timed.

@@ -1,5 +1,4 @@
-"""The first message-passing layer of a model: finding it and computing it for
-given vertices on the CPU."""
+"""Finding the first message-passing layer and computing it on the CPU."""
 import copy
 import threading
 from typing import Any, Dict, Optional, Tuple, Union
@@ -52,8 +51,7 @@ def find_first_layer(
 
 def message_passing_layers(
         model: torch.nn.Module) -> Dict[str, MessagePassing]:
-    r"""The outermost :class:`~torch_geometric.nn.conv.MessagePassing` modules
-    of :obj:`model` by name."""
+    r"""The outermost message-passing modules of :obj:`model`."""
     out: Dict[str, MessagePassing] = {}
     for name, module in model.named_modules():
         if not isinstance(module, MessagePassing):
@@ -97,8 +95,7 @@ def needs_degree_compensation(model: torch.nn.Module) -> bool:
 
 
 def check_materialized(layer: torch.nn.Module, name: str) -> None:
-    r"""Raises a :class:`ValueError` if :obj:`layer` holds lazily initialized
-    parameters (:obj:`in_channels=-1`)."""
+    r"""Raises if :obj:`layer` holds lazily initialized parameters."""
     from torch.nn.parameter import UninitializedParameter
     for pname, p in layer.named_parameters():
         if isinstance(p, UninitializedParameter):
@@ -121,16 +118,14 @@ def placeholder_in_edges(colptr: Tensor, nodes: Tensor, rows: Tensor,
 
 
 def check_autocast_dtype(name: str, dtype: Optional[torch.dtype]) -> None:
-    r"""Raises a :class:`ValueError` naming :obj:`name` unless :obj:`dtype`
-    is :obj:`None` or :obj:`torch.bfloat16` (CPU autocast of the layer)."""
+    r"""Raises unless :obj:`dtype` is :obj:`None` or bfloat16."""
     if dtype not in (None, torch.bfloat16):
         raise ValueError(f"'{name}' must be None or torch.bfloat16 (got "
                          f"{dtype!r})")
 
 
 def snapshot_state(layer: torch.nn.Module) -> Dict[str, Tensor]:
-    r"""Clones the state of :obj:`layer` where it lives (asynchronously on
-    CUDA: the caller records an event after it)."""
+    r"""Clones the state of :obj:`layer` where it lives."""
     return {
         k: v.detach().clone()
         for k, v in layer.state_dict(keep_vars=False).items()
@@ -285,8 +280,7 @@ class BottomLayerComputer:
         return local
 
     def layer_for(self, key, state: Dict[str, Tensor]) -> torch.nn.Module:
-        r"""The calling thread's copy of the layer, loaded with :obj:`state`
-        unless it holds the snapshot :obj:`key` already."""
+        r"""The calling thread's copy of the layer, holding :obj:`key`."""
         local = self._thread_state()
         if local.key is not key:
             # An aggregation copy of a 'pre_linear' layer has no 'lin':
@@ -295,8 +289,7 @@ class BottomLayerComputer:
         return local.layer
 
     def release(self) -> None:
-        r"""Drops the topology, features and layer copies once its runtime is
-        closed."""
+        r"""Drops the topology, features and layer copies."""
         self.x = self.csc = None
         self._layer = self.template = None
         self._local = threading.local()
@@ -308,8 +301,7 @@ class BottomLayerComputer:
 
     @property
     def cpu_aggregation(self) -> str:
-        r"""How :meth:`compute` works: :obj:`'embedding_bag'` (see
-        :attr:`bag_mode`) or :obj:`'layer'`."""
+        r""":obj:`'embedding_bag'` or :obj:`'layer'`."""
         return 'layer' if self.bag_mode is None else 'embedding_bag'
 
     @property
@@ -319,8 +311,7 @@ class BottomLayerComputer:
 
     def sample(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Tensor, Tensor]:
-        r"""Samples in-neighbors of :obj:`nodes`: their global ids and, per
-        edge, the position of its target in :obj:`nodes`."""
+        r"""In-neighbors of :obj:`nodes` and their targets' positions."""
         csc = self.csc
         pos, dst = sample_neighbors(
             csc.colptr, nodes, self.num_neighbors, self.replace, generator,
@@ -396,8 +387,7 @@ class BottomLayerComputer:
 
     def compute(self, layer: torch.nn.Module, nodes: Tensor,
                 generator: Optional[torch.Generator] = None) -> Tensor:
-        r"""The layer's output for :obj:`nodes`, neighbors drawn with
-        :obj:`generator`."""
+        r"""The layer's output for :obj:`nodes`."""
         local = self._thread_state()
         if generator is None:
             generator = local.generator
@@ -417,8 +407,7 @@ class BottomLayerComputer:
 
     def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Any, Tensor]:
-        r"""The layer's inputs for :obj:`nodes`: features and the
-        :obj:`edge_index` of their sampled subgraph."""
+        r"""The layer's inputs for the subgraph of :obj:`nodes`."""
         ids, edge_index = self.subgraph(nodes, generator)
         x = self.x.index_select(0, ids)
         if self.bipartite:
@@ -460,8 +449,7 @@ class BipartiteLayerComputer(BottomLayerComputer):
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
-        r"""Samples the in-neighbors of :obj:`nodes`: their source ids (one per
-        edge) and the bipartite :obj:`edge_index`."""
+        r"""Source ids (one per edge) and bipartite :obj:`edge_index`."""
         src, dst = self.sample(nodes, generator)
         return src, torch.stack([torch.arange(src.numel()), dst])
 

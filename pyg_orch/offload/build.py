@@ -1,5 +1,4 @@
-"""Assembling the runtime of a :class:`~pyg_orch.offload.BottomLayerOffload`
-from its plan."""
+"""Assembling the runtime of a :class:`BottomLayerOffload` from its plan."""
 import functools
 import logging
 import time
@@ -126,8 +125,7 @@ def _presample_inputs(loader: Any, options: OffloadOptions
 
 def aggregates_only(computer: Union[BottomLayerComputer,
                                     HeteroBottomLayerComputer]) -> bool:
-    r"""Whether the CPU computes only weight-free aggregations of raw neighbor
-    rows (for every edge type)."""
+    r"""Whether the CPU computes weight-free aggregations only."""
     kinds = getattr(computer, 'kinds', None)
     kinds = set(kinds.values()) if isinstance(kinds, dict) else \
         {computer.split}
@@ -139,8 +137,7 @@ def make_strategy(computer: Union[BottomLayerComputer,
                   layer: Any, hot: HotSetSizer, device: torch.device,
                   options: OffloadOptions,
                   full_neighbors: bool) -> EmbeddingStrategy:
-    r"""The embedding strategy of :obj:`options.refresh`, static where rows
-    aggregate all in-neighbors without weights."""
+    r"""The embedding strategy of :obj:`options.refresh`."""
     kwargs = dict(chunk_size=options.chunk_size,
                   idle_timeout=options.idle_timeout,
                   intra_op_threads=options.intra_op_threads,
@@ -316,8 +313,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                        plan: OffloadPlan,
                        ranks: Optional[MachineRanks] = None
                        ) -> OffloadRuntime:
-    r"""The runtime for a homogeneous graph; with :obj:`ranks`, the hot set is
-    chosen from all their counts, and they decide alike."""
+    r"""The runtime for a homogeneous graph (agreed with :obj:`ranks`)."""
     options = plan.options
     measure = plan.measure
     compensate_degrees = plan.compensate_degrees
@@ -505,8 +501,7 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
                          plan: OffloadPlan,
                          ranks: Optional[MachineRanks] = None
                          ) -> HeteroOffloadRuntime:
-    r"""The runtime for a heterogeneous graph; :obj:`plan.first` (found by a
-    traced forward pass) overrides :obj:`options.layer`."""
+    r"""The runtime for a heterogeneous graph (agreed with :obj:`ranks`)."""
     options = plan.options
     measure = plan.measure
     partitioned = plan.partitioned

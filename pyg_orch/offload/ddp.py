@@ -33,8 +33,7 @@ class MachineRanks:
             self.device = torch.device('cuda', torch.cuda.current_device())
 
     def sum(self, tensor: Tensor) -> Tensor:
-        r"""The element-wise sum of :obj:`tensor` over the ranks (a new
-        tensor on :obj:`tensor`'s device and of its dtype)."""
+        r"""The element-wise sum of :obj:`tensor` over the ranks."""
         work = tensor.to(self.device).clone()
         dist.all_reduce(work, group=self.group)
         return work.to(tensor.device)
@@ -48,8 +47,7 @@ class MachineRanks:
 
     def mean_times(self, times: Dict[int, List[float]]
                    ) -> Dict[int, List[float]]:
-        r"""Step times measured per hot-set size (the same sizes and numbers
-        of steps on every rank), averaged over the ranks step by step."""
+        r"""Step times per hot-set size, averaged over the ranks."""
         keys = list(times)
         flat = torch.tensor([t for k in keys for t in times[k]],
                             dtype=torch.float64)
@@ -62,8 +60,7 @@ class MachineRanks:
 
 
 def machine_ranks() -> Optional[MachineRanks]:
-    r"""This machine's :class:`MachineRanks` under an initialized process
-    group with more than one rank on it, else :obj:`None`."""
+    r"""This machine's ranks if several train on it, else :obj:`None`."""
     if not process_group_active():
         return None
     ranks = MachineRanks()
@@ -92,8 +89,7 @@ class AgreedStepTimeChooser(StepTimeChooser):
 
     def tick(self, count: bool = True,
              unusable: bool = False) -> Optional[int]:
-        r"""As :meth:`StepTimeChooser.tick`, a collective: a step counts if it
-        counts on every rank, a candidate is unusable if it is on any."""
+        r"""As :meth:`StepTimeChooser.tick`, a collective."""
         if self.done:
             return None
         # A step counts only where every rank times it (a rank after a

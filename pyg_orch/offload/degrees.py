@@ -1,5 +1,4 @@
-"""Placeholder in-edges for pruned hot vertices, so that degree-normalized
-layers see their in-degrees."""
+"""Placeholder in-edges for pruned hot vertices (degree compensation)."""
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -44,8 +43,7 @@ class DegreeCompensation:
         return out
 
     def placeholder_edges(self, n_id: Tensor, rows: Tensor) -> Tensor:
-        r"""The placeholder in-edges of the pruned hot rows :obj:`rows` of a
-        batch of nodes :obj:`n_id`."""
+        r"""Placeholder in-edges of the hot rows :obj:`rows`."""
         colptr, ids = self._columns_on(n_id.device)
         nodes = n_id.index_select(0, rows).to(torch.int64)
         if ids is not None:  # Hot vertices are columns (no host sync).

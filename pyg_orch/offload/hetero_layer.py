@@ -1,5 +1,4 @@
-"""The first layer of a heterogeneous model (one module per edge type),
-computed for hot vertices of several node types on the CPU."""
+"""The first layer of a heterogeneous model, computed on the CPU."""
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -64,8 +63,7 @@ def find_hetero_first_layer(
 
 
 def common_prefix(names: List[str]) -> str:
-    r"""The longest dotted module path that all :obj:`names` start with
-    (:obj:`''` for the model itself)."""
+    r"""The longest dotted module path all :obj:`names` start with."""
     if len(names) == 1:
         return names[0]
     parts = [name.split('.') for name in names]
@@ -151,8 +149,7 @@ class HeteroBottomLayerComputer:
 
     @property
     def num_neighbors(self) -> int:
-        r"""Sampled neighbors per vertex at most, over all edge types into its
-        type (:obj:`-1` if some takes all)."""
+        r"""Most sampled neighbors per vertex (:obj:`-1`: all)."""
         if any(p.num_neighbors < 0 for p in self.parts):
             return -1
         per_type = {t: 0 for t in self.node_types}
@@ -176,8 +173,7 @@ class HeteroBottomLayerComputer:
 
     def node_type_of(self, nodes: Tensor) -> Dict[NodeType, Tuple[Tensor,
                                                                  Tensor]]:
-        r"""Splits combined ids by node type: positions in :obj:`nodes` and ids
-        within the type."""
+        r"""Positions and ids within the type, per node type."""
         out = {}
         for t in self.node_types:
             lo = self.offsets[t]
@@ -232,14 +228,12 @@ class HeteroBottomLayerComputer:
 
     @property
     def cpu_aggregation(self) -> str:
-        r"""How the edge types' rows are computed: their one way, or
-        :obj:`'mixed'`."""
+        r"""The edge types' one way, or :obj:`'mixed'`."""
         ways = {part.cpu_aggregation for part in self.parts}
         return ways.pop() if len(ways) == 1 else 'mixed'
 
     def layer_for(self, key, state: Dict[str, Tensor]) -> List:
-        r"""The calling thread's copies of the per-edge-type layers, loaded
-        with :obj:`state` unless they hold :obj:`key` already."""
+        r"""The calling thread's layer copies, holding :obj:`key`."""
         local = self._local
         if getattr(local, 'key', None) is not key:
             states: List[Dict[str, Tensor]] = [{} for _ in self.parts]
@@ -254,21 +248,18 @@ class HeteroBottomLayerComputer:
 
     def layer_group(self, convs: Dict[EdgeType, torch.nn.Module]
                     ) -> torch.nn.Module:
-        r"""The device-side layers as one module, whose state :meth:`layer_for`
-        takes."""
+        r"""The device-side layers as one module."""
         return torch.nn.ModuleDict(
             {str(i): convs[et]
              for i, et in enumerate(self.edge_types)})
 
     def item_generator(self, *key: int) -> Optional[torch.Generator]:
-        r"""One generator for all edge types of a work item (see
-        :meth:`BottomLayerComputer.item_generator`)."""
+        r"""One generator for all edge types of an item."""
         return self.parts[0].item_generator(*key)
 
     def compute(self, layers: List, nodes: Tensor,
                 generator: Optional[torch.Generator] = None) -> Tensor:
-        r"""Rows of :obj:`nodes` (combined ids): every edge type's output into
-        the vertex's type at its :attr:`columns`, zeros elsewhere."""
+        r"""Rows of :obj:`nodes`, every edge type at its columns."""
         nodes = nodes.to(torch.int64)
         out: Optional[Tensor] = None
         for t, (pos, local) in self.node_type_of(nodes).items():

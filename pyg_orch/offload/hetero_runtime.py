@@ -64,8 +64,7 @@ class HeteroOffloadRuntime(OffloadRuntime):
 
     @property
     def hot_nodes(self) -> Dict[NodeType, Tensor]:
-        r"""Hot vertices per node type (ids within the type), most
-        accessed first."""
+        r"""Hot vertices per node type, most accessed first."""
         hot = self.hot.hot_nodes
         types = self.computer.node_type_of(hot)
         return {

@@ -63,8 +63,7 @@ class HotSetSizer:
 
     @classmethod
     def auto_start(cls, candidates: Tensor, num_nodes: int) -> 'HotSetSizer':
-        r"""A growing hot set over :obj:`candidates`, starting with
-        :attr:`AUTO_START_RATIO` of the vertices."""
+        r"""A hot set growing from :attr:`AUTO_START_RATIO`."""
         start = max(1, int(round(cls.AUTO_START_RATIO * num_nodes)))
         return cls(candidates, num_nodes, min(start, candidates.numel()),
                    auto=True)
@@ -112,16 +111,14 @@ class HotSetSizer:
 
     def bind(self, sampler: Any,
              to_masks: Optional[Callable[[Tensor], Any]] = None) -> None:
-        r"""The sampler to tell what to prune; :obj:`to_masks` turns
-        :attr:`mask` into what it takes."""
+        r"""The sampler to tell what to prune, through :obj:`to_masks`."""
         self._sampler = sampler
         if to_masks is not None:
             self._to_masks = to_masks
 
     @property
     def prune_size(self) -> int:
-        r"""The vertices the sampler prunes (fewer than :attr:`size` while a
-        shrink settles)."""
+        r"""The vertices the sampler prunes."""
         return self._prune_size
 
     def prune_masks(self) -> Any:
@@ -137,8 +134,7 @@ class HotSetSizer:
         self._tell_sampler()
 
     def share_masks(self) -> None:
-        r"""From now on, the sampler's masks live in shared memory and are
-        updated in place, so that persistent loader workers follow."""
+        r"""Keeps the sampler's masks in shared memory from now on."""
         self._share = True
         self._tell_sampler()
 
@@ -203,8 +199,7 @@ class HotSetSizer:
     # Growth ##################################################################
 
     def use(self, rows: int) -> bool:
-        r"""A table of :obj:`rows` rows is in use; returns whether the set in
-        use grew."""
+        r"""A table of :obj:`rows` rows is in use; whether the set grew."""
         if rows <= self._prune_size or self._shrink_to is not None:
             return False
         rows = min(int(rows), self.planned, self.candidates.numel())

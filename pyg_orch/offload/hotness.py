@@ -1,5 +1,4 @@
-"""Hot vertices by pre-sampled access frequency in the bottom layer's part of
-mini-batches."""
+"""Hot vertices by pre-sampled bottom-layer access frequency."""
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -45,8 +44,7 @@ class HotSet:
         return mask
 
     def coverage(self, nodes: Optional[Tensor] = None) -> float:
-        r"""The share of pre-sampled accesses that hit a hot vertex (or one of
-        :obj:`nodes`)."""
+        r"""The share of pre-sampled accesses that hit :obj:`nodes`."""
         total = int(self.counts.sum())
         if total == 0:
             return 0.0

@@ -1,5 +1,4 @@
-"""The options of :class:`~pyg_orch.offload.BottomLayerOffload`, validated in
-one place."""
+"""The options of :class:`BottomLayerOffload`, validated in one place."""
 import copy
 import threading
 from dataclasses import dataclass, field, fields
@@ -276,8 +275,7 @@ TEST_HOOKS = ('work_hook', 'autotune_clock')
 
 def options_from_keywords(options: Optional[OffloadOptions],
                           kwargs: Dict[str, Any]) -> OffloadOptions:
-    r"""The options given :obj:`options` and the deprecated keywords
-    :obj:`kwargs`."""
+    r"""The options from :obj:`options` or deprecated keywords."""
     if options is not None and not isinstance(options, OffloadOptions):
         raise TypeError(f"'options' must be a pyg_orch.offload."
                         f"OffloadOptions (got {type(options).__name__})")

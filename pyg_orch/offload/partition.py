@@ -27,8 +27,7 @@ def is_partition_loader(loader: Any) -> bool:
 
 
 def check_partition_loader(loader: Any) -> Any:
-    r"""Returns the sampler of a partitioned :obj:`loader`; raises if
-    offload cannot work with it."""
+    r"""The sampler of a partitioned :obj:`loader`, checked."""
     part = loader.partition_batches.partition
     if not part.is_hetero and not isinstance(part.x, Tensor):
         raise ValueError("BottomLayerOffload needs node features: the "
@@ -92,8 +91,7 @@ class HaloTable:
 
 
 class PartBottomLayerComputer(BottomLayerComputer):
-    r"""A :class:`~pyg_orch.offload.bottom_layer.BottomLayerComputer` over a
-    :class:`HaloTable`, vertices named by global ids."""
+    r"""A :class:`BottomLayerComputer` over a :class:`HaloTable`."""
     def __init__(self, layer: torch.nn.Module, table: HaloTable,
                  num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None,
@@ -105,8 +103,7 @@ class PartBottomLayerComputer(BottomLayerComputer):
 
     @property
     def in_edge_mask(self) -> Optional[Tensor]:
-        r"""Over the table's rows: the vertices that get placeholder in-edges.
-        """
+        r"""Vertices that get placeholder in-edges (by row)."""
         return self._in_edge_mask
 
     @in_edge_mask.setter
@@ -126,8 +123,7 @@ class PartBottomLayerComputer(BottomLayerComputer):
 
 
 class PartBipartiteLayerComputer(BipartiteLayerComputer):
-    r"""A :class:`~pyg_orch.offload.bottom_layer.BipartiteLayerComputer` over a
-    :class:`HaloTable` of the destination type."""
+    r"""A :class:`BipartiteLayerComputer` over a :class:`HaloTable`."""
     def __init__(self, layer: torch.nn.Module, x_src: Tensor,
                  table: HaloTable, num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None,
@@ -302,8 +298,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
 
 def build_halo(loader: Any, candidates: Tensor, max_rows: int
                ) -> Tuple[HaloTable, Tensor]:
-    r"""The homogeneous :func:`build_halo_tables`: one :class:`HaloTable` and
-    the kept prefix; a collective."""
+    r"""The homogeneous :func:`build_halo_tables`; a collective."""
     _, by_edge, kept = build_halo_tables(loader, candidates, [None],
                                          {None: 0}, [None], max_rows)
     return by_edge[None], kept
@@ -319,8 +314,7 @@ def part_runtime_inputs(loader: Any, first: torch.nn.Module, ratio: float,
                         options: OffloadOptions
                         ) -> Tuple[HotSet, PartBottomLayerComputer,
                                    HaloTable]:
-    r"""The hot candidates, the computer and its table on a homogeneous
-    partition; a collective."""
+    r"""Candidates, computer and table on a homogeneous partition."""
     selection = select_part_hot_nodes(loader, [None], ratio,
                                       _presample_batches(loader, options),
                                       options.seed)
@@ -341,8 +335,7 @@ def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
                                ratio: float, options: OffloadOptions
                                ) -> Tuple[HotSet, HeteroBottomLayerComputer,
                                           Dict[Any, HaloTable]]:
-    r"""The hot candidates (combined ids), the computer and the table of every
-    node type on a heterogeneous partition; a collective."""
+    r"""Candidates, computer and tables on a heterogeneous partition."""
     sampler = loader.node_sampler
     part = loader.partition_batches.partition
     edge_types = list(convs)
@@ -382,8 +375,7 @@ def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
 
 
 def partition_ranks(loader: Any) -> Optional[MachineRanks]:
-    r"""The ranks that sample the partitioned graph of :obj:`loader` together,
-    where there are several."""
+    r"""The ranks that sample the partitioned graph together."""
     if not process_group_active():
         return None
     group = loader.partition_batches.group
@@ -394,8 +386,7 @@ def partition_ranks(loader: Any) -> Optional[MachineRanks]:
 
 
 def build_key(options: OffloadOptions) -> Tuple[Any, ...]:
-    r"""The options that decide the collectives of building on a partition:
-    every rank must pass the same."""
+    r"""The options every rank must pass alike on a partition."""
     return (options.hot_ratio, options.measure,
             repr(options.autotune), options.num_presample_batches)
 

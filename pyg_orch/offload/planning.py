@@ -124,8 +124,7 @@ def _input_mismatch(layer: torch.nn.Module, x: Any) -> Optional[str]:
 def plan_on_construction(model: torch.nn.Module, data: Any,
                          is_hetero: bool,
                          options: OffloadOptions) -> Optional[str]:
-    r"""Why the first layer of :obj:`model` can only be found from the first
-    training batch (:obj:`None`: from its modules now)."""
+    r"""Why the first layer can only be found from a batch, or :obj:`None`."""
     if has_lazy_parameters(model):
         return 'lazily initialized parameters'
     if options.layer is not None:
@@ -166,8 +165,7 @@ def model_inputs(args: tuple, kwargs: dict) -> Tuple[Any, Any]:
 
 def trace_message_passing(model: torch.nn.Module, args: tuple,
                           kwargs: dict) -> Tuple[Any, List[LayerCall]]:
-    r"""Runs :obj:`model(*args, **kwargs)` and returns its output and the calls
-    of its outermost message-passing modules, with their inputs."""
+    r"""Runs :obj:`model`; its output and message-passing calls."""
     calls: List[LayerCall] = []
 
     def make_hook(name: str):
@@ -354,8 +352,7 @@ class OffloadPlan:
 
 def pass_through_plan(reason: str, options: Optional[OffloadOptions] = None,
                       pending: bool = False) -> OffloadPlan:
-    r"""A plan that runs the model unchanged (or plans again at the first
-    training forward pass, with :obj:`pending`)."""
+    r"""A plan that runs the model unchanged (or later, pending)."""
     return OffloadPlan(PENDING if pending else PASS_THROUGH, reason,
                        options=options)
 
@@ -399,8 +396,7 @@ def _cache_ratio(loader: Any, facts: LoaderFacts,
 
 def check_hetero_options(options: OffloadOptions,
                          compensate: bool = False) -> None:
-    r"""Raises a :class:`NotImplementedError` for options not supported on
-    heterogeneous graphs."""
+    r"""Raises for options not supported on heterogeneous graphs."""
     if options.refresh != 'super_batch' or compensate:
         raise NotImplementedError(
             "BottomLayerOffload on heterogeneous graphs supports "

@@ -51,41 +51,33 @@ class OffloadableLoader(Protocol):
 
     @property
     def offload_data(self) -> Optional[Union[Data, HeteroData]]:
-        r"""The graph in host memory whose features and topology the CPU side
-        reads; :obj:`None` where there is none."""
+        r"""The host-memory graph the CPU side reads, or :obj:`None`."""
 
     @property
     def batches_ahead(self) -> int:
-        r"""How many batches are built ahead of the one training, at
-        most (a prefetch thread, worker threads)."""
+        r"""The most batches built ahead of the one training."""
 
     @property
     def gpu_cache_capacity(self) -> int:
-        r"""How many feature rows the loader's GPU cache can hold
-        (:obj:`0` without one)."""
+        r"""Rows the loader's GPU cache can hold (:obj:`0`: none)."""
 
     def offload_seeds(self) -> Tuple[Seeds, int]:
-        r"""This process's training seeds (for link-level loaders the label
-        edges' endpoints) and how many of them one mini-batch holds."""
+        r"""This process's training seeds and the batch size."""
 
     def register_batch_hook(self, hook: Callable,
                             when: str = 'received') -> Callable[[], None]:
-        r"""Calls :obj:`hook` on every batch received (or sampled, with
-        :obj:`when='sampled'`); returns a function that removes it."""
+        r"""Calls :obj:`hook` on every batch; returns its remover."""
 
     def set_gpu_cache_nodes(self, nodes: Any) -> bool:
-        r"""Caches the features of :obj:`nodes` on the GPU; :obj:`False`
-        where the loader has no cache that can be set."""
+        r"""Caches the features of :obj:`nodes` on the GPU."""
 
     def get_gpu_cache_nodes(self) -> Optional[Any]:
-        r"""The nodes whose features the GPU cache holds now, or
-        :obj:`None`."""
+        r"""The nodes the GPU cache holds, or :obj:`None`."""
 
 
 @dataclass(frozen=True)
 class LoaderFacts:
-    r"""What a loader tells an offload plan, read once by :func:`loader_facts`.
-    """
+    r"""What a loader tells an offload plan."""
     #: The sampler is heterogeneous.
     is_hetero: bool
     #: The number of sampled hops.
@@ -111,8 +103,7 @@ class LoaderFacts:
 
     @property
     def sampled_in_loop(self) -> bool:
-        r"""Whether batches are sampled in the training loop's thread (no
-        prefetch thread, no worker processes)."""
+        r"""Whether batches are sampled in the loop's thread."""
         return self.batches_ahead == 0 and self.num_workers == 0
 
 
@@ -129,8 +120,7 @@ STORES_REASON = ("(FeatureStore, GraphStore) inputs (it supports Data and "
 
 
 def not_offloadable_reason(loader: Any) -> Optional[str]:
-    r"""Why :obj:`loader` does not implement :class:`OffloadableLoader`
-    (its sampler included), or :obj:`None` where it does."""
+    r"""Why :obj:`loader` is not offloadable, or :obj:`None`."""
     if not isinstance(loader, OffloadableLoader):
         return (f"a {type(loader).__name__}, which does not implement "
                 f"pyg_orch.offload.protocol.OffloadableLoader (use "
@@ -144,8 +134,7 @@ def not_offloadable_reason(loader: Any) -> Optional[str]:
 
 def loader_facts(loader: OffloadableLoader,
                  partitioned: bool = False) -> LoaderFacts:
-    r"""The facts of an :class:`OffloadableLoader`; :obj:`partitioned` for a
-    loader over a partition folder."""
+    r"""The facts of an :class:`OffloadableLoader`."""
     sampler = loader.offload_sampler
     unsupported, weighted = None, False
     if not partitioned:  # A partition's sampler holds a part's topology.

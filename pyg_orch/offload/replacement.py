@@ -1,5 +1,4 @@
-"""Replacing hot rows of a layer's output on the device, and what a runtime
-knows of a batch and a forward pass."""
+"""Replacing hot rows of a layer's output on the device."""
 import weakref
 from typing import Any, Callable, Optional, Tuple
 
@@ -111,21 +110,18 @@ def check_batch_features(x: Tensor, n_id: Tensor, features: Tensor,
 
 
 def replace_output(output: Any, replace: Callable[[Tensor], Tensor]) -> Any:
-    r"""A layer's output with its (first) tensor passed through
-    :obj:`replace`."""
+    r"""A layer's output, its first tensor through :obj:`replace`."""
     if isinstance(output, (tuple, list)):
         return type(output)([replace(output[0])] + list(output[1:]))
     return replace(output)
 
 
 class FirstLayerEdgeTensors(NotImplementedError):
-    r"""The first layer gets edge-level tensors, which the CPU side can not
-    reproduce: the model runs unchanged."""
+    r"""The first layer gets edge-level tensors."""
 
 
 def check_no_edge_tensors(what: str, args: tuple, kwargs: dict) -> None:
-    r"""Raises :class:`FirstLayerEdgeTensors` if the first layer gets tensors
-    besides :obj:`x` and :obj:`edge_index`."""
+    r"""Raises if the first layer gets edge-level tensors."""
     extra = [
         name for name, v in list(enumerate(args[2:], 2)) +
         [(k, v) for k, v in kwargs.items() if k not in ('x', 'edge_index')]
@@ -139,8 +135,7 @@ def check_no_edge_tensors(what: str, args: tuple, kwargs: dict) -> None:
 
 
 def check_aggregated(ctx: 'ForwardContext', what: str) -> None:
-    r"""With the aggregate split, raises a :class:`RuntimeError` if the
-    layer (described by :obj:`what`) ran without PyG's aggregation hooks."""
+    r"""Raises if the layer ran without PyG's aggregation hooks."""
     if not ctx.aggregated:
         raise RuntimeError(
             f"BottomLayerOffload: the aggregation of {what} ran without "
@@ -164,8 +159,7 @@ class ForwardContext:
 
 
 class RuntimeHook:
-    r"""A hook that calls a runtime method through a weak reference; copies of
-    a module holding it get a disabled hook."""
+    r"""A hook calling a runtime method through a weak reference."""
     def __init__(self, runtime: Any, name: str):
         self.ref = None if runtime is None else weakref.ref(runtime)
         self.name = name
@@ -184,8 +178,7 @@ class RuntimeHook:
 
 
 class FirstLayerMismatch(ValueError):
-    r"""The model does not call the chosen first layer on the raw features: the
-    model runs unchanged. :obj:`layer` is the layer that did, if any."""
+    r"""The model does not call the first layer on raw features."""
     def __init__(self, message: str, layer: Optional[str] = None):
         super().__init__(message)
         self.layer = layer

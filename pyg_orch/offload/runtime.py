@@ -1,5 +1,4 @@
-""":class:`OffloadRuntime`: hooks on the model and the loader, the hot set, the
-embedding strategy and counters."""
+""":class:`OffloadRuntime`: the hooks, hot set, strategy and counters."""
 import collections
 import logging
 import warnings
@@ -185,27 +184,23 @@ class OffloadRuntime:
         return self.hot.hot_nodes
 
     def per_type(self, values: Tensor) -> Union[Tensor, Dict[str, Tensor]]:
-        r""":obj:`values` over all vertices (per node type for heterogeneous
-        graphs)."""
+        r""":obj:`values` (per node type for heterogeneous graphs)."""
         return values
 
     def batch_info(self, x: Tensor) -> Optional[BatchInfo]:
-        r"""What the runtime knows of the batch whose features are
-        :obj:`x` (drawn in training mode, not too long ago)."""
+        r"""What the runtime knows of the batch of :obj:`x`."""
         return self.batches.get(id(x))
 
     # Modes ###################################################################
 
     @property
     def active(self) -> bool:
-        r"""Whether it offloads in training mode: not closed, and some
-        vertices are hot (or planned to be)."""
+        r"""Whether it offloads in training mode."""
         return not self.closed and (self.hot.size > 0
                                     or self.hot.planned > 0)
 
     def set_training(self, mode: bool) -> None:
-        r"""Training mode (the sampler prunes the hot set) or evaluation
-        mode (no pruning, worker threads stopped)."""
+        r"""Training mode (pruning) or evaluation mode."""
         self.training = bool(mode)
         if self.closed:
             return
@@ -216,8 +211,7 @@ class OffloadRuntime:
             self.strategy.pause()
 
     def start_tuner(self, tuner_factory: Any) -> None:
-        r"""Starts the decision by measurement: :obj:`tuner_factory(hot,
-        on_resize, on_done, cannot_keep_up)` makes the tuner."""
+        r"""Starts the decision by measurement."""
         self.tuner = tuner_factory(self.hot, self.strategy.replan,
                                    self._tuned,
                                    self.strategy.cannot_keep_up)
@@ -263,8 +257,7 @@ class OffloadRuntime:
         self.close()
 
     def pause(self) -> None:
-        r"""Stops the worker threads; they restart at the next training
-        step."""
+        r"""Stops the worker threads until the next training step."""
         self.strategy.pause()
 
     def close(self) -> None:
@@ -301,8 +294,7 @@ class OffloadRuntime:
         self._rows_replaced: Union[int, Tensor] = 0
 
     def stats(self) -> Dict[str, Any]:
-        r"""The counters of
-        :meth:`pyg_orch.offload.BottomLayerOffload.stats`."""
+        r"""The counters of :meth:`BottomLayerOffload.stats`."""
         selection = self.selection
         out = {
             'num_hot': self.hot.size,
@@ -464,8 +456,7 @@ class OffloadRuntime:
     # Forward #################################################################
 
     def begin(self, x: Any, edge_index: Any) -> ForwardContext:
-        r"""A training forward pass on :obj:`x` starts: counts it, lets the
-        strategy queue work and finds the batch of :obj:`x`."""
+        r"""A training forward pass on :obj:`x` starts."""
         version = self.counter.on_forward()
         self.strategy.on_forward(version)
         info = self._match(x)
@@ -482,8 +473,7 @@ class OffloadRuntime:
         return ctx
 
     def end(self, ctx: ForwardContext, failed: bool) -> None:
-        r"""The forward pass :obj:`ctx` ended (:obj:`failed`: with an
-        exception); raises if the first layer was not called."""
+        r"""The forward pass :obj:`ctx` ended."""
         self.ctx = None
         if failed:
             return
@@ -494,8 +484,7 @@ class OffloadRuntime:
                 f"pass the layer the model calls first as 'layer='")
 
     def check_eval_batch(self, x: Any) -> None:
-        r"""Warns (once) if :obj:`x` is the input of a batch pruned in
-        training mode, evaluated now."""
+        r"""Warns once if :obj:`x` is a pruned batch."""
         if self.warned_eval_pruned or not isinstance(x, Tensor):
             return
         info = self.batches.get(id(x))
@@ -508,8 +497,7 @@ class OffloadRuntime:
                 "batches", stacklevel=5)
 
     def install_order_check(self) -> List[Any]:
-        r"""Until the first offloaded forward pass completes, raises if
-        another message-passing layer runs before the chosen one."""
+        r"""Checks that no other layer runs first."""
         handles = []
         ctx_ref = self
 
@@ -619,6 +607,5 @@ class OffloadRuntime:
 
     @property
     def rows_replaced(self) -> int:
-        r"""Hot rows replaced since :meth:`reset_stats` (synchronizes with
-        the device)."""
+        r"""Hot rows replaced (synchronizes)."""
         return int(self._rows_replaced)

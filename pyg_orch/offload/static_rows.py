@@ -1,5 +1,4 @@
-"""Rows computed once: whether hot rows may aggregate all in-neighbors, the
-hot-set sizes tried for them, and the GPU memory their table may take."""
+"""Rows computed once: when, how many, and in how much memory."""
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -31,8 +30,7 @@ def _parts(computer: Computer) -> Sequence[BottomLayerComputer]:
 
 
 def degree_probe(colptr: Tensor, num: int = PROBE_SIZE) -> Tensor:
-    r"""The :obj:`num` vertices of highest in-degree of :obj:`colptr`, to check
-    a layer's split on."""
+    r"""The :obj:`num` vertices of highest in-degree."""
     deg = (colptr[1:] - colptr[:-1]).cpu()
     num = min(int(num), deg.numel())
     return torch.topk(deg, num, sorted=True).indices.to(torch.int64)
@@ -40,8 +38,7 @@ def degree_probe(colptr: Tensor, num: int = PROBE_SIZE) -> Tensor:
 
 def hetero_degree_probe(csc_dict: Dict[Any, Any], node_types: Sequence[Any],
                         num: int = PROBE_SIZE) -> Dict[Any, Tensor]:
-    r""":func:`degree_probe` for every destination type, by the first edge type
-    into it."""
+    r""":func:`degree_probe` per destination type."""
     out: Dict[Any, Tensor] = {}
     for et, csc in csc_dict.items():
         if et[-1] in node_types and et[-1] not in out:
@@ -75,15 +72,13 @@ def full_neighbors_reason(computer: Computer,
 
 
 def use_all_neighbors(computer: Computer) -> None:
-    r"""From now on :obj:`computer` aggregates all in-neighbors of every
-    vertex (fan-out :obj:`-1`). Call before any worker thread runs."""
+    r"""Makes :obj:`computer` aggregate all in-neighbors."""
     for part in _parts(computer):
         part.num_neighbors = -1
 
 
 def table_row_bytes(computer: Computer) -> int:
-    r"""Bytes of one row of :obj:`computer`'s tables of means of raw features.
-    """
+    r"""Bytes of one row of :obj:`computer`'s tables."""
     width = getattr(computer, 'width', None)
     if width:
         part = _parts(computer)[0]
@@ -93,8 +88,7 @@ def table_row_bytes(computer: Computer) -> int:
 
 def max_table_rows(row_bytes: int, device: Union[str, torch.device],
                    share: float = TABLE_MEMORY_SHARE) -> Optional[int]:
-    r"""The most rows of :obj:`row_bytes` bytes one table may hold on
-    :obj:`device` (:obj:`share` of its free memory); :obj:`None` off CUDA."""
+    r"""The most rows one table may hold on :obj:`device`."""
     device = torch.device(device)
     if device.type != 'cuda' or not torch.cuda.is_available():
         return None
@@ -104,8 +98,7 @@ def max_table_rows(row_bytes: int, device: Union[str, torch.device],
 
 def cap_sizes(sizes: Sequence[int], ratios: Sequence[float],
               max_rows: Optional[int]) -> Tuple[list, list]:
-    r"""The hot-set :obj:`sizes` and their :obj:`ratios`, those above
-    :obj:`max_rows` replaced by one of :obj:`max_rows`."""
+    r"""The :obj:`sizes` and :obj:`ratios`, capped at :obj:`max_rows`."""
     if max_rows is None:
         return list(sizes), list(ratios)
     out_sizes, out_ratios = [], []

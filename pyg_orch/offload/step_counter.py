@@ -1,5 +1,4 @@
-"""Counting weight versions: optimizer steps that update given parameters,
-or training forward passes when no such optimizer step is ever seen."""
+"""Counting weight versions (optimizer steps or forward passes)."""
 import weakref
 from typing import Callable, Iterable, Optional
 

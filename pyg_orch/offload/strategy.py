@@ -115,8 +115,7 @@ class EmbeddingStrategy:
 
     def on_batch_sampled(self, pos: Tensor, version: int,
                          weights_version: Optional[int] = None) -> None:
-        r"""A batch that will train at :obj:`version` was drawn, with the hot
-        rows :obj:`pos` (positions in the hot set)."""
+        r"""A batch with hot rows :obj:`pos` was drawn."""
 
     def rows_for(self, info: BatchInfo, version: int,
                  timer: Any = None) -> Optional[Tensor]:
@@ -196,8 +195,7 @@ class EmbeddingStrategy:
             self.staleness_hist.get(staleness, 0) + 1
 
     def stats(self) -> Dict[str, Any]:
-        r"""Counters (see :meth:`pyg_orch.offload.BottomLayerOffload.stats`).
-        """
+        r"""Counters (see :meth:`BottomLayerOffload.stats`)."""
         hist = dict(sorted(self.staleness_hist.items()))
         return {
             'max_staleness': self.max_staleness,
@@ -363,8 +361,7 @@ class EmbeddingStrategy:
     # Worker threads ##########################################################
 
     def run_item(self, job: Job, lo: int, hi: int) -> None:
-        r"""Computes the rows :obj:`lo:hi` of :obj:`job` on a worker thread;
-        the last item finishes its table."""
+        r"""Computes the rows :obj:`lo:hi` of :obj:`job`."""
         if job.cancelled.is_set():
             return
         start = time.perf_counter()

@@ -1,5 +1,4 @@
-""":obj:`refresh='super_batch'`: tables of all hot vertices, pipelined by
-super-batch."""
+""":obj:`refresh='super_batch'`: tables of all hot vertices."""
 import time
 from typing import Any, Dict, Optional
 
@@ -75,16 +74,14 @@ class EmbeddingPipeline(EmbeddingStrategy):
         return None if table is None else table.emb
 
     def replan(self) -> None:
-        r"""The planned hot set changed: its tables are queued from the next
-        step on."""
+        r"""The planned hot set changed."""
         self.chunks = split_chunks(self.hot.planned, self.num_threads,
                                    self.chunk_size)
         self._last_submit = None
         self._plan_changed()
 
     def maybe_submit(self, version: int) -> None:
-        r"""Takes a snapshot and queues its table at the start of every
-        super-batch, first letting the hot set grow."""
+        r"""Queues a table at the start of a super-batch."""
         self._version = version
         if not self.chunks:
             return
@@ -122,8 +119,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
                                        self.chunk_size)
 
     def submit(self, version: int) -> None:
-        r"""Snapshots the layer's weights of :obj:`version` and queues their
-        table."""
+        r"""Snapshots the weights and queues their table."""
         self._mark(version)
         self._launch(Snapshot(version, self.layer), self.hot.planned_nodes,
                      self.chunks)
@@ -237,8 +233,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
         return table
 
     def pause(self) -> None:
-        r"""Cancels queued tables and stops the worker threads (the newest
-        finished table is kept)."""
+        r"""Cancels queued tables and stops the workers."""
         for job in self._jobs:
             if job.succeeded() and not self.scheduled:
                 self._current = job.future.result()

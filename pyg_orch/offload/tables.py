@@ -1,5 +1,4 @@
-"""What the embedding strategies share: tables, weight snapshots, work items
-and the error a failed worker raises."""
+"""What the embedding strategies share: tables, snapshots, work items."""
 import threading
 import time
 from concurrent.futures import Future
@@ -61,8 +60,7 @@ class EmbeddingTable:
 
 
 class Snapshot:
-    r"""The state of a layer at one version, cloned where it lives and copied
-    to the CPU once."""
+    r"""The state of a layer at one version."""
     def __init__(self, version: int, layer: torch.nn.Module):
         self.version = version
         self.state: Optional[Dict[str, Tensor]] = snapshot_state(layer)
@@ -76,8 +74,7 @@ class Snapshot:
         self.lock = threading.Lock()
 
     def cpu(self, get_stream: Callable) -> Dict[str, Tensor]:
-        r"""The state on the CPU (copied on :obj:`get_stream(device)` from a
-        CUDA device)."""
+        r"""The state on the CPU, copied once."""
         with self.lock:
             if self.cpu_state is None:
                 if self.event is not None:
@@ -106,8 +103,7 @@ class PinnedStaging:
         self._local = threading.local()
 
     def copy(self, src: Tensor, dst: Tensor, stream: Any) -> None:
-        r"""Copies :obj:`src` (host) into :obj:`dst` (device) on :obj:`stream`,
-        without waiting."""
+        r"""Copies :obj:`src` into :obj:`dst` on :obj:`stream`."""
         local = self._local
         if not hasattr(local, 'slots'):
             local.slots, local.turn = [[None, None], [None, None]], 0
@@ -128,8 +124,7 @@ class PinnedStaging:
 
 
 class Job:
-    r"""The embeddings of :obj:`nodes` from one snapshot, computed in chunks
-    into :obj:`buffer`; :obj:`future` gets an :class:`EmbeddingTable`."""
+    r"""The rows of :obj:`nodes` from one snapshot, in chunks."""
     def __init__(self, seq: int, snapshot: Snapshot, nodes: Tensor,
                  chunks: List[tuple], rows: Optional[Tensor] = None):
         self.seq = seq
@@ -177,8 +172,7 @@ _ITEM_BYTES = 8 * 2**20
 
 
 def default_chunk_size(computer: BottomLayerComputer) -> int:
-    r"""Hot vertices per work item by default: about 8 MB of gathered features,
-    between 256 and 16,384 vertices."""
+    r"""Hot vertices per work item: about 8 MB of features."""
     k = computer.num_neighbors
     rows_per_vertex = 1 + (k if k >= 0 else 32)
     if computer.cpu_aggregation == 'embedding_bag':

@@ -31,6 +31,5 @@ def offload_hooks(work_hook: Optional[WorkHook] = None,
 
 
 def current_hooks() -> _Hooks:
-    r"""The hooks of the innermost :func:`offload_hooks` context
-    (:obj:`(None, None)` outside)."""
+    r"""The hooks of the innermost :func:`offload_hooks`."""
     return _active[-1] if _active else (None, None)

@@ -1,5 +1,4 @@
-"""A small pool of named worker threads that exit when idle or closed, and
-the default numbers of threads."""
+"""Worker threads that exit when idle, and their default numbers."""
 import atexit
 import collections
 import itertools
@@ -54,16 +53,14 @@ def _in_new_thread(fn: Callable, *args: Any) -> Any:
 
 
 def local_ranks() -> int:
-    r"""The training processes of this machine that share its CPU cores
-    (:obj:`1` without an initialized process group)."""
+    r"""The training processes sharing this machine's cores."""
     if not (dist.is_available() and dist.is_initialized()):
         return 1
     return max(1, rank_info().local_world_size)
 
 
 def cpu_cores_per_rank(local_world_size: Optional[int] = None) -> int:
-    r"""The CPU cores of one training process: the machine's divided by
-    :obj:`local_world_size` (by default :func:`local_ranks`), at least one."""
+    r"""The CPU cores of one training process (at least one)."""
     if local_world_size is None:
         local_world_size = local_ranks()
     return max(1, (os.cpu_count() or 1) // max(int(local_world_size), 1))
@@ -187,8 +184,7 @@ class WorkerPool:
 
     def close(self, wait: bool = True,
               timeout: Optional[float] = None) -> None:
-        r"""Cancels queued work and stops the threads; with :obj:`wait`,
-        joins them (a function already running finishes first)."""
+        r"""Cancels queued work and stops the threads."""
         with self._cond:
             self._closed = True
             queued = list(self._queue)

@@ -1,5 +1,4 @@
-""":class:`BottomLayerOffload`: a thin :class:`torch.nn.Module` front over a
-model and its loader; the work is done by its runtime."""
+""":class:`BottomLayerOffload`: a thin front over a model and its loader."""
 import copy
 import warnings
 import weakref
@@ -235,8 +234,7 @@ class BottomLayerOffload(torch.nn.Module):
         super().__setattr__(name, value)
 
     def train(self, mode: bool = True) -> 'BottomLayerOffload':
-        r"""Sets training mode (offload on: pruning and replacement) or
-        evaluation mode (exact computation, worker threads stopped)."""
+        r"""Sets training mode (offload on) or evaluation mode."""
         if not isinstance(mode, bool):
             raise ValueError('training mode is expected to be boolean')
         super().train(mode)
@@ -309,32 +307,27 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def options(self) -> OffloadOptions:
-        r"""The options, validated (see
-        :class:`~pyg_orch.offload.options.OffloadOptions`)."""
+        r"""The options, validated."""
         return self.__dict__['_options']
 
     @property
     def plan(self) -> OffloadPlan:
-        r"""What the wrapper decided to do, and why (see
-        :class:`~pyg_orch.offload.planning.OffloadPlan`; :obj:`print` it)."""
+        r"""What the wrapper decided to do, and why."""
         return self.__dict__['_plan']
 
     @property
     def runtime(self) -> OffloadRuntime:
-        r"""The :class:`~pyg_orch.offload.runtime.OffloadRuntime` behind the
-        wrapper, for inspection."""
+        r"""The runtime behind the wrapper, for inspection."""
         return self.__dict__['_offload']
 
     @property
     def hot_nodes(self) -> Union[Tensor, Dict[str, Tensor]]:
-        r"""Global ids of the hot vertices, most accessed first (per node type
-        for heterogeneous graphs)."""
+        r"""Global ids of the hot vertices, most accessed first."""
         return self._offload.hot_nodes
 
     @property
     def hot_mask(self) -> Union[Tensor, Dict[str, Tensor]]:
-        r"""Boolean mask over all vertices, :obj:`True` for hot ones (per
-        node type for heterogeneous graphs)."""
+        r"""Boolean mask over all vertices, :obj:`True` if hot."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return torch.empty(0, dtype=torch.bool)
@@ -342,8 +335,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def gpu_cache_nodes(self) -> Tensor:
-        r"""The GPU-cache candidates (:obj:`cache_ratio` of all vertices; none
-        for heterogeneous graphs)."""
+        r"""The GPU-cache candidates."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return runtime.hot_nodes
@@ -351,8 +343,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def access_counts(self) -> Union[Tensor, Dict[str, Tensor]]:
-        r"""How often every vertex was needed by the bottom layer during
-        pre-sampling (per node type for heterogeneous graphs)."""
+        r"""Bottom-layer accesses per vertex in pre-sampling."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return runtime.hot_nodes
@@ -373,8 +364,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def steps(self) -> int:
-        r"""The weight version: optimizer steps (or training forward passes) so
-        far."""
+        r"""The weight version: optimizer steps so far."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return runtime.num_forwards
@@ -407,7 +397,7 @@ class BottomLayerOffload(torch.nn.Module):
           :obj:`num_threads`, :obj:`intra_op_threads`, :obj:`chunk_size`,
           :obj:`cpu_autocast`;
         * :obj:`local_world_size`, :obj:`cpu_cores_per_rank`,
-          :obj:`hot_set_ranks`: the ranks sharing the machine's cores and hot set;
+          :obj:`hot_set_ranks`: the ranks sharing cores and hot set;
         * :obj:`num_hot_per_type` for heterogeneous graphs.
         """
         out = self._offload.stats()
@@ -423,8 +413,7 @@ class BottomLayerOffload(torch.nn.Module):
         self._offload.reset_stats()
 
     def close(self) -> None:
-        r"""Stops offloading for good: removes all hooks, stops the worker
-        threads and clears the sampler's hot nodes."""
+        r"""Stops offloading for good."""
         self._finalizer()
 
     @property
