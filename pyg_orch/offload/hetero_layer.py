@@ -145,8 +145,6 @@ class HeteroBottomLayerComputer:
         self.width = 0
         self._local = threading.local()
 
-    # What the pipeline needs #################################################
-
     @property
     def num_neighbors(self) -> int:
         r"""Most sampled neighbors per vertex (:obj:`-1`: all)."""

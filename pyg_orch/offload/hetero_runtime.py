@@ -90,8 +90,6 @@ class HeteroOffloadRuntime(OffloadRuntime):
         for value in (x.values() if isinstance(x, dict) else [x]):
             super().check_eval_batch(value)
 
-    # Batches #################################################################
-
     def _on_batch(self, batch) -> None:
         if not self.training or not self.active:
             return
@@ -134,8 +132,6 @@ class HeteroOffloadRuntime(OffloadRuntime):
             if info is not None and info.x_ref() is xt:
                 out[t] = info
         return out or None
-
-    # Forward #################################################################
 
     def _pre_hook(self, module, args, kwargs):
         ctx = self.ctx

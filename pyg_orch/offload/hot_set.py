@@ -107,8 +107,6 @@ class HotSetSizer:
         cpu = torch.device('cpu')
         self._positions = {cpu: self._positions[cpu]}
 
-    # The sampler #############################################################
-
     def bind(self, sampler: Any,
              to_masks: Optional[Callable[[Tensor], Any]] = None) -> None:
         r"""The sampler to tell what to prune, through :obj:`to_masks`."""
@@ -162,8 +160,6 @@ class HotSetSizer:
                 shared.copy_(mask)
         return self._shared
 
-    # Sizes tried by measurement ##############################################
-
     def resize(self, size: int, settle: bool = False) -> None:
         r"""Plans a hot set of the first :obj:`size` candidates. A larger one
         is used once a table holds it; a smaller one is pruned at once, but the
@@ -195,8 +191,6 @@ class HotSetSizer:
         self.planned = size
         self._prune_size = size
         self._set_size(size)
-
-    # Growth ##################################################################
 
     def use(self, rows: int) -> bool:
         r"""A table of :obj:`rows` rows is in use; whether the set grew."""

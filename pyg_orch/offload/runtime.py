@@ -176,8 +176,6 @@ class OffloadRuntime:
                 ]
         return handles
 
-    # What the wrapper shows ##################################################
-
     @property
     def hot_nodes(self) -> Union[Tensor, Dict[str, Tensor]]:
         r"""The hot vertices in use, most accessed first."""
@@ -190,8 +188,6 @@ class OffloadRuntime:
     def batch_info(self, x: Tensor) -> Optional[BatchInfo]:
         r"""What the runtime knows of the batch of :obj:`x`."""
         return self.batches.get(id(x))
-
-    # Modes ###################################################################
 
     @property
     def active(self) -> bool:
@@ -284,8 +280,6 @@ class OffloadRuntime:
             self.sampled.clear()
             self.ctx = None
 
-    # Statistics ##############################################################
-
     def reset_stats(self) -> None:
         r"""Resets the counters of :meth:`stats`."""
         self.strategy.reset_stats()
@@ -326,8 +320,6 @@ class OffloadRuntime:
             return dict(self.decision)
         return {'mode': 'fixed', 'chosen_num_hot': self.hot.size,
                 'reason': self.fixed_reason}
-
-    # Batches #################################################################
 
     def _bottom_rows(self, num) -> tuple:
         num = [int(v) for v in list(num)]
@@ -452,8 +444,6 @@ class OffloadRuntime:
                     "guess", stacklevel=6)
             return newest
         return None
-
-    # Forward #################################################################
 
     def begin(self, x: Any, edge_index: Any) -> ForwardContext:
         r"""A training forward pass on :obj:`x` starts."""

@@ -108,8 +108,6 @@ class EmbeddingStrategy:
         self._version = 0  # The latest training step's.
         self.reset_stats()
 
-    # The interface ###########################################################
-
     def on_forward(self, version: int) -> None:
         r"""A training forward pass of weight version :obj:`version` starts."""
 
@@ -153,8 +151,6 @@ class EmbeddingStrategy:
     def threads(self) -> list:
         r"""The worker threads alive now."""
         return [] if self._pool is None else self._pool.threads
-
-    # Statistics ##############################################################
 
     def reset_stats(self) -> None:
         r"""Forgets the statistics gathered so far."""
@@ -223,8 +219,6 @@ class EmbeddingStrategy:
             'static_tables': self.static,
             'hot_sizes': list(self.hot.sizes),
         }
-
-    # Main thread #############################################################
 
     def _get_pool(self) -> WorkerPool:
         if self._pool is None or self._pool.closed:
@@ -357,8 +351,6 @@ class EmbeddingStrategy:
     def close(self) -> None:
         r"""Like :meth:`pause`."""
         self.pause()
-
-    # Worker threads ##########################################################
 
     def run_item(self, job: Job, lo: int, hi: int) -> None:
         r"""Computes the rows :obj:`lo:hi` of :obj:`job`."""

@@ -210,8 +210,6 @@ class BottomLayerOffload(torch.nn.Module):
             self._pass_through(why)
         return model(*args, **kwargs)
 
-    # Module behaviour ########################################################
-
     @property
     def module(self) -> torch.nn.Module:
         r"""The wrapped model."""
@@ -302,8 +300,6 @@ class BottomLayerOffload(torch.nn.Module):
                 "CPU cores of the machine. Build it after "
                 "init_process_group() (e.g. pyg_orch.parallel.ddp."
                 "init_distributed()) on every rank", stacklevel=3)
-
-    # Offload API #############################################################
 
     @property
     def options(self) -> OffloadOptions:
