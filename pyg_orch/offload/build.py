@@ -25,13 +25,11 @@ from pyg_orch.offload.ddp import (
     MachineRanks,
     machine_ranks,
 )
-from pyg_orch.offload.degrees import DegreeCompensation
 from pyg_orch.offload.hetero_layer import (
     HeteroBottomLayerComputer,
     common_prefix,
     find_hetero_first_layer,
 )
-from pyg_orch.offload.hetero_runtime import HeteroOffloadRuntime
 from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.hotness import (
     select_cache_nodes,
@@ -50,7 +48,11 @@ from pyg_orch.offload.partition import (
 )
 from pyg_orch.offload.planning import OffloadPlan, check_hetero_options
 from pyg_orch.offload.protocol import LoaderFacts, Seeds
-from pyg_orch.offload.runtime import OffloadRuntime
+from pyg_orch.offload.runtime import (
+    DegreeCompensation,
+    HeteroOffloadRuntime,
+    OffloadRuntime,
+)
 from pyg_orch.offload.static_rows import (
     STATIC_RATIOS,
     cap_sizes,

@@ -1,17 +1,25 @@
-""":class:`OffloadRuntime`: the hooks, hot set, strategy and counters."""
+""":class:`OffloadRuntime` (and :class:`HeteroOffloadRuntime`): the hooks,
+hot set, strategy and counters."""
 import collections
 import logging
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Union
+import weakref
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Tuple,
+                    Union)
 
 import torch
 from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_orch.offload.aggregate_split import OUTPUT
 from pyg_orch.offload.aggregate_split import finish as finish_aggregated
 from pyg_orch.offload.autotune import KeepUpGuard
-from pyg_orch.offload.bottom_layer import message_passing_layers
-from pyg_orch.offload.degrees import DegreeCompensation
+from pyg_orch.offload.bottom_layer import (
+    message_passing_layers,
+    placeholder_in_edges,
+)
+from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.replacement import (
@@ -27,13 +35,149 @@ from pyg_orch.offload.replacement import (
     replace_output,
     same_tensor,
 )
-from pyg_orch.offload.step_counter import StepCounter
 from pyg_orch.offload.strategy import EmbeddingStrategy
 
 logger = logging.getLogger('pyg_orch.offload')
 
 #: Batches (per node type) whose hot rows are remembered until they train.
 MAX_BATCHES = 8
+
+
+class StepCounter:
+    r"""Counts the versions of a set of parameters: the steps of every
+    optimizer holding one of them (through a global step post-hook), and
+    until one is seen, every training forward pass after the first.
+
+    Args:
+        params (callable): Returns the parameters to watch.
+    """
+    def __init__(self, params: Callable[[], Iterable[torch.Tensor]]):
+        self._params = params
+        self.version = 0
+        self.num_forwards = 0
+        self.seen_optimizer = False
+        self._cache: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+        self._handle = register_optimizer_step_post_hook(
+            self._on_step)
+
+    @property
+    def source(self) -> str:
+        r""":obj:`'optimizer'` or :obj:`'forward'`: what versions count."""
+        return 'optimizer' if self.seen_optimizer else 'forward'
+
+    def _watches(self, optimizer) -> bool:
+        groups = getattr(optimizer, 'param_groups', None) or []
+        key = tuple(id(p) for g in groups for p in g.get('params', []))
+        try:
+            cached = self._cache.get(optimizer)
+        except TypeError:  # pragma: no cover (not weak-referenceable)
+            cached = None
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        mine = {id(p) for p in self._params()}
+        result = any(i in mine for i in key)
+        try:
+            self._cache[optimizer] = (key, result)
+        except TypeError:  # pragma: no cover
+            pass
+        return result
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        if self._handle is None:
+            return
+        if self._watches(optimizer):
+            self.seen_optimizer = True
+            self.version += 1
+
+    def next_forward_version(self) -> int:
+        r"""The version the next training forward pass will have."""
+        if self.num_forwards > 0 and not self.seen_optimizer:
+            return self.version + 1
+        return self.version
+
+    def on_forward(self) -> int:
+        r"""Records a training forward pass; returns the current version."""
+        if self.num_forwards > 0 and not self.seen_optimizer:
+            self.version += 1
+        self.num_forwards += 1
+        return self.version
+
+    def close(self) -> None:
+        r"""Removes the optimizer hook."""
+        handle: Optional[object] = self._handle
+        self._handle = None
+        if handle is not None:
+            handle.remove()
+
+
+class DegreeCompensation:
+    r"""Gives a pruned hot vertex as many placeholder in-edges (from row
+    :obj:`0`) as the last hop would have sampled: they change only its own
+    outputs, which are replaced or unused.
+
+    Args:
+        sampler (HotNodeSampler): The loader's sampler (homogeneous).
+        colptr (torch.Tensor, optional): Column offsets that give the hot
+            vertices' in-degrees instead of the sampler's topology.
+            (default: :obj:`None`)
+        column_ids (torch.Tensor, optional): The ascending global ids of
+            :obj:`colptr`'s columns. (default: :obj:`None`)
+    """
+    def __init__(self, sampler: Any, colptr: Optional[Tensor] = None,
+                 column_ids: Optional[Tensor] = None):
+        self.sampler = sampler
+        self.fanout = sampler.bottom_fanout()
+        self.colptr = colptr
+        self.column_ids = column_ids
+        self._on: Dict[torch.device, Tuple[Tensor, Optional[Tensor]]] = {}
+
+    def _columns_on(self, device: torch.device
+                    ) -> Tuple[Tensor, Optional[Tensor]]:
+        out = self._on.get(device)
+        if out is None:
+            colptr = self.colptr
+            if colptr is None:
+                colptr = self.sampler.topology.csc[None].colptr
+            ids = self.column_ids
+            out = (colptr.to(device, torch.int64),
+                   None if ids is None else ids.to(device, torch.int64))
+            self._on[device] = out
+        return out
+
+    def placeholder_edges(self, n_id: Tensor, rows: Tensor) -> Tensor:
+        r"""Placeholder in-edges of the hot rows :obj:`rows`."""
+        colptr, ids = self._columns_on(n_id.device)
+        nodes = n_id.index_select(0, rows).to(torch.int64)
+        if ids is not None:  # Hot vertices are columns (no host sync).
+            nodes = torch.searchsorted(ids, nodes)
+        return placeholder_in_edges(colptr, nodes, rows, self.fanout,
+                                    self.sampler.replace)
+
+    @staticmethod
+    def add_placeholders(extra: Optional[Tensor], batch_edge_index: Any,
+                         args: tuple, kwargs: dict
+                         ) -> Optional[Tuple[tuple, dict]]:
+        r"""A layer's inputs with the placeholder edges :obj:`extra` appended
+        to its :obj:`edge_index` if that is :obj:`batch_edge_index` and no
+        edge-level tensor comes with it; :obj:`None` to leave them."""
+        if extra is None or extra.numel() == 0:
+            return None
+        in_args = len(args) > 1
+        edge_index = args[1] if in_args else kwargs.get('edge_index')
+        if not isinstance(edge_index, Tensor) or not same_tensor(
+                edge_index, batch_edge_index):
+            return None  # E.g. trimmed by trim_to_layer: nothing to do.
+        if any(isinstance(v, Tensor) for v in args[2:]) or any(
+                isinstance(v, Tensor) for k, v in kwargs.items()
+                if k not in ('x', 'edge_index')):
+            return None  # Edge-level tensors would need placeholders too.
+        extra = extra.to(edge_index.device, edge_index.dtype)
+        edge_index = torch.cat([edge_index, extra], dim=1)
+        if in_args:
+            args = (args[0], edge_index) + tuple(args[2:])
+        else:
+            kwargs = dict(kwargs, edge_index=edge_index)
+        return args, kwargs
 
 
 class OffloadRuntime:
@@ -599,3 +743,178 @@ class OffloadRuntime:
     def rows_replaced(self) -> int:
         r"""Hot rows replaced (synchronizes)."""
         return int(self._rows_replaced)
+
+
+class HeteroForwardContext(ForwardContext):
+    __slots__ = ('edge_type', 'done', 'table')
+
+    def __init__(self, x, edge_index, info, version: int):
+        super().__init__(x, edge_index, info, version)
+        self.edge_type: Optional[EdgeType] = None  # In this layer's call.
+        self.done: set = set()  # Edge types whose layer ran.
+        self.table = None
+
+
+class HeteroOffloadRuntime(OffloadRuntime):
+    r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
+    heterogeneous model. Hot vertices of all destination node types share
+    one table (ids combined as in :class:`HeteroBottomLayerComputer`); every
+    edge type's layer gets its columns of it for the hot rows of its
+    destination type."""
+    context_type = HeteroForwardContext
+
+    def __init__(self, model: torch.nn.Module, loader: Any, layer_name: str,
+                 convs: Dict[EdgeType, torch.nn.Module], selection: HotSet,
+                 hot: HotSetSizer, strategy: EmbeddingStrategy,
+                 x_dict: Dict[NodeType, Tensor],
+                 replace_rows: str = 'pruned'):
+        self._init_state(model, loader, layer_name, strategy.layer,
+                         selection, hot, strategy, x_dict, replace_rows)
+        self.convs = convs
+        self.computer: HeteroBottomLayerComputer = strategy.computer
+        self.compensate_degrees = False
+        self._edge_type = {id(conv): et for et, conv in convs.items()}
+        # A per-edge-type layer checks its own inputs (`_pre_hook`):
+        self.order_checked = True
+        self.handles = self._hook_layers(convs.values())
+        remover = loader.register_batch_hook(RuntimeHook(self, '_on_batch'))
+        self.remove_batch_hook = remover
+        self.reset_stats()
+
+    @property
+    def hot_nodes(self) -> Dict[NodeType, Tensor]:
+        r"""Hot vertices per node type, most accessed first."""
+        hot = self.hot.hot_nodes
+        types = self.computer.node_type_of(hot)
+        return {
+            t: types[t][1] if t in types else hot.new_empty(0)
+            for t in self.computer.node_types
+        }
+
+    def per_type(self, values: Tensor) -> Dict[NodeType, Tensor]:
+        r"""Splits a tensor over combined ids by node type."""
+        return self.computer.per_type(values)
+
+    def stats(self) -> Dict[str, Any]:
+        out = super().stats()
+        out['num_hot_per_type'] = {
+            t: int(v.numel()) for t, v in self.hot_nodes.items()
+        }
+        return out
+
+    def install_order_check(self):
+        return []
+
+    def check_eval_batch(self, x: Any) -> None:
+        for value in (x.values() if isinstance(x, dict) else [x]):
+            super().check_eval_batch(value)
+
+    def _on_batch(self, batch) -> None:
+        if not self.training or not self.active:
+            return
+        if not hasattr(batch, 'node_types'):
+            return
+        if not self.features_checked:
+            self.features_checked = True
+            for t, x in self.features.items():
+                if t in batch.node_types and isinstance(
+                        getattr(batch[t], 'x', None), Tensor):
+                    check_batch_features(batch[t].x, batch[t].n_id, x,
+                                         f'batch[{t!r}]',
+                                         f'loader.data[{t!r}]')
+        pruned = self.sampler.hot_nodes is not None
+        for t in self.computer.node_types:
+            if t not in batch.node_types:
+                continue
+            store = batch[t]
+            n_id = getattr(store, 'n_id', None)
+            num = getattr(store, 'num_sampled_nodes', None)
+            x = getattr(store, 'x', None)
+            if not isinstance(n_id, Tensor) or num is None or \
+                    not isinstance(x, Tensor):
+                continue
+            lo, _, hi = self._bottom_rows(num)
+            ids = n_id[lo:hi] + self.computer.offsets[t]
+            slot = self.hot.positions(n_id.device).index_select(0, ids)
+            self._remember(x, BatchInfo(x, lo, hi, slot, pruned,
+                                        self.hot.size),
+                           len(self.computer.node_types))
+
+    def _match(self, x: Any) -> Optional[Dict[NodeType, BatchInfo]]:
+        if not isinstance(x, dict):
+            return None
+        out = {}
+        for t in self.computer.node_types:
+            xt = x.get(t)
+            info = self.batches.get(id(xt)) if isinstance(xt, Tensor) \
+                else None
+            if info is not None and info.x_ref() is xt:
+                out[t] = info
+        return out or None
+
+    def _pre_hook(self, module, args, kwargs):
+        ctx = self.ctx
+        et = self._edge_type.get(id(module))
+        if ctx is None or et is None or et in ctx.done:
+            return None
+        ctx.done.add(et)
+        ctx.called = True
+        x = args[0] if len(args) > 0 else kwargs.get('x')
+        pair = x if isinstance(x, (tuple, list)) else (x, x)
+        x_dict = ctx.x if isinstance(ctx.x, dict) else {}
+        for t, value in ((et[0], pair[0]), (et[-1], pair[-1])):
+            if not same_tensor(value, x_dict.get(t)):
+                raise FirstLayerMismatch(
+                    f"BottomLayerOffload: the first layer's module for "
+                    f"{et} does not consume the model's input x[{t!r}] "
+                    f"directly (e.g. a Linear layer or a dropout runs "
+                    f"before it). Bottom-layer offload computes that layer "
+                    f"on the CPU from the raw features of the loader's "
+                    f"data, so the model's first operation on 'x' must be "
+                    f"this layer; call model.eval() to run without offload")
+        check_no_edge_tensors(f"the first layer's module for {et}", args,
+                              kwargs)
+        ctx.edge_type = et
+        ctx.aggregated = False
+        return None
+
+    def _post_hook(self, module, args, output):
+        ctx = self.ctx
+        et = self._edge_type.get(id(module))
+        if ctx is None or et is None or ctx.edge_type != et:
+            return None
+        ctx.edge_type = None
+        info = (ctx.info or {}).get(et[-1])
+        if info is None or info.slot.numel() == 0:
+            return None
+        if self.split != OUTPUT:
+            check_aggregated(ctx, f"the first layer's module for {et}")
+            return None
+        return replace_output(
+            output, lambda out: self._replace_type(module, et, out, info,
+                                                   ctx))
+
+    def _aggregate_hook(self, module, inputs, out):
+        ctx = self.ctx
+        et = self._edge_type.get(id(module))
+        if ctx is None or et is None or ctx.edge_type != et or \
+                ctx.aggregated:
+            return None
+        ctx.aggregated = True
+        info = (ctx.info or {}).get(et[-1])
+        if info is None or info.slot.numel() == 0 or not isinstance(
+                out, Tensor):
+            return None
+        return self._replace_type(module, et, out, info, ctx)
+
+    def _replace_type(self, module, et: EdgeType, out: Tensor,
+                      info: BatchInfo, ctx: HeteroForwardContext) -> Tensor:
+        # One table per forward pass, whose columns `lo:hi` are `et`'s
+        # (none while no vertex is hot yet: a hot set growing from none):
+        if ctx.table is None:
+            ctx.table = self.strategy.rows_for(info, ctx.version, self.timer)
+            if ctx.table is None:
+                return out
+        lo, hi = self.computer.columns[et]
+        return self._replace(out, info, ctx.version, ctx.table[:, lo:hi],
+                             module, self.computer.kinds[et])
