@@ -13,9 +13,8 @@ from torch_geometric.nn.conv import MessagePassing
 OUTPUT = 'output'
 #: The CPU side computes the aggregation, which uses no parameter.
 AGGREGATE = 'aggregate'
-#: The layer applies a bias-free :obj:`lin` to :obj:`x` before propagating
-#: (as :class:`~torch_geometric.nn.conv.GCNConv`); the CPU side aggregates
-#: the raw features and the device applies :obj:`lin` to them.
+#: The layer applies a bias-free :obj:`lin` before propagating (as
+#: :class:`~torch_geometric.nn.conv.GCNConv`): the CPU aggregates raw features.
 PRE_LINEAR = 'pre_linear'
 
 
@@ -145,8 +144,8 @@ def depends_on_source_degrees(layer: torch.nn.Module, x: Tensor,
     return not rows_close(before, after[:num_targets])
 
 
-#: PyG aggregation names (a layer's :obj:`aggr`) and the
-#: :func:`~torch.nn.functional.embedding_bag` mode that computes them.
+#: PyG aggregation names and their :func:`~torch.nn.functional.embedding_bag`
+#: modes.
 BAG_MODES = {'mean': 'mean', 'add': 'sum', 'sum': 'sum', 'max': 'max'}
 
 

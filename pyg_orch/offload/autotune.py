@@ -16,8 +16,7 @@ DEFAULT_HOT_RATIO = 0.05
 LARGE_FACTOR = 3.0
 #: ... and at most this fraction of the vertices.
 MAX_RATIO = 0.5
-#: The key of plain training's step times re-measured after the candidates
-#: (see :class:`StepTimeChooser`).
+#: The key of plain training's step times re-measured after the candidates.
 PLAIN_AGAIN = -1
 
 
@@ -30,8 +29,7 @@ def candidate_ratios(hot_ratio: float,
     return tuple(sorted({0.0, *(float(r) for r in ratios)}))
 
 
-#: How many standard errors of the medians' difference a size must beat
-#: plain training by, beside the margin (see :func:`decide`).
+#: Standard errors a size must beat plain training by (see :func:`decide`).
 NOISE_Z = 2.0
 
 
@@ -135,8 +133,7 @@ class StepTimeChooser:
                              f"{give_up})")
         self.give_up = give_up
         self.recheck = bool(recheck)
-        #: Whether plain training is being timed again (see
-        #: :obj:`recheck`).
+        #: Whether plain training is being timed again.
         self.rechecking = False
         #: Candidates not tried (see :obj:`give_up`).
         self.skipped: List[int] = []
@@ -184,8 +181,7 @@ class StepTimeChooser:
         if self.sync is not None and (
                 (counted and self._seen + 1 > self.warmup)
                 or seen + 1 > self.warmup):
-            # Only at the ends of timed steps (the one ending now, or the
-            # next one if it is counted): the device may run ahead of the
+            # Only at the ends of timed steps: the device may run ahead of the
             # loop during warm-up steps and while a hot set is prepared.
             self.sync()
         now = self.clock()
@@ -235,8 +231,7 @@ class StepTimeChooser:
         return self.choice
 
     def _drop_unusable(self) -> int:
-        # The current candidate and every larger one still to try are
-        # dropped; the step that ends now is not timed.
+        # Drops this candidate and larger ones; the ending step is not timed.
         first = self.candidates[self.index]
         rest = self.candidates[self.index:]
         self.unusable += [n for n in rest if n >= first]
@@ -248,8 +243,7 @@ class StepTimeChooser:
         return self._next()
 
     def _maybe_give_up(self) -> None:
-        # After a candidate's steps: drop the larger ones still to try if it
-        # was more than `give_up` slower than plain training.
+        # Drops larger candidates if this one was `give_up` slower than plain.
         last = self.candidates[self.index - 1]
         rest = self.candidates[self.index:]
         if self.give_up is None or last == 0 or not any(n > last
@@ -356,8 +350,7 @@ class HotSetTuner:
                 else:
                     self._settled()
             return
-        # Once a candidate is timed (its hot set in use, or held too
-        # long), every later step of it is timed too.
+        # Once a candidate is timed, every later step of it is timed too.
         unusable = False
         if not self._timing:
             unusable = self.hot.planned > self.hot.size and \
@@ -414,8 +407,7 @@ class HotSetTuner:
         self.on_resize()
 
     def _settled(self) -> None:
-        # A shrink during the trial settled: its steps are timed from the
-        # next one on.
+        # A shrink during the trial settled: timed from the next step on.
         self._settle()
         self.chooser.pause()
 

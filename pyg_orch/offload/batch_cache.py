@@ -28,8 +28,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
     refresh = 'batch'
     #: Steps between two checks of whether a growing hot set may grow.
     GROW_WINDOW = 8
-    #: The largest share of a window the loop may wait for rows while the
-    #: hot set grows.
+    #: The largest share of a window the loop may wait while the set grows.
     GROW_MAX_WAIT = 0.05
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -127,10 +126,9 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         self._raise_failures()
         if self.hot.auto:
             self._maybe_grow(version)
-        # Queued rows, oldest first. All of them, also those requested for
-        # later batches: letting them run on while the loop trains was
-        # slower (worker threads contend with the loop for the interpreter
-        # lock; see the offload documentation).
+        # Queued rows, oldest first, all of them: letting later batches' rows
+        # run on while the loop trains was slower (the workers contend for the
+        # GIL).
         while self._jobs:
             job = self._jobs.popleft()
             if job.succeeded():

@@ -173,24 +173,20 @@ class BottomLayerComputer:
         self.dedup = needs_degree_compensation(layer) if dedup is None \
             else bool(dedup)
         self.autocast_dtype = autocast_dtype
-        # With dedup: vertices that, as sampled neighbors, get placeholder
-        # in-edges (see `subgraph`):
+        # With dedup: vertices that get placeholder in-edges (see `subgraph`):
         self.in_edge_mask: Optional[Tensor] = None
         self.split = OUTPUT
-        #: The :func:`~torch.nn.functional.embedding_bag` mode that computes
-        #: the aggregation of a weight-free split, or :obj:`None` (the layer
-        #: computes it; set by :meth:`choose_split`).
+        #: The :func:`~torch.nn.functional.embedding_bag` mode of a weight-free
+        #: split, or :obj:`None` (set by :meth:`choose_split`).
         self.bag_mode: Optional[str] = None
-        #: Whether the layer normalizes by its neighbors' degrees (see
-        #: `depends_on_source_degrees`; set by `choose_split`).
+        #: Whether the layer normalizes by its neighbors' degrees.
         self.degree_dependent = False
         self._layer = self.template
         self._local = threading.local()
         self._lock = threading.Lock()
         self._num_threads_seen = 0
-        # Call the layer bipartitely, (x_src, x_dst), so that per-target
-        # work (e.g. root weights) runs on the targets only; decided by
-        # `calibrate`:
+        # Call the layer on (x_src, x_dst), so that per-target work runs on the
+        # targets only (decided by `calibrate`):
         self.bipartite = False
 
     def choose_split(self, nodes: Tensor, split: str = 'auto') -> str:
@@ -228,9 +224,8 @@ class BottomLayerComputer:
 
     def _check_bag_mode(self, nodes: Tensor, x: Any,
                         edge_index: Tensor) -> Optional[str]:
-        # The embedding_bag mode if it gives the aggregation copy's rows
-        # for `nodes` on the probe's inputs (drawn with a generator seeded
-        # with 0: the same neighbor sample), else None.
+        # The embedding_bag mode if it gives the aggregation copy's rows on the
+        # probe (same neighbor sample), else None.
         mode = bag_mode(self._layer)
         if mode is None:
             return None
@@ -365,10 +360,8 @@ class BottomLayerComputer:
     @staticmethod
     def _edge_rows(nodes: Tensor, src: Tensor,
                    dst: Tensor) -> Tuple[Tensor, Tensor]:
-        # One source row per sampled edge, except for self-loops, whose
-        # source is the target's own row: a layer that removes and re-adds
-        # self-loops (GATConv) then sees them as in a mini-batch.
-        # (The loop's own row stays, unused: cheaper than removing it.)
+        # One source row per sampled edge, but a self-loop's source is the
+        # target's own row, so that GATConv sees it as in a mini-batch.
         n = nodes.numel()
         loop = src == nodes.index_select(0, dst)
         src_row = torch.where(loop, dst, torch.arange(n, n + src.numel()))

@@ -72,9 +72,8 @@ logger = logging.getLogger('pyg_orch.offload')
 
 def _build_on_partition(model: torch.nn.Module, loader: Any,
                         plan: OffloadPlan) -> OffloadRuntime:
-    # See `pyg_orch.offload.partition`. The checks that can fail on one rank
-    # only are made before the first collective, and every rank learns of
-    # a failure (or of other options) on another one.
+    # Checks that can fail on one rank only come before the first collective,
+    # and every rank learns of a failure on another.
     ranks = partition_ranks(loader)
     options = plan.options
     error = None
@@ -116,8 +115,7 @@ def build_runtime(model: torch.nn.Module, loader: Any,
 
 def _presample_inputs(loader: Any, options: OffloadOptions
                       ) -> Tuple[Seeds, int, int]:
-    # The training seeds, the batch size and the batches to pre-sample (per
-    # node type for heterogeneous graphs).
+    # The training seeds, the batch size and the batches to pre-sample.
     seeds, batch_size = loader.offload_seeds()
     first = next(iter(seeds.values())) if isinstance(seeds, dict) else seeds
     num = options.num_presample_batches or presample_batches(
@@ -159,8 +157,7 @@ def make_strategy(computer: Union[BottomLayerComputer,
 
 def _trial_ratios(options: OffloadOptions,
                   static: bool = False) -> Tuple[float, ...]:
-    # The hot ratios the decision by measurement tries: those given, else
-    # around `hot_ratio`, or `STATIC_RATIOS` for rows computed once.
+    # The hot ratios the decision by measurement tries.
     given = options.autotune
     if isinstance(given, tuple):
         return candidate_ratios(options.hot_ratio, given)
@@ -171,9 +168,7 @@ def _trial_ratios(options: OffloadOptions,
 
 def _build_ratio(options: OffloadOptions, ratios: Tuple[float, ...]
                  ) -> float:
-    # The hot ratio the offload is built with (the split's probe, the GPU
-    # cache of the hot set kept): `hot_ratio` if it is tried, else the
-    # smallest size tried.
+    # The hot ratio built with: `hot_ratio` if tried, else the smallest.
     tried = [r for r in ratios if r > 0]
     if not tried or options.hot_ratio in tried:
         return options.hot_ratio
@@ -189,9 +184,8 @@ def _static_plan(computer: Union[BottomLayerComputer,
                                  HeteroBottomLayerComputer],
                  probe: Any, options: OffloadOptions,
                  weighted: bool) -> Optional[str]:
-    # Before the hot set is chosen: why hot rows will not be computed once
-    # (None: they will), from the split checked on `probe` (vertices of
-    # highest in-degree; the split is checked again on hot vertices).
+    # Why hot rows will not be computed once (None: they will), from the split
+    # checked on `probe` before the hot set is chosen.
     if options.full_neighbors is False:
         return 'full_neighbors=False'
     computer.choose_split(probe, options.split)
@@ -205,8 +199,7 @@ def _resolve_full_neighbors(computer: Union[BottomLayerComputer,
                                             HeteroBottomLayerComputer],
                             options: OffloadOptions, plan: Optional[str],
                             weighted: bool) -> Tuple[bool, str]:
-    # After the split was chosen on hot vertices: whether hot rows
-    # aggregate all in-neighbors, and why (or why not).
+    # Whether hot rows aggregate all in-neighbors, and why.
     if options.full_neighbors != 'auto':
         return bool(options.full_neighbors), \
             f'full_neighbors={options.full_neighbors} was given'
@@ -222,8 +215,7 @@ def _resolve_full_neighbors(computer: Union[BottomLayerComputer,
 
 def _static_sizes(sizes: List[int], kept: List[float], computer: Any,
                   device: Any) -> Tuple[List[int], List[float]]:
-    # The trial's sizes, at most as many rows as a table may take in the
-    # device's memory (see `max_table_rows`).
+    # The trial's sizes, capped by the device's memory for a table.
     return cap_sizes(sizes, kept, max_table_rows(table_row_bytes(computer),
                                                  device))
 
@@ -232,10 +224,8 @@ def _trial_hot_set(candidates: Tensor, num_nodes: int,
                    ratios: Tuple[float, ...], options: OffloadOptions,
                    of: Optional[int] = None
                    ) -> Tuple[HotSetSizer, List[int], List[float]]:
-    # The hot set to build with (that of `_build_ratio`: the split, the GPU
-    # cache; the tuner starts from its first candidate), and the hot-set
-    # size of every ratio (distinct sizes, the first ratio of each kept).
-    # Ratios are of `of` vertices (this part's), all `num_nodes` if unset.
+    # The hot set to build with, and the distinct hot-set sizes of `ratios` (of
+    # `of` vertices, all `num_nodes` if unset) with their ratios.
     of = num_nodes if of is None else of
     sizes: List[int] = []
     kept: List[float] = []
@@ -261,8 +251,7 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
     sync = None
     if device.type == 'cuda' and torch.cuda.is_available():
         sync = functools.partial(torch.cuda.synchronize, device)
-    # Batches sampled before a change of the hot set may reach the model
-    # this many steps later (those the loader builds ahead):
+    # Batches sampled before a change may reach the model this much later:
     drain = 2 + lead + facts.batches_ahead
     kwargs: Dict[str, Any] = {}
     chooser_type = StepTimeChooser
@@ -281,9 +270,8 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
 def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
                      ratios: List[float], plan: OffloadPlan,
                      ranks: Optional[MachineRanks]) -> None:
-    # Starts the decision by measurement over the hot-set `sizes`. A kept
-    # hot set is watched in one process; ranks that decide alike keep it
-    # (they would have to switch off together).
+    # Ranks that decide alike keep a kept hot set (no guard in one process
+    # only).
     runtime.guard_kept = ranks is None
     runtime.start_tuner(functools.partial(
         make_tuner, sizes=sizes, ratios=ratios, facts=plan.facts,
@@ -294,8 +282,7 @@ def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
 def _whole_graph_computer(loader: Any, first: torch.nn.Module,
                           options: OffloadOptions
                           ) -> Tuple[Tensor, BottomLayerComputer]:
-    # The features the CPU side reads and its computer, over the whole
-    # graph of the loader.
+    # The features the CPU side reads and its computer.
     sampler = loader.offload_sampler
     x = loader.offload_data.x
     if x.device.type != 'cpu':
@@ -329,14 +316,11 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     layer_name, first = find_first_layer(
         model, options.layer if plan.first is None else plan.first)
     check_materialized(first, layer_name)
-    # With hot_ratio='auto', the candidates are the most accessed vertices up
-    # to the cap; the hot set starts with the first of them and grows while
-    # the CPU keeps up.
+    # With hot_ratio='auto', the hot set grows along the candidates.
     ratio = HotSetSizer.AUTO_MAX_RATIO if options.auto_hot else \
         options.hot_ratio
     weighted = plan.facts.weighted
-    # Rows computed once are planned from a probe of the split (on a
-    # partition, full_neighbors='auto' keeps the fan-out):
+    # Rows computed once are planned from a probe of the split:
     static_why: Optional[str] = _PARTITIONED if partitioned else None
     if not partitioned:
         x, computer = _whole_graph_computer(loader, first, options)
@@ -362,8 +346,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     if partitioned:
         of = loader.partition_batches.partition.num_nodes
         if measure and ranks is not None:
-            # Hot sets of the same sizes on all ranks, so that they try
-            # the same candidates:
+            # Hot sets of the same sizes on all ranks:
             of = ranks.min(of)
             candidates = selection.hot_nodes = candidates[:ranks.min(
                 candidates.numel())]
@@ -426,21 +409,20 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     try:
         own = _loader_cache(loader)
         if hot.size > 0 and cache_ratio > 0:
-            # Never fewer rows than the loader's cache holds now (they are
-            # in GPU memory already):
+            # Never fewer rows than the loader's cache holds (on the GPU
+            # already):
             if own is not None:
                 cache_ratio = max(cache_ratio,
                                   min(own.numel() / max(num_nodes, 1), 1.0))
-            # Rank by the feature fetches of pruned batches, hot vertices
-            # included: they are still other vertices' sampled neighbors.
+            # Hot vertices included: they are still sampled neighbors.
             selection.cache_nodes = select_cache_nodes(
                 sampler, hot.mask, seeds, batch_size, cache_ratio,
                 num_batches, options.seed, reduce_counts=reduce)
         set_cache = loader.set_gpu_cache_nodes
         if fixed_reason is None:
             if measure:
-                # The loader keeps its own cache (the best for plain
-                # training) unless measurement keeps the offload.
+                # The loader keeps its cache unless measurement keeps the
+                # offload.
                 runtime.offload_cache = functools.partial(
                     set_cache, selection.cache_nodes)
                 if own is not None:  # Given back if switched off.
@@ -457,8 +439,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
 
 
 def _loader_cache(loader: Any) -> Optional[Tensor]:
-    # The vertices whose features the loader's GPU cache holds now (None
-    # without one, or per node type).
+    # The vertices the loader's GPU cache holds (None if none).
     own = loader.get_gpu_cache_nodes()
     return own if isinstance(own, Tensor) else None
 
@@ -467,9 +448,7 @@ def _hetero_first_layer(
     model: torch.nn.Module, loader: Any, options: OffloadOptions,
     convs: Optional[Dict[Any, torch.nn.Module]] = None
 ) -> Tuple[str, Dict[Any, torch.nn.Module]]:
-    # The first layer of a heterogeneous model over the loader's graph (or
-    # partition; `convs` where it was found by tracing a forward pass),
-    # after checking that the node features it reads exist.
+    # The first layer of a heterogeneous model, its node features checked.
     if is_partition_loader(loader):
         part = loader.partition_batches.partition
         edge_types = list(part.csc)

@@ -83,8 +83,7 @@ class AgreedStepTimeChooser(StepTimeChooser):
         self.ranks = ranks
 
     def _agreed_times(self) -> Dict[int, List[float]]:
-        # Every rank gives up on larger sizes alike (a collective: all
-        # ranks end a candidate at the same step).
+        # Every rank gives up on larger sizes alike (a collective).
         return self.ranks.mean_times(self.times)
 
     def tick(self, count: bool = True,
@@ -92,8 +91,7 @@ class AgreedStepTimeChooser(StepTimeChooser):
         r"""As :meth:`StepTimeChooser.tick`, a collective."""
         if self.done:
             return None
-        # A step counts only where every rank times it (a rank after a
-        # pause reads the clock but does not time this step):
+        # A step counts only where every rank times it:
         counts = self.ranks.sum(torch.tensor(
             [int(bool(count) and self._last is not None),
              int(bool(unusable))], dtype=torch.int64)).tolist()

@@ -21,8 +21,7 @@ from pyg_orch.offload.bottom_layer import (
 
 
 def _edge_type_keys(edge_types: List[EdgeType]) -> Dict[str, EdgeType]:
-    # Module names of per-edge-type layers: 'src__rel__dst' (to_hetero) or
-    # '<src___rel___dst>' (HeteroConv's ModuleDict).
+    # Per-edge-type module names: 'src__rel__dst' or '<src___rel___dst>'.
     out = {}
     for et in edge_types:
         out['__'.join(et)] = et
@@ -139,8 +138,7 @@ class HeteroBottomLayerComputer:
         self.autocast_dtype = autocast_dtype
         self.split = OUTPUT
         self.kinds: Dict[EdgeType, str] = {}
-        # Columns of every edge type in its destination type's rows, and
-        # the row width (set by `choose_split`):
+        # Every edge type's columns and the row width (set by `choose_split`):
         self.columns: Dict[EdgeType, Tuple[int, int]] = {}
         self.width = 0
         self._local = threading.local()

@@ -20,14 +20,12 @@ class HotSetSizer:
         auto (bool): Grow by measured throughput (see :meth:`maybe_grow`).
             (default: :obj:`False`)
     """
-    #: :obj:`hot_ratio='auto'`: the hot set starts with this fraction of the
-    #: vertices (at least one) ...
+    #: :obj:`hot_ratio='auto'` starts with this fraction of the vertices ...
     AUTO_START_RATIO = 0.01
     #: ... and may grow up to this fraction of them (the candidates).
     AUTO_MAX_RATIO = 0.5
-    #: Grow when a table took at most :obj:`1 / GROW_ROOM` of the time until
-    #: it is needed, aiming at :obj:`GROW_TARGET` of that time, by a factor
-    #: of at most :obj:`GROW_MAX` at once.
+    #: Grow when a table took at most :obj:`1 / GROW_ROOM` of its time, aiming
+    #: at :obj:`GROW_TARGET`, by at most :obj:`GROW_MAX` at once.
     GROW_ROOM = 1.6
     GROW_TARGET = 0.7
     GROW_MAX = 2.0
@@ -146,8 +144,7 @@ class HotSetSizer:
         self._sampler.set_hot_nodes(masks)
 
     def _shared_masks(self, masks: Any) -> Any:
-        # Copies `masks` into the shared ones (cleared for None, which the
-        # sampler of this process is given).
+        # Copies `masks` into the shared ones (cleared for None).
         if masks is None:
             for mask in _tensors(self._shared):
                 mask.zero_()

@@ -7,9 +7,7 @@ from torch import Tensor
 
 from pyg_orch.sampling.presample import count_node_access
 
-#: Turns this process's access counts into those the choice is made from
-#: (e.g. their sum over the ranks of a machine, see
-#: :meth:`pyg_orch.offload.ddp.MachineRanks.sum`).
+#: Turns this process's access counts into those the choice is made from.
 ReduceCounts = Callable[[Tensor], Tensor]
 
 

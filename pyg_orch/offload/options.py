@@ -24,15 +24,13 @@ from pyg_orch.offload.workers import (
 )
 from pyg_orch.sampling.arguments import check_bool, check_seconds
 
-#: A hook a worker thread calls before every CPU work item, with the item's
-#: cancellation event (set once the item is dropped, e.g. to wait on it).
+#: A hook a worker calls before every work item, with its cancel event.
 WorkHook = Callable[[threading.Event], None]
 
 #: :obj:`max_sample_age` by default: :obj:`max(max_staleness, 8)` steps.
 DEFAULT_MAX_SAMPLE_AGE = 8
 
-#: The seed :obj:`seed=None` stands for: pre-sampling and the CPU-side
-#: neighbor sampling are reproducible by default.
+#: The seed :obj:`seed=None` stands for: reproducible by default.
 DEFAULT_SEED = 0
 
 
@@ -155,28 +153,19 @@ class OffloadOptions:
     split: str = 'auto'
     autotune: Union[bool, str, Sequence[float]] = 'auto'
     max_sample_age: Optional[int] = None
-    #: Instrumentation, set by :mod:`pyg_orch.offload.testing` only: called
-    #: by a worker thread before every CPU work item with the item's
-    #: cancellation event.
+    #: Instrumentation (:mod:`pyg_orch.offload.testing` only).
     work_hook: Optional[WorkHook] = field(init=False, default=None,
                                           repr=False, compare=False)
-    #: Instrumentation, set by :mod:`pyg_orch.offload.testing` only:
-    #: replaces :func:`time.perf_counter` for the decision by measurement.
+    #: Instrumentation: replaces :func:`time.perf_counter`.
     autotune_clock: Optional[Callable[[], float]] = field(
         init=False, default=None, repr=False, compare=False)
-    #: Whether the hot-set size is decided by measurement (resolved from
-    #: :obj:`autotune` and :obj:`hot_ratio`).
+    #: Whether the hot-set size is decided by measurement (resolved).
     measure: bool = field(init=False, default=False)
-    #: Whether :obj:`hot_ratio` was given (else the decision by measurement
-    #: chooses the sizes it tries).
+    #: Whether :obj:`hot_ratio` was given.
     hot_ratio_given: bool = field(init=False, default=False)
-    #: The training processes sharing this machine's cores (:obj:`1`
-    #: without an initialized process group, see
-    #: :func:`~pyg_orch.offload.workers.local_ranks`).
+    #: The training processes sharing this machine's cores.
     local_world_size: int = field(init=False, default=1)
-    #: This process's share of the CPU cores, within which the default
-    #: thread numbers are chosen (see
-    #: :func:`~pyg_orch.offload.workers.cpu_cores_per_rank`).
+    #: This process's share of the CPU cores.
     cpu_cores: int = field(init=False, default=1)
 
     def __post_init__(self) -> None:
@@ -265,11 +254,9 @@ def with_test_hooks(options: OffloadOptions,
     return out
 
 
-#: Keywords :class:`~pyg_orch.offload.BottomLayerOffload` took before
-#: :obj:`options` (deprecated), to the option each one sets.
+#: Deprecated keywords, to the option each one sets.
 RENAMED = {'gpu_cache_ratio': 'cache_ratio'}
-#: Deprecated keywords that are no options (see
-#: :mod:`pyg_orch.offload.testing`).
+#: Deprecated keywords that are no options.
 TEST_HOOKS = ('work_hook', 'autotune_clock')
 
 

@@ -202,9 +202,8 @@ def select_part_hot_nodes(loader: Any, node_types: List[Any],
 
 def _in_edges(part: Any, edge_type: Any, nodes: Tensor
               ) -> Tuple[Tensor, Tensor, Tensor]:
-    # The in-edges of `nodes` (owned, of the destination type) in the part:
-    # their sources, per edge the position of its destination, and their
-    # positions in the part's CSC (of its edge attributes).
+    # The in-edges of `nodes` in the part: sources, destination positions and
+    # positions in the part's CSC.
     csc = _of_type(part.csc, edge_type)
     dst_type = None if edge_type is None else edge_type[-1]
     local = part.to_local(nodes, dst_type) if nodes.numel() else nodes
@@ -241,8 +240,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     def dst_of(et):
         return None if et is None else et[-1]
 
-    # Every row a candidate needs, with the candidate's position: its own
-    # (destination type) and its in-neighbors' (source types).
+    # Every row a candidate needs, with the candidate's position:
     edges, need = {}, {}
     for t, pos in mine.items():
         need.setdefault(t, []).append((local_ids[t], pos))

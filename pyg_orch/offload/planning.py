@@ -30,15 +30,14 @@ from pyg_orch.offload.protocol import (
 )
 from pyg_orch.offload.replacement import same_tensor
 
-#: :obj:`stats()['decision']['mode']` of a wrapper that runs the model
-#: unchanged, and of one that plans at the first training forward pass.
+#: Decision modes: running the model unchanged, or planning at the first
+#: training forward pass.
 PASS_THROUGH = 'pass_through'
 PENDING = 'pending'
 #: :obj:`OffloadPlan.mode` of a plan that builds the offload now.
 OFFLOAD = 'offload'
 
-#: The first layer: a module name (homogeneous graphs) or the module per
-#: edge type (heterogeneous graphs).
+#: A module name, or the module per edge type.
 FirstLayer = Union[str, Dict[Any, MessagePassing]]
 
 
@@ -103,8 +102,7 @@ def has_lazy_parameters(model: torch.nn.Module) -> bool:
 
 
 def _input_mismatch(layer: torch.nn.Module, x: Any) -> Optional[str]:
-    # Why `layer` can not read `x` as it is (its declared `in_channels`),
-    # else None.
+    # Why `layer` can not read `x` as it is, else None.
     if not isinstance(x, Tensor) or x.dim() != 2 or \
             not x.is_floating_point():
         return (f"the node features are no float matrix ("
@@ -278,13 +276,11 @@ class OffloadPlan:
     unchanged), with :obj:`reason`. :meth:`describe` prints it."""
     mode: str
     reason: Optional[str] = None
-    #: The first layer's module name (for heterogeneous models, the prefix
-    #: of its modules per edge type); :obj:`None` until known.
+    #: The first layer's module name (or prefix); :obj:`None` until known.
     layer: Optional[str] = None
     is_hetero: bool = False
     partitioned: bool = False
-    #: The hot ratio built with (:obj:`'auto'`: grown by throughput), and
-    #: whether the hot-set size is decided by measurement, else why not.
+    #: The hot ratio built with, and whether measured, else why not.
     hot_ratio: Union[float, str] = 0.0
     measure: bool = False
     not_measured: Optional[str] = None
@@ -301,8 +297,7 @@ class OffloadPlan:
     seed: int = 0
     #: Whether the table a step uses depends on the step only.
     scheduled: bool = False
-    #: Why the offload is built with no hot vertex (the model trains as in
-    #: PyG), e.g. a model deeper than the loader's hops.
+    #: Why the offload is built with no hot vertex.
     off_reason: Optional[str] = None
     options: Optional[OffloadOptions] = field(default=None, repr=False,
                                               compare=False)
@@ -360,8 +355,7 @@ def pass_through_plan(reason: str, options: Optional[OffloadOptions] = None,
 def _layer_name(model: torch.nn.Module, loader: Any, facts: LoaderFacts,
                 options: OffloadOptions,
                 first: Optional[FirstLayer]) -> Optional[str]:
-    # The first layer's name; None where it is found when building (a
-    # partition's heterogeneous model, checked on all ranks alike).
+    # None where the first layer is found when building.
     if isinstance(first, dict):
         names = {id(m): name for name, m in model.named_modules()}
         return common_prefix([names[id(m)] for m in first.values()])
@@ -384,8 +378,7 @@ def _check_features(loader: Any, facts: LoaderFacts) -> None:
 
 def _cache_ratio(loader: Any, facts: LoaderFacts,
                  options: OffloadOptions) -> float:
-    # The GPU-cache candidates' ratio: none on a partition (remote rows
-    # have their own cache); 'auto', as many as the loader's cache holds.
+    # The GPU-cache candidates' ratio (none on a partition).
     if facts.partitioned or facts.is_hetero:
         return 0.0
     if options.cache_ratio != 'auto':

@@ -19,8 +19,7 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.sampling.contract import HotNodeSampler
 
-#: The training seeds of a loader: a tensor of node ids, or one per node
-#: type for a :class:`~torch_geometric.data.HeteroData`.
+#: A tensor of training seeds, or one per node type.
 Seeds = Union[Tensor, Dict[Any, Tensor]]
 
 
@@ -32,8 +31,7 @@ class OffloadableLoader(Protocol):
     not is passed through: the model trains unchanged."""
     #: The device batches are delivered on.
     device: torch.device
-    #: The loader's :class:`~pyg_orch.StageTimer` (offload charges its
-    #: waits to it), or :obj:`None`.
+    #: The loader's :class:`~pyg_orch.StageTimer`, or :obj:`None`.
     timer: Any
     #: Whether batches are sampled one step before they train.
     lookahead: bool
@@ -41,8 +39,7 @@ class OffloadableLoader(Protocol):
     num_workers: int
     #: Whether worker processes live across epochs.
     persistent_workers: bool
-    #: Over a partition folder, what builds the batches (the part, the
-    #: fetch of remote rows, this rank's seeds), else :obj:`None`.
+    #: Over a partition folder, what builds the batches, else :obj:`None`.
     partition_batches: Any
 
     @property
@@ -86,8 +83,7 @@ class LoaderFacts:
     device: torch.device
     #: The loader samples a partition folder (a rank's part).
     partitioned: bool
-    #: Why offload can not work with the loader's data or sampling
-    #: (:obj:`None`: it can).
+    #: Why offload can not work with the loader (:obj:`None`: it can).
     unsupported: Optional[str]
     #: Worker processes, and whether they live across epochs.
     num_workers: int = 0

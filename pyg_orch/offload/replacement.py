@@ -13,15 +13,13 @@ class BatchInfo:
     def __init__(self, x: Tensor, lo: int, hi: int, slot: Tensor,
                  pruned: bool, num_rows: Optional[int] = None):
         self.x_ref = weakref.ref(x)
-        # Rows `lo:hi` may hold hot vertices; `slot[i]` is the row of local
-        # row `lo + i` in the embedding tables, `-1` if it is not hot:
+        # `slot[i]`: the table row of local row `lo + i`, `-1` if not hot:
         self.lo, self.hi, self.slot = lo, hi, slot
-        # The slot map refers to table rows below `num_rows` only (the size
-        # of the hot set it was made from; unknown if `None`): a table that
-        # replaces the batch's hot rows must hold that many rows.
+        # A table that replaces the batch's hot rows must hold `num_rows` rows
+        # (the size of the hot set the slot map was made from; None if
+        # unknown):
         self.num_rows = num_rows
-        # The hot rows alone (local rows, table rows, the latter on the CPU),
-        # made on demand: finding them synchronizes with the device.
+        # The hot rows alone, made on demand (synchronizes with the device).
         self.rows: Optional[Tensor] = None
         self.pos: Optional[Tensor] = None
         self.pos_cpu: Optional[Tensor] = None
@@ -36,8 +34,7 @@ class BatchInfo:
 
 
 def hot_rows(slot: Tensor, lo: int) -> Tuple[Tensor, Tensor]:
-    # The local rows of the hot vertices among rows `lo:` and their rows in
-    # the embedding tables (synchronizes with the device: `nonzero`).
+    # The hot rows among rows `lo:` and their table rows (synchronizes).
     rows = (slot >= 0).nonzero().view(-1)
     return rows + lo, slot.index_select(0, rows).to(torch.int64)
 

@@ -220,9 +220,8 @@ class OffloadRuntime:
         removers = [loader.register_batch_hook(RuntimeHook(self,
                                                             '_on_batch'))]
         # Whether a batch is sampled in the loop's thread right before the
-        # loader's hooks see it (no look-ahead, prefetching or worker
-        # processes): then the hot set the sampler prunes when a hook runs
-        # is the one the batch was pruned with.
+        # hooks see it: then the sampler's hot set is the one it was pruned
+        # with.
         in_loop_thread = loader.batches_ahead == 0 and \
             loader.num_workers == 0
         self.sampled_in_hook = self.lead == 0 and in_loop_thread
@@ -241,10 +240,7 @@ class OffloadRuntime:
         self.loader = loader
         self.sampler = loader.offload_sampler
         self.timer = loader.timer
-        # Per-batch rows are requested as soon as a batch is sampled (with
-        # look-ahead, a step before it trains), where sampling runs in the
-        # training loop's thread (`self.sampled`); batches reach the model
-        # this many steps after they are sampled:
+        # Batches reach the model this many steps after they are sampled:
         self.lead = 1 if loader.lookahead else 0
         self.layer_name = layer_name
         self.layer = layer
@@ -252,8 +248,7 @@ class OffloadRuntime:
         self.hot = hot
         hot.bind(self.sampler, self.per_type)
         if loader.persistent_workers and loader.num_workers > 0:
-            # Worker processes keep their copy of the sampler across
-            # epochs: they must see eval() stop the pruning.
+            # Persistent worker processes must see eval() stop the pruning.
             hot.share_masks()
         self.strategy = strategy
         self.num_hops = self.sampler.num_hops
@@ -269,28 +264,23 @@ class OffloadRuntime:
         self.ctx: Optional[ForwardContext] = None
         self.training = False
         self.closed = False
-        #: The decision by measurement while it runs (see
-        #: :mod:`pyg_orch.offload.autotune`), else :obj:`None`.
+        #: The decision by measurement while it runs.
         self.tuner: Any = None
-        #: What :meth:`stats` reports as :obj:`'decision'` once a decision
-        #: by measurement is made.
+        #: The decision once made (see :meth:`stats`).
         self.decision: Optional[Dict[str, Any]] = None
-        #: Gives the loader's GPU cache the offload's candidates, once
-        #: measurement keeps the offload (set by the builder).
+        #: Gives the loader's cache the offload's candidates (set by the
+        #: builder).
         self.offload_cache: Optional[Callable[[], Any]] = None
-        #: Gives the loader's GPU cache its own rows back, where a kept
-        #: offload is switched off later (set by the builder).
+        #: Gives the loader's cache its rows back (set by the builder).
         self.restore_cache: Optional[Callable[[], Any]] = None
-        #: Whether a kept hot set is watched by a
-        #: :class:`~pyg_orch.offload.autotune.KeepUpGuard` (one process; not
-        #: where ranks decide alike).
+        #: Whether a kept hot set is watched by a :class:`KeepUpGuard`.
         self.guard_kept = False
         #: The guard of a kept hot set, else :obj:`None`.
         self.guard: Any = None
         #: Why no decision is measured (:obj:`'decision'` in :meth:`stats`).
         self.fixed_reason = 'hot-set size given (autotune off)'
-        #: Whether hot rows aggregate all in-neighbors (the resolved
-        #: :obj:`full_neighbors`), and why (set by the builder).
+        #: Whether hot rows aggregate all in-neighbors, and why (by the
+        #: builder).
         self.full_neighbors = False
         self.full_neighbors_reason = ''
         self.order_checked = False
@@ -301,9 +291,7 @@ class OffloadRuntime:
         self.counter = StepCounter(layer.parameters)
 
     def _hook_layers(self, layers) -> list:
-        # Hooks on the first layer (one module per edge type for
-        # heterogeneous models); with a weight-free split, on its
-        # aggregation as well.
+        # Hooks on the first layer, and on its aggregation if weight-free.
         handles = []
         for layer in layers:
             handles += [
@@ -357,10 +345,8 @@ class OffloadRuntime:
                                    self.strategy.cannot_keep_up)
 
     def _tuned(self, size: int) -> None:
-        # The decision is final. Offload off: the runtime closes (no worker,
-        # no table, no hook on the layers, the loader or the optimizers),
-        # so that training runs as without it; only the check of `active`
-        # per step is left, and `stats()` keeps the counts of the trial.
+        # The decision is final; offload off closes the runtime, whose stats
+        # keep the counts of the trial.
         tuner, self.tuner = self.tuner, None
         self.decision = tuner.summary()
         if size == 0:
@@ -379,8 +365,7 @@ class OffloadRuntime:
         self.offload_cache = None
 
     def _fell_behind(self, step: int, why: str) -> None:
-        # The kept hot set's rows stopped coming in time: offload off for
-        # good, as where the trial had chosen none.
+        # The kept hot set's rows stopped coming in time: offload off for good.
         self.guard = None
         decision = self.decision
         chosen = decision.get('chosen_num_hot')
@@ -473,12 +458,9 @@ class OffloadRuntime:
         return lo, n_last, n_bottom
 
     def _slot_rows(self) -> int:
-        # The vertices of the hot set (its first ones) that a batch drawn
-        # now may have been pruned with: its slot map marks those hot, and
-        # its rows must be replaced from a table holding them all. Where the
-        # batch was sampled just now, exactly what the sampler prunes; else
-        # the whole set in use (it holds every vertex pruned for a batch
-        # still in flight, see `HotSetSizer.resize`).
+        # The first vertices of the hot set that a batch drawn now may have
+        # been pruned with: what the sampler prunes if sampled just now, else
+        # the whole set in use (see `HotSetSizer.resize`).
         if self.sampled_in_hook:
             if self.sampler.hot_nodes is None:
                 return 0
@@ -486,9 +468,7 @@ class OffloadRuntime:
         return self.hot.size
 
     def _on_sampled(self, out) -> None:
-        # Finds the hot rows of a batch just sampled and queues their CPU
-        # computation. Reading them back waits for the sampling stream,
-        # which a running training step can hold up.
+        # Queues the CPU computation of the hot rows of a batch just sampled.
         if not self.training or not self.active or \
                 self.sampler.hot_nodes is None:
             return
@@ -537,11 +517,8 @@ class OffloadRuntime:
             check_batch_features(x, n_id, self.features, 'batch',
                                  'loader.data')
         lo, n_last, n_bottom = self._bottom_rows(num)
-        # No synchronization with the device from here on, unless degrees
-        # are compensated or rows are computed per batch (which need the hot
-        # rows on the host):
-        # The slot map of the hot set the batch was pruned with (the table
-        # that replaces its rows must hold them all, see `_replace`):
+        # No host sync from here on unless degrees are compensated or rows are
+        # per batch. The slot map of the hot set the batch was pruned with:
         num_rows = self._slot_rows()
         slot = self.hot.positions(n_id.device, num_rows).index_select(
             0, n_id[lo:n_bottom])
@@ -555,8 +532,8 @@ class OffloadRuntime:
             info.extra_edges = self.degrees.placeholder_edges(
                 n_id, rows if lo == n_last else rows[rows >= n_last])
         if per_batch and not requested:
-            # Start computing this batch's hot rows right away, with the
-            # weights its forward pass will have:
+            # Compute this batch's hot rows now, with its forward pass's
+            # weights:
             info.hot_rows()
             info.pos_cpu = info.pos.cpu()
             self.strategy.on_batch_sampled(
@@ -700,8 +677,7 @@ class OffloadRuntime:
             output, lambda out: self._replace(out, info, ctx.version))
 
     def _aggregate_hook(self, module, inputs, out):
-        # split='aggregate': the hot rows of the layer's aggregation become
-        # the CPU-computed ones, finished with the current weights.
+        # split='aggregate': the hot rows of the aggregation are replaced.
         ctx = self.ctx
         if ctx is None or not ctx.in_call or ctx.aggregated:
             return None
@@ -716,10 +692,8 @@ class OffloadRuntime:
                  table: Optional[Tensor] = None,
                  layer: Optional[torch.nn.Module] = None,
                  kind: Optional[str] = None) -> Tensor:
-        # The hot rows of `out` (rows `info.lo:info.hi`) replaced by their
-        # rows of `table` (the strategy's, if not given), on `out`'s device,
-        # in its dtype, and for split='aggregate' finished with the layer's
-        # current weights.
+        # `out` with its hot rows replaced from `table` (the strategy's, if not
+        # given), finished for split='aggregate'.
         if table is None:
             table = self.strategy.rows_for(info, version, self.timer)
             if table is None:
@@ -734,8 +708,7 @@ class OffloadRuntime:
             return emb.to(out.dtype)
 
         new, count = replace_from_table(out, info, table, finish)
-        # A device-side counter (a tensor), read only by `stats()`: no
-        # synchronization per batch.
+        # A device-side counter: no host sync per batch.
         self._rows_replaced = self._rows_replaced + count
         return new
 
@@ -909,8 +882,7 @@ class HeteroOffloadRuntime(OffloadRuntime):
 
     def _replace_type(self, module, et: EdgeType, out: Tensor,
                       info: BatchInfo, ctx: HeteroForwardContext) -> Tensor:
-        # One table per forward pass, whose columns `lo:hi` are `et`'s
-        # (none while no vertex is hot yet: a hot set growing from none):
+        # One table per forward pass (none while no vertex is hot yet):
         if ctx.table is None:
             ctx.table = self.strategy.rows_for(info, ctx.version, self.timer)
             if ctx.table is None:

@@ -10,18 +10,13 @@ from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 
 Computer = Union[BottomLayerComputer, HeteroBottomLayerComputer]
 
-#: The hot ratios the decision by measurement tries where rows are computed
-#: once (beside none, plain training): the CPU's speed no longer bounds the
-#: hot set, and on an H100 the speed-up grew up to 70% hot vertices on the
-#: wide homogeneous benchmark and peaked at 50% on the heterogeneous one
-#: (see :doc:`/offload`).
+#: The hot ratios tried for rows computed once, beside none: the CPU's speed no
+#: longer bounds the hot set (see :doc:`/offload`).
 STATIC_RATIOS = (0.25, 0.5, 0.7)
-#: The largest share of the device's free memory (when the offload is
-#: built) one table of rows computed once may take. While a larger table
-#: replaces a smaller one, both are held.
+#: The largest share of the device's free memory one static table may take
+#: (while a larger one replaces it, both are held).
 TABLE_MEMORY_SHARE = 0.2
-#: Vertices of highest in-degree the split is probed on before the hot set
-#: is chosen (:func:`degree_probe`).
+#: Vertices of highest in-degree the split is probed on.
 PROBE_SIZE = 64
 
 

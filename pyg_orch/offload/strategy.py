@@ -58,8 +58,7 @@ class EmbeddingStrategy:
         scheduled (bool): Whether the rows a step uses depend on the step
             only, not on when the CPU finishes them. (default: :obj:`False`)
     """
-    #: Whether it computes the rows each batch needs: then the runtime calls
-    #: :meth:`on_batch_sampled` for every batch drawn in training mode.
+    #: Whether it computes the rows each batch needs.
     per_batch = False
     #: The :obj:`refresh` option it implements.
     refresh = ''
@@ -79,13 +78,10 @@ class EmbeddingStrategy:
         self.max_staleness = int(max_staleness)
         self.max_sample_age = None if max_sample_age is None else int(
             max_sample_age)
-        # split='aggregate': tables hold weight-free aggregations, finished
-        # with the current weights on the device, so any table is usable
-        # within the sample-age bound.
+        # Weight-free rows are finished with the current weights on the device:
         self.weight_free = computer.split != OUTPUT
         self.static = bool(static) and self.weight_free
-        #: Whether rows are used by step, not by arrival (static rows are
-        #: the same whenever they come).
+        #: Whether rows are used by step, not by arrival.
         self.scheduled = bool(scheduled) and not self.static
         self.num_threads = int(num_threads)
         self.intra_op_threads = int(intra_op_threads)
@@ -94,8 +90,7 @@ class EmbeddingStrategy:
         self.idle_timeout = idle_timeout
         self.work_hook = work_hook
         self.cuda = self.device.type == 'cuda'
-        # Rows go to the device through small pinned buffers (see
-        # `PinnedStaging`), into a table allocated on the device:
+        # Rows go to the device through small pinned buffers:
         self.staging = PinnedStaging() if self.cuda else None
         self._streams: Dict[Any, Any] = {}
         self._streams_lock = threading.Lock()
@@ -135,8 +130,7 @@ class EmbeddingStrategy:
 
     @property
     def _sample_age_bound(self) -> int:
-        # The bound without `static`: also the deadline by which the CPU
-        # must deliver a table to keep up (see `cannot_keep_up`).
+        # The bound without `static`, also the CPU's deadline for a table.
         bound = UNBOUNDED if self.weight_free else self.max_staleness
         if self.max_sample_age is not None:
             bound = min(bound, self.max_sample_age)
@@ -170,10 +164,8 @@ class EmbeddingStrategy:
 
     def _record_staleness(self, age: int,
                           mean_age: Optional[float] = None) -> None:
-        # `age`: steps since the (oldest) row's snapshot and neighbor
-        # sample; `mean_age`: the mean over the rows used (`age` if not
-        # given). Its weights' staleness is that, or 0 for weight-free rows.
-        # Static rows are exact at any step: their age is 0.
+        # `age`: steps since the row's snapshot and sample; `mean_age`: the
+        # mean over the rows used. Static rows are exact at any step.
         if self.static:
             age, mean_age = 0, 0.0
         self.max_table_age = age if self.max_table_age is None else max(
@@ -266,8 +258,7 @@ class EmbeddingStrategy:
         self.tables_discarded += 1
 
     def _expire(self, job: Job) -> None:
-        # Discards a job that got older than the age bound; counts it as
-        # expired if it had not finished (the CPU did not keep up).
+        # Counts a job older than the age bound as expired if unfinished.
         if not job.future.done():
             self.tables_expired += 1
             self._plan_expired += 1
@@ -277,8 +268,7 @@ class EmbeddingStrategy:
     LATE_FACTOR = 2.0
     #: See :meth:`cannot_keep_up`.
     MAX_EXPIRED = 2
-    #: See :meth:`cannot_keep_up`: the longest (seconds) a table of rows
-    #: computed once may be projected to take.
+    #: See :meth:`cannot_keep_up` (seconds, for static rows).
     STATIC_DEADLINE_S = 120.0
 
     def cannot_keep_up(self) -> bool:
@@ -306,10 +296,7 @@ class EmbeddingStrategy:
             self._sample_age_bound + 1)
 
     def _projected(self, job: Any, spent: float) -> float:
-        # The whole time (in the unit of `spent`) an unfinished `job` is
-        # projected to take from its finished work items, `spent` so far;
-        # with none finished, each round of items (one per thread) takes
-        # at least `spent`.
+        # The whole time a `job` is projected to take, `spent` so far.
         total = len(job.chunks)
         done = total - job.remaining
         return spent * total / done if done > 0 else spent * -(
@@ -401,8 +388,7 @@ class EmbeddingStrategy:
         event, rows = None, job.rows
         emb = job.buffer
         if self.cuda:
-            # Every item's copy is queued on the stream by now (the last
-            # item finishes the table):
+            # Every item's copy is queued on the stream by now:
             stream = self._stream('h2d', self.device)
             with torch.cuda.stream(stream):
                 if rows is not None:

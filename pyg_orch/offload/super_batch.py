@@ -97,8 +97,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
             self.submit(version)
 
     def _covers_plan(self) -> bool:
-        # Whether the current table, or one finished and not taken yet,
-        # holds rows of the whole planned set.
+        # Whether a current or finished table holds the whole planned set.
         planned = self.hot.planned
         if self._current is not None and \
                 self._current.emb.size(0) >= planned:
@@ -143,8 +142,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
         bound = self.age_bound
         self._raise_failures()
         if self.scheduled and (self.hot.size > 0 or min_rows > 0):
-            # (With nothing pruned yet, as in the trial of sizes, a table
-            # is taken when it comes, without waiting.)
+            # (With nothing pruned yet, a table is taken when it comes.)
             return self._acquire_scheduled(version, timer, min_rows)
         # Tables that could never be used again:
         while self._jobs and version - self._jobs[0].version > bound:
@@ -183,8 +181,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     def _acquire_scheduled(self, version: int, timer=None,
                            min_rows: int = 0) -> Optional[EmbeddingTable]:
-        # :meth:`acquire` by step (see `lag`): which table a step uses
-        # does not depend on when tables finish.
+        # :meth:`acquire` by step (see `lag`).
         due = version - self.lag
         index = None
         for i, job in enumerate(self._jobs):
@@ -211,10 +208,8 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     def _wait_for(self, version: int, min_rows: int,
                   timer=None) -> EmbeddingTable:
-        # Waits for the oldest queued table of at least `min_rows` rows
-        # (dropping those queued before it); queues one first if there is
-        # none: of the planned hot set, or of its first `min_rows`
-        # candidates if that is smaller.
+        # Waits for the oldest queued table of at least `min_rows` rows,
+        # queueing one first if there is none.
         index = next((i for i, job in enumerate(self._jobs)
                       if job.nodes.numel() >= min_rows), None)
         if index is None:

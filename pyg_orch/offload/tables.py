@@ -162,12 +162,9 @@ class Job:
         return f.done() and not f.cancelled() and f.exception() is None
 
 
-# Feature bytes a work item gathers, by default. On 2 cores, a few MB per
-# item was 1.5 to 2x faster (600-dim features) than one item of tens of MB
-# per thread, whose fresh allocations each page-fault (free returns them to
-# the operating system); on 16 cores it made no difference. Far smaller
-# items pay Python overhead per item, under the interpreter lock that the
-# training loop needs too.
+# Feature bytes a work item gathers by default: large items page-fault on every
+# fresh allocation, far smaller ones pay Python overhead under the interpreter
+# lock.
 _ITEM_BYTES = 8 * 2**20
 
 

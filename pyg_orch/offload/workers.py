@@ -27,9 +27,8 @@ def set_thread_intra_op_threads(num: int) -> None:
     later begins with, which is set back from a short-lived thread."""
     with _threads_lock:
         before = _in_new_thread(torch.get_num_threads)
-        # A thread takes the process-wide value at its first use of the
-        # thread pool: make that happen now, not after the value is set
-        # back.
+        # A thread takes the process-wide value at its first use of the pool:
+        # make that happen before it is set back.
         torch.get_num_threads()
         torch.set_num_threads(int(num))
         if before != int(num):
@@ -67,8 +66,7 @@ def cpu_cores_per_rank(local_world_size: Optional[int] = None) -> int:
 
 
 def _offload_cores(local_world_size: Optional[int] = None) -> int:
-    # Half the process's cores; the other half is left to the training
-    # loop, the loader and the operating system.
+    # Half the cores; the rest is left to the loop, loader and OS.
     return max(1, cpu_cores_per_rank(local_world_size) // 2)
 
 

@@ -115,8 +115,7 @@ class BottomLayerOffload(torch.nn.Module):
         plan = plan_offload(model, loader, options)
         runtime = _runtime_of(model, loader, plan)
         super().__init__()
-        # Share the model's state, so that parameters(), state_dict() etc.
-        # are the model's own, with identical keys:
+        # Share the model's state (parameters(), state_dict() etc.):
         for name in ('_parameters', '_buffers', '_modules',
                      '_non_persistent_buffers_set'):
             object.__setattr__(self, name, getattr(model, name))
@@ -133,8 +132,7 @@ class BottomLayerOffload(torch.nn.Module):
         self._install(runtime)
 
     def _install(self, runtime: Union[OffloadRuntime, PassThrough]) -> None:
-        # Puts `runtime` behind the wrapper (closed with it); warns once
-        # where the model runs unchanged.
+        # Puts `runtime` behind the wrapper; warns where the model runs as is.
         old = self.__dict__['_finalizer']
         if old is not None:
             old.detach()
@@ -150,8 +148,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     def _build(self, first: Optional[FirstLayer]
                ) -> Union[OffloadRuntime, PassThrough]:
-        # Plans again with the first layer found by a forward pass, and
-        # builds.
+        # Plans again with the first layer found by a forward pass.
         plan = plan_offload(self.module, self._loader, self.options, first)
         object.__setattr__(self, '_plan', plan)
         return _runtime_of(self.module, self._loader, plan)
@@ -162,9 +159,8 @@ class BottomLayerOffload(torch.nn.Module):
         self._install(PassThrough(reason))
 
     def _plan_on_first_batch(self, args: tuple, kwargs: dict) -> Any:
-        # The first training forward pass of a wrapper planned on it: runs
-        # the model unchanged (materializing lazy parameters), finds the
-        # first layer from what it did, then builds the offload.
+        # Runs the model unchanged, finds the first layer from what it did,
+        # then builds the offload.
         model = self.module
         inputs = model_inputs(args, kwargs)
         out, calls = trace_message_passing(model, args, kwargs)
@@ -178,8 +174,7 @@ class BottomLayerOffload(torch.nn.Module):
             except NotImplementedError as exc:
                 why = str(exc)
             except (RuntimeError, IndexError) as exc:
-                # E.g. a shape error of the CPU copy of the layer on the
-                # raw features: never a failure of the training loop.
+                # E.g. a shape error on the CPU: never a failure of the loop.
                 why = (f"the first layer could not be computed on the CPU "
                        f"from the raw features ({type(exc).__name__}: "
                        f"{exc})")
@@ -192,10 +187,8 @@ class BottomLayerOffload(torch.nn.Module):
     def _mismatch(self, exc: Union[FirstLayerMismatch,
                                    FirstLayerEdgeTensors],
                   args: tuple, kwargs: dict) -> Any:
-        # The layer chosen as the first one is not what the model calls
-        # first on the raw features (or it gets edge-level tensors):
-        # rebuild with the one it does call first, else run unchanged; this
-        # forward pass runs exactly.
+        # The chosen layer is not what the model calls first on the raw
+        # features: rebuild with the one it does, else run unchanged.
         model = self.module
         why = str(exc)
         if isinstance(exc, FirstLayerMismatch) and exc.layer is not None \
@@ -442,9 +435,7 @@ class BottomLayerOffload(torch.nn.Module):
 
 def _runtime_of(model: torch.nn.Module, loader: Any, plan: OffloadPlan
                 ) -> Union[OffloadRuntime, PassThrough]:
-    # The runtime built as planned; a pending one where the first layer is
-    # found on the first training batch; a pass-through where the loader
-    # can not be offloaded.
+    # The runtime as planned: built, pending or a pass-through.
     if plan.offloads:
         return build_runtime(model, loader, plan)
     return PassThrough(plan.reason, pending=plan.mode == PENDING)
