@@ -95,14 +95,11 @@ class StepTimeChooser:
 
     Args:
         candidates (Sequence[int]): Hot-set sizes, :obj:`0` included.
-        warmup (int): Steps dropped per candidate. (default: :obj:`3`)
-        steps (int): Steps measured per candidate. (default: :obj:`10`)
+        warmup (int): Steps dropped per candidate.
+        steps (int): Steps measured per candidate.
         margin (float): How much faster than plain training a size must be.
-            (default: :obj:`0.02`)
         give_up (float, optional): Larger sizes are not tried once a size was
-            this much slower than plain training. (default: :obj:`0.05`)
-        recheck (bool): Time plain training again. (default: :obj:`True`)
-        clock (callable): Returns the time in seconds.
+            this much slower than plain training.
         sync (callable, optional): Called before reading the clock around
             timed steps (e.g. :func:`torch.cuda.synchronize`).
     """
@@ -291,20 +288,13 @@ class StepTimeChooser:
 
 class HotSetTuner:
     r"""Applies a :class:`StepTimeChooser` to a hot set: :meth:`step` times
-    the step and resizes the hot set; once a shrink settled, :obj:`on_done`
-    is called with the final size (:obj:`0`: offload off).
+    the step and resizes the hot set; once a shrink settled (:obj:`drain`
+    steps), :obj:`on_done` is called with the final size (:obj:`0`: off).
 
     Args:
-        hot (HotSetSizer): The hot set.
-        chooser (StepTimeChooser): Times steps, sizes ascending.
-        ratios (Sequence[float]): The hot ratio of every candidate.
-        on_resize (callable): Called after every resize.
-        on_done (callable): Called with the final size once it settled.
-        drain (int): Steps before a smaller hot set settles.
-            (default: :obj:`2`)
         max_hold (int, optional): The most steps to wait for a larger hot set
             to be in use before timing it; :obj:`None` waits until it is or
-            :obj:`cannot_keep_up`. (default: :obj:`50`)
+            :obj:`cannot_keep_up`.
         cannot_keep_up (callable, optional): Whether the CPU cannot compute
             the planned rows within the sample-age bound; such a candidate is
             dropped untimed, with every larger one.
@@ -433,21 +423,9 @@ class HotSetTuner:
 class KeepUpGuard:
     r"""Switches a kept hot set off where the CPU stops keeping up: rows
     planned but not in use while :obj:`cannot_keep_up`, or the loop waiting
-    more than :obj:`max_wait` of the time over :obj:`window` steps. Once the
-    shrink settled, :obj:`on_off` is called with the step and the reason.
-
-    Args:
-        hot (HotSetSizer): The hot set.
-        cannot_keep_up (callable): See :class:`HotSetTuner`.
-        on_resize (callable): Called after the hot set settled.
-        on_off (callable): Called with the step number and the reason.
-        drain (int): Steps before the shrink settles. (default: :obj:`2`)
-        first_step (int): Training steps before this one.
-        waited (callable, optional): Seconds the loop waited for CPU rows.
-        window (int): Steps over which waiting is measured.
-        max_wait (float): The largest share of the time the loop may wait.
-        clock (callable): Returns the time in seconds.
-    """
+    (:obj:`waited` seconds so far) more than :obj:`max_wait` of the time over
+    :obj:`window` steps. Once the shrink settled (:obj:`drain` steps),
+    :obj:`on_off` is called with the step and the reason."""
     WINDOW = 20
     MAX_WAIT = 0.1
 

@@ -137,24 +137,17 @@ class BottomLayerComputer:
     CPU: samples their in-neighbors, builds the small subgraph (the vertices
     first) and calls a per-thread CPU copy of the layer on it, without
     gradients. After :meth:`choose_split`, it may compute the layer's
-    weight-free aggregation instead (see
-    :mod:`pyg_orch.offload.aggregate_split`), by
+    weight-free aggregation instead, by
     :func:`~torch.nn.functional.embedding_bag` where it is a mean, sum or
     maximum of the neighbors' rows.
 
     Args:
-        layer (torch.nn.Module): The layer to copy (not modified).
-        x (torch.Tensor): Host-resident node features of the whole graph.
-        csc (CSCTopology): The topology on the CPU.
         num_neighbors (int): Fan-out, :obj:`-1` for all neighbors.
-        replace (bool): Sample with replacement. (default: :obj:`False`)
-        seed (int, optional): Seeds the per-thread random generators.
         dedup (bool, optional): Give a neighbor sampled several times one row
             with all its sampled in-edges, as in a mini-batch; by default only
             for layers that need it (see :func:`needs_degree_compensation`).
         autocast_dtype (torch.dtype, optional): Run the layer under CPU
             autocast in this dtype (:obj:`torch.bfloat16`).
-            (default: :obj:`None`)
     """
     def __init__(self, layer: torch.nn.Module, x: Tensor, csc: CSCTopology,
                  num_neighbors: int, replace: bool = False,

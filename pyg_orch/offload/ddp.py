@@ -17,11 +17,8 @@ def process_group_active() -> bool:
 
 
 class MachineRanks:
-    r"""The ranks of this machine, for the collectives of offload.
-
-    Args:
-        group (ProcessGroup, optional): The group; the machine's if not set.
-    """
+    r"""The ranks of this machine (or of :obj:`group`), for the collectives of
+    offload."""
     def __init__(self, group: Optional[Any] = None):
         self.group = machine_group() if group is None else group
         self.size = dist.get_world_size(self.group)
@@ -68,16 +65,10 @@ def machine_ranks() -> Optional[MachineRanks]:
 
 
 class AgreedStepTimeChooser(StepTimeChooser):
-    r"""A :class:`~pyg_orch.offload.autotune.StepTimeChooser` whose ranks
-    decide alike: a step is timed only if every rank times it, and the choice
-    is made from step times averaged over the ranks; every rank calls
-    :meth:`tick` at every training step until then.
-
-    Args:
-        *args: See :class:`~pyg_orch.offload.autotune.StepTimeChooser`.
-        ranks (MachineRanks): The ranks that agree.
-        **kwargs: See :class:`~pyg_orch.offload.autotune.StepTimeChooser`.
-    """
+    r"""A :class:`~pyg_orch.offload.autotune.StepTimeChooser` whose
+    :obj:`ranks` decide alike: a step is timed only if every rank times it, and
+    the choice is made from step times averaged over the ranks; every rank
+    calls :meth:`tick` at every training step until then."""
     def __init__(self, *args, ranks: MachineRanks, **kwargs):
         super().__init__(*args, **kwargs)
         self.ranks = ranks

@@ -82,17 +82,8 @@ class HeteroBottomLayerComputer:
     zero-padded to :attr:`width`, and the model sums them.
 
     Args:
-        convs (Dict[EdgeType, torch.nn.Module]): The first layer per edge
-            type.
-        x_dict (Dict[str, torch.Tensor]): Host features per node type.
-        csc_dict (Dict[EdgeType, CSCTopology]): CPU topology per edge type.
         num_neighbors (Dict[EdgeType, int]): Bottom-hop fan-out per edge
             type (:obj:`-1` for all neighbors).
-        num_nodes (Dict[str, int]): Number of vertices per node type.
-        replace (bool): Sample with replacement. (default: :obj:`False`)
-        seed (int, optional): Seeds the per-thread random generators.
-        autocast_dtype (torch.dtype, optional): See
-            :class:`BottomLayerComputer`.
         make_part (callable, optional): :obj:`make_part(edge_type, conv,
             num_neighbors, seed)` returns an edge type's computer instead
             (e.g. over a partition's tables).

@@ -10,16 +10,8 @@ class HotSetSizer:
     keeps :attr:`planned`, the rows of tables queued from now on, and
     :attr:`size`, the rows in use (pruned by the sampler, replaced), which
     grows only when a table holding them is used (:meth:`use`). It is the
-    only code that tells the sampler what to prune.
-
-    Args:
-        candidates (torch.Tensor): Ids of the vertices that are or may become
-            hot, most accessed first.
-        num_nodes (int, optional): The number of ids (for :attr:`mask`).
-        size (int, optional): The initial size; all candidates if not set.
-        auto (bool): Grow by measured throughput (see :meth:`maybe_grow`).
-            (default: :obj:`False`)
-    """
+    only code that tells the sampler what to prune; with :obj:`auto`, it
+    grows by measured throughput (see :meth:`maybe_grow`)."""
     #: :obj:`hot_ratio='auto'` starts with this fraction of the vertices ...
     AUTO_START_RATIO = 0.01
     #: ... and may grow up to this fraction of them (the candidates).

@@ -50,16 +50,9 @@ def check_partition_loader(loader: Any) -> Any:
 
 
 class HaloTable:
-    r"""The feature rows the CPU side reads on a partition (the hot
-    candidates and their in-neighbors, ascending global ids), and the
-    candidates' in-edges over these rows.
-
-    Args:
-        ids (torch.Tensor): Global ids of the rows, ascending.
-        x (torch.Tensor): Their features.
-        csc (CSCTopology, optional): In-edges, one column per row; their
-            sources are rows of this table (or of the source type's).
-    """
+    r"""The feature rows :obj:`x` the CPU side reads on a partition (the hot
+    candidates and their in-neighbors, ascending global :obj:`ids`), and the
+    candidates' in-edges :obj:`csc` over these rows."""
     def __init__(self, ids: Tensor, x: Tensor,
                  csc: Optional[CSCTopology] = None):
         self.ids, self.x, self.csc = ids, x, csc

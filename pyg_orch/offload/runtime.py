@@ -44,13 +44,9 @@ MAX_BATCHES = 8
 
 
 class StepCounter:
-    r"""Counts the versions of a set of parameters: the steps of every
-    optimizer holding one of them (through a global step post-hook), and
-    until one is seen, every training forward pass after the first.
-
-    Args:
-        params (callable): Returns the parameters to watch.
-    """
+    r"""Counts the versions of the parameters :obj:`params()`: steps of an
+    optimizer holding one of them, else training forward passes after the
+    first."""
     def __init__(self, params: Callable[[], Iterable[torch.Tensor]]):
         self._params = params
         self.version = 0
@@ -113,16 +109,9 @@ class StepCounter:
 class DegreeCompensation:
     r"""Gives a pruned hot vertex as many placeholder in-edges (from row
     :obj:`0`) as the last hop would have sampled: they change only its own
-    outputs, which are replaced or unused.
-
-    Args:
-        sampler (HotNodeSampler): The loader's sampler (homogeneous).
-        colptr (torch.Tensor, optional): Column offsets that give the hot
-            vertices' in-degrees instead of the sampler's topology.
-            (default: :obj:`None`)
-        column_ids (torch.Tensor, optional): The ascending global ids of
-            :obj:`colptr`'s columns. (default: :obj:`None`)
-    """
+    outputs, which are replaced or unused. :obj:`colptr` (columns
+    :obj:`column_ids`) gives the in-degrees instead of the sampler's
+    topology."""
     def __init__(self, sampler: Any, colptr: Optional[Tensor] = None,
                  column_ids: Optional[Tensor] = None):
         self.sampler = sampler
@@ -185,19 +174,11 @@ class OffloadRuntime:
     homogeneous model; it holds no reference to the wrapper.
 
     Args:
-        model (torch.nn.Module): The wrapped model.
-        loader (OffloadableLoader): The training loader.
-        layer_name (str): The name of the first layer.
-        layer (torch.nn.Module): The first layer.
         selection (HotSet): The result of pre-sampling.
         hot (HotSetSizer): The hot set in use.
-        strategy (EmbeddingStrategy): Computes the hot rows on the CPU.
         features (torch.Tensor): The features the CPU side reads.
-        replace_rows (str): :obj:`'pruned'` or :obj:`'all'`.
-        compensate_degrees (bool): Give pruned hot vertices placeholder
-            in-edges.
-        degrees (DegreeCompensation, optional): Makes them where the
-            sampler's topology does not hold the hot vertices' in-degrees.
+        degrees (DegreeCompensation, optional): Makes placeholder in-edges
+            where the sampler's topology lacks the hot vertices' in-degrees.
     """
     context_type = ForwardContext
 

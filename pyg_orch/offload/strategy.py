@@ -37,26 +37,15 @@ class EmbeddingStrategy:
     and :meth:`rows_for` for the rows that replace a batch's hot rows.
 
     Args:
-        computer (BottomLayerComputer): Computes the layer on the CPU.
-        layer (torch.nn.Module): The layer on the training device.
         hot (HotSetSizer or torch.Tensor): The hot set (a tensor: fixed).
-        device (torch.device): Where embeddings are used.
-        max_staleness (int): The staleness bound, in optimizer steps.
-        num_threads (int): Worker threads.
         max_sample_age (int, optional): The most steps a row's neighbor
             sample may be reused.
-        chunk_size (int, optional): The most hot vertices per work item.
-        idle_timeout (float): Seconds before an idle worker thread exits.
-            (default: :obj:`2.0`)
-        intra_op_threads (int): PyTorch threads of each worker thread.
-            (default: :obj:`1`)
         work_hook (callable, optional): Called by a worker before every work
             item, with the item's cancellation event.
         static (bool): Whether weight-free rows aggregate all in-neighbors, so
             that a row computed once is exact at every later step.
-            (default: :obj:`False`)
         scheduled (bool): Whether the rows a step uses depend on the step
-            only, not on when the CPU finishes them. (default: :obj:`False`)
+            only, not on when the CPU finishes them.
     """
     #: Whether it computes the rows each batch needs.
     per_batch = False

@@ -17,18 +17,12 @@ from pyg_orch.offload.tables import (
 class EmbeddingPipeline(EmbeddingStrategy):
     r"""Computes tables of the embeddings of *all* hot vertices on CPU threads,
     pipelined by super-batch: at the start of every super-batch
-    (:meth:`maybe_submit`), a snapshot of the layer is taken and its table
-    queued; :meth:`acquire` returns the newest finished table at most
-    :obj:`max_staleness` versions old, waiting for one if needed. With
-    :obj:`scheduled=True`, the table a step uses depends on the step only
-    (see :attr:`lag`).
-
-    Args:
-        super_batch_size (int, optional): Versions per super-batch; see
-            :func:`~pyg_orch.offload.tables.default_super_batch_size`.
-        **kwargs: The arguments of
-            :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`.
-    """
+    (:meth:`maybe_submit`, every :obj:`super_batch_size` steps), a snapshot
+    of the layer is taken and its table queued; :meth:`acquire` returns the
+    newest finished table at most :obj:`max_staleness` versions old, waiting
+    if needed. With :obj:`scheduled=True`, the table a step uses depends on
+    the step only (see :attr:`lag`). Takes the arguments of
+    :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`."""
     refresh = 'super_batch'
 
     def __init__(self, *args: Any, super_batch_size: Optional[int] = None,

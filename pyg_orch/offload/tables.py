@@ -27,19 +27,9 @@ def default_super_batch_size(max_staleness: int) -> int:
 
 @dataclass
 class EmbeddingTable:
-    r"""Bottom-layer outputs of hot vertices, computed with the weights of
-    :obj:`version`.
-
-    Args:
-        version (int): The weight version used.
-        seq (int): The sequence number of the table.
-        emb (torch.Tensor): The outputs, on the training device.
-        event (torch.cuda.Event, optional): Marks the end of the copy to the
-            device.
-        rows (torch.Tensor, optional): For partial tables, the positions in
-            the hot set of the rows of :obj:`emb`.
-        compute_s (float, optional): Seconds from queueing to the last row.
-    """
+    r"""Bottom-layer outputs :obj:`emb` of hot vertices from the weights of
+    :obj:`version` (for partial tables, of the hot-set positions :obj:`rows`);
+    :obj:`event` marks the end of their copy to the device."""
     version: int
     seq: int
     emb: Tensor

@@ -89,18 +89,10 @@ def default_intra_op_threads(num_threads: int,
 
 
 class WorkerPool:
-    r"""Runs submitted functions on up to :obj:`num_threads` daemon threads,
-    started on demand; they exit after :obj:`idle_timeout` seconds without
-    work, and :meth:`close` cancels queued work.
-
-    Args:
-        num_threads (int): The most threads to run at once.
-        idle_timeout (float): Seconds a thread waits for work before it
-            exits. (default: :obj:`2.0`)
-        intra_op_threads (int, optional): PyTorch intra-op threads of each
-            worker thread; the process's setting if :obj:`None`.
-            (default: :obj:`1`)
-    """
+    r"""Runs submitted functions on up to :obj:`num_threads` daemon threads of
+    :obj:`intra_op_threads` PyTorch threads each, started on demand; they exit
+    after :obj:`idle_timeout` seconds without work, and :meth:`close` cancels
+    queued work."""
     def __init__(self, num_threads: int, idle_timeout: float = 2.0,
                  intra_op_threads: Optional[int] = 1):
         if num_threads < 1:
