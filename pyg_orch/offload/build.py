@@ -70,29 +70,6 @@ from pyg_orch.sampling.contract import presample_batches
 logger = logging.getLogger('pyg_orch.offload')
 
 
-def _build_on_partition(model: torch.nn.Module, loader: Any,
-                        plan: OffloadPlan) -> OffloadRuntime:
-    # Checks that can fail on one rank only come before the first collective,
-    # and every rank learns of a failure on another.
-    ranks = partition_ranks(loader)
-    options = plan.options
-    error = None
-    try:
-        check_partition_loader(loader)
-        if plan.is_hetero:
-            check_hetero_options(options, plan.compensate_degrees)
-            _hetero_first_layer(model, loader, options)
-        else:
-            layer_name, first = find_first_layer(model, options.layer)
-            check_materialized(first, layer_name)
-    except (ValueError, TypeError, NotImplementedError) as exc:
-        error = exc
-    agree_on_build(ranks, error, build_key(options))
-    if plan.is_hetero:
-        return build_hetero_runtime(model, loader, plan, ranks=ranks)
-    return build_homo_runtime(model, loader, plan, ranks=ranks)
-
-
 def build_runtime(model: torch.nn.Module, loader: Any,
                   plan: OffloadPlan) -> OffloadRuntime:
     r"""Builds the runtime of :obj:`model` with :obj:`loader` as :obj:`plan`
@@ -102,15 +79,34 @@ def build_runtime(model: torch.nn.Module, loader: Any,
         raise ValueError(f"'plan' must offload (got mode {plan.mode!r}: "
                          f"{plan.reason})")
     if plan.partitioned:
-        return _build_on_partition(model, loader, plan)
-    ranks = machine_ranks()
-    if plan.is_hetero:
-        runtime = build_hetero_runtime(model, loader, plan, ranks=ranks)
+        ranks = partition_ranks(loader)
+        agree_on_build(ranks, _partition_error(model, loader, plan),
+                       build_key(plan.options))
     else:
-        runtime = build_homo_runtime(model, loader, plan, ranks=ranks)
+        ranks = machine_ranks()
+    build = build_hetero_runtime if plan.is_hetero else build_homo_runtime
+    runtime = build(model, loader, plan, ranks=ranks)
     if plan.not_measured is not None:
         runtime.fixed_reason = plan.not_measured
     return runtime
+
+
+def _partition_error(model: torch.nn.Module, loader: Any,
+                     plan: OffloadPlan) -> Optional[Exception]:
+    # What fails on this rank before the first collective of a partition, so
+    # that every rank learns of it.
+    options = plan.options
+    try:
+        check_partition_loader(loader)
+        if plan.is_hetero:
+            check_hetero_options(options, plan.compensate_degrees)
+            _hetero_first_layer(model, loader, options)
+        else:
+            layer_name, first = find_first_layer(model, options.layer)
+            check_materialized(first, layer_name)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        return exc
+    return None
 
 
 def _presample_inputs(loader: Any, options: OffloadOptions
@@ -220,12 +216,15 @@ def _static_sizes(sizes: List[int], kept: List[float], computer: Any,
                                                  device))
 
 
-def _trial_hot_set(candidates: Tensor, num_nodes: int,
-                   ratios: Tuple[float, ...], options: OffloadOptions,
-                   of: Optional[int] = None
-                   ) -> Tuple[HotSetSizer, List[int], List[float]]:
-    # The hot set to build with, and the distinct hot-set sizes of `ratios` (of
-    # `of` vertices, all `num_nodes` if unset) with their ratios.
+def _hot_set(candidates: Tensor, num_nodes: int, ratios: Tuple[float, ...],
+             options: OffloadOptions, measure: bool, of: Optional[int] = None
+             ) -> Tuple[HotSetSizer, List[int], List[float]]:
+    # The hot set to build with and, if measured, the distinct hot-set sizes
+    # of `ratios` (of `of` vertices, all `num_nodes` if unset) and ratios.
+    if options.auto_hot:
+        return HotSetSizer.auto_start(candidates, num_nodes), [], []
+    if not measure:
+        return HotSetSizer(candidates, num_nodes), [], []
     of = num_nodes if of is None else of
     sizes: List[int] = []
     kept: List[float] = []
@@ -327,6 +326,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         static_why = _static_plan(computer,
                                   degree_probe(computer.csc.colptr),
                                   options, weighted)
+    ratios: Tuple[float, ...] = ()
     if measure:
         ratios = _trial_ratios(options, static=static_why is None)
         ratio = max(ratios)
@@ -350,14 +350,9 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
             of = ranks.min(of)
             candidates = selection.hot_nodes = candidates[:ranks.min(
                 candidates.numel())]
-    if options.auto_hot:
-        hot = HotSetSizer.auto_start(candidates, num_nodes)
-    elif measure:
-        hot, sizes, kept = _trial_hot_set(candidates, num_nodes, ratios,
-                                          options, of)
-        measure = len(sizes) > 1
-    else:
-        hot = HotSetSizer(candidates, num_nodes)
+    hot, sizes, kept = _hot_set(candidates, num_nodes, ratios, options,
+                                measure, of)
+    measure = len(sizes) > 1
     if computer.dedup:
         computer.in_edge_mask = hot.rank >= 0  # All candidates.
     if hot.size > 0:
@@ -533,15 +528,9 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
             max(ratios), num_batches,
             options.seed, reduce_counts=None if ranks is None else ranks.sum,
             num_ranks=1 if ranks is None else ranks.size)
-    if options.auto_hot:
-        hot = HotSetSizer.auto_start(selection.hot_nodes, selection.num_nodes)
-    elif measure:
-        hot, sizes, kept = _trial_hot_set(selection.hot_nodes,
-                                          selection.num_nodes, ratios,
-                                          options, of)
-        measure = len(sizes) > 1
-    else:
-        hot = HotSetSizer(selection.hot_nodes, selection.num_nodes)
+    hot, sizes, kept = _hot_set(selection.hot_nodes, selection.num_nodes,
+                                ratios, options, measure, of)
+    measure = len(sizes) > 1
     # Check the split on hot vertices where there are, on any otherwise:
     by_type = computer.node_type_of(hot.hot_nodes)
     probe = {}
