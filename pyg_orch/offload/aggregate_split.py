@@ -85,11 +85,9 @@ def rows_close(a: Tensor, b: Tensor) -> bool:
 
 def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
                  num_targets: int) -> Tuple[str, str]:
-    r"""How :obj:`layer` can be split, checked on a small subgraph whose first
-    :obj:`num_targets` rows are of interest: :obj:`'aggregate'` if their
-    aggregation uses no parameter, :obj:`'pre_linear'` if it does so once a
-    bias-free :obj:`lin` is the identity, else :obj:`'output'` with the reason.
-    """
+    r"""How :obj:`layer` can be split, checked on a small subgraph (its first
+    :obj:`num_targets` rows): :obj:`'aggregate'`, :obj:`'pre_linear'` (without
+    a bias-free :obj:`lin`), else :obj:`'output'` and why."""
     reason = _splittable(layer)
     if reason is not None:
         return OUTPUT, reason
@@ -122,10 +120,8 @@ def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
 
 def depends_on_source_degrees(layer: torch.nn.Module, x: Tensor,
                               edge_index: Tensor, num_targets: int) -> bool:
-    r"""Whether the first :obj:`num_targets` output rows of :obj:`layer` change
-    when a source vertex gains an in-edge (as with
-    :class:`~torch_geometric.nn.conv.GCNConv`'s normalization); :obj:`False`
-    for bipartite inputs."""
+    r"""Whether the output rows of the targets change when a source gains an
+    in-edge (as with GCN's normalization)."""
     if not isinstance(x, Tensor):  # Bipartite inputs: not probed.
         return False
     row, col = edge_index
@@ -151,17 +147,15 @@ BAG_MODES = {'mean': 'mean', 'add': 'sum', 'sum': 'sum', 'max': 'max'}
 
 def bag_mode(layer: torch.nn.Module) -> Optional[str]:
     r"""The :func:`~torch.nn.functional.embedding_bag` mode of
-    :obj:`layer.aggr`, or :obj:`None`; the CPU side checks it against the layer
-    before use."""
+    :obj:`layer.aggr`, or :obj:`None`."""
     aggr = getattr(layer, 'aggr', None)
     return BAG_MODES.get(aggr) if isinstance(aggr, str) else None
 
 
 def bag_aggregate(x: Tensor, src: Tensor, dst: Tensor, num_targets: int,
                   mode: str) -> Tensor:
-    r"""Aggregates rows :obj:`x[src]` per target :obj:`dst` (ascending) with
-    :func:`~torch.nn.functional.embedding_bag` in :obj:`mode`; targets without
-    neighbors get zeros."""
+    r"""Aggregates rows :obj:`x[src]` per target :obj:`dst` with
+    :func:`~torch.nn.functional.embedding_bag`."""
     counts = torch.bincount(dst, minlength=num_targets)
     offsets = counts.cumsum(0) - counts
     return F.embedding_bag(src, x, offsets, mode=mode)

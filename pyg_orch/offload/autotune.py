@@ -46,9 +46,9 @@ def median_error(times: Sequence[float]) -> float:
 
 def decide(times: Dict[int, List[float]], margin: float
            ) -> Tuple[int, str]:
-    r"""Chooses the hot-set size of the lowest median step time if it beats
-    plain training (size :obj:`0`) by :obj:`margin` and :obj:`NOISE_Z` standard
-    errors, else :obj:`0`. Returns the size and the reason."""
+    r"""The hot-set size of the lowest median step time if it beats plain
+    training by :obj:`margin` and :obj:`NOISE_Z` standard errors, else
+    :obj:`0`; and why."""
     medians = {n: statistics.median(t) for n, t in times.items() if t}
     plain = compared_plain(medians)
     best = min((n for n in medians if n > 0),
@@ -163,10 +163,9 @@ class StepTimeChooser:
 
     def tick(self, count: bool = True,
              unusable: bool = False) -> Optional[int]:
-        r"""A training step starts: times the previous one (if :obj:`count`).
-        With :obj:`unusable`, the current candidate and larger ones are dropped
-        untimed. Returns the candidate to switch to, or the choice; :obj:`None`
-        if nothing changes."""
+        r"""A training step starts: times the previous one (if :obj:`count`);
+        drops the current candidate and larger ones if :obj:`unusable`. Returns
+        a candidate to switch to, the choice, or :obj:`None`."""
         if self.done:
             return None
         if unusable and self.candidates[self.index] != 0:

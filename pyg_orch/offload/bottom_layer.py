@@ -26,10 +26,8 @@ def find_first_layer(
     model: torch.nn.Module,
     layer: Union[None, str, torch.nn.Module] = None,
 ) -> Tuple[str, MessagePassing]:
-    r"""Returns the name and module of the first
-    :class:`~torch_geometric.nn.conv.MessagePassing` layer of :obj:`model` (in
-    registration order), or of :obj:`layer` if given (a module of :obj:`model`
-    or its name)."""
+    r"""The name and module of the first message-passing layer of :obj:`model`,
+    or of :obj:`layer` (a module or its name)."""
     named = list(model.named_modules())
     if layer is not None:
         for name, module in named:
@@ -64,10 +62,8 @@ def message_passing_layers(
 
 def deeper_than_loader(model: torch.nn.Module,
                        num_hops: int) -> Optional[str]:
-    r"""Why offload must leave :obj:`model` alone over a loader of
-    :obj:`num_hops` hops, or :obj:`None`: with more layers than hops, a vertex
-    of the last hop reads its bottom-hop neighbors in more than the first
-    layer."""
+    r"""Why offload must leave a model deeper than the loader's :obj:`num_hops`
+    alone, or :obj:`None`."""
     num_layers = len(message_passing_layers(model))
     if num_layers <= num_hops:
         return None
@@ -107,10 +103,8 @@ def check_materialized(layer: torch.nn.Module, name: str) -> None:
 
 def placeholder_in_edges(colptr: Tensor, nodes: Tensor, rows: Tensor,
                          num_neighbors: int, replace: bool) -> Tensor:
-    r"""Placeholder in-edges (from row :obj:`0`) of the local :obj:`rows`
-    (global ids :obj:`nodes`), as many per row as a hop of fan-out
-    :obj:`num_neighbors` samples, so that degree-normalized layers see its
-    in-degree."""
+    r"""Placeholder in-edges (from row :obj:`0`) of :obj:`rows`, as many as a
+    hop of fan-out :obj:`num_neighbors` samples."""
     deg = colptr.index_select(0, nodes + 1) - colptr.index_select(0, nodes)
     count = sampled_counts(deg, num_neighbors, replace)
     dst = torch.repeat_interleave(rows, count.to(torch.int64))
@@ -183,11 +177,9 @@ class BottomLayerComputer:
         self.bipartite = False
 
     def choose_split(self, nodes: Tensor, split: str = 'auto') -> str:
-        r"""Decides on a few of :obj:`nodes` whether the CPU computes the
-        layer's output or its weight-free aggregation (see
-        :func:`~pyg_orch.offload.aggregate_split.choose_split`). Call before
-        any worker runs. Returns :obj:`'output'`, :obj:`'aggregate'` or
-        :obj:`'pre_linear'`."""
+        r"""Decides on a few of :obj:`nodes` what the CPU computes (see
+        :func:`~pyg_orch.offload.aggregate_split.choose_split`); call before
+        any worker runs."""
         check_split(split)
         kind, reason = OUTPUT, 'there are no vertices to check it on'
         self.degree_dependent = False
@@ -233,9 +225,8 @@ class BottomLayerComputer:
         return mode if rows_close(ref, fast) else None
 
     def calibrate(self, nodes: Tensor) -> bool:
-        r"""Checks on a few vertices that the layer runs on the CPU, and uses
-        the cheaper bipartite call :obj:`(x, x[:len(nodes)])` if it gives the
-        same output."""
+        r"""Checks that the layer runs on the CPU, and calls it bipartitely if
+        that gives the same output."""
         layer = self.template
         gen = torch.Generator().manual_seed(0)
         nodes = nodes[:64].to(torch.int64)
@@ -312,19 +303,15 @@ class BottomLayerComputer:
     def sampled_sources(self, nodes: Tensor,
                         generator: Optional[torch.Generator]
                         ) -> Tuple[Tensor, Tensor, Tensor]:
-        r"""Samples as :meth:`subgraph` does and returns the neighbors'
-        features, their rows in them and, per edge, the position of its target
-        in :obj:`nodes`."""
+        r"""The neighbors' features, their rows and the targets' positions, as
+        :meth:`subgraph` samples."""
         src, dst = self.sample(nodes, generator)
         return self.x, src, dst
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
-        r"""Samples the in-neighbors of :obj:`nodes` and returns the subgraph's
-        global ids (:obj:`nodes` first) and local :obj:`edge_index`. With
-        :obj:`dedup`, every vertex has one row, and a neighbor in
-        :obj:`in_edge_mask` gets placeholder in-edges as in an upper hop of a
-        mini-batch."""
+        r"""Samples the in-neighbors of :obj:`nodes`: the subgraph's global ids
+        (:obj:`nodes` first) and local :obj:`edge_index` (see :obj:`dedup`)."""
         csc = self.csc
         n = nodes.numel()
         src, dst = self.sample(nodes, generator)
@@ -362,8 +349,7 @@ class BottomLayerComputer:
 
     def item_generator(self, *key: int) -> Optional[torch.Generator]:
         r"""A generator for one work item, seeded from :obj:`seed` and
-        :obj:`key`, so that a row's sample does not depend on the thread;
-        :obj:`None` without :obj:`seed`."""
+        :obj:`key`, or :obj:`None`."""
         if self.seed is None:
             return None
         value = int(self.seed)
@@ -403,10 +389,8 @@ class BottomLayerComputer:
 
 
 class BipartiteLayerComputer(BottomLayerComputer):
-    r"""A :class:`BottomLayerComputer` for an edge type whose source and
-    destination node types differ: the layer is called on
-    :obj:`(x_src[neighbors], x_dst[nodes])`, one source row per sampled edge.
-    """
+    r"""A :class:`BottomLayerComputer` for an edge type between two node types:
+    :obj:`(x_src[neighbors], x_dst[nodes])`."""
     def __init__(self, layer: torch.nn.Module, x_src: Tensor, x_dst: Tensor,
                  csc: CSCTopology, num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None,

@@ -73,8 +73,7 @@ logger = logging.getLogger('pyg_orch.offload')
 def build_runtime(model: torch.nn.Module, loader: Any,
                   plan: OffloadPlan) -> OffloadRuntime:
     r"""Builds the runtime of :obj:`model` with :obj:`loader` as :obj:`plan`
-    says (its mode must be :obj:`'offload'`); a collective over the machine's
-    ranks under an initialized process group."""
+    says; a collective under an initialized process group."""
     if not plan.offloads:
         raise ValueError(f"'plan' must offload (got mode {plan.mode!r}: "
                          f"{plan.reason})")
@@ -243,9 +242,8 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
                facts: LoaderFacts, options: OffloadOptions, lead: int,
                ranks: Optional[MachineRanks] = None,
                static: bool = False) -> HotSetTuner:
-    r"""The decision by measurement over the hot-set :obj:`sizes` (agreed with
-    :obj:`ranks`). For :obj:`static` rows, a size is timed once its table is in
-    use, and a slow smaller size does not stop larger ones."""
+    r"""The decision by measurement over :obj:`sizes`; for :obj:`static` rows,
+    without :obj:`give_up` and :obj:`max_hold`."""
     device = facts.device
     sync = None
     if device.type == 'cuda' and torch.cuda.is_available():

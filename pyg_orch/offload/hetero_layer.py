@@ -34,10 +34,9 @@ def find_hetero_first_layer(
     edge_types: List[EdgeType],
     layer: Optional[str] = None,
 ) -> Tuple[str, Dict[EdgeType, MessagePassing]]:
-    r"""Returns the name of the first layer of a heterogeneous model and its
-    module per edge type, named as :func:`~torch_geometric.nn.to_hetero` or
-    :class:`~torch_geometric.nn.conv.HeteroConv` name them, for the first such
-    prefix or for :obj:`layer` if given."""
+    r"""The name of a heterogeneous model's first layer and its module per edge
+    type (named by :func:`~torch_geometric.nn.to_hetero` or
+    :class:`~torch_geometric.nn.conv.HeteroConv`)."""
     keys = _edge_type_keys(edge_types)
     groups: Dict[str, Dict[EdgeType, MessagePassing]] = {}
     for name, module in message_passing_layers(model).items():
@@ -179,9 +178,8 @@ class HeteroBottomLayerComputer:
 
     def choose_split(self, nodes: Dict[NodeType, Tensor],
                      split: str = 'auto') -> str:
-        r"""Decides the split for all edge types together (:obj:`'aggregate'`
-        only if every layer allows it), checked on :obj:`nodes` per destination
-        type; sets :attr:`kinds`, :attr:`columns` and :attr:`width`."""
+        r"""Decides the split for all edge types together; sets :attr:`kinds`,
+        :attr:`columns` and :attr:`width`."""
         check_split(split)
         kinds = [
             part.choose_split(nodes[et[-1]], split)

@@ -101,9 +101,8 @@ def _presample(sampler, seeds: Tensor, batch_size: int,
 
 def split_by_frequency(counts: Tensor, hot_ratio: float,
                        cache_ratio: float) -> Tuple[Tensor, Tensor]:
-    r"""The :obj:`round(hot_ratio * N)` most accessed vertices and the next
-    :obj:`round(cache_ratio * N)`, never-accessed ones left out, ties broken by
-    id."""
+    r"""The :obj:`hot_ratio` most accessed vertices and the next
+    :obj:`cache_ratio` (accessed ones only)."""
     num_nodes = counts.numel()
     num_hot = int(round(hot_ratio * num_nodes))
     num_cache = int(round(cache_ratio * num_nodes))
@@ -209,11 +208,9 @@ def select_hetero_hot_nodes(
     reduce_counts: Optional[ReduceCounts] = None,
     num_ranks: int = 1,
 ) -> HotSet:
-    r"""The heterogeneous :func:`select_hot_nodes`: the top :obj:`hot_ratio` of
-    the vertices of :obj:`node_types` by bottom-layer accesses in batches drawn
-    from :obj:`seeds` of :obj:`input_type` (or a dictionary of seeds per type,
-    counts added up). Ids are combined, :obj:`node_types[k]` after the types
-    before it; no GPU-cache candidates."""
+    r"""The heterogeneous :func:`select_hot_nodes` over :obj:`node_types`
+    (combined ids), from seeds of :obj:`input_type` or a dictionary of seeds;
+    no GPU-cache candidates."""
     num_hops = sampler.num_hops
     if not isinstance(seeds, dict):
         seeds = {input_type: seeds}

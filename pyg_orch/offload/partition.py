@@ -143,9 +143,8 @@ def _of_type(value: Any, node_type: Any) -> Any:
 
 def count_part_accesses(loader: Any, num_batches: int, seed: Optional[int]
                         ) -> Tuple[Dict[Any, Tensor], int]:
-    r"""How often every vertex lands in hops :obj:`0, ..., L - 1` of
-    :obj:`num_batches` unpruned batches of this rank's seeds (per node type;
-    :obj:`None` key on a homogeneous partition); a collective."""
+    r"""How often every vertex lands in the bottom hops of :obj:`num_batches`
+    batches of this rank's seeds; a collective."""
     sampler = loader.node_sampler
     num = max(1, min(int(num_batches), len(loader)))
     seeds = loader.partition_batches.input_nodes
@@ -174,9 +173,8 @@ def count_part_accesses(loader: Any, num_batches: int, seed: Optional[int]
 def select_part_hot_nodes(loader: Any, node_types: List[Any],
                           hot_ratio: float, num_batches: int,
                           seed: Optional[int]) -> HotSet:
-    r"""The hot candidates of this rank: the :obj:`hot_ratio` fraction of its
-    part's vertices of :obj:`node_types` accessed most often (combined ids); a
-    collective."""
+    r"""This rank's hot candidates among its part's vertices of
+    :obj:`node_types`; a collective."""
     part = loader.partition_batches.partition
     counts, num = count_part_accesses(loader, num_batches, seed)
     mine, total = [], 0
@@ -214,10 +212,9 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
                       max_rows: int
                       ) -> Tuple[Dict[Any, HaloTable], Dict[Any, HaloTable],
                                  Tensor]:
-    r"""The tables the CPU side reads on a partition, for the longest prefix of
-    :obj:`candidates` whose vertices and in-neighbors take at most
-    :obj:`max_rows` rows: a :class:`HaloTable` per node type (rows only), one
-    per edge type (with in-edges), and the kept prefix; a collective."""
+    r"""The tables of the longest prefix of :obj:`candidates` within
+    :obj:`max_rows` rows: per node type, per edge type, and the prefix; a
+    collective."""
     part = loader.partition_batches.partition
     weight_attr = loader.node_sampler.weight_attr
     k = candidates.numel()
@@ -384,9 +381,8 @@ def build_key(options: OffloadOptions) -> Tuple[Any, ...]:
 
 def agree_on_build(ranks: Optional[MachineRanks],
                    error: Optional[BaseException], key: Any) -> None:
-    r"""Before the first collective of building on a partition: raises a
-    :class:`ValueError` on every rank where another one failed or passed other
-    options (one :func:`torch.distributed.all_gather_object`)."""
+    r"""Raises on every rank where another one failed or passed other options
+    (a collective)."""
     if ranks is None:
         if error is not None:
             raise error

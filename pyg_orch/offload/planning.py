@@ -42,9 +42,8 @@ FirstLayer = Union[str, Dict[Any, MessagePassing]]
 
 
 class PassThrough:
-    r"""Stands in for the runtime of a wrapper that does not offload, saying
-    why (:obj:`reason`); with :obj:`pending`, offload is planned at the first
-    training forward pass."""
+    r"""The runtime of a wrapper that does not offload, and why; :obj:`pending`
+    plans at the first training forward pass."""
     tuner = None
     guard = None
     active = False
@@ -249,10 +248,7 @@ def _hetero_first_layer(calls: List[LayerCall], x_dict: Any,
 def first_layer_from_trace(
     calls: List[LayerCall], inputs: Tuple[Any, Any], is_hetero: bool
 ) -> Tuple[Optional[FirstLayer], Optional[str]]:
-    r"""The first layer of a traced forward pass: the first message-passing
-    module called if it reads the batch's :obj:`x` itself (per edge type for
-    heterogeneous graphs). Returns :obj:`(None, why)` where it can not be
-    offloaded."""
+    r"""The first layer of a traced forward pass, or :obj:`(None, why)`."""
     if not calls:
         return None, ("no message-passing layer ran in the first training "
                       "forward pass")
@@ -269,11 +265,9 @@ WORKERS_REASON = ('loader worker processes (they copy the sampler when an '
 
 @dataclass(frozen=True)
 class OffloadPlan:
-    r"""What a :class:`~pyg_orch.offload.BottomLayerOffload` does, decided by
-    :func:`plan_offload` before anything is built: :obj:`mode` is
-    :obj:`'offload'`, :obj:`'pending'` (find the first layer at the first
-    training forward pass) or :obj:`'pass_through'` (the model runs
-    unchanged), with :obj:`reason`. :meth:`describe` prints it."""
+    r"""What a :class:`~pyg_orch.offload.BottomLayerOffload` does: :obj:`mode`
+    is :obj:`'offload'`, :obj:`'pending'` or :obj:`'pass_through'` (with
+    :obj:`reason`). :meth:`describe` prints it."""
     mode: str
     reason: Optional[str] = None
     #: The first layer's module name (or prefix); :obj:`None` until known.
@@ -401,12 +395,8 @@ def check_hetero_options(options: OffloadOptions,
 def plan_offload(model: torch.nn.Module, loader: Any,
                  options: OffloadOptions,
                  first: Optional[FirstLayer] = None) -> OffloadPlan:
-    r"""Plans the offload of :obj:`model` trained with :obj:`loader` (an
-    :class:`~pyg_orch.offload.protocol.OffloadableLoader`) without side
-    effects; :obj:`first` is the first layer where a traced forward pass found
-    it. Gives a :obj:`'pass_through'` plan where offload can not work, a
-    :obj:`'pending'` one where the first layer is only known from the first
-    training batch."""
+    r"""Plans the offload of :obj:`model` with :obj:`loader` without side
+    effects (:obj:`first`: the first layer a traced forward pass found)."""
     if not isinstance(loader, (OffloadableLoader, DataLoader)):
         raise TypeError(
             f"'loader' must be a pyg_orch.HybridNeighborLoader or "

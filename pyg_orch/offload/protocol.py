@@ -25,10 +25,8 @@ Seeds = Union[Tensor, Dict[Any, Tensor]]
 
 @runtime_checkable
 class OffloadableLoader(Protocol):
-    r"""The loader contract of :class:`~pyg_orch.offload.BottomLayerOffload`,
-    which :class:`~pyg_orch.HybridNeighborLoader` and
-    :class:`~pyg_orch.HybridLinkNeighborLoader` implement. A loader that does
-    not is passed through: the model trains unchanged."""
+    r"""The loader contract of :class:`~pyg_orch.offload.BottomLayerOffload`;
+    other loaders are passed through."""
     #: The device batches are delivered on.
     device: torch.device
     #: The loader's :class:`~pyg_orch.StageTimer`, or :obj:`None`.

@@ -41,8 +41,7 @@ def hot_rows(slot: Tensor, lo: int) -> Tuple[Tensor, Tensor]:
 
 class ReplaceRows(torch.autograd.Function):
     r"""Replaces the rows :obj:`lo + i` of :obj:`out` where :obj:`hot[i]` by
-    :obj:`emb[i]`, out of place with :obj:`where` (no host sync, and a cheaper
-    backward pass than slices); the gradient goes to :obj:`emb`."""
+    :obj:`emb[i]`, out of place."""
     @staticmethod
     def forward(ctx, out: Tensor, lo: int, hot: Tensor,
                 emb: Tensor) -> Tensor:
@@ -71,9 +70,8 @@ class ReplaceRows(torch.autograd.Function):
 def replace_from_table(out: Tensor, info: BatchInfo, table: Tensor,
                        finish: Callable[[Tensor], Tensor]
                        ) -> Tuple[Tensor, Any]:
-    r"""Replaces the hot rows among :obj:`info.lo:info.hi` of :obj:`out` by
-    their rows of :obj:`table` (passed through :obj:`finish`), without a host
-    sync. Returns the output and the number of rows replaced."""
+    r"""Replaces the hot rows of :obj:`out` by their rows of :obj:`table`,
+    without a host sync."""
     lo, hi = info.lo, min(info.hi, out.size(0))  # Bipartite: fewer.
     if hi <= lo:
         return out, 0
@@ -85,9 +83,7 @@ def replace_from_table(out: Tensor, info: BatchInfo, table: Tensor,
 
 def check_batch_features(x: Tensor, n_id: Tensor, features: Tensor,
                          batch_name: str, data_name: str) -> None:
-    r"""Raises a :class:`ValueError` unless the first rows of a batch's
-    :obj:`x` are :obj:`features[n_id]` (only the rows a
-    :class:`~pyg_orch.offload.partition.HaloTable` knows)."""
+    r"""Raises unless a batch's :obj:`x` starts with :obj:`features[n_id]`."""
     k = min(8, x.size(0))
     ids, got = n_id[:k].to('cpu'), x[:k].detach().to('cpu')
     if not isinstance(features, Tensor):

@@ -367,9 +367,8 @@ class OffloadRuntime:
         self.strategy.pause()
 
     def close(self) -> None:
-        r"""Removes every hook, stops the workers, clears the sampler's hot
-        nodes and releases what only offloading needs; :meth:`stats` keeps its
-        counts."""
+        r"""Removes every hook, stops the workers and releases what only
+        offloading needs."""
         if self.closed:
             return
         self.closed = True

@@ -43,10 +43,8 @@ def hetero_degree_probe(csc_dict: Dict[Any, Any], node_types: Sequence[Any],
 
 def full_neighbors_reason(computer: Computer,
                           weighted: bool = False) -> Optional[str]:
-    r"""Why hot rows must keep the fan-out, or :obj:`None` if they may
-    aggregate all in-neighbors: every edge type's weight-free aggregation is a
-    mean of the neighbors' rows (whose expectation over a uniform sample is the
-    mean over all) and sampling is not :obj:`weighted`."""
+    r"""Why hot rows must keep the fan-out, or :obj:`None` if every edge type's
+    aggregation is a mean under uniform sampling."""
     parts = _parts(computer)
     splits = sorted({p.split for p in parts} - {AGGREGATE})
     if OUTPUT in splits:

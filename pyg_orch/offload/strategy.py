@@ -101,10 +101,8 @@ class EmbeddingStrategy:
 
     def rows_for(self, info: BatchInfo, version: int,
                  timer: Any = None) -> Optional[Tensor]:
-        r"""A device tensor whose row :obj:`info.slot[i]` replaces the batch's
-        hot row :obj:`info.lo + i` at :obj:`version`, or :obj:`None`; waits for
-        rows not fresh enough and raises
-        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker failed."""
+        r"""The device rows that replace the batch's hot rows at :obj:`version`
+        (:obj:`None`: none), waiting if needed."""
         raise NotImplementedError
 
     def replan(self) -> None:
@@ -262,11 +260,7 @@ class EmbeddingStrategy:
 
     def cannot_keep_up(self) -> bool:
         r"""Whether the CPU cannot serve the planned hot set within
-        :attr:`age_bound`: the oldest unfinished table is projected to take
-        more than :attr:`LATE_FACTOR` times the bound
-        (:attr:`STATIC_DEADLINE_S` seconds for :attr:`static` rows), or
-        :attr:`MAX_EXPIRED` tables expired since the last :meth:`replan` and
-        none was used."""
+        :attr:`age_bound`."""
         if not self.static and (
                 self._plan_expired >= self.MAX_EXPIRED
                 and self._version - self._plan_version > self.LATE_FACTOR *

@@ -46,9 +46,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     @property
     def lag(self) -> int:
-        r"""With :attr:`scheduled` tables, the step of version :math:`t` uses
-        the newest table queued at a version :math:`v \le t -` :obj:`lag`,
-        whenever it finishes."""
+        r"""Steps between a scheduled table's queueing and its use."""
         size = self.super_batch_size
         return max(0, min(size, self.age_bound - size + 1))
 
@@ -129,10 +127,8 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     def acquire(self, version: int, timer=None,
                 min_rows: int = 0) -> Optional[EmbeddingTable]:
-        r"""A table usable at :obj:`version` with at least :obj:`min_rows` rows
-        (those the batch's slot map refers to), waiting for one if needed;
-        :obj:`None` while no vertex is hot. Raises
-        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker failed."""
+        r"""A table usable at :obj:`version` with at least :obj:`min_rows`
+        rows, waiting if needed; :obj:`None` while no vertex is hot."""
         bound = self.age_bound
         self._raise_failures()
         if self.scheduled and (self.hot.size > 0 or min_rows > 0):

@@ -12,16 +12,13 @@ from pyg_orch.offload.bottom_layer import BottomLayerComputer, snapshot_state
 
 
 class OffloadWorkerError(RuntimeError):
-    r"""Raised in the training loop when a CPU worker of
-    :class:`~pyg_orch.offload.BottomLayerOffload` failed; the worker's
-    exception is its :obj:`__cause__`."""
+    r"""Raised in the training loop when a CPU worker failed (its exception
+    chained)."""
 
 
 def default_super_batch_size(max_staleness: int) -> int:
-    r"""The super-batch size :math:`S = \max(1, \lfloor (s + 1) / 2
-    \rfloor)` for a staleness bound :math:`s`: a table snapshotted at the
-    start of super-batch :math:`i` serves super-batch :math:`i + 1`, up to
-    :math:`2S - 1 \le s` steps later."""
+    r"""The super-batch size :math:`\max(1, \lfloor (s + 1) / 2 \rfloor)` for a
+    staleness bound :math:`s`."""
     return max(1, (int(max_staleness) + 1) // 2)
 
 
@@ -86,9 +83,8 @@ class Snapshot:
 
 
 class PinnedStaging:
-    r"""Copies work items' rows to a device table through two small pinned
-    buffers per worker thread, reused from item to item: pinning a table-sized
-    buffer would stall every thread's CUDA calls while its pages are locked."""
+    r"""Copies work items' rows to the device through two small pinned buffers
+    per thread (a table-sized one stalls CUDA calls while pinned)."""
     def __init__(self):
         self._local = threading.local()
 
@@ -169,9 +165,8 @@ def default_chunk_size(computer: BottomLayerComputer) -> int:
 
 
 def split_chunks(n: int, num_threads: int, chunk_size: int) -> List[tuple]:
-    r"""Splits :obj:`n` rows into work items :obj:`(lo, hi)` of at most
-    :obj:`chunk_size` rows, at least one per thread where there are enough
-    rows."""
+    r"""Splits :obj:`n` rows into work items of at most :obj:`chunk_size` rows.
+    """
     if n == 0:
         return []
     size = min(chunk_size, max(-(-n // num_threads), 256))

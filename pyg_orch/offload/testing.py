@@ -20,9 +20,8 @@ _active: List[_Hooks] = []
 def offload_hooks(work_hook: Optional[WorkHook] = None,
                   autotune_clock: Optional[Callable[[], float]] = None
                   ) -> Iterator[None]:
-    r"""Wrappers built in this context call :obj:`work_hook` from a worker
-    before every work item (with its cancellation event), and read
-    :obj:`autotune_clock` instead of :func:`time.perf_counter`."""
+    r"""Wrappers built in this context call :obj:`work_hook` before every work
+    item and read :obj:`autotune_clock`."""
     _active.append((work_hook, autotune_clock))
     try:
         yield

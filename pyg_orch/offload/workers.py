@@ -22,9 +22,7 @@ _threads_lock = threading.Lock()
 
 
 def set_thread_intra_op_threads(num: int) -> None:
-    r"""Sets the PyTorch intra-op threads of the calling thread only:
-    :func:`torch.set_num_threads` also sets the value every thread started
-    later begins with, which is set back from a short-lived thread."""
+    r"""Sets the PyTorch intra-op threads of the calling thread only."""
     with _threads_lock:
         before = _in_new_thread(torch.get_num_threads)
         # A thread takes the process-wide value at its first use of the pool:
@@ -71,19 +69,16 @@ def _offload_cores(local_world_size: Optional[int] = None) -> int:
 
 
 def default_num_threads(local_world_size: Optional[int] = None) -> int:
-    r"""Worker threads by default: two (one where the process has fewer than
-    four cores), each running its tensor operations on
-    :func:`default_intra_op_threads` threads, so that the workers take Python's
-    interpreter lock less often. Under DDP, every rank of a machine gets its
-    share of the cores."""
+    r"""Worker threads by default: two (one below four cores per rank), each on
+    :func:`default_intra_op_threads` threads, so that they take the interpreter
+    lock less often."""
     return min(2, _offload_cores(local_world_size))
 
 
 def default_intra_op_threads(num_threads: int,
                              local_world_size: Optional[int] = None) -> int:
-    r"""PyTorch intra-op threads per worker thread by default: half the
-    process's CPU cores shared among the :obj:`num_threads` workers (at least
-    one each)."""
+    r"""PyTorch intra-op threads per worker by default: half the rank's cores,
+    shared among the :obj:`num_threads` workers."""
     return max(1, _offload_cores(local_world_size) // max(int(num_threads),
                                                           1))
 
