@@ -387,7 +387,6 @@ class BottomLayerComputer:
         return x, edge_index
 
 
-
 class BipartiteLayerComputer(BottomLayerComputer):
     r"""A :class:`BottomLayerComputer` for an edge type between two node types:
     :obj:`(x_src[neighbors], x_dst[nodes])`."""
