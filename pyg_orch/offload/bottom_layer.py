@@ -152,7 +152,9 @@ class BottomLayerComputer:
         self.template = copy.deepcopy(layer).to('cpu').eval()
         for p in self.template.parameters():
             p.requires_grad_(False)
-        self.x = x
+        # The rows of sampled neighbors are read from `x_src` (another node
+        # type's features for a bipartite layer):
+        self.x = self.x_src = x
         self.csc = csc
         self.num_neighbors = int(num_neighbors)
         self.replace = bool(replace)
@@ -269,7 +271,7 @@ class BottomLayerComputer:
 
     def release(self) -> None:
         r"""Drops the topology, features and layer copies."""
-        self.x = self.csc = None
+        self.x = self.x_src = self.csc = None
         self._layer = self.template = None
         self._local = threading.local()
 
@@ -286,7 +288,7 @@ class BottomLayerComputer:
     @property
     def row_bytes(self) -> int:
         r"""Bytes of one feature row."""
-        return self.x[0].numel() * self.x.element_size()
+        return self.x_src[0].numel() * self.x_src.element_size()
 
     def sample(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Tensor, Tensor]:
@@ -306,7 +308,7 @@ class BottomLayerComputer:
         r"""The neighbors' features, their rows and the targets' positions, as
         :meth:`subgraph` samples."""
         src, dst = self.sample(nodes, generator)
-        return self.x, src, dst
+        return self.x_src, src, dst
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
@@ -408,25 +410,11 @@ class BipartiteLayerComputer(BottomLayerComputer):
             call_layer(self.template, x, edge_index)
         return True
 
-    @property
-    def row_bytes(self) -> int:
-        return self.x_src[0].numel() * self.x_src.element_size()
-
-    def release(self) -> None:
-        super().release()
-        self.x_src = None
-
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
         r"""Source ids (one per edge) and bipartite :obj:`edge_index`."""
         src, dst = self.sample(nodes, generator)
         return src, torch.stack([torch.arange(src.numel()), dst])
-
-    def sampled_sources(self, nodes: Tensor,
-                        generator: Optional[torch.Generator]
-                        ) -> Tuple[Tensor, Tensor, Tensor]:
-        src, dst = self.sample(nodes, generator)
-        return self.x_src, src, dst
 
     def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Any, Tensor]:
