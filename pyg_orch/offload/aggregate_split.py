@@ -120,8 +120,7 @@ def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
 
 def depends_on_source_degrees(layer: torch.nn.Module, x: Tensor,
                               edge_index: Tensor, num_targets: int) -> bool:
-    r"""Whether the output rows of the targets change when a source gains an
-    in-edge (as with GCN's normalization)."""
+    r"""Whether the targets' rows depend on their sources' degrees."""
     if not isinstance(x, Tensor):  # Bipartite inputs: not probed.
         return False
     row, col = edge_index
@@ -140,22 +139,19 @@ def depends_on_source_degrees(layer: torch.nn.Module, x: Tensor,
     return not rows_close(before, after[:num_targets])
 
 
-#: PyG aggregation names and their :func:`~torch.nn.functional.embedding_bag`
-#: modes.
+#: PyG aggregation names and their embedding_bag modes.
 BAG_MODES = {'mean': 'mean', 'add': 'sum', 'sum': 'sum', 'max': 'max'}
 
 
 def bag_mode(layer: torch.nn.Module) -> Optional[str]:
-    r"""The :func:`~torch.nn.functional.embedding_bag` mode of
-    :obj:`layer.aggr`, or :obj:`None`."""
+    r"""The :func:`~torch.nn.functional.embedding_bag` mode of the layer."""
     aggr = getattr(layer, 'aggr', None)
     return BAG_MODES.get(aggr) if isinstance(aggr, str) else None
 
 
 def bag_aggregate(x: Tensor, src: Tensor, dst: Tensor, num_targets: int,
                   mode: str) -> Tensor:
-    r"""Aggregates rows :obj:`x[src]` per target :obj:`dst` with
-    :func:`~torch.nn.functional.embedding_bag`."""
+    r"""Aggregates rows :obj:`x[src]` per target :obj:`dst` (embedding_bag)."""
     counts = torch.bincount(dst, minlength=num_targets)
     offsets = counts.cumsum(0) - counts
     return F.embedding_bag(src, x, offsets, mode=mode)

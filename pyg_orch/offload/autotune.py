@@ -177,8 +177,7 @@ class StepTimeChooser:
         if self.sync is not None and (
                 (counted and self._seen + 1 > self.warmup)
                 or seen + 1 > self.warmup):
-            # Only at the ends of timed steps: the device may run ahead of the
-            # loop during warm-up steps and while a hot set is prepared.
+            # Only around timed steps: the device may run ahead during warm-up.
             self.sync()
         now = self.clock()
         last, self._last = self._last, now

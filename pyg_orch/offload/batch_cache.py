@@ -126,9 +126,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         self._raise_failures()
         if self.hot.auto:
             self._maybe_grow(version)
-        # Queued rows, oldest first, all of them: letting later batches' rows
-        # run on while the loop trains was slower (the workers contend for the
-        # GIL).
+        # All queued rows, oldest first (letting them run on was slower).
         while self._jobs:
             job = self._jobs.popleft()
             if job.succeeded():

@@ -26,8 +26,7 @@ def find_first_layer(
     model: torch.nn.Module,
     layer: Union[None, str, torch.nn.Module] = None,
 ) -> Tuple[str, MessagePassing]:
-    r"""The name and module of the first message-passing layer of :obj:`model`,
-    or of :obj:`layer` (a module or its name)."""
+    r"""The name and module of the first message-passing layer."""
     named = list(model.named_modules())
     if layer is not None:
         for name, module in named:
@@ -62,8 +61,7 @@ def message_passing_layers(
 
 def deeper_than_loader(model: torch.nn.Module,
                        num_hops: int) -> Optional[str]:
-    r"""Why offload must leave a model deeper than the loader's :obj:`num_hops`
-    alone, or :obj:`None`."""
+    r"""Why a model deeper than the loader's hops is left alone."""
     num_layers = len(message_passing_layers(model))
     if num_layers <= num_hops:
         return None
@@ -103,8 +101,7 @@ def check_materialized(layer: torch.nn.Module, name: str) -> None:
 
 def placeholder_in_edges(colptr: Tensor, nodes: Tensor, rows: Tensor,
                          num_neighbors: int, replace: bool) -> Tensor:
-    r"""Placeholder in-edges (from row :obj:`0`) of :obj:`rows`, as many as a
-    hop of fan-out :obj:`num_neighbors` samples."""
+    r"""Placeholder in-edges (from row :obj:`0`) of :obj:`rows`."""
     deg = colptr.index_select(0, nodes + 1) - colptr.index_select(0, nodes)
     count = sampled_counts(deg, num_neighbors, replace)
     dst = torch.repeat_interleave(rows, count.to(torch.int64))
@@ -152,8 +149,7 @@ class BottomLayerComputer:
         self.template = copy.deepcopy(layer).to('cpu').eval()
         for p in self.template.parameters():
             p.requires_grad_(False)
-        # The rows of sampled neighbors are read from `x_src` (another node
-        # type's features for a bipartite layer):
+        # Neighbors' rows come from `x_src` (bipartite: another type):
         self.x = self.x_src = x
         self.csc = csc
         self.num_neighbors = int(num_neighbors)
@@ -165,8 +161,7 @@ class BottomLayerComputer:
         # With dedup: vertices that get placeholder in-edges (see `subgraph`):
         self.in_edge_mask: Optional[Tensor] = None
         self.split = OUTPUT
-        #: The :func:`~torch.nn.functional.embedding_bag` mode of a weight-free
-        #: split, or :obj:`None` (set by :meth:`choose_split`).
+        #: The embedding_bag mode of a weight-free split (see choose_split).
         self.bag_mode: Optional[str] = None
         #: Whether the layer normalizes by its neighbors' degrees.
         self.degree_dependent = False
@@ -174,8 +169,7 @@ class BottomLayerComputer:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._num_threads_seen = 0
-        # Call the layer on (x_src, x_dst), so that per-target work runs on the
-        # targets only (decided by `calibrate`):
+        # Call the layer on (x_src, x_dst) if `calibrate` finds it the same:
         self.bipartite = False
 
     def choose_split(self, nodes: Tensor, split: str = 'auto') -> str:
@@ -211,8 +205,7 @@ class BottomLayerComputer:
 
     def _check_bag_mode(self, nodes: Tensor, x: Any,
                         edge_index: Tensor) -> Optional[str]:
-        # The embedding_bag mode if it gives the aggregation copy's rows on the
-        # probe (same neighbor sample), else None.
+        # The embedding_bag mode giving the aggregation's rows, else None.
         mode = bag_mode(self._layer)
         if mode is None:
             return None
@@ -227,8 +220,7 @@ class BottomLayerComputer:
         return mode if rows_close(ref, fast) else None
 
     def calibrate(self, nodes: Tensor) -> bool:
-        r"""Checks that the layer runs on the CPU, and calls it bipartitely if
-        that gives the same output."""
+        r"""Checks the layer on the CPU; uses a bipartite call if equal."""
         layer = self.template
         gen = torch.Generator().manual_seed(0)
         nodes = nodes[:64].to(torch.int64)
@@ -305,15 +297,13 @@ class BottomLayerComputer:
     def sampled_sources(self, nodes: Tensor,
                         generator: Optional[torch.Generator]
                         ) -> Tuple[Tensor, Tensor, Tensor]:
-        r"""The neighbors' features, their rows and the targets' positions, as
-        :meth:`subgraph` samples."""
+        r"""The rows of sampled neighbors and their targets' positions."""
         src, dst = self.sample(nodes, generator)
         return self.x_src, src, dst
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
-        r"""Samples the in-neighbors of :obj:`nodes`: the subgraph's global ids
-        (:obj:`nodes` first) and local :obj:`edge_index` (see :obj:`dedup`)."""
+        r"""The sampled subgraph's ids (:obj:`nodes` first) and edges."""
         csc = self.csc
         n = nodes.numel()
         src, dst = self.sample(nodes, generator)
@@ -350,8 +340,7 @@ class BottomLayerComputer:
         return torch.cat([nodes, src]), torch.stack([src_row, dst])
 
     def item_generator(self, *key: int) -> Optional[torch.Generator]:
-        r"""A generator for one work item, seeded from :obj:`seed` and
-        :obj:`key`, or :obj:`None`."""
+        r"""A generator for one work item (:obj:`None` without a seed)."""
         if self.seed is None:
             return None
         value = int(self.seed)
@@ -390,8 +379,7 @@ class BottomLayerComputer:
 
 
 class BipartiteLayerComputer(BottomLayerComputer):
-    r"""A :class:`BottomLayerComputer` for an edge type between two node types:
-    :obj:`(x_src[neighbors], x_dst[nodes])`."""
+    r"""A :class:`BottomLayerComputer` for an edge type between two types."""
     def __init__(self, layer: torch.nn.Module, x_src: Tensor, x_dst: Tensor,
                  csc: CSCTopology, num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None,

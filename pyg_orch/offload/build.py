@@ -72,8 +72,7 @@ logger = logging.getLogger('pyg_orch.offload')
 
 def build_runtime(model: torch.nn.Module, loader: Any,
                   plan: OffloadPlan) -> OffloadRuntime:
-    r"""Builds the runtime of :obj:`model` with :obj:`loader` as :obj:`plan`
-    says; a collective under an initialized process group."""
+    r"""Builds the runtime of :obj:`model` as :obj:`plan` says (collective)."""
     if not plan.offloads:
         raise ValueError(f"'plan' must offload (got mode {plan.mode!r}: "
                          f"{plan.reason})")
@@ -92,8 +91,7 @@ def build_runtime(model: torch.nn.Module, loader: Any,
 
 def _partition_error(model: torch.nn.Module, loader: Any,
                      plan: OffloadPlan) -> Optional[Exception]:
-    # What fails on this rank before the first collective of a partition, so
-    # that every rank learns of it.
+    # What fails on this rank before a partition's first collective.
     options = plan.options
     try:
         check_partition_loader(loader)
@@ -179,8 +177,7 @@ def _static_plan(computer: Union[BottomLayerComputer,
                                  HeteroBottomLayerComputer],
                  probe: Any, options: OffloadOptions,
                  weighted: bool) -> Optional[str]:
-    # Why hot rows will not be computed once (None: they will), from the split
-    # checked on `probe` before the hot set is chosen.
+    # Why hot rows will not be computed once (None: they will), probed early.
     if options.full_neighbors is False:
         return 'full_neighbors=False'
     computer.choose_split(probe, options.split)
@@ -218,8 +215,7 @@ def _static_sizes(sizes: List[int], kept: List[float], computer: Any,
 def _hot_set(candidates: Tensor, num_nodes: int, ratios: Tuple[float, ...],
              options: OffloadOptions, measure: bool, of: Optional[int] = None
              ) -> Tuple[HotSetSizer, List[int], List[float]]:
-    # The hot set to build with and, if measured, the distinct hot-set sizes
-    # of `ratios` (of `of` vertices, all `num_nodes` if unset) and ratios.
+    # The hot set to build with and, if measured, the trial's sizes and ratios.
     if options.auto_hot:
         return HotSetSizer.auto_start(candidates, num_nodes), [], []
     if not measure:
@@ -242,8 +238,7 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
                facts: LoaderFacts, options: OffloadOptions, lead: int,
                ranks: Optional[MachineRanks] = None,
                static: bool = False) -> HotSetTuner:
-    r"""The decision by measurement over :obj:`sizes`; for :obj:`static` rows,
-    without :obj:`give_up` and :obj:`max_hold`."""
+    r"""The decision by measurement over the hot-set :obj:`sizes`."""
     device = facts.device
     sync = None
     if device.type == 'cuda' and torch.cuda.is_available():
@@ -267,8 +262,7 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
 def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
                      ratios: List[float], plan: OffloadPlan,
                      ranks: Optional[MachineRanks]) -> None:
-    # Ranks that decide alike keep a kept hot set (no guard in one process
-    # only).
+    # Ranks that decide alike keep a kept hot set (no guard for one rank):
     runtime.guard_kept = ranks is None
     runtime.start_tuner(functools.partial(
         make_tuner, sizes=sizes, ratios=ratios, facts=plan.facts,
@@ -402,8 +396,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     try:
         own = _loader_cache(loader)
         if hot.size > 0 and cache_ratio > 0:
-            # Never fewer rows than the loader's cache holds (on the GPU
-            # already):
+            # Never fewer rows than the loader's cache holds already:
             if own is not None:
                 cache_ratio = max(cache_ratio,
                                   min(own.numel() / max(num_nodes, 1), 1.0))
@@ -414,8 +407,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
         set_cache = loader.set_gpu_cache_nodes
         if fixed_reason is None:
             if measure:
-                # The loader keeps its cache unless measurement keeps the
-                # offload.
+                # The loader keeps its cache unless measurement keeps offload.
                 runtime.offload_cache = functools.partial(
                     set_cache, selection.cache_nodes)
                 if own is not None:  # Given back if switched off.

@@ -17,8 +17,7 @@ def process_group_active() -> bool:
 
 
 class MachineRanks:
-    r"""The ranks of this machine (or of :obj:`group`), for the collectives of
-    offload."""
+    r"""The ranks of this machine (or :obj:`group`), for collectives."""
     def __init__(self, group: Optional[Any] = None):
         self.group = machine_group() if group is None else group
         self.size = dist.get_world_size(self.group)

@@ -178,8 +178,7 @@ class HeteroBottomLayerComputer:
 
     def choose_split(self, nodes: Dict[NodeType, Tensor],
                      split: str = 'auto') -> str:
-        r"""Decides the split for all edge types together; sets :attr:`kinds`,
-        :attr:`columns` and :attr:`width`."""
+        r"""Decides the split for all edge types together."""
         check_split(split)
         kinds = [
             part.choose_split(nodes[et[-1]], split)

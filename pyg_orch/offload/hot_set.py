@@ -78,8 +78,8 @@ class HotSetSizer:
 
     def positions(self, device: torch.device,
                   rows: Optional[int] = None) -> Tensor:
-        r"""The table row of every vertex (:obj:`-1`: not in use) on
-        :obj:`device`, of the first :obj:`rows` ones."""
+        r"""The table row of every vertex (:obj:`-1`: not hot) on
+        :obj:`device`."""
         rows = self.size if rows is None else max(0, min(int(rows),
                                                           self.size))
         key = device if rows == self.size else (device, rows)
@@ -150,7 +150,7 @@ class HotSetSizer:
 
     def resize(self, size: int, settle: bool = False) -> None:
         r"""Plans a hot set of the first :obj:`size` candidates; a smaller one
-        is pruned at once but stays in use until :meth:`settle`."""
+        stays in use until :meth:`settle`."""
         size = max(0, min(int(size), self.candidates.numel()))
         if size < self.size:
             self._shrink_to = size
@@ -195,8 +195,7 @@ class HotSetSizer:
 
     def maybe_grow(self, table_rows: int, compute_s: Optional[float],
                    budget_s: Optional[float], waited: bool) -> bool:
-        r"""With :obj:`auto`: plans a larger hot set if the newest table held
-        all planned rows in time and the loop has not waited."""
+        r"""With :obj:`auto`: plans a larger hot set if the CPU keeps up."""
         n = self.planned
         if (not self.auto or waited or compute_s is None or budget_s is None
                 or table_rows < n or n >= self.candidates.numel()):

@@ -101,8 +101,7 @@ def _presample(sampler, seeds: Tensor, batch_size: int,
 
 def split_by_frequency(counts: Tensor, hot_ratio: float,
                        cache_ratio: float) -> Tuple[Tensor, Tensor]:
-    r"""The :obj:`hot_ratio` most accessed vertices and the next
-    :obj:`cache_ratio` (accessed ones only)."""
+    r"""The most accessed :obj:`hot_ratio` and the next :obj:`cache_ratio`."""
     num_nodes = counts.numel()
     num_hot = int(round(hot_ratio * num_nodes))
     num_cache = int(round(cache_ratio * num_nodes))

@@ -143,8 +143,7 @@ def _of_type(value: Any, node_type: Any) -> Any:
 
 def count_part_accesses(loader: Any, num_batches: int, seed: Optional[int]
                         ) -> Tuple[Dict[Any, Tensor], int]:
-    r"""How often every vertex lands in the bottom hops of :obj:`num_batches`
-    batches of this rank's seeds; a collective."""
+    r"""Bottom-hop access counts of this rank's seeds; a collective."""
     sampler = loader.node_sampler
     num = max(1, min(int(num_batches), len(loader)))
     seeds = loader.partition_batches.input_nodes
@@ -173,8 +172,7 @@ def count_part_accesses(loader: Any, num_batches: int, seed: Optional[int]
 def select_part_hot_nodes(loader: Any, node_types: List[Any],
                           hot_ratio: float, num_batches: int,
                           seed: Optional[int]) -> HotSet:
-    r"""This rank's hot candidates among its part's vertices of
-    :obj:`node_types`; a collective."""
+    r"""This rank's hot candidates among its part's; a collective."""
     part = loader.partition_batches.partition
     counts, num = count_part_accesses(loader, num_batches, seed)
     mine, total = [], 0
@@ -193,8 +191,7 @@ def select_part_hot_nodes(loader: Any, node_types: List[Any],
 
 def _in_edges(part: Any, edge_type: Any, nodes: Tensor
               ) -> Tuple[Tensor, Tensor, Tensor]:
-    # The in-edges of `nodes` in the part: sources, destination positions and
-    # positions in the part's CSC.
+    # The in-edges of `nodes`: sources, destinations and CSC positions.
     csc = _of_type(part.csc, edge_type)
     dst_type = None if edge_type is None else edge_type[-1]
     local = part.to_local(nodes, dst_type) if nodes.numel() else nodes
@@ -381,8 +378,7 @@ def build_key(options: OffloadOptions) -> Tuple[Any, ...]:
 
 def agree_on_build(ranks: Optional[MachineRanks],
                    error: Optional[BaseException], key: Any) -> None:
-    r"""Raises on every rank where another one failed or passed other options
-    (a collective)."""
+    r"""Raises on every rank where another one failed; a collective."""
     if ranks is None:
         if error is not None:
             raise error

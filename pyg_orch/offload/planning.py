@@ -30,8 +30,7 @@ from pyg_orch.offload.protocol import (
 )
 from pyg_orch.offload.replacement import same_tensor
 
-#: Decision modes: running the model unchanged, or planning at the first
-#: training forward pass.
+#: Decision modes: model unchanged, or planned at the first batch.
 PASS_THROUGH = 'pass_through'
 PENDING = 'pending'
 #: :obj:`OffloadPlan.mode` of a plan that builds the offload now.
@@ -42,8 +41,7 @@ FirstLayer = Union[str, Dict[Any, MessagePassing]]
 
 
 class PassThrough:
-    r"""The runtime of a wrapper that does not offload, and why; :obj:`pending`
-    plans at the first training forward pass."""
+    r"""The runtime of a wrapper that does not offload (or not yet)."""
     tuner = None
     guard = None
     active = False

@@ -25,8 +25,7 @@ Seeds = Union[Tensor, Dict[Any, Tensor]]
 
 @runtime_checkable
 class OffloadableLoader(Protocol):
-    r"""The loader contract of :class:`~pyg_orch.offload.BottomLayerOffload`;
-    other loaders are passed through."""
+    r"""The loader contract of :class:`BottomLayerOffload`."""
     #: The device batches are delivered on.
     device: torch.device
     #: The loader's :class:`~pyg_orch.StageTimer`, or :obj:`None`.

@@ -15,9 +15,7 @@ class BatchInfo:
         self.x_ref = weakref.ref(x)
         # `slot[i]`: the table row of local row `lo + i`, `-1` if not hot:
         self.lo, self.hi, self.slot = lo, hi, slot
-        # A table that replaces the batch's hot rows must hold `num_rows` rows
-        # (the size of the hot set the slot map was made from; None if
-        # unknown):
+        # A table replacing the hot rows must hold `num_rows` rows:
         self.num_rows = num_rows
         # The hot rows alone, made on demand (synchronizes with the device).
         self.rows: Optional[Tensor] = None
@@ -40,8 +38,7 @@ def hot_rows(slot: Tensor, lo: int) -> Tuple[Tensor, Tensor]:
 
 
 class ReplaceRows(torch.autograd.Function):
-    r"""Replaces the rows :obj:`lo + i` of :obj:`out` where :obj:`hot[i]` by
-    :obj:`emb[i]`, out of place."""
+    r"""Replaces the hot rows of :obj:`out` by :obj:`emb`, out of place."""
     @staticmethod
     def forward(ctx, out: Tensor, lo: int, hot: Tensor,
                 emb: Tensor) -> Tensor:
@@ -70,8 +67,7 @@ class ReplaceRows(torch.autograd.Function):
 def replace_from_table(out: Tensor, info: BatchInfo, table: Tensor,
                        finish: Callable[[Tensor], Tensor]
                        ) -> Tuple[Tensor, Any]:
-    r"""Replaces the hot rows of :obj:`out` by their rows of :obj:`table`,
-    without a host sync."""
+    r"""Replaces the hot rows of :obj:`out` from :obj:`table`."""
     lo, hi = info.lo, min(info.hi, out.size(0))  # Bipartite: fewer.
     if hi <= lo:
         return out, 0

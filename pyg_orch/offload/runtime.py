@@ -200,9 +200,7 @@ class OffloadRuntime:
                     RuntimeHook(self, '_edge_hook'), with_kwargs=True))
         removers = [loader.register_batch_hook(RuntimeHook(self,
                                                             '_on_batch'))]
-        # Whether a batch is sampled in the loop's thread right before the
-        # hooks see it: then the sampler's hot set is the one it was pruned
-        # with.
+        # Whether batches are sampled in the loop's thread right before:
         in_loop_thread = loader.batches_ahead == 0 and \
             loader.num_workers == 0
         self.sampled_in_hook = self.lead == 0 and in_loop_thread
@@ -249,8 +247,7 @@ class OffloadRuntime:
         self.tuner: Any = None
         #: The decision once made (see :meth:`stats`).
         self.decision: Optional[Dict[str, Any]] = None
-        #: Gives the loader's cache the offload's candidates (set by the
-        #: builder).
+        #: Gives the loader's cache the offload's candidates (builder).
         self.offload_cache: Optional[Callable[[], Any]] = None
         #: Gives the loader's cache its rows back (set by the builder).
         self.restore_cache: Optional[Callable[[], Any]] = None
@@ -260,8 +257,7 @@ class OffloadRuntime:
         self.guard: Any = None
         #: Why no decision is measured (:obj:`'decision'` in :meth:`stats`).
         self.fixed_reason = 'hot-set size given (autotune off)'
-        #: Whether hot rows aggregate all in-neighbors, and why (by the
-        #: builder).
+        #: Whether hot rows aggregate all in-neighbors, and why (builder).
         self.full_neighbors = False
         self.full_neighbors_reason = ''
         self.order_checked = False
@@ -326,8 +322,7 @@ class OffloadRuntime:
                                    self.strategy.cannot_keep_up)
 
     def _tuned(self, size: int) -> None:
-        # The decision is final; offload off closes the runtime, whose stats
-        # keep the counts of the trial.
+        # The decision is final; offload off closes the runtime.
         tuner, self.tuner = self.tuner, None
         self.decision = tuner.summary()
         if size == 0:
@@ -367,8 +362,7 @@ class OffloadRuntime:
         self.strategy.pause()
 
     def close(self) -> None:
-        r"""Removes every hook, stops the workers and releases what only
-        offloading needs."""
+        r"""Removes every hook, stops the workers, releases the rest."""
         if self.closed:
             return
         self.closed = True
@@ -438,9 +432,7 @@ class OffloadRuntime:
         return lo, n_last, n_bottom
 
     def _slot_rows(self) -> int:
-        # The first vertices of the hot set that a batch drawn now may have
-        # been pruned with: what the sampler prunes if sampled just now, else
-        # the whole set in use (see `HotSetSizer.resize`).
+        # The hot-set prefix a batch drawn now may have been pruned with:
         if self.sampled_in_hook:
             if self.sampler.hot_nodes is None:
                 return 0
@@ -497,8 +489,7 @@ class OffloadRuntime:
             check_batch_features(x, n_id, self.features, 'batch',
                                  'loader.data')
         lo, n_last, n_bottom = self._bottom_rows(num)
-        # No host sync from here on unless degrees are compensated or rows are
-        # per batch. The slot map of the hot set the batch was pruned with:
+        # The slot map of the hot set the batch was pruned with (no host sync):
         num_rows = self._slot_rows()
         slot = self.hot.positions(n_id.device, num_rows).index_select(
             0, n_id[lo:n_bottom])
@@ -512,8 +503,7 @@ class OffloadRuntime:
             info.extra_edges = self.degrees.placeholder_edges(
                 n_id, rows if lo == n_last else rows[rows >= n_last])
         if per_batch and not requested:
-            # Compute this batch's hot rows now, with its forward pass's
-            # weights:
+            # Compute this batch's hot rows now, with its forward's weights:
             info.hot_rows()
             info.pos_cpu = info.pos.cpu()
             self.strategy.on_batch_sampled(
@@ -672,8 +662,7 @@ class OffloadRuntime:
                  table: Optional[Tensor] = None,
                  layer: Optional[torch.nn.Module] = None,
                  kind: Optional[str] = None) -> Tensor:
-        # `out` with its hot rows replaced from `table` (the strategy's, if not
-        # given), finished for split='aggregate'.
+        # `out` with its hot rows replaced from `table` (or the strategy's):
         if table is None:
             table = self.strategy.rows_for(info, version, self.timer)
             if table is None:

@@ -43,8 +43,7 @@ def hetero_degree_probe(csc_dict: Dict[Any, Any], node_types: Sequence[Any],
 
 def full_neighbors_reason(computer: Computer,
                           weighted: bool = False) -> Optional[str]:
-    r"""Why hot rows must keep the fan-out, or :obj:`None` if every edge type's
-    aggregation is a mean under uniform sampling."""
+    r"""Why hot rows must keep the fan-out, or :obj:`None`."""
     parts = _parts(computer)
     splits = sorted({p.split for p in parts} - {AGGREGATE})
     if OUTPUT in splits:

@@ -101,8 +101,9 @@ class EmbeddingStrategy:
 
     def rows_for(self, info: BatchInfo, version: int,
                  timer: Any = None) -> Optional[Tensor]:
-        r"""The device rows that replace the batch's hot rows at :obj:`version`
-        (:obj:`None`: none), waiting if needed."""
+        r"""The device rows that replace the batch's hot rows, or :obj:`None`;
+        waits for them, raising :class:`~pyg_orch.offload.OffloadWorkerError`
+        if a worker failed."""
         raise NotImplementedError
 
     def replan(self) -> None:
@@ -151,8 +152,7 @@ class EmbeddingStrategy:
 
     def _record_staleness(self, age: int,
                           mean_age: Optional[float] = None) -> None:
-        # `age`: steps since the row's snapshot and sample; `mean_age`: the
-        # mean over the rows used. Static rows are exact at any step.
+        # `age`/`mean_age`: steps since the rows' snapshot (static: 0).
         if self.static:
             age, mean_age = 0, 0.0
         self.max_table_age = age if self.max_table_age is None else max(
@@ -259,8 +259,7 @@ class EmbeddingStrategy:
     STATIC_DEADLINE_S = 120.0
 
     def cannot_keep_up(self) -> bool:
-        r"""Whether the CPU cannot serve the planned hot set within
-        :attr:`age_bound`."""
+        r"""Whether the CPU cannot keep up with the planned hot set."""
         if not self.static and (
                 self._plan_expired >= self.MAX_EXPIRED
                 and self._version - self._plan_version > self.LATE_FACTOR *

@@ -127,8 +127,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     def acquire(self, version: int, timer=None,
                 min_rows: int = 0) -> Optional[EmbeddingTable]:
-        r"""A table usable at :obj:`version` with at least :obj:`min_rows`
-        rows, waiting if needed; :obj:`None` while no vertex is hot."""
+        r"""A table usable at :obj:`version` with :obj:`min_rows` rows."""
         bound = self.age_bound
         self._raise_failures()
         if self.scheduled and (self.hot.size > 0 or min_rows > 0):
@@ -198,8 +197,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     def _wait_for(self, version: int, min_rows: int,
                   timer=None) -> EmbeddingTable:
-        # Waits for the oldest queued table of at least `min_rows` rows,
-        # queueing one first if there is none.
+        # Waits for the oldest queued table of `min_rows` rows, queued if none.
         index = next((i for i, job in enumerate(self._jobs)
                       if job.nodes.numel() >= min_rows), None)
         if index is None:

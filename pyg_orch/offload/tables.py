@@ -12,8 +12,7 @@ from pyg_orch.offload.bottom_layer import BottomLayerComputer, snapshot_state
 
 
 class OffloadWorkerError(RuntimeError):
-    r"""Raised in the training loop when a CPU worker failed (its exception
-    chained)."""
+    r"""Raised in the training loop when a CPU worker failed."""
 
 
 def default_super_batch_size(max_staleness: int) -> int:
@@ -148,9 +147,7 @@ class Job:
         return f.done() and not f.cancelled() and f.exception() is None
 
 
-# Feature bytes a work item gathers by default: large items page-fault on every
-# fresh allocation, far smaller ones pay Python overhead under the interpreter
-# lock.
+# Feature bytes a work item gathers by default (page faults vs. GIL).
 _ITEM_BYTES = 8 * 2**20
 
 
@@ -165,8 +162,7 @@ def default_chunk_size(computer: BottomLayerComputer) -> int:
 
 
 def split_chunks(n: int, num_threads: int, chunk_size: int) -> List[tuple]:
-    r"""Splits :obj:`n` rows into work items of at most :obj:`chunk_size` rows.
-    """
+    r"""Splits :obj:`n` rows into work items of :obj:`chunk_size` rows."""
     if n == 0:
         return []
     size = min(chunk_size, max(-(-n // num_threads), 256))

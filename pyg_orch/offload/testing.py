@@ -20,8 +20,7 @@ _active: List[_Hooks] = []
 def offload_hooks(work_hook: Optional[WorkHook] = None,
                   autotune_clock: Optional[Callable[[], float]] = None
                   ) -> Iterator[None]:
-    r"""Wrappers built in this context call :obj:`work_hook` before every work
-    item and read :obj:`autotune_clock`."""
+    r"""Instrumentation hooks for the wrappers built in this context."""
     _active.append((work_hook, autotune_clock))
     try:
         yield

@@ -25,8 +25,7 @@ def set_thread_intra_op_threads(num: int) -> None:
     r"""Sets the PyTorch intra-op threads of the calling thread only."""
     with _threads_lock:
         before = _in_new_thread(torch.get_num_threads)
-        # A thread takes the process-wide value at its first use of the pool:
-        # make that happen before it is set back.
+        # Take the process-wide value now, before it is set back:
         torch.get_num_threads()
         torch.set_num_threads(int(num))
         if before != int(num):
@@ -77,8 +76,7 @@ def default_num_threads(local_world_size: Optional[int] = None) -> int:
 
 def default_intra_op_threads(num_threads: int,
                              local_world_size: Optional[int] = None) -> int:
-    r"""PyTorch intra-op threads per worker by default: half the rank's cores,
-    shared among the :obj:`num_threads` workers."""
+    r"""PyTorch threads per worker by default (half the cores, shared)."""
     return max(1, _offload_cores(local_world_size) // max(int(num_threads),
                                                           1))
 

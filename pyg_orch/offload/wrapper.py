@@ -159,8 +159,7 @@ class BottomLayerOffload(torch.nn.Module):
         self._install(PassThrough(reason))
 
     def _plan_on_first_batch(self, args: tuple, kwargs: dict) -> Any:
-        # Runs the model unchanged, finds the first layer from what it did,
-        # then builds the offload.
+        # Runs the model as is, finds its first layer, then builds offload.
         model = self.module
         inputs = model_inputs(args, kwargs)
         out, calls = trace_message_passing(model, args, kwargs)
