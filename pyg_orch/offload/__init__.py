@@ -9,13 +9,7 @@ sampling and gathering their bottom-hop neighbors (see :doc:`/offload`).
     model = BottomLayerOffload(model, loader, options=OffloadOptions(
         hot_ratio=0.05, max_staleness=1))
 
-The internals stay importable from their modules: :mod:`.protocol` (what
-a loader implements), :mod:`.planning` (:func:`plan_offload`),
-:mod:`.testing` (instrumentation), :mod:`.build`, :mod:`.runtime`,
-:mod:`.hetero_runtime`, :mod:`.hot_set`, :mod:`.autotune`, :mod:`.strategy`,
-:mod:`.super_batch`, :mod:`.batch_cache`, :mod:`.tables`, :mod:`.workers`,
-:mod:`.bottom_layer`, :mod:`.hetero_layer`, :mod:`.aggregate_split`,
-:mod:`.replacement` and :mod:`.step_counter`.
+The internals stay importable from their modules (see :doc:`/layout`).
 """
 from pyg_orch.offload.hotness import (
     HotSet,

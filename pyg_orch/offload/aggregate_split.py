@@ -1,7 +1,6 @@
-"""Splitting the first message-passing layer at its aggregation: the CPU
-computes the weight-free neighbor aggregation of hot vertices, the device
-applies the layer's current weights to it. The hot rows then carry no stale
-weights, and gradients flow through them."""
+"""Splitting the first layer at its aggregation: the CPU computes the
+weight-free aggregation of hot vertices, the device applies the current
+weights."""
 import copy
 from typing import Optional, Tuple
 
@@ -14,23 +13,20 @@ from torch_geometric.nn.conv import MessagePassing
 OUTPUT = 'output'
 #: The CPU side computes the aggregation, which uses no parameter.
 AGGREGATE = 'aggregate'
-#: The layer applies a bias-free :obj:`lin` to :obj:`x` before propagating
-#: (as :class:`~torch_geometric.nn.conv.GCNConv`); the CPU side aggregates
-#: the raw features and the device applies :obj:`lin` to them.
+#: The layer applies a bias-free :obj:`lin` before propagating (as
+#: :class:`~torch_geometric.nn.conv.GCNConv`): the CPU aggregates raw features.
 PRE_LINEAR = 'pre_linear'
 
 
 def check_split(split: str) -> None:
-    r"""Raises a :class:`ValueError` unless :obj:`split` is :obj:`'auto'`,
-    :obj:`'aggregate'` or :obj:`'output'`."""
+    r"""Raises a :class:`ValueError` for an unknown :obj:`split`."""
     if split not in ('auto', AGGREGATE, OUTPUT):
         raise ValueError(f"'split' must be 'auto', 'aggregate' or 'output' "
                          f"(got {split!r})")
 
 
 class Aggregated(Exception):
-    r"""Raised by the aggregation hook of a CPU copy to return the
-    aggregation and skip the rest of the layer."""
+    r"""Carries the aggregation out of a CPU copy's layer."""
     def __init__(self, out: Tensor):
         super().__init__()
         self.out = out
@@ -41,9 +37,7 @@ def _stop_after_aggregate(module, inputs, out):
 
 
 def call_layer(layer: torch.nn.Module, x, edge_index: Tensor) -> Tensor:
-    r"""Calls :obj:`layer` and returns its (first) output, or the
-    aggregation if :obj:`layer` is an aggregation copy (see
-    :func:`aggregation_copy`)."""
+    r"""The (first) output of :obj:`layer`, or its aggregation."""
     try:
         out = layer(x, edge_index)
     except Aggregated as stop:
@@ -53,9 +47,7 @@ def call_layer(layer: torch.nn.Module, x, edge_index: Tensor) -> Tensor:
 
 def aggregation_copy(layer: MessagePassing,
                      kind: str) -> MessagePassing:
-    r"""A copy of :obj:`layer` that returns its aggregation (for
-    :obj:`kind='pre_linear'`, of the raw features: :obj:`lin` becomes the
-    identity) instead of its output."""
+    r"""A copy of :obj:`layer` that returns its aggregation."""
     out = copy.deepcopy(layer)
     if kind == PRE_LINEAR:
         out.lin = torch.nn.Identity()
@@ -86,23 +78,16 @@ def _perturbed(layer: torch.nn.Module) -> torch.nn.Module:
 
 
 def rows_close(a: Tensor, b: Tensor) -> bool:
-    r"""Whether two row blocks have one shape and agree to float32
-    rounding (:obj:`rtol=1e-4`, :obj:`atol=1e-5`)."""
+    r"""Whether two row blocks agree to float32 rounding."""
     return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4,
                                                  atol=1e-5)
 
 
 def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
                  num_targets: int) -> Tuple[str, str]:
-    r"""How :obj:`layer` (a CPU copy, evaluation mode) can be split, checked
-    on a small subgraph (features :obj:`x`, whose first :obj:`num_targets`
-    rows are the vertices of interest): :obj:`'aggregate'` if the
-    aggregation of those vertices does not change when all parameters
-    change; :obj:`'pre_linear'` if the layer has a bias-free linear
-    :obj:`lin`, the aggregation with :obj:`lin` replaced by the identity
-    uses no parameter, and applying :obj:`lin` to it gives the layer's
-    aggregation; else :obj:`'output'`. Returns the kind and, for
-    :obj:`'output'`, the reason."""
+    r"""How :obj:`layer` can be split, checked on a small subgraph (its first
+    :obj:`num_targets` rows): :obj:`'aggregate'`, :obj:`'pre_linear'` (without
+    a bias-free :obj:`lin`), else :obj:`'output'` and why."""
     reason = _splittable(layer)
     if reason is not None:
         return OUTPUT, reason
@@ -135,14 +120,7 @@ def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
 
 def depends_on_source_degrees(layer: torch.nn.Module, x: Tensor,
                               edge_index: Tensor, num_targets: int) -> bool:
-    r"""Whether the first :obj:`num_targets` rows of :obj:`layer`'s output
-    on :obj:`(x, edge_index)` change when a source vertex of theirs gains an
-    in-edge, i.e. the layer normalizes by its neighbors' degrees (as
-    :class:`~torch_geometric.nn.conv.GCNConv` with :obj:`normalize=True`).
-    In a mini-batch those degrees depend on the whole sampled subgraph, which
-    rows computed ahead on the CPU cannot know. :obj:`False` if the subgraph
-    has no source vertex outside the targets, or for bipartite inputs
-    (:obj:`x` a tuple)."""
+    r"""Whether the targets' rows depend on their sources' degrees."""
     if not isinstance(x, Tensor):  # Bipartite inputs: not probed.
         return False
     row, col = edge_index
@@ -161,40 +139,26 @@ def depends_on_source_degrees(layer: torch.nn.Module, x: Tensor,
     return not rows_close(before, after[:num_targets])
 
 
-#: PyG aggregation names (a layer's :obj:`aggr`) and the
-#: :func:`~torch.nn.functional.embedding_bag` mode that computes them.
+#: PyG aggregation names and their embedding_bag modes.
 BAG_MODES = {'mean': 'mean', 'add': 'sum', 'sum': 'sum', 'max': 'max'}
 
 
 def bag_mode(layer: torch.nn.Module) -> Optional[str]:
-    r"""The :func:`~torch.nn.functional.embedding_bag` mode matching the
-    aggregation named by :obj:`layer.aggr` (:obj:`'mean'`, :obj:`'add'`,
-    :obj:`'sum'` or :obj:`'max'`), or :obj:`None` (another aggregation, an
-    aggregation module or several). Whether the layer's messages are its
-    neighbors' raw rows is not checked here: the CPU side compares
-    :func:`bag_aggregate` with the layer's aggregation before using it
-    (:attr:`BottomLayerComputer.bag_mode
-    <pyg_orch.offload.bottom_layer.BottomLayerComputer.bag_mode>`)."""
+    r"""The :func:`~torch.nn.functional.embedding_bag` mode of the layer."""
     aggr = getattr(layer, 'aggr', None)
     return BAG_MODES.get(aggr) if isinstance(aggr, str) else None
 
 
 def bag_aggregate(x: Tensor, src: Tensor, dst: Tensor, num_targets: int,
                   mode: str) -> Tensor:
-    r"""Aggregates rows :obj:`x[src]` per target (:obj:`dst`, positions
-    in :obj:`[0, num_targets)`, grouped by target in ascending order) with
-    :func:`~torch.nn.functional.embedding_bag` in :obj:`mode`: the weight-free
-    aggregation of a layer whose messages are its neighbors' rows, without
-    gathering those rows into a tensor first. Targets without neighbors get
-    zeros, as in PyG's aggregations."""
+    r"""Aggregates rows :obj:`x[src]` per target :obj:`dst` (embedding_bag)."""
     counts = torch.bincount(dst, minlength=num_targets)
     offsets = counts.cumsum(0) - counts
     return F.embedding_bag(src, x, offsets, mode=mode)
 
 
 def finish(layer: torch.nn.Module, kind: str, rows: Tensor) -> Tensor:
-    r"""The device-side part for aggregated rows: the layer's current
-    :obj:`lin` for :obj:`'pre_linear'`, nothing for :obj:`'aggregate'`."""
+    r"""The device-side part of aggregated rows (:obj:`lin` or none)."""
     if kind == PRE_LINEAR:
         return layer.lin(rows)
     return rows

@@ -1,11 +1,6 @@
-"""The decision by measurement: with default options,
-:class:`~pyg_orch.offload.BottomLayerOffload` times training steps with a few
-hot-set sizes (none, that is plain training, included) during the first
-steps and keeps the fastest (:class:`StepTimeChooser`, the logic, and
-:class:`HotSetTuner`, which applies it to a runtime through its
-:class:`~pyg_orch.offload.hot_set.HotSetSizer`). Once a hot set is kept,
-:class:`KeepUpGuard` switches offload off where the CPU stops keeping up
-with it."""
+"""The decision by measurement: time training steps with a few hot-set sizes
+(none included) and keep the fastest; :class:`KeepUpGuard` switches a kept hot
+set off where the CPU stops keeping up."""
 import logging
 import statistics
 import time
@@ -21,31 +16,25 @@ DEFAULT_HOT_RATIO = 0.05
 LARGE_FACTOR = 3.0
 #: ... and at most this fraction of the vertices.
 MAX_RATIO = 0.5
-#: The key of plain training's step times re-measured after the candidates
-#: (see :class:`StepTimeChooser`).
+#: The key of plain training's step times re-measured after the candidates.
 PLAIN_AGAIN = -1
 
 
 def candidate_ratios(hot_ratio: float,
                      ratios: Optional[Sequence[float]] = None
                      ) -> Tuple[float, ...]:
-    r"""The hot ratios to try, ascending, :obj:`0` (plain training) first:
-    :obj:`ratios` if given, else :obj:`0`, :obj:`hot_ratio` and
-    :obj:`3 * hot_ratio` (at most :obj:`0.5`)."""
+    r"""The hot ratios to try, ascending, :obj:`0` (plain training) first."""
     if ratios is None:
         ratios = (hot_ratio, min(LARGE_FACTOR * hot_ratio, MAX_RATIO))
     return tuple(sorted({0.0, *(float(r) for r in ratios)}))
 
 
-#: How many standard errors of the medians' difference a size must beat
-#: plain training by, beside the margin (see :func:`decide`).
+#: Standard errors a size must beat plain training by (see :func:`decide`).
 NOISE_Z = 2.0
 
 
 def median_error(times: Sequence[float]) -> float:
-    r"""The standard error of the median of :obj:`times`, estimated from
-    their median absolute deviation (robust to a few outliers such as a
-    table wait); :obj:`0` for fewer than three times."""
+    r"""The standard error of the median of :obj:`times` (from its MAD)."""
     if len(times) < 3:
         return 0.0
     mid = statistics.median(times)
@@ -57,15 +46,9 @@ def median_error(times: Sequence[float]) -> float:
 
 def decide(times: Dict[int, List[float]], margin: float
            ) -> Tuple[int, str]:
-    r"""Chooses a hot-set size from measured step times (seconds, per size;
-    size :obj:`0` is plain training and must be there): the size of the
-    lowest median step time, if it is below :obj:`(1 - margin)` times the
-    median of plain training by more than :obj:`NOISE_Z` standard errors
-    of the two medians' difference (:func:`median_error`: where steps vary
-    much, e.g. when collectives with other ranks wait, a small difference
-    is noise), else :obj:`0`. Ties go to the smaller size. Plain training
-    re-timed after the candidates (key :obj:`PLAIN_AGAIN`) counts where its
-    median is lower. Returns the size and the reason, in words."""
+    r"""The hot-set size of the lowest median step time if it beats plain
+    training by :obj:`margin` and :obj:`NOISE_Z` standard errors, else
+    :obj:`0`; and why."""
     medians = {n: statistics.median(t) for n, t in times.items() if t}
     plain = compared_plain(medians)
     best = min((n for n in medians if n > 0),
@@ -99,46 +82,26 @@ def decide(times: Dict[int, List[float]], margin: float
 
 
 def compared_plain(medians: Dict[int, float]) -> float:
-    r"""The median step time of plain training that candidates are compared
-    with: the lower of its first median and, if measured, the one
-    re-timed after the candidates (:obj:`PLAIN_AGAIN`)."""
+    r"""The lower of plain training's two median step times."""
     again = medians.get(PLAIN_AGAIN)
     return medians[0] if again is None else min(medians[0], again)
 
 
 class StepTimeChooser:
     r"""Times training steps with every candidate in turn and chooses one
-    (see :func:`decide`). :meth:`tick` is called at the start of every
-    training step: the time since the previous call is that step's. Each
-    candidate gets :obj:`warmup` steps, whose times are dropped (the hot set
-    changes, the pipeline refills), then :obj:`steps` measured ones.
-
-    Where a size other than :obj:`0` would be chosen, plain training is timed
-    once more (:obj:`recheck`, same warm-up and steps; :attr:`rechecking`)
-    and the lower of its two medians counts: the first steps of a process
-    can be slower than later ones (on an H100, plain training's were timed
-    at 13.4 ms per step where it ran at 11.2 ms), which would flatter the
-    candidates timed after them.
+    (see :func:`decide`); :meth:`tick` is called at the start of every step.
+    Before choosing a size other than :obj:`0`, plain training is timed again
+    (:obj:`recheck`): a process's first steps can be slower than later ones.
 
     Args:
-        candidates (Sequence[int]): Hot-set sizes, :obj:`0` (plain training)
-            included; tried in this order.
-        warmup (int): Steps dropped per candidate. (default: :obj:`3`)
-        steps (int): Steps measured per candidate. (default: :obj:`10`)
-        margin (float): How much faster (a fraction) than plain training a
-            size must be. (default: :obj:`0.02`)
-        give_up (float, optional): Larger sizes are not tried once a size
-            was this much slower (a fraction) than plain training: the
-            trial's steps cost time where offload does not pay.
-            :obj:`None` tries every candidate. (default: :obj:`0.05`)
-        recheck (bool): Time plain training again before choosing a size
-            other than :obj:`0`. (default: :obj:`True`)
-        clock (callable): Returns the time in seconds.
-            (default: :func:`time.perf_counter`)
-        sync (callable, optional): Called before reading the clock at the
-            start and end of every timed step (not during warm-up steps or
-            uncounted ones), e.g. :func:`torch.cuda.synchronize` where a
-            CUDA device trains.
+        candidates (Sequence[int]): Hot-set sizes, :obj:`0` included.
+        warmup (int): Steps dropped per candidate.
+        steps (int): Steps measured per candidate.
+        margin (float): How much faster than plain training a size must be.
+        give_up (float, optional): Larger sizes are not tried once a size was
+            this much slower than plain training.
+        sync (callable, optional): Called before reading the clock around
+            timed steps (e.g. :func:`torch.cuda.synchronize`).
     """
     #: The defaults of :class:`~pyg_orch.offload.BottomLayerOffload`.
     WARMUP = 3
@@ -167,8 +130,7 @@ class StepTimeChooser:
                              f"{give_up})")
         self.give_up = give_up
         self.recheck = bool(recheck)
-        #: Whether plain training is being timed again (see
-        #: :obj:`recheck`).
+        #: Whether plain training is being timed again.
         self.rechecking = False
         #: Candidates not tried (see :obj:`give_up`).
         self.skipped: List[int] = []
@@ -196,19 +158,14 @@ class StepTimeChooser:
         return self.choice is not None
 
     def pause(self) -> None:
-        r"""The next interval is no training step (e.g. evaluation ran
-        since the last :meth:`tick`): it is not timed."""
+        r"""The next interval is no training step: not timed."""
         self._last = None
 
     def tick(self, count: bool = True,
              unusable: bool = False) -> Optional[int]:
-        r"""A training step starts. Times the previous one (unless
-        :obj:`count` is :obj:`False`: the candidate is not in effect yet).
-        With :obj:`unusable`, the current candidate cannot be put in effect
-        (its CPU side cannot keep up within the sample-age bound): it and
-        the larger sizes still to try are dropped untimed. Returns the
-        candidate to switch to now, or the choice once made; :obj:`None` if
-        nothing changes."""
+        r"""A training step starts: times the previous one (if :obj:`count`);
+        drops the current candidate and larger ones if :obj:`unusable`. Returns
+        a candidate to switch to, the choice, or :obj:`None`."""
         if self.done:
             return None
         if unusable and self.candidates[self.index] != 0:
@@ -220,9 +177,7 @@ class StepTimeChooser:
         if self.sync is not None and (
                 (counted and self._seen + 1 > self.warmup)
                 or seen + 1 > self.warmup):
-            # Only at the ends of timed steps (the one ending now, or the
-            # next one if it is counted): the device may run ahead of the
-            # loop during warm-up steps and while a hot set is prepared.
+            # Only around timed steps: the device may run ahead during warm-up.
             self.sync()
         now = self.clock()
         last, self._last = self._last, now
@@ -271,8 +226,7 @@ class StepTimeChooser:
         return self.choice
 
     def _drop_unusable(self) -> int:
-        # The current candidate and every larger one still to try are
-        # dropped; the step that ends now is not timed.
+        # Drops this candidate and larger ones; the ending step is not timed.
         first = self.candidates[self.index]
         rest = self.candidates[self.index:]
         self.unusable += [n for n in rest if n >= first]
@@ -284,8 +238,7 @@ class StepTimeChooser:
         return self._next()
 
     def _maybe_give_up(self) -> None:
-        # After a candidate's steps: drop the larger ones still to try if it
-        # was more than `give_up` slower than plain training.
+        # Drops larger candidates if this one was `give_up` slower than plain.
         last = self.candidates[self.index - 1]
         rest = self.candidates[self.index:]
         if self.give_up is None or last == 0 or not any(n > last
@@ -301,13 +254,11 @@ class StepTimeChooser:
             n for n in rest if n <= last]
 
     def _agreed_times(self) -> Dict[int, List[float]]:
-        r"""The step times that decide (this process's; every rank's mean
-        under DDP)."""
+        r"""The step times that decide (every rank's mean under DDP)."""
         return self.times
 
     def summary(self) -> Dict[str, Any]:
-        r"""The candidates, their measured median step times (seconds) and
-        the choice with its reason (:obj:`None` until made)."""
+        r"""The candidates, their median step times and the choice."""
         medians = {
             n: statistics.median(t) if t else None
             for n, t in self.times.items()
@@ -334,39 +285,17 @@ class StepTimeChooser:
 
 
 class HotSetTuner:
-    r"""Applies a :class:`StepTimeChooser` to a runtime: at every training
-    step (:meth:`step`) it times the step and resizes the hot set through
-    :obj:`hot` (:meth:`HotSetSizer.resize
-    <pyg_orch.offload.hot_set.HotSetSizer.resize>`; tables follow through
-    :obj:`on_resize`). A candidate's steps are timed only once its hot set is
-    in use (at most :obj:`max_hold` steps later); plain training timed again
-    (:attr:`StepTimeChooser.rechecking`) once the hot set has shrunk to none.
-    The choice is final: after a shrink has settled (:obj:`drain` steps, so
-    that batches sampled before keep their rows), :obj:`on_done` is called
-    with the size (:obj:`0`: offload off).
+    r"""Applies a :class:`StepTimeChooser` to a hot set: :meth:`step` times
+    the step and resizes the hot set; once a shrink settled (:obj:`drain`
+    steps), :obj:`on_done` is called with the final size (:obj:`0`: off).
 
     Args:
-        hot (HotSetSizer): The hot set.
-        chooser (StepTimeChooser): Times steps, sizes ascending.
-        ratios (Sequence[float]): The hot ratio of every candidate (for
-            :meth:`summary`).
-        on_resize (callable): Called after every resize (e.g. the embedding
-            strategy's :meth:`replan`).
-        on_done (callable): Called with the final size once it settled.
-        drain (int): Steps before a smaller hot set settles.
-            (default: :obj:`2`)
-        max_hold (int, optional): The most steps to wait for a larger hot
-            set to be in use before timing it anyway; :obj:`None` waits
-            until it is, or until :obj:`cannot_keep_up` (e.g. rows computed
-            once, whose first table may take thousands of steps while
-            training goes on with the smaller set). (default: :obj:`50`)
+        max_hold (int, optional): The most steps to wait for a larger hot set
+            to be in use before timing it; :obj:`None` waits until it is or
+            :obj:`cannot_keep_up`.
         cannot_keep_up (callable, optional): Whether the CPU cannot compute
-            the planned hot set's rows within the sample-age bound (see
-            :meth:`EmbeddingStrategy.cannot_keep_up
-            <pyg_orch.offload.strategy.EmbeddingStrategy.cannot_keep_up>`).
-            A candidate not in use yet of which it says so is dropped
-            untimed, with every larger one: its trial would only load the
-            CPU.
+            the planned rows within the sample-age bound; such a candidate is
+            dropped untimed, with every larger one.
     """
     #: The default :obj:`max_hold`.
     MAX_HOLD = 50
@@ -395,8 +324,7 @@ class HotSetTuner:
         on_resize()
 
     def pause(self) -> None:
-        r"""Training paused (evaluation mode): the next step is not
-        timed."""
+        r"""Training paused: the next step is not timed."""
         self.chooser.pause()
 
     def step(self) -> None:
@@ -410,8 +338,7 @@ class HotSetTuner:
                 else:
                     self._settled()
             return
-        # Once a candidate is timed (its hot set in use, or held too
-        # long), every later step of it is timed too.
+        # Once a candidate is timed, every later step of it is timed too.
         unusable = False
         if not self._timing:
             unusable = self.hot.planned > self.hot.size and \
@@ -468,8 +395,7 @@ class HotSetTuner:
         self.on_resize()
 
     def _settled(self) -> None:
-        # A shrink during the trial settled: its steps are timed from the
-        # next one on.
+        # A shrink during the trial settled: timed from the next step on.
         self._settle()
         self.chooser.pause()
 
@@ -480,8 +406,7 @@ class HotSetTuner:
         self.on_done(self.chooser.choice)
 
     def summary(self) -> Dict[str, Any]:
-        r"""What :meth:`pyg_orch.offload.BottomLayerOffload.stats` reports
-        as :obj:`'decision'`."""
+        r"""What :meth:`stats` reports as :obj:`'decision'`."""
         out = self.chooser.summary()
         for c in out['candidates']:
             c['hot_ratio'] = self.ratios.get(c['num_hot'])
@@ -494,31 +419,11 @@ class HotSetTuner:
 
 
 class KeepUpGuard:
-    r"""Watches a hot set kept by the decision, and switches offload off
-    where the CPU stops keeping up with it: rows planned but not in use
-    while :obj:`cannot_keep_up` (as a candidate is dropped during the
-    trial), or the training loop waiting for CPU rows more than
-    :obj:`max_wait` of the time over :obj:`window` steps. The hot set then
-    shrinks to none and, once the shrink has settled (:obj:`drain` steps,
-    so that batches sampled before keep their rows), :obj:`on_off` is
-    called with the step and the reason, once. :meth:`step` is called at
-    the start of every training step.
-
-    Args:
-        hot (HotSetSizer): The hot set.
-        cannot_keep_up (callable): See :class:`HotSetTuner`.
-        on_resize (callable): Called after the hot set settled.
-        on_off (callable): Called with the step number and the reason.
-        drain (int): Steps before the shrink settles. (default: :obj:`2`)
-        first_step (int): Training steps before this one (the trial's).
-        waited (callable, optional): Seconds the loop waited for CPU rows
-            so far.
-        window (int): Steps over which waiting is measured.
-            (default: :obj:`20`)
-        max_wait (float): The largest share of the time the loop may wait.
-            (default: :obj:`0.1`)
-        clock (callable): Returns the time in seconds.
-    """
+    r"""Switches a kept hot set off where the CPU stops keeping up: rows
+    planned but not in use while :obj:`cannot_keep_up`, or the loop waiting
+    (:obj:`waited` seconds so far) more than :obj:`max_wait` of the time over
+    :obj:`window` steps. Once the shrink settled (:obj:`drain` steps),
+    :obj:`on_off` is called with the step and the reason."""
     WINDOW = 20
     MAX_WAIT = 0.1
 

@@ -1,6 +1,4 @@
-""":obj:`refresh='batch'`: the embeddings of hot vertices kept on the device
-row by row, the CPU computing only the rows that mini-batches need
-(:class:`BatchEmbeddingCache`)."""
+""":obj:`refresh='batch'`: only the hot rows mini-batches need."""
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -20,42 +18,17 @@ _NEVER = -(2**62)  # Version of rows never computed.
 
 
 class BatchEmbeddingCache(EmbeddingStrategy):
-    r"""Keeps the embeddings of hot vertices on the device, row by row, each
-    with the weight version it was computed with, and computes on CPU
-    threads only the rows that mini-batches need.
-
-    When a mini-batch is drawn, :meth:`request` queues the computation of
-    its hot rows that are neither fresh enough nor already queued, with a
-    snapshot of the current weights; the workers compute them while the
-    batch goes through the training loop's forward pass until the first
-    layer. :meth:`rows_for` then waits for the queued rows (timed), writes
-    them into the cache and returns it; a row of version :math:`v` is used
-    at version :math:`t` only if :math:`t - v \le` :obj:`max_staleness`
-    and :math:`t - v \le` :obj:`max_sample_age` (else it is recomputed
-    synchronously). With a bound :math:`s`, a hot
-    vertex needed by several batches within :math:`s` steps is computed
-    once.
-
-    With a growing hot set (:obj:`hot_ratio='auto'`), every
-    :attr:`GROW_WINDOW` steps the set grows as with super-batches (see
-    :meth:`HotSetSizer.maybe_grow
-    <pyg_orch.offload.hot_set.HotSetSizer.maybe_grow>`), the CPU threads'
-    busy time over the window taking the place of a table's time and the
-    window's time that of a super-batch, unless the loop waited for rows
-    more than :attr:`GROW_MAX_WAIT` of the window; a larger set is in use at
-    once (its rows are computed per batch).
-
-    Takes the arguments of
-    :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`; a request is
-    split into at least :obj:`num_threads` work items where it has enough
-    rows.
-    """
+    r"""Keeps hot rows on the device row by row, each with its weight
+    version, and computes on CPU threads only the rows that mini-batches
+    need: :meth:`request` queues a drawn batch's rows that are not fresh
+    enough, :meth:`rows_for` waits for them. A growing hot set grows every
+    :attr:`GROW_WINDOW` steps. Takes the arguments of
+    :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`."""
     per_batch = True
     refresh = 'batch'
     #: Steps between two checks of whether a growing hot set may grow.
     GROW_WINDOW = 8
-    #: The largest share of a window the loop may wait for rows while the
-    #: hot set grows.
+    #: The largest share of a window the loop may wait while the set grows.
     GROW_MAX_WAIT = 0.05
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -76,9 +49,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
 
     @property
     def bound(self) -> int:
-        r"""The most versions a row may be old: :obj:`max_staleness` (for
-        weight-free rows too), and at most :obj:`max_sample_age`; no bound
-        for :attr:`static` rows."""
+        r"""The most versions a row may be old."""
         if self.static:  # Below -_NEVER: rows never computed are stale.
             return UNBOUNDED // 2
         if self.max_sample_age is None:
@@ -90,8 +61,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         return self.bound
 
     def replan(self) -> None:
-        r"""The planned hot set changed: rows are computed per batch, so a
-        larger one is in use at once."""
+        r"""The planned hot set changed; it is in use at once."""
         self.hot.use(self.hot.planned)
 
     def _snapshot_at(self, version: int) -> Snapshot:
@@ -106,11 +76,9 @@ class BatchEmbeddingCache(EmbeddingStrategy):
 
     def request(self, pos: Tensor, version: int,
                 weights_version: Optional[int] = None) -> None:
-        r"""Queues the rows :obj:`pos` (positions in the hot set, CPU) that
-        will not be fresh enough at version :obj:`version`, to be computed
-        with the current weights, of version :obj:`weights_version`
-        (:obj:`version` if not given; a batch requested ahead of its use
-        has an older one)."""
+        r"""Queues the rows :obj:`pos` (positions in the hot set) that will not
+        be fresh enough at :obj:`version`, computed with the weights of
+        :obj:`weights_version`."""
         if pos.numel() == 0:
             return
         if weights_version is None:
@@ -153,17 +121,12 @@ class BatchEmbeddingCache(EmbeddingStrategy):
 
     def refresh_rows(self, pos_cpu: Tensor, version: int,
                      timer: Any = None) -> Optional[Tensor]:
-        r"""Makes the rows :obj:`pos_cpu` (positions in the hot set, CPU)
-        usable at version :obj:`version` and returns the cache (rows in the
-        order of the hot set), or :obj:`None` if :obj:`pos_cpu` is empty."""
+        r"""Makes rows :obj:`pos_cpu` usable at :obj:`version`."""
         bound = self.bound
         self._raise_failures()
         if self.hot.auto:
             self._maybe_grow(version)
-        # Queued rows, oldest first. All of them, also those requested for
-        # later batches: letting them run on while the loop trains was
-        # slower (worker threads contend with the loop for the interpreter
-        # lock; see the offload documentation).
+        # All queued rows, oldest first (letting them run on was slower).
         while self._jobs:
             job = self._jobs.popleft()
             if job.succeeded():
@@ -206,8 +169,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
             self.replan()
 
     def pause(self) -> None:
-        r"""Cancels queued rows and stops the worker threads (the cached
-        rows are kept, with their versions)."""
+        r"""Cancels queued rows and stops the worker threads."""
         super().pause()
         self.queued_version = self.row_version.clone()
         self._grow_mark = None  # Evaluation steps are not timed.

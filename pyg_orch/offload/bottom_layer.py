@@ -1,6 +1,4 @@
-"""The bottom (first) message-passing layer of a model: finding it, keeping a
-CPU copy of it, and computing its output for a set of vertices on the CPU from
-host-resident features."""
+"""Finding the first message-passing layer and computing it on the CPU."""
 import copy
 import threading
 from typing import Any, Dict, Optional, Tuple, Union
@@ -28,16 +26,7 @@ def find_first_layer(
     model: torch.nn.Module,
     layer: Union[None, str, torch.nn.Module] = None,
 ) -> Tuple[str, MessagePassing]:
-    r"""Returns the name and the module of the first
-    :class:`~torch_geometric.nn.conv.MessagePassing` layer of :obj:`model`
-    (in registration order, e.g. :obj:`convs.0` of
-    :class:`~torch_geometric.nn.models.GraphSAGE`), or of :obj:`layer` if it
-    is given (a module of :obj:`model` or its name).
-
-    Raises:
-        ValueError: If :obj:`model` has no message-passing layer or
-            :obj:`layer` is not one of its modules.
-    """
+    r"""The name and module of the first message-passing layer."""
     named = list(model.named_modules())
     if layer is not None:
         for name, module in named:
@@ -59,9 +48,7 @@ def find_first_layer(
 
 def message_passing_layers(
         model: torch.nn.Module) -> Dict[str, MessagePassing]:
-    r"""All :class:`~torch_geometric.nn.conv.MessagePassing` modules of
-    :obj:`model` by name (outermost only: a message-passing layer nested in
-    another one is part of it)."""
+    r"""The outermost message-passing modules of :obj:`model`."""
     out: Dict[str, MessagePassing] = {}
     for name, module in model.named_modules():
         if not isinstance(module, MessagePassing):
@@ -74,12 +61,7 @@ def message_passing_layers(
 
 def deeper_than_loader(model: torch.nn.Module,
                        num_hops: int) -> Optional[str]:
-    r"""Why offload must leave :obj:`model` alone over a loader that samples
-    :obj:`num_hops` hops, or :obj:`None`: a model with more message-passing
-    layers than hops runs in plain PyG (its extra layers propagate over the
-    sampled edges again), but there a vertex of the last expanded hop reads
-    its bottom-hop neighbors in more than the first layer, so pruning them
-    would change the seeds' outputs."""
+    r"""Why a model deeper than the loader's hops is left alone."""
     num_layers = len(message_passing_layers(model))
     if num_layers <= num_hops:
         return None
@@ -98,21 +80,16 @@ def _degree_free_types() -> tuple:
 
 
 def needs_degree_compensation(model: torch.nn.Module) -> bool:
-    r"""Whether a message-passing layer of :obj:`model` may weigh the
-    messages a vertex *sends* by its in-degree in the batch, as
-    :class:`~torch_geometric.nn.conv.GCNConv`'s symmetric normalization
-    does: :obj:`False` only if every layer is of a class known not to
-    (e.g. :class:`~torch_geometric.nn.conv.SAGEConv`,
-    :class:`~torch_geometric.nn.conv.GINConv`,
-    :class:`~torch_geometric.nn.conv.GATConv`)."""
+    r"""Whether a layer of :obj:`model` may weigh the messages a vertex sends
+    by its in-degree (as :class:`~torch_geometric.nn.conv.GCNConv` does):
+    :obj:`False` only for classes known not to."""
     free = _degree_free_types()
     return any(
         type(m) not in free for m in message_passing_layers(model).values())
 
 
 def check_materialized(layer: torch.nn.Module, name: str) -> None:
-    r"""Raises a :class:`ValueError` if :obj:`layer` holds lazily initialized
-    parameters (:obj:`in_channels=-1`)."""
+    r"""Raises if :obj:`layer` holds lazily initialized parameters."""
     from torch.nn.parameter import UninitializedParameter
     for pname, p in layer.named_parameters():
         if isinstance(p, UninitializedParameter):
@@ -124,11 +101,7 @@ def check_materialized(layer: torch.nn.Module, name: str) -> None:
 
 def placeholder_in_edges(colptr: Tensor, nodes: Tensor, rows: Tensor,
                          num_neighbors: int, replace: bool) -> Tensor:
-    r"""Placeholder in-edges (from row :obj:`0`) of the local rows
-    :obj:`rows` (global ids :obj:`nodes`), as many per row as a hop with
-    fan-out :obj:`num_neighbors` (:obj:`-1`: all) samples for that vertex:
-    degree-normalized layers then see its in-degree in a mini-batch, and
-    only its own output changes."""
+    r"""Placeholder in-edges (from row :obj:`0`) of :obj:`rows`."""
     deg = colptr.index_select(0, nodes + 1) - colptr.index_select(0, nodes)
     count = sampled_counts(deg, num_neighbors, replace)
     dst = torch.repeat_interleave(rows, count.to(torch.int64))
@@ -136,16 +109,14 @@ def placeholder_in_edges(colptr: Tensor, nodes: Tensor, rows: Tensor,
 
 
 def check_autocast_dtype(name: str, dtype: Optional[torch.dtype]) -> None:
-    r"""Raises a :class:`ValueError` naming :obj:`name` unless :obj:`dtype`
-    is :obj:`None` or :obj:`torch.bfloat16` (CPU autocast of the layer)."""
+    r"""Raises unless :obj:`dtype` is :obj:`None` or bfloat16."""
     if dtype not in (None, torch.bfloat16):
         raise ValueError(f"'{name}' must be None or torch.bfloat16 (got "
                          f"{dtype!r})")
 
 
 def snapshot_state(layer: torch.nn.Module) -> Dict[str, Tensor]:
-    r"""Clones the state of :obj:`layer` where it lives (asynchronously on
-    CUDA: the caller records an event after it)."""
+    r"""Clones the state of :obj:`layer` where it lives."""
     return {
         k: v.detach().clone()
         for k, v in layer.state_dict(keep_vars=False).items()
@@ -153,44 +124,21 @@ def snapshot_state(layer: torch.nn.Module) -> Dict[str, Tensor]:
 
 
 class BottomLayerComputer:
-    r"""Computes the output of the first message-passing layer for given
-    vertices on the CPU: samples their in-neighbors in a CPU copy of the
-    topology (:obj:`num_neighbors` of them, or all with :obj:`-1`), builds the
-    small subgraph (the vertices first, then their new neighbors) and calls a
-    CPU copy of the layer on it, in evaluation mode and without gradients.
-
-    Every calling thread gets its own copy of the layer (loaded from weight
-    snapshots on demand), so that threads never share module state.
+    r"""Computes the first message-passing layer for given vertices on the
+    CPU: samples their in-neighbors, builds the small subgraph (the vertices
+    first) and calls a per-thread CPU copy of the layer on it, without
+    gradients. After :meth:`choose_split`, it may compute the layer's
+    weight-free aggregation instead, by
+    :func:`~torch.nn.functional.embedding_bag` where it is a mean, sum or
+    maximum of the neighbors' rows.
 
     Args:
-        layer (torch.nn.Module): The layer to copy (not modified).
-        x (torch.Tensor): Host-resident node features of the whole graph.
-        csc (CSCTopology): The topology on the CPU.
         num_neighbors (int): Fan-out, :obj:`-1` for all neighbors.
-        replace (bool): Sample with replacement. (default: :obj:`False`)
-        seed (int, optional): Seeds the per-thread random generators.
-        dedup (bool, optional): Give a neighbor sampled several times (or
-            also a target) one row of the subgraph, with all its sampled
-            in-edges, as in a mini-batch. Only layers that weigh messages by
-            the sender's in-degree (such as
-            :class:`~torch_geometric.nn.conv.GCNConv`) see a difference;
-            by default (:obj:`None`), only those deduplicate, see
-            :func:`needs_degree_compensation`. Without it, every sampled
-            edge gets its own source row, which saves a sort per work item.
+        dedup (bool, optional): Give a neighbor sampled several times one row
+            with all its sampled in-edges, as in a mini-batch; by default only
+            for layers that need it (see :func:`needs_degree_compensation`).
         autocast_dtype (torch.dtype, optional): Run the layer under CPU
-            autocast in this dtype (:obj:`torch.bfloat16`): its matrix
-            products then take bfloat16 inputs (faster on CPUs with AMX or
-            AVX512-BF16), at about three significant digits; the output is
-            returned in the features' dtype. (default: :obj:`None`)
-
-    By default the computer returns the layer's output; after
-    :meth:`choose_split` picks :obj:`'aggregate'` or :obj:`'pre_linear'`
-    (see :mod:`pyg_orch.offload.aggregate_split`), it returns the layer's
-    neighbor aggregation instead, which uses no weights; where that
-    aggregation is a mean, sum or maximum of the neighbors' rows (checked
-    against the layer on a few vertices, see :attr:`bag_mode`), it is
-    computed by :func:`~torch.nn.functional.embedding_bag` straight from
-    the features, without gathering the neighbors' rows first.
+            autocast in this dtype (:obj:`torch.bfloat16`).
     """
     def __init__(self, layer: torch.nn.Module, x: Tensor, csc: CSCTopology,
                  num_neighbors: int, replace: bool = False,
@@ -201,7 +149,8 @@ class BottomLayerComputer:
         self.template = copy.deepcopy(layer).to('cpu').eval()
         for p in self.template.parameters():
             p.requires_grad_(False)
-        self.x = x
+        # Neighbors' rows come from `x_src` (bipartite: another type):
+        self.x = self.x_src = x
         self.csc = csc
         self.num_neighbors = int(num_neighbors)
         self.replace = bool(replace)
@@ -209,34 +158,24 @@ class BottomLayerComputer:
         self.dedup = needs_degree_compensation(layer) if dedup is None \
             else bool(dedup)
         self.autocast_dtype = autocast_dtype
-        # With dedup: vertices that, as sampled neighbors, get placeholder
-        # in-edges (see `subgraph`):
+        # With dedup: vertices that get placeholder in-edges (see `subgraph`):
         self.in_edge_mask: Optional[Tensor] = None
         self.split = OUTPUT
-        #: The :func:`~torch.nn.functional.embedding_bag` mode that computes
-        #: the aggregation of a weight-free split, or :obj:`None` (the layer
-        #: computes it; set by :meth:`choose_split`).
+        #: The embedding_bag mode of a weight-free split (see choose_split).
         self.bag_mode: Optional[str] = None
-        #: Whether the layer normalizes by its neighbors' degrees (see
-        #: `depends_on_source_degrees`; set by `choose_split`).
+        #: Whether the layer normalizes by its neighbors' degrees.
         self.degree_dependent = False
         self._layer = self.template
         self._local = threading.local()
         self._lock = threading.Lock()
         self._num_threads_seen = 0
-        # Call the layer bipartitely, (x_src, x_dst), so that per-target
-        # work (e.g. root weights) runs on the targets only; decided by
-        # `calibrate`:
+        # Call the layer on (x_src, x_dst) if `calibrate` finds it the same:
         self.bipartite = False
 
     def choose_split(self, nodes: Tensor, split: str = 'auto') -> str:
-        r"""Decides on a few of :obj:`nodes` whether the CPU side computes
-        the layer's output (:obj:`split='output'`) or its weight-free
-        aggregation (:obj:`'aggregate'`: where
-        :func:`~pyg_orch.offload.aggregate_split.choose_split` allows it,
-        else a :class:`ValueError` explains why; :obj:`'auto'`: where it
-        allows it). Call before any worker thread runs. Returns the kind:
-        :obj:`'output'`, :obj:`'aggregate'` or :obj:`'pre_linear'`."""
+        r"""Decides on a few of :obj:`nodes` what the CPU computes (see
+        :func:`~pyg_orch.offload.aggregate_split.choose_split`); call before
+        any worker runs."""
         check_split(split)
         kind, reason = OUTPUT, 'there are no vertices to check it on'
         self.degree_dependent = False
@@ -266,9 +205,7 @@ class BottomLayerComputer:
 
     def _check_bag_mode(self, nodes: Tensor, x: Any,
                         edge_index: Tensor) -> Optional[str]:
-        # The embedding_bag mode if it gives the aggregation copy's rows
-        # for `nodes` on the probe's inputs (drawn with a generator seeded
-        # with 0: the same neighbor sample), else None.
+        # The embedding_bag mode giving the aggregation's rows, else None.
         mode = bag_mode(self._layer)
         if mode is None:
             return None
@@ -283,10 +220,7 @@ class BottomLayerComputer:
         return mode if rows_close(ref, fast) else None
 
     def calibrate(self, nodes: Tensor) -> bool:
-        r"""Checks on a few vertices whether the layer gives the same output
-        when called on :obj:`(x, x[:len(nodes)])` (bipartite, cheaper) as on
-        :obj:`x`, and uses the bipartite call from then on if so. Also checks
-        that the layer runs on the CPU at all."""
+        r"""Checks the layer on the CPU; uses a bipartite call if equal."""
         layer = self.template
         gen = torch.Generator().manual_seed(0)
         nodes = nodes[:64].to(torch.int64)
@@ -319,9 +253,7 @@ class BottomLayerComputer:
         return local
 
     def layer_for(self, key, state: Dict[str, Tensor]) -> torch.nn.Module:
-        r"""The calling thread's copy of the layer, loaded with :obj:`state`
-        (CPU tensors) unless it already holds the state of :obj:`key` (an
-        object identifying a snapshot)."""
+        r"""The calling thread's copy of the layer, holding :obj:`key`."""
         local = self._thread_state()
         if local.key is not key:
             # An aggregation copy of a 'pre_linear' layer has no 'lin':
@@ -330,10 +262,8 @@ class BottomLayerComputer:
         return local.layer
 
     def release(self) -> None:
-        r"""Drops what it reads (the host copy of the topology, the
-        features, the layer copies) once its runtime is closed; it computes
-        nothing after."""
-        self.x = self.csc = None
+        r"""Drops the topology, features and layer copies."""
+        self.x = self.x_src = self.csc = None
         self._layer = self.template = None
         self._local = threading.local()
 
@@ -344,20 +274,17 @@ class BottomLayerComputer:
 
     @property
     def cpu_aggregation(self) -> str:
-        r"""How :meth:`compute` works: :obj:`'embedding_bag'` (see
-        :attr:`bag_mode`) or :obj:`'layer'`."""
+        r""":obj:`'embedding_bag'` or :obj:`'layer'`."""
         return 'layer' if self.bag_mode is None else 'embedding_bag'
 
     @property
     def row_bytes(self) -> int:
         r"""Bytes of one feature row."""
-        return self.x[0].numel() * self.x.element_size()
+        return self.x_src[0].numel() * self.x_src.element_size()
 
     def sample(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Tensor, Tensor]:
-        r"""Samples in-neighbors of :obj:`nodes`: returns the neighbors'
-        global ids and, per sampled edge, the position of its target in
-        :obj:`nodes` (both :obj:`int64`)."""
+        r"""In-neighbors of :obj:`nodes` and their targets' positions."""
         csc = self.csc
         pos, dst = sample_neighbors(
             csc.colptr, nodes, self.num_neighbors, self.replace, generator,
@@ -370,30 +297,13 @@ class BottomLayerComputer:
     def sampled_sources(self, nodes: Tensor,
                         generator: Optional[torch.Generator]
                         ) -> Tuple[Tensor, Tensor, Tensor]:
-        r"""Samples in-neighbors of :obj:`nodes` as :meth:`subgraph` does
-        (the same draws for the same generator state) and returns the
-        neighbors' feature matrix, their rows in it and, per sampled edge,
-        the position of its target in :obj:`nodes` (ascending)."""
+        r"""The rows of sampled neighbors and their targets' positions."""
         src, dst = self.sample(nodes, generator)
-        return self.x, src, dst
+        return self.x_src, src, dst
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
-        r"""Samples the in-neighbors of :obj:`nodes` (distinct global ids)
-        and returns the global ids of the subgraph's vertices
-        (:obj:`nodes` first, then the sampled neighbors) and its local
-        :obj:`edge_index`. With :obj:`dedup`, every vertex has one row, and
-        a neighbor that is one of :obj:`nodes` keeps its own sampled
-        in-edges, as a hot vertex usually has in a mini-batch
-        (degree-normalized layers see these in-degrees); without it, every
-        sampled edge has a source row of its own. With dedup and
-        :obj:`in_edge_mask`, a neighbor in the mask that is not one of
-        :obj:`nodes` gets as many placeholder in-edges (from row :obj:`0`,
-        changing only its own output) as the bottom hop samples for it:
-        such vertices (the hot set) are the ones a mini-batch usually has
-        in an upper hop, with sampled in-edges. On Cora with GCN (50% hot),
-        this took the accuracy gap to plain training from -2.2 to -1.3
-        points."""
+        r"""The sampled subgraph's ids (:obj:`nodes` first) and edges."""
         csc = self.csc
         n = nodes.numel()
         src, dst = self.sample(nodes, generator)
@@ -422,20 +332,15 @@ class BottomLayerComputer:
     @staticmethod
     def _edge_rows(nodes: Tensor, src: Tensor,
                    dst: Tensor) -> Tuple[Tensor, Tensor]:
-        # One source row per sampled edge, except for self-loops, whose
-        # source is the target's own row: a layer that removes and re-adds
-        # self-loops (GATConv) then sees them as in a mini-batch.
-        # (The loop's own row stays, unused: cheaper than removing it.)
+        # One source row per sampled edge, but a self-loop's source is the
+        # target's own row, so that GATConv sees it as in a mini-batch.
         n = nodes.numel()
         loop = src == nodes.index_select(0, dst)
         src_row = torch.where(loop, dst, torch.arange(n, n + src.numel()))
         return torch.cat([nodes, src]), torch.stack([src_row, dst])
 
     def item_generator(self, *key: int) -> Optional[torch.Generator]:
-        r"""A generator for one work item, seeded from :obj:`seed` and
-        :obj:`key` (e.g. the table's sequence number and the item's first
-        row), so that a row's neighbor sample does not depend on the thread
-        that computes it; :obj:`None` without :obj:`seed`."""
+        r"""A generator for one work item (:obj:`None` without a seed)."""
         if self.seed is None:
             return None
         value = int(self.seed)
@@ -445,9 +350,7 @@ class BottomLayerComputer:
 
     def compute(self, layer: torch.nn.Module, nodes: Tensor,
                 generator: Optional[torch.Generator] = None) -> Tensor:
-        r"""The output of :obj:`layer` for :obj:`nodes`, shape
-        :obj:`[len(nodes), out_channels]`, neighbors drawn with
-        :obj:`generator` (by default, the calling thread's own)."""
+        r"""The layer's output for :obj:`nodes`."""
         local = self._thread_state()
         if generator is None:
             generator = local.generator
@@ -467,10 +370,7 @@ class BottomLayerComputer:
 
     def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Any, Tensor]:
-        r"""The layer's inputs for :obj:`nodes`: features (a tuple
-        :obj:`(x_src, x_dst)` for a bipartite call) and :obj:`edge_index`
-        of their sampled subgraph (see :meth:`subgraph`); the first
-        :obj:`len(nodes)` outputs are theirs."""
+        r"""The layer's inputs for the subgraph of :obj:`nodes`."""
         ids, edge_index = self.subgraph(nodes, generator)
         x = self.x.index_select(0, ids)
         if self.bipartite:
@@ -478,25 +378,8 @@ class BottomLayerComputer:
         return x, edge_index
 
 
-
 class BipartiteLayerComputer(BottomLayerComputer):
-    r"""A :class:`BottomLayerComputer` for one edge type of a heterogeneous
-    graph whose source node type differs from its destination type: the
-    layer is called on :obj:`(x_src[neighbors], x_dst[nodes])`, with one
-    source row per sampled edge.
-
-    Args:
-        layer (torch.nn.Module): The layer of this edge type.
-        x_src (torch.Tensor): Features of the source node type.
-        x_dst (torch.Tensor): Features of the destination node type.
-        csc (CSCTopology): The edge type's topology (columns: destination
-            nodes, rows: source nodes).
-        num_neighbors (int): Fan-out, :obj:`-1` for all neighbors.
-        replace (bool): Sample with replacement. (default: :obj:`False`)
-        seed (int, optional): Seeds the per-thread random generators.
-        autocast_dtype (torch.dtype, optional): See
-            :class:`BottomLayerComputer`.
-    """
+    r"""A :class:`BottomLayerComputer` for an edge type between two types."""
     def __init__(self, layer: torch.nn.Module, x_src: Tensor, x_dst: Tensor,
                  csc: CSCTopology, num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None,
@@ -515,27 +398,11 @@ class BipartiteLayerComputer(BottomLayerComputer):
             call_layer(self.template, x, edge_index)
         return True
 
-    @property
-    def row_bytes(self) -> int:
-        return self.x_src[0].numel() * self.x_src.element_size()
-
-    def release(self) -> None:
-        super().release()
-        self.x_src = None
-
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
-        r"""Samples the in-neighbors of :obj:`nodes` and returns their ids
-        (of the source type, one per sampled edge) and the bipartite
-        :obj:`edge_index` (source rows to positions in :obj:`nodes`)."""
+        r"""Source ids (one per edge) and bipartite :obj:`edge_index`."""
         src, dst = self.sample(nodes, generator)
         return src, torch.stack([torch.arange(src.numel()), dst])
-
-    def sampled_sources(self, nodes: Tensor,
-                        generator: Optional[torch.Generator]
-                        ) -> Tuple[Tensor, Tensor, Tensor]:
-        src, dst = self.sample(nodes, generator)
-        return self.x_src, src, dst
 
     def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
                ) -> Tuple[Any, Tensor]:

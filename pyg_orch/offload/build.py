@@ -1,8 +1,4 @@
-"""Assembling the runtime of a :class:`~pyg_orch.offload.BottomLayerOffload`
-from its plan (see :func:`~pyg_orch.offload.planning.plan_offload`):
-:func:`build_runtime` dispatches on the graph kind
-(:func:`build_homo_runtime`, :func:`build_hetero_runtime`); both choose the
-hot vertices, build the CPU side and hook the first layer."""
+"""Assembling the runtime of a :class:`BottomLayerOffload` from its plan."""
 import functools
 import logging
 import time
@@ -29,13 +25,11 @@ from pyg_orch.offload.ddp import (
     MachineRanks,
     machine_ranks,
 )
-from pyg_orch.offload.degrees import DegreeCompensation
 from pyg_orch.offload.hetero_layer import (
     HeteroBottomLayerComputer,
     common_prefix,
     find_hetero_first_layer,
 )
-from pyg_orch.offload.hetero_runtime import HeteroOffloadRuntime
 from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.hotness import (
     select_cache_nodes,
@@ -54,7 +48,11 @@ from pyg_orch.offload.partition import (
 )
 from pyg_orch.offload.planning import OffloadPlan, check_hetero_options
 from pyg_orch.offload.protocol import LoaderFacts, Seeds
-from pyg_orch.offload.runtime import OffloadRuntime
+from pyg_orch.offload.runtime import (
+    DegreeCompensation,
+    HeteroOffloadRuntime,
+    OffloadRuntime,
+)
 from pyg_orch.offload.static_rows import (
     STATIC_RATIOS,
     cap_sizes,
@@ -72,14 +70,29 @@ from pyg_orch.sampling.contract import presample_batches
 logger = logging.getLogger('pyg_orch.offload')
 
 
-def _build_on_partition(model: torch.nn.Module, loader: Any,
-                        plan: OffloadPlan) -> OffloadRuntime:
-    # See `pyg_orch.offload.partition`. The checks that can fail on one rank
-    # only are made before the first collective, and every rank learns of
-    # a failure (or of other options) on another one.
-    ranks = partition_ranks(loader)
+def build_runtime(model: torch.nn.Module, loader: Any,
+                  plan: OffloadPlan) -> OffloadRuntime:
+    r"""Builds the runtime of :obj:`model` as :obj:`plan` says (collective)."""
+    if not plan.offloads:
+        raise ValueError(f"'plan' must offload (got mode {plan.mode!r}: "
+                         f"{plan.reason})")
+    if plan.partitioned:
+        ranks = partition_ranks(loader)
+        agree_on_build(ranks, _partition_error(model, loader, plan),
+                       build_key(plan.options))
+    else:
+        ranks = machine_ranks()
+    build = build_hetero_runtime if plan.is_hetero else build_homo_runtime
+    runtime = build(model, loader, plan, ranks=ranks)
+    if plan.not_measured is not None:
+        runtime.fixed_reason = plan.not_measured
+    return runtime
+
+
+def _partition_error(model: torch.nn.Module, loader: Any,
+                     plan: OffloadPlan) -> Optional[Exception]:
+    # What fails on this rank before a partition's first collective.
     options = plan.options
-    error = None
     try:
         check_partition_loader(loader)
         if plan.is_hetero:
@@ -89,40 +102,13 @@ def _build_on_partition(model: torch.nn.Module, loader: Any,
             layer_name, first = find_first_layer(model, options.layer)
             check_materialized(first, layer_name)
     except (ValueError, TypeError, NotImplementedError) as exc:
-        error = exc
-    agree_on_build(ranks, error, build_key(options))
-    if plan.is_hetero:
-        return build_hetero_runtime(model, loader, plan, ranks=ranks)
-    return build_homo_runtime(model, loader, plan, ranks=ranks)
-
-
-def build_runtime(model: torch.nn.Module, loader: Any,
-                  plan: OffloadPlan) -> OffloadRuntime:
-    r"""Builds the runtime of :obj:`model` offloaded with :obj:`loader` as
-    :obj:`plan` says (see :func:`~pyg_orch.offload.planning.plan_offload`;
-    its mode must be :obj:`'offload'`), homogeneous or heterogeneous. Under
-    an initialized process group it is a collective over the machine's
-    ranks (see :mod:`pyg_orch.offload.ddp`): every rank builds its offload,
-    in the same order, with the same options."""
-    if not plan.offloads:
-        raise ValueError(f"'plan' must offload (got mode {plan.mode!r}: "
-                         f"{plan.reason})")
-    if plan.partitioned:
-        return _build_on_partition(model, loader, plan)
-    ranks = machine_ranks()
-    if plan.is_hetero:
-        runtime = build_hetero_runtime(model, loader, plan, ranks=ranks)
-    else:
-        runtime = build_homo_runtime(model, loader, plan, ranks=ranks)
-    if plan.not_measured is not None:
-        runtime.fixed_reason = plan.not_measured
-    return runtime
+        return exc
+    return None
 
 
 def _presample_inputs(loader: Any, options: OffloadOptions
                       ) -> Tuple[Seeds, int, int]:
-    # The training seeds, the batch size and the batches to pre-sample (per
-    # node type for heterogeneous graphs).
+    # The training seeds, the batch size and the batches to pre-sample.
     seeds, batch_size = loader.offload_seeds()
     first = next(iter(seeds.values())) if isinstance(seeds, dict) else seeds
     num = options.num_presample_batches or presample_batches(
@@ -132,10 +118,7 @@ def _presample_inputs(loader: Any, options: OffloadOptions
 
 def aggregates_only(computer: Union[BottomLayerComputer,
                                     HeteroBottomLayerComputer]) -> bool:
-    r"""Whether the CPU computes only weight-free aggregations of raw
-    neighbor rows (:obj:`split='aggregate'`, for every edge type of a
-    heterogeneous layer): with all in-neighbors, such rows depend on the
-    features and the graph only."""
+    r"""Whether the CPU computes weight-free aggregations only."""
     kinds = getattr(computer, 'kinds', None)
     kinds = set(kinds.values()) if isinstance(kinds, dict) else \
         {computer.split}
@@ -147,9 +130,7 @@ def make_strategy(computer: Union[BottomLayerComputer,
                   layer: Any, hot: HotSetSizer, device: torch.device,
                   options: OffloadOptions,
                   full_neighbors: bool) -> EmbeddingStrategy:
-    r"""The embedding strategy of :obj:`options.refresh`; its rows are
-    computed once where they aggregate all in-neighbors
-    (:obj:`full_neighbors`, resolved) without weights."""
+    r"""The embedding strategy of :obj:`options.refresh`."""
     kwargs = dict(chunk_size=options.chunk_size,
                   idle_timeout=options.idle_timeout,
                   intra_op_threads=options.intra_op_threads,
@@ -169,8 +150,7 @@ def make_strategy(computer: Union[BottomLayerComputer,
 
 def _trial_ratios(options: OffloadOptions,
                   static: bool = False) -> Tuple[float, ...]:
-    # The hot ratios the decision by measurement tries: those given, else
-    # around `hot_ratio`, or `STATIC_RATIOS` for rows computed once.
+    # The hot ratios the decision by measurement tries.
     given = options.autotune
     if isinstance(given, tuple):
         return candidate_ratios(options.hot_ratio, given)
@@ -181,9 +161,7 @@ def _trial_ratios(options: OffloadOptions,
 
 def _build_ratio(options: OffloadOptions, ratios: Tuple[float, ...]
                  ) -> float:
-    # The hot ratio the offload is built with (the split's probe, the GPU
-    # cache of the hot set kept): `hot_ratio` if it is tried, else the
-    # smallest size tried.
+    # The hot ratio built with: `hot_ratio` if tried, else the smallest.
     tried = [r for r in ratios if r > 0]
     if not tried or options.hot_ratio in tried:
         return options.hot_ratio
@@ -199,9 +177,7 @@ def _static_plan(computer: Union[BottomLayerComputer,
                                  HeteroBottomLayerComputer],
                  probe: Any, options: OffloadOptions,
                  weighted: bool) -> Optional[str]:
-    # Before the hot set is chosen: why hot rows will not be computed once
-    # (None: they will), from the split checked on `probe` (vertices of
-    # highest in-degree; the split is checked again on hot vertices).
+    # Why hot rows will not be computed once (None: they will), probed early.
     if options.full_neighbors is False:
         return 'full_neighbors=False'
     computer.choose_split(probe, options.split)
@@ -215,8 +191,7 @@ def _resolve_full_neighbors(computer: Union[BottomLayerComputer,
                                             HeteroBottomLayerComputer],
                             options: OffloadOptions, plan: Optional[str],
                             weighted: bool) -> Tuple[bool, str]:
-    # After the split was chosen on hot vertices: whether hot rows
-    # aggregate all in-neighbors, and why (or why not).
+    # Whether hot rows aggregate all in-neighbors, and why.
     if options.full_neighbors != 'auto':
         return bool(options.full_neighbors), \
             f'full_neighbors={options.full_neighbors} was given'
@@ -232,20 +207,19 @@ def _resolve_full_neighbors(computer: Union[BottomLayerComputer,
 
 def _static_sizes(sizes: List[int], kept: List[float], computer: Any,
                   device: Any) -> Tuple[List[int], List[float]]:
-    # The trial's sizes, at most as many rows as a table may take in the
-    # device's memory (see `max_table_rows`).
+    # The trial's sizes, capped by the device's memory for a table.
     return cap_sizes(sizes, kept, max_table_rows(table_row_bytes(computer),
                                                  device))
 
 
-def _trial_hot_set(candidates: Tensor, num_nodes: int,
-                   ratios: Tuple[float, ...], options: OffloadOptions,
-                   of: Optional[int] = None
-                   ) -> Tuple[HotSetSizer, List[int], List[float]]:
-    # The hot set to build with (that of `_build_ratio`: the split, the GPU
-    # cache; the tuner starts from its first candidate), and the hot-set
-    # size of every ratio (distinct sizes, the first ratio of each kept).
-    # Ratios are of `of` vertices (this part's), all `num_nodes` if unset.
+def _hot_set(candidates: Tensor, num_nodes: int, ratios: Tuple[float, ...],
+             options: OffloadOptions, measure: bool, of: Optional[int] = None
+             ) -> Tuple[HotSetSizer, List[int], List[float]]:
+    # The hot set to build with and, if measured, the trial's sizes and ratios.
+    if options.auto_hot:
+        return HotSetSizer.auto_start(candidates, num_nodes), [], []
+    if not measure:
+        return HotSetSizer(candidates, num_nodes), [], []
     of = num_nodes if of is None else of
     sizes: List[int] = []
     kept: List[float] = []
@@ -264,21 +238,12 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
                facts: LoaderFacts, options: OffloadOptions, lead: int,
                ranks: Optional[MachineRanks] = None,
                static: bool = False) -> HotSetTuner:
-    r"""The decision by measurement over the hot-set :obj:`sizes` (see
-    :mod:`pyg_orch.offload.autotune`); with :obj:`ranks`, the same on all
-    of them (see :class:`~pyg_orch.offload.ddp.AgreedStepTimeChooser`).
-    For rows computed once (:obj:`static`), a size is timed once its table
-    is in use, however long that takes within the strategy's deadline
-    (:meth:`~pyg_orch.offload.strategy.EmbeddingStrategy.cannot_keep_up`),
-    and a slow smaller size does not stop larger ones from being tried
-    (the gain grows with the share of vertices whose bottom hop is
-    pruned, and the CPU's cost does not)."""
+    r"""The decision by measurement over the hot-set :obj:`sizes`."""
     device = facts.device
     sync = None
     if device.type == 'cuda' and torch.cuda.is_available():
         sync = functools.partial(torch.cuda.synchronize, device)
-    # Batches sampled before a change of the hot set may reach the model
-    # this many steps later (those the loader builds ahead):
+    # Batches sampled before a change may reach the model this much later:
     drain = 2 + lead + facts.batches_ahead
     kwargs: Dict[str, Any] = {}
     chooser_type = StepTimeChooser
@@ -297,9 +262,7 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
 def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
                      ratios: List[float], plan: OffloadPlan,
                      ranks: Optional[MachineRanks]) -> None:
-    # Starts the decision by measurement over the hot-set `sizes`. A kept
-    # hot set is watched in one process; ranks that decide alike keep it
-    # (they would have to switch off together).
+    # Ranks that decide alike keep a kept hot set (no guard for one rank):
     runtime.guard_kept = ranks is None
     runtime.start_tuner(functools.partial(
         make_tuner, sizes=sizes, ratios=ratios, facts=plan.facts,
@@ -310,8 +273,7 @@ def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
 def _whole_graph_computer(loader: Any, first: torch.nn.Module,
                           options: OffloadOptions
                           ) -> Tuple[Tensor, BottomLayerComputer]:
-    # The features the CPU side reads and its computer, over the whole
-    # graph of the loader.
+    # The features the CPU side reads and its computer.
     sampler = loader.offload_sampler
     x = loader.offload_data.x
     if x.device.type != 'cpu':
@@ -331,10 +293,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
                        plan: OffloadPlan,
                        ranks: Optional[MachineRanks] = None
                        ) -> OffloadRuntime:
-    r"""The runtime for a homogeneous graph (see :func:`build_runtime`);
-    with :obj:`plan.measure`, the hot-set size is decided by measurement.
-    With :obj:`ranks`, the hot set is chosen from the access counts of all
-    of them, and they decide alike."""
+    r"""The runtime for a homogeneous graph (agreed with :obj:`ranks`)."""
     options = plan.options
     measure = plan.measure
     compensate_degrees = plan.compensate_degrees
@@ -348,20 +307,18 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     layer_name, first = find_first_layer(
         model, options.layer if plan.first is None else plan.first)
     check_materialized(first, layer_name)
-    # With hot_ratio='auto', the candidates are the most accessed vertices up
-    # to the cap; the hot set starts with the first of them and grows while
-    # the CPU keeps up.
+    # With hot_ratio='auto', the hot set grows along the candidates.
     ratio = HotSetSizer.AUTO_MAX_RATIO if options.auto_hot else \
         options.hot_ratio
     weighted = plan.facts.weighted
-    # Rows computed once are planned from a probe of the split (on a
-    # partition, full_neighbors='auto' keeps the fan-out):
+    # Rows computed once are planned from a probe of the split:
     static_why: Optional[str] = _PARTITIONED if partitioned else None
     if not partitioned:
         x, computer = _whole_graph_computer(loader, first, options)
         static_why = _static_plan(computer,
                                   degree_probe(computer.csc.colptr),
                                   options, weighted)
+    ratios: Tuple[float, ...] = ()
     if measure:
         ratios = _trial_ratios(options, static=static_why is None)
         ratio = max(ratios)
@@ -381,19 +338,13 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     if partitioned:
         of = loader.partition_batches.partition.num_nodes
         if measure and ranks is not None:
-            # Hot sets of the same sizes on all ranks, so that they try
-            # the same candidates:
+            # Hot sets of the same sizes on all ranks:
             of = ranks.min(of)
             candidates = selection.hot_nodes = candidates[:ranks.min(
                 candidates.numel())]
-    if options.auto_hot:
-        hot = HotSetSizer.auto_start(candidates, num_nodes)
-    elif measure:
-        hot, sizes, kept = _trial_hot_set(candidates, num_nodes, ratios,
-                                          options, of)
-        measure = len(sizes) > 1
-    else:
-        hot = HotSetSizer(candidates, num_nodes)
+    hot, sizes, kept = _hot_set(candidates, num_nodes, ratios, options,
+                                measure, of)
+    measure = len(sizes) > 1
     if computer.dedup:
         computer.in_edge_mask = hot.rank >= 0  # All candidates.
     if hot.size > 0:
@@ -445,21 +396,18 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     try:
         own = _loader_cache(loader)
         if hot.size > 0 and cache_ratio > 0:
-            # Never fewer rows than the loader's cache holds now (they are
-            # in GPU memory already):
+            # Never fewer rows than the loader's cache holds already:
             if own is not None:
                 cache_ratio = max(cache_ratio,
                                   min(own.numel() / max(num_nodes, 1), 1.0))
-            # Rank by the feature fetches of pruned batches, hot vertices
-            # included: they are still other vertices' sampled neighbors.
+            # Hot vertices included: they are still sampled neighbors.
             selection.cache_nodes = select_cache_nodes(
                 sampler, hot.mask, seeds, batch_size, cache_ratio,
                 num_batches, options.seed, reduce_counts=reduce)
         set_cache = loader.set_gpu_cache_nodes
         if fixed_reason is None:
             if measure:
-                # The loader keeps its own cache (the best for plain
-                # training) unless measurement keeps the offload.
+                # The loader keeps its cache unless measurement keeps offload.
                 runtime.offload_cache = functools.partial(
                     set_cache, selection.cache_nodes)
                 if own is not None:  # Given back if switched off.
@@ -476,8 +424,7 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
 
 
 def _loader_cache(loader: Any) -> Optional[Tensor]:
-    # The vertices whose features the loader's GPU cache holds now (None
-    # without one, or per node type).
+    # The vertices the loader's GPU cache holds (None if none).
     own = loader.get_gpu_cache_nodes()
     return own if isinstance(own, Tensor) else None
 
@@ -486,9 +433,7 @@ def _hetero_first_layer(
     model: torch.nn.Module, loader: Any, options: OffloadOptions,
     convs: Optional[Dict[Any, torch.nn.Module]] = None
 ) -> Tuple[str, Dict[Any, torch.nn.Module]]:
-    # The first layer of a heterogeneous model over the loader's graph (or
-    # partition; `convs` where it was found by tracing a forward pass),
-    # after checking that the node features it reads exist.
+    # The first layer of a heterogeneous model, its node features checked.
     if is_partition_loader(loader):
         part = loader.partition_batches.partition
         edge_types = list(part.csc)
@@ -522,14 +467,7 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
                          plan: OffloadPlan,
                          ranks: Optional[MachineRanks] = None
                          ) -> HeteroOffloadRuntime:
-    r"""The runtime for a heterogeneous graph (see :func:`build_runtime`);
-    with :obj:`plan.measure`, the size of the hot set (over all node
-    types) is decided by measurement. With :obj:`ranks`, the hot set is
-    chosen from their summed counts, and they decide alike (on a
-    partition, each rank chooses among its own vertices, and they try hot
-    sets of the same sizes). The first layer's module per edge type found
-    by a traced forward pass (:obj:`plan.first`) overrides
-    :obj:`options.layer`."""
+    r"""The runtime for a heterogeneous graph (agreed with :obj:`ranks`)."""
     options = plan.options
     measure = plan.measure
     partitioned = plan.partitioned
@@ -580,15 +518,9 @@ def build_hetero_runtime(model: torch.nn.Module, loader: Any,
             max(ratios), num_batches,
             options.seed, reduce_counts=None if ranks is None else ranks.sum,
             num_ranks=1 if ranks is None else ranks.size)
-    if options.auto_hot:
-        hot = HotSetSizer.auto_start(selection.hot_nodes, selection.num_nodes)
-    elif measure:
-        hot, sizes, kept = _trial_hot_set(selection.hot_nodes,
-                                          selection.num_nodes, ratios,
-                                          options, of)
-        measure = len(sizes) > 1
-    else:
-        hot = HotSetSizer(selection.hot_nodes, selection.num_nodes)
+    hot, sizes, kept = _hot_set(selection.hot_nodes, selection.num_nodes,
+                                ratios, options, measure, of)
+    measure = len(sizes) > 1
     # Check the split on hot vertices where there are, on any otherwise:
     by_type = computer.node_type_of(hot.hot_nodes)
     probe = {}

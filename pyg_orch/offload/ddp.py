@@ -1,12 +1,6 @@
-r"""Bottom-layer offload under
-:class:`~torch.nn.parallel.DistributedDataParallel`: the ranks of a machine
-choose one hot set from the sum of their pre-sampled access counts
-(:meth:`MachineRanks.sum`) and agree on the decision by measurement
-(:class:`AgreedStepTimeChooser`). Each rank's CPU share is set by
-:func:`~pyg_orch.offload.workers.cpu_cores_per_rank`.
-
-Every function here is a collective over the machine's ranks where a process
-group is initialized: every rank calls it, in the same order."""
+r"""Offload under :class:`~torch.nn.parallel.DistributedDataParallel`: the
+ranks of a machine choose one hot set from their summed counts and agree on the
+decision by measurement; every function is a collective over them."""
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -23,14 +17,7 @@ def process_group_active() -> bool:
 
 
 class MachineRanks:
-    r"""The ranks of this machine
-    (:func:`~pyg_orch.parallel.peer_memory.machine_group`: the default
-    group on one machine), for the collectives of offload: small tensors on
-    the CPU with :obj:`gloo`, on this rank's CUDA device with :obj:`nccl`.
-
-    Args:
-        group (ProcessGroup, optional): The group; the machine's if not set.
-    """
+    r"""The ranks of this machine (or :obj:`group`), for collectives."""
     def __init__(self, group: Optional[Any] = None):
         self.group = machine_group() if group is None else group
         self.size = dist.get_world_size(self.group)
@@ -42,8 +29,7 @@ class MachineRanks:
             self.device = torch.device('cuda', torch.cuda.current_device())
 
     def sum(self, tensor: Tensor) -> Tensor:
-        r"""The element-wise sum of :obj:`tensor` over the ranks (a new
-        tensor on :obj:`tensor`'s device and of its dtype)."""
+        r"""The element-wise sum of :obj:`tensor` over the ranks."""
         work = tensor.to(self.device).clone()
         dist.all_reduce(work, group=self.group)
         return work.to(tensor.device)
@@ -57,8 +43,7 @@ class MachineRanks:
 
     def mean_times(self, times: Dict[int, List[float]]
                    ) -> Dict[int, List[float]]:
-        r"""Step times measured per hot-set size (the same sizes and numbers
-        of steps on every rank), averaged over the ranks step by step."""
+        r"""Step times per hot-set size, averaged over the ranks."""
         keys = list(times)
         flat = torch.tensor([t for k in keys for t in times[k]],
                             dtype=torch.float64)
@@ -71,8 +56,7 @@ class MachineRanks:
 
 
 def machine_ranks() -> Optional[MachineRanks]:
-    r"""This machine's :class:`MachineRanks` under an initialized process
-    group with more than one rank on it, else :obj:`None`."""
+    r"""This machine's ranks if several train on it, else :obj:`None`."""
     if not process_group_active():
         return None
     ranks = MachineRanks()
@@ -80,40 +64,24 @@ def machine_ranks() -> Optional[MachineRanks]:
 
 
 class AgreedStepTimeChooser(StepTimeChooser):
-    r"""A :class:`~pyg_orch.offload.autotune.StepTimeChooser` whose ranks
-    decide alike: at every step, a step is timed only if every rank times
-    it (its candidate in use on every rank, no pause), so that all ranks
-    switch candidates at the same steps; the choice is made from the step
-    times averaged over the ranks. Every rank must call :meth:`tick` at
-    every training step until the choice is made (as DDP's training steps
-    do); evaluation in :meth:`~torch.nn.Module.eval` mode is fine on any
-    subset of ranks.
-
-    Args:
-        *args: See :class:`~pyg_orch.offload.autotune.StepTimeChooser`.
-        ranks (MachineRanks): The ranks that agree.
-        **kwargs: See :class:`~pyg_orch.offload.autotune.StepTimeChooser`.
-    """
+    r"""A :class:`~pyg_orch.offload.autotune.StepTimeChooser` whose
+    :obj:`ranks` decide alike: a step is timed only if every rank times it, and
+    the choice is made from step times averaged over the ranks; every rank
+    calls :meth:`tick` at every training step until then."""
     def __init__(self, *args, ranks: MachineRanks, **kwargs):
         super().__init__(*args, **kwargs)
         self.ranks = ranks
 
     def _agreed_times(self) -> Dict[int, List[float]]:
-        # Every rank gives up on larger sizes alike (a collective: all
-        # ranks end a candidate at the same step).
+        # Every rank gives up on larger sizes alike (a collective).
         return self.ranks.mean_times(self.times)
 
     def tick(self, count: bool = True,
              unusable: bool = False) -> Optional[int]:
-        r"""As :meth:`StepTimeChooser.tick
-        <pyg_orch.offload.autotune.StepTimeChooser.tick>`, a collective
-        until the choice is made: the step is timed only if
-        :obj:`count` holds on every rank, and the candidate is dropped as
-        unusable if :obj:`unusable` holds on any."""
+        r"""As :meth:`StepTimeChooser.tick`, a collective."""
         if self.done:
             return None
-        # A step counts only where every rank times it (a rank after a
-        # pause reads the clock but does not time this step):
+        # A step counts only where every rank times it:
         counts = self.ranks.sum(torch.tensor(
             [int(bool(count) and self._last is not None),
              int(bool(unusable))], dtype=torch.int64)).tolist()

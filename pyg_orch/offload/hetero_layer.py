@@ -1,7 +1,4 @@
-"""The first layer of a heterogeneous model (one message-passing module per
-edge type, as :func:`~torch_geometric.nn.to_hetero` and
-:class:`~torch_geometric.nn.conv.HeteroConv` build it), and computing it for
-hot vertices of several node types on the CPU."""
+"""The first layer of a heterogeneous model, computed on the CPU."""
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -24,8 +21,7 @@ from pyg_orch.offload.bottom_layer import (
 
 
 def _edge_type_keys(edge_types: List[EdgeType]) -> Dict[str, EdgeType]:
-    # Module names of per-edge-type layers: 'src__rel__dst' (to_hetero) or
-    # '<src___rel___dst>' (HeteroConv's ModuleDict).
+    # Per-edge-type module names: 'src__rel__dst' or '<src___rel___dst>'.
     out = {}
     for et in edge_types:
         out['__'.join(et)] = et
@@ -38,19 +34,9 @@ def find_hetero_first_layer(
     edge_types: List[EdgeType],
     layer: Optional[str] = None,
 ) -> Tuple[str, Dict[EdgeType, MessagePassing]]:
-    r"""Returns the name of the first layer of a heterogeneous model and its
-    message-passing module per edge type: the modules named
-    :obj:`'{prefix}.{src}__{rel}__{dst}'` (as built by
-    :func:`~torch_geometric.nn.to_hetero`) or
-    :obj:`'{prefix}.<{src}___{rel}___{dst}>'` (as in
-    :class:`~torch_geometric.nn.conv.HeteroConv`) for the first such
-    :obj:`prefix` in registration order, or for :obj:`layer` if given
-    (e.g. :obj:`'conv1'` or :obj:`'convs.0.convs'`).
-
-    Raises:
-        ValueError: If no message-passing module of :obj:`model` is named
-            after an edge type of the graph.
-    """
+    r"""The name of a heterogeneous model's first layer and its module per edge
+    type (named by :func:`~torch_geometric.nn.to_hetero` or
+    :class:`~torch_geometric.nn.conv.HeteroConv`)."""
     keys = _edge_type_keys(edge_types)
     groups: Dict[str, Dict[EdgeType, MessagePassing]] = {}
     for name, module in message_passing_layers(model).items():
@@ -75,9 +61,7 @@ def find_hetero_first_layer(
 
 
 def common_prefix(names: List[str]) -> str:
-    r"""The longest dotted module path that all :obj:`names` start with
-    (:obj:`''` for the model itself), e.g. :obj:`'encoder.conv1'` for
-    :obj:`['encoder.conv1.a__to__b', 'encoder.conv1.b__to__a']`."""
+    r"""The longest dotted module path all :obj:`names` start with."""
     if len(names) == 1:
         return names[0]
     parts = [name.split('.') for name in names]
@@ -91,36 +75,17 @@ def common_prefix(names: List[str]) -> str:
 
 class HeteroBottomLayerComputer:
     r"""Computes the first layer of a heterogeneous model for hot vertices on
-    the CPU, with one :class:`BottomLayerComputer` per edge type (a
-    :class:`BipartiteLayerComputer` where source and destination types
-    differ).
-
-    Vertices of the destination types share one id space: the vertices of
-    :obj:`node_types[k]` come after those of the types before it
-    (:attr:`offsets`). For a vertex of type :obj:`t`, :meth:`compute`
-    returns, side by side, the output (or aggregation) of every edge type
-    into :obj:`t`, at the columns :attr:`columns` gives; the row is
-    zero-padded to :attr:`width`. Summing the edge types' outputs is left
-    to the model, so that any grouping (:obj:`aggr` of
-    :func:`~torch_geometric.nn.to_hetero`) works.
+    the CPU, with one :class:`BottomLayerComputer` per edge type. Vertices
+    of the destination types share one id space (:attr:`offsets`); a row
+    holds every edge type's output into its type at :attr:`columns`,
+    zero-padded to :attr:`width`, and the model sums them.
 
     Args:
-        convs (Dict[EdgeType, torch.nn.Module]): The first layer per edge
-            type.
-        x_dict (Dict[str, torch.Tensor]): Host features per node type.
-        csc_dict (Dict[EdgeType, CSCTopology]): CPU topology per edge type.
         num_neighbors (Dict[EdgeType, int]): Bottom-hop fan-out per edge
             type (:obj:`-1` for all neighbors).
-        num_nodes (Dict[str, int]): Number of vertices per node type.
-        replace (bool): Sample with replacement. (default: :obj:`False`)
-        seed (int, optional): Seeds the per-thread random generators.
-        autocast_dtype (torch.dtype, optional): See
-            :class:`BottomLayerComputer`.
         make_part (callable, optional): :obj:`make_part(edge_type, conv,
-            num_neighbors, seed)` returns the computer of an edge type
-            instead of one over :obj:`x_dict` and :obj:`csc_dict` (e.g.
-            over a partition's tables, see
-            :mod:`pyg_orch.offload.partition`).
+            num_neighbors, seed)` returns an edge type's computer instead
+            (e.g. over a partition's tables).
     """
     def __init__(self, convs: Dict[EdgeType, torch.nn.Module],
                  x_dict: Dict[NodeType, Tensor], csc_dict: Dict[EdgeType, Any],
@@ -163,18 +128,14 @@ class HeteroBottomLayerComputer:
         self.autocast_dtype = autocast_dtype
         self.split = OUTPUT
         self.kinds: Dict[EdgeType, str] = {}
-        # Columns of every edge type in its destination type's rows, and
-        # the row width (set by `choose_split`):
+        # Every edge type's columns and the row width (set by `choose_split`):
         self.columns: Dict[EdgeType, Tuple[int, int]] = {}
         self.width = 0
         self._local = threading.local()
 
-    # What the pipeline needs #################################################
-
     @property
     def num_neighbors(self) -> int:
-        r"""Sampled neighbors per vertex at most, over all edge types into
-        its type (:obj:`-1` if some edge type takes all)."""
+        r"""Most sampled neighbors per vertex (:obj:`-1`: all)."""
         if any(p.num_neighbors < 0 for p in self.parts):
             return -1
         per_type = {t: 0 for t in self.node_types}
@@ -198,8 +159,7 @@ class HeteroBottomLayerComputer:
 
     def node_type_of(self, nodes: Tensor) -> Dict[NodeType, Tuple[Tensor,
                                                                  Tensor]]:
-        r"""Splits combined ids by node type: for every type present, the
-        positions in :obj:`nodes` and the ids within the type."""
+        r"""Positions and ids within the type, per node type."""
         out = {}
         for t in self.node_types:
             lo = self.offsets[t]
@@ -218,14 +178,7 @@ class HeteroBottomLayerComputer:
 
     def choose_split(self, nodes: Dict[NodeType, Tensor],
                      split: str = 'auto') -> str:
-        r"""Decides the split (see :meth:`BottomLayerComputer.choose_split`)
-        for all edge types together, checked on :obj:`nodes` of each
-        destination type: :obj:`'aggregate'` only if every edge type's layer
-        allows it (else :obj:`'auto'` falls back to :obj:`'output'` and
-        :obj:`'aggregate'` raises). Also checks that every layer runs on the
-        CPU, and sets :attr:`kinds` (the split of every edge type's layer),
-        :attr:`columns` and :attr:`width`. Returns :obj:`'output'` or a
-        weight-free kind."""
+        r"""Decides the split for all edge types together."""
         check_split(split)
         kinds = [
             part.choose_split(nodes[et[-1]], split)
@@ -259,17 +212,12 @@ class HeteroBottomLayerComputer:
 
     @property
     def cpu_aggregation(self) -> str:
-        r"""How the edge types' rows are computed (see
-        :attr:`BottomLayerComputer.cpu_aggregation
-        <pyg_orch.offload.bottom_layer.BottomLayerComputer.cpu_aggregation>`):
-        the one way of all of them, or :obj:`'mixed'`."""
+        r"""The edge types' one way, or :obj:`'mixed'`."""
         ways = {part.cpu_aggregation for part in self.parts}
         return ways.pop() if len(ways) == 1 else 'mixed'
 
     def layer_for(self, key, state: Dict[str, Tensor]) -> List:
-        r"""The calling thread's copies of the per-edge-type layers, loaded
-        with :obj:`state` (of :meth:`layer_group`) unless they hold that of
-        :obj:`key` already."""
+        r"""The calling thread's layer copies, holding :obj:`key`."""
         local = self._local
         if getattr(local, 'key', None) is not key:
             states: List[Dict[str, Tensor]] = [{} for _ in self.parts]
@@ -284,24 +232,18 @@ class HeteroBottomLayerComputer:
 
     def layer_group(self, convs: Dict[EdgeType, torch.nn.Module]
                     ) -> torch.nn.Module:
-        r"""The device-side layers as one module (sharing their
-        parameters), whose state :meth:`layer_for` takes."""
+        r"""The device-side layers as one module."""
         return torch.nn.ModuleDict(
             {str(i): convs[et]
              for i, et in enumerate(self.edge_types)})
 
     def item_generator(self, *key: int) -> Optional[torch.Generator]:
-        r"""See :meth:`BottomLayerComputer.item_generator
-        <pyg_orch.offload.bottom_layer.BottomLayerComputer.item_generator>`
-        (one generator for all edge types, drawn in their order)."""
+        r"""One generator for all edge types of an item."""
         return self.parts[0].item_generator(*key)
 
     def compute(self, layers: List, nodes: Tensor,
                 generator: Optional[torch.Generator] = None) -> Tensor:
-        r"""Rows of :obj:`nodes` (combined ids): every edge type's output
-        into the vertex's type at its :attr:`columns`, zeros elsewhere
-        (neighbors drawn with :obj:`generator`, by default each edge
-        type's own per thread)."""
+        r"""Rows of :obj:`nodes`, every edge type at its columns."""
         nodes = nodes.to(torch.int64)
         out: Optional[Tensor] = None
         for t, (pos, local) in self.node_type_of(nodes).items():

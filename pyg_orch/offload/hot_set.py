@@ -1,6 +1,4 @@
-"""The hot set in use, held once: :class:`HotSetSizer` (its vertices, mask and
-table rows, what the sampler prunes, its growth with :obj:`hot_ratio='auto'`
-and the sizes tried by the decision by measurement)."""
+"""The hot set in use, held once: :class:`HotSetSizer`."""
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -8,42 +6,18 @@ from torch import Tensor
 
 
 class HotSetSizer:
-    r"""The hot set of a :class:`~pyg_orch.offload.BottomLayerOffload`: a
-    prefix of :obj:`candidates` (vertices by decreasing access count).
-
-    Two sizes are kept: :attr:`planned`, the rows of the embedding tables
-    queued from now on, and :attr:`size`, the rows in use: the vertices the
-    sampler prunes and whose rows are replaced. The embedding strategy asks
-    for :attr:`planned_nodes`, calls :meth:`maybe_grow` at the start of a
-    super-batch and :meth:`use` when it hands out a table; the set in use
-    grows only then, so that every pruned vertex finds its row, and the
-    sampler is told (:meth:`bind`, :meth:`prune`).
-
-    With :obj:`auto=True` (:obj:`hot_ratio='auto'`), :meth:`maybe_grow`
-    grows :attr:`planned` along :obj:`candidates` while the CPU keeps up.
-    :meth:`resize` sets another size (the decision by measurement, see
-    :mod:`pyg_orch.offload.autotune`): a larger one grows as above, a
-    smaller one is pruned at once and replaced until :meth:`settle`, so that
-    batches sampled before still find their rows. It is the only code that
-    tells the sampler what to prune.
-
-    Args:
-        candidates (torch.Tensor): Ids of the vertices that are or may become
-            hot, most accessed first.
-        num_nodes (int, optional): The number of ids (for :attr:`mask`); one
-            more than the largest candidate if not set.
-        size (int, optional): The initial size; all candidates if not set.
-        auto (bool): Grow by measured throughput (see :meth:`maybe_grow`).
-            (default: :obj:`False`)
-    """
-    #: :obj:`hot_ratio='auto'`: the hot set starts with this fraction of the
-    #: vertices (at least one) ...
+    r"""The hot set: a prefix of :obj:`candidates` (most accessed first). It
+    keeps :attr:`planned`, the rows of tables queued from now on, and
+    :attr:`size`, the rows in use (pruned by the sampler, replaced), which
+    grows only when a table holding them is used (:meth:`use`). It is the
+    only code that tells the sampler what to prune; with :obj:`auto`, it
+    grows by measured throughput (see :meth:`maybe_grow`)."""
+    #: :obj:`hot_ratio='auto'` starts with this fraction of the vertices ...
     AUTO_START_RATIO = 0.01
     #: ... and may grow up to this fraction of them (the candidates).
     AUTO_MAX_RATIO = 0.5
-    #: Grow when a table took at most :obj:`1 / GROW_ROOM` of the time until
-    #: it is needed, aiming at :obj:`GROW_TARGET` of that time, by a factor
-    #: of at most :obj:`GROW_MAX` at once.
+    #: Grow when a table took at most :obj:`1 / GROW_ROOM` of its time, aiming
+    #: at :obj:`GROW_TARGET`, by at most :obj:`GROW_MAX` at once.
     GROW_ROOM = 1.6
     GROW_TARGET = 0.7
     GROW_MAX = 2.0
@@ -79,9 +53,7 @@ class HotSetSizer:
 
     @classmethod
     def auto_start(cls, candidates: Tensor, num_nodes: int) -> 'HotSetSizer':
-        r"""A growing hot set (:obj:`hot_ratio='auto'`) over
-        :obj:`candidates`, starting with :attr:`AUTO_START_RATIO` of the
-        :obj:`num_nodes` vertices."""
+        r"""A hot set growing from :attr:`AUTO_START_RATIO`."""
         start = max(1, int(round(cls.AUTO_START_RATIO * num_nodes)))
         return cls(candidates, num_nodes, min(start, candidates.numel()),
                    auto=True)
@@ -106,10 +78,8 @@ class HotSetSizer:
 
     def positions(self, device: torch.device,
                   rows: Optional[int] = None) -> Tensor:
-        r"""The row of every vertex in the embedding tables (:obj:`-1` if it
-        is not in use), on :obj:`device` (cached). With :obj:`rows`, only
-        the first :obj:`rows` vertices of the set in use count as hot (e.g.
-        :attr:`prune_size`: those the sampler prunes)."""
+        r"""The table row of every vertex (:obj:`-1`: not hot) on
+        :obj:`device`."""
         rows = self.size if rows is None else max(0, min(int(rows),
                                                           self.size))
         key = device if rows == self.size else (device, rows)
@@ -122,27 +92,20 @@ class HotSetSizer:
         return out
 
     def drop_device_copies(self) -> None:
-        r"""Frees the copies of :meth:`positions` made on devices (they are
-        made again when asked for)."""
+        r"""Frees the device copies of :meth:`positions`."""
         cpu = torch.device('cpu')
         self._positions = {cpu: self._positions[cpu]}
 
-    # The sampler #############################################################
-
     def bind(self, sampler: Any,
              to_masks: Optional[Callable[[Tensor], Any]] = None) -> None:
-        r"""The sampler to tell what to prune (see
-        :meth:`~pyg_orch.sampling.contract.HotNodeSampler.set_hot_nodes`);
-        :obj:`to_masks` turns :attr:`mask` into what it takes (e.g. masks
-        per node type)."""
+        r"""The sampler to tell what to prune, through :obj:`to_masks`."""
         self._sampler = sampler
         if to_masks is not None:
             self._to_masks = to_masks
 
     @property
     def prune_size(self) -> int:
-        r"""The vertices the sampler prunes (the first ones of the set in
-        use; fewer than :attr:`size` while a shrink settles)."""
+        r"""The vertices the sampler prunes."""
         return self._prune_size
 
     def prune_masks(self) -> Any:
@@ -158,10 +121,7 @@ class HotSetSizer:
         self._tell_sampler()
 
     def share_masks(self) -> None:
-        r"""From now on, the masks the sampler is given live in shared
-        memory and are updated in place: clearing them stops the pruning
-        in copies of the sampler held by persistent loader worker
-        processes too (evaluation mode), filling them starts it again."""
+        r"""Keeps the sampler's masks in shared memory from now on."""
         self._share = True
         self._tell_sampler()
 
@@ -175,8 +135,7 @@ class HotSetSizer:
         self._sampler.set_hot_nodes(masks)
 
     def _shared_masks(self, masks: Any) -> Any:
-        # Copies `masks` into the shared ones (cleared for None, which the
-        # sampler of this process is given).
+        # Copies `masks` into the shared ones (cleared for None).
         if masks is None:
             for mask in _tensors(self._shared):
                 mask.zero_()
@@ -189,19 +148,9 @@ class HotSetSizer:
                 shared.copy_(mask)
         return self._shared
 
-    # Sizes tried by measurement ##############################################
-
     def resize(self, size: int, settle: bool = False) -> None:
-        r"""Plans a hot set of the first :obj:`size` candidates. A larger
-        set is used once a table holds it (see :meth:`use`; for per-batch
-        rows, at once). A smaller one is pruned from now on, but the set in
-        use (:attr:`size`) stays the larger one, whose rows the tables keep
-        holding (batches sampled before were pruned with it) until
-        :meth:`settle` (at once with :obj:`settle=True`, where no batch was
-        sampled yet). A batch whose slot map was made before the settle
-        still needs a table of the larger size (see
-        :meth:`EmbeddingPipeline.acquire
-        <pyg_orch.offload.super_batch.EmbeddingPipeline.acquire>`)."""
+        r"""Plans a hot set of the first :obj:`size` candidates; a smaller one
+        stays in use until :meth:`settle`."""
         size = max(0, min(int(size), self.candidates.numel()))
         if size < self.size:
             self._shrink_to = size
@@ -221,8 +170,7 @@ class HotSetSizer:
         return self._shrink_to is not None
 
     def settle(self) -> None:
-        r"""Ends a shrink (see :meth:`resize`): rows beyond the new size are
-        no longer replaced, and tables are planned with the new size."""
+        r"""Ends a shrink: rows beyond the new size are no longer replaced."""
         if self._shrink_to is None:
             return
         size, self._shrink_to = self._shrink_to, None
@@ -230,12 +178,8 @@ class HotSetSizer:
         self._prune_size = size
         self._set_size(size)
 
-    # Growth ##################################################################
-
     def use(self, rows: int) -> bool:
-        r"""A table of :obj:`rows` rows is in use: from now on, batches may be
-        pruned with (and find rows for) the first :obj:`rows` candidates.
-        Returns whether the set in use grew."""
+        r"""A table of :obj:`rows` rows is in use; whether the set grew."""
         if rows <= self._prune_size or self._shrink_to is not None:
             return False
         rows = min(int(rows), self.planned, self.candidates.numel())
@@ -251,14 +195,7 @@ class HotSetSizer:
 
     def maybe_grow(self, table_rows: int, compute_s: Optional[float],
                    budget_s: Optional[float], waited: bool) -> bool:
-        r"""With :obj:`auto`: if the newest table in use (:obj:`table_rows`
-        rows, computed in :obj:`compute_s` seconds) holds all planned rows,
-        took at most :math:`1 / 1.6` of :obj:`budget_s` (the time until the
-        next table is needed: a super-batch of training steps) and the loop
-        has not waited for a table since the last check (:obj:`waited`),
-        plans a larger hot set, so that a table would take about 70% of that
-        time (at most twice as many rows at once). Returns whether
-        :attr:`planned` grew."""
+        r"""With :obj:`auto`: plans a larger hot set if the CPU keeps up."""
         n = self.planned
         if (not self.auto or waited or compute_s is None or budget_s is None
                 or table_rows < n or n >= self.candidates.numel()):

@@ -1,5 +1,4 @@
-"""Hot vertices by pre-sampled access frequency: how often a vertex shows up in
-the part of a mini-batch whose bottom-layer output the model needs."""
+"""Hot vertices by pre-sampled bottom-layer access frequency."""
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -8,9 +7,7 @@ from torch import Tensor
 
 from pyg_orch.sampling.presample import count_node_access
 
-#: Turns this process's access counts into those the choice is made from
-#: (e.g. their sum over the ranks of a machine, see
-#: :meth:`pyg_orch.offload.ddp.MachineRanks.sum`).
+#: Turns this process's access counts into those the choice is made from.
 ReduceCounts = Callable[[Tensor], Tensor]
 
 
@@ -20,15 +17,13 @@ class HotSet:
 
     Args:
         hot_nodes (torch.Tensor): Global ids of the hot vertices, most
-            frequently accessed first (CPU, :obj:`int64`).
-        cache_nodes (torch.Tensor): Global ids of the next most frequently
-            accessed vertices, the GPU-cache candidates (CPU, :obj:`int64`).
+            frequently accessed first.
+        cache_nodes (torch.Tensor): Global ids of the GPU-cache candidates.
         counts (torch.Tensor): How often every vertex was accessed during
-            pre-sampling (CPU, :obj:`int64`).
-        num_batches (int): The number of pre-sampled mini-batches (this
-            process's).
+            pre-sampling.
+        num_batches (int): The number of pre-sampled mini-batches.
         num_ranks (int): The processes whose counts were added up in
-            :obj:`counts` (:obj:`1` unless chosen for a machine under DDP).
+            :obj:`counts`.
     """
     hot_nodes: Tensor
     cache_nodes: Tensor
@@ -47,8 +42,7 @@ class HotSet:
         return mask
 
     def coverage(self, nodes: Optional[Tensor] = None) -> float:
-        r"""The share of all pre-sampled accesses that hit a hot vertex (or
-        one of :obj:`nodes`)."""
+        r"""The share of pre-sampled accesses that hit :obj:`nodes`."""
         total = int(self.counts.sum())
         if total == 0:
             return 0.0
@@ -64,26 +58,21 @@ def count_bottom_accesses(
     seed: Optional[int] = 0,
 ) -> Tuple[Tensor, int]:
     r"""Counts how often every vertex lands in hops :obj:`0, ..., L - 1` of
-    the mini-batches that :obj:`sampler` draws from :obj:`seeds`
-    (:obj:`L` hops): these are the vertices whose bottom-layer output the
-    model needs.
-
-    Hot-node pruning is switched off while counting, and the sampler's random
-    generator is restored afterwards, so the training batches drawn later are
-    the same as without counting.
+    the mini-batches that :obj:`sampler` draws from :obj:`seeds`, without
+    pruning and with the sampler's random state restored after.
 
     Args:
         sampler (HybridNeighborSampler): The sampler of the training loader.
         seeds (torch.Tensor): The training seed vertices (global ids).
         batch_size (int): Seeds per mini-batch.
         num_batches (int, optional): How many mini-batches to draw; an
-            epoch's worth (all seeds) if not set.
+            epoch's worth if not set.
         seed (int, optional): Seeds the order in which the seeds are drawn.
             (default: :obj:`0`)
 
     Returns:
-        (counts, num_batches): the access count of every vertex (CPU,
-        :obj:`int64`) and the number of mini-batches drawn.
+        (counts, num_batches): the access count of every vertex and the
+        number of mini-batches drawn.
     """
     num_hops = sampler.num_hops
     return _presample(sampler, seeds, batch_size, num_batches, seed,
@@ -112,9 +101,7 @@ def _presample(sampler, seeds: Tensor, batch_size: int,
 
 def split_by_frequency(counts: Tensor, hot_ratio: float,
                        cache_ratio: float) -> Tuple[Tensor, Tensor]:
-    r"""Returns the :obj:`round(hot_ratio * N)` most frequently accessed
-    vertices and the next :obj:`round(cache_ratio * N)` (vertices never
-    accessed are never chosen). Ties are broken by vertex id."""
+    r"""The most accessed :obj:`hot_ratio` and the next :obj:`cache_ratio`."""
     num_nodes = counts.numel()
     num_hot = int(round(hot_ratio * num_nodes))
     num_cache = int(round(cache_ratio * num_nodes))
@@ -138,10 +125,10 @@ def select_hot_nodes(
     reduce_counts: Optional[ReduceCounts] = None,
     num_ranks: int = 1,
 ) -> HotSet:
-    r"""Chooses hot vertices by pre-sampling mini-batches with the training
-    sampler (see :func:`count_bottom_accesses`): the top :obj:`hot_ratio`
-    fraction of all vertices by access count are hot, the next
-    :obj:`cache_ratio` fraction are GPU-cache candidates.
+    r"""Chooses hot vertices by pre-sampling (see
+    :func:`count_bottom_accesses`): the top :obj:`hot_ratio` fraction of all
+    vertices by access count are hot, the next :obj:`cache_ratio` fraction
+    are GPU-cache candidates.
 
     Args:
         sampler (HybridNeighborSampler): The sampler of the training loader.
@@ -156,11 +143,10 @@ def select_hot_nodes(
         seed (int, optional): Seeds the order of the seeds.
             (default: :obj:`0`)
         reduce_counts (callable, optional): Applied to the access counts
-            before choosing, e.g. their sum over the ranks of a machine
-            (a collective: every rank calls it), so that all ranks choose
-            the same vertices.
-        num_ranks (int): The ranks :obj:`reduce_counts` adds up
-            (:attr:`HotSet.num_ranks`). (default: :obj:`1`)
+            before choosing (e.g. their sum over a machine's ranks, a
+            collective).
+        num_ranks (int): The ranks :obj:`reduce_counts` adds up.
+            (default: :obj:`1`)
     """
     counts, n = count_bottom_accesses(sampler, seeds, batch_size,
                                       num_batches, seed)
@@ -180,12 +166,9 @@ def select_cache_nodes(
     seed: Optional[int] = 0,
     reduce_counts: Optional[ReduceCounts] = None,
 ) -> Tensor:
-    r"""The GPU-cache candidates under bottom-layer offload: the top
-    :obj:`cache_ratio` fraction of all vertices by how often their features
-    are fetched (all hops) in mini-batches drawn with hot-vertex pruning on.
-    Hot vertices are candidates too: their bottom-hop neighbors are pruned,
-    but the first layer still reads their features wherever they are
-    another vertex's sampled neighbor.
+    r"""The GPU-cache candidates under offload: the top :obj:`cache_ratio`
+    fraction of all vertices by feature fetches (all hops) in mini-batches
+    drawn with hot-vertex pruning on (hot vertices included).
 
     Args:
         sampler (HybridNeighborSampler): The sampler of the training loader.
@@ -198,7 +181,7 @@ def select_cache_nodes(
         seed (int, optional): Seeds the order of the seeds.
             (default: :obj:`0`)
         reduce_counts (callable, optional): Applied to the counts before
-            choosing (see :func:`select_hot_nodes`).
+            choosing.
     """
     num_cache = int(round(cache_ratio * hot_mask.numel()))
     if num_cache == 0:
@@ -224,16 +207,9 @@ def select_hetero_hot_nodes(
     reduce_counts: Optional[ReduceCounts] = None,
     num_ranks: int = 1,
 ) -> HotSet:
-    r"""The heterogeneous counterpart of :func:`select_hot_nodes`: counts
-    the bottom-layer accesses of the vertices of :obj:`node_types` (the
-    destination types of the first layer) in mini-batches drawn from
-    :obj:`seeds` of type :obj:`input_type` (or from the seeds of several
-    node types, a dictionary, e.g. the two endpoint types of a link
-    loader's label edges: :obj:`num_batches` batches of each, their counts
-    added up), and picks the top :obj:`hot_ratio` fraction of them all by
-    count. Ids are combined: the vertices of :obj:`node_types[k]` come
-    after those of the types before it (:obj:`reduce_counts` applies to
-    these combined counts). No GPU-cache candidates are chosen."""
+    r"""The heterogeneous :func:`select_hot_nodes` over :obj:`node_types`
+    (combined ids), from seeds of :obj:`input_type` or a dictionary of seeds;
+    no GPU-cache candidates."""
     num_hops = sampler.num_hops
     if not isinstance(seeds, dict):
         seeds = {input_type: seeds}

@@ -1,5 +1,4 @@
-"""The options of :class:`~pyg_orch.offload.BottomLayerOffload`, validated
-in one place: :class:`OffloadOptions`."""
+"""The options of :class:`BottomLayerOffload`, validated in one place."""
 import copy
 import threading
 from dataclasses import dataclass, field, fields
@@ -8,7 +7,12 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from pyg_orch.core.checks import check_int, warn_renamed
+from pyg_orch.core.checks import (
+    check_choice,
+    check_fraction,
+    check_int,
+    warn_renamed,
+)
 from pyg_orch.offload.aggregate_split import check_split
 from pyg_orch.offload.autotune import DEFAULT_HOT_RATIO
 from pyg_orch.offload.bottom_layer import check_autocast_dtype
@@ -20,29 +24,20 @@ from pyg_orch.offload.workers import (
 )
 from pyg_orch.sampling.arguments import check_bool, check_seconds
 
-#: A hook a worker thread calls before every CPU work item, with the item's
-#: cancellation event (set once the item is dropped, e.g. to wait on it).
+#: A hook a worker calls before every work item, with its cancel event.
 WorkHook = Callable[[threading.Event], None]
 
 #: :obj:`max_sample_age` by default: :obj:`max(max_staleness, 8)` steps.
 DEFAULT_MAX_SAMPLE_AGE = 8
 
-#: The seed :obj:`seed=None` stands for: pre-sampling and the CPU-side
-#: neighbor sampling are reproducible by default.
+#: The seed :obj:`seed=None` stands for: reproducible by default.
 DEFAULT_SEED = 0
 
 
 def _check_ratio(name: str, value: Any) -> Union[float, str]:
-    if isinstance(value, str):
-        if value != 'auto':
-            raise ValueError(f"'{name}' must be a float in [0, 1] or 'auto' "
-                             f"(got {value!r})")
+    if isinstance(value, str) and value == 'auto':
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"'{name}' must be a float in [0, 1] (got "
-                         f"{value!r})")
-    return float(value)
+    return check_fraction(name, value)
 
 
 def _check_autotune(value: Any) -> Union[bool, str, tuple]:
@@ -63,53 +58,38 @@ def _check_autotune(value: Any) -> Union[bool, str, tuple]:
     return tuple(float(r) for r in value)
 
 
-def _check_choice(name: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        names = ' or '.join(repr(c) for c in choices)
-        raise ValueError(f"'{name}' must be {names} (got {value!r})")
-
-
 @dataclass(frozen=True)
 class OffloadOptions:
     r"""The options of :class:`~pyg_orch.offload.BottomLayerOffload`,
-    checked on construction: a :class:`ValueError` (or a
-    :class:`NotImplementedError` for combinations not supported) names the
-    first bad one. :obj:`num_threads` and :obj:`intra_op_threads` are
-    resolved to their defaults
-    (:func:`~pyg_orch.offload.default_num_threads`,
-    :func:`~pyg_orch.offload.default_intra_op_threads`) if not set, within
-    this process's share of the CPU cores (:attr:`cpu_cores`: under an
-    initialized :mod:`torch.distributed` process group, the machine's cores
-    divided by :attr:`local_world_size`); the
-    options that depend on the model or the loader
-    (:obj:`compensate_degrees='auto'`, :obj:`cache_ratio='auto'`,
-    :obj:`chunk_size=None`, :obj:`split='auto'`,
-    :obj:`full_neighbors='auto'`) are resolved when the runtime is built.
+    checked on construction (a :class:`ValueError`, or a
+    :class:`NotImplementedError` for combinations not supported, names the
+    first bad one). Options that depend on the model or the loader
+    (:obj:`'auto'`, :obj:`chunk_size=None`) are resolved when the runtime is
+    built.
+
+    .. code-block:: python
+
+        model = BottomLayerOffload(model, loader, options=OffloadOptions(
+            hot_ratio=0.1, max_staleness=2, cache_ratio=0.2))
 
     Args:
         hot_ratio (float or str, optional): Fraction of all vertices whose
             bottom layer runs on the CPU, or :obj:`'auto'` to grow the hot
-            set by measured throughput (see :doc:`/offload`). If not set,
-            :obj:`0.05`, and the size is decided by measurement (see
-            :obj:`autotune`). (default: :obj:`None`)
+            set by measured throughput. If not set, :obj:`0.05`, and the size
+            is decided by measurement (see :obj:`autotune`).
+            (default: :obj:`None`)
         cache_ratio (float or str): Fraction of all vertices that are
-            GPU-cache candidates (at least as many as the loader's GPU
-            feature store caches already), or :obj:`'auto'` for as many as
-            it holds (its :obj:`gpu_memory_budget`; none without a feature
-            store). (default: :obj:`0.1`)
+            GPU-cache candidates, or :obj:`'auto'` for as many as the loader's
+            feature store holds. (default: :obj:`0.1`)
         max_staleness (int): The most optimizer steps between the weights
-            used for an embedding and the weights of the step using it.
+            used for an embedding and those of the step using it.
             (default: :obj:`1`)
         max_sample_age (int, optional): The most optimizer steps a hot
-            vertex's CPU-computed aggregation or embedding (its neighbor
-            sample) is reused; older ones are recomputed, waiting if
-            needed. (default: :obj:`max(max_staleness, 8)`)
+            vertex's CPU-computed rows (its neighbor sample) are reused.
+            (default: :obj:`max(max_staleness, 8)`)
         autotune (bool or str or Sequence[float]): Decide the hot-set size by
-            measurement: during the first training steps, time steps with
-            no hot vertex (plain training), :obj:`hot_ratio` and
-            :obj:`3 * hot_ratio` (or the hot ratios given), and keep the
-            fastest, offload only if more than 2% faster than plain training
-            (see :doc:`/offload` and :obj:`stats()['decision']`).
+            timing the first training steps with no hot vertex,
+            :obj:`hot_ratio` and :obj:`3 * hot_ratio` (or the ratios given);
             :obj:`'auto'` measures unless :obj:`hot_ratio` is given.
             (default: :obj:`'auto'`)
         num_threads (int, optional): CPU worker threads; see
@@ -117,81 +97,42 @@ class OffloadOptions:
         intra_op_threads (int, optional): PyTorch intra-op threads of each
             worker thread; see
             :func:`~pyg_orch.offload.default_intra_op_threads`.
-        full_neighbors (bool or str): Aggregate over all in-neighbors of
-            hot vertices instead of the bottom-hop fan-out. With
-            :obj:`split='aggregate'` their rows then depend on the features
-            and the graph only: each is computed once and reused at every
-            later step (no sample age; :obj:`stats()['static_tables']`),
-            and the decision by measurement tries larger hot sets
-            (25%, 50% and 70% of the vertices, as many as a table in a
-            fifth of the device's free memory holds). :obj:`'auto'` does so
-            where the first layer's weight-free aggregation is a mean of
-            the neighbors' features (as in
-            :class:`~torch_geometric.nn.conv.SAGEConv`), whose value over
-            all neighbors is the expectation of the sampled one, and the
-            loader samples uniformly on an unpartitioned graph; sums and
-            maxima keep the fan-out (see :doc:`/offload`). The resolved
-            value and why: :obj:`stats()['full_neighbors']`,
-            :obj:`stats()['full_neighbors_reason']`.
+        full_neighbors (bool or str): Aggregate over all in-neighbors of hot
+            vertices instead of the bottom-hop fan-out (with
+            :obj:`split='aggregate'`, rows are then computed once);
+            :obj:`'auto'` where the weight-free aggregation is a mean and the
+            loader samples uniformly on an unpartitioned graph.
             (default: :obj:`'auto'`)
         layer (torch.nn.Module or str, optional): The first message-passing
             layer (a module of :obj:`model` or its name); by default the first
-            one registered (the one the first training step calls first
-            on the raw features, where that differs). For heterogeneous
-            models, the name of the module holding the first layer's
-            per-edge-type modules.
+            one registered. For heterogeneous models, the name of the module
+            holding the per-edge-type modules.
         num_presample_batches (int, optional): Mini-batches to pre-sample for
-            the access counts (at most an epoch's worth); by default an
-            epoch's worth, at most
-            :obj:`~pyg_orch.sampling.contract.DEFAULT_PRESAMPLE_BATCHES`
-            (see :func:`~pyg_orch.sampling.contract.presample_batches`).
+            the access counts; by default an epoch's worth, at most
+            :obj:`~pyg_orch.sampling.contract.DEFAULT_PRESAMPLE_BATCHES`.
         super_batch_size (int, optional): Steps per super-batch, overriding
-            the default derived from :obj:`max_staleness` (the bound is
-            enforced either way).
-        chunk_size (int, optional): The most hot vertices per CPU work
-            item; see :func:`~pyg_orch.offload.tables.default_chunk_size`.
+            the default derived from :obj:`max_staleness`.
+        chunk_size (int, optional): The most hot vertices per CPU work item;
+            see :func:`~pyg_orch.offload.tables.default_chunk_size`.
         cpu_autocast (torch.dtype, optional): :obj:`torch.bfloat16` runs the
-            CPU copy of the layer under CPU autocast: its matrix products
-            take bfloat16 inputs (faster on CPUs with AMX or AVX512-BF16),
-            so hot embeddings carry about three significant digits, on top
-            of their staleness. (default: :obj:`None`, full precision)
+            CPU copy of the layer under CPU autocast. (default: :obj:`None`)
         seed (int, optional): Seeds pre-sampling and the CPU-side neighbor
-            sampling; with a seed and a fixed hot set (:obj:`hot_ratio`
-            given), training is reproducible: tables are used by step, not
-            by arrival (see :doc:`/offload`). :obj:`None` is
-            :obj:`DEFAULT_SEED` (:obj:`0`). (default: :obj:`None`)
+            sampling; with a fixed hot set, training is reproducible.
+            :obj:`None` is :obj:`DEFAULT_SEED`. (default: :obj:`None`)
         idle_timeout (float): Seconds an idle worker thread waits before it
             exits. (default: :obj:`2.0`)
         replace_rows (str): :obj:`'pruned'` replaces the first layer's output
             of hot vertices in the last frontier only, :obj:`'all'` in all
-            hops :obj:`0, ..., L - 1`. (default: :obj:`'pruned'`)
+            hops. (default: :obj:`'pruned'`)
         compensate_degrees (bool or str): Give pruned hot vertices
-            placeholder in-edges in the layers' :obj:`edge_index` (see
-            :doc:`/offload`); :obj:`'auto'` where a layer needs it.
+            placeholder in-edges; :obj:`'auto'` where a layer needs it.
             (default: :obj:`'auto'`)
         refresh (str): :obj:`'super_batch'` computes tables of all hot
             vertices a super-batch ahead, :obj:`'batch'` the rows each
-            mini-batch needs (see :doc:`/offload`).
-            (default: :obj:`'super_batch'`)
-        split (str): What the CPU computes for hot vertices:
-            :obj:`'aggregate'`, the first layer's weight-free neighbor
-            aggregation (a :class:`ValueError` if the layer has none),
-            :obj:`'output'`, the layer's output from a weight snapshot, or
-            :obj:`'auto'`, :obj:`'aggregate'` where the layer allows it
-            (see :doc:`/offload`). (default: :obj:`'auto'`)
-
-    :obj:`hot_ratio=None` is :obj:`0.05` and, with :obj:`autotune='auto'`,
-    turns on the decision by measurement (:attr:`measure`);
-    :obj:`max_sample_age=None` is :obj:`max(max_staleness, 8)`;
-    :obj:`seed=None` is :obj:`DEFAULT_SEED` (:obj:`0`).
-
-    .. code-block:: python
-
-        model = BottomLayerOffload(model, loader, options=OffloadOptions(
-            hot_ratio=0.1, max_staleness=2, cache_ratio=0.2))
-
-    Instrumentation for tests (:obj:`work_hook`, :obj:`autotune_clock`) is
-    no option: see :mod:`pyg_orch.offload.testing`.
+            mini-batch needs. (default: :obj:`'super_batch'`)
+        split (str): What the CPU computes: :obj:`'aggregate'` (the first
+            layer's weight-free aggregation), :obj:`'output'` (its output from
+            a weight snapshot) or :obj:`'auto'`. (default: :obj:`'auto'`)
     """
     hot_ratio: Union[None, float, str] = None
     cache_ratio: Union[float, str] = 0.1
@@ -212,28 +153,19 @@ class OffloadOptions:
     split: str = 'auto'
     autotune: Union[bool, str, Sequence[float]] = 'auto'
     max_sample_age: Optional[int] = None
-    #: Instrumentation, set by :mod:`pyg_orch.offload.testing` only: called
-    #: by a worker thread before every CPU work item with the item's
-    #: cancellation event.
+    #: Instrumentation (:mod:`pyg_orch.offload.testing` only).
     work_hook: Optional[WorkHook] = field(init=False, default=None,
                                           repr=False, compare=False)
-    #: Instrumentation, set by :mod:`pyg_orch.offload.testing` only:
-    #: replaces :func:`time.perf_counter` for the decision by measurement.
+    #: Instrumentation: replaces :func:`time.perf_counter`.
     autotune_clock: Optional[Callable[[], float]] = field(
         init=False, default=None, repr=False, compare=False)
-    #: Whether the hot-set size is decided by measurement (resolved from
-    #: :obj:`autotune` and :obj:`hot_ratio`).
+    #: Whether the hot-set size is decided by measurement (resolved).
     measure: bool = field(init=False, default=False)
-    #: Whether :obj:`hot_ratio` was given (else the decision by measurement
-    #: chooses the sizes it tries).
+    #: Whether :obj:`hot_ratio` was given.
     hot_ratio_given: bool = field(init=False, default=False)
-    #: The training processes sharing this machine's cores (:obj:`1`
-    #: without an initialized process group, see
-    #: :func:`~pyg_orch.offload.workers.local_ranks`).
+    #: The training processes sharing this machine's cores.
     local_world_size: int = field(init=False, default=1)
-    #: This process's share of the CPU cores, within which the default
-    #: thread numbers are chosen (see
-    #: :func:`~pyg_orch.offload.workers.cpu_cores_per_rank`).
+    #: This process's share of the CPU cores.
     cpu_cores: int = field(init=False, default=1)
 
     def __post_init__(self) -> None:
@@ -256,8 +188,8 @@ class OffloadOptions:
         if age is None:
             age = max(self.max_staleness, DEFAULT_MAX_SAMPLE_AGE)
         check_int('max_sample_age', age, 0)
-        _check_choice('refresh', self.refresh, ('super_batch', 'batch'))
-        _check_choice('replace_rows', self.replace_rows, ('pruned', 'all'))
+        check_choice('refresh', self.refresh, ('super_batch', 'batch'))
+        check_choice('replace_rows', self.replace_rows, ('pruned', 'all'))
         ranks = local_ranks()
         num_threads = check_int(
             'num_threads', default_num_threads(ranks)
@@ -296,8 +228,7 @@ class OffloadOptions:
 
     @property
     def auto_hot(self) -> bool:
-        r"""Whether the hot set is sized by measured throughput
-        (:obj:`hot_ratio='auto'`)."""
+        r"""Whether the hot set is sized by measured throughput."""
         return self.hot_ratio == 'auto'
 
     def __repr__(self) -> str:
@@ -312,8 +243,7 @@ def with_test_hooks(options: OffloadOptions,
                     work_hook: Optional[WorkHook] = None,
                     autotune_clock: Optional[Callable[[], float]] = None
                     ) -> OffloadOptions:
-    r"""A copy of :obj:`options` with instrumentation hooks (see
-    :mod:`pyg_orch.offload.testing`), checked."""
+    r"""A copy of :obj:`options` with instrumentation hooks, checked."""
     for name, hook in (('work_hook', work_hook),
                        ('autotune_clock', autotune_clock)):
         if hook is not None and not callable(hook):
@@ -324,20 +254,15 @@ def with_test_hooks(options: OffloadOptions,
     return out
 
 
-#: Keywords :class:`~pyg_orch.offload.BottomLayerOffload` took before
-#: :obj:`options` (deprecated), to the option each one sets.
+#: Deprecated keywords, to the option each one sets.
 RENAMED = {'gpu_cache_ratio': 'cache_ratio'}
-#: Deprecated keywords that are no options (see
-#: :mod:`pyg_orch.offload.testing`).
+#: Deprecated keywords that are no options.
 TEST_HOOKS = ('work_hook', 'autotune_clock')
 
 
 def options_from_keywords(options: Optional[OffloadOptions],
                           kwargs: Dict[str, Any]) -> OffloadOptions:
-    r"""The options of a :class:`~pyg_orch.offload.BottomLayerOffload`
-    given :obj:`options` and the deprecated keywords :obj:`kwargs` (each
-    warns once with a :class:`DeprecationWarning`; with :obj:`options`
-    too, a :class:`ValueError`; an unknown one, a :class:`TypeError`)."""
+    r"""The options from :obj:`options` or deprecated keywords."""
     if options is not None and not isinstance(options, OffloadOptions):
         raise TypeError(f"'options' must be a pyg_orch.offload."
                         f"OffloadOptions (got {type(options).__name__})")

@@ -1,16 +1,6 @@
-"""Bottom-layer offload over a partitioned graph
-(:obj:`HybridNeighborLoader('parts/', ...)`), per machine: each rank's hot
-vertices are vertices its own part holds, chosen from its own pre-sampled
-batches (a collective: every rank pre-samples as many). Their in-edges are
-in the part; the features of their in-neighbors owned by other parts are
-fetched once, when the offload is built (one
-:meth:`~pyg_orch.features.partition_gather.DistributedFeatureGather.gather`), into a
-table of at most as many rows as the part owns vertices (:class:`HaloTable`).
-The sampler then skips the hot vertices' last hop, as on one machine.
-On a heterogeneous partition, the same per node type: the candidates are
-the part's vertices of the first layer's destination types, and the tables
-hold, per node type, the candidates' and their in-neighbors' rows over the
-first layer's edge types."""
+"""Bottom-layer offload over a partitioned graph: each rank's hot vertices are
+its own part's, and the features of their remote in-neighbors are fetched once
+into a :class:`HaloTable`."""
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -31,16 +21,13 @@ from pyg_orch.sampling.contract import DEFAULT_PRESAMPLE_BATCHES
 
 
 def is_partition_loader(loader: Any) -> bool:
-    r"""Whether :obj:`loader` samples a partition folder (its
-    :attr:`partition_batches`, see
-    :class:`~pyg_orch.offload.protocol.OffloadableLoader`)."""
+    r"""Whether :obj:`loader` samples a partition folder."""
     return isinstance(loader, OffloadableLoader) and \
         loader.partition_batches is not None
 
 
 def check_partition_loader(loader: Any) -> Any:
-    r"""Returns the sampler of a partitioned :obj:`loader`; raises if
-    offload cannot work with it."""
+    r"""The sampler of a partitioned :obj:`loader`, checked."""
     part = loader.partition_batches.partition
     if not part.is_hetero and not isinstance(part.x, Tensor):
         raise ValueError("BottomLayerOffload needs node features: the "
@@ -68,20 +55,9 @@ def check_partition_loader(loader: Any) -> Any:
 
 
 class HaloTable:
-    r"""The feature rows the CPU side of offload reads on a partition: those
-    of a set of vertices (the hot candidates and their in-neighbors, owned
-    by any part), in ascending global id order, and the in-edges of the
-    candidates (of one edge type) over these rows.
-
-    Args:
-        ids (torch.Tensor): Global ids of the rows, ascending.
-        x (torch.Tensor): Their features.
-        csc (CSCTopology, optional): In-edges, one column per row (with
-            their sampling weights where the loader samples by weight);
-            their sources are rows of this table (or of the source type's,
-            for an edge type between two node types). :obj:`None` for a
-            table of rows only.
-    """
+    r"""The feature rows :obj:`x` the CPU side reads on a partition (the hot
+    candidates and their in-neighbors, ascending global :obj:`ids`), and the
+    candidates' in-edges :obj:`csc` over these rows."""
     def __init__(self, ids: Tensor, x: Tensor,
                  csc: Optional[CSCTopology] = None):
         self.ids, self.x, self.csc = ids, x, csc
@@ -108,16 +84,12 @@ class HaloTable:
         return self._find(global_ids)[1]
 
     def index_select(self, dim: int, global_ids: Tensor) -> Tensor:
-        r"""The features of :obj:`global_ids` (as :obj:`x[global_ids]` of
-        the whole graph)."""
+        r"""The features of :obj:`global_ids`."""
         return self.x.index_select(dim, self.rows(global_ids))
 
 
 class PartBottomLayerComputer(BottomLayerComputer):
-    r"""A :class:`~pyg_orch.offload.bottom_layer.BottomLayerComputer` over
-    a :class:`HaloTable`: vertices are named by their global ids, sampled
-    and read in the table; :attr:`in_edge_mask` is set over global ids
-    (kept over the table's rows)."""
+    r"""A :class:`BottomLayerComputer` over a :class:`HaloTable`."""
     def __init__(self, layer: torch.nn.Module, table: HaloTable,
                  num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None,
@@ -129,8 +101,7 @@ class PartBottomLayerComputer(BottomLayerComputer):
 
     @property
     def in_edge_mask(self) -> Optional[Tensor]:
-        r"""Over the table's rows: the vertices that get placeholder
-        in-edges in a subgraph (see :meth:`subgraph`)."""
+        r"""Vertices that get placeholder in-edges (by row)."""
         return self._in_edge_mask
 
     @in_edge_mask.setter
@@ -150,10 +121,7 @@ class PartBottomLayerComputer(BottomLayerComputer):
 
 
 class PartBipartiteLayerComputer(BipartiteLayerComputer):
-    r"""A :class:`~pyg_orch.offload.bottom_layer.BipartiteLayerComputer`
-    over a :class:`HaloTable` of the destination type (its in-edges) and
-    the source type's rows: destination vertices are named by their global
-    ids."""
+    r"""A :class:`BipartiteLayerComputer` over a :class:`HaloTable`."""
     def __init__(self, layer: torch.nn.Module, x_src: Tensor,
                  table: HaloTable, num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None,
@@ -180,11 +148,7 @@ def _of_type(value: Any, node_type: Any) -> Any:
 
 def count_part_accesses(loader: Any, num_batches: int, seed: Optional[int]
                         ) -> Tuple[Dict[Any, Tensor], int]:
-    r"""How often every vertex (global ids, per node type; :obj:`None` on a
-    homogeneous partition) lands in hops :obj:`0, ..., L - 1` of
-    :obj:`num_batches` batches of this rank's seeds (at most an epoch),
-    drawn without pruning, the sampler's state restored after; a collective
-    (every rank draws the same number of batches)."""
+    r"""Bottom-hop access counts of this rank's seeds; a collective."""
     sampler = loader.node_sampler
     num = max(1, min(int(num_batches), len(loader)))
     seeds = loader.partition_batches.input_nodes
@@ -213,13 +177,7 @@ def count_part_accesses(loader: Any, num_batches: int, seed: Optional[int]
 def select_part_hot_nodes(loader: Any, node_types: List[Any],
                           hot_ratio: float, num_batches: int,
                           seed: Optional[int]) -> HotSet:
-    r"""The hot candidates of this rank: the :obj:`hot_ratio` fraction of
-    its part's vertices of :obj:`node_types` (:obj:`[None]` on a
-    homogeneous partition) accessed most often in pre-sampled batches
-    (:func:`count_part_accesses`); a collective. Ids of several node types
-    are combined, those of :obj:`node_types[k]` after those of the types
-    before it (as in
-    :class:`~pyg_orch.offload.hetero_layer.HeteroBottomLayerComputer`)."""
+    r"""This rank's hot candidates among its part's; a collective."""
     part = loader.partition_batches.partition
     counts, num = count_part_accesses(loader, num_batches, seed)
     mine, total = [], 0
@@ -238,9 +196,7 @@ def select_part_hot_nodes(loader: Any, node_types: List[Any],
 
 def _in_edges(part: Any, edge_type: Any, nodes: Tensor
               ) -> Tuple[Tensor, Tensor, Tensor]:
-    # The in-edges of `nodes` (owned, of the destination type) in the part:
-    # their sources, per edge the position of its destination, and their
-    # positions in the part's CSC (of its edge attributes).
+    # The in-edges of `nodes`: sources, destinations and CSC positions.
     csc = _of_type(part.csc, edge_type)
     dst_type = None if edge_type is None else edge_type[-1]
     local = part.to_local(nodes, dst_type) if nodes.numel() else nodes
@@ -258,16 +214,9 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
                       max_rows: int
                       ) -> Tuple[Dict[Any, HaloTable], Dict[Any, HaloTable],
                                  Tensor]:
-    r"""The tables the CPU side reads on a partition, for the longest
-    prefix of :obj:`candidates` (combined ids of :obj:`node_types`, starting
-    at :obj:`offsets`, owned by this rank's part) whose vertices and
-    in-neighbors over :obj:`edge_types` (the first layer's; :obj:`[None]`
-    on a homogeneous partition) take at most :obj:`max_rows` rows in all.
-    Returns a :class:`HaloTable` per node type (its rows, no edges), one
-    per edge type (the destination type's rows and the edge type's
-    in-edges of the kept candidates, whose sources are rows of the source
-    type's table) and the kept prefix; a collective (the rows of other
-    parts come with one gather of the loader's)."""
+    r"""The tables of the longest prefix of :obj:`candidates` within
+    :obj:`max_rows` rows: per node type, per edge type, and the prefix; a
+    collective."""
     part = loader.partition_batches.partition
     weight_attr = loader.node_sampler.weight_attr
     k = candidates.numel()
@@ -283,8 +232,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     def dst_of(et):
         return None if et is None else et[-1]
 
-    # Every row a candidate needs, with the candidate's position: its own
-    # (destination type) and its in-neighbors' (source types).
+    # Every row a candidate needs, with the candidate's position:
     edges, need = {}, {}
     for t, pos in mine.items():
         need.setdefault(t, []).append((local_ids[t], pos))
@@ -340,10 +288,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
 
 def build_halo(loader: Any, candidates: Tensor, max_rows: int
                ) -> Tuple[HaloTable, Tensor]:
-    r"""On a homogeneous partition: the :class:`HaloTable` of the longest
-    prefix of :obj:`candidates` whose vertices and in-neighbors take at
-    most :obj:`max_rows` rows, and that prefix (see
-    :func:`build_halo_tables`); a collective."""
+    r"""The homogeneous :func:`build_halo_tables`; a collective."""
     _, by_edge, kept = build_halo_tables(loader, candidates, [None],
                                          {None: 0}, [None], max_rows)
     return by_edge[None], kept
@@ -359,11 +304,7 @@ def part_runtime_inputs(loader: Any, first: torch.nn.Module, ratio: float,
                         options: OffloadOptions
                         ) -> Tuple[HotSet, PartBottomLayerComputer,
                                    HaloTable]:
-    r"""What :func:`~pyg_orch.offload.build.build_homo_runtime` needs on a
-    homogeneous partition: the hot candidates (at most the :obj:`ratio`
-    fraction of the part's vertices, fewer where their halo would exceed
-    the part's own number of vertices), the computer and its table; a
-    collective."""
+    r"""Candidates, computer and table on a homogeneous partition."""
     selection = select_part_hot_nodes(loader, [None], ratio,
                                       _presample_batches(loader, options),
                                       options.seed)
@@ -384,10 +325,7 @@ def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
                                ratio: float, options: OffloadOptions
                                ) -> Tuple[HotSet, HeteroBottomLayerComputer,
                                           Dict[Any, HaloTable]]:
-    r"""The same as :func:`part_runtime_inputs` on a heterogeneous
-    partition: the hot candidates among the part's vertices of the first
-    layer's destination types (combined ids), the computer over the
-    tables, and the table of every node type (its rows); a collective."""
+    r"""Candidates, computer and tables on a heterogeneous partition."""
     sampler = loader.node_sampler
     part = loader.partition_batches.partition
     edge_types = list(convs)
@@ -427,10 +365,7 @@ def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
 
 
 def partition_ranks(loader: Any) -> Optional[MachineRanks]:
-    r"""The ranks that sample the partitioned graph of :obj:`loader`
-    together (its process group), where there are several: they agree on
-    the decision by measurement, as the ranks of one machine do under
-    :class:`~torch.nn.parallel.DistributedDataParallel`."""
+    r"""The ranks that sample the partitioned graph together."""
     if not process_group_active():
         return None
     group = loader.partition_batches.group
@@ -441,20 +376,14 @@ def partition_ranks(loader: Any) -> Optional[MachineRanks]:
 
 
 def build_key(options: OffloadOptions) -> Tuple[Any, ...]:
-    r"""The options whose values decide the collectives of building and
-    measuring an offload on a partition: every rank must pass the same."""
+    r"""The options every rank must pass alike on a partition."""
     return (options.hot_ratio, options.measure,
             repr(options.autotune), options.num_presample_batches)
 
 
 def agree_on_build(ranks: Optional[MachineRanks],
                    error: Optional[BaseException], key: Any) -> None:
-    r"""Before the first collective of building an offload on a partition:
-    every rank learns whether another one could not build its own (then
-    raises a :class:`ValueError` naming the rank and why; the failing rank
-    raises its own error), or passed other options (:func:`build_key`),
-    instead of waiting for it in a collective; one
-    :func:`torch.distributed.all_gather_object`."""
+    r"""Raises on every rank where another one failed; a collective."""
     if ranks is None:
         if error is not None:
             raise error

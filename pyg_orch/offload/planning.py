@@ -1,13 +1,6 @@
-"""Whether and where a :class:`~pyg_orch.offload.BottomLayerOffload`
-offloads, decided without side effects: :func:`plan_offload` returns an
-:class:`OffloadPlan` from the model, the loader's facts (see
-:mod:`pyg_orch.offload.protocol`) and the options, which
-:mod:`pyg_orch.offload.build` assembles. The first message-passing layer is
-found from the model where its modules say enough
-(:func:`plan_on_construction`), else from what the model does with the
-first training batch (:func:`trace_message_passing`,
-:func:`first_layer_from_trace`); a model that can not be offloaded runs
-unchanged behind a :class:`PassThrough`, which says why."""
+"""Whether and where offload runs, decided without side effects:
+:func:`plan_offload` returns an :class:`OffloadPlan`, which
+:mod:`pyg_orch.offload.build` assembles."""
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
@@ -37,23 +30,18 @@ from pyg_orch.offload.protocol import (
 )
 from pyg_orch.offload.replacement import same_tensor
 
-#: :obj:`stats()['decision']['mode']` of a wrapper that runs the model
-#: unchanged, and of one that plans at the first training forward pass.
+#: Decision modes: model unchanged, or planned at the first batch.
 PASS_THROUGH = 'pass_through'
 PENDING = 'pending'
 #: :obj:`OffloadPlan.mode` of a plan that builds the offload now.
 OFFLOAD = 'offload'
 
-#: The first layer: a module name (homogeneous graphs) or the module per
-#: edge type (heterogeneous graphs).
+#: A module name, or the module per edge type.
 FirstLayer = Union[str, Dict[Any, MessagePassing]]
 
 
 class PassThrough:
-    r"""Stands in for the runtime of a wrapper that does not offload: the
-    model runs unchanged, and :meth:`stats` says why (:obj:`reason`). With
-    :obj:`pending`, the offload is planned at the first training forward
-    pass (e.g. to materialize lazily initialized parameters)."""
+    r"""The runtime of a wrapper that does not offload (or not yet)."""
     tuner = None
     guard = None
     active = False
@@ -87,8 +75,7 @@ class PassThrough:
         return torch.empty(0, dtype=torch.long)
 
     def stats(self) -> Dict[str, Any]:
-        r"""What :meth:`~pyg_orch.offload.BottomLayerOffload.stats` shows:
-        no hot vertex, every training forward pass exact."""
+        r"""No hot vertex, every training forward pass exact."""
         return {
             'num_hot': 0,
             'steps': self.num_forwards,
@@ -106,15 +93,13 @@ class PassThrough:
 
 
 def has_lazy_parameters(model: torch.nn.Module) -> bool:
-    r"""Whether :obj:`model` holds lazily initialized parameters
-    (e.g. :obj:`SAGEConv((-1, -1), 64)`)."""
+    r"""Whether :obj:`model` holds lazily initialized parameters."""
     return any(
         isinstance(p, UninitializedParameter) for p in model.parameters())
 
 
 def _input_mismatch(layer: torch.nn.Module, x: Any) -> Optional[str]:
-    # Why `layer` can not read `x` as it is (its declared `in_channels`),
-    # else None.
+    # Why `layer` can not read `x` as it is, else None.
     if not isinstance(x, Tensor) or x.dim() != 2 or \
             not x.is_floating_point():
         return (f"the node features are no float matrix ("
@@ -134,13 +119,7 @@ def _input_mismatch(layer: torch.nn.Module, x: Any) -> Optional[str]:
 def plan_on_construction(model: torch.nn.Module, data: Any,
                          is_hetero: bool,
                          options: OffloadOptions) -> Optional[str]:
-    r"""Why the first layer of :obj:`model` can only be found from the
-    first training batch (:obj:`None`: from its modules now): lazily
-    initialized parameters, a heterogeneous model whose message-passing
-    modules are not named after edge types (neither
-    :func:`~torch_geometric.nn.to_hetero` nor
-    :class:`~torch_geometric.nn.conv.HeteroConv`), or a first registered
-    layer that can not read the features (work before it)."""
+    r"""Why the first layer can only be found from a batch, or :obj:`None`."""
     if has_lazy_parameters(model):
         return 'lazily initialized parameters'
     if options.layer is not None:
@@ -169,9 +148,7 @@ class LayerCall(NamedTuple):
 
 
 def model_inputs(args: tuple, kwargs: dict) -> Tuple[Any, Any]:
-    r"""The node features and the edges a model is called with
-    (:obj:`x` and :obj:`edge_index`, or their dictionaries, copied: a model
-    may replace their values)."""
+    r"""Copies of the node features and edges a model is called with."""
     values = list(args[:2])
     if len(values) < 1:
         values.append(kwargs.get('x', kwargs.get('x_dict')))
@@ -183,9 +160,7 @@ def model_inputs(args: tuple, kwargs: dict) -> Tuple[Any, Any]:
 
 def trace_message_passing(model: torch.nn.Module, args: tuple,
                           kwargs: dict) -> Tuple[Any, List[LayerCall]]:
-    r"""Runs :obj:`model(*args, **kwargs)` and returns its output and the
-    calls of its (outermost) message-passing modules, in order, with the
-    inputs they got (take :func:`model_inputs` before)."""
+    r"""Runs :obj:`model`; its output and message-passing calls."""
     calls: List[LayerCall] = []
 
     def make_hook(name: str):
@@ -271,14 +246,7 @@ def _hetero_first_layer(calls: List[LayerCall], x_dict: Any,
 def first_layer_from_trace(
     calls: List[LayerCall], inputs: Tuple[Any, Any], is_hetero: bool
 ) -> Tuple[Optional[FirstLayer], Optional[str]]:
-    r"""The first layer of a traced forward pass (see
-    :func:`trace_message_passing`) of a model called on :obj:`inputs`
-    (see :func:`model_inputs`): the first message-passing module called,
-    if it reads the
-    batch's :obj:`x` itself; for heterogeneous graphs, per edge type the
-    module that reads the raw :obj:`x_dict` of its node types on
-    :obj:`edge_index_dict[edge_type]`. Returns :obj:`(None, why)` where it
-    can not be offloaded."""
+    r"""The first layer of a traced forward pass, or :obj:`(None, why)`."""
     if not calls:
         return None, ("no message-passing layer ran in the first training "
                       "forward pass")
@@ -295,21 +263,16 @@ WORKERS_REASON = ('loader worker processes (they copy the sampler when an '
 
 @dataclass(frozen=True)
 class OffloadPlan:
-    r"""What a :class:`~pyg_orch.offload.BottomLayerOffload` does, decided
-    by :func:`plan_offload` before anything is built: :obj:`mode` is
-    :obj:`'offload'` (build now), :obj:`'pending'` (find the first layer
-    at the first training forward pass) or :obj:`'pass_through'` (the
-    model runs unchanged), with :obj:`reason` where it is not
-    :obj:`'offload'`. :meth:`describe` prints it."""
+    r"""What a :class:`~pyg_orch.offload.BottomLayerOffload` does: :obj:`mode`
+    is :obj:`'offload'`, :obj:`'pending'` or :obj:`'pass_through'` (with
+    :obj:`reason`). :meth:`describe` prints it."""
     mode: str
     reason: Optional[str] = None
-    #: The first layer's module name (for heterogeneous models, the prefix
-    #: of its modules per edge type); :obj:`None` until known.
+    #: The first layer's module name (or prefix); :obj:`None` until known.
     layer: Optional[str] = None
     is_hetero: bool = False
     partitioned: bool = False
-    #: The hot ratio built with (:obj:`'auto'`: grown by throughput), and
-    #: whether the hot-set size is decided by measurement, else why not.
+    #: The hot ratio built with, and whether measured, else why not.
     hot_ratio: Union[float, str] = 0.0
     measure: bool = False
     not_measured: Optional[str] = None
@@ -326,8 +289,7 @@ class OffloadPlan:
     seed: int = 0
     #: Whether the table a step uses depends on the step only.
     scheduled: bool = False
-    #: Why the offload is built with no hot vertex (the model trains as in
-    #: PyG), e.g. a model deeper than the loader's hops.
+    #: Why the offload is built with no hot vertex.
     off_reason: Optional[str] = None
     options: Optional[OffloadOptions] = field(default=None, repr=False,
                                               compare=False)
@@ -377,8 +339,7 @@ class OffloadPlan:
 
 def pass_through_plan(reason: str, options: Optional[OffloadOptions] = None,
                       pending: bool = False) -> OffloadPlan:
-    r"""A plan that runs the model unchanged (or, with :obj:`pending`, plans
-    again at the first training forward pass), because of :obj:`reason`."""
+    r"""A plan that runs the model unchanged (or later, pending)."""
     return OffloadPlan(PENDING if pending else PASS_THROUGH, reason,
                        options=options)
 
@@ -386,8 +347,7 @@ def pass_through_plan(reason: str, options: Optional[OffloadOptions] = None,
 def _layer_name(model: torch.nn.Module, loader: Any, facts: LoaderFacts,
                 options: OffloadOptions,
                 first: Optional[FirstLayer]) -> Optional[str]:
-    # The first layer's name; None where it is found when building (a
-    # partition's heterogeneous model, checked on all ranks alike).
+    # None where the first layer is found when building.
     if isinstance(first, dict):
         names = {id(m): name for name, m in model.named_modules()}
         return common_prefix([names[id(m)] for m in first.values()])
@@ -410,8 +370,7 @@ def _check_features(loader: Any, facts: LoaderFacts) -> None:
 
 def _cache_ratio(loader: Any, facts: LoaderFacts,
                  options: OffloadOptions) -> float:
-    # The GPU-cache candidates' ratio: none on a partition (remote rows
-    # have their own cache); 'auto', as many as the loader's cache holds.
+    # The GPU-cache candidates' ratio (none on a partition).
     if facts.partitioned or facts.is_hetero:
         return 0.0
     if options.cache_ratio != 'auto':
@@ -422,8 +381,7 @@ def _cache_ratio(loader: Any, facts: LoaderFacts,
 
 def check_hetero_options(options: OffloadOptions,
                          compensate: bool = False) -> None:
-    r"""Raises a :class:`NotImplementedError` for options not supported on
-    heterogeneous graphs."""
+    r"""Raises for options not supported on heterogeneous graphs."""
     if options.refresh != 'super_batch' or compensate:
         raise NotImplementedError(
             "BottomLayerOffload on heterogeneous graphs supports "
@@ -435,18 +393,8 @@ def check_hetero_options(options: OffloadOptions,
 def plan_offload(model: torch.nn.Module, loader: Any,
                  options: OffloadOptions,
                  first: Optional[FirstLayer] = None) -> OffloadPlan:
-    r"""Plans the offload of :obj:`model` trained with :obj:`loader`, read
-    through :class:`~pyg_orch.offload.protocol.OffloadableLoader` only,
-    without side effects. :obj:`first` is the first layer where a traced
-    forward pass found it (see :func:`first_layer_from_trace`).
-
-    A loader that does not implement the protocol, or whose data or
-    sampling offload does not support (see
-    :func:`~pyg_orch.offload.protocol.loader_facts`), gives a
-    :obj:`'pass_through'` plan; a model whose first layer is only known
-    from the first training batch a :obj:`'pending'` one. Raises a
-    :class:`ValueError` (bad input) or a :class:`NotImplementedError`
-    (options not supported with the loader) otherwise."""
+    r"""Plans the offload of :obj:`model` with :obj:`loader` without side
+    effects (:obj:`first`: the first layer a traced forward pass found)."""
     if not isinstance(loader, (OffloadableLoader, DataLoader)):
         raise TypeError(
             f"'loader' must be a pyg_orch.HybridNeighborLoader or "

@@ -1,10 +1,6 @@
-"""What :class:`~pyg_orch.offload.BottomLayerOffload` needs from a loader:
-the :class:`OffloadableLoader` protocol, which
-:class:`~pyg_orch.HybridNeighborLoader`,
-:class:`~pyg_orch.HybridLinkNeighborLoader` implement (also over a
-partition folder), and the
-loader's facts an offload is planned from (:class:`LoaderFacts`,
-:func:`loader_facts`)."""
+"""What :class:`~pyg_orch.offload.BottomLayerOffload` needs from a loader
+(:class:`OffloadableLoader`), and the facts a plan is made from
+(:func:`loader_facts`)."""
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -23,21 +19,16 @@ from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.sampling.contract import HotNodeSampler
 
-#: The training seeds of a loader: a tensor of node ids, or one per node
-#: type for a :class:`~torch_geometric.data.HeteroData`.
+#: A tensor of training seeds, or one per node type.
 Seeds = Union[Tensor, Dict[Any, Tensor]]
 
 
 @runtime_checkable
 class OffloadableLoader(Protocol):
-    r"""The loader contract of :class:`~pyg_orch.offload.BottomLayerOffload`
-    (:obj:`isinstance(loader, OffloadableLoader)` checks the names). A
-    loader that does not implement it is passed through: the model trains
-    unchanged, and :obj:`stats()['decision']['reason']` says why."""
+    r"""The loader contract of :class:`BottomLayerOffload`."""
     #: The device batches are delivered on.
     device: torch.device
-    #: The loader's :class:`~pyg_orch.StageTimer` (offload charges its
-    #: waits to it), or :obj:`None`.
+    #: The loader's :class:`~pyg_orch.StageTimer`, or :obj:`None`.
     timer: Any
     #: Whether batches are sampled one step before they train.
     lookahead: bool
@@ -45,8 +36,7 @@ class OffloadableLoader(Protocol):
     num_workers: int
     #: Whether worker processes live across epochs.
     persistent_workers: bool
-    #: Over a partition folder, what builds the batches (the part, the
-    #: fetch of remote rows, this rank's seeds), else :obj:`None`.
+    #: Over a partition folder, what builds the batches, else :obj:`None`.
     partition_batches: Any
 
     @property
@@ -55,43 +45,33 @@ class OffloadableLoader(Protocol):
 
     @property
     def offload_data(self) -> Optional[Union[Data, HeteroData]]:
-        r"""The graph in host memory whose features and topology the CPU
-        side reads; :obj:`None` where there is none (a partition folder,
-        or :obj:`(FeatureStore, GraphStore)` inputs)."""
+        r"""The host-memory graph the CPU side reads, or :obj:`None`."""
 
     @property
     def batches_ahead(self) -> int:
-        r"""How many batches are built ahead of the one training, at
-        most (a prefetch thread, worker threads)."""
+        r"""The most batches built ahead of the one training."""
 
     @property
     def gpu_cache_capacity(self) -> int:
-        r"""How many feature rows the loader's GPU cache can hold
-        (:obj:`0` without one)."""
+        r"""Rows the loader's GPU cache can hold (:obj:`0`: none)."""
 
     def offload_seeds(self) -> Tuple[Seeds, int]:
-        r"""This process's training seeds (for link-level loaders the label
-        edges' endpoints) and how many of them one mini-batch holds."""
+        r"""This process's training seeds and the batch size."""
 
     def register_batch_hook(self, hook: Callable,
                             when: str = 'received') -> Callable[[], None]:
-        r"""Calls :obj:`hook` on every batch received (or sampled, with
-        :obj:`when='sampled'`); returns a function that removes it."""
+        r"""Calls :obj:`hook` on every batch; returns its remover."""
 
     def set_gpu_cache_nodes(self, nodes: Any) -> bool:
-        r"""Caches the features of :obj:`nodes` on the GPU; :obj:`False`
-        where the loader has no cache that can be set."""
+        r"""Caches the features of :obj:`nodes` on the GPU."""
 
     def get_gpu_cache_nodes(self) -> Optional[Any]:
-        r"""The nodes whose features the GPU cache holds now, or
-        :obj:`None`."""
+        r"""The nodes the GPU cache holds, or :obj:`None`."""
 
 
 @dataclass(frozen=True)
 class LoaderFacts:
-    r"""What a loader tells an offload plan (see
-    :func:`~pyg_orch.offload.planning.plan_offload`), read once by
-    :func:`loader_facts`."""
+    r"""What a loader tells an offload plan."""
     #: The sampler is heterogeneous.
     is_hetero: bool
     #: The number of sampled hops.
@@ -100,8 +80,7 @@ class LoaderFacts:
     device: torch.device
     #: The loader samples a partition folder (a rank's part).
     partitioned: bool
-    #: Why offload can not work with the loader's data or sampling
-    #: (:obj:`None`: it can).
+    #: Why offload can not work with the loader (:obj:`None`: it can).
     unsupported: Optional[str]
     #: Worker processes, and whether they live across epochs.
     num_workers: int = 0
@@ -117,8 +96,7 @@ class LoaderFacts:
 
     @property
     def sampled_in_loop(self) -> bool:
-        r"""Whether batches are sampled in the training loop's thread (no
-        prefetch thread, no worker processes)."""
+        r"""Whether batches are sampled in the loop's thread."""
         return self.batches_ahead == 0 and self.num_workers == 0
 
 
@@ -135,8 +113,7 @@ STORES_REASON = ("(FeatureStore, GraphStore) inputs (it supports Data and "
 
 
 def not_offloadable_reason(loader: Any) -> Optional[str]:
-    r"""Why :obj:`loader` does not implement :class:`OffloadableLoader`
-    (its sampler included), or :obj:`None` where it does."""
+    r"""Why :obj:`loader` is not offloadable, or :obj:`None`."""
     if not isinstance(loader, OffloadableLoader):
         return (f"a {type(loader).__name__}, which does not implement "
                 f"pyg_orch.offload.protocol.OffloadableLoader (use "
@@ -150,9 +127,7 @@ def not_offloadable_reason(loader: Any) -> Optional[str]:
 
 def loader_facts(loader: OffloadableLoader,
                  partitioned: bool = False) -> LoaderFacts:
-    r"""The facts of an :class:`OffloadableLoader` (see
-    :func:`not_offloadable_reason`); :obj:`partitioned` for a loader over
-    a partition folder, whose graph is not in :obj:`offload_data`."""
+    r"""The facts of an :class:`OffloadableLoader`."""
     sampler = loader.offload_sampler
     unsupported, weighted = None, False
     if not partitioned:  # A partition's sampler holds a part's topology.

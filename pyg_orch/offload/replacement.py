@@ -1,6 +1,4 @@
-"""Replacing hot rows of a layer's output on the device, and the pieces an
-offload runtime shares: what it knows of a mini-batch, of a forward pass, and
-hooks that hold it weakly."""
+"""Replacing hot rows of a layer's output on the device."""
 import weakref
 from typing import Any, Callable, Optional, Tuple
 
@@ -15,15 +13,11 @@ class BatchInfo:
     def __init__(self, x: Tensor, lo: int, hi: int, slot: Tensor,
                  pruned: bool, num_rows: Optional[int] = None):
         self.x_ref = weakref.ref(x)
-        # Rows `lo:hi` may hold hot vertices; `slot[i]` is the row of local
-        # row `lo + i` in the embedding tables, `-1` if it is not hot:
+        # `slot[i]`: the table row of local row `lo + i`, `-1` if not hot:
         self.lo, self.hi, self.slot = lo, hi, slot
-        # The slot map refers to table rows below `num_rows` only (the size
-        # of the hot set it was made from; unknown if `None`): a table that
-        # replaces the batch's hot rows must hold that many rows.
+        # A table replacing the hot rows must hold `num_rows` rows:
         self.num_rows = num_rows
-        # The hot rows alone (local rows, table rows, the latter on the CPU),
-        # made on demand: finding them synchronizes with the device.
+        # The hot rows alone, made on demand (synchronizes with the device).
         self.rows: Optional[Tensor] = None
         self.pos: Optional[Tensor] = None
         self.pos_cpu: Optional[Tensor] = None
@@ -38,20 +32,13 @@ class BatchInfo:
 
 
 def hot_rows(slot: Tensor, lo: int) -> Tuple[Tensor, Tensor]:
-    # The local rows of the hot vertices among rows `lo:` and their rows in
-    # the embedding tables (synchronizes with the device: `nonzero`).
+    # The hot rows among rows `lo:` and their table rows (synchronizes).
     rows = (slot >= 0).nonzero().view(-1)
     return rows + lo, slot.index_select(0, rows).to(torch.int64)
 
 
 class ReplaceRows(torch.autograd.Function):
-    r"""Replaces the rows :obj:`lo + i` of :obj:`out` where :obj:`hot[i]`
-    by :obj:`emb[i]`, out of place; their gradient goes to :obj:`emb` (if it
-    requires one), not to :obj:`out`. Selected with
-    :obj:`where`, so that no hot row needs to be found on the host.
-    Cheaper than rebuilding the output from slices, whose backward pass
-    fills, copies and adds a full-size gradient per slice (see
-    :doc:`/offload` for the measurement)."""
+    r"""Replaces the hot rows of :obj:`out` by :obj:`emb`, out of place."""
     @staticmethod
     def forward(ctx, out: Tensor, lo: int, hot: Tensor,
                 emb: Tensor) -> Tensor:
@@ -80,11 +67,7 @@ class ReplaceRows(torch.autograd.Function):
 def replace_from_table(out: Tensor, info: BatchInfo, table: Tensor,
                        finish: Callable[[Tensor], Tensor]
                        ) -> Tuple[Tensor, Any]:
-    r"""Replaces the hot rows among rows :obj:`info.lo:info.hi` of
-    :obj:`out` by their rows of :obj:`table` (passed through
-    :obj:`finish`), rebuilt with :obj:`where` so that no hot row needs to
-    be found on the host (no synchronization with the device). Returns the
-    new output and the number of rows replaced (a tensor)."""
+    r"""Replaces the hot rows of :obj:`out` from :obj:`table`."""
     lo, hi = info.lo, min(info.hi, out.size(0))  # Bipartite: fewer.
     if hi <= lo:
         return out, 0
@@ -96,13 +79,7 @@ def replace_from_table(out: Tensor, info: BatchInfo, table: Tensor,
 
 def check_batch_features(x: Tensor, n_id: Tensor, features: Tensor,
                          batch_name: str, data_name: str) -> None:
-    r"""Raises a :class:`ValueError` unless the first rows of a batch's
-    features :obj:`x` are :obj:`features[n_id]`: hot-vertex embeddings are
-    computed from :obj:`features`, so a transform that changes the batch's
-    features would make them disagree. Where :obj:`features` is no tensor
-    but a table of some vertices' rows with a :obj:`known(ids)` method (see
-    :class:`~pyg_orch.offload.partition.HaloTable`), only the rows it has
-    are compared."""
+    r"""Raises unless a batch's :obj:`x` starts with :obj:`features[n_id]`."""
     k = min(8, x.size(0))
     ids, got = n_id[:k].to('cpu'), x[:k].detach().to('cpu')
     if not isinstance(features, Tensor):
@@ -122,23 +99,18 @@ def check_batch_features(x: Tensor, n_id: Tensor, features: Tensor,
 
 
 def replace_output(output: Any, replace: Callable[[Tensor], Tensor]) -> Any:
-    r"""A layer's output with its (first) tensor passed through
-    :obj:`replace`."""
+    r"""A layer's output, its first tensor through :obj:`replace`."""
     if isinstance(output, (tuple, list)):
         return type(output)([replace(output[0])] + list(output[1:]))
     return replace(output)
 
 
 class FirstLayerEdgeTensors(NotImplementedError):
-    r"""The first layer gets edge-level tensors (edge weights or features),
-    which the CPU side can not reproduce: the wrapper then runs the model
-    unchanged (see :class:`~pyg_orch.offload.BottomLayerOffload`)."""
+    r"""The first layer gets edge-level tensors."""
 
 
 def check_no_edge_tensors(what: str, args: tuple, kwargs: dict) -> None:
-    r"""Raises :class:`FirstLayerEdgeTensors` (a
-    :class:`NotImplementedError`) if the first layer (described by
-    :obj:`what`) gets tensors besides :obj:`x` and :obj:`edge_index`."""
+    r"""Raises if the first layer gets edge-level tensors."""
     extra = [
         name for name, v in list(enumerate(args[2:], 2)) +
         [(k, v) for k, v in kwargs.items() if k not in ('x', 'edge_index')]
@@ -152,8 +124,7 @@ def check_no_edge_tensors(what: str, args: tuple, kwargs: dict) -> None:
 
 
 def check_aggregated(ctx: 'ForwardContext', what: str) -> None:
-    r"""With the aggregate split, raises a :class:`RuntimeError` if the
-    layer (described by :obj:`what`) ran without PyG's aggregation hooks."""
+    r"""Raises if the layer ran without PyG's aggregation hooks."""
     if not ctx.aggregated:
         raise RuntimeError(
             f"BottomLayerOffload: the aggregation of {what} ran without "
@@ -177,10 +148,7 @@ class ForwardContext:
 
 
 class RuntimeHook:
-    r"""A hook that calls a method of an offload runtime through a weak
-    reference. Copies (:func:`copy.deepcopy`, pickling) of a module
-    holding it get a disabled hook, so that copies of the model are plain
-    models."""
+    r"""A hook calling a runtime method through a weak reference."""
     def __init__(self, runtime: Any, name: str):
         self.ref = None if runtime is None else weakref.ref(runtime)
         self.name = name
@@ -199,12 +167,7 @@ class RuntimeHook:
 
 
 class FirstLayerMismatch(ValueError):
-    r"""The model does not call the layer chosen as its first one on the
-    batch's raw features (another message-passing layer runs first, or
-    the input is computed from :obj:`x`): the wrapper then runs the model
-    unchanged (see :class:`~pyg_orch.offload.BottomLayerOffload`).
-    :obj:`layer` names the message-passing layer that ran first on the
-    raw features, where one did."""
+    r"""The model does not call the first layer on raw features."""
     def __init__(self, message: str, layer: Optional[str] = None):
         super().__init__(message)
         self.layer = layer

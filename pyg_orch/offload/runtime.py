@@ -1,19 +1,25 @@
-"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload`:
-:class:`OffloadRuntime` (hooks on the model and the loader, the hot set, the
-embedding strategy and counters)."""
+""":class:`OffloadRuntime` (and :class:`HeteroOffloadRuntime`): the hooks,
+hot set, strategy and counters."""
 import collections
 import logging
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Union
+import weakref
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Tuple,
+                    Union)
 
 import torch
 from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch_geometric.typing import EdgeType, NodeType
 
 from pyg_orch.offload.aggregate_split import OUTPUT
 from pyg_orch.offload.aggregate_split import finish as finish_aggregated
 from pyg_orch.offload.autotune import KeepUpGuard
-from pyg_orch.offload.bottom_layer import message_passing_layers
-from pyg_orch.offload.degrees import DegreeCompensation
+from pyg_orch.offload.bottom_layer import (
+    message_passing_layers,
+    placeholder_in_edges,
+)
+from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.replacement import (
@@ -29,7 +35,6 @@ from pyg_orch.offload.replacement import (
     replace_output,
     same_tensor,
 )
-from pyg_orch.offload.step_counter import StepCounter
 from pyg_orch.offload.strategy import EmbeddingStrategy
 
 logger = logging.getLogger('pyg_orch.offload')
@@ -38,28 +43,142 @@ logger = logging.getLogger('pyg_orch.offload')
 MAX_BATCHES = 8
 
 
+class StepCounter:
+    r"""Counts the versions of the parameters :obj:`params()`: steps of an
+    optimizer holding one of them, else training forward passes after the
+    first."""
+    def __init__(self, params: Callable[[], Iterable[torch.Tensor]]):
+        self._params = params
+        self.version = 0
+        self.num_forwards = 0
+        self.seen_optimizer = False
+        self._cache: 'weakref.WeakKeyDictionary' = weakref.WeakKeyDictionary()
+        self._handle = register_optimizer_step_post_hook(
+            self._on_step)
+
+    @property
+    def source(self) -> str:
+        r""":obj:`'optimizer'` or :obj:`'forward'`: what versions count."""
+        return 'optimizer' if self.seen_optimizer else 'forward'
+
+    def _watches(self, optimizer) -> bool:
+        groups = getattr(optimizer, 'param_groups', None) or []
+        key = tuple(id(p) for g in groups for p in g.get('params', []))
+        try:
+            cached = self._cache.get(optimizer)
+        except TypeError:  # pragma: no cover (not weak-referenceable)
+            cached = None
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        mine = {id(p) for p in self._params()}
+        result = any(i in mine for i in key)
+        try:
+            self._cache[optimizer] = (key, result)
+        except TypeError:  # pragma: no cover
+            pass
+        return result
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        if self._handle is None:
+            return
+        if self._watches(optimizer):
+            self.seen_optimizer = True
+            self.version += 1
+
+    def next_forward_version(self) -> int:
+        r"""The version the next training forward pass will have."""
+        if self.num_forwards > 0 and not self.seen_optimizer:
+            return self.version + 1
+        return self.version
+
+    def on_forward(self) -> int:
+        r"""Records a training forward pass; returns the current version."""
+        if self.num_forwards > 0 and not self.seen_optimizer:
+            self.version += 1
+        self.num_forwards += 1
+        return self.version
+
+    def close(self) -> None:
+        r"""Removes the optimizer hook."""
+        handle: Optional[object] = self._handle
+        self._handle = None
+        if handle is not None:
+            handle.remove()
+
+
+class DegreeCompensation:
+    r"""Gives a pruned hot vertex as many placeholder in-edges (from row
+    :obj:`0`) as the last hop would have sampled: they change only its own
+    outputs, which are replaced or unused. :obj:`colptr` (columns
+    :obj:`column_ids`) gives the in-degrees instead of the sampler's
+    topology."""
+    def __init__(self, sampler: Any, colptr: Optional[Tensor] = None,
+                 column_ids: Optional[Tensor] = None):
+        self.sampler = sampler
+        self.fanout = sampler.bottom_fanout()
+        self.colptr = colptr
+        self.column_ids = column_ids
+        self._on: Dict[torch.device, Tuple[Tensor, Optional[Tensor]]] = {}
+
+    def _columns_on(self, device: torch.device
+                    ) -> Tuple[Tensor, Optional[Tensor]]:
+        out = self._on.get(device)
+        if out is None:
+            colptr = self.colptr
+            if colptr is None:
+                colptr = self.sampler.topology.csc[None].colptr
+            ids = self.column_ids
+            out = (colptr.to(device, torch.int64),
+                   None if ids is None else ids.to(device, torch.int64))
+            self._on[device] = out
+        return out
+
+    def placeholder_edges(self, n_id: Tensor, rows: Tensor) -> Tensor:
+        r"""Placeholder in-edges of the hot rows :obj:`rows`."""
+        colptr, ids = self._columns_on(n_id.device)
+        nodes = n_id.index_select(0, rows).to(torch.int64)
+        if ids is not None:  # Hot vertices are columns (no host sync).
+            nodes = torch.searchsorted(ids, nodes)
+        return placeholder_in_edges(colptr, nodes, rows, self.fanout,
+                                    self.sampler.replace)
+
+    @staticmethod
+    def add_placeholders(extra: Optional[Tensor], batch_edge_index: Any,
+                         args: tuple, kwargs: dict
+                         ) -> Optional[Tuple[tuple, dict]]:
+        r"""A layer's inputs with the placeholder edges :obj:`extra` appended
+        to its :obj:`edge_index` if that is :obj:`batch_edge_index` and no
+        edge-level tensor comes with it; :obj:`None` to leave them."""
+        if extra is None or extra.numel() == 0:
+            return None
+        in_args = len(args) > 1
+        edge_index = args[1] if in_args else kwargs.get('edge_index')
+        if not isinstance(edge_index, Tensor) or not same_tensor(
+                edge_index, batch_edge_index):
+            return None  # E.g. trimmed by trim_to_layer: nothing to do.
+        if any(isinstance(v, Tensor) for v in args[2:]) or any(
+                isinstance(v, Tensor) for k, v in kwargs.items()
+                if k not in ('x', 'edge_index')):
+            return None  # Edge-level tensors would need placeholders too.
+        extra = extra.to(edge_index.device, edge_index.dtype)
+        edge_index = torch.cat([edge_index, extra], dim=1)
+        if in_args:
+            args = (args[0], edge_index) + tuple(args[2:])
+        else:
+            kwargs = dict(kwargs, edge_index=edge_index)
+        return args, kwargs
+
+
 class OffloadRuntime:
     r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
-    homogeneous model. It holds no reference to the wrapper, so the wrapper
-    can be garbage-collected (which closes the runtime).
+    homogeneous model; it holds no reference to the wrapper.
 
     Args:
-        model (torch.nn.Module): The wrapped model.
-        loader (OffloadableLoader): The training loader (see
-            :class:`~pyg_orch.offload.protocol.OffloadableLoader`).
-        layer_name (str): The name of the first layer.
-        layer (torch.nn.Module): The first layer.
-        selection (HotSet): The result of pre-sampling (counts, GPU-cache
-            candidates).
+        selection (HotSet): The result of pre-sampling.
         hot (HotSetSizer): The hot set in use.
-        strategy (EmbeddingStrategy): Computes the hot rows on the CPU.
         features (torch.Tensor): The features the CPU side reads.
-        replace_rows (str): :obj:`'pruned'` or :obj:`'all'`.
-        compensate_degrees (bool): Give pruned hot vertices placeholder
-            in-edges.
-        degrees (DegreeCompensation, optional): Makes them, where the
-            sampler's topology does not hold the hot vertices' in-degrees
-            by global id (a partition's part). (default: :obj:`None`)
+        degrees (DegreeCompensation, optional): Makes placeholder in-edges
+            where the sampler's topology lacks the hot vertices' in-degrees.
     """
     context_type = ForwardContext
 
@@ -81,10 +200,7 @@ class OffloadRuntime:
                     RuntimeHook(self, '_edge_hook'), with_kwargs=True))
         removers = [loader.register_batch_hook(RuntimeHook(self,
                                                             '_on_batch'))]
-        # Whether a batch is sampled in the loop's thread right before the
-        # loader's hooks see it (no look-ahead, prefetching or worker
-        # processes): then the hot set the sampler prunes when a hook runs
-        # is the one the batch was pruned with.
+        # Whether batches are sampled in the loop's thread right before:
         in_loop_thread = loader.batches_ahead == 0 and \
             loader.num_workers == 0
         self.sampled_in_hook = self.lead == 0 and in_loop_thread
@@ -103,10 +219,7 @@ class OffloadRuntime:
         self.loader = loader
         self.sampler = loader.offload_sampler
         self.timer = loader.timer
-        # Per-batch rows are requested as soon as a batch is sampled (with
-        # look-ahead, a step before it trains), where sampling runs in the
-        # training loop's thread (`self.sampled`); batches reach the model
-        # this many steps after they are sampled:
+        # Batches reach the model this many steps after they are sampled:
         self.lead = 1 if loader.lookahead else 0
         self.layer_name = layer_name
         self.layer = layer
@@ -114,8 +227,7 @@ class OffloadRuntime:
         self.hot = hot
         hot.bind(self.sampler, self.per_type)
         if loader.persistent_workers and loader.num_workers > 0:
-            # Worker processes keep their copy of the sampler across
-            # epochs: they must see eval() stop the pruning.
+            # Persistent worker processes must see eval() stop the pruning.
             hot.share_masks()
         self.strategy = strategy
         self.num_hops = self.sampler.num_hops
@@ -131,28 +243,21 @@ class OffloadRuntime:
         self.ctx: Optional[ForwardContext] = None
         self.training = False
         self.closed = False
-        #: The decision by measurement while it runs (see
-        #: :mod:`pyg_orch.offload.autotune`), else :obj:`None`.
+        #: The decision by measurement while it runs.
         self.tuner: Any = None
-        #: What :meth:`stats` reports as :obj:`'decision'` once a decision
-        #: by measurement is made.
+        #: The decision once made (see :meth:`stats`).
         self.decision: Optional[Dict[str, Any]] = None
-        #: Gives the loader's GPU cache the offload's candidates, once
-        #: measurement keeps the offload (set by the builder).
+        #: Gives the loader's cache the offload's candidates (builder).
         self.offload_cache: Optional[Callable[[], Any]] = None
-        #: Gives the loader's GPU cache its own rows back, where a kept
-        #: offload is switched off later (set by the builder).
+        #: Gives the loader's cache its rows back (set by the builder).
         self.restore_cache: Optional[Callable[[], Any]] = None
-        #: Whether a kept hot set is watched by a
-        #: :class:`~pyg_orch.offload.autotune.KeepUpGuard` (one process; not
-        #: where ranks decide alike).
+        #: Whether a kept hot set is watched by a :class:`KeepUpGuard`.
         self.guard_kept = False
         #: The guard of a kept hot set, else :obj:`None`.
         self.guard: Any = None
         #: Why no decision is measured (:obj:`'decision'` in :meth:`stats`).
         self.fixed_reason = 'hot-set size given (autotune off)'
-        #: Whether hot rows aggregate all in-neighbors (the resolved
-        #: :obj:`full_neighbors`), and why (set by the builder).
+        #: Whether hot rows aggregate all in-neighbors, and why (builder).
         self.full_neighbors = False
         self.full_neighbors_reason = ''
         self.order_checked = False
@@ -163,9 +268,7 @@ class OffloadRuntime:
         self.counter = StepCounter(layer.parameters)
 
     def _hook_layers(self, layers) -> list:
-        # Hooks on the first layer (one module per edge type for
-        # heterogeneous models); with a weight-free split, on its
-        # aggregation as well.
+        # Hooks on the first layer, and on its aggregation if weight-free.
         handles = []
         for layer in layers:
             handles += [
@@ -182,35 +285,27 @@ class OffloadRuntime:
                 ]
         return handles
 
-    # What the wrapper shows ##################################################
-
     @property
     def hot_nodes(self) -> Union[Tensor, Dict[str, Tensor]]:
         r"""The hot vertices in use, most accessed first."""
         return self.hot.hot_nodes
 
     def per_type(self, values: Tensor) -> Union[Tensor, Dict[str, Tensor]]:
-        r""":obj:`values` over all vertices (per node type for heterogeneous
-        graphs)."""
+        r""":obj:`values` (per node type for heterogeneous graphs)."""
         return values
 
     def batch_info(self, x: Tensor) -> Optional[BatchInfo]:
-        r"""What the runtime knows of the batch whose features are
-        :obj:`x` (drawn in training mode, not too long ago)."""
+        r"""What the runtime knows of the batch of :obj:`x`."""
         return self.batches.get(id(x))
-
-    # Modes ###################################################################
 
     @property
     def active(self) -> bool:
-        r"""Whether it offloads in training mode: not closed, and some
-        vertices are hot (or planned to be)."""
+        r"""Whether it offloads in training mode."""
         return not self.closed and (self.hot.size > 0
                                     or self.hot.planned > 0)
 
     def set_training(self, mode: bool) -> None:
-        r"""Training mode (the sampler prunes the hot set) or evaluation
-        mode (no pruning, worker threads stopped)."""
+        r"""Training mode (pruning) or evaluation mode."""
         self.training = bool(mode)
         if self.closed:
             return
@@ -221,18 +316,13 @@ class OffloadRuntime:
             self.strategy.pause()
 
     def start_tuner(self, tuner_factory: Any) -> None:
-        r"""Starts the decision by measurement: :obj:`tuner_factory(hot,
-        on_resize, on_done, cannot_keep_up)` makes a
-        :class:`~pyg_orch.offload.autotune.HotSetTuner`."""
+        r"""Starts the decision by measurement."""
         self.tuner = tuner_factory(self.hot, self.strategy.replan,
                                    self._tuned,
                                    self.strategy.cannot_keep_up)
 
     def _tuned(self, size: int) -> None:
-        # The decision is final. Offload off: the runtime closes (no worker,
-        # no table, no hook on the layers, the loader or the optimizers),
-        # so that training runs as without it; only the check of `active`
-        # per step is left, and `stats()` keeps the counts of the trial.
+        # The decision is final; offload off closes the runtime.
         tuner, self.tuner = self.tuner, None
         self.decision = tuner.summary()
         if size == 0:
@@ -251,8 +341,7 @@ class OffloadRuntime:
         self.offload_cache = None
 
     def _fell_behind(self, step: int, why: str) -> None:
-        # The kept hot set's rows stopped coming in time: offload off for
-        # good, as where the trial had chosen none.
+        # The kept hot set's rows stopped coming in time: offload off for good.
         self.guard = None
         decision = self.decision
         chosen = decision.get('chosen_num_hot')
@@ -269,15 +358,11 @@ class OffloadRuntime:
         self.close()
 
     def pause(self) -> None:
-        r"""Stops the worker threads; they restart at the next training
-        step."""
+        r"""Stops the worker threads until the next training step."""
         self.strategy.pause()
 
     def close(self) -> None:
-        r"""Removes every hook, stops the worker threads, clears the
-        sampler's hot nodes and releases what only offloading needs (the
-        CPU side's copies of the topology and the layer, tables, device
-        copies of offsets), for good; :meth:`stats` keeps its counts."""
+        r"""Removes every hook, stops the workers, releases the rest."""
         if self.closed:
             return
         self.closed = True
@@ -298,8 +383,6 @@ class OffloadRuntime:
             self.sampled.clear()
             self.ctx = None
 
-    # Statistics ##############################################################
-
     def reset_stats(self) -> None:
         r"""Resets the counters of :meth:`stats`."""
         self.strategy.reset_stats()
@@ -308,8 +391,7 @@ class OffloadRuntime:
         self._rows_replaced: Union[int, Tensor] = 0
 
     def stats(self) -> Dict[str, Any]:
-        r"""The counters of
-        :meth:`pyg_orch.offload.BottomLayerOffload.stats`."""
+        r"""The counters of :meth:`BottomLayerOffload.stats`."""
         selection = self.selection
         out = {
             'num_hot': self.hot.size,
@@ -342,8 +424,6 @@ class OffloadRuntime:
         return {'mode': 'fixed', 'chosen_num_hot': self.hot.size,
                 'reason': self.fixed_reason}
 
-    # Batches #################################################################
-
     def _bottom_rows(self, num) -> tuple:
         num = [int(v) for v in list(num)]
         n_last = sum(num[:self.num_hops - 1])  # First row of hop L - 1.
@@ -352,12 +432,7 @@ class OffloadRuntime:
         return lo, n_last, n_bottom
 
     def _slot_rows(self) -> int:
-        # The vertices of the hot set (its first ones) that a batch drawn
-        # now may have been pruned with: its slot map marks those hot, and
-        # its rows must be replaced from a table holding them all. Where the
-        # batch was sampled just now, exactly what the sampler prunes; else
-        # the whole set in use (it holds every vertex pruned for a batch
-        # still in flight, see `HotSetSizer.resize`).
+        # The hot-set prefix a batch drawn now may have been pruned with:
         if self.sampled_in_hook:
             if self.sampler.hot_nodes is None:
                 return 0
@@ -365,9 +440,7 @@ class OffloadRuntime:
         return self.hot.size
 
     def _on_sampled(self, out) -> None:
-        # Finds the hot rows of a batch just sampled and queues their CPU
-        # computation. Reading them back waits for the sampling stream,
-        # which a running training step can hold up.
+        # Queues the CPU computation of the hot rows of a batch just sampled.
         if not self.training or not self.active or \
                 self.sampler.hot_nodes is None:
             return
@@ -416,11 +489,7 @@ class OffloadRuntime:
             check_batch_features(x, n_id, self.features, 'batch',
                                  'loader.data')
         lo, n_last, n_bottom = self._bottom_rows(num)
-        # No synchronization with the device from here on, unless degrees
-        # are compensated or rows are computed per batch (which need the hot
-        # rows on the host):
-        # The slot map of the hot set the batch was pruned with (the table
-        # that replaces its rows must hold them all, see `_replace`):
+        # The slot map of the hot set the batch was pruned with (no host sync):
         num_rows = self._slot_rows()
         slot = self.hot.positions(n_id.device, num_rows).index_select(
             0, n_id[lo:n_bottom])
@@ -434,8 +503,7 @@ class OffloadRuntime:
             info.extra_edges = self.degrees.placeholder_edges(
                 n_id, rows if lo == n_last else rows[rows >= n_last])
         if per_batch and not requested:
-            # Start computing this batch's hot rows right away, with the
-            # weights its forward pass will have:
+            # Compute this batch's hot rows now, with its forward's weights:
             info.hot_rows()
             info.pos_cpu = info.pos.cpu()
             self.strategy.on_batch_sampled(
@@ -468,11 +536,8 @@ class OffloadRuntime:
             return newest
         return None
 
-    # Forward #################################################################
-
     def begin(self, x: Any, edge_index: Any) -> ForwardContext:
-        r"""A training forward pass on :obj:`x` starts: counts it, lets the
-        strategy queue work and finds the batch of :obj:`x`."""
+        r"""A training forward pass on :obj:`x` starts."""
         version = self.counter.on_forward()
         self.strategy.on_forward(version)
         info = self._match(x)
@@ -489,8 +554,7 @@ class OffloadRuntime:
         return ctx
 
     def end(self, ctx: ForwardContext, failed: bool) -> None:
-        r"""The forward pass :obj:`ctx` ended (:obj:`failed`: with an
-        exception); raises if the first layer was not called."""
+        r"""The forward pass :obj:`ctx` ended."""
         self.ctx = None
         if failed:
             return
@@ -501,8 +565,7 @@ class OffloadRuntime:
                 f"pass the layer the model calls first as 'layer='")
 
     def check_eval_batch(self, x: Any) -> None:
-        r"""Warns (once) if :obj:`x` is the input of a batch pruned in
-        training mode, evaluated now."""
+        r"""Warns once if :obj:`x` is a pruned batch."""
         if self.warned_eval_pruned or not isinstance(x, Tensor):
             return
         info = self.batches.get(id(x))
@@ -515,8 +578,7 @@ class OffloadRuntime:
                 "batches", stacklevel=5)
 
     def install_order_check(self) -> List[Any]:
-        r"""Until the first offloaded forward pass completes, raises if
-        another message-passing layer runs before the chosen one."""
+        r"""Checks that no other layer runs first."""
         handles = []
         ctx_ref = self
 
@@ -585,8 +647,7 @@ class OffloadRuntime:
             output, lambda out: self._replace(out, info, ctx.version))
 
     def _aggregate_hook(self, module, inputs, out):
-        # split='aggregate': the hot rows of the layer's aggregation become
-        # the CPU-computed ones, finished with the current weights.
+        # split='aggregate': the hot rows of the aggregation are replaced.
         ctx = self.ctx
         if ctx is None or not ctx.in_call or ctx.aggregated:
             return None
@@ -601,10 +662,7 @@ class OffloadRuntime:
                  table: Optional[Tensor] = None,
                  layer: Optional[torch.nn.Module] = None,
                  kind: Optional[str] = None) -> Tensor:
-        # The hot rows of `out` (rows `info.lo:info.hi`) replaced by their
-        # rows of `table` (the strategy's, if not given), on `out`'s device,
-        # in its dtype, and for split='aggregate' finished with the layer's
-        # current weights.
+        # `out` with its hot rows replaced from `table` (or the strategy's):
         if table is None:
             table = self.strategy.rows_for(info, version, self.timer)
             if table is None:
@@ -619,13 +677,185 @@ class OffloadRuntime:
             return emb.to(out.dtype)
 
         new, count = replace_from_table(out, info, table, finish)
-        # A device-side counter (a tensor), read only by `stats()`: no
-        # synchronization per batch.
+        # A device-side counter: no host sync per batch.
         self._rows_replaced = self._rows_replaced + count
         return new
 
     @property
     def rows_replaced(self) -> int:
-        r"""Hot rows replaced since :meth:`reset_stats` (synchronizes with
-        the device)."""
+        r"""Hot rows replaced (synchronizes)."""
         return int(self._rows_replaced)
+
+
+class HeteroForwardContext(ForwardContext):
+    __slots__ = ('edge_type', 'done', 'table')
+
+    def __init__(self, x, edge_index, info, version: int):
+        super().__init__(x, edge_index, info, version)
+        self.edge_type: Optional[EdgeType] = None  # In this layer's call.
+        self.done: set = set()  # Edge types whose layer ran.
+        self.table = None
+
+
+class HeteroOffloadRuntime(OffloadRuntime):
+    r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
+    heterogeneous model. Hot vertices of all destination node types share
+    one table (ids combined as in :class:`HeteroBottomLayerComputer`); every
+    edge type's layer gets its columns of it for the hot rows of its
+    destination type."""
+    context_type = HeteroForwardContext
+
+    def __init__(self, model: torch.nn.Module, loader: Any, layer_name: str,
+                 convs: Dict[EdgeType, torch.nn.Module], selection: HotSet,
+                 hot: HotSetSizer, strategy: EmbeddingStrategy,
+                 x_dict: Dict[NodeType, Tensor],
+                 replace_rows: str = 'pruned'):
+        self._init_state(model, loader, layer_name, strategy.layer,
+                         selection, hot, strategy, x_dict, replace_rows)
+        self.convs = convs
+        self.computer: HeteroBottomLayerComputer = strategy.computer
+        self.compensate_degrees = False
+        self._edge_type = {id(conv): et for et, conv in convs.items()}
+        # A per-edge-type layer checks its own inputs (`_pre_hook`):
+        self.order_checked = True
+        self.handles = self._hook_layers(convs.values())
+        remover = loader.register_batch_hook(RuntimeHook(self, '_on_batch'))
+        self.remove_batch_hook = remover
+        self.reset_stats()
+
+    @property
+    def hot_nodes(self) -> Dict[NodeType, Tensor]:
+        r"""Hot vertices per node type, most accessed first."""
+        hot = self.hot.hot_nodes
+        types = self.computer.node_type_of(hot)
+        return {
+            t: types[t][1] if t in types else hot.new_empty(0)
+            for t in self.computer.node_types
+        }
+
+    def per_type(self, values: Tensor) -> Dict[NodeType, Tensor]:
+        r"""Splits a tensor over combined ids by node type."""
+        return self.computer.per_type(values)
+
+    def stats(self) -> Dict[str, Any]:
+        out = super().stats()
+        out['num_hot_per_type'] = {
+            t: int(v.numel()) for t, v in self.hot_nodes.items()
+        }
+        return out
+
+    def install_order_check(self):
+        return []
+
+    def check_eval_batch(self, x: Any) -> None:
+        for value in (x.values() if isinstance(x, dict) else [x]):
+            super().check_eval_batch(value)
+
+    def _on_batch(self, batch) -> None:
+        if not self.training or not self.active:
+            return
+        if not hasattr(batch, 'node_types'):
+            return
+        if not self.features_checked:
+            self.features_checked = True
+            for t, x in self.features.items():
+                if t in batch.node_types and isinstance(
+                        getattr(batch[t], 'x', None), Tensor):
+                    check_batch_features(batch[t].x, batch[t].n_id, x,
+                                         f'batch[{t!r}]',
+                                         f'loader.data[{t!r}]')
+        pruned = self.sampler.hot_nodes is not None
+        for t in self.computer.node_types:
+            if t not in batch.node_types:
+                continue
+            store = batch[t]
+            n_id = getattr(store, 'n_id', None)
+            num = getattr(store, 'num_sampled_nodes', None)
+            x = getattr(store, 'x', None)
+            if not isinstance(n_id, Tensor) or num is None or \
+                    not isinstance(x, Tensor):
+                continue
+            lo, _, hi = self._bottom_rows(num)
+            ids = n_id[lo:hi] + self.computer.offsets[t]
+            slot = self.hot.positions(n_id.device).index_select(0, ids)
+            self._remember(x, BatchInfo(x, lo, hi, slot, pruned,
+                                        self.hot.size),
+                           len(self.computer.node_types))
+
+    def _match(self, x: Any) -> Optional[Dict[NodeType, BatchInfo]]:
+        if not isinstance(x, dict):
+            return None
+        out = {}
+        for t in self.computer.node_types:
+            xt = x.get(t)
+            info = self.batches.get(id(xt)) if isinstance(xt, Tensor) \
+                else None
+            if info is not None and info.x_ref() is xt:
+                out[t] = info
+        return out or None
+
+    def _pre_hook(self, module, args, kwargs):
+        ctx = self.ctx
+        et = self._edge_type.get(id(module))
+        if ctx is None or et is None or et in ctx.done:
+            return None
+        ctx.done.add(et)
+        ctx.called = True
+        x = args[0] if len(args) > 0 else kwargs.get('x')
+        pair = x if isinstance(x, (tuple, list)) else (x, x)
+        x_dict = ctx.x if isinstance(ctx.x, dict) else {}
+        for t, value in ((et[0], pair[0]), (et[-1], pair[-1])):
+            if not same_tensor(value, x_dict.get(t)):
+                raise FirstLayerMismatch(
+                    f"BottomLayerOffload: the first layer's module for "
+                    f"{et} does not consume the model's input x[{t!r}] "
+                    f"directly (e.g. a Linear layer or a dropout runs "
+                    f"before it). Bottom-layer offload computes that layer "
+                    f"on the CPU from the raw features of the loader's "
+                    f"data, so the model's first operation on 'x' must be "
+                    f"this layer; call model.eval() to run without offload")
+        check_no_edge_tensors(f"the first layer's module for {et}", args,
+                              kwargs)
+        ctx.edge_type = et
+        ctx.aggregated = False
+        return None
+
+    def _post_hook(self, module, args, output):
+        ctx = self.ctx
+        et = self._edge_type.get(id(module))
+        if ctx is None or et is None or ctx.edge_type != et:
+            return None
+        ctx.edge_type = None
+        info = (ctx.info or {}).get(et[-1])
+        if info is None or info.slot.numel() == 0:
+            return None
+        if self.split != OUTPUT:
+            check_aggregated(ctx, f"the first layer's module for {et}")
+            return None
+        return replace_output(
+            output, lambda out: self._replace_type(module, et, out, info,
+                                                   ctx))
+
+    def _aggregate_hook(self, module, inputs, out):
+        ctx = self.ctx
+        et = self._edge_type.get(id(module))
+        if ctx is None or et is None or ctx.edge_type != et or \
+                ctx.aggregated:
+            return None
+        ctx.aggregated = True
+        info = (ctx.info or {}).get(et[-1])
+        if info is None or info.slot.numel() == 0 or not isinstance(
+                out, Tensor):
+            return None
+        return self._replace_type(module, et, out, info, ctx)
+
+    def _replace_type(self, module, et: EdgeType, out: Tensor,
+                      info: BatchInfo, ctx: HeteroForwardContext) -> Tensor:
+        # One table per forward pass (none while no vertex is hot yet):
+        if ctx.table is None:
+            ctx.table = self.strategy.rows_for(info, ctx.version, self.timer)
+            if ctx.table is None:
+                return out
+        lo, hi = self.computer.columns[et]
+        return self._replace(out, info, ctx.version, ctx.table[:, lo:hi],
+                             module, self.computer.kinds[et])

@@ -1,10 +1,4 @@
-"""Rows computed once, by default: whether a hot vertex's CPU row may
-aggregate *all* its in-neighbors (:obj:`full_neighbors='auto'`, see
-:func:`full_neighbors_reason`), which makes the row a function of the
-features and the graph only (a static table, computed once); the hot-set
-sizes the decision by measurement tries for such rows
-(:data:`STATIC_RATIOS`), and the GPU memory their table may take
-(:func:`max_table_rows`)."""
+"""Rows computed once: when, how many, and in how much memory."""
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -16,18 +10,13 @@ from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 
 Computer = Union[BottomLayerComputer, HeteroBottomLayerComputer]
 
-#: The hot ratios the decision by measurement tries where rows are computed
-#: once (beside none, plain training): the CPU's speed no longer bounds the
-#: hot set, and on an H100 the speed-up grew up to 70% hot vertices on the
-#: wide homogeneous benchmark and peaked at 50% on the heterogeneous one
-#: (see :doc:`/offload`).
+#: The hot ratios tried for rows computed once, beside none: the CPU's speed no
+#: longer bounds the hot set (see :doc:`/offload`).
 STATIC_RATIOS = (0.25, 0.5, 0.7)
-#: The largest share of the device's free memory (when the offload is
-#: built) one table of rows computed once may take. While a larger table
-#: replaces a smaller one, both are held.
+#: The largest share of the device's free memory one static table may take
+#: (while a larger one replaces it, both are held).
 TABLE_MEMORY_SHARE = 0.2
-#: Vertices of highest in-degree the split is probed on before the hot set
-#: is chosen (:func:`degree_probe`).
+#: Vertices of highest in-degree the split is probed on.
 PROBE_SIZE = 64
 
 
@@ -36,9 +25,7 @@ def _parts(computer: Computer) -> Sequence[BottomLayerComputer]:
 
 
 def degree_probe(colptr: Tensor, num: int = PROBE_SIZE) -> Tensor:
-    r"""The :obj:`num` vertices of highest in-degree of a CSC topology
-    (:obj:`colptr`): vertices with neighbors, on which a layer's split can
-    be checked before the hot set is chosen."""
+    r"""The :obj:`num` vertices of highest in-degree."""
     deg = (colptr[1:] - colptr[:-1]).cpu()
     num = min(int(num), deg.numel())
     return torch.topk(deg, num, sorted=True).indices.to(torch.int64)
@@ -46,9 +33,7 @@ def degree_probe(colptr: Tensor, num: int = PROBE_SIZE) -> Tensor:
 
 def hetero_degree_probe(csc_dict: Dict[Any, Any], node_types: Sequence[Any],
                         num: int = PROBE_SIZE) -> Dict[Any, Tensor]:
-    r""":func:`degree_probe` for every destination type in
-    :obj:`node_types`, by the in-degrees of the first edge type into it in
-    :obj:`csc_dict`."""
+    r""":func:`degree_probe` per destination type."""
     out: Dict[Any, Tensor] = {}
     for et, csc in csc_dict.items():
         if et[-1] in node_types and et[-1] not in out:
@@ -58,16 +43,7 @@ def hetero_degree_probe(csc_dict: Dict[Any, Any], node_types: Sequence[Any],
 
 def full_neighbors_reason(computer: Computer,
                           weighted: bool = False) -> Optional[str]:
-    r"""Why hot rows must keep the training fan-out, or :obj:`None` if they
-    may aggregate all in-neighbors: the CPU computes the weight-free
-    aggregation of every edge type (:obj:`split='aggregate'`, after
-    :meth:`~pyg_orch.offload.bottom_layer.BottomLayerComputer.choose_split`)
-    and each is a mean of the neighbors' rows (checked against the layer:
-    :attr:`~pyg_orch.offload.bottom_layer.BottomLayerComputer.bag_mode`).
-    The mean of all neighbors is the expectation of the mean of a uniform
-    sample of them; a sum or maximum over all neighbors is not that of a
-    sample, and neither is the mean under weighted sampling
-    (:obj:`weighted`)."""
+    r"""Why hot rows must keep the fan-out, or :obj:`None`."""
     parts = _parts(computer)
     splits = sorted({p.split for p in parts} - {AGGREGATE})
     if OUTPUT in splits:
@@ -88,17 +64,13 @@ def full_neighbors_reason(computer: Computer,
 
 
 def use_all_neighbors(computer: Computer) -> None:
-    r"""From now on :obj:`computer` aggregates all in-neighbors of every
-    vertex (fan-out :obj:`-1`). Call before any worker thread runs."""
+    r"""Makes :obj:`computer` aggregate all in-neighbors."""
     for part in _parts(computer):
         part.num_neighbors = -1
 
 
 def table_row_bytes(computer: Computer) -> int:
-    r"""Bytes of one row of :obj:`computer`'s tables where rows are means of
-    raw features: a feature row, or on heterogeneous graphs the edge types'
-    rows side by side (:attr:`HeteroBottomLayerComputer.width
-    <pyg_orch.offload.hetero_layer.HeteroBottomLayerComputer.width>`)."""
+    r"""Bytes of one row of :obj:`computer`'s tables."""
     width = getattr(computer, 'width', None)
     if width:
         part = _parts(computer)[0]
@@ -108,9 +80,7 @@ def table_row_bytes(computer: Computer) -> int:
 
 def max_table_rows(row_bytes: int, device: Union[str, torch.device],
                    share: float = TABLE_MEMORY_SHARE) -> Optional[int]:
-    r"""The most rows of :obj:`row_bytes` bytes one table may hold on
-    :obj:`device`: :obj:`share` of its free memory now; :obj:`None` (no
-    cap) for other devices than CUDA ones."""
+    r"""The most rows one table may hold on :obj:`device`."""
     device = torch.device(device)
     if device.type != 'cuda' or not torch.cuda.is_available():
         return None
@@ -120,9 +90,7 @@ def max_table_rows(row_bytes: int, device: Union[str, torch.device],
 
 def cap_sizes(sizes: Sequence[int], ratios: Sequence[float],
               max_rows: Optional[int]) -> Tuple[list, list]:
-    r"""The hot-set :obj:`sizes` (ascending, :obj:`0` first) and their
-    :obj:`ratios`, those above :obj:`max_rows` replaced by one size of
-    :obj:`max_rows` (its ratio scaled down alike)."""
+    r"""The :obj:`sizes` and :obj:`ratios`, capped at :obj:`max_rows`."""
     if max_rows is None:
         return list(sizes), list(ratios)
     out_sizes, out_ratios = [], []

@@ -1,10 +1,6 @@
-"""One interface for the ways hot-vertex embeddings are computed on CPU
-threads and handed to the training loop under a strict staleness bound:
-:class:`EmbeddingStrategy`, implemented by
-:class:`~pyg_orch.offload.super_batch.EmbeddingPipeline`
-(:obj:`refresh='super_batch'`) and
-:class:`~pyg_orch.offload.batch_cache.BatchEmbeddingCache`
-(:obj:`refresh='batch'`). The runtime talks to them through it only."""
+""":class:`EmbeddingStrategy`: the one interface of the ways hot rows are
+computed on CPU threads under a staleness bound (:obj:`refresh='super_batch'`
+or :obj:`'batch'`)."""
 import collections
 import threading
 import time
@@ -34,50 +30,24 @@ UNBOUNDED = 2**62
 
 
 class EmbeddingStrategy:
-    r"""Computes the first layer's output (or aggregation) of hot vertices
-    on CPU worker threads from weight snapshots. The runtime calls
+    r"""Computes the first layer's output (or aggregation) of hot vertices on
+    CPU worker threads from weight snapshots. The runtime calls
     :meth:`on_forward` at every training forward pass,
-    :meth:`on_batch_sampled` for the hot rows of a batch just sampled (only
-    if :attr:`per_batch`), and :meth:`rows_for` for the rows that replace a
-    batch's hot rows.
+    :meth:`on_batch_sampled` for a batch just sampled (if :attr:`per_batch`),
+    and :meth:`rows_for` for the rows that replace a batch's hot rows.
 
     Args:
-        computer (BottomLayerComputer): Computes the layer on the CPU.
-        layer (torch.nn.Module): The layer on the training device (read for
-            snapshots only).
-        hot (HotSetSizer or torch.Tensor): The hot set (a tensor: a fixed
-            one of these vertices).
-        device (torch.device): Where embeddings are used.
-        max_staleness (int): The staleness bound, in optimizer steps.
-        num_threads (int): Worker threads.
+        hot (HotSetSizer or torch.Tensor): The hot set (a tensor: fixed).
         max_sample_age (int, optional): The most steps a row's neighbor
-            sample (its table's queueing) may be reused; unbounded for
-            weight-free rows if not set (rows with weights are bounded by
-            :obj:`max_staleness` anyway).
-        chunk_size (int, optional): The most hot vertices per work item; see
-            :func:`~pyg_orch.offload.tables.default_chunk_size`.
-        idle_timeout (float): Seconds before an idle worker thread exits.
-            (default: :obj:`2.0`)
-        intra_op_threads (int): PyTorch threads of each worker thread.
-            (default: :obj:`1`)
+            sample may be reused.
         work_hook (callable, optional): Called by a worker before every work
-            item, with the item's cancellation event (see
-            :class:`~pyg_orch.offload.options.OffloadOptions`).
-        static (bool): Whether rows never age: weight-free rows that
-            aggregate *all* in-neighbors (:obj:`full_neighbors=True` with
-            :obj:`split='aggregate'`) are a function of the features and the
-            graph only, so a row once computed is exact at every later step.
-            Then rows are computed once per hot vertex, reused without a
-            sample-age bound, and reported with age :obj:`0`. Ignored for
-            rows with weights. (default: :obj:`False`)
-        scheduled (bool): Whether the rows a step uses must depend on the
-            step only, not on when the CPU finishes them (reproducible
-            training with a seed; see
-            :class:`~pyg_orch.offload.super_batch.EmbeddingPipeline`).
-            (default: :obj:`False`)
+            item, with the item's cancellation event.
+        static (bool): Whether weight-free rows aggregate all in-neighbors, so
+            that a row computed once is exact at every later step.
+        scheduled (bool): Whether the rows a step uses depend on the step
+            only, not on when the CPU finishes them.
     """
-    #: Whether it computes the rows each batch needs: then the runtime calls
-    #: :meth:`on_batch_sampled` for every batch drawn in training mode.
+    #: Whether it computes the rows each batch needs.
     per_batch = False
     #: The :obj:`refresh` option it implements.
     refresh = ''
@@ -97,13 +67,10 @@ class EmbeddingStrategy:
         self.max_staleness = int(max_staleness)
         self.max_sample_age = None if max_sample_age is None else int(
             max_sample_age)
-        # split='aggregate': tables hold weight-free aggregations, finished
-        # with the current weights on the device, so any table is usable
-        # within the sample-age bound.
+        # Weight-free rows are finished with the current weights on the device:
         self.weight_free = computer.split != OUTPUT
         self.static = bool(static) and self.weight_free
-        #: Whether rows are used by step, not by arrival (static rows are
-        #: the same whenever they come).
+        #: Whether rows are used by step, not by arrival.
         self.scheduled = bool(scheduled) and not self.static
         self.num_threads = int(num_threads)
         self.intra_op_threads = int(intra_op_threads)
@@ -112,8 +79,7 @@ class EmbeddingStrategy:
         self.idle_timeout = idle_timeout
         self.work_hook = work_hook
         self.cuda = self.device.type == 'cuda'
-        # Rows go to the device through small pinned buffers (see
-        # `PinnedStaging`), into a table allocated on the device:
+        # Rows go to the device through small pinned buffers:
         self.staging = PinnedStaging() if self.cuda else None
         self._streams: Dict[Any, Any] = {}
         self._streams_lock = threading.Lock()
@@ -126,47 +92,33 @@ class EmbeddingStrategy:
         self._version = 0  # The latest training step's.
         self.reset_stats()
 
-    # The interface ###########################################################
-
     def on_forward(self, version: int) -> None:
-        r"""A training forward pass of weight version :obj:`version`
-        starts."""
+        r"""A training forward pass of weight version :obj:`version` starts."""
 
     def on_batch_sampled(self, pos: Tensor, version: int,
                          weights_version: Optional[int] = None) -> None:
-        r"""A batch that will train at version :obj:`version` was drawn; it
-        holds the hot rows :obj:`pos` (positions in the hot set, CPU).
-        :obj:`weights_version` is the version of the current weights
-        (:obj:`version` if not given)."""
+        r"""A batch with hot rows :obj:`pos` was drawn."""
 
     def rows_for(self, info: BatchInfo, version: int,
                  timer: Any = None) -> Optional[Tensor]:
-        r"""A tensor on the device whose row :obj:`info.slot[i]` replaces
-        the hot row :obj:`info.lo + i` of a batch at version
-        :obj:`version`, or :obj:`None` if the batch has no hot row; waits
-        (timed, also by :obj:`timer`) for rows not fresh enough and raises
-        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker
-        failed."""
+        r"""The device rows that replace the batch's hot rows, or :obj:`None`;
+        waits for them, raising :class:`~pyg_orch.offload.OffloadWorkerError`
+        if a worker failed."""
         raise NotImplementedError
 
     def replan(self) -> None:
-        r"""The planned hot set changed (see :meth:`HotSetSizer.resize
-        <pyg_orch.offload.hot_set.HotSetSizer.resize>`)."""
+        r"""The planned hot set changed."""
 
     @property
     def age_bound(self) -> int:
-        r"""The most steps between a row's version (its snapshot and
-        neighbor sample) and its use: :obj:`max_staleness` for rows with
-        weights, :obj:`max_sample_age` for all (a huge number if none, or
-        for :attr:`static` rows)."""
+        r"""The most steps between a row's version and its use."""
         if self.static:
             return UNBOUNDED
         return self._sample_age_bound
 
     @property
     def _sample_age_bound(self) -> int:
-        # The bound without `static`: also the deadline by which the CPU
-        # must deliver a table to keep up (see `cannot_keep_up`).
+        # The bound without `static`, also the CPU's deadline for a table.
         bound = UNBOUNDED if self.weight_free else self.max_staleness
         if self.max_sample_age is not None:
             bound = min(bound, self.max_sample_age)
@@ -181,8 +133,6 @@ class EmbeddingStrategy:
     def threads(self) -> list:
         r"""The worker threads alive now."""
         return [] if self._pool is None else self._pool.threads
-
-    # Statistics ##############################################################
 
     def reset_stats(self) -> None:
         r"""Forgets the statistics gathered so far."""
@@ -202,10 +152,7 @@ class EmbeddingStrategy:
 
     def _record_staleness(self, age: int,
                           mean_age: Optional[float] = None) -> None:
-        # `age`: steps since the (oldest) row's snapshot and neighbor
-        # sample; `mean_age`: the mean over the rows used (`age` if not
-        # given). Its weights' staleness is that, or 0 for weight-free rows.
-        # Static rows are exact at any step: their age is 0.
+        # `age`/`mean_age`: steps since the rows' snapshot (static: 0).
         if self.static:
             age, mean_age = 0, 0.0
         self.max_table_age = age if self.max_table_age is None else max(
@@ -223,8 +170,7 @@ class EmbeddingStrategy:
             self.staleness_hist.get(staleness, 0) + 1
 
     def stats(self) -> Dict[str, Any]:
-        r"""Counters (see :meth:`pyg_orch.offload.BottomLayerOffload.stats`).
-        """
+        r"""Counters (see :meth:`BottomLayerOffload.stats`)."""
         hist = dict(sorted(self.staleness_hist.items()))
         return {
             'max_staleness': self.max_staleness,
@@ -252,8 +198,6 @@ class EmbeddingStrategy:
             'static_tables': self.static,
             'hot_sizes': list(self.hot.sizes),
         }
-
-    # Main thread #############################################################
 
     def _get_pool(self) -> WorkerPool:
         if self._pool is None or self._pool.closed:
@@ -301,8 +245,7 @@ class EmbeddingStrategy:
         self.tables_discarded += 1
 
     def _expire(self, job: Job) -> None:
-        # Discards a job that got older than the age bound; counts it as
-        # expired if it had not finished (the CPU did not keep up).
+        # Counts a job older than the age bound as expired if unfinished.
         if not job.future.done():
             self.tables_expired += 1
             self._plan_expired += 1
@@ -312,24 +255,11 @@ class EmbeddingStrategy:
     LATE_FACTOR = 2.0
     #: See :meth:`cannot_keep_up`.
     MAX_EXPIRED = 2
-    #: See :meth:`cannot_keep_up`: the longest (seconds) a table of rows
-    #: computed once may be projected to take.
+    #: See :meth:`cannot_keep_up` (seconds, for static rows).
     STATIC_DEADLINE_S = 120.0
 
     def cannot_keep_up(self) -> bool:
-        r"""Whether the CPU cannot serve the planned hot set within
-        :attr:`age_bound`: the oldest unfinished table, at least two steps
-        old, is projected from its finished work items to take more than
-        :attr:`LATE_FACTOR` times the bound (an unfinished item after
-        :math:`a` steps means that each round of items, one per thread,
-        takes at least :math:`a` steps); or, for at least
-        :attr:`LATE_FACTOR` times the bound since the last :meth:`replan`,
-        :attr:`MAX_EXPIRED` tables were dropped unfinished for getting older
-        than the bound and none was used (tables of few items, which the
-        projection cannot judge, on a CPU too slow or too busy). For
-        :attr:`static` rows, which are computed once, whether the oldest
-        unfinished table is projected the same way to take more than
-        :attr:`STATIC_DEADLINE_S` seconds in all."""
+        r"""Whether the CPU cannot keep up with the planned hot set."""
         if not self.static and (
                 self._plan_expired >= self.MAX_EXPIRED
                 and self._version - self._plan_version > self.LATE_FACTOR *
@@ -348,10 +278,7 @@ class EmbeddingStrategy:
             self._sample_age_bound + 1)
 
     def _projected(self, job: Any, spent: float) -> float:
-        # The whole time (in the unit of `spent`) an unfinished `job` is
-        # projected to take from its finished work items, `spent` so far;
-        # with none finished, each round of items (one per thread) takes
-        # at least `spent`.
+        # The whole time a `job` is projected to take, `spent` so far.
         total = len(job.chunks)
         done = total - job.remaining
         return spent * total / done if done > 0 else spent * -(
@@ -394,11 +321,8 @@ class EmbeddingStrategy:
         r"""Like :meth:`pause`."""
         self.pause()
 
-    # Worker threads ##########################################################
-
     def run_item(self, job: Job, lo: int, hi: int) -> None:
-        r"""Computes the rows :obj:`lo:hi` of :obj:`job` (one work item, on
-        a worker thread); the last item of a job finishes its table."""
+        r"""Computes the rows :obj:`lo:hi` of :obj:`job`."""
         if job.cancelled.is_set():
             return
         start = time.perf_counter()
@@ -446,8 +370,7 @@ class EmbeddingStrategy:
         event, rows = None, job.rows
         emb = job.buffer
         if self.cuda:
-            # Every item's copy is queued on the stream by now (the last
-            # item finishes the table):
+            # Every item's copy is queued on the stream by now:
             stream = self._stream('h2d', self.device)
             with torch.cuda.stream(stream):
                 if rows is not None:

@@ -1,5 +1,4 @@
-""":obj:`refresh='super_batch'`: tables of the embeddings of *all* hot
-vertices, pipelined by super-batch (:class:`EmbeddingPipeline`)."""
+""":obj:`refresh='super_batch'`: tables of all hot vertices."""
 import time
 from typing import Any, Dict, Optional
 
@@ -16,38 +15,14 @@ from pyg_orch.offload.tables import (
 
 
 class EmbeddingPipeline(EmbeddingStrategy):
-    r"""Computes tables of the embeddings of *all* hot vertices on CPU
-    threads, pipelined by super-batch, and hands them to the training loop
-    with a strictly bounded staleness.
-
-    Weight versions count optimizer steps. At a training step of version
-    :math:`t` the caller first calls :meth:`maybe_submit`: every
-    :obj:`super_batch_size` versions (the start of a super-batch), a
-    snapshot of the layer's weights is taken (an asynchronous device-side
-    copy) and the table for it is queued on the worker threads. Then
-    :meth:`acquire` returns the newest finished table whose version
-    :math:`v` satisfies :math:`t - v \le` :obj:`max_staleness`, and waits
-    for one (the oldest queued one that qualifies) if none has finished;
-    the wait is timed. With :obj:`max_staleness=0`, each step waits for the
-    table computed from its own weights. With :obj:`scheduled=True` (a
-    seed), the table a step uses depends on the step only, not on when tables
-    finish (see :attr:`lag`), so that training is reproducible; weight-free
-    tables are then queued every :obj:`super_batch_size` steps, derived
-    from :obj:`max_sample_age`, rather than one at a time as they finish.
-
-    A growing hot set (a :class:`~pyg_orch.offload.hot_set.HotSetSizer`
-    with :obj:`auto=True`) is asked to grow at the start of every
-    super-batch and told when a larger table is in use. :attr:`static`
-    tables are queued only while none covers the planned hot set.
-
-    Args:
-        super_batch_size (int, optional): Versions per super-batch; see
-            :func:`~pyg_orch.offload.tables.default_super_batch_size`.
-        **kwargs: The arguments of
-            :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`
-            (:obj:`computer`, :obj:`layer`, :obj:`hot`, :obj:`device`,
-            :obj:`max_staleness`, :obj:`num_threads`, ...).
-    """
+    r"""Computes tables of the embeddings of *all* hot vertices on CPU threads,
+    pipelined by super-batch: at the start of every super-batch
+    (:meth:`maybe_submit`, every :obj:`super_batch_size` steps), a snapshot
+    of the layer is taken and its table queued; :meth:`acquire` returns the
+    newest finished table at most :obj:`max_staleness` versions old, waiting
+    if needed. With :obj:`scheduled=True`, the table a step uses depends on
+    the step only (see :attr:`lag`). Takes the arguments of
+    :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`."""
     refresh = 'super_batch'
 
     def __init__(self, *args: Any, super_batch_size: Optional[int] = None,
@@ -71,11 +46,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     @property
     def lag(self) -> int:
-        r"""With :attr:`scheduled` tables, the step of version :math:`t`
-        uses the newest table queued at a version :math:`v \le t -`
-        :obj:`lag` (the first one queued, waited for, before any is that
-        old), whenever it finishes: at most :obj:`lag + super_batch_size -
-        1` steps old, within :attr:`age_bound`."""
+        r"""Steps between a scheduled table's queueing and its use."""
         size = self.super_batch_size
         return max(0, min(size, self.age_bound - size + 1))
 
@@ -95,18 +66,14 @@ class EmbeddingPipeline(EmbeddingStrategy):
         return None if table is None else table.emb
 
     def replan(self) -> None:
-        r"""The planned hot set changed: tables of its size are queued from
-        the next step on."""
+        r"""The planned hot set changed."""
         self.chunks = split_chunks(self.hot.planned, self.num_threads,
                                    self.chunk_size)
         self._last_submit = None
         self._plan_changed()
 
     def maybe_submit(self, version: int) -> None:
-        r"""Takes a snapshot and queues its table at the start of every
-        super-batch (first letting the hot set grow, see
-        :meth:`HotSetSizer.maybe_grow
-        <pyg_orch.offload.hot_set.HotSetSizer.maybe_grow>`)."""
+        r"""Queues a table at the start of a super-batch."""
         self._version = version
         if not self.chunks:
             return
@@ -122,8 +89,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
             self.submit(version)
 
     def _covers_plan(self) -> bool:
-        # Whether the current table, or one finished and not taken yet,
-        # holds rows of the whole planned set.
+        # Whether a current or finished table holds the whole planned set.
         planned = self.hot.planned
         if self._current is not None and \
                 self._current.emb.size(0) >= planned:
@@ -144,8 +110,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
                                        self.chunk_size)
 
     def submit(self, version: int) -> None:
-        r"""Snapshots the layer's weights (of version :obj:`version`) and
-        queues the computation of their table."""
+        r"""Snapshots the weights and queues their table."""
         self._mark(version)
         self._launch(Snapshot(version, self.layer), self.hot.planned_nodes,
                      self.chunks)
@@ -162,23 +127,11 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     def acquire(self, version: int, timer=None,
                 min_rows: int = 0) -> Optional[EmbeddingTable]:
-        r"""Returns a table usable at weight version :obj:`version` (at most
-        :attr:`age_bound` versions old) that holds at least :obj:`min_rows`
-        rows (those a batch's slot map refers to), waiting for one if
-        needed; :obj:`None` (without waiting) while no vertex is hot yet (a
-        hot set growing from none). Raises
-        :class:`~pyg_orch.offload.OffloadWorkerError` if a worker failed.
-
-        A batch's slot map is made from the hot set when it is drawn; if
-        the set shrank since (:meth:`HotSetSizer.settle
-        <pyg_orch.offload.hot_set.HotSetSizer.settle>`), newer tables are
-        smaller: the table in use before serves it if it is recent enough,
-        else one that holds its rows is waited for (queued if needed)."""
+        r"""A table usable at :obj:`version` with :obj:`min_rows` rows."""
         bound = self.age_bound
         self._raise_failures()
         if self.scheduled and (self.hot.size > 0 or min_rows > 0):
-            # (With nothing pruned yet, as in the trial of sizes, a table
-            # is taken when it comes, without waiting.)
+            # (With nothing pruned yet, a table is taken when it comes.)
             return self._acquire_scheduled(version, timer, min_rows)
         # Tables that could never be used again:
         while self._jobs and version - self._jobs[0].version > bound:
@@ -217,8 +170,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     def _acquire_scheduled(self, version: int, timer=None,
                            min_rows: int = 0) -> Optional[EmbeddingTable]:
-        # :meth:`acquire` by step (see `lag`): which table a step uses
-        # does not depend on when tables finish.
+        # :meth:`acquire` by step (see `lag`).
         due = version - self.lag
         index = None
         for i, job in enumerate(self._jobs):
@@ -245,10 +197,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
 
     def _wait_for(self, version: int, min_rows: int,
                   timer=None) -> EmbeddingTable:
-        # Waits for the oldest queued table of at least `min_rows` rows
-        # (dropping those queued before it); queues one first if there is
-        # none: of the planned hot set, or of its first `min_rows`
-        # candidates if that is smaller.
+        # Waits for the oldest queued table of `min_rows` rows, queued if none.
         index = next((i for i, job in enumerate(self._jobs)
                       if job.nodes.numel() >= min_rows), None)
         if index is None:
@@ -267,8 +216,7 @@ class EmbeddingPipeline(EmbeddingStrategy):
         return table
 
     def pause(self) -> None:
-        r"""Cancels queued tables and stops the worker threads (the newest
-        finished table is kept; the staleness bound still applies to it)."""
+        r"""Cancels queued tables and stops the workers."""
         for job in self._jobs:
             if job.succeeded() and not self.scheduled:
                 self._current = job.future.result()

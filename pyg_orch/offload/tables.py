@@ -1,6 +1,4 @@
-"""The pieces the embedding strategies share: tables of hot-vertex
-embeddings, weight snapshots, work items split into chunks, and the error a
-failed worker raises in the training loop."""
+"""What the embedding strategies share: tables, snapshots, work items."""
 import threading
 import time
 from concurrent.futures import Future
@@ -14,37 +12,20 @@ from pyg_orch.offload.bottom_layer import BottomLayerComputer, snapshot_state
 
 
 class OffloadWorkerError(RuntimeError):
-    r"""Raised in the training loop when a CPU worker of
-    :class:`~pyg_orch.offload.BottomLayerOffload` failed; the worker's
-    exception (with its traceback) is chained as :obj:`__cause__`."""
+    r"""Raised in the training loop when a CPU worker failed."""
 
 
 def default_super_batch_size(max_staleness: int) -> int:
-    r"""The super-batch size :math:`S = \max(1, \lfloor (s + 1) / 2
-    \rfloor)` for a staleness bound :math:`s`: a table computed from the
-    snapshot taken at the start of super-batch :math:`i` serves super-batch
-    :math:`i + 1`, that is up to :math:`2S - 1 \le s` steps later."""
+    r"""The super-batch size :math:`\max(1, \lfloor (s + 1) / 2 \rfloor)` for a
+    staleness bound :math:`s`."""
     return max(1, (int(max_staleness) + 1) // 2)
 
 
 @dataclass
 class EmbeddingTable:
-    r"""Bottom-layer outputs of hot vertices, computed with the weights of
-    version :obj:`version` (the number of optimizer steps taken before the
-    snapshot).
-
-    Args:
-        version (int): The weight version used.
-        seq (int): The sequence number of the table.
-        emb (torch.Tensor): The outputs, on the training device (rows in the
-            order of the hot set, or of :obj:`rows`).
-        event (torch.cuda.Event, optional): Marks the end of the copy to the
-            device.
-        rows (torch.Tensor, optional): For partial tables, the positions in
-            the hot set of the rows of :obj:`emb` (on the device).
-        compute_s (float, optional): Seconds from queueing the table to its
-            last row.
-    """
+    r"""Bottom-layer outputs :obj:`emb` of hot vertices from the weights of
+    :obj:`version` (for partial tables, of the hot-set positions :obj:`rows`);
+    :obj:`event` marks the end of their copy to the device."""
     version: int
     seq: int
     emb: Tensor
@@ -65,8 +46,7 @@ class EmbeddingTable:
 
 
 class Snapshot:
-    r"""The state of a layer at one version, cloned where it lives; copied to
-    the CPU once, by the first worker that needs it."""
+    r"""The state of a layer at one version."""
     def __init__(self, version: int, layer: torch.nn.Module):
         self.version = version
         self.state: Optional[Dict[str, Tensor]] = snapshot_state(layer)
@@ -80,8 +60,7 @@ class Snapshot:
         self.lock = threading.Lock()
 
     def cpu(self, get_stream: Callable) -> Dict[str, Tensor]:
-        r"""The state on the CPU (copied on the stream
-        :obj:`get_stream(device)` from a CUDA device)."""
+        r"""The state on the CPU, copied once."""
         with self.lock:
             if self.cpu_state is None:
                 if self.event is not None:
@@ -103,20 +82,13 @@ class Snapshot:
 
 
 class PinnedStaging:
-    r"""Copies work items' rows from the CPU to a device table through two
-    small pinned buffers per worker thread, reused from item to item (the
-    copy of one item overlaps the computation of the next).
-
-    A table-sized pinned buffer would do it in one copy, but pinning memory
-    stalls every thread's CUDA calls while its pages are locked: on an H100
-    host, 220-260 ms for the 275 MB of a 5% hot set with 600-dim rows,
-    during which the training loop could launch nothing."""
+    r"""Copies work items' rows to the device through two small pinned buffers
+    per thread (a table-sized one stalls CUDA calls while pinned)."""
     def __init__(self):
         self._local = threading.local()
 
     def copy(self, src: Tensor, dst: Tensor, stream: Any) -> None:
-        r"""Copies :obj:`src` (host) into :obj:`dst` (device, same shape)
-        on :obj:`stream`, without waiting for the copy."""
+        r"""Copies :obj:`src` into :obj:`dst` on :obj:`stream`."""
         local = self._local
         if not hasattr(local, 'slots'):
             local.slots, local.turn = [[None, None], [None, None]], 0
@@ -137,9 +109,7 @@ class PinnedStaging:
 
 
 class Job:
-    r"""The embeddings of :obj:`nodes` from one snapshot, computed in chunks
-    by the worker threads into :obj:`buffer` (on the device the table is
-    for); :obj:`future` gets an :class:`EmbeddingTable`."""
+    r"""The rows of :obj:`nodes` from one snapshot, in chunks."""
     def __init__(self, seq: int, snapshot: Snapshot, nodes: Tensor,
                  chunks: List[tuple], rows: Optional[Tensor] = None):
         self.seq = seq
@@ -177,20 +147,12 @@ class Job:
         return f.done() and not f.cancelled() and f.exception() is None
 
 
-# Feature bytes a work item gathers, by default. On 2 cores, a few MB per
-# item was 1.5 to 2x faster (600-dim features) than one item of tens of MB
-# per thread, whose fresh allocations each page-fault (free returns them to
-# the operating system); on 16 cores it made no difference. Far smaller
-# items pay Python overhead per item, under the interpreter lock that the
-# training loop needs too.
+# Feature bytes a work item gathers by default (page faults vs. GIL).
 _ITEM_BYTES = 8 * 2**20
 
 
 def default_chunk_size(computer: BottomLayerComputer) -> int:
-    r"""Hot vertices per work item by default: about 8 MB of gathered
-    features (the vertices' and their sampled neighbors' rows; with
-    :func:`~torch.nn.functional.embedding_bag`, which gathers none, of the
-    item's output rows), between 256 and 16,384 vertices."""
+    r"""Hot vertices per work item: about 8 MB of features."""
     k = computer.num_neighbors
     rows_per_vertex = 1 + (k if k >= 0 else 32)
     if computer.cpu_aggregation == 'embedding_bag':
@@ -200,9 +162,7 @@ def default_chunk_size(computer: BottomLayerComputer) -> int:
 
 
 def split_chunks(n: int, num_threads: int, chunk_size: int) -> List[tuple]:
-    r"""Splits :obj:`n` rows into work items :obj:`(lo, hi)`: at most
-    :obj:`chunk_size` rows each, and at least one item per thread where
-    there are enough rows (256 at least per item)."""
+    r"""Splits :obj:`n` rows into work items of :obj:`chunk_size` rows."""
     if n == 0:
         return []
     size = min(chunk_size, max(-(-n // num_threads), 256))

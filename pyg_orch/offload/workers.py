@@ -1,5 +1,4 @@
-"""A small pool of named worker threads that exit when idle or closed, and
-the default numbers of threads."""
+"""Worker threads that exit when idle, and their default numbers."""
 import atexit
 import collections
 import itertools
@@ -23,19 +22,10 @@ _threads_lock = threading.Lock()
 
 
 def set_thread_intra_op_threads(num: int) -> None:
-    r"""Sets the PyTorch intra-op threads of the calling thread only.
-
-    :func:`torch.set_num_threads` also sets the process-wide value that
-    every thread started later begins with (the training loop's autograd
-    and data threads, a user's threads): called in a worker thread, it
-    would leave them with the workers' few threads for the rest of the
-    process. Here the process-wide value is set back (from a short-lived
-    thread, so that the calling thread keeps :obj:`num`)."""
+    r"""Sets the PyTorch intra-op threads of the calling thread only."""
     with _threads_lock:
         before = _in_new_thread(torch.get_num_threads)
-        # A thread takes the process-wide value at its first use of the
-        # thread pool: make that happen now, not after the value is set
-        # back.
+        # Take the process-wide value now, before it is set back:
         torch.get_num_threads()
         torch.set_num_threads(int(num))
         if before != int(num):
@@ -43,9 +33,7 @@ def set_thread_intra_op_threads(num: int) -> None:
 
 
 def process_intra_op_threads() -> int:
-    r"""The PyTorch intra-op threads that a thread started now begins
-    with (read after any worker thread that is setting its own value has
-    set the process-wide value back)."""
+    r"""The PyTorch intra-op threads that a thread started now begins with."""
     with _threads_lock:
         return _in_new_thread(torch.get_num_threads)
 
@@ -61,76 +49,43 @@ def _in_new_thread(fn: Callable, *args: Any) -> Any:
 
 
 def local_ranks() -> int:
-    r"""The training processes of this machine that share its CPU cores:
-    under an initialized :mod:`torch.distributed` process group, the local
-    world size of :func:`~pyg_orch.parallel.ddp.rank_info`
-    (:obj:`LOCAL_WORLD_SIZE`, else the world size), else :obj:`1`."""
+    r"""The training processes sharing this machine's cores."""
     if not (dist.is_available() and dist.is_initialized()):
         return 1
     return max(1, rank_info().local_world_size)
 
 
 def cpu_cores_per_rank(local_world_size: Optional[int] = None) -> int:
-    r"""The CPU cores of one training process: the machine's
-    (:func:`os.cpu_count`) divided by :obj:`local_world_size` (by default
-    :func:`local_ranks`: the ranks of this machine under
-    :class:`~torch.nn.parallel.DistributedDataParallel`, else :obj:`1`),
-    at least one."""
+    r"""The CPU cores of one training process (at least one)."""
     if local_world_size is None:
         local_world_size = local_ranks()
     return max(1, (os.cpu_count() or 1) // max(int(local_world_size), 1))
 
 
 def _offload_cores(local_world_size: Optional[int] = None) -> int:
-    # Half the process's cores; the other half is left to the training
-    # loop, the loader and the operating system.
+    # Half the cores; the rest is left to the loop, loader and OS.
     return max(1, cpu_cores_per_rank(local_world_size) // 2)
 
 
 def default_num_threads(local_world_size: Optional[int] = None) -> int:
-    r"""Worker threads by default: two (one where the process has fewer
-    than four cores, see :func:`cpu_cores_per_rank`), each running its
-    tensor operations on :func:`default_intra_op_threads` threads. Few
-    Python threads with multi-threaded operations rather than one Python
-    thread per core: the workers then take Python's interpreter lock less
-    often, which the training loop needs to launch its kernels (see
-    :doc:`/offload` for measurements). Under DDP, every rank of a machine
-    gets its share of the cores (:obj:`local_world_size`, see
-    :func:`cpu_cores_per_rank`)."""
+    r"""Worker threads by default: two (one below four cores per rank), each on
+    :func:`default_intra_op_threads` threads, so that they take the interpreter
+    lock less often."""
     return min(2, _offload_cores(local_world_size))
 
 
 def default_intra_op_threads(num_threads: int,
                              local_world_size: Optional[int] = None) -> int:
-    r"""PyTorch intra-op threads per worker thread by default: half the
-    process's CPU cores (:func:`cpu_cores_per_rank`: the machine's, or under
-    DDP this rank's share) shared among the :obj:`num_threads` workers (at
-    least one each)."""
+    r"""PyTorch threads per worker by default (half the cores, shared)."""
     return max(1, _offload_cores(local_world_size) // max(int(num_threads),
                                                           1))
 
 
 class WorkerPool:
-    r"""Runs submitted functions on up to :obj:`num_threads` threads named
-    :obj:`'pyg_orch-offload-<pool>-<n>'`. Threads are started on demand and
-    exit after :obj:`idle_timeout` seconds without work, or when the pool is
-    closed; so an abandoned training loop leaves no thread behind for long.
-    Threads are daemons and are joined at interpreter exit.
-
-    Unlike :class:`concurrent.futures.ThreadPoolExecutor`, threads never
-    outlive the pool's use, and :meth:`close` cancels queued work.
-
-    Args:
-        num_threads (int): The most threads to run at once.
-        idle_timeout (float): Seconds a thread waits for work before it
-            exits. (default: :obj:`2.0`)
-        intra_op_threads (int, optional): PyTorch intra-op threads of each
-            worker thread (:func:`torch.set_num_threads` is per thread); the
-            process's setting if :obj:`None`. One by default: with
-            :obj:`num_threads` workers each running PyTorch's full
-            thread pool, the cores are oversubscribed many times over.
-            (default: :obj:`1`)
-    """
+    r"""Runs submitted functions on up to :obj:`num_threads` daemon threads of
+    :obj:`intra_op_threads` PyTorch threads each, started on demand; they exit
+    after :obj:`idle_timeout` seconds without work, and :meth:`close` cancels
+    queued work."""
     def __init__(self, num_threads: int, idle_timeout: float = 2.0,
                  intra_op_threads: Optional[int] = 1):
         if num_threads < 1:
@@ -212,8 +167,7 @@ class WorkerPool:
 
     def close(self, wait: bool = True,
               timeout: Optional[float] = None) -> None:
-        r"""Cancels queued work and stops the threads; with :obj:`wait`,
-        joins them (a function already running finishes first)."""
+        r"""Cancels queued work and stops the threads."""
         with self._cond:
             self._closed = True
             queued = list(self._queue)

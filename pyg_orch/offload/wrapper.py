@@ -1,7 +1,4 @@
-"""Bottom-layer offload in one call: :class:`BottomLayerOffload`, a thin
-:class:`torch.nn.Module` front over a model and a
-:class:`~pyg_orch.HybridNeighborLoader`; the work is done by its runtime
-(:mod:`pyg_orch.offload.runtime`, built by :mod:`pyg_orch.offload.build`)."""
+""":class:`BottomLayerOffload`: a thin front over a model and its loader."""
 import copy
 import warnings
 import weakref
@@ -65,70 +62,29 @@ class BottomLayerOffload(torch.nn.Module):
 
     Hot vertices are the :obj:`hot_ratio` fraction of all vertices that
     pre-sampled mini-batches need most often in their bottom layer. In
-    training mode the sampler does not expand them in the last hop, and
-    after the first layer has run on the device their rows are replaced by
-    embeddings computed on CPU worker threads, at most :obj:`max_staleness`
-    optimizer steps old (with :obj:`split='aggregate'`, weight-free
-    aggregations finished with the current weights). :meth:`eval` switches
-    everything off. The wrapper is used exactly like the model
-    (:meth:`parameters`, :meth:`state_dict` etc. are the model's), and
-    copies or pickles of it are plain models.
-
-    For a loader over a :class:`~torch_geometric.data.HeteroData`, the model
-    is called as :obj:`model(batch.x_dict, batch.edge_index_dict)`; its
-    first layer is one message-passing module per edge type (named after
-    it by :func:`~torch_geometric.nn.to_hetero` and
-    :class:`~torch_geometric.nn.conv.HeteroConv`, else those that read the
-    raw :obj:`x_dict` in the first training forward pass):
-
-    .. code-block:: python
-
-        loader = HybridNeighborLoader(data, [10, 5], batch_size=512,
-                                      input_nodes=('paper', train_mask))
-        model = to_hetero(GraphSAGE((-1, -1), 64, 2, 8), data.metadata())
-        model = BottomLayerOffload(model, loader,
-                                   options=OffloadOptions(hot_ratio=0.3))
-        ...
-        out = model(batch.x_dict, batch.edge_index_dict)['paper']
-
-    The wrapper never stops a training loop that runs with the plain
-    model: where the first layer can not be found from the model's modules
-    (lazily initialized parameters, modules not named after edge types),
-    it is found in the first training forward pass, which runs unchanged
-    and materializes lazy parameters; where the model can not be offloaded
-    (work such as a :class:`~torch.nn.Linear` layer before the first
-    message passing, temporal loaders), the model runs unchanged, with one
-    :class:`UserWarning`. :obj:`stats()['decision']` says which and why
-    (see :doc:`/offload`).
-
-    Under :class:`~torch.nn.parallel.DistributedDataParallel`, build one
-    wrapper per rank after the process group is initialized, then wrap it:
-    :obj:`DistributedDataParallel(BottomLayerOffload(model, loader))`
-    (wrapping a DDP model works too). Building is a collective: the ranks of
-    a machine choose one hot set from the sum of their pre-sampled access
-    counts, agree on the decision by measurement, and share the machine's
-    CPU cores (:obj:`stats()['cpu_cores_per_rank']`); see
-    :doc:`/multi_gpu`.
-
-    :doc:`/offload` explains how it works: pruning and degrees, bounded
-    staleness and super-batches, sizing the hot set, the refresh modes and
-    splits, gradients, exactness, the GPU cache, heterogeneous graphs,
-    lifetime and limitations, with measurements.
+    training mode the sampler does not expand them in the last hop, and their
+    first-layer rows are replaced by embeddings computed on CPU threads, at
+    most :obj:`max_staleness` optimizer steps old. :meth:`eval` switches
+    everything off. The wrapper is used exactly like the model, and copies
+    or pickles of it are plain models. For a
+    :class:`~torch_geometric.data.HeteroData` loader, the model is called as
+    :obj:`model(batch.x_dict, batch.edge_index_dict)` and its first layer is
+    one module per edge type. Where the model can not be offloaded, it runs
+    unchanged with one :class:`UserWarning`; :obj:`stats()['decision']` says
+    why. Under :class:`~torch.nn.parallel.DistributedDataParallel`, build one
+    wrapper per rank after the process group is initialized (building is a
+    collective), then wrap it. See :doc:`/offload` and :doc:`/multi_gpu`.
 
     Args:
         model (torch.nn.Module): The GNN, with at least one
             :class:`~torch_geometric.nn.conv.MessagePassing` layer.
         loader (HybridNeighborLoader or HybridLinkNeighborLoader): The
-            training loader (link-level loaders: homogeneous graphs only;
-            the label edges' endpoints seed the hot-set pre-sampling). On a
-            partition folder (homogeneous), each rank offloads vertices of
-            its own part; ratios are of the part's vertices (see
-            :mod:`pyg_orch.offload.partition`).
-        options (OffloadOptions, optional): The tuning options (see
-            :class:`~pyg_orch.offload.options.OffloadOptions`); the
-            defaults if not given.
-        **kwargs: The options as keywords (deprecated: each warns once
-            with a :class:`DeprecationWarning`; pass :obj:`options`).
+            training loader (link-level loaders: homogeneous graphs only). On
+            a partition folder (homogeneous), each rank offloads vertices of
+            its own part; ratios are of the part's vertices.
+        options (OffloadOptions, optional): The tuning options; the defaults
+            if not given.
+        **kwargs: The options as keywords (deprecated; pass :obj:`options`).
     """
     def __init__(
         self,
@@ -159,8 +115,7 @@ class BottomLayerOffload(torch.nn.Module):
         plan = plan_offload(model, loader, options)
         runtime = _runtime_of(model, loader, plan)
         super().__init__()
-        # Share the model's state, so that parameters(), state_dict() etc.
-        # are the model's own, with identical keys:
+        # Share the model's state (parameters(), state_dict() etc.):
         for name in ('_parameters', '_buffers', '_modules',
                      '_non_persistent_buffers_set'):
             object.__setattr__(self, name, getattr(model, name))
@@ -177,8 +132,7 @@ class BottomLayerOffload(torch.nn.Module):
         self._install(runtime)
 
     def _install(self, runtime: Union[OffloadRuntime, PassThrough]) -> None:
-        # Puts `runtime` behind the wrapper (closed with it); warns once
-        # where the model runs unchanged.
+        # Puts `runtime` behind the wrapper; warns where the model runs as is.
         old = self.__dict__['_finalizer']
         if old is not None:
             old.detach()
@@ -194,8 +148,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     def _build(self, first: Optional[FirstLayer]
                ) -> Union[OffloadRuntime, PassThrough]:
-        # Plans again with the first layer found by a forward pass, and
-        # builds.
+        # Plans again with the first layer found by a forward pass.
         plan = plan_offload(self.module, self._loader, self.options, first)
         object.__setattr__(self, '_plan', plan)
         return _runtime_of(self.module, self._loader, plan)
@@ -206,9 +159,7 @@ class BottomLayerOffload(torch.nn.Module):
         self._install(PassThrough(reason))
 
     def _plan_on_first_batch(self, args: tuple, kwargs: dict) -> Any:
-        # The first training forward pass of a wrapper planned on it: runs
-        # the model unchanged (materializing lazy parameters), finds the
-        # first layer from what it did, then builds the offload.
+        # Runs the model as is, finds its first layer, then builds offload.
         model = self.module
         inputs = model_inputs(args, kwargs)
         out, calls = trace_message_passing(model, args, kwargs)
@@ -222,8 +173,7 @@ class BottomLayerOffload(torch.nn.Module):
             except NotImplementedError as exc:
                 why = str(exc)
             except (RuntimeError, IndexError) as exc:
-                # E.g. a shape error of the CPU copy of the layer on the
-                # raw features: never a failure of the training loop.
+                # E.g. a shape error on the CPU: never a failure of the loop.
                 why = (f"the first layer could not be computed on the CPU "
                        f"from the raw features ({type(exc).__name__}: "
                        f"{exc})")
@@ -236,10 +186,8 @@ class BottomLayerOffload(torch.nn.Module):
     def _mismatch(self, exc: Union[FirstLayerMismatch,
                                    FirstLayerEdgeTensors],
                   args: tuple, kwargs: dict) -> Any:
-        # The layer chosen as the first one is not what the model calls
-        # first on the raw features (or it gets edge-level tensors):
-        # rebuild with the one it does call first, else run unchanged; this
-        # forward pass runs exactly.
+        # The chosen layer is not what the model calls first on the raw
+        # features: rebuild with the one it does, else run unchanged.
         model = self.module
         why = str(exc)
         if isinstance(exc, FirstLayerMismatch) and exc.layer is not None \
@@ -253,8 +201,6 @@ class BottomLayerOffload(torch.nn.Module):
         else:
             self._pass_through(why)
         return model(*args, **kwargs)
-
-    # Module behaviour ########################################################
 
     @property
     def module(self) -> torch.nn.Module:
@@ -278,8 +224,7 @@ class BottomLayerOffload(torch.nn.Module):
         super().__setattr__(name, value)
 
     def train(self, mode: bool = True) -> 'BottomLayerOffload':
-        r"""Sets training mode (offload on: pruning and replacement) or
-        evaluation mode (exact computation, worker threads stopped)."""
+        r"""Sets training mode (offload on) or evaluation mode."""
         if not isinstance(mode, bool):
             raise ValueError('training mode is expected to be boolean')
         super().train(mode)
@@ -348,38 +293,29 @@ class BottomLayerOffload(torch.nn.Module):
                 "init_process_group() (e.g. pyg_orch.parallel.ddp."
                 "init_distributed()) on every rank", stacklevel=3)
 
-    # Offload API #############################################################
-
     @property
     def options(self) -> OffloadOptions:
-        r"""The options, validated (see
-        :class:`~pyg_orch.offload.options.OffloadOptions`)."""
+        r"""The options, validated."""
         return self.__dict__['_options']
 
     @property
     def plan(self) -> OffloadPlan:
-        r"""What the wrapper decided to do, and why (see
-        :class:`~pyg_orch.offload.planning.OffloadPlan`; :obj:`print` it)."""
+        r"""What the wrapper decided to do, and why."""
         return self.__dict__['_plan']
 
     @property
     def runtime(self) -> OffloadRuntime:
-        r"""The :class:`~pyg_orch.offload.runtime.OffloadRuntime` behind the
-        wrapper (its hooks, hot set, embedding strategy and counters), for
-        inspection."""
+        r"""The runtime behind the wrapper, for inspection."""
         return self.__dict__['_offload']
 
     @property
     def hot_nodes(self) -> Union[Tensor, Dict[str, Tensor]]:
-        r"""Global ids of the hot vertices, most frequently accessed first
-        (for heterogeneous graphs, a dictionary of ids within each node
-        type)."""
+        r"""Global ids of the hot vertices, most accessed first."""
         return self._offload.hot_nodes
 
     @property
     def hot_mask(self) -> Union[Tensor, Dict[str, Tensor]]:
-        r"""Boolean mask over all vertices, :obj:`True` for hot ones (per
-        node type for heterogeneous graphs)."""
+        r"""Boolean mask over all vertices, :obj:`True` if hot."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return torch.empty(0, dtype=torch.bool)
@@ -387,11 +323,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def gpu_cache_nodes(self) -> Tensor:
-        r"""The GPU-cache candidates (:obj:`cache_ratio` of all
-        vertices): those whose features pre-sampled batches fetch most often
-        with hot-vertex pruning on (see
-        :func:`~pyg_orch.offload.hotness.select_cache_nodes`); none for
-        heterogeneous graphs."""
+        r"""The GPU-cache candidates."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return runtime.hot_nodes
@@ -399,8 +331,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def access_counts(self) -> Union[Tensor, Dict[str, Tensor]]:
-        r"""How often every vertex was needed by the bottom layer during
-        pre-sampling (per node type for heterogeneous graphs)."""
+        r"""Bottom-layer accesses per vertex in pre-sampling."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return runtime.hot_nodes
@@ -421,8 +352,7 @@ class BottomLayerOffload(torch.nn.Module):
 
     @property
     def steps(self) -> int:
-        r"""The weight version: optimizer steps (or training forward passes)
-        counted so far."""
+        r"""The weight version: optimizer steps so far."""
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return runtime.num_forwards
@@ -431,67 +361,31 @@ class BottomLayerOffload(torch.nn.Module):
     def stats(self) -> Dict[str, Any]:
         r"""Counters since construction (or :meth:`reset_stats`):
 
-        * :obj:`num_hot`, :obj:`num_gpu_cache`: sizes of the hot set and of
-          the GPU-cache candidates; :obj:`hot_coverage`: the share of
-          pre-sampled bottom-layer accesses that hit a hot vertex;
-          :obj:`presample_batches`: the mini-batches pre-sampled;
-        * :obj:`steps` and :obj:`step_source` (:obj:`'optimizer'` or
-          :obj:`'forward'`): the weight version and what it counts;
-        * :obj:`offloaded_forwards`, :obj:`exact_forwards`: training forward
-          passes with and without replacement (the latter for inputs that
-          are no batch of the loader); :obj:`hot_rows_replaced`,
-          :obj:`hot_rows_per_batch`;
-        * :obj:`split` (:obj:`'output'`, :obj:`'aggregate'` or
-          :obj:`'pre_linear'`, the latter an aggregation finished with
-          :obj:`lin`); :obj:`cpu_aggregation`: how the CPU computes a
-          weight-free split, :obj:`'embedding_bag'` (a mean, sum or maximum
-          of the neighbors' rows, straight from the features),
-          :obj:`'layer'` (a copy of the layer) or, on heterogeneous graphs,
-          :obj:`'mixed'`;
-        * :obj:`staleness_hist` (staleness of the weights in steps to
-          number of uses), :obj:`max_staleness_seen`, :obj:`max_staleness`,
-          :obj:`super_batch_size`, :obj:`refresh`; :obj:`max_table_age`:
-          the most steps since a table used was queued (its neighbor
-          samples drawn); :obj:`hot_sizes`: the sizes the hot set took;
-        * :obj:`max_sample_age` (the bound), :obj:`sample_age_max`,
-          :obj:`sample_age_mean`: steps since the neighbor samples (and
-          snapshots) of the rows used were drawn, at most and on average
-          over uses;
-        * :obj:`decision`: how the hot-set size was chosen:
-          :obj:`mode` (:obj:`'measure'` or :obj:`'fixed'`; or
-          :obj:`'pending'` before the first training forward pass of a
-          model planned on it, :obj:`'pass_through'` where the model runs
-          unchanged, with only :obj:`reason` and the forward counts),
-          :obj:`chosen_num_hot`, :obj:`reason`, and when measured
-          :obj:`state` (:obj:`'trial'`, :obj:`'settling'`,
-          :obj:`'decided'`), :obj:`candidates` (:obj:`num_hot`,
-          :obj:`hot_ratio`, :obj:`median_step_s`, :obj:`measured_steps`
-          and :obj:`usable` each: :obj:`False` where the CPU could not
-          compute its rows within the sample-age bound, so it was not
-          timed), :obj:`chosen_hot_ratio`, :obj:`speedup` over plain
-          training, :obj:`plain_again_median_step_s` (plain training timed
-          again before a hot set is kept; the faster of its two medians
-          counts), :obj:`margin` and :obj:`events` (what the trial did
-          at which training step: :obj:`'trying'` a size, :obj:`'not
-          usable'`, :obj:`'plain again'`, :obj:`'chose'`,
-          :obj:`'decided'`);
-        * :obj:`wait_s`, :obj:`num_waits`: time the training loop waited for
-          embeddings; :obj:`cpu_compute_s`: CPU time of the workers;
+        * :obj:`num_hot`, :obj:`num_gpu_cache`, :obj:`hot_coverage`,
+          :obj:`presample_batches`: the hot set and GPU-cache candidates;
+        * :obj:`steps`, :obj:`step_source`: the weight version and what it
+          counts (:obj:`'optimizer'` or :obj:`'forward'`);
+        * :obj:`offloaded_forwards`, :obj:`exact_forwards`,
+          :obj:`hot_rows_replaced`, :obj:`hot_rows_per_batch`;
+        * :obj:`split`, :obj:`cpu_aggregation`: how the CPU computes the layer;
+        * :obj:`staleness_hist`, :obj:`max_staleness_seen`,
+          :obj:`max_staleness`, :obj:`super_batch_size`, :obj:`refresh`,
+          :obj:`max_table_age`, :obj:`hot_sizes`, :obj:`max_sample_age`,
+          :obj:`sample_age_max`, :obj:`sample_age_mean`: staleness and ages in
+          steps;
+        * :obj:`decision`: how the hot-set size was chosen (:obj:`mode`,
+          :obj:`chosen_num_hot`, :obj:`reason`; when measured :obj:`state`,
+          :obj:`candidates`, :obj:`chosen_hot_ratio`, :obj:`speedup`,
+          :obj:`plain_again_median_step_s`, :obj:`margin`, :obj:`events`);
+        * :obj:`wait_s`, :obj:`num_waits`, :obj:`cpu_compute_s`,
           :obj:`tables_submitted`, :obj:`tables_computed`,
-          :obj:`tables_discarded`, :obj:`tables_expired` (discarded
-          unfinished for their age), :obj:`rows_computed`;
-          :obj:`static_tables`: whether rows are computed once and never
-          age (:obj:`full_neighbors` with :obj:`split='aggregate'`);
-          :obj:`full_neighbors`: whether hot rows aggregate all
-          in-neighbors (resolved), :obj:`full_neighbors_reason`: why;
-          :obj:`threads_alive`, :obj:`num_threads`,
-          :obj:`intra_op_threads`, :obj:`chunk_size`, :obj:`cpu_autocast`;
-        * :obj:`local_world_size`: the training processes sharing this
-          machine's cores (:obj:`1` without an initialized process group),
-          :obj:`cpu_cores_per_rank`: this process's share of them, within
-          which the default :obj:`num_threads` and :obj:`intra_op_threads`
-          are chosen; :obj:`hot_set_ranks`: the ranks whose pre-sampled
-          counts chose the hot set (the machine's under DDP);
+          :obj:`tables_discarded`, :obj:`tables_expired`, :obj:`rows_computed`,
+          :obj:`static_tables`, :obj:`full_neighbors`,
+          :obj:`full_neighbors_reason`, :obj:`threads_alive`,
+          :obj:`num_threads`, :obj:`intra_op_threads`, :obj:`chunk_size`,
+          :obj:`cpu_autocast`;
+        * :obj:`local_world_size`, :obj:`cpu_cores_per_rank`,
+          :obj:`hot_set_ranks`: the ranks sharing cores and hot set;
         * :obj:`num_hot_per_type` for heterogeneous graphs.
         """
         out = self._offload.stats()
@@ -507,9 +401,7 @@ class BottomLayerOffload(torch.nn.Module):
         self._offload.reset_stats()
 
     def close(self) -> None:
-        r"""Stops offloading for good: removes all hooks, stops the worker
-        threads and clears the sampler's hot nodes. The wrapper then behaves
-        like the plain model."""
+        r"""Stops offloading for good."""
         self._finalizer()
 
     @property
@@ -542,9 +434,7 @@ class BottomLayerOffload(torch.nn.Module):
 
 def _runtime_of(model: torch.nn.Module, loader: Any, plan: OffloadPlan
                 ) -> Union[OffloadRuntime, PassThrough]:
-    # The runtime built as planned; a pending one where the first layer is
-    # found on the first training batch; a pass-through where the loader
-    # can not be offloaded.
+    # The runtime as planned: built, pending or a pass-through.
     if plan.offloads:
         return build_runtime(model, loader, plan)
     return PassThrough(plan.reason, pending=plan.mode == PENDING)
