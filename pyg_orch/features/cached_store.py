@@ -100,14 +100,11 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
             if cache.policy == 'lru' and not scores:
                 continue  # An 'lru' cache without a ranking starts empty.
             # Read even where empty: a partition's store reads collectively.
-            got = {key[1]: self._dev(self._fetch(key, ids))}
+            got = {key[1]: self._fetch(key, ids).to(self.device)}
             if cache.policy == 'lru':
                 c.admit(ids.to(self.device), got, 0)
             else:
                 c.fill(ids.to(self.device), got)
-
-    def _dev(self, t: Tensor) -> Tensor:
-        return t.to(self.device)
 
     @staticmethod
     def _scores(ranking: str, rows: Dict[Key, int], counts: Optional[Scores],

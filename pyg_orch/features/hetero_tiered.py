@@ -94,17 +94,15 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
         cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
         self.device = resolve_device(device)
         self.attr_name = attr_name
-        budget = parse_budget(gpu_memory_budget, self.device)
+        #: The budget in bytes, for all types together.
+        self.budget = parse_budget(gpu_memory_budget, self.device)
         num_nodes = {t: x.size(0) for t, x in x_dict.items()}
         row_bytes = {t: x.size(1) * x.element_size()
                      for t, x in x_dict.items()}
-        total = sum(num_nodes.values())
-        max_rows = None if cache_ratio is None else int(
-            math.ceil(cache_ratio * total))
-        chosen = split_budget(num_nodes, row_bytes, hotness, budget,
+        max_rows = None if cache_ratio is None else math.ceil(
+            cache_ratio * sum(num_nodes.values()))
+        chosen = split_budget(num_nodes, row_bytes, hotness, self.budget,
                               max_rows)
-        #: The budget in bytes, for all types together.
-        self.budget = budget
         #: One :class:`~pyg_orch.gpu.TieredFeatureStore` per node type.
         self.stores: Dict[NodeType, TieredFeatureStore] = {}
         for t, x in x_dict.items():

@@ -63,13 +63,11 @@ class GatherStats:
 
 def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
                 kind: str) -> Optional[List[str]]:
-    if keys is None:
-        return None
-    keys = list(keys)
-    missing = [k for k in keys if not any(k in a for a in attrs.values())]
-    if missing:
-        raise ValueError(f'no {kind} type of the partition has the {kind} '
-                         f'attribute(s) {missing}')
+    # Each of `keys` must be an attribute of some node / edge type.
+    if keys is not None:
+        keys = list(keys)
+        _check_present(keys, {k for a in attrs.values() for k in a},
+                       f'{kind} type with a {kind}')
     return keys
 
 
@@ -89,32 +87,20 @@ def _positions(category: Tensor, num: int) -> List[Tensor]:
 
 
 class DistributedFeatureGather:
-    r"""Gathers the rows of node attributes :obj:`keys` (and edge
-    attributes :obj:`edge_keys`) of any global ids: own rows from this part,
-    cached remote rows from a :class:`~pyg_orch.features.gpu_cache.RowCache`,
-    the others from their owners. :meth:`gather`, :meth:`gather_edges` and
-    the cache builds are collectives; on a heterogeneous partition, ids,
-    counts and results are dictionaries per node or edge type.
+    r"""Gathers the rows of node attributes :obj:`keys` (default:
+    :obj:`'x'` and :obj:`'y'`) and edge attributes :obj:`edge_keys` of any
+    global ids: own rows from this part, cached remote rows from a
+    :class:`~pyg_orch.features.gpu_cache.RowCache`, the others from their
+    owners, in collectives. On a heterogeneous partition, ids, counts and
+    results are dictionaries per node or edge type.
 
     Args:
-        partition (GraphPartition): This rank's part.
-        keys (Iterable[str], optional): The node attributes (default:
-            :obj:`'x'` and :obj:`'y'` where present).
-        group (ProcessGroup, optional): The process group (rank :obj:`k`
-            holds part :obj:`k`).
-        policy (str): :obj:`'static'` or :obj:`'lru'`.
         cache_size (int): The capacity of an :obj:`'lru'` cache in rows
             (per node type).
-        edge_keys (Iterable[str], optional): The edge attributes (default:
-            all of the part's).
-        device (torch.device, optional): Where gathered rows and caches
-            live (default: the CPU).
         feature_device (torch.device, optional): Where the part's rows and
-            index maps are read, copied once if not the CPU (default: the
-            CPU, over the memory-mapped files).
+            index maps are read (default: the CPU).
         peers (PeerGroup, optional): The ranks of this machine sharing the
-            part, to split its rows across
-            (:class:`~pyg_orch.features.sharded_rows.ShardedRows`).
+            part, to split its rows across.
     """
     def __init__(self, partition, keys: Optional[Iterable[str]] = None,
                  group: Optional[Any] = None, policy: str = 'static',
@@ -134,9 +120,12 @@ class DistributedFeatureGather:
                              f"'feature_device' ({self.feature_device}), "
                              f"got one on {peers.device}")
         self.peers = peers
+        self.partition, self.group, self.policy = partition, group, policy
+        self.rank, self.world_size = partition.part, partition.num_parts
+        self.device = torch.device(device or 'cpu')
+        self.stats = GatherStats()
         if self.is_hetero:
-            self._init_hetero(partition, keys, group, policy, cache_size,
-                              edge_keys, device)
+            self._init_hetero(keys, cache_size, edge_keys)
             return
         attrs = partition.node_attrs
         if keys is None:
@@ -156,8 +145,7 @@ class DistributedFeatureGather:
         self.edge_cache_ids = torch.empty(0, dtype=torch.int64,
                                           device=self.feature_device)
         self.edge_cache: Dict[str, Tensor] = {}
-        self.partition, self.keys, self.group = partition, keys, group
-        self.rank, self.world_size = partition.part, partition.num_parts
+        self.keys = keys
         self.num_nodes = int(partition.node_part.numel())
         # What is read, on the feature device (on a GPU: copies made once).
         self._node_part = self._on_feature(partition.node_part)
@@ -167,22 +155,16 @@ class DistributedFeatureGather:
                             for k in edge_keys}
         if edge_keys and self.feature_device.type != 'cpu':
             self._sort_edge_ids()  # Now, not at the first batch.
-        self.policy = policy
-        self.device = torch.device(device or 'cpu')
         #: The cache of remote rows (its slot map on the feature device).
         self.row_cache = RowCache(self.num_nodes, policy, cache_size,
                                   self.device, self.feature_device)
         for k in keys:
             self.row_cache.allocate(k, attrs[k])
-        self.stats = GatherStats()
 
-    def _init_hetero(self, partition, keys, group, policy, cache_size,
-                     edge_keys, device) -> None:
+    def _init_hetero(self, keys, cache_size, edge_keys) -> None:
         # One gather per node type and per edge type with edge attributes,
         # each over a homogeneous view of the part.
-        self.partition, self.group, self.policy = partition, group, policy
-        self.rank, self.world_size = partition.part, partition.num_parts
-        self.device = torch.device(device or 'cpu')
+        partition, group, device = self.partition, self.group, self.device
         keys = _check_keys(keys, partition.node_attrs, 'node')
         edge_keys = _check_keys(edge_keys, partition.edge_attrs, 'edge')
         self.node_types = list(partition.node_ids)
@@ -208,7 +190,7 @@ class DistributedFeatureGather:
             self.by_node_type[nt] = DistributedFeatureGather(
                 view(nt),
                 keys=[k for k in (keys or ('x', 'y')) if k in attrs],
-                group=group, policy=policy, cache_size=cache_size,
+                group=group, policy=self.policy, cache_size=cache_size,
                 edge_keys=[], device=device, feature_device=fdev,
                 peers=self.peers)
         self.by_edge_type: Dict[tuple, DistributedFeatureGather] = {}
@@ -224,7 +206,6 @@ class DistributedFeatureGather:
                           for et, g in self.by_edge_type.items()}
         self.num_nodes = {nt: g.num_nodes
                           for nt, g in self.by_node_type.items()}
-        self.stats = GatherStats()
 
     def _sum_stats(self, gathers) -> GatherStats:
         total = GatherStats()
@@ -285,26 +266,30 @@ class DistributedFeatureGather:
         if not isinstance(counts, dict):
             raise ValueError("'counts' must be a dictionary of counts per "
                              "node type for a heterogeneous partition")
-        flat, fdev = [], self.feature_device  # One ranking over all types.
-        for nt in self.node_types:
-            c = counts.get(nt)
-            c = torch.zeros(self.num_nodes[nt], dtype=torch.int64,
-                            device=fdev) if c is None else torch.as_tensor(
-                c, dtype=torch.int64).to(fdev, copy=True)
-            if c.numel() != self.num_nodes[nt]:
-                raise ValueError(f"'counts[{nt!r}]' must have one entry per "
-                                 f"vertex of that type ({self.num_nodes[nt]})")
-            c[self.by_node_type[nt]._node_part == self.rank] = 0
-            flat.append(c)
-        masks = most_counted_split(flat, cache_size, fdev)
-        return sum(self.by_node_type[nt].build_cache(
-            torch.where(m, c, torch.zeros_like(c)), int(m.sum()))
-            for nt, c, m in zip(self.node_types, flat, masks))
+        gathers = self.by_node_type  # One ranking over all types:
+        flat = [g._remote_counts(counts.get(nt), f'counts[{nt!r}]')
+                for nt, g in gathers.items()]
+        masks = most_counted_split(flat, cache_size, self.feature_device)
+        return sum(g.build_cache(torch.where(m, c, torch.zeros_like(c)),
+                                 int(m.sum()))
+                   for g, c, m in zip(gathers.values(), flat, masks))
+
+    def _remote_counts(self, counts: Optional[Tensor],
+                       name: str = 'counts') -> Tensor:
+        # As int64 on the feature device, 0 for this part's own vertices.
+        counts = torch.zeros(self.num_nodes, dtype=torch.int64) \
+            if counts is None else counts
+        counts = torch.as_tensor(counts, dtype=torch.int64).to(
+            self.feature_device, copy=True)
+        if counts.numel() != self.num_nodes:
+            raise ValueError(f"'{name}' must have one entry per global "
+                             f"vertex ({self.num_nodes})")
+        counts[self._node_part == self.rank] = 0
+        return counts
 
     def row_reads(self) -> Optional[Dict[str, int]]:
-        r"""Rows of this part read from this rank's shard (:obj:`'local'`)
-        and from its peers' (:obj:`'peer'`); :obj:`None` without
-        :obj:`peers`."""
+        r"""Rows read from this rank's shard (:obj:`'local'`) and its peers'
+        (:obj:`'peer'`); :obj:`None` without :obj:`peers`."""
         if self.peers is None:
             return None
         if self.is_hetero:
@@ -335,8 +320,7 @@ class DistributedFeatureGather:
     def worker_view(self, group: Optional[Any]
                     ) -> 'DistributedFeatureGather':
         r"""A gather of the same part and caches for another thread,
-        exchanging over :obj:`group` (the same ranks), with its own
-        :attr:`stats`; an :obj:`'lru'` cache is shared under its lock."""
+        exchanging over :obj:`group`, with its own :attr:`stats`."""
         if group_size(group) != self.world_size:
             raise ValueError(f"'group' must have the gather's "
                              f"{self.world_size} ranks (got "
@@ -395,7 +379,6 @@ class DistributedFeatureGather:
             return {}
         owner = self._node_part[ids].to(torch.int64)
         index, per_rank, order = split_by_value(owner, self.world_size)
-        # The requests arrive on the feature device (that of the ids):
         requests = exchange([ids[i] for i in index], self.group)
         self.stats.served_rows += sum(int(r.numel()) for i, r in
                                       enumerate(requests) if i != self.rank)
@@ -421,11 +404,9 @@ class DistributedFeatureGather:
 
     # API ####################################################################
     def gather(self, n_id) -> Dict[str, Tensor]:
-        r"""The rows of :obj:`n_id` (global ids) of every key, in order;
-        :attr:`stats` says where they came from."""
+        r"""The rows of :obj:`n_id` (global ids) of every key."""
         if self.is_hetero:
             return self._gather_hetero(n_id)
-        # Read where the index maps are (ids sampled elsewhere come over):
         n_id = torch.as_tensor(n_id, dtype=torch.int64).to(
             self.feature_device)
         self.stats = GatherStats()
@@ -433,8 +414,7 @@ class DistributedFeatureGather:
         owner = self._node_part[n_id].to(torch.int64)
         is_local = owner == self.rank
         cache = self.row_cache
-        # An 'lru' cache changes under other threads' gathers: its slots
-        # are looked up and their rows read at once, inside the section.
+        # Slots looked up and rows read at once (other threads admit).
         with cache.section(cache.cuda) if cache.lru else \
                 contextlib.nullcontext():
             slot = cache.lookup(n_id)
@@ -571,16 +551,10 @@ class DistributedFeatureGather:
 
     def build_edge_cache(self, e_id, dst, edge_cache_size: int,
                          counts=None) -> int:
-        r"""Caches the rows of the :obj:`edge_cache_size` remote edges
-        counted most often (over all edge types); returns how many.
-
-        Args:
-            e_id (Tensor): Global ids of pre-sampled edges (repeats count).
-            dst (Tensor): Their destinations' global ids.
-            edge_cache_size (int): The most edges to cache.
-            counts (Tensor, optional): A count per entry of :obj:`e_id`
-                (default: one each).
-        """
+        r"""Caches the rows of the :obj:`edge_cache_size` remote edges of
+        :obj:`e_id` (into :obj:`dst`) counted most often, over all edge
+        types (:obj:`counts`: per entry; default: one each); returns how
+        many."""
         check_int('edge_cache_size', edge_cache_size)
         if self.is_hetero:
             return self._build_edge_cache_hetero(e_id, dst, edge_cache_size,
@@ -607,13 +581,7 @@ class DistributedFeatureGather:
         check_int('cache_size', cache_size)
         if self.is_hetero:
             return self._build_cache_hetero(counts, cache_size)
-        # Ranked where the index maps are:
-        counts = torch.as_tensor(counts, dtype=torch.int64).to(
-            self.feature_device, copy=True)
-        if counts.numel() != self.num_nodes:
-            raise ValueError(f"'counts' must have one entry per global "
-                             f"vertex ({self.num_nodes})")
-        counts[self._node_part == self.rank] = 0
+        counts = self._remote_counts(counts)
         cache = self.row_cache
         if self.policy == 'lru':
             cache_size = min(cache_size, cache.capacity)

@@ -1,5 +1,5 @@
 """A feature store in tiers: the hottest rows on the GPU, all rows in
-pinned host memory, the previous batch's rows reused."""
+pinned host memory."""
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -317,8 +317,6 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
                 f'gpu={self.gpu_bytes() / 2**20:.1f} MiB, '
                 f'method={self.method}, reuse={self.reuse})')
 
-    # Gathering ###############################################################
-
     def gather(self, index: Tensor) -> Tensor:
         r"""The rows :obj:`index` (node ids, 1-D) on :obj:`device`."""
         check_node_ids(index, self.num_nodes)
@@ -433,8 +431,6 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-
-    # PyG's FeatureStore interface ############################################
 
     def _check(self, attr: TensorAttr) -> None:
         if attr.attr_name != self.attr_name:
