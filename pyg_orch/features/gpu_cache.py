@@ -97,13 +97,15 @@ def split_budget(
 class ReadOnlyFeatureStore(FeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` whose rows are read
     only: :meth:`put_tensor` and :meth:`remove_tensor` raise."""
+    #: What to do instead, said by the error.
+    instead = 'build a new one to change the features'
+
     def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
         raise NotImplementedError(
-            f"{type(self).__name__} is read-only; build a new one to change "
-            f"the features")
+            f"{type(self).__name__} is read-only; {self.instead}")
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise NotImplementedError(f"{type(self).__name__} is read-only")
+        return self._put_tensor(None, attr)
 
 
 def attr_index(attr: TensorAttr, num_rows: int) -> Tensor:
@@ -164,8 +166,7 @@ class RowCache:
                                     device=dev)
         self.clock = [0]
         self.section = OrderedSection()
-        self.hits = 0
-        self.misses = 0
+        self.hits = self.misses = 0
 
     @property
     def lru(self) -> bool:

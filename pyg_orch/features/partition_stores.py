@@ -7,11 +7,12 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import FeatureStore, GraphStore
+from torch_geometric.data import GraphStore
 from torch_geometric.data.feature_store import TensorAttr
 from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
 from pyg_orch.core.checks import check_int
+from pyg_orch.features.gpu_cache import ReadOnlyFeatureStore
 from pyg_orch.features.partition_gather import DistributedFeatureGather
 from pyg_orch.parallel.machines import (RankLayout, rank_layout,
                                         shard_part_topology)
@@ -47,10 +48,9 @@ def _check_ids(name: str, ids: Tensor, num: int, node_type: Any,
                              f"node type {node_type!r} (got [{lo}, {hi}])")
 
 
-def _read_only(store: str) -> NotImplementedError:
-    return NotImplementedError(
-        f'{store} is read-only: it serves the files of a partition folder '
-        f'(write a new one with partition_graph())')
+#: What to do instead of writing to a partition's stores.
+_INSTEAD = ('it serves the files of a partition folder (write a new one with '
+            'partition_graph())')
 
 
 class PartitionGraphStore(GraphStore):
@@ -242,17 +242,18 @@ class PartitionGraphStore(GraphStore):
         return row, col
 
     def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
-        raise _read_only('PartitionGraphStore')
+        raise NotImplementedError(f'PartitionGraphStore is read-only; '
+                                  f'{_INSTEAD}')
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
-        raise _read_only('PartitionGraphStore')
+        return self._put_edge_index(None, edge_attr)
 
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}(part={self.rank}, '
                 f'num_parts={self.num_parts})')
 
 
-class PartitionFeatureStore(FeatureStore):
+class PartitionFeatureStore(ReadOnlyFeatureStore):
     r"""This rank's part of a partitioned graph as a PyG
     :class:`~torch_geometric.data.FeatureStore` over global vertex ids;
     :meth:`multi_get_tensor` is a collective (every rank calls it once per
@@ -279,6 +280,8 @@ class PartitionFeatureStore(FeatureStore):
         peers (PeerGroup, optional): The ranks of this machine that share
             the part, to split its rows across.
     """
+    instead = _INSTEAD
+
     def __init__(self, partition: GraphPartition,
                  group: Optional[Any] = None,
                  keys: Optional[List[str]] = None,
@@ -369,12 +372,6 @@ class PartitionFeatureStore(FeatureStore):
             out.append(rows[t][k][offsets[t]:offsets[t] + n])
             offsets[t] += n
         return out
-
-    def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
-        raise _read_only('PartitionFeatureStore')
-
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise _read_only('PartitionFeatureStore')
 
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}(part={self.partition.part}, '

@@ -295,8 +295,7 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         # Rows per source, counted on the device: a gather never waits.
         self._source_counts = torch.zeros(4, dtype=torch.int64,
                                           device=self.device)
-        self._full_rows = 0
-        self._batches = 0
+        self._full_rows = self._batches = 0
 
     @property
     def stats(self) -> FeatureStoreStats:
