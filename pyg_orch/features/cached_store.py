@@ -117,14 +117,13 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
                                  "one per edge type)")
             edges = edge_index if isinstance(edge_index, Mapping) else {
                 None: edge_index}
-            degree: Dict[Any, Tensor] = {}
+            per_group: Dict[Any, Tensor] = {}
             for edge_type, ei in edges.items():
                 src = None if edge_type is None else edge_type[0]
                 n = max([r for (g, _), r in rows.items() if g == src] + [0])
                 d = torch.bincount(torch.as_tensor(ei)[0].cpu().long(),
                                    minlength=n)[:n]
-                degree[src] = degree.get(src, 0) + d
-            per_group = degree
+                per_group[src] = per_group.get(src, 0) + d
         elif counts is None:
             return None
         else:
