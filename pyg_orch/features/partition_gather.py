@@ -78,6 +78,14 @@ def _check_present(keys: List[str], attrs: Dict[str, Any], kind: str) -> None:
                              f'(has {sorted(attrs)})')
 
 
+def _find_sorted(sorted_ids: Tensor, ids: Tensor) -> Tuple[Tensor, Tensor]:
+    # Where every id of `ids` is in `sorted_ids`, and whether it is there.
+    pos = torch.searchsorted(sorted_ids, ids)
+    if sorted_ids.numel() == 0:
+        return pos, torch.zeros_like(ids, dtype=torch.bool)
+    return pos, sorted_ids[pos.clamp(max=sorted_ids.numel() - 1)] == ids
+
+
 def _positions(category: Tensor, num: int) -> List[Tensor]:
     # The positions of every value in [0, num): on a GPU one sort, the host
     # waiting once (for the counts) instead of once per value.
@@ -457,11 +465,8 @@ class DistributedFeatureGather:
         index, per_rank, order = split_by_value(owner, self.world_size)
         requests = exchange([e_id[i] for i in index], self.group)
         wanted = torch.cat(requests)
-        idx = torch.searchsorted(self._eid_sorted, wanted)
-        num_edges = self._eid_sorted.numel()
-        if wanted.numel() and (num_edges == 0 or not bool(
-                (self._eid_sorted[idx.clamp(max=num_edges - 1)]
-                 == wanted).all())):
+        idx, found = _find_sorted(self._eid_sorted, wanted)
+        if wanted.numel() and not bool(found.all()):
             raise RuntimeError('gather_edges: an edge id is not an '
                                'in-edge of its destination\'s part')
         positions = torch.split(self._eid_pos[idx] if wanted.numel() else
@@ -482,7 +487,7 @@ class DistributedFeatureGather:
         if self.edge_cache_ids.numel() == 0:
             out, per_rank = self._fetch_edges(e_id, owner)
         else:
-            slot, hit = self._edge_cache_lookup(e_id)
+            slot, hit = _find_sorted(self.edge_cache_ids, e_id)
             hit &= owner != self.rank
             fetch_pos, cached_pos = _positions(hit.to(torch.int64), 2)
             num_cached = int(cached_pos.numel())
@@ -512,13 +517,6 @@ class DistributedFeatureGather:
             raise ValueError("'e_id' and 'dst' must be 1-D and of the same "
                              "length")
         return e_id, dst
-
-    def _edge_cache_lookup(self, e_id: Tensor) -> Tuple[Tensor, Tensor]:
-        # The edge cache slot of every edge, and whether it is there.
-        ids = self.edge_cache_ids
-        slot = torch.searchsorted(ids, e_id)
-        hit = ids[slot.clamp(max=ids.numel() - 1)] == e_id
-        return slot, hit
 
     def _edge_candidates(self, e_id, dst, counts=None
                          ) -> Tuple[Tensor, Tensor, Tensor]:

@@ -11,7 +11,7 @@ from torch_geometric.data import GraphStore
 from torch_geometric.data.feature_store import TensorAttr
 from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
-from pyg_orch.core.checks import check_int
+from pyg_orch.core.checks import check_choice, check_int
 from pyg_orch.features.gpu_cache import ReadOnlyFeatureStore
 from pyg_orch.features.partition_gather import DistributedFeatureGather
 from pyg_orch.parallel.machines import (RankLayout, rank_layout,
@@ -442,9 +442,7 @@ def open_stores(
                          f"on a partitioned graph (got "
                          f"{topology_placement!r}); the part's topology is "
                          f"sampled on 'sampling_device'")
-    if feature_placement not in ('auto', 'sharded'):
-        raise ValueError(f"'feature_placement' must be 'auto' or 'sharded' "
-                         f"(got {feature_placement!r})")
+    check_choice('feature_placement', feature_placement, ('auto', 'sharded'))
     if layout is None:
         layout = rank_layout(partition, group)
     group = layout.part_group
