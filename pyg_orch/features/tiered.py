@@ -285,11 +285,8 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
 
     def gpu_bytes(self) -> int:
         r"""GPU memory held: the cache and the slot map."""
-        total = self.cache.numel() * self.cache.element_size()
-        total += self.slot.numel() * self.slot.element_size()
-        if self._prev_pos is not None:
-            total += self._prev_pos.numel() * self._prev_pos.element_size()
-        return total
+        return sum(t.numel() * t.element_size() for t in (
+            self.cache, self.slot, self._prev_pos) if t is not None)
 
     def reset_stats(self) -> None:
         # Rows per source, counted on the device: a gather never waits.
@@ -335,12 +332,9 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
             return out
 
     def _prev_state(self) -> Optional[Tuple[Tensor, Tensor]]:
-        if self._prev is None:
-            return None
-        prev_index, prev_out, version = self._prev
-        if prev_out._version != version:  # Modified in place: stale.
-            return None
-        return prev_index, prev_out
+        if self._prev is None or self._prev[1]._version != self._prev[2]:
+            return None  # None yet, or modified in place: stale.
+        return self._prev[0], self._prev[1]
 
     def _gather_uva(self, index: Tensor) -> Tuple[Tensor, Tensor]:
         from pyg_orch.sampling.triton import kernels as tk
