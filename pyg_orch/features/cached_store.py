@@ -1,6 +1,4 @@
-r"""A GPU cache in front of any PyG
-:class:`~torch_geometric.data.FeatureStore`
-(:class:`GPUCachedFeatureStore`)."""
+r"""A GPU cache in front of any PyG feature store."""
 import math
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -10,13 +8,8 @@ from torch_geometric.data import FeatureStore, TensorAttr
 
 from pyg_orch.core.checks import resolve_device
 from pyg_orch.core.errors import ArgumentTypeError
-from pyg_orch.features.gpu_cache import (
-    CacheQuery,
-    ReadOnlyFeatureStore,
-    RowCache,
-    attr_index,
-    split_budget,
-)
+from pyg_orch.features.gpu_cache import (CacheQuery, ReadOnlyFeatureStore,
+                                        RowCache, attr_index, split_budget)
 from pyg_orch.features.tiered import check_node_ids, parse_budget
 from pyg_orch.loader.options import CacheOptions
 
@@ -26,12 +19,7 @@ Scores = Union[Tensor, Mapping[Any, Tensor]]
 
 class GPUCachedFeatureStore(ReadOnlyFeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` that keeps the hottest
-    rows of another one on a device: a read returns the cached rows from
-    there and fetches the others from :obj:`store`, in the order asked.
-    :obj:`store` may be any feature store (PyG's
-    :class:`~torch_geometric.distributed.LocalFeatureStore`, a
-    :class:`~pyg_orch.distributed.PartitionFeatureStore`, a user's own);
-    it is read with ids on the CPU.
+    rows of any other one (read with ids on the CPU) on a device.
 
     .. code-block:: python
 
@@ -43,10 +31,8 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
             device='cuda')
         x = store['paper', 'x', index]
 
-    Every attribute (per node type) has a cache of its own; one
-    :obj:`cache.gpu_memory_budget` covers them all, split by rank per byte
-    of row. On the CPU, a fraction or :obj:`'auto'` budget caches nothing:
-    give bytes.
+    One :obj:`cache.gpu_memory_budget` covers every attribute, split by
+    rank per byte of row (on the CPU give bytes).
 
     Args:
         store (FeatureStore): The store of every row.
@@ -114,14 +100,11 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
             if cache.policy == 'lru' and not scores:
                 continue  # An 'lru' cache without a ranking starts empty.
             # Read even where empty: a partition's store reads collectively.
-            got = {key[1]: self._dev(self._fetch(key, ids))}
+            got = {key[1]: self._fetch(key, ids).to(self.device)}
             if cache.policy == 'lru':
                 c.admit(ids.to(self.device), got, 0)
             else:
                 c.fill(ids.to(self.device), got)
-
-    def _dev(self, t: Tensor) -> Tensor:
-        return t.to(self.device)
 
     @staticmethod
     def _scores(ranking: str, rows: Dict[Key, int], counts: Optional[Scores],
@@ -134,14 +117,13 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
                                  "one per edge type)")
             edges = edge_index if isinstance(edge_index, Mapping) else {
                 None: edge_index}
-            degree: Dict[Any, Tensor] = {}
+            per_group: Dict[Any, Tensor] = {}
             for edge_type, ei in edges.items():
                 src = None if edge_type is None else edge_type[0]
                 n = max([r for (g, _), r in rows.items() if g == src] + [0])
                 d = torch.bincount(torch.as_tensor(ei)[0].cpu().long(),
                                    minlength=n)[:n]
-                degree[src] = degree.get(src, 0) + d
-            per_group = degree
+                per_group[src] = per_group.get(src, 0) + d
         elif counts is None:
             return None
         else:
@@ -180,8 +162,7 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
         return self._multi_get_tensor([attr])[0]
 
     def _multi_get_tensor(self, attrs: List[TensorAttr]) -> List[Tensor]:
-        # Every attribute looked up, then one read of all misses from the
-        # wrapped store (one collective for a partition's store).
+        # One read of all misses (one collective for a partition's store).
         found = [self._cache(attr) for attr in attrs]
         queries: List[CacheQuery] = [
             c.query(i.to(self.device, torch.int64)) for _, c, i in found]

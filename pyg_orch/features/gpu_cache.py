@@ -1,11 +1,5 @@
-r"""One cache of feature rows on a device, over any source of rows: a slot
-map over all ids, the cached rows per key, and a :obj:`'static'` or
-:obj:`'lru'` policy. A gather is the hits read from the cache plus the
-misses fetched from the source, in request order (the shape of DGL
-GraphBolt's :obj:`GPUCachedFeature`). Used by
-:class:`~pyg_orch.gpu.TieredFeatureStore`,
-:class:`~pyg_orch.features.sharded.ShardedFeatureStore`, the partition
-gather and :class:`~pyg_orch.gpu.GPUCachedFeatureStore`."""
+r"""One cache of feature rows on a device over any source of rows, and
+the rankings that choose its rows."""
 import contextlib
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -23,10 +17,8 @@ Rows = Dict[Any, Tensor]
 
 
 class OrderedSection:
-    r"""A lock whose holders' CUDA kernels also run in the order the holders
-    took it: each holder's stream first waits for what the previous holder
-    queued inside (threads that share an :obj:`'lru'` cache, each on a
-    stream of its own)."""
+    r"""A lock whose holders' CUDA streams also run in the order the lock
+    was taken (threads sharing an :obj:`'lru'` cache)."""
     def __init__(self):
         self._lock = threading.Lock()
         self._event = None
@@ -77,11 +69,9 @@ def split_budget(
     budget: int,
     max_rows: Optional[int] = None,
 ) -> Dict[Any, Tensor]:
-    r"""The rows to cache per key, most important first: all (key, row)
-    pairs ranked by :obj:`hotness` per byte of row (ties: key order, then
-    row order; without :obj:`hotness`, every row scores one), and the
-    longest prefix of that ranking whose rows fit in :obj:`budget` bytes
-    (and number at most :obj:`max_rows`)."""
+    r"""The rows to cache per key: all rows ranked by :obj:`hotness` per
+    byte (ties in key, then row order), the longest prefix that fits in
+    :obj:`budget` bytes and :obj:`max_rows` rows."""
     keys = list(num_nodes)
     scores, key_ids, node_ids, sizes = [], [], [], []
     for i, t in enumerate(keys):
@@ -107,13 +97,15 @@ def split_budget(
 class ReadOnlyFeatureStore(FeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` whose rows are read
     only: :meth:`put_tensor` and :meth:`remove_tensor` raise."""
+    #: What to do instead, said by the error.
+    instead = 'build a new one to change the features'
+
     def _put_tensor(self, tensor: Tensor, attr: TensorAttr) -> bool:
         raise NotImplementedError(
-            f"{type(self).__name__} is read-only; build a new one to change "
-            f"the features")
+            f"{type(self).__name__} is read-only; {self.instead}")
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise NotImplementedError(f"{type(self).__name__} is read-only")
+        return self._put_tensor(None, attr)
 
 
 def attr_index(attr: TensorAttr, num_rows: int) -> Tensor:
@@ -136,22 +128,15 @@ class CacheQuery:
 
 
 class RowCache:
-    r"""Rows of some ids kept on :obj:`device`, found through a slot map over
-    all :obj:`num_ids` ids (:obj:`-1`: not cached). With :obj:`'static'`
-    the rows change only by :meth:`fill`; with :obj:`'lru'` the rows
-    fetched on a miss are kept (:meth:`admit`), the least recently read
-    evicted beyond :obj:`capacity` rows.
+    r"""Rows of some of :obj:`num_ids` ids on :obj:`device`, found through
+    a slot map (:obj:`-1`: not cached). :obj:`'static'` rows change only by
+    :meth:`fill`; :obj:`'lru'` keeps the rows fetched on a miss, evicting
+    the least recently read beyond :obj:`capacity` rows.
 
     Args:
-        num_ids (int): The ids the slot map covers.
-        policy (str): :obj:`'static'` or :obj:`'lru'`.
-        capacity (int): The slots of an :obj:`'lru'` cache.
-        device (torch.device): Where the rows live.
         index_device (torch.device, optional): Where the slot map and the
             LRU bookkeeping live (default: :obj:`device`).
-        slot_dtype (torch.dtype): The dtype of the slot map.
-        lazy (bool): Allocate nothing on the device before the first
-            :meth:`fill` (a :obj:`'static'` cache).
+        lazy (bool): Allocate nothing on the device before :meth:`fill`.
     """
     def __init__(self, num_ids: int, policy: str = 'static',
                  capacity: int = 0, device: Any = 'cpu',
@@ -181,8 +166,7 @@ class RowCache:
                                     device=dev)
         self.clock = [0]
         self.section = OrderedSection()
-        self.hits = 0
-        self.misses = 0
+        self.hits = self.misses = 0
 
     @property
     def lru(self) -> bool:
@@ -204,8 +188,8 @@ class RowCache:
         return sum(t.numel() * t.element_size() for t in self.rows.values())
 
     def allocate(self, key: Any, like: Tensor) -> None:
-        r"""Room for :obj:`capacity` rows of :obj:`key` shaped like the rows
-        of :obj:`like`."""
+        r"""Room for :obj:`capacity` rows of :obj:`key` shaped like
+        :obj:`like`'s."""
         self.rows[key] = like.new_empty(
             (self.capacity, ) + tuple(like.shape[1:]), device=self.device)
 
@@ -216,8 +200,7 @@ class RowCache:
     def fill(self, ids: Tensor, rows: Optional[Rows] = None,
              slots: Optional[Tensor] = None) -> None:
         r"""Points the slot map at :obj:`ids` (slot :obj:`i` for the
-        :obj:`i`-th, or :obj:`slots`) and, if given, replaces the rows by
-        :obj:`rows`. The map is built where :obj:`ids` are, then moved."""
+        :obj:`i`-th, or :obj:`slots`); replaces the rows by :obj:`rows`."""
         dtype = self.slot.dtype if slots is None else slots.dtype
         slot = torch.full((self.num_ids, ), -1, dtype=dtype,
                           device=ids.device)
@@ -233,8 +216,8 @@ class RowCache:
         return self.slot[ids]
 
     def read(self, slot: Tensor) -> Tuple[Rows, int]:
-        r"""The rows in the slots :obj:`slot` (on the index device) per key,
-        and the LRU step that read them (an :obj:`'lru'` cache notes it)."""
+        r"""The rows in :obj:`slot` per key, and the LRU step that read
+        them."""
         dest = self._dev(slot)
         out = {k: v.index_select(0, dest) for k, v in self.rows.items()}
         step = self.clock[0]
@@ -245,9 +228,8 @@ class RowCache:
         return out, step
 
     def admit(self, ids: Tensor, rows: Rows, step: int) -> None:
-        r"""LRU: keeps the rows of :obj:`ids` just fetched at :obj:`step`,
-        evicting the least recently read (free slots first); ids cached
-        meanwhile (by another thread) are left where they are."""
+        r"""LRU: keeps the rows of :obj:`ids` fetched at :obj:`step`,
+        evicting the least recently read; ids cached meanwhile stay."""
         if ids.numel() == 0:
             return
         fresh = (self.slot.index_select(0, ids) < 0).nonzero().view(-1)
@@ -286,9 +268,8 @@ class RowCache:
         return CacheQuery(ids, hit_pos, miss_pos, cached, step)
 
     def complete(self, query: CacheQuery, fetched: Rows) -> Rows:
-        r"""The rows of :obj:`query.ids` per key of :obj:`fetched` (the
-        misses' rows) in request order; counts hits and misses and, for
-        :obj:`'lru'`, admits the misses."""
+        r"""The rows of :obj:`query.ids` per key, from the hits and the
+        misses' rows :obj:`fetched`; an :obj:`'lru'` cache admits those."""
         fetched = {k: self._dev(v) for k, v in fetched.items()}
         hit_dst, miss_dst = self._dev(query.hit_pos), self._dev(
             query.miss_pos)
@@ -307,7 +288,7 @@ class RowCache:
         return out
 
     def gather(self, ids: Tensor, fetch: Callable[[Tensor], Rows]) -> Rows:
-        r"""The rows of :obj:`ids` per key: hits from the cache, misses from
-        :obj:`fetch(missed_ids)`, in the order of :obj:`ids`."""
+        r"""The rows of :obj:`ids` per key, misses from
+        :obj:`fetch(missed_ids)`."""
         query = self.query(ids.to(self.index_device, torch.int64))
         return self.complete(query, fetch(query.miss_ids))

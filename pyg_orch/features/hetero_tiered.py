@@ -1,5 +1,4 @@
-"""The tiered feature store for heterogeneous graphs: one
-:class:`~pyg_orch.gpu.TieredFeatureStore` per node type, one budget."""
+"""The tiered feature store of a heterogeneous graph."""
 import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple, Union
@@ -8,17 +7,10 @@ import torch
 from torch import Tensor
 from torch_geometric.data import TensorAttr
 
-from pyg_orch.features.gpu_cache import (
-    ReadOnlyFeatureStore,
-    attr_index,
-    split_budget,
-)
-from pyg_orch.features.tiered import (
-    FeatureStoreStats,
-    TieredFeatureStore,
-    check_hotness,
-    parse_budget,
-)
+from pyg_orch.features.gpu_cache import (ReadOnlyFeatureStore, attr_index,
+                                        split_budget)
+from pyg_orch.features.tiered import (FeatureStoreStats, TieredFeatureStore,
+                                      check_hotness, parse_budget)
 from pyg_orch.core.checks import check_fraction, resolve_device
 
 NodeType = str
@@ -39,10 +31,8 @@ class HeteroFeatureStoreStats(FeatureStoreStats):
 class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` for the node features
     of a heterogeneous graph: one :class:`~pyg_orch.gpu.TieredFeatureStore`
-    per node type, the GPU budget split across types by one ranking of all
-    rows by :obj:`hotness` per byte (see
-    :func:`~pyg_orch.features.gpu_cache.split_budget`). Served as
-    :obj:`store[node_type, 'x', index]` or by :meth:`gather`.
+    per node type, the GPU budget split by one ranking of all rows by
+    :obj:`hotness` per byte.
 
     Args:
         x_dict (Dict[str, torch.Tensor]): The features per node type,
@@ -83,9 +73,11 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
                 raise ValueError(f"'x_dict' must be keyed by node type names "
                                  f"(got {t!r})")
             if not isinstance(x, Tensor) or x.dim() != 2:
+                got = f'shape {tuple(x.shape)}' if isinstance(
+                    x, Tensor) else type(x).__name__
                 raise ValueError(
                     f"'x_dict' must hold 2-dimensional feature tensors "
-                    f"(got {_shape(x)} for node type '{t}')")
+                    f"(got {got} for node type '{t}')")
         if hotness is not None:
             if not isinstance(hotness, Mapping):
                 raise ValueError("'hotness' must be a dictionary of scores "
@@ -98,26 +90,19 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
                     f"({list(x_dict)}); unknown: {unknown}, missing: "
                     f"{missing}")
             for t, h in hotness.items():
-                n = x_dict[t].size(0)
-                check_hotness(h, n, f"hotness['{t}']")
-                if h.numel() != n:
-                    raise ValueError(
-                        f"'hotness' of node type '{t}' must have {n} "
-                        f"entries (got {_shape(h)})")
+                check_hotness(h, x_dict[t].size(0), f" of node type '{t}'")
         cache_ratio = check_fraction('cache_ratio', cache_ratio, optional=True)
         self.device = resolve_device(device)
         self.attr_name = attr_name
-        budget = parse_budget(gpu_memory_budget, self.device)
+        #: The budget in bytes, for all types together.
+        self.budget = parse_budget(gpu_memory_budget, self.device)
         num_nodes = {t: x.size(0) for t, x in x_dict.items()}
         row_bytes = {t: x.size(1) * x.element_size()
                      for t, x in x_dict.items()}
-        total = sum(num_nodes.values())
-        max_rows = None if cache_ratio is None else int(
-            math.ceil(cache_ratio * total))
-        chosen = split_budget(num_nodes, row_bytes, hotness, budget,
+        max_rows = None if cache_ratio is None else math.ceil(
+            cache_ratio * sum(num_nodes.values()))
+        chosen = split_budget(num_nodes, row_bytes, hotness, self.budget,
                               max_rows)
-        #: The budget in bytes, for all types together.
-        self.budget = budget
         #: One :class:`~pyg_orch.gpu.TieredFeatureStore` per node type.
         self.stores: Dict[NodeType, TieredFeatureStore] = {}
         for t, x in x_dict.items():
@@ -132,8 +117,6 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
                 method=method, reuse=reuse, num_threads=num_threads,
                 gather_blocks=gather_blocks, attr_name=attr_name)
         self.method = next(iter(self.stores.values())).method
-
-    # Sizes and cache ########################################################
 
     @property
     def node_types(self) -> List[NodeType]:
@@ -201,8 +184,6 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
         for s in self.stores.values():
             s.close()
 
-    # Gathering ##############################################################
-
     def gather(self, node_type: NodeType, index: Tensor) -> Tensor:
         r"""The rows :obj:`index` of :obj:`node_type` on :obj:`device`."""
         store = self.stores.get(node_type)
@@ -222,8 +203,6 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
         if unknown:
             raise ValueError(f"'{name}' has node types {unknown} that the "
                              f"store does not hold ({self.node_types})")
-
-    # PyG's FeatureStore interface ###########################################
 
     def _store(self, attr: TensorAttr) -> TieredFeatureStore:
         if attr.attr_name != self.attr_name:
@@ -249,9 +228,3 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
 
     def __repr__(self) -> str:
         return self.describe()
-
-
-def _shape(value) -> str:
-    if isinstance(value, Tensor):
-        return f'shape {tuple(value.shape)}'
-    return type(value).__name__

@@ -1,22 +1,11 @@
-r"""The collective row gather of a partitioned graph: rows of any global
-vertex (own rows read, remote rows fetched from their owners, a cache of
-remote rows in front), and the edge attributes of sampled edges."""
+r"""The collective row and edge-attribute gather of a partitioned graph."""
 from __future__ import annotations
 
 import contextlib
 import copy
 import dataclasses
 from dataclasses import dataclass
-from typing import (
-    Any,
-    Dict,
-    Iterable,
-    List,
-    Optional,
-    Sequence,
-    Tuple,
-    Union,
-)
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -42,8 +31,7 @@ __all__ = ['DistributedFeatureGather', 'GatherStats']
 
 @dataclass
 class GatherStats:
-    r"""Where the rows of the last :meth:`DistributedFeatureGather.gather`
-    call came from, on this rank.
+    r"""Where this rank's rows of the last gather came from.
 
     Attributes:
         local_rows (int): Rows of vertices this part owns.
@@ -52,15 +40,11 @@ class GatherStats:
         remote_bytes (int): Bytes of the rows fetched from other parts.
         cached_bytes (int): Bytes of the rows served by the cache.
         served_rows (int): Rows this part sent to other parts.
-        local_edge_rows (int): Edge attribute rows of in-edges of this
-            part's vertices (:meth:`DistributedFeatureGather.gather_edges`).
-        cached_edge_rows (int): Edge attribute rows of remote edges served
-            by the edge cache.
-        remote_edge_rows (int): Edge attribute rows fetched from other
-            parts.
-        peer_rows (int): Rows of this part read from the shard of another
-            rank of the machine (:obj:`peers` given: for this rank's
-            batch and for other parts' requests, counted per key).
+        local_edge_rows (int): Edge attribute rows of this part's edges.
+        cached_edge_rows (int): Edge attribute rows from the edge cache.
+        remote_edge_rows (int): Edge attribute rows from other parts.
+        peer_rows (int): Rows read from another rank's shard of this part
+            (with :obj:`peers`; counted per key).
     """
     local_rows: int = 0
     cached_rows: int = 0
@@ -79,20 +63,31 @@ class GatherStats:
 
 def _check_keys(keys: Optional[Sequence[str]], attrs: Dict[Any, Dict],
                 kind: str) -> Optional[List[str]]:
-    # `keys` as a list; each must be an attribute of some node / edge type.
-    if keys is None:
-        return None
-    keys = list(keys)
-    missing = [k for k in keys if not any(k in a for a in attrs.values())]
-    if missing:
-        raise ValueError(f'no {kind} type of the partition has the {kind} '
-                         f'attribute(s) {missing}')
+    # Each of `keys` must be an attribute of some node / edge type.
+    if keys is not None:
+        keys = list(keys)
+        _check_present(keys, {k for a in attrs.values() for k in a},
+                       f'{kind} type with a {kind}')
     return keys
 
 
+def _check_present(keys: List[str], attrs: Dict[str, Any], kind: str) -> None:
+    for k in keys:
+        if k not in attrs:
+            raise ValueError(f'the partition has no {kind} attribute {k!r} '
+                             f'(has {sorted(attrs)})')
+
+
+def _find_sorted(sorted_ids: Tensor, ids: Tensor) -> Tuple[Tensor, Tensor]:
+    # Where every id of `ids` is in `sorted_ids`, and whether it is there.
+    pos = torch.searchsorted(sorted_ids, ids)
+    if sorted_ids.numel() == 0:
+        return pos, torch.zeros_like(ids, dtype=torch.bool)
+    return pos, sorted_ids[pos.clamp(max=sorted_ids.numel() - 1)] == ids
+
+
 def _positions(category: Tensor, num: int) -> List[Tensor]:
-    # The positions of every value 0, ..., num - 1 of `category`, ascending:
-    # on the CPU one nonzero() per value; on a GPU one stable sort, the host
+    # The positions of every value in [0, num): on a GPU one sort, the host
     # waiting once (for the counts) instead of once per value.
     if category.device.type == 'cpu':
         return [(category == c).nonzero().view(-1) for c in range(num)]
@@ -100,35 +95,20 @@ def _positions(category: Tensor, num: int) -> List[Tensor]:
 
 
 class DistributedFeatureGather:
-    r"""Gathers rows of the node attributes :obj:`keys` for any global
-    vertex ids: own rows from this part, cached remote rows from a
-    :class:`~pyg_orch.features.gpu_cache.RowCache` (:obj:`'static'`, filled
-    by :meth:`build_cache`, or :obj:`'lru'`), the others from their owners.
-    Edge attributes of remote edges have a static cache of their own
-    (:meth:`build_edge_cache`, :meth:`gather_edges`). :meth:`gather`,
-    :meth:`gather_edges` and the builds are collectives. On a
-    heterogeneous partition, ids, counts and results are dictionaries per
-    node or edge type.
+    r"""Gathers the rows of node attributes :obj:`keys` (default:
+    :obj:`'x'` and :obj:`'y'`) and edge attributes :obj:`edge_keys` of any
+    global ids: own rows from this part, cached remote rows from a
+    :class:`~pyg_orch.features.gpu_cache.RowCache`, the others from their
+    owners, in collectives. On a heterogeneous partition, ids, counts and
+    results are dictionaries per node or edge type.
 
     Args:
-        partition (GraphPartition): This rank's part.
-        keys (Iterable[str], optional): The node attributes (default:
-            :obj:`'x'` and :obj:`'y'` where present).
-        group (ProcessGroup, optional): The process group (rank :obj:`k`
-            holds part :obj:`k`).
-        policy (str): :obj:`'static'` or :obj:`'lru'`.
         cache_size (int): The capacity of an :obj:`'lru'` cache in rows
             (per node type).
-        edge_keys (Iterable[str], optional): The edge attributes (default:
-            all of the part's).
-        device (torch.device, optional): Where gathered rows and caches
-            live (default: the CPU).
         feature_device (torch.device, optional): Where the part's rows and
-            index maps are read, copied once if not the CPU (default: the
-            CPU, over the memory-mapped files).
+            index maps are read (default: the CPU).
         peers (PeerGroup, optional): The ranks of this machine sharing the
-            part, to split its rows across
-            (:class:`~pyg_orch.features.sharded_rows.ShardedRows`).
+            part, to split its rows across.
     """
     def __init__(self, partition, keys: Optional[Iterable[str]] = None,
                  group: Optional[Any] = None, policy: str = 'static',
@@ -148,44 +128,34 @@ class DistributedFeatureGather:
                              f"'feature_device' ({self.feature_device}), "
                              f"got one on {peers.device}")
         self.peers = peers
+        self.partition, self.group, self.policy = partition, group, policy
+        self.rank, self.world_size = partition.part, partition.num_parts
+        self.device = torch.device(device or 'cpu')
+        self.stats = GatherStats()
         if self.is_hetero:
-            self._init_hetero(partition, keys, group, policy, cache_size,
-                              edge_keys, device)
+            self._init_hetero(keys, cache_size, edge_keys)
             return
         attrs = partition.node_attrs
         if keys is None:
             keys = [k for k in ('x', 'y') if k in attrs]
         keys = list(keys)
-        for k in keys:
-            if k not in attrs:
-                raise ValueError(f'the partition has no node attribute '
-                                 f'{k!r} (has {sorted(attrs)})')
+        _check_present(keys, attrs, 'node')
         if group_size(group) != partition.num_parts \
                 or group_rank(group) != partition.part:
             raise ValueError('rank k of the process group must hold part k '
                              'of a graph with one part per rank')
         edge_keys = list(partition.edge_attrs if edge_keys is None
                          else edge_keys)
-        for k in edge_keys:
-            if k not in partition.edge_attrs:
-                raise ValueError(f'the partition has no edge attribute '
-                                 f'{k!r} (has {sorted(partition.edge_attrs)})')
+        _check_present(edge_keys, partition.edge_attrs, 'edge')
         self.edge_keys = edge_keys
         self._eid_sorted: Optional[Tensor] = None
-        # The edge cache: the cached remote edges' global ids, sorted, on
-        # the feature device; their rows, in that order, on the device.
+        # The edge cache: sorted ids on the feature device, rows on device.
         self.edge_cache_ids = torch.empty(0, dtype=torch.int64,
                                           device=self.feature_device)
         self.edge_cache: Dict[str, Tensor] = {}
-        self.partition = partition
         self.keys = keys
-        self.group = group
-        self.rank = partition.part
-        self.world_size = partition.num_parts
         self.num_nodes = int(partition.node_part.numel())
-        # What is read, on the feature device: on the CPU the part's own
-        # (memory-mapped) tensors; on a GPU copies made once (the partition
-        # object is left as it is).
+        # What is read, on the feature device (on a GPU: copies made once).
         self._node_part = self._on_feature(partition.node_part)
         self._local_id = self._on_feature(partition.local_id)
         self._attrs = {k: self._part_rows(attrs[k]) for k in keys}
@@ -193,34 +163,23 @@ class DistributedFeatureGather:
                             for k in edge_keys}
         if edge_keys and self.feature_device.type != 'cpu':
             self._sort_edge_ids()  # Now, not at the first batch.
-        self.policy = policy
-        self.device = torch.device('cpu') if device is None else \
-            torch.device(device)
         #: The cache of remote rows (its slot map on the feature device).
         self.row_cache = RowCache(self.num_nodes, policy, cache_size,
                                   self.device, self.feature_device)
         for k in keys:
             self.row_cache.allocate(k, attrs[k])
-        self.stats = GatherStats()
 
-    def _init_hetero(self, partition, keys, group, policy, cache_size,
-                     edge_keys, device) -> None:
-        # One gather per node type (its rows) and per edge type with edge
-        # attributes, each over a homogeneous view of the part.
-        self.partition = partition
-        self.group = group
-        self.policy = policy
-        self.rank, self.world_size = partition.part, partition.num_parts
-        self.device = torch.device('cpu') if device is None else \
-            torch.device(device)
+    def _init_hetero(self, keys, cache_size, edge_keys) -> None:
+        # One gather per node type and per edge type with edge attributes,
+        # each over a homogeneous view of the part.
+        partition, group, device = self.partition, self.group, self.device
         keys = _check_keys(keys, partition.node_attrs, 'node')
         edge_keys = _check_keys(edge_keys, partition.edge_attrs, 'edge')
         self.node_types = list(partition.node_ids)
         self.edge_types = list(partition.csc)
         fdev = self.feature_device
-        # The maps of every node type on the feature device, once: shared
-        # by the gathers of the node type and of the edge types ending
-        # there.
+        # Every node type's maps on the feature device, once, shared by the
+        # gathers of the node type and of the edge types ending there.
         maps = {nt: (self._on_feature(partition.node_part[nt]),
                      self._on_feature(partition.local_id[nt]))
                 for nt in self.node_types}
@@ -239,7 +198,7 @@ class DistributedFeatureGather:
             self.by_node_type[nt] = DistributedFeatureGather(
                 view(nt),
                 keys=[k for k in (keys or ('x', 'y')) if k in attrs],
-                group=group, policy=policy, cache_size=cache_size,
+                group=group, policy=self.policy, cache_size=cache_size,
                 edge_keys=[], device=device, feature_device=fdev,
                 peers=self.peers)
         self.by_edge_type: Dict[tuple, DistributedFeatureGather] = {}
@@ -255,7 +214,6 @@ class DistributedFeatureGather:
                           for et, g in self.by_edge_type.items()}
         self.num_nodes = {nt: g.num_nodes
                           for nt, g in self.by_node_type.items()}
-        self.stats = GatherStats()
 
     def _sum_stats(self, gathers) -> GatherStats:
         total = GatherStats()
@@ -316,28 +274,30 @@ class DistributedFeatureGather:
         if not isinstance(counts, dict):
             raise ValueError("'counts' must be a dictionary of counts per "
                              "node type for a heterogeneous partition")
-        # One ranking over the remote rows of all types:
-        flat = []
-        fdev = self.feature_device
-        for nt in self.node_types:
-            c = counts.get(nt)
-            c = torch.zeros(self.num_nodes[nt], dtype=torch.int64,
-                            device=fdev) if c is None else torch.as_tensor(
-                c, dtype=torch.int64).to(fdev, copy=True)
-            if c.numel() != self.num_nodes[nt]:
-                raise ValueError(f"'counts[{nt!r}]' must have one entry per "
-                                 f"vertex of that type ({self.num_nodes[nt]})")
-            c[self.by_node_type[nt]._node_part == self.rank] = 0
-            flat.append(c)
-        masks = most_counted_split(flat, cache_size, fdev)
-        return sum(self.by_node_type[nt].build_cache(
-            torch.where(m, c, torch.zeros_like(c)), int(m.sum()))
-            for nt, c, m in zip(self.node_types, flat, masks))
+        gathers = self.by_node_type  # One ranking over all types:
+        flat = [g._remote_counts(counts.get(nt), f'counts[{nt!r}]')
+                for nt, g in gathers.items()]
+        masks = most_counted_split(flat, cache_size, self.feature_device)
+        return sum(g.build_cache(torch.where(m, c, torch.zeros_like(c)),
+                                 int(m.sum()))
+                   for g, c, m in zip(gathers.values(), flat, masks))
+
+    def _remote_counts(self, counts: Optional[Tensor],
+                       name: str = 'counts') -> Tensor:
+        # As int64 on the feature device, 0 for this part's own vertices.
+        counts = torch.zeros(self.num_nodes, dtype=torch.int64) \
+            if counts is None else counts
+        counts = torch.as_tensor(counts, dtype=torch.int64).to(
+            self.feature_device, copy=True)
+        if counts.numel() != self.num_nodes:
+            raise ValueError(f"'{name}' must have one entry per global "
+                             f"vertex ({self.num_nodes})")
+        counts[self._node_part == self.rank] = 0
+        return counts
 
     def row_reads(self) -> Optional[Dict[str, int]]:
-        r"""Rows of this part read from this rank's shard (:obj:`'local'`)
-        and from its peers' (:obj:`'peer'`); :obj:`None` without
-        :obj:`peers`."""
+        r"""Rows read from this rank's shard (:obj:`'local'`) and its peers'
+        (:obj:`'peer'`); :obj:`None` without :obj:`peers`."""
         if self.peers is None:
             return None
         if self.is_hetero:
@@ -347,26 +307,28 @@ class DistributedFeatureGather:
         return {'local': sum(r.own_rows for r in rows),
                 'peer': sum(r.peer_rows for r in rows)}
 
+    def _total(self, name: str, by_type: Dict[Any, Any]) -> int:
+        # `name` summed over the gathers per type.
+        return sum(getattr(g, name) for g in by_type.values())
+
     @property
     def num_cached_rows(self) -> int:
         r"""The remote rows in the cache (of all node types)."""
         if self.is_hetero:
-            return sum(g.num_cached_rows for g in self.by_node_type.values())
+            return self._total('num_cached_rows', self.by_node_type)
         return self.row_cache.num_cached
 
     @property
     def num_cached_edge_rows(self) -> int:
         r"""The remote edges in the edge cache (of all edge types)."""
         if self.is_hetero:
-            return sum(g.num_cached_edge_rows
-                       for g in self.by_edge_type.values())
+            return self._total('num_cached_edge_rows', self.by_edge_type)
         return int(self.edge_cache_ids.numel())
 
     def worker_view(self, group: Optional[Any]
                     ) -> 'DistributedFeatureGather':
         r"""A gather of the same part and caches for another thread,
-        exchanging over :obj:`group` (the same ranks), with its own
-        :attr:`stats`; an :obj:`'lru'` cache is shared under its lock."""
+        exchanging over :obj:`group`, with its own :attr:`stats`."""
         if group_size(group) != self.world_size:
             raise ValueError(f"'group' must have the gather's "
                              f"{self.world_size} ranks (got "
@@ -386,8 +348,7 @@ class DistributedFeatureGather:
 
     # Helpers ################################################################
     def _part_rows(self, t: Tensor) -> Any:
-        # The part's rows of one key: split across the machine's ranks, or
-        # whole on the feature device.
+        # Split across the machine's ranks, or whole on the feature device.
         if self.peers is None:
             return self._on_feature(t)
         from pyg_orch.features.sharded_rows import ShardedRows
@@ -404,13 +365,11 @@ class DistributedFeatureGather:
             t.to(self.feature_device)
 
     def _dev(self, t: Tensor) -> Tensor:
-        # To where the rows are delivered; a copy to the host is waited for
-        # (the host reads what it gets).
+        # To where the rows are delivered; a copy to the host is waited for.
         return t.to(self.device, non_blocking=self.device.type != 'cpu')
 
     def _sort_edge_ids(self) -> None:
-        # The part's in-edges by global edge id: where gather_edges finds
-        # the requested edges.
+        # The part's in-edges by global edge id, for gather_edges.
         self._eid_sorted, self._eid_pos = torch.sort(self._on_feature(
             self.partition.csc.edge_id).to(torch.int64))
 
@@ -428,7 +387,6 @@ class DistributedFeatureGather:
             return {}
         owner = self._node_part[ids].to(torch.int64)
         index, per_rank, order = split_by_value(owner, self.world_size)
-        # The requests arrive on the feature device (that of the ids):
         requests = exchange([ids[i] for i in index], self.group)
         self.stats.served_rows += sum(int(r.numel()) for i, r in
                                       enumerate(requests) if i != self.rank)
@@ -438,10 +396,8 @@ class DistributedFeatureGather:
     def _reply(self, refs: Dict[str, Any], keys: List[str],
                picks: List[Tensor], per_rank: List[int], order: Tensor
                ) -> Dict[str, Tensor]:
-        r"""Answers every rank's requests (rows :obj:`picks[r]` for rank
-        :obj:`r`) in one exchange; returns this rank's answers in request
-        order (:obj:`order`)."""
-        # One gather per key of the rows for all ranks, in rank order:
+        r"""Answers rank :obj:`r`'s request with rows :obj:`picks[r]` (one
+        exchange); returns this rank's answers in request :obj:`order`."""
         pick = torch.cat(picks)
         fields = exchange_stacked_rows(
             [refs[key].index_select(0, pick) for key in keys],
@@ -450,18 +406,15 @@ class DistributedFeatureGather:
         dest = self._dev(order)
         out = {}
         for key, got in zip(keys, fields):
-            # Answers in `order` (`index_copy_`: several times faster than
-            # advanced indexing for rows on the CPU):
+            # `index_copy_`: faster than advanced indexing on the CPU.
             out[key] = torch.empty_like(got).index_copy_(0, dest, got)
         return out
 
     # API ####################################################################
     def gather(self, n_id) -> Dict[str, Tensor]:
-        r"""The rows of :obj:`n_id` (global ids) of every key, in order;
-        :attr:`stats` says where they came from."""
+        r"""The rows of :obj:`n_id` (global ids) of every key."""
         if self.is_hetero:
             return self._gather_hetero(n_id)
-        # Read where the index maps are (ids sampled elsewhere come over):
         n_id = torch.as_tensor(n_id, dtype=torch.int64).to(
             self.feature_device)
         self.stats = GatherStats()
@@ -469,8 +422,7 @@ class DistributedFeatureGather:
         owner = self._node_part[n_id].to(torch.int64)
         is_local = owner == self.rank
         cache = self.row_cache
-        # An 'lru' cache changes under other threads' gathers: its slots
-        # are looked up and their rows read at once, inside the section.
+        # Slots looked up and rows read at once (other threads admit).
         with cache.section(cache.cuda) if cache.lru else \
                 contextlib.nullcontext():
             slot = cache.lookup(n_id)
@@ -506,20 +458,15 @@ class DistributedFeatureGather:
 
     def _fetch_edges(self, e_id: Tensor, owner: Tensor
                      ) -> Tuple[Dict[str, Tensor], List[int]]:
-        r"""Rows of the edges :obj:`e_id` from the parts :obj:`owner`, in
-        order, and how many each part served."""
+        r"""Rows of the edges :obj:`e_id` from the parts :obj:`owner`, and
+        how many each part served."""
         if self._eid_sorted is None:
             self._sort_edge_ids()
         index, per_rank, order = split_by_value(owner, self.world_size)
-        # The requests arrive on the feature device (that of the ids), and
-        # are looked up all at once:
         requests = exchange([e_id[i] for i in index], self.group)
         wanted = torch.cat(requests)
-        idx = torch.searchsorted(self._eid_sorted, wanted)
-        num_edges = self._eid_sorted.numel()
-        if wanted.numel() and (num_edges == 0 or not bool(
-                (self._eid_sorted[idx.clamp(max=num_edges - 1)]
-                 == wanted).all())):
+        idx, found = _find_sorted(self._eid_sorted, wanted)
+        if wanted.numel() and not bool(found.all()):
             raise RuntimeError('gather_edges: an edge id is not an '
                                'in-edge of its destination\'s part')
         positions = torch.split(self._eid_pos[idx] if wanted.numel() else
@@ -528,10 +475,8 @@ class DistributedFeatureGather:
                            list(positions), per_rank, order), per_rank
 
     def gather_edges(self, e_id, dst) -> Dict[str, Tensor]:
-        r"""The rows of :obj:`edge_keys` of the edges :obj:`e_id` (global
-        ids) into :obj:`dst` (global ids; an edge lives with its
-        destination's part), in order; cached remote edges from the edge
-        cache."""
+        r"""The rows of :obj:`edge_keys` of the edges :obj:`e_id` into
+        :obj:`dst` (global ids; an edge lives with its destination's part)."""
         if self.is_hetero:
             return self._gather_edges_hetero(e_id, dst)
         e_id, dst = self._edges_here(e_id, dst)
@@ -542,7 +487,7 @@ class DistributedFeatureGather:
         if self.edge_cache_ids.numel() == 0:
             out, per_rank = self._fetch_edges(e_id, owner)
         else:
-            slot, hit = self._edge_cache_lookup(e_id)
+            slot, hit = _find_sorted(self.edge_cache_ids, e_id)
             hit &= owner != self.rank
             fetch_pos, cached_pos = _positions(hit.to(torch.int64), 2)
             num_cached = int(cached_pos.numel())
@@ -564,8 +509,7 @@ class DistributedFeatureGather:
         return out
 
     def _edges_here(self, e_id, dst) -> Tuple[Tensor, Tensor]:
-        # Edge ids and their destinations as int64 on the feature device
-        # (where the index maps are), checked.
+        # Checked, as int64 on the feature device.
         e_id = torch.as_tensor(e_id, dtype=torch.int64).to(
             self.feature_device)
         dst = torch.as_tensor(dst, dtype=torch.int64).to(self.feature_device)
@@ -574,19 +518,10 @@ class DistributedFeatureGather:
                              "length")
         return e_id, dst
 
-    def _edge_cache_lookup(self, e_id: Tensor) -> Tuple[Tensor, Tensor]:
-        # The slot in the edge cache of every edge of `e_id`, and whether
-        # it is there.
-        ids = self.edge_cache_ids
-        slot = torch.searchsorted(ids, e_id)
-        hit = ids[slot.clamp(max=ids.numel() - 1)] == e_id
-        return slot, hit
-
     def _edge_candidates(self, e_id, dst, counts=None
                          ) -> Tuple[Tensor, Tensor, Tensor]:
-        # The distinct edges of `e_id` (sorted), their destinations and
-        # their access counts (summed over repeats and `counts`), 0 for
-        # this part's edges, on the feature device.
+        # The distinct edges (sorted), their destinations and summed
+        # counts (0 for this part's edges).
         fdev = self.feature_device
         e_id, dst = self._edges_here(e_id, dst)
         if counts is None:
@@ -606,8 +541,7 @@ class DistributedFeatureGather:
         return ids, ids_dst, total
 
     def _fill_edge_cache(self, ids: Tensor, dst: Tensor) -> int:
-        # Replaces the edge cache by the rows of the remote edges `ids`
-        # (sorted) with destinations `dst`: a collective.
+        # Caches the remote edges `ids` (sorted) into `dst`; a collective.
         owner = self._node_part[dst].to(torch.int64)
         self.edge_cache, _ = self._fetch_edges(ids, owner)
         self.edge_cache_ids = ids
@@ -615,16 +549,10 @@ class DistributedFeatureGather:
 
     def build_edge_cache(self, e_id, dst, edge_cache_size: int,
                          counts=None) -> int:
-        r"""Caches the rows of the :obj:`edge_cache_size` remote edges
-        counted most often (over all edge types); returns how many.
-
-        Args:
-            e_id (Tensor): Global ids of pre-sampled edges (repeats count).
-            dst (Tensor): Their destinations' global ids.
-            edge_cache_size (int): The most edges to cache.
-            counts (Tensor, optional): A count per entry of :obj:`e_id`
-                (default: one each).
-        """
+        r"""Caches the rows of the :obj:`edge_cache_size` remote edges of
+        :obj:`e_id` (into :obj:`dst`) counted most often, over all edge
+        types (:obj:`counts`: per entry; default: one each); returns how
+        many."""
         check_int('edge_cache_size', edge_cache_size)
         if self.is_hetero:
             return self._build_edge_cache_hetero(e_id, dst, edge_cache_size,
@@ -651,13 +579,7 @@ class DistributedFeatureGather:
         check_int('cache_size', cache_size)
         if self.is_hetero:
             return self._build_cache_hetero(counts, cache_size)
-        # Ranked where the index maps are:
-        counts = torch.as_tensor(counts, dtype=torch.int64).to(
-            self.feature_device, copy=True)
-        if counts.numel() != self.num_nodes:
-            raise ValueError(f"'counts' must have one entry per global "
-                             f"vertex ({self.num_nodes})")
-        counts[self._node_part == self.rank] = 0
+        counts = self._remote_counts(counts)
         cache = self.row_cache
         if self.policy == 'lru':
             cache_size = min(cache_size, cache.capacity)
@@ -687,26 +609,16 @@ class DistributedFeatureGather:
         return self.row_cache.last_used
 
     @property
-    def cache(self) -> Dict[str, Tensor]:
-        r"""The cached rows per key."""
-        return self.row_cache.rows
-
-    @property
-    def capacity(self) -> int:
-        r"""The capacity of an :obj:`'lru'` cache in rows."""
-        return self.row_cache.capacity
-
-    @property
     def cache_bytes(self) -> int:
         r"""The bytes of the cached rows of remote vertices."""
         if self.is_hetero:
-            return sum(g.cache_bytes for g in self.by_node_type.values())
+            return self._total('cache_bytes', self.by_node_type)
         return self.row_cache.nbytes
 
     @property
     def edge_cache_bytes(self) -> int:
         r"""The bytes of the edge cache: rows and sorted ids."""
         if self.is_hetero:
-            return sum(g.edge_cache_bytes for g in self.by_edge_type.values())
+            return self._total('edge_cache_bytes', self.by_edge_type)
         return self.edge_cache_ids.numel() * 8 + sum(
             t.numel() * t.element_size() for t in self.edge_cache.values())

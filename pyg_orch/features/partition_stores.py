@@ -1,8 +1,4 @@
-r"""A partitioned graph as PyG's remote backend: this rank's part behind a
-:class:`~torch_geometric.data.GraphStore` (:class:`PartitionGraphStore`)
-and a :class:`~torch_geometric.data.FeatureStore`
-(:class:`PartitionFeatureStore`), the :obj:`data` of the hybrid loaders
-(:func:`open_stores`)."""
+r"""A rank's part of a partitioned graph as PyG's remote backend."""
 from __future__ import annotations
 
 import functools
@@ -11,17 +7,15 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import FeatureStore, GraphStore
+from torch_geometric.data import GraphStore
 from torch_geometric.data.feature_store import TensorAttr
 from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
-from pyg_orch.core.checks import check_int
+from pyg_orch.core.checks import check_choice, check_int
+from pyg_orch.features.gpu_cache import ReadOnlyFeatureStore
 from pyg_orch.features.partition_gather import DistributedFeatureGather
-from pyg_orch.parallel.machines import (
-    RankLayout,
-    rank_layout,
-    shard_part_topology,
-)
+from pyg_orch.parallel.machines import (RankLayout, rank_layout,
+                                        shard_part_topology)
 from pyg_orch.sampling.collective import DistributedNeighborSampler
 from pyg_orch.partition.opening import open_partition
 from pyg_orch.partition.storage import GraphPartition
@@ -44,30 +38,37 @@ def _max_fanout(num_neighbors: Any) -> Optional[int]:
     return max(values, default=0)
 
 
-def _read_only(store: str) -> NotImplementedError:
-    return NotImplementedError(
-        f'{store} is read-only: it serves the files of a partition folder '
-        f'(write a new one with partition_graph())')
+def _check_ids(name: str, ids: Tensor, num: int, node_type: Any,
+               what: str = 'ids') -> None:
+    if ids.numel():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= num:
+            raise ValueError(f"'{name}' holds {what} outside [0, {num}); "
+                             f"expected global node ids in [0, {num}) of "
+                             f"node type {node_type!r} (got [{lo}, {hi}])")
+
+
+#: What to do instead of writing to a partition's stores.
+_INSTEAD = ('it serves the files of a partition folder (write a new one with '
+            'partition_graph())')
 
 
 class PartitionGraphStore(GraphStore):
     r"""This rank's part of a partitioned graph as a PyG
-    :class:`~torch_geometric.data.GraphStore`: the graph's edge types and
-    global sizes, the part's in-edges (global ids, :obj:`'coo'`), and the
-    collective sampler (:meth:`sampler`).
+    :class:`~torch_geometric.data.GraphStore` (in-edges in global ids,
+    :obj:`'coo'`), with its collective :meth:`sampler`.
 
     Args:
         partition (GraphPartition): This rank's part.
         group (ProcessGroup, optional): The process group (rank :obj:`k`
-            holds part :obj:`k`; default: the default group).
-        layout (RankLayout, optional): This rank's layout (see
-            :func:`~pyg_orch.parallel.machines.rank_layout`; default:
-            one part per rank).
+            holds part :obj:`k`).
+        layout (RankLayout, optional): This rank's layout (default: one
+            part per rank).
         sampling_device (torch.device, optional): Where the sampler runs
             (default: the loader's device).
         topology_placement (str or TopologySharding): :obj:`'auto'`, or a
-            :class:`~pyg_orch.multigpu.TopologySharding` to split the part's
-            neighbor lists across the ranks of a machine that share it.
+            :class:`~pyg_orch.multigpu.TopologySharding` splitting the
+            part's neighbor lists across the machine's ranks that share it.
     """
     def __init__(self, partition: GraphPartition,
                  group: Optional[Any] = None,
@@ -78,8 +79,7 @@ class PartitionGraphStore(GraphStore):
             raise TypeError(f"'partition' must be a GraphPartition (got "
                             f"{type(partition).__name__})")
         super().__init__()
-        self.partition = partition
-        self.group = group
+        self.partition, self.group = partition, group
         self.layout = layout or RankLayout(group, group,
                                            seed_rank=partition.part)
         self.sampling_device = sampling_device
@@ -105,15 +105,12 @@ class PartitionGraphStore(GraphStore):
 
     def sampler(self, num_neighbors: Any,
                 **options: Any) -> DistributedNeighborSampler:
-        r"""The collective sampler of this part, a PyG
-        :class:`~torch_geometric.sampler.BaseSampler`
-        (:class:`~pyg_orch.distributed.DistributedNeighborSampler`), on
-        :obj:`sampling_device` by default."""
+        r"""The collective sampler of this part (a PyG
+        :class:`~torch_geometric.sampler.BaseSampler`)."""
         if self.sampling_device is not None:
             options.setdefault('device', self.sampling_device)
         if self.topology_placement != 'auto':
-            # A collective of the machine's ranks, once the sampler has
-            # attached times and weights to the part's topology:
+            # A collective, once the sampler attached times and weights:
             options.setdefault('topology', functools.partial(
                 shard_part_topology, self.partition, self.layout,
                 options.get('device'), self.topology_placement,
@@ -129,17 +126,19 @@ class PartitionGraphStore(GraphStore):
             self.partition.csc
 
     def local_edge_index(self, edge_type: Any = None) -> Tensor:
-        r"""The part's in-edges (of :obj:`edge_type`), :obj:`[2, num_edges]`,
-        global ids."""
+        r"""The part's in-edges (of :obj:`edge_type`), global ids."""
         csc = self._csc(tuple(edge_type) if edge_type is not None else None)
-        dst_t = None if edge_type is None else edge_type[-1]
-        node_ids = self.partition.node_ids[dst_t] if self.is_hetero else \
-            self.partition.node_ids
+        node_ids = self._own(None if edge_type is None else edge_type[-1])
         colptr = csc.colptr.to(torch.int64)
         col = torch.repeat_interleave(node_ids.to(torch.int64),
                                       colptr.diff(),
                                       output_size=int(csc.row.numel()))
         return torch.stack([csc.row.to(torch.int64), col])
+
+    def _own(self, node_type: Any) -> Tensor:
+        # The part's own vertices (of `node_type`).
+        ids = self.partition.node_ids
+        return ids[node_type] if self.is_hetero else ids
 
     def seed_nodes(self, input_nodes: Any) -> Tuple[Any, Tensor]:
         r"""Checks a node loader's seeds: returns :obj:`(node_type, ids)`;
@@ -162,9 +161,7 @@ class PartitionGraphStore(GraphStore):
                                  f"partition (node types: "
                                  f"{list(self.num_nodes)})")
         if nodes is None:
-            ids = self.partition.node_ids[node_type] if self.is_hetero \
-                else self.partition.node_ids
-            return node_type, ids.to(torch.int64)
+            return node_type, self._own(node_type).to(torch.int64)
         n = self.num_nodes[node_type]
         if isinstance(nodes, Tensor) and nodes.dtype == torch.bool:
             if nodes.shape != (n, ):
@@ -178,15 +175,13 @@ class PartitionGraphStore(GraphStore):
             raise ValueError(f"'input_nodes' must be a 1-D integer tensor of "
                              f"global ids or a boolean mask (got "
                              f"{type(nodes).__name__})")
-        if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
-            raise ValueError(f"'input_nodes' holds ids outside [0, {n}) "
-                             f"(global ids of node type {node_type!r})")
+        _check_ids('input_nodes', nodes, n, node_type)
         return node_type, nodes.to(torch.int64)
 
     def label_edges(self, edge_label_index: Any) -> Tuple[Any, Tensor]:
         r"""Checks a link loader's label edges: returns :obj:`(edge_type,
-        edge_label_index)` (global ids; an edge type alone or :obj:`None`:
-        the part's in-edges)."""
+        edge_label_index)` (an edge type alone or :obj:`None`: the part's
+        in-edges)."""
         edge_type, index = None, edge_label_index
         if self.is_hetero:
             if isinstance(index, (tuple, list)) and index and \
@@ -221,17 +216,11 @@ class PartitionGraphStore(GraphStore):
                              f"of shape [2, num_edges] of global ids (got "
                              f"{got})")
         index = index.to(torch.int64)
-        src_t, dst_t = (None, None) if edge_type is None else (
-            edge_type[0], edge_type[-1])
-        for i, (t, what) in enumerate(((src_t, 'source'),
-                                       (dst_t, 'destination'))):
-            n = self.num_nodes[t]
-            if index.size(1) and (int(index[i].min()) < 0
-                                  or int(index[i].max()) >= n):
-                raise ValueError(f"'edge_label_index' holds {what} ids "
-                                 f"outside [0, {n}) (global ids of node type "
-                                 f"{t!r}; got [{int(index[i].min())}, "
-                                 f"{int(index[i].max())}])")
+        ends = (None, None) if edge_type is None else (edge_type[0],
+                                                       edge_type[-1])
+        for i, (t, what) in enumerate(zip(ends, ('source', 'destination'))):
+            _check_ids('edge_label_index', index[i], self.num_nodes[t], t,
+                       f'{what} ids')
         return edge_type, index
 
     def get_all_edge_attrs(self) -> List[EdgeAttr]:
@@ -253,23 +242,22 @@ class PartitionGraphStore(GraphStore):
         return row, col
 
     def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
-        raise _read_only('PartitionGraphStore')
+        raise NotImplementedError(f'PartitionGraphStore is read-only; '
+                                  f'{_INSTEAD}')
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
-        raise _read_only('PartitionGraphStore')
+        return self._put_edge_index(None, edge_attr)
 
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}(part={self.rank}, '
                 f'num_parts={self.num_parts})')
 
 
-class PartitionFeatureStore(FeatureStore):
+class PartitionFeatureStore(ReadOnlyFeatureStore):
     r"""This rank's part of a partitioned graph as a PyG
-    :class:`~torch_geometric.data.FeatureStore` over **global** vertex ids:
-    own rows read from the part's files, remote rows from a cache or
-    fetched from their owners. :meth:`multi_get_tensor` is a collective
-    (every rank calls it once per batch, for the same attributes); edge
-    attributes are not served.
+    :class:`~torch_geometric.data.FeatureStore` over global vertex ids;
+    :meth:`multi_get_tensor` is a collective (every rank calls it once per
+    batch, for the same attributes).
 
     Args:
         partition (GraphPartition): This rank's part.
@@ -292,6 +280,8 @@ class PartitionFeatureStore(FeatureStore):
         peers (PeerGroup, optional): The ranks of this machine that share
             the part, to split its rows across.
     """
+    instead = _INSTEAD
+
     def __init__(self, partition: GraphPartition,
                  group: Optional[Any] = None,
                  keys: Optional[List[str]] = None,
@@ -371,7 +361,8 @@ class PartitionFeatureStore(FeatureStore):
         if not attrs:
             return []
         cat = {t: torch.cat(v) for t, v in ids.items()}
-        self._check_range(cat)
+        for t, v in cat.items():
+            _check_ids('index', v, self.num_nodes[t], t)
         gather = self.feature_gather.gather
         rows = gather(cat) if self.is_hetero else {None: gather(cat[None])}
         out, offsets = [], {t: 0 for t in cat}
@@ -382,20 +373,6 @@ class PartitionFeatureStore(FeatureStore):
             offsets[t] += n
         return out
 
-    def _check_range(self, ids: Dict[Any, Tensor]) -> None:
-        for t, v in ids.items():
-            n = self.num_nodes[t]
-            if v.numel() and (int(v.min()) < 0 or int(v.max()) >= n):
-                raise ValueError(f"'index' must hold global node ids in "
-                                 f"[0, {n}) of node type {t!r} (got "
-                                 f"[{int(v.min())}, {int(v.max())}])")
-
-    def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
-        raise _read_only('PartitionFeatureStore')
-
-    def _remove_tensor(self, attr: TensorAttr) -> bool:
-        raise _read_only('PartitionFeatureStore')
-
     def __repr__(self) -> str:
         return (f'{self.__class__.__name__}(part={self.partition.part}, '
                 f'num_parts={self.partition.num_parts})')
@@ -403,7 +380,6 @@ class PartitionFeatureStore(FeatureStore):
 
 def _check_shared(layout: RankLayout, num_parts: int,
                   **placements: Any) -> None:
-    # A placement that splits a part across the ranks that share it.
     for name, value in placements.items():
         if value != 'auto' and not layout.shares_part:
             what = 'neighbor lists' if name.startswith('topology') \
@@ -435,30 +411,28 @@ def open_stores(
     layout: Optional[RankLayout] = None,
 ) -> Tuple[PartitionFeatureStore, PartitionGraphStore]:
     r"""Loads this rank's part of the folder :obj:`partition` with
-    :func:`open_partition` (a collective: every rank raises, naming the
-    rank and the file, where one cannot load its part or the parts do not
-    belong together) and returns :obj:`(feature_store, graph_store)` over
-    it, the :obj:`data` of the hybrid loaders. The placement lives here:
+    :func:`open_partition` (a collective) and returns
+    :obj:`(feature_store, graph_store)` over it, the :obj:`data` of the
+    hybrid loaders.
 
-    * :obj:`sampling_device`: where sampling runs (default: the loader's
-      device); on CUDA the part's topology is copied there once.
-    * :obj:`feature_device`: where the part's rows are read and other ranks'
-      requests served (default: the CPU, over the memory-mapped files).
-    * :obj:`device`: where gathered rows and the cache live.
-    * :obj:`topology_placement` (:obj:`'auto'` or :obj:`'sharded'`, or a
-      :class:`~pyg_orch.multigpu.TopologySharding`) and
-      :obj:`feature_placement` (:obj:`'auto'` or :obj:`'sharded'`): split
-      the part's neighbor lists or feature rows across the ranks of a
-      machine that share one part (see
-      :mod:`~pyg_orch.parallel.machines`).
-    * :obj:`cache_size`, :obj:`edge_cache_size` and :obj:`policy`
-      (:obj:`'static'` or :obj:`'lru'`): the caches of remote rows (see
-      :class:`PartitionFeatureStore`).
-    * :obj:`keys` and :obj:`edge_keys`: the node and edge attributes served
-      (default: :obj:`'x'` and :obj:`'y'`; all edge attributes).
-    * :obj:`layout`: this rank's
-      :class:`~pyg_orch.parallel.machines.RankLayout` where it was
-      already agreed (default: agreed here, a collective).
+    Args:
+        sampling_device (torch.device, optional): Where sampling runs
+            (default: the loader's device).
+        feature_device (torch.device, optional): Where the part's rows are
+            read and other ranks' requests served (default: the CPU).
+        device (torch.device, optional): Where gathered rows and the cache
+            live.
+        topology_placement (str or TopologySharding): :obj:`'auto'` or
+            :obj:`'sharded'` (split the part's neighbor lists across the
+            ranks of a machine that share it).
+        feature_placement (str): :obj:`'auto'` or :obj:`'sharded'` (split
+            the part's feature rows likewise).
+        cache_size, edge_cache_size, policy: The caches of remote rows (see
+            :class:`PartitionFeatureStore`).
+        keys, edge_keys: The node and edge attributes served (default:
+            :obj:`'x'` and :obj:`'y'`; all edge attributes).
+        layout (RankLayout, optional): This rank's layout where already
+            agreed (default: agreed here, a collective).
     """
     if sampling_device is not None:
         sampling_device = resolve_device(sampling_device, 'sampling_device')
@@ -468,9 +442,7 @@ def open_stores(
                          f"on a partitioned graph (got "
                          f"{topology_placement!r}); the part's topology is "
                          f"sampled on 'sampling_device'")
-    if feature_placement not in ('auto', 'sharded'):
-        raise ValueError(f"'feature_placement' must be 'auto' or 'sharded' "
-                         f"(got {feature_placement!r})")
+    check_choice('feature_placement', feature_placement, ('auto', 'sharded'))
     if layout is None:
         layout = rank_layout(partition, group)
     group = layout.part_group

@@ -1,20 +1,20 @@
-"""A feature cache split across the GPUs of one machine: the hottest rows
-dealt round-robin to the ranks, the others once per machine in shared
-pinned host memory; one kernel reads own cache, peers' caches and host."""
+"""A feature cache split across the GPUs of one machine."""
 import hashlib
 from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
+from pyg_orch.core.checks import check_fraction
 from pyg_orch.features.tiered import TieredFeatureStore
 from pyg_orch.parallel.peer_memory import PeerGroup
 
 
 class ShardedFeatureStore(TieredFeatureStore):
     r"""A :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache is split
-    across the ranks of a :class:`~pyg_orch.multigpu.PeerGroup`; built by
-    every rank at once (their :obj:`hotness` summed).
+    across the ranks of a :class:`~pyg_orch.multigpu.PeerGroup` (hottest
+    rows dealt round-robin, the others in shared pinned host memory); built
+    by every rank at once (their :obj:`hotness` summed).
 
     Args:
         x (torch.Tensor): The features on the CPU (local rank 0's copied
@@ -27,8 +27,7 @@ class ShardedFeatureStore(TieredFeatureStore):
         cache_ratio (float, optional): Cache this fraction of all rows on
             the machine (capped by the budgets).
         gather_blocks (int or str, optional): Thread blocks of the gather
-            kernel (default: no cap, as peer reads need many rows in
-            flight).
+            kernel (default: no cap).
         **kwargs: Further arguments of
             :class:`~pyg_orch.gpu.TieredFeatureStore`.
     """
@@ -40,28 +39,20 @@ class ShardedFeatureStore(TieredFeatureStore):
         self.peers = peers
         if hotness is not None:
             hotness = peers.all_reduce_sum(hotness.cpu().to(torch.float64))
-        # Per GPU, as the base class computes it:
-        if cache_ratio is not None:
-            if not 0.0 <= cache_ratio <= 1.0:
-                raise ValueError(f"'cache_ratio' must lie in [0, 1] (got "
-                                 f"{cache_ratio})")
-            cache_ratio = cache_ratio / peers.world_size
+        if cache_ratio is not None:  # Per GPU, as the base class counts.
+            cache_ratio = check_fraction('cache_ratio', cache_ratio) / \
+                peers.world_size
         super().__init__(x, peers.device, hotness=hotness,
                          gpu_memory_budget=gpu_memory_budget,
                          cache_ratio=cache_ratio,
                          gather_blocks=gather_blocks, **kwargs)
-
-    can_set_cached_nodes = True
 
     @property
     def _num_shards(self) -> int:
         return self.peers.world_size
 
     def _host_rows(self, x: Tensor) -> Tensor:
-        if not isinstance(x, Tensor) or x.dim() != 2:
-            raise ValueError("'x' must be a 2-dimensional feature tensor")
-        # Rows every rank holds pinned already (e.g. one shared-memory
-        # file, registered by each rank) are read in place: no second copy.
+        # Rows every rank holds pinned already are read in place.
         pinned = self.peers.device.type == 'cuda' and not x.is_cuda \
             and x.is_pinned()
         if all(self.peers.all_gather_object(pinned)):
@@ -70,8 +61,7 @@ class ShardedFeatureStore(TieredFeatureStore):
                                      x.shape, x.dtype)
 
     def _cached_order(self, order: Tensor, num_cached: int) -> Tensor:
-        # `num_cached` rows per GPU; the same count on every rank (the
-        # smallest budget), so slot s is row s % C of rank s // C.
+        # The same count per GPU on every rank (the smallest budget).
         per_rank = min(self.peers.all_gather_object(num_cached))
         self.capacity = int(per_rank)
         return order[:self.capacity * self.peers.world_size]
@@ -87,9 +77,7 @@ class ShardedFeatureStore(TieredFeatureStore):
         self.row_cache.fill(nodes, slots=code.to(dtype))
         mine = nodes[i % S == peers.rank]
         refill = getattr(self, 'shards', None) is not None
-        if refill:
-            # Peers may still read this rank's rows for gathers queued
-            # with the old map: all of them finish first.
+        if refill:  # Gathers queued with the old map finish first.
             self._quiesce()
         else:
             self.shards = peers.allocate((max(C, 1), self.width),

@@ -1,8 +1,6 @@
-r"""A tensor's rows split across the processes of one machine: row :obj:`i`
-on rank :obj:`i % S`, in symmetric memory on GPUs or :obj:`/dev/shm` on
-CPUs; every rank reads any row."""
+r"""A tensor's rows split across the processes of one machine."""
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -13,15 +11,8 @@ __all__ = ['ShardedRows']
 
 
 class ShardedRows:
-    r"""The rows of :obj:`rows` split across :obj:`peers` (a collective),
-    read like the tensor: :meth:`index_select` on dimension 0,
-    :attr:`shape`, :attr:`dtype`, :meth:`new_empty`.
-
-    Args:
-        rows (torch.Tensor): The rows, :obj:`[num_rows, ...]`, anywhere
-            (only this rank's every :obj:`S`-th row is read).
-        peers (PeerGroup): The machine's ranks that share the rows; their
-            device is where the shards live.
+    r"""The rows of :obj:`rows` split across :obj:`peers` (row :obj:`i` on
+    rank :obj:`i % S`; a collective), read like the tensor on dimension 0.
     """
     def __init__(self, rows: Tensor, peers: PeerGroup):
         if not isinstance(rows, Tensor) or rows.dim() < 1:
@@ -33,11 +24,9 @@ class ShardedRows:
             raise ValueError(
                 f"ShardedRows: every rank must pass rows of the same shape "
                 f"and dtype (the ranks have {seen})")
-        self.peers = peers
+        self.peers, self.rank = peers, peers.rank
         self.num_shards = peers.world_size
-        self.rank = peers.rank
-        self.shape = rows.shape
-        self.dtype = rows.dtype
+        self.shape, self.dtype = rows.shape, rows.dtype
         self.device = peers.device
         per_rank = -(-rows.size(0) // self.num_shards)
         self.buffers: PeerBuffers = peers.allocate(
@@ -57,12 +46,6 @@ class ShardedRows:
     def thread_peer_rows(self) -> int:
         r"""Rows the calling thread read from peers' shards so far."""
         return getattr(self._thread, 'peer_rows', 0)
-
-    def size(self, dim: Optional[int] = None) -> Any:
-        return self.shape if dim is None else self.shape[dim]
-
-    def dim(self) -> int:
-        return len(self.shape)
 
     def new_empty(self, size: Sequence[int], device: Any = None) -> Tensor:
         return torch.empty(tuple(size), dtype=self.dtype,

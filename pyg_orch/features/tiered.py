@@ -1,5 +1,5 @@
 """A feature store in tiers: the hottest rows on the GPU, all rows in
-pinned host memory, the previous batch's rows reused."""
+pinned host memory."""
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -12,19 +12,10 @@ from torch_geometric.data import TensorAttr
 
 from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.core.triton_util import kernel_view, triton_available
-from pyg_orch.features.gpu_cache import (
-    ReadOnlyFeatureStore,
-    RowCache,
-    attr_index,
-    hottest_first,
-)
-from pyg_orch.core.checks import (
-    check_bool,
-    check_choice,
-    check_fraction,
-    check_int,
-    resolve_device,
-)
+from pyg_orch.features.gpu_cache import (ReadOnlyFeatureStore, RowCache,
+                                        attr_index, hottest_first)
+from pyg_orch.core.checks import (check_bool, check_choice, check_fraction,
+                                  check_int, resolve_device)
 
 #: The integer dtypes node ids may have.
 _ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -86,16 +77,21 @@ def parse_budget(budget: Union[None, int, float, str],
     return int(budget)
 
 
-def check_hotness(hotness, num_nodes: int, name: str = 'hotness') -> None:
-    r"""Checks that :obj:`hotness` is a tensor of real scores, no NaN."""
+def check_hotness(hotness, num_nodes: int, of: str = '') -> None:
+    r"""Checks that :obj:`hotness` holds :obj:`num_nodes` real scores, no
+    NaN (:obj:`of`: what the error adds to the name, a node type)."""
+    name = f"'hotness'{of}"
     if not isinstance(hotness, Tensor) or hotness.is_complex() or \
             hotness.dtype == torch.bool:
         got = hotness.dtype if isinstance(hotness, Tensor) else \
             type(hotness).__name__
-        raise ArgumentTypeError(f"'{name}' must be a tensor of {num_nodes} "
+        raise ArgumentTypeError(f"{name} must be a tensor of {num_nodes} "
                                 f"real scores (got {got})")
     if hotness.is_floating_point() and bool(torch.isnan(hotness).any()):
-        raise ValueError(f"'{name}' holds NaN; every node needs a score")
+        raise ValueError(f"{name} holds NaN; every node needs a score")
+    if hotness.numel() != num_nodes:
+        raise ValueError(f"{name} must have {num_nodes} entries (got "
+                         f"{hotness.numel()})")
 
 
 def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
@@ -126,11 +122,9 @@ def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
 
 class TieredFeatureStore(ReadOnlyFeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` for node features
-    that do not fit on the GPU: the rows ranked hottest live in a
-    :class:`~pyg_orch.features.gpu_cache.RowCache` on the GPU, every row in
-    pinned host memory. :meth:`gather` serves a batch's rows from the
-    cache, the previous batch, or host memory (a Triton kernel reading
-    zero-copy, :obj:`method='uva'`, or CPU threads, :obj:`method='cpu'`).
+    that do not fit on the GPU: the hottest rows cached on the GPU, every
+    row in pinned host memory. :meth:`gather` serves a batch's rows from the
+    cache, the previous batch, or host memory.
 
     Args:
         x (torch.Tensor): The features, :obj:`[num_nodes, width]`, on the CPU.
@@ -146,9 +140,8 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         reuse (bool): Serve rows of the previous batch from GPU memory.
         num_threads (int, optional): Threads of the CPU gather.
         gather_blocks (int or str, optional): Thread blocks of the UVA
-            gather kernel: :obj:`'auto'` (half the multiprocessors, leaving
-            the rest to a training step beside it) or :obj:`None` (no
-            cap).
+            gather: :obj:`'auto'` (half the multiprocessors) or :obj:`None`
+            (no cap).
         attr_name (str): The attribute name served. (default: :obj:`'x'`)
     """
     def __init__(
@@ -196,8 +189,7 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         self.num_nodes, self.width = x.shape
         self.dtype = x.dtype
         self.host = self._host_rows(x)
-        # Made once: a fresh pointer object per launch made every launch of
-        # the UVA gather wait for the device on an H100 (about 3.7 ms).
+        # Made once: a pointer object per launch made each launch wait.
         self._host_view = kernel_view(self.host)
 
         row_bytes = self.width * x.element_size()
@@ -209,9 +201,6 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         self.capacity = num_cached
         if hotness is not None:
             check_hotness(hotness, self.num_nodes)
-            if hotness.numel() != self.num_nodes:
-                raise ValueError(f"'hotness' must have {self.num_nodes} "
-                                 f"entries (got {hotness.numel()})")
         order = hottest_first(hotness, self.num_nodes)
         self._lock = threading.Lock()
         #: The cache of the hottest rows (slot map and rows on the GPU).
@@ -248,13 +237,11 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         return self.row_cache.rows[self.attr_name]
 
     def _host_rows(self, x: Tensor) -> Tensor:
-        # Every row, where the gather reads it zero-copy.
         if self.device.type == 'cuda':
             return x if x.is_pinned() else x.cpu().pin_memory()
         return x.cpu()
 
     def _cached_order(self, order: Tensor, num_cached: int) -> Tensor:
-        # The rows to cache, from every node ranked by hotness.
         return order[:num_cached]
 
     def _cache_table(self) -> Tuple:
@@ -263,12 +250,11 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
 
     def _read_cache(self, slot: Tensor, out: Tensor, rows: Tensor,
                     source: Tensor) -> None:
-        # Rows `rows` of `out` from cache slots `slot` (torch path).
         out[rows] = self.cache.index_select(0, slot.to(torch.int64))
 
     def _fill_cache(self, nodes: Tensor) -> None:
         # With every row cached, rows keep their order: a gather is then one
-        # `index_select`, with nothing to classify or reuse.
+        # `index_select`.
         self.full = nodes.numel() == self.num_nodes
         if self.full:
             nodes = torch.arange(self.num_nodes)
@@ -295,24 +281,18 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
             self._fill_cache(nodes)
 
     def _max_cached_rows(self) -> int:
-        # The most rows the cache holds (`capacity` per device).
         return self.capacity
 
     def gpu_bytes(self) -> int:
         r"""GPU memory held: the cache and the slot map."""
-        total = self.cache.numel() * self.cache.element_size()
-        total += self.slot.numel() * self.slot.element_size()
-        if self._prev_pos is not None:
-            total += self._prev_pos.numel() * self._prev_pos.element_size()
-        return total
+        return sum(t.numel() * t.element_size() for t in (
+            self.cache, self.slot, self._prev_pos) if t is not None)
 
     def reset_stats(self) -> None:
-        # Rows per source (cache, previous batch, host), counted on the
-        # device so that a gather never waits for the host.
+        # Rows per source, counted on the device: a gather never waits.
         self._source_counts = torch.zeros(4, dtype=torch.int64,
                                           device=self.device)
-        self._full_rows = 0
-        self._batches = 0
+        self._full_rows = self._batches = 0
 
     @property
     def stats(self) -> FeatureStoreStats:
@@ -333,8 +313,6 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
                 f'gpu={self.gpu_bytes() / 2**20:.1f} MiB, '
                 f'method={self.method}, reuse={self.reuse})')
 
-    # Gathering ###############################################################
-
     def gather(self, index: Tensor) -> Tensor:
         r"""The rows :obj:`index` (node ids, 1-D) on :obj:`device`."""
         check_node_ids(index, self.num_nodes)
@@ -354,12 +332,9 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
             return out
 
     def _prev_state(self) -> Optional[Tuple[Tensor, Tensor]]:
-        if self._prev is None:
-            return None
-        prev_index, prev_out, version = self._prev
-        if prev_out._version != version:  # Modified in place: stale.
-            return None
-        return prev_index, prev_out
+        if self._prev is None or self._prev[1]._version != self._prev[2]:
+            return None  # None yet, or modified in place: stale.
+        return self._prev[0], self._prev[1]
 
     def _gather_uva(self, index: Tensor) -> Tuple[Tensor, Tensor]:
         from pyg_orch.sampling.triton import kernels as tk
@@ -449,8 +424,6 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-
-    # PyG's FeatureStore interface ############################################
 
     def _check(self, attr: TensorAttr) -> None:
         if attr.attr_name != self.attr_name:
