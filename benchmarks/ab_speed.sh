@@ -18,7 +18,8 @@ run() {  # run SIDE NAME ARGS...: one benchmark of one side, its JSON in OUTDIR
         --out "$OUTDIR/${name}__${side}.json") > "$OUTDIR/${name}__${side}.log" 2>&1
     echo "$name $side rc=$? $(( $(date +%s) - start )) s"
 }
-pair() {  # pair NAME ARGS...: both sides, in ORDER
+pair() {  # pair NAME ARGS...: both sides, in ORDER (AB_ONLY: a name)
+    [ -n "${AB_ONLY:-}" ] && [ "$1" != "$AB_ONLY" ] && return
     if [ "$ORDER" = new-first ]; then run new "$@"; run base "$@"
     else run base "$@"; run new "$@"; fi
 }
@@ -27,6 +28,6 @@ pair bench_multi_gpu --gpus 2
 pair bench_distributed --backend nccl --world-size 2 --sampling-device cuda \
     --feature-device cuda --train --methods random --batches 20 --repeats 3
 # Which Triton kernels still compile after the loader's warm-up (new side).
-(cd "$NEW" && timeout 120 python benchmarks/probe_epoch_compiles.py \
+[ "${AB_PROBE:-1}" = 1 ] && (cd "$NEW" && timeout 120 python benchmarks/probe_epoch_compiles.py \
     --out "$OUTDIR/probe_epoch_compiles.json") > "$OUTDIR/probe_epoch_compiles.log" 2>&1
 echo "probe_epoch_compiles rc=$?"
