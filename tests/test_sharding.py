@@ -478,3 +478,12 @@ def test_sharded_feature_store_takes_new_cached_nodes(method):
         assert o['after'] == list(range(999, 799, -1))
         assert o['own'] > 0 and o['peer'] > 0
         assert 'same' in o['mismatch']
+
+
+def test_sharded_gather_grid_rule():
+    # 'auto': no cap while the GPUs hold every row (peer reads), the one-GPU
+    # store's cap once rows come from host memory.
+    from pyg_orch.features.sharded import sharded_gather_blocks
+    assert sharded_gather_blocks(66, 100, 100) is None
+    assert sharded_gather_blocks(66, 99, 100) == 66
+    assert sharded_gather_blocks(None, 10, 100) is None

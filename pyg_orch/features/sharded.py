@@ -10,6 +10,13 @@ from pyg_orch.features.tiered import TieredFeatureStore
 from pyg_orch.parallel.peer_memory import PeerGroup
 
 
+def sharded_gather_blocks(capped: Optional[int], num_cached: int,
+                          num_nodes: int) -> Optional[int]:
+    r"""The gather grid's cap of a sharded cache under :obj:`'auto'`: none
+    while the GPUs hold all :obj:`num_nodes` rows, else :obj:`capped`."""
+    return None if num_cached >= num_nodes else capped
+
+
 class ShardedFeatureStore(TieredFeatureStore):
     r"""A :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache is split
     across the ranks of a :class:`~pyg_orch.multigpu.PeerGroup` (hottest
@@ -27,7 +34,10 @@ class ShardedFeatureStore(TieredFeatureStore):
         cache_ratio (float, optional): Cache this fraction of all rows on
             the machine (capped by the budgets).
         gather_blocks (int or str, optional): Thread blocks of the gather
-            kernel (default: no cap).
+            kernel: :obj:`'auto'` (no cap while the GPUs hold every row,
+            since peers' rows wait on NVLink's latency; else the one-GPU
+            store's cap, which suits reads from host memory), an integer,
+            or :obj:`None` (no cap). (default: :obj:`'auto'`)
         **kwargs: Further arguments of
             :class:`~pyg_orch.gpu.TieredFeatureStore`.
     """
@@ -35,8 +45,10 @@ class ShardedFeatureStore(TieredFeatureStore):
                  hotness: Optional[Tensor] = None,
                  gpu_memory_budget: Union[None, int, float, str] = 'auto',
                  cache_ratio: Optional[float] = None,
-                 gather_blocks: Union[None, int, str] = None, **kwargs):
+                 gather_blocks: Union[None, int, str] = 'auto', **kwargs):
         self.peers = peers
+        self._auto_blocks = gather_blocks == 'auto'
+        self._capped_blocks: Optional[int] = None
         if hotness is not None:
             hotness = peers.all_reduce_sum(hotness.cpu().to(torch.float64))
         if cache_ratio is not None:  # Per GPU, as the base class counts.
@@ -70,6 +82,11 @@ class ShardedFeatureStore(TieredFeatureStore):
         peers, C = self.peers, self.capacity
         S = peers.world_size
         self.full = False
+        if self._auto_blocks:
+            if self._capped_blocks is None:  # The base class's 'auto'.
+                self._capped_blocks = self.gather_blocks
+            self.gather_blocks = sharded_gather_blocks(
+                self._capped_blocks, nodes.numel(), self.num_nodes)
         # The i-th hottest row goes to rank i % S, slot i // S there.
         i = torch.arange(nodes.numel())
         code = (i % S) * C + i // S
