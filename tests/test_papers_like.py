@@ -306,8 +306,14 @@ def test_bench_epoch_scale_two_ranks(bench, tmp_path):
 
 def test_bench_epoch_scale_bad_multi_gpu_args(bench):
     with pytest.raises(SystemExit):
-        bench.parse_args(['--gpus', '2', '--modes', 'offload', '--device',
+        bench.parse_args(['--gpus', '2', '--modes', 'fast', '--device',
                           'cpu'])
+    with pytest.raises(SystemExit):  # Timed twice only with several GPUs.
+        bench.parse_args(['--modes', 'trim,trim', '--device', 'cpu'])
+    args = bench.parse_args(['--gpus', '2', '--modes', 'trim,offload,trim',
+                             '--device', 'cpu'])
+    assert args.modes == 'trim,offload,trim'
+    assert args.offload_placements == 'device'
     with pytest.raises(SystemExit):
         bench.parse_args(['--gpus', '2', '--placements', 'host', '--device',
                           'cpu'])

@@ -48,9 +48,9 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
             counts per row (per node type) for :obj:`ranking='frequency'`,
             e.g. from :func:`pyg_orch.sampling.presample.count_node_access`;
             without, rows rank in id order.
-        edge_index (torch.Tensor or Dict[Tuple[str, str, str],
-            torch.Tensor], optional): The edges (per edge type) for
-            :obj:`ranking='degree'`: rows rank by out-degree.
+        edge_index (torch.Tensor or Dict[Tuple, torch.Tensor], optional):
+            The edges (per edge type) for :obj:`ranking='degree'`: rows
+            rank by out-degree.
     """
     def __init__(self, store: FeatureStore,
                  cache: Optional[CacheOptions] = None,
