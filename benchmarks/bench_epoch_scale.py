@@ -432,18 +432,21 @@ def all_agree(flag: bool) -> bool:
     return any(flags)
 
 
+def triton_cache_dir() -> str:
+    return os.environ.get('TRITON_CACHE_DIR',
+                          os.path.expanduser('~/.triton/cache'))
+
+
 def triton_cache_entries() -> set:
     r"""The entries of Triton's kernel cache (new ones after an epoch are
     kernels compiled in it)."""
-    path = os.environ.get('TRITON_CACHE_DIR',
-                          os.path.expanduser('~/.triton/cache'))
+    path = triton_cache_dir()
     return set(os.listdir(path)) if os.path.isdir(path) else set()
 
 
 def triton_kernel_names(entries: set) -> List[str]:
     r"""The kernel names in Triton cache :obj:`entries`."""
-    path = os.environ.get('TRITON_CACHE_DIR',
-                          os.path.expanduser('~/.triton/cache'))
+    path = triton_cache_dir()
     names = []
     for e in sorted(entries):
         d = os.path.join(path, e)

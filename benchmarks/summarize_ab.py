@@ -10,10 +10,7 @@ import argparse
 import json
 import os
 import statistics
-from typing import Callable, Dict, List, Tuple
-
-Metric = Tuple[str, Callable[[dict], float], bool]  # name, getter, higher=faster
-
+from typing import Dict, List, Tuple
 
 def _gpu_data_path(d: dict) -> Dict[str, Tuple[float, bool]]:
     out = {}
