@@ -125,9 +125,19 @@ def _worker(rank: int, world_size: int, fn: Callable, args: Sequence,
         if num_threads > 0:
             torch.set_num_threads(num_threads)
         if init_process_group:
-            dist.init_process_group(
-                backend, rank=rank, world_size=world_size,
-                timeout=timedelta(seconds=pg_timeout))
+            try:
+                dist.init_process_group(
+                    backend, rank=rank, world_size=world_size,
+                    timeout=timedelta(seconds=pg_timeout))
+            except Exception as exc:
+                if not _port_taken(exc):
+                    raise
+                # Another process took the port between free_port() and
+                # the store's bind: the caller retries on a new port.
+                results.put((rank, None, None, None))
+                results.close()
+                results.join_thread()
+                os._exit(0)
         value = fn(rank, world_size, *args, **kwargs)
         # Pickled here, by value: through the queue, tensors would be sent
         # as shared-memory handles that die with this process.
@@ -210,14 +220,49 @@ def run_workers(
         raise ValueError(f"'world_size' must be a positive integer "
                          f"(got {world_size!r})")
     ctx = _context(start_method)
+    deadline = time.monotonic() + timeout
+    for attempt in range(_PORT_ATTEMPTS):
+        env_of_run = {
+            'MASTER_ADDR': '127.0.0.1',
+            'MASTER_PORT': str(free_port()),
+            'WORLD_SIZE': str(world_size),
+            'LOCAL_WORLD_SIZE': str(world_size),
+            **(env or {}),
+        }
+        out = _attempt(ctx, fn, world_size, args, kwargs, env_of_run,
+                       backend, init_process_group, pg_timeout,
+                       num_threads, deadline, timeout)
+        if out is not None:
+            break
+    else:
+        raise RuntimeError(f'run_workers: the process group found its port '
+                           f'taken {_PORT_ATTEMPTS} times in a row')
+    out, errors = out
+    if errors and not return_exceptions:
+        rank, exc, tb = errors[0]
+        if tb is not None:
+            exc.__cause__ = RemoteTraceback(tb)
+        exc.add_note(f'(raised in rank {rank} of {world_size} by '
+                     f'run_workers{_summary(errors[1:])})')
+        raise exc
+    return [out[rank] for rank in range(world_size)]
+
+
+#: How often :func:`run_workers` starts the workers again on a new port when
+#: the one :func:`free_port` chose was taken before the store bound it.
+_PORT_ATTEMPTS = 3
+
+
+def _port_taken(exc: BaseException) -> bool:
+    text = str(exc)
+    return 'EADDRINUSE' in text or 'ddress already in use' in text
+
+
+def _attempt(ctx, fn, world_size, args, kwargs, full_env, backend,
+             init_process_group, pg_timeout, num_threads, deadline,
+             timeout):
+    # One start of the workers; None when a rank found the port taken.
     results = ctx.Queue()
-    full_env = {
-        'MASTER_ADDR': '127.0.0.1',
-        'MASTER_PORT': str(free_port()),
-        'WORLD_SIZE': str(world_size),
-        'LOCAL_WORLD_SIZE': str(world_size),
-        **(env or {}),
-    }
     procs = [
         ctx.Process(
             target=_worker, name=f'multiproc-rank{rank}',
@@ -228,7 +273,6 @@ def run_workers(
     ]
     out: Dict[int, Any] = {}
     errors: List[tuple] = []  # (rank, exception, traceback), by arrival.
-    deadline = time.monotonic() + timeout
     grace = 2.0
     try:
         for p in procs:
@@ -248,7 +292,9 @@ def run_workers(
                 for rank, p in enumerate(procs):
                     # An exited worker's result may still be in the pipe.
                     if rank not in out and p.exitcode is not None:
-                        _drain(results, out, errors, 1.0)
+                        if _drain(results, out, errors, 1.0):
+                            grace = 0.0
+                            return None
                         if rank not in out:
                             exc = WorkerExit(
                                 f'rank {rank} exited with code '
@@ -256,31 +302,30 @@ def run_workers(
                             out[rank] = exc
                             errors.append((rank, exc, None))
                 continue
+            if ok is None:
+                grace = 0.0
+                return None
             out[rank] = value = pickle.loads(value)
             if not ok:
                 errors.append((rank, value, tb))
     finally:
         _stop(procs, grace)
         results.close()
-    if errors and not return_exceptions:
-        rank, exc, tb = errors[0]
-        if tb is not None:
-            exc.__cause__ = RemoteTraceback(tb)
-        exc.add_note(f'(raised in rank {rank} of {world_size} by '
-                     f'run_workers{_summary(errors[1:])})')
-        raise exc
-    return [out[rank] for rank in range(world_size)]
+    return out, errors
 
 
-def _drain(results, out: dict, errors: list, wait: float) -> None:
+def _drain(results, out: dict, errors: list, wait: float) -> bool:
+    # True when a rank reported its port taken.
     try:
         while True:
             rank, ok, value, tb = results.get(timeout=wait)
+            if ok is None:
+                return True
             out[rank] = value = pickle.loads(value)
             if not ok:
                 errors.append((rank, value, tb))
     except queue.Empty:
-        pass
+        return False
 
 
 def _summary(errors: list) -> str:

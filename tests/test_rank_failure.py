@@ -347,3 +347,31 @@ def test_gpu_killed_rank_is_named_at_once(tmp_path):
     assert failed_rank == 1 and 'rank 1 died' in msg
     with open(stamp) as f:
         assert raised_at - float(f.read()) < 5.0
+
+
+def _rank_sum(rank, world_size):
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def test_harness_retries_on_a_port_taken_before_the_store_bound_it(
+        monkeypatch):
+    # free_port() closes its socket before rank 0's store binds the port;
+    # another process may take it in between (CI saw EADDRINUSE). The
+    # harness starts the workers again on a new port.
+    import socket
+
+    import multiproc
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(('127.0.0.1', 0))
+    taken.listen(1)
+    ports = [taken.getsockname()[1]]
+    real = multiproc.free_port
+    monkeypatch.setattr(multiproc, 'free_port',
+                        lambda: ports.pop() if ports else real())
+    try:
+        assert run_workers(_rank_sum, 2, timeout=60) == [1.0, 1.0]
+    finally:
+        taken.close()
+    assert ports == []  # The taken port was tried first.
