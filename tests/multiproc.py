@@ -130,7 +130,7 @@ def _worker(rank: int, world_size: int, fn: Callable, args: Sequence,
                     backend, rank=rank, world_size=world_size,
                     timeout=timedelta(seconds=pg_timeout))
             except Exception as exc:
-                if not _port_taken(exc):
+                if not port_taken(exc):
                     raise
                 # Another process took the port between free_port() and
                 # the store's bind: the caller retries on a new port.
@@ -253,7 +253,8 @@ def run_workers(
 _PORT_ATTEMPTS = 3
 
 
-def _port_taken(exc: BaseException) -> bool:
+def port_taken(exc: BaseException) -> bool:
+    r"""Whether :obj:`exc` says a port to listen on was taken."""
     text = str(exc)
     return 'EADDRINUSE' in text or 'ddress already in use' in text
 
