@@ -43,7 +43,6 @@ from pyg_orch.offload.partition import (
     build_key,
     check_partition_loader,
     is_partition_loader,
-    part_hetero_runtime_inputs,
     part_runtime_inputs,
     partition_ranks,
 )
@@ -97,10 +96,7 @@ def _partition_error(model: torch.nn.Module, loader: Any,
         check_partition_loader(loader)
         if plan.is_hetero:
             check_hetero_options(options, plan.compensate_degrees)
-            _hetero_first_layer(model, loader, options)
-        else:
-            layer_name, first = find_first_layer(model, options.layer)
-            check_materialized(first, layer_name)
+        _first_layer(model, loader, plan)
     except (ValueError, TypeError, NotImplementedError) as exc:
         return exc
     return None
@@ -131,21 +127,18 @@ def make_strategy(computer: Union[BottomLayerComputer,
                   options: OffloadOptions,
                   full_neighbors: bool) -> EmbeddingStrategy:
     r"""The embedding strategy of :obj:`options.refresh`."""
-    kwargs = dict(chunk_size=options.chunk_size,
-                  idle_timeout=options.idle_timeout,
-                  intra_op_threads=options.intra_op_threads,
-                  work_hook=options.work_hook,
-                  max_sample_age=options.max_sample_age,
-                  static=full_neighbors and aggregates_only(computer),
-                  scheduled=options.seed is not None and not options.auto_hot)
+    kwargs: Dict[str, Any] = dict(
+        chunk_size=options.chunk_size, idle_timeout=options.idle_timeout,
+        intra_op_threads=options.intra_op_threads,
+        work_hook=options.work_hook, max_sample_age=options.max_sample_age,
+        static=full_neighbors and aggregates_only(computer),
+        scheduled=options.seed is not None and not options.auto_hot)
+    strategy_type: Any = BatchEmbeddingCache
     if options.refresh == 'super_batch':
-        return EmbeddingPipeline(computer, layer, hot, device,
-                                 options.max_staleness, options.num_threads,
-                                 super_batch_size=options.super_batch_size,
-                                 **kwargs)
-    return BatchEmbeddingCache(computer, layer, hot, device,
-                               options.max_staleness, options.num_threads,
-                               **kwargs)
+        strategy_type = EmbeddingPipeline
+        kwargs['super_batch_size'] = options.super_batch_size
+    return strategy_type(computer, layer, hot, device, options.max_staleness,
+                         options.num_threads, **kwargs)
 
 
 def _ratios(options: OffloadOptions, measure: bool,
@@ -298,20 +291,6 @@ def _whole_graph_inputs(loader: Any, first: Any, options: OffloadOptions
     return x, computer, degree_probe(computer.csc.colptr)
 
 
-def _part_inputs(loader: Any, first: Any, ratio: float,
-                 options: OffloadOptions) -> Tuple[HotSet, Any, Any, int]:
-    # Candidates, computer, tables and the vertices of this partition.
-    part = loader.partition_batches.partition
-    if isinstance(first, dict):
-        selection, computer, x = part_hetero_runtime_inputs(
-            loader, first, ratio, options)
-        return selection, computer, x, sum(
-            int(part.node_ids[t].numel()) for t in computer.node_types)
-    selection, computer, x = part_runtime_inputs(loader, first, ratio,
-                                                 options)
-    return selection, computer, x, part.num_nodes
-
-
 def _select(loader: Any, computer: Any, ratio: float, cache_ratio: float,
             presample: Tuple[Seeds, int, int], options: OffloadOptions,
             ranks: Optional[MachineRanks]) -> HotSet:
@@ -404,13 +383,7 @@ def _build(model: torch.nn.Module, loader: Any, plan: OffloadPlan,
     options, measure = plan.options, plan.measure
     partitioned, hetero = plan.partitioned, plan.is_hetero
     sampler = loader.offload_sampler
-    if hetero:
-        layer_name, first = _hetero_first_layer(model, loader, options,
-                                                plan.first)
-    else:
-        layer_name, first = find_first_layer(
-            model, options.layer if plan.first is None else plan.first)
-        check_materialized(first, layer_name)
+    layer_name, first = _first_layer(model, loader, plan)
     weighted = plan.facts.weighted
     # Rows computed once are planned from a probe of the split:
     static_why: Optional[str] = _PARTITIONED
@@ -422,8 +395,8 @@ def _build(model: torch.nn.Module, loader: Any, plan: OffloadPlan,
     presample = None
     if partitioned:
         # This part's vertices are the candidates (ratios of them):
-        selection, computer, x, of = _part_inputs(loader, first, max(ratios),
-                                                  options)
+        selection, computer, x, of = part_runtime_inputs(
+            loader, first, max(ratios), options)
         if measure and ranks is not None:
             # Hot sets of the same sizes on all ranks:
             of = ranks.min(of)
@@ -512,11 +485,15 @@ def _loader_cache(loader: Any) -> Optional[Tensor]:
     return own if isinstance(own, Tensor) else None
 
 
-def _hetero_first_layer(
-    model: torch.nn.Module, loader: Any, options: OffloadOptions,
-    convs: Optional[Dict[Any, torch.nn.Module]] = None
-) -> Tuple[str, Dict[Any, torch.nn.Module]]:
-    # The first layer of a heterogeneous model, its node features checked.
+def _first_layer(model: torch.nn.Module, loader: Any, plan: OffloadPlan
+                 ) -> Tuple[str, Any]:
+    # The first layer's name and module (per edge type if heterogeneous).
+    options, convs = plan.options, plan.first
+    if not plan.is_hetero:
+        name, layer = find_first_layer(
+            model, options.layer if convs is None else convs)
+        check_materialized(layer, name)
+        return name, layer
     if is_partition_loader(loader):
         part = loader.partition_batches.partition
         edge_types = list(part.csc)
