@@ -1,6 +1,4 @@
-"""Splitting the first layer at its aggregation: the CPU computes the
-weight-free aggregation of hot vertices, the device applies the current
-weights."""
+"""Splitting the first layer at its weight-free aggregation."""
 import copy
 from typing import Optional, Tuple
 
@@ -8,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
+
+from pyg_orch.core.checks import check_choice
 
 #: The CPU side computes the layer's output with a weight snapshot.
 OUTPUT = 'output'
@@ -20,9 +20,7 @@ PRE_LINEAR = 'pre_linear'
 
 def check_split(split: str) -> None:
     r"""Raises a :class:`ValueError` for an unknown :obj:`split`."""
-    if split not in ('auto', AGGREGATE, OUTPUT):
-        raise ValueError(f"'split' must be 'auto', 'aggregate' or 'output' "
-                         f"(got {split!r})")
+    check_choice('split', split, ('auto', AGGREGATE, OUTPUT))
 
 
 class Aggregated(Exception):
@@ -85,9 +83,8 @@ def rows_close(a: Tensor, b: Tensor) -> bool:
 
 def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
                  num_targets: int) -> Tuple[str, str]:
-    r"""How :obj:`layer` can be split, checked on a small subgraph (its first
-    :obj:`num_targets` rows): :obj:`'aggregate'`, :obj:`'pre_linear'` (without
-    a bias-free :obj:`lin`), else :obj:`'output'` and why."""
+    r""":obj:`'aggregate'`, :obj:`'pre_linear'` or :obj:`'output'` (and why)
+    for :obj:`layer`, checked on its first :obj:`num_targets` rows."""
     reason = _splittable(layer)
     if reason is not None:
         return OUTPUT, reason

@@ -1,6 +1,4 @@
-"""The decision by measurement: time training steps with a few hot-set sizes
-(none included) and keep the fastest; :class:`KeepUpGuard` switches a kept hot
-set off where the CPU stops keeping up."""
+"""The decision by measurement of the hot-set size; :class:`KeepUpGuard`."""
 import logging
 import statistics
 import time
@@ -46,9 +44,8 @@ def median_error(times: Sequence[float]) -> float:
 
 def decide(times: Dict[int, List[float]], margin: float
            ) -> Tuple[int, str]:
-    r"""The hot-set size of the lowest median step time if it beats plain
-    training by :obj:`margin` and :obj:`NOISE_Z` standard errors, else
-    :obj:`0`; and why."""
+    r"""The size of the lowest median step time if it beats plain training by
+    :obj:`margin` and the noise, else :obj:`0`; and why."""
     medians = {n: statistics.median(t) for n, t in times.items() if t}
     plain = compared_plain(medians)
     best = min((n for n in medians if n > 0),
@@ -88,20 +85,16 @@ def compared_plain(medians: Dict[int, float]) -> float:
 
 
 class StepTimeChooser:
-    r"""Times training steps with every candidate in turn and chooses one
-    (see :func:`decide`); :meth:`tick` is called at the start of every step.
-    Before choosing a size other than :obj:`0`, plain training is timed again
-    (:obj:`recheck`): a process's first steps can be slower than later ones.
+    r"""Times training steps with every candidate hot-set size in turn
+    (:obj:`0` included, :obj:`warmup` steps dropped) and chooses one (see
+    :func:`decide`); plain training is timed again before choosing another
+    size (:obj:`recheck`): a process's first steps can be slower.
 
     Args:
-        candidates (Sequence[int]): Hot-set sizes, :obj:`0` included.
-        warmup (int): Steps dropped per candidate.
-        steps (int): Steps measured per candidate.
-        margin (float): How much faster than plain training a size must be.
         give_up (float, optional): Larger sizes are not tried once a size was
             this much slower than plain training.
         sync (callable, optional): Called before reading the clock around
-            timed steps (e.g. :func:`torch.cuda.synchronize`).
+            timed steps.
     """
     #: The defaults of :class:`~pyg_orch.offload.BottomLayerOffload`.
     WARMUP = 3
@@ -163,9 +156,8 @@ class StepTimeChooser:
 
     def tick(self, count: bool = True,
              unusable: bool = False) -> Optional[int]:
-        r"""A training step starts: times the previous one (if :obj:`count`);
-        drops the current candidate and larger ones if :obj:`unusable`. Returns
-        a candidate to switch to, the choice, or :obj:`None`."""
+        r"""A step starts; returns a candidate to switch to, the choice, or
+        :obj:`None`."""
         if self.done:
             return None
         if unusable and self.candidates[self.index] != 0:
@@ -284,18 +276,45 @@ class StepTimeChooser:
         }
 
 
-class HotSetTuner:
-    r"""Applies a :class:`StepTimeChooser` to a hot set: :meth:`step` times
-    the step and resizes the hot set; once a shrink settled (:obj:`drain`
-    steps), :obj:`on_done` is called with the final size (:obj:`0`: off).
+class _Shrinker:
+    # Shrinks a hot set; the tables follow once `drain` steps settled it.
+    hot: HotSetSizer
+    drain: int
+    on_resize: Callable[[], None]
+    _drain_left: Optional[int] = None
+    _then: Callable[[], None]
+
+    def _shrink(self, size: int, then: Callable[[], None]) -> None:
+        self._then = then
+        self.hot.resize(size)
+        if self.hot.settling:
+            self._drain_left = self.drain
+        else:
+            then()
+
+    def _draining(self) -> bool:
+        # Whether a step went to draining (`then` once it settled).
+        if self._drain_left is None:
+            return False
+        self._drain_left -= 1
+        if self._drain_left <= 0:
+            self._then()
+        return True
+
+    def _settle(self) -> None:
+        self._drain_left = None
+        self.hot.settle()
+        self.on_resize()
+
+
+class HotSetTuner(_Shrinker):
+    r"""Applies a :class:`StepTimeChooser` to a hot set; once a shrink
+    settled (:obj:`drain` steps), :obj:`on_done` gets the final size.
 
     Args:
         max_hold (int, optional): The most steps to wait for a larger hot set
-            to be in use before timing it; :obj:`None` waits until it is or
-            :obj:`cannot_keep_up`.
-        cannot_keep_up (callable, optional): Whether the CPU cannot compute
-            the planned rows within the sample-age bound; such a candidate is
-            dropped untimed, with every larger one.
+            to be in use before timing it (:obj:`None`: until it is, or
+            :obj:`cannot_keep_up` drops it and every larger one).
     """
     #: The default :obj:`max_hold`.
     MAX_HOLD = 50
@@ -314,7 +333,6 @@ class HotSetTuner:
         self.cannot_keep_up = cannot_keep_up
         self._held = 0
         self._timing = False
-        self._drain_left: Optional[int] = None
         self.state = 'trial'
         # Training steps seen, and what happened at which of them:
         self.num_steps = 0
@@ -330,13 +348,7 @@ class HotSetTuner:
     def step(self) -> None:
         r"""A training step starts."""
         self.num_steps += 1
-        if self._drain_left is not None:
-            self._drain_left -= 1
-            if self._drain_left <= 0:
-                if self.chooser.done:
-                    self._finish()
-                else:
-                    self._settled()
+        if self._draining():
             return
         # Once a candidate is timed, every later step of it is timed too.
         unusable = False
@@ -359,11 +371,7 @@ class HotSetTuner:
         elif self.chooser.rechecking:
             # Plain training again: timed once the shrink has settled.
             self._event('plain again', size)
-            self.hot.resize(size)
-            if self.hot.settling:
-                self._drain_left = self.drain
-            else:
-                self._settled()
+            self._shrink(size, self._settled)
         else:
             self._event('trying', size)
             self.hot.resize(size)
@@ -381,18 +389,8 @@ class HotSetTuner:
                         for c in summary['candidates']
                     })
         self._event('chose', size)
-        self.hot.resize(size)
-        if self.hot.settling:
-            self.state = 'settling'
-            self._drain_left = self.drain
-        else:
-            self._finish()
-
-    def _settle(self) -> None:
-        # Ends a shrink: the tables follow the smaller hot set.
-        self._drain_left = None
-        self.hot.settle()
-        self.on_resize()
+        self.state = 'settling'
+        self._shrink(size, self._finish)
 
     def _settled(self) -> None:
         # A shrink during the trial settled: timed from the next step on.
@@ -418,12 +416,9 @@ class HotSetTuner:
         return out
 
 
-class KeepUpGuard:
-    r"""Switches a kept hot set off where the CPU stops keeping up: rows
-    planned but not in use while :obj:`cannot_keep_up`, or the loop waiting
-    (:obj:`waited` seconds so far) more than :obj:`max_wait` of the time over
-    :obj:`window` steps. Once the shrink settled (:obj:`drain` steps),
-    :obj:`on_off` is called with the step and the reason."""
+class KeepUpGuard(_Shrinker):
+    r"""Switches a kept hot set off where the CPU stops keeping up (rows
+    late, or the loop waiting more than :obj:`max_wait` of the time)."""
     WINDOW = 20
     MAX_WAIT = 0.1
 
@@ -441,7 +436,6 @@ class KeepUpGuard:
         self.waited, self.clock = waited, clock
         self.window, self.max_wait = int(window), float(max_wait)
         self._mark: Optional[Tuple[float, float, int]] = None
-        self._drain_left: Optional[int] = None
         self.reason: Optional[str] = None
         self.done = False
 
@@ -464,10 +458,7 @@ class KeepUpGuard:
         if self.done:
             return
         self.num_steps += 1
-        if self._drain_left is not None:
-            self._drain_left -= 1
-            if self._drain_left <= 0:
-                self._off()
+        if self._draining():
             return
         if self.hot.planned > self.hot.size and self.cannot_keep_up():
             self.reason = ('the CPU did not compute the rows of the hot '
@@ -479,15 +470,9 @@ class KeepUpGuard:
             self.reason = (f'the training loop waited for CPU rows '
                            f'{share:.0%} of the time over {self.window} '
                            f'steps')
-        self.hot.resize(0)
-        if self.hot.settling:
-            self._drain_left = self.drain
-        else:
-            self._off()
+        self._shrink(0, self._off)
 
     def _off(self) -> None:
-        self._drain_left = None
-        self.hot.settle()
-        self.on_resize()
+        self._settle()
         self.done = True
         self.on_off(self.num_steps, self.reason)

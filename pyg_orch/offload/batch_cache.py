@@ -1,6 +1,6 @@
 """:obj:`refresh='batch'`: only the hot rows mini-batches need."""
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -18,12 +18,8 @@ _NEVER = -(2**62)  # Version of rows never computed.
 
 
 class BatchEmbeddingCache(EmbeddingStrategy):
-    r"""Keeps hot rows on the device row by row, each with its weight
-    version, and computes on CPU threads only the rows that mini-batches
-    need: :meth:`request` queues a drawn batch's rows that are not fresh
-    enough, :meth:`rows_for` waits for them. A growing hot set grows every
-    :attr:`GROW_WINDOW` steps. Takes the arguments of
-    :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`."""
+    r"""Keeps hot rows on the device, each with its weight version, and
+    computes only the rows that drawn mini-batches need."""
     per_batch = True
     refresh = 'batch'
     #: Steps between two checks of whether a growing hot set may grow.
@@ -41,11 +37,6 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         self.queued_version = self.row_version.clone()
         self.emb: Optional[Tensor] = None
         self._snapshot: Optional[Snapshot] = None
-
-    def stats(self) -> Dict[str, Any]:
-        out = super().stats()
-        out['super_batch_size'] = 1
-        return out
 
     @property
     def bound(self) -> int:
@@ -76,9 +67,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
 
     def request(self, pos: Tensor, version: int,
                 weights_version: Optional[int] = None) -> None:
-        r"""Queues the rows :obj:`pos` (positions in the hot set) that will not
-        be fresh enough at :obj:`version`, computed with the weights of
-        :obj:`weights_version`."""
+        r"""Queues the rows :obj:`pos` not fresh enough at :obj:`version`."""
         if pos.numel() == 0:
             return
         if weights_version is None:

@@ -80,9 +80,8 @@ def _degree_free_types() -> tuple:
 
 
 def needs_degree_compensation(model: torch.nn.Module) -> bool:
-    r"""Whether a layer of :obj:`model` may weigh the messages a vertex sends
-    by its in-degree (as :class:`~torch_geometric.nn.conv.GCNConv` does):
-    :obj:`False` only for classes known not to."""
+    r"""Whether a layer of :obj:`model` may weigh messages by the sender's
+    in-degree (:obj:`False` only for classes known not to)."""
     free = _degree_free_types()
     return any(
         type(m) not in free for m in message_passing_layers(model).values())
@@ -124,13 +123,9 @@ def snapshot_state(layer: torch.nn.Module) -> Dict[str, Tensor]:
 
 
 class BottomLayerComputer:
-    r"""Computes the first message-passing layer for given vertices on the
-    CPU: samples their in-neighbors, builds the small subgraph (the vertices
-    first) and calls a per-thread CPU copy of the layer on it, without
-    gradients. After :meth:`choose_split`, it may compute the layer's
-    weight-free aggregation instead, by
-    :func:`~torch.nn.functional.embedding_bag` where it is a mean, sum or
-    maximum of the neighbors' rows.
+    r"""Computes the first message-passing layer (or, after
+    :meth:`choose_split`, its weight-free aggregation) of given vertices on
+    a per-thread CPU copy, from their sampled in-neighbors.
 
     Args:
         num_neighbors (int): Fan-out, :obj:`-1` for all neighbors.
@@ -173,9 +168,7 @@ class BottomLayerComputer:
         self.bipartite = False
 
     def choose_split(self, nodes: Tensor, split: str = 'auto') -> str:
-        r"""Decides on a few of :obj:`nodes` what the CPU computes (see
-        :func:`~pyg_orch.offload.aggregate_split.choose_split`); call before
-        any worker runs."""
+        r"""Decides on a few of :obj:`nodes` what the CPU computes."""
         check_split(split)
         kind, reason = OUTPUT, 'there are no vertices to check it on'
         self.degree_dependent = False

@@ -32,6 +32,7 @@ from pyg_orch.offload.hetero_layer import (
 )
 from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.hotness import (
+    HotSet,
     select_cache_nodes,
     select_hetero_hot_nodes,
     select_hot_nodes,
@@ -42,7 +43,6 @@ from pyg_orch.offload.partition import (
     build_key,
     check_partition_loader,
     is_partition_loader,
-    part_hetero_runtime_inputs,
     part_runtime_inputs,
     partition_ranks,
 )
@@ -82,8 +82,7 @@ def build_runtime(model: torch.nn.Module, loader: Any,
                        build_key(plan.options))
     else:
         ranks = machine_ranks()
-    build = build_hetero_runtime if plan.is_hetero else build_homo_runtime
-    runtime = build(model, loader, plan, ranks=ranks)
+    runtime = _build(model, loader, plan, ranks=ranks)
     if plan.not_measured is not None:
         runtime.fixed_reason = plan.not_measured
     return runtime
@@ -97,10 +96,7 @@ def _partition_error(model: torch.nn.Module, loader: Any,
         check_partition_loader(loader)
         if plan.is_hetero:
             check_hetero_options(options, plan.compensate_degrees)
-            _hetero_first_layer(model, loader, options)
-        else:
-            layer_name, first = find_first_layer(model, options.layer)
-            check_materialized(first, layer_name)
+        _first_layer(model, loader, plan)
     except (ValueError, TypeError, NotImplementedError) as exc:
         return exc
     return None
@@ -131,29 +127,29 @@ def make_strategy(computer: Union[BottomLayerComputer,
                   options: OffloadOptions,
                   full_neighbors: bool) -> EmbeddingStrategy:
     r"""The embedding strategy of :obj:`options.refresh`."""
-    kwargs = dict(chunk_size=options.chunk_size,
-                  idle_timeout=options.idle_timeout,
-                  intra_op_threads=options.intra_op_threads,
-                  work_hook=options.work_hook,
-                  max_sample_age=options.max_sample_age,
-                  static=full_neighbors and aggregates_only(computer),
-                  scheduled=options.seed is not None and not options.auto_hot)
+    kwargs: Dict[str, Any] = dict(
+        chunk_size=options.chunk_size, idle_timeout=options.idle_timeout,
+        intra_op_threads=options.intra_op_threads,
+        work_hook=options.work_hook, max_sample_age=options.max_sample_age,
+        static=full_neighbors and aggregates_only(computer),
+        scheduled=options.seed is not None and not options.auto_hot)
+    strategy_type: Any = BatchEmbeddingCache
     if options.refresh == 'super_batch':
-        return EmbeddingPipeline(computer, layer, hot, device,
-                                 options.max_staleness, options.num_threads,
-                                 super_batch_size=options.super_batch_size,
-                                 **kwargs)
-    return BatchEmbeddingCache(computer, layer, hot, device,
-                               options.max_staleness, options.num_threads,
-                               **kwargs)
+        strategy_type = EmbeddingPipeline
+        kwargs['super_batch_size'] = options.super_batch_size
+    return strategy_type(computer, layer, hot, device, options.max_staleness,
+                         options.num_threads, **kwargs)
 
 
-def _trial_ratios(options: OffloadOptions,
-                  static: bool = False) -> Tuple[float, ...]:
-    # The hot ratios the decision by measurement tries.
-    given = options.autotune
-    if isinstance(given, tuple):
-        return candidate_ratios(options.hot_ratio, given)
+def _ratios(options: OffloadOptions, measure: bool,
+            static: bool) -> Tuple[float, ...]:
+    # The hot ratios the decision by measurement tries (else the one built).
+    if options.auto_hot:  # Candidates up to the cap; the set grows.
+        return (HotSetSizer.AUTO_MAX_RATIO, )
+    if not measure:
+        return (options.hot_ratio, )
+    if isinstance(options.autotune, tuple):
+        return candidate_ratios(options.hot_ratio, options.autotune)
     if static and not options.hot_ratio_given:
         return candidate_ratios(options.hot_ratio, STATIC_RATIOS)
     return candidate_ratios(options.hot_ratio)
@@ -203,13 +199,6 @@ def _resolve_full_neighbors(computer: Union[BottomLayerComputer,
     return True, ("the first layer's weight-free aggregation is a mean: "
                   "the mean of all in-neighbors is the expectation of the "
                   "sampled one, and its rows are computed once")
-
-
-def _static_sizes(sizes: List[int], kept: List[float], computer: Any,
-                  device: Any) -> Tuple[List[int], List[float]]:
-    # The trial's sizes, capped by the device's memory for a table.
-    return cap_sizes(sizes, kept, max_table_rows(table_row_bytes(computer),
-                                                 device))
 
 
 def _hot_set(candidates: Tensor, num_nodes: int, ratios: Tuple[float, ...],
@@ -270,11 +259,24 @@ def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
         static=runtime.strategy.static))
 
 
-def _whole_graph_computer(loader: Any, first: torch.nn.Module,
-                          options: OffloadOptions
-                          ) -> Tuple[Tensor, BottomLayerComputer]:
-    # The features the CPU side reads and its computer.
+def _whole_graph_inputs(loader: Any, first: Any, options: OffloadOptions
+                        ) -> Tuple[Any, Any, Any]:
+    # The features the CPU side reads, its computer and a degree probe.
     sampler = loader.offload_sampler
+    topology = sampler.topology.to('cpu')
+    if isinstance(first, dict):  # Heterogeneous: a layer per edge type.
+        data = loader.offload_data
+        csc = {et: topology.csc[et] for et in first}
+        x_dict = {t: data[t].x.cpu() for et in first for t in (et[0], et[-1])}
+        fanouts = {et: -1 if options.full_neighbors is True else
+                   sampler.bottom_fanout(et) for et in first}
+        computer = HeteroBottomLayerComputer(
+            first, x_dict, csc, fanouts,
+            {t: x.size(0) for t, x in x_dict.items()},
+            replace=sampler.replace, seed=options.seed,
+            autocast_dtype=options.cpu_autocast)
+        return x_dict, computer, hetero_degree_probe(csc,
+                                                     computer.node_types)
     x = loader.offload_data.x
     if x.device.type != 'cpu':
         warnings.warn(
@@ -282,69 +284,46 @@ def _whole_graph_computer(loader: Any, first: torch.nn.Module,
             "the CPU side works on a host copy of it", stacklevel=5)
         x = x.cpu()
     computer = BottomLayerComputer(
-        first, x, sampler.topology.to('cpu').csc[None],
+        first, x, topology.csc[None],
         -1 if options.full_neighbors is True else sampler.bottom_fanout(),
         replace=sampler.replace, seed=options.seed,
         autocast_dtype=options.cpu_autocast)
-    return x, computer
+    return x, computer, degree_probe(computer.csc.colptr)
 
 
-def build_homo_runtime(model: torch.nn.Module, loader: Any,
-                       plan: OffloadPlan,
-                       ranks: Optional[MachineRanks] = None
-                       ) -> OffloadRuntime:
-    r"""The runtime for a homogeneous graph (agreed with :obj:`ranks`)."""
-    options = plan.options
-    measure = plan.measure
-    compensate_degrees = plan.compensate_degrees
-    partitioned = plan.partitioned
+def _select(loader: Any, computer: Any, ratio: float, cache_ratio: float,
+            presample: Tuple[Seeds, int, int], options: OffloadOptions,
+            ranks: Optional[MachineRanks]) -> HotSet:
+    # The hot-set candidates by pre-sampling.
     sampler = loader.offload_sampler
-    cache_ratio = plan.cache_ratio
-    if partitioned:  # No GPU feature store (remote rows: its own cache).
-        num_nodes = sampler.num_nodes[None]
-    else:
-        num_nodes = sampler.topology.num_nodes[None]
-    layer_name, first = find_first_layer(
-        model, options.layer if plan.first is None else plan.first)
-    check_materialized(first, layer_name)
-    # With hot_ratio='auto', the hot set grows along the candidates.
-    ratio = HotSetSizer.AUTO_MAX_RATIO if options.auto_hot else \
-        options.hot_ratio
-    weighted = plan.facts.weighted
-    # Rows computed once are planned from a probe of the split:
-    static_why: Optional[str] = _PARTITIONED if partitioned else None
-    if not partitioned:
-        x, computer = _whole_graph_computer(loader, first, options)
-        static_why = _static_plan(computer,
-                                  degree_probe(computer.csc.colptr),
-                                  options, weighted)
-    ratios: Tuple[float, ...] = ()
-    if measure:
-        ratios = _trial_ratios(options, static=static_why is None)
-        ratio = max(ratios)
-    reduce = None if ranks is None or partitioned else ranks.sum
-    if partitioned:
-        # This part's vertices are the candidates (ratios of them):
-        selection, computer, x = part_runtime_inputs(loader, first, ratio,
-                                                     options)
-    else:
-        seeds, batch_size, num_batches = _presample_inputs(loader, options)
-        selection = select_hot_nodes(
-            sampler, seeds, batch_size, ratio, cache_ratio, num_batches,
-            options.seed,            reduce_counts=reduce,
-            num_ranks=1 if ranks is None else ranks.size)
-    candidates = selection.hot_nodes
-    of = None  # The vertices the ratios are of: all of them.
-    if partitioned:
-        of = loader.partition_batches.partition.num_nodes
-        if measure and ranks is not None:
-            # Hot sets of the same sizes on all ranks:
-            of = ranks.min(of)
-            candidates = selection.hot_nodes = candidates[:ranks.min(
-                candidates.numel())]
-    hot, sizes, kept = _hot_set(candidates, num_nodes, ratios, options,
-                                measure, of)
-    measure = len(sizes) > 1
+    seeds, batch_size, num_batches = presample
+    kwargs = dict(reduce_counts=None if ranks is None else ranks.sum,
+                  num_ranks=1 if ranks is None else ranks.size)
+    if isinstance(computer, HeteroBottomLayerComputer):
+        return select_hetero_hot_nodes(
+            sampler, seeds, None, computer.node_types, batch_size, ratio,
+            num_batches, options.seed, **kwargs)
+    return select_hot_nodes(sampler, seeds, batch_size, ratio, cache_ratio,
+                            num_batches, options.seed, **kwargs)
+
+
+def _choose_split(computer: Any, hot: HotSetSizer, candidates: Tensor,
+                  x: Any, num_nodes: int, partitioned: bool,
+                  options: OffloadOptions) -> None:
+    # Checks the split on hot vertices where there are, on any otherwise.
+    if isinstance(computer, HeteroBottomLayerComputer):
+        by_type = computer.node_type_of(hot.hot_nodes)
+        probe = {}
+        for t in computer.node_types:
+            if t in by_type:
+                probe[t] = by_type[t][1]
+            elif partitioned:  # Vertices with rows in the tables.
+                probe[t] = x[t].ids[:64] if t in x else \
+                    torch.empty(0, dtype=torch.int64)
+            else:
+                probe[t] = torch.arange(min(64, x[t].size(0)))
+        computer.choose_split(probe, options.split)
+        return
     if computer.dedup:
         computer.in_edge_mask = hot.rank >= 0  # All candidates.
     if hot.size > 0:
@@ -353,68 +332,116 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     elif options.split == 'aggregate':  # Still check that the layer can.
         probe = candidates if partitioned else torch.arange(num_nodes)
         computer.choose_split(probe[:64], 'aggregate')
+
+
+def _fixed_reason(plan: OffloadPlan, computer: BottomLayerComputer,
+                  first: torch.nn.Module, measure: bool) -> Optional[str]:
+    # Why offload is off with no trial (None: it is not), warned of.
+    if plan.off_reason is not None:  # Plain PyG runs it: pass it through.
+        fixed = f'{plan.off_reason}; offload off (the model trains as in PyG)'
+        warnings.warn(f'BottomLayerOffload: {fixed}', UserWarning,
+                      stacklevel=5)
+        return fixed
+    if not computer.degree_dependent:
+        return None
+    why = (f"the first layer ({type(first).__name__}) normalizes by its "
+           f"neighbors' degrees in each mini-batch (as GCNConv does "
+           f"with normalize=True), which rows computed ahead on the CPU "
+           f"cannot know; on a graph with hubs (MUSAE GitHub) this cost "
+           f"about 3 points of accuracy")
+    if measure:  # The default: offload off, no trial.
+        fixed = why + '; offload off (pass hot_ratio to force it)'
+        logger.info('BottomLayerOffload: %s', fixed)
+        return fixed
+    warnings.warn(f"BottomLayerOffload: {why}; offloading anyway "
+                  f"because hot_ratio was given", UserWarning, stacklevel=5)
+    return None
+
+
+def _make_runtime(model: torch.nn.Module, loader: Any, plan: OffloadPlan,
+                  layer_name: str, first: Any, selection: HotSet,
+                  hot: HotSetSizer, strategy: EmbeddingStrategy,
+                  x: Any) -> OffloadRuntime:
+    # The runtime of the first layer `first` (per edge type if a dict).
+    replace_rows = plan.options.replace_rows
+    if isinstance(first, dict):
+        return HeteroOffloadRuntime(model, loader, layer_name, first,
+                                    selection, hot, strategy, x, replace_rows)
+    degrees = None
+    if plan.partitioned and plan.compensate_degrees:
+        # The hot vertices' in-degrees are in the halo table's columns:
+        degrees = DegreeCompensation(loader.offload_sampler, x.csc.colptr,
+                                     x.ids)
+    return OffloadRuntime(model, loader, layer_name, first, selection, hot,
+                          strategy, x, replace_rows,
+                          bool(plan.compensate_degrees), degrees=degrees)
+
+
+def _build(model: torch.nn.Module, loader: Any, plan: OffloadPlan,
+           ranks: Optional[MachineRanks] = None) -> OffloadRuntime:
+    # The runtime of either kind of graph (agreed with `ranks`).
+    options, measure = plan.options, plan.measure
+    partitioned, hetero = plan.partitioned, plan.is_hetero
+    sampler = loader.offload_sampler
+    layer_name, first = _first_layer(model, loader, plan)
+    weighted = plan.facts.weighted
+    # Rows computed once are planned from a probe of the split:
+    static_why: Optional[str] = _PARTITIONED
+    if not partitioned:
+        x, computer, probe = _whole_graph_inputs(loader, first, options)
+        static_why = _static_plan(computer, probe, options, weighted)
+    ratios = _ratios(options, measure, static_why is None)
+    of = None  # The vertices the ratios are of: all of them.
+    presample = None
+    if partitioned:
+        # This part's vertices are the candidates (ratios of them):
+        selection, computer, x, of = part_runtime_inputs(
+            loader, first, max(ratios), options)
+        if measure and ranks is not None:
+            # Hot sets of the same sizes on all ranks:
+            of = ranks.min(of)
+            selection.hot_nodes = selection.hot_nodes[:ranks.min(
+                selection.hot_nodes.numel())]
+    else:
+        presample = _presample_inputs(loader, options)
+        selection = _select(loader, computer, max(ratios), plan.cache_ratio,
+                            presample, options, ranks)
+    if hetero:
+        num_nodes = selection.num_nodes
+    elif partitioned:  # No GPU feature store (remote rows: its own cache).
+        num_nodes = sampler.num_nodes[None]
+    else:
+        num_nodes = sampler.topology.num_nodes[None]
+    candidates = selection.hot_nodes
+    hot, sizes, kept = _hot_set(candidates, num_nodes, ratios, options,
+                                measure, of)
+    measure = len(sizes) > 1
+    _choose_split(computer, hot, candidates, x, num_nodes, partitioned,
+                  options)
     full, full_why = _resolve_full_neighbors(computer, options, static_why,
                                              weighted)
     if measure and full and aggregates_only(computer):
-        sizes, kept = _static_sizes(sizes, kept, computer, plan.facts.device)
+        sizes, kept = cap_sizes(sizes, kept, max_table_rows(
+            table_row_bytes(computer), plan.facts.device))
         if len(sizes) < 2:  # No table fits: plain training.
             hot, measure = HotSetSizer(candidates, num_nodes, 0), False
-    fixed_reason = None
-    deeper = plan.off_reason
-    if deeper is not None:  # Plain PyG runs it: pass it through.
+    fixed_reason = None if hetero else _fixed_reason(plan, computer, first,
+                                                     measure)
+    if fixed_reason is not None:
         hot, measure = HotSetSizer(candidates, num_nodes, 0), False
-        fixed_reason = f'{deeper}; offload off (the model trains as in PyG)'
-        warnings.warn(f'BottomLayerOffload: {fixed_reason}', UserWarning,
-                      stacklevel=4)
-    elif computer.degree_dependent:
-        why = (f"the first layer ({type(first).__name__}) normalizes by its "
-               f"neighbors' degrees in each mini-batch (as GCNConv does "
-               f"with normalize=True), which rows computed ahead on the CPU "
-               f"cannot know; on a graph with hubs (MUSAE GitHub) this cost "
-               f"about 3 points of accuracy")
-        if measure:  # The default: offload off, no trial.
-            hot = HotSetSizer(candidates, num_nodes, 0)
-            measure = False
-            fixed_reason = why + '; offload off (pass hot_ratio to force it)'
-            logger.info('BottomLayerOffload: %s', fixed_reason)
-        else:
-            warnings.warn(f"BottomLayerOffload: {why}; offloading anyway "
-                          f"because hot_ratio was given", UserWarning,
-                          stacklevel=4)
-    strategy = make_strategy(computer, first, hot, plan.facts.device,
+    layer = computer.layer_group(first) if hetero else first
+    strategy = make_strategy(computer, layer, hot, plan.facts.device,
                              options, full)
-    degrees = None
-    if partitioned and compensate_degrees:
-        # The hot vertices' in-degrees are in the halo table's columns:
-        degrees = DegreeCompensation(sampler, x.csc.colptr, x.ids)
-    runtime = OffloadRuntime(model, loader, layer_name, first, selection,
-                             hot, strategy, x, options.replace_rows,
-                             bool(compensate_degrees), degrees=degrees)
+    runtime = _make_runtime(model, loader, plan, layer_name, first,
+                            selection, hot, strategy, x)
     runtime.full_neighbors, runtime.full_neighbors_reason = full, full_why
     if fixed_reason is not None:
         runtime.fixed_reason = fixed_reason
     try:
-        own = _loader_cache(loader)
-        if hot.size > 0 and cache_ratio > 0:
-            # Never fewer rows than the loader's cache holds already:
-            if own is not None:
-                cache_ratio = max(cache_ratio,
-                                  min(own.numel() / max(num_nodes, 1), 1.0))
-            # Hot vertices included: they are still sampled neighbors.
-            selection.cache_nodes = select_cache_nodes(
-                sampler, hot.mask, seeds, batch_size, cache_ratio,
-                num_batches, options.seed, reduce_counts=reduce)
-        set_cache = loader.set_gpu_cache_nodes
-        if fixed_reason is None:
-            if measure:
-                # The loader keeps its cache unless measurement keeps offload.
-                runtime.offload_cache = functools.partial(
-                    set_cache, selection.cache_nodes)
-                if own is not None:  # Given back if switched off.
-                    runtime.restore_cache = functools.partial(set_cache,
-                                                              own.clone())
-            else:
-                set_cache(selection.cache_nodes)
+        if not hetero:
+            reduce = None if ranks is None or partitioned else ranks.sum
+            _share_cache(runtime, loader, plan, presample, num_nodes,
+                         measure, reduce, fixed_reason is not None)
         if measure:
             _start_measuring(runtime, sizes, kept, plan, ranks)
     except BaseException:
@@ -423,17 +450,50 @@ def build_homo_runtime(model: torch.nn.Module, loader: Any,
     return runtime
 
 
+def _share_cache(runtime: OffloadRuntime, loader: Any, plan: OffloadPlan,
+                 presample: Optional[Tuple[Seeds, int, int]], num_nodes: int,
+                 measure: bool, reduce: Any, fixed: bool) -> None:
+    # The loader's GPU cache under offload (kept until measurement keeps it).
+    selection, cache_ratio = runtime.selection, plan.cache_ratio
+    own = _loader_cache(loader)
+    if runtime.hot.size > 0 and cache_ratio > 0:
+        # Never fewer rows than the loader's cache holds already:
+        if own is not None:
+            cache_ratio = max(cache_ratio,
+                              min(own.numel() / max(num_nodes, 1), 1.0))
+        seeds, batch_size, num_batches = presample
+        # Hot vertices included: they are still sampled neighbors.
+        selection.cache_nodes = select_cache_nodes(
+            loader.offload_sampler, runtime.hot.mask, seeds, batch_size,
+            cache_ratio, num_batches, plan.options.seed, reduce_counts=reduce)
+    if fixed:
+        return
+    set_cache = loader.set_gpu_cache_nodes
+    if not measure:
+        set_cache(selection.cache_nodes)
+        return
+    # The loader keeps its cache unless measurement keeps offload.
+    runtime.offload_cache = functools.partial(set_cache,
+                                              selection.cache_nodes)
+    if own is not None:  # Given back if switched off.
+        runtime.restore_cache = functools.partial(set_cache, own.clone())
+
+
 def _loader_cache(loader: Any) -> Optional[Tensor]:
     # The vertices the loader's GPU cache holds (None if none).
     own = loader.get_gpu_cache_nodes()
     return own if isinstance(own, Tensor) else None
 
 
-def _hetero_first_layer(
-    model: torch.nn.Module, loader: Any, options: OffloadOptions,
-    convs: Optional[Dict[Any, torch.nn.Module]] = None
-) -> Tuple[str, Dict[Any, torch.nn.Module]]:
-    # The first layer of a heterogeneous model, its node features checked.
+def _first_layer(model: torch.nn.Module, loader: Any, plan: OffloadPlan
+                 ) -> Tuple[str, Any]:
+    # The first layer's name and module (per edge type if heterogeneous).
+    options, convs = plan.options, plan.first
+    if not plan.is_hetero:
+        name, layer = find_first_layer(
+            model, options.layer if convs is None else convs)
+        check_materialized(layer, name)
+        return name, layer
     if is_partition_loader(loader):
         part = loader.partition_batches.partition
         edge_types = list(part.csc)
@@ -461,95 +521,3 @@ def _hetero_first_layer(
     for conv in convs.values():
         check_materialized(conv, names[id(conv)])
     return layer_name, convs
-
-
-def build_hetero_runtime(model: torch.nn.Module, loader: Any,
-                         plan: OffloadPlan,
-                         ranks: Optional[MachineRanks] = None
-                         ) -> HeteroOffloadRuntime:
-    r"""The runtime for a heterogeneous graph (agreed with :obj:`ranks`)."""
-    options = plan.options
-    measure = plan.measure
-    partitioned = plan.partitioned
-    sampler = loader.offload_sampler
-    layer_name, convs = _hetero_first_layer(model, loader, options,
-                                            plan.first)
-    weighted = plan.facts.weighted
-    static_why: Optional[str] = _PARTITIONED
-    if not partitioned:
-        data = loader.offload_data
-        topology = sampler.topology.to('cpu')
-        x_dict = {t: data[t].x.cpu() for et in convs
-                  for t in (et[0], et[-1])}
-        fanouts = {
-            et: -1 if options.full_neighbors is True else
-            sampler.bottom_fanout(et)
-            for et in convs
-        }
-        csc = {et: topology.csc[et] for et in convs}
-        computer = HeteroBottomLayerComputer(
-            convs, x_dict, csc, fanouts,
-            {t: x.size(0) for t, x in x_dict.items()},
-            replace=sampler.replace, seed=options.seed,
-            autocast_dtype=options.cpu_autocast)
-        static_why = _static_plan(computer, hetero_degree_probe(
-            csc, computer.node_types), options, weighted)
-    if options.auto_hot:  # Candidates up to the cap; the set grows.
-        ratios = (HotSetSizer.AUTO_MAX_RATIO, )
-    else:
-        ratios = _trial_ratios(options, static=static_why is None) \
-            if measure \
-            else (options.hot_ratio, )
-    of = None  # The vertices the ratios are of: all of them.
-    if partitioned:
-        selection, computer, x_dict = part_hetero_runtime_inputs(
-            loader, convs, max(ratios), options)
-        part = loader.partition_batches.partition
-        of = sum(int(part.node_ids[t].numel()) for t in computer.node_types)
-        if measure and ranks is not None:
-            # Hot sets of the same sizes on all ranks:
-            of = ranks.min(of)
-            selection.hot_nodes = selection.hot_nodes[:ranks.min(
-                selection.hot_nodes.numel())]
-    else:
-        seeds, batch_size, num_batches = _presample_inputs(loader, options)
-        selection = select_hetero_hot_nodes(
-            sampler, seeds, None, computer.node_types, batch_size,
-            max(ratios), num_batches,
-            options.seed, reduce_counts=None if ranks is None else ranks.sum,
-            num_ranks=1 if ranks is None else ranks.size)
-    hot, sizes, kept = _hot_set(selection.hot_nodes, selection.num_nodes,
-                                ratios, options, measure, of)
-    measure = len(sizes) > 1
-    # Check the split on hot vertices where there are, on any otherwise:
-    by_type = computer.node_type_of(hot.hot_nodes)
-    probe = {}
-    for t in computer.node_types:
-        if t in by_type:
-            probe[t] = by_type[t][1]
-        elif partitioned:  # Vertices with rows in the tables.
-            probe[t] = x_dict[t].ids[:64] if t in x_dict else \
-                torch.empty(0, dtype=torch.int64)
-        else:
-            probe[t] = torch.arange(min(64, x_dict[t].size(0)))
-    computer.choose_split(probe, options.split)
-    full, full_why = _resolve_full_neighbors(computer, options, static_why,
-                                             weighted)
-    if measure and full and aggregates_only(computer):
-        sizes, kept = _static_sizes(sizes, kept, computer, plan.facts.device)
-        if len(sizes) < 2:  # No table fits: plain training.
-            hot = HotSetSizer(selection.hot_nodes, selection.num_nodes, 0)
-            measure = False
-    strategy = make_strategy(computer, computer.layer_group(convs), hot,
-                             plan.facts.device, options, full)
-    runtime = HeteroOffloadRuntime(model, loader, layer_name, convs,
-                                   selection, hot, strategy, x_dict,
-                                   options.replace_rows)
-    runtime.full_neighbors, runtime.full_neighbors_reason = full, full_why
-    if measure:
-        try:
-            _start_measuring(runtime, sizes, kept, plan, ranks)
-        except BaseException:
-            runtime.close()
-            raise
-    return runtime

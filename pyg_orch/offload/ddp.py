@@ -1,6 +1,4 @@
-r"""Offload under :class:`~torch.nn.parallel.DistributedDataParallel`: the
-ranks of a machine choose one hot set from their summed counts and agree on the
-decision by measurement; every function is a collective over them."""
+r"""Offload under DDP: collectives over the ranks of a machine."""
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -65,9 +63,7 @@ def machine_ranks() -> Optional[MachineRanks]:
 
 class AgreedStepTimeChooser(StepTimeChooser):
     r"""A :class:`~pyg_orch.offload.autotune.StepTimeChooser` whose
-    :obj:`ranks` decide alike: a step is timed only if every rank times it, and
-    the choice is made from step times averaged over the ranks; every rank
-    calls :meth:`tick` at every training step until then."""
+    :obj:`ranks` time the same steps and decide from their mean times."""
     def __init__(self, *args, ranks: MachineRanks, **kwargs):
         super().__init__(*args, **kwargs)
         self.ranks = ranks

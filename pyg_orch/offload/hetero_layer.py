@@ -1,4 +1,5 @@
 """The first layer of a heterogeneous model, computed on the CPU."""
+import itertools
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -35,8 +36,7 @@ def find_hetero_first_layer(
     layer: Optional[str] = None,
 ) -> Tuple[str, Dict[EdgeType, MessagePassing]]:
     r"""The name of a heterogeneous model's first layer and its module per edge
-    type (named by :func:`~torch_geometric.nn.to_hetero` or
-    :class:`~torch_geometric.nn.conv.HeteroConv`)."""
+    type."""
     keys = _edge_type_keys(edge_types)
     groups: Dict[str, Dict[EdgeType, MessagePassing]] = {}
     for name, module in message_passing_layers(model).items():
@@ -73,12 +73,20 @@ def common_prefix(names: List[str]) -> str:
     return '.'.join(out)
 
 
+def combined_ids(edge_types: List[EdgeType], num_nodes: Dict[NodeType, int]
+                 ) -> Tuple[List[NodeType], Dict[NodeType, int]]:
+    r"""The destination types of :obj:`edge_types` and where their ids start
+    in one id space."""
+    node_types = list(dict.fromkeys(et[-1] for et in edge_types))
+    starts = itertools.accumulate((int(num_nodes[t]) for t in node_types),
+                                  initial=0)
+    return node_types, dict(zip(node_types, starts))
+
+
 class HeteroBottomLayerComputer:
-    r"""Computes the first layer of a heterogeneous model for hot vertices on
-    the CPU, with one :class:`BottomLayerComputer` per edge type. Vertices
-    of the destination types share one id space (:attr:`offsets`); a row
-    holds every edge type's output into its type at :attr:`columns`,
-    zero-padded to :attr:`width`, and the model sums them.
+    r"""One :class:`BottomLayerComputer` per edge type; destination types
+    share one id space (:attr:`offsets`), and a row holds every edge type's
+    output at its :attr:`columns`.
 
     Args:
         num_neighbors (Dict[EdgeType, int]): Bottom-hop fan-out per edge
@@ -96,17 +104,9 @@ class HeteroBottomLayerComputer:
                  make_part: Optional[Callable[..., BottomLayerComputer]]
                  = None):
         self.edge_types = list(convs)
-        self.node_types: List[NodeType] = []
-        for et in self.edge_types:
-            if et[-1] not in self.node_types:
-                self.node_types.append(et[-1])
-        # Vertices per destination type, and where its ids start:
+        self.node_types, self.offsets = combined_ids(self.edge_types,
+                                                     num_nodes)
         self.sizes = {t: int(num_nodes[t]) for t in self.node_types}
-        self.offsets: Dict[NodeType, int] = {}
-        total = 0
-        for t in self.node_types:
-            self.offsets[t] = total
-            total += self.sizes[t]
         self.parts: List[BottomLayerComputer] = []
         for i, et in enumerate(self.edge_types):
             src, _, dst = et

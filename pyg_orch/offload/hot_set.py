@@ -6,12 +6,9 @@ from torch import Tensor
 
 
 class HotSetSizer:
-    r"""The hot set: a prefix of :obj:`candidates` (most accessed first). It
-    keeps :attr:`planned`, the rows of tables queued from now on, and
-    :attr:`size`, the rows in use (pruned by the sampler, replaced), which
-    grows only when a table holding them is used (:meth:`use`). It is the
-    only code that tells the sampler what to prune; with :obj:`auto`, it
-    grows by measured throughput (see :meth:`maybe_grow`)."""
+    r"""The hot set: :attr:`planned` (rows of tables queued from now on) and
+    :attr:`size` (rows in use) prefixes of :obj:`candidates`; the only code
+    that tells the sampler what to prune."""
     #: :obj:`hot_ratio='auto'` starts with this fraction of the vertices ...
     AUTO_START_RATIO = 0.01
     #: ... and may grow up to this fraction of them (the candidates).
@@ -141,7 +138,9 @@ class HotSetSizer:
                 mask.zero_()
             return None
         if self._shared is None:
-            self._shared = _map(masks, lambda m: m.clone().share_memory_())
+            self._shared = {k: v.clone().share_memory_()
+                            for k, v in masks.items()} if isinstance(
+                                masks, dict) else masks.clone().share_memory_()
         else:
             for shared, mask in zip(_tensors(self._shared),
                                     _tensors(masks)):
@@ -219,9 +218,3 @@ def _tensors(masks: Any) -> List[Tensor]:
     if isinstance(masks, dict):
         return [masks[k] for k in sorted(masks, key=str)]
     return [masks]
-
-
-def _map(masks: Any, fn: Callable[[Tensor], Tensor]) -> Any:
-    if isinstance(masks, dict):
-        return {k: fn(v) for k, v in masks.items()}
-    return fn(masks)

@@ -1,6 +1,4 @@
-"""Bottom-layer offload over a partitioned graph: each rank's hot vertices are
-its own part's, and the features of their remote in-neighbors are fetched once
-into a :class:`HaloTable`."""
+"""Bottom-layer offload over a partitioned graph."""
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -13,7 +11,10 @@ from pyg_orch.offload.bottom_layer import (
     BottomLayerComputer,
 )
 from pyg_orch.offload.ddp import MachineRanks, process_group_active
-from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
+from pyg_orch.offload.hetero_layer import (
+    HeteroBottomLayerComputer,
+    combined_ids,
+)
 from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.options import OffloadOptions
 from pyg_orch.offload.protocol import OffloadableLoader
@@ -55,9 +56,8 @@ def check_partition_loader(loader: Any) -> Any:
 
 
 class HaloTable:
-    r"""The feature rows :obj:`x` the CPU side reads on a partition (the hot
-    candidates and their in-neighbors, ascending global :obj:`ids`), and the
-    candidates' in-edges :obj:`csc` over these rows."""
+    r"""The feature rows the CPU side reads on a partition (ascending global
+    :obj:`ids`), and the hot candidates' in-edges :obj:`csc` over them."""
     def __init__(self, ids: Tensor, x: Tensor,
                  csc: Optional[CSCTopology] = None):
         self.ids, self.x, self.csc = ids, x, csc
@@ -215,8 +215,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
                       ) -> Tuple[Dict[Any, HaloTable], Dict[Any, HaloTable],
                                  Tensor]:
     r"""The tables of the longest prefix of :obj:`candidates` within
-    :obj:`max_rows` rows: per node type, per edge type, and the prefix; a
-    collective."""
+    :obj:`max_rows` rows: per node type, per edge type; a collective."""
     part = loader.partition_batches.partition
     weight_attr = loader.node_sampler.weight_attr
     k = candidates.numel()
@@ -300,53 +299,30 @@ def _presample_batches(loader: Any, options: OffloadOptions) -> int:
                                                 DEFAULT_PRESAMPLE_BATCHES)
 
 
-def part_runtime_inputs(loader: Any, first: torch.nn.Module, ratio: float,
+def part_runtime_inputs(loader: Any, first: Any, ratio: float,
                         options: OffloadOptions
-                        ) -> Tuple[HotSet, PartBottomLayerComputer,
-                                   HaloTable]:
-    r"""Candidates, computer and table on a homogeneous partition."""
-    selection = select_part_hot_nodes(loader, [None], ratio,
-                                      _presample_batches(loader, options),
-                                      options.seed)
-    num_nodes = loader.partition_batches.partition.num_nodes
-    table, candidates = build_halo(loader, selection.hot_nodes,
-                                   max(num_nodes, 1))
-    selection.hot_nodes = candidates
-    fanout = -1 if options.full_neighbors is True else \
-        loader.node_sampler.bottom_fanout()
-    computer = PartBottomLayerComputer(first, table, fanout,
-                                       replace=loader.node_sampler.replace,
-                                       seed=options.seed,
-                                       autocast_dtype=options.cpu_autocast)
-    return selection, computer, table
-
-
-def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
-                               ratio: float, options: OffloadOptions
-                               ) -> Tuple[HotSet, HeteroBottomLayerComputer,
-                                          Dict[Any, HaloTable]]:
-    r"""Candidates, computer and tables on a heterogeneous partition."""
+                        ) -> Tuple[HotSet, Any, Any, int]:
+    r"""Candidates, computer, tables and the part's vertices on a partition
+    (:obj:`first`: the first layer, per edge type if a dictionary)."""
     sampler = loader.node_sampler
     part = loader.partition_batches.partition
-    edge_types = list(convs)
-    node_types: List[Any] = []
-    for et in edge_types:
-        if et[-1] not in node_types:
-            node_types.append(et[-1])
-    offsets, total = {}, 0
-    for t in node_types:
-        offsets[t] = total
-        total += sampler.num_nodes[t]
+    hetero = isinstance(first, dict)
+    edge_types = list(first) if hetero else [None]
+    node_types, offsets = combined_ids(edge_types, sampler.num_nodes) \
+        if hetero else ([None], {None: 0})
     selection = select_part_hot_nodes(loader, node_types, ratio,
                                       _presample_batches(loader, options),
                                       options.seed)
-    budget = max(sum(int(part.node_ids[t].numel()) for t in node_types), 1)
-    tables, by_edge, candidates = build_halo_tables(
-        loader, selection.hot_nodes, node_types, offsets, edge_types, budget)
-    selection.hot_nodes = candidates
+    num_nodes = sum(int(part.node_ids[t].numel()) for t in node_types) \
+        if hetero else part.num_nodes
+    tables, by_edge, selection.hot_nodes = build_halo_tables(
+        loader, selection.hot_nodes, node_types, offsets, edge_types,
+        max(num_nodes, 1))
+    fanouts = {et: -1 if options.full_neighbors is True else
+               sampler.bottom_fanout(et) for et in edge_types}
 
     def make_part(et, conv, k, seed):
-        if et[0] == et[-1]:
+        if et is None or et[0] == et[-1]:
             return PartBottomLayerComputer(
                 conv, by_edge[et], k, replace=sampler.replace, seed=seed,
                 autocast_dtype=options.cpu_autocast)
@@ -354,14 +330,14 @@ def part_hetero_runtime_inputs(loader: Any, convs: Dict[Any, Any],
             conv, tables[et[0]].x, by_edge[et], k, replace=sampler.replace,
             seed=seed, autocast_dtype=options.cpu_autocast)
 
-    fanouts = {et: -1 if options.full_neighbors is True else
-               sampler.bottom_fanout(et) for et in edge_types}
+    if not hetero:
+        return selection, make_part(None, first, fanouts[None],
+                                    options.seed), by_edge[None], num_nodes
     computer = HeteroBottomLayerComputer(
-        convs, {}, {}, fanouts, {t: sampler.num_nodes[t]
-                                 for t in node_types},
+        first, {}, {}, fanouts, {t: sampler.num_nodes[t] for t in node_types},
         seed=options.seed, autocast_dtype=options.cpu_autocast,
         make_part=make_part)
-    return selection, computer, tables
+    return selection, computer, tables, num_nodes
 
 
 def partition_ranks(loader: Any) -> Optional[MachineRanks]:

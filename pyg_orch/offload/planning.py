@@ -1,6 +1,4 @@
-"""Whether and where offload runs, decided without side effects:
-:func:`plan_offload` returns an :class:`OffloadPlan`, which
-:mod:`pyg_orch.offload.build` assembles."""
+"""Whether and where offload runs: :func:`plan_offload`."""
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
@@ -28,7 +26,7 @@ from pyg_orch.offload.protocol import (
     loader_facts,
     not_offloadable_reason,
 )
-from pyg_orch.offload.replacement import same_tensor
+from pyg_orch.offload.replacement import edge_tensor_args, same_tensor
 
 #: Decision modes: model unchanged, or planned at the first batch.
 PASS_THROUGH = 'pass_through'
@@ -165,11 +163,7 @@ def trace_message_passing(model: torch.nn.Module, args: tuple,
 
     def make_hook(name: str):
         def hook(module, a, kw):
-            extra = [
-                str(key) for key, v in list(enumerate(a[2:], 2)) +
-                [(k, v) for k, v in kw.items()
-                 if k not in ('x', 'edge_index')] if isinstance(v, Tensor)
-            ]
+            extra = [str(key) for key in edge_tensor_args(a, kw)]
             calls.append(LayerCall(
                 name, module, a[0] if len(a) > 0 else kw.get('x'),
                 a[1] if len(a) > 1 else kw.get('edge_index'), extra))

@@ -1,6 +1,4 @@
-"""What :class:`~pyg_orch.offload.BottomLayerOffload` needs from a loader
-(:class:`OffloadableLoader`), and the facts a plan is made from
-(:func:`loader_facts`)."""
+"""What :class:`~pyg_orch.offload.BottomLayerOffload` needs from a loader."""
 from dataclasses import dataclass
 from typing import (
     Any,

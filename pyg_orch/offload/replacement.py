@@ -1,6 +1,6 @@
 """Replacing hot rows of a layer's output on the device."""
 import weakref
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -109,13 +109,19 @@ class FirstLayerEdgeTensors(NotImplementedError):
     r"""The first layer gets edge-level tensors."""
 
 
-def check_no_edge_tensors(what: str, args: tuple, kwargs: dict) -> None:
-    r"""Raises if the first layer gets edge-level tensors."""
-    extra = [
+def edge_tensor_args(args: tuple, kwargs: dict) -> List[Any]:
+    r"""The positions or names of a layer's tensor arguments besides
+    :obj:`x` and :obj:`edge_index` (edge-level tensors)."""
+    return [
         name for name, v in list(enumerate(args[2:], 2)) +
         [(k, v) for k, v in kwargs.items() if k not in ('x', 'edge_index')]
         if isinstance(v, Tensor)
     ]
+
+
+def check_no_edge_tensors(what: str, args: tuple, kwargs: dict) -> None:
+    r"""Raises if the first layer gets edge-level tensors."""
+    extra = edge_tensor_args(args, kwargs)
     if extra:
         raise FirstLayerEdgeTensors(
             f"BottomLayerOffload: {what} receives edge-level tensors besides "

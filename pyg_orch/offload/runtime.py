@@ -1,5 +1,4 @@
-""":class:`OffloadRuntime` (and :class:`HeteroOffloadRuntime`): the hooks,
-hot set, strategy and counters."""
+"""The runtime of offload: hooks, hot set, strategy and counters."""
 import collections
 import logging
 import warnings
@@ -44,9 +43,8 @@ MAX_BATCHES = 8
 
 
 class StepCounter:
-    r"""Counts the versions of the parameters :obj:`params()`: steps of an
-    optimizer holding one of them, else training forward passes after the
-    first."""
+    r"""Counts weight versions: optimizer steps over :obj:`params()`, else
+    training forward passes."""
     def __init__(self, params: Callable[[], Iterable[torch.Tensor]]):
         self._params = params
         self.version = 0
@@ -107,11 +105,8 @@ class StepCounter:
 
 
 class DegreeCompensation:
-    r"""Gives a pruned hot vertex as many placeholder in-edges (from row
-    :obj:`0`) as the last hop would have sampled: they change only its own
-    outputs, which are replaced or unused. :obj:`colptr` (columns
-    :obj:`column_ids`) gives the in-degrees instead of the sampler's
-    topology."""
+    r"""Gives a pruned hot vertex as many placeholder in-edges as the last
+    hop would have sampled (changing only its own, replaced, outputs)."""
     def __init__(self, sampler: Any, colptr: Optional[Tensor] = None,
                  column_ids: Optional[Tensor] = None):
         self.sampler = sampler
@@ -146,9 +141,8 @@ class DegreeCompensation:
     def add_placeholders(extra: Optional[Tensor], batch_edge_index: Any,
                          args: tuple, kwargs: dict
                          ) -> Optional[Tuple[tuple, dict]]:
-        r"""A layer's inputs with the placeholder edges :obj:`extra` appended
-        to its :obj:`edge_index` if that is :obj:`batch_edge_index` and no
-        edge-level tensor comes with it; :obj:`None` to leave them."""
+        r"""A layer's inputs with :obj:`extra` appended to its
+        :obj:`edge_index` (:obj:`None`: left as they are)."""
         if extra is None or extra.numel() == 0:
             return None
         in_args = len(args) > 1
@@ -170,13 +164,10 @@ class DegreeCompensation:
 
 
 class OffloadRuntime:
-    r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
-    homogeneous model; it holds no reference to the wrapper.
+    r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload`; it
+    holds no reference to the wrapper.
 
     Args:
-        selection (HotSet): The result of pre-sampling.
-        hot (HotSetSizer): The hot set in use.
-        features (torch.Tensor): The features the CPU side reads.
         degrees (DegreeCompensation, optional): Makes placeholder in-edges
             where the sampler's topology lacks the hot vertices' in-degrees.
     """
@@ -633,29 +624,44 @@ class OffloadRuntime:
                                              ctx.edge_index, args, kwargs)
 
     def _post_hook(self, module, args, output):
-        ctx = self.ctx
-        if ctx is None or not ctx.in_call:
+        ctx, key = self.ctx, self._call_key(module)
+        if ctx is None or key is None or ctx.in_call != key:
             return None
         ctx.in_call = False
-        info = ctx.info
+        info = self._info_of(ctx, key)
         if info is None or info.slot.numel() == 0:
             return None
         if self.split != OUTPUT:
-            check_aggregated(ctx, repr(self.layer_name))
+            check_aggregated(ctx, self._layer_label(key))
             return None
         return replace_output(
-            output, lambda out: self._replace(out, info, ctx.version))
+            output, lambda out: self._replace_in(module, key, out, info, ctx))
 
     def _aggregate_hook(self, module, inputs, out):
         # split='aggregate': the hot rows of the aggregation are replaced.
-        ctx = self.ctx
-        if ctx is None or not ctx.in_call or ctx.aggregated:
+        ctx, key = self.ctx, self._call_key(module)
+        if ctx is None or key is None or ctx.in_call != key or \
+                ctx.aggregated:
             return None
         ctx.aggregated = True
-        info = ctx.info
+        info = self._info_of(ctx, key)
         if info is None or info.slot.numel() == 0 or not isinstance(
                 out, Tensor):
             return None
+        return self._replace_in(module, key, out, info, ctx)
+
+    def _call_key(self, module: torch.nn.Module) -> Any:
+        # What `ctx.in_call` holds while `module` runs (None: not hooked).
+        return True
+
+    def _info_of(self, ctx: ForwardContext, key: Any) -> Optional[BatchInfo]:
+        return ctx.info
+
+    def _layer_label(self, key: Any) -> str:
+        return repr(self.layer_name)
+
+    def _replace_in(self, module: torch.nn.Module, key: Any, out: Tensor,
+                    info: BatchInfo, ctx: ForwardContext) -> Tensor:
         return self._replace(out, info, ctx.version)
 
     def _replace(self, out: Tensor, info: BatchInfo, version: int,
@@ -688,21 +694,17 @@ class OffloadRuntime:
 
 
 class HeteroForwardContext(ForwardContext):
-    __slots__ = ('edge_type', 'done', 'table')
+    __slots__ = ('done', 'table')
 
     def __init__(self, x, edge_index, info, version: int):
         super().__init__(x, edge_index, info, version)
-        self.edge_type: Optional[EdgeType] = None  # In this layer's call.
         self.done: set = set()  # Edge types whose layer ran.
         self.table = None
 
 
 class HeteroOffloadRuntime(OffloadRuntime):
-    r"""The state behind a :class:`~pyg_orch.offload.BottomLayerOffload` of a
-    heterogeneous model. Hot vertices of all destination node types share
-    one table (ids combined as in :class:`HeteroBottomLayerComputer`); every
-    edge type's layer gets its columns of it for the hot rows of its
-    destination type."""
+    r"""The runtime of a heterogeneous model: every edge type's layer gets
+    its columns of one table (see :class:`HeteroBottomLayerComputer`)."""
     context_type = HeteroForwardContext
 
     def __init__(self, model: torch.nn.Module, loader: Any, layer_name: str,
@@ -796,7 +798,7 @@ class HeteroOffloadRuntime(OffloadRuntime):
 
     def _pre_hook(self, module, args, kwargs):
         ctx = self.ctx
-        et = self._edge_type.get(id(module))
+        et = self._call_key(module)
         if ctx is None or et is None or et in ctx.done:
             return None
         ctx.done.add(et)
@@ -814,43 +816,22 @@ class HeteroOffloadRuntime(OffloadRuntime):
                     f"on the CPU from the raw features of the loader's "
                     f"data, so the model's first operation on 'x' must be "
                     f"this layer; call model.eval() to run without offload")
-        check_no_edge_tensors(f"the first layer's module for {et}", args,
-                              kwargs)
-        ctx.edge_type = et
+        check_no_edge_tensors(self._layer_label(et), args, kwargs)
+        ctx.in_call = et
         ctx.aggregated = False
         return None
 
-    def _post_hook(self, module, args, output):
-        ctx = self.ctx
-        et = self._edge_type.get(id(module))
-        if ctx is None or et is None or ctx.edge_type != et:
-            return None
-        ctx.edge_type = None
-        info = (ctx.info or {}).get(et[-1])
-        if info is None or info.slot.numel() == 0:
-            return None
-        if self.split != OUTPUT:
-            check_aggregated(ctx, f"the first layer's module for {et}")
-            return None
-        return replace_output(
-            output, lambda out: self._replace_type(module, et, out, info,
-                                                   ctx))
+    def _call_key(self, module: torch.nn.Module) -> Optional[EdgeType]:
+        return self._edge_type.get(id(module))
 
-    def _aggregate_hook(self, module, inputs, out):
-        ctx = self.ctx
-        et = self._edge_type.get(id(module))
-        if ctx is None or et is None or ctx.edge_type != et or \
-                ctx.aggregated:
-            return None
-        ctx.aggregated = True
-        info = (ctx.info or {}).get(et[-1])
-        if info is None or info.slot.numel() == 0 or not isinstance(
-                out, Tensor):
-            return None
-        return self._replace_type(module, et, out, info, ctx)
+    def _info_of(self, ctx: ForwardContext, key: Any) -> Optional[BatchInfo]:
+        return (ctx.info or {}).get(key[-1])
 
-    def _replace_type(self, module, et: EdgeType, out: Tensor,
-                      info: BatchInfo, ctx: HeteroForwardContext) -> Tensor:
+    def _layer_label(self, key: Any) -> str:
+        return f"the first layer's module for {key}"
+
+    def _replace_in(self, module: torch.nn.Module, et: EdgeType, out: Tensor,
+                    info: BatchInfo, ctx: HeteroForwardContext) -> Tensor:
         # One table per forward pass (none while no vertex is hot yet):
         if ctx.table is None:
             ctx.table = self.strategy.rows_for(info, ctx.version, self.timer)

@@ -1,6 +1,4 @@
-""":class:`EmbeddingStrategy`: the one interface of the ways hot rows are
-computed on CPU threads under a staleness bound (:obj:`refresh='super_batch'`
-or :obj:`'batch'`)."""
+"""The interface of the ways hot rows are computed on CPU threads."""
 import collections
 import threading
 import time
@@ -30,18 +28,13 @@ UNBOUNDED = 2**62
 
 
 class EmbeddingStrategy:
-    r"""Computes the first layer's output (or aggregation) of hot vertices on
-    CPU worker threads from weight snapshots. The runtime calls
-    :meth:`on_forward` at every training forward pass,
-    :meth:`on_batch_sampled` for a batch just sampled (if :attr:`per_batch`),
-    and :meth:`rows_for` for the rows that replace a batch's hot rows.
+    r"""Computes the first layer's rows of hot vertices on CPU worker
+    threads from weight snapshots.
 
     Args:
         hot (HotSetSizer or torch.Tensor): The hot set (a tensor: fixed).
         max_sample_age (int, optional): The most steps a row's neighbor
             sample may be reused.
-        work_hook (callable, optional): Called by a worker before every work
-            item, with the item's cancellation event.
         static (bool): Whether weight-free rows aggregate all in-neighbors, so
             that a row computed once is exact at every later step.
         scheduled (bool): Whether the rows a step uses depend on the step
@@ -51,6 +44,8 @@ class EmbeddingStrategy:
     per_batch = False
     #: The :obj:`refresh` option it implements.
     refresh = ''
+    #: Steps per table of all hot vertices (one: rows by batch).
+    super_batch_size = 1
 
     def __init__(self, computer: BottomLayerComputer, layer: torch.nn.Module,
                  hot: Union[HotSetSizer, Tensor], device: torch.device,
@@ -101,9 +96,7 @@ class EmbeddingStrategy:
 
     def rows_for(self, info: BatchInfo, version: int,
                  timer: Any = None) -> Optional[Tensor]:
-        r"""The device rows that replace the batch's hot rows, or :obj:`None`;
-        waits for them, raising :class:`~pyg_orch.offload.OffloadWorkerError`
-        if a worker failed."""
+        r"""The rows that replace the batch's hot rows, or :obj:`None`."""
         raise NotImplementedError
 
     def replan(self) -> None:
@@ -197,6 +190,7 @@ class EmbeddingStrategy:
             'refresh': self.refresh,
             'static_tables': self.static,
             'hot_sizes': list(self.hot.sizes),
+            'super_batch_size': self.super_batch_size,
         }
 
     def _get_pool(self) -> WorkerPool:

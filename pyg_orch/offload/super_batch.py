@@ -1,6 +1,6 @@
 """:obj:`refresh='super_batch'`: tables of all hot vertices."""
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from torch import Tensor
 
@@ -15,14 +15,8 @@ from pyg_orch.offload.tables import (
 
 
 class EmbeddingPipeline(EmbeddingStrategy):
-    r"""Computes tables of the embeddings of *all* hot vertices on CPU threads,
-    pipelined by super-batch: at the start of every super-batch
-    (:meth:`maybe_submit`, every :obj:`super_batch_size` steps), a snapshot
-    of the layer is taken and its table queued; :meth:`acquire` returns the
-    newest finished table at most :obj:`max_staleness` versions old, waiting
-    if needed. With :obj:`scheduled=True`, the table a step uses depends on
-    the step only (see :attr:`lag`). Takes the arguments of
-    :class:`~pyg_orch.offload.strategy.EmbeddingStrategy`."""
+    r"""Queues a table of *all* hot vertices every :obj:`super_batch_size`
+    steps; :meth:`acquire` uses the newest one within the staleness bound."""
     refresh = 'super_batch'
 
     def __init__(self, *args: Any, super_batch_size: Optional[int] = None,
@@ -49,11 +43,6 @@ class EmbeddingPipeline(EmbeddingStrategy):
         r"""Steps between a scheduled table's queueing and its use."""
         size = self.super_batch_size
         return max(0, min(size, self.age_bound - size + 1))
-
-    def stats(self) -> Dict[str, Any]:
-        out = super().stats()
-        out['super_batch_size'] = self.super_batch_size
-        return out
 
     def on_forward(self, version: int) -> None:
         self.maybe_submit(version)

@@ -23,9 +23,8 @@ def default_super_batch_size(max_staleness: int) -> int:
 
 @dataclass
 class EmbeddingTable:
-    r"""Bottom-layer outputs :obj:`emb` of hot vertices from the weights of
-    :obj:`version` (for partial tables, of the hot-set positions :obj:`rows`);
-    :obj:`event` marks the end of their copy to the device."""
+    r"""Rows :obj:`emb` from the weights of :obj:`version`; :obj:`event`
+    marks the end of their copy to the device."""
     version: int
     seq: int
     emb: Tensor

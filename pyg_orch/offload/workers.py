@@ -82,10 +82,8 @@ def default_intra_op_threads(num_threads: int,
 
 
 class WorkerPool:
-    r"""Runs submitted functions on up to :obj:`num_threads` daemon threads of
-    :obj:`intra_op_threads` PyTorch threads each, started on demand; they exit
-    after :obj:`idle_timeout` seconds without work, and :meth:`close` cancels
-    queued work."""
+    r"""Daemon worker threads, started on demand, exiting after
+    :obj:`idle_timeout` seconds without work."""
     def __init__(self, num_threads: int, idle_timeout: float = 2.0,
                  intra_op_threads: Optional[int] = 1):
         if num_threads < 1:

@@ -153,11 +153,6 @@ class BottomLayerOffload(torch.nn.Module):
         object.__setattr__(self, '_plan', plan)
         return _runtime_of(self.module, self._loader, plan)
 
-    def _pass_through(self, reason: str) -> None:
-        # Offload off for good: the model runs unchanged.
-        self._offload.close()
-        self._install(PassThrough(reason))
-
     def _plan_on_first_batch(self, args: tuple, kwargs: dict) -> Any:
         # Runs the model as is, finds its first layer, then builds offload.
         model = self.module
@@ -188,19 +183,16 @@ class BottomLayerOffload(torch.nn.Module):
                   args: tuple, kwargs: dict) -> Any:
         # The chosen layer is not what the model calls first on the raw
         # features: rebuild with the one it does, else run unchanged.
-        model = self.module
-        why = str(exc)
+        self._offload.close()
+        runtime = PassThrough(str(exc))
         if isinstance(exc, FirstLayerMismatch) and exc.layer is not None \
                 and self.options.layer is None:
-            self._offload.close()
             try:
                 runtime = self._build(exc.layer)
             except NotImplementedError as error:
                 runtime = PassThrough(str(error))
-            self._install(runtime)
-        else:
-            self._pass_through(why)
-        return model(*args, **kwargs)
+        self._install(runtime)
+        return self.module(*args, **kwargs)
 
     @property
     def module(self) -> torch.nn.Module:
@@ -348,7 +340,7 @@ class BottomLayerOffload(torch.nn.Module):
         runtime = self._offload
         if isinstance(runtime, PassThrough):
             return 0
-        return runtime.strategy.stats()['super_batch_size']
+        return runtime.strategy.super_batch_size
 
     @property
     def steps(self) -> int:
