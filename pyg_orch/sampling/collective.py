@@ -54,11 +54,10 @@ from pyg_orch.sampling.arguments import (
     times_per_seed,
 )
 from pyg_orch.sampling.edges import sample_from_edges
-from pyg_orch.sampling.multi_hop import append_hop_edges
+from pyg_orch.sampling.multi_hop import HopBatch, subgraph_times
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.contract import preserved_generators
 from pyg_orch.core.buffers import DenseBufferPool
-from pyg_orch.sampling.relabel import DenseRelabeler, Relabeler, SortRelabeler
 
 __all__ = ['DistributedNeighborSampler', 'SamplingStats']
 
@@ -686,30 +685,12 @@ class DistributedNeighborSampler(BaseSampler):
         seed_time = self._seed_times(seeds, seed_time)
         batch_time = None if seed_time is None else self._bounds(seed_time)
         self.stats = SamplingStats()
-        num_hops = self.num_hops
-        device = self.device
-        relabel = self._relabelers()
-        nodes = {t: [] for t in self.node_types}
-        batches = {t: [] for t in self.node_types}
-        rows = {et: [] for et in self.edge_types}
-        cols = {et: [] for et in self.edge_types}
-        edges = {et: [] for et in self.edge_types}
-        num_sampled_nodes = {t: [0] * (num_hops + 1) for t in self.node_types}
-        num_sampled_edges = {et: [0] * num_hops for et in self.edge_types}
-        # Per node type: (local ids, global ids, seed index or None).
-        frontier: Dict[Any, Tuple[Tensor, Tensor, Optional[Tensor]]] = {}
+        batch = HopBatch(self.node_types, self.edge_types, self.num_hops,
+                         self.num_nodes, self.disjoint, self.device,
+                         self._buffers)
         try:
-            for t, ids in seeds.items():
-                batch = None
-                if self.disjoint:  # Seed i roots subgraph i.
-                    batch = torch.arange(ids.numel(), device=device)
-                    batches[t].append(batch)
-                relabel[t].init(self._keys(t, ids, batch))
-                nodes[t].append(ids)
-                num_sampled_nodes[t][0] = ids.numel()
-                frontier[t] = (torch.arange(ids.numel(), device=device), ids,
-                               batch)
-            for hop in range(num_hops):
+            frontier = batch.add_seeds(seeds)
+            for hop in range(self.num_hops):
                 before = dict(vars(self.stats))
                 # Every rank, every hop:
                 sampled = self._hop(frontier, hop, batch_time)
@@ -719,60 +700,16 @@ class DistributedNeighborSampler(BaseSampler):
                 cand: Dict[Any, list] = {}
                 for et, (src, eid, dst) in sampled.items():
                     f_local, _, f_batch = frontier[self._dst(et)]
-                    batch = None if f_batch is None else \
-                        f_batch.index_select(0, dst)
                     cand.setdefault(self._src(et), []).append(
-                        (et, src, f_local.index_select(0, dst), eid, batch))
-                next_frontier = {}
-                for t, parts in cand.items():
-                    src = torch.cat([p[1] for p in parts])
-                    batch = torch.cat([p[4] for p in parts]) \
-                        if self.disjoint else None
-                    start = relabel[t].num_nodes
-                    local, new = relabel[t].add(self._keys(t, src, batch))
-                    append_hop_edges(
-                        ((et, col, eid) for et, _, col, eid, _ in parts),
-                        local, hop, rows, cols, edges, num_sampled_edges)
-                    new_batch = None
-                    if self.disjoint:  # Keys back to (seed index, id):
-                        n = self.num_nodes[t]
-                        new, new_batch = new % n, new // n
-                        batches[t].append(new_batch)
-                    nodes[t].append(new)
-                    num_sampled_nodes[t][hop + 1] = new.numel()
-                    next_frontier[t] = (torch.arange(
-                        start, start + new.numel(), device=device), new,
-                        new_batch)
-                frontier = next_frontier
-            if self.subgraph_type == SubgraphType.induced:
-                rows, cols, edges = self._induced_edges(nodes, relabel)
-                num_sampled_edges = None
+                        (et, src, f_local.index_select(0, dst), eid,
+                         None if f_batch is None else
+                         f_batch.index_select(0, dst)))
+                frontier = batch.add_hop(hop, cand)
+            out = batch.output(self._induced_edges(batch) if
+                               self.subgraph_type == SubgraphType.induced
+                               else None).to_pyg(self.is_hetero)
         finally:
-            for r in relabel.values():
-                r.close()
-
-        def _cat(parts):
-            return torch.cat(parts) if parts else torch.empty(
-                0, dtype=torch.int64, device=device)
-
-        node = {t: _cat(v) for t, v in nodes.items()}
-        row = {et: _cat(v) for et, v in rows.items()}
-        col = {et: _cat(v) for et, v in cols.items()}
-        edge = {et: _cat(v) for et, v in edges.items()}
-        batch = {t: _cat(v) for t, v in batches.items()} \
-            if self.disjoint else None
-        if not self.is_hetero:
-            out = SamplerOutput(
-                node=node[None], row=row[None], col=col[None],
-                edge=edge[None], batch=None if batch is None else batch[None],
-                num_sampled_nodes=num_sampled_nodes[None],
-                num_sampled_edges=None if num_sampled_edges is None else
-                num_sampled_edges[None])
-        else:
-            out = HeteroSamplerOutput(node=node, row=row, col=col, edge=edge,
-                                      batch=batch,
-                                      num_sampled_nodes=num_sampled_nodes,
-                                      num_sampled_edges=num_sampled_edges)
+            batch.close()
         out.metadata = (None, seed_time, self._directional(out))
         return out
 
@@ -790,37 +727,20 @@ class DistributedNeighborSampler(BaseSampler):
                                        out.edge[et])
                 for et in out.edge if out.edge[et] is not None}
 
-    def _induced_edges(self, nodes: Dict[Any, List[Tensor]],
-                       relabel: Dict[Any, Relabeler]):
+    def _induced_edges(self, batch: HopBatch):
         # All edges among the sampled vertices (a collective hop), in the
         # single-machine sampler's order.
-        frontier = {}
-        for t, parts in nodes.items():
-            ids = torch.cat(parts) if parts else torch.empty(
-                0, dtype=torch.int64, device=self.device)
-            frontier[t] = (torch.arange(ids.numel(), device=self.device),
-                           ids, None)
+        frontier = {t: (torch.arange(ids.numel(), device=self.device), ids,
+                        None) for t, ids in batch.node().items()}
         sampled = self._hop(frontier, 0, all_edges=True)
         empty = torch.empty(0, dtype=torch.int64, device=self.device)
-        rows = {et: [empty] for et in self.edge_types}
-        cols = {et: [empty] for et in self.edge_types}
-        edges = {et: [empty] for et in self.edge_types}
+        rows = {et: empty for et in self.edge_types}
+        cols, edges = dict(rows), dict(rows)
         for et, (src, eid, dst) in sampled.items():
-            local = relabel[self._src(et)].lookup(src)
+            local = batch.relabel[self._src(et)].lookup(src)
             keep = local >= 0
-            rows[et], cols[et], edges[et] = [local[keep]], [dst[keep]], \
-                [eid[keep]]
+            rows[et], cols[et], edges[et] = local[keep], dst[keep], eid[keep]
         return rows, cols, edges
-
-    def _relabelers(self) -> Dict[Any, Relabeler]:
-        # Global ids -> batch positions through a dense array per node type
-        # (4 bytes per vertex, one per thread, as the part's maps of every
-        # vertex); (seed index, id) keys of disjoint subgraphs are sorted.
-        if self.disjoint:
-            return {t: SortRelabeler(self.device) for t in self.node_types}
-        return {t: DenseRelabeler(self._buffers.get(t, self.num_nodes[t],
-                                                    self.device))
-                for t in self.node_types}
 
     def _seed_times(self, seeds: Dict[Any, Tensor],
                     seed_time: Any) -> Optional[Tensor]:
@@ -844,17 +764,9 @@ class DistributedNeighborSampler(BaseSampler):
             times = {t: times_per_seed(seed_time.get(t), ids.numel(),
                                        'seed_time').to(self.device)
                      for t, ids in seeds.items()}
-        if len(times) == 1:
-            return next(iter(times.values())).to(self.device)
         # Seeds of several node types (link endpoints): subgraph i is
         # bounded by the time of seed i, as in the single-machine sampler.
-        size = max(v.numel() for v in times.values())
-        out = None
-        for v in times.values():
-            if out is None:
-                out = v.new_zeros(size, device=self.device)
-            out[:v.numel()] = v.to(self.device)
-        return out
+        return subgraph_times(times, self.device)
 
     def _bounds(self, seed_time: Tensor) -> Tensor:
         # The seeds' time bounds as exchanged: float64 or int64 (a float
@@ -865,13 +777,6 @@ class DistributedNeighborSampler(BaseSampler):
             seed_time = torch.floor(seed_time.to(torch.float64)).clamp(
                 -2.0**62, 2.0**62)
         return seed_time.to(torch.int64)
-
-    def _keys(self, node_type: Any, ids: Tensor,
-              batch: Optional[Tensor]) -> Tensor:
-        # Relabeling keys: ids, or (seed index, id) pairs with `disjoint`.
-        if batch is None:
-            return ids
-        return batch * self.num_nodes[node_type] + ids
 
 
 class _HotNodes:

@@ -1,9 +1,10 @@
 """What one multi-hop sampling call returns, on every backend."""
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import torch
 from torch import Tensor
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 
 @dataclass
@@ -34,3 +35,17 @@ class MultiHopOutput:
                                                     move(self.edge))
         self.batch = move(self.batch)
         return self
+
+    def to_pyg(self, is_hetero: bool
+               ) -> Union[SamplerOutput, HeteroSamplerOutput]:
+        r"""The batch as PyG's :class:`~torch_geometric.sampler.SamplerOutput`
+        (the key :obj:`None` unwrapped) or
+        :class:`~torch_geometric.sampler.HeteroSamplerOutput`."""
+        fields = dict(node=self.node, row=self.row, col=self.col,
+                      edge=self.edge, batch=self.batch,
+                      num_sampled_nodes=self.num_sampled_nodes,
+                      num_sampled_edges=self.num_sampled_edges)
+        if is_hetero:
+            return HeteroSamplerOutput(**fields)
+        return SamplerOutput(**{k: None if v is None else v[None]
+                                for k, v in fields.items()})

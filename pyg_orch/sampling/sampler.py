@@ -19,7 +19,6 @@ from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.sampler.neighbor_sampler import node_sample
 
 from pyg_orch.sampling.interface import BackendConfig, SampleRequest
-from pyg_orch.sampling.output import MultiHopOutput
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.sampling.arguments import (
     DISJOINT_INDUCED,
@@ -372,7 +371,7 @@ class HybridNeighborSampler(BaseSampler):
             self._request({inputs.input_type: inputs.node}))
 
         def finish() -> SamplerOutput:
-            out = self._wrap(pending.result())
+            out = pending.result().to_pyg(self.is_hetero)
             out.metadata = (inputs.input_id, inputs.time)
             if self.subgraph_type == SubgraphType.bidirectional:
                 out = out.to_bidirectional()
@@ -406,36 +405,14 @@ class HybridNeighborSampler(BaseSampler):
             else:  # A seed's time bound is its node's own time:
                 times = node_seed_times(self.topology.node_time,
                                         self.topology.time_attr, seeds)
-        return self._wrap(self._backend.sample(self._request(seeds, times)))
+        out = self._backend.sample(self._request(seeds, times))
+        return out.to_pyg(self.is_hetero)
 
     def _request(self, seeds: Dict, seed_time: Optional[Dict] = None
                  ) -> SampleRequest:
         return SampleRequest(seeds=seeds, generator=self.generator,
                              host_generator=self._host_generator,
                              seed_time=seed_time, hot_nodes=self.hot_nodes)
-
-    def _wrap(self, out: MultiHopOutput
-              ) -> Union[SamplerOutput, HeteroSamplerOutput]:
-        if not self.is_hetero:
-            return SamplerOutput(
-                node=out.node[None],
-                row=out.row[None],
-                col=out.col[None],
-                edge=out.edge[None],
-                batch=None if out.batch is None else out.batch[None],
-                num_sampled_nodes=out.num_sampled_nodes[None],
-                num_sampled_edges=None if out.num_sampled_edges is None else
-                out.num_sampled_edges[None],
-            )
-        return HeteroSamplerOutput(
-            node=out.node,
-            row=out.row,
-            col=out.col,
-            edge=out.edge,
-            batch=out.batch,
-            num_sampled_nodes=out.num_sampled_nodes,
-            num_sampled_edges=out.num_sampled_edges,
-        )
 
 
 def _largest_fanout(num_neighbors: Dict) -> Optional[int]:
