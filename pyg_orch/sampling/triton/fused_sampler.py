@@ -45,17 +45,11 @@ class FusedPlan:
     def __init__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
                  batch_size: int, replace: bool, hot_nodes: Optional[Tensor],
                  map_buf: Tensor, claim_buf: Tensor, device: torch.device):
-        if map_buf.dtype != torch.int32 or claim_buf.dtype != torch.int32:
-            raise RuntimeError('the fused sampler needs int32 relabel buffers')
+        self._setup(map_buf, claim_buf, device, None if hot_nodes is None
+                    else torch.zeros(num_nodes, dtype=torch.bool,
+                                     device=device))
         self.topo, self.num_nodes = topo, num_nodes
         self.fanouts, self.replace = list(fanouts), bool(replace)
-        self.map_buf, self.claim_buf = map_buf, claim_buf
-        self.device = with_index(device)  # Fast stream lookups.
-        # The plan's own copy of the pruning mask, refreshed before every
-        # batch: a new mask (the hot set changed) reuses the plan and its
-        # CUDA graph instead of making new ones.
-        self.hot_nodes = None if hot_nodes is None else torch.zeros(
-            num_nodes, dtype=torch.bool, device=device)
         B = self.batch_size = batch_size
         self.caps = [B]
         for k in fanouts:
@@ -96,9 +90,24 @@ class FusedPlan:
         # row, col and edge ids in one tensor: one copy per batch.
         self.edge_buf = torch.zeros(3, total, **kw)
         self.edges = dict(zip(('row', 'col', 'eid'), self.edge_buf))
-        self.counts = torch.zeros(1 + 2 * len(fanouts), **kw)
-        self.counts_host = torch.zeros(self.counts.shape, dtype=torch.int64,
-                                       pin_memory=device.type == 'cuda')
+        self._set_counts(torch.zeros(1 + 2 * len(fanouts), **kw))
+
+    def _setup(self, map_buf: Tensor, claim_buf: Tensor,
+               device: torch.device, hot_nodes: Optional[Tensor]) -> None:
+        if map_buf.dtype != torch.int32 or claim_buf.dtype != torch.int32:
+            raise RuntimeError('the fused sampler needs int32 relabel buffers')
+        self.map_buf, self.claim_buf = map_buf, claim_buf
+        self.device = with_index(device)  # Fast stream lookups.
+        # The plan's own copy of the pruning mask, refreshed before every
+        # batch: a new mask (the hot set changed) reuses the plan and its
+        # CUDA graph instead of making new ones.
+        self.hot_nodes = hot_nodes
+
+    def _set_counts(self, counts: Tensor) -> None:
+        # The batch's counts on the device and their pinned host copy.
+        self.counts = counts
+        self.counts_host = torch.zeros(counts.shape, dtype=torch.int64,
+                                       pin_memory=self.device.type == 'cuda')
         self.graph = None
         self._inflight: Optional[weakref.ref] = None
         self._stream = None
@@ -168,12 +177,6 @@ class FusedPlan:
         cap = self.node_buf.numel()
         tk.reset_kernel[(triton_cdiv(cap, _FLAT_BLOCK), )](
             self.node_buf, self.map_buf, state, cap, BLOCK=_FLAT_BLOCK)
-
-    def run(self, seeds: Tensor, generator: Optional[torch.Generator],
-            use_graph: bool, hot_nodes: Optional[Tensor] = None
-            ) -> MultiHopOutput:
-        r"""Samples a batch and waits for it (one synchronization)."""
-        return self.launch(seeds, generator, use_graph, hot_nodes).result()
 
     def launch(self, seeds: Tensor, generator: Optional[torch.Generator],
                use_graph: bool, hot_nodes: Optional[Tensor] = None
@@ -307,34 +310,25 @@ class FusedSampler:
     def __setstate__(self, state):
         self.__init__(**state)
 
-    def __call__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
-                 seeds: Tensor, replace: bool,
-                 generator: Optional[torch.Generator],
-                 buffers: DenseBufferPool, device: torch.device,
-                 hot_nodes: Optional[Tensor] = None) -> MultiHopOutput:
-        return self.launch(topo, num_nodes, fanouts, seeds, replace,
-                           generator, buffers, device, hot_nodes).result()
+    def __call__(self, *args, **kwargs) -> MultiHopOutput:
+        r"""Samples a batch: :meth:`launch`, then waits for it."""
+        return self.launch(*args, **kwargs).result()
 
     def launch(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
                seeds: Tensor, replace: bool,
                generator: Optional[torch.Generator],
                buffers: DenseBufferPool, device: torch.device,
                hot_nodes: Optional[Tensor] = None) -> PendingFused:
-        r"""Like :meth:`__call__`, but returns once the batch is queued."""
-        plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
-                                      replace, buffers, device, hot_nodes)
-        return plan.launch(on_device_or_host(seeds, device), generator,
-                           use_graphs, hot_nodes)
-
-    def _plan(self, topo, num_nodes, fanouts, seeds, replace, buffers, device,
-              hot_nodes):
+        r"""Queues a batch; :meth:`PendingFused.result` waits for it."""
         # Whether it prunes, not which mask: the plan copies the mask in.
         key = (id(topo), topo.colptr.data_ptr(), num_nodes, tuple(fanouts),
                seeds.numel(), bool(replace), hot_nodes is not None)
-        return self._cached_plan(key, device, lambda: FusedPlan(
+        plan, use_graphs = self._cached_plan(key, device, lambda: FusedPlan(
             topo, num_nodes, fanouts, seeds.numel(), replace, hot_nodes,
             buffers.get(None, num_nodes, device, fill=-1),
             buffers.get(None, num_nodes, device, fill=_INT32_MAX), device))
+        return plan.launch(on_device_or_host(seeds, device), generator,
+                           use_graphs, hot_nodes)
 
     def _cached_plan(self, key, device: torch.device, make):
         # This thread's plan for `key` (made by `make()` if new; the least
@@ -371,12 +365,9 @@ def fused_sample_multi_hop(
     CUDA-graph version). The topology may live on the GPU or in pinned host
     memory (read zero-copy). Nodes flagged in the boolean mask
     :obj:`hot_nodes` are not expanded in the last hop."""
-    seeds = seeds.to(device, torch.int64)
-    plan = FusedPlan(topo, num_nodes, fanouts, seeds.numel(), replace,
-                     hot_nodes, buffers.get(None, num_nodes, device, fill=-1),
-                     buffers.get(None, num_nodes, device, fill=_INT32_MAX),
-                     device)
-    return plan.run(seeds, generator, False, hot_nodes)
+    sampler = FusedSampler(use_graphs=False, max_plans=1)
+    return sampler(topo, num_nodes, fanouts, seeds, replace, generator,
+                   buffers, device, hot_nodes)
 
 
 def _shard_arguments(layout: Optional[ShardLayout], dummy: Tensor):

@@ -11,7 +11,6 @@ from torch import Tensor
 
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.topology.csc import smallest_index_dtype
-from pyg_orch.core.devices import with_index
 from pyg_orch.sampling.output import MultiHopOutput
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.core.triton_util import kernel_view
@@ -94,7 +93,7 @@ class HeteroCSC:
         device = topology.device
         colptrs, rows, eids = [], [], []
         self.colbase: Dict = {}
-        self._num_dst: Dict = {}
+        self._topology_csc = topology.csc
         self._max_degree: Dict = {}
         cbase = ebase = 0
         for et in self.edge_types:
@@ -107,7 +106,6 @@ class HeteroCSC:
             else:
                 eids.append(torch.arange(csc.num_edges, device=device))
             self.colbase[et] = cbase
-            self._num_dst[et] = colptr.numel() - 1
             cbase += colptr.numel()
             ebase += csc.num_edges
         num_edges = ebase
@@ -125,11 +123,8 @@ class HeteroCSC:
     def max_in_degree(self, edge_type) -> int:
         r"""The largest in-degree of :obj:`edge_type` (computed once)."""
         if edge_type not in self._max_degree:
-            start = self.colbase[edge_type]
-            colptr = self.colptr[start:start + self._num_dst[edge_type] + 1]
-            self._max_degree[edge_type] = 0 if colptr.numel() < 2 else int(
-                (colptr[1:].to(torch.int64) - colptr[:-1].to(torch.int64))
-                .max())
+            self._max_degree[edge_type] = max_in_degree(
+                self._topology_csc[edge_type])
         return self._max_degree[edge_type]
 
     def shift(self, edge_type) -> int:
@@ -146,14 +141,9 @@ class HeteroFusedPlan(FusedPlan):
     def __init__(self, csc: HeteroCSC, num_neighbors: Dict,
                  seed_counts: Dict, replace: bool, hot_nodes: Optional[Tensor],
                  map_buf: Tensor, claim_buf: Tensor, device: torch.device):
-        if map_buf.dtype != torch.int32 or claim_buf.dtype != torch.int32:
-            raise RuntimeError('the fused sampler needs int32 relabel buffers')
+        self._setup(map_buf, claim_buf, device, None if hot_nodes is None
+                    else torch.zeros_like(hot_nodes))
         self.csc, self.replace = csc, bool(replace)
-        self.map_buf, self.claim_buf = map_buf, claim_buf
-        self.device = with_index(device)  # Fast stream lookups.
-        # The plan's own mask, refreshed before every batch (see FusedPlan).
-        self.hot_nodes = None if hot_nodes is None else torch.zeros_like(
-            hot_nodes)
         ntypes, etypes = csc.node_types, csc.edge_types
         T = self.num_types = len(ntypes)
         tid = {t: i for i, t in enumerate(ntypes)}
@@ -300,12 +290,7 @@ class HeteroFusedPlan(FusedPlan):
         # Every edge type's rows then columns, then all edge ids, in one
         # buffer: one copy per batch (see hetero_compact_kernel).
         self.edge_buf = torch.zeros(3 * max(total, 1), **kw)
-        self.counts = torch.zeros(T + H * T + S, **kw)
-        self.counts_host = torch.zeros(self.counts.shape, dtype=torch.int64,
-                                       pin_memory=device.type == 'cuda')
-        self.graph = None
-        self._inflight = None
-        self._stream = None
+        self._set_counts(torch.zeros(T + H * T + S, **kw))
 
     def enqueue(self) -> None:
         r"""Launches the whole batch on the current stream."""
@@ -417,14 +402,6 @@ class HeteroFusedSampler(FusedSampler):
         super().__init__(use_graphs, max_plans)
         self._csc: Optional[Tuple[int, HeteroCSC]] = None
         self._hot: Optional[Tuple[tuple, Tensor]] = None
-
-    def __call__(self, topology: GraphTopology, num_neighbors: Dict,
-                 seeds: Dict, replace: bool,
-                 generator: Optional[torch.Generator],
-                 buffers: DenseBufferPool, device: torch.device,
-                 hot_nodes: Optional[Dict] = None) -> MultiHopOutput:
-        return self.launch(topology, num_neighbors, seeds, replace,
-                           generator, buffers, device, hot_nodes).result()
 
     def launch(self, topology: GraphTopology, num_neighbors: Dict,
                seeds: Dict, replace: bool,
