@@ -1,19 +1,14 @@
 r"""Collective neighbor sampling over a partitioned graph: each hop, the
-frontier goes to the parts that own it, is sampled there, and the sampled
-neighbors come back (two :func:`~pyg_orch.parallel.exchange.exchange`
-calls for all edge types), relabeled as on one machine; on the CPU over the
-part's memory-mapped files or on a CUDA device."""
+parts that own the frontier sample it (two exchanges per hop)."""
 from __future__ import annotations
 
 import copy
 import dataclasses
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import (
     Any,
     Callable,
     Dict,
-    Iterator,
     List,
     Optional,
     Sequence,
@@ -47,16 +42,20 @@ from pyg_orch.sampling.part_modes import (
     time_per_position,
 )
 from pyg_orch.sampling.arguments import (
-    DISJOINT_INDUCED,
+    check_fanouts,
     node_seed_times,
     parse_subgraph_type,
+    per_node_type,
     resolve_device,
     times_per_seed,
 )
 from pyg_orch.sampling.edges import sample_from_edges
-from pyg_orch.sampling.multi_hop import HopBatch, subgraph_times
-from pyg_orch.sampling.neighbors import sample_neighbors
-from pyg_orch.sampling.contract import preserved_generators
+from pyg_orch.sampling.multi_hop import (
+    HopBatch,
+    draw_edges,
+    subgraph_times,
+)
+from pyg_orch.sampling.contract import HotNodes, HotNodesMixin
 from pyg_orch.core.buffers import DenseBufferPool
 
 __all__ = ['DistributedNeighborSampler', 'SamplingStats']
@@ -98,7 +97,7 @@ def _nbytes(parts: Sequence[Tensor], skip: int) -> int:
                for r, t in enumerate(parts) if r != skip)
 
 
-class DistributedNeighborSampler(BaseSampler):
+class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
     r"""Samples multi-hop neighborhoods over a partitioned graph, one part
     per rank of :obj:`group` (part :obj:`k` on rank :obj:`k`): a PyG
     :class:`~torch_geometric.sampler.BaseSampler` over global ids whose
@@ -151,14 +150,8 @@ class DistributedNeighborSampler(BaseSampler):
         for name, value in (('replace', replace), ('disjoint', disjoint)):
             if not isinstance(value, bool):
                 raise ValueError(f"'{name}' must be a bool (got {value!r})")
-        self.subgraph_type = parse_subgraph_type(subgraph_type, True,
-                                                 disjoint)
-        if time_attr is not None and \
-                self.subgraph_type == SubgraphType.induced:
-            raise ValueError(f"subgraph_type='induced' is not supported with "
-                             f"temporal sampling ('time_attr'), which always "
-                             f"samples disjoint subgraphs, as in PyG: "
-                             f"{DISJOINT_INDUCED}")
+        self.subgraph_type = parse_subgraph_type(
+            subgraph_type, True, disjoint, temporal=time_attr is not None)
         self.device = resolve_device(device, 'device', default='cpu')
         _check_generator(generator, self.device)
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
@@ -209,7 +202,7 @@ class DistributedNeighborSampler(BaseSampler):
         self.replace = replace
         self.disjoint = disjoint
         # One mutable holder, shared with the worker views of this sampler:
-        self._hot = _HotNodes()
+        self._hot = HotNodes()
         self._add_modes(partition, time_attr, temporal_strategy,
                         weight_attr, topology is not None and place is None)
         if place is not None:
@@ -294,47 +287,6 @@ class DistributedNeighborSampler(BaseSampler):
 
     # Hot-node pruning (see `pyg_orch.sampling.contract.HotNodeSampler`) ######
 
-    @property
-    def hot_nodes(self) -> Optional[Dict[Any, Tensor]]:
-        r"""The masks per node type of the vertices the last hop does not
-        expand (:obj:`None`: no pruning)."""
-        return self._hot.masks
-
-    def set_hot_nodes(self, hot_nodes: Any) -> None:
-        r"""Sets the vertices the last hop does not expand: a boolean mask
-        over all global ids (per node type on a heterogeneous partition);
-        :obj:`None` clears it."""
-        if hot_nodes is None:
-            self._hot.masks = None
-            return
-        masks = {}
-        for t, mask in self._by_node_type(hot_nodes, 'hot_nodes',
-                                          'masks').items():
-            n = self.num_nodes[t]
-            if not isinstance(mask, Tensor) or mask.dtype != torch.bool \
-                    or tuple(mask.shape) != (n, ):
-                raise ValueError(f"'hot_nodes' must be boolean masks over "
-                                 f"the graph's vertices ({n} of node type "
-                                 f"{t!r}; got {type(mask).__name__})")
-            masks[t] = mask.to(self.device)
-        self._hot.masks = masks
-
-    def _by_node_type(self, value: Any, name: str, what: str
-                      ) -> Dict[Any, Any]:
-        # `value` per node type ({None: value} on a homogeneous partition),
-        # every key a node type of the partition.
-        if not isinstance(value, dict):
-            if self.is_hetero:
-                raise ValueError(f"'{name}' must be a dictionary of {what} "
-                                 f"per node type on a heterogeneous "
-                                 f"partition")
-            value = {None: value}
-        for t in value:
-            if t not in self.num_nodes:
-                raise ValueError(f"'{name}' names the node type {t!r}, not "
-                                 f"one of {self.node_types}")
-        return value
-
     def bottom_fanout(self, edge_type: Any = None) -> int:
         r"""The fan-out of the last hop (of :obj:`edge_type` on a
         heterogeneous partition)."""
@@ -352,19 +304,8 @@ class DistributedNeighborSampler(BaseSampler):
         total = torch.stack(counted).sum(0).tolist()
         return dict(zip(READ_TIERS, total))
 
-    @contextmanager
-    def presampling(self, prune_hot: bool = False) -> Iterator[None]:
-        r"""A context for drawing batches that do not change later ones
-        (generator and hot nodes restored on exit; pruning off inside
-        unless :obj:`prune_hot`). Still a collective."""
-        saved = self._hot.masks
-        if not prune_hot:
-            self._hot.masks = None
-        try:
-            with preserved_generators(self.generator):
-                yield
-        finally:
-            self._hot.masks = saved
+    def _generators(self) -> List[Optional[torch.Generator]]:
+        return [self.generator]
 
     def worker_view(self, group: Optional[Any],
                     generator: Optional[torch.Generator] = None
@@ -397,14 +338,6 @@ class DistributedNeighborSampler(BaseSampler):
                            self._on_device(csc.edge_id), csc.num_src_nodes)
 
     def _check_fanouts(self, num_neighbors) -> Dict[Any, List[int]]:
-        def check(values) -> List[int]:
-            values = list(values)
-            for k in values:
-                if isinstance(k, bool) or not isinstance(k, int) or k < -1:
-                    raise ValueError(f"'num_neighbors' must be integers >= "
-                                     f"-1 (got {num_neighbors!r})")
-            return values
-
         if isinstance(num_neighbors, dict):
             if not self.is_hetero:
                 raise ValueError("'num_neighbors' per edge type is only for "
@@ -415,14 +348,15 @@ class DistributedNeighborSampler(BaseSampler):
                 raise ValueError(f"'num_neighbors' names edge types the "
                                  f"partition does not have: {unknown} (it "
                                  f"has {self.edge_types})")
-            fanouts = {tuple(et): check(v) for et, v in num_neighbors.items()}
+            fanouts = {tuple(et): check_fanouts(v, f'[{et!r}]')
+                       for et, v in num_neighbors.items()}
             hops = max((len(v) for v in fanouts.values()), default=0)
             for et in self.edge_types:
                 # As PyG: an edge type not named is not sampled.
                 v = fanouts.get(et, [])
                 fanouts[et] = v + [0] * (hops - len(v))
             return {et: fanouts[et] for et in self.edge_types}
-        values = check(num_neighbors)
+        values = check_fanouts(num_neighbors)
         return {et: values for et in self.edge_types}
 
     @property
@@ -445,9 +379,9 @@ class DistributedNeighborSampler(BaseSampler):
         else:
             seeds = {None: seeds}
         out = {}
-        for t, ids in self._by_node_type(
-                seeds, 'seeds', 'node ids (or a (node type, ids) tuple)'
-        ).items():
+        for t, ids in per_node_type(
+                seeds, self.num_nodes, 'seeds',
+                'node ids (or a (node type, ids) tuple)').items():
             ids = torch.as_tensor(ids)
             if ids.dim() != 1 or (ids.numel() and (
                     ids.is_floating_point() or ids.dtype == torch.bool)):
@@ -494,34 +428,20 @@ class DistributedNeighborSampler(BaseSampler):
             req = torch.cat(ids)
             csc = self._csc[et]
             local = self._local_id[self._dst(et)][req]
-            if all_edges:  # Every in-edge, for an induced subgraph.
-                pos, dst_index = sample_neighbors(csc.colptr, local, -1)
-            else:
-                pos, dst_index = sample_neighbors(
-                    csc.colptr, local, self.fanouts[et][hop], self.replace,
-                    self.generator, time=csc.time,
-                    time_bound=torch.cat(bounds) if bounds else None,
-                    temporal_strategy=self.temporal_strategy,
-                    weight=csc.weight, weight_cumsum=csc.weight_cumsum
-                    if csc.weight is not None and self.replace else None)
-            # Each position's destination, where a sharded topology needs it
-            # to find copied lists:
-            dst = local.index_select(0, dst_index) if csc.needs_dst else None
-            src = csc.neighbors(pos, dst).to(torch.int64)
-            eid = csc.edge_ids(pos, dst).to(torch.int64)
-            counts = torch.bincount(dst_index, minlength=req.numel())
-            chunks, start = [], 0
-            for n in sizes:
-                chunks.append(counts[start:start + n])
-                start += n
+            # `all_edges`: every in-edge, for an induced subgraph.
+            src, eid, dst_index = draw_edges(
+                csc, local, -1 if all_edges else self.fanouts[et][hop],
+                self.replace, self.generator,
+                torch.cat(bounds) if bounds else None,
+                self.temporal_strategy, all_edges=all_edges)
+            chunks = torch.bincount(dst_index,
+                                    minlength=req.numel()).split(sizes)
             # Edges drawn for every rank, read from the device at once:
             drawn = torch.stack([c.sum() for c in chunks]).tolist()
-            edge_start = 0
-            for r, (c, m) in enumerate(zip(chunks, drawn)):
-                pieces[r][e] = torch.cat([c, src[edge_start:edge_start + m],
-                                          eid[edge_start:edge_start + m]])
-                totals[r][e] = m
-                edge_start += m
+            for r, (c, s, i) in enumerate(zip(chunks, src.split(drawn),
+                                              eid.split(drawn))):
+                pieces[r][e] = torch.cat([c, s, i])
+                totals[r][e] = drawn[r]
             self.stats.served_requests += sum(
                 n for r, n in enumerate(sizes) if r != self.rank)
         header = torch.tensor(totals, dtype=torch.int64, device=self.device)
@@ -611,12 +531,8 @@ class DistributedNeighborSampler(BaseSampler):
         return out
 
     def sample_from_nodes(self, seeds, seed_time=None):
-        r"""Samples the neighborhoods of :obj:`seeds` (a
-        :class:`~torch_geometric.sampler.NodeSamplerInput` or global ids, per
-        node type on a heterogeneous partition) at :obj:`seed_time` (a
-        collective), as the single-machine sampler, in global ids;
-        :obj:`metadata` is :obj:`(input_id, seed_time, edge destinations)`.
-        """
+        r"""Samples the neighborhoods of :obj:`seeds` (global ids) at
+        :obj:`seed_time`, as the single-machine sampler. A collective."""
         input_id = None
         if isinstance(seeds, NodeSamplerInput):
             if seed_time is not None:
@@ -638,10 +554,9 @@ class DistributedNeighborSampler(BaseSampler):
         inputs: EdgeSamplerInput,
         neg_sampling: Optional[NegativeSampling] = None,
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
-        r"""Samples the subgraph around a batch of label edges (global ids)
-        as PyG's :class:`~torch_geometric.sampler.NeighborSampler` does
-        (:func:`~pyg_orch.sampling.edges.sample_from_edges`), negatives
-        drawn over all vertices. A collective."""
+        r"""Samples the subgraph around a batch of label edges (global ids),
+        as PyG's :class:`~torch_geometric.sampler.NeighborSampler`. A
+        collective."""
         if not isinstance(inputs, EdgeSamplerInput):
             raise TypeError(f"'inputs' must be an EdgeSamplerInput (got "
                             f"{type(inputs).__name__})")
@@ -678,8 +593,7 @@ class DistributedNeighborSampler(BaseSampler):
         return self.node_time
 
     def sample_seeds(self, seed, seed_time=None):
-        r""":meth:`sample_from_nodes` without the :obj:`'bidirectional'`
-        conversion and with :obj:`None` as :obj:`input_id`. A
+        r"""Samples without the :obj:`'bidirectional'` conversion. A
         collective."""
         seeds = self._check_seeds(seed)
         seed_time = self._seed_times(seeds, seed_time)
@@ -714,10 +628,8 @@ class DistributedNeighborSampler(BaseSampler):
         return out
 
     def edge_destinations(self, out) -> Any:
-        r"""The global id of the destination of every edge of :obj:`out` (per
-        edge type on a heterogeneous partition), as the feature gather's
-        :obj:`gather_edges` takes it; with :obj:`'bidirectional'`, also for
-        reversed edges."""
+        r"""The global destination id of every edge of :obj:`out` (per edge
+        type on a heterogeneous partition), as :obj:`gather_edges` takes it."""
         directional = out.metadata[-1] if out.metadata else None
         if not self.is_hetero:
             return _edge_destinations(directional, None, out.node, out.col,
@@ -777,11 +689,6 @@ class DistributedNeighborSampler(BaseSampler):
             seed_time = torch.floor(seed_time.to(torch.float64)).clamp(
                 -2.0**62, 2.0**62)
         return seed_time.to(torch.int64)
-
-
-class _HotNodes:
-    # The hot-node masks of a sampler and its worker views.
-    masks: Optional[Dict[Any, Tensor]] = None
 
 
 def _edge_destinations(directional: Optional[Dict[Any, Tuple[Tensor,

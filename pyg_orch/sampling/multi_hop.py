@@ -7,6 +7,7 @@ from torch import Tensor
 
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.sampling.output import MultiHopOutput
+from pyg_orch.topology.csc import CSCTopology
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.relabel import (
@@ -87,23 +88,11 @@ def sample_multi_hop(
                 if f_global.numel() == 0:
                     continue
                 topo = topology.csc[et]
-                bound = None
-                if topo.time is not None:
-                    bound = batch_time.index_select(0, f_batch)
-                args = (topo.colptr, f_global, fanout, replace, generator)
-                kwargs = dict(time=topo.time, time_bound=bound,
-                              temporal_strategy=temporal_strategy,
-                              weight=topo.weight)
-                drawn = None if draw is None else draw(*args, **kwargs)
-                if drawn is None:
-                    drawn = sample_neighbors(
-                        *args, **kwargs, weight_cumsum=topo.weight_cumsum
-                        if topo.weight is not None and replace else None)
-                pos, dst_index = drawn
-                dst = f_global.index_select(0, dst_index) \
-                    if topo.needs_dst else None
-                src = topo.neighbors(pos, dst).to(torch.int64)
-                eid = topo.edge_ids(pos, dst).to(torch.int64)
+                bound = None if topo.time is None else \
+                    batch_time.index_select(0, f_batch)
+                src, eid, dst_index = draw_edges(
+                    topo, f_global, fanout, replace, generator, bound,
+                    temporal_strategy, draw)
                 batch = None if f_batch is None else f_batch.index_select(
                     0, dst_index)
                 cand.setdefault(src_t, []).append(
@@ -114,11 +103,35 @@ def sample_multi_hop(
         out.close()
 
 
+def draw_edges(csc: CSCTopology, nodes: Tensor, fanout: int,
+               replace: bool = False,
+               generator: Optional[torch.Generator] = None,
+               time_bound: Optional[Tensor] = None,
+               temporal_strategy: str = 'uniform',
+               draw: Optional[Callable] = None, all_edges: bool = False
+               ) -> Tuple[Tensor, Tensor, Tensor]:
+    r"""The sources, edge ids and destinations (indices into :obj:`nodes`)
+    of sampled in-edges (:obj:`all_edges`: all, unweighted)."""
+    if all_edges:
+        pos, dst_index = sample_neighbors(csc.colptr, nodes, -1)
+    else:
+        args = (csc.colptr, nodes, fanout, replace, generator)
+        kwargs = dict(time=csc.time, time_bound=time_bound,
+                      temporal_strategy=temporal_strategy, weight=csc.weight)
+        drawn = None if draw is None else draw(*args, **kwargs)
+        pos, dst_index = drawn if drawn is not None else sample_neighbors(
+            *args, **kwargs, weight_cumsum=csc.weight_cumsum
+            if csc.weight is not None and replace else None)
+    # Each position's destination, where a sharded topology needs it to find
+    # copied lists:
+    dst = nodes.index_select(0, dst_index) if csc.needs_dst else None
+    return (csc.neighbors(pos, dst).to(torch.int64),
+            csc.edge_ids(pos, dst).to(torch.int64), dst_index)
+
+
 def subgraph_times(seed_time: Dict[Any, Tensor],
                    device: torch.device) -> Tensor:
-    r"""The time bound of every subgraph (seed position) on :obj:`device`:
-    seed :obj:`i`'s time, of whichever node type (link endpoints of two node
-    types share positions)."""
+    r"""The time bound of every subgraph (seed position) on :obj:`device`."""
     size = max(v.numel() for v in seed_time.values())
     out = None
     for v in seed_time.values():
@@ -129,10 +142,8 @@ def subgraph_times(seed_time: Dict[Any, Tensor],
 
 
 class HopBatch:
-    r"""A batch built hop by hop: nodes relabeled per node type in order of
-    first appearance (PyG's hop order), edges per edge type; with
-    :obj:`disjoint`, every seed roots its own subgraph. :meth:`close` resets
-    the relabelers."""
+    r"""A batch built hop by hop, nodes relabeled per node type in order of
+    first appearance."""
     def __init__(self, node_types: List, edge_types: List, num_hops: int,
                  num_nodes: Dict[Any, int], disjoint: bool,
                  device: torch.device,
@@ -185,9 +196,9 @@ class HopBatch:
         return frontier
 
     def add_hop(self, hop: int, cand: Dict[Any, list]) -> Frontier:
-        r"""Adds hop :obj:`hop`'s edges, :obj:`(edge type, sources,
-        destinations' local ids, edge ids, subgraph ids or None)` per source
-        node type; returns the next frontier (the new nodes)."""
+        r"""Adds a hop's :obj:`(edge type, sources, destinations' local ids,
+        edge ids, subgraph ids or None)` per source node type; returns the
+        next frontier."""
         frontier = {}
         for t, parts in cand.items():
             src = torch.cat([p[1] for p in parts])
@@ -244,15 +255,10 @@ def _induced_edges(topology: GraphTopology, batch: HopBatch):
     node = batch.node()
     for et, topo in topology.csc.items():
         src_t, dst_t = (None, None) if et is None else (et[0], et[-1])
-        dst = node[dst_t]
-        pos, dst_index = sample_neighbors(topo.colptr, dst, -1)
-        src_local = batch.relabel[src_t].lookup(
-            topo.neighbors(pos, dst.index_select(0, dst_index)).to(
-                torch.int64))
-        keep = src_local >= 0
-        pos = pos[keep]
-        rows[et] = src_local[keep]
-        cols[et] = dst_index[keep]
-        edges[et] = topo.edge_ids(pos, dst.index_select(
-            0, dst_index[keep])).to(torch.int64)
+        src, eid, dst_index = draw_edges(topo, node[dst_t], -1,
+                                         all_edges=True)
+        local = batch.relabel[src_t].lookup(src)
+        keep = local >= 0
+        rows[et], cols[et], edges[et] = local[keep], dst_index[keep], \
+            eid[keep]
     return rows, cols, edges

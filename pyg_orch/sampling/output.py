@@ -21,8 +21,7 @@ class MultiHopOutput:
     num_sampled_edges: Optional[Dict]
 
     def to(self, device: torch.device) -> 'MultiHopOutput':
-        r"""Moves the tensors to :obj:`device`, in place; returns
-        :obj:`self`."""
+        r"""Moves the tensors to :obj:`device`, in place."""
         def move(d: Optional[Dict]) -> Optional[Dict]:
             return None if d is None else {
                 k: v.to(device) if isinstance(v, Tensor) else v

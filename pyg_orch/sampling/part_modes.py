@@ -1,6 +1,4 @@
-r"""Weighted and temporal sampling over a graph partition: a part's sampling
-weights and times per CSC position, checked on every rank together so that
-every rank raises the same error."""
+r"""A partition's sampling weights and times, checked on all ranks together."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,9 +25,7 @@ def _by_type(attrs: Any, is_hetero: bool) -> Dict[Any, Dict[str, Tensor]]:
 
 
 def agree_on_problem(problem: int, group: Any, world_size: int) -> int:
-    r"""The largest of every rank's :obj:`problem` code (a collective when
-    :obj:`world_size > 1`): each rank checks its own part, all learn the
-    worst."""
+    r"""The largest of every rank's :obj:`problem` code (a collective)."""
     if world_size <= 1:
         return problem
     flag = torch.tensor([problem], device=comm_device(group))

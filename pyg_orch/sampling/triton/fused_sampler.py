@@ -1,7 +1,5 @@
-r"""Multi-hop sampling on the GPU with fused Triton kernels: every buffer is
-sized by an upper bound, so a batch runs without host synchronization until its
-counts are read. The output equals :func:`pyg_orch.sampling.sample_multi_hop`'s
-but for the random draws."""
+r"""Multi-hop sampling on the GPU with fused Triton kernels, without host
+synchronization until a batch's counts are read."""
 import threading
 import weakref
 from collections import OrderedDict
@@ -39,9 +37,8 @@ def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
 
 class FusedPlan:
     r"""The buffers and kernel launches of one batch shape (batch size,
-    fan-outs): every size is an upper bound known up front, so a batch runs
-    without host synchronization and can be captured once as a CUDA graph
-    and replayed."""
+    fan-outs), sized by upper bounds so that it can be replayed as a CUDA
+    graph."""
     def __init__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
                  batch_size: int, replace: bool, hot_nodes: Optional[Tensor],
                  map_buf: Tensor, claim_buf: Tensor, device: torch.device):
@@ -269,9 +266,8 @@ class FusedPlan:
 
 
 class PendingFused:
-    r"""A batch queued by :meth:`FusedPlan.launch`: its counts are copied to
-    pinned host memory behind the kernels, so :meth:`result` waits for this
-    batch only, not for work queued after it (e.g. a training step)."""
+    r"""A batch queued by :meth:`FusedPlan.launch`: :meth:`result` waits for
+    this batch only, not for work queued after it."""
     def __init__(self, plan: FusedPlan):
         self.plan = plan
         self._out: Optional[MultiHopOutput] = None
@@ -296,8 +292,7 @@ class PendingFused:
 
 class FusedSampler:
     r"""Runs :class:`FusedPlan` objects, one per batch shape and thread,
-    replayed as CUDA graphs on GPUs (eagerly elsewhere, e.g. under Triton's
-    interpreter)."""
+    replayed as CUDA graphs on GPUs."""
     def __init__(self, use_graphs: Optional[bool] = None,
                  max_plans: int = 4):
         self.use_graphs = use_graphs
@@ -360,11 +355,9 @@ def fused_sample_multi_hop(
     device: torch.device,
     hot_nodes: Optional[Tensor] = None,
 ) -> MultiHopOutput:
-    r"""Samples :obj:`len(fanouts)` hops from :obj:`seeds` of a homogeneous
-    graph with the Triton kernels, eagerly (see :class:`FusedSampler` for the
-    CUDA-graph version). The topology may live on the GPU or in pinned host
-    memory (read zero-copy). Nodes flagged in the boolean mask
-    :obj:`hot_nodes` are not expanded in the last hop."""
+    r"""Samples :obj:`len(fanouts)` hops from :obj:`seeds` with the Triton
+    kernels, eagerly; nodes flagged in :obj:`hot_nodes` are not expanded in
+    the last hop."""
     sampler = FusedSampler(use_graphs=False, max_plans=1)
     return sampler(topo, num_nodes, fanouts, seeds, replace, generator,
                    buffers, device, hot_nodes)

@@ -1,9 +1,6 @@
 r"""The fused Triton sampling path for heterogeneous graphs: node types get
-global ids and all edge types' CSC layouts lie back to back
-(:class:`HeteroCSC`), so one launch per hop samples every edge type and the
-homogeneous relabel kernels dedup the whole hop. Slots are grouped by source
-node type, so the output equals :func:`pyg_orch.sampling.sample_multi_hop`'s
-but for the random draws."""
+global ids and all edge types' CSC layouts lie back to back, so one launch
+per hop samples every edge type."""
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -30,10 +27,7 @@ _BUFFER_KEY = '__hetero_fused__'
 def hetero_supports(topology: GraphTopology, num_neighbors: dict,
                     disjoint: bool, induced: bool,
                     max_fanout: int = 64, replace: bool = False) -> bool:
-    r"""Whether the fused path handles this heterogeneous configuration
-    (uniform, non-disjoint, non-induced, one piece, fan-outs in :obj:`[0,
-    max_fanout]`, or :obj:`-1` without replacement where the largest in-degree
-    is at most :obj:`max_fanout`)."""
+    r"""Whether the fused path handles this heterogeneous configuration."""
     if not topology.is_hetero or topology.is_temporal or \
             topology.is_weighted or topology.is_sharded:
         return False
@@ -65,8 +59,7 @@ def max_in_degree(csc) -> int:
 
 def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
     r""":obj:`num_neighbors` with every fan-out of :obj:`-1` replaced by
-    :obj:`degree(edge_type)`, the largest in-degree (without replacement that
-    takes all neighbors in list order, as the PyTorch path does)."""
+    :obj:`degree(edge_type)`."""
     out = {}
     for et, fanouts in num_neighbors.items():
         if any(k < 0 for k in fanouts):
@@ -78,8 +71,7 @@ def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
 
 class HeteroCSC:
     r"""All edge types of a heterogeneous topology as one CSC layout over
-    global node ids: edge type :obj:`e`'s shifted :obj:`colptr` starts at
-    :obj:`colbase[e]`, with global source ids and per-type edge ids."""
+    global node ids."""
     def __init__(self, topology: GraphTopology):
         self.node_types = topology.node_types
         self.edge_types = topology.edge_types
@@ -135,9 +127,7 @@ class HeteroCSC:
 
 class HeteroFusedPlan(FusedPlan):
     r"""The buffers and kernel launches of one heterogeneous batch shape
-    (seeds per node type, fan-outs per edge type): the counterpart of
-    :class:`~pyg_orch.sampling.triton.fused_sampler.FusedPlan`, whose
-    launching, capturing and waiting it reuses."""
+    (seeds per node type, fan-outs per edge type)."""
     def __init__(self, csc: HeteroCSC, num_neighbors: Dict,
                  seed_counts: Dict, replace: bool, hot_nodes: Optional[Tensor],
                  map_buf: Tensor, claim_buf: Tensor, device: torch.device):
@@ -187,18 +177,16 @@ class HeteroFusedPlan(FusedPlan):
         # Seeds: local ids in node type order -> global ids at region starts.
         B = self.batch_size = sum(self.seed_counts)
         self.seeds = torch.zeros(B, **kw)
+        # (One piece per node type: never an empty list.)
         self.seed_offset = torch.cat([
             torch.full((n, ), csc.offset[t], **kw)
-            for t, n in zip(ntypes, self.seed_counts)
-        ]) if B > 0 else torch.zeros(0, **kw)
+            for t, n in zip(ntypes, self.seed_counts)])
         self.seed_dest = torch.cat([
             torch.arange(regions[i], regions[i] + n, **kw)
-            for i, n in enumerate(self.seed_counts)
-        ]) if B > 0 else torch.zeros(0, **kw)
+            for i, n in enumerate(self.seed_counts)])
         self.positions = torch.cat([
             torch.arange(n, dtype=torch.int32, device=device)
-            for n in self.seed_counts
-        ]) if B > 0 else torch.zeros(0, dtype=torch.int32, device=device)
+            for n in self.seed_counts])
         self.global_seeds = torch.zeros(B, **kw)
         self.hop_seeds = torch.zeros(max(H, 1), **kw)
         # [nodes so far, frontier start, frontier count] per node type:
@@ -395,8 +383,7 @@ class HeteroFusedPlan(FusedPlan):
 
 class HeteroFusedSampler(FusedSampler):
     r"""Runs :class:`HeteroFusedPlan` objects, one per batch shape and
-    thread (see
-    :class:`~pyg_orch.sampling.triton.fused_sampler.FusedSampler`)."""
+    thread."""
     def __init__(self, use_graphs: Optional[bool] = None,
                  max_plans: int = 4):
         super().__init__(use_graphs, max_plans)
@@ -464,11 +451,9 @@ def fused_sample_hetero(
     device: Optional[torch.device] = None,
     hot_nodes: Optional[Dict] = None,
 ) -> MultiHopOutput:
-    r"""Samples a heterogeneous graph with the fused Triton kernels, eagerly
-    (no CUDA graph): :func:`pyg_orch.sampling.sample_multi_hop` for the
-    configurations :func:`hetero_supports` accepts. :obj:`hot_nodes` holds
-    boolean masks per node type of nodes the last hop does not expand;
-    :obj:`device` defaults to the topology's."""
+    r"""Samples a heterogeneous graph with the fused Triton kernels,
+    eagerly; :obj:`hot_nodes` holds masks per node type of nodes the last
+    hop does not expand."""
     device = torch.device(device) if device is not None else topology.device
     sampler = HeteroFusedSampler(use_graphs=False, max_plans=1)
     return sampler(topology, num_neighbors, seeds, replace, generator,
