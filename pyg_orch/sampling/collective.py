@@ -310,9 +310,9 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
     def worker_view(self, group: Optional[Any],
                     generator: Optional[torch.Generator] = None
                     ) -> 'DistributedNeighborSampler':
-        r"""A sampler of the same part for another thread: it shares the
-        topology and hot nodes, exchanges over :obj:`group` (the same
-        ranks) and draws from :obj:`generator` (default: this sampler's)."""
+        r"""A sampler of the same part for another thread, exchanging over
+        :obj:`group` and drawing from :obj:`generator` (default: this
+        sampler's)."""
         if group_size(group) != self.world_size:
             raise ValueError(f"'group' must have the sampler's "
                              f"{self.world_size} ranks (got "

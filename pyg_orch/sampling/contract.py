@@ -25,8 +25,7 @@ DEFAULT_PRESAMPLE_BATCHES = 256
 
 def presample_batches(num_seeds: int, batch_size: int,
                       cap: int = DEFAULT_PRESAMPLE_BATCHES) -> int:
-    r"""The default number of pre-sampled mini-batches: an epoch of
-    :obj:`num_seeds` seeds in batches of :obj:`batch_size`, at most
+    r"""The default number of pre-sampled mini-batches: an epoch, at most
     :obj:`cap`."""
     return max(1, min(-(-int(num_seeds) // max(int(batch_size), 1)), cap))
 
@@ -87,9 +86,7 @@ class LaunchingSampler(Protocol):
         sampled (work queued on the current CUDA stream)."""
 
     def launch_from_nodes(self, inputs: Any) -> PendingSample:
-        r"""Starts :meth:`sample_from_nodes`;
-        :meth:`~pyg_orch.sampling.PendingSample.result` returns its
-        output."""
+        r"""Starts :meth:`sample_from_nodes`; the result returns its output."""
 
     def sample_from_nodes(self, inputs: Any) -> Any:
         r"""PyG's :meth:`~torch_geometric.sampler.BaseSampler.sample_from_nodes`."""

@@ -37,8 +37,8 @@ class MultiHopOutput:
 
     def to_pyg(self, is_hetero: bool
                ) -> Union[SamplerOutput, HeteroSamplerOutput]:
-        r"""The batch as PyG's :class:`~torch_geometric.sampler.SamplerOutput`
-        (the key :obj:`None` unwrapped) or
+        r"""The batch as PyG's
+        :class:`~torch_geometric.sampler.SamplerOutput` or
         :class:`~torch_geometric.sampler.HeteroSamplerOutput`."""
         fields = dict(node=self.node, row=self.row, col=self.col,
                       edge=self.edge, batch=self.batch,

@@ -35,9 +35,8 @@ def agree_on_problem(problem: int, group: Any, world_size: int) -> int:
 
 def part_weights(partition, weight_attr: str, is_hetero: bool, group: Any,
                  world_size: int) -> Dict[Any, Tensor]:
-    r"""The part's sampling weights per edge type that has them, in CSC order;
-    a :class:`ValueError` on every rank for weights that are not one
-    non-negative finite number per edge, or no edge type with them."""
+    r"""The part's sampling weights per edge type that has them, in CSC
+    order, checked on every rank."""
     if not isinstance(weight_attr, str):
         raise ValueError(f"'weight_attr' must be the name of an edge "
                          f"attribute (got {weight_attr!r})")
@@ -86,10 +85,8 @@ def part_node_times(partition, time_attr: str, is_hetero: bool,
                     device: torch.device
                     ) -> Tuple[Optional[Dict[Any, Tensor]],
                                Dict[Any, Tensor], bool]:
-    r""":obj:`(node_time, edge_time, floating)` for :obj:`time_attr`:
-    node-level times of all vertices (one :obj:`all_reduce` per node type) or
-    edge-level times in CSC order, and whether some part's times are
-    floating-point."""
+    r""":obj:`(node_time, edge_time, floating)`: node-level or edge-level
+    times for :obj:`time_attr`, and whether some part's are floating-point."""
     nodes = _by_type(partition.node_attrs, is_hetero)
     edges = _by_type(partition.edge_attrs, is_hetero)
     node_level = {t: a[time_attr] for t, a in nodes.items()

@@ -237,9 +237,8 @@ class HybridNeighborSampler(HotNodesMixin, BaseSampler):
 
     @property
     def generator(self) -> Optional[torch.Generator]:
-        r"""The generator for the calling process. Inside a
-        :class:`~torch.utils.data.DataLoader` worker, a generator seeded from
-        the worker's seed, so workers draw different neighbors."""
+        r"""The generator of the calling process (seeded per
+        :class:`~torch.utils.data.DataLoader` worker)."""
         info = torch.utils.data.get_worker_info()
         if info is None or self._seed is None:
             return self._generator
@@ -311,10 +310,8 @@ class HybridNeighborSampler(HotNodesMixin, BaseSampler):
         return self._backend.asynchronous
 
     def launch_from_nodes(self, inputs: NodeSamplerInput) -> PendingSample:
-        r"""Starts :meth:`sample_from_nodes`: on the fused GPU path the kernels
-        are queued and this returns at once, elsewhere the batch is sampled
-        now. :meth:`PendingSample.result` returns the
-        :class:`~torch_geometric.sampler.SamplerOutput`."""
+        r"""Starts :meth:`sample_from_nodes` (on the fused GPU path, returns
+        once the kernels are queued)."""
         if (not self.launches_async or self.is_temporal
                 or self.is_hetero != (inputs.input_type is not None)):
             return PendingSample.ready(self.sample_from_nodes(inputs))
