@@ -61,6 +61,14 @@ def parse_subgraph_type(subgraph_type: Union[SubgraphType, str],
     return subgraph_type
 
 
+def as_subgraph_type(out: Any, subgraph_type: SubgraphType) -> Any:
+    r""":obj:`out` converted to :obj:`subgraph_type` where it is
+    :obj:`'bidirectional'` (keeping its metadata)."""
+    if subgraph_type == SubgraphType.bidirectional:
+        return out.to_bidirectional()
+    return out
+
+
 #: PyG's wording (from its sampling step) when disjoint subgraphs meet
 #: :obj:`subgraph_type='induced'`, which we raise at construction.
 DISJOINT_INDUCED = ("'disjoint' sampling not supported for neighbor sampling "

@@ -42,6 +42,9 @@ from pyg_orch.sampling.part_modes import (
     time_per_position,
 )
 from pyg_orch.sampling.arguments import (
+    as_subgraph_type,
+    check_attr_names,
+    check_choice,
     check_fanouts,
     node_seed_times,
     parse_subgraph_type,
@@ -246,12 +249,9 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
                 "attached)")
         order: Dict[Any, Tensor] = {}
         if time_attr is not None:
-            if not isinstance(time_attr, str):
-                raise ValueError(f"'time_attr' must be the name of a node or "
-                                 f"edge attribute (got {time_attr!r})")
-            if temporal_strategy not in ('uniform', 'last'):
-                raise ValueError(f"'temporal_strategy' must be 'uniform' or "
-                                 f"'last' (got {temporal_strategy!r})")
+            check_attr_names(time_attr=time_attr)
+            check_choice('temporal_strategy', temporal_strategy,
+                         ('uniform', 'last'))
             self.node_time, edge_time, self._float_times = part_node_times(
                 partition, time_attr, self.is_hetero, self.num_nodes,
                 self.group, self.world_size, self.device)
@@ -547,7 +547,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
                 seeds = seeds.node
         out = self.sample_seeds(seeds, seed_time)
         out.metadata = (input_id, ) + tuple(out.metadata[1:])
-        return self._to_subgraph_type(out)
+        return as_subgraph_type(out, self.subgraph_type)
 
     def sample_from_edges(
         self,
@@ -563,12 +563,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         out = sample_from_edges(self, inputs, neg_sampling)
         # Where the edge ids point, last (see `edge_destinations`):
         out.metadata = (*out.metadata, self._directional(out))
-        return self._to_subgraph_type(out)
-
-    def _to_subgraph_type(self, out: Any) -> Any:
-        if self.subgraph_type == SubgraphType.bidirectional:
-            out = out.to_bidirectional()  # Keeps the metadata.
-        return out
+        return as_subgraph_type(out, self.subgraph_type)
 
     def _directional(self, out: Any) -> Optional[Dict[Any, Tuple[Tensor,
                                                                  Tensor]]]:

@@ -93,16 +93,13 @@ def sample_from_edges(
     :func:`~torch_geometric.sampler.neighbor_sampler.edge_sample` semantics,
     everything on :obj:`sampler.device`."""
     device = sampler.device
-    generator = sampler.generator
     cache = _cache(sampler)
     disjoint = sampler.disjoint
-    input_id = inputs.input_id
     input_type = inputs.input_type
     src = inputs.row.to(device, torch.int64, non_blocking=True)
     dst = inputs.col.to(device, torch.int64, non_blocking=True)
-    edge_label = inputs.label
-    if edge_label is not None:
-        edge_label = edge_label.to(device, non_blocking=True)
+    edge_label = None if inputs.label is None else inputs.label.to(
+        device, non_blocking=True)
     edge_label_time = inputs.time
     if edge_label_time is not None:
         edge_label_time = edge_label_time.to(device, non_blocking=True)
@@ -114,17 +111,8 @@ def sample_from_edges(
 
     num_nodes = sampler.global_num_nodes
     node_time = sampler.global_node_time
-    if input_type is None:
-        src_type = dst_type = None
-    else:
-        src_type, dst_type = input_type[0], input_type[-1]
-
-    def endpoint_node_time(node_type):
-        if node_time is None or edge_label_time is None:
-            return None
-        return cache.get(('time', node_type), node_time.get(node_type),
-                         device)
-
+    src_type, dst_type = (None, None) if input_type is None else (
+        input_type[0], input_type[-1])
     num_pos = src.numel()
     triplet = neg_sampling is not None and neg_sampling.is_triplet()
     if neg_sampling is not None:
@@ -132,10 +120,13 @@ def sample_from_edges(
 
         def negatives(seed: Tensor, node_type, key: str,
                       weight: Optional[Tensor]) -> Tensor:
+            time = None if node_time is None or edge_label_time is None \
+                else cache.get(('time', node_type), node_time.get(node_type),
+                               device)
             return sample_negatives(
                 seed, neg_sampling, num_nodes[node_type],
                 cache.get(('weight', key), weight, device), edge_label_time,
-                endpoint_node_time(node_type), generator)
+                time, sampler.generator)
 
         if not triplet:  # Binary: negative pairs.
             src = torch.cat([src, negatives(src, src_type, 'src',
@@ -184,13 +175,13 @@ def sample_from_edges(
             k: v % num_pos for k, v in out.batch.items()}
 
     if not triplet:
-        out.metadata = (input_id, torch.stack([inv_src, inv_dst]),
+        out.metadata = (inputs.input_id, torch.stack([inv_src, inv_dst]),
                         edge_label, src_time)
     else:
         dst_neg_index = inv_dst[num_pos:]
         if disjoint:
             dst_neg_index = dst_neg_index.view(-1, num_pos).t()
         dst_neg_index = dst_neg_index.reshape(num_pos, -1).squeeze(-1)
-        out.metadata = (input_id, inv_src, inv_dst[:num_pos], dst_neg_index,
-                        src_time)
+        out.metadata = (inputs.input_id, inv_src, inv_dst[:num_pos],
+                        dst_neg_index, src_time)
     return out

@@ -15,6 +15,7 @@ from pyg_orch.topology.graph import (
     weight_problem,
 )
 from pyg_orch.parallel.exchange import comm_device
+from pyg_orch.sampling.arguments import check_attr_names
 
 __all__ = ['agree_on_problem', 'part_node_times', 'part_weights',
            'sort_by_time', 'time_per_position']
@@ -37,9 +38,7 @@ def part_weights(partition, weight_attr: str, is_hetero: bool, group: Any,
                  world_size: int) -> Dict[Any, Tensor]:
     r"""The part's sampling weights per edge type that has them, in CSC
     order, checked on every rank."""
-    if not isinstance(weight_attr, str):
-        raise ValueError(f"'weight_attr' must be the name of an edge "
-                         f"attribute (got {weight_attr!r})")
+    check_attr_names(weight_attr=weight_attr)
     attrs = _by_type(partition.edge_attrs, is_hetero)
     found = {et: a[weight_attr] for et, a in attrs.items()
              if weight_attr in a}

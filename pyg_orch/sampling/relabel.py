@@ -4,9 +4,6 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
-# Re-exported: the pool moved to `pyg_orch.core` (tests import it from here).
-from pyg_orch.core.buffers import DenseBufferPool  # noqa: F401
-
 
 class Relabeler:
     r"""Base class: :meth:`init` with the seeds, :meth:`add` once per hop,

@@ -19,6 +19,7 @@ from torch_geometric.sampler.neighbor_sampler import node_sample
 from pyg_orch.sampling.interface import BackendConfig, SampleRequest
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.sampling.arguments import (
+    as_subgraph_type,
     check_attr_names,
     check_bools,
     check_choice,
@@ -298,10 +299,8 @@ class HybridNeighborSampler(HotNodesMixin, BaseSampler):
         self,
         inputs: NodeSamplerInput,
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
-        out = node_sample(inputs, self._sample)
-        if self.subgraph_type == SubgraphType.bidirectional:
-            out = out.to_bidirectional()
-        return out
+        return as_subgraph_type(node_sample(inputs, self._sample),
+                                self.subgraph_type)
 
     @property
     def launches_async(self) -> bool:
@@ -321,9 +320,7 @@ class HybridNeighborSampler(HotNodesMixin, BaseSampler):
         def finish() -> SamplerOutput:
             out = pending.result().to_pyg(self.is_hetero)
             out.metadata = (inputs.input_id, inputs.time)
-            if self.subgraph_type == SubgraphType.bidirectional:
-                out = out.to_bidirectional()
-            return out
+            return as_subgraph_type(out, self.subgraph_type)
 
         return PendingSample(finish)
 
@@ -333,10 +330,8 @@ class HybridNeighborSampler(HotNodesMixin, BaseSampler):
         neg_sampling: Optional[NegativeSampling] = None,
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
         # PyG's `edge_sample`, with negatives drawn on `device`:
-        out = sample_from_edges(self, inputs, neg_sampling)
-        if self.subgraph_type == SubgraphType.bidirectional:
-            out = out.to_bidirectional()
-        return out
+        return as_subgraph_type(sample_from_edges(self, inputs, neg_sampling),
+                                self.subgraph_type)
 
     def _sample(
         self,

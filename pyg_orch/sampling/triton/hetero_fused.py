@@ -254,9 +254,6 @@ class HeteroFusedPlan(FusedPlan):
         self.seg_end = torch.tensor([b for _, _, _, b in self.segments], **kw)
         eorder = sorted(range(S), key=lambda s: (etypes.index(
             self.segments[s][1]), self.segments[s][0]))
-        inv = [0] * S  # Each segment's place in that order.
-        for i, s in enumerate(eorder):
-            inv[s] = i
         self.edge_rank = torch.zeros(max(total, 1) + 1, **kw)
         self.seg_shift = torch.zeros(max(S, 1), **kw)
         # before[0, s, u] = 1 where segment u's edges come before segment
@@ -265,7 +262,8 @@ class HeteroFusedPlan(FusedPlan):
         # the same (see hetero_counts_kernel):
         SP = self.seg_pad = max(1 << max(S - 1, 0).bit_length(), 2)
         before = torch.zeros(3, SP, SP, dtype=torch.int64)
-        place = torch.tensor(inv, dtype=torch.int64)
+        # Each segment's place in that order:
+        place = torch.tensor(eorder, dtype=torch.int64).argsort()
         etype = torch.tensor([etypes.index(et) for _, et, _, _ in
                               self.segments], dtype=torch.int64)
         before[0, :S, :S] = place[None, :] < place[:, None]
