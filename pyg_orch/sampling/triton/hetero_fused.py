@@ -147,11 +147,8 @@ class HeteroFusedPlan(FusedPlan):
                                              csc.max_in_degree)
         H = self.num_hops = max((len(v) for v in num_neighbors.values()),
                                 default=0)
-        self.fanouts = {
-            et: [(num_neighbors[et][h] if h < len(num_neighbors[et]) else 0)
-                 for h in range(H)]
-            for et in etypes
-        }
+        self.fanouts = {et: num_neighbors[et] + [0] * (
+            H - len(num_neighbors[et])) for et in etypes}
         self.seed_counts = [int(seed_counts.get(t, 0)) for t in ntypes]
         kw = dict(dtype=torch.int64, device=device)
 
