@@ -372,12 +372,9 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         return None if et is None else et[-1]
 
     def _check_seeds(self, seeds) -> Dict[Any, Tensor]:
-        if self.is_hetero:
-            if isinstance(seeds, (tuple, list)) and len(seeds) == 2 \
-                    and isinstance(seeds[0], str):
-                seeds = {seeds[0]: seeds[1]}
-        else:
-            seeds = {None: seeds}
+        if self.is_hetero and isinstance(seeds, (tuple, list)) and \
+                len(seeds) == 2 and isinstance(seeds[0], str):
+            seeds = {seeds[0]: seeds[1]}
         out = {}
         for t, ids in per_node_type(
                 seeds, self.num_nodes, 'seeds',
