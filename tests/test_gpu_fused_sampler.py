@@ -12,7 +12,7 @@ from pyg_orch import PlacementOptions
 from pyg_orch.sampling.triton.fused_sampler import fused_sample_multi_hop
 from pyg_orch.sampling.triton.fused_sampler import triton_available
 from pyg_orch.sampling.multi_hop import sample_multi_hop
-from pyg_orch.sampling.relabel import DenseBufferPool
+from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.topology.graph import GraphTopology
 
 from conftest import random_graph

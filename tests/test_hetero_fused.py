@@ -13,7 +13,7 @@ from pyg_orch.sampling.interface import BackendConfig
 from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.backends import choose_backend
 from pyg_orch.sampling.multi_hop import sample_multi_hop
-from pyg_orch.sampling.relabel import DenseBufferPool
+from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.topology.graph import GraphTopology
 
 from conftest import random_hetero_graph

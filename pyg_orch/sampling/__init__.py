@@ -1,8 +1,5 @@
-r"""Neighbor sampling: the sampler, the PyTorch sampling core, the contract
-other parts rely on, the registry of backends and the interface they
-implement; the Triton path under :mod:`pyg_orch.sampling.triton` (imported
-by the registry on demand); collective sampling across machines
-(:mod:`~pyg_orch.sampling.collective`)."""
+r"""Neighbor sampling: the sampler, the PyTorch sampling core, the sampler
+contract and the registry of backends."""
 from pyg_orch.topology.csc import CSCTopology
 from pyg_orch.sampling.output import MultiHopOutput
 from pyg_orch.topology.graph import GraphTopology

@@ -1,11 +1,10 @@
-"""Argument parsing for :class:`~pyg_orch.HybridNeighborSampler` and
-:class:`~pyg_orch.HybridNeighborLoader`: bad input fails early, with the
-argument named and the expected form given."""
+"""Argument checks of the samplers and loaders."""
 import numbers
 import warnings
-from typing import Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import torch
+from torch import Tensor
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 
 from pyg_orch.core.checks import (  # noqa: F401 (re-exported)
@@ -23,9 +22,7 @@ from pyg_orch.typing import EdgeType, NumNeighborsType
 
 
 def check_placement(placement, name: str = 'topology_placement'):
-    r"""Returns :obj:`topology_placement` checked: :obj:`'auto'`,
-    :obj:`'device'`, :obj:`'host'` or a
-    :class:`~pyg_orch.multigpu.TopologySharding`; errors name :obj:`name`."""
+    r"""Checks :obj:`topology_placement` (errors name :obj:`name`)."""
     from pyg_orch.topology.sharded import TopologySharding
 
     if isinstance(placement, TopologySharding):
@@ -36,9 +33,11 @@ def check_placement(placement, name: str = 'topology_placement'):
 
 
 def parse_subgraph_type(subgraph_type: Union[SubgraphType, str],
-                        directed: bool, disjoint: bool) -> SubgraphType:
+                        directed: bool, disjoint: bool,
+                        temporal: bool = False) -> SubgraphType:
     r"""Validates :obj:`subgraph_type` (and the deprecated
-    :obj:`directed=False`, which means :obj:`'induced'`)."""
+    :obj:`directed=False`, which means :obj:`'induced'`); :obj:`temporal`
+    sampling is disjoint too."""
     directed = check_bool('directed', directed)
     disjoint = check_bool('disjoint', disjoint)
     if not directed:
@@ -54,7 +53,20 @@ def parse_subgraph_type(subgraph_type: Union[SubgraphType, str],
                          f"is not a valid SubgraphType") from None
     if disjoint and subgraph_type == SubgraphType.induced:
         raise ValueError(DISJOINT_INDUCED)
+    if temporal and subgraph_type == SubgraphType.induced:
+        raise ValueError(f"subgraph_type='induced' is not supported with "
+                         f"temporal sampling ('time_attr'), which always "
+                         f"samples disjoint subgraphs, as in PyG: "
+                         f"{DISJOINT_INDUCED}")
     return subgraph_type
+
+
+def as_subgraph_type(out: Any, subgraph_type: SubgraphType) -> Any:
+    r""":obj:`out` converted to :obj:`subgraph_type` where it is
+    :obj:`'bidirectional'` (keeping its metadata)."""
+    if subgraph_type == SubgraphType.bidirectional:
+        return out.to_bidirectional()
+    return out
 
 
 #: PyG's wording (from its sampling step) when disjoint subgraphs meet
@@ -64,15 +76,16 @@ DISJOINT_INDUCED = ("'disjoint' sampling not supported for neighbor sampling "
 
 
 def check_attr_names(**names: Optional[str]) -> None:
-    r"""Checks that every given attribute name (e.g. :obj:`time_attr`) is a
-    string or :obj:`None`."""
+    r"""Checks that every given attribute name is a string or :obj:`None`."""
     for name, value in names.items():
         if value is not None and not isinstance(value, str):
             raise ValueError(f"'{name}' must be the name of an attribute "
                              f"(got {type(value).__name__})")
 
 
-def _check_fanouts(values, where: str) -> List[int]:
+def check_fanouts(values, where: str = '') -> List[int]:
+    r"""Checks a fan-out list (:obj:`where` locates it in
+    :obj:`num_neighbors`)."""
     if not isinstance(values, (list, tuple)):
         raise ValueError(f"'num_neighbors'{where} must be a list of "
                          f"integers (got {type(values).__name__})")
@@ -97,10 +110,8 @@ def _edge_type_of(key) -> tuple:
 def parse_num_neighbors(num_neighbors: NumNeighborsType,
                         edge_types: List[Optional[EdgeType]]
                         ) -> Dict[Optional[EdgeType], List[int]]:
-    r"""Validates :obj:`num_neighbors` (a list, a dict per edge type, or a
-    :class:`~torch_geometric.sampler.NumNeighbors`) and returns the fan-out
-    list of every edge type, as :meth:`NumNeighbors.get_values` does, with
-    PyG's error wording."""
+    r"""The fan-out list of every edge type, as
+    :meth:`NumNeighbors.get_values`, with PyG's error wording."""
     default = None
     if isinstance(num_neighbors, NumNeighbors):
         default = num_neighbors.default
@@ -124,9 +135,9 @@ def parse_num_neighbors(num_neighbors: NumNeighborsType,
                     f"not in the graph (edge types: {edge_types}). Not all "
                     f"edge types specified in 'num_neighbors' exist in the "
                     f"graph")
-            given[et] = _check_fanouts(values, f"[{key!r}]")
+            given[et] = check_fanouts(values, f"[{key!r}]")
         if default is not None:
-            default = _check_fanouts(default, '.default')
+            default = check_fanouts(default, '.default')
         missing = [et for et in edge_types if et not in given]
         if missing and default is None:
             raise ValueError(
@@ -142,14 +153,14 @@ def parse_num_neighbors(num_neighbors: NumNeighborsType,
                 f"'num_neighbors' gives {sorted(hops)} hops"
                 f"{' (with its default)' if missing else ''}")
         return out
-    values = _check_fanouts(num_neighbors, '')
+    values = check_fanouts(num_neighbors, '')
     return {et: values for et in edge_types}
 
 
 def integers_per_seed(value, num_seeds: int, name: str,
                       what: str = 'time') -> torch.Tensor:
-    r"""Checks that :obj:`value` holds one integer (a :obj:`what`) per seed
-    of :obj:`num_seeds`; returns it as an :obj:`int64` tensor."""
+    r"""Checks that :obj:`value` holds one integer per seed; returns it as
+    :obj:`int64`."""
     value = torch.as_tensor(value)
     if value.dim() != 1 or value.numel() != num_seeds or \
             value.is_floating_point() or value.is_complex() or \
@@ -161,9 +172,8 @@ def integers_per_seed(value, num_seeds: int, name: str,
 
 
 def times_per_seed(value, num_seeds: int, name: str) -> torch.Tensor:
-    r"""Checks that :obj:`value` holds one timestamp (an integer or a
-    floating-point number, not NaN) per seed of :obj:`num_seeds`; returns it
-    as a tensor: :obj:`int64` for integers, its own type otherwise."""
+    r"""Checks that :obj:`value` holds one timestamp (not NaN) per seed;
+    returns it as a tensor (:obj:`int64` for integers)."""
     value = torch.as_tensor(value)
     if value.dim() != 1 or value.numel() != num_seeds or \
             value.is_complex() or value.dtype == torch.bool:
@@ -178,8 +188,7 @@ def times_per_seed(value, num_seeds: int, name: str) -> torch.Tensor:
 
 def node_seed_times(node_time: Optional[Dict], time_attr: Optional[str],
                     seeds: Dict, pass_what: str = "'input_time'") -> Dict:
-    r"""The seeds' own node times as their time bounds, per node type; PyG's
-    error for edge-level times or a seed type without times."""
+    r"""The seeds' own node times as their time bounds, per node type."""
     if node_time is None:
         raise ValueError(
             f"Edge-level temporal sampling needs a time per seed: pass "
@@ -195,3 +204,40 @@ def node_seed_times(node_time: Optional[Dict], time_attr: Optional[str],
             0, s.to(node_time[t].device, torch.int64))
         for t, s in seeds.items()
     }
+
+
+def per_node_type(value: Any, num_nodes: Dict[Any, int], name: str,
+                  what: str) -> Dict[Any, Any]:
+    r""":obj:`value` per node type (:obj:`{None: value}` on a homogeneous
+    graph), every key a node type of :obj:`num_nodes`."""
+    if not isinstance(value, dict):
+        if None not in num_nodes:
+            raise ValueError(f"'{name}' must be a dictionary of {what} per "
+                             f"node type on a heterogeneous graph (got "
+                             f"{type(value).__name__})")
+        value = {None: value}
+    for t in value:
+        if t not in num_nodes:
+            raise ValueError(f"'{name}' names the node type {t!r}, not one "
+                             f"of {list(num_nodes)}")
+    return value
+
+
+def check_node_masks(masks: Any, num_nodes: Dict[Any, int],
+                     device: torch.device, name: str = 'hot_nodes'
+                     ) -> Optional[Dict[Any, Tensor]]:
+    r"""Boolean masks over the vertices per node type, moved to
+    :obj:`device` (:obj:`None` stays)."""
+    if masks is None:
+        return None
+    out = {}
+    for t, mask in per_node_type(masks, num_nodes, name, 'masks').items():
+        n = num_nodes[t]
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool \
+                or tuple(mask.shape) != (n, ):
+            got = f'{mask.dtype} of shape {tuple(mask.shape)}' \
+                if isinstance(mask, Tensor) else type(mask).__name__
+            raise ValueError(f"'{name}' must be a boolean mask of shape "
+                             f"[{n}] for node type {t!r} (got {got})")
+        out[t] = mask.to(device)
+    return out

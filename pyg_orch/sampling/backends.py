@@ -69,9 +69,8 @@ def register_backend(name: str, supports_fn: SupportsFn,
 
 
 def backend_names() -> List[str]:
-    r"""The names :obj:`backend` accepts besides :obj:`'auto'`: the
-    reference first, then the others in the order they were registered (or
-    declared, for lazily registered ones)."""
+    r"""The names :obj:`backend` accepts besides :obj:`'auto'`, the
+    reference first."""
     names = [n for n in _order if n in _registered or n in _lazy]
     return [REFERENCE_BACKEND] + [n for n in names if n != REFERENCE_BACKEND]
 
@@ -111,8 +110,7 @@ def choose_backend(requested: str, config: BackendConfig) -> str:
 
 
 def create_backend(name: str, config: BackendConfig) -> SamplingBackend:
-    r"""Builds the backend :obj:`name` (as chosen by
-    :func:`choose_backend`) for :obj:`config`."""
+    r"""Builds the backend :obj:`name` for :obj:`config`."""
     entry = _lookup(name, config)
     if entry is None:
         raise ValueError(f"no sampling backend {name!r} is registered")

@@ -1,19 +1,14 @@
 r"""Collective neighbor sampling over a partitioned graph: each hop, the
-frontier goes to the parts that own it, is sampled there, and the sampled
-neighbors come back (two :func:`~pyg_orch.parallel.exchange.exchange`
-calls for all edge types), relabeled as on one machine; on the CPU over the
-part's memory-mapped files or on a CUDA device."""
+parts that own the frontier sample it (two exchanges per hop)."""
 from __future__ import annotations
 
 import copy
 import dataclasses
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import (
     Any,
     Callable,
     Dict,
-    Iterator,
     List,
     Optional,
     Sequence,
@@ -47,18 +42,24 @@ from pyg_orch.sampling.part_modes import (
     time_per_position,
 )
 from pyg_orch.sampling.arguments import (
-    DISJOINT_INDUCED,
+    as_subgraph_type,
+    check_attr_names,
+    check_choice,
+    check_fanouts,
     node_seed_times,
     parse_subgraph_type,
+    per_node_type,
     resolve_device,
     times_per_seed,
 )
 from pyg_orch.sampling.edges import sample_from_edges
-from pyg_orch.sampling.multi_hop import append_hop_edges
-from pyg_orch.sampling.neighbors import sample_neighbors
-from pyg_orch.sampling.contract import preserved_generators
+from pyg_orch.sampling.multi_hop import (
+    HopBatch,
+    draw_edges,
+    subgraph_times,
+)
+from pyg_orch.sampling.contract import HotNodes, HotNodesMixin
 from pyg_orch.core.buffers import DenseBufferPool
-from pyg_orch.sampling.relabel import DenseRelabeler, Relabeler, SortRelabeler
 
 __all__ = ['DistributedNeighborSampler', 'SamplingStats']
 
@@ -99,7 +100,7 @@ def _nbytes(parts: Sequence[Tensor], skip: int) -> int:
                for r, t in enumerate(parts) if r != skip)
 
 
-class DistributedNeighborSampler(BaseSampler):
+class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
     r"""Samples multi-hop neighborhoods over a partitioned graph, one part
     per rank of :obj:`group` (part :obj:`k` on rank :obj:`k`): a PyG
     :class:`~torch_geometric.sampler.BaseSampler` over global ids whose
@@ -152,14 +153,8 @@ class DistributedNeighborSampler(BaseSampler):
         for name, value in (('replace', replace), ('disjoint', disjoint)):
             if not isinstance(value, bool):
                 raise ValueError(f"'{name}' must be a bool (got {value!r})")
-        self.subgraph_type = parse_subgraph_type(subgraph_type, True,
-                                                 disjoint)
-        if time_attr is not None and \
-                self.subgraph_type == SubgraphType.induced:
-            raise ValueError(f"subgraph_type='induced' is not supported with "
-                             f"temporal sampling ('time_attr'), which always "
-                             f"samples disjoint subgraphs, as in PyG: "
-                             f"{DISJOINT_INDUCED}")
+        self.subgraph_type = parse_subgraph_type(
+            subgraph_type, True, disjoint, temporal=time_attr is not None)
         self.device = resolve_device(device, 'device', default='cpu')
         _check_generator(generator, self.device)
         self.is_hetero = bool(getattr(partition, 'is_hetero', False))
@@ -210,7 +205,7 @@ class DistributedNeighborSampler(BaseSampler):
         self.replace = replace
         self.disjoint = disjoint
         # One mutable holder, shared with the worker views of this sampler:
-        self._hot = _HotNodes()
+        self._hot = HotNodes()
         self._add_modes(partition, time_attr, temporal_strategy,
                         weight_attr, topology is not None and place is None)
         if place is not None:
@@ -254,12 +249,9 @@ class DistributedNeighborSampler(BaseSampler):
                 "attached)")
         order: Dict[Any, Tensor] = {}
         if time_attr is not None:
-            if not isinstance(time_attr, str):
-                raise ValueError(f"'time_attr' must be the name of a node or "
-                                 f"edge attribute (got {time_attr!r})")
-            if temporal_strategy not in ('uniform', 'last'):
-                raise ValueError(f"'temporal_strategy' must be 'uniform' or "
-                                 f"'last' (got {temporal_strategy!r})")
+            check_attr_names(time_attr=time_attr)
+            check_choice('temporal_strategy', temporal_strategy,
+                         ('uniform', 'last'))
             self.node_time, edge_time, self._float_times = part_node_times(
                 partition, time_attr, self.is_hetero, self.num_nodes,
                 self.group, self.world_size, self.device)
@@ -295,47 +287,6 @@ class DistributedNeighborSampler(BaseSampler):
 
     # Hot-node pruning (see `pyg_orch.sampling.contract.HotNodeSampler`) ######
 
-    @property
-    def hot_nodes(self) -> Optional[Dict[Any, Tensor]]:
-        r"""The masks per node type of the vertices the last hop does not
-        expand (:obj:`None`: no pruning)."""
-        return self._hot.masks
-
-    def set_hot_nodes(self, hot_nodes: Any) -> None:
-        r"""Sets the vertices the last hop does not expand: a boolean mask
-        over all global ids (per node type on a heterogeneous partition);
-        :obj:`None` clears it."""
-        if hot_nodes is None:
-            self._hot.masks = None
-            return
-        masks = {}
-        for t, mask in self._by_node_type(hot_nodes, 'hot_nodes',
-                                          'masks').items():
-            n = self.num_nodes[t]
-            if not isinstance(mask, Tensor) or mask.dtype != torch.bool \
-                    or tuple(mask.shape) != (n, ):
-                raise ValueError(f"'hot_nodes' must be boolean masks over "
-                                 f"the graph's vertices ({n} of node type "
-                                 f"{t!r}; got {type(mask).__name__})")
-            masks[t] = mask.to(self.device)
-        self._hot.masks = masks
-
-    def _by_node_type(self, value: Any, name: str, what: str
-                      ) -> Dict[Any, Any]:
-        # `value` per node type ({None: value} on a homogeneous partition),
-        # every key a node type of the partition.
-        if not isinstance(value, dict):
-            if self.is_hetero:
-                raise ValueError(f"'{name}' must be a dictionary of {what} "
-                                 f"per node type on a heterogeneous "
-                                 f"partition")
-            value = {None: value}
-        for t in value:
-            if t not in self.num_nodes:
-                raise ValueError(f"'{name}' names the node type {t!r}, not "
-                                 f"one of {self.node_types}")
-        return value
-
     def bottom_fanout(self, edge_type: Any = None) -> int:
         r"""The fan-out of the last hop (of :obj:`edge_type` on a
         heterogeneous partition)."""
@@ -353,26 +304,15 @@ class DistributedNeighborSampler(BaseSampler):
         total = torch.stack(counted).sum(0).tolist()
         return dict(zip(READ_TIERS, total))
 
-    @contextmanager
-    def presampling(self, prune_hot: bool = False) -> Iterator[None]:
-        r"""A context for drawing batches that do not change later ones
-        (generator and hot nodes restored on exit; pruning off inside
-        unless :obj:`prune_hot`). Still a collective."""
-        saved = self._hot.masks
-        if not prune_hot:
-            self._hot.masks = None
-        try:
-            with preserved_generators(self.generator):
-                yield
-        finally:
-            self._hot.masks = saved
+    def _generators(self) -> List[Optional[torch.Generator]]:
+        return [self.generator]
 
     def worker_view(self, group: Optional[Any],
                     generator: Optional[torch.Generator] = None
                     ) -> 'DistributedNeighborSampler':
-        r"""A sampler of the same part for another thread: it shares the
-        topology and hot nodes, exchanges over :obj:`group` (the same
-        ranks) and draws from :obj:`generator` (default: this sampler's)."""
+        r"""A sampler of the same part for another thread, exchanging over
+        :obj:`group` and drawing from :obj:`generator` (default: this
+        sampler's)."""
         if group_size(group) != self.world_size:
             raise ValueError(f"'group' must have the sampler's "
                              f"{self.world_size} ranks (got "
@@ -398,14 +338,6 @@ class DistributedNeighborSampler(BaseSampler):
                            self._on_device(csc.edge_id), csc.num_src_nodes)
 
     def _check_fanouts(self, num_neighbors) -> Dict[Any, List[int]]:
-        def check(values) -> List[int]:
-            values = list(values)
-            for k in values:
-                if isinstance(k, bool) or not isinstance(k, int) or k < -1:
-                    raise ValueError(f"'num_neighbors' must be integers >= "
-                                     f"-1 (got {num_neighbors!r})")
-            return values
-
         if isinstance(num_neighbors, dict):
             if not self.is_hetero:
                 raise ValueError("'num_neighbors' per edge type is only for "
@@ -416,14 +348,15 @@ class DistributedNeighborSampler(BaseSampler):
                 raise ValueError(f"'num_neighbors' names edge types the "
                                  f"partition does not have: {unknown} (it "
                                  f"has {self.edge_types})")
-            fanouts = {tuple(et): check(v) for et, v in num_neighbors.items()}
+            fanouts = {tuple(et): check_fanouts(v, f'[{et!r}]')
+                       for et, v in num_neighbors.items()}
             hops = max((len(v) for v in fanouts.values()), default=0)
             for et in self.edge_types:
                 # As PyG: an edge type not named is not sampled.
                 v = fanouts.get(et, [])
                 fanouts[et] = v + [0] * (hops - len(v))
             return {et: fanouts[et] for et in self.edge_types}
-        values = check(num_neighbors)
+        values = check_fanouts(num_neighbors)
         return {et: values for et in self.edge_types}
 
     @property
@@ -439,16 +372,13 @@ class DistributedNeighborSampler(BaseSampler):
         return None if et is None else et[-1]
 
     def _check_seeds(self, seeds) -> Dict[Any, Tensor]:
-        if self.is_hetero:
-            if isinstance(seeds, (tuple, list)) and len(seeds) == 2 \
-                    and isinstance(seeds[0], str):
-                seeds = {seeds[0]: seeds[1]}
-        else:
-            seeds = {None: seeds}
+        if self.is_hetero and isinstance(seeds, (tuple, list)) and \
+                len(seeds) == 2 and isinstance(seeds[0], str):
+            seeds = {seeds[0]: seeds[1]}
         out = {}
-        for t, ids in self._by_node_type(
-                seeds, 'seeds', 'node ids (or a (node type, ids) tuple)'
-        ).items():
+        for t, ids in per_node_type(
+                seeds, self.num_nodes, 'seeds',
+                'node ids (or a (node type, ids) tuple)').items():
             ids = torch.as_tensor(ids)
             if ids.dim() != 1 or (ids.numel() and (
                     ids.is_floating_point() or ids.dtype == torch.bool)):
@@ -495,34 +425,20 @@ class DistributedNeighborSampler(BaseSampler):
             req = torch.cat(ids)
             csc = self._csc[et]
             local = self._local_id[self._dst(et)][req]
-            if all_edges:  # Every in-edge, for an induced subgraph.
-                pos, dst_index = sample_neighbors(csc.colptr, local, -1)
-            else:
-                pos, dst_index = sample_neighbors(
-                    csc.colptr, local, self.fanouts[et][hop], self.replace,
-                    self.generator, time=csc.time,
-                    time_bound=torch.cat(bounds) if bounds else None,
-                    temporal_strategy=self.temporal_strategy,
-                    weight=csc.weight, weight_cumsum=csc.weight_cumsum
-                    if csc.weight is not None and self.replace else None)
-            # Each position's destination, where a sharded topology needs it
-            # to find copied lists:
-            dst = local.index_select(0, dst_index) if csc.needs_dst else None
-            src = csc.neighbors(pos, dst).to(torch.int64)
-            eid = csc.edge_ids(pos, dst).to(torch.int64)
-            counts = torch.bincount(dst_index, minlength=req.numel())
-            chunks, start = [], 0
-            for n in sizes:
-                chunks.append(counts[start:start + n])
-                start += n
+            # `all_edges`: every in-edge, for an induced subgraph.
+            src, eid, dst_index = draw_edges(
+                csc, local, -1 if all_edges else self.fanouts[et][hop],
+                self.replace, self.generator,
+                torch.cat(bounds) if bounds else None,
+                self.temporal_strategy, all_edges=all_edges)
+            chunks = torch.bincount(dst_index,
+                                    minlength=req.numel()).split(sizes)
             # Edges drawn for every rank, read from the device at once:
             drawn = torch.stack([c.sum() for c in chunks]).tolist()
-            edge_start = 0
-            for r, (c, m) in enumerate(zip(chunks, drawn)):
-                pieces[r][e] = torch.cat([c, src[edge_start:edge_start + m],
-                                          eid[edge_start:edge_start + m]])
-                totals[r][e] = m
-                edge_start += m
+            for r, (c, s, i) in enumerate(zip(chunks, src.split(drawn),
+                                              eid.split(drawn))):
+                pieces[r][e] = torch.cat([c, s, i])
+                totals[r][e] = drawn[r]
             self.stats.served_requests += sum(
                 n for r, n in enumerate(sizes) if r != self.rank)
         header = torch.tensor(totals, dtype=torch.int64, device=self.device)
@@ -612,12 +528,8 @@ class DistributedNeighborSampler(BaseSampler):
         return out
 
     def sample_from_nodes(self, seeds, seed_time=None):
-        r"""Samples the neighborhoods of :obj:`seeds` (a
-        :class:`~torch_geometric.sampler.NodeSamplerInput` or global ids, per
-        node type on a heterogeneous partition) at :obj:`seed_time` (a
-        collective), as the single-machine sampler, in global ids;
-        :obj:`metadata` is :obj:`(input_id, seed_time, edge destinations)`.
-        """
+        r"""Samples the neighborhoods of :obj:`seeds` (global ids) at
+        :obj:`seed_time`, as the single-machine sampler. A collective."""
         input_id = None
         if isinstance(seeds, NodeSamplerInput):
             if seed_time is not None:
@@ -632,29 +544,23 @@ class DistributedNeighborSampler(BaseSampler):
                 seeds = seeds.node
         out = self.sample_seeds(seeds, seed_time)
         out.metadata = (input_id, ) + tuple(out.metadata[1:])
-        return self._to_subgraph_type(out)
+        return as_subgraph_type(out, self.subgraph_type)
 
     def sample_from_edges(
         self,
         inputs: EdgeSamplerInput,
         neg_sampling: Optional[NegativeSampling] = None,
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
-        r"""Samples the subgraph around a batch of label edges (global ids)
-        as PyG's :class:`~torch_geometric.sampler.NeighborSampler` does
-        (:func:`~pyg_orch.sampling.edges.sample_from_edges`), negatives
-        drawn over all vertices. A collective."""
+        r"""Samples the subgraph around a batch of label edges (global ids),
+        as PyG's :class:`~torch_geometric.sampler.NeighborSampler`. A
+        collective."""
         if not isinstance(inputs, EdgeSamplerInput):
             raise TypeError(f"'inputs' must be an EdgeSamplerInput (got "
                             f"{type(inputs).__name__})")
         out = sample_from_edges(self, inputs, neg_sampling)
         # Where the edge ids point, last (see `edge_destinations`):
         out.metadata = (*out.metadata, self._directional(out))
-        return self._to_subgraph_type(out)
-
-    def _to_subgraph_type(self, out: Any) -> Any:
-        if self.subgraph_type == SubgraphType.bidirectional:
-            out = out.to_bidirectional()  # Keeps the metadata.
-        return out
+        return as_subgraph_type(out, self.subgraph_type)
 
     def _directional(self, out: Any) -> Optional[Dict[Any, Tuple[Tensor,
                                                                  Tensor]]]:
@@ -679,37 +585,18 @@ class DistributedNeighborSampler(BaseSampler):
         return self.node_time
 
     def sample_seeds(self, seed, seed_time=None):
-        r""":meth:`sample_from_nodes` without the :obj:`'bidirectional'`
-        conversion and with :obj:`None` as :obj:`input_id`. A
+        r"""Samples without the :obj:`'bidirectional'` conversion. A
         collective."""
         seeds = self._check_seeds(seed)
         seed_time = self._seed_times(seeds, seed_time)
         batch_time = None if seed_time is None else self._bounds(seed_time)
         self.stats = SamplingStats()
-        num_hops = self.num_hops
-        device = self.device
-        relabel = self._relabelers()
-        nodes = {t: [] for t in self.node_types}
-        batches = {t: [] for t in self.node_types}
-        rows = {et: [] for et in self.edge_types}
-        cols = {et: [] for et in self.edge_types}
-        edges = {et: [] for et in self.edge_types}
-        num_sampled_nodes = {t: [0] * (num_hops + 1) for t in self.node_types}
-        num_sampled_edges = {et: [0] * num_hops for et in self.edge_types}
-        # Per node type: (local ids, global ids, seed index or None).
-        frontier: Dict[Any, Tuple[Tensor, Tensor, Optional[Tensor]]] = {}
+        batch = HopBatch(self.node_types, self.edge_types, self.num_hops,
+                         self.num_nodes, self.disjoint, self.device,
+                         self._buffers)
         try:
-            for t, ids in seeds.items():
-                batch = None
-                if self.disjoint:  # Seed i roots subgraph i.
-                    batch = torch.arange(ids.numel(), device=device)
-                    batches[t].append(batch)
-                relabel[t].init(self._keys(t, ids, batch))
-                nodes[t].append(ids)
-                num_sampled_nodes[t][0] = ids.numel()
-                frontier[t] = (torch.arange(ids.numel(), device=device), ids,
-                               batch)
-            for hop in range(num_hops):
+            frontier = batch.add_seeds(seeds)
+            for hop in range(self.num_hops):
                 before = dict(vars(self.stats))
                 # Every rank, every hop:
                 sampled = self._hop(frontier, hop, batch_time)
@@ -719,68 +606,22 @@ class DistributedNeighborSampler(BaseSampler):
                 cand: Dict[Any, list] = {}
                 for et, (src, eid, dst) in sampled.items():
                     f_local, _, f_batch = frontier[self._dst(et)]
-                    batch = None if f_batch is None else \
-                        f_batch.index_select(0, dst)
                     cand.setdefault(self._src(et), []).append(
-                        (et, src, f_local.index_select(0, dst), eid, batch))
-                next_frontier = {}
-                for t, parts in cand.items():
-                    src = torch.cat([p[1] for p in parts])
-                    batch = torch.cat([p[4] for p in parts]) \
-                        if self.disjoint else None
-                    start = relabel[t].num_nodes
-                    local, new = relabel[t].add(self._keys(t, src, batch))
-                    append_hop_edges(
-                        ((et, col, eid) for et, _, col, eid, _ in parts),
-                        local, hop, rows, cols, edges, num_sampled_edges)
-                    new_batch = None
-                    if self.disjoint:  # Keys back to (seed index, id):
-                        n = self.num_nodes[t]
-                        new, new_batch = new % n, new // n
-                        batches[t].append(new_batch)
-                    nodes[t].append(new)
-                    num_sampled_nodes[t][hop + 1] = new.numel()
-                    next_frontier[t] = (torch.arange(
-                        start, start + new.numel(), device=device), new,
-                        new_batch)
-                frontier = next_frontier
-            if self.subgraph_type == SubgraphType.induced:
-                rows, cols, edges = self._induced_edges(nodes, relabel)
-                num_sampled_edges = None
+                        (et, src, f_local.index_select(0, dst), eid,
+                         None if f_batch is None else
+                         f_batch.index_select(0, dst)))
+                frontier = batch.add_hop(hop, cand)
+            out = batch.output(self._induced_edges(batch) if
+                               self.subgraph_type == SubgraphType.induced
+                               else None).to_pyg(self.is_hetero)
         finally:
-            for r in relabel.values():
-                r.close()
-
-        def _cat(parts):
-            return torch.cat(parts) if parts else torch.empty(
-                0, dtype=torch.int64, device=device)
-
-        node = {t: _cat(v) for t, v in nodes.items()}
-        row = {et: _cat(v) for et, v in rows.items()}
-        col = {et: _cat(v) for et, v in cols.items()}
-        edge = {et: _cat(v) for et, v in edges.items()}
-        batch = {t: _cat(v) for t, v in batches.items()} \
-            if self.disjoint else None
-        if not self.is_hetero:
-            out = SamplerOutput(
-                node=node[None], row=row[None], col=col[None],
-                edge=edge[None], batch=None if batch is None else batch[None],
-                num_sampled_nodes=num_sampled_nodes[None],
-                num_sampled_edges=None if num_sampled_edges is None else
-                num_sampled_edges[None])
-        else:
-            out = HeteroSamplerOutput(node=node, row=row, col=col, edge=edge,
-                                      batch=batch,
-                                      num_sampled_nodes=num_sampled_nodes,
-                                      num_sampled_edges=num_sampled_edges)
+            batch.close()
         out.metadata = (None, seed_time, self._directional(out))
         return out
 
     def edge_destinations(self, out) -> Any:
-        r"""The global id of the destination of every edge of :obj:`out` (per
-        edge type on a heterogeneous partition), as the feature gather's
-        :obj:`gather_edges` takes it; with :obj:`'bidirectional'`, also for
-        reversed edges."""
+        r"""The global destination id of every edge of :obj:`out` (per edge
+        type on a heterogeneous partition), as :obj:`gather_edges` takes it."""
         directional = out.metadata[-1] if out.metadata else None
         if not self.is_hetero:
             return _edge_destinations(directional, None, out.node, out.col,
@@ -790,37 +631,20 @@ class DistributedNeighborSampler(BaseSampler):
                                        out.edge[et])
                 for et in out.edge if out.edge[et] is not None}
 
-    def _induced_edges(self, nodes: Dict[Any, List[Tensor]],
-                       relabel: Dict[Any, Relabeler]):
+    def _induced_edges(self, batch: HopBatch):
         # All edges among the sampled vertices (a collective hop), in the
         # single-machine sampler's order.
-        frontier = {}
-        for t, parts in nodes.items():
-            ids = torch.cat(parts) if parts else torch.empty(
-                0, dtype=torch.int64, device=self.device)
-            frontier[t] = (torch.arange(ids.numel(), device=self.device),
-                           ids, None)
+        frontier = {t: (torch.arange(ids.numel(), device=self.device), ids,
+                        None) for t, ids in batch.node().items()}
         sampled = self._hop(frontier, 0, all_edges=True)
         empty = torch.empty(0, dtype=torch.int64, device=self.device)
-        rows = {et: [empty] for et in self.edge_types}
-        cols = {et: [empty] for et in self.edge_types}
-        edges = {et: [empty] for et in self.edge_types}
+        rows = {et: empty for et in self.edge_types}
+        cols, edges = dict(rows), dict(rows)
         for et, (src, eid, dst) in sampled.items():
-            local = relabel[self._src(et)].lookup(src)
+            local = batch.relabel[self._src(et)].lookup(src)
             keep = local >= 0
-            rows[et], cols[et], edges[et] = [local[keep]], [dst[keep]], \
-                [eid[keep]]
+            rows[et], cols[et], edges[et] = local[keep], dst[keep], eid[keep]
         return rows, cols, edges
-
-    def _relabelers(self) -> Dict[Any, Relabeler]:
-        # Global ids -> batch positions through a dense array per node type
-        # (4 bytes per vertex, one per thread, as the part's maps of every
-        # vertex); (seed index, id) keys of disjoint subgraphs are sorted.
-        if self.disjoint:
-            return {t: SortRelabeler(self.device) for t in self.node_types}
-        return {t: DenseRelabeler(self._buffers.get(t, self.num_nodes[t],
-                                                    self.device))
-                for t in self.node_types}
 
     def _seed_times(self, seeds: Dict[Any, Tensor],
                     seed_time: Any) -> Optional[Tensor]:
@@ -844,17 +668,9 @@ class DistributedNeighborSampler(BaseSampler):
             times = {t: times_per_seed(seed_time.get(t), ids.numel(),
                                        'seed_time').to(self.device)
                      for t, ids in seeds.items()}
-        if len(times) == 1:
-            return next(iter(times.values())).to(self.device)
         # Seeds of several node types (link endpoints): subgraph i is
         # bounded by the time of seed i, as in the single-machine sampler.
-        size = max(v.numel() for v in times.values())
-        out = None
-        for v in times.values():
-            if out is None:
-                out = v.new_zeros(size, device=self.device)
-            out[:v.numel()] = v.to(self.device)
-        return out
+        return subgraph_times(times, self.device)
 
     def _bounds(self, seed_time: Tensor) -> Tensor:
         # The seeds' time bounds as exchanged: float64 or int64 (a float
@@ -865,18 +681,6 @@ class DistributedNeighborSampler(BaseSampler):
             seed_time = torch.floor(seed_time.to(torch.float64)).clamp(
                 -2.0**62, 2.0**62)
         return seed_time.to(torch.int64)
-
-    def _keys(self, node_type: Any, ids: Tensor,
-              batch: Optional[Tensor]) -> Tensor:
-        # Relabeling keys: ids, or (seed index, id) pairs with `disjoint`.
-        if batch is None:
-            return ids
-        return batch * self.num_nodes[node_type] + ids
-
-
-class _HotNodes:
-    # The hot-node masks of a sampler and its worker views.
-    masks: Optional[Dict[Any, Tensor]] = None
 
 
 def _edge_destinations(directional: Optional[Dict[Any, Tuple[Tensor,

@@ -1,5 +1,5 @@
-r"""What the loader, pre-sampling and bottom-layer offload need from a sampler,
-declared once."""
+r"""What the loader, pre-sampling and bottom-layer offload need from a
+sampler."""
 from contextlib import contextmanager
 from typing import (
     Any,
@@ -14,6 +14,7 @@ from typing import (
 import torch
 from torch import Tensor
 
+from pyg_orch.sampling.arguments import check_node_masks
 from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.typing import EdgeType, NodeType
 
@@ -24,8 +25,7 @@ DEFAULT_PRESAMPLE_BATCHES = 256
 
 def presample_batches(num_seeds: int, batch_size: int,
                       cap: int = DEFAULT_PRESAMPLE_BATCHES) -> int:
-    r"""The default number of pre-sampled mini-batches: an epoch of
-    :obj:`num_seeds` seeds in batches of :obj:`batch_size`, at most
+    r"""The default number of pre-sampled mini-batches: an epoch, at most
     :obj:`cap`."""
     return max(1, min(-(-int(num_seeds) // max(int(batch_size), 1)), cap))
 
@@ -86,9 +86,7 @@ class LaunchingSampler(Protocol):
         sampled (work queued on the current CUDA stream)."""
 
     def launch_from_nodes(self, inputs: Any) -> PendingSample:
-        r"""Starts :meth:`sample_from_nodes`;
-        :meth:`~pyg_orch.sampling.PendingSample.result` returns its
-        output."""
+        r"""Starts :meth:`sample_from_nodes`; the result returns its output."""
 
     def sample_from_nodes(self, inputs: Any) -> Any:
         r"""PyG's :meth:`~torch_geometric.sampler.BaseSampler.sample_from_nodes`."""
@@ -106,3 +104,48 @@ def preserved_generators(*generators: Optional[torch.Generator]
     finally:
         for gen, state in states:
             gen.set_state(state)
+
+
+class HotNodes:
+    r"""The hot-node masks of a sampler (shared with its views)."""
+    masks: Optional[Dict[Optional[NodeType], Tensor]] = None
+
+
+class HotNodesMixin:
+    r"""The hot-node part of :class:`HotNodeSampler` for a sampler with
+    :obj:`_hot` (a :class:`HotNodes`), :obj:`device`,
+    :obj:`global_num_nodes` and :meth:`_generators`."""
+    _hot: HotNodes
+    device: torch.device
+
+    @property
+    def hot_nodes(self) -> Optional[Dict[Optional[NodeType], Tensor]]:
+        r"""The masks of hot nodes per node type (:obj:`None` for
+        homogeneous graphs) that the last hop does not expand, or
+        :obj:`None` if pruning is off; see :meth:`set_hot_nodes`."""
+        return self._hot.masks
+
+    def set_hot_nodes(self, hot_nodes: Any) -> None:
+        r"""Marks hot nodes (a boolean mask over the nodes, or a dict of masks
+        per node type; :obj:`None` to clear): in the last hop, hot nodes are
+        not expanded, since their bottom-layer output is computed elsewhere.
+        """
+        self._hot.masks = check_node_masks(hot_nodes, self.global_num_nodes,
+                                           self.device)
+
+    @contextmanager
+    def presampling(self, prune_hot: bool = False) -> Iterator[None]:
+        r"""A context for drawing batches that do not change later ones:
+        the random generators and the hot nodes are restored on exit, and
+        hot-node pruning is off inside unless :obj:`prune_hot`."""
+        saved = self._hot.masks
+        if not prune_hot:
+            self._hot.masks = None
+        try:
+            with preserved_generators(*self._generators()):
+                yield
+        finally:
+            self._hot.masks = saved
+
+    def _generators(self) -> List[Optional[torch.Generator]]:
+        raise NotImplementedError

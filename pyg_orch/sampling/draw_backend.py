@@ -1,8 +1,5 @@
-r"""The :obj:`'triton_draw'` sampling backend: the PyTorch multi-hop path with
-each hop's draw in one Triton launch and hash relabeling on the GPU, for what
-the fused sampler does not take (disjoint, induced, temporal, sharded
-heterogeneous). Reaches the kernels by module name, so the PyTorch path never
-imports Triton."""
+r"""The :obj:`'triton_draw'` backend: the PyTorch multi-hop path with Triton
+draws and GPU hash relabeling (for what the fused sampler does not take)."""
 import importlib
 from types import ModuleType
 
@@ -22,9 +19,8 @@ def _draw_module() -> ModuleType:
 
 
 class TritonDrawBackend(TorchBackend):
-    r""":class:`~pyg_orch.sampling.torch_backend.TorchBackend` with the draws
-    of hops of fan-out :obj:`[0, 64]` in a Triton kernel and hash relabeling on
-    the GPU; same batches as the PyTorch path but for the random draws."""
+    r""":class:`~pyg_orch.sampling.torch_backend.TorchBackend` with Triton
+    draws and hash relabeling on the GPU."""
     name = 'triton_draw'
     asynchronous = False
 

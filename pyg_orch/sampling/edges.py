@@ -1,8 +1,6 @@
 r"""Link-level sampling (PyG's
-:func:`~torch_geometric.sampler.neighbor_sampler.edge_sample`) on the sampler's
-device: the label edges' endpoints and negatives become the seeds of one
-neighbor-sampling call; the label bookkeeping is kept in the output's
-:obj:`metadata`, in PyG's layout."""
+:func:`~torch_geometric.sampler.neighbor_sampler.edge_sample`) on the
+sampler's device."""
 import math
 from typing import (
     Any,
@@ -23,7 +21,7 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 
-from pyg_orch.sampling.negative import sample_negatives
+from pyg_orch.sampling.negative import num_negatives, sample_negatives
 from pyg_orch.typing import NodeType
 
 
@@ -58,8 +56,8 @@ class SeedSampler(Protocol):
 
 
 class _DeviceCache:
-    r"""Per-sampler copies on the sampler's device of what negative sampling
-    reads every batch (weights, node times), made once."""
+    r"""Copies on the sampler's device of what negative sampling reads every
+    batch, made once."""
     def __init__(self):
         self.tensors: Dict[Tuple, Tuple[Tensor, Tensor]] = {}
 
@@ -95,16 +93,13 @@ def sample_from_edges(
     :func:`~torch_geometric.sampler.neighbor_sampler.edge_sample` semantics,
     everything on :obj:`sampler.device`."""
     device = sampler.device
-    generator = sampler.generator
     cache = _cache(sampler)
     disjoint = sampler.disjoint
-    input_id = inputs.input_id
     input_type = inputs.input_type
     src = inputs.row.to(device, torch.int64, non_blocking=True)
     dst = inputs.col.to(device, torch.int64, non_blocking=True)
-    edge_label = inputs.label
-    if edge_label is not None:
-        edge_label = edge_label.to(device, non_blocking=True)
+    edge_label = None if inputs.label is None else inputs.label.to(
+        device, non_blocking=True)
     edge_label_time = inputs.time
     if edge_label_time is not None:
         edge_label_time = edge_label_time.to(device, non_blocking=True)
@@ -116,37 +111,30 @@ def sample_from_edges(
 
     num_nodes = sampler.global_num_nodes
     node_time = sampler.global_node_time
-    if input_type is None:
-        src_type = dst_type = None
-    else:
-        src_type, dst_type = input_type[0], input_type[-1]
-
-    def endpoint_node_time(node_type):
-        if node_time is None or edge_label_time is None:
-            return None
-        return cache.get(('time', node_type), node_time.get(node_type),
-                         device)
-
+    src_type, dst_type = (None, None) if input_type is None else (
+        input_type[0], input_type[-1])
     num_pos = src.numel()
-    num_neg = 0
-
+    triplet = neg_sampling is not None and neg_sampling.is_triplet()
     if neg_sampling is not None:
-        num_neg = math.ceil(num_pos * neg_sampling.amount)
-        dst_weight = cache.get(('weight', 'dst'), neg_sampling.dst_weight,
+        num_neg = num_negatives(num_pos, neg_sampling)
+
+        def negatives(seed: Tensor, node_type, key: str,
+                      weight: Optional[Tensor]) -> Tensor:
+            time = None if node_time is None or edge_label_time is None \
+                else cache.get(('time', node_type), node_time.get(node_type),
                                device)
-        if neg_sampling.is_binary():
-            src_weight = cache.get(('weight', 'src'),
-                                   neg_sampling.src_weight, device)
-            src_neg = sample_negatives(src, neg_sampling, num_nodes[src_type],
-                                       src_weight, src_time,
-                                       endpoint_node_time(src_type),
-                                       generator)
-            dst_neg = sample_negatives(dst, neg_sampling, num_nodes[dst_type],
-                                       dst_weight, dst_time,
-                                       endpoint_node_time(dst_type),
-                                       generator)
-            src = torch.cat([src, src_neg], dim=0)
-            dst = torch.cat([dst, dst_neg], dim=0)
+            return sample_negatives(
+                seed, neg_sampling, num_nodes[node_type],
+                cache.get(('weight', key), weight, device), edge_label_time,
+                time, sampler.generator)
+
+        if not triplet:  # Binary: negative pairs.
+            src = torch.cat([src, negatives(src, src_type, 'src',
+                                            neg_sampling.src_weight)])
+        # Triplet: negative destinations per positive.
+        dst = torch.cat([dst, negatives(dst, dst_type, 'dst',
+                                        neg_sampling.dst_weight)])
+        if not triplet:
             if edge_label is None:
                 edge_label = torch.ones(num_pos, device=device)
             size = (num_neg, ) + edge_label.size()[1:]
@@ -154,87 +142,46 @@ def sample_from_edges(
             if edge_label_time is not None:
                 src_time = dst_time = edge_label_time.repeat(
                     1 + math.ceil(neg_sampling.amount))[:num_pos + num_neg]
-        else:  # Triplet: negative destinations per positive.
-            dst_neg = sample_negatives(dst, neg_sampling, num_nodes[dst_type],
-                                       dst_weight, dst_time,
-                                       endpoint_node_time(dst_type),
-                                       generator)
-            dst = torch.cat([dst, dst_neg], dim=0)
-            if edge_label_time is not None:
-                dst_time = edge_label_time.repeat(1 + neg_sampling.amount)
+        elif edge_label_time is not None:
+            dst_time = edge_label_time.repeat(1 + neg_sampling.amount)
 
-    triplet = neg_sampling is not None and neg_sampling.is_triplet()
-
-    if input_type is not None and src_type != dst_type:
-        # Two node types: seeds of each type.
+    # Each endpoint's position among the seeds:
+    two_types = input_type is not None and src_type != dst_type
+    if two_types:  # Seeds of each type.
         if not disjoint:
-            src, inverse_src = src.unique(return_inverse=True)
-            dst, inverse_dst = dst.unique(return_inverse=True)
-        seed_dict = {src_type: src, dst_type: dst}
-        seed_time = None
-        if edge_label_time is not None:
-            seed_time = {src_type: src_time, dst_type: dst_time}
-        out = sampler.sample_seeds(seed_dict, seed_time)
-        if disjoint:
-            out.batch = {k: v % num_pos for k, v in out.batch.items()}
-        if not triplet:
-            if disjoint:
-                edge_label_index = torch.arange(
-                    num_pos + num_neg, device=device).repeat(2).view(2, -1)
-            else:
-                edge_label_index = torch.stack([inverse_src, inverse_dst])
-        else:
-            if disjoint:
-                src_index = torch.arange(num_pos, device=device)
-                dst_pos_index = torch.arange(num_pos, device=device)
-                dst_neg_index = torch.arange(num_pos, dst.numel(),
-                                             device=device)
-                dst_neg_index = dst_neg_index.view(-1, num_pos).t()
-            else:
-                src_index = inverse_src
-                dst_pos_index = inverse_dst[:num_pos]
-                dst_neg_index = inverse_dst[num_pos:]
-    else:
-        # One node type: source and destination seeds merged.
-        seed = torch.cat([src, dst], dim=0)
+            src, inv_src = src.unique(return_inverse=True)
+            dst, inv_dst = dst.unique(return_inverse=True)
+        seeds = {src_type: src, dst_type: dst}
+        seed_time = None if edge_label_time is None else {
+            src_type: src_time, dst_type: dst_time}
+    else:  # One node type: source and destination seeds merged.
+        seeds = torch.cat([src, dst], dim=0)
         if not disjoint:
-            seed, inverse_seed = seed.unique(return_inverse=True)
-        seed_time = None
-        if edge_label_time is not None:
-            seed_time = torch.cat([src_time, dst_time])
+            seeds, inverse = seeds.unique(return_inverse=True)
+            inv_src, inv_dst = inverse[:src.numel()], inverse[src.numel():]
+        seed_time = None if edge_label_time is None else torch.cat(
+            [src_time, dst_time])
         if input_type is not None:
-            out = sampler.sample_seeds({src_type: seed},
-                                  None if seed_time is None else
-                                  {src_type: seed_time})
-            if disjoint:
-                out.batch = {k: v % num_pos for k, v in out.batch.items()}
-        else:
-            out = sampler.sample_seeds(seed, seed_time)
-            if disjoint:
-                out.batch = out.batch % num_pos
-        if not triplet:
-            if disjoint:
-                edge_label_index = torch.arange(seed.numel(),
-                                                device=device).view(2, -1)
-            else:
-                edge_label_index = inverse_seed.view(2, -1)
-        else:
-            if disjoint:
-                src_index = torch.arange(num_pos, device=device)
-                dst_pos_index = torch.arange(num_pos, 2 * num_pos,
-                                             device=device)
-                dst_neg_index = torch.arange(2 * num_pos, seed.numel(),
-                                             device=device)
-                dst_neg_index = dst_neg_index.view(-1, num_pos).t()
-            else:
-                src_index = inverse_seed[:num_pos]
-                dst_pos_index = inverse_seed[num_pos:2 * num_pos]
-                dst_neg_index = inverse_seed[2 * num_pos:]
+            seeds = {src_type: seeds}
+            seed_time = None if seed_time is None else {src_type: seed_time}
+    if disjoint:  # Every endpoint roots its own subgraph.
+        inv_src = torch.arange(src.numel(), device=device)
+        inv_dst = torch.arange(dst.numel(), device=device)
+        if not two_types:
+            inv_dst += src.numel()
+    out = sampler.sample_seeds(seeds, seed_time)
+    if disjoint:
+        out.batch = out.batch % num_pos if input_type is None else {
+            k: v % num_pos for k, v in out.batch.items()}
 
     if not triplet:
-        out.metadata = (input_id, edge_label_index, edge_label, src_time)
+        out.metadata = (inputs.input_id, torch.stack([inv_src, inv_dst]),
+                        edge_label, src_time)
     else:
+        dst_neg_index = inv_dst[num_pos:]
+        if disjoint:
+            dst_neg_index = dst_neg_index.view(-1, num_pos).t()
         dst_neg_index = dst_neg_index.reshape(num_pos, -1).squeeze(-1)
-        out.metadata = (input_id, src_index, dst_pos_index, dst_neg_index,
-                        src_time)
+        out.metadata = (inputs.input_id, inv_src, inv_dst[:num_pos],
+                        dst_neg_index, src_time)
     return out

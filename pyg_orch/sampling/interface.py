@@ -1,6 +1,5 @@
 r"""The interface between :class:`~pyg_orch.HybridNeighborSampler` and its
-sampling backends: a backend is built for one :class:`BackendConfig` and
-samples one :class:`SampleRequest` per batch."""
+sampling backends."""
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Protocol, runtime_checkable
 

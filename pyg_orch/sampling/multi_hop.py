@@ -1,12 +1,13 @@
 r"""Multi-hop neighbor sampling with vectorized PyTorch ops: the reference
 sampling backend of :class:`pyg_orch.HybridNeighborSampler`."""
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.sampling.output import MultiHopOutput
+from pyg_orch.topology.csc import CSCTopology
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.sampling.neighbors import sample_neighbors
 from pyg_orch.sampling.relabel import (
@@ -14,6 +15,9 @@ from pyg_orch.sampling.relabel import (
     Relabeler,
     SortRelabeler,
 )
+
+#: A frontier per node type: (local ids, global ids, subgraph ids or None).
+Frontier = Dict[Any, Tuple[Tensor, Tensor, Optional[Tensor]]]
 
 
 def sample_multi_hop(
@@ -56,61 +60,21 @@ def sample_multi_hop(
             the device) where the dense one does not apply (default:
             :class:`~pyg_orch.sampling.relabel.SortRelabeler`)."""
     device = topology.device
-    edge_types = topology.edge_types
-    node_types = topology.node_types
     num_hops = max((len(v) for v in num_neighbors.values()), default=0)
-
-    relabel: Dict[object, Relabeler] = {}
-    nodes: Dict[object, List[Tensor]] = {t: [] for t in node_types}
-    batches: Dict[object, List[Tensor]] = {t: [] for t in node_types}
-    num_sampled_nodes = {t: [0] * (num_hops + 1) for t in node_types}
-    # Frontier per node type: (local ids, global ids, batch ids or None).
-    frontier: Dict[object, tuple] = {}
-
-    for t in node_types:
-        if buffers is not None and not disjoint:
-            relabel[t] = DenseRelabeler(
-                buffers.get(t, topology.num_nodes[t], device))
-        else:
-            relabel[t] = (relabeler or SortRelabeler)(device)
-
-    # Time bound per subgraph (batch id), for temporal sampling:
-    batch_time: Optional[Tensor] = None
+    batch_time: Optional[Tensor] = None  # Time bound per subgraph.
     if topology.is_temporal:
         if not disjoint or seed_time is None:
             raise ValueError("Temporal sampling needs 'disjoint=True' and "
                              "a time per seed")
-        size = max(s.numel() for s in seeds.values())
-        for t, time in seed_time.items():
-            if batch_time is None:
-                batch_time = time.new_zeros(size).to(device)
-            batch_time[:time.numel()] = time.to(device)
-
+        batch_time = subgraph_times(seed_time, device)
+    out = HopBatch(topology.node_types, topology.edge_types, num_hops,
+                   topology.num_nodes, disjoint, device, buffers, relabeler)
     try:
-        for t, seed in seeds.items():
-            seed = seed.to(device, torch.int64)
-            batch = None
-            if disjoint:
-                batch = torch.arange(seed.numel(), device=device)
-                relabel[t].init(batch * topology.num_nodes[t] + seed)
-            else:
-                relabel[t].init(seed)
-            nodes[t].append(seed)
-            if batch is not None:
-                batches[t].append(batch)
-            num_sampled_nodes[t][0] = seed.numel()
-            frontier[t] = (torch.arange(seed.numel(), device=device), seed,
-                           batch)
-
-        rows = {et: [] for et in edge_types}
-        cols = {et: [] for et in edge_types}
-        edges = {et: [] for et in edge_types}
-        num_sampled_edges = {et: [0] * num_hops for et in edge_types}
-
+        frontier = out.add_seeds(seeds)
         for hop in range(num_hops):
             # Candidates per source node type, in edge type order:
-            cand: Dict[object, list] = {}
-            for et in edge_types:
+            cand: Dict[Any, list] = {}
+            for et in topology.edge_types:
                 fanout = num_neighbors[et][hop]
                 src_t, dst_t = (None, None) if et is None else (et[0], et[-1])
                 if fanout == 0 or dst_t not in frontier:
@@ -124,115 +88,177 @@ def sample_multi_hop(
                 if f_global.numel() == 0:
                     continue
                 topo = topology.csc[et]
-                bound = None
-                if topo.time is not None:
-                    bound = batch_time.index_select(0, f_batch)
-                args = (topo.colptr, f_global, fanout, replace, generator)
-                kwargs = dict(time=topo.time, time_bound=bound,
-                              temporal_strategy=temporal_strategy,
-                              weight=topo.weight)
-                drawn = None if draw is None else draw(*args, **kwargs)
-                if drawn is None:
-                    drawn = sample_neighbors(
-                        *args, **kwargs, weight_cumsum=topo.weight_cumsum
-                        if topo.weight is not None and replace else None)
-                pos, dst_index = drawn
-                dst = f_global.index_select(0, dst_index) \
-                    if topo.needs_dst else None
-                src = topo.neighbors(pos, dst).to(torch.int64)
-                eid = topo.edge_ids(pos, dst).to(torch.int64)
+                bound = None if topo.time is None else \
+                    batch_time.index_select(0, f_batch)
+                src, eid, dst_index = draw_edges(
+                    topo, f_global, fanout, replace, generator, bound,
+                    temporal_strategy, draw)
                 batch = None if f_batch is None else f_batch.index_select(
                     0, dst_index)
                 cand.setdefault(src_t, []).append(
-                    (et, src, batch, f_local.index_select(0, dst_index), eid))
-
-            next_frontier = {}
-            for src_t, parts in cand.items():
-                src = torch.cat([p[1] for p in parts])
-                batch = None
-                if disjoint:
-                    batch = torch.cat([p[2] for p in parts])
-                    keys = batch * topology.num_nodes[src_t] + src
-                else:
-                    keys = src
-                before = relabel[src_t].num_nodes
-                local, new_keys = relabel[src_t].add(keys)
-                append_hop_edges(
-                    ((et, col_local, eid) for et, _, _, col_local, eid
-                     in parts), local, hop, rows, cols, edges,
-                    num_sampled_edges)
-                new_batch = None
-                if disjoint:
-                    n_src = topology.num_nodes[src_t]
-                    new_batch = new_keys // n_src
-                    new_global = new_keys % n_src
-                    batches[src_t].append(new_batch)
-                else:
-                    new_global = new_keys
-                nodes[src_t].append(new_global)
-                num_sampled_nodes[src_t][hop + 1] = new_global.numel()
-                next_frontier[src_t] = (
-                    torch.arange(before, before + new_global.numel(),
-                                 device=device), new_global, new_batch)
-            frontier = next_frontier
-
-        def _cat(parts: List[Tensor]) -> Tensor:
-            if len(parts) == 0:
-                return torch.empty(0, dtype=torch.int64, device=device)
-            return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-        out_node = {t: _cat(nodes[t]) for t in node_types}
-        out_batch = {t: _cat(batches[t])
-                     for t in node_types} if disjoint else None
-
-        if induced:
-            out_row, out_col, out_edge = _induced_edges(topology, out_node,
-                                                        relabel)
-            num_sampled_edges = None
-        else:
-            out_row = {et: _cat(rows[et]) for et in edge_types}
-            out_col = {et: _cat(cols[et]) for et in edge_types}
-            out_edge = {et: _cat(edges[et]) for et in edge_types}
+                    (et, src, f_local.index_select(0, dst_index), eid, batch))
+            frontier = out.add_hop(hop, cand)
+        return out.output(_induced_edges(topology, out) if induced else None)
     finally:
-        for r in relabel.values():
+        out.close()
+
+
+def draw_edges(csc: CSCTopology, nodes: Tensor, fanout: int,
+               replace: bool = False,
+               generator: Optional[torch.Generator] = None,
+               time_bound: Optional[Tensor] = None,
+               temporal_strategy: str = 'uniform',
+               draw: Optional[Callable] = None, all_edges: bool = False
+               ) -> Tuple[Tensor, Tensor, Tensor]:
+    r"""The sources, edge ids and destinations (indices into :obj:`nodes`)
+    of sampled in-edges (:obj:`all_edges`: all, unweighted)."""
+    if all_edges:
+        pos, dst_index = sample_neighbors(csc.colptr, nodes, -1)
+    else:
+        args = (csc.colptr, nodes, fanout, replace, generator)
+        kwargs = dict(time=csc.time, time_bound=time_bound,
+                      temporal_strategy=temporal_strategy, weight=csc.weight)
+        drawn = None if draw is None else draw(*args, **kwargs)
+        pos, dst_index = drawn if drawn is not None else sample_neighbors(
+            *args, **kwargs, weight_cumsum=csc.weight_cumsum
+            if csc.weight is not None and replace else None)
+    # Each position's destination, where a sharded topology needs it to find
+    # copied lists:
+    dst = nodes.index_select(0, dst_index) if csc.needs_dst else None
+    return (csc.neighbors(pos, dst).to(torch.int64),
+            csc.edge_ids(pos, dst).to(torch.int64), dst_index)
+
+
+def subgraph_times(seed_time: Dict[Any, Tensor],
+                   device: torch.device) -> Tensor:
+    r"""The time bound of every subgraph (seed position) on :obj:`device`."""
+    size = max(v.numel() for v in seed_time.values())
+    out = None
+    for v in seed_time.values():
+        if out is None:
+            out = v.new_zeros(size, device=device)
+        out[:v.numel()] = v.to(device)
+    return out
+
+
+class HopBatch:
+    r"""A batch built hop by hop, nodes relabeled per node type in order of
+    first appearance."""
+    def __init__(self, node_types: List, edge_types: List, num_hops: int,
+                 num_nodes: Dict[Any, int], disjoint: bool,
+                 device: torch.device,
+                 buffers: Optional[DenseBufferPool] = None,
+                 relabeler: Optional[Callable[[torch.device],
+                                              Relabeler]] = None):
+        self.num_nodes, self.disjoint = num_nodes, disjoint
+        self.device, self.edge_types = device, edge_types
+        self.relabel: Dict[Any, Relabeler] = {}
+        for t in node_types:
+            if buffers is not None and not disjoint:
+                self.relabel[t] = DenseRelabeler(
+                    buffers.get(t, num_nodes[t], device))
+            else:
+                self.relabel[t] = (relabeler or SortRelabeler)(device)
+        self.nodes: Dict[Any, List[Tensor]] = {t: [] for t in node_types}
+        self.batches: Dict[Any, List[Tensor]] = {t: [] for t in node_types}
+        self.rows: Dict[Any, List[Tensor]] = {et: [] for et in edge_types}
+        self.cols: Dict[Any, List[Tensor]] = {et: [] for et in edge_types}
+        self.edges: Dict[Any, List[Tensor]] = {et: [] for et in edge_types}
+        self.num_sampled_nodes = {t: [0] * (num_hops + 1)
+                                  for t in node_types}
+        self.num_sampled_edges = {et: [0] * num_hops for et in edge_types}
+
+    def _keys(self, node_type: Any, ids: Tensor,
+              batch: Optional[Tensor]) -> Tensor:
+        # Relabeling keys: ids, or (subgraph, id) pairs with `disjoint`.
+        if batch is None:
+            return ids
+        return batch * self.num_nodes[node_type] + ids
+
+    def _append(self, node_type: Any, hop: int, ids: Tensor,
+                batch: Optional[Tensor], start: int) -> tuple:
+        self.nodes[node_type].append(ids)
+        if batch is not None:
+            self.batches[node_type].append(batch)
+        self.num_sampled_nodes[node_type][hop] = ids.numel()
+        return (torch.arange(start, start + ids.numel(), device=self.device),
+                ids, batch)
+
+    def add_seeds(self, seeds: Dict[Any, Tensor]) -> Frontier:
+        r"""Adds the seeds per node type; returns the first frontier."""
+        frontier = {}
+        for t, ids in seeds.items():
+            ids = ids.to(self.device, torch.int64)
+            batch = torch.arange(ids.numel(), device=self.device) \
+                if self.disjoint else None
+            self.relabel[t].init(self._keys(t, ids, batch))
+            frontier[t] = self._append(t, 0, ids, batch, 0)
+        return frontier
+
+    def add_hop(self, hop: int, cand: Dict[Any, list]) -> Frontier:
+        r"""Adds a hop's :obj:`(edge type, sources, destinations' local ids,
+        edge ids, subgraph ids or None)` per source node type; returns the
+        next frontier."""
+        frontier = {}
+        for t, parts in cand.items():
+            src = torch.cat([p[1] for p in parts])
+            batch = torch.cat([p[4] for p in parts]) if self.disjoint \
+                else None
+            start = self.relabel[t].num_nodes
+            local, new = self.relabel[t].add(self._keys(t, src, batch))
+            offset = 0
+            for et, _, col, eid, _ in parts:
+                n = col.numel()
+                self.rows[et].append(local[offset:offset + n])
+                self.cols[et].append(col)
+                self.edges[et].append(eid)
+                self.num_sampled_edges[et][hop] = n
+                offset += n
+            new_batch = None
+            if self.disjoint:  # Keys back to (subgraph, id):
+                n = self.num_nodes[t]
+                new, new_batch = new % n, new // n
+            frontier[t] = self._append(t, hop + 1, new, new_batch, start)
+        return frontier
+
+    def node(self) -> Dict[Any, Tensor]:
+        r"""The batch's nodes per node type, in order."""
+        return {t: self._cat(v) for t, v in self.nodes.items()}
+
+    def output(self, induced: Optional[Tuple[Dict, Dict, Dict]] = None
+               ) -> MultiHopOutput:
+        r"""The batch; :obj:`induced` replaces the sampled edges by
+        :obj:`(row, col, edge)` per edge type."""
+        edges = induced or tuple(
+            {et: self._cat(v[et]) for et in self.edge_types}
+            for v in (self.rows, self.cols, self.edges))
+        batch = {t: self._cat(v) for t, v in self.batches.items()} \
+            if self.disjoint else None
+        return MultiHopOutput(self.node(), *edges, batch,
+                              self.num_sampled_nodes,
+                              None if induced else self.num_sampled_edges)
+
+    def close(self) -> None:
+        for r in self.relabel.values():
             r.close()
 
-    return MultiHopOutput(out_node, out_row, out_col, out_edge, out_batch,
-                          num_sampled_nodes, num_sampled_edges)
+    def _cat(self, parts: List[Tensor]) -> Tensor:
+        if len(parts) == 0:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def append_hop_edges(parts, local: Tensor, hop: int, rows: Dict,
-                     cols: Dict, edges: Dict,
-                     num_sampled_edges: Dict) -> None:
-    r"""Appends one hop's sampled edges to the batch's lists: :obj:`parts`
-    yields :obj:`(edge_type, col, edge_id)` and :obj:`local` holds the sources'
-    batch-local ids."""
-    offset = 0
-    for et, col, eid in parts:
-        n = col.numel()
-        rows[et].append(local[offset:offset + n])
-        cols[et].append(col)
-        edges[et].append(eid)
-        num_sampled_edges[et][hop] = n
-        offset += n
-
-
-def _induced_edges(topology: GraphTopology, node: Dict,
-                   relabel: Dict[object, Relabeler]):
+def _induced_edges(topology: GraphTopology, batch: HopBatch):
     # All edges whose both endpoints were sampled, grouped by destination in
     # local order, then in CSC order (as PyG's induced sampling).
     rows, cols, edges = {}, {}, {}
+    node = batch.node()
     for et, topo in topology.csc.items():
         src_t, dst_t = (None, None) if et is None else (et[0], et[-1])
-        dst = node[dst_t]
-        pos, dst_index = sample_neighbors(topo.colptr, dst, -1)
-        src_local = relabel[src_t].lookup(
-            topo.neighbors(pos, dst.index_select(0, dst_index)).to(
-                torch.int64))
-        keep = src_local >= 0
-        pos = pos[keep]
-        rows[et] = src_local[keep]
-        cols[et] = dst_index[keep]
-        edges[et] = topo.edge_ids(pos, dst.index_select(
-            0, dst_index[keep])).to(torch.int64)
+        src, eid, dst_index = draw_edges(topo, node[dst_t], -1,
+                                         all_edges=True)
+        local = batch.relabel[src_t].lookup(src)
+        keep = local >= 0
+        rows[et], cols[et], edges[et] = local[keep], dst_index[keep], \
+            eid[keep]
     return rows, cols, edges

@@ -1,7 +1,5 @@
-r"""Negative sampling for link-level loading with the semantics of PyG's
-:class:`~torch_geometric.sampler.NegativeSampling`, drawn on the sampler's
-device with its generator (no host synchronization). As in PyG, a negative may
-be an edge of the graph."""
+r"""Negative sampling for link-level loading (PyG's
+:class:`~torch_geometric.sampler.NegativeSampling`) on the sampler's device."""
 import math
 from typing import Optional
 
@@ -15,8 +13,7 @@ TEMPORAL_TRIES = 6
 
 
 def num_negatives(num_pos: int, neg_sampling: NegativeSampling) -> int:
-    r"""The number of negatives for :obj:`num_pos` positives
-    (:obj:`ceil(num_pos * amount)`, as in PyG)."""
+    r"""The number of negatives for :obj:`num_pos` positives, as in PyG."""
     return math.ceil(num_pos * neg_sampling.amount)
 
 

@@ -1,5 +1,5 @@
-"""One hop of neighbor sampling over a CSC layout, written with vectorized
-PyTorch ops only, so that the same code runs on CPU and CUDA tensors."""
+"""One hop of neighbor sampling over a CSC layout with vectorized PyTorch
+ops."""
 from typing import Optional, Tuple
 
 import torch
@@ -34,9 +34,9 @@ def segment_arange(counts: Tensor, total: Optional[int] = None) -> Tensor:
 def uniform_subsets_floyd(deg: Tensor, k: int,
                           generator: Optional[torch.Generator] = None
                           ) -> Tensor:
-    r"""Draws, for every entry of :obj:`deg` (all :obj:`> k`), a uniformly
-    random :obj:`k`-subset of :obj:`range(deg)` with Floyd's algorithm,
-    vectorized over nodes. Returns a :obj:`[len(deg), k]` tensor."""
+    r"""A uniformly random :obj:`k`-subset of :obj:`range(d)` for every
+    :obj:`d > k` in :obj:`deg` (Floyd's algorithm), as a :obj:`[len(deg),
+    k]` tensor."""
     out = torch.empty(deg.numel(), k, dtype=torch.int64, device=deg.device)
     for i in range(k):
         j = deg - k + i
@@ -52,9 +52,8 @@ def uniform_subsets_floyd(deg: Tensor, k: int,
 def uniform_subsets_sort(deg: Tensor, k: int,
                          generator: Optional[torch.Generator] = None
                          ) -> Tensor:
-    r"""Same contract as :func:`uniform_subsets_floyd`, by sorting random keys
-    over all :obj:`deg` positions of every node (cost linear in
-    :obj:`deg.sum()`, independent of :obj:`k`)."""
+    r""":func:`uniform_subsets_floyd` by sorting random keys (cost linear in
+    :obj:`deg.sum()`)."""
     total = int(deg.sum())
     seg = segment_ids(deg, total)
     offset = segment_arange(deg, total)
@@ -69,9 +68,8 @@ def uniform_subsets_sort(deg: Tensor, k: int,
 
 def segment_upper_bound(values: Tensor, start: Tensor, end: Tensor,
                         bound: Tensor) -> Tensor:
-    r"""For every sorted segment :obj:`values[start[i]:end[i]]`, the first
-    position whose value exceeds :obj:`bound[i]` (or :obj:`end[i]`), by a
-    vectorized bisection; :obj:`values` needs only :meth:`index_select`."""
+    r"""The first position of every sorted segment
+    :obj:`values[start[i]:end[i]]` whose value exceeds :obj:`bound[i]`."""
     lo, hi = start.clone(), end.clone()
     if lo.numel() == 0:
         return lo

@@ -1,9 +1,10 @@
 """What one multi-hop sampling call returns, on every backend."""
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import torch
 from torch import Tensor
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 
 @dataclass
@@ -20,8 +21,7 @@ class MultiHopOutput:
     num_sampled_edges: Optional[Dict]
 
     def to(self, device: torch.device) -> 'MultiHopOutput':
-        r"""Moves the tensors to :obj:`device`, in place; returns
-        :obj:`self`."""
+        r"""Moves the tensors to :obj:`device`, in place."""
         def move(d: Optional[Dict]) -> Optional[Dict]:
             return None if d is None else {
                 k: v.to(device) if isinstance(v, Tensor) else v
@@ -34,3 +34,17 @@ class MultiHopOutput:
                                                     move(self.edge))
         self.batch = move(self.batch)
         return self
+
+    def to_pyg(self, is_hetero: bool
+               ) -> Union[SamplerOutput, HeteroSamplerOutput]:
+        r"""The batch as PyG's
+        :class:`~torch_geometric.sampler.SamplerOutput` or
+        :class:`~torch_geometric.sampler.HeteroSamplerOutput`."""
+        fields = dict(node=self.node, row=self.row, col=self.col,
+                      edge=self.edge, batch=self.batch,
+                      num_sampled_nodes=self.num_sampled_nodes,
+                      num_sampled_edges=self.num_sampled_edges)
+        if is_hetero:
+            return HeteroSamplerOutput(**fields)
+        return SamplerOutput(**{k: None if v is None else v[None]
+                                for k, v in fields.items()})

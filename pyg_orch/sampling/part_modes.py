@@ -1,6 +1,4 @@
-r"""Weighted and temporal sampling over a graph partition: a part's sampling
-weights and times per CSC position, checked on every rank together so that
-every rank raises the same error."""
+r"""A partition's sampling weights and times, checked on all ranks together."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,6 +15,7 @@ from pyg_orch.topology.graph import (
     weight_problem,
 )
 from pyg_orch.parallel.exchange import comm_device
+from pyg_orch.sampling.arguments import check_attr_names
 
 __all__ = ['agree_on_problem', 'part_node_times', 'part_weights',
            'sort_by_time', 'time_per_position']
@@ -27,9 +26,7 @@ def _by_type(attrs: Any, is_hetero: bool) -> Dict[Any, Dict[str, Tensor]]:
 
 
 def agree_on_problem(problem: int, group: Any, world_size: int) -> int:
-    r"""The largest of every rank's :obj:`problem` code (a collective when
-    :obj:`world_size > 1`): each rank checks its own part, all learn the
-    worst."""
+    r"""The largest of every rank's :obj:`problem` code (a collective)."""
     if world_size <= 1:
         return problem
     flag = torch.tensor([problem], device=comm_device(group))
@@ -39,12 +36,9 @@ def agree_on_problem(problem: int, group: Any, world_size: int) -> int:
 
 def part_weights(partition, weight_attr: str, is_hetero: bool, group: Any,
                  world_size: int) -> Dict[Any, Tensor]:
-    r"""The part's sampling weights per edge type that has them, in CSC order;
-    a :class:`ValueError` on every rank for weights that are not one
-    non-negative finite number per edge, or no edge type with them."""
-    if not isinstance(weight_attr, str):
-        raise ValueError(f"'weight_attr' must be the name of an edge "
-                         f"attribute (got {weight_attr!r})")
+    r"""The part's sampling weights per edge type that has them, in CSC
+    order, checked on every rank."""
+    check_attr_names(weight_attr=weight_attr)
     attrs = _by_type(partition.edge_attrs, is_hetero)
     found = {et: a[weight_attr] for et, a in attrs.items()
              if weight_attr in a}
@@ -90,10 +84,8 @@ def part_node_times(partition, time_attr: str, is_hetero: bool,
                     device: torch.device
                     ) -> Tuple[Optional[Dict[Any, Tensor]],
                                Dict[Any, Tensor], bool]:
-    r""":obj:`(node_time, edge_time, floating)` for :obj:`time_attr`:
-    node-level times of all vertices (one :obj:`all_reduce` per node type) or
-    edge-level times in CSC order, and whether some part's times are
-    floating-point."""
+    r""":obj:`(node_time, edge_time, floating)`: node-level or edge-level
+    times for :obj:`time_attr`, and whether some part's are floating-point."""
     nodes = _by_type(partition.node_attrs, is_hetero)
     edges = _by_type(partition.edge_attrs, is_hetero)
     node_level = {t: a[time_attr] for t, a in nodes.items()

@@ -1,5 +1,6 @@
 """Access statistics from pre-sampling: which nodes batches touch most."""
-from typing import Any, Callable, Dict, Optional, Union
+import itertools
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import torch
 from torch import Tensor
@@ -38,19 +39,11 @@ def count_node_access(
         prune_hot (bool): Keep the sampler's hot-node pruning on. (default:
             :obj:`False`)
         input_type (str, optional): The node type of the seeds."""
-    hetero = sampler.is_hetero
-    if hetero and input_type is None:
+    if sampler.is_hetero and input_type is None:
         raise ValueError("'input_type' (the seeds' node type) is needed for "
                          "heterogeneous graphs")
-    counts = {
-        t: torch.zeros(n, dtype=torch.int64)
-        for t, n in sampler.topology.num_nodes.items()
-    }
     input_nodes = input_nodes.cpu()
-    if input_nodes.numel() == 0:
-        return counts if hetero else counts[None]
-    if num_batches is None:
-        num_batches = -(-input_nodes.numel() // batch_size)
+
     def draw(index: Tensor) -> Any:
         return sampler.sample_from_nodes(
             NodeSamplerInput(
@@ -58,10 +51,8 @@ def count_node_access(
                 time=None if input_time is None else input_time[index],
                 input_type=input_type))
 
-    with sampler.presampling(prune_hot=prune_hot):
-        _count(draw, input_nodes.numel(), batch_size, num_batches, hops,
-               generator, counts)
-    return counts if hetero else counts[None]
+    return _count(sampler, draw, input_nodes.numel(), batch_size,
+                  num_batches, hops, generator, prune_hot)
 
 
 def count_link_access(
@@ -89,54 +80,56 @@ def count_link_access(
     if not callable(getattr(sampler, 'sample_from_edges', None)):
         raise ValueError("'sampler' must implement 'sample_from_edges' to "
                          "pre-sample link-level batches")
-    hetero = sampler.is_hetero
-    counts = {
-        t: torch.zeros(n, dtype=torch.int64)
-        for t, n in sampler.topology.num_nodes.items()
-    }
-    num = inputs.row.numel()
-    if num > 0:
-        if num_batches is None:
-            num_batches = -(-num // batch_size)
 
-        def draw(index: Tensor) -> Any:
-            return sampler.sample_from_edges(inputs[index],
-                                             neg_sampling=neg_sampling)
+    def draw(index: Tensor) -> Any:
+        return sampler.sample_from_edges(inputs[index],
+                                         neg_sampling=neg_sampling)
 
-        with sampler.presampling():
-            _count(draw, num, batch_size, num_batches, hops, generator,
-                   counts)
-    return counts if hetero else counts[None]
+    return _count(sampler, draw, inputs.row.numel(), batch_size, num_batches,
+                  hops, generator, False)
 
 
-def _count(draw: Callable[[Tensor], Any], num_inputs: int, batch_size: int,
-           num_batches: int, hops: Optional[int],
-           generator: Optional[torch.Generator], counts: Dict) -> None:
-    # Adds the node counts of `num_batches` batches `draw(index)` over a
-    # shuffled order of the inputs (repeated as needed) to `counts`,
+def _count(sampler, draw: Callable[[Tensor], Any], num_inputs: int,
+           batch_size: int, num_batches: Optional[int], hops: Optional[int],
+           generator: Optional[torch.Generator],
+           prune_hot: bool) -> Union[Tensor, Dict[str, Tensor]]:
+    # The node counts of `num_batches` batches `draw(index)` (default: an
+    # epoch) over a shuffled order of the inputs (repeated as needed),
     # counted where the batches are: no host array of every node is made
     # and added per batch (at 111M nodes, 0.9 GB each).
-    found: Dict = {}
-    done = 0
-    while done < num_batches:
-        perm = torch.randperm(num_inputs, generator=generator)
-        for start in range(0, perm.numel(), batch_size):
-            if done == num_batches:
-                break
-            out = draw(perm[start:start + batch_size])
-            nodes, num = out.node, out.num_sampled_nodes
-            if not isinstance(nodes, dict):
-                nodes, num = {None: nodes}, {None: num}
-            for t, node in nodes.items():
-                if hops is not None and num is not None and \
-                        num.get(t) is not None:
-                    node = node[:sum(num[t][:hops])]
-                node = node.to(torch.int64)
-                if t not in found:
-                    found[t] = torch.zeros(counts[t].numel(),
-                                           dtype=torch.int64,
-                                           device=node.device)
-                found[t].index_add_(0, node, torch.ones_like(node))
-            done += 1
-    for t, c in found.items():
-        counts[t] += c.cpu()
+    counts = {t: torch.zeros(n, dtype=torch.int64)
+              for t, n in sampler.topology.num_nodes.items()}
+    if num_inputs > 0:
+        if num_batches is None:
+            num_batches = -(-num_inputs // batch_size)
+        batches = itertools.islice(
+            _shuffled_batches(num_inputs, batch_size, generator), num_batches)
+        found: Dict = {}
+        with sampler.presampling(prune_hot=prune_hot):
+            for index in batches:
+                out = draw(index)
+                nodes, num = out.node, out.num_sampled_nodes
+                if not isinstance(nodes, dict):
+                    nodes, num = {None: nodes}, {None: num}
+                for t, node in nodes.items():
+                    if hops is not None and num is not None and \
+                            num.get(t) is not None:
+                        node = node[:sum(num[t][:hops])]
+                    node = node.to(torch.int64)
+                    if t not in found:
+                        found[t] = torch.zeros(counts[t].numel(),
+                                               dtype=torch.int64,
+                                               device=node.device)
+                    found[t].index_add_(0, node, torch.ones_like(node))
+        for t, c in found.items():
+            counts[t] += c.cpu()
+    return counts if sampler.is_hetero else counts[None]
+
+
+def _shuffled_batches(num_inputs: int, batch_size: int,
+                      generator: Optional[torch.Generator]
+                      ) -> Iterator[Tensor]:
+    # Batches of input positions over shuffled orders, one after another.
+    while True:
+        yield from torch.randperm(num_inputs,
+                                  generator=generator).split(batch_size)

@@ -1,19 +1,13 @@
-"""Maps global node ids to local (per-batch) ids in order of first
-appearance, which gives PyG's hop order: seeds first, then each hop's new
-nodes in the order they were first sampled."""
+"""Maps global node ids to batch-local ids in order of first appearance."""
 from typing import List, Tuple
 
 import torch
 from torch import Tensor
 
-# Re-exported: the pool moved to `pyg_orch.core` (tests import it from here).
-from pyg_orch.core.buffers import DenseBufferPool  # noqa: F401
-
 
 class Relabeler:
-    r"""Base class. A relabeler is used for one batch: :meth:`init` with the
-    seeds, :meth:`add` once per hop, :meth:`lookup` for induced subgraphs and
-    :meth:`close` at the end."""
+    r"""Base class: :meth:`init` with the seeds, :meth:`add` once per hop,
+    :meth:`lookup` for induced subgraphs, :meth:`close` at the end."""
     num_nodes: int = 0
 
     def init(self, seeds: Tensor) -> None:
@@ -86,9 +80,8 @@ class SortRelabeler(Relabeler):
 
 
 class DenseRelabeler(Relabeler):
-    r"""Relabeling through a dense array of size :obj:`num_nodes` holding the
-    local id of every global node (:obj:`-1` if not sampled), reused across
-    batches and reset at :meth:`close`."""
+    r"""Relabeling through a dense array over all nodes (:obj:`-1` if not
+    sampled), reset at :meth:`close`."""
     def __init__(self, buffer: Tensor):
         self.buf = buffer
         self.touched: List[Tensor] = []

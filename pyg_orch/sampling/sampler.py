@@ -1,9 +1,7 @@
-"""A PyG :class:`~torch_geometric.sampler.BaseSampler` over the vectorized
-sampling core, usable wherever PyG takes a sampler. Sampling itself runs in
-a backend chosen through :mod:`pyg_orch.sampling.backends`."""
+"""A PyG :class:`~torch_geometric.sampler.BaseSampler` over the sampling
+backends."""
 import os
-from contextlib import contextmanager
-from typing import Dict, Iterator, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -19,10 +17,9 @@ from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.sampler.neighbor_sampler import node_sample
 
 from pyg_orch.sampling.interface import BackendConfig, SampleRequest
-from pyg_orch.sampling.output import MultiHopOutput
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.sampling.arguments import (
-    DISJOINT_INDUCED,
+    as_subgraph_type,
     check_attr_names,
     check_bools,
     check_choice,
@@ -37,7 +34,7 @@ from pyg_orch.sampling.backends import (
     choose_backend,
     create_backend,
 )
-from pyg_orch.sampling.contract import preserved_generators
+from pyg_orch.sampling.contract import HotNodes, HotNodesMixin
 from pyg_orch.sampling.edges import sample_from_edges
 from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.topology.cache import topology_cache
@@ -46,7 +43,7 @@ from pyg_orch.typing import DeviceLike, GraphData, NumNeighborsType, SeedLike
 __all__ = ['HybridNeighborSampler', 'SeedLike', 'resolve_device']
 
 
-class HybridNeighborSampler(BaseSampler):
+class HybridNeighborSampler(HotNodesMixin, BaseSampler):
     r"""Neighbor sampler with the semantics of PyG's
     :class:`~torch_geometric.sampler.NeighborSampler`, running vectorized
     PyTorch ops (or Triton kernels) on the CPU or the GPU, without
@@ -117,8 +114,9 @@ class HybridNeighborSampler(BaseSampler):
         check_attr_names(time_attr=time_attr, weight_attr=weight_attr)
         check_bools(replace=replace, is_sorted=is_sorted,
                     share_memory=share_memory)
-        self.subgraph_type = parse_subgraph_type(subgraph_type, directed,
-                                                 disjoint)
+        self.subgraph_type = parse_subgraph_type(
+            subgraph_type, directed, disjoint,
+            temporal=time_attr is not None)
         check_choice('relabel', relabel, ('auto', 'dense', 'sort'))
         check_choice('backend', backend, ['auto'] + backend_names())
         topology_placement = check_placement(topology_placement)
@@ -151,11 +149,6 @@ class HybridNeighborSampler(BaseSampler):
         self.replace = bool(replace)
         self.disjoint = bool(disjoint)
         self.temporal_strategy = temporal_strategy
-        if self.is_temporal and self.subgraph_type == SubgraphType.induced:
-            raise ValueError(f"subgraph_type='induced' is not supported with "
-                             f"temporal sampling ('time_attr'), which always "
-                             f"samples disjoint subgraphs, as in PyG: "
-                             f"{DISJOINT_INDUCED}")
         self.relabel = relabel
         self._set_seed(seed)
         config = BackendConfig(
@@ -168,7 +161,7 @@ class HybridNeighborSampler(BaseSampler):
         #: :mod:`pyg_orch.sampling.backends`).
         self.backend: str = choose_backend(backend, config)
         self._backend = create_backend(self.backend, config)
-        self._hot_nodes: Optional[Dict] = None
+        self._hot = HotNodes()
 
     # The contract of `pyg_orch.sampling.contract.HotNodeSampler` #############
 
@@ -188,50 +181,8 @@ class HybridNeighborSampler(BaseSampler):
             raise ValueError("the sampler samples no hop")
         return int(fanouts[-1])
 
-    @property
-    def hot_nodes(self) -> Optional[Dict]:
-        r"""The masks of hot nodes per node type (:obj:`None` for
-        homogeneous graphs) that the last hop does not expand, or
-        :obj:`None` if pruning is off; see :meth:`set_hot_nodes`."""
-        return self._hot_nodes
-
-    @contextmanager
-    def presampling(self, prune_hot: bool = False) -> Iterator[None]:
-        r"""A context for drawing batches that do not change later ones:
-        the random generators and the hot nodes are restored on exit, and
-        hot-node pruning is off inside unless :obj:`prune_hot`."""
-        saved = self._hot_nodes
-        if not prune_hot:
-            self._hot_nodes = None
-        try:
-            with preserved_generators(self._generator, self._host_generator):
-                yield
-        finally:
-            self._hot_nodes = saved
-
-    def set_hot_nodes(self, hot_nodes) -> None:
-        r"""Marks hot nodes (a boolean mask over the nodes, or a dict of masks
-        per node type; :obj:`None` to clear): in the last hop, hot nodes are
-        not expanded, since their bottom-layer output is computed elsewhere.
-        """
-        if hot_nodes is None:
-            self._hot_nodes = None
-            return
-        masks = hot_nodes if isinstance(hot_nodes, dict) else {
-            None: hot_nodes
-        }
-        out = {}
-        for t, mask in masks.items():
-            n = self.topology.num_nodes.get(t)
-            if n is None:
-                raise ValueError(f"'hot_nodes' names the node type {t!r}, "
-                                 f"which is not in the graph")
-            if (not isinstance(mask, Tensor) or mask.dtype != torch.bool
-                    or mask.shape != (n, )):
-                raise ValueError(f"'hot_nodes' must be a boolean mask of "
-                                 f"shape [{n}] for node type {t!r}")
-            out[t] = mask.to(self.device)
-        self._hot_nodes = out
+    def _generators(self) -> List[Optional[torch.Generator]]:
+        return [self._generator, self._host_generator]
 
     def _place(self, topology: GraphTopology, placement,
                max_fanout: Optional[int]) -> GraphTopology:
@@ -287,9 +238,8 @@ class HybridNeighborSampler(BaseSampler):
 
     @property
     def generator(self) -> Optional[torch.Generator]:
-        r"""The generator for the calling process. Inside a
-        :class:`~torch.utils.data.DataLoader` worker, a generator seeded from
-        the worker's seed, so workers draw different neighbors."""
+        r"""The generator of the calling process (seeded per
+        :class:`~torch.utils.data.DataLoader` worker)."""
         info = torch.utils.data.get_worker_info()
         if info is None or self._seed is None:
             return self._generator
@@ -349,22 +299,18 @@ class HybridNeighborSampler(BaseSampler):
         self,
         inputs: NodeSamplerInput,
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
-        out = node_sample(inputs, self._sample)
-        if self.subgraph_type == SubgraphType.bidirectional:
-            out = out.to_bidirectional()
-        return out
+        return as_subgraph_type(node_sample(inputs, self._sample),
+                                self.subgraph_type)
 
     @property
     def launches_async(self) -> bool:
         r"""Whether :meth:`launch_from_nodes` returns before the batch is
-        sampled: on the fused GPU path (:obj:`backend='triton'`)."""
+        sampled."""
         return self._backend.asynchronous
 
     def launch_from_nodes(self, inputs: NodeSamplerInput) -> PendingSample:
-        r"""Starts :meth:`sample_from_nodes`: on the fused GPU path the kernels
-        are queued and this returns at once, elsewhere the batch is sampled
-        now. :meth:`PendingSample.result` returns the
-        :class:`~torch_geometric.sampler.SamplerOutput`."""
+        r"""Starts :meth:`sample_from_nodes` (on the fused GPU path, returns
+        once the kernels are queued)."""
         if (not self.launches_async or self.is_temporal
                 or self.is_hetero != (inputs.input_type is not None)):
             return PendingSample.ready(self.sample_from_nodes(inputs))
@@ -372,11 +318,9 @@ class HybridNeighborSampler(BaseSampler):
             self._request({inputs.input_type: inputs.node}))
 
         def finish() -> SamplerOutput:
-            out = self._wrap(pending.result())
+            out = pending.result().to_pyg(self.is_hetero)
             out.metadata = (inputs.input_id, inputs.time)
-            if self.subgraph_type == SubgraphType.bidirectional:
-                out = out.to_bidirectional()
-            return out
+            return as_subgraph_type(out, self.subgraph_type)
 
         return PendingSample(finish)
 
@@ -386,10 +330,8 @@ class HybridNeighborSampler(BaseSampler):
         neg_sampling: Optional[NegativeSampling] = None,
     ) -> Union[SamplerOutput, HeteroSamplerOutput]:
         # PyG's `edge_sample`, with negatives drawn on `device`:
-        out = sample_from_edges(self, inputs, neg_sampling)
-        if self.subgraph_type == SubgraphType.bidirectional:
-            out = out.to_bidirectional()
-        return out
+        return as_subgraph_type(sample_from_edges(self, inputs, neg_sampling),
+                                self.subgraph_type)
 
     def _sample(
         self,
@@ -406,36 +348,14 @@ class HybridNeighborSampler(BaseSampler):
             else:  # A seed's time bound is its node's own time:
                 times = node_seed_times(self.topology.node_time,
                                         self.topology.time_attr, seeds)
-        return self._wrap(self._backend.sample(self._request(seeds, times)))
+        out = self._backend.sample(self._request(seeds, times))
+        return out.to_pyg(self.is_hetero)
 
     def _request(self, seeds: Dict, seed_time: Optional[Dict] = None
                  ) -> SampleRequest:
         return SampleRequest(seeds=seeds, generator=self.generator,
                              host_generator=self._host_generator,
                              seed_time=seed_time, hot_nodes=self.hot_nodes)
-
-    def _wrap(self, out: MultiHopOutput
-              ) -> Union[SamplerOutput, HeteroSamplerOutput]:
-        if not self.is_hetero:
-            return SamplerOutput(
-                node=out.node[None],
-                row=out.row[None],
-                col=out.col[None],
-                edge=out.edge[None],
-                batch=None if out.batch is None else out.batch[None],
-                num_sampled_nodes=out.num_sampled_nodes[None],
-                num_sampled_edges=None if out.num_sampled_edges is None else
-                out.num_sampled_edges[None],
-            )
-        return HeteroSamplerOutput(
-            node=out.node,
-            row=out.row,
-            col=out.col,
-            edge=out.edge,
-            batch=out.batch,
-            num_sampled_nodes=out.num_sampled_nodes,
-            num_sampled_edges=out.num_sampled_edges,
-        )
 
 
 def _largest_fanout(num_neighbors: Dict) -> Optional[int]:

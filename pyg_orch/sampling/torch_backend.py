@@ -1,6 +1,4 @@
-"""The reference sampling backend: :func:`~pyg_orch.sampling.sample_multi_hop`
-(vectorized PyTorch ops), for every configuration, on the CPU or the GPU. It
-is the fallback of :func:`~pyg_orch.sampling.backends.choose_backend`."""
+"""The reference sampling backend (vectorized PyTorch ops)."""
 from pyg_orch.sampling.interface import BackendConfig, SampleRequest
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.sampling.output import MultiHopOutput
@@ -10,8 +8,7 @@ from pyg_orch.sampling.pending import PendingSample
 
 class TorchBackend:
     r"""Samples with :func:`~pyg_orch.sampling.sample_multi_hop` where the
-    topology lives; a topology in (pinned) host memory is sampled on the CPU
-    and the batch moved to the sampler's device."""
+    topology lives, then moves the batch to the sampler's device."""
     name = 'torch'
     asynchronous = False
 

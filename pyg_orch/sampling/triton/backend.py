@@ -1,5 +1,4 @@
-r"""The fused Triton kernels as the :obj:`'triton'` sampling backend, imported
-by the registry only for a CUDA device with Triton installed."""
+r"""The fused Triton kernels as the :obj:`'triton'` sampling backend."""
 from typing import Optional, Tuple
 
 from pyg_orch.sampling.interface import BackendConfig, SampleRequest
@@ -18,9 +17,8 @@ from pyg_orch.sampling.triton.hetero_fused import (
 
 
 class TritonBackend:
-    r"""Samples homogeneous and heterogeneous graphs with the fused kernels,
-    replayed as CUDA graphs; :meth:`launch` queues a batch on the current
-    stream and returns at once."""
+    r"""Samples with the fused kernels; :meth:`launch` returns once the
+    batch is queued."""
     name = 'triton'
     asynchronous = True
 

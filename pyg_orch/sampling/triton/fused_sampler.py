@@ -1,7 +1,5 @@
-r"""Multi-hop sampling on the GPU with fused Triton kernels: every buffer is
-sized by an upper bound, so a batch runs without host synchronization until its
-counts are read. The output equals :func:`pyg_orch.sampling.sample_multi_hop`'s
-but for the random draws."""
+r"""Multi-hop sampling on the GPU with fused Triton kernels, without host
+synchronization until a batch's counts are read."""
 import threading
 import weakref
 from collections import OrderedDict
@@ -39,23 +37,16 @@ def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
 
 class FusedPlan:
     r"""The buffers and kernel launches of one batch shape (batch size,
-    fan-outs): every size is an upper bound known up front, so a batch runs
-    without host synchronization and can be captured once as a CUDA graph
-    and replayed."""
+    fan-outs), sized by upper bounds so that it can be replayed as a CUDA
+    graph."""
     def __init__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
                  batch_size: int, replace: bool, hot_nodes: Optional[Tensor],
                  map_buf: Tensor, claim_buf: Tensor, device: torch.device):
-        if map_buf.dtype != torch.int32 or claim_buf.dtype != torch.int32:
-            raise RuntimeError('the fused sampler needs int32 relabel buffers')
+        self._setup(map_buf, claim_buf, device, None if hot_nodes is None
+                    else torch.zeros(num_nodes, dtype=torch.bool,
+                                     device=device))
         self.topo, self.num_nodes = topo, num_nodes
         self.fanouts, self.replace = list(fanouts), bool(replace)
-        self.map_buf, self.claim_buf = map_buf, claim_buf
-        self.device = with_index(device)  # Fast stream lookups.
-        # The plan's own copy of the pruning mask, refreshed before every
-        # batch: a new mask (the hot set changed) reuses the plan and its
-        # CUDA graph instead of making new ones.
-        self.hot_nodes = None if hot_nodes is None else torch.zeros(
-            num_nodes, dtype=torch.bool, device=device)
         B = self.batch_size = batch_size
         self.caps = [B]
         for k in fanouts:
@@ -96,9 +87,24 @@ class FusedPlan:
         # row, col and edge ids in one tensor: one copy per batch.
         self.edge_buf = torch.zeros(3, total, **kw)
         self.edges = dict(zip(('row', 'col', 'eid'), self.edge_buf))
-        self.counts = torch.zeros(1 + 2 * len(fanouts), **kw)
-        self.counts_host = torch.zeros(self.counts.shape, dtype=torch.int64,
-                                       pin_memory=device.type == 'cuda')
+        self._set_counts(torch.zeros(1 + 2 * len(fanouts), **kw))
+
+    def _setup(self, map_buf: Tensor, claim_buf: Tensor,
+               device: torch.device, hot_nodes: Optional[Tensor]) -> None:
+        if map_buf.dtype != torch.int32 or claim_buf.dtype != torch.int32:
+            raise RuntimeError('the fused sampler needs int32 relabel buffers')
+        self.map_buf, self.claim_buf = map_buf, claim_buf
+        self.device = with_index(device)  # Fast stream lookups.
+        # The plan's own copy of the pruning mask, refreshed before every
+        # batch: a new mask (the hot set changed) reuses the plan and its
+        # CUDA graph instead of making new ones.
+        self.hot_nodes = hot_nodes
+
+    def _set_counts(self, counts: Tensor) -> None:
+        # The batch's counts on the device and their pinned host copy.
+        self.counts = counts
+        self.counts_host = torch.zeros(counts.shape, dtype=torch.int64,
+                                       pin_memory=self.device.type == 'cuda')
         self.graph = None
         self._inflight: Optional[weakref.ref] = None
         self._stream = None
@@ -168,12 +174,6 @@ class FusedPlan:
         cap = self.node_buf.numel()
         tk.reset_kernel[(triton_cdiv(cap, _FLAT_BLOCK), )](
             self.node_buf, self.map_buf, state, cap, BLOCK=_FLAT_BLOCK)
-
-    def run(self, seeds: Tensor, generator: Optional[torch.Generator],
-            use_graph: bool, hot_nodes: Optional[Tensor] = None
-            ) -> MultiHopOutput:
-        r"""Samples a batch and waits for it (one synchronization)."""
-        return self.launch(seeds, generator, use_graph, hot_nodes).result()
 
     def launch(self, seeds: Tensor, generator: Optional[torch.Generator],
                use_graph: bool, hot_nodes: Optional[Tensor] = None
@@ -266,9 +266,8 @@ class FusedPlan:
 
 
 class PendingFused:
-    r"""A batch queued by :meth:`FusedPlan.launch`: its counts are copied to
-    pinned host memory behind the kernels, so :meth:`result` waits for this
-    batch only, not for work queued after it (e.g. a training step)."""
+    r"""A batch queued by :meth:`FusedPlan.launch`: :meth:`result` waits for
+    this batch only, not for work queued after it."""
     def __init__(self, plan: FusedPlan):
         self.plan = plan
         self._out: Optional[MultiHopOutput] = None
@@ -293,8 +292,7 @@ class PendingFused:
 
 class FusedSampler:
     r"""Runs :class:`FusedPlan` objects, one per batch shape and thread,
-    replayed as CUDA graphs on GPUs (eagerly elsewhere, e.g. under Triton's
-    interpreter)."""
+    replayed as CUDA graphs on GPUs."""
     def __init__(self, use_graphs: Optional[bool] = None,
                  max_plans: int = 4):
         self.use_graphs = use_graphs
@@ -307,34 +305,25 @@ class FusedSampler:
     def __setstate__(self, state):
         self.__init__(**state)
 
-    def __call__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
-                 seeds: Tensor, replace: bool,
-                 generator: Optional[torch.Generator],
-                 buffers: DenseBufferPool, device: torch.device,
-                 hot_nodes: Optional[Tensor] = None) -> MultiHopOutput:
-        return self.launch(topo, num_nodes, fanouts, seeds, replace,
-                           generator, buffers, device, hot_nodes).result()
+    def __call__(self, *args, **kwargs) -> MultiHopOutput:
+        r"""Samples a batch: :meth:`launch`, then waits for it."""
+        return self.launch(*args, **kwargs).result()
 
     def launch(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
                seeds: Tensor, replace: bool,
                generator: Optional[torch.Generator],
                buffers: DenseBufferPool, device: torch.device,
                hot_nodes: Optional[Tensor] = None) -> PendingFused:
-        r"""Like :meth:`__call__`, but returns once the batch is queued."""
-        plan, use_graphs = self._plan(topo, num_nodes, fanouts, seeds,
-                                      replace, buffers, device, hot_nodes)
-        return plan.launch(on_device_or_host(seeds, device), generator,
-                           use_graphs, hot_nodes)
-
-    def _plan(self, topo, num_nodes, fanouts, seeds, replace, buffers, device,
-              hot_nodes):
+        r"""Queues a batch; :meth:`PendingFused.result` waits for it."""
         # Whether it prunes, not which mask: the plan copies the mask in.
         key = (id(topo), topo.colptr.data_ptr(), num_nodes, tuple(fanouts),
                seeds.numel(), bool(replace), hot_nodes is not None)
-        return self._cached_plan(key, device, lambda: FusedPlan(
+        plan, use_graphs = self._cached_plan(key, device, lambda: FusedPlan(
             topo, num_nodes, fanouts, seeds.numel(), replace, hot_nodes,
             buffers.get(None, num_nodes, device, fill=-1),
             buffers.get(None, num_nodes, device, fill=_INT32_MAX), device))
+        return plan.launch(on_device_or_host(seeds, device), generator,
+                           use_graphs, hot_nodes)
 
     def _cached_plan(self, key, device: torch.device, make):
         # This thread's plan for `key` (made by `make()` if new; the least
@@ -366,17 +355,12 @@ def fused_sample_multi_hop(
     device: torch.device,
     hot_nodes: Optional[Tensor] = None,
 ) -> MultiHopOutput:
-    r"""Samples :obj:`len(fanouts)` hops from :obj:`seeds` of a homogeneous
-    graph with the Triton kernels, eagerly (see :class:`FusedSampler` for the
-    CUDA-graph version). The topology may live on the GPU or in pinned host
-    memory (read zero-copy). Nodes flagged in the boolean mask
-    :obj:`hot_nodes` are not expanded in the last hop."""
-    seeds = seeds.to(device, torch.int64)
-    plan = FusedPlan(topo, num_nodes, fanouts, seeds.numel(), replace,
-                     hot_nodes, buffers.get(None, num_nodes, device, fill=-1),
-                     buffers.get(None, num_nodes, device, fill=_INT32_MAX),
-                     device)
-    return plan.run(seeds, generator, False, hot_nodes)
+    r"""Samples :obj:`len(fanouts)` hops from :obj:`seeds` with the Triton
+    kernels, eagerly; nodes flagged in :obj:`hot_nodes` are not expanded in
+    the last hop."""
+    sampler = FusedSampler(use_graphs=False, max_plans=1)
+    return sampler(topo, num_nodes, fanouts, seeds, replace, generator,
+                   buffers, device, hot_nodes)
 
 
 def _shard_arguments(layout: Optional[ShardLayout], dummy: Tensor):

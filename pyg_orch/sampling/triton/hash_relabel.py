@@ -1,7 +1,5 @@
-r"""Relabeling of non-negative int64 keys through an open-addressing hash table
-on the GPU: the contract and local ids of
-:class:`pyg_orch.sampling.relabel.SortRelabeler` without its sorts. Imports
-Triton lazily and nothing from :mod:`pyg_orch.sampling`."""
+r"""Relabeling through an open-addressing hash table on the GPU, with the
+contract of :class:`pyg_orch.sampling.relabel.SortRelabeler`."""
 from typing import List, Tuple
 
 import torch
@@ -17,9 +15,8 @@ def _grid(n: int) -> Tuple[int]:
 
 
 class HashRelabeler:
-    r"""Maps non-negative keys to local ids in order of first appearance:
-    :meth:`init` with the seeds, :meth:`add` once per hop. The table holds at
-    least twice the keys seen and lives for one batch."""
+    r"""Maps non-negative keys to local ids in order of first appearance,
+    through a hash table that lives for one batch."""
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
         self.num_nodes = 0

@@ -1,9 +1,6 @@
 r"""The fused Triton sampling path for heterogeneous graphs: node types get
-global ids and all edge types' CSC layouts lie back to back
-(:class:`HeteroCSC`), so one launch per hop samples every edge type and the
-homogeneous relabel kernels dedup the whole hop. Slots are grouped by source
-node type, so the output equals :func:`pyg_orch.sampling.sample_multi_hop`'s
-but for the random draws."""
+global ids and all edge types' CSC layouts lie back to back, so one launch
+per hop samples every edge type."""
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -11,7 +8,6 @@ from torch import Tensor
 
 from pyg_orch.core.buffers import DenseBufferPool
 from pyg_orch.topology.csc import smallest_index_dtype
-from pyg_orch.core.devices import with_index
 from pyg_orch.sampling.output import MultiHopOutput
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.core.triton_util import kernel_view
@@ -31,10 +27,7 @@ _BUFFER_KEY = '__hetero_fused__'
 def hetero_supports(topology: GraphTopology, num_neighbors: dict,
                     disjoint: bool, induced: bool,
                     max_fanout: int = 64, replace: bool = False) -> bool:
-    r"""Whether the fused path handles this heterogeneous configuration
-    (uniform, non-disjoint, non-induced, one piece, fan-outs in :obj:`[0,
-    max_fanout]`, or :obj:`-1` without replacement where the largest in-degree
-    is at most :obj:`max_fanout`)."""
+    r"""Whether the fused path handles this heterogeneous configuration."""
     if not topology.is_hetero or topology.is_temporal or \
             topology.is_weighted or topology.is_sharded:
         return False
@@ -66,8 +59,7 @@ def max_in_degree(csc) -> int:
 
 def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
     r""":obj:`num_neighbors` with every fan-out of :obj:`-1` replaced by
-    :obj:`degree(edge_type)`, the largest in-degree (without replacement that
-    takes all neighbors in list order, as the PyTorch path does)."""
+    :obj:`degree(edge_type)`."""
     out = {}
     for et, fanouts in num_neighbors.items():
         if any(k < 0 for k in fanouts):
@@ -79,8 +71,7 @@ def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
 
 class HeteroCSC:
     r"""All edge types of a heterogeneous topology as one CSC layout over
-    global node ids: edge type :obj:`e`'s shifted :obj:`colptr` starts at
-    :obj:`colbase[e]`, with global source ids and per-type edge ids."""
+    global node ids."""
     def __init__(self, topology: GraphTopology):
         self.node_types = topology.node_types
         self.edge_types = topology.edge_types
@@ -94,7 +85,7 @@ class HeteroCSC:
         device = topology.device
         colptrs, rows, eids = [], [], []
         self.colbase: Dict = {}
-        self._num_dst: Dict = {}
+        self._topology_csc = topology.csc
         self._max_degree: Dict = {}
         cbase = ebase = 0
         for et in self.edge_types:
@@ -107,7 +98,6 @@ class HeteroCSC:
             else:
                 eids.append(torch.arange(csc.num_edges, device=device))
             self.colbase[et] = cbase
-            self._num_dst[et] = colptr.numel() - 1
             cbase += colptr.numel()
             ebase += csc.num_edges
         num_edges = ebase
@@ -125,11 +115,8 @@ class HeteroCSC:
     def max_in_degree(self, edge_type) -> int:
         r"""The largest in-degree of :obj:`edge_type` (computed once)."""
         if edge_type not in self._max_degree:
-            start = self.colbase[edge_type]
-            colptr = self.colptr[start:start + self._num_dst[edge_type] + 1]
-            self._max_degree[edge_type] = 0 if colptr.numel() < 2 else int(
-                (colptr[1:].to(torch.int64) - colptr[:-1].to(torch.int64))
-                .max())
+            self._max_degree[edge_type] = max_in_degree(
+                self._topology_csc[edge_type])
         return self._max_degree[edge_type]
 
     def shift(self, edge_type) -> int:
@@ -140,20 +127,13 @@ class HeteroCSC:
 
 class HeteroFusedPlan(FusedPlan):
     r"""The buffers and kernel launches of one heterogeneous batch shape
-    (seeds per node type, fan-outs per edge type): the counterpart of
-    :class:`~pyg_orch.sampling.triton.fused_sampler.FusedPlan`, whose
-    launching, capturing and waiting it reuses."""
+    (seeds per node type, fan-outs per edge type)."""
     def __init__(self, csc: HeteroCSC, num_neighbors: Dict,
                  seed_counts: Dict, replace: bool, hot_nodes: Optional[Tensor],
                  map_buf: Tensor, claim_buf: Tensor, device: torch.device):
-        if map_buf.dtype != torch.int32 or claim_buf.dtype != torch.int32:
-            raise RuntimeError('the fused sampler needs int32 relabel buffers')
+        self._setup(map_buf, claim_buf, device, None if hot_nodes is None
+                    else torch.zeros_like(hot_nodes))
         self.csc, self.replace = csc, bool(replace)
-        self.map_buf, self.claim_buf = map_buf, claim_buf
-        self.device = with_index(device)  # Fast stream lookups.
-        # The plan's own mask, refreshed before every batch (see FusedPlan).
-        self.hot_nodes = None if hot_nodes is None else torch.zeros_like(
-            hot_nodes)
         ntypes, etypes = csc.node_types, csc.edge_types
         T = self.num_types = len(ntypes)
         tid = {t: i for i, t in enumerate(ntypes)}
@@ -167,11 +147,8 @@ class HeteroFusedPlan(FusedPlan):
                                              csc.max_in_degree)
         H = self.num_hops = max((len(v) for v in num_neighbors.values()),
                                 default=0)
-        self.fanouts = {
-            et: [(num_neighbors[et][h] if h < len(num_neighbors[et]) else 0)
-                 for h in range(H)]
-            for et in etypes
-        }
+        self.fanouts = {et: num_neighbors[et] + [0] * (
+            H - len(num_neighbors[et])) for et in etypes}
         self.seed_counts = [int(seed_counts.get(t, 0)) for t in ntypes]
         kw = dict(dtype=torch.int64, device=device)
 
@@ -197,18 +174,16 @@ class HeteroFusedPlan(FusedPlan):
         # Seeds: local ids in node type order -> global ids at region starts.
         B = self.batch_size = sum(self.seed_counts)
         self.seeds = torch.zeros(B, **kw)
+        # (One piece per node type: never an empty list.)
         self.seed_offset = torch.cat([
             torch.full((n, ), csc.offset[t], **kw)
-            for t, n in zip(ntypes, self.seed_counts)
-        ]) if B > 0 else torch.zeros(0, **kw)
+            for t, n in zip(ntypes, self.seed_counts)])
         self.seed_dest = torch.cat([
             torch.arange(regions[i], regions[i] + n, **kw)
-            for i, n in enumerate(self.seed_counts)
-        ]) if B > 0 else torch.zeros(0, **kw)
+            for i, n in enumerate(self.seed_counts)])
         self.positions = torch.cat([
             torch.arange(n, dtype=torch.int32, device=device)
-            for n in self.seed_counts
-        ]) if B > 0 else torch.zeros(0, dtype=torch.int32, device=device)
+            for n in self.seed_counts])
         self.global_seeds = torch.zeros(B, **kw)
         self.hop_seeds = torch.zeros(max(H, 1), **kw)
         # [nodes so far, frontier start, frontier count] per node type:
@@ -276,9 +251,6 @@ class HeteroFusedPlan(FusedPlan):
         self.seg_end = torch.tensor([b for _, _, _, b in self.segments], **kw)
         eorder = sorted(range(S), key=lambda s: (etypes.index(
             self.segments[s][1]), self.segments[s][0]))
-        inv = [0] * S  # Each segment's place in that order.
-        for i, s in enumerate(eorder):
-            inv[s] = i
         self.edge_rank = torch.zeros(max(total, 1) + 1, **kw)
         self.seg_shift = torch.zeros(max(S, 1), **kw)
         # before[0, s, u] = 1 where segment u's edges come before segment
@@ -287,7 +259,8 @@ class HeteroFusedPlan(FusedPlan):
         # the same (see hetero_counts_kernel):
         SP = self.seg_pad = max(1 << max(S - 1, 0).bit_length(), 2)
         before = torch.zeros(3, SP, SP, dtype=torch.int64)
-        place = torch.tensor(inv, dtype=torch.int64)
+        # Each segment's place in that order:
+        place = torch.tensor(eorder, dtype=torch.int64).argsort()
         etype = torch.tensor([etypes.index(et) for _, et, _, _ in
                               self.segments], dtype=torch.int64)
         before[0, :S, :S] = place[None, :] < place[:, None]
@@ -300,12 +273,7 @@ class HeteroFusedPlan(FusedPlan):
         # Every edge type's rows then columns, then all edge ids, in one
         # buffer: one copy per batch (see hetero_compact_kernel).
         self.edge_buf = torch.zeros(3 * max(total, 1), **kw)
-        self.counts = torch.zeros(T + H * T + S, **kw)
-        self.counts_host = torch.zeros(self.counts.shape, dtype=torch.int64,
-                                       pin_memory=device.type == 'cuda')
-        self.graph = None
-        self._inflight = None
-        self._stream = None
+        self._set_counts(torch.zeros(T + H * T + S, **kw))
 
     def enqueue(self) -> None:
         r"""Launches the whole batch on the current stream."""
@@ -410,21 +378,12 @@ class HeteroFusedPlan(FusedPlan):
 
 class HeteroFusedSampler(FusedSampler):
     r"""Runs :class:`HeteroFusedPlan` objects, one per batch shape and
-    thread (see
-    :class:`~pyg_orch.sampling.triton.fused_sampler.FusedSampler`)."""
+    thread."""
     def __init__(self, use_graphs: Optional[bool] = None,
                  max_plans: int = 4):
         super().__init__(use_graphs, max_plans)
         self._csc: Optional[Tuple[int, HeteroCSC]] = None
         self._hot: Optional[Tuple[tuple, Tensor]] = None
-
-    def __call__(self, topology: GraphTopology, num_neighbors: Dict,
-                 seeds: Dict, replace: bool,
-                 generator: Optional[torch.Generator],
-                 buffers: DenseBufferPool, device: torch.device,
-                 hot_nodes: Optional[Dict] = None) -> MultiHopOutput:
-        return self.launch(topology, num_neighbors, seeds, replace,
-                           generator, buffers, device, hot_nodes).result()
 
     def launch(self, topology: GraphTopology, num_neighbors: Dict,
                seeds: Dict, replace: bool,
@@ -487,11 +446,9 @@ def fused_sample_hetero(
     device: Optional[torch.device] = None,
     hot_nodes: Optional[Dict] = None,
 ) -> MultiHopOutput:
-    r"""Samples a heterogeneous graph with the fused Triton kernels, eagerly
-    (no CUDA graph): :func:`pyg_orch.sampling.sample_multi_hop` for the
-    configurations :func:`hetero_supports` accepts. :obj:`hot_nodes` holds
-    boolean masks per node type of nodes the last hop does not expand;
-    :obj:`device` defaults to the topology's."""
+    r"""Samples a heterogeneous graph with the fused Triton kernels,
+    eagerly; :obj:`hot_nodes` holds masks per node type of nodes the last
+    hop does not expand."""
     device = torch.device(device) if device is not None else topology.device
     sampler = HeteroFusedSampler(use_graphs=False, max_plans=1)
     return sampler(topology, num_neighbors, seeds, replace, generator,

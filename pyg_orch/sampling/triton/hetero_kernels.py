@@ -1,6 +1,5 @@
-r"""Triton kernels of the fused heterogeneous sampling path over global node
-ids (node type :obj:`t` holds :obj:`[offset_t, offset_t + N_t)`). Importing
-this module imports Triton."""
+r"""Triton kernels of the fused heterogeneous sampling path (imports
+Triton)."""
 import triton
 import triton.language as tl
 

@@ -1,6 +1,4 @@
-"""Triton kernels of the fused GPU sampling path. Importing this module
-imports Triton; :mod:`pyg_orch.sampling.triton.fused_sampler` does so lazily,
-only on the GPU path."""
+"""Triton kernels of the fused GPU sampling path (imports Triton)."""
 import triton
 import triton.language as tl
 

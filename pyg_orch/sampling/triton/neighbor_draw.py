@@ -1,6 +1,4 @@
-r"""One hop's neighbor draw on the GPU in one Triton launch, with the contract
-of :func:`pyg_orch.sampling.neighbors.sample_neighbors` (the reference) for
-uniform and temporal draws. Imports Triton lazily."""
+r"""One hop's neighbor draw in one Triton launch."""
 from typing import Optional, Tuple
 
 import torch
@@ -16,9 +14,7 @@ _INT32_MAX = 2**31 - 1
 def draw_applies(colptr: Tensor, num_neighbors: int,
                  time: Optional[Tensor] = None,
                  weight: Optional[Tensor] = None) -> bool:
-    r"""Whether :func:`draw_neighbors` handles a hop: a CSC on a CUDA
-    device (times too, as tensors), Triton, no weights, a fan-out in
-    :obj:`[0, MAX_FANOUT]`."""
+    r"""Whether :func:`draw_neighbors` handles a hop."""
     if weight is not None or not 0 <= num_neighbors <= MAX_FANOUT:
         return False
     if not isinstance(colptr, Tensor) or not colptr.is_cuda:
@@ -37,8 +33,8 @@ def draw_neighbors(colptr: Tensor, nodes: Tensor, num_neighbors: int,
                    weight: Optional[Tensor] = None,
                    ) -> Optional[Tuple[Tensor, Tensor]]:
     r"""Samples in-neighbors of :obj:`nodes` as
-    :func:`~pyg_orch.sampling.neighbors.sample_neighbors` does (other random
-    draws) in one launch; :obj:`None` where :func:`draw_applies` says no."""
+    :func:`~pyg_orch.sampling.neighbors.sample_neighbors` in one launch, or
+    :obj:`None` where :func:`draw_applies` says no."""
     k = int(num_neighbors)
     if not draw_applies(colptr, k, time, weight):
         return None
