@@ -83,6 +83,23 @@ def check_int(name: str, value: Any, minimum: int = 0,
     return int(value)
 
 
+def check_real(name: str, value: Any, minimum: float,
+               exclusive: bool = False) -> float:
+    r"""Returns :obj:`value` as a finite :class:`float` :obj:`>= minimum`
+    (:obj:`> minimum` with :obj:`exclusive`); else raises a
+    :class:`ValueError` naming :obj:`name`."""
+    op = '>' if exclusive else '>='
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, numbers.Real):
+        raise ValueError(f"'{name}' must be a number {op} {minimum:g} (got "
+                         f"{value!r})")
+    if not math.isfinite(value) or value < minimum or (exclusive
+                                                       and value == minimum):
+        raise ValueError(f"'{name}' must be a finite number {op} "
+                         f"{minimum:g} (got {value!r})")
+    return float(value)
+
+
 def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
     r"""Warns once, with a :class:`DeprecationWarning`, that the keyword
     argument :obj:`old` is deprecated, naming its new spelling :obj:`new`
