@@ -32,6 +32,7 @@ from torch import Tensor
 from torch.utils.data import Sampler
 
 from pyg_orch.core.checks import check_int, check_seconds
+from pyg_orch.parallel.exchange import comm_device
 from pyg_orch.parallel.peer_memory import disable_multicast_env
 
 
@@ -362,13 +363,6 @@ class DistributedSeedSplit(Sampler):
 # Collectives #################################################################
 
 
-def _group_device(group: Optional[Any]) -> torch.device:
-    backend = dist.get_backend(group)
-    if 'nccl' in str(backend).lower() and torch.cuda.is_available():
-        return torch.device('cuda', torch.cuda.current_device())
-    return torch.device('cpu')
-
-
 def equal_batch_count(num_batches: int, group: Optional[Any] = None) -> int:
     r"""The smallest :obj:`num_batches` over all ranks of :obj:`group` (a
     collective), e.g. for :obj:`itertools.islice(loader, steps)`;
@@ -377,7 +371,7 @@ def equal_batch_count(num_batches: int, group: Optional[Any] = None) -> int:
     if not (dist.is_available() and dist.is_initialized()):
         return num_batches
     t = torch.tensor([num_batches], dtype=torch.long,
-                     device=_group_device(group))
+                     device=comm_device(group))
     dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
     return int(t.item())
 

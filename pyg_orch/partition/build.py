@@ -4,7 +4,6 @@ and writes each part's vertices, in-edges and attributes to its own folder
 from __future__ import annotations
 
 import json
-import operator
 import os
 import re
 import shutil
@@ -20,6 +19,7 @@ from pyg_orch.core.checks import check_data
 from pyg_orch.topology.csc import check_edge_index
 from pyg_orch.partition.partitioning import (
     assign_parts,
+    check_num_parts,
     edge_cut,
     resolve_method,
 )
@@ -80,20 +80,6 @@ class PartitionInfo:
                 f'{self.num_parts} parts ({self.method}): edge cut '
                 f'{self.edge_cut:.2%}, balance {self.balance:.3f}, in '
                 f'{self.seconds:.1f} s -> {self.out_dir}')
-
-
-def _check_num_parts(num_parts, num_nodes: int) -> int:
-    if isinstance(num_parts, bool):
-        raise ValueError(f"'num_parts' must be an integer (got {num_parts!r})")
-    try:
-        num_parts = operator.index(num_parts)
-    except TypeError:
-        raise ValueError(f"'num_parts' must be an integer "
-                         f"(got {num_parts!r})") from None
-    if not 1 <= num_parts <= max(num_nodes, 1) or num_nodes == 0:
-        raise ValueError(f"'num_parts' must be in [1, num_nodes] = [1, "
-                         f"{num_nodes}] (got {num_parts})")
-    return num_parts
 
 
 def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -259,7 +245,7 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
                          'edge_index' if et is None else
                          f'data[{et!r}].edge_index')
     num_nodes = sum(num_nodes_by_type.values())
-    num_parts = _check_num_parts(num_parts, num_nodes)
+    num_parts = check_num_parts(num_parts, num_nodes, allow_empty=False)
     resolved = resolve_method(method)
     if seed is None:
         seed = 0
