@@ -26,6 +26,8 @@ from typing import Any, Dict, List, Optional, Set
 
 import torch.distributed as dist
 
+from pyg_orch.core.checks import check_seconds
+
 #: Prefix of the store keys the guards use.
 KEY_PREFIX = 'pyg_orch/rank_guard'
 
@@ -219,17 +221,6 @@ class PeerLiveness:
                             f's')
 
 
-def _seconds(name: str, value: Any, optional: bool = False
-             ) -> Optional[float]:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not value > 0:
-        raise ValueError(f"'{name}' must be a positive number of seconds"
-                         f"{' or None' if optional else ''} (got {value!r})")
-    return float(value)
-
-
 class RankGuard:
     r"""The context manager of :func:`rank_guard` (see there)."""
     def __init__(self, timeout: float = 60.0, *, name: str = 'default',
@@ -237,9 +228,11 @@ class RankGuard:
                  poll_interval: float = 0.05, abort: bool = True,
                  interrupt: bool = True, hard_exit: bool = True,
                  exit_code: int = 1, dead_after: Optional[float] = 2.0):
-        dead_after = _seconds('dead_after', dead_after, optional=True)
-        timeout = _seconds('timeout', timeout)
-        poll_interval = _seconds('poll_interval', poll_interval)
+        dead_after = check_seconds('dead_after', dead_after, positive=True,
+                                   optional=True)
+        timeout = check_seconds('timeout', timeout, positive=True)
+        poll_interval = check_seconds('poll_interval', poll_interval,
+                                      positive=True)
         if not isinstance(name, str) or not name or '/' in name:
             raise ValueError(f"'name' must be a non-empty string without "
                              f"'/' (got {name!r})")

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from pyg_orch.core.checks import check_data
 from pyg_orch.topology.csc import check_edge_index
+from pyg_orch.topology.sparse_adj import index_to_ptr
 from pyg_orch.partition.partitioning import (
     assign_parts,
     check_num_parts,
@@ -181,9 +182,7 @@ def _edge_order(edge_index: Tensor, dst_position: Tensor):
     the order, the CSC pointer over positions, and the sources."""
     dst_pos = dst_position[edge_index[1]]
     order = torch.sort(dst_pos, stable=True).indices
-    degree = torch.bincount(dst_pos, minlength=dst_position.numel())
-    ptr = torch.zeros(dst_position.numel() + 1, dtype=torch.int64)
-    ptr[1:] = degree.cumsum(0)
+    ptr = index_to_ptr(dst_pos, dst_position.numel())
     return order, ptr, edge_index[0, order]
 
 

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from pyg_orch.core.checks import check_int
 from pyg_orch.topology.csc import check_edge_index
+from pyg_orch.topology.sparse_adj import index_to_ptr
 
 __all__ = [
     'METHODS',
@@ -110,9 +111,7 @@ def metis_adjacency(edge_index: Tensor,
     both = torch.unique(both)  # Sorted: by source, then neighbor.
     row = torch.div(both, num_nodes, rounding_mode='floor')
     col = both - row * num_nodes
-    xadj = torch.zeros(num_nodes + 1, dtype=torch.int64)
-    xadj[1:] = torch.bincount(row, minlength=num_nodes).cumsum(0)
-    return xadj, col
+    return index_to_ptr(row, num_nodes), col
 
 
 def _metis(edge_index: Tensor, num_nodes: int, num_parts: int,
