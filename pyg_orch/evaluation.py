@@ -10,6 +10,7 @@ from torch_geometric.nn import GCN, GraphSAGE
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
 from pyg_orch.core.checks import check_fraction, check_int
+from pyg_orch.datasets.power_law import split_masks
 from pyg_orch.offload import OffloadOptions
 
 
@@ -95,10 +96,4 @@ def random_split(num_nodes: int, train_ratio: float = 0.1,
                           generator=torch.Generator().manual_seed(seed))
     num_train = round(train_ratio * num_nodes)
     num_val = min(round(val_ratio * num_nodes), num_nodes - num_train)
-    masks = []
-    for lo, hi in ((0, num_train), (num_train, num_train + num_val),
-                   (num_train + num_val, num_nodes)):
-        mask = torch.zeros(num_nodes, dtype=torch.bool)
-        mask[perm[lo:hi]] = True
-        masks.append(mask)
-    return masks[0], masks[1], masks[2]
+    return split_masks(perm, num_train, num_val)

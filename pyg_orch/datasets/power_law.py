@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Tuple
 
 import torch
 from torch import Tensor
@@ -120,6 +121,16 @@ def _sample_zipf_ranks(
     head_rank = torch.searchsorted(head_cdf, head_u, right=True,
                                    out_int32=dtype == torch.int32)
     return rank.index_copy_(0, head_idx, head_rank.clamp_(max=K - 1))
+
+
+def split_masks(perm: Tensor, num_train: int,
+                num_val: int) -> Tuple[Tensor, Tensor, Tensor]:
+    r"""Training, validation and test masks: the first :obj:`num_train`
+    nodes of :obj:`perm`, the next :obj:`num_val`, and the others."""
+    position = torch.empty_like(perm)
+    position[perm] = torch.arange(perm.numel(), device=perm.device)
+    return (position < num_train, (position >= num_train) &
+            (position < num_train + num_val), position >= num_train + num_val)
 
 
 def power_law_graph(
@@ -262,14 +273,8 @@ def power_law_graph(
 
     # Random 60/20/20 node split #############################################
     perm = torch.randperm(N, generator=gen, device=device)
-    num_train = int(0.6 * N)
-    num_val = int(0.2 * N)
-    train_mask = torch.zeros(N, dtype=torch.bool, device=device)
-    val_mask = torch.zeros(N, dtype=torch.bool, device=device)
-    test_mask = torch.zeros(N, dtype=torch.bool, device=device)
-    train_mask[perm[:num_train]] = True
-    val_mask[perm[num_train:num_train + num_val]] = True
-    test_mask[perm[num_train + num_val:]] = True
+    train_mask, val_mask, test_mask = split_masks(perm, int(0.6 * N),
+                                                  int(0.2 * N))
     del perm
 
     data = Data(edge_index=edge_index, y=y, train_mask=train_mask,

@@ -221,6 +221,12 @@ class PeerLiveness:
                             f's')
 
 
+def _failure(rank: Optional[int], error: str,
+             remote_traceback: str = '') -> Dict[str, Any]:
+    # A failure as the guards record it in the store.
+    return {'rank': rank, 'error': error, 'traceback': remote_traceback}
+
+
 class RankGuard:
     r"""The context manager of :func:`rank_guard` (see there)."""
     def __init__(self, timeout: float = 60.0, *, name: str = 'default',
@@ -321,14 +327,11 @@ class RankGuard:
                         lost_at = time.monotonic()
                     if time.monotonic() - lost_at <= self.timeout:
                         continue
-                    failure = {
-                        'rank': None,
-                        'error': f'lost the store of the process group '
+                    failure = _failure(
+                        None, f'lost the store of the process group '
                         f'{self.timeout} s ago ({type(exc).__name__}: '
                         f'{exc}); the process that holds it (rank 0 unless '
-                        f'under torchrun) probably exited',
-                        'traceback': '',
-                    }
+                        f'under torchrun) probably exited')
                 if failure is None or failure.get('rank') == self.rank:
                     continue
                 with self._lock:
@@ -359,13 +362,10 @@ class RankGuard:
         return None if dead is None else self._record_death(dead)
 
     def _death(self, dead: int) -> Dict[str, Any]:
-        return {
-            'rank': dead,
-            'error': f'rank {dead} died without raising an error '
+        return _failure(
+            dead, f'rank {dead} died without raising an error '
             f'({self._peers.dead.get(dead, "its process is gone")}): '
-            f'killed (e.g. SIGKILL, the out-of-memory killer) or crashed',
-            'traceback': '',
-        }
+            f'killed (e.g. SIGKILL, the out-of-memory killer) or crashed')
 
     def _record_death(self, dead: int) -> Dict[str, Any]:
         # The first failure recorded wins (maybe the dead rank's own).
@@ -489,8 +489,8 @@ class RankGuard:
             failure['error'] += (f' (the store of the process group is '
                                  f'lost too: {type(exc).__name__}: {exc})')
             return failure
-        return {'rank': None, 'error': f'lost the store of the process '
-                f'group ({type(exc).__name__}: {exc})', 'traceback': ''}
+        return _failure(None, f'lost the store of the process group '
+                        f'({type(exc).__name__}: {exc})')
 
     def _acknowledge(self) -> None:
         self._acknowledged = True
@@ -500,12 +500,9 @@ class RankGuard:
             pass
 
     def _report(self, exc: BaseException, tb: Any) -> None:
-        record = json.dumps({
-            'rank': self.rank,
-            'error': f'{type(exc).__name__}: {exc}',
-            'traceback': ''.join(traceback.format_exception(
-                type(exc), exc, tb))[-4000:],
-        })
+        record = json.dumps(_failure(
+            self.rank, f'{type(exc).__name__}: {exc}',
+            ''.join(traceback.format_exception(type(exc), exc, tb))[-4000:]))
         first = False
         try:
             self._store.set(self._key(f'error/{self.rank}'), record)

@@ -32,14 +32,12 @@ from pyg_orch.partition.storage import (
     NODE_PART_FILE,
     PathLike,
     check_name,
-    edge_attr_path,
     edge_path,
     edge_type_name,
     file_entry,
     global_map_path,
     graph_fingerprint,
-    node_attr_path,
-    node_ids_path,
+    node_path,
     part_dir_name,
 )
 
@@ -324,11 +322,11 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
             lo, hi = int(offsets[part]), int(offsets[part + 1])
             node_ids[nt] = perm[lo:hi]
             part_sizes[nt].append(hi - lo)
-            _save(node_ids[nt], node_ids_path(part_dir, nt), out_dir, pf)
+            _save(node_ids[nt], node_path(part_dir, nt), out_dir, pf)
             for key in node_keys[nt]:
                 value = node_stores[nt][key]
                 _save(value[node_ids[nt].to(value.device)],
-                      node_attr_path(part_dir, nt, key), out_dir, pf)
+                      node_path(part_dir, nt, key), out_dir, pf)
         for et in edge_types:
             offsets = order[None if et is None else et[-1]][1]
             lo, hi = int(offsets[part]), int(offsets[part + 1])
@@ -343,7 +341,7 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
             for key in edge_keys[et]:
                 value = edge_stores[et][key]
                 _save(value[eids.to(value.device)],
-                      edge_attr_path(part_dir, et, key), out_dir, pf)
+                      edge_path(part_dir, et, key, True), out_dir, pf)
             part_num_edges[et].append(e_hi - e_lo)
         files[name] = pf
 
