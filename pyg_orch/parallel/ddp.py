@@ -1,23 +1,7 @@
 r"""Glue for PyG's multi-GPU recipe with
 :class:`~torch.nn.parallel.DistributedDataParallel`: one process per GPU,
-each training on its share of the seed nodes.
-
-.. code-block:: python
-
-    device = init_distributed()          # torchrun's variables
-    split = DistributedSeedSplit(data.train_mask, seed=0)
-    loader = HybridNeighborLoader(data, [15, 10], batch_size=1024,
-                                  input_nodes=data.train_mask, sampler=split,
-                                  device=device)
-    with rank_guard(timeout=60):         # a rank's error reaches every rank
-        for epoch in range(epochs):
-            split.set_epoch(epoch)       # the same split on all ranks
-            for batch in loader:         # as many batches on every rank
-                ...
-
-Every rank gets the same number of seeds, so none is left waiting in DDP's
-gradient all-reduce; :func:`equal_batch_count` covers loaders whose counts
-may still differ."""
+each training on its share of the seed nodes. Every rank gets as many seeds,
+so none is left waiting in DDP's gradient all-reduce."""
 import math
 import os
 import time
@@ -168,10 +152,6 @@ def destroy_distributed(settle: float = 0.1) -> None:
     seconds; does nothing without one. Drop what holds the group (above all
     the DDP model) before calling it.
 
-    The pause avoids a gloo deadlock at exit: a worker thread still
-    destroying a finished collective needs the interpreter lock that the
-    thread destroying the group holds while it waits for that worker.
-
     Args:
         settle (float): Seconds to wait after the barrier.
             (default: :obj:`0.1`)"""
@@ -179,6 +159,8 @@ def destroy_distributed(settle: float = 0.1) -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     dist.barrier()
+    # Avoids a gloo deadlock at exit: a worker thread still destroying a
+    # finished collective needs the GIL that the destroying thread holds.
     time.sleep(settle)
     dist.destroy_process_group()
 

@@ -1,13 +1,6 @@
 r"""A rank's failure raised in every rank, within a timeout, instead of the
 other ranks hanging in a collective (e.g. DDP's gradient all-reduce).
 
-.. code-block:: python
-
-    with rank_guard(timeout=60):
-        for batch in loader:
-            ...
-            loss.backward()  # rank 0 waits here if rank 1 raised
-
 A failing rank records its error in the process group's store and aborts its
 group; every other rank's watchdog thread sees it, aborts its own group and
 interrupts the guarded thread, which raises :class:`RankFailedError` (or ends
