@@ -111,14 +111,14 @@ def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
 def check_seconds(name: str, value: Any, positive: bool = False,
                   optional: bool = False) -> Optional[float]:
     r"""Returns :obj:`value` as a :class:`float` if it is a finite number of
-    seconds :obj:`>= 0` (:obj:`> 0` with :obj:`positive`), or :obj:`None`
-    with :obj:`optional`; else raises a :class:`ValueError` naming
-    :obj:`name`."""
+    seconds :obj:`>= 0` (any number :obj:`> 0` with :obj:`positive`), or
+    :obj:`None` with :obj:`optional`; else raises a :class:`ValueError`
+    naming :obj:`name`."""
     if value is None and optional:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(
-            value, numbers.Real) or not math.isfinite(value) or value < 0 or (
-                positive and value == 0):
+            value, numbers.Real) or not (value > 0 if positive else
+                                         math.isfinite(value) and value >= 0):
         kind = 'positive' if positive else 'finite'
         raise ValueError(f"'{name}' must be a {kind} number of seconds"
                          f"{'' if positive else ' >= 0'}"

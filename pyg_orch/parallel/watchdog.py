@@ -191,12 +191,14 @@ class PeerLiveness:
                    self.changes.get(r, 0) - start.get(r, 0) >= 2
                    for r in self.peers)
 
-    def _local_gone(self, r: int) -> bool:
+    def _on_this_host(self, r: int) -> bool:
         where = self.where.get(r)
-        if where is None or not self.identity or where[0] != self.identity:
-            return False
-        if process_gone(int(where[1])):
-            self.dead[r] = f'its process (pid {where[1]}) is gone'
+        return where is not None and bool(self.identity) and \
+            where[0] == self.identity
+
+    def _local_gone(self, r: int) -> bool:
+        if self._on_this_host(r) and process_gone(int(self.where[r][1])):
+            self.dead[r] = f'its process (pid {self.where[r][1]}) is gone'
             return True
         return False
 
@@ -205,8 +207,7 @@ class PeerLiveness:
             key = self._key('where', r)
             if self.store.check([key]):
                 self.where[r] = json.loads(self.store.get(key).decode())
-        where = self.where.get(r)
-        if where is not None and self.identity and where[0] == self.identity:
+        if self._on_this_host(r):
             self._local_gone(r)  # Its process tells; a heartbeat may lag.
         elif self.dead_after is not None and \
                 now - self.changed[r] > self.dead_after:
@@ -246,9 +247,8 @@ class RankGuard:
         self.exit_code = exit_code
         self.dead_after = dead_after
         # Seconds between two heartbeats (and looks at the peers' ones).
-        self.beat_interval = max(self.poll_interval, 0.25) if \
-            dead_after is None else max(self.poll_interval,
-                                        min(0.25, dead_after / 4))
+        self.beat_interval = max(poll_interval, 0.25 if dead_after is None
+                                 else min(0.25, dead_after / 4))
         self.failure: Optional[Dict[str, Any]] = None
         self._lock = threading.Lock()
         self._active = False
@@ -423,14 +423,11 @@ class RankGuard:
         if self._thread is not None and \
                 self._thread is not threading.current_thread():
             self._thread.join()
-        self._leave(exc)
-        return False
-
-    def _leave(self, exc: Optional[BaseException]) -> None:
         try:
             self._raise_for(exc)
         finally:
             self._peers.leave()
+        return False
 
     def _raise_for(self, exc: Optional[BaseException]) -> None:
         if isinstance(exc, _Interrupt) or (
