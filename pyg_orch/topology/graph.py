@@ -389,27 +389,24 @@ def _store_time(feature_store, time_attr: str, num_nodes: Dict,
         if size != (n if node_level else e) and size == (e if node_level
                                                          else n):
             node_level = not node_level
+        where = f"the feature store's {time_attr!r}"
         if node_level:
-            return {None: _check_time(time, n, f'the feature store\'s '
-                                      f'{time_attr!r}')}, {}
-        return None, {None: _check_time(time, e, f'the feature store\'s '
-                                        f'{time_attr!r}')}
+            return {None: _check_time(time, n, where)}, {}
+        return None, {None: _check_time(time, e, where)}
 
     node_time, edge_time = {}, {}
     for attr, time in zip(attrs, tensors):
         group = attr.group_name
         where = f'the feature store\'s {time_attr!r} of {group!r}'
-        if isinstance(group, str):
-            if group not in num_nodes:
-                raise ValueError(f"'time_attr': {where} names no node type of "
-                                 f"the graph store")
-            node_time[group] = _check_time(time, num_nodes[group], where)
-        else:
-            et = tuple(group)
-            if et not in num_edges:
-                raise ValueError(f"'time_attr': {where} names no edge type of "
-                                 f"the graph store")
-            edge_time[et] = _check_time(time, num_edges[et], where)
+        node_level = isinstance(group, str)
+        key = group if node_level else tuple(group)
+        counts = num_nodes if node_level else num_edges
+        if key not in counts:
+            raise ValueError(f"'time_attr': {where} names no "
+                             f"{'node' if node_level else 'edge'} type of "
+                             f"the graph store")
+        out = node_time if node_level else edge_time
+        out[key] = _check_time(time, counts[key], where)
     if node_time and edge_time:
         raise ValueError(
             f"Found time attribute 'time_attr'={time_attr!r} for both "
