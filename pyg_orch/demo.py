@@ -88,7 +88,7 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     from pyg_orch import HybridNeighborLoader
     from pyg_orch.datasets import power_law_graph
-    from pyg_orch.sampling.sampler import resolve_device
+    from pyg_orch.core.checks import resolve_device
 
     device = resolve_device(None if args.device == 'auto' else args.device)
     torch.manual_seed(args.seed)

@@ -14,8 +14,7 @@ from torch_geometric.data import Data
 
 from pyg_orch.topology.csc import CSCTopology, smallest_index_dtype
 from pyg_orch.topology.graph import GraphTopology
-from pyg_orch.core.checks import check_int, check_real
-from pyg_orch.sampling.arguments import resolve_device
+from pyg_orch.core.checks import check_int, check_real, resolve_device
 
 #: The sizes of :obj:`ogbn-papers100M`: nodes, undirected edges, features,
 #: classes and training nodes.
@@ -51,8 +50,7 @@ def _cumulative_weights(num_nodes: int, exponent: float, seed: int,
 
 def _draw_chunk(cum_weight: Tensor, num: int, gen: torch.Generator,
                 dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
-    r"""One chunk of undirected edges: the cited end drawn by popularity, the
-    citing end uniformly."""
+    # Undirected edges: the cited end drawn by popularity, the citing one not.
     num_nodes, device = cum_weight.numel(), cum_weight.device
     u = torch.rand(num, dtype=torch.float64, generator=gen, device=device)
     u.mul_(cum_weight[-1])
@@ -65,15 +63,9 @@ def _draw_chunk(cum_weight: Tensor, num: int, gen: torch.Generator,
     return cited, citing
 
 
-def _chunk_sizes(num_edges: int, chunk_size: int):
-    for start in range(0, num_edges, chunk_size):
-        yield min(chunk_size, num_edges - start)
-
-
 def _fill_chunk(row: Tensor, cursor: Tensor, dst: Tensor,
                 src: Tensor) -> None:
-    r"""Writes :obj:`src` into the lists of :obj:`dst` after the entries
-    written so far (:obj:`cursor`, advanced)."""
+    # Appends `src` to the lists of `dst` at `cursor` (advanced).
     dst_sorted, perm = torch.sort(dst)
     first = torch.searchsorted(dst_sorted, dst_sorted)
     pos = torch.arange(dst.numel(), device=dst.device).sub_(first)
@@ -92,7 +84,8 @@ def _build_csc(num_nodes: int, num_edges: int, exponent: float, seed: int,
 
     node_dtype = smallest_index_dtype(num_nodes)
     cum_weight = _cumulative_weights(num_nodes, exponent, seed, device)
-    sizes = list(_chunk_sizes(num_edges, chunk_size))
+    sizes = [min(chunk_size, num_edges - start)
+             for start in range(0, num_edges, chunk_size)]
     bar = tqdm(total=2 * num_edges, desc='papers-like CSC', unit='edge',
                unit_scale=True, disable=not progress)
 
