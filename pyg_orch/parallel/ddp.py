@@ -196,13 +196,10 @@ def _describe(value: Any) -> str:
 
 def _check_rank(rank: Optional[int],
                 world_size: Optional[int]) -> Tuple[int, int]:
-    info = None
     if rank is None or world_size is None:
         info = rank_info()
-    if world_size is None:
-        world_size = info.world_size
-    if rank is None:
-        rank = info.rank
+        rank = info.rank if rank is None else rank
+        world_size = info.world_size if world_size is None else world_size
     world_size = check_int('world_size', world_size, 1)
     if isinstance(rank, bool) or not isinstance(rank, int) \
             or not 0 <= rank < world_size:
@@ -259,12 +256,9 @@ def rank_input_nodes(input_nodes: SeedNodes, rank: Optional[int] = None,
         epoch (int): Added to :obj:`seed`. (default: :obj:`0`)
         drop_last (bool): Drop the last seeds instead of repeating the
             first ones. (default: :obj:`False`)"""
-    node_type, seeds = _resolve_seeds(input_nodes)
-    rank, world_size = _check_rank(rank, world_size)
-    pos = split_positions(seeds.numel(), rank, world_size, shuffle=shuffle,
-                          seed=seed, epoch=epoch, drop_last=drop_last)
-    out = seeds[pos.to(seeds.device)]
-    return out if node_type is None else (node_type, out)
+    return DistributedSeedSplit(input_nodes, rank, world_size,
+                                shuffle=shuffle, seed=seed,
+                                drop_last=drop_last).rank_nodes(epoch)
 
 
 class DistributedSeedSplit(Sampler):
