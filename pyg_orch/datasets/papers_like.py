@@ -116,9 +116,6 @@ def _build_csc(num_nodes: int, num_edges: int, exponent: float, seed: int,
     return colptr, row
 
 
-# Disk cache ##################################################################
-
-
 def _cache_key(meta: Dict) -> str:
     return ('papers_like_n{num_nodes}_e{num_edges}_x{exponent:g}_s{seed}_'
             'c{chunk_size}_{device_type}'.format(**meta))
@@ -177,9 +174,6 @@ def _load_cache(folder: Path, meta: Dict,
     row = _read_tensor(folder / 'row.bin', 2 * meta['num_edges'],
                        dtypes[stored['row_dtype']], device)
     return colptr, row
-
-
-# Public API ##################################################################
 
 
 def papers_like_topology(

@@ -165,9 +165,6 @@ def destroy_distributed(settle: float = 0.1) -> None:
     dist.destroy_process_group()
 
 
-# Seed splitting ##############################################################
-
-
 def _resolve_seeds(input_nodes: Any) -> Tuple[Optional[str], Tensor]:
     node_type: Optional[str] = None
     nodes = input_nodes
@@ -334,9 +331,6 @@ class DistributedSeedSplit(Sampler):
         return (f'{self.__class__.__name__}(num_seeds={self.num_seeds}, '
                 f'rank={self.rank}, world_size={self.world_size}, '
                 f'epoch={self.epoch})')
-
-
-# Collectives #################################################################
 
 
 def equal_batch_count(num_batches: int, group: Optional[Any] = None) -> int:

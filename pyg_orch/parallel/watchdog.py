@@ -256,8 +256,6 @@ class RankGuard:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
-    # Keys ####################################################################
-
     def _key(self, what: str) -> str:
         return f'{self.prefix}/{what}'
 
