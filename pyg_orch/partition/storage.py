@@ -438,14 +438,18 @@ def verify_partition(out_dir: PathLike, part: Optional[int] = None) -> None:
     out_dir = Path(out_dir)
     meta = read_meta(out_dir)
     if meta['version'] == 1:
-        raise ValueError(f"'{out_dir}' holds partition format version 1, "
-                         f"which records no content hashes, so it cannot be "
-                         f"verified: partition the graph again")
+        raise _version_1_error(out_dir, 'it cannot be verified')
     if part is not None:
         _check_part(part, int(meta['num_parts']), out_dir)
     for _, files in _groups(meta, out_dir, part):
         _check_files(out_dir, files)
         _verify_files(out_dir, files)
+
+
+def _version_1_error(out_dir: Path, what: str) -> ValueError:
+    return ValueError(f"'{out_dir}' holds partition format version 1, which "
+                      f"records no content hashes, so {what}: partition the "
+                      f"graph again")
 
 
 def _check_part(part: Any, num_parts: int, out_dir: Path) -> None:
@@ -510,10 +514,7 @@ def _resolve_verify(verify: Optional[bool], meta: Dict[str, Any],
                          f"{verify!r})")
     if meta['version'] == 1:
         if verify:
-            raise ValueError(f"'{out_dir}' holds partition format version "
-                             f"1, which records no content hashes, so "
-                             f"verify=True cannot be honored: partition the "
-                             f"graph again")
+            raise _version_1_error(out_dir, 'verify=True cannot be honored')
         warnings.warn(f"'{out_dir}' holds partition format version 1, which "
                       f"records no content hashes: its files are checked "
                       f"for size, dtype and shape only and cannot be "
@@ -642,9 +643,7 @@ def load_partition(out_dir: PathLike, part: int, *,
             key: read(edge_path(part_dir, et, key, attr=True), rows=count)
             for key in edge_attr_keys.get(et, [])
         }
+    fields = (node_ids, csc, node_attrs, edge_attrs, node_part, local_id)
     if not meta.get('is_hetero'):
-        return GraphPartition(part, num_parts, node_ids[None], csc[None],
-                              node_attrs[None], edge_attrs[None],
-                              node_part[None], local_id[None], meta, out_dir)
-    return GraphPartition(part, num_parts, node_ids, csc, node_attrs,
-                          edge_attrs, node_part, local_id, meta, out_dir)
+        fields = tuple(f[None] for f in fields)
+    return GraphPartition(part, num_parts, *fields, meta, out_dir)
