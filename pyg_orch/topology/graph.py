@@ -4,6 +4,7 @@ per edge type), and how it is built from PyG's graph types."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
@@ -22,6 +23,7 @@ from pyg_orch.topology.sparse_adj import (
 from pyg_orch.typing import EdgeType, NodeType
 
 
+@dataclass(eq=False, repr=False)
 class GraphTopology:
     r"""The CSC topology of every edge type of a graph, built once and
     shareable by several loaders (e.g. train, validation and test), which
@@ -38,18 +40,12 @@ class GraphTopology:
         num_nodes (Dict[NodeType, int]): The number of nodes per node type.
         fingerprint (str, optional): The fingerprint of the graph it was
             built from (set by :meth:`from_data`)."""
-    def __init__(self, csc: Dict[Optional[EdgeType], CSCTopology],
-                 num_nodes: Dict[Optional[NodeType], int],
-                 node_time: Optional[Dict[Optional[NodeType], Tensor]] = None,
-                 time_attr: Optional[str] = None,
-                 weight_attr: Optional[str] = None,
-                 fingerprint: Optional[str] = None):
-        self.csc = csc
-        self.num_nodes = num_nodes
-        self.node_time = node_time
-        self.time_attr = time_attr
-        self.weight_attr = weight_attr
-        self.fingerprint = fingerprint
+    csc: Dict[Optional[EdgeType], CSCTopology]
+    num_nodes: Dict[Optional[NodeType], int]
+    node_time: Optional[Dict[Optional[NodeType], Tensor]] = None
+    time_attr: Optional[str] = None
+    weight_attr: Optional[str] = None
+    fingerprint: Optional[str] = None
 
     def content_fingerprint(self) -> str:
         r"""The recorded :obj:`fingerprint`, else a hash of the counts and
