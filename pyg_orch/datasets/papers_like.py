@@ -116,11 +116,6 @@ def _build_csc(num_nodes: int, num_edges: int, exponent: float, seed: int,
     return colptr, row
 
 
-def _cache_key(meta: Dict) -> str:
-    return ('papers_like_n{num_nodes}_e{num_edges}_x{exponent:g}_s{seed}_'
-            'c{chunk_size}_{device_type}'.format(**meta))
-
-
 def _write_tensor(path: Path, tensor: Tensor, chunk: int = 1 << 26) -> None:
     with open(path, 'wb') as f:
         for start in range(0, tensor.numel(), chunk):
@@ -223,8 +218,9 @@ def papers_like_topology(
 
     meta = dict(num_nodes=num_nodes, num_edges=num_edges, exponent=exponent,
                 seed=seed, chunk_size=chunk_size, device_type=device.type)
-    folder = None if cache_dir is None else \
-        Path(cache_dir) / _cache_key(meta)
+    folder = None if cache_dir is None else Path(cache_dir) / (
+        'papers_like_n{num_nodes}_e{num_edges}_x{exponent:g}_s{seed}_'
+        'c{chunk_size}_{device_type}'.format(**meta))
     loaded = None if folder is None else _load_cache(folder, meta, device)
     if loaded is not None:
         colptr, row = loaded

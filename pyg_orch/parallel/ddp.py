@@ -346,10 +346,6 @@ def equal_batch_count(num_batches: int, group: Optional[Any] = None) -> int:
     return int(t.item())
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, Number) and not isinstance(value, bool)
-
-
 def _combine(values: List[Any], reduce) -> Any:
     first = values[0]
     if isinstance(first, dict):
@@ -360,7 +356,7 @@ def _combine(values: List[Any], reduce) -> Any:
             out[key] = _combine(same, reduce) if all(
                 s is not None for s in same) else value
         return out
-    if _is_number(first) and all(_is_number(v) for v in values):
+    if all(isinstance(v, Number) and not isinstance(v, bool) for v in values):
         return reduce(values)
     return first
 

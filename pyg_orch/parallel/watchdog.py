@@ -68,11 +68,6 @@ def _set_async_exc(thread_id: int, exc: Optional[type]) -> None:
         ctypes.py_object(exc) if exc is not None else ctypes.c_void_p(0))
 
 
-def _default_store() -> Any:
-    from torch.distributed import distributed_c10d as c10d
-    return c10d._get_default_store()
-
-
 def _abort_group(group: Optional[Any]) -> None:
     from torch.distributed import distributed_c10d as c10d
     try:
@@ -269,7 +264,8 @@ class RankGuard:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size(self.group)
         if self._store is None:
-            self._store = _default_store()
+            from torch.distributed import distributed_c10d as c10d
+            self._store = c10d._get_default_store()
         # Every rank enters its guards of one name in the same order.
         count = _counters.get(self.name, 0)
         _counters[self.name] = count + 1
