@@ -24,22 +24,20 @@ def _parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         'per-stage times and the test accuracy of an MLP on the features '
         'alone, of GraphSAGE and of GraphSAGE with offload.',
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument('--nodes', type=int, default=100_000,
-                        help='number of nodes')
-    parser.add_argument('--edges', type=int, default=1_000_000,
-                        help='number of directed edges')
-    parser.add_argument('--features', type=int, default=64,
-                        help='number of node features')
-    parser.add_argument('--classes', type=int, default=10,
-                        help='number of classes')
-    parser.add_argument('--epochs', type=int, default=3,
-                        help='number of training epochs')
-    parser.add_argument('--batch-size', type=int, default=1024,
-                        help='seed nodes per mini-batch')
+    # Integer options: flag, default, smallest value, help.
+    counts = (('--nodes', 100_000, 1, 'number of nodes'),
+              ('--edges', 1_000_000, 0, 'number of directed edges'),
+              ('--features', 64, 1, 'number of node features'),
+              ('--classes', 10, 1, 'number of classes'),
+              ('--epochs', 3, 1, 'number of training epochs'),
+              ('--batch-size', 1024, 1, 'seed nodes per mini-batch'),
+              ('--hidden', 128, 1, 'hidden channels of GraphSAGE'),
+              ('--offload-epochs', 1, 0, 'epochs trained on afterwards '
+               'with BottomLayerOffload (0 to skip)'))
+    for flag, default, _, text in counts:
+        parser.add_argument(flag, type=int, default=default, help=text)
     parser.add_argument('--num-neighbors', type=int, nargs='+',
                         default=[15, 10, 5], help='fan-out per hop')
-    parser.add_argument('--hidden', type=int, default=128,
-                        help='hidden channels of GraphSAGE')
     parser.add_argument('--feature-snr', type=float, default=3.0,
                         help='distance between class centroids in units of '
                         'the feature noise (power_law_graph\'s feature_snr): '
@@ -50,18 +48,10 @@ def _parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument('--seed', type=int, default=0, help='random seed')
     parser.add_argument('--lr', type=float, default=3e-3,
                         help='learning rate (Adam)')
-    parser.add_argument('--offload-epochs', type=int, default=1,
-                        help='epochs trained on afterwards with '
-                        'BottomLayerOffload (0 to skip)')
     args = parser.parse_args(argv)
-    for name in ('nodes', 'epochs', 'batch_size', 'features', 'classes',
-                 'hidden'):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.edges < 0:
-        parser.error('--edges must be >= 0')
-    if args.offload_epochs < 0:
-        parser.error('--offload-epochs must be >= 0')
+    for flag, _, minimum, _ in counts:
+        if getattr(args, flag[2:].replace('-', '_')) < minimum:
+            parser.error(f'{flag} must be >= {minimum}')
     if not 0 <= args.feature_snr < float('inf'):
         parser.error('--feature-snr must be finite and >= 0')
     return args
@@ -98,7 +88,7 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     from pyg_orch import HybridNeighborLoader
     from pyg_orch.datasets import power_law_graph
-    from pyg_orch.sampling.sampler import resolve_device
+    from pyg_orch.core.checks import resolve_device
 
     device = resolve_device(None if args.device == 'auto' else args.device)
     torch.manual_seed(args.seed)
@@ -121,14 +111,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         shuffle=True, input_nodes=data.train_mask, device=device,
         seed=args.seed)
     # The validation loader reuses the training loader's CSC topology:
-    val_loader = HybridNeighborLoader(
+    val_loader, test_loader = (HybridNeighborLoader(
         data, num_neighbors=args.num_neighbors,
-        batch_size=4 * args.batch_size, input_nodes=data.val_mask,
-        device=device, seed=args.seed + 1, topology=train_loader.topology)
-    test_loader = HybridNeighborLoader(
-        data, num_neighbors=args.num_neighbors,
-        batch_size=4 * args.batch_size, input_nodes=data.test_mask,
-        device=device, seed=args.seed + 3, topology=train_loader.topology)
+        batch_size=4 * args.batch_size, input_nodes=mask, device=device,
+        seed=args.seed + offset, topology=train_loader.topology)
+        for mask, offset in ((data.val_mask, 1), (data.test_mask, 3)))
     print(f'loaders: {len(train_loader)} training batches, '
           f'{len(val_loader)} validation batches per epoch '
           f'({time.perf_counter() - t:.1f} s to build the topology)')

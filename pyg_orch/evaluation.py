@@ -9,7 +9,8 @@ from torch import Tensor
 from torch_geometric.nn import GCN, GraphSAGE
 
 from pyg_orch import BottomLayerOffload, HybridNeighborLoader
-from pyg_orch.core.checks import check_int
+from pyg_orch.core.checks import check_fraction, check_int
+from pyg_orch.datasets.power_law import split_masks
 from pyg_orch.offload import OffloadOptions
 
 
@@ -86,10 +87,8 @@ def random_split(num_nodes: int, train_ratio: float = 0.1,
             (default: :obj:`0.1`)
         seed (int, optional): Seeds the permutation. (default: :obj:`0`)"""
     num_nodes = check_int('num_nodes', num_nodes, 1)
-    for name, ratio in (('train_ratio', train_ratio),
-                        ('val_ratio', val_ratio)):
-        if not 0.0 <= ratio <= 1.0:
-            raise ValueError(f"'{name}' must lie in [0, 1] (got {ratio!r})")
+    train_ratio = check_fraction('train_ratio', train_ratio)
+    val_ratio = check_fraction('val_ratio', val_ratio)
     if train_ratio + val_ratio > 1.0:
         raise ValueError(f"'train_ratio' + 'val_ratio' must be at most 1 "
                          f"(got {train_ratio!r} + {val_ratio!r})")
@@ -97,10 +96,4 @@ def random_split(num_nodes: int, train_ratio: float = 0.1,
                           generator=torch.Generator().manual_seed(seed))
     num_train = round(train_ratio * num_nodes)
     num_val = min(round(val_ratio * num_nodes), num_nodes - num_train)
-    masks = []
-    for lo, hi in ((0, num_train), (num_train, num_train + num_val),
-                   (num_train + num_val, num_nodes)):
-        mask = torch.zeros(num_nodes, dtype=torch.bool)
-        mask[perm[lo:hi]] = True
-        masks.append(mask)
-    return masks[0], masks[1], masks[2]
+    return split_masks(perm, num_train, num_val)

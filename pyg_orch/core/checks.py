@@ -83,6 +83,23 @@ def check_int(name: str, value: Any, minimum: int = 0,
     return int(value)
 
 
+def check_real(name: str, value: Any, minimum: float,
+               exclusive: bool = False) -> float:
+    r"""Returns :obj:`value` as a finite :class:`float` :obj:`>= minimum`
+    (:obj:`> minimum` with :obj:`exclusive`); else raises a
+    :class:`ValueError` naming :obj:`name`."""
+    op = '>' if exclusive else '>='
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, numbers.Real):
+        raise ValueError(f"'{name}' must be a number {op} {minimum:g} (got "
+                         f"{value!r})")
+    if not math.isfinite(value) or value < minimum or (exclusive
+                                                       and value == minimum):
+        raise ValueError(f"'{name}' must be a finite number {op} "
+                         f"{minimum:g} (got {value!r})")
+    return float(value)
+
+
 def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
     r"""Warns once, with a :class:`DeprecationWarning`, that the keyword
     argument :obj:`old` is deprecated, naming its new spelling :obj:`new`
@@ -91,14 +108,21 @@ def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
                   stacklevel=stacklevel)
 
 
-def check_seconds(name: str, value: Any) -> float:
+def check_seconds(name: str, value: Any, positive: bool = False,
+                  optional: bool = False) -> Optional[float]:
     r"""Returns :obj:`value` as a :class:`float` if it is a finite number of
-    seconds :obj:`>= 0`; else raises a :class:`ValueError` naming
-    :obj:`name`."""
+    seconds :obj:`>= 0` (any number :obj:`> 0` with :obj:`positive`), or
+    :obj:`None` with :obj:`optional`; else raises a :class:`ValueError`
+    naming :obj:`name`."""
+    if value is None and optional:
+        return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(
-            value, numbers.Real) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"'{name}' must be a finite number of seconds "
-                         f">= 0 (got {value!r})")
+            value, numbers.Real) or not (value > 0 if positive else
+                                         math.isfinite(value) and value >= 0):
+        kind = 'positive' if positive else 'finite'
+        raise ValueError(f"'{name}' must be a {kind} number of seconds"
+                         f"{'' if positive else ' >= 0'}"
+                         f"{' or None' if optional else ''} (got {value!r})")
     return float(value)
 
 

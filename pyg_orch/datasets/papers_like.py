@@ -4,7 +4,6 @@ the CSC layout in chunks."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
@@ -15,8 +14,7 @@ from torch_geometric.data import Data
 
 from pyg_orch.topology.csc import CSCTopology, smallest_index_dtype
 from pyg_orch.topology.graph import GraphTopology
-from pyg_orch.core.checks import check_int
-from pyg_orch.sampling.arguments import resolve_device
+from pyg_orch.core.checks import check_int, check_real, resolve_device
 
 #: The sizes of :obj:`ogbn-papers100M`: nodes, undirected edges, features,
 #: classes and training nodes.
@@ -29,18 +27,6 @@ PAPERS100M: Dict[str, int] = dict(
 )
 
 _CACHE_VERSION = 1
-
-
-def _check_exponent(exponent: float) -> float:
-    try:
-        value = float(exponent)
-    except (TypeError, ValueError):
-        raise ValueError(f"'exponent' must be a number > 1 "
-                         f"(got {exponent!r})") from None
-    if not 1.0 < value < math.inf:
-        raise ValueError(f"'exponent' must be a finite number > 1 "
-                         f"(got {exponent!r})")
-    return value
 
 
 def _chunk_generator(device: torch.device, seed: int,
@@ -64,8 +50,7 @@ def _cumulative_weights(num_nodes: int, exponent: float, seed: int,
 
 def _draw_chunk(cum_weight: Tensor, num: int, gen: torch.Generator,
                 dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
-    r"""One chunk of undirected edges: the cited end drawn by popularity, the
-    citing end uniformly."""
+    # Undirected edges: the cited end drawn by popularity, the citing one not.
     num_nodes, device = cum_weight.numel(), cum_weight.device
     u = torch.rand(num, dtype=torch.float64, generator=gen, device=device)
     u.mul_(cum_weight[-1])
@@ -78,15 +63,9 @@ def _draw_chunk(cum_weight: Tensor, num: int, gen: torch.Generator,
     return cited, citing
 
 
-def _chunk_sizes(num_edges: int, chunk_size: int):
-    for start in range(0, num_edges, chunk_size):
-        yield min(chunk_size, num_edges - start)
-
-
 def _fill_chunk(row: Tensor, cursor: Tensor, dst: Tensor,
                 src: Tensor) -> None:
-    r"""Writes :obj:`src` into the lists of :obj:`dst` after the entries
-    written so far (:obj:`cursor`, advanced)."""
+    # Appends `src` to the lists of `dst` at `cursor` (advanced).
     dst_sorted, perm = torch.sort(dst)
     first = torch.searchsorted(dst_sorted, dst_sorted)
     pos = torch.arange(dst.numel(), device=dst.device).sub_(first)
@@ -105,7 +84,8 @@ def _build_csc(num_nodes: int, num_edges: int, exponent: float, seed: int,
 
     node_dtype = smallest_index_dtype(num_nodes)
     cum_weight = _cumulative_weights(num_nodes, exponent, seed, device)
-    sizes = list(_chunk_sizes(num_edges, chunk_size))
+    sizes = [min(chunk_size, num_edges - start)
+             for start in range(0, num_edges, chunk_size)]
     bar = tqdm(total=2 * num_edges, desc='papers-like CSC', unit='edge',
                unit_scale=True, disable=not progress)
 
@@ -134,14 +114,6 @@ def _build_csc(num_nodes: int, num_edges: int, exponent: float, seed: int,
     bar.close()
     colptr = colptr.to(smallest_index_dtype(2 * num_edges))
     return colptr, row
-
-
-# Disk cache ##################################################################
-
-
-def _cache_key(meta: Dict) -> str:
-    return ('papers_like_n{num_nodes}_e{num_edges}_x{exponent:g}_s{seed}_'
-            'c{chunk_size}_{device_type}'.format(**meta))
 
 
 def _write_tensor(path: Path, tensor: Tensor, chunk: int = 1 << 26) -> None:
@@ -199,9 +171,6 @@ def _load_cache(folder: Path, meta: Dict,
     return colptr, row
 
 
-# Public API ##################################################################
-
-
 def papers_like_topology(
     num_nodes: int = PAPERS100M['num_nodes'],
     num_edges: int = PAPERS100M['num_edges'],
@@ -240,7 +209,7 @@ def papers_like_topology(
     num_edges = check_int('num_edges', num_edges, 0)
     seed = check_int('seed', seed, 0)
     chunk_size = check_int('chunk_size', chunk_size, 1)
-    exponent = _check_exponent(exponent)
+    exponent = check_real('exponent', exponent, 1.0, exclusive=True)
     device = resolve_device(device, 'device', default='cpu')
     if cache_dir is not None and not isinstance(cache_dir,
                                                 (str, os.PathLike)):
@@ -249,8 +218,9 @@ def papers_like_topology(
 
     meta = dict(num_nodes=num_nodes, num_edges=num_edges, exponent=exponent,
                 seed=seed, chunk_size=chunk_size, device_type=device.type)
-    folder = None if cache_dir is None else \
-        Path(cache_dir) / _cache_key(meta)
+    folder = None if cache_dir is None else Path(cache_dir) / (
+        'papers_like_n{num_nodes}_e{num_edges}_x{exponent:g}_s{seed}_'
+        'c{chunk_size}_{device_type}'.format(**meta))
     loaded = None if folder is None else _load_cache(folder, meta, device)
     if loaded is not None:
         colptr, row = loaded
@@ -290,10 +260,8 @@ def papers_like_node_data(
     train_mask[torch.randperm(num_nodes, generator=gen)[:num_train]] = True
     data = Data(y=y, train_mask=train_mask, num_nodes=num_nodes)
     if num_features > 0:
-        data.x = _random_features(
-            num_nodes, num_features,
-            resolve_device(device, 'device', default='cpu'), seed + 2,
-            progress)
+        data.x = papers_like_features(num_nodes, num_features, device, seed,
+                                      progress=progress)
     return data
 
 
@@ -322,14 +290,14 @@ def papers_like_graph(
         num_train (int): Training nodes, at most :obj:`num_nodes`. (default:
             :obj:`1_207_179`)
         **others: As in :func:`papers_like_topology`."""
+    num_features = check_int('num_features', num_features, 0)
     data = papers_like_node_data(num_nodes, 0, num_classes, num_train,
                                  device, seed, progress)
     topology = papers_like_topology(num_nodes, num_edges, exponent, device,
                                     seed, chunk_size, cache_dir, progress)
-    num_features = check_int('num_features', num_features, 0)
     if num_features > 0:
-        data.x = _random_features(num_nodes, num_features, topology.device,
-                                  seed + 2, progress)
+        data.x = papers_like_features(num_nodes, num_features,
+                                      topology.device, seed, progress=progress)
     return data, topology
 
 
@@ -368,24 +336,14 @@ def papers_like_features(
                    f'{out.device}')
             raise ValueError(f"'out' must be a float32 CPU tensor of shape "
                              f"{shape} (got {got})")
-    return _random_features(num_nodes, num_features, device, seed + 2,
-                            progress, out=out)
-
-
-def _random_features(num_nodes: int, num_features: int,
-                     device: Union[torch.device, str] = 'cpu', seed: int = 0,
-                     progress: bool = False, chunk_rows: int = 1 << 22,
-                     out: Optional[Tensor] = None) -> Tensor:
-    r"""Standard normal :obj:`float32` features in host memory (:obj:`out` if
-    given), drawn on :obj:`device` in chunks of rows."""
     from tqdm.auto import tqdm
 
-    device = torch.device(device)
     x = out if out is not None else torch.empty(
         (num_nodes, num_features), dtype=torch.float32,
         pin_memory=device.type == 'cuda')
     gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
+    gen.manual_seed(seed + 2)
+    chunk_rows = 1 << 22
     for start in tqdm(range(0, num_nodes, chunk_rows), desc='features',
                       unit='chunk', disable=not progress):
         end = min(start + chunk_rows, num_nodes)

@@ -3,35 +3,17 @@
 from __future__ import annotations
 
 import math
-import numbers
-import operator
 import os
+from typing import Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from pyg_orch.core.checks import resolve_device
+from pyg_orch.core.checks import (check_fraction, check_int, check_real,
+                                  resolve_device)
 
 __all__ = ['power_law_graph']
-
-
-def _check_int(name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            value = operator.index(value)
-        except TypeError:
-            raise ValueError(f"'{name}' must be an integer "
-                             f"(got {value!r})") from None
-    if value < minimum:
-        raise ValueError(f"'{name}' must be >= {minimum} (got {value})")
-    return value
-
-
-def _check_float(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"'{name}' must be a number (got {value!r})")
-    return float(value)
 
 
 def _available_bytes(device: torch.device) -> int | None:
@@ -79,15 +61,6 @@ def _check_fits(device: torch.device, sizes: dict, needed: int) -> None:
             f"power_law_graph({given}) needs about {needed / 2**30:.3g} GiB "
             f"on '{device}', but only {free / 2**30:.3g} GiB are free; "
             f"reduce the sizes")
-
-
-def _make_generator(device: torch.device, seed: int | None) -> torch.Generator:
-    gen = torch.Generator(device=device)
-    if seed is None:
-        gen.seed()
-    else:
-        gen.manual_seed(int(seed))
-    return gen
 
 
 # Number of most popular ranks whose probabilities are tabulated exactly; the
@@ -150,6 +123,16 @@ def _sample_zipf_ranks(
     return rank.index_copy_(0, head_idx, head_rank.clamp_(max=K - 1))
 
 
+def split_masks(perm: Tensor, num_train: int,
+                num_val: int) -> Tuple[Tensor, Tensor, Tensor]:
+    r"""Training, validation and test masks: the first :obj:`num_train`
+    nodes of :obj:`perm`, the next :obj:`num_val`, and the others."""
+    position = torch.empty_like(perm)
+    position[perm] = torch.arange(perm.numel(), device=perm.device)
+    return (position < num_train, (position >= num_train) &
+            (position < num_train + num_val), position >= num_train + num_val)
+
+
 def power_law_graph(
     num_nodes: int,
     num_edges: int,
@@ -206,24 +189,14 @@ def power_law_graph(
         ValueError: If an argument is out of range or of the wrong type.
         MemoryError: If the graph would not fit in the free memory of
             :obj:`device` (estimated before anything is allocated)."""
-    # Argument validation ####################################################
-    num_nodes = _check_int('num_nodes', num_nodes, 1)
-    num_edges = _check_int('num_edges', num_edges, 0)
-    num_features = _check_int('num_features', num_features, 0)
-    num_classes = _check_int('num_classes', num_classes, 1)
-    exponent = _check_float('exponent', exponent)
-    if not 1.0 < exponent < math.inf:
-        raise ValueError(f"'exponent' must be finite and > 1 (got "
-                         f"{exponent})")
-    homophily = _check_float('homophily', homophily)
-    if not 0.0 <= homophily <= 1.0:
-        raise ValueError(f"'homophily' must be in [0, 1] (got {homophily})")
-    feature_snr = _check_float('feature_snr', feature_snr)
-    if not 0.0 <= feature_snr < math.inf:
-        raise ValueError(f"'feature_snr' must be finite and >= 0 "
-                         f"(got {feature_snr})")
-    if seed is not None:
-        seed = _check_int('seed', seed, -2**63)
+    num_nodes = check_int('num_nodes', num_nodes, 1)
+    num_edges = check_int('num_edges', num_edges, 0)
+    num_features = check_int('num_features', num_features, 0)
+    num_classes = check_int('num_classes', num_classes, 1)
+    exponent = check_real('exponent', exponent, 1.0, exclusive=True)
+    homophily = check_fraction('homophily', homophily)
+    feature_snr = check_real('feature_snr', feature_snr, 0.0)
+    seed = check_int('seed', seed, -2**63, optional=True)
     if index_dtype not in (torch.int64, torch.int32):
         raise ValueError(f"'index_dtype' must be torch.int64 or torch.int32 "
                          f"(got {index_dtype})")
@@ -241,7 +214,11 @@ def power_law_graph(
                              num_classes=num_classes),
                 estimate_bytes(num_nodes, num_edges, num_features,
                                num_classes, index_dtype, feature_dtype))
-    gen = _make_generator(device, seed)
+    gen = torch.Generator(device=device)
+    if seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(seed)
     N, E, C = num_nodes, num_edges, num_classes
 
     # Internal index dtype: int32 halves the memory traffic where possible
@@ -296,14 +273,8 @@ def power_law_graph(
 
     # Random 60/20/20 node split #############################################
     perm = torch.randperm(N, generator=gen, device=device)
-    num_train = int(0.6 * N)
-    num_val = int(0.2 * N)
-    train_mask = torch.zeros(N, dtype=torch.bool, device=device)
-    val_mask = torch.zeros(N, dtype=torch.bool, device=device)
-    test_mask = torch.zeros(N, dtype=torch.bool, device=device)
-    train_mask[perm[:num_train]] = True
-    val_mask[perm[num_train:num_train + num_val]] = True
-    test_mask[perm[num_train + num_val:]] = True
+    train_mask, val_mask, test_mask = split_masks(perm, int(0.6 * N),
+                                                  int(0.2 * N))
     del perm
 
     data = Data(edge_index=edge_index, y=y, train_mask=train_mask,

@@ -1,10 +1,8 @@
-"""Training on the GPUs of one machine (HyDRA's half of the mission), as a
-public namespace: topology sharded across the GPUs
-(:mod:`pyg_orch.topology.sharded`), peer memory, DDP set-up and rank
-failures (:mod:`pyg_orch.parallel`), with DistributedDataParallel and
-unchanged PyG models. This package holds no module of its own;
-:class:`~pyg_orch.features.sharded.ShardedFeatureStore` is imported from
-its module."""
+"""Training on the GPUs of one machine, as a public namespace: topology
+sharded across the GPUs, peer memory, DDP set-up and rank failures, with
+DistributedDataParallel and unchanged PyG models. This package holds no module
+of its own; :class:`~pyg_orch.features.sharded.ShardedFeatureStore` is imported
+from its module."""
 from pyg_orch.parallel.ddp import (
     DistributedSeedSplit,
     RankInfo,

@@ -1,23 +1,7 @@
 r"""Glue for PyG's multi-GPU recipe with
 :class:`~torch.nn.parallel.DistributedDataParallel`: one process per GPU,
-each training on its share of the seed nodes.
-
-.. code-block:: python
-
-    device = init_distributed()          # torchrun's variables
-    split = DistributedSeedSplit(data.train_mask, seed=0)
-    loader = HybridNeighborLoader(data, [15, 10], batch_size=1024,
-                                  input_nodes=data.train_mask, sampler=split,
-                                  device=device)
-    with rank_guard(timeout=60):         # a rank's error reaches every rank
-        for epoch in range(epochs):
-            split.set_epoch(epoch)       # the same split on all ranks
-            for batch in loader:         # as many batches on every rank
-                ...
-
-Every rank gets the same number of seeds, so none is left waiting in DDP's
-gradient all-reduce; :func:`equal_batch_count` covers loaders whose counts
-may still differ."""
+each training on its share of the seed nodes. Every rank gets as many seeds,
+so none is left waiting in DDP's gradient all-reduce."""
 import math
 import os
 import time
@@ -32,6 +16,7 @@ from torch import Tensor
 from torch.utils.data import Sampler
 
 from pyg_orch.core.checks import check_int, check_seconds
+from pyg_orch.parallel.exchange import comm_device
 from pyg_orch.parallel.peer_memory import disable_multicast_env
 
 
@@ -167,10 +152,6 @@ def destroy_distributed(settle: float = 0.1) -> None:
     seconds; does nothing without one. Drop what holds the group (above all
     the DDP model) before calling it.
 
-    The pause avoids a gloo deadlock at exit: a worker thread still
-    destroying a finished collective needs the interpreter lock that the
-    thread destroying the group holds while it waits for that worker.
-
     Args:
         settle (float): Seconds to wait after the barrier.
             (default: :obj:`0.1`)"""
@@ -178,11 +159,10 @@ def destroy_distributed(settle: float = 0.1) -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     dist.barrier()
+    # Avoids a gloo deadlock at exit: a worker thread still destroying a
+    # finished collective needs the GIL that the destroying thread holds.
     time.sleep(settle)
     dist.destroy_process_group()
-
-
-# Seed splitting ##############################################################
 
 
 def _resolve_seeds(input_nodes: Any) -> Tuple[Optional[str], Tensor]:
@@ -213,13 +193,10 @@ def _describe(value: Any) -> str:
 
 def _check_rank(rank: Optional[int],
                 world_size: Optional[int]) -> Tuple[int, int]:
-    info = None
     if rank is None or world_size is None:
         info = rank_info()
-    if world_size is None:
-        world_size = info.world_size
-    if rank is None:
-        rank = info.rank
+        rank = info.rank if rank is None else rank
+        world_size = info.world_size if world_size is None else world_size
     world_size = check_int('world_size', world_size, 1)
     if isinstance(rank, bool) or not isinstance(rank, int) \
             or not 0 <= rank < world_size:
@@ -276,12 +253,9 @@ def rank_input_nodes(input_nodes: SeedNodes, rank: Optional[int] = None,
         epoch (int): Added to :obj:`seed`. (default: :obj:`0`)
         drop_last (bool): Drop the last seeds instead of repeating the
             first ones. (default: :obj:`False`)"""
-    node_type, seeds = _resolve_seeds(input_nodes)
-    rank, world_size = _check_rank(rank, world_size)
-    pos = split_positions(seeds.numel(), rank, world_size, shuffle=shuffle,
-                          seed=seed, epoch=epoch, drop_last=drop_last)
-    out = seeds[pos.to(seeds.device)]
-    return out if node_type is None else (node_type, out)
+    return DistributedSeedSplit(input_nodes, rank, world_size,
+                                shuffle=shuffle, seed=seed,
+                                drop_last=drop_last).rank_nodes(epoch)
 
 
 class DistributedSeedSplit(Sampler):
@@ -359,16 +333,6 @@ class DistributedSeedSplit(Sampler):
                 f'epoch={self.epoch})')
 
 
-# Collectives #################################################################
-
-
-def _group_device(group: Optional[Any]) -> torch.device:
-    backend = dist.get_backend(group)
-    if 'nccl' in str(backend).lower() and torch.cuda.is_available():
-        return torch.device('cuda', torch.cuda.current_device())
-    return torch.device('cpu')
-
-
 def equal_batch_count(num_batches: int, group: Optional[Any] = None) -> int:
     r"""The smallest :obj:`num_batches` over all ranks of :obj:`group` (a
     collective), e.g. for :obj:`itertools.islice(loader, steps)`;
@@ -377,13 +341,9 @@ def equal_batch_count(num_batches: int, group: Optional[Any] = None) -> int:
     if not (dist.is_available() and dist.is_initialized()):
         return num_batches
     t = torch.tensor([num_batches], dtype=torch.long,
-                     device=_group_device(group))
+                     device=comm_device(group))
     dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
     return int(t.item())
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, Number) and not isinstance(value, bool)
 
 
 def _combine(values: List[Any], reduce) -> Any:
@@ -396,7 +356,7 @@ def _combine(values: List[Any], reduce) -> Any:
             out[key] = _combine(same, reduce) if all(
                 s is not None for s in same) else value
         return out
-    if _is_number(first) and all(_is_number(v) for v in values):
+    if all(isinstance(v, Number) and not isinstance(v, bool) for v in values):
         return reduce(values)
     return first
 

@@ -4,12 +4,12 @@ per machine with :obj:`LOCAL_WORLD_SIZE` ranks each, which exchange only
 with the ranks of their local rank on other machines (their part group)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 import torch.distributed as dist
 
+from pyg_orch.parallel.ddp import rank_info
 from pyg_orch.parallel.exchange import group_rank, group_size
 
 __all__ = ['RankLayout', 'rank_layout']
@@ -64,16 +64,6 @@ def _num_parts(partition: Any) -> Optional[int]:
         return None  # `open_partition` reports it on every rank.
 
 
-def _local_world_size(world: int) -> int:
-    value = os.environ.get('LOCAL_WORLD_SIZE')
-    try:
-        local = int(value) if value is not None else world
-    except ValueError:
-        raise ValueError(f"the environment variable LOCAL_WORLD_SIZE must be "
-                         f"an integer (got {value!r})") from None
-    return local
-
-
 def rank_layout(partition: Any, group: Optional[Any] = None) -> RankLayout:
     r"""The :class:`RankLayout` of this rank over :obj:`partition` (a folder or
     a :class:`~pyg_orch.distributed.GraphPartition`): one rank per part of
@@ -85,7 +75,7 @@ def rank_layout(partition: Any, group: Optional[Any] = None) -> RankLayout:
                                  and dist.is_initialized()):
         return flat
     world = group_size()
-    local = _local_world_size(world)
+    local = rank_info().local_world_size
     if local <= 1 or local > world:
         return flat
     read = [None] * world

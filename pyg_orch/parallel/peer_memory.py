@@ -12,6 +12,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from pyg_orch.core.devices import with_index
+
 #: Set in every process that uses peer memory: NVLink multicast stays off
 #: (plain peer access does not need it, and the machines we run on must not
 #: create multicast objects).
@@ -75,9 +77,7 @@ class PeerGroup:
             through symmetric memory, others through :obj:`/dev/shm`."""
     def __init__(self, group: Optional[Any] = None,
                  device: Optional[torch.device] = None):
-        self.device = torch.device(device or 'cpu')
-        if self.device.type == 'cuda' and self.device.index is None:
-            self.device = torch.device('cuda', torch.cuda.current_device())
+        self.device = with_index(torch.device(device or 'cpu'))
         if not dist.is_available() or not dist.is_initialized():
             self.group, self.rank, self.world_size = None, 0, 1
         else:

@@ -1,13 +1,6 @@
 r"""A rank's failure raised in every rank, within a timeout, instead of the
 other ranks hanging in a collective (e.g. DDP's gradient all-reduce).
 
-.. code-block:: python
-
-    with rank_guard(timeout=60):
-        for batch in loader:
-            ...
-            loss.backward()  # rank 0 waits here if rank 1 raised
-
 A failing rank records its error in the process group's store and aborts its
 group; every other rank's watchdog thread sees it, aborts its own group and
 interrupts the guarded thread, which raises :class:`RankFailedError` (or ends
@@ -25,6 +18,8 @@ import traceback
 from typing import Any, Dict, List, Optional, Set
 
 import torch.distributed as dist
+
+from pyg_orch.core.checks import check_seconds
 
 #: Prefix of the store keys the guards use.
 KEY_PREFIX = 'pyg_orch/rank_guard'
@@ -71,11 +66,6 @@ def _set_async_exc(thread_id: int, exc: Optional[type]) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread_id),
         ctypes.py_object(exc) if exc is not None else ctypes.c_void_p(0))
-
-
-def _default_store() -> Any:
-    from torch.distributed import distributed_c10d as c10d
-    return c10d._get_default_store()
 
 
 def _abort_group(group: Optional[Any]) -> None:
@@ -196,12 +186,14 @@ class PeerLiveness:
                    self.changes.get(r, 0) - start.get(r, 0) >= 2
                    for r in self.peers)
 
-    def _local_gone(self, r: int) -> bool:
+    def _on_this_host(self, r: int) -> bool:
         where = self.where.get(r)
-        if where is None or not self.identity or where[0] != self.identity:
-            return False
-        if process_gone(int(where[1])):
-            self.dead[r] = f'its process (pid {where[1]}) is gone'
+        return where is not None and bool(self.identity) and \
+            where[0] == self.identity
+
+    def _local_gone(self, r: int) -> bool:
+        if self._on_this_host(r) and process_gone(int(self.where[r][1])):
+            self.dead[r] = f'its process (pid {self.where[r][1]}) is gone'
             return True
         return False
 
@@ -210,8 +202,7 @@ class PeerLiveness:
             key = self._key('where', r)
             if self.store.check([key]):
                 self.where[r] = json.loads(self.store.get(key).decode())
-        where = self.where.get(r)
-        if where is not None and self.identity and where[0] == self.identity:
+        if self._on_this_host(r):
             self._local_gone(r)  # Its process tells; a heartbeat may lag.
         elif self.dead_after is not None and \
                 now - self.changed[r] > self.dead_after:
@@ -219,15 +210,10 @@ class PeerLiveness:
                             f's')
 
 
-def _seconds(name: str, value: Any, optional: bool = False
-             ) -> Optional[float]:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not value > 0:
-        raise ValueError(f"'{name}' must be a positive number of seconds"
-                         f"{' or None' if optional else ''} (got {value!r})")
-    return float(value)
+def _failure(rank: Optional[int], error: str,
+             remote_traceback: str = '') -> Dict[str, Any]:
+    # A failure as the guards record it in the store.
+    return {'rank': rank, 'error': error, 'traceback': remote_traceback}
 
 
 class RankGuard:
@@ -237,9 +223,11 @@ class RankGuard:
                  poll_interval: float = 0.05, abort: bool = True,
                  interrupt: bool = True, hard_exit: bool = True,
                  exit_code: int = 1, dead_after: Optional[float] = 2.0):
-        dead_after = _seconds('dead_after', dead_after, optional=True)
-        timeout = _seconds('timeout', timeout)
-        poll_interval = _seconds('poll_interval', poll_interval)
+        dead_after = check_seconds('dead_after', dead_after, positive=True,
+                                   optional=True)
+        timeout = check_seconds('timeout', timeout, positive=True)
+        poll_interval = check_seconds('poll_interval', poll_interval,
+                                      positive=True)
         if not isinstance(name, str) or not name or '/' in name:
             raise ValueError(f"'name' must be a non-empty string without "
                              f"'/' (got {name!r})")
@@ -254,17 +242,14 @@ class RankGuard:
         self.exit_code = exit_code
         self.dead_after = dead_after
         # Seconds between two heartbeats (and looks at the peers' ones).
-        self.beat_interval = max(self.poll_interval, 0.25) if \
-            dead_after is None else max(self.poll_interval,
-                                        min(0.25, dead_after / 4))
+        self.beat_interval = max(poll_interval, 0.25 if dead_after is None
+                                 else min(0.25, dead_after / 4))
         self.failure: Optional[Dict[str, Any]] = None
         self._lock = threading.Lock()
         self._active = False
         self._interrupted = False
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-
-    # Keys ####################################################################
 
     def _key(self, what: str) -> str:
         return f'{self.prefix}/{what}'
@@ -279,7 +264,8 @@ class RankGuard:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size(self.group)
         if self._store is None:
-            self._store = _default_store()
+            from torch.distributed import distributed_c10d as c10d
+            self._store = c10d._get_default_store()
         # Every rank enters its guards of one name in the same order.
         count = _counters.get(self.name, 0)
         _counters[self.name] = count + 1
@@ -328,14 +314,11 @@ class RankGuard:
                         lost_at = time.monotonic()
                     if time.monotonic() - lost_at <= self.timeout:
                         continue
-                    failure = {
-                        'rank': None,
-                        'error': f'lost the store of the process group '
+                    failure = _failure(
+                        None, f'lost the store of the process group '
                         f'{self.timeout} s ago ({type(exc).__name__}: '
                         f'{exc}); the process that holds it (rank 0 unless '
-                        f'under torchrun) probably exited',
-                        'traceback': '',
-                    }
+                        f'under torchrun) probably exited')
                 if failure is None or failure.get('rank') == self.rank:
                     continue
                 with self._lock:
@@ -366,13 +349,10 @@ class RankGuard:
         return None if dead is None else self._record_death(dead)
 
     def _death(self, dead: int) -> Dict[str, Any]:
-        return {
-            'rank': dead,
-            'error': f'rank {dead} died without raising an error '
+        return _failure(
+            dead, f'rank {dead} died without raising an error '
             f'({self._peers.dead.get(dead, "its process is gone")}): '
-            f'killed (e.g. SIGKILL, the out-of-memory killer) or crashed',
-            'traceback': '',
-        }
+            f'killed (e.g. SIGKILL, the out-of-memory killer) or crashed')
 
     def _record_death(self, dead: int) -> Dict[str, Any]:
         # The first failure recorded wins (maybe the dead rank's own).
@@ -437,14 +417,11 @@ class RankGuard:
         if self._thread is not None and \
                 self._thread is not threading.current_thread():
             self._thread.join()
-        self._leave(exc)
-        return False
-
-    def _leave(self, exc: Optional[BaseException]) -> None:
         try:
             self._raise_for(exc)
         finally:
             self._peers.leave()
+        return False
 
     def _raise_for(self, exc: Optional[BaseException]) -> None:
         if isinstance(exc, _Interrupt) or (
@@ -496,8 +473,8 @@ class RankGuard:
             failure['error'] += (f' (the store of the process group is '
                                  f'lost too: {type(exc).__name__}: {exc})')
             return failure
-        return {'rank': None, 'error': f'lost the store of the process '
-                f'group ({type(exc).__name__}: {exc})', 'traceback': ''}
+        return _failure(None, f'lost the store of the process group '
+                        f'({type(exc).__name__}: {exc})')
 
     def _acknowledge(self) -> None:
         self._acknowledged = True
@@ -507,12 +484,9 @@ class RankGuard:
             pass
 
     def _report(self, exc: BaseException, tb: Any) -> None:
-        record = json.dumps({
-            'rank': self.rank,
-            'error': f'{type(exc).__name__}: {exc}',
-            'traceback': ''.join(traceback.format_exception(
-                type(exc), exc, tb))[-4000:],
-        })
+        record = json.dumps(_failure(
+            self.rank, f'{type(exc).__name__}: {exc}',
+            ''.join(traceback.format_exception(type(exc), exc, tb))[-4000:]))
         first = False
         try:
             self._store.set(self._key(f'error/{self.rank}'), record)

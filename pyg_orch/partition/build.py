@@ -4,7 +4,6 @@ and writes each part's vertices, in-edges and attributes to its own folder
 from __future__ import annotations
 
 import json
-import operator
 import os
 import re
 import shutil
@@ -18,8 +17,10 @@ from torch import Tensor
 
 from pyg_orch.core.checks import check_data
 from pyg_orch.topology.csc import check_edge_index
+from pyg_orch.topology.sparse_adj import index_to_ptr
 from pyg_orch.partition.partitioning import (
     assign_parts,
+    check_num_parts,
     edge_cut,
     resolve_method,
 )
@@ -31,14 +32,12 @@ from pyg_orch.partition.storage import (
     NODE_PART_FILE,
     PathLike,
     check_name,
-    edge_attr_path,
     edge_path,
     edge_type_name,
     file_entry,
     global_map_path,
     graph_fingerprint,
-    node_attr_path,
-    node_ids_path,
+    node_path,
     part_dir_name,
 )
 
@@ -80,20 +79,6 @@ class PartitionInfo:
                 f'{self.num_parts} parts ({self.method}): edge cut '
                 f'{self.edge_cut:.2%}, balance {self.balance:.3f}, in '
                 f'{self.seconds:.1f} s -> {self.out_dir}')
-
-
-def _check_num_parts(num_parts, num_nodes: int) -> int:
-    if isinstance(num_parts, bool):
-        raise ValueError(f"'num_parts' must be an integer (got {num_parts!r})")
-    try:
-        num_parts = operator.index(num_parts)
-    except TypeError:
-        raise ValueError(f"'num_parts' must be an integer "
-                         f"(got {num_parts!r})") from None
-    if not 1 <= num_parts <= max(num_nodes, 1) or num_nodes == 0:
-        raise ValueError(f"'num_parts' must be in [1, num_nodes] = [1, "
-                         f"{num_nodes}] (got {num_parts})")
-    return num_parts
 
 
 def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -195,9 +180,7 @@ def _edge_order(edge_index: Tensor, dst_position: Tensor):
     the order, the CSC pointer over positions, and the sources."""
     dst_pos = dst_position[edge_index[1]]
     order = torch.sort(dst_pos, stable=True).indices
-    degree = torch.bincount(dst_pos, minlength=dst_position.numel())
-    ptr = torch.zeros(dst_position.numel() + 1, dtype=torch.int64)
-    ptr[1:] = degree.cumsum(0)
+    ptr = index_to_ptr(dst_pos, dst_position.numel())
     return order, ptr, edge_index[0, order]
 
 
@@ -259,7 +242,7 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
                          'edge_index' if et is None else
                          f'data[{et!r}].edge_index')
     num_nodes = sum(num_nodes_by_type.values())
-    num_parts = _check_num_parts(num_parts, num_nodes)
+    num_parts = check_num_parts(num_parts, num_nodes, allow_empty=False)
     resolved = resolve_method(method)
     if seed is None:
         seed = 0
@@ -339,11 +322,11 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
             lo, hi = int(offsets[part]), int(offsets[part + 1])
             node_ids[nt] = perm[lo:hi]
             part_sizes[nt].append(hi - lo)
-            _save(node_ids[nt], node_ids_path(part_dir, nt), out_dir, pf)
+            _save(node_ids[nt], node_path(part_dir, nt), out_dir, pf)
             for key in node_keys[nt]:
                 value = node_stores[nt][key]
                 _save(value[node_ids[nt].to(value.device)],
-                      node_attr_path(part_dir, nt, key), out_dir, pf)
+                      node_path(part_dir, nt, key), out_dir, pf)
         for et in edge_types:
             offsets = order[None if et is None else et[-1]][1]
             lo, hi = int(offsets[part]), int(offsets[part + 1])
@@ -358,7 +341,7 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
             for key in edge_keys[et]:
                 value = edge_stores[et][key]
                 _save(value[eids.to(value.device)],
-                      edge_attr_path(part_dir, et, key), out_dir, pf)
+                      edge_path(part_dir, et, key, True), out_dir, pf)
             part_num_edges[et].append(e_hi - e_lo)
         files[name] = pf
 

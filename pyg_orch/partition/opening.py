@@ -17,16 +17,12 @@ from pyg_orch.partition.storage import (
 __all__ = ['open_partition']
 
 
-def _describe(error: BaseException) -> str:
-    return f'{type(error).__name__}: {error}'
-
-
 def _load_error(error: BaseException) -> str:
     # What every rank says of a rank that could not load its part.
     if isinstance(error, PartitionFileError):
         return str(error)  # 'could not load part_1/...: ...'
     return (f'could not load its part of the partition, so no rank can '
-            f'sample: {_describe(error)}')
+            f'sample: {type(error).__name__}: {error}')
 
 
 def open_partition(partition: Union[str, Path, GraphPartition],

@@ -3,7 +3,7 @@
 cut and balance)."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
@@ -11,6 +11,7 @@ from torch import Tensor
 
 from pyg_orch.core.checks import check_int
 from pyg_orch.topology.csc import check_edge_index
+from pyg_orch.topology.sparse_adj import index_to_ptr
 
 __all__ = [
     'METHODS',
@@ -73,6 +74,17 @@ def balance(node_part: Tensor, num_parts: int) -> float:
     return float(sizes.max()) * num_parts / num_nodes
 
 
+def check_num_parts(num_parts: Any, num_nodes: int,
+                    allow_empty: bool = True) -> int:
+    r"""Returns :obj:`num_parts` checked to lie in :obj:`[1, num_nodes]`
+    (:obj:`1` for a graph without vertices, if :obj:`allow_empty`)."""
+    num_parts = check_int('num_parts', num_parts, 1)
+    if num_parts > max(num_nodes, 1) or (num_nodes == 0 and not allow_empty):
+        raise ValueError(f"'num_parts' must be in [1, num_nodes] = [1, "
+                         f"{num_nodes}] (got {num_parts})")
+    return num_parts
+
+
 def _contiguous(num_nodes: int, num_parts: int) -> Tensor:
     # Ranges of ids whose sizes differ by at most one.
     return torch.arange(num_nodes, dtype=torch.int64) * num_parts // num_nodes
@@ -99,9 +111,7 @@ def metis_adjacency(edge_index: Tensor,
     both = torch.unique(both)  # Sorted: by source, then neighbor.
     row = torch.div(both, num_nodes, rounding_mode='floor')
     col = both - row * num_nodes
-    xadj = torch.zeros(num_nodes + 1, dtype=torch.int64)
-    xadj[1:] = torch.bincount(row, minlength=num_nodes).cumsum(0)
-    return xadj, col
+    return index_to_ptr(row, num_nodes), col
 
 
 def _metis(edge_index: Tensor, num_nodes: int, num_parts: int,
@@ -137,10 +147,7 @@ def assign_parts(edge_index: Tensor, num_nodes: int, num_parts: int,
         seed (int): The seed of :obj:`'random'` and :obj:`'metis'`."""
     method = resolve_method(method)
     num_nodes = check_int('num_nodes', num_nodes, 0)
-    num_parts = check_int('num_parts', num_parts, 1)
-    if num_parts > max(num_nodes, 1):
-        raise ValueError(f"'num_parts' must be in [1, num_nodes] = [1, "
-                         f"{num_nodes}] (got {num_parts})")
+    num_parts = check_num_parts(num_parts, num_nodes)
     check_edge_index(edge_index, num_nodes, num_nodes)
     if num_parts == 1:
         return torch.zeros(num_nodes, dtype=torch.int64)

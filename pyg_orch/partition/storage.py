@@ -116,31 +116,25 @@ def edge_type_name(edge_type) -> str:
     return '__'.join(edge_type)
 
 
-def node_ids_path(part_dir: Path, node_type: Optional[str]) -> Path:
-    if node_type is None:
-        return part_dir / 'node_ids.pt'
-    return part_dir / 'node_types' / node_type / 'node_ids.pt'
+def node_path(part_dir: Path, node_type: Optional[str],
+              key: Optional[str] = None) -> Path:
+    r"""The file of the part's node ids, or of node attribute :obj:`key`."""
+    folder = part_dir if node_type is None else \
+        part_dir / 'node_types' / node_type
+    if key is None:
+        return folder / 'node_ids.pt'
+    return folder / ('nodes' if node_type is None else 'attrs') / f'{key}.pt'
 
 
-def node_attr_path(part_dir: Path, node_type: Optional[str],
-                   key: str) -> Path:
-    if node_type is None:
-        return part_dir / 'nodes' / f'{key}.pt'
-    return part_dir / 'node_types' / node_type / 'attrs' / f'{key}.pt'
-
-
-def edge_path(part_dir: Path, edge_type, name: str) -> Path:
-    r"""The file of :obj:`colptr`, :obj:`row` or :obj:`edge_id`."""
-    if edge_type is None:
-        return part_dir / f'{name}.pt'
-    return part_dir / 'edge_types' / edge_type_name(edge_type) / f'{name}.pt'
-
-
-def edge_attr_path(part_dir: Path, edge_type, key: str) -> Path:
-    if edge_type is None:
-        return part_dir / 'edges' / f'{key}.pt'
-    return (part_dir / 'edge_types' / edge_type_name(edge_type) / 'attrs' /
-            f'{key}.pt')
+def edge_path(part_dir: Path, edge_type, name: str,
+              attr: bool = False) -> Path:
+    r"""The file of :obj:`colptr`, :obj:`row` or :obj:`edge_id`, or of edge
+    attribute :obj:`name` with :obj:`attr`."""
+    folder = part_dir if edge_type is None else \
+        part_dir / 'edge_types' / edge_type_name(edge_type)
+    if attr:
+        folder = folder / ('edges' if edge_type is None else 'attrs')
+    return folder / f'{name}.pt'
 
 
 def global_map_path(out_dir: Path, name: str,
@@ -444,14 +438,18 @@ def verify_partition(out_dir: PathLike, part: Optional[int] = None) -> None:
     out_dir = Path(out_dir)
     meta = read_meta(out_dir)
     if meta['version'] == 1:
-        raise ValueError(f"'{out_dir}' holds partition format version 1, "
-                         f"which records no content hashes, so it cannot be "
-                         f"verified: partition the graph again")
+        raise _version_1_error(out_dir, 'it cannot be verified')
     if part is not None:
         _check_part(part, int(meta['num_parts']), out_dir)
     for _, files in _groups(meta, out_dir, part):
         _check_files(out_dir, files)
         _verify_files(out_dir, files)
+
+
+def _version_1_error(out_dir: Path, what: str) -> ValueError:
+    return ValueError(f"'{out_dir}' holds partition format version 1, which "
+                      f"records no content hashes, so {what}: partition the "
+                      f"graph again")
 
 
 def _check_part(part: Any, num_parts: int, out_dir: Path) -> None:
@@ -516,10 +514,7 @@ def _resolve_verify(verify: Optional[bool], meta: Dict[str, Any],
                          f"{verify!r})")
     if meta['version'] == 1:
         if verify:
-            raise ValueError(f"'{out_dir}' holds partition format version "
-                             f"1, which records no content hashes, so "
-                             f"verify=True cannot be honored: partition the "
-                             f"graph again")
+            raise _version_1_error(out_dir, 'verify=True cannot be honored')
         warnings.warn(f"'{out_dir}' holds partition format version 1, which "
                       f"records no content hashes: its files are checked "
                       f"for size, dtype and shape only and cannot be "
@@ -617,10 +612,10 @@ def load_partition(out_dir: PathLike, part: int, *,
     node_ids, node_attrs, node_part, local_id = {}, {}, {}, {}
     for nt in node_types:
         size, total = int(sizes[nt]), int(num_all[nt])
-        node_ids[nt] = read(node_ids_path(part_dir, nt), torch.int64,
+        node_ids[nt] = read(node_path(part_dir, nt), torch.int64,
                             [size])
         node_attrs[nt] = {
-            key: read(node_attr_path(part_dir, nt, key), rows=size)
+            key: read(node_path(part_dir, nt, key), rows=size)
             for key in node_attr_keys.get(nt, [])
         }
         node_part[nt] = read(global_map_path(out_dir, 'node_part', nt),
@@ -645,12 +640,10 @@ def load_partition(out_dir: PathLike, part: int, *,
         num_src = int(num_all[None if et is None else et[0]])
         csc[et] = CSCTopology(colptr, row, edge_id, num_src)
         edge_attrs[et] = {
-            key: read(edge_attr_path(part_dir, et, key), rows=count)
+            key: read(edge_path(part_dir, et, key, attr=True), rows=count)
             for key in edge_attr_keys.get(et, [])
         }
+    fields = (node_ids, csc, node_attrs, edge_attrs, node_part, local_id)
     if not meta.get('is_hetero'):
-        return GraphPartition(part, num_parts, node_ids[None], csc[None],
-                              node_attrs[None], edge_attrs[None],
-                              node_part[None], local_id[None], meta, out_dir)
-    return GraphPartition(part, num_parts, node_ids, csc, node_attrs,
-                          edge_attrs, node_part, local_id, meta, out_dir)
+        fields = tuple(f[None] for f in fields)
+    return GraphPartition(part, num_parts, *fields, meta, out_dir)

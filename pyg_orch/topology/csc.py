@@ -13,6 +13,7 @@ from pyg_orch.topology.fingerprint import (
     csc_fingerprint,
     edge_index_fingerprint,
 )
+from pyg_orch.topology.sparse_adj import index_to_ptr, segment_ids
 
 _INT32_MAX = 2**31 - 1
 
@@ -29,13 +30,6 @@ def time_order(segment: Tensor, time: Tensor) -> Tensor:
     keep their order."""
     perm = torch.sort(time, stable=True)[1]
     return perm[torch.sort(segment[perm], stable=True)[1]]
-
-
-def segment_ids(counts: Tensor, total: Optional[int] = None) -> Tensor:
-    r"""For :obj:`counts = [2, 0, 3]` returns :obj:`[0, 0, 2, 2, 2]`."""
-    return torch.repeat_interleave(
-        torch.arange(counts.numel(), device=counts.device), counts,
-        output_size=int(counts.sum()) if total is None else total)
 
 
 def check_edge_index(edge_index: Tensor, num_src_nodes: int,
@@ -220,10 +214,7 @@ class CSCTopology:
             weight = edge_weight.to(device)
             if edge_id is not None:
                 weight = weight[edge_id.to(torch.int64)]
-        count = torch.bincount(col, minlength=num_dst_nodes)
-        colptr = torch.zeros(num_dst_nodes + 1, dtype=torch.int64,
-                             device=device)
-        torch.cumsum(count, 0, out=colptr[1:])
+        colptr = index_to_ptr(col, num_dst_nodes)
         return cls(colptr.to(index_dtype), row.to(index_dtype), edge_id,
                    num_src_nodes, time, weight, fingerprint=fingerprint)
 

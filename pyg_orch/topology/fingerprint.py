@@ -9,7 +9,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from pyg_orch.topology.sparse_adj import adj_t_edge_index, is_sparse
+from pyg_orch.topology.sparse_adj import edge_index_of
 
 __all__ = [
     'FINGERPRINT_SAMPLE',
@@ -41,15 +41,6 @@ def _update(h, edge_index: Optional[Tensor], label: str) -> None:
     h.update(f'{label}:{num_edges}:'.encode())
     if num_edges:
         _hash_sample(h, edge_index[:, _spaced(num_edges, edge_index.device)])
-
-
-def _store_edges(store) -> Optional[Tensor]:
-    # The edges that a loader samples: `adj_t`'s (in storage order) where
-    # the store has one, as the topology is built, else `edge_index`.
-    adj_t = store.get('adj_t')
-    if adj_t is not None and is_sparse(adj_t):
-        return adj_t_edge_index(adj_t)[0]
-    return store.get('edge_index')
 
 
 def edge_index_fingerprint(edge_index: Tensor, num_src_nodes: int,
@@ -89,10 +80,10 @@ def graph_fingerprint(data: Any, num_nodes: Optional[int] = None) -> str:
                      .encode())
         for edge_type in data.edge_types:
             h.update(f"{'__'.join(edge_type)}:".encode())
-            _update(h, _store_edges(data[edge_type]), '')
+            _update(h, edge_index_of(data[edge_type]), '')
         return h.hexdigest()[:16]
     num = data.num_nodes
-    _update(h, _store_edges(data), '' if num is None else str(int(num)))
+    _update(h, edge_index_of(data), '' if num is None else str(int(num)))
     return h.hexdigest()[:16]
 
 

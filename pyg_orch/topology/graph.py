@@ -4,6 +4,7 @@ per edge type), and how it is built from PyG's graph types."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
@@ -22,6 +23,7 @@ from pyg_orch.topology.sparse_adj import (
 from pyg_orch.typing import EdgeType, NodeType
 
 
+@dataclass(eq=False, repr=False)
 class GraphTopology:
     r"""The CSC topology of every edge type of a graph, built once and
     shareable by several loaders (e.g. train, validation and test), which
@@ -38,18 +40,12 @@ class GraphTopology:
         num_nodes (Dict[NodeType, int]): The number of nodes per node type.
         fingerprint (str, optional): The fingerprint of the graph it was
             built from (set by :meth:`from_data`)."""
-    def __init__(self, csc: Dict[Optional[EdgeType], CSCTopology],
-                 num_nodes: Dict[Optional[NodeType], int],
-                 node_time: Optional[Dict[Optional[NodeType], Tensor]] = None,
-                 time_attr: Optional[str] = None,
-                 weight_attr: Optional[str] = None,
-                 fingerprint: Optional[str] = None):
-        self.csc = csc
-        self.num_nodes = num_nodes
-        self.node_time = node_time
-        self.time_attr = time_attr
-        self.weight_attr = weight_attr
-        self.fingerprint = fingerprint
+    csc: Dict[Optional[EdgeType], CSCTopology]
+    num_nodes: Dict[Optional[NodeType], int]
+    node_time: Optional[Dict[Optional[NodeType], Tensor]] = None
+    time_attr: Optional[str] = None
+    weight_attr: Optional[str] = None
+    fingerprint: Optional[str] = None
 
     def content_fingerprint(self) -> str:
         r"""The recorded :obj:`fingerprint`, else a hash of the counts and
@@ -389,27 +385,24 @@ def _store_time(feature_store, time_attr: str, num_nodes: Dict,
         if size != (n if node_level else e) and size == (e if node_level
                                                          else n):
             node_level = not node_level
+        where = f"the feature store's {time_attr!r}"
         if node_level:
-            return {None: _check_time(time, n, f'the feature store\'s '
-                                      f'{time_attr!r}')}, {}
-        return None, {None: _check_time(time, e, f'the feature store\'s '
-                                        f'{time_attr!r}')}
+            return {None: _check_time(time, n, where)}, {}
+        return None, {None: _check_time(time, e, where)}
 
     node_time, edge_time = {}, {}
     for attr, time in zip(attrs, tensors):
         group = attr.group_name
         where = f'the feature store\'s {time_attr!r} of {group!r}'
-        if isinstance(group, str):
-            if group not in num_nodes:
-                raise ValueError(f"'time_attr': {where} names no node type of "
-                                 f"the graph store")
-            node_time[group] = _check_time(time, num_nodes[group], where)
-        else:
-            et = tuple(group)
-            if et not in num_edges:
-                raise ValueError(f"'time_attr': {where} names no edge type of "
-                                 f"the graph store")
-            edge_time[et] = _check_time(time, num_edges[et], where)
+        node_level = isinstance(group, str)
+        key = group if node_level else tuple(group)
+        counts = num_nodes if node_level else num_edges
+        if key not in counts:
+            raise ValueError(f"'time_attr': {where} names no "
+                             f"{'node' if node_level else 'edge'} type of "
+                             f"the graph store")
+        out = node_time if node_level else edge_time
+        out[key] = _check_time(time, counts[key], where)
     if node_time and edge_time:
         raise ValueError(
             f"Found time attribute 'time_attr'={time_attr!r} for both "

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import torch
 from torch import Tensor
 
+from pyg_orch.core.checks import check_choice
 from pyg_orch.topology.csc import (
     CSCTopology,
     ShardLayout,
@@ -495,21 +496,17 @@ class TopologySharding:
     split_by: Any = 'ranges'
 
     def __post_init__(self):
-        if self.replicate_by not in ('reads', 'degree'):
-            raise ValueError(f"'replicate_by' must be 'reads' or 'degree' "
-                             f"(got {self.replicate_by!r})")
+        check_choice('replicate_by', self.replicate_by, ('reads', 'degree'))
         split = self.split_by
-        if isinstance(split, str):
-            if split not in ('ranges', 'metis', 'random'):
-                raise ValueError(f"'split_by' must be 'ranges', 'metis', "
-                                 f"'random', a tensor or a dictionary of "
-                                 f"tensors per node type (got {split!r})")
-        elif not isinstance(split, Tensor) and not (
-                isinstance(split, dict)
-                and all(isinstance(v, Tensor) for v in split.values())):
+        if not (split in ('ranges', 'metis', 'random') if isinstance(
+                split, str) else isinstance(split, Tensor) or (
+                    isinstance(split, dict)
+                    and all(isinstance(v, Tensor) for v in split.values()))):
+            got = repr(split) if isinstance(split, str) else \
+                type(split).__name__
             raise ValueError(f"'split_by' must be 'ranges', 'metis', "
                              f"'random', a tensor or a dictionary of tensors "
-                             f"per node type (got {type(split).__name__})")
+                             f"per node type (got {got})")
         value = self.replicate_bytes
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 value < 0 or (isinstance(value, float) and value > 1.0):

@@ -2,13 +2,28 @@ r"""Sparse adjacencies given as :obj:`adj_t` (see
 :class:`torch_geometric.transforms.ToSparseTensor`): a
 :class:`torch_sparse.SparseTensor` or a :class:`torch.sparse` tensor holding
 the transposed adjacency. Edge ids are positions in the tensor's storage order,
-as in PyG."""
+as in PyG. Also the conversions between compressed pointers and indices."""
 from typing import Any, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 _TORCH_LAYOUTS = (torch.sparse_csr, torch.sparse_csc, torch.sparse_coo)
+
+
+def segment_ids(counts: Tensor, total: Optional[int] = None) -> Tensor:
+    r"""For :obj:`counts = [2, 0, 3]` returns :obj:`[0, 0, 2, 2, 2]`."""
+    return torch.repeat_interleave(
+        torch.arange(counts.numel(), device=counts.device), counts,
+        output_size=int(counts.sum()) if total is None else total)
+
+
+def index_to_ptr(index: Tensor, size: int) -> Tensor:
+    r"""The compressed pointer (:obj:`int64`, :obj:`[size + 1]`) of
+    :obj:`index` (values in :obj:`[0, size)`) once sorted."""
+    ptr = torch.zeros(size + 1, dtype=torch.int64, device=index.device)
+    torch.cumsum(torch.bincount(index, minlength=size), 0, out=ptr[1:])
+    return ptr
 
 
 def is_torch_sparse_tensor(value: Any) -> bool:
@@ -75,14 +90,14 @@ def adj_t_edge_index(adj_t: Any) -> Tuple[Tensor, bool]:
         return torch.stack([src, dst]), True
     layout = adj_t.layout
     if layout == torch.sparse_csr:
-        crow = adj_t.crow_indices()
+        crow = adj_t.crow_indices().to(torch.int64)
         src = adj_t.col_indices().to(torch.int64)
-        dst = _expand_ptr(crow, src.numel())
+        dst = segment_ids(crow.diff(), src.numel())
         return torch.stack([src, dst]), True
     if layout == torch.sparse_csc:
-        ccol = adj_t.ccol_indices()
+        ccol = adj_t.ccol_indices().to(torch.int64)
         dst = adj_t.row_indices().to(torch.int64)
-        src = _expand_ptr(ccol, dst.numel())
+        src = segment_ids(ccol.diff(), dst.numel())
         return torch.stack([src, dst]), False
     if not adj_t.is_coalesced():
         raise ValueError("'adj_t' is an uncoalesced sparse COO tensor; call "
@@ -92,11 +107,12 @@ def adj_t_edge_index(adj_t: Any) -> Tuple[Tensor, bool]:
 
 
 def edge_index_of(store: Any) -> Tensor:
-    r"""The :obj:`edge_index` of an edge store, or the edges of its
-    :obj:`adj_t` in storage order (whose positions are the edge ids)."""
+    r"""The :obj:`edge_index` of an edge store (:obj:`None` if absent), or
+    the edges of its :obj:`adj_t` in storage order (whose positions are the
+    edge ids)."""
     if 'adj_t' in store and is_sparse(store.adj_t):
         return adj_t_edge_index(store.adj_t)[0]
-    return store.edge_index
+    return store.get('edge_index')
 
 
 def adj_t_num_edges(adj_t: Any) -> int:
@@ -141,27 +157,13 @@ def _torch_sparse(layout, row: Tensor, col: Tensor, value: Optional[Tensor],
     perm = torch.sort(key, stable=True)[1]
     row, col, value = row[perm], col[perm], value[perm]
     if layout == torch.sparse_csr:
-        return torch.sparse_csr_tensor(_compress(col, num_dst), row, value,
+        return torch.sparse_csr_tensor(index_to_ptr(col, num_dst), row, value,
                                        size + tuple(value.shape[1:]))
     if layout == torch.sparse_csc:
-        return torch.sparse_csc_tensor(_compress(row, num_src), col, value,
+        return torch.sparse_csc_tensor(index_to_ptr(row, num_src), col, value,
                                        size + tuple(value.shape[1:]))
     key = key[perm]
     unique = key.numel() < 2 or bool((key[1:] != key[:-1]).all())
     return torch.sparse_coo_tensor(torch.stack([col, row]), value,
                                    size + tuple(value.shape[1:]),
                                    is_coalesced=unique)
-
-
-def _compress(index: Tensor, size: int) -> Tensor:
-    ptr = torch.zeros(size + 1, dtype=torch.int64, device=index.device)
-    torch.cumsum(torch.bincount(index, minlength=size), 0, out=ptr[1:])
-    return ptr
-
-
-def _expand_ptr(ptr: Tensor, numel: int) -> Tensor:
-    ptr = ptr.to(torch.int64)
-    count = ptr[1:] - ptr[:-1]
-    return torch.repeat_interleave(torch.arange(count.numel(),
-                                                device=ptr.device), count,
-                                   output_size=numel)
