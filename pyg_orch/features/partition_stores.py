@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -46,6 +46,27 @@ def _check_ids(name: str, ids: Tensor, num: int, node_type: Any,
             raise ValueError(f"'{name}' holds {what} outside [0, {num}); "
                              f"expected global node ids in [0, {num}) of "
                              f"node type {node_type!r} (got [{lo}, {hi}])")
+
+
+def split_node_type(input_nodes: Any, node_types: Iterable[Any],
+                    hetero: bool, where: str = 'graph') -> Tuple[Any, Any]:
+    r"""Splits the seeds of a heterogeneous :obj:`where`, a node type or a
+    :obj:`(node type, seeds)` tuple, into both (else :obj:`None` and
+    :obj:`input_nodes`)."""
+    if not hetero:
+        return None, input_nodes
+    if isinstance(input_nodes, str):
+        input_nodes = (input_nodes, None)
+    if not (isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2
+            and isinstance(input_nodes[0], str)):
+        raise ValueError(f"'input_nodes' must be a node type or a (node "
+                         f"type, seeds) tuple for a heterogeneous {where} "
+                         f"(got {input_nodes!r:.100})")
+    if input_nodes[0] not in node_types:
+        raise ValueError(f"'input_nodes' names the node type "
+                         f"{input_nodes[0]!r}, which is not in the {where} "
+                         f"(node types: {list(node_types)})")
+    return input_nodes[0], input_nodes[1]
 
 
 #: What to do instead of writing to a partition's stores.
@@ -143,25 +164,13 @@ class PartitionGraphStore(GraphStore):
     def seed_nodes(self, input_nodes: Any) -> Tuple[Any, Tensor]:
         r"""Checks a node loader's seeds: returns :obj:`(node_type, ids)`;
         global ids, a mask, or a node type alone (the part's own vertices)."""
-        node_type, nodes = None, input_nodes
-        if self.is_hetero:
-            if isinstance(nodes, str):
-                node_type, nodes = nodes, None
-            elif isinstance(nodes, (tuple, list)) and len(nodes) == 2 and \
-                    isinstance(nodes[0], str):
-                node_type, nodes = nodes
-            else:
-                raise ValueError(f"'input_nodes' must be a node type or a "
-                                 f"(node type, ids) tuple on a "
-                                 f"heterogeneous partition (got "
-                                 f"{input_nodes!r:.100})")
-            if node_type not in self.num_nodes:
-                raise ValueError(f"'input_nodes' names the node type "
-                                 f"{node_type!r}, which is not in the "
-                                 f"partition (node types: "
-                                 f"{list(self.num_nodes)})")
+        node_type, nodes = split_node_type(input_nodes, self.num_nodes,
+                                           self.is_hetero, 'partition')
         if nodes is None:
             return node_type, self._own(node_type).to(torch.int64)
+        if isinstance(nodes, (list, tuple, range)) or hasattr(nodes,
+                                                              '__array__'):
+            nodes = torch.as_tensor(nodes)
         n = self.num_nodes[node_type]
         if isinstance(nodes, Tensor) and nodes.dtype == torch.bool:
             if nodes.shape != (n, ):
@@ -172,9 +181,10 @@ class PartitionGraphStore(GraphStore):
             return node_type, nodes.nonzero().view(-1)
         if not isinstance(nodes, Tensor) or nodes.dim() != 1 or \
                 nodes.is_floating_point():
+            got = f'{nodes.dtype} of shape {tuple(nodes.shape)}' if \
+                isinstance(nodes, Tensor) else type(nodes).__name__
             raise ValueError(f"'input_nodes' must be a 1-D integer tensor of "
-                             f"global ids or a boolean mask (got "
-                             f"{type(nodes).__name__})")
+                             f"global ids or a boolean mask (got {got})")
         _check_ids('input_nodes', nodes, n, node_type)
         return node_type, nodes.to(torch.int64)
 

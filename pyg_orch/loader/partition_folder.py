@@ -202,18 +202,11 @@ class RankSeeds(NamedTuple):
     input_id: Optional[Tensor] = None
 
 
-def _input_nodes(input_nodes: Any, partition,
+def _input_nodes(input_nodes: Any, graph_store: PartitionGraphStore,
                  input_time: Optional[Tensor] = None) -> RankSeeds:
-    r"""The part's vertices among :obj:`input_nodes` (the seeds of all
-    ranks: global ids or a mask over all vertices, with their node type on
-    a heterogeneous partition), with their times and positions; seeds
-    named by an attribute or a node type are resolved by
+    r"""This part's seeds among :obj:`input_nodes` (the seeds of all ranks),
+    with their times and positions; named seeds are resolved by
     :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`."""
-    typed = isinstance(input_nodes, (tuple, list)) and \
-        len(input_nodes) == 2 and isinstance(input_nodes[0], str)
-    if typed and not partition.is_hetero:
-        raise ValueError("'input_nodes' as a (node type, seeds) tuple "
-                         "is for heterogeneous partitions")
     if _named(input_nodes):
         if input_time is not None:
             raise ValueError("'input_time' on a partition folder needs "
@@ -221,52 +214,23 @@ def _input_nodes(input_nodes: Any, partition,
                              "(global ids or a mask over all vertices), "
                              "one time each")
         return RankSeeds(input_nodes)
-    if not typed and partition.is_hetero:
-        raise ValueError("'input_nodes' must be a node type or a (node "
-                         "type, seeds) tuple for a heterogeneous partition "
-                         f"(got {input_nodes!r})")
-    if not typed:
-        return _owned(input_nodes, partition.node_part, partition.part,
-                      input_time)
-    node_type, nodes = input_nodes
-    if node_type not in partition.node_part:
-        raise ValueError(f"'input_nodes' names the node type {node_type!r}, "
-                         f"not one of {list(partition.node_part)}")
-    owned = _owned(nodes, partition.node_part[node_type], partition.part,
-                   input_time)
-    return owned._replace(nodes=(node_type, owned.nodes))
-
-
-def _owned(input_nodes: Any, node_part: Tensor, part: int,
-           input_time: Optional[Tensor] = None) -> RankSeeds:
-    nodes = torch.as_tensor(input_nodes)
-    num_nodes = int(node_part.numel())
-    if nodes.dtype == torch.bool:
-        if nodes.dim() != 1 or nodes.numel() != num_nodes:
-            raise ValueError(f"'input_nodes' as a mask must have one entry "
-                             f"per vertex of the partitioned graph "
-                             f"({num_nodes}), got shape "
-                             f"{tuple(nodes.shape)}")
-        nodes = nodes.nonzero().view(-1)
-    elif nodes.is_floating_point() or nodes.dim() != 1:
-        raise ValueError(f"'input_nodes' must be a 1-D tensor of global "
-                         f"vertex ids, a boolean mask over all vertices, or "
-                         f"the name of a boolean node attribute (got shape "
-                         f"{tuple(nodes.shape)}, {nodes.dtype})")
-    nodes = nodes.to(torch.int64).cpu()
-    if nodes.numel() and (int(nodes.min()) < 0
-                          or int(nodes.max()) >= num_nodes):
-        raise ValueError(f"'input_nodes' must be global vertex ids in "
-                         f"[0, {num_nodes})")
-    keep = (node_part[nodes] == part).nonzero().view(-1)
-    if input_time is None:
-        return RankSeeds(nodes[keep], None, keep)
-    time = torch.as_tensor(input_time)
-    if time.dim() != 1 or time.numel() != nodes.numel():
-        raise ValueError(f"'input_time' must hold one time per seed of all "
-                         f"ranks ({nodes.numel()}), got shape "
-                         f"{tuple(time.shape)}")
-    return RankSeeds(nodes[keep], time.cpu()[keep], keep)
+    node_type, nodes = graph_store.seed_nodes(input_nodes)
+    nodes = nodes.cpu()
+    node_part = graph_store.partition.node_part
+    if node_type is not None:
+        node_part = node_part[node_type]
+    keep = (node_part[nodes] == graph_store.rank).nonzero().view(-1)
+    time = None
+    if input_time is not None:
+        time = torch.as_tensor(input_time)
+        if time.dim() != 1 or time.numel() != nodes.numel():
+            raise ValueError(f"'input_time' must hold one time per seed of "
+                             f"all ranks ({nodes.numel()}), got shape "
+                             f"{tuple(time.shape)}")
+        time = time.cpu()[keep]
+    nodes = nodes[keep]
+    return RankSeeds(nodes if node_type is None else (node_type, nodes), time,
+                     keep)
 
 
 def _named(input_nodes: Any) -> bool:
@@ -377,7 +341,7 @@ def partition_batches(data: Any, arguments: Dict[str, Any]
                                    num_neighbors, options, **link))
         seeds = RankSeeds(None)
     elif folder:
-        seeds = _input_nodes(input_nodes, graph_store.partition, input_time)
+        seeds = _input_nodes(input_nodes, graph_store, input_time)
     else:
         seeds = RankSeeds(input_nodes, input_time)
         if not _named(input_nodes):  # Else named by the part's attributes.

@@ -36,6 +36,7 @@ from pyg_orch.sampling.collective import DistributedNeighborSampler
 from pyg_orch.features.partition_stores import (
     PartitionFeatureStore,
     PartitionGraphStore,
+    split_node_type,
 )
 from pyg_orch.loader.assemble import link_metadata, node_metadata
 from pyg_orch.loader.prefetch import PrefetchIterator
@@ -225,21 +226,8 @@ class PartitionBatches:
         part = self.partition
         node_ids, attrs = part.node_ids, part.node_attrs
         if part.is_hetero:
-            if isinstance(input_nodes, str):
-                input_nodes = (input_nodes, None)
-            if not (isinstance(input_nodes, (tuple, list))
-                    and len(input_nodes) == 2
-                    and isinstance(input_nodes[0], str)):
-                raise ValueError(
-                    f"'input_nodes' must name the seeds' node type for a "
-                    f"heterogeneous partition: a node type (all of this "
-                    f"part's vertices of it), or a (node type, ids or "
-                    f"boolean attribute name) tuple (got {input_nodes!r})")
-            node_type, input_nodes = input_nodes
-            if node_type not in node_ids:
-                raise ValueError(f"'input_nodes' names the node type "
-                                 f"{node_type!r}, not one of "
-                                 f"{list(node_ids)}")
+            node_type, input_nodes = split_node_type(
+                input_nodes, node_ids, True, 'partition')
             self.input_type = node_type
             node_ids, attrs = node_ids[node_type], attrs[node_type]
         elif input_nodes is None and 'train_mask' in attrs:

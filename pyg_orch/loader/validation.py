@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from pyg_orch.features.partition_stores import split_node_type
 from pyg_orch.topology.sparse_adj import edge_index_of
 from pyg_orch.topology.graph import check_not_nan
 from pyg_orch.core.checks import (
@@ -47,22 +48,7 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
     node_type: Optional[str] = None
     nodes = input_nodes
     if isinstance(data, HeteroData):
-        if input_nodes is None:
-            raise ValueError("'input_nodes' must name the node type of the "
-                             "seeds for heterogeneous graphs, as a node type "
-                             "string or a (node_type, index) tuple")
-        if isinstance(input_nodes, str):
-            node_type, nodes = input_nodes, None
-        elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2:
-            node_type, nodes = input_nodes
-        else:
-            raise ValueError("'input_nodes' must be a node type or a "
-                             "(node_type, index) tuple for heterogeneous "
-                             "graphs")
-        if node_type not in data.node_types:
-            raise ValueError(f"'input_nodes' names the node type "
-                             f"{node_type!r}, which is not in the graph "
-                             f"(node types: {data.node_types})")
+        node_type, nodes = split_node_type(input_nodes, data.node_types, True)
         num_nodes = data[node_type].num_nodes
     elif isinstance(data, Data):
         if isinstance(input_nodes, (tuple, str)):
@@ -141,13 +127,17 @@ def check_pipeline_args(prefetch: Any, lookahead: Any,
                          "loop's own thread)")
 
 
+def _check_1d(t: Any, name: str, per: str) -> None:
+    if not isinstance(t, Tensor) or t.dim() != 1:
+        raise ValueError(f"{name} must be a one-dimensional tensor with one "
+                         f"{per}")
+    if t.dtype == torch.bool or t.is_complex():
+        raise ValueError(f"{name} must be integer or floating point (got "
+                         f"{t.dtype})")
+
+
 def _check_times(times: Any, name: str, per: str, what: str) -> None:
-    if not isinstance(times, Tensor) or times.dim() != 1:
-        raise ValueError(f"'{name}' must be a one-dimensional tensor with "
-                         f"one time per {per}")
-    if times.dtype == torch.bool or times.is_complex():
-        raise ValueError(f"'{name}' must be integer or floating point (got "
-                         f"{times.dtype})")
+    _check_1d(times, f"'{name}'", f'time per {per}')
     check_not_nan(times, f"'{name}'", what)
 
 
@@ -318,30 +308,16 @@ def check_neg_sampling(neg_sampling: Any, neg_sampling_ratio: Any,
     if neg_sampling is None:
         return None
     if not isinstance(neg_sampling, NegativeSampling):
-        mode = neg_sampling
-        if isinstance(mode, dict):
-            mode = mode.get('mode')
-        elif isinstance(mode, (tuple, list)) and len(mode) > 0:
-            mode = mode[0]
-        if not isinstance(mode, str) or mode not in ('binary', 'triplet'):
-            raise ValueError(f"'neg_sampling' mode must be 'binary' or "
-                             f"'triplet' (got {mode!r})")
-        amount = neg_sampling.get('amount', 1) if isinstance(
-            neg_sampling, dict) else (neg_sampling[1] if isinstance(
-                neg_sampling, (tuple, list)) and len(neg_sampling) > 1 else
-                                      1)
-        _check_amount(amount)
         try:
             neg_sampling = NegativeSampling.cast(neg_sampling)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise ValueError(f"'neg_sampling' must be a NegativeSampling, a "
-                             f"mode string or its arguments as a dict or "
-                             f"tuple ({e})") from None
-    else:
-        if neg_sampling.mode.value not in ('binary', 'triplet'):
-            raise ValueError(f"'neg_sampling' mode must be 'binary' or "
-                             f"'triplet' (got {neg_sampling.mode!r})")
-        _check_amount(neg_sampling.amount)
+                             f"mode string ('binary' or 'triplet') or its "
+                             f"arguments as a dict or tuple ({e})") from None
+    if neg_sampling.mode.value not in ('binary', 'triplet'):
+        raise ValueError(f"'neg_sampling' mode must be 'binary' or "
+                         f"'triplet' (got {neg_sampling.mode!r})")
+    _check_amount(neg_sampling.amount)
     if neg_sampling.is_triplet():
         if neg_sampling.amount != math.ceil(neg_sampling.amount):
             raise ValueError(f"'neg_sampling': the attribute 'amount' needs "
@@ -379,12 +355,7 @@ def _check_weight(weight: Any, name: str, num_nodes: Optional[int]) -> None:
     if weight is None:
         return
     where = f"'neg_sampling.{name}'"
-    if not isinstance(weight, Tensor) or weight.dim() != 1:
-        raise ValueError(f"{where} must be a one-dimensional tensor with one "
-                         f"weight per node")
-    if weight.dtype == torch.bool or weight.is_complex():
-        raise ValueError(f"{where} must be integer or floating point (got "
-                         f"{weight.dtype})")
+    _check_1d(weight, where, 'weight per node')
     if num_nodes is not None and weight.numel() != num_nodes:
         raise ValueError(f"{where} needs to match the number of nodes "
                          f"{num_nodes} (got {weight.numel()})")
