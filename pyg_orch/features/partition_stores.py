@@ -14,6 +14,7 @@ from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 from pyg_orch.core.checks import check_choice, check_int
 from pyg_orch.features.gpu_cache import ReadOnlyFeatureStore
 from pyg_orch.features.partition_gather import DistributedFeatureGather
+from pyg_orch.features.tiered import ID_DTYPES
 from pyg_orch.parallel.machines import (RankLayout, rank_layout,
                                         shard_part_topology)
 from pyg_orch.sampling.collective import DistributedNeighborSampler
@@ -44,7 +45,7 @@ def _check_ids(name: str, ids: Tensor, num: int, node_type: Any,
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= num:
             raise ValueError(f"'{name}' holds {what} outside [0, {num}); "
-                             f"expected global node ids in [0, {num}) of "
+                             f"expected global vertex ids in [0, {num}) of "
                              f"node type {node_type!r} (got [{lo}, {hi}])")
 
 
@@ -53,12 +54,16 @@ def split_node_type(input_nodes: Any, node_types: Iterable[Any],
     r"""Splits the seeds of a heterogeneous :obj:`where`, a node type or a
     :obj:`(node type, seeds)` tuple, into both (else :obj:`None` and
     :obj:`input_nodes`)."""
+    typed = isinstance(input_nodes, (tuple, list)) and \
+        len(input_nodes) == 2 and isinstance(input_nodes[0], str)
     if not hetero:
+        if typed or isinstance(input_nodes, str):
+            raise ValueError(f"'input_nodes' as a node type or a (node type, "
+                             f"seeds) tuple is for a heterogeneous {where}")
         return None, input_nodes
     if isinstance(input_nodes, str):
-        input_nodes = (input_nodes, None)
-    if not (isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2
-            and isinstance(input_nodes[0], str)):
+        input_nodes, typed = (input_nodes, None), True
+    if not typed:
         raise ValueError(f"'input_nodes' must be a node type or a (node "
                          f"type, seeds) tuple for a heterogeneous {where} "
                          f"(got {input_nodes!r:.100})")
@@ -67,6 +72,52 @@ def split_node_type(input_nodes: Any, node_types: Iterable[Any],
                          f"{input_nodes[0]!r}, which is not in the {where} "
                          f"(node types: {list(node_types)})")
     return input_nodes[0], input_nodes[1]
+
+
+def split_edge_type(edge_label_index: Any, hetero: bool,
+                    where: str = 'graph') -> Tuple[Any, Any]:
+    r"""Splits the label edges of a heterogeneous :obj:`where`, an edge type
+    or an :obj:`(edge type, edges)` tuple, into both (else :obj:`None` and
+    :obj:`edge_label_index`)."""
+    index = edge_label_index
+    if not hetero:
+        if isinstance(index, (tuple, str)):
+            raise ValueError(f"'edge_label_index' must be None or a tensor of "
+                             f"shape [2, num_edges] for a homogeneous {where}")
+        return None, index
+    if isinstance(index, (tuple, list)) and index and \
+            isinstance(index[0], str):
+        return tuple(index), None
+    if not isinstance(index, (tuple, list)) or len(index) != 2:
+        raise ValueError(f"'edge_label_index' must be an edge type or an "
+                         f"(edge_type, edge_label_index) tuple for a "
+                         f"heterogeneous {where} (got {index!r:.100})")
+    edge_type, index = index
+    return tuple(edge_type) if isinstance(edge_type, list) else edge_type, \
+        index
+
+
+def check_label_edges(index: Any, num_src: Optional[int],
+                      num_dst: Optional[int]) -> Tensor:
+    r"""Checks label edges, :obj:`[2, num_edges]` node ids below
+    :obj:`num_src` and :obj:`num_dst`; returns them as int64."""
+    if not isinstance(index, Tensor):
+        raise ValueError(f"'edge_label_index' must be a tensor of shape "
+                         f"[2, num_edges] (got {type(index).__name__})")
+    if index.dtype not in ID_DTYPES:
+        raise ValueError(f"'edge_label_index' must hold integer node "
+                         f"indices (got dtype {index.dtype})")
+    if index.dim() != 2 or index.size(0) != 2:
+        raise ValueError(f"'edge_label_index' must have shape [2, num_edges]"
+                         f" (got {list(index.shape)})")
+    if index.numel() > 0:
+        for row, n, end in ((index[0], num_src, 'source'),
+                            (index[1], num_dst, 'destination')):
+            lo, hi = int(row.min()), int(row.max())
+            if lo < 0 or (n is not None and hi >= n):
+                raise ValueError(f"'edge_label_index' has {end} nodes in "
+                                 f"[{lo}, {hi}], outside [0, {n})")
+    return index.to(torch.int64)
 
 
 #: What to do instead of writing to a partition's stores.
@@ -192,46 +243,18 @@ class PartitionGraphStore(GraphStore):
         r"""Checks a link loader's label edges: returns :obj:`(edge_type,
         edge_label_index)` (an edge type alone or :obj:`None`: the part's
         in-edges)."""
-        edge_type, index = None, edge_label_index
-        if self.is_hetero:
-            if isinstance(index, (tuple, list)) and index and \
-                    isinstance(index[0], str):
-                edge_type, index = tuple(index), None
-            elif isinstance(index, (tuple, list)) and len(index) == 2:
-                edge_type, index = index
-                edge_type = tuple(edge_type) if isinstance(
-                    edge_type, (tuple, list)) else edge_type
-            else:
-                raise ValueError(f"'edge_label_index' must be an edge type or "
-                                 f"an (edge_type, edge_label_index) tuple on "
-                                 f"a heterogeneous partition (got "
-                                 f"{edge_label_index!r:.100})")
-            if edge_type not in self.edge_types:
-                raise ValueError(f"'edge_label_index' names the edge type "
-                                 f"{edge_type!r}, which is not in the "
-                                 f"partition (edge types: "
-                                 f"{self.edge_types})")
-        elif isinstance(index, (tuple, str)):
-            raise ValueError("'edge_label_index' must be None or a tensor of "
-                             "shape [2, num_edges] (global ids) on a "
-                             "homogeneous partition")
+        edge_type, index = split_edge_type(edge_label_index, self.is_hetero,
+                                           'partition')
+        if self.is_hetero and edge_type not in self.edge_types:
+            raise ValueError(f"'edge_label_index' names the edge type "
+                             f"{edge_type!r}, which is not in the partition "
+                             f"(edge types: {self.edge_types})")
         if index is None:
             return edge_type, self.local_edge_index(edge_type)
-        if not isinstance(index, Tensor) or index.dim() != 2 or \
-                index.size(0) != 2 or index.is_floating_point() or \
-                index.dtype == torch.bool:
-            got = f'shape {tuple(index.shape)}, {index.dtype}' if isinstance(
-                index, Tensor) else type(index).__name__
-            raise ValueError(f"'edge_label_index' must be an integer tensor "
-                             f"of shape [2, num_edges] of global ids (got "
-                             f"{got})")
-        index = index.to(torch.int64)
-        ends = (None, None) if edge_type is None else (edge_type[0],
-                                                       edge_type[-1])
-        for i, (t, what) in enumerate(zip(ends, ('source', 'destination'))):
-            _check_ids('edge_label_index', index[i], self.num_nodes[t], t,
-                       f'{what} ids')
-        return edge_type, index
+        src, dst = (None, None) if edge_type is None else (edge_type[0],
+                                                           edge_type[-1])
+        return edge_type, check_label_edges(index, self.num_nodes[src],
+                                            self.num_nodes[dst])
 
     def get_all_edge_attrs(self) -> List[EdgeAttr]:
         out = []

@@ -18,7 +18,7 @@ from pyg_orch.core.checks import (check_bool, check_choice, check_fraction,
                                   check_int, resolve_device)
 
 #: The integer dtypes node ids may have.
-_ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 @dataclass
@@ -101,7 +101,7 @@ def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
     if not isinstance(index, Tensor):
         raise ArgumentTypeError(f"'{name}' must be a tensor of node ids (got "
                                 f"{type(index).__name__})")
-    if index.dtype not in _ID_DTYPES:
+    if index.dtype not in ID_DTYPES:
         raise ArgumentTypeError(f"'{name}' must hold integer node ids (got "
                                 f"dtype {index.dtype})")
     if index.dim() != 1:
@@ -266,7 +266,7 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         r"""Caches the rows :obj:`nodes` (most important first, duplicates
         dropped), as many as the budget allows."""
         nodes = torch.as_tensor(nodes).view(-1).cpu()
-        if nodes.numel() > 0 and nodes.dtype not in _ID_DTYPES:
+        if nodes.numel() > 0 and nodes.dtype not in ID_DTYPES:
             raise ArgumentTypeError(f"'nodes' must hold integer node ids "
                                     f"(got dtype {nodes.dtype})")
         nodes = nodes.to(torch.int64)

@@ -8,7 +8,12 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch.features.partition_stores import split_node_type
+from pyg_orch.features.tiered import ID_DTYPES
+from pyg_orch.features.partition_stores import (
+    check_label_edges,
+    split_edge_type,
+    split_node_type,
+)
 from pyg_orch.topology.sparse_adj import edge_index_of
 from pyg_orch.topology.graph import check_not_nan
 from pyg_orch.core.checks import (
@@ -18,8 +23,6 @@ from pyg_orch.core.checks import (
     check_seconds,
 )
 
-_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8,
-                 torch.int8)
 
 #: The boolean arguments of :class:`torch.utils.data.DataLoader` (a truthy
 #: string such as :obj:`shuffle='no'` would mean :obj:`True`).
@@ -69,7 +72,7 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
         if nodes.dim() != 1 or nodes.numel() != num_nodes:
             raise ValueError(f"'input_nodes' as a boolean mask must have "
                              f"shape [{num_nodes}] (got {list(nodes.shape)})")
-    elif nodes.dtype in _INDEX_DTYPES:
+    elif nodes.dtype in ID_DTYPES:
         if nodes.dim() != 1:
             raise ValueError(f"'input_nodes' must be one-dimensional (got "
                              f"shape {list(nodes.shape)})")
@@ -171,32 +174,13 @@ def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:
 def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
     r"""Validates :obj:`edge_label_index` and returns it as PyG's
     :func:`~torch_geometric.loader.utils.get_edge_label_index` takes it."""
-    if isinstance(data, Data):
-        if edge_label_index is None:
-            return None
-        if isinstance(edge_label_index, (tuple, str)):
-            raise ValueError("'edge_label_index' must be None or a tensor of "
-                             "shape [2, num_edges] for homogeneous graphs")
-        return _check_label_edges(edge_label_index, data.num_nodes,
-                                  data.num_nodes)
-    if not isinstance(data, HeteroData):
+    if not isinstance(data, (Data, HeteroData)):
         return edge_label_index  # Remote backends: PyG resolves it.
-    if edge_label_index is None:
-        raise ValueError("'edge_label_index' must name the edge type of the "
-                         "label edges for heterogeneous graphs, as an edge "
-                         "type or an (edge_type, edge_label_index) tuple")
-    if not isinstance(edge_label_index, (tuple, list)):
-        raise ValueError("'edge_label_index' must be an edge type or an "
-                         "(edge_type, edge_label_index) tuple for "
-                         "heterogeneous graphs")
-    if len(edge_label_index) > 0 and isinstance(edge_label_index[0], str):
-        edge_type, index = tuple(edge_label_index), None
-    elif len(edge_label_index) == 2:
-        edge_type, index = edge_label_index
-    else:
-        raise ValueError("'edge_label_index' must be an edge type or an "
-                         "(edge_type, edge_label_index) tuple for "
-                         "heterogeneous graphs")
+    if isinstance(data, Data):
+        _, index = split_edge_type(edge_label_index, False)
+        return None if index is None else check_label_edges(
+            index, data.num_nodes, data.num_nodes)
+    edge_type, index = split_edge_type(edge_label_index, True)
     if isinstance(edge_type, (tuple, list)) and all(
             isinstance(t, str) for t in edge_type) and \
             len(edge_type) in (2, 3):
@@ -216,30 +200,9 @@ def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
                          f"types: {data.edge_types})")
     if index is None:
         return (edge_type, edge_index_of(data[edge_type]))
-    index = _check_label_edges(index, data[edge_type[0]].num_nodes,
-                               data[edge_type[-1]].num_nodes)
+    index = check_label_edges(index, data[edge_type[0]].num_nodes,
+                              data[edge_type[-1]].num_nodes)
     return (edge_type, index)
-
-
-def _check_label_edges(index: Any, num_src: Optional[int],
-                       num_dst: Optional[int]) -> Tensor:
-    if not isinstance(index, Tensor):
-        raise ValueError(f"'edge_label_index' must be a tensor of shape "
-                         f"[2, num_edges] (got {type(index).__name__})")
-    if index.dtype not in _INDEX_DTYPES:
-        raise ValueError(f"'edge_label_index' must hold integer node "
-                         f"indices (got dtype {index.dtype})")
-    if index.dim() != 2 or index.size(0) != 2:
-        raise ValueError(f"'edge_label_index' must have shape [2, num_edges]"
-                         f" (got {list(index.shape)})")
-    if index.numel() > 0:
-        for row, n, end in ((index[0], num_src, 'source'),
-                            (index[1], num_dst, 'destination')):
-            lo, hi = int(row.min()), int(row.max())
-            if lo < 0 or (n is not None and hi >= n):
-                raise ValueError(f"'edge_label_index' has {end} nodes in "
-                                 f"[{lo}, {hi}], outside [0, {n})")
-    return index.to(torch.int64)
 
 
 def num_label_edges(edge_label_index: Any, data: Any) -> Optional[int]:
