@@ -73,6 +73,12 @@ def check_common_args(
     return device
 
 
+#: The loaders' arguments that go to `HybridNeighborSampler` as they are.
+_SAMPLER_ARGS = ('num_neighbors', 'subgraph_type', 'replace', 'disjoint',
+                 'temporal_strategy', 'time_attr', 'weight_attr', 'is_sorted',
+                 'directed', 'topology')
+
+
 class HybridLoaderMixin:
     r"""The behavior both hybrid loaders share. A subclass implements the
     methods under *To implement* and calls :meth:`_partitioned`, or
@@ -145,25 +151,26 @@ class HybridLoaderMixin:
         self._batch_hooks = batches.batch_hooks  # Run by `batches`.
         self._sampled_hooks = batches.sampled_hooks
 
-    def _in_memory_sampler(self, data: GraphData, sampler: Optional[Any],
-                           kwargs: dict, device: torch.device,
-                           seed: SeedLike, placement: Any, prefetch: int,
-                           **options: Any) -> Any:
-        # The given sampler, or a `HybridNeighborSampler` with `options`
-        # (the topology in shared memory for worker processes); with a
-        # seed, a seeded shuffling generator for the DataLoader (unless it
-        # has one or a sampler of its own).
+    def _in_memory_sampler(self, args: Dict[str, Any],
+                           device: torch.device) -> Any:
+        # The loader's `neighbor_sampler`, or a `HybridNeighborSampler` from
+        # its `args` (its `locals()`; the topology in shared memory for
+        # worker processes); with a seed, a seeded shuffling generator for
+        # the DataLoader (unless it has one or a sampler of its own).
+        sampler, kwargs, seed = (args['neighbor_sampler'], args['kwargs'],
+                                 args['seed'])
         if sampler is None:
             sampler = HybridNeighborSampler(
-                data, share_memory=kwargs.get('num_workers', 0) > 0,
-                device=device, seed=seed, backend=placement.backend,
-                topology_placement=placement.topology, **options)
+                args['data'], share_memory=kwargs.get('num_workers', 0) > 0,
+                device=device, seed=seed, backend=args['placement'].backend,
+                topology_placement=args['placement'].topology,
+                **{k: args[k] for k in _SAMPLER_ARGS})
         if (seed is not None and 'generator' not in kwargs
                 and kwargs.get('shuffle', False)
                 and kwargs.get('sampler') is None):
             kwargs['generator'] = torch.Generator().manual_seed(
                 seed if isinstance(seed, int) else seed.initial_seed())
-        self._init_pipeline(device, prefetch)
+        self._init_pipeline(device, args['prefetch'])
         return sampler
 
     def _init_pipeline(self, device: torch.device, prefetch: int) -> None:

@@ -44,10 +44,8 @@ from pyg_orch.typing import (
 class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
     r"""A drop-in replacement for PyG's
     :class:`~torch_geometric.loader.LinkNeighborLoader`: same arguments,
-    same mini-batches, with neighbor sampling by vectorized PyTorch ops on
-    the CPU or the GPU (no :obj:`pyg-lib` or :obj:`torch-sparse` needed),
-    and negative sampling on that device too, reproducible with
-    :obj:`seed`.
+    same mini-batches, with neighbor and negative sampling by vectorized
+    PyTorch ops on the CPU or the GPU.
 
     .. code-block:: python
 
@@ -64,22 +62,11 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             pred = (z[src] * z[dst]).sum(-1)
             loss = F.binary_cross_entropy_with_logits(pred, batch.edge_label)
 
-    The endpoints of a batch's label edges (and of its negatives) are the
-    seeds of one neighbor-sampling call; batches carry what PyG's carry
-    (:obj:`edge_label_index` and :obj:`edge_label`, or with
-    :obj:`'triplet'` negatives :obj:`src_index`, :obj:`dst_pos_index` and
-    :obj:`dst_neg_index`), plus :obj:`n_id`, :obj:`e_id`, :obj:`input_id`
-    and the sampled counts. Negatives are drawn on the sampler's device with
-    its generator; as in PyG they may be false negatives.
-
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore] or
-            str): The graph. A partitioned graph (a folder written by
-            :func:`~pyg_orch.distributed.partition_graph`, or its
-            :func:`~pyg_orch.distributed.open_stores` pair) trains across
-            machines, one part per rank, as
-            :class:`~pyg_orch.HybridNeighborLoader` does (label edges in
-            global ids, this rank's own; see :doc:`/distributed`).
+            str): The graph, or a partition folder (or its
+            :func:`~pyg_orch.distributed.open_stores` pair), one part per
+            rank (label edges: this rank's, in global ids).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
@@ -196,15 +183,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         neg_sampling = check_neg_sampling(neg_sampling, neg_sampling_ratio,
                                           edge_label, data, edge_label_index)
 
-        neighbor_sampler = self._in_memory_sampler(
-            data, neighbor_sampler, kwargs, device, seed, placement, prefetch,
-            num_neighbors=num_neighbors, subgraph_type=subgraph_type,
-            replace=replace, disjoint=disjoint,
-            temporal_strategy=temporal_strategy, time_attr=time_attr,
-            weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
-            topology=topology)
         super().__init__(
-            data=data, link_sampler=neighbor_sampler,
+            data=data, link_sampler=self._in_memory_sampler(locals(), device),
             edge_label_index=edge_label_index, edge_label=edge_label,
             edge_label_time=edge_label_time, neg_sampling=neg_sampling,
             transform=None,  # Applied after the move to `device`.

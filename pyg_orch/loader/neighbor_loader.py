@@ -52,20 +52,11 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         for batch in loader:
             out = model(batch.x, batch.edge_index)[:batch.batch_size]
 
-    Every batch carries :obj:`n_id`, :obj:`e_id`, :obj:`input_id`,
-    :obj:`batch_size`, :obj:`num_sampled_nodes` and :obj:`num_sampled_edges`
-    (and :obj:`batch` if :obj:`disjoint=True`), in PyG's hop order.
-
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore] or
-            str): The graph. A partitioned graph (a folder written by
-            :func:`~pyg_orch.distributed.partition_graph`, or its
-            :func:`~pyg_orch.distributed.open_stores` pair) trains across
-            machines, one part per rank (see :doc:`/distributed`): with a
-            folder, :obj:`input_nodes` are the seeds of all ranks and the
-            keywords of :func:`~pyg_orch.distributed.open_stores` place the
-            stores; :obj:`num_workers` are threads and :obj:`even`
-            (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batches.
+            str): The graph, or a partition folder (or its
+            :func:`~pyg_orch.distributed.open_stores` pair), one part per
+            rank (see :doc:`/distributed`).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
@@ -166,15 +157,9 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         input_nodes = check_input_nodes(data, input_nodes)
         input_time = check_input_time(input_time, input_nodes, data)
 
-        neighbor_sampler = self._in_memory_sampler(
-            data, neighbor_sampler, kwargs, device, seed, placement, prefetch,
-            num_neighbors=num_neighbors, subgraph_type=subgraph_type,
-            replace=replace, disjoint=disjoint,
-            temporal_strategy=temporal_strategy, time_attr=time_attr,
-            weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
-            topology=topology)
         super().__init__(
-            data=data, node_sampler=neighbor_sampler, input_nodes=input_nodes,
+            data=data, node_sampler=self._in_memory_sampler(locals(), device),
+            input_nodes=input_nodes,
             input_time=input_time,
             transform=None,  # Applied after the move to `device`.
             transform_sampler_output=transform_sampler_output,
