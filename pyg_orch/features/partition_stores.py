@@ -39,13 +39,13 @@ def _max_fanout(num_neighbors: Any) -> Optional[int]:
     return max(values, default=0)
 
 
-def _check_ids(name: str, ids: Tensor, num: int, node_type: Any,
-               what: str = 'ids') -> None:
+def _check_ids(name: str, ids: Tensor, num: Optional[int], node_type: Any,
+               what: str = 'ids', scope: str = 'global ') -> None:
     if ids.numel():
         lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0 or hi >= num:
+        if lo < 0 or (num is not None and hi >= num):
             raise ValueError(f"'{name}' holds {what} outside [0, {num}); "
-                             f"expected global vertex ids in [0, {num}) of "
+                             f"expected {scope}node ids in [0, {num}) of "
                              f"node type {node_type!r} (got [{lo}, {hi}])")
 
 
@@ -98,9 +98,11 @@ def split_edge_type(edge_label_index: Any, hetero: bool,
 
 
 def check_label_edges(index: Any, num_src: Optional[int],
-                      num_dst: Optional[int]) -> Tensor:
-    r"""Checks label edges, :obj:`[2, num_edges]` node ids below
-    :obj:`num_src` and :obj:`num_dst`; returns them as int64."""
+                      num_dst: Optional[int], src: Any = None,
+                      dst: Any = None, scope: str = '') -> Tensor:
+    r"""Checks label edges, :obj:`[2, num_edges]` ids of :obj:`num_src`
+    nodes of type :obj:`src` and :obj:`num_dst` of :obj:`dst`; returns them
+    as int64."""
     if not isinstance(index, Tensor):
         raise ValueError(f"'edge_label_index' must be a tensor of shape "
                          f"[2, num_edges] (got {type(index).__name__})")
@@ -110,13 +112,9 @@ def check_label_edges(index: Any, num_src: Optional[int],
     if index.dim() != 2 or index.size(0) != 2:
         raise ValueError(f"'edge_label_index' must have shape [2, num_edges]"
                          f" (got {list(index.shape)})")
-    if index.numel() > 0:
-        for row, n, end in ((index[0], num_src, 'source'),
-                            (index[1], num_dst, 'destination')):
-            lo, hi = int(row.min()), int(row.max())
-            if lo < 0 or (n is not None and hi >= n):
-                raise ValueError(f"'edge_label_index' has {end} nodes in "
-                                 f"[{lo}, {hi}], outside [0, {n})")
+    for row, n, t, end in ((index[0], num_src, src, 'source'),
+                           (index[1], num_dst, dst, 'destination')):
+        _check_ids('edge_label_index', row, n, t, f'{end} ids', scope)
     return index.to(torch.int64)
 
 
@@ -236,7 +234,7 @@ class PartitionGraphStore(GraphStore):
                 isinstance(nodes, Tensor) else type(nodes).__name__
             raise ValueError(f"'input_nodes' must be a 1-D integer tensor of "
                              f"global ids or a boolean mask (got {got})")
-        _check_ids('input_nodes', nodes, n, node_type)
+        _check_ids('input_nodes', nodes, n, node_type, 'global vertex ids')
         return node_type, nodes.to(torch.int64)
 
     def label_edges(self, edge_label_index: Any) -> Tuple[Any, Tensor]:
@@ -254,7 +252,8 @@ class PartitionGraphStore(GraphStore):
         src, dst = (None, None) if edge_type is None else (edge_type[0],
                                                            edge_type[-1])
         return edge_type, check_label_edges(index, self.num_nodes[src],
-                                            self.num_nodes[dst])
+                                            self.num_nodes[dst], src, dst,
+                                            'global ')
 
     def get_all_edge_attrs(self) -> List[EdgeAttr]:
         out = []

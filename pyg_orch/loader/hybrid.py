@@ -396,22 +396,16 @@ class HybridLoaderMixin:
         # handles SparseTensor only), where the data lives unless the
         # batch is built on `device`.
         adj_t = has_adj_t(self.data)
+        hetero_fs = isinstance(fs, HeteroTieredFeatureStore)
         if isinstance(self.data, Data) and (
                 adj_t or (main and (fs is not None
                                     or self._data_on_device()))):
             on_device = main and (fs is not None or self._data_on_device())
-            if not on_device:
-                out = _to_cpu(out)
             assembler = self._assembler_for(on_device, lambda device: (
                 DataAssembler(self.data, device,
                               None if fs is None else fs.gather)))
-            if self.transform_sampler_output is not None:
-                out = self.transform_sampler_output(out)
-            return self._add_metadata(assembler.subgraph(out), out)
-        hetero_fs = isinstance(fs, HeteroTieredFeatureStore)
-        if isinstance(self.data, HeteroData) and (hetero_fs or adj_t):
-            if not hetero_fs:
-                out = _to_cpu(out)
+        elif isinstance(self.data, HeteroData) and (hetero_fs or adj_t):
+            on_device = hetero_fs
             assembler = self._assembler_for(hetero_fs, lambda device: (
                 HeteroDataAssembler(
                     self.data, device, {
@@ -419,13 +413,16 @@ class HybridLoaderMixin:
                         for t in fs.node_types
                     } if hetero_fs else None,
                     self._sampler.edge_permutation)))
-            if self.transform_sampler_output is not None:
-                out = self.transform_sampler_output(out)
-            return self._add_metadata(assembler.subgraph(out), out)
-        # PyG slices features where they live; indices follow them there.
-        if not self._data_on_device():
+        else:
+            # PyG slices features where they live; indices follow them.
+            if not self._data_on_device():
+                out = _to_cpu(out)
+            return super().filter_fn(out)
+        if not on_device:
             out = _to_cpu(out)
-        return super().filter_fn(out)
+        if self.transform_sampler_output is not None:
+            out = self.transform_sampler_output(out)
+        return self._add_metadata(assembler.subgraph(out), out)
 
     def _assembler_for(self, on_device: bool, build: Callable) -> Any:
         # One assembler per process and place: batches built on `device`

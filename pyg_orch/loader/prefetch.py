@@ -1,5 +1,6 @@
 """Pipelined prefetch: upcoming batches are sampled and gathered by a
 background thread on its own CUDA stream while the current batch trains."""
+import contextlib
 import dataclasses
 import functools
 import queue
@@ -102,20 +103,16 @@ def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
             if not (agree(not stop.is_set()) if agree is not None
                     else not stop.is_set()):
                 break
-            if stream is not None:
-                with torch.cuda.stream(stream):
-                    try:
-                        batch = next(iterator)
-                    except StopIteration:
-                        break
-                    event = torch.cuda.Event()
-                    event.record(stream)
-            else:
+            with torch.cuda.stream(stream) if stream is not None else \
+                    contextlib.nullcontext():
                 try:
                     batch = next(iterator)
                 except StopIteration:
                     break
                 event = None
+                if stream is not None:
+                    event = torch.cuda.Event()
+                    event.record(stream)
             if not _put(q, stop, (batch, event)):
                 if agree is None:
                     return

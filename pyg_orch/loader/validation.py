@@ -201,7 +201,8 @@ def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
     if index is None:
         return (edge_type, edge_index_of(data[edge_type]))
     index = check_label_edges(index, data[edge_type[0]].num_nodes,
-                              data[edge_type[-1]].num_nodes)
+                              data[edge_type[-1]].num_nodes, edge_type[0],
+                              edge_type[-1])
     return (edge_type, index)
 
 
