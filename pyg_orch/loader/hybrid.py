@@ -45,7 +45,7 @@ from pyg_orch.sampling.arguments import (
 from pyg_orch.sampling.contract import LaunchingSampler
 from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.sampler import HybridNeighborSampler
-from pyg_orch.typing import DeviceLike, GraphData, SeedLike
+from pyg_orch.typing import DeviceLike, GraphData
 
 
 def check_common_args(
@@ -72,6 +72,52 @@ def check_common_args(
     check_pipeline_args(prefetch, lookahead, kwargs.get('num_workers', 0))
     return device
 
+
+#: The Args both loaders document last.
+LOADER_ARGS_DOC = r'''    weight_attr (str, optional): An edge attribute of non-negative
+            sampling weights.
+        transform (callable, optional): Applied to every mini-batch after it
+            was moved to :obj:`device`.
+        transform_sampler_output (callable, optional): Applied to the
+            :class:`~torch_geometric.sampler.SamplerOutput`.
+        is_sorted (bool): :obj:`edge_index` is already sorted by destination
+            (checked). (default: :obj:`False`)
+        filter_per_worker (bool, optional): Assemble batches in the worker
+            processes, as in PyG.
+        neighbor_sampler (BaseSampler, optional): A sampler to use instead of
+            building a :class:`~pyg_orch.HybridNeighborSampler`.
+        directed (bool): Deprecated; :obj:`False` means
+            :obj:`subgraph_type='induced'`.
+        device (torch.device or str, optional): Where sampling (negatives
+            included) runs and batches land; CUDA when available, else CPU.
+        seed (int or torch.Generator, optional): Makes sampling (negatives
+            included) and shuffling reproducible.
+        topology (GraphTopology, optional): A topology to share with other
+            loaders (see :attr:`topology`); built from :obj:`data` if not set.
+        placement (PlacementOptions, optional): Where the topology lives
+            (on CUDA: on the device, in pinned host memory, or sharded
+            across the machine's processes, see :doc:`/multi_gpu`) and
+            which kernels sample (see :class:`~pyg_orch.PlacementOptions`).
+            (default: :obj:`PlacementOptions()`)
+        cache (CacheOptions, optional): On CUDA with node features :obj:`x`
+            in host memory, the GPU cache that serves them, rows ranked by
+            their accesses in pre-sampled batches (see
+            :class:`~pyg_orch.CacheOptions`); :obj:`CacheOptions(store=None)`
+            gathers on the CPU and copies, as PyG does.
+            (default: :obj:`CacheOptions()`)
+        lookahead (bool, optional): Keep the next batch in flight on side
+            CUDA streams, in the training loop's thread (see
+            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
+            same. :obj:`None`: on where it pays (CUDA, :obj:`num_workers=0`,
+            :obj:`prefetch=0`). (default: :obj:`None`)
+        prefetch (int): Batches sampled and gathered ahead by a background
+            thread on its own CUDA stream. (default: :obj:`0`)
+        **kwargs (optional): Arguments of
+            :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
+            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
+            keywords such as :obj:`backend` warn and fill :obj:`placement`
+            and :obj:`cache`.
+    '''
 
 #: The loaders' arguments that go to `HybridNeighborSampler` as they are.
 _SAMPLER_ARGS = ('num_neighbors', 'subgraph_type', 'replace', 'disjoint',

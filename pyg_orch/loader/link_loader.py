@@ -14,6 +14,7 @@ from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.loader.assemble import link_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
+    LOADER_ARGS_DOC,
     HybridLoaderMixin,
     check_common_args,
 )
@@ -94,45 +95,6 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             binary negative sampling with this :obj:`amount`.
         time_attr (str, optional): A node-level or edge-level time attribute
             (temporal sampling, which implies :obj:`disjoint=True`).
-        weight_attr (str, optional): An edge attribute of non-negative
-            sampling weights.
-        transform (callable, optional): Applied to every mini-batch after it
-            was moved to :obj:`device`.
-        transform_sampler_output (callable, optional): Applied to the
-            :class:`~torch_geometric.sampler.SamplerOutput`.
-        is_sorted (bool): :obj:`edge_index` is already sorted by destination
-            (checked). (default: :obj:`False`)
-        filter_per_worker (bool, optional): Assemble batches in the worker
-            processes, as in PyG.
-        neighbor_sampler (BaseSampler, optional): A sampler to use instead of
-            building a :class:`~pyg_orch.HybridNeighborSampler`.
-        directed (bool): Deprecated; :obj:`False` means
-            :obj:`subgraph_type='induced'`.
-        device (torch.device or str, optional): Where sampling (negatives
-            included) runs and batches land; CUDA when available, else CPU.
-        seed (int or torch.Generator, optional): Makes sampling, negatives
-            and shuffling reproducible.
-        topology (GraphTopology, optional): A topology to share with other
-            loaders (e.g. :obj:`node_loader.topology`).
-        placement (PlacementOptions, optional): Where the topology lives
-            and which kernels sample (see :class:`~pyg_orch.PlacementOptions`).
-            (default: :obj:`PlacementOptions()`)
-        cache (CacheOptions, optional): The GPU cache of features in host
-            memory (see :class:`~pyg_orch.CacheOptions`); rows ranked by
-            their accesses in pre-sampled link batches.
-            (default: :obj:`CacheOptions()`)
-        lookahead (bool, optional): Keep the next batch in flight in the
-            training loop's thread (see
-            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
-            same. :obj:`None`: on with CUDA, :obj:`num_workers=0` and
-            :obj:`prefetch=0`. (default: :obj:`None`)
-        prefetch (int): Batches sampled and gathered ahead by a background
-            thread. (default: :obj:`0`)
-        **kwargs (optional): Arguments of
-            :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
-            keywords such as :obj:`backend` warn and fill :obj:`placement`
-            and :obj:`cache`.
     """
     def __init__(
         self,
@@ -231,3 +193,6 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
                              self.input_data.input_type)
 
     _assembles_hetero = True
+
+
+HybridLinkNeighborLoader.__doc__ += LOADER_ARGS_DOC

@@ -12,6 +12,7 @@ from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.loader.assemble import node_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
+    LOADER_ARGS_DOC,
     HybridLoaderMixin,
     check_common_args,
 )
@@ -75,50 +76,6 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         time_attr (str, optional): A node-level or edge-level time attribute:
             neighbors are never later than their seed (temporal sampling,
             which implies :obj:`disjoint=True`, as in PyG).
-        weight_attr (str, optional): An edge attribute of non-negative
-            sampling weights.
-        transform (callable, optional): Applied to every mini-batch after it
-            was moved to :obj:`device`.
-        transform_sampler_output (callable, optional): Applied to the
-            :class:`~torch_geometric.sampler.SamplerOutput`.
-        is_sorted (bool): :obj:`edge_index` is already sorted by destination
-            (checked). (default: :obj:`False`)
-        filter_per_worker (bool, optional): Assemble batches in the worker
-            processes, as in PyG.
-        neighbor_sampler (BaseSampler, optional): A sampler to use instead of
-            building a :class:`~pyg_orch.HybridNeighborSampler`.
-        directed (bool): Deprecated; :obj:`False` means
-            :obj:`subgraph_type='induced'`.
-        device (torch.device or str, optional): Where sampling runs and
-            batches land; CUDA when available, else CPU.
-        seed (int or torch.Generator, optional): Makes sampling and
-            shuffling reproducible.
-        topology (GraphTopology, optional): A topology to share with other
-            loaders (see :attr:`topology`); built from :obj:`data` if not set.
-        placement (PlacementOptions, optional): Where the topology lives
-            (on CUDA: on the device, in pinned host memory, or sharded
-            across the machine's processes, see :doc:`/multi_gpu`) and
-            which kernels sample (see :class:`~pyg_orch.PlacementOptions`).
-            (default: :obj:`PlacementOptions()`)
-        cache (CacheOptions, optional): On CUDA with node features :obj:`x`
-            in host memory, the GPU cache that serves them (see
-            :class:`~pyg_orch.CacheOptions`); :obj:`CacheOptions(store=None)`
-            gathers on the CPU and copies, as PyG does.
-            (default: :obj:`CacheOptions()`)
-        lookahead (bool, optional): Keep the next batch in flight on two
-            side CUDA streams, in the training loop's thread (see
-            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
-            same. :obj:`None`: on with CUDA, the fused Triton sampler,
-            :obj:`num_workers=0` and :obj:`prefetch=0`.
-            (default: :obj:`None`)
-        prefetch (int): Batches sampled and gathered ahead by a background
-            thread on its own CUDA stream. (default: :obj:`0`)
-        **kwargs (optional): Arguments of
-            :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
-            keywords such as :obj:`backend` warn and fill :obj:`placement`
-            and :obj:`cache`.
-
     """
     def __init__(
         self,
@@ -219,6 +176,9 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
 
     def _launch_sample(self, input_data: Any) -> PendingSample:
         return self.node_sampler.launch_from_nodes(input_data)
+
+
+HybridNeighborLoader.__doc__ += LOADER_ARGS_DOC
 
 
 def DistributedNeighborLoader(
