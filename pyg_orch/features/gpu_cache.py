@@ -129,14 +129,12 @@ class CacheQuery:
 
 class RowCache:
     r"""Rows of some of :obj:`num_ids` ids on :obj:`device`, found through
-    a slot map (:obj:`-1`: not cached). :obj:`'static'` rows change only by
-    :meth:`fill`; :obj:`'lru'` keeps the rows fetched on a miss, evicting
-    the least recently read beyond :obj:`capacity` rows.
+    a slot map (:obj:`-1`: not cached); :obj:`'lru'` keeps the rows
+    fetched on a miss, evicting the least recently read.
 
     Args:
-        index_device (torch.device, optional): Where the slot map and the
-            LRU bookkeeping live (default: :obj:`device`).
-        lazy (bool): Allocate nothing on the device before :meth:`fill`.
+        index_device (torch.device, optional): Where the slot map lives.
+        lazy (bool): Allocate nothing before :meth:`fill`.
     """
     def __init__(self, num_ids: int, policy: str = 'static',
                  capacity: int = 0, device: Any = 'cpu',

@@ -550,10 +550,8 @@ class DistributedFeatureGather:
 
     def build_edge_cache(self, e_id, dst, edge_cache_size: int,
                          counts=None) -> int:
-        r"""Caches the rows of the :obj:`edge_cache_size` remote edges of
-        :obj:`e_id` (into :obj:`dst`) counted most often, over all edge
-        types (:obj:`counts`: per entry; default: one each); returns how
-        many."""
+        r"""Caches the :obj:`edge_cache_size` remote edges of :obj:`e_id`
+        (into :obj:`dst`) counted most often; returns how many."""
         check_int('edge_cache_size', edge_cache_size)
         if self.is_hetero:
             return self._build_edge_cache_hetero(e_id, dst, edge_cache_size,
@@ -627,8 +625,7 @@ class DistributedFeatureGather:
 
 class ShardedRows:
     r"""The rows of :obj:`rows` split across :obj:`peers` (row :obj:`i` on
-    rank :obj:`i % S`; a collective), read like the tensor on dimension 0.
-    """
+    rank :obj:`i % S`; a collective)."""
     def __init__(self, rows: Tensor, peers: PeerGroup):
         if not isinstance(rows, Tensor) or rows.dim() < 1:
             raise ValueError("'rows' must be a tensor with at least one "

@@ -51,9 +51,7 @@ def _check_ids(name: str, ids: Tensor, num: Optional[int], node_type: Any,
 
 def split_node_type(input_nodes: Any, node_types: Iterable[Any],
                     hetero: bool, where: str = 'graph') -> Tuple[Any, Any]:
-    r"""Splits the seeds of a heterogeneous :obj:`where`, a node type or a
-    :obj:`(node type, seeds)` tuple, into both (else :obj:`None` and
-    :obj:`input_nodes`)."""
+    r"""Splits heterogeneous seeds (a node type or a tuple) into both."""
     typed = isinstance(input_nodes, (tuple, list)) and \
         len(input_nodes) == 2 and isinstance(input_nodes[0], str)
     if not hetero:
@@ -76,9 +74,8 @@ def split_node_type(input_nodes: Any, node_types: Iterable[Any],
 
 def split_edge_type(edge_label_index: Any, hetero: bool,
                     where: str = 'graph') -> Tuple[Any, Any]:
-    r"""Splits the label edges of a heterogeneous :obj:`where`, an edge type
-    or an :obj:`(edge type, edges)` tuple, into both (else :obj:`None` and
-    :obj:`edge_label_index`)."""
+    r"""Splits heterogeneous label edges (an edge type or a tuple) into
+    both."""
     index = edge_label_index
     if not hetero:
         if isinstance(index, (tuple, str)):
@@ -100,9 +97,7 @@ def split_edge_type(edge_label_index: Any, hetero: bool,
 def check_label_edges(index: Any, num_src: Optional[int],
                       num_dst: Optional[int], src: Any = None,
                       dst: Any = None, scope: str = '') -> Tensor:
-    r"""Checks label edges, :obj:`[2, num_edges]` ids of :obj:`num_src`
-    nodes of type :obj:`src` and :obj:`num_dst` of :obj:`dst`; returns them
-    as int64."""
+    r"""Checks label edges of :obj:`num_src` and :obj:`num_dst` nodes."""
     if not isinstance(index, Tensor):
         raise ValueError(f"'edge_label_index' must be a tensor of shape "
                          f"[2, num_edges] (got {type(index).__name__})")
@@ -238,9 +233,7 @@ class PartitionGraphStore(GraphStore):
         return node_type, nodes.to(torch.int64)
 
     def label_edges(self, edge_label_index: Any) -> Tuple[Any, Tensor]:
-        r"""Checks a link loader's label edges: returns :obj:`(edge_type,
-        edge_label_index)` (an edge type alone or :obj:`None`: the part's
-        in-edges)."""
+        r"""Checks a link loader's label edges: :obj:`(edge_type, index)`."""
         edge_type, index = split_edge_type(edge_label_index, self.is_hetero,
                                            'partition')
         if self.is_hetero and edge_type not in self.edge_types:

@@ -95,9 +95,8 @@ def check_hotness(hotness, num_nodes: int, of: str = '') -> None:
 
 
 def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
-    r"""Checks that :obj:`index` is a 1-D integer tensor of ids in
-    :obj:`[0, num_nodes)` (on CUDA by a device-side assertion, no
-    synchronization)."""
+    r"""Checks :obj:`index`, 1-D ids in :obj:`[0, num_nodes)` (on CUDA
+    asynchronously)."""
     if not isinstance(index, Tensor):
         raise ArgumentTypeError(f"'{name}' must be a tensor of node ids (got "
                                 f"{type(index).__name__})")

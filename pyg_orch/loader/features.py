@@ -27,9 +27,8 @@ def build_feature_store(
     timer: StageTimer,
     hetero: bool = False,
 ) -> Optional[AnyStore]:
-    r""":obj:`cache.store` if one was given (checked against :obj:`data`);
-    for :obj:`'auto'` on CUDA, :func:`build_store` (heterogeneous
-    features with :obj:`hetero` only)."""
+    r""":obj:`cache.store` if given (checked); for :obj:`'auto'` on CUDA,
+    :func:`build_store`."""
     store = cache.store
     if isinstance(store, (TieredFeatureStore, HeteroTieredFeatureStore)):
         check_given_store(store, data, hetero)
@@ -52,10 +51,8 @@ def build_store(
     ranking: str,
     hetero: bool = True,
 ) -> Optional[AnyStore]:
-    r"""The store of :obj:`CacheOptions(store='auto')` over the features of
-    :func:`host_features`, rows ranked by :obj:`ranking`
-    (:obj:`count_access()` or out-degrees); :obj:`None` without such
-    features or without a :class:`~pyg_orch.sampling.HotNodeSampler`."""
+    r"""A store of the features of :func:`host_features`, rows ranked by
+    :obj:`ranking`; :obj:`None` without them or a :class:`HotNodeSampler`."""
     x_dict = host_features(data, hetero)
     if not x_dict or not isinstance(sampler, HotNodeSampler):
         return None

@@ -1,8 +1,4 @@
-"""What :class:`~pyg_orch.HybridNeighborLoader` and
-:class:`~pyg_orch.HybridLinkNeighborLoader` share
-(:class:`HybridLoaderMixin`, mixed in front of PyG's
-:class:`~torch_geometric.loader.NodeLoader` or
-:class:`~torch_geometric.loader.LinkLoader`)."""
+"""What both hybrid loaders share (:class:`HybridLoaderMixin`)."""
 import copy
 import functools
 import os
@@ -59,10 +55,7 @@ def check_common_args(
     temporal_strategy: str = 'uniform',
     weight_attr: Optional[str] = None,
 ) -> torch.device:
-    r"""Checks the arguments both loaders take (:obj:`data`, temporal and
-    weighted sampling, :obj:`device`, :class:`~torch.utils.data.DataLoader`
-    arguments, :obj:`prefetch` and :obj:`lookahead`) and returns the
-    resolved device."""
+    r"""Checks the arguments both loaders take; returns the device."""
     check_temporal_args(input_time, time_attr, temporal_strategy,
                         weight_attr)
     check_data(data)
@@ -126,10 +119,8 @@ _SAMPLER_ARGS = ('num_neighbors', 'subgraph_type', 'replace', 'disjoint',
 
 
 class HybridLoaderMixin:
-    r"""The behavior both hybrid loaders share. A subclass implements the
-    methods under *To implement* and calls :meth:`_partitioned`, or
-    :meth:`_in_memory_sampler` before the base class's :obj:`__init__` and
-    :meth:`_init_batches` after it."""
+    r"""The behavior both hybrid loaders share, mixed in front of PyG's
+    :class:`NodeLoader` or :class:`LinkLoader`."""
     device: torch.device
     timer: StageTimer
     #: Whether batches are prepared by a :class:`LookaheadIterator`.

@@ -1,6 +1,4 @@
-"""The option groups of the hybrid loaders (:class:`PlacementOptions`,
-:class:`CacheOptions`) and the deprecated keywords they replace
-(:func:`resolve_options`)."""
+"""The option groups of the hybrid loaders."""
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
@@ -173,9 +171,7 @@ def resolve_options(
 
 
 def in_memory_cache(cache: CacheOptions) -> CacheOptions:
-    r"""Returns :obj:`cache` if a loader over a graph held in memory can
-    serve it, else raises a :class:`NotImplementedError` (the
-    :obj:`'lru'` policy is for partition folders only)."""
+    r""":obj:`cache`, unless its policy is for partition folders only."""
     if cache.policy != 'static':
         raise NotImplementedError(
             f"CacheOptions(policy={cache.policy!r}) is implemented for "

@@ -1,10 +1,5 @@
-r"""What the hybrid loaders do with a partition folder as :obj:`data`
-(:obj:`HybridNeighborLoader('parts/', num_neighbors=[10, 5],
-batch_size=512)`) or the stores of :func:`~pyg_orch.distributed.open_stores`:
-:func:`partition_batches` opens this rank's stores, checks the arguments
-(the ranks agree on them: :func:`agree_on_batches`) and builds the
-:class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` the loader
-delivers."""
+r"""A partition folder (or its stores) as a hybrid loader's :obj:`data`:
+:func:`partition_batches` builds the loader's batches."""
 from __future__ import annotations
 
 import os
@@ -78,9 +73,7 @@ def is_partitioned(data: Any) -> bool:
 
 
 def partition_stores(data: Any, device: torch.device) -> Stores:
-    r"""The stores of :obj:`data`: a folder is opened
-    (:func:`~pyg_orch.features.partition_stores.open_stores`, a collective,
-    rows gathered to :obj:`device`); a pair is checked."""
+    r"""The stores of a folder (opened, a collective) or of a checked pair."""
     if isinstance(data, (str, os.PathLike)):
         return open_stores(data, device=device)
     fs, gs = data
@@ -99,10 +92,8 @@ def partition_stores(data: Any, device: torch.device) -> Stores:
 def agree_on_batches(arguments: Dict[str, Any],
                      error: Optional[BaseException] = None,
                      group: Optional[Any] = None) -> None:
-    r"""Tells every rank of :obj:`group` this rank's :obj:`arguments`
-    (compared by :func:`repr`) and the :obj:`error` it hit, so that every
-    rank raises instead of waiting in a later collective: where they
-    disagree, or where one failed (naming it). A collective."""
+    r"""Raises on every rank of :obj:`group` where ranks disagree on
+    :obj:`arguments` or one hit :obj:`error`. A collective."""
     mine = (None if error is None else f'{type(error).__name__}: {error}',
             {k: repr(v) for k, v in arguments.items()})
     everything: List[Any] = [mine]
@@ -194,9 +185,7 @@ def _is_default(value: Any, default: Any) -> bool:
 
 
 class RankSeeds(NamedTuple):
-    r"""This rank's share of the seeds of all ranks: the seeds (or what
-    names them), their times and their positions among all ranks' seeds
-    (the batches' :obj:`input_id`)."""
+    r"""This rank's seeds, their times and their :obj:`input_id`."""
     nodes: Optional[Any]
     time: Optional[Tensor] = None
     input_id: Optional[Tensor] = None
@@ -204,9 +193,8 @@ class RankSeeds(NamedTuple):
 
 def _input_nodes(input_nodes: Any, graph_store: PartitionGraphStore,
                  input_time: Optional[Tensor] = None) -> RankSeeds:
-    r"""This part's seeds among :obj:`input_nodes` (the seeds of all ranks),
-    with their times and positions; named seeds are resolved by
-    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`."""
+    r"""This part's seeds among :obj:`input_nodes`, the seeds of all
+    ranks (named seeds: resolved by :class:`PartitionBatches`)."""
     if _named(input_nodes):
         if input_time is not None:
             raise ValueError("'input_time' on a partition folder needs "
@@ -276,16 +264,10 @@ def _option_fields(placement: Any, cache: Any,
 
 def partition_batches(data: Any, arguments: Dict[str, Any]
                       ) -> Optional[PartitionBatches]:
-    r"""The :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` of
-    a hybrid loader whose :obj:`data` is partitioned (else :obj:`None`), from
-    its :obj:`arguments` (by name, :obj:`kwargs` merged in). A folder is
-    opened with :func:`~pyg_orch.distributed.open_stores` (the keywords
-    :data:`STORE_KEYWORDS`), :obj:`input_nodes` the seeds of all ranks; with
-    the stores, :obj:`input_nodes` are this rank's; label edges are always
-    this rank's. Arguments of a graph held in memory and DataLoader
-    arguments other than :obj:`batch_size`, :obj:`shuffle`,
-    :obj:`drop_last` and :obj:`num_workers` (threads) raise a
-    :class:`ValueError` unless left at their defaults. A collective."""
+    r"""The :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`
+    of a hybrid loader over a partition folder or its stores (else
+    :obj:`None`), from its :obj:`arguments`; arguments of a graph held in
+    memory raise unless left at their defaults. A collective."""
     if not is_partitioned(data):
         return None
     folder = isinstance(data, (str, os.PathLike))

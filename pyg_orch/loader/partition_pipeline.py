@@ -1,7 +1,4 @@
-r"""The batches of the hybrid loaders over a partitioned graph
-(:class:`PartitionBatches`): as many on every rank, so that the collectives
-never wait for a rank that has run out; built in the training loop's
-thread, a prefetch thread or worker threads."""
+r"""The batches of the hybrid loaders over a partitioned graph."""
 from __future__ import annotations
 
 import functools
@@ -246,9 +243,7 @@ class PartitionBatches:
     # What the loader's offload protocol reads ##############################
 
     def offload_seeds(self) -> Tuple[Any, int]:
-        r"""This rank's training seeds (the label edges' endpoints for
-        link batches; per node type for a heterogeneous partition) and how
-        many a batch holds."""
+        r"""This rank's training seeds and how many a batch holds."""
         if self.input_nodes is None:
             return edge_seeds(self.inputs, self.batch_size)
         if self.partition.is_hetero:
@@ -283,9 +278,8 @@ class PartitionBatches:
         return sampler.sample_from_nodes(inputs)
 
     def _build_cache(self, batches: List[Any]) -> None:
-        r"""Fills the caches of remote rows and of remote edges' attribute
-        rows from the accesses of the first pre-sampled batches (a
-        collective); the sampler's generator is restored after."""
+        r"""Fills the caches from the first pre-sampled batches (a
+        collective)."""
         by_degree = self.cache_ranking == 'degree'
         # Batches pre-sampled only where their accesses are counted (the
         # same on every rank: their arguments are):

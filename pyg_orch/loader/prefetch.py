@@ -22,9 +22,8 @@ class Failure:
 
 
 def hand_over(batch: Any, event, device: torch.device) -> Any:
-    r"""Makes the consumer's stream wait for :obj:`event` (recorded where
-    :obj:`batch` was made) and tells the allocator that the consumer's stream
-    uses the batch's tensors."""
+    r"""Makes the consumer's stream wait for :obj:`event` and use
+    :obj:`batch`'s tensors."""
     if event is not None:
         consumer = torch.cuda.current_stream(device)
         consumer.wait_event(event)
@@ -124,12 +123,9 @@ def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
 
 
 class PrefetchIterator:
-    r"""Runs :obj:`iterator` in a background thread, :obj:`depth` batches
-    ahead (on CUDA on a side stream, each batch with an event the consumer
-    waits for); its exceptions are raised at the consumer's next
-    :func:`next`. With :obj:`agree` (batches that are collectives), the
-    thread calls :obj:`agree(goes_on)` before every batch and stops where
-    it returns :obj:`False`."""
+    r"""Runs :obj:`iterator` :obj:`depth` batches ahead in a thread (on a
+    side CUDA stream); with :obj:`agree`, stops where
+    :obj:`agree(goes_on)` says so."""
     def __init__(self, iterator: Iterator, depth: int, device: torch.device,
                  agree: Optional[Callable[[bool], bool]] = None):
         if depth < 1:

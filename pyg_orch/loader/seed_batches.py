@@ -8,10 +8,7 @@ from torch_geometric.sampler import EdgeSamplerInput, NodeSamplerInput
 
 def slice_node_input(inputs: NodeSamplerInput,
                      index: Tensor) -> NodeSamplerInput:
-    r"""Returns :obj:`inputs[index]` (PyG's
-    :meth:`~torch_geometric.sampler.NodeSamplerInput.__getitem__`) for an
-    integer tensor :obj:`index`, through :meth:`~torch.Tensor.index_select`
-    instead of advanced indexing."""
+    r""":obj:`inputs[index]` by :meth:`~torch.Tensor.index_select`."""
     index = index.to(torch.int64)
 
     def take(t: Optional[Tensor]) -> Optional[Tensor]:
@@ -23,10 +20,8 @@ def slice_node_input(inputs: NodeSamplerInput,
 
 
 def tensor_index_batches(batch_sampler: Any) -> Optional[Iterator[Tensor]]:
-    r"""The index batches of :obj:`batch_sampler` (a
-    :class:`~torch.utils.data.BatchSampler` over a sequential or random
-    sampler) as tensors, drawn as it draws them, the generator left in the
-    same state; :obj:`None` for any other sampler."""
+    r"""The index batches of a plain :obj:`batch_sampler` as tensors, drawn
+    as it draws them; :obj:`None` for other samplers."""
     from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
     if type(batch_sampler) is not BatchSampler:
         return None

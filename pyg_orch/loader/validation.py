@@ -254,9 +254,8 @@ def check_edge_label_time(edge_label_time: Any, time_attr: Optional[str],
 def check_neg_sampling(neg_sampling: Any, neg_sampling_ratio: Any,
                        edge_label: Any, data: Any,
                        edge_label_index: Any) -> Any:
-    r"""Validates :obj:`neg_sampling` (or the deprecated
-    :obj:`neg_sampling_ratio`) and returns it as a
-    :class:`~torch_geometric.sampler.NegativeSampling` or :obj:`None`."""
+    r""":obj:`neg_sampling` (or :obj:`neg_sampling_ratio`) checked, as a
+    :class:`NegativeSampling` or :obj:`None`."""
     from torch_geometric.sampler import NegativeSampling
     if neg_sampling_ratio is not None:
         if isinstance(neg_sampling_ratio, bool) or not isinstance(
