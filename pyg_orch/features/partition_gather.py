@@ -6,7 +6,8 @@ import copy
 import dataclasses
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, List, Optional,
+                    Sequence, Tuple, Union)
 
 import torch
 from torch import Tensor
@@ -309,23 +310,24 @@ class DistributedFeatureGather:
         return {'local': sum(r.own_rows for r in rows),
                 'peer': sum(r.peer_rows for r in rows)}
 
-    def _total(self, name: str, by_type: Dict[Any, Any]) -> int:
-        # `name` summed over the gathers per type.
+    def _total(self, name: str, own: Callable[[], int]) -> int:
+        # `name` summed over the gathers per type, or this gather's `own()`.
+        if not self.is_hetero:
+            return own()
+        by_type = self.by_edge_type if 'edge' in name else self.by_node_type
         return sum(getattr(g, name) for g in by_type.values())
 
     @property
     def num_cached_rows(self) -> int:
         r"""The remote rows in the cache (of all node types)."""
-        if self.is_hetero:
-            return self._total('num_cached_rows', self.by_node_type)
-        return self.row_cache.num_cached
+        return self._total('num_cached_rows',
+                           lambda: self.row_cache.num_cached)
 
     @property
     def num_cached_edge_rows(self) -> int:
         r"""The remote edges in the edge cache (of all edge types)."""
-        if self.is_hetero:
-            return self._total('num_cached_edge_rows', self.by_edge_type)
-        return int(self.edge_cache_ids.numel())
+        return self._total('num_cached_edge_rows',
+                           lambda: int(self.edge_cache_ids.numel()))
 
     def worker_view(self, group: Optional[Any]
                     ) -> 'DistributedFeatureGather':
@@ -610,17 +612,15 @@ class DistributedFeatureGather:
     @property
     def cache_bytes(self) -> int:
         r"""The bytes of the cached rows of remote vertices."""
-        if self.is_hetero:
-            return self._total('cache_bytes', self.by_node_type)
-        return self.row_cache.nbytes
+        return self._total('cache_bytes', lambda: self.row_cache.nbytes)
 
     @property
     def edge_cache_bytes(self) -> int:
         r"""The bytes of the edge cache: rows and sorted ids."""
-        if self.is_hetero:
-            return self._total('edge_cache_bytes', self.by_edge_type)
-        return self.edge_cache_ids.numel() * 8 + sum(
-            t.numel() * t.element_size() for t in self.edge_cache.values())
+        return self._total('edge_cache_bytes', lambda: (
+            self.edge_cache_ids.numel() * 8 + sum(
+                t.numel() * t.element_size()
+                for t in self.edge_cache.values())))
 
 
 class ShardedRows:

@@ -210,12 +210,8 @@ class HeteroDataAssembler:
         rows, cols = out.row, out.col
         edges = dict(out.edge) if out.edge is not None else {}
         for edge_type, attrs in self.edge_attrs.items():
-            row = rows.get(edge_type)
-            col = cols.get(edge_type)
-            if row is None:
-                row = torch.empty(0, dtype=torch.long)
-            if col is None:
-                col = torch.empty(0, dtype=torch.long)
+            empty = torch.empty(0, dtype=torch.long)
+            row, col = rows.get(edge_type, empty), cols.get(edge_type, empty)
             edge = edges.get(edge_type)
             if edge is None and edge_type not in edges:
                 edge = edges[edge_type] = torch.empty(0, dtype=torch.long)
@@ -223,23 +219,18 @@ class HeteroDataAssembler:
             if self.has_edge_index[edge_type]:
                 store.edge_index = stack_edges(row, col)
             perm = self.perm.get(edge_type)
+            index = None if edge is None else edge.to(torch.int64)
+            if index is not None and perm is not None:
+                index = perm[index.to(perm.device)]
             adj_t = self.adj_t.get(edge_type)
             if adj_t is not None:
-                index = None if edge is None else edge.to(torch.int64)
-                if index is not None and perm is not None:
-                    index = perm[index.to(perm.device)]
                 store.adj_t = _slice_adj_t(
                     adj_t, row, col, index,
                     nodes[edge_type[0]].numel(),
                     nodes[edge_type[-1]].numel())
             for key, value, dim in attrs:
-                if edge is None:
-                    store[key] = None
-                    continue
-                index = edge.to(torch.int64)
-                if perm is not None:
-                    index = perm[index.to(perm.device)]
-                store[key] = _select(value, index, dim)
+                store[key] = None if index is None else _select(value, index,
+                                                                dim)
 
         def store_of(key):
             store = stores.get(key)

@@ -67,8 +67,8 @@ def check_common_args(
 
 
 #: The Args both loaders document last.
-LOADER_ARGS_DOC = r'''    weight_attr (str, optional): An edge attribute of non-negative
-            sampling weights.
+LOADER_ARGS_DOC = r'''    weight_attr (str, optional): An edge attribute of
+            non-negative sampling weights.
         transform (callable, optional): Applied to every mini-batch after it
             was moved to :obj:`device`.
         transform_sampler_output (callable, optional): Applied to the
