@@ -5,6 +5,7 @@ import functools
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import GraphStore
@@ -47,6 +48,50 @@ def _check_ids(name: str, ids: Tensor, num: Optional[int], node_type: Any,
             raise ValueError(f"'{name}' holds {what} outside [0, {num}); "
                              f"expected {scope}node ids in [0, {num}) of "
                              f"node type {node_type!r} (got [{lo}, {hi}])")
+
+
+def check_seeds(nodes: Any, num_nodes: int, node_type: Any = None,
+                scope: str = '') -> Tensor:
+    r"""Checks seeds: a boolean mask over :obj:`num_nodes` nodes (returned
+    as it is) or 1-D node ids (returned as int64)."""
+    if isinstance(nodes, (list, tuple, range, np.ndarray)):
+        nodes = _as_tensor(nodes)
+    if not isinstance(nodes, Tensor):
+        raise ValueError(f"'input_nodes' must be an index tensor or a boolean "
+                         f"mask (got {type(nodes).__name__})")
+    if nodes.dtype == torch.bool:
+        if nodes.shape != (num_nodes, ):
+            raise ValueError(f"'input_nodes' as a boolean mask must have one "
+                             f"entry per vertex ({num_nodes} of node type "
+                             f"{node_type!r}; got shape {list(nodes.shape)})")
+        return nodes
+    if nodes.dtype not in ID_DTYPES:
+        raise ValueError(f"'input_nodes' must hold integer {scope}node ids or "
+                         f"be a boolean mask (got dtype {nodes.dtype})")
+    if nodes.dim() != 1:
+        raise ValueError(f"'input_nodes' must be one-dimensional (got shape "
+                         f"{list(nodes.shape)})")
+    _check_ids('input_nodes', nodes, num_nodes, node_type,
+               f'{scope}vertex ids', scope)
+    return nodes.to(torch.int64)
+
+
+def _as_tensor(nodes: Any) -> Tensor:
+    # A list, tuple, range or NumPy array of integer ids as a tensor. Bools
+    # are refused: PyG reads a list of bools as the ids 0 and 1.
+    if len(nodes) == 0:
+        return torch.empty(0, dtype=torch.long)
+    try:
+        out = torch.as_tensor(nodes if isinstance(nodes, np.ndarray) else
+                              list(nodes))
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"'input_nodes' must be an index tensor or a "
+                         f"boolean mask ({e})") from None
+    if out.dtype == torch.bool and not isinstance(nodes, np.ndarray):
+        raise ValueError("'input_nodes' is a list of bools: pass a mask as "
+                         "a boolean tensor (torch.tensor(mask)), or the "
+                         "node ids as integers")
+    return out
 
 
 def split_node_type(input_nodes: Any, node_types: Iterable[Any],
@@ -212,25 +257,10 @@ class PartitionGraphStore(GraphStore):
                                            self.is_hetero, 'partition')
         if nodes is None:
             return node_type, self._own(node_type).to(torch.int64)
-        if isinstance(nodes, (list, tuple, range)) or hasattr(nodes,
-                                                              '__array__'):
-            nodes = torch.as_tensor(nodes)
-        n = self.num_nodes[node_type]
-        if isinstance(nodes, Tensor) and nodes.dtype == torch.bool:
-            if nodes.shape != (n, ):
-                raise ValueError(f"'input_nodes' as a mask must have one "
-                                 f"entry per vertex ({n} of node type "
-                                 f"{node_type!r}; got shape "
-                                 f"{tuple(nodes.shape)})")
-            return node_type, nodes.nonzero().view(-1)
-        if not isinstance(nodes, Tensor) or nodes.dim() != 1 or \
-                nodes.is_floating_point():
-            got = f'{nodes.dtype} of shape {tuple(nodes.shape)}' if \
-                isinstance(nodes, Tensor) else type(nodes).__name__
-            raise ValueError(f"'input_nodes' must be a 1-D integer tensor of "
-                             f"global ids or a boolean mask (got {got})")
-        _check_ids('input_nodes', nodes, n, node_type, 'global vertex ids')
-        return node_type, nodes.to(torch.int64)
+        nodes = check_seeds(nodes, self.num_nodes[node_type], node_type,
+                            'global ')
+        return node_type, (nodes.nonzero().view(-1)
+                           if nodes.dtype == torch.bool else nodes)
 
     def label_edges(self, edge_label_index: Any) -> Tuple[Any, Tensor]:
         r"""Checks a link loader's label edges: :obj:`(edge_type, index)`."""

@@ -3,14 +3,13 @@ form given."""
 import math
 from typing import Any, Optional
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from pyg_orch.features.tiered import ID_DTYPES
 from pyg_orch.features.partition_stores import (
     check_label_edges,
+    check_seeds,
     split_edge_type,
     split_node_type,
 )
@@ -63,47 +62,8 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
 
     if nodes is None:
         return input_nodes
-    if isinstance(nodes, (list, tuple, range, np.ndarray)):
-        nodes = _as_tensor(nodes)
-    if not isinstance(nodes, Tensor):
-        raise ValueError(f"'input_nodes' must be an index tensor or a boolean "
-                         f"mask (got {type(nodes).__name__})")
-    if nodes.dtype == torch.bool:
-        if nodes.dim() != 1 or nodes.numel() != num_nodes:
-            raise ValueError(f"'input_nodes' as a boolean mask must have "
-                             f"shape [{num_nodes}] (got {list(nodes.shape)})")
-    elif nodes.dtype in ID_DTYPES:
-        if nodes.dim() != 1:
-            raise ValueError(f"'input_nodes' must be one-dimensional (got "
-                             f"shape {list(nodes.shape)})")
-        if nodes.numel() > 0:
-            lo, hi = int(nodes.min()), int(nodes.max())
-            if lo < 0 or hi >= num_nodes:
-                raise ValueError(f"'input_nodes' must lie in [0, {num_nodes})"
-                                 f" (got values in [{lo}, {hi}])")
-        nodes = nodes.to(torch.long)
-    else:
-        raise ValueError(f"'input_nodes' must hold integer indices or be a "
-                         f"boolean mask (got dtype {nodes.dtype})")
+    nodes = check_seeds(nodes, num_nodes, node_type)
     return (node_type, nodes) if node_type is not None else nodes
-
-
-def _as_tensor(nodes: Any) -> Tensor:
-    # A list, tuple, range or NumPy array of integer ids as a tensor. Bools
-    # are refused: PyG reads a list of bools as the ids 0 and 1.
-    if len(nodes) == 0:
-        return torch.empty(0, dtype=torch.long)
-    try:
-        out = torch.as_tensor(nodes if isinstance(nodes, np.ndarray) else
-                              list(nodes))
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"'input_nodes' must be an index tensor or a "
-                         f"boolean mask ({e})") from None
-    if out.dtype == torch.bool and not isinstance(nodes, np.ndarray):
-        raise ValueError("'input_nodes' is a list of bools: pass a mask as "
-                         "a boolean tensor (torch.tensor(mask)), or the "
-                         "node ids as integers")
-    return out
 
 
 def check_temporal_args(input_time, time_attr, temporal_strategy,
