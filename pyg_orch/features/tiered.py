@@ -178,11 +178,8 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
             if self.device.type == 'cuda':
                 props = torch.cuda.get_device_properties(self.device)
                 gather_blocks = max(props.multi_processor_count // 2, 1)
-        elif gather_blocks is not None and (
-                isinstance(gather_blocks, bool)
-                or not isinstance(gather_blocks, int) or gather_blocks < 1):
-            raise ValueError(f"'gather_blocks' must be a positive integer, "
-                             f"'auto' or None (got {gather_blocks!r})")
+        else:
+            check_int('gather_blocks', gather_blocks, 1, optional=True)
         self.gather_blocks = gather_blocks
         self.attr_name = attr_name
         self.num_nodes, self.width = x.shape

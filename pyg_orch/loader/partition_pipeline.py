@@ -38,6 +38,7 @@ from pyg_orch.features.partition_stores import (
 from pyg_orch.loader.assemble import link_metadata, node_metadata
 from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.seed_batches import edge_seeds
+from pyg_orch.loader.validation import check_pipeline_args
 from pyg_orch.core.checks import (
     check_bool,
     check_callable,
@@ -75,20 +76,15 @@ def _reduce(value: int, op, group) -> int:
 
 class PartitionBatches:
     r"""The batches of the hybrid loaders over a partitioned graph: PyG
-    :class:`Data` (or :class:`HeteroData`) of this rank's seeds (or label
-    edges, :obj:`input_edges`, with :obj:`neg_sampling`), sampled
-    collectively over the stores of
-    :func:`~pyg_orch.distributed.open_stores`, with node and edge
-    attributes and PyG's bookkeeping. Every rank takes as many batches:
-    with :obj:`even='min'` the smallest count, with :obj:`'pad'` the
-    largest (empty batches at the end). The stores' caches are filled on
-    the first epoch from :obj:`num_presample_batches` pre-sampled batches
-    (:obj:`cache_ranking='frequency'`) or by how many of the part's
-    in-edges a vertex is the source of (:obj:`'degree'`).
-    :obj:`prefetch` and :obj:`num_workers` build batches in threads, each
-    over a gloo group of its own. :obj:`input_nodes` are this rank's seeds
-    (ids, or a boolean node attribute's name; with their node type on a
-    heterogeneous partition); the other arguments are the loaders'.
+    :class:`Data` (or :class:`HeteroData`) of this rank's seeds
+    (:obj:`input_nodes`: ids or a boolean node attribute's name, with their
+    node type on a heterogeneous partition) or label edges
+    (:obj:`input_edges`), sampled collectively over the stores of
+    :func:`~pyg_orch.distributed.open_stores`. Every rank takes as many
+    batches (:obj:`even='min'`: the smallest count, :obj:`'pad'`: the
+    largest, empty batches at the end); the caches are filled on the first
+    epoch (:obj:`cache_ranking`); :obj:`prefetch` and :obj:`num_workers`
+    build batches in threads. The other arguments are the loaders'.
     """
     def __init__(self, feature_store: PartitionFeatureStore,
                  graph_store: PartitionGraphStore,
@@ -118,11 +114,8 @@ class PartitionBatches:
         check_int('num_presample_batches', num_presample_batches, 1)
         check_choice('cache_ranking', cache_ranking, ('frequency', 'degree'))
         self.cache_ranking = cache_ranking
-        check_int('prefetch', prefetch)
         check_int('num_workers', num_workers)
-        if prefetch > 0 and num_workers > 0:
-            raise ValueError("'prefetch' > 0 needs num_workers=0 (each "
-                             "worker thread builds two batches ahead)")
+        check_pipeline_args(prefetch, None, num_workers)
         check_callable('transform', transform)
         check_callable('transform_sampler_output', transform_sampler_output)
         check_int('batch_size', batch_size, 1)

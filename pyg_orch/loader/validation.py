@@ -81,8 +81,8 @@ def check_pipeline_args(prefetch: Any, lookahead: Any,
     in flight in the main process."""
     check_int('prefetch', prefetch)
     if prefetch > 0 and num_workers > 0:
-        raise ValueError("'prefetch' > 0 needs num_workers=0 (worker "
-                         "processes already prepare batches ahead)")
+        raise ValueError("'prefetch' > 0 needs num_workers=0 (workers "
+                         "already prepare batches ahead)")
     check_bool('lookahead', lookahead, optional=True)
     if lookahead and (prefetch > 0 or num_workers > 0):
         raise ValueError("'lookahead=True' needs num_workers=0 and "
