@@ -9,7 +9,8 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from pyg_orch.core.checks import resolve_device
 from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.features.gpu_cache import (CacheQuery, ReadOnlyFeatureStore,
-                                        RowCache, attr_index, split_budget)
+                                        RowCache, attr_index, out_degrees,
+                                        split_budget)
 from pyg_orch.features.tiered import check_node_ids, parse_budget
 from pyg_orch.loader.options import CacheOptions
 
@@ -117,13 +118,12 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
                                  "one per edge type)")
             edges = edge_index if isinstance(edge_index, Mapping) else {
                 None: edge_index}
-            per_group: Dict[Any, Tensor] = {}
-            for edge_type, ei in edges.items():
-                src = None if edge_type is None else edge_type[0]
-                n = max([r for (g, _), r in rows.items() if g == src] + [0])
-                d = torch.bincount(torch.as_tensor(ei)[0].cpu().long(),
-                                   minlength=n)[:n]
-                per_group[src] = per_group.get(src, 0) + d
+            sizes: Dict[Any, int] = {}
+            for (group, _), n in rows.items():
+                sizes[group] = max(sizes.get(group, 0), n)
+            per_group = out_degrees(
+                {et: torch.as_tensor(ei)[0] for et, ei in edges.items()},
+                sizes)
         elif counts is None:
             return None
         else:

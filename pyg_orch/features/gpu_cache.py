@@ -94,6 +94,20 @@ def split_budget(
     return {t: chosen_node[chosen_key == i] for i, t in enumerate(keys)}
 
 
+def out_degrees(sources: Mapping[Any, Tensor],
+                sizes: Mapping[Any, int]) -> Dict[Any, Tensor]:
+    r"""Per node type of :obj:`sizes`, how many edges every node is the
+    source of (:obj:`sources`: source ids per edge type, or :obj:`None`)."""
+    out = {t: torch.zeros(n, dtype=torch.int64) for t, n in sizes.items()}
+    for edge_type, src in sources.items():
+        t = None if edge_type is None else edge_type[0]
+        if t in out:
+            n = out[t].numel()
+            out[t] += torch.bincount(src.to(torch.int64),
+                                     minlength=n)[:n].cpu()
+    return out
+
+
 class ReadOnlyFeatureStore(FeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` whose rows are read
     only: :meth:`put_tensor` and :meth:`remove_tensor` raise."""

@@ -5,6 +5,7 @@ from typing import Any, Callable, Dict, Optional, Union
 import torch
 from torch_geometric.data import Data, HeteroData
 
+from pyg_orch.features.gpu_cache import out_degrees
 from pyg_orch.features.tiered import TieredFeatureStore
 from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
 from pyg_orch.loader.options import CacheOptions
@@ -57,8 +58,11 @@ def build_store(
     if not x_dict or not isinstance(sampler, HotNodeSampler):
         return None
     if ranking == 'degree':
-        hotness = _out_degrees(sampler.topology,
-                               {t: x.size(0) for t, x in x_dict.items()})
+        # Rows are fetched when their node is sampled as someone's
+        # in-neighbor: that follows the out-degree.
+        hotness = out_degrees(
+            {et: csc.row for et, csc in sampler.topology.csc.items()},
+            {t: x.size(0) for t, x in x_dict.items()})
     else:
         with timer.stage('presample'):
             counts = count_access()
@@ -78,19 +82,6 @@ def build_store(
                                    cache_ratio=ratio)
     return TieredFeatureStore(x, device, hotness=hotness,
                               gpu_memory_budget=budget, cache_ratio=ratio)
-
-
-def _out_degrees(topology, sizes: Dict[Any, int]) -> Dict[Any, torch.Tensor]:
-    # Rows are fetched when their node is sampled as someone's in-neighbor:
-    # that follows the out-degree (over every edge type of its node type).
-    out = {t: torch.zeros(n, dtype=torch.int64) for t, n in sizes.items()}
-    for edge_type, csc in topology.csc.items():
-        src = None if edge_type is None else edge_type[0]
-        if src in out:
-            out[src] += torch.bincount(
-                csc.row.to(torch.int64),
-                minlength=csc.num_src_nodes).cpu()[:out[src].numel()]
-    return out
 
 
 def check_given_store(store: AnyStore, data, hetero: bool) -> None:
