@@ -133,7 +133,6 @@ class PartitionBatches:
         self.input_type: Optional[str] = None
         self.batch_size = batch_size
         self.shuffle = shuffle
-        self.even = even
         self.rank = group_rank(group)
         self.cache_size = feature_store.cache_size
         self.edge_cache_size = feature_store.edge_cache_size
