@@ -23,7 +23,7 @@ from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.options import CacheOptions
 from pyg_orch.loader.partition_folder import partition_batches
 from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.loader.seed_batches import edge_seeds, tensor_index_batches
+from pyg_orch.loader.seed_batches import input_seeds, tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.core.checks import check_data
 from pyg_orch.parallel.ddp import DistributedSeedSplit
@@ -371,7 +371,7 @@ class HybridLoaderMixin:
             return self.partition_batches.offload_seeds()
         inputs = self.input_data
         if isinstance(inputs, EdgeSamplerInput):
-            return edge_seeds(inputs, self.batch_size)
+            return input_seeds(inputs, self.batch_size)
         seeds = inputs.node
         if seeds is None:  # All nodes:
             seeds = torch.arange(
@@ -382,9 +382,7 @@ class HybridLoaderMixin:
             positions = torch.as_tensor(list(self.sampler), dtype=torch.long)
             if positions.numel() > 0:
                 seeds = seeds[positions]
-        if inputs.input_type is not None:
-            return {inputs.input_type: seeds}, self.batch_size
-        return seeds, self.batch_size
+        return input_seeds(inputs, self.batch_size, seeds)
 
     def reset_stats(self) -> None:
         r"""Clears the stage times and the feature store counters."""

@@ -37,7 +37,7 @@ from pyg_orch.features.partition_stores import (
 )
 from pyg_orch.loader.assemble import link_metadata, node_metadata
 from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.loader.seed_batches import edge_seeds
+from pyg_orch.loader.seed_batches import input_seeds
 from pyg_orch.loader.validation import check_pipeline_args
 from pyg_orch.core.checks import (
     check_bool,
@@ -236,11 +236,7 @@ class PartitionBatches:
 
     def offload_seeds(self) -> Tuple[Any, int]:
         r"""This rank's training seeds and how many a batch holds."""
-        if self.input_nodes is None:
-            return edge_seeds(self.inputs, self.batch_size)
-        if self.partition.is_hetero:
-            return {self.input_type: self.input_nodes}, self.batch_size
-        return self.input_nodes, self.batch_size
+        return input_seeds(self.inputs, self.batch_size)
 
     @property
     def batches_ahead(self) -> int:

@@ -49,10 +49,15 @@ def _index_batches(n: int, generator: Optional[torch.Generator],
         torch.randperm(n, generator=generator)
 
 
-def edge_seeds(inputs: EdgeSamplerInput, batch_size: int) -> Tuple[Any, int]:
-    r"""The seeds of link batches of :obj:`batch_size` label edges: their
-    endpoints (per node type for an edge type) and how many a batch holds."""
+def input_seeds(inputs: Any, batch_size: int,
+                nodes: Optional[Tensor] = None) -> Tuple[Any, int]:
+    r"""The seeds of batches of :obj:`batch_size` sampler inputs (per node
+    type where typed; of label edges their endpoints) and how many a batch
+    holds; :obj:`nodes` replaces :obj:`inputs.node`."""
     types = inputs.input_type
+    if not isinstance(inputs, EdgeSamplerInput):
+        nodes = inputs.node if nodes is None else nodes
+        return nodes if types is None else {types: nodes}, batch_size
     if types is not None and types[0] != types[-1]:
         return {types[0]: inputs.row, types[-1]: inputs.col}, batch_size
     seeds = torch.cat([inputs.row, inputs.col])
