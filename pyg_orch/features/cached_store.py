@@ -97,17 +97,12 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
             device='cuda')
         x = store['paper', 'x', index]
 
-    One :obj:`cache.gpu_memory_budget` covers every attribute, split by
-    rank per byte of row (on the CPU give bytes).
-
     Args:
         store (FeatureStore): The store of every row.
-        cache (CacheOptions, optional): The budget
-            (:obj:`gpu_memory_budget`, :obj:`cache_ratio`), the ranking
-            (:obj:`'frequency'` or :obj:`'degree'`) and the policy
-            (:obj:`'static'`: the top-ranked rows, never changed;
-            :obj:`'lru'`: every row read is kept, the least recently read
-            evicted, starting from the top-ranked rows where ranked).
+        cache (CacheOptions, optional): The budget of all attributes
+            together, the ranking and the policy (:obj:`'static'`: the
+            top-ranked rows; :obj:`'lru'`: every row read is kept, the least
+            recently read evicted).
         device (torch.device, optional): Where cached and returned rows
             live (default: CUDA where available).
         counts (torch.Tensor or Dict[str, torch.Tensor], optional): Access
