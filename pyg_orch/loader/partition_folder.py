@@ -8,7 +8,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
+from torch_geometric.sampler import EdgeSamplerInput
 
 from pyg_orch.features.partition_stores import (
     PartitionFeatureStore,
@@ -138,7 +138,6 @@ def link_inputs(stores: Stores, num_neighbors: Any, options: Dict[str, Any],
         neg_sampling = check_neg_sampling(neg_sampling, neg_sampling_ratio,
                                           edge_label, stores,
                                           (edge_type, index))
-        _check_global_weights(neg_sampling, edge_type, graph_store)
         if neg_sampling is not None:
             neg = (neg_sampling.mode.value, neg_sampling.amount,
                    neg_sampling.src_weight is not None,
@@ -157,22 +156,6 @@ def link_inputs(stores: Stores, num_neighbors: Any, options: Dict[str, Any],
         **{k: options.get(k) for k in _AGREED}},
         error, graph_store.layout.batch_group)
     return {'input_edges': inputs, 'neg_sampling': neg_sampling}
-
-
-def _check_global_weights(neg_sampling: Optional[NegativeSampling],
-                          edge_type: Any, graph_store: Any) -> None:
-    # Negative-sampling weights over a partitioned graph: one per vertex of
-    # the whole graph (global ids).
-    if neg_sampling is None:
-        return
-    for name, weight, end in (('src_weight', neg_sampling.src_weight, 0),
-                              ('dst_weight', neg_sampling.dst_weight, -1)):
-        node_type = None if edge_type is None else edge_type[end]
-        n = graph_store.num_nodes[node_type]
-        if weight is not None and weight.numel() != n:
-            raise ValueError(f"'neg_sampling.{name}' must hold one weight "
-                             f"per vertex of the whole graph ({n} of node "
-                             f"type {node_type!r}; got {weight.numel()})")
 
 
 def _is_default(value: Any, default: Any) -> bool:

@@ -8,6 +8,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from pyg_orch.features.partition_stores import (
+    PartitionGraphStore,
     check_label_edges,
     check_seeds,
     split_edge_type,
@@ -252,15 +253,19 @@ def check_neg_sampling(neg_sampling: Any, neg_sampling_ratio: Any,
                              "'src_index', 'dst_pos_index' and "
                              "'dst_neg_index' of the returned mini-batch "
                              "instead")
-    src_nodes = dst_nodes = None
-    if isinstance(data, Data):
-        src_nodes = dst_nodes = data.num_nodes
-    elif isinstance(data, HeteroData) and isinstance(edge_label_index, tuple):
-        edge_type = edge_label_index[0]
-        src_nodes = data[edge_type[0]].num_nodes
-        dst_nodes = data[edge_type[-1]].num_nodes
-    for name, n in (('src_weight', src_nodes), ('dst_weight', dst_nodes)):
-        _check_weight(getattr(neg_sampling, name), name, n)
+    edge_type = edge_label_index[0] if isinstance(edge_label_index,
+                                                  tuple) else None
+    for name, end in (('src_weight', 0), ('dst_weight', -1)):
+        node_type = None if edge_type is None else edge_type[end]
+        n = None
+        if isinstance(data, Data):
+            n = data.num_nodes
+        elif isinstance(data, HeteroData) and node_type is not None:
+            n = data[node_type].num_nodes
+        elif isinstance(data, tuple) and \
+                isinstance(data[1], PartitionGraphStore):
+            n = data[1].num_nodes[node_type]  # Of the whole graph.
+        _check_weight(getattr(neg_sampling, name), name, n, node_type)
     return neg_sampling
 
 
@@ -274,14 +279,17 @@ def _check_amount(amount: Any) -> None:
                          f"be positive (got {amount})")
 
 
-def _check_weight(weight: Any, name: str, num_nodes: Optional[int]) -> None:
+def _check_weight(weight: Any, name: str, num_nodes: Optional[int],
+                  node_type: Any) -> None:
     if weight is None:
         return
     where = f"'neg_sampling.{name}'"
     _check_1d(weight, where, 'weight per node')
     if num_nodes is not None and weight.numel() != num_nodes:
-        raise ValueError(f"{where} needs to match the number of nodes "
-                         f"{num_nodes} (got {weight.numel()})")
+        raise ValueError(f"{where} must hold one weight per vertex of the "
+                         f"whole graph: it needs to match the number of "
+                         f"nodes {num_nodes} of node type {node_type!r} "
+                         f"(got {weight.numel()})")
     w = weight.detach().to('cpu', torch.float64)
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or \
             not float(w.sum()) > 0:
