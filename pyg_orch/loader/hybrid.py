@@ -66,7 +66,8 @@ def check_common_args(
     return device
 
 
-#: The Args both loaders document last.
+#: The Args both loaders document last (appended to their docstrings, which
+#: end in an indented line).
 LOADER_ARGS_DOC = r'''    weight_attr (str, optional): An edge attribute of
             non-negative sampling weights.
         transform (callable, optional): Applied to every mini-batch after it
