@@ -28,6 +28,7 @@ from pyg_orch.parallel.exchange import (
     group_rank,
     group_size,
 )
+from pyg_orch.features.gpu_cache import out_degrees
 from pyg_orch.features.partition_gather import DistributedFeatureGather
 from pyg_orch.sampling.collective import DistributedNeighborSampler
 from pyg_orch.features.partition_stores import (
@@ -276,10 +277,16 @@ class PartitionBatches:
         ) else 0
         num_nodes = self.sampler.num_nodes  # Per node type.
         fdev = self.feature_device
-        counts = self._source_degrees(fdev) if (
-            by_degree and self.cache_size) else {
-            t: torch.zeros(n, dtype=torch.int64, device=fdev)
-            for t, n in num_nodes.items()}
+        counts = {t: torch.zeros(n, dtype=torch.int64, device=fdev)
+                  for t, n in num_nodes.items()}
+        if by_degree and self.cache_size:
+            # How many in-edges of the part's vertices a vertex is the
+            # source of:
+            csc = self.partition.csc
+            csc = csc if self.partition.is_hetero else {None: csc}
+            counts = {t: c.to(fdev) for t, c in out_degrees(
+                {et: torch.as_tensor(c.row) for et, c in csc.items()},
+                num_nodes).items()}
         e_ids: Dict[Any, List[Tensor]] = {}
         dsts: Dict[Any, List[Tensor]] = {}
         hetero = self.partition.is_hetero
@@ -318,21 +325,6 @@ class PartitionBatches:
         self.cached_rows = self.gather.num_cached_rows
         self.cached_edge_rows = self.gather.num_cached_edge_rows
         self._cache_built = True
-
-    def _source_degrees(self, device: torch.device) -> Dict[Any, Tensor]:
-        r"""Per node type, how many in-edges of the part's vertices every
-        global vertex is the source of."""
-        num_nodes = self.sampler.num_nodes
-        counts = {t: torch.zeros(n, dtype=torch.int64, device=device)
-                  for t, n in num_nodes.items()}
-        csc = self.partition.csc
-        for et, c in (csc.items() if self.partition.is_hetero else
-                      ((None, csc), )):
-            src = et[0] if et is not None else None
-            counts[src] += torch.bincount(
-                torch.as_tensor(c.row).to(device, torch.int64),
-                minlength=num_nodes[src])
-        return counts
 
     def _hetero_batch(self, out, sampler: DistributedNeighborSampler,
                       gather: DistributedFeatureGather):
