@@ -12,7 +12,7 @@ from pyg_orch import CacheOptions, HybridNeighborLoader
 from pyg_orch.gpu import HeteroTieredFeatureStore, TieredFeatureStore
 from pyg_orch.sampling.triton.fused_sampler import triton_available
 from pyg_orch.features.hetero_tiered import split_budget
-from pyg_orch.loader.features import build_hetero_store
+from pyg_orch.loader.features import build_store as build_hetero_store
 from pyg_orch.loader.stats import StageTimer
 from pyg_orch.sampling.contract import presample_batches
 from pyg_orch.sampling.presample import count_node_access

@@ -1,20 +1,86 @@
 r"""A GPU cache in front of any PyG feature store."""
 import math
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
-from pyg_orch.core.checks import resolve_device
+from pyg_orch.core.checks import (check_choice, check_fraction, check_int,
+                                  resolve_device)
 from pyg_orch.core.errors import ArgumentTypeError
 from pyg_orch.features.gpu_cache import (CacheQuery, ReadOnlyFeatureStore,
-                                        RowCache, attr_index, split_budget)
-from pyg_orch.features.tiered import check_node_ids, parse_budget
-from pyg_orch.loader.options import CacheOptions
+                                        RowCache, attr_index, out_degrees,
+                                        split_budget)
+from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
+from pyg_orch.features.tiered import (TieredFeatureStore, check_node_ids,
+                                      parse_budget)
 
 Key = Tuple[Any, str]
+FeatureStoreLike = Union[None, str, TieredFeatureStore,
+                         HeteroTieredFeatureStore]
 Scores = Union[Tensor, Mapping[Any, Tensor]]
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    r"""The GPU cache of node features in host memory: which rows a loader
+    keeps on the GPU, and how many.
+
+    .. code-block:: python
+
+        from pyg_orch import CacheOptions, HybridNeighborLoader
+
+        loader = HybridNeighborLoader(
+            data, num_neighbors=[15, 10], batch_size=1024,
+            cache=CacheOptions(cache_ratio=0.2, ranking='degree'))
+
+    Args:
+        store (str or TieredFeatureStore, optional): On CUDA with node
+            features :obj:`x` in host memory, :obj:`'auto'` serves them from
+            a :class:`~pyg_orch.gpu.TieredFeatureStore` (or, for
+            :class:`~torch_geometric.data.HeteroData`, a
+            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`); pass one to
+            share it, or :obj:`None` to gather on the CPU and copy, as PyG
+            does. (default: :obj:`'auto'`)
+        gpu_memory_budget (int or float or str): GPU memory for the cache:
+            bytes, a fraction of free memory, or :obj:`'auto'` (a quarter of
+            free memory). (default: :obj:`'auto'`)
+        cache_ratio (float, optional): Cache at most this fraction of the
+            rows. (default: :obj:`None`)
+        ranking (str): Rank rows by :obj:`'frequency'` (appearances in
+            pre-sampled batches) or :obj:`'degree'`.
+            (default: :obj:`'frequency'`)
+        num_presample_batches (int, optional): Batches pre-sampled for
+            :obj:`'frequency'`; :obj:`None` for an epoch's worth, at most
+            256 (8 on a partition folder). (default: :obj:`None`)
+        policy (str): :obj:`'static'` or :obj:`'lru'` (remote rows of a
+            partition folder, replaced as batches read them).
+            (default: :obj:`'static'`)
+    """
+    store: FeatureStoreLike = 'auto'
+    gpu_memory_budget: Union[None, int, float, str] = 'auto'
+    cache_ratio: Optional[float] = None
+    ranking: str = 'frequency'
+    num_presample_batches: Optional[int] = None
+    policy: str = 'static'
+
+    def __post_init__(self) -> None:
+        store = self.store
+        if not (store is None or isinstance(store, (
+                TieredFeatureStore, HeteroTieredFeatureStore)) or (
+                    isinstance(store, str) and store == 'auto')):
+            raise ValueError(f"'store' must be 'auto', None, a "
+                             f"TieredFeatureStore or a "
+                             f"HeteroTieredFeatureStore (got {store!r})")
+        parse_budget(self.gpu_memory_budget, torch.device('cpu'))
+        object.__setattr__(self, 'cache_ratio', check_fraction(
+            'cache_ratio', self.cache_ratio, optional=True))
+        check_choice('ranking', self.ranking, ('frequency', 'degree'))
+        check_int('num_presample_batches', self.num_presample_batches, 1,
+                  optional=True)
+        check_choice('policy', self.policy, ('static', 'lru'))
 
 
 class GPUCachedFeatureStore(ReadOnlyFeatureStore):
@@ -31,17 +97,12 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
             device='cuda')
         x = store['paper', 'x', index]
 
-    One :obj:`cache.gpu_memory_budget` covers every attribute, split by
-    rank per byte of row (on the CPU give bytes).
-
     Args:
         store (FeatureStore): The store of every row.
-        cache (CacheOptions, optional): The budget
-            (:obj:`gpu_memory_budget`, :obj:`cache_ratio`), the ranking
-            (:obj:`'frequency'` or :obj:`'degree'`) and the policy
-            (:obj:`'static'`: the top-ranked rows, never changed;
-            :obj:`'lru'`: every row read is kept, the least recently read
-            evicted, starting from the top-ranked rows where ranked).
+        cache (CacheOptions, optional): The budget of all attributes
+            together, the ranking and the policy (:obj:`'static'`: the
+            top-ranked rows; :obj:`'lru'`: every row read is kept, the least
+            recently read evicted).
         device (torch.device, optional): Where cached and returned rows
             live (default: CUDA where available).
         counts (torch.Tensor or Dict[str, torch.Tensor], optional): Access
@@ -117,13 +178,12 @@ class GPUCachedFeatureStore(ReadOnlyFeatureStore):
                                  "one per edge type)")
             edges = edge_index if isinstance(edge_index, Mapping) else {
                 None: edge_index}
-            per_group: Dict[Any, Tensor] = {}
-            for edge_type, ei in edges.items():
-                src = None if edge_type is None else edge_type[0]
-                n = max([r for (g, _), r in rows.items() if g == src] + [0])
-                d = torch.bincount(torch.as_tensor(ei)[0].cpu().long(),
-                                   minlength=n)[:n]
-                per_group[src] = per_group.get(src, 0) + d
+            sizes: Dict[Any, int] = {}
+            for (group, _), n in rows.items():
+                sizes[group] = max(sizes.get(group, 0), n)
+            per_group = out_degrees(
+                {et: torch.as_tensor(ei)[0] for et, ei in edges.items()},
+                sizes)
         elif counts is None:
             return None
         else:

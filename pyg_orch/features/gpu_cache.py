@@ -94,6 +94,20 @@ def split_budget(
     return {t: chosen_node[chosen_key == i] for i, t in enumerate(keys)}
 
 
+def out_degrees(sources: Mapping[Any, Tensor],
+                sizes: Mapping[Any, int]) -> Dict[Any, Tensor]:
+    r"""Per node type of :obj:`sizes`, how many edges every node is the
+    source of (:obj:`sources`: source ids per edge type, or :obj:`None`)."""
+    out = {t: torch.zeros(n, dtype=torch.int64) for t, n in sizes.items()}
+    for edge_type, src in sources.items():
+        t = None if edge_type is None else edge_type[0]
+        if t in out:
+            n = out[t].numel()
+            out[t] += torch.bincount(src.to(torch.int64),
+                                     minlength=n)[:n].cpu()
+    return out
+
+
 class ReadOnlyFeatureStore(FeatureStore):
     r"""A :class:`~torch_geometric.data.FeatureStore` whose rows are read
     only: :meth:`put_tensor` and :meth:`remove_tensor` raise."""
@@ -129,14 +143,12 @@ class CacheQuery:
 
 class RowCache:
     r"""Rows of some of :obj:`num_ids` ids on :obj:`device`, found through
-    a slot map (:obj:`-1`: not cached). :obj:`'static'` rows change only by
-    :meth:`fill`; :obj:`'lru'` keeps the rows fetched on a miss, evicting
-    the least recently read beyond :obj:`capacity` rows.
+    a slot map (:obj:`-1`: not cached); :obj:`'lru'` keeps the rows
+    fetched on a miss, evicting the least recently read.
 
     Args:
-        index_device (torch.device, optional): Where the slot map and the
-            LRU bookkeeping live (default: :obj:`device`).
-        lazy (bool): Allocate nothing on the device before :meth:`fill`.
+        index_device (torch.device, optional): Where the slot map lives.
+        lazy (bool): Allocate nothing before :meth:`fill`.
     """
     def __init__(self, num_ids: int, policy: str = 'static',
                  capacity: int = 0, device: Any = 'cpu',

@@ -69,15 +69,13 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
             raise ValueError("'x_dict' must be a non-empty dictionary of "
                              "feature tensors per node type")
         for t, x in x_dict.items():
-            if not isinstance(t, str):
-                raise ValueError(f"'x_dict' must be keyed by node type names "
-                                 f"(got {t!r})")
-            if not isinstance(x, Tensor) or x.dim() != 2:
+            if not isinstance(t, str) or not isinstance(x, Tensor) or \
+                    x.dim() != 2:
                 got = f'shape {tuple(x.shape)}' if isinstance(
                     x, Tensor) else type(x).__name__
-                raise ValueError(
-                    f"'x_dict' must hold 2-dimensional feature tensors "
-                    f"(got {got} for node type '{t}')")
+                raise ValueError(f"'x_dict' must map node type names to "
+                                 f"2-dimensional feature tensors (got {got} "
+                                 f"for node type {t!r})")
         if hotness is not None:
             if not isinstance(hotness, Mapping):
                 raise ValueError("'hotness' must be a dictionary of scores "

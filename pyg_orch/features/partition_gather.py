@@ -4,8 +4,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, List, Optional,
+                    Sequence, Tuple, Union)
 
 import torch
 from torch import Tensor
@@ -24,9 +26,10 @@ from pyg_orch.parallel.exchange import (
     group_size,
     split_by_value,
 )
+from pyg_orch.parallel.peer_memory import PeerBuffers, PeerGroup
 from pyg_orch.sampling.arguments import resolve_device
 
-__all__ = ['DistributedFeatureGather', 'GatherStats']
+__all__ = ['DistributedFeatureGather', 'GatherStats', 'ShardedRows']
 
 
 @dataclass
@@ -307,23 +310,24 @@ class DistributedFeatureGather:
         return {'local': sum(r.own_rows for r in rows),
                 'peer': sum(r.peer_rows for r in rows)}
 
-    def _total(self, name: str, by_type: Dict[Any, Any]) -> int:
-        # `name` summed over the gathers per type.
+    def _total(self, name: str, own: Callable[[], int]) -> int:
+        # `name` summed over the gathers per type, or this gather's `own()`.
+        if not self.is_hetero:
+            return own()
+        by_type = self.by_edge_type if 'edge' in name else self.by_node_type
         return sum(getattr(g, name) for g in by_type.values())
 
     @property
     def num_cached_rows(self) -> int:
         r"""The remote rows in the cache (of all node types)."""
-        if self.is_hetero:
-            return self._total('num_cached_rows', self.by_node_type)
-        return self.row_cache.num_cached
+        return self._total('num_cached_rows',
+                           lambda: self.row_cache.num_cached)
 
     @property
     def num_cached_edge_rows(self) -> int:
         r"""The remote edges in the edge cache (of all edge types)."""
-        if self.is_hetero:
-            return self._total('num_cached_edge_rows', self.by_edge_type)
-        return int(self.edge_cache_ids.numel())
+        return self._total('num_cached_edge_rows',
+                           lambda: int(self.edge_cache_ids.numel()))
 
     def worker_view(self, group: Optional[Any]
                     ) -> 'DistributedFeatureGather':
@@ -351,7 +355,6 @@ class DistributedFeatureGather:
         # Split across the machine's ranks, or whole on the feature device.
         if self.peers is None:
             return self._on_feature(t)
-        from pyg_orch.features.sharded_rows import ShardedRows
         return ShardedRows(t, self.peers)
 
     def _peer_rows(self) -> int:
@@ -549,10 +552,8 @@ class DistributedFeatureGather:
 
     def build_edge_cache(self, e_id, dst, edge_cache_size: int,
                          counts=None) -> int:
-        r"""Caches the rows of the :obj:`edge_cache_size` remote edges of
-        :obj:`e_id` (into :obj:`dst`) counted most often, over all edge
-        types (:obj:`counts`: per entry; default: one each); returns how
-        many."""
+        r"""Caches the :obj:`edge_cache_size` remote edges of :obj:`e_id`
+        (into :obj:`dst`) counted most often; returns how many."""
         check_int('edge_cache_size', edge_cache_size)
         if self.is_hetero:
             return self._build_edge_cache_hetero(e_id, dst, edge_cache_size,
@@ -611,14 +612,79 @@ class DistributedFeatureGather:
     @property
     def cache_bytes(self) -> int:
         r"""The bytes of the cached rows of remote vertices."""
-        if self.is_hetero:
-            return self._total('cache_bytes', self.by_node_type)
-        return self.row_cache.nbytes
+        return self._total('cache_bytes', lambda: self.row_cache.nbytes)
 
     @property
     def edge_cache_bytes(self) -> int:
         r"""The bytes of the edge cache: rows and sorted ids."""
-        if self.is_hetero:
-            return self._total('edge_cache_bytes', self.by_edge_type)
-        return self.edge_cache_ids.numel() * 8 + sum(
-            t.numel() * t.element_size() for t in self.edge_cache.values())
+        return self._total('edge_cache_bytes', lambda: (
+            self.edge_cache_ids.numel() * 8 + sum(
+                t.numel() * t.element_size()
+                for t in self.edge_cache.values())))
+
+
+class ShardedRows:
+    r"""The rows of :obj:`rows` split across :obj:`peers` (row :obj:`i` on
+    rank :obj:`i % S`; a collective)."""
+    def __init__(self, rows: Tensor, peers: PeerGroup):
+        if not isinstance(rows, Tensor) or rows.dim() < 1:
+            raise ValueError("'rows' must be a tensor with at least one "
+                             "dimension")
+        mine = (tuple(rows.shape), str(rows.dtype))
+        seen = peers.all_gather_object(mine)
+        if any(other != mine for other in seen):
+            raise ValueError(
+                f"ShardedRows: every rank must pass rows of the same shape "
+                f"and dtype (the ranks have {seen})")
+        self.peers, self.rank = peers, peers.rank
+        self.num_shards = peers.world_size
+        self.shape, self.dtype = rows.shape, rows.dtype
+        self.device = peers.device
+        per_rank = -(-rows.size(0) // self.num_shards)
+        self.buffers: PeerBuffers = peers.allocate(
+            (per_rank, ) + tuple(rows.shape[1:]), rows.dtype)
+        own = rows[self.rank::self.num_shards]
+        self.buffers.own[:own.size(0)].copy_(own)
+        if self.device.type == 'cuda':
+            torch.cuda.synchronize(self.device)
+        peers.barrier()  # Every rank's rows are in place.
+        #: Rows read from peers' shards so far (by all threads).
+        self.peer_rows = 0
+        #: Rows read from this rank's own shard so far (by all threads).
+        self.own_rows = 0
+        self._lock = threading.Lock()
+        self._thread = threading.local()
+
+    def thread_peer_rows(self) -> int:
+        r"""Rows the calling thread read from peers' shards so far."""
+        return getattr(self._thread, 'peer_rows', 0)
+
+    def new_empty(self, size: Sequence[int], device: Any = None) -> Tensor:
+        return torch.empty(tuple(size), dtype=self.dtype,
+                           device=self.device if device is None else device)
+
+    def index_select(self, dim: int, index: Tensor) -> Tensor:
+        r"""The rows :obj:`index`, as :meth:`torch.Tensor.index_select`."""
+        if dim != 0:
+            raise ValueError(f"ShardedRows.index_select reads rows "
+                             f"(dim=0), got dim={dim}")
+        index = index.to(self.device, torch.int64)
+        if index.numel() and (int(index.min()) < 0 or
+                              int(index.max()) >= self.shape[0]):
+            raise IndexError(f"ShardedRows: a row index lies outside "
+                             f"[0, {self.shape[0]})")
+        owner = torch.remainder(index, self.num_shards)
+        local = torch.div(index, self.num_shards, rounding_mode='floor')
+        out = self.buffers.gather(owner, local)
+        own = int((owner == self.rank).sum())
+        peer = index.numel() - own
+        with self._lock:
+            self.own_rows += own
+            self.peer_rows += peer
+        self._thread.peer_rows = self.thread_peer_rows() + peer
+        return out
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(shape={tuple(self.shape)}, '
+                f'dtype={self.dtype}, shards={self.num_shards}, '
+                f'device={self.device})')

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import GraphStore
@@ -14,6 +15,7 @@ from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 from pyg_orch.core.checks import check_choice, check_int
 from pyg_orch.features.gpu_cache import ReadOnlyFeatureStore
 from pyg_orch.features.partition_gather import DistributedFeatureGather
+from pyg_orch.features.tiered import ID_DTYPES
 from pyg_orch.parallel.machines import (RankLayout, rank_layout,
                                         shard_part_topology)
 from pyg_orch.sampling.collective import DistributedNeighborSampler
@@ -38,14 +40,122 @@ def _max_fanout(num_neighbors: Any) -> Optional[int]:
     return max(values, default=0)
 
 
-def _check_ids(name: str, ids: Tensor, num: int, node_type: Any,
-               what: str = 'ids') -> None:
+def _check_ids(name: str, ids: Tensor, num: Optional[int], node_type: Any,
+               what: str = 'ids', scope: str = 'global ') -> None:
     if ids.numel():
         lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0 or hi >= num:
+        if lo < 0 or (num is not None and hi >= num):
             raise ValueError(f"'{name}' holds {what} outside [0, {num}); "
-                             f"expected global node ids in [0, {num}) of "
+                             f"expected {scope}node ids in [0, {num}) of "
                              f"node type {node_type!r} (got [{lo}, {hi}])")
+
+
+def check_seeds(nodes: Any, num_nodes: int, node_type: Any = None,
+                scope: str = '') -> Tensor:
+    r"""Checks seeds: a boolean mask over :obj:`num_nodes` nodes (returned
+    as it is) or 1-D node ids (returned as int64)."""
+    if isinstance(nodes, (list, tuple, range, np.ndarray)):
+        nodes = _as_tensor(nodes)
+    if not isinstance(nodes, Tensor):
+        raise ValueError(f"'input_nodes' must be an index tensor or a boolean "
+                         f"mask (got {type(nodes).__name__})")
+    if nodes.dtype == torch.bool:
+        if nodes.shape != (num_nodes, ):
+            raise ValueError(f"'input_nodes' as a boolean mask must have one "
+                             f"entry per vertex ({num_nodes} of node type "
+                             f"{node_type!r}; got shape {list(nodes.shape)})")
+        return nodes
+    if nodes.dtype not in ID_DTYPES:
+        raise ValueError(f"'input_nodes' must hold integer {scope}node ids or "
+                         f"be a boolean mask (got dtype {nodes.dtype})")
+    if nodes.dim() != 1:
+        raise ValueError(f"'input_nodes' must be one-dimensional (got shape "
+                         f"{list(nodes.shape)})")
+    _check_ids('input_nodes', nodes, num_nodes, node_type,
+               f'{scope}vertex ids', scope)
+    return nodes.to(torch.int64)
+
+
+def _as_tensor(nodes: Any) -> Tensor:
+    # A list, tuple, range or NumPy array of integer ids as a tensor. Bools
+    # are refused: PyG reads a list of bools as the ids 0 and 1.
+    if len(nodes) == 0:
+        return torch.empty(0, dtype=torch.long)
+    try:
+        out = torch.as_tensor(nodes if isinstance(nodes, np.ndarray) else
+                              list(nodes))
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"'input_nodes' must be an index tensor or a "
+                         f"boolean mask ({e})") from None
+    if out.dtype == torch.bool and not isinstance(nodes, np.ndarray):
+        raise ValueError("'input_nodes' is a list of bools: pass a mask as "
+                         "a boolean tensor (torch.tensor(mask)), or the "
+                         "node ids as integers")
+    return out
+
+
+def split_node_type(input_nodes: Any, node_types: Iterable[Any],
+                    hetero: bool, where: str = 'graph') -> Tuple[Any, Any]:
+    r"""Splits heterogeneous seeds (a node type or a tuple) into both."""
+    typed = isinstance(input_nodes, (tuple, list)) and \
+        len(input_nodes) == 2 and isinstance(input_nodes[0], str)
+    if not hetero:
+        if typed or isinstance(input_nodes, str):
+            raise ValueError(f"'input_nodes' as a node type or a (node type, "
+                             f"seeds) tuple is for a heterogeneous {where}")
+        return None, input_nodes
+    if isinstance(input_nodes, str):
+        input_nodes, typed = (input_nodes, None), True
+    if not typed:
+        raise ValueError(f"'input_nodes' must be a node type or a (node "
+                         f"type, seeds) tuple for a heterogeneous {where} "
+                         f"(got {input_nodes!r:.100})")
+    if input_nodes[0] not in node_types:
+        raise ValueError(f"'input_nodes' names the node type "
+                         f"{input_nodes[0]!r}, which is not in the {where} "
+                         f"(node types: {list(node_types)})")
+    return input_nodes[0], input_nodes[1]
+
+
+def split_edge_type(edge_label_index: Any, hetero: bool,
+                    where: str = 'graph') -> Tuple[Any, Any]:
+    r"""Splits heterogeneous label edges (an edge type or a tuple) into
+    both."""
+    index = edge_label_index
+    if not hetero:
+        if isinstance(index, (tuple, str)):
+            raise ValueError(f"'edge_label_index' must be None or a tensor of "
+                             f"shape [2, num_edges] for a homogeneous {where}")
+        return None, index
+    if isinstance(index, (tuple, list)) and index and \
+            isinstance(index[0], str):
+        return tuple(index), None
+    if not isinstance(index, (tuple, list)) or len(index) != 2:
+        raise ValueError(f"'edge_label_index' must be an edge type or an "
+                         f"(edge_type, edge_label_index) tuple for a "
+                         f"heterogeneous {where} (got {index!r:.100})")
+    edge_type, index = index
+    return tuple(edge_type) if isinstance(edge_type, list) else edge_type, \
+        index
+
+
+def check_label_edges(index: Any, num_src: Optional[int],
+                      num_dst: Optional[int], src: Any = None,
+                      dst: Any = None, scope: str = '') -> Tensor:
+    r"""Checks label edges of :obj:`num_src` and :obj:`num_dst` nodes."""
+    if not isinstance(index, Tensor):
+        raise ValueError(f"'edge_label_index' must be a tensor of shape "
+                         f"[2, num_edges] (got {type(index).__name__})")
+    if index.dtype not in ID_DTYPES:
+        raise ValueError(f"'edge_label_index' must hold integer node "
+                         f"indices (got dtype {index.dtype})")
+    if index.dim() != 2 or index.size(0) != 2:
+        raise ValueError(f"'edge_label_index' must have shape [2, num_edges]"
+                         f" (got {list(index.shape)})")
+    for row, n, t, end in ((index[0], num_src, src, 'source'),
+                           (index[1], num_dst, dst, 'destination')):
+        _check_ids('edge_label_index', row, n, t, f'{end} ids', scope)
+    return index.to(torch.int64)
 
 
 #: What to do instead of writing to a partition's stores.
@@ -143,85 +253,30 @@ class PartitionGraphStore(GraphStore):
     def seed_nodes(self, input_nodes: Any) -> Tuple[Any, Tensor]:
         r"""Checks a node loader's seeds: returns :obj:`(node_type, ids)`;
         global ids, a mask, or a node type alone (the part's own vertices)."""
-        node_type, nodes = None, input_nodes
-        if self.is_hetero:
-            if isinstance(nodes, str):
-                node_type, nodes = nodes, None
-            elif isinstance(nodes, (tuple, list)) and len(nodes) == 2 and \
-                    isinstance(nodes[0], str):
-                node_type, nodes = nodes
-            else:
-                raise ValueError(f"'input_nodes' must be a node type or a "
-                                 f"(node type, ids) tuple on a "
-                                 f"heterogeneous partition (got "
-                                 f"{input_nodes!r:.100})")
-            if node_type not in self.num_nodes:
-                raise ValueError(f"'input_nodes' names the node type "
-                                 f"{node_type!r}, which is not in the "
-                                 f"partition (node types: "
-                                 f"{list(self.num_nodes)})")
+        node_type, nodes = split_node_type(input_nodes, self.num_nodes,
+                                           self.is_hetero, 'partition')
         if nodes is None:
             return node_type, self._own(node_type).to(torch.int64)
-        n = self.num_nodes[node_type]
-        if isinstance(nodes, Tensor) and nodes.dtype == torch.bool:
-            if nodes.shape != (n, ):
-                raise ValueError(f"'input_nodes' as a mask must have one "
-                                 f"entry per vertex ({n} of node type "
-                                 f"{node_type!r}; got shape "
-                                 f"{tuple(nodes.shape)})")
-            return node_type, nodes.nonzero().view(-1)
-        if not isinstance(nodes, Tensor) or nodes.dim() != 1 or \
-                nodes.is_floating_point():
-            raise ValueError(f"'input_nodes' must be a 1-D integer tensor of "
-                             f"global ids or a boolean mask (got "
-                             f"{type(nodes).__name__})")
-        _check_ids('input_nodes', nodes, n, node_type)
-        return node_type, nodes.to(torch.int64)
+        nodes = check_seeds(nodes, self.num_nodes[node_type], node_type,
+                            'global ')
+        return node_type, (nodes.nonzero().view(-1)
+                           if nodes.dtype == torch.bool else nodes)
 
     def label_edges(self, edge_label_index: Any) -> Tuple[Any, Tensor]:
-        r"""Checks a link loader's label edges: returns :obj:`(edge_type,
-        edge_label_index)` (an edge type alone or :obj:`None`: the part's
-        in-edges)."""
-        edge_type, index = None, edge_label_index
-        if self.is_hetero:
-            if isinstance(index, (tuple, list)) and index and \
-                    isinstance(index[0], str):
-                edge_type, index = tuple(index), None
-            elif isinstance(index, (tuple, list)) and len(index) == 2:
-                edge_type, index = index
-                edge_type = tuple(edge_type) if isinstance(
-                    edge_type, (tuple, list)) else edge_type
-            else:
-                raise ValueError(f"'edge_label_index' must be an edge type or "
-                                 f"an (edge_type, edge_label_index) tuple on "
-                                 f"a heterogeneous partition (got "
-                                 f"{edge_label_index!r:.100})")
-            if edge_type not in self.edge_types:
-                raise ValueError(f"'edge_label_index' names the edge type "
-                                 f"{edge_type!r}, which is not in the "
-                                 f"partition (edge types: "
-                                 f"{self.edge_types})")
-        elif isinstance(index, (tuple, str)):
-            raise ValueError("'edge_label_index' must be None or a tensor of "
-                             "shape [2, num_edges] (global ids) on a "
-                             "homogeneous partition")
+        r"""Checks a link loader's label edges: :obj:`(edge_type, index)`."""
+        edge_type, index = split_edge_type(edge_label_index, self.is_hetero,
+                                           'partition')
+        if self.is_hetero and edge_type not in self.edge_types:
+            raise ValueError(f"'edge_label_index' names the edge type "
+                             f"{edge_type!r}, which is not in the partition "
+                             f"(edge types: {self.edge_types})")
         if index is None:
             return edge_type, self.local_edge_index(edge_type)
-        if not isinstance(index, Tensor) or index.dim() != 2 or \
-                index.size(0) != 2 or index.is_floating_point() or \
-                index.dtype == torch.bool:
-            got = f'shape {tuple(index.shape)}, {index.dtype}' if isinstance(
-                index, Tensor) else type(index).__name__
-            raise ValueError(f"'edge_label_index' must be an integer tensor "
-                             f"of shape [2, num_edges] of global ids (got "
-                             f"{got})")
-        index = index.to(torch.int64)
-        ends = (None, None) if edge_type is None else (edge_type[0],
-                                                       edge_type[-1])
-        for i, (t, what) in enumerate(zip(ends, ('source', 'destination'))):
-            _check_ids('edge_label_index', index[i], self.num_nodes[t], t,
-                       f'{what} ids')
-        return edge_type, index
+        src, dst = (None, None) if edge_type is None else (edge_type[0],
+                                                           edge_type[-1])
+        return edge_type, check_label_edges(index, self.num_nodes[src],
+                                            self.num_nodes[dst], src, dst,
+                                            'global ')
 
     def get_all_edge_attrs(self) -> List[EdgeAttr]:
         out = []

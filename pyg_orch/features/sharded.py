@@ -35,9 +35,8 @@ class ShardedFeatureStore(TieredFeatureStore):
             the machine (capped by the budgets).
         gather_blocks (int or str, optional): Thread blocks of the gather
             kernel: :obj:`'auto'` (no cap while the GPUs hold every row,
-            since peers' rows wait on NVLink's latency; else the one-GPU
-            store's cap, which suits reads from host memory), an integer,
-            or :obj:`None` (no cap). (default: :obj:`'auto'`)
+            else the one-GPU store's cap), an integer, or :obj:`None`.
+            (default: :obj:`'auto'`)
         **kwargs: Further arguments of
             :class:`~pyg_orch.gpu.TieredFeatureStore`.
     """

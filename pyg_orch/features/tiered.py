@@ -18,7 +18,7 @@ from pyg_orch.core.checks import (check_bool, check_choice, check_fraction,
                                   check_int, resolve_device)
 
 #: The integer dtypes node ids may have.
-_ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 @dataclass
@@ -95,13 +95,12 @@ def check_hotness(hotness, num_nodes: int, of: str = '') -> None:
 
 
 def check_node_ids(index, num_nodes: int, name: str = 'index') -> None:
-    r"""Checks that :obj:`index` is a 1-D integer tensor of ids in
-    :obj:`[0, num_nodes)` (on CUDA by a device-side assertion, no
-    synchronization)."""
+    r"""Checks :obj:`index`, 1-D ids in :obj:`[0, num_nodes)` (on CUDA
+    asynchronously)."""
     if not isinstance(index, Tensor):
         raise ArgumentTypeError(f"'{name}' must be a tensor of node ids (got "
                                 f"{type(index).__name__})")
-    if index.dtype not in _ID_DTYPES:
+    if index.dtype not in ID_DTYPES:
         raise ArgumentTypeError(f"'{name}' must hold integer node ids (got "
                                 f"dtype {index.dtype})")
     if index.dim() != 1:
@@ -179,11 +178,8 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
             if self.device.type == 'cuda':
                 props = torch.cuda.get_device_properties(self.device)
                 gather_blocks = max(props.multi_processor_count // 2, 1)
-        elif gather_blocks is not None and (
-                isinstance(gather_blocks, bool)
-                or not isinstance(gather_blocks, int) or gather_blocks < 1):
-            raise ValueError(f"'gather_blocks' must be a positive integer, "
-                             f"'auto' or None (got {gather_blocks!r})")
+        else:
+            check_int('gather_blocks', gather_blocks, 1, optional=True)
         self.gather_blocks = gather_blocks
         self.attr_name = attr_name
         self.num_nodes, self.width = x.shape
@@ -266,7 +262,7 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         r"""Caches the rows :obj:`nodes` (most important first, duplicates
         dropped), as many as the budget allows."""
         nodes = torch.as_tensor(nodes).view(-1).cpu()
-        if nodes.numel() > 0 and nodes.dtype not in _ID_DTYPES:
+        if nodes.numel() > 0 and nodes.dtype not in ID_DTYPES:
             raise ArgumentTypeError(f"'nodes' must hold integer node ids "
                                     f"(got dtype {nodes.dtype})")
         nodes = nodes.to(torch.int64)

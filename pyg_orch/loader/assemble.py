@@ -1,7 +1,5 @@
-"""Assembles mini-batches like PyG's
-:func:`~torch_geometric.loader.utils.filter_data` and
-:meth:`~torch_geometric.loader.NodeLoader.filter_fn`, with the attributes
-classified once instead of per batch."""
+"""Assembles mini-batches like PyG's `filter_fn`, attributes classified
+once instead of per batch."""
 import copy
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -21,8 +19,7 @@ from pyg_orch.topology.sparse_adj import adj_t_values, is_sparse, sampled_adj_t
 
 def node_metadata(data: Any, out: Any, input_type: Any = None) -> Any:
     r"""Adds what PyG's :meth:`NodeLoader.filter_fn` adds from
-    :obj:`out.metadata` (on the seeds' node type :obj:`input_type` of a
-    heterogeneous batch)."""
+    :obj:`out.metadata`."""
     store = data if input_type is None else data[input_type]
     store.input_id = out.metadata[0]
     store.seed_time = out.metadata[1]
@@ -33,8 +30,7 @@ def node_metadata(data: Any, out: Any, input_type: Any = None) -> Any:
 def link_metadata(data: Any, out: Any, neg_sampling: Any,
                   input_type: Any = None) -> Any:
     r"""Adds what PyG's :meth:`LinkLoader.filter_fn` adds from
-    :obj:`out.metadata` (on the label edges' edge type :obj:`input_type` of
-    a heterogeneous batch)."""
+    :obj:`out.metadata`."""
     hetero = input_type is not None
     store = data[input_type] if hetero else data
     store.input_id = out.metadata[0]
@@ -56,8 +52,7 @@ def link_metadata(data: Any, out: Any, neg_sampling: Any,
 
 
 class DataAssembler:
-    r"""Slices :obj:`data` (read where it is, or from a copy on
-    :obj:`device`) by a :class:`~torch_geometric.sampler.SamplerOutput`,
+    r"""Slices :obj:`data` (on :obj:`device`) by a :class:`SamplerOutput`,
     :obj:`x` gathered by :obj:`features(node_ids)` if given."""
     def __init__(self, data: Data, device: torch.device,
                  features: Optional[Callable[[Tensor], Tensor]] = None):
@@ -105,9 +100,7 @@ class DataAssembler:
         return node_metadata(self.subgraph(out), out)
 
     def subgraph(self, out: SamplerOutput) -> Data:
-        r"""The sampled subgraph with its node and edge attributes and the
-        bookkeeping every PyG loader adds (:obj:`n_id`, :obj:`e_id`,
-        :obj:`batch`, :obj:`num_sampled_nodes`, :obj:`num_sampled_edges`),
+        r"""The sampled subgraph with its attributes and PyG's bookkeeping,
         without the loader-specific :obj:`metadata`."""
         data = copy.copy(self.template)
         node = out.node
@@ -140,20 +133,9 @@ class DataAssembler:
 
 
 class HeteroDataAssembler:
-    r"""Slices :obj:`data` by a
-    :class:`~torch_geometric.sampler.HeteroSamplerOutput`, as PyG's
-    :func:`~torch_geometric.loader.utils.filter_hetero_data`.
-
-    Args:
-        data (HeteroData): The graph; its tensors are read from a copy on
-            :obj:`device` (made once), except those :obj:`features` serves.
-        device (torch.device): Where batches are built.
-        features (Dict[str, callable], optional): Per node type, gathers
-            :obj:`x` rows for node ids instead of slicing
-            :obj:`data[node_type].x`.
-        edge_permutation (Dict[Tuple[str, str, str], torch.Tensor], optional):
-            The sampler's :obj:`edge_permutation`, as in PyG.
-    """
+    r"""Slices :obj:`data` (on :obj:`device`) by a
+    :class:`HeteroSamplerOutput`, :obj:`x` per node type gathered by
+    :obj:`features[node_type](node_ids)` if given."""
     def __init__(self, data: HeteroData, device: torch.device,
                  features: Optional[Mapping[str, Callable[[Tensor], Tensor]]]
                  = None, edge_permutation: Optional[Dict] = None):
@@ -206,9 +188,7 @@ class HeteroDataAssembler:
         self.template = copy.copy(data)
 
     def subgraph(self, out: HeteroSamplerOutput) -> HeteroData:
-        r"""The sampled subgraph with its node and edge attributes and the
-        bookkeeping every PyG loader adds (:obj:`n_id`, :obj:`e_id`,
-        :obj:`batch`, :obj:`num_sampled_nodes`, :obj:`num_sampled_edges`),
+        r"""The sampled subgraph with its attributes and PyG's bookkeeping,
         without the loader-specific :obj:`metadata`."""
         data = copy.copy(self.template)
         nodes = dict(out.node)
@@ -230,12 +210,8 @@ class HeteroDataAssembler:
         rows, cols = out.row, out.col
         edges = dict(out.edge) if out.edge is not None else {}
         for edge_type, attrs in self.edge_attrs.items():
-            row = rows.get(edge_type)
-            col = cols.get(edge_type)
-            if row is None:
-                row = torch.empty(0, dtype=torch.long)
-            if col is None:
-                col = torch.empty(0, dtype=torch.long)
+            empty = torch.empty(0, dtype=torch.long)
+            row, col = rows.get(edge_type, empty), cols.get(edge_type, empty)
             edge = edges.get(edge_type)
             if edge is None and edge_type not in edges:
                 edge = edges[edge_type] = torch.empty(0, dtype=torch.long)
@@ -243,23 +219,18 @@ class HeteroDataAssembler:
             if self.has_edge_index[edge_type]:
                 store.edge_index = stack_edges(row, col)
             perm = self.perm.get(edge_type)
+            index = None if edge is None else edge.to(torch.int64)
+            if index is not None and perm is not None:
+                index = perm[index.to(perm.device)]
             adj_t = self.adj_t.get(edge_type)
             if adj_t is not None:
-                index = None if edge is None else edge.to(torch.int64)
-                if index is not None and perm is not None:
-                    index = perm[index.to(perm.device)]
                 store.adj_t = _slice_adj_t(
                     adj_t, row, col, index,
                     nodes[edge_type[0]].numel(),
                     nodes[edge_type[-1]].numel())
             for key, value, dim in attrs:
-                if edge is None:
-                    store[key] = None
-                    continue
-                index = edge.to(torch.int64)
-                if perm is not None:
-                    index = perm[index.to(perm.device)]
-                store[key] = _select(value, index, dim)
+                store[key] = None if index is None else _select(value, index,
+                                                                dim)
 
         def store_of(key):
             store = stores.get(key)
@@ -294,9 +265,8 @@ class HeteroDataAssembler:
 
 
 def stack_edges(row: Tensor, col: Tensor) -> Tensor:
-    r"""Returns :obj:`torch.stack([row, col])`: a view, without a copy, where
-    :obj:`col` directly follows :obj:`row` in one buffer (as the fused GPU
-    sampler returns them)."""
+    r""":obj:`torch.stack([row, col])`, a view where :obj:`col` follows
+    :obj:`row` in one buffer."""
     n = row.numel()
     if (row.dim() == 1 and col.dim() == 1 and col.numel() == n
             and row.dtype == col.dtype and row.device == col.device
@@ -310,9 +280,8 @@ def stack_edges(row: Tensor, col: Tensor) -> Tensor:
 
 def move_to_device(data: Union[Data, HeteroData],
                    device: torch.device) -> Union[Data, HeteroData]:
-    r"""Returns :obj:`data.to(device, non_blocking=True)`, in place, for a
-    batch whose tensors are mostly on :obj:`device` already: only the others
-    are copied, without PyG's generic walk over every attribute."""
+    r""":obj:`data.to(device, non_blocking=True)`, in place, copying only
+    the tensors not on :obj:`device` yet."""
     device = with_index(device)
 
     def move(x):
@@ -329,10 +298,8 @@ def move_to_device(data: Union[Data, HeteroData],
 
 
 def check_edge_attrs(data: Any) -> None:
-    r"""Raises a :class:`ValueError` naming the attribute where an edge
-    store of :obj:`data` holds an edge-level attribute that batches cannot
-    slice (a sparse matrix other than :obj:`adj_t`, a list with one entry
-    per edge), instead of letting it reach every batch whole."""
+    r"""Raises a :class:`ValueError` naming an edge-level attribute of
+    :obj:`data` that batches cannot slice."""
     if isinstance(data, Data):
         stores = [('data', data._store)]
     elif isinstance(data, HeteroData):

@@ -1,10 +1,11 @@
 """The GPU feature store a hybrid loader builds for itself
 (:obj:`CacheOptions(store='auto')`)."""
-from typing import Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 from torch_geometric.data import Data, HeteroData
 
+from pyg_orch.features.gpu_cache import out_degrees
 from pyg_orch.features.tiered import TieredFeatureStore
 from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
 from pyg_orch.loader.options import CacheOptions
@@ -27,42 +28,50 @@ def build_feature_store(
     timer: StageTimer,
     hetero: bool = False,
 ) -> Optional[AnyStore]:
-    r""":obj:`cache.store` if one was given (checked against :obj:`data`);
-    for :obj:`'auto'`, where it pays (CUDA, features in host memory, a
-    :class:`~pyg_orch.sampling.HotNodeSampler`), a new
-    :class:`~pyg_orch.gpu.TieredFeatureStore` (sharded over the machine's
-    GPUs with a sharded topology) or, with :obj:`hetero`, a
-    :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`, rows ranked by
-    :obj:`cache.ranking` (:obj:`count_access()` for :obj:`'frequency'`);
-    else :obj:`None`."""
-    # `cache` was checked on every device, though only CUDA builds a store:
-    feature_store, budget, ratio, policy = (
-        cache.store, cache.gpu_memory_budget, cache.cache_ratio,
-        cache.ranking)
-    if isinstance(feature_store, (TieredFeatureStore,
-                                  HeteroTieredFeatureStore)):
-        check_given_store(feature_store, data, hetero)
-        return feature_store
-    if feature_store is None:
+    r""":obj:`cache.store` if given (checked); for :obj:`'auto'` on CUDA,
+    :func:`build_store`."""
+    store = cache.store
+    if isinstance(store, (TieredFeatureStore, HeteroTieredFeatureStore)):
+        check_given_store(store, data, hetero)
+        return store
+    if store is None or device.type != 'cuda':
         return None
-    if isinstance(data, HeteroData):
-        if not hetero or device.type != 'cuda':
-            return None
-        return build_hetero_store(data, sampler, device, count_access,
-                                  timer, budget, ratio, policy)
-    x = getattr(data, 'x', None) if isinstance(data, Data) else None
-    if (device.type != 'cuda' or not isinstance(x, torch.Tensor) or x.is_cuda
-            or x.dim() != 2 or not isinstance(sampler, HotNodeSampler)):
+    return build_store(data, sampler, device, count_access, timer,
+                       cache.gpu_memory_budget, cache.cache_ratio,
+                       cache.ranking, hetero)
+
+
+def build_store(
+    data,
+    sampler,
+    device: torch.device,
+    count_access: Callable[[], Counts],
+    timer: StageTimer,
+    budget: Union[None, int, float, str],
+    ratio: Optional[float],
+    ranking: str,
+    hetero: bool = True,
+) -> Optional[AnyStore]:
+    r"""A store of the features of :func:`host_features`, rows ranked by
+    :obj:`ranking`; :obj:`None` without them or a :class:`HotNodeSampler`."""
+    x_dict = host_features(data, hetero)
+    if not x_dict or not isinstance(sampler, HotNodeSampler):
         return None
-    if policy == 'degree':
+    if ranking == 'degree':
         # Rows are fetched when their node is sampled as someone's
         # in-neighbor: that follows the out-degree.
-        topo = sampler.topology.csc[None]
-        hotness = torch.bincount(topo.row.to(torch.int64),
-                                 minlength=topo.num_src_nodes).cpu()
+        hotness = out_degrees(
+            {et: csc.row for et, csc in sampler.topology.csc.items()},
+            {t: x.size(0) for t, x in x_dict.items()})
     else:
         with timer.stage('presample'):
-            hotness = count_access()
+            counts = count_access()
+        hotness = {t: counts if t is None else counts[t] for t in x_dict}
+    if None not in x_dict:
+        return HeteroTieredFeatureStore(x_dict, device, hotness=hotness,
+                                        gpu_memory_budget=budget,
+                                        cache_ratio=ratio)
+    x, hotness = x_dict[None], hotness[None]
     if sampler.topology.is_sharded:
         # The machine's GPUs share one cache; host rows live once per
         # machine (a collective: every rank builds its loader in turn).
@@ -103,50 +112,14 @@ def check_given_store(store: AnyStore, data, hetero: bool) -> None:
                          "for a HeteroData (got a TieredFeatureStore)")
 
 
-def host_features(data: HeteroData) -> Dict[str, torch.Tensor]:
-    r"""The node types whose :obj:`x` is a 2-dimensional tensor in host
-    memory (what a :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` serves)."""
-    out = {}
-    for t in data.node_types:
-        x = data[t].get('x')
-        if isinstance(x, torch.Tensor) and not x.is_cuda and x.dim() == 2:
-            out[t] = x
-    return out
-
-
-def build_hetero_store(
-    data: HeteroData,
-    sampler,
-    device: torch.device,
-    count_access: Callable[[], Counts],
-    timer: StageTimer,
-    budget: Union[None, int, float, str],
-    ratio: Optional[float],
-    policy: str,
-) -> Optional[HeteroTieredFeatureStore]:
-    r"""The :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` of
-    :obj:`CacheOptions(store='auto')` over the node types of
-    :func:`host_features`, ranked by :obj:`policy` (:obj:`count_access()`
-    per node type, or out-degrees); :obj:`None` without such features or
-    without a :class:`~pyg_orch.sampling.HotNodeSampler`."""
-    x_dict = host_features(data)
-    if not x_dict or not isinstance(sampler, HotNodeSampler):
-        return None
-    topo = sampler.topology
-    if policy == 'degree':
-        # Per type, the out-degree over every edge type it is a source of.
-        hotness = {t: torch.zeros(x.size(0), dtype=torch.int64)
-                   for t, x in x_dict.items()}
-        for edge_type, csc in topo.csc.items():
-            src = edge_type[0]
-            if src in hotness:
-                hotness[src] += torch.bincount(
-                    csc.row.to(torch.int64),
-                    minlength=csc.num_src_nodes).cpu()[:hotness[src].numel()]
+def host_features(data, hetero: bool) -> Dict[Any, torch.Tensor]:
+    r"""The 2-dimensional node features :obj:`x` in host memory that a
+    store serves, per node type (:obj:`None` for a :class:`Data`)."""
+    if isinstance(data, Data):
+        xs = {None: getattr(data, 'x', None)}
+    elif isinstance(data, HeteroData) and hetero:
+        xs = {t: data[t].get('x') for t in data.node_types}
     else:
-        with timer.stage('presample'):
-            counts = count_access()
-        hotness = {t: counts[t] for t in x_dict}
-    return HeteroTieredFeatureStore(x_dict, device, hotness=hotness,
-                                    gpu_memory_budget=budget,
-                                    cache_ratio=ratio)
+        return {}
+    return {t: x for t, x in xs.items() if isinstance(x, torch.Tensor)
+            and not x.is_cuda and x.dim() == 2}

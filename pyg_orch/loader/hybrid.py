@@ -1,8 +1,4 @@
-"""What :class:`~pyg_orch.HybridNeighborLoader` and
-:class:`~pyg_orch.HybridLinkNeighborLoader` share
-(:class:`HybridLoaderMixin`, mixed in front of PyG's
-:class:`~torch_geometric.loader.NodeLoader` or
-:class:`~torch_geometric.loader.LinkLoader`)."""
+"""What both hybrid loaders share (:class:`HybridLoaderMixin`)."""
 import copy
 import functools
 import os
@@ -27,7 +23,7 @@ from pyg_orch.loader.lookahead import LookaheadIterator
 from pyg_orch.loader.options import CacheOptions
 from pyg_orch.loader.partition_folder import partition_batches
 from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.loader.seed_batches import edge_seeds, tensor_index_batches
+from pyg_orch.loader.seed_batches import input_seeds, tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
 from pyg_orch.core.checks import check_data
 from pyg_orch.parallel.ddp import DistributedSeedSplit
@@ -45,7 +41,7 @@ from pyg_orch.sampling.arguments import (
 from pyg_orch.sampling.contract import LaunchingSampler
 from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.sampler import HybridNeighborSampler
-from pyg_orch.typing import DeviceLike, GraphData, SeedLike
+from pyg_orch.typing import DeviceLike, GraphData
 
 
 def check_common_args(
@@ -59,10 +55,7 @@ def check_common_args(
     temporal_strategy: str = 'uniform',
     weight_attr: Optional[str] = None,
 ) -> torch.device:
-    r"""Checks the arguments both loaders take (:obj:`data`, temporal and
-    weighted sampling, :obj:`device`, :class:`~torch.utils.data.DataLoader`
-    arguments, :obj:`prefetch` and :obj:`lookahead`) and returns the
-    resolved device."""
+    r"""Checks the arguments both loaders take; returns the device."""
     check_temporal_args(input_time, time_attr, temporal_strategy,
                         weight_attr)
     check_data(data)
@@ -73,11 +66,62 @@ def check_common_args(
     return device
 
 
+#: The Args both loaders document last (appended to their docstrings, which
+#: end in an indented line).
+LOADER_ARGS_DOC = r'''    weight_attr (str, optional): An edge attribute of
+            non-negative sampling weights.
+        transform (callable, optional): Applied to every mini-batch after it
+            was moved to :obj:`device`.
+        transform_sampler_output (callable, optional): Applied to the
+            :class:`~torch_geometric.sampler.SamplerOutput`.
+        is_sorted (bool): :obj:`edge_index` is already sorted by destination
+            (checked). (default: :obj:`False`)
+        filter_per_worker (bool, optional): Assemble batches in the worker
+            processes, as in PyG.
+        neighbor_sampler (BaseSampler, optional): A sampler to use instead of
+            building a :class:`~pyg_orch.HybridNeighborSampler`.
+        directed (bool): Deprecated; :obj:`False` means
+            :obj:`subgraph_type='induced'`.
+        device (torch.device or str, optional): Where sampling (negatives
+            included) runs and batches land; CUDA when available, else CPU.
+        seed (int or torch.Generator, optional): Makes sampling (negatives
+            included) and shuffling reproducible.
+        topology (GraphTopology, optional): A topology to share with other
+            loaders (see :attr:`topology`); built from :obj:`data` if not set.
+        placement (PlacementOptions, optional): Where the topology lives
+            (on CUDA: on the device, in pinned host memory, or sharded
+            across the machine's processes, see :doc:`/multi_gpu`) and
+            which kernels sample (see :class:`~pyg_orch.PlacementOptions`).
+            (default: :obj:`PlacementOptions()`)
+        cache (CacheOptions, optional): On CUDA with node features :obj:`x`
+            in host memory, the GPU cache that serves them, rows ranked by
+            their accesses in pre-sampled batches (see
+            :class:`~pyg_orch.CacheOptions`); :obj:`CacheOptions(store=None)`
+            gathers on the CPU and copies, as PyG does.
+            (default: :obj:`CacheOptions()`)
+        lookahead (bool, optional): Keep the next batch in flight on side
+            CUDA streams, in the training loop's thread (see
+            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
+            same. :obj:`None`: on where it pays (CUDA, :obj:`num_workers=0`,
+            :obj:`prefetch=0`). (default: :obj:`None`)
+        prefetch (int): Batches sampled and gathered ahead by a background
+            thread on its own CUDA stream. (default: :obj:`0`)
+        **kwargs (optional): Arguments of
+            :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
+            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
+            keywords such as :obj:`backend` warn and fill :obj:`placement`
+            and :obj:`cache`.
+    '''
+
+#: The loaders' arguments that go to `HybridNeighborSampler` as they are.
+_SAMPLER_ARGS = ('num_neighbors', 'subgraph_type', 'replace', 'disjoint',
+                 'temporal_strategy', 'time_attr', 'weight_attr', 'is_sorted',
+                 'directed', 'topology')
+
+
 class HybridLoaderMixin:
-    r"""The behavior both hybrid loaders share. A subclass implements the
-    methods under *To implement* and calls :meth:`_partitioned`, or
-    :meth:`_in_memory_sampler` before the base class's :obj:`__init__` and
-    :meth:`_init_batches` after it."""
+    r"""The behavior both hybrid loaders share, mixed in front of PyG's
+    :class:`NodeLoader` or :class:`LinkLoader`."""
     device: torch.device
     timer: StageTimer
     #: Whether batches are prepared by a :class:`LookaheadIterator`.
@@ -145,25 +189,26 @@ class HybridLoaderMixin:
         self._batch_hooks = batches.batch_hooks  # Run by `batches`.
         self._sampled_hooks = batches.sampled_hooks
 
-    def _in_memory_sampler(self, data: GraphData, sampler: Optional[Any],
-                           kwargs: dict, device: torch.device,
-                           seed: SeedLike, placement: Any, prefetch: int,
-                           **options: Any) -> Any:
-        # The given sampler, or a `HybridNeighborSampler` with `options`
-        # (the topology in shared memory for worker processes); with a
-        # seed, a seeded shuffling generator for the DataLoader (unless it
-        # has one or a sampler of its own).
+    def _in_memory_sampler(self, args: Dict[str, Any],
+                           device: torch.device) -> Any:
+        # The loader's `neighbor_sampler`, or a `HybridNeighborSampler` from
+        # its `args` (its `locals()`; the topology in shared memory for
+        # worker processes); with a seed, a seeded shuffling generator for
+        # the DataLoader (unless it has one or a sampler of its own).
+        sampler, kwargs, seed = (args['neighbor_sampler'], args['kwargs'],
+                                 args['seed'])
         if sampler is None:
             sampler = HybridNeighborSampler(
-                data, share_memory=kwargs.get('num_workers', 0) > 0,
-                device=device, seed=seed, backend=placement.backend,
-                topology_placement=placement.topology, **options)
+                args['data'], share_memory=kwargs.get('num_workers', 0) > 0,
+                device=device, seed=seed, backend=args['placement'].backend,
+                topology_placement=args['placement'].topology,
+                **{k: args[k] for k in _SAMPLER_ARGS})
         if (seed is not None and 'generator' not in kwargs
                 and kwargs.get('shuffle', False)
                 and kwargs.get('sampler') is None):
             kwargs['generator'] = torch.Generator().manual_seed(
                 seed if isinstance(seed, int) else seed.initial_seed())
-        self._init_pipeline(device, prefetch)
+        self._init_pipeline(device, args['prefetch'])
         return sampler
 
     def _init_pipeline(self, device: torch.device, prefetch: int) -> None:
@@ -327,7 +372,7 @@ class HybridLoaderMixin:
             return self.partition_batches.offload_seeds()
         inputs = self.input_data
         if isinstance(inputs, EdgeSamplerInput):
-            return edge_seeds(inputs, self.batch_size)
+            return input_seeds(inputs, self.batch_size)
         seeds = inputs.node
         if seeds is None:  # All nodes:
             seeds = torch.arange(
@@ -338,9 +383,7 @@ class HybridLoaderMixin:
             positions = torch.as_tensor(list(self.sampler), dtype=torch.long)
             if positions.numel() > 0:
                 seeds = seeds[positions]
-        if inputs.input_type is not None:
-            return {inputs.input_type: seeds}, self.batch_size
-        return seeds, self.batch_size
+        return input_seeds(inputs, self.batch_size, seeds)
 
     def reset_stats(self) -> None:
         r"""Clears the stage times and the feature store counters."""
@@ -389,22 +432,16 @@ class HybridLoaderMixin:
         # handles SparseTensor only), where the data lives unless the
         # batch is built on `device`.
         adj_t = has_adj_t(self.data)
+        hetero_fs = isinstance(fs, HeteroTieredFeatureStore)
         if isinstance(self.data, Data) and (
                 adj_t or (main and (fs is not None
                                     or self._data_on_device()))):
             on_device = main and (fs is not None or self._data_on_device())
-            if not on_device:
-                out = _to_cpu(out)
             assembler = self._assembler_for(on_device, lambda device: (
                 DataAssembler(self.data, device,
                               None if fs is None else fs.gather)))
-            if self.transform_sampler_output is not None:
-                out = self.transform_sampler_output(out)
-            return self._add_metadata(assembler.subgraph(out), out)
-        hetero_fs = isinstance(fs, HeteroTieredFeatureStore)
-        if isinstance(self.data, HeteroData) and (hetero_fs or adj_t):
-            if not hetero_fs:
-                out = _to_cpu(out)
+        elif isinstance(self.data, HeteroData) and (hetero_fs or adj_t):
+            on_device = hetero_fs
             assembler = self._assembler_for(hetero_fs, lambda device: (
                 HeteroDataAssembler(
                     self.data, device, {
@@ -412,13 +449,16 @@ class HybridLoaderMixin:
                         for t in fs.node_types
                     } if hetero_fs else None,
                     self._sampler.edge_permutation)))
-            if self.transform_sampler_output is not None:
-                out = self.transform_sampler_output(out)
-            return self._add_metadata(assembler.subgraph(out), out)
-        # PyG slices features where they live; indices follow them there.
-        if not self._data_on_device():
+        else:
+            # PyG slices features where they live; indices follow them.
+            if not self._data_on_device():
+                out = _to_cpu(out)
+            return super().filter_fn(out)
+        if not on_device:
             out = _to_cpu(out)
-        return super().filter_fn(out)
+        if self.transform_sampler_output is not None:
+            out = self.transform_sampler_output(out)
+        return self._add_metadata(assembler.subgraph(out), out)
 
     def _assembler_for(self, on_device: bool, build: Callable) -> Any:
         # One assembler per process and place: batches built on `device`

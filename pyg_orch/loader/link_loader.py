@@ -14,6 +14,7 @@ from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.loader.assemble import link_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
+    LOADER_ARGS_DOC,
     HybridLoaderMixin,
     check_common_args,
 )
@@ -44,10 +45,8 @@ from pyg_orch.typing import (
 class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
     r"""A drop-in replacement for PyG's
     :class:`~torch_geometric.loader.LinkNeighborLoader`: same arguments,
-    same mini-batches, with neighbor sampling by vectorized PyTorch ops on
-    the CPU or the GPU (no :obj:`pyg-lib` or :obj:`torch-sparse` needed),
-    and negative sampling on that device too, reproducible with
-    :obj:`seed`.
+    same mini-batches, with neighbor and negative sampling by vectorized
+    PyTorch ops on the CPU or the GPU.
 
     .. code-block:: python
 
@@ -64,22 +63,11 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             pred = (z[src] * z[dst]).sum(-1)
             loss = F.binary_cross_entropy_with_logits(pred, batch.edge_label)
 
-    The endpoints of a batch's label edges (and of its negatives) are the
-    seeds of one neighbor-sampling call; batches carry what PyG's carry
-    (:obj:`edge_label_index` and :obj:`edge_label`, or with
-    :obj:`'triplet'` negatives :obj:`src_index`, :obj:`dst_pos_index` and
-    :obj:`dst_neg_index`), plus :obj:`n_id`, :obj:`e_id`, :obj:`input_id`
-    and the sampled counts. Negatives are drawn on the sampler's device with
-    its generator; as in PyG they may be false negatives.
-
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore] or
-            str): The graph. A partitioned graph (a folder written by
-            :func:`~pyg_orch.distributed.partition_graph`, or its
-            :func:`~pyg_orch.distributed.open_stores` pair) trains across
-            machines, one part per rank, as
-            :class:`~pyg_orch.HybridNeighborLoader` does (label edges in
-            global ids, this rank's own; see :doc:`/distributed`).
+            str): The graph, or a partition folder (or its
+            :func:`~pyg_orch.distributed.open_stores` pair), one part per
+            rank (label edges: this rank's, in global ids).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
@@ -107,45 +95,6 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
             binary negative sampling with this :obj:`amount`.
         time_attr (str, optional): A node-level or edge-level time attribute
             (temporal sampling, which implies :obj:`disjoint=True`).
-        weight_attr (str, optional): An edge attribute of non-negative
-            sampling weights.
-        transform (callable, optional): Applied to every mini-batch after it
-            was moved to :obj:`device`.
-        transform_sampler_output (callable, optional): Applied to the
-            :class:`~torch_geometric.sampler.SamplerOutput`.
-        is_sorted (bool): :obj:`edge_index` is already sorted by destination
-            (checked). (default: :obj:`False`)
-        filter_per_worker (bool, optional): Assemble batches in the worker
-            processes, as in PyG.
-        neighbor_sampler (BaseSampler, optional): A sampler to use instead of
-            building a :class:`~pyg_orch.HybridNeighborSampler`.
-        directed (bool): Deprecated; :obj:`False` means
-            :obj:`subgraph_type='induced'`.
-        device (torch.device or str, optional): Where sampling (negatives
-            included) runs and batches land; CUDA when available, else CPU.
-        seed (int or torch.Generator, optional): Makes sampling, negatives
-            and shuffling reproducible.
-        topology (GraphTopology, optional): A topology to share with other
-            loaders (e.g. :obj:`node_loader.topology`).
-        placement (PlacementOptions, optional): Where the topology lives
-            and which kernels sample (see :class:`~pyg_orch.PlacementOptions`).
-            (default: :obj:`PlacementOptions()`)
-        cache (CacheOptions, optional): The GPU cache of features in host
-            memory (see :class:`~pyg_orch.CacheOptions`); rows ranked by
-            their accesses in pre-sampled link batches.
-            (default: :obj:`CacheOptions()`)
-        lookahead (bool, optional): Keep the next batch in flight in the
-            training loop's thread (see
-            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
-            same. :obj:`None`: on with CUDA, :obj:`num_workers=0` and
-            :obj:`prefetch=0`. (default: :obj:`None`)
-        prefetch (int): Batches sampled and gathered ahead by a background
-            thread. (default: :obj:`0`)
-        **kwargs (optional): Arguments of
-            :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
-            keywords such as :obj:`backend` warn and fill :obj:`placement`
-            and :obj:`cache`.
     """
     def __init__(
         self,
@@ -196,15 +145,8 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         neg_sampling = check_neg_sampling(neg_sampling, neg_sampling_ratio,
                                           edge_label, data, edge_label_index)
 
-        neighbor_sampler = self._in_memory_sampler(
-            data, neighbor_sampler, kwargs, device, seed, placement, prefetch,
-            num_neighbors=num_neighbors, subgraph_type=subgraph_type,
-            replace=replace, disjoint=disjoint,
-            temporal_strategy=temporal_strategy, time_attr=time_attr,
-            weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
-            topology=topology)
         super().__init__(
-            data=data, link_sampler=neighbor_sampler,
+            data=data, link_sampler=self._in_memory_sampler(locals(), device),
             edge_label_index=edge_label_index, edge_label=edge_label,
             edge_label_time=edge_label_time, neg_sampling=neg_sampling,
             transform=None,  # Applied after the move to `device`.
@@ -251,3 +193,6 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
                              self.input_data.input_type)
 
     _assembles_hetero = True
+
+
+HybridLinkNeighborLoader.__doc__ += LOADER_ARGS_DOC

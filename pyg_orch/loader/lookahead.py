@@ -17,11 +17,9 @@ SIDE_PRIORITY = -1
 class LookaheadIterator:
     r"""Runs a loader ahead of the training loop on side CUDA streams, in
     the loop's own thread: when the loop takes batch :obj:`t`, batch
-    :obj:`t + 1` is resolved, batch :obj:`t + 2`'s sampling is queued (on
-    one stream), then batch :obj:`t + 1`'s gathering (on another). Batches
-    are the same, in the same order, as without look-ahead; up to two more
-    are sampled when the loop stops early. An error while preparing a batch
-    is raised when the loop asks for that batch.
+    :obj:`t + 2`'s sampling and batch :obj:`t + 1`'s gathering are queued.
+    Batches are the same, in the same order; an error is raised when the
+    loop asks for that batch.
 
     Args:
         iterator (Iterator): Yields pending samples.

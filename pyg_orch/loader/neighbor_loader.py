@@ -12,6 +12,7 @@ from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.loader.assemble import node_metadata
 from pyg_orch.loader.features import Counts
 from pyg_orch.loader.hybrid import (
+    LOADER_ARGS_DOC,
     HybridLoaderMixin,
     check_common_args,
 )
@@ -52,20 +53,11 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         for batch in loader:
             out = model(batch.x, batch.edge_index)[:batch.batch_size]
 
-    Every batch carries :obj:`n_id`, :obj:`e_id`, :obj:`input_id`,
-    :obj:`batch_size`, :obj:`num_sampled_nodes` and :obj:`num_sampled_edges`
-    (and :obj:`batch` if :obj:`disjoint=True`), in PyG's hop order.
-
     Args:
         data (Data or HeteroData or Tuple[FeatureStore, GraphStore] or
-            str): The graph. A partitioned graph (a folder written by
-            :func:`~pyg_orch.distributed.partition_graph`, or its
-            :func:`~pyg_orch.distributed.open_stores` pair) trains across
-            machines, one part per rank (see :doc:`/distributed`): with a
-            folder, :obj:`input_nodes` are the seeds of all ranks and the
-            keywords of :func:`~pyg_orch.distributed.open_stores` place the
-            stores; :obj:`num_workers` are threads and :obj:`even`
-            (:obj:`'min'` or :obj:`'pad'`) evens out the ranks' batches.
+            str): The graph, or a partition folder (or its
+            :func:`~pyg_orch.distributed.open_stores` pair), one part per
+            rank (see :doc:`/distributed`).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
             The number of neighbors to sample per hop (:obj:`-1` for all), or
             per edge type.
@@ -84,50 +76,6 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         time_attr (str, optional): A node-level or edge-level time attribute:
             neighbors are never later than their seed (temporal sampling,
             which implies :obj:`disjoint=True`, as in PyG).
-        weight_attr (str, optional): An edge attribute of non-negative
-            sampling weights.
-        transform (callable, optional): Applied to every mini-batch after it
-            was moved to :obj:`device`.
-        transform_sampler_output (callable, optional): Applied to the
-            :class:`~torch_geometric.sampler.SamplerOutput`.
-        is_sorted (bool): :obj:`edge_index` is already sorted by destination
-            (checked). (default: :obj:`False`)
-        filter_per_worker (bool, optional): Assemble batches in the worker
-            processes, as in PyG.
-        neighbor_sampler (BaseSampler, optional): A sampler to use instead of
-            building a :class:`~pyg_orch.HybridNeighborSampler`.
-        directed (bool): Deprecated; :obj:`False` means
-            :obj:`subgraph_type='induced'`.
-        device (torch.device or str, optional): Where sampling runs and
-            batches land; CUDA when available, else CPU.
-        seed (int or torch.Generator, optional): Makes sampling and
-            shuffling reproducible.
-        topology (GraphTopology, optional): A topology to share with other
-            loaders (see :attr:`topology`); built from :obj:`data` if not set.
-        placement (PlacementOptions, optional): Where the topology lives
-            (on CUDA: on the device, in pinned host memory, or sharded
-            across the machine's processes, see :doc:`/multi_gpu`) and
-            which kernels sample (see :class:`~pyg_orch.PlacementOptions`).
-            (default: :obj:`PlacementOptions()`)
-        cache (CacheOptions, optional): On CUDA with node features :obj:`x`
-            in host memory, the GPU cache that serves them (see
-            :class:`~pyg_orch.CacheOptions`); :obj:`CacheOptions(store=None)`
-            gathers on the CPU and copies, as PyG does.
-            (default: :obj:`CacheOptions()`)
-        lookahead (bool, optional): Keep the next batch in flight on two
-            side CUDA streams, in the training loop's thread (see
-            :class:`~pyg_orch.loader.LookaheadIterator`); batches are the
-            same. :obj:`None`: on with CUDA, the fused Triton sampler,
-            :obj:`num_workers=0` and :obj:`prefetch=0`.
-            (default: :obj:`None`)
-        prefetch (int): Batches sampled and gathered ahead by a background
-            thread on its own CUDA stream. (default: :obj:`0`)
-        **kwargs (optional): Arguments of
-            :class:`torch.utils.data.DataLoader`, such as :obj:`batch_size`,
-            :obj:`shuffle`, :obj:`drop_last` or :obj:`num_workers`; old
-            keywords such as :obj:`backend` warn and fill :obj:`placement`
-            and :obj:`cache`.
-
     """
     def __init__(
         self,
@@ -166,15 +114,9 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
         input_nodes = check_input_nodes(data, input_nodes)
         input_time = check_input_time(input_time, input_nodes, data)
 
-        neighbor_sampler = self._in_memory_sampler(
-            data, neighbor_sampler, kwargs, device, seed, placement, prefetch,
-            num_neighbors=num_neighbors, subgraph_type=subgraph_type,
-            replace=replace, disjoint=disjoint,
-            temporal_strategy=temporal_strategy, time_attr=time_attr,
-            weight_attr=weight_attr, is_sorted=is_sorted, directed=directed,
-            topology=topology)
         super().__init__(
-            data=data, node_sampler=neighbor_sampler, input_nodes=input_nodes,
+            data=data, node_sampler=self._in_memory_sampler(locals(), device),
+            input_nodes=input_nodes,
             input_time=input_time,
             transform=None,  # Applied after the move to `device`.
             transform_sampler_output=transform_sampler_output,
@@ -234,6 +176,9 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
 
     def _launch_sample(self, input_data: Any) -> PendingSample:
         return self.node_sampler.launch_from_nodes(input_data)
+
+
+HybridNeighborLoader.__doc__ += LOADER_ARGS_DOC
 
 
 def DistributedNeighborLoader(

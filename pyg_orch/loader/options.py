@@ -1,26 +1,14 @@
-"""The option groups of the hybrid loaders (:class:`PlacementOptions`,
-:class:`CacheOptions`) and the deprecated keywords they replace
-(:func:`resolve_options`)."""
+"""The option groups of the hybrid loaders (:class:`CacheOptions` lives
+with the feature stores it configures)."""
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
-import torch
-
-from pyg_orch.core.checks import (
-    check_choice,
-    check_fraction,
-    check_int,
-    warn_renamed,
-)
-from pyg_orch.features.tiered import TieredFeatureStore, parse_budget
-from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
+from pyg_orch.core.checks import check_choice, warn_renamed
+from pyg_orch.features.cached_store import CacheOptions
 from pyg_orch.sampling.arguments import check_placement
 from pyg_orch.sampling.backends import backend_names
 
 __all__ = ['CacheOptions', 'PlacementOptions', 'resolve_options']
-
-FeatureStoreLike = Union[None, str, TieredFeatureStore,
-                         HeteroTieredFeatureStore]
 
 
 @dataclass(frozen=True)
@@ -52,66 +40,6 @@ class PlacementOptions:
     def __post_init__(self) -> None:
         check_placement(self.topology, 'topology')
         check_choice('backend', self.backend, ['auto'] + backend_names())
-
-
-@dataclass(frozen=True)
-class CacheOptions:
-    r"""The GPU cache of node features in host memory: which rows a loader
-    keeps on the GPU, and how many.
-
-    .. code-block:: python
-
-        from pyg_orch import CacheOptions, HybridNeighborLoader
-
-        loader = HybridNeighborLoader(
-            data, num_neighbors=[15, 10], batch_size=1024,
-            cache=CacheOptions(cache_ratio=0.2, ranking='degree'))
-
-    Args:
-        store (str or TieredFeatureStore, optional): On CUDA with node
-            features :obj:`x` in host memory, :obj:`'auto'` serves them from
-            a :class:`~pyg_orch.gpu.TieredFeatureStore` (or, for
-            :class:`~torch_geometric.data.HeteroData`, a
-            :class:`~pyg_orch.gpu.HeteroTieredFeatureStore`); pass one to
-            share it, or :obj:`None` to gather on the CPU and copy, as PyG
-            does. (default: :obj:`'auto'`)
-        gpu_memory_budget (int or float or str): GPU memory for the cache:
-            bytes, a fraction of free memory, or :obj:`'auto'` (a quarter of
-            free memory). (default: :obj:`'auto'`)
-        cache_ratio (float, optional): Cache at most this fraction of the
-            rows. (default: :obj:`None`)
-        ranking (str): Rank rows by :obj:`'frequency'` (appearances in
-            pre-sampled batches) or :obj:`'degree'`.
-            (default: :obj:`'frequency'`)
-        num_presample_batches (int, optional): Batches pre-sampled for
-            :obj:`'frequency'`; :obj:`None` for an epoch's worth, at most
-            256 (8 on a partition folder). (default: :obj:`None`)
-        policy (str): :obj:`'static'` or :obj:`'lru'` (remote rows of a
-            partition folder, replaced as batches read them).
-            (default: :obj:`'static'`)
-    """
-    store: FeatureStoreLike = 'auto'
-    gpu_memory_budget: Union[None, int, float, str] = 'auto'
-    cache_ratio: Optional[float] = None
-    ranking: str = 'frequency'
-    num_presample_batches: Optional[int] = None
-    policy: str = 'static'
-
-    def __post_init__(self) -> None:
-        store = self.store
-        if not (store is None or isinstance(store, (
-                TieredFeatureStore, HeteroTieredFeatureStore)) or (
-                    isinstance(store, str) and store == 'auto')):
-            raise ValueError(f"'store' must be 'auto', None, a "
-                             f"TieredFeatureStore or a "
-                             f"HeteroTieredFeatureStore (got {store!r})")
-        parse_budget(self.gpu_memory_budget, torch.device('cpu'))
-        object.__setattr__(self, 'cache_ratio', check_fraction(
-            'cache_ratio', self.cache_ratio, optional=True))
-        check_choice('ranking', self.ranking, ('frequency', 'degree'))
-        check_int('num_presample_batches', self.num_presample_batches, 1,
-                  optional=True)
-        check_choice('policy', self.policy, ('static', 'lru'))
 
 
 # Deprecated keywords ########################################################
@@ -173,9 +101,7 @@ def resolve_options(
 
 
 def in_memory_cache(cache: CacheOptions) -> CacheOptions:
-    r"""Returns :obj:`cache` if a loader over a graph held in memory can
-    serve it, else raises a :class:`NotImplementedError` (the
-    :obj:`'lru'` policy is for partition folders only)."""
+    r""":obj:`cache`, unless its policy is for partition folders only."""
     if cache.policy != 'static':
         raise NotImplementedError(
             f"CacheOptions(policy={cache.policy!r}) is implemented for "

@@ -1,10 +1,5 @@
-r"""What the hybrid loaders do with a partition folder as :obj:`data`
-(:obj:`HybridNeighborLoader('parts/', num_neighbors=[10, 5],
-batch_size=512)`) or the stores of :func:`~pyg_orch.distributed.open_stores`:
-:func:`partition_batches` opens this rank's stores, checks the arguments
-(the ranks agree on them: :func:`agree_on_batches`) and builds the
-:class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` the loader
-delivers."""
+r"""A partition folder (or its stores) as a hybrid loader's :obj:`data`:
+:func:`partition_batches` builds the loader's batches."""
 from __future__ import annotations
 
 import os
@@ -13,7 +8,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
+from torch_geometric.sampler import EdgeSamplerInput
 
 from pyg_orch.features.partition_stores import (
     PartitionFeatureStore,
@@ -78,9 +73,7 @@ def is_partitioned(data: Any) -> bool:
 
 
 def partition_stores(data: Any, device: torch.device) -> Stores:
-    r"""The stores of :obj:`data`: a folder is opened
-    (:func:`~pyg_orch.features.partition_stores.open_stores`, a collective,
-    rows gathered to :obj:`device`); a pair is checked."""
+    r"""The stores of a folder (opened, a collective) or of a checked pair."""
     if isinstance(data, (str, os.PathLike)):
         return open_stores(data, device=device)
     fs, gs = data
@@ -99,10 +92,8 @@ def partition_stores(data: Any, device: torch.device) -> Stores:
 def agree_on_batches(arguments: Dict[str, Any],
                      error: Optional[BaseException] = None,
                      group: Optional[Any] = None) -> None:
-    r"""Tells every rank of :obj:`group` this rank's :obj:`arguments`
-    (compared by :func:`repr`) and the :obj:`error` it hit, so that every
-    rank raises instead of waiting in a later collective: where they
-    disagree, or where one failed (naming it). A collective."""
+    r"""Raises on every rank of :obj:`group` where ranks disagree on
+    :obj:`arguments` or one hit :obj:`error`. A collective."""
     mine = (None if error is None else f'{type(error).__name__}: {error}',
             {k: repr(v) for k, v in arguments.items()})
     everything: List[Any] = [mine]
@@ -147,7 +138,6 @@ def link_inputs(stores: Stores, num_neighbors: Any, options: Dict[str, Any],
         neg_sampling = check_neg_sampling(neg_sampling, neg_sampling_ratio,
                                           edge_label, stores,
                                           (edge_type, index))
-        _check_global_weights(neg_sampling, edge_type, graph_store)
         if neg_sampling is not None:
             neg = (neg_sampling.mode.value, neg_sampling.amount,
                    neg_sampling.src_weight is not None,
@@ -168,22 +158,6 @@ def link_inputs(stores: Stores, num_neighbors: Any, options: Dict[str, Any],
     return {'input_edges': inputs, 'neg_sampling': neg_sampling}
 
 
-def _check_global_weights(neg_sampling: Optional[NegativeSampling],
-                          edge_type: Any, graph_store: Any) -> None:
-    # Negative-sampling weights over a partitioned graph: one per vertex of
-    # the whole graph (global ids).
-    if neg_sampling is None:
-        return
-    for name, weight, end in (('src_weight', neg_sampling.src_weight, 0),
-                              ('dst_weight', neg_sampling.dst_weight, -1)):
-        node_type = None if edge_type is None else edge_type[end]
-        n = graph_store.num_nodes[node_type]
-        if weight is not None and weight.numel() != n:
-            raise ValueError(f"'neg_sampling.{name}' must hold one weight "
-                             f"per vertex of the whole graph ({n} of node "
-                             f"type {node_type!r}; got {weight.numel()})")
-
-
 def _is_default(value: Any, default: Any) -> bool:
     if default is None or isinstance(value, (Tensor, torch.Generator)):
         return value is default
@@ -194,26 +168,16 @@ def _is_default(value: Any, default: Any) -> bool:
 
 
 class RankSeeds(NamedTuple):
-    r"""This rank's share of the seeds of all ranks: the seeds (or what
-    names them), their times and their positions among all ranks' seeds
-    (the batches' :obj:`input_id`)."""
+    r"""This rank's seeds, their times and their :obj:`input_id`."""
     nodes: Optional[Any]
     time: Optional[Tensor] = None
     input_id: Optional[Tensor] = None
 
 
-def _input_nodes(input_nodes: Any, partition,
+def _input_nodes(input_nodes: Any, graph_store: PartitionGraphStore,
                  input_time: Optional[Tensor] = None) -> RankSeeds:
-    r"""The part's vertices among :obj:`input_nodes` (the seeds of all
-    ranks: global ids or a mask over all vertices, with their node type on
-    a heterogeneous partition), with their times and positions; seeds
-    named by an attribute or a node type are resolved by
-    :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`."""
-    typed = isinstance(input_nodes, (tuple, list)) and \
-        len(input_nodes) == 2 and isinstance(input_nodes[0], str)
-    if typed and not partition.is_hetero:
-        raise ValueError("'input_nodes' as a (node type, seeds) tuple "
-                         "is for heterogeneous partitions")
+    r"""This part's seeds among :obj:`input_nodes`, the seeds of all
+    ranks (named seeds: resolved by :class:`PartitionBatches`)."""
     if _named(input_nodes):
         if input_time is not None:
             raise ValueError("'input_time' on a partition folder needs "
@@ -221,52 +185,23 @@ def _input_nodes(input_nodes: Any, partition,
                              "(global ids or a mask over all vertices), "
                              "one time each")
         return RankSeeds(input_nodes)
-    if not typed and partition.is_hetero:
-        raise ValueError("'input_nodes' must be a node type or a (node "
-                         "type, seeds) tuple for a heterogeneous partition "
-                         f"(got {input_nodes!r})")
-    if not typed:
-        return _owned(input_nodes, partition.node_part, partition.part,
-                      input_time)
-    node_type, nodes = input_nodes
-    if node_type not in partition.node_part:
-        raise ValueError(f"'input_nodes' names the node type {node_type!r}, "
-                         f"not one of {list(partition.node_part)}")
-    owned = _owned(nodes, partition.node_part[node_type], partition.part,
-                   input_time)
-    return owned._replace(nodes=(node_type, owned.nodes))
-
-
-def _owned(input_nodes: Any, node_part: Tensor, part: int,
-           input_time: Optional[Tensor] = None) -> RankSeeds:
-    nodes = torch.as_tensor(input_nodes)
-    num_nodes = int(node_part.numel())
-    if nodes.dtype == torch.bool:
-        if nodes.dim() != 1 or nodes.numel() != num_nodes:
-            raise ValueError(f"'input_nodes' as a mask must have one entry "
-                             f"per vertex of the partitioned graph "
-                             f"({num_nodes}), got shape "
-                             f"{tuple(nodes.shape)}")
-        nodes = nodes.nonzero().view(-1)
-    elif nodes.is_floating_point() or nodes.dim() != 1:
-        raise ValueError(f"'input_nodes' must be a 1-D tensor of global "
-                         f"vertex ids, a boolean mask over all vertices, or "
-                         f"the name of a boolean node attribute (got shape "
-                         f"{tuple(nodes.shape)}, {nodes.dtype})")
-    nodes = nodes.to(torch.int64).cpu()
-    if nodes.numel() and (int(nodes.min()) < 0
-                          or int(nodes.max()) >= num_nodes):
-        raise ValueError(f"'input_nodes' must be global vertex ids in "
-                         f"[0, {num_nodes})")
-    keep = (node_part[nodes] == part).nonzero().view(-1)
-    if input_time is None:
-        return RankSeeds(nodes[keep], None, keep)
-    time = torch.as_tensor(input_time)
-    if time.dim() != 1 or time.numel() != nodes.numel():
-        raise ValueError(f"'input_time' must hold one time per seed of all "
-                         f"ranks ({nodes.numel()}), got shape "
-                         f"{tuple(time.shape)}")
-    return RankSeeds(nodes[keep], time.cpu()[keep], keep)
+    node_type, nodes = graph_store.seed_nodes(input_nodes)
+    nodes = nodes.cpu()
+    node_part = graph_store.partition.node_part
+    if node_type is not None:
+        node_part = node_part[node_type]
+    keep = (node_part[nodes] == graph_store.rank).nonzero().view(-1)
+    time = None
+    if input_time is not None:
+        time = torch.as_tensor(input_time)
+        if time.dim() != 1 or time.numel() != nodes.numel():
+            raise ValueError(f"'input_time' must hold one time per seed of "
+                             f"all ranks ({nodes.numel()}), got shape "
+                             f"{tuple(time.shape)}")
+        time = time.cpu()[keep]
+    nodes = nodes[keep]
+    return RankSeeds(nodes if node_type is None else (node_type, nodes), time,
+                     keep)
 
 
 def _named(input_nodes: Any) -> bool:
@@ -312,16 +247,10 @@ def _option_fields(placement: Any, cache: Any,
 
 def partition_batches(data: Any, arguments: Dict[str, Any]
                       ) -> Optional[PartitionBatches]:
-    r"""The :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` of
-    a hybrid loader whose :obj:`data` is partitioned (else :obj:`None`), from
-    its :obj:`arguments` (by name, :obj:`kwargs` merged in). A folder is
-    opened with :func:`~pyg_orch.distributed.open_stores` (the keywords
-    :data:`STORE_KEYWORDS`), :obj:`input_nodes` the seeds of all ranks; with
-    the stores, :obj:`input_nodes` are this rank's; label edges are always
-    this rank's. Arguments of a graph held in memory and DataLoader
-    arguments other than :obj:`batch_size`, :obj:`shuffle`,
-    :obj:`drop_last` and :obj:`num_workers` (threads) raise a
-    :class:`ValueError` unless left at their defaults. A collective."""
+    r"""The :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches`
+    of a hybrid loader over a partition folder or its stores (else
+    :obj:`None`), from its :obj:`arguments`; arguments of a graph held in
+    memory raise unless left at their defaults. A collective."""
     if not is_partitioned(data):
         return None
     folder = isinstance(data, (str, os.PathLike))
@@ -377,7 +306,7 @@ def partition_batches(data: Any, arguments: Dict[str, Any]
                                    num_neighbors, options, **link))
         seeds = RankSeeds(None)
     elif folder:
-        seeds = _input_nodes(input_nodes, graph_store.partition, input_time)
+        seeds = _input_nodes(input_nodes, graph_store, input_time)
     else:
         seeds = RankSeeds(input_nodes, input_time)
         if not _named(input_nodes):  # Else named by the part's attributes.

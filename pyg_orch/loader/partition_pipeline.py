@@ -1,7 +1,4 @@
-r"""The batches of the hybrid loaders over a partitioned graph
-(:class:`PartitionBatches`): as many on every rank, so that the collectives
-never wait for a rank that has run out; built in the training loop's
-thread, a prefetch thread or worker threads."""
+r"""The batches of the hybrid loaders over a partitioned graph."""
 from __future__ import annotations
 
 import functools
@@ -31,15 +28,18 @@ from pyg_orch.parallel.exchange import (
     group_rank,
     group_size,
 )
+from pyg_orch.features.gpu_cache import out_degrees
 from pyg_orch.features.partition_gather import DistributedFeatureGather
 from pyg_orch.sampling.collective import DistributedNeighborSampler
 from pyg_orch.features.partition_stores import (
     PartitionFeatureStore,
     PartitionGraphStore,
+    split_node_type,
 )
 from pyg_orch.loader.assemble import link_metadata, node_metadata
 from pyg_orch.loader.prefetch import PrefetchIterator
-from pyg_orch.loader.seed_batches import edge_seeds
+from pyg_orch.loader.seed_batches import input_seeds
+from pyg_orch.loader.validation import check_pipeline_args
 from pyg_orch.core.checks import (
     check_bool,
     check_callable,
@@ -77,20 +77,15 @@ def _reduce(value: int, op, group) -> int:
 
 class PartitionBatches:
     r"""The batches of the hybrid loaders over a partitioned graph: PyG
-    :class:`Data` (or :class:`HeteroData`) of this rank's seeds (or label
-    edges, :obj:`input_edges`, with :obj:`neg_sampling`), sampled
-    collectively over the stores of
-    :func:`~pyg_orch.distributed.open_stores`, with node and edge
-    attributes and PyG's bookkeeping. Every rank takes as many batches:
-    with :obj:`even='min'` the smallest count, with :obj:`'pad'` the
-    largest (empty batches at the end). The stores' caches are filled on
-    the first epoch from :obj:`num_presample_batches` pre-sampled batches
-    (:obj:`cache_ranking='frequency'`) or by how many of the part's
-    in-edges a vertex is the source of (:obj:`'degree'`).
-    :obj:`prefetch` and :obj:`num_workers` build batches in threads, each
-    over a gloo group of its own. :obj:`input_nodes` are this rank's seeds
-    (ids, or a boolean node attribute's name; with their node type on a
-    heterogeneous partition); the other arguments are the loaders'.
+    :class:`Data` (or :class:`HeteroData`) of this rank's seeds
+    (:obj:`input_nodes`: ids or a boolean node attribute's name, with their
+    node type on a heterogeneous partition) or label edges
+    (:obj:`input_edges`), sampled collectively over the stores of
+    :func:`~pyg_orch.distributed.open_stores`. Every rank takes as many
+    batches (:obj:`even='min'`: the smallest count, :obj:`'pad'`: the
+    largest, empty batches at the end); the caches are filled on the first
+    epoch (:obj:`cache_ranking`); :obj:`prefetch` and :obj:`num_workers`
+    build batches in threads. The other arguments are the loaders'.
     """
     def __init__(self, feature_store: PartitionFeatureStore,
                  graph_store: PartitionGraphStore,
@@ -120,11 +115,8 @@ class PartitionBatches:
         check_int('num_presample_batches', num_presample_batches, 1)
         check_choice('cache_ranking', cache_ranking, ('frequency', 'degree'))
         self.cache_ranking = cache_ranking
-        check_int('prefetch', prefetch)
         check_int('num_workers', num_workers)
-        if prefetch > 0 and num_workers > 0:
-            raise ValueError("'prefetch' > 0 needs num_workers=0 (each "
-                             "worker thread builds two batches ahead)")
+        check_pipeline_args(prefetch, None, num_workers)
         check_callable('transform', transform)
         check_callable('transform_sampler_output', transform_sampler_output)
         check_int('batch_size', batch_size, 1)
@@ -142,7 +134,6 @@ class PartitionBatches:
         self.input_type: Optional[str] = None
         self.batch_size = batch_size
         self.shuffle = shuffle
-        self.even = even
         self.rank = group_rank(group)
         self.cache_size = feature_store.cache_size
         self.edge_cache_size = feature_store.edge_cache_size
@@ -225,21 +216,8 @@ class PartitionBatches:
         part = self.partition
         node_ids, attrs = part.node_ids, part.node_attrs
         if part.is_hetero:
-            if isinstance(input_nodes, str):
-                input_nodes = (input_nodes, None)
-            if not (isinstance(input_nodes, (tuple, list))
-                    and len(input_nodes) == 2
-                    and isinstance(input_nodes[0], str)):
-                raise ValueError(
-                    f"'input_nodes' must name the seeds' node type for a "
-                    f"heterogeneous partition: a node type (all of this "
-                    f"part's vertices of it), or a (node type, ids or "
-                    f"boolean attribute name) tuple (got {input_nodes!r})")
-            node_type, input_nodes = input_nodes
-            if node_type not in node_ids:
-                raise ValueError(f"'input_nodes' names the node type "
-                                 f"{node_type!r}, not one of "
-                                 f"{list(node_ids)}")
+            node_type, input_nodes = split_node_type(
+                input_nodes, node_ids, True, 'partition')
             self.input_type = node_type
             node_ids, attrs = node_ids[node_type], attrs[node_type]
         elif input_nodes is None and 'train_mask' in attrs:
@@ -258,14 +236,8 @@ class PartitionBatches:
     # What the loader's offload protocol reads ##############################
 
     def offload_seeds(self) -> Tuple[Any, int]:
-        r"""This rank's training seeds (the label edges' endpoints for
-        link batches; per node type for a heterogeneous partition) and how
-        many a batch holds."""
-        if self.input_nodes is None:
-            return edge_seeds(self.inputs, self.batch_size)
-        if self.partition.is_hetero:
-            return {self.input_type: self.input_nodes}, self.batch_size
-        return self.input_nodes, self.batch_size
+        r"""This rank's training seeds and how many a batch holds."""
+        return input_seeds(self.inputs, self.batch_size)
 
     @property
     def batches_ahead(self) -> int:
@@ -295,9 +267,8 @@ class PartitionBatches:
         return sampler.sample_from_nodes(inputs)
 
     def _build_cache(self, batches: List[Any]) -> None:
-        r"""Fills the caches of remote rows and of remote edges' attribute
-        rows from the accesses of the first pre-sampled batches (a
-        collective); the sampler's generator is restored after."""
+        r"""Fills the caches from the first pre-sampled batches (a
+        collective)."""
         by_degree = self.cache_ranking == 'degree'
         # Batches pre-sampled only where their accesses are counted (the
         # same on every rank: their arguments are):
@@ -306,10 +277,16 @@ class PartitionBatches:
         ) else 0
         num_nodes = self.sampler.num_nodes  # Per node type.
         fdev = self.feature_device
-        counts = self._source_degrees(fdev) if (
-            by_degree and self.cache_size) else {
-            t: torch.zeros(n, dtype=torch.int64, device=fdev)
-            for t, n in num_nodes.items()}
+        counts = {t: torch.zeros(n, dtype=torch.int64, device=fdev)
+                  for t, n in num_nodes.items()}
+        if by_degree and self.cache_size:
+            # How many in-edges of the part's vertices a vertex is the
+            # source of:
+            csc = self.partition.csc
+            csc = csc if self.partition.is_hetero else {None: csc}
+            counts = {t: c.to(fdev) for t, c in out_degrees(
+                {et: torch.as_tensor(c.row) for et, c in csc.items()},
+                num_nodes).items()}
         e_ids: Dict[Any, List[Tensor]] = {}
         dsts: Dict[Any, List[Tensor]] = {}
         hetero = self.partition.is_hetero
@@ -348,21 +325,6 @@ class PartitionBatches:
         self.cached_rows = self.gather.num_cached_rows
         self.cached_edge_rows = self.gather.num_cached_edge_rows
         self._cache_built = True
-
-    def _source_degrees(self, device: torch.device) -> Dict[Any, Tensor]:
-        r"""Per node type, how many in-edges of the part's vertices every
-        global vertex is the source of."""
-        num_nodes = self.sampler.num_nodes
-        counts = {t: torch.zeros(n, dtype=torch.int64, device=device)
-                  for t, n in num_nodes.items()}
-        csc = self.partition.csc
-        for et, c in (csc.items() if self.partition.is_hetero else
-                      ((None, csc), )):
-            src = et[0] if et is not None else None
-            counts[src] += torch.bincount(
-                torch.as_tensor(c.row).to(device, torch.int64),
-                minlength=num_nodes[src])
-        return counts
 
     def _hetero_batch(self, out, sampler: DistributedNeighborSampler,
                       gather: DistributedFeatureGather):

@@ -1,5 +1,6 @@
 """Pipelined prefetch: upcoming batches are sampled and gathered by a
 background thread on its own CUDA stream while the current batch trains."""
+import contextlib
 import dataclasses
 import functools
 import queue
@@ -21,9 +22,8 @@ class Failure:
 
 
 def hand_over(batch: Any, event, device: torch.device) -> Any:
-    r"""Makes the consumer's stream wait for :obj:`event` (recorded where
-    :obj:`batch` was made) and tells the allocator that the consumer's stream
-    uses the batch's tensors."""
+    r"""Makes the consumer's stream wait for :obj:`event` and use
+    :obj:`batch`'s tensors."""
     if event is not None:
         consumer = torch.cuda.current_stream(device)
         consumer.wait_event(event)
@@ -102,20 +102,16 @@ def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
             if not (agree(not stop.is_set()) if agree is not None
                     else not stop.is_set()):
                 break
-            if stream is not None:
-                with torch.cuda.stream(stream):
-                    try:
-                        batch = next(iterator)
-                    except StopIteration:
-                        break
-                    event = torch.cuda.Event()
-                    event.record(stream)
-            else:
+            with torch.cuda.stream(stream) if stream is not None else \
+                    contextlib.nullcontext():
                 try:
                     batch = next(iterator)
                 except StopIteration:
                     break
                 event = None
+                if stream is not None:
+                    event = torch.cuda.Event()
+                    event.record(stream)
             if not _put(q, stop, (batch, event)):
                 if agree is None:
                     return
@@ -127,12 +123,9 @@ def _produce(iterator: Iterator, q: queue.Queue, stop: threading.Event,
 
 
 class PrefetchIterator:
-    r"""Runs :obj:`iterator` in a background thread, :obj:`depth` batches
-    ahead (on CUDA on a side stream, each batch with an event the consumer
-    waits for); its exceptions are raised at the consumer's next
-    :func:`next`. With :obj:`agree` (batches that are collectives), the
-    thread calls :obj:`agree(goes_on)` before every batch and stops where
-    it returns :obj:`False`."""
+    r"""Runs :obj:`iterator` :obj:`depth` batches ahead in a thread (on a
+    side CUDA stream); with :obj:`agree`, stops where
+    :obj:`agree(goes_on)` says so."""
     def __init__(self, iterator: Iterator, depth: int, device: torch.device,
                  agree: Optional[Callable[[bool], bool]] = None):
         if depth < 1:

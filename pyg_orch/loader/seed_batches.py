@@ -8,10 +8,7 @@ from torch_geometric.sampler import EdgeSamplerInput, NodeSamplerInput
 
 def slice_node_input(inputs: NodeSamplerInput,
                      index: Tensor) -> NodeSamplerInput:
-    r"""Returns :obj:`inputs[index]` (PyG's
-    :meth:`~torch_geometric.sampler.NodeSamplerInput.__getitem__`) for an
-    integer tensor :obj:`index`, through :meth:`~torch.Tensor.index_select`
-    instead of advanced indexing."""
+    r""":obj:`inputs[index]` by :meth:`~torch.Tensor.index_select`."""
     index = index.to(torch.int64)
 
     def take(t: Optional[Tensor]) -> Optional[Tensor]:
@@ -23,10 +20,8 @@ def slice_node_input(inputs: NodeSamplerInput,
 
 
 def tensor_index_batches(batch_sampler: Any) -> Optional[Iterator[Tensor]]:
-    r"""The index batches of :obj:`batch_sampler` (a
-    :class:`~torch.utils.data.BatchSampler` over a sequential or random
-    sampler) as tensors, drawn as it draws them, the generator left in the
-    same state; :obj:`None` for any other sampler."""
+    r"""The index batches of a plain :obj:`batch_sampler` as tensors, drawn
+    as it draws them; :obj:`None` for other samplers."""
     from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
     if type(batch_sampler) is not BatchSampler:
         return None
@@ -54,10 +49,15 @@ def _index_batches(n: int, generator: Optional[torch.Generator],
         torch.randperm(n, generator=generator)
 
 
-def edge_seeds(inputs: EdgeSamplerInput, batch_size: int) -> Tuple[Any, int]:
-    r"""The seeds of link batches of :obj:`batch_size` label edges: their
-    endpoints (per node type for an edge type) and how many a batch holds."""
+def input_seeds(inputs: Any, batch_size: int,
+                nodes: Optional[Tensor] = None) -> Tuple[Any, int]:
+    r"""The seeds of batches of :obj:`batch_size` sampler inputs (per node
+    type where typed; of label edges their endpoints) and how many a batch
+    holds; :obj:`nodes` replaces :obj:`inputs.node`."""
     types = inputs.input_type
+    if not isinstance(inputs, EdgeSamplerInput):
+        nodes = inputs.node if nodes is None else nodes
+        return nodes if types is None else {types: nodes}, batch_size
     if types is not None and types[0] != types[-1]:
         return {types[0]: inputs.row, types[-1]: inputs.col}, batch_size
     seeds = torch.cat([inputs.row, inputs.col])

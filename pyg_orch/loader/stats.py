@@ -13,12 +13,8 @@ IN_PROCESS_STAGES = ('sample', 'gather', 'transfer')
 
 class StageTimer:
     r"""Accumulates the time spent in named stages (e.g. :obj:`'sample'`,
-    :obj:`'gather'`, :obj:`'transfer'`, :obj:`'train'`).
-
-    With :obj:`sync=True` on CUDA, the calling thread's stream is
-    synchronized around each stage, so that kernels are charged to the
-    stage that launched them; with :obj:`sync=False` a stage is charged the
-    host time spent in it.
+    :obj:`'gather'`, :obj:`'transfer'`, :obj:`'train'`); with
+    :obj:`sync=True` on CUDA, the stream is synchronized around each stage.
 
     .. code-block:: python
 

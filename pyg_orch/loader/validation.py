@@ -3,11 +3,17 @@ form given."""
 import math
 from typing import Any, Optional
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from pyg_orch.features.partition_stores import (
+    PartitionGraphStore,
+    check_label_edges,
+    check_seeds,
+    split_edge_type,
+    split_node_type,
+)
 from pyg_orch.topology.sparse_adj import edge_index_of
 from pyg_orch.topology.graph import check_not_nan
 from pyg_orch.core.checks import (
@@ -17,8 +23,6 @@ from pyg_orch.core.checks import (
     check_seconds,
 )
 
-_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8,
-                 torch.int8)
 
 #: The boolean arguments of :class:`torch.utils.data.DataLoader` (a truthy
 #: string such as :obj:`shuffle='no'` would mean :obj:`True`).
@@ -47,22 +51,7 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
     node_type: Optional[str] = None
     nodes = input_nodes
     if isinstance(data, HeteroData):
-        if input_nodes is None:
-            raise ValueError("'input_nodes' must name the node type of the "
-                             "seeds for heterogeneous graphs, as a node type "
-                             "string or a (node_type, index) tuple")
-        if isinstance(input_nodes, str):
-            node_type, nodes = input_nodes, None
-        elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2:
-            node_type, nodes = input_nodes
-        else:
-            raise ValueError("'input_nodes' must be a node type or a "
-                             "(node_type, index) tuple for heterogeneous "
-                             "graphs")
-        if node_type not in data.node_types:
-            raise ValueError(f"'input_nodes' names the node type "
-                             f"{node_type!r}, which is not in the graph "
-                             f"(node types: {data.node_types})")
+        node_type, nodes = split_node_type(input_nodes, data.node_types, True)
         num_nodes = data[node_type].num_nodes
     elif isinstance(data, Data):
         if isinstance(input_nodes, (tuple, str)):
@@ -74,47 +63,8 @@ def check_input_nodes(data: Any, input_nodes: Any) -> Any:
 
     if nodes is None:
         return input_nodes
-    if isinstance(nodes, (list, tuple, range, np.ndarray)):
-        nodes = _as_tensor(nodes)
-    if not isinstance(nodes, Tensor):
-        raise ValueError(f"'input_nodes' must be an index tensor or a boolean "
-                         f"mask (got {type(nodes).__name__})")
-    if nodes.dtype == torch.bool:
-        if nodes.dim() != 1 or nodes.numel() != num_nodes:
-            raise ValueError(f"'input_nodes' as a boolean mask must have "
-                             f"shape [{num_nodes}] (got {list(nodes.shape)})")
-    elif nodes.dtype in _INDEX_DTYPES:
-        if nodes.dim() != 1:
-            raise ValueError(f"'input_nodes' must be one-dimensional (got "
-                             f"shape {list(nodes.shape)})")
-        if nodes.numel() > 0:
-            lo, hi = int(nodes.min()), int(nodes.max())
-            if lo < 0 or hi >= num_nodes:
-                raise ValueError(f"'input_nodes' must lie in [0, {num_nodes})"
-                                 f" (got values in [{lo}, {hi}])")
-        nodes = nodes.to(torch.long)
-    else:
-        raise ValueError(f"'input_nodes' must hold integer indices or be a "
-                         f"boolean mask (got dtype {nodes.dtype})")
+    nodes = check_seeds(nodes, num_nodes, node_type)
     return (node_type, nodes) if node_type is not None else nodes
-
-
-def _as_tensor(nodes: Any) -> Tensor:
-    # A list, tuple, range or NumPy array of integer ids as a tensor. Bools
-    # are refused: PyG reads a list of bools as the ids 0 and 1.
-    if len(nodes) == 0:
-        return torch.empty(0, dtype=torch.long)
-    try:
-        out = torch.as_tensor(nodes if isinstance(nodes, np.ndarray) else
-                              list(nodes))
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"'input_nodes' must be an index tensor or a "
-                         f"boolean mask ({e})") from None
-    if out.dtype == torch.bool and not isinstance(nodes, np.ndarray):
-        raise ValueError("'input_nodes' is a list of bools: pass a mask as "
-                         "a boolean tensor (torch.tensor(mask)), or the "
-                         "node ids as integers")
-    return out
 
 
 def check_temporal_args(input_time, time_attr, temporal_strategy,
@@ -132,8 +82,8 @@ def check_pipeline_args(prefetch: Any, lookahead: Any,
     in flight in the main process."""
     check_int('prefetch', prefetch)
     if prefetch > 0 and num_workers > 0:
-        raise ValueError("'prefetch' > 0 needs num_workers=0 (worker "
-                         "processes already prepare batches ahead)")
+        raise ValueError("'prefetch' > 0 needs num_workers=0 (workers "
+                         "already prepare batches ahead)")
     check_bool('lookahead', lookahead, optional=True)
     if lookahead and (prefetch > 0 or num_workers > 0):
         raise ValueError("'lookahead=True' needs num_workers=0 and "
@@ -141,13 +91,17 @@ def check_pipeline_args(prefetch: Any, lookahead: Any,
                          "loop's own thread)")
 
 
+def _check_1d(t: Any, name: str, per: str) -> None:
+    if not isinstance(t, Tensor) or t.dim() != 1:
+        raise ValueError(f"{name} must be a one-dimensional tensor with one "
+                         f"{per}")
+    if t.dtype == torch.bool or t.is_complex():
+        raise ValueError(f"{name} must be integer or floating point (got "
+                         f"{t.dtype})")
+
+
 def _check_times(times: Any, name: str, per: str, what: str) -> None:
-    if not isinstance(times, Tensor) or times.dim() != 1:
-        raise ValueError(f"'{name}' must be a one-dimensional tensor with "
-                         f"one time per {per}")
-    if times.dtype == torch.bool or times.is_complex():
-        raise ValueError(f"'{name}' must be integer or floating point (got "
-                         f"{times.dtype})")
+    _check_1d(times, f"'{name}'", f'time per {per}')
     check_not_nan(times, f"'{name}'", what)
 
 
@@ -181,32 +135,13 @@ def check_input_time(input_time, input_nodes, data) -> Optional[Tensor]:
 def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
     r"""Validates :obj:`edge_label_index` and returns it as PyG's
     :func:`~torch_geometric.loader.utils.get_edge_label_index` takes it."""
-    if isinstance(data, Data):
-        if edge_label_index is None:
-            return None
-        if isinstance(edge_label_index, (tuple, str)):
-            raise ValueError("'edge_label_index' must be None or a tensor of "
-                             "shape [2, num_edges] for homogeneous graphs")
-        return _check_label_edges(edge_label_index, data.num_nodes,
-                                  data.num_nodes)
-    if not isinstance(data, HeteroData):
+    if not isinstance(data, (Data, HeteroData)):
         return edge_label_index  # Remote backends: PyG resolves it.
-    if edge_label_index is None:
-        raise ValueError("'edge_label_index' must name the edge type of the "
-                         "label edges for heterogeneous graphs, as an edge "
-                         "type or an (edge_type, edge_label_index) tuple")
-    if not isinstance(edge_label_index, (tuple, list)):
-        raise ValueError("'edge_label_index' must be an edge type or an "
-                         "(edge_type, edge_label_index) tuple for "
-                         "heterogeneous graphs")
-    if len(edge_label_index) > 0 and isinstance(edge_label_index[0], str):
-        edge_type, index = tuple(edge_label_index), None
-    elif len(edge_label_index) == 2:
-        edge_type, index = edge_label_index
-    else:
-        raise ValueError("'edge_label_index' must be an edge type or an "
-                         "(edge_type, edge_label_index) tuple for "
-                         "heterogeneous graphs")
+    if isinstance(data, Data):
+        _, index = split_edge_type(edge_label_index, False)
+        return None if index is None else check_label_edges(
+            index, data.num_nodes, data.num_nodes)
+    edge_type, index = split_edge_type(edge_label_index, True)
     if isinstance(edge_type, (tuple, list)) and all(
             isinstance(t, str) for t in edge_type) and \
             len(edge_type) in (2, 3):
@@ -226,30 +161,10 @@ def check_edge_label_index(data: Any, edge_label_index: Any) -> Any:
                          f"types: {data.edge_types})")
     if index is None:
         return (edge_type, edge_index_of(data[edge_type]))
-    index = _check_label_edges(index, data[edge_type[0]].num_nodes,
-                               data[edge_type[-1]].num_nodes)
+    index = check_label_edges(index, data[edge_type[0]].num_nodes,
+                              data[edge_type[-1]].num_nodes, edge_type[0],
+                              edge_type[-1])
     return (edge_type, index)
-
-
-def _check_label_edges(index: Any, num_src: Optional[int],
-                       num_dst: Optional[int]) -> Tensor:
-    if not isinstance(index, Tensor):
-        raise ValueError(f"'edge_label_index' must be a tensor of shape "
-                         f"[2, num_edges] (got {type(index).__name__})")
-    if index.dtype not in _INDEX_DTYPES:
-        raise ValueError(f"'edge_label_index' must hold integer node "
-                         f"indices (got dtype {index.dtype})")
-    if index.dim() != 2 or index.size(0) != 2:
-        raise ValueError(f"'edge_label_index' must have shape [2, num_edges]"
-                         f" (got {list(index.shape)})")
-    if index.numel() > 0:
-        for row, n, end in ((index[0], num_src, 'source'),
-                            (index[1], num_dst, 'destination')):
-            lo, hi = int(row.min()), int(row.max())
-            if lo < 0 or (n is not None and hi >= n):
-                raise ValueError(f"'edge_label_index' has {end} nodes in "
-                                 f"[{lo}, {hi}], outside [0, {n})")
-    return index.to(torch.int64)
 
 
 def num_label_edges(edge_label_index: Any, data: Any) -> Optional[int]:
@@ -300,9 +215,8 @@ def check_edge_label_time(edge_label_time: Any, time_attr: Optional[str],
 def check_neg_sampling(neg_sampling: Any, neg_sampling_ratio: Any,
                        edge_label: Any, data: Any,
                        edge_label_index: Any) -> Any:
-    r"""Validates :obj:`neg_sampling` (or the deprecated
-    :obj:`neg_sampling_ratio`) and returns it as a
-    :class:`~torch_geometric.sampler.NegativeSampling` or :obj:`None`."""
+    r""":obj:`neg_sampling` (or :obj:`neg_sampling_ratio`) checked, as a
+    :class:`NegativeSampling` or :obj:`None`."""
     from torch_geometric.sampler import NegativeSampling
     if neg_sampling_ratio is not None:
         if isinstance(neg_sampling_ratio, bool) or not isinstance(
@@ -318,30 +232,16 @@ def check_neg_sampling(neg_sampling: Any, neg_sampling_ratio: Any,
     if neg_sampling is None:
         return None
     if not isinstance(neg_sampling, NegativeSampling):
-        mode = neg_sampling
-        if isinstance(mode, dict):
-            mode = mode.get('mode')
-        elif isinstance(mode, (tuple, list)) and len(mode) > 0:
-            mode = mode[0]
-        if not isinstance(mode, str) or mode not in ('binary', 'triplet'):
-            raise ValueError(f"'neg_sampling' mode must be 'binary' or "
-                             f"'triplet' (got {mode!r})")
-        amount = neg_sampling.get('amount', 1) if isinstance(
-            neg_sampling, dict) else (neg_sampling[1] if isinstance(
-                neg_sampling, (tuple, list)) and len(neg_sampling) > 1 else
-                                      1)
-        _check_amount(amount)
         try:
             neg_sampling = NegativeSampling.cast(neg_sampling)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise ValueError(f"'neg_sampling' must be a NegativeSampling, a "
-                             f"mode string or its arguments as a dict or "
-                             f"tuple ({e})") from None
-    else:
-        if neg_sampling.mode.value not in ('binary', 'triplet'):
-            raise ValueError(f"'neg_sampling' mode must be 'binary' or "
-                             f"'triplet' (got {neg_sampling.mode!r})")
-        _check_amount(neg_sampling.amount)
+                             f"mode string ('binary' or 'triplet') or its "
+                             f"arguments as a dict or tuple ({e})") from None
+    if neg_sampling.mode.value not in ('binary', 'triplet'):
+        raise ValueError(f"'neg_sampling' mode must be 'binary' or "
+                         f"'triplet' (got {neg_sampling.mode!r})")
+    _check_amount(neg_sampling.amount)
     if neg_sampling.is_triplet():
         if neg_sampling.amount != math.ceil(neg_sampling.amount):
             raise ValueError(f"'neg_sampling': the attribute 'amount' needs "
@@ -353,15 +253,19 @@ def check_neg_sampling(neg_sampling: Any, neg_sampling_ratio: Any,
                              "'src_index', 'dst_pos_index' and "
                              "'dst_neg_index' of the returned mini-batch "
                              "instead")
-    src_nodes = dst_nodes = None
-    if isinstance(data, Data):
-        src_nodes = dst_nodes = data.num_nodes
-    elif isinstance(data, HeteroData) and isinstance(edge_label_index, tuple):
-        edge_type = edge_label_index[0]
-        src_nodes = data[edge_type[0]].num_nodes
-        dst_nodes = data[edge_type[-1]].num_nodes
-    for name, n in (('src_weight', src_nodes), ('dst_weight', dst_nodes)):
-        _check_weight(getattr(neg_sampling, name), name, n)
+    edge_type = edge_label_index[0] if isinstance(edge_label_index,
+                                                  tuple) else None
+    for name, end in (('src_weight', 0), ('dst_weight', -1)):
+        node_type = None if edge_type is None else edge_type[end]
+        n = None
+        if isinstance(data, Data):
+            n = data.num_nodes
+        elif isinstance(data, HeteroData) and node_type is not None:
+            n = data[node_type].num_nodes
+        elif isinstance(data, tuple) and \
+                isinstance(data[1], PartitionGraphStore):
+            n = data[1].num_nodes[node_type]  # Of the whole graph.
+        _check_weight(getattr(neg_sampling, name), name, n, node_type)
     return neg_sampling
 
 
@@ -375,19 +279,17 @@ def _check_amount(amount: Any) -> None:
                          f"be positive (got {amount})")
 
 
-def _check_weight(weight: Any, name: str, num_nodes: Optional[int]) -> None:
+def _check_weight(weight: Any, name: str, num_nodes: Optional[int],
+                  node_type: Any) -> None:
     if weight is None:
         return
     where = f"'neg_sampling.{name}'"
-    if not isinstance(weight, Tensor) or weight.dim() != 1:
-        raise ValueError(f"{where} must be a one-dimensional tensor with one "
-                         f"weight per node")
-    if weight.dtype == torch.bool or weight.is_complex():
-        raise ValueError(f"{where} must be integer or floating point (got "
-                         f"{weight.dtype})")
+    _check_1d(weight, where, 'weight per node')
     if num_nodes is not None and weight.numel() != num_nodes:
-        raise ValueError(f"{where} needs to match the number of nodes "
-                         f"{num_nodes} (got {weight.numel()})")
+        raise ValueError(f"{where} must hold one weight per vertex of the "
+                         f"whole graph: it needs to match the number of "
+                         f"nodes {num_nodes} of node type {node_type!r} "
+                         f"(got {weight.numel()})")
     w = weight.detach().to('cpu', torch.float64)
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or \
             not float(w.sum()) > 0:
