@@ -1,5 +1,4 @@
-r"""Triton kernels of the fused heterogeneous sampling path (imports
-Triton)."""
+r"""Triton kernels of the fused heterogeneous sampling path."""
 import triton
 import triton.language as tl
 
@@ -30,10 +29,8 @@ def hetero_sample_kernel(
     PRUNE: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    r"""Samples every edge type of a hop in one launch: program :obj:`(b, e)`
-    samples up to :obj:`K_e` in-neighbors of edge type :obj:`e` for frontier
-    nodes :obj:`[b * BLOCK, (b + 1) * BLOCK)` into slots :obj:`start_e + i *
-    K_e + j` (source :obj:`-1` where empty)."""
+    r"""Samples every edge type of a hop: program :obj:`(b, e)` samples edge
+    type :obj:`e` for frontier block :obj:`b`."""
     pid = tl.program_id(0)
     tab = table_ptr + tl.program_id(1) * 6
     slot0 = tl.load(tab)
@@ -93,10 +90,7 @@ def _node_type(v, type_ptr, T: tl.constexpr):
 def hetero_assign_kernel(src_ptr, is_new_ptr, rank_ptr, lo_ptr, map_ptr,
                          claim_ptr, node_ptr, state_ptr, type_ptr, size,
                          T: tl.constexpr, BLOCK: tl.constexpr):
-    r"""Gives new nodes local ids of their type in order of first appearance,
-    appends them to their type's region and releases their claim.
-    :obj:`rank_ptr`: the hop's scan of :obj:`is_new` shifted by one;
-    :obj:`lo_ptr[t]`: the scan where type :obj:`t`'s slots start;
+    r"""Gives new nodes local ids of their type by first appearance;
     :obj:`type_ptr`: offsets (row 0) and regions (row 1)."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
@@ -117,10 +111,8 @@ def hetero_assign_kernel(src_ptr, is_new_ptr, rank_ptr, lo_ptr, map_ptr,
 def hetero_compact_kernel(src_ptr, rank_ptr, seg_ptr, shift_ptr, type_ptr,
                           row_ptr, dst_ptr, eid_ptr, out_ptr, total_ptr,
                           size, BLOCK: tl.constexpr):
-    r"""Moves filled slot :obj:`p` of segment :obj:`s` to edge :obj:`q =
-    shift[s] + rank[p + 1] - 1`: with :obj:`type_ptr[s] = (o, n)` and :obj:`E`
-    edges, its row to :obj:`o + q`, its column to :obj:`o + q + n` and its edge
-    id to :obj:`2 E + q`."""
+    r"""Moves filled slots to their edge type's rows, columns and edge
+    ids."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     ok = m & (tl.load(src_ptr + p, mask=m, other=-1) >= 0)
@@ -139,9 +131,7 @@ def hetero_compact_kernel(src_ptr, rank_ptr, seg_ptr, shift_ptr, type_ptr,
 @triton.jit
 def hetero_advance_kernel(lohi_ptr, state_ptr, news_ptr, T: tl.constexpr,
                           TP: tl.constexpr):
-    r"""Ends a hop (one program): the nodes it added per type,
-    :obj:`news = hi - lo` (rows of :obj:`lohi_ptr`), become the next
-    frontier: :obj:`state = [nodes + news, nodes, news]`."""
+    r"""Ends a hop: :obj:`state = [nodes + news, nodes, news]`."""
     t = tl.arange(0, TP)
     m = t < T
     new = tl.load(lohi_ptr + T + t, mask=m, other=0) - tl.load(
@@ -159,11 +149,8 @@ def hetero_counts_kernel(rank_ptr, start_ptr, end_ptr, before_ptr, shift_ptr,
                          counts_ptr, num_segments, T: tl.constexpr,
                          HT: tl.constexpr, SP: tl.constexpr,
                          TP: tl.constexpr, HTP: tl.constexpr):
-    r"""The batch's counts (one program): edges per segment, each segment's
-    shift (segments ordered by edge type, then hop, per :obj:`before[0]`), the
-    offset and count of its edge type (:obj:`before[1]`, :obj:`before[2]`) into
-    :obj:`type_out`, the total edges, and :obj:`counts = [nodes per type, news
-    per hop and type, edges per segment]`."""
+    r"""The batch's counts and each segment's output shift and edge type
+    offset and count."""
     s = tl.arange(0, SP)
     ms = s < num_segments
     lo = tl.load(rank_ptr + tl.load(start_ptr + s, mask=ms, other=0),
@@ -192,8 +179,7 @@ def hetero_counts_kernel(rank_ptr, start_ptr, end_ptr, before_ptr, shift_ptr,
 @triton.jit(do_not_specialize=['capacity'])
 def hetero_reset_kernel(node_ptr, map_ptr, state_ptr, type_ptr, packed_ptr,
                         capacity, T: tl.constexpr, BLOCK: tl.constexpr):
-    r"""Clears the relabel map of every node of the batch, and packs the
-    batch's nodes into :obj:`packed_ptr`: local ids, node type by node
+    r"""Clears the relabel map and packs the batch's local ids by node
     type."""
     p = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
     t = tl.zeros(p.shape, tl.int64)

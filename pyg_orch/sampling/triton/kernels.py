@@ -14,10 +14,8 @@ def _random_below(seed, offset, bound):
 @triton.jit
 def floyd_picks(seed, base, deg, K, col, KLOOP: tl.constexpr,
                 BLOCK: tl.constexpr, KPAD: tl.constexpr):
-    r"""Positions of :obj:`K` distinct neighbors among :obj:`deg` per row (all
-    where :obj:`deg <= K`) by Floyd's algorithm, vectorized over a block's
-    rows; draw :obj:`t` uses Philox offset :obj:`base + t`, :obj:`KLOOP` bounds
-    :obj:`K`."""
+    r"""Floyd's :obj:`K` distinct picks among :obj:`deg` per row (all where
+    :obj:`deg <= K`); draw :obj:`t` uses Philox offset :obj:`base + t`."""
     floyd = tl.full((BLOCK, KPAD), -1, tl.int64)
     for t in tl.static_range(KLOOP):
         j = deg - K + t
@@ -33,10 +31,8 @@ def floyd_picks(seed, base, deg, K, col, KLOOP: tl.constexpr,
 @triton.jit
 def draw_picks(seed, i, deg, K: tl.constexpr, KPAD: tl.constexpr,
                REPLACE: tl.constexpr, BLOCK: tl.constexpr):
-    r"""Offsets into every row's :obj:`deg` neighbors (a :obj:`[BLOCK, KPAD]`
-    block) and how many count: :obj:`K` draws with replacement, else Floyd's
-    :obj:`min(K, deg)` distinct picks; draw :obj:`t` of row :obj:`i` uses
-    Philox offset :obj:`i * KPAD + t`."""
+    r"""Offsets into each row's :obj:`deg` neighbors and how many count;
+    draw :obj:`t` of row :obj:`i` uses Philox offset :obj:`i * KPAD + t`."""
     col = tl.arange(0, KPAD)
     if REPLACE:
         cnt = tl.where(deg > 0, K, 0)
@@ -132,10 +128,8 @@ def sample_hop_kernel(
     COUNT: tl.constexpr = False,
     PLACED: tl.constexpr = False,
 ):
-    r"""Samples up to :obj:`K` in-neighbors of every frontier node into slots
-    :obj:`[i * K, (i + 1) * K)` (source :obj:`-1` where empty); with
-    :obj:`PRUNE` nodes flagged in :obj:`hot_ptr` are not expanded, with
-    :obj:`SHARDS > 0` the lists are read across GPUs."""
+    r"""Samples up to :obj:`K` in-neighbors per frontier node into slots
+    :obj:`[i * K, (i + 1) * K)` (source :obj:`-1` where empty)."""
     pid = tl.program_id(0)
     i = pid * BLOCK + tl.arange(0, BLOCK)
     fstart = tl.load(state_ptr + 1)
@@ -190,11 +184,8 @@ def draw_neighbors_kernel(
     LAST: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    r"""One hop's draw for :obj:`n` destinations: the CSC positions of up to
-    :obj:`K` in-neighbors each into slots :obj:`[i * K, (i + 1) * K)`
-    (:obj:`-1` where fewer); with :obj:`TEMPORAL` only neighbors not later than
-    the bound (:obj:`LAST`: the most recent), all in CSC order where at most
-    :obj:`K` without replacement."""
+    r"""CSC positions of up to :obj:`K` in-neighbors of :obj:`n` nodes into
+    slots :obj:`[i * K, (i + 1) * K)` (:obj:`-1` where fewer)."""
     pid = tl.program_id(0)
     i = pid * BLOCK + tl.arange(0, BLOCK)
     valid = i < n
@@ -234,10 +225,8 @@ def _hash_slot(key, mask_bits):
 @triton.jit(do_not_specialize=['n', 'mask_bits'])
 def hash_slots_kernel(key_ptr, table_ptr, slot_ptr, n, mask_bits,
                       INSERT: tl.constexpr, BLOCK: tl.constexpr):
-    r"""The slot of every key in an open-addressing table of :obj:`mask_bits +
-    1` int64 keys (:obj:`-1`: empty; one more parking entry); with
-    :obj:`INSERT` absent keys are inserted by compare-and-swap, else get slot
-    :obj:`-1`."""
+    r"""The slot of every key in an open-addressing table (:obj:`-1`:
+    empty), inserting absent keys with :obj:`INSERT`."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = p < n
     key = tl.load(key_ptr + p, mask=valid, other=-1)
@@ -290,9 +279,7 @@ def hash_mark_kernel(slot_ptr, local_ptr, first_ptr, is_new_ptr, n,
 def hash_assign_kernel(key_ptr, slot_ptr, is_new_ptr, rank_ptr, local_ptr,
                        first_ptr, new_key_ptr, n, base,
                        BLOCK: tl.constexpr):
-    r"""New keys get local ids :obj:`base + rank` in order of first
-    appearance (their rank among the new ones), are listed in that order,
-    and release their claim."""
+    r"""New keys get local ids :obj:`base + rank` by first appearance."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < n
     new = tl.load(is_new_ptr + p, mask=m, other=0) != 0
@@ -319,9 +306,8 @@ def claim_kernel(src_ptr, map_ptr, claim_ptr, size, BLOCK: tl.constexpr):
 @triton.jit(do_not_specialize=['size'])
 def seed_assign_kernel(seed_ptr, node_ptr, map_ptr, claim_ptr, size,
                        BLOCK: tl.constexpr):
-    r"""Lists the seeds first; after :func:`claim_kernel` over them, every
-    seed's local id is its first position (duplicate seeds keep their
-    places in the node list, as on the PyTorch path)."""
+    r"""Lists the seeds first; each seed's local id is its first
+    position."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     v = tl.load(seed_ptr + p, mask=m, other=0)
@@ -336,8 +322,7 @@ def seed_assign_kernel(seed_ptr, node_ptr, map_ptr, claim_ptr, size,
 @triton.jit(do_not_specialize=['size'])
 def mark_kernel(src_ptr, map_ptr, claim_ptr, is_new_ptr, count_ptr, size,
                 COUNT: tl.constexpr, BLOCK: tl.constexpr):
-    r"""Flags the slots holding a node's first appearance; with :obj:`COUNT`,
-    also each block's number of new nodes."""
+    r"""Flags the slots holding a node's first appearance."""
     pid = tl.program_id(0)
     p = pid * BLOCK + tl.arange(0, BLOCK)
     m = p < size
@@ -366,9 +351,7 @@ def _blocks_before(count_ptr, pid, BLOCK: tl.constexpr):
 @triton.jit(do_not_specialize=['size'])
 def assign_block_kernel(src_ptr, is_new_ptr, count_ptr, map_ptr, claim_ptr,
                         node_ptr, state_ptr, size, BLOCK: tl.constexpr):
-    r"""Gives new nodes local ids in order of first appearance (ranks from the
-    block counts and a scan within the block), appends them and releases their
-    claim."""
+    r"""Gives new nodes local ids in order of first appearance."""
     pid = tl.program_id(0)
     p = pid * BLOCK + tl.arange(0, BLOCK)
     m = p < size
@@ -386,9 +369,7 @@ def assign_block_kernel(src_ptr, is_new_ptr, count_ptr, map_ptr, claim_ptr,
 @triton.jit(do_not_specialize=['num_blocks'])
 def advance_blocks_kernel(state_ptr, count_ptr, num_blocks, news_ptr,
                           BLOCK: tl.constexpr):
-    r"""After a hop (one program): its new nodes (the sum of the block
-    counts) are the next frontier: :obj:`state = [n + new, n, new]`;
-    :obj:`news_ptr` gets :obj:`new`."""
+    r"""Ends a hop: :obj:`state = [n + new, n, new]`."""
     new = _blocks_before(count_ptr, num_blocks, BLOCK)
     n = tl.load(state_ptr)
     tl.store(state_ptr, n + new)
@@ -400,9 +381,8 @@ def advance_blocks_kernel(state_ptr, count_ptr, num_blocks, news_ptr,
 @triton.jit
 def finish_counts_kernel(state_ptr, news_ptr, rank_ptr, offset_ptr,
                          counts_ptr, H: tl.constexpr, HPAD: tl.constexpr):
-    r"""The batch's counts (one program): :obj:`[nodes, new nodes per hop,
-    edges per hop]`, edges from the exclusive scan :obj:`rank_ptr` of the
-    filled slots at the hops' slot offsets."""
+    r"""The batch's counts: :obj:`[nodes, new nodes per hop, edges per
+    hop]`."""
     h = tl.arange(0, HPAD)
     m = h < H
     tl.store(counts_ptr, tl.load(state_ptr))
@@ -462,12 +442,8 @@ def gather_rows_kernel(
     BLOCK_C: tl.constexpr,
     SHARDS: tl.constexpr = 0,
 ):
-    r"""Gathers rows :obj:`index` of a feature matrix split in tiers: the GPU
-    cache (:obj:`slot[v] >= 0`, split across GPUs with :obj:`SHARDS > 0`), the
-    previous batch's rows (:obj:`prev_pos[v] >= 0`), else pinned host memory;
-    records each row's source (0 cache, 1 previous batch, 2 host, 3 a peer's
-    cache). Programs loop over blocks of rows, so a small grid leaves room for
-    concurrent kernels."""
+    r"""Gathers rows :obj:`index` from the GPU cache, the previous batch or
+    host memory, recording each row's source (0, 1, 2; 3: a peer's cache)."""
     it = 0
     while it < num_iters:  # Not `range`: the interpreter cannot run it.
         blk = it * tl.num_programs(0) + tl.program_id(0)
@@ -514,8 +490,7 @@ def gather_rows_kernel(
 def compact_kernel(src_ptr, rank_ptr, map_ptr, dst_ptr, eid_ptr,
                    out_row_ptr, out_col_ptr, out_eid_ptr, size,
                    BLOCK: tl.constexpr):
-    r"""Moves the filled slots (:obj:`src >= 0`) to the front, in order,
-    with every source relabeled through :obj:`map_ptr` (all hops done)."""
+    r"""Moves the filled slots to the front, relabeling their sources."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     v = tl.load(src_ptr + p, mask=m, other=-1)
