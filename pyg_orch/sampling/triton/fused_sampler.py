@@ -24,12 +24,9 @@ def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
              max_fanout: int = 64) -> bool:
     r"""Whether the fused path handles this configuration; others use the
     vectorized PyTorch path."""
-    if topology.is_hetero or topology.is_temporal or topology.is_weighted:
-        return False
-    if disjoint or induced:
-        return False
-    fanouts = num_neighbors[None]
-    if any(k < 0 or k > max_fanout for k in fanouts):
+    if (topology.is_hetero or topology.is_temporal or topology.is_weighted
+            or disjoint or induced
+            or any(k < 0 or k > max_fanout for k in num_neighbors[None])):
         return False
     n = topology.num_nodes[None]
     return n < _INT32_MAX and topology.num_edges < 2**40
@@ -95,9 +92,8 @@ class FusedPlan:
             raise RuntimeError('the fused sampler needs int32 relabel buffers')
         self.map_buf, self.claim_buf = map_buf, claim_buf
         self.device = with_index(device)  # Fast stream lookups.
-        # The plan's own copy of the pruning mask, refreshed before every
-        # batch: a new mask (the hot set changed) reuses the plan and its
-        # CUDA graph instead of making new ones.
+        # The plan's copy of the pruning mask, refreshed every batch: a new
+        # hot set reuses the plan and its CUDA graph.
         self.hot_nodes = hot_nodes
 
     def _set_counts(self, counts: Tensor) -> None:
@@ -218,9 +214,8 @@ class FusedPlan:
 
     def _copy_seeds(self, seeds: Tensor,
                     stream: Optional['torch.cuda.Stream']) -> None:
-        # From host memory through the plan's pinned buffer (a copy from
-        # pageable memory would wait for the whole stream; pinning a new
-        # tensor per batch costs more than this).
+        # Through the plan's pinned buffer: a copy from pageable memory
+        # would wait for the whole stream.
         if self.device.type != 'cuda' or seeds.is_cuda:
             self.seeds.copy_(seeds, non_blocking=True)
             return

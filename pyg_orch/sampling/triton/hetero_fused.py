@@ -1,6 +1,7 @@
 r"""The fused Triton sampling path for heterogeneous graphs: node types get
 global ids and all edge types' CSC layouts lie back to back, so one launch
 per hop samples every edge type."""
+from itertools import accumulate
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -28,22 +29,17 @@ def hetero_supports(topology: GraphTopology, num_neighbors: dict,
                     disjoint: bool, induced: bool,
                     max_fanout: int = 64, replace: bool = False) -> bool:
     r"""Whether the fused path handles this heterogeneous configuration."""
-    if not topology.is_hetero or topology.is_temporal or \
-            topology.is_weighted or topology.is_sharded:
+    if (not topology.is_hetero or topology.is_temporal or topology.is_weighted
+            or topology.is_sharded or disjoint or induced
+            or len(topology.edge_types) == 0):
         return False
-    if disjoint or induced or len(topology.edge_types) == 0:
-        return False
-    if any(k < -1 for v in num_neighbors.values() for k in v):
-        return False
-    if replace and any(k < 0 for v in num_neighbors.values() for k in v):
+    flat = [k for v in num_neighbors.values() for k in v]
+    if any(k < -1 for k in flat) or (replace and -1 in flat):
         return False
     resolved = resolve_full_fanouts(
         num_neighbors, lambda et: max_in_degree(topology.csc[et]))
-    if resolved is None:
+    if any(k > max_fanout for v in resolved.values() for k in v):
         return False
-    for fanouts in resolved.values():
-        if any(k < 0 or k > max_fanout for k in fanouts):
-            return False
     return (sum(topology.num_nodes.values()) < _INT32_MAX
             and topology.num_edges < 2**40)
 
@@ -57,15 +53,13 @@ def max_in_degree(csc) -> int:
     return int((colptr[1:] - colptr[:-1]).max())
 
 
-def resolve_full_fanouts(num_neighbors: Dict, degree) -> Optional[Dict]:
+def resolve_full_fanouts(num_neighbors: Dict, degree) -> Dict:
     r""":obj:`num_neighbors` with every fan-out of :obj:`-1` replaced by
     :obj:`degree(edge_type)`."""
     out = {}
     for et, fanouts in num_neighbors.items():
-        if any(k < 0 for k in fanouts):
-            d = int(degree(et))
-            fanouts = [d if k < 0 else k for k in fanouts]
-        out[et] = list(fanouts)
+        d = int(degree(et)) if any(k < 0 for k in fanouts) else 0
+        out[et] = [d if k < 0 else k for k in fanouts]
     return out
 
 
@@ -76,12 +70,9 @@ class HeteroCSC:
         self.node_types = topology.node_types
         self.edge_types = topology.edge_types
         self.num_nodes = [topology.num_nodes[t] for t in self.node_types]
-        self.offset: Dict = {}
-        total = 0
-        for t, n in zip(self.node_types, self.num_nodes):
-            self.offset[t] = total
-            total += n
-        self.total_nodes = total
+        starts = [0] + list(accumulate(self.num_nodes))
+        self.offset: Dict = dict(zip(self.node_types, starts))
+        self.total_nodes = total = starts[-1]
         device = topology.device
         colptrs, rows, eids = [], [], []
         self.colbase: Dict = {}
