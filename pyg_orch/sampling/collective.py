@@ -56,6 +56,9 @@ from pyg_orch.sampling.edges import sample_from_edges
 from pyg_orch.sampling.multi_hop import (
     HopBatch,
     draw_edges,
+    dst_type,
+    prune,
+    src_type,
     subgraph_times,
 )
 from pyg_orch.sampling.contract import HotNodes, HotNodesMixin
@@ -258,7 +261,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
             for et, csc in self._csc.items():
                 at = csc.colptr.device  # The device or, to be split, the CPU.
                 src_time = None if self.node_time is None else \
-                    self.node_time.get(self._src(et))
+                    self.node_time.get(src_type(et))
                 e_time = edge_time.get(et)
                 time = time_per_position(
                     csc, None if src_time is None else src_time.to(at),
@@ -363,14 +366,6 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
     def num_hops(self) -> int:
         return max((len(v) for v in self.fanouts.values()), default=0)
 
-    @staticmethod
-    def _src(et):
-        return None if et is None else et[0]
-
-    @staticmethod
-    def _dst(et):
-        return None if et is None else et[-1]
-
     def _check_seeds(self, seeds) -> Dict[Any, Tensor]:
         if self.is_hetero and isinstance(seeds, (tuple, list)) and \
                 len(seeds) == 2 and isinstance(seeds[0], str):
@@ -424,7 +419,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
                     bound_offsets[r] += n
             req = torch.cat(ids)
             csc = self._csc[et]
-            local = self._local_id[self._dst(et)][req]
+            local = self._local_id[dst_type(et)][req]
             # `all_edges`: every in-edge, for an induced subgraph.
             src, eid, dst_index = draw_edges(
                 csc, local, -1 if all_edges else self.fanouts[et][hop],
@@ -456,19 +451,15 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         bounds: List[List[Tensor]] = [[] for _ in range(self.world_size)]
         index: Dict[Any, List[Tensor]] = {}
         for e, et in enumerate(self.edge_types):
-            dst_t = self._dst(et)
+            dst_t = dst_type(et)
             if dst_t not in frontier or (
                     not all_edges and self.fanouts[et][hop] == 0):
                 continue
-            _, f_global, f_batch = frontier[dst_t]
-            keep = None
-            masks = self._hot.masks
-            hot = None if masks is None or all_edges else masks.get(dst_t)
-            if hot is not None and hop == self.num_hops - 1:
-                # Hot vertices are not expanded by the last hop:
-                keep = (~hot[f_global]).nonzero().view(-1)
-                f_global = f_global[keep]
-                f_batch = None if f_batch is None else f_batch[keep]
+            masks = self._hot.masks  # Not expanded by the last hop:
+            last = not all_edges and hop == self.num_hops - 1
+            keep, f_global, f_batch = prune(
+                frontier[dst_t],
+                masks.get(dst_t) if last and masks is not None else None)
             if f_global.numel() == 0:
                 continue
             f_bound = None if batch_time is None else \
@@ -571,7 +562,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         if not self.is_hetero:
             return {None: (out.edge, out.node.index_select(0, out.col))}
         return {et: (out.edge[et],
-                     out.node[self._dst(et)].index_select(0, out.col[et]))
+                     out.node[dst_type(et)].index_select(0, out.col[et]))
                 for et in self.edge_types}
 
     # `pyg_orch.sampling.edges.SeedSampler`:
@@ -603,14 +594,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
                 self.stats.per_hop.append({
                     k: getattr(self.stats, k) - before[k]
                     for k in before if k != 'per_hop'})
-                cand: Dict[Any, list] = {}
-                for et, (src, eid, dst) in sampled.items():
-                    f_local, _, f_batch = frontier[self._dst(et)]
-                    cand.setdefault(self._src(et), []).append(
-                        (et, src, f_local.index_select(0, dst), eid,
-                         None if f_batch is None else
-                         f_batch.index_select(0, dst)))
-                frontier = batch.add_hop(hop, cand)
+                frontier = batch.add_hop(hop, frontier, sampled)
             out = batch.output(self._induced_edges(batch) if
                                self.subgraph_type == SubgraphType.induced
                                else None).to_pyg(self.is_hetero)
@@ -627,7 +611,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
             return _edge_destinations(directional, None, out.node, out.col,
                                       out.edge)
         return {et: _edge_destinations(directional, et,
-                                       out.node[self._dst(et)], out.col[et],
+                                       out.node[dst_type(et)], out.col[et],
                                        out.edge[et])
                 for et in out.edge if out.edge[et] is not None}
 
@@ -636,15 +620,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         # single-machine sampler's order.
         frontier = {t: (torch.arange(ids.numel(), device=self.device), ids,
                         None) for t, ids in batch.node().items()}
-        sampled = self._hop(frontier, 0, all_edges=True)
-        empty = torch.empty(0, dtype=torch.int64, device=self.device)
-        rows = {et: empty for et in self.edge_types}
-        cols, edges = dict(rows), dict(rows)
-        for et, (src, eid, dst) in sampled.items():
-            local = batch.relabel[self._src(et)].lookup(src)
-            keep = local >= 0
-            rows[et], cols[et], edges[et] = local[keep], dst[keep], eid[keep]
-        return rows, cols, edges
+        return batch.induced_edges(self._hop(frontier, 0, all_edges=True))
 
     def _seed_times(self, seeds: Dict[Any, Tensor],
                     seed_time: Any) -> Optional[Tensor]:

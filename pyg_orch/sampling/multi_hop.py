@@ -72,32 +72,25 @@ def sample_multi_hop(
     try:
         frontier = out.add_seeds(seeds)
         for hop in range(num_hops):
-            # Candidates per source node type, in edge type order:
-            cand: Dict[Any, list] = {}
+            sampled = {}
             for et in topology.edge_types:
-                fanout = num_neighbors[et][hop]
-                src_t, dst_t = (None, None) if et is None else (et[0], et[-1])
+                fanout, dst_t = num_neighbors[et][hop], dst_type(et)
                 if fanout == 0 or dst_t not in frontier:
                     continue
-                f_local, f_global, f_batch = frontier[dst_t]
-                if (prune_last_hop is not None and hop == num_hops - 1
-                        and prune_last_hop.get(dst_t) is not None):
-                    keep = ~prune_last_hop[dst_t].index_select(0, f_global)
-                    f_local, f_global = f_local[keep], f_global[keep]
-                    f_batch = None if f_batch is None else f_batch[keep]
+                hot = None if prune_last_hop is None or hop < num_hops - 1 \
+                    else prune_last_hop.get(dst_t)
+                keep, f_global, f_batch = prune(frontier[dst_t], hot)
                 if f_global.numel() == 0:
                     continue
                 topo = topology.csc[et]
                 bound = None if topo.time is None else \
                     batch_time.index_select(0, f_batch)
-                src, eid, dst_index = draw_edges(
-                    topo, f_global, fanout, replace, generator, bound,
-                    temporal_strategy, draw)
-                batch = None if f_batch is None else f_batch.index_select(
-                    0, dst_index)
-                cand.setdefault(src_t, []).append(
-                    (et, src, f_local.index_select(0, dst_index), eid, batch))
-            frontier = out.add_hop(hop, cand)
+                src, eid, dst = draw_edges(topo, f_global, fanout, replace,
+                                           generator, bound,
+                                           temporal_strategy, draw)
+                sampled[et] = (src, eid, dst if keep is None else
+                               keep.index_select(0, dst))
+            frontier = out.add_hop(hop, frontier, sampled)
         return out.output(_induced_edges(topology, out) if induced else None)
     finally:
         out.close()
@@ -127,6 +120,30 @@ def draw_edges(csc: CSCTopology, nodes: Tensor, fanout: int,
     dst = nodes.index_select(0, dst_index) if csc.needs_dst else None
     return (csc.neighbors(pos, dst).to(torch.int64),
             csc.edge_ids(pos, dst).to(torch.int64), dst_index)
+
+
+def prune(entry: Tuple[Tensor, Tensor, Optional[Tensor]],
+          hot: Optional[Tensor]
+          ) -> Tuple[Optional[Tensor], Tensor, Optional[Tensor]]:
+    r"""The positions kept (:obj:`None`: all), global ids and subgraph ids of
+    a frontier entry without the nodes flagged in :obj:`hot`."""
+    _, ids, batch = entry
+    if hot is None:
+        return None, ids, batch
+    keep = (~hot.index_select(0, ids)).nonzero().view(-1)
+    return keep, ids.index_select(0, keep), \
+        None if batch is None else batch.index_select(0, keep)
+
+
+def src_type(et: Any) -> Any:
+    r"""The source node type of :obj:`et` (:obj:`None` if homogeneous)."""
+    return None if et is None else et[0]
+
+
+def dst_type(et: Any) -> Any:
+    r"""The destination node type of :obj:`et` (:obj:`None` if
+    homogeneous)."""
+    return None if et is None else et[-1]
 
 
 def subgraph_times(seed_time: Dict[Any, Tensor],
@@ -195,10 +212,17 @@ class HopBatch:
             frontier[t] = self._append(t, 0, ids, batch, 0)
         return frontier
 
-    def add_hop(self, hop: int, cand: Dict[Any, list]) -> Frontier:
-        r"""Adds a hop's :obj:`(edge type, sources, destinations' local ids,
-        edge ids, subgraph ids or None)` per source node type; returns the
-        next frontier."""
+    def add_hop(self, hop: int, frontier: Frontier,
+                sampled: Dict[Any, Tuple[Tensor, Tensor, Tensor]]
+                ) -> Frontier:
+        r"""Adds a hop's :obj:`(sources, edge ids, destinations' positions in
+        frontier)` per edge type; returns the next frontier."""
+        cand: Dict[Any, list] = {}  # Per source node type.
+        for et, (src, eid, dst) in sampled.items():
+            f_local, _, f_batch = frontier[dst_type(et)]
+            cand.setdefault(src_type(et), []).append(
+                (et, src, f_local.index_select(0, dst), eid,
+                 None if f_batch is None else f_batch.index_select(0, dst)))
         frontier = {}
         for t, parts in cand.items():
             src = torch.cat([p[1] for p in parts])
@@ -220,6 +244,19 @@ class HopBatch:
                 new, new_batch = new % n, new // n
             frontier[t] = self._append(t, hop + 1, new, new_batch, start)
         return frontier
+
+    def induced_edges(self, sampled: Dict[Any, Tuple[Tensor, Tensor, Tensor]]
+                      ) -> Tuple[Dict, Dict, Dict]:
+        r"""The edges among the batch's nodes, from all their in-edges
+        :obj:`sampled` as in :meth:`add_hop` (the frontier: all nodes)."""
+        empty = torch.empty(0, dtype=torch.int64, device=self.device)
+        rows = {et: empty for et in self.edge_types}
+        cols, edges = dict(rows), dict(rows)
+        for et, (src, eid, dst) in sampled.items():
+            local = self.relabel[src_type(et)].lookup(src)
+            keep = local >= 0
+            rows[et], cols[et], edges[et] = local[keep], dst[keep], eid[keep]
+        return rows, cols, edges
 
     def node(self) -> Dict[Any, Tensor]:
         r"""The batch's nodes per node type, in order."""
@@ -251,14 +288,7 @@ class HopBatch:
 def _induced_edges(topology: GraphTopology, batch: HopBatch):
     # All edges whose both endpoints were sampled, grouped by destination in
     # local order, then in CSC order (as PyG's induced sampling).
-    rows, cols, edges = {}, {}, {}
     node = batch.node()
-    for et, topo in topology.csc.items():
-        src_t, dst_t = (None, None) if et is None else (et[0], et[-1])
-        src, eid, dst_index = draw_edges(topo, node[dst_t], -1,
-                                         all_edges=True)
-        local = batch.relabel[src_t].lookup(src)
-        keep = local >= 0
-        rows[et], cols[et], edges[et] = local[keep], dst_index[keep], \
-            eid[keep]
-    return rows, cols, edges
+    return batch.induced_edges({
+        et: draw_edges(topo, node[dst_type(et)], -1, all_edges=True)
+        for et, topo in topology.csc.items()})
