@@ -180,13 +180,11 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         if rank != partition.part:
             raise ValueError(f'rank {rank} must hold part {rank} (got part '
                              f'{partition.part})')
-        # On the CPU, the part's own (memory-mapped) tensors; on a GPU,
-        # copies made once (the partition object is left as it is).
+        # The part's own (memory-mapped) tensors, or copies on a GPU:
         self._node_part = {t: self._on_device(v) for t, v in node_part.items()}
         self._local_id = {t: self._on_device(v) for t, v in local_id.items()}
-        # A function of the part's topology is called once times and
-        # weights are attached (the part's own tensors stay where they lie
-        # until then):
+        # A function of the part's topology is called with times and
+        # weights attached:
         place = topology if callable(topology) else None
         if topology is not None and place is None:
             csc = self._check_topology(topology, csc)
@@ -230,15 +228,13 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
     def _add_modes(self, partition, time_attr: Optional[str],
                    temporal_strategy: str, weight_attr: Optional[str],
                    given_topology: bool) -> None:
-        # Attaches timestamps (each neighborhood then sorted by time) and
-        # sampling weights to the part's topology.
+        # Attaches timestamps (sorting neighborhoods by time) and weights.
         self.time_attr, self.weight_attr = time_attr, weight_attr
         self.temporal_strategy = temporal_strategy
         #: The time of every vertex per node type (node-level
         #: :obj:`time_attr`), else :obj:`None`.
         self.node_time: Optional[Dict[Any, Tensor]] = None
-        # Whether time bounds travel as float64 (some part's times are
-        # floating-point; every rank knows) rather than int64:
+        # Whether time bounds travel as float64 (some part's are floats):
         self._float_times = False
         if time_attr is None and weight_attr is None:
             return
@@ -391,12 +387,10 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
 
     def _serve(self, requests: List[Tensor], hop: int,
                all_edges: bool = False) -> List[Tensor]:
-        # Samples the in-edges other ranks asked for; each reply: edges
-        # drawn per edge type, then per edge type asked about, the counts
-        # per vertex, the sources and the edge ids.
+        # Samples the in-edges other ranks asked for; a reply: edges per
+        # edge type, then per edge type the counts, sources and edge ids.
         num_types = len(self.edge_types)
-        # The requests' headers (vertices asked per edge type), read from
-        # the device at once:
+        # The requests' headers (vertices per edge type), read at once:
         headers = torch.stack([r[:num_types] for r in requests]).tolist()
         pieces: List[Dict[int, Tensor]] = [{} for _ in requests]
         totals = [[0] * num_types for _ in requests]
@@ -442,9 +436,8 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
 
     def _hop(self, frontier: Dict[Any, tuple], hop: int,
              batch_time: Optional[Tensor] = None, all_edges: bool = False):
-        # One collective hop: per edge type, (source, edge id, index into the
-        # destination frontier) of every in-edge drawn, grouped by
-        # destination; `all_edges`: every in-edge (induced subgraphs).
+        # One collective hop: per edge type, (sources, edge ids, indices
+        # into the frontier) grouped by destination, as `HopBatch.add_hop`.
         num_types = len(self.edge_types)
         counts = [[0] * num_types for _ in range(self.world_size)]
         ids: List[List[Tensor]] = [[] for _ in range(self.world_size)]
@@ -491,8 +484,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         answers = exchange(replies, self.group)
         self.stats.bytes_received += _nbytes(answers, self.rank)
 
-        # The edges drawn per rank and edge type, read from the device at
-        # once:
+        # The edges drawn per rank and edge type, read at once:
         drawn = torch.stack([a[:num_types] for a in answers]).tolist()
         parts: Dict[Any, Tuple[list, list, list]] = {
             et: ([], [], []) for et in index}
@@ -555,8 +547,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
 
     def _directional(self, out: Any) -> Optional[Dict[Any, Tuple[Tensor,
                                                                  Tensor]]]:
-        # Before a bidirectional conversion: every edge id and its
-        # destination, per edge type.
+        # Every edge id and its destination, before 'bidirectional'.
         if self.subgraph_type != SubgraphType.bidirectional:
             return None
         if not self.is_hetero:
@@ -616,8 +607,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
                 for et in out.edge if out.edge[et] is not None}
 
     def _induced_edges(self, batch: HopBatch):
-        # All edges among the sampled vertices (a collective hop), in the
-        # single-machine sampler's order.
+        # All edges among the sampled vertices (a collective hop).
         frontier = {t: (torch.arange(ids.numel(), device=self.device), ids,
                         None) for t, ids in batch.node().items()}
         return batch.induced_edges(self._hop(frontier, 0, all_edges=True))

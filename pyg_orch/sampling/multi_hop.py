@@ -136,13 +136,12 @@ def prune(entry: Tuple[Tensor, Tensor, Optional[Tensor]],
 
 
 def src_type(et: Any) -> Any:
-    r"""The source node type of :obj:`et` (:obj:`None` if homogeneous)."""
+    r"""The source node type of :obj:`et`."""
     return None if et is None else et[0]
 
 
 def dst_type(et: Any) -> Any:
-    r"""The destination node type of :obj:`et` (:obj:`None` if
-    homogeneous)."""
+    r"""The destination node type of :obj:`et`."""
     return None if et is None else et[-1]
 
 

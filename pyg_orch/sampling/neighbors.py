@@ -183,10 +183,8 @@ def sample_neighbors(
 def _weighted_with_replacement(start: Tensor, end: Tensor, k: int,
                                cumsum: Tensor,
                                generator: Optional[torch.Generator]):
-    # Integer inverse-CDF draws on the fixed-point prefix sum: exact, so a
-    # zero-weight neighbor is never drawn.
-    # `cumsum` is a tensor, or per-edge values split across processes
-    # (neighborhoods are never split; read with `index_select`):
+    # Exact integer inverse-CDF draws: never a zero-weight neighbor.
+    # `cumsum` may be split across processes (read with `index_select`):
     zero = torch.zeros((), dtype=torch.int64, device=start.device)
     base = torch.where(start > 0, cumsum.index_select(
         0, (start - 1).clamp(min=0)), zero)

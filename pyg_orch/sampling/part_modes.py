@@ -58,9 +58,8 @@ def part_weights(partition, weight_attr: str, is_hetero: bool, group: Any,
 
 def _check_times(times: Dict[Any, Tensor], time_attr: str, group: Any,
                  world_size: int) -> bool:
-    # Whether the times are floating-point on some part (every rank learns
-    # it); raises on every rank where a part's times are not one number per
-    # node or edge, or hold NaN (a NaN time empties subgraphs silently).
+    # Whether some part's times are floating-point; raises on every rank
+    # where a part's are not one number per node or edge, or hold NaN.
     problem = 0  # 3: NaN, 2: not a vector of numbers, 1: floating-point.
     for t in times.values():
         if t.dim() != 1 or t.is_complex() or t.dtype == torch.bool:

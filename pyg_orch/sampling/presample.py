@@ -94,9 +94,7 @@ def _count(sampler, draw: Callable[[Tensor], Any], num_inputs: int,
            generator: Optional[torch.Generator],
            prune_hot: bool) -> Union[Tensor, Dict[str, Tensor]]:
     # The node counts of `num_batches` batches `draw(index)` (default: an
-    # epoch) over a shuffled order of the inputs (repeated as needed),
-    # counted where the batches are: no host array of every node is made
-    # and added per batch (at 111M nodes, 0.9 GB each).
+    # epoch) over shuffled inputs, counted where the batches are.
     counts = {t: torch.zeros(n, dtype=torch.int64)
               for t, n in sampler.topology.num_nodes.items()}
     if num_inputs > 0:

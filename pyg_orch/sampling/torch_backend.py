@@ -29,24 +29,16 @@ class TorchBackend:
         topology = config.topology
         on_host = topology.device != config.device
         out = sample_multi_hop(
-            topology,
-            config.num_neighbors,
-            request.seeds,
-            replace=config.replace,
-            disjoint=config.disjoint,
-            induced=config.induced,
-            generator=request.host_generator if on_host else
-            request.generator,
-            buffers=self.buffers,
+            topology, config.num_neighbors, request.seeds,
+            replace=config.replace, disjoint=config.disjoint,
+            induced=config.induced, generator=request.host_generator
+            if on_host else request.generator, buffers=self.buffers,
             seed_time=request.seed_time,
-            temporal_strategy=config.temporal_strategy,
-            draw=self.draw,
-            relabeler=self.relabeler,
-            prune_last_hop=None if request.hot_nodes is None else {
+            temporal_strategy=config.temporal_strategy, draw=self.draw,
+            relabeler=self.relabeler, prune_last_hop=None
+            if request.hot_nodes is None else {
                 k: v.to(topology.device)
-                for k, v in request.hot_nodes.items()
-            },
-        )
+                for k, v in request.hot_nodes.items()})
         return out.to(config.device) if on_host else out
 
     def launch(self, request: SampleRequest) -> PendingSample:

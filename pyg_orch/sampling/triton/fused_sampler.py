@@ -55,10 +55,8 @@ class FusedPlan:
         # [num_nodes so far, frontier start, frontier count]:
         self.state = torch.zeros(3, **kw)
         self.init_state = torch.tensor([B, 0, B], **kw)
-        # The slots of all hops lie back to back in one buffer per field, so
-        # the edges of the batch are compacted by one scan and one kernel.
-        # Slot fields are int32 (node ids and slot counts are below 2^31):
-        # half the memory traffic of int64; edge ids too where they fit.
+        # All hops' slots back to back (one scan and kernel compact them),
+        # in int32 where ids fit: half the memory traffic of int64.
         sizes = [self.caps[h] * max(k, 0) for h, k in enumerate(fanouts)]
         total = sum(sizes)
         i32 = dict(dtype=torch.int32, device=device)
@@ -76,8 +74,7 @@ class FusedPlan:
             self.out.append({k: v[offset:offset + M] for k, v in flat.items()})
             offset += M
             offsets.append(offset)
-        # An exclusive scan of the sampled slots (0 in front), so that the
-        # edge count of hop h is a difference at the hops' offsets.
+        # An exclusive scan of the sampled slots (edges per hop: differences):
         self.edge_rank = torch.zeros(total + 1, **i32)
         self.news = torch.zeros(max(len(fanouts), 1), **kw)
         self.hop_offsets = torch.tensor(offsets, **kw)
@@ -185,8 +182,7 @@ class FusedPlan:
                 "'hot_nodes' given to a plan made without a pruning mask")
         self._queue(seeds, generator, use_graph, hot_nodes)
         pending = PendingFused(self)
-        # A weak reference: no cycle, so the event is freed with the batch
-        # (not by a garbage collection, e.g. in a forked worker process).
+        # Weak: no cycle, so the event is freed with the batch.
         self._inflight = weakref.ref(pending)
         return pending
 
@@ -237,9 +233,8 @@ class FusedPlan:
             self.enqueue()  # Compiles the kernels; leaves buffers clean.
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        # Captured without `torch.cuda.graph(...)`, whose entry synchronizes
-        # the device and empties the memory caches for every new plan.
-        # 'thread_local': other threads may synchronize while this captures.
+        # Not `torch.cuda.graph(...)`, which synchronizes the device and
+        # empties the caches; other threads may synchronize meanwhile.
         with torch.cuda.stream(stream):
             graph.capture_begin(capture_error_mode='thread_local')
             try:
@@ -321,9 +316,8 @@ class FusedSampler:
                            use_graphs, hot_nodes)
 
     def _cached_plan(self, key, device: torch.device, make):
-        # This thread's plan for `key` (made by `make()` if new; the least
-        # recently used ones beyond `max_plans` dropped), and whether to
-        # replay it as a CUDA graph.
+        # This thread's plan for `key` (least recently used ones dropped),
+        # and whether to replay it as a CUDA graph.
         plans = getattr(self._local, 'plans', None)
         if plans is None:
             plans = self._local.plans = OrderedDict()
@@ -359,8 +353,7 @@ def fused_sample_multi_hop(
 
 
 def _shard_arguments(layout: Optional[ShardLayout], dummy: Tensor):
-    # The sampling kernel's arguments for lists split across GPUs (unused,
-    # but typed, for a topology in one piece).
+    # The kernel's arguments for lists split across GPUs (else placeholders).
     if layout is None:
         return (dummy, ) * 6, {}
     return ((layout.table, ) + tuple(
@@ -374,8 +367,7 @@ def _shard_arguments(layout: Optional[ShardLayout], dummy: Tensor):
 
 
 def on_device_or_host(seeds: Tensor, device: torch.device) -> Tensor:
-    # Seeds on `device`, or in host memory for a plan to stage and copy
-    # (see `FusedPlan._copy_seeds`).
+    # Seeds on `device`, or in host memory for `FusedPlan._copy_seeds`.
     if seeds.device == device or (device.type == 'cuda' and not seeds.is_cuda):
         return seeds
     return seeds.to(device)

@@ -128,8 +128,7 @@ class HeteroFusedPlan(FusedPlan):
         ntypes, etypes = csc.node_types, csc.edge_types
         T = self.num_types = len(ntypes)
         tid = {t: i for i, t in enumerate(ntypes)}
-        # All neighbors (-1): the edge type's largest in-degree, without
-        # replacement (see `hetero_supports`).
+        # All neighbors (-1): the largest in-degree, without replacement.
         if replace and any(k < 0 for v in num_neighbors.values()
                            for k in v):
             raise ValueError("'num_neighbors': the fused path samples all "
@@ -182,8 +181,7 @@ class HeteroFusedPlan(FusedPlan):
         sc = torch.tensor(self.seed_counts, **kw)
         self.init_state = torch.stack([sc, torch.zeros_like(sc), sc])
 
-        # Slots of hop h: grouped by source type, edge type by edge type;
-        # one segment per (hop, edge type) with a positive fan-out.
+        # Slots grouped by source type; a segment per (hop, edge type):
         self.hops: List[dict] = []
         self.segments: List[Tuple[int, object, int, int]] = []
         offset = 0
@@ -230,8 +228,7 @@ class HeteroFusedPlan(FusedPlan):
             hop['buf'] = {k: v[a:b] for k, v in flat.items()}
         self.news = torch.zeros(max(H, 1), T, **kw)
 
-        # Edge compaction: segments in hop order; outputs edge type by edge
-        # type, hop by hop.
+        # Compaction: segments in hop order, outputs by edge type then hop.
         S = len(self.segments)
         seg_id = torch.zeros(max(total, 1), dtype=torch.int32)
         for s, (_, _, a, b) in enumerate(self.segments):
@@ -244,10 +241,8 @@ class HeteroFusedPlan(FusedPlan):
             self.segments[s][1]), self.segments[s][0]))
         self.edge_rank = torch.zeros(max(total, 1) + 1, **kw)
         self.seg_shift = torch.zeros(max(S, 1), **kw)
-        # before[0, s, u] = 1 where segment u's edges come before segment
-        # s's (edge type by edge type, then hop by hop); before[1, s, u]
-        # where u's edge type comes before s's, before[2, s, u] where it is
-        # the same (see hetero_counts_kernel):
+        # before[0, s, u]: u's edges come before s's; before[1, s, u]: u's
+        # edge type comes before s's; before[2, s, u]: it is the same.
         SP = self.seg_pad = max(1 << max(S - 1, 0).bit_length(), 2)
         before = torch.zeros(3, SP, SP, dtype=torch.int64)
         # Each segment's place in that order:
@@ -261,8 +256,7 @@ class HeteroFusedPlan(FusedPlan):
         # The offset and count of each segment's edge type, and the edges:
         self.seg_type = torch.zeros(max(S, 1), 2, **kw)
         self.num_edges = torch.zeros(1, **kw)
-        # Every edge type's rows then columns, then all edge ids, in one
-        # buffer: one copy per batch (see hetero_compact_kernel).
+        # Rows and columns per edge type, then all edge ids: one copy.
         self.edge_buf = torch.zeros(3 * max(total, 1), **kw)
         self._set_counts(torch.zeros(T + H * T + S, **kw))
 
@@ -342,8 +336,7 @@ class HeteroFusedPlan(FusedPlan):
         # Copies out of the plan's buffers, which the next batch reuses.
         csc, T, H = self.csc, self.num_types, self.num_hops
         ntypes, etypes = csc.node_types, csc.edge_types
-        # One copy of the batch's nodes (packed type by type, local ids)
-        # and one of its edges (edge type by edge type), split into views.
+        # One copy of the nodes and one of the edges, split into views.
         sizes = counts[:T]
         node = dict(zip(ntypes, self.packed[:sum(sizes)].clone()
                         .split_with_sizes(sizes)))
@@ -358,8 +351,7 @@ class HeteroFusedPlan(FusedPlan):
         E = sum(sizes)
         edges = self.edge_buf[:3 * E].clone()
         row, col = {}, {}
-        # Each edge type's rows and columns lie back to back, so that its
-        # edge_index is a view (see `stack_edges`).
+        # Rows and columns back to back: edge_index is a view.
         for et, n, block in zip(etypes, sizes, edges[:2 * E].split_with_sizes(
                 [2 * n for n in sizes])):
             row[et], col[et] = block.view(2, n)
