@@ -62,8 +62,7 @@ def parse_subgraph_type(subgraph_type: Union[SubgraphType, str],
 
 
 def as_subgraph_type(out: Any, subgraph_type: SubgraphType) -> Any:
-    r""":obj:`out` converted to :obj:`subgraph_type` where it is
-    :obj:`'bidirectional'` (keeping its metadata)."""
+    r""":obj:`out`, made bidirectional if :obj:`subgraph_type` says so."""
     if subgraph_type == SubgraphType.bidirectional:
         return out.to_bidirectional()
     return out
@@ -84,8 +83,7 @@ def check_attr_names(**names: Optional[str]) -> None:
 
 
 def check_fanouts(values, where: str = '') -> List[int]:
-    r"""Checks a fan-out list (:obj:`where` locates it in
-    :obj:`num_neighbors`)."""
+    r"""Checks a fan-out list (:obj:`where` locates it)."""
     if not isinstance(values, (list, tuple)):
         raise ValueError(f"'num_neighbors'{where} must be a list of "
                          f"integers (got {type(values).__name__})")
@@ -110,8 +108,7 @@ def _edge_type_of(key) -> tuple:
 def parse_num_neighbors(num_neighbors: NumNeighborsType,
                         edge_types: List[Optional[EdgeType]]
                         ) -> Dict[Optional[EdgeType], List[int]]:
-    r"""The fan-out list of every edge type, as
-    :meth:`NumNeighbors.get_values`, with PyG's error wording."""
+    r"""The fan-out list of every edge type, with PyG's error wording."""
     default = None
     if isinstance(num_neighbors, NumNeighbors):
         default = num_neighbors.default
@@ -159,8 +156,7 @@ def parse_num_neighbors(num_neighbors: NumNeighborsType,
 
 def integers_per_seed(value, num_seeds: int, name: str,
                       what: str = 'time') -> torch.Tensor:
-    r"""Checks that :obj:`value` holds one integer per seed; returns it as
-    :obj:`int64`."""
+    r""":obj:`value` checked as one integer per seed, as :obj:`int64`."""
     value = torch.as_tensor(value)
     if value.dim() != 1 or value.numel() != num_seeds or \
             value.is_floating_point() or value.is_complex() or \
@@ -208,8 +204,7 @@ def node_seed_times(node_time: Optional[Dict], time_attr: Optional[str],
 
 def per_node_type(value: Any, num_nodes: Dict[Any, int], name: str,
                   what: str) -> Dict[Any, Any]:
-    r""":obj:`value` per node type (:obj:`{None: value}` on a homogeneous
-    graph), every key a node type of :obj:`num_nodes`."""
+    r""":obj:`value` per node type (:obj:`{None: value}` if homogeneous)."""
     if not isinstance(value, dict):
         if None not in num_nodes:
             raise ValueError(f"'{name}' must be a dictionary of {what} per "
@@ -226,8 +221,7 @@ def per_node_type(value: Any, num_nodes: Dict[Any, int], name: str,
 def check_node_masks(masks: Any, num_nodes: Dict[Any, int],
                      device: torch.device, name: str = 'hot_nodes'
                      ) -> Optional[Dict[Any, Tensor]]:
-    r"""Boolean masks over the vertices per node type, moved to
-    :obj:`device` (:obj:`None` stays)."""
+    r"""Boolean masks per node type, checked and moved to :obj:`device`."""
     if masks is None:
         return None
     out = {}

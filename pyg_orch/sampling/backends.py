@@ -69,8 +69,7 @@ def register_backend(name: str, supports_fn: SupportsFn,
 
 
 def backend_names() -> List[str]:
-    r"""The names :obj:`backend` accepts besides :obj:`'auto'`, the
-    reference first."""
+    r"""The accepted backend names besides :obj:`'auto'`, reference first."""
     names = [n for n in _order if n in _registered or n in _lazy]
     return [REFERENCE_BACKEND] + [n for n in names if n != REFERENCE_BACKEND]
 

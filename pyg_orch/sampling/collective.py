@@ -287,14 +287,12 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
     # Hot-node pruning (see `pyg_orch.sampling.contract.HotNodeSampler`) ######
 
     def bottom_fanout(self, edge_type: Any = None) -> int:
-        r"""The fan-out of the last hop (of :obj:`edge_type` on a
-        heterogeneous partition)."""
+        r"""The fan-out of the last hop (of :obj:`edge_type`)."""
         fanout = self.fanouts[tuple(edge_type) if self.is_hetero else None]
         return int(fanout[-1]) if fanout else 0
 
     def topology_reads(self) -> Optional[Dict[str, int]]:
-        r"""Neighbors read so far per tier with a sharded topology (else
-        :obj:`None`)."""
+        r"""Neighbors read per tier (sharded topology), else :obj:`None`."""
         from pyg_orch.topology.sharded import READ_TIERS
         counted = [c.reads for c in self._csc.values()
                    if c.is_sharded and c.reads is not None]
@@ -567,8 +565,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         return self.node_time
 
     def sample_seeds(self, seed, seed_time=None):
-        r"""Samples without the :obj:`'bidirectional'` conversion. A
-        collective."""
+        r"""Samples without the :obj:`'bidirectional'` conversion."""
         seeds = self._check_seeds(seed)
         seed_time = self._seed_times(seeds, seed_time)
         batch_time = None if seed_time is None else self._bounds(seed_time)

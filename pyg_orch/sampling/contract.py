@@ -25,8 +25,7 @@ DEFAULT_PRESAMPLE_BATCHES = 256
 
 def presample_batches(num_seeds: int, batch_size: int,
                       cap: int = DEFAULT_PRESAMPLE_BATCHES) -> int:
-    r"""The default number of pre-sampled mini-batches: an epoch, at most
-    :obj:`cap`."""
+    r"""The default number of pre-sampled mini-batches (an epoch, capped)."""
     return max(1, min(-(-int(num_seeds) // max(int(batch_size), 1)), cap))
 
 
@@ -95,8 +94,7 @@ class LaunchingSampler(Protocol):
 @contextmanager
 def preserved_generators(*generators: Optional[torch.Generator]
                          ) -> Iterator[None]:
-    r"""Restores the states of :obj:`generators` (:obj:`None` entries are
-    skipped) on exit."""
+    r"""Restores the states of :obj:`generators` on exit."""
     states = [(g, g.get_state()) for g in generators
               if isinstance(g, torch.Generator)]
     try:

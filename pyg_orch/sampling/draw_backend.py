@@ -19,8 +19,7 @@ def _draw_module() -> ModuleType:
 
 
 class TritonDrawBackend(TorchBackend):
-    r""":class:`~pyg_orch.sampling.torch_backend.TorchBackend` with Triton
-    draws and hash relabeling on the GPU."""
+    r""":class:`TorchBackend` with Triton draws and hash relabeling."""
     name = 'triton_draw'
     asynchronous = False
 

@@ -56,8 +56,7 @@ class SeedSampler(Protocol):
 
 
 class _DeviceCache:
-    r"""Copies on the sampler's device of what negative sampling reads every
-    batch, made once."""
+    r"""Device copies of what negative sampling reads every batch."""
     def __init__(self):
         self.tensors: Dict[Tuple, Tuple[Tensor, Tensor]] = {}
 

@@ -103,8 +103,7 @@ def draw_edges(csc: CSCTopology, nodes: Tensor, fanout: int,
                temporal_strategy: str = 'uniform',
                draw: Optional[Callable] = None, all_edges: bool = False
                ) -> Tuple[Tensor, Tensor, Tensor]:
-    r"""The sources, edge ids and destinations (indices into :obj:`nodes`)
-    of sampled in-edges (:obj:`all_edges`: all, unweighted)."""
+    r"""Sources, edge ids and destination indices of sampled in-edges."""
     if all_edges:
         pos, dst_index = sample_neighbors(csc.colptr, nodes, -1)
     else:
@@ -125,8 +124,7 @@ def draw_edges(csc: CSCTopology, nodes: Tensor, fanout: int,
 def prune(entry: Tuple[Tensor, Tensor, Optional[Tensor]],
           hot: Optional[Tensor]
           ) -> Tuple[Optional[Tensor], Tensor, Optional[Tensor]]:
-    r"""The positions kept (:obj:`None`: all), global ids and subgraph ids of
-    a frontier entry without the nodes flagged in :obj:`hot`."""
+    r"""A frontier entry's kept positions, ids and subgraphs."""
     _, ids, batch = entry
     if hot is None:
         return None, ids, batch
@@ -158,8 +156,7 @@ def subgraph_times(seed_time: Dict[Any, Tensor],
 
 
 class HopBatch:
-    r"""A batch built hop by hop, nodes relabeled per node type in order of
-    first appearance."""
+    r"""A batch built hop by hop, relabeled in order of first appearance."""
     def __init__(self, node_types: List, edge_types: List, num_hops: int,
                  num_nodes: Dict[Any, int], disjoint: bool,
                  device: torch.device,
@@ -214,8 +211,7 @@ class HopBatch:
     def add_hop(self, hop: int, frontier: Frontier,
                 sampled: Dict[Any, Tuple[Tensor, Tensor, Tensor]]
                 ) -> Frontier:
-        r"""Adds a hop's :obj:`(sources, edge ids, destinations' positions in
-        frontier)` per edge type; returns the next frontier."""
+        r"""Adds a hop's edges per edge type; returns the next frontier."""
         cand: Dict[Any, list] = {}  # Per source node type.
         for et, (src, eid, dst) in sampled.items():
             f_local, _, f_batch = frontier[dst_type(et)]
@@ -246,8 +242,7 @@ class HopBatch:
 
     def induced_edges(self, sampled: Dict[Any, Tuple[Tensor, Tensor, Tensor]]
                       ) -> Tuple[Dict, Dict, Dict]:
-        r"""The edges among the batch's nodes, from all their in-edges
-        :obj:`sampled` as in :meth:`add_hop` (the frontier: all nodes)."""
+        r"""The edges among the batch's nodes from all their in-edges."""
         empty = torch.empty(0, dtype=torch.int64, device=self.device)
         rows = {et: empty for et in self.edge_types}
         cols, edges = dict(rows), dict(rows)
@@ -263,8 +258,7 @@ class HopBatch:
 
     def output(self, induced: Optional[Tuple[Dict, Dict, Dict]] = None
                ) -> MultiHopOutput:
-        r"""The batch; :obj:`induced` replaces the sampled edges by
-        :obj:`(row, col, edge)` per edge type."""
+        r"""The batch (with the edges :obj:`induced` instead, if given)."""
         edges = induced or tuple(
             {et: self._cat(v[et]) for et in self.edge_types}
             for v in (self.rows, self.cols, self.edges))

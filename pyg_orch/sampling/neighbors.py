@@ -52,8 +52,7 @@ def uniform_subsets_floyd(deg: Tensor, k: int,
 def uniform_subsets_sort(deg: Tensor, k: int,
                          generator: Optional[torch.Generator] = None
                          ) -> Tensor:
-    r""":func:`uniform_subsets_floyd` by sorting random keys (cost linear in
-    :obj:`deg.sum()`)."""
+    r""":func:`uniform_subsets_floyd` by sorting random keys."""
     total = int(deg.sum())
     seg = segment_ids(deg, total)
     offset = segment_arange(deg, total)
@@ -68,8 +67,7 @@ def uniform_subsets_sort(deg: Tensor, k: int,
 
 def segment_upper_bound(values: Tensor, start: Tensor, end: Tensor,
                         bound: Tensor) -> Tensor:
-    r"""The first position of every sorted segment
-    :obj:`values[start[i]:end[i]]` whose value exceeds :obj:`bound[i]`."""
+    r"""The first position of each sorted segment above its bound."""
     lo, hi = start.clone(), end.clone()
     if lo.numel() == 0:
         return lo
@@ -88,8 +86,7 @@ def segment_upper_bound(values: Tensor, start: Tensor, end: Tensor,
 
 
 def sampled_counts(deg: Tensor, k: int, replace: bool) -> Tensor:
-    r"""How many neighbors uniform sampling with fan-out :obj:`k`
-    (:obj:`-1`: all) draws for vertices of in-degree :obj:`deg`."""
+    r"""How many neighbors fan-out :obj:`k` draws per in-degree."""
     if k < 0:
         return deg
     if replace:

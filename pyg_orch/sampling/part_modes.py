@@ -36,8 +36,7 @@ def agree_on_problem(problem: int, group: Any, world_size: int) -> int:
 
 def part_weights(partition, weight_attr: str, is_hetero: bool, group: Any,
                  world_size: int) -> Dict[Any, Tensor]:
-    r"""The part's sampling weights per edge type that has them, in CSC
-    order, checked on every rank."""
+    r"""The part's sampling weights per edge type, checked on every rank."""
     check_attr_names(weight_attr=weight_attr)
     attrs = _by_type(partition.edge_attrs, is_hetero)
     found = {et: a[weight_attr] for et, a in attrs.items()
@@ -122,8 +121,7 @@ def _time_dtype(time: Tensor) -> torch.dtype:
 
 def time_per_position(csc: CSCTopology, src_time: Optional[Tensor],
                       edge_time: Optional[Tensor]) -> Optional[Tensor]:
-    r"""The time of every CSC position: its source's (node-level) or its
-    edge's (edge-level); :obj:`None` where the edge type has no time."""
+    r"""The time of every CSC position (:obj:`None`: no time)."""
     if src_time is not None:
         return src_time.index_select(0, csc.row.to(torch.int64))
     return edge_time
@@ -131,8 +129,7 @@ def time_per_position(csc: CSCTopology, src_time: Optional[Tensor],
 
 def sort_by_time(csc: CSCTopology, time: Tensor
                  ) -> Tuple[CSCTopology, Tensor]:
-    r"""A copy of :obj:`csc` with every neighborhood stably sorted by
-    :obj:`time`."""
+    r""":obj:`csc` with every neighborhood stably sorted by :obj:`time`."""
     colptr = csc.colptr.to(torch.int64)
     deg = colptr[1:] - colptr[:-1]
     perm = time_order(segment_ids(deg, time.numel()), time)

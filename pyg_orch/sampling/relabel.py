@@ -6,8 +6,7 @@ from torch import Tensor
 
 
 class Relabeler:
-    r"""Base class: :meth:`init` with the seeds, :meth:`add` once per hop,
-    :meth:`lookup` for induced subgraphs, :meth:`close` at the end."""
+    r"""Base class: :meth:`init`, :meth:`add` per hop, :meth:`lookup`."""
     num_nodes: int = 0
 
     def init(self, seeds: Tensor) -> None:
@@ -38,8 +37,7 @@ def _first_occurrence(seeds: Tensor) -> Tuple[Tensor, Tensor]:
 
 
 class SortRelabeler(Relabeler):
-    r"""Relabeling by sorting and binary search; works for any int64 keys,
-    e.g. the (batch, node) pairs of disjoint sampling."""
+    r"""Relabeling by sorting and binary search (any int64 keys)."""
     def __init__(self, device: torch.device):
         self.device = device
         self.keys = torch.empty(0, dtype=torch.int64, device=device)
@@ -80,8 +78,7 @@ class SortRelabeler(Relabeler):
 
 
 class DenseRelabeler(Relabeler):
-    r"""Relabeling through a dense array over all nodes (:obj:`-1` if not
-    sampled), reset at :meth:`close`."""
+    r"""Relabeling through a dense array over all nodes."""
     def __init__(self, buffer: Tensor):
         self.buf = buffer
         self.touched: List[Tensor] = []

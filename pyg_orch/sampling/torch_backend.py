@@ -7,8 +7,7 @@ from pyg_orch.sampling.pending import PendingSample
 
 
 class TorchBackend:
-    r"""Samples with :func:`~pyg_orch.sampling.sample_multi_hop` where the
-    topology lives, then moves the batch to the sampler's device."""
+    r"""Samples with :func:`~pyg_orch.sampling.sample_multi_hop`."""
     name = 'torch'
     asynchronous = False
 

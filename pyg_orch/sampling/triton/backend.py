@@ -17,8 +17,7 @@ from pyg_orch.sampling.triton.hetero_fused import (
 
 
 class TritonBackend:
-    r"""Samples with the fused kernels; :meth:`launch` returns once the
-    batch is queued."""
+    r"""Samples with the fused kernels; :meth:`launch` only queues."""
     name = 'triton'
     asynchronous = True
 

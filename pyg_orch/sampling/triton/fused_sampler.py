@@ -22,8 +22,7 @@ _FLAT_BLOCK = 1024
 
 def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
              max_fanout: int = 64) -> bool:
-    r"""Whether the fused path handles this configuration; others use the
-    vectorized PyTorch path."""
+    r"""Whether the fused path handles this configuration."""
     if (topology.is_hetero or topology.is_temporal or topology.is_weighted
             or disjoint or induced
             or any(k < 0 or k > max_fanout for k in num_neighbors[None])):
@@ -256,8 +255,7 @@ class FusedPlan:
 
 
 class PendingFused:
-    r"""A batch queued by :meth:`FusedPlan.launch`: :meth:`result` waits for
-    this batch only, not for work queued after it."""
+    r"""A batch queued by :meth:`FusedPlan.launch`."""
     def __init__(self, plan: FusedPlan):
         self.plan = plan
         self._out: Optional[MultiHopOutput] = None

@@ -15,8 +15,7 @@ def _grid(n: int) -> Tuple[int]:
 
 
 class HashRelabeler:
-    r"""Maps non-negative keys to local ids in order of first appearance,
-    through a hash table that lives for one batch."""
+    r"""Relabeling through a GPU hash table that lives for one batch."""
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
         self.num_nodes = 0

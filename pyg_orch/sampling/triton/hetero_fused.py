@@ -45,8 +45,7 @@ def hetero_supports(topology: GraphTopology, num_neighbors: dict,
 
 
 def max_in_degree(csc) -> int:
-    r"""The largest in-degree of a :class:`~pyg_orch.topology.csc.CSCTopology`
-    (:obj:`0` without destination nodes)."""
+    r"""The largest in-degree of a CSC layout (:obj:`0` if empty)."""
     colptr = csc.colptr
     if colptr.numel() < 2:
         return 0
@@ -54,8 +53,7 @@ def max_in_degree(csc) -> int:
 
 
 def resolve_full_fanouts(num_neighbors: Dict, degree) -> Dict:
-    r""":obj:`num_neighbors` with every fan-out of :obj:`-1` replaced by
-    :obj:`degree(edge_type)`."""
+    r""":obj:`num_neighbors` with :obj:`-1` replaced by the degree."""
     out = {}
     for et, fanouts in num_neighbors.items():
         d = int(degree(et)) if any(k < 0 for k in fanouts) else 0
@@ -64,8 +62,7 @@ def resolve_full_fanouts(num_neighbors: Dict, degree) -> Dict:
 
 
 class HeteroCSC:
-    r"""All edge types of a heterogeneous topology as one CSC layout over
-    global node ids."""
+    r"""All edge types as one CSC layout over global node ids."""
     def __init__(self, topology: GraphTopology):
         self.node_types = topology.node_types
         self.edge_types = topology.edge_types
@@ -111,14 +108,12 @@ class HeteroCSC:
         return self._max_degree[edge_type]
 
     def shift(self, edge_type) -> int:
-        r"""Where the :obj:`colptr` entry of a global destination id lies,
-        relative to that id."""
+        r"""The :obj:`colptr` offset of :obj:`edge_type`'s global ids."""
         return self.colbase[edge_type] - self.offset[edge_type[-1]]
 
 
 class HeteroFusedPlan(FusedPlan):
-    r"""The buffers and kernel launches of one heterogeneous batch shape
-    (seeds per node type, fan-outs per edge type)."""
+    r"""The buffers and launches of one heterogeneous batch shape."""
     def __init__(self, csc: HeteroCSC, num_neighbors: Dict,
                  seed_counts: Dict, replace: bool, hot_nodes: Optional[Tensor],
                  map_buf: Tensor, claim_buf: Tensor, device: torch.device):

@@ -111,8 +111,7 @@ def hetero_assign_kernel(src_ptr, is_new_ptr, rank_ptr, lo_ptr, map_ptr,
 def hetero_compact_kernel(src_ptr, rank_ptr, seg_ptr, shift_ptr, type_ptr,
                           row_ptr, dst_ptr, eid_ptr, out_ptr, total_ptr,
                           size, BLOCK: tl.constexpr):
-    r"""Moves filled slots to their edge type's rows, columns and edge
-    ids."""
+    r"""Moves filled slots to their edge type's outputs."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     ok = m & (tl.load(src_ptr + p, mask=m, other=-1) >= 0)
@@ -149,8 +148,7 @@ def hetero_counts_kernel(rank_ptr, start_ptr, end_ptr, before_ptr, shift_ptr,
                          counts_ptr, num_segments, T: tl.constexpr,
                          HT: tl.constexpr, SP: tl.constexpr,
                          TP: tl.constexpr, HTP: tl.constexpr):
-    r"""The batch's counts and each segment's output shift and edge type
-    offset and count."""
+    r"""The batch's counts and each segment's output offsets."""
     s = tl.arange(0, SP)
     ms = s < num_segments
     lo = tl.load(rank_ptr + tl.load(start_ptr + s, mask=ms, other=0),
@@ -179,8 +177,7 @@ def hetero_counts_kernel(rank_ptr, start_ptr, end_ptr, before_ptr, shift_ptr,
 @triton.jit(do_not_specialize=['capacity'])
 def hetero_reset_kernel(node_ptr, map_ptr, state_ptr, type_ptr, packed_ptr,
                         capacity, T: tl.constexpr, BLOCK: tl.constexpr):
-    r"""Clears the relabel map and packs the batch's local ids by node
-    type."""
+    r"""Clears the relabel map; packs local ids by node type."""
     p = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)
     t = tl.zeros(p.shape, tl.int64)
     for s in tl.static_range(1, T):

@@ -306,8 +306,7 @@ def claim_kernel(src_ptr, map_ptr, claim_ptr, size, BLOCK: tl.constexpr):
 @triton.jit(do_not_specialize=['size'])
 def seed_assign_kernel(seed_ptr, node_ptr, map_ptr, claim_ptr, size,
                        BLOCK: tl.constexpr):
-    r"""Lists the seeds first; each seed's local id is its first
-    position."""
+    r"""Lists the seeds; a seed's local id is its first position."""
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = p < size
     v = tl.load(seed_ptr + p, mask=m, other=0)
@@ -381,8 +380,7 @@ def advance_blocks_kernel(state_ptr, count_ptr, num_blocks, news_ptr,
 @triton.jit
 def finish_counts_kernel(state_ptr, news_ptr, rank_ptr, offset_ptr,
                          counts_ptr, H: tl.constexpr, HPAD: tl.constexpr):
-    r"""The batch's counts: :obj:`[nodes, new nodes per hop, edges per
-    hop]`."""
+    r"""The counts: :obj:`[nodes, new nodes per hop, edges per hop]`."""
     h = tl.arange(0, HPAD)
     m = h < H
     tl.store(counts_ptr, tl.load(state_ptr))
