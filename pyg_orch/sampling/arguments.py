@@ -35,9 +35,7 @@ def check_placement(placement, name: str = 'topology_placement'):
 def parse_subgraph_type(subgraph_type: Union[SubgraphType, str],
                         directed: bool, disjoint: bool,
                         temporal: bool = False) -> SubgraphType:
-    r"""Validates :obj:`subgraph_type` (and the deprecated
-    :obj:`directed=False`, which means :obj:`'induced'`); :obj:`temporal`
-    sampling is disjoint too."""
+    r"""Validates :obj:`subgraph_type` (:obj:`directed=False`: induced)."""
     directed = check_bool('directed', directed)
     disjoint = check_bool('disjoint', disjoint)
     if not directed:

@@ -307,9 +307,8 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
     def worker_view(self, group: Optional[Any],
                     generator: Optional[torch.Generator] = None
                     ) -> 'DistributedNeighborSampler':
-        r"""A sampler of the same part for another thread, exchanging over
-        :obj:`group` and drawing from :obj:`generator` (default: this
-        sampler's)."""
+        r"""A sampler of the same part for another thread, over :obj:`group`
+        and drawing from :obj:`generator` (default: this sampler's)."""
         if group_size(group) != self.world_size:
             raise ValueError(f"'group' must have the sampler's "
                              f"{self.world_size} ranks (got "
@@ -509,8 +508,7 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         return out
 
     def sample_from_nodes(self, seeds, seed_time=None):
-        r"""Samples the neighborhoods of :obj:`seeds` (global ids) at
-        :obj:`seed_time`, as the single-machine sampler. A collective."""
+        r"""Samples the neighborhoods of :obj:`seeds` (collective)."""
         input_id = None
         if isinstance(seeds, NodeSamplerInput):
             if seed_time is not None:

@@ -110,9 +110,7 @@ class HotNodes:
 
 
 class HotNodesMixin:
-    r"""The hot-node part of :class:`HotNodeSampler` for a sampler with
-    :obj:`_hot` (a :class:`HotNodes`), :obj:`device`,
-    :obj:`global_num_nodes` and :meth:`_generators`."""
+    r"""The hot-node part of :class:`HotNodeSampler`."""
     _hot: HotNodes
     device: torch.device
 

@@ -34,9 +34,7 @@ def segment_arange(counts: Tensor, total: Optional[int] = None) -> Tensor:
 def uniform_subsets_floyd(deg: Tensor, k: int,
                           generator: Optional[torch.Generator] = None
                           ) -> Tensor:
-    r"""A uniformly random :obj:`k`-subset of :obj:`range(d)` for every
-    :obj:`d > k` in :obj:`deg` (Floyd's algorithm), as a :obj:`[len(deg),
-    k]` tensor."""
+    r"""A random :obj:`k`-subset of :obj:`range(d)` per :obj:`d > k`."""
     out = torch.empty(deg.numel(), k, dtype=torch.int64, device=deg.device)
     for i in range(k):
         j = deg - k + i
@@ -56,13 +54,18 @@ def uniform_subsets_sort(deg: Tensor, k: int,
     total = int(deg.sum())
     seg = segment_ids(deg, total)
     offset = segment_arange(deg, total)
-    key = torch.rand(total, device=deg.device, generator=generator)
-    perm = torch.argsort(key)
-    perm = perm[torch.argsort(seg[perm], stable=True)]
+    perm = _segment_order(
+        torch.rand(total, device=deg.device, generator=generator), seg)
     # Within each segment, the first `k` entries of the random order (the
     # rank within a segment is its offset):
     keep = perm[offset < k]
     return offset[keep].view(-1, k)
+
+
+def _segment_order(key: Tensor, seg: Tensor) -> Tensor:
+    # Positions by segment, and by key within each segment.
+    order = torch.argsort(key)
+    return order[torch.argsort(seg.index_select(0, order), stable=True)]
 
 
 def segment_upper_bound(values: Tensor, start: Tensor, end: Tensor,
@@ -217,9 +220,7 @@ def _weighted_without_replacement(start: Tensor, end: Tensor, k: int,
     # Exponential race: sorting Exp(1) / w and keeping the first `count` is
     # successive sampling proportional to `w`; zero weights race at +inf.
     key = torch.empty(total, dtype=torch.float64, device=start.device)
-    key.exponential_(generator=generator).div_(w)
-    order = torch.argsort(key)
-    order = order[torch.argsort(seg.index_select(0, order), stable=True)]
+    order = _segment_order(key.exponential_(generator=generator).div_(w), seg)
     rank = segment_arange(deg, total)  # Rank within node, in race order.
     keep = order[rank < count.index_select(0, seg)]
     return pos.index_select(0, keep), seg.index_select(0, keep)

@@ -13,9 +13,7 @@ class Relabeler:
         raise NotImplementedError
 
     def add(self, keys: Tensor) -> Tuple[Tensor, Tensor]:
-        r"""Returns the local id of every key, and the keys seen for the
-        first time, in order of first appearance (they get the local ids
-        :obj:`num_nodes, num_nodes + 1, ...` of before the call)."""
+        r"""Local ids of :obj:`keys`, and the new keys by first appearance."""
         raise NotImplementedError
 
     def lookup(self, keys: Tensor) -> Tensor:

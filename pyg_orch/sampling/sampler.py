@@ -138,9 +138,9 @@ class HybridNeighborSampler(HotNodesMixin, BaseSampler):
         else:
             topology.check_graph(data)
         fanouts = parse_num_neighbors(num_neighbors, topology.edge_types)
-        self.topology = self._place(
-            topology, topology_placement,
-            _largest_fanout(fanouts))
+        flat = [k for v in fanouts.values() for k in v]  # None: all read.
+        self.topology = self._place(topology, topology_placement, None if any(
+            k < 0 for k in flat) else max(flat, default=0))
         if share_memory:
             self.topology.share_memory_()
         topology = self.topology
@@ -253,9 +253,8 @@ class HybridNeighborSampler(HotNodesMixin, BaseSampler):
     def __getstate__(self):
         state = self.__dict__.copy()
         # Generators do not pickle; workers reseed (see `generator`).
-        state['_generator'] = None
-        state['_worker_generator'] = None
-        state['_host_generator'] = None
+        for key in ('_generator', '_worker_generator', '_host_generator'):
+            state[key] = None
         return state
 
     # Sampling ################################################################
@@ -356,11 +355,3 @@ class HybridNeighborSampler(HotNodesMixin, BaseSampler):
         return SampleRequest(seeds=seeds, generator=self.generator,
                              host_generator=self._host_generator,
                              seed_time=seed_time, hot_nodes=self.hot_nodes)
-
-
-def _largest_fanout(num_neighbors: Dict) -> Optional[int]:
-    # The most neighbors one expansion reads (None: all of them).
-    fanouts = [k for v in num_neighbors.values() for k in v]
-    if any(k < 0 for k in fanouts):
-        return None
-    return max(fanouts, default=0)

@@ -32,9 +32,8 @@ def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
 
 
 class FusedPlan:
-    r"""The buffers and kernel launches of one batch shape (batch size,
-    fan-outs), sized by upper bounds so that it can be replayed as a CUDA
-    graph."""
+    r"""The buffers and kernel launches of one batch shape, sized by upper
+    bounds to be replayed as a CUDA graph."""
     def __init__(self, topo: CSCTopology, num_nodes: int, fanouts: List[int],
                  batch_size: int, replace: bool, hot_nodes: Optional[Tensor],
                  map_buf: Tensor, claim_buf: Tensor, device: torch.device):
@@ -342,9 +341,7 @@ def fused_sample_multi_hop(
     device: torch.device,
     hot_nodes: Optional[Tensor] = None,
 ) -> MultiHopOutput:
-    r"""Samples :obj:`len(fanouts)` hops from :obj:`seeds` with the Triton
-    kernels, eagerly; nodes flagged in :obj:`hot_nodes` are not expanded in
-    the last hop."""
+    r"""Samples :obj:`len(fanouts)` hops with the Triton kernels, eagerly."""
     sampler = FusedSampler(use_graphs=False, max_plans=1)
     return sampler(topo, num_nodes, fanouts, seeds, replace, generator,
                    buffers, device, hot_nodes)

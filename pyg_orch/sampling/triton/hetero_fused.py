@@ -424,9 +424,7 @@ def fused_sample_hetero(
     device: Optional[torch.device] = None,
     hot_nodes: Optional[Dict] = None,
 ) -> MultiHopOutput:
-    r"""Samples a heterogeneous graph with the fused Triton kernels,
-    eagerly; :obj:`hot_nodes` holds masks per node type of nodes the last
-    hop does not expand."""
+    r"""Samples a heterogeneous graph with the Triton kernels, eagerly."""
     device = torch.device(device) if device is not None else topology.device
     sampler = HeteroFusedSampler(use_graphs=False, max_plans=1)
     return sampler(topology, num_neighbors, seeds, replace, generator,
