@@ -534,6 +534,27 @@ class TopologySharding:
                              "per node type for a heterogeneous graph")
         return check_node_parts(split, n, num_shards)
 
+    def shard(self, csc: Dict[Any, CSCTopology], peers: PeerGroup,
+              max_fanout: Optional[int] = None,
+              node_parts: Optional[Dict[Any, Optional[Tensor]]] = None,
+              counted: Optional[Callable[[Tensor, Any], Tensor]] = None
+              ) -> Dict[Any, 'ShardedCSC']:
+        r"""Every topology of :obj:`csc` (per edge type) split across
+        :obj:`peers` with :func:`shard_topology` (a collective), its lists
+        held by :obj:`node_parts` per destination type (ranges if not set);
+        :obj:`counted` as in :func:`expansion_weight`."""
+        reads = self.replicate_by == 'reads'
+        out = {}
+        for et, topo in csc.items():
+            dst_t = None if et is None else et[-1]
+            score = expansion_weight(csc, dst_t, topo.colptr.numel() - 1,
+                                     counted) if reads else None
+            out[et] = shard_topology(
+                topo, peers, self.budget(topo), score,
+                max_fanout=max_fanout if reads else None,
+                node_parts=(node_parts or {}).get(dst_t))
+        return out
+
     def budget(self, csc: CSCTopology) -> int:
         if isinstance(self.replicate_bytes, float):
             per_edge = csc.row.element_size() + (
@@ -596,19 +617,19 @@ def _partition(topology: GraphTopology, node_type: Any, num_parts: int,
 
 def expansion_weight(csc: Dict[Any, CSCTopology], dst_type: Any,
                      num_nodes: int,
-                     counted: Optional[Callable[[Tensor], Tensor]] = None
+                     counted: Optional[Callable[[Tensor, Any], Tensor]] = None
                      ) -> Tensor:
     r"""How often each of the :obj:`num_nodes` vertices of :obj:`dst_type` is
     expected in a frontier: once as a seed plus about once per list of
-    :obj:`csc` that holds it. :obj:`counted` maps a list's source ids to the
-    ids to count."""
+    :obj:`csc` that holds it. :obj:`counted(src, dst_type)` maps a list's
+    source ids to the ids to count."""
     weight = torch.ones(num_nodes, dtype=torch.float64)
     for et, c in csc.items():
         if (None if et is None else et[0]) != dst_type:
             continue
         src = c.row.to(torch.int64)
         if counted is not None:
-            src = counted(src)
+            src = counted(src, dst_type)
         weight += torch.bincount(src, minlength=num_nodes).cpu().to(
             torch.float64)
     return weight
@@ -629,21 +650,10 @@ def shard_graph_topology(topology: GraphTopology, device: torch.device,
         return cached
     peers = PeerGroup(device=device)
     check_same_graph(peers, topology.content_fingerprint())
-    parts: Dict[Any, Optional[Tensor]] = {}
-    csc = {}
-    for et, t in topology.csc.items():
-        dst_t = None if et is None else et[-1]
-        score = None
-        if sharding.replicate_by == 'reads':
-            score = expansion_weight(topology.csc, dst_t,
-                                     topology.num_nodes[dst_t])
-        if dst_t not in parts:
-            parts[dst_t] = _agreed(peers, lambda t=dst_t: sharding.node_parts(
-                topology, peers.world_size, t))
-        csc[et] = shard_topology(
-            t, peers, sharding.budget(t), score,
-            max_fanout=max_fanout if sharding.replicate_by == 'reads'
-            else None, node_parts=parts[dst_t])
+    parts = {t: _agreed(peers, lambda t=t: sharding.node_parts(
+        topology, peers.world_size, t)) for t in dict.fromkeys(
+            None if et is None else et[-1] for et in topology.csc)}
+    csc = sharding.shard(topology.csc, peers, max_fanout, parts)
     node_time = None if topology.node_time is None else {
         t: v.to(device) for t, v in topology.node_time.items()}
     out = GraphTopology(csc, topology.num_nodes, node_time,
