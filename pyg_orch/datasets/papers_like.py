@@ -290,15 +290,10 @@ def papers_like_graph(
         num_train (int): Training nodes, at most :obj:`num_nodes`. (default:
             :obj:`1_207_179`)
         **others: As in :func:`papers_like_topology`."""
-    num_features = check_int('num_features', num_features, 0)
-    data = papers_like_node_data(num_nodes, 0, num_classes, num_train,
-                                 device, seed, progress)
-    topology = papers_like_topology(num_nodes, num_edges, exponent, device,
-                                    seed, chunk_size, cache_dir, progress)
-    if num_features > 0:
-        data.x = papers_like_features(num_nodes, num_features,
-                                      topology.device, seed, progress=progress)
-    return data, topology
+    data = papers_like_node_data(num_nodes, num_features, num_classes,
+                                 num_train, device, seed, progress)
+    return data, papers_like_topology(num_nodes, num_edges, exponent, device,
+                                      seed, chunk_size, cache_dir, progress)
 
 
 def papers_like_features(

@@ -302,10 +302,10 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
     _prepare_out_dir(out_dir, overwrite)
     files: Dict[str, Dict[str, Any]] = {'global': {}}
     for nt in node_types:
-        _save(node_part[nt], global_map_path(out_dir, 'node_part', nt),
-              out_dir, files['global'])
-        _save(order[nt][3], global_map_path(out_dir, 'local_id', nt),
-              out_dir, files['global'])
+        for key, t in (('node_part', node_part[nt]), ('local_id',
+                                                      order[nt][3])):
+            _save(t, global_map_path(out_dir, key, nt), out_dir,
+                  files['global'])
 
     from tqdm.auto import tqdm
     part_sizes = {nt: [] for nt in node_types}
@@ -333,11 +333,9 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
             e_order, ptr, row_all = edges[et]
             e_lo, e_hi = int(ptr[lo]), int(ptr[hi])
             eids = e_order[e_lo:e_hi]
-            _save(ptr[lo:hi + 1] - e_lo, edge_path(part_dir, et, 'colptr'),
-                  out_dir, pf)
-            _save(row_all[e_lo:e_hi], edge_path(part_dir, et, 'row'),
-                  out_dir, pf)
-            _save(eids, edge_path(part_dir, et, 'edge_id'), out_dir, pf)
+            for key, t in (('colptr', ptr[lo:hi + 1] - e_lo),
+                           ('row', row_all[e_lo:e_hi]), ('edge_id', eids)):
+                _save(t, edge_path(part_dir, et, key), out_dir, pf)
             for key in edge_keys[et]:
                 value = edge_stores[et][key]
                 _save(value[eids.to(value.device)],
