@@ -83,18 +83,10 @@ def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
              out_device: Optional[torch.device] = None,
              recv_sizes: Optional[Sequence[int]] = None) -> List[Tensor]:
     r"""Sends :obj:`send[r]` to rank :obj:`r` of :obj:`group` and returns the
-    tensors every rank sent to this one, in rank order (a collective).
-    Rows may differ in number, dtype and trailing shape may not.
-
-    Args:
-        send (Sequence[torch.Tensor]): One tensor per rank of the group.
-        group (ProcessGroup, optional): The process group (default: the
-            default group).
-        out_device (torch.device, optional): Where the received tensors
-            land (default: the device of :obj:`send[0]`).
-        recv_sizes (Sequence[int], optional): The rows every rank sends to
-            this one, where known (then the sizes are not exchanged and the
-            host does not wait); a wrong size mixes up rows."""
+    tensors every rank sent to this one, in rank order (a collective), on
+    :obj:`out_device` (:obj:`send[0]`'s if not set). Rows may differ in
+    number, dtype and trailing shape may not. :obj:`recv_sizes`, the rows
+    every rank sends here where known, saves exchanging the sizes."""
     world_size = group_size(group)
     if len(send) != world_size:
         raise ValueError(f"'send' must hold one tensor per rank "
@@ -124,9 +116,8 @@ def _exchange_flat(flat: Tensor, send_list: List[int], group: Optional[Any],
                    out_device: torch.device,
                    recv_sizes: Optional[List[int]]
                    ) -> Tuple[Tensor, List[int]]:
-    # Sends the rows of `flat` (`send_list[r]` to rank r, in rank order);
-    # returns what it receives, as one tensor in rank order, and the rows
-    # from every rank.
+    # `send_list[r]` rows of `flat` to rank r; what is received, and how
+    # many rows from every rank.
     device = comm_device(group)
     if recv_sizes is None:
         sizes = torch.tensor(send_list, dtype=torch.int64).to(device)

@@ -77,9 +77,7 @@ class PartitionFileError(ValueError):
 
 def check_name(name: Any, what: str) -> None:
     r"""Raises a :class:`ValueError` unless :obj:`name` (an attribute,
-    node type or relation) can name a file: letters, digits, :obj:`'_'`,
-    :obj:`'.'` and :obj:`'-'`, not starting with :obj:`'.'` or
-    :obj:`'-'`."""
+    node type or relation) can name a file."""
     if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
         raise ValueError(f"{what} {name!r} cannot name a file; rename it "
                          f"(letters, digits, '_', '.', '-')")

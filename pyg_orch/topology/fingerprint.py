@@ -4,6 +4,7 @@ used with, and whether every rank holds the same graph."""
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from typing import Any, List, Optional, Sequence
 
 import torch
@@ -104,8 +105,6 @@ def differing_ranks(values: Sequence[Any]) -> List[int]:
     r"""The ranks whose entry of :obj:`values` (one per rank, e.g. from
     :func:`torch.distributed.all_gather_object`) differs from the most
     common one (from rank 0's where several are as common)."""
-    counts = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
+    counts = Counter(values)
     common = max(values, key=lambda v: (counts[v], v == values[0]))
     return [r for r, v in enumerate(values) if v != common]

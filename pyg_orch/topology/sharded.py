@@ -37,21 +37,15 @@ def shard_positions(edge_bounds: Tensor, pos: Tensor):
 
 class PositionMap:
     r"""Where the CSC positions of lists split by a partition of the
-    destinations lie: rank :obj:`r`'s shard starts at :obj:`edge_bounds[r]`
-    and destination :obj:`v`'s list at :obj:`start[v]` among the placed
-    positions.
-
-    Args:
-        colptr (torch.Tensor): The topology's offsets.
-        start (torch.Tensor): Per destination, where its list starts among
-            the placed positions."""
+    destinations lie: destination :obj:`v`'s list starts at :obj:`start[v]`
+    among the placed positions (:obj:`colptr`: the topology's offsets)."""
     def __init__(self, colptr: Tensor, start: Tensor):
         self.colptr = colptr
         self.start = start
 
     def __call__(self, pos: Tensor, dst: Optional[Tensor] = None) -> Tensor:
-        r"""The placed positions of CSC positions :obj:`pos` (of lists of
-        destinations :obj:`dst`, found by bisection if not given)."""
+        r"""The placed positions of CSC positions :obj:`pos` (of
+        destinations :obj:`dst`, bisected if not given)."""
         if dst is None:
             dst = torch.searchsorted(self.colptr, pos, right=True) - 1
         return self.start.index_select(0, dst).to(torch.int64) + (
@@ -285,10 +279,9 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
                       score: Optional[Tensor] = None,
                       exclude: Optional[Union[range, Tensor]] = None,
                       max_fanout: Optional[int] = None) -> Tensor:
-    r"""The destinations whose lists to copy to a GPU within
-    :obj:`budget_bytes`, greedily by reads saved per byte (a destination of
-    weight :obj:`score[v]`, the in-degree if not given, reads
-    :obj:`min(deg, max_fanout)` entries), skipping those in :obj:`exclude`."""
+    r"""The destinations whose lists to copy within :obj:`budget_bytes`,
+    greedily by reads saved per byte (:obj:`score`: expected expansions, the
+    in-degree if not given), skipping those in :obj:`exclude`."""
     deg = (colptr[1:] - colptr[:-1]).cpu().to(torch.int64)
     if budget_bytes <= 0 or deg.numel() == 0:
         return torch.empty(0, dtype=torch.int64)
@@ -314,9 +307,8 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
 
 def check_node_parts(node_parts: Tensor, num_nodes: int,
                      num_shards: int) -> Tensor:
-    r""":obj:`node_parts` as :obj:`int64` on the CPU, checked to hold the
-    rank (in :obj:`[0, num_shards)`) of each of :obj:`num_nodes`
-    vertices; a :class:`ValueError` naming :obj:`split_by` otherwise."""
+    r""":obj:`node_parts` (:obj:`split_by`) on the CPU, checked to hold a
+    rank in :obj:`[0, num_shards)` per vertex."""
     if node_parts.dim() != 1 or node_parts.numel() != num_nodes:
         raise ValueError(f"'split_by' must hold one part per vertex "
                          f"({num_nodes}), got shape "
@@ -356,8 +348,7 @@ def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
 
 def check_same_graph(peers: PeerGroup, fingerprint: str,
                      what: str = 'graph') -> None:
-    r"""Raises a :class:`ValueError` on every rank of :obj:`peers` (a
-    collective) naming the ranks whose :obj:`fingerprint` differs."""
+    r"""Raises on every rank (a collective) where fingerprints differ."""
     seen = peers.all_gather_object(fingerprint)
     differ = differing_ranks(seen)
     if differ:
@@ -539,10 +530,8 @@ class TopologySharding:
               node_parts: Optional[Dict[Any, Optional[Tensor]]] = None,
               counted: Optional[Callable[[Tensor, Any], Tensor]] = None
               ) -> Dict[Any, 'ShardedCSC']:
-        r"""Every topology of :obj:`csc` (per edge type) split across
-        :obj:`peers` with :func:`shard_topology` (a collective), its lists
-        held by :obj:`node_parts` per destination type (ranges if not set);
-        :obj:`counted` as in :func:`expansion_weight`."""
+        r"""Every edge type of :obj:`csc` split by :func:`shard_topology`,
+        with :obj:`node_parts` per destination type (ranges if not set)."""
         reads = self.replicate_by == 'reads'
         out = {}
         for et, topo in csc.items():
