@@ -289,10 +289,7 @@ class DistributedSeedSplit(Sampler):
         else:
             self.node_type, self.seeds = _resolve_seeds(input_nodes)
         self.rank, self.world_size = _check_rank(rank, world_size)
-        if seed is not None and (isinstance(seed, bool)
-                                 or not isinstance(seed, int)):
-            raise ValueError(f"'seed' must be an integer or None (got "
-                             f"{seed!r})")
+        seed = check_int('seed', seed, -2**63, optional=True)
         self.shuffle = bool(shuffle)
         self.seed = 0 if seed is None else seed
         self.drop_last = bool(drop_last)
