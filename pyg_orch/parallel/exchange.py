@@ -4,6 +4,7 @@ the collective sampler and the distributed feature gather. Every rank
 calls :func:`exchange` the same number of times in the same order."""
 from __future__ import annotations
 
+import math
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
@@ -83,10 +84,18 @@ def exchange(send: Sequence[Tensor], group: Optional[Any] = None,
              out_device: Optional[torch.device] = None,
              recv_sizes: Optional[Sequence[int]] = None) -> List[Tensor]:
     r"""Sends :obj:`send[r]` to rank :obj:`r` of :obj:`group` and returns the
-    tensors every rank sent to this one, in rank order (a collective), on
-    :obj:`out_device` (:obj:`send[0]`'s if not set). Rows may differ in
-    number, dtype and trailing shape may not. :obj:`recv_sizes`, the rows
-    every rank sends here where known, saves exchanging the sizes."""
+    tensors every rank sent to this one, in rank order (a collective).
+    Rows may differ in number, dtype and trailing shape may not.
+
+    Args:
+        send (Sequence[torch.Tensor]): One tensor per rank of the group.
+        group (ProcessGroup, optional): The process group (default: the
+            default group).
+        out_device (torch.device, optional): Where the received tensors
+            land (default: the device of :obj:`send[0]`).
+        recv_sizes (Sequence[int], optional): The rows every rank sends to
+            this one, where known (then the sizes are not exchanged and the
+            host does not wait); a wrong size mixes up rows."""
     world_size = group_size(group)
     if len(send) != world_size:
         raise ValueError(f"'send' must hold one tensor per rank "
@@ -144,9 +153,7 @@ def _check_sizes(sizes: Sequence[int], world_size: int,
 
 def _row_bytes(t: Tensor) -> Tensor:
     # The rows of `t` as bytes: (rows, bytes per row), uint8.
-    width = 1
-    for d in t.shape[1:]:
-        width *= int(d)
+    width = math.prod(t.shape[1:])
     return t.contiguous().reshape(t.size(0), width).view(torch.uint8)
 
 
