@@ -5,6 +5,7 @@ every GPU within a memory budget. A batch equals the one-GPU loader's."""
 import dataclasses
 import threading
 import weakref
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -269,10 +270,7 @@ def shard_bounds(colptr: Tensor, num_shards: int) -> List[int]:
                             for r in range(1, num_shards)],
                            dtype=colptr.dtype)
     inner = torch.searchsorted(colptr.cpu(), targets).clamp(0, n).tolist()
-    bounds = [0] + inner + [n]
-    for r in range(1, len(bounds)):  # Monotone even for empty graphs.
-        bounds[r] = max(bounds[r], bounds[r - 1])
-    return bounds
+    return list(accumulate([0] + inner + [n], max))  # Monotone if empty.
 
 
 def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
@@ -324,9 +322,8 @@ def check_node_parts(node_parts: Tensor, num_nodes: int,
 
 def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
                    num_shards: int):
-    r"""How lists split by :obj:`node_parts` lie: the shards' bounds among the
-    placed positions, every destination's placed start, and the CSC
-    positions of :obj:`rank`'s shard."""
+    r"""The shards' bounds, every destination's placed start, and the CSC
+    positions of :obj:`rank`'s shard, for lists split by :obj:`node_parts`."""
     n = colptr.numel() - 1
     parts = check_node_parts(node_parts, n, num_shards)
     colptr = colptr.cpu().to(torch.int64)
@@ -608,10 +605,9 @@ def expansion_weight(csc: Dict[Any, CSCTopology], dst_type: Any,
                      num_nodes: int,
                      counted: Optional[Callable[[Tensor, Any], Tensor]] = None
                      ) -> Tensor:
-    r"""How often each of the :obj:`num_nodes` vertices of :obj:`dst_type` is
-    expected in a frontier: once as a seed plus about once per list of
-    :obj:`csc` that holds it. :obj:`counted(src, dst_type)` maps a list's
-    source ids to the ids to count."""
+    r"""How often each vertex of :obj:`dst_type` is expected in a frontier:
+    once as a seed, plus once per list of :obj:`csc` that holds it (of the
+    source ids :obj:`counted(src, dst_type)` keeps, if given)."""
     weight = torch.ones(num_nodes, dtype=torch.float64)
     for et, c in csc.items():
         if (None if et is None else et[0]) != dst_type:
