@@ -137,8 +137,7 @@ def edge_path(part_dir: Path, edge_type, name: str,
 
 def global_map_path(out_dir: Path, name: str,
                     node_type: Optional[str]) -> Path:
-    r"""The vertex -> part (:obj:`name='node_part'`) or vertex -> local id
-    (:obj:`'local_id'`) map of a node type."""
+    r"""The :obj:`'node_part'` or :obj:`'local_id'` map of a node type."""
     if node_type is None:
         return out_dir / f'{name}.pt'
     return out_dir / name / f'{node_type}.pt'
