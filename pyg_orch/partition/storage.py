@@ -196,15 +196,14 @@ def _check_meta_names(meta: Dict[str, Any], version: int) -> None:
         for name in et:
             check_name(name, 'edge type part')
     node_attrs = meta.get('node_attrs') or []
-    for keys in (node_attrs.values() if isinstance(node_attrs, dict)
-                 else [node_attrs]):
+    edge_attrs = meta.get('edge_attrs') or []
+    node_keys = node_attrs.values() if isinstance(node_attrs, dict) else \
+        [node_attrs]
+    edge_keys = [keys for _, keys in edge_attrs] if meta.get('is_hetero') \
+        else [edge_attrs]
+    for keys in [*node_keys, *edge_keys]:
         for key in keys:
             check_name(key, 'attribute')
-    edge_attrs = meta.get('edge_attrs') or []
-    if meta.get('is_hetero'):
-        edge_attrs = [key for _, keys in edge_attrs for key in keys]
-    for key in edge_attrs:
-        check_name(key, 'attribute')
     files = meta['files']
     if not isinstance(files, dict):
         raise ValueError("'files' is not a mapping")

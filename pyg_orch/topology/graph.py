@@ -463,17 +463,11 @@ def _collect_time(stores, edge_stores, num_nodes, time_attr):
     if time_attr is None:
         return None, {}
     hetero = None not in stores
-    node_level = {
-        t: s
-        for t, s in stores.items()
-        if time_attr in s and (hetero or s.is_node_attr(time_attr))
-    }
-    edge_level = {
-        t: s
-        for t, s in edge_stores.items()
-        if time_attr in s and (hetero or s.is_edge_attr(time_attr))
-        and not (t is None and node_level)
-    }
+    node_level = {t: s for t, s in stores.items() if time_attr in s
+                  and (hetero or s.is_node_attr(time_attr))}
+    edge_level = {t: s for t, s in edge_stores.items() if time_attr in s
+                  and (hetero or s.is_edge_attr(time_attr))
+                  and not (t is None and node_level)}
     check_time_level(time_attr, bool(node_level), bool(edge_level))
     if node_level:
         return _time_per_type(node_level, 'time_attr', time_attr,

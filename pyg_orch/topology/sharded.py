@@ -507,11 +507,9 @@ class TopologySharding:
         r"""The rank that holds each :obj:`node_type` vertex's lists
         (:obj:`None` for :obj:`'ranges'`), the same on every rank."""
         split = self.split_by
-        n = topology.num_nodes[node_type]
         if isinstance(split, str):
-            if split == 'ranges':
-                return None
-            return _partition(topology, node_type, num_shards, split)
+            return None if split == 'ranges' else _partition(
+                topology, node_type, num_shards, split)
         if isinstance(split, dict):
             if node_type not in split:
                 raise ValueError(f"'split_by' has no parts for node type "
@@ -520,7 +518,8 @@ class TopologySharding:
         elif node_type is not None:
             raise ValueError("'split_by' must be a dictionary of tensors "
                              "per node type for a heterogeneous graph")
-        return check_node_parts(split, n, num_shards)
+        return check_node_parts(split, topology.num_nodes[node_type],
+                                num_shards)
 
     def shard(self, csc: Dict[Any, CSCTopology], peers: PeerGroup,
               max_fanout: Optional[int] = None,

@@ -90,7 +90,8 @@ def adj_t_edge_index(adj_t: Any) -> Tuple[Tensor, bool]:
         ptr = adj_t.crow_indices() if csr else adj_t.ccol_indices()
         index = (adj_t.col_indices() if csr else adj_t.row_indices()).long()
         expanded = segment_ids(ptr.long().diff(), index.numel())
-        return torch.stack([index, expanded] if csr else [expanded, index]), csr
+        pair = [index, expanded] if csr else [expanded, index]
+        return torch.stack(pair), csr
     if not adj_t.is_coalesced():
         raise ValueError("'adj_t' is an uncoalesced sparse COO tensor; call "
                          "'adj_t.coalesce()' first")
