@@ -274,8 +274,10 @@ class DistributedSeedSplit(Sampler):
                  seed: Optional[int] = None, drop_last: bool = False):
         if isinstance(input_nodes, int) and not isinstance(input_nodes,
                                                            bool):
-            self.node_type, self.seeds = None, torch.arange(
-                check_int('input_nodes', input_nodes, 0))
+            if input_nodes < 0:
+                raise ValueError(f"'input_nodes' as a number of seeds must "
+                                 f"be non-negative (got {input_nodes})")
+            self.node_type, self.seeds = None, torch.arange(input_nodes)
         else:
             self.node_type, self.seeds = _resolve_seeds(input_nodes)
         self.rank, self.world_size = _check_rank(rank, world_size)

@@ -19,15 +19,13 @@ _INT32_MAX = 2**31 - 1
 
 
 def smallest_index_dtype(*bounds: int) -> torch.dtype:
-    r"""Returns :obj:`torch.int32` if every bound fits into it, else
-    :obj:`torch.int64`."""
+    r""":obj:`torch.int32` if every bound fits into it, else :obj:`int64`."""
     return torch.int32 if max(bounds, default=0) <= _INT32_MAX else torch.int64
 
 
 def time_order(segment: Tensor, time: Tensor) -> Tensor:
-    r"""The permutation that sorts entries by :obj:`segment` (e.g. their
-    destination), and by :obj:`time` within a segment; stable, so that ties
-    keep their order."""
+    r"""The stable permutation that sorts entries by :obj:`segment` (e.g.
+    their destination), then by :obj:`time`."""
     perm = torch.sort(time, stable=True)[1]
     return perm[torch.sort(segment[perm], stable=True)[1]]
 
