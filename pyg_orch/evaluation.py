@@ -77,15 +77,8 @@ def random_split(num_nodes: int, train_ratio: float = 0.1,
                  val_ratio: float = 0.1,
                  seed: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
     r"""Seeded random node split (independent of the global RNG):
-    :obj:`(train_mask, val_mask, test_mask)`, disjoint and covering all nodes.
-
-    Args:
-        num_nodes (int): The number of nodes.
-        train_ratio (float, optional): The fraction of training nodes.
-            (default: :obj:`0.1`)
-        val_ratio (float, optional): The fraction of validation nodes.
-            (default: :obj:`0.1`)
-        seed (int, optional): Seeds the permutation. (default: :obj:`0`)"""
+    :obj:`(train_mask, val_mask, test_mask)`, disjoint and covering all
+    nodes, with fractions :obj:`train_ratio` and :obj:`val_ratio`."""
     num_nodes = check_int('num_nodes', num_nodes, 1)
     train_ratio = check_fraction('train_ratio', train_ratio)
     val_ratio = check_fraction('val_ratio', val_ratio)

@@ -29,10 +29,8 @@ def check_choice(name: str, value, choices: Sequence[str]) -> None:
 
 def check_bool(name: str, value: Any, optional: bool = False,
                also: Sequence[str] = ()) -> Any:
-    r"""Returns :obj:`value` as a :class:`bool` (a NumPy bool too), :obj:`None`
-    with :obj:`optional`, or one of the strings :obj:`also`; else raises an
-    :class:`~pyg_orch.core.errors.ArgumentTypeError` naming :obj:`name` (a
-    truthy string or number would silently mean :obj:`True`)."""
+    r"""Returns :obj:`value` as a :class:`bool`, :obj:`None` with
+    :obj:`optional`, or one of the strings :obj:`also`; else raises."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if (value is None and optional) or (isinstance(value, str)
@@ -54,9 +52,7 @@ def check_bools(**flags: Any) -> None:
 
 def check_fraction(name: str, value: Any, optional: bool = False) -> Any:
     r"""Returns :obj:`value` as a :class:`float` in :obj:`[0, 1]` (or
-    :obj:`None` with :obj:`optional`); else raises naming :obj:`name` (an
-    :class:`~pyg_orch.core.errors.ArgumentTypeError` for a wrong type, a
-    :class:`ValueError` for a number out of range or NaN)."""
+    :obj:`None` with :obj:`optional`); else raises naming :obj:`name`."""
     if value is None and optional:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(
@@ -101,19 +97,17 @@ def check_real(name: str, value: Any, minimum: float,
 
 
 def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
-    r"""Warns once, with a :class:`DeprecationWarning`, that the keyword
-    argument :obj:`old` is deprecated, naming its new spelling :obj:`new`
-    (e.g. :obj:`"cache=CacheOptions(cache_ratio=0.2)"`)."""
+    r"""Warns that the keyword argument :obj:`old` is deprecated for
+    :obj:`new` (e.g. :obj:`"cache=CacheOptions(cache_ratio=0.2)"`)."""
     warnings.warn(f"'{old}' is deprecated; pass {new}", DeprecationWarning,
                   stacklevel=stacklevel)
 
 
 def check_seconds(name: str, value: Any, positive: bool = False,
                   optional: bool = False) -> Optional[float]:
-    r"""Returns :obj:`value` as a :class:`float` if it is a finite number of
-    seconds :obj:`>= 0` (any number :obj:`> 0` with :obj:`positive`), or
-    :obj:`None` with :obj:`optional`; else raises a :class:`ValueError`
-    naming :obj:`name`."""
+    r"""Returns :obj:`value` as a :class:`float` number of seconds
+    (:obj:`> 0` with :obj:`positive`, else finite and :obj:`>= 0`), or
+    :obj:`None` with :obj:`optional`; else raises naming :obj:`name`."""
     if value is None and optional:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(

@@ -13,12 +13,6 @@ from torch_geometric.data import Data
 __all__ = ['read_musae']
 
 
-def _check_file(path: str) -> str:
-    if not osp.isfile(path):
-        raise FileNotFoundError(f"MUSAE file not found: '{path}'")
-    return path
-
-
 def _row_error(path: str, line: int, what: str) -> ValueError:
     return ValueError(f"'{path}', line {line}: {what}")
 
@@ -74,9 +68,7 @@ def _read_edges(path: str) -> np.ndarray:
         _first_bad_edge_line(path, has_header)
         raise ValueError(f"Expected two non-negative node ids 'id_1,id_2' "
                          f"per line in '{path}'")
-    if edges.size == 0:
-        return np.empty((0, 2), dtype=np.int64)
-    return edges
+    return edges if edges.size > 0 else np.empty((0, 2), dtype=np.int64)
 
 
 def _read_targets(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -161,8 +153,11 @@ def read_musae(root: str, name: str | None = None) -> Data:
         os.fspath(root)
     if not osp.isdir(folder):
         raise FileNotFoundError(f"MUSAE directory not found: '{folder}'")
-    edge_path = _check_file(osp.join(folder, 'edges.csv'))
-    target_path = _check_file(osp.join(folder, 'target.csv'))
+    edge_path, target_path = (osp.join(folder, name)
+                              for name in ('edges.csv', 'target.csv'))
+    for path in (edge_path, target_path):
+        if not osp.isfile(path):
+            raise FileNotFoundError(f"MUSAE file not found: '{path}'")
 
     edges = _read_edges(edge_path)
     ids, labels = _read_targets(target_path)

@@ -32,17 +32,15 @@ _CACHE_VERSION = 1
 def _chunk_generator(device: torch.device, seed: int,
                      chunk: int) -> torch.Generator:
     # One stream per chunk: both passes draw the same edges.
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed * 1_000_003 + chunk + 1)
-    return gen
+    return torch.Generator(device=device).manual_seed(seed * 1_000_003 +
+                                                      chunk + 1)
 
 
 def _cumulative_weights(num_nodes: int, exponent: float, seed: int,
                         device: torch.device) -> Tensor:
     # Popularity `rank^(-1 / (exponent - 1))` with ranks spread over the node
     # ids by a random permutation, accumulated in node order (float64).
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     rank = torch.randperm(num_nodes, generator=gen, device=device)
     weight = rank.add_(1).to(torch.float64).pow_(-1.0 / (exponent - 1.0))
     return weight.cumsum_(0)
@@ -290,15 +288,10 @@ def papers_like_graph(
         num_train (int): Training nodes, at most :obj:`num_nodes`. (default:
             :obj:`1_207_179`)
         **others: As in :func:`papers_like_topology`."""
-    num_features = check_int('num_features', num_features, 0)
-    data = papers_like_node_data(num_nodes, 0, num_classes, num_train,
-                                 device, seed, progress)
-    topology = papers_like_topology(num_nodes, num_edges, exponent, device,
-                                    seed, chunk_size, cache_dir, progress)
-    if num_features > 0:
-        data.x = papers_like_features(num_nodes, num_features,
-                                      topology.device, seed, progress=progress)
-    return data, topology
+    data = papers_like_node_data(num_nodes, num_features, num_classes,
+                                 num_train, device, seed, progress)
+    return data, papers_like_topology(num_nodes, num_edges, exponent, device,
+                                      seed, chunk_size, cache_dir, progress)
 
 
 def papers_like_features(
@@ -341,8 +334,7 @@ def papers_like_features(
     x = out if out is not None else torch.empty(
         (num_nodes, num_features), dtype=torch.float32,
         pin_memory=device.type == 'cuda')
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed + 2)
+    gen = torch.Generator(device=device).manual_seed(seed + 2)
     chunk_rows = 1 << 22
     for start in tqdm(range(0, num_nodes, chunk_rows), desc='features',
                       unit='chunk', disable=not progress):

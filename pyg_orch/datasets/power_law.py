@@ -89,21 +89,14 @@ def _sample_zipf_ranks(
     head_mass = float(head_cdf[-1])
     head_cdf = head_cdf.to(device)
 
-    # Tail mass `int_{K+1/2}^{N+1/2} x^-a dx`, in a form stable for `b -> 0`:
+    # Tail mass `int_{K+1/2}^{N+1/2} x^-a dx`, in a form stable for `b -> 0`
+    # (none if `K == N`, or if it underflows: then every rank is a head one):
     b, x0 = 1.0 - a, K + 0.5
-    if K < N:
-        log_ratio = math.log((N + 0.5) / x0)
-        x0_b = x0**b
-        tail_mass = x0_b * math.expm1(b * log_ratio) / b if b != 0.0 \
-            else log_ratio
-    else:
-        tail_mass = 0.0
-    if not tail_mass > 0.0:  # `K == N`, or the tail underflows:
-        u = torch.rand(num_samples, dtype=torch.float64, generator=gen,
-                       device=device).mul_(head_mass)
-        rank = torch.searchsorted(head_cdf, u, right=True,
-                                  out_int32=dtype == torch.int32)
-        return rank.clamp_(max=K - 1)
+    log_ratio = math.log((N + 0.5) / x0)
+    x0_b = x0**b
+    tail_mass = x0_b * math.expm1(b * log_ratio) / b if b != 0.0 \
+        else log_ratio
+    tail_mass = tail_mass if K < N and tail_mass > 0.0 else 0.0
 
     u = torch.rand(num_samples, dtype=torch.float64, generator=gen,
                    device=device).mul_(head_mass + tail_mass)

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import Sampler
 
-from pyg_orch.core.checks import check_int, check_seconds
+from pyg_orch.core.checks import check_int, check_seconds, resolve_device
 from pyg_orch.parallel.exchange import comm_device
 from pyg_orch.parallel.peer_memory import disable_multicast_env
 
@@ -94,12 +94,6 @@ def init_distributed(
     if not isinstance(timeout, timedelta) or timeout.total_seconds() <= 0:
         raise ValueError(f"'timeout' must be a positive timedelta or number "
                          f"of seconds (got {timeout!r})")
-    if device is None:
-        device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    device = torch.device(device)
-    if device.type not in ('cuda', 'cpu'):
-        raise ValueError(f"'device' must be 'cuda' or 'cpu' "
-                         f"(got {str(device)!r})")
     rank = check_int('rank', rank, 0, optional=True)
     world_size = check_int('world_size', world_size, 0, optional=True)
     master_port = check_int('master_port', master_port, 0, optional=True)
@@ -107,22 +101,20 @@ def init_distributed(
         raise ValueError(f"'rank' must be smaller than 'world_size' (got "
                          f"rank={rank}, world_size={world_size})")
 
+    if torch.cuda.is_available() and (device is None or torch.device(
+            device) == torch.device('cuda')):  # LOCAL_RANK's GPU.
+        local = _env_int('LOCAL_RANK', rank if rank is not None else 0)
+        device = torch.device('cuda', local % torch.cuda.device_count())
+    device = resolve_device(device)
     if device.type == 'cuda':
-        if not torch.cuda.is_available():
-            raise ValueError("'device' is 'cuda', but no CUDA device is "
-                             "available")
-        if device.index is None:
-            local = _env_int('LOCAL_RANK', rank if rank is not None else 0)
-            device = torch.device('cuda', local % torch.cuda.device_count())
         torch.cuda.set_device(device)
 
     if not dist.is_initialized():
         if backend is None:
             backend = 'nccl' if device.type == 'cuda' else 'gloo'
-        if rank is None:
-            rank = _env_int('RANK', 0)
-        if world_size is None:
-            world_size = _env_int('WORLD_SIZE', 1)
+        rank = _env_int('RANK', 0) if rank is None else rank
+        world_size = _env_int('WORLD_SIZE', 1) if world_size is None else \
+            world_size
         if not 0 <= rank < world_size:
             raise ValueError(f"The rank must lie in [0, world_size) (got "
                              f"rank={rank}, world_size={world_size}; set "
@@ -289,10 +281,7 @@ class DistributedSeedSplit(Sampler):
         else:
             self.node_type, self.seeds = _resolve_seeds(input_nodes)
         self.rank, self.world_size = _check_rank(rank, world_size)
-        if seed is not None and (isinstance(seed, bool)
-                                 or not isinstance(seed, int)):
-            raise ValueError(f"'seed' must be an integer or None (got "
-                             f"{seed!r})")
+        seed = check_int('seed', seed, -2**63, optional=True)
         self.shuffle = bool(shuffle)
         self.seed = 0 if seed is None else seed
         self.drop_last = bool(drop_last)

@@ -4,6 +4,7 @@ the collective sampler and the distributed feature gather. Every rank
 calls :func:`exchange` the same number of times in the same order."""
 from __future__ import annotations
 
+import math
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
@@ -124,9 +125,8 @@ def _exchange_flat(flat: Tensor, send_list: List[int], group: Optional[Any],
                    out_device: torch.device,
                    recv_sizes: Optional[List[int]]
                    ) -> Tuple[Tensor, List[int]]:
-    # Sends the rows of `flat` (`send_list[r]` to rank r, in rank order);
-    # returns what it receives, as one tensor in rank order, and the rows
-    # from every rank.
+    # `send_list[r]` rows of `flat` to rank r; what is received, and how
+    # many rows from every rank.
     device = comm_device(group)
     if recv_sizes is None:
         sizes = torch.tensor(send_list, dtype=torch.int64).to(device)
@@ -153,9 +153,7 @@ def _check_sizes(sizes: Sequence[int], world_size: int,
 
 def _row_bytes(t: Tensor) -> Tensor:
     # The rows of `t` as bytes: (rows, bytes per row), uint8.
-    width = 1
-    for d in t.shape[1:]:
-        width *= int(d)
+    width = math.prod(t.shape[1:])
     return t.contiguous().reshape(t.size(0), width).view(torch.uint8)
 
 

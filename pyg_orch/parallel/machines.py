@@ -106,11 +106,7 @@ def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
     :obj:`csc` (per edge type) replaces the part's own topology, e.g. with
     edge times and weights attached."""
     from pyg_orch.parallel.peer_memory import PeerGroup
-    from pyg_orch.topology.sharded import (
-        TopologySharding,
-        expansion_weight,
-        shard_topology,
-    )
+    from pyg_orch.topology.sharded import TopologySharding
     sharding = sharding or TopologySharding()
     if not (isinstance(sharding.split_by, str)
             and sharding.split_by == 'ranges'):
@@ -120,27 +116,13 @@ def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
             "only (split_by='ranges'); the part itself is the partition "
             "(e.g. METIS, see partition_graph)")
     peers = PeerGroup(layout.machine_group(), device=device)
-    if partition.is_hetero:
-        own, node_part = partition.csc, partition.node_part
-        local_id = partition.local_id
-    else:
-        own = {None: partition.csc}
-        node_part = {None: partition.node_part}
-        local_id = {None: partition.local_id}
-    csc = own if csc is None else csc
-    out = {}
-    for et, topo in csc.items():
-        dst_t = None if et is None else et[-1]
-        score = None
-        if sharding.replicate_by == 'reads':
-            def own_local(src, t=dst_t):  # The part's own sources, local.
-                return local_id[t][src[node_part[t][src] == partition.part]
-                                   ].to(src.dtype)
+    own, node_part, local_id = (
+        (x if partition.is_hetero else {None: x})
+        for x in (partition.csc, partition.node_part, partition.local_id))
 
-            score = expansion_weight(csc, dst_t, topo.colptr.numel() - 1,
-                                     own_local)
-        out[et] = shard_topology(
-            topo, peers, sharding.budget(topo), score,
-            max_fanout=max_fanout if sharding.replicate_by == 'reads'
-            else None)
-    return out
+    def own_local(src: Any, t: Any) -> Any:  # The part's own sources, local.
+        return local_id[t][src[node_part[t][src] == partition.part]].to(
+            src.dtype)
+
+    return sharding.shard(own if csc is None else csc, peers, max_fanout,
+                          counted=own_local)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from pyg_orch.core.devices import with_index
+from pyg_orch.parallel.exchange import group_rank, group_size
 
 #: Set in every process that uses peer memory: NVLink multicast stays off
 #: (plain peer access does not need it, and the machines we run on must not
@@ -78,14 +79,11 @@ class PeerGroup:
     def __init__(self, group: Optional[Any] = None,
                  device: Optional[torch.device] = None):
         self.device = with_index(torch.device(device or 'cpu'))
-        if not dist.is_available() or not dist.is_initialized():
-            self.group, self.rank, self.world_size = None, 0, 1
-        else:
-            if group is None:
-                group = machine_group()
-            self.group = group
-            self.rank = dist.get_rank(group)
-            self.world_size = dist.get_world_size(group)
+        initialized = dist.is_available() and dist.is_initialized()
+        self.group = None if not initialized else (
+            group if group is not None else machine_group())
+        self.rank = group_rank(self.group)
+        self.world_size = group_size(self.group)
         self._name = None
         self._count = 0
         if self.device.type == 'cuda':

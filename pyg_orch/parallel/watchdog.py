@@ -106,15 +106,8 @@ def process_gone(pid: int) -> bool:
 
 
 class PeerLiveness:
-    r"""Which ranks of a guard died without a word (see the module).
-
-    Args:
-        store (torch.distributed.Store): Where the counters live.
-        prefix (str): The guard's key prefix.
-        rank (int): This rank.
-        ranks (List[int]): Every rank of the guard's group.
-        dead_after (float, optional): Seconds without a beat after which a
-            peer on another host is dead (:obj:`None`: never)."""
+    r"""Which ranks of a guard (the :obj:`ranks` of its group) died without
+    a word, by heartbeat counters in :obj:`store` (see the module)."""
     def __init__(self, store: Any, prefix: str, rank: int, ranks: List[int],
                  dead_after: Optional[float]):
         self.store = store

@@ -15,11 +15,12 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from pyg_orch.core.checks import check_data
+from pyg_orch.core.checks import check_data, check_int
 from pyg_orch.topology.csc import check_edge_index
 from pyg_orch.topology.sparse_adj import index_to_ptr
 from pyg_orch.partition.partitioning import (
     assign_parts,
+    balance,
     check_num_parts,
     edge_cut,
     resolve_method,
@@ -244,11 +245,7 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
     num_nodes = sum(num_nodes_by_type.values())
     num_parts = check_num_parts(num_parts, num_nodes, allow_empty=False)
     resolved = resolve_method(method)
-    if seed is None:
-        seed = 0
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"'seed' must be an integer or None (got "
-                         f"{seed!r})")
+    seed = check_int('seed', 0 if seed is None else seed, -2**63)
     out_dir = Path(out_dir)
     start = time.perf_counter()
 
@@ -302,10 +299,10 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
     _prepare_out_dir(out_dir, overwrite)
     files: Dict[str, Dict[str, Any]] = {'global': {}}
     for nt in node_types:
-        _save(node_part[nt], global_map_path(out_dir, 'node_part', nt),
-              out_dir, files['global'])
-        _save(order[nt][3], global_map_path(out_dir, 'local_id', nt),
-              out_dir, files['global'])
+        for key, t in (('node_part', node_part[nt]), ('local_id',
+                                                      order[nt][3])):
+            _save(t, global_map_path(out_dir, key, nt), out_dir,
+                  files['global'])
 
     from tqdm.auto import tqdm
     part_sizes = {nt: [] for nt in node_types}
@@ -333,11 +330,9 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
             e_order, ptr, row_all = edges[et]
             e_lo, e_hi = int(ptr[lo]), int(ptr[hi])
             eids = e_order[e_lo:e_hi]
-            _save(ptr[lo:hi + 1] - e_lo, edge_path(part_dir, et, 'colptr'),
-                  out_dir, pf)
-            _save(row_all[e_lo:e_hi], edge_path(part_dir, et, 'row'),
-                  out_dir, pf)
-            _save(eids, edge_path(part_dir, et, 'edge_id'), out_dir, pf)
+            for key, t in (('colptr', ptr[lo:hi + 1] - e_lo),
+                           ('row', row_all[e_lo:e_hi]), ('edge_id', eids)):
+                _save(t, edge_path(part_dir, et, key), out_dir, pf)
             for key in edge_keys[et]:
                 value = edge_stores[et][key]
                 _save(value[eids.to(value.device)],
@@ -383,11 +378,8 @@ def partition_graph(data, num_parts: int, out_dir: PathLike,
                 edge_type_name(et): part_num_edges[et]
                 for et in edge_types
             },
-            'balance_by_type': {
-                nt: (max(part_sizes[nt]) * num_parts /
-                     num_nodes_by_type[nt] if num_nodes_by_type[nt] else 1.0)
-                for nt in node_types
-            },
+            'balance_by_type': {nt: balance(node_part[nt], num_parts)
+                                for nt in node_types},
             'node_attrs': node_keys,
             'edge_attrs': [[list(et), edge_keys[et]] for et in edge_types],
         })

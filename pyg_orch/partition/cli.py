@@ -91,15 +91,12 @@ def _parser() -> argparse.ArgumentParser:
                    help='load --data with weights_only=False: a pickle can '
                    'hold any object, and loading it RUNS ANY CODE the file '
                    'contains; only for files you made or trust')
-    p.add_argument('--nodes', type=int, default=10_000,
-                   help='vertices of the synthetic power-law graph '
-                   '(default: %(default)s)')
-    p.add_argument('--edges', type=int, default=100_000,
-                   help='edges of the synthetic power-law graph '
-                   '(default: %(default)s)')
-    p.add_argument('--features', type=int, default=16,
-                   help='features of the synthetic graph (default: '
-                   '%(default)s)')
+    for flag, default, what in (
+            ('--nodes', 10_000, 'vertices of the synthetic power-law graph'),
+            ('--edges', 100_000, 'edges of the synthetic power-law graph'),
+            ('--features', 16, 'features of the synthetic graph')):
+        p.add_argument(flag, type=int, default=default,
+                       help=f'{what} (default: %(default)s)')
     p.add_argument('--parts', type=int, required=True,
                    help='number of parts')
     p.add_argument('--out', required=True, help='output folder')
@@ -117,21 +114,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    if args.data is not None:
-        try:
-            data = load_graph(args.data, trust_pickle=args.trust_pickle)
-        except (ValueError, OSError) as e:
-            print(f'error: {e}', file=sys.stderr)
-            return 2
-    else:
-        from pyg_orch.datasets import power_law_graph
-        data = power_law_graph(args.nodes, args.edges,
-                               num_features=args.features, seed=args.seed)
+    from pyg_orch.datasets import power_law_graph
     try:
+        data = power_law_graph(
+            args.nodes, args.edges, num_features=args.features,
+            seed=args.seed) if args.data is None else load_graph(
+                args.data, trust_pickle=args.trust_pickle)
         info = partition_graph(data, args.parts, args.out, args.method,
                                args.seed, overwrite=args.overwrite,
                                progress=not args.quiet)
-    except (ValueError, TypeError, ImportError,
+    except (ValueError, OSError, TypeError, ImportError,
             NotImplementedError) as e:
         print(f'error: {e}', file=sys.stderr)
         return 2

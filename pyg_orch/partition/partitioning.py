@@ -90,15 +90,6 @@ def _contiguous(num_nodes: int, num_parts: int) -> Tensor:
     return torch.arange(num_nodes, dtype=torch.int64) * num_parts // num_nodes
 
 
-def _random(num_nodes: int, num_parts: int, seed: int) -> Tensor:
-    # A seeded permutation cut into the contiguous ranges: balanced.
-    gen = torch.Generator().manual_seed(int(seed))
-    perm = torch.randperm(num_nodes, generator=gen)
-    node_part = torch.empty(num_nodes, dtype=torch.int64)
-    node_part[perm] = _contiguous(num_nodes, num_parts)
-    return node_part
-
-
 def metis_adjacency(edge_index: Tensor,
                     num_nodes: int) -> Tuple[Tensor, Tensor]:
     r"""The undirected adjacency METIS expects (CSR :obj:`xadj`,
@@ -153,6 +144,10 @@ def assign_parts(edge_index: Tensor, num_nodes: int, num_parts: int,
         return torch.zeros(num_nodes, dtype=torch.int64)
     if method == 'contiguous':
         return _contiguous(num_nodes, num_parts)
-    if method == 'random':
-        return _random(num_nodes, num_parts, seed)
+    if method == 'random':  # A seeded permutation cut into the ranges.
+        gen = torch.Generator().manual_seed(int(seed))
+        node_part = torch.empty(num_nodes, dtype=torch.int64)
+        node_part[torch.randperm(num_nodes, generator=gen)] = _contiguous(
+            num_nodes, num_parts)
+        return node_part
     return _metis(edge_index.cpu(), num_nodes, num_parts, seed)

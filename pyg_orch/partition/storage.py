@@ -77,9 +77,7 @@ class PartitionFileError(ValueError):
 
 def check_name(name: Any, what: str) -> None:
     r"""Raises a :class:`ValueError` unless :obj:`name` (an attribute,
-    node type or relation) can name a file: letters, digits, :obj:`'_'`,
-    :obj:`'.'` and :obj:`'-'`, not starting with :obj:`'.'` or
-    :obj:`'-'`."""
+    node type or relation) can name a file."""
     if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
         raise ValueError(f"{what} {name!r} cannot name a file; rename it "
                          f"(letters, digits, '_', '.', '-')")
@@ -103,7 +101,7 @@ def file_entry(path: PathLike, tensor: Tensor) -> Dict[str, Any]:
     r"""What :obj:`meta.json` records of a written tensor file: its size,
     hash, dtype and shape."""
     return {'bytes': os.stat(path).st_size, HASH_NAME: file_hash(path),
-            'dtype': str(tensor.dtype).replace('torch.', ''),
+            'dtype': _dtype_name(tensor.dtype),
             'shape': list(tensor.shape)}
 
 
@@ -139,8 +137,7 @@ def edge_path(part_dir: Path, edge_type, name: str,
 
 def global_map_path(out_dir: Path, name: str,
                     node_type: Optional[str]) -> Path:
-    r"""The vertex -> part (:obj:`name='node_part'`) or vertex -> local id
-    (:obj:`'local_id'`) map of a node type."""
+    r"""The :obj:`'node_part'` or :obj:`'local_id'` map of a node type."""
     if node_type is None:
         return out_dir / f'{name}.pt'
     return out_dir / name / f'{node_type}.pt'
@@ -199,15 +196,14 @@ def _check_meta_names(meta: Dict[str, Any], version: int) -> None:
         for name in et:
             check_name(name, 'edge type part')
     node_attrs = meta.get('node_attrs') or []
-    for keys in (node_attrs.values() if isinstance(node_attrs, dict)
-                 else [node_attrs]):
+    edge_attrs = meta.get('edge_attrs') or []
+    node_keys = node_attrs.values() if isinstance(node_attrs, dict) else \
+        [node_attrs]
+    edge_keys = [keys for _, keys in edge_attrs] if meta.get('is_hetero') \
+        else [edge_attrs]
+    for keys in [*node_keys, *edge_keys]:
         for key in keys:
             check_name(key, 'attribute')
-    edge_attrs = meta.get('edge_attrs') or []
-    if meta.get('is_hetero'):
-        edge_attrs = [key for _, keys in edge_attrs for key in keys]
-    for key in edge_attrs:
-        check_name(key, 'attribute')
     files = meta['files']
     if not isinstance(files, dict):
         raise ValueError("'files' is not a mapping")
@@ -390,7 +386,8 @@ def _entry_bytes(entry: Any) -> int:
     return entry if isinstance(entry, int) else int(entry['bytes'])
 
 
-def _check_files(out_dir: Path, files: Dict[str, Any]) -> None:
+def _check_files(out_dir: Path, files: Dict[str, Any],
+                 verify: bool = False) -> None:
     for rel, entry in files.items():
         path = out_dir / rel
         if not path.is_file():
@@ -403,10 +400,7 @@ def _check_files(out_dir: Path, files: Dict[str, Any]) -> None:
                                      f"but {META_FILE} says {size} "
                                      f"(truncated, or written by another "
                                      f"run)")
-
-
-def _verify_files(out_dir: Path, files: Dict[str, Any]) -> None:
-    for rel, entry in files.items():
+    for rel, entry in files.items() if verify else ():
         actual = file_hash(out_dir / rel)
         if actual != entry[HASH_NAME]:
             raise PartitionFileError(
@@ -442,8 +436,7 @@ def verify_partition(out_dir: PathLike, part: Optional[int] = None) -> None:
     if part is not None:
         _check_part(part, int(meta['num_parts']), out_dir)
     for _, files in _groups(meta, out_dir, part):
-        _check_files(out_dir, files)
-        _verify_files(out_dir, files)
+        _check_files(out_dir, files, verify=True)
 
 
 def _version_1_error(out_dir: Path, what: str) -> ValueError:
@@ -593,11 +586,9 @@ def load_partition(out_dir: PathLike, part: int, *,
     _check_part(part, num_parts, out_dir)
     name = part_dir_name(part)
     groups = _groups(meta, out_dir, part)
+    verify = _resolve_verify(verify, meta, groups, out_dir)
     for _, files in groups:
-        _check_files(out_dir, files)
-    if _resolve_verify(verify, meta, groups, out_dir):
-        for _, files in groups:
-            _verify_files(out_dir, files)
+        _check_files(out_dir, files, verify)
     read = _Reader(out_dir, {**groups[0][1], **groups[1][1]})
 
     part_dir = out_dir / name
@@ -618,25 +609,22 @@ def load_partition(out_dir: PathLike, part: int, *,
             key: read(node_path(part_dir, nt, key), rows=size)
             for key in node_attr_keys.get(nt, [])
         }
-        node_part[nt] = read(global_map_path(out_dir, 'node_part', nt),
-                             torch.int64, [total])
-        local_id[nt] = read(global_map_path(out_dir, 'local_id', nt),
-                            torch.int64, [total])
+        node_part[nt], local_id[nt] = (
+            read(global_map_path(out_dir, key, nt), torch.int64, [total])
+            for key in ('node_part', 'local_id'))
     csc, edge_attrs = {}, {}
     for et in edge_types:
         size = node_ids[None if et is None else et[-1]].numel()
         count = int(num_edges[et])
-        colptr = read(edge_path(part_dir, et, 'colptr'), torch.int64,
-                      [size + 1])
+        path = edge_path(part_dir, et, 'colptr')
+        colptr = read(path, torch.int64, [size + 1])
         if int(colptr[0]) != 0 or int(colptr[-1]) != count:
             raise PartitionFileError(
-                out_dir, edge_path(part_dir, et, 'colptr').relative_to(
-                    out_dir).as_posix(), f"it spans in-edges "
-                f"[{int(colptr[0])}, {int(colptr[-1])}), but {META_FILE} "
-                f"says {count}")
-        row = read(edge_path(part_dir, et, 'row'), torch.int64, [count])
-        edge_id = read(edge_path(part_dir, et, 'edge_id'), torch.int64,
-                       [count])
+                out_dir, path.relative_to(out_dir).as_posix(), f"it spans "
+                f"in-edges [{int(colptr[0])}, {int(colptr[-1])}), but "
+                f"{META_FILE} says {count}")
+        row, edge_id = (read(edge_path(part_dir, et, key), torch.int64,
+                             [count]) for key in ('row', 'edge_id'))
         num_src = int(num_all[None if et is None else et[0]])
         csc[et] = CSCTopology(colptr, row, edge_id, num_src)
         edge_attrs[et] = {

@@ -47,11 +47,8 @@ class TopologyCache:
                 return topo
         topo = GraphTopology.from_data(data, is_sorted, device)
         # Drop entries whose tensors are gone:
-        self._entries = {
-            k: v
-            for k, v in self._entries.items()
-            if all(r() is not None for r in v[0])
-        }
+        self._entries = {k: v for k, v in self._entries.items()
+                         if all(r() is not None for r in v[0])}
         self._entries[key] = ([weakref.ref(t) for t in tensors], version,
                               topo)
         return topo

@@ -19,25 +19,22 @@ _INT32_MAX = 2**31 - 1
 
 
 def smallest_index_dtype(*bounds: int) -> torch.dtype:
-    r"""Returns :obj:`torch.int32` if every bound fits into it, else
-    :obj:`torch.int64`."""
+    r""":obj:`torch.int32` if every bound fits into it, else :obj:`int64`."""
     return torch.int32 if max(bounds, default=0) <= _INT32_MAX else torch.int64
 
 
 def time_order(segment: Tensor, time: Tensor) -> Tensor:
-    r"""The permutation that sorts entries by :obj:`segment` (e.g. their
-    destination), and by :obj:`time` within a segment; stable, so that ties
-    keep their order."""
+    r"""The stable permutation that sorts entries by :obj:`segment` (e.g.
+    their destination), then by :obj:`time`."""
     perm = torch.sort(time, stable=True)[1]
     return perm[torch.sort(segment[perm], stable=True)[1]]
 
 
 def check_edge_index(edge_index: Tensor, num_src_nodes: int,
                      num_dst_nodes: int, name: str = 'edge_index') -> None:
-    r"""Checks that :obj:`edge_index` is an :obj:`int32` or :obj:`int64`
-    tensor of shape :obj:`[2, num_edges]` with sources in
-    :obj:`[0, num_src_nodes)` and destinations in :obj:`[0, num_dst_nodes)`;
-    raises naming :obj:`name` otherwise."""
+    r"""Raises naming :obj:`name` unless :obj:`edge_index` is an
+    :obj:`int32` or :obj:`int64` :obj:`[2, num_edges]` tensor of node ids in
+    range."""
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"'{name}' must be a torch.Tensor of shape "
                         f"[2, num_edges] (got {type(edge_index)})")
@@ -69,20 +66,9 @@ def check_edge_index(edge_index: Tensor, num_src_nodes: int,
 @dataclass
 class ShardLayout:
     r"""What the sampling kernels need to read neighbor lists split across GPUs
-    (see :class:`pyg_orch.multigpu.ShardedCSC`).
-
-    Attributes:
-        table (torch.Tensor): :obj:`int64` on the device: this rank, the
-            :obj:`num_shards + 1` positions where shards start, the address of
-            every shard's :obj:`row`, then of its edge ids.
-        num_shards (int): The number of shards.
-        rep_start (torch.Tensor, optional): Per destination, where its
-            replicated list starts, or :obj:`-1`.
-        rep_row (torch.Tensor, optional): The replicated lists.
-        rep_eid (torch.Tensor, optional): Their edge ids.
-        reads (torch.Tensor, optional): Counters of reads per tier.
-        placed_start (torch.Tensor, optional): Per destination, where its list
-            starts among the placed shards (lists split by a partition)."""
+    (the fields of :class:`pyg_orch.multigpu.ShardedCSC`); :obj:`table`
+    holds this rank, the :obj:`num_shards + 1` positions where shards start,
+    the address of every shard's :obj:`row`, then of its edge ids."""
     table: Tensor
     num_shards: int
     rep_start: Optional[Tensor] = None

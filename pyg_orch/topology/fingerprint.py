@@ -4,6 +4,7 @@ used with, and whether every rank holds the same graph."""
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from typing import Any, List, Optional, Sequence
 
 import torch
@@ -24,9 +25,8 @@ FINGERPRINT_SAMPLE = 4096
 
 
 def _spaced(num: int, device: torch.device) -> Tensor:
-    # Up to FINGERPRINT_SAMPLE evenly spaced positions of `num`, ends
-    # included (float64: float32 rounds the last one past the end from
-    # 2**24 on).
+    # Evenly spaced positions, ends included (float64: float32 rounds the
+    # last one past the end from 2**24 on).
     count = min(num, FINGERPRINT_SAMPLE)
     return torch.linspace(0, num - 1, count, dtype=torch.float64,
                           device=device).round().long()
@@ -101,11 +101,8 @@ def csc_fingerprint(colptr: Tensor, row: Tensor, num_src_nodes: int) -> str:
 
 
 def differing_ranks(values: Sequence[Any]) -> List[int]:
-    r"""The ranks whose entry of :obj:`values` (one per rank, e.g. from
-    :func:`torch.distributed.all_gather_object`) differs from the most
-    common one (from rank 0's where several are as common)."""
-    counts = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
+    r"""The ranks whose entry of :obj:`values` differs from the most common
+    one (rank 0's where several are as common)."""
+    counts = Counter(values)
     common = max(values, key=lambda v: (counts[v], v == values[0]))
     return [r for r, v in enumerate(values) if v != common]

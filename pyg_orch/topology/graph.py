@@ -263,13 +263,11 @@ class GraphTopology:
             row, colptr, perm = {None: row}, {None: colptr}, {None: perm}
             num_nodes = {None: num_nodes}
         else:
-            node_types = set()
-            for attr in edge_attrs:
-                node_types.add(attr.edge_type[0])
-                node_types.add(attr.edge_type[-1])
-            for attr in feature_store.get_all_tensor_attrs():
-                if isinstance(attr.group_name, str):
-                    node_types.add(attr.group_name)
+            node_types = {t for attr in edge_attrs for t in (
+                attr.edge_type[0], attr.edge_type[-1])} | {
+                    attr.group_name
+                    for attr in feature_store.get_all_tensor_attrs()
+                    if isinstance(attr.group_name, str)}
             num_nodes = {
                 t: remote_backend_utils.size(feature_store, graph_store, t)
                 for t in sorted(node_types)
@@ -432,9 +430,8 @@ def _check_time(value, length: int, what: str,
 
 
 def check_not_nan(value: Tensor, what: str, per: str) -> None:
-    r"""Raises a :class:`ValueError` naming :obj:`what` if the times hold NaN
-    (which would silently drop neighbors); :obj:`per` says what needs a time.
-    """
+    r"""Raises naming :obj:`what` if the times hold NaN (which would
+    silently drop neighbors); :obj:`per` says what needs a time."""
     if not value.is_floating_point():
         return
     nan = torch.isnan(value)
@@ -466,17 +463,11 @@ def _collect_time(stores, edge_stores, num_nodes, time_attr):
     if time_attr is None:
         return None, {}
     hetero = None not in stores
-    node_level = {
-        t: s
-        for t, s in stores.items()
-        if time_attr in s and (hetero or s.is_node_attr(time_attr))
-    }
-    edge_level = {
-        t: s
-        for t, s in edge_stores.items()
-        if time_attr in s and (hetero or s.is_edge_attr(time_attr))
-        and not (t is None and node_level)
-    }
+    node_level = {t: s for t, s in stores.items() if time_attr in s
+                  and (hetero or s.is_node_attr(time_attr))}
+    edge_level = {t: s for t, s in edge_stores.items() if time_attr in s
+                  and (hetero or s.is_edge_attr(time_attr))
+                  and not (t is None and node_level)}
     check_time_level(time_attr, bool(node_level), bool(edge_level))
     if node_level:
         return _time_per_type(node_level, 'time_attr', time_attr,
@@ -501,9 +492,8 @@ WEIGHT_PROBLEMS = ('must be one real number per edge',
 
 
 def weight_problem(weight: Tensor) -> int:
-    r"""Whether :obj:`weight` can be sampling weights: :obj:`0` if it holds
-    one finite non-negative real number per edge, else the code (from
-    :obj:`1`) of the first of :obj:`WEIGHT_PROBLEMS` it has."""
+    r""":obj:`0` if :obj:`weight` can be sampling weights, else the code
+    (from :obj:`1`) of the first of :obj:`WEIGHT_PROBLEMS` it has."""
     if weight.dim() != 1 or weight.is_complex() or \
             weight.dtype == torch.bool:
         return 1

@@ -5,6 +5,7 @@ every GPU within a memory budget. A batch equals the one-GPU loader's."""
 import dataclasses
 import threading
 import weakref
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -37,21 +38,15 @@ def shard_positions(edge_bounds: Tensor, pos: Tensor):
 
 class PositionMap:
     r"""Where the CSC positions of lists split by a partition of the
-    destinations lie: rank :obj:`r`'s shard starts at :obj:`edge_bounds[r]`
-    and destination :obj:`v`'s list at :obj:`start[v]` among the placed
-    positions.
-
-    Args:
-        colptr (torch.Tensor): The topology's offsets.
-        start (torch.Tensor): Per destination, where its list starts among
-            the placed positions."""
+    destinations lie: destination :obj:`v`'s list starts at :obj:`start[v]`
+    among the placed positions (:obj:`colptr`: the topology's offsets)."""
     def __init__(self, colptr: Tensor, start: Tensor):
         self.colptr = colptr
         self.start = start
 
     def __call__(self, pos: Tensor, dst: Optional[Tensor] = None) -> Tensor:
-        r"""The placed positions of CSC positions :obj:`pos` (of lists of
-        destinations :obj:`dst`, found by bisection if not given)."""
+        r"""The placed positions of CSC positions :obj:`pos` (of
+        destinations :obj:`dst`, bisected if not given)."""
         if dst is None:
             dst = torch.searchsorted(self.colptr, pos, right=True) - 1
         return self.start.index_select(0, dst).to(torch.int64) + (
@@ -275,20 +270,16 @@ def shard_bounds(colptr: Tensor, num_shards: int) -> List[int]:
                             for r in range(1, num_shards)],
                            dtype=colptr.dtype)
     inner = torch.searchsorted(colptr.cpu(), targets).clamp(0, n).tolist()
-    bounds = [0] + inner + [n]
-    for r in range(1, len(bounds)):  # Monotone even for empty graphs.
-        bounds[r] = max(bounds[r], bounds[r - 1])
-    return bounds
+    return list(accumulate([0] + inner + [n], max))  # Monotone if empty.
 
 
 def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
                       score: Optional[Tensor] = None,
                       exclude: Optional[Union[range, Tensor]] = None,
                       max_fanout: Optional[int] = None) -> Tensor:
-    r"""The destinations whose lists to copy to a GPU within
-    :obj:`budget_bytes`, greedily by reads saved per byte (a destination of
-    weight :obj:`score[v]`, the in-degree if not given, reads
-    :obj:`min(deg, max_fanout)` entries), skipping those in :obj:`exclude`."""
+    r"""The destinations whose lists to copy within :obj:`budget_bytes`,
+    greedily by reads saved per byte (:obj:`score`: expected expansions, the
+    in-degree if not given), skipping those in :obj:`exclude`."""
     deg = (colptr[1:] - colptr[:-1]).cpu().to(torch.int64)
     if budget_bytes <= 0 or deg.numel() == 0:
         return torch.empty(0, dtype=torch.int64)
@@ -314,9 +305,8 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
 
 def check_node_parts(node_parts: Tensor, num_nodes: int,
                      num_shards: int) -> Tensor:
-    r""":obj:`node_parts` as :obj:`int64` on the CPU, checked to hold the
-    rank (in :obj:`[0, num_shards)`) of each of :obj:`num_nodes`
-    vertices; a :class:`ValueError` naming :obj:`split_by` otherwise."""
+    r""":obj:`node_parts` (:obj:`split_by`) on the CPU, checked to hold a
+    rank in :obj:`[0, num_shards)` per vertex."""
     if node_parts.dim() != 1 or node_parts.numel() != num_nodes:
         raise ValueError(f"'split_by' must hold one part per vertex "
                          f"({num_nodes}), got shape "
@@ -332,9 +322,8 @@ def check_node_parts(node_parts: Tensor, num_nodes: int,
 
 def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
                    num_shards: int):
-    r"""How lists split by :obj:`node_parts` lie: the shards' bounds among the
-    placed positions, every destination's placed start, and the CSC
-    positions of :obj:`rank`'s shard."""
+    r"""The shards' bounds, every destination's placed start, and the CSC
+    positions of :obj:`rank`'s shard, for lists split by :obj:`node_parts`."""
     n = colptr.numel() - 1
     parts = check_node_parts(node_parts, n, num_shards)
     colptr = colptr.cpu().to(torch.int64)
@@ -356,8 +345,7 @@ def split_by_parts(colptr: Tensor, node_parts: Tensor, rank: int,
 
 def check_same_graph(peers: PeerGroup, fingerprint: str,
                      what: str = 'graph') -> None:
-    r"""Raises a :class:`ValueError` on every rank of :obj:`peers` (a
-    collective) naming the ranks whose :obj:`fingerprint` differs."""
+    r"""Raises on every rank (a collective) where fingerprints differ."""
     seen = peers.all_gather_object(fingerprint)
     differ = differing_ranks(seen)
     if differ:
@@ -519,11 +507,9 @@ class TopologySharding:
         r"""The rank that holds each :obj:`node_type` vertex's lists
         (:obj:`None` for :obj:`'ranges'`), the same on every rank."""
         split = self.split_by
-        n = topology.num_nodes[node_type]
         if isinstance(split, str):
-            if split == 'ranges':
-                return None
-            return _partition(topology, node_type, num_shards, split)
+            return None if split == 'ranges' else _partition(
+                topology, node_type, num_shards, split)
         if isinstance(split, dict):
             if node_type not in split:
                 raise ValueError(f"'split_by' has no parts for node type "
@@ -532,7 +518,27 @@ class TopologySharding:
         elif node_type is not None:
             raise ValueError("'split_by' must be a dictionary of tensors "
                              "per node type for a heterogeneous graph")
-        return check_node_parts(split, n, num_shards)
+        return check_node_parts(split, topology.num_nodes[node_type],
+                                num_shards)
+
+    def shard(self, csc: Dict[Any, CSCTopology], peers: PeerGroup,
+              max_fanout: Optional[int] = None,
+              node_parts: Optional[Dict[Any, Optional[Tensor]]] = None,
+              counted: Optional[Callable[[Tensor, Any], Tensor]] = None
+              ) -> Dict[Any, 'ShardedCSC']:
+        r"""Every edge type of :obj:`csc` split by :func:`shard_topology`,
+        with :obj:`node_parts` per destination type (ranges if not set)."""
+        reads = self.replicate_by == 'reads'
+        out = {}
+        for et, topo in csc.items():
+            dst_t = None if et is None else et[-1]
+            score = expansion_weight(csc, dst_t, topo.colptr.numel() - 1,
+                                     counted) if reads else None
+            out[et] = shard_topology(
+                topo, peers, self.budget(topo), score,
+                max_fanout=max_fanout if reads else None,
+                node_parts=(node_parts or {}).get(dst_t))
+        return out
 
     def budget(self, csc: CSCTopology) -> int:
         if isinstance(self.replicate_bytes, float):
@@ -596,19 +602,18 @@ def _partition(topology: GraphTopology, node_type: Any, num_parts: int,
 
 def expansion_weight(csc: Dict[Any, CSCTopology], dst_type: Any,
                      num_nodes: int,
-                     counted: Optional[Callable[[Tensor], Tensor]] = None
+                     counted: Optional[Callable[[Tensor, Any], Tensor]] = None
                      ) -> Tensor:
-    r"""How often each of the :obj:`num_nodes` vertices of :obj:`dst_type` is
-    expected in a frontier: once as a seed plus about once per list of
-    :obj:`csc` that holds it. :obj:`counted` maps a list's source ids to the
-    ids to count."""
+    r"""How often each vertex of :obj:`dst_type` is expected in a frontier:
+    once as a seed, plus once per list of :obj:`csc` that holds it (of the
+    source ids :obj:`counted(src, dst_type)` keeps, if given)."""
     weight = torch.ones(num_nodes, dtype=torch.float64)
     for et, c in csc.items():
         if (None if et is None else et[0]) != dst_type:
             continue
         src = c.row.to(torch.int64)
         if counted is not None:
-            src = counted(src)
+            src = counted(src, dst_type)
         weight += torch.bincount(src, minlength=num_nodes).cpu().to(
             torch.float64)
     return weight
@@ -629,21 +634,10 @@ def shard_graph_topology(topology: GraphTopology, device: torch.device,
         return cached
     peers = PeerGroup(device=device)
     check_same_graph(peers, topology.content_fingerprint())
-    parts: Dict[Any, Optional[Tensor]] = {}
-    csc = {}
-    for et, t in topology.csc.items():
-        dst_t = None if et is None else et[-1]
-        score = None
-        if sharding.replicate_by == 'reads':
-            score = expansion_weight(topology.csc, dst_t,
-                                     topology.num_nodes[dst_t])
-        if dst_t not in parts:
-            parts[dst_t] = _agreed(peers, lambda t=dst_t: sharding.node_parts(
-                topology, peers.world_size, t))
-        csc[et] = shard_topology(
-            t, peers, sharding.budget(t), score,
-            max_fanout=max_fanout if sharding.replicate_by == 'reads'
-            else None, node_parts=parts[dst_t])
+    parts = {t: _agreed(peers, lambda t=t: sharding.node_parts(
+        topology, peers.world_size, t)) for t in dict.fromkeys(
+            None if et is None else et[-1] for et in topology.csc)}
+    csc = sharding.shard(topology.csc, peers, max_fanout, parts)
     node_time = None if topology.node_time is None else {
         t: v.to(device) for t, v in topology.node_time.items()}
     out = GraphTopology(csc, topology.num_nodes, node_time,

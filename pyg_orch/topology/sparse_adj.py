@@ -27,14 +27,12 @@ def index_to_ptr(index: Tensor, size: int) -> Tensor:
 
 
 def is_torch_sparse_tensor(value: Any) -> bool:
-    r"""Whether :obj:`value` is a :class:`torch.sparse` tensor (any sparse
-    layout)."""
+    r"""Whether :obj:`value` is a :class:`torch.sparse` tensor."""
     return isinstance(value, Tensor) and value.layout != torch.strided
 
 
 def is_sparse_tensor(value: Any) -> bool:
-    r"""Whether :obj:`value` is a :class:`torch_sparse.SparseTensor` (where
-    installed)."""
+    r"""Whether :obj:`value` is a :class:`torch_sparse.SparseTensor`."""
     from torch_geometric.typing import WITH_TORCH_SPARSE
     if not WITH_TORCH_SPARSE:
         return False
@@ -43,23 +41,20 @@ def is_sparse_tensor(value: Any) -> bool:
 
 
 def is_sparse(value: Any) -> bool:
-    r"""Whether :obj:`value` is a sparse matrix (:class:`torch.sparse` or
-    :class:`torch_sparse.SparseTensor`)."""
+    r"""Whether :obj:`value` is either kind of sparse matrix."""
     return is_torch_sparse_tensor(value) or is_sparse_tensor(value)
 
 
 def has_adj_t(data: Any) -> bool:
-    r"""Whether an edge store of :obj:`data` (:class:`Data` or
-    :class:`HeteroData`) holds an :obj:`adj_t`."""
+    r"""Whether an edge store of :obj:`data` holds an :obj:`adj_t`."""
     stores = getattr(data, 'edge_stores', None)
     return stores is not None and any('adj_t' in s for s in stores)
 
 
 def check_adj_t(adj_t: Any, num_src_nodes: int, num_dst_nodes: int,
                 name: str = 'adj_t') -> None:
-    r"""Raises a :class:`TypeError` or :class:`ValueError` naming
-    :obj:`name` where :obj:`adj_t` is not a sparse matrix of shape
-    :obj:`[num_dst_nodes, num_src_nodes]`."""
+    r"""Raises naming :obj:`name` unless :obj:`adj_t` is a sparse matrix of
+    shape :obj:`[num_dst_nodes, num_src_nodes]`."""
     if is_sparse_tensor(adj_t):
         shape = tuple(adj_t.sparse_sizes())
     elif is_torch_sparse_tensor(adj_t):
@@ -89,16 +84,14 @@ def adj_t_edge_index(adj_t: Any) -> Tuple[Tensor, bool]:
         dst, src, _ = adj_t.coo()  # Row-major: sorted by destination.
         return torch.stack([src, dst]), True
     layout = adj_t.layout
-    if layout == torch.sparse_csr:
-        crow = adj_t.crow_indices().to(torch.int64)
-        src = adj_t.col_indices().to(torch.int64)
-        dst = segment_ids(crow.diff(), src.numel())
-        return torch.stack([src, dst]), True
-    if layout == torch.sparse_csc:
-        ccol = adj_t.ccol_indices().to(torch.int64)
-        dst = adj_t.row_indices().to(torch.int64)
-        src = segment_ids(ccol.diff(), dst.numel())
-        return torch.stack([src, dst]), False
+    if layout in (torch.sparse_csr, torch.sparse_csc):
+        # CSR compresses the destinations (rows of adj_t), CSC the sources.
+        csr = layout == torch.sparse_csr
+        ptr = adj_t.crow_indices() if csr else adj_t.ccol_indices()
+        index = (adj_t.col_indices() if csr else adj_t.row_indices()).long()
+        expanded = segment_ids(ptr.long().diff(), index.numel())
+        pair = [index, expanded] if csr else [expanded, index]
+        return torch.stack(pair), csr
     if not adj_t.is_coalesced():
         raise ValueError("'adj_t' is an uncoalesced sparse COO tensor; call "
                          "'adj_t.coalesce()' first")
@@ -108,8 +101,7 @@ def adj_t_edge_index(adj_t: Any) -> Tuple[Tensor, bool]:
 
 def edge_index_of(store: Any) -> Tensor:
     r"""The :obj:`edge_index` of an edge store (:obj:`None` if absent), or
-    the edges of its :obj:`adj_t` in storage order (whose positions are the
-    edge ids)."""
+    the edges of its :obj:`adj_t` in storage order (the edge ids)."""
     if 'adj_t' in store and is_sparse(store.adj_t):
         return adj_t_edge_index(store.adj_t)[0]
     return store.get('edge_index')
@@ -121,8 +113,7 @@ def adj_t_num_edges(adj_t: Any) -> int:
 
 
 def adj_t_values(adj_t: Any) -> Optional[Tensor]:
-    r"""The values of :obj:`adj_t` in storage order (:obj:`None` for a
-    :class:`torch_sparse.SparseTensor` without values)."""
+    r"""The values of :obj:`adj_t` in storage order (may be :obj:`None`)."""
     if is_sparse_tensor(adj_t):
         return adj_t.storage.value()
     return adj_t.values()
