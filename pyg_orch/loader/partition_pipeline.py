@@ -326,50 +326,46 @@ class PartitionBatches:
         self.cached_edge_rows = self.gather.num_cached_edge_rows
         self._cache_built = True
 
-    def _hetero_batch(self, out, sampler: DistributedNeighborSampler,
-                      gather: DistributedFeatureGather):
-        from torch_geometric.data import HeteroData
-        data = HeteroData()
-        attrs = gather.gather(out.node)
-        for t, n_id in out.node.items():
-            store = data[t]
+    def _batch(self, out, sampler: DistributedNeighborSampler,
+               gather: DistributedFeatureGather):
+        # A homogeneous output as one node type and one edge type (`None`).
+        from torch_geometric.data import Data, HeteroData
+        hetero = self.partition.is_hetero
+        data = HeteroData() if hetero else Data()
+
+        def typed(value):
+            return value if hetero or value is None else {None: value}
+
+        node, batch = typed(out.node), typed(out.batch)
+        num_sampled_nodes = typed(out.num_sampled_nodes)
+        num_sampled_edges = typed(out.num_sampled_edges)
+        attrs = typed(gather.gather(out.node))
+        for t, n_id in node.items():
+            store = data[t] if hetero else data
             store.num_nodes = n_id.numel()
             for key, value in attrs[t].items():
                 store[key] = value
             store.n_id = n_id
-            if out.batch is not None:
-                store.batch = out.batch[t]
-            if out.num_sampled_nodes is not None:
-                store.num_sampled_nodes = out.num_sampled_nodes[t]
+            if batch is not None:
+                store.batch = batch[t]
+            if num_sampled_nodes is not None:
+                store.num_sampled_nodes = num_sampled_nodes[t]
         # Edge ids (and so attributes) where the output has them (PyG drops
         # them where 'bidirectional' merged reverse edge types):
-        e_ids = {et: e for et, e in out.edge.items() if e is not None}
-        edge_attrs = gather.gather_edges(
-            e_ids, sampler.edge_destinations(out))
-        for et in out.row:
-            store = data[et]
-            store.edge_index = torch.stack([out.row[et], out.col[et]])
-            if et in e_ids:
+        e_ids = {et: e for et, e in out.edge.items() if e is not None} \
+            if hetero else out.edge
+        edge_attrs = typed(gather.gather_edges(
+            e_ids, sampler.edge_destinations(out)))
+        e_ids = typed(e_ids) or {}
+        for et, row in typed(out.row).items():
+            store = data[et] if hetero else data
+            store.edge_index = torch.stack([row, typed(out.col)[et]])
+            if e_ids.get(et) is not None:
                 store.e_id = e_ids[et]
                 for key, value in edge_attrs.get(et, {}).items():
                     store[key] = value
-            if out.num_sampled_edges is not None:
-                store.num_sampled_edges = out.num_sampled_edges[et]
-        return data
-
-    def _homo_batch(self, out, sampler: DistributedNeighborSampler,
-                    gather: DistributedFeatureGather):
-        from torch_geometric.data import Data
-        data = Data(edge_index=torch.stack([out.row, out.col]),
-                    num_nodes=out.node.numel(), **gather.gather(out.node))
-        data.n_id, data.e_id = out.node, out.edge
-        if out.batch is not None:
-            data.batch = out.batch
-        for key, value in gather.gather_edges(
-                out.edge, sampler.edge_destinations(out)).items():
-            data[key] = value
-        data.num_sampled_nodes = out.num_sampled_nodes
-        data.num_sampled_edges = out.num_sampled_edges
+            if num_sampled_edges is not None:
+                store.num_sampled_edges = num_sampled_edges[et]
         return data
 
     def __iter__(self) -> Iterator:
@@ -442,9 +438,7 @@ class PartitionBatches:
                 hook(out)
             if self.transform_sampler_output is not None:
                 out = self._transform_output(out)
-            build = self._hetero_batch if self.partition.is_hetero else \
-                self._homo_batch
-            data = build(out, sampler, gather)
+            data = self._batch(out, sampler, gather)
             # The metadata as the sampler made it (the seeds' times):
             if isinstance(inputs, EdgeSamplerInput):
                 data = link_metadata(data, sampled, self.neg_sampling,
