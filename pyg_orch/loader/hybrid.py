@@ -14,7 +14,6 @@ from pyg_orch.topology.sparse_adj import has_adj_t
 from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
 from pyg_orch.loader.assemble import (
     DataAssembler,
-    HeteroDataAssembler,
     check_edge_attrs,
     move_to_device,
 )
@@ -443,7 +442,7 @@ class HybridLoaderMixin:
         elif isinstance(self.data, HeteroData) and (hetero_fs or adj_t):
             on_device = hetero_fs
             assembler = self._assembler_for(hetero_fs, lambda device: (
-                HeteroDataAssembler(
+                DataAssembler(
                     self.data, device, {
                         t: functools.partial(fs.gather, t)
                         for t in fs.node_types
