@@ -277,65 +277,59 @@ class PartitionBatches:
         ) else 0
         num_nodes = self.sampler.num_nodes  # Per node type.
         fdev = self.feature_device
+        typed = self._typed
         counts = {t: torch.zeros(n, dtype=torch.int64, device=fdev)
                   for t, n in num_nodes.items()}
         if by_degree and self.cache_size:
             # How many in-edges of the part's vertices a vertex is the
             # source of:
-            csc = self.partition.csc
-            csc = csc if self.partition.is_hetero else {None: csc}
             counts = {t: c.to(fdev) for t, c in out_degrees(
-                {et: torch.as_tensor(c.row) for et, c in csc.items()},
+                {et: torch.as_tensor(c.row)
+                 for et, c in typed(self.partition.csc).items()},
                 num_nodes).items()}
         e_ids: Dict[Any, List[Tensor]] = {}
         dsts: Dict[Any, List[Tensor]] = {}
-        hetero = self.partition.is_hetero
         with self.sampler.presampling(prune_hot=True):
             for inputs in batches[:steps]:
                 out = self._sample(self.sampler, inputs)
-                node = out.node if hetero else {None: out.node}
-                for t, ids in node.items():
+                for t, ids in typed(out.node).items():
                     if not by_degree:
                         counts[t] += torch.bincount(ids.to(fdev),
                                                     minlength=num_nodes[t])
                 if not self.edge_cache_size:
                     continue
-                dst = self.sampler.edge_destinations(out)
-                edge = out.edge
-                if not hetero:
-                    edge, dst = {None: edge}, {None: dst}
+                edge = typed(out.edge)
+                dst = typed(self.sampler.edge_destinations(out))
                 for et, d in dst.items():
                     e_ids.setdefault(et, []).append(edge[et].to(fdev))
                     dsts.setdefault(et, []).append(d.to(fdev))
-        e_id = {et: torch.cat(v) for et, v in e_ids.items()}
-        dst = {et: torch.cat(v) for et, v in dsts.items()}
         # Each a collective, skipped alike on every rank where its size
-        # is 0 (the caches start empty):
+        # is 0 (the caches start empty; without a pre-sampled batch, no
+        # edges):
+        empty = [torch.empty(0, dtype=torch.int64, device=fdev)]
+        hetero = self.partition.is_hetero
+        e_id, dst = ({et: torch.cat(v) for et, v in d.items()} if hetero
+                     else torch.cat(d.get(None, empty)) for d in (e_ids, dsts))
         if self.cache_size:
             self.gather.build_cache(counts if hetero else counts[None],
                                     self.cache_size)
         if self.edge_cache_size:
-            if hetero:
-                self.gather.build_edge_cache(e_id, dst, self.edge_cache_size)
-            else:  # No pre-sampled batch: no edges.
-                empty = torch.empty(0, dtype=torch.int64, device=fdev)
-                self.gather.build_edge_cache(e_id.get(None, empty),
-                                             dst.get(None, empty),
-                                             self.edge_cache_size)
+            self.gather.build_edge_cache(e_id, dst, self.edge_cache_size)
         self.cached_rows = self.gather.num_cached_rows
         self.cached_edge_rows = self.gather.num_cached_edge_rows
         self._cache_built = True
+
+    def _typed(self, value: Any) -> Any:
+        # Per type; of a homogeneous part, as one type, `None`.
+        return value if self.partition.is_hetero or value is None else \
+            {None: value}
 
     def _batch(self, out, sampler: DistributedNeighborSampler,
                gather: DistributedFeatureGather):
         # A homogeneous output as one node type and one edge type (`None`).
         from torch_geometric.data import Data, HeteroData
-        hetero = self.partition.is_hetero
+        hetero, typed = self.partition.is_hetero, self._typed
         data = HeteroData() if hetero else Data()
-
-        def typed(value):
-            return value if hetero or value is None else {None: value}
-
         node, batch = typed(out.node), typed(out.batch)
         num_sampled_nodes = typed(out.num_sampled_nodes)
         num_sampled_edges = typed(out.num_sampled_edges)
