@@ -242,10 +242,9 @@ class DistributedFeatureGather:
         empty = torch.empty(0, dtype=torch.int64, device=self.feature_device)
         out = {et: g.gather_edges(e_id.get(et, empty), dst.get(et, empty))
                for et, g in self.by_edge_type.items()}
-        edge_stats = self._sum_stats(self.by_edge_type.values())
-        self.stats.local_edge_rows = edge_stats.local_edge_rows
-        self.stats.cached_edge_rows = edge_stats.cached_edge_rows
-        self.stats.remote_edge_rows = edge_stats.remote_edge_rows
+        for k, v in vars(self._sum_stats(self.by_edge_type.values())).items():
+            if k.endswith('_edge_rows'):
+                setattr(self.stats, k, v)
         return out
 
     def _build_edge_cache_hetero(self, e_id, dst, edge_cache_size: int,
