@@ -111,20 +111,19 @@ class DataAssembler:
             # an edge attribute:
             node = store.is_node_attr(key) and (self.hetero or tensor or (
                 array and not store.is_edge_attr(key)))
-            if edges is None and node:
-                if key == 'x' and node_type in self.features:
-                    attrs.append((key, None, 0))
-                else:
-                    attrs.append((key, _to(value, device),
-                                  data.__cat_dim__(key, value, store)))
-            elif edges is not None and (is_sparse(value) or (
-                    not node and store.is_edge_attr(key))):
-                attrs.append(_sliceable(edges, key, value, data, store)
-                             if not tensor else (
-                                 key, value.to(device),
-                                 data.__cat_dim__(key, value, store)))
-            else:
+            if edges is not None:
+                if not (is_sparse(value) or (not node
+                                             and store.is_edge_attr(key))):
+                    continue
+                if not tensor:
+                    _check_sliceable(edges, key, value)
+            elif not node:
                 continue
+            if edges is None and key == 'x' and node_type in self.features:
+                attrs.append((key, None, 0))
+            else:
+                attrs.append((key, _to(value, device),
+                              data.__cat_dim__(key, value, store)))
             if not self.hetero:
                 del self.template[key]
         return attrs
@@ -263,12 +262,10 @@ def check_edge_attrs(data: Any) -> None:
         return
     for where, store in stores:
         for key, value in store.items():
-            if key in ('edge_index', 'adj_t') or isinstance(
-                    value, (np.ndarray, TensorFrame)):
-                continue
-            if is_sparse(value) or (not isinstance(value, Tensor)
-                                    and store.is_edge_attr(key)):
-                _sliceable(where, key, value, data, store)
+            if key not in ('edge_index', 'adj_t') and (is_sparse(value) or (
+                    not isinstance(value, Tensor)
+                    and store.is_edge_attr(key))):
+                _check_sliceable(where, key, value)
 
 
 def _adj_t_entry(store, device: torch.device
@@ -293,13 +290,12 @@ def _slice_adj_t(adj_t: Tuple[Any, Optional[Tensor]], row: Tensor,
     return sampled_adj_t(like, row, col, value, num_src, num_dst)
 
 
-def _sliceable(where: str, key: str, value: Any, data: Any,
-               store: Any) -> Tuple[str, Any, int]:
+def _check_sliceable(where: str, key: str, value: Any) -> None:
     # An edge-level attribute that is not a dense tensor: NumPy arrays and
     # TensorFrames are sliced per batch (as PyG does); anything else would
     # reach the batch whole, so it is refused.
     if isinstance(value, (np.ndarray, TensorFrame)):
-        return key, value, data.__cat_dim__(key, value, store)
+        return
     what = 'a sparse matrix' if is_sparse(value) else \
         f'a {type(value).__name__} with one entry per edge'
     raise ValueError(
