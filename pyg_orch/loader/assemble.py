@@ -122,8 +122,10 @@ class DataAssembler:
             if edges is None and key == 'x' and node_type in self.features:
                 attrs.append((key, None, 0))
             else:
-                attrs.append((key, _to(value, device),
-                              data.__cat_dim__(key, value, store)))
+                dim = data.__cat_dim__(key, value, store)
+                if isinstance(value, Tensor):
+                    value = value.to(device)
+                attrs.append((key, value, dim))
             if not self.hetero:
                 del self.template[key]
         return attrs
@@ -303,10 +305,6 @@ def _check_sliceable(where: str, key: str, value: Any) -> None:
         f"(edge-level attributes must be tensors or NumPy arrays with one "
         f"row per edge, and the sampled adjacency must be 'edge_index' or "
         f"'adj_t'); convert it, or remove it from the graph")
-
-
-def _to(value, device: torch.device):
-    return value.to(device) if isinstance(value, Tensor) else value
 
 
 def _select(value, index: Tensor, dim: int):
