@@ -164,10 +164,9 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
         per_type = {t: s.stats for t, s in self.stores.items()}
         total = HeteroFeatureStoreStats(per_type=per_type)
         for s in per_type.values():
-            for name in ('rows', 'cache_rows', 'reused_rows', 'host_rows',
-                         'host_bytes', 'peer_rows', 'peer_bytes'):
-                setattr(total, name, getattr(total, name) + getattr(s, name))
-            total.batches = max(total.batches, s.batches)
+            for name, v in vars(s).items():
+                setattr(total, name, (max if name == 'batches' else sum)(
+                    (getattr(total, name), v)))
         return total
 
     def describe(self) -> str:

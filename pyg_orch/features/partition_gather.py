@@ -81,6 +81,15 @@ def _check_present(keys: List[str], attrs: Dict[str, Any], kind: str) -> None:
                              f'(has {sorted(attrs)})')
 
 
+def _check_typed(kind: str, **values: Any) -> None:
+    # Each of `values` must be a dictionary per node or edge type (`kind`).
+    for name, value in values.items():
+        if not isinstance(value, dict):
+            raise ValueError(f"'{name}' must be a dictionary per {kind} type "
+                             f"for a heterogeneous partition (got "
+                             f"{type(value).__name__})")
+
+
 def _find_sorted(sorted_ids: Tensor, ids: Tensor) -> Tuple[Tensor, Tensor]:
     # Where every id of `ids` is in `sorted_ids`, and whether it is there.
     pos = torch.searchsorted(sorted_ids, ids)
@@ -226,9 +235,7 @@ class DistributedFeatureGather:
         return total
 
     def _gather_hetero(self, n_id) -> Dict[str, Dict[str, Tensor]]:
-        if not isinstance(n_id, dict):
-            raise ValueError("'n_id' must be a dictionary of global ids per "
-                             "node type for a heterogeneous partition")
+        _check_typed('node', n_id=n_id)
         empty = torch.empty(0, dtype=torch.int64, device=self.feature_device)
         out = {nt: g.gather(n_id.get(nt, empty))  # Every type, every rank.
                for nt, g in self.by_node_type.items()}
@@ -236,25 +243,19 @@ class DistributedFeatureGather:
         return out
 
     def _gather_edges_hetero(self, e_id, dst) -> Dict[tuple, Dict]:
-        if not isinstance(e_id, dict) or not isinstance(dst, dict):
-            raise ValueError("'e_id' and 'dst' must be dictionaries per "
-                             "edge type for a heterogeneous partition")
+        _check_typed('edge', e_id=e_id, dst=dst)
         empty = torch.empty(0, dtype=torch.int64, device=self.feature_device)
         out = {et: g.gather_edges(e_id.get(et, empty), dst.get(et, empty))
                for et, g in self.by_edge_type.items()}
-        edge_stats = self._sum_stats(self.by_edge_type.values())
-        self.stats.local_edge_rows = edge_stats.local_edge_rows
-        self.stats.cached_edge_rows = edge_stats.cached_edge_rows
-        self.stats.remote_edge_rows = edge_stats.remote_edge_rows
+        for k, v in vars(self._sum_stats(self.by_edge_type.values())).items():
+            if k.endswith('_edge_rows'):
+                setattr(self.stats, k, v)
         return out
 
     def _build_edge_cache_hetero(self, e_id, dst, edge_cache_size: int,
                                  counts) -> int:
-        if not isinstance(e_id, dict) or not isinstance(dst, dict) or not \
-                isinstance(counts, (dict, type(None))):
-            raise ValueError("'e_id', 'dst' and 'counts' must be "
-                             "dictionaries per edge type for a "
-                             "heterogeneous partition")
+        _check_typed('edge', e_id=e_id, dst=dst,
+                     counts={} if counts is None else counts)
         unknown = [et for et in {**e_id, **dst, **(counts or {})}
                    if tuple(et) not in self.edge_types]
         if unknown:
@@ -274,9 +275,7 @@ class DistributedFeatureGather:
                                                          masks))
 
     def _build_cache_hetero(self, counts, cache_size: int) -> int:
-        if not isinstance(counts, dict):
-            raise ValueError("'counts' must be a dictionary of counts per "
-                             "node type for a heterogeneous partition")
+        _check_typed('node', counts=counts)
         gathers = self.by_node_type  # One ranking over all types:
         flat = [g._remote_counts(counts.get(nt), f'counts[{nt!r}]')
                 for nt, g in gathers.items()]

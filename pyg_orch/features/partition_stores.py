@@ -163,7 +163,40 @@ _INSTEAD = ('it serves the files of a partition folder (write a new one with '
             'partition_graph())')
 
 
-class PartitionGraphStore(GraphStore):
+class _PartStore:
+    r"""What both stores of a part share."""
+    def _init_part(self, partition: GraphPartition) -> None:
+        if not isinstance(partition, GraphPartition):
+            raise TypeError(f"'partition' must be a GraphPartition (got "
+                            f"{type(partition).__name__})")
+        self.partition = partition
+        self.is_hetero = partition.is_hetero
+        #: The global number of vertices per node type (:obj:`None` of a
+        #: homogeneous part).
+        self.num_nodes: Dict[Any, int] = {
+            t: int(v.numel()) for t, v in self._typed(
+                partition.node_part).items()}
+
+    def _typed(self, value: Any) -> Dict[Any, Any]:
+        # Per type; a homogeneous part's as one type, `None`.
+        return value if self.is_hetero else {None: value}
+
+    @property
+    def rank(self) -> int:
+        r"""This rank (the part it holds)."""
+        return self.partition.part
+
+    @property
+    def num_parts(self) -> int:
+        r"""The number of parts (and ranks)."""
+        return self.partition.num_parts
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}(part={self.rank}, '
+                f'num_parts={self.num_parts})')
+
+
+class PartitionGraphStore(_PartStore, GraphStore):
     r"""This rank's part of a partitioned graph as a PyG
     :class:`~torch_geometric.data.GraphStore` (in-edges in global ids,
     :obj:`'coo'`), with its collective :meth:`sampler`.
@@ -185,33 +218,14 @@ class PartitionGraphStore(GraphStore):
                  layout: Optional[RankLayout] = None,
                  sampling_device: Optional[torch.device] = None,
                  topology_placement: Any = 'auto'):
-        if not isinstance(partition, GraphPartition):
-            raise TypeError(f"'partition' must be a GraphPartition (got "
-                            f"{type(partition).__name__})")
+        self._init_part(partition)
         super().__init__()
-        self.partition, self.group = partition, group
+        self.group = group
         self.layout = layout or RankLayout(group, group,
                                            seed_rank=partition.part)
         self.sampling_device = sampling_device
         self.topology_placement = topology_placement
-        self.is_hetero = partition.is_hetero
-        if self.is_hetero:
-            self.edge_types: List[Any] = list(partition.csc)
-            self.num_nodes: Dict[Any, int] = {
-                t: int(v.numel()) for t, v in partition.node_part.items()}
-        else:
-            self.edge_types = [None]
-            self.num_nodes = {None: int(partition.node_part.numel())}
-
-    @property
-    def rank(self) -> int:
-        r"""This rank (the part it holds)."""
-        return self.partition.part
-
-    @property
-    def num_parts(self) -> int:
-        r"""The number of parts (and ranks)."""
-        return self.partition.num_parts
+        self.edge_types: List[Any] = list(self._typed(partition.csc))
 
     def sampler(self, num_neighbors: Any,
                 **options: Any) -> DistributedNeighborSampler:
@@ -232,8 +246,7 @@ class PartitionGraphStore(GraphStore):
         if edge_type not in self.edge_types:
             raise ValueError(f"'edge_type' must be one of {self.edge_types} "
                              f"(got {edge_type!r})")
-        return self.partition.csc[edge_type] if self.is_hetero else \
-            self.partition.csc
+        return self._typed(self.partition.csc)[edge_type]
 
     def local_edge_index(self, edge_type: Any = None) -> Tensor:
         r"""The part's in-edges (of :obj:`edge_type`), global ids."""
@@ -247,8 +260,7 @@ class PartitionGraphStore(GraphStore):
 
     def _own(self, node_type: Any) -> Tensor:
         # The part's own vertices (of `node_type`).
-        ids = self.partition.node_ids
-        return ids[node_type] if self.is_hetero else ids
+        return self._typed(self.partition.node_ids)[node_type]
 
     def seed_nodes(self, input_nodes: Any) -> Tuple[Any, Tensor]:
         r"""Checks a node loader's seeds: returns :obj:`(node_type, ids)`;
@@ -303,12 +315,9 @@ class PartitionGraphStore(GraphStore):
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
         return self._put_edge_index(None, edge_attr)
 
-    def __repr__(self) -> str:
-        return (f'{self.__class__.__name__}(part={self.rank}, '
-                f'num_parts={self.num_parts})')
 
 
-class PartitionFeatureStore(ReadOnlyFeatureStore):
+class PartitionFeatureStore(_PartStore, ReadOnlyFeatureStore):
     r"""This rank's part of a partitioned graph as a PyG
     :class:`~torch_geometric.data.FeatureStore` over global vertex ids;
     :meth:`multi_get_tensor` is a collective (every rank calls it once per
@@ -345,9 +354,7 @@ class PartitionFeatureStore(ReadOnlyFeatureStore):
                  cache_size: int = 0, policy: str = 'static',
                  edge_keys: Optional[List[str]] = (),
                  edge_cache_size: int = 0, peers: Optional[Any] = None):
-        if not isinstance(partition, GraphPartition):
-            raise TypeError(f"'partition' must be a GraphPartition (got "
-                            f"{type(partition).__name__})")
+        self._init_part(partition)
         check_int('edge_cache_size', edge_cache_size)
         super().__init__()
         #: The collective row fetch behind the store.
@@ -360,19 +367,12 @@ class PartitionFeatureStore(ReadOnlyFeatureStore):
         #: Remote rows and remote edges' attribute rows to cache.
         self.cache_size = cache_size
         self.edge_cache_size = edge_cache_size
-        self.is_hetero = partition.is_hetero
-        self.partition = partition
-        attrs = partition.node_attrs if self.is_hetero else {
-            None: partition.node_attrs}
-        gather = self.feature_gather
-        keys_of = gather.keys if self.is_hetero else {None: gather.keys}
-        #: The global number of vertices per node type.
-        self.num_nodes: Dict[Any, int] = dict(gather.num_nodes) \
-            if self.is_hetero else {None: gather.num_nodes}
+        attrs = self._typed(partition.node_attrs)
         #: The global size of every attribute served.
         self.sizes: Dict[Tuple[Any, str], Tuple[int, ...]] = {
             (t, k): (self.num_nodes[t], ) + tuple(attrs[t][k].shape[1:])
-            for t, ks in keys_of.items() for k in ks}
+            for t, ks in self._typed(self.feature_gather.keys).items()
+            for k in ks}
 
     def build_cache(self, counts: Any, cache_size: int) -> int:
         r"""Caches the rows of the :obj:`cache_size` remote vertices
@@ -419,7 +419,7 @@ class PartitionFeatureStore(ReadOnlyFeatureStore):
         for t, v in cat.items():
             _check_ids('index', v, self.num_nodes[t], t)
         gather = self.feature_gather.gather
-        rows = gather(cat) if self.is_hetero else {None: gather(cat[None])}
+        rows = self._typed(gather(cat if self.is_hetero else cat[None]))
         out, offsets = [], {t: 0 for t in cat}
         for attr in attrs:
             t, k = attr.group_name, attr.attr_name
@@ -427,10 +427,6 @@ class PartitionFeatureStore(ReadOnlyFeatureStore):
             out.append(rows[t][k][offsets[t]:offsets[t] + n])
             offsets[t] += n
         return out
-
-    def __repr__(self) -> str:
-        return (f'{self.__class__.__name__}(part={self.partition.part}, '
-                f'num_parts={self.partition.num_parts})')
 
 
 def _check_shared(layout: RankLayout, num_parts: int,

@@ -52,154 +52,114 @@ def link_metadata(data: Any, out: Any, neg_sampling: Any,
 
 
 class DataAssembler:
-    r"""Slices :obj:`data` (on :obj:`device`) by a :class:`SamplerOutput`,
-    :obj:`x` gathered by :obj:`features(node_ids)` if given."""
-    def __init__(self, data: Data, device: torch.device,
-                 features: Optional[Callable[[Tensor], Tensor]] = None):
-        self.features = features
-        store = data._store
-        self.node_attrs: List[Tuple[str, Any, int]] = []
-        self.edge_attrs: List[Tuple[str, Any, int]] = []
-        self.set_num_nodes = 'num_nodes' in store
+    r"""Slices :obj:`data` (on :obj:`device`) by a sampler output, :obj:`x`
+    gathered by :obj:`features(node_ids)` (:obj:`features[node_type]` for
+    a :class:`HeteroData`) if given. A :class:`Data` is one node and one
+    edge type (:obj:`None`); its sliced attributes are set anew on a
+    template without them, those of a :class:`HeteroData` are overwritten
+    key by key (the same keys in the same order as PyG's)."""
+    def __init__(self, data: Union[Data, HeteroData], device: torch.device,
+                 features: Union[None, Callable[[Tensor], Tensor],
+                                 Mapping[str, Callable[[Tensor], Tensor]]]
+                 = None, edge_permutation: Optional[Dict] = None):
+        self.hetero = hetero = isinstance(data, HeteroData)
+        if not hetero:
+            features = None if features is None else {None: features}
+        self.features = dict(features or {})
+        self.perm = {
+            k: v.to(device)
+            for k, v in (edge_permutation or {}).items() if v is not None
+        }
         self.template = copy.copy(data)
-        # `(adj_t, its values on device)`, sliced per batch as in PyG.
-        self.adj_t = _adj_t_entry(store, device)
-        self.has_edge_index = 'edge_index' in store or self.adj_t is None
+        # Per type, key by key as PyG's `filter_node_store_` /
+        # `filter_edge_store_` visit them; tensors moved to `device` once.
+        self.node_attrs: Dict[Any, List[Tuple[str, Any, int]]] = {}
+        self.num_nodes_key: Dict[Any, bool] = {}
+        for t in data.node_types if hetero else [None]:
+            store = data[t] if hetero else data._store
+            self.node_attrs[t] = self._attrs(data, store, device, t, None)
+            self.num_nodes_key[t] = 'num_nodes' in store
+        self.edge_attrs: Dict[Any, List[Tuple[str, Any, int]]] = {}
+        self.adj_t: Dict[Any, Tuple[Any, Optional[Tensor]]] = {}
+        self.has_edge_index: Dict[Any, bool] = {}
+        for et in data.edge_types if hetero else [None]:
+            store = data[et] if hetero else data._store
+            adj_t = _adj_t_entry(store, device)
+            if adj_t is not None:
+                self.adj_t[et] = adj_t
+            self.has_edge_index[et] = 'edge_index' in store or adj_t is None
+            self.edge_attrs[et] = self._attrs(
+                data, store, device, None,
+                f'data[{et!r}]' if hetero else 'data')
+            if not hetero:
+                for key in ('edge_index', 'adj_t'):
+                    if key in store:
+                        del self.template[key]
+
+    def _attrs(self, data: Any, store: Any, device: torch.device,
+               node_type: Any, edges: Optional[str]
+               ) -> List[Tuple[str, Any, int]]:
+        # The node (`edges` is None) or edge attributes of `store` to slice:
+        # (key, value or None where `features` gives it, dimension).
+        attrs = []
         for key, value in store.items():
             if key in ('num_nodes', 'edge_index', 'adj_t'):
                 continue
-            if not isinstance(value, Tensor) or is_sparse(value):
-                if store.is_edge_attr(key) or is_sparse(value):
-                    self.edge_attrs.append(
-                        _sliceable('data', key, value, data, store))
-                elif isinstance(value, (np.ndarray, TensorFrame)) and \
-                        store.is_node_attr(key):
-                    self.node_attrs.append(
-                        (key, value, data.__cat_dim__(key, value, store)))
-                else:
+            tensor = isinstance(value, Tensor) and not is_sparse(value)
+            array = isinstance(value, (np.ndarray, TensorFrame))
+            # Of a `Data`, a node attribute where it is both; not a tensor,
+            # an edge attribute:
+            node = store.is_node_attr(key) and (self.hetero or tensor or (
+                array and not store.is_edge_attr(key)))
+            if edges is not None:
+                if not (is_sparse(value) or (not node
+                                             and store.is_edge_attr(key))):
                     continue
-            elif store.is_node_attr(key):
-                if key == 'x' and features is not None:
-                    self.node_attrs.append((key, None, 0))
-                else:
-                    self.node_attrs.append(
-                        (key, value.to(device),
-                         data.__cat_dim__(key, value, store)))
-            elif store.is_edge_attr(key):
-                self.edge_attrs.append((key, value.to(device),
-                                        data.__cat_dim__(key, value, store)))
-            else:
+                if not tensor:
+                    _check_sliceable(edges, key, value)
+            elif not node:
                 continue
-            del self.template[key]
-        for key in ('edge_index', 'adj_t'):
-            if key in store:
+            if edges is None and key == 'x' and node_type in self.features:
+                attrs.append((key, None, 0))
+            else:
+                dim = data.__cat_dim__(key, value, store)
+                if isinstance(value, Tensor):
+                    value = value.to(device)
+                attrs.append((key, value, dim))
+            if not self.hetero:
                 del self.template[key]
+        return attrs
 
     def __call__(self, out: SamplerOutput) -> Data:
         r"""The mini-batch of a node-level loader (:func:`node_metadata`)."""
         return node_metadata(self.subgraph(out), out)
 
-    def subgraph(self, out: SamplerOutput) -> Data:
+    def subgraph(self, out: Union[SamplerOutput, HeteroSamplerOutput]
+                 ) -> Union[Data, HeteroData]:
         r"""The sampled subgraph with its attributes and PyG's bookkeeping,
         without the loader-specific :obj:`metadata`."""
+        hetero = self.hetero
         data = copy.copy(self.template)
-        node = out.node
-        for key, value, dim in self.node_attrs:
-            if value is None:
-                data[key] = self.features(node)
-            else:
-                data[key] = _select(value, node, dim)
-        if self.set_num_nodes:
-            data.num_nodes = node.numel()
-        if self.has_edge_index:
-            data.edge_index = stack_edges(out.row, out.col)
-        edge = None if out.edge is None else out.edge.to(torch.int64)
-        if self.adj_t is not None:
-            data.adj_t = _slice_adj_t(self.adj_t, out.row, out.col, edge,
-                                      node.numel(), node.numel())
-        for key, value, dim in self.edge_attrs:
-            data[key] = None if edge is None else _select(value, edge, dim)
-        # The same bookkeeping as PyG's `NodeLoader.filter_fn` and
-        # `LinkLoader.filter_fn`:
-        data.n_id = node
-        if edge is not None:
-            data.e_id = edge
-        data.batch = out.batch
-        data.num_sampled_nodes = out.num_sampled_nodes
-        data.num_sampled_edges = out.num_sampled_edges
-        if out.orig_row is not None and out.orig_col is not None:
-            data._orig_edge_index = torch.stack([out.orig_row, out.orig_col])
-        return data
 
+        def typed(value):
+            return value if hetero else {None: value}
 
-class HeteroDataAssembler:
-    r"""Slices :obj:`data` (on :obj:`device`) by a
-    :class:`HeteroSamplerOutput`, :obj:`x` per node type gathered by
-    :obj:`features[node_type](node_ids)` if given."""
-    def __init__(self, data: HeteroData, device: torch.device,
-                 features: Optional[Mapping[str, Callable[[Tensor], Tensor]]]
-                 = None, edge_permutation: Optional[Dict] = None):
-        features = dict(features or {})
-        self.features = features
-        self.perm = {
-            k: v.to(device)
-            for k, v in (edge_permutation or {}).items() if v is not None
-        }
-        # Key by key, as PyG's `filter_node_store_` / `filter_edge_store_`
-        # visit them; tensors moved to `device` once.
-        self.node_attrs: Dict[str, List[Tuple[str, object, int]]] = {}
-        self.num_nodes_key: Dict[str, bool] = {}
-        for node_type in data.node_types:
-            store = data[node_type]
-            attrs = []
-            for key, value in store.items():
-                if key == 'num_nodes' or not store.is_node_attr(key):
-                    continue
-                dim = data.__cat_dim__(key, value, store)
-                if key == 'x' and node_type in features:
-                    attrs.append((key, None, 0))
-                else:
-                    attrs.append((key, _to(value, device), dim))
-            self.node_attrs[node_type] = attrs
-            self.num_nodes_key[node_type] = 'num_nodes' in store
-        self.edge_attrs: Dict[Tuple, List[Tuple[str, object, int]]] = {}
-        self.adj_t: Dict[Tuple, Tuple[Any, Optional[Tensor]]] = {}
-        self.has_edge_index: Dict[Tuple, bool] = {}
-        for edge_type in data.edge_types:
-            store = data[edge_type]
-            adj_t = _adj_t_entry(store, device)
-            if adj_t is not None:
-                self.adj_t[edge_type] = adj_t
-            self.has_edge_index[edge_type] = ('edge_index' in store
-                                              or adj_t is None)
-            attrs = []
-            for key, value in store.items():
-                if key in ('edge_index', 'adj_t'):
-                    continue
-                if is_sparse(value) or (store.is_edge_attr(key) and
-                                        not isinstance(value, Tensor)):
-                    attrs.append(_sliceable(f'data[{edge_type!r}]', key,
-                                            value, data, store))
-                elif store.is_edge_attr(key):
-                    attrs.append((key, _to(value, device),
-                                  data.__cat_dim__(key, value, store)))
-            self.edge_attrs[edge_type] = attrs
-        # Overwritten key by key: same keys in the same order as PyG's.
-        self.template = copy.copy(data)
-
-    def subgraph(self, out: HeteroSamplerOutput) -> HeteroData:
-        r"""The sampled subgraph with its attributes and PyG's bookkeeping,
-        without the loader-specific :obj:`metadata`."""
-        data = copy.copy(self.template)
-        nodes = dict(out.node)
+        nodes = dict(typed(out.node))
         # Each store looked up once (a lookup by type costs as much as
         # setting an attribute).
         stores: Dict[Any, Any] = {}
+
+        def store_of(key):
+            store = stores.get(key) if hetero else data
+            if store is None:
+                store = stores[key] = data[key]
+            return store
+
         for node_type, attrs in self.node_attrs.items():
             node = nodes.get(node_type)
             if node is None:  # Disconnected: none sampled, as in PyG.
                 node = nodes[node_type] = torch.empty(0, dtype=torch.long)
-            store = stores[node_type] = data[node_type]
+            store = store_of(node_type)
             if self.num_nodes_key[node_type]:
                 store.num_nodes = node.numel()
             for key, value, dim in attrs:
@@ -207,15 +167,15 @@ class HeteroDataAssembler:
                     store[key] = self.features[node_type](node)
                 else:
                     store[key] = _select(value, node, dim)
-        rows, cols = out.row, out.col
-        edges = dict(out.edge) if out.edge is not None else {}
+        rows, cols = typed(out.row), typed(out.col)
+        edges = dict(typed(out.edge) or {})
         for edge_type, attrs in self.edge_attrs.items():
             empty = torch.empty(0, dtype=torch.long)
             row, col = rows.get(edge_type, empty), cols.get(edge_type, empty)
             edge = edges.get(edge_type)
             if edge is None and edge_type not in edges:
                 edge = edges[edge_type] = torch.empty(0, dtype=torch.long)
-            store = stores[edge_type] = data[edge_type]
+            store = store_of(edge_type)
             if self.has_edge_index[edge_type]:
                 store.edge_index = stack_edges(row, col)
             perm = self.perm.get(edge_type)
@@ -224,28 +184,23 @@ class HeteroDataAssembler:
                 index = perm[index.to(perm.device)]
             adj_t = self.adj_t.get(edge_type)
             if adj_t is not None:
-                store.adj_t = _slice_adj_t(
-                    adj_t, row, col, index,
-                    nodes[edge_type[0]].numel(),
-                    nodes[edge_type[-1]].numel())
+                src, dst = (edge_type[0], edge_type[-1]) if hetero else \
+                    (None, None)
+                store.adj_t = _slice_adj_t(adj_t, row, col, index,
+                                           nodes[src].numel(),
+                                           nodes[dst].numel())
             for key, value, dim in attrs:
                 store[key] = None if index is None else _select(value, index,
                                                                 dim)
-
-        def store_of(key):
-            store = stores.get(key)
-            if store is None:
-                store = stores[key] = data[key]
-            return store
-
-        # The same bookkeeping as PyG's `NodeLoader.filter_fn`:
+        # The same bookkeeping as PyG's `NodeLoader.filter_fn` (of a `Data`,
+        # ids set over sliced ones):
         for node_type, node in nodes.items():
             store = store_of(node_type)
-            if 'n_id' not in store:
+            if not hetero or 'n_id' not in store:
                 store.n_id = node
         for edge_type, edge in edges.items():
             store = store_of(edge_type)
-            if edge is not None and 'e_id' not in store:
+            if edge is not None and (not hetero or 'e_id' not in store):
                 edge = edge.to(torch.long)
                 perm = self.perm.get(edge_type)
                 if perm is not None:
@@ -255,12 +210,13 @@ class HeteroDataAssembler:
         for key, values in (('batch', out.batch),
                             ('num_sampled_nodes', out.num_sampled_nodes),
                             ('num_sampled_edges', out.num_sampled_edges)):
-            for k, v in (values or {}).items():
+            for k, v in (typed(values) or {}).items():
                 store_of(k)[key] = v
         if out.orig_row is not None and out.orig_col is not None:
-            for key in out.orig_row.keys():
-                data[key]._orig_edge_index = torch.stack(
-                    [out.orig_row[key], out.orig_col[key]], dim=0)
+            orig_row, orig_col = typed(out.orig_row), typed(out.orig_col)
+            for key in orig_row.keys():
+                store_of(key)._orig_edge_index = torch.stack(
+                    [orig_row[key], orig_col[key]], dim=0)
         return data
 
 
@@ -308,12 +264,10 @@ def check_edge_attrs(data: Any) -> None:
         return
     for where, store in stores:
         for key, value in store.items():
-            if key in ('edge_index', 'adj_t') or isinstance(
-                    value, (np.ndarray, TensorFrame)):
-                continue
-            if is_sparse(value) or (not isinstance(value, Tensor)
-                                    and store.is_edge_attr(key)):
-                _sliceable(where, key, value, data, store)
+            if key not in ('edge_index', 'adj_t') and (is_sparse(value) or (
+                    not isinstance(value, Tensor)
+                    and store.is_edge_attr(key))):
+                _check_sliceable(where, key, value)
 
 
 def _adj_t_entry(store, device: torch.device
@@ -338,13 +292,12 @@ def _slice_adj_t(adj_t: Tuple[Any, Optional[Tensor]], row: Tensor,
     return sampled_adj_t(like, row, col, value, num_src, num_dst)
 
 
-def _sliceable(where: str, key: str, value: Any, data: Any,
-               store: Any) -> Tuple[str, Any, int]:
+def _check_sliceable(where: str, key: str, value: Any) -> None:
     # An edge-level attribute that is not a dense tensor: NumPy arrays and
     # TensorFrames are sliced per batch (as PyG does); anything else would
     # reach the batch whole, so it is refused.
     if isinstance(value, (np.ndarray, TensorFrame)):
-        return key, value, data.__cat_dim__(key, value, store)
+        return
     what = 'a sparse matrix' if is_sparse(value) else \
         f'a {type(value).__name__} with one entry per edge'
     raise ValueError(
@@ -352,10 +305,6 @@ def _sliceable(where: str, key: str, value: Any, data: Any,
         f"(edge-level attributes must be tensors or NumPy arrays with one "
         f"row per edge, and the sampled adjacency must be 'edge_index' or "
         f"'adj_t'); convert it, or remove it from the graph")
-
-
-def _to(value, device: torch.device):
-    return value.to(device) if isinstance(value, Tensor) else value
 
 
 def _select(value, index: Tensor, dim: int):

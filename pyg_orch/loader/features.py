@@ -26,19 +26,18 @@ def build_feature_store(
     device: torch.device,
     count_access: Callable[[], Counts],
     timer: StageTimer,
-    hetero: bool = False,
 ) -> Optional[AnyStore]:
     r""":obj:`cache.store` if given (checked); for :obj:`'auto'` on CUDA,
     :func:`build_store`."""
     store = cache.store
     if isinstance(store, (TieredFeatureStore, HeteroTieredFeatureStore)):
-        check_given_store(store, data, hetero)
+        check_given_store(store, data)
         return store
     if store is None or device.type != 'cuda':
         return None
     return build_store(data, sampler, device, count_access, timer,
                        cache.gpu_memory_budget, cache.cache_ratio,
-                       cache.ranking, hetero)
+                       cache.ranking)
 
 
 def build_store(
@@ -50,11 +49,10 @@ def build_store(
     budget: Union[None, int, float, str],
     ratio: Optional[float],
     ranking: str,
-    hetero: bool = True,
 ) -> Optional[AnyStore]:
     r"""A store of the features of :func:`host_features`, rows ranked by
     :obj:`ranking`; :obj:`None` without them or a :class:`HotNodeSampler`."""
-    x_dict = host_features(data, hetero)
+    x_dict = host_features(data)
     if not x_dict or not isinstance(sampler, HotNodeSampler):
         return None
     if ranking == 'degree':
@@ -84,17 +82,13 @@ def build_store(
                               gpu_memory_budget=budget, cache_ratio=ratio)
 
 
-def check_given_store(store: AnyStore, data, hetero: bool) -> None:
+def check_given_store(store: AnyStore, data) -> None:
     r"""Raises a :class:`ValueError` naming :obj:`'store'` where
-    :obj:`store` cannot serve :obj:`data` (or the loader, :obj:`hetero`)."""
+    :obj:`store` cannot serve :obj:`data`."""
     if isinstance(store, HeteroTieredFeatureStore):
         if not isinstance(data, HeteroData):
             raise ValueError("'store' is a HeteroTieredFeatureStore, "
                              "but the graph is not a HeteroData")
-        if not hetero:
-            raise ValueError("'store': a HeteroTieredFeatureStore "
-                             "serves the batches of HybridNeighborLoader "
-                             "and HybridLinkNeighborLoader only")
         for t, tier in store.stores.items():
             if t not in data.node_types:
                 raise ValueError(f"'store' holds node type '{t}', "
@@ -112,12 +106,12 @@ def check_given_store(store: AnyStore, data, hetero: bool) -> None:
                          "for a HeteroData (got a TieredFeatureStore)")
 
 
-def host_features(data, hetero: bool) -> Dict[Any, torch.Tensor]:
+def host_features(data) -> Dict[Any, torch.Tensor]:
     r"""The 2-dimensional node features :obj:`x` in host memory that a
     store serves, per node type (:obj:`None` for a :class:`Data`)."""
     if isinstance(data, Data):
         xs = {None: getattr(data, 'x', None)}
-    elif isinstance(data, HeteroData) and hetero:
+    elif isinstance(data, HeteroData):
         xs = {t: data[t].get('x') for t in data.node_types}
     else:
         return {}

@@ -14,7 +14,6 @@ from pyg_orch.topology.sparse_adj import has_adj_t
 from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
 from pyg_orch.loader.assemble import (
     DataAssembler,
-    HeteroDataAssembler,
     check_edge_attrs,
     move_to_device,
 )
@@ -126,9 +125,6 @@ class HybridLoaderMixin:
     timer: StageTimer
     #: Whether batches are prepared by a :class:`LookaheadIterator`.
     lookahead = False
-    #: Whether the loader assembles heterogeneous batches itself, so that a
-    #: :class:`~pyg_orch.gpu.HeteroTieredFeatureStore` can serve them.
-    _assembles_hetero = False
     #: Over a partition folder: the
     #: :class:`~pyg_orch.loader.partition_pipeline.PartitionBatches` that build
     #: the batches (else :obj:`None`).
@@ -240,7 +236,7 @@ class HybridLoaderMixin:
         self.cache_options = cache
         self.feature_store = build_feature_store(
             cache, self.data, self._sampler, self.device,
-            self._count_access, self.timer, hetero=self._assembles_hetero)
+            self._count_access, self.timer)
         self._assembler: Optional[DataAssembler] = None
         self._assembler_key: Optional[tuple] = None
 
@@ -432,23 +428,20 @@ class HybridLoaderMixin:
         # handles SparseTensor only), where the data lives unless the
         # batch is built on `device`.
         adj_t = has_adj_t(self.data)
-        hetero_fs = isinstance(fs, HeteroTieredFeatureStore)
-        if isinstance(self.data, Data) and (
-                adj_t or (main and (fs is not None
-                                    or self._data_on_device()))):
-            on_device = main and (fs is not None or self._data_on_device())
+        hetero = isinstance(self.data, HeteroData)
+        if hetero:
+            on_device = isinstance(fs, HeteroTieredFeatureStore)
+            features = {t: functools.partial(fs.gather, t)
+                        for t in fs.node_types} if on_device else None
+        else:
+            on_device = isinstance(self.data, Data) and main and (
+                fs is not None or self._data_on_device())
+            features = None if fs is None else fs.gather
+        if isinstance(self.data, (Data, HeteroData)) and (on_device or adj_t):
             assembler = self._assembler_for(on_device, lambda device: (
-                DataAssembler(self.data, device,
-                              None if fs is None else fs.gather)))
-        elif isinstance(self.data, HeteroData) and (hetero_fs or adj_t):
-            on_device = hetero_fs
-            assembler = self._assembler_for(hetero_fs, lambda device: (
-                HeteroDataAssembler(
-                    self.data, device, {
-                        t: functools.partial(fs.gather, t)
-                        for t in fs.node_types
-                    } if hetero_fs else None,
-                    self._sampler.edge_permutation)))
+                DataAssembler(self.data, device, features,
+                              self._sampler.edge_permutation if hetero
+                              else None)))
         else:
             # PyG slices features where they live; indices follow them.
             if not self._data_on_device():

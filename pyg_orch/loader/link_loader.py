@@ -192,7 +192,5 @@ class HybridLinkNeighborLoader(HybridLoaderMixin, LinkLoader):
         return link_metadata(data, out, self.neg_sampling,
                              self.input_data.input_type)
 
-    _assembles_hetero = True
-
 
 HybridLinkNeighborLoader.__doc__ += LOADER_ARGS_DOC

@@ -167,8 +167,6 @@ class HybridNeighborLoader(HybridLoaderMixin, NodeLoader):
     def _add_metadata(self, data: Any, out: Any) -> Any:
         return node_metadata(data, out, self.input_data.input_type)
 
-    _assembles_hetero = True
-
     # Look-ahead ############################################################
 
     def _slice_input(self, index: Tensor) -> Any:

@@ -277,99 +277,89 @@ class PartitionBatches:
         ) else 0
         num_nodes = self.sampler.num_nodes  # Per node type.
         fdev = self.feature_device
+        typed = self._typed
         counts = {t: torch.zeros(n, dtype=torch.int64, device=fdev)
                   for t, n in num_nodes.items()}
         if by_degree and self.cache_size:
             # How many in-edges of the part's vertices a vertex is the
             # source of:
-            csc = self.partition.csc
-            csc = csc if self.partition.is_hetero else {None: csc}
             counts = {t: c.to(fdev) for t, c in out_degrees(
-                {et: torch.as_tensor(c.row) for et, c in csc.items()},
+                {et: torch.as_tensor(c.row)
+                 for et, c in typed(self.partition.csc).items()},
                 num_nodes).items()}
         e_ids: Dict[Any, List[Tensor]] = {}
         dsts: Dict[Any, List[Tensor]] = {}
-        hetero = self.partition.is_hetero
         with self.sampler.presampling(prune_hot=True):
             for inputs in batches[:steps]:
                 out = self._sample(self.sampler, inputs)
-                node = out.node if hetero else {None: out.node}
-                for t, ids in node.items():
+                for t, ids in typed(out.node).items():
                     if not by_degree:
                         counts[t] += torch.bincount(ids.to(fdev),
                                                     minlength=num_nodes[t])
                 if not self.edge_cache_size:
                     continue
-                dst = self.sampler.edge_destinations(out)
-                edge = out.edge
-                if not hetero:
-                    edge, dst = {None: edge}, {None: dst}
+                edge = typed(out.edge)
+                dst = typed(self.sampler.edge_destinations(out))
                 for et, d in dst.items():
                     e_ids.setdefault(et, []).append(edge[et].to(fdev))
                     dsts.setdefault(et, []).append(d.to(fdev))
-        e_id = {et: torch.cat(v) for et, v in e_ids.items()}
-        dst = {et: torch.cat(v) for et, v in dsts.items()}
         # Each a collective, skipped alike on every rank where its size
-        # is 0 (the caches start empty):
+        # is 0 (the caches start empty; without a pre-sampled batch, no
+        # edges):
+        empty = [torch.empty(0, dtype=torch.int64, device=fdev)]
+        hetero = self.partition.is_hetero
+        e_id, dst = ({et: torch.cat(v) for et, v in d.items()} if hetero
+                     else torch.cat(d.get(None, empty)) for d in (e_ids, dsts))
         if self.cache_size:
             self.gather.build_cache(counts if hetero else counts[None],
                                     self.cache_size)
         if self.edge_cache_size:
-            if hetero:
-                self.gather.build_edge_cache(e_id, dst, self.edge_cache_size)
-            else:  # No pre-sampled batch: no edges.
-                empty = torch.empty(0, dtype=torch.int64, device=fdev)
-                self.gather.build_edge_cache(e_id.get(None, empty),
-                                             dst.get(None, empty),
-                                             self.edge_cache_size)
+            self.gather.build_edge_cache(e_id, dst, self.edge_cache_size)
         self.cached_rows = self.gather.num_cached_rows
         self.cached_edge_rows = self.gather.num_cached_edge_rows
         self._cache_built = True
 
-    def _hetero_batch(self, out, sampler: DistributedNeighborSampler,
-                      gather: DistributedFeatureGather):
-        from torch_geometric.data import HeteroData
-        data = HeteroData()
-        attrs = gather.gather(out.node)
-        for t, n_id in out.node.items():
-            store = data[t]
+    def _typed(self, value: Any) -> Any:
+        # Per type; of a homogeneous part, as one type, `None`.
+        return value if self.partition.is_hetero or value is None else \
+            {None: value}
+
+    def _batch(self, out, sampler: DistributedNeighborSampler,
+               gather: DistributedFeatureGather):
+        # A homogeneous output as one node type and one edge type (`None`).
+        from torch_geometric.data import Data, HeteroData
+        hetero, typed = self.partition.is_hetero, self._typed
+        data = HeteroData() if hetero else Data()
+        node, batch = typed(out.node), typed(out.batch)
+        num_sampled_nodes = typed(out.num_sampled_nodes)
+        num_sampled_edges = typed(out.num_sampled_edges)
+        attrs = typed(gather.gather(out.node))
+        for t, n_id in node.items():
+            store = data[t] if hetero else data
             store.num_nodes = n_id.numel()
             for key, value in attrs[t].items():
                 store[key] = value
             store.n_id = n_id
-            if out.batch is not None:
-                store.batch = out.batch[t]
-            if out.num_sampled_nodes is not None:
-                store.num_sampled_nodes = out.num_sampled_nodes[t]
+            if batch is not None:
+                store.batch = batch[t]
+            if num_sampled_nodes is not None:
+                store.num_sampled_nodes = num_sampled_nodes[t]
         # Edge ids (and so attributes) where the output has them (PyG drops
         # them where 'bidirectional' merged reverse edge types):
-        e_ids = {et: e for et, e in out.edge.items() if e is not None}
-        edge_attrs = gather.gather_edges(
-            e_ids, sampler.edge_destinations(out))
-        for et in out.row:
-            store = data[et]
-            store.edge_index = torch.stack([out.row[et], out.col[et]])
-            if et in e_ids:
+        e_ids = {et: e for et, e in out.edge.items() if e is not None} \
+            if hetero else out.edge
+        edge_attrs = typed(gather.gather_edges(
+            e_ids, sampler.edge_destinations(out)))
+        e_ids = typed(e_ids) or {}
+        for et, row in typed(out.row).items():
+            store = data[et] if hetero else data
+            store.edge_index = torch.stack([row, typed(out.col)[et]])
+            if e_ids.get(et) is not None:
                 store.e_id = e_ids[et]
                 for key, value in edge_attrs.get(et, {}).items():
                     store[key] = value
-            if out.num_sampled_edges is not None:
-                store.num_sampled_edges = out.num_sampled_edges[et]
-        return data
-
-    def _homo_batch(self, out, sampler: DistributedNeighborSampler,
-                    gather: DistributedFeatureGather):
-        from torch_geometric.data import Data
-        data = Data(edge_index=torch.stack([out.row, out.col]),
-                    num_nodes=out.node.numel(), **gather.gather(out.node))
-        data.n_id, data.e_id = out.node, out.edge
-        if out.batch is not None:
-            data.batch = out.batch
-        for key, value in gather.gather_edges(
-                out.edge, sampler.edge_destinations(out)).items():
-            data[key] = value
-        data.num_sampled_nodes = out.num_sampled_nodes
-        data.num_sampled_edges = out.num_sampled_edges
+            if num_sampled_edges is not None:
+                store.num_sampled_edges = num_sampled_edges[et]
         return data
 
     def __iter__(self) -> Iterator:
@@ -442,9 +432,7 @@ class PartitionBatches:
                 hook(out)
             if self.transform_sampler_output is not None:
                 out = self._transform_output(out)
-            build = self._hetero_batch if self.partition.is_hetero else \
-                self._homo_batch
-            data = build(out, sampler, gather)
+            data = self._batch(out, sampler, gather)
             # The metadata as the sampler made it (the seeds' times):
             if isinstance(inputs, EdgeSamplerInput):
                 data = link_metadata(data, sampled, self.neg_sampling,
