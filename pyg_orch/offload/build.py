@@ -48,11 +48,7 @@ from pyg_orch.offload.partition import (
 )
 from pyg_orch.offload.planning import OffloadPlan, check_hetero_options
 from pyg_orch.offload.protocol import LoaderFacts, Seeds
-from pyg_orch.offload.runtime import (
-    DegreeCompensation,
-    HeteroOffloadRuntime,
-    OffloadRuntime,
-)
+from pyg_orch.offload.runtime import DegreeCompensation, OffloadRuntime
 from pyg_orch.offload.static_rows import (
     STATIC_RATIOS,
     cap_sizes,
@@ -363,17 +359,13 @@ def _make_runtime(model: torch.nn.Module, loader: Any, plan: OffloadPlan,
                   hot: HotSetSizer, strategy: EmbeddingStrategy,
                   x: Any) -> OffloadRuntime:
     # The runtime of the first layer `first` (per edge type if a dict).
-    replace_rows = plan.options.replace_rows
-    if isinstance(first, dict):
-        return HeteroOffloadRuntime(model, loader, layer_name, first,
-                                    selection, hot, strategy, x, replace_rows)
     degrees = None
     if plan.partitioned and plan.compensate_degrees:
         # The hot vertices' in-degrees are in the halo table's columns:
         degrees = DegreeCompensation(loader.offload_sampler, x.csc.colptr,
                                      x.ids)
     return OffloadRuntime(model, loader, layer_name, first, selection, hot,
-                          strategy, x, replace_rows,
+                          strategy, x, plan.options.replace_rows,
                           bool(plan.compensate_degrees), degrees=degrees)
 
 
