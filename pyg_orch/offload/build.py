@@ -8,7 +8,6 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_orch.offload.aggregate_split import AGGREGATE
 from pyg_orch.offload.autotune import (
     HotSetTuner,
     StepTimeChooser,
@@ -51,6 +50,7 @@ from pyg_orch.offload.protocol import LoaderFacts, Seeds
 from pyg_orch.offload.runtime import DegreeCompensation, OffloadRuntime
 from pyg_orch.offload.static_rows import (
     STATIC_RATIOS,
+    aggregates_only,
     cap_sizes,
     degree_probe,
     full_neighbors_reason,
@@ -106,15 +106,6 @@ def _presample_inputs(loader: Any, options: OffloadOptions
     num = options.num_presample_batches or presample_batches(
         first.numel(), batch_size)
     return seeds, batch_size, num
-
-
-def aggregates_only(computer: Union[BottomLayerComputer,
-                                    HeteroBottomLayerComputer]) -> bool:
-    r"""Whether the CPU computes weight-free aggregations only."""
-    kinds = getattr(computer, 'kinds', None)
-    kinds = set(kinds.values()) if isinstance(kinds, dict) else \
-        {computer.split}
-    return kinds == {AGGREGATE}
 
 
 def make_strategy(computer: Union[BottomLayerComputer,

@@ -15,7 +15,6 @@ from pyg_orch.offload.aggregate_split import (
     check_split,
 )
 from pyg_orch.offload.bottom_layer import (
-    BipartiteLayerComputer,
     BottomLayerComputer,
     message_passing_layers,
 )
@@ -114,16 +113,11 @@ class HeteroBottomLayerComputer:
             gen_seed = None if seed is None else seed + 7919 * (i + 1)
             if make_part is not None:
                 part = make_part(et, convs[et], k, gen_seed)
-            elif src == dst:
-                part = BottomLayerComputer(convs[et], x_dict[dst],
-                                           csc_dict[et], k, replace=replace,
-                                           seed=gen_seed, dedup=False,
-                                           autocast_dtype=autocast_dtype)
             else:
-                part = BipartiteLayerComputer(convs[et], x_dict[src],
-                                              x_dict[dst], csc_dict[et], k,
-                                              replace=replace, seed=gen_seed,
-                                              autocast_dtype=autocast_dtype)
+                part = BottomLayerComputer(
+                    convs[et], x_dict[dst], csc_dict[et], k, replace=replace,
+                    seed=gen_seed, dedup=False, autocast_dtype=autocast_dtype,
+                    x_src=None if src == dst else x_dict[src])
             self.parts.append(part)
         self.autocast_dtype = autocast_dtype
         self.split = OUTPUT

@@ -28,6 +28,7 @@ from pyg_orch.offload.replacement import (
     check_aggregated,
     check_batch_features,
     check_no_edge_tensors,
+    edge_tensor_args,
     hot_rows,
     replace_from_table,
     replace_output,
@@ -149,9 +150,7 @@ class DegreeCompensation:
         if not isinstance(edge_index, Tensor) or not same_tensor(
                 edge_index, batch_edge_index):
             return None  # E.g. trimmed by trim_to_layer: nothing to do.
-        if any(isinstance(v, Tensor) for v in args[2:]) or any(
-                isinstance(v, Tensor) for k, v in kwargs.items()
-                if k not in ('x', 'edge_index')):
+        if edge_tensor_args(args, kwargs):
             return None  # Edge-level tensors would need placeholders too.
         extra = extra.to(edge_index.device, edge_index.dtype)
         edge_index = torch.cat([edge_index, extra], dim=1)
