@@ -493,7 +493,7 @@ def _first_layer(model: torch.nn.Module, loader: Any, plan: OffloadPlan
         layer_name, convs = find_hetero_first_layer(model, edge_types,
                                                     options.layer)
     else:
-        layer_name = common_prefix([names[id(m)] for m in convs.values()])
+        layer_name = common_prefix(model, convs)
     for et in convs:
         for t in (et[0], et[-1]):
             if not has_x.get(t, False):

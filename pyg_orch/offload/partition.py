@@ -165,26 +165,22 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     mine = {t: (kind == i).nonzero().view(-1)
             for i, t in enumerate(node_types)}  # Positions per type.
     local_ids = {t: candidates[pos] - offsets[t] for t, pos in mine.items()}
-
-    def src_of(et):
-        return None if et is None else et[0]
-
-    def dst_of(et):
-        return None if et is None else et[-1]
-
+    # Source and destination type per edge type (homogeneous: None, None):
+    ends = {et: (None, None) if et is None else (et[0], et[-1])
+            for et in edge_types}
     # Every row a candidate needs, with the candidate's position:
     edges, need = {}, {}
     for t, pos in mine.items():
         need.setdefault(t, []).append((local_ids[t], pos))
     for et in edge_types:
-        d = dst_of(et)
+        s, d = ends[et]
         src, owner, pos = _in_edges(part, et, local_ids[d])
         attrs = part.edge_attrs if et is None else \
             part.edge_attrs.get(et, {})
         weight = None if weight_attr is None else attrs.get(weight_attr)
         edges[et] = (src, owner,
                      None if weight is None else weight.index_select(0, pos))
-        need.setdefault(src_of(et), []).append((src, mine[d][owner]))
+        need.setdefault(s, []).append((src, mine[d][owner]))
     added = torch.zeros(k + 1, dtype=torch.int64)
     found = {}
     for t, pieces in need.items():
@@ -207,7 +203,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     tables = {t: HaloTable(ids[t], rows[t], None) for t in ids}
     by_edge = {}
     for et in edge_types:
-        d, s = dst_of(et), src_of(et)
+        s, d = ends[et]
         src, owner, weight = edges[et]
         kept = mine[d] < keep
         num_kept = int(kept.sum())

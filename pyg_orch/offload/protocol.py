@@ -92,6 +92,11 @@ class LoaderFacts:
     #: The sampler draws neighbors by edge weight.
     weighted: bool = False
 
+    @property
+    def sampled_in_loop(self) -> bool:
+        r"""Whether batches are sampled in the loop's thread."""
+        return self.batches_ahead == 0 and self.num_workers == 0
+
 
 #: Why temporal loaders are not offloaded (see :doc:`/offload`).
 TEMPORAL_REASON = (

@@ -657,31 +657,25 @@ class OffloadRuntime:
         ctx.called = True
         x = args[0] if len(args) > 0 else kwargs.get('x')
         pair = x if isinstance(x, (tuple, list)) and len(x) > 0 else (x, x)
-        if not self.hetero and not same_tensor(pair[0], ctx.x):
-            raise FirstLayerMismatch(
-                f"BottomLayerOffload: the first message-passing layer "
-                f"{self.layer_name!r} does not consume the model's input 'x' "
-                f"directly (it gets a {type(pair[0]).__name__}"
-                f"{list(pair[0].shape) if isinstance(pair[0], Tensor) else ''}"
-                f" computed from it, e.g. by a Linear layer, an input dropout "
-                f"or a normalization before the first convolution). "
-                f"Bottom-layer offload computes that layer on the CPU from "
-                f"the raw features 'loader.data.x', so the model's first "
-                f"operation on 'x' must be this layer; move such "
-                f"preprocessing into the data, or call model.eval() to run "
-                f"without offload")
-        x_dict = ctx.x if isinstance(ctx.x, dict) else {}
-        for t, value in ((key[0], pair[0]),
-                         (key[-1], pair[-1])) if self.hetero else ():
-            if not same_tensor(value, x_dict.get(t)):
+        if self.hetero:
+            x_dict = ctx.x if isinstance(ctx.x, dict) else {}
+            inputs = [(f'x[{t!r}]', got, x_dict.get(t))
+                      for t, got in ((key[0], pair[0]), (key[-1], pair[-1]))]
+        else:
+            inputs = [("'x'", pair[0], ctx.x)]
+        for name, got, given in inputs:
+            if not same_tensor(got, given):
+                shape = list(got.shape) if isinstance(got, Tensor) else ''
                 raise FirstLayerMismatch(
-                    f"BottomLayerOffload: the first layer's module for "
-                    f"{key} does not consume the model's input x[{t!r}] "
-                    f"directly (e.g. a Linear layer or a dropout runs "
-                    f"before it). Bottom-layer offload computes that layer "
-                    f"on the CPU from the raw features of the loader's "
-                    f"data, so the model's first operation on 'x' must be "
-                    f"this layer; call model.eval() to run without offload")
+                    f"BottomLayerOffload: {self._layer_label(key)} does not "
+                    f"consume the model's input {name} directly (it gets a "
+                    f"{type(got).__name__}{shape}, e.g. computed by a Linear "
+                    f"layer, an input dropout or a normalization before it). "
+                    f"Bottom-layer offload computes that layer on the CPU "
+                    f"from the raw features of the loader's data, so the "
+                    f"model's first operation on 'x' must be this layer; "
+                    f"move such preprocessing into the data, or call "
+                    f"model.eval() to run without offload")
         check_no_edge_tensors(self._layer_label(key), args, kwargs)
         ctx.in_call = key
         ctx.aggregated = False
