@@ -1,5 +1,6 @@
 """The runtime of offload: hooks, hot set, strategy and counters."""
 import collections
+import functools
 import logging
 import warnings
 import weakref
@@ -185,7 +186,6 @@ class OffloadRuntime:
                  compensate_degrees: bool = True,
                  degrees: Optional[DegreeCompensation] = None):
         self.model = model
-        self.loader = loader
         self.sampler = loader.offload_sampler
         self.timer = loader.timer
         # Batches reach the model this many steps after they are sampled:
@@ -447,13 +447,15 @@ class OffloadRuntime:
         lo = n_last if self.replace_rows == 'pruned' else 0
         return lo, n_last, n_bottom
 
-    def _slot_rows(self) -> int:
-        # The hot-set prefix a batch drawn now may have been pruned with:
+    def _slot_map(self, ids: Tensor) -> Tuple[int, Tensor]:
+        # The hot-set prefix a batch drawn now may have been pruned with, and
+        # the table rows of `ids` in it (-1: not hot; no host sync).
+        num_rows = self.hot.size
         if self.sampled_in_hook:
-            if self.sampler.hot_nodes is None:
-                return 0
-            return self.hot.prune_size
-        return self.hot.size
+            num_rows = 0 if self.sampler.hot_nodes is None else \
+                self.hot.prune_size
+        positions = self.hot.positions(ids.device, num_rows)
+        return num_rows, positions.index_select(0, ids)
 
     def _on_sampled(self, out) -> None:
         # Queues the CPU computation of the hot rows of a batch just sampled.
@@ -465,9 +467,7 @@ class OffloadRuntime:
         if not isinstance(node, Tensor) or num is None:
             return
         lo, _, hi = self._bottom_rows(num)
-        num_rows = self._slot_rows()
-        slot = self.hot.positions(node.device, num_rows).index_select(
-            0, node[lo:hi])
+        num_rows, slot = self._slot_map(node[lo:hi])
         rows, pos = hot_rows(slot, lo)
         pos_cpu = pos.cpu()
         version = self.counter.next_forward_version()
@@ -533,9 +533,7 @@ class OffloadRuntime:
         ids = n_id[lo:n_bottom]
         if node_type is not None:  # Combined ids over the node types.
             ids = ids + self.computer.offsets[node_type]
-        # The slot map of the hot set the batch was pruned with (no host sync):
-        num_rows = self._slot_rows()
-        slot = self.hot.positions(n_id.device, num_rows).index_select(0, ids)
+        num_rows, slot = self._slot_map(ids)
         pruned = self.sampler.hot_nodes is not None
         info = BatchInfo(x, lo, n_bottom, slot, pruned, num_rows)
         per_batch = self.strategy.per_batch
@@ -629,25 +627,20 @@ class OffloadRuntime:
 
     def install_order_check(self) -> List[Any]:
         r"""Checks that no other layer runs first."""
-        handles = []
-        ctx_ref = self
+        return [
+            module.register_forward_pre_hook(
+                functools.partial(self._order_hook, name))
+            for name, module in message_passing_layers(self.model).items()
+            if module is not self.layer
+        ]
 
-        def make_hook(name):
-            def hook(module, args):
-                ctx = ctx_ref.ctx
-                if ctx is not None and not ctx.called:
-                    raise FirstLayerMismatch(
-                        f"BottomLayerOffload: the message-passing layer "
-                        f"{name!r} runs before {ctx_ref.layer_name!r}, the "
-                        f"layer chosen as the first one; pass "
-                        f"layer={name!r}", layer=name)
-            return hook
-
-        for name, module in message_passing_layers(self.model).items():
-            if module is not self.layer:
-                handles.append(module.register_forward_pre_hook(
-                    make_hook(name)))
-        return handles
+    def _order_hook(self, name: str, module, args) -> None:
+        ctx = self.ctx
+        if ctx is not None and not ctx.called:
+            raise FirstLayerMismatch(
+                f"BottomLayerOffload: the message-passing layer {name!r} "
+                f"runs before {self.layer_name!r}, the layer chosen as the "
+                f"first one; pass layer={name!r}", layer=name)
 
     def _pre_hook(self, module, args, kwargs):
         ctx, key = self.ctx, self._key_of.get(id(module))
