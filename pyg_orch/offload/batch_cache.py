@@ -39,17 +39,13 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         self._snapshot: Optional[Snapshot] = None
 
     @property
-    def bound(self) -> int:
+    def age_bound(self) -> int:
         r"""The most versions a row may be old."""
         if self.static:  # Below -_NEVER: rows never computed are stale.
             return UNBOUNDED // 2
         if self.max_sample_age is None:
             return self.max_staleness
         return min(self.max_staleness, self.max_sample_age)
-
-    @property
-    def age_bound(self) -> int:
-        return self.bound
 
     def replan(self) -> None:
         r"""The planned hot set changed; it is in use at once."""
@@ -75,7 +71,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         needed = torch.unique(pos)
         covered = torch.maximum(self.row_version[needed],
                                 self.queued_version[needed])
-        stale = needed[covered < version - self.bound]
+        stale = needed[covered < version - self.age_bound]
         if stale.numel() == 0:
             return
         self.queued_version[stale] = weights_version
@@ -111,7 +107,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
     def refresh_rows(self, pos_cpu: Tensor, version: int,
                      timer: Any = None) -> Optional[Tensor]:
         r"""Makes rows :obj:`pos_cpu` usable at :obj:`version`."""
-        bound = self.bound
+        bound = self.age_bound
         self._raise_failures()
         if self.hot.auto:
             self._maybe_grow(version)

@@ -134,27 +134,36 @@ class BottomLayerComputer:
             for layers that need it (see :func:`needs_degree_compensation`).
         autocast_dtype (torch.dtype, optional): Run the layer under CPU
             autocast in this dtype (:obj:`torch.bfloat16`).
+        x_src (torch.Tensor, optional): The neighbors' features for an edge
+            type between two node types (:obj:`x`: the targets'); the layer
+            is then called on :obj:`(x_src, x_dst)` without dedup.
+        table (HaloTable, optional): Maps the global ids of the vertices
+            computed to rows of :obj:`x` and columns of :obj:`csc` (a
+            partition's halo table).
     """
     def __init__(self, layer: torch.nn.Module, x: Tensor, csc: CSCTopology,
                  num_neighbors: int, replace: bool = False,
                  seed: Optional[int] = None, dedup: Optional[bool] = None,
-                 autocast_dtype: Optional[torch.dtype] = None):
+                 autocast_dtype: Optional[torch.dtype] = None,
+                 x_src: Optional[Tensor] = None, table: Any = None):
         check_autocast_dtype('autocast_dtype', autocast_dtype)
         # Copied before any hook of ours is registered on `layer`:
         self.template = copy.deepcopy(layer).to('cpu').eval()
         for p in self.template.parameters():
             p.requires_grad_(False)
         # Neighbors' rows come from `x_src` (bipartite: another type):
-        self.x = self.x_src = x
+        self.two_types = x_src is not None
+        self.x = x
+        self.x_src = x if x_src is None else x_src
+        self.table = table
         self.csc = csc
         self.num_neighbors = int(num_neighbors)
         self.replace = bool(replace)
         self.seed = seed
-        self.dedup = needs_degree_compensation(layer) if dedup is None \
-            else bool(dedup)
+        self.dedup = False if self.two_types else \
+            needs_degree_compensation(layer) if dedup is None else bool(dedup)
         self.autocast_dtype = autocast_dtype
-        # With dedup: vertices that get placeholder in-edges (see `subgraph`):
-        self.in_edge_mask: Optional[Tensor] = None
+        self.in_edge_mask = None
         self.split = OUTPUT
         #: The embedding_bag mode of a weight-free split (see choose_split).
         self.bag_mode: Optional[str] = None
@@ -165,7 +174,23 @@ class BottomLayerComputer:
         self._lock = threading.Lock()
         self._num_threads_seen = 0
         # Call the layer on (x_src, x_dst) if `calibrate` finds it the same:
-        self.bipartite = False
+        self.bipartite = self.two_types
+
+    @property
+    def in_edge_mask(self) -> Optional[Tensor]:
+        r"""With dedup: vertices that get placeholder in-edges (by row)."""
+        return self._in_edge_mask
+
+    @in_edge_mask.setter
+    def in_edge_mask(self, mask: Optional[Tensor]) -> None:
+        # Given over all global ids (a table's rows are global ids):
+        if mask is not None and self.table is not None:
+            mask = mask.index_select(0, self.table.ids)
+        self._in_edge_mask = mask
+
+    def _rows(self, nodes: Tensor) -> Tensor:
+        # The rows of `nodes` in `x` and `csc`.
+        return nodes if self.table is None else self.table.rows(nodes)
 
     def choose_split(self, nodes: Tensor, split: str = 'auto') -> str:
         r"""Decides on a few of :obj:`nodes` what the CPU computes."""
@@ -217,6 +242,10 @@ class BottomLayerComputer:
         layer = self.template
         gen = torch.Generator().manual_seed(0)
         nodes = nodes[:64].to(torch.int64)
+        if self.two_types:  # Always bipartite: checks that it runs.
+            with torch.no_grad():
+                call_layer(layer, *self.inputs(nodes, gen))
+            return True
         with torch.no_grad():
             ids, edge_index = self.subgraph(nodes, gen)
             x = self.x.index_select(0, ids)
@@ -291,15 +320,19 @@ class BottomLayerComputer:
                         generator: Optional[torch.Generator]
                         ) -> Tuple[Tensor, Tensor, Tensor]:
         r"""The rows of sampled neighbors and their targets' positions."""
-        src, dst = self.sample(nodes, generator)
+        src, dst = self.sample(self._rows(nodes), generator)
         return self.x_src, src, dst
 
     def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
                  ) -> Tuple[Tensor, Tensor]:
-        r"""The sampled subgraph's ids (:obj:`nodes` first) and edges."""
+        r"""The sampled subgraph's ids (:obj:`nodes` first; two types: one
+        source id per edge) and edges."""
         csc = self.csc
         n = nodes.numel()
+        nodes = self._rows(nodes)
         src, dst = self.sample(nodes, generator)
+        if self.two_types:
+            return src, torch.stack([torch.arange(src.numel()), dst])
         nodes = nodes.to(torch.int64)
         if not self.dedup:
             return self._edge_rows(nodes, src, dst)
@@ -365,40 +398,11 @@ class BottomLayerComputer:
                ) -> Tuple[Any, Tensor]:
         r"""The layer's inputs for the subgraph of :obj:`nodes`."""
         ids, edge_index = self.subgraph(nodes, generator)
+        if self.two_types:
+            dst = self._rows(nodes).to(torch.int64)
+            return (self.x_src.index_select(0, ids),
+                    self.x.index_select(0, dst)), edge_index
         x = self.x.index_select(0, ids)
         if self.bipartite:
             return (x, x[:nodes.numel()]), edge_index
         return x, edge_index
-
-
-class BipartiteLayerComputer(BottomLayerComputer):
-    r"""A :class:`BottomLayerComputer` for an edge type between two types."""
-    def __init__(self, layer: torch.nn.Module, x_src: Tensor, x_dst: Tensor,
-                 csc: CSCTopology, num_neighbors: int, replace: bool = False,
-                 seed: Optional[int] = None,
-                 autocast_dtype: Optional[torch.dtype] = None):
-        super().__init__(layer, x_dst, csc, num_neighbors, replace=replace,
-                         seed=seed, dedup=False,
-                         autocast_dtype=autocast_dtype)
-        self.x_src = x_src
-        self.bipartite = True
-
-    def calibrate(self, nodes: Tensor) -> bool:
-        r"""Checks that the layer runs on the CPU (always bipartite)."""
-        gen = torch.Generator().manual_seed(0)
-        with torch.no_grad():
-            x, edge_index = self.inputs(nodes[:64].to(torch.int64), gen)
-            call_layer(self.template, x, edge_index)
-        return True
-
-    def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
-                 ) -> Tuple[Tensor, Tensor]:
-        r"""Source ids (one per edge) and bipartite :obj:`edge_index`."""
-        src, dst = self.sample(nodes, generator)
-        return src, torch.stack([torch.arange(src.numel()), dst])
-
-    def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
-               ) -> Tuple[Any, Tensor]:
-        src, edge_index = self.subgraph(nodes, generator)
-        return (self.x_src.index_select(0, src),
-                self.x.index_select(0, nodes.to(torch.int64))), edge_index

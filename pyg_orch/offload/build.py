@@ -8,7 +8,6 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_orch.offload.aggregate_split import AGGREGATE
 from pyg_orch.offload.autotune import (
     HotSetTuner,
     StepTimeChooser,
@@ -48,13 +47,10 @@ from pyg_orch.offload.partition import (
 )
 from pyg_orch.offload.planning import OffloadPlan, check_hetero_options
 from pyg_orch.offload.protocol import LoaderFacts, Seeds
-from pyg_orch.offload.runtime import (
-    DegreeCompensation,
-    HeteroOffloadRuntime,
-    OffloadRuntime,
-)
+from pyg_orch.offload.runtime import DegreeCompensation, OffloadRuntime
 from pyg_orch.offload.static_rows import (
     STATIC_RATIOS,
+    aggregates_only,
     cap_sizes,
     degree_probe,
     full_neighbors_reason,
@@ -110,15 +106,6 @@ def _presample_inputs(loader: Any, options: OffloadOptions
     num = options.num_presample_batches or presample_batches(
         first.numel(), batch_size)
     return seeds, batch_size, num
-
-
-def aggregates_only(computer: Union[BottomLayerComputer,
-                                    HeteroBottomLayerComputer]) -> bool:
-    r"""Whether the CPU computes weight-free aggregations only."""
-    kinds = getattr(computer, 'kinds', None)
-    kinds = set(kinds.values()) if isinstance(kinds, dict) else \
-        {computer.split}
-    return kinds == {AGGREGATE}
 
 
 def make_strategy(computer: Union[BottomLayerComputer,
@@ -363,17 +350,13 @@ def _make_runtime(model: torch.nn.Module, loader: Any, plan: OffloadPlan,
                   hot: HotSetSizer, strategy: EmbeddingStrategy,
                   x: Any) -> OffloadRuntime:
     # The runtime of the first layer `first` (per edge type if a dict).
-    replace_rows = plan.options.replace_rows
-    if isinstance(first, dict):
-        return HeteroOffloadRuntime(model, loader, layer_name, first,
-                                    selection, hot, strategy, x, replace_rows)
     degrees = None
     if plan.partitioned and plan.compensate_degrees:
         # The hot vertices' in-degrees are in the halo table's columns:
         degrees = DegreeCompensation(loader.offload_sampler, x.csc.colptr,
                                      x.ids)
     return OffloadRuntime(model, loader, layer_name, first, selection, hot,
-                          strategy, x, replace_rows,
+                          strategy, x, plan.options.replace_rows,
                           bool(plan.compensate_degrees), degrees=degrees)
 
 
@@ -510,7 +493,7 @@ def _first_layer(model: torch.nn.Module, loader: Any, plan: OffloadPlan
         layer_name, convs = find_hetero_first_layer(model, edge_types,
                                                     options.layer)
     else:
-        layer_name = common_prefix([names[id(m)] for m in convs.values()])
+        layer_name = common_prefix(model, convs)
     for et in convs:
         for t in (et[0], et[-1]):
             if not has_x.get(t, False):

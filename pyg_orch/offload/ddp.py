@@ -45,12 +45,9 @@ class MachineRanks:
         keys = list(times)
         flat = torch.tensor([t for k in keys for t in times[k]],
                             dtype=torch.float64)
-        flat = (self.sum(flat) / self.size).tolist()
-        out, start = {}, 0
-        for k in keys:
-            out[k] = flat[start:start + len(times[k])]
-            start += len(times[k])
-        return out
+        parts = torch.split(self.sum(flat) / self.size,
+                            [len(times[k]) for k in keys])
+        return {k: part.tolist() for k, part in zip(keys, parts)}
 
 
 def machine_ranks() -> Optional[MachineRanks]:

@@ -1,5 +1,6 @@
 """The first layer of a heterogeneous model, computed on the CPU."""
 import itertools
+import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -15,7 +16,6 @@ from pyg_orch.offload.aggregate_split import (
     check_split,
 )
 from pyg_orch.offload.bottom_layer import (
-    BipartiteLayerComputer,
     BottomLayerComputer,
     message_passing_layers,
 )
@@ -60,17 +60,13 @@ def find_hetero_first_layer(
     return name, groups[name]
 
 
-def common_prefix(names: List[str]) -> str:
-    r"""The longest dotted module path all :obj:`names` start with."""
-    if len(names) == 1:
-        return names[0]
-    parts = [name.split('.') for name in names]
-    out: List[str] = []
-    for level in zip(*parts):
-        if any(p != level[0] for p in level):
-            break
-        out.append(level[0])
-    return '.'.join(out)
+def common_prefix(model: torch.nn.Module,
+                  convs: Dict[EdgeType, torch.nn.Module]) -> str:
+    r"""The longest dotted module path of :obj:`model` that all
+    :obj:`convs` lie under."""
+    names = {id(m): name for name, m in model.named_modules()}
+    parts = [names[id(m)].split('.') for m in convs.values()]
+    return '.'.join(os.path.commonprefix(parts))
 
 
 def combined_ids(edge_types: List[EdgeType], num_nodes: Dict[NodeType, int]
@@ -114,16 +110,11 @@ class HeteroBottomLayerComputer:
             gen_seed = None if seed is None else seed + 7919 * (i + 1)
             if make_part is not None:
                 part = make_part(et, convs[et], k, gen_seed)
-            elif src == dst:
-                part = BottomLayerComputer(convs[et], x_dict[dst],
-                                           csc_dict[et], k, replace=replace,
-                                           seed=gen_seed, dedup=False,
-                                           autocast_dtype=autocast_dtype)
             else:
-                part = BipartiteLayerComputer(convs[et], x_dict[src],
-                                              x_dict[dst], csc_dict[et], k,
-                                              replace=replace, seed=gen_seed,
-                                              autocast_dtype=autocast_dtype)
+                part = BottomLayerComputer(
+                    convs[et], x_dict[dst], csc_dict[et], k, replace=replace,
+                    seed=gen_seed, dedup=False, autocast_dtype=autocast_dtype,
+                    x_src=None if src == dst else x_dict[src])
             self.parts.append(part)
         self.autocast_dtype = autocast_dtype
         self.split = OUTPUT

@@ -74,9 +74,8 @@ def count_bottom_accesses(
         (counts, num_batches): the access count of every vertex and the
         number of mini-batches drawn.
     """
-    num_hops = sampler.num_hops
     return _presample(sampler, seeds, batch_size, num_batches, seed,
-                      hops=num_hops, prune_hot=False)
+                      hops=sampler.num_hops, prune_hot=False)
 
 
 def _presample(sampler, seeds: Tensor, batch_size: int,
@@ -99,10 +98,12 @@ def _presample(sampler, seeds: Tensor, batch_size: int,
     return counts, num
 
 
-def split_by_frequency(counts: Tensor, hot_ratio: float,
-                       cache_ratio: float) -> Tuple[Tensor, Tensor]:
-    r"""The most accessed :obj:`hot_ratio` and the next :obj:`cache_ratio`."""
-    num_nodes = counts.numel()
+def split_by_frequency(counts: Tensor, hot_ratio: float, cache_ratio: float,
+                       num_nodes: Optional[int] = None
+                       ) -> Tuple[Tensor, Tensor]:
+    r"""The most accessed :obj:`hot_ratio` and the next :obj:`cache_ratio`
+    of :obj:`num_nodes` (by default all) vertices."""
+    num_nodes = counts.numel() if num_nodes is None else num_nodes
     num_hot = int(round(hot_ratio * num_nodes))
     num_cache = int(round(cache_ratio * num_nodes))
     accessed = int((counts > 0).sum())
@@ -210,14 +211,13 @@ def select_hetero_hot_nodes(
     r"""The heterogeneous :func:`select_hot_nodes` over :obj:`node_types`
     (combined ids), from seeds of :obj:`input_type` or a dictionary of seeds;
     no GPU-cache candidates."""
-    num_hops = sampler.num_hops
     if not isinstance(seeds, dict):
         seeds = {input_type: seeds}
     total: Dict[str, Tensor] = {}
     n = 0
     for t, type_seeds in seeds.items():
         counts, num = _presample(sampler, type_seeds, batch_size,
-                                 num_batches, seed, hops=num_hops,
+                                 num_batches, seed, hops=sampler.num_hops,
                                  prune_hot=False, input_type=t)
         n += num
         for k, c in counts.items():

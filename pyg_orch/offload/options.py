@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from pyg_orch.core.checks import (
+    check_callable,
     check_choice,
     check_fraction,
     check_int,
@@ -200,8 +201,7 @@ class OffloadOptions:
         check_autocast_dtype('cpu_autocast', self.cpu_autocast)
         for name in ('chunk_size', 'super_batch_size',
                      'num_presample_batches'):
-            if getattr(self, name) is not None:
-                check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1, optional=True)
         check_seconds('idle_timeout', self.idle_timeout)
         if self.seed is not None and (isinstance(self.seed, bool)
                                       or not isinstance(self.seed, int)):
@@ -244,10 +244,8 @@ def with_test_hooks(options: OffloadOptions,
                     autotune_clock: Optional[Callable[[], float]] = None
                     ) -> OffloadOptions:
     r"""A copy of :obj:`options` with instrumentation hooks, checked."""
-    for name, hook in (('work_hook', work_hook),
-                       ('autotune_clock', autotune_clock)):
-        if hook is not None and not callable(hook):
-            raise ValueError(f"'{name}' must be callable (got {hook!r})")
+    check_callable('work_hook', work_hook)
+    check_callable('autotune_clock', autotune_clock)
     out = copy.copy(options)
     object.__setattr__(out, 'work_hook', work_hook)
     object.__setattr__(out, 'autotune_clock', autotune_clock)

@@ -6,16 +6,13 @@ import torch.distributed as dist
 from torch import Tensor
 
 from pyg_orch.topology.csc import CSCTopology
-from pyg_orch.offload.bottom_layer import (
-    BipartiteLayerComputer,
-    BottomLayerComputer,
-)
+from pyg_orch.offload.bottom_layer import BottomLayerComputer
 from pyg_orch.offload.ddp import MachineRanks, process_group_active
 from pyg_orch.offload.hetero_layer import (
     HeteroBottomLayerComputer,
     combined_ids,
 )
-from pyg_orch.offload.hotness import HotSet
+from pyg_orch.offload.hotness import HotSet, split_by_frequency
 from pyg_orch.offload.options import OffloadOptions
 from pyg_orch.offload.protocol import OffloadableLoader
 from pyg_orch.sampling.contract import DEFAULT_PRESAMPLE_BATCHES
@@ -88,59 +85,6 @@ class HaloTable:
         return self.x.index_select(dim, self.rows(global_ids))
 
 
-class PartBottomLayerComputer(BottomLayerComputer):
-    r"""A :class:`BottomLayerComputer` over a :class:`HaloTable`."""
-    def __init__(self, layer: torch.nn.Module, table: HaloTable,
-                 num_neighbors: int, replace: bool = False,
-                 seed: Optional[int] = None,
-                 autocast_dtype: Optional[torch.dtype] = None):
-        self.table = table
-        super().__init__(layer, table.x, table.csc, num_neighbors,
-                         replace=replace, seed=seed,
-                         autocast_dtype=autocast_dtype)
-
-    @property
-    def in_edge_mask(self) -> Optional[Tensor]:
-        r"""Vertices that get placeholder in-edges (by row)."""
-        return self._in_edge_mask
-
-    @in_edge_mask.setter
-    def in_edge_mask(self, mask: Optional[Tensor]) -> None:
-        # Given over all global ids; the table's rows are global ids.
-        self._in_edge_mask = None if mask is None else \
-            mask.index_select(0, self.table.ids)
-
-    def subgraph(self, nodes: Tensor, generator: Optional[torch.Generator]
-                 ) -> Tuple[Tensor, Tensor]:
-        return super().subgraph(self.table.rows(nodes), generator)
-
-    def sampled_sources(self, nodes: Tensor,
-                        generator: Optional[torch.Generator]
-                        ) -> Tuple[Tensor, Tensor, Tensor]:
-        return super().sampled_sources(self.table.rows(nodes), generator)
-
-
-class PartBipartiteLayerComputer(BipartiteLayerComputer):
-    r"""A :class:`BipartiteLayerComputer` over a :class:`HaloTable`."""
-    def __init__(self, layer: torch.nn.Module, x_src: Tensor,
-                 table: HaloTable, num_neighbors: int, replace: bool = False,
-                 seed: Optional[int] = None,
-                 autocast_dtype: Optional[torch.dtype] = None):
-        super().__init__(layer, x_src, table.x, table.csc, num_neighbors,
-                         replace=replace, seed=seed,
-                         autocast_dtype=autocast_dtype)
-        self.table = table
-
-    def inputs(self, nodes: Tensor, generator: Optional[torch.Generator]
-               ) -> Tuple[Any, Tensor]:
-        return super().inputs(self.table.rows(nodes), generator)
-
-    def sampled_sources(self, nodes: Tensor,
-                        generator: Optional[torch.Generator]
-                        ) -> Tuple[Tensor, Tensor, Tensor]:
-        return super().sampled_sources(self.table.rows(nodes), generator)
-
-
 def _of_type(value: Any, node_type: Any) -> Any:
     # A partition's per-node-type value (the value itself when homogeneous).
     return value if node_type is None else value[node_type]
@@ -187,11 +131,8 @@ def select_part_hot_nodes(loader: Any, node_types: List[Any],
         owned[ids] = True
         mine.append(torch.where(owned, counts[t], 0))
         total += ids.numel()
-    mine = torch.cat(mine)
-    order = torch.sort(mine, descending=True, stable=True).indices
-    num_hot = min(int(round(hot_ratio * total)), int((mine > 0).sum()))
-    return HotSet(order[:num_hot].clone(), torch.empty(0, dtype=torch.int64),
-                  torch.cat([counts[t] for t in node_types]), num)
+    hot, cache = split_by_frequency(torch.cat(mine), hot_ratio, 0.0, total)
+    return HotSet(hot, cache, torch.cat([counts[t] for t in node_types]), num)
 
 
 def _in_edges(part: Any, edge_type: Any, nodes: Tensor
@@ -224,26 +165,22 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     mine = {t: (kind == i).nonzero().view(-1)
             for i, t in enumerate(node_types)}  # Positions per type.
     local_ids = {t: candidates[pos] - offsets[t] for t, pos in mine.items()}
-
-    def src_of(et):
-        return None if et is None else et[0]
-
-    def dst_of(et):
-        return None if et is None else et[-1]
-
+    # Source and destination type per edge type (homogeneous: None, None):
+    ends = {et: (None, None) if et is None else (et[0], et[-1])
+            for et in edge_types}
     # Every row a candidate needs, with the candidate's position:
     edges, need = {}, {}
     for t, pos in mine.items():
         need.setdefault(t, []).append((local_ids[t], pos))
     for et in edge_types:
-        d = dst_of(et)
+        s, d = ends[et]
         src, owner, pos = _in_edges(part, et, local_ids[d])
         attrs = part.edge_attrs if et is None else \
             part.edge_attrs.get(et, {})
         weight = None if weight_attr is None else attrs.get(weight_attr)
         edges[et] = (src, owner,
                      None if weight is None else weight.index_select(0, pos))
-        need.setdefault(src_of(et), []).append((src, mine[d][owner]))
+        need.setdefault(s, []).append((src, mine[d][owner]))
     added = torch.zeros(k + 1, dtype=torch.int64)
     found = {}
     for t, pieces in need.items():
@@ -266,7 +203,7 @@ def build_halo_tables(loader: Any, candidates: Tensor, node_types: List[Any],
     tables = {t: HaloTable(ids[t], rows[t], None) for t in ids}
     by_edge = {}
     for et in edge_types:
-        d, s = dst_of(et), src_of(et)
+        s, d = ends[et]
         src, owner, weight = edges[et]
         kept = mine[d] < keep
         num_kept = int(kept.sum())
@@ -322,13 +259,11 @@ def part_runtime_inputs(loader: Any, first: Any, ratio: float,
                sampler.bottom_fanout(et) for et in edge_types}
 
     def make_part(et, conv, k, seed):
-        if et is None or et[0] == et[-1]:
-            return PartBottomLayerComputer(
-                conv, by_edge[et], k, replace=sampler.replace, seed=seed,
-                autocast_dtype=options.cpu_autocast)
-        return PartBipartiteLayerComputer(
-            conv, tables[et[0]].x, by_edge[et], k, replace=sampler.replace,
-            seed=seed, autocast_dtype=options.cpu_autocast)
+        table = by_edge[et]
+        return BottomLayerComputer(
+            conv, table.x, table.csc, k, replace=sampler.replace, seed=seed,
+            autocast_dtype=options.cpu_autocast, table=table,
+            x_src=None if et is None or et[0] == et[-1] else tables[et[0]].x)
 
     if not hetero:
         return selection, make_part(None, first, fanouts[None],

@@ -343,8 +343,7 @@ def _layer_name(model: torch.nn.Module, loader: Any, facts: LoaderFacts,
                 first: Optional[FirstLayer]) -> Optional[str]:
     # None where the first layer is found when building.
     if isinstance(first, dict):
-        names = {id(m): name for name, m in model.named_modules()}
-        return common_prefix([names[id(m)] for m in first.values()])
+        return common_prefix(model, first)
     if not facts.is_hetero:
         return find_first_layer(model, first or options.layer)[0]
     if facts.partitioned:

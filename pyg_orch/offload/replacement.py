@@ -140,7 +140,7 @@ def check_aggregated(ctx: 'ForwardContext', what: str) -> None:
 
 class ForwardContext:
     __slots__ = ('x', 'edge_index', 'info', 'version', 'called', 'in_call',
-                 'aggregated')
+                 'aggregated', 'done', 'table')
 
     def __init__(self, x, edge_index, info: Optional[BatchInfo],
                  version: int):
@@ -151,6 +151,8 @@ class ForwardContext:
         self.called = False
         self.in_call = False
         self.aggregated = False
+        self.done: set = set()  # Keys of the hooked modules that ran.
+        self.table: Optional[Tensor] = None  # The rows of this pass.
 
 
 class RuntimeHook:

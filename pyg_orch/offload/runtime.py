@@ -1,5 +1,6 @@
 """The runtime of offload: hooks, hot set, strategy and counters."""
 import collections
+import functools
 import logging
 import warnings
 import weakref
@@ -18,7 +19,6 @@ from pyg_orch.offload.bottom_layer import (
     message_passing_layers,
     placeholder_in_edges,
 )
-from pyg_orch.offload.hetero_layer import HeteroBottomLayerComputer
 from pyg_orch.offload.hot_set import HotSetSizer
 from pyg_orch.offload.hotness import HotSet
 from pyg_orch.offload.replacement import (
@@ -29,6 +29,7 @@ from pyg_orch.offload.replacement import (
     check_aggregated,
     check_batch_features,
     check_no_edge_tensors,
+    edge_tensor_args,
     hot_rows,
     replace_from_table,
     replace_output,
@@ -150,9 +151,7 @@ class DegreeCompensation:
         if not isinstance(edge_index, Tensor) or not same_tensor(
                 edge_index, batch_edge_index):
             return None  # E.g. trimmed by trim_to_layer: nothing to do.
-        if any(isinstance(v, Tensor) for v in args[2:]) or any(
-                isinstance(v, Tensor) for k, v in kwargs.items()
-                if k not in ('x', 'edge_index')):
+        if edge_tensor_args(args, kwargs):
             return None  # Edge-level tensors would need placeholders too.
         extra = extra.to(edge_index.device, edge_index.dtype)
         edge_index = torch.cat([edge_index, extra], dim=1)
@@ -168,52 +167,39 @@ class OffloadRuntime:
     holds no reference to the wrapper.
 
     Args:
+        layer (torch.nn.Module or Dict[EdgeType, torch.nn.Module]): The first
+            layer, or its module per edge type (heterogeneous: every edge
+            type's module gets its columns of one table, see
+            :class:`~pyg_orch.offload.hetero_layer.HeteroBottomLayerComputer`).
+        features (torch.Tensor or Dict[NodeType, torch.Tensor]): The features
+            the CPU side reads.
         degrees (DegreeCompensation, optional): Makes placeholder in-edges
             where the sampler's topology lacks the hot vertices' in-degrees.
     """
-    context_type = ForwardContext
-
     def __init__(self, model: torch.nn.Module, loader: Any, layer_name: str,
-                 layer: torch.nn.Module, selection: HotSet,
-                 hot: HotSetSizer, strategy: EmbeddingStrategy,
-                 features: Tensor, replace_rows: str = 'pruned',
+                 layer: Union[torch.nn.Module, Dict[EdgeType,
+                                                    torch.nn.Module]],
+                 selection: HotSet, hot: HotSetSizer,
+                 strategy: EmbeddingStrategy,
+                 features: Union[Tensor, Dict[NodeType, Tensor]],
+                 replace_rows: str = 'pruned',
                  compensate_degrees: bool = True,
                  degrees: Optional[DegreeCompensation] = None):
-        self._init_state(model, loader, layer_name, layer, selection, hot,
-                         strategy, features, replace_rows)
-        self.compensate_degrees = compensate_degrees
-        self.handles = self._hook_layers([layer])
-        self.degrees: Optional[DegreeCompensation] = None
-        if compensate_degrees:
-            self.degrees = degrees or DegreeCompensation(self.sampler)
-            for module in message_passing_layers(model).values():
-                self.handles.append(module.register_forward_pre_hook(
-                    RuntimeHook(self, '_edge_hook'), with_kwargs=True))
-        removers = [loader.register_batch_hook(RuntimeHook(self,
-                                                            '_on_batch'))]
-        # Whether batches are sampled in the loop's thread right before:
-        in_loop_thread = loader.batches_ahead == 0 and \
-            loader.num_workers == 0
-        self.sampled_in_hook = self.lead == 0 and in_loop_thread
-        if strategy.per_batch and in_loop_thread:
-            try:
-                removers.append(loader.register_batch_hook(
-                    RuntimeHook(self, '_on_sampled'), when='sampled'))
-            except TypeError:  # A loader without sampled hooks.
-                pass
-        self.remove_batch_hook = lambda: [r() for r in removers]
-        self.reset_stats()
-
-    def _init_state(self, model, loader, layer_name: str, layer, selection,
-                    hot, strategy, features, replace_rows: str) -> None:
         self.model = model
-        self.loader = loader
         self.sampler = loader.offload_sampler
         self.timer = loader.timer
         # Batches reach the model this many steps after they are sampled:
         self.lead = 1 if loader.lookahead else 0
         self.layer_name = layer_name
-        self.layer = layer
+        self.hetero = isinstance(layer, dict)
+        #: The first layer's module per edge type (heterogeneous only).
+        self.convs: Dict[EdgeType, torch.nn.Module] = \
+            layer if self.hetero else {}
+        self.layer = strategy.layer if self.hetero else layer
+        self.computer = strategy.computer
+        # What `ctx.in_call` holds while a hooked module runs:
+        self._key_of = {id(conv): et for et, conv in self.convs.items()} \
+            if self.hetero else {id(layer): True}
         self.selection = selection
         self.hot = hot
         hot.bind(self.sampler, self.per_type)
@@ -251,12 +237,38 @@ class OffloadRuntime:
         #: Whether hot rows aggregate all in-neighbors, and why (builder).
         self.full_neighbors = False
         self.full_neighbors_reason = ''
-        self.order_checked = False
+        # A per-edge-type module checks its own inputs (`_pre_hook`):
+        self.order_checked = self.hetero
         self.features_checked = False
         self.warned_size_match = False
         self.warned_eval_pruned = False
         # Weight versions count the steps that update the layer(s):
-        self.counter = StepCounter(layer.parameters)
+        self.counter = StepCounter(self.layer.parameters)
+        self.compensate_degrees = compensate_degrees
+        self.handles = self._hook_layers(
+            self.convs.values() if self.hetero else [layer])
+        self.degrees: Optional[DegreeCompensation] = None
+        if compensate_degrees:
+            self.degrees = degrees or DegreeCompensation(self.sampler)
+            for module in message_passing_layers(model).values():
+                self.handles.append(module.register_forward_pre_hook(
+                    RuntimeHook(self, '_edge_hook'), with_kwargs=True))
+        removers = [loader.register_batch_hook(RuntimeHook(self,
+                                                            '_on_batch'))]
+        # Whether batches are sampled in the loop's thread right before:
+        in_loop_thread = loader.batches_ahead == 0 and \
+            loader.num_workers == 0
+        # (Heterogeneous batches use the whole hot set's slot map.)
+        self.sampled_in_hook = self.lead == 0 and in_loop_thread and \
+            not self.hetero
+        if strategy.per_batch and in_loop_thread:
+            try:
+                removers.append(loader.register_batch_hook(
+                    RuntimeHook(self, '_on_sampled'), when='sampled'))
+            except TypeError:  # A loader without sampled hooks.
+                pass
+        self.remove_batch_hook = lambda: [r() for r in removers]
+        self.reset_stats()
 
     def _hook_layers(self, layers) -> list:
         # Hooks on the first layer, and on its aggregation if weight-free.
@@ -277,17 +289,26 @@ class OffloadRuntime:
         return handles
 
     @property
-    def hot_nodes(self) -> Union[Tensor, Dict[str, Tensor]]:
-        r"""The hot vertices in use, most accessed first."""
-        return self.hot.hot_nodes
+    def hot_nodes(self) -> Union[Tensor, Dict[NodeType, Tensor]]:
+        r"""The hot vertices in use (per node type for heterogeneous
+        graphs), most accessed first."""
+        hot = self.hot.hot_nodes
+        if not self.hetero:
+            return hot
+        types = self.computer.node_type_of(hot)
+        return {
+            t: types[t][1] if t in types else hot.new_empty(0)
+            for t in self.computer.node_types
+        }
 
     def per_type(self, values: Tensor) -> Union[Tensor, Dict[str, Tensor]]:
-        r""":obj:`values` (per node type for heterogeneous graphs)."""
-        return values
+        r""":obj:`values` (split by node type for heterogeneous graphs)."""
+        return self.computer.per_type(values) if self.hetero else values
 
-    def batch_info(self, x: Tensor) -> Optional[BatchInfo]:
+    def batch_info(self, x: Any) -> Optional[BatchInfo]:
         r"""What the runtime knows of the batch of :obj:`x`."""
-        return self.batches.get(id(x))
+        info = self.batches.get(id(x)) if isinstance(x, Tensor) else None
+        return info if info is not None and info.x_ref() is x else None
 
     @property
     def active(self) -> bool:
@@ -405,6 +426,10 @@ class OffloadRuntime:
         }
         out.update(self.strategy.stats())
         out['threads_alive'] = len(self.strategy.threads)
+        if self.hetero:
+            out['num_hot_per_type'] = {
+                t: int(v.numel()) for t, v in self.hot_nodes.items()
+            }
         return out
 
     def _decision_stats(self) -> Dict[str, Any]:
@@ -422,13 +447,15 @@ class OffloadRuntime:
         lo = n_last if self.replace_rows == 'pruned' else 0
         return lo, n_last, n_bottom
 
-    def _slot_rows(self) -> int:
-        # The hot-set prefix a batch drawn now may have been pruned with:
+    def _slot_map(self, ids: Tensor) -> Tuple[int, Tensor]:
+        # The hot-set prefix a batch drawn now may have been pruned with, and
+        # the table rows of `ids` in it (-1: not hot; no host sync).
+        num_rows = self.hot.size
         if self.sampled_in_hook:
-            if self.sampler.hot_nodes is None:
-                return 0
-            return self.hot.prune_size
-        return self.hot.size
+            num_rows = 0 if self.sampler.hot_nodes is None else \
+                self.hot.prune_size
+        positions = self.hot.positions(ids.device, num_rows)
+        return num_rows, positions.index_select(0, ids)
 
     def _on_sampled(self, out) -> None:
         # Queues the CPU computation of the hot rows of a batch just sampled.
@@ -440,9 +467,7 @@ class OffloadRuntime:
         if not isinstance(node, Tensor) or num is None:
             return
         lo, _, hi = self._bottom_rows(num)
-        num_rows = self._slot_rows()
-        slot = self.hot.positions(node.device, num_rows).index_select(
-            0, node[lo:hi])
+        num_rows, slot = self._slot_map(node[lo:hi])
         rows, pos = hot_rows(slot, lo)
         pos_cpu = pos.cpu()
         version = self.counter.next_forward_version()
@@ -466,24 +491,49 @@ class OffloadRuntime:
         info.pos_cpu = pos_cpu
         return True
 
+    def _stores(self, batch: Any) -> List[Tuple[Optional[NodeType], Any]]:
+        # The batch's stores of the layer's destination types (homogeneous:
+        # the batch itself, node type None).
+        if not self.hetero:
+            return [(None, batch)]
+        types = getattr(batch, 'node_types', [])
+        return [(t, batch[t]) for t in self.computer.node_types
+                if t in types]
+
+    def _check_features(self, batch: Any) -> None:
+        self.features_checked = True
+        if not self.hetero:
+            check_batch_features(batch.x, batch.n_id, self.features, 'batch',
+                                 'loader.data')
+            return
+        for t, x in self.features.items():
+            if t in batch.node_types and isinstance(
+                    getattr(batch[t], 'x', None), Tensor):
+                check_batch_features(batch[t].x, batch[t].n_id, x,
+                                     f'batch[{t!r}]', f'loader.data[{t!r}]')
+
     def _on_batch(self, batch) -> None:
         if not self.training or not self.active:
             return
-        n_id = getattr(batch, 'n_id', None)
-        num = getattr(batch, 'num_sampled_nodes', None)
-        x = getattr(batch, 'x', None)
-        if not isinstance(n_id, Tensor) or num is None or \
-                not isinstance(x, Tensor):
-            return
-        if not self.features_checked:
-            self.features_checked = True
-            check_batch_features(x, n_id, self.features, 'batch',
-                                 'loader.data')
+        stores = self._stores(batch)
+        for t, store in stores:
+            n_id = getattr(store, 'n_id', None)
+            num = getattr(store, 'num_sampled_nodes', None)
+            x = getattr(store, 'x', None)
+            if not isinstance(n_id, Tensor) or num is None or \
+                    not isinstance(x, Tensor):
+                continue
+            if not self.features_checked:
+                self._check_features(batch)
+            self._remember(x, self._batch_info(t, n_id, num, x), len(stores))
+
+    def _batch_info(self, node_type: Optional[NodeType], n_id: Tensor, num,
+                    x: Tensor) -> BatchInfo:
         lo, n_last, n_bottom = self._bottom_rows(num)
-        # The slot map of the hot set the batch was pruned with (no host sync):
-        num_rows = self._slot_rows()
-        slot = self.hot.positions(n_id.device, num_rows).index_select(
-            0, n_id[lo:n_bottom])
+        ids = n_id[lo:n_bottom]
+        if node_type is not None:  # Combined ids over the node types.
+            ids = ids + self.computer.offsets[node_type]
+        num_rows, slot = self._slot_map(ids)
         pruned = self.sampler.hot_nodes is not None
         info = BatchInfo(x, lo, n_bottom, slot, pruned, num_rows)
         per_batch = self.strategy.per_batch
@@ -499,7 +549,7 @@ class OffloadRuntime:
             info.pos_cpu = info.pos.cpu()
             self.strategy.on_batch_sampled(
                 info.pos_cpu, self.counter.next_forward_version())
-        self._remember(x, info)
+        return info
 
     def _remember(self, x: Tensor, info: BatchInfo, per_batch: int = 1
                   ) -> None:
@@ -508,11 +558,18 @@ class OffloadRuntime:
         while len(self.batches) > MAX_BATCHES * per_batch:
             self.batches.popitem(last=False)
 
-    def _match(self, x: Any) -> Optional[BatchInfo]:
+    def _match(self, x: Any) -> Union[None, BatchInfo,
+                                      Dict[NodeType, BatchInfo]]:
+        if self.hetero:
+            if not isinstance(x, dict):
+                return None
+            out = {t: self.batch_info(x.get(t))
+                   for t in self.computer.node_types}
+            return {t: v for t, v in out.items() if v is not None} or None
         if not isinstance(x, Tensor) or not self.batches:
             return None
-        info = self.batches.get(id(x))
-        if info is not None and info.x_ref() is x:
+        info = self.batch_info(x)
+        if info is not None:
             return info
         newest = next(reversed(self.batches.values()))
         if newest.num_nodes == x.size(0) and x.dim() == 2:
@@ -540,7 +597,7 @@ class OffloadRuntime:
             self.num_exact += 1
         else:
             self.num_offloaded += 1
-        ctx = self.context_type(x, edge_index, info, version)
+        ctx = ForwardContext(x, edge_index, info, version)
         self.ctx = ctx
         return ctx
 
@@ -556,64 +613,65 @@ class OffloadRuntime:
                 f"pass the layer the model calls first as 'layer='")
 
     def check_eval_batch(self, x: Any) -> None:
-        r"""Warns once if :obj:`x` is a pruned batch."""
-        if self.warned_eval_pruned or not isinstance(x, Tensor):
-            return
-        info = self.batches.get(id(x))
-        if info is not None and info.x_ref() is x and info.pruned:
-            self.warned_eval_pruned = True
-            warnings.warn(
-                "BottomLayerOffload: evaluating a mini-batch that was sampled "
-                "in training mode, with the bottom-hop neighbors of hot "
-                "vertices pruned; call eval() before drawing evaluation "
-                "batches", stacklevel=5)
+        r"""Warns once if :obj:`x` is (or holds) a pruned batch's features."""
+        for value in (x.values() if isinstance(x, dict) else [x]):
+            info = self.batch_info(value)
+            if not self.warned_eval_pruned and info is not None and \
+                    info.pruned:
+                self.warned_eval_pruned = True
+                warnings.warn(
+                    "BottomLayerOffload: evaluating a mini-batch that was "
+                    "sampled in training mode, with the bottom-hop neighbors "
+                    "of hot vertices pruned; call eval() before drawing "
+                    "evaluation batches", stacklevel=5)
 
     def install_order_check(self) -> List[Any]:
         r"""Checks that no other layer runs first."""
-        handles = []
-        ctx_ref = self
+        return [
+            module.register_forward_pre_hook(
+                functools.partial(self._order_hook, name))
+            for name, module in message_passing_layers(self.model).items()
+            if module is not self.layer
+        ]
 
-        def make_hook(name):
-            def hook(module, args):
-                ctx = ctx_ref.ctx
-                if ctx is not None and not ctx.called:
-                    raise FirstLayerMismatch(
-                        f"BottomLayerOffload: the message-passing layer "
-                        f"{name!r} runs before {ctx_ref.layer_name!r}, the "
-                        f"layer chosen as the first one; pass "
-                        f"layer={name!r}", layer=name)
-            return hook
-
-        for name, module in message_passing_layers(self.model).items():
-            if module is not self.layer:
-                handles.append(module.register_forward_pre_hook(
-                    make_hook(name)))
-        return handles
+    def _order_hook(self, name: str, module, args) -> None:
+        ctx = self.ctx
+        if ctx is not None and not ctx.called:
+            raise FirstLayerMismatch(
+                f"BottomLayerOffload: the message-passing layer {name!r} "
+                f"runs before {self.layer_name!r}, the layer chosen as the "
+                f"first one; pass layer={name!r}", layer=name)
 
     def _pre_hook(self, module, args, kwargs):
-        ctx = self.ctx
-        if ctx is None or ctx.called:
+        ctx, key = self.ctx, self._key_of.get(id(module))
+        if ctx is None or key is None or key in ctx.done:
             return None
+        ctx.done.add(key)
         ctx.called = True
         x = args[0] if len(args) > 0 else kwargs.get('x')
-        if isinstance(x, (tuple, list)) and len(x) > 0:
-            x = x[0]
-        if not same_tensor(x, ctx.x):
-            raise FirstLayerMismatch(
-                f"BottomLayerOffload: the first message-passing layer "
-                f"{self.layer_name!r} does not consume the model's input 'x' "
-                f"directly (it gets a {type(x).__name__}"
-                f"{list(x.shape) if isinstance(x, Tensor) else ''} computed "
-                f"from it, e.g. by a Linear layer, an input dropout or a "
-                f"normalization before the first convolution). Bottom-layer "
-                f"offload computes that layer on the CPU from the raw "
-                f"features 'loader.data.x', so the model's first operation on "
-                f"'x' must be this layer; move such preprocessing into the "
-                f"data, or call model.eval() to run without offload")
-        check_no_edge_tensors(
-            f'the first message-passing layer {self.layer_name!r}', args,
-            kwargs)
-        ctx.in_call = True
+        pair = x if isinstance(x, (tuple, list)) and len(x) > 0 else (x, x)
+        if self.hetero:
+            x_dict = ctx.x if isinstance(ctx.x, dict) else {}
+            inputs = [(f'x[{t!r}]', got, x_dict.get(t))
+                      for t, got in ((key[0], pair[0]), (key[-1], pair[-1]))]
+        else:
+            inputs = [("'x'", pair[0], ctx.x)]
+        for name, got, given in inputs:
+            if not same_tensor(got, given):
+                shape = list(got.shape) if isinstance(got, Tensor) else ''
+                raise FirstLayerMismatch(
+                    f"BottomLayerOffload: {self._layer_label(key)} does not "
+                    f"consume the model's input {name} directly (it gets a "
+                    f"{type(got).__name__}{shape}, e.g. computed by a Linear "
+                    f"layer, an input dropout or a normalization before it). "
+                    f"Bottom-layer offload computes that layer on the CPU "
+                    f"from the raw features of the loader's data, so the "
+                    f"model's first operation on 'x' must be this layer; "
+                    f"move such preprocessing into the data, or call "
+                    f"model.eval() to run without offload")
+        check_no_edge_tensors(self._layer_label(key), args, kwargs)
+        ctx.in_call = key
+        ctx.aggregated = False
         return None
 
     def _edge_hook(self, module, args, kwargs):
@@ -624,7 +682,7 @@ class OffloadRuntime:
                                              ctx.edge_index, args, kwargs)
 
     def _post_hook(self, module, args, output):
-        ctx, key = self.ctx, self._call_key(module)
+        ctx, key = self.ctx, self._key_of.get(id(module))
         if ctx is None or key is None or ctx.in_call != key:
             return None
         ctx.in_call = False
@@ -639,7 +697,7 @@ class OffloadRuntime:
 
     def _aggregate_hook(self, module, inputs, out):
         # split='aggregate': the hot rows of the aggregation are replaced.
-        ctx, key = self.ctx, self._call_key(module)
+        ctx, key = self.ctx, self._key_of.get(id(module))
         if ctx is None or key is None or ctx.in_call != key or \
                 ctx.aggregated:
             return None
@@ -650,32 +708,34 @@ class OffloadRuntime:
             return None
         return self._replace_in(module, key, out, info, ctx)
 
-    def _call_key(self, module: torch.nn.Module) -> Any:
-        # What `ctx.in_call` holds while `module` runs (None: not hooked).
-        return True
-
-    def _info_of(self, ctx: ForwardContext, key: Any) -> Optional[BatchInfo]:
+    @staticmethod
+    def _info_of(ctx: ForwardContext, key: Any) -> Optional[BatchInfo]:
+        # The batch of the destination type of edge type `key`.
+        if isinstance(ctx.info, dict):
+            return ctx.info.get(key[-1])
         return ctx.info
 
     def _layer_label(self, key: Any) -> str:
-        return repr(self.layer_name)
+        if self.hetero:
+            return f"the first layer's module for {key}"
+        return f'the first message-passing layer {self.layer_name!r}'
 
     def _replace_in(self, module: torch.nn.Module, key: Any, out: Tensor,
                     info: BatchInfo, ctx: ForwardContext) -> Tensor:
-        return self._replace(out, info, ctx.version)
-
-    def _replace(self, out: Tensor, info: BatchInfo, version: int,
-                 table: Optional[Tensor] = None,
-                 layer: Optional[torch.nn.Module] = None,
-                 kind: Optional[str] = None) -> Tensor:
-        # `out` with its hot rows replaced from `table` (or the strategy's):
-        if table is None:
-            table = self.strategy.rows_for(info, version, self.timer)
-            if table is None:
+        # One table per forward pass (none while no vertex is hot yet):
+        if ctx.table is None:
+            ctx.table = self.strategy.rows_for(info, ctx.version, self.timer)
+            if ctx.table is None:
                 return out
-        layer = self.layer if layer is None else layer
-        kind = self.split if kind is None else kind
+        if not self.hetero:
+            return self._replace(out, info, ctx.table, self.layer, self.split)
+        lo, hi = self.computer.columns[key]
+        return self._replace(out, info, ctx.table[:, lo:hi], module,
+                             self.computer.kinds[key])
 
+    def _replace(self, out: Tensor, info: BatchInfo, table: Tensor,
+                 layer: torch.nn.Module, kind: str) -> Tensor:
+        # `out` with its hot rows replaced from `table`.
         def finish(emb: Tensor) -> Tensor:
             emb = emb.to(out.device)
             if kind != OUTPUT:
@@ -691,152 +751,3 @@ class OffloadRuntime:
     def rows_replaced(self) -> int:
         r"""Hot rows replaced (synchronizes)."""
         return int(self._rows_replaced)
-
-
-class HeteroForwardContext(ForwardContext):
-    __slots__ = ('done', 'table')
-
-    def __init__(self, x, edge_index, info, version: int):
-        super().__init__(x, edge_index, info, version)
-        self.done: set = set()  # Edge types whose layer ran.
-        self.table = None
-
-
-class HeteroOffloadRuntime(OffloadRuntime):
-    r"""The runtime of a heterogeneous model: every edge type's layer gets
-    its columns of one table (see :class:`HeteroBottomLayerComputer`)."""
-    context_type = HeteroForwardContext
-
-    def __init__(self, model: torch.nn.Module, loader: Any, layer_name: str,
-                 convs: Dict[EdgeType, torch.nn.Module], selection: HotSet,
-                 hot: HotSetSizer, strategy: EmbeddingStrategy,
-                 x_dict: Dict[NodeType, Tensor],
-                 replace_rows: str = 'pruned'):
-        self._init_state(model, loader, layer_name, strategy.layer,
-                         selection, hot, strategy, x_dict, replace_rows)
-        self.convs = convs
-        self.computer: HeteroBottomLayerComputer = strategy.computer
-        self.compensate_degrees = False
-        self._edge_type = {id(conv): et for et, conv in convs.items()}
-        # A per-edge-type layer checks its own inputs (`_pre_hook`):
-        self.order_checked = True
-        self.handles = self._hook_layers(convs.values())
-        remover = loader.register_batch_hook(RuntimeHook(self, '_on_batch'))
-        self.remove_batch_hook = remover
-        self.reset_stats()
-
-    @property
-    def hot_nodes(self) -> Dict[NodeType, Tensor]:
-        r"""Hot vertices per node type, most accessed first."""
-        hot = self.hot.hot_nodes
-        types = self.computer.node_type_of(hot)
-        return {
-            t: types[t][1] if t in types else hot.new_empty(0)
-            for t in self.computer.node_types
-        }
-
-    def per_type(self, values: Tensor) -> Dict[NodeType, Tensor]:
-        r"""Splits a tensor over combined ids by node type."""
-        return self.computer.per_type(values)
-
-    def stats(self) -> Dict[str, Any]:
-        out = super().stats()
-        out['num_hot_per_type'] = {
-            t: int(v.numel()) for t, v in self.hot_nodes.items()
-        }
-        return out
-
-    def install_order_check(self):
-        return []
-
-    def check_eval_batch(self, x: Any) -> None:
-        for value in (x.values() if isinstance(x, dict) else [x]):
-            super().check_eval_batch(value)
-
-    def _on_batch(self, batch) -> None:
-        if not self.training or not self.active:
-            return
-        if not hasattr(batch, 'node_types'):
-            return
-        if not self.features_checked:
-            self.features_checked = True
-            for t, x in self.features.items():
-                if t in batch.node_types and isinstance(
-                        getattr(batch[t], 'x', None), Tensor):
-                    check_batch_features(batch[t].x, batch[t].n_id, x,
-                                         f'batch[{t!r}]',
-                                         f'loader.data[{t!r}]')
-        pruned = self.sampler.hot_nodes is not None
-        for t in self.computer.node_types:
-            if t not in batch.node_types:
-                continue
-            store = batch[t]
-            n_id = getattr(store, 'n_id', None)
-            num = getattr(store, 'num_sampled_nodes', None)
-            x = getattr(store, 'x', None)
-            if not isinstance(n_id, Tensor) or num is None or \
-                    not isinstance(x, Tensor):
-                continue
-            lo, _, hi = self._bottom_rows(num)
-            ids = n_id[lo:hi] + self.computer.offsets[t]
-            slot = self.hot.positions(n_id.device).index_select(0, ids)
-            self._remember(x, BatchInfo(x, lo, hi, slot, pruned,
-                                        self.hot.size),
-                           len(self.computer.node_types))
-
-    def _match(self, x: Any) -> Optional[Dict[NodeType, BatchInfo]]:
-        if not isinstance(x, dict):
-            return None
-        out = {}
-        for t in self.computer.node_types:
-            xt = x.get(t)
-            info = self.batches.get(id(xt)) if isinstance(xt, Tensor) \
-                else None
-            if info is not None and info.x_ref() is xt:
-                out[t] = info
-        return out or None
-
-    def _pre_hook(self, module, args, kwargs):
-        ctx = self.ctx
-        et = self._call_key(module)
-        if ctx is None or et is None or et in ctx.done:
-            return None
-        ctx.done.add(et)
-        ctx.called = True
-        x = args[0] if len(args) > 0 else kwargs.get('x')
-        pair = x if isinstance(x, (tuple, list)) else (x, x)
-        x_dict = ctx.x if isinstance(ctx.x, dict) else {}
-        for t, value in ((et[0], pair[0]), (et[-1], pair[-1])):
-            if not same_tensor(value, x_dict.get(t)):
-                raise FirstLayerMismatch(
-                    f"BottomLayerOffload: the first layer's module for "
-                    f"{et} does not consume the model's input x[{t!r}] "
-                    f"directly (e.g. a Linear layer or a dropout runs "
-                    f"before it). Bottom-layer offload computes that layer "
-                    f"on the CPU from the raw features of the loader's "
-                    f"data, so the model's first operation on 'x' must be "
-                    f"this layer; call model.eval() to run without offload")
-        check_no_edge_tensors(self._layer_label(et), args, kwargs)
-        ctx.in_call = et
-        ctx.aggregated = False
-        return None
-
-    def _call_key(self, module: torch.nn.Module) -> Optional[EdgeType]:
-        return self._edge_type.get(id(module))
-
-    def _info_of(self, ctx: ForwardContext, key: Any) -> Optional[BatchInfo]:
-        return (ctx.info or {}).get(key[-1])
-
-    def _layer_label(self, key: Any) -> str:
-        return f"the first layer's module for {key}"
-
-    def _replace_in(self, module: torch.nn.Module, et: EdgeType, out: Tensor,
-                    info: BatchInfo, ctx: HeteroForwardContext) -> Tensor:
-        # One table per forward pass (none while no vertex is hot yet):
-        if ctx.table is None:
-            ctx.table = self.strategy.rows_for(info, ctx.version, self.timer)
-            if ctx.table is None:
-                return out
-        lo, hi = self.computer.columns[et]
-        return self._replace(out, info, ctx.version, ctx.table[:, lo:hi],
-                             module, self.computer.kinds[et])

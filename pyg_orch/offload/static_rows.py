@@ -24,6 +24,11 @@ def _parts(computer: Computer) -> Sequence[BottomLayerComputer]:
     return getattr(computer, 'parts', None) or [computer]
 
 
+def aggregates_only(computer: Computer) -> bool:
+    r"""Whether the CPU computes weight-free aggregations only."""
+    return {p.split for p in _parts(computer)} == {AGGREGATE}
+
+
 def degree_probe(colptr: Tensor, num: int = PROBE_SIZE) -> Tensor:
     r"""The :obj:`num` vertices of highest in-degree."""
     deg = (colptr[1:] - colptr[:-1]).cpu()
