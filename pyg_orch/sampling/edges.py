@@ -74,14 +74,6 @@ class _DeviceCache:
         return moved
 
 
-def _cache(sampler) -> _DeviceCache:
-    cache = sampler.__dict__.get('_link_device_cache')
-    if cache is None:
-        cache = _DeviceCache()
-        sampler.__dict__['_link_device_cache'] = cache
-    return cache
-
-
 def sample_from_edges(
     sampler: SeedSampler,
     inputs: EdgeSamplerInput,
@@ -92,7 +84,8 @@ def sample_from_edges(
     :func:`~torch_geometric.sampler.neighbor_sampler.edge_sample` semantics,
     everything on :obj:`sampler.device`."""
     device = sampler.device
-    cache = _cache(sampler)
+    cache = sampler.__dict__.setdefault('_link_device_cache',
+                                        _DeviceCache())
     disjoint = sampler.disjoint
     input_type = inputs.input_type
     src = inputs.row.to(device, torch.int64, non_blocking=True)
