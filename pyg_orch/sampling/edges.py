@@ -41,18 +41,14 @@ class SeedSampler(Protocol):
 
     @property
     def global_num_nodes(self) -> Dict[Optional[NodeType], int]:
-        r"""The number of vertices per node type (:obj:`None` for a
-        homogeneous graph) of the whole graph."""
+        r"""The whole graph's number of vertices per node type."""
 
     @property
     def global_node_time(self) -> Optional[Dict[Optional[NodeType], Tensor]]:
-        r"""The time of every vertex per node type (node-level temporal
-        sampling), else :obj:`None`."""
+        r"""The time of every vertex per node type, or :obj:`None`."""
 
     def sample_seeds(self, seed: Any, seed_time: Any = None) -> Any:
-        r"""Samples the subgraph of :obj:`seed` (a tensor, or a dictionary
-        per node type) as PyG's node samplers' :obj:`_sample`, without the
-        :obj:`'bidirectional'` conversion."""
+        r"""PyG's node samplers' :obj:`_sample` (not made bidirectional)."""
 
 
 class _DeviceCache:
