@@ -499,13 +499,9 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
             if seed_time is not None:
                 raise ValueError("'seed_time' must be None when 'seeds' is a "
                                  "NodeSamplerInput (pass its 'time')")
-            input_id, seed_time = seeds.input_id, seeds.time
-            if seeds.input_type is not None:
-                seed_time = None if seed_time is None else {
-                    seeds.input_type: seed_time}
-                seeds = {seeds.input_type: seeds.node}
-            else:
-                seeds = seeds.node
+            input_id, seed_time, t = seeds.input_id, seeds.time, \
+                seeds.input_type
+            seeds = seeds.node if t is None else {t: seeds.node}
         out = self.sample_seeds(seeds, seed_time)
         out.metadata = (input_id, ) + tuple(out.metadata[1:])
         return as_subgraph_type(out, self.subgraph_type)
