@@ -230,12 +230,9 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
             return
         if given_topology:
             raise NotImplementedError(
-                "'time_attr' and 'weight_attr' with a given 'topology' "
-                "dictionary (a part's neighbor lists split across ranks) "
-                "are not supported: the times and weights are not split "
-                "with them; give a function that splits the part's "
-                "topology instead (it is called with the times and weights "
-                "attached)")
+                "'time_attr' and 'weight_attr' are not supported with a "
+                "'topology' dictionary (times and weights are not split with "
+                "it); pass a function that splits the part's topology")
         order: Dict[Any, Tensor] = {}
         if time_attr is not None:
             check_attr_names(time_attr=time_attr)
