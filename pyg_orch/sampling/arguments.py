@@ -1,5 +1,4 @@
 """Argument checks of the samplers and loaders."""
-import numbers
 import warnings
 from typing import Any, Dict, List, Optional, Union
 
@@ -85,17 +84,8 @@ def check_fanouts(values, where: str = '') -> List[int]:
     if not isinstance(values, (list, tuple)):
         raise ValueError(f"'num_neighbors'{where} must be a list of "
                          f"integers (got {type(values).__name__})")
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise ValueError(f"'num_neighbors'{where} must hold integers "
-                             f"(got {v!r})")
-        if v < -1:
-            raise ValueError(f"'num_neighbors'{where} must hold integers "
-                             f">= -1, where -1 takes all neighbors "
-                             f"(got {v})")
-        out.append(int(v))
-    return out
+    # -1 takes all neighbors:
+    return [check_int(f'num_neighbors{where}', v, -1) for v in values]
 
 
 def _edge_type_of(key) -> tuple:

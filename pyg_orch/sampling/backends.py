@@ -20,8 +20,7 @@ from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.arguments import check_choice
 from pyg_orch.sampling.torch_backend import TorchBackend
 
-#: The backend that handles every configuration; :obj:`'auto'` falls back to
-#: it.
+#: The backend of every configuration, :obj:`'auto'`'s fallback.
 REFERENCE_BACKEND = 'torch'
 
 SupportsFn = Callable[[BackendConfig], bool]
@@ -43,15 +42,14 @@ class _Lazy:
 
 _registered: Dict[str, _Registered] = {}
 _lazy: Dict[str, _Lazy] = {}
-# Every name in the order it was first registered or declared: 'auto' tries
+# Names in the order first registered or declared (as a set): 'auto' tries
 # them in this order, whichever lazily declared backend was imported first.
-_order: List[str] = []
+_order: Dict[str, None] = {}
 
 
 def _declare(name: str, lazy: _Lazy) -> None:
     _lazy[name] = lazy
-    if name not in _order:
-        _order.append(name)
+    _order.setdefault(name)
 
 
 def register_backend(name: str, supports_fn: SupportsFn,
@@ -64,8 +62,7 @@ def register_backend(name: str, supports_fn: SupportsFn,
         raise ValueError(f"a backend's name must be a non-empty string other "
                          f"than 'auto' (got {name!r})")
     _registered[name] = _Registered(supports_fn, factory)
-    if name not in _order:
-        _order.append(name)
+    _order.setdefault(name)
 
 
 def backend_names() -> List[str]:

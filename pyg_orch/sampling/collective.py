@@ -90,9 +90,7 @@ def _check_generator(generator: Optional[torch.Generator],
         raise ValueError(f"'generator' must be a torch.Generator (got "
                          f"{type(generator).__name__})")
     gen = generator.device
-    if gen.type != device.type or (
-            device.type == 'cuda' and gen.index is not None
-            and gen.index != device.index):
+    if gen.type != device.type or gen.index not in (None, device.index):
         raise ValueError(f"'generator' is a generator on {str(gen)!r} but "
                          f"sampling runs on {str(device)!r}: pass "
                          f"torch.Generator(device={str(device)!r})")
@@ -180,11 +178,9 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         if rank != partition.part:
             raise ValueError(f'rank {rank} must hold part {rank} (got part '
                              f'{partition.part})')
-        # The part's own (memory-mapped) tensors, or copies on a GPU:
         self._node_part = {t: self._on_device(v) for t, v in node_part.items()}
         self._local_id = {t: self._on_device(v) for t, v in local_id.items()}
-        # A function of the part's topology is called with times and
-        # weights attached:
+        # A function gets the part's topology with times and weights:
         place = topology if callable(topology) else None
         if topology is not None and place is None:
             csc = self._check_topology(topology, csc)
@@ -200,9 +196,6 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
                           for t in self.node_types}
         self.stats = SamplingStats()
         self._buffers = DenseBufferPool()
-        #: Whether sampling draws with replacement (read by
-        #: :class:`~pyg_orch.offload.BottomLayerOffload`, see
-        #: :class:`~pyg_orch.sampling.contract.HotNodeSampler`).
         self.replace = replace
         self.disjoint = disjoint
         # One mutable holder, shared with the worker views of this sampler:
@@ -231,21 +224,15 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         # Attaches timestamps (sorting neighborhoods by time) and weights.
         self.time_attr, self.weight_attr = time_attr, weight_attr
         self.temporal_strategy = temporal_strategy
-        #: The time of every vertex per node type (node-level
-        #: :obj:`time_attr`), else :obj:`None`.
         self.node_time: Optional[Dict[Any, Tensor]] = None
-        # Whether time bounds travel as float64 (some part's are floats):
-        self._float_times = False
+        self._float_times = False  # Time bounds travel as float64.
         if time_attr is None and weight_attr is None:
             return
         if given_topology:
             raise NotImplementedError(
-                "'time_attr' and 'weight_attr' with a given 'topology' "
-                "dictionary (a part's neighbor lists split across ranks) "
-                "are not supported: the times and weights are not split "
-                "with them; give a function that splits the part's "
-                "topology instead (it is called with the times and weights "
-                "attached)")
+                "'time_attr' and 'weight_attr' are not supported with a "
+                "'topology' dictionary (times and weights are not split with "
+                "it); pass a function that splits the part's topology")
         order: Dict[Any, Tensor] = {}
         if time_attr is not None:
             check_attr_names(time_attr=time_attr)
@@ -283,8 +270,6 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
     def is_temporal(self) -> bool:
         r"""Whether sampling filters neighbors by time."""
         return self.time_attr is not None
-
-    # Hot-node pruning (see `pyg_orch.sampling.contract.HotNodeSampler`) ######
 
     def bottom_fanout(self, edge_type: Any = None) -> int:
         r"""The fan-out of the last hop (of :obj:`edge_type`)."""
@@ -387,7 +372,6 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         # Samples the in-edges other ranks asked for; a reply: edges per
         # edge type, then per edge type the counts, sources and edge ids.
         num_types = len(self.edge_types)
-        # The requests' headers (vertices per edge type), read at once:
         headers = torch.stack([r[:num_types] for r in requests]).tolist()
         pieces: List[Dict[int, Tensor]] = [{} for _ in requests]
         totals = [[0] * num_types for _ in requests]
@@ -419,7 +403,6 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
                 self.temporal_strategy, all_edges=all_edges)
             chunks = torch.bincount(dst_index,
                                     minlength=req.numel()).split(sizes)
-            # Edges drawn for every rank, read from the device at once:
             drawn = torch.stack([c.sum() for c in chunks]).tolist()
             for r, (c, s, i) in enumerate(zip(chunks, src.split(drawn),
                                               eid.split(drawn))):
@@ -481,7 +464,6 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         answers = exchange(replies, self.group)
         self.stats.bytes_received += _nbytes(answers, self.rank)
 
-        # The edges drawn per rank and edge type, read at once:
         drawn = torch.stack([a[:num_types] for a in answers]).tolist()
         parts: Dict[Any, Tuple[list, list, list]] = {
             et: ([], [], []) for et in index}
@@ -514,13 +496,9 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
             if seed_time is not None:
                 raise ValueError("'seed_time' must be None when 'seeds' is a "
                                  "NodeSamplerInput (pass its 'time')")
-            input_id, seed_time = seeds.input_id, seeds.time
-            if seeds.input_type is not None:
-                seed_time = None if seed_time is None else {
-                    seeds.input_type: seed_time}
-                seeds = {seeds.input_type: seeds.node}
-            else:
-                seeds = seeds.node
+            input_id, seed_time, t = seeds.input_id, seeds.time, \
+                seeds.input_type
+            seeds = seeds.node if t is None else {t: seeds.node}
         out = self.sample_seeds(seeds, seed_time)
         out.metadata = (input_id, ) + tuple(out.metadata[1:])
         return as_subgraph_type(out, self.subgraph_type)
@@ -551,8 +529,6 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
         return {et: (out.edge[et],
                      out.node[dst_type(et)].index_select(0, out.col[et]))
                 for et in self.edge_types}
-
-    # `pyg_orch.sampling.edges.SeedSampler`:
 
     @property
     def global_num_nodes(self) -> Dict[Any, int]:
@@ -629,8 +605,6 @@ class DistributedNeighborSampler(HotNodesMixin, BaseSampler):
             times = {t: times_per_seed(seed_time.get(t), ids.numel(),
                                        'seed_time').to(self.device)
                      for t, ids in seeds.items()}
-        # Seeds of several node types (link endpoints): subgraph i is
-        # bounded by the time of seed i, as in the single-machine sampler.
         return subgraph_times(times, self.device)
 
     def _bounds(self, seed_time: Tensor) -> Tensor:

@@ -65,7 +65,7 @@ class HotNodeSampler(Protocol):
         pruning is off inside unless :obj:`prune_hot`."""
 
     def sample_from_nodes(self, inputs: Any) -> Any:
-        r"""PyG's :meth:`~torch_geometric.sampler.BaseSampler.sample_from_nodes`."""
+        r"""Samples the subgraphs of :obj:`inputs`, as PyG's samplers."""
 
 
 @runtime_checkable
@@ -88,7 +88,7 @@ class LaunchingSampler(Protocol):
         r"""Starts :meth:`sample_from_nodes`; the result returns its output."""
 
     def sample_from_nodes(self, inputs: Any) -> Any:
-        r"""PyG's :meth:`~torch_geometric.sampler.BaseSampler.sample_from_nodes`."""
+        r"""Samples the subgraphs of :obj:`inputs`, as PyG's samplers."""
 
 
 @contextmanager
@@ -116,24 +116,18 @@ class HotNodesMixin:
 
     @property
     def hot_nodes(self) -> Optional[Dict[Optional[NodeType], Tensor]]:
-        r"""The masks of hot nodes per node type (:obj:`None` for
-        homogeneous graphs) that the last hop does not expand, or
-        :obj:`None` if pruning is off; see :meth:`set_hot_nodes`."""
+        r"""The hot-node masks per node type, or :obj:`None` (no pruning)."""
         return self._hot.masks
 
     def set_hot_nodes(self, hot_nodes: Any) -> None:
-        r"""Marks hot nodes (a boolean mask over the nodes, or a dict of masks
-        per node type; :obj:`None` to clear): in the last hop, hot nodes are
-        not expanded, since their bottom-layer output is computed elsewhere.
-        """
+        r"""Sets the nodes the last hop does not expand (a boolean mask, or
+        masks per node type; :obj:`None` clears)."""
         self._hot.masks = check_node_masks(hot_nodes, self.global_num_nodes,
                                            self.device)
 
     @contextmanager
     def presampling(self, prune_hot: bool = False) -> Iterator[None]:
-        r"""A context for drawing batches that do not change later ones:
-        the random generators and the hot nodes are restored on exit, and
-        hot-node pruning is off inside unless :obj:`prune_hot`."""
+        r"""See :meth:`~pyg_orch.sampling.HotNodeSampler.presampling`."""
         saved = self._hot.masks
         if not prune_hot:
             self._hot.masks = None

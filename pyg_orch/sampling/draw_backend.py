@@ -8,14 +8,9 @@ from pyg_orch.core.triton_util import triton_available
 from pyg_orch.sampling.torch_backend import TorchBackend
 
 
-#: The module of the kernel's draw (:func:`draw_neighbors`, :obj:`MAX_FANOUT`).
-DRAW_MODULE = 'pyg_orch.sampling.triton.neighbor_draw'
-#: The module of the GPU hash-table relabeler (:class:`HashRelabeler`).
-RELABEL_MODULE = 'pyg_orch.sampling.triton.hash_relabel'
-
-
 def _draw_module() -> ModuleType:
-    return importlib.import_module(DRAW_MODULE)
+    # Imported lazily: importing pyg_orch never imports Triton.
+    return importlib.import_module('pyg_orch.sampling.triton.neighbor_draw')
 
 
 class TritonDrawBackend(TorchBackend):
@@ -27,14 +22,13 @@ class TritonDrawBackend(TorchBackend):
         super().__init__(config)
         self.draw = _draw_module().draw_neighbors
         self.relabeler = importlib.import_module(
-            RELABEL_MODULE).HashRelabeler
+            'pyg_orch.sampling.triton.hash_relabel').HashRelabeler
 
     @staticmethod
     def supports(config: BackendConfig) -> bool:
         topology = config.topology
-        if config.device.type != 'cuda' or not triton_available():
-            return False
-        if topology.device.type != 'cuda' or topology.is_weighted:
+        if config.device.type != 'cuda' or not triton_available() or \
+                topology.device.type != 'cuda' or topology.is_weighted:
             return False
         if topology.is_sharded and topology.is_temporal:
             return False  # Times split across GPUs: read by PyTorch ops.

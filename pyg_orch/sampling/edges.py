@@ -41,18 +41,14 @@ class SeedSampler(Protocol):
 
     @property
     def global_num_nodes(self) -> Dict[Optional[NodeType], int]:
-        r"""The number of vertices per node type (:obj:`None` for a
-        homogeneous graph) of the whole graph."""
+        r"""The whole graph's number of vertices per node type."""
 
     @property
     def global_node_time(self) -> Optional[Dict[Optional[NodeType], Tensor]]:
-        r"""The time of every vertex per node type (node-level temporal
-        sampling), else :obj:`None`."""
+        r"""The time of every vertex per node type, or :obj:`None`."""
 
     def sample_seeds(self, seed: Any, seed_time: Any = None) -> Any:
-        r"""Samples the subgraph of :obj:`seed` (a tensor, or a dictionary
-        per node type) as PyG's node samplers' :obj:`_sample`, without the
-        :obj:`'bidirectional'` conversion."""
+        r"""PyG's node samplers' :obj:`_sample` (not made bidirectional)."""
 
 
 class _DeviceCache:
@@ -74,14 +70,6 @@ class _DeviceCache:
         return moved
 
 
-def _cache(sampler) -> _DeviceCache:
-    cache = sampler.__dict__.get('_link_device_cache')
-    if cache is None:
-        cache = _DeviceCache()
-        sampler.__dict__['_link_device_cache'] = cache
-    return cache
-
-
 def sample_from_edges(
     sampler: SeedSampler,
     inputs: EdgeSamplerInput,
@@ -92,7 +80,8 @@ def sample_from_edges(
     :func:`~torch_geometric.sampler.neighbor_sampler.edge_sample` semantics,
     everything on :obj:`sampler.device`."""
     device = sampler.device
-    cache = _cache(sampler)
+    cache = sampler.__dict__.setdefault('_link_device_cache',
+                                        _DeviceCache())
     disjoint = sampler.disjoint
     input_type = inputs.input_type
     src = inputs.row.to(device, torch.int64, non_blocking=True)

@@ -114,8 +114,7 @@ def draw_edges(csc: CSCTopology, nodes: Tensor, fanout: int,
         pos, dst_index = drawn if drawn is not None else sample_neighbors(
             *args, **kwargs, weight_cumsum=csc.weight_cumsum
             if csc.weight is not None and replace else None)
-    # Each position's destination, where a sharded topology needs it to find
-    # copied lists:
+    # A sharded topology finds copied lists by destination:
     dst = nodes.index_select(0, dst_index) if csc.needs_dst else None
     return (csc.neighbors(pos, dst).to(torch.int64),
             csc.edge_ids(pos, dst).to(torch.int64), dst_index)
@@ -147,10 +146,8 @@ def subgraph_times(seed_time: Dict[Any, Tensor],
                    device: torch.device) -> Tensor:
     r"""The time bound of every subgraph (seed position) on :obj:`device`."""
     size = max(v.numel() for v in seed_time.values())
-    out = None
+    out = next(iter(seed_time.values())).new_zeros(size, device=device)
     for v in seed_time.values():
-        if out is None:
-            out = v.new_zeros(size, device=device)
         out[:v.numel()] = v.to(device)
     return out
 
@@ -165,13 +162,11 @@ class HopBatch:
                                               Relabeler]] = None):
         self.num_nodes, self.disjoint = num_nodes, disjoint
         self.device, self.edge_types = device, edge_types
-        self.relabel: Dict[Any, Relabeler] = {}
-        for t in node_types:
-            if buffers is not None and not disjoint:
-                self.relabel[t] = DenseRelabeler(
-                    buffers.get(t, num_nodes[t], device))
-            else:
-                self.relabel[t] = (relabeler or SortRelabeler)(device)
+        dense = buffers is not None and not disjoint
+        self.relabel: Dict[Any, Relabeler] = {
+            t: DenseRelabeler(buffers.get(t, num_nodes[t], device))
+            if dense else (relabeler or SortRelabeler)(device)
+            for t in node_types}
         self.nodes: Dict[Any, List[Tensor]] = {t: [] for t in node_types}
         self.batches: Dict[Any, List[Tensor]] = {t: [] for t in node_types}
         self.rows: Dict[Any, List[Tensor]] = {et: [] for et in edge_types}

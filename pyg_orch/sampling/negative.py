@@ -45,12 +45,9 @@ def sample_negatives(
     node_time: Optional[Tensor] = None,
     generator: Optional[torch.Generator] = None,
 ) -> Tensor:
-    r"""The negative endpoints for the positive endpoints :obj:`seed`:
-    :obj:`ceil(seed.numel() * amount)` node indices (PyG's
-    :func:`~torch_geometric.sampler.neighbor_sampler.neg_sample`). With
-    :obj:`node_time` and :obj:`seed_time`, each negative is the first of
-    :obj:`TEMPORAL_TRIES` candidates not later than its positive (else the
-    earliest node), as in PyG.
+    r""":obj:`ceil(seed.numel() * amount)` negative endpoints for the
+    positives :obj:`seed`, as PyG's
+    :func:`~torch_geometric.sampler.neighbor_sampler.neg_sample`.
 
     Args:
         seed (torch.Tensor): The positive endpoints.

@@ -109,12 +109,9 @@ def sample_neighbors(
     weight: Optional[Tensor] = None,
     weight_cumsum: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
-    r"""Samples in-neighbors of :obj:`nodes` in a CSC layout: a uniformly
-    random :obj:`min(k, d)`-subset of each node's :obj:`d` neighbors, or
-    :obj:`k` independent draws with replacement (:obj:`k = -1`: all). Temporal
-    sampling only considers neighbors not later than the node's bound
-    (:obj:`'last'`: the most recent ones); weighted sampling draws with
-    probability proportional to the weights, never a zero-weight neighbor.
+    r"""Samples up to :obj:`k` in-neighbors of every node of :obj:`nodes`
+    in a CSC layout (:obj:`-1`: all), never later than the node's time bound
+    nor of zero weight.
 
     Args:
         colptr (torch.Tensor): CSC offsets (int32 or int64).

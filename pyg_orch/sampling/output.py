@@ -22,17 +22,11 @@ class MultiHopOutput:
 
     def to(self, device: torch.device) -> 'MultiHopOutput':
         r"""Moves the tensors to :obj:`device`, in place."""
-        def move(d: Optional[Dict]) -> Optional[Dict]:
-            return None if d is None else {
-                k: v.to(device) if isinstance(v, Tensor) else v
-                for k, v in d.items()
-            }
-
-        self.node, self.row, self.col, self.edge = (move(self.node),
-                                                    move(self.row),
-                                                    move(self.col),
-                                                    move(self.edge))
-        self.batch = move(self.batch)
+        for name in ('node', 'row', 'col', 'edge', 'batch'):
+            d = getattr(self, name)
+            if d is not None:
+                setattr(self, name, {k: v.to(device) if isinstance(
+                    v, Tensor) else v for k, v in d.items()})
         return self
 
     def to_pyg(self, is_hetero: bool
@@ -40,10 +34,7 @@ class MultiHopOutput:
         r"""The batch as PyG's
         :class:`~torch_geometric.sampler.SamplerOutput` or
         :class:`~torch_geometric.sampler.HeteroSamplerOutput`."""
-        fields = dict(node=self.node, row=self.row, col=self.col,
-                      edge=self.edge, batch=self.batch,
-                      num_sampled_nodes=self.num_sampled_nodes,
-                      num_sampled_edges=self.num_sampled_edges)
+        fields = dict(vars(self))
         if is_hetero:
             return HeteroSamplerOutput(**fields)
         return SamplerOutput(**{k: None if v is None else v[None]

@@ -113,12 +113,8 @@ def _count(sampler, draw: Callable[[Tensor], Any], num_inputs: int,
                     if hops is not None and num is not None and \
                             num.get(t) is not None:
                         node = node[:sum(num[t][:hops])]
-                    node = node.to(torch.int64)
-                    if t not in found:
-                        found[t] = torch.zeros(counts[t].numel(),
-                                               dtype=torch.int64,
-                                               device=node.device)
-                    found[t].index_add_(0, node, torch.ones_like(node))
+                    found[t] = found.get(t, 0) + torch.bincount(
+                        node.to(torch.int64), minlength=counts[t].numel())
         for t, c in found.items():
             counts[t] += c.cpu()
     return counts if sampler.is_hetero else counts[None]
