@@ -37,7 +37,7 @@ class RankInfo(NamedTuple):
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
-    if value is None or value == '':
+    if not value:
         return default
     try:
         return int(value)
@@ -167,20 +167,16 @@ def _resolve_seeds(input_nodes: Any) -> Tuple[Optional[str], Tensor]:
         nodes = torch.as_tensor(list(nodes), dtype=torch.long)
     if not isinstance(nodes, Tensor) or nodes.dim() != 1 or not (
             nodes.dtype == torch.bool or not nodes.is_floating_point()):
+        got = type(input_nodes).__name__ if not isinstance(
+            input_nodes, Tensor) else (f'a tensor of shape '
+                                       f'{tuple(input_nodes.shape)} and '
+                                       f'dtype {input_nodes.dtype}')
         raise ValueError(
             f"'input_nodes' must be a 1-dimensional index tensor or boolean "
-            f"mask, or a (node_type, index or mask) tuple (got "
-            f"{_describe(input_nodes)})")
+            f"mask, or a (node_type, index or mask) tuple (got {got})")
     if nodes.dtype == torch.bool:
         nodes = nodes.nonzero().view(-1)
     return node_type, nodes
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, Tensor):
-        return (f'a tensor of shape {tuple(value.shape)} and dtype '
-                f'{value.dtype}')
-    return type(value).__name__
 
 
 def _check_rank(rank: Optional[int],

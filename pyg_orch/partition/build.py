@@ -135,8 +135,7 @@ def _check_edge_rows(store, num_edges: int, edge_type) -> None:
 
 
 def _attr_keys(node_stores, edge_stores):
-    r"""The tensor node attributes per node type and edge attributes per
-    edge type that are written."""
+    r"""The tensor attributes written, per node type and per edge type."""
     node_keys, edge_keys = {}, {}
     for nt, store in node_stores.items():
         keys = [
@@ -162,9 +161,8 @@ def _attr_keys(node_stores, edge_stores):
 
 
 def _order(node_part: Tensor, num_parts: int):
-    r"""Vertices ordered by part, ascending global id within a part: the
-    permutation, the part offsets, and every vertex's position and local
-    id."""
+    r"""Vertices by part (stable): permutation, part offsets, and every
+    vertex's position and local id."""
     num_nodes = node_part.numel()
     perm = torch.sort(node_part, stable=True).indices
     sizes = torch.bincount(node_part, minlength=num_parts)
