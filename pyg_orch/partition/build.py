@@ -174,9 +174,8 @@ def _order(node_part: Tensor, num_parts: int):
 
 
 def _edge_order(edge_index: Tensor, dst_position: Tensor):
-    r"""Edges ordered by their destination's position (stable: edge ids
-    ascending within a neighborhood), so each part's in-edges are a slice:
-    the order, the CSC pointer over positions, and the sources."""
+    r"""Edges by their destination's position (stable), so that each part's
+    in-edges are a slice: the order, the CSC pointer and the sources."""
     dst_pos = dst_position[edge_index[1]]
     order = torch.sort(dst_pos, stable=True).indices
     ptr = index_to_ptr(dst_pos, dst_position.numel())
