@@ -155,9 +155,7 @@ def offload_phase(model, optimizer, data, train_loader, val_loader,
                   test_loader, args, device) -> float:
     r"""Trains :obj:`model` for :obj:`args.offload_epochs` more epochs with
     :class:`~pyg_orch.BottomLayerOffload` and returns its test accuracy."""
-    # Phase 2: the same model, wrapped in one call. Offload reads features
-    # from host memory, so this loader works on a CPU copy of the graph (on
-    # a GPU, `x` is then served by the loader's tiered feature store).
+    # Offload reads features from host memory: a CPU copy of the graph.
     from pyg_orch import BottomLayerOffload, HybridNeighborLoader
     from pyg_orch.offload import OffloadOptions
     host_loader = HybridNeighborLoader(
@@ -180,9 +178,7 @@ def offload_phase(model, optimizer, data, train_loader, val_loader,
           f"max staleness seen {stats['max_staleness_seen']} "
           f"(bound {stats['max_staleness']}), waited "
           f"{stats['wait_s']:.3f} s")
-    # The wrapper is closed: `model` is the plain model with the weights
-    # trained under offload, evaluated exactly.
-    return evaluate(model, test_loader)
+    return evaluate(model, test_loader)  # The plain model, exactly.
 
 
 def train_mlp(data, args) -> float:

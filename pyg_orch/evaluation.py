@@ -65,10 +65,9 @@ def train_and_test(data, arch: str, seed: int, offload: bool, epochs: int,
     out = {'acc': float((pred[mask] == data.y[mask]).float().mean())}
     if offload:
         stats = model.stats()
-        out.update(num_hot=stats['num_hot'], split=stats['split'],
-                   max_staleness_seen=stats['max_staleness_seen'],
-                   max_table_age=stats['max_table_age'],
-                   hot_rows_per_batch=stats['hot_rows_per_batch'])
+        out.update({key: stats[key] for key in (
+            'num_hot', 'split', 'max_staleness_seen', 'max_table_age',
+            'hot_rows_per_batch')})
         model.close()
     return out
 

@@ -67,9 +67,8 @@ def check_fraction(name: str, value: Any, optional: bool = False) -> Any:
 
 def check_int(name: str, value: Any, minimum: int = 0,
               optional: bool = False) -> Any:
-    r"""Returns :obj:`value` if it is an integer (not a :obj:`bool`) of at
-    least :obj:`minimum` (or :obj:`None` with :obj:`optional`); else raises
-    a :class:`ValueError` naming :obj:`name`."""
+    r"""Returns :obj:`value` as an integer :obj:`>= minimum` (or :obj:`None`
+    with :obj:`optional`); else raises a :class:`ValueError` naming it."""
     if value is None and optional:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(
@@ -82,8 +81,7 @@ def check_int(name: str, value: Any, minimum: int = 0,
 def check_real(name: str, value: Any, minimum: float,
                exclusive: bool = False) -> float:
     r"""Returns :obj:`value` as a finite :class:`float` :obj:`>= minimum`
-    (:obj:`> minimum` with :obj:`exclusive`); else raises a
-    :class:`ValueError` naming :obj:`name`."""
+    (:obj:`> minimum` with :obj:`exclusive`); else raises naming it."""
     op = '>' if exclusive else '>='
     if isinstance(value, (bool, np.bool_)) or not isinstance(
             value, numbers.Real):
@@ -105,9 +103,8 @@ def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
 
 def check_seconds(name: str, value: Any, positive: bool = False,
                   optional: bool = False) -> Optional[float]:
-    r"""Returns :obj:`value` as a :class:`float` number of seconds
-    (:obj:`> 0` with :obj:`positive`, else finite and :obj:`>= 0`), or
-    :obj:`None` with :obj:`optional`; else raises naming :obj:`name`."""
+    r"""Returns :obj:`value` as seconds (:obj:`> 0` with :obj:`positive`,
+    else finite and :obj:`>= 0`) or :obj:`None` with :obj:`optional`."""
     if value is None and optional:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(

@@ -6,9 +6,8 @@ import torch
 
 
 def with_index(device: torch.device) -> torch.device:
-    r"""Returns :obj:`device` with its index set (the current CUDA device for
-    :obj:`'cuda'`), so that PyTorch finds its current stream without a device
-    lookup in Python."""
+    r"""Returns :obj:`device` with its index set (the current CUDA device), so
+    that PyTorch finds its current stream without a lookup in Python."""
     if device.type == 'cuda' and device.index is None:
         return torch.device('cuda', torch.cuda.current_device())
     return device

@@ -36,9 +36,8 @@ def _available_bytes(device: torch.device) -> int | None:
 def estimate_bytes(num_nodes: int, num_edges: int, num_features: int,
                    num_classes: int, index_dtype: torch.dtype,
                    feature_dtype: torch.dtype) -> int:
-    r"""The peak memory (in bytes) that :func:`power_law_graph` needs: the
-    graph it returns and the largest temporaries of its steps (destinations,
-    sources, features)."""
+    r"""The peak memory (in bytes) of :func:`power_law_graph`: the graph and
+    the largest temporaries of its steps."""
     N, E, F, C = num_nodes, num_edges, num_features, num_classes
     idx = torch.empty((), dtype=index_dtype).element_size()
     feat = torch.empty((), dtype=feature_dtype).element_size()

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.utils.data import Sampler
 
 from pyg_orch.core.checks import check_int, check_seconds, resolve_device
-from pyg_orch.parallel.exchange import comm_device
+from pyg_orch.parallel.exchange import comm_device, group_size
 from pyg_orch.parallel.peer_memory import disable_multicast_env
 
 
@@ -37,7 +37,7 @@ class RankInfo(NamedTuple):
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
-    if value is None or value == '':
+    if not value:
         return default
     try:
         return int(value)
@@ -167,20 +167,16 @@ def _resolve_seeds(input_nodes: Any) -> Tuple[Optional[str], Tensor]:
         nodes = torch.as_tensor(list(nodes), dtype=torch.long)
     if not isinstance(nodes, Tensor) or nodes.dim() != 1 or not (
             nodes.dtype == torch.bool or not nodes.is_floating_point()):
+        got = type(input_nodes).__name__ if not isinstance(
+            input_nodes, Tensor) else (f'a tensor of shape '
+                                       f'{tuple(input_nodes.shape)} and '
+                                       f'dtype {input_nodes.dtype}')
         raise ValueError(
             f"'input_nodes' must be a 1-dimensional index tensor or boolean "
-            f"mask, or a (node_type, index or mask) tuple (got "
-            f"{_describe(input_nodes)})")
+            f"mask, or a (node_type, index or mask) tuple (got {got})")
     if nodes.dtype == torch.bool:
         nodes = nodes.nonzero().view(-1)
     return node_type, nodes
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, Tensor):
-        return (f'a tensor of shape {tuple(value.shape)} and dtype '
-                f'{value.dtype}')
-    return type(value).__name__
 
 
 def _check_rank(rank: Optional[int],
@@ -211,15 +207,10 @@ def split_positions(num_seeds: int, rank: int, world_size: int, *,
         order = torch.randperm(num_seeds, generator=gen)
     else:
         order = torch.arange(num_seeds)
-    if drop_last:
-        total = (num_seeds // world_size) * world_size
-        order = order[:total]
-    else:
-        total = math.ceil(num_seeds / world_size) * world_size
-        pad = total - num_seeds
-        if pad > 0 and num_seeds > 0:
-            reps = math.ceil(pad / num_seeds)
-            order = torch.cat([order, order.repeat(reps)[:pad]])
+    total = world_size * (num_seeds // world_size if drop_last else
+                          math.ceil(num_seeds / world_size))
+    if num_seeds > 0:  # Cut, or padded with the first positions.
+        order = order.repeat(math.ceil(total / num_seeds))[:total]
     return order[rank:total:world_size]
 
 
@@ -360,11 +351,9 @@ def all_ranks_stats(stats: Dict[str, Any],
     if not isinstance(stats, dict):
         raise ValueError(f"'stats' must be a dict, as loader.stats() "
                          f"returns (got {type(stats).__name__})")
+    per_rank: List[Any] = [stats] * group_size(group)
     if dist.is_available() and dist.is_initialized():
-        per_rank: List[Any] = [None] * dist.get_world_size(group)
         dist.all_gather_object(per_rank, stats, group=group)
-    else:
-        per_rank = [stats]
     n = len(per_rank)
     return {
         'per_rank': per_rank,

@@ -17,16 +17,14 @@ __all__ = ['comm_device', 'exchange', 'exchange_rows',
 
 
 def group_size(group: Optional[Any] = None) -> int:
-    r"""The number of ranks of :obj:`group` (:obj:`1` without an initialized
-    process group)."""
+    r"""The number of ranks of :obj:`group` (:obj:`1` without one)."""
     if not (dist.is_available() and dist.is_initialized()):
         return 1
     return dist.get_world_size(group)
 
 
 def group_rank(group: Optional[Any] = None) -> int:
-    r"""This process's rank in :obj:`group` (:obj:`0` without an initialized
-    process group)."""
+    r"""This process's rank in :obj:`group` (:obj:`0` without one)."""
     if not (dist.is_available() and dist.is_initialized()):
         return 0
     return dist.get_rank(group)
@@ -36,9 +34,8 @@ _CPU = torch.device('cpu')
 
 
 def gloo_twin(group: Optional[Any] = None) -> Optional[Any]:
-    r"""A new gloo group of the ranks of :obj:`group` (:obj:`None` without a
-    process group), for another thread's collectives that must not
-    interleave with :obj:`group`'s. A collective of the default group."""
+    r"""A new gloo group of the ranks of :obj:`group`, for another thread's
+    collectives (a collective of the default group)."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
     mine = sorted(dist.get_process_group_ranks(
@@ -55,18 +52,16 @@ def gloo_twin(group: Optional[Any] = None) -> Optional[Any]:
 
 def split_by_value(values: Tensor, num: int
                    ) -> Tuple[List[Tensor], List[int], Tensor]:
-    r"""The positions of the entries of :obj:`values` equal to each of
-    :obj:`0, ..., num - 1` (ascending), their counts (on the host) and all
-    positions in that order."""
+    r"""The positions of the entries equal to each of :obj:`0, ..., num - 1`,
+    their counts (on the host) and all positions in that order."""
     order = torch.sort(values, stable=True).indices
     counts = torch.bincount(values, minlength=num).tolist()
     return list(torch.split(order, counts)), counts, order
 
 
 def comm_device(group: Optional[Any] = None) -> torch.device:
-    r"""The device whose tensors :obj:`group`'s collectives move: the CPU for
-    gloo (or a CPU backend) and without a process group, else the current
-    CUDA device."""
+    r"""The device of :obj:`group`'s collectives: the CPU for gloo and
+    without a process group, else the current CUDA device."""
     if not (dist.is_available() and dist.is_initialized()):
         return _CPU
     backend = str(dist.get_backend(group)).lower()

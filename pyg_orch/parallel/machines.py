@@ -36,8 +36,7 @@ class RankLayout:
 
     @property
     def shares_part(self) -> bool:
-        r"""Whether several ranks (of one machine) share this rank's
-        part."""
+        r"""Whether several ranks (of one machine) share this part."""
         return self.local_world_size > 1
 
     def machine_group(self) -> Any:
@@ -99,12 +98,9 @@ def shard_part_topology(partition: Any, layout: RankLayout, device: Any,
                         max_fanout: Optional[int] = None,
                         csc: Optional[Dict[Any, Any]] = None
                         ) -> Dict[Any, Any]:
-    r"""The topology of this rank's part per edge type (:obj:`None` on a
-    homogeneous part), its neighbor lists split across the ranks that share
-    the part (a collective of those ranks; see
-    :func:`~pyg_orch.multigpu.shard_topology`), on :obj:`device`.
-    :obj:`csc` (per edge type) replaces the part's own topology, e.g. with
-    edge times and weights attached."""
+    r"""This rank's part's topology per edge type, its lists split across
+    the ranks that share the part (a collective of those ranks); :obj:`csc`
+    replaces the part's own topology (e.g. with edge times attached)."""
     from pyg_orch.parallel.peer_memory import PeerGroup
     from pyg_orch.topology.sharded import TopologySharding
     sharding = sharding or TopologySharding()

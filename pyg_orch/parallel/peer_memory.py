@@ -227,9 +227,8 @@ _REGISTERED: List[Tensor] = []
 
 
 def register_pinned(tensor: Tensor) -> None:
-    r"""Page-locks :obj:`tensor`'s host memory in place
-    (:obj:`cudaHostRegister`), so CUDA kernels read it zero-copy; kept
-    registered for the life of the process."""
+    r"""Page-locks :obj:`tensor`'s host memory in place for zero-copy reads
+    (:obj:`cudaHostRegister`), for the life of the process."""
     if tensor.numel() == 0 or tensor.is_pinned():
         return
     cudart = torch.cuda.cudart()
@@ -242,9 +241,8 @@ def register_pinned(tensor: Tensor) -> None:
 
 
 def machine_group() -> Any:
-    r"""The process group of this machine's ranks: the default group on one
-    machine, else the subgroup of ranks in blocks of
-    :obj:`LOCAL_WORLD_SIZE`."""
+    r"""The process group of this machine's ranks (blocks of
+    :obj:`LOCAL_WORLD_SIZE` ranks)."""
     world = dist.get_world_size()
     local = int(os.environ.get('LOCAL_WORLD_SIZE', world))
     if local >= world:

@@ -53,9 +53,7 @@ class RankFailedError(RuntimeError):
 
 
 class _Interrupt(BaseException):
-    # Raised asynchronously in the guarded thread by the watchdog; turned
-    # into RankFailedError by the guard (BaseException: `except Exception`
-    # in the guarded code does not swallow it).
+    # A BaseException: `except Exception` in the guarded code keeps it.
     pass
 
 
@@ -247,8 +245,6 @@ class RankGuard:
     def _key(self, what: str) -> str:
         return f'{self.prefix}/{what}'
 
-    # Entering ################################################################
-
     def __enter__(self) -> 'RankGuard':
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("rank_guard needs an initialized process "
@@ -280,8 +276,6 @@ class RankGuard:
         self._thread.start()
         return self
 
-    # The watchdog thread #####################################################
-
     def _read_failure(self) -> Optional[Dict[str, Any]]:
         key = self._key('failed')
         if not self._store.check([key]):
@@ -298,7 +292,10 @@ class RankGuard:
                     failure = self._read_failure()
                     if failure is None and time.monotonic() >= next_beat:
                         next_beat = time.monotonic() + self.beat_interval
-                        failure = self._beat_and_look()
+                        self._peers.beat()
+                        dead = self._peers.look()
+                        if dead is not None:
+                            failure = self._record_death(dead)
                 except Exception as exc:  # The store's server is gone.
                     # Its host may have left its guard and exited normally:
                     # a failure only if this rank is still inside after
@@ -334,13 +331,6 @@ class RankGuard:
                     self._exit_process()
                 return
 
-    def _beat_and_look(self) -> Optional[Dict[str, Any]]:
-        # A beat of this rank; a dead peer's failure (recorded for the
-        # others), if any.
-        self._peers.beat()
-        dead = self._peers.look()
-        return None if dead is None else self._record_death(dead)
-
     def _death(self, dead: int) -> Dict[str, Any]:
         return _failure(
             dead, f'rank {dead} died without raising an error '
@@ -358,10 +348,8 @@ class RankGuard:
         return json.loads(stored)
 
     def _await_death(self) -> Optional[Dict[str, Any]]:
-        # After a collective error: a dead peer's failure, or None once
-        # every peer was seen alive (at most `dead_after` + a beat). A peer
-        # killed a moment ago may have closed its connections before its
-        # process is gone and may still beat once, so only beats after
+        # A dead peer's failure, or None once every peer was seen alive. A
+        # peer killed a moment ago may still beat once, so only beats after
         # this first look count as signs of life.
         dead = self._peers.look()
         start = dict(self._peers.changes)
@@ -392,13 +380,10 @@ class RankGuard:
         sys.stderr.flush()
         os._exit(self.exit_code)
 
-    # Leaving #################################################################
-
     def _deactivate(self) -> None:
         with self._lock:
             self._active = False
-            if self._interrupted:
-                # An interrupt not delivered yet must not fire later.
+            if self._interrupted:  # An undelivered one must not fire later.
                 _set_async_exc(self._thread_id, None)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -435,9 +420,8 @@ class RankGuard:
             self._report(exc, exc.__traceback__)
 
     def _peer_failed(self, collective_error: bool) -> bool:
-        # A collective error: did another rank record a failure? It records
-        # before it closes its connections, so the record is there already,
-        # unless that rank died without a word (then it is found dead).
+        # A failing rank records before it closes its connections; one that
+        # died without a word is found dead.
         if self.failure is not None:
             return True
         try:
@@ -454,13 +438,12 @@ class RankGuard:
         return True
 
     def _lost_store(self, exc: BaseException) -> Dict[str, Any]:
-        # A peer of this host whose connections closed may take a moment
-        # to be gone: look again for a bounded time.
+        # A peer of this host may take a moment to be gone after its
+        # connections closed.
         deadline = time.monotonic() + self._death_wait()
-        dead = self._peers.look_without_store()
-        while dead is None and time.monotonic() < deadline:
+        while (dead := self._peers.look_without_store()) is None and \
+                time.monotonic() < deadline:
             time.sleep(self.poll_interval)
-            dead = self._peers.look_without_store()
         if dead is not None:
             failure = self._death(dead)
             failure['error'] += (f' (the store of the process group is '
@@ -493,9 +476,8 @@ class RankGuard:
             self._linger()
 
     def _linger(self) -> None:
-        # Keep the store (maybe served by this process) up until the others
+        # Keep the store (maybe served here) up until the living others
         # read the failure, or for `timeout` seconds.
-        # Peers that died read nothing.
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             try:

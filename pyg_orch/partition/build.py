@@ -135,8 +135,7 @@ def _check_edge_rows(store, num_edges: int, edge_type) -> None:
 
 
 def _attr_keys(node_stores, edge_stores):
-    r"""The tensor node attributes per node type and edge attributes per
-    edge type that are written."""
+    r"""The tensor attributes written, per node type and per edge type."""
     node_keys, edge_keys = {}, {}
     for nt, store in node_stores.items():
         keys = [
@@ -162,9 +161,8 @@ def _attr_keys(node_stores, edge_stores):
 
 
 def _order(node_part: Tensor, num_parts: int):
-    r"""Vertices ordered by part, ascending global id within a part: the
-    permutation, the part offsets, and every vertex's position and local
-    id."""
+    r"""Vertices by part (stable): permutation, part offsets, and every
+    vertex's position and local id."""
     num_nodes = node_part.numel()
     perm = torch.sort(node_part, stable=True).indices
     sizes = torch.bincount(node_part, minlength=num_parts)
@@ -176,9 +174,8 @@ def _order(node_part: Tensor, num_parts: int):
 
 
 def _edge_order(edge_index: Tensor, dst_position: Tensor):
-    r"""Edges ordered by their destination's position (stable: edge ids
-    ascending within a neighborhood), so each part's in-edges are a slice:
-    the order, the CSC pointer over positions, and the sources."""
+    r"""Edges by their destination's position (stable), so that each part's
+    in-edges are a slice: the order, the CSC pointer and the sources."""
     dst_pos = dst_position[edge_index[1]]
     order = torch.sort(dst_pos, stable=True).indices
     ptr = index_to_ptr(dst_pos, dst_position.numel())

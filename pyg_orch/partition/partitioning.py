@@ -65,8 +65,7 @@ def edge_cut(edge_index: Tensor, node_part: Tensor,
 
 
 def balance(node_part: Tensor, num_parts: int) -> float:
-    r"""The largest part's number of vertices over the mean number per part
-    (:obj:`1.0` is perfectly balanced)."""
+    r"""The largest part's vertices over the mean (:obj:`1.0`: balanced)."""
     num_nodes = node_part.numel()
     if num_nodes == 0:
         return 1.0
@@ -92,9 +91,8 @@ def _contiguous(num_nodes: int, num_parts: int) -> Tensor:
 
 def metis_adjacency(edge_index: Tensor,
                     num_nodes: int) -> Tuple[Tensor, Tensor]:
-    r"""The undirected adjacency METIS expects (CSR :obj:`xadj`,
-    :obj:`adjncy`): every edge in both directions, without self-loops or
-    duplicates."""
+    r"""METIS's undirected CSR (:obj:`xadj`, :obj:`adjncy`): every edge
+    both ways, without self-loops or duplicates."""
     src, dst = edge_index[0].to(torch.int64), edge_index[1].to(torch.int64)
     keep = src != dst
     src, dst = src[keep], dst[keep]

@@ -20,10 +20,7 @@ __all__ = ['read_pyg_partition', 'convert_pyg_partition']
 PathLike = Union[str, os.PathLike]
 
 
-# What PyG's files hold: tensors, sizes, dtypes and (default) dicts. PyG
-# saves some as defaultdicts, which `torch.load(weights_only=True)` refuses,
-# so they are read by an unpickler that resolves these names and no other:
-# a file that names anything else (code to run) is refused.
+# PyG saves some dicts as defaultdicts, which `weights_only=True` refuses.
 _BUILTINS = ('dict', 'list', 'set', 'tuple')
 _ALLOWED = {('collections', 'defaultdict'), ('collections', 'OrderedDict'),
             ('torch', 'Size')} | {(m, n) for m in ('builtins', '__builtin__')
@@ -103,8 +100,8 @@ def read_pyg_partition(root: PathLike,
     for pid in range(int(meta['num_parts'])):
         part = root / f'part_{pid}'
         graph = _load(part / 'graph.pt')
-        edge_index[0, graph['edge_id']] = graph['row']
-        edge_index[1, graph['edge_id']] = graph['col']
+        edge_index[:, graph['edge_id']] = torch.stack([graph['row'],
+                                                       graph['col']])
         nfeat = _load(part / 'node_feats.pt')
         for key, rows in nfeat.get('feats', {}).items():
             if rows is not None:

@@ -57,7 +57,6 @@ HASH_NAME = 'sha256'
 #: :func:`load_partition` hashes the files it opens when they hold less
 #: than this many bytes in all (:obj:`verify=None`).
 VERIFY_AUTO_BYTES = 1 << 30
-_HASH_CHUNK = 1 << 20
 _SAFE_NAME = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]*')
 META_FILE = 'meta.json'
 NODE_PART_FILE = 'node_part.pt'
@@ -84,17 +83,9 @@ def check_name(name: Any, what: str) -> None:
 
 
 def file_hash(path: PathLike) -> str:
-    r"""The SHA-256 of a file's bytes (hex), read in chunks."""
-    h = hashlib.new(HASH_NAME)
-    buf = bytearray(_HASH_CHUNK)
-    view = memoryview(buf)
+    r"""The SHA-256 of a file's bytes (hex)."""
     with open(path, 'rb', buffering=0) as f:
-        while True:
-            n = f.readinto(buf)
-            if not n:
-                break
-            h.update(view[:n])
-    return h.hexdigest()
+        return hashlib.file_digest(f, HASH_NAME).hexdigest()
 
 
 def file_entry(path: PathLike, tensor: Tensor) -> Dict[str, Any]:
@@ -413,9 +404,8 @@ def _check_files(out_dir: Path, files: Dict[str, Any],
 def _groups(meta: Dict[str, Any], out_dir: Path,
             part: Optional[int]) -> List[Tuple[str, Dict[str, Any]]]:
     files = meta['files']
-    names = (['global'] + [part_dir_name(k) for k in
-                           range(int(meta['num_parts']))]
-             if part is None else ['global', part_dir_name(part)])
+    parts = range(int(meta['num_parts'])) if part is None else [part]
+    names = ['global'] + [part_dir_name(k) for k in parts]
     for name in names:
         if name not in files:
             raise ValueError(f"'{out_dir / META_FILE}' lists no files for "

@@ -46,10 +46,8 @@ def check_edge_index(edge_index: Tensor, num_src_nodes: int,
                          f"(got {edge_index.dtype})")
     if edge_index.size(1) == 0:
         return
-    row, col = edge_index[0], edge_index[1]
-    rmin, rmax = int(row.min()), int(row.max())
-    cmin, cmax = int(col.min()), int(col.max())
-    if rmin < 0 or cmin < 0:
+    rmax, cmax = edge_index.max(dim=1).values.tolist()
+    if int(edge_index.min()) < 0:
         raise ValueError(f"'{name}' holds negative node indices")
     if rmax >= num_src_nodes:
         raise ValueError(
@@ -195,11 +193,9 @@ class CSCTopology:
                 time = time[perm]
             row = row[perm]
             edge_id = perm.to(index_dtype)
-        weight: Optional[Tensor] = None
-        if edge_weight is not None:
-            weight = edge_weight.to(device)
-            if edge_id is not None:
-                weight = weight[edge_id.to(torch.int64)]
+        weight = None if edge_weight is None else edge_weight.to(device)
+        if weight is not None and edge_id is not None:
+            weight = weight[edge_id.to(torch.int64)]
         colptr = index_to_ptr(col, num_dst_nodes)
         return cls(colptr.to(index_dtype), row.to(index_dtype), edge_id,
                    num_src_nodes, time, weight, fingerprint=fingerprint)
@@ -281,8 +277,8 @@ class CSCTopology:
 
     def share_memory_(self) -> 'CSCTopology':
         if not self.colptr.is_cuda:
-            self.colptr.share_memory_()
-            for x in (self.row, self.edge_id, self.time, self.weight):
+            for x in (self.colptr, self.row, self.edge_id, self.time,
+                      self.weight):
                 if x is not None:
                     x.share_memory_()
         return self

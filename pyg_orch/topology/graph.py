@@ -422,10 +422,9 @@ def _check_vector(value, length: int, what: str, arg: str) -> Tensor:
     return value
 
 
-def _check_time(value, length: int, what: str,
-                arg: str = 'time_attr') -> Tensor:
-    value = _check_vector(value, length, what, arg)
-    check_not_nan(value, f"'{arg}': {what}", 'node or edge')
+def _check_time(value, length: int, what: str) -> Tensor:
+    value = _check_vector(value, length, what, 'time_attr')
+    check_not_nan(value, f"'time_attr': {what}", 'node or edge')
     return value
 
 
@@ -469,20 +468,14 @@ def _collect_time(stores, edge_stores, num_nodes, time_attr):
                   and (hetero or s.is_edge_attr(time_attr))
                   and not (t is None and node_level)}
     check_time_level(time_attr, bool(node_level), bool(edge_level))
-    if node_level:
-        return _time_per_type(node_level, 'time_attr', time_attr,
-                              lambda t, store: num_nodes[t]), {}
-    return None, _time_per_type(edge_level, 'time_attr', time_attr,
-                                lambda t, store: num_store_edges(store))
-
-
-def _time_per_type(level, arg: str, time_attr: str, length) -> Dict:
-    out = {}
-    for t, store in level.items():
-        where = 'data' if t is None else f'data[{t!r}]'
-        out[t] = _check_time(store[time_attr], length(t, store),
-                             f'{where}.{time_attr}', arg)
-    return out
+    out = {
+        t: _check_time(s[time_attr],
+                       num_nodes[t] if node_level else num_store_edges(s),
+                       f"{'data' if t is None else f'data[{t!r}]'}."
+                       f"{time_attr}")
+        for t, s in (node_level or edge_level).items()
+    }
+    return (out, {}) if node_level else (None, out)
 
 
 #: What :func:`weight_problem` finds wrong with sampling weights, by code.

@@ -30,8 +30,7 @@ READ_TIERS = ('local', 'replicated', 'peer')
 
 
 def shard_positions(edge_bounds: Tensor, pos: Tensor):
-    r"""The shard of every CSC position :obj:`pos` (shards start at
-    :obj:`edge_bounds`) and the position within it."""
+    r"""The shard of every CSC position and the position within it."""
     owner = torch.bucketize(pos, edge_bounds[1:-1], right=True)
     return owner, pos - edge_bounds.index_select(0, owner)
 
@@ -45,8 +44,7 @@ class PositionMap:
         self.start = start
 
     def __call__(self, pos: Tensor, dst: Optional[Tensor] = None) -> Tensor:
-        r"""The placed positions of CSC positions :obj:`pos` (of
-        destinations :obj:`dst`, bisected if not given)."""
+        r"""The placed positions of CSC positions :obj:`pos`."""
         if dst is None:
             dst = torch.searchsorted(self.colptr, pos, right=True) - 1
         return self.start.index_select(0, dst).to(torch.int64) + (
@@ -305,8 +303,7 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
 
 def check_node_parts(node_parts: Tensor, num_nodes: int,
                      num_shards: int) -> Tensor:
-    r""":obj:`node_parts` (:obj:`split_by`) on the CPU, checked to hold a
-    rank in :obj:`[0, num_shards)` per vertex."""
+    r"""The parts on the CPU, checked to hold a rank per vertex."""
     if node_parts.dim() != 1 or node_parts.numel() != num_nodes:
         raise ValueError(f"'split_by' must hold one part per vertex "
                          f"({num_nodes}), got shape "

@@ -19,8 +19,7 @@ def segment_ids(counts: Tensor, total: Optional[int] = None) -> Tensor:
 
 
 def index_to_ptr(index: Tensor, size: int) -> Tensor:
-    r"""The compressed pointer (:obj:`int64`, :obj:`[size + 1]`) of
-    :obj:`index` (values in :obj:`[0, size)`) once sorted."""
+    r"""The compressed :obj:`int64` pointer of :obj:`index` once sorted."""
     ptr = torch.zeros(size + 1, dtype=torch.int64, device=index.device)
     torch.cumsum(torch.bincount(index, minlength=size), 0, out=ptr[1:])
     return ptr
