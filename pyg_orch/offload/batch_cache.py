@@ -53,6 +53,10 @@ class BatchEmbeddingCache(EmbeddingStrategy):
 
     def on_batch_sampled(self, pos: Tensor, version: int,
                          weights_version: Optional[int] = None) -> None:
+        self.request(pos, version, weights_version)
+
+    def request(self, pos: Tensor, version: int,
+                weights_version: Optional[int] = None) -> None:
         r"""Queues the rows :obj:`pos` not fresh enough at :obj:`version`."""
         if pos.numel() == 0:
             return
@@ -117,7 +121,7 @@ class BatchEmbeddingCache(EmbeddingStrategy):
             return None
         versions = self.row_version[pos_cpu]
         if int(versions.min()) < version - bound:  # Not fresh enough.
-            self.on_batch_sampled(pos_cpu, version)
+            self.request(pos_cpu, version)
             while self._jobs:
                 job = self._jobs.popleft()
                 self._apply(self._wait(job, timer), job.rows)
