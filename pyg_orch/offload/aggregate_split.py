@@ -54,17 +54,6 @@ def aggregation_copy(layer: MessagePassing,
     return out
 
 
-def _splittable(layer: torch.nn.Module) -> Optional[str]:
-    # Why a layer can not be split, or None.
-    if not isinstance(layer, MessagePassing):
-        return f'{type(layer).__name__} is not a MessagePassing layer'
-    if getattr(layer, 'decomposed_layers', 1) != 1:
-        return 'it aggregates in several parts (decomposed_layers > 1)'
-    if getattr(layer, 'explain', False):
-        return 'it is in explain mode'
-    return None
-
-
 def _perturbed(layer: torch.nn.Module) -> torch.nn.Module:
     out = copy.deepcopy(layer)
     gen = torch.Generator().manual_seed(12345)
@@ -85,9 +74,14 @@ def choose_split(layer: torch.nn.Module, x: Tensor, edge_index: Tensor,
                  num_targets: int) -> Tuple[str, str]:
     r""":obj:`'aggregate'`, :obj:`'pre_linear'` or :obj:`'output'` (and why)
     for :obj:`layer`, checked on its first :obj:`num_targets` rows."""
-    reason = _splittable(layer)
-    if reason is not None:
-        return OUTPUT, reason
+    if not isinstance(layer, MessagePassing):
+        return OUTPUT, f'{type(layer).__name__} is not a MessagePassing layer'
+    if getattr(layer, 'decomposed_layers', 1) != 1:
+        return OUTPUT, ('it aggregates in several parts (decomposed_layers '
+                        '> 1)')
+    if getattr(layer, 'explain', False):
+        return OUTPUT, 'it is in explain mode'
+
     def aggregate(module, kind):
         return call_layer(aggregation_copy(module, kind), x,
                           edge_index)[:num_targets]

@@ -51,12 +51,6 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         r"""The planned hot set changed; it is in use at once."""
         self.hot.use(self.hot.planned)
 
-    def _snapshot_at(self, version: int) -> Snapshot:
-        snap = self._snapshot
-        if snap is None or snap.version != version:
-            snap = self._snapshot = Snapshot(version, self.layer)
-        return snap
-
     def on_batch_sampled(self, pos: Tensor, version: int,
                          weights_version: Optional[int] = None) -> None:
         self.request(pos, version, weights_version)
@@ -77,8 +71,10 @@ class BatchEmbeddingCache(EmbeddingStrategy):
         self.queued_version[stale] = weights_version
         chunks = split_chunks(stale.numel(), self.num_threads,
                               self.chunk_size)
-        self._launch(self._snapshot_at(weights_version),
-                     self.hot.candidates[stale], chunks, rows=stale)
+        snap = self._snapshot  # One snapshot per weight version.
+        if snap is None or snap.version != weights_version:
+            snap = self._snapshot = Snapshot(weights_version, self.layer)
+        self._launch(snap, self.hot.candidates[stale], chunks, rows=stale)
 
     def _on_dropped(self, job: Job) -> None:
         rows = job.rows

@@ -72,17 +72,13 @@ def deeper_than_loader(model: torch.nn.Module,
             f"num_neighbors with {num_layers} entries)")
 
 
-def _degree_free_types() -> tuple:
-    from torch_geometric.nn import conv
-    names = ('SAGEConv', 'GINConv', 'GATConv', 'GATv2Conv', 'GraphConv',
-             'TransformerConv', 'ResGatedGraphConv', 'EdgeConv')
-    return tuple(getattr(conv, n) for n in names if hasattr(conv, n))
-
-
 def needs_degree_compensation(model: torch.nn.Module) -> bool:
     r"""Whether a layer of :obj:`model` may weigh messages by the sender's
     in-degree (:obj:`False` only for classes known not to)."""
-    free = _degree_free_types()
+    from torch_geometric.nn import conv
+    names = ('SAGEConv', 'GINConv', 'GATConv', 'GATv2Conv', 'GraphConv',
+             'TransformerConv', 'ResGatedGraphConv', 'EdgeConv')
+    free = tuple(getattr(conv, n) for n in names if hasattr(conv, n))
     return any(
         type(m) not in free for m in message_passing_layers(model).values())
 

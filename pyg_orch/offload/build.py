@@ -98,16 +98,6 @@ def _partition_error(model: torch.nn.Module, loader: Any,
     return None
 
 
-def _presample_inputs(loader: Any, options: OffloadOptions
-                      ) -> Tuple[Seeds, int, int]:
-    # The training seeds, the batch size and the batches to pre-sample.
-    seeds, batch_size = loader.offload_seeds()
-    first = next(iter(seeds.values())) if isinstance(seeds, dict) else seeds
-    num = options.num_presample_batches or presample_batches(
-        first.numel(), batch_size)
-    return seeds, batch_size, num
-
-
 def make_strategy(computer: Union[BottomLayerComputer,
                                   HeteroBottomLayerComputer],
                   layer: Any, hot: HotSetSizer, device: torch.device,
@@ -140,15 +130,6 @@ def _ratios(options: OffloadOptions, measure: bool,
     if static and not options.hot_ratio_given:
         return candidate_ratios(options.hot_ratio, STATIC_RATIOS)
     return candidate_ratios(options.hot_ratio)
-
-
-def _build_ratio(options: OffloadOptions, ratios: Tuple[float, ...]
-                 ) -> float:
-    # The hot ratio built with: `hot_ratio` if tried, else the smallest.
-    tried = [r for r in ratios if r > 0]
-    if not tried or options.hot_ratio in tried:
-        return options.hot_ratio
-    return min(tried)
 
 
 #: Why :obj:`full_neighbors='auto'` keeps the fan-out on a partition.
@@ -204,8 +185,12 @@ def _hot_set(candidates: Tensor, num_nodes: int, ratios: Tuple[float, ...],
         if n not in sizes:
             sizes.append(n)
             kept.append(round(r, 6))
-    hot = HotSetSizer(candidates, num_nodes, min(
-        int(round(_build_ratio(options, ratios) * of)), candidates.numel()))
+    # Built with `hot_ratio` if tried, else with the smallest tried:
+    tried = [r for r in ratios if r > 0]
+    ratio = options.hot_ratio if not tried or options.hot_ratio in tried \
+        else min(tried)
+    hot = HotSetSizer(candidates, num_nodes, min(int(round(ratio * of)),
+                                                 candidates.numel()))
     return hot, sizes, kept
 
 
@@ -233,17 +218,6 @@ def make_tuner(hot: HotSetSizer, on_resize: Any, on_done: Any,
     return HotSetTuner(hot, chooser, ratios, on_resize, on_done,
                        drain=drain, cannot_keep_up=cannot_keep_up,
                        max_hold=None if static else HotSetTuner.MAX_HOLD)
-
-
-def _start_measuring(runtime: OffloadRuntime, sizes: List[int],
-                     ratios: List[float], plan: OffloadPlan,
-                     ranks: Optional[MachineRanks]) -> None:
-    # Ranks that decide alike keep a kept hot set (no guard for one rank):
-    runtime.guard_kept = ranks is None
-    runtime.start_tuner(functools.partial(
-        make_tuner, sizes=sizes, ratios=ratios, facts=plan.facts,
-        options=plan.options, lead=runtime.lead, ranks=ranks,
-        static=runtime.strategy.static))
 
 
 def _whole_graph_inputs(loader: Any, first: Any, options: OffloadOptions
@@ -386,7 +360,11 @@ def _build(model: torch.nn.Module, loader: Any, plan: OffloadPlan,
             selection.hot_nodes = selection.hot_nodes[:ranks.min(
                 selection.hot_nodes.numel())]
     else:
-        presample = _presample_inputs(loader, options)
+        seeds, batch_size = loader.offload_seeds()
+        num = next(iter(seeds.values())) if isinstance(seeds, dict) \
+            else seeds
+        presample = (seeds, batch_size, options.num_presample_batches
+                     or presample_batches(num.numel(), batch_size))
         selection = _select(loader, computer, max(ratios), plan.cache_ratio,
                             presample, options, ranks)
     if hetero:
@@ -426,7 +404,12 @@ def _build(model: torch.nn.Module, loader: Any, plan: OffloadPlan,
             _share_cache(runtime, loader, plan, presample, num_nodes,
                          measure, reduce, fixed_reason is not None)
         if measure:
-            _start_measuring(runtime, sizes, kept, plan, ranks)
+            # Ranks that decide alike keep a kept hot set (no guard for one):
+            runtime.guard_kept = ranks is None
+            runtime.start_tuner(functools.partial(
+                make_tuner, sizes=sizes, ratios=kept, facts=plan.facts,
+                options=options, lead=runtime.lead, ranks=ranks,
+                static=runtime.strategy.static))
     except BaseException:
         runtime.close()
         raise
@@ -438,7 +421,8 @@ def _share_cache(runtime: OffloadRuntime, loader: Any, plan: OffloadPlan,
                  measure: bool, reduce: Any, fixed: bool) -> None:
     # The loader's GPU cache under offload (kept until measurement keeps it).
     selection, cache_ratio = runtime.selection, plan.cache_ratio
-    own = _loader_cache(loader)
+    own = loader.get_gpu_cache_nodes()
+    own = own if isinstance(own, Tensor) else None
     if runtime.hot.size > 0 and cache_ratio > 0:
         # Never fewer rows than the loader's cache holds already:
         if own is not None:
@@ -460,12 +444,6 @@ def _share_cache(runtime: OffloadRuntime, loader: Any, plan: OffloadPlan,
                                               selection.cache_nodes)
     if own is not None:  # Given back if switched off.
         runtime.restore_cache = functools.partial(set_cache, own.clone())
-
-
-def _loader_cache(loader: Any) -> Optional[Tensor]:
-    # The vertices the loader's GPU cache holds (None if none).
-    own = loader.get_gpu_cache_nodes()
-    return own if isinstance(own, Tensor) else None
 
 
 def _first_layer(model: torch.nn.Module, loader: Any, plan: OffloadPlan

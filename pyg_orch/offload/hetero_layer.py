@@ -21,15 +21,6 @@ from pyg_orch.offload.bottom_layer import (
 )
 
 
-def _edge_type_keys(edge_types: List[EdgeType]) -> Dict[str, EdgeType]:
-    # Per-edge-type module names: 'src__rel__dst' or '<src___rel___dst>'.
-    out = {}
-    for et in edge_types:
-        out['__'.join(et)] = et
-        out['<' + '___'.join(et) + '>'] = et
-    return out
-
-
 def find_hetero_first_layer(
     model: torch.nn.Module,
     edge_types: List[EdgeType],
@@ -37,7 +28,9 @@ def find_hetero_first_layer(
 ) -> Tuple[str, Dict[EdgeType, MessagePassing]]:
     r"""The name of a heterogeneous model's first layer and its module per edge
     type."""
-    keys = _edge_type_keys(edge_types)
+    # Per-edge-type module names: 'src__rel__dst' or '<src___rel___dst>'.
+    keys = {k: et for et in edge_types
+            for k in ('__'.join(et), '<' + '___'.join(et) + '>')}
     groups: Dict[str, Dict[EdgeType, MessagePassing]] = {}
     for name, module in message_passing_layers(model).items():
         prefix, _, key = name.rpartition('.')

@@ -230,12 +230,6 @@ def build_halo(loader: Any, candidates: Tensor, max_rows: int
     return by_edge[None], kept
 
 
-def _presample_batches(loader: Any, options: OffloadOptions) -> int:
-    # The same number on every rank (an epoch has as many batches on all):
-    return options.num_presample_batches or min(len(loader),
-                                                DEFAULT_PRESAMPLE_BATCHES)
-
-
 def part_runtime_inputs(loader: Any, first: Any, ratio: float,
                         options: OffloadOptions
                         ) -> Tuple[HotSet, Any, Any, int]:
@@ -247,8 +241,10 @@ def part_runtime_inputs(loader: Any, first: Any, ratio: float,
     edge_types = list(first) if hetero else [None]
     node_types, offsets = combined_ids(edge_types, sampler.num_nodes) \
         if hetero else ([None], {None: 0})
-    selection = select_part_hot_nodes(loader, node_types, ratio,
-                                      _presample_batches(loader, options),
+    # The same number on every rank (an epoch has as many batches on all):
+    num_batches = options.num_presample_batches or min(
+        len(loader), DEFAULT_PRESAMPLE_BATCHES)
+    selection = select_part_hot_nodes(loader, node_types, ratio, num_batches,
                                       options.seed)
     num_nodes = sum(int(part.node_ids[t].numel()) for t in node_types) \
         if hetero else part.num_nodes

@@ -90,12 +90,6 @@ class PassThrough:
         }
 
 
-def has_lazy_parameters(model: torch.nn.Module) -> bool:
-    r"""Whether :obj:`model` holds lazily initialized parameters."""
-    return any(
-        isinstance(p, UninitializedParameter) for p in model.parameters())
-
-
 def _input_mismatch(layer: torch.nn.Module, x: Any) -> Optional[str]:
     # Why `layer` can not read `x` as it is, else None.
     if not isinstance(x, Tensor) or x.dim() != 2 or \
@@ -118,7 +112,8 @@ def plan_on_construction(model: torch.nn.Module, data: Any,
                          is_hetero: bool,
                          options: OffloadOptions) -> Optional[str]:
     r"""Why the first layer can only be found from a batch, or :obj:`None`."""
-    if has_lazy_parameters(model):
+    if any(isinstance(p, UninitializedParameter)
+           for p in model.parameters()):
         return 'lazily initialized parameters'
     if options.layer is not None:
         return None

@@ -116,22 +116,17 @@ class DegreeCompensation:
         self.column_ids = column_ids
         self._on: Dict[torch.device, Tuple[Tensor, Optional[Tensor]]] = {}
 
-    def _columns_on(self, device: torch.device
-                    ) -> Tuple[Tensor, Optional[Tensor]]:
-        out = self._on.get(device)
-        if out is None:
+    def placeholder_edges(self, n_id: Tensor, rows: Tensor) -> Tensor:
+        r"""Placeholder in-edges of the hot rows :obj:`rows`."""
+        device = n_id.device
+        if device not in self._on:  # The columns, once per device:
             colptr = self.colptr
             if colptr is None:
                 colptr = self.sampler.topology.csc[None].colptr
             ids = self.column_ids
-            out = (colptr.to(device, torch.int64),
-                   None if ids is None else ids.to(device, torch.int64))
-            self._on[device] = out
-        return out
-
-    def placeholder_edges(self, n_id: Tensor, rows: Tensor) -> Tensor:
-        r"""Placeholder in-edges of the hot rows :obj:`rows`."""
-        colptr, ids = self._columns_on(n_id.device)
+            self._on[device] = (colptr.to(device, torch.int64), None if ids
+                                is None else ids.to(device, torch.int64))
+        colptr, ids = self._on[device]
         nodes = n_id.index_select(0, rows).to(torch.int64)
         if ids is not None:  # Hot vertices are columns (no host sync).
             nodes = torch.searchsorted(ids, nodes)

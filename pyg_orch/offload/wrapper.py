@@ -308,26 +308,24 @@ class BottomLayerOffload(torch.nn.Module):
     @property
     def hot_mask(self) -> Union[Tensor, Dict[str, Tensor]]:
         r"""Boolean mask over all vertices, :obj:`True` if hot."""
-        runtime = self._offload
-        if isinstance(runtime, PassThrough):
+        rt = self._offload
+        if isinstance(rt, PassThrough):
             return torch.empty(0, dtype=torch.bool)
-        return runtime.per_type(runtime.hot.mask)
+        return rt.per_type(rt.hot.mask)
 
     @property
     def gpu_cache_nodes(self) -> Tensor:
         r"""The GPU-cache candidates."""
-        runtime = self._offload
-        if isinstance(runtime, PassThrough):
-            return runtime.hot_nodes
-        return runtime.selection.cache_nodes
+        rt = self._offload
+        return rt.hot_nodes if isinstance(rt, PassThrough) else \
+            rt.selection.cache_nodes
 
     @property
     def access_counts(self) -> Union[Tensor, Dict[str, Tensor]]:
         r"""Bottom-layer accesses per vertex in pre-sampling."""
-        runtime = self._offload
-        if isinstance(runtime, PassThrough):
-            return runtime.hot_nodes
-        return runtime.per_type(runtime.selection.counts)
+        rt = self._offload
+        return rt.hot_nodes if isinstance(rt, PassThrough) else \
+            rt.per_type(rt.selection.counts)
 
     @property
     def max_staleness(self) -> int:
@@ -337,18 +335,16 @@ class BottomLayerOffload(torch.nn.Module):
     @property
     def super_batch_size(self) -> int:
         r"""Steps per super-batch (:obj:`1` with :obj:`refresh='batch'`)."""
-        runtime = self._offload
-        if isinstance(runtime, PassThrough):
-            return 0
-        return runtime.strategy.super_batch_size
+        rt = self._offload
+        return 0 if isinstance(rt, PassThrough) else \
+            rt.strategy.super_batch_size
 
     @property
     def steps(self) -> int:
         r"""The weight version: optimizer steps so far."""
-        runtime = self._offload
-        if isinstance(runtime, PassThrough):
-            return runtime.num_forwards
-        return runtime.counter.version
+        rt = self._offload
+        return rt.num_forwards if isinstance(rt, PassThrough) else \
+            rt.counter.version
 
     def stats(self) -> Dict[str, Any]:
         r"""Counters since construction (or :meth:`reset_stats`):
