@@ -442,9 +442,13 @@ def _refill(rank, world_size, method):
                                 gpu_memory_budget=100 * 12 * 4,
                                 method=method)
     before = sorted(store.cached_nodes.tolist())
+    store.gather_blocks = 7  # Set by hand: a refill keeps it.
     # E.g. BottomLayerOffload's cache candidates: the same on every rank.
     new = torch.arange(999, 599, -1)  # 400 candidates, 200 fit.
     store.set_cached_nodes(new)
+    store.gather_blocks = 5
+    store.set_cached_nodes(new)
+    blocks = store.gather_blocks
     after = store.cached_nodes.tolist()
     store.reset_stats()
     ok = True
@@ -460,7 +464,7 @@ def _refill(rank, world_size, method):
     except ValueError as e:
         mismatch = str(e)
     return dict(ok=ok, before=before, after=after, own=stats.cache_rows,
-                peer=stats.peer_rows, mismatch=mismatch)
+                peer=stats.peer_rows, mismatch=mismatch, blocks=blocks)
 
 
 @pytest.mark.parametrize('method', [
@@ -478,6 +482,7 @@ def test_sharded_feature_store_takes_new_cached_nodes(method):
         assert o['after'] == list(range(999, 799, -1))
         assert o['own'] > 0 and o['peer'] > 0
         assert 'same' in o['mismatch']
+        assert o['blocks'] == 5  # A grid set by hand outlives a refill.
 
 
 def test_sharded_gather_grid_rule():

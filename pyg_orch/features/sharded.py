@@ -48,6 +48,8 @@ class ShardedFeatureStore(TieredFeatureStore):
         self.peers = peers
         self._auto_blocks = gather_blocks == 'auto'
         self._capped_blocks: Optional[int] = None
+        self._auto_value: Optional[int] = None  # What 'auto' chose last.
+        self._filled = False
         if hotness is not None:
             hotness = peers.all_reduce_sum(hotness.cpu().to(torch.float64))
         if cache_ratio is not None:  # Per GPU, as the base class counts.
@@ -81,10 +83,13 @@ class ShardedFeatureStore(TieredFeatureStore):
         peers, C = self.peers, self.capacity
         S = peers.world_size
         self.full = False
+        if self._auto_blocks and not self._filled:  # The base's 'auto'.
+            self._capped_blocks = self.gather_blocks
+        elif self.gather_blocks != self._auto_value:
+            self._auto_blocks = False  # Set by hand since: kept.
+        self._filled = True
         if self._auto_blocks:
-            if self._capped_blocks is None:  # The base class's 'auto'.
-                self._capped_blocks = self.gather_blocks
-            self.gather_blocks = sharded_gather_blocks(
+            self.gather_blocks = self._auto_value = sharded_gather_blocks(
                 self._capped_blocks, nodes.numel(), self.num_nodes)
         # The i-th hottest row goes to rank i % S, slot i // S there.
         i = torch.arange(nodes.numel())
