@@ -7,7 +7,7 @@ from torch import Tensor
 
 from pyg_orch.core.checks import check_fraction
 from pyg_orch.features.tiered import TieredFeatureStore
-from pyg_orch.parallel.peer_memory import PeerGroup
+from pyg_orch.parallel.peer_memory import PeerBuffers, PeerGroup
 
 
 def sharded_gather_blocks(capped: Optional[int], num_cached: int,
@@ -49,7 +49,7 @@ class ShardedFeatureStore(TieredFeatureStore):
         self._auto_blocks = gather_blocks == 'auto'
         self._capped_blocks: Optional[int] = None
         self._auto_value: Optional[int] = None  # What 'auto' chose last.
-        self._filled = False
+        self.shards: Optional[PeerBuffers] = None  # Allocated by the fill.
         if hotness is not None:
             hotness = peers.all_reduce_sum(hotness.cpu().to(torch.float64))
         if cache_ratio is not None:  # Per GPU, as the base class counts.
@@ -83,11 +83,11 @@ class ShardedFeatureStore(TieredFeatureStore):
         peers, C = self.peers, self.capacity
         S = peers.world_size
         self.full = False
-        if self._auto_blocks and not self._filled:  # The base's 'auto'.
+        refill = self.shards is not None
+        if self._auto_blocks and not refill:  # The base class's 'auto'.
             self._capped_blocks = self.gather_blocks
         elif self.gather_blocks != self._auto_value:
             self._auto_blocks = False  # Set by hand since: kept.
-        self._filled = True
         if self._auto_blocks:
             self.gather_blocks = self._auto_value = sharded_gather_blocks(
                 self._capped_blocks, nodes.numel(), self.num_nodes)
@@ -97,7 +97,6 @@ class ShardedFeatureStore(TieredFeatureStore):
         dtype = torch.int32 if S * C < 2**31 else torch.int64
         self.row_cache.fill(nodes, slots=code.to(dtype))
         mine = nodes[i % S == peers.rank]
-        refill = getattr(self, 'shards', None) is not None
         if refill:  # Gathers queued with the old map finish first.
             self._quiesce()
         else:

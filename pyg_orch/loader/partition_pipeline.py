@@ -278,8 +278,6 @@ class PartitionBatches:
         num_nodes = self.sampler.num_nodes  # Per node type.
         fdev = self.feature_device
         typed = self._typed
-        counts = {t: torch.zeros(n, dtype=torch.int64, device=fdev)
-                  for t, n in num_nodes.items()}
         if by_degree and self.cache_size:
             # How many in-edges of the part's vertices a vertex is the
             # source of:
@@ -287,6 +285,9 @@ class PartitionBatches:
                 {et: torch.as_tensor(c.row)
                  for et, c in typed(self.partition.csc).items()},
                 num_nodes).items()}
+        else:
+            counts = {t: torch.zeros(n, dtype=torch.int64, device=fdev)
+                      for t, n in num_nodes.items()}
         e_ids: Dict[Any, List[Tensor]] = {}
         dsts: Dict[Any, List[Tensor]] = {}
         with self.sampler.presampling(prune_hot=True):
