@@ -5,6 +5,8 @@
 #   git archive BASE pyg_orch benchmarks ':!benchmarks/results' | tar -x -C .ab/base
 #   bash benchmarks/ab_speed.sh .ab/base OUT_DIR [base-first|new-first]
 # Then: python benchmarks/summarize_ab.py OUT_DIR/*.json
+# Env: AB_ONLY (one benchmark), AB_TIMEOUT (s per side), AB_DIST_BATCHES
+# (NCCL batches per repeat; 20 were within noise of the CPU step), AB_PROBE.
 set -u
 BASE=$(cd "$1" && pwd); OUTDIR=$2; ORDER=${3:-base-first}
 NEW=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +28,7 @@ pair() {  # pair NAME ARGS...: both sides, in ORDER (AB_ONLY: a name)
 pair bench_gpu_data_path --no-pyg --gather-blocks '' --batches 40
 pair bench_multi_gpu --gpus 2
 pair bench_distributed --backend nccl --world-size 2 --sampling-device cuda \
-    --feature-device cuda --train --methods random --batches 20 --repeats 3
+    --feature-device cuda --train --methods random --batches ${AB_DIST_BATCHES:-60} --repeats 3
 # Which Triton kernels still compile after the loader's warm-up (new side).
 [ "${AB_PROBE:-1}" = 1 ] && (cd "$NEW" && timeout 120 python benchmarks/probe_epoch_compiles.py \
     --out "$OUTDIR/probe_epoch_compiles.json") > "$OUTDIR/probe_epoch_compiles.log" 2>&1
