@@ -201,6 +201,51 @@ def test_cuda_graph_replay_matches_eager(replace):
         check_edges(data, outs[0])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_capture_survives_the_garbage_collector_freeing_a_graph(monkeypatch):
+    # An old CUDA graph in a reference cycle (a dropped loader's), freed by
+    # an automatic collection while a plan is captured, invalidated the
+    # capture ('operation failed due to a previous error during capture').
+    import gc
+    from pyg_orch.sampling.triton.fused_sampler import FusedPlan, FusedSampler
+    data = random_graph()
+    topo = GraphTopology.from_data(data, device=DEVICE)
+    seeds = torch.randperm(400)[:64]
+
+    def draw(sampler):
+        gen = torch.Generator(device=DEVICE).manual_seed(5)
+        return sampler(topo.csc[None], 400, [4, 3], seeds, False, gen,
+                       DenseBufferPool(), DEVICE)
+
+    ref = draw(FusedSampler(use_graphs=False))
+    x = torch.zeros(8, device=DEVICE)
+    old = [torch.cuda.CUDAGraph()]
+    with torch.cuda.graph(old[0]):
+        x.add_(1)
+    enqueue = FusedPlan.enqueue
+    captured = []
+
+    def enqueue_with_garbage(plan):
+        if torch.cuda.is_current_stream_capturing():
+            cycle = [old.pop()]
+            cycle.append(cycle)
+            del cycle  # Garbage: only a collection frees it...
+            junk = [[] for _ in range(20_000)]  # ... and this starts one.
+            captured.append(len(junk))
+        enqueue(plan)
+
+    monkeypatch.setattr(FusedPlan, 'enqueue', enqueue_with_garbage)
+    threshold = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        out = draw(FusedSampler(use_graphs=True))
+    finally:
+        gc.set_threshold(*threshold)
+    assert captured == [20_000]
+    for f in FIELDS:
+        assert torch.equal(getattr(out, f)[None], getattr(ref, f)[None])
+
+
 @pytest.mark.parametrize('use_graphs', [False, True])
 def test_launch_then_collect_matches_call(use_graphs):
     # Batches launched back to back share the plan's buffers: launching the

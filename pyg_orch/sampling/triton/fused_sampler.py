@@ -1,5 +1,6 @@
 r"""Multi-hop sampling on the GPU with fused Triton kernels, without host
 synchronization until a batch's counts are read."""
+import gc
 import threading
 import weakref
 from collections import OrderedDict
@@ -232,13 +233,21 @@ class FusedPlan:
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         # Not `torch.cuda.graph(...)`, which synchronizes the device and
-        # empties the caches; other threads may synchronize meanwhile.
-        with torch.cuda.stream(stream):
-            graph.capture_begin(capture_error_mode='thread_local')
-            try:
-                self.enqueue()
-            finally:
-                graph.capture_end()
+        # empties the caches; other threads may synchronize meanwhile. The
+        # garbage collector waits: a CUDA graph it frees in this thread (an
+        # old loader's) would invalidate the capture.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.stream(stream):
+                graph.capture_begin(capture_error_mode='thread_local')
+                try:
+                    self.enqueue()
+                finally:
+                    graph.capture_end()
+        finally:
+            if collecting:
+                gc.enable()
         self.graph = graph
 
     def _collect(self, counts: List[int]) -> MultiHopOutput:
