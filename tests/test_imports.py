@@ -480,3 +480,72 @@ def test_backend_order_does_not_follow_import_order(monkeypatch):
     assert list(backends._registered)[-1] == 'triton_draw'
     names = backends.backend_names()
     assert names.index('triton') < names.index('triton_draw')
+
+
+def _private_names(tree: ast.AST) -> Tuple[Set[str], List[Tuple[int, str]]]:
+    # The private names a module defines (assigned to `self.`/`cls.`, or
+    # defined in a class body) and the private attributes it reads or sets
+    # on anything else (`obj._name`; `self`, `cls` and `super()` excluded).
+    defined, used = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defined.add(item.name)
+                for target in getattr(item, 'targets', [getattr(item, 'target',
+                                                                 None)]):
+                    if isinstance(target, ast.Name):
+                        defined.add(target.id)
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if not name.startswith('_') or name.startswith('__'):
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in ('self', 'cls'):
+            if isinstance(node.ctx, ast.Store):
+                defined.add(name)
+            continue
+        if isinstance(owner, ast.Call) and getattr(owner.func, 'id',
+                                                    None) == 'super':
+            continue
+        used.append((node.lineno, name))
+    return defined, used
+
+
+# Private attributes of torch and PyG objects that share a name with one of
+# ours: PyG's `Data._store` and the in-place counter `Tensor._version`.
+FOREIGN_PRIVATE = {'_store', '_version'}
+
+
+def test_no_module_reaches_into_another_modules_private_attributes():
+    # A private attribute is read only by the module that defines it; what
+    # another module needs is declared public.
+    parsed = {name: _private_names(ast.parse(path.read_text()))
+              for name, path in find_modules().items()}
+    ours = {}
+    for module, (defined, _) in parsed.items():
+        for name in defined:
+            ours.setdefault(name, set()).add(module)
+    reaches = [f'{module}:{line} reads {name} of {sorted(ours[name])}'
+               for module, (defined, used) in parsed.items()
+               for line, name in used
+               if name in ours and name not in defined
+               and name not in FOREIGN_PRIVATE]
+    assert not reaches, '\n'.join(reaches)
+
+
+def test_private_attribute_check_sees_a_reach(tmp_path):
+    pkg = tmp_path / 'pkg'
+    pkg.mkdir()
+    (pkg / '__init__.py').write_text('')
+    (pkg / 'a.py').write_text(textwrap.dedent('''
+        class A:
+            def __init__(self):
+                self._secret = 1
+    '''))
+    (pkg / 'b.py').write_text('def peek(a):\n    return a._secret\n')
+    defined_a, _ = _private_names(ast.parse((pkg / 'a.py').read_text()))
+    defined_b, used_b = _private_names(ast.parse((pkg / 'b.py').read_text()))
+    assert '_secret' in defined_a and '_secret' not in defined_b
+    assert used_b == [(2, '_secret')]
