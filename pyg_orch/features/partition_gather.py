@@ -357,10 +357,11 @@ class DistributedFeatureGather:
         return ShardedRows(t, self.peers)
 
     def _peer_rows(self) -> int:
-        # Read by this thread (other worker threads read at the same time):
-        return sum(rows.thread_peer_rows()
-                   for rows in getattr(self, '_attrs', {}).values()
-                   if hasattr(rows, 'thread_peer_rows'))
+        # Read by this thread (other worker threads read at the same time);
+        # only a homogeneous gather over peers' shards reads any.
+        if self.peers is None or self.is_hetero:
+            return 0
+        return sum(rows.thread_peer_rows() for rows in self._attrs.values())
 
     def _on_feature(self, t: Tensor) -> Tensor:
         return t if t.device == self.feature_device else \

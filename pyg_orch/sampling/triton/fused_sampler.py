@@ -91,6 +91,9 @@ class FusedPlan:
         # The plan's copy of the pruning mask, refreshed every batch: a new
         # hot set reuses the plan and its CUDA graph.
         self.hot_nodes = hot_nodes
+        # Host seeds go through a pinned buffer, made at the first batch.
+        self.seeds_host: Optional[Tensor] = None
+        self._staged: Optional['torch.cuda.Event'] = None
 
     def _set_counts(self, counts: Tensor) -> None:
         # The batch's counts on the device and their pinned host copy.
@@ -214,12 +217,11 @@ class FusedPlan:
         if self.device.type != 'cuda' or seeds.is_cuda:
             self.seeds.copy_(seeds, non_blocking=True)
             return
-        staged = getattr(self, '_staged', None)
-        if staged is None:  # The first time (made here for subclasses too).
+        if self._staged is None:  # The first time.
             self.seeds_host = torch.zeros(self.seeds.shape, dtype=torch.int64,
                                           pin_memory=True)
         else:  # The previous copy has left the buffer.
-            staged.synchronize()
+            self._staged.synchronize()
         self.seeds_host.copy_(seeds)
         self.seeds.copy_(self.seeds_host, non_blocking=True)
         self._staged = torch.cuda.Event()
