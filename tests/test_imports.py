@@ -535,17 +535,14 @@ def test_no_module_reaches_into_another_modules_private_attributes():
     assert not reaches, '\n'.join(reaches)
 
 
-def test_private_attribute_check_sees_a_reach(tmp_path):
-    pkg = tmp_path / 'pkg'
-    pkg.mkdir()
-    (pkg / '__init__.py').write_text('')
-    (pkg / 'a.py').write_text(textwrap.dedent('''
+def test_private_attribute_check_sees_a_reach():
+    a = textwrap.dedent('''
         class A:
             def __init__(self):
                 self._secret = 1
-    '''))
-    (pkg / 'b.py').write_text('def peek(a):\n    return a._secret\n')
-    defined_a, _ = _private_names(ast.parse((pkg / 'a.py').read_text()))
-    defined_b, used_b = _private_names(ast.parse((pkg / 'b.py').read_text()))
+    ''')
+    b = 'def peek(a):\n    return a._secret\n'
+    defined_a, _ = _private_names(ast.parse(a))
+    defined_b, used_b = _private_names(ast.parse(b))
     assert '_secret' in defined_a and '_secret' not in defined_b
     assert used_b == [(2, '_secret')]
