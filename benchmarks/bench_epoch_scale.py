@@ -60,6 +60,7 @@ from torch_geometric.nn import GraphSAGE  # noqa: E402
 
 from pyg_orch import (  # noqa: E402
     BottomLayerOffload,
+    CacheOptions,
     HybridNeighborLoader,
     PlacementOptions,
 )
@@ -375,6 +376,16 @@ def pyg_baseline(data, topology, args, device: torch.device) -> Dict:
 
 #: Modes timed with ``--gpus N`` (``offload``: DDP over
 #: ``BottomLayerOffload`` with its defaults, trimmed, one hot set per machine).
+def cache_options(args: argparse.Namespace) -> Optional[CacheOptions]:
+    r"""The loader's cache options (:obj:`None`: its defaults)."""
+    budget = args.gpu_memory_budget
+    if budget is None:
+        return None
+    if budget != 'auto':
+        budget = float(budget) if float(budget) < 1 else int(float(budget))
+    return CacheOptions(gpu_memory_budget=budget)
+
+
 MULTI_MODES = ('eager', 'trim', 'compiled', 'offload')
 #: GPU kernels by what they do (substrings of their names), for the profile.
 KERNEL_KINDS = (
@@ -674,7 +685,8 @@ def rank_main(rank: int, world: int, args, feat: Dict, node_data,
         loader = HybridNeighborLoader(
             data, args.fanout, input_nodes=seeds, batch_size=args.batch_size,
             shuffle=True, device=device, topology=topo,
-            placement=PlacementOptions(topology=placement), seed=rank)
+            placement=PlacementOptions(topology=placement), seed=rank,
+            cache=cache_options(args))
         sync(device)
         out['build_s'] = time.perf_counter() - start
         out['batches_per_epoch'] = len(loader)
@@ -848,6 +860,10 @@ def parse_args(argv=None):
     p.add_argument('--shm-dir', default='/dev/shm/pyg_orch',
                    help='with --gpus > 1: where the shared features file '
                    'lives (tmpfs; kept for later runs on this machine)')
+    p.add_argument('--gpu-memory-budget', default=None,
+                   help="the loader's GPU cache: a fraction of free GPU "
+                   "memory, bytes, or 'auto' (default: the loader's "
+                   "default)")
     p.add_argument('--profile-batches', type=int, default=20,
                    help='with --gpus > 1: batches profiled after each '
                    'epoch (0: none)')
@@ -879,6 +895,10 @@ def parse_args(argv=None):
     p.add_argument('--tag', default='')
     p.add_argument('--out', default=None)
     args = p.parse_args(argv)
+    try:
+        cache_options(args)
+    except ValueError as e:
+        p.error(f'--gpu-memory-budget: {e}')
     for k, v in SCALES[args.scale].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -992,7 +1012,8 @@ def main(argv=None) -> Dict:
     loader = HybridNeighborLoader(data, args.fanout,
                                   input_nodes=data.train_mask,
                                   batch_size=args.batch_size, shuffle=True,
-                                  device=device, topology=topo, seed=0)
+                                  device=device, topology=topo, seed=0,
+                                  cache=cache_options(args))
     res['loader'] = {'build_s': time.perf_counter() - start,
                      'batches_per_epoch': len(loader),
                      'lookahead': getattr(loader, 'lookahead', None),

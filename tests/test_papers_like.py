@@ -335,3 +335,16 @@ def test_bench_epoch_scale_faster_blocks(bench):
     assert bench.faster_blocks({'gather_blocks': 66, 'gather_ms_by_blocks':
                                 {'66': 1.0, '264': 0.95}}) is None
     assert bench.faster_blocks({'gather_ms_per_batch': 1.0}) is None
+
+
+def test_bench_epoch_scale_gpu_memory_budget(bench):
+    def options(*extra):
+        return bench.cache_options(bench.parse_args(['--device', 'cpu',
+                                                     *extra]))
+    assert options() is None  # The loader's defaults.
+    assert options('--gpu-memory-budget', '0.7').gpu_memory_budget == 0.7
+    assert options('--gpu-memory-budget', '2e9').gpu_memory_budget == \
+        2_000_000_000
+    assert options('--gpu-memory-budget', 'auto').gpu_memory_budget == 'auto'
+    with pytest.raises(SystemExit):
+        options('--gpu-memory-budget', 'most')

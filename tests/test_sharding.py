@@ -492,3 +492,45 @@ def test_sharded_gather_grid_rule():
     assert sharded_gather_blocks(66, 100, 100) is None
     assert sharded_gather_blocks(66, 99, 100) == 66
     assert sharded_gather_blocks(None, 10, 100) is None
+
+
+def _offload_on_shards(rank, world_size):
+    import warnings
+
+    from torch_geometric.nn import GraphSAGE
+
+    from pyg_orch import BottomLayerOffload
+    from pyg_orch.offload.protocol import SHARDED_REASON
+    data = random_graph(400, 4000, 4, num_features=6, num_classes=3)
+    loader = HybridNeighborLoader(data, [4, 3], batch_size=32, seed=5,
+                                  device='cpu', placement=SHARDED)
+    torch.manual_seed(0)
+    model = GraphSAGE(6, 16, 2, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        off = BottomLayerOffload(model, loader)
+    ours = [str(w.message) for w in caught
+            if 'BottomLayerOffload' in str(w.message)]
+    decision = off.stats()['decision']
+    # The pass-through trains the model as it is, on every batch:
+    optimizer = torch.optim.Adam(off.parameters(), lr=0.01)
+    same = True
+    for batch in loader:
+        out = off(batch.x, batch.edge_index)
+        same &= torch.equal(out, model(batch.x, batch.edge_index))
+        loss = torch.nn.functional.cross_entropy(out[:batch.batch_size],
+                                                 batch.y[:batch.batch_size])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    off.close()
+    return (len(ours), decision['mode'], decision['reason'] ==
+            f'the loader uses {SHARDED_REASON}', same,
+            loader.topology.csc[None].num_shards)
+
+
+def test_offload_passes_through_a_sharded_topology():
+    # A rank holds only its shard of the neighbor lists; the CPU side needs
+    # them all: the wrapper must not compute from a shard (or fail).
+    out = run_workers(_offload_on_shards, 2, timeout=180)
+    assert out == [(1, 'pass_through', True, True, 2)] * 2

@@ -105,6 +105,13 @@ TEMPORAL_REASON = (
     "depends on the seed that samples it, while hot rows computed ahead on "
     "the CPU are shared by all seeds whatever their time")
 
+#: Why sharded topologies are not offloaded.
+SHARDED_REASON = (
+    "a topology sharded over the machine's processes (PlacementOptions("
+    "topology='sharded')): the CPU side computes bottom-layer rows from the "
+    "whole topology in host memory, and a rank holds only its shard; place "
+    "the topology on 'device' or 'host' to offload")
+
 #: Why :obj:`(FeatureStore, GraphStore)` inputs are not offloaded.
 STORES_REASON = ("(FeatureStore, GraphStore) inputs (it supports Data and "
                  "HeteroData objects)")
@@ -136,6 +143,8 @@ def loader_facts(loader: OffloadableLoader,
             unsupported = STORES_REASON
         elif topology.is_temporal:
             unsupported = TEMPORAL_REASON
+        elif topology.is_sharded:
+            unsupported = SHARDED_REASON
     return LoaderFacts(
         is_hetero=bool(sampler.is_hetero), num_hops=int(sampler.num_hops),
         device=torch.device(loader.device), partitioned=partitioned,

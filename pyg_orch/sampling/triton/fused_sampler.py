@@ -19,6 +19,8 @@ from pyg_orch.core.triton_util import triton_available  # noqa: F401
 
 _INT32_MAX = 2**31 - 1
 _FLAT_BLOCK = 1024
+#: Hops' slots start at multiples of this (16-byte aligned int8 buffers).
+_ALIGN_SLOTS = 16
 
 
 def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
@@ -57,9 +59,16 @@ class FusedPlan:
         # All hops' slots back to back (one scan and kernel compact them),
         # in int32 where ids fit: half the memory traffic of int64.
         sizes = [self.caps[h] * max(k, 0) for h, k in enumerate(fanouts)]
-        total = sum(sizes)
+        # Each hop's slots start at a multiple of _ALIGN_SLOTS: its buffers
+        # then have the same 16-byte alignment for every batch size, and
+        # Triton, which specializes kernels on their pointers' alignment,
+        # compiles no new variant for a shorter batch (an epoch's last).
+        # Padding slots stay empty (source -1).
+        padded = [-(-M // _ALIGN_SLOTS) * _ALIGN_SLOTS for M in sizes]
+        total = sum(padded)
         i32 = dict(dtype=torch.int32, device=device)
-        flat = {name: torch.zeros(total, **i32) for name in ('src', 'dst')}
+        flat = {'src': torch.full((total, ), -1, **i32),
+                'dst': torch.zeros(total, **i32)}
         flat['is_new'] = torch.zeros(total, dtype=torch.int8, device=device)
         # New nodes per block of slots, for the ranks of new nodes:
         self.block_counts = torch.zeros(
@@ -69,9 +78,9 @@ class FusedPlan:
             torch.int64, device=device)
         self.flat = flat
         self.out, offset, offsets = [], 0, [0]
-        for M in sizes:
+        for M, P in zip(sizes, padded):
             self.out.append({k: v[offset:offset + M] for k, v in flat.items()})
-            offset += M
+            offset += P
             offsets.append(offset)
         # An exclusive scan of the sampled slots (edges per hop: differences):
         self.edge_rank = torch.zeros(total + 1, **i32)
