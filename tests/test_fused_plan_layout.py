@@ -43,3 +43,31 @@ def test_every_hop_buffer_is_16_byte_aligned(batch_size, fanouts):
     for h, buf in enumerate(plan.out):
         pad = plan.flat['src'][offsets[h] + buf['src'].numel():offsets[h + 1]]
         assert pad.numel() < 16 and bool((pad == -1).all())
+
+
+@pytest.mark.parametrize('num_seeds', [1, 7, 907])
+def test_every_hetero_hop_buffer_is_16_byte_aligned(num_seeds):
+    from pyg_orch.sampling.triton.hetero_fused import (HeteroCSC,
+                                                       HeteroFusedPlan)
+    from pyg_orch.topology.graph import GraphTopology
+    from conftest import random_hetero_graph
+    topo = GraphTopology.from_data(random_hetero_graph(0))
+    csc = HeteroCSC(topo)
+    num_neighbors = {et: [5, 3, 2] for et in topo.edge_types}
+    seed_type = topo.node_types[0]
+    cpu = torch.device('cpu')
+    pool = DenseBufferPool()
+    n = csc.total_nodes
+    plan = HeteroFusedPlan(csc, num_neighbors, {seed_type: num_seeds}, False,
+                           None, pool.get('map', n, cpu),
+                           pool.get('claim', n, cpu, fill=2**31 - 1), cpu)
+    sized = [hop for hop in plan.hops if hop['size'] > 0]
+    assert len(sized) >= 2
+    for h, hop in enumerate(sized):
+        for name, t in hop['buf'].items():
+            assert t.numel() == hop['size'] and _aligned(t), (h, name)
+    # The slots between hops are empty:
+    used = torch.zeros(plan.total_slots, dtype=torch.bool)
+    for hop in plan.hops:
+        used[hop['start']:hop['start'] + hop['size']] = True
+    assert bool((plan.flat['src'][~used] == -1).all())

@@ -13,6 +13,7 @@ from pyg_orch.sampling.output import MultiHopOutput
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.core.triton_util import kernel_view
 from pyg_orch.sampling.triton.fused_sampler import (
+    _ALIGN_SLOTS,
     FusedPlan,
     FusedSampler,
     PendingFused,
@@ -199,6 +200,9 @@ class HeteroFusedPlan(FusedPlan):
                 self.segments.append((h, et, offset, offset + size))
                 offset += size
             M = offset - hop_start
+            # The next hop starts 16-byte aligned whatever the batch size
+            # (see FusedPlan); the slots between stay empty (source -1).
+            offset = -(-offset // _ALIGN_SLOTS) * _ALIGN_SLOTS
             group = [g if g is not None else [0, 0] for g in group]
             self.hops.append(dict(
                 start=hop_start, size=M,
