@@ -142,6 +142,7 @@ def run_epoch(loader, step: Callable[[Any], None], device: torch.device,
     r"""One pass over the loader (or :obj:`limit` batches), stopped after
     :obj:`budget_s` seconds (then projected to the whole epoch)."""
     total = len(loader)
+    compiled_before = triton_cache_entries()
     n, start = 0, time.perf_counter()
     for batch in loader:
         step(batch)
@@ -154,6 +155,9 @@ def run_epoch(loader, step: Callable[[Any], None], device: torch.device,
            'ms_per_batch': 1e3 * sec / max(n, 1)}
     res['epoch_s'] = sec if n == total else sec * total / max(n, 1)
     res['complete'] = n == total
+    # Kernels Triton compiled in this pass (none once warmed up):
+    res['triton_new_kernels'] = triton_kernel_names(
+        triton_cache_entries() - compiled_before)
     return res
 
 
@@ -180,7 +184,8 @@ def time_mode(name: str, loader, model, opt, trim: bool, args,
         res['epochs'].append(r)
         log(f"{name} epoch {e}: {r['epoch_s']:.2f} s "
             f"({r['batches']}/{r['batches_per_epoch']} batches, "
-            f"{r['ms_per_batch']:.2f} ms per batch)")
+            f"{r['ms_per_batch']:.2f} ms per batch; Triton compiled "
+            f"{len(r['triton_new_kernels'])} kernels in it)")
     res['epoch_s'] = res['epochs'][-1]['epoch_s']
     res['gpu_memory'] = gpu_memory(device)
     res['host_memory'] = host_memory()

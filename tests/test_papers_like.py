@@ -246,6 +246,7 @@ def test_bench_epoch_scale_tiny(bench, tmp_path):
     assert epoch['complete'] and epoch['batches'] == 4 == len(range(
         0, 200, 64))
     assert trim['epoch_s'] == pytest.approx(epoch['seconds'])
+    assert epoch['triton_new_kernels'] == []  # No Triton kernel on the CPU.
     assert res['bounds']['nodes_per_batch'] > 64
 
 
