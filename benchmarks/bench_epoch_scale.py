@@ -387,7 +387,7 @@ def cache_options(args: argparse.Namespace) -> Optional[CacheOptions]:
     if budget is None:
         return None
     if budget != 'auto':
-        budget = float(budget) if float(budget) < 1 else int(float(budget))
+        budget = float(budget) if float(budget) <= 1 else int(float(budget))
     return CacheOptions(gpu_memory_budget=budget)
 
 
@@ -866,8 +866,8 @@ def parse_args(argv=None):
                    help='with --gpus > 1: where the shared features file '
                    'lives (tmpfs; kept for later runs on this machine)')
     p.add_argument('--gpu-memory-budget', default=None,
-                   help="the loader's GPU cache: a fraction of free GPU "
-                   "memory, bytes, or 'auto' (default: the loader's "
+                   help="the loader's GPU cache: a fraction (<= 1) of free "
+                   "GPU memory, bytes, or 'auto' (default: the loader's "
                    "default)")
     p.add_argument('--profile-batches', type=int, default=20,
                    help='with --gpus > 1: batches profiled after each '

@@ -25,19 +25,20 @@ Results: JSON under ``benchmarks/results/`` (and ``$OUT``).
 import argparse
 import ctypes
 import datetime
+import itertools
 import json
 import mmap
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import machine_info, write_report  # noqa: E402
+from _bench_common import log, machine_info, write_report  # noqa: E402
 
 from pyg_orch.gpu import TieredFeatureStore  # noqa: E402
 from pyg_orch.parallel.peer_memory import register_pinned  # noqa: E402
@@ -99,17 +100,13 @@ def time_memory(x: torch.Tensor, args: argparse.Namespace
     ids = [torch.randint(0, x.size(0), (args.batch_rows, ), generator=gen)
            .cuda() for _ in range(4)]
     out: Dict[str, float] = {}
-    it = iter(range(10**9))
-
-    def pick() -> torch.Tensor:
-        return ids[next(it) % len(ids)]
-
+    batches = itertools.cycle(ids)
     for name, kw in (('uva_default_grid', {}),
                      ('uva_uncapped', {'gather_blocks': None}),
                      ('cpu', {'method': 'cpu'})):
         store = TieredFeatureStore(x, 'cuda', gpu_memory_budget=0,
                                    reuse=False, **kw)
-        out[name] = timed(lambda: store.gather(pick()), args.batches)
+        out[name] = timed(lambda: store.gather(next(batches)), args.batches)
         del store
     dst = torch.empty(args.batch_rows, x.size(1), device='cuda')
     src = x[:args.batch_rows]
@@ -118,7 +115,10 @@ def time_memory(x: torch.Tensor, args: argparse.Namespace
     return out
 
 
-def main() -> None:
+MEMORY_KINDS = ('pinned', 'thp')
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--rows', type=int, default=40_000_000,
                    help='host rows (40M x 128 float32: 20.5 GB)')
@@ -130,32 +130,48 @@ def main() -> None:
                    "(huge pages, registered in place)")
     p.add_argument('--tag', default='')
     p.add_argument('--out', default=None)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    for name in ('rows', 'width', 'batch_rows', 'batches'):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1 (got "
+                    f"{getattr(args, name)})")
+    if args.batch_rows > args.rows:
+        p.error(f'--batch-rows ({args.batch_rows}) must be at most --rows '
+                f'({args.rows})')
+    args.memory = args.memory.split(',')
+    unknown = [k for k in args.memory if k not in MEMORY_KINDS]
+    if unknown:
+        p.error(f'--memory: unknown {unknown} (expected a comma-separated '
+                f'list of {MEMORY_KINDS})')
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    args = parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit('bench_host_gather.py needs a CUDA GPU')
     res: Dict[str, Any] = {'machine': machine_info(), 'config': vars(args),
                            'thp': thp_mode(), 'memory': {}}
     batch_mb = args.batch_rows * args.width * 4 / 1e6
-    for kind in tqdm(args.memory.split(','), desc='host memory'):
+    thp_selected = res['thp'].partition('[')[2].partition(']')[0]
+    for kind in tqdm(args.memory, desc='host memory'):
+        if kind == 'thp' and thp_selected in ('never', ''):
+            res['memory'][kind] = {'skipped': res['thp']}
+            continue
         start = time.perf_counter()
         if kind == 'pinned':
             x = torch.empty(args.rows, args.width, pin_memory=True)
             x.zero_()
-        elif kind == 'thp':
-            if 'never' in res['thp'].split('[')[-1][:6]:
-                res['memory'][kind] = {'skipped': res['thp']}
-                continue
-            x = thp_rows(args.rows, args.width)
         else:
-            raise ValueError(f"unknown --memory {kind!r} (expected 'pinned' "
-                             f"or 'thp')")
+            x = thp_rows(args.rows, args.width)
+        alloc_s = time.perf_counter() - start
         ms = time_memory(x, args)
         res['memory'][kind] = {
-            'alloc_s': time.perf_counter() - start,
+            'alloc_s': alloc_s,
             'anon_huge_pages_kb': huge_pages_of_process(),
             'ms_per_batch': ms,
             'GBps': {k: batch_mb / v for k, v in ms.items()}}
-        print(kind, json.dumps(res['memory'][kind]), flush=True)
+        log(kind, json.dumps(res['memory'][kind]))
         del x
     out = args.out or (f"benchmarks/results/host_gather_"
                        f"{datetime.date.today().isoformat()}"

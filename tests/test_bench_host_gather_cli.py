@@ -34,3 +34,15 @@ def test_refuses_to_run_without_a_gpu(bench, monkeypatch):
     monkeypatch.setattr(sys, 'argv', ['bench_host_gather.py'])
     with pytest.raises(SystemExit, match='needs a CUDA GPU'):
         bench.main()
+
+
+@pytest.mark.parametrize('argv,match', [
+    (['--rows', '0'], '--rows must be >= 1'),
+    (['--rows', '10', '--batch-rows', '11'], 'at most --rows'),
+    (['--memory', 'pinned,shm'], "unknown \\['shm'\\]"),
+])
+def test_bad_arguments_name_the_option(bench, capsys, argv, match):
+    import re
+    with pytest.raises(SystemExit):
+        bench.parse_args(argv)
+    assert re.search(match, capsys.readouterr().err)

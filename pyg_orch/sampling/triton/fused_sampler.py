@@ -23,6 +23,14 @@ _FLAT_BLOCK = 1024
 _ALIGN_SLOTS = 16
 
 
+def aligned_slots(num_slots: int) -> int:
+    r""":obj:`num_slots` rounded up to where the next hop's slots may start:
+    buffers sliced there keep the same 16-byte alignment for every batch
+    size, so Triton, which specializes kernels on their pointers' alignment,
+    compiles no new variant for a shorter batch (an epoch's last)."""
+    return -(-num_slots // _ALIGN_SLOTS) * _ALIGN_SLOTS
+
+
 def supports(topology, num_neighbors: dict, disjoint: bool, induced: bool,
              max_fanout: int = 64) -> bool:
     r"""Whether the fused path handles this configuration."""
@@ -59,12 +67,8 @@ class FusedPlan:
         # All hops' slots back to back (one scan and kernel compact them),
         # in int32 where ids fit: half the memory traffic of int64.
         sizes = [self.caps[h] * max(k, 0) for h, k in enumerate(fanouts)]
-        # Each hop's slots start at a multiple of _ALIGN_SLOTS: its buffers
-        # then have the same 16-byte alignment for every batch size, and
-        # Triton, which specializes kernels on their pointers' alignment,
-        # compiles no new variant for a shorter batch (an epoch's last).
-        # Padding slots stay empty (source -1).
-        padded = [-(-M // _ALIGN_SLOTS) * _ALIGN_SLOTS for M in sizes]
+        # Each hop's slots start aligned; padding slots stay empty (-1).
+        padded = [aligned_slots(M) for M in sizes]
         total = sum(padded)
         i32 = dict(dtype=torch.int32, device=device)
         flat = {'src': torch.full((total, ), -1, **i32),

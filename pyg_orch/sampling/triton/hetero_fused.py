@@ -13,10 +13,10 @@ from pyg_orch.sampling.output import MultiHopOutput
 from pyg_orch.topology.graph import GraphTopology
 from pyg_orch.core.triton_util import kernel_view
 from pyg_orch.sampling.triton.fused_sampler import (
-    _ALIGN_SLOTS,
     FusedPlan,
     FusedSampler,
     PendingFused,
+    aligned_slots,
     on_device_or_host,
     triton_cdiv,
 )
@@ -200,9 +200,8 @@ class HeteroFusedPlan(FusedPlan):
                 self.segments.append((h, et, offset, offset + size))
                 offset += size
             M = offset - hop_start
-            # The next hop starts 16-byte aligned whatever the batch size
-            # (see FusedPlan); the slots between stay empty (source -1).
-            offset = -(-offset // _ALIGN_SLOTS) * _ALIGN_SLOTS
+            # The next hop starts aligned; the slots between stay empty (-1).
+            offset = aligned_slots(offset)
             group = [g if g is not None else [0, 0] for g in group]
             self.hops.append(dict(
                 start=hop_start, size=M,
