@@ -4,7 +4,9 @@ every training seed once, GraphSAGE 3 x 256, fan-out [15, 10, 5], batch
 
 Modes (``--modes``): ``eager`` (untrimmed), ``trim`` (``trim_to_layer``,
 look-ahead on as by default), ``offload`` (``BottomLayerOffload`` with its
-defaults, trimmed; two epochs: the first carries its set-up and trial),
+defaults, trimmed; two epochs: the first carries its set-up and trial,
+and the wrapper grows the loader's GPU cache into free memory once it has
+decided; later modes keep the grown cache),
 ``compiled`` (``torch.compile`` + fused Adam, trimmed); then PyG's
 ``NeighborLoader`` at each ``--pyg-workers`` over ``--pyg-batches``
 batches, projected to an epoch (needs ``torch_sparse``).
@@ -162,9 +164,11 @@ def run_epoch(loader, step: Callable[[Any], None], device: torch.device,
 
 
 def time_mode(name: str, loader, model, opt, trim: bool, args,
-              device: torch.device, epochs: int = 1) -> Dict:
-    r"""Warm-up batches (compilation, caches), then :obj:`epochs` timed
-    epochs; peak GPU and host memory over the mode."""
+              device: torch.device, epochs: int = 1, fit: bool = False
+              ) -> Dict:
+    r"""Warm-up batches (compilation, caches), then (with :obj:`fit`)
+    :meth:`~pyg_orch.HybridNeighborLoader.fit_gpu_cache`, then
+    :obj:`epochs` timed epochs; peak GPU and host memory over the mode."""
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
     reset_host_peak()
@@ -176,6 +180,11 @@ def time_mode(name: str, loader, model, opt, trim: bool, args,
     start = time.perf_counter()
     warm = run_epoch(loader, step, device, math.inf, limit=args.warmup)
     res['warmup'] = dict(warm, wall_s=time.perf_counter() - start)
+    if fit:
+        start = time.perf_counter()
+        res['gpu_cache_fit'] = dict(loader.fit_gpu_cache().as_dict(),
+                                    seconds=time.perf_counter() - start)
+        log(f"fit_gpu_cache: {json.dumps(res['gpu_cache_fit'])}")
     if hasattr(loader, 'reset_stats'):
         loader.reset_stats()
     res['epochs'] = []
@@ -208,16 +217,17 @@ def run_mode(mode: str, loader, args, device: torch.device) -> Dict:
     if mode == 'eager':
         model = make_model(args, device)
         return time_mode(mode, loader, model, adam(model.parameters()),
-                         False, args, device)
+                         False, args, device, fit=args.fit_gpu_cache)
     if mode == 'trim':
         model = make_model(args, device)
         return time_mode(mode, loader, model, adam(model.parameters()),
-                         True, args, device)
+                         True, args, device, fit=args.fit_gpu_cache)
     if mode == 'compiled':
         model = make_model(args, device)
         opt = adam(model.parameters(), fused=device.type == 'cuda')
         model = compile_model(model, 'default')
-        res = time_mode(mode, loader, model, opt, True, args, device)
+        res = time_mode(mode, loader, model, opt, True, args, device,
+                        fit=args.fit_gpu_cache)
         res['fused_adam'] = device.type == 'cuda'
         return res
     if mode == 'offload':
@@ -232,7 +242,7 @@ def run_mode(mode: str, loader, args, device: torch.device) -> Dict:
             res['offload_stats'] = {
                 k: st.get(k) for k in ('decision', 'hot_sizes', 'split',
                                        'full_neighbors', 'static_tables',
-                                       'cpu_aggregation')}
+                                       'cpu_aggregation', 'gpu_cache_fit')}
         finally:
             model.close()
         return res
@@ -595,7 +605,7 @@ def ddp_mode(mode: str, loader, args, device: torch.device) -> Dict:
         res['offload_stats'] = {
             k: st.get(k) for k in ('decision', 'hot_sizes', 'split',
                                    'full_neighbors', 'hot_set_ranks',
-                                   'cpu_cores_per_rank')}
+                                   'cpu_cores_per_rank', 'gpu_cache_fit')}
         offload.close()
     del net, ddp, model, opt, offload
     return res
@@ -869,6 +879,11 @@ def parse_args(argv=None):
                    help="the loader's GPU cache: a fraction (<= 1) of free "
                    "GPU memory, bytes, or 'auto' (default: the loader's "
                    "default)")
+    p.add_argument('--fit-gpu-cache', action='store_true',
+                   help="one GPU: after each mode's warm-up (not offload's: "
+                   "BottomLayerOffload fits by itself), grow the loader's "
+                   "GPU cache into the memory training left free "
+                   "(HybridNeighborLoader.fit_gpu_cache)")
     p.add_argument('--profile-batches', type=int, default=20,
                    help='with --gpus > 1: batches profiled after each '
                    'epoch (0: none)')

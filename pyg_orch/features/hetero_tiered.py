@@ -50,6 +50,9 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
     """
     #: Whether :meth:`set_cached_nodes` may change the cached rows.
     can_set_cached_nodes = True
+    #: Whether the cache may grow (see
+    #: :meth:`~pyg_orch.HybridNeighborLoader.fit_gpu_cache`): not yet.
+    can_grow_cache = False
 
     def __init__(
         self,

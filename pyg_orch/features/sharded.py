@@ -60,6 +60,10 @@ class ShardedFeatureStore(TieredFeatureStore):
                          cache_ratio=cache_ratio,
                          gather_blocks=gather_blocks, **kwargs)
 
+    #: A cache spread over the machine's GPUs does not grow (one GPU's
+    #: spare memory would unbalance the shards).
+    can_grow_cache = False
+
     @property
     def _num_shards(self) -> int:
         return self.peers.world_size

@@ -198,6 +198,9 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         if hotness is not None:
             check_hotness(hotness, self.num_nodes)
         order = hottest_first(hotness, self.num_nodes)
+        #: Every node, hottest first: the rows :meth:`grow_cache` adds.
+        self._order = order.to(torch.int32) if self.num_nodes < 2**31 \
+            else order
         self._lock = threading.Lock()
         #: The cache of the hottest rows (slot map and rows on the GPU).
         self.row_cache = RowCache(self.num_nodes, device=self.device,
@@ -215,6 +218,10 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
     _num_shards = 0
     #: Whether :meth:`set_cached_nodes` may change the cached rows.
     can_set_cached_nodes = True
+    #: Whether :meth:`grow_cache` may add rows.
+    can_grow_cache = True
+    #: Rows copied to the cache at a time (bounds the staging memory).
+    FILL_CHUNK_ROWS = 1 << 20
 
     @property
     def num_cached(self) -> int:
@@ -254,9 +261,16 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         self.full = nodes.numel() == self.num_nodes
         if self.full:
             nodes = torch.arange(self.num_nodes)
+        if self.device.type == 'cuda' and self.row_cache.rows:
+            # Gathers queued on other streams read the old rows first.
+            torch.cuda.synchronize(self.device)
         self.row_cache.fill(nodes)
-        self.row_cache.rows = {
-            self.attr_name: self.host.index_select(0, nodes).to(self.device)}
+        self.row_cache.rows = {}  # The old rows go before the new come.
+        rows = torch.empty(nodes.numel(), self.width, dtype=self.dtype,
+                           device=self.device)
+        copy_rows(self.host, None if self.full else nodes, rows,
+                  self.FILL_CHUNK_ROWS)
+        self.row_cache.rows = {self.attr_name: rows}
 
     def set_cached_nodes(self, nodes: Tensor) -> None:
         r"""Caches the rows :obj:`nodes` (most important first, duplicates
@@ -278,6 +292,36 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
 
     def _max_cached_rows(self) -> int:
         return self.capacity
+
+    def grow_cache(self, num_bytes: int) -> int:
+        r"""Adds up to :obj:`num_bytes` of rows to the cache, the hottest
+        not cached first (by the :obj:`hotness` given at construction), and
+        raises the budget to match; returns the rows added. Where the new
+        rows can not be allocated, the cache stays as it was."""
+        check_int('num_bytes', num_bytes, 0)
+        if not self.can_grow_cache:
+            raise NotImplementedError(
+                f"{type(self).__name__} can not grow its cache")
+        row_bytes = max(self.width * self.host.element_size(), 1)
+        with self._lock:
+            old = self.cached_nodes.cpu()
+            add = min(int(num_bytes) // row_bytes,
+                      self.num_nodes - old.numel())
+            if add <= 0:
+                return 0
+            cached = torch.zeros(self.num_nodes, dtype=torch.bool)
+            cached[old] = True
+            order = self._order.to(torch.int64)
+            fresh = order[~cached[order]][:add]
+            try:
+                self._fill_cache(torch.cat([old, fresh]))
+            except torch.cuda.OutOfMemoryError:
+                self.row_cache.rows = {}
+                torch.cuda.empty_cache()
+                self._fill_cache(old)
+                return 0
+            self.capacity = max(self.capacity, old.numel() + add)
+        return add
 
     def gpu_bytes(self) -> int:
         r"""GPU memory held: the cache and the slot map."""
@@ -436,6 +480,26 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
 
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
         return [TensorAttr(group_name=None, attr_name=self.attr_name)]
+
+
+def copy_rows(host: Tensor, nodes: Optional[Tensor], out: Tensor,
+              chunk: int) -> None:
+    r"""Copies rows :obj:`nodes` of :obj:`host` (all rows if :obj:`None`)
+    into :obj:`out`, :obj:`chunk` rows at a time: no host copy of them all."""
+    n = out.size(0)
+    staging = None
+    for a in range(0, n, chunk):
+        b = min(a + chunk, n)
+        if nodes is None:
+            out[a:b].copy_(host[a:b])
+            continue
+        if staging is None:
+            staging = torch.empty(min(chunk, n), host.size(1),
+                                  dtype=host.dtype,
+                                  pin_memory=out.is_cuda)
+        part = staging[:b - a]
+        torch.index_select(host, 0, nodes[a:b], out=part)
+        out[a:b].copy_(part)
 
 
 def triton_next_pow2(x: int) -> int:

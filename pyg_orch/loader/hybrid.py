@@ -1,6 +1,7 @@
 """What both hybrid loaders share (:class:`HybridLoaderMixin`)."""
 import copy
 import functools
+import logging
 import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -11,6 +12,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import EdgeSamplerInput
 
 from pyg_orch.topology.sparse_adj import has_adj_t
+from pyg_orch.features.cache_fit import CacheFit, GpuMemory
 from pyg_orch.features.hetero_tiered import HeteroTieredFeatureStore
 from pyg_orch.loader.assemble import (
     DataAssembler,
@@ -24,7 +26,7 @@ from pyg_orch.loader.partition_folder import partition_batches
 from pyg_orch.loader.prefetch import PrefetchIterator
 from pyg_orch.loader.seed_batches import input_seeds, tensor_index_batches
 from pyg_orch.loader.stats import StageTimer, TimedIterator
-from pyg_orch.core.checks import check_data
+from pyg_orch.core.checks import check_data, check_int
 from pyg_orch.parallel.ddp import DistributedSeedSplit
 from pyg_orch.loader.validation import (
     check_loader_kwargs,
@@ -41,6 +43,8 @@ from pyg_orch.sampling.contract import LaunchingSampler
 from pyg_orch.sampling.pending import PendingSample
 from pyg_orch.sampling.sampler import HybridNeighborSampler
 from pyg_orch.typing import DeviceLike, GraphData
+
+logger = logging.getLogger('pyg_orch.loader')
 
 
 def check_common_args(
@@ -327,6 +331,56 @@ class HybridLoaderMixin:
         :meth:`set_gpu_cache_nodes` takes them (:obj:`None` without a
         feature store)."""
         return getattr(self.feature_store, 'cached_nodes', None)
+
+    def fit_gpu_cache(self, reserve: Optional[int] = None) -> CacheFit:
+        r"""Grows the GPU feature cache into the GPU memory training has
+        left free, hottest rows first: call it after a few training steps.
+        It keeps free the most memory held above today's (the working set
+        of a step, measured by :func:`torch.cuda.max_memory_allocated`)
+        plus :obj:`reserve` bytes (default: the larger of the working set
+        again, 2 GiB and 5% of the GPU). With every row cached, no feature
+        crosses the host link. Returns a
+        :class:`~pyg_orch.gpu.CacheFit` (with the reason
+        where the cache did not grow: no GPU, no feature store, no room).
+        :class:`~pyg_orch.offload.BottomLayerOffload` calls it once its
+        decision is made (:obj:`OffloadOptions(fit_gpu_cache=False)` to
+        not).
+
+        Raises:
+            NotImplementedError: For a feature store whose cache does not
+                grow (heterogeneous or spread over GPUs).
+        """
+        check_int('reserve', reserve, 0, optional=True)
+        fs = self.feature_store
+        if fs is None:
+            return CacheFit(0, 0, 0, 0, None,
+                            'the loader has no GPU feature store')
+        if not fs.can_grow_cache:
+            raise NotImplementedError(
+                f"fit_gpu_cache() does not grow a {type(fs).__name__} yet "
+                f"(only a one-GPU TieredFeatureStore)")
+        before = fs.num_cached
+        if fs.device.type != 'cuda':
+            return CacheFit(before, before, fs.num_nodes, 0, None,
+                            f'the cache is on {fs.device}, not a GPU')
+        if before >= fs.num_nodes:
+            return CacheFit(before, before, fs.num_nodes, 0, None,
+                            'every row is cached already')
+        memory = GpuMemory.of(fs.device)
+        room = memory.growth(reserve)
+        added = fs.grow_cache(room)
+        reason = None
+        if added == 0:
+            reason = (f'no room: {room / 2**30:.2f} GiB may be added beside '
+                      f'a working set of {memory.working_set / 2**30:.2f} '
+                      f'GiB' if room < fs.width * fs.host.element_size()
+                      else 'the new rows could not be allocated')
+        else:
+            logger.info('GPU feature cache grown from %d to %d of %d rows',
+                        before, fs.num_cached, fs.num_nodes)
+        return CacheFit(before, fs.num_cached, fs.num_nodes,
+                        added * fs.width * fs.host.element_size(), memory,
+                        reason)
 
     # Offload protocol (see pyg_orch.offload.protocol) ######################
 

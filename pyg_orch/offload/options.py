@@ -134,6 +134,11 @@ class OffloadOptions:
         split (str): What the CPU computes: :obj:`'aggregate'` (the first
             layer's weight-free aggregation), :obj:`'output'` (its output from
             a weight snapshot) or :obj:`'auto'`. (default: :obj:`'auto'`)
+        fit_gpu_cache (bool): Once the hot-set size is decided (or offload
+            found unsound), grow the loader's GPU feature cache into the GPU
+            memory the training steps leave free (see
+            :meth:`~pyg_orch.HybridNeighborLoader.fit_gpu_cache`).
+            (default: :obj:`True`)
     """
     hot_ratio: Union[None, float, str] = None
     cache_ratio: Union[float, str] = 0.1
@@ -154,6 +159,7 @@ class OffloadOptions:
     split: str = 'auto'
     autotune: Union[bool, str, Sequence[float]] = 'auto'
     max_sample_age: Optional[int] = None
+    fit_gpu_cache: bool = True
     #: Instrumentation (:mod:`pyg_orch.offload.testing` only).
     work_hook: Optional[WorkHook] = field(init=False, default=None,
                                           repr=False, compare=False)
@@ -212,6 +218,7 @@ class OffloadOptions:
         compensate = check_bool('compensate_degrees',
                                 self.compensate_degrees, also=('auto', ))
         check_split(self.split)
+        check_bool('fit_gpu_cache', self.fit_gpu_cache)
         seed = DEFAULT_SEED if self.seed is None else self.seed
         for name, value in (('hot_ratio', hot), ('cache_ratio', cache),
                             ('seed', seed),

@@ -29,8 +29,14 @@ from pyg_orch.offload.replacement import (
     FirstLayerEdgeTensors,
     FirstLayerMismatch,
 )
+from pyg_orch.offload.protocol import OffloadableLoader
 from pyg_orch.offload.runtime import OffloadRuntime
 from pyg_orch.offload.testing import current_hooks
+
+
+#: Training steps after the offload decision before the loader's GPU cache
+#: is fitted to the memory they left free.
+FIT_AFTER_STEPS = 5
 
 
 class BottomLayerOffload(torch.nn.Module):
@@ -127,6 +133,12 @@ class BottomLayerOffload(torch.nn.Module):
         object.__setattr__(self, '_plan', plan)
         object.__setattr__(self, '_loader', loader)
         object.__setattr__(self, '_finalizer', None)
+        # The loader's cache is fitted once, FIT_AFTER_STEPS training steps
+        # after the decision (see OffloadOptions.fit_gpu_cache):
+        object.__setattr__(self, '_fit_steps', 0)
+        object.__setattr__(self, '_cache_fit', None if options.fit_gpu_cache
+                           else {'grew': False, 'reason': 'fit_gpu_cache='
+                                 'False'})
         # Whether to check (once) that no process group came up later:
         object.__setattr__(self, '_check_group', not process_group_active())
         self._install(runtime)
@@ -236,6 +248,8 @@ class BottomLayerOffload(torch.nn.Module):
             self._warn_late_group()
         model = self.module
         runtime = self._offload
+        if self.training and self.__dict__['_cache_fit'] is None:
+            self._maybe_fit_cache(runtime)
         if isinstance(runtime, PassThrough):
             if runtime.pending and self.training:
                 return self._plan_on_first_batch(args, kwargs)
@@ -273,6 +287,28 @@ class BottomLayerOffload(torch.nn.Module):
         if ctx.info is not None:
             runtime.order_checked = True
         return out
+
+    def _maybe_fit_cache(self, runtime: Union[OffloadRuntime, PassThrough]
+                         ) -> None:
+        # Counts training steps once the decision is made; then fits the
+        # loader's GPU cache into the memory they left free, once.
+        if runtime.tuner is not None or (isinstance(runtime, PassThrough)
+                                         and runtime.pending):
+            return
+        steps = self.__dict__['_fit_steps'] + 1
+        object.__setattr__(self, '_fit_steps', steps)
+        if steps <= FIT_AFTER_STEPS:
+            return
+        loader = self._loader
+        if not isinstance(loader, OffloadableLoader):
+            fit = {'grew': False, 'reason': f'{type(loader).__name__} has '
+                   f'no GPU cache to fit'}
+        else:
+            try:
+                fit = loader.fit_gpu_cache().as_dict()
+            except NotImplementedError as exc:
+                fit = {'grew': False, 'reason': str(exc)}
+        object.__setattr__(self, '_cache_fit', fit)
 
     def _warn_late_group(self) -> None:
         object.__setattr__(self, '_check_group', False)
@@ -374,9 +410,13 @@ class BottomLayerOffload(torch.nn.Module):
           :obj:`cpu_autocast`;
         * :obj:`local_world_size`, :obj:`cpu_cores_per_rank`,
           :obj:`hot_set_ranks`: the ranks sharing cores and hot set;
-        * :obj:`num_hot_per_type` for heterogeneous graphs.
+        * :obj:`num_hot_per_type` for heterogeneous graphs;
+        * :obj:`gpu_cache_fit`: what fitting the loader's GPU cache did
+          (:obj:`None` before it ran; see
+          :meth:`~pyg_orch.HybridNeighborLoader.fit_gpu_cache`).
         """
         out = self._offload.stats()
+        out['gpu_cache_fit'] = self.__dict__['_cache_fit']
         options = self.options
         out['local_world_size'] = options.local_world_size
         out['cpu_cores_per_rank'] = options.cpu_cores

@@ -1,0 +1,194 @@
+"""Growing the GPU feature cache into the memory training leaves free:
+:meth:`TieredFeatureStore.grow_cache`, :meth:`HybridNeighborLoader.fit_gpu_cache`
+and :class:`BottomLayerOffload`'s one call of it."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GraphSAGE
+
+from pyg_orch import CacheOptions, HybridNeighborLoader
+from pyg_orch.features.cache_fit import CacheFit, GpuMemory
+from pyg_orch.features.tiered import TieredFeatureStore, copy_rows
+from pyg_orch.offload import BottomLayerOffload, OffloadOptions
+from pyg_orch.offload.wrapper import FIT_AFTER_STEPS
+
+from conftest import random_graph, tiny_graph
+
+GiB = 2**30
+pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
+
+
+def test_growth_leaves_the_working_set_and_a_reserve():
+    mem = GpuMemory(total=100 * GiB, free=40 * GiB, reserved=50 * GiB,
+                    allocated=40 * GiB, peak=45 * GiB)
+    assert mem.working_set == 5 * GiB
+    # 40 free + 10 cached by the allocator, less the working set, less the
+    # default reserve (the largest of 5 GiB, 2 GiB and 5% of 100 GiB):
+    assert mem.growth() == 40 * GiB
+    assert mem.growth(reserve=0) == 45 * GiB
+    assert mem.growth(reserve=60 * GiB) == 0
+    small = GpuMemory(total=10 * GiB, free=3 * GiB, reserved=1 * GiB,
+                      allocated=1 * GiB, peak=1 * GiB)
+    assert small.growth() == 1 * GiB  # The 2 GiB floor.
+
+
+@pytest.mark.parametrize('chunk', [1, 7, 1000])
+def test_copy_rows_in_chunks(chunk):
+    g = torch.Generator().manual_seed(0)
+    host = torch.randn(50, 6, generator=g)
+    nodes = torch.randperm(50, generator=g)[:23]
+    out = torch.empty(23, 6)
+    copy_rows(host, nodes, out, chunk)
+    assert torch.equal(out, host[nodes])
+    out = torch.empty(50, 6)
+    copy_rows(host, None, out, chunk)
+    assert torch.equal(out, host)
+
+
+def _store(num=300, width=8, cached=30, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(num, width, generator=g)
+    hot = torch.rand(num, generator=g)
+    store = TieredFeatureStore(x, 'cpu', hotness=hot,
+                               gpu_memory_budget=cached * width * 4)
+    return store, x, hot
+
+
+def test_grow_cache_adds_the_next_hottest_rows():
+    store, x, hot = _store()
+    row = 8 * 4
+    order = torch.argsort(hot, descending=True)
+    assert set(store.cached_nodes.tolist()) == set(order[:30].tolist())
+    # 50.5 rows' bytes: 50 rows.
+    assert store.grow_cache(50 * row + row // 2) == 50
+    assert store.num_cached == store.capacity == 80
+    assert set(store.cached_nodes.tolist()) == set(order[:80].tolist())
+    assert not store.full
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        index = torch.randint(0, 300, (64, ), generator=g)
+        assert torch.equal(store.gather(index), x[index])
+    # More than the rest: every row, gathered in place.
+    assert store.grow_cache(10**9) == 220
+    assert store.full and store.num_cached == 300
+    index = torch.randint(0, 300, (64, ), generator=g)
+    assert torch.equal(store.gather(index), x[index])
+    assert store.grow_cache(10**9) == 0
+    assert store.grow_cache(0) == 0
+
+
+def test_grow_cache_keeps_rows_set_by_hand():
+    store, x, hot = _store()
+    mine = torch.tensor([5, 6, 7])
+    store.set_cached_nodes(mine)
+    assert store.grow_cache(4 * 8 * 4) == 4
+    cached = store.cached_nodes.tolist()
+    assert cached[:3] == [5, 6, 7]
+    rest = [n for n in torch.argsort(hot, descending=True).tolist()
+            if n not in (5, 6, 7)][:4]
+    assert cached[3:] == rest
+    assert torch.equal(store.gather(torch.tensor(cached)),
+                       x[torch.tensor(cached)])
+
+
+def test_grow_cache_checks_its_argument():
+    store, _, _ = _store()
+    with pytest.raises(ValueError, match="'num_bytes'"):
+        store.grow_cache(-1)
+    with pytest.raises(ValueError, match="'num_bytes'"):
+        store.grow_cache(2.5)
+
+
+def test_fit_gpu_cache_without_a_gpu_says_why():
+    data = random_graph(200, 1500, num_features=8, num_classes=3)
+    loader = HybridNeighborLoader(data, [5, 5], batch_size=32, device='cpu')
+    fit = loader.fit_gpu_cache()
+    assert isinstance(fit, CacheFit) and not fit.grew
+    assert fit.reason == 'the loader has no GPU feature store'
+    store = TieredFeatureStore(data.x, 'cpu', gpu_memory_budget=10 * 8 * 4)
+    loader = HybridNeighborLoader(data, [5, 5], batch_size=32, device='cpu',
+                                  cache=CacheOptions(store=store))
+    fit = loader.fit_gpu_cache()
+    assert (fit.rows_before, fit.rows_after, fit.num_rows) == (10, 10, 200)
+    assert 'not a GPU' in fit.reason
+    with pytest.raises(ValueError, match="'reserve'"):
+        loader.fit_gpu_cache(reserve=-1)
+
+
+def _train(model, loader, steps):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model.train()
+    done = 0
+    while done < steps:
+        for batch in loader:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            opt.step()
+            done += 1
+            if done == steps:
+                return
+
+
+@pytest.mark.parametrize('fit', [True, False])
+def test_offload_fits_the_cache_once_after_its_decision(fit):
+    data = tiny_graph()
+    loader = HybridNeighborLoader(data, [-1, -1], batch_size=4, device='cpu')
+    calls = []
+
+    def counted(reserve=None):  # The loader's own, counted.
+        calls.append(model.steps)
+        return HybridNeighborLoader.fit_gpu_cache(loader, reserve)
+
+    loader.fit_gpu_cache = counted
+    torch.manual_seed(0)
+    model = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader,
+                               options=OffloadOptions(hot_ratio=0.1,
+                                                      fit_gpu_cache=fit))
+    _train(model, loader, FIT_AFTER_STEPS)
+    assert calls == []
+    _train(model, loader, 3 * FIT_AFTER_STEPS)
+    stats = model.stats()['gpu_cache_fit']
+    if fit:
+        assert len(calls) == 1 and calls[0] >= FIT_AFTER_STEPS
+        assert stats['reason'] == 'the loader has no GPU feature store'
+        assert stats['grew'] is False
+    else:
+        assert calls == [] and stats['reason'] == 'fit_gpu_cache=False'
+    model.close()
+
+
+@pytest.mark.gpu
+def test_fit_gpu_cache_grows_to_every_row_on_a_gpu():
+    data = random_graph(3000, 30000, num_features=16, num_classes=4)
+    loader = HybridNeighborLoader(
+        data, [10, 5], batch_size=128, device='cuda', shuffle=True,
+        cache=CacheOptions(gpu_memory_budget=100 * 16 * 4))
+    assert loader.feature_store.num_cached == 100
+    torch.manual_seed(0)
+    model = GraphSAGE(16, 32, 2, 4).cuda()
+    _train(model, loader, 4)
+    fit = loader.fit_gpu_cache()
+    assert fit.grew and fit.rows_after == fit.num_rows == 3000
+    assert fit.bytes_added == 2900 * 16 * 4
+    assert fit.memory.total > 0
+    assert loader.feature_store.full
+    for batch in loader:
+        assert torch.equal(batch.x.cpu(), data.x[batch.n_id.cpu()])
+    assert loader.stats()['memory']['feature_cache_rows'] == 3000
+    assert loader.fit_gpu_cache().reason == 'every row is cached already'
+
+
+@pytest.mark.gpu
+def test_offload_fits_the_loader_cache_on_a_gpu():
+    data = random_graph(3000, 30000, num_features=16, num_classes=4)
+    loader = HybridNeighborLoader(
+        data, [10, 5], batch_size=64, device='cuda',
+        cache=CacheOptions(gpu_memory_budget=100 * 16 * 4))
+    torch.manual_seed(0)
+    model = BottomLayerOffload(GraphSAGE(16, 32, 2, 4).cuda(), loader,
+                               options=OffloadOptions(hot_ratio=0.05))
+    _train(model, loader, 4 * FIT_AFTER_STEPS)
+    fit = model.stats()['gpu_cache_fit']
+    assert fit['grew'] and fit['rows_after'] == 3000
+    model.close()
