@@ -23,8 +23,11 @@ def test_growth_leaves_the_working_set_and_a_reserve():
                     allocated=40 * GiB, peak=45 * GiB)
     assert mem.working_set == 5 * GiB
     # 40 free + 10 cached by the allocator, less the working set, less the
-    # default reserve (the largest of 5 GiB, 2 GiB and 5% of 100 GiB):
+    # default reserve (the larger of 2 GiB and 5% of 100 GiB):
     assert mem.growth() == 40 * GiB
+    big = GpuMemory(total=100 * GiB, free=40 * GiB, reserved=50 * GiB,
+                    allocated=40 * GiB, peak=60 * GiB)
+    assert big.growth() == 25 * GiB  # 50 - 20 - 5
     assert mem.growth(reserve=0) == 45 * GiB
     assert mem.growth(reserve=60 * GiB) == 0
     small = GpuMemory(total=10 * GiB, free=3 * GiB, reserved=1 * GiB,

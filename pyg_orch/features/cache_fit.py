@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-#: The least memory kept free beside the training step's working set.
+#: The least memory kept free beside the largest working set seen ...
 MIN_RESERVE = 2 * 2**30
 #: ... and at least this fraction of the GPU.
 RESERVE_FRACTION = 0.05
@@ -42,12 +42,12 @@ class GpuMemory:
         return max(self.peak - self.allocated, 0)
 
     def growth(self, reserve: Optional[int] = None) -> int:
-        r"""The bytes a cache may add and still leave a step's
+        r"""The bytes a cache may add and still leave the
         :attr:`working_set` plus :obj:`reserve` free (default: the larger of
-        the working set again, 2 GiB and 5% of the card)."""
+        2 GiB and 5% of the card). The working set is the largest seen so
+        far (the process's peak), an upper bound for the steps to come."""
         if reserve is None:
-            reserve = max(self.working_set, MIN_RESERVE,
-                          int(RESERVE_FRACTION * self.total))
+            reserve = max(MIN_RESERVE, int(RESERVE_FRACTION * self.total))
         usable = self.free + max(self.reserved - self.allocated, 0)
         return max(usable - self.working_set - int(reserve), 0)
 

@@ -335,10 +335,10 @@ class HybridLoaderMixin:
     def fit_gpu_cache(self, reserve: Optional[int] = None) -> CacheFit:
         r"""Grows the GPU feature cache into the GPU memory training has
         left free, hottest rows first: call it after a few training steps.
-        It keeps free the most memory held above today's (the working set
-        of a step, measured by :func:`torch.cuda.max_memory_allocated`)
-        plus :obj:`reserve` bytes (default: the larger of the working set
-        again, 2 GiB and 5% of the GPU). With every row cached, no feature
+        It keeps free the most memory ever held above what is held now (the
+        working set of a step, from :func:`torch.cuda.max_memory_allocated`)
+        plus :obj:`reserve` bytes (default: the larger of 2 GiB and 5% of
+        the GPU). With every row cached, no feature
         crosses the host link. Returns a
         :class:`~pyg_orch.gpu.CacheFit` (with the reason
         where the cache did not grow: no GPU, no feature store, no room).
