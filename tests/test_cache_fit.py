@@ -12,7 +12,7 @@ from pyg_orch.features.tiered import TieredFeatureStore, copy_rows
 from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 from pyg_orch.offload.wrapper import FIT_AFTER_STEPS
 
-from conftest import random_graph, tiny_graph
+from conftest import paper_hetero_graph, random_graph, tiny_graph
 
 GiB = 2**30
 pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
@@ -195,3 +195,83 @@ def test_offload_fits_the_loader_cache_on_a_gpu():
     fit = model.stats()['gpu_cache_fit']
     assert fit['grew'] and fit['rows_after'] == 3000
     model.close()
+
+
+def test_link_loader_fits_its_cache_too():
+    from pyg_orch import HybridLinkNeighborLoader
+
+    data = random_graph(200, 1500, num_features=8, num_classes=3)
+    store = TieredFeatureStore(data.x, 'cpu', gpu_memory_budget=10 * 8 * 4)
+    loader = HybridLinkNeighborLoader(data, [5, 5], batch_size=32,
+                                      edge_label_index=data.edge_index,
+                                      device='cpu',
+                                      cache=CacheOptions(store=store))
+    fit = loader.fit_gpu_cache()
+    assert (fit.rows_before, fit.rows_after) == (10, 10) and not fit.grew
+    assert 'not a GPU' in fit.reason
+
+
+def test_a_hetero_cache_grows_across_types_by_hotness_per_byte():
+    from torch_geometric.data import HeteroData
+
+    from pyg_orch.features.gpu_cache import split_budget
+    from pyg_orch.gpu import HeteroTieredFeatureStore
+
+    g = torch.Generator().manual_seed(3)
+    x = {'a': torch.randn(30, 4, generator=g),
+         'b': torch.randn(20, 8, generator=g)}
+    hot = {'a': torch.rand(30, generator=g), 'b': torch.rand(20, generator=g)}
+    rows = {'a': 16, 'b': 32}
+    store = HeteroTieredFeatureStore(x, 'cpu', hotness=hot,
+                                     gpu_memory_budget=200)
+    first = split_budget({'a': 30, 'b': 20}, rows, hot, 200)
+    for t in x:  # Built as the split chose.
+        assert set(store.stores[t].cached_nodes.tolist()) == \
+            set(first[t].tolist())
+    before = store.cached_bytes
+    added = store.grow_cache(300)
+    assert added > 0 and store.cached_bytes - before <= 300
+    grown = split_budget({'a': 30, 'b': 20}, rows, hot, before + 300)
+    for t in x:  # The same as a split of the larger budget.
+        assert set(store.stores[t].cached_nodes.tolist()) == \
+            set(grown[t].tolist())
+        index = torch.randint(0, x[t].size(0), (40, ), generator=g)
+        assert torch.equal(store.gather(t, index), x[t][index])
+    rest = store.num_rows - store.num_cached
+    assert rest > 0 and store.grow_cache(10**6) == rest
+    assert store.num_cached == store.num_rows == 50
+    with pytest.raises(ValueError, match="'num_bytes'"):
+        store.grow_cache(-1)
+
+    # Through a loader on the CPU: the store is not on a GPU.
+    data = HeteroData()
+    data['a'].x, data['b'].x = x['a'], x['b']
+    data['a', 'to', 'b'].edge_index = torch.stack(
+        [torch.randint(0, 30, (80, ), generator=g),
+         torch.randint(0, 20, (80, ), generator=g)])
+    data['b', 'to', 'a'].edge_index = data['a', 'to', 'b'].edge_index.flip(0)
+    store = HeteroTieredFeatureStore(x, 'cpu', hotness=hot,
+                                     gpu_memory_budget=200)
+    loader = HybridNeighborLoader(data, [3, 3], batch_size=8,
+                                  input_nodes='a', device='cpu',
+                                  cache=CacheOptions(store=store))
+    fit = loader.fit_gpu_cache()
+    assert fit.num_rows == 50 and not fit.grew and 'not a GPU' in fit.reason
+
+
+@pytest.mark.gpu
+def test_fit_gpu_cache_grows_a_hetero_cache_on_a_gpu():
+    data = paper_hetero_graph(num_papers=2000, num_authors=1500)
+    loader = HybridNeighborLoader(
+        data, [5, 5], batch_size=64, device='cuda',
+        input_nodes=('paper', data['paper'].train_mask),
+        cache=CacheOptions(gpu_memory_budget=100 * 16 * 4))
+    assert loader.feature_store.num_cached == 100
+    for _ in loader:
+        pass
+    fit = loader.fit_gpu_cache()
+    assert fit.grew and fit.rows_after == fit.num_rows == 2000 + 1500 + 20
+    for batch in loader:
+        for t in batch.node_types:
+            assert torch.equal(batch[t].x.cpu(),
+                               data[t].x[batch[t].n_id.cpu()])

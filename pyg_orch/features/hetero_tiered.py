@@ -11,7 +11,7 @@ from pyg_orch.features.gpu_cache import (ReadOnlyFeatureStore, attr_index,
                                         split_budget)
 from pyg_orch.features.tiered import (FeatureStoreStats, TieredFeatureStore,
                                       check_hotness, parse_budget)
-from pyg_orch.core.checks import check_fraction, resolve_device
+from pyg_orch.core.checks import check_fraction, check_int, resolve_device
 
 NodeType = str
 
@@ -50,9 +50,8 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
     """
     #: Whether :meth:`set_cached_nodes` may change the cached rows.
     can_set_cached_nodes = True
-    #: Whether the cache may grow (see
-    #: :meth:`~pyg_orch.HybridNeighborLoader.fit_gpu_cache`): not yet.
-    can_grow_cache = False
+    #: Whether :meth:`grow_cache` may add rows.
+    can_grow_cache = True
 
     def __init__(
         self,
@@ -102,19 +101,21 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
                      for t, x in x_dict.items()}
         max_rows = None if cache_ratio is None else math.ceil(
             cache_ratio * sum(num_nodes.values()))
-        chosen = split_budget(num_nodes, row_bytes, hotness, self.budget,
-                              max_rows)
+        # Kept to rank rows across types when the cache grows:
+        self._hotness = None if hotness is None else {
+            t: h.cpu().to(torch.float64) for t, h in hotness.items()}
+        self._row_bytes = row_bytes
+        chosen = split_budget(num_nodes, row_bytes, self._hotness,
+                              self.budget, max_rows)
         #: One :class:`~pyg_orch.gpu.TieredFeatureStore` per node type.
         self.stores: Dict[NodeType, TieredFeatureStore] = {}
         for t, x in x_dict.items():
-            nodes = chosen[t]
-            # The chosen rows first, in ranking order; exactly their bytes.
-            rank = torch.zeros(num_nodes[t], dtype=torch.float64)
-            rank[nodes] = torch.arange(nodes.numel(), 0, -1,
-                                       dtype=torch.float64)
+            # Within a type the ranking follows the type's hotness (ties in
+            # row order), so its store caches the chosen rows: a prefix.
             self.stores[t] = TieredFeatureStore(
-                x, self.device, hotness=rank,
-                gpu_memory_budget=nodes.numel() * row_bytes[t],
+                x, self.device,
+                hotness=None if hotness is None else self._hotness[t],
+                gpu_memory_budget=chosen[t].numel() * row_bytes[t],
                 method=method, reuse=reuse, num_threads=num_threads,
                 gather_blocks=gather_blocks, attr_name=attr_name)
         self.method = next(iter(self.stores.values())).method
@@ -152,6 +153,36 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
         self._check_types('nodes', nodes)
         for t, n in nodes.items():
             self.stores[t].set_cached_nodes(n)
+
+    @property
+    def num_rows(self) -> int:
+        r"""The rows of all types (the most the cache can hold)."""
+        return sum(s.num_rows for s in self.stores.values())
+
+    @property
+    def cached_bytes(self) -> int:
+        r"""The bytes of the cached rows, all types together."""
+        return sum(s.cached_bytes for s in self.stores.values())
+
+    def grow_cache(self, num_bytes: int) -> int:
+        r"""Adds up to :obj:`num_bytes` of rows to the caches, ranked across
+        types by hotness per byte as at construction; returns the rows
+        added (see :meth:`~pyg_orch.gpu.TieredFeatureStore.grow_cache`)."""
+        check_int('num_bytes', num_bytes, 0)
+        target = split_budget(
+            {t: s.num_nodes for t, s in self.stores.items()},
+            self._row_bytes, self._hotness,
+            self.cached_bytes + int(num_bytes))
+        left, added = int(num_bytes), 0
+        for t, store in self.stores.items():
+            size = max(self._row_bytes[t], 1)
+            more = min(target[t].numel() - store.num_cached, left // size)
+            if more > 0:
+                got = store.grow_cache(more * size)
+                added += got
+                left -= got * size
+        self.budget = max(self.budget, self.cached_bytes)
+        return added
 
     def gpu_bytes(self) -> int:
         r"""GPU memory held by every type's store."""

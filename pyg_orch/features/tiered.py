@@ -293,11 +293,22 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
     def _max_cached_rows(self) -> int:
         return self.capacity
 
+    @property
+    def num_rows(self) -> int:
+        r"""The rows the store serves (the most the cache can hold)."""
+        return self.num_nodes
+
+    @property
+    def cached_bytes(self) -> int:
+        r"""The bytes of the cached rows."""
+        return self.num_cached * self.width * self.host.element_size()
+
     def grow_cache(self, num_bytes: int) -> int:
         r"""Adds up to :obj:`num_bytes` of rows to the cache, the hottest
         not cached first (by the :obj:`hotness` given at construction), and
         raises the budget to match; returns the rows added. Where the new
-        rows can not be allocated, the cache stays as it was."""
+        rows can not be allocated, the old cache is put back and the
+        :class:`torch.OutOfMemoryError` raised."""
         check_int('num_bytes', num_bytes, 0)
         if not self.can_grow_cache:
             raise NotImplementedError(
@@ -315,11 +326,11 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
             fresh = order[~cached[order]][:add]
             try:
                 self._fill_cache(torch.cat([old, fresh]))
-            except torch.cuda.OutOfMemoryError:
+            except torch.OutOfMemoryError:
                 self.row_cache.rows = {}
                 torch.cuda.empty_cache()
                 self._fill_cache(old)
-                return 0
+                raise
             self.capacity = max(self.capacity, old.numel() + add)
         return add
 

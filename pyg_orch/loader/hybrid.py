@@ -347,8 +347,8 @@ class HybridLoaderMixin:
         not).
 
         Raises:
-            NotImplementedError: For a feature store whose cache does not
-                grow (heterogeneous or spread over GPUs).
+            NotImplementedError: For a cache spread over GPUs
+                (:obj:`PlacementOptions(topology='sharded')`).
         """
         check_int('reserve', reserve, 0, optional=True)
         fs = self.feature_store
@@ -358,29 +358,34 @@ class HybridLoaderMixin:
         if not fs.can_grow_cache:
             raise NotImplementedError(
                 f"fit_gpu_cache() does not grow a {type(fs).__name__} yet "
-                f"(only a one-GPU TieredFeatureStore)")
-        before = fs.num_cached
+                f"(a cache spread over GPUs holds as many rows as each "
+                f"GPU's budget allows; set it with "
+                f"CacheOptions(gpu_memory_budget=...))")
+        before, total = fs.num_cached, fs.num_rows
         if fs.device.type != 'cuda':
-            return CacheFit(before, before, fs.num_nodes, 0, None,
+            return CacheFit(before, before, total, 0, None,
                             f'the cache is on {fs.device}, not a GPU')
-        if before >= fs.num_nodes:
-            return CacheFit(before, before, fs.num_nodes, 0, None,
+        if before >= total:
+            return CacheFit(before, before, total, 0, None,
                             'every row is cached already')
         memory = GpuMemory.of(fs.device)
         room = memory.growth(reserve)
-        added = fs.grow_cache(room)
+        start = fs.cached_bytes
         reason = None
-        if added == 0:
+        try:
+            added = fs.grow_cache(room)
+        except torch.OutOfMemoryError as exc:
+            added, reason = 0, (f'the new rows could not be allocated; the '
+                                f'cache is as it was ({exc})')
+        if added == 0 and reason is None:
             reason = (f'no room: {room / 2**30:.2f} GiB may be added beside '
                       f'a working set of {memory.working_set / 2**30:.2f} '
-                      f'GiB' if room < fs.width * fs.host.element_size()
-                      else 'the new rows could not be allocated')
-        else:
+                      f'GiB')
+        elif added > 0:
             logger.info('GPU feature cache grown from %d to %d of %d rows',
-                        before, fs.num_cached, fs.num_nodes)
-        return CacheFit(before, fs.num_cached, fs.num_nodes,
-                        added * fs.width * fs.host.element_size(), memory,
-                        reason)
+                        before, fs.num_cached, total)
+        return CacheFit(before, fs.num_cached, total,
+                        fs.cached_bytes - start, memory, reason)
 
     # Offload protocol (see pyg_orch.offload.protocol) ######################
 
