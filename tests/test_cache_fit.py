@@ -94,6 +94,37 @@ def test_grow_cache_keeps_rows_set_by_hand():
                        x[torch.tensor(cached)])
 
 
+def test_an_allocation_failure_keeps_the_old_cache(monkeypatch):
+    store, x, _ = _store()
+    before = store.cached_nodes.clone()
+    load = store._load_rows
+
+    def small_only(nodes, full):  # A GPU with room for 30 rows only.
+        if nodes.numel() > 30:
+            raise torch.OutOfMemoryError('out of memory (simulated)')
+        return load(nodes, full)
+
+    monkeypatch.setattr(store, '_load_rows', small_only)
+    with pytest.raises(torch.OutOfMemoryError):
+        store.grow_cache(10**6)
+    assert torch.equal(store.cached_nodes, before)
+    assert store.capacity == 30 and not store.full
+    index = torch.arange(300)
+    assert torch.equal(store.gather(index), x)
+    assert store.stats.cache_rows == 30
+
+    def old_only(nodes, full):  # Room for the rows cached now, no other.
+        if not torch.equal(nodes, before):
+            raise torch.OutOfMemoryError('out of memory (simulated)')
+        return load(nodes, full)
+
+    monkeypatch.setattr(store, '_load_rows', old_only)
+    with pytest.raises(torch.OutOfMemoryError):
+        store.set_cached_nodes(torch.arange(30))
+    assert torch.equal(store.cached_nodes, before)
+    assert torch.equal(store.gather(index), x)
+
+
 def test_grow_cache_checks_its_argument():
     store, _, _ = _store()
     with pytest.raises(ValueError, match="'num_bytes'"):

@@ -258,23 +258,39 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
     def _fill_cache(self, nodes: Tensor) -> None:
         # With every row cached, rows keep their order: a gather is then one
         # `index_select`.
-        self.full = nodes.numel() == self.num_nodes
-        if self.full:
+        full = nodes.numel() == self.num_nodes
+        if full:
             nodes = torch.arange(self.num_nodes)
         if self.device.type == 'cuda' and self.row_cache.rows:
             # Gathers queued on other streams read the old rows first.
             torch.cuda.synchronize(self.device)
-        self.row_cache.fill(nodes)
         self.row_cache.rows = {}  # The old rows go before the new come.
+        try:
+            rows = self._load_rows(nodes, full)
+        except torch.OutOfMemoryError:
+            # The old rows fitted: put them back, then say so.
+            torch.cuda.empty_cache()
+            old = self.row_cache.ids
+            self.row_cache.rows = {self.attr_name: self._load_rows(
+                old, old.numel() == self.num_nodes)}
+            raise
+        self.full = full
+        self.row_cache.fill(nodes)
+        self.row_cache.rows = {self.attr_name: rows}
+
+    def _load_rows(self, nodes: Tensor, full: bool) -> Tensor:
+        # The rows `nodes` (all, in order, if `full`) on the device.
         rows = torch.empty(nodes.numel(), self.width, dtype=self.dtype,
                            device=self.device)
-        copy_rows(self.host, None if self.full else nodes, rows,
+        copy_rows(self.host, None if full else nodes, rows,
                   self.FILL_CHUNK_ROWS)
-        self.row_cache.rows = {self.attr_name: rows}
+        return rows
 
     def set_cached_nodes(self, nodes: Tensor) -> None:
         r"""Caches the rows :obj:`nodes` (most important first, duplicates
-        dropped), as many as the budget allows."""
+        dropped), as many as the budget allows. Where they can not be
+        allocated, the old rows stay and the
+        :class:`torch.OutOfMemoryError` is raised."""
         nodes = torch.as_tensor(nodes).view(-1).cpu()
         if nodes.numel() > 0 and nodes.dtype not in ID_DTYPES:
             raise ArgumentTypeError(f"'nodes' must hold integer node ids "
@@ -324,13 +340,7 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
             cached[old] = True
             order = self._order.to(torch.int64)
             fresh = order[~cached[order]][:add]
-            try:
-                self._fill_cache(torch.cat([old, fresh]))
-            except torch.OutOfMemoryError:
-                self.row_cache.rows = {}
-                torch.cuda.empty_cache()
-                self._fill_cache(old)
-                raise
+            self._fill_cache(torch.cat([old, fresh]))
             self.capacity = max(self.capacity, old.numel() + add)
         return add
 
