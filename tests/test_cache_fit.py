@@ -33,6 +33,8 @@ def test_growth_leaves_the_working_set_and_a_reserve():
     small = GpuMemory(total=10 * GiB, free=3 * GiB, reserved=1 * GiB,
                       allocated=1 * GiB, peak=1 * GiB)
     assert small.growth() == 1 * GiB  # The 2 GiB floor.
+    # A working set known better than the process's peak:
+    assert big.growth(working_set=5 * GiB) == 40 * GiB
 
 
 @pytest.mark.parametrize('chunk', [1, 7, 1000])
@@ -147,6 +149,8 @@ def test_fit_gpu_cache_without_a_gpu_says_why():
     assert 'not a GPU' in fit.reason
     with pytest.raises(ValueError, match="'reserve'"):
         loader.fit_gpu_cache(reserve=-1)
+    with pytest.raises(ValueError, match="'working_set'"):
+        loader.fit_gpu_cache(working_set=1.5)
 
 
 def _train(model, loader, steps):
@@ -170,9 +174,10 @@ def test_offload_fits_the_cache_once_after_its_decision(fit):
     loader = HybridNeighborLoader(data, [-1, -1], batch_size=4, device='cpu')
     calls = []
 
-    def counted(reserve=None):  # The loader's own, counted.
+    def counted(reserve=None, working_set=None):  # The loader's, counted.
         calls.append(model.steps)
-        return HybridNeighborLoader.fit_gpu_cache(loader, reserve)
+        return HybridNeighborLoader.fit_gpu_cache(loader, reserve,
+                                                  working_set)
 
     loader.fit_gpu_cache = counted
     torch.manual_seed(0)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GraphSAGE
 
+from pyg_orch import HybridNeighborLoader
 from pyg_orch.offload import BottomLayerOffload
 from pyg_orch.offload.autotune import (
     KeepUpGuard,
@@ -1068,3 +1069,58 @@ def test_keep_up_guard_waiting():
     assert len(offs) == 1 and offs[0][0] <= 35 + 2 * 10
     assert 'waited for CPU rows' in offs[0][1]
     assert hot.planned == 0 and guard.done
+
+
+@pytest.mark.parametrize('slower', [True, False])
+def test_cache_fit_after_a_trial_keeps_the_plain_working_set(monkeypatch,
+                                                             slower):
+    # The GPU's memory is faked: plain steps leave a 5 GiB working set, the
+    # trial's tables raise the peak to 20 GiB. Training plainly after the
+    # trial, the fit keeps the plain steps' 5 GiB free; offloading, it
+    # keeps the measured (process) peak.
+    from pyg_orch.features.cache_fit import GpuMemory
+    from pyg_orch.offload import wrapper
+    from pyg_orch.offload.wrapper import FIT_AFTER_STEPS
+
+    GiB = 2**30
+    trial = []
+
+    def memory(loader):
+        peak = 60 if trial else 45
+        return GpuMemory(total=100 * GiB, free=50 * GiB, reserved=50 * GiB,
+                         allocated=40 * GiB, peak=peak * GiB)
+
+    monkeypatch.setattr(wrapper, 'device_memory', memory)
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    sign = 1.0 if slower else -1.0
+    clock = StepClock(lambda: 1.0 + sign * 0.01 * num_pruned(loader))
+    calls = []
+
+    def fit(reserve=None, working_set=None):
+        calls.append(working_set)
+        return HybridNeighborLoader.fit_gpu_cache(loader, reserve,
+                                                  working_set)
+
+    loader.fit_gpu_cache = fit
+    torch.manual_seed(0)
+    with offload_hooks(autotune_clock=clock):
+        off = BottomLayerOffload(GraphSAGE(8, 16, 2, 3), loader)
+
+    def step(batch, out):
+        if off.runtime.tuner is not None and off.runtime.tuner.trying:
+            trial.append(True)
+
+    for _ in range(20):  # The decision takes a few dozen steps.
+        train(off, loader, 10, step)
+        if off.stats()['decision']['state'] == 'decided':
+            break
+    assert off.stats()['decision']['state'] == 'decided'
+    assert trial  # A hot set was tried.
+    train(off, loader, 2 * FIT_AFTER_STEPS)
+    assert len(calls) == 1
+    if slower:
+        assert not off.runtime.active and calls[0] == 5 * GiB
+    else:
+        assert off.runtime.active and calls[0] is None
+    off.close()

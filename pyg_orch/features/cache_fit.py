@@ -41,15 +41,18 @@ class GpuMemory:
         temporaries, measured between steps."""
         return max(self.peak - self.allocated, 0)
 
-    def growth(self, reserve: Optional[int] = None) -> int:
-        r"""The bytes a cache may add and still leave the
-        :attr:`working_set` plus :obj:`reserve` free (default: the larger of
-        2 GiB and 5% of the card). The working set is the largest seen so
-        far (the process's peak), an upper bound for the steps to come."""
+    def growth(self, reserve: Optional[int] = None,
+               working_set: Optional[int] = None) -> int:
+        r"""The bytes a cache may add and still leave :obj:`working_set`
+        (default: :attr:`working_set`, the largest seen so far, an upper
+        bound for the steps to come) plus :obj:`reserve` free (default: the
+        larger of 2 GiB and 5% of the card)."""
         if reserve is None:
             reserve = max(MIN_RESERVE, int(RESERVE_FRACTION * self.total))
+        if working_set is None:
+            working_set = self.working_set
         usable = self.free + max(self.reserved - self.allocated, 0)
-        return max(usable - self.working_set - int(reserve), 0)
+        return max(usable - int(working_set) - int(reserve), 0)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class CacheFit:
     memory: Optional[GpuMemory]
     #: Why the cache did not grow (:obj:`None` when it grew).
     reason: Optional[str] = None
+    #: The working set kept free beside the reserve (:obj:`None`: not
+    #: measured).
+    working_set: Optional[int] = None
 
     @property
     def grew(self) -> bool:

@@ -332,13 +332,15 @@ class HybridLoaderMixin:
         feature store)."""
         return getattr(self.feature_store, 'cached_nodes', None)
 
-    def fit_gpu_cache(self, reserve: Optional[int] = None) -> CacheFit:
+    def fit_gpu_cache(self, reserve: Optional[int] = None,
+                      working_set: Optional[int] = None) -> CacheFit:
         r"""Grows the GPU feature cache into the GPU memory training has
         left free, hottest rows first: call it after a few training steps.
         It keeps free the most memory ever held above what is held now (the
         working set of a step, from :func:`torch.cuda.max_memory_allocated`)
         plus :obj:`reserve` bytes (default: the larger of 2 GiB and 5% of
-        the GPU). With every row cached, no feature
+        the GPU); :obj:`working_set` replaces the measured one where the
+        caller knows it better (a step's own, without an earlier peak). With every row cached, no feature
         crosses the host link. Returns a
         :class:`~pyg_orch.gpu.CacheFit` (with the reason
         where the cache did not grow: no GPU, no feature store, no room).
@@ -351,6 +353,7 @@ class HybridLoaderMixin:
                 (:obj:`PlacementOptions(topology='sharded')`).
         """
         check_int('reserve', reserve, 0, optional=True)
+        check_int('working_set', working_set, 0, optional=True)
         fs = self.feature_store
         if fs is None:
             return CacheFit(0, 0, 0, 0, None,
@@ -369,7 +372,9 @@ class HybridLoaderMixin:
             return CacheFit(before, before, total, 0, None,
                             'every row is cached already')
         memory = GpuMemory.of(fs.device)
-        room = memory.growth(reserve)
+        if working_set is None:
+            working_set = memory.working_set
+        room = memory.growth(reserve, working_set)
         start = fs.cached_bytes
         reason = None
         try:
@@ -379,13 +384,12 @@ class HybridLoaderMixin:
                                 f'cache is as it was ({exc})')
         if added == 0 and reason is None:
             reason = (f'no room: {room / 2**30:.2f} GiB may be added beside '
-                      f'a working set of {memory.working_set / 2**30:.2f} '
-                      f'GiB')
+                      f'a working set of {working_set / 2**30:.2f} GiB')
         elif added > 0:
             logger.info('GPU feature cache grown from %d to %d of %d rows',
                         before, fs.num_cached, total)
         return CacheFit(before, fs.num_cached, total,
-                        fs.cached_bytes - start, memory, reason)
+                        fs.cached_bytes - start, memory, reason, working_set)
 
     # Offload protocol (see pyg_orch.offload.protocol) ######################
 

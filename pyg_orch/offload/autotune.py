@@ -341,6 +341,11 @@ class HotSetTuner(_Shrinker):
         hot.resize(chooser.current, settle=True)
         on_resize()
 
+    @property
+    def trying(self) -> bool:
+        r"""Whether a hot set has been tried (only plain training before)."""
+        return self.chooser.index > 0 or self.chooser.done
+
     def pause(self) -> None:
         r"""Training paused: the next step is not timed."""
         self.chooser.pause()

@@ -66,7 +66,8 @@ class OffloadableLoader(Protocol):
     def get_gpu_cache_nodes(self) -> Optional[Any]:
         r"""The nodes the GPU cache holds, or :obj:`None`."""
 
-    def fit_gpu_cache(self, reserve: Optional[int] = None) -> Any:
+    def fit_gpu_cache(self, reserve: Optional[int] = None,
+                      working_set: Optional[int] = None) -> Any:
         r"""Grows the GPU cache into the memory training left free; returns
         a :class:`~pyg_orch.gpu.CacheFit`."""
 

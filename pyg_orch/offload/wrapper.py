@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from pyg_orch.features.cache_fit import GpuMemory
 from pyg_orch.offload.build import build_runtime
 from pyg_orch.offload.ddp import process_group_active
 from pyg_orch.offload.options import (
@@ -136,6 +137,9 @@ class BottomLayerOffload(torch.nn.Module):
         # The loader's cache is fitted once, FIT_AFTER_STEPS training steps
         # after the decision (see OffloadOptions.fit_gpu_cache):
         object.__setattr__(self, '_fit_steps', 0)
+        # The GPU's memory after the last plain step before the trial's
+        # first hot set (its peak free of the trial's tables):
+        object.__setattr__(self, '_plain_memory', None)
         object.__setattr__(self, '_cache_fit', None if options.fit_gpu_cache
                            else {'grew': False, 'reason': 'fit_gpu_cache='
                                  'False'})
@@ -256,6 +260,9 @@ class BottomLayerOffload(torch.nn.Module):
             runtime.count(self.training)
             return model(*args, **kwargs)
         if runtime.tuner is not None and self.training:
+            if not runtime.tuner.trying:
+                object.__setattr__(self, '_plain_memory',
+                                   device_memory(self._loader))
             runtime.tuner.step()  # The decision by measurement.
         elif runtime.guard is not None and self.training:
             runtime.guard.step()  # A kept hot set the CPU must keep up with.
@@ -304,8 +311,13 @@ class BottomLayerOffload(torch.nn.Module):
             fit = {'grew': False, 'reason': f'{type(loader).__name__} has '
                    f'no GPU cache to fit'}
         else:
+            # Training plainly after a trial: the steps' working set is the
+            # one measured before it (the trial's tables are gone).
+            plain = self.__dict__['_plain_memory']
+            working_set = None if plain is None or runtime.active else \
+                plain.working_set
             try:
-                fit = loader.fit_gpu_cache().as_dict()
+                fit = loader.fit_gpu_cache(working_set=working_set).as_dict()
             except NotImplementedError as exc:
                 fit = {'grew': False, 'reason': str(exc)}
         object.__setattr__(self, '_cache_fit', fit)
@@ -458,6 +470,15 @@ class BottomLayerOffload(torch.nn.Module):
                 f'layer={rt.layer_name!r}, '
                 f'num_hot={num_hot}, '
                 f'max_staleness={self.max_staleness})')
+
+
+def device_memory(loader: Any) -> Optional[GpuMemory]:
+    r"""The memory of the GPU :obj:`loader` delivers batches on now
+    (:obj:`None` off a GPU)."""
+    if not isinstance(loader, OffloadableLoader) or \
+            loader.device.type != 'cuda':
+        return None
+    return GpuMemory.of(loader.device)
 
 
 def _runtime_of(model: torch.nn.Module, loader: Any, plan: OffloadPlan
