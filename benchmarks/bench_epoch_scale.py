@@ -389,8 +389,6 @@ def pyg_baseline(data, topology, args, device: torch.device) -> Dict:
 
 # Several GPUs ################################################################
 
-#: Modes timed with ``--gpus N`` (``offload``: DDP over
-#: ``BottomLayerOffload`` with its defaults, trimmed, one hot set per machine).
 def cache_options(args: argparse.Namespace) -> Optional[CacheOptions]:
     r"""The loader's cache options (:obj:`None`: its defaults)."""
     budget = args.gpu_memory_budget
@@ -401,6 +399,8 @@ def cache_options(args: argparse.Namespace) -> Optional[CacheOptions]:
     return CacheOptions(gpu_memory_budget=budget)
 
 
+#: Modes timed with ``--gpus N`` (``offload``: DDP over
+#: ``BottomLayerOffload`` with its defaults, trimmed, one hot set per machine).
 MULTI_MODES = ('eager', 'trim', 'compiled', 'offload')
 #: GPU kernels by what they do (substrings of their names), for the profile.
 KERNEL_KINDS = (

@@ -3,7 +3,6 @@
 and :class:`BottomLayerOffload`'s one call of it."""
 import pytest
 import torch
-import torch.nn.functional as F
 from torch_geometric.nn import GraphSAGE
 
 from pyg_orch import CacheOptions, HybridNeighborLoader
@@ -12,7 +11,13 @@ from pyg_orch.features.tiered import TieredFeatureStore, copy_rows
 from pyg_orch.offload import BottomLayerOffload, OffloadOptions
 from pyg_orch.offload.wrapper import FIT_AFTER_STEPS
 
-from conftest import paper_hetero_graph, random_graph, tiny_graph
+from conftest import (
+    node_step,
+    paper_hetero_graph,
+    random_graph,
+    tiny_graph,
+    train_steps,
+)
 
 GiB = 2**30
 pytestmark = pytest.mark.usefixtures('no_thread_leaks', 'one_intra_op_thread')
@@ -154,18 +159,7 @@ def test_fit_gpu_cache_without_a_gpu_says_why():
 
 
 def _train(model, loader, steps):
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    model.train()
-    done = 0
-    while done < steps:
-        for batch in loader:
-            opt.zero_grad()
-            out = model(batch.x, batch.edge_index)[:batch.batch_size]
-            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-            opt.step()
-            done += 1
-            if done == steps:
-                return
+    train_steps(model, loader, steps, node_step)
 
 
 @pytest.mark.parametrize('fit', [True, False])

@@ -340,10 +340,10 @@ class HybridLoaderMixin:
         working set of a step, from :func:`torch.cuda.max_memory_allocated`)
         plus :obj:`reserve` bytes (default: the larger of 2 GiB and 5% of
         the GPU); :obj:`working_set` replaces the measured one where the
-        caller knows it better (a step's own, without an earlier peak). With every row cached, no feature
-        crosses the host link. Returns a
-        :class:`~pyg_orch.gpu.CacheFit` (with the reason
-        where the cache did not grow: no GPU, no feature store, no room).
+        caller knows it better (a step's own, without an earlier peak).
+        With every row cached, no feature crosses the host link. Returns a
+        :class:`~pyg_orch.gpu.CacheFit` (with the reason where the cache did
+        not grow: no GPU, no feature store, no room).
         :class:`~pyg_orch.offload.BottomLayerOffload` calls it once its
         decision is made (:obj:`OffloadOptions(fit_gpu_cache=False)` to
         not).
