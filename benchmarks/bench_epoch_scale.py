@@ -582,6 +582,10 @@ def ddp_mode(mode: str, loader, args, device: torch.device) -> Dict:
                            'fused_adam': compiled and device.type == 'cuda',
                            'warmup': dict(warm, wall_s=time.perf_counter() -
                                           start)}
+    if args.fit_gpu_cache and offload is None:
+        start = time.perf_counter()
+        res['gpu_cache_fit'] = dict(loader.fit_gpu_cache().as_dict(),
+                                    seconds=time.perf_counter() - start)
     if offload is not None:  # Its first epoch carries the set-up and trial.
         res['build_s'] = build_s
         res['first_epoch'] = ddp_epoch(loader, step, device,
@@ -880,10 +884,11 @@ def parse_args(argv=None):
                    "GPU memory, bytes, or 'auto' (default: the loader's "
                    "default)")
     p.add_argument('--fit-gpu-cache', action='store_true',
-                   help="one GPU: after each mode's warm-up (not offload's: "
+                   help="after each mode's warm-up (not offload's: "
                    "BottomLayerOffload fits by itself), grow the loader's "
                    "GPU cache into the memory training left free "
-                   "(HybridNeighborLoader.fit_gpu_cache)")
+                   "(HybridNeighborLoader.fit_gpu_cache; on every rank "
+                   "with --gpus > 1)")
     p.add_argument('--profile-batches', type=int, default=20,
                    help='with --gpus > 1: batches profiled after each '
                    'epoch (0: none)')

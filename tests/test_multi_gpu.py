@@ -149,3 +149,41 @@ def test_two_gpu_sharded_store_reads_pinned_rows_in_place():
     for same, in_place, host_rows, peer_rows in out:
         assert same and in_place
         assert host_rows > 0 and peer_rows > 0
+
+
+def _grown_sharded(rank, world_size):
+    # fit_gpu_cache() on a sharded loader: each GPU copies the rows of its
+    # peer's shard and those cached nowhere; batches keep the right rows,
+    # read on their own GPU.
+    from pyg_orch import HybridNeighborLoader
+
+    torch.cuda.set_device(rank)
+    device = torch.device('cuda', rank)
+    data = random_graph(20000, 300000, 4, num_features=32)
+    loader = HybridNeighborLoader(
+        data, num_neighbors=[10, 5], batch_size=256, shuffle=True, seed=3,
+        device=device, cache=CacheOptions(cache_ratio=0.2),
+        placement=PlacementOptions(topology='sharded'))
+    for i, b in enumerate(loader):
+        if i == 3:
+            break
+    before = loader.stats()['features']
+    fit = loader.fit_gpu_cache()
+    loader.reset_stats()
+    same = all(torch.equal(b.x, data.x[b.n_id.cpu()].to(device))
+               for b in loader)
+    return same, fit.as_dict(), before, loader.stats()['features']
+
+
+def test_two_gpu_sharded_cache_grows_copies_on_each_gpu():
+    out = run_workers(_grown_sharded, 2, backend='nccl', start_method='spawn',
+                      env=MULTICAST_OFF_ENV, timeout=300)
+    for same, fit, before, after in out:
+        assert same
+        assert before['peer_rows'] > 0 and before['host_rows'] > 0
+        # 20% of the rows over two GPUs: 2,000 here, then all 20,000.
+        assert fit['grew'] and fit['rows_before'] == 2000
+        assert fit['rows_after'] == fit['num_rows'] == 20000
+        assert fit['bytes_added'] == 18000 * 32 * 4
+        assert after['peer_rows'] == after['host_rows'] == 0
+        assert after['hit_rate'] == 1.0

@@ -287,7 +287,7 @@ def test_bench_epoch_scale_two_ranks(bench, tmp_path):
         '--hidden', '8', '--fanout', '3,2,1', '--num-features', '8',
         '--modes', 'trim', '--warmup', '1', '--bound-batches', '2',
         '--profile-batches', '1', '--shm-dir', str(tmp_path / 'shm'),
-        '--out', str(tmp_path / 'r.json')
+        '--out', str(tmp_path / 'r.json'), '--fit-gpu-cache'
     ]
     for attempt in range(3):  # Again on a new port if it was taken.
         try:
@@ -300,8 +300,11 @@ def test_bench_epoch_scale_two_ranks(bench, tmp_path):
     assert sum(r['setup']['seeds'] for r in res['ranks']) == 256
     for placement in ('device', 'sharded'):
         for r in res['ranks']:
-            epoch = r['placements'][placement]['modes']['trim']['epoch']
-            assert epoch['complete'] and epoch['batches'] == 2
+            trim = r['placements'][placement]['modes']['trim']
+            assert trim['epoch']['complete'] and trim['epoch']['batches'] == 2
+            # Asked on every rank; a CPU loader has no GPU cache:
+            fit = trim['gpu_cache_fit']
+            assert not fit['grew'] and 'no GPU feature store' in fit['reason']
         assert res['summary'][f'{placement}/trim']['epoch_s'] > 0
     assert 'sharded_over_replicated_speed/trim' in res['summary']
 

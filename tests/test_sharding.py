@@ -485,6 +485,75 @@ def test_sharded_feature_store_takes_new_cached_nodes(method):
         assert o['blocks'] == 5  # A grid set by hand outlives a refill.
 
 
+def _copies(rank, world_size, method):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, 12, generator=gen)
+    hot = torch.linspace(1.0, 0.0, 1000)  # Node 0 the hottest.
+    store = ShardedFeatureStore(x if rank == 0 else torch.zeros_like(x),
+                                PeerGroup(), hotness=hot,
+                                gpu_memory_budget=100 * 12 * 4,
+                                method=method)
+    store.gather_blocks = 7  # Set by hand: growing keeps it.
+    out = dict(before=store.num_local, blocks=[], ok=True)
+    gen = torch.Generator().manual_seed(rank)
+
+    def gathers():
+        store.reset_stats()
+        for _ in range(3):
+            index = torch.randint(0, 1000, (300, ), generator=gen)
+            index[:40] = torch.arange(40)  # Both ranks' shards.
+            out['ok'] &= torch.equal(store.gather(index), x[index])
+        st = store.stats
+        return dict(own=st.cache_rows, peer=st.peer_rows, host=st.host_rows)
+
+    out['start'] = gathers()
+    # 150 rows: the peer's 100 shard rows, then the 50 hottest cached nowhere.
+    out['added'] = store.grow_cache(150 * 12 * 4 + 47)
+    out['local'] = store.num_local
+    out['bytes'] = store.cached_bytes
+    out['cached'] = sorted(store.cached_nodes.tolist())
+    out['grown'] = gathers()
+    out['blocks'].append(store.gather_blocks)
+    out['rest'] = store.grow_cache(10**9)
+    out['all'] = gathers()
+    out['again'] = store.grow_cache(10**9)
+    # A refill keeps this GPU's copies.
+    store.set_cached_nodes(torch.arange(999, 599, -1))
+    out['refilled'] = gathers()
+    try:
+        store.grow_cache(-1)
+    except ValueError as e:
+        out['error'] = str(e)
+    return out
+
+
+@pytest.mark.parametrize('method', [
+    'cpu',
+    pytest.param('uva', marks=pytest.mark.skipif(
+        not INTERPRET, reason='needs TRITON_INTERPRET=1')),
+])
+def test_sharded_feature_store_grows_copies_on_its_own_gpu(method):
+    env = {'TRITON_INTERPRET': '1'} if method == 'uva' else None
+    out = run_workers(_copies, 2, args=(method, ), timeout=300, env=env)
+    for rank, o in enumerate(out):
+        assert o['ok']
+        assert o['before'] == 100
+        assert o['start']['peer'] > 0 and o['start']['host'] > 0
+        assert o['added'] == 150 and o['local'] == 250
+        assert o['bytes'] == 250 * 12 * 4
+        # The machine's 200 rows and the next 50 hottest:
+        assert o['cached'] == list(range(250))
+        assert o['grown']['peer'] == 0 and o['grown']['own'] > 0
+        assert o['grown']['host'] > 0
+        assert o['rest'] == 750 and o['again'] == 0
+        assert o['all'] == dict(own=900, peer=0, host=0)
+        # The new shards' rows are copies here; the old shard's are read
+        # from host memory again:
+        assert o['refilled']['peer'] == 0 and o['refilled']['host'] > 0
+        assert o['blocks'] == [7]
+        assert "'num_bytes'" in o['error']
+
+
 def test_sharded_gather_grid_rule():
     # 'auto': no cap while the GPUs hold every row (peer reads), the one-GPU
     # store's cap once rows come from host memory.

@@ -50,8 +50,6 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
     """
     #: Whether :meth:`set_cached_nodes` may change the cached rows.
     can_set_cached_nodes = True
-    #: Whether :meth:`grow_cache` may add rows.
-    can_grow_cache = True
 
     def __init__(
         self,
@@ -128,6 +126,11 @@ class HeteroTieredFeatureStore(ReadOnlyFeatureStore):
     def num_cached(self) -> int:
         r"""Rows cached on the GPU, all types together."""
         return sum(s.num_cached for s in self.stores.values())
+
+    @property
+    def num_local(self) -> int:
+        r"""Rows in this GPU's memory, all types together."""
+        return sum(s.num_local for s in self.stores.values())
 
     @property
     def num_cached_per_type(self) -> Dict[NodeType, int]:

@@ -5,8 +5,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pyg_orch.core.checks import check_fraction
-from pyg_orch.features.tiered import TieredFeatureStore
+from pyg_orch.core.checks import check_fraction, check_int
+from pyg_orch.features.tiered import TieredFeatureStore, copy_rows
 from pyg_orch.parallel.peer_memory import PeerBuffers, PeerGroup
 
 
@@ -21,7 +21,9 @@ class ShardedFeatureStore(TieredFeatureStore):
     r"""A :class:`~pyg_orch.gpu.TieredFeatureStore` whose cache is split
     across the ranks of a :class:`~pyg_orch.multigpu.PeerGroup` (hottest
     rows dealt round-robin, the others in shared pinned host memory); built
-    by every rank at once (their :obj:`hotness` summed).
+    by every rank at once (their :obj:`hotness` summed). :meth:`grow_cache`
+    adds copies of further rows to one GPU (read there instead of from a
+    peer or from host memory).
 
     Args:
         x (torch.Tensor): The features on the CPU (local rank 0's copied
@@ -50,6 +52,12 @@ class ShardedFeatureStore(TieredFeatureStore):
         self._capped_blocks: Optional[int] = None
         self._auto_value: Optional[int] = None  # What 'auto' chose last.
         self.shards: Optional[PeerBuffers] = None  # Allocated by the fill.
+        #: The machine cache's rows, hottest first (the i-th on rank i % S).
+        self._shard_nodes = torch.empty(0, dtype=torch.int64)
+        #: This GPU's copies of rows it does not hold in its shard.
+        self._copy_nodes = torch.empty(0, dtype=torch.int64)
+        self._copies: Optional[Tensor] = None
+        self._table: Optional[Tensor] = None
         if hotness is not None:
             hotness = peers.all_reduce_sum(hotness.cpu().to(torch.float64))
         if cache_ratio is not None:  # Per GPU, as the base class counts.
@@ -59,10 +67,6 @@ class ShardedFeatureStore(TieredFeatureStore):
                          gpu_memory_budget=gpu_memory_budget,
                          cache_ratio=cache_ratio,
                          gather_blocks=gather_blocks, **kwargs)
-
-    #: A cache spread over the machine's GPUs does not grow (one GPU's
-    #: spare memory would unbalance the shards).
-    can_grow_cache = False
 
     @property
     def _num_shards(self) -> int:
@@ -83,24 +87,21 @@ class ShardedFeatureStore(TieredFeatureStore):
         self.capacity = int(per_rank)
         return order[:self.capacity * self.peers.world_size]
 
+    @property
+    def _stride(self) -> int:
+        # Slot codes: owner * stride + row.
+        return max(self.capacity, 1)
+
     def _fill_cache(self, nodes: Tensor) -> None:
         peers, C = self.peers, self.capacity
-        S = peers.world_size
         self.full = False
         refill = self.shards is not None
         if self._auto_blocks and not refill:  # The base class's 'auto'.
             self._capped_blocks = self.gather_blocks
-        elif self.gather_blocks != self._auto_value:
-            self._auto_blocks = False  # Set by hand since: kept.
-        if self._auto_blocks:
-            self.gather_blocks = self._auto_value = sharded_gather_blocks(
-                self._capped_blocks, nodes.numel(), self.num_nodes)
-        # The i-th hottest row goes to rank i % S, slot i // S there.
-        i = torch.arange(nodes.numel())
-        code = (i % S) * C + i // S
-        dtype = torch.int32 if S * C < 2**31 else torch.int64
-        self.row_cache.fill(nodes, slots=code.to(dtype))
-        mine = nodes[i % S == peers.rank]
+        else:
+            self._keep_hand_set_blocks()
+        self._shard_nodes = nodes
+        mine = self._own_nodes()
         if refill:  # Gathers queued with the old map finish first.
             self._quiesce()
         else:
@@ -108,8 +109,45 @@ class ShardedFeatureStore(TieredFeatureStore):
                                          self.dtype)
         self.shards.own[:mine.numel()].copy_(
             self.host.index_select(0, mine))
-        self.row_cache.rows = {self.attr_name: self.shards.own}
+        self._map()
         self._quiesce()  # Every rank's rows are in place.
+
+    def _keep_hand_set_blocks(self) -> None:
+        if self.gather_blocks != self._auto_value:
+            self._auto_blocks = False  # Set by hand since 'auto': kept.
+
+    def _own_nodes(self) -> Tensor:
+        i = torch.arange(self._shard_nodes.numel())
+        return self._shard_nodes[i % self.peers.world_size == self.peers.rank]
+
+    def _map(self) -> None:
+        # This rank's slot map: the i-th hottest row on rank i % S, slot
+        # i // S there; this GPU's copies over them.
+        S, stride = self.peers.world_size, self._stride
+        nodes = self._shard_nodes
+        i = torch.arange(nodes.numel())
+        code = (i % S) * stride + i // S
+        copies = self._copy_nodes
+        if copies.numel() > 0:
+            copied = torch.zeros(self.num_nodes, dtype=torch.bool)
+            copied[copies] = True
+            keep = ~copied[nodes]
+            nodes = torch.cat([nodes[keep], copies])
+            code = torch.cat([code[keep], S * stride + torch.arange(
+                copies.numel())])
+        top = S * stride + copies.numel()
+        dtype = torch.int32 if top < 2**31 else torch.int64
+        self.row_cache.fill(nodes, slots=code.to(dtype))
+        self.row_cache.rows = {self.attr_name: self.shards.own}
+        copy_ptr = (self._copies if self._copies is not None else
+                    self.shards.own).data_ptr()
+        self._table = torch.cat([
+            self.shards.pointers,
+            torch.tensor([copy_ptr], dtype=torch.int64,
+                         device=self.shards.pointers.device)])
+        if self._auto_blocks:
+            self.gather_blocks = self._auto_value = sharded_gather_blocks(
+                self._capped_blocks, nodes.numel(), self.num_nodes)
 
     def _quiesce(self) -> None:
         if self.device.type == 'cuda':
@@ -134,18 +172,72 @@ class ShardedFeatureStore(TieredFeatureStore):
                 f"ranks' counts are {[n for n, _ in seen]})")
         super().set_cached_nodes(nodes)
 
+    @property
+    def num_local(self) -> int:
+        r"""The rows in this GPU's memory: its shard and its copies."""
+        return self._own_nodes().numel() + self._copy_nodes.numel()
+
+    def grow_cache(self, num_bytes: int) -> int:
+        r"""Copies up to :obj:`num_bytes` of rows to this GPU, the hottest it
+        does not hold first (rows of peers' shards, then rows cached
+        nowhere), and returns the rows added. Not a collective: each rank
+        grows by its own GPU's room. Where the rows can not be allocated,
+        the copies stay as they were and the
+        :class:`torch.OutOfMemoryError` is raised."""
+        check_int('num_bytes', num_bytes, 0)
+        row_bytes = max(self.width * self.host.element_size(), 1)
+        with self._lock:
+            held = torch.zeros(self.num_nodes, dtype=torch.bool)
+            held[self._own_nodes()] = True
+            held[self._copy_nodes] = True
+            order = self._order.to(torch.int64)
+            fresh = order[~held[order]][:int(num_bytes) // row_bytes]
+            if fresh.numel() == 0:
+                return 0
+            self._keep_hand_set_blocks()
+            old = self._copy_nodes.numel()
+            rows = torch.empty(old + fresh.numel(), self.width,
+                               dtype=self.dtype, device=self.device)
+            if self._copies is not None:
+                rows[:old].copy_(self._copies)
+            copy_rows(self.host, fresh, rows[old:], self.FILL_CHUNK_ROWS)
+            if self.device.type == 'cuda':
+                # Gathers queued on other streams read the old copies first.
+                torch.cuda.synchronize(self.device)
+            self._copies = rows
+            self._copy_nodes = torch.cat([self._copy_nodes, fresh])
+            self._map()
+        return fresh.numel()
+
+    @property
+    def cached_bytes(self) -> int:
+        r"""The bytes of the rows in this GPU's memory."""
+        return self.num_local * self.width * self.host.element_size()
+
+    def gpu_bytes(self) -> int:
+        copies = 0 if self._copies is None else \
+            self._copies.numel() * self._copies.element_size()
+        return super().gpu_bytes() + copies
+
     def _cache_table(self) -> Tuple:
-        return self.shards.pointers, self.capacity, self.peers.rank
+        return self._table, self._stride, self.peers.rank
 
     def _read_cache(self, slot: Tensor, out: Tensor, rows: Tensor,
                     source: Tensor) -> None:
+        S, stride = self.peers.world_size, self._stride
         slot = slot.to(torch.int64)
-        owner = torch.div(slot, max(self.capacity, 1), rounding_mode='floor')
-        local = slot - owner * self.capacity
-        out[rows] = self.shards.gather(owner, local)
-        source[rows[owner != self.peers.rank]] = 3
+        owner = torch.div(slot, stride, rounding_mode='floor').clamp_(max=S)
+        local = slot - owner * stride
+        copy = owner == S
+        at = copy.nonzero().view(-1)
+        if at.numel() > 0:
+            out[rows[at]] = self._copies.index_select(0, local[at])
+        at = (~copy).nonzero().view(-1)
+        out[rows[at]] = self.shards.gather(owner[at], local[at])
+        source[rows[(owner != self.peers.rank) & ~copy]] = 3
 
     def describe(self) -> str:
         return (super().describe()[:-1] +
                 f', shards={self.peers.world_size}, '
-                f'rows_per_gpu={self.capacity})')
+                f'rows_per_gpu={self.capacity}, '
+                f'copies={self._copy_nodes.numel()})')

@@ -218,8 +218,6 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
     _num_shards = 0
     #: Whether :meth:`set_cached_nodes` may change the cached rows.
     can_set_cached_nodes = True
-    #: Whether :meth:`grow_cache` may add rows.
-    can_grow_cache = True
     #: Rows copied to the cache at a time (bounds the staging memory).
     FILL_CHUNK_ROWS = 1 << 20
 
@@ -315,9 +313,15 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         return self.num_nodes
 
     @property
+    def num_local(self) -> int:
+        r"""The rows in this GPU's memory (all cached rows, unless the cache
+        is split over GPUs)."""
+        return self.num_cached
+
+    @property
     def cached_bytes(self) -> int:
-        r"""The bytes of the cached rows."""
-        return self.num_cached * self.width * self.host.element_size()
+        r"""The bytes of the rows in this GPU's memory."""
+        return self.num_local * self.width * self.host.element_size()
 
     def grow_cache(self, num_bytes: int) -> int:
         r"""Adds up to :obj:`num_bytes` of rows to the cache, the hottest
@@ -326,9 +330,6 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         rows can not be allocated, the old cache is put back and the
         :class:`torch.OutOfMemoryError` raised."""
         check_int('num_bytes', num_bytes, 0)
-        if not self.can_grow_cache:
-            raise NotImplementedError(
-                f"{type(self).__name__} can not grow its cache")
         row_bytes = max(self.width * self.host.element_size(), 1)
         with self._lock:
             old = self.cached_nodes.cpu()

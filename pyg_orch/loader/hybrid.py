@@ -344,13 +344,12 @@ class HybridLoaderMixin:
         With every row cached, no feature crosses the host link. Returns a
         :class:`~pyg_orch.gpu.CacheFit` (with the reason where the cache did
         not grow: no GPU, no feature store, no room).
+        A cache split over GPUs (:obj:`PlacementOptions(topology='sharded')`)
+        keeps its shards and copies further rows to this GPU (rows of
+        peers' shards first): on each rank, no collective.
         :class:`~pyg_orch.offload.BottomLayerOffload` calls it once its
         decision is made (:obj:`OffloadOptions(fit_gpu_cache=False)` to
         not).
-
-        Raises:
-            NotImplementedError: For a cache spread over GPUs
-                (:obj:`PlacementOptions(topology='sharded')`).
         """
         check_int('reserve', reserve, 0, optional=True)
         check_int('working_set', working_set, 0, optional=True)
@@ -358,13 +357,7 @@ class HybridLoaderMixin:
         if fs is None:
             return CacheFit(0, 0, 0, 0, None,
                             'the loader has no GPU feature store')
-        if not fs.can_grow_cache:
-            raise NotImplementedError(
-                f"fit_gpu_cache() does not grow a {type(fs).__name__} yet "
-                f"(a cache spread over GPUs holds as many rows as each "
-                f"GPU's budget allows; set it with "
-                f"CacheOptions(gpu_memory_budget=...))")
-        before, total = fs.num_cached, fs.num_rows
+        before, total = fs.num_local, fs.num_rows
         if fs.device.type != 'cuda':
             return CacheFit(before, before, total, 0, None,
                             f'the cache is on {fs.device}, not a GPU')
@@ -387,8 +380,8 @@ class HybridLoaderMixin:
                       f'a working set of {working_set / 2**30:.2f} GiB')
         elif added > 0:
             logger.info('GPU feature cache grown from %d to %d of %d rows',
-                        before, fs.num_cached, total)
-        return CacheFit(before, fs.num_cached, total,
+                        before, fs.num_local, total)
+        return CacheFit(before, fs.num_local, total,
                         fs.cached_bytes - start, memory, reason, working_set)
 
     # Offload protocol (see pyg_orch.offload.protocol) ######################

@@ -441,7 +441,11 @@ def gather_rows_kernel(
     SHARDS: tl.constexpr = 0,
 ):
     r"""Gathers rows :obj:`index` from the GPU cache, the previous batch or
-    host memory, recording each row's source (0, 1, 2; 3: a peer's cache)."""
+    host memory, recording each row's source (0, 1, 2; 3: a peer's cache).
+    A cache split over :obj:`SHARDS` GPUs codes a slot as :obj:`owner *
+    capacity + row`; entry :obj:`SHARDS` of :obj:`cache_table_ptr` holds
+    this GPU's copies of other rows (codes from :obj:`SHARDS * capacity`
+    on)."""
     it = 0
     while it < num_iters:  # Not `range`: the interpreter cannot run it.
         blk = it * tl.num_programs(0) + tl.program_id(0)
@@ -460,9 +464,11 @@ def gather_rows_kernel(
         on_host = rmask & ~in_cache & ~in_prev
         source = tl.where(in_cache, 0, tl.where(in_prev, 1, 2))
         if SHARDS > 0:
-            owner = tl.where(in_cache, slot // capacity, rank)
+            # Slots past the shards (owner SHARDS) are this GPU's own copies.
+            owner = tl.where(in_cache, tl.minimum(slot // capacity, SHARDS),
+                             rank)
             slot = slot - owner * capacity
-            source = tl.where(owner != rank, 3, source)
+            source = tl.where((owner != rank) & (owner < SHARDS), 3, source)
             addr = tl.load(cache_table_ptr + owner, mask=in_cache, other=0)
             base = addr.to(tl.pointer_type(cache_ptr.dtype.element_ty))
         else:
