@@ -33,11 +33,13 @@ gathering alone, GPU kernel time by kind from :mod:`torch.profiler`):
     python benchmarks/bench_epoch_scale.py --gpus 4 --modes trim,compiled
 """
 import argparse
+import cProfile
 import datetime
 import gc
 import json
 import math
 import os
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -637,6 +639,21 @@ def run_modes(loader, args, device: torch.device, t0: float,
     return out
 
 
+def top_functions(profiler: 'cProfile.Profile', num: int = 40
+                  ) -> List[Dict[str, Any]]:
+    r"""The :obj:`num` functions of :obj:`profiler` with the most time spent
+    in them and what they call (:obj:`cumtime`)."""
+    stats = pstats.Stats(profiler)
+    rows = []
+    for (file, line, name), (_, calls, tottime, cumtime, _) in \
+            stats.stats.items():
+        rows.append({'function': f'{Path(file).name}:{line}({name})',
+                     'calls': calls, 'tottime_s': tottime,
+                     'cumtime_s': cumtime})
+    rows.sort(key=lambda r: -r['cumtime_s'])
+    return rows[:num]
+
+
 def faster_blocks(bounds_: Dict) -> Optional[Dict[str, Optional[int]]]:
     r"""The gather's number of thread blocks (:obj:`None`: no cap) that
     beat the store's own setting by over 10% alone, as
@@ -701,6 +718,9 @@ def rank_main(rank: int, world: int, args, feat: Dict, node_data,
         sync(device)
         dist.barrier()
         start = time.perf_counter()
+        profiler = cProfile.Profile() if args.profile_build else None
+        if profiler is not None:
+            profiler.enable()
         loader = HybridNeighborLoader(
             data, args.fanout, input_nodes=seeds, batch_size=args.batch_size,
             shuffle=True, device=device, topology=topo,
@@ -708,6 +728,9 @@ def rank_main(rank: int, world: int, args, feat: Dict, node_data,
             cache=cache_options(args))
         sync(device)
         out['build_s'] = time.perf_counter() - start
+        if profiler is not None:
+            profiler.disable()
+            out['build_profile'] = top_functions(profiler)
         out['batches_per_epoch'] = len(loader)
         st = loader.stats()
         out['memory'] = st['memory']
@@ -889,6 +912,10 @@ def parse_args(argv=None):
                    "GPU cache into the memory training left free "
                    "(HybridNeighborLoader.fit_gpu_cache; on every rank "
                    "with --gpus > 1)")
+    p.add_argument('--profile-build', action='store_true',
+                   help='with --gpus > 1: profile the loaders\' '
+                   'construction (cProfile; the costliest functions in the '
+                   'JSON)')
     p.add_argument('--profile-batches', type=int, default=20,
                    help='with --gpus > 1: batches profiled after each '
                    'epoch (0: none)')

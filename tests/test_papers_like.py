@@ -287,7 +287,8 @@ def test_bench_epoch_scale_two_ranks(bench, tmp_path):
         '--hidden', '8', '--fanout', '3,2,1', '--num-features', '8',
         '--modes', 'trim', '--warmup', '1', '--bound-batches', '2',
         '--profile-batches', '1', '--shm-dir', str(tmp_path / 'shm'),
-        '--out', str(tmp_path / 'r.json'), '--fit-gpu-cache'
+        '--out', str(tmp_path / 'r.json'), '--fit-gpu-cache',
+        '--profile-build'
     ]
     for attempt in range(3):  # Again on a new port if it was taken.
         try:
@@ -306,6 +307,11 @@ def test_bench_epoch_scale_two_ranks(bench, tmp_path):
             fit = trim['gpu_cache_fit']
             assert not fit['grew'] and 'no GPU feature store' in fit['reason']
         assert res['summary'][f'{placement}/trim']['epoch_s'] > 0
+        top = res['ranks'][0]['placements'][placement]['build_profile']
+        assert any('HybridNeighborLoader' in f['function'] or '__init__' in
+                   f['function'] for f in top)
+        assert top[0]['cumtime_s'] >= top[-1]['cumtime_s'] >= 0
+        assert top[0]['cumtime_s'] > 0
     assert 'sharded_over_replicated_speed/trim' in res['summary']
 
 

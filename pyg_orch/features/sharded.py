@@ -107,8 +107,9 @@ class ShardedFeatureStore(TieredFeatureStore):
         else:
             self.shards = peers.allocate((max(C, 1), self.width),
                                          self.dtype)
-        self.shards.own[:mine.numel()].copy_(
-            self.host.index_select(0, mine))
+        # In chunks through pinned staging: no pageable copy of the shard.
+        copy_rows(self.host, mine, self.shards.own[:mine.numel()],
+                  self.FILL_CHUNK_ROWS)
         self._map()
         self._quiesce()  # Every rank's rows are in place.
 
