@@ -33,13 +33,12 @@ gathering alone, GPU kernel time by kind from :mod:`torch.profiler`):
     python benchmarks/bench_epoch_scale.py --gpus 4 --modes trim,compiled
 """
 import argparse
-import cProfile
+import contextlib
 import datetime
 import gc
 import json
 import math
 import os
-import pstats
 import sys
 import time
 from pathlib import Path
@@ -639,19 +638,76 @@ def run_modes(loader, args, device: torch.device, t0: float,
     return out
 
 
-def top_functions(profiler: 'cProfile.Profile', num: int = 40
-                  ) -> List[Dict[str, Any]]:
-    r"""The :obj:`num` functions of :obj:`profiler` with the most time spent
-    in them and what they call (:obj:`cumtime`)."""
-    stats = pstats.Stats(profiler)
-    rows = []
-    for (file, line, name), (_, calls, tottime, cumtime, _) in \
-            stats.stats.items():
-        rows.append({'function': f'{Path(file).name}:{line}({name})',
-                     'calls': calls, 'tottime_s': tottime,
-                     'cumtime_s': cumtime})
-    rows.sort(key=lambda r: -r['cumtime_s'])
-    return rows[:num]
+#: What :func:`timed_build_steps` times: (module, function) or (module,
+#: class, method), each where it is defined.
+BUILD_STEPS = (
+    ('pyg_orch.sampling.sampler', 'HybridNeighborSampler', '__init__'),
+    ('pyg_orch.topology.sharded', 'shard_graph_topology'),
+    ('pyg_orch.topology.sharded', 'check_same_graph'),
+    ('pyg_orch.topology.sharded', 'expansion_weight'),
+    ('pyg_orch.topology.sharded', 'shard_topology'),
+    ('pyg_orch.topology.sharded', 'choose_replicated'),
+    ('pyg_orch.loader.features', 'build_store'),
+    ('pyg_orch.features.gpu_cache', 'hottest_first'),
+    ('pyg_orch.features.tiered', 'TieredFeatureStore', '__init__'),
+    ('pyg_orch.features.tiered', 'TieredFeatureStore', '_fill_cache'),
+    ('pyg_orch.features.tiered', 'copy_rows'),
+    ('pyg_orch.features.sharded', 'ShardedFeatureStore', '__init__'),
+    ('pyg_orch.features.sharded', 'ShardedFeatureStore', '_host_rows'),
+    ('pyg_orch.features.sharded', 'ShardedFeatureStore', '_fill_cache'),
+    ('pyg_orch.features.sharded', 'ShardedFeatureStore', '_map'),
+    ('pyg_orch.parallel.peer_memory', 'PeerGroup', '__init__'),
+    ('pyg_orch.parallel.peer_memory', 'PeerGroup', 'allocate'),
+    ('pyg_orch.parallel.peer_memory', 'PeerGroup', 'barrier'),
+    ('pyg_orch.parallel.peer_memory', 'PeerGroup', 'all_gather_object'),
+    ('pyg_orch.parallel.peer_memory', 'PeerGroup', 'all_reduce_sum'),
+    ('pyg_orch.parallel.peer_memory', 'PeerGroup', 'share_host'),
+)
+
+
+@contextlib.contextmanager
+def timed_build_steps(enabled: bool = True):
+    r"""Wall time and calls of every :obj:`BUILD_STEPS` entry called inside
+    the block (inclusive: a step's time holds the steps it calls), as a
+    dictionary filled on exit. Functions are replaced in every loaded
+    :mod:`pyg_orch` module that imported them, and restored."""
+    import importlib
+    steps: Dict[str, Dict[str, float]] = {}
+    if not enabled:
+        yield steps
+        return
+    patched = []
+
+    def timed(name: str, fn: Callable) -> Callable:
+        def wrapper(*a, **kw):
+            start = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                st = steps.setdefault(name, {'calls': 0, 'seconds': 0.0})
+                st['calls'] += 1
+                st['seconds'] += time.perf_counter() - start
+        return wrapper
+
+    for entry in BUILD_STEPS:
+        module = importlib.import_module(entry[0])
+        if len(entry) == 3:
+            cls = getattr(module, entry[1])
+            fn = cls.__dict__[entry[2]]
+            patched.append((cls, entry[2], fn))
+            setattr(cls, entry[2], timed(f'{entry[1]}.{entry[2]}', fn))
+            continue
+        fn = getattr(module, entry[1])
+        for mod in [m for n, m in list(sys.modules.items())
+                    if n.startswith('pyg_orch') and m is not None]:
+            if mod.__dict__.get(entry[1]) is fn:
+                patched.append((mod, entry[1], fn))
+                setattr(mod, entry[1], timed(entry[1], fn))
+    try:
+        yield steps
+    finally:
+        for owner, name, fn in reversed(patched):
+            setattr(owner, name, fn)
 
 
 def faster_blocks(bounds_: Dict) -> Optional[Dict[str, Optional[int]]]:
@@ -718,19 +774,16 @@ def rank_main(rank: int, world: int, args, feat: Dict, node_data,
         sync(device)
         dist.barrier()
         start = time.perf_counter()
-        profiler = cProfile.Profile() if args.profile_build else None
-        if profiler is not None:
-            profiler.enable()
-        loader = HybridNeighborLoader(
-            data, args.fanout, input_nodes=seeds, batch_size=args.batch_size,
-            shuffle=True, device=device, topology=topo,
-            placement=PlacementOptions(topology=placement), seed=rank,
-            cache=cache_options(args))
-        sync(device)
+        with timed_build_steps(args.profile_build) as steps:
+            loader = HybridNeighborLoader(
+                data, args.fanout, input_nodes=seeds,
+                batch_size=args.batch_size, shuffle=True, device=device,
+                topology=topo, placement=PlacementOptions(topology=placement),
+                seed=rank, cache=cache_options(args))
+            sync(device)
         out['build_s'] = time.perf_counter() - start
-        if profiler is not None:
-            profiler.disable()
-            out['build_profile'] = top_functions(profiler)
+        if args.profile_build:
+            out['build_steps'] = steps
         out['batches_per_epoch'] = len(loader)
         st = loader.stats()
         out['memory'] = st['memory']
@@ -913,9 +966,8 @@ def parse_args(argv=None):
                    "(HybridNeighborLoader.fit_gpu_cache; on every rank "
                    "with --gpus > 1)")
     p.add_argument('--profile-build', action='store_true',
-                   help='with --gpus > 1: profile the loaders\' '
-                   'construction (cProfile; the costliest functions in the '
-                   'JSON)')
+                   help="with --gpus > 1: time the steps of each loader's "
+                   "construction (BUILD_STEPS) on every rank")
     p.add_argument('--profile-batches', type=int, default=20,
                    help='with --gpus > 1: batches profiled after each '
                    'epoch (0: none)')

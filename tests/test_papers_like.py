@@ -307,11 +307,13 @@ def test_bench_epoch_scale_two_ranks(bench, tmp_path):
             fit = trim['gpu_cache_fit']
             assert not fit['grew'] and 'no GPU feature store' in fit['reason']
         assert res['summary'][f'{placement}/trim']['epoch_s'] > 0
-        top = res['ranks'][0]['placements'][placement]['build_profile']
-        assert any('HybridNeighborLoader' in f['function'] or '__init__' in
-                   f['function'] for f in top)
-        assert top[0]['cumtime_s'] >= top[-1]['cumtime_s'] >= 0
-        assert top[0]['cumtime_s'] > 0
+        for r in res['ranks']:
+            steps = r['placements'][placement]['build_steps']
+            build = r['placements'][placement]['build_s']
+            # The sampler is built once per loader, within its build time:
+            init = steps['HybridNeighborSampler.__init__']
+            assert init['calls'] == 1 and 0 < init['seconds'] <= build
+            assert ('shard_topology' in steps) == (placement == 'sharded')
     assert 'sharded_over_replicated_speed/trim' in res['summary']
 
 
@@ -358,3 +360,16 @@ def test_bench_epoch_scale_gpu_memory_budget(bench):
     assert options('--gpu-memory-budget', 'auto').gpu_memory_budget == 'auto'
     with pytest.raises(SystemExit):
         options('--gpu-memory-budget', 'most')
+
+
+def test_bench_epoch_scale_timed_build_steps_restores(bench):
+    from pyg_orch.features import gpu_cache, tiered
+    before = (gpu_cache.hottest_first, tiered.hottest_first,
+              tiered.TieredFeatureStore.__init__)
+    with bench.timed_build_steps() as steps:
+        assert tiered.hottest_first is not before[1]
+        tiered.TieredFeatureStore(torch.randn(20, 3), 'cpu', cache_ratio=0.5)
+    assert steps['TieredFeatureStore.__init__']['calls'] == 1
+    assert steps['hottest_first']['calls'] == 1
+    assert (gpu_cache.hottest_first, tiered.hottest_first,
+            tiered.TieredFeatureStore.__init__) == before
