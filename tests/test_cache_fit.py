@@ -305,3 +305,33 @@ def test_fit_gpu_cache_grows_a_hetero_cache_on_a_gpu():
         for t in batch.node_types:
             assert torch.equal(batch[t].x.cpu(),
                                data[t].x[batch[t].n_id.cpu()])
+
+
+def test_hottest_first_ranks_ties_in_id_order():
+    from pyg_orch.features.gpu_cache import hottest_first
+    hot = torch.tensor([1.0, 3.0, 1.0, 3.0, 0.0, 2.0])
+    assert hottest_first(hot, 6).tolist() == [1, 3, 5, 0, 2, 4]
+    assert hottest_first(None, 3).tolist() == [0, 1, 2]
+
+
+@pytest.mark.gpu
+def test_sorting_on_the_gpu_gives_the_cpu_order():
+    # Store construction and the choice of replicated lists sort on the
+    # GPU: the same order as on the CPU, many ties included.
+    from pyg_orch.core.devices import argsort_descending
+    from pyg_orch.topology.sharded import choose_replicated
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randint(0, 50, (200000, ), generator=gen).double()
+    cpu = argsort_descending(values)
+    assert torch.equal(cpu, torch.argsort(values, descending=True,
+                                          stable=True))
+    on_gpu = argsort_descending(values, torch.device('cuda'))
+    assert on_gpu.device.type == 'cpu' and torch.equal(on_gpu, cpu)
+    deg = torch.randint(0, 30, (50000, ), generator=gen)
+    colptr = torch.cat([torch.zeros(1, dtype=torch.long), deg.cumsum(0)])
+    score = torch.randint(0, 5, (50000, ), generator=gen).double()
+    args = (colptr, 100000, 4, score)
+    assert torch.equal(
+        choose_replicated(*args, exclude=range(0, 1000), max_fanout=10),
+        choose_replicated(*args, exclude=range(0, 1000), max_fanout=10,
+                          device=torch.device('cuda')))

@@ -603,3 +603,15 @@ def test_offload_passes_through_a_sharded_topology():
     # them all: the wrapper must not compute from a shard (or fail).
     out = run_workers(_offload_on_shards, 2, timeout=180)
     assert out == [(1, 'pass_through', True, True, 2)] * 2
+
+
+def test_list_positions():
+    from pyg_orch.topology.sharded import list_positions
+    # Lists copied to slots 0-1, 2-4, 5, from CSC positions 7-8, 3-5, 13:
+    got = list_positions(torch.tensor([7, 1, 8]), torch.tensor([2, 3, 1]),
+                         torch.device('cpu'))
+    assert got.tolist() == [7, 8, 3, 4, 5, 13]
+    if torch.cuda.is_available():
+        on_gpu = list_positions(torch.tensor([7, 1, 8]),
+                                torch.tensor([2, 3, 1]), torch.device('cuda'))
+        assert on_gpu.is_cuda and on_gpu.tolist() == got.tolist()

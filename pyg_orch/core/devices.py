@@ -3,6 +3,7 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import torch
+from torch import Tensor
 
 
 def with_index(device: torch.device) -> torch.device:
@@ -38,3 +39,17 @@ def current_stream(device: torch.device) -> Optional['torch.cuda.Stream']:
     # An index skips PyTorch's device parsing in Python.
     return torch.cuda.current_stream(
         device if device.index is None else device.index)
+
+
+def argsort_descending(values: Tensor,
+                       device: Optional[torch.device] = None) -> Tensor:
+    r"""The stable descending order of :obj:`values` (ties in index order)
+    on the CPU, sorted on :obj:`device` where it is a GPU (on the CPU where
+    the GPU has no room: the same order, slower)."""
+    if device is not None and torch.device(device).type == 'cuda':
+        try:
+            return torch.argsort(values.to(device), descending=True,
+                                 stable=True).cpu()
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+    return torch.argsort(values.cpu(), descending=True, stable=True)

@@ -9,6 +9,7 @@ from torch import Tensor
 from torch_geometric.data import FeatureStore, TensorAttr
 
 from pyg_orch.core.checks import check_choice, check_int
+from pyg_orch.core.devices import argsort_descending
 
 #: The policies of a :class:`RowCache`.
 POLICIES = ('static', 'lru')
@@ -53,13 +54,14 @@ def most_counted_split(counts: List[Tensor], k: int,
     return list(torch.split(chosen, [c.numel() for c in counts]))
 
 
-def hottest_first(hotness: Optional[Tensor], num: int) -> Tensor:
+def hottest_first(hotness: Optional[Tensor], num: int,
+                  device: Optional[torch.device] = None) -> Tensor:
     r"""Every id of :obj:`[0, num)`, highest :obj:`hotness` first (ties and
-    no :obj:`hotness`: id order)."""
+    no :obj:`hotness`: id order), on the CPU (sorted on :obj:`device` if it
+    is a GPU)."""
     if hotness is None:
         return torch.arange(num)
-    return torch.argsort(hotness.cpu().to(torch.float64), descending=True,
-                         stable=True)
+    return argsort_descending(hotness.to(torch.float64), device)
 
 
 def split_budget(

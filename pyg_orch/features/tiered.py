@@ -197,7 +197,7 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
         self.capacity = num_cached
         if hotness is not None:
             check_hotness(hotness, self.num_nodes)
-        order = hottest_first(hotness, self.num_nodes)
+        order = hottest_first(hotness, self.num_nodes, self.device)
         #: Every node, hottest first: the rows :meth:`grow_cache` adds.
         self._order = order.to(torch.int32) if self.num_nodes < 2**31 \
             else order

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.checks import check_choice
+from pyg_orch.core.devices import argsort_descending
 from pyg_orch.topology.csc import (
     CSCTopology,
     ShardLayout,
@@ -274,10 +275,12 @@ def shard_bounds(colptr: Tensor, num_shards: int) -> List[int]:
 def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
                       score: Optional[Tensor] = None,
                       exclude: Optional[Union[range, Tensor]] = None,
-                      max_fanout: Optional[int] = None) -> Tensor:
+                      max_fanout: Optional[int] = None,
+                      device: Optional[torch.device] = None) -> Tensor:
     r"""The destinations whose lists to copy within :obj:`budget_bytes`,
     greedily by reads saved per byte (:obj:`score`: expected expansions, the
-    in-degree if not given), skipping those in :obj:`exclude`."""
+    in-degree if not given), skipping those in :obj:`exclude` (ranked on
+    :obj:`device` if it is a GPU)."""
     deg = (colptr[1:] - colptr[:-1]).cpu().to(torch.int64)
     if budget_bytes <= 0 or deg.numel() == 0:
         return torch.empty(0, dtype=torch.int64)
@@ -295,10 +298,28 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
         value[exclude.cpu()] = float('-inf')
     elif exclude is not None and len(exclude) > 0:
         value[exclude.start:exclude.stop] = float('-inf')
-    order = torch.argsort(value, descending=True, stable=True)
+    order = argsort_descending(value, device)
     order = order[torch.isfinite(value[order]) & (value[order] > 0)]
     cost = torch.cumsum(deg[order] * bytes_per_edge, 0)
     return order[cost <= budget_bytes]
+
+
+def list_positions(offset: Tensor, deg: Tensor,
+                   device: torch.device) -> Tensor:
+    r"""For lists of :obj:`deg[i]` slots laid end to end, position
+    :obj:`offset[i] + k` of every slot :obj:`k` of list :obj:`i`, on
+    :obj:`device` (computed there; on the CPU where the GPU has no room)."""
+    total = int(deg.sum())
+    if device.type == 'cuda':
+        try:
+            return torch.repeat_interleave(
+                offset.to(device), deg.to(device), output_size=total) + \
+                torch.arange(total, device=device)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+    pos = torch.repeat_interleave(offset.cpu(), deg.cpu()) + torch.arange(
+        total)
+    return pos.to(device)
 
 
 def check_node_parts(node_parts: Tensor, num_nodes: int,
@@ -427,7 +448,7 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
         csc.edge_id.element_size() if csc.edge_id is not None else 0)
     chosen = choose_replicated(colptr, replicate_bytes, bytes_per_edge,
                                replicate_score, exclude=exclude,
-                               max_fanout=max_fanout)
+                               max_fanout=max_fanout, device=device)
     if chosen.numel() > 0:
         chosen = chosen.sort().values
         deg = (colptr[chosen + 1] - colptr[chosen]).to(torch.int64)
@@ -435,9 +456,8 @@ def shard_topology(csc: CSCTopology, peers: PeerGroup,
         dtype = smallest_index_dtype(int(deg.sum()))
         rep_start = torch.full((colptr.numel() - 1, ), -1, dtype=dtype)
         rep_start[chosen] = starts.to(dtype)
-        pos = torch.repeat_interleave(colptr[chosen].to(torch.int64) - starts,
-                                      deg) + torch.arange(int(deg.sum()))
-        pos = pos.to(src_device)
+        pos = list_positions(colptr[chosen].to(torch.int64) - starts, deg,
+                             src_device)
         rep_row = csc.row.index_select(0, pos).to(device)
         if csc.edge_id is not None:
             rep_eid = csc.edge_id.index_select(0, pos).to(device)
