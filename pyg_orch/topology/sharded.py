@@ -13,7 +13,6 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.checks import check_choice
-from pyg_orch.core.devices import argsort_descending
 from pyg_orch.topology.csc import (
     CSCTopology,
     ShardLayout,
@@ -281,25 +280,43 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
     greedily by reads saved per byte (:obj:`score`: expected expansions, the
     in-degree if not given), skipping those in :obj:`exclude` (ranked on
     :obj:`device` if it is a GPU)."""
-    deg = (colptr[1:] - colptr[:-1]).cpu().to(torch.int64)
-    if budget_bytes <= 0 or deg.numel() == 0:
+    n = colptr.numel() - 1
+    if budget_bytes <= 0 or n <= 0:
         return torch.empty(0, dtype=torch.int64)
-    weight = deg.to(torch.float64) if score is None else \
-        score.cpu().to(torch.float64)
-    if weight.numel() != deg.numel():
+    if score is not None and score.numel() != n:
         raise ValueError(f"'replicate_score' must have one entry per node "
-                         f"({deg.numel()}), got {weight.numel()}")
+                         f"({n}), got {score.numel()}")
+    if device is not None and torch.device(device).type == 'cuda':
+        try:
+            return _rank_lists(colptr, budget_bytes, bytes_per_edge, score,
+                               exclude, max_fanout,
+                               torch.device(device)).cpu()
+        except torch.OutOfMemoryError:  # The same ranking on the CPU.
+            torch.cuda.empty_cache()
+    return _rank_lists(colptr, budget_bytes, bytes_per_edge, score, exclude,
+                       max_fanout, torch.device('cpu'))
+
+
+def _rank_lists(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
+                score: Optional[Tensor], exclude: Optional[Union[range,
+                                                                 Tensor]],
+                max_fanout: Optional[int], on: torch.device) -> Tensor:
+    # `choose_replicated`, computed on `on`.
+    colptr = colptr.to(on)
+    deg = (colptr[1:] - colptr[:-1]).to(torch.int64)
     degf = deg.to(torch.float64)
+    weight = degf if score is None else score.to(on, torch.float64)
     reads = degf if max_fanout is None or max_fanout < 0 else \
         degf.clamp(max=max_fanout)
     value = torch.where(deg > 0, weight * reads / degf.clamp(min=1),
                         float('-inf'))
     if isinstance(exclude, Tensor):
-        value[exclude.cpu()] = float('-inf')
+        value[exclude.to(on)] = float('-inf')
     elif exclude is not None and len(exclude) > 0:
         value[exclude.start:exclude.stop] = float('-inf')
-    order = argsort_descending(value, device)
-    order = order[torch.isfinite(value[order]) & (value[order] > 0)]
+    order = torch.argsort(value, descending=True, stable=True)
+    ranked = value[order]
+    order = order[torch.isfinite(ranked) & (ranked > 0)]
     cost = torch.cumsum(deg[order] * bytes_per_edge, 0)
     return order[cost <= budget_bytes]
 
