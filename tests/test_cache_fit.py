@@ -47,9 +47,10 @@ def test_copy_rows_in_chunks(chunk):
     g = torch.Generator().manual_seed(0)
     host = torch.randn(50, 6, generator=g)
     nodes = torch.randperm(50, generator=g)[:23]
-    out = torch.empty(23, 6)
-    copy_rows(host, nodes, out, chunk)
-    assert torch.equal(out, host[nodes])
+    for in_id_order in (False, True):
+        out = torch.empty(23, 6)
+        copy_rows(host, nodes, out, chunk, in_id_order)
+        assert torch.equal(out, host[nodes])
     out = torch.empty(50, 6)
     copy_rows(host, None, out, chunk)
     assert torch.equal(out, host)
@@ -335,3 +336,20 @@ def test_sorting_on_the_gpu_gives_the_cpu_order():
         choose_replicated(*args, exclude=range(0, 1000), max_fanout=10),
         choose_replicated(*args, exclude=range(0, 1000), max_fanout=10,
                           device=torch.device('cuda')))
+
+
+def test_bench_cache_fill_tiny(monkeypatch, tmp_path):
+    import importlib
+    from pathlib import Path
+    monkeypatch.syspath_prepend(
+        str(Path(__file__).resolve().parents[1] / 'benchmarks'))
+    bench = importlib.import_module('bench_cache_fill')
+    res = bench.main(['--nodes', '5000', '--rows', '3000', '--width', '4',
+                      '--repeats', '2', '--device', 'cpu', '--out',
+                      str(tmp_path / 'r.json')])
+    assert (tmp_path / 'r.json').exists()
+    for order in ('given_order', 'id_order'):
+        r = res[order]
+        assert r['rows_right'] and r['min_s'] <= r['median_s'] <= r['max_s']
+    with pytest.raises(SystemExit):
+        bench.main(['--nodes', '10', '--rows', '11', '--device', 'cpu'])

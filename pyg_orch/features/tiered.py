@@ -505,23 +505,41 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
 
 
 def copy_rows(host: Tensor, nodes: Optional[Tensor], out: Tensor,
-              chunk: int) -> None:
+              chunk: int, in_id_order: bool = False) -> None:
     r"""Copies rows :obj:`nodes` of :obj:`host` (all rows if :obj:`None`)
-    into :obj:`out`, :obj:`chunk` rows at a time: no host copy of them all."""
+    into :obj:`out`, :obj:`chunk` rows at a time: no host copy of them all.
+    With :obj:`in_id_order`, the rows are read from :obj:`host` in id order
+    (sorted on :obj:`out`'s device; in the order given where it has no
+    room) and put in place there (timed by
+    ``benchmarks/bench_cache_fill.py``; not yet the stores' default)."""
     n = out.size(0)
-    staging = None
+    if nodes is None:
+        for a in range(0, n, chunk):
+            b = min(a + chunk, n)
+            out[a:b].copy_(host[a:b])
+        return
+    rows = min(chunk, n)
+    where = landing = None
+    if in_id_order and n > 1:
+        try:  # Sorted where `out` lives; a chunk lands there, then moves.
+            ids, where = torch.sort(nodes.to(out.device))
+            landing = torch.empty(rows, host.size(1), dtype=host.dtype,
+                                  device=out.device)
+            nodes = ids.cpu()
+        except torch.OutOfMemoryError:  # No room: rows in the given order.
+            where = landing = None
+            torch.cuda.empty_cache()
+    staging = torch.empty(rows, host.size(1), dtype=host.dtype,
+                          pin_memory=out.is_cuda)
     for a in range(0, n, chunk):
         b = min(a + chunk, n)
-        if nodes is None:
-            out[a:b].copy_(host[a:b])
-            continue
-        if staging is None:
-            staging = torch.empty(min(chunk, n), host.size(1),
-                                  dtype=host.dtype,
-                                  pin_memory=out.is_cuda)
         part = staging[:b - a]
         torch.index_select(host, 0, nodes[a:b], out=part)
-        out[a:b].copy_(part)
+        if where is None:
+            out[a:b].copy_(part)
+        else:
+            landing[:b - a].copy_(part)
+            out.index_copy_(0, where[a:b], landing[:b - a])
 
 
 def triton_next_pow2(x: int) -> int:
