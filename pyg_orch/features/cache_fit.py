@@ -58,7 +58,8 @@ class GpuMemory:
 @dataclass(frozen=True)
 class CacheFit:
     r"""What :meth:`~pyg_orch.HybridNeighborLoader.fit_gpu_cache` did."""
-    #: Rows cached before and after.
+    #: Rows in this GPU's memory before and after (a cache split over GPUs:
+    #: its shard and its copies of other rows).
     rows_before: int
     rows_after: int
     #: The node rows in all (the cache can not hold more).
