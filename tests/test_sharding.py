@@ -309,16 +309,35 @@ def test_fused_kernel_reads_shards_like_one_topology(replicate, split):
         assert local > 0 and peer > 0 and (rep > 0) == (replicate > 0)
 
 
-def _features(rank, world_size, method, budget_rows):
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(1000, 12, generator=gen)
-    # Each rank sees other nodes as hot: the machine adds them up.
-    hot = torch.zeros(1000)
-    hot[rank * 100:(rank + 1) * 100] = 1.0
+#: The gather methods of the feature-store tests (the UVA kernel under
+#: Triton's interpreter).
+METHODS = [
+    'cpu',
+    pytest.param('uva', marks=pytest.mark.skipif(
+        not INTERPRET, reason='needs TRITON_INTERPRET=1')),
+]
+
+
+def _method_env(method):
+    return {'TRITON_INTERPRET': '1'} if method == 'uva' else None
+
+
+def _sharded_store(rank, hot, budget_rows, method):
+    # 1,000 rows of 12 features (rank 0's copied to shared memory) and a
+    # cache of `budget_rows` per rank.
+    x = torch.randn(1000, 12, generator=torch.Generator().manual_seed(0))
     store = ShardedFeatureStore(x if rank == 0 else torch.zeros_like(x),
                                 PeerGroup(), hotness=hot,
                                 gpu_memory_budget=budget_rows * 12 * 4,
                                 method=method)
+    return x, store
+
+
+def _features(rank, world_size, method, budget_rows):
+    # Each rank sees other nodes as hot: the machine adds them up.
+    hot = torch.zeros(1000)
+    hot[rank * 100:(rank + 1) * 100] = 1.0
+    x, store = _sharded_store(rank, hot, budget_rows, method)
     ok = True
     gen = torch.Generator().manual_seed(rank)
     for _ in range(4):
@@ -333,14 +352,10 @@ def _features(rank, world_size, method, budget_rows):
                 or store.host.data_ptr() != x.data_ptr())
 
 
-@pytest.mark.parametrize('method', [
-    'cpu',
-    pytest.param('uva', marks=pytest.mark.skipif(
-        not INTERPRET, reason='needs TRITON_INTERPRET=1')),
-])
+@pytest.mark.parametrize('method', METHODS)
 def test_sharded_feature_store_gathers_from_own_peer_and_host(method):
-    env = {'TRITON_INTERPRET': '1'} if method == 'uva' else None
-    out = run_workers(_features, 2, args=(method, 100), timeout=300, env=env)
+    out = run_workers(_features, 2, args=(method, 100), timeout=300,
+                      env=_method_env(method))
     for o in out:
         assert o['ok']
         # The machine caches both ranks' hot rows, 100 per rank:
@@ -433,14 +448,9 @@ def test_choose_replicated_ranks_reads_saved_per_byte():
 
 
 def _refill(rank, world_size, method):
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(1000, 12, generator=gen)
     hot = torch.zeros(1000)
     hot[:200] = 1.0
-    store = ShardedFeatureStore(x if rank == 0 else torch.zeros_like(x),
-                                PeerGroup(), hotness=hot,
-                                gpu_memory_budget=100 * 12 * 4,
-                                method=method)
+    x, store = _sharded_store(rank, hot, 100, method)
     before = sorted(store.cached_nodes.tolist())
     store.gather_blocks = 7  # Set by hand: a refill keeps it.
     # E.g. BottomLayerOffload's cache candidates: the same on every rank.
@@ -467,14 +477,10 @@ def _refill(rank, world_size, method):
                 peer=stats.peer_rows, mismatch=mismatch, blocks=blocks)
 
 
-@pytest.mark.parametrize('method', [
-    'cpu',
-    pytest.param('uva', marks=pytest.mark.skipif(
-        not INTERPRET, reason='needs TRITON_INTERPRET=1')),
-])
+@pytest.mark.parametrize('method', METHODS)
 def test_sharded_feature_store_takes_new_cached_nodes(method):
-    env = {'TRITON_INTERPRET': '1'} if method == 'uva' else None
-    out = run_workers(_refill, 2, args=(method, ), timeout=300, env=env)
+    out = run_workers(_refill, 2, args=(method, ), timeout=300,
+                      env=_method_env(method))
     for o in out:
         assert o['ok']
         assert o['before'] == list(range(200))
@@ -486,13 +492,8 @@ def test_sharded_feature_store_takes_new_cached_nodes(method):
 
 
 def _copies(rank, world_size, method):
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(1000, 12, generator=gen)
     hot = torch.linspace(1.0, 0.0, 1000)  # Node 0 the hottest.
-    store = ShardedFeatureStore(x if rank == 0 else torch.zeros_like(x),
-                                PeerGroup(), hotness=hot,
-                                gpu_memory_budget=100 * 12 * 4,
-                                method=method)
+    x, store = _sharded_store(rank, hot, 100, method)
     store.gather_blocks = 7  # Set by hand: growing keeps it.
     out = dict(before=store.num_local, blocks=[], ok=True)
     gen = torch.Generator().manual_seed(rank)
@@ -527,14 +528,10 @@ def _copies(rank, world_size, method):
     return out
 
 
-@pytest.mark.parametrize('method', [
-    'cpu',
-    pytest.param('uva', marks=pytest.mark.skipif(
-        not INTERPRET, reason='needs TRITON_INTERPRET=1')),
-])
+@pytest.mark.parametrize('method', METHODS)
 def test_sharded_feature_store_grows_copies_on_its_own_gpu(method):
-    env = {'TRITON_INTERPRET': '1'} if method == 'uva' else None
-    out = run_workers(_copies, 2, args=(method, ), timeout=300, env=env)
+    out = run_workers(_copies, 2, args=(method, ), timeout=300,
+                      env=_method_env(method))
     for rank, o in enumerate(out):
         assert o['ok']
         assert o['before'] == 100

@@ -1,6 +1,6 @@
 r"""Device helpers shared by the loaders and the samplers."""
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -41,15 +41,22 @@ def current_stream(device: torch.device) -> Optional['torch.cuda.Stream']:
         device if device.index is None else device.index)
 
 
+def on_gpu_or_cpu(compute: Callable[[torch.device], Tensor],
+                  device: Optional[torch.device] = None) -> Tensor:
+    r""":obj:`compute(device)` where :obj:`device` is a GPU, else (and where
+    the GPU has no room) :obj:`compute(cpu)`: the same result, slower."""
+    if device is not None and torch.device(device).type == 'cuda':
+        try:
+            return compute(torch.device(device))
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+    return compute(torch.device('cpu'))
+
+
 def argsort_descending(values: Tensor,
                        device: Optional[torch.device] = None) -> Tensor:
     r"""The stable descending order of :obj:`values` (ties in index order)
-    on the CPU, sorted on :obj:`device` where it is a GPU (on the CPU where
-    the GPU has no room: the same order, slower)."""
-    if device is not None and torch.device(device).type == 'cuda':
-        try:
-            return torch.argsort(values.to(device), descending=True,
-                                 stable=True).cpu()
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-    return torch.argsort(values.cpu(), descending=True, stable=True)
+    on the CPU, sorted on :obj:`device` where it is a GPU (see
+    :func:`on_gpu_or_cpu`)."""
+    return on_gpu_or_cpu(lambda on: torch.argsort(
+        values.to(on), descending=True, stable=True), device).cpu()

@@ -188,11 +188,9 @@ class ShardedFeatureStore(TieredFeatureStore):
         check_int('num_bytes', num_bytes, 0)
         row_bytes = max(self.width * self.host.element_size(), 1)
         with self._lock:
-            held = torch.zeros(self.num_nodes, dtype=torch.bool)
-            held[self._own_nodes()] = True
-            held[self._copy_nodes] = True
-            order = self._order.to(torch.int64)
-            fresh = order[~held[order]][:int(num_bytes) // row_bytes]
+            fresh = self._hottest_not_in(
+                torch.cat([self._own_nodes(), self._copy_nodes]),
+                int(num_bytes) // row_bytes)
             if fresh.numel() == 0:
                 return 0
             self._keep_hand_set_blocks()
@@ -209,11 +207,6 @@ class ShardedFeatureStore(TieredFeatureStore):
             self._copy_nodes = torch.cat([self._copy_nodes, fresh])
             self._map()
         return fresh.numel()
-
-    @property
-    def cached_bytes(self) -> int:
-        r"""The bytes of the rows in this GPU's memory."""
-        return self.num_local * self.width * self.host.element_size()
 
     def gpu_bytes(self) -> int:
         copies = 0 if self._copies is None else \

@@ -337,13 +337,18 @@ class TieredFeatureStore(ReadOnlyFeatureStore):
                       self.num_nodes - old.numel())
             if add <= 0:
                 return 0
-            cached = torch.zeros(self.num_nodes, dtype=torch.bool)
-            cached[old] = True
-            order = self._order.to(torch.int64)
-            fresh = order[~cached[order]][:add]
+            fresh = self._hottest_not_in(old, add)
             self._fill_cache(torch.cat([old, fresh]))
             self.capacity = max(self.capacity, old.numel() + add)
         return add
+
+    def _hottest_not_in(self, held: Tensor, limit: int) -> Tensor:
+        # Up to `limit` nodes outside `held`, hottest first (what
+        # `grow_cache` adds).
+        mask = torch.zeros(self.num_nodes, dtype=torch.bool)
+        mask[held] = True
+        order = self._order.to(torch.int64)
+        return order[~mask[order]][:limit]
 
     def gpu_bytes(self) -> int:
         r"""GPU memory held: the cache and the slot map."""

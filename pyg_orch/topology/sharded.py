@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from pyg_orch.core.checks import check_choice
+from pyg_orch.core.devices import on_gpu_or_cpu
 from pyg_orch.topology.csc import (
     CSCTopology,
     ShardLayout,
@@ -286,15 +287,9 @@ def choose_replicated(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
     if score is not None and score.numel() != n:
         raise ValueError(f"'replicate_score' must have one entry per node "
                          f"({n}), got {score.numel()}")
-    if device is not None and torch.device(device).type == 'cuda':
-        try:
-            return _rank_lists(colptr, budget_bytes, bytes_per_edge, score,
-                               exclude, max_fanout,
-                               torch.device(device)).cpu()
-        except torch.OutOfMemoryError:  # The same ranking on the CPU.
-            torch.cuda.empty_cache()
-    return _rank_lists(colptr, budget_bytes, bytes_per_edge, score, exclude,
-                       max_fanout, torch.device('cpu'))
+    return on_gpu_or_cpu(lambda on: _rank_lists(
+        colptr, budget_bytes, bytes_per_edge, score, exclude, max_fanout,
+        on), device).cpu()
 
 
 def _rank_lists(colptr: Tensor, budget_bytes: int, bytes_per_edge: int,
@@ -327,16 +322,9 @@ def list_positions(offset: Tensor, deg: Tensor,
     :obj:`offset[i] + k` of every slot :obj:`k` of list :obj:`i`, on
     :obj:`device` (computed there; on the CPU where the GPU has no room)."""
     total = int(deg.sum())
-    if device.type == 'cuda':
-        try:
-            return torch.repeat_interleave(
-                offset.to(device), deg.to(device), output_size=total) + \
-                torch.arange(total, device=device)
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-    pos = torch.repeat_interleave(offset.cpu(), deg.cpu()) + torch.arange(
-        total)
-    return pos.to(device)
+    return on_gpu_or_cpu(lambda on: torch.repeat_interleave(
+        offset.to(on), deg.to(on), output_size=total) + torch.arange(
+            total, device=on), device).to(device)
 
 
 def check_node_parts(node_parts: Tensor, num_nodes: int,
