@@ -7,7 +7,10 @@ look-ahead on as by default), ``offload`` (``BottomLayerOffload`` with its
 defaults, trimmed; two epochs: the first carries its set-up and trial,
 and the wrapper grows the loader's GPU cache into free memory once it has
 decided; later modes keep the grown cache),
-``compiled`` (``torch.compile`` + fused Adam, trimmed); then PyG's
+``compiled`` (``torch.compile`` + fused Adam, trimmed),
+``offload_compiled`` (``torch.compile`` over ``BottomLayerOffload`` with
+its defaults + fused Adam, trimmed; two epochs; under ``torch.compile`` the
+wrapper does not offload and fits the GPU cache); then PyG's
 ``NeighborLoader`` at each ``--pyg-workers`` over ``--pyg-batches``
 batches, projected to an epoch (needs ``torch_sparse``).
 
@@ -83,7 +86,7 @@ SCALES = {
                   num_train=120_718),
     'tiny': dict(num_nodes=20_000, num_edges=290_000, num_train=5_000),
 }
-MODES = ('eager', 'trim', 'offload', 'compiled')
+MODES = ('eager', 'trim', 'offload', 'compiled', 'offload_compiled')
 
 
 # Memory ######################################################################
@@ -211,6 +214,9 @@ def time_mode(name: str, loader, model, opt, trim: bool, args,
             'stages_ms_per_batch': {k: v.get('ms_per_batch') for k, v in
                                     st['stages'].items()},
             'features': st['features'], 'memory': st['memory']}
+    if args.profile_batches > 0 and device.type == 'cuda':
+        res['profile'] = kernel_profile(loader, step, device,
+                                        args.profile_batches)
     return res
 
 
@@ -237,13 +243,17 @@ def run_mode(mode: str, loader, args, device: torch.device) -> Dict:
                         fit=args.fit_gpu_cache)
         res['fused_adam'] = device.type == 'cuda'
         return res
-    if mode == 'offload':
+    if mode in ('offload', 'offload_compiled'):
+        compiled = mode == 'offload_compiled'
         start = time.perf_counter()
         model = BottomLayerOffload(make_model(args, device), loader)
         build_s = time.perf_counter() - start
         try:
-            res = time_mode(mode, loader, model, adam(model.parameters()),
-                            True, args, device, epochs=2)
+            opt = adam(model.parameters(),
+                       fused=compiled and device.type == 'cuda')
+            net = compile_model(model, 'default') if compiled else model
+            res = time_mode(mode, loader, net, opt, True, args, device,
+                            epochs=2)
             res['build_s'] = build_s
             st = model.stats()
             res['offload_stats'] = {
@@ -973,8 +983,8 @@ def parse_args(argv=None):
                    help="with --gpus > 1: time the steps of each loader's "
                    "construction (BUILD_STEPS) on every rank")
     p.add_argument('--profile-batches', type=int, default=20,
-                   help='with --gpus > 1: batches profiled after each '
-                   'epoch (0: none)')
+                   help='batches profiled after each epoch (GPU kernel '
+                   'time by kind; 0: none)')
     p.add_argument('--max-batches', type=int, default=None,
                    help='with --gpus > 1: stop each epoch after this many '
                    'batches and project it')

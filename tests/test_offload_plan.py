@@ -141,6 +141,52 @@ def test_a_plain_pyg_loader_trains_unchanged():
     off.close()
 
 
+def _compiled(model, loader, how: str):
+    # The wrapper and the model it calls (PyG skips its aggregation hooks in
+    # any compiled code; the 'eager' backend keeps the test fast).
+    if how == 'outer':
+        off = BottomLayerOffload(model, loader)
+        return off, torch.compile(off, backend='eager')
+    if how == 'inner':
+        model = torch.compile(model, backend='eager')
+    else:
+        model.compile(backend='eager')
+    off = BottomLayerOffload(model, loader)
+    return off, off
+
+
+@pytest.mark.parametrize('how', ['outer', 'inner', 'in_place'])
+def test_a_compiled_model_trains_unchanged(how):
+    torch._dynamo.reset()
+    data = tiny_graph()
+    loader = tiny_loader(data)
+    torch.manual_seed(0)
+    model = GraphSAGE(8, 16, 2, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        off, net = _compiled(model, loader, how)
+        if how != 'outer':
+            assert off.plan.mode == 'pass_through'
+        # Past the trial of the decision by measurement (steps 14-28 here),
+        # where hot rows would have been replaced:
+        train_steps(net, loader, 60, node_step)
+    ours = [w for w in caught if 'BottomLayerOffload' in str(w.message)]
+    assert len(ours) == 1 and 'torch.compile' in str(ours[0].message)
+    st = off.stats()
+    assert st['decision']['mode'] == 'pass_through'
+    assert 'torch.compile' in st['decision']['reason']
+    assert st['offloaded_forwards'] == 0 and st['hot_rows_replaced'] == 0
+    assert st['training_forwards'] == 60
+    assert st['gpu_cache_fit'] is not None  # Fitted after the 5th step.
+    # The output is the model's:
+    first = next(iter(tiny_loader(data, shuffle=False)))
+    with torch.no_grad():
+        plain = off.module(first.x, first.edge_index)
+        assert torch.allclose(net(first.x, first.edge_index), plain,
+                              atol=1e-6)
+    off.close()
+
+
 def test_plan_with_worker_processes():
     loader = tiny_loader(tiny_graph(), num_workers=1)
     assert loader_facts(loader).num_workers == 1

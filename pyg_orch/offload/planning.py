@@ -1,4 +1,5 @@
 """Whether and where offload runs: :func:`plan_offload`."""
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
@@ -245,6 +246,27 @@ def first_layer_from_trace(
     return _homo_first_layer(calls, x)
 
 
+#: Why a model under :func:`torch.compile` runs unchanged.
+COMPILED_REASON = ("runs under torch.compile, and PyG's compiled "
+                   "message passing calls none of the aggregation hooks "
+                   "that offload replaces the hot rows in; it trains as "
+                   "compiled (the loader's GPU cache is still fitted)")
+
+
+def compiled_module(model: torch.nn.Module) -> Optional[str]:
+    r"""The name of a module of :obj:`model` compiled by
+    :func:`torch.compile` (or :meth:`torch.nn.Module.compile`), else
+    :obj:`None`."""
+    if 'torch._dynamo' not in sys.modules:  # Nothing was compiled.
+        return None
+    from torch._dynamo.eval_frame import OptimizedModule
+    for name, module in model.named_modules():
+        if isinstance(module, OptimizedModule) or \
+                module.__dict__.get('_compiled_call_impl') is not None:
+            return f'module {name!r}' if name else 'the model'
+    return None
+
+
 #: Why the decision by measurement is off with loader worker processes.
 WORKERS_REASON = ('loader worker processes (they copy the sampler when an '
                   'epoch starts)')
@@ -392,6 +414,9 @@ def plan_offload(model: torch.nn.Module, loader: Any,
     why = not_offloadable_reason(loader)
     if why is not None:
         return pass_through_plan(f'the loader is {why}', options)
+    compiled = compiled_module(model)
+    if compiled is not None:
+        return pass_through_plan(f'{compiled} {COMPILED_REASON}', options)
     partitioned = is_partition_loader(loader)
     facts = loader_facts(loader, partitioned)
     if facts.unsupported is not None:

@@ -17,6 +17,7 @@ from pyg_orch.offload.options import (
     with_test_hooks,
 )
 from pyg_orch.offload.planning import (
+    COMPILED_REASON,
     PENDING,
     FirstLayer,
     OffloadPlan,
@@ -242,6 +243,9 @@ class BottomLayerOffload(torch.nn.Module):
 
     def forward(self, *args, **kwargs) -> Any:
         r"""Calls the wrapped model with the same arguments."""
+        if torch.compiler.is_compiling():  # torch.compile(wrapper)
+            self._compiled_forward(self.training)
+            return self.module(*args, **kwargs)
         if self.__dict__.get('_is_replica', False):
             raise RuntimeError(
                 "BottomLayerOffload does not work under "
@@ -294,6 +298,20 @@ class BottomLayerOffload(torch.nn.Module):
         if ctx.info is not None:
             runtime.order_checked = True
         return out
+
+    @torch.compiler.disable
+    def _compiled_forward(self, training: bool) -> None:
+        # The wrapper runs under torch.compile, where PyG calls no
+        # aggregation hook: it passes through from now on (the cache is
+        # still fitted). Runs outside the compiled graph.
+        runtime = self._offload
+        if not isinstance(runtime, PassThrough) or runtime.pending:
+            runtime.close()
+            runtime = PassThrough(f'the model {COMPILED_REASON}')
+            self._install(runtime)
+        if training and self.__dict__['_cache_fit'] is None:
+            self._maybe_fit_cache(runtime)
+        runtime.count(training)
 
     def _maybe_fit_cache(self, runtime: Union[OffloadRuntime, PassThrough]
                          ) -> None:
