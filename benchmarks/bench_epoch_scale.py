@@ -982,9 +982,11 @@ def parse_args(argv=None):
     p.add_argument('--profile-build', action='store_true',
                    help="with --gpus > 1: time the steps of each loader's "
                    "construction (BUILD_STEPS) on every rank")
-    p.add_argument('--profile-batches', type=int, default=20,
+    p.add_argument('--profile-batches', type=int, default=None,
                    help='batches profiled after each epoch (GPU kernel '
-                   'time by kind; 0: none)')
+                   'time by kind; 0: none; default 20 with --gpus > 1, '
+                   'else 0: on one H200 the modes timed after a profile '
+                   'ran slower)')
     p.add_argument('--max-batches', type=int, default=None,
                    help='with --gpus > 1: stop each epoch after this many '
                    'batches and project it')
@@ -1021,6 +1023,8 @@ def parse_args(argv=None):
         if getattr(args, k) is None:
             setattr(args, k, v)
     allowed = MODES if args.gpus == 1 else MULTI_MODES
+    if args.profile_batches is None:
+        args.profile_batches = 20 if args.gpus > 1 else 0
     if args.modes is None:
         args.modes = ','.join(allowed if args.gpus == 1 else
                               ('trim', 'compiled'))

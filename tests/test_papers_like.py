@@ -267,6 +267,19 @@ def test_bench_epoch_scale_bad_mode(bench):
         bench.parse_args(['--modes', 'eager,fast', '--device', 'cpu'])
 
 
+def test_bench_epoch_scale_compiled_wrapper_mode_and_profile_default(bench):
+    args = bench.parse_args(['--modes', 'offload_compiled,trim', '--device',
+                             'cpu'])
+    assert args.modes == 'offload_compiled,trim'
+    assert args.profile_batches == 0  # One GPU: no profile unless asked.
+    args = bench.parse_args(['--modes', 'trim', '--device', 'cpu',
+                             '--profile-batches', '5'])
+    assert args.profile_batches == 5
+    with pytest.raises(SystemExit):  # Not with several GPUs (yet).
+        bench.parse_args(['--gpus', '2', '--modes', 'offload_compiled',
+                          '--device', 'cpu'])
+
+
 def test_bench_epoch_scale_shared_features_are_reused(bench, tmp_path):
     args = bench.parse_args(['--scale', 'tiny', '--nodes', '300',
                              '--num-features', '4', '--device', 'cpu',
