@@ -129,9 +129,10 @@ def test_compiled_hetero_model_trains_without_recompiles(device):
 def test_offload_with_a_compiled_model(where):
     # BottomLayerOffload of a compiled model, or the wrapper compiled: with
     # split='output', max_staleness=0 and full neighbors, the seeds get
-    # exactly the eager model's outputs on the unpruned batch. The default
-    # split of GraphSAGE ('aggregate') needs PyG's aggregation hooks, which
-    # do not run compiled: a clear error, not unreplaced rows.
+    # exactly the eager model's outputs on the unpruned batch. The split
+    # 'aggregate' needs PyG's aggregation hooks, which do not run compiled:
+    # with split='auto' the model runs unchanged, with split='aggregate' a
+    # clear error; never unreplaced rows.
     data = tiny_graph()
     torch.manual_seed(0)
     model = GraphSAGE(8, 16, 2, 3)
@@ -152,11 +153,28 @@ def test_offload_with_a_compiled_model(where):
     assert off.stats()['hot_rows_replaced'] > 0
     off.close()
 
-    off = BottomLayerOffload(
-        compiled(model, cpu), loader, options=OffloadOptions(
-            hot_ratio=0.1, max_staleness=0, full_neighbors=True))
-    assert off.stats()['split'] == 'aggregate'
-    with pytest.raises(RuntimeError, match="split='output'"):
-        for batch in loader:
-            off(batch.x, batch.edge_index)
+    inner = compiled(model, cpu) if where == 'model' else model
+    with pytest.warns(UserWarning, match='torch.compile'):
+        off = BottomLayerOffload(inner, loader)  # The defaults.
+        fast = compiled(off, cpu) if where == 'wrapper' else off
+        for batch, ref in zip(loader, ref_loader):
+            step_matches_unpruned(fast, model, optimizer, batch, ref)
+    st = off.stats()
+    assert st['decision']['mode'] == 'pass_through'
+    assert st['hot_rows_replaced'] == 0
+    off.close()
+
+    if where == 'model':
+        with pytest.raises(ValueError, match="split='aggregate'"):
+            BottomLayerOffload(compiled(model, cpu), loader,
+                               options=OffloadOptions(split='aggregate'))
+        return
+    # A fixed hot set prunes from the first batch on: compiled, the wrapper
+    # can not replace its rows and says so before the first output.
+    off = BottomLayerOffload(model, loader,
+                             options=OffloadOptions(hot_ratio=0.1))
+    fast = compiled(off, cpu)
+    batch = next(iter(loader))
+    with pytest.raises(RuntimeError, match='compile it before'):
+        fast(batch.x, batch.edge_index)
     off.close()

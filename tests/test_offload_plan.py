@@ -165,8 +165,8 @@ def test_a_compiled_model_trains_unchanged(how):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         off, net = _compiled(model, loader, how)
-        if how != 'outer':
-            assert off.plan.mode == 'pass_through'
+        if how != 'outer':  # Known when built.
+            assert off.stats()['decision']['mode'] == 'pass_through'
         # Past the trial of the decision by measurement (steps 14-28 here),
         # where hot rows would have been replaced:
         train_steps(net, loader, 60, node_step)
@@ -184,6 +184,26 @@ def test_a_compiled_model_trains_unchanged(how):
         plain = off.module(first.x, first.edge_index)
         assert torch.allclose(net(first.x, first.edge_index), plain,
                               atol=1e-6)
+    off.close()
+
+
+@pytest.mark.parametrize('how', ['outer', 'inner'])
+def test_a_compiled_model_offloads_with_the_output_split(how):
+    # GAT's first layer has no weight-free aggregation: split='auto' is
+    # 'output', whose rows are replaced in the layer's output, compiled too.
+    from torch_geometric.nn import GAT
+    torch._dynamo.reset()
+    loader = tiny_loader(tiny_graph())
+    torch.manual_seed(0)
+    model = GAT(8, 16, 2, 3)
+    if how == 'inner':
+        model = torch.compile(model, backend='eager')
+    off = BottomLayerOffload(model, loader,  # Offloads from the first batch.
+                             options=OffloadOptions(hot_ratio=0.2))
+    net = torch.compile(off, backend='eager') if how == 'outer' else off
+    train_steps(net, loader, 10, node_step)
+    st = off.stats()
+    assert st['split'] == 'output' and st['hot_rows_replaced'] > 0
     off.close()
 
 

@@ -19,6 +19,7 @@ from pyg_orch.offload.hetero_layer import (
     common_prefix,
     find_hetero_first_layer,
 )
+from pyg_orch.offload.aggregate_split import AGGREGATE
 from pyg_orch.offload.options import OffloadOptions
 from pyg_orch.offload.partition import is_partition_loader
 from pyg_orch.offload.protocol import (
@@ -250,7 +251,14 @@ def first_layer_from_trace(
 COMPILED_REASON = ("runs under torch.compile, and PyG's compiled "
                    "message passing calls none of the aggregation hooks "
                    "that offload replaces the hot rows in; it trains as "
-                   "compiled (the loader's GPU cache is still fitted)")
+                   "compiled (the loader's GPU cache is still fitted); "
+                   "split='output' offloads compiled models")
+
+#: Why :obj:`split='aggregate'` can not work under :func:`torch.compile`.
+COMPILED_AGGREGATE = ("split='aggregate' replaces hot rows in PyG's "
+                      "aggregation hooks, which compiled code does not "
+                      "call; pass split='output' (or 'auto': the model "
+                      "then runs unchanged)")
 
 
 def compiled_module(model: torch.nn.Module) -> Optional[str]:
@@ -415,8 +423,9 @@ def plan_offload(model: torch.nn.Module, loader: Any,
     if why is not None:
         return pass_through_plan(f'the loader is {why}', options)
     compiled = compiled_module(model)
-    if compiled is not None:
-        return pass_through_plan(f'{compiled} {COMPILED_REASON}', options)
+    if compiled is not None and options.split == AGGREGATE:
+        raise ValueError(f"BottomLayerOffload: {compiled} runs under "
+                         f"torch.compile; {COMPILED_AGGREGATE}")
     partitioned = is_partition_loader(loader)
     facts = loader_facts(loader, partitioned)
     if facts.unsupported is not None:

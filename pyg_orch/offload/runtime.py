@@ -305,6 +305,12 @@ class OffloadRuntime:
         info = self.batches.get(id(x)) if isinstance(x, Tensor) else None
         return info if info is not None and info.x_ref() is x else None
 
+    def prunes(self) -> bool:
+        r"""Whether the sampler prunes hot vertices now, or a batch it
+        pruned may still reach the model."""
+        return self.sampler.hot_nodes is not None or any(
+            info.pruned for info in self.batches.values())
+
     @property
     def active(self) -> bool:
         r"""Whether it offloads in training mode."""

@@ -16,12 +16,15 @@ from pyg_orch.offload.options import (
     options_from_keywords,
     with_test_hooks,
 )
+from pyg_orch.offload.aggregate_split import AGGREGATE, OUTPUT
 from pyg_orch.offload.planning import (
+    COMPILED_AGGREGATE,
     COMPILED_REASON,
     PENDING,
     FirstLayer,
     OffloadPlan,
     PassThrough,
+    compiled_module,
     first_layer_from_trace,
     model_inputs,
     plan_offload,
@@ -243,7 +246,8 @@ class BottomLayerOffload(torch.nn.Module):
 
     def forward(self, *args, **kwargs) -> Any:
         r"""Calls the wrapped model with the same arguments."""
-        if torch.compiler.is_compiling():  # torch.compile(wrapper)
+        if torch.compiler.is_compiling() and not self._offloads_compiled():
+            # torch.compile(wrapper): only split='output' offloads there.
             self._compiled_forward(self.training)
             return self.module(*args, **kwargs)
         if self.__dict__.get('_is_replica', False):
@@ -299,13 +303,32 @@ class BottomLayerOffload(torch.nn.Module):
             runtime.order_checked = True
         return out
 
+    def _offloads_compiled(self) -> bool:
+        # Whether offload works under torch.compile: with split='output'
+        # (compiled code calls none of PyG's aggregation hooks).
+        runtime = self.__dict__['_offload']
+        if isinstance(runtime, OffloadRuntime):
+            return runtime.split == OUTPUT
+        return self.__dict__['_options'].split == OUTPUT
+
     @torch.compiler.disable
     def _compiled_forward(self, training: bool) -> None:
         # The wrapper runs under torch.compile, where PyG calls no
         # aggregation hook: it passes through from now on (the cache is
-        # still fitted). Runs outside the compiled graph.
+        # still fitted), unless batches were pruned already. Runs outside
+        # the compiled graph.
         runtime = self._offload
         if not isinstance(runtime, PassThrough) or runtime.pending:
+            if self.options.split == AGGREGATE:
+                raise RuntimeError(f"BottomLayerOffload: the model runs "
+                                   f"under torch.compile; {COMPILED_AGGREGATE}")
+            if isinstance(runtime, OffloadRuntime) and runtime.prunes():
+                raise RuntimeError(
+                    "BottomLayerOffload: the wrapper runs under "
+                    "torch.compile after its loader started pruning the "
+                    "bottom-hop neighbors of hot vertices, whose rows "
+                    "compiled code can not replace; compile it before its "
+                    "first training step, or pass split='output'")
             runtime.close()
             runtime = PassThrough(f'the model {COMPILED_REASON}')
             self._install(runtime)
@@ -502,9 +525,14 @@ def device_memory(loader: Any) -> Optional[GpuMemory]:
 def _runtime_of(model: torch.nn.Module, loader: Any, plan: OffloadPlan
                 ) -> Union[OffloadRuntime, PassThrough]:
     # The runtime as planned: built, pending or a pass-through.
-    if plan.offloads:
-        return build_runtime(model, loader, plan)
-    return PassThrough(plan.reason, pending=plan.mode == PENDING)
+    if not plan.offloads:
+        return PassThrough(plan.reason, pending=plan.mode == PENDING)
+    runtime = build_runtime(model, loader, plan)
+    compiled = compiled_module(model)
+    if compiled is not None and runtime.split != OUTPUT:
+        runtime.close()  # Its split needs hooks compiled code does not call.
+        return PassThrough(f'{compiled} {COMPILED_REASON}')
+    return runtime
 
 
 def _identity(obj: Any) -> Any:
