@@ -141,17 +141,17 @@ def test_a_plain_pyg_loader_trains_unchanged():
     off.close()
 
 
-def _compiled(model, loader, how: str):
+def _compiled(model, loader, how: str, options=None):
     # The wrapper and the model it calls (PyG skips its aggregation hooks in
     # any compiled code; the 'eager' backend keeps the test fast).
     if how == 'outer':
-        off = BottomLayerOffload(model, loader)
+        off = BottomLayerOffload(model, loader, options=options)
         return off, torch.compile(off, backend='eager')
     if how == 'inner':
         model = torch.compile(model, backend='eager')
     else:
         model.compile(backend='eager')
-    off = BottomLayerOffload(model, loader)
+    off = BottomLayerOffload(model, loader, options=options)
     return off, off
 
 
@@ -195,12 +195,8 @@ def test_a_compiled_model_offloads_with_the_output_split(how):
     torch._dynamo.reset()
     loader = tiny_loader(tiny_graph())
     torch.manual_seed(0)
-    model = GAT(8, 16, 2, 3)
-    if how == 'inner':
-        model = torch.compile(model, backend='eager')
-    off = BottomLayerOffload(model, loader,  # Offloads from the first batch.
-                             options=OffloadOptions(hot_ratio=0.2))
-    net = torch.compile(off, backend='eager') if how == 'outer' else off
+    off, net = _compiled(GAT(8, 16, 2, 3), loader, how,  # Offloads from
+                         OffloadOptions(hot_ratio=0.2))  # the first batch.
     train_steps(net, loader, 10, node_step)
     st = off.stats()
     assert st['split'] == 'output' and st['hot_rows_replaced'] > 0

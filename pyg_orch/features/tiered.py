@@ -515,8 +515,9 @@ def copy_rows(host: Tensor, nodes: Optional[Tensor], out: Tensor,
     into :obj:`out`, :obj:`chunk` rows at a time: no host copy of them all.
     With :obj:`in_id_order`, the rows are read from :obj:`host` in id order
     (sorted on :obj:`out`'s device; in the order given where it has no
-    room) and put in place there (timed by
-    ``benchmarks/bench_cache_fill.py``; not yet the stores' default)."""
+    room) and put in place there. ``benchmarks/bench_cache_fill.py`` found
+    it slower into host memory and into an H200's, so the stores read in
+    the order given."""
     n = out.size(0)
     if nodes is None:
         for a in range(0, n, chunk):
